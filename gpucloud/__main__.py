@@ -1,0 +1,5 @@
+"""`python -m gpucloud` runs the CLI (used by tests that need a real subprocess)."""
+
+from gpucloud.cli import main
+
+main()
