@@ -1,0 +1,300 @@
+"""The `gpucloud` command line (typer). Thin: every command imports the module that does the work
+inside its body, so `gpucloud --help` stays fast and never imports boto3 or azure."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, Optional, TypeVar
+
+import typer
+
+from gpucloud import __version__
+
+app = typer.Typer(
+    name="gpucloud",
+    help="Run a declarative GPU training job on AWS, Azure or this machine, then tear everything down.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+SpecArg = Annotated[str, typer.Argument(help="Path to the job file (YAML).", metavar="SPEC")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help="aws | azure | local (overrides resources.cloud).")]
+RegionOpt = Annotated[Optional[str], typer.Option("--region", help="Only this region.")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+
+
+def err(message: str) -> None:
+    """Human messages go to stderr; stdout is reserved for results and --json documents."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def emit_json(doc: object) -> None:
+    print(json.dumps(doc, indent=2, default=str), flush=True)
+
+
+def non_interactive() -> bool:
+    """CI=true or no TTY: no prompts (as if --yes), no spinners, plain progress lines."""
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"} or not sys.stdin.isatty()
+
+
+def handles_errors(fn: F) -> F:
+    """Turn every failure into one clear paragraph on stderr and the exit code of DESIGN.md section 4."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from gpucloud.errors import GpucloudError
+
+        try:
+            return fn(*args, **kwargs)
+        except GpucloudError as exc:
+            err(f"error: {exc.render()}")
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err("interrupted")
+            raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except Exception as exc:  # a bug: say so in one line, keep the traceback for GPUCLOUD_DEBUG
+            if os.environ.get("GPUCLOUD_DEBUG"):
+                raise
+            err(f"internal error: {type(exc).__name__}: {exc} (GPUCLOUD_DEBUG=1 shows the traceback; please report it)")
+            raise typer.Exit(70) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_cloud(cloud: str | None) -> str | None:
+    from gpucloud.errors import UserError
+
+    if cloud is not None and cloud not in {"aws", "azure", "local"}:
+        raise UserError(f"--cloud {cloud!r} is not a cloud gpucloud knows.", hint="Use one of: aws, azure, local.")
+    return cloud
+
+
+@app.command()
+@handles_errors
+def validate(spec: SpecArg, json_out: JsonOpt = False) -> None:
+    """Check a job file and print the resolved spec."""
+    from gpucloud.spec import load_spec
+
+    job = load_spec(spec)
+    doc = job.model_dump(mode="json")
+    if json_out:
+        emit_json(doc)
+        return
+    import yaml
+
+    err(f"{spec}: valid")
+    print(yaml.safe_dump(doc, sort_keys=False).rstrip())
+
+
+@app.command()
+@handles_errors
+def plan(
+    spec: SpecArg,
+    cloud: CloudOpt = None,
+    region: RegionOpt = None,
+    spot: Annotated[Optional[bool], typer.Option("--spot/--no-spot", help="Force spot or on-demand.")] = None,
+    json_out: JsonOpt = False,
+    show_all: Annotated[bool, typer.Option("--all", help="List every excluded offering, not only the closest.")] = False,
+) -> None:
+    """Ranked candidates with $/h and estimated cost, the resolved stack, and why others were excluded."""
+    from gpucloud.planner import make_plan
+    from gpucloud.spec import load_spec
+    from gpucloud import views
+
+    job = load_spec(spec)
+    result = make_plan(job, cloud=parse_cloud(cloud), region=region, spot=spot)
+    if json_out:
+        emit_json(result.as_json())
+        return
+    views.print_plan(result, show_all=show_all)
+
+
+@app.command()
+@handles_errors
+def render(
+    spec: SpecArg,
+    cloud: CloudOpt = None,
+    node_rank: Annotated[int, typer.Option("--node-rank", help="Which node's user-data.")] = 0,
+) -> None:
+    """Print the user-data (bootstrap script) the VM would get."""
+    from gpucloud.errors import UserError
+    from gpucloud.planner import make_plan
+    from gpucloud.render import render_bootstrap
+    from gpucloud.spec import load_spec
+
+    job = load_spec(spec)
+    result = make_plan(job, cloud=parse_cloud(cloud))
+    first = result.candidates[0]
+    if not 0 <= node_rank < job.num_nodes:
+        raise UserError(f"--node-rank {node_rank} is outside 0..{job.num_nodes - 1} (num_nodes is {job.num_nodes}).")
+    text = render_bootstrap(
+        job, result.stack, first, provider=first.cloud, run_id="RUN_ID", node_rank=node_rank,
+        manifest_url="MANIFEST_URL",
+    )
+    sys.stdout.write(text)
+
+
+@app.command()
+@handles_errors
+def catalog(
+    gpu: Annotated[Optional[str], typer.Option("--gpu", help="Only this GPU model.")] = None,
+    cloud: CloudOpt = None,
+    region: RegionOpt = None,
+    show_all: Annotated[bool, typer.Option("--all", help="Include retired offerings.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """List offerings (retired ones only with --all)."""
+    from gpucloud import views
+
+    rows = views.catalog_rows(gpu=gpu, cloud=parse_cloud(cloud), region=region, include_retired=show_all)
+    if json_out:
+        emit_json([views.offering_json(o) for o in rows])
+        return
+    views.print_catalog(rows)
+
+
+@app.command()
+@handles_errors
+def stack(
+    gpu: Annotated[str, typer.Argument(help="GPU model, e.g. K80, T4, A100-80GB.")],
+    cuda: Annotated[Optional[str], typer.Option("--cuda", help="Check a CUDA pin.")] = None,
+    driver: Annotated[Optional[str], typer.Option("--driver", help="Check a driver pin.")] = None,
+    framework: Annotated[Optional[str], typer.Option("--framework", help="pytorch | tensorflow | none (or name==version).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The software stack that GPU gets, with the reason for each choice."""
+    from gpucloud import views
+
+    resolved = views.stack_for(gpu, cuda=cuda, driver=driver, framework=framework)
+    if json_out:
+        emit_json({**resolved.as_json(), "reasons": resolved.reasons, "warnings": list(resolved.warnings)})
+        return
+    views.print_stack(resolved)
+
+
+@app.command()
+@handles_errors
+def schema() -> None:
+    """Print the job file's JSON Schema (for editors)."""
+    from gpucloud.spec import json_schema
+
+    emit_json(json_schema())
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    print(f"gpucloud {__version__}")
+
+
+@app.command()
+@handles_errors
+def run(
+    spec: SpecArg,
+    cloud: CloudOpt = None,
+    region: RegionOpt = None,
+    spot: Annotated[Optional[bool], typer.Option("--spot/--no-spot", help="Force spot or on-demand.")] = None,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Print the run id and return; the run ends itself.")] = False,
+    yes: YesOpt = False,
+    no_wait: Annotated[bool, typer.Option("--no-wait", help="Do not wait for the teardown to finish.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run the whole lifecycle: plan, provision, stream logs, collect artifacts, tear down."""
+    from gpucloud.lifecycle import run_job
+    from gpucloud.spec import load_spec
+
+    job = load_spec(spec)
+    result = run_job(
+        job, cloud=parse_cloud(cloud), region=region, spot=spot, detach=detach,
+        assume_yes=yes or non_interactive(), json_out=json_out, wait_teardown=not no_wait,
+    )
+    if json_out:
+        emit_json(result.as_json())
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+@handles_errors
+def status(
+    run_id: Annotated[Optional[str], typer.Argument(metavar="RUN", help="A run id (default: all runs).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Runs and their phases, cost so far."""
+    from gpucloud.lifecycle import show_status
+
+    show_status(run_id, json_out=json_out)
+
+
+@app.command("ls")
+@handles_errors
+def list_runs(json_out: JsonOpt = False) -> None:
+    """List runs."""
+    from gpucloud.lifecycle import show_status
+
+    show_status(None, json_out=json_out)
+
+
+@app.command()
+@handles_errors
+def logs(
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the run ends.")] = False,
+) -> None:
+    """The job's log, also after teardown."""
+    from gpucloud.lifecycle import show_logs
+
+    raise typer.Exit(show_logs(run_id, follow=follow))
+
+
+@app.command()
+@handles_errors
+def down(run_id: Annotated[str, typer.Argument(metavar="RUN")], yes: YesOpt = False) -> None:
+    """Tear one run down."""
+    from gpucloud.lifecycle import down_run
+
+    down_run(run_id, assume_yes=yes or non_interactive())
+
+
+@app.command()
+@handles_errors
+def gc(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be deleted.")] = False,
+    yes: YesOpt = False,
+    cloud: CloudOpt = None,
+) -> None:
+    """Sweep every tagged resource whose expiry has passed, on every region."""
+    from gpucloud.lifecycle import collect_garbage
+
+    collect_garbage(dry_run=dry_run, assume_yes=yes or non_interactive(), cloud=parse_cloud(cloud))
+
+
+@app.command("iam-policy")
+@handles_errors
+def iam_policy(cloud: Annotated[str, typer.Argument(help="aws")] = "aws") -> None:
+    """Print the least-privilege IAM policy gpucloud needs."""
+    from gpucloud.errors import UserError
+
+    if cloud != "aws":
+        raise UserError(f"iam-policy knows only 'aws' for now, not {cloud!r}.")
+    from gpucloud.providers.aws_policy import policy_document
+
+    emit_json(policy_document())
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
