@@ -1,0 +1,256 @@
+"""The GPU catalog: GPU models and cloud offerings, loaded from CSV files shipped in the package.
+
+The data lives in `data/gpus.csv` and `data/offerings.csv` so that a price refresh is a data
+change, not a code change. Every row carries its source and date (FACTS.md: never present an
+unconfirmed figure as certain). Loading is validated row by row, because a silently wrong price or
+GPU name would make the planner pick the wrong machine; a bad row is a bug in the shipped data and
+raises `CatalogError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import re
+from dataclasses import dataclass, field, fields
+from importlib.resources import files
+
+from gpucloud.catalog.models import GpuModel, Offering, Status
+from gpucloud.errors import InternalError
+
+__all__ = [
+    "Catalog",
+    "CatalogError",
+    "GpuModel",
+    "Offering",
+    "Status",
+    "gpu_names",
+    "load_catalog",
+    "resolve_gpu_name",
+]
+
+CLOUDS = ("aws", "azure")
+STATUSES: tuple[Status, ...] = ("active", "legacy", "retired")
+_GPU_FIELDS = tuple(f.name for f in fields(GpuModel))
+_OFFERING_FIELDS = tuple(f.name for f in fields(Offering))
+# "2025-12-20", or as precise as the source is: "2024-06", "2026".
+_DATE_RE = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
+# Prefixes people type in front of a model name ("NVIDIA A100", "Tesla K80").
+_PREFIXES = ("NVIDIA-", "TESLA-")
+
+
+class CatalogError(InternalError):
+    """The shipped catalog data is malformed (exit 70: a bug in the package, not in the job file)."""
+
+
+def _normalize(name: str) -> str:
+    """Upper case, with spaces and underscores as dashes, so "a100 80gb" matches "A100-80GB"."""
+    return re.sub(r"[\s_]+", "-", name.strip()).upper()
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """GPU models by canonical name and every offering (all clouds, regions and statuses)."""
+
+    gpus: dict[str, GpuModel]
+    offerings: tuple[Offering, ...]
+    _names: dict[str, str] = field(repr=False)  # normalized name or alias -> canonical name
+
+    def resolve(self, name: str) -> str | None:
+        """Canonical name for a name or alias in any case ("tesla k80" -> "K80"), else None."""
+        key = _normalize(name)
+        hit = self._names.get(key)
+        if hit is None:
+            for prefix in _PREFIXES:
+                if key.startswith(prefix):
+                    hit = self._names.get(key[len(prefix):])
+                    if hit:
+                        break
+        return hit
+
+    def gpu(self, name: str) -> GpuModel:
+        """The GPU model for a canonical name or alias (case-insensitive); KeyError if unknown."""
+        canonical = self.resolve(name)
+        if canonical is None:
+            raise KeyError(f"unknown GPU {name!r}; known: {', '.join(self.gpus)}")
+        return self.gpus[canonical]
+
+    def query(
+        self,
+        gpu: str | None = None,
+        cloud: str | None = None,
+        region: str | None = None,
+        include_retired: bool = False,
+    ) -> list[Offering]:
+        """Offerings matching every given filter, cheapest on-demand first.
+
+        Legacy rows (still launchable, being phased out) are included; retired rows only with
+        `include_retired`, so that the planner can explain *why* a GPU is unavailable. `gpu` accepts
+        aliases; an unknown GPU raises KeyError rather than silently matching nothing.
+        """
+        canonical = self.gpu(gpu).name if gpu is not None else None
+        cloud_l = cloud.lower() if cloud is not None else None
+        region_l = region.lower() if region is not None else None
+        rows = [
+            o
+            for o in self.offerings
+            if (canonical is None or o.gpu == canonical)
+            and (cloud_l is None or o.cloud == cloud_l)
+            and (region_l is None or o.region.lower() == region_l)
+            and (include_retired or o.status != "retired")
+        ]
+        rows.sort(key=lambda o: (o.price_per_hour, o.cloud, o.region, o.instance_type))
+        return rows
+
+    def regions(self, cloud: str) -> list[str]:
+        """Sorted regions that have at least one row for `cloud` (any status); [] if none."""
+        cloud_l = cloud.lower()
+        return sorted({o.region for o in self.offerings if o.cloud == cloud_l})
+
+
+def _read(name: str, expected: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
+    """(line number, row) pairs of a data file whose header must be exactly `expected`."""
+    text = (files("gpucloud.catalog") / "data" / name).read_text(encoding="utf-8")
+    reader = csv.DictReader(io.StringIO(text))
+    if tuple(reader.fieldnames or ()) != expected:
+        raise CatalogError(
+            f"catalog/data/{name} line 1: header is {reader.fieldnames!r}, expected {list(expected)!r}."
+        )
+    out = []
+    for row in reader:
+        if None in row or any(v is None for v in row.values()):
+            raise CatalogError(f"catalog/data/{name} line {reader.line_num}: wrong number of columns.")
+        out.append((reader.line_num, {k: v.strip() for k, v in row.items()}))
+    return out
+
+
+class _Row:
+    """Typed access to one CSV row that turns every problem into a CatalogError with file:line."""
+
+    __slots__ = ("file", "line", "row")
+
+    def __init__(self, file: str, line: int, row: dict[str, str]) -> None:
+        self.file, self.line, self.row = file, line, row
+
+    def fail(self, column: str, what: str) -> CatalogError:
+        return CatalogError(f"catalog/data/{self.file} line {self.line}: {column}: {what}.")
+
+    def text(self, column: str) -> str:
+        value = self.row[column]
+        if not value:
+            raise self.fail(column, "must not be empty")
+        return value
+
+    def number(self, column: str, *, optional: bool = False) -> float | None:
+        value = self.row[column]
+        if not value and optional:
+            return None
+        try:
+            number = float(value)
+        except ValueError:
+            raise self.fail(column, f"{value!r} is not a number") from None
+        if not number > 0:
+            raise self.fail(column, f"{value!r} must be greater than 0")
+        return number
+
+    def integer(self, column: str) -> int:
+        value = self.row[column]
+        if not value.isdigit() or int(value) < 1:
+            raise self.fail(column, f"{value!r} is not a positive integer")
+        return int(value)
+
+    def date(self, column: str) -> str:
+        value = self.text(column)
+        if not _DATE_RE.match(value):
+            raise self.fail(column, f"{value!r} is not an ISO date (YYYY-MM-DD, YYYY-MM or YYYY)")
+        return value
+
+    def choice(self, column: str, allowed: tuple[str, ...]) -> str:
+        value = self.row[column]
+        if value not in allowed:
+            raise self.fail(column, f"{value!r} is not one of {', '.join(allowed)}")
+        return value
+
+
+def _load_gpus() -> tuple[dict[str, GpuModel], dict[str, str]]:
+    gpus: dict[str, GpuModel] = {}
+    names: dict[str, str] = {}
+    for line, raw in _read("gpus.csv", _GPU_FIELDS):
+        r = _Row("gpus.csv", line, raw)
+        name = r.text("name")
+        if _normalize(name) != name:
+            raise r.fail("name", f"{name!r} must be upper case without spaces")
+        cc = r.text("compute_capability")
+        if not re.match(r"^\d+\.\d$", cc):
+            raise r.fail("compute_capability", f"{cc!r} is not like 3.7")
+        aliases = tuple(a.strip() for a in raw["aliases"].split(";") if a.strip())
+        for key in (name, *aliases):
+            norm = _normalize(key)
+            if norm in names:
+                raise r.fail("aliases", f"{key!r} already names {names[norm]}")
+            names[norm] = name
+        gpus[name] = GpuModel(
+            name=name,
+            architecture=r.text("architecture"),
+            compute_capability=cc,
+            memory_gib=r.number("memory_gib"),  # type: ignore[arg-type]  # not optional: never None
+            fp32_tflops=r.number("fp32_tflops", optional=True),
+            fp64_tflops=r.number("fp64_tflops", optional=True),
+            bandwidth_gbs=r.number("bandwidth_gbs", optional=True),
+            aliases=aliases,
+            source=r.text("source"),
+        )
+    return gpus, names
+
+
+def _load_offerings(gpus: dict[str, GpuModel]) -> tuple[Offering, ...]:
+    rows: list[Offering] = []
+    seen: dict[tuple[str, str, str], int] = {}
+    for line, raw in _read("offerings.csv", _OFFERING_FIELDS):
+        r = _Row("offerings.csv", line, raw)
+        cloud = r.choice("cloud", CLOUDS)
+        instance_type = r.text("instance_type")
+        region = r.text("region")
+        key = (cloud, instance_type, region)
+        if key in seen:
+            raise r.fail("instance_type", f"{instance_type} in {region} is already on line {seen[key]}")
+        seen[key] = line
+        gpu = r.text("gpu")
+        if gpu not in gpus:
+            raise r.fail("gpu", f"{gpu!r} is not a canonical name in gpus.csv")
+        rows.append(
+            Offering(
+                cloud=cloud,
+                instance_type=instance_type,
+                gpu=gpu,
+                gpu_count=r.integer("gpu_count"),
+                vcpus=r.integer("vcpus"),
+                memory_gib=r.number("memory_gib"),  # type: ignore[arg-type]
+                region=region,
+                price_per_hour=r.number("price_per_hour"),  # type: ignore[arg-type]
+                spot_price_per_hour=r.number("spot_price_per_hour", optional=True),
+                status=r.choice("status", STATUSES),  # type: ignore[arg-type]
+                status_date=r.date("status_date"),
+                source=r.text("source"),
+                price_date=r.date("price_date"),
+            )
+        )
+    return tuple(rows)
+
+
+@functools.cache
+def load_catalog() -> Catalog:
+    """Parse and validate the shipped CSVs once per process (the CLI calls this on every plan)."""
+    gpus, names = _load_gpus()
+    return Catalog(gpus=gpus, offerings=_load_offerings(gpus), _names=names)
+
+
+def resolve_gpu_name(name: str) -> str | None:
+    """Canonical GPU name for a name or alias in any case ("k80", "A100", "tesla-k80"), else None."""
+    return load_catalog().resolve(name)
+
+
+def gpu_names() -> list[str]:
+    """Canonical GPU names in catalog order (oldest architecture first), for help and "did you mean"."""
+    return list(load_catalog().gpus)

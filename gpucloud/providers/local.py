@@ -1,0 +1,144 @@
+"""The local provider: each node of a run is a bootstrap process on this machine (vm_engine), with a
+file:// channel under GPUCLOUD_HOME. It lets a user with no cloud account run a job through the
+whole lifecycle, and it is what the lifecycle's end-to-end tests run on."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpucloud import vm_engine
+from gpucloud.providers.base import FatalProvisionError, LaunchRequest
+
+if TYPE_CHECKING:
+    from gpucloud.channel import Channel
+    from gpucloud.state import Journal
+
+REGION = "local"
+
+
+class LocalProvider:
+    """Provider protocol on this machine. Nodes live in `GPUCLOUD_HOME/local/<run_id>/node-<rank>`."""
+
+    name = "local"
+    poll_interval = 0.5  # seconds between the lifecycle's looks at the channel: files are cheap
+
+    def __init__(self, *, home: Path | None = None) -> None:
+        from gpucloud.state import home_dir
+
+        self.home = Path(home) if home is not None else home_dir()
+
+    # -- paths --------------------------------------------------------------------------------------
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.home / "local" / run_id
+
+    def sandbox(self, run_id: str, rank: int) -> Path:
+        return self.run_dir(run_id) / f"node-{rank}"
+
+    def _shim_dir(self) -> Path:
+        """`python`/`python3` wrappers for the CLI's own interpreter, first on the job's PATH, so a
+        local job finds the packages gpucloud runs with (a venv's numpy) even where the
+        interpreter's folder has no plain `python`."""
+        shim = self.home / "local" / ".bin"
+        target = sys.executable
+        for name in ("python", "python3"):
+            path = shim / name
+            text = f'#!/bin/sh\nexec "{target}" "$@"\n'
+            try:
+                if path.read_text() == text:
+                    continue
+            except OSError:
+                pass
+            shim.mkdir(parents=True, exist_ok=True)
+            tmp = shim / f".{name}.{time.time_ns()}"
+            tmp.write_text(text)
+            tmp.chmod(0o755)
+            tmp.replace(path)
+        return shim
+
+    # -- Provider protocol --------------------------------------------------------------------------
+
+    def channel(self, region: str) -> Channel:
+        from gpucloud.channel import FileChannel
+
+        return FileChannel(self.home / "channel")
+
+    def provision(self, req: LaunchRequest, journal: Journal) -> list[str]:
+        """Boot one bootstrap process per node. Intent is journaled before each boot."""
+        ids: list[str] = []
+        booted: list[vm_engine.BootedVm] = []
+        path_prefix = [self._shim_dir(), vm_engine.python_bin_dir()]
+        expires = req.expires_at.timestamp()
+        try:
+            for rank, script in enumerate(req.user_data):
+                sandbox = self.sandbox(req.run_id, rank)
+                res_id = journal.intent(req.run_id, "process", f"{req.run_id}/node-{rank}", REGION, self.name)
+                if sandbox.exists():  # a previous attempt of this run: start clean
+                    old = vm_engine.BootedVm.load(sandbox)
+                    if old is not None:
+                        old.kill(grace=1.0)
+                    shutil.rmtree(sandbox, ignore_errors=True)
+                vm = vm_engine.boot(
+                    script, sandbox, env={"GPUCLOUD_NODE_RANK": str(rank)}, path_prefix=path_prefix,
+                    expires_at=expires, meta={"run_id": req.run_id, "rank": str(rank), "res_id": str(res_id)},
+                )
+                booted.append(vm)
+                journal.created(res_id, f"pid:{vm.pid}")
+                ids.append(f"pid:{vm.pid}")
+        except OSError as exc:
+            for vm in booted:
+                vm.kill(grace=1.0)
+            raise FatalProvisionError(f"could not start a local node: {exc}", code="OSError") from exc
+        return ids
+
+    def _vms(self, run_id: str) -> list[vm_engine.BootedVm]:
+        root = self.run_dir(run_id)
+        if not root.is_dir():
+            return []
+        vms = []
+        for sandbox in sorted(root.glob("node-*"), key=lambda p: int(p.name.split("-")[1])):
+            vm = vm_engine.BootedVm.load(sandbox)
+            if vm is not None:
+                vms.append(vm)
+        return vms
+
+    def node_states(self, run_id: str, region: str) -> list[str]:
+        return ["running" if vm.alive() else "gone" for vm in self._vms(run_id)]
+
+    def teardown(self, run_id: str, region: str, journal: Journal, *, wait: bool = True) -> None:
+        """Kill every process of the run (whole process groups, then stragglers) and mark its
+        resources deleted. The sandbox (console log included) stays for debugging until gc."""
+        for vm in self._vms(run_id):
+            vm.kill(grace=3.0 if wait else 1.0)
+        for res in journal.resources(run_id, alive_only=True):
+            if res.cloud == self.name:
+                journal.deleted(res.id)
+
+    def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
+        """Kill local nodes whose expiry passed; remove sandboxes of ended runs older than a day."""
+        lines: list[str] = []
+        ts = now.astimezone(timezone.utc).timestamp()
+        root = self.home / "local"
+        if not root.is_dir():
+            return lines
+        for run_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            vms = self._vms(run_dir.name)
+            running = [vm for vm in vms if vm.leftovers()]
+            for vm in running:
+                if vm.expires_at is not None and vm.expires_at < ts:
+                    lines.append(f"local: {run_dir.name}/{vm.sandbox.name} process {vm.pid} expired "
+                                 f"{datetime.fromtimestamp(vm.expires_at, timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
+                                 + (" (would kill)" if dry_run else " (killed)"))
+                    if not dry_run:
+                        vm.kill()
+            if not running and vms and max(vm.booted_at for vm in vms) < ts - 86400:
+                lines.append(f"local: {run_dir.name} sandbox of an ended run"
+                             + (" (would remove)" if dry_run else " (removed)"))
+                if not dry_run:
+                    shutil.rmtree(run_dir, ignore_errors=True)
+        return lines

@@ -1,0 +1,425 @@
+"""The state store: one SQLite file under GPUCLOUD_HOME with runs, resources, events and phase timings.
+
+Why SQLite: it needs no server, survives a crash of the CLI, and lets several CLI processes (a
+`run` following a job, a `status` or `down` in another terminal) share one store safely. WAL mode,
+a busy timeout and short transactions keep concurrent writers from failing.
+
+The resources table is the safety net against leaked machines: providers write an *intent* row
+before every cloud call that creates something, so a crash at any point leaves a record that
+`down` or `gc` can act on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 10_000
+
+# Run statuses. A run is "active" until it reaches one of FINAL_STATUSES.
+ACTIVE_STATUSES = ("planned", "provisioning", "running", "collecting", "tearing-down")
+FINAL_STATUSES = ("succeeded", "failed", "deadline", "interrupted", "lost", "error", "no-capacity", "down")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    spec_path TEXT,
+    spec_json TEXT,
+    cloud TEXT,
+    region TEXT,
+    instance_type TEXT,
+    num_nodes INTEGER NOT NULL DEFAULT 1,
+    price_per_hour REAL NOT NULL DEFAULT 0,
+    status TEXT NOT NULL,
+    phase TEXT,
+    exit_code INTEGER,
+    message TEXT,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    ended_at REAL,
+    deadline REAL,
+    artifacts_dir TEXT,
+    detached INTEGER NOT NULL DEFAULT 0,
+    pid INTEGER
+);
+CREATE TABLE IF NOT EXISTS resources (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    cloud TEXT NOT NULL,
+    region TEXT,
+    kind TEXT NOT NULL,
+    name TEXT,
+    cloud_id TEXT,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS resources_run ON resources(run_id);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    ts REAL NOT NULL,
+    kind TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_run ON events(run_id);
+CREATE TABLE IF NOT EXISTS phases (
+    run_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    seconds REAL NOT NULL,
+    PRIMARY KEY (run_id, name)
+);
+"""
+
+_RUN_COLUMNS = (
+    "id", "name", "spec_path", "spec_json", "cloud", "region", "instance_type", "num_nodes",
+    "price_per_hour", "status", "phase", "exit_code", "message", "created_at", "started_at",
+    "ended_at", "deadline", "artifacts_dir", "detached", "pid",
+)
+
+
+def home_dir() -> Path:
+    """GPUCLOUD_HOME, else the platform's user data dir; created on first use."""
+    env = os.environ.get("GPUCLOUD_HOME")
+    if env:
+        path = Path(env).expanduser()
+    else:
+        import platformdirs
+
+        path = Path(platformdirs.user_data_dir("gpucloud"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class RunRecord:
+    """One row of `runs`, with the derived figures `status`/`ls` show."""
+
+    id: str
+    name: str
+    spec_path: str | None
+    spec_json: str | None
+    cloud: str | None
+    region: str | None
+    instance_type: str | None
+    num_nodes: int
+    price_per_hour: float
+    status: str
+    phase: str | None
+    exit_code: int | None
+    message: str | None
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    deadline: float | None
+    artifacts_dir: str | None
+    detached: bool
+    pid: int | None
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+    def elapsed(self, now: float | None = None) -> float:
+        """Seconds since the run was created, up to its end when it has ended."""
+        end = self.ended_at if self.ended_at is not None else (now if now is not None else time.time())
+        return max(0.0, end - self.created_at)
+
+    def cost(self, now: float | None = None) -> float:
+        """Cost so far: price per node-hour x nodes x hours since the machines were requested."""
+        if self.started_at is None or not self.price_per_hour:
+            return 0.0
+        end = self.ended_at if self.ended_at is not None else (now if now is not None else time.time())
+        hours = max(0.0, end - self.started_at) / 3600.0
+        return round(self.price_per_hour * self.num_nodes * hours, 6)
+
+    def as_json(self, now: float | None = None) -> dict[str, Any]:
+        return {
+            "run_id": self.id, "name": self.name, "status": self.status, "phase": self.phase,
+            "exit_code": self.exit_code, "cloud": self.cloud, "region": self.region,
+            "instance_type": self.instance_type, "num_nodes": self.num_nodes,
+            "price_per_hour": self.price_per_hour, "created_at": self.created_at,
+            "started_at": self.started_at, "ended_at": self.ended_at, "deadline": self.deadline,
+            "elapsed": round(self.elapsed(now), 3), "cost": round(self.cost(now), 6),
+            "artifacts_dir": self.artifacts_dir, "detached": self.detached, "spec_path": self.spec_path,
+            "message": self.message,
+        }
+
+
+@dataclass
+class ResourceRecord:
+    """One thing a provider created (or was about to create) for a run."""
+
+    id: int
+    run_id: str
+    cloud: str
+    region: str | None
+    kind: str
+    name: str | None
+    cloud_id: str | None
+    status: str  # intent | created | deleted
+    created_at: float
+    updated_at: float
+
+
+@dataclass
+class EventRecord:
+    run_id: str
+    ts: float
+    kind: str
+    message: str
+
+
+@dataclass
+class _Conn:
+    conn: sqlite3.Connection
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+class Store:
+    """Access to the state database. One connection per Store, guarded by a lock so the lifecycle's
+    helper threads may share it; every write is its own short IMMEDIATE transaction."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else home_dir() / "state.db"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False,
+        )
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        self._c = _Conn(conn)
+        self._init_schema()
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _init_schema(self) -> None:
+        conn = self._c.conn
+        # journal_mode needs no transaction; retry while another process holds the file's lock.
+        for attempt in range(50):
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError:
+                if attempt == 49:
+                    raise
+                time.sleep(0.05)
+        conn.execute("PRAGMA synchronous=NORMAL")
+        if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            with self._tx() as c:
+                for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+                    c.execute(stmt)
+                c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """A short write transaction; BEGIN IMMEDIATE takes the write lock up front, so two
+        processes never deadlock upgrading a read lock (the busy timeout makes them queue)."""
+        with self._c.lock:
+            conn = self._c.conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._c.lock:
+            return self._c.conn.execute(sql, args).fetchall()
+
+    def close(self) -> None:
+        with self._c.lock:
+            self._c.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- runs ---------------------------------------------------------------------------------------
+
+    def create_run(
+        self, run_id: str, *, name: str, spec_path: str | None = None, spec: dict[str, Any] | None = None,
+        cloud: str | None = None, region: str | None = None, instance_type: str | None = None,
+        num_nodes: int = 1, price_per_hour: float = 0.0, deadline: float | None = None,
+        detached: bool = False, pid: int | None = None, status: str = "planned",
+    ) -> RunRecord:
+        now = time.time()
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO runs (id, name, spec_path, spec_json, cloud, region, instance_type, num_nodes,"
+                " price_per_hour, status, created_at, deadline, detached, pid)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, name, spec_path, json.dumps(spec) if spec is not None else None, cloud, region,
+                 instance_type, num_nodes, price_per_hour, status, now, deadline, int(detached), pid),
+            )
+            c.execute("INSERT INTO events (run_id, ts, kind, message) VALUES (?,?,?,?)",
+                      (run_id, now, "created", f"run {run_id} recorded"))
+        run = self.get_run(run_id)
+        assert run is not None
+        return run
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Set columns of a run (names as in the runs table)."""
+        if not fields:
+            return
+        bad = set(fields) - set(_RUN_COLUMNS)
+        if bad:
+            raise ValueError(f"unknown run fields: {sorted(bad)}")
+        if "detached" in fields:
+            fields["detached"] = int(bool(fields["detached"]))
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        with self._tx() as c:
+            c.execute(f"UPDATE runs SET {cols} WHERE id = ?", (*fields.values(), run_id))
+
+    def finish_run(self, run_id: str, status: str, *, exit_code: int | None = None,
+                   message: str | None = None, only_if_active: bool = False) -> bool:
+        """Mark a run ended. With only_if_active, a run another process already finished keeps its
+        status (so `down` does not overwrite "succeeded"). Returns whether the row changed."""
+        now = time.time()
+        sql = "UPDATE runs SET status = ?, exit_code = COALESCE(?, exit_code), message = COALESCE(?, message)," \
+              " ended_at = COALESCE(ended_at, ?) WHERE id = ?"
+        if only_if_active:
+            sql += " AND status IN (%s)" % ",".join("?" * len(ACTIVE_STATUSES))
+        args: tuple[Any, ...] = (status, exit_code, message, now, run_id)
+        if only_if_active:
+            args += ACTIVE_STATUSES
+        with self._tx() as c:
+            changed = c.execute(sql, args).rowcount > 0
+            if changed:
+                c.execute("INSERT INTO events (run_id, ts, kind, message) VALUES (?,?,?,?)",
+                          (run_id, now, "status", f"{status}" + (f" (exit {exit_code})" if exit_code is not None else "")))
+        return changed
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        rows = self._query("SELECT * FROM runs WHERE id = ?", (run_id,))
+        return _run(rows[0]) if rows else None
+
+    def find_run(self, ref: str) -> RunRecord | None:
+        """A run by exact id, else by unique id prefix, else the newest run of that job name."""
+        run = self.get_run(ref)
+        if run:
+            return run
+        rows = self._query("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY created_at DESC",
+                           (ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",))
+        if len(rows) == 1:
+            return _run(rows[0])
+        rows = self._query("SELECT * FROM runs WHERE name = ? ORDER BY created_at DESC LIMIT 1", (ref,))
+        return _run(rows[0]) if rows else None
+
+    def list_runs(self, *, limit: int | None = None, active_only: bool = False) -> list[RunRecord]:
+        sql = "SELECT * FROM runs"
+        args: tuple[Any, ...] = ()
+        if active_only:
+            sql += " WHERE status IN (%s)" % ",".join("?" * len(ACTIVE_STATUSES))
+            args = ACTIVE_STATUSES
+        sql += " ORDER BY created_at DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [_run(r) for r in self._query(sql, args)]
+
+    # -- events and phases --------------------------------------------------------------------------
+
+    def event(self, run_id: str, kind: str, message: str) -> None:
+        with self._tx() as c:
+            c.execute("INSERT INTO events (run_id, ts, kind, message) VALUES (?,?,?,?)",
+                      (run_id, time.time(), kind, message))
+
+    def events(self, run_id: str) -> list[EventRecord]:
+        rows = self._query("SELECT run_id, ts, kind, message FROM events WHERE run_id = ? ORDER BY id", (run_id,))
+        return [EventRecord(r["run_id"], r["ts"], r["kind"], r["message"]) for r in rows]
+
+    def set_phase(self, run_id: str, name: str, seconds: float) -> None:
+        with self._tx() as c:
+            c.execute("INSERT INTO phases (run_id, name, seconds) VALUES (?,?,?)"
+                      " ON CONFLICT(run_id, name) DO UPDATE SET seconds = excluded.seconds",
+                      (run_id, name, float(seconds)))
+
+    def set_phases(self, run_id: str, phases: dict[str, float]) -> None:
+        if not phases:
+            return
+        with self._tx() as c:
+            c.executemany("INSERT INTO phases (run_id, name, seconds) VALUES (?,?,?)"
+                          " ON CONFLICT(run_id, name) DO UPDATE SET seconds = excluded.seconds",
+                          [(run_id, k, float(v)) for k, v in phases.items()])
+
+    def phases(self, run_id: str) -> dict[str, float]:
+        rows = self._query("SELECT name, seconds FROM phases WHERE run_id = ? ORDER BY rowid", (run_id,))
+        return {r["name"]: r["seconds"] for r in rows}
+
+    # -- resources ----------------------------------------------------------------------------------
+
+    def add_resource(self, run_id: str, *, cloud: str, region: str | None, kind: str, name: str | None) -> int:
+        now = time.time()
+        with self._tx() as c:
+            cur = c.execute(
+                "INSERT INTO resources (run_id, cloud, region, kind, name, status, created_at, updated_at)"
+                " VALUES (?,?,?,?,?,?,?,?)", (run_id, cloud, region, kind, name, "intent", now, now))
+            return int(cur.lastrowid or 0)
+
+    def set_resource(self, res_id: int, *, status: str, cloud_id: str | None = None) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE resources SET status = ?, cloud_id = COALESCE(?, cloud_id), updated_at = ?"
+                      " WHERE id = ?", (status, cloud_id, time.time(), res_id))
+
+    def resources(self, run_id: str | None = None, *, alive_only: bool = True,
+                  cloud: str | None = None) -> list[ResourceRecord]:
+        where, args = [], []
+        if run_id is not None:
+            where.append("run_id = ?")
+            args.append(run_id)
+        if cloud is not None:
+            where.append("cloud = ?")
+            args.append(cloud)
+        if alive_only:
+            where.append("status != 'deleted'")
+        sql = "SELECT * FROM resources" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
+        return [ResourceRecord(**dict(r)) for r in self._query(sql, tuple(args))]
+
+    def clouds_with_resources(self) -> list[str]:
+        rows = self._query("SELECT DISTINCT cloud FROM resources WHERE status != 'deleted'")
+        return sorted(r["cloud"] for r in rows)
+
+
+class Journal:
+    """What providers write through: an intent row *before* each create call, then created/deleted.
+    A crash between the two leaves an intent row, which tells teardown and gc where to look."""
+
+    def __init__(self, store: Store | None = None) -> None:
+        self.store = store if store is not None else Store()
+
+    def intent(self, run_id: str, kind: str, name: str, region: str, cloud: str) -> int:
+        return self.store.add_resource(run_id, cloud=cloud, region=region, kind=kind, name=name)
+
+    def created(self, res_id: int, cloud_id: str) -> None:
+        self.store.set_resource(res_id, status="created", cloud_id=cloud_id)
+
+    def deleted(self, res_id: int) -> None:
+        self.store.set_resource(res_id, status="deleted")
+
+    def resources(self, run_id: str, alive_only: bool = True) -> list[ResourceRecord]:
+        return self.store.resources(run_id, alive_only=alive_only)
+
+    def event(self, run_id: str, kind: str, message: str) -> None:
+        """Providers may note what they did (retries, waits) in the run's event history."""
+        self.store.event(run_id, kind, message)
+
+
+def _run(row: sqlite3.Row) -> RunRecord:
+    d = dict(row)
+    d["detached"] = bool(d["detached"])
+    return RunRecord(**d)

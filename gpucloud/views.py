@@ -1,0 +1,178 @@
+"""Human-readable output of the offline commands (plan, catalog, stack): tables on stdout,
+warnings on stderr. Kept out of cli.py so the CLI stays thin and rich is imported only when used."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from gpucloud.catalog.models import Offering
+    from gpucloud.planner import Plan
+    from gpucloud.stacks import Stack
+
+PLAN_ROWS = 10
+EXCLUDED_ROWS = 8
+
+
+def _table(*columns: str, title: str | None = None) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    for col in columns:
+        table.add_column(col, justify="right" if col.startswith(("$", "GPUs", "vCPU", "GiB", "est")) else "left")
+    return table
+
+
+def _print(renderable: object) -> None:
+    from rich.console import Console
+
+    Console(soft_wrap=False, width=max(120, _terminal_width())).print(renderable)
+
+
+def _terminal_width() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+def _warn(lines: list[str] | tuple[str, ...]) -> None:
+    for line in lines:
+        print(f"warning: {line}", file=sys.stderr)
+
+
+def print_plan(plan: Plan, *, show_all: bool = False) -> None:
+    spec = plan.spec
+    hours = spec.max_duration / 3600
+    table = _table("#", "cloud", "region", "instance type", "GPUs", "market", "$/h per node", "$/h total",
+                   f"est. cost ({hours:g} h)", title=f"Candidates for {spec.name} (failover order)")
+    shown = plan.candidates if show_all else plan.candidates[:PLAN_ROWS]
+    for i, c in enumerate(shown, 1):
+        gpus = f"{c.gpu_count} × {c.gpu}" if c.gpu else "-"
+        market = "spot" if c.spot else "on-demand"
+        if c.status != "active":
+            market += f" [{c.status}]"
+        table.add_row(str(i), c.cloud, c.region, c.instance_type, gpus, market,
+                      f"{c.price_per_hour:.3f}", f"{c.total_per_hour:.3f}", f"{c.estimated_cost:.2f}")
+    _print(table)
+    if len(plan.candidates) > len(shown):
+        print(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
+    print_stack(plan.stack, brief=True)
+    relevant = [e for e in plan.excluded if not e.reason.startswith(("has ", "cloud ", "instance type is not"))]
+    if relevant:
+        ex = _table("cloud", "region", "instance type", "why excluded")
+        for e in (relevant if show_all else relevant[:EXCLUDED_ROWS]):
+            ex.add_row(e.cloud, e.region, e.instance_type, e.reason)
+        _print(ex)
+        if not show_all and len(relevant) > EXCLUDED_ROWS:
+            print(f"... {len(relevant) - EXCLUDED_ROWS} more exclusions (--all)")
+    other = len(plan.excluded) - len(relevant)
+    if other:
+        print(f"{other} offerings of other GPUs, counts or clouds not shown (--json lists every one with its reason)")
+    _warn(plan.warnings)
+
+
+def catalog_rows(*, gpu: str | None, cloud: str | None, region: str | None, include_retired: bool) -> list[Offering]:
+    """Catalog query with the same friendly errors as the job file for unknown names."""
+    from gpucloud.catalog import load_catalog, resolve_gpu_name
+    from gpucloud.errors import UserError
+
+    cat = load_catalog()
+    model = None
+    if gpu:
+        model = resolve_gpu_name(gpu)
+        if model is None:
+            raise UserError(f"--gpu {gpu!r} is not a GPU gpucloud knows.", hint=_gpu_hint(gpu))
+    if region and cloud != "local":
+        known = sorted({r for c in ([cloud] if cloud else ["aws", "azure"]) for r in cat.regions(c)})
+        if region not in known:
+            raise UserError(f"--region {region!r} is not a region gpucloud knows.", hint=f"Known regions: {', '.join(known)}.")
+    rows = cat.query(gpu=model, cloud=cloud, region=region, include_retired=include_retired)
+    return sorted(rows, key=lambda o: (o.gpu, o.cloud, o.price_per_hour, o.region))
+
+
+def _gpu_hint(name: str) -> str:
+    import difflib
+
+    from gpucloud.catalog import gpu_names
+
+    names = gpu_names()
+    close = difflib.get_close_matches(name.upper(), names, n=3, cutoff=0.5)
+    lead = f"Did you mean {', '.join(close)}? " if close else ""
+    return f"{lead}Known GPUs: {', '.join(names)}."
+
+
+def offering_json(o: Offering) -> dict[str, object]:
+    return {
+        "cloud": o.cloud, "region": o.region, "instance_type": o.instance_type, "gpu": o.gpu,
+        "gpu_count": o.gpu_count, "vcpus": o.vcpus, "memory_gib": o.memory_gib,
+        "price_per_hour": o.price_per_hour, "spot_price_per_hour": o.spot_price_per_hour, "status": o.status,
+    }
+
+
+def print_catalog(rows: list[Offering]) -> None:
+    table = _table("GPU", "cloud", "region", "instance type", "GPUs", "vCPU", "GiB", "$/h", "$/h spot", "status")
+    for o in rows:
+        spot = f"{o.spot_price_per_hour:.3f}" if o.spot_price_per_hour is not None else "-"
+        status = o.status if o.status == "active" else f"{o.status} {o.status_date}"
+        table.add_row(o.gpu, o.cloud, o.region, o.instance_type, str(o.gpu_count), str(o.vcpus),
+                      f"{o.memory_gib:g}", f"{o.price_per_hour:.3f}", spot, status)
+    _print(table)
+    if not rows:
+        print("no offerings match (retired ones appear with --all)", file=sys.stderr)
+    else:
+        dates = sorted({o.price_date for o in rows})
+        print(f"{len(rows)} offerings; prices as of {dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "")
+              + "; sources in the catalog data (--json for machines).", file=sys.stderr)
+
+
+def stack_for(gpu: str, *, cuda: str | None, driver: str | None, framework: str | None) -> Stack:
+    """Resolve a stack from the command line, validating pins exactly as a job file would."""
+    from pydantic import ValidationError
+
+    from gpucloud.catalog import resolve_gpu_name
+    from gpucloud.errors import UserError
+    from gpucloud.spec import StackSpec
+    from gpucloud.stacks import resolve_stack
+
+    model = resolve_gpu_name(gpu)
+    if model is None:
+        raise UserError(f"{gpu!r} is not a GPU gpucloud knows.", hint=_gpu_hint(gpu))
+    pins: dict[str, str] = {}
+    if cuda:
+        pins["cuda"] = cuda
+    if driver:
+        pins["driver"] = driver
+    if framework:
+        pins["framework"] = framework
+    try:
+        spec = StackSpec.model_validate(pins)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UserError(f"--{first['loc'][0]}: {first['msg']}.") from None
+    return resolve_stack(model, spec)
+
+
+def print_stack(stack: Stack, *, brief: bool = False) -> None:
+    fields = [
+        ("GPU", "gpu", f"{stack.gpu} ({stack.architecture}, compute capability {stack.compute_capability})"),
+        ("driver", "driver", f"R{stack.driver} (>= {stack.min_driver_version})" if stack.driver != "none" else "none"),
+        ("CUDA", "cuda", stack.cuda),
+        ("cuDNN", "cudnn", stack.cudnn),
+        ("OS image", "os_image", stack.os_image),
+        ("framework", "framework", stack.framework if stack.framework == "none" else f"{stack.framework} {stack.framework_version}"),
+    ]
+    if brief:
+        print("Stack: " + ", ".join(f"{label} {value}" for label, _, value in fields[1:]))
+        return
+    table = _table("", "choice", "why", title=f"Software stack for {stack.gpu or 'a CPU-only job'}")
+    for label, key, value in fields:
+        table.add_row(label, value, stack.reasons.get(key, ""))
+    _print(table)
+    if stack.driver != "none":
+        print("Installs: " + " ".join([*stack.driver_packages, *stack.cuda_packages, *stack.cudnn_packages])
+              + (f"; pip {' '.join(stack.framework_pip)}" if stack.framework_pip else ""))
+    _warn(stack.warnings)

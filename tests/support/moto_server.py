@@ -1,0 +1,177 @@
+"""moto in server mode for the AWS tests (DESIGN.md section 8).
+
+One ThreadedMotoServer per test session on 127.0.0.1 and a free port. The product code reaches it
+only through the standard `AWS_ENDPOINT_URL` setting that boto3 honours natively, so it never knows
+it is under test. Fake credentials go into the environment too, so subprocess CLIs and the
+in-process code see the same account.
+
+Speed (FACTS.md section 6): `MOTO_EC2_LOAD_DEFAULT_AMIS=false` and one reused boto3 Session.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+ACCOUNT = "123456789012"  # moto's default account
+CANONICAL = "099720109477"  # Canonical's AWS account (owner of the Ubuntu AMIs)
+DEFAULT_REGION = "us-east-1"
+
+# Set before moto is imported: these are read at import / first use.
+os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+os.environ.setdefault("MOTO_ALLOW_NONEXISTENT_REGION", "false")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def aws_env(endpoint: str) -> dict[str, str]:
+    """What a process needs to talk to the moto server with the standard boto3 chain."""
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": DEFAULT_REGION,
+        "AWS_REGION": DEFAULT_REGION,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }
+
+
+@dataclass
+class Moto:
+    """A running moto server and a session on it."""
+
+    endpoint: str
+    env: dict[str, str]
+    session: Any  # boto3.Session
+    _clients: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    def client(self, service: str, region: str = DEFAULT_REGION) -> Any:
+        key = (service, region)
+        if key not in self._clients:
+            self._clients[key] = self.session.client(service, region_name=region)
+        return self._clients[key]
+
+    def reset(self) -> None:
+        """Forget every resource (moto's reset API), then re-seed the AMIs."""
+        import urllib.request
+
+        urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")).read()
+        seed_ubuntu_images(self)
+
+
+def seed_ubuntu_images(moto: Moto, regions: list[str] | None = None) -> dict[tuple[str, str], str]:
+    """What AWS has and moto lacks: Canonical's Ubuntu AMIs and the public SSM parameters naming
+    them (FACTS.md section 3). 20.04 and 24.04 get an SSM parameter; 22.04 only the AMI, so the
+    describe_images fallback is exercised too. Written into moto's backends directly (moto runs in
+    this process), because real SSM refuses parameter names under /aws/."""
+    from moto.core.utils import utcnow
+    from moto.ec2.models import ec2_backends
+    from moto.ssm.models import Parameter, ssm_backends
+
+    codenames = {"20.04": "focal", "22.04": "jammy", "24.04": "noble"}
+    out: dict[tuple[str, str], str] = {}
+    for region in regions or _catalog_regions():
+        ec2 = ec2_backends[ACCOUNT][region]
+        ssm = ssm_backends[ACCOUNT][region]
+        for version, code in codenames.items():
+            disk = "hvm-ssd-gp3" if version == "24.04" else "hvm-ssd"
+            name = f"ubuntu/images/{disk}/ubuntu-{code}-{version}-amd64-server-20260101"
+            ami = ec2.register_image(name=name, description=f"Canonical, Ubuntu, {version} LTS")
+            ami.owner_id = CANONICAL
+            ami.architecture = "x86_64"
+            out[(region, version)] = ami.id
+            if version == "22.04":
+                continue
+            vol = "ebs-gp3" if version == "24.04" else "ebs-gp2"
+            name = f"/aws/service/canonical/ubuntu/server/{version}/stable/current/amd64/hvm/{vol}/ami-id"
+            ssm._parameters[name] = [Parameter(  # noqa: SLF001 - seeding what real AWS publishes
+                account_id=ACCOUNT, name=name, value=ami.id, parameter_type="String", description=None,
+                allowed_pattern=None, keyid=None, last_modified_date=utcnow(), version=1,
+                data_type="aws:ec2:image",
+            )]
+    return out
+
+
+def _catalog_regions() -> list[str]:
+    from gpucloud.catalog import load_catalog
+
+    return load_catalog().regions("aws") or [DEFAULT_REGION]
+
+
+def start_moto() -> tuple[Any, Moto]:
+    """Start the server and return (server, Moto). Also sets the env of this process."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = aws_env(endpoint)
+    os.environ.update(env)
+    import boto3
+
+    moto = Moto(endpoint=endpoint, env=env, session=boto3.Session(region_name=DEFAULT_REGION))
+    seed_ubuntu_images(moto)
+    return server, moto
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[Moto]:
+    """The session's moto server (started once; tests clean up after themselves or call reset)."""
+    saved = {k: os.environ.get(k) for k in aws_env("")}
+    server, moto = start_moto()
+    try:
+        yield moto
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def tagged_alive(moto: Moto, regions: list[str] | None = None) -> list[str]:
+    """Every resource still alive that carries the gpucloud-run tag, in every region: what a leak is."""
+    out: list[str] = []
+    for region in regions or _catalog_regions():
+        ec2 = moto.client("ec2", region)
+        filters = [{"Name": "tag-key", "Values": ["gpucloud-run"]}]
+        for res in ec2.describe_instances(Filters=filters)["Reservations"]:
+            for inst in res["Instances"]:
+                if inst["State"]["Name"] != "terminated":
+                    out.append(f"{region} instance {inst['InstanceId']} {inst['State']['Name']}")
+        for sg in ec2.describe_security_groups(Filters=filters)["SecurityGroups"]:
+            out.append(f"{region} security-group {sg['GroupId']}")
+        for kp in ec2.describe_key_pairs(Filters=filters)["KeyPairs"]:
+            out.append(f"{region} key-pair {kp['KeyName']}")
+        for vol in ec2.describe_volumes(Filters=filters)["Volumes"]:
+            if vol["State"] not in ("deleted", "deleting"):
+                out.append(f"{region} volume {vol['VolumeId']} {vol['State']}")
+    return out
+
+
+def user_data_of(moto: Moto, instance_id: str, region: str = DEFAULT_REGION) -> bytes:
+    """The instance's user-data as the VM would see it (gunzipped when compressed)."""
+    import base64
+
+    attr = moto.client("ec2", region).describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+    raw = base64.b64decode(attr.get("UserData", {}).get("Value", "") or b"")
+    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+
+
+__all__ = ["ACCOUNT", "CANONICAL", "Moto", "aws_env", "json", "moto_server", "seed_ubuntu_images",
+           "start_moto", "tagged_alive", "user_data_of"]

@@ -1,0 +1,218 @@
+"""The shipped catalog: completeness against FACTS.md sections 1-2, provenance, statuses, lookups."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import pytest
+
+import gpucloud.catalog as catalog_mod
+from gpucloud.catalog import CatalogError, load_catalog, gpu_names, resolve_gpu_name
+
+FACTS_GPUS = ["K40", "K80", "M60", "P100", "P40", "V100", "T4", "A10G", "A10", "L4", "L40S",
+              "A100-40GB", "A100-80GB", "H100", "H200"]
+
+# (cloud, instance type) -> (GPU, count, vCPUs, memory GiB, us-east-1/eastus $/h, status), FACTS.md s1-2.
+FACTS_TYPES = {
+    ("aws", "p2.xlarge"): ("K80", 1, 4, 61, 0.90, "legacy"),
+    ("aws", "p2.8xlarge"): ("K80", 8, 32, 488, 7.20, "legacy"),
+    ("aws", "p2.16xlarge"): ("K80", 16, 64, 732, 14.40, "legacy"),
+    ("aws", "g4dn.xlarge"): ("T4", 1, 4, 16, 0.526, "active"),
+    ("aws", "g4dn.12xlarge"): ("T4", 4, 48, 192, 3.912, "active"),
+    ("aws", "g5.xlarge"): ("A10G", 1, 4, 16, 1.006, "active"),
+    ("aws", "g5.12xlarge"): ("A10G", 4, 48, 192, 5.672, "active"),
+    ("aws", "g6.xlarge"): ("L4", 1, 4, 16, 0.805, "active"),
+    ("aws", "g6.2xlarge"): ("L4", 1, 8, 32, 0.978, "active"),
+    ("aws", "g6.24xlarge"): ("L4", 4, 96, 384, 6.675, "active"),
+    ("aws", "g6e.xlarge"): ("L40S", 1, 4, 32, 1.861, "active"),
+    ("aws", "g6e.48xlarge"): ("L40S", 8, 192, 1536, 30.131, "active"),
+    ("aws", "p4d.24xlarge"): ("A100-40GB", 8, 96, 1152, 21.958, "active"),
+    ("aws", "p4de.24xlarge"): ("A100-80GB", 8, 96, 1152, 27.447, "active"),
+    ("aws", "p5.4xlarge"): ("H100", 1, 16, 256, 6.88, "active"),
+    ("aws", "p5.48xlarge"): ("H100", 8, 192, 2048, 55.04, "active"),
+    ("aws", "p5en.48xlarge"): ("H200", 8, 192, 2048, 63.296, "active"),
+    ("aws", "p3.2xlarge"): ("V100", 1, 8, 61, 3.06, "retired"),
+    ("aws", "p3.8xlarge"): ("V100", 4, 32, 244, 12.24, "retired"),
+    ("aws", "p3.16xlarge"): ("V100", 8, 64, 488, 24.48, "retired"),
+    ("azure", "Standard_NC6"): ("K80", 1, 6, 56, 0.90, "retired"),
+    ("azure", "Standard_NC12"): ("K80", 2, 12, 112, 1.80, "retired"),
+    ("azure", "Standard_NC24"): ("K80", 4, 24, 224, 3.60, "retired"),
+    ("azure", "Standard_NC24r"): ("K80", 4, 24, 224, 3.96, "retired"),
+    ("azure", "Standard_NC4as_T4_v3"): ("T4", 1, 4, 28, 0.526, "active"),
+    ("azure", "Standard_NC64as_T4_v3"): ("T4", 4, 64, 440, 4.352, "active"),
+    ("azure", "Standard_NC24ads_A100_v4"): ("A100-80GB", 1, 24, 220, 3.673, "active"),
+    ("azure", "Standard_NC96ads_A100_v4"): ("A100-80GB", 4, 96, 880, 14.692, "active"),
+    ("azure", "Standard_ND96asr_v4"): ("A100-40GB", 8, 96, 900, 27.197, "active"),
+    ("azure", "Standard_ND96amsr_A100_v4"): ("A100-80GB", 8, 96, 1800, 32.77, "active"),
+    ("azure", "Standard_ND96isr_H100_v5"): ("H100", 8, 96, 1900, 98.32, "active"),
+    ("azure", "Standard_NV36ads_A10_v5"): ("A10", 1, 36, 440, 3.20, "active"),
+    ("azure", "Standard_NC6s_v3"): ("V100", 1, 6, 112, 3.06, "retired"),
+    ("azure", "Standard_NC24s_v3"): ("V100", 4, 24, 448, 12.24, "retired"),
+}
+STATUS_DATES = {"p2": "2024-06", "p3": "2025-12-20", "Standard_NC6s_v3": "2025-09-30",
+                "Standard_NC24s_v3": "2025-09-30", "Standard_NC6": "2023-09-06", "Standard_NC12": "2023-09-06",
+                "Standard_NC24": "2023-09-06", "Standard_NC24r": "2023-09-06"}
+REGIONS = {"aws": {"us-east-1", "us-west-2", "eu-west-1", "ap-northeast-1"},
+           "azure": {"eastus", "westus2", "westeurope", "southeastasia"}}
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalog()
+
+
+def test_every_facts_gpu_is_present_in_order(cat):
+    assert gpu_names() == FACTS_GPUS
+    assert list(cat.gpus) == FACTS_GPUS
+
+
+def test_k80_row_uses_the_board_seed_figures(cat):
+    k80 = cat.gpu("K80")
+    assert (k80.architecture, k80.compute_capability, k80.memory_gib) == ("Kepler", "3.7", 12)
+    assert (k80.fp32_tflops, k80.fp64_tflops, k80.bandwidth_gbs) == (8.74, 2.91, 480)
+    assert "GK210" in k80.source and "one GPU" in k80.source
+    assert cat.gpu("K40").compute_capability == "3.5"
+
+
+def test_architectures_and_compute_capabilities(cat):
+    expected = {"K40": "Kepler", "K80": "Kepler", "M60": "Maxwell", "P100": "Pascal", "P40": "Pascal",
+                "V100": "Volta", "T4": "Turing", "A10G": "Ampere", "A10": "Ampere", "L4": "Ada",
+                "L40S": "Ada", "A100-40GB": "Ampere", "A100-80GB": "Ampere", "H100": "Hopper", "H200": "Hopper"}
+    assert {g.name: g.architecture for g in cat.gpus.values()} == expected
+    for g in cat.gpus.values():
+        assert g.source, g.name
+        assert re.fullmatch(r"\d\.\d", g.compute_capability)
+
+
+def test_every_facts_instance_type_is_present_with_its_facts(cat):
+    by_type = defaultdict(list)
+    for o in cat.offerings:
+        by_type[(o.cloud, o.instance_type)].append(o)
+    assert set(by_type) == set(FACTS_TYPES)
+    for key, (gpu, count, vcpus, mem, price, status) in FACTS_TYPES.items():
+        rows = by_type[key]
+        for o in rows:
+            assert (o.gpu, o.gpu_count, o.vcpus, o.memory_gib, o.status) == (gpu, count, vcpus, mem, status), key
+        home = "us-east-1" if key[0] == "aws" else "eastus"
+        homes = [o for o in rows if o.region == home]
+        assert homes and homes[0].price_per_hour == pytest.approx(price), key
+
+
+@pytest.mark.parametrize("cloud", ["aws", "azure"])
+def test_at_least_four_regions_per_cloud_and_per_common_type(cat, cloud):
+    assert REGIONS[cloud] <= set(cat.regions(cloud))
+    # The widely deployed types are in all four standard regions; the rest in at least two.
+    for (c, t), facts in FACTS_TYPES.items():
+        if c != cloud:
+            continue
+        regions = {o.region for o in cat.offerings if o.cloud == c and o.instance_type == t}
+        assert len(regions) >= 2, t
+        if t.startswith(("g4dn", "g5.", "g6", "p3.", "p2.", "Standard_NC4as", "Standard_NC64as", "Standard_NC24ads",
+                         "Standard_NV36")):
+            assert REGIONS[cloud] <= regions, t
+
+
+def test_every_row_has_provenance_and_estimates_are_marked(cat):
+    for o in cat.offerings:
+        assert o.source and o.price_date, o
+        sourced = "[S" in o.source
+        assert sourced or "[estimate:" in o.source, o
+        assert o.price_per_hour > 0
+        if o.spot_price_per_hour is not None:
+            assert 0 < o.spot_price_per_hour <= o.price_per_hour, o
+
+
+def test_statuses_and_dates(cat):
+    for o in cat.offerings:
+        expected = FACTS_TYPES[(o.cloud, o.instance_type)][5]
+        assert o.status == expected
+        key = o.instance_type.split(".")[0] if o.cloud == "aws" else o.instance_type
+        if key in STATUS_DATES:
+            assert o.status_date == STATUS_DATES[key], o
+    p2 = cat.query(gpu="K80", cloud="aws")[0]
+    assert p2.status == "legacy" and "unknown" in p2.source
+
+
+def test_query_filters_and_retired_rows(cat):
+    k80_aws = cat.query(gpu="k80", cloud="AWS")
+    assert k80_aws and all(o.instance_type.startswith("p2.") for o in k80_aws)  # legacy included
+    assert cat.query(gpu="K80", cloud="azure") == []  # NC v1 is retired
+    retired = cat.query(gpu="K80", cloud="azure", include_retired=True)
+    assert {o.instance_type for o in retired} == {"Standard_NC6", "Standard_NC12", "Standard_NC24", "Standard_NC24r"}
+    assert cat.query(gpu="V100") == []
+    assert len(cat.query(gpu="V100", include_retired=True)) > 0
+    east = cat.query(cloud="aws", region="us-east-1")
+    assert east and all(o.region == "us-east-1" for o in east)
+    prices = [o.price_per_hour for o in cat.query(gpu="T4")]
+    assert prices == sorted(prices)
+    assert cat.query(region="nowhere-1") == []
+    with pytest.raises(KeyError):
+        cat.query(gpu="GTX1080")
+
+
+def test_k40_has_no_offering(cat):
+    assert cat.query(gpu="K40", include_retired=True) == []
+
+
+@pytest.mark.parametrize(
+    ("alias", "canonical"),
+    [("k80", "K80"), ("Tesla-K80", "K80"), ("tesla k40", "K40"), ("A100", "A100-40GB"), ("a100-40g", "A100-40GB"),
+     ("A100-80G", "A100-80GB"), ("a100 80gb", "A100-80GB"), ("H100-80GB", "H100"), ("nvidia h100", "H100"),
+     ("l40s", "L40S"), ("A10G", "A10G"), ("a10", "A10"), ("NVIDIA T4", "T4"), ("v100", "V100")],
+)
+def test_aliases_resolve(cat, alias, canonical):
+    assert resolve_gpu_name(alias) == canonical
+    assert cat.gpu(alias).name == canonical
+
+
+def test_unknown_names(cat):
+    assert resolve_gpu_name("GTX1080") is None
+    assert resolve_gpu_name("") is None
+    with pytest.raises(KeyError, match="known: K40"):
+        cat.gpu("B300")
+
+
+def test_load_is_cached(cat):
+    assert load_catalog() is cat
+
+
+def test_bad_row_names_file_and_line(monkeypatch):
+    """A malformed data file fails loudly with file and line, not with a bare ValueError."""
+    real = catalog_mod._read
+
+    def corrupt(name, expected):
+        rows = real(name, expected)
+        if name == "offerings.csv":
+            line, row = rows[2]
+            rows[2] = (line, {**row, "price_per_hour": "cheap"})
+        return rows
+
+    monkeypatch.setattr(catalog_mod, "_read", corrupt)
+    load_catalog.cache_clear()
+    try:
+        with pytest.raises(CatalogError, match=r"offerings\.csv line 4: price_per_hour: 'cheap' is not a number"):
+            load_catalog()
+    finally:
+        monkeypatch.undo()
+        load_catalog.cache_clear()
+
+
+def test_unknown_gpu_in_offerings_is_rejected(monkeypatch):
+    real = catalog_mod._read
+
+    def corrupt(name, expected):
+        rows = real(name, expected)
+        if name == "offerings.csv":
+            line, row = rows[0]
+            rows[0] = (line, {**row, "gpu": "A100"})  # an alias, not a canonical name
+        return rows
+
+    monkeypatch.setattr(catalog_mod, "_read", corrupt)
+    load_catalog.cache_clear()
+    try:
+        with pytest.raises(CatalogError, match=r"offerings\.csv line 2: gpu: 'A100' is not a canonical name"):
+            load_catalog()
+    finally:
+        monkeypatch.undo()
+        load_catalog.cache_clear()

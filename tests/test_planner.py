@@ -1,0 +1,189 @@
+"""Planner: the first candidate is the cheapest offering meeting every constraint (checked against a
+brute-force scan of the catalog), every exclusion has a reason, and unavailable GPUs fail clearly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpucloud.catalog import load_catalog
+from gpucloud.errors import UserError
+from gpucloud.planner import make_plan
+from gpucloud.spec import GpuRequest, JobSpec, Resources, load_spec
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+
+def job(**resources: object) -> JobSpec:
+    gpu = resources.pop("gpu", None)
+    res = Resources(**resources)  # type: ignore[arg-type]
+    if gpu:
+        model, _, count = str(gpu).partition(":")
+        res.gpu = GpuRequest(model=model, count=int(count or 1))
+    return JobSpec(name="t", resources=res, run="true", max_duration=3600)
+
+
+def brute_force_cheapest(spec: JobSpec, policy: bool | str) -> float | None:
+    """The lowest $/h per node over the catalog, written independently of the planner."""
+    res = spec.resources
+    best: float | None = None
+    for o in load_catalog().offerings:
+        if o.cloud not in res.cloud or o.status == "retired":
+            continue
+        if res.regions and o.region not in res.regions:
+            continue
+        if res.gpu and (o.gpu != res.gpu.model or o.gpu_count != res.gpu.count):
+            continue
+        if res.min_vcpus and o.vcpus < res.min_vcpus:
+            continue
+        if res.min_memory_gib and o.memory_gib < res.min_memory_gib:
+            continue
+        prices = {
+            False: [o.price_per_hour],
+            True: [o.spot_price_per_hour] if o.spot_price_per_hour is not None else [],
+            "auto": [p for p in (o.price_per_hour, o.spot_price_per_hour) if p is not None],
+        }[policy]  # type: ignore[index]
+        for p in prices:
+            if res.max_price_per_hour is not None and p > res.max_price_per_hour:
+                continue
+            best = p if best is None else min(best, p)
+    return best
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_every_example_plans(path: Path) -> None:
+    spec = load_spec(path)
+    clouds = spec.resources.cloud
+    plan = make_plan(spec, cloud="local" if clouds == ["local"] else None)
+    assert plan.candidates, path
+    assert plan.candidates == sorted(plan.candidates, key=lambda c: c.total_per_hour)
+    for c in plan.candidates:
+        assert c.total_per_hour == pytest.approx(c.price_per_hour * spec.num_nodes)
+        assert c.estimated_cost == pytest.approx(c.total_per_hour * spec.max_duration / 3600, abs=0.01)
+
+
+GPUS_OFFERED = sorted({o.gpu for o in load_catalog().offerings if o.status != "retired"})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    gpu=st.sampled_from(GPUS_OFFERED),
+    count=st.sampled_from([1, 1, 2, 4, 8]),
+    clouds=st.sampled_from([["aws"], ["azure"], ["aws", "azure"]]),
+    policy=st.sampled_from([False, True, "auto"]),
+    max_price=st.one_of(st.none(), st.floats(0.1, 60.0)),
+    min_vcpus=st.one_of(st.none(), st.sampled_from([4, 8, 24, 48])),
+    regions=st.one_of(st.none(), st.sampled_from([["us-east-1"], ["eastus", "westus2"], ["eu-west-1", "westeurope"]])),
+)
+def test_first_candidate_is_brute_force_cheapest(
+    gpu: str, count: int, clouds: list[str], policy: bool | str, max_price: float | None,
+    min_vcpus: int | None, regions: list[str] | None,
+) -> None:
+    if regions and not any(r in load_catalog().regions(c) for c in clouds for r in regions):
+        return  # every region of another cloud: a user error, covered below
+    spec = job(gpu=f"{gpu}:{count}", cloud=clouds, spot=policy, max_price_per_hour=max_price,
+               min_vcpus=min_vcpus, regions=regions)
+    expected = brute_force_cheapest(spec, policy)
+    if expected is None:
+        with pytest.raises(UserError):
+            make_plan(spec)
+        return
+    plan = make_plan(spec)
+    assert plan.candidates[0].price_per_hour == pytest.approx(expected)
+    for c in plan.candidates:
+        assert c.gpu == gpu and c.gpu_count == count and c.cloud in clouds
+        if policy is True:
+            assert c.spot
+        if policy is False:
+            assert not c.spot
+        if max_price is not None:
+            assert c.price_per_hour <= max_price
+
+
+def test_every_excluded_offering_has_a_reason() -> None:
+    plan = make_plan(job(gpu="T4:1", cloud=["aws", "azure"]))
+    assert len(plan.candidates) + len(plan.excluded) >= len(load_catalog().offerings)
+    assert all(e.reason for e in plan.excluded)
+    keys = {(c.cloud, c.region, c.instance_type) for c in plan.candidates}
+    assert not keys & {(e.cloud, e.region, e.instance_type) for e in plan.excluded}
+
+
+def test_spot_auto_keeps_on_demand_as_fallback() -> None:
+    plan = make_plan(job(gpu="T4:1", cloud=["aws"], regions=["us-east-1"], spot="auto"))
+    markets = [(c.instance_type, c.spot) for c in plan.candidates]
+    assert ("g4dn.xlarge", True) in markets and ("g4dn.xlarge", False) in markets
+    assert markets.index(("g4dn.xlarge", True)) < markets.index(("g4dn.xlarge", False))
+
+
+def test_k40_is_offered_nowhere_and_alternatives_are_listed() -> None:
+    with pytest.raises(UserError) as info:
+        make_plan(job(gpu="K40:1"))
+    text = info.value.render()
+    assert "K40" in text and "never offered" in text
+    assert "K80" in text.split("alternatives")[1]  # same architecture first
+    assert "T4" in text  # then the cheapest current GPU
+
+
+def test_k80_on_azure_is_retired_only() -> None:
+    with pytest.raises(UserError) as info:
+        make_plan(job(gpu="K80:1", cloud=["azure"]))
+    text = info.value.render()
+    assert "retired" in text and "2023-09-06" in text
+    assert "p2.xlarge" in text  # the same GPU where it still exists
+
+
+def test_k80_on_aws_plans_p2_with_legacy_warning() -> None:
+    plan = make_plan(job(gpu="K80:1", cloud=["aws"]))
+    assert plan.candidates[0].instance_type == "p2.xlarge"
+    assert plan.candidates[0].status == "legacy"
+    assert any("legacy" in w for w in plan.warnings)
+    assert plan.stack.driver == "470" and plan.stack.cuda.startswith("11.4")
+
+
+def test_budget_below_every_price_shows_closest_misses() -> None:
+    with pytest.raises(UserError) as info:
+        make_plan(job(gpu="A100-80GB:1", max_price_per_hour=0.5))
+    text = info.value.render()
+    assert "Closest misses" in text and "max_price_per_hour" in text
+    assert "Standard_NC24ads_A100_v4" in text
+
+
+def test_unknown_region_and_instance_type_are_user_errors() -> None:
+    with pytest.raises(UserError, match="us-east-1"):
+        make_plan(job(gpu="T4:1", regions=["us-east1"]))
+    spec = JobSpec(name="t", resources=Resources(instance_type="g4dn.xlarg"), run="true")
+    with pytest.raises(UserError, match="g4dn.xlarge"):
+        make_plan(spec)
+
+
+def test_instance_type_alone_resolves_its_gpu() -> None:
+    spec = JobSpec(name="t", resources=Resources(instance_type="g5.xlarge", cloud=["aws"]), run="true")
+    plan = make_plan(spec)
+    assert {c.instance_type for c in plan.candidates} == {"g5.xlarge"}
+    assert plan.stack.gpu == "A10G"
+
+
+def test_num_nodes_multiplies_price() -> None:
+    spec = job(gpu="T4:1", cloud=["aws"], regions=["us-east-1"])
+    spec.num_nodes = 4
+    c = make_plan(spec).candidates[0]
+    assert c.total_per_hour == pytest.approx(4 * c.price_per_hour)
+
+
+def test_local_plan_is_free_and_single() -> None:
+    plan = make_plan(job(gpu="T4:1"), cloud="local")
+    assert [(c.cloud, c.price_per_hour) for c in plan.candidates] == [("local", 0.0)]
+
+
+def test_plan_json_shape() -> None:
+    doc = json.loads(json.dumps(make_plan(job(gpu="T4:1", spot="auto")).as_json()))
+    assert set(doc) == {"candidates", "excluded", "stack", "warnings"}
+    assert set(doc["candidates"][0]) == {"cloud", "region", "instance_type", "gpu", "gpu_count", "num_nodes",
+                                         "spot", "price_per_hour", "total_per_hour", "estimated_cost"}
+    assert set(doc["excluded"][0]) == {"cloud", "region", "instance_type", "reason"}
+    assert set(doc["stack"]) == {"gpu", "architecture", "driver", "cuda", "cudnn", "os_image", "framework"}

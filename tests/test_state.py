@@ -1,0 +1,120 @@
+"""The state store: runs, resources (intent before create), events, phases, cost; concurrent writers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpucloud.state import Journal, Store, home_dir
+
+
+def test_home_dir_honours_env(gpucloud_home: Path) -> None:
+    assert home_dir() == gpucloud_home
+    store = Store()
+    assert store.path == gpucloud_home / "state.db"
+    mode = store._query("PRAGMA journal_mode")[0][0]
+    assert mode == "wal"
+
+
+def test_run_lifecycle_and_cost(gpucloud_home: Path) -> None:
+    store = Store()
+    run = store.create_run("job-1", name="job", spec={"name": "job"}, cloud="aws", region="us-east-1",
+                           instance_type="g4dn.xlarge", num_nodes=2, price_per_hour=0.5, deadline=time.time() + 60)
+    assert run.status == "planned" and run.cost() == 0.0 and not run.final
+    t0 = time.time() - 3600
+    store.update_run("job-1", status="running", started_at=t0, phase="run")
+    run = store.get_run("job-1")
+    assert run is not None and run.status == "running"
+    assert run.cost(now=t0 + 3600) == pytest.approx(1.0)  # 0.5 $/h x 2 nodes x 1 h
+    assert store.finish_run("job-1", "succeeded", exit_code=0)
+    # A later `down` must not overwrite the final status.
+    assert not store.finish_run("job-1", "down", only_if_active=True)
+    run = store.get_run("job-1")
+    assert run is not None and run.status == "succeeded" and run.exit_code == 0 and run.final
+    assert run.ended_at is not None
+    assert run.as_json()["cost"] == pytest.approx(round(0.5 * 2 * (run.ended_at - t0) / 3600, 6))
+    with pytest.raises(ValueError):
+        store.update_run("job-1", bogus=1)
+
+
+def test_find_run_by_prefix_and_name(gpucloud_home: Path) -> None:
+    store = Store()
+    store.create_run("train-20260101-000000-abcd", name="train")
+    store.create_run("other_x-20260101-000000-ffff", name="other_x")
+    assert store.find_run("train-2026").id == "train-20260101-000000-abcd"  # type: ignore[union-attr]
+    assert store.find_run("train").id == "train-20260101-000000-abcd"  # type: ignore[union-attr]
+    assert store.find_run("other%") is None  # LIKE wildcards are literal
+    assert store.find_run("nope") is None
+
+
+def test_journal_intent_before_create(gpucloud_home: Path) -> None:
+    journal = Journal(Store())
+    rid = journal.intent("r1", "instance", "r1-node-0", "us-east-1", "aws")
+    [res] = journal.resources("r1")
+    assert res.status == "intent" and res.cloud_id is None and res.kind == "instance"
+    journal.created(rid, "i-123")
+    [res] = journal.resources("r1")
+    assert res.status == "created" and res.cloud_id == "i-123"
+    assert journal.store.clouds_with_resources() == ["aws"]
+    journal.deleted(rid)
+    assert journal.resources("r1") == []
+    assert [r.status for r in journal.resources("r1", alive_only=False)] == ["deleted"]
+    assert journal.store.clouds_with_resources() == []
+
+
+def test_events_and_phases(gpucloud_home: Path) -> None:
+    store = Store()
+    store.create_run("r2", name="r")
+    store.event("r2", "attempt", "local/local/localhost: ok")
+    store.set_phases("r2", {"provision": 0.2, "run": 1.5})
+    store.set_phase("r2", "run", 2.0)
+    assert store.phases("r2") == {"provision": 0.2, "run": 2.0}
+    assert [e.kind for e in store.events("r2")] == ["created", "attempt"]
+
+
+_WRITER = """
+import sys, time
+from gpucloud.state import Journal, Store
+tag = sys.argv[1]
+store = Store()
+journal = Journal(store)
+for i in range(60):
+    run_id = f"{tag}-{i}"
+    store.create_run(run_id, name=tag)
+    rid = journal.intent(run_id, "process", "n", "local", "local")
+    journal.created(rid, str(i))
+    store.event(run_id, "x", "y")
+    store.set_phase(run_id, "run", i)
+    store.update_run(run_id, status="running")
+    store.finish_run(run_id, "succeeded", exit_code=0)
+print("ok")
+"""
+
+
+def test_two_processes_write_concurrently(gpucloud_home: Path) -> None:
+    Store()  # schema created by neither writer first: both race on it below anyway
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, tag], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for tag in ("a", "b")]
+    for p in procs:
+        out, errout = p.communicate(timeout=60)
+        assert p.returncode == 0, errout
+        assert out.strip() == "ok"
+    store = Store()
+    runs = store.list_runs()
+    assert len(runs) == 120 and all(r.status == "succeeded" for r in runs)
+    assert len(store.resources(alive_only=False)) == 120
+
+
+def test_schema_created_by_racing_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUCLOUD_HOME", str(tmp_path / "fresh"))
+    code = "from gpucloud.state import Store; s = Store(); s.create_run(__import__('sys').argv[1], name='n'); print('ok')"
+    procs = [subprocess.Popen([sys.executable, "-c", code, f"r{i}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for i in range(3)]
+    for p in procs:
+        out, errout = p.communicate(timeout=60)
+        assert p.returncode == 0, errout
+    assert len(Store().list_runs()) == 3
