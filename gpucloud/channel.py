@@ -1,0 +1,370 @@
+"""Per-run object URLs through which the VM pulls its code and pushes logs, status and artifacts.
+
+The VM never holds cloud credentials and never accepts a connection: the CLI writes a manifest of
+pre-signed URLs (one `KEY URL` line each) and hands the VM only that manifest's URL. Every backend
+(file:// here, S3 in channel_s3.py, Azure Blob in channel_blob.py) provides four primitives; the
+run-level protocol (layout, manifest, status, log parts) is written once, in `Channel`.
+
+Object layout (docs/INTERNALS.md, "Channel"):
+    runs/<run_id>/code.tar.gz
+    runs/<run_id>/node-<rank>/manifest | status.json | log/<000000..> | artifacts.tar.gz | ready
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from gpucloud.errors import UserError
+
+MiB = 1024 * 1024
+DEFAULT_CODE_CAP = 100 * MiB
+# Pre-signed URLs outlive the run's deadline by this much, so the VM can still report a deadline
+# (final status, last log part) and the CLI can still read everything back while tearing down.
+URL_MARGIN = timedelta(hours=1)
+# Trade-off of the log-part count: each part is one PUT (a cost on S3, a manifest line for every
+# backend), and the manifest is read once by bash at boot. Fewer parts than `duration / interval`
+# are fine: the VM stretches the gap between parts so they last until the deadline (a chatty 6 h
+# job at 2000 parts gets a part every ~11 s instead of 5 s). Only the log's latency suffers.
+MAX_LOG_PARTS = 2000
+MIN_LOG_PARTS = 16
+ALWAYS_SKIP = frozenset({".git", "__pycache__", ".venv", "gpucloud-runs"})
+
+
+def run_prefix(run_id: str) -> str:
+    return f"runs/{run_id}"
+
+
+def node_prefix(run_id: str, rank: int) -> str:
+    return f"runs/{run_id}/node-{rank}"
+
+
+def log_key(run_id: str, rank: int, index: int) -> str:
+    return f"{node_prefix(run_id, rank)}/log/{index:06d}"
+
+
+def log_part_count(duration_s: float, interval_s: float, cap: int = MAX_LOG_PARTS) -> int:
+    """Parts for a whole run at one part per interval (+2: the final flush, boot), within bounds."""
+    wanted = math.ceil(max(duration_s, 0) / max(interval_s, 0.1)) + 2
+    return max(MIN_LOG_PARTS, min(cap, wanted))
+
+
+class Channel(ABC):
+    """One object store, seen through per-run keys. Subclasses give the primitives."""
+
+    # curl `-H` values the VM must send with every PUT (Azure Blob: "x-ms-blob-type: BlockBlob").
+    put_headers: tuple[str, ...] = ()
+    # Cap on log parts per node (see MAX_LOG_PARTS); a backend where parts are free may raise it.
+    max_log_parts: int = MAX_LOG_PARTS
+
+    # ---- primitives -------------------------------------------------------------------------
+    @abstractmethod
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Store `data` under `key` (overwrite)."""
+
+    @abstractmethod
+    def get_bytes(self, key: str) -> bytes | None:
+        """The object's bytes, or None when it does not exist."""
+
+    @abstractmethod
+    def url_get(self, key: str, expires: datetime) -> str:
+        """A URL that curl can GET without credentials until `expires`."""
+
+    @abstractmethod
+    def url_put(self, key: str, expires: datetime) -> str:
+        """A URL that `curl -T file` can PUT to without credentials until `expires`."""
+
+    @abstractmethod
+    def delete_prefix(self, prefix: str) -> None:
+        """Delete every object whose key starts with `prefix` (a run's leftovers)."""
+
+    def put_file(self, key: str, path: Path) -> None:
+        """Store a file; backends that can stream large files override this."""
+        self.put_bytes(key, Path(path).read_bytes())
+
+    # ---- run-level protocol -----------------------------------------------------------------
+    def upload_code(self, run_id: str, tarball: Path) -> None:
+        """Upload the packed workdir (pack_workdir) that every node fetches."""
+        self.put_file(f"{run_prefix(run_id)}/code.tar.gz", tarball)
+
+    def prepare(self, run_id: str, num_nodes: int, deadline: datetime, *, log_interval: float = 5.0) -> list[str]:
+        """Write each node's manifest; return each node's manifest GET URL (rank order).
+
+        `deadline` is the run's hard end (UTC): URLs expire at deadline + URL_MARGIN, and the VM's
+        watchdog fires at it (manifest line `deadline <epoch>`). `log_interval` should be the one
+        rendered into the bootstrap: it sizes the number of log parts.
+        """
+        if deadline.tzinfo is None:
+            deadline = deadline.replace(tzinfo=UTC)
+        expires = deadline + URL_MARGIN
+        now = datetime.now(UTC)
+        parts = log_part_count((deadline - now).total_seconds(), log_interval, self.max_log_parts)
+        code_get = self.url_get(f"{run_prefix(run_id)}/code.tar.gz", expires)
+        ready_get = [self.url_get(f"{node_prefix(run_id, r)}/ready", expires) for r in range(num_nodes)]
+        urls = []
+        for rank in range(num_nodes):
+            base = node_prefix(run_id, rank)
+            lines = [
+                f"deadline {int(deadline.timestamp())}",
+                f"code_get {code_get}",
+                f"status_put {self.url_put(f'{base}/status.json', expires)}",
+                f"artifacts_put {self.url_put(f'{base}/artifacts.tar.gz', expires)}",
+                f"ready_put {self.url_put(f'{base}/ready', expires)}",
+                *(f"ready_get {r} {u}" for r, u in enumerate(ready_get)),
+                *(f"log_put {i} {self.url_put(log_key(run_id, rank, i), expires)}" for i in range(parts)),
+            ]
+            self.put_bytes(f"{base}/manifest", ("\n".join(lines) + "\n").encode())
+            urls.append(self.url_get(f"{base}/manifest", expires))
+        return urls
+
+    def read_status(self, run_id: str, rank: int = 0) -> dict | None:
+        """The node's status.json, or None when absent (not booted yet) or caught mid-write."""
+        raw = self.get_bytes(f"{node_prefix(run_id, rank)}/status.json")
+        if not raw:
+            return None
+        try:
+            doc = json.loads(raw.decode("utf-8", errors="replace"))
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def read_log_parts(self, run_id: str, rank: int = 0, start: int = 0) -> list[bytes]:
+        """Consecutive complete log parts from index `start`.
+
+        A part counts once status.json's `log_parts` covers it: the VM bumps that count only after
+        the part's PUT succeeded, so a reader never takes a half-written part (file://) and never
+        skips one. The VM reports the last manifest URL (which it reuses when parts run out) only
+        with the final status, so a part once returned never changes.
+        """
+        status = self.read_status(run_id, rank)
+        done = int(status.get("log_parts") or 0) if status else 0
+        parts = []
+        for i in range(start, done):
+            data = self.get_bytes(log_key(run_id, rank, i))
+            if data is None:
+                break
+            parts.append(data)
+        return parts
+
+    def download_artifacts(self, run_id: str, rank: int, dest_dir: Path) -> Path | None:
+        """Extract the node's artifacts tarball into dest_dir (created); None when there is none.
+
+        Extraction refuses absolute paths, `..` and links out of dest_dir (tarfile's data filter).
+        """
+        raw = self.get_bytes(f"{node_prefix(run_id, rank)}/artifacts.tar.gz")
+        if raw is None:
+            return None
+        dest = Path(dest_dir)
+        dest.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:gz") as tar:
+            tar.extractall(dest, filter="data")
+        return dest
+
+
+class FileChannel(Channel):
+    """The local provider's store: a folder, with file:// URLs that curl reads and writes."""
+
+    # Parts cost nothing here and latency matters (a local line should show within ~2 s).
+    max_log_parts = 20000
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if self.root != path and self.root not in path.parents:
+            raise ValueError(f"key {key!r} leaves the channel root")
+        return path
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)  # readers never see half an object written by the CLI
+
+    def get_bytes(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
+    def url_get(self, key: str, expires: datetime) -> str:
+        return self._path(key).as_uri()
+
+    def url_put(self, key: str, expires: datetime) -> str:
+        """curl's file:// upload creates the file but not its folder: create the folder now."""
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.as_uri()
+
+    def delete_prefix(self, prefix: str) -> None:
+        path = self._path(prefix)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists():
+            path.unlink()
+
+
+# ---- workdir packing -----------------------------------------------------------------------------
+
+def _git_files(root: Path) -> list[str] | None:
+    """Files git would consider part of the work tree under root (tracked + untracked, not ignored);
+    None when root is not inside a git work tree or git is missing."""
+    try:
+        inside = subprocess.run(["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"],
+                                capture_output=True, text=True, timeout=30)
+        if inside.returncode != 0 or inside.stdout.strip() != "true":
+            return None
+        out = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             capture_output=True, timeout=120, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sorted({p for p in out.stdout.decode("utf-8", "surrogateescape").split("\0") if p})
+
+
+class _IgnoreRule:
+    def __init__(self, base: str, line: str) -> None:
+        self.negate = line.startswith("!")
+        line = line[1:] if self.negate else line
+        self.dir_only = line.endswith("/")
+        line = line.rstrip("/")
+        self.anchored = "/" in line  # a slash anywhere but the end anchors to the .gitignore's folder
+        self.pattern = line.lstrip("/")
+        self.base = base  # folder of the .gitignore, relative to the workdir ("" = top)
+
+    def matches(self, rel: str, is_dir: bool) -> bool:
+        if self.dir_only and not is_dir:
+            return False
+        if self.base:
+            if not rel.startswith(self.base + "/"):
+                return False
+            rel = rel[len(self.base) + 1:]
+        if self.anchored:
+            pat = self.pattern.replace("**/", "*")  # fnmatch's * crosses "/": close enough for ** forms
+            return fnmatch.fnmatchcase(rel, pat)
+        return fnmatch.fnmatchcase(rel.rsplit("/", 1)[-1], self.pattern)
+
+
+def _read_ignore(dirpath: Path, base: str) -> list[_IgnoreRule]:
+    try:
+        text = (dirpath / ".gitignore").read_text(errors="replace")
+    except OSError:
+        return []
+    rules = []
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if line and not line.startswith("#"):
+            rules.append(_IgnoreRule(base, line))
+    return rules
+
+
+def _walk_files(root: Path) -> Iterator[str]:
+    """Files under root minus what .gitignore files (root's and nested ones) exclude: the common
+    subset of gitignore (globs, !negation, anchors, dir/ patterns) for folders outside git."""
+    def ignored(rules: list[_IgnoreRule], rel: str, is_dir: bool) -> bool:
+        verdict = False
+        for rule in rules:
+            if rule.matches(rel, is_dir):
+                verdict = not rule.negate
+        return verdict
+
+    def walk(dirpath: Path, rel_dir: str, rules: list[_IgnoreRule]) -> Iterator[str]:
+        rules = rules + _read_ignore(dirpath, rel_dir)
+        try:
+            entries = sorted(os.scandir(dirpath), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if entry.name in ALWAYS_SKIP or ignored(rules, rel, is_dir):
+                continue
+            if is_dir:
+                yield from walk(Path(entry.path), rel, rules)
+            else:
+                yield rel
+
+    yield from walk(root, "", [])
+
+
+def workdir_files(path: Path) -> list[str]:
+    """Relative paths that go into the code tarball, sorted."""
+    root = Path(path)
+    files = _git_files(root)
+    if files is None:
+        files = list(_walk_files(root))
+    keep = []
+    for rel in files:
+        if any(part in ALWAYS_SKIP for part in rel.split("/")):
+            continue
+        full = root / rel
+        if full.is_symlink() or full.is_file():  # git lists deleted-but-tracked files too
+            keep.append(rel)
+    return keep
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def pack_workdir(path: Path, cap_bytes: int = DEFAULT_CODE_CAP, dest: Path | None = None) -> Path:
+    """Pack the job's workdir into a tar.gz (what every node fetches), honouring .gitignore.
+
+    Stops as soon as the compressed size passes `cap_bytes` and raises a UserError that names the
+    folder, the size, the cap and how to fix it, rather than uploading a dataset by accident.
+    `dest` defaults to a fresh temporary file (the caller removes it after upload).
+    """
+    root = Path(path).resolve()
+    if not root.is_dir():
+        raise UserError(f"workdir {root} is not a folder.", hint="Set `workdir` in the job file to the folder with your code.")
+    if dest is None:
+        dest = Path(tempfile.mkdtemp(prefix="gpucloud-code-")) / "code.tar.gz"
+
+    def too_big(size: str) -> UserError:
+        return UserError(
+            f"workdir {root} packs to {size}, above the cap of {_human(cap_bytes)}.",
+            hint="Add large files (datasets, checkpoints, outputs) to .gitignore and download them in "
+                 "`setup`, or point `workdir` at a smaller folder.",
+        )
+
+    files = workdir_files(root)
+    stopped_at = 0
+    with open(dest, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for rel in files:
+            tar.add(str(root / rel), arcname=rel, recursive=False)
+            if raw.tell() > cap_bytes:  # compressed bytes so far: stop early on a huge folder
+                stopped_at = raw.tell()
+                break
+    if stopped_at:
+        Path(dest).unlink(missing_ok=True)
+        raise too_big(f"more than {_human(stopped_at)}")
+    size = Path(dest).stat().st_size
+    if size > cap_bytes:
+        Path(dest).unlink(missing_ok=True)
+        raise too_big(_human(size))
+    return Path(dest)
+
+
+def iter_manifest(text: str) -> Iterable[tuple[str, str]]:
+    """(key, rest) pairs of a manifest, as the VM's `while read -r key url` sees them."""
+    for line in text.splitlines():
+        if line.strip():
+            key, _, rest = line.partition(" ")
+            yield key, rest

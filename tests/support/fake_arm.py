@@ -1,0 +1,847 @@
+"""A fake Azure Resource Manager: the REST calls gpucloud makes, spoken as ARM speaks them.
+
+What it covers (exactly what gpucloud/providers/azure.py, channel_blob.py and the VM-side
+self-delete use): resource groups (PUT/GET/HEAD/DELETE, list with a tag filter, deletion as a
+long-running operation answered with `Location` polling), every resource under a group (VNets with
+inline subnets, NSGs, public IPs, NICs, VMs, storage accounts) created through `Azure-AsyncOperation`
+polling, VM instance views, role assignments (an extension resource at any scope), storage account
+`listKeys`, and two token endpoints:
+
+- `/_identity` — an App Service managed-identity endpoint. With `IDENTITY_ENDPOINT` and
+  `IDENTITY_HEADER` pointing here, azure-identity's `DefaultAzureCredential` in a CLI subprocess
+  gets a token for the all-powerful "operator" principal, with no test code in the product.
+- `/_imds/<principalId>/metadata/identity/oauth2/token` and `.../metadata/instance` — the IMDS of
+  one simulated VM (its base URL is what the simulator puts into GPUCLOUD_IMDS_ENDPOINT). Tokens
+  for a VM's managed identity are authorised by the role assignments that exist, so a VM deletes
+  its resource group only if the provider really granted it that right.
+
+Failure injection: `inject(method, path_regex, code=...)` answers the next `times` matching calls
+with an ARM error body `{"error": {"code", "message"}}` (status from the code, or given), either at
+once or as a failed long-running operation (`async_=True`), or only stalls them (`delay=`).
+Everything lives in memory; `snapshot()` lists what exists (leak checks); deleting a resource group
+deletes everything in it. Runs standalone: `python -m tests.support.fake_arm --port N`, with
+`/_fake/snapshot`, `/_fake/inject`, `/_fake/reset` for out-of-process control.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import itertools
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-00000000c10d"
+DEFAULT_TENANT = "00000000-0000-0000-0000-0000000a11ce"
+OPERATOR_PRINCIPAL = "operator"
+IDENTITY_HEADER = "gpucloud-fake-arm-identity-secret"
+# Azurite's published development account (https://learn.microsoft.com/azure/storage/common/storage-use-azurite).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+CONTRIBUTOR_ROLE = "b24988ac-6180-42a0-ab88-20f7382dd24c"
+CUSTOM_DATA_MAX_B64 = 65536
+
+# Status codes ARM uses for the error codes tests inject (anything else: 400).
+_STATUS_BY_CODE = {
+    "TooManyRequests": 429, "SubscriptionRequestsThrottled": 429, "ResourceGroupNotFound": 404,
+    "ResourceNotFound": 404, "NotFound": 404, "OperationNotAllowed": 409, "QuotaExceeded": 409,
+    "SkuNotAvailable": 409, "AllocationFailed": 409, "ZonalAllocationFailed": 409,
+    "OverconstrainedAllocationRequest": 409, "Conflict": 409, "InternalServerError": 500,
+    "ServiceUnavailable": 503, "AuthorizationFailed": 403, "AuthenticationFailed": 401,
+    "PrincipalNotFound": 400, "InvalidParameter": 400, "GatewayTimeout": 504,
+}
+
+_RG_RE = re.compile(r"^/subscriptions/([^/]+)/resourcegroups/([^/]+)$", re.I)
+_RG_LIST_RE = re.compile(r"^/subscriptions/([^/]+)/resourcegroups$", re.I)
+_OP_RE = re.compile(r"^/subscriptions/[^/]+/providers/[^/]+/locations/[^/]+/(operations|operationresults)/([^/]+)$", re.I)
+_RG_OPRESULT_RE = re.compile(r"^/subscriptions/[^/]+/operationresults/([^/]+)$", re.I)
+_ROLE_RE = re.compile(r"^(?P<scope>/.*?)/providers/microsoft\.authorization/roleassignments/(?P<name>[^/]+)$", re.I)
+_NESTED_RE = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/(?P<ns>[^/]+)/(?P<rest>.+)$", re.I)
+_RG_RESOURCES_RE = re.compile(r"^/subscriptions/([^/]+)/resourcegroups/([^/]+)/resources$", re.I)
+_IMDS_RE = re.compile(r"^/_imds/(?P<principal>[^/]+)/metadata/(?P<what>identity/oauth2/token|instance)$")
+
+
+@dataclass
+class Injection:
+    """One armed failure: the next `times` calls matching `method` and `path` (regex, searched in
+    the path without query) fail with `code`, or are only delayed when `code` is None."""
+
+    method: str
+    path: re.Pattern[str]
+    code: str | None
+    message: str
+    status: int
+    times: int
+    async_: bool = False
+    delay: float = 0.0
+    hits: int = 0
+
+
+@dataclass
+class Operation:
+    """A long-running operation: done at `done_at`; then `finish()` runs and its status is final."""
+
+    id: str
+    done_at: float
+    finish: Callable[[], None] | None = None
+    error: dict[str, str] | None = None
+    resource_path: str | None = None   # PUT: where the final GET goes
+    done: bool = False
+
+
+@dataclass
+class Resource:
+    id: str            # canonical casing as first written
+    type: str          # "Microsoft.Network/virtualNetworks"
+    body: dict[str, Any]
+    rg: str | None     # lower-case resource group key ("sub/rg"), None for subscription-level
+    created: float = field(default_factory=time.time)
+    secret: dict[str, Any] = field(default_factory=dict)  # write-only inputs (VM custom data)
+
+
+class FakeArm:
+    """The server and its state. Thread-safe; every handler holds `self.lock` while it reads or
+    changes state (never while it sleeps)."""
+
+    def __init__(
+        self,
+        *,
+        subscription_id: str = DEFAULT_SUBSCRIPTION,
+        tenant_id: str = DEFAULT_TENANT,
+        storage_key: str = AZURITE_KEY,
+        op_seconds: float = 0.02,
+        retry_after: str = "0.01",
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.subscription_id = subscription_id
+        self.tenant_id = tenant_id
+        self.storage_key = storage_key
+        self.op_seconds = op_seconds
+        self.retry_after = retry_after
+        self.lock = threading.RLock()
+        self.resource_groups: dict[str, Resource] = {}   # key "sub/rg" (lower)
+        self.resources: dict[str, Resource] = {}         # key lower-case id
+        self.operations: dict[str, Operation] = {}
+        self.injections: list[Injection] = []
+        self.calls: list[tuple[str, str]] = []           # (method, path) of every ARM call
+        self.power: dict[str, str] = {}                  # vm id (lower) -> "running" | "stopped" | ...
+        self.listeners: list[Callable[[str, Resource], None]] = []
+        self.tokens: dict[str, str] = {}                 # bearer token -> principal
+        self._ip_counter = itertools.count(4)
+        self._stop = threading.Event()
+        handler = type("Handler", (_Handler,), {"arm": self})
+        self.server = ThreadingHTTPServer((host, port), handler)
+        self.server.daemon_threads = True
+        self._threads: list[threading.Thread] = []
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeArm:
+        serve = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                 name="fake-arm", daemon=True)
+        tick = threading.Thread(target=self._ticker, name="fake-arm-ops", daemon=True)
+        for t in (serve, tick):
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> FakeArm:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def client_env(self) -> dict[str, str]:
+        """Environment that points a gpucloud CLI subprocess at this server (credential included)."""
+        return {
+            "GPUCLOUD_AZURE_ARM_ENDPOINT": self.url,
+            "AZURE_SUBSCRIPTION_ID": self.subscription_id,
+            "IDENTITY_ENDPOINT": f"{self.url}/_identity",
+            "IDENTITY_HEADER": IDENTITY_HEADER,
+        }
+
+    def imds_endpoint(self, principal_id: str) -> str:
+        """The IMDS base URL of the VM whose system-assigned identity is `principal_id`."""
+        return f"{self.url}/_imds/{principal_id}"
+
+    # ---- test controls ------------------------------------------------------------------------
+    def inject(self, method: str, path: str, code: str | None = "InternalServerError", *, message: str = "",
+               status: int | None = None, times: int = 1, async_: bool = False, delay: float = 0.0) -> Injection:
+        """Arm a failure (or, with code=None and delay, a stall) for matching calls."""
+        inj = Injection(method=method.upper(), path=re.compile(path, re.I), code=code,
+                        message=message or f"Injected {code}.",
+                        status=status or _STATUS_BY_CODE.get(code or "", 400), times=times,
+                        async_=async_, delay=delay)
+        with self.lock:
+            self.injections.append(inj)
+        return inj
+
+    def clear_injections(self) -> None:
+        with self.lock:
+            self.injections.clear()
+
+    def reset(self) -> None:
+        """Forget everything (between tests that share the server)."""
+        with self.lock:
+            for res in list(self.resources.values()):
+                self._emit("deleted", res)
+            self.resource_groups.clear()
+            self.resources.clear()
+            self.operations.clear()
+            self.injections.clear()
+            self.calls.clear()
+            self.power.clear()
+
+    def on_event(self, callback: Callable[[str, Resource], None]) -> None:
+        """callback(event, resource) for "vm_created" and "deleted" (called with the lock held:
+        keep it short, hand work to a thread)."""
+        self.listeners.append(callback)
+
+    def set_power_state(self, vm_id: str, state: str) -> None:
+        """What the hypervisor says about a VM ("running", "stopped", "deallocated" ...)."""
+        with self.lock:
+            if vm_id.lower() in self.resources:
+                self.power[vm_id.lower()] = state
+
+    def snapshot(self, *, include_deleting: bool = True) -> list[dict[str, Any]]:
+        """Everything that exists: resource groups and the resources in them, with tags."""
+        with self.lock:
+            self._finish_due()
+            out = []
+            for rg in self.resource_groups.values():
+                state = rg.body["properties"]["provisioningState"]
+                if include_deleting or state != "Deleting":
+                    out.append({"id": rg.id, "type": rg.type, "tags": dict(rg.body.get("tags") or {}), "state": state})
+            for res in self.resources.values():
+                out.append({"id": res.id, "type": res.type, "tags": dict(res.body.get("tags") or {}),
+                            "state": (res.body.get("properties") or {}).get("provisioningState", "Succeeded")})
+            return out
+
+    def vms(self) -> list[Resource]:
+        with self.lock:
+            return [r for r in self.resources.values() if r.type.lower() == "microsoft.compute/virtualmachines"]
+
+    def custom_data(self, vm_id: str) -> str | None:
+        """The decoded custom data a VM was created with (write-only in the real API, as here)."""
+        with self.lock:
+            res = self.resources.get(vm_id.lower())
+            raw = res.secret.get("customData") if res else None
+        return base64.b64decode(raw).decode() if raw else None
+
+    # ---- internals ----------------------------------------------------------------------------
+    def _emit(self, event: str, res: Resource) -> None:
+        for cb in list(self.listeners):
+            try:
+                cb(event, res)
+            except Exception:  # a listener's bug must not break the server
+                pass
+
+    def _ticker(self) -> None:
+        while not self._stop.wait(0.02):
+            with self.lock:
+                self._finish_due()
+
+    def _finish_due(self) -> None:
+        now = time.time()
+        for op in list(self.operations.values()):
+            if not op.done and op.done_at <= now:
+                op.done = True
+                if op.finish is not None and op.error is None:
+                    op.finish()
+
+    def new_operation(self, *, finish: Callable[[], None] | None = None, error: dict[str, str] | None = None,
+                      resource_path: str | None = None) -> Operation:
+        op = Operation(id=uuid.uuid4().hex, done_at=time.time() + self.op_seconds, finish=finish, error=error,
+                       resource_path=resource_path)
+        self.operations[op.id] = op
+        return op
+
+    def issue_token(self, principal: str) -> str:
+        token = f"fake.{principal}.{uuid.uuid4().hex}"
+        with self.lock:
+            self.tokens[token] = principal
+        return token
+
+    def principal_of(self, token: str) -> str | None:
+        with self.lock:
+            return self.tokens.get(token)
+
+    def vm_by_principal(self, principal: str) -> Resource | None:
+        for res in self.vms():
+            if (res.body.get("identity") or {}).get("principalId") == principal:
+                return res
+        return None
+
+    def authorized(self, principal: str, path: str) -> bool:
+        """The operator may do anything; a VM identity only under a scope it has a role on."""
+        if principal == OPERATOR_PRINCIPAL:
+            return True
+        lower = path.lower().rstrip("/")
+        with self.lock:
+            for res in self.resources.values():
+                if res.type.lower() != "microsoft.authorization/roleassignments":
+                    continue
+                props = res.body.get("properties") or {}
+                scope = str(props.get("scope", "")).lower().rstrip("/")
+                if props.get("principalId") == principal and (lower == scope or lower.startswith(scope + "/")):
+                    return True
+        return False
+
+    def next_ip(self, prefix: str) -> str:
+        return f"{prefix}{next(self._ip_counter) % 250 + 4}"
+
+
+def _arm_error(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+def _type_of(ns: str, rest: str) -> tuple[str, str]:
+    """ARM type and name from the part after /providers/: ns/type/name[/subtype/subname]..."""
+    parts = rest.split("/")
+    types = [ns] + [parts[i] for i in range(0, len(parts), 2)]
+    return "/".join(types), parts[-1]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    arm: FakeArm
+    protocol_version = "HTTP/1.1"
+    server_version = "FakeARM/1.0"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    # ---- plumbing -----------------------------------------------------------------------------
+    def _send(self, status: int, body: Any = None, headers: dict[str, str] | None = None) -> None:
+        data = b"" if body is None else json.dumps(body).encode()
+        self.send_response(status)
+        if body is not None:
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-ms-request-id", uuid.uuid4().hex)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if data and self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _error(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+        self._send(status, _arm_error(code, message), headers)
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            return {}
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_HEAD(self) -> None:
+        self._dispatch()
+
+    def do_PATCH(self) -> None:
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        split = urlsplit(self.path)
+        path = split.path.rstrip("/") or "/"
+        query = {k: v[-1] for k, v in parse_qs(split.query).items()}
+        body = self._body() if self.command in ("PUT", "POST", "PATCH") else {}
+        try:
+            if path.startswith("/_fake/"):
+                return self._control(path, body)
+            if path == "/_identity":
+                return self._app_service_token(query)
+            m = _IMDS_RE.match(path)
+            if m:
+                return self._imds(m["principal"], m["what"], query)
+            self._arm(path, query, body)
+        except BrokenPipeError:
+            pass
+
+    # ---- token endpoints ----------------------------------------------------------------------
+    def _app_service_token(self, query: dict[str, str]) -> None:
+        if self.headers.get("X-IDENTITY-HEADER") != IDENTITY_HEADER:
+            return self._send(401, {"error": "unauthorized", "error_description": "bad X-IDENTITY-HEADER"})
+        token = self.arm.issue_token(OPERATOR_PRINCIPAL)
+        self._send(200, {"access_token": token, "expires_on": str(int(time.time()) + 3600),
+                         "resource": query.get("resource", ""), "token_type": "Bearer",
+                         "client_id": "00000000-0000-0000-0000-0000000c11e0"})
+
+    def _imds(self, principal: str, what: str, query: dict[str, str]) -> None:
+        if self.headers.get("Metadata", "").lower() != "true":
+            return self._send(400, {"error": "invalid_request", "error_description": "Required metadata header not specified"})
+        vm = self.arm.vm_by_principal(principal)
+        if vm is None:
+            return self._send(400, {"error": "invalid_request", "error_description": "Identity not found"})
+        if what == "instance":
+            rg = vm.id.split("/")[4]
+            return self._send(200, {"compute": {
+                "subscriptionId": self.arm.subscription_id, "resourceGroupName": rg, "name": vm.id.split("/")[-1],
+                "location": vm.body.get("location"), "vmId": vm.body["properties"].get("vmId"),
+                "vmSize": vm.body["properties"].get("hardwareProfile", {}).get("vmSize"),
+                "resourceId": vm.id,
+                "tagsList": [{"name": k, "value": v} for k, v in (vm.body.get("tags") or {}).items()],
+            }})
+        token = self.arm.issue_token(principal)
+        now = int(time.time())
+        self._send(200, {"access_token": token, "refresh_token": "", "expires_in": "3600",
+                         "expires_on": str(now + 3600), "not_before": str(now),
+                         "resource": query.get("resource", ""), "token_type": "Bearer"})
+
+    # ---- out-of-process control ---------------------------------------------------------------
+    def _control(self, path: str, body: dict[str, Any]) -> None:
+        if path == "/_fake/snapshot":
+            return self._send(200, self.arm.snapshot())
+        if path == "/_fake/calls":
+            with self.arm.lock:
+                return self._send(200, [list(c) for c in self.arm.calls])
+        if path == "/_fake/reset" and self.command == "POST":
+            self.arm.reset()
+            return self._send(204)
+        if path == "/_fake/inject" and self.command == "POST":
+            self.arm.inject(body["method"], body["path"], body.get("code", "InternalServerError"),
+                            message=body.get("message", ""), status=body.get("status"),
+                            times=int(body.get("times", 1)), async_=bool(body.get("async", False)),
+                            delay=float(body.get("delay", 0)))
+            return self._send(204)
+        self._error(404, "NotFound", f"no control endpoint {path}")
+
+    # ---- ARM ----------------------------------------------------------------------------------
+    def _arm(self, path: str, query: dict[str, str], body: dict[str, Any]) -> None:
+        arm = self.arm
+        auth = self.headers.get("Authorization", "")
+        principal = arm.principal_of(auth[7:]) if auth.startswith("Bearer ") else None
+        if principal is None:
+            return self._error(401, "AuthenticationFailed", "Authentication failed. The 'Authorization' header is missing or invalid.")
+        if "api-version" not in query:
+            return self._error(400, "MissingApiVersionParameter", "The api-version query parameter (?api-version=) is required for all requests.")
+        is_poll = bool(_OP_RE.match(path) or _RG_OPRESULT_RE.match(path))
+        if not is_poll:
+            with arm.lock:
+                arm.calls.append((self.command, path))
+            if not arm.authorized(principal, path):
+                return self._error(403, "AuthorizationFailed",
+                                   f"The client '{principal}' does not have authorization to perform action "
+                                   f"'{self.command}' over scope '{path}' or the scope is invalid.")
+            inj = self._take_injection(path)
+            if inj is not None:
+                if inj.delay:
+                    time.sleep(inj.delay)
+                if inj.code is not None and not inj.async_:
+                    headers = {"Retry-After": arm.retry_after} if inj.status == 429 else None
+                    return self._error(inj.status, inj.code, inj.message, headers)
+                if inj.code is not None and inj.async_:
+                    return self._route(path, query, body, fail={"code": inj.code, "message": inj.message})
+        self._route(path, query, body, fail=None)
+
+    def _take_injection(self, path: str) -> Injection | None:
+        with self.arm.lock:
+            for inj in self.arm.injections:
+                if inj.times > 0 and inj.method in (self.command, "*") and inj.path.search(path):
+                    inj.times -= 1
+                    inj.hits += 1
+                    return inj
+        return None
+
+    def _route(self, path: str, query: dict[str, str], body: dict[str, Any], *, fail: dict[str, str] | None) -> None:
+        m = _OP_RE.match(path)
+        if m:
+            return self._poll(m[2], location_style=m[1].lower() == "operationresults")
+        m = _RG_OPRESULT_RE.match(path)
+        if m:
+            return self._poll(m[1], location_style=True)
+        m = _RG_LIST_RE.match(path)
+        if m and self.command == "GET":
+            return self._list_rgs(m[1], query)
+        m = _RG_RE.match(path)
+        if m:
+            return self._rg(m[1], m[2], path, body, fail)
+        m = _RG_RESOURCES_RE.match(path)
+        if m and self.command == "GET":
+            return self._list_in_rg(m[1], m[2], None)
+        m = _ROLE_RE.match(path)
+        if m:
+            return self._role_assignment(path, m["scope"], m["name"], body, fail)
+        m = _NESTED_RE.match(path)
+        if m:
+            return self._nested(path, m["sub"], m["rg"], m["ns"], m["rest"], query, body, fail)
+        self._error(404, "InvalidResourceType", f"The fake ARM server does not know {self.command} {path}.")
+
+    # ---- long-running operations ----------------------------------------------------------------
+    def _poll(self, op_id: str, *, location_style: bool) -> None:
+        arm = self.arm
+        with arm.lock:
+            arm._finish_due()
+            op = arm.operations.get(op_id)
+            if op is None:
+                return self._error(404, "OperationNotFound", f"operation {op_id} not found")
+            if not op.done:
+                if location_style:
+                    return self._send(202, None, {"Location": self._op_url(op, location=True), "Retry-After": arm.retry_after})
+                return self._send(200, {"status": "InProgress"}, {"Retry-After": arm.retry_after})
+            if op.error is not None:
+                if location_style:
+                    return self._send(_STATUS_BY_CODE.get(op.error["code"], 400), {"error": op.error})
+                return self._send(200, {"status": "Failed", "error": op.error})
+            if location_style:
+                return self._send(200, self._resource_body(op.resource_path) if op.resource_path else None)
+            return self._send(200, {"status": "Succeeded"})
+
+    def _op_url(self, op: Operation, *, location: bool = False, ns: str = "Microsoft.Resources", loc: str = "eastus") -> str:
+        kind = "operationresults" if location else "operations"
+        return f"{self.arm.url}/subscriptions/{self.arm.subscription_id}/providers/{ns}/locations/{loc}/{kind}/{op.id}?api-version=2024-01-01"
+
+    def _resource_body(self, path: str) -> dict[str, Any] | None:
+        res = self.arm.resources.get(path.lower())
+        return _public(res) if res else None
+
+    def _async_created(self, status: int, res_path: str, ns: str, location: str, fail: dict[str, str] | None,
+                       finish: Callable[[], None] | None, body: dict[str, Any], *, location_header: bool = False) -> None:
+        op = self.arm.new_operation(finish=finish, error=fail, resource_path=res_path)
+        headers = {"Retry-After": self.arm.retry_after}
+        if location_header:
+            headers["Location"] = self._op_url(op, location=True, ns=ns, loc=location or "eastus")
+        else:
+            headers["Azure-AsyncOperation"] = self._op_url(op, ns=ns, loc=location or "eastus")
+        self._send(status, body, headers)
+
+    # ---- resource groups ------------------------------------------------------------------------
+    def _rg_key(self, sub: str, rg: str) -> str:
+        return f"{sub}/{rg}".lower()
+
+    def _list_rgs(self, sub: str, query: dict[str, str]) -> None:
+        flt = query.get("$filter", "")
+        tag_name = re.search(r"tagName eq '([^']*)'", flt)
+        tag_value = re.search(r"tagValue eq '([^']*)'", flt)
+        with self.arm.lock:
+            self.arm._finish_due()
+            out = []
+            for rg in self.arm.resource_groups.values():
+                tags = rg.body.get("tags") or {}
+                if tag_name and tag_name[1] not in tags:
+                    continue
+                if tag_name and tag_value and tags.get(tag_name[1]) != tag_value[1]:
+                    continue
+                out.append(rg.body)
+        self._send(200, {"value": out})
+
+    def _rg(self, sub: str, name: str, path: str, body: dict[str, Any], fail: dict[str, str] | None) -> None:
+        arm = self.arm
+        key = self._rg_key(sub, name)
+        with arm.lock:
+            arm._finish_due()
+            existing = arm.resource_groups.get(key)
+            if self.command in ("GET", "HEAD"):
+                if existing is None:
+                    if self.command == "HEAD":
+                        return self._send(404)
+                    return self._error(404, "ResourceGroupNotFound", f"Resource group '{name}' could not be found.")
+                return self._send(204 if self.command == "HEAD" else 200, None if self.command == "HEAD" else existing.body)
+            if self.command == "PUT":
+                if not body.get("location"):
+                    return self._error(400, "LocationRequired", "The location property is required for this definition.")
+                if existing is not None:
+                    if existing.body["properties"]["provisioningState"] == "Deleting":
+                        return self._error(409, "ResourceGroupBeingDeleted",
+                                           f"The resource group '{name}' is in deprovisioning state and cannot perform this operation.")
+                    if existing.body["location"].lower() != body["location"].lower():
+                        return self._error(409, "InvalidResourceGroupLocation",
+                                           f"Invalid resource group location '{body['location']}'. The Resource group already exists in location '{existing.body['location']}'.")
+                rid = f"/subscriptions/{sub}/resourceGroups/{name}"
+                doc = {"id": rid, "name": name, "type": "Microsoft.Resources/resourceGroups", "location": body["location"],
+                       "tags": body.get("tags") or {}, "properties": {"provisioningState": "Succeeded"}}
+                arm.resource_groups[key] = Resource(id=rid, type="Microsoft.Resources/resourceGroups", body=doc, rg=None)
+                return self._send(200 if existing else 201, doc)
+            if self.command == "DELETE":
+                if existing is None:
+                    return self._error(404, "ResourceGroupNotFound", f"Resource group '{name}' could not be found.")
+                if fail is not None:  # the deletion is accepted, then fails; nothing is deleted
+                    op = arm.new_operation(error=fail)
+                    return self._send(202, None, {
+                        "Location": f"{arm.url}/subscriptions/{sub}/operationresults/{op.id}?api-version=2024-01-01",
+                        "Retry-After": arm.retry_after})
+                existing.body["properties"]["provisioningState"] = "Deleting"
+                # Contents go at once (the VM stops), the group itself when the operation ends.
+                prefix = existing.id.lower() + "/"
+                for rid in [r for r in arm.resources if r.startswith(prefix)]:
+                    res = arm.resources.pop(rid)
+                    arm.power.pop(rid, None)
+                    arm._emit("deleted", res)
+
+                def finish() -> None:
+                    if arm.resource_groups.get(key) is existing:
+                        del arm.resource_groups[key]
+                        arm._emit("deleted", existing)
+
+                op = arm.new_operation(finish=finish, error=fail)
+                return self._send(202, None, {
+                    "Location": f"{arm.url}/subscriptions/{sub}/operationresults/{op.id}?api-version=2024-01-01",
+                    "Retry-After": arm.retry_after})
+        self._error(405, "MethodNotAllowed", f"{self.command} not supported on a resource group")
+
+    def _list_in_rg(self, sub: str, rg: str, rtype: str | None) -> None:
+        with self.arm.lock:
+            self.arm._finish_due()
+            if self._rg_key(sub, rg) not in self.arm.resource_groups:
+                return self._error(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
+            prefix = f"/subscriptions/{sub}/resourcegroups/{rg}/".lower()
+            out = [_public(r) for k, r in self.arm.resources.items()
+                   if k.startswith(prefix) and (rtype is None or r.type.lower() == rtype.lower())]
+        self._send(200, {"value": out})
+
+    # ---- role assignments -----------------------------------------------------------------------
+    def _role_assignment(self, path: str, scope: str, name: str, body: dict[str, Any], fail: dict[str, str] | None) -> None:
+        arm = self.arm
+        with arm.lock:
+            existing = arm.resources.get(path.lower())
+            if self.command == "GET":
+                if existing is None:
+                    return self._error(404, "RoleAssignmentNotFound", f"The role assignment '{name}' is not found.")
+                return self._send(200, existing.body)
+            if self.command == "DELETE":
+                if existing is None:
+                    return self._send(204)
+                del arm.resources[path.lower()]
+                return self._send(200, existing.body)
+            if self.command != "PUT":
+                return self._error(405, "MethodNotAllowed", "")
+            props = dict(body.get("properties") or {})
+            m = re.match(r"^/subscriptions/([^/]+)/resourcegroups/([^/]+)", scope, re.I)
+            if m is None or self._rg_key(m[1], m[2]) not in arm.resource_groups:
+                return self._error(404, "ResourceGroupNotFound", f"The scope '{scope}' does not exist.")
+            if not props.get("roleDefinitionId") or not props.get("principalId"):
+                return self._error(400, "InvalidRoleAssignmentRequest", "roleDefinitionId and principalId are required.")
+            if arm.vm_by_principal(props["principalId"]) is None:
+                return self._error(400, "PrincipalNotFound",
+                                   f"Principal {props['principalId']} does not exist in the directory {arm.tenant_id}.")
+            if existing is not None:
+                return self._error(409, "RoleAssignmentExists", "The role assignment already exists.")
+            props["scope"] = scope
+            doc = {"id": path, "name": name, "type": "Microsoft.Authorization/roleAssignments", "properties": props}
+            arm.resources[path.lower()] = Resource(id=path, type="Microsoft.Authorization/roleAssignments", body=doc,
+                                                   rg=self._rg_key(m[1], m[2]))
+            self._send(201, doc)
+
+    # ---- resources in a group -------------------------------------------------------------------
+    def _nested(self, path: str, sub: str, rg: str, ns: str, rest: str, query: dict[str, str],
+                body: dict[str, Any], fail: dict[str, str] | None) -> None:
+        arm = self.arm
+        parts = rest.split("/")
+        # Actions and sub-views: .../virtualMachines/{n}/instanceView, .../storageAccounts/{n}/listKeys
+        if len(parts) % 2 == 1 and len(parts) >= 3:
+            action = parts[-1].lower()
+            target = path.rsplit("/", 1)[0]
+            if action == "instanceview" and self.command == "GET":
+                with arm.lock:
+                    res = arm.resources.get(target.lower())
+                    if res is None:
+                        return self._error(404, "ResourceNotFound", f"The Resource '{target}' was not found.")
+                    return self._send(200, self._instance_view(res))
+            if action == "listkeys" and self.command == "POST":
+                with arm.lock:
+                    if target.lower() not in arm.resources:
+                        return self._error(404, "ResourceNotFound", f"The Resource '{target}' was not found.")
+                return self._send(200, {"keys": [
+                    {"keyName": "key1", "value": arm.storage_key, "permissions": "FULL"},
+                    {"keyName": "key2", "value": arm.storage_key, "permissions": "FULL"}]})
+            if len(parts) == 1 or self.command == "GET":
+                rtype = f"{ns}/" + "/".join(parts[i] for i in range(0, len(parts), 2))
+                if len(parts) == 1:
+                    return self._list_in_rg(sub, rg, rtype)
+            return self._error(404, "InvalidResourceType", f"The fake ARM server does not know {self.command} {path}.")
+        if len(parts) == 1:
+            if self.command == "GET":
+                return self._list_in_rg(sub, rg, f"{ns}/{parts[0]}")
+            return self._error(405, "MethodNotAllowed", "")
+        rtype, name = _type_of(ns, rest)
+        key = path.lower()
+        with arm.lock:
+            arm._finish_due()
+            group = arm.resource_groups.get(self._rg_key(sub, rg))
+            existing = arm.resources.get(key)
+            if self.command == "GET":
+                if existing is None:
+                    return self._error(404, "ResourceNotFound",
+                                       f"The Resource '{rtype}/{name}' under resource group '{rg}' was not found.")
+                doc = _public(existing)
+                if query.get("$expand", "").lower() == "instanceview" and rtype.lower() == "microsoft.compute/virtualmachines":
+                    doc["properties"]["instanceView"] = self._instance_view(existing)
+                return self._send(200, doc)
+            if self.command == "DELETE":
+                if existing is None:
+                    return self._send(204)
+                if fail is not None:
+                    op = arm.new_operation(error=fail)
+                    return self._send(202, None, {"Azure-AsyncOperation": self._op_url(op, ns=ns), "Retry-After": arm.retry_after})
+                del arm.resources[key]
+                for child in [k for k in arm.resources if k.startswith(key + "/")]:
+                    arm.resources.pop(child)
+                arm.power.pop(key, None)
+                arm._emit("deleted", existing)
+                op = arm.new_operation(error=fail)
+                return self._send(202, None, {"Azure-AsyncOperation": self._op_url(op, ns=ns), "Retry-After": arm.retry_after})
+            if self.command != "PUT":
+                return self._error(405, "MethodNotAllowed", "")
+            if group is None:
+                return self._error(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
+            if group.body["properties"]["provisioningState"] == "Deleting":
+                return self._error(409, "ResourceGroupBeingDeleted", f"The resource group '{rg}' is being deleted.")
+            problem = self._validate(rtype, body)
+            if problem:
+                return self._error(400, problem[0], problem[1])
+            rid = f"/subscriptions/{sub}/resourceGroups/{group.id.split('/')[-1]}/providers/{ns}/{rest}"
+            res, secret = self._materialize(rid, rtype, name, body, existing)
+            res_obj = Resource(id=rid, type=rtype, body=res, rg=self._rg_key(sub, rg), secret=secret)
+            created_state = "Creating" if existing is None else "Updating"
+            res_obj.body.setdefault("properties", {})["provisioningState"] = created_state
+            arm.resources[key] = res_obj
+            if rtype.lower() == "microsoft.network/virtualnetworks":
+                for sn in res["properties"].get("subnets", []):
+                    arm.resources[sn["id"].lower()] = Resource(id=sn["id"], type=f"{rtype}/subnets", body=sn, rg=res_obj.rg)
+
+            def finish() -> None:
+                if arm.resources.get(key) is res_obj:
+                    res_obj.body["properties"]["provisioningState"] = "Succeeded"
+                    if rtype.lower() == "microsoft.compute/virtualmachines":
+                        arm.power[key] = "running"
+                        arm._emit("vm_created", res_obj)
+
+            if fail is not None:
+                # A failed creation leaves the resource in Failed state (as ARM does for VMs).
+                res_obj.body["properties"]["provisioningState"] = "Failed"
+            status = 200 if existing else 201
+            is_storage = rtype.lower() == "microsoft.storage/storageaccounts"
+            if is_storage:  # the Storage RP answers 202 with only a Location header
+                return self._async_created(202, key, ns, res.get("location", ""), fail, finish, None, location_header=True)
+            return self._async_created(status, key, ns, res.get("location", ""), fail, finish, _public(res_obj))
+
+    def _validate(self, rtype: str, body: dict[str, Any]) -> tuple[str, str] | None:
+        """The few checks ARM makes that matter to gpucloud (references exist, sizes, limits)."""
+        props = body.get("properties") or {}
+        t = rtype.lower()
+        if t != "microsoft.network/virtualnetworks/subnets" and not body.get("location"):
+            return ("LocationRequired", "The location property is required for this definition.")
+        refs: list[str] = []
+        if t == "microsoft.network/networkinterfaces":
+            for ipc in props.get("ipConfigurations", []):
+                p = ipc.get("properties") or {}
+                refs += [x["id"] for x in (p.get("subnet"), p.get("publicIPAddress")) if x and x.get("id")]
+            if (props.get("networkSecurityGroup") or {}).get("id"):
+                refs.append(props["networkSecurityGroup"]["id"])
+        if t == "microsoft.compute/virtualmachines":
+            refs += [n["id"] for n in (props.get("networkProfile") or {}).get("networkInterfaces", [])]
+            if not (props.get("hardwareProfile") or {}).get("vmSize"):
+                return ("InvalidParameter", "Required parameter 'hardwareProfile.vmSize' is missing (null).")
+            custom = (props.get("osProfile") or {}).get("customData") or ""
+            if len(custom) > CUSTOM_DATA_MAX_B64:
+                return ("InvalidParameter", "Custom data in OSProfile must be in Base64 encoding and with a maximum length of 87380 characters.")
+            linux = (props.get("osProfile") or {}).get("linuxConfiguration") or {}
+            keys = ((linux.get("ssh") or {}).get("publicKeys")) or []
+            if linux.get("disablePasswordAuthentication") and not keys:
+                return ("InvalidParameter", "Destination path for SSH public keys is required when password authentication is disabled.")
+        for ref in refs:
+            if ref.lower() not in self.arm.resources:
+                return ("InvalidResourceReference", f"Resource {ref} referenced by the request was not found.")
+        return None
+
+    def _materialize(self, rid: str, rtype: str, name: str, body: dict[str, Any],
+                     existing: Resource | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The resource as ARM returns it: ids filled in, read-only properties computed."""
+        doc = json.loads(json.dumps(body))
+        doc.update({"id": rid, "name": name, "type": rtype})
+        props = doc.setdefault("properties", {})
+        secret: dict[str, Any] = {}
+        t = rtype.lower()
+        if t == "microsoft.network/virtualnetworks":
+            for sn in props.get("subnets", []):
+                sn["id"] = f"{rid}/subnets/{sn['name']}"
+                sn["type"] = f"{rtype}/subnets"
+                sn.setdefault("properties", {})["provisioningState"] = "Succeeded"
+        elif t == "microsoft.network/publicipaddresses":
+            props["ipAddress"] = self.arm.next_ip("20.62.0.")
+        elif t == "microsoft.network/networkinterfaces":
+            for ipc in props.get("ipConfigurations", []):
+                ipc["id"] = f"{rid}/ipConfigurations/{ipc['name']}"
+                ipc.setdefault("properties", {})["privateIPAddress"] = self.arm.next_ip("10.0.0.")
+        elif t == "microsoft.compute/virtualmachines":
+            osp = props.get("osProfile") or {}
+            if "customData" in osp:
+                secret["customData"] = osp.pop("customData")  # write-only, as in Azure
+            props["vmId"] = existing.body["properties"]["vmId"] if existing else str(uuid.uuid4())
+            ident = doc.get("identity") or {}
+            if "SystemAssigned" in str(ident.get("type", "")):
+                old = (existing.body.get("identity") or {}) if existing else {}
+                ident["principalId"] = old.get("principalId") or str(uuid.uuid4())
+                ident["tenantId"] = self.arm.tenant_id
+                doc["identity"] = ident
+        elif t == "microsoft.storage/storageaccounts":
+            props["primaryEndpoints"] = {"blob": f"https://{name}.blob.core.windows.net/"}
+        return doc, secret
+
+    def _instance_view(self, res: Resource) -> dict[str, Any]:
+        state = res.body["properties"].get("provisioningState", "Succeeded")
+        power = self.arm.power.get(res.id.lower())
+        statuses = [{"code": f"ProvisioningState/{state.lower()}", "level": "Info",
+                     "displayStatus": f"Provisioning {state.lower()}"}]
+        if power:
+            statuses.append({"code": f"PowerState/{power}", "level": "Info", "displayStatus": f"VM {power}"})
+        return {"computerName": (res.body["properties"].get("osProfile") or {}).get("computerName"),
+                "statuses": statuses}
+
+
+def _public(res: Resource) -> dict[str, Any]:
+    return json.loads(json.dumps(res.body))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="A fake Azure Resource Manager for gpucloud's tests.")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--host", default="127.0.0.1")
+    args = ap.parse_args(argv)
+    arm = FakeArm(host=args.host, port=args.port).start()
+    print(f"fake ARM listening on {arm.url}", flush=True)
+    for k, v in arm.client_env().items():
+        print(f"export {k}={v}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        arm.stop()
+
+
+if __name__ == "__main__":
+    main()
