@@ -131,6 +131,8 @@ def print_catalog(rows: list[Offering]) -> None:
 
 def stack_for(gpu: str, *, cuda: str | None, driver: str | None, framework: str | None) -> Stack:
     """Resolve a stack from the command line, validating pins exactly as a job file would."""
+    from dataclasses import replace
+
     from pydantic import ValidationError
 
     from gpucloud.catalog import resolve_gpu_name
@@ -153,7 +155,15 @@ def stack_for(gpu: str, *, cuda: str | None, driver: str | None, framework: str 
     except ValidationError as exc:
         first = exc.errors()[0]
         raise UserError(f"--{first['loc'][0]}: {first['msg']}.") from None
-    return resolve_stack(model, spec)
+    if framework:
+        return resolve_stack(model, spec)
+    # Without --framework, show what a PyTorch job gets (the common question); where the GPU has no
+    # official PyTorch (K40), show the bare stack and say why.
+    try:
+        return resolve_stack(model, spec.model_copy(update={"framework": "pytorch"}))
+    except UserError as exc:
+        bare = resolve_stack(model, spec)
+        return replace(bare, warnings=(*bare.warnings, exc.message))
 
 
 def print_stack(stack: Stack, *, brief: bool = False) -> None:

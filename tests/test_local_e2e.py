@@ -1,0 +1,247 @@
+"""End to end on the local provider: the real CLI in a subprocess, a real bootstrap, real processes.
+
+Covers the "Done when" list of the local-run issue: quickstart with artifacts and logs, a failing job's
+exit code, SIGINT/SIGTERM with nothing left running, max_duration, --detach with status / logs
+--follow / down from other processes, env values byte for byte, two runs at once, `run --json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpucloud import vm_engine
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def cli(*args: str, cwd: Path, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=os.environ.copy())
+    if check:
+        assert proc.returncode == 0, f"{args}: rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def write_job(folder: Path, doc: dict, files: dict[str, str] | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"max_duration": "10m", **doc}
+    for name, text in (files or {}).items():
+        (folder / name).write_text(text)
+    path = folder / "job.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+    return path
+
+
+def run_id_of(stderr: str) -> str:
+    for line in stderr.splitlines():
+        if "] run " in line:
+            return line.split("] run ", 1)[1].split()[0]
+    raise AssertionError(f"no run id in:\n{stderr}")
+
+
+def leftovers(home: Path, run_id: str, token: str | None = None) -> list[str]:
+    """Processes of a run still alive: by the sandbox marker, the pid files, and a command-line token."""
+    found = []
+    for vm in vm_engine.find_vms(home / "local" / run_id):
+        found += [f"{vm.sandbox.name}: pid {p}" for p in vm.leftovers()]
+    if token:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and int(entry.name) != os.getpid():
+                try:
+                    cmd = (entry / "cmdline").read_bytes()
+                    state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+                except OSError:
+                    continue
+                if token.encode() in cmd and state not in ("Z", "X"):
+                    found.append(f"pid {entry.name}: {cmd!r}")
+    return found
+
+
+def status_json(run_id: str, cwd: Path) -> dict:
+    proc = cli("status", run_id, "--json", cwd=cwd, check=True)
+    return json.loads(proc.stdout)
+
+
+def test_quickstart_succeeds_with_artifacts_and_log(tmp_path: Path, gpucloud_home: Path) -> None:
+    proc = cli("run", str(REPO / "examples" / "quickstart.yaml"), "--cloud", "local", cwd=tmp_path, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    run_id = run_id_of(proc.stderr)
+    assert "done: test accuracy" in proc.stdout
+    out = tmp_path / "gpucloud-runs" / run_id
+    assert (out / "outputs" / "model.npz").stat().st_size > 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["test_accuracy"] > 0.9
+    assert "done: test accuracy" in (gpucloud_home / "runs" / run_id / "log.txt").read_text()
+    logs = cli("logs", run_id, cwd=tmp_path, check=True)
+    assert "done: test accuracy" in logs.stdout
+    doc = status_json(run_id, tmp_path)
+    assert doc["status"] == "succeeded" and doc["exit_code"] == 0 and "run" in doc["phases"]
+    assert all(r["status"] == "deleted" for r in doc["resources"])
+    assert leftovers(gpucloud_home, run_id) == []
+
+
+def test_failing_job_exit_code_and_log_kept(tmp_path: Path, gpucloud_home: Path) -> None:
+    job = write_job(tmp_path / "job", {"name": "fails", "run": "echo about to fail; echo oops >&2; exit 3"})
+    proc = cli("run", str(job), "--cloud", "local", cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    run_id = run_id_of(proc.stderr)
+    logs = cli("logs", run_id, cwd=tmp_path, check=True)
+    assert "about to fail" in logs.stdout and "oops" in logs.stdout
+    assert status_json(run_id, tmp_path)["status"] == "failed"
+
+
+def test_run_json_document(tmp_path: Path, gpucloud_home: Path) -> None:
+    job = write_job(tmp_path / "job", {"name": "jsonrun", "run": "echo hello-from-job",
+                                       "artifacts": ["out.txt"]})
+    (tmp_path / "job" / "out.txt").write_text("x")
+    proc = cli("run", str(job), "--cloud", "local", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # stdout holds exactly one JSON document
+    assert set(doc) == {"run_id", "status", "exit_code", "artifacts_dir", "phases", "cost"}
+    assert doc["status"] == "succeeded" and doc["exit_code"] == 0 and doc["cost"] == 0
+    assert {"plan", "provision", "run", "teardown"} <= set(doc["phases"])
+    assert Path(doc["artifacts_dir"], "out.txt").read_text() == "x"
+    assert "hello-from-job" in proc.stderr and "hello-from-job" not in proc.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_tears_down_and_exits_130(tmp_path: Path, gpucloud_home: Path, sig: signal.Signals) -> None:
+    token = f"gpucloud-test-sleeper-{sig.name}-{os.getpid()}"
+    job = write_job(tmp_path / "job", {
+        "name": "sleeper",
+        "run": f"python -c 'import time; print(\"started\", flush=True); time.sleep(300)' {token}",
+    })
+    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = threading.Event()
+    out: list[str] = []
+
+    def reader() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.append(line)
+            if "started" in line:
+                started.set()
+
+    threading.Thread(target=reader, daemon=True).start()
+    assert started.wait(30), "the job never printed its first line"
+    assert leftovers(gpucloud_home, "", token), "the job should be running"
+    proc.send_signal(sig)
+    rc = proc.wait(30)
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert rc == 130, stderr
+    run_id = run_id_of(stderr)
+    assert leftovers(gpucloud_home, run_id, token) == []
+    doc = status_json(run_id, tmp_path)
+    assert doc["status"] == "interrupted" and doc["exit_code"] == 130
+    assert all(r["status"] == "deleted" for r in doc["resources"])
+
+
+_DEADLINE_DRIVER = """
+import sys
+from gpucloud.lifecycle import run_job
+from gpucloud.spec import load_spec
+spec = load_spec(sys.argv[1])
+spec.max_duration = 3  # below the job file's 60 s minimum: this test drives the lifecycle directly
+result = run_job(spec, cloud="local", region=None, spot=None, detach=False, assume_yes=True, json_out=False,
+                 wait_teardown=True)
+print("RESULT", result.status, result.exit_code, result.run_id)
+sys.exit(result.exit_code)
+"""
+
+
+def test_max_duration_gives_124_and_nothing_left(tmp_path: Path, gpucloud_home: Path) -> None:
+    token = f"gpucloud-test-overrun-{os.getpid()}"
+    job = write_job(tmp_path / "job", {
+        "name": "overrun", "run": f"echo started; python -c 'import time; time.sleep(300)' {token}",
+    })
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _DEADLINE_DRIVER, str(job)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 124, proc.stderr
+    assert time.monotonic() - t0 < 30
+    run_id = proc.stdout.split("RESULT ", 1)[1].split()[2]
+    assert "RESULT deadline 124" in proc.stdout
+    assert leftovers(gpucloud_home, run_id, token) == []
+    logs = cli("logs", run_id, cwd=tmp_path, check=True)
+    assert "started" in logs.stdout and "max_duration passed" in logs.stdout
+
+
+def test_detach_then_status_logs_follow_and_down(tmp_path: Path, gpucloud_home: Path) -> None:
+    job = write_job(tmp_path / "job", {
+        "name": "detached", "run": "for i in 1 2 3 4 5; do echo line-$i; sleep 0.3; done; exit 4",
+    })
+    proc = cli("run", str(job), "--cloud", "local", "--detach", cwd=tmp_path, check=True)
+    run_id = proc.stdout.strip()
+    assert run_id.startswith("detached-")
+    doc = status_json(run_id, tmp_path)
+    assert doc["status"] in ("running", "failed") and doc["detached"]
+    follow = cli("logs", run_id, "--follow", cwd=tmp_path, timeout=60)
+    assert follow.returncode == 4, follow.stderr
+    assert [f"line-{i}" for i in range(1, 6)] == [ln for ln in follow.stdout.split() if ln.startswith("line-")]
+    doc = status_json(run_id, tmp_path)
+    assert doc["status"] == "failed" and doc["exit_code"] == 4
+    listing = json.loads(cli("ls", "--json", cwd=tmp_path, check=True).stdout)
+    assert [r["run_id"] for r in listing] == [run_id]
+
+    # A long detached run, ended from yet another process.
+    token = f"gpucloud-test-detached-sleeper-{os.getpid()}"
+    long_job = write_job(tmp_path / "long", {"name": "longrun", "run": f"python -c 'import time; time.sleep(300)' {token}"})
+    run_id2 = cli("run", str(long_job), "--cloud", "local", "--detach", "--json", cwd=tmp_path, check=True)
+    doc2 = json.loads(run_id2.stdout)
+    assert doc2["status"] == "detached" and doc2["exit_code"] == 0
+    deadline = time.monotonic() + 20
+    while not leftovers(gpucloud_home, doc2["run_id"], token) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftovers(gpucloud_home, doc2["run_id"], token)
+    cli("down", doc2["run_id"], cwd=tmp_path, check=True)
+    assert leftovers(gpucloud_home, doc2["run_id"], token) == []
+    assert status_json(doc2["run_id"], tmp_path)["status"] == "down"
+
+
+def test_env_values_reach_the_job_byte_for_byte(tmp_path: Path, gpucloud_home: Path) -> None:
+    values = {
+        "SUBST": "$(touch pwned-subst)",
+        "BACKTICK": "`touch pwned-backtick`",
+        "QUOTES": "it's \"quoted\" 'single' \\ back\\slash",
+        "NEWLINES": "line one\nline two\n\ttabbed\n",
+        "DOLLAR": "$HOME ${PATH} $1 $$ !! *",
+        "UNICODE": "naïve ☃ 日本",
+    }
+    dump = "import json, os\njson.dump({k: os.environ.get(k) for k in %r}, open('env.json', 'w'))\n" % sorted(values)
+    job = write_job(tmp_path / "job", {"name": "envjob", "env": values, "run": "python dump.py",
+                                       "artifacts": ["env.json"]}, files={"dump.py": dump})
+    proc = cli("run", str(job), "--cloud", "local", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    run_id = run_id_of(proc.stderr)
+    seen = json.loads((tmp_path / "gpucloud-runs" / run_id / "env.json").read_text())
+    assert seen == values
+    assert not list(tmp_path.rglob("pwned-*")) and not list(gpucloud_home.rglob("pwned-*"))
+
+
+def test_two_runs_at_once(tmp_path: Path, gpucloud_home: Path) -> None:
+    job = write_job(tmp_path / "job", {"name": "twin", "run": "for i in 1 2 3; do echo tick $i; sleep 0.2; done"})
+    procs = [subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local", "--json"],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    docs = []
+    for p in procs:
+        out, errout = p.communicate(timeout=90)
+        assert p.returncode == 0, errout
+        docs.append(json.loads(out))
+    assert docs[0]["run_id"] != docs[1]["run_id"]
+    listing = json.loads(cli("ls", "--json", cwd=tmp_path, check=True).stdout)
+    assert {r["run_id"]: r["status"] for r in listing} == {d["run_id"]: "succeeded" for d in docs}
+    human = cli("ls", cwd=tmp_path, check=True).stdout
+    assert all(d["run_id"] in human for d in docs)
