@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 VM_STAGES = ("preflight", "watchdog", "stack", "gpu_verify", "fetch_code", "setup", "run", "artifacts", "done")
 VM_FINAL_STATES = ("succeeded", "failed", "deadline", "error")
 DEFAULT_POLL_S = 5.0          # providers may set `poll_interval` (local: 0.5 s)
-DEFAULT_HEARTBEAT_S = 5.0     # when status.json does not say its heartbeat interval
+DEFAULT_HEARTBEAT_S = 15.0    # the renderer's default; providers may set `heartbeat_interval`
 STALE_HEARTBEATS = 3          # a node is suspect after this many missed heartbeats
 CLI_DEADLINE_GRACE_S = 60.0   # the VM ends itself at the deadline; the CLI steps in after this
 EXPIRY_MARGIN = timedelta(minutes=30)  # TAG_EXPIRES = deadline + margin (gc may sweep after it)
@@ -116,7 +116,7 @@ def _vm_phases(statuses: list[dict | None]) -> dict[str, float]:
     out: dict[str, float] = {}
     for st in statuses:
         for name, info in ((st or {}).get("stages") or {}).items():
-            if not isinstance(info, dict):
+            if not isinstance(info, dict) or name == "done":
                 continue
             start, end = info.get("start"), info.get("end")
             if isinstance(start, (int, float)) and isinstance(end, (int, float)):
@@ -267,6 +267,7 @@ class _Run:
         self.candidate: Candidate | None = None
         self.channel: Channel | None = None
         self.deadline = 0.0
+        self.heartbeat_s = DEFAULT_HEARTBEAT_S
         self.signals = 0
         self.tearing_down = False
         self.artifacts_dir: str | None = None
@@ -385,11 +386,12 @@ class _Run:
                         channel.upload_code(self.run_id, tarball)
                         uploaded.add(id(channel))
                     deadline = datetime.now(UTC) + timedelta(seconds=spec.max_duration)
-                    urls = channel.prepare(self.run_id, spec.num_nodes, deadline,
-                                           **_prepare_kwargs(provider))
+                    log_s, self.heartbeat_s = _intervals(provider, cand.cloud)
+                    urls = channel.prepare(self.run_id, spec.num_nodes, deadline, log_interval=log_s)
                     user_data = [
                         render_bootstrap(spec, self.plan.stack, cand, provider=cand.cloud, run_id=self.run_id,
-                                         node_rank=rank, manifest_url=urls[rank], put_headers=channel.put_headers)
+                                         node_rank=rank, manifest_url=urls[rank], put_headers=channel.put_headers,
+                                         log_interval=log_s, heartbeat_interval=self.heartbeat_s)
                         for rank in range(spec.num_nodes)
                     ]
                     expires = deadline + EXPIRY_MARGIN
@@ -490,7 +492,7 @@ class _Run:
             if now > self.deadline + CLI_DEADLINE_GRACE_S:
                 self.progress.warn("max_duration passed and the machine did not end the run itself: tearing down")
                 return "deadline", 124, "max_duration passed"
-            if now - last_state_check >= max(interval, 2.0) and self._stale(statuses, booted_at, now):
+            if now - last_state_check >= max(interval, self.heartbeat_s) and self._stale(statuses, booted_at, now):
                 last_state_check = now
                 states = provider.node_states(self.run_id, self.candidate.region)
                 dead = [r for r, s in enumerate(states) if s in ("gone", "stopping") and not finals[r]]
@@ -515,16 +517,16 @@ class _Run:
         return status, code, message
 
     def _stale(self, statuses: list[dict | None], booted_at: float, now: float) -> bool:
+        limit = STALE_HEARTBEATS * self.heartbeat_s
         for st in statuses:
             if st is None:
-                if now - booted_at > STALE_HEARTBEATS * DEFAULT_HEARTBEAT_S:
+                if now - booted_at > limit:
                     return True
                 continue
             if st.get("state") in VM_FINAL_STATES:
                 continue
             beat = st.get("heartbeat")
-            every = float(st.get("heartbeat_interval") or DEFAULT_HEARTBEAT_S)
-            if not isinstance(beat, (int, float)) or now - beat > STALE_HEARTBEATS * every:
+            if not isinstance(beat, (int, float)) or now - beat > limit:
                 return True
         return False
 
@@ -593,10 +595,15 @@ class _Run:
         return code
 
 
-def _prepare_kwargs(provider: Provider) -> dict[str, Any]:
-    """The log interval the bootstrap uses for this provider sizes the log parts in the manifest."""
-    interval = getattr(provider, "log_interval", None)
-    return {"log_interval": float(interval)} if interval else {}
+def _intervals(provider: Provider, cloud: str) -> tuple[float, float]:
+    """(log part interval, heartbeat interval) for this provider's VMs: the provider may set them
+    (`log_interval`, `heartbeat_interval`), else the renderer's defaults. The same log interval
+    goes to `Channel.prepare` (it sizes the log parts) and the heartbeat one sizes staleness."""
+    from gpucloud import render
+
+    log_s = getattr(provider, "log_interval", None) or render.default_log_interval(cloud)
+    hb_s = getattr(provider, "heartbeat_interval", None) or render.DEFAULT_HEARTBEAT_S
+    return float(log_s), float(hb_s)
 
 
 # ---- status / ls ---------------------------------------------------------------------------------------

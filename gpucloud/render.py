@@ -35,6 +35,11 @@ AZURE_CUSTOM_DATA_LIMIT = 64 * 1024    # bytes, after base64
 DEFAULT_HEARTBEAT_S = 15.0
 CLOUD_VM_DIR = "/var/lib/gpucloud"     # where a cloud VM keeps the job; GPUCLOUD_VM_DIR overrides
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Names bash owns (read-only, or reset by bash itself): a job cannot set them through its env.
+BASH_RESERVED = frozenset({
+    "_", "UID", "EUID", "PPID", "SHELLOPTS", "BASHOPTS", "BASHPID", "RANDOM", "SRANDOM", "SECONDS",
+    "LINENO", "EPOCHSECONDS", "EPOCHREALTIME", "FUNCNAME", "GROUPS", "HISTCMD", "DIRSTACK", "PIPESTATUS",
+})
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _REPO_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
@@ -61,8 +66,14 @@ def template_env() -> jinja2.Environment:
         comment_start_string="{##",
         comment_end_string="##}",
     )
-    env.filters["q"] = lambda v: shlex.quote(str(v))
+    env.filters["q"] = quote
     return env
+
+
+def quote(value: object) -> str:
+    """shlex.quote, always in quotes (shellcheck reads a bare `r-12` as arithmetic)."""
+    q = shlex.quote(str(value))
+    return q if q.startswith("'") else f"'{q}'"
 
 
 def default_log_interval(provider: str) -> float:
@@ -83,10 +94,13 @@ def render_env_block(env: Mapping[str, str], indent: str = "  ") -> str:
     for key, value in env.items():
         if not _ENV_KEY.match(key):
             raise UserError(f"env: {key!r} is not a valid variable name.", hint="Use letters, digits and _ (not first).")
+        if key in BASH_RESERVED or key.startswith("BASH"):
+            raise UserError(f"env: {key} is a variable that bash itself owns; it cannot be set for the job.",
+                            hint="Choose another name.")
         value = str(value)
         if "\0" in value:
             raise UserError(f"env.{key}: a NUL character cannot be passed through the environment.")
-        lines.append(f"{indent}export {key}={shlex.quote(value)}")
+        lines.append(f"{indent}export {key}={quote(value)}")
     return "\n".join(lines)
 
 

@@ -70,7 +70,7 @@ _DURATION_RE = re.compile(r"^(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*
 _DURATION_PATTERN = r"^\s*[0-9]+\s*$|^\s*([0-9]+\s*d)?\s*([0-9]+\s*h)?\s*([0-9]+\s*m)?\s*([0-9]+\s*s)?\s*$"
 _GPU_SHORTHAND_PATTERN = r"^\s*[A-Za-z0-9][A-Za-z0-9 _.-]*(:\s*[0-9]+)?\s*$"
 _IMAGE_PATTERN = r"^(auto|ami-[0-9a-f]{8,17}|[^:\s]+:[^:\s]+:[^:\s]+:[^:\s]+)$"
-MIN_DURATION_S = 60
+MIN_DURATION_S = 1  # short deadlines are legitimate on the local provider (a timeout for a quick job)
 MAX_DURATION_S = 30 * 86400
 _MAX_FILE_BYTES = 1 << 20  # a job file is a few hundred bytes; anything this big is a wrong path
 _MAX_NODES_BUILT = 100_000  # guards against YAML alias bombs ("billion laughs")
@@ -442,7 +442,7 @@ class JobSpec(_Strict):
     setup: str | None = None
     run: str
     artifacts: list[ArtifactPath] = Field(default_factory=list)
-    max_duration: int = Field(6 * 3600, ge=60, le=30 * 86400)  # seconds; input "90m" / "6h" / "2d"
+    max_duration: int = Field(6 * 3600, ge=MIN_DURATION_S, le=MAX_DURATION_S)  # seconds; input "90m" / "6h" / "2d"
     source: Path | None = Field(None, exclude=True)  # the job file it came from (not part of the format)
 
     def workdir_path(self) -> Path:
@@ -534,7 +534,7 @@ class JobSpec(_Strict):
     def _max_duration(cls, value: Any) -> int:
         seconds = parse_duration(value)
         if seconds < MIN_DURATION_S:
-            _fail(f"{describe(value)} is {seconds} s, shorter than the minimum of 60 s. Expected e.g. 90m, 6h or 2d")
+            _fail(f"{describe(value)} is {seconds} s, shorter than the minimum of {MIN_DURATION_S} s. Expected e.g. 90m, 6h or 2d")
         if seconds > MAX_DURATION_S:
             _fail(f"{describe(value)} is {_fmt_duration(seconds)}, longer than the maximum of 30d")
         return seconds

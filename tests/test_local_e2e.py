@@ -35,7 +35,7 @@ def cli(*args: str, cwd: Path, timeout: float = 60, check: bool = False) -> subp
 
 def write_job(folder: Path, doc: dict, files: dict[str, str] | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    doc = {"max_duration": "10m", **doc}
+    doc = {"resources": {"cloud": "local"}, "max_duration": "10m", **doc}
     for name, text in (files or {}).items():
         (folder / name).write_text(text)
     path = folder / "job.yaml"
@@ -146,6 +146,30 @@ def test_signal_tears_down_and_exits_130(tmp_path: Path, gpucloud_home: Path, si
     doc = status_json(run_id, tmp_path)
     assert doc["status"] == "interrupted" and doc["exit_code"] == 130
     assert all(r["status"] == "deleted" for r in doc["resources"])
+
+
+def test_second_ctrl_c_during_teardown_is_ignored(tmp_path: Path, gpucloud_home: Path) -> None:
+    token = f"gpucloud-test-stubborn-{os.getpid()}"
+    # The job ignores SIGTERM, so the teardown has to wait for its SIGKILL: time for a second Ctrl-C.
+    job = write_job(tmp_path / "job", {
+        "name": "stubborn",
+        "run": f"python -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+               f"print(\"started\", flush=True); time.sleep(300)' {token}",
+    })
+    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "started" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(30)
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert rc == 130, stderr
+    assert "still tearing down" in stderr
+    assert leftovers(gpucloud_home, run_id_of(stderr), token) == []
 
 
 _DEADLINE_DRIVER = """

@@ -20,7 +20,6 @@ credentials and honours `AWS_ENDPOINT_URL`.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
 import random
@@ -56,7 +55,6 @@ CLOUD = "aws"
 TAG_ATTEMPT = "gpucloud-attempt"
 TAG_NODE = "gpucloud-node"
 CANONICAL_OWNER = "099720109477"
-USER_DATA_LIMIT = 16 * 1024  # bytes before base64 (FACTS.md section 6)
 SSH_CIDR_ENV = "GPUCLOUD_SSH_CIDR"  # e.g. "203.0.113.7/32" when the public address cannot be looked up
 IP_LOOKUP_URL = "https://checkip.amazonaws.com"
 
@@ -192,25 +190,12 @@ def client_token(run_id: str, attempt: int, zone: str, rank: int | None) -> str:
 
 
 def fit_user_data(script: str) -> bytes:
-    """The user-data bytes for RunInstances: as is when it fits 16 KB, else gzip (cloud-init and
-    our boot path both accept a gzip stream). Too big even compressed is a bug to report."""
-    try:  # prefer the renderer's helper when it has one, so both sides agree on the format
-        from gpucloud.render import compress_user_data  # type: ignore[attr-defined]
-    except ImportError:
-        compress_user_data = None
-    if compress_user_data is not None:
-        data = compress_user_data(script, USER_DATA_LIMIT)
-        return data if isinstance(data, bytes) else data.encode()
-    raw = script.encode()
-    if len(raw) <= USER_DATA_LIMIT:
-        return raw
-    packed = gzip.compress(raw, compresslevel=9, mtime=0)
-    if len(packed) > USER_DATA_LIMIT:
-        raise FatalProvisionError(
-            f"the bootstrap script is {len(raw)} bytes ({len(packed)} gzipped), above EC2's 16 KB user-data limit.",
-            hint="Move long setup commands into a script in the workdir and call it from `setup`.",
-        )
-    return packed
+    """The user-data bytes for RunInstances: as is when within 16 KB, else gzip'd (cloud-init
+    unpacks it). The renderer owns the format and raises a UserError naming the fix when even the
+    gzip'd script is too big."""
+    from gpucloud.render import fit_user_data as render_fit
+
+    return render_fit(script, "aws")
 
 
 def tag_list(tags: dict[str, str]) -> list[dict[str, str]]:
@@ -252,6 +237,7 @@ class AwsProvider:
     name = "aws"
 
     # Tunables (class attributes so a caller can shorten them for a fast fake cloud).
+    poll_interval = 5.0       # how often the lifecycle reads status.json while following a run
     RETRY_ATTEMPTS = 6        # tries of one call under throttling / AWS-side errors
     RETRY_BASE_S = 0.5        # first backoff; doubles, with full jitter
     RETRY_CAP_S = 10.0        # longest single backoff
@@ -735,6 +721,11 @@ class AwsProvider:
         mapping = {"pending": "pending", "running": "running", "shutting-down": "stopping",
                    "stopping": "stopping", "stopped": "stopping", "terminated": "gone"}
         return [mapping.get(i["State"]["Name"], "gone") for i in mine]
+
+    def console_hint(self, run_id: str, rank: int) -> str:
+        """Where to look when a machine died without a final status."""
+        return (f"its boot output: `aws ec2 get-console-output --latest --output text --instance-id <id>` "
+                f"(ids: `aws ec2 describe-instances --filters Name=tag:{TAG_RUN},Values={run_id}`)")
 
     # ---- teardown ----------------------------------------------------------------------------------
     def _terminate(self, region: str, ids: list[str]) -> None:

@@ -146,6 +146,9 @@ def quota_family(message: str, instance_type: str) -> str:
             return "Total Regional Spot vCPUs (LowPriorityCores)"
         if name.lower() == "cores":
             return "Total Regional vCPUs"
+        fam = re.fullmatch(r"standard(\w+?)Family", name, re.I)
+        if fam:
+            return f"Standard {fam[1]} Family vCPUs"
         return f"{name} vCPUs"
     if "lowpriority" in message.lower() or "spot" in message.lower():
         return "Total Regional Spot vCPUs"

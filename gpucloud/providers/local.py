@@ -25,7 +25,9 @@ class LocalProvider:
     """Provider protocol on this machine. Nodes live in `GPUCLOUD_HOME/local/<run_id>/node-<rank>`."""
 
     name = "local"
-    poll_interval = 0.5  # seconds between the lifecycle's looks at the channel: files are cheap
+    poll_interval = 0.5       # seconds between the lifecycle's looks at the channel: files are cheap
+    log_interval = 1.0        # the VM ships a log part every second (a line shows within ~1.5 s)
+    heartbeat_interval = 2.0  # a killed local node is noticed within ~3 heartbeats
 
     def __init__(self, *, home: Path | None = None) -> None:
         from gpucloud.state import home_dir

@@ -73,7 +73,7 @@ def start_azurite(workdir: Path) -> Azurite:
         log = open(workdir / "azurite.log", "ab")
         proc = subprocess.Popen(
             [str(binary), "--silent", "--inMemoryPersistence", "--blobHost", "127.0.0.1", "--blobPort", str(port),
-             "--skipApiVersionCheck", "--location", str(workdir)],
+             "--skipApiVersionCheck", "--disableTelemetry"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir,
             env={**os.environ, "NODE_NO_WARNINGS": "1"},
         )

