@@ -1,0 +1,411 @@
+"""AzureProvider and BlobChannel against the fake ARM server (and Azurite): what gets created, with
+which properties and tags, how Azure's errors are classified, teardown, gc, and the SAS URLs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpucloud.providers.azure import (
+    CONTRIBUTOR_ROLE_ID,
+    AzureProvider,
+    classify_error,
+    image_reference,
+    quota_family,
+    resource_group_name,
+)
+from gpucloud.providers.base import CapacityError, FatalProvisionError, QuotaError, ThrottledError
+from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
+    OperatorCredential,
+    arm,
+    azurite,
+    fake_arm_server,
+    journal,
+    launch_request,
+    leftovers,
+    provider,
+    run_resources,
+    wait_until,
+)
+from tests.support.fake_arm import IDENTITY_HEADER, FakeArm
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def by_type(arm: FakeArm, run_id: str, rtype: str) -> list[dict[str, Any]]:
+    with arm.lock:
+        return [json.loads(json.dumps(r.body)) for r in arm.resources.values()
+                if r.type.lower() == rtype.lower() and f"gpucloud-{run_id}-" in r.id]
+
+
+def arm_call(arm: FakeArm, method: str, path: str, token: str) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(f"{arm.url}{path}", method=method, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            body = resp.read()
+            return resp.status, json.loads(body) if body else {}
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+        return exc.code, json.loads(body) if body else {}
+
+
+# ---- what provision creates -----------------------------------------------------------------------
+
+def test_provision_creates_one_tagged_group_with_network_and_vm(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    req = launch_request("run-a")
+    ids = provider.provision(req, journal)
+    rg = resource_group_name("run-a", "eastus")
+    assert ids == [f"/subscriptions/{arm.subscription_id}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines/node-0"]
+
+    everything = run_resources(arm, "run-a")
+    kinds = sorted(r["type"] for r in everything)
+    assert kinds == sorted([
+        "Microsoft.Resources/resourceGroups", "Microsoft.Network/networkSecurityGroups",
+        "Microsoft.Network/virtualNetworks", "Microsoft.Network/virtualNetworks/subnets",
+        "Microsoft.Network/publicIPAddresses", "Microsoft.Network/networkInterfaces",
+        "Microsoft.Compute/virtualMachines", "Microsoft.Authorization/roleAssignments"])
+    for res in everything:
+        if res["type"].endswith(("/subnets", "/roleAssignments")):
+            continue  # no tags of their own in ARM
+        assert res["tags"]["gpucloud-run"] == "run-a", res["id"]
+        assert res["tags"]["gpucloud-expires"] == req.tags["gpucloud-expires"], res["id"]
+        assert res["tags"]["Name"] == "gpucloud-run-a"
+        assert res["state"] == "Succeeded"
+
+    (nsg,) = by_type(arm, "run-a", "Microsoft.Network/networkSecurityGroups")
+    inbound = [r["properties"] for r in nsg["properties"]["securityRules"] if r["properties"]["direction"] == "Inbound"]
+    assert not [r for r in inbound if r["access"] == "Allow"], "no inbound allow rule for a single-node job without ssh"
+    assert any(r["access"] == "Deny" and r["sourceAddressPrefix"] == "*" for r in inbound)
+
+    (pip,) = by_type(arm, "run-a", "Microsoft.Network/publicIPAddresses")
+    assert pip["sku"]["name"] == "Standard" and pip["properties"]["publicIPAllocationMethod"] == "Static"
+    (vnet,) = by_type(arm, "run-a", "Microsoft.Network/virtualNetworks")
+    assert vnet["properties"]["subnets"][0]["properties"]["networkSecurityGroup"]["id"] == nsg["id"]
+    (nic,) = by_type(arm, "run-a", "Microsoft.Network/networkInterfaces")
+    assert nic["properties"]["ipConfigurations"][0]["properties"]["publicIPAddress"]["id"] == pip["id"]
+
+    (vm,) = by_type(arm, "run-a", "Microsoft.Compute/virtualMachines")
+    props = vm["properties"]
+    assert props["hardwareProfile"]["vmSize"] == "Standard_NC4as_T4_v3"
+    assert props["storageProfile"]["osDisk"]["diskSizeGB"] == 100
+    assert props["storageProfile"]["imageReference"] == {
+        "publisher": "Canonical", "offer": "0001-com-ubuntu-server-jammy", "sku": "22_04-lts-gen2", "version": "latest"}
+    assert props["osProfile"]["linuxConfiguration"]["disablePasswordAuthentication"] is True
+    assert "priority" not in props and "billingProfile" not in props
+    assert vm["identity"]["type"] == "SystemAssigned"
+    assert arm.custom_data(vm["id"]) == req.user_data[0]
+
+    (role,) = by_type(arm, "run-a", "Microsoft.Authorization/roleAssignments")
+    assert role["properties"]["scope"] == f"/subscriptions/{arm.subscription_id}/resourceGroups/{rg}"
+    assert role["properties"]["principalId"] == vm["identity"]["principalId"]
+    assert role["properties"]["roleDefinitionId"].endswith(f"/roleDefinitions/{CONTRIBUTOR_ROLE_ID}")
+
+    recorded = {(r.kind, r.status) for r in journal.resources("run-a")}
+    assert ("resource_group", "created") in recorded and ("vm", "created") in recorded
+    assert ("role_assignment", "created") in recorded
+
+
+@pytest.mark.parametrize("max_price,expected", [(None, -1), ("  max_price_per_hour: 0.6\n", 0.6)])
+def test_spot_vm_has_priority_eviction_delete_and_max_price(arm: FakeArm, provider: AzureProvider, journal: Any,
+                                                             max_price: str | None, expected: float) -> None:
+    provider.provision(launch_request("run-spot", spot=True, extra=max_price or ""), journal)
+    (vm,) = by_type(arm, "run-spot", "Microsoft.Compute/virtualMachines")
+    assert vm["properties"]["priority"] == "Spot"
+    assert vm["properties"]["evictionPolicy"] == "Delete"
+    assert vm["properties"]["billingProfile"]["maxPrice"] == expected
+
+
+def test_multi_node_gets_a_vm_and_role_per_node_and_vnet_only_inbound(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    req = launch_request("run-mn", nodes=2)
+    ids = provider.provision(req, journal)
+    assert [i.rsplit("/", 1)[1] for i in ids] == ["node-0", "node-1"]
+    vms = by_type(arm, "run-mn", "Microsoft.Compute/virtualMachines")
+    roles = by_type(arm, "run-mn", "Microsoft.Authorization/roleAssignments")
+    assert {r["properties"]["principalId"] for r in roles} == {v["identity"]["principalId"] for v in vms}
+    assert [arm.custom_data(v["id"]) for v in sorted(vms, key=lambda v: v["name"])] == req.user_data
+    (nsg,) = by_type(arm, "run-mn", "Microsoft.Network/networkSecurityGroups")
+    allows = [r["properties"] for r in nsg["properties"]["securityRules"] if r["properties"]["access"] == "Allow"]
+    assert allows and all(r["sourceAddressPrefix"] == "VirtualNetwork" for r in allows)
+    assert provider.node_states("run-mn", "eastus") == ["running", "running"]
+
+
+def test_image_gen1_for_nc_k80_sizes_gen2_elsewhere_and_image_wins() -> None:
+    from gpucloud.errors import UserError
+
+    assert image_reference("auto", "20.04", "Standard_NC6", "K80")["sku"] == "20_04-lts"
+    assert image_reference("auto", "20.04", "Standard_NC24r", "K80")["sku"] == "20_04-lts"
+    assert image_reference("auto", "20.04", "Standard_NC6s_v3", "V100")["sku"] == "20_04-lts-gen2"
+    assert image_reference("auto", "22.04", "Standard_NC24ads_A100_v4", "A100-80GB")["sku"] == "22_04-lts-gen2"
+    assert image_reference("auto", "24.04", "Standard_NC4as_T4_v3", "T4") == {
+        "publisher": "Canonical", "offer": "ubuntu-24_04-lts", "sku": "server", "version": "latest"}
+    assert image_reference("Canonical:0001-com-ubuntu-server-focal:20_04-lts:20.04.202301010", "22.04",
+                           "Standard_NC4as_T4_v3", "T4")["version"] == "20.04.202301010"
+    gallery = "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/galleries/x/images/y/versions/1.0.0"
+    assert image_reference(gallery, "22.04", "Standard_NC4as_T4_v3", "T4") == {"id": gallery}
+    with pytest.raises(UserError, match="URN"):
+        image_reference("ubuntu-latest", "22.04", "Standard_NC4as_T4_v3", "T4")
+
+
+def test_k80_request_on_nc6_uses_the_gen1_image(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    # The planner refuses retired NC sizes; a caller naming one still gets the right image generation.
+    from gpucloud.stacks import resolve_stack
+
+    req = launch_request("run-k80", instance_type="Standard_NC6")
+    req.stack = resolve_stack("K80")
+    req.candidate = dataclasses.replace(req.candidate, gpu="K80")
+    provider.provision(req, journal)
+    (vm,) = by_type(arm, "run-k80", "Microsoft.Compute/virtualMachines")
+    assert vm["properties"]["storageProfile"]["imageReference"]["sku"] == "20_04-lts"
+    assert vm["properties"]["storageProfile"]["imageReference"]["offer"] == "0001-com-ubuntu-server-focal"
+
+
+def test_custom_data_over_64_kb_is_refused_before_any_call(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    with pytest.raises(FatalProvisionError, match="64 KB"):
+        provider.provision(launch_request("run-big", user_data=["#" * 50_000]), journal)
+    assert not arm.calls
+
+
+# ---- error classification --------------------------------------------------------------------------
+
+VM_PUT = r"/virtualMachines/node-0$"
+QUOTA_MSG = ("Operation could not be completed as it results in exceeding approved standardNCASv3_T4Family Cores "
+             "quota. Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 0")
+
+
+@pytest.mark.parametrize("code,async_,message,kind,quota", [
+    ("AllocationFailed", True, "Allocation failed.", CapacityError, None),
+    ("ZonalAllocationFailed", True, "Allocation failed in zone 1.", CapacityError, None),
+    ("OverconstrainedAllocationRequest", True, "Allocation failed: constraints.", CapacityError, None),
+    ("SkuNotAvailable", False, "The requested size is currently not available (NotAvailableForSubscription).", CapacityError, None),
+    ("OperationNotAllowed", False, QUOTA_MSG, QuotaError, "Standard NCASv3_T4 Family vCPUs"),
+    ("QuotaExceeded", False, "Quota exceeded for Standard NCASv3_T4 Family vCPUs in eastus.", QuotaError,
+     "Standard NCASv3_T4 Family vCPUs"),
+    ("OperationNotAllowed", False, "exceeding approved LowPriorityCores quota", QuotaError,
+     "Total Regional Spot vCPUs (LowPriorityCores)"),
+    ("TooManyRequests", False, "Throttled.", ThrottledError, None),
+    ("InternalServerError", False, "Boom.", ThrottledError, None),
+    ("InvalidParameter", False, "Bad parameter.", FatalProvisionError, None),
+])
+def test_vm_errors_are_classified_and_the_attempt_cleaned_up(
+        arm: FakeArm, provider: AzureProvider, journal: Any, code: str, async_: bool, message: str,
+        kind: type, quota: str | None) -> None:
+    arm.inject("PUT", VM_PUT, code, message=message, async_=async_, times=100)
+    with pytest.raises(kind) as info:
+        provider.provision(launch_request("run-err"), journal)
+    err = info.value
+    assert err.code == code
+    if quota:
+        assert err.quota_code == quota and quota in err.message
+    assert "Traceback" not in err.render()
+    assert run_resources(arm, "run-err") == [], "a failed attempt leaves nothing behind"
+    assert not journal.resources("run-err", alive_only=True)
+
+
+def test_throttling_is_retried_with_backoff_then_succeeds(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    inj = arm.inject("PUT", r"/networkSecurityGroups/nsg$", "TooManyRequests", times=2)
+    provider.provision(launch_request("run-429"), journal)
+    assert inj.hits == 2
+    assert provider.node_states("run-429", "eastus") == ["running"]
+
+
+def test_role_assignment_waits_for_the_new_identity(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    inj = arm.inject("PUT", r"/roleAssignments/", "PrincipalNotFound", times=1)
+    provider.provision(launch_request("run-pnf"), journal)
+    assert inj.hits == 1
+    assert len(by_type(arm, "run-pnf", "Microsoft.Authorization/roleAssignments")) == 1
+
+
+def test_missing_right_to_assign_roles_is_fatal_with_a_hint(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    arm.inject("PUT", r"/roleAssignments/", "AuthorizationFailed",
+               message="does not have authorization to perform action 'Microsoft.Authorization/roleAssignments/write'")
+    with pytest.raises(FatalProvisionError) as info:
+        provider.provision(launch_request("run-auth"), journal)
+    assert "User Access Administrator" in (info.value.hint or "")
+    assert run_resources(arm, "run-auth") == []
+
+
+def test_classify_error_without_a_server() -> None:
+    from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
+
+    assert isinstance(classify_error(ServiceRequestError("connection refused"), where="x"), FatalProvisionError)
+    err = classify_error(ClientAuthenticationError("DefaultAzureCredential failed"), where="x")
+    assert isinstance(err, FatalProvisionError) and "az login" in (err.hint or "")
+    assert quota_family("exceeding approved Cores quota", "Standard_NC4as_T4_v3") == "Total Regional vCPUs"
+
+
+# ---- state, teardown, gc ---------------------------------------------------------------------------
+
+def test_node_states_follow_the_instance_view(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    (vm_id,) = provider.provision(launch_request("run-st"), journal)
+    assert provider.node_states("run-st", "eastus") == ["running"]
+    arm.set_power_state(vm_id, "stopped")  # a shutdown inside the guest: still allocated
+    assert provider.node_states("run-st", "eastus") == ["stopping"]
+    fresh = AzureProvider(credential=OperatorCredential(arm), subscription_id=arm.subscription_id, arm_endpoint=arm.url)
+    assert fresh.node_states("run-st", "eastus") == ["stopping"]  # another CLI process finds the nodes
+    provider.teardown("run-st", "eastus", journal)
+    assert provider.node_states("run-st", "eastus") == ["gone"]
+    assert fresh.node_states("run-st", "eastus") == ["gone"]
+
+
+def test_teardown_deletes_the_group_and_is_idempotent(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    provider.provision(launch_request("run-td"), journal)
+    provider.teardown("run-td", "eastus", journal)
+    assert run_resources(arm, "run-td") == []
+    assert not journal.resources("run-td", alive_only=True)
+    provider.teardown("run-td", "eastus", journal)           # already gone: 404 is done
+    provider.teardown("never-ran", "westus2", journal)         # nothing ever created
+    deletes = [c for c in arm.calls if c[0] == "DELETE"]
+    assert len(deletes) == 3
+
+
+def test_teardown_without_wait_returns_at_once(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    arm.op_seconds = 0.5
+    try:
+        provider.provision(launch_request("run-nw"), journal)
+        t0 = time.monotonic()
+        provider.teardown("run-nw", "eastus", journal, wait=False)
+        assert time.monotonic() - t0 < 0.4
+        assert wait_until(lambda: run_resources(arm, "run-nw") == [], timeout=5)
+    finally:
+        arm.op_seconds = 0.02
+
+
+def test_gc_deletes_only_expired_groups(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    provider.provision(launch_request("run-old", expires_in=timedelta(minutes=-5)), journal)
+    provider.provision(launch_request("run-new"), journal)
+    provider.resource.resource_groups.create_or_update("unrelated", {"location": "eastus", "tags": {"team": "x"}})
+    now = datetime.now(UTC)
+    dry = provider.gc(now, dry_run=True)
+    assert len(dry) == 1 and "would delete" in dry[0] and "run-old" in dry[0]
+    assert run_resources(arm, "run-old")
+    done = provider.gc(now, dry_run=False)
+    assert len(done) == 1 and done[0].startswith("deleted") and "run-old" in done[0]
+    assert run_resources(arm, "run-old") == []
+    assert run_resources(arm, "run-new")
+    assert any(r["id"].endswith("/unrelated") for r in arm.snapshot())
+    assert provider.gc(now, dry_run=False) == []
+
+
+# ---- the VM's managed identity ---------------------------------------------------------------------
+
+def test_vm_identity_may_delete_its_own_group_and_nothing_else(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    provider.provision(launch_request("run-mi1"), journal)
+    provider.provision(launch_request("run-mi2"), journal)
+    (vm,) = by_type(arm, "run-mi1", "Microsoft.Compute/virtualMachines")
+    imds = arm.imds_endpoint(vm["identity"]["principalId"])
+    req = urllib.request.Request(f"{imds}/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/",
+                                 headers={"Metadata": "true"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        token = json.loads(resp.read())["access_token"]
+    req = urllib.request.Request(f"{imds}/metadata/instance/compute?api-version=2021-02-01", headers={"Metadata": "true"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        compute = json.loads(resp.read())
+    assert compute["resourceGroupName"] == resource_group_name("run-mi1", "eastus")
+    sub = arm.subscription_id
+    other = resource_group_name("run-mi2", "eastus")
+    status, body = arm_call(arm, "DELETE", f"/subscriptions/{sub}/resourcegroups/{other}?api-version=2021-04-01", token)
+    assert status == 403 and body["error"]["code"] == "AuthorizationFailed"
+    own = compute["resourceGroupName"]
+    status, _ = arm_call(arm, "DELETE", f"/subscriptions/{sub}/resourcegroups/{own}?api-version=2021-04-01", token)
+    assert status == 202
+    assert wait_until(lambda: run_resources(arm, "run-mi1") == [])
+    assert run_resources(arm, "run-mi2")
+
+
+def test_default_credential_reaches_the_fake_through_the_environment(arm: FakeArm, journal: Any) -> None:
+    # What the CLI subprocess does: DefaultAzureCredential, AZURE_SUBSCRIPTION_ID, the endpoint setting.
+    provider = AzureProvider()
+    provider.provision(launch_request("run-env"), journal)
+    provider.teardown("run-env", "eastus", journal)
+    assert run_resources(arm, "run-env") == []
+
+
+def test_fake_arm_runs_standalone() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.fake_arm", "--port", "0"], stdout=subprocess.PIPE,
+                            text=True, cwd=Path(__file__).resolve().parent.parent)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        url = line.strip().rsplit(" ", 1)[-1]
+        assert url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(f"{url}/_fake/snapshot", timeout=5) as resp:
+            assert json.loads(resp.read()) == []
+        req = urllib.request.Request(f"{url}/_identity?api-version=2019-08-01&resource=x", headers={"X-IDENTITY-HEADER": IDENTITY_HEADER})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            assert json.loads(resp.read())["token_type"] == "Bearer"
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+# ---- Blob channel ----------------------------------------------------------------------------------
+
+def curl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["curl", "-sS", *args], capture_output=True, text=True, timeout=30)
+
+
+def test_blob_channel_creates_private_https_only_storage_once(arm: FakeArm, azurite: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUCLOUD_AZURE_BLOB_ENDPOINT", azurite.blob_endpoint)
+    channel = AzureProvider().channel("eastus")
+    accounts = [r for r in arm.resources.values() if r.type == "Microsoft.Storage/storageAccounts"]
+    assert len(accounts) == 1
+    props = accounts[0].body["properties"]
+    assert props["supportsHttpsTrafficOnly"] is True and props["allowBlobPublicAccess"] is False
+    assert props["minimumTlsVersion"] == "TLS1_2"
+    assert "gpucloud-expires" not in (accounts[0].body.get("tags") or {}), "gc must never sweep the channel store"
+    assert channel.account_name == "devstoreaccount1"     # from the endpoint; the key came from listKeys
+    puts = len([c for c in arm.calls if c[0] == "PUT"])
+    AzureProvider().channel("eastus")                     # a second CLI process reuses it
+    assert len([c for c in arm.calls if c[0] == "PUT"]) == puts
+    # Private container: no anonymous reads.
+    channel.put_bytes("runs/p/x", b"secret")
+    anonymous = curl("-o", "/dev/null", "-w", "%{http_code}", f"{channel.account_url}/{channel.container}/runs/p/x")
+    assert anonymous.stdout in ("401", "403", "404")
+
+
+def test_blob_sas_urls_work_with_curl_until_they_expire(arm: FakeArm, azurite: Any, monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    monkeypatch.setenv("GPUCLOUD_AZURE_BLOB_ENDPOINT", azurite.blob_endpoint)
+    channel = AzureProvider().channel("eastus")
+    assert channel.put_headers == ("x-ms-blob-type: BlockBlob",)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    channel.put_bytes("runs/s/code.tar.gz", b"code")
+    get = channel.url_get("runs/s/code.tar.gz", later)
+    assert curl("-f", get).stdout == "code"
+
+    part = tmp_path / "part"
+    part.write_text("log line\n")
+    put = channel.url_put("runs/s/node-0/log/000000", later)
+    res = curl("-f", "-T", str(part), "-H", channel.put_headers[0], put)
+    assert res.returncode == 0, res.stderr
+    assert channel.get_bytes("runs/s/node-0/log/000000") == b"log line\n"
+    # Overwrite (status.json is PUT again and again).
+    part.write_text("again\n")
+    assert curl("-f", "-T", str(part), "-H", channel.put_headers[0], put).returncode == 0
+    assert channel.get_bytes("runs/s/node-0/log/000000") == b"again\n"
+
+    # A GET URL cannot write, a URL for one object cannot reach another, an expired one is refused.
+    assert curl("-o", "/dev/null", "-w", "%{http_code}", "-T", str(part), "-H", channel.put_headers[0], get).stdout == "403"
+    other = put.replace("log/000000", "log/000001")
+    assert curl("-o", "/dev/null", "-w", "%{http_code}", "-T", str(part), "-H", channel.put_headers[0], other).stdout == "403"
+    expired = channel.url_get("runs/s/code.tar.gz", datetime.now(UTC) - timedelta(minutes=1))
+    assert curl("-o", "/dev/null", "-w", "%{http_code}", expired).stdout == "403"
+
+    # The run-level protocol on top: manifests hold working URLs.
+    urls = channel.prepare("s", 1, datetime.now(UTC) + timedelta(minutes=30))
+    manifest = curl("-f", urls[0]).stdout
+    assert "code_get " in manifest and "status_put " in manifest
+    code_url = next(line.split(" ", 1)[1] for line in manifest.splitlines() if line.startswith("code_get "))
+    assert curl("-f", code_url).stdout == "code"
+    channel.delete_prefix("runs/s/")
+    assert channel.get_bytes("runs/s/code.tar.gz") is None
+    assert channel.get_bytes("never/there") is None
