@@ -476,6 +476,12 @@ class _Run:
             mirror.sync(channel)
             self.progress.log(mirror.read_new())
             self._show_stages(statuses, shown)
+            # Someone ran `gpucloud down` on this run from another terminal (it marks the run
+            # before it kills anything, so the nodes' "stopped by a signal" status is not the outcome).
+            rec = self.store.get_run(self.run_id)
+            if rec is not None and rec.status == "down":
+                self.progress.warn("the run was torn down by `gpucloud down` from another process")
+                return "down", 130, "torn down by `gpucloud down`"
             finals = [bool(st and st.get("state") in VM_FINAL_STATES) for st in statuses]
             if all(finals):
                 break
@@ -485,10 +491,6 @@ class _Run:
                 first_final_at = first_final_at or now
                 if now - first_final_at > PEER_FAIL_GRACE_S:
                     break
-            # Someone ran `gpucloud down` on this run from another terminal.
-            rec = self.store.get_run(self.run_id)
-            if rec is not None and rec.status == "down":
-                return "down", 130, "torn down by `gpucloud down`"
             if now > self.deadline + CLI_DEADLINE_GRACE_S:
                 self.progress.warn("max_duration passed and the machine did not end the run itself: tearing down")
                 return "deadline", 124, "max_duration passed"
@@ -658,7 +660,7 @@ def _print_run_detail(store: Store, run: RunRecord, phases: dict[str, float], no
         f"run        {run.id}",
         f"status     {run.status}" + (f" (exit {run.exit_code})" if run.exit_code is not None else "")
         + (" (detached)" if run.detached and not run.final else ""),
-        f"phase      {run.phase or '-'}",
+        f"phase      {'-' if run.final else (run.phase or '-')}",
         f"where      {run.cloud}/{run.region}/{run.instance_type} x {run.num_nodes} node(s)",
         f"elapsed    {fmt_seconds(run.elapsed(now))}",
         f"cost       ${run.cost(now):.4f} (${run.price_per_hour:.3f}/h per node)",

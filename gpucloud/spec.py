@@ -101,6 +101,8 @@ def describe(value: Any) -> str:
         return "a list"
     if isinstance(value, dict):
         return "a mapping"
+    if isinstance(value, bytes | bytearray):
+        return "binary data"
     if isinstance(value, _dt.date):
         return f"the date {value.isoformat()}"
     return f"a {type(value).__name__}"
@@ -320,9 +322,19 @@ class Resources(_Strict):
     @classmethod
     def _gpu(cls, value: Any) -> Any:
         """"K80:1" / "k80" / "A100-80GB:8" -> {model, count}; mappings go to GpuRequest as they are."""
+        expected = "MODEL:COUNT such as K80:1 or A100-80GB:8, or a mapping {model: K80, count: 1}"
+        if isinstance(value, dict) and len(value) == 1:
+            ((key, count),) = value.items()
+            if key not in GpuRequest.model_fields and did_you_mean(str(key), list(GpuRequest.model_fields)) is None:
+                from gpucloud import catalog
+
+                if catalog.resolve_gpu_name(str(key)):
+                    _fail(
+                        f"'{key}: {count}' reads as a mapping because of the space after the colon. "
+                        f"Write {key}:{count} (no space), or a mapping {{model: {key}, count: {count}}}"
+                    )
         if value is None or isinstance(value, dict | GpuRequest):
             return value
-        expected = "MODEL:COUNT such as K80:1 or A100-80GB:8, or a mapping {model: K80, count: 1}"
         if not isinstance(value, str):
             _fail(f"expected {expected}, got {describe(value)}")
         model, sep, count = value.strip().rpartition(":")
@@ -774,6 +786,7 @@ class _Builder:
         self.filename = filename
         self.lines: dict[tuple[Any, ...], _Where] = {}
         self.issues: list[SpecIssue] = []
+        self.bad_paths: set[str] = set()  # already reported (bad YAML value): skip the model's errors there
         self.count = 0
 
     def build(self, node: Node, path: tuple[Any, ...], key_line: int) -> Any:
@@ -792,9 +805,19 @@ class _Builder:
             if node.tag != _SEQ_TAG:
                 self._issue(value_line, path, f"the YAML tag '{node.tag}' is not supported. Remove it")
             return [self.build(item, (*path, i), item.start_mark.line + 1) for i, item in enumerate(node.value)]
-        if node.tag in _NUMBER_TAGS and _keeps_raw_text(path):
+        if node.tag in _NUMBER_TAGS and (_keeps_raw_text(path) or ":" in node.value):
+            # YAML 1.1 reads 1:30 as the base-60 number 90: nobody means that in a job file, so the
+            # text goes to the validator, which says what it expected (e.g. 1h30m for a duration).
             return node.value
-        return self.loader.construct_object(node, deep=True)
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.MarkedYAMLError:
+            raise
+        except (ValueError, TypeError, AttributeError):  # e.g. `!!int abc`, `!!timestamp nonsense`
+            tag = str(node.tag).rsplit(":", 1)[-1]
+            self._issue(value_line, path, f"'{node.value}' is not a valid !!{tag} value. Remove the '!!{tag}' tag or fix the value")
+            self.bad_paths.add(_dotted(path))
+            return None
 
     def _mapping(self, node: Any, path: tuple[Any, ...]) -> dict[str, Any]:
         import yaml
@@ -855,6 +878,8 @@ def _yaml_error(filename: str, exc: Exception, text: str) -> SpecError:
             context = f" ({exc.context}{at})"
         if "expected a single document" in what:
             advice = "A job file holds one YAML document: remove the extra '---' part"
+        elif "could not determine a constructor" in what:
+            advice = "Job files use plain YAML: remove the '!' tag"
         elif "\t" in what or "\t" in _line_text(text, line):
             advice = "YAML does not allow tabs for indentation: use spaces"
         else:
@@ -910,13 +935,14 @@ def parse_spec(text: str, filename: str) -> JobSpec:
     issues = list(builder.issues)
     root_line = builder.lines[()].value_line
     for key in _INPUT_ONLY_EXCLUDED & data.keys():
-        issues.append(SpecIssue(filename, builder.lines[(key,)].key_line, key, _unknown_key_message(key, ()) + "."))
+        text = _unknown_key_message(key, ())
+        issues.append(SpecIssue(filename, builder.lines[(key,)].key_line, key, text if text.endswith("?") else text + "."))
         del data[key]
     spec: JobSpec | None = None
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
-        issues.extend(_issues_from(exc, filename, builder.lines, root_line))
+        issues.extend(i for i in _issues_from(exc, filename, builder.lines, root_line) if i.field not in builder.bad_paths)
     if issues or spec is None:
         raise SpecError(issues)
     return spec
@@ -928,7 +954,7 @@ def load_spec(path: str | Path) -> JobSpec:
     p = Path(path)
 
     def fail(message: str, line: int | None = None) -> NoReturn:
-        raise SpecError([SpecIssue(name, line, "", message)])
+        raise SpecError([SpecIssue(name, line, "", message if message.endswith(".") else message + ".")])
 
     if p.is_dir():
         fail("is a directory, not a job file. Pass the YAML file itself, e.g. " + str(p / "job.yaml"))
@@ -963,7 +989,7 @@ def json_schema() -> dict[str, Any]:
         section = {"": "", "resources": "resources", "resources.gpu": "gpurequest", "stack": "stackspec"}.get(parent)
         prop = sections.get(section, {}).get("properties", {}).get(key) if section is not None else None
         if prop is not None:
-            prop.setdefault("description", hint[:1].upper() + hint[1:] + ".")
+            prop.setdefault("description", hint[:1].upper() + hint[1:] + ("" if hint.endswith(".") else "."))
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         **{k: v for k, v in schema.items() if k != "title"},

@@ -269,9 +269,9 @@ def test_teardown_deletes_the_group_and_is_idempotent(arm: FakeArm, provider: Az
 
 
 def test_teardown_without_wait_returns_at_once(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    provider.provision(launch_request("run-nw"), journal)
     arm.op_seconds = 0.5
     try:
-        provider.provision(launch_request("run-nw"), journal)
         t0 = time.monotonic()
         provider.teardown("run-nw", "eastus", journal, wait=False)
         assert time.monotonic() - t0 < 0.4

@@ -241,3 +241,42 @@ def test_cost_so_far_uses_price_nodes_and_hours(gpucloud_home: Path) -> None:
     rec = store.get_run("c1")
     assert rec is not None and rec.cost() == pytest.approx(3.0, rel=0.01)
     assert (datetime.now(UTC) + timedelta(0)).tzinfo is UTC
+
+
+def test_local_gc_kills_expired_nodes_only(gpucloud_home: Path) -> None:
+    from gpucloud.providers.local import LocalProvider
+
+    prov = LocalProvider()
+    old = vm_engine.boot("sleep 300\n", prov.sandbox("old-run", 0), expires_at=time.time() - 5)
+    new = vm_engine.boot("sleep 300\n", prov.sandbox("new-run", 0), expires_at=time.time() + 600)
+    try:
+        lines = prov.gc(datetime.now(UTC), dry_run=True)
+        assert len(lines) == 1 and "old-run" in lines[0] and "would kill" in lines[0] and old.alive()
+        lines = prov.gc(datetime.now(UTC), dry_run=False)
+        assert len(lines) == 1 and "killed" in lines[0]
+        old._reap()
+        assert not old.alive() and new.alive()
+        assert prov.node_states("new-run", "local") == ["running"]
+        assert prov.node_states("old-run", "local") == ["gone"]
+    finally:
+        new.kill(grace=1)
+
+
+def test_collect_garbage_tears_down_ended_runs_with_resources(gpucloud_home: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from gpucloud.providers.local import LocalProvider
+
+    prov = LocalProvider()
+    store = Store()
+    journal = Journal(store)
+    store.create_run("left-1", name="left", cloud="local", region="local")
+    res = journal.intent("left-1", "process", "left-1/node-0", "local", "local")
+    vm = vm_engine.boot("sleep 300\n", prov.sandbox("left-1", 0), expires_at=time.time() + 600)
+    journal.created(res, f"pid:{vm.pid}")
+    store.finish_run("left-1", "succeeded", exit_code=0)  # e.g. a `run` killed with SIGKILL at the very end
+    lifecycle.collect_garbage(dry_run=True, assume_yes=True, cloud=None)
+    assert "would be torn down" in capsys.readouterr().out and vm.alive()
+    lifecycle.collect_garbage(dry_run=False, assume_yes=True, cloud=None)
+    assert "torn down" in capsys.readouterr().out
+    vm._reap()
+    assert not vm.alive() and store.resources("left-1") == []

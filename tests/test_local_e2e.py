@@ -269,3 +269,44 @@ def test_two_runs_at_once(tmp_path: Path, gpucloud_home: Path) -> None:
     assert {r["run_id"]: r["status"] for r in listing} == {d["run_id"]: "succeeded" for d in docs}
     human = cli("ls", cwd=tmp_path, check=True).stdout
     assert all(d["run_id"] in human for d in docs)
+
+
+def test_down_from_another_process_stops_a_followed_run(tmp_path: Path, gpucloud_home: Path) -> None:
+    token = f"gpucloud-test-followed-{os.getpid()}"
+    job = write_job(tmp_path / "job", {"name": "followed",
+                                       "run": f"echo go; python -c 'import time; time.sleep(300)' {token}"})
+    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip() == "go":
+            break
+    [run] = json.loads(cli("ls", "--json", cwd=tmp_path, check=True).stdout)
+    assert run["status"] == "running" and not run["detached"]
+    cli("down", run["run_id"], cwd=tmp_path, check=True)
+    rc = proc.wait(30)
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert rc == 130, stderr
+    assert "gpucloud down" in stderr
+    assert leftovers(gpucloud_home, run["run_id"], token) == []
+    assert status_json(run["run_id"], tmp_path)["status"] == "down"
+
+
+def test_dead_machine_is_reported_lost(tmp_path: Path, gpucloud_home: Path) -> None:
+    job = write_job(tmp_path / "job", {"name": "doomed", "run": "echo go; sleep 300"})
+    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip() == "go":
+            break
+    [vm] = vm_engine.find_vms(gpucloud_home / "local")
+    for pid in vm.leftovers():  # the machine dies: no final status, no more heartbeats
+        os.kill(pid, signal.SIGKILL)
+    rc = proc.wait(40)
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert rc == 70, stderr
+    assert "without reporting a final status" in stderr
+    run_id = run_id_of(stderr)
+    assert status_json(run_id, tmp_path)["status"] == "lost"
+    assert leftovers(gpucloud_home, run_id) == []

@@ -139,10 +139,10 @@ def quota_family(message: str, instance_type: str) -> str:
     m = re.search(r"(Standard [\w ]+? Family vCPUs|Total Regional (?:Low-priority |Spot )?vCPUs)", message, re.I)
     if m:
         return m[1]
-    m = re.search(r"approved (\w+) Cores quota", message)
+    m = re.search(r"approved (?:(\w+?) ?)?Cores quota", message)
     if m:
-        name = m[1]
-        if name.lower() == "lowprioritycores":
+        name = m[1] or "Cores"
+        if name.lower() == "lowpriority":
             return "Total Regional Spot vCPUs (LowPriorityCores)"
         if name.lower() == "cores":
             return "Total Regional vCPUs"

@@ -109,6 +109,10 @@ class LocalProvider:
                 vms.append(vm)
         return vms
 
+    def console_hint(self, run_id: str, rank: int) -> str:
+        """Where to look when a node died without a word (the lifecycle adds it to the message)."""
+        return f"its console output is in {self.sandbox(run_id, rank) / vm_engine.CONSOLE_FILE}"
+
     def node_states(self, run_id: str, region: str) -> list[str]:
         return ["running" if vm.alive() else "gone" for vm in self._vms(run_id)]
 

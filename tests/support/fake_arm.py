@@ -480,7 +480,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if inj.delay:
                     time.sleep(inj.delay)
                 if inj.code is not None and not inj.async_:
-                    headers = {**arm.retry_headers()} if inj.status == 429 else None
+                    headers = arm.retry_headers() if inj.status == 429 or inj.status >= 500 else None
                     return self._error(inj.status, inj.code, inj.message, headers)
                 if inj.code is not None and inj.async_:
                     return self._route(path, query, body, fail={"code": inj.code, "message": inj.message})

@@ -1,0 +1,81 @@
+"""The Azure VM simulator: every VM the fake ARM server creates boots from its custom data.
+
+When a VM's creation completes, the guest runs with `nvidia-smi` showing the size's GPUs (from
+the catalog) and with GPUCLOUD_IMDS_ENDPOINT / GPUCLOUD_AZURE_ARM_ENDPOINT pointing at the fake
+ARM server: the bootstrap's self-delete gets a token for the VM's own managed identity and DELETEs
+its resource group there, which works only if the provider granted that identity a role on the
+group. A `shutdown` inside the guest stops the guest but leaves the VM allocated (power state
+"stopped"), as on Azure. Deleting the VM or its group ends the guest.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.fake_arm import FakeArm, Resource
+from tests.support.vm_sim import Guest, GuestSimulator, gpu_of
+
+VM_TYPE = "microsoft.compute/virtualmachines"
+
+
+class AzureVmSimulator(GuestSimulator):
+    def __init__(self, arm: FakeArm, root: Path) -> None:
+        super().__init__(root)
+        self.arm = arm
+        self.booted: list[str] = []
+        arm.on_event(self._on_event)
+
+    def _on_event(self, event: str, res: Resource) -> None:
+        # Called with the fake's lock held: hand the work to a thread.
+        if res.type.lower() != VM_TYPE:
+            return
+        if event == "vm_created":
+            threading.Thread(target=self._boot, args=(res,), daemon=True).start()
+        elif event == "deleted":
+            threading.Thread(target=self.end_guest, args=(res.id,), daemon=True).start()
+
+    def _boot(self, res: Resource) -> None:
+        script = self.arm.custom_data(res.id)
+        if not script:
+            return  # a VM without custom data just idles
+        size = res.body["properties"]["hardwareProfile"]["vmSize"]
+        gpu, count = gpu_of("azure", size)
+        principal = (res.body.get("identity") or {}).get("principalId", "none")
+        rg = res.id.split("/")[4]
+        env = {
+            "GPUCLOUD_IMDS_ENDPOINT": self.arm.imds_endpoint(principal),
+            "GPUCLOUD_AZURE_ARM_ENDPOINT": self.arm.url,
+        }
+        guest = self.boot_guest(res.id, script, gpu=gpu, gpu_count=count, env=env,
+                                name=f"{rg}-{res.id.rsplit('/', 1)[1]}")
+        if guest is None:
+            return
+        self.booted.append(res.id)
+        with self.arm.lock:
+            exists = res.id.lower() in self.arm.resources
+        if not exists:  # deleted while it booted
+            self.end_guest(res.id)
+
+    def on_guest_shutdown(self, guest: Guest) -> None:
+        """Azure: the guest is down, the VM stays allocated (and billed) until deleted."""
+        self.arm.set_power_state(guest.vm_id, "stopped")
+
+    def guest(self, vm_id: str) -> Guest | None:
+        with self.lock:
+            return self.guests.get(vm_id)
+
+
+@pytest.fixture
+def azure_sim(fake_arm_server: FakeArm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureVmSimulator]:
+    """A simulator for one test (the fake ARM server is shared; its listeners are per test)."""
+    sim = AzureVmSimulator(fake_arm_server, tmp_path_factory.mktemp("azure-vms"))
+    try:
+        yield sim
+    finally:
+        sim.stop()
+        with fake_arm_server.lock:
+            fake_arm_server.listeners.remove(sim._on_event)

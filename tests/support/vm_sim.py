@@ -1,0 +1,190 @@
+"""The cloud-agnostic half of a VM simulator: boot a fake cloud's instance from its user-data.
+
+A guest is the instance's bootstrap script run by gpucloud's own VM engine (gpucloud/vm_engine.py,
+the same engine the local provider uses) in a sandbox folder, with the stub `apt-get`, `dpkg`,
+`nvidia-smi`, `python3` ... of tests/support/vm_stubs first on PATH. `nvidia-smi` shows the GPU
+model and count the instance type has in the catalog. curl is real: the guest talks to the fake
+object store through the pre-signed URLs, as a VM would.
+
+What a cloud does when the guest runs `shutdown` differs (AWS with shutdown-behaviour terminate
+ends the instance; Azure leaves it "Stopped (allocated)" and billed): a subclass says so in
+`on_guest_shutdown`. A per-simulator `shutdown` wrapper records the call through the stub and
+drops a marker file that a monitor thread turns into that callback, once per guest.
+
+Cloud-specific simulators (azure_sim.py, and aws_sim.py if it wants) subclass GuestSimulator and
+call `boot_guest` / `end_guest` when their fake cloud creates or deletes an instance.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpucloud import vm_engine
+
+STUBS = Path(__file__).resolve().parent / "vm_stubs"
+SHUTDOWN_MARKER = "guest-shutdown"
+# nvidia-smi's names for the catalog's models (every token of the model must appear as a word).
+GPU_NAMES = {
+    "K80": "Tesla K80", "K40": "Tesla K40m", "M60": "Tesla M60", "P100": "Tesla P100-PCIE-16GB",
+    "P40": "Tesla P40", "V100": "Tesla V100-PCIE-16GB", "T4": "Tesla T4", "A10G": "NVIDIA A10G",
+    "A10": "NVIDIA A10", "L4": "NVIDIA L4", "L40S": "NVIDIA L40S", "A100-40GB": "NVIDIA A100-SXM4-40GB",
+    "A100-80GB": "NVIDIA A100 80GB PCIe", "H100": "NVIDIA H100 80GB HBM3", "H200": "NVIDIA H200",
+}
+CUDA_REPOS = ("ubuntu1804", "ubuntu2004", "ubuntu2204", "ubuntu2404")
+
+
+def gpu_of(cloud: str, instance_type: str) -> tuple[str, int]:
+    """(catalog GPU model, count) of an instance type; ("", 0) when the catalog has no GPU for it."""
+    from gpucloud.catalog import load_catalog
+
+    for off in load_catalog().offerings:
+        if off.cloud == cloud and off.instance_type.lower() == instance_type.lower():
+            return off.gpu, off.gpu_count
+    return "", 0
+
+
+@dataclass
+class Guest:
+    vm_id: str
+    sandbox: Path
+    vm: vm_engine.BootedVm
+    gpu: str
+    gpu_count: int
+    shut_down: bool = False
+    ended: bool = False
+    meta: dict[str, str] = field(default_factory=dict)
+
+    def console(self) -> str:
+        try:
+            return (self.sandbox / vm_engine.CONSOLE_FILE).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stub_calls(self) -> list[str]:
+        try:
+            return (self.sandbox / "stub-state" / "calls").read_text().splitlines()
+        except OSError:
+            return []
+
+
+class GuestSimulator:
+    """Boots and ends guests; subclasses connect it to a fake cloud."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.guests: dict[str, Guest] = {}
+        self._gone: set[str] = set()
+        self.lock = threading.RLock()
+        self._stop = threading.Event()
+        self._repo = self._make_nvidia_repo()
+        self._hooks = self._make_hooks()
+        self._monitor = threading.Thread(target=self._watch, name=f"{type(self).__name__}-monitor", daemon=True)
+        self._monitor.start()
+
+    # ---- the world the guest sees ---------------------------------------------------------------
+    def _make_nvidia_repo(self) -> Path:
+        """A file:// stand-in for NVIDIA's apt repository: only the keyring package is fetched."""
+        repo = self.root / "nvidia-repo"
+        for name in CUDA_REPOS:
+            d = repo / name / "x86_64"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "cuda-keyring_1.1-1_all.deb").write_bytes(b"!<arch>\nfake keyring\n")
+        return repo
+
+    def _make_hooks(self) -> Path:
+        hooks = self.root / "hooks"
+        hooks.mkdir(exist_ok=True)
+        script = hooks / "shutdown"
+        script.write_text(
+            "#!/bin/bash\n"
+            "# Simulator hook: the stub records the call; the marker tells the fake cloud.\n"
+            f'"{STUBS}/shutdown" "$@"\n'
+            f': >"$SIM_GUEST_DIR/{SHUTDOWN_MARKER}"\n'
+            "exit 0\n")
+        script.chmod(0o755)
+        return hooks
+
+    def guest_env(self, sandbox: Path, gpu: str, count: int) -> dict[str, str]:
+        return {
+            "HOME": str(sandbox / "home"),
+            "GPUCLOUD_VM_DIR": str(sandbox / "vm"),
+            "GPUCLOUD_NVIDIA_REPO": self._repo.as_uri(),
+            "GPUCLOUD_CUDA_ROOT": str(sandbox / "no-cuda"),
+            "STUB_STATE": str(sandbox / "stub-state"),
+            "STUB_GPU_NAME": GPU_NAMES.get(gpu, f"NVIDIA {gpu}"),
+            "STUB_GPU_COUNT": str(count),
+            "STUB_REAL_PYTHON": sys.executable,
+            "SIM_GUEST_DIR": str(sandbox),
+        }
+
+    # ---- booting and ending ---------------------------------------------------------------------
+    def boot_guest(self, vm_id: str, script: str, *, gpu: str, gpu_count: int, env: dict[str, str],
+                   name: str | None = None) -> Guest | None:
+        """Run the instance's user-data; None when the instance was deleted before it booted."""
+        with self.lock:
+            if vm_id in self._gone or vm_id in self.guests or self._stop.is_set():
+                return None
+            sandbox = self.root / "vms" / (name or str(len(self.guests)))
+            for sub in ("home", "vm", "stub-state"):
+                (sandbox / sub).mkdir(parents=True, exist_ok=True)
+            full_env = {**self.guest_env(sandbox, gpu, gpu_count), **env}
+            booted = vm_engine.boot(script, sandbox, env=full_env, path_prefix=[self._hooks, STUBS])
+            guest = Guest(vm_id=vm_id, sandbox=sandbox, vm=booted, gpu=gpu, gpu_count=gpu_count)
+            self.guests[vm_id] = guest
+            return guest
+
+    def end_guest(self, vm_id: str) -> None:
+        """The instance is gone (deleted or terminated): its processes end, as a VM's do."""
+        with self.lock:
+            self._gone.add(vm_id)
+            guest = self.guests.get(vm_id)
+            if guest is None or guest.ended:
+                return
+            guest.ended = True
+        guest.vm.kill(grace=2.0)
+
+    def on_guest_shutdown(self, guest: Guest) -> None:
+        """What the cloud does when the guest shuts itself down (subclasses)."""
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.1):
+            with self.lock:
+                pending = [g for g in self.guests.values()
+                           if not g.shut_down and (g.sandbox / SHUTDOWN_MARKER).exists()]
+                for g in pending:
+                    g.shut_down = True
+            for g in pending:
+                # The guest halts: its processes end. What happens to the instance is the cloud's call.
+                g.vm.kill(grace=2.0)
+                self.on_guest_shutdown(g)
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Wait until no guest's bootstrap runs any more."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self.lock:
+                running = [g for g in self.guests.values() if g.vm.alive()]
+            if not running:
+                return True
+            time.sleep(0.1)
+        return False
+
+    def stop(self) -> None:
+        """End every guest and stop watching (test teardown)."""
+        self._stop.set()
+        with self.lock:
+            guests = list(self.guests.values())
+        for g in guests:
+            g.vm.kill(grace=1.0)
+        self._monitor.join(timeout=2)
+
+    def leftover_processes(self) -> list[int]:
+        with self.lock:
+            guests = list(self.guests.values())
+        return [pid for g in guests for pid in g.vm.leftovers()]
+
