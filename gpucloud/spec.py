@@ -183,7 +183,8 @@ def _resolve_gpu(name: str) -> str:
                 spellings.extend(gpu.aliases)
         except (AttributeError, TypeError):  # an older catalog without aliases: names only
             pass
-        close = did_you_mean(name.upper(), spellings, cutoff=0.6)
+        # one wrong character in a 2-3 letter name ("T5") scores only 0.5 with difflib
+        close = did_you_mean(name.upper(), spellings, cutoff=0.5 if len(name) <= 3 else 0.6)
         suggestion = catalog.resolve_gpu_name(close) if close else None
     hint = f"Did you mean '{suggestion}'? " if suggestion else ""
     _fail(f"unknown GPU '{name}'. {hint}Known GPUs: {', '.join(known)}")
@@ -876,7 +877,7 @@ def _yaml_error(filename: str, exc: Exception, text: str) -> SpecError:
         if exc.context:
             at = f" on line {exc.context_mark.line + 1}" if exc.context_mark else ""
             context = f" ({exc.context}{at})"
-        if "expected a single document" in what:
+        if "expected a single document" in f"{what} {exc.context or ''}":
             advice = "A job file holds one YAML document: remove the extra '---' part"
         elif "could not determine a constructor" in what:
             advice = "Job files use plain YAML: remove the '!' tag"

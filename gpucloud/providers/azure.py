@@ -243,6 +243,9 @@ class AzureProvider:
     """The Azure implementation of the Provider protocol (providers/base.py)."""
 
     name = "azure"
+    # Seconds between the lifecycle's reads of status.json and log parts: Blob GETs are cheap, and
+    # a short interval keeps the streamed log responsive (the VM ships parts every 5 s).
+    poll_interval = 2.0
 
     def __init__(
         self,

@@ -133,7 +133,7 @@ class FakeArm:
         self.resources: dict[str, Resource] = {}         # key lower-case id
         self.operations: dict[str, Operation] = {}
         self.injections: list[Injection] = []
-        self.calls: list[tuple[str, str]] = []           # (method, path) of every ARM call
+        self.calls: list[tuple[str, str, str]] = []      # (method, path, principal) of every ARM call
         self.power: dict[str, str] = {}                  # vm id (lower) -> "running" | "stopped" | ...
         self.listeners: list[Callable[[str, Resource], None]] = []
         self.tokens: dict[str, str] = {}                 # bearer token -> principal
@@ -470,7 +470,7 @@ class _Handler(BaseHTTPRequestHandler):
         is_poll = bool(_OP_RE.match(path) or _RG_OPRESULT_RE.match(path))
         if not is_poll:
             with arm.lock:
-                arm.calls.append((self.command, path))
+                arm.calls.append((self.command, path, principal))
             if not arm.authorized(principal, path):
                 return self._error(403, "AuthorizationFailed",
                                    f"The client '{principal}' does not have authorization to perform action "
