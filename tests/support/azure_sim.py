@@ -17,9 +17,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_arm import FakeArm, Resource
-from tests.support.vm_sim import Guest, GuestSimulator, gpu_of
+from tests.support.vm_sim import GPU_NAMES, Guest, GuestSimulator, gpu_of
 
 VM_TYPE = "microsoft.compute/virtualmachines"
+
+
+def guest_env_gpu_name(gpu: str) -> str:
+    return GPU_NAMES.get(gpu, f"NVIDIA {gpu}")
 
 
 class AzureVmSimulator(GuestSimulator):
@@ -54,6 +58,7 @@ class AzureVmSimulator(GuestSimulator):
                                 name=f"{rg}-{res.id.rsplit('/', 1)[1]}")
         if guest is None:
             return
+        guest.meta.update(size=size, gpu_name=guest_env_gpu_name(gpu))
         self.booted.append(res.id)
         with self.arm.lock:
             exists = res.id.lower() in self.arm.resources

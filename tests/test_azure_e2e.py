@@ -1,0 +1,295 @@
+"""End to end on Azure, against the fake ARM server, Azurite and the VM simulator.
+
+- The examples (a100-azure.yaml, t4-any-cloud.yaml) run through the real CLI in a subprocess:
+  logs stream, artifacts come back, nothing of the run remains.
+- The fault matrix: an error injected at each ARM call the CLI makes (resource group, NSG, VNet,
+  public IP, NIC, VM, role assignment, storage account, listKeys, the teardown's DELETE) x
+  capacity / quota / throttling (429 until the SDK gives up) / generic (500): afterwards nothing
+  tagged is left, after the run's own teardown or after `gpucloud gc`. Plus Ctrl-C and a killed
+  CLI in each phase (network, VM creation, job running, teardown).
+- The VM deletes its own resource group: at the end of a detached run's job, and at the deadline
+  when the job hangs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
+    arm,
+    azurite,
+    fake_arm_server,
+    leftovers,
+    wait_until,
+)
+from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
+from tests.support.fake_arm import OPERATOR_PRINCIPAL, FakeArm
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+QUOTA_MSG = ("Operation could not be completed as it results in exceeding approved standardNCASv3_T4Family Cores "
+             "quota. Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 0")
+RUN_RG = r"/resourcegroups/gpucloud-(?!storage-)[^/]*-eastus"
+
+
+@pytest.fixture
+def azure_env(arm: FakeArm, azurite: Any, azure_sim: AzureVmSimulator, gpucloud_home: Path, tmp_path: Path,
+              monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """Fake ARM + Azurite + simulator; the environment a CLI subprocess needs; cwd = tmp_path."""
+    monkeypatch.setenv("GPUCLOUD_AZURE_BLOB_ENDPOINT", azurite.blob_endpoint)
+    monkeypatch.chdir(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPUCLOUD_TEST_"))}
+    env.update(arm.client_env())
+    env.update({"GPUCLOUD_AZURE_BLOB_ENDPOINT": azurite.blob_endpoint, "GPUCLOUD_HOME": str(gpucloud_home),
+                "CI": "true", "PYTHONPATH": str(REPO)})
+    yield env
+    arm.clear_injections()
+
+
+def cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpucloud", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=os.getcwd())
+
+
+def start_cli(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "gpucloud", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=os.getcwd())
+
+
+def write_job(path: Path, *, run: str, regions: str = "[eastus]", max_duration: str = "10m",
+              name: str = "azjob", artifacts: str = "[]") -> Path:
+    path.write_text(f"name: {name}\nresources:\n  cloud: azure\n  regions: {regions}\n  gpu: T4:1\n"
+                    f"run: {run}\nartifacts: {artifacts}\nmax_duration: {max_duration}\n")
+    return path
+
+
+def settle(arm: FakeArm, sim: AzureVmSimulator, timeout: float = 30) -> None:
+    """Let running guests and in-flight deletions finish."""
+    sim.wait_idle(timeout)
+    wait_until(lambda: not [r for r in arm.snapshot() if r["state"] == "Deleting"], timeout=10)
+
+
+# ---- the examples ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("example,gpu_name,size", [
+    ("a100-azure.yaml", "NVIDIA A100 80GB PCIe", "Standard_NC24ads_A100_v4"),
+    ("t4-any-cloud.yaml", "Tesla T4", "Standard_NC4as_T4_v3"),
+])
+def test_example_runs_on_azure_with_logs_and_artifacts_and_leaves_nothing(
+        azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, example: str, gpu_name: str,
+        size: str) -> None:
+    proc = cli(azure_env, "run", str(EXAMPLES / example), "--cloud", "azure", "--json", timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == "succeeded" and doc["exit_code"] == 0
+    art = Path(doc["artifacts_dir"])
+    assert (art / "metrics.json").is_file() and (art / "outputs" / "model.pt").is_file()
+    assert "epoch" in proc.stderr or "epoch" in proc.stdout  # the streamed log (stderr with --json)
+    assert leftovers(arm) == [], "nothing of the run may remain"
+    (guest,) = azure_sim.guests.values()
+    assert f"nvidia-smi --query-gpu=name --format=csv,noheader" in guest.stub_calls()
+    assert guest.meta["size"] == size and guest.meta["gpu_name"] == gpu_name
+    # The log is there after teardown.
+    logs = cli(azure_env, "logs", doc["run_id"])
+    assert logs.returncode == 0 and "epoch" in logs.stdout
+
+
+# ---- the fault matrix ----------------------------------------------------------------------------------
+
+# (name, method, path regex, expected exit code of the run, needs a second region)
+CALLS = [
+    ("resource-group", "PUT", RUN_RG + "$", 75, False),
+    ("nsg", "PUT", RUN_RG + "/providers/Microsoft.Network/networkSecurityGroups/", 75, False),
+    ("vnet", "PUT", RUN_RG + "/providers/Microsoft.Network/virtualNetworks/", 75, False),
+    ("public-ip", "PUT", RUN_RG + "/providers/Microsoft.Network/publicIPAddresses/", 75, False),
+    ("nic", "PUT", RUN_RG + "/providers/Microsoft.Network/networkInterfaces/", 75, False),
+    ("vm", "PUT", RUN_RG + "/providers/Microsoft.Compute/virtualMachines/", 75, False),
+    ("role-assignment", "PUT", RUN_RG + "/providers/Microsoft.Authorization/roleAssignments/", 75, False),
+    ("storage-account", "PUT", r"/storageAccounts/[^/]+$", 75, False),
+    ("list-keys", "POST", r"/listKeys$", 75, False),
+    ("vm-then-failover", "PUT", RUN_RG + "/providers/Microsoft.Compute/virtualMachines/", 0, True),
+    ("teardown-delete", "DELETE", RUN_RG + "$", 70, False),
+]
+KINDS = {
+    "capacity": dict(code="AllocationFailed", message="Allocation failed. We do not have sufficient capacity."),
+    "quota": dict(code="OperationNotAllowed", message=QUOTA_MSG),
+    "throttle": dict(code="TooManyRequests", message="Too many requests."),
+    "generic": dict(code="InternalServerError", message="An internal error occurred."),
+}
+MATRIX_RESULTS: dict[str, int] = {}  # cell -> leftovers found at the end
+
+
+@pytest.fixture
+def fast_lifecycle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process runs read the channel often, so matrix cells with a job finish quickly."""
+    from gpucloud.providers.azure import AzureProvider
+
+    monkeypatch.setattr(AzureProvider, "poll_interval", 0.3)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("call,method,path,expected,two_regions", CALLS, ids=[c[0] for c in CALLS])
+def test_fault_matrix_leaves_nothing(azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator,
+                                     fast_lifecycle: None, tmp_path: Path, call: str, method: str, path: str,
+                                     expected: int | None, two_regions: bool, kind: str) -> None:
+    from typer.testing import CliRunner
+
+    from gpucloud.cli import app
+
+    job = write_job(tmp_path / "job.yaml", run="echo fault-ok", regions="[eastus, westus2]" if two_regions else "[eastus]")
+    spec = KINDS[kind]
+    async_ = call.startswith("vm") and kind == "capacity"  # allocation failures arrive with the operation
+    inj = arm.inject(method, path, spec["code"], message=spec["message"], times=10_000, async_=async_)
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", str(job), "--cloud", "azure"], catch_exceptions=False)
+    assert inj.hits >= 1, f"the fault at {call} was never reached"
+    if expected is not None:
+        assert result.exit_code == expected, result.output[-2000:]
+    if expected == 75:
+        assert "no candidate could be provisioned" in result.output
+    if kind == "quota" and expected == 75:
+        assert "Standard NCASv3_T4 Family vCPUs" in result.output
+    settle(arm, azure_sim)
+    arm.clear_injections()
+    if leftovers(arm):
+        gc = runner.invoke(app, ["gc", "--yes"], catch_exceptions=False)
+        assert gc.exit_code == 0, gc.output
+        settle(arm, azure_sim)
+    left = leftovers(arm)
+    MATRIX_RESULTS[f"{call}/{kind}"] = len(left)
+    assert left == [], left
+    assert not azure_sim.leftover_processes()
+
+
+# ---- Ctrl-C and a killed CLI in each phase -----------------------------------------------------------------
+
+PHASES = {
+    # phase: (job command, injected stall (method, path), condition that says the CLI is in that phase)
+    "network": ("echo hi", ("PUT", RUN_RG + "/providers/Microsoft.Network/networkSecurityGroups/")),
+    "vm": ("echo hi", ("PUT", RUN_RG + "/providers/Microsoft.Compute/virtualMachines/")),
+    "running": ("sleep 4; echo done", None),
+    "teardown": ("echo hi", ("DELETE", RUN_RG + "$")),
+}
+
+
+def _reached(arm: FakeArm, sim: AzureVmSimulator, phase: str, stall: tuple[str, str] | None) -> bool:
+    import re
+
+    if stall is not None:
+        rx = re.compile(stall[1], re.I)
+        with arm.lock:
+            return any(m == stall[0] and rx.search(p) and who == OPERATOR_PRINCIPAL for m, p, who in arm.calls)
+    with sim.lock:
+        guests = list(sim.guests.values())
+    return any("stage run" in g.console() for g in guests)
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "killed"])
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_interrupted_or_killed_cli_leaves_nothing(azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator,
+                                                  tmp_path: Path, phase: str, how: str) -> None:
+    run, stall = PHASES[phase]
+    job = write_job(tmp_path / "job.yaml", run=run)
+    if stall is not None:
+        arm.inject(stall[0], stall[1], None, delay=1.5, times=1)
+    proc = start_cli(azure_env, "run", str(job), "--cloud", "azure")
+    try:
+        assert wait_until(lambda: _reached(arm, azure_sim, phase, stall) or proc.poll() is not None, timeout=60)
+        assert proc.poll() is None, f"the CLI ended before the {phase} phase: {proc.communicate()[1][-2000:]}"
+        proc.send_signal(signal.SIGINT if how == "ctrl-c" else signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if how == "ctrl-c":
+        assert proc.returncode == 130 or (phase == "teardown" and proc.returncode in (0, 130)), err[-2000:]
+        assert "Traceback" not in err
+    settle(arm, azure_sim)
+    if leftovers(arm):
+        gc = cli(azure_env, "gc", "--yes")
+        assert gc.returncode == 0, gc.stderr
+        settle(arm, azure_sim)
+    left = leftovers(arm)
+    MATRIX_RESULTS[f"{how}@{phase}"] = len(left)
+    assert left == [], left
+    assert not azure_sim.leftover_processes()
+
+
+def test_fault_matrix_summary() -> None:
+    """Prints the matrix size and the leak count (run with -s to see it)."""
+    leaks = sum(MATRIX_RESULTS.values())
+    print(f"\nAzure fault matrix: {len(MATRIX_RESULTS)} cells "
+          f"({len(CALLS)} ARM calls x {len(KINDS)} error kinds + {len(PHASES)} phases x Ctrl-C/kill), "
+          f"leaked resources: {leaks}")
+    assert leaks == 0
+
+
+# ---- the VM deletes its own resource group --------------------------------------------------------------
+
+def test_detached_run_vm_deletes_its_group_when_the_job_ends(azure_env: dict[str, str], arm: FakeArm,
+                                                              azure_sim: AzureVmSimulator, tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job.yaml", run="echo detached-job-output; sleep 1")
+    proc = cli(azure_env, "run", str(job), "--cloud", "azure", "--detach", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import json
+
+    run_id = json.loads(proc.stdout)["run_id"]
+    assert leftovers(arm), "the CLI returned right after provisioning"
+    assert wait_until(lambda: leftovers(arm) == [], timeout=60), "the VM did not delete its resource group"
+    with arm.lock:
+        deletes = [(m, p, who) for m, p, who in arm.calls if m == "DELETE" and "/resourcegroups/" in p.lower()]
+    assert deletes and all(who != OPERATOR_PRINCIPAL for _, _, who in deletes), deletes  # the VM's own identity
+    status = cli(azure_env, "status", run_id, "--json")
+    assert status.returncode == 0 and "succeeded" in status.stdout, status.stdout + status.stderr
+    logs = cli(azure_env, "logs", run_id)
+    assert "detached-job-output" in logs.stdout
+    gc = cli(azure_env, "gc", "--yes")
+    assert gc.returncode == 0 and leftovers(arm) == []
+
+
+def test_vm_deletes_its_group_at_the_deadline_when_the_job_hangs(arm: FakeArm, azurite: Any, azure_sim: AzureVmSimulator,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """No CLI at all after provisioning (as with --detach). The spec's minimum max_duration is 60 s,
+    so the deadline is set here, where the lifecycle would set it: in the channel's manifest."""
+    from gpucloud.planner import make_plan
+    from gpucloud.providers.azure import AzureProvider
+    from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, LaunchRequest
+    from gpucloud.render import render_bootstrap
+    from gpucloud.spec import parse_spec
+    from gpucloud.state import Journal, Store
+
+    monkeypatch.setenv("GPUCLOUD_AZURE_BLOB_ENDPOINT", azurite.blob_endpoint)
+    spec = parse_spec("name: hang\nresources: {cloud: azure, gpu: T4:1, regions: [eastus]}\nrun: sleep 600\n", "job.yaml")
+    plan = make_plan(spec, cloud="azure")
+    cand = plan.candidates[0]
+    provider = AzureProvider()
+    channel = provider.channel(cand.region)
+    run_id = "hang-deadline"
+    deadline = datetime.now(UTC) + timedelta(seconds=6)
+    urls = channel.prepare(run_id, 1, deadline, log_interval=1.0)
+    script = render_bootstrap(spec, plan.stack, cand, provider="azure", run_id=run_id, manifest_url=urls[0],
+                              put_headers=channel.put_headers, log_interval=1.0, heartbeat_interval=1.0)
+    expires = deadline + timedelta(minutes=30)
+    provider.provision(LaunchRequest(run_id=run_id, spec=spec, candidate=cand, stack=plan.stack, user_data=[script],
+                                     expires_at=expires, tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ")}),
+                       Journal(Store()))
+    assert wait_until(lambda: (channel.read_status(run_id) or {}).get("stage") == "run", timeout=30)
+    assert leftovers(arm)
+    assert wait_until(lambda: leftovers(arm) == [], timeout=40), "the VM did not delete its group at the deadline"
+    status = channel.read_status(run_id) or {}
+    assert status.get("state") == "deadline", status
+    assert provider.node_states(run_id, cand.region) == ["gone"]
