@@ -128,6 +128,24 @@ class Channel(ABC):
             urls.append(self.url_get(f"{base}/manifest", expires))
         return urls
 
+    def node_index(self, run_id: str, manifest_urls: list[str], deadline: datetime) -> str:
+        """Write `runs/<run_id>/nodes` (`manifest <rank> <url>` per node, from `prepare`) and return
+        its GET URL: the one URL in a user-data shared by all nodes (render with node_rank=None),
+        from which each node picks its own manifest once it knows its rank."""
+        if deadline.tzinfo is None:
+            deadline = deadline.replace(tzinfo=UTC)
+        key = f"{run_prefix(run_id)}/nodes"
+        text = "".join(f"manifest {rank} {url}\n" for rank, url in enumerate(manifest_urls))
+        self.put_bytes(key, text.encode())
+        return self.url_get(key, deadline + URL_MARGIN)
+
+    def clear_ready(self, run_id: str, num_nodes: int) -> None:
+        """Delete the nodes' `ready` objects before a failover attempt re-uses this channel: a node
+        of the earlier attempt (same run id) may have published an address that is gone now, and
+        the barrier must see only this attempt's nodes. Not needed on a first attempt."""
+        for rank in range(num_nodes):
+            self.delete_prefix(f"{node_prefix(run_id, rank)}/ready")
+
     def read_status(self, run_id: str, rank: int = 0) -> dict | None:
         """The node's status.json, or None when absent (not booted yet) or caught mid-write."""
         raw = self.get_bytes(f"{node_prefix(run_id, rank)}/status.json")

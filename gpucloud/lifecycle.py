@@ -30,14 +30,17 @@ if TYPE_CHECKING:
     from gpucloud.providers.base import Provider
     from gpucloud.spec import JobSpec
 
-VM_STAGES = ("preflight", "watchdog", "stack", "gpu_verify", "fetch_code", "setup", "run", "artifacts", "done")
+VM_STAGES = ("preflight", "watchdog", "stack", "gpu_verify", "fetch_code", "setup", "barrier", "run", "artifacts",
+             "done")
 VM_FINAL_STATES = ("succeeded", "failed", "deadline", "error")
 DEFAULT_POLL_S = 5.0          # providers may set `poll_interval` (local: 0.5 s)
 DEFAULT_HEARTBEAT_S = 15.0    # the renderer's default; providers may set `heartbeat_interval`
 STALE_HEARTBEATS = 3          # a node is suspect after this many missed heartbeats
 CLI_DEADLINE_GRACE_S = 60.0   # the VM ends itself at the deadline; the CLI steps in after this
 EXPIRY_MARGIN = timedelta(minutes=30)  # TAG_EXPIRES = deadline + margin (gc may sweep after it)
-PEER_FAIL_GRACE_S = 30.0      # multi-node: how long the others get once one node has failed
+# Multi-node: once one node has failed, the others get this long (at least one poll) to report
+# their own end, e.g. every rank hitting the same bug; then the run is torn down, peers included.
+PEER_FAIL_GRACE_S = 3.0
 
 
 class Declined(GpucloudError):
@@ -124,19 +127,43 @@ def _vm_phases(statuses: list[dict | None]) -> dict[str, float]:
     return {k: out[k] for k in sorted(out, key=lambda s: VM_STAGES.index(s) if s in VM_STAGES else 99)}
 
 
-def _outcome(statuses: list[dict | None]) -> tuple[str, int, str]:
-    """(run status, exit code, message) from the nodes' final status.json documents."""
+def _end_time(st: dict | None) -> float:
+    """When a node reached its final state, by its own clock (the `done` stage's start)."""
+    done = ((st or {}).get("stages") or {}).get("done")
+    start = done.get("start") if isinstance(done, dict) else None
+    if isinstance(start, (int, float)):
+        return float(start)
+    beat = (st or {}).get("heartbeat")
+    return float(beat) if isinstance(beat, (int, float)) else float("inf")
+
+
+def _outcome(statuses: list[dict | None], seen: list[float | None] | None = None) -> tuple[str, int, str]:
+    """(run status, exit code, message) from the nodes' final status.json documents.
+
+    Several nodes: the exit code is rank 0's unless another rank failed first; "first" goes by the
+    nodes' own end times (whole seconds), then by when the CLI saw them end (`seen`), and rank 0
+    wins a tie. A node stopped because a peer failed ends later, so it is never the one blamed.
+    """
+    n = len(statuses)
+    seen = list(seen or []) + [None] * (n - len(seen or []))
     states = [(st or {}).get("state") for st in statuses]
     codes = [(st or {}).get("exit_code") for st in statuses]
     messages = [str((st or {}).get("message") or "") for st in statuses]
     if "deadline" in states:
         return "deadline", 124, next((m for s, m in zip(states, messages) if s == "deadline" and m), "")
-    for rank, (state, code) in enumerate(zip(states, codes)):
+    bad = [r for r in range(n) if states[r] in ("failed", "error")]
+    if bad:
+        inf = float("inf")
+        rank = min(bad, key=lambda r: (_end_time(statuses[r]), seen[r] if seen[r] is not None else inf, r != 0, r))
+        state, code, message = states[rank], codes[rank], messages[rank]
         if state == "failed":
-            return "failed", code if isinstance(code, int) and code != 0 else 1, messages[rank]
-    for rank, (state, code) in enumerate(zip(states, codes)):
-        if state == "error":
-            return "error", code if isinstance(code, int) and code != 0 else 70, messages[rank]
+            status, code = "failed", code if isinstance(code, int) and code != 0 else 1
+        else:
+            status, code = "error", code if isinstance(code, int) and code != 0 else 70
+        if n > 1:
+            first = " first" if any(states[r] != "succeeded" for r in range(n) if r != rank) else ""
+            message = f"node {rank} failed{first}: {message or f'exit code {code}'}"
+        return status, code, message
     if all(s == "succeeded" for s in states):
         return "succeeded", 0, ""
     return "lost", 70, "a node stopped without reporting a final status"
@@ -271,6 +298,8 @@ class _Run:
         self.signals = 0
         self.tearing_down = False
         self.artifacts_dir: str | None = None
+        self.mirror: LogMirror | None = None
+        self.peers_stopped: list[int] = []  # multi-node: nodes still running when the run was ended
         self._old_handlers: dict[int, Any] = {}
 
     # -- signals ------------------------------------------------------------------------------------
@@ -341,6 +370,7 @@ class _Run:
                 finally:
                     if not keep_running:
                         code = self._teardown(code)
+                        self._drain_logs()
                         self.store.finish_run(self.run_id, status, exit_code=code, message=message or None)
                     self.store.set_phases(self.run_id, self.phases)
         finally:
@@ -385,15 +415,27 @@ class _Run:
                     if id(channel) not in uploaded:
                         channel.upload_code(self.run_id, tarball)
                         uploaded.add(id(channel))
+                    if spec.num_nodes > 1 and attempts:
+                        channel.clear_ready(self.run_id, spec.num_nodes)
                     deadline = datetime.now(UTC) + timedelta(seconds=spec.max_duration)
                     log_s, self.heartbeat_s = _intervals(provider, cand.cloud)
+                    master_port, barrier_s = _rendezvous(provider)
                     urls = channel.prepare(self.run_id, spec.num_nodes, deadline, log_interval=log_s)
+                    # A provider that launches N identical machines in one call gets one script for
+                    # all: each node finds its rank at boot and its manifest through the node index.
+                    shared = spec.num_nodes > 1 and bool(getattr(provider, "shared_user_data", False))
+                    if shared:
+                        urls = [channel.node_index(self.run_id, urls, deadline)]
                     user_data = [
                         render_bootstrap(spec, self.plan.stack, cand, provider=cand.cloud, run_id=self.run_id,
-                                         node_rank=rank, manifest_url=urls[rank], put_headers=channel.put_headers,
-                                         log_interval=log_s, heartbeat_interval=self.heartbeat_s)
-                        for rank in range(spec.num_nodes)
+                                         node_rank=None if shared else rank, manifest_url=urls[rank],
+                                         put_headers=channel.put_headers, log_interval=log_s,
+                                         heartbeat_interval=self.heartbeat_s, master_port=master_port,
+                                         barrier_timeout=barrier_s)
+                        for rank in range(len(urls))
                     ]
+                    if shared:
+                        user_data *= spec.num_nodes
                     expires = deadline + EXPIRY_MARGIN
                     req = LaunchRequest(
                         run_id=self.run_id, spec=spec, candidate=cand, stack=self.plan.stack, user_data=user_data,
@@ -465,12 +507,14 @@ class _Run:
         assert self.provider is not None and self.channel is not None and self.candidate is not None
         provider, channel, n = self.provider, self.channel, self.spec.num_nodes
         interval = float(getattr(provider, "poll_interval", DEFAULT_POLL_S))
-        mirror = LogMirror(self.home, self.run_id, n)
+        mirror = self.mirror = LogMirror(self.home, self.run_id, n)
         shown: dict[str, str] = {}  # stage -> "start" | "end"
         booted_at = time.time()
         last_state_check = 0.0
         first_final_at: float | None = None
         statuses: list[dict | None] = [None] * n
+        seen: list[float | None] = [None] * n  # when this CLI first saw each node's final status
+        grace = max(PEER_FAIL_GRACE_S, interval)
         while True:
             statuses = [channel.read_status(self.run_id, r) for r in range(n)]
             mirror.sync(channel)
@@ -483,13 +527,18 @@ class _Run:
                 self.progress.warn("the run was torn down by `gpucloud down` from another process")
                 return "down", 130, "torn down by `gpucloud down`"
             finals = [bool(st and st.get("state") in VM_FINAL_STATES) for st in statuses]
+            now = time.time()
+            seen = [t if t is not None or not f else now for t, f in zip(seen, finals)]
             if all(finals):
                 break
-            now = time.time()
-            bad = [st for st in statuses if st and st.get("state") in ("failed", "error", "deadline")]
+            bad = [r for r, st in enumerate(statuses) if finals[r] and st and st.get("state") != "succeeded"]
             if bad:
-                first_final_at = first_final_at or now
-                if now - first_final_at > PEER_FAIL_GRACE_S:
+                if first_final_at is None:
+                    first_final_at = now
+                    self.progress.warn(f"node {bad[0]} ended ({statuses[bad[0]].get('state')}): the other "
+                                       f"node(s) get {grace:.0f}s to finish, then the whole run is torn down")
+                if now - first_final_at >= grace:
+                    self.peers_stopped = [r for r in range(n) if not finals[r]]
                     break
             if now > self.deadline + CLI_DEADLINE_GRACE_S:
                 self.progress.warn("max_duration passed and the machine did not end the run itself: tearing down")
@@ -505,6 +554,7 @@ class _Run:
                         self.progress.log(mirror.read_new())
                         stage = next((st.get("stage") for st in again if st), None)
                         where = f"node {dead[0]}" if n > 1 else "the machine"
+                        self.peers_stopped = [r for r in range(n) if not finals[r] and r not in dead]
                         hint = getattr(provider, "console_hint", None)
                         extra = f"; {hint(self.run_id, dead[0])}" if callable(hint) else ""
                         return "lost", 70, (f"{where} stopped without reporting a final status"
@@ -515,7 +565,9 @@ class _Run:
         self.progress.log(mirror.read_new())
         self.progress.phase(None)
         self.phases.update(_vm_phases(statuses))
-        status, code, message = _outcome(statuses)
+        status, code, message = _outcome(statuses, seen)
+        if self.peers_stopped:
+            message += f"; node(s) {', '.join(map(str, self.peers_stopped))} stopped with the run"
         return status, code, message
 
     def _stale(self, statuses: list[dict | None], booted_at: float, now: float) -> bool:
@@ -578,6 +630,17 @@ class _Run:
         elif self.spec.artifacts:
             self.progress.warn("the job produced none of its artifacts")
 
+    def _drain_logs(self) -> None:
+        """After the teardown of a multi-node run that ended early: the nodes that were stopped
+        pushed their last log lines when they got SIGTERM; show them too (best effort)."""
+        if not self.peers_stopped or self.mirror is None or self.channel is None:
+            return
+        try:
+            self.mirror.sync(self.channel, final=True)
+            self.progress.log(self.mirror.read_new())
+        except Exception:  # the channel may already be gone with the run
+            pass
+
     def _teardown(self, code: int) -> int:
         """Always runs. A second Ctrl-C during it is ignored (with a warning)."""
         self.tearing_down = True
@@ -595,6 +658,18 @@ class _Run:
             return code if code != 0 else 70
         self.progress.phase_done("teardown", self.phases["teardown"])
         return code
+
+
+def _rendezvous(provider: Provider) -> tuple[int, float]:
+    """(MASTER_PORT, barrier timeout) for this provider's nodes. A provider whose nodes share an
+    address with other runs (local: loopback) has a `master_port()` method giving a free port per
+    run; clouds use the renderer's default (29500). `barrier_timeout` is an optional attribute."""
+    from gpucloud import render
+
+    pick = getattr(provider, "master_port", None)
+    port = int(pick()) if callable(pick) else render.DEFAULT_MASTER_PORT
+    barrier_s = getattr(provider, "barrier_timeout", None) or render.DEFAULT_BARRIER_TIMEOUT_S
+    return port, float(barrier_s)
 
 
 def _intervals(provider: Provider, cloud: str) -> tuple[float, float]:

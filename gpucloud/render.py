@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import math
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,10 @@ PROVIDERS = ("local", "aws", "azure")
 AWS_USER_DATA_LIMIT = 16 * 1024        # bytes, before base64 (FACTS.md section 6)
 AZURE_CUSTOM_DATA_LIMIT = 64 * 1024    # bytes, after base64
 DEFAULT_HEARTBEAT_S = 15.0
+DEFAULT_MASTER_PORT = 29500            # torchrun's default; a cloud VM has its address to itself
+# How long a node waits at the multi-node barrier for its peers. Generous on clouds: peers install
+# their stacks at different speeds; a peer that died is noticed sooner by the CLI (heartbeats).
+DEFAULT_BARRIER_TIMEOUT_S = 1200.0
 CLOUD_VM_DIR = "/var/lib/gpucloud"     # where a cloud VM keeps the job; GPUCLOUD_VM_DIR overrides
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Names bash owns (read-only, or reset by bash itself): a job cannot set them through its env.
@@ -111,7 +116,7 @@ def render_bootstrap(
     *,
     provider: str,
     run_id: str,
-    node_rank: int = 0,
+    node_rank: int | None = 0,
     manifest_url: str = "",
     put_headers: Sequence[str] = (),
     node_ips_known: bool = False,
@@ -119,19 +124,28 @@ def render_bootstrap(
     heartbeat_interval: float = DEFAULT_HEARTBEAT_S,
     skip_stack: bool | None = None,
     gpu_check: str | None = None,
+    master_port: int = DEFAULT_MASTER_PORT,
+    barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT_S,
 ) -> str:
     """The bootstrap script of one node (docs/INTERNALS.md, "Renderer").
 
     skip_stack: default True only for `local` (the host's driver is used as it is).
     gpu_check: "strict" (GPU mismatch fails the run; clouds' default) or "warn" (local default:
     no GPU on the host means a warning and a CPU run). node_ips_known: all nodes share this host
-    (local provider): MASTER_ADDR is 127.0.0.1 instead of rank 0's published private IP.
+    (local provider): each node publishes 127.0.0.1 instead of its private IP.
+    node_rank=None renders one script for every node (a provider that launches N identical
+    machines in one call, AWS MinCount=MaxCount=N): the node takes its rank from GPUCLOUD_NODE_RANK
+    or, on AWS, the instance's launch index, and `manifest_url` must be the run's node index
+    (`Channel.node_index`) instead of one node's manifest.
+    master_port: MASTER_PORT of the job (29500 on clouds; the local provider picks a free port per
+    run, since several runs share loopback). barrier_timeout: seconds a node of a multi-node run
+    waits for its peers' `ready` before it fails in state `error` (unused with one node).
     """
     if provider not in PROVIDERS:
         raise ValueError(f"provider must be one of {PROVIDERS}, not {provider!r}")
     if not _RUN_ID.match(run_id):
         raise ValueError(f"run id {run_id!r} must match {_RUN_ID.pattern}")
-    if not 0 <= node_rank < spec.num_nodes:
+    if node_rank is not None and not 0 <= node_rank < spec.num_nodes:
         raise ValueError(f"node_rank {node_rank} outside 0..{spec.num_nodes - 1}")
     if log_interval is None:
         log_interval = default_log_interval(provider)
@@ -141,6 +155,10 @@ def render_bootstrap(
         skip_stack = provider == "local"
     if gpu_check is None:
         gpu_check = "warn" if provider == "local" else "strict"
+    if not 1 <= int(master_port) <= 65535:
+        raise ValueError(f"master_port {master_port} outside 1..65535")
+    if barrier_timeout <= 0:
+        raise ValueError("barrier_timeout must be positive")
     if gpu_check not in ("strict", "warn"):
         raise ValueError(f"gpu_check must be 'strict' or 'warn', not {gpu_check!r}")
     gpu_model = candidate.gpu or ""
@@ -150,8 +168,11 @@ def render_bootstrap(
     context = {
         "provider": provider,
         "run_id": run_id,
-        "node_rank": int(node_rank),
+        "node_rank": 0 if node_rank is None else int(node_rank),
+        "shared": node_rank is None,
         "num_nodes": int(spec.num_nodes),
+        "master_port": int(master_port),
+        "barrier_s": max(1, math.ceil(barrier_timeout)),
         "gpu_count": int(gpu_count),
         "gpu_model": gpu_model,
         "gpu_tokens": gpu_tokens(gpu_model),

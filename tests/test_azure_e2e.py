@@ -13,11 +13,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -90,18 +91,17 @@ def settle(arm: FakeArm, sim: AzureVmSimulator, timeout: float = 30) -> None:
 def test_example_runs_on_azure_with_logs_and_artifacts_and_leaves_nothing(
         azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, example: str, gpu_name: str,
         size: str) -> None:
+    pytest.importorskip("torch", reason="the examples train with PyTorch (CPU wheel in .ci/run)")
     proc = cli(azure_env, "run", str(EXAMPLES / example), "--cloud", "azure", "--json", timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    import json
-
     doc = json.loads(proc.stdout)
     assert doc["status"] == "succeeded" and doc["exit_code"] == 0
     art = Path(doc["artifacts_dir"])
     assert (art / "metrics.json").is_file() and (art / "outputs" / "model.pt").is_file()
-    assert "epoch" in proc.stderr or "epoch" in proc.stdout  # the streamed log (stderr with --json)
+    assert "epoch 1/" in proc.stderr  # the streamed log (on stderr with --json)
     assert leftovers(arm) == [], "nothing of the run may remain"
     (guest,) = azure_sim.guests.values()
-    assert f"nvidia-smi --query-gpu=name --format=csv,noheader" in guest.stub_calls()
+    assert "nvidia-smi --query-gpu=name --format=csv,noheader" in guest.stub_calls()
     assert guest.meta["size"] == size and guest.meta["gpu_name"] == gpu_name
     # The log is there after teardown.
     logs = cli(azure_env, "logs", doc["run_id"])
@@ -187,8 +187,6 @@ PHASES = {
 
 
 def _reached(arm: FakeArm, sim: AzureVmSimulator, phase: str, stall: tuple[str, str] | None) -> bool:
-    import re
-
     if stall is not None:
         rx = re.compile(stall[1], re.I)
         with arm.lock:
@@ -205,7 +203,7 @@ def test_interrupted_or_killed_cli_leaves_nothing(azure_env: dict[str, str], arm
     run, stall = PHASES[phase]
     job = write_job(tmp_path / "job.yaml", run=run)
     if stall is not None:
-        arm.inject(stall[0], stall[1], None, delay=1.5, times=1)
+        arm.inject(stall[0], stall[1], None, delay=1.5, times=1, principal=OPERATOR_PRINCIPAL)
     proc = start_cli(azure_env, "run", str(job), "--cloud", "azure")
     try:
         assert wait_until(lambda: _reached(arm, azure_sim, phase, stall) or proc.poll() is not None, timeout=60)
@@ -216,7 +214,8 @@ def test_interrupted_or_killed_cli_leaves_nothing(azure_env: dict[str, str], arm
         if proc.poll() is None:
             proc.kill()
     if how == "ctrl-c":
-        assert proc.returncode == 130 or (phase == "teardown" and proc.returncode in (0, 130)), err[-2000:]
+        # Ctrl-C during the teardown is answered with "still tearing down" and changes nothing.
+        assert proc.returncode == (0 if phase == "teardown" else 130), err[-2000:]
         assert "Traceback" not in err
     settle(arm, azure_sim)
     if leftovers(arm):
@@ -245,8 +244,6 @@ def test_detached_run_vm_deletes_its_group_when_the_job_ends(azure_env: dict[str
     job = write_job(tmp_path / "job.yaml", run="echo detached-job-output; sleep 1")
     proc = cli(azure_env, "run", str(job), "--cloud", "azure", "--detach", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    import json
-
     run_id = json.loads(proc.stdout)["run_id"]
     assert leftovers(arm), "the CLI returned right after provisioning"
     assert wait_until(lambda: leftovers(arm) == [], timeout=60), "the VM did not delete its resource group"
@@ -262,9 +259,10 @@ def test_detached_run_vm_deletes_its_group_when_the_job_ends(azure_env: dict[str
 
 
 def test_vm_deletes_its_group_at_the_deadline_when_the_job_hangs(arm: FakeArm, azurite: Any, azure_sim: AzureVmSimulator,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                  monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No CLI at all after provisioning (as with --detach). The spec's minimum max_duration is 60 s,
     so the deadline is set here, where the lifecycle would set it: in the channel's manifest."""
+    from gpucloud.channel import pack_workdir
     from gpucloud.planner import make_plan
     from gpucloud.providers.azure import AzureProvider
     from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, LaunchRequest
@@ -280,6 +278,9 @@ def test_vm_deletes_its_group_at_the_deadline_when_the_job_hangs(arm: FakeArm, a
     channel = provider.channel(cand.region)
     run_id = "hang-deadline"
     deadline = datetime.now(UTC) + timedelta(seconds=6)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "train.py").write_text("print('never finishes')\n")
+    channel.upload_code(run_id, pack_workdir(tmp_path / "work"))
     urls = channel.prepare(run_id, 1, deadline, log_interval=1.0)
     script = render_bootstrap(spec, plan.stack, cand, provider="azure", run_id=run_id, manifest_url=urls[0],
                               put_headers=channel.put_headers, log_interval=1.0, heartbeat_interval=1.0)
@@ -287,7 +288,8 @@ def test_vm_deletes_its_group_at_the_deadline_when_the_job_hangs(arm: FakeArm, a
     provider.provision(LaunchRequest(run_id=run_id, spec=spec, candidate=cand, stack=plan.stack, user_data=[script],
                                      expires_at=expires, tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ")}),
                        Journal(Store()))
-    assert wait_until(lambda: (channel.read_status(run_id) or {}).get("stage") == "run", timeout=30)
+    ok = wait_until(lambda: (channel.read_status(run_id) or {}).get("stage") == "run", timeout=30)
+    assert ok, (channel.read_status(run_id), "".join(g.console()[-3000:] for g in azure_sim.guests.values()))
     assert leftovers(arm)
     assert wait_until(lambda: leftovers(arm) == [], timeout=40), "the VM did not delete its group at the deadline"
     status = channel.read_status(run_id) or {}

@@ -32,7 +32,6 @@ from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     fake_arm_server,
     journal,
     launch_request,
-    leftovers,
     provider,
     run_resources,
     wait_until,

@@ -266,7 +266,7 @@ class AwsProvider:
         self.retry_base_s = retry_base_s if retry_base_s is not None else self.RETRY_BASE_S
         self.poll_s = poll_s if poll_s is not None else self.POLL_S
         self._keys_dir = keys_dir
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._clients: dict[tuple[str, str], Any] = {}
         self._channels: dict[str, S3Channel] = {}
         self._images: dict[tuple[str, str], tuple[str, str]] = {}
@@ -473,6 +473,7 @@ class AwsProvider:
         deadline = req.expires_at if req.expires_at.tzinfo else req.expires_at.replace(tzinfo=UTC)
         self._check_credentials(req.run_id, deadline, journal)
         created = _Created()
+        payloads = [fit_user_data(u) for u in req.user_data] or [b""]  # a too-big script fails before any create
         what = "preparing the launch"
         try:
             what = "finding the image"
@@ -485,7 +486,7 @@ class AwsProvider:
                 what = "creating the SSH key pair"
                 self._ssh_access(req, journal, created)
             what = "launching instances"
-            ids = self._launch(req, journal, created, ami, root_device, zones)
+            ids = self._launch(req, journal, created, ami, root_device, zones, payloads)
         except ProvisionError:
             self._cleanup_attempt(req, journal, created)
             raise
@@ -497,6 +498,9 @@ class AwsProvider:
             self._cleanup_attempt(req, journal, created)
             raise ThrottledError(f"{region}/{cand.instance_type}: could not reach AWS while {what}: {exc}",
                                  code=type(exc).__name__) from None
+        except Exception:
+            self._cleanup_attempt(req, journal, created)
+            raise
         return ids
 
     def _security_group(self, req: LaunchRequest, journal: Journal, created: _Created, vpc_id: str) -> None:
@@ -568,12 +572,11 @@ class AwsProvider:
         return self.keys_dir / f"gpucloud-{run_id}-{region}-{attempt}.pem"
 
     def _launch(self, req: LaunchRequest, journal: Journal, created: _Created, ami: str, root_device: str,
-                zones: list[tuple[str, str | None]]) -> list[str]:
+                zones: list[tuple[str, str | None]], payloads: list[bytes]) -> list[str]:
         from botocore.exceptions import ClientError
 
         cand = req.candidate
         n = max(1, cand.num_nodes, len(req.user_data))
-        payloads = [fit_user_data(u) for u in req.user_data] or [b""]
         same = len(set(payloads)) == 1
         last: ClientError | None = None
         tried: list[str] = []

@@ -448,6 +448,8 @@ class AzureProvider:
                 },
             },
             "networkProfile": {"networkInterfaces": [{"id": nic_id, "properties": {"primary": True, "deleteOption": "Delete"}}]},
+            # Serial console log in managed storage (no account needed): what `console_hint` points to.
+            "diagnosticsProfile": {"bootDiagnostics": {"enabled": True}},
         }
         if cand.spot:
             max_price = req.spec.resources.max_price_per_hour
@@ -495,6 +497,12 @@ class AzureProvider:
             journal.event(run_id, "cleanup-failed", exc.message)
 
     # ---- state ----------------------------------------------------------------------------------
+    def console_hint(self, run_id: str, rank: int) -> str:
+        """Where to look when a node stopped without a final status (lifecycle adds it to the message)."""
+        region = next((r for (rid, r) in self._node_counts if rid == run_id), "<region>")
+        return (f"its boot log: az vm boot-diagnostics get-boot-log -g {resource_group_name(run_id, region)} "
+                f"-n node-{rank} (until the run is torn down)")
+
     def node_states(self, run_id: str, region: str) -> list[str]:
         """Per node from the VM's instance view; "gone" once the VM or its group no longer exists."""
         from azure.core.exceptions import ResourceNotFoundError

@@ -5,6 +5,7 @@ whole lifecycle, and it is what the lifecycle's end-to-end tests run on."""
 from __future__ import annotations
 
 import shutil
+import socket
 import sys
 import time
 from datetime import datetime, timezone
@@ -28,6 +29,7 @@ class LocalProvider:
     poll_interval = 0.5       # seconds between the lifecycle's looks at the channel: files are cheap
     log_interval = 0.5        # a log part every half second: a line shows within ~1 s; parts are free here
     heartbeat_interval = 2.0  # a killed local node is noticed within ~3 heartbeats
+    barrier_timeout = 120.0   # multi-node: local nodes boot at once; a missing peer is a failed one
 
     def __init__(self, *, home: Path | None = None) -> None:
         from gpucloud.state import home_dir
@@ -62,6 +64,14 @@ class LocalProvider:
             tmp.chmod(0o755)
             tmp.replace(path)
         return shim
+
+    def master_port(self) -> int:
+        """A free TCP port on loopback for the run's MASTER_PORT: every local node publishes
+        127.0.0.1, and several runs (or a user's own torchrun) may share loopback, so the fixed
+        29500 of the clouds would collide. The kernel picks it; the job binds it moments later."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
 
     # -- Provider protocol --------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.azurite import Azurite, azurite  # noqa: F401  (re-exported fixture)
+from tests.support.azurite import azurite  # noqa: F401  (re-exported fixture)
 from tests.support.fake_arm import OPERATOR_PRINCIPAL, FakeArm
 
 

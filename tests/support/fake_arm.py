@@ -83,6 +83,7 @@ class Injection:
     times: int
     async_: bool = False
     delay: float = 0.0
+    principal: str | None = None   # only calls made with this identity's token
     hits: int = 0
 
 
@@ -184,12 +185,13 @@ class FakeArm:
 
     # ---- test controls ------------------------------------------------------------------------
     def inject(self, method: str, path: str, code: str | None = "InternalServerError", *, message: str = "",
-               status: int | None = None, times: int = 1, async_: bool = False, delay: float = 0.0) -> Injection:
+               status: int | None = None, times: int = 1, async_: bool = False, delay: float = 0.0,
+               principal: str | None = None) -> Injection:
         """Arm a failure (or, with code=None and delay, a stall) for matching calls."""
         inj = Injection(method=method.upper(), path=re.compile(path, re.I), code=code,
                         message=message or f"Injected {code}.",
                         status=status or _STATUS_BY_CODE.get(code or "", 400), times=times,
-                        async_=async_, delay=delay)
+                        async_=async_, delay=delay, principal=principal)
         with self.lock:
             self.injections.append(inj)
         return inj
@@ -475,7 +477,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(403, "AuthorizationFailed",
                                    f"The client '{principal}' does not have authorization to perform action "
                                    f"'{self.command}' over scope '{path}' or the scope is invalid.")
-            inj = self._take_injection(path)
+            inj = self._take_injection(path, principal)
             if inj is not None:
                 if inj.delay:
                     time.sleep(inj.delay)
@@ -486,9 +488,11 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._route(path, query, body, fail={"code": inj.code, "message": inj.message})
         self._route(path, query, body, fail=None)
 
-    def _take_injection(self, path: str) -> Injection | None:
+    def _take_injection(self, path: str, principal: str) -> Injection | None:
         with self.arm.lock:
             for inj in self.arm.injections:
+                if inj.principal is not None and inj.principal != principal:
+                    continue
                 if inj.times > 0 and inj.method in (self.command, "*") and inj.path.search(path):
                     inj.times -= 1
                     inj.hits += 1
