@@ -57,7 +57,9 @@ def hooks(moto):  # noqa: F811
 def provider(moto, hooks):  # noqa: F811
     from gpucloud.providers.aws import AwsProvider
 
-    return AwsProvider(retry_base_s=0.01, poll_s=0.05, sleep=lambda s: None, public_ip=lambda: "203.0.113.7")
+    p = AwsProvider(retry_base_s=0.01, poll_s=0.05, sleep=lambda s: None, public_ip=lambda: "203.0.113.7")
+    p.TERMINATE_TIMEOUT_S = p.SG_DELETE_TIMEOUT_S = 5.0
+    return p
 
 
 @pytest.fixture

@@ -37,24 +37,28 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-2)
     args = parser.parse_args()
 
-    use_cuda = torch.cuda.is_available()
     master = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    if not use_cuda and master.startswith("127.") and "GLOO_SOCKET_IFNAME" not in os.environ:
+    one_host = master.startswith("127.")  # every node on this machine (the local provider)
+    world_env = int(os.environ.get("WORLD_SIZE", "1"))
+    # NCCL needs one GPU per rank: nodes sharing one host share its GPUs, so they may be too few.
+    use_cuda = torch.cuda.is_available() and (not one_host or torch.cuda.device_count() >= world_env)
+    if not use_cuda and one_host and "GLOO_SOCKET_IFNAME" not in os.environ:
         # Every node on this host (loopback): keep gloo off interfaces the hostname may resolve to.
         os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     dist.init_process_group("nccl" if use_cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    # On one host the global rank picks the GPU (every node's torchrun counts LOCAL_RANK from 0).
+    local_rank = rank if one_host else int(os.environ.get("LOCAL_RANK", "0"))
     if use_cuda:
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-        if master.startswith("127."):  # all ranks share this host's cores
+        if one_host:  # all ranks share this host's cores
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     node = os.environ.get("GPUCLOUD_NODE_RANK", "0")
-    print(f"rank {rank}/{world} (node {node}, local rank {local_rank}) on "
-          f"{torch.cuda.get_device_name(local_rank) if use_cuda else 'CPU'}, backend {dist.get_backend()}, "
+    where = f"cuda:{local_rank} {torch.cuda.get_device_name(local_rank)}" if use_cuda else "CPU"
+    print(f"rank {rank}/{world} (node {node}) on {where}, backend {dist.get_backend()}, "
           f"master {master}:{os.environ.get('MASTER_PORT')}", flush=True)
 
     torch.manual_seed(0)

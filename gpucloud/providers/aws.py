@@ -811,15 +811,15 @@ class AwsProvider:
         instances = step("listing instances", lambda: self._run_instances(run_id, region)) or []
         ids = sorted({i["InstanceId"] for i in instances}
                      | {r.cloud_id for r in records if r.kind == "instance" and r.cloud_id and r.cloud_id.startswith("i-")})
-        if ids:
-            step(f"terminating {', '.join(ids)}", lambda: self._terminate(region, ids))
+        terminated = bool(ids) and step(f"terminating {', '.join(ids)}",
+                                        lambda: self._terminate(region, ids) or True) is not None
         alive = ids
-        if ids and wait:
+        if terminated and wait:
             alive = step("waiting for termination", lambda: self._wait_terminated(region, ids, self.TERMINATE_TIMEOUT_S))
             alive = ids if alive is None else alive
             if alive:
                 problems.append(f"still terminating after {self.TERMINATE_TIMEOUT_S:.0f}s: {', '.join(alive)}")
-        elif ids:
+        elif terminated:
             alive = step("checking termination", lambda: self._wait_terminated(region, ids, 0))
             alive = ids if alive is None else alive
 

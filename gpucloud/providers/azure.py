@@ -347,6 +347,9 @@ class AzureProvider:
                 raise FatalProvisionError(
                     f"the bootstrap of node {rank} is {size // 1024} KB in base64; Azure custom data is limited to 64 KB.",
                     code="CustomDataTooLarge")
+        # Everything that can fail without touching the cloud comes first.
+        ssh_key = _user_ssh_key() if req.spec.resources.ssh else _ssh_public_key()
+        nsg_body = self._nsg_body(req, region, tags)
         step = "creating the resource group"
         try:
             self._tracked(journal, req.run_id, region, "resource_group", rg,
@@ -355,7 +358,7 @@ class AzureProvider:
             step = "creating the network security group"
             nsg_id = self._tracked(journal, req.run_id, region, "nsg", "nsg",
                                    lambda: self.network.network_security_groups.begin_create_or_update(
-                                       rg, "nsg", self._nsg_body(req, region, tags)).result().id)
+                                       rg, "nsg", nsg_body).result().id)
             step = "creating the virtual network"
             vnet = self._tracked(journal, req.run_id, region, "vnet", "vnet",
                                  lambda: self.network.virtual_networks.begin_create_or_update(rg, "vnet", {
@@ -366,9 +369,8 @@ class AzureProvider:
                                                         "networkSecurityGroup": {"id": nsg_id}}}]},
                                  }).result().id)
             subnet_id = f"{vnet}/subnets/default"
-            ssh_key = _user_ssh_key() if req.spec.resources.ssh else _ssh_public_key()
-            vm_ids: list[str] = []
-            for rank, script in enumerate(req.user_data):
+            nic_ids: list[str] = []
+            for rank in range(len(req.user_data)):
                 step = f"creating the public IP of node {rank}"
                 pip_id = self._tracked(journal, req.run_id, region, "public_ip", f"pip-{rank}",
                                        lambda: self.network.public_ip_addresses.begin_create_or_update(rg, f"pip-{rank}", {
@@ -376,20 +378,27 @@ class AzureProvider:
                                            "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4"},
                                        }).result().id)
                 step = f"creating the network interface of node {rank}"
-                nic_id = self._tracked(journal, req.run_id, region, "nic", f"nic-{rank}",
-                                       lambda: self.network.network_interfaces.begin_create_or_update(rg, f"nic-{rank}", {
-                                           "location": region, "tags": tags,
-                                           "properties": {"networkSecurityGroup": {"id": nsg_id}, "ipConfigurations": [{
-                                               "name": "ipconfig", "properties": {
-                                                   "subnet": {"id": subnet_id},
-                                                   "privateIPAllocationMethod": "Dynamic",
-                                                   "publicIPAddress": {"id": pip_id}}}]},
-                                       }).result().id)
+                nic_ids.append(self._tracked(journal, req.run_id, region, "nic", f"nic-{rank}",
+                                             lambda: self.network.network_interfaces.begin_create_or_update(rg, f"nic-{rank}", {
+                                                 "location": region, "tags": tags,
+                                                 "properties": {"networkSecurityGroup": {"id": nsg_id}, "ipConfigurations": [{
+                                                     "name": "ipconfig", "properties": {
+                                                         "subnet": {"id": subnet_id},
+                                                         "privateIPAllocationMethod": "Dynamic",
+                                                         "publicIPAddress": {"id": pip_id}}}]},
+                                             }).result().id))
+            # The VMs are created in parallel (each takes a minute or two on Azure), then awaited in order.
+            pending = []
+            for rank, script in enumerate(req.user_data):
                 step = f"creating VM {rank} ({cand.instance_type})"
-                body = self._vm_body(req, rank, script, nic_id, region, tags, ssh_key)
-                vm = self._tracked(journal, req.run_id, region, "vm", f"node-{rank}",
-                                   lambda: self.compute.virtual_machines.begin_create_or_update(
-                                       rg, f"node-{rank}", body).result(), cloud_id=lambda v: v.id)
+                body = self._vm_body(req, rank, script, nic_ids[rank], region, tags, ssh_key)
+                res_id = journal.intent(req.run_id, "vm", f"node-{rank}", region, self.name)
+                pending.append((rank, res_id, self.compute.virtual_machines.begin_create_or_update(rg, f"node-{rank}", body)))
+            vm_ids: list[str] = []
+            for rank, res_id, poller in pending:
+                step = f"creating VM {rank} ({cand.instance_type})"
+                vm = poller.result()
+                journal.created(res_id, vm.id)
                 vm_ids.append(vm.id)
                 step = f"granting VM {rank} the right to delete its resource group"
                 self._grant_self_delete(journal, req.run_id, region, rg, vm)

@@ -700,10 +700,11 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(200, {"keys": [
                     {"keyName": "key1", "value": arm.storage_key, "permissions": "FULL"},
                     {"keyName": "key2", "value": arm.storage_key, "permissions": "FULL"}]})
-            if len(parts) == 1 or self.command == "GET":
-                rtype = f"{ns}/" + "/".join(parts[i] for i in range(0, len(parts), 2))
-                if len(parts) == 1:
-                    return self._list_in_rg(sub, rg, rtype)
+            if self.command == "GET":  # a child collection, e.g. .../virtualNetworks/{n}/subnets
+                with arm.lock:
+                    prefix = path.lower() + "/"
+                    out = [_public(r) for k, r in arm.resources.items() if k.startswith(prefix) and "/" not in k[len(prefix):]]
+                return self._send(200, {"value": out})
             return self._error(404, "InvalidResourceType", f"The fake ARM server does not know {self.command} {path}.")
         if len(parts) == 1:
             if self.command == "GET":
