@@ -828,7 +828,12 @@ class AwsProvider:
         sg_ids = {g["GroupId"] for g in (groups or {}).get("SecurityGroups", [])}
         sg_ids |= {r.cloud_id for r in records if r.kind == "security-group" and r.cloud_id}
         for sg in sorted(sg_ids):
-            timeout = self.SG_DELETE_TIMEOUT_S if (wait or not alive) else 0
+            if alive and not wait:
+                # --no-wait: the group is free and tagged; the run's next `down`/`gc` deletes it
+                # once the instances are gone, without keeping the user waiting now.
+                journal.event(run_id, "teardown", f"security group {sg} left until its instances are gone")
+                continue
+            timeout = self.SG_DELETE_TIMEOUT_S
             if step(f"deleting security group {sg}", lambda sg=sg: self._delete_sg(region, sg, timeout) or True):
                 for r in records:
                     if r.kind == "security-group" and r.cloud_id == sg:

@@ -158,6 +158,18 @@ class AwsHooks:
 
 HOOKS = AwsHooks()
 _installed = False
+_local = threading.local()
+
+
+class unhooked:
+    """Sessions created inside `with unhooked():` get no hooks: the test's own clients (the
+    simulator, assertions) must neither meet injected faults nor count as product calls."""
+
+    def __enter__(self) -> None:
+        _local.off = getattr(_local, "off", 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        _local.off -= 1
 
 
 def install(hooks: AwsHooks = HOOKS) -> AwsHooks:
@@ -171,7 +183,8 @@ def install(hooks: AwsHooks = HOOKS) -> AwsHooks:
 
     def patched(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        hooks.attach(self)
+        if not getattr(_local, "off", 0):
+            hooks.attach(self)
 
     botocore.session.Session.__init__ = patched  # type: ignore[method-assign]
     _installed = True

@@ -131,7 +131,10 @@ def start_moto() -> Moto:
     endpoint = f"http://127.0.0.1:{port}"
     import boto3
 
-    session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=DEFAULT_REGION)
+    from tests.support.aws_faults import unhooked
+
+    with unhooked():
+        session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=DEFAULT_REGION)
     moto = Moto(endpoint=endpoint, env=aws_env(endpoint), session=session)
     seed_ubuntu_images(moto)
     _SINGLETON = (server, moto)

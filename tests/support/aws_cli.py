@@ -1,0 +1,38 @@
+"""`python -m tests.support.aws_cli ARGS...`: the real gpucloud CLI, with the AWS test hooks.
+
+The product code does not know it is under test: this launcher installs the botocore event hooks
+(fault injection from GPUCLOUD_TEST_AWS_FAULTS, the operation recorder from
+GPUCLOUD_TEST_AWS_RECORD, ClientToken idempotency) and shortens the provider's waits (moto answers
+at once), then calls `gpucloud.cli.main` exactly as the `gpucloud` entry point does.
+"""
+
+from __future__ import annotations
+
+
+def make_fast() -> None:
+    """Polling and backoff suited to a fake cloud that answers in milliseconds."""
+    from gpucloud.channel_s3 import S3Channel
+    from gpucloud.providers.aws import AwsProvider
+
+    AwsProvider.poll_interval = 0.25
+    AwsProvider.RETRY_BASE_S = 0.02
+    AwsProvider.RETRY_CAP_S = 0.2
+    AwsProvider.POLL_S = 0.1
+    AwsProvider.TERMINATE_TIMEOUT_S = 20.0
+    AwsProvider.SG_DELETE_TIMEOUT_S = 10.0
+    S3Channel.RETRY_BASE_S = 0.02
+    S3Channel.RETRY_CAP_S = 0.2
+
+
+def main() -> None:
+    from tests.support.aws_faults import install, load_env
+
+    load_env(install())
+    make_fast()
+    from gpucloud.cli import main as cli_main
+
+    cli_main()
+
+
+if __name__ == "__main__":
+    main()

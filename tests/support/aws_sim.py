@@ -1,0 +1,117 @@
+"""The AWS VM simulator: every instance moto starts boots from its user-data.
+
+A thread polls DescribeInstances in every catalog region. A new pending/running instance that
+carries the gpucloud-run tag is booted by the shared guest engine (tests/support/vm_sim.py on
+gpucloud/vm_engine.py) with `nvidia-smi` showing the instance type's GPU model and count from the
+catalog. Its user-data comes from DescribeInstanceAttribute, gunzipped when compressed, as
+cloud-init would. `shutdown` inside the guest terminates the moto instance through the API, as
+`InstanceInitiatedShutdownBehavior=terminate` does on EC2; an instance terminated from outside
+(teardown, gc) ends its guest. curl is real: the guest reaches moto's S3 through presigned URLs.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.aws_faults import unhooked
+from tests.support.moto_server import Moto, _catalog_regions
+from tests.support.vm_sim import GPU_NAMES, Guest, GuestSimulator, gpu_of
+
+
+class AwsVmSimulator(GuestSimulator):
+    def __init__(self, moto: Moto, root: Path, *, poll_s: float = 0.2, regions: list[str] | None = None) -> None:
+        super().__init__(root)
+        self.moto = moto
+        self.poll_s = poll_s
+        self.regions = regions or _catalog_regions()
+        import boto3
+
+        with unhooked():
+            session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
+        self._ec2 = {r: session.client("ec2", region_name=r, endpoint_url=moto.endpoint) for r in self.regions}
+        self.booted: list[str] = []
+        self.region_of: dict[str, str] = {}
+        self.shutdowns: list[str] = []
+        self.errors: list[str] = []
+        self._poller = threading.Thread(target=self._poll, name="aws-sim-poller", daemon=True)
+        self._poller.start()
+
+    # ---- the fake cloud side ----------------------------------------------------------------------
+    def _poll(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            for region, ec2 in self._ec2.items():
+                try:
+                    self._scan(region, ec2)
+                except Exception as exc:  # noqa: BLE001 - a hiccup must not kill the simulator
+                    self.errors.append(f"{region}: {exc}")
+
+    def _scan(self, region: str, ec2: Any) -> None:
+        out = ec2.describe_instances(Filters=[{"Name": "tag-key", "Values": ["gpucloud-run"]}])
+        for res in out.get("Reservations", []):
+            for inst in res.get("Instances", []):
+                iid, state = inst["InstanceId"], inst["State"]["Name"]
+                with self.lock:
+                    known = iid in self.guests or iid in self._gone
+                if state in ("pending", "running") and not known:
+                    self.region_of[iid] = region
+                    self._boot(region, ec2, inst)
+                elif state in ("shutting-down", "terminated", "stopped", "stopping") and iid in self.guests:
+                    self.end_guest(iid)
+                elif state in ("shutting-down", "terminated") and not known:
+                    with self.lock:
+                        self._gone.add(iid)
+
+    def _boot(self, region: str, ec2: Any, inst: dict[str, Any]) -> None:
+        iid = inst["InstanceId"]
+        attr = ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")
+        raw = base64.b64decode(attr.get("UserData", {}).get("Value", "") or b"")
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        if not raw:
+            with self.lock:
+                self._gone.add(iid)  # no user-data: the instance just idles
+            return
+        itype = inst["InstanceType"]
+        gpu, count = gpu_of("aws", itype)
+        guest = self.boot_guest(iid, raw.decode(), gpu=gpu, gpu_count=count, env={}, name=f"{region}-{iid}")
+        if guest is None:
+            return
+        guest.meta.update(instance_type=itype, region=region, gpu_name=GPU_NAMES.get(gpu, f"NVIDIA {gpu}"),
+                          user_data_bytes=str(len(raw)))
+        self.booted.append(iid)
+
+    def on_guest_shutdown(self, guest: Guest) -> None:
+        """EC2 with shutdown behaviour terminate: the guest's `shutdown -h now` ends the instance."""
+        region = self.region_of.get(guest.vm_id, "us-east-1")
+        self.shutdowns.append(guest.vm_id)
+        try:
+            self._ec2[region].terminate_instances(InstanceIds=[guest.vm_id])
+        except Exception as exc:  # noqa: BLE001
+            self.errors.append(f"terminate {guest.vm_id}: {exc}")
+        with self.lock:
+            self._gone.add(guest.vm_id)
+            guest.ended = True
+
+    def guest(self, instance_id: str) -> Guest | None:
+        with self.lock:
+            return self.guests.get(instance_id)
+
+    def stop(self) -> None:
+        super().stop()
+        self._poller.join(timeout=5)
+
+
+@pytest.fixture
+def aws_sim(moto: Moto, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AwsVmSimulator]:  # noqa: F811
+    sim = AwsVmSimulator(moto, tmp_path_factory.mktemp("aws-vms"))
+    try:
+        yield sim
+    finally:
+        sim.stop()
