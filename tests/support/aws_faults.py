@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,17 +39,20 @@ class Fault:
     `times` times (None: every time), after letting `skip` matching calls through."""
 
     operation: str
-    code: str
+    code: str | None                 # None: no error, only the delay (a slow call)
     times: int | None = 1
     skip: int = 0
     region: str | None = None
     instance_type: str | None = None
     message: str = "injected by the test harness"
+    delay: float = 0.0               # seconds to stall the call (before sending, or after the answer)
+    after: bool = False              # stall after AWS answered (the resource exists, the caller waits)
     seen: int = 0
     hits: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("operation", "code", "times", "skip", "region", "instance_type", "message")}
+        return {k: getattr(self, k) for k in ("operation", "code", "times", "skip", "region", "instance_type",
+                                               "message", "delay", "after")}
 
 
 class _Http:
@@ -109,6 +113,7 @@ class AwsHooks:
         context["gpucloud_region"] = region
         call = Call(service, operation, region, api)
         answer = None
+        stall = 0.0
         with self._lock:
             for fault in self.faults:
                 if fault.operation != operation or (fault.region and fault.region != region):
@@ -119,6 +124,12 @@ class AwsHooks:
                 if fault.seen <= fault.skip or (fault.times is not None and fault.hits >= fault.times):
                     continue
                 fault.hits += 1
+                if fault.after:
+                    context["gpucloud_stall_after"] = fault.delay
+                else:
+                    stall = fault.delay
+                if fault.code is None:
+                    continue
                 call.injected = fault.code
                 answer = (_Http(STATUS.get(fault.code, 400)),
                           {"Error": {"Code": fault.code, "Message": fault.message},
@@ -130,15 +141,20 @@ class AwsHooks:
                     call.injected = "idempotent-replay"
                     answer = (_Http(200), cached)
             self.calls.append(call)
+            RECORDED.add((service, operation))
         if self.record_file is not None:
             with open(self.record_file, "a") as fh:
                 fh.write(f"{service} {operation} {region}\n")
         if self.on_call is not None:
             self.on_call(call)
+        if stall:
+            time.sleep(stall)
         return answer
 
     def _after_call(self, model: Any, http_response: Any, parsed: dict[str, Any], context: dict[str, Any],
                     **_: Any) -> None:
+        if context.get("gpucloud_stall_after"):
+            time.sleep(context.pop("gpucloud_stall_after"))
         if model.name != "RunInstances" or getattr(http_response, "status_code", 500) >= 300:
             return
         api = context.get("gpucloud_api_params") or {}
@@ -156,6 +172,9 @@ class AwsHooks:
         core.register("after-call", self._after_call)
 
 
+# Every (service, operation) the product made in this process, never reset: the IAM policy test
+# checks each one (subprocess CLIs append to the record file instead).
+RECORDED: set[tuple[str, str]] = set()
 HOOKS = AwsHooks()
 _installed = False
 _local = threading.local()
@@ -204,3 +223,15 @@ def load_env(hooks: AwsHooks = HOOKS) -> AwsHooks:
 
 def faults_env(faults: list[Fault]) -> str:
     return json.dumps([f.as_dict() for f in faults])
+
+
+def recorded_ops(*files: Path) -> set[tuple[str, str]]:
+    """RECORDED plus the operations subprocess CLIs wrote to record files."""
+    out = set(RECORDED)
+    for f in files:
+        if f.is_file():
+            for line in f.read_text().splitlines():
+                parts = line.split()
+                if len(parts) >= 2:
+                    out.add((parts[0], parts[1]))
+    return out
