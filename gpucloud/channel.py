@@ -112,6 +112,10 @@ class Channel(ABC):
         parts = log_part_count((deadline - now).total_seconds(), log_interval, self.max_log_parts)
         code_get = self.url_get(f"{run_prefix(run_id)}/code.tar.gz", expires)
         ready_get = [self.url_get(f"{node_prefix(run_id, r)}/ready", expires) for r in range(num_nodes)]
+        # Multi-node: each node PUTs `done` when its bootstrap ends and reads its peers' (Azure: the
+        # last node out deletes the run's resource group, the others only their own VM).
+        done_get = [self.url_get(f"{node_prefix(run_id, r)}/done", expires) for r in range(num_nodes)] \
+            if num_nodes > 1 else []
         urls = []
         for rank in range(num_nodes):
             base = node_prefix(run_id, rank)
@@ -122,6 +126,8 @@ class Channel(ABC):
                 f"artifacts_put {self.url_put(f'{base}/artifacts.tar.gz', expires)}",
                 f"ready_put {self.url_put(f'{base}/ready', expires)}",
                 *(f"ready_get {r} {u}" for r, u in enumerate(ready_get)),
+                *([f"done_put {self.url_put(f'{base}/done', expires)}"] if done_get else []),
+                *(f"done_get {r} {u}" for r, u in enumerate(done_get)),
                 *(f"log_put {i} {self.url_put(log_key(run_id, rank, i), expires)}" for i in range(parts)),
             ]
             self.put_bytes(f"{base}/manifest", ("\n".join(lines) + "\n").encode())
@@ -140,11 +146,12 @@ class Channel(ABC):
         return self.url_get(key, deadline + URL_MARGIN)
 
     def clear_ready(self, run_id: str, num_nodes: int) -> None:
-        """Delete the nodes' `ready` objects before a failover attempt re-uses this channel: a node
-        of the earlier attempt (same run id) may have published an address that is gone now, and
-        the barrier must see only this attempt's nodes. Not needed on a first attempt."""
+        """Delete the nodes' `ready` (and `done`) objects before a failover attempt re-uses this
+        channel: a node of the earlier attempt (same run id) may have published an address that is
+        gone now, and the barrier must see only this attempt's nodes. Not needed on a first attempt."""
         for rank in range(num_nodes):
             self.delete_prefix(f"{node_prefix(run_id, rank)}/ready")
+            self.delete_prefix(f"{node_prefix(run_id, rank)}/done")
 
     def read_status(self, run_id: str, rank: int = 0) -> dict | None:
         """The node's status.json, or None when absent (not booted yet) or caught mid-write."""

@@ -57,7 +57,9 @@ class S3Channel(Channel):
         cfg = Config(signature_version="s3v4", retries={"mode": "standard", "max_attempts": 5},
                      user_agent_extra="gpucloud")
         self._s3 = session.client("s3", region_name=region, config=cfg)
-        self._sts = session.client("sts", region_name=region, config=cfg)
+        from gpucloud.providers.aws import shared_client
+
+        self._sts = shared_client(session, "sts", region)
         self._account = account
         self._bucket = bucket
         self._ready = False

@@ -47,8 +47,11 @@ max_duration: 1h
 
 @pytest.fixture
 def hooks(moto):  # noqa: F811
+    from gpucloud.providers.aws import reset_shared
+
     install()
     HOOKS.reset()
+    reset_shared(channels_only=True)
     yield HOOKS
     HOOKS.reset()
 

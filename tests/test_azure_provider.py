@@ -124,7 +124,7 @@ def test_spot_vm_has_priority_eviction_delete_and_max_price(arm: FakeArm, provid
     assert vm["properties"]["billingProfile"]["maxPrice"] == expected
 
 
-def test_multi_node_gets_a_vm_and_role_per_node_and_vnet_only_inbound(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+def test_multi_node_gets_a_vm_and_role_per_node_and_subnet_only_inbound(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
     req = launch_request("run-mn", nodes=2)
     ids = provider.provision(req, journal)
     assert [i.rsplit("/", 1)[1] for i in ids] == ["node-0", "node-1"]
@@ -134,7 +134,7 @@ def test_multi_node_gets_a_vm_and_role_per_node_and_vnet_only_inbound(arm: FakeA
     assert [arm.custom_data(v["id"]) for v in sorted(vms, key=lambda v: v["name"])] == req.user_data
     (nsg,) = by_type(arm, "run-mn", "Microsoft.Network/networkSecurityGroups")
     allows = [r["properties"] for r in nsg["properties"]["securityRules"] if r["properties"]["access"] == "Allow"]
-    assert allows and all(r["sourceAddressPrefix"] == "VirtualNetwork" for r in allows)
+    assert allows and all(r["sourceAddressPrefix"] == r["destinationAddressPrefix"] == "10.0.0.0/24" for r in allows)
     assert provider.node_states("run-mn", "eastus") == ["running", "running"]
 
 

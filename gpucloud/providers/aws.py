@@ -216,6 +216,49 @@ def lookup_public_ip(timeout: float = 5.0) -> str:
     return str(ipaddress.IPv4Address(text))
 
 
+_SHARED_LOCK = threading.RLock()
+_SESSION: Any = None
+_CLIENTS: dict[tuple[int, str, str], tuple[Any, Any]] = {}   # (id(session), service, region) -> (session, client)
+_CHANNELS: dict[tuple[int, str], S3Channel] = {}
+
+
+def shared_session() -> Any:
+    """This process's default boto3 Session (standard credential chain, AWS_ENDPOINT_URL honoured)."""
+    global _SESSION
+    with _SHARED_LOCK:
+        if _SESSION is None:
+            import boto3
+
+            _SESSION = boto3.Session()
+        return _SESSION
+
+
+def shared_client(session: Any, service: str, region: str) -> Any:
+    key = (id(session), service, region)
+    with _SHARED_LOCK:
+        hit = _CLIENTS.get(key)
+        if hit is not None and hit[0] is session:
+            return hit[1]
+        from botocore.config import Config
+
+        cfg = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=10,
+                     read_timeout=60, user_agent_extra="gpucloud")
+        client = session.client(service, region_name=region, config=cfg)
+        _CLIENTS[key] = (session, client)  # the session is kept alive, so its id is never reused
+        return client
+
+
+def reset_shared(*, channels_only: bool = False) -> None:
+    """Forget the shared channels (their bucket check), and unless channels_only the session and
+    clients too (new credentials or endpoint)."""
+    global _SESSION
+    with _SHARED_LOCK:
+        _CHANNELS.clear()
+        if not channels_only:
+            _SESSION = None
+            _CLIENTS.clear()
+
+
 def _default_warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
@@ -266,46 +309,32 @@ class AwsProvider:
         self.retry_base_s = retry_base_s if retry_base_s is not None else self.RETRY_BASE_S
         self.poll_s = poll_s if poll_s is not None else self.POLL_S
         self._keys_dir = keys_dir
-        self._lock = threading.RLock()
-        self._clients: dict[tuple[str, str], Any] = {}
-        self._channels: dict[str, S3Channel] = {}
         self._images: dict[tuple[str, str], tuple[str, str]] = {}
         self._warned_credentials: set[str] = set()
 
     # ---- sessions and clients -----------------------------------------------------------------
     @property
     def session(self) -> Any:
+        """The injected session, else one boto3 Session shared by every provider of this process:
+        the lifecycle makes several providers per run, and each new session would load the EC2
+        service model again (~0.1 s of JSON per client)."""
         if self._session is None:
-            with self._lock:
-                if self._session is None:
-                    import boto3
-
-                    self._session = boto3.Session()
+            self._session = shared_session()
         return self._session
 
     def client(self, service: str, region: str) -> Any:
-        """One client per service and region (clients are thread-safe; creating them is not)."""
-        key = (service, region)
-        client = self._clients.get(key)
-        if client is None:
-            from botocore.config import Config
-
-            with self._lock:
-                client = self._clients.get(key)
-                if client is None:
-                    cfg = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=10,
-                                 read_timeout=60, user_agent_extra="gpucloud")
-                    client = self.session.client(service, region_name=region, config=cfg)
-                    self._clients[key] = client
-        return client
+        """One client per session, service and region (clients are thread-safe; creating them is not)."""
+        return shared_client(self.session, service, region)
 
     def channel(self, region: str) -> S3Channel:
+        """The region's S3 channel, shared per session so the bucket is checked once per process."""
         from gpucloud.channel_s3 import S3Channel
 
-        with self._lock:
-            chan = self._channels.get(region)
-            if chan is None:
-                chan = self._channels[region] = S3Channel(self.session, region)
+        key = (id(self.session), region)
+        with _SHARED_LOCK:
+            chan = _CHANNELS.get(key)
+            if chan is None or chan.session is not self.session:
+                chan = _CHANNELS[key] = S3Channel(self.session, region)
         return chan
 
     @property

@@ -6,8 +6,13 @@ its managed identity when the job ends or the deadline passes (a shutdown inside
 the VM "Stopped (allocated)" and billed: FACTS.md section 6).
 
 Per run and region the group holds a VNet with one subnet, an NSG that denies all inbound traffic
-(SSH from the caller's address only when the job asks for it), and per node a Standard static
-public IP (outbound access: new VNets have no default outbound since Sep 2025), a NIC and the VM.
+(SSH from the caller's address only when the job asks for it; for a multi-node job, everything
+from the run's own subnet, i.e. its own nodes), and per node a Standard static public IP (outbound
+access: new VNets have no default outbound since Sep 2025), a NIC and the VM. A multi-node job's
+VMs share a proximity placement group (one datacenter, low latency between nodes) in the same
+group, so it goes when the group goes. ARM has no call that creates N VMs at once (short of a
+scale set), so each node's public IP, NIC, VM and role assignment are created by a thread of its
+own, in parallel; the shared resources (group, NSG, VNet, placement group) are created once.
 Each VM gets a system-assigned identity with the built-in Contributor role on its own group only:
 enough to delete the group, nothing outside it, and Contributor cannot grant roles. (A custom role
 with just the delete actions would be narrower, but creating role definitions needs rights at the
@@ -27,6 +32,7 @@ import re
 import threading
 import time
 import uuid
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +63,14 @@ CUSTOM_DATA_LIMIT = 64 * 1024          # bytes of base64 (FACTS.md section 6)
 ADMIN_USER = "gpucloud"
 # When the server gives no Retry-After, poll long-running operations this often (SDK default: 30 s).
 DEFAULT_POLL_SECONDS = 5.0
+# The run's network: one VNet and one subnet per run; the subnet holds exactly the run's nodes.
+VNET_PREFIX = "10.0.0.0/16"
+SUBNET_PREFIX = "10.0.0.0/24"
+PLACEMENT_GROUP = "ppg"
+# Nodes whose resources are created at the same time (ARM's write limits are per subscription).
+MAX_PARALLEL_NODES = 16
+# How often a node's thread looks up from a long-running operation to see whether to give up.
+ABORT_CHECK_S = 0.25
 # A new identity takes a while to replicate before a role can be assigned to it.
 PRINCIPAL_RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15, 30)
 
@@ -332,7 +346,8 @@ class AzureProvider:
 
     # ---- provision ----------------------------------------------------------------------------
     def provision(self, req: LaunchRequest, journal: Journal) -> list[str]:
-        """Create the run's group, network and VMs; on failure delete the group, then raise."""
+        """Create the run's group, network, placement group (multi-node) and VMs (in parallel);
+        on any failure, of any node, delete the group, then raise."""
         from azure.core.exceptions import AzureError
 
         cand = req.candidate
@@ -363,50 +378,105 @@ class AzureProvider:
             vnet = self._tracked(journal, req.run_id, region, "vnet", "vnet",
                                  lambda: self.network.virtual_networks.begin_create_or_update(rg, "vnet", {
                                      "location": region, "tags": tags,
-                                     "properties": {"addressSpace": {"addressPrefixes": ["10.0.0.0/16"]},
+                                     "properties": {"addressSpace": {"addressPrefixes": [VNET_PREFIX]},
                                                     "subnets": [{"name": "default", "properties": {
-                                                        "addressPrefix": "10.0.0.0/24",
+                                                        "addressPrefix": SUBNET_PREFIX,
                                                         "networkSecurityGroup": {"id": nsg_id}}}]},
                                  }).result().id)
-            subnet_id = f"{vnet}/subnets/default"
-            nic_ids: list[str] = []
-            for rank in range(len(req.user_data)):
-                step = f"creating the public IP of node {rank}"
-                pip_id = self._tracked(journal, req.run_id, region, "public_ip", f"pip-{rank}",
-                                       lambda: self.network.public_ip_addresses.begin_create_or_update(rg, f"pip-{rank}", {
-                                           "location": region, "tags": tags, "sku": {"name": "Standard", "tier": "Regional"},
-                                           "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4"},
-                                       }).result().id)
-                step = f"creating the network interface of node {rank}"
-                nic_ids.append(self._tracked(journal, req.run_id, region, "nic", f"nic-{rank}",
-                                             lambda: self.network.network_interfaces.begin_create_or_update(rg, f"nic-{rank}", {
-                                                 "location": region, "tags": tags,
-                                                 "properties": {"networkSecurityGroup": {"id": nsg_id}, "ipConfigurations": [{
-                                                     "name": "ipconfig", "properties": {
-                                                         "subnet": {"id": subnet_id},
-                                                         "privateIPAllocationMethod": "Dynamic",
-                                                         "publicIPAddress": {"id": pip_id}}}]},
-                                             }).result().id))
-            # The VMs are created in parallel (each takes a minute or two on Azure), then awaited in order.
-            pending = []
-            for rank, script in enumerate(req.user_data):
-                step = f"creating VM {rank} ({cand.instance_type})"
-                body = self._vm_body(req, rank, script, nic_ids[rank], region, tags, ssh_key)
-                res_id = journal.intent(req.run_id, "vm", f"node-{rank}", region, self.name)
-                pending.append((rank, res_id, self.compute.virtual_machines.begin_create_or_update(rg, f"node-{rank}", body)))
-            vm_ids: list[str] = []
-            for rank, res_id, poller in pending:
-                step = f"creating VM {rank} ({cand.instance_type})"
-                vm = poller.result()
-                journal.created(res_id, vm.id)
-                vm_ids.append(vm.id)
-                step = f"granting VM {rank} the right to delete its resource group"
-                self._grant_self_delete(journal, req.run_id, region, rg, vm)
-            return vm_ids
-        except (AzureError, ProvisionError) as exc:
-            error = classify_error(exc, where=step, instance_type=cand.instance_type, region=region)
+            ppg_id = None
+            if len(req.user_data) > 1:
+                step = "creating the proximity placement group"
+                ppg_id = self._tracked(journal, req.run_id, region, "placement_group", PLACEMENT_GROUP,
+                                       lambda: self.compute.proximity_placement_groups.create_or_update(
+                                           rg, PLACEMENT_GROUP, {
+                                               "location": region, "tags": tags,
+                                               "properties": {"proximityPlacementGroupType": "Standard",
+                                                              "intent": {"vmSizes": [cand.instance_type]}}}).id)
+            return self._create_nodes(req, journal, rg, tags, f"{vnet}/subnets/default", nsg_id, ppg_id, ssh_key)
+        except (AzureError, ProvisionError, _NodeFailed) as exc:
+            cause: Exception = exc
+            if isinstance(exc, _NodeFailed):  # any node's failure fails the whole attempt
+                step, cause = exc.step, exc.cause
+            error = classify_error(cause, where=step, instance_type=cand.instance_type, region=region)
             self._cleanup_after_failure(req.run_id, region, journal)
             raise error from None
+
+    def _create_nodes(self, req: LaunchRequest, journal: Journal, rg: str, tags: dict[str, str], subnet_id: str,
+                      nsg_id: str, ppg_id: str | None, ssh_key: str) -> list[str]:
+        """Every node's public IP, NIC, VM and role assignment, one thread per node. The first
+        failure stops the other threads at their next step (a VM still being created is left to
+        the group's deletion) and is raised as `_NodeFailed` once every thread has stopped, so no
+        creation lands after the cleanup. Returns the VM ids in rank order."""
+        from azure.core.exceptions import AzureError
+
+        n = len(req.user_data)
+        abort = threading.Event()
+        failures: list[_NodeFailed] = []
+        lock = threading.Lock()
+
+        def node(rank: int) -> str:
+            step = f"creating the public IP of node {rank}"
+            try:
+                pip_id = self._tracked(journal, req.run_id, req.candidate.region, "public_ip", f"pip-{rank}",
+                                       lambda: _await(self.network.public_ip_addresses.begin_create_or_update(
+                                           rg, f"pip-{rank}", self._pip_body(req, tags)), abort).id)
+                step = f"creating the network interface of node {rank}"
+                nic_id = self._tracked(journal, req.run_id, req.candidate.region, "nic", f"nic-{rank}",
+                                       lambda: _await(self.network.network_interfaces.begin_create_or_update(
+                                           rg, f"nic-{rank}", self._nic_body(req, tags, nsg_id, subnet_id, pip_id)),
+                                           abort).id)
+                step = f"creating VM {rank} ({req.candidate.instance_type})"
+                _check(abort)
+                body = self._vm_body(req, rank, req.user_data[rank], nic_id, req.candidate.region, tags, ssh_key, ppg_id)
+                res_id = journal.intent(req.run_id, "vm", f"node-{rank}", req.candidate.region, self.name)
+                vm = _await(self.compute.virtual_machines.begin_create_or_update(rg, f"node-{rank}", body), abort)
+                journal.created(res_id, vm.id)
+                step = f"granting VM {rank} the right to delete its resource group"
+                self._grant_self_delete(journal, req.run_id, req.candidate.region, rg, vm, abort=abort)
+                return str(vm.id)
+            except _Aborted:
+                raise
+            except (AzureError, ProvisionError) as exc:
+                with lock:
+                    failures.append(_NodeFailed(rank, step, exc))
+                abort.set()
+                raise
+            except BaseException:
+                abort.set()
+                raise
+
+        pool = ThreadPoolExecutor(max_workers=min(n, MAX_PARALLEL_NODES), thread_name_prefix=f"azure-{req.run_id}")
+        futures = [pool.submit(node, rank) for rank in range(n)]
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)
+            if any(f.done() and f.exception() is not None for f in futures):
+                abort.set()
+            wait(futures)
+        except BaseException:  # Ctrl-C in this thread: stop the nodes' threads before the lifecycle tears down
+            abort.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        if failures:
+            raise failures[0]
+        for f in futures:
+            exc = f.exception()
+            if exc is not None and not isinstance(exc, _Aborted):
+                raise exc
+        return [f.result() for f in futures]
+
+    def _pip_body(self, req: LaunchRequest, tags: dict[str, str]) -> dict[str, Any]:
+        return {"location": req.candidate.region, "tags": tags, "sku": {"name": "Standard", "tier": "Regional"},
+                "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4"}}
+
+    def _nic_body(self, req: LaunchRequest, tags: dict[str, str], nsg_id: str, subnet_id: str,
+                  pip_id: str) -> dict[str, Any]:
+        return {"location": req.candidate.region, "tags": tags,
+                "properties": {"networkSecurityGroup": {"id": nsg_id}, "ipConfigurations": [{
+                    "name": "ipconfig", "properties": {
+                        "subnet": {"id": subnet_id},
+                        "privateIPAllocationMethod": "Dynamic",
+                        "publicIPAddress": {"id": pip_id}}}]}}
 
     def _tracked(self, journal: Journal, run_id: str, region: str, kind: str, name: str, create: Any,
                  cloud_id: Any = None) -> Any:
@@ -417,18 +487,20 @@ class AzureProvider:
         return result
 
     def _nsg_body(self, req: LaunchRequest, region: str, tags: dict[str, str]) -> dict[str, Any]:
-        """Inbound: nothing from anywhere, except node-to-node inside the VNet for multi-node jobs
-        and SSH from the caller's address when the job asks for it."""
+        """Inbound: nothing from anywhere, except node-to-node within the run's subnet for
+        multi-node jobs and SSH from the caller's address when the job asks for it."""
         rules: list[dict[str, Any]] = [{
             "name": "deny-all-inbound", "properties": {
                 "priority": 4096, "direction": "Inbound", "access": "Deny", "protocol": "*",
                 "sourceAddressPrefix": "*", "sourcePortRange": "*",
                 "destinationAddressPrefix": "*", "destinationPortRange": "*"}}]
-        if req.spec.num_nodes > 1:
-            rules.append({"name": "allow-vnet-inbound", "properties": {
+        if len(req.user_data) > 1:
+            # The run's own nodes, and only them: the subnet is the run's (not the VirtualNetwork
+            # tag, which also covers peered networks, gateways and the host's 168.63.129.16).
+            rules.append({"name": "allow-run-nodes-inbound", "properties": {
                 "priority": 4000, "direction": "Inbound", "access": "Allow", "protocol": "*",
-                "sourceAddressPrefix": "VirtualNetwork", "sourcePortRange": "*",
-                "destinationAddressPrefix": "VirtualNetwork", "destinationPortRange": "*"}})
+                "sourceAddressPrefix": SUBNET_PREFIX, "sourcePortRange": "*",
+                "destinationAddressPrefix": SUBNET_PREFIX, "destinationPortRange": "*"}})
         if req.spec.resources.ssh:
             rules.append({"name": "allow-ssh-from-caller", "properties": {
                 "priority": 1000, "direction": "Inbound", "access": "Allow", "protocol": "Tcp",
@@ -437,7 +509,7 @@ class AzureProvider:
         return {"location": region, "tags": tags, "properties": {"securityRules": rules}}
 
     def _vm_body(self, req: LaunchRequest, rank: int, script: str, nic_id: str, region: str,
-                 tags: dict[str, str], ssh_key: str) -> dict[str, Any]:
+                 tags: dict[str, str], ssh_key: str, ppg_id: str | None = None) -> dict[str, Any]:
         cand = req.candidate
         props: dict[str, Any] = {
             "hardwareProfile": {"vmSize": cand.instance_type},
@@ -460,13 +532,16 @@ class AzureProvider:
             # Serial console log in managed storage (no account needed): what `console_hint` points to.
             "diagnosticsProfile": {"bootDiagnostics": {"enabled": True}},
         }
+        if ppg_id:
+            props["proximityPlacementGroup"] = {"id": ppg_id}
         if cand.spot:
             max_price = req.spec.resources.max_price_per_hour
             props.update({"priority": "Spot", "evictionPolicy": "Delete",
                           "billingProfile": {"maxPrice": float(max_price) if max_price else -1}})
         return {"location": region, "tags": tags, "identity": {"type": "SystemAssigned"}, "properties": props}
 
-    def _grant_self_delete(self, journal: Journal, run_id: str, region: str, rg: str, vm: Any) -> None:
+    def _grant_self_delete(self, journal: Journal, run_id: str, region: str, rg: str, vm: Any, *,
+                           abort: threading.Event | None = None) -> None:
         """Contributor on the VM's own resource group for its system-assigned identity."""
         from azure.core.exceptions import HttpResponseError
         from azure.core.rest import HttpRequest
@@ -493,7 +568,11 @@ class AzureProvider:
                     break
                 if code == "PrincipalNotFound" and delays:
                     journal.event(run_id, "retry", f"identity of {vm.name} not replicated yet; retrying the role assignment")
-                    time.sleep(delays.pop(0))
+                    delay = delays.pop(0)
+                    if abort is None:
+                        time.sleep(delay)
+                    elif abort.wait(delay):
+                        raise _Aborted()
                     continue
                 raise _with_arm_error(exc, response) from None
         journal.created(res_id, f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}")
@@ -597,6 +676,32 @@ class AzureProvider:
                 code, message, _ = _error_code_and_message(exc)
                 lines.append(f"failed to delete {line}: {code} {message}")
         return lines
+
+
+class _Aborted(Exception):
+    """A node's thread stopped because another node of the attempt failed (or Ctrl-C)."""
+
+
+class _NodeFailed(Exception):
+    """The first failure among a multi-node attempt's node threads: which step, and the cause."""
+
+    def __init__(self, rank: int, step: str, cause: Exception) -> None:
+        super().__init__(f"node {rank}: {step}: {cause}")
+        self.rank, self.step, self.cause = rank, step, cause
+
+
+def _check(abort: threading.Event) -> None:
+    if abort.is_set():
+        raise _Aborted()
+
+
+def _await(poller: Any, abort: threading.Event) -> Any:
+    """A long-running operation's result, unless `abort` is set first (then `_Aborted`; the
+    operation goes on in Azure and ends with the resource group)."""
+    while not poller.done():
+        _check(abort)
+        poller.wait(ABORT_CHECK_S)
+    return poller.result()
 
 
 def _with_arm_error(exc: Any, response: Any) -> Any:

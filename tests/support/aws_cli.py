@@ -14,14 +14,16 @@ def make_fast() -> None:
     from gpucloud.channel_s3 import S3Channel
     from gpucloud.providers.aws import AwsProvider
 
-    AwsProvider.poll_interval = 0.25
-    AwsProvider.RETRY_BASE_S = 0.02
-    AwsProvider.RETRY_CAP_S = 0.2
+    AwsProvider.poll_interval = 0.2
+    AwsProvider.RETRY_ATTEMPTS = 3
+    AwsProvider.RETRY_BASE_S = 0.01
+    AwsProvider.RETRY_CAP_S = 0.05
     AwsProvider.POLL_S = 0.1
     AwsProvider.TERMINATE_TIMEOUT_S = 20.0
     AwsProvider.SG_DELETE_TIMEOUT_S = 10.0
-    S3Channel.RETRY_BASE_S = 0.02
-    S3Channel.RETRY_CAP_S = 0.2
+    S3Channel.RETRY_ATTEMPTS = 3
+    S3Channel.RETRY_BASE_S = 0.01
+    S3Channel.RETRY_CAP_S = 0.05
 
 
 def main() -> None:

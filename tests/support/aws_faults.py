@@ -175,6 +175,10 @@ class AwsHooks:
 # Every (service, operation) the product made in this process, never reset: the IAM policy test
 # checks each one (subprocess CLIs append to the record file instead).
 RECORDED: set[tuple[str, str]] = set()
+# Where this test process's subprocess CLIs record their operations (GPUCLOUD_TEST_AWS_RECORD).
+import tempfile  # noqa: E402
+
+SESSION_RECORD = Path(tempfile.gettempdir()) / f"gpucloud-aws-ops-{os.getpid()}.txt"
 HOOKS = AwsHooks()
 _installed = False
 _local = threading.local()
@@ -192,10 +196,14 @@ class unhooked:
 
 
 def install(hooks: AwsHooks = HOOKS) -> AwsHooks:
-    """Hook every botocore Session created from now on in this process (idempotent)."""
+    """Hook every botocore Session created from now on in this process (idempotent). The first
+    time, the provider's shared session is dropped, so that the next one is created hooked."""
     global _installed
     if _installed:
         return hooks
+    from gpucloud.providers.aws import reset_shared
+
+    reset_shared()
     import botocore.session
 
     original = botocore.session.Session.__init__

@@ -1,8 +1,9 @@
 """The Azure VM simulator: every VM the fake ARM server creates boots from its custom data.
 
 When a VM's creation completes, the guest runs with `nvidia-smi` showing the size's GPUs (from
-the catalog) and with GPUCLOUD_IMDS_ENDPOINT / GPUCLOUD_AZURE_ARM_ENDPOINT pointing at the fake
-ARM server: the bootstrap's self-delete gets a token for the VM's own managed identity and DELETEs
+the catalog), with GPUCLOUD_NODE_IP=127.0.0.1 (every guest lives on this host, so loopback is the
+address a peer reaches it at; on Azure the bootstrap finds the NIC's private address itself) and
+with GPUCLOUD_IMDS_ENDPOINT / GPUCLOUD_AZURE_ARM_ENDPOINT pointing at the fake ARM server: the bootstrap's self-delete gets a token for the VM's own managed identity and DELETEs
 its resource group there, which works only if the provider granted that identity a role on the
 group. A `shutdown` inside the guest stops the guest but leaves the VM allocated (power state
 "stopped"), as on Azure. Deleting the VM or its group ends the guest.
@@ -20,6 +21,7 @@ from tests.support.fake_arm import FakeArm, Resource
 from tests.support.vm_sim import GPU_NAMES, Guest, GuestSimulator, gpu_of
 
 VM_TYPE = "microsoft.compute/virtualmachines"
+GUEST_NODE_IP = "127.0.0.1"
 
 
 def guest_env_gpu_name(gpu: str) -> str:
@@ -51,6 +53,8 @@ class AzureVmSimulator(GuestSimulator):
         principal = (res.body.get("identity") or {}).get("principalId", "none")
         rg = res.id.split("/")[4]
         env = {
+            # The multi-node barrier publishes this as the node's address (MASTER_ADDR for rank 0).
+            "GPUCLOUD_NODE_IP": GUEST_NODE_IP,
             "GPUCLOUD_IMDS_ENDPOINT": self.arm.imds_endpoint(principal),
             "GPUCLOUD_AZURE_ARM_ENDPOINT": self.arm.url,
         }

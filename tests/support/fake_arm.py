@@ -4,8 +4,10 @@ What it covers (exactly what gpucloud/providers/azure.py, channel_blob.py and th
 self-delete use): resource groups (PUT/GET/HEAD/DELETE, list with a tag filter, deletion as a
 long-running operation answered with `Location` polling), every resource under a group (VNets with
 inline subnets, NSGs, public IPs, NICs, VMs, storage accounts) created through `Azure-AsyncOperation`
-polling, VM instance views, role assignments (an extension resource at any scope), storage account
-`listKeys`, and two token endpoints:
+polling, VM instance views, proximity placement groups (created synchronously, as ARM does; a VM
+joins one through `properties.proximityPlacementGroup.id`, which must exist in the VM's location,
+and a GET of the group lists its `virtualMachines`), role assignments (an extension resource at any
+scope), storage account `listKeys`, and two token endpoints:
 
 - `/_identity` — an App Service managed-identity endpoint. With `IDENTITY_ENDPOINT` and
   `IDENTITY_HEADER` pointing here, azure-identity's `DefaultAzureCredential` in a CLI subprocess
@@ -17,9 +19,11 @@ polling, VM instance views, role assignments (an extension resource at any scope
 
 Failure injection: `inject(method, path_regex, code=...)` answers the next `times` matching calls
 with an ARM error body `{"error": {"code", "message"}}` (status from the code, or given), either at
-once or as a failed long-running operation (`async_=True`), or only stalls them (`delay=`).
+once or as a failed long-running operation (`async_=True`), or only stalls them (`delay=`: the
+request; `op_seconds=`: the long-running operation it starts, e.g. a VM that takes a while).
 Everything lives in memory; `snapshot()` lists what exists (leak checks); deleting a resource group
-deletes everything in it. Runs standalone: `python -m tests.support.fake_arm --port N`, with
+deletes everything in it. `calls` records every ARM call but the polls; `requests` counts every
+HTTP request, polls and token requests included (the provisioning benchmark reads both). Runs standalone: `python -m tests.support.fake_arm --port N`, with
 `/_fake/snapshot`, `/_fake/inject`, `/_fake/reset` for out-of-process control.
 """
 
@@ -48,6 +52,10 @@ AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 CONTRIBUTOR_ROLE = "b24988ac-6180-42a0-ab88-20f7382dd24c"
 CUSTOM_DATA_MAX_B64 = 65536
+PPG_TYPE = "microsoft.compute/proximityplacementgroups"
+VM_TYPE = "microsoft.compute/virtualmachines"
+# Resource types whose PUT completes in the call itself (no long-running operation, no provisioningState).
+SYNC_TYPES = frozenset({PPG_TYPE})
 
 # Status codes ARM uses for the error codes tests inject (anything else: 400).
 _STATUS_BY_CODE = {
@@ -84,6 +92,7 @@ class Injection:
     async_: bool = False
     delay: float = 0.0
     principal: str | None = None   # only calls made with this identity's token
+    op_seconds: float | None = None  # the long-running operation this call starts takes this long
     hits: int = 0
 
 
@@ -135,6 +144,7 @@ class FakeArm:
         self.operations: dict[str, Operation] = {}
         self.injections: list[Injection] = []
         self.calls: list[tuple[str, str, str]] = []      # (method, path, principal) of every ARM call
+        self.requests = 0                                # every HTTP request, polls included
         self.power: dict[str, str] = {}                  # vm id (lower) -> "running" | "stopped" | ...
         self.listeners: list[Callable[[str, Resource], None]] = []
         self.tokens: dict[str, str] = {}                 # bearer token -> principal
@@ -186,12 +196,13 @@ class FakeArm:
     # ---- test controls ------------------------------------------------------------------------
     def inject(self, method: str, path: str, code: str | None = "InternalServerError", *, message: str = "",
                status: int | None = None, times: int = 1, async_: bool = False, delay: float = 0.0,
-               principal: str | None = None) -> Injection:
-        """Arm a failure (or, with code=None and delay, a stall) for matching calls."""
+               principal: str | None = None, op_seconds: float | None = None) -> Injection:
+        """Arm a failure (or, with code=None, a stall: `delay` for the request itself,
+        `op_seconds` for the long-running operation it starts) for matching calls."""
         inj = Injection(method=method.upper(), path=re.compile(path, re.I), code=code,
                         message=message or f"Injected {code}.",
                         status=status or _STATUS_BY_CODE.get(code or "", 400), times=times,
-                        async_=async_, delay=delay, principal=principal)
+                        async_=async_, delay=delay, principal=principal, op_seconds=op_seconds)
         with self.lock:
             self.injections.append(inj)
         return inj
@@ -210,6 +221,7 @@ class FakeArm:
             self.operations.clear()
             self.injections.clear()
             self.calls.clear()
+            self.requests = 0
             self.power.clear()
 
     def on_event(self, callback: Callable[[str, Resource], None]) -> None:
@@ -270,8 +282,9 @@ class FakeArm:
                     op.finish()
 
     def new_operation(self, *, finish: Callable[[], None] | None = None, error: dict[str, str] | None = None,
-                      resource_path: str | None = None) -> Operation:
-        op = Operation(id=uuid.uuid4().hex, done_at=time.time() + self.op_seconds, finish=finish, error=error,
+                      resource_path: str | None = None, seconds: float | None = None) -> Operation:
+        took = self.op_seconds if seconds is None else seconds
+        op = Operation(id=uuid.uuid4().hex, done_at=time.time() + took, finish=finish, error=error,
                        resource_path=resource_path)
         self.operations[op.id] = op
         return op
@@ -343,6 +356,7 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     arm: FakeArm
     protocol_version = "HTTP/1.1"
+    _op_seconds: float | None = None  # set per request by an `op_seconds` injection
     server_version = "FakeARM/1.0"
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
@@ -399,6 +413,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = split.path.rstrip("/") or "/"
         query = {k: v[-1] for k, v in parse_qs(split.query).items()}
         body = self._body() if self.command in ("PUT", "POST", "PATCH") else {}
+        with self.arm.lock:
+            self.arm.requests += 1
         try:
             if path.startswith("/_fake/"):
                 return self._control(path, body)
@@ -456,13 +472,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.arm.inject(body["method"], body["path"], body.get("code", "InternalServerError"),
                             message=body.get("message", ""), status=body.get("status"),
                             times=int(body.get("times", 1)), async_=bool(body.get("async", False)),
-                            delay=float(body.get("delay", 0)))
+                            delay=float(body.get("delay", 0)),
+                            op_seconds=float(body["op_seconds"]) if body.get("op_seconds") is not None else None)
             return self._send(204)
         self._error(404, "NotFound", f"no control endpoint {path}")
 
     # ---- ARM ----------------------------------------------------------------------------------
     def _arm(self, path: str, query: dict[str, str], body: dict[str, Any]) -> None:
         arm = self.arm
+        self._op_seconds = None  # one handler serves every request of a keep-alive connection
         auth = self.headers.get("Authorization", "")
         principal = arm.principal_of(auth[7:]) if auth.startswith("Bearer ") else None
         if principal is None:
@@ -486,6 +504,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._error(inj.status, inj.code, inj.message, headers)
                 if inj.code is not None and inj.async_:
                     return self._route(path, query, body, fail={"code": inj.code, "message": inj.message})
+                self._op_seconds = inj.op_seconds
         self._route(path, query, body, fail=None)
 
     def _take_injection(self, path: str, principal: str) -> Injection | None:
@@ -553,7 +572,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _async_created(self, status: int, res_path: str, ns: str, location: str, fail: dict[str, str] | None,
                        finish: Callable[[], None] | None, body: dict[str, Any], *, location_header: bool = False) -> None:
-        op = self.arm.new_operation(finish=finish, error=fail, resource_path=res_path)
+        op = self.arm.new_operation(finish=finish, error=fail, resource_path=res_path, seconds=self._op_seconds)
         headers = {**self.arm.retry_headers()}
         if location_header:
             headers["Location"] = self._op_url(op, location=True, ns=ns, loc=location or "eastus")
@@ -641,7 +660,7 @@ class _Handler(BaseHTTPRequestHandler):
             if self._rg_key(sub, rg) not in self.arm.resource_groups:
                 return self._error(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
             prefix = f"/subscriptions/{sub}/resourcegroups/{rg}/".lower()
-            out = [_public(r) for k, r in self.arm.resources.items()
+            out = [self._view(r) for k, r in self.arm.resources.items()
                    if k.startswith(prefix) and (rtype is None or r.type.lower() == rtype.lower())]
         self._send(200, {"value": out})
 
@@ -720,8 +739,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if existing is None:
                     return self._error(404, "ResourceNotFound",
                                        f"The Resource '{rtype}/{name}' under resource group '{rg}' was not found.")
-                doc = _public(existing)
-                if query.get("$expand", "").lower() == "instanceview" and rtype.lower() == "microsoft.compute/virtualmachines":
+                doc = self._view(existing)
+                if query.get("$expand", "").lower() == "instanceview" and rtype.lower() == VM_TYPE:
                     doc["properties"]["instanceView"] = self._instance_view(existing)
                 return self._send(200, doc)
             if self.command == "DELETE":
@@ -749,6 +768,11 @@ class _Handler(BaseHTTPRequestHandler):
             rid = f"/subscriptions/{sub}/resourceGroups/{group.id.split('/')[-1]}/providers/{ns}/{rest}"
             res, secret = self._materialize(rid, rtype, name, body, existing)
             res_obj = Resource(id=rid, type=rtype, body=res, rg=self._rg_key(sub, rg), secret=secret)
+            if rtype.lower() in SYNC_TYPES:  # e.g. proximity placement groups: done when the PUT answers
+                if fail is not None:
+                    return self._error(_STATUS_BY_CODE.get(fail["code"], 400), fail["code"], fail["message"])
+                arm.resources[key] = res_obj
+                return self._send(200 if existing else 201, self._view(res_obj))
             created_state = "Creating" if existing is None else "Updating"
             res_obj.body.setdefault("properties", {})["provisioningState"] = created_state
             arm.resources[key] = res_obj
@@ -792,6 +816,18 @@ class _Handler(BaseHTTPRequestHandler):
             custom = (props.get("osProfile") or {}).get("customData") or ""
             if len(custom) > CUSTOM_DATA_MAX_B64:
                 return ("InvalidParameter", "Custom data in OSProfile must be in Base64 encoding and with a maximum length of 87380 characters.")
+            ppg_ref = (props.get("proximityPlacementGroup") or {}).get("id")
+            if ppg_ref:
+                ppg = self.arm.resources.get(ppg_ref.lower())
+                if ppg is None:
+                    return ("NotFound", f"The entity was not found in this Azure location. Resource {ppg_ref} "
+                                        "referenced by the request was not found.")
+                if str(ppg.body.get("location", "")).lower() != str(body.get("location", "")).lower():
+                    return ("InvalidParameter", f"Proximity placement group {ppg_ref} is in location "
+                                                f"'{ppg.body.get('location')}', not '{body.get('location')}'.")
+                if ppg.body.get("zones") and sorted(body.get("zones") or []) != sorted(ppg.body["zones"]):
+                    return ("InvalidParameter", f"The zones of the virtual machine must match those of proximity "
+                                                f"placement group {ppg_ref} ({ppg.body['zones']}).")
             linux = (props.get("osProfile") or {}).get("linuxConfiguration") or {}
             keys = ((linux.get("ssh") or {}).get("publicKeys")) or []
             if linux.get("disablePasswordAuthentication") and not keys:
@@ -831,9 +867,24 @@ class _Handler(BaseHTTPRequestHandler):
                 ident["principalId"] = old.get("principalId") or str(uuid.uuid4())
                 ident["tenantId"] = self.arm.tenant_id
                 doc["identity"] = ident
+        elif t == PPG_TYPE:
+            props.setdefault("proximityPlacementGroupType", "Standard")
+            props.pop("virtualMachines", None)  # read-only: computed from the VMs (see _view)
         elif t == "microsoft.storage/storageaccounts":
             props["primaryEndpoints"] = {"blob": f"https://{name}.blob.core.windows.net/"}
         return doc, secret
+
+    def _view(self, res: Resource) -> dict[str, Any]:
+        """The resource as a GET answers it: read-only references filled in (a proximity
+        placement group lists the VMs in it)."""
+        doc = _public(res)
+        if res.type.lower() == PPG_TYPE:
+            doc.setdefault("properties", {})["virtualMachines"] = [
+                {"id": vm.id} for vm in self.arm.resources.values()
+                if vm.type.lower() == VM_TYPE
+                and str(((vm.body.get("properties") or {}).get("proximityPlacementGroup") or {}).get("id", "")).lower()
+                == res.id.lower()]
+        return doc
 
     def _instance_view(self, res: Resource) -> dict[str, Any]:
         state = res.body["properties"].get("provisioningState", "Succeeded")

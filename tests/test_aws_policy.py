@@ -1,0 +1,130 @@
+"""The IAM policy of `gpucloud iam-policy aws` allows every AWS operation gpucloud makes, and little
+more (issue 4, point 5).
+
+Every operation is recorded through botocore events: those of the end-to-end tests that ran earlier
+in this session (in-process and subprocess CLIs) plus a run of our own that touches every feature
+(ssh key pair and rule, a fresh bucket, run + logs, detach + down, gc of an expired volume).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpucloud.providers.aws_policy import policy_document
+from tests.support.aws_faults import HOOKS, SESSION_RECORD, recorded_ops
+from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
+from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
+from tests.test_aws_e2e import _drop_bucket, aws_env, inproc, invoke, run_id_of, write_job  # noqa: F401
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+# API operation -> IAM action where the names differ (the rest is "<prefix>:<Operation>").
+ACTION_OF = {
+    ("s3", "HeadBucket"): "s3:ListBucket",
+    ("s3", "ListObjectsV2"): "s3:ListBucket",
+    ("s3", "PutPublicAccessBlock"): "s3:PutBucketPublicAccessBlock",
+    ("s3", "PutBucketEncryption"): "s3:PutEncryptionConfiguration",
+    ("s3", "PutBucketLifecycleConfiguration"): "s3:PutLifecycleConfiguration",
+    ("s3", "DeleteObjects"): "s3:DeleteObject",
+    ("s3", "CreateMultipartUpload"): "s3:PutObject",
+    ("s3", "UploadPart"): "s3:PutObject",
+    ("s3", "CompleteMultipartUpload"): "s3:PutObject",
+}
+# Allowed although the tests may not exercise them, with the reason.
+NOT_EXERCISED = {
+    "s3:AbortMultipartUpload": "a failed multipart upload of a code tarball above 64 MiB",
+    "s3:DeleteObject": "Channel.delete_prefix (unit-tested, not called by the CLI commands)",
+}
+
+
+def iam_action(service: str, operation: str) -> str:
+    return ACTION_OF.get((service, operation), f"{service}:{operation}")
+
+
+def statements(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in doc["Statement"] if s["Effect"] == "Allow"]
+
+
+def as_list(value: str | Iterable[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def allowed_actions(doc: dict[str, Any]) -> set[str]:
+    return {a for s in statements(doc) for a in as_list(s["Action"])}
+
+
+def is_allowed(action: str, doc: dict[str, Any]) -> bool:
+    return any(fnmatch.fnmatchcase(action, pattern) for s in statements(doc) for pattern in as_list(s["Action"]))
+
+
+def test_policy_is_well_formed_and_tight() -> None:
+    doc = policy_document()
+    assert doc["Version"] == "2012-10-17"
+    json.dumps(doc)  # plain data
+    for s in doc["Statement"]:
+        assert s["Effect"] == "Allow" and s.get("Sid")
+        for a in as_list(s["Action"]):
+            assert "*" not in a, f"no wildcard actions: {a}"
+        assert "iam:PassRole" not in as_list(s["Action"])
+    # destroying only what gpucloud tagged; creating only with the tag
+    by_action = {a: s for s in statements(doc) for a in as_list(s["Action"])}
+    for a in ("ec2:TerminateInstances", "ec2:DeleteSecurityGroup", "ec2:DeleteKeyPair", "ec2:DeleteVolume"):
+        assert by_action[a]["Condition"] == {"Null": {"aws:ResourceTag/gpucloud-run": "false"}}
+    tag_stmt = by_action["ec2:CreateTags"]
+    assert "ec2:CreateAction" in tag_stmt["Condition"]["StringEquals"]
+    s3_resources = {r for s in statements(doc) if as_list(s["Action"])[0].startswith("s3:") for r in as_list(s["Resource"])}
+    assert s3_resources == {"arn:aws:s3:::gpucloud-*", "arn:aws:s3:::gpucloud-*/runs/*"}
+
+
+def test_every_operation_of_the_end_to_end_runs_is_allowed(inproc: None, moto: Moto,  # noqa: F811
+                                                            aws_sim: AwsVmSimulator, tmp_path: Path) -> None:
+    from gpucloud.providers.aws import iso_utc
+
+    # Our own tour of every feature, so this test stands alone too.
+    _drop_bucket(moto, "us-east-1")
+    job = write_job(tmp_path / "job.yaml", run="echo policy-tour", ssh=True, name="policy")
+    code, out = invoke("run", str(job), "--cloud", "aws")
+    assert code == 0, out[-2000:]
+    code, out = invoke("logs", run_id_of(out))
+    assert code == 0 and "policy-tour" in out
+    code, out = invoke("run", str(job), "--cloud", "aws", "--detach")
+    assert code == 0, out[-2000:]
+    code, out = invoke("down", run_id_of(out), "--yes")
+    assert code == 0, out[-2000:]
+    stray = [{"Key": "gpucloud-run", "Value": "policy-stray"},
+             {"Key": "gpucloud-expires", "Value": iso_utc(datetime.now(UTC) - timedelta(hours=1))}]
+    moto.client("ec2").create_volume(AvailabilityZone="us-east-1a", Size=8,
+                                     TagSpecifications=[{"ResourceType": "volume", "Tags": stray}])
+    code, out = invoke("gc", "--yes")
+    assert code == 0, out[-2000:]
+    assert tagged_alive(moto) == []
+
+    # S3 objects used by our own runs are all under gpucloud-*/runs/
+    for call in HOOKS.calls:
+        if call.service == "s3" and "Key" in call.params:
+            assert call.params["Bucket"].startswith("gpucloud-") and call.params["Key"].startswith("runs/"), call
+
+    ops = recorded_ops(SESSION_RECORD)
+    # The VM's own calls go through presigned URLs, signed with the caller's permissions.
+    ops |= {("s3", "GetObject"), ("s3", "PutObject")}
+    doc = policy_document()
+    actions = {iam_action(svc, op) for svc, op in ops}
+    missing = sorted(a for a in actions if not is_allowed(a, doc))
+    assert missing == [], f"operations made but not in the policy: {missing}"
+    # RunInstances / CreateSecurityGroup / CreateKeyPair / the ssh rule tag their resources
+    creates = {op for svc, op in ops if svc == "ec2" and op in
+               ("RunInstances", "CreateSecurityGroup", "CreateKeyPair", "AuthorizeSecurityGroupIngress")}
+    tag_cond = next(s for s in statements(doc) if "ec2:CreateTags" in as_list(s["Action"]))["Condition"]
+    assert creates <= set(tag_cond["StringEquals"]["ec2:CreateAction"])
+    # and little more: every allowed action was used, or is listed with the reason it was not
+    unused = sorted(allowed_actions(doc) - actions - {"ec2:CreateTags"} - set(NOT_EXERCISED))
+    assert unused == [], f"policy grants actions no run used: {unused}"
+    print(f"\nIAM policy check: {len(ops)} distinct operations recorded, all allowed "
+          f"({len(allowed_actions(doc))} actions in the policy)")
