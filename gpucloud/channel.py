@@ -153,6 +153,14 @@ class Channel(ABC):
             self.delete_prefix(f"{node_prefix(run_id, rank)}/ready")
             self.delete_prefix(f"{node_prefix(run_id, rank)}/done")
 
+    def reset_nodes(self, run_id: str, num_nodes: int) -> None:
+        """Delete every node object of the run (status, log parts, ready, done, artifacts) before a
+        failover attempt re-uses this channel: a machine of the failed attempt may have booted and
+        written a status that would otherwise be read as this attempt's. `prepare` writes the
+        manifests again afterwards."""
+        for rank in range(num_nodes):
+            self.delete_prefix(f"{node_prefix(run_id, rank)}/")
+
     def read_status(self, run_id: str, rank: int = 0) -> dict | None:
         """The node's status.json, or None when absent (not booted yet) or caught mid-write."""
         raw = self.get_bytes(f"{node_prefix(run_id, rank)}/status.json")

@@ -415,8 +415,8 @@ class _Run:
                     if id(channel) not in uploaded:
                         channel.upload_code(self.run_id, tarball)
                         uploaded.add(id(channel))
-                    if spec.num_nodes > 1 and attempts:
-                        channel.clear_ready(self.run_id, spec.num_nodes)
+                    if attempts:
+                        channel.reset_nodes(self.run_id, spec.num_nodes)
                     deadline = datetime.now(UTC) + timedelta(seconds=spec.max_duration)
                     log_s, self.heartbeat_s = _intervals(provider, cand.cloud)
                     master_port, barrier_s = _rendezvous(provider)
