@@ -185,10 +185,17 @@ def test_example_runs_on_aws_with_logs_and_artifacts_and_leaves_nothing(
 # ---- exit codes -----------------------------------------------------------------------------------------
 
 def test_job_failure_exit_code_is_the_jobs(aws_env: dict[str, str], moto: Moto, tmp_path: Path) -> None:  # noqa: F811
-    job = write_job(tmp_path / "job.yaml", run="echo failing; exit 3")
-    proc = cli(aws_env, "run", str(job), "--cloud", "aws")
+    """Also: temporary credentials that end before the deadline are warned about before launching."""
+    from datetime import UTC, datetime, timedelta
+
+    job = write_job(tmp_path / "job.yaml", run="echo failing; exit 3", max_duration="2h")
+    soon = (datetime.now(UTC) + timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    env = {**aws_env, "AWS_SESSION_TOKEN": "session-token", "AWS_CREDENTIAL_EXPIRATION": soon}
+    proc = cli(env, "run", str(job), "--cloud", "aws")
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "failing" in proc.stdout
+    warning = proc.stderr.index("warning: the AWS credentials (env) are temporary")
+    assert warning < proc.stderr.index("provision done"), "warned before the launch"
     assert tagged_alive(moto, run_id_of(proc.stderr)) == []
 
 
@@ -218,6 +225,30 @@ def test_no_capacity_anywhere_exits_75_listing_every_attempt(aws_env: dict[str, 
     assert len(listed) == len(plan.candidates) and all("capacity" in line for line in listed)
     assert aws_sim.booted == []
     assert tagged_alive(moto) == []
+
+
+def test_failover_follows_the_plan_skipping_a_region_out_of_quota(inproc: None, moto: Moto,  # noqa: F811
+                                                                  aws_sim: AwsVmSimulator) -> None:
+    """Quota in us-east-1 skips every us-east-1 candidate (named with its quota code); capacity in
+    us-west-2 moves to the next candidate: ap-northeast-1, as the plan ranks them."""
+    from gpucloud.planner import make_plan
+    from gpucloud.spec import load_spec
+
+    example = EXAMPLES / "t4-any-cloud.yaml"
+    plan = [f"aws/{c.region}/{c.instance_type}" for c in make_plan(load_spec(example), cloud="aws").candidates]
+    HOOKS.add(Fault("RunInstances", "MaxSpotInstanceCountExceeded", times=None, region="us-east-1"),
+              Fault("RunInstances", "InsufficientInstanceCapacity", times=None, region="us-west-2"))
+    code, out = invoke("run", str(example), "--cloud", "aws", "--detach")
+    assert code == 0, out[-3000:]
+    attempts = ATTEMPT.findall(out)
+    expected = [plan[0], *[c for c in plan if not c.startswith("aws/us-east-1/")][:2]]
+    assert attempts == expected, (attempts, plan)
+    assert attempts[-1] == "aws/ap-northeast-1/g4dn.xlarge"
+    assert "L-3819A6DF" in out  # G/VT spot quota named
+    HOOKS.faults.clear()
+    code, out = invoke("down", run_id_of(out), "--yes")
+    assert code == 0, out
+    assert clean_up_and_count(moto, aws_sim) == []
 
 
 def test_detach_then_down_in_another_process(aws_env: dict[str, str], moto: Moto,  # noqa: F811

@@ -138,6 +138,24 @@ def test_launch_is_locked_down_and_tagged(moto, provider, journal, hooks):  # no
     assert journal.resources(req.run_id) == []
 
 
+def test_multi_node_gets_one_instance_per_rank_in_rank_order(moto, provider, journal, hooks):  # noqa: F811
+    req = make_request()
+    req.user_data = ["#!/bin/bash\necho rank 0\n", "#!/bin/bash\necho rank 1\n"]
+    ids = provider.provision(req, journal)
+    try:
+        assert len(ids) == 2
+        for rank, iid in enumerate(ids):
+            tags = {t["Key"]: t["Value"] for t in instance(moto, iid)["Tags"]}
+            assert tags["gpucloud-node"] == str(rank) and tags["Name"].endswith(f"-node{rank}")
+            assert user_data_of(moto, iid).decode().endswith(f"rank {rank}\n")
+        tokens = [c.params["ClientToken"] for c in hooks.ops("RunInstances")]
+        assert len(set(tokens)) == 2  # one per rank, each stable across its retries
+        assert len(provider.node_states(req.run_id, "us-east-1")) == 2
+    finally:
+        provider.teardown(req.run_id, "us-east-1", journal)
+    assert tagged_alive(moto, req.run_id) == []
+
+
 def test_image_resolution(moto, provider, hooks):  # noqa: F811
     ssm_ami, _ = provider.resolve_image("us-east-1", "20.04")
     assert hooks.ops("GetParameter")[-1].params["Name"].endswith("/20.04/stable/current/amd64/hvm/ebs-gp2/ami-id")
@@ -342,6 +360,15 @@ def test_teardown_retries_dependency_violation_and_is_idempotent(moto, provider,
     provider.teardown("never-existed", "us-east-1", journal)
 
 
+def test_teardown_without_waiting(moto, provider, journal):  # noqa: F811
+    req = make_request()
+    provider.provision(req, journal)
+    provider.teardown(req.run_id, "us-east-1", journal, wait=False)
+    assert provider.node_states(req.run_id, "us-east-1") == ["gone"]
+    provider.teardown(req.run_id, "us-east-1", journal)  # what `down`/gc do later: finishes the rest
+    assert tagged_alive(moto, req.run_id) == []
+
+
 def test_teardown_failure_is_reported_and_a_second_teardown_finishes(moto, provider, journal, hooks):  # noqa: F811
     from gpucloud.providers.aws import AwsTeardownError
 
@@ -405,7 +432,8 @@ def test_temporary_credentials_that_end_before_the_deadline_warn(moto, journal, 
     provider.provision(req, journal)
     try:
         assert len(warnings) == 1
-        assert "expire" in warnings[0] and "deadline" in warnings[0] and "Renew" in warnings[0]
+        assert "expire" in warnings[0] and "deadline" in warnings[0] and "presigned URLs" in warnings[0]
+        assert "cannot follow or tear it down" in warnings[0]  # env credentials do not refresh
     finally:
         provider.teardown(req.run_id, "us-east-1", journal)
     # long enough: no warning
@@ -414,6 +442,12 @@ def test_temporary_credentials_that_end_before_the_deadline_warn(moto, journal, 
     monkeypatch.setenv("AWS_CREDENTIAL_EXPIRATION", later)
     provider = AwsProvider(session=boto3.Session(), warn=warnings.append)
     provider._check_credentials("x", datetime.now(UTC) + timedelta(hours=3), None)
+    assert warnings == []
+    # long-term keys never warn
+    monkeypatch.delenv("AWS_SESSION_TOKEN")
+    monkeypatch.setenv("AWS_CREDENTIAL_EXPIRATION", soon)
+    AwsProvider(session=boto3.Session(), warn=warnings.append)._check_credentials(
+        "y", datetime.now(UTC) + timedelta(hours=3), None)
     assert warnings == []
 
 

@@ -374,33 +374,40 @@ class AwsProvider:
 
     # ---- credentials ------------------------------------------------------------------------------
     def _check_credentials(self, run_id: str, deadline: datetime, journal: Journal | None) -> None:
-        """No credentials is fatal; temporary credentials that end before the run's deadline get a
-        warning: presigned URLs die with the credentials that signed them, and the CLI could no
-        longer follow or tear down the run."""
+        """No credentials is fatal. Temporary credentials that end before the run's deadline get a
+        warning: a presigned URL stops working when the credentials that signed it expire, whatever
+        its own expiry, so the VM would lose its way to report logs, status and artifacts (and with
+        credentials that do not refresh themselves, this CLI could not follow or tear down either)."""
         creds = self.session.get_credentials()
         if creds is None:
             raise FatalProvisionError(
                 "no AWS credentials found (environment, ~/.aws, SSO or instance role).",
                 hint="Run `aws configure` or `aws sso login`, or set AWS_PROFILE.",
             )
-        expiry = getattr(creds, "_expiry_time", None)
-        method = str(getattr(creds, "method", "") or "")
-        # These refresh themselves from a long-lived source for as long as the CLI runs.
-        if expiry is None or method in {"iam-role", "container-role", "assume-role", "assume-role-with-web-identity"}:
+        try:
+            token = creds.get_frozen_credentials().token
+        except Exception:  # noqa: BLE001 - a refresh failure shows up on the first real call
             return
+        expiry = getattr(creds, "_expiry_time", None)
+        if not token or expiry is None:
+            return  # long-term keys, or a lifetime nobody told us
         if expiry.tzinfo is None:
             expiry = expiry.replace(tzinfo=UTC)
         if expiry >= deadline or run_id in self._warned_credentials:
             return
         self._warned_credentials.add(run_id)
-        left = expiry - datetime.now(UTC)
+        method = str(getattr(creds, "method", "") or "temporary")
+        refreshes = method in {"iam-role", "container-role", "assume-role", "assume-role-with-web-identity",
+                               "sso", "custom-process"}
+        left = max(0, int((expiry - datetime.now(UTC)).total_seconds() // 60))
         message = (
-            f"the AWS credentials ({method or 'temporary'}) expire at {iso_utc(expiry)} "
-            f"(in {max(0, int(left.total_seconds() // 60))} min), before this run's deadline {iso_utc(deadline)}. "
-            "After that the VM's presigned URLs stop working (no more logs, status or artifacts) and this CLI "
-            "cannot follow or tear down the run; the VM still ends itself at its deadline and `gpucloud gc` "
-            "removes what is left. Renew the credentials for longer (e.g. a longer session duration or "
-            "`aws sso login`) or use a shorter max_duration."
+            f"the AWS credentials ({method}) are temporary and expire at {iso_utc(expiry)} (in {left} min), "
+            f"before this run's deadline {iso_utc(deadline)}. The VM's presigned URLs die with the credentials "
+            "that signed them, so from then on the run cannot send logs, status or artifacts"
+            + ("" if refreshes else ", and this CLI cannot follow or tear it down")
+            + ". The VM still ends itself at its deadline and `gpucloud gc` removes anything left. "
+            "Use credentials that last past the deadline (a longer role session duration, up to 12 h, or "
+            "long-term keys of a user with `gpucloud iam-policy aws`), or a shorter max_duration."
         )
         self._warn(message)
         if journal is not None:
@@ -501,6 +508,10 @@ class AwsProvider:
         region = cand.region
         deadline = req.expires_at if req.expires_at.tzinfo else req.expires_at.replace(tzinfo=UTC)
         self._check_credentials(req.run_id, deadline, journal)
+        if deadline - datetime.now(UTC) > timedelta(days=7) and f"7d:{req.run_id}" not in self._warned_credentials:
+            self._warned_credentials.add(f"7d:{req.run_id}")
+            self._warn("max_duration is longer than 7 days, the most an S3 presigned URL can live: after 7 days "
+                       "the VM can no longer report logs, status or artifacts (it still ends itself at its deadline).")
         created = _Created()
         payloads = [fit_user_data(u) for u in req.user_data] or [b""]  # a too-big script fails before any create
         what = "preparing the launch"
@@ -524,9 +535,15 @@ class AwsProvider:
             raise classify(exc, region=region, instance_type=cand.instance_type, spot=cand.spot, what=what,
                            tries=getattr(exc, "gpucloud_tries", 1)) from None
         except BotoCoreError as exc:
+            from botocore.exceptions import ConnectionError as BotoConnectionError, HTTPClientError
+
             self._cleanup_attempt(req, journal, created)
-            raise ThrottledError(f"{region}/{cand.instance_type}: could not reach AWS while {what}: {exc}",
-                                 code=type(exc).__name__) from None
+            if isinstance(exc, (BotoConnectionError, HTTPClientError)):
+                raise ThrottledError(f"{region}/{cand.instance_type}: could not reach AWS while {what}: {exc}",
+                                     code=type(exc).__name__) from None
+            raise FatalProvisionError(f"{region}/{cand.instance_type}: {what} failed: {exc}",
+                                      code=type(exc).__name__,
+                                      hint="Check the AWS credentials (`aws sts get-caller-identity`).") from None
         except Exception:
             self._cleanup_attempt(req, journal, created)
             raise
@@ -637,7 +654,7 @@ class AwsProvider:
 
         cand = req.candidate
         region = cand.region
-        base = f"gpucloud-{req.spec.name}-{req.run_id}"
+        base = req.tags.get("Name") or f"gpucloud-{req.run_id}"
         name = base if rank is None else f"{base}-node{rank}"
         extra = {} if rank is None else {TAG_NODE: str(rank)}
         tags = tag_list(self._tags(req, name, extra))
@@ -857,10 +874,12 @@ class AwsProvider:
         sg_ids = {g["GroupId"] for g in (groups or {}).get("SecurityGroups", [])}
         sg_ids |= {r.cloud_id for r in records if r.kind == "security-group" and r.cloud_id}
         for sg in sorted(sg_ids):
-            if alive and not wait:
-                # --no-wait: the group is free and tagged; the run's next `down`/`gc` deletes it
-                # once the instances are gone, without keeping the user waiting now.
+            if alive:
+                # AWS refuses (DependencyViolation) while an instance still uses the group. It costs
+                # nothing and keeps its tags: the next `down` or `gc` deletes it once they are gone.
                 journal.event(run_id, "teardown", f"security group {sg} left until its instances are gone")
+                if wait and not problems:
+                    problems.append(f"security group {sg} kept: instances {', '.join(alive)} are not terminated")
                 continue
             timeout = self.SG_DELETE_TIMEOUT_S
             if step(f"deleting security group {sg}", lambda sg=sg: self._delete_sg(region, sg, timeout) or True):

@@ -12,8 +12,10 @@ unchanged. Also here:
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -176,9 +178,8 @@ class AwsHooks:
 # checks each one (subprocess CLIs append to the record file instead).
 RECORDED: set[tuple[str, str]] = set()
 # Where this test process's subprocess CLIs record their operations (GPUCLOUD_TEST_AWS_RECORD).
-import tempfile  # noqa: E402
-
 SESSION_RECORD = Path(tempfile.gettempdir()) / f"gpucloud-aws-ops-{os.getpid()}.txt"
+atexit.register(lambda: SESSION_RECORD.unlink(missing_ok=True))
 HOOKS = AwsHooks()
 _installed = False
 _local = threading.local()

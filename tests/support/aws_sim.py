@@ -25,17 +25,30 @@ from tests.support.moto_server import Moto, _catalog_regions
 from tests.support.vm_sim import GPU_NAMES, Guest, GuestSimulator, gpu_of
 
 
+_CLIENTS: dict[tuple[str, str], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _client(endpoint: str, region: str) -> Any:
+    """Unhooked EC2 clients, shared by every simulator of the process (a client costs ~0.1 s)."""
+    with _CLIENTS_LOCK:
+        key = (endpoint, region)
+        if key not in _CLIENTS:
+            import boto3
+
+            with unhooked():
+                session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
+            _CLIENTS[key] = session.client("ec2", region_name=region, endpoint_url=endpoint)
+        return _CLIENTS[key]
+
+
 class AwsVmSimulator(GuestSimulator):
-    def __init__(self, moto: Moto, root: Path, *, poll_s: float = 0.2, regions: list[str] | None = None) -> None:
+    def __init__(self, moto: Moto, root: Path, *, poll_s: float = 0.3, regions: list[str] | None = None) -> None:
         super().__init__(root)
         self.moto = moto
         self.poll_s = poll_s
         self.regions = regions or _catalog_regions()
-        import boto3
-
-        with unhooked():
-            session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
-        self._ec2 = {r: session.client("ec2", region_name=r, endpoint_url=moto.endpoint) for r in self.regions}
+        self._ec2 = {r: _client(moto.endpoint, r) for r in self.regions}
         self.booted: list[str] = []
         self.region_of: dict[str, str] = {}
         self.shutdowns: list[str] = []
