@@ -47,6 +47,7 @@ from gpucloud.providers.base import (
     ProvisionError,
     QuotaError,
     ThrottledError,
+    ssh_source_cidr,
 )
 
 if TYPE_CHECKING:
@@ -235,22 +236,6 @@ def _user_ssh_key() -> str:
                 return fh.read().strip()
     raise UserError("resources.ssh is true but no public key was found in ~/.ssh (id_ed25519.pub, id_rsa.pub).",
                     hint="Create one with `ssh-keygen -t ed25519`.")
-
-
-def _caller_ip() -> str:
-    """The caller's public address, for the one inbound rule SSH needs."""
-    import urllib.request
-
-    for url in ("https://api.ipify.org", "https://checkip.amazonaws.com"):
-        try:
-            with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 (fixed https URLs)
-                ip = resp.read().decode().strip()
-            if re.fullmatch(r"[0-9a-fA-F:.]+", ip):
-                return ip
-        except OSError:
-            continue
-    raise UserError("resources.ssh is true but this machine's public address could not be found.",
-                    hint="Drop `ssh: true`, or retry when https://api.ipify.org is reachable.")
 
 
 class AzureProvider:
@@ -504,7 +489,7 @@ class AzureProvider:
         if req.spec.resources.ssh:
             rules.append({"name": "allow-ssh-from-caller", "properties": {
                 "priority": 1000, "direction": "Inbound", "access": "Allow", "protocol": "Tcp",
-                "sourceAddressPrefix": _caller_ip(), "sourcePortRange": "*",
+                "sourceAddressPrefix": ssh_source_cidr(), "sourcePortRange": "*",
                 "destinationAddressPrefix": "*", "destinationPortRange": "22"}})
         return {"location": region, "tags": tags, "properties": {"securityRules": rules}}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from gpucloud.errors import GpucloudError
@@ -97,3 +98,39 @@ class Provider(Protocol):
         """Find (and unless dry_run delete) every tagged resource whose TAG_EXPIRES has passed,
         in every region. Returns one human line per resource."""
         ...
+
+
+SSH_CIDR_ENV = "GPUCLOUD_SSH_CIDR"  # e.g. "203.0.113.7/32" when the public address cannot be looked up
+IP_LOOKUP_URLS = ("https://checkip.amazonaws.com", "https://api.ipify.org")
+
+
+def lookup_public_ip(timeout: float = 5.0) -> str:
+    """This machine's public IPv4 address as the internet sees it (first lookup service that answers)."""
+    import ipaddress
+    import urllib.request
+
+    last: Exception | None = None
+    for url in IP_LOOKUP_URLS:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - fixed https URLs
+                return str(ipaddress.IPv4Address(resp.read().decode().strip()))
+        except (OSError, ValueError) as exc:
+            last = exc
+    raise OSError(f"no lookup service answered ({last})")
+
+
+def ssh_source_cidr(lookup: Callable[[], str] | None = None) -> str:
+    """The one address range `ssh: true` lets in: GPUCLOUD_SSH_CIDR, else the caller's public IP/32.
+    Shared by every cloud so the rule and its error read the same everywhere."""
+    import os
+
+    cidr = os.environ.get(SSH_CIDR_ENV, "").strip()
+    if cidr:
+        return cidr
+    try:
+        return f"{(lookup or lookup_public_ip)()}/32"
+    except Exception as exc:  # noqa: BLE001 - any lookup failure gets the same clear advice
+        raise FatalProvisionError(
+            f"ssh: true needs this machine's public IP address, and looking it up failed ({exc}).",
+            hint=f"Set {SSH_CIDR_ENV}=<your address>/32, or drop `ssh: true` (jobs do not need it).",
+        ) from None
