@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -221,7 +222,9 @@ def test_interrupt_during_follow_tears_down(tmp_path: Path, gpucloud_home: Path,
     fired = []
 
     def sleep(s: float) -> None:
-        if not fired:
+        # time.sleep is global: only the lifecycle's own (main-thread) wait fires the signal, not
+        # a background thread left by another test module (simulators, servers).
+        if not fired and threading.current_thread() is threading.main_thread():
             fired.append(1)
             os.kill(os.getpid(), signal.SIGINT)
         orig_sleep(min(s, 0.01))
