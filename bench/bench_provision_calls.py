@@ -9,7 +9,10 @@ API with a Journal, no job runs and no VM boots, so N = 16 is cheap.
   one NIC, one VM and one role assignment, created in parallel; the shared resource group, NSG,
   VNet and proximity placement group once. PUTs = 3 + 4N (+1 placement group when N > 1).
 - AWS, against moto (tests/support/moto_server.py): RunInstances and DescribeInstances, and all
-  EC2 calls, counted with botocore's before-call event on the session given to AwsProvider.
+  EC2 calls, counted with botocore's before-call event on the session given to AwsProvider (the
+  test hooks of tests/support/aws_faults.py, which also answer the placement-group calls moto
+  lacks). N nodes are one RunInstances call (MinCount = MaxCount = N) into a cluster placement
+  group: 1 call whatever N; the placement group adds Create/Describe/Delete once when N > 1.
 
 Usage: python bench/bench_provision_calls.py [--nodes 1 4 16] [--repeat 3] [--cloud azure aws]
 Prints one table; the wall time is the median of --repeat provision+teardown cycles.
@@ -118,6 +121,7 @@ def bench_azure(node_counts: list[int], repeat: int) -> list[Row]:
 
 def bench_aws(node_counts: list[int], repeat: int) -> list[Row]:
     """AwsProvider.provision against a ThreadedMotoServer; EC2 calls counted on the session."""
+    from tests.support.aws_faults import AwsHooks
     from tests.support.moto_server import DEFAULT_REGION, start_moto
 
     from gpucloud.providers.aws import AwsProvider
@@ -125,12 +129,12 @@ def bench_aws(node_counts: list[int], repeat: int) -> list[Row]:
 
     moto = start_moto()
     os.environ.update(moto.env)
-    calls: collections.Counter[str] = collections.Counter()
+    hooks = AwsHooks(idempotency=False)
+    hooks.attach(moto.session)  # before the provider makes its clients: they copy the session's handlers
 
-    def count(model: Any, **_: Any) -> None:
-        calls[model.name] += 1
+    def ec2_calls() -> collections.Counter[str]:
+        return collections.Counter(c.operation for c in list(hooks.calls) if c.service == "ec2")
 
-    moto.session.events.register("before-call.ec2.*", count)
     provider = AwsProvider(session=moto.session, poll_s=0.05, retry_base_s=0.05)
     shared = bool(getattr(provider, "shared_user_data", False))
     journal = Journal(Store())
@@ -140,19 +144,21 @@ def bench_aws(node_counts: list[int], repeat: int) -> list[Row]:
         for i in range(repeat):
             run_id = f"bench-aws-{n}-{i}-{int(time.time())}"
             req = _request("aws", n, DEFAULT_REGION, run_id, shared=shared)
-            calls.clear()
+            hooks.calls.clear()
             t0 = time.perf_counter()
             ids = provider.provision(req, journal)
             t1 = time.perf_counter()
-            prov_calls = dict(calls)
+            prov_calls = dict(ec2_calls())
             assert len(ids) == n
             provider.teardown(run_id, req.candidate.region, journal, wait=True)
             t2 = time.perf_counter()
             prov_s.append(t1 - t0)
             down_s.append(t2 - t1)
+            calls = ec2_calls()
             counts = {
                 "RunInstances": prov_calls.get("RunInstances", 0),
                 "DescribeInstances": prov_calls.get("DescribeInstances", 0),
+                "placement-group calls": sum(v for k, v in calls.items() if "PlacementGroup" in k),
                 "EC2 calls (provision)": sum(prov_calls.values()),
                 "EC2 calls (total)": sum(calls.values()),
             }

@@ -3,7 +3,8 @@ more (issue 4, point 5).
 
 Every operation is recorded through botocore events: those of the end-to-end tests that ran earlier
 in this session (in-process and subprocess CLIs) plus a run of our own that touches every feature
-(ssh key pair and rule, a fresh bucket, run + logs, detach + down, gc of an expired volume).
+(ssh key pair and rule, a fresh bucket, run + logs, detach + down, a 2-node run with its placement
+group and intra-run rule, gc of an expired volume).
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def test_policy_is_well_formed_and_tight() -> None:
         assert "iam:PassRole" not in as_list(s["Action"])
     # destroying only what gpucloud tagged; creating only with the tag
     by_action = {a: s for s in statements(doc) for a in as_list(s["Action"])}
-    for a in ("ec2:TerminateInstances", "ec2:DeleteSecurityGroup", "ec2:DeleteKeyPair", "ec2:DeleteVolume"):
+    for a in ("ec2:TerminateInstances", "ec2:DeleteSecurityGroup", "ec2:DeleteKeyPair", "ec2:DeletePlacementGroup",
+              "ec2:DeleteVolume"):
         assert by_action[a]["Condition"] == {"Null": {"aws:ResourceTag/gpucloud-run": "false"}}
     tag_stmt = by_action["ec2:CreateTags"]
     assert "ec2:CreateAction" in tag_stmt["Condition"]["StringEquals"]
@@ -97,6 +99,11 @@ def test_every_operation_of_the_end_to_end_runs_is_allowed(inproc: None, moto: M
     code, out = invoke("run", str(job), "--cloud", "aws", "--detach")
     assert code == 0, out[-2000:]
     code, out = invoke("down", run_id_of(out), "--yes")
+    assert code == 0, out[-2000:]
+    # Two nodes: the placement group and the security group's rule for the run's own nodes.
+    nodes = write_job(tmp_path / "nodes.yaml", run="echo node $GPUCLOUD_NODE_RANK", name="policy-nodes")
+    nodes.write_text(nodes.read_text() + "num_nodes: 2\n")
+    code, out = invoke("run", str(nodes), "--cloud", "aws")
     assert code == 0, out[-2000:]
     stray = [{"Key": "gpucloud-run", "Value": "policy-stray"},
              {"Key": "gpucloud-expires", "Value": iso_utc(datetime.now(UTC) - timedelta(hours=1))}]
@@ -120,7 +127,8 @@ def test_every_operation_of_the_end_to_end_runs_is_allowed(inproc: None, moto: M
     assert missing == [], f"operations made but not in the policy: {missing}"
     # RunInstances / CreateSecurityGroup / CreateKeyPair / the ssh rule tag their resources
     creates = {op for svc, op in ops if svc == "ec2" and op in
-               ("RunInstances", "CreateSecurityGroup", "CreateKeyPair", "AuthorizeSecurityGroupIngress")}
+               ("RunInstances", "CreateSecurityGroup", "CreateKeyPair", "AuthorizeSecurityGroupIngress",
+                "CreatePlacementGroup")}
     tag_cond = next(s for s in statements(doc) if "ec2:CreateTags" in as_list(s["Action"]))["Condition"]
     assert creates <= set(tag_cond["StringEquals"]["ec2:CreateAction"])
     # and little more: every allowed action was used, or is listed with the reason it was not

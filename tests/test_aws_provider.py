@@ -138,22 +138,14 @@ def test_launch_is_locked_down_and_tagged(moto, provider, journal, hooks):  # no
     assert journal.resources(req.run_id) == []
 
 
-def test_multi_node_gets_one_instance_per_rank_in_rank_order(moto, provider, journal, hooks):  # noqa: F811
+def test_per_rank_user_data_is_refused_before_anything_is_created(moto, provider, journal, hooks):  # noqa: F811
+    """N nodes come from one RunInstances call (tests/test_aws_multinode.py): they can only boot
+    one shared script, so a request with a script per rank is a caller's bug, caught up front."""
     req = make_request()
     req.user_data = ["#!/bin/bash\necho rank 0\n", "#!/bin/bash\necho rank 1\n"]
-    ids = provider.provision(req, journal)
-    try:
-        assert len(ids) == 2
-        for rank, iid in enumerate(ids):
-            tags = {t["Key"]: t["Value"] for t in instance(moto, iid)["Tags"]}
-            assert tags["gpucloud-node"] == str(rank) and tags["Name"].endswith(f"-node{rank}")
-            assert user_data_of(moto, iid).decode().endswith(f"rank {rank}\n")
-        tokens = [c.params["ClientToken"] for c in hooks.ops("RunInstances")]
-        assert len(set(tokens)) == 2  # one per rank, each stable across its retries
-        assert len(provider.node_states(req.run_id, "us-east-1")) == 2
-    finally:
-        provider.teardown(req.run_id, "us-east-1", journal)
-    assert tagged_alive(moto, req.run_id) == []
+    with pytest.raises(ValueError, match="one user-data for all"):
+        provider.provision(req, journal)
+    assert hooks.calls == [] and journal.resources(req.run_id) == []
 
 
 def test_image_resolution(moto, provider, hooks):  # noqa: F811

@@ -3,14 +3,19 @@
 What every run gets, and why:
 - a security group of its own with no inbound rule (the VM only pulls and pushes through presigned
   S3 URLs); `ssh: true` opens port 22 to the caller's public address only, with a key pair whose
-  private half is stored 0600 under GPUCLOUD_HOME;
+  private half is stored 0600 under GPUCLOUD_HOME; a multi-node run adds one rule whose source is
+  the group itself, so the run's own nodes (torchrun, NCCL) reach each other and nobody else does;
+- multi-node: the N machines come from ONE RunInstances call (MinCount = MaxCount = N, all or
+  nothing, one zone) into a cluster placement group created and deleted with the run; a capacity
+  error moves the whole group to the next zone. Every node boots the same user-data and takes its
+  rank from its launch index (IMDS `ami-launch-index`), which is also the rank order here;
 - IMDSv2 required with hop limit 1 (no SSRF to the metadata service from a container), an encrypted
   gp3 root volume, and `InstanceInitiatedShutdownBehavior=terminate`, so the VM's own
   `shutdown -h now` at the end or at its deadline ends the bill even when the CLI is gone;
 - the tags `gpucloud-run`, `gpucloud-expires` and `Name` on the instance, its volume, the security
   group and the key pair, so `down` and `gc` find everything without the local state store;
-- a ClientToken per attempt, zone and node that stays the same across retries, so a retried
-  RunInstances never starts a second, paid machine.
+- a ClientToken per attempt and zone that stays the same across retries, so a retried
+  RunInstances never starts a second, paid machine (or group).
 
 Errors are classified by code ("contains", FACTS.md section 4) into the ProvisionError kinds that
 drive failover. Throttling and AWS-side failures back off exponentially with jitter, bounded.
@@ -69,6 +74,8 @@ THROTTLE_CODES = ("RequestLimitExceeded", "Throttling", "ThrottlingException", "
 # AWS-side failures worth retrying like throttling (5xx): a bad minute is not a bad region.
 SERVER_CODES = ("InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable")
 NOT_FOUND_CODES = ("NotFound", "NoSuchEntity")
+PLACEMENT_STRATEGY = "cluster"  # low-latency, high-bandwidth network between the nodes of one zone
+PG_GONE_STATES = ("deleting", "deleted")
 
 # Service Quotas codes for the vCPU quotas RunInstances trips over, by instance family
 # (on-demand P: L-417A185B, G/VT: L-DB2E81BA; spot P: L-7212CCBC, G/VT: L-3819A6DF [S];
@@ -271,6 +278,8 @@ class _Created:
     sg_res: int | None = None
     key_name: str | None = None
     key_res: int | None = None
+    pg_name: str | None = None
+    pg_res: int | None = None
     instance_ids: list[str] = field(default_factory=list)
 
 
@@ -278,6 +287,9 @@ class AwsProvider:
     """The Provider protocol on EC2 + S3 (docs/INTERNALS.md, "Providers")."""
 
     name = "aws"
+    # N nodes come from one RunInstances call, so they boot one identical user-data and find their
+    # rank from the launch index (docs/INTERNALS.md, "Multi-node").
+    shared_user_data = True
 
     # Tunables (class attributes so a caller can shorten them for a fast fake cloud).
     poll_interval = 5.0       # how often the lifecycle reads status.json while following a run
@@ -287,6 +299,7 @@ class AwsProvider:
     POLL_S = 5.0              # instance-state polling while waiting for termination
     TERMINATE_TIMEOUT_S = 600.0
     SG_DELETE_TIMEOUT_S = 300.0  # DependencyViolation persists until the ENIs are gone
+    PG_DELETE_TIMEOUT_S = 300.0  # InvalidPlacementGroup.InUse persists until the instances are gone
     GC_WORKERS = 16
 
     def __init__(
@@ -500,8 +513,13 @@ class AwsProvider:
         tags["Name"] = name
         return tags
 
+    @staticmethod
+    def _num_nodes(req: LaunchRequest) -> int:
+        return max(1, req.candidate.num_nodes, len(req.user_data))
+
     def provision(self, req: LaunchRequest, journal: Journal) -> list[str]:
-        """Create the attempt's security group (and key pair) and its instances; ids in rank order."""
+        """Create the attempt's security group (and key pair; and for several nodes the placement
+        group) and its instances; ids in rank order."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         cand = req.candidate
@@ -513,8 +531,13 @@ class AwsProvider:
             self._warn("max_duration is longer than 7 days, the most an S3 presigned URL can live: after 7 days "
                        "the VM can no longer report logs, status or artifacts (it still ends itself at its deadline).")
         created = _Created()
-        payloads = [fit_user_data(u) for u in req.user_data] or [b""]  # a too-big script fails before any create
-        what = "preparing the launch"
+        nodes = self._num_nodes(req)
+        if len(set(req.user_data)) > 1:
+            # One RunInstances call gives every node the same user-data (shared_user_data): a
+            # per-rank script would boot on whichever node got it.
+            raise ValueError(f"AwsProvider launches the {nodes} nodes of a run in one call and needs one "
+                             "user-data for all (render with node_rank=None)")
+        payload = fit_user_data(req.user_data[0]) if req.user_data else b""  # too big: fails before any create
         try:
             what = "finding the image"
             ami, root_device = self.resolve_image(region, req.stack.ubuntu_version, req.spec.image)
@@ -522,11 +545,16 @@ class AwsProvider:
             vpc_id, zones = self._zones(region, cand.instance_type)
             what = "creating the security group"
             self._security_group(req, journal, created, vpc_id)
+            if nodes > 1:
+                what = "letting the run's nodes reach each other"
+                self._intra_run_rule(req, created)
+                what = "creating the placement group"
+                self._placement_group(req, journal, created)
             if req.spec.resources.ssh:
                 what = "creating the SSH key pair"
                 self._ssh_access(req, journal, created)
             what = "launching instances"
-            ids = self._launch(req, journal, created, ami, root_device, zones, payloads)
+            ids = self._launch(req, journal, created, ami, root_device, zones, payload, nodes)
         except ProvisionError:
             self._cleanup_attempt(req, journal, created)
             raise
@@ -577,6 +605,46 @@ class AwsProvider:
         created.sg_id = sg_id
         journal.created(res, sg_id)
 
+    def _intra_run_rule(self, req: LaunchRequest, created: _Created) -> None:
+        """All traffic from the group to itself: the run's own nodes (and only they, since no other
+        machine carries this group) reach each other on any port, as torchrun and NCCL need."""
+        from botocore.exceptions import ClientError
+
+        assert created.sg_id
+        name = f"gpucloud-{req.run_id}-{req.attempt}"
+        try:
+            self._call(
+                self.client("ec2", req.candidate.region), "authorize_security_group_ingress", GroupId=created.sg_id,
+                IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [
+                    {"GroupId": created.sg_id, "Description": "gpucloud: the run's own nodes"}]}],
+                TagSpecifications=[{"ResourceType": "security-group-rule", "Tags": tag_list(self._tags(req, name))}],
+            )
+        except ClientError as exc:
+            if "InvalidPermission.Duplicate" not in error_code(exc):
+                raise  # a duplicate: a retried attempt reusing its group already has the rule
+
+    def _placement_group(self, req: LaunchRequest, journal: Journal, created: _Created) -> None:
+        """A cluster placement group for the attempt's nodes (one zone, one low-latency network
+        segment), journalled before the call so a crash right after it still gets it deleted."""
+        from botocore.exceptions import ClientError
+
+        region = req.candidate.region
+        name = f"gpucloud-{req.run_id}-{req.attempt}"
+        res = journal.intent(req.run_id, "placement-group", name, region, CLOUD)
+        created.pg_res = res
+        try:
+            out = self._call(
+                self.client("ec2", region), "create_placement_group", GroupName=name, Strategy=PLACEMENT_STRATEGY,
+                TagSpecifications=[{"ResourceType": "placement-group", "Tags": tag_list(self._tags(req, name))}],
+            )
+            ident = (out.get("PlacementGroup") or {}).get("GroupId") or name
+        except ClientError as exc:
+            if "InvalidPlacementGroup.Duplicate" not in error_code(exc):
+                raise
+            ident = name  # a retried attempt: the name carries the run id and attempt, so it is ours
+        created.pg_name = name
+        journal.created(res, ident)
+
     def _ssh_access(self, req: LaunchRequest, journal: Journal, created: _Created) -> None:
         """Port 22 from the caller's address only, and a fresh key pair stored 0600."""
         region = req.candidate.region
@@ -618,49 +686,40 @@ class AwsProvider:
         return self.keys_dir / f"gpucloud-{run_id}-{region}-{attempt}.pem"
 
     def _launch(self, req: LaunchRequest, journal: Journal, created: _Created, ami: str, root_device: str,
-                zones: list[tuple[str, str | None]], payloads: list[bytes]) -> list[str]:
+                zones: list[tuple[str, str | None]], payload: bytes, nodes: int) -> list[str]:
+        """All N nodes in one zone or none: a capacity error moves the whole group to the next zone
+        (RunInstances with MinCount = MaxCount starts nothing when it cannot start all)."""
         from botocore.exceptions import ClientError
 
         cand = req.candidate
-        n = max(1, cand.num_nodes, len(req.user_data))
-        same = len(set(payloads)) == 1
         last: ClientError | None = None
         tried: list[str] = []
         for zone, subnet in zones:
             try:
-                if same:  # all or nothing: MinCount = MaxCount = nodes
-                    ids = self._run(req, journal, created, ami, root_device, zone, subnet, payloads[0], n, None)
-                else:
-                    ids = []
-                    for rank, payload in enumerate(payloads):
-                        ids += self._run(req, journal, created, ami, root_device, zone, subnet, payload, 1, rank)
-                return ids
+                return self._run(req, journal, created, ami, root_device, zone, subnet, payload, nodes)
             except ClientError as exc:
                 if error_kind(error_code(exc)) != "capacity":
                     raise
                 last = exc
                 tried.append(zone or "default zone")
-                if created.instance_ids:  # a later rank failed: this zone's earlier ranks go too
-                    self._terminate(cand.region, created.instance_ids)
-                    created.instance_ids.clear()
         assert last is not None
+        what = f"{nodes} nodes together" if nodes > 1 else "the instance"
         raise CapacityError(
-            f"{cand.region}/{cand.instance_type}{' (spot)' if cand.spot else ''}: no capacity in "
+            f"{cand.region}/{cand.instance_type}{' (spot)' if cand.spot else ''}: no capacity for {what} in "
             f"{', '.join(tried)} ({error_code(last)}: {error_message(last)})", code=error_code(last))
 
     def _run(self, req: LaunchRequest, journal: Journal, created: _Created, ami: str, root_device: str,
-             zone: str, subnet: str | None, user_data: bytes, count: int, rank: int | None) -> list[str]:
+             zone: str, subnet: str | None, user_data: bytes, count: int) -> list[str]:
+        """One RunInstances call for `count` nodes; ids sorted by AmiLaunchIndex (= rank)."""
         from botocore.exceptions import ClientError
 
         cand = req.candidate
         region = cand.region
-        base = req.tags.get("Name") or f"gpucloud-{req.run_id}"
-        name = base if rank is None else f"{base}-node{rank}"
-        extra = {} if rank is None else {TAG_NODE: str(rank)}
-        tags = tag_list(self._tags(req, name, extra))
+        name = req.tags.get("Name") or f"gpucloud-{req.run_id}"
+        tags = tag_list(self._tags(req, name))
         kwargs: dict[str, Any] = {
             "ImageId": ami, "InstanceType": cand.instance_type, "MinCount": count, "MaxCount": count,
-            "ClientToken": client_token(req.run_id, req.attempt, zone, rank),
+            "ClientToken": client_token(req.run_id, req.attempt, zone, None),
             "UserData": user_data,
             "SecurityGroupIds": [created.sg_id],
             "InstanceInitiatedShutdownBehavior": "terminate",
@@ -673,15 +732,15 @@ class AwsProvider:
         }
         if subnet:
             kwargs["SubnetId"] = subnet
+        if created.pg_name:
+            kwargs["Placement"] = {"GroupName": created.pg_name}
         if created.key_name:
             kwargs["KeyName"] = created.key_name
         if cand.spot:
             kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
                 "MaxPrice": f"{self._max_price(req):.4f}", "SpotInstanceType": "one-time",
                 "InstanceInterruptionBehavior": "terminate"}}
-        ranks = [rank] if rank is not None else list(range(count))
-        intents = [journal.intent(req.run_id, "instance", f"{name}" if rank is not None else f"{base}-node{r}",
-                                  region, CLOUD) for r in ranks]
+        intents = [journal.intent(req.run_id, "instance", f"{name}-node{r}", region, CLOUD) for r in range(count)]
         try:
             out = self._call(self.client("ec2", region), "run_instances", **kwargs)
         except ClientError:
@@ -717,6 +776,10 @@ class AwsProvider:
         try:
             if created.instance_ids:
                 self._terminate(region, created.instance_ids)
+            if created.pg_name and not created.instance_ids:
+                self._delete_pg(region, created.pg_name, timeout=0)
+                if created.pg_res is not None:
+                    journal.deleted(created.pg_res)
             if created.sg_id and not created.instance_ids:
                 self._delete_sg(region, created.sg_id, timeout=0)
                 if created.sg_res is not None:
@@ -828,6 +891,27 @@ class AwsProvider:
             self._sleep(min(self.RETRY_CAP_S, self._backoff(tries) + self.poll_s / 2))
             tries += 1
 
+    def _delete_pg(self, region: str, name: str, timeout: float) -> None:
+        """Delete a placement group, retrying InvalidPlacementGroup.InUse (AWS refuses while any
+        instance in it is not yet terminated) until `timeout`; an unknown group counts as deleted."""
+        from botocore.exceptions import ClientError
+
+        ec2 = self.client("ec2", region)
+        end = time.monotonic() + timeout
+        tries = 0
+        while True:
+            try:
+                self._call(ec2, "delete_placement_group", GroupName=name)
+                return
+            except ClientError as exc:
+                code = error_code(exc)
+                if "InvalidPlacementGroup.Unknown" in code:
+                    return
+                if "InUse" not in code or time.monotonic() >= end:
+                    raise
+            self._sleep(min(self.RETRY_CAP_S, self._backoff(tries) + self.poll_s / 2))
+            tries += 1
+
     def _delete_key(self, region: str, name: str) -> None:
         from botocore.exceptions import ClientError
 
@@ -838,7 +922,7 @@ class AwsProvider:
                 raise
 
     def teardown(self, run_id: str, region: str, journal: Journal, *, wait: bool = True) -> None:
-        """Terminate the run's instances, wait, delete its security groups and key pairs.
+        """Terminate the run's instances, wait, delete its security groups, placement groups and key pairs.
         Found by tag (and by the journal), so it works after a crash and is idempotent. Objects
         in S3 stay: `gpucloud logs RUN` reads them later; the bucket's lifecycle rule expires them."""
         from botocore.exceptions import BotoCoreError, ClientError
@@ -887,6 +971,24 @@ class AwsProvider:
                     if r.kind == "security-group" and r.cloud_id == sg:
                         journal.deleted(r.id)
 
+        pgs = step("listing placement groups", lambda: self._call(
+            ec2, "describe_placement_groups", Filters=[{"Name": f"tag:{TAG_RUN}", "Values": [run_id]}]))
+        pg_names = {g["GroupName"] for g in (pgs or {}).get("PlacementGroups", [])
+                    if g.get("State") not in PG_GONE_STATES}
+        pg_names |= {r.name for r in records if r.kind == "placement-group" and r.name and r.cloud_id}
+        for pg in sorted(pg_names):
+            if alive:
+                # Like the security group: AWS refuses (InUse) until its instances are terminated.
+                journal.event(run_id, "teardown", f"placement group {pg} left until its instances are gone")
+                if wait and not problems:
+                    problems.append(f"placement group {pg} kept: instances {', '.join(alive)} are not terminated")
+                continue
+            timeout = self.PG_DELETE_TIMEOUT_S
+            if step(f"deleting placement group {pg}", lambda pg=pg: self._delete_pg(region, pg, timeout) or True):
+                for r in records:
+                    if r.kind == "placement-group" and r.name == pg:
+                        journal.deleted(r.id)
+
         keys = step("listing key pairs", lambda: self._call(
             ec2, "describe_key_pairs", Filters=[{"Name": f"tag:{TAG_RUN}", "Values": [run_id]}]))
         key_names = {k["KeyName"] for k in (keys or {}).get("KeyPairs", [])}
@@ -903,7 +1005,7 @@ class AwsProvider:
         for r in records:
             if r.kind == "instance" and (r.cloud_id in gone or (r.cloud_id is None and not alive and not problems)):
                 journal.deleted(r.id)
-            elif r.kind in ("security-group", "key-pair") and r.cloud_id is None and not problems:
+            elif r.kind in ("security-group", "key-pair", "placement-group") and r.cloud_id is None and not problems:
                 journal.deleted(r.id)  # an intent whose create never happened (found nothing by tag)
         if problems:
             raise AwsTeardownError(
@@ -920,7 +1022,7 @@ class AwsProvider:
 
     def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
         """Every region of the catalog, concurrently: find (and unless dry_run delete) every
-        instance, security group, key pair and volume tagged gpucloud-expires < now."""
+        instance, security group, placement group, key pair and volume tagged gpucloud-expires < now."""
         if now.tzinfo is None:
             now = now.replace(tzinfo=UTC)
         regions = self.regions()
@@ -939,15 +1041,15 @@ class AwsProvider:
             found = self._gc_find(region, now)
         except (ClientError, BotoCoreError) as exc:
             return [f"aws/{region}: skipped ({error_code(exc) or type(exc).__name__}: {error_message(exc)})"]
-        instances, groups, keys, volumes = found
+        instances, groups, pgs, keys, volumes = found
 
         def note(kind: str, ident: str, tags: dict[str, str], ok: bool = True, why: str = "") -> None:
             label = f"{kind} {ident} (run {tags.get(TAG_RUN, '?')}, expired {tags.get(TAG_EXPIRES, '?')})"
             lines.append(f"aws/{region}: {verb if ok else 'could not delete'} {label}{(': ' + why) if why else ''}")
 
         if dry_run:
-            for kind, items in (("instance", instances), ("security group", groups), ("key pair", keys),
-                                ("volume", volumes)):
+            for kind, items in (("instance", instances), ("security group", groups), ("placement group", pgs),
+                                ("key pair", keys), ("volume", volumes)):
                 for ident, tags in items:
                     note(kind, ident, tags)
             return lines
@@ -969,11 +1071,14 @@ class AwsProvider:
                 pass
         for ident, tags in groups:
             attempt("security group", ident, tags, lambda ident=ident: self._delete_sg(region, ident, self.SG_DELETE_TIMEOUT_S))
+        for ident, tags in pgs:
+            attempt("placement group", ident, tags,
+                    lambda ident=ident: self._delete_pg(region, ident, self.PG_DELETE_TIMEOUT_S))
         for ident, tags in keys:
             attempt("key pair", ident, tags, lambda ident=ident: self._delete_key(region, ident))
         if ids:  # root volumes went with their instances; look again for the ones that did not
             try:
-                volumes = self._gc_find(region, now)[3]
+                volumes = self._gc_find(region, now)[4]
             except (ClientError, BotoCoreError):
                 pass
         for ident, tags in volumes:
@@ -1005,6 +1110,9 @@ class AwsProvider:
         groups = [(g["GroupId"], tag_dict(g.get("Tags")))
                   for g in self._call(ec2, "describe_security_groups", Filters=flt).get("SecurityGroups", [])
                   if expired(tag_dict(g.get("Tags")))]
+        pgs = [(g["GroupName"], tag_dict(g.get("Tags")))
+               for g in self._call(ec2, "describe_placement_groups", Filters=flt).get("PlacementGroups", [])
+               if expired(tag_dict(g.get("Tags"))) and g.get("State") not in PG_GONE_STATES]
         keys = [(k["KeyName"], tag_dict(k.get("Tags")))
                 for k in self._call(ec2, "describe_key_pairs", Filters=flt).get("KeyPairs", [])
                 if expired(tag_dict(k.get("Tags")))]
@@ -1012,5 +1120,5 @@ class AwsProvider:
                    for v in self._call(ec2, "describe_volumes",
                                        Filters=flt + [{"Name": "status", "Values": ["available", "error"]}]).get("Volumes", [])
                    if expired(tag_dict(v.get("Tags")))]
-        return instances, groups, keys, volumes
+        return instances, groups, pgs, keys, volumes
 

@@ -7,6 +7,10 @@ catalog. Its user-data comes from DescribeInstanceAttribute, gunzipped when comp
 cloud-init would. `shutdown` inside the guest terminates the moto instance through the API, as
 `InstanceInitiatedShutdownBehavior=terminate` does on EC2; an instance terminated from outside
 (teardown, gc) ends its guest. curl is real: the guest reaches moto's S3 through presigned URLs.
+
+Multi-node: the N instances of one RunInstances call boot the same user-data; each guest gets
+`GPUCLOUD_NODE_RANK=<AmiLaunchIndex>` (what a real node reads from IMDS `ami-launch-index`) and
+`GPUCLOUD_NODE_IP=127.0.0.1` (its "private address": every guest lives on this host's loopback).
 """
 
 from __future__ import annotations
@@ -93,11 +97,13 @@ class AwsVmSimulator(GuestSimulator):
             return
         itype = inst["InstanceType"]
         gpu, count = gpu_of("aws", itype)
-        guest = self.boot_guest(iid, raw.decode(), gpu=gpu, gpu_count=count, env={}, name=f"{region}-{iid}")
+        env = {"GPUCLOUD_NODE_RANK": str(inst.get("AmiLaunchIndex", 0)), "GPUCLOUD_NODE_IP": "127.0.0.1"}
+        guest = self.boot_guest(iid, raw.decode(), gpu=gpu, gpu_count=count, env=env, name=f"{region}-{iid}")
         if guest is None:
             return
         guest.meta.update(instance_type=itype, region=region, gpu_name=GPU_NAMES.get(gpu, f"NVIDIA {gpu}"),
-                          user_data_bytes=str(len(raw)))
+                          user_data_bytes=str(len(raw)), rank=env["GPUCLOUD_NODE_RANK"],
+                          zone=(inst.get("Placement") or {}).get("AvailabilityZone", ""))
         self.booted.append(iid)
 
     def on_guest_shutdown(self, guest: Guest) -> None:

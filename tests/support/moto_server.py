@@ -35,8 +35,12 @@ def free_port() -> int:
 
 
 def aws_env(endpoint: str) -> dict[str, str]:
-    """What a process needs to talk to the moto server with the standard boto3 chain."""
+    """What a process needs to talk to the moto server with the standard boto3 chain (and, for
+    a subprocess CLI with the test hooks, where the placement groups moto lacks are kept)."""
+    from tests.support.aws_faults import PLACEMENT_ENV, SESSION_PLACEMENT
+
     return {
+        PLACEMENT_ENV: str(SESSION_PLACEMENT),
         "AWS_ENDPOINT_URL": endpoint,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -67,7 +71,10 @@ class Moto:
         """Forget every resource (moto's reset API), then re-seed the AMIs."""
         import urllib.request
 
+        from tests.support.aws_faults import HOOKS
+
         urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")).read()
+        HOOKS.placement.clear()
         seed_ubuntu_images(self)
 
 
@@ -159,9 +166,16 @@ def moto(moto_server: Moto, monkeypatch: pytest.MonkeyPatch) -> Iterator[Moto]:
 
 def tagged_alive(moto: Moto, run_id: str | None = None, regions: list[str] | None = None) -> list[str]:
     """Every resource still alive that carries the gpucloud-run tag (of `run_id`, or any), in every
-    region: what a leak is. Terminated instances and deleted volumes do not count."""
+    region: what a leak is. Terminated instances and deleted volumes do not count. Placement groups
+    come from the hooks' fake (moto has none)."""
+    from tests.support.aws_faults import HOOKS
+
     out: list[str] = []
     for region in regions or _catalog_regions():
+        for pg in HOOKS.placement.groups(region):
+            tags = {t["Key"]: t["Value"] for t in pg.get("Tags", [])}
+            if (tags.get("gpucloud-run") == run_id) if run_id else "gpucloud-run" in tags:
+                out.append(f"{region} placement-group {pg['GroupName']}")
         ec2 = moto.client("ec2", region)
         filters = ([{"Name": "tag:gpucloud-run", "Values": [run_id]}] if run_id
                    else [{"Name": "tag-key", "Values": ["gpucloud-run"]}])
