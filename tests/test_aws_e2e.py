@@ -173,13 +173,30 @@ def test_example_runs_on_aws_with_logs_and_artifacts_and_leaves_nothing(
     guest = aws_sim.guest(iid)
     assert guest is not None and guest.meta["instance_type"] == itype and guest.meta["gpu_name"] == gpu_name
     assert "nvidia-smi --query-gpu=name --format=csv,noheader" in guest.stub_calls()
-    assert iid in aws_sim.shutdowns, "the VM ends itself (shutdown -h now -> terminate)"
     inst = moto.client("ec2").describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]
     assert inst["State"]["Name"] == "terminated"
     assert (inst.get("InstanceLifecycle") == "spot") is spot
     # The log is still there after teardown (S3 keeps it).
     logs = cli(aws_env, "logs", run_id)
     assert logs.returncode == 0 and "epoch" in logs.stdout
+    # Whether the guest's own `shutdown` or the CLI's teardown ends the instance first is a race
+    # here; the VM's self-termination is proven without a CLI in the detached test below.
+
+
+def test_detached_vm_terminates_itself_when_the_job_ends(aws_env: dict[str, str], moto: Moto,  # noqa: F811
+                                                         aws_sim: AwsVmSimulator, tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job.yaml", run="echo self-terminating")
+    proc = cli(aws_env, "run", str(job), "--cloud", "aws", "--detach", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert wait_until(lambda: len(aws_sim.booted) == 1, timeout=30)
+    (iid,) = aws_sim.booted
+    assert wait_until(lambda: iid in aws_sim.shutdowns, timeout=60), "the VM ends itself (shutdown -h now)"
+    ec2 = moto.client("ec2", aws_sim.region_of.get(iid, "us-east-1"))
+    state = ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert state in {"shutting-down", "terminated"}
+    run_id = json.loads(proc.stdout)["run_id"]
+    assert cli(aws_env, "down", run_id, "--yes").returncode == 0  # the security group goes with `down`
+    assert tagged_alive(moto, run_id) == []
 
 
 # ---- exit codes -----------------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from gpucloud.providers.base import (
     ProvisionError,
     QuotaError,
     ThrottledError,
+    ssh_source_cidr,
 )
 
 if TYPE_CHECKING:
@@ -60,8 +61,6 @@ CLOUD = "aws"
 TAG_ATTEMPT = "gpucloud-attempt"
 TAG_NODE = "gpucloud-node"
 CANONICAL_OWNER = "099720109477"
-SSH_CIDR_ENV = "GPUCLOUD_SSH_CIDR"  # e.g. "203.0.113.7/32" when the public address cannot be looked up
-IP_LOOKUP_URL = "https://checkip.amazonaws.com"
 
 # Error codes (FACTS.md section 4), matched with "contains" because CloudTrail and some SDK paths
 # prefix them with "Client." / "Server.".
@@ -211,16 +210,6 @@ def tag_list(tags: dict[str, str]) -> list[dict[str, str]]:
 
 def tag_dict(tags: list[dict[str, str]] | None) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in tags or []}
-
-
-def lookup_public_ip(timeout: float = 5.0) -> str:
-    """This machine's public IPv4 address as AWS sees it; GPUCLOUD_SSH_CIDR overrides the lookup."""
-    import ipaddress
-    import urllib.request
-
-    with urllib.request.urlopen(IP_LOOKUP_URL, timeout=timeout) as resp:  # noqa: S310 - fixed https URL
-        text = resp.read().decode().strip()
-    return str(ipaddress.IPv4Address(text))
 
 
 _SHARED_LOCK = threading.RLock()
@@ -649,16 +638,7 @@ class AwsProvider:
         """Port 22 from the caller's address only, and a fresh key pair stored 0600."""
         region = req.candidate.region
         ec2 = self.client("ec2", region)
-        cidr = os.environ.get(SSH_CIDR_ENV, "").strip()
-        if not cidr:
-            try:
-                ip = (self._public_ip or lookup_public_ip)()
-            except Exception as exc:  # noqa: BLE001 - any lookup failure gets the same clear advice
-                raise FatalProvisionError(
-                    f"ssh: true needs this machine's public IP address, and looking it up failed ({exc}).",
-                    hint=f"Set {SSH_CIDR_ENV}=<your address>/32, or drop `ssh: true` (jobs do not need it).",
-                ) from None
-            cidr = f"{ip}/32"
+        cidr = ssh_source_cidr(self._public_ip)
         assert created.sg_id
         name = f"gpucloud-{req.run_id}-{req.attempt}"
         self._call(
