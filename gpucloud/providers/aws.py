@@ -937,37 +937,33 @@ class AwsProvider:
             ec2, "describe_security_groups", Filters=[{"Name": f"tag:{TAG_RUN}", "Values": [run_id]}]))
         sg_ids = {g["GroupId"] for g in (groups or {}).get("SecurityGroups", [])}
         sg_ids |= {r.cloud_id for r in records if r.kind == "security-group" and r.cloud_id}
-        for sg in sorted(sg_ids):
-            if alive:
-                # AWS refuses (DependencyViolation) while an instance still uses the group. It costs
-                # nothing and keeps its tags: the next `down` or `gc` deletes it once they are gone.
-                journal.event(run_id, "teardown", f"security group {sg} left until its instances are gone")
-                if wait and not problems:
-                    problems.append(f"security group {sg} kept: instances {', '.join(alive)} are not terminated")
-                continue
-            timeout = self.SG_DELETE_TIMEOUT_S
-            if step(f"deleting security group {sg}", lambda sg=sg: self._delete_sg(region, sg, timeout) or True):
-                for r in records:
-                    if r.kind == "security-group" and r.cloud_id == sg:
-                        journal.deleted(r.id)
+
+        def sweep(kind: str, label: str, names: set[str], delete: Callable[[str], object],
+                  owns: Callable[[Any, str], bool]) -> None:
+            """Delete what the run's instances depend on. AWS refuses (DependencyViolation, InUse)
+            while an instance still uses it; it costs nothing and keeps its tags, so it is left for
+            the next `down` or `gc` once they are gone."""
+            for name in sorted(names):
+                if alive:
+                    journal.event(run_id, "teardown", f"{label} {name} left until its instances are gone")
+                    if wait and not problems:
+                        problems.append(f"{label} {name} kept: instances {', '.join(alive)} are not terminated")
+                    continue
+                if step(f"deleting {label} {name}", lambda name=name: delete(name) or True):
+                    for r in records:
+                        if r.kind == kind and owns(r, name):
+                            journal.deleted(r.id)
+
+        sweep("security-group", "security group", sg_ids,
+              lambda sg: self._delete_sg(region, sg, self.SG_DELETE_TIMEOUT_S), lambda r, sg: r.cloud_id == sg)
 
         pgs = step("listing placement groups", lambda: self._call(
             ec2, "describe_placement_groups", Filters=[{"Name": f"tag:{TAG_RUN}", "Values": [run_id]}]))
         pg_names = {g["GroupName"] for g in (pgs or {}).get("PlacementGroups", [])
                     if g.get("State") not in PG_GONE_STATES}
         pg_names |= {r.name for r in records if r.kind == "placement-group" and r.name and r.cloud_id}
-        for pg in sorted(pg_names):
-            if alive:
-                # Like the security group: AWS refuses (InUse) until its instances are terminated.
-                journal.event(run_id, "teardown", f"placement group {pg} left until its instances are gone")
-                if wait and not problems:
-                    problems.append(f"placement group {pg} kept: instances {', '.join(alive)} are not terminated")
-                continue
-            timeout = self.PG_DELETE_TIMEOUT_S
-            if step(f"deleting placement group {pg}", lambda pg=pg: self._delete_pg(region, pg, timeout) or True):
-                for r in records:
-                    if r.kind == "placement-group" and r.name == pg:
-                        journal.deleted(r.id)
+        sweep("placement-group", "placement group", pg_names,
+              lambda pg: self._delete_pg(region, pg, self.PG_DELETE_TIMEOUT_S), lambda r, pg: r.name == pg)
 
         keys = step("listing key pairs", lambda: self._call(
             ec2, "describe_key_pairs", Filters=[{"Name": f"tag:{TAG_RUN}", "Values": [run_id]}]))
