@@ -79,7 +79,7 @@ def test_quickstart_succeeds_with_artifacts_and_log(tmp_path: Path, gpucloud_hom
     run_id = run_id_of(proc.stderr)
     assert "done: test accuracy" in proc.stdout
     out = tmp_path / "gpucloud-runs" / run_id
-    assert (out / "outputs" / "model.npz").stat().st_size > 0
+    assert (out / "outputs" / "model.json").stat().st_size > 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["test_accuracy"] > 0.9
     assert "done: test accuracy" in (gpucloud_home / "runs" / run_id / "log.txt").read_text()
