@@ -258,40 +258,21 @@ def test_detached_run_vm_deletes_its_group_when_the_job_ends(azure_env: dict[str
     assert gc.returncode == 0 and leftovers(arm) == []
 
 
-def test_vm_deletes_its_group_at_the_deadline_when_the_job_hangs(arm: FakeArm, azurite: Any, azure_sim: AzureVmSimulator,
-                                                                  monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No CLI at all after provisioning (as with --detach). The spec's minimum max_duration is 60 s,
-    so the deadline is set here, where the lifecycle would set it: in the channel's manifest."""
-    from gpucloud.channel import pack_workdir
-    from gpucloud.planner import make_plan
-    from gpucloud.providers.azure import AzureProvider
-    from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, LaunchRequest
-    from gpucloud.render import render_bootstrap
-    from gpucloud.spec import parse_spec
-    from gpucloud.state import Journal, Store
-
-    monkeypatch.setenv("GPUCLOUD_AZURE_BLOB_ENDPOINT", azurite.blob_endpoint)
-    spec = parse_spec("name: hang\nresources: {cloud: azure, gpu: T4:1, regions: [eastus]}\nrun: sleep 600\n", "job.yaml")
-    plan = make_plan(spec, cloud="azure")
-    cand = plan.candidates[0]
-    provider = AzureProvider()
-    channel = provider.channel(cand.region)
-    run_id = "hang-deadline"
-    deadline = datetime.now(UTC) + timedelta(seconds=6)
-    (tmp_path / "work").mkdir()
-    (tmp_path / "work" / "train.py").write_text("print('never finishes')\n")
-    channel.upload_code(run_id, pack_workdir(tmp_path / "work"))
-    urls = channel.prepare(run_id, 1, deadline, log_interval=1.0)
-    script = render_bootstrap(spec, plan.stack, cand, provider="azure", run_id=run_id, manifest_url=urls[0],
-                              put_headers=channel.put_headers, log_interval=1.0, heartbeat_interval=1.0)
-    expires = deadline + timedelta(minutes=30)
-    provider.provision(LaunchRequest(run_id=run_id, spec=spec, candidate=cand, stack=plan.stack, user_data=[script],
-                                     expires_at=expires, tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ")}),
-                       Journal(Store()))
-    ok = wait_until(lambda: (channel.read_status(run_id) or {}).get("stage") == "run", timeout=30)
-    assert ok, (channel.read_status(run_id), "".join(g.console()[-3000:] for g in azure_sim.guests.values()))
-    assert leftovers(arm)
-    assert wait_until(lambda: leftovers(arm) == [], timeout=40), "the VM did not delete its group at the deadline"
-    status = channel.read_status(run_id) or {}
-    assert status.get("state") == "deadline", status
-    assert provider.node_states(run_id, cand.region) == ["gone"]
+def test_vm_deletes_its_group_at_the_deadline_when_the_job_hangs(azure_env: dict[str, str], arm: FakeArm,
+                                                                  azure_sim: AzureVmSimulator, tmp_path: Path) -> None:
+    """A detached run (no CLI after provisioning) whose job hangs: at max_duration the VM's own
+    watchdog ends the job, reports "deadline" and deletes the run's resource group."""
+    job = write_job(tmp_path / "job.yaml", run="echo hanging; sleep 600", max_duration="8s")
+    proc = cli(azure_env, "run", str(job), "--cloud", "azure", "--detach", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_id = json.loads(proc.stdout)["run_id"]
+    assert leftovers(arm), "the CLI returned right after provisioning"
+    assert wait_until(lambda: leftovers(arm) == [], timeout=60), "the VM did not delete its group at the deadline"
+    with arm.lock:
+        deletes = [(m, p, who) for m, p, who in arm.calls if m == "DELETE" and "/resourcegroups/" in p.lower()]
+    assert deletes and all(who != OPERATOR_PRINCIPAL for _, _, who in deletes), deletes  # the VM's own identity
+    status = cli(azure_env, "status", run_id, "--json")
+    assert status.returncode == 0 and "deadline" in status.stdout, status.stdout + status.stderr
+    logs = cli(azure_env, "logs", run_id)
+    assert "hanging" in logs.stdout and "max_duration passed" in logs.stdout
+    assert wait_until(lambda: not azure_sim.leftover_processes(), timeout=20)

@@ -172,33 +172,20 @@ def test_second_ctrl_c_during_teardown_is_ignored(tmp_path: Path, gpucloud_home:
     assert leftovers(gpucloud_home, run_id_of(stderr), token) == []
 
 
-_DEADLINE_DRIVER = """
-import sys
-from gpucloud.lifecycle import run_job
-from gpucloud.spec import load_spec
-spec = load_spec(sys.argv[1])
-spec.max_duration = 3  # below the job file's 60 s minimum: this test drives the lifecycle directly
-result = run_job(spec, cloud="local", region=None, spot=None, detach=False, assume_yes=True, json_out=False,
-                 wait_teardown=True)
-print("RESULT", result.status, result.exit_code, result.run_id)
-sys.exit(result.exit_code)
-"""
-
-
 def test_max_duration_gives_124_and_nothing_left(tmp_path: Path, gpucloud_home: Path) -> None:
     token = f"gpucloud-test-overrun-{os.getpid()}"
     job = write_job(tmp_path / "job", {
-        "name": "overrun", "run": f"echo started; python -c 'import time; time.sleep(300)' {token}",
+        "name": "overrun", "max_duration": "3s",
+        "run": f"echo started; python -c 'import time; time.sleep(300)' {token}",
     })
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", _DEADLINE_DRIVER, str(job)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+    proc = cli("run", str(job), "--cloud", "local", "--json", cwd=tmp_path, timeout=60)
     assert proc.returncode == 124, proc.stderr
     assert time.monotonic() - t0 < 30
-    run_id = proc.stdout.split("RESULT ", 1)[1].split()[2]
-    assert "RESULT deadline 124" in proc.stdout
-    assert leftovers(gpucloud_home, run_id, token) == []
-    logs = cli("logs", run_id, cwd=tmp_path, check=True)
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == "deadline" and doc["exit_code"] == 124
+    assert leftovers(gpucloud_home, doc["run_id"], token) == []
+    logs = cli("logs", doc["run_id"], cwd=tmp_path, check=True)
     assert "started" in logs.stdout and "max_duration passed" in logs.stdout
 
 
