@@ -851,29 +851,21 @@ class AwsProvider:
         return alive
 
     def _delete_sg(self, region: str, sg_id: str, timeout: float) -> None:
-        """Delete a security group, retrying DependencyViolation (instances still shutting down)
-        with backoff until `timeout`; an already deleted group counts as success."""
-        from botocore.exceptions import ClientError
-
-        ec2 = self.client("ec2", region)
-        end = time.monotonic() + timeout
-        tries = 0
-        while True:
-            try:
-                self._call(ec2, "delete_security_group", GroupId=sg_id)
-                return
-            except ClientError as exc:
-                code = error_code(exc)
-                if "InvalidGroup.NotFound" in code or "InvalidGroupId" in code:
-                    return
-                if "DependencyViolation" not in code or time.monotonic() >= end:
-                    raise
-            self._sleep(min(self.RETRY_CAP_S, self._backoff(tries) + self.poll_s / 2))
-            tries += 1
+        """Delete a security group, retrying DependencyViolation (instances still shutting down)."""
+        self._delete_when_free(region, "delete_security_group", {"GroupId": sg_id},
+                               gone=("InvalidGroup.NotFound", "InvalidGroupId"), busy="DependencyViolation",
+                               timeout=timeout)
 
     def _delete_pg(self, region: str, name: str, timeout: float) -> None:
         """Delete a placement group, retrying InvalidPlacementGroup.InUse (AWS refuses while any
-        instance in it is not yet terminated) until `timeout`; an unknown group counts as deleted."""
+        instance in it is not yet terminated)."""
+        self._delete_when_free(region, "delete_placement_group", {"GroupName": name},
+                               gone=("InvalidPlacementGroup.Unknown",), busy="InUse", timeout=timeout)
+
+    def _delete_when_free(self, region: str, op: str, kwargs: dict[str, str], *, gone: tuple[str, ...],
+                          busy: str, timeout: float) -> None:
+        """Call a delete that AWS refuses with `busy` while instances still use the thing: retry with
+        backoff until `timeout`; an error code containing one of `gone` means already deleted."""
         from botocore.exceptions import ClientError
 
         ec2 = self.client("ec2", region)
@@ -881,13 +873,13 @@ class AwsProvider:
         tries = 0
         while True:
             try:
-                self._call(ec2, "delete_placement_group", GroupName=name)
+                self._call(ec2, op, **kwargs)
                 return
             except ClientError as exc:
                 code = error_code(exc)
-                if "InvalidPlacementGroup.Unknown" in code:
+                if any(g in code for g in gone):
                     return
-                if "InUse" not in code or time.monotonic() >= end:
+                if busy not in code or time.monotonic() >= end:
                     raise
             self._sleep(min(self.RETRY_CAP_S, self._backoff(tries) + self.poll_s / 2))
             tries += 1
