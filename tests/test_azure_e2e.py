@@ -19,14 +19,13 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     arm,
+    azure_env,
     azurite,
     fake_arm_server,
     leftovers,
@@ -42,20 +41,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 QUOTA_MSG = ("Operation could not be completed as it results in exceeding approved standardNCASv3_T4Family Cores "
              "quota. Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 0")
 RUN_RG = r"/resourcegroups/gpucloud-(?!storage-)[^/]*-eastus"
-
-
-@pytest.fixture
-def azure_env(arm: FakeArm, azurite: Any, azure_sim: AzureVmSimulator, gpucloud_home: Path, tmp_path: Path,
-              monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
-    """Fake ARM + Azurite + simulator; the environment a CLI subprocess needs; cwd = tmp_path."""
-    monkeypatch.setenv("GPUCLOUD_AZURE_BLOB_ENDPOINT", azurite.blob_endpoint)
-    monkeypatch.chdir(tmp_path)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPUCLOUD_TEST_"))}
-    env.update(arm.client_env())
-    env.update({"GPUCLOUD_AZURE_BLOB_ENDPOINT": azurite.blob_endpoint, "GPUCLOUD_HOME": str(gpucloud_home),
-                "CI": "true", "PYTHONPATH": str(REPO)})
-    yield env
-    arm.clear_injections()
 
 
 def cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

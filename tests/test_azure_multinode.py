@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
@@ -31,6 +30,7 @@ from gpucloud.providers.azure import SUBNET_PREFIX, AzureProvider, resource_grou
 from gpucloud.providers.base import CapacityError
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     arm,
+    azure_env,
     azurite,
     fake_arm_server,
     journal,
@@ -186,19 +186,6 @@ def test_fake_arm_placement_groups_speak_the_rest_shape(arm: FakeArm) -> None:
 
 
 # ---- lifecycle and end to end ------------------------------------------------------------------------
-
-@pytest.fixture
-def azure_env(arm: FakeArm, azurite: Any, azure_sim: AzureVmSimulator, gpucloud_home: Path, tmp_path: Path,
-              monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """Fake ARM + Azurite + simulator; the environment a CLI subprocess needs; cwd = tmp_path."""
-    monkeypatch.setenv("GPUCLOUD_AZURE_BLOB_ENDPOINT", azurite.blob_endpoint)
-    monkeypatch.chdir(tmp_path)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPUCLOUD_TEST_"))}
-    env.update(arm.client_env())
-    env.update({"GPUCLOUD_AZURE_BLOB_ENDPOINT": azurite.blob_endpoint, "GPUCLOUD_HOME": str(gpucloud_home),
-                "CI": "true", "PYTHONPATH": str(REPO)})
-    return env
-
 
 class VmWatch:
     """Records every VM the fake ARM finishes creating: (resource group, name, location, PPG id)."""

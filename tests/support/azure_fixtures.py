@@ -5,9 +5,11 @@ through the real planner."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,3 +110,20 @@ def wait_until(pred: Any, timeout: float = 10.0, interval: float = 0.05) -> bool
             return True
         time.sleep(interval)
     return bool(pred())
+
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+@pytest.fixture
+def azure_env(arm: FakeArm, azurite: Any, azure_sim: Any, gpucloud_home: Path, tmp_path: Path,  # noqa: F811
+              monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """Fake ARM + Azurite + simulator; the environment a CLI subprocess needs; cwd = tmp_path."""
+    monkeypatch.setenv("GPUCLOUD_AZURE_BLOB_ENDPOINT", azurite.blob_endpoint)
+    monkeypatch.chdir(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPUCLOUD_TEST_"))}
+    env.update(arm.client_env())
+    env.update({"GPUCLOUD_AZURE_BLOB_ENDPOINT": azurite.blob_endpoint, "GPUCLOUD_HOME": str(gpucloud_home),
+                "CI": "true", "PYTHONPATH": str(REPO)})
+    yield env
+    arm.clear_injections()
