@@ -1,22 +1,104 @@
-"""Providers create and destroy machines; everything else in a run is shared (lifecycle, channel)."""
+"""The registry of providers: the one place that names the clouds.
+
+Everything outside `gpucloud/providers/` (spec, planner, catalog, views, lifecycle, CLI) asks this
+module which providers exist, what `any` means, and whether a provider looks configured; only the
+provider modules themselves and data files spell a provider's name. Adding a provider is one module
+under providers/, one entry in REGISTRY, and catalog rows (for priced providers).
+
+Importing this module imports no cloud SDK: providers are imported lazily by `get_provider`.
+"""
 
 from __future__ import annotations
 
-from gpucloud.providers.base import Provider
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpucloud.providers.base import Provider
+
+
+def _aws_configured() -> bool:
+    """The standard boto3 chain has something to go on (keys, profile, files, web identity, endpoint)."""
+    env = os.environ
+    files = [Path(env.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")).expanduser(),
+             Path(env.get("AWS_CONFIG_FILE", "~/.aws/config")).expanduser()]
+    keys = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+    return any(k in env for k in keys) or any(p.is_file() for p in files)
+
+
+def _azure_configured() -> bool:
+    return any(k in os.environ for k in ("AZURE_SUBSCRIPTION_ID", "GPUCLOUD_AZURE_ARM_ENDPOINT"))
+
+
+def _always() -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """One registry entry. `in_any`: part of what `cloud: any` expands to (machines you pay for
+    on demand); `priced`: offerings come from the catalog (else the provider plans its own single
+    candidate); `configured`: a cheap check, no SDK import, that credentials may be there."""
+
+    name: str
+    module: str
+    class_name: str
+    title: str
+    in_any: bool
+    priced: bool
+    configured: Callable[[], bool]
+    credentials_hint: str
+
+
+REGISTRY: dict[str, ProviderInfo] = {
+    info.name: info
+    for info in (
+        ProviderInfo("aws", "gpucloud.providers.aws", "AwsProvider", "AWS", True, True, _aws_configured,
+                     "Configure the standard AWS credential chain (`aws configure`, AWS_PROFILE, or "
+                     "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)."),
+        ProviderInfo("azure", "gpucloud.providers.azure", "AzureProvider", "Azure", True, True, _azure_configured,
+                     "Run `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
+                     "AZURE_SUBSCRIPTION_ID."),
+        ProviderInfo("local", "gpucloud.providers.local", "LocalProvider", "this machine", False, False, _always,
+                     "Nothing to configure."),
+    )
+}
+
+
+def names() -> tuple[str, ...]:
+    """Every provider name, in registry order."""
+    return tuple(REGISTRY)
+
+
+def any_clouds() -> tuple[str, ...]:
+    """What `cloud: any` expands to."""
+    return tuple(n for n, info in REGISTRY.items() if info.in_any)
+
+
+def priced_clouds() -> tuple[str, ...]:
+    """Providers whose offerings and prices come from the catalog."""
+    return tuple(n for n, info in REGISTRY.items() if info.priced)
+
+
+def info(name: str) -> ProviderInfo:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown cloud {name!r} (one of {', '.join(REGISTRY)})") from None
+
+
+def configured_clouds() -> list[str]:
+    """Priced clouds whose credentials or endpoints look configured, without importing their SDKs."""
+    return [n for n in priced_clouds() if REGISTRY[n].configured()]
 
 
 def get_provider(cloud: str, **kwargs: object) -> Provider:
     """Import the provider lazily: `gpucloud --help` must not import boto3 or azure."""
-    if cloud == "local":
-        from gpucloud.providers.local import LocalProvider
-
-        return LocalProvider(**kwargs)  # type: ignore[arg-type]
-    if cloud == "aws":
-        from gpucloud.providers.aws import AwsProvider
-
-        return AwsProvider(**kwargs)  # type: ignore[arg-type]
-    if cloud == "azure":
-        from gpucloud.providers.azure import AzureProvider
-
-        return AzureProvider(**kwargs)  # type: ignore[arg-type]
-    raise ValueError(f"unknown cloud {cloud!r}")
+    entry = info(cloud)
+    cls = getattr(importlib.import_module(entry.module), entry.class_name)
+    return cls(**kwargs)  # type: ignore[no-any-return]

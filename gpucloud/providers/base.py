@@ -69,29 +69,100 @@ class LaunchRequest:
     tags: dict[str, str] = field(default_factory=dict)  # TAG_RUN, TAG_EXPIRES, Name ...
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What the lifecycle and the renderer need to know about a provider, declared once by the
+    provider instead of probed with getattr or spelled as `provider == "..."` elsewhere."""
+
+    poll_interval: float = 5.0           # s between the CLI's reads of the channel
+    log_interval: float = 5.0            # s between log parts the VM uploads
+    heartbeat_interval: float = 15.0     # s between the VM's heartbeats; "lost" after 3 missed
+    barrier_timeout: float = 1200.0      # s a multi-node node waits for its peers
+    shared_user_data: bool = False       # N identical machines in one call (one script for all)
+    user_data_limit: int | None = None   # bytes the cloud accepts (None: no limit)
+    user_data_encoding: Literal["raw", "base64"] = "raw"  # how the cloud counts the limit
+    self_termination: Literal["exit", "shutdown", "azure-delete"] = "shutdown"  # bootstrap's last step
+    vm_dir: str = "/var/lib/gpucloud"    # the VM's work folder ("$PWD": the sandbox the engine gives)
+    install_stack: bool = True           # False: the host's driver/CUDA are used as they are
+    gpu_check: Literal["strict", "warn"] = "strict"  # wrong GPU fails the run, or only warns
+    node_ips_known: bool = False         # every node shares one address (publish 127.0.0.1)
+    per_run_master_port: bool = False    # nodes share an address with other runs: pick a free port
+    priced: bool = True                  # machines cost money and come from the catalog
+    spot: bool = False                   # can launch spot/low-priority machines
+    multi_node: bool = True              # can run num_nodes > 1
+    preemption_notice: str | None = None # how the VM learns of a spot interruption, or None
+    console_hint: str = ""               # how to see a machine's console, {run_id} {rank} {region} filled in
+
+
+@dataclass
+class RunHandle:
+    """What one attempt created: enough for teardown, node states and gc to act without guessing
+    (stored in the state store's attempts table as JSON). `resources` maps a resource kind
+    ("security-group", "placement-group", "key-pair", "resource-group", ...) to the ids or names of
+    that kind; teardown calls the APIs only for the kinds listed. A partial handle (a crash before
+    provision returned) is rebuilt from the journal's intent rows by `from_journal`."""
+
+    run_id: str
+    cloud: str
+    region: str
+    attempt: int = 0
+    zone: str | None = None
+    nodes: list[str] = field(default_factory=list)                  # machine ids, rank order
+    resources: dict[str, list[str]] = field(default_factory=dict)   # kind -> ids/names
+    complete: bool = True                                           # False: rebuilt from the journal
+
+    def add(self, kind: str, ident: str) -> None:
+        items = self.resources.setdefault(kind, [])
+        if ident not in items:
+            items.append(ident)
+
+    def to_json(self) -> str:
+        import json
+
+        return json.dumps({"run_id": self.run_id, "cloud": self.cloud, "region": self.region,
+                           "attempt": self.attempt, "zone": self.zone, "nodes": self.nodes,
+                           "resources": self.resources, "complete": self.complete}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunHandle:
+        import json
+
+        data = json.loads(text)
+        return cls(run_id=data["run_id"], cloud=data["cloud"], region=data["region"],
+                   attempt=int(data.get("attempt", 0)), zone=data.get("zone"), nodes=list(data.get("nodes", [])),
+                   resources={k: list(v) for k, v in (data.get("resources") or {}).items()},
+                   complete=bool(data.get("complete", True)))
+
+
 @runtime_checkable
 class Provider(Protocol):
     """One cloud. Every cloud call that creates something is preceded by `journal.intent(...)`
     and followed by `journal.created(...)`, so a crash at any point can be cleaned up."""
 
-    name: str  # "local" | "aws" | "azure"
+    name: str
+    capabilities: Capabilities
 
     def channel(self, region: str) -> Channel:
         """The object store the VM talks to for runs in this region (created on first use)."""
         ...
 
-    def provision(self, req: LaunchRequest, journal: Journal) -> list[str]:
-        """Create the machines; return their ids in rank order. On failure, raise a ProvisionError
-        subclass after cleaning up whatever this attempt created (the lifecycle also tears down)."""
+    def provision(self, req: LaunchRequest, journal: Journal) -> RunHandle:
+        """Create the machines; return the handle (node ids in rank order). On failure, raise a
+        ProvisionError subclass after cleaning up whatever this attempt created."""
         ...
 
-    def node_states(self, run_id: str, region: str) -> list[str]:
+    def node_states(self, handle: RunHandle) -> list[str]:
         """Per node, in rank order: "pending" | "running" | "stopping" | "gone". Lets the lifecycle
         tell a dead VM from a slow one together with the heartbeat in status.json."""
         ...
 
-    def teardown(self, run_id: str, region: str, journal: Journal, *, wait: bool = True) -> None:
-        """Delete everything of the run in that region. Idempotent; safe after a partial provision."""
+    def master_port(self) -> int:
+        """MASTER_PORT for a multi-node job (29500 on clouds; a free port where runs share an address)."""
+        ...
+
+    def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
+        """Delete everything the handle lists (for a partial handle, also what the journal says was
+        being created). Idempotent; safe after a partial provision."""
         ...
 
     def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
