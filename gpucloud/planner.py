@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
     from gpucloud.catalog.models import Offering
     from gpucloud.spec import JobSpec
+    from gpucloud.images import Image
     from gpucloud.stacks import Stack
 
 
@@ -27,6 +28,7 @@ class Candidate:
     status: str = "active"     # offering status ("legacy" candidates carry a warning)
     vcpus: int = 0
     memory_gib: float = 0.0
+    image: Image | None = None  # issue 13: the image it boots (gpucloud/images.py), set by make_plan
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -34,6 +36,7 @@ class Candidate:
             "gpu": self.gpu, "gpu_count": self.gpu_count, "num_nodes": self.num_nodes,
             "spot": self.spot, "price_per_hour": self.price_per_hour,
             "total_per_hour": self.total_per_hour, "estimated_cost": self.estimated_cost,
+            "image": self.image.as_json() if self.image else None,  # issue 13
         }
 
 
@@ -110,6 +113,9 @@ def make_plan(
     if not candidates:
         raise _nothing_fits(spec, gpu, clouds, excluded, cat)
     warnings.extend(_legacy_warnings(candidates))
+    from gpucloud.images import with_image  # issue 13: the image each candidate boots
+
+    candidates = [with_image(c, stack, spec.image) for c in candidates]  # type: ignore[misc]
     return Plan(spec=spec, candidates=candidates, excluded=excluded, stack=stack, warnings=warnings)
 
 

@@ -25,6 +25,7 @@ import jinja2
 from gpucloud.errors import UserError
 
 if TYPE_CHECKING:
+    from gpucloud.images import NodeStack
     from gpucloud.planner import Candidate
     from gpucloud.spec import JobSpec
     from gpucloud.stacks import Stack
@@ -126,6 +127,7 @@ def render_bootstrap(
     gpu_check: str | None = None,
     master_port: int = DEFAULT_MASTER_PORT,
     barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT_S,
+    node: NodeStack | None = None,
 ) -> str:
     """The bootstrap script of one node (docs/INTERNALS.md, "Renderer").
 
@@ -161,6 +163,11 @@ def render_bootstrap(
         raise ValueError("barrier_timeout must be positive")
     if gpu_check not in ("strict", "warn"):
         raise ValueError(f"gpu_check must be 'strict' or 'warn', not {gpu_check!r}")
+    if node is None:  # issue 13: image + install plan of this VM (gpucloud/images.py)
+        from gpucloud.images import cpu_arch_of, resolve_node
+
+        node = resolve_node(stack, candidate.cloud, candidate.instance_type, candidate.gpu_count,
+                            cpu_arch=cpu_arch_of(candidate), job_image=spec.image)
     gpu_model = candidate.gpu or ""
     gpu_count = candidate.gpu_count if gpu_model else 0
     framework = stack.framework if stack.framework in ("pytorch", "tensorflow") else "none"
@@ -184,7 +191,7 @@ def render_bootstrap(
         "tick": f"{tick:.2f}".rstrip("0").rstrip("."),
         "max_duration": int(spec.max_duration),
         "stack": stack,
-        "apt_packages": [*stack.driver_packages, *stack.cuda_packages, *stack.cudnn_packages],
+        **stack_context(node),
         "framework": framework,
         "framework_version": stack.framework_version or "",
         "framework_pip": list(stack.framework_pip) if framework != "none" else [],
@@ -197,6 +204,21 @@ def render_bootstrap(
         "node_ips_known": bool(node_ips_known or provider == "local"),
     }
     return template_env().get_template(TEMPLATE).render(**context)
+
+
+def stack_context(node: NodeStack) -> dict[str, object]:
+    """The template values of the stack stage (issue 13): what to check, and what to install if missing."""
+    return {
+        "driver_source": node.driver_source,
+        "driver_min": node.driver_min,
+        "driver_max": node.driver_max,
+        "driver_packages": list(node.driver_packages),
+        "fabric_manager": node.fabric_manager,
+        "cuda_packages": list(node.cuda_packages),
+        "cudnn_packages": list(node.cudnn_packages),
+        "repo_arch": node.repo_arch,
+        "image_name": node.image.name if node.image else "default",
+    }
 
 
 # ---- user-data size ------------------------------------------------------------------------------
