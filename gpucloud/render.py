@@ -163,11 +163,7 @@ def render_bootstrap(
         raise ValueError("barrier_timeout must be positive")
     if gpu_check not in ("strict", "warn"):
         raise ValueError(f"gpu_check must be 'strict' or 'warn', not {gpu_check!r}")
-    if node is None:  # issue 13: image + install plan of this VM (gpucloud/images.py)
-        from gpucloud.images import cpu_arch_of, resolve_node
-
-        node = resolve_node(stack, candidate.cloud, candidate.instance_type, candidate.gpu_count,
-                            cpu_arch=cpu_arch_of(candidate), job_image=spec.image)
+    node = node or _node_stack(spec, stack, candidate)  # issue 13
     gpu_model = candidate.gpu or ""
     gpu_count = candidate.gpu_count if gpu_model else 0
     framework = stack.framework if stack.framework in ("pytorch", "tensorflow") else "none"
@@ -204,6 +200,14 @@ def render_bootstrap(
         "node_ips_known": bool(node_ips_known or provider == "local"),
     }
     return template_env().get_template(TEMPLATE).render(**context)
+
+
+def _node_stack(spec: JobSpec, stack: Stack, candidate: Candidate) -> NodeStack:
+    """Image + install plan of this VM (gpucloud/images.py, issue 13)."""
+    from gpucloud.images import cpu_arch_of, resolve_node
+
+    return resolve_node(stack, candidate.cloud, candidate.instance_type, candidate.gpu_count,
+                        cpu_arch=cpu_arch_of(candidate), job_image=spec.image)
 
 
 def stack_context(node: NodeStack) -> dict[str, object]:

@@ -368,12 +368,7 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
     branch, min_driver, driver_reason = _choose_driver(driver_pin, cuda, cuda_pin is not None, name, prof)
     cudnn, cudnn_reason = _choose_cudnn(cudnn_pin, cuda, name, prof)
 
-    # NVIDIA publishes CUDA < 11.8 only for Ubuntu 20.04 and older; CUDA 13 dropped 20.04 (FACTS.md s3).
-    ubuntu = prof.ubuntu
-    os_reason = prof.reasons["os_image"]
-    if prof is not KEPLER and _v(cuda) < _v("11.8"):
-        ubuntu = "20.04"
-        os_reason = f"Ubuntu 20.04: NVIDIA's repositories for CUDA {cuda} exist only for Ubuntu 20.04 and older."
+    ubuntu, os_reason = _ubuntu_for(prof, cuda)
 
     version: str | None = None
     pip: tuple[str, ...] = ()
@@ -384,7 +379,6 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
     else:
         fw_reason = "No framework requested (framework: none): the job's setup installs what it needs."
 
-    warnings = tuple(w for w in (GPU_WARNINGS.get(name),) if w)
     modules, modules_reason = _kernel_modules(arch, branch, name)
     toolkit, toolkit_reason = _wants_toolkit(pins, framework, prof)
     reasons = {
@@ -419,11 +413,18 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
         framework_pip=pip,
         min_driver_version=min_driver,
         reasons=reasons,
-        warnings=warnings,
+        warnings=tuple(w for w in (GPU_WARNINGS.get(name),) if w),
         kernel_modules=modules,
         cuda_toolkit=toolkit,
         driver_pinned=driver_pin is not None,
     )
+
+
+def _ubuntu_for(prof: Profile, cuda: str) -> tuple[str, str]:
+    """NVIDIA publishes CUDA < 11.8 only for Ubuntu 20.04 and older; CUDA 13 dropped 20.04 (FACTS.md s3)."""
+    if prof is not KEPLER and _v(cuda) < _v("11.8"):
+        return "20.04", f"Ubuntu 20.04: NVIDIA's repositories for CUDA {cuda} exist only for Ubuntu 20.04 and older."
+    return prof.ubuntu, prof.reasons["os_image"]
 
 
 def _wants_toolkit(pins: StackSpec | None, framework: str, prof: Profile) -> tuple[bool, str]:
