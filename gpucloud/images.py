@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 ARM64 = "arm64"
 X86_64 = "x86_64"
-# Path part of NVIDIA's apt repository per CPU architecture: arm64 servers use "sbsa" [V: FACTS.md s8].
+# Path part of NVIDIA's apt repository per CPU architecture: arm64 servers use "sbsa" [V: docs/STACKS.md].
 REPO_ARCH = {X86_64: "x86_64", ARM64: "sbsa"}
 ANY_DRIVER_MAX = 999
 

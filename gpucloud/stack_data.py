@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
 # --------------------------------------------------------------------------------------------------
-# Tables (FACTS.md section 3 unless marked [K] = widely known, not re-checked).
+# Tables (docs/STACKS.md unless marked [K] = widely known, not re-checked).
 # --------------------------------------------------------------------------------------------------
 
-# Lowest Linux driver per CUDA toolkit [S: CUDA release notes, via FACTS.md s3]. Only these toolkit
+# Lowest Linux driver per CUDA toolkit [S: CUDA release notes, via docs/STACKS.md]. Only these toolkit
 # versions can be pinned, so that every pin is checked against a sourced minimum.
 MIN_DRIVER: dict[str, str] = {
     "11.0": "450.51.05",
     "11.2": "460.27.03",
     # 11.4 GA needs 470.42.01, but the repository's cuda-toolkit-11-4 is 11.4 Update 4, and 11.4 U3+
-    # needs >= 470.82.01 (FACTS.md s3) -- the figure the installer must check.
+    # needs >= 470.82.01 (docs/STACKS.md) -- the figure the installer must check.
     "11.4": "470.82.01",
     "11.6": "510.39.01",
     "11.8": "520.61.05",
@@ -35,18 +36,18 @@ MIN_DRIVER: dict[str, str] = {
     # minimum of the 13.2 release notes was not read: the branch is the floor ("595" = any 595.x) [I].
     "13.2": "595",
 }
-# Minor-version compatibility floor per CUDA major (FACTS.md s3): an application built with any
+# Minor-version compatibility floor per CUDA major (docs/STACKS.md): an application built with any
 # 12.x runtime (e.g. a cu128 PyTorch wheel) runs on driver >= 525.60.13, without PTX JIT of newer PTX.
 COMPAT_FLOOR: dict[str, str] = {"11": "450.80.02", "12": "525.60.13", "13": "580"}
 # Driver branches the NVIDIA repository ships as meta-packages; from 590 the `cuda-drivers`
-# package has no branch suffix and a branch is locked by pinning its version (FACTS.md s3).
+# package has no branch suffix and a branch is locked by pinning its version (docs/STACKS.md).
 DRIVER_BRANCHES = (450, 460, 470, 510, 520, 525, 535, 545, 550, 560, 565, 570, 575, 580, 590, 595)
 UNSUFFIXED_FROM = 590
 
 
 @dataclass(frozen=True)
 class Profile:
-    """One row of FACTS.md s3: what a GPU generation can run and what it gets by default."""
+    """One row of docs/STACKS.md: what a GPU generation can run and what it gets by default."""
 
     name: str
     architectures: tuple[str, ...]
@@ -177,7 +178,7 @@ PROFILES = (KEPLER, MAXWELL_VOLTA, TURING_PLUS)
 # Oldest CUDA toolkit that knows the architecture [K: CUDA release notes]; only table versions count.
 MIN_CUDA: dict[str, str] = {"Ampere": "11.2", "Ada": "11.8", "Hopper": "11.8", "Blackwell": "12.8"}
 # Architectures the proprietary kernel modules do not drive: they need the open modules
-# (`nvidia-open-<branch>`), and R570+ [V: NVIDIA open-modules announcement; FACTS.md s8].
+# (`nvidia-open-<branch>`), and R570+ [V: NVIDIA open-modules announcement; docs/STACKS.md].
 OPEN_MODULES_ONLY: dict[str, int] = {"Blackwell": 570}
 # Architectures the open modules cannot drive (pre-Turing): proprietary `cuda-drivers-<branch>` only.
 PROPRIETARY_ONLY: frozenset[str] = frozenset({"Kepler", "Maxwell", "Pascal", "Volta"})
@@ -196,7 +197,7 @@ GPU_WARNINGS: dict[str, str] = {
     "A10": (
         "The A10 is offered on Azure NVadsA10 v5, which needs NVIDIA's GRID (vGPU guest) driver, not the datacenter "
         "`cuda-drivers` packages: install it with Azure's NvidiaGpuDriverLinux extension or Microsoft's GRID build "
-        "(FACTS.md s3); the CUDA/cuDNN/framework choices below still apply."
+        "(docs/STACKS.md); the CUDA/cuDNN/framework choices below still apply."
     ),
     "K80": "R470 reached end of life in July 2024: the driver gets no more security fixes.",
     "K40": "R470 reached end of life in July 2024: the driver gets no more security fixes.",
@@ -218,10 +219,10 @@ TORCH_WHEELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "2.9": ("2.9.0", ("cu126", "cu128", "cu130")),
 }
 TORCH_INDEX = "https://download.pytorch.org/whl/"
-# cuDNN 8 releases whose CUDA build label is known (FACTS.md s3: `libcudnn8=8.2.4.*-1+cuda11.4`); a build
+# cuDNN 8 releases whose CUDA build label is known (docs/STACKS.md: `libcudnn8=8.2.4.*-1+cuda11.4`); a build
 # for CUDA 11.4 serves every 11.x toolkit. Other 8.x pins match any build of that release.
 CUDNN8_BUILDS: dict[str, str] = {"8.2.4": "11.4"}
-# GPUs with no official PyTorch wheels at all (FACTS.md s3: K40, none after about 1.2).
+# GPUs with no official PyTorch wheels at all (docs/STACKS.md: K40, none after about 1.2).
 NO_PYTORCH: frozenset[str] = frozenset({"K40"})
 CPU_TORCH = "2.8.0"
 CPU_TENSORFLOW = "2.19.0"

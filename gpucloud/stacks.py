@@ -1,6 +1,6 @@
 """GPU architecture -> driver / CUDA / cuDNN / OS image / framework, with pin validation.
 
-The data is the point of this module: the tables below restate FACTS.md section 3 (with its
+The data is the point of this module: the tables below restate docs/STACKS.md (with its
 sources) so that a reviewer can check each number against the source, and the code only walks
 them. Each GPU generation gets the newest stack that still supports it; a pin the GPU cannot run
 is a `UserError` that states the limit and what to do instead, because a wrong combination would
@@ -383,7 +383,7 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
     toolkit, toolkit_reason = _wants_toolkit(pins, framework, prof)
     reasons = {
         "gpu": f"{name}: {arch}, compute capability {model.compute_capability} ({prof.name} stack).",
-        "architecture": f"{arch} GPUs use the {prof.name} row of FACTS.md section 3.",
+        "architecture": f"{arch} GPUs use the {prof.name} row of docs/STACKS.md.",
         "driver": driver_reason,
         "min_driver_version": f"CUDA {cuda} needs driver >= {MIN_DRIVER[cuda]} (CUDA release notes)."
         + (" (11.4 GA needed 470.42.01; the repository installs 11.4 Update 4, and 11.4 U3+ needs 470.82.01.)"
@@ -421,7 +421,7 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
 
 
 def _ubuntu_for(prof: Profile, cuda: str) -> tuple[str, str]:
-    """NVIDIA publishes CUDA < 11.8 only for Ubuntu 20.04 and older; CUDA 13 dropped 20.04 (FACTS.md s3)."""
+    """NVIDIA publishes CUDA < 11.8 only for Ubuntu 20.04 and older; CUDA 13 dropped 20.04 (docs/STACKS.md)."""
     if prof is not KEPLER and _v(cuda) < _v("11.8"):
         return "20.04", f"Ubuntu 20.04: NVIDIA's repositories for CUDA {cuda} exist only for Ubuntu 20.04 and older."
     return prof.ubuntu, prof.reasons["os_image"]

@@ -418,3 +418,22 @@ def test_plan_json_shows_the_image(tmp_path: Path) -> None:
     assert image["preinstalled"]["fabric_manager"] is True and image["source"]
     spec = make_spec(gpu="T4", cloud="aws").model_copy(update={"image": "ami-0123456789abcdef0"})
     assert make_plan(spec).candidates[0].as_json()["image"]["ref"] == "ami-0123456789abcdef0"
+
+
+def test_issue13_renders_are_shellcheck_clean(tmp_path: Path) -> None:
+    """The GRID wait, the fabric-manager and the toolkit branches of the stack stage lint clean too."""
+    from gpucloud.stacks import resolve_stack
+
+    cases = [("A10", 1, "azure", "Standard_NV36ads_A10_v5", {}), ("A100-40GB", 8, "aws", "p4d.24xlarge", {}),
+             ("B200", 8, "aws", "p6-b200.48xlarge", {}), ("T4", 1, "aws", "g4dn.xlarge", {"cuda_toolkit": True})]
+    paths = []
+    for gpu, count, cloud, instance, extra in cases:
+        stack = resolve_stack(gpu, StackSpec(framework="pytorch", **extra))
+        cand = make_candidate(cloud, gpu, count, instance_type=instance)
+        text = render_bootstrap(make_spec(cloud=cloud, gpu=gpu, count=count), stack, cand, provider=cloud, run_id="r1")
+        assert user_data_size(text, cloud) < (AWS_USER_DATA_LIMIT if cloud == "aws" else 64 * 1024)
+        path = tmp_path / f"{gpu}.sh"
+        path.write_text(text)
+        paths.append(str(path))
+    proc = subprocess.run([str(SHELLCHECK), *paths], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
