@@ -186,8 +186,11 @@ def _image_fits(image: Image, stack: Stack, cloud: str, cpu_arch: str, grid: boo
 
 
 def choose_image(stack: Stack, cloud: str, instance_type: str, gpu_count: int, cpu_arch: str = X86_64,
-                 job_image: str = "auto") -> Image | None:
-    """The first images.csv row that fits (vendor rows come first); `image:` in the job file wins."""
+                 job_image: str = "auto", baked: Image | None = None) -> Image | None:
+    """`image:` in the job file, else a baked image of this stack (gpucloud/images_build.py), else
+    the first images.csv row that fits (vendor rows come first)."""
+    if baked is not None and (not job_image or job_image == "auto"):
+        return baked
     if job_image and job_image != "auto":
         return Image(cloud=cloud, name="job file", cpu_arch=cpu_arch, gpu_archs=("*",), vm_feature="",
                      ubuntu=stack.ubuntu_version, modules="", driver="", cuda=(), cudnn=False, fabric_manager=False,
@@ -202,10 +205,10 @@ def choose_image(stack: Stack, cloud: str, instance_type: str, gpu_count: int, c
 
 
 def resolve_node(stack: Stack, cloud: str, instance_type: str, gpu_count: int, *, cpu_arch: str = X86_64,
-                 job_image: str = "auto") -> NodeStack:
+                 job_image: str = "auto", baked: Image | None = None) -> NodeStack:
     """Image + install plan of one VM. The bootstrap still checks each part before it installs it."""
     features = vm_features(cloud, instance_type, gpu_count) if stack.driver != "none" else frozenset()
-    image = choose_image(stack, cloud, instance_type, gpu_count, cpu_arch, job_image)
+    image = choose_image(stack, cloud, instance_type, gpu_count, cpu_arch, job_image, baked)
     low, high = _driver_range(stack)
     reasons = {"image": image.summary() + f" [{image.source}]" if image else "the provider's default image"}
     if stack.driver == "none":

@@ -538,3 +538,28 @@ def test_sim_k80_gets_r470_and_pytorch_212_then_a_baked_image_installs_nothing(t
     again = boot_node(tmp_path / "b", "K80", 1, "aws", "p2.xlarge", {}, state=vm.state)
     _reached_the_job(again)
     assert install_calls(again.calls()) == [] and not any(c.startswith("dpkg -i") for c in again.calls())
+
+
+def test_sim_baked_image_run_installs_nothing(tmp_path: Path) -> None:
+    """`image build` then `run`: the builder's disk (stub state) is the baked image; the run on it,
+    with the plan pointing at the baked row, counts 0 apt-get and 0 pip installs."""
+    from gpucloud.images import resolve_node
+    from gpucloud.images_build import BakedImage, baked_row, stack_hash
+    from gpucloud.spec import StackSpec
+    from gpucloud.stacks import resolve_stack
+    from tests.support.vm_sim import install_calls
+
+    builder = boot_node(tmp_path / "builder", "T4", 1, "aws", "g4dn.xlarge", {}, job_image="ami-0123456789abcdef0")
+    _reached_the_job(builder)
+    assert install_calls(builder.calls())  # the builder installed the stack
+    stack = resolve_stack("T4", StackSpec(framework="pytorch"))
+    plain = resolve_node(stack, "aws", "g4dn.xlarge", 1)
+    baked = baked_row(BakedImage(ref="ami-0baked000000000000", region="us-east-1", name="gpucloud-x",
+                                 stack_hash=stack_hash(stack, plain)), stack, plain)
+    node = resolve_node(stack, "aws", "g4dn.xlarge", 1, baked=baked)
+    assert node.image is baked
+    (builder.state / "calls").unlink()
+    run = make_vm(tmp_path / "run", provider="aws", stack=stack, gpu="T4", run="echo first-line-of-the-job",
+                  stub_env={"STUB_GPU_NAME": "Tesla T4"}, state=builder.state, render_kw={"node": node}).run(timeout=60)
+    _reached_the_job(run)
+    assert install_calls(run.calls()) == [] and not any(c.startswith("dpkg -i") for c in run.calls())
