@@ -11,7 +11,8 @@ import gpucloud.catalog as catalog_mod
 from gpucloud.catalog import CatalogError, load_catalog, gpu_names, resolve_gpu_name
 
 FACTS_GPUS = ["K40", "K80", "M60", "P100", "P40", "V100", "T4", "A10G", "A10", "L4", "L40S",
-              "A100-40GB", "A100-80GB", "H100", "H200"]
+              "A100-40GB", "A100-80GB", "H100", "H200",
+              "B200", "GB200", "H100-NVL", "T4G", "V100-32GB"]  # issue 13 (the catalog branch adds the same rows)
 
 # (cloud, instance type) -> (GPU, count, vCPUs, memory GiB, us-east-1/eastus $/h, status), FACTS.md s1-2.
 FACTS_TYPES = {
@@ -78,11 +79,13 @@ def test_k80_row_uses_the_board_seed_figures(cat):
 def test_architectures_and_compute_capabilities(cat):
     expected = {"K40": "Kepler", "K80": "Kepler", "M60": "Maxwell", "P100": "Pascal", "P40": "Pascal",
                 "V100": "Volta", "T4": "Turing", "A10G": "Ampere", "A10": "Ampere", "L4": "Ada",
-                "L40S": "Ada", "A100-40GB": "Ampere", "A100-80GB": "Ampere", "H100": "Hopper", "H200": "Hopper"}
+                "L40S": "Ada", "A100-40GB": "Ampere", "A100-80GB": "Ampere", "H100": "Hopper", "H200": "Hopper",
+                "B200": "Blackwell", "GB200": "Blackwell", "H100-NVL": "Hopper", "T4G": "Turing",  # issue 13
+                "V100-32GB": "Volta"}
     assert {g.name: g.architecture for g in cat.gpus.values()} == expected
     for g in cat.gpus.values():
         assert g.source, g.name
-        assert re.fullmatch(r"\d\.\d", g.compute_capability)
+        assert re.fullmatch(r"\d{1,2}\.\d", g.compute_capability)  # Blackwell: 10.0
 
 
 def test_every_facts_instance_type_is_present_with_its_facts(cat):

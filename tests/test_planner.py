@@ -186,6 +186,6 @@ def test_plan_json_shape() -> None:
     doc = json.loads(json.dumps(make_plan(job(gpu="T4:1", spot="auto")).as_json()))
     assert set(doc) == {"candidates", "excluded", "stack", "warnings"}
     assert set(doc["candidates"][0]) == {"cloud", "region", "instance_type", "gpu", "gpu_count", "num_nodes",
-                                         "spot", "price_per_hour", "total_per_hour", "estimated_cost"}
+                                         "spot", "price_per_hour", "total_per_hour", "estimated_cost", "image"}
     assert set(doc["excluded"][0]) == {"cloud", "region", "instance_type", "reason"}
     assert set(doc["stack"]) == {"gpu", "architecture", "driver", "cuda", "cudnn", "os_image", "framework"}
