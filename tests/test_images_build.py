@@ -99,3 +99,36 @@ def test_image_ls_and_rm_commands(moto) -> None:  # noqa: F811
     assert ok.exit_code == 0 and find_baked(AwsImageStore(), REGION, baked.stack_hash) is None
     unsupported = runner.invoke(image_app, ["ls", "--cloud", "azure", "--region", "eastus"])
     assert unsupported.exit_code == 2 and "not supported" in unsupported.output
+
+
+def test_ssm_image_reference_resolves_to_the_ami(moto) -> None:  # noqa: F811
+    from moto.core.utils import utcnow
+    from moto.ssm.models import Parameter, ssm_backends
+
+    from gpucloud.errors import UserError
+    from gpucloud.images import load_images
+    from gpucloud.providers.images_aws import resolve_image_ref
+    from tests.support.moto_server import ACCOUNT
+
+    dlami = next(i for i in load_images() if i.name == "dlami-base-oss")
+    ssm_backends[ACCOUNT][REGION]._parameters[dlami.ref] = [Parameter(  # noqa: SLF001 - what AWS publishes
+        account_id=ACCOUNT, name=dlami.ref, value="ami-0dlami0000000000", parameter_type="String", description=None,
+        allowed_pattern=None, keyid=None, last_modified_date=utcnow(), version=1, data_type="aws:ec2:image")]
+    try:
+        assert resolve_image_ref(REGION, "ssm", dlami.ref) == "ami-0dlami0000000000"
+    finally:
+        del ssm_backends[ACCOUNT][REGION]._parameters[dlami.ref]  # noqa: SLF001
+    assert resolve_image_ref(REGION, "job file", "ami-0123456789abcdef0") == "ami-0123456789abcdef0"
+    with pytest.raises(UserError, match="ParameterNotFound") as exc:
+        resolve_image_ref(REGION, "ssm", dlami.ref)
+    assert "ssm:GetParameter" in exc.value.render()
+
+
+def test_grid_extension_body() -> None:
+    from gpucloud.images import load_images
+    from gpucloud.providers.images_azure import driver_extension, extension_path
+
+    grid = next(i for i in load_images() if i.vm_feature == "grid")
+    body = driver_extension("eastus", grid.extension)
+    assert body["properties"]["publisher"] == "Microsoft.HpcCompute" and body["properties"]["type"] == grid.extension
+    assert extension_path("rg", "vm0", "sub").endswith("/virtualMachines/vm0/extensions/NvidiaGpuDriverLinux?api-version=2024-07-01")

@@ -56,3 +56,22 @@ class AwsImageStore:
         ec2.deregister_image(ImageId=ref)
         for snap in snapshots:  # a deregistered AMI leaves its snapshots (and their bill) behind
             ec2.delete_snapshot(SnapshotId=snap)
+
+
+def resolve_image_ref(region: str, found_by: str, ref: str) -> str:
+    """The AMI id for an images.csv / job-file reference: an SSM parameter name is read (public
+    parameters need only ssm:GetParameter), an AMI id is used as it is."""
+    from gpucloud.errors import UserError
+
+    if found_by != "ssm":
+        return ref
+    import boto3
+    from botocore.exceptions import ClientError
+
+    try:
+        resp = boto3.session.Session().client("ssm", region_name=region).get_parameter(Name=ref)
+    except ClientError as exc:
+        raise UserError(f"Cannot read the public SSM parameter {ref} in {region}: "
+                        f"{exc.response.get('Error', {}).get('Code', exc)}.",
+                        hint="Allow ssm:GetParameter, or set `image:` in the job file to an AMI id.") from None
+    return str(resp["Parameter"]["Value"])
