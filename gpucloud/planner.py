@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
     from gpucloud.catalog.models import Offering
-    from gpucloud.spec import JobSpec
     from gpucloud.images import Image
+    from gpucloud.spec import JobSpec
     from gpucloud.stacks import Stack
 
 
