@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
-from gpucloud import __version__
+from gpucloud import __version__, ci_output
 
 app = typer.Typer(
     name="gpucloud",
@@ -57,6 +57,7 @@ def handles_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except GpucloudError as exc:
             err(f"error: {exc.render()}")
+            ci_output.report_error(exc, fn.__name__)  # CI hook: annotations, step summary, dotenv (docs/CI.md)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err("interrupted")
@@ -219,6 +220,7 @@ def run(
         job, cloud=parse_cloud(cloud), region=region, spot=spot, detach=detach,
         assume_yes=yes or non_interactive(), json_out=json_out, wait_teardown=not no_wait,
     )
+    ci_output.report_run(result.as_json())  # CI hook: step summary / dotenv report (docs/CI.md)
     if json_out:
         emit_json(result.as_json())
     raise typer.Exit(result.exit_code)
