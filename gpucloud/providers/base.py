@@ -4,7 +4,7 @@ classes that drive failover (FACTS.md section 4)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
@@ -18,7 +18,25 @@ if TYPE_CHECKING:
     from gpucloud.state import Journal
 
 TAG_RUN = "gpucloud-run"
-TAG_EXPIRES = "gpucloud-expires"  # UTC, ISO 8601 "2026-12-02T17:04:05Z"
+TAG_EXPIRES = "gpucloud-expires"  # UTC, ISO 8601 "2026-12-02T17:04:05Z"; see expiry_tag()
+
+
+def expiry_tag(when: datetime) -> str:
+    """The one format of the TAG_EXPIRES value every provider writes and gc reads back
+    ("2026-12-02T17:04:05Z"); a naive datetime is taken as UTC."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_expiry_tag(text: str | None) -> datetime | None:
+    """The aware UTC datetime of a TAG_EXPIRES value, or None when it is missing or unreadable
+    (gc then leaves the resource alone rather than guess)."""
+    try:
+        when = datetime.fromisoformat((text or "").replace("Z", "+00:00"))
+    except (TypeError, ValueError):
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 class ProvisionError(GpucloudError):
