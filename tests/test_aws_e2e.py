@@ -64,7 +64,7 @@ def aws_env(moto: Moto, aws_sim: AwsVmSimulator, gpucloud_home: Path, tmp_path: 
 @pytest.fixture
 def inproc(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """In-process CLI runs with the hooks installed and the waits shortened (restored after)."""
-    from gpucloud.channel_s3 import S3Channel
+    from gpucloud.providers.aws.channel import S3Channel
     from gpucloud.providers.aws import AwsProvider
 
     from gpucloud.providers.aws import reset_shared
@@ -73,8 +73,8 @@ def inproc(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator
     HOOKS.reset()
     reset_shared(channels_only=True)  # each cell checks (and maybe creates) its buckets again
     for cls in (AwsProvider, S3Channel):
-        for name in ("poll_interval", "RETRY_ATTEMPTS", "RETRY_BASE_S", "RETRY_CAP_S", "POLL_S",
-                     "TERMINATE_TIMEOUT_S", "SG_DELETE_TIMEOUT_S"):
+        for name in ("capabilities", "RETRY_ATTEMPTS", "RETRY_BASE_S", "RETRY_CAP_S", "POLL_S",
+                     "TERMINATE_TIMEOUT_S", "SG_DELETE_TIMEOUT_S", "PG_DELETE_TIMEOUT_S"):
             if hasattr(cls, name):
                 monkeypatch.setattr(cls, name, getattr(cls, name))
     from tests.support.aws_cli import make_fast
@@ -291,7 +291,7 @@ def test_gc_dry_run_lists_then_gc_deletes_expired_leftovers_in_every_region(
     """What a crash before any state was written would leave: tagged, expired, unknown to the store."""
     from datetime import UTC, datetime, timedelta
 
-    from gpucloud.providers.aws import iso_utc
+    from gpucloud.providers.base import expiry_tag as iso_utc
 
     tags = [{"Key": "gpucloud-run", "Value": "crashed-run"},
             {"Key": "gpucloud-expires", "Value": iso_utc(datetime.now(UTC) - timedelta(minutes=5))}]
