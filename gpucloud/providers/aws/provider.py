@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from gpucloud.providers.aws import images, launch, network, teardown as reaping
 from gpucloud.providers.aws.credentials import credentials_warning, warn_once
 from gpucloud.providers.aws.errors import classify
-from gpucloud.providers.aws.reaper import Targets, instance_states, reap
+from gpucloud.providers.aws.reaper import instance_states
 from gpucloud.providers.aws.session import AwsClients, shared_channel
 from gpucloud.providers.base import (
     DEFAULT_MASTER_PORT,

@@ -1,0 +1,162 @@
+"""Azure Blob backend of the run channel: per-object SAS URLs the VM uses with plain curl.
+
+One storage account (StorageV2, HTTPS only, TLS 1.2, no anonymous blob access) and one private
+container per subscription and region, created on first use in the resource group
+`gpucloud-storage-<region>`. That group carries no expiry tag: it outlives runs, and `gc` never
+touches it; each run's objects live under `runs/<run_id>/`.
+
+The storage account is managed through ARM's generic resource API and `listKeys` with explicit
+api-versions (azure-mgmt-resource's client), which spares a dependency on azure-mgmt-storage.
+The data plane uses the account key from `listKeys` both to write (code, manifests) and to sign
+service SAS URLs that expire with the run.
+
+`GPUCLOUD_AZURE_BLOB_ENDPOINT` replaces the account's blob endpoint (e.g. a storage emulator at
+`http://127.0.0.1:10000/devstoreaccount1`). A path-style endpoint names its account in the path,
+and that is the account the URLs are signed for; the key still comes from `listKeys`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from gpucloud.channel import Channel
+
+STORAGE_API = "2023-05-01"
+CONTAINER = "gpucloud"
+# SAS validity starts a little in the past: the VM's or the storage service's clock may lag ours.
+CLOCK_SKEW = timedelta(minutes=15)
+
+
+def storage_group_name(region: str) -> str:
+    return f"gpucloud-storage-{region}"
+
+
+def storage_account_name(subscription_id: str, region: str) -> str:
+    """Globally unique, stable per subscription and region, 3-24 lowercase letters and digits."""
+    return "gpuc" + hashlib.sha256(f"{subscription_id}:{region}".encode()).hexdigest()[:20]
+
+
+def account_from_endpoint(url: str) -> str:
+    """The account a blob endpoint serves: the first path segment for path-style endpoints
+    (emulators, IP addresses), else the first label of the host name."""
+    parts = urlsplit(url)
+    segment = parts.path.strip("/").split("/")[0]
+    return segment or (parts.hostname or "").split(".")[0]
+
+
+class BlobChannel(Channel):
+    """A container in one storage account, addressed by the channel's keys."""
+
+    put_headers = ("x-ms-blob-type: BlockBlob",)
+
+    def __init__(self, *, account_url: str, account_key: str, container: str = CONTAINER,
+                 account_name: str | None = None) -> None:
+        from azure.storage.blob import BlobServiceClient
+
+        self.account_url = account_url.rstrip("/")
+        self.account_name = account_name or account_from_endpoint(self.account_url)
+        self.account_key = account_key
+        self.container = container
+        self._service = BlobServiceClient(
+            self.account_url, credential={"account_name": self.account_name, "account_key": account_key})
+        self._container = self._service.get_container_client(container)
+        self._https = self.account_url.lower().startswith("https://")
+
+    # ---- creation -------------------------------------------------------------------------------
+    @classmethod
+    def for_region(cls, resource_client: Any, *, subscription_id: str, region: str,
+                   blob_endpoint: str | None = None, credential: Any = None) -> BlobChannel:
+        """Find or create the region's storage account and container, then open the channel."""
+        from azure.core.exceptions import ResourceNotFoundError
+        from azure.core.rest import HttpRequest
+
+        group = storage_group_name(region)
+        name = storage_account_name(subscription_id, region)
+        account_id = (f"/subscriptions/{subscription_id}/resourceGroups/{group}"
+                      f"/providers/Microsoft.Storage/storageAccounts/{name}")
+        try:
+            account = resource_client.resources.get_by_id(account_id, api_version=STORAGE_API)
+        except ResourceNotFoundError:
+            resource_client.resource_groups.create_or_update(
+                group, {"location": region, "tags": {"gpucloud-role": "channel-storage"}})
+            account = resource_client.resources.begin_create_or_update_by_id(account_id, api_version=STORAGE_API, parameters={
+                "location": region,
+                "kind": "StorageV2",
+                "sku": {"name": "Standard_LRS"},
+                "tags": {"gpucloud-role": "channel-storage"},
+                "properties": {
+                    "supportsHttpsTrafficOnly": True,
+                    "minimumTlsVersion": "TLS1_2",
+                    "allowBlobPublicAccess": False,
+                    "allowSharedKeyAccess": True,
+                    "accessTier": "Hot",
+                },
+            }).result()
+        response = resource_client.send_request(
+            HttpRequest("POST", f"{account_id}/listKeys?api-version={STORAGE_API}"))
+        response.raise_for_status()
+        keys = response.json().get("keys") or []
+        if not keys:
+            raise RuntimeError(f"storage account {name} returned no keys")
+        props = account.properties if isinstance(account.properties, dict) else {}
+        endpoint = blob_endpoint or (props.get("primaryEndpoints") or {}).get("blob") or f"https://{name}.blob.core.windows.net/"
+        channel = cls(account_url=endpoint, account_key=keys[0]["value"],
+                      account_name=None if blob_endpoint else name)
+        channel._ensure_container()
+        return channel
+
+    def _ensure_container(self) -> None:
+        from azure.core.exceptions import ResourceExistsError
+
+        try:
+            self._container.create_container()  # private: no public access level
+        except ResourceExistsError:
+            pass
+
+    # ---- primitives -------------------------------------------------------------------------------
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self._container.upload_blob(key, data, overwrite=True)
+
+    def put_file(self, key: str, path: Path) -> None:
+        with open(path, "rb") as fh:
+            self._container.upload_blob(key, fh, overwrite=True, max_concurrency=4)
+
+    def get_bytes(self, key: str) -> bytes | None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            return self._container.download_blob(key).readall()
+        except ResourceNotFoundError:
+            return None
+
+    def _url(self, key: str, expires: datetime, **permission: bool) -> str:
+        from azure.storage.blob import BlobSasPermissions, generate_blob_sas
+
+        if expires.tzinfo is None:
+            expires = expires.replace(tzinfo=UTC)
+        sas = generate_blob_sas(
+            account_name=self.account_name, container_name=self.container, blob_name=key,
+            account_key=self.account_key, permission=BlobSasPermissions(**permission),
+            expiry=expires, start=datetime.now(UTC) - CLOCK_SKEW,
+            protocol="https" if self._https else None,
+        )
+        return f"{self.account_url}/{self.container}/{quote(key)}?{sas}"
+
+    def url_get(self, key: str, expires: datetime) -> str:
+        return self._url(key, expires, read=True)
+
+    def url_put(self, key: str, expires: datetime) -> str:
+        return self._url(key, expires, create=True, write=True)
+
+    def delete_prefix(self, prefix: str) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        for blob in self._container.list_blobs(name_starts_with=prefix):
+            try:
+                self._container.delete_blob(blob.name)
+            except ResourceNotFoundError:
+                pass
