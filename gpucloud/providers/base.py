@@ -39,6 +39,9 @@ def parse_expiry_tag(text: str | None) -> datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
+DEFAULT_MASTER_PORT = 29500  # torchrun's default; a cloud VM has its address to itself
+
+
 class ProvisionError(GpucloudError):
     """A cloud refused a launch. `kind` tells the lifecycle what to do next:
     capacity -> next candidate; quota -> skip the rest of that cloud+region (name `quota_code`);
@@ -109,7 +112,7 @@ class Capabilities:
     spot: bool = False                   # can launch spot/low-priority machines
     multi_node: bool = True              # can run num_nodes > 1
     preemption_notice: str | None = None # how the VM learns of a spot interruption, or None
-    console_hint: str = ""               # how to see a machine's console, {run_id} {rank} {region} filled in
+    console_hint: str = ""               # console_hint()'s text, {run_id} {rank} {region} filled in
 
 
 @dataclass
@@ -176,6 +179,16 @@ class Provider(Protocol):
 
     def master_port(self) -> int:
         """MASTER_PORT for a multi-node job (29500 on clouds; a free port where runs share an address)."""
+        ...
+
+    def console_hint(self, handle: RunHandle, rank: int) -> str:
+        """Where a user sees the console of node `rank` when it died without a word (the lifecycle
+        appends it to the "lost" message)."""
+        ...
+
+    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
+        """The provider's own candidates for `spec`. Called only for providers whose registry entry
+        has priced=False (no catalog rows): the local machine, an SSH host. Priced providers return []."""
         ...
 
     def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
