@@ -48,7 +48,8 @@ def non_interactive() -> bool:
 
 
 def handles_errors(fn: F) -> F:
-    """Turn every failure into one clear paragraph on stderr and the exit code of DESIGN.md section 4."""
+    """Turn every failure into one clear paragraph on stderr and its exit code (docs/INTERNALS.md,
+    "Errors and exit codes")."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
