@@ -25,6 +25,19 @@ from gpucloud.spec_values import (
 # Models
 
 
+def _auto_or_version(value: Any, pattern: re.Pattern[str], example: str, wrong: str) -> str:
+    """"auto" or a version matching `pattern`; numbers from YAML are taken as text. `wrong` is the
+    message ({value} as written, {text} as read) when it does not match."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)
+    text = _text(value, f"auto or {example}")
+    if text.lower() == "auto":
+        return "auto"
+    if not pattern.fullmatch(text):
+        _fail(wrong.format(value=value, text=text))
+    return text
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
@@ -216,14 +229,8 @@ class StackSpec(_Strict):
     @classmethod
     def _versions(cls, value: Any) -> str:
         """"auto" or a version like 470 / 11.4 / 8.9 (numbers from YAML are taken as text)."""
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            value = str(value)
-        text = _text(value, "auto or a version such as 11.4")
-        if text.lower() == "auto":
-            return "auto"
-        if not _VERSION_RE.fullmatch(text):
-            _fail(f"'{value}' is not a version. Expected auto or digits and dots, e.g. 470, 11.4 or 8.9")
-        return text
+        return _auto_or_version(value, _VERSION_RE, "a version such as 11.4",
+                                "'{value}' is not a version. Expected auto or digits and dots, e.g. 470, 11.4 or 8.9")
 
     @field_validator("framework", mode="before", json_schema_input_type=Annotated[str, Field(pattern=r"^\s*(pytorch|tensorflow|none)\s*(==\s*[0-9][0-9A-Za-z.+!-]*)?\s*$")])
     @classmethod
@@ -239,14 +246,8 @@ class StackSpec(_Strict):
     @field_validator("framework_version", mode="before", json_schema_input_type=str | int | float)
     @classmethod
     def _framework_version(cls, value: Any) -> str:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            value = str(value)
-        text = _text(value, "auto or a version such as 2.0.1")
-        if text.lower() == "auto":
-            return "auto"
-        if not _PKG_VERSION_RE.fullmatch(text):
-            _fail(f"'{text}' is not a version. Expected auto or a version such as 2.0.1")
-        return text
+        return _auto_or_version(value, _PKG_VERSION_RE, "a version such as 2.0.1",
+                                "'{text}' is not a version. Expected auto or a version such as 2.0.1")
 
 
 class JobSpec(_Strict):
