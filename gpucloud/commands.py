@@ -114,7 +114,13 @@ def show_status(run_id: str | None, *, json_out: bool) -> None:
                    "events": [{"ts": e.ts, "kind": e.kind, "message": e.message} for e in store.events(run.id)],
                    "resources": [{"cloud": r.cloud, "region": r.region, "kind": r.kind, "name": r.name,
                                   "cloud_id": r.cloud_id, "status": r.status}
-                                 for r in store.resources(run.id, alive_only=False)]}
+                                 for r in store.resources(run.id, alive_only=False)],
+                   "attempts": [{"idx": a.idx, "cloud": a.cloud, "region": a.region, "zone": a.zone,
+                                 "instance_type": a.instance_type, "spot": a.spot,
+                                 "price_per_hour": a.price_per_hour, "num_nodes": a.num_nodes,
+                                 "started_at": a.started_at, "ended_at": a.ended_at, "end_reason": a.end_reason,
+                                 "launched": a.launched, "cost": round(a.cost(run.ended_at or now), 6)}
+                                for a in run.attempts]}
             print(json.dumps(doc, indent=2, default=str))
             return
         views.print_run_detail(run, phases, store.resources(run.id, alive_only=True), now)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,9 @@ from gpucloud import commands, lifecycle, providers, vm_engine, watch
 from gpucloud.channel import FileChannel, log_key
 from gpucloud.errors import NoCandidateError
 from gpucloud.planner import Candidate, Plan
-from gpucloud.providers.base import Capabilities, CapacityError, FatalProvisionError, QuotaError, RunHandle
+from gpucloud.providers.base import (
+    Capabilities, CapacityError, FatalProvisionError, Provider, QuotaError, RunHandle,
+)
 from gpucloud.runlog import LogMirror
 from gpucloud.spec import parse_spec
 from gpucloud.state import Journal, Store
@@ -232,9 +235,11 @@ def test_interrupt_during_follow_tears_down(tmp_path: Path, gpucloud_home: Path,
     fired = []
 
     def sleep(s: float) -> None:
-        # time.sleep is global: only the lifecycle's own (main-thread) wait fires the signal, not
-        # a background thread left by another test module (simulators, servers).
-        if not fired and threading.current_thread() is threading.main_thread():
+        # time.sleep is global: only the lifecycle's own (main-thread) wait while following fires
+        # the signal, not a background thread left by another test module (simulators, servers)
+        # nor subprocess's polling inside pack_workdir before the provision.
+        following = sys._getframe(1).f_code.co_name == "_follow"
+        if not fired and following and threading.current_thread() is threading.main_thread():
             fired.append(1)
             os.kill(os.getpid(), signal.SIGINT)
         orig_sleep(min(s, 0.01))
@@ -308,6 +313,7 @@ def test_local_gc_kills_expired_nodes_only(gpucloud_home: Path) -> None:
     from gpucloud.providers.local import LocalProvider
 
     prov = LocalProvider()
+    assert isinstance(prov, Provider) and not prov.capabilities.priced
     old = vm_engine.boot("sleep 300\n", prov.sandbox("old-run", 0), expires_at=time.time() - 5)
     new = vm_engine.boot("sleep 300\n", prov.sandbox("new-run", 0), expires_at=time.time() + 600)
     try:
