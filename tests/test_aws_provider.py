@@ -554,3 +554,64 @@ def test_iam_policy_command_prints_the_policy():
     doc = json.loads(res.stdout)
     assert doc == policy_document() and doc["Version"] == "2012-10-17"
     assert "boto3" not in Path(__import__("gpucloud.providers.aws.policy").providers.aws.policy.__file__).read_text().split('"""', 2)[2]
+
+
+# ---- a dead endpoint fails fast ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["refused", "silent"])
+def test_dead_endpoint_fails_within_20_seconds(kind, gpucloud_home, monkeypatch):
+    """An AWS endpoint that refuses connections, or accepts and never answers, costs the launch
+    seconds, not minutes: bounded botocore timeouts under one retrying call (docs/PROVIDERS.md)."""
+    import socket
+    import time
+
+    import boto3
+
+    from gpucloud.providers.aws import AwsProvider
+    from gpucloud.state import Journal, Store
+    from tests.support.aws_faults import unhooked
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    if kind == "silent":
+        silent.listen(16)  # the kernel completes the handshake; nobody ever answers
+    else:
+        silent.close()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                       ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    with unhooked():
+        session = boto3.Session()
+    provider = AwsProvider(session=session)  # the product's own waits, not the tests' short ones
+    req, journal = make_request(), Journal(Store())
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ThrottledError, match="could not reach AWS|gave up") as info:
+            provider.provision(req, journal)
+    finally:
+        silent.close()
+    assert time.monotonic() - t0 < 20, info.value
+
+
+
+def test_aws_declares_its_shape():
+    """Issue 9: what the lifecycle and the renderer need is declared, not probed with getattr."""
+    from gpucloud.providers import get_provider
+    from gpucloud.providers.base import Provider
+
+    provider = get_provider("aws")
+    assert isinstance(provider, Provider)
+    caps = provider.capabilities
+    assert caps.shared_user_data and caps.spot and caps.multi_node
+    assert (caps.user_data_limit, caps.user_data_encoding, caps.self_termination) == (16384, "raw", "shutdown")
+    assert caps.preemption_notice == "aws-imds-spot"
+    assert provider.master_port() == 29500
+    for gone in ("shared_user_data", "poll_interval"):
+        assert not hasattr(type(provider), gone)
+    handle = RunHandle("r1", "aws", "eu-west-1", nodes=["i-0abc", "i-0def"])
+    assert "--instance-id i-0def" in provider.console_hint(handle, 1) and "eu-west-1" in provider.console_hint(handle, 1)
+    hint = provider.console_hint(RunHandle("r1", "aws", "eu-west-1", complete=False), 0)
+    assert "Values=r1" in hint and "--region eu-west-1" in hint

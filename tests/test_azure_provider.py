@@ -434,3 +434,56 @@ def test_blob_sas_urls_work_with_curl_until_they_expire(arm: FakeArm, azurite: A
     channel.delete_prefix("runs/s/")
     assert channel.get_bytes("runs/s/code.tar.gz") is None
     assert channel.get_bytes("never/there") is None
+
+
+# ---- a dead endpoint fails fast ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["refused", "silent"])
+def test_dead_arm_endpoint_fails_within_20_seconds(kind: str) -> None:
+    """An ARM endpoint that refuses connections, or accepts and never answers, costs seconds, not
+    minutes: bounded azure-core retries and timeouts (docs/PROVIDERS.md, "Azure calls and retries")."""
+    import socket
+    from datetime import UTC, datetime
+
+    from azure.core.credentials import AccessToken
+
+    from gpucloud.providers.base import ProvisionError
+
+    class StaticToken:
+        def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+            return AccessToken("token", int(time.time()) + 3600)
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    if kind == "silent":
+        server.listen(16)  # the kernel completes the handshake; nobody ever answers
+    else:
+        server.close()
+    provider = AzureProvider(credential=StaticToken(), subscription_id="00000000-0000-0000-0000-000000000000",
+                             arm_endpoint=f"http://127.0.0.1:{port}")
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ProvisionError):
+            provider.gc(datetime.now(UTC), dry_run=True)
+    finally:
+        server.close()
+    assert time.monotonic() - t0 < 20
+
+
+def test_azure_declares_its_shape() -> None:
+    """Issue 9: what the lifecycle and the renderer need is declared, not probed with getattr."""
+    from gpucloud.providers import get_provider
+    from gpucloud.providers.base import Provider
+
+    provider = get_provider("azure")
+    assert isinstance(provider, Provider)
+    caps = provider.capabilities
+    assert not caps.shared_user_data and caps.spot and caps.multi_node
+    assert (caps.user_data_limit, caps.user_data_encoding, caps.self_termination) == (65536, "base64", "azure-delete")
+    assert caps.preemption_notice == "azure-scheduled-events"
+    assert provider.master_port() == 29500
+    assert not hasattr(type(provider), "poll_interval")
+    handle = RunHandle("r1", "azure", "westus2", resources={"resource-group": ["gpucloud-r1-westus2"]})
+    assert "-g gpucloud-r1-westus2 -n node-1" in provider.console_hint(handle, 1)
+    assert caps.console_hint.format(run_id="r1", region="westus2", rank=1) == provider.console_hint(handle, 1)

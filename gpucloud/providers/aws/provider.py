@@ -18,11 +18,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucloud.providers.aws import images, launch, network, teardown as reaping
+from gpucloud.providers.aws.images import resolve_image, zones
+from gpucloud.providers.aws.launch import LaunchPlan, launch
+from gpucloud.providers.aws.network import CLOUD, intra_run_rule, placement_group, security_group, ssh_access
 from gpucloud.providers.aws.credentials import credentials_warning, warn_once
 from gpucloud.providers.aws.errors import classify
 from gpucloud.providers.aws.reaper import instance_states
 from gpucloud.providers.aws.session import AwsClients, shared_channel
+from gpucloud.providers.aws.teardown import gc_region, run_instances, teardown_handle
 from gpucloud.providers.base import (
     DEFAULT_MASTER_PORT,
     TAG_RUN,
@@ -35,10 +38,11 @@ from gpucloud.providers.base import (
 )
 
 if TYPE_CHECKING:
+    from gpucloud.planner import Candidate
     from gpucloud.providers.aws.channel import S3Channel
+    from gpucloud.spec import JobSpec
     from gpucloud.state import Journal
 
-CLOUD = network.CLOUD
 EC2_STATES = {"pending": "pending", "running": "running", "shutting-down": "stopping", "stopping": "stopping",
               "stopped": "stopping", "terminated": "gone"}
 
@@ -94,10 +98,14 @@ class AwsProvider(AwsClients):
 
     def resolve_image(self, region: str, ubuntu_version: str, image: str = "auto") -> tuple[str, str]:
         """(AMI id, root device name) for the job's `image:` or the stack's Ubuntu."""
-        return images.resolve_image(self, self._images, region, ubuntu_version, image)
+        return resolve_image(self, self._images, region, ubuntu_version, image)
 
     def master_port(self) -> int:
         return DEFAULT_MASTER_PORT
+
+    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
+        """None of its own: a priced cloud's candidates come from the catalog (planner.py)."""
+        return []
 
     # ---- provision ----------------------------------------------------------------------------
     def _check_credentials(self, run_id: str, deadline: datetime, journal: Journal | None) -> None:
@@ -123,22 +131,22 @@ class AwsProvider(AwsClients):
         try:
             ami, root = self.resolve_image(cand.region, req.stack.ubuntu_version, req.spec.image)
             what = "finding the default VPC and zones"
-            vpc_id, zones = images.zones(self, cand.region, cand.instance_type)
+            vpc_id, zone_list = zones(self, cand.region, cand.instance_type)
             what = "creating the security group"
-            sg_id = network.security_group(self, req, journal, handle, vpc_id)
+            sg_id = security_group(self, req, journal, handle, vpc_id)
             pg = key = None
             if nodes > 1:
                 what = "letting the run's nodes reach each other"
-                network.intra_run_rule(self, req, cand.region, sg_id)
+                intra_run_rule(self, req, cand.region, sg_id)
                 what = "creating the placement group"
-                pg = network.placement_group(self, req, journal, handle)
+                pg = placement_group(self, req, journal, handle)
             if req.spec.resources.ssh:
                 what = "creating the SSH key pair"
-                key = network.ssh_access(self, req, journal, handle, sg_id,
+                key = ssh_access(self, req, journal, handle, sg_id,
                                          self.key_path(req.run_id, cand.region, req.attempt), self._public_ip)
             what = "launching instances"
-            plan = launch.LaunchPlan(ami, root, sg_id, payload, nodes, pg, key)
-            launch.launch(self, req, journal, handle, plan, zones)
+            plan = LaunchPlan(ami, root, sg_id, payload, nodes, pg, key)
+            launch(self, req, journal, handle, plan, zone_list)
         except BaseException as exc:
             self._cleanup_attempt(handle, journal)
             raise self._provision_error(exc, req, what) from None
@@ -167,14 +175,14 @@ class AwsProvider(AwsClients):
         """Best effort, without waiting for termination: what is left keeps its tags and the
         run's teardown (or gc) deletes it."""
         try:
-            reaping.teardown(self, handle, journal, self.keys_dir, wait=False)
+            teardown_handle(self, handle, journal, self.keys_dir, wait=False)
         except Exception:  # noqa: BLE001 - keep the original error; teardown/gc finish the job
             pass
 
     # ---- state ----------------------------------------------------------------------------------
     def node_states(self, handle: RunHandle) -> list[str]:
         """Per node of the handle, in rank order: "gone" once EC2 no longer lists it or it is terminated."""
-        ids = handle.nodes or reaping.run_instances(self, handle.run_id, handle.region, include_terminated=True)
+        ids = handle.nodes or run_instances(self, handle.run_id, handle.region, include_terminated=True)
         if not ids:
             return []
         states = instance_states(self, handle.region, ids)
@@ -191,7 +199,7 @@ class AwsProvider(AwsClients):
     def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
         """Terminate the handle's instances, wait, then delete the other kinds it lists (for a
         partial handle, also what the journal and the run's tags name). Idempotent."""
-        reaping.teardown(self, handle, journal, self.keys_dir, wait=wait)
+        teardown_handle(self, handle, journal, self.keys_dir, wait=wait)
 
     def regions(self) -> list[str]:
         from gpucloud.catalog import load_catalog
@@ -207,7 +215,7 @@ class AwsProvider(AwsClients):
         if not regions:
             return []
         with ThreadPoolExecutor(max_workers=min(self.GC_WORKERS, len(regions))) as pool:
-            results = list(pool.map(lambda r: reaping.gc_region(self, r, now, dry_run), regions))
+            results = list(pool.map(lambda r: gc_region(self, r, now, dry_run), regions))
         return [line for lines in results for line in lines]
 
 

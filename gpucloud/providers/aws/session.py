@@ -4,7 +4,8 @@ uses (docs/PROVIDERS.md, "AWS calls and retries").
 Two layers of retry, both bounded: botocore's "standard" mode (2 tries per call, short connect
 timeout) under gpucloud's own loop, which retries throttling and AWS-side failures with the same
 arguments (so the same ClientToken) and full-jitter exponential backoff. A dead or unreachable
-endpoint fails in well under 20 s: connection errors get CONNECT_ATTEMPTS tries, not RETRY_ATTEMPTS.
+endpoint fails in well under 20 s: connection errors get CONNECT_ATTEMPTS tries, not RETRY_ATTEMPTS,
+and a server that accepts but never answers costs BOTOCORE_ATTEMPTS x READ_TIMEOUT_S.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any
 from gpucloud.providers.aws.errors import is_transient
 
 CONNECT_TIMEOUT_S = 3.0     # TCP connect to an AWS endpoint: fail fast when it is unreachable
-READ_TIMEOUT_S = 20.0       # one response; RunInstances answers in seconds, not minutes
-BOTOCORE_ATTEMPTS = 2       # botocore's own tries per call ("standard" retry mode)
+READ_TIMEOUT_S = 8.0        # one response; EC2/S3 answer in about a second, not minutes
+BOTOCORE_ATTEMPTS = 2       # botocore's own tries per call, the first included ("standard" retry mode)
 CONNECT_ATTEMPTS = 2        # gpucloud's tries of a call that could not connect at all
 
 _SHARED_LOCK = threading.RLock()
@@ -32,7 +33,7 @@ def client_config(**extra: Any) -> Any:
     """The botocore Config of every gpucloud client: standard retries and short timeouts."""
     from botocore.config import Config
 
-    return Config(retries={"mode": "standard", "max_attempts": BOTOCORE_ATTEMPTS},
+    return Config(retries={"mode": "standard", "total_max_attempts": BOTOCORE_ATTEMPTS},
                   connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
                   user_agent_extra="gpucloud", **extra)
 

@@ -78,7 +78,7 @@ def targets_for(aws: AwsClients, handle: RunHandle, records: list[ResourceRecord
     return targets
 
 
-def teardown(aws: AwsClients, handle: RunHandle, journal: Journal, keys_dir: Path, *, wait: bool) -> None:
+def teardown_handle(aws: AwsClients, handle: RunHandle, journal: Journal, keys_dir: Path, *, wait: bool) -> None:
     """Delete what the handle lists (see the module doc); journal rows of what is gone are closed.
     Objects in S3 stay: `gpucloud logs RUN` reads them later; the bucket's lifecycle rule expires them."""
     from botocore.exceptions import BotoCoreError, ClientError

@@ -21,10 +21,9 @@ THROTTLE_CODES = frozenset({"TooManyRequests", "SubscriptionRequestsThrottled", 
 AUTH_CODES = frozenset({"AuthorizationFailed", "AuthenticationFailed", "InvalidAuthenticationToken",
                         "InvalidAuthenticationTokenTenant", "SubscriptionNotFound", "LinkedAuthorizationFailed"})
 
-# Ubuntu images on Azure (FACTS.md section 3): version -> (publisher, offer, Gen2 sku, Gen1 sku).
-
 
 def error_parts(exc: Exception) -> tuple[str, str, int | None]:
+    """(ARM error code, first line of its message, HTTP status) of an azure-core error."""
     status = getattr(exc, "status_code", None)
     error = getattr(exc, "error", None)
     code = getattr(error, "code", None) or ""

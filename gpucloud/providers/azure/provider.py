@@ -26,7 +26,6 @@ imported inside methods so that `gpucloud --help` stays fast.
 
 from __future__ import annotations
 
-import base64
 import os
 import threading
 import time
@@ -37,7 +36,17 @@ from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import GpucloudError
 from gpucloud.providers.azure.errors import classify_error, error_parts, with_arm_error
-from gpucloud.providers.azure.machine import ADMIN_USER, image_reference, throwaway_ssh_key, user_ssh_key, vm_state
+from gpucloud.providers.azure.machine import (
+    SUBNET_PREFIX,
+    VNET_PREFIX,
+    nic_body,
+    nsg_body,
+    pip_body,
+    throwaway_ssh_key,
+    user_ssh_key,
+    vm_body,
+    vm_state,
+)
 from gpucloud.providers.base import (
     DEFAULT_MASTER_PORT,
     TAG_EXPIRES,
@@ -49,11 +58,12 @@ from gpucloud.providers.base import (
     RunHandle,
     expiry_tag,
     parse_expiry_tag,
-    ssh_source_cidr,
 )
 
 if TYPE_CHECKING:
+    from gpucloud.planner import Candidate
     from gpucloud.providers.azure.channel import BlobChannel
+    from gpucloud.spec import JobSpec
     from gpucloud.state import Journal
 
 ARM_ENDPOINT_ENV = "GPUCLOUD_AZURE_ARM_ENDPOINT"
@@ -64,9 +74,6 @@ CONTRIBUTOR_ROLE_ID = "b24988ac-6180-42a0-ab88-20f7382dd24c"
 ROLE_ASSIGNMENTS_API = "2022-04-01"
 # When the server gives no Retry-After, poll long-running operations this often (SDK default: 30 s).
 DEFAULT_POLL_SECONDS = 5.0
-# The run's network: one VNet and one subnet per run; the subnet holds exactly the run's nodes.
-VNET_PREFIX = "10.0.0.0/16"
-SUBNET_PREFIX = "10.0.0.0/24"
 PLACEMENT_GROUP = "ppg"
 # Nodes whose resources are created at the same time (ARM's write limits are per subscription).
 MAX_PARALLEL_NODES = 16
@@ -76,10 +83,12 @@ ABORT_CHECK_S = 0.25
 PRINCIPAL_RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15, 30)
 # Bounded client retries and timeouts (azure-core's defaults retry 10 times): an unreachable ARM
 # endpoint fails in seconds, not minutes (docs/PROVIDERS.md, "Azure calls and retries").
-CLIENT_RETRY_TOTAL = 4
+CLIENT_RETRY_TOTAL = 4          # 429/5xx answers (ARM's Retry-After is honoured)
+CLIENT_RETRY_CONNECT = 2        # could not connect: the endpoint is down, do not insist
+CLIENT_RETRY_READ = 1           # connected, no answer within READ_TIMEOUT_S
 CLIENT_RETRY_BACKOFF_MAX_S = 8
 CONNECTION_TIMEOUT_S = 3
-READ_TIMEOUT_S = 30
+READ_TIMEOUT_S = 8
 RG, VM = "resource-group", "vm"  # RunHandle resource kinds
 
 def resource_group_name(run_id: str, region: str) -> str:
@@ -153,6 +162,8 @@ class AzureProvider:
             "credential_scopes": [f"{self.arm_endpoint}/.default"],
             "polling_interval": DEFAULT_POLL_SECONDS,
             "retry_total": CLIENT_RETRY_TOTAL,
+            "retry_connect": CLIENT_RETRY_CONNECT,
+            "retry_read": CLIENT_RETRY_READ,
             "retry_backoff_max": CLIENT_RETRY_BACKOFF_MAX_S,
             "connection_timeout": CONNECTION_TIMEOUT_S,
             "read_timeout": READ_TIMEOUT_S,
@@ -205,6 +216,10 @@ class AzureProvider:
     def master_port(self) -> int:
         return DEFAULT_MASTER_PORT
 
+    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
+        """None of its own: a priced cloud's candidates come from the catalog (planner.py)."""
+        return []
+
     def provision(self, req: LaunchRequest, journal: Journal) -> RunHandle:
         """Create the run's group, network, placement group (multi-node) and VMs (in parallel);
         on any failure, of any node, delete the group, then raise."""
@@ -228,7 +243,7 @@ class AzureProvider:
                     f"to {limit // 1024} KB.", code="CustomDataTooLarge")
         # Everything that can fail without touching the cloud comes first.
         ssh_key = user_ssh_key() if req.spec.resources.ssh else throwaway_ssh_key()
-        nsg_body = self._nsg_body(req, region, tags)
+        nsg = nsg_body(req, region, tags)
         step = "creating the resource group"
         try:
             self._tracked(journal, req.run_id, region, "resource_group", rg,
@@ -237,7 +252,7 @@ class AzureProvider:
             step = "creating the network security group"
             nsg_id = self._tracked(journal, req.run_id, region, "nsg", "nsg",
                                    lambda: self.network.network_security_groups.begin_create_or_update(
-                                       rg, "nsg", nsg_body).result().id)
+                                       rg, "nsg", nsg).result().id)
             step = "creating the virtual network"
             vnet = self._tracked(journal, req.run_id, region, "vnet", "vnet",
                                  lambda: self.network.virtual_networks.begin_create_or_update(rg, "vnet", {
@@ -286,15 +301,15 @@ class AzureProvider:
             try:
                 pip_id = self._tracked(journal, req.run_id, req.candidate.region, "public_ip", f"pip-{rank}",
                                        lambda: _await(self.network.public_ip_addresses.begin_create_or_update(
-                                           rg, f"pip-{rank}", self._pip_body(req, tags)), abort).id)
+                                           rg, f"pip-{rank}", pip_body(req, tags)), abort).id)
                 step = f"creating the network interface of node {rank}"
                 nic_id = self._tracked(journal, req.run_id, req.candidate.region, "nic", f"nic-{rank}",
                                        lambda: _await(self.network.network_interfaces.begin_create_or_update(
-                                           rg, f"nic-{rank}", self._nic_body(req, tags, nsg_id, subnet_id, pip_id)),
+                                           rg, f"nic-{rank}", nic_body(req, tags, nsg_id, subnet_id, pip_id)),
                                            abort).id)
                 step = f"creating VM {rank} ({req.candidate.instance_type})"
                 _check(abort)
-                body = self._vm_body(req, rank, req.user_data[rank], nic_id, req.candidate.region, tags, ssh_key, ppg_id)
+                body = vm_body(req, rank, req.user_data[rank], nic_id, req.candidate.region, tags, ssh_key, ppg_id)
                 res_id = journal.intent(req.run_id, "vm", f"node-{rank}", req.candidate.region, self.name)
                 vm = _await(self.compute.virtual_machines.begin_create_or_update(rg, f"node-{rank}", body), abort)
                 journal.created(res_id, vm.id)
@@ -332,19 +347,6 @@ class AzureProvider:
                 raise exc
         return [f.result() for f in futures]
 
-    def _pip_body(self, req: LaunchRequest, tags: dict[str, str]) -> dict[str, Any]:
-        return {"location": req.candidate.region, "tags": tags, "sku": {"name": "Standard", "tier": "Regional"},
-                "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4"}}
-
-    def _nic_body(self, req: LaunchRequest, tags: dict[str, str], nsg_id: str, subnet_id: str,
-                  pip_id: str) -> dict[str, Any]:
-        return {"location": req.candidate.region, "tags": tags,
-                "properties": {"networkSecurityGroup": {"id": nsg_id}, "ipConfigurations": [{
-                    "name": "ipconfig", "properties": {
-                        "subnet": {"id": subnet_id},
-                        "privateIPAllocationMethod": "Dynamic",
-                        "publicIPAddress": {"id": pip_id}}}]}}
-
     def _tracked(self, journal: Journal, run_id: str, region: str, kind: str, name: str, create: Any,
                  cloud_id: Any = None) -> Any:
         """Journal the intent, make the call, journal the result (INTERNALS: Providers)."""
@@ -352,60 +354,6 @@ class AzureProvider:
         result = create()
         journal.created(res_id, cloud_id(result) if cloud_id else str(result))
         return result
-
-    def _nsg_body(self, req: LaunchRequest, region: str, tags: dict[str, str]) -> dict[str, Any]:
-        """Inbound: nothing from anywhere, except node-to-node within the run's subnet for
-        multi-node jobs and SSH from the caller's address when the job asks for it."""
-        rules: list[dict[str, Any]] = [{
-            "name": "deny-all-inbound", "properties": {
-                "priority": 4096, "direction": "Inbound", "access": "Deny", "protocol": "*",
-                "sourceAddressPrefix": "*", "sourcePortRange": "*",
-                "destinationAddressPrefix": "*", "destinationPortRange": "*"}}]
-        if len(req.user_data) > 1:
-            # The run's own nodes, and only them: the subnet is the run's (not the VirtualNetwork
-            # tag, which also covers peered networks, gateways and the host's 168.63.129.16).
-            rules.append({"name": "allow-run-nodes-inbound", "properties": {
-                "priority": 4000, "direction": "Inbound", "access": "Allow", "protocol": "*",
-                "sourceAddressPrefix": SUBNET_PREFIX, "sourcePortRange": "*",
-                "destinationAddressPrefix": SUBNET_PREFIX, "destinationPortRange": "*"}})
-        if req.spec.resources.ssh:
-            rules.append({"name": "allow-ssh-from-caller", "properties": {
-                "priority": 1000, "direction": "Inbound", "access": "Allow", "protocol": "Tcp",
-                "sourceAddressPrefix": ssh_source_cidr(), "sourcePortRange": "*",
-                "destinationAddressPrefix": "*", "destinationPortRange": "22"}})
-        return {"location": region, "tags": tags, "properties": {"securityRules": rules}}
-
-    def _vm_body(self, req: LaunchRequest, rank: int, script: str, nic_id: str, region: str,
-                 tags: dict[str, str], ssh_key: str, ppg_id: str | None = None) -> dict[str, Any]:
-        cand = req.candidate
-        props: dict[str, Any] = {
-            "hardwareProfile": {"vmSize": cand.instance_type},
-            "storageProfile": {
-                "imageReference": image_reference(req.spec.image, req.stack.ubuntu_version, cand.instance_type, cand.gpu),
-                "osDisk": {"name": f"osdisk-{rank}", "createOption": "FromImage", "deleteOption": "Delete",
-                           "diskSizeGB": req.spec.resources.disk_gb,
-                           "managedDisk": {"storageAccountType": "StandardSSD_LRS"}},
-            },
-            "osProfile": {
-                "computerName": f"{req.spec.name}-{rank}"[:63],
-                "adminUsername": ADMIN_USER,
-                "customData": base64.b64encode(script.encode()).decode(),
-                "linuxConfiguration": {
-                    "disablePasswordAuthentication": True,
-                    "ssh": {"publicKeys": [{"path": f"/home/{ADMIN_USER}/.ssh/authorized_keys", "keyData": ssh_key}]},
-                },
-            },
-            "networkProfile": {"networkInterfaces": [{"id": nic_id, "properties": {"primary": True, "deleteOption": "Delete"}}]},
-            # Serial console log in managed storage (no account needed): what `console_hint` points to.
-            "diagnosticsProfile": {"bootDiagnostics": {"enabled": True}},
-        }
-        if ppg_id:
-            props["proximityPlacementGroup"] = {"id": ppg_id}
-        if cand.spot:
-            max_price = req.spec.resources.max_price_per_hour
-            props.update({"priority": "Spot", "evictionPolicy": "Delete",
-                          "billingProfile": {"maxPrice": float(max_price) if max_price else -1}})
-        return {"location": region, "tags": tags, "identity": {"type": "SystemAssigned"}, "properties": props}
 
     def _grant_self_delete(self, journal: Journal, run_id: str, region: str, rg: str, vm: Any, *,
                            abort: threading.Event | None = None) -> None:
