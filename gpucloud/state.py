@@ -432,8 +432,11 @@ class Store:
                       " WHERE run_id = ? AND idx = ?", (handle_json, int(launched), zone, run_id, idx))
 
     def end_attempt(self, run_id: str, idx: int | None, reason: str) -> None:
-        """End one attempt (or, with idx None, every open attempt of the run); the first reason stays."""
-        sql = "UPDATE attempts SET ended_at = ?, end_reason = ? WHERE run_id = ? AND ended_at IS NULL"
+        """End one attempt (or, with idx None, every open attempt of the run); the first reason stays.
+        An attempt of a run that already ended (its VM ended itself; `down` marks the run first)
+        ends when the run did, not when a later teardown or gc got to it: that is what it cost."""
+        sql = "UPDATE attempts SET ended_at = COALESCE((SELECT ended_at FROM runs WHERE runs.id = attempts.run_id), ?)," \
+              " end_reason = ? WHERE run_id = ? AND ended_at IS NULL"
         args: tuple[Any, ...] = (time.time(), reason, run_id)
         if idx is not None:
             sql += " AND idx = ?"

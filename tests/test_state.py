@@ -194,3 +194,19 @@ def test_a_version_1_store_is_migrated_in_place(gpucloud_home: Path) -> None:
     assert store.get_run("old-2") is not None and store.get_run("old-2").attempts == []  # type: ignore[union-attr]
     store.close()
     assert Store(path).get_run("old-1") is not None  # opening again applies nothing twice
+
+
+def test_a_late_teardown_does_not_bill_after_the_run_ended(gpucloud_home: Path) -> None:
+    """A detached run whose VM ended itself is torn down by gc a day later: its attempt ends when
+    the run did, so the cost stops there."""
+    store = Store()
+    store.create_run("late-1", name="late", num_nodes=1, price_per_hour=2.0)
+    t0 = time.time() - 86400
+    _launch(store, "late-1", 0, price=2.0, nodes=1, started=t0, launched=True)
+    store.finish_run("late-1", "succeeded", exit_code=0)
+    with store._tx() as c:  # the VM ended itself an hour after it started
+        c.execute("UPDATE runs SET ended_at = ? WHERE id = 'late-1'", (t0 + 3600,))
+    store.end_attempt("late-1", None, "teardown")  # gc, a day later
+    (attempt,) = store.attempts("late-1")
+    assert attempt.ended_at == pytest.approx(t0 + 3600) and attempt.end_reason == "teardown"
+    assert store.get_run("late-1").cost() == pytest.approx(2.0)  # type: ignore[union-attr]
