@@ -94,6 +94,15 @@ def cli(env: dict[str, str], *args: str, faults: list[Fault] | None = None,
                           text=True, timeout=timeout, cwd=os.getcwd())
 
 
+def plain_cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`python -m gpucloud ARGS` with no test hooks at all: only the moto endpoint and credentials."""
+    from tests.support.aws_faults import PLACEMENT_ENV
+
+    env = {k: v for k, v in env.items() if k != PLACEMENT_ENV and not k.startswith("GPUCLOUD_TEST_")}
+    return subprocess.run([sys.executable, "-m", "gpucloud", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout, cwd=os.getcwd())
+
+
 def start_cli(env: dict[str, str], *args: str, faults: list[Fault] | None = None) -> subprocess.Popen[str]:
     env = dict(env)
     if faults:
@@ -278,7 +287,9 @@ def test_detach_then_down_in_another_process(aws_env: dict[str, str], moto: Moto
     assert wait_until(lambda: any("stage run" in g.console() for g in aws_sim.guests.values()), timeout=30)
     status = cli(aws_env, "status", run_id, "--json")
     assert status.returncode == 0 and json.loads(status.stdout)["status"] == "running"
-    down = cli(aws_env, "down", run_id, "--yes")
+    # `down` through the real entry point against PLAIN moto: no test hooks, no placement-group fake
+    # (issue 9: a single-node run's teardown calls only the APIs for the kinds its handle lists).
+    down = plain_cli(aws_env, "down", run_id, "--yes")
     assert down.returncode == 0, down.stderr[-2000:]
     assert tagged_alive(moto, run_id) == []
     assert wait_until(lambda: not aws_sim.leftover_processes(), timeout=10), "the guest ends with its instance"
