@@ -562,7 +562,6 @@ def test_iam_policy_command_prints_the_policy():
 def test_dead_endpoint_fails_within_20_seconds(kind, gpucloud_home, monkeypatch):
     """An AWS endpoint that refuses connections, or accepts and never answers, costs the launch
     seconds, not minutes: bounded botocore timeouts under one retrying call (docs/PROVIDERS.md)."""
-    import socket
     import time
 
     import boto3
@@ -570,29 +569,21 @@ def test_dead_endpoint_fails_within_20_seconds(kind, gpucloud_home, monkeypatch)
     from gpucloud.providers.aws import AwsProvider
     from gpucloud.state import Journal, Store
     from tests.support.aws_faults import unhooked
+    from tests.support.dead_endpoint import dead_endpoint
 
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    port = silent.getsockname()[1]
-    if kind == "silent":
-        silent.listen(16)  # the kernel completes the handshake; nobody ever answers
-    else:
-        silent.close()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
     for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
                        ("AWS_DEFAULT_REGION", "us-east-1")):
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    with unhooked():
-        session = boto3.Session()
-    provider = AwsProvider(session=session)  # the product's own waits, not the tests' short ones
     req, journal = make_request(), Journal(Store())
-    t0 = time.monotonic()
-    try:
+    with dead_endpoint(kind) as url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", url)
+        with unhooked():
+            session = boto3.Session()
+        provider = AwsProvider(session=session)  # the product's own waits, not the tests' short ones
+        t0 = time.monotonic()
         with pytest.raises(ThrottledError, match="could not reach AWS|gave up") as info:
             provider.provision(req, journal)
-    finally:
-        silent.close()
     assert time.monotonic() - t0 < 20, info.value
 
 

@@ -442,32 +442,23 @@ def test_blob_sas_urls_work_with_curl_until_they_expire(arm: FakeArm, azurite: A
 def test_dead_arm_endpoint_fails_within_20_seconds(kind: str) -> None:
     """An ARM endpoint that refuses connections, or accepts and never answers, costs seconds, not
     minutes: bounded azure-core retries and timeouts (docs/PROVIDERS.md, "Azure calls and retries")."""
-    import socket
     from datetime import UTC, datetime
 
     from azure.core.credentials import AccessToken
 
     from gpucloud.providers.base import ProvisionError
+    from tests.support.dead_endpoint import dead_endpoint
 
     class StaticToken:
         def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
             return AccessToken("token", int(time.time()) + 3600)
 
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-    if kind == "silent":
-        server.listen(16)  # the kernel completes the handshake; nobody ever answers
-    else:
-        server.close()
-    provider = AzureProvider(credential=StaticToken(), subscription_id="00000000-0000-0000-0000-000000000000",
-                             arm_endpoint=f"http://127.0.0.1:{port}")
-    t0 = time.monotonic()
-    try:
+    with dead_endpoint(kind) as url:
+        provider = AzureProvider(credential=StaticToken(), subscription_id="00000000-0000-0000-0000-000000000000",
+                                 arm_endpoint=url)
+        t0 = time.monotonic()
         with pytest.raises(ProvisionError):
             provider.gc(datetime.now(UTC), dry_run=True)
-    finally:
-        server.close()
     assert time.monotonic() - t0 < 20
 
 
