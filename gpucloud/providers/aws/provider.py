@@ -147,7 +147,7 @@ class AwsProvider(AwsClients):
             what = "launching instances"
             plan = LaunchPlan(ami, root, sg_id, payload, nodes, pg, key)
             launch(self, req, journal, handle, plan, zone_list)
-        except BaseException as exc:
+        except Exception as exc:  # Ctrl-C is left to the lifecycle's teardown from the journal
             self._cleanup_attempt(handle, journal)
             raise self._provision_error(exc, req, what) from None
         return handle

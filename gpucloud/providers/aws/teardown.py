@@ -102,7 +102,7 @@ def teardown_handle(aws: AwsClients, handle: RunHandle, journal: Journal, keys_d
     pattern = f"gpucloud-{run_id}-{region}-{handle.attempt if handle.complete else '*'}.pem"
     for path in keys_dir.glob(pattern) if keys_dir.is_dir() else []:
         path.unlink(missing_ok=True)
-    _close_journal_rows(journal, records, outcomes, clean=not problems)
+    _close_journal_rows(journal, handle, records, outcomes, clean=not problems)
     if problems:
         raise AwsTeardownError(
             f"teardown of run {run_id} in {region} is incomplete:\n  " + "\n  ".join(problems),
@@ -111,15 +111,19 @@ def teardown_handle(aws: AwsClients, handle: RunHandle, journal: Journal, keys_d
         )
 
 
-def _close_journal_rows(journal: Journal, records: list[ResourceRecord], outcomes: list[Outcome], *, clean: bool) -> None:
+def _close_journal_rows(journal: Journal, handle: RunHandle, records: list[ResourceRecord],
+                        outcomes: list[Outcome], *, clean: bool) -> None:
     """Mark deleted what the reaper deleted, and (when nothing went wrong) intents whose create
-    never happened."""
+    never happened: all of the run's for a partial handle (the tags were searched), only this
+    attempt's named objects for a complete one."""
     done = {(o.kind, o.ident) for o in outcomes if o.done}
+    mine = f"gpucloud-{handle.run_id}-{handle.attempt}"
     for r in records:
         ident = r.name if r.kind in (PG, KEY) else r.cloud_id
         if r.cloud_id and (r.kind, ident) in done:
             journal.deleted(r.id)
-        elif r.kind in (INSTANCE, SG, PG, KEY) and r.cloud_id is None and clean:
+        elif r.cloud_id is None and clean and r.kind in (INSTANCE, SG, PG, KEY) and (
+                not handle.complete or (r.kind != INSTANCE and r.name == mine)):
             journal.deleted(r.id)
 
 
