@@ -4,7 +4,7 @@ The script is the only thing a VM receives, so it must be exact: Jinja2 with Str
 missing value is a bug, never an empty string), no HTML autoescaping, and every value that came
 from the job file passed through `shlex.quote` so that bash reads it once, literally, and nothing
 in it is evaluated twice. Clouds cap user-data (each provider declares `user_data_limit` and
-`user_data_encoding` in its Capabilities, docs/FACTS-providers.md): helpers here measure, check
+`user_data_encoding` in its Capabilities, docs/PROVIDERS.md "User data"): helpers here measure, check
 and gzip it (cloud-init unpacks gzip'd user-data).
 """
 

@@ -37,7 +37,7 @@ from gpucloud.spec import JobSpec
 from gpucloud.stacks import Stack
 
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
-AWS_LIMIT = 16 * 1024  # bytes of raw user-data EC2 accepts (docs/FACTS-providers.md)
+AWS_LIMIT = 16 * 1024  # bytes of raw user-data EC2 accepts (docs/PROVIDERS.md, "User data")
 
 K80 = Stack(
     gpu="K80", architecture="Kepler", compute_capability="3.7", driver="470", cuda="11.4", cudnn="8.2.4",

@@ -1,5 +1,5 @@
 """The Provider protocol every cloud implements, the launch request it receives, and the error
-classes that drive failover (docs/FACTS-providers.md section 4)."""
+classes that drive failover (docs/PROVIDERS.md, "AWS errors" and "Azure errors")."""
 
 from __future__ import annotations
 
