@@ -334,9 +334,10 @@ PROVISION_CALLS = [
     "CreateKeyPair", "RunInstances",
 ]
 # Teardown calls: the fault lasts until the cell is cleaned up, so the run's own teardown fails
-# (exit 70, with `gpucloud down RUN` named) and `gpucloud gc` must finish the job.
-TEARDOWN_CALLS = ["DescribeInstances", "TerminateInstances", "DescribeSecurityGroups", "DeleteSecurityGroup",
-                  "DescribeKeyPairs", "DeleteKeyPair"]
+# (exit 70, with `gpucloud down RUN` named) and `gpucloud gc` must finish the job. A complete run
+# handle lists its security group and key pair, so teardown deletes them without a Describe by tag
+# (the tag lookups belong to partial handles: the Ctrl-C/SIGKILL cells below) and to gc.
+TEARDOWN_CALLS = ["TerminateInstances", "DescribeInstances", "DeleteSecurityGroup", "DeleteKeyPair"]
 
 
 def _drop_bucket(moto: Moto, region: str) -> None:  # noqa: F811
