@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from importlib.resources import files
 
 from gpucloud.catalog.models import GpuModel, Offering, Status
+from gpucloud import providers
 from gpucloud.errors import InternalError
 
 __all__ = [
@@ -30,7 +31,6 @@ __all__ = [
     "resolve_gpu_name",
 ]
 
-CLOUDS = ("aws", "azure")
 STATUSES: tuple[Status, ...] = ("active", "legacy", "retired")
 _GPU_FIELDS = tuple(f.name for f in fields(GpuModel))
 _OFFERING_FIELDS = tuple(f.name for f in fields(Offering))
@@ -209,7 +209,7 @@ def _load_offerings(gpus: dict[str, GpuModel]) -> tuple[Offering, ...]:
     seen: dict[tuple[str, str, str], int] = {}
     for line, raw in _read("offerings.csv", _OFFERING_FIELDS):
         r = _Row("offerings.csv", line, raw)
-        cloud = r.choice("cloud", CLOUDS)
+        cloud = r.choice("cloud", providers.priced_clouds())
         instance_type = r.text("instance_type")
         region = r.text("region")
         key = (cloud, instance_type, region)
