@@ -29,10 +29,11 @@ class Offering:
     gpu_count: int
     vcpus: int
     memory_gib: float
+    arch: str                 # CPU architecture of the host: "x86_64" | "arm64" (g5g, GB200 hosts)
     region: str
     price_per_hour: float     # on-demand, USD
-    spot_price_per_hour: float | None
+    spot_price_per_hour: float | None   # None: no observed spot figure (unknown), never guessed
     status: Status
     status_date: str          # ISO date the status took / takes effect
-    source: str
-    price_date: str
+    source: str               # where the row's facts come from ("[S" sourced, "[estimate:" marked)
+    price_date: str           # ISO date (or date-time for refreshed rows) the price was read

@@ -53,6 +53,7 @@ class ProviderInfo:
     priced: bool
     configured: Callable[[], bool]
     credentials_hint: str
+    catalog_source: str | None = None  # module with fetch_offerings() for `catalog refresh`
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -60,10 +61,10 @@ REGISTRY: dict[str, ProviderInfo] = {
     for info in (
         ProviderInfo("aws", "gpucloud.providers.aws", "AwsProvider", "AWS", True, True, _aws_configured,
                      "Configure the standard AWS credential chain (`aws configure`, AWS_PROFILE, or "
-                     "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)."),
+                     "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).", "gpucloud.providers.catalog_aws"),
         ProviderInfo("azure", "gpucloud.providers.azure", "AzureProvider", "Azure", True, True, _azure_configured,
                      "Run `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
-                     "AZURE_SUBSCRIPTION_ID."),
+                     "AZURE_SUBSCRIPTION_ID.", "gpucloud.providers.catalog_azure"),
         ProviderInfo("local", "gpucloud.providers.local", "LocalProvider", "this machine", False, False, _always,
                      "Nothing to configure."),
     )
