@@ -13,7 +13,6 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -32,7 +31,7 @@ def build() -> None:
     i = 0
     while len(rows) < ROWS:
         for o in base:
-            rows.append(replace(o, region=f"{o.region}-x{i}", price_per_hour=round(o.price_per_hour * (1 + i / 1000), 4)))
+            rows.append(o._replace(region=f"{o.region}-x{i}", price_per_hour=round(o.price_per_hour * (1 + i / 1000), 4)))
         i += 1
     store.write(store.cache_file(), rows[:ROWS], created_at="2026-12-03T00:00:00Z", clouds={})
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
@@ -37,8 +37,10 @@ class Candidate:
         }
 
 
-@dataclass(frozen=True)
-class Exclusion:
+class Exclusion(NamedTuple):
+    """Why one offering is not a candidate (a NamedTuple: a plan over every region builds tens of
+    thousands of these, bench/bench_plan_50k.py)."""
+
     cloud: str
     region: str
     instance_type: str
@@ -134,6 +136,7 @@ def make_plan(
     `cloud`, `region` and `spot` are the CLI's overrides. Raises UserError (exit 2) when the GPU is
     offered nowhere allowed, or when nothing meets the constraints (with the closest misses)."""
     from gpucloud.catalog import load_catalog
+    from gpucloud.catalog.store import gc_paused
     from gpucloud.stacks import resolve_stack
 
     cat = catalog or load_catalog()
@@ -150,13 +153,15 @@ def make_plan(
     candidates: list[Candidate] = []
     excluded: list[Exclusion] = []
     warnings: list[str] = list(stack.warnings)
-    for off in cat.offerings:
-        reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions)
-        if reason is None:
-            options, reason = _priced_options(off, spec, policy)
-            candidates.extend(options)
-        if reason is not None:
-            excluded.append(Exclusion(off.cloud, off.region, off.instance_type, reason))
+    quick = _QuickReasons(spec, gpu, variants, clouds, regions)
+    with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/store.py)
+        for off in cat.offerings:
+            reason = quick.reason(off) or _exclusion_reason(off, spec, gpu, variants, clouds, regions)
+            if reason is None:
+                options, reason = _priced_options(off, spec, policy)
+                candidates.extend(options)
+            if reason is not None:
+                excluded.append(Exclusion(off.cloud, off.region, off.instance_type, reason))
 
     candidates.sort(key=lambda c: (c.total_per_hour, c.status != "active", c.cloud, c.region, c.instance_type, c.spot))
     if not candidates:
@@ -228,6 +233,43 @@ def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: 
             hint = f"Did you mean {', '.join(close)}?" if close else f"Known regions: {', '.join(known)}."
             raise UserError(f"{where}: region {name!r} is not one gpucloud knows.", hint=hint)
     return set(wanted)
+
+
+class _QuickReasons:
+    """The reasons that exclude most rows of a large catalog (another cloud, region or GPU), each
+    formatted once and reused: the same text `_exclusion_reason` gives, without a call and an
+    f-string per row (bench/bench_plan_50k.py)."""
+
+    def __init__(self, spec: JobSpec, gpu: str | None, variants: frozenset[str], clouds: list[str],
+                 regions: set[str] | None) -> None:
+        self.clouds = frozenset(clouds)
+        self.regions = regions
+        self.gpu = gpu
+        self.variants = variants
+        self.fixed_type = bool(spec.resources.instance_type)
+        self.allowed = ", ".join(clouds)
+        self.region_list = ", ".join(sorted(regions)) if regions is not None else ""
+        self.memo: dict[tuple[int, str], str] = {}
+
+    def reason(self, off: Offering) -> str | None:
+        """A cached reason for the first three checks, else None (the full check decides)."""
+        memo = self.memo
+        if off.cloud not in self.clouds:
+            hit = memo.get((0, off.cloud))
+            if hit is None:
+                hit = memo[(0, off.cloud)] = f"cloud {off.cloud} not allowed (resources.cloud is {self.allowed})"
+            return hit
+        if self.regions is not None and off.region not in self.regions:
+            hit = memo.get((1, off.region))
+            if hit is None:
+                hit = memo[(1, off.region)] = f"region {off.region} not in {self.region_list}"
+            return hit
+        if self.gpu and not self.fixed_type and off.gpu not in self.variants:
+            hit = memo.get((2, off.gpu))
+            if hit is None:
+                hit = memo[(2, off.gpu)] = f"has {off.gpu}, job asks for {self.gpu}"
+            return hit
+        return None
 
 
 def _exclusion_reason(off: Offering, spec: JobSpec, gpu: str | None, variants: frozenset[str], clouds: list[str],

@@ -35,10 +35,9 @@ __all__ = [
 
 ARCHES = ("x86_64", "arm64")
 
-CLOUDS = ("aws", "azure")
 STATUSES: tuple[Status, ...] = ("active", "legacy", "retired")
 _GPU_FIELDS = tuple(f.name for f in fields(GpuModel))
-_OFFERING_FIELDS = tuple(f.name for f in fields(Offering))
+_OFFERING_FIELDS = Offering._fields
 # "2025-12-20", or as precise as the source is: "2024-06", "2026".
 # Refreshed rows carry the fetch time: "2026-12-03T07:00:00Z".
 _DATE_RE = re.compile(r"^\d{4}(-\d{2}(-\d{2}(T\d{2}:\d{2}(:\d{2})?Z?)?)?)?$")
@@ -47,6 +46,13 @@ _DATE_RE = re.compile(r"^\d{4}(-\d{2}(-\d{2}(T\d{2}:\d{2}(:\d{2})?Z?)?)?)?$")
 _VARIANT_RE = re.compile(r"^(?P<family>.+)-(?P<gb>\d+)GB$")
 # Prefixes people type in front of a model name ("NVIDIA A100", "Tesla K80").
 _PREFIXES = ("NVIDIA-", "TESLA-")
+
+
+def _priced_clouds() -> tuple[str, ...]:
+    """Clouds whose offerings come from the catalog, as the provider registry names them."""
+    from gpucloud.providers import priced_clouds
+
+    return priced_clouds()
 
 
 class CatalogError(InternalError):
@@ -248,7 +254,7 @@ def _load_offerings(gpus: dict[str, GpuModel]) -> tuple[Offering, ...]:
     seen: dict[tuple[str, str, str], int] = {}
     for line, raw in _read("offerings.csv", _OFFERING_FIELDS):
         r = _Row("offerings.csv", line, raw)
-        cloud = r.choice("cloud", CLOUDS)
+        cloud = r.choice("cloud", _priced_clouds())
         instance_type = r.text("instance_type")
         region = r.text("region")
         key = (cloud, instance_type, region)

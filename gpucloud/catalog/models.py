@@ -1,9 +1,12 @@
-"""Catalog row types. Frozen dataclasses with slots: the catalog loads thousands of rows in < 50 ms."""
+"""Catalog row types. `GpuModel` is a frozen dataclass; `Offering` is a NamedTuple because a
+refreshed catalog holds tens of thousands of rows and `plan` must load them in a few tens of ms:
+building a NamedTuple from a stored tuple costs a fraction of a frozen dataclass's __init__
+(bench/bench_plan_50k.py). Both are immutable and read by attribute."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Status = Literal["active", "legacy", "retired"]
 
@@ -21,8 +24,7 @@ class GpuModel:
     source: str
 
 
-@dataclass(frozen=True, slots=True)
-class Offering:
+class Offering(NamedTuple):
     cloud: str                # "aws" | "azure"
     instance_type: str
     gpu: str                  # canonical GPU name
