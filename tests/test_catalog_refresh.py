@@ -217,3 +217,26 @@ def test_planner_matches_brute_force_on_refreshed_catalog(moto: Moto, pricing: F
                 make_plan(spec)
             continue
         assert make_plan(spec).candidates[0].price_per_hour == pytest.approx(best)
+
+
+def test_regen_script_rebuilds_the_shipped_csv_with_the_refresh_code(moto: Moto, pricing: FakeAwsPricing, no_azure: None,
+                                                                   tmp_path: Path, expected: dict[str, set[str]]) -> None:
+    import importlib.util
+
+    from gpucloud.catalog import validate_offerings_text
+
+    spec = importlib.util.spec_from_file_location("regen_catalog", REPO / "tools" / "regen_catalog.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    out = tmp_path / "offerings.csv"
+    home = os.environ["GPUCLOUD_HOME"]
+    try:
+        assert module.main(["--cloud", "aws", "--region", "eu-west-1", "--out", str(out)]) == 0
+    finally:
+        os.environ["GPUCLOUD_HOME"] = home
+        load_catalog.cache_clear()
+    rows = validate_offerings_text(out.read_text())
+    fresh = {o.instance_type for o in rows if o.cloud == "aws" and o.status != "retired"}
+    assert fresh == expected["eu-west-1"]
+    assert {o.region for o in rows} == {"eu-west-1"}
+    assert not store.cache_file().exists()  # the user's own cache was not touched

@@ -15,7 +15,7 @@ import csv
 import functools
 import io
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from importlib.resources import files
 
 from gpucloud.catalog.models import GpuModel, Offering, Status
@@ -104,11 +104,18 @@ class Catalog:
 
     def gpu(self, name: str) -> GpuModel:
         """The GPU model for a canonical name or alias (case-insensitive); KeyError if unknown.
-        A family gives its first variant (variants share architecture and stack)."""
+        A family ("A100") gives a model named after the family with its variants' common
+        architecture and the smallest memory, so a stack or a message resolved for it is true of
+        every variant."""
         canonical = self.resolve(name)
         if canonical is None:
             raise KeyError(f"unknown GPU {name!r}; known: {', '.join(self.gpus)}")
-        return self.gpus[self.members(canonical)[0]]
+        variants = self.members(canonical)
+        if canonical not in self.families:
+            return self.gpus[canonical]
+        first = self.gpus[variants[0]]
+        return replace(first, name=canonical, memory_gib=min(self.gpus[v].memory_gib for v in variants),
+                       aliases=(), source=f"family of {', '.join(variants)} (memory: the smallest)")
 
     def variant_for(self, name: str, memory_gib: float) -> str | None:
         """The canonical GPU a cloud API means by a model name and per-GPU memory ("A100" with
@@ -154,9 +161,10 @@ class Catalog:
         return sorted({o.region for o in self.offerings if o.cloud == cloud_l})
 
 
-def _read(name: str, expected: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
+def _read(name: str, expected: tuple[str, ...], text: str | None = None) -> list[tuple[int, dict[str, str]]]:
     """(line number, row) pairs of a data file whose header must be exactly `expected`."""
-    text = (files("gpucloud.catalog") / "data" / name).read_text(encoding="utf-8")
+    if text is None:
+        text = (files("gpucloud.catalog") / "data" / name).read_text(encoding="utf-8")
     reader = csv.DictReader(io.StringIO(text))
     if tuple(reader.fieldnames or ()) != expected:
         raise CatalogError(
@@ -249,10 +257,11 @@ def _load_gpus() -> tuple[dict[str, GpuModel], dict[str, str]]:
     return gpus, names
 
 
-def _load_offerings(gpus: dict[str, GpuModel]) -> tuple[Offering, ...]:
+def _load_offerings(gpus: dict[str, GpuModel], text: str | None = None) -> tuple[Offering, ...]:
     rows: list[Offering] = []
     seen: dict[tuple[str, str, str], int] = {}
-    for line, raw in _read("offerings.csv", _OFFERING_FIELDS):
+    for line, raw in (_read("offerings.csv", _OFFERING_FIELDS, text) if text is not None
+                      else _read("offerings.csv", _OFFERING_FIELDS)):
         r = _Row("offerings.csv", line, raw)
         cloud = r.choice("cloud", _priced_clouds())
         instance_type = r.text("instance_type")
@@ -337,6 +346,12 @@ def load_catalog() -> Catalog:
 
 
 load_catalog.cache_clear = _clear  # type: ignore[attr-defined]
+
+
+def validate_offerings_text(text: str) -> tuple[Offering, ...]:
+    """Parse and validate an offerings.csv text exactly as the shipped file is (the regeneration
+    script checks its output with this before replacing the shipped file)."""
+    return _load_offerings(_shipped_gpus()[0], text)
 
 
 def shipped_catalog() -> Catalog:

@@ -102,3 +102,36 @@ def write(path: Path, offerings: list[Offering] | tuple[Offering, ...], *, creat
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def offerings_csv(offerings: list[Offering] | tuple[Offering, ...]) -> str:
+    """The shipped offerings.csv format (header = Offering's fields), one row per offering."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(_FIELDS)
+    for o in offerings:
+        writer.writerow([_cell(v) for v in o])
+    return buf.getvalue()
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write a text file atomically (temporary file in the same directory, then rename)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
