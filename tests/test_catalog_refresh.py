@@ -181,6 +181,19 @@ def test_arm_down_is_a_clear_message_and_keeps_data(azure: FakeAzure, moto: Moto
     assert aws_rows() == expected
 
 
+def test_retail_prices_down_is_a_clear_message(azure: FakeAzure, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.support.moto_server import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}/api/retail/prices"
+    monkeypatch.setenv("GPUCLOUD_AZURE_PRICES_URL", dead)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with pytest.raises(RefreshFailed) as info:
+        refresh(clouds=["azure"])
+    assert "Retail Prices API at " + dead in info.value.render()
+    assert not store.cache_file().exists()  # nothing half-written
+    assert load_catalog().meta.origin == "shipped"
+
+
 def test_unknown_cloud_is_a_user_error() -> None:
     with pytest.raises(UserError):
         refresh(clouds=["nimbus"])

@@ -342,7 +342,11 @@ def load_catalog() -> Catalog:
     parsed once per process and home (the CLI calls this on every plan)."""
     from gpucloud.catalog import store
 
-    return _load(str(store.cache_file()))
+    try:
+        path = str(store.cache_file())
+    except OSError:  # no usable home directory: the shipped data still plans
+        path = ""
+    return _load(path)
 
 
 load_catalog.cache_clear = _clear  # type: ignore[attr-defined]

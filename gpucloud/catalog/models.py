@@ -25,7 +25,7 @@ class GpuModel:
 
 
 class Offering(NamedTuple):
-    cloud: str                # "aws" | "azure"
+    cloud: str                # a priced provider's registry name
     instance_type: str
     gpu: str                  # canonical GPU name
     gpu_count: int
