@@ -16,7 +16,7 @@ from gpucloud import __version__
 
 app = typer.Typer(
     name="gpucloud",
-    help="Run a declarative GPU training job on AWS, Azure or this machine, then tear everything down.",
+    help="Run a declarative GPU training job on a cloud (AWS, Azure) or this machine, then tear everything down.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -27,7 +27,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 SpecArg = Annotated[str, typer.Argument(help="Path to the job file (YAML).", metavar="SPEC")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help="aws | azure | local (overrides resources.cloud).")]
+CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help="A provider name (overrides resources.cloud); "
+                                                                   "`gpucloud --help` lists them.")]
 RegionOpt = Annotated[Optional[str], typer.Option("--region", help="Only this region.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 
@@ -47,7 +48,8 @@ def non_interactive() -> bool:
 
 
 def handles_errors(fn: F) -> F:
-    """Turn every failure into one clear paragraph on stderr and the exit code of DESIGN.md section 4."""
+    """Turn every failure into one clear paragraph on stderr and its exit code (docs/INTERNALS.md,
+    "Errors and exit codes")."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -73,10 +75,12 @@ def handles_errors(fn: F) -> F:
 
 
 def parse_cloud(cloud: str | None) -> str | None:
+    from gpucloud import providers
     from gpucloud.errors import UserError
 
-    if cloud is not None and cloud not in {"aws", "azure", "local"}:
-        raise UserError(f"--cloud {cloud!r} is not a cloud gpucloud knows.", hint="Use one of: aws, azure, local.")
+    if cloud is not None and cloud not in providers.names():
+        raise UserError(f"--cloud {cloud!r} is not a cloud gpucloud knows.",
+                        hint=f"Use one of: {', '.join(providers.names())}.")
     return cloud
 
 
@@ -128,6 +132,7 @@ def render(
     node_rank: Annotated[int, typer.Option("--node-rank", help="Which node's user-data.")] = 0,
 ) -> None:
     """Print the user-data (bootstrap script) the VM would get."""
+    from gpucloud import providers
     from gpucloud.errors import UserError
     from gpucloud.planner import make_plan
     from gpucloud.render import render_bootstrap
@@ -139,7 +144,7 @@ def render(
     if not 0 <= node_rank < job.num_nodes:
         raise UserError(f"--node-rank {node_rank} is outside 0..{job.num_nodes - 1} (num_nodes is {job.num_nodes}).")
     text = render_bootstrap(
-        job, result.stack, first, provider=first.cloud, run_id="RUN_ID", node_rank=node_rank,
+        job, result.stack, first, caps=providers.capabilities(first.cloud), run_id="RUN_ID", node_rank=node_rank,
         manifest_url="MANIFEST_URL",
     )
     sys.stdout.write(text)
@@ -272,7 +277,7 @@ def status(
     json_out: JsonOpt = False,
 ) -> None:
     """Runs and their phases, cost so far."""
-    from gpucloud.lifecycle import show_status
+    from gpucloud.commands import show_status
 
     show_status(run_id, json_out=json_out)
 
@@ -281,7 +286,7 @@ def status(
 @handles_errors
 def list_runs(json_out: JsonOpt = False) -> None:
     """List runs."""
-    from gpucloud.lifecycle import show_status
+    from gpucloud.commands import show_status
 
     show_status(None, json_out=json_out)
 
@@ -293,7 +298,7 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the run ends.")] = False,
 ) -> None:
     """The job's log, also after teardown."""
-    from gpucloud.lifecycle import show_logs
+    from gpucloud.commands import show_logs
 
     raise typer.Exit(show_logs(run_id, follow=follow))
 
@@ -302,7 +307,7 @@ def logs(
 @handles_errors
 def down(run_id: Annotated[str, typer.Argument(metavar="RUN")], yes: YesOpt = False) -> None:
     """Tear one run down."""
-    from gpucloud.lifecycle import down_run
+    from gpucloud.commands import down_run
 
     down_run(run_id, assume_yes=yes or non_interactive())
 
@@ -315,22 +320,24 @@ def gc(
     cloud: CloudOpt = None,
 ) -> None:
     """Sweep every tagged resource whose expiry has passed, on every region."""
-    from gpucloud.lifecycle import collect_garbage
+    from gpucloud.commands import collect_garbage
 
     collect_garbage(dry_run=dry_run, assume_yes=yes or non_interactive(), cloud=parse_cloud(cloud))
 
 
 @app.command("iam-policy")
 @handles_errors
-def iam_policy(cloud: Annotated[str, typer.Argument(help="aws")] = "aws") -> None:
+def iam_policy(cloud: Annotated[Optional[str], typer.Argument(help="A cloud with a policy (default: the first).")]
+               = None) -> None:
     """Print the least-privilege IAM policy gpucloud needs."""
+    from gpucloud import providers
     from gpucloud.errors import UserError
 
-    if cloud != "aws":
-        raise UserError(f"iam-policy knows only 'aws' for now, not {cloud!r}.")
-    from gpucloud.providers.aws_policy import policy_document
-
-    emit_json(policy_document())
+    known = providers.with_policy()
+    cloud = cloud or known[0]
+    if cloud not in known:
+        raise UserError(f"iam-policy knows only {', '.join(map(repr, known))} for now, not {cloud!r}.")
+    emit_json(providers.policy_document(cloud))
 
 
 def main() -> None:

@@ -14,9 +14,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Candidate:
-    cloud: str                 # "aws" | "azure" | "local"
-    region: str                # "local" for the local provider
-    instance_type: str         # "localhost" for the local provider
+    cloud: str                 # a provider name (gpucloud.providers registry)
+    region: str                # an unpriced provider names its own (the local machine: "local")
+    instance_type: str         # an unpriced provider names its own (the local machine: "localhost")
     gpu: str                   # canonical GPU name, "" when the job asked for none
     gpu_count: int             # per node
     num_nodes: int
@@ -118,8 +118,6 @@ def data_age(cat: Catalog, first: Candidate) -> DataAge | None:
     return DataAge(origin=cat.meta.origin, price_date=row.price_date, age_days=age, max_age_days=limit)
 
 
-LOCAL_REGION = "local"
-LOCAL_INSTANCE = "localhost"
 CLOSEST_MISSES = 5
 
 
@@ -135,6 +133,7 @@ def make_plan(
 
     `cloud`, `region` and `spot` are the CLI's overrides. Raises UserError (exit 2) when the GPU is
     offered nowhere allowed, or when nothing meets the constraints (with the closest misses)."""
+    from gpucloud import providers
     from gpucloud.catalog import load_catalog
     from gpucloud.catalog.store import gc_paused
     from gpucloud.stacks import resolve_stack
@@ -143,9 +142,10 @@ def make_plan(
     clouds = [cloud] if cloud else list(spec.resources.cloud)
     gpu = _requested_gpu(spec, cat)
     stack = resolve_stack(gpu, spec.stack)
-    if clouds == ["local"]:
-        return _local_plan(spec, stack, gpu)
-    clouds = [c for c in clouds if c != "local"]
+    priced = [c for c in clouds if providers.info(c).priced]
+    if not priced:
+        return _unpriced_plan(spec, stack, gpu, clouds)
+    clouds = priced
     regions = _allowed_regions(spec, region, clouds, cat)
     policy: bool | str = spec.resources.spot if spot is None else spot
     variants = frozenset(cat.members(gpu)) if gpu else frozenset()
@@ -201,21 +201,27 @@ def _where(spec: JobSpec) -> str:
     return f"{spec.source}: " if spec.source else ""
 
 
-def _local_plan(spec: JobSpec, stack: Stack, gpu: str | None) -> Plan:
-    """This machine: one free candidate; the stack install is skipped and the GPU check only warns."""
-    count = spec.resources.gpu.count if spec.resources.gpu else 0
-    cand = Candidate(
-        cloud="local", region=LOCAL_REGION, instance_type=LOCAL_INSTANCE, gpu=gpu or "", gpu_count=count,
-        num_nodes=spec.num_nodes, spot=False, price_per_hour=0.0, total_per_hour=0.0, estimated_cost=0.0,
-    )
+def _unpriced_plan(spec: JobSpec, stack: Stack, gpu: str | None, clouds: list[str]) -> Plan:
+    """Providers without catalog rows (this machine, an SSH host) plan their own candidates
+    (`Provider.plan_candidates`); where the stack install is skipped, the GPU check only warns."""
+    from dataclasses import replace
+
+    from gpucloud import providers
+
+    candidates: list[Candidate] = []
     warnings = list(stack.warnings)
-    if gpu:
-        warnings.append(f"local provider: the stack install is skipped; the job uses this machine's {gpu} if it has one, else the CPU (with a warning in the log).")
-    return Plan(spec=spec, candidates=[cand], excluded=[], stack=stack, warnings=warnings)
+    for name in clouds:
+        own = providers.get_provider(name).plan_candidates(spec)
+        candidates.extend(replace(c, gpu=gpu or "") for c in own)
+        if gpu and own and not providers.capabilities(name).install_stack:
+            warnings.append(f"{name} provider: the stack install is skipped; the job uses this machine's {gpu} "
+                            "if it has one, else the CPU (with a warning in the log).")
+    return Plan(spec=spec, candidates=candidates, excluded=[], stack=stack, warnings=warnings)
 
 
 def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: Catalog) -> set[str] | None:
     """None means every region; unknown region names are a clear error with a suggestion."""
+    from gpucloud import providers
     from gpucloud.errors import UserError
 
     wanted = [region] if region else (spec.resources.regions or [])
@@ -223,7 +229,7 @@ def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: 
         return None
     # A region of a cloud the job does not allow is harmless (`regions: [us-east-1, eastus]` with
     # `--cloud azure`); only a name no cloud knows is a typo worth stopping for.
-    known = sorted({r for c in ("aws", "azure") for r in cat.regions(c)})
+    known = sorted({r for c in providers.priced_clouds() for r in cat.regions(c)})
     for name in wanted:
         if name not in known:
             import difflib

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields, replace
 from importlib.resources import files
 
 from gpucloud.catalog.models import GpuModel, Offering, Status
+from gpucloud import providers
 from gpucloud.errors import InternalError
 
 __all__ = [
@@ -46,13 +47,6 @@ _DATE_RE = re.compile(r"^\d{4}(-\d{2}(-\d{2}(T\d{2}:\d{2}(:\d{2})?Z?)?)?)?$")
 _VARIANT_RE = re.compile(r"^(?P<family>.+)-(?P<gb>\d+)GB$")
 # Prefixes people type in front of a model name ("NVIDIA A100", "Tesla K80").
 _PREFIXES = ("NVIDIA-", "TESLA-")
-
-
-def _priced_clouds() -> tuple[str, ...]:
-    """Clouds whose offerings come from the catalog, as the provider registry names them."""
-    from gpucloud.providers import priced_clouds
-
-    return priced_clouds()
 
 
 class CatalogError(InternalError):
@@ -263,7 +257,7 @@ def _load_offerings(gpus: dict[str, GpuModel], text: str | None = None) -> tuple
     for line, raw in (_read("offerings.csv", _OFFERING_FIELDS, text) if text is not None
                       else _read("offerings.csv", _OFFERING_FIELDS)):
         r = _Row("offerings.csv", line, raw)
-        cloud = r.choice("cloud", _priced_clouds())
+        cloud = r.choice("cloud", providers.priced_clouds())
         instance_type = r.text("instance_type")
         region = r.text("region")
         key = (cloud, instance_type, region)
