@@ -151,9 +151,15 @@ def render(
     sys.stdout.write(text)
 
 
-@app.command()
+catalog_app = typer.Typer(help="List offerings (retired ones only with --all); `catalog refresh` updates them.",
+                          no_args_is_help=False, rich_markup_mode=None)
+app.add_typer(catalog_app, name="catalog")
+
+
+@catalog_app.callback(invoke_without_command=True)
 @handles_errors
 def catalog(
+    ctx: typer.Context,
     gpu: Annotated[Optional[str], typer.Option("--gpu", help="Only this GPU model.")] = None,
     cloud: CloudOpt = None,
     region: RegionOpt = None,
@@ -161,13 +167,48 @@ def catalog(
     json_out: JsonOpt = False,
 ) -> None:
     """List offerings (retired ones only with --all)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from gpucloud import views
+    from gpucloud.catalog.views import offering_json
 
     rows = views.catalog_rows(gpu=gpu, cloud=parse_cloud(cloud), region=region, include_retired=show_all)
     if json_out:
-        emit_json([views.offering_json(o) for o in rows])
+        emit_json([offering_json(o) for o in rows])
         return
     views.print_catalog(rows)
+
+
+@catalog_app.command("refresh")
+@handles_errors
+def catalog_refresh(
+    cloud: Annotated[Optional[list[str]], typer.Option("--cloud", help="Only this cloud (repeatable).")] = None,
+    region: Annotated[Optional[list[str]], typer.Option("--region", help="Only this region (repeatable).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fetch instance types, regions and prices from the clouds' APIs into the local catalog cache."""
+    from gpucloud.catalog.refresh import refresh
+    from gpucloud.catalog.views import print_refresh
+
+    report = refresh(clouds=[parse_cloud(c) or c for c in cloud or []] or None, regions=region or None, progress=err)
+    if json_out:
+        emit_json(report.as_json())
+        return
+    print_refresh(report)
+
+
+@app.command()
+@handles_errors
+def gpus(json_out: JsonOpt = False) -> None:
+    """One row per GPU model: memory, architecture, clouds, cheapest on-demand and spot $/h and where."""
+    from gpucloud.catalog import load_catalog
+    from gpucloud.catalog.views import gpu_summaries, print_gpus
+
+    summaries = gpu_summaries(load_catalog())
+    if json_out:
+        emit_json([s.as_json() for s in summaries])
+        return
+    print_gpus(summaries)
 
 
 @app.command()

@@ -54,6 +54,7 @@ class ProviderInfo:
     configured: Callable[[], bool]
     credentials_hint: str
     policy: str | None = None  # "module:function" returning the least-privilege policy document
+    catalog_source: str | None = None  # module with fetch_offerings() for `catalog refresh`
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -62,10 +63,11 @@ REGISTRY: dict[str, ProviderInfo] = {
         ProviderInfo("aws", "gpucloud.providers.aws", "AwsProvider", "AWS", True, True, _aws_configured,
                      "Configure the standard AWS credential chain (`aws configure`, AWS_PROFILE, or "
                      "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).",
-                     policy="gpucloud.providers.aws.policy:policy_document"),
+                     policy="gpucloud.providers.aws.policy:policy_document",
+                     catalog_source="gpucloud.providers.aws.catalog"),
         ProviderInfo("azure", "gpucloud.providers.azure", "AzureProvider", "Azure", True, True, _azure_configured,
                      "Run `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
-                     "AZURE_SUBSCRIPTION_ID."),
+                     "AZURE_SUBSCRIPTION_ID.", catalog_source="gpucloud.providers.azure.catalog"),
         ProviderInfo("local", "gpucloud.providers.local", "LocalProvider", "this machine", False, False, _always,
                      "Nothing to configure."),
     )
