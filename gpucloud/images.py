@@ -27,6 +27,7 @@ from gpucloud.errors import InternalError
 from gpucloud.stack_data import PROFILES, PROPRIETARY_ONLY
 
 if TYPE_CHECKING:
+    from gpucloud.planner import Candidate
     from gpucloud.stacks import Stack
 
 ARM64 = "arm64"
@@ -205,10 +206,11 @@ def choose_image(stack: Stack, cloud: str, instance_type: str, gpu_count: int, c
 
 
 def resolve_node(stack: Stack, cloud: str, instance_type: str, gpu_count: int, *, cpu_arch: str = X86_64,
-                 job_image: str = "auto", baked: Image | None = None) -> NodeStack:
-    """Image + install plan of one VM. The bootstrap still checks each part before it installs it."""
+                 job_image: str = "auto", baked: Image | None = None, chosen: Image | None = None) -> NodeStack:
+    """Image + install plan of one VM (`chosen`: the image the plan already chose for it). The
+    bootstrap still checks each part before it installs it."""
     features = vm_features(cloud, instance_type, gpu_count) if stack.driver != "none" else frozenset()
-    image = choose_image(stack, cloud, instance_type, gpu_count, cpu_arch, job_image, baked)
+    image = chosen or choose_image(stack, cloud, instance_type, gpu_count, cpu_arch, job_image, baked)
     low, high = _driver_range(stack)
     reasons = {"image": image.summary() + f" [{image.source}]" if image else "the provider's default image"}
     if stack.driver == "none":
@@ -236,8 +238,8 @@ def resolve_node(stack: Stack, cloud: str, instance_type: str, gpu_count: int, *
     )
 
 
-def with_image(candidate: object, stack: Stack, job_image: str = "auto") -> object:
-    """The candidate (a frozen dataclass with an `image` field) with its image filled in."""
-    image = choose_image(stack, str(getattr(candidate, "cloud")), str(getattr(candidate, "instance_type")),
-                         int(getattr(candidate, "gpu_count")), cpu_arch_of(candidate), job_image)
-    return replace(candidate, image=image)  # type: ignore[type-var]
+def choose_for(candidate: Candidate, stack: Stack, job_image: str = "auto") -> Image | None:
+    """The image a planned candidate boots: a baked image of this stack where the candidate's image
+    store lists one (gpucloud/images_build.py), else `choose_image`."""
+    return choose_image(stack, candidate.cloud, candidate.instance_type, candidate.gpu_count,
+                        cpu_arch_of(candidate), job_image)

@@ -79,3 +79,11 @@ def format_nodes(statuses: list[Mapping[str, object] | None], *, launched_at: fl
             if text:
                 lines.append(f"node {rank}: {text}")
     return lines
+
+
+def format_phases(phases: Mapping[str, float]) -> str:
+    """The timeline line of a finished run from its stored per-stage seconds (`Store.phases`, the
+    slowest node's per stage); "" when no VM stage was recorded."""
+    stages = {name: {"start": 0.0, "end": float(secs)} for name, secs in phases.items()
+              if isinstance(secs, (int, float))}
+    return format_timeline(stages, now=0.0)

@@ -6,7 +6,7 @@ import pytest
 
 from gpucloud.images import resolve_node
 from gpucloud.images_build import HASH_TAG, KIND_TAG, baked_row, build_image, find_baked, stack_hash
-from gpucloud.providers.images_aws import AwsImageStore
+from gpucloud.providers.aws.bake import AwsImageStore
 from gpucloud.spec import StackSpec
 from gpucloud.stacks import resolve_stack
 from tests.support.moto_server import moto, moto_server  # noqa: F401
@@ -80,7 +80,7 @@ def test_image_ls_and_rm_commands(moto) -> None:  # noqa: F811
 
     from typer.testing import CliRunner
 
-    from gpucloud.cli_images import image_app
+    from gpucloud.cli import app
 
     ec2 = moto.client("ec2", REGION)
     base = ec2.describe_images(Owners=["099720109477"])["Images"][0]["ImageId"]
@@ -89,46 +89,57 @@ def test_image_ls_and_rm_commands(moto) -> None:  # noqa: F811
     baked = build_image(AwsImageStore(), REGION, stack, node, launch=lambda: iid, wait_ready=lambda _: None,
                         teardown=lambda i: ec2.terminate_instances(InstanceIds=[i]))
     runner = CliRunner()
-    out = runner.invoke(image_app, ["ls", "--cloud", "aws", "--region", REGION, "--json"])
+    out = runner.invoke(app, ["image", "ls", "--cloud", "aws", "--region", REGION, "--json"])
     assert out.exit_code == 0, out.output
     assert [d["ref"] for d in json.loads(out.stdout)] == [baked.ref]
     assert json.loads(out.stdout)[0]["stack"].startswith("K80 R470")
-    bad = runner.invoke(image_app, ["rm", base, "--cloud", "aws", "--region", REGION])
+    bad = runner.invoke(app, ["image", "rm", base, "--cloud", "aws", "--region", REGION])
     assert bad.exit_code == 2 and "not a gpucloud baked image" in bad.output  # Canonical's AMI is not ours
-    ok = runner.invoke(image_app, ["rm", baked.ref, "--cloud", "aws", "--region", REGION])
+    ok = runner.invoke(app, ["image", "rm", baked.ref, "--cloud", "aws", "--region", REGION])
     assert ok.exit_code == 0 and find_baked(AwsImageStore(), REGION, baked.stack_hash) is None
-    unsupported = runner.invoke(image_app, ["ls", "--cloud", "azure", "--region", "eastus"])
-    assert unsupported.exit_code == 2 and "not supported" in unsupported.output
+    unsupported = runner.invoke(app, ["image", "ls", "--cloud", "local", "--region", "eastus"])
+    assert unsupported.exit_code == 2  # "this machine has no baked images", as a UserError
 
 
-def test_ssm_image_reference_resolves_to_the_ami(moto) -> None:  # noqa: F811
+def test_the_plans_image_is_what_an_aws_run_boots(moto) -> None:  # noqa: F811
+    """A vendor image's public SSM parameter is read; a baked image boots by id; a missing vendor
+    parameter falls back to Canonical's Ubuntu of the stack (the bootstrap installs the rest)."""
+    from dataclasses import replace
+
     from moto.core.utils import utcnow
     from moto.ssm.models import Parameter, ssm_backends
 
-    from gpucloud.errors import UserError
     from gpucloud.images import load_images
-    from gpucloud.providers.images_aws import resolve_image_ref
-    from tests.support.moto_server import ACCOUNT
+    from gpucloud.providers.aws import AwsProvider
+    from tests.support.moto_server import ACCOUNT, seed_ubuntu_images
 
+    ubuntu = seed_ubuntu_images(moto, [REGION])
+    ec2 = moto.client("ec2", REGION)
+    vendor_ami = ec2.describe_images(ImageIds=[ubuntu[(REGION, "20.04")]])["Images"][0]["ImageId"]
     dlami = next(i for i in load_images() if i.name == "dlami-base-oss")
     ssm_backends[ACCOUNT][REGION]._parameters[dlami.ref] = [Parameter(  # noqa: SLF001 - what AWS publishes
-        account_id=ACCOUNT, name=dlami.ref, value="ami-0dlami0000000000", parameter_type="String", description=None,
+        account_id=ACCOUNT, name=dlami.ref, value=vendor_ami, parameter_type="String", description=None,
         allowed_pattern=None, keyid=None, last_modified_date=utcnow(), version=1, data_type="aws:ec2:image")]
     try:
-        assert resolve_image_ref(REGION, "ssm", dlami.ref) == "ami-0dlami0000000000"
+        assert AwsProvider().resolve_image(REGION, "22.04", "auto", dlami)[0] == vendor_ami
     finally:
         del ssm_backends[ACCOUNT][REGION]._parameters[dlami.ref]  # noqa: SLF001
-    assert resolve_image_ref(REGION, "job file", "ami-0123456789abcdef0") == "ami-0123456789abcdef0"
-    with pytest.raises(UserError, match="ParameterNotFound") as exc:
-        resolve_image_ref(REGION, "ssm", dlami.ref)
-    assert "ssm:GetParameter" in exc.value.render()
+    assert AwsProvider().resolve_image(REGION, "22.04", "auto", dlami)[0] == ubuntu[(REGION, "22.04")]
+    baked = replace(dlami, found_by="baked", ref=ubuntu[(REGION, "24.04")])
+    assert AwsProvider().resolve_image(REGION, "22.04", "auto", baked)[0] == ubuntu[(REGION, "24.04")]
+    # `image:` in the job file still wins over the plan's image
+    assert AwsProvider().resolve_image(REGION, "22.04", vendor_ami, baked)[0] == vendor_ami
 
 
-def test_grid_extension_body() -> None:
+def test_grid_extension_body_and_azure_image_reference() -> None:
     from gpucloud.images import load_images
-    from gpucloud.providers.images_azure import driver_extension, extension_path
+    from gpucloud.providers.azure.machine import driver_extension_body, image_reference
 
     grid = next(i for i in load_images() if i.vm_feature == "grid")
-    body = driver_extension("eastus", grid.extension)
+    body = driver_extension_body("eastus", grid.extension, {"gpucloud-run": "r1"})
     assert body["properties"]["publisher"] == "Microsoft.HpcCompute" and body["properties"]["type"] == grid.extension
-    assert extension_path("rg", "vm0", "sub").endswith("/virtualMachines/vm0/extensions/NvidiaGpuDriverLinux?api-version=2024-07-01")
+    # the GRID row boots plain Ubuntu (the extension brings the driver); the HPC image by its URN
+    assert image_reference("auto", "22.04", "Standard_NV36ads_A10_v5", "A10", grid)["offer"].endswith("jammy")
+    hpc = next(i for i in load_images() if i.name == "ubuntu-hpc-22.04")
+    assert image_reference("auto", "22.04", "Standard_NC4as_T4_v3", "T4", hpc) == {
+        "publisher": "microsoft-dsvm", "offer": "ubuntu-hpc", "sku": "2204", "version": "latest"}

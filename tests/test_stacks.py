@@ -213,7 +213,7 @@ def test_unknown_gpu_lists_known_ones() -> None:
 
 
 def test_aliases_resolve_to_canonical_stacks() -> None:
-    assert resolve_stack("a100").gpu == "A100-40GB"
+    assert resolve_stack("a100").gpu == "A100"  # the family (catalog issue 12): A100-40GB or -80GB
     assert resolve_stack("Tesla K80").driver == "470"
 
 

@@ -1,8 +1,8 @@
 """Baked images on EC2 (issue 13, item 3): snapshot a builder instance, list and delete the results.
 
-Isolated from providers/aws.py (which is being restructured) so the lead can re-wire it: three
-calls, each a thin boto3 wrapper. boto3 is imported lazily (`gpucloud --help` must not load it);
-endpoints come from the standard AWS settings (AWS_ENDPOINT_URL), so tests point it at moto.
+Three calls, each a thin wrapper over the shared boto3 clients (providers/aws/session.py: bounded
+timeouts, AWS_ENDPOINT_URL honoured, so tests point it at moto). The images are tagged
+`gpucloud:kind=image`: the reaper and `gc` look for run tags and never touch them.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from gpucloud.images_build import HASH_TAG, KIND_TAG, KIND_VALUE, BakedImage
 
 
 def _ec2(region: str) -> Any:
-    import boto3
+    from gpucloud.providers.aws.session import shared_client, shared_session
 
-    return boto3.session.Session().client("ec2", region_name=region)
+    return shared_client(shared_session(), "ec2", region)
 
 
 class AwsImageStore:
@@ -56,22 +56,3 @@ class AwsImageStore:
         ec2.deregister_image(ImageId=ref)
         for snap in snapshots:  # a deregistered AMI leaves its snapshots (and their bill) behind
             ec2.delete_snapshot(SnapshotId=snap)
-
-
-def resolve_image_ref(region: str, found_by: str, ref: str) -> str:
-    """The AMI id for an images.csv / job-file reference: an SSM parameter name is read (public
-    parameters need only ssm:GetParameter), an AMI id is used as it is."""
-    from gpucloud.errors import UserError
-
-    if found_by != "ssm":
-        return ref
-    import boto3
-    from botocore.exceptions import ClientError
-
-    try:
-        resp = boto3.session.Session().client("ssm", region_name=region).get_parameter(Name=ref)
-    except ClientError as exc:
-        raise UserError(f"Cannot read the public SSM parameter {ref} in {region}: "
-                        f"{exc.response.get('Error', {}).get('Code', exc)}.",
-                        hint="Allow ssm:GetParameter, or set `image:` in the job file to an AMI id.") from None
-    return str(resp["Parameter"]["Value"])
