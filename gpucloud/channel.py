@@ -23,8 +23,10 @@ import tarfile
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import BinaryIO
 
 from gpucloud.errors import UserError
 
@@ -40,6 +42,57 @@ URL_MARGIN = timedelta(hours=1)
 MAX_LOG_PARTS = 2000
 MIN_LOG_PARTS = 16
 ALWAYS_SKIP = frozenset({".git", "__pycache__", ".venv", "gpucloud-runs"})
+
+
+@dataclass
+class ArtifactResult:
+    """What came back from one node's artifacts: the folder, how many files (and links inside it)
+    were extracted, and one warning per member that was refused."""
+
+    dest: Path
+    files: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def _refusal(member: tarfile.TarInfo, exc: tarfile.FilterError) -> str:
+    """Why a member is not extracted, in words a user acts on."""
+    if member.isfifo():
+        return "a FIFO (named pipe)"
+    if member.ischr() or member.isblk():
+        return "a device file"
+    if isinstance(exc, tarfile.AbsoluteLinkError):
+        return f"a link to the absolute path {member.linkname}"
+    if isinstance(exc, tarfile.LinkOutsideDestinationError):
+        return f"a link out of the artifacts folder (to {member.linkname})"
+    if isinstance(exc, tarfile.AbsolutePathError):
+        return "an absolute path"
+    if isinstance(exc, tarfile.OutsideDestinationError):
+        return "a path out of the artifacts folder (..)"
+    return str(exc)
+
+
+def extract_artifacts(fileobj: BinaryIO, dest: Path) -> ArtifactResult:
+    """Extract a tar.gz stream member by member with tarfile's data filter; a member the filter
+    refuses is skipped with a warning instead of aborting the whole extraction (one bad symlink
+    must not lose every other file)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    result = ArtifactResult(dest=dest)
+
+    def keep_safe(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+        try:
+            if member.name.startswith(("/", "\\")):  # the data filter would strip the slash: refuse
+                raise tarfile.AbsolutePathError(member)
+            safe = tarfile.data_filter(member, path)
+        except tarfile.FilterError as exc:
+            result.warnings.append(f"artifact {member.name!r} not extracted: {_refusal(member, exc)}")
+            return None
+        if not safe.isdir():
+            result.files += 1
+        return safe
+
+    with tarfile.open(fileobj=fileobj, mode="r:gz") as tar:
+        tar.extractall(dest, filter=keep_safe)
+    return result
 
 
 def run_prefix(run_id: str) -> str:
@@ -190,19 +243,16 @@ class Channel(ABC):
             parts.append(data)
         return parts
 
-    def download_artifacts(self, run_id: str, rank: int, dest_dir: Path) -> Path | None:
+    def download_artifacts(self, run_id: str, rank: int, dest_dir: Path) -> ArtifactResult | None:
         """Extract the node's artifacts tarball into dest_dir (created); None when there is none.
 
-        Extraction refuses absolute paths, `..` and links out of dest_dir (tarfile's data filter).
+        What must not be extracted (absolute paths, `..`, links out of dest_dir, devices, FIFOs) is
+        skipped with one warning each (`ArtifactResult.warnings`); everything else is extracted.
         """
         raw = self.get_bytes(f"{node_prefix(run_id, rank)}/artifacts.tar.gz")
         if raw is None:
             return None
-        dest = Path(dest_dir)
-        dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:gz") as tar:
-            tar.extractall(dest, filter="data")
-        return dest
+        return extract_artifacts(io.BytesIO(raw), Path(dest_dir))
 
 
 class FileChannel(Channel):

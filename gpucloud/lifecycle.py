@@ -622,11 +622,15 @@ class _Run:
                 continue
             if out is not None:
                 got.append(out)
+                for warning in out.warnings:
+                    self.progress.warn(f"node {rank}: {warning}" if n > 1 else warning)
         self.phases["collect"] = time.monotonic() - t0
         if got:
             self.artifacts_dir = str(dest)
             self.store.update_run(self.run_id, artifacts_dir=str(dest))
-            self.progress.info(f"artifacts in {dest}")
+            refused = sum(len(out.warnings) for out in got)
+            self.progress.info(f"artifacts in {dest}: {sum(out.files for out in got)} file(s)"
+                               + (f", {refused} refused (see the warnings above)" if refused else ""))
         elif self.spec.artifacts:
             self.progress.warn("the job produced none of its artifacts")
 

@@ -202,6 +202,11 @@ def _env_key(value: Any) -> str:
         )
     if value.upper().startswith("GPUCLOUD_"):
         _fail(f"'{value}' is reserved: names starting with GPUCLOUD_ are set by gpucloud itself. Rename it")
+    from gpucloud.render import reserved_env_names  # lazy: jinja2 only when a job has env
+
+    if value in reserved_env_names() or value.startswith("BASH"):
+        _fail(f"'{value}' is reserved: the VM's bootstrap script (or bash) uses this variable itself and the "
+              f"run would break. Rename it, e.g. MY_{value.lstrip('_')}")
     return value
 
 
@@ -779,6 +784,25 @@ def _keeps_raw_text(path: tuple[Any, ...]) -> bool:
     )
 
 
+_CONTROL_NAMES = {0: "NUL", 0x1B: "ESC", 0x7F: "DEL"}
+
+
+def _bad_character(text: str) -> str | None:
+    """Why a YAML string cannot go into a job (a control character other than tab/newline, which
+    YAML's escapes "\\0", "\\e", "\\x7f" let through; a lone surrogate "\\ud800", which no file
+    or shell can carry), or None when it is fine."""
+    for col, char in enumerate(text, 1):
+        code = ord(char)
+        if 0xD800 <= code <= 0xDFFF:
+            return (f"contains a lone surrogate U+{code:04X} at character {col}, which is not a character. "
+                    "Remove it, or write the real character")
+        if (code < 0x20 and char not in "\t\n\r") or 0x7F <= code <= 0x9F:
+            name = _CONTROL_NAMES.get(code, f"U+{code:04X}")
+            return (f"contains the control character {name} at character {col}. Job files hold text: remove it "
+                    "(write a real tab or newline if one was meant)")
+    return None
+
+
 class _Builder:
     """Builds plain Python data from a composed YAML tree while recording each path's lines."""
 
@@ -806,6 +830,10 @@ class _Builder:
             if node.tag != _SEQ_TAG:
                 self._issue(value_line, path, f"the YAML tag '{node.tag}' is not supported. Remove it")
             return [self.build(item, (*path, i), item.start_mark.line + 1) for i, item in enumerate(node.value)]
+        if isinstance(node, yaml.ScalarNode) and (bad := _bad_character(node.value)):
+            self._issue(value_line, path, bad)
+            self.bad_paths.add(_dotted(path))
+            return None
         if node.tag in _NUMBER_TAGS and (_keeps_raw_text(path) or ":" in node.value):
             # YAML 1.1 reads 1:30 as the base-60 number 90: nobody means that in a job file, so the
             # text goes to the validator, which says what it expected (e.g. 1h30m for a duration).
@@ -841,6 +869,9 @@ class _Builder:
                 self._issue(line, path, "a key must be a plain name, not a list or mapping")
                 continue
             key = key_node.value  # keys are names: `1:` or `yes:` stay the text that was written
+            if bad := _bad_character(key):
+                self._issue(line, path, f"a key {bad[0].lower()}{bad[1:]}")
+                continue
             if key in first_line:
                 self._issue(
                     line,
@@ -921,9 +952,24 @@ def _compose(text: str, filename: str) -> tuple[Any, _Builder]:
 # Public API
 
 
-def parse_spec(text: str, filename: str) -> JobSpec:
-    """Parse and validate job-file text; `filename` is only used in messages. Raises SpecError
-    listing every problem (file, line, field, what is wrong and what was expected)."""
+def _workdir_issue(spec: JobSpec, base_dir: Path, filename: str, line: int | None) -> SpecIssue | None:
+    """A relative workdir must stay inside the job file's folder tree: `../../..` would upload any
+    folder the user can read without a word. Outside it, the absolute path says it is meant."""
+    if Path(spec.workdir).is_absolute():
+        return None
+    base = base_dir.resolve()
+    target = (base / spec.workdir).resolve()
+    if target == base or base in target.parents:
+        return None
+    return SpecIssue(filename, line, "workdir",
+                     f"'{spec.workdir}' leads out of the job file's folder {base} (to {target}). A workdir "
+                     f"outside it is uploaded only when written as an absolute path: workdir: {target}")
+
+
+def parse_spec(text: str, filename: str, base_dir: Path | None = None) -> JobSpec:
+    """Parse and validate job-file text; `filename` is only used in messages, `base_dir` (the job
+    file's folder) bounds a relative workdir. Raises SpecError listing every problem (file, line,
+    field, what is wrong and what was expected)."""
     data, builder = _compose(text, filename)
     minimal = "Expected at least name, resources.gpu and run, e.g.\n  name: mnist-k80\n  resources: {gpu: K80:1}\n  run: python train.py"
     if data is None:
@@ -944,6 +990,10 @@ def parse_spec(text: str, filename: str) -> JobSpec:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
         issues.extend(i for i in _issues_from(exc, filename, builder.lines, root_line) if i.field not in builder.bad_paths)
+    where = builder.lines.get(("workdir",))
+    if spec is not None and base_dir is not None and (
+            issue := _workdir_issue(spec, base_dir, filename, where.value_line if where else None)):
+        issues.append(issue)
     if issues or spec is None:
         raise SpecError(issues)
     return spec
@@ -975,7 +1025,7 @@ def load_spec(path: str | Path) -> JobSpec:
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         fail(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}). Save the job file as UTF-8", line)
-    spec = parse_spec(text, name)
+    spec = parse_spec(text, name, p.resolve().parent)
     spec.source = p.resolve()
     return spec
 

@@ -16,7 +16,7 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from datetime import UTC, datetime, timedelta
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.channel import FileChannel, pack_workdir
+from gpucloud.channel import FileChannel, iter_manifest, pack_workdir
 from gpucloud.render import render_bootstrap
 from gpucloud.stacks import Stack
 from tests.test_render import CPU, K80, NASTY, T4, make_candidate, make_spec
@@ -61,7 +61,17 @@ class Vm:
             raise
         self.stderr = err.decode(errors="replace")
         self.rc = self.proc.returncode
+        self.end_timers()
         return self
+
+    def end_timers(self) -> None:
+        """End the backstop timers the systemd-run stub started (a real VM's die with it)."""
+        path = self.state / "timers"
+        for pid in path.read_text().split() if path.exists() else []:
+            try:
+                os.killpg(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def run(self, timeout: float = 30) -> Vm:
         return self.start().wait(timeout)
@@ -88,7 +98,9 @@ class Vm:
 def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str = "", count: int = 1,
             run: str = "echo hi", setup: str | None = None, env: dict[str, str] | None = None,
             artifacts: list[str] | None = None, deadline_s: float = 120, files: dict[str, str] | None = None,
-            stub_env: dict[str, str] | None = None, state: Path | None = None, render_kw: dict | None = None) -> Vm:
+            stub_env: dict[str, str] | None = None, state: Path | None = None, render_kw: dict | None = None,
+            max_duration: int = 3600, url_map: Callable[[str], str] | None = None) -> Vm:
+    """A rendered bootstrap ready to run; url_map rewrites the manifest's URLs (a faulty server)."""
     tmp.mkdir(parents=True, exist_ok=True)
     run_id = f"r{uuid.uuid4().hex[:8]}"
     channel = FileChannel(tmp / "channel")
@@ -98,8 +110,16 @@ def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str 
         (wd / rel).write_text(text)
     channel.upload_code(run_id, pack_workdir(wd, dest=tmp / "code.tar.gz"))
     manifest = channel.prepare(run_id, 1, datetime.now(UTC) + timedelta(seconds=deadline_s), log_interval=0.2)[0]
+    if url_map is not None:
+        key = f"runs/{run_id}/node-0/manifest"
+        channel.put_bytes(key, "".join(
+            f"{k} {url_map(rest)}\n" if k.endswith(("_put", "_get")) and " " not in rest
+            else f"{k} {rest.split(' ', 1)[0]} {url_map(rest.split(' ', 1)[1])}\n" if " " in rest
+            else f"{k} {rest}\n"
+            for k, rest in iter_manifest(channel.get_bytes(key).decode())).encode())
+        manifest = url_map(manifest)
     spec = make_spec(cloud=provider, gpu=gpu or None, count=count, env=env or {}, run=run, setup=setup,
-                     artifacts=artifacts or [])
+                     artifacts=artifacts or [], max_duration=max_duration)
     cand = make_candidate(provider, gpu, count if gpu else 0)
     text = render_bootstrap(spec, stack, cand, provider=provider, run_id=run_id, manifest_url=manifest,
                             log_interval=0.2, heartbeat_interval=0.4, **(render_kw or {}))
@@ -123,14 +143,14 @@ def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str 
         **(stub_env or {}),
     }
     if provider != "local":
-        env["GPUCLOUD_VM_DIR"] = str(vm_dir)
+        env.setdefault("GPUCLOUD_VM_DIR", str(vm_dir))
     return Vm(tmp=tmp, channel=channel, run_id=run_id, script=script, env=env, vm_dir=vm_dir, state=state)
 
 
 def artifact_names(vm: Vm, dest: Path) -> set[str]:
     out = vm.channel.download_artifacts(vm.run_id, 0, dest)
-    assert out is not None
-    return {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert out is not None and not out.warnings
+    return {str(p.relative_to(out.dest)) for p in out.dest.rglob("*") if p.is_file()}
 
 
 # ---- whole local runs ---------------------------------------------------------------------------

@@ -178,18 +178,62 @@ def test_download_artifacts(tmp_path: Path) -> None:
     ch = FileChannel(tmp_path / "store")
     assert ch.download_artifacts("r1", 0, tmp_path / "out") is None
     ch.put_bytes("runs/r1/node-0/artifacts.tar.gz", _tar({"outputs/model.bin": b"w", "metrics.json": b"{}"}))
-    dest = ch.download_artifacts("r1", 0, tmp_path / "out")
-    assert dest == tmp_path / "out"
-    assert (dest / "outputs/model.bin").read_bytes() == b"w"
-    assert (dest / "metrics.json").read_bytes() == b"{}"
+    got = ch.download_artifacts("r1", 0, tmp_path / "out")
+    assert got is not None and got.dest == tmp_path / "out" and got.files == 2 and got.warnings == []
+    assert (got.dest / "outputs/model.bin").read_bytes() == b"w"
+    assert (got.dest / "metrics.json").read_bytes() == b"{}"
 
 
-def test_download_artifacts_refuses_path_traversal(tmp_path: Path) -> None:
+def test_download_artifacts_skips_path_traversal_and_keeps_the_rest(tmp_path: Path) -> None:
     ch = FileChannel(tmp_path / "store")
-    ch.put_bytes("runs/r1/node-0/artifacts.tar.gz", _tar({"../evil": b"x"}))
-    with pytest.raises(tarfile.TarError):
-        ch.download_artifacts("r1", 0, tmp_path / "out")
-    assert not (tmp_path / "evil").exists()
+    ch.put_bytes("runs/r1/node-0/artifacts.tar.gz", _tar({"../evil": b"x", "/abs/evil": b"y", "ok.txt": b"ok"}))
+    got = ch.download_artifacts("r1", 0, tmp_path / "out")
+    assert got is not None and got.files == 1
+    assert (tmp_path / "out" / "ok.txt").read_bytes() == b"ok"
+    assert not (tmp_path / "evil").exists() and not Path("/abs/evil").exists()
+    assert sorted(got.warnings) == ["artifact '../evil' not extracted: a path out of the artifacts folder (..)",
+                                    "artifact '/abs/evil' not extracted: an absolute path"]
+
+
+def _job_artifacts(tmp_path: Path, build: str) -> Path:
+    """A tar.gz made by GNU tar from a folder the way the VM's collect_artifacts makes it."""
+    src = tmp_path / "job"
+    src.mkdir()
+    subprocess.run(["bash", "-c", build], cwd=src, check=True)
+    out = tmp_path / "artifacts.tar.gz"
+    subprocess.run(["tar", "-czf", str(out), "-C", str(src), "outputs"], check=True)
+    return out
+
+
+@pytest.mark.parametrize(("build", "kept", "warning"), [
+    ("mkdir outputs; echo w > outputs/model.bin; ln -s model.bin outputs/latest",
+     {"outputs/model.bin", "outputs/latest"}, None),
+    ("mkdir outputs; echo w > outputs/model.bin; ln -s /etc/passwd outputs/passwd; ln -s ../../secret outputs/up",
+     {"outputs/model.bin"}, ["'outputs/passwd' not extracted: a link to the absolute path /etc/passwd",
+                             "'outputs/up' not extracted: a link out of the artifacts folder (to ../../secret)"]),
+    ("mkdir outputs; echo w > outputs/model.bin; mkfifo outputs/pipe",
+     {"outputs/model.bin"}, ["'outputs/pipe' not extracted: a FIFO (named pipe)"]),
+], ids=["symlink-in", "symlink-out", "fifo"])
+def test_artifact_links_and_fifos(tmp_path: Path, build: str, kept: set[str], warning: list[str] | None) -> None:
+    ch = FileChannel(tmp_path / "store")
+    ch.put_file("runs/r1/node-0/artifacts.tar.gz", _job_artifacts(tmp_path, build))
+    got = ch.download_artifacts("r1", 0, tmp_path / "out")
+    assert got is not None
+    present = {str(p.relative_to(got.dest)) for p in got.dest.rglob("*") if p.is_file() or p.is_symlink()}
+    assert present == kept and got.files == len(kept)
+    assert sorted(w.removeprefix("artifact ") for w in got.warnings) == sorted(warning or [])
+    if "outputs/latest" in kept:
+        assert (got.dest / "outputs/latest").read_bytes() == b"w\n"
+
+
+def test_ten_thousand_small_artifacts_all_come_back(tmp_path: Path) -> None:
+    ch = FileChannel(tmp_path / "store")
+    build = "mkdir -p outputs; cd outputs; for d in $(seq 0 99); do mkdir $d; for f in $(seq 0 99); do echo $d.$f > $d/$f; done; done"
+    ch.put_file("runs/r1/node-0/artifacts.tar.gz", _job_artifacts(tmp_path, build))
+    got = ch.download_artifacts("r1", 0, tmp_path / "out")
+    assert got is not None and got.files == 10_000 and not got.warnings
+    assert (got.dest / "outputs/42/7").read_text() == "42.7\n"
+    assert sum(1 for p in got.dest.rglob("*") if p.is_file()) == 10_000
 
 
 def test_upload_code(tmp_path: Path) -> None:
