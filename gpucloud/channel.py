@@ -142,6 +142,11 @@ class Channel(ABC):
     def delete_prefix(self, prefix: str) -> None:
         """Delete every object whose key starts with `prefix` (a run's leftovers)."""
 
+    def url_put_dir(self, prefix: str, expires: datetime) -> str | None:
+        """A URL under which `curl -T file <url>/<name>` can create any object of `prefix`; None
+        when the backend has no prefix-wide grant (then the manifest lists one URL per log part)."""
+        return None
+
     def put_file(self, key: str, path: Path) -> None:
         """Store a file; backends that can stream large files override this."""
         self.put_bytes(key, Path(path).read_bytes())
@@ -163,6 +168,7 @@ class Channel(ABC):
         expires = deadline + URL_MARGIN
         now = datetime.now(UTC)
         parts = log_part_count((deadline - now).total_seconds(), log_interval, self.max_log_parts)
+        log_dirs = [self.url_put_dir(f"{node_prefix(run_id, r)}/log", expires) for r in range(num_nodes)]
         code_get = self.url_get(f"{run_prefix(run_id)}/code.tar.gz", expires)
         ready_get = [self.url_get(f"{node_prefix(run_id, r)}/ready", expires) for r in range(num_nodes)]
         # Multi-node: each node PUTs `done` when its bootstrap ends and reads its peers' (Azure: the
@@ -181,7 +187,8 @@ class Channel(ABC):
                 *(f"ready_get {r} {u}" for r, u in enumerate(ready_get)),
                 *([f"done_put {self.url_put(f'{base}/done', expires)}"] if done_get else []),
                 *(f"done_get {r} {u}" for r, u in enumerate(done_get)),
-                *(f"log_put {i} {self.url_put(log_key(run_id, rank, i), expires)}" for i in range(parts)),
+                *([f"log_dir {log_dirs[rank]}"] if log_dirs[rank] else
+                  (f"log_put {i} {self.url_put(log_key(run_id, rank, i), expires)}" for i in range(parts))),
             ]
             self.put_bytes(f"{base}/manifest", ("\n".join(lines) + "\n").encode())
             urls.append(self.url_get(f"{base}/manifest", expires))
@@ -233,15 +240,17 @@ class Channel(ABC):
         skips one. The VM reports the last manifest URL (which it reuses when parts run out) only
         with the final status, so a part once returned never changes.
         """
+        return list(self.iter_log_parts(run_id, rank, start))
+
+    def iter_log_parts(self, run_id: str, rank: int = 0, start: int = 0) -> Iterator[bytes]:
+        """`read_log_parts` one part at a time, so a reader holds one part in memory, not the log."""
         status = self.read_status(run_id, rank)
         done = int(status.get("log_parts") or 0) if status else 0
-        parts = []
         for i in range(start, done):
             data = self.get_bytes(log_key(run_id, rank, i))
             if data is None:
-                break
-            parts.append(data)
-        return parts
+                return
+            yield data
 
     def download_artifacts(self, run_id: str, rank: int, dest_dir: Path) -> ArtifactResult | None:
         """Extract the node's artifacts tarball into dest_dir (created); None when there is none.
@@ -258,7 +267,8 @@ class Channel(ABC):
 class FileChannel(Channel):
     """The local provider's store: a folder, with file:// URLs that curl reads and writes."""
 
-    # Parts cost nothing here and latency matters (a local line should show within ~2 s).
+    # Parts cost nothing here and latency matters (a local line should show within ~2 s); the VM
+    # writes them into the node's log folder (url_put_dir), so their number is not fixed upfront.
     max_log_parts = 20000
 
     def __init__(self, root: Path) -> None:
@@ -291,6 +301,11 @@ class FileChannel(Channel):
         """curl's file:// upload creates the file but not its folder: create the folder now."""
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
+        return path.as_uri()
+
+    def url_put_dir(self, prefix: str, expires: datetime) -> str | None:
+        path = self._path(prefix)
+        path.mkdir(parents=True, exist_ok=True)
         return path.as_uri()
 
     def delete_prefix(self, prefix: str) -> None:

@@ -518,7 +518,7 @@ class _Run:
         while True:
             statuses = [channel.read_status(self.run_id, r) for r in range(n)]
             mirror.sync(channel)
-            self.progress.log(mirror.read_new())
+            mirror.drain(self.progress.log)
             self._show_stages(statuses, shown)
             # Someone ran `gpucloud down` on this run from another terminal (it marks the run
             # before it kills anything, so the nodes' "stopped by a signal" status is not the outcome).
@@ -551,7 +551,7 @@ class _Run:
                     again = [channel.read_status(self.run_id, r) for r in dead]
                     if not all(st and st.get("state") in VM_FINAL_STATES for st in again):
                         mirror.sync(channel, final=True)
-                        self.progress.log(mirror.read_new())
+                        mirror.drain(self.progress.log)
                         stage = next((st.get("stage") for st in again if st), None)
                         where = f"node {dead[0]}" if n > 1 else "the machine"
                         self.peers_stopped = [r for r in range(n) if not finals[r] and r not in dead]
@@ -562,7 +562,7 @@ class _Run:
             time.sleep(interval)
         # Final statuses are in; their log_parts count covers every part: take the rest.
         mirror.sync(channel, final=True)
-        self.progress.log(mirror.read_new())
+        mirror.drain(self.progress.log)
         self.progress.phase(None)
         self.phases.update(_vm_phases(statuses))
         status, code, message = _outcome(statuses, seen)
@@ -641,7 +641,7 @@ class _Run:
             return
         try:
             self.mirror.sync(self.channel, final=True)
-            self.progress.log(self.mirror.read_new())
+            self.mirror.drain(self.progress.log)
         except Exception:  # the channel may already be gone with the run
             pass
 
@@ -777,10 +777,8 @@ def show_logs(run_id: str, *, follow: bool) -> int:
                 mirror.sync(channel, final=final)
             except Exception as exc:  # the channel may be gone (expired URLs, deleted bucket)
                 print(f"warning: newer log parts unavailable: {exc}", file=sys.stderr)
-        data = mirror.read_new()
-        if data:
-            out.write(data)
-            out.flush()
+        mirror.drain(out.write)
+        out.flush()
 
     pump(final=run.final)
     if not follow:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.channel import FileChannel, iter_manifest, pack_workdir
+from gpucloud.channel import FileChannel, iter_manifest, log_key, pack_workdir
 from gpucloud.render import render_bootstrap
 from gpucloud.stacks import Stack
 from tests.test_render import CPU, K80, NASTY, T4, make_candidate, make_spec
@@ -292,7 +292,9 @@ def test_many_log_parts_concatenate_exactly(tmp_path: Path) -> None:
 def test_log_parts_running_out_reuse_the_last_url(tmp_path: Path) -> None:
     vm = make_vm(tmp_path, run="for i in $(seq 1 30); do echo row$i; sleep 0.03; done")
     manifest = vm.channel.get_bytes(f"runs/{vm.run_id}/node-0/manifest").decode().splitlines()
-    kept = [line for line in manifest if not line.startswith("log_put ") or int(line.split()[1]) < 2]
+    later = datetime.now(UTC) + timedelta(minutes=5)
+    kept = [line for line in manifest if not line.startswith("log_dir ")]  # a store with a fixed list of URLs
+    kept += [f"log_put {i} {vm.channel.url_put(log_key(vm.run_id, 0, i), later)}" for i in range(2)]
     vm.channel.put_bytes(f"runs/{vm.run_id}/node-0/manifest", ("\n".join(kept) + "\n").encode())
     vm.run()
     assert vm.rc == 0

@@ -59,8 +59,8 @@ class MemoryChannel(Channel):
             del self.objects[key]
 
 
-def curl(*args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["curl", "-fsS", *args], capture_output=True, timeout=30)
+def curl(*args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:  # noqa: A002
+    return subprocess.run(["curl", "-fsS", *args], capture_output=True, timeout=30, input=input)
 
 
 # ---- FileChannel primitives -------------------------------------------------------------------
@@ -113,14 +113,26 @@ def test_prepare_writes_one_manifest_per_node(tmp_path: Path) -> None:
         assert dict(pairs)["deadline"] == str(int(deadline.timestamp()))
         ready = [rest.split(" ", 1) for k, rest in pairs if k == "ready_get"]
         assert [int(i) for i, _ in ready] == [0, 1, 2]
-        logs = [rest.split(" ", 1) for k, rest in pairs if k == "log_put"]
-        assert [int(i) for i, _ in logs] == list(range(len(logs)))
-        assert len(logs) == log_part_count(600, 5.0, ch.max_log_parts)
-        assert all(f"/node-{rank}/log/" in u for _, u in logs)
+        # a folder store grants the node's log folder instead of one URL per part (issue 11)
+        assert "log_put" not in keys
+        log_dir = dict(pairs)["log_dir"]
+        assert log_dir.endswith(f"/node-{rank}/log")
         assert f"/node-{rank}/status.json" in dict(pairs)["status_put"]
         # every PUT target's folder exists, so the VM's curl -T succeeds
-        for _, u in logs[:2]:
-            assert Path(u.removeprefix("file://")).parent.is_dir()
+        assert Path(log_dir.removeprefix("file://")).is_dir()
+        assert curl("-T", "-", f"{log_dir}/000000", input=b"part").returncode == 0
+    assert ch.read_log_parts("r1", 2) == []  # counted only once status.json says so
+
+
+def test_manifest_size_does_not_grow_with_max_duration(tmp_path: Path) -> None:
+    ch = FileChannel(tmp_path)
+    short = ch.prepare("a", 1, datetime.now(UTC) + timedelta(minutes=1), log_interval=0.5)
+    long = ch.prepare("b", 1, datetime.now(UTC) + timedelta(hours=6), log_interval=0.5)
+    sizes = [len(curl(u).stdout) for u in (short[0], long[0])]
+    assert abs(sizes[0] - sizes[1]) < 10 and sizes[1] < 2000, sizes
+    memory = MemoryChannel()  # a store without a folder grant still lists its parts
+    memory.prepare("c", 1, datetime.now(UTC) + timedelta(hours=6), log_interval=5.0)
+    assert memory.objects["runs/c/node-0/manifest"].count(b"log_put ") == log_part_count(6 * 3600, 5.0)
 
 
 def test_prepare_expiry_is_deadline_plus_margin() -> None:
