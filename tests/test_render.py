@@ -21,7 +21,6 @@ from gpucloud.errors import UserError
 from gpucloud.planner import Candidate
 from gpucloud.render import (
     AWS_USER_DATA_LIMIT,
-    BASH_RESERVED,
     check_user_data,
     compress_user_data,
     fit_user_data,
@@ -29,6 +28,7 @@ from gpucloud.render import (
     quote,
     render_bootstrap,
     render_env_block,
+    reserved_env_names,
     template_env,
     user_data_size,
 )
@@ -231,7 +231,10 @@ def test_env_block_rejects_bad_names() -> None:
     with pytest.raises(UserError):
         render_env_block({"OK": "nul\0byte"})
     for reserved in ("_", "UID", "BASH_ENV", "SHELLOPTS"):
-        with pytest.raises(UserError, match="bash itself owns"):
+        with pytest.raises(UserError, match="bash or the VM bootstrap owns"):
+            render_env_block({reserved: "x"})
+    for reserved in ("JOB", "SETSID", "W", "DEADLINE"):  # the bootstrap's own (issue 11)
+        with pytest.raises(UserError, match="bash or the VM bootstrap owns"):
             render_env_block({reserved: "x"})
 
 
@@ -255,7 +258,7 @@ def test_env_values_arrive_byte_for_byte(tmp_path: Path) -> None:
 
 
 _VALUE = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
-_KEY = st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,8}\Z").filter(lambda k: k not in BASH_RESERVED and not k.startswith("BASH"))
+_KEY = st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,8}\Z").filter(lambda k: k not in reserved_env_names() and not k.startswith("BASH"))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
