@@ -481,3 +481,50 @@ def test_artifact_tarball_contents(tmp_path: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
         names = set(tar.getnames())
     assert {"out dir/a b.txt", "metrics.json"} <= names
+
+
+# ---- layer (a): the backstop is armed before anything else (issue 11) -------------------------------
+
+def test_backstop_is_a_systemd_timer_on_clouds_and_shutdown_without_systemd(tmp_path: Path) -> None:
+    stub = {"STUB_GPU_NAME": "Tesla K80", "GPUCLOUD_DEADLINE_GRACE": "7"}
+    vm = make_vm(tmp_path / "a", provider="aws", stack=K80, gpu="K80", max_duration=600, stub_env=stub).run()
+    assert vm.status()["state"] == "succeeded"
+    calls = vm.calls()
+    timer = calls[0]  # before apt, nvidia-smi or anything else
+    assert timer.startswith("systemd-run --quiet --unit=gpucloud-backstop-") and "--on-active=607s" in timer
+    assert timer.endswith(f"{vm.script} backstop 0 {vm.proc.pid} {vm.vm_dir}")
+    vm = make_vm(tmp_path / "b", provider="aws", stack=K80, gpu="K80", max_duration=600,
+                 stub_env={**stub, "STUB_NO_SYSTEMD": "1"}).run()
+    assert vm.calls()[1] == "shutdown -P +11"  # 607 s, rounded up to minutes
+    assert vm.calls()[-1] == "shutdown -h now"
+
+
+def test_local_backstop_is_disarmed_when_the_run_ends(tmp_path: Path) -> None:
+    vm = make_vm(tmp_path, run="echo hi", stub_env={"GPUCLOUD_VM_SANDBOX": str(tmp_path / "vm")}).run()
+    assert vm.rc == 0
+    time.sleep(0.3)
+    from gpucloud.vm_engine import marked_pids
+
+    assert marked_pids(tmp_path / "vm") == []  # the setsid sleeper went with the run
+
+
+def test_backstop_fires_when_the_bootstrap_is_gone(tmp_path: Path) -> None:
+    """SIGKILL the bootstrap and its watchdog: the backstop still ends the job and reports."""
+    marker = f"gpucloud_marker_{uuid.uuid4().hex}"
+    vm = make_vm(tmp_path, run=f"sleep 60 # {marker}\n: {marker}", max_duration=2,
+                 stub_env={"GPUCLOUD_DEADLINE_GRACE": "2", "GPUCLOUD_VM_SANDBOX": str(tmp_path / "vm")}).start()
+    end = time.monotonic() + 10
+    while not (vm.vm_dir / "job.pgid").exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    os.killpg(vm.proc.pid, signal.SIGKILL)  # bootstrap, pump and watchdog; the job has its own session
+    vm.proc.wait(timeout=5)
+    assert _marker_pids(marker), "the job survives its bootstrap"
+    end = time.monotonic() + 10
+    while _marker_pids(marker) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert _marker_pids(marker) == []
+    end = time.monotonic() + 5  # the backstop reports right after its kill
+    while vm.status()["state"] == "running" and time.monotonic() < end:
+        time.sleep(0.1)
+    status = vm.status()
+    assert status["state"] == "deadline" and "backstop" in status["message"]
