@@ -779,3 +779,15 @@ def test_reserved_names_come_from_the_template() -> None:
     text = _load_template_source(TEMPLATE)
     for name in names - BASH_RESERVED:  # each one is assigned in the template
         assert re.search(rf"(?<![A-Za-z0-9_$]){name}(\[[^]]*\])?\+?=|read -ra? {name}\b", text), name
+
+
+def test_cli_validate_shows_what_would_be_uploaded(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print(1)\n")
+    (tmp_path / "code" / ".gitignore").write_text("data/\n")
+    (tmp_path / "code" / "data").mkdir()
+    (tmp_path / "code" / "data" / "big.bin").write_bytes(b"x" * 1000)
+    path = write(tmp_path / "code", LOCAL_JOB + "run: python train.py\n", "job.yaml")
+    out = cli("validate", str(path))
+    assert out.returncode == 0, out.stderr
+    assert f"workdir {(tmp_path / 'code').resolve()}: 3 file(s), " in out.stderr, out.stderr
