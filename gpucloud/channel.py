@@ -2,8 +2,9 @@
 
 The VM never holds cloud credentials and never accepts a connection: the CLI writes a manifest of
 pre-signed URLs (one `KEY URL` line each) and hands the VM only that manifest's URL. Every backend
-(file:// here, S3 in channel_s3.py, Azure Blob in channel_blob.py) provides four primitives; the
-run-level protocol (layout, manifest, status, log parts) is written once, in `Channel`.
+(file:// here, S3 in providers/aws/channel.py, Azure Blob in providers/azure/channel.py) provides
+four primitives; the run-level protocol (layout, manifest, status, log parts) is written once, in
+`Channel`.
 
 Object layout (docs/INTERNALS.md, "Channel"):
     runs/<run_id>/code.tar.gz

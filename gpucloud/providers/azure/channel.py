@@ -30,7 +30,7 @@ STORAGE_API = "2023-05-01"
 CONTAINER = "gpucloud"
 # SAS validity starts a little in the past: the VM's or the storage service's clock may lag ours.
 CLOCK_SKEW = timedelta(minutes=15)
-# A SAS URL lives at most as long as S3's SigV4 presigned URLs (channel_s3.MAX_PRESIGN): a leaked
+# A SAS URL lives at most as long as S3's SigV4 presigned URLs (providers/aws/channel.py MAX_PRESIGN): a leaked
 # manifest is useless after a week whatever the job's max_duration says.
 MAX_SAS = timedelta(days=7)
 
@@ -79,8 +79,11 @@ class BlobChannel(Channel):
         self.account_name = account_name or account_from_endpoint(self.account_url)
         self.account_key = account_key
         self.container = container
+        # Bounded like the ARM clients (docs/PROVIDERS.md, "Azure calls and retries"); uploads of
+        # the code tarball go in blocks, each answered well within the read timeout.
         self._service = BlobServiceClient(
-            self.account_url, credential={"account_name": self.account_name, "account_key": account_key})
+            self.account_url, credential={"account_name": self.account_name, "account_key": account_key},
+            retry_total=4, retry_connect=2, retry_read=1, connection_timeout=3, read_timeout=8)
         self._container = self._service.get_container_client(container)
         self._https = self.account_url.lower().startswith("https://")
 
