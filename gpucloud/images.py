@@ -27,7 +27,6 @@ from gpucloud.errors import InternalError
 from gpucloud.stack_data import PROFILES, PROPRIETARY_ONLY
 
 if TYPE_CHECKING:
-    from gpucloud.planner import Candidate
     from gpucloud.stacks import Stack
 
 ARM64 = "arm64"
@@ -236,10 +235,3 @@ def resolve_node(stack: Stack, cloud: str, instance_type: str, gpu_count: int, *
         cudnn_packages=stack.cudnn_packages if stack.cuda_toolkit else (),
         reasons=reasons,
     )
-
-
-def choose_for(candidate: Candidate, stack: Stack, job_image: str = "auto") -> Image | None:
-    """The image a planned candidate boots: a baked image of this stack where the candidate's image
-    store lists one (gpucloud/images_build.py), else `choose_image`."""
-    return choose_image(stack, candidate.cloud, candidate.instance_type, candidate.gpu_count,
-                        cpu_arch_of(candidate), job_image)

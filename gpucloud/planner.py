@@ -158,11 +158,12 @@ def make_plan(
     excluded: list[Exclusion] = []
     warnings: list[str] = list(stack.warnings)
     quick = _QuickReasons(spec, gpu, variants, clouds, regions)
+    images = _ImageChoice(stack, spec.image)
     with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/store.py)
         for off in cat.offerings:
             reason = quick.reason(off) or _exclusion_reason(off, spec, gpu, variants, clouds, regions)
             if reason is None:
-                options, reason = _priced_options(off, spec, policy)
+                options, reason = _priced_options(off, spec, policy, images)
                 candidates.extend(options)
             if reason is not None:
                 excluded.append(Exclusion(off.cloud, off.region, off.instance_type, reason))
@@ -174,23 +175,25 @@ def make_plan(
     age = data_age(cat, candidates[0])
     if age.stale:
         warnings.append(age.warning)
-    candidates = _with_images(candidates, stack, spec.image)
     return Plan(spec=spec, candidates=candidates, excluded=excluded, stack=stack, warnings=warnings, data=age)
 
 
-def _with_images(candidates: list[Candidate], stack: Stack, job_image: str) -> list[Candidate]:
-    """Each candidate with the image it boots (gpucloud/images.py, issue 13); one choice per
-    (cloud, instance type, GPU count, CPU architecture), however many regions and spot variants."""
-    from gpucloud.images import choose_for
+class _ImageChoice:
+    """The image each candidate boots (gpucloud/images.py, issue 13), chosen once per (cloud,
+    instance type, GPU count, CPU architecture) however many regions and markets offer it."""
 
-    chosen: dict[tuple[str, str, int, str], Image | None] = {}
-    out = []
-    for c in candidates:
-        key = (c.cloud, c.instance_type, c.gpu_count, c.arch)
-        if key not in chosen:
-            chosen[key] = choose_for(c, stack, job_image)
-        out.append(replace(c, image=chosen[key]))
-    return out
+    def __init__(self, stack: Stack, job_image: str) -> None:
+        self.stack, self.job_image = stack, job_image
+        self.chosen: dict[tuple[str, str, int, str], Image | None] = {}
+
+    def __call__(self, off: Offering) -> Image | None:
+        key = (off.cloud, off.instance_type, off.gpu_count, off.arch)
+        if key not in self.chosen:
+            from gpucloud.images import choose_image, cpu_arch_of
+
+            self.chosen[key] = choose_image(self.stack, off.cloud, off.instance_type, off.gpu_count,
+                                            cpu_arch_of(off), self.job_image)
+        return self.chosen[key]
 
 
 def _requested_gpu(spec: JobSpec, cat: Catalog) -> str | None:
@@ -319,7 +322,8 @@ def _exclusion_reason(off: Offering, spec: JobSpec, gpu: str | None, variants: f
     return None
 
 
-def _priced_options(off: Offering, spec: JobSpec, policy: bool | str) -> tuple[list[Candidate], str | None]:
+def _priced_options(off: Offering, spec: JobSpec, policy: bool | str,
+                    images: _ImageChoice | None = None) -> tuple[list[Candidate], str | None]:
     """Candidates for one offering under the spot policy and max price; or why there are none.
 
     spot: false -> on-demand; true -> spot only; auto -> both, so that failover falls back to
@@ -348,6 +352,7 @@ def _priced_options(off: Offering, spec: JobSpec, policy: bool | str) -> tuple[l
             gpu_count=off.gpu_count, num_nodes=spec.num_nodes, spot=is_spot, price_per_hour=price,
             total_per_hour=total, estimated_cost=round(total * spec.max_duration / 3600, 2),
             status=off.status, vcpus=off.vcpus, memory_gib=off.memory_gib, arch=off.arch,
+            image=images(off) if images is not None else None,
         ))
     return out, ("; ".join(too_dear) if not out else None)
 
