@@ -27,7 +27,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 SpecArg = Annotated[str, typer.Argument(help="Path to the job file (YAML).", metavar="SPEC")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help="aws | azure | local (overrides resources.cloud).")]
+CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help="aws | azure | local | ssh (overrides resources.cloud).")]
+HostOpt = Annotated[Optional[list[str]], typer.Option(
+    "--host", metavar="HOST", help="Run on this machine over SSH ([user@]host[:port] or an ssh alias; repeat for more nodes). "
+    "Implies --cloud ssh; overrides resources.hosts.")]
 RegionOpt = Annotated[Optional[str], typer.Option("--region", help="Only this region.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 
@@ -75,9 +78,28 @@ def handles_errors(fn: F) -> F:
 def parse_cloud(cloud: str | None) -> str | None:
     from gpucloud.errors import UserError
 
-    if cloud is not None and cloud not in {"aws", "azure", "local"}:
-        raise UserError(f"--cloud {cloud!r} is not a cloud gpucloud knows.", hint="Use one of: aws, azure, local.")
+    if cloud is not None and cloud not in {"aws", "azure", "local", "ssh"}:
+        raise UserError(f"--cloud {cloud!r} is not a cloud gpucloud knows.", hint="Use one of: aws, azure, local, ssh.")
     return cloud
+
+
+def with_hosts(job: Any, cloud: str | None, hosts: list[str] | None) -> tuple[Any, str | None]:
+    """`--host H` (repeatable): the job runs on those machines over SSH, whatever its file says."""
+    if not hosts:
+        return job, cloud
+    from gpucloud.errors import UserError
+    from gpucloud.spec import Resources
+
+    if cloud not in (None, "ssh"):
+        raise UserError(f"--host runs on your own machines over SSH; it cannot be combined with --cloud {cloud}.",
+                        hint="Drop --cloud, or drop --host.")
+    try:
+        checked = Resources.model_validate({"cloud": "ssh", "hosts": hosts})
+    except Exception as exc:  # pydantic's ValidationError: say which --host is wrong
+        raise UserError(f"--host: {str(exc).splitlines()[-1].strip()}",
+                        hint="Write [user@]host[:port] or an alias from ~/.ssh/config.") from None
+    res = job.resources.model_copy(update={"cloud": ["ssh"], "hosts": checked.hosts})
+    return job.model_copy(update={"resources": res}), "ssh"
 
 
 @app.command()
@@ -106,14 +128,15 @@ def plan(
     spot: Annotated[Optional[bool], typer.Option("--spot/--no-spot", help="Force spot or on-demand.")] = None,
     json_out: JsonOpt = False,
     show_all: Annotated[bool, typer.Option("--all", help="List every excluded offering, not only the closest.")] = False,
+    host: HostOpt = None,
 ) -> None:
     """Ranked candidates with $/h and estimated cost, the resolved stack, and why others were excluded."""
     from gpucloud.planner import make_plan
     from gpucloud.spec import load_spec
     from gpucloud import views
 
-    job = load_spec(spec)
-    result = make_plan(job, cloud=parse_cloud(cloud), region=region, spot=spot)
+    job, cloud = with_hosts(load_spec(spec), parse_cloud(cloud), host)
+    result = make_plan(job, cloud=cloud, region=region, spot=spot)
     if json_out:
         emit_json(result.as_json())
         return
@@ -209,14 +232,15 @@ def run(
     yes: YesOpt = False,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Do not wait for the teardown to finish.")] = False,
     json_out: JsonOpt = False,
+    host: HostOpt = None,
 ) -> None:
     """Run the whole lifecycle: plan, provision, stream logs, collect artifacts, tear down."""
     from gpucloud.lifecycle import run_job
     from gpucloud.spec import load_spec
 
-    job = load_spec(spec)
+    job, cloud = with_hosts(load_spec(spec), parse_cloud(cloud), host)
     result = run_job(
-        job, cloud=parse_cloud(cloud), region=region, spot=spot, detach=detach,
+        job, cloud=cloud, region=region, spot=spot, detach=detach,
         assume_yes=yes or non_interactive(), json_out=json_out, wait_teardown=not no_wait,
     )
     if json_out:
@@ -290,6 +314,39 @@ def iam_policy(cloud: Annotated[str, typer.Argument(help="aws")] = "aws") -> Non
     from gpucloud.providers.aws_policy import policy_document
 
     emit_json(policy_document())
+
+
+hosts_app = typer.Typer(help="Machines you own, reached over SSH (cloud: ssh).", no_args_is_help=True)
+app.add_typer(hosts_app, name="hosts")
+
+
+@hosts_app.command("probe")
+@handles_errors
+def hosts_probe(
+    hosts: Annotated[list[str], typer.Argument(metavar="HOST...", help="[user@]host[:port] or ssh aliases.")],
+    gpu: Annotated[Optional[str], typer.Option("--gpu", help="Judge the hosts for this GPU request, e.g. K40:1.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """GPUs, driver, CUDA, OS, free disk of each host, and the stack gpucloud resolves for it."""
+    from gpucloud.errors import UserError
+    from gpucloud.providers.ssh import SshProvider
+    from gpucloud.spec import JobSpec
+
+    try:
+        job = JobSpec.model_validate({"name": "probe", "run": "true",
+                                      "resources": {"cloud": "ssh", "hosts": hosts, **({"gpu": gpu} if gpu else {})}})
+    except Exception as exc:  # pydantic's ValidationError: name the bad argument
+        raise UserError(f"hosts probe: {str(exc).splitlines()[-1].strip()}",
+                        hint="Hosts are [user@]host[:port] or ssh aliases; --gpu is MODEL:COUNT.") from None
+    probes = SshProvider().probe(list(job.resources.hosts or []), job if gpu else None)
+    if json_out:
+        emit_json([p.as_json() for p in probes])
+    else:
+        from gpucloud.providers.ssh_probe import render_probe
+
+        print("\n".join(render_probe(p) for p in probes))
+    if any(p.problems for p in probes):
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -86,7 +86,38 @@ def new_run_id(name: str, now: datetime | None = None) -> str:
 def _provider(cloud: str) -> Provider:
     from gpucloud.providers import get_provider
 
-    return get_provider(cloud)
+    provider = get_provider(cloud)
+    # issue-15 branch only: the ssh provider speaks the refactored protocol (RunHandle, capabilities);
+    # the lead drops this adapter when merging onto the refactored lifecycle.
+    return _HandleAdapter(provider) if hasattr(provider, "capabilities") else provider  # type: ignore[return-value]
+
+
+class _HandleAdapter:
+    """Old lifecycle calls (run_id, region) -> the new Provider protocol (RunHandle); old optional
+    attributes (poll_interval, ...) -> the provider's Capabilities. issue-15 branch only."""
+
+    def __init__(self, provider: Any) -> None:
+        self._p = provider
+
+    def __getattr__(self, name: str) -> Any:
+        caps = self._p.capabilities
+        if name != "console_hint" and hasattr(caps, name):
+            return getattr(caps, name)
+        return getattr(self._p, name)
+
+    def _handle(self, run_id: str, region: str) -> Any:
+        from gpucloud.providers.base import RunHandle
+
+        return RunHandle(run_id=run_id, cloud=self._p.name, region=region)
+
+    def provision(self, req: Any, journal: Journal) -> list[str]:
+        return list(self._p.provision(req, journal).nodes)
+
+    def node_states(self, run_id: str, region: str) -> list[str]:
+        return list(self._p.node_states(self._handle(run_id, region)))
+
+    def teardown(self, run_id: str, region: str, journal: Journal, *, wait: bool = True) -> None:
+        self._p.teardown(self._handle(run_id, region), journal, wait=wait)
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -431,7 +462,7 @@ class _Run:
                                          node_rank=None if shared else rank, manifest_url=urls[rank],
                                          put_headers=channel.put_headers, log_interval=log_s,
                                          heartbeat_interval=self.heartbeat_s, master_port=master_port,
-                                         barrier_timeout=barrier_s)
+                                         barrier_timeout=barrier_s, **_render_caps(provider))
                         for rank in range(len(urls))
                     ]
                     if shared:
@@ -658,6 +689,12 @@ class _Run:
             return code if code != 0 else 70
         self.progress.phase_done("teardown", self.phases["teardown"])
         return code
+
+
+def _render_caps(provider: Provider) -> dict[str, Any]:
+    """issue-15 branch: skip_stack / gpu_check from a provider's Capabilities (ssh), else the defaults."""
+    caps = getattr(provider, "capabilities", None)
+    return {"skip_stack": not caps.install_stack, "gpu_check": caps.gpu_check} if caps is not None else {}
 
 
 def _rendezvous(provider: Provider) -> tuple[int, float]:

@@ -91,6 +91,11 @@ def make_plan(
     stack = resolve_stack(gpu, spec.stack)
     if clouds == ["local"]:
         return _local_plan(spec, stack, gpu)
+    if clouds == ["ssh"]:  # issue-15 branch: the refactor asks every priced=False provider for plan_candidates
+        from gpucloud.providers import get_provider
+
+        cands = get_provider("ssh").plan_candidates(spec)  # type: ignore[attr-defined]
+        return Plan(spec=spec, candidates=cands, excluded=[], stack=stack, warnings=list(stack.warnings))
     clouds = [c for c in clouds if c != "local"]
     regions = _allowed_regions(spec, region, clouds, cat)
     policy: bool | str = spec.resources.spot if spot is None else spot

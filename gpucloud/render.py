@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from gpucloud.stacks import Stack
 
 TEMPLATE = "bootstrap.sh.j2"
-PROVIDERS = ("local", "aws", "azure")
+PROVIDERS = ("local", "aws", "azure", "ssh")
 AWS_USER_DATA_LIMIT = 16 * 1024        # bytes, before base64 (FACTS.md section 6)
 AZURE_CUSTOM_DATA_LIMIT = 64 * 1024    # bytes, after base64
 DEFAULT_HEARTBEAT_S = 15.0

@@ -52,11 +52,13 @@ __all__ = [
     "parse_duration",
 ]
 
-CloudName = Literal["aws", "azure", "local"]
+CloudName = Literal["aws", "azure", "local", "ssh"]
 FrameworkName = Literal["pytorch", "tensorflow", "none"]
 
-_CLOUD_INPUT = Literal["any", "aws", "azure", "local"]
-_CLOUD_WORDS = ("aws", "azure", "local", "any")
+_CLOUD_INPUT = Literal["any", "aws", "azure", "local", "ssh"]
+_CLOUD_WORDS = ("aws", "azure", "local", "ssh", "any")
+# `[user@]host[:port]` or a ~/.ssh/config alias; never an ssh option (no leading dash, no spaces).
+_HOST_RE = re.compile(r"^(?:[A-Za-z0-9._][A-Za-z0-9._+-]*@)?(?:[A-Za-z0-9_][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
 _FRAMEWORKS = ("pytorch", "tensorflow", "none")
 _FRAMEWORK_ALIASES = {"torch": "pytorch", "tf": "tensorflow", "keras": "tensorflow", "cpu": "none"}
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
@@ -266,12 +268,44 @@ class Resources(_Strict):
     min_memory_gib: float | None = Field(None, gt=0)
     disk_gb: int = Field(100, ge=20, le=16384)
     ssh: bool = False
+    hosts: list[str] | None = None  # cloud: ssh only: the machines, `[user@]host[:port]` or ssh aliases
+
+    @field_validator("hosts", mode="before", json_schema_input_type=str | list[str] | None)
+    @classmethod
+    def _hosts(cls, value: Any) -> list[str] | None:
+        """One host or a list; each `[user@]host[:port]` or a ~/.ssh/config alias (docs/SSH.md)."""
+        expected = "a list of hosts such as [gpu-box, alice@10.0.0.7:2222]"
+        if value is None:
+            return None
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not items:
+            _fail(f"expected {expected}, got {describe(value)}")
+        out: list[str] = []
+        for i, item in enumerate(items):
+            sub = () if isinstance(value, str) else (i,)
+            text = item.strip() if isinstance(item, str) else ""
+            port = text.rpartition(":")[2] if ":" in text and not text.endswith("]") else ""
+            if not _HOST_RE.fullmatch(text) or (port and not 1 <= int(port) <= 65535):
+                _fail(f"{describe(item)} is not a host. Expected [user@]host[:port] or an alias from ~/.ssh/config", *sub)
+            if text not in out:
+                out.append(text)
+        return out
+
+    @model_validator(mode="after")
+    def _hosts_need_ssh(self) -> Resources:
+        """`hosts` names machines reached over SSH; with any other cloud it would be ignored silently."""
+        if "ssh" in self.cloud and len(self.cloud) > 1:
+            _fail("ssh cannot be combined with other clouds (your own machines are not a fallback "
+                  "for paid ones). Use cloud: ssh alone", "cloud")
+        if self.hosts and self.cloud != ["ssh"]:
+            _fail("is only used with cloud: ssh. Add cloud: ssh, or remove hosts", "hosts")
+        return self
 
     @field_validator("cloud", mode="before", json_schema_input_type=_CLOUD_INPUT | list[_CLOUD_INPUT])
     @classmethod
     def _cloud(cls, value: Any) -> list[str]:
         """"any" -> aws + azure; a single name or a list; case-insensitive, deduplicated in order."""
-        expected = "aws, azure, local, any, or a list of them"
+        expected = "aws, azure, local, ssh, any, or a list of them"
         if value is None:
             _fail(f"has no value. Expected {expected}")
         items = [value] if isinstance(value, str) else value
@@ -387,6 +421,7 @@ class StackSpec(_Strict):
     cudnn: str = "auto"
     framework: FrameworkName = "none"
     framework_version: str = "auto"
+    install: bool = False  # cloud: ssh: may gpucloud install the driver/CUDA on your machine (sudo)?
 
     @model_validator(mode="before")
     @classmethod
@@ -556,10 +591,10 @@ class JobSpec(_Strict):
     def _needs_hardware(self) -> JobSpec:
         """The planner needs a GPU or an instance type to pick machines; only local runs need neither."""
         res = self.resources
-        if res.gpu is None and res.instance_type is None and res.cloud != ["local"]:
+        if res.gpu is None and res.instance_type is None and res.cloud not in (["local"], ["ssh"]):
             _fail(
                 "needs a GPU or an instance type. Add gpu: MODEL:COUNT (e.g. gpu: K80:1) or "
-                "instance_type: p2.xlarge under resources; only cloud: local runs without either",
+                "instance_type: p2.xlarge under resources; only cloud: local and cloud: ssh run without either",
                 "resources",
             )
         return self

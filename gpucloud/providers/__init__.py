@@ -66,6 +66,9 @@ REGISTRY: dict[str, ProviderInfo] = {
                      "AZURE_SUBSCRIPTION_ID."),
         ProviderInfo("local", "gpucloud.providers.local", "LocalProvider", "this machine", False, False, _always,
                      "Nothing to configure."),
+        ProviderInfo("ssh", "gpucloud.providers.ssh", "SshProvider", "your machines over SSH", False, False, _always,
+                     "Make `ssh HOST true` work without a prompt (key in the agent or IdentityFile in "
+                     "~/.ssh/config; GPUCLOUD_SSH_CONFIG names another config file)."),
     )
 }
 
