@@ -57,7 +57,8 @@ echo "@gpus $free"
 LAUNCH_SCRIPT = r"""
 W="$R/work/$RUN/node-$RANK"; rm -rf "$W"; mkdir -p "$W" && cat >"$W/bootstrap.sh" || exit 1
 echo "$EXPIRES" >"$W/expires"
-cd "$W" && CUDA_VISIBLE_DEVICES="$GPUS" GPUCLOUD_VM_DIR="$W" GPUCLOUD_NODE_RANK="$RANK" \
+cd "$W" || exit 1
+CUDA_VISIBLE_DEVICES="$GPUS" GPUCLOUD_VM_DIR="$W" GPUCLOUD_NODE_RANK="$RANK" \
   setsid nohup bash "$W/bootstrap.sh" </dev/null >"$W/console.log" 2>&1 &
 echo $! >"$W/pid"; echo "@pid $!"
 """

@@ -26,6 +26,7 @@ CONFIG_ENV = "GPUCLOUD_SSH_CONFIG"          # another ssh_config file: `ssh -F P
 CONTROL_DIR_ENV = "GPUCLOUD_SSH_CONTROL_DIR"  # where the ControlMaster sockets live
 CONTROL_PERSIST_S = 120                      # the master outlives its last client this long
 CONNECT_TIMEOUT_S = 15
+MAX_CONTROL_DIR = 48                         # sun_path is 108 bytes: dir + "/" + 40 (%C) + 17 (ssh's temp suffix)
 SSH_ERROR = 255                              # ssh's own exit status (the remote command never returns it here)
 _HOST_KEY_PATTERNS = ("Host key verification failed", "No ED25519 host key is known", "No RSA host key is known",
                       "No ECDSA host key is known", "REMOTE HOST IDENTIFICATION HAS CHANGED")
@@ -75,6 +76,9 @@ class SshHost:
 def control_dir() -> Path:
     """Short, private folder for the master sockets (a unix socket path must stay under ~100 bytes)."""
     path = Path(os.environ.get(CONTROL_DIR_ENV) or Path(tempfile.gettempdir()) / f"gpucloud-ssh-{os.getuid()}")
+    if len(str(path)) > MAX_CONTROL_DIR:  # %C is 40 characters, ssh adds a 17-character temp suffix
+        raise UserError(f"{CONTROL_DIR_ENV}={path} is too long for ssh's control socket ({len(str(path))} > "
+                        f"{MAX_CONTROL_DIR} characters).", hint=f"Point {CONTROL_DIR_ENV} at a short folder such as /tmp/gc.")
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
 

@@ -19,6 +19,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,13 +111,18 @@ class SshLab:
         self.config = folder / "ssh_config"
         self.servers: list[SshdServer] = []
         self.user = pwd.getpwuid(os.getuid()).pw_name
+        self._control_dirs: list[str] = []
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation folder
 
     def env(self) -> dict[str, str]:
         """What the CLI under test needs: the config file and a private control-socket folder."""
-        ctl = self.folder / "ctl"
-        ctl.mkdir(mode=0o700, exist_ok=True)
-        return {"GPUCLOUD_SSH_CONFIG": str(self.config), "GPUCLOUD_SSH_CONTROL_DIR": str(ctl)}
+        return {"GPUCLOUD_SSH_CONFIG": str(self.config), "GPUCLOUD_SSH_CONTROL_DIR": self.control_dir()}
+
+    def control_dir(self) -> str:
+        """A fresh, short folder for ControlMaster sockets (socket paths are limited to 108 bytes)."""
+        path = tempfile.mkdtemp(prefix="gcssh-", dir="/tmp")
+        self._control_dirs.append(path)
+        return path
 
     def add_server(self, alias: str, *, gpu: tuple[str, int, int, str, str] | None = None, trusted: bool = True) -> SshdServer:
         """Start sshd `alias`; gpu = (name, count, memory MiB, driver, cuda) installs a stub nvidia-smi."""
@@ -169,9 +175,10 @@ class SshLab:
         self.config.write_text("\n".join(blocks))
 
     def close(self) -> None:
-        ctl = self.folder / "ctl"
-        for sock in ctl.glob("*") if ctl.is_dir() else []:
-            subprocess.run(["ssh", "-F", str(self.config), "-o", f"ControlPath={sock}", "-O", "exit", "x"],
-                           capture_output=True, timeout=10, check=False)
+        for ctl in self._control_dirs:
+            for sock in Path(ctl).glob("*"):
+                subprocess.run(["ssh", "-F", str(self.config), "-o", f"ControlPath={sock}", "-O", "exit", "x"],
+                               capture_output=True, timeout=10, check=False)
+            shutil.rmtree(ctl, ignore_errors=True)
         for server in self.servers:
             server.stop()
