@@ -594,7 +594,7 @@ class JobSpec(_Strict):
         if res.gpu is None and res.instance_type is None and res.cloud not in (["local"], ["ssh"]):
             _fail(
                 "needs a GPU or an instance type. Add gpu: MODEL:COUNT (e.g. gpu: K80:1) or "
-                "instance_type: p2.xlarge under resources; only cloud: local and cloud: ssh run without either",
+                "instance_type: p2.xlarge under resources; only cloud: local runs without either (and cloud: ssh, on your own machines)",
                 "resources",
             )
         return self

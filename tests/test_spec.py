@@ -448,7 +448,7 @@ BAD_SPECS: list[Bad] = [
     Bad("cuda-not-a-version", with_stack("cuda: eleven"), 5, "stack.cuda", ("'eleven' is not a version", "11.4")),
     # clouds and regions
     Bad("cloud-gcp", "name: job\nresources:\n  cloud: gcp\n  gpu: K80:1\nrun: x\n", 3, "resources.cloud",
-        ("unknown cloud 'gcp'", "Expected aws, azure, local, any, or a list of them")),
+        ("unknown cloud 'gcp'", "Expected aws, azure, local, ssh, any, or a list of them")),
     Bad("cloud-typo", "name: job\nresources:\n  cloud: awz\n  gpu: K80:1\nrun: x\n", 3, "resources.cloud", ("Did you mean 'aws'?",)),
     Bad("cloud-list-item", "name: job\nresources:\n  cloud:\n    - aws\n    - gcp\n  gpu: K80:1\nrun: x\n", 5, "resources.cloud[1]",
         ("unknown cloud 'gcp'",)),
