@@ -194,6 +194,16 @@ def test_two_nodes_on_two_hosts(lab: SshLab, cli_env: dict[str, str], tmp_path: 
     assert len(masters) == 1, "both nodes agree on MASTER_ADDR:MASTER_PORT (the first host's)"
     for alias in ("cpu1", "cpu2"):
         assert not list((server(lab, alias).remote_root / "work").iterdir())
+    # Detached, nobody following: the provider's relay still carries the barrier across hosts.
+    detached = gpucloud(cli_env, "run", str(spec), "--detach", cwd=tmp_path)
+    assert detached.returncode == 0, detached.stderr
+    run_id = detached.stdout.strip().splitlines()[-1]
+    node1_log = server(lab, "cpu2").remote_root / "work" / run_id / "node-1" / "job.log"
+    assert wait_for(lambda: node1_log.is_file() and "rank=1 of 2" in node1_log.read_text(errors="replace"), 60), \
+        "node 1 got past the barrier with no CLI reading the run"
+    follow = gpucloud(cli_env, "logs", run_id, "--follow", cwd=tmp_path)
+    assert follow.returncode == 0 and "[node 1] rank=1 of 2" in follow.stdout, follow.stdout + follow.stderr
+    assert gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path).returncode == 0
 
 
 def test_two_runs_compete_for_one_gpu(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
@@ -206,6 +216,8 @@ def test_two_runs_compete_for_one_gpu(lab: SshLab, cli_env: dict[str, str], tmp_
     assert f"held by run {first_id}" in second.stderr
     listing = gpucloud(cli_env, "ls", cwd=tmp_path)
     assert first_id in listing.stdout and "ssh/t4box" in listing.stdout
+    probe = gpucloud(cli_env, "hosts", "probe", "t4box", cwd=tmp_path)
+    assert f"locked by run {first_id}" in probe.stdout
     assert gpucloud(cli_env, "down", first_id, "--yes", cwd=tmp_path).returncode == 0
     again = gpucloud(cli_env, "run", str(job(tmp_path, "third", body.replace("sleep 60", "true"))), cwd=tmp_path)
     assert again.returncode == 0, again.stderr

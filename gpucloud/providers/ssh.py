@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from gpucloud.errors import UserError
 from gpucloud.providers import ssh_transport
 from gpucloud.providers.base import Capabilities, CapacityError, FatalProvisionError, LaunchRequest, RunHandle
-from gpucloud.providers.ssh_channel import SshChannel, fill_root
+from gpucloud.providers.ssh_channel import SshChannel, fill_root, start_relay
 from gpucloud.providers.ssh_probe import REMOTE_ROOT, HostProbe, assess, driver_problem, install_command, probe_host
 
 if TYPE_CHECKING:
@@ -195,6 +195,8 @@ class SshProvider:
         except BaseException:
             self._quiet_teardown(handle, journal)
             raise
+        if len(hosts) > 1:
+            start_relay(req.run_id, hosts, self.capabilities.barrier_timeout + 60)
         return handle
 
     def _quiet_teardown(self, handle: RunHandle, journal: Journal) -> None:

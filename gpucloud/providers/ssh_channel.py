@@ -10,12 +10,17 @@ Keys are the same as on every backend (docs/INTERNALS.md, "Channel"). `runs/<id>
 on the run's r-th host; run-level keys (the code tarball) are written to every host. URLs carry a
 placeholder for the host's remote root, filled in when a manifest or bootstrap is written to that
 host (homes differ between hosts). Multi-node: each node's `ready` is copied to its peers' hosts by
-whichever CLI process reads rank 0's status (`run`, `logs --follow`, `status`, `ls`).
+whichever CLI process reads rank 0's status (`run`, `logs --follow`, `status`, `ls`), and by a small
+background relay the provider starts with the run (`start_relay`), so a `--detach`ed run crosses
+its barrier with nobody following it.
 """
 
 from __future__ import annotations
 
 import shlex
+import subprocess
+import sys
+import time
 import urllib.parse
 from datetime import datetime
 from pathlib import Path
@@ -143,3 +148,28 @@ class SshChannel(Channel):
                     self._run(peer, f'p={self._path(key)}; mkdir -p "$(dirname "$p")" && cat >"$p.tmp" && mv -f "$p.tmp" "$p"',
                               input=data)
             self._relayed.add((run_id, rank))
+
+
+def start_relay(run_id: str, hosts: list[str], timeout_s: float) -> None:
+    """Start the barrier relay for a multi-node run as its own session (it outlives the CLI)."""
+    subprocess.Popen([sys.executable, "-m", "gpucloud.providers.ssh_channel", run_id, ",".join(hosts), str(timeout_s)],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
+
+
+def relay_until_done(run_id: str, hosts: list[str], timeout_s: float) -> None:
+    """Copy `ready` objects between hosts until every node's is everywhere, the run's channel is
+    gone (torn down) or the barrier timeout has passed."""
+    channel, until = SshChannel(hosts), time.monotonic() + timeout_s
+    while time.monotonic() < until and len(channel._relayed) < len(hosts):
+        try:
+            if channel.get_bytes(f"{node_prefix(run_id, 0)}/manifest") is None:
+                return
+            channel.relay_ready(run_id)
+        except Exception:  # noqa: BLE001 - a dropped connection: try again next second
+            pass
+        time.sleep(1.0)
+
+
+if __name__ == "__main__":
+    relay_until_done(sys.argv[1], sys.argv[2].split(","), float(sys.argv[3]))

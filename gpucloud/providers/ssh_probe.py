@@ -30,6 +30,7 @@ echo "@user $(id -un)"
 if [ -r /etc/os-release ]; then . /etc/os-release; echo "@os ${ID:-linux} ${VERSION_ID:-} ${PRETTY_NAME:-}"; else echo "@os $(uname -s)"; fi
 echo "@disk $(df -Pk "$R" 2>/dev/null | awk 'NR==2 {print $4}')"
 if [ "$(id -u)" = 0 ]; then echo "@sudo root"; elif sudo -n true 2>/dev/null; then echo "@sudo yes"; else echo "@sudo no"; fi
+for f in "$R"/locks/gpu-*; do [ -f "$f" ] && echo "@lock ${f##*/gpu-} $(cat "$f")"; done
 for t in bash curl tar gzip setsid flock; do command -v "$t" >/dev/null 2>&1 || echo "@missing $t"; done
 if command -v nvidia-smi >/dev/null 2>&1; then
   out=$(nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits 2>&1) && rc=0 || rc=$?
@@ -71,6 +72,7 @@ class HostProbe:
     stack: Stack | None = None
     problems: list[str] = field(default_factory=list)  # what stops a GPU job here, each with its fix
     notes: list[str] = field(default_factory=list)     # worth knowing, not blocking
+    locks: dict[int, str] = field(default_factory=dict)  # GPU index -> run id holding its lock (maybe stale)
 
     @property
     def gpu_model(self) -> str | None:
@@ -83,7 +85,8 @@ class HostProbe:
         return {
             "host": self.host, "user": self.user, "os": self.os, "root": self.root,
             "disk_free_gib": round(self.disk_free_gib, 1), "sudo": self.sudo, "missing_tools": self.missing_tools,
-            "gpus": [{"index": g.index, "name": g.name, "model": g.model, "memory_mib": g.memory_mib} for g in self.gpus],
+            "gpus": [{"index": g.index, "name": g.name, "model": g.model, "memory_mib": g.memory_mib,
+                      "locked_by": self.locks.get(g.index)} for g in self.gpus],
             "driver": self.driver, "cuda": self.cuda, "nvidia_smi_error": self.smi_error,
             "stack": self.stack.as_json() if self.stack else None, "problems": self.problems, "notes": self.notes,
         }
@@ -107,6 +110,9 @@ def parse_probe(host: str, text: str) -> HostProbe:
             probe.disk_free_gib = int(value) / 1048576 if value.isdigit() else 0.0
         elif key == "@sudo":
             probe.sudo = value
+        elif key == "@lock" and value.split(" ")[0].isdigit():
+            index, _, run_id = value.partition(" ")
+            probe.locks[int(index)] = run_id
         elif key == "@missing":
             probe.missing_tools.append(value)
         elif key == "@gpu":
@@ -200,7 +206,8 @@ def render_probe(probe: HostProbe) -> str:
              f"sudo: {probe.sudo}"]
     if probe.gpus:
         for g in probe.gpus:
-            lines.append(f"  GPU {g.index}: {g.name} ({g.model or 'not in the catalog'}), {g.memory_mib} MiB")
+            held = f", locked by run {probe.locks[g.index]}" if g.index in probe.locks else ""
+            lines.append(f"  GPU {g.index}: {g.name} ({g.model or 'not in the catalog'}), {g.memory_mib} MiB{held}")
         lines.append(f"  driver {probe.driver}, CUDA {probe.cuda or '?'}")
     else:
         lines.append(f"  no GPU: {probe.smi_error or 'nvidia-smi shows none'}")
