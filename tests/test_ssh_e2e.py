@@ -148,29 +148,42 @@ def test_ctrl_c_gives_130_and_leaves_nothing(lab: SshLab, cli_env: dict[str, str
     assert wait_for(lambda: not run_processes(run_id), 10), [Path(f"/proc/{p}/cmdline").read_bytes() for p in run_processes(run_id)]
 
 
-def test_dropped_connection_run_carries_on(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
+def drop_connection(box: SshdServer, env: dict[str, str], alias: str) -> None:
+    """Kill the host's ControlMaster (client side) and every sshd session process (server side)."""
     from gpucloud.providers import ssh_transport
 
-    box = server(lab, "cpu1")
-    spec = job(tmp_path, "dropped", "resources: {cloud: ssh, hosts: [cpu1]}\n"
-                                    "run: for i in 1 2 3 4 5 6; do echo tick $i; sleep 1; done; echo finished\n")
-    res = gpucloud(cli_env, "run", str(spec), "--detach", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    run_id = res.stdout.strip().splitlines()[-1]
-    old = {k: os.environ.get(k) for k in cli_env}
-    os.environ.update(cli_env)
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
-        pid = ssh_transport.master_pid(ssh_transport.SshHost.parse("cpu1"))
+        pid = ssh_transport.master_pid(ssh_transport.SshHost.parse(alias))
     finally:
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    assert pid, "the run left its ControlMaster up for reuse"
-    os.kill(pid, signal.SIGKILL)  # the client side of the connection dies ...
-    for session in box.session_pids():  # ... and so does the server side
+    assert pid, "the run keeps a ControlMaster up for reuse"
+    os.kill(pid, signal.SIGKILL)
+    for session in box.session_pids():
         os.kill(session, signal.SIGKILL)
+
+
+def test_dropped_connection_run_carries_on(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
+    box = server(lab, "cpu1")
+    spec = job(tmp_path, "dropped", "resources: {cloud: ssh, hosts: [cpu1]}\n"
+                                    "run: for i in 1 2 3 4 5 6; do echo tick $i; sleep 1; done; echo finished\n")
+    # Attached: the CLI following the run reconnects (a new master) and sees it to the end.
+    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(spec)], env=cli_env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert wait_for(lambda: any((box.remote_root / "work").rglob("job.pgid")), 90)
+    drop_connection(box, cli_env, "cpu1")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "tick 6" in out and "finished" in out, out
+    # Detached: nobody is connected when the connection drops; `logs --follow` picks the run up.
+    res = gpucloud(cli_env, "run", str(spec), "--detach", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    run_id = res.stdout.strip().splitlines()[-1]
+    drop_connection(box, cli_env, "cpu1")
     assert wait_for(lambda: bool(run_processes(run_id)), 5), "the bootstrap did not die with the ssh session"
     follow = gpucloud(cli_env, "logs", run_id, "--follow", cwd=tmp_path)
     assert follow.returncode == 0, follow.stderr
