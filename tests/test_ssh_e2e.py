@@ -33,6 +33,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
     lab.add_server("cpu1")
     lab.add_server("cpu2")
     lab.add_server("stranger", trusted=False)
+    lab.add_server("bare", gpu=("Tesla K40m", 1, 11441, "apt", ""))
     yield lab
     lab.close()
 
@@ -243,3 +244,18 @@ def test_unknown_host_key_is_refused_with_the_fix(lab: SshLab, cli_env: dict[str
     assert "host key" in res.stderr and "ssh-keyscan" in res.stderr
     assert "Traceback" not in res.stderr
     assert not lab.known_hosts.read_text().count(str(server(lab, "stranger").port))
+
+
+def test_driver_install_needs_install_true(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
+    box = server(lab, "bare")
+    probe = gpucloud(cli_env, "hosts", "probe", "bare", "--gpu", "K40:1", cwd=tmp_path)
+    assert probe.returncode == 1 and "no working NVIDIA driver" in probe.stdout, probe.stdout + probe.stderr
+    body = "resources: {cloud: ssh, gpu: K40:1, hosts: [bare]}\nrun: nvidia-smi --query-gpu=name,driver_version --format=csv\n"
+    refused = gpucloud(cli_env, "run", str(job(tmp_path, "nodriver", body)), cwd=tmp_path)
+    assert refused.returncode == 2 and "apt-get install -y cuda-drivers-470" in refused.stderr, refused.stderr
+    assert not (box.folder / "state" / "pkgs" / "cuda-drivers-470").exists(), "nothing installed without consent"
+    res = gpucloud(cli_env, "run", str(job(tmp_path, "install", "stack: {install: true}\n" + body)), cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Tesla K40m, 470.82.01" in res.stdout + res.stderr
+    calls = (box.folder / "state" / "calls").read_text()
+    assert "dpkg -i cuda-keyring_1.1-1_all.deb" in calls and "apt-get install -y cuda-drivers-470" in calls

@@ -21,7 +21,7 @@ from gpucloud.errors import UserError
 from gpucloud.providers import ssh_transport
 from gpucloud.providers.base import Capabilities, CapacityError, FatalProvisionError, LaunchRequest, RunHandle
 from gpucloud.providers.ssh_channel import SshChannel, fill_root, start_relay
-from gpucloud.providers.ssh_probe import REMOTE_ROOT, HostProbe, assess, driver_problem, install_command, probe_host
+from gpucloud.providers.ssh_probe import HOST_NVIDIA_REPO, REMOTE_ROOT, HostProbe, assess, driver_problem, install_command, probe_host
 
 if TYPE_CHECKING:
     from gpucloud.planner import Candidate
@@ -216,8 +216,8 @@ class SshProvider:
         if probe.sudo not in ("root", "yes"):
             raise FatalProvisionError(f"{host}: the driver must be installed and {probe.user} has no passwordless sudo.",
                                       hint=f"Run on the host: {install_command(req.stack)}")
-        res = ssh_transport.run(_host(host), f"cd /tmp && {install_command(req.stack, probe.sudo)}", timeout=3600,
-                                check=False)
+        command = install_command(req.stack, probe.sudo, HOST_NVIDIA_REPO)
+        res = ssh_transport.run(_host(host), f'cd "$(mktemp -d)" && {command}', timeout=3600, check=False)
         if res.returncode != 0:
             raise FatalProvisionError(f"{host}: installing driver R{req.stack.driver} failed: {res.stderr[-400:]}")
 

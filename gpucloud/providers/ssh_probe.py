@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 REMOTE_ROOT = '${GPUCLOUD_REMOTE_ROOT:-$HOME/.gpucloud}'  # the run folders, channel and locks on a host
 NVIDIA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos"
+HOST_NVIDIA_REPO = "${GPUCLOUD_NVIDIA_REPO:-" + NVIDIA_REPO + "}"  # as run on the host: a mirror may be set there
 # The last driver branch that still supports an architecture (NVIDIA dropped Kepler after R470;
 # docs/SSH.md cites the source). A newer driver on such a GPU does not see it at all.
 LAST_BRANCH = {"Kepler": 470}
@@ -128,13 +129,14 @@ def parse_probe(host: str, text: str) -> HostProbe:
     return probe
 
 
-def install_command(stack: Stack, sudo: str = "yes") -> str:
+def install_command(stack: Stack, sudo: str = "yes", repo: str = NVIDIA_REPO) -> str:
     """The commands that install the stack's driver from NVIDIA's apt repository (what `stack:
-    {install: true}` runs over ssh, and what the error message tells a user to run by hand)."""
+    {install: true}` runs over ssh, and what the error message tells a user to run by hand).
+    `repo`: the repository base; the provider passes the host's GPUCLOUD_NVIDIA_REPO (a mirror)."""
     pre = "" if sudo == "root" else "sudo -n "
     deb = "cuda-keyring_1.1-1_all.deb"
     pkgs = " ".join(stack.driver_packages)
-    return (f"curl -fsSLO {NVIDIA_REPO}/{stack.cuda_repo}/x86_64/{deb} && {pre}dpkg -i {deb} && "
+    return (f"curl -fsSLO {repo}/{stack.cuda_repo}/x86_64/{deb} && {pre}dpkg -i {deb} && "
             f"{pre}apt-get update && {pre}DEBIAN_FRONTEND=noninteractive apt-get install -y {pkgs}")
 
 

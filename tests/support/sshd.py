@@ -25,10 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
+VM_STUBS = Path(__file__).resolve().parent / "vm_stubs"
 
 STUB_NVIDIA_SMI = r"""#!/bin/bash
 # Stub nvidia-smi for the ssh tests: GPU name, count, memory and driver from the lines below.
 NAME=%(name)s COUNT=%(count)d MEM=%(mem)d DRIVER=%(driver)s CUDA=%(cuda)s
+if [[ $DRIVER == apt ]]; then  # no driver until the apt-get stub "installed" cuda-drivers-<branch>
+  f=$(ls "$STUB_STATE"/pkgs/cuda-drivers-* 2>/dev/null | head -n 1)
+  [[ -n $f ]] || { echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." >&2; exit 9; }
+  DRIVER=${f##*-}.82.01
+fi
 q=""; for a in "$@"; do case $a in --query-gpu=*) q=${a#--query-gpu=} ;; esac; done
 if [[ -n $q ]]; then
   for ((i = 0; i < COUNT; i++)); do
@@ -125,7 +131,9 @@ class SshLab:
         return path
 
     def add_server(self, alias: str, *, gpu: tuple[str, int, int, str, str] | None = None, trusted: bool = True) -> SshdServer:
-        """Start sshd `alias`; gpu = (name, count, memory MiB, driver, cuda) installs a stub nvidia-smi."""
+        """Start sshd `alias`; gpu = (name, count, memory MiB, driver, cuda) installs a stub nvidia-smi.
+        Driver "apt": none until the driver package is installed through the stub apt-get/dpkg of
+        tests/support/vm_stubs (their state in <folder>/state), from a fake NVIDIA repository."""
         folder = self.folder / alias
         folder.mkdir()
         host_key = folder / "ssh_host_ed25519_key"
@@ -140,12 +148,21 @@ class SshLab:
             stub.chmod(0o755)
         server = SshdServer(alias=alias, folder=folder, port=free_port(), remote_root=folder / "remote")
         path = f"{bin_dir}:{os.path.dirname(shutil.which('python3') or '/usr/bin/python3')}:/usr/local/bin:/usr/bin:/bin"
+        extra = ""
+        if gpu and gpu[3] == "apt":
+            repo = folder / "nvidia-repo"
+            for dist in ("ubuntu2004", "ubuntu2204", "ubuntu2404"):
+                (repo / dist / "x86_64").mkdir(parents=True)
+                (repo / dist / "x86_64" / "cuda-keyring_1.1-1_all.deb").write_bytes(b"stub keyring")
+            for name in ("apt-get", "dpkg", "_common.sh"):  # not the whole folder: its python3 stub
+                shutil.copy2(VM_STUBS / name, bin_dir / name)
+            extra = f" STUB_STATE={folder / 'state'} GPUCLOUD_NVIDIA_REPO={repo.as_uri()}"
         (folder / "sshd_config").write_text(
             f"Port {server.port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nPidFile {folder / 'sshd.pid'}\n"
             f"AuthorizedKeysFile {self.client_key}.pub\nPermitRootLogin prohibit-password\nStrictModes no\n"
             "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nLogLevel VERBOSE\n"
             "MaxSessions 100\nMaxStartups 100\n"
-            f"SetEnv PATH={path} GPUCLOUD_REMOTE_ROOT={server.remote_root}\n"
+            f"SetEnv PATH={path} GPUCLOUD_REMOTE_ROOT={server.remote_root}{extra}\n"
         )
         log = server.log_path.open("ab")
         server.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(folder / "sshd_config")], stdout=log, stderr=log)
