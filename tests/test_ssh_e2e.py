@@ -75,6 +75,14 @@ def run_processes(run_id: str) -> list[int]:
     return [p for p in found if p != os.getpid()]
 
 
+def start_run(env: dict[str, str], spec: Path, cwd: Path, box: SshdServer) -> subprocess.Popen[str]:
+    """`gpucloud run` in the background, returned once its job is running on the host."""
+    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(spec)], env=env, cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert wait_for(lambda: any((box.remote_root / "work").rglob("job.pgid")), 90)
+    return proc
+
+
 def wait_for(predicate, timeout: float = 60.0, step: float = 0.2) -> bool:  # type: ignore[no-untyped-def]
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -135,10 +143,8 @@ def test_ctrl_c_gives_130_and_leaves_nothing(lab: SshLab, cli_env: dict[str, str
     box = server(lab, "t4box")
     spec = job(tmp_path, "interrupted", "resources: {cloud: ssh, gpu: T4:1, hosts: [t4box]}\n"
                                         "run: echo started; sleep 300\n")
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(spec)], env=cli_env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert wait_for(lambda: any((box.remote_root / "locks").glob("gpu-*")) and
-                    any(p.name == "job.pgid" for p in (box.remote_root / "work").rglob("job.pgid")), 90)
+    proc = start_run(cli_env, spec, tmp_path, box)
+    assert any((box.remote_root / "locks").glob("gpu-*"))
     run_id = next((box.remote_root / "work").iterdir()).name
     assert run_processes(run_id)
     proc.send_signal(signal.SIGINT)
@@ -174,9 +180,7 @@ def test_dropped_connection_run_carries_on(lab: SshLab, cli_env: dict[str, str],
     spec = job(tmp_path, "dropped", "resources: {cloud: ssh, hosts: [cpu1]}\n"
                                     "run: for i in 1 2 3 4 5 6; do echo tick $i; sleep 1; done; echo finished\n")
     # Attached: the CLI following the run reconnects (a new master) and sees it to the end.
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(spec)], env=cli_env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert wait_for(lambda: any((box.remote_root / "work").rglob("job.pgid")), 90)
+    proc = start_run(cli_env, spec, tmp_path, box)
     drop_connection(box, cli_env, "cpu1")
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "tick 6" in out and "finished" in out, out
