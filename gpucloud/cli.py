@@ -12,11 +12,11 @@ from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
-from gpucloud import __version__
+from gpucloud import __version__, ci_output
 
 app = typer.Typer(
     name="gpucloud",
-    help="Run a declarative GPU training job on AWS, Azure or this machine, then tear everything down.",
+    help="Run a declarative GPU training job on a cloud (AWS, Azure) or this machine, then tear everything down.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -27,11 +27,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 SpecArg = Annotated[str, typer.Argument(help="Path to the job file (YAML).", metavar="SPEC")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help="aws | azure | local | ssh (overrides resources.cloud).")]
-HostOpt = Annotated[Optional[list[str]], typer.Option(
-    "--host", metavar="HOST", help="Run on this machine over SSH ([user@]host[:port] or an ssh alias; repeat for more nodes). "
-    "Implies --cloud ssh; overrides resources.hosts.")]
+CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help="A provider name (overrides resources.cloud); "
+                                                                   "`gpucloud --help` lists them.")]
 RegionOpt = Annotated[Optional[str], typer.Option("--region", help="Only this region.")]
+HostOpt = Annotated[Optional[list[str]], typer.Option(
+    "--host", metavar="HOST", help="Run on this machine of yours, reached over SSH ([user@]host[:port] or an ssh "
+    "alias; repeat for more nodes). Picks the provider that takes hosts; overrides resources.hosts.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 
 
@@ -50,7 +51,8 @@ def non_interactive() -> bool:
 
 
 def handles_errors(fn: F) -> F:
-    """Turn every failure into one clear paragraph on stderr and the exit code of DESIGN.md section 4."""
+    """Turn every failure into one clear paragraph on stderr and its exit code (docs/INTERNALS.md,
+    "Errors and exit codes")."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -60,6 +62,7 @@ def handles_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except GpucloudError as exc:
             err(f"error: {exc.render()}")
+            ci_output.report_error(exc, fn.__name__)  # CI hook: annotations, step summary, dotenv (docs/CI.md)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err("interrupted")
@@ -76,30 +79,35 @@ def handles_errors(fn: F) -> F:
 
 
 def parse_cloud(cloud: str | None) -> str | None:
+    from gpucloud import providers
     from gpucloud.errors import UserError
 
-    if cloud is not None and cloud not in {"aws", "azure", "local", "ssh"}:
-        raise UserError(f"--cloud {cloud!r} is not a cloud gpucloud knows.", hint="Use one of: aws, azure, local, ssh.")
+    if cloud is not None and cloud not in providers.names():
+        raise UserError(f"--cloud {cloud!r} is not a cloud gpucloud knows.",
+                        hint=f"Use one of: {', '.join(providers.names())}.")
     return cloud
 
 
 def with_hosts(job: Any, cloud: str | None, hosts: list[str] | None) -> tuple[Any, str | None]:
-    """`--host H` (repeatable): the job runs on those machines over SSH, whatever its file says."""
+    """`--host H` (repeatable): the job runs on those machines, whatever its file says, through the
+    provider that takes hosts (the registry's `takes_hosts`)."""
     if not hosts:
         return job, cloud
+    from gpucloud import providers
     from gpucloud.errors import UserError
     from gpucloud.spec import Resources
 
-    if cloud not in (None, "ssh"):
-        raise UserError(f"--host runs on your own machines over SSH; it cannot be combined with --cloud {cloud}.",
-                        hint="Drop --cloud, or drop --host.")
+    host_cloud = cloud if cloud in providers.host_clouds() else providers.host_clouds()[0]
+    if cloud not in (None, host_cloud):
+        raise UserError(f"--host runs on your own machines; it cannot be combined with --cloud {cloud}.",
+                        hint=f"Drop --cloud, or drop --host (or use --cloud {host_cloud}).")
     try:
-        checked = Resources.model_validate({"cloud": "ssh", "hosts": hosts})
+        checked = Resources.model_validate({"cloud": host_cloud, "hosts": hosts})
     except Exception as exc:  # pydantic's ValidationError: say which --host is wrong
         raise UserError(f"--host: {str(exc).splitlines()[-1].strip()}",
                         hint="Write [user@]host[:port] or an alias from ~/.ssh/config.") from None
-    res = job.resources.model_copy(update={"cloud": ["ssh"], "hosts": checked.hosts})
-    return job.model_copy(update={"resources": res}), "ssh"
+    res = job.resources.model_copy(update={"cloud": [host_cloud], "hosts": checked.hosts})
+    return job.model_copy(update={"resources": res}), host_cloud
 
 
 @app.command()
@@ -149,28 +157,36 @@ def render(
     spec: SpecArg,
     cloud: CloudOpt = None,
     node_rank: Annotated[int, typer.Option("--node-rank", help="Which node's user-data.")] = 0,
+    host: HostOpt = None,
 ) -> None:
     """Print the user-data (bootstrap script) the VM would get."""
+    from gpucloud import providers
     from gpucloud.errors import UserError
     from gpucloud.planner import make_plan
     from gpucloud.render import render_bootstrap
     from gpucloud.spec import load_spec
 
-    job = load_spec(spec)
-    result = make_plan(job, cloud=parse_cloud(cloud))
+    job, cloud = with_hosts(load_spec(spec), parse_cloud(cloud), host)
+    result = make_plan(job, cloud=cloud)
     first = result.candidates[0]
     if not 0 <= node_rank < job.num_nodes:
         raise UserError(f"--node-rank {node_rank} is outside 0..{job.num_nodes - 1} (num_nodes is {job.num_nodes}).")
     text = render_bootstrap(
-        job, result.stack, first, provider=first.cloud, run_id="RUN_ID", node_rank=node_rank,
+        job, result.stack, first, caps=providers.capabilities(first.cloud), run_id="RUN_ID", node_rank=node_rank,
         manifest_url="MANIFEST_URL",
     )
     sys.stdout.write(text)
 
 
-@app.command()
+catalog_app = typer.Typer(help="List offerings (retired ones only with --all); `catalog refresh` updates them.",
+                          no_args_is_help=False, rich_markup_mode=None)
+app.add_typer(catalog_app, name="catalog")
+
+
+@catalog_app.callback(invoke_without_command=True)
 @handles_errors
 def catalog(
+    ctx: typer.Context,
     gpu: Annotated[Optional[str], typer.Option("--gpu", help="Only this GPU model.")] = None,
     cloud: CloudOpt = None,
     region: RegionOpt = None,
@@ -178,13 +194,48 @@ def catalog(
     json_out: JsonOpt = False,
 ) -> None:
     """List offerings (retired ones only with --all)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from gpucloud import views
+    from gpucloud.catalog.views import offering_json
 
     rows = views.catalog_rows(gpu=gpu, cloud=parse_cloud(cloud), region=region, include_retired=show_all)
     if json_out:
-        emit_json([views.offering_json(o) for o in rows])
+        emit_json([offering_json(o) for o in rows])
         return
     views.print_catalog(rows)
+
+
+@catalog_app.command("refresh")
+@handles_errors
+def catalog_refresh(
+    cloud: Annotated[Optional[list[str]], typer.Option("--cloud", help="Only this cloud (repeatable).")] = None,
+    region: Annotated[Optional[list[str]], typer.Option("--region", help="Only this region (repeatable).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fetch instance types, regions and prices from the clouds' APIs into the local catalog cache."""
+    from gpucloud.catalog.refresh import refresh
+    from gpucloud.catalog.views import print_refresh
+
+    report = refresh(clouds=[parse_cloud(c) or c for c in cloud or []] or None, regions=region or None, progress=err)
+    if json_out:
+        emit_json(report.as_json())
+        return
+    print_refresh(report)
+
+
+@app.command()
+@handles_errors
+def gpus(json_out: JsonOpt = False) -> None:
+    """One row per GPU model: memory, architecture, clouds, cheapest on-demand and spot $/h and where."""
+    from gpucloud.catalog import load_catalog
+    from gpucloud.catalog.views import gpu_summaries, print_gpus
+
+    summaries = gpu_summaries(load_catalog())
+    if json_out:
+        emit_json([s.as_json() for s in summaries])
+        return
+    print_gpus(summaries)
 
 
 @app.command()
@@ -243,6 +294,7 @@ def run(
         job, cloud=cloud, region=region, spot=spot, detach=detach,
         assume_yes=yes or non_interactive(), json_out=json_out, wait_teardown=not no_wait,
     )
+    ci_output.report_run(result.as_json())  # CI hook: step summary / dotenv report (docs/CI.md)
     if json_out:
         emit_json(result.as_json())
     raise typer.Exit(result.exit_code)
@@ -255,7 +307,7 @@ def status(
     json_out: JsonOpt = False,
 ) -> None:
     """Runs and their phases, cost so far."""
-    from gpucloud.lifecycle import show_status
+    from gpucloud.commands import show_status
 
     show_status(run_id, json_out=json_out)
 
@@ -264,7 +316,7 @@ def status(
 @handles_errors
 def list_runs(json_out: JsonOpt = False) -> None:
     """List runs."""
-    from gpucloud.lifecycle import show_status
+    from gpucloud.commands import show_status
 
     show_status(None, json_out=json_out)
 
@@ -276,7 +328,7 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the run ends.")] = False,
 ) -> None:
     """The job's log, also after teardown."""
-    from gpucloud.lifecycle import show_logs
+    from gpucloud.commands import show_logs
 
     raise typer.Exit(show_logs(run_id, follow=follow))
 
@@ -285,7 +337,7 @@ def logs(
 @handles_errors
 def down(run_id: Annotated[str, typer.Argument(metavar="RUN")], yes: YesOpt = False) -> None:
     """Tear one run down."""
-    from gpucloud.lifecycle import down_run
+    from gpucloud.commands import down_run
 
     down_run(run_id, assume_yes=yes or non_interactive())
 
@@ -298,25 +350,27 @@ def gc(
     cloud: CloudOpt = None,
 ) -> None:
     """Sweep every tagged resource whose expiry has passed, on every region."""
-    from gpucloud.lifecycle import collect_garbage
+    from gpucloud.commands import collect_garbage
 
     collect_garbage(dry_run=dry_run, assume_yes=yes or non_interactive(), cloud=parse_cloud(cloud))
 
 
 @app.command("iam-policy")
 @handles_errors
-def iam_policy(cloud: Annotated[str, typer.Argument(help="aws")] = "aws") -> None:
+def iam_policy(cloud: Annotated[Optional[str], typer.Argument(help="A cloud with a policy (default: the first).")]
+               = None) -> None:
     """Print the least-privilege IAM policy gpucloud needs."""
+    from gpucloud import providers
     from gpucloud.errors import UserError
 
-    if cloud != "aws":
-        raise UserError(f"iam-policy knows only 'aws' for now, not {cloud!r}.")
-    from gpucloud.providers.aws_policy import policy_document
+    known = providers.with_policy()
+    cloud = cloud or known[0]
+    if cloud not in known:
+        raise UserError(f"iam-policy knows only {', '.join(map(repr, known))} for now, not {cloud!r}.")
+    emit_json(providers.policy_document(cloud))
 
-    emit_json(policy_document())
 
-
-hosts_app = typer.Typer(help="Machines you own, reached over SSH (cloud: ssh).", no_args_is_help=True)
+hosts_app = typer.Typer(help="Machines you own, reached over SSH (resources.hosts).", no_args_is_help=True)
 app.add_typer(hosts_app, name="hosts")
 
 
@@ -328,23 +382,22 @@ def hosts_probe(
     json_out: JsonOpt = False,
 ) -> None:
     """GPUs, driver, CUDA, OS, free disk of each host, and the stack gpucloud resolves for it."""
+    from gpucloud import providers
     from gpucloud.errors import UserError
-    from gpucloud.providers.ssh import SshProvider
     from gpucloud.spec import JobSpec
 
+    host_cloud = providers.host_clouds()[0]
     try:
         job = JobSpec.model_validate({"name": "probe", "run": "true",
-                                      "resources": {"cloud": "ssh", "hosts": hosts, **({"gpu": gpu} if gpu else {})}})
+                                      "resources": {"cloud": host_cloud, "hosts": hosts, **({"gpu": gpu} if gpu else {})}})
     except Exception as exc:  # pydantic's ValidationError: name the bad argument
         raise UserError(f"hosts probe: {str(exc).splitlines()[-1].strip()}",
                         hint="Hosts are [user@]host[:port] or ssh aliases; --gpu is MODEL:COUNT.") from None
-    probes = SshProvider().probe(list(job.resources.hosts or []), job if gpu else None)
+    probes = providers.get_provider(host_cloud).probe(list(job.resources.hosts or []), job if gpu else None)  # type: ignore[attr-defined]
     if json_out:
         emit_json([p.as_json() for p in probes])
     else:
-        from gpucloud.providers.ssh_probe import render_probe
-
-        print("\n".join(render_probe(p) for p in probes))
+        print("\n".join(p.render() for p in probes))
     if any(p.problems for p in probes):
         raise typer.Exit(1)
 

@@ -31,7 +31,7 @@ from gpucloud.spec import (
 
 REPO = Path(__file__).resolve().parent.parent
 
-# DESIGN.md section 3, verbatim (comments included: they must not disturb parsing or line numbers).
+# The documented example job file (every key, with comments: they must not disturb parsing or line numbers).
 DESIGN_EXAMPLE = """\
 name: mnist-k80                 # [a-z0-9-], 1..40 chars; used in tags and resource names
 resources:
@@ -380,7 +380,16 @@ BAD_SPECS: list[Bad] = [
     Bad("gpu-no-model", "name: job\nresources:\n  gpu: ':2'\nrun: x\n", 3, "resources.gpu", ("names no GPU model",)),
     Bad("gpu-is-a-number", "name: job\nresources:\n  gpu: 80\nrun: x\n", 3, "resources.gpu", ("expected MODEL:COUNT", "got the number 80")),
     Bad("no-gpu-for-cloud-job", "name: job\nresources:\n  cloud: aws\nrun: x\n", 2, "resources",
-        ("needs a GPU or an instance type", "gpu: K80:1", "only cloud: local runs without either")),
+        ("needs a GPU or an instance type", "gpu: K80:1", "only cloud: local or ssh runs without either")),
+    # machines you own (resources.hosts)
+    Bad("host-is-an-option", "name: job\nresources:\n  cloud: ssh\n  hosts: [gpu-box, -oProxyCommand=x]\nrun: x\n", 4,
+        "resources.hosts[1]", ("'-oProxyCommand=x' is not a host", "[user@]host[:port]")),
+    Bad("host-port-too-big", "name: job\nresources:\n  cloud: ssh\n  hosts: gpu-box:70000\nrun: x\n", 4,
+        "resources.hosts", ("'gpu-box:70000' is not a host",)),
+    Bad("hosts-without-ssh", "name: job\nresources:\n  cloud: aws\n  gpu: T4:1\n  hosts: [gpu-box]\nrun: x\n", 5,
+        "resources.hosts", ("is only used with cloud: ssh", "remove hosts")),
+    Bad("ssh-mixed-with-aws", "name: job\nresources:\n  cloud: [ssh, aws]\n  gpu: T4:1\nrun: x\n", 3,
+        "resources.cloud", ("ssh cannot be combined with other clouds", "Use cloud: ssh alone")),
     Bad("no-resources-at-all", "name: job\nrun: x\n", 1, "resources", ("needs a GPU or an instance type",)),
     Bad("no-gpu-local-and-aws", "name: job\nresources:\n  cloud: [local, aws]\nrun: x\n", 2, "resources", ("needs a GPU or an instance type",)),
     Bad("instance-type-with-space", "name: job\nresources:\n  instance_type: p2 xlarge\nrun: x\n", 3, "resources.instance_type",

@@ -263,3 +263,44 @@ def test_driver_install_needs_install_true(lab: SshLab, cli_env: dict[str, str],
     assert "Tesla K40m, 470.82.01" in res.stdout + res.stderr
     calls = (box.folder / "state" / "calls").read_text()
     assert "dpkg -i cuda-keyring_1.1-1_all.deb" in calls and "apt-get install -y cuda-drivers-470" in calls
+
+
+def test_gc_removes_an_expired_runs_leftovers(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
+    """A detached run whose expiry passed (its CLI gone, say) and a day-old folder of a run that
+    ended: `gc --dry-run` lists both and touches nothing; `gc --yes` kills the run's processes and
+    removes its folders and GPU lock."""
+    box = server(lab, "t4box")
+    spec = job(tmp_path, "forgotten", "resources: {cloud: ssh, gpu: T4:1, hosts: [t4box]}\nrun: echo up; sleep 300\n")
+    detached = gpucloud(cli_env, "run", str(spec), "--detach", cwd=tmp_path)
+    assert detached.returncode == 0, detached.stderr
+    run_id = detached.stdout.strip().splitlines()[-1]
+    node = box.remote_root / "work" / run_id / "node-0"
+    assert wait_for(lambda: (node / "job.pgid").is_file(), 60) and run_processes(run_id)
+    (node / "expires").write_text(f"{int(time.time()) - 60}\n")  # the expiry tag passed a minute ago
+    old = box.remote_root / "work" / "ended-20260101-0000" / "node-0"  # a run that ended two days ago
+    old.mkdir(parents=True)
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    (old / "pid").write_text(f"{ended.pid}\n")  # a process that is gone
+    (old / "expires").write_text("0\n")
+    two_days = time.time() - 2 * 86400
+    os.utime(old / "expires", (two_days, two_days))
+
+    dry = gpucloud(cli_env, "gc", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert f"ssh: t4box: {run_id}/node-0 expired, still running (would remove)" in dry.stdout, dry.stdout
+    assert "ssh: t4box: ended-20260101-0000/node-0 ended over a day ago (would remove)" in dry.stdout
+    assert node.is_dir() and old.is_dir() and run_processes(run_id)
+
+    swept = gpucloud(cli_env, "gc", "--yes", cwd=tmp_path)
+    assert swept.returncode == 0, swept.stderr
+    assert f"{run_id}/node-0 expired, still running (removed)" in swept.stdout, swept.stdout
+    assert not (box.remote_root / "work" / run_id).exists() and not old.parent.exists()
+    assert not [f for f in (box.remote_root / "locks").glob("gpu-*") if f.read_text().strip() == run_id]
+    assert wait_for(lambda: not run_processes(run_id), 10)
+    from gpucloud.state import Store
+
+    assert Store(Path(cli_env["GPUCLOUD_HOME"]) / "state.db").resources(run_id, alive_only=True) == [], \
+        "the swept node's row is marked deleted"
+    again = gpucloud(cli_env, "gc", "--dry-run", cwd=tmp_path)
+    assert run_id not in again.stdout and "ended-20260101-0000" not in again.stdout

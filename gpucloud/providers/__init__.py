@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Provider
+    from gpucloud.providers.base import Capabilities, Provider
 
 
 def _aws_configured() -> bool:
@@ -53,6 +53,9 @@ class ProviderInfo:
     priced: bool
     configured: Callable[[], bool]
     credentials_hint: str
+    policy: str | None = None  # "module:function" returning the least-privilege policy document
+    catalog_source: str | None = None  # module with fetch_offerings() for `catalog refresh`
+    takes_hosts: bool = False  # the job names the machines (resources.hosts, --host); runs alone, never mixed
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -60,15 +63,17 @@ REGISTRY: dict[str, ProviderInfo] = {
     for info in (
         ProviderInfo("aws", "gpucloud.providers.aws", "AwsProvider", "AWS", True, True, _aws_configured,
                      "Configure the standard AWS credential chain (`aws configure`, AWS_PROFILE, or "
-                     "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)."),
+                     "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).",
+                     policy="gpucloud.providers.aws.policy:policy_document",
+                     catalog_source="gpucloud.providers.aws.catalog"),
         ProviderInfo("azure", "gpucloud.providers.azure", "AzureProvider", "Azure", True, True, _azure_configured,
                      "Run `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
-                     "AZURE_SUBSCRIPTION_ID."),
+                     "AZURE_SUBSCRIPTION_ID.", catalog_source="gpucloud.providers.azure.catalog"),
         ProviderInfo("local", "gpucloud.providers.local", "LocalProvider", "this machine", False, False, _always,
                      "Nothing to configure."),
         ProviderInfo("ssh", "gpucloud.providers.ssh", "SshProvider", "your machines over SSH", False, False, _always,
                      "Make `ssh HOST true` work without a prompt (key in the agent or IdentityFile in "
-                     "~/.ssh/config; GPUCLOUD_SSH_CONFIG names another config file)."),
+                     "~/.ssh/config; GPUCLOUD_SSH_CONFIG names another config file).", takes_hosts=True),
     )
 }
 
@@ -88,6 +93,11 @@ def priced_clouds() -> tuple[str, ...]:
     return tuple(n for n, info in REGISTRY.items() if info.priced)
 
 
+def host_clouds() -> tuple[str, ...]:
+    """Providers that run on machines the job names (`resources.hosts`, `--host`)."""
+    return tuple(n for n, info in REGISTRY.items() if info.takes_hosts)
+
+
 def info(name: str) -> ProviderInfo:
     try:
         return REGISTRY[name]
@@ -102,6 +112,29 @@ def configured_clouds() -> list[str]:
 
 def get_provider(cloud: str, **kwargs: object) -> Provider:
     """Import the provider lazily: `gpucloud --help` must not import boto3 or azure."""
+    return provider_class(cloud)(**kwargs)  # type: ignore[no-any-return]
+
+
+def provider_class(cloud: str) -> type:
+    """The provider's class, imported lazily (its module imports no cloud SDK at import time)."""
     entry = info(cloud)
-    cls = getattr(importlib.import_module(entry.module), entry.class_name)
-    return cls(**kwargs)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(entry.module), entry.class_name)  # type: ignore[no-any-return]
+
+
+def capabilities(cloud: str) -> Capabilities:
+    """What the provider declares about itself, without constructing it (no credentials needed)."""
+    return provider_class(cloud).capabilities  # type: ignore[attr-defined, no-any-return]
+
+
+def with_policy() -> tuple[str, ...]:
+    """Providers that can print the least-privilege policy gpucloud needs (`gpucloud iam-policy`)."""
+    return tuple(n for n, entry in REGISTRY.items() if entry.policy)
+
+
+def policy_document(cloud: str) -> dict[str, object]:
+    """The provider's least-privilege policy document (imported lazily)."""
+    entry = info(cloud)
+    if not entry.policy:
+        raise ValueError(f"{cloud} has no policy document")
+    module, func = entry.policy.split(":")
+    return getattr(importlib.import_module(module), func)()  # type: ignore[no-any-return]

@@ -207,7 +207,7 @@ class SshProvider:
 
     def _maybe_install(self, host: str, req: LaunchRequest) -> None:
         """`stack: {install: true}`: install the driver over ssh (sudo -n) when the host lacks it."""
-        if not req.candidate.gpu or not getattr(req.spec.stack, "install", False):
+        if not req.candidate.gpu or not req.spec.stack.install:
             return
         probe = probe_host(host)
         pins = req.spec.stack
@@ -264,10 +264,12 @@ class SshProvider:
                 journal.deleted(res.id)
 
     def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
-        """On every host a recorded run used: kill nodes past their expiry, remove day-old folders."""
-        from gpucloud.state import Store
+        """On every host a recorded run used: kill nodes past their expiry, remove day-old folders
+        (and their GPU locks), and mark the run's journal rows deleted."""
+        from gpucloud.state import Journal, Store
 
-        hosts = {h for r in Store().list_runs() if r.cloud == self.name and r.region for h in r.region.split(",")}
+        store = Store()
+        hosts = {h for r in store.list_runs() if r.cloud == self.name and r.region for h in r.region.split(",")}
         lines: list[str] = []
         for host in sorted(hosts):
             try:
@@ -281,4 +283,8 @@ class SshProvider:
                 lines.append(f"ssh: {host}: {run_id}/{node} {what}" + (" (would remove)" if dry_run else " (removed)"))
                 if not dry_run:
                     ssh_transport.run(_host(host), _script(TEARDOWN_SCRIPT, RUN=run_id, GRACE=2), timeout=60)
+                    journal = Journal(store)
+                    for res in journal.resources(run_id, alive_only=True):
+                        if res.cloud == self.name and res.name == f"{run_id}/{node}":
+                            journal.deleted(res.id)
         return lines

@@ -82,6 +82,10 @@ class HostProbe:
     def count(self, model: str) -> int:
         return sum(1 for g in self.gpus if g.model == model)
 
+    def render(self) -> str:
+        """Human lines for `gpucloud hosts probe`."""
+        return render_probe(self)
+
     def as_json(self) -> dict[str, object]:
         return {
             "host": self.host, "user": self.user, "os": self.os, "root": self.root,
@@ -177,7 +181,7 @@ def assess(probe: HostProbe, gpu: str | None, count: int, pins: StackSpec | None
                               "install them with the system's package manager")
     if gpu is None:
         return probe
-    install = bool(pins and getattr(pins, "install", False))
+    install = bool(pins and pins.install)
     if probe.gpus and probe.count(gpu) < count:
         have = ", ".join(f"{g.index}: {g.name}" for g in probe.gpus) or "none"
         probe.problems.append(f"{probe.host}: has {probe.count(gpu)} x {gpu}, the job asks for {count} (GPUs: {have})")

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support.procs import stop_process
+
 SSHD = "/usr/sbin/sshd"
 VM_STUBS = Path(__file__).resolve().parent / "vm_stubs"
 
@@ -87,13 +89,7 @@ class SshdServer:
             return 0
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
 
     def session_pids(self) -> list[int]:
         """sshd processes serving connections of this server (children of the listener)."""
@@ -199,3 +195,16 @@ class SshLab:
             shutil.rmtree(ctl, ignore_errors=True)
         for server in self.servers:
             server.stop()
+
+
+# The placeholder hosts the examples name (examples/k80-ssh.yaml), served by stub machines so the
+# example tests validate, plan and render them like the cloud examples.
+EXAMPLE_HOSTS: dict[str, tuple[str, int, int, str, str]] = {"k80-box": ("Tesla K80", 1, 11441, "470.256.02", "11.4")}
+
+
+def example_hosts_lab(folder: Path) -> SshLab:
+    """An SshLab with one stub server per placeholder host of the examples (EXAMPLE_HOSTS)."""
+    lab = SshLab(folder)
+    for alias, gpu in EXAMPLE_HOSTS.items():
+        lab.add_server(alias, gpu=gpu)
+    return lab

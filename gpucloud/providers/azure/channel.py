@@ -61,8 +61,11 @@ class BlobChannel(Channel):
         self.account_name = account_name or account_from_endpoint(self.account_url)
         self.account_key = account_key
         self.container = container
+        # Bounded like the ARM clients (docs/PROVIDERS.md, "Azure calls and retries"); uploads of
+        # the code tarball go in blocks, each answered well within the read timeout.
         self._service = BlobServiceClient(
-            self.account_url, credential={"account_name": self.account_name, "account_key": account_key})
+            self.account_url, credential={"account_name": self.account_name, "account_key": account_key},
+            retry_total=4, retry_connect=2, retry_read=1, connection_timeout=3, read_timeout=8)
         self._container = self._service.get_container_client(container)
         self._https = self.account_url.lower().startswith("https://")
 

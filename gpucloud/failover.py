@@ -1,0 +1,159 @@
+"""Failover: try the plan's candidates in order until one provisions (docs/INTERNALS.md, Lifecycle).
+
+Each try is an attempt in the state store, recorded before the provider is called; the handle
+provision returns is stored with it, and a failed attempt ends with the reason. The error kind
+decides what is skipped next: capacity/throttle/price -> the next candidate, quota -> the rest of
+that cloud+region, fatal (or a cloud that cannot be used at all) -> the rest of that cloud.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpucloud import providers
+from gpucloud.errors import GpucloudError, NoCandidateError, UserError
+from gpucloud.providers.base import (
+    TAG_EXPIRES, TAG_RUN, LaunchRequest, Provider, ProvisionError, RunHandle, expiry_tag,
+)
+from gpucloud.state import Journal, Store
+
+if TYPE_CHECKING:
+    from gpucloud.channel import Channel
+    from gpucloud.planner import Candidate, Plan
+    from gpucloud.progress import Progress
+    from gpucloud.spec import JobSpec
+
+EXPIRY_MARGIN = timedelta(minutes=30)  # TAG_EXPIRES = deadline + margin (gc may sweep after it)
+
+
+@dataclass
+class Launch:
+    """The attempt that provisioned: what following, collecting and teardown need."""
+
+    provider: Provider
+    candidate: Candidate
+    channel: Channel
+    handle: RunHandle
+    deadline: float  # epoch seconds
+
+
+@dataclass
+class Failover:
+    """The provision loop of one run."""
+
+    spec: JobSpec
+    plan: Plan
+    run_id: str
+    store: Store
+    journal: Journal
+    progress: Progress
+    failures: list[str] = field(default_factory=list)  # "where: why", one per failed attempt
+    _uploaded: set[int] = field(default_factory=set)   # channels that already have the code
+
+    def run(self, tarball: Path) -> Launch:
+        """Provision the first candidate that works; raise NoCandidateError when none does."""
+        skip_clouds: set[str] = set()
+        skip_regions: set[tuple[str, str]] = set()
+        for index, cand in enumerate(self.plan.candidates):
+            if cand.cloud in skip_clouds or (cand.cloud, cand.region) in skip_regions:
+                continue
+            where = f"{cand.cloud}/{cand.region}/{cand.instance_type}" + (" (spot)" if cand.spot else "")
+            self.progress.info(f"attempt {len(self.failures) + 1}: {where}")
+            self.store.update_run(self.run_id, cloud=cand.cloud, region=cand.region, instance_type=cand.instance_type,
+                                  price_per_hour=cand.price_per_hour, status="provisioning", phase="provision",
+                                  started_at=time.time())
+            self.store.start_attempt(self.run_id, index, cloud=cand.cloud, region=cand.region,
+                                     instance_type=cand.instance_type, spot=cand.spot,
+                                     price_per_hour=cand.price_per_hour, num_nodes=cand.num_nodes)
+            provider: Provider | None = None
+            try:
+                provider = providers.get_provider(cand.cloud)
+                launch = self._attempt(provider, cand, index, tarball)
+            except ProvisionError as exc:
+                reason = f"{exc.kind}: {exc.message}" + (f" (quota {exc.quota_code})" if exc.quota_code else "")
+                if exc.kind == "quota":
+                    skip_regions.add((cand.cloud, cand.region))
+                    skipped = f"the rest of {cand.cloud}/{cand.region} (quota" \
+                              f"{' ' + exc.quota_code if exc.quota_code else ''})"
+                else:
+                    skipped = f"the rest of {cand.cloud}" if exc.kind == "fatal" else ""
+                    if exc.kind == "fatal":
+                        skip_clouds.add(cand.cloud)
+                self._failed(provider, cand, index, where, reason, skipped)
+                continue
+            except GpucloudError as exc:
+                if isinstance(exc, UserError) or provider is None:
+                    raise
+                # A cloud that cannot be used at all (credentials, endpoint): try the next cloud.
+                skip_clouds.add(cand.cloud)
+                self._failed(provider, cand, index, where, exc.message, "")
+                continue
+            self.store.event(self.run_id, "attempt", f"{where}: provisioned")
+            return launch
+        raise NoCandidateError(
+            f"no candidate could be provisioned ({len(self.failures)} attempt(s)):", self.failures,
+            hint="Try other regions or GPU types (`gpucloud plan` lists them), or ask for more quota.",
+        )
+
+    def _attempt(self, provider: Provider, cand: Candidate, index: int, tarball: Path) -> Launch:
+        """One attempt: code upload, channel URLs, bootstrap per node, then provision."""
+        from gpucloud.render import render_bootstrap
+
+        spec, caps = self.spec, provider.capabilities
+        channel = provider.channel(cand.region)
+        if id(channel) not in self._uploaded:
+            channel.upload_code(self.run_id, tarball)
+            self._uploaded.add(id(channel))
+        if self.failures:
+            channel.reset_nodes(self.run_id, spec.num_nodes)
+        deadline = datetime.now(UTC) + timedelta(seconds=spec.max_duration)
+        urls = channel.prepare(self.run_id, spec.num_nodes, deadline, log_interval=caps.log_interval)
+        # A provider that launches N identical machines in one call gets one script for all: each
+        # node finds its rank at boot and its manifest through the node index.
+        shared = spec.num_nodes > 1 and caps.shared_user_data
+        if shared:
+            urls = [channel.node_index(self.run_id, urls, deadline)]
+        master_port = provider.master_port()
+        user_data = [render_bootstrap(spec, self.plan.stack, cand, caps=caps, run_id=self.run_id,
+                                      node_rank=None if shared else rank, manifest_url=urls[rank],
+                                      put_headers=channel.put_headers, master_port=master_port)
+                     for rank in range(len(urls))]
+        if shared:
+            user_data *= spec.num_nodes
+        expires = deadline + EXPIRY_MARGIN
+        req = LaunchRequest(run_id=self.run_id, spec=spec, candidate=cand, stack=self.plan.stack, user_data=user_data,
+                            expires_at=expires, attempt=index,
+                            tags={TAG_RUN: self.run_id, TAG_EXPIRES: expiry_tag(expires),
+                                  "Name": f"gpucloud-{self.run_id}"})
+        self.store.update_run(self.run_id, deadline=deadline.timestamp())
+        handle = provider.provision(req, self.journal)
+        self.store.set_attempt_handle(self.run_id, index, handle.to_json(), zone=handle.zone)
+        return Launch(provider=provider, candidate=cand, channel=channel, handle=handle,
+                      deadline=deadline.timestamp())
+
+    def _failed(self, provider: Provider | None, cand: Candidate, index: int, where: str, reason: str,
+                skipped: str) -> None:
+        """Record why the attempt failed, end it, and clean up whatever it created."""
+        self.failures.append(f"{where}: {reason}")
+        self.store.event(self.run_id, "attempt", self.failures[-1])
+        self.store.end_attempt(self.run_id, index, reason)
+        self.progress.warn(f"{where} failed: {reason}")
+        if skipped:
+            self.progress.info(f"skipping {skipped}")
+        if provider is None:
+            return
+        from gpucloud.teardown import run_handles
+
+        run = self.store.get_run(self.run_id)
+        handles = [h for h in run_handles(self.store, run) if (h.cloud, h.region) == (cand.cloud, cand.region)] \
+            if run else []
+        for handle in handles or [RunHandle(self.run_id, cand.cloud, cand.region, attempt=index, complete=False)]:
+            try:
+                provider.teardown(handle, self.journal, wait=True)
+            except Exception as exc:
+                self.progress.warn(f"cleanup after the failed attempt on {cand.cloud}/{cand.region}: {exc} "
+                                   f"(the final teardown retries it)")
