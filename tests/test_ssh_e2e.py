@@ -304,3 +304,23 @@ def test_gc_removes_an_expired_runs_leftovers(lab: SshLab, cli_env: dict[str, st
         "the swept node's row is marked deleted"
     again = gpucloud(cli_env, "gc", "--dry-run", cwd=tmp_path)
     assert run_id not in again.stdout and "ended-20260101-0000" not in again.stdout
+
+
+def test_down_of_a_job_that_ignores_sigterm_leaves_no_process(lab: SshLab, cli_env: dict[str, str],
+                                                              tmp_path: Path) -> None:
+    """The bootstrap outlives teardown's grace (it gives the job 5 s after SIGTERM), so teardown
+    KILLs it; its deadline backstop, in a session of its own, must go too (it would otherwise KILL
+    process groups by number at the deadline, on a machine other people use)."""
+    box = server(lab, "cpu1")
+    spec = job(tmp_path, "stubborn", "resources: {cloud: ssh, hosts: [cpu1]}\nrun: trap '' TERM; echo up; sleep 300\n")
+    detached = gpucloud(cli_env, "run", str(spec), "--detach", cwd=tmp_path)
+    assert detached.returncode == 0, detached.stderr
+    run_id = detached.stdout.strip().splitlines()[-1]
+    node = box.remote_root / "work" / run_id / "node-0"
+    assert wait_for(lambda: (node / "job.pgid").is_file(), 60)
+    assert wait_for(lambda: any(b"backstop" in Path(f"/proc/{p}/cmdline").read_bytes()
+                                for p in run_processes(run_id) if Path(f"/proc/{p}").exists()), 10)
+    assert gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path).returncode == 0
+    assert wait_for(lambda: not run_processes(run_id), 10), \
+        [Path(f"/proc/{p}/cmdline").read_bytes() for p in run_processes(run_id)]
+    assert not (box.remote_root / "work" / run_id).exists()

@@ -82,6 +82,9 @@ for _ in $(seq 1 $((GRACE * 10))); do
   alive=""; for g in $groups; do kill -0 -- "-$g" 2>/dev/null && alive=1; done
   [ -z "$alive" ] && break; sleep 0.1
 done
+# The bootstrap's deadline backstop runs in a session of its own; a KILLed bootstrap cannot stop it,
+# and when it fires it would KILL process groups whose numbers may belong to someone else by then.
+for b in $(pgrep -f -- "/work/$RUN/node-[0-9]+/bootstrap\.sh backstop" 2>/dev/null); do groups="$groups $b"; done
 for g in $groups; do kill -KILL -- "-$g" 2>/dev/null; done
 rm -rf "$R/work/$RUN" "$R/channel/runs/$RUN"
 for f in "$R/locks"/gpu-*; do [ -f "$f" ] && [ "$(cat "$f")" = "$RUN" ] && rm -f "$f"; done
