@@ -265,17 +265,24 @@ def test_driver_install_needs_install_true(lab: SshLab, cli_env: dict[str, str],
     assert "dpkg -i cuda-keyring_1.1-1_all.deb" in calls and "apt-get install -y cuda-drivers-470" in calls
 
 
+def start_detached(env: dict[str, str], spec: Path, cwd: Path, box: SshdServer) -> tuple[str, Path]:
+    """`gpucloud run --detach` on one host: (run id, node 0's folder), once the job is running."""
+    detached = gpucloud(env, "run", str(spec), "--detach", cwd=cwd)
+    assert detached.returncode == 0, detached.stderr
+    run_id = detached.stdout.strip().splitlines()[-1]
+    node = box.remote_root / "work" / run_id / "node-0"
+    assert wait_for(lambda: (node / "job.pgid").is_file(), 60)
+    return run_id, node
+
+
 def test_gc_removes_an_expired_runs_leftovers(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     """A detached run whose expiry passed (its CLI gone, say) and a day-old folder of a run that
     ended: `gc --dry-run` lists both and touches nothing; `gc --yes` kills the run's processes and
     removes its folders and GPU lock."""
     box = server(lab, "t4box")
     spec = job(tmp_path, "forgotten", "resources: {cloud: ssh, gpu: T4:1, hosts: [t4box]}\nrun: echo up; sleep 300\n")
-    detached = gpucloud(cli_env, "run", str(spec), "--detach", cwd=tmp_path)
-    assert detached.returncode == 0, detached.stderr
-    run_id = detached.stdout.strip().splitlines()[-1]
-    node = box.remote_root / "work" / run_id / "node-0"
-    assert wait_for(lambda: (node / "job.pgid").is_file(), 60) and run_processes(run_id)
+    run_id, node = start_detached(cli_env, spec, tmp_path, box)
+    assert run_processes(run_id)
     (node / "expires").write_text(f"{int(time.time()) - 60}\n")  # the expiry tag passed a minute ago
     old = box.remote_root / "work" / "ended-20260101-0000" / "node-0"  # a run that ended two days ago
     old.mkdir(parents=True)
@@ -313,11 +320,7 @@ def test_down_of_a_job_that_ignores_sigterm_leaves_no_process(lab: SshLab, cli_e
     process groups by number at the deadline, on a machine other people use)."""
     box = server(lab, "cpu1")
     spec = job(tmp_path, "stubborn", "resources: {cloud: ssh, hosts: [cpu1]}\nrun: trap '' TERM; echo up; sleep 300\n")
-    detached = gpucloud(cli_env, "run", str(spec), "--detach", cwd=tmp_path)
-    assert detached.returncode == 0, detached.stderr
-    run_id = detached.stdout.strip().splitlines()[-1]
-    node = box.remote_root / "work" / run_id / "node-0"
-    assert wait_for(lambda: (node / "job.pgid").is_file(), 60)
+    run_id, _node = start_detached(cli_env, spec, tmp_path, box)
     assert wait_for(lambda: any(b"backstop" in Path(f"/proc/{p}/cmdline").read_bytes()
                                 for p in run_processes(run_id) if Path(f"/proc/{p}").exists()), 10)
     assert gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path).returncode == 0
