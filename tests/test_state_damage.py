@@ -8,6 +8,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -135,3 +136,34 @@ def test_handle_is_written_beside_the_store(gpucloud_home: Path) -> None:
         store.set_attempt_handle("run-20260101-abcd", 0, '{"run_id": "run-20260101-abcd"}')
     assert (gpucloud_home / "runs" / "run-20260101-abcd" / "handle-0.json").read_text() == \
         '{"run_id": "run-20260101-abcd"}'
+
+
+def test_store_that_breaks_during_a_run_still_tears_it_down(tmp_path: Path, gpucloud_home: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's own teardown falls back to the handle file when the store fails mid-run."""
+    from contextlib import contextmanager
+
+    from gpucloud import lifecycle
+    from gpucloud.state_guard import StoreError, store_error
+    from tests.test_lifecycle import fake_run
+
+    run, calls, prov = fake_run(tmp_path / "w", gpucloud_home, monkeypatch)
+
+    def broken_query(self: Store, *args: object) -> list[object]:
+        raise store_error(self.path, "the database file is damaged (truncated or corrupted)")
+
+    @contextmanager
+    def broken_tx(self: Store):  # type: ignore[no-untyped-def]
+        raise store_error(self.path, "the database file is damaged (truncated or corrupted)")
+        yield
+
+    def sleep(s: float) -> None:  # the store breaks while the run is being followed (not before)
+        if sys._getframe(1).f_code.co_name != "_follow":
+            return
+        monkeypatch.setattr(Store, "_query", broken_query)
+        monkeypatch.setattr(Store, "_tx", broken_tx)
+
+    monkeypatch.setattr(lifecycle.time, "sleep", sleep)
+    with pytest.raises(StoreError):
+        run.execute()
+    assert calls[-1] == "teardown aws/us-east-1" and prov.torn[-1].nodes == ["id-1"]
