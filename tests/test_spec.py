@@ -153,7 +153,7 @@ def test_minimal_spec_gets_the_documented_defaults() -> None:
         ("A100-80GB:8", "A100-80GB", 8),
         ("tesla k80", "K80", 1),
         ("'t4 : 2'", "T4", 2),
-        ("a100:4", "A100-40GB", 4),  # alias A100 -> A100-40GB
+        ("a100:4", "A100", 4),  # a family name: every memory variant (issue 10, docs/CATALOG.md)
         ("{model: k80, count: 2}", "K80", 2),
         ("{model: H100}", "H100", 1),
         ("\n    model: A100-80GB\n    count: 8", "A100-80GB", 8),
