@@ -8,7 +8,7 @@ work inside its body, so `gpucloud --help` imports no cloud SDK.
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -19,13 +19,41 @@ CloudArg = Annotated[str, typer.Option("--cloud", help="The provider whose image
 RegionArg = Annotated[str, typer.Option("--region", help="The region the images live in.")]
 
 
+@image_app.command("build")
+def build_image(
+    target: Annotated[str, typer.Argument(metavar="SPEC|GPU", help="A job file, or a GPU name such as T4.")],
+    cloud: Annotated[Optional[str], typer.Option("--cloud", help="The provider to bake on (default: the plan's).")] = None,
+    region: Annotated[Optional[str], typer.Option("--region", help="Only this region.")] = None,
+    framework: Annotated[Optional[str], typer.Option("--framework", help="With GPU: pytorch, tensorflow or none.")] = None,
+    with_setup: Annotated[bool, typer.Option("--with-setup", help="Bake the job's `setup` in too.")] = False,
+    assume_yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
+) -> None:
+    """Boot a builder once, install the stack, snapshot it and tear the builder down; later runs
+    whose stack hashes the same boot that image and install nothing."""
+    import sys
+
+    from gpucloud.bake import build
+
+    baked, built = build(target, cloud=cloud, region=region, with_setup=with_setup, framework=framework,
+                         assume_yes=assume_yes or not sys.stdin.isatty())
+    if json_out:
+        print(json.dumps({"ref": baked.ref, "region": baked.region, "stack_hash": baked.stack_hash,
+                          "stack": baked.tags.get("gpucloud:stack", ""), "built": built}))
+        return
+    print(f"{baked.ref}  {baked.region}  {baked.stack_hash}  "
+          + ("built" if built else "already baked: nothing booted"))
+
+
 @image_app.command("ls")
 def list_images(cloud: CloudArg, region: RegionArg,
                 json_out: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False) -> None:
     """Baked images in one region, newest first, with their stack and stack hash."""
     from gpucloud import providers
+    from gpucloud.images_build import sync_region
 
     images = sorted(providers.image_store(cloud).list_images(region), key=lambda i: i.created, reverse=True)
+    sync_region(cloud, region, images)  # what `plan` picks from, offline
     if json_out:
         print(json.dumps([{"ref": i.ref, "region": i.region, "name": i.name, "stack_hash": i.stack_hash,
                            "stack": i.tags.get("gpucloud:stack", ""), "created": i.created} for i in images]))
@@ -47,4 +75,7 @@ def remove_image(ref: Annotated[str, typer.Argument(help="Image id from `image l
     if ref not in {i.ref for i in store.list_images(region)}:
         raise UserError(f"{ref} is not a gpucloud baked image in {region}.", hint="See `gpucloud image ls`.")
     store.delete_image(region, ref)
+    from gpucloud.images_build import forget
+
+    forget(cloud, region, ref)
     print(f"deleted {ref}")

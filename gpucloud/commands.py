@@ -283,6 +283,12 @@ def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> No
     except StoreError as exc:  # the tags still say what expired: sweep by them alone
         print(f"warning: {exc.render()}\ngc sweeps by the clouds' tags only.", file=sys.stderr)
         _gc_by_tags(_gc_clouds(None, cloud), dry_run=dry_run, assume_yes=assume_yes)
+    from gpucloud.images_build import load_index
+
+    kept = [b for c, b in load_index() if cloud is None or c == cloud]
+    if kept:  # tagged gpucloud:kind=image, never a run's: no sweep touches them
+        print(f"{len(kept)} baked image(s) kept: images are not runs (`gpucloud image ls` lists them, "
+              "`gpucloud image rm` deletes one)", file=sys.stderr)
 
 
 def _gc_with_store(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> None:

@@ -9,7 +9,7 @@ that cloud+region, fatal (or a cloud that cannot be used at all) -> the rest of 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,6 +51,7 @@ class Failover:
     store: Store
     journal: Journal
     progress: Progress
+    vm_dir: str | None = None  # the bootstrap's work folder when not the provider's (image builders)
     failures: list[str] = field(default_factory=list)  # "where: why", one per failed attempt
     _uploaded: set[int] = field(default_factory=set)   # channels that already have the code
 
@@ -104,6 +105,8 @@ class Failover:
         from gpucloud.render import render_bootstrap
 
         spec, caps = self.spec, provider.capabilities
+        if self.vm_dir:
+            caps = replace(caps, vm_dir=self.vm_dir)
         channel = provider.channel(cand.region)
         if id(channel) not in self._uploaded:
             channel.upload_code(self.run_id, tarball)

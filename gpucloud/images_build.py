@@ -5,18 +5,22 @@ modules, CUDA/cuDNN when asked, fabric manager, framework wheel, base image, CPU
 optionally the job's `setup`). A later run whose stack hashes the same boots that image and its
 stack stage finds every part present: it installs nothing (tests/test_bootstrap.py simulates that).
 
-Cloud calls go through the small `ImageStore` protocol (EC2: gpucloud/providers/images_aws.py),
-and booting / tearing down the builder through callables, so the lead can wire it to the
-lifecycle and provider registry after the refactor without touching this logic. The builder is
-torn down in a `finally`: a failed bake never leaves a paid instance behind.
+Cloud calls go through the small `ImageStore` protocol (the registry's `image_store`, e.g.
+gpucloud/providers/aws/bake.py). `gpucloud image build` boots the builder as a run
+(gpucloud/bake.py: journal intents, teardown in `finally`); `build_image` is the same sequence over
+plain callables. Which images exist is also kept locally (`images.json` in the gpucloud home,
+written by build, refreshed by `image ls`, pruned by `image rm`), so that `plan` can pick a baked
+image without calling a cloud.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -27,6 +31,8 @@ HASH_TAG = "gpucloud:stack-hash"
 KIND_TAG = "gpucloud:kind"
 KIND_VALUE = "image"   # `gc` must treat these as images, never as a run's leftovers
 STACK_TAG = "gpucloud:stack"
+SETUP_TAG = "gpucloud:with-setup"  # "yes" when the job's `setup` was baked in too
+INDEX_FILE = "images.json"
 
 
 @dataclass(frozen=True)
@@ -77,11 +83,16 @@ def baked_row(baked: BakedImage, stack: Stack, node: NodeStack) -> Image:
     from gpucloud.images import Image
 
     return Image(
-        cloud="", name=f"baked {baked.stack_hash}", cpu_arch=node.cpu_arch, gpu_archs=(stack.architecture,),
+        cloud=node.image.cloud if node.image else "", name=f"baked {baked.stack_hash}", cpu_arch=node.cpu_arch, gpu_archs=(stack.architecture,),
         vm_feature="", ubuntu=stack.ubuntu_version, modules=stack.kernel_modules, driver=stack.driver,
         cuda=(stack.cuda,) if node.cuda_packages else (), cudnn=bool(node.cudnn_packages),
         fabric_manager=node.fabric_manager, extension="", found_by="baked", ref=baked.ref,
         source=f"built by `gpucloud image build` ({baked.tags.get(STACK_TAG, '')})", checked=baked.created[:7])
+
+
+def image_tags(stack: Stack, wanted: str, *, with_setup: bool = False) -> dict[str, str]:
+    """The tags of a baked image: its stack hash, that it is an image (not a run), what it holds."""
+    return {HASH_TAG: wanted, KIND_TAG: KIND_VALUE, STACK_TAG: describe(stack), SETUP_TAG: "yes" if with_setup else "no"}
 
 
 def build_image(store: ImageStore, region: str, stack: Stack, node: NodeStack, *,
@@ -100,8 +111,63 @@ def build_image(store: ImageStore, region: str, stack: Stack, node: NodeStack, *
     try:
         wait_ready(instance_id)
         name = f"gpucloud-{wanted}"
-        tags = {HASH_TAG: wanted, KIND_TAG: KIND_VALUE, STACK_TAG: describe(stack)}
+        tags = image_tags(stack, wanted, with_setup=bool(setup))
         ref = store.create_image(region, instance_id, name, tags)
     finally:
         teardown(instance_id)
     return BakedImage(ref=ref, region=region, name=name, stack_hash=wanted, tags=tags)
+
+
+# ---- the local index of baked images (plan reads it offline) ------------------------------------
+
+def _index_path() -> Path:
+    from gpucloud.state import home_dir
+
+    return home_dir() / INDEX_FILE
+
+
+def load_index() -> list[tuple[str, BakedImage]]:
+    """(cloud, image) for every baked image this machine knows of. A missing or damaged file is an
+    empty index: it only costs the automatic choice until `gpucloud image ls` rebuilds it."""
+    try:
+        doc = json.loads(_index_path().read_text())
+        rows = doc["images"] if isinstance(doc, dict) else []
+        return [(str(r["cloud"]), BakedImage(ref=str(r["ref"]), region=str(r["region"]), name=str(r.get("name", "")),
+                                             stack_hash=str(r["stack_hash"]), tags=dict(r.get("tags") or {}),
+                                             created=str(r.get("created", ""))))
+                for r in rows if isinstance(r, dict)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def _save_index(rows: list[tuple[str, BakedImage]]) -> None:
+    path = _index_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp.{os.getpid()}")
+    tmp.write_text(json.dumps({"images": [{"cloud": c, **asdict(b)} for c, b in rows]}, indent=1))
+    tmp.replace(path)
+
+
+def remember(cloud: str, baked: BakedImage) -> None:
+    """Record a new baked image (after `image build`)."""
+    rows = [(c, b) for c, b in load_index() if not (c == cloud and b.region == baked.region and b.ref == baked.ref)]
+    _save_index([*rows, (cloud, baked)])
+
+
+def sync_region(cloud: str, region: str, images: list[BakedImage]) -> None:
+    """Replace what the index says about one cloud region by what the cloud listed (`image ls`)."""
+    rows = [(c, b) for c, b in load_index() if not (c == cloud and b.region == region)]
+    _save_index([*rows, *((cloud, b) for b in images)])
+
+
+def forget(cloud: str, region: str, ref: str) -> None:
+    """Drop a deleted image (`image rm`)."""
+    _save_index([(c, b) for c, b in load_index() if not (c == cloud and b.region == region and b.ref == ref)])
+
+
+def index_by_hash() -> dict[tuple[str, str, str], BakedImage]:
+    """(cloud, region, stack hash) -> the newest baked image with that hash."""
+    out: dict[tuple[str, str, str], BakedImage] = {}
+    for cloud, baked in sorted(load_index(), key=lambda row: row[1].created):
+        out[(cloud, baked.region, baked.stack_hash)] = baked
+    return out

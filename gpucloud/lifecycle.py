@@ -91,6 +91,8 @@ def run_job(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool 
 class _Run:
     """One `gpucloud run` in progress. Holds what teardown needs, whatever happens."""
 
+    vm_dir: str | None = None  # the bootstrap's work folder, when not the provider's (gpucloud/bake.py)
+
     def __init__(self, spec: JobSpec, plan: Plan, *, detach: bool, json_out: bool, wait_teardown: bool,
                  plan_s: float) -> None:
         self.spec, self.plan = spec, plan
@@ -209,7 +211,7 @@ class _Run:
         t0 = time.monotonic()
         self.progress.phase("provision")
         tarball = pack_workdir(self.spec.workdir_path())
-        loop = Failover(self.spec, self.plan, self.run_id, self.store, self.journal, self.progress)
+        loop = Failover(self.spec, self.plan, self.run_id, self.store, self.journal, self.progress, vm_dir=self.vm_dir)
         try:
             self.launch = loop.run(tarball)
         finally:

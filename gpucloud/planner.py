@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
     from gpucloud.catalog.models import Offering
-    from gpucloud.images import Image
+    from gpucloud.images import Image, NodeStack
     from gpucloud.spec import JobSpec
     from gpucloud.stacks import Stack
 
@@ -132,6 +132,7 @@ def make_plan(
     region: str | None = None,
     spot: bool | None = None,
     catalog: Catalog | None = None,
+    baked: bool = True,
 ) -> Plan:
     """Rank every offering that meets every constraint of `spec`; explain every other one.
 
@@ -158,7 +159,7 @@ def make_plan(
     excluded: list[Exclusion] = []
     warnings: list[str] = list(stack.warnings)
     quick = _QuickReasons(spec, gpu, variants, clouds, regions)
-    images = _ImageChoice(stack, spec.image)
+    images = _ImageChoice(stack, spec, baked=baked)
     with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/store.py)
         for off in cat.offerings:
             reason = quick.reason(off) or _exclusion_reason(off, spec, gpu, variants, clouds, regions)
@@ -179,21 +180,42 @@ def make_plan(
 
 
 class _ImageChoice:
-    """The image each candidate boots (gpucloud/images.py, issue 13), chosen once per (cloud,
-    instance type, GPU count, CPU architecture) however many regions and markets offer it."""
+    """The image each candidate boots (gpucloud/images.py, issue 13): the job's `image:`, else a
+    baked image of this stack in the candidate's region (`gpucloud image build`, found in the local
+    index by stack hash, with or without the job's setup baked in), else the images.csv choice.
+    Chosen once per (cloud, instance type, GPU count, CPU architecture), however many regions and
+    markets offer it."""
 
-    def __init__(self, stack: Stack, job_image: str) -> None:
-        self.stack, self.job_image = stack, job_image
-        self.chosen: dict[tuple[str, str, int, str], Image | None] = {}
+    def __init__(self, stack: Stack, spec: JobSpec, *, baked: bool) -> None:
+        from gpucloud.images_build import index_by_hash
+
+        self.stack, self.job_image, self.setup = stack, spec.image, spec.setup
+        self.index = index_by_hash() if baked and spec.image in ("", "auto") else {}
+        self.chosen: dict[tuple[str, str, int, str], tuple[Image | None, NodeStack | None, tuple[str, ...]]] = {}
 
     def __call__(self, off: Offering) -> Image | None:
         key = (off.cloud, off.instance_type, off.gpu_count, off.arch)
         if key not in self.chosen:
-            from gpucloud.images import choose_image, cpu_arch_of
+            self.chosen[key] = self._base(off)
+        base, node, hashes = self.chosen[key]
+        for wanted in hashes:
+            hit = self.index.get((off.cloud, off.region, wanted))
+            if hit is not None and node is not None:
+                from gpucloud.images_build import baked_row
 
-            self.chosen[key] = choose_image(self.stack, off.cloud, off.instance_type, off.gpu_count,
-                                            cpu_arch_of(off), self.job_image)
-        return self.chosen[key]
+                return baked_row(hit, self.stack, node)
+        return base
+
+    def _base(self, off: Offering) -> tuple[Image | None, NodeStack | None, tuple[str, ...]]:
+        from gpucloud.images import choose_image, cpu_arch_of, resolve_node
+        from gpucloud.images_build import stack_hash
+
+        arch = cpu_arch_of(off)
+        base = choose_image(self.stack, off.cloud, off.instance_type, off.gpu_count, arch, self.job_image)
+        if not any(cloud == off.cloud for cloud, _, _ in self.index):
+            return base, None, ()
+        node = resolve_node(self.stack, off.cloud, off.instance_type, off.gpu_count, cpu_arch=arch, chosen=base)
+        return base, node, (stack_hash(self.stack, node, self.setup), stack_hash(self.stack, node))
 
 
 def _requested_gpu(spec: JobSpec, cat: Catalog) -> str | None:

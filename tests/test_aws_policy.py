@@ -107,6 +107,12 @@ def test_every_operation_of_the_end_to_end_runs_is_allowed(inproc: None, moto: M
     nodes.write_text(nodes.read_text() + "num_nodes: 2\n")
     code, out = invoke("run", str(nodes), "--cloud", "aws")
     assert code == 0, out[-2000:]
+    # Baked images (issue 13): a builder run, its snapshot, and the image removed again.
+    code, out = invoke("image", "build", str(job), "--cloud", "aws", "--region", "us-east-1", "--yes", "--json")
+    assert code == 0, out[-2000:]
+    ref = json.loads(out.strip().splitlines()[-1])["ref"]
+    code, out = invoke("image", "rm", ref, "--cloud", "aws", "--region", "us-east-1")
+    assert code == 0, out[-2000:]
     stray = [{"Key": "gpucloud-run", "Value": "policy-stray"},
              {"Key": "gpucloud-expires", "Value": iso_utc(datetime.now(UTC) - timedelta(hours=1))}]
     moto.client("ec2").create_volume(AvailabilityZone="us-east-1a", Size=8,

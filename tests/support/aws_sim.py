@@ -98,13 +98,27 @@ class AwsVmSimulator(GuestSimulator):
         itype = inst["InstanceType"]
         gpu, count = gpu_of("aws", itype)
         env = {"GPUCLOUD_NODE_RANK": str(inst.get("AmiLaunchIndex", 0)), "GPUCLOUD_NODE_IP": "127.0.0.1"}
-        guest = self.boot_guest(iid, raw.decode(), gpu=gpu, gpu_count=count, env=env, name=f"{region}-{iid}")
+        guest = self.boot_guest(iid, raw.decode(), gpu=gpu, gpu_count=count, env=env, name=f"{region}-{iid}",
+                                disk=self._image_disk(region, inst.get("ImageId", "")))
         if guest is None:
             return
         guest.meta.update(instance_type=itype, region=region, gpu_name=GPU_NAMES.get(gpu, f"NVIDIA {gpu}"),
                           user_data_bytes=str(len(raw)), rank=env["GPUCLOUD_NODE_RANK"],
                           zone=(inst.get("Placement") or {}).get("AvailabilityZone", ""))
         self.booted.append(iid)
+
+    def _image_disk(self, region: str, image_id: str) -> Path | None:
+        """An AMI made by CreateImage from a simulated instance carries that instance's disk: its
+        guest's stub state (moto runs in this process; its AMI records the source instance)."""
+        from moto.ec2.models import ec2_backends
+
+        from tests.support.moto_server import ACCOUNT
+
+        ami = ec2_backends[ACCOUNT][region].amis.get(image_id)
+        source = getattr(ami, "instance_id", None)
+        with self.lock:
+            guest = self.guests.get(source) if source else None
+        return guest.sandbox / "stub-state" if guest is not None else None
 
     def on_guest_shutdown(self, guest: Guest) -> None:
         """EC2 with shutdown behaviour terminate: the guest's `shutdown -h now` ends the instance."""

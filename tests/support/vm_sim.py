@@ -17,6 +17,7 @@ call `boot_guest` / `end_guest` when their fake cloud creates or deletes an inst
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 import time
@@ -38,6 +39,7 @@ GPU_NAMES = {
 }
 CUDA_REPOS = ("ubuntu1804", "ubuntu2004", "ubuntu2204", "ubuntu2404")
 REPO_ARCHES = ("x86_64", "sbsa")  # arm64 servers use NVIDIA's sbsa path
+IMAGE_PARTS = ("pkgs", "py")  # what of a guest's stub state is "on its disk" (a baked image keeps it)
 
 
 def install_calls(calls: list[str]) -> list[str]:
@@ -140,14 +142,20 @@ class GuestSimulator:
 
     # ---- booting and ending ---------------------------------------------------------------------
     def boot_guest(self, vm_id: str, script: str, *, gpu: str, gpu_count: int, env: dict[str, str],
-                   name: str | None = None) -> Guest | None:
-        """Run the instance's user-data; None when the instance was deleted before it booted."""
+                   name: str | None = None, disk: Path | None = None) -> Guest | None:
+        """Run the instance's user-data; None when the instance was deleted before it booted.
+        `disk`: the stub state of the machine a baked image was taken from (its installed packages
+        and Python modules are on this guest's disk too)."""
         with self.lock:
             if vm_id in self._gone or vm_id in self.guests or self._stop.is_set():
                 return None
             sandbox = self.root / "vms" / (name or str(len(self.guests)))
             for sub in ("home", "vm", "stub-state"):
                 (sandbox / sub).mkdir(parents=True, exist_ok=True)
+            if disk is not None:
+                for part in IMAGE_PARTS:
+                    if (disk / part).is_dir():
+                        shutil.copytree(disk / part, sandbox / "stub-state" / part, dirs_exist_ok=True)
             full_env = {**self.guest_env(sandbox, gpu, gpu_count), **env}
             booted = vm_engine.boot(script, sandbox, env=full_env, path_prefix=[self._hooks, STUBS])
             guest = Guest(vm_id=vm_id, sandbox=sandbox, vm=booted, gpu=gpu, gpu_count=gpu_count)

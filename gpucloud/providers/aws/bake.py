@@ -7,9 +7,18 @@ timeouts, AWS_ENDPOINT_URL honoured, so tests point it at moto). The images are 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from gpucloud.images_build import HASH_TAG, KIND_TAG, KIND_VALUE, BakedImage
+from gpucloud.images_build import HASH_TAG, KIND_TAG, KIND_VALUE, STACK_TAG, BakedImage
+
+# What an EC2 implementation answers when it lacks "snapshot" TagSpecifications on CreateImage
+# (AWS has them; moto 5 does not and fails the call with an HTML error page): then the image is
+# tagged in the call and its snapshots right after (which the IAM policy does not grant on AWS).
+UNSUPPORTED = ("InternalError", "InternalFailure", "NotImplemented", "UnsupportedOperation", "InvalidParameterValue")
+
+IMAGE_WAIT_S = 3600.0  # CreateImage of a 100 GB root volume takes minutes; an hour is a failure
+IMAGE_POLL_S = 10.0
 
 
 def _ec2(region: str) -> Any:
@@ -22,17 +31,44 @@ class AwsImageStore:
     """`ImageStore` for EC2: CreateImage / DescribeImages(Owners=self) / DeregisterImage + snapshots."""
 
     def create_image(self, region: str, instance_id: str, name: str, tags: dict[str, str]) -> str:
+        from botocore.exceptions import ClientError
+        from botocore.parsers import ResponseParserError
+
         tag_list = [{"Key": k, "Value": v} for k, v in tags.items()]
         ec2 = _ec2(region)
-        resp = ec2.create_image(InstanceId=instance_id, Name=name, Description=tags.get("gpucloud:stack", name)[:255],
-                                TagSpecifications=[{"ResourceType": "image", "Tags": tag_list}])
+        args = {"InstanceId": instance_id, "Name": name, "Description": tags.get(STACK_TAG, name)[:255],
+                "NoReboot": True}  # the builder ran `sync` and waits; keep it as it is
+        try:  # image and snapshots tagged in the create call: the only tagging the IAM policy allows
+            resp = ec2.create_image(**args, TagSpecifications=[{"ResourceType": kind, "Tags": tag_list}
+                                                               for kind in ("image", "snapshot")])
+            tag_snapshots = False
+        except (ClientError, ResponseParserError) as exc:  # an EC2 without snapshot TagSpecifications
+            if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") not in UNSUPPORTED:
+                raise
+            resp = ec2.create_image(**args, TagSpecifications=[{"ResourceType": "image", "Tags": tag_list}])
+            tag_snapshots = True
         ref = str(resp["ImageId"])
-        # The snapshots get the same tags (so `gc` and cost reports see them) in a second call:
-        # not every EC2 implementation accepts a "snapshot" TagSpecification on CreateImage.
+        self._wait_available(ec2, ref)
         snapshots = self._snapshots(ec2, ref)
-        if snapshots:
+        if tag_snapshots and snapshots:
             ec2.create_tags(Resources=snapshots, Tags=tag_list)
         return ref
+
+    @staticmethod
+    def _wait_available(ec2: Any, ref: str, timeout: float = IMAGE_WAIT_S, poll: float = IMAGE_POLL_S) -> None:
+        """Until the AMI is `available` (its snapshot complete): only then may the builder go."""
+        from gpucloud.errors import GpucloudError
+
+        end = time.monotonic() + timeout
+        while True:
+            images = ec2.describe_images(ImageIds=[ref]).get("Images", [])
+            state = images[0].get("State", "pending") if images else "pending"
+            if state == "available":
+                return
+            if state in ("failed", "invalid", "deregistered", "error") or time.monotonic() > end:
+                raise GpucloudError(f"image {ref} did not become available (state {state}).",
+                                    hint=f"`gpucloud image rm {ref} --cloud aws --region ...` removes what is left.")
+            time.sleep(poll)
 
     @staticmethod
     def _snapshots(ec2: Any, ref: str) -> list[str]:

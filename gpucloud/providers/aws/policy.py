@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpucloud.images_build import KIND_TAG, KIND_VALUE
 from gpucloud.providers.base import TAG_RUN as TAG
 
 BUCKETS = "arn:aws:s3:::gpucloud-${aws:PrincipalAccount}-*"
@@ -29,7 +30,8 @@ _EC2 = "arn:aws:ec2:*:*"
 
 def policy_document() -> dict[str, Any]:
     """The IAM policy document (version 2012-10-17) as a dict."""
-    return {"Version": "2012-10-17", "Statement": _create_statements() + _destroy_and_storage_statements()}
+    return {"Version": "2012-10-17", "Statement": _create_statements() + _image_statements()
+            + _destroy_and_storage_statements()}
 
 
 def _create_statements() -> list[dict[str, Any]]:
@@ -103,11 +105,42 @@ def _create_statements() -> list[dict[str, Any]]:
             f"{_EC2}:security-group-rule/*",
             f"{_EC2}:key-pair/*",
             f"{_EC2}:placement-group/*",
+            "arn:aws:ec2:*::image/*",
+            "arn:aws:ec2:*::snapshot/*",
         ],
         "Condition": {"StringEquals": {"ec2:CreateAction": [
             "RunInstances", "CreateSecurityGroup", "CreateKeyPair", "AuthorizeSecurityGroupIngress",
-            "CreatePlacementGroup",
+            "CreatePlacementGroup", "CreateImage",
         ]}},
+    },
+    ]
+
+
+def _image_statements() -> list[dict[str, Any]]:
+    """`gpucloud image build/rm`: snapshot only gpucloud's own builders, into images tagged as
+    gpucloud images; deregister and delete only those."""
+    kind = {f"aws:RequestTag/{KIND_TAG}": KIND_VALUE}
+    return [
+    {
+        "Sid": "BakeOnlyOwnBuilders",
+        "Effect": "Allow",
+        "Action": "ec2:CreateImage",
+        "Resource": f"{_EC2}:instance/*",
+        "Condition": {"Null": {f"aws:ResourceTag/{TAG}": "false"}},
+    },
+    {
+        "Sid": "BakeOnlyTaggedImages",
+        "Effect": "Allow",
+        "Action": "ec2:CreateImage",
+        "Resource": ["arn:aws:ec2:*::image/*", "arn:aws:ec2:*::snapshot/*"],
+        "Condition": {"StringEquals": kind},
+    },
+    {
+        "Sid": "DeleteOnlyBakedImages",
+        "Effect": "Allow",
+        "Action": ["ec2:DeregisterImage", "ec2:DeleteSnapshot"],
+        "Resource": ["arn:aws:ec2:*::image/*", "arn:aws:ec2:*::snapshot/*"],
+        "Condition": {"StringEquals": {f"aws:ResourceTag/{KIND_TAG}": KIND_VALUE}},
     },
     ]
 
@@ -148,7 +181,8 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
         "Sid": "UbuntuImageIds",
         "Effect": "Allow",
         "Action": "ssm:GetParameter",
-        "Resource": "arn:aws:ssm:*::parameter/aws/service/canonical/ubuntu/*",
+        "Resource": ["arn:aws:ssm:*::parameter/aws/service/canonical/ubuntu/*",
+                     "arn:aws:ssm:*::parameter/aws/service/deeplearning/ami/*"],  # GPU images (docs/STACKS.md)
     },
     {
         "Sid": "WhoAmI",
