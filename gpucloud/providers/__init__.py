@@ -71,7 +71,8 @@ REGISTRY: dict[str, ProviderInfo] = {
                      image_store="gpucloud.providers.aws.bake:AwsImageStore"),
         ProviderInfo("azure", "gpucloud.providers.azure", "AzureProvider", "Azure", True, True, _azure_configured,
                      "Run `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
-                     "AZURE_SUBSCRIPTION_ID.", catalog_source="gpucloud.providers.azure.catalog"),
+                     "AZURE_SUBSCRIPTION_ID.", catalog_source="gpucloud.providers.azure.catalog",
+                     image_store="gpucloud.providers.azure.bake:AzureImageStore"),
         ProviderInfo("local", "gpucloud.providers.local", "LocalProvider", "this machine", False, False, _always,
                      "Nothing to configure."),
         ProviderInfo("ssh", "gpucloud.providers.ssh", "SshProvider", "your machines over SSH", False, False, _always,

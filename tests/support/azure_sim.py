@@ -70,8 +70,9 @@ class AzureVmSimulator(GuestSimulator):
         with self.lock:
             if res.id.lower() in self.driver_extensions:
                 env["STUB_DRIVER"] = GRID_DRIVER
+        image = ((res.body.get("properties") or {}).get("storageProfile") or {}).get("imageReference") or {}
         guest = self.boot_guest(res.id, script, gpu=gpu, gpu_count=count, env=env,
-                                name=f"{rg}-{res.id.rsplit('/', 1)[1]}")
+                                name=f"{rg}-{res.id.rsplit('/', 1)[1]}", disk=self._image_disk(image.get("id")))
         if guest is None:
             return
         guest.meta.update(size=size, gpu_name=guest_env_gpu_name(gpu))
@@ -80,6 +81,17 @@ class AzureVmSimulator(GuestSimulator):
             exists = res.id.lower() in self.arm.resources
         if not exists:  # deleted while it booted
             self.end_guest(res.id)
+
+    def _image_disk(self, image_id: str | None) -> Path | None:
+        """A managed image taken of a simulated VM carries that VM's disk: its guest's stub state."""
+        if not image_id:
+            return None
+        with self.arm.lock:
+            image = self.arm.resources.get(image_id.lower())
+            source = ((image.body.get("properties") or {}).get("sourceVirtualMachine") or {}).get("id") if image else None
+        with self.lock:
+            guest = next((g for vid, g in self.guests.items() if source and vid.lower() == source.lower()), None)
+        return guest.sandbox / "stub-state" if guest is not None else None
 
     def _driver_installed(self, vm_id: str) -> None:
         """The GRID driver extension ran: the guest's nvidia-smi now finds a driver (STUB_DRIVER, or

@@ -712,6 +712,8 @@ class _Handler(BaseHTTPRequestHandler):
                     if res is None:
                         return self._error(404, "ResourceNotFound", f"The Resource '{target}' was not found.")
                     return self._send(200, self._instance_view(res))
+            if action in ("deallocate", "generalize") and self.command == "POST":
+                return self._vm_action(action, target, ns)
             if action == "listkeys" and self.command == "POST":
                 with arm.lock:
                     if target.lower() not in arm.resources:
@@ -797,6 +799,24 @@ class _Handler(BaseHTTPRequestHandler):
             if is_storage:  # the Storage RP answers 202 with only a Location header
                 return self._async_created(202, key, ns, res.get("location", ""), fail, finish, None, location_header=True)
             return self._async_created(status, key, ns, res.get("location", ""), fail, finish, _public(res_obj))
+
+    def _vm_action(self, action: str, target: str, ns: str) -> None:
+        """POST .../virtualMachines/{n}/deallocate (long-running: the VM stops, still exists) and
+        .../generalize (synchronous; Azure requires a deallocated VM), what a managed image needs."""
+        arm = self.arm
+        with arm.lock:
+            res = arm.resources.get(target.lower())
+            if res is None:
+                return self._error(404, "ResourceNotFound", f"The Resource '{target}' was not found.")
+            if action == "generalize":
+                if arm.power.get(target.lower()) != "deallocated":
+                    return self._error(409, "OperationNotAllowed", "The VM must be deallocated to be generalized.")
+                res.body.setdefault("properties", {})["generalized"] = True
+                return self._send(200, None)
+            arm.power[target.lower()] = "deallocated"
+            op = arm.new_operation()
+        arm._emit("deallocated", res)
+        return self._send(202, None, {"Azure-AsyncOperation": self._op_url(op, ns=ns), **arm.retry_headers()})
 
     def _validate(self, rtype: str, body: dict[str, Any]) -> tuple[str, str] | None:
         """The few checks ARM makes that matter to gpucloud (references exist, sizes, limits)."""
