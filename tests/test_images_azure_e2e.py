@@ -15,18 +15,12 @@ import pytest
 from tests.support.azure_fixtures import arm, azure_env, azurite, fake_arm_server  # noqa: F401
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
 from tests.support.fake_arm import FakeArm
-from tests.support.vm_sim import install_calls
+from tests.support.vm_sim import guest_calls, install_calls
 from tests.test_azure_e2e import cli, settle
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 IMAGES = "microsoft.compute/images"
 
-
-def _calls(sim: AzureVmSimulator, vm_id: str) -> list[str]:
-    guest = sim.guest(vm_id)
-    assert guest is not None, vm_id
-    path = guest.sandbox / "stub-state" / "calls"
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def test_azure_image_build_then_run_installs_nothing(azure_env: dict[str, str], arm: FakeArm,  # noqa: F811
@@ -40,7 +34,7 @@ def test_azure_image_build_then_run_installs_nothing(azure_env: dict[str, str], 
     doc = json.loads(built.stdout.strip().splitlines()[-1])
     assert doc["built"] is True and "/gpucloud-images-eastus/" in doc["ref"].lower()
     builder = azure_sim.booted[-1]
-    assert install_calls(_calls(azure_sim, builder)), "the builder installed the stack"
+    assert install_calls(guest_calls(azure_sim, builder)), "the builder installed the stack"
     settle(arm, azure_sim)
     groups = {r["id"].split("/")[4].lower() for r in arm.snapshot() if r["state"] != "Deleting"}
     assert groups <= {"gpucloud-images-eastus"} | {g for g in groups if g.startswith("gpucloud-storage-")}, groups
@@ -51,7 +45,7 @@ def test_azure_image_build_then_run_installs_nothing(azure_env: dict[str, str], 
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     node = azure_sim.booted[-1]
     assert node != builder
-    calls = _calls(azure_sim, node)
+    calls = guest_calls(azure_sim, node)
     assert install_calls(calls) == [], calls  # 0 apt-get installs, 0 pip installs
 
     gc = cli(azure_env, "gc", "--yes")

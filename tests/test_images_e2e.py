@@ -16,18 +16,12 @@ import pytest
 
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
-from tests.support.vm_sim import install_calls
+from tests.support.vm_sim import guest_calls, install_calls
 from tests.test_aws_e2e import aws_env, cli  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 REGION = "us-east-1"
 
-
-def _calls(sim: AwsVmSimulator, instance_id: str) -> list[str]:
-    guest = sim.guest(instance_id)
-    assert guest is not None, instance_id
-    path = guest.sandbox / "stub-state" / "calls"
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def _job(tmp_path: Path) -> Path:
@@ -51,7 +45,7 @@ def test_image_build_then_run_installs_nothing(aws_env: dict[str, str], moto: Mo
     tags = {t["Key"]: t["Value"] for t in image["Tags"]}
     assert tags["gpucloud:stack-hash"] == doc["stack_hash"] and tags["gpucloud:kind"] == "image"
     builder = aws_sim.booted[-1]
-    assert install_calls(_calls(aws_sim, builder)), "the builder installed the stack"
+    assert install_calls(guest_calls(aws_sim, builder)), "the builder installed the stack"
     assert tagged_alive(moto) == [], "the builder is torn down like a run"
 
     again = cli(env, "image", "build", str(job), "--cloud", "aws", "--region", REGION, "--yes", "--json")
@@ -69,7 +63,7 @@ def test_image_build_then_run_installs_nothing(aws_env: dict[str, str], moto: Mo
     assert node != builder
     assert ec2.describe_instances(InstanceIds=[node])["Reservations"][0]["Instances"][0]["ImageId"] == doc["ref"]
     assert json.loads(run.stdout)["status"] == "succeeded"
-    calls = _calls(aws_sim, node)
+    calls = guest_calls(aws_sim, node)
     assert install_calls(calls) == [], calls  # 0 apt-get installs, 0 pip installs
     assert not [c for c in calls if c.startswith("dpkg -i")]
     assert any(c.startswith("nvidia-smi") for c in calls), "the stack stage still checked the driver"

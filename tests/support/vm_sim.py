@@ -48,6 +48,15 @@ def install_calls(calls: list[str]) -> list[str]:
             or c.startswith("python3 -m pip install")]
 
 
+def guest_calls(sim: GuestSimulator, vm_id: str) -> list[str]:
+    """The stub call log of one simulated machine (apt-get, pip, nvidia-smi ... in order)."""
+    with sim.lock:
+        guest = sim.guests.get(vm_id)
+    assert guest is not None, vm_id
+    path = guest.sandbox / "stub-state" / "calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
 def stub_counts(state: Path) -> dict[str, int]:
     """Invocations per stub tool (apt-get, dpkg, nvidia-smi, python3, systemctl ...) of one guest."""
     folder = Path(state) / "count"
