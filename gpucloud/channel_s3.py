@@ -49,15 +49,13 @@ class S3Channel(Channel):
     RETRY_CAP_S = 8.0
 
     def __init__(self, session: Any, region: str, *, bucket: str | None = None, account: str | None = None) -> None:
-        from botocore.config import Config
+        from gpucloud.providers.aws import shared_client
+        from gpucloud.providers.aws_access import client_config
 
         self.session = session
         self.region = region
         # SigV4 explicitly: legacy SigV2 presigned URLs are refused in newer regions and by policies.
-        cfg = Config(signature_version="s3v4", retries={"mode": "standard", "max_attempts": 5},
-                     user_agent_extra="gpucloud")
-        self._s3 = session.client("s3", region_name=region, config=cfg)
-        from gpucloud.providers.aws import shared_client
+        self._s3 = session.client("s3", region_name=region, config=client_config(signature_version="s3v4"))
 
         self._sts = shared_client(session, "sts", region)
         self._account = account
@@ -71,13 +69,24 @@ class S3Channel(Channel):
         from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError
 
         from gpucloud.providers.aws import classify, error_code, error_kind
+        from gpucloud.providers.aws_access import classify_access
 
         client = self._sts if op == "get_caller_identity" else self._s3
+        service = "STS" if client is self._sts else "S3"
         tries = 0
         while True:
             tries += 1
             try:
                 return getattr(client, op)(**kwargs)
+            except Exception as exc:  # no/refused credentials, dead endpoint: AWS is unusable, stop now
+                access = classify_access(exc, what=f"{service} {op}")
+                if access is not None:
+                    raise access from None
+                if not isinstance(exc, (ClientError, BotoConnectionError)):
+                    raise
+                error = exc
+            try:
+                raise error
             except ClientError as exc:
                 code = error_code(exc)
                 status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")

@@ -56,3 +56,64 @@ class InternalError(GpucloudError):
     """A bug or an unexpected cloud answer. Exit 70."""
 
     exit_code = 70
+
+
+class CloudAccessError(GpucloudError):
+    """A cloud cannot be used at all: no or bad credentials, or an endpoint that does not answer.
+    Distinct from capacity, quota and throttling: failover skips the whole cloud once, and when no
+    cloud is usable the run ends with exit 78 (configuration). `cloud` names the cloud."""
+
+    exit_code = 78
+    kind = "credentials"
+
+    def __init__(self, message: str, *, cloud: str = "", hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.cloud = cloud
+
+
+class CredentialsError(CloudAccessError):
+    """No credentials found, or the cloud refused them (expired, wrong keys, no subscription)."""
+
+    kind = "credentials"
+
+
+class EndpointError(CloudAccessError):
+    """The cloud's API endpoint could not be reached (wrong or dead AWS_ENDPOINT_URL, no network)."""
+
+    kind = "endpoint"
+
+
+class ConfigurationError(GpucloudError):
+    """Nothing usable is configured (no cloud has working credentials). Exit 78 (EX_CONFIG);
+    `reasons` holds one line per cloud."""
+
+    exit_code = 78
+
+    def __init__(self, message: str, reasons: list[str], *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.reasons = reasons
+
+    def render(self) -> str:
+        lines = [self.message, *(f"  - {r}" for r in self.reasons)]
+        if self.hint:
+            lines.append(self.hint)
+        return "\n".join(lines)
+
+
+class Declined(GpucloudError):
+    """The user answered no to a confirmation (or there was nobody to ask and --yes was not given). Exit 1."""
+
+    exit_code = 1
+
+
+def error_kind(exc: GpucloudError) -> str:
+    """A stable word for machines (the `kind` of the --json error document)."""
+    explicit = getattr(exc, "kind", None)
+    if isinstance(explicit, str):
+        return explicit
+    for cls, word in ((NoCandidateError, "no-candidate"), (ConfigurationError, "configuration"),
+                      (DeadlineExceeded, "deadline"), (Interrupted, "interrupted"), (Declined, "declined"),
+                      (UserError, "user"), (InternalError, "internal")):
+        if isinstance(exc, cls):
+            return word
+    return "error"

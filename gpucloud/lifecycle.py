@@ -19,7 +19,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from gpucloud.errors import GpucloudError, InternalError, NoCandidateError, UserError
+from gpucloud.errors import (CloudAccessError, ConfigurationError, Declined, GpucloudError, InternalError,
+                             NoCandidateError, UserError)
 from gpucloud.progress import Progress, fmt_seconds
 from gpucloud.runlog import LogMirror
 from gpucloud.state import FINAL_STATUSES, Journal, RunRecord, Store, home_dir
@@ -43,12 +44,6 @@ EXPIRY_MARGIN = timedelta(minutes=30)  # TAG_EXPIRES = deadline + margin (gc may
 PEER_FAIL_GRACE_S = 3.0
 
 
-class Declined(GpucloudError):
-    """The user answered no to a confirmation."""
-
-    exit_code = 1
-
-
 class _Interrupt(KeyboardInterrupt):
     """Raised by the signal handler for SIGINT and SIGTERM alike (not an Exception: nothing may
     swallow it on the way to the teardown)."""
@@ -64,7 +59,7 @@ class RunResult:
 
     run_id: str
     status: str
-    exit_code: int
+    exit_code: int | None  # None: detached, the job is still running
     artifacts_dir: str | None = None
     phases: dict[str, float] = field(default_factory=dict)
     cost: float = 0.0
@@ -217,7 +212,12 @@ def _refresh(store: Store, run: RunRecord) -> RunRecord:
     if statuses and all(st and st.get("state") in VM_FINAL_STATES for st in statuses):
         status, code, message = _outcome(statuses)
         store.set_phases(run.id, _vm_phases(statuses))
-        store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
+        if not run.detached:  # issue 10: the `run` that followed it died before reading the result
+            store.update_run(run.id, status="collecting", phase="collect",
+                             message=f"the job ended ({status}, exit {code}) but the `gpucloud run` following it "
+                                     f"stopped before reading the result: `gpucloud collect {run.id}` brings it back")
+        else:
+            store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
     else:
         stage = next((st.get("stage") for st in statuses if st and st.get("stage")), None)
         if stage and stage != run.phase:
@@ -259,7 +259,8 @@ def run_job(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool 
         raise NoCandidateError("the plan has no candidate to provision.", [])
     plan_s = time.monotonic() - t0
     _print_plan_summary(plan)
-    if not assume_yes and not _ask("Launch it?"):
+    free = all(c.total_per_hour == 0 for c in plan.candidates)  # a $0 run (local) is not worth a prompt
+    if not assume_yes and not free and not _ask("Launch it?"):
         raise Declined("not launched.")
     return _Run(spec, plan, detach=detach, json_out=json_out, wait_teardown=wait_teardown, plan_s=plan_s).execute()
 
@@ -349,7 +350,7 @@ class _Run:
                         self.progress.info(f"detached: the run ends itself at the latest at max_duration; "
                                            f"`gpucloud logs {self.run_id} --follow` follows it, "
                                            f"`gpucloud down {self.run_id}` ends it")
-                        status, code = "detached", 0
+                        status, code = "detached", None
                     else:
                         status, code, message = self._follow()
                         if status not in ("interrupted", "down"):
@@ -397,6 +398,7 @@ class _Run:
         tarball = pack_workdir(spec.workdir_path())
         uploaded: set[int] = set()
         attempts: list[str] = []
+        access: list[str] = []  # one line per cloud skipped for credentials / endpoint
         skip_clouds: set[str] = set()
         skip_regions: set[tuple[str, str]] = set()
         try:
@@ -447,6 +449,11 @@ class _Run:
                     self.provider, self.candidate, self.channel = provider, cand, channel
                     self.deadline = deadline.timestamp()
                     provider.provision(req, self.journal)
+                except CloudAccessError as exc:  # issue 10: skip this cloud once, say why and the fix
+                    access.append(self._skip_cloud(exc, cand, skip_clouds))
+                    attempts.append(f"{where}: {exc.kind}: {exc.message}")
+                    self.provider = self.candidate = self.channel = None
+                    continue
                 except ProvisionError as exc:
                     reason = f"{exc.kind}: {exc.message}" + (f" (quota {exc.quota_code})" if exc.quota_code else "")
                     attempts.append(f"{where}: {reason}")
@@ -485,14 +492,38 @@ class _Run:
             except OSError:
                 pass
         self.phases["provision"] = time.monotonic() - t0
+        self._nothing_launched_costs_nothing()
+        if access and len(access) == len(attempts):
+            raise ConfigurationError("no cloud is usable: every candidate's cloud lacks working credentials "
+                                     "or an endpoint that answers:", access,
+                                     hint="`gpucloud check` shows what each cloud needs.")
         raise NoCandidateError(
             f"no candidate could be provisioned ({len(attempts)} attempt(s)):", attempts,
             hint="Try other regions or GPU types (`gpucloud plan` lists them), or ask for more quota.",
         )
 
+    def _skip_cloud(self, exc: CloudAccessError, cand: Candidate, skip_clouds: set[str]) -> str:
+        """One line for a cloud that cannot be used (no credentials, dead endpoint); its remaining
+        candidates are skipped and failover goes on with the other clouds."""
+        skip_clouds.add(cand.cloud)
+        line = exc.message + (f" {exc.hint}" if exc.hint else "")
+        self.store.event(self.run_id, "attempt", line)
+        self.progress.warn(f"skipping {line}")
+        self._cleanup_attempt(self.provider, cand)
+        return line
+
+    def _nothing_launched_costs_nothing(self) -> None:
+        """A run whose attempts created no machine costs $0 (its price was the candidate's)."""
+        if not any(r.cloud_id and r.kind in ("instance", "vm", "process", "node")
+                   for r in self.journal.resources(self.run_id, alive_only=False)):
+            self.store.update_run(self.run_id, price_per_hour=0.0)
+
     def _cleanup_attempt(self, provider: Provider | None, cand: Candidate) -> None:
         if provider is None:
             return
+        if not any(r.cloud == cand.cloud and (r.region or cand.region) == cand.region
+                   for r in self.journal.resources(self.run_id)):
+            return  # the journal says nothing was created there: nothing to clean up
         try:
             provider.teardown(self.run_id, cand.region, self.journal, wait=True)
         except Exception as exc:
@@ -691,8 +722,10 @@ def show_status(run_id: str | None, *, json_out: bool) -> None:
 
     store = Store()
     now = time.time()
+    from gpucloud.collect import reconcile
+
     if run_id is not None:
-        run = _refresh(store, _find(store, run_id))
+        run = reconcile(store, _refresh(store, _find(store, run_id)))
         phases = store.phases(run.id)
         if json_out:
             doc = {**run.as_json(now), "phases": phases,
@@ -704,7 +737,7 @@ def show_status(run_id: str | None, *, json_out: bool) -> None:
             return
         _print_run_detail(store, run, phases, now)
         return
-    runs = [_refresh(store, r) for r in store.list_runs()]
+    runs = [reconcile(store, _refresh(store, r)) for r in store.list_runs()]
     if json_out:
         print(json.dumps([{**r.as_json(now), "phases": store.phases(r.id)} for r in runs], indent=2, default=str))
         return
@@ -716,18 +749,21 @@ def show_status(run_id: str | None, *, json_out: bool) -> None:
 
 def _print_runs(runs: list[RunRecord], now: float) -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("RUN", "STATUS", "PHASE", "ELAPSED", "COST", "WHERE", "EXIT"):
-        table.add_column(col, justify="right" if col in ("ELAPSED", "COST", "EXIT") else "left", no_wrap=True)
+    from gpucloud.views import console, fit_table, least_width, output_width
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for col in ("RUN", "STATUS", "PHASE", "ELAPSED", "COST", "WHERE"):
+        table.add_column(col, justify="right" if col in ("ELAPSED", "COST", "EXIT") else "left", overflow="fold")
     for r in runs:
-        table.add_row(r.id, r.status + (" (detached)" if r.detached and not r.final else ""),
+        exit_note = f" ({r.exit_code})" if r.exit_code not in (None, 0) else ""
+        table.add_row(r.id, r.status + exit_note + (" (detached)" if r.detached and not r.final else ""),
                       "-" if r.final else (r.phase or "-"), fmt_seconds(r.elapsed(now)), f"${r.cost(now):.4f}",
-                      f"{r.cloud}/{r.region}/{r.instance_type}" if r.cloud else "-",
-                      "" if r.exit_code is None else str(r.exit_code))
-    Console(soft_wrap=False, width=200).print(table)
+                      f"{r.cloud}/{r.region}\n{r.instance_type}" if r.cloud else "-")
+    width = output_width()
+    fit_table(table, width, ("PHASE", "ELAPSED"), foldable=("RUN",))
+    console(max(width, least_width(table))).print(table)
 
 
 def _print_run_detail(store: Store, run: RunRecord, phases: dict[str, float], now: float) -> None:
@@ -786,7 +822,7 @@ def show_logs(run_id: str, *, follow: bool) -> int:
     try:
         while True:
             run = _refresh(store, store.get_run(run.id) or run)
-            if run.final:
+            if run.final or (run.status == "collecting" and not run.detached and not _pid_alive(run.pid)):
                 break
             time.sleep(interval)
             pump()

@@ -235,11 +235,9 @@ def shared_client(session: Any, service: str, region: str) -> Any:
         hit = _CLIENTS.get(key)
         if hit is not None and hit[0] is session:
             return hit[1]
-        from botocore.config import Config
+        from gpucloud.providers.aws_access import client_config
 
-        cfg = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=10,
-                     read_timeout=60, user_agent_extra="gpucloud")
-        client = session.client(service, region_name=region, config=cfg)
+        client = session.client(service, region_name=region, config=client_config())
         _CLIENTS[key] = (session, client)  # the session is kept alive, so its id is never reused
         return client
 
@@ -359,19 +357,26 @@ class AwsProvider:
         `gpucloud_tries` set on it."""
         from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError
 
+        from gpucloud.providers.aws_access import classify_access
+
         tries = 0
         while True:
             tries += 1
             try:
                 return getattr(client, op)(**kwargs)
-            except ClientError as exc:
-                if error_kind(error_code(exc)) not in ("throttle", "server") or tries >= self.retry_attempts:
+            except (ClientError, BotoConnectionError) as exc:
+                access = classify_access(exc, what=op)  # refused credentials, dead endpoint: no retry
+                if access is not None:
+                    raise access from None
+                retry = isinstance(exc, BotoConnectionError) or error_kind(error_code(exc)) in ("throttle", "server")
+                if not retry or tries >= self.retry_attempts:
                     exc.gpucloud_tries = tries  # type: ignore[attr-defined]
                     raise
-            except BotoConnectionError as exc:
-                if tries >= self.retry_attempts:
-                    exc.gpucloud_tries = tries  # type: ignore[attr-defined]
-                    raise
+            except Exception as exc:
+                access = classify_access(exc, what=op)  # e.g. NoCredentialsError
+                if access is not None:
+                    raise access from None
+                raise
             self._sleep(self._backoff(tries - 1))
 
     # ---- credentials ------------------------------------------------------------------------------
@@ -380,12 +385,13 @@ class AwsProvider:
         warning: a presigned URL stops working when the credentials that signed it expire, whatever
         its own expiry, so the VM would lose its way to report logs, status and artifacts (and with
         credentials that do not refresh themselves, this CLI could not follow or tear down either)."""
+        from gpucloud.errors import CredentialsError
+        from gpucloud.providers.aws_access import CREDENTIALS_HINT
+
         creds = self.session.get_credentials()
         if creds is None:
-            raise FatalProvisionError(
-                "no AWS credentials found (environment, ~/.aws, SSO or instance role).",
-                hint="Run `aws configure` or `aws sso login`, or set AWS_PROFILE.",
-            )
+            raise CredentialsError("AWS: no credentials found (environment, ~/.aws, SSO or instance role).",
+                                   cloud=CLOUD, hint=CREDENTIALS_HINT)
         try:
             token = creds.get_frozen_credentials().token
         except Exception:  # noqa: BLE001 - a refresh failure shows up on the first real call
@@ -554,7 +560,12 @@ class AwsProvider:
         except BotoCoreError as exc:
             from botocore.exceptions import ConnectionError as BotoConnectionError, HTTPClientError
 
+            from gpucloud.providers.aws_access import classify_access
+
             self._cleanup_attempt(req, journal, created)
+            access = classify_access(exc, what=what)
+            if access is not None:
+                raise access from None
             if isinstance(exc, (BotoConnectionError, HTTPClientError)):
                 raise ThrottledError(f"{region}/{cand.instance_type}: could not reach AWS while {what}: {exc}",
                                      code=type(exc).__name__) from None

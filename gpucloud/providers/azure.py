@@ -172,17 +172,13 @@ def quota_family(message: str, instance_type: str) -> str:
 
 def classify_error(exc: Exception, *, where: str, instance_type: str = "", region: str = "") -> ProvisionError:
     """Turn an Azure SDK error into the ProvisionError kind that drives failover (FACTS.md s4)."""
-    from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
+    from gpucloud.providers.azure_access import classify_access
 
     if isinstance(exc, ProvisionError):
         return exc
-    if isinstance(exc, ClientAuthenticationError) and not getattr(exc, "status_code", None):
-        return FatalProvisionError(
-            f"Azure credentials are not usable: {str(exc).splitlines()[0]}", code="CredentialUnavailable",
-            hint="Sign in with `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set AZURE_SUBSCRIPTION_ID.")
-    if isinstance(exc, ServiceRequestError):
-        return FatalProvisionError(f"Azure Resource Manager is unreachable while {where}: {str(exc).splitlines()[0]}",
-                                   code="ServiceRequestError")
+    access = classify_access(exc, what=where)  # no credentials / dead endpoint: skip Azure, not a quota
+    if access is not None:
+        return access  # type: ignore[return-value]
     code, message, status = _error_code_and_message(exc)
     text = f"{code}: {message}" if code else message
     if code in CAPACITY_CODES:
@@ -268,22 +264,26 @@ class AzureProvider:
     def subscription_id(self) -> str:
         sub = self._subscription_id or os.environ.get("AZURE_SUBSCRIPTION_ID")
         if not sub:
-            raise FatalProvisionError("AZURE_SUBSCRIPTION_ID is not set.", code="NoSubscription",
-                                      hint="Set it to the subscription to run in (`az account show --query id -o tsv`).")
+            from gpucloud.providers.azure_access import no_subscription
+
+            raise no_subscription()
         return sub
 
     def credential(self) -> Any:
         if self._credential is None:
-            from azure.identity import DefaultAzureCredential
+            from gpucloud.providers.azure_access import default_credential
 
-            self._credential = DefaultAzureCredential()
+            self._credential = default_credential()
         return self._credential
 
     def _client_kwargs(self) -> dict[str, Any]:
+        from gpucloud.providers.azure_access import pipeline_kwargs
+
         kw: dict[str, Any] = {
             "base_url": self.arm_endpoint,
             "credential_scopes": [f"{self.arm_endpoint}/.default"],
             "polling_interval": DEFAULT_POLL_SECONDS,
+            **pipeline_kwargs(),
         }
         if self.arm_endpoint.lower().startswith("http://"):
             kw["per_call_policies"] = [_allow_http_policy()]
