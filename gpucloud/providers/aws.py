@@ -237,7 +237,7 @@ def shared_client(session: Any, service: str, region: str) -> Any:
             return hit[1]
         from gpucloud.providers.aws_access import client_config
 
-        client = session.client(service, region_name=region, config=client_config())
+        client = session.client(service, region_name=region, config=client_config(service))
         _CLIENTS[key] = (session, client)  # the session is kept alive, so its id is never reused
         return client
 

@@ -16,7 +16,11 @@ from gpucloud.errors import CloudAccessError, CredentialsError, EndpointError
 CLOUD = "aws"
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 30
-MAX_ATTEMPTS = 3
+MAX_ATTEMPTS = 3  # in all, first try included (botocore's `total_max_attempts`)
+# STS GetCallerIdentity is the first call of every run (the channel's account): an endpoint that
+# accepts connections but never answers is found out by it within PROBE_READ_TIMEOUT_S x 2.
+PROBE_SERVICES = frozenset({"sts"})
+PROBE_READ_TIMEOUT_S = 5
 
 # ClientError codes that say the credentials themselves are wrong, expired or unknown.
 CREDENTIAL_CODES = frozenset({
@@ -28,12 +32,15 @@ CREDENTIALS_HINT = ("Configure the standard AWS credential chain: `aws configure
                     "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY; `gpucloud check --cloud aws` tests them.")
 
 
-def client_config(**extra: Any) -> Any:
-    """The botocore Config every gpucloud AWS client uses: bounded retries and timeouts."""
+def client_config(service: str = "", **extra: Any) -> Any:
+    """The botocore Config every gpucloud AWS client uses: bounded retries and timeouts (shorter
+    for the cheap identity probe, see PROBE_SERVICES)."""
     from botocore.config import Config
 
-    return Config(retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS}, connect_timeout=CONNECT_TIMEOUT_S,
-                  read_timeout=READ_TIMEOUT_S, user_agent_extra="gpucloud", **extra)
+    probe = service in PROBE_SERVICES
+    return Config(retries={"mode": "standard", "total_max_attempts": 2 if probe else MAX_ATTEMPTS},
+                  connect_timeout=CONNECT_TIMEOUT_S, read_timeout=PROBE_READ_TIMEOUT_S if probe else READ_TIMEOUT_S,
+                  user_agent_extra="gpucloud", **extra)
 
 
 def endpoint_of(exc: BaseException) -> str:
@@ -75,12 +82,12 @@ def classify_access(exc: BaseException, *, what: str = "") -> CloudAccessError |
         return CredentialsError(f"AWS refused the credentials{during} ({code}: {first_line(message)}).",
                                 cloud=CLOUD, hint=CREDENTIALS_HINT)
     if isinstance(exc, (be.EndpointConnectionError, be.ConnectTimeoutError, be.ProxyConnectionError,
-                        be.SSLError)):
+                        be.SSLError, be.ReadTimeoutError)):  # read timeout: botocore already retried it
         url = endpoint_of(exc)
         override = os.environ.get("AWS_ENDPOINT_URL")
         hint = (f"AWS_ENDPOINT_URL is set to {override}: unset it to use AWS itself, or start the service there."
                 if override else "Check the network (proxy, firewall, VPN) and the region name.")
-        return EndpointError(f"AWS: could not reach {url}{during} ({type(exc).__name__}, "
-                             f"gave up after {MAX_ATTEMPTS} attempts with {CONNECT_TIMEOUT_S} s connect timeout).",
+        return EndpointError(f"AWS: could not reach {url}{during} ({type(exc).__name__}; botocore retried "
+                             f"with a {CONNECT_TIMEOUT_S} s connect timeout and gave up).",
                              cloud=CLOUD, hint=hint)
     return None

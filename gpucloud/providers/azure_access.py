@@ -35,7 +35,9 @@ def default_credential() -> Any:
     from azure.identity import DefaultAzureCredential
 
     logging.getLogger("azure.identity").setLevel(logging.ERROR)
-    return DefaultAzureCredential()
+    # The same bounded waits for the token endpoints (managed identity, AAD) as for ARM.
+    return DefaultAzureCredential(connection_timeout=CONNECTION_TIMEOUT_S, retry_connect=1, retry_read=1,
+                                  retry_backoff_max=2)
 
 
 def credential_summary(text: str) -> str:
@@ -45,6 +47,9 @@ def credential_summary(text: str) -> str:
     if not lines:
         return "no credential available"
     tried = [m[1] for line in lines if (m := re.match(r"(\w+Credential):", line))]
+    failed = [line for line in lines if re.match(r"\w+Credential:", line) and "unavailable" not in line.lower()]
+    if failed:  # a source that was configured and failed (e.g. an identity endpoint that does not answer)
+        return failed[0]
     if tried:
         shown = ", ".join(tried[:3]) + (", ..." if len(tried) > 3 else "")
         return f"DefaultAzureCredential tried {len(tried)} sources ({shown}); none had credentials"
@@ -68,6 +73,10 @@ def classify_access(exc: BaseException, *, what: str = "") -> CloudAccessError |
     if isinstance(exc, CloudAccessError):
         return exc
     if isinstance(exc, ClientAuthenticationError) and not getattr(exc, "status_code", None):
+        summary = credential_summary(str(exc))
+        if "connection" in summary.lower():
+            return EndpointError(f"Azure: the credential endpoint did not answer{during} ({summary}).", cloud=CLOUD,
+                                 hint="Check IDENTITY_ENDPOINT / MSI_ENDPOINT and the network, or sign in with `az login`.")
         return CredentialsError(f"Azure: no usable credentials{during} ({credential_summary(str(exc))}).",
                                 cloud=CLOUD, hint=CREDENTIALS_HINT)
     if isinstance(exc, ServiceRequestError):
