@@ -78,30 +78,32 @@ class S3Channel(Channel):
             tries += 1
             try:
                 return getattr(client, op)(**kwargs)
-            except Exception as exc:  # no/refused credentials, dead endpoint: AWS is unusable, stop now
-                access = classify_access(exc, what=f"{service} {op}")
-                if access is not None:
-                    raise access from None
-                if not isinstance(exc, (ClientError, BotoConnectionError)):
-                    raise
-                error = exc
-            try:
-                raise error
             except ClientError as exc:
                 code = error_code(exc)
                 status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
                 if code in quiet or (status is not None and str(status) in quiet):
                     raise
+                access = classify_access(exc, what=f"{service} {op}")  # refused credentials: stop now
+                if access is not None:
+                    raise access from None
                 transient = error_kind(code) in ("throttle", "server") or (isinstance(status, int) and status >= 500)
                 if not transient or tries >= self.RETRY_ATTEMPTS:
                     raise classify(exc, region=self.region, instance_type="s3", spot=False,
                                    what=f"S3 {op}", tries=tries) from None
             except BotoConnectionError as exc:
+                access = classify_access(exc, what=f"{service} {op}")  # dead endpoint: botocore already retried
+                if access is not None:
+                    raise access from None
                 if tries >= self.RETRY_ATTEMPTS:
                     from gpucloud.providers.base import ThrottledError
 
-                    raise ThrottledError(f"{self.region}: could not reach S3 ({op}): {exc}",
+                    raise ThrottledError(f"{self.region}: could not reach {service} ({op}): {exc}",
                                          code=type(exc).__name__) from None
+            except Exception as exc:  # NoCredentialsError, a read timeout ...
+                access = classify_access(exc, what=f"{service} {op}")
+                if access is not None:
+                    raise access from None
+                raise
             ceiling = min(self.RETRY_CAP_S, self.RETRY_BASE_S * 2 ** (tries - 1))
             time.sleep(random.uniform(ceiling / 2, ceiling))
 

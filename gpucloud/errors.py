@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 
+def render_items(message: str, items: list[str], hint: str | None) -> str:
+    """A message, one "  - item" line per item (attempt, cloud), then the fix."""
+    return "\n".join([message, *(f"  - {item}" for item in items), *([hint] if hint else [])])
+
+
 class GpucloudError(Exception):
     """Base class: `message` is one readable paragraph; `exit_code` is what the CLI returns."""
 
@@ -34,10 +39,7 @@ class NoCandidateError(GpucloudError):
         self.attempts = attempts
 
     def render(self) -> str:
-        lines = [self.message, *(f"  - {a}" for a in self.attempts)]
-        if self.hint:
-            lines.append(self.hint)
-        return "\n".join(lines)
+        return render_items(self.message, self.attempts, self.hint)
 
 
 class DeadlineExceeded(GpucloudError):
@@ -94,10 +96,7 @@ class ConfigurationError(GpucloudError):
         self.reasons = reasons
 
     def render(self) -> str:
-        lines = [self.message, *(f"  - {r}" for r in self.reasons)]
-        if self.hint:
-            lines.append(self.hint)
-        return "\n".join(lines)
+        return render_items(self.message, self.reasons, self.hint)
 
 
 class Declined(GpucloudError):

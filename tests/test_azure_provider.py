@@ -253,9 +253,12 @@ def test_missing_right_to_assign_roles_is_fatal_with_a_hint(arm: FakeArm, provid
 def test_classify_error_without_a_server() -> None:
     from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
 
-    assert isinstance(classify_error(ServiceRequestError("connection refused"), where="x"), FatalProvisionError)
+    from gpucloud.errors import CredentialsError, EndpointError
+
+    # Issue 10: a cloud that cannot be used at all is its own class (skip the cloud, exit 78), not "fatal".
+    assert isinstance(classify_error(ServiceRequestError("connection refused"), where="x"), EndpointError)
     err = classify_error(ClientAuthenticationError("DefaultAzureCredential failed"), where="x")
-    assert isinstance(err, FatalProvisionError) and "az login" in (err.hint or "")
+    assert isinstance(err, CredentialsError) and "az login" in (err.hint or "")
     assert quota_family("exceeding approved Cores quota", "Standard_NC4as_T4_v3") == "Total Regional vCPUs"
 
 

@@ -50,13 +50,6 @@ def endpoint_of(exc: BaseException) -> str:
     return str(url or os.environ.get("AWS_ENDPOINT_URL") or "the AWS endpoint")
 
 
-def _code(exc: BaseException) -> str:
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return str(response.get("Error", {}).get("Code", "") or "")
-    return ""
-
-
 def first_line(text: str) -> str:
     """The one line of an SDK message that matters (SDKs add tracebacks and troubleshooting links)."""
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
@@ -76,10 +69,11 @@ def classify_access(exc: BaseException, *, what: str = "") -> CloudAccessError |
             "TokenRetrievalError", "SSOTokenLoadError", "UnauthorizedSSOTokenError"):
         return CredentialsError(f"AWS: no usable credentials{during}: {first_line(str(exc))}.", cloud=CLOUD,
                                 hint=CREDENTIALS_HINT)
-    code = _code(exc)
+    from gpucloud.providers.aws import error_code, error_message
+
+    code = error_code(exc)
     if code in CREDENTIAL_CODES:
-        message = str(exc.response.get("Error", {}).get("Message", ""))  # type: ignore[attr-defined]
-        return CredentialsError(f"AWS refused the credentials{during} ({code}: {first_line(message)}).",
+        return CredentialsError(f"AWS refused the credentials{during} ({code}: {first_line(error_message(exc))}).",
                                 cloud=CLOUD, hint=CREDENTIALS_HINT)
     if isinstance(exc, (be.EndpointConnectionError, be.ConnectTimeoutError, be.ProxyConnectionError,
                         be.SSLError, be.ReadTimeoutError)):  # read timeout: botocore already retried it
