@@ -891,7 +891,9 @@ def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> No
             continue
         followed = not run.detached and _pid_alive(run.pid)
         expired = run.deadline is not None and now > run.deadline + EXPIRY_MARGIN.total_seconds()
-        if run.final or expired or (not followed and run.status in ("planned", "provisioning")):
+        # "collecting": the job ended but its `run` died first; its machines go, its results stay
+        # in the channel for `gpucloud collect` (issue 10).
+        if run.final or expired or (not followed and run.status in ("planned", "provisioning", "collecting")):
             stale.append(run)
 
     if not dry_run and not assume_yes:
@@ -913,7 +915,7 @@ def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> No
             print(f"run {run.id} ({run.status}): {n} resource(s) would be torn down")
             continue
         errors = _teardown_run(store, journal, run, wait=True, say=lambda m: print(f"warning: {m}", file=sys.stderr))
-        if not run.final:
+        if not run.final and run.status != "collecting":
             store.finish_run(run.id, "lost", exit_code=70, message="swept by gc", only_if_active=True)
         print(f"run {run.id} ({run.status}): {n} resource(s) torn down" + (" with errors" if errors else ""))
     for c in clouds:
