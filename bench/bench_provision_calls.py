@@ -81,8 +81,8 @@ def bench_azure(node_counts: list[int], repeat: int) -> list[Row]:
         provider = AzureProvider(credential=OperatorCredential(arm), subscription_id=arm.subscription_id,
                                  arm_endpoint=arm.url)
         journal = Journal(Store())
-        provider.provision(_request("azure", 1, "eastus", "bench-warmup", shared=False), journal)  # imports, clients
-        provider.teardown("bench-warmup", "eastus", journal)
+        warm = provider.provision(_request("azure", 1, "eastus", "bench-warmup", shared=False), journal)  # imports, clients
+        provider.teardown(warm, journal)
         for n in node_counts:
             prov_s, down_s, counts = [], [], {}
             for i in range(repeat):
@@ -90,13 +90,13 @@ def bench_azure(node_counts: list[int], repeat: int) -> list[Row]:
                 run_id = f"bench-az-{n}-{i}"
                 req = _request("azure", n, "eastus", run_id, shared=False)
                 t0 = time.perf_counter()
-                ids = provider.provision(req, journal)
+                handle = provider.provision(req, journal)
                 t1 = time.perf_counter()
-                assert len(ids) == n
+                assert len(handle.nodes) == n
                 with arm.lock:
                     calls = list(arm.calls)
                     prov_requests = arm.requests
-                provider.teardown(run_id, "eastus", journal, wait=True)
+                provider.teardown(handle, journal, wait=True)
                 t2 = time.perf_counter()
                 prov_s.append(t1 - t0)
                 down_s.append(t2 - t1)
@@ -136,7 +136,7 @@ def bench_aws(node_counts: list[int], repeat: int) -> list[Row]:
         return collections.Counter(c.operation for c in list(hooks.calls) if c.service == "ec2")
 
     provider = AwsProvider(session=moto.session, poll_s=0.05, retry_base_s=0.05)
-    shared = bool(getattr(provider, "shared_user_data", False))
+    shared = provider.capabilities.shared_user_data
     journal = Journal(Store())
     rows = []
     for n in node_counts:
@@ -146,11 +146,11 @@ def bench_aws(node_counts: list[int], repeat: int) -> list[Row]:
             req = _request("aws", n, DEFAULT_REGION, run_id, shared=shared)
             hooks.calls.clear()
             t0 = time.perf_counter()
-            ids = provider.provision(req, journal)
+            handle = provider.provision(req, journal)
             t1 = time.perf_counter()
             prov_calls = dict(ec2_calls())
-            assert len(ids) == n
-            provider.teardown(run_id, req.candidate.region, journal, wait=True)
+            assert len(handle.nodes) == n
+            provider.teardown(handle, journal, wait=True)
             t2 = time.perf_counter()
             prov_s.append(t1 - t0)
             down_s.append(t2 - t1)

@@ -11,11 +11,11 @@ from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
-from gpucloud import __version__
+from gpucloud import __version__, ci_output
 
 app = typer.Typer(
     name="gpucloud",
-    help="Run a declarative GPU training job on AWS, Azure or this machine, then tear everything down.",
+    help="Run a declarative GPU training job on a cloud (AWS, Azure) or this machine, then tear everything down.",
     no_args_is_help=True,
     add_completion=True,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -27,7 +27,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 SpecArg = Annotated[str, typer.Argument(help="Path to the job file (YAML).", metavar="SPEC")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help="aws | azure | local (overrides resources.cloud).")]
+CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help="A provider name (overrides resources.cloud); "
+                                                                   "`gpucloud --help` lists them.")]
 RegionOpt = Annotated[Optional[str], typer.Option("--region", help="Only this region.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 
@@ -49,8 +50,9 @@ def non_interactive() -> bool:
 
 
 def handles_errors(fn: F) -> F:
-    """Turn every failure into one clear paragraph on stderr and the exit code of DESIGN.md section 4;
-    with --json also one error document on stdout; a closed stdout ends quietly (exit 141)."""
+    """Turn every failure into one clear paragraph on stderr and its exit code (docs/INTERNALS.md,
+    "Errors and exit codes"), the CI hook's annotations, and with --json one error document on
+    stdout (README, "JSON output"); a closed stdout ends quietly (exit 141)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -75,6 +77,7 @@ def handles_errors(fn: F) -> F:
             jsonout.quiet_broken_pipe()
             raise typer.Exit(jsonout.BROKEN_PIPE_EXIT) from None
         except GpucloudError as exc:
+            ci_output.report_error(exc, fn.__name__)  # CI hook: annotations, step summary, dotenv (docs/CI.md)
             raise fail(exc, exc.exit_code, f"error: {exc.render()}") from None
         except KeyboardInterrupt as exc:
             raise fail(exc, 130, "interrupted") from None
@@ -90,10 +93,12 @@ def handles_errors(fn: F) -> F:
 
 
 def parse_cloud(cloud: str | None) -> str | None:
+    from gpucloud import providers
     from gpucloud.errors import UserError
 
-    if cloud is not None and cloud not in {"aws", "azure", "local"}:
-        raise UserError(f"--cloud {cloud!r} is not a cloud gpucloud knows.", hint="Use one of: aws, azure, local.")
+    if cloud is not None and cloud not in providers.names():
+        raise UserError(f"--cloud {cloud!r} is not a cloud gpucloud knows.",
+                        hint=f"Use one of: {', '.join(providers.names())}.")
     return cloud
 
 
@@ -152,6 +157,7 @@ def render(
     node_rank: Annotated[int, typer.Option("--node-rank", help="Which node's user-data.")] = 0,
 ) -> None:
     """Print the user-data (bootstrap script) the VM would get."""
+    from gpucloud import providers
     from gpucloud.errors import UserError
     from gpucloud.planner import make_plan
     from gpucloud.render import render_bootstrap
@@ -163,15 +169,21 @@ def render(
     if not 0 <= node_rank < job.num_nodes:
         raise UserError(f"--node-rank {node_rank} is outside 0..{job.num_nodes - 1} (num_nodes is {job.num_nodes}).")
     text = render_bootstrap(
-        job, result.stack, first, provider=first.cloud, run_id="RUN_ID", node_rank=node_rank,
+        job, result.stack, first, caps=providers.capabilities(first.cloud), run_id="RUN_ID", node_rank=node_rank,
         manifest_url="MANIFEST_URL",
     )
     sys.stdout.write(text)
 
 
-@app.command()
+catalog_app = typer.Typer(help="List offerings (retired ones only with --all); `catalog refresh` updates them.",
+                          no_args_is_help=False, rich_markup_mode=None)
+app.add_typer(catalog_app, name="catalog")
+
+
+@catalog_app.callback(invoke_without_command=True)
 @handles_errors
 def catalog(
+    ctx: typer.Context,
     gpu: Annotated[Optional[str], typer.Option("--gpu", help="Only this GPU model.")] = None,
     cloud: CloudOpt = None,
     region: RegionOpt = None,
@@ -179,13 +191,48 @@ def catalog(
     json_out: JsonOpt = False,
 ) -> None:
     """List offerings (retired ones only with --all)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from gpucloud import views
+    from gpucloud.catalog.views import offering_json
 
     rows = views.catalog_rows(gpu=gpu, cloud=parse_cloud(cloud), region=region, include_retired=show_all)
     if json_out:
-        emit_json([views.offering_json(o) for o in rows])
+        emit_json([offering_json(o) for o in rows])
         return
     views.print_catalog(rows)
+
+
+@catalog_app.command("refresh")
+@handles_errors
+def catalog_refresh(
+    cloud: Annotated[Optional[list[str]], typer.Option("--cloud", help="Only this cloud (repeatable).")] = None,
+    region: Annotated[Optional[list[str]], typer.Option("--region", help="Only this region (repeatable).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fetch instance types, regions and prices from the clouds' APIs into the local catalog cache."""
+    from gpucloud.catalog.refresh import refresh
+    from gpucloud.catalog.views import print_refresh
+
+    report = refresh(clouds=[parse_cloud(c) or c for c in cloud or []] or None, regions=region or None, progress=err)
+    if json_out:
+        emit_json(report.as_json())
+        return
+    print_refresh(report)
+
+
+@app.command()
+@handles_errors
+def gpus(json_out: JsonOpt = False) -> None:
+    """One row per GPU model: memory, architecture, clouds, cheapest on-demand and spot $/h and where."""
+    from gpucloud.catalog import load_catalog
+    from gpucloud.catalog.views import gpu_summaries, print_gpus
+
+    summaries = gpu_summaries(load_catalog())
+    if json_out:
+        emit_json([s.as_json() for s in summaries])
+        return
+    print_gpus(summaries)
 
 
 @app.command()
@@ -243,6 +290,7 @@ def run(
         job, cloud=parse_cloud(cloud), region=region, spot=spot, detach=detach,
         assume_yes=yes or non_interactive(), json_out=json_out, wait_teardown=not no_wait,
     )
+    ci_output.report_run(result.as_json())  # CI hook: step summary / dotenv report (docs/CI.md)
     if json_out:
         emit_json(result.as_json())
     raise typer.Exit(result.exit_code or 0)
@@ -255,7 +303,7 @@ def status(
     json_out: JsonOpt = False,
 ) -> None:
     """Runs and their phases, cost so far."""
-    from gpucloud.lifecycle import show_status
+    from gpucloud.commands import show_status
 
     show_status(run_id, json_out=json_out)
 
@@ -264,7 +312,7 @@ def status(
 @handles_errors
 def list_runs(json_out: JsonOpt = False) -> None:
     """List runs."""
-    from gpucloud.lifecycle import show_status
+    from gpucloud.commands import show_status
 
     show_status(None, json_out=json_out)
 
@@ -276,7 +324,7 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the run ends.")] = False,
 ) -> None:
     """The job's log, also after teardown."""
-    from gpucloud.lifecycle import show_logs
+    from gpucloud.commands import show_logs
 
     raise typer.Exit(show_logs(run_id, follow=follow))
 
@@ -295,7 +343,7 @@ def collect(run_id: Annotated[str, typer.Argument(metavar="RUN")], json_out: Jso
 @handles_errors
 def down(run_id: Annotated[str, typer.Argument(metavar="RUN")], yes: YesOpt = False) -> None:
     """Tear one run down."""
-    from gpucloud.lifecycle import down_run
+    from gpucloud.commands import down_run
 
     down_run(run_id, assume_yes=yes or non_interactive())
 
@@ -308,7 +356,7 @@ def gc(
     cloud: CloudOpt = None,
 ) -> None:
     """Sweep every tagged resource whose expiry has passed, on every region."""
-    from gpucloud.lifecycle import collect_garbage
+    from gpucloud.commands import collect_garbage
 
     collect_garbage(dry_run=dry_run, assume_yes=yes or non_interactive(), cloud=parse_cloud(cloud))
 
@@ -316,29 +364,28 @@ def gc(
 @app.command()
 @handles_errors
 def check(
-    cloud: Annotated[Optional[str], typer.Option("--cloud", help="aws | azure (default: both).")] = None,
+    cloud: Annotated[Optional[str], typer.Option("--cloud", help="One cloud (default: every cloud).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Can each cloud be used: credentials, whose, enabled regions, GPU quotas; each problem with its fix."""
     from gpucloud.check import check_command
-    from gpucloud.errors import UserError
 
-    if cloud is not None and cloud not in {"aws", "azure"}:
-        raise UserError(f"--cloud {cloud!r}: check knows aws and azure.", hint="Use --cloud aws or --cloud azure.")
     raise typer.Exit(check_command(cloud, json_out=json_out))
 
 
 @app.command("iam-policy")
 @handles_errors
-def iam_policy(cloud: Annotated[str, typer.Argument(help="aws")] = "aws") -> None:
+def iam_policy(cloud: Annotated[Optional[str], typer.Argument(help="A cloud with a policy (default: the first).")]
+               = None) -> None:
     """Print the least-privilege IAM policy gpucloud needs."""
+    from gpucloud import providers
     from gpucloud.errors import UserError
 
-    if cloud != "aws":
-        raise UserError(f"iam-policy knows only 'aws' for now, not {cloud!r}.")
-    from gpucloud.providers.aws_policy import policy_document
-
-    emit_json(policy_document())
+    known = providers.with_policy()
+    cloud = cloud or known[0]
+    if cloud not in known:
+        raise UserError(f"iam-policy knows only {', '.join(map(repr, known))} for now, not {cloud!r}.")
+    emit_json(providers.policy_document(cloud))
 
 
 def main() -> None:

@@ -3,15 +3,12 @@
 - `gpucloud collect RUN`: for a detached run, or one whose `gpucloud run` died, read the nodes'
   final status, download the log and the artifacts into ./gpucloud-runs/RUN/, record the outcome
   and tear down whatever the run still holds.
-- `reconcile(store, run)`: what `status`/`ls` call per run. A run whose CLI was killed before it
-  read the result is shown as "collecting" (with the command that finishes it), never as
-  "succeeded"; a finished run whose machines are gone has its journal brought up to date, so a
-  local run whose process has exited is not listed as "not yet deleted".
+- `status`/`ls` (commands.refresh, commands.reconcile) show a run whose CLI was killed before it
+  read the result as "collecting" with the command that finishes it, never as "succeeded".
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -48,14 +45,15 @@ class Collected:
 
 
 def _final_statuses(run: RunRecord) -> list[dict | None]:
-    from gpucloud.lifecycle import VM_FINAL_STATES, _channel_for
+    from gpucloud.commands import _channel_for
+    from gpucloud.watch import is_final
 
     channel = _channel_for(run)
     if channel is None:
         raise UserError(f"run {run.id} never reached a machine ({run.status}): there is nothing to collect.",
                         hint="`gpucloud status RUN` shows what happened.")
     statuses = [channel.read_status(run.id, r) for r in range(run.num_nodes)]
-    if not all(st and st.get("state") in VM_FINAL_STATES for st in statuses):
+    if not all(is_final(st) for st in statuses):
         stage = next((st.get("stage") for st in statuses if st and st.get("stage")), None)
         raise NotFinished(f"run {run.id} has not finished yet" + (f" (stage {stage})" if stage else "") + ".",
                           hint=f"`gpucloud logs {run.id} --follow` waits for it; collect afterwards.")
@@ -64,8 +62,10 @@ def _final_statuses(run: RunRecord) -> list[dict | None]:
 
 def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
     """Download log and artifacts of a finished run, record its outcome, tear down what is left."""
-    from gpucloud.lifecycle import _channel_for, _find, _outcome, _teardown_run, _vm_phases
+    from gpucloud.commands import _channel_for, _find
     from gpucloud.runlog import LogMirror
+    from gpucloud.teardown import teardown_run
+    from gpucloud.watch import outcome, vm_phases
 
     store = Store()
     run = _find(store, ref)
@@ -85,14 +85,14 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
         out = channel.download_artifacts(run.id, rank, dest if run.num_nodes == 1 else dest / f"node-{rank}")
         if out is not None:
             got.append(str(out))
-    status, code, message = _outcome(statuses)
-    store.set_phases(run.id, _vm_phases(statuses))
+    status, code, message = outcome(statuses)
+    store.set_phases(run.id, vm_phases(statuses))
     store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
     store.update_run(run.id, artifacts_dir=str(dest))
     store.event(run.id, "collect", f"log and {len(got)} artifact set(s) into {dest}")
     errors: list[str] = []
     if store.resources(run.id, alive_only=True):
-        errors = _teardown_run(store, Journal(store), store.get_run(run.id) or run, wait=True,
+        errors = teardown_run(store, Journal(store), store.get_run(run.id) or run, wait=True,
                                say=lambda m: print(f"warning: {m}", file=sys.stderr))
     final = store.get_run(run.id) or run
     return Collected(run_id=run.id, status=final.status, exit_code=final.exit_code, directory=str(dest),
@@ -114,31 +114,3 @@ def collect_command(ref: str, *, json_out: bool) -> int:
     if result.teardown_errors:
         return 70
     return result.exit_code or 0
-
-
-# ---- reconciling status / ls with the provider ----------------------------------------------------------
-
-def cli_died_before_collecting(run: RunRecord) -> bool:
-    """A followed (not detached) run whose `gpucloud run` process is gone before it finished."""
-    from gpucloud.lifecycle import _pid_alive
-
-    return not run.final and not run.detached and not _pid_alive(run.pid) and run.pid != os.getpid()
-
-
-def reconcile(store: Store, run: RunRecord) -> RunRecord:
-    """Bring one run's record in line with the provider (see the module docstring)."""
-    from gpucloud.lifecycle import _provider
-
-    if not run.final or not run.cloud or not store.resources(run.id, alive_only=True):
-        return run
-    try:
-        states = _provider(run.cloud).node_states(run.id, run.region or "")
-    except Exception:  # noqa: BLE001 - no credentials now, no network: show what the store knows
-        return run
-    if states and all(s == "gone" for s in states):
-        journal = Journal(store)
-        for res in store.resources(run.id, alive_only=True):
-            if res.cloud == run.cloud and res.kind in ("process", "instance", "vm"):
-                journal.deleted(res.id)
-        store.event(run.id, "reconcile", "the run's machines are gone")
-    return store.get_run(run.id) or run

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 def render_items(message: str, items: list[str], hint: str | None) -> str:
     """A message, one "  - item" line per item (attempt, cloud), then the fix."""
@@ -105,14 +107,12 @@ class Declined(GpucloudError):
     exit_code = 1
 
 
-def error_kind(exc: GpucloudError) -> str:
-    """A stable word for machines (the `kind` of the --json error document)."""
-    explicit = getattr(exc, "kind", None)
-    if isinstance(explicit, str):
-        return explicit
-    for cls, word in ((NoCandidateError, "no-candidate"), (ConfigurationError, "configuration"),
-                      (DeadlineExceeded, "deadline"), (Interrupted, "interrupted"), (Declined, "declined"),
-                      (UserError, "user"), (InternalError, "internal")):
-        if isinstance(exc, cls):
-            return word
-    return "error"
+def error_kind(exc: BaseException) -> str:
+    """A stable short word for machines (the `kind` of the --json error document and of the CI
+    annotations): an explicit `kind` attribute, else the class name: SpecError -> "spec",
+    NoCandidateError -> "no-candidate", ConfigurationError -> "configuration"."""
+    kind = getattr(exc, "kind", None)
+    if isinstance(kind, str) and kind:
+        return kind
+    name = re.sub(r"(Error|Exceeded)$", "", type(exc).__name__) or type(exc).__name__
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()

@@ -28,9 +28,11 @@ def emit(doc: object) -> None:
 
 def error_details(exc: BaseException) -> list[dict[str, Any]]:
     """The structured parts of an error: job-file issues, failover attempts, per-cloud reasons."""
-    issues = getattr(exc, "issues", None)
+    from gpucloud.ci_output import error_details as issue_details
+
+    issues = issue_details(exc)
     if issues:
-        return [{"file": i.file, "line": i.line, "field": i.field, "message": i.message} for i in issues]
+        return issues
     attempts = getattr(exc, "attempts", None)
     if attempts:
         return [{"attempt": a} for a in attempts]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
@@ -14,9 +14,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Candidate:
-    cloud: str                 # "aws" | "azure" | "local"
-    region: str                # "local" for the local provider
-    instance_type: str         # "localhost" for the local provider
+    cloud: str                 # a provider name (gpucloud.providers registry)
+    region: str                # an unpriced provider names its own (the local machine: "local")
+    instance_type: str         # an unpriced provider names its own (the local machine: "localhost")
     gpu: str                   # canonical GPU name, "" when the job asked for none
     gpu_count: int             # per node
     num_nodes: int
@@ -37,8 +37,10 @@ class Candidate:
         }
 
 
-@dataclass(frozen=True)
-class Exclusion:
+class Exclusion(NamedTuple):
+    """Why one offering is not a candidate (a NamedTuple: a plan over every region builds tens of
+    thousands of these, bench/bench_plan_50k.py)."""
+
     cloud: str
     region: str
     instance_type: str
@@ -55,18 +57,67 @@ class Plan:
     excluded: list[Exclusion]
     stack: Stack
     warnings: list[str] = field(default_factory=list)
+    data: DataAge | None = None   # how old the prices behind the first candidate are
 
     def as_json(self) -> dict[str, object]:
-        return {
+        doc: dict[str, object] = {
             "candidates": [c.as_json() for c in self.candidates],
             "excluded": [e.as_json() for e in self.excluded],
             "stack": self.stack.as_json(),
             "warnings": list(self.warnings),
         }
+        if self.data is not None:
+            doc["catalog"] = self.data.as_json()
+        return doc
 
 
-LOCAL_REGION = "local"
-LOCAL_INSTANCE = "localhost"
+@dataclass(frozen=True)
+class DataAge:
+    """How old the price behind the first candidate is, and where the catalog came from."""
+
+    origin: str              # "shipped" | "refreshed"
+    price_date: str          # the first candidate's price date (ISO, as precise as its source)
+    age_days: int
+    max_age_days: int
+
+    @property
+    def stale(self) -> bool:
+        return self.age_days > self.max_age_days
+
+    @property
+    def warning(self) -> str:
+        return (f"prices are {self.age_days} days old ({self.origin} catalog, price date {self.price_date}); "
+                "run `gpucloud catalog refresh` for current prices and offerings.")
+
+    def as_json(self) -> dict[str, object]:
+        return {"origin": self.origin, "price_date": self.price_date, "age_days": self.age_days,
+                "max_age_days": self.max_age_days, "stale": self.stale}
+
+
+MAX_AGE_ENV = "GPUCLOUD_CATALOG_MAX_AGE_DAYS"
+DEFAULT_MAX_AGE_DAYS = 30
+
+
+def data_age(cat: Catalog, first: Candidate) -> DataAge | None:
+    """Age of the first candidate's price (a partial date counts from its start); None for local."""
+    import os
+    from datetime import date, datetime, timezone
+
+    row = next((o for o in cat.offerings if o.cloud == first.cloud and o.region == first.region
+                and o.instance_type == first.instance_type), None)
+    if row is None:
+        return None
+    text = row.price_date[:10]
+    parts = [int(p) for p in text.split("-")] + [1, 1]
+    when = date(parts[0], parts[1] or 1, parts[2] or 1)
+    age = max(0, (datetime.now(timezone.utc).date() - when).days)
+    try:
+        limit = int(os.environ.get(MAX_AGE_ENV, DEFAULT_MAX_AGE_DAYS))
+    except ValueError:
+        limit = DEFAULT_MAX_AGE_DAYS
+    return DataAge(origin=cat.meta.origin, price_date=row.price_date, age_days=age, max_age_days=limit)
+
+
 CLOSEST_MISSES = 5
 
 
@@ -82,35 +133,44 @@ def make_plan(
 
     `cloud`, `region` and `spot` are the CLI's overrides. Raises UserError (exit 2) when the GPU is
     offered nowhere allowed, or when nothing meets the constraints (with the closest misses)."""
+    from gpucloud import providers
     from gpucloud.catalog import load_catalog
+    from gpucloud.catalog.store import gc_paused
     from gpucloud.stacks import resolve_stack
 
     cat = catalog or load_catalog()
     clouds = [cloud] if cloud else list(spec.resources.cloud)
     gpu = _requested_gpu(spec, cat)
     stack = resolve_stack(gpu, spec.stack)
-    if clouds == ["local"]:
-        return _local_plan(spec, stack, gpu)
-    clouds = [c for c in clouds if c != "local"]
+    priced = [c for c in clouds if providers.info(c).priced]
+    if not priced:
+        return _unpriced_plan(spec, stack, gpu, clouds)
+    clouds = priced
     regions = _allowed_regions(spec, region, clouds, cat)
     policy: bool | str = spec.resources.spot if spot is None else spot
+    variants = frozenset(cat.members(gpu)) if gpu else frozenset()
 
     candidates: list[Candidate] = []
     excluded: list[Exclusion] = []
     warnings: list[str] = list(stack.warnings)
-    for off in cat.offerings:
-        reason = _exclusion_reason(off, spec, gpu, clouds, regions)
-        if reason is None:
-            options, reason = _priced_options(off, spec, policy)
-            candidates.extend(options)
-        if reason is not None:
-            excluded.append(Exclusion(off.cloud, off.region, off.instance_type, reason))
+    quick = _QuickReasons(spec, gpu, variants, clouds, regions)
+    with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/store.py)
+        for off in cat.offerings:
+            reason = quick.reason(off) or _exclusion_reason(off, spec, gpu, variants, clouds, regions)
+            if reason is None:
+                options, reason = _priced_options(off, spec, policy)
+                candidates.extend(options)
+            if reason is not None:
+                excluded.append(Exclusion(off.cloud, off.region, off.instance_type, reason))
 
     candidates.sort(key=lambda c: (c.total_per_hour, c.status != "active", c.cloud, c.region, c.instance_type, c.spot))
     if not candidates:
         raise _nothing_fits(spec, gpu, clouds, excluded, cat)
     warnings.extend(_legacy_warnings(candidates))
-    return Plan(spec=spec, candidates=candidates, excluded=excluded, stack=stack, warnings=warnings)
+    age = data_age(cat, candidates[0])
+    if age.stale:
+        warnings.append(age.warning)
+    return Plan(spec=spec, candidates=candidates, excluded=excluded, stack=stack, warnings=warnings, data=age)
 
 
 def _requested_gpu(spec: JobSpec, cat: Catalog) -> str | None:
@@ -127,7 +187,7 @@ def _requested_gpu(spec: JobSpec, cat: Catalog) -> str | None:
             close = difflib.get_close_matches(res.instance_type, known, n=3)
             hint = f"Did you mean {', '.join(close)}?" if close else "`gpucloud catalog --all` lists the known instance types."
             raise UserError(f"{_where(spec)}resources.instance_type: {res.instance_type!r} is not in the catalog.", hint=hint)
-        if res.gpu and rows[0].gpu != res.gpu.model:
+        if res.gpu and rows[0].gpu not in cat.members(res.gpu.model):
             raise UserError(
                 f"{_where(spec)}resources: instance_type {res.instance_type} has {rows[0].gpu_count} × {rows[0].gpu}, "
                 f"but gpu asks for {res.gpu.model}.",
@@ -141,21 +201,27 @@ def _where(spec: JobSpec) -> str:
     return f"{spec.source}: " if spec.source else ""
 
 
-def _local_plan(spec: JobSpec, stack: Stack, gpu: str | None) -> Plan:
-    """This machine: one free candidate; the stack install is skipped and the GPU check only warns."""
-    count = spec.resources.gpu.count if spec.resources.gpu else 0
-    cand = Candidate(
-        cloud="local", region=LOCAL_REGION, instance_type=LOCAL_INSTANCE, gpu=gpu or "", gpu_count=count,
-        num_nodes=spec.num_nodes, spot=False, price_per_hour=0.0, total_per_hour=0.0, estimated_cost=0.0,
-    )
+def _unpriced_plan(spec: JobSpec, stack: Stack, gpu: str | None, clouds: list[str]) -> Plan:
+    """Providers without catalog rows (this machine, an SSH host) plan their own candidates
+    (`Provider.plan_candidates`); where the stack install is skipped, the GPU check only warns."""
+    from dataclasses import replace
+
+    from gpucloud import providers
+
+    candidates: list[Candidate] = []
     warnings = list(stack.warnings)
-    if gpu:
-        warnings.append(f"local provider: the stack install is skipped; the job uses this machine's {gpu} if it has one, else the CPU (with a warning in the log).")
-    return Plan(spec=spec, candidates=[cand], excluded=[], stack=stack, warnings=warnings)
+    for name in clouds:
+        own = providers.get_provider(name).plan_candidates(spec)
+        candidates.extend(replace(c, gpu=gpu or "") for c in own)
+        if gpu and own and not providers.capabilities(name).install_stack:
+            warnings.append(f"{name} provider: the stack install is skipped; the job uses this machine's {gpu} "
+                            "if it has one, else the CPU (with a warning in the log).")
+    return Plan(spec=spec, candidates=candidates, excluded=[], stack=stack, warnings=warnings)
 
 
 def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: Catalog) -> set[str] | None:
     """None means every region; unknown region names are a clear error with a suggestion."""
+    from gpucloud import providers
     from gpucloud.errors import UserError
 
     wanted = [region] if region else (spec.resources.regions or [])
@@ -163,7 +229,7 @@ def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: 
         return None
     # A region of a cloud the job does not allow is harmless (`regions: [us-east-1, eastus]` with
     # `--cloud azure`); only a name no cloud knows is a typo worth stopping for.
-    known = sorted({r for c in ("aws", "azure") for r in cat.regions(c)})
+    known = sorted({r for c in providers.priced_clouds() for r in cat.regions(c)})
     for name in wanted:
         if name not in known:
             import difflib
@@ -175,7 +241,45 @@ def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: 
     return set(wanted)
 
 
-def _exclusion_reason(off: Offering, spec: JobSpec, gpu: str | None, clouds: list[str], regions: set[str] | None) -> str | None:
+class _QuickReasons:
+    """The reasons that exclude most rows of a large catalog (another cloud, region or GPU), each
+    formatted once and reused: the same text `_exclusion_reason` gives, without a call and an
+    f-string per row (bench/bench_plan_50k.py)."""
+
+    def __init__(self, spec: JobSpec, gpu: str | None, variants: frozenset[str], clouds: list[str],
+                 regions: set[str] | None) -> None:
+        self.clouds = frozenset(clouds)
+        self.regions = regions
+        self.gpu = gpu
+        self.variants = variants
+        self.fixed_type = bool(spec.resources.instance_type)
+        self.allowed = ", ".join(clouds)
+        self.region_list = ", ".join(sorted(regions)) if regions is not None else ""
+        self.memo: dict[tuple[int, str], str] = {}
+
+    def reason(self, off: Offering) -> str | None:
+        """A cached reason for the first three checks, else None (the full check decides)."""
+        memo = self.memo
+        if off.cloud not in self.clouds:
+            hit = memo.get((0, off.cloud))
+            if hit is None:
+                hit = memo[(0, off.cloud)] = f"cloud {off.cloud} not allowed (resources.cloud is {self.allowed})"
+            return hit
+        if self.regions is not None and off.region not in self.regions:
+            hit = memo.get((1, off.region))
+            if hit is None:
+                hit = memo[(1, off.region)] = f"region {off.region} not in {self.region_list}"
+            return hit
+        if self.gpu and not self.fixed_type and off.gpu not in self.variants:
+            hit = memo.get((2, off.gpu))
+            if hit is None:
+                hit = memo[(2, off.gpu)] = f"has {off.gpu}, job asks for {self.gpu}"
+            return hit
+        return None
+
+
+def _exclusion_reason(off: Offering, spec: JobSpec, gpu: str | None, variants: frozenset[str], clouds: list[str],
+                      regions: set[str] | None) -> str | None:
     """The first constraint the offering breaks, in the order a user thinks about them."""
     res = spec.resources
     if off.cloud not in clouds:
@@ -184,7 +288,7 @@ def _exclusion_reason(off: Offering, spec: JobSpec, gpu: str | None, clouds: lis
         return f"region {off.region} not in {', '.join(sorted(regions))}"
     if res.instance_type and off.instance_type != res.instance_type:
         return f"instance type is not {res.instance_type}"
-    if gpu and off.gpu != gpu:
+    if gpu and off.gpu not in variants:
         return f"has {off.gpu}, job asks for {gpu}"
     if res.gpu and off.gpu_count != res.gpu.count:
         return f"has {off.gpu_count} × {off.gpu} per node, job asks for {res.gpu.count}"
@@ -245,8 +349,9 @@ def _nothing_fits(spec: JobSpec, gpu: str | None, clouds: list[str], excluded: l
     from gpucloud.errors import UserError
 
     where = "/".join(clouds)
+    variants = set(cat.members(gpu)) if gpu else set()
     if gpu:
-        offered = [o for o in cat.offerings if o.gpu == gpu and o.cloud in clouds]
+        offered = [o for o in cat.offerings if o.gpu in variants and o.cloud in clouds]
         live = [o for o in offered if o.status != "retired"]
         if not offered:
             return UserError(
@@ -255,13 +360,8 @@ def _nothing_fits(spec: JobSpec, gpu: str | None, clouds: list[str], excluded: l
                 hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat)) + ".",
             )
         if not live:
-            dates = sorted({f"{o.instance_type} retired {o.status_date}" for o in offered})
-            return UserError(
-                f"{_where(spec)}resources.gpu: {where} offers the {gpu} only on retired instance types "
-                f"({', '.join(dates[:4])}).",
-                hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat)) + ".",
-            )
-    misses = [e for e in excluded if e.cloud in clouds and (not gpu or _gpu_of(e, cat) == gpu) and "retired" not in e.reason]
+            return _only_retired(spec, gpu, where, offered, clouds, cat)
+    misses = [e for e in excluded if e.cloud in clouds and (not gpu or _gpu_of(e, cat) in variants) and "retired" not in e.reason]
     misses.sort(key=lambda e: _price_of(e, cat))
     lines = [f"{e.cloud}/{e.region}/{e.instance_type}: {e.reason}" for e in misses[:CLOSEST_MISSES]]
     return UserError(
@@ -271,8 +371,28 @@ def _nothing_fits(spec: JobSpec, gpu: str | None, clouds: list[str], excluded: l
     )
 
 
+def _only_retired(spec: JobSpec, gpu: str, where: str, offered: list[Offering], clouds: list[str], cat: Catalog) -> Exception:
+    """The GPU exists only on retired or withdrawn types: say when and on what evidence, and that
+    the GPU's software stack is still known (it runs on a machine you own or host)."""
+    from gpucloud.errors import UserError
+
+    dates = sorted({f"{o.instance_type} retired {o.status_date}" for o in offered})
+    withdrawn = sorted({o.cloud for o in offered if "not offered by the current" in o.source})
+    note = "".join(
+        f" {c}'s current API does not offer them at all ({next(o.source for o in offered if o.cloud == c).split('; status: ')[-1]})."
+        for c in withdrawn)
+    return UserError(
+        f"{_where(spec)}resources.gpu: {where} offers the {gpu} only on retired instance types "
+        f"({', '.join(dates[:4])}).{note}",
+        hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat)) + ". "
+        f"The {gpu} software stack is still known (`gpucloud stack {gpu}`): run the job on a machine with that GPU "
+        "that you own or host, through a provider that reaches it.",
+    )
+
+
 def _never_offered_note(gpu: str, cat: Catalog) -> str:
-    anywhere = {o.cloud for o in cat.offerings if o.gpu == gpu}
+    variants = set(cat.members(gpu))
+    anywhere = {o.cloud for o in cat.offerings if o.gpu in variants}
     return "; it was never offered by AWS or Azure and exists only on owned or hosted hardware" if not anywhere else ""
 
 
@@ -287,17 +407,18 @@ def _price_of(e: Exclusion, cat: Catalog) -> float:
 def alternatives(gpu: str, clouds: list[str], cat: Catalog, limit: int = 4) -> list[str]:
     """Same architecture first (any cloud, cheapest row per GPU), then the cheapest current GPU in
     the allowed clouds: what a user asking for an unavailable GPU most likely wants instead."""
-    arch = cat.gpus[gpu].architecture if gpu in cat.gpus else ""
+    arch = cat.gpu(gpu).architecture if cat.resolve(gpu) else ""
+    variants = set(cat.members(gpu))
     live = [o for o in cat.offerings if o.status != "retired"]
     same_arch = sorted(
-        (o for o in live if o.gpu != gpu and cat.gpus[o.gpu].architecture == arch),
+        (o for o in live if o.gpu not in variants and cat.gpus[o.gpu].architecture == arch),
         key=lambda o: (o.cloud not in clouds, o.price_per_hour / o.gpu_count),
     )
     current = sorted(
         (o for o in live if o.status == "active" and o.cloud in clouds),
         key=lambda o: o.price_per_hour,
     )
-    same_gpu_elsewhere = sorted((o for o in live if o.gpu == gpu and o.cloud not in clouds), key=lambda o: o.price_per_hour)
+    same_gpu_elsewhere = sorted((o for o in live if o.gpu in variants and o.cloud not in clouds), key=lambda o: o.price_per_hour)
     picked: list[str] = []
     seen: set[str] = set()
     for o in [*same_gpu_elsewhere[:1], *same_arch, *current]:

@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any, BinaryIO
 
+from gpucloud import ci_output
+
 
 def plain_mode() -> bool:
     """CI=true or stderr not a terminal: no spinners, plain progress lines."""
@@ -63,6 +65,7 @@ class Progress:
         self.close()
 
     def close(self) -> None:
+        ci_output.phase_changed(None)  # CI hook: close an open group/section (docs/CI.md)
         if self._pending:
             self._write_log(self._pending, final=True)
         if self._live is not None:
@@ -99,12 +102,14 @@ class Progress:
         if name == self._phase:
             return
         self._phase, self._phase_t0 = name, time.monotonic()
+        ci_output.phase_changed(name)  # CI hook: a collapsible group/section per phase (docs/CI.md)
         if name is not None:
             self.info(f"{name}{(' ' + note) if note else ''} ...")
 
     def phase_done(self, name: str, seconds: float, ok: bool | None = True, note: str = "") -> None:
         mark = "done" if ok or ok is None else "FAILED"
         self.info(f"{name} {mark} in {fmt_seconds(seconds)}{(' ' + note) if note else ''}")
+        ci_output.phase_finished(name)  # CI hook: end of the phase's group/section (docs/CI.md)
         if self._phase == name:
             self._phase = None
 

@@ -3,8 +3,9 @@
 The script is the only thing a VM receives, so it must be exact: Jinja2 with StrictUndefined (a
 missing value is a bug, never an empty string), no HTML autoescaping, and every value that came
 from the job file passed through `shlex.quote` so that bash reads it once, literally, and nothing
-in it is evaluated twice. Clouds cap user-data (AWS 16 KB raw, Azure 64 KB base64): helpers here
-measure, check and gzip it (cloud-init unpacks gzip'd user-data).
+in it is evaluated twice. Clouds cap user-data (each provider declares `user_data_limit` and
+`user_data_encoding` in its Capabilities, docs/PROVIDERS.md "User data"): helpers here measure, check
+and gzip it (cloud-init unpacks gzip'd user-data).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from gpucloud.errors import UserError
+from gpucloud.providers.base import DEFAULT_MASTER_PORT, Capabilities
 
 if TYPE_CHECKING:
     from gpucloud.planner import Candidate
@@ -30,15 +32,6 @@ if TYPE_CHECKING:
     from gpucloud.stacks import Stack
 
 TEMPLATE = "bootstrap.sh.j2"
-PROVIDERS = ("local", "aws", "azure")
-AWS_USER_DATA_LIMIT = 16 * 1024        # bytes, before base64 (FACTS.md section 6)
-AZURE_CUSTOM_DATA_LIMIT = 64 * 1024    # bytes, after base64
-DEFAULT_HEARTBEAT_S = 15.0
-DEFAULT_MASTER_PORT = 29500            # torchrun's default; a cloud VM has its address to itself
-# How long a node waits at the multi-node barrier for its peers. Generous on clouds: peers install
-# their stacks at different speeds; a peer that died is noticed sooner by the CLI (heartbeats).
-DEFAULT_BARRIER_TIMEOUT_S = 1200.0
-CLOUD_VM_DIR = "/var/lib/gpucloud"     # where a cloud VM keeps the job; GPUCLOUD_VM_DIR overrides
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Names bash owns (read-only, or reset by bash itself): a job cannot set them through its env.
 BASH_RESERVED = frozenset({
@@ -81,12 +74,6 @@ def quote(value: object) -> str:
     return q if q.startswith("'") else f"'{q}'"
 
 
-def default_log_interval(provider: str) -> float:
-    """Seconds between log parts: 1 s on this machine (parts are free, latency matters), 5 s on a
-    cloud (each part is one PUT request). Pass the same value to `Channel.prepare`."""
-    return 1.0 if provider == "local" else 5.0
-
-
 def gpu_tokens(model: str) -> list[str]:
     """Tokens that must all appear (as whole words) in nvidia-smi's name for the catalog model:
     "A100-80GB" -> ["A100", "80GB"] matches "NVIDIA A100-SXM4-80GB"; "A10" does not match "A10G"."""
@@ -114,59 +101,48 @@ def render_bootstrap(
     stack: Stack,
     candidate: Candidate,
     *,
-    provider: str,
+    caps: Capabilities,
     run_id: str,
     node_rank: int | None = 0,
     manifest_url: str = "",
     put_headers: Sequence[str] = (),
-    node_ips_known: bool = False,
     log_interval: float | None = None,
-    heartbeat_interval: float = DEFAULT_HEARTBEAT_S,
-    skip_stack: bool | None = None,
-    gpu_check: str | None = None,
+    heartbeat_interval: float | None = None,
     master_port: int = DEFAULT_MASTER_PORT,
-    barrier_timeout: float = DEFAULT_BARRIER_TIMEOUT_S,
+    barrier_timeout: float | None = None,
 ) -> str:
     """The bootstrap script of one node (docs/INTERNALS.md, "Renderer").
 
-    skip_stack: default True only for `local` (the host's driver is used as it is).
-    gpu_check: "strict" (GPU mismatch fails the run; clouds' default) or "warn" (local default:
-    no GPU on the host means a warning and a CPU run). node_ips_known: all nodes share this host
-    (local provider): each node publishes 127.0.0.1 instead of its private IP.
-    node_rank=None renders one script for every node (a provider that launches N identical
-    machines in one call, AWS MinCount=MaxCount=N): the node takes its rank from GPUCLOUD_NODE_RANK
-    or, on AWS, the instance's launch index, and `manifest_url` must be the run's node index
-    (`Channel.node_index`) instead of one node's manifest.
-    master_port: MASTER_PORT of the job (29500 on clouds; the local provider picks a free port per
-    run, since several runs share loopback). barrier_timeout: seconds a node of a multi-node run
-    waits for its peers' `ready` before it fails in state `error` (unused with one node).
+    `caps` (the provider's declared Capabilities) decides everything provider-specific: whether the
+    stack is installed, how strict the GPU check is, the work folder, whether nodes share one
+    address (publish 127.0.0.1), how the VM ends itself, and the default log/heartbeat/barrier times.
+    node_rank=None renders one script for every node (a provider with shared_user_data that launches
+    N identical machines in one call): the node takes its rank from GPUCLOUD_NODE_RANK or the
+    instance's launch index, and `manifest_url` must be the run's node index (`Channel.node_index`).
+    master_port: MASTER_PORT of the job (`Provider.master_port()`). barrier_timeout: seconds a node
+    of a multi-node run waits for its peers' `ready` before it fails in state `error`.
     """
-    if provider not in PROVIDERS:
-        raise ValueError(f"provider must be one of {PROVIDERS}, not {provider!r}")
     if not _RUN_ID.match(run_id):
         raise ValueError(f"run id {run_id!r} must match {_RUN_ID.pattern}")
     if node_rank is not None and not 0 <= node_rank < spec.num_nodes:
         raise ValueError(f"node_rank {node_rank} outside 0..{spec.num_nodes - 1}")
-    if log_interval is None:
-        log_interval = default_log_interval(provider)
+    log_interval = caps.log_interval if log_interval is None else log_interval
+    heartbeat_interval = caps.heartbeat_interval if heartbeat_interval is None else heartbeat_interval
+    barrier_timeout = caps.barrier_timeout if barrier_timeout is None else barrier_timeout
     if log_interval <= 0 or heartbeat_interval <= 0:
         raise ValueError("log_interval and heartbeat_interval must be positive")
-    if skip_stack is None:
-        skip_stack = provider == "local"
-    if gpu_check is None:
-        gpu_check = "warn" if provider == "local" else "strict"
     if not 1 <= int(master_port) <= 65535:
         raise ValueError(f"master_port {master_port} outside 1..65535")
     if barrier_timeout <= 0:
         raise ValueError("barrier_timeout must be positive")
-    if gpu_check not in ("strict", "warn"):
-        raise ValueError(f"gpu_check must be 'strict' or 'warn', not {gpu_check!r}")
+    if caps.gpu_check not in ("strict", "warn"):
+        raise ValueError(f"gpu_check must be 'strict' or 'warn', not {caps.gpu_check!r}")
     gpu_model = candidate.gpu or ""
     gpu_count = candidate.gpu_count if gpu_model else 0
     framework = stack.framework if stack.framework in ("pytorch", "tensorflow") else "none"
     tick = max(0.05, min(log_interval, heartbeat_interval, 1.0))
     context = {
-        "provider": provider,
+        "self_termination": caps.self_termination,
         "run_id": run_id,
         "node_rank": 0 if node_rank is None else int(node_rank),
         "shared": node_rank is None,
@@ -176,7 +152,7 @@ def render_bootstrap(
         "gpu_count": int(gpu_count),
         "gpu_model": gpu_model,
         "gpu_tokens": gpu_tokens(gpu_model),
-        "gpu_check": gpu_check,
+        "gpu_check": caps.gpu_check,
         "manifest_url": manifest_url,
         "put_headers": list(put_headers),
         "log_ms": int(log_interval * 1000),
@@ -192,9 +168,9 @@ def render_bootstrap(
         "run": spec.run,
         "artifacts": list(spec.artifacts),
         "env_block": render_env_block(spec.env),
-        "default_dir": "$PWD" if provider == "local" else CLOUD_VM_DIR,
-        "skip_stack": bool(skip_stack),
-        "node_ips_known": bool(node_ips_known or provider == "local"),
+        "default_dir": caps.vm_dir,
+        "skip_stack": not caps.install_stack,
+        "node_ips_known": caps.node_ips_known,
     }
     return template_env().get_template(TEMPLATE).render(**context)
 
@@ -205,25 +181,21 @@ def _as_bytes(data: str | bytes) -> bytes:
     return data.encode("utf-8") if isinstance(data, str) else data
 
 
-def user_data_size(data: str | bytes, provider: str) -> int:
-    """Bytes as the cloud counts them: AWS the raw bytes, Azure the base64 text."""
+def user_data_size(data: str | bytes, caps: Capabilities) -> int:
+    """Bytes as the cloud counts them (`caps.user_data_encoding`): the raw bytes, or their base64 text."""
     raw = _as_bytes(data)
-    if provider == "azure":
+    if caps.user_data_encoding == "base64":
         return len(base64.b64encode(raw))
     return len(raw)
 
 
-def user_data_limit(provider: str) -> int | None:
-    return {"aws": AWS_USER_DATA_LIMIT, "azure": AZURE_CUSTOM_DATA_LIMIT}.get(provider)
-
-
-def check_user_data(data: str | bytes, provider: str) -> int:
-    """Raise UserError when the user-data exceeds the provider's limit; return its counted size."""
-    size = user_data_size(data, provider)
-    limit = user_data_limit(provider)
+def check_user_data(data: str | bytes, caps: Capabilities, cloud: str = "this provider") -> int:
+    """Raise UserError when the user-data exceeds `caps.user_data_limit`; return its counted size."""
+    size = user_data_size(data, caps)
+    limit = caps.user_data_limit
     if limit is not None and size > limit:
         raise UserError(
-            f"The bootstrap for {provider} is {size} bytes, above the {limit}-byte user-data limit.",
+            f"The bootstrap for {cloud} is {size} bytes, above the {limit}-byte user-data limit.",
             hint="Shorten long `env`, `setup` or `run` values: put them in a script inside `workdir` and call it.",
         )
     return size
@@ -234,12 +206,13 @@ def compress_user_data(text: str) -> bytes:
     return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
 
 
-def fit_user_data(text: str, provider: str) -> bytes:
-    """The bytes to send as user-data: as is when they fit, gzip'd when that makes them fit."""
+def fit_user_data(text: str, caps: Capabilities, cloud: str = "this provider") -> bytes:
+    """The bytes to send as user-data: as is when they fit, gzip'd when that makes them fit.
+    The one owner of the size rule: providers call this instead of keeping their own limit."""
     raw = text.encode("utf-8")
-    limit = user_data_limit(provider)
-    if limit is None or user_data_size(raw, provider) <= limit:
+    limit = caps.user_data_limit
+    if limit is None or user_data_size(raw, caps) <= limit:
         return raw
     packed = compress_user_data(text)
-    check_user_data(packed, provider)
+    check_user_data(packed, caps, cloud)
     return packed

@@ -4,6 +4,13 @@ Why SQLite: it needs no server, survives a crash of the CLI, and lets several CL
 `run` following a job, a `status` or `down` in another terminal) share one store safely. WAL mode,
 a busy timeout and short transactions keep concurrent writers from failing.
 
+The schema grows by numbered migrations (MIGRATIONS; `PRAGMA user_version` is the number applied
+last), so a store written by an older gpucloud is upgraded in place when it is opened.
+
+The attempts table holds one row per launch attempt (failover tries several): where, at what
+price, when it started and ended and why, and the provider's RunHandle. A run's cost is the sum
+over its launched attempts; teardown and node states work from the stored handles.
+
 The resources table is the safety net against leaked machines: providers write an *intent* row
 before every cloud call that creates something, so a crash at any point leaves a record that
 `down` or `gc` can act on.
@@ -22,14 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 10_000
 
 # Run statuses. A run is "active" until it reaches one of FINAL_STATUSES.
 ACTIVE_STATUSES = ("planned", "provisioning", "running", "collecting", "tearing-down")
 FINAL_STATUSES = ("succeeded", "failed", "deadline", "interrupted", "lost", "error", "no-capacity", "down")
 
-_SCHEMA = """
+_SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY,
     name TEXT NOT NULL,
@@ -81,6 +87,36 @@ CREATE TABLE IF NOT EXISTS phases (
 );
 """
 
+# v2: one row per launch attempt. `launched` = provision returned (the machines exist and bill).
+# A v1 run that had started becomes one launched attempt with its one price and start time.
+_SCHEMA_V2 = """
+CREATE TABLE attempts (
+    run_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    cloud TEXT NOT NULL,
+    region TEXT NOT NULL,
+    zone TEXT,
+    instance_type TEXT,
+    spot INTEGER NOT NULL DEFAULT 0,
+    price_per_hour REAL NOT NULL DEFAULT 0,
+    num_nodes INTEGER NOT NULL DEFAULT 1,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    end_reason TEXT,
+    launched INTEGER NOT NULL DEFAULT 0,
+    handle_json TEXT,
+    PRIMARY KEY (run_id, idx)
+);
+INSERT INTO attempts (run_id, idx, cloud, region, instance_type, price_per_hour, num_nodes, started_at,
+                      ended_at, end_reason, launched)
+    SELECT id, 0, cloud, COALESCE(region, ''), instance_type, price_per_hour, num_nodes, started_at, ended_at,
+           CASE WHEN ended_at IS NULL THEN NULL ELSE status END, 1
+    FROM runs WHERE started_at IS NOT NULL AND cloud IS NOT NULL
+"""
+
+MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)  # MIGRATIONS[i] takes user_version i to i + 1
+SCHEMA_VERSION = len(MIGRATIONS)
+
 _RUN_COLUMNS = (
     "id", "name", "spec_path", "spec_json", "cloud", "region", "instance_type", "num_nodes",
     "price_per_hour", "status", "phase", "exit_code", "message", "created_at", "started_at",
@@ -99,6 +135,33 @@ def home_dir() -> Path:
         path = Path(platformdirs.user_data_dir("gpucloud"))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@dataclass
+class AttemptRecord:
+    """One launch attempt of a run (one candidate of the failover order)."""
+
+    run_id: str
+    idx: int
+    cloud: str
+    region: str
+    zone: str | None
+    instance_type: str | None
+    spot: bool
+    price_per_hour: float
+    num_nodes: int
+    started_at: float
+    ended_at: float | None
+    end_reason: str | None
+    launched: bool
+    handle_json: str | None
+
+    def cost(self, now: float | None = None) -> float:
+        """price per node-hour x nodes x hours from the request to the end; $0 if nothing launched."""
+        if not self.launched or not self.price_per_hour:
+            return 0.0
+        end = self.ended_at if self.ended_at is not None else (now if now is not None else time.time())
+        return self.price_per_hour * self.num_nodes * max(0.0, end - self.started_at) / 3600.0
 
 
 @dataclass
@@ -125,6 +188,7 @@ class RunRecord:
     artifacts_dir: str | None
     detached: bool
     pid: int | None
+    attempts: list[AttemptRecord] = field(default_factory=list)
 
     @property
     def final(self) -> bool:
@@ -136,12 +200,11 @@ class RunRecord:
         return max(0.0, end - self.created_at)
 
     def cost(self, now: float | None = None) -> float:
-        """Cost so far: price per node-hour x nodes x hours since the machines were requested."""
-        if self.started_at is None or not self.price_per_hour:
-            return 0.0
-        end = self.ended_at if self.ended_at is not None else (now if now is not None else time.time())
-        hours = max(0.0, end - self.started_at) / 3600.0
-        return round(self.price_per_hour * self.num_nodes * hours, 6)
+        """Cost so far: the sum over the launched attempts (a run that launched nothing costs $0).
+        An attempt still open ends at the run's end, or now."""
+        if now is None and self.ended_at is not None:
+            now = self.ended_at
+        return round(float(sum(a.cost(now) for a in self.attempts)), 6)
 
     def as_json(self, now: float | None = None) -> dict[str, Any]:
         return {
@@ -215,11 +278,19 @@ class Store:
                     raise
                 time.sleep(0.05)
         conn.execute("PRAGMA synchronous=NORMAL")
-        if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Apply every migration above the file's user_version, each in its own transaction (the
+        version is re-read inside it, so two processes opening an old store upgrade it once)."""
+        while self._c.conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
             with self._tx() as c:
-                for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+                version = c.execute("PRAGMA user_version").fetchone()[0]
+                if version >= SCHEMA_VERSION:
+                    break
+                for stmt in filter(None, (s.strip() for s in MIGRATIONS[version].split(";"))):
                     c.execute(stmt)
-                c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                c.execute(f"PRAGMA user_version={version + 1}")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -307,7 +378,17 @@ class Store:
 
     def get_run(self, run_id: str) -> RunRecord | None:
         rows = self._query("SELECT * FROM runs WHERE id = ?", (run_id,))
-        return _run(rows[0]) if rows else None
+        return self._with_attempts([_run(rows[0])])[0] if rows else None
+
+    def _with_attempts(self, runs: list[RunRecord]) -> list[RunRecord]:
+        """Fill each run's attempts (one query for all of them)."""
+        if not runs:
+            return runs
+        by_id = {r.id: r for r in runs}
+        marks = ",".join("?" * len(by_id))
+        for a in self._query(f"SELECT * FROM attempts WHERE run_id IN ({marks}) ORDER BY run_id, idx", tuple(by_id)):
+            by_id[a["run_id"]].attempts.append(_attempt(a))
+        return runs
 
     def find_run(self, ref: str) -> RunRecord | None:
         """A run by exact id, else by unique id prefix, else the newest run of that job name."""
@@ -317,9 +398,9 @@ class Store:
         rows = self._query("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY created_at DESC",
                            (ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",))
         if len(rows) == 1:
-            return _run(rows[0])
-        rows = self._query("SELECT * FROM runs WHERE name = ? ORDER BY created_at DESC LIMIT 1", (ref,))
-        return _run(rows[0]) if rows else None
+            return self.get_run(rows[0]["id"])
+        rows = self._query("SELECT id FROM runs WHERE name = ? ORDER BY created_at DESC LIMIT 1", (ref,))
+        return self.get_run(rows[0]["id"]) if rows else None
 
     def list_runs(self, *, limit: int | None = None, active_only: bool = False) -> list[RunRecord]:
         sql = "SELECT * FROM runs"
@@ -330,7 +411,41 @@ class Store:
         sql += " ORDER BY created_at DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [_run(r) for r in self._query(sql, args)]
+        return self._with_attempts([_run(r) for r in self._query(sql, args)])
+
+    # -- attempts -----------------------------------------------------------------------------------
+
+    def start_attempt(self, run_id: str, idx: int, *, cloud: str, region: str, instance_type: str | None,
+                      spot: bool, price_per_hour: float, num_nodes: int, zone: str | None = None) -> None:
+        """Record an attempt before its provision call (its start is when the machines are asked for)."""
+        with self._tx() as c:
+            c.execute("INSERT OR REPLACE INTO attempts (run_id, idx, cloud, region, zone, instance_type, spot,"
+                      " price_per_hour, num_nodes, started_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                      (run_id, idx, cloud, region, zone, instance_type, int(spot), price_per_hour, num_nodes,
+                       time.time()))
+
+    def set_attempt_handle(self, run_id: str, idx: int, handle_json: str, *, zone: str | None = None,
+                           launched: bool = True) -> None:
+        """Store what provision returned: the attempt's machines exist (and bill) from its start."""
+        with self._tx() as c:
+            c.execute("UPDATE attempts SET handle_json = ?, launched = ?, zone = COALESCE(?, zone)"
+                      " WHERE run_id = ? AND idx = ?", (handle_json, int(launched), zone, run_id, idx))
+
+    def end_attempt(self, run_id: str, idx: int | None, reason: str) -> None:
+        """End one attempt (or, with idx None, every open attempt of the run); the first reason stays.
+        An attempt of a run that already ended (its VM ended itself; `down` marks the run first)
+        ends when the run did, not when a later teardown or gc got to it: that is what it cost."""
+        sql = "UPDATE attempts SET ended_at = COALESCE((SELECT ended_at FROM runs WHERE runs.id = attempts.run_id), ?)," \
+              " end_reason = ? WHERE run_id = ? AND ended_at IS NULL"
+        args: tuple[Any, ...] = (time.time(), reason, run_id)
+        if idx is not None:
+            sql += " AND idx = ?"
+            args += (idx,)
+        with self._tx() as c:
+            c.execute(sql, args)
+
+    def attempts(self, run_id: str) -> list[AttemptRecord]:
+        return [_attempt(r) for r in self._query("SELECT * FROM attempts WHERE run_id = ? ORDER BY idx", (run_id,))]
 
     # -- events and phases --------------------------------------------------------------------------
 
@@ -417,6 +532,12 @@ class Journal:
     def event(self, run_id: str, kind: str, message: str) -> None:
         """Providers may note what they did (retries, waits) in the run's event history."""
         self.store.event(run_id, kind, message)
+
+
+def _attempt(row: sqlite3.Row) -> AttemptRecord:
+    d = dict(row)
+    d["spot"], d["launched"] = bool(d["spot"]), bool(d["launched"])
+    return AttemptRecord(**d)
 
 
 def _run(row: sqlite3.Row) -> RunRecord:

@@ -1,10 +1,14 @@
-"""Human-readable output of the offline commands (plan, catalog, stack): tables on stdout,
-warnings on stderr. Kept out of cli.py so the CLI stays thin and rich is imported only when used."""
+"""Human-readable output: the offline commands (plan, catalog, stack), the run's plan summary and
+prompt, and the run tables of status/ls. Tables on stdout, warnings and prompts on stderr. Kept out
+of cli.py and the lifecycle so those stay thin and rich is imported only when used."""
 
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+from gpucloud.progress import fmt_seconds
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -12,6 +16,7 @@ if TYPE_CHECKING:
     from gpucloud.catalog.models import Offering
     from gpucloud.planner import Plan
     from gpucloud.stacks import Stack
+    from gpucloud.state import ResourceRecord, RunRecord
 
 PLAN_ROWS = 10
 EXCLUDED_ROWS = 8
@@ -152,6 +157,7 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
 
 def catalog_rows(*, gpu: str | None, cloud: str | None, region: str | None, include_retired: bool) -> list[Offering]:
     """Catalog query with the same friendly errors as the job file for unknown names."""
+    from gpucloud import providers
     from gpucloud.catalog import load_catalog, resolve_gpu_name
     from gpucloud.errors import UserError
 
@@ -161,8 +167,8 @@ def catalog_rows(*, gpu: str | None, cloud: str | None, region: str | None, incl
         model = resolve_gpu_name(gpu)
         if model is None:
             raise UserError(f"--gpu {gpu!r} is not a GPU gpucloud knows.", hint=_gpu_hint(gpu))
-    if region and cloud != "local":
-        known = sorted({r for c in ([cloud] if cloud else ["aws", "azure"]) for r in cat.regions(c)})
+    if region and (cloud is None or providers.info(cloud).priced):
+        known = sorted({r for c in ([cloud] if cloud else providers.priced_clouds()) for r in cat.regions(c)})
         if region not in known:
             raise UserError(f"--region {region!r} is not a region gpucloud knows.", hint=f"Known regions: {', '.join(known)}.")
     rows = cat.query(gpu=model, cloud=cloud, region=region, include_retired=include_retired)
@@ -264,3 +270,78 @@ def print_stack(stack: Stack, *, brief: bool = False) -> None:
         print("Installs: " + " ".join([*stack.driver_packages, *stack.cuda_packages, *stack.cudnn_packages])
               + (f"; pip {' '.join(stack.framework_pip)}" if stack.framework_pip else ""))
     _warn(stack.warnings)
+
+
+# ---- gpucloud run: the plan summary and the prompt -------------------------------------------------
+
+def ask(question: str) -> bool:
+    """A yes/no prompt on stderr; no answer (EOF) is no."""
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    try:
+        answer = input()
+    except EOFError:
+        return False
+    return answer.strip().lower() in {"y", "yes"}
+
+
+def print_plan_summary(plan: Plan) -> None:
+    c = plan.candidates[0]
+    spec = plan.spec
+    gpu = f"{c.gpu_count} x {c.gpu}" if c.gpu else "no GPU"
+    market = "spot" if c.spot else "on-demand"
+    more = f"; {len(plan.candidates) - 1} fallback candidate(s)" if len(plan.candidates) > 1 else ""
+    print(f"plan: {c.cloud}/{c.region}/{c.instance_type} ({gpu}, {market}) x {c.num_nodes} node(s): "
+          f"${c.total_per_hour:.3f}/h, at most ${c.estimated_cost:.2f} for max_duration "
+          f"{fmt_seconds(spec.max_duration)}{more}", file=sys.stderr, flush=True)
+    for w in plan.warnings:
+        print(f"warning: {w}", file=sys.stderr, flush=True)
+
+
+# ---- status / ls ------------------------------------------------------------------------------------
+
+def print_runs(runs: list[RunRecord], now: float) -> None:
+    """The runs table of `ls`/`status`: fits the output width; a run id or a place may fold onto a
+    second line, nothing is cut; a non-zero exit code rides on the status."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for col in ("RUN", "STATUS", "PHASE", "ELAPSED", "COST", "WHERE"):
+        table.add_column(col, justify="right" if col in ("ELAPSED", "COST") else "left", overflow="fold")
+    for r in runs:
+        exit_note = f" ({r.exit_code})" if r.exit_code not in (None, 0) else ""
+        table.add_row(r.id, r.status + exit_note + (" (detached)" if r.detached and not r.final else ""),
+                      "-" if r.final else (r.phase or "-"), fmt_seconds(r.elapsed(now)), f"${r.cost(now):.4f}",
+                      f"{r.cloud}/{r.region}\n{r.instance_type}" if r.cloud else "-")
+    width = output_width()
+    fit_table(table, width, ("PHASE", "ELAPSED"), foldable=("RUN",))
+    console(max(width, least_width(table))).print(table)
+
+
+def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[ResourceRecord], now: float) -> None:
+    """One run: where, cost (summed over its attempts), deadline, phases, resources not yet deleted."""
+    lines = [
+        f"run        {run.id}",
+        f"status     {run.status}" + (f" (exit {run.exit_code})" if run.exit_code is not None else "")
+        + (" (detached)" if run.detached and not run.final else ""),
+        f"phase      {'-' if run.final else (run.phase or '-')}",
+        f"where      {run.cloud}/{run.region}/{run.instance_type} x {run.num_nodes} node(s)",
+        f"elapsed    {fmt_seconds(run.elapsed(now))}",
+        f"cost       ${run.cost(now):.4f} (${run.price_per_hour:.3f}/h per node)",
+    ]
+    if len(run.attempts) > 1:
+        lines.append(f"attempts   {len(run.attempts)}: " + ", ".join(
+            f"{a.cloud}/{a.region}/{a.instance_type} ({a.end_reason or ('running' if a.launched else 'open')})"
+            for a in run.attempts))
+    if run.deadline:
+        lines.append(f"deadline   {datetime.fromtimestamp(run.deadline, UTC):%Y-%m-%d %H:%M:%S} UTC")
+    if run.artifacts_dir:
+        lines.append(f"artifacts  {run.artifacts_dir}")
+    if run.message:
+        lines.append(f"message    {run.message}")
+    if phases:
+        lines.append("phases     " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in phases.items()))
+    if alive:
+        lines.append(f"resources  {len(alive)} not yet deleted: "
+                     + ", ".join(f"{r.kind} {r.cloud_id or r.name} ({r.status})" for r in alive))
+    print("\n".join(lines))

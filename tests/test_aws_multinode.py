@@ -123,7 +123,9 @@ def test_four_nodes_come_from_one_call_in_one_placement_group(moto: Moto, provid
                                   for r in journal.resources(req.run_id)))
 
     hooks.on_call = watch
-    ids = provider.provision(req, journal)
+    handle = provider.provision(req, journal)
+    ids = handle.nodes
+    assert handle.resources["placement-group"] == [pg_name] and len(handle.resources["security-group"]) == 1
     (run,) = hooks.ops("RunInstances")
     assert run.params["MinCount"] == run.params["MaxCount"] == n, "all or nothing, in one call"
     assert run.params["Placement"] == {"GroupName": pg_name}
@@ -143,26 +145,25 @@ def test_four_nodes_come_from_one_call_in_one_placement_group(moto: Moto, provid
     assert sorted(pg["Instances"]) == sorted(ids)
     (pg_rec,) = [r for r in journal.resources(req.run_id) if r.kind == "placement-group"]
     assert pg_rec.cloud_id == pg["GroupId"]
-    assert provider.node_states(req.run_id, REGION) == ["running"] * n
+    assert provider.node_states(handle) == ["running"] * n
 
     # As on EC2, the group cannot go while its instances live: teardown must terminate first.
     from botocore.exceptions import ClientError
 
     with pytest.raises(ClientError, match="InvalidPlacementGroup.InUse"):
         provider.client("ec2", REGION).delete_placement_group(GroupName=pg_name)
-    provider.teardown(req.run_id, REGION, journal)
+    provider.teardown(handle, journal)
     deletes = hooks.ops("DeletePlacementGroup")
     assert [c.injected for c in deletes] == ["InvalidPlacementGroup.InUse", "placement-group-fake"]
     assert tagged_alive(moto, req.run_id) == [] and not hooks.placement.groups(REGION)
     assert not journal.resources(req.run_id, alive_only=True)
-    assert provider.node_states(req.run_id, REGION) == ["gone"] * n
+    assert provider.node_states(handle) == ["gone"] * n
 
 
 def test_security_group_lets_in_only_the_runs_own_nodes(moto: Moto, provider: Any, journal: Any,  # noqa: F811
                                                         hooks: AwsHooks) -> None:
     multi, single = request(2), request(1)
-    for req in (multi, single):
-        provider.provision(req, journal)
+    handles = [provider.provision(req, journal) for req in (multi, single)]
     try:
         groups = {c.params["GroupName"]: c for c in hooks.ops("CreateSecurityGroup")}
         sg_multi = moto.client("ec2").describe_security_groups(
@@ -180,8 +181,8 @@ def test_security_group_lets_in_only_the_runs_own_nodes(moto: Moto, provider: An
         (run_single,) = [c for c in hooks.ops("RunInstances") if c.params["MinCount"] == 1]
         assert "Placement" not in run_single.params
     finally:
-        for req in (multi, single):
-            provider.teardown(req.run_id, REGION, journal)
+        for handle in handles:
+            provider.teardown(handle, journal)
     assert tagged_alive(moto, multi.run_id) == [] and tagged_alive(moto, single.run_id) == []
 
 
@@ -190,7 +191,8 @@ def test_capacity_error_moves_all_nodes_to_the_next_zone_together(moto: Moto, pr
     n = 4
     hooks.add(Fault("RunInstances", "InsufficientInstanceCapacity", times=1))
     req = request(n)
-    ids = provider.provision(req, journal)
+    handle = provider.provision(req, journal)
+    ids = handle.nodes
     first, second = hooks.ops("RunInstances")
     assert first.injected == "InsufficientInstanceCapacity" and second.injected is None
     assert first.params["SubnetId"] != second.params["SubnetId"]
@@ -200,7 +202,7 @@ def test_capacity_error_moves_all_nodes_to_the_next_zone_together(moto: Moto, pr
     assert len(hooks.ops("CreatePlacementGroup")) == 1
     insts = instances(moto, ids)
     assert {i["SubnetId"] for i in insts} == {second.params["SubnetId"]}, "all N in the second zone"
-    provider.teardown(req.run_id, REGION, journal)
+    provider.teardown(handle, journal)
     assert tagged_alive(moto, req.run_id) == []
 
 
@@ -218,12 +220,11 @@ def test_no_zone_with_room_for_the_group_leaves_nothing(moto: Moto, provider: An
 
 
 def test_gc_sweeps_expired_placement_groups(moto: Moto, provider: Any, journal: Any, hooks: AwsHooks) -> None:  # noqa: F811
-    from gpucloud.providers.aws import iso_utc
+    from gpucloud.providers.base import expiry_tag as iso_utc
 
     expired = request(2, region="us-west-2", expires_in=timedelta(minutes=-5))
     fresh = request(2)
-    for req in (expired, fresh):
-        provider.provision(req, journal)
+    handles = {req.run_id: provider.provision(req, journal) for req in (expired, fresh)}
     # What a CLI killed right after CreatePlacementGroup leaves behind.
     stray = [{"Key": TAG_RUN, "Value": "mn-stray"},
              {"Key": TAG_EXPIRES, "Value": iso_utc(datetime.now(UTC) - timedelta(hours=1))}]
@@ -242,7 +243,7 @@ def test_gc_sweeps_expired_placement_groups(moto: Moto, provider: Any, journal: 
     assert not any("could not" in line for line in done), done
     assert tagged_alive(moto, "mn-stray") == [] and tagged_alive(moto, expired.run_id) == []
     assert tagged_alive(moto, fresh.run_id), "not expired: untouched"
-    provider.teardown(fresh.run_id, REGION, journal)
+    provider.teardown(handles[fresh.run_id], journal)
     assert tagged_alive(moto, fresh.run_id) == []
 
 

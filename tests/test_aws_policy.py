@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gpucloud.providers.aws_policy import policy_document
+from gpucloud.providers.aws.policy import policy_document
 from tests.support.aws_faults import HOOKS, SESSION_RECORD, recorded_ops
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
@@ -87,7 +87,7 @@ def test_policy_is_well_formed_and_tight() -> None:
 
 def test_every_operation_of_the_end_to_end_runs_is_allowed(inproc: None, moto: Moto,  # noqa: F811
                                                             aws_sim: AwsVmSimulator, tmp_path: Path) -> None:
-    from gpucloud.providers.aws import iso_utc
+    from gpucloud.providers.base import expiry_tag as iso_utc
 
     # Our own tour of every feature, so this test stands alone too.
     _drop_bucket(moto, "us-east-1")

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.providers.base import (
+    RunHandle,
     TAG_EXPIRES,
     TAG_RUN,
     CapacityError,
@@ -98,7 +99,8 @@ def instance(moto, iid, region="us-east-1"):  # noqa: F811
 
 def test_launch_is_locked_down_and_tagged(moto, provider, journal, hooks):  # noqa: F811
     req = make_request(spot=True)
-    [iid] = provider.provision(req, journal)
+    handle = provider.provision(req, journal)
+    [iid] = handle.nodes
     try:
         ec2 = moto.client("ec2")
         inst = instance(moto, iid)
@@ -130,11 +132,14 @@ def test_launch_is_locked_down_and_tagged(moto, provider, journal, hooks):  # no
         # the journal knows everything
         kinds = sorted(r.kind for r in journal.resources(req.run_id))
         assert kinds == ["instance", "security-group"]
-        assert provider.node_states(req.run_id, "us-east-1") in (["running"], ["pending"])
+        assert provider.node_states(handle) in (["running"], ["pending"])
+        assert handle.region == "us-east-1" and handle.zone and handle.attempt == 0 and handle.complete
+        assert list(handle.resources) == ["security-group"]  # single node: no placement group, no key
+        assert RunHandle.from_json(handle.to_json()) == handle
     finally:
-        provider.teardown(req.run_id, "us-east-1", journal)
+        provider.teardown(handle, journal)
     assert tagged_alive(moto, req.run_id) == []
-    assert provider.node_states(req.run_id, "us-east-1") == ["gone"]
+    assert provider.node_states(handle) == ["gone"]
     assert journal.resources(req.run_id) == []
 
 
@@ -169,13 +174,14 @@ def test_image_resolution(moto, provider, hooks):  # noqa: F811
 def test_k80_gets_ubuntu_2004_from_ssm(moto, provider, journal, hooks):  # noqa: F811
     req = make_request(gpu="K80:1")
     assert req.stack.ubuntu_version == "20.04"
-    [iid] = provider.provision(req, journal)
+    handle = provider.provision(req, journal)
+    [iid] = handle.nodes
     try:
         ami = instance(moto, iid)["ImageId"]
         assert ami == provider.resolve_image("us-east-1", "20.04")[0]
         assert instance(moto, iid)["InstanceType"] == "p2.xlarge"
     finally:
-        provider.teardown(req.run_id, "us-east-1", journal)
+        provider.teardown(handle, journal)
 
 
 def test_large_user_data_is_gzipped_under_16k(moto, provider, journal):  # noqa: F811
@@ -183,7 +189,8 @@ def test_large_user_data_is_gzipped_under_16k(moto, provider, journal):  # noqa:
     script = "#!/bin/bash\n" + filler
     assert len(script.encode()) > 16 * 1024
     req = make_request(script=script)
-    [iid] = provider.provision(req, journal)
+    handle = provider.provision(req, journal)
+    [iid] = handle.nodes
     try:
         import base64
 
@@ -193,7 +200,7 @@ def test_large_user_data_is_gzipped_under_16k(moto, provider, journal):  # noqa:
         assert gzip.decompress(raw).decode() == script
         assert user_data_of(moto, iid) == script.encode()
     finally:
-        provider.teardown(req.run_id, "us-east-1", journal)
+        provider.teardown(handle, journal)
     # small scripts go as they are
     from gpucloud.providers.aws import fit_user_data
 
@@ -215,30 +222,32 @@ def test_user_data_too_big_even_gzipped_is_a_clear_error(moto, provider, journal
 def test_client_token_is_stable_across_retries_and_idempotent(moto, provider, journal, hooks):  # noqa: F811
     hooks.add(Fault("RunInstances", "RequestLimitExceeded", times=2))
     req = make_request()
-    [iid] = provider.provision(req, journal)
+    handle = provider.provision(req, journal)
+    [iid] = handle.nodes
     calls = hooks.ops("RunInstances")
     assert [c.injected for c in calls] == ["RequestLimitExceeded", "RequestLimitExceeded", None]
     tokens = {c.params["ClientToken"] for c in calls}
     assert len(tokens) == 1 and len(next(iter(tokens))) <= 64
     # the same attempt again (a retried provision): AWS answers with the same instance
-    assert provider.provision(req, journal) == [iid]
+    assert provider.provision(req, journal).nodes == [iid]
     assert hooks.ops("RunInstances")[-1].params["ClientToken"] in tokens
     # another attempt gets another token
     from gpucloud.providers.aws import client_token
 
     assert client_token(req.run_id, 1, "us-east-1a", None) != client_token(req.run_id, 0, "us-east-1a", None)
-    provider.teardown(req.run_id, "us-east-1", journal)
+    provider.teardown(handle, journal)
     assert tagged_alive(moto, req.run_id) == []
 
 
 def test_capacity_in_one_zone_moves_to_the_next(moto, provider, journal, hooks):  # noqa: F811
     hooks.add(Fault("RunInstances", "InsufficientInstanceCapacity", times=1))
     req = make_request()
-    [iid] = provider.provision(req, journal)
+    handle = provider.provision(req, journal)
+    [iid] = handle.nodes
     zones = [c.params.get("SubnetId") for c in hooks.ops("RunInstances")]
     assert len(zones) == 2 and zones[0] != zones[1]
     assert instance(moto, iid)["SubnetId"] == zones[1]
-    provider.teardown(req.run_id, "us-east-1", journal)
+    provider.teardown(handle, journal)
 
 
 @pytest.mark.parametrize(("code", "cls", "quota"), [
@@ -302,7 +311,8 @@ def test_failed_launch_cleans_up_its_attempt(moto, provider, journal, hooks, kin
 
 def test_ssh_opens_22_to_the_caller_only_with_a_private_key(moto, provider, journal, gpucloud_home):  # noqa: F811
     req = make_request(ssh=True)
-    [iid] = provider.provision(req, journal)
+    handle = provider.provision(req, journal)
+    [iid] = handle.nodes
     ec2 = moto.client("ec2")
     inst = instance(moto, iid)
     group = ec2.describe_security_groups(GroupIds=[inst["SecurityGroups"][0]["GroupId"]])["SecurityGroups"][0]
@@ -313,8 +323,9 @@ def test_ssh_opens_22_to_the_caller_only_with_a_private_key(moto, provider, jour
     key = provider.key_path(req.run_id, "us-east-1", 0)
     assert key.is_relative_to(gpucloud_home)
     assert stat.S_IMODE(key.stat().st_mode) == 0o600 and "PRIVATE KEY" in key.read_text()
-    provider.teardown(req.run_id, "us-east-1", journal)
-    provider.teardown(req.run_id, "us-east-1", journal)  # idempotent
+    assert handle.resources["key-pair"] == [kp["KeyName"]]
+    provider.teardown(handle, journal)
+    provider.teardown(handle, journal)  # idempotent
     assert tagged_alive(moto, req.run_id) == []
     assert not key.exists()
 
@@ -334,30 +345,54 @@ def test_ssh_without_a_public_address_says_what_to_do(moto, journal, hooks, monk
     assert tagged_alive(moto, req.run_id) == []
     monkeypatch.setenv("GPUCLOUD_SSH_CIDR", "198.51.100.0/24")
     req = make_request(ssh=True)
-    provider.provision(req, journal)
+    handle = provider.provision(req, journal)
     groups = moto.client("ec2").describe_security_groups(
         Filters=[{"Name": f"tag:{TAG_RUN}", "Values": [req.run_id]}])["SecurityGroups"]
     assert groups[0]["IpPermissions"][0]["IpRanges"][0]["CidrIp"] == "198.51.100.0/24"
-    provider.teardown(req.run_id, "us-east-1", journal)
+    provider.teardown(handle, journal)
 
 
 def test_teardown_retries_dependency_violation_and_is_idempotent(moto, provider, journal, hooks):  # noqa: F811
     req = make_request()
-    provider.provision(req, journal)
+    handle = provider.provision(req, journal)
     hooks.add(Fault("DeleteSecurityGroup", "DependencyViolation", times=3))
-    provider.teardown(req.run_id, "us-east-1", journal)
+    provider.teardown(handle, journal)
     assert [c.injected for c in hooks.ops("DeleteSecurityGroup")] == ["DependencyViolation"] * 3 + [None]
     assert tagged_alive(moto, req.run_id) == []
-    provider.teardown(req.run_id, "us-east-1", journal)
-    provider.teardown("never-existed", "us-east-1", journal)
+    provider.teardown(handle, journal)
+    provider.teardown(RunHandle("never-existed", "aws", "us-east-1"), journal)
+    provider.teardown(RunHandle("never-existed", "aws", "us-east-1", complete=False), journal)
+
+
+def test_single_node_teardown_works_on_plain_moto(moto, journal, gpucloud_home):  # noqa: F811
+    """Issue 9: teardown calls only the APIs for the kinds the handle lists, so a single-node run
+    (no placement group) comes down against plain moto, which has no placement-group API (no test
+    hooks at all here: not even the recorder). The same for a partial handle rebuilt after a crash."""
+    import boto3
+
+    from gpucloud.providers.aws import AwsProvider
+    from tests.support.aws_faults import unhooked
+
+    with unhooked():
+        session = boto3.Session()
+    provider = AwsProvider(session=session, retry_base_s=0.01, poll_s=0.05, sleep=lambda s: None)
+    provider.TERMINATE_TIMEOUT_S = provider.SG_DELETE_TIMEOUT_S = 5.0
+    for complete in (True, False):
+        req = make_request()
+        handle = provider.provision(req, journal)
+        if not complete:
+            handle = RunHandle(req.run_id, "aws", handle.region, attempt=handle.attempt, complete=False)
+        provider.teardown(handle, journal)
+        assert tagged_alive(moto, req.run_id) == []
+        assert journal.resources(req.run_id) == []
 
 
 def test_teardown_without_waiting(moto, provider, journal):  # noqa: F811
     req = make_request()
-    provider.provision(req, journal)
-    provider.teardown(req.run_id, "us-east-1", journal, wait=False)
-    assert provider.node_states(req.run_id, "us-east-1") == ["gone"]
-    provider.teardown(req.run_id, "us-east-1", journal)  # what `down`/gc do later: finishes the rest
+    handle = provider.provision(req, journal)
+    provider.teardown(handle, journal, wait=False)
+    assert provider.node_states(handle) == ["gone"]
+    provider.teardown(handle, journal)  # what `down`/gc do later: finishes the rest
     assert tagged_alive(moto, req.run_id) == []
 
 
@@ -365,24 +400,23 @@ def test_teardown_failure_is_reported_and_a_second_teardown_finishes(moto, provi
     from gpucloud.providers.aws import AwsTeardownError
 
     req = make_request()
-    provider.provision(req, journal)
+    handle = provider.provision(req, journal)
     hooks.add(Fault("TerminateInstances", "UnauthorizedOperation", times=1))
     with pytest.raises(AwsTeardownError, match="incomplete") as info:
-        provider.teardown(req.run_id, "us-east-1", journal)
+        provider.teardown(handle, journal)
     assert f"gpucloud down {req.run_id}" in (info.value.hint or "")
     assert tagged_alive(moto, req.run_id)
-    provider.teardown(req.run_id, "us-east-1", journal)
+    provider.teardown(handle, journal)
     assert tagged_alive(moto, req.run_id) == []
 
 
 def test_gc_sweeps_expired_resources_in_every_region(moto, provider, journal, hooks):  # noqa: F811
-    from gpucloud.providers.aws import iso_utc
+    from gpucloud.providers.base import expiry_tag as iso_utc
 
     expired = [make_request(region="us-west-2", expires_in=timedelta(minutes=-5)),
                make_request(region="eu-west-1", expires_in=timedelta(minutes=-1))]
     fresh = make_request(region="us-east-1")
-    for req in (*expired, fresh):
-        provider.provision(req, journal)
+    handles = {req.run_id: provider.provision(req, journal) for req in (*expired, fresh)}
     # a stray volume and key pair (as a crash might leave them)
     ec2 = moto.client("ec2", "ap-northeast-1")
     stray = [{"Key": TAG_RUN, "Value": "stray"}, {"Key": TAG_EXPIRES, "Value": iso_utc(datetime.now(UTC) - timedelta(hours=1))}]
@@ -407,7 +441,7 @@ def test_gc_sweeps_expired_resources_in_every_region(moto, provider, journal, ho
         assert tagged_alive(moto, req.run_id) == []
     assert tagged_alive(moto, "stray") == []
     assert tagged_alive(moto, fresh.run_id)  # not expired: untouched
-    provider.teardown(fresh.run_id, "us-east-1", journal)
+    provider.teardown(handles[fresh.run_id], journal)
 
 
 def test_temporary_credentials_that_end_before_the_deadline_warn(moto, journal, monkeypatch):  # noqa: F811
@@ -421,13 +455,13 @@ def test_temporary_credentials_that_end_before_the_deadline_warn(moto, journal, 
     warnings: list[str] = []
     provider = AwsProvider(session=boto3.Session(), warn=warnings.append, retry_base_s=0.01, sleep=lambda s: None)
     req = make_request(expires_in=timedelta(hours=3))
-    provider.provision(req, journal)
+    handle = provider.provision(req, journal)
     try:
         assert len(warnings) == 1
         assert "expire" in warnings[0] and "deadline" in warnings[0] and "presigned URLs" in warnings[0]
         assert "cannot follow or tear it down" in warnings[0]  # env credentials do not refresh
     finally:
-        provider.teardown(req.run_id, "us-east-1", journal)
+        provider.teardown(handle, journal)
     # long enough: no warning
     warnings.clear()
     later = (datetime.now(UTC) + timedelta(hours=12)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -457,7 +491,7 @@ def test_bucket_is_private_encrypted_and_expires_runs(moto, provider):  # noqa: 
     assert rule["Status"] == "Enabled" and rule["Expiration"]["Days"] == 30 and rule["Filter"]["Prefix"] == "runs/"
     assert s3.get_bucket_location(Bucket=chan.bucket)["LocationConstraint"] == "eu-west-1"
     # a second process (a new channel) reuses it
-    from gpucloud.channel_s3 import S3Channel
+    from gpucloud.providers.aws.channel import S3Channel
 
     again = S3Channel(provider.session, "eu-west-1")
     again.put_bytes("runs/x/a", b"1")
@@ -490,7 +524,7 @@ def test_presigned_urls_work_with_curl_and_expire_with_the_run(moto, provider, t
 
 
 def test_s3_throttling_backs_off_then_becomes_a_provision_error(moto, provider, hooks):  # noqa: F811
-    from gpucloud.channel_s3 import S3Channel
+    from gpucloud.providers.aws.channel import S3Channel
 
     S3Channel.RETRY_BASE_S, saved = 0.001, S3Channel.RETRY_BASE_S
     try:
@@ -513,10 +547,62 @@ def test_iam_policy_command_prints_the_policy():
     from typer.testing import CliRunner
 
     from gpucloud.cli import app
-    from gpucloud.providers.aws_policy import policy_document
+    from gpucloud.providers.aws.policy import policy_document
 
     res = CliRunner().invoke(app, ["iam-policy", "aws"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc == policy_document() and doc["Version"] == "2012-10-17"
-    assert "boto3" not in Path(__import__("gpucloud.providers.aws_policy").providers.aws_policy.__file__).read_text().split('"""', 2)[2]
+    assert "boto3" not in Path(__import__("gpucloud.providers.aws.policy").providers.aws.policy.__file__).read_text().split('"""', 2)[2]
+
+
+# ---- a dead endpoint fails fast ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["refused", "silent"])
+def test_dead_endpoint_fails_within_20_seconds(kind, gpucloud_home, monkeypatch):
+    """An AWS endpoint that refuses connections, or accepts and never answers, costs the launch
+    seconds, not minutes: bounded botocore timeouts under one retrying call (docs/PROVIDERS.md)."""
+    import time
+
+    import boto3
+
+    from gpucloud.providers.aws import AwsProvider
+    from gpucloud.state import Journal, Store
+    from tests.support.aws_faults import unhooked
+    from tests.support.dead_endpoint import dead_endpoint
+
+    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                       ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    req, journal = make_request(), Journal(Store())
+    with dead_endpoint(kind) as url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", url)
+        with unhooked():
+            session = boto3.Session()
+        provider = AwsProvider(session=session)  # the product's own waits, not the tests' short ones
+        t0 = time.monotonic()
+        with pytest.raises(ThrottledError, match="could not reach AWS|gave up") as info:
+            provider.provision(req, journal)
+    assert time.monotonic() - t0 < 20, info.value
+
+
+
+def test_aws_declares_its_shape():
+    """Issue 9: what the lifecycle and the renderer need is declared, not probed with getattr."""
+    from gpucloud.providers import get_provider
+    from gpucloud.providers.base import Provider
+
+    provider = get_provider("aws")
+    assert isinstance(provider, Provider)
+    caps = provider.capabilities
+    assert caps.shared_user_data and caps.spot and caps.multi_node
+    assert (caps.user_data_limit, caps.user_data_encoding, caps.self_termination) == (16384, "raw", "shutdown")
+    assert caps.preemption_notice == "aws-imds-spot"
+    assert provider.master_port() == 29500
+    for gone in ("shared_user_data", "poll_interval"):
+        assert not hasattr(type(provider), gone)
+    handle = RunHandle("r1", "aws", "eu-west-1", nodes=["i-0abc", "i-0def"])
+    assert "--instance-id i-0def" in provider.console_hint(handle, 1) and "eu-west-1" in provider.console_hint(handle, 1)
+    hint = provider.console_hint(RunHandle("r1", "aws", "eu-west-1", complete=False), 0)
+    assert "Values=r1" in hint and "--region eu-west-1" in hint

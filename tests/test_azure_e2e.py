@@ -122,7 +122,9 @@ def fast_lifecycle(monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process runs read the channel often, so matrix cells with a job finish quickly."""
     from gpucloud.providers.azure import AzureProvider
 
-    monkeypatch.setattr(AzureProvider, "poll_interval", 0.3)
+    import dataclasses
+
+    monkeypatch.setattr(AzureProvider, "capabilities", dataclasses.replace(AzureProvider.capabilities, poll_interval=0.3))
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import re
 import socket
@@ -26,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucloud.providers.base import RunHandle
 from gpucloud.providers.azure import SUBNET_PREFIX, AzureProvider, resource_group_name
 from gpucloud.providers.base import CapacityError
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
@@ -75,7 +78,9 @@ def test_nodes_share_a_placement_group_are_made_in_parallel_and_go_with_the_grou
     # Every VM creation stalls 1 s in ARM: one after the other would take >= 4 s.
     arm.inject("PUT", r"/virtualMachines/node-\d+$", None, delay=1.0, times=n)
     t0 = time.monotonic()
-    ids = provider.provision(launch_request("run-ppg", nodes=n), journal)
+    handle = provider.provision(launch_request("run-ppg", nodes=n), journal)
+    ids = handle.nodes
+    assert handle.resources["vm"] == [f"node-{r}" for r in range(n)]
     elapsed = time.monotonic() - t0
     assert [i.rsplit("/", 1)[1] for i in ids] == [f"node-{r}" for r in range(n)]  # rank order
     assert elapsed < 3.0, f"the {n} VMs were not created in parallel ({elapsed:.1f}s)"
@@ -90,9 +95,9 @@ def test_nodes_share_a_placement_group_are_made_in_parallel_and_go_with_the_grou
     assert {v["location"] for v in vms} == {"eastus"}
     assert all(v["properties"]["proximityPlacementGroup"]["id"] == ppg["id"] for v in vms)
     assert all(v["tags"]["gpucloud-run"] == "run-ppg" for v in vms)
-    assert provider.node_states("run-ppg", "eastus") == ["running"] * n
+    assert provider.node_states(handle) == ["running"] * n
     fresh = AzureProvider(credential=provider.credential(), subscription_id=arm.subscription_id, arm_endpoint=arm.url)
-    assert fresh.node_states("run-ppg", "eastus") == ["running"] * n  # another CLI process counts the nodes
+    assert fresh.node_states(RunHandle("run-ppg", "azure", "eastus", complete=False)) == ["running"] * n  # another CLI process counts the nodes
 
     # Shared resources once, per-node resources once per node.
     with arm.lock:
@@ -102,10 +107,10 @@ def test_nodes_share_a_placement_group_are_made_in_parallel_and_go_with_the_grou
                         ("virtualMachines/", n), ("roleAssignments/", n)]:
         assert len([p for p in puts if re.search(kind + r"[^/]*$", p, re.I)]) == count, kind
 
-    provider.teardown("run-ppg", "eastus", journal)
+    provider.teardown(handle, journal)
     assert run_resources(arm, "run-ppg") == [], "the placement group goes with the resource group"
     assert not journal.resources("run-ppg", alive_only=True)
-    assert provider.node_states("run-ppg", "eastus") == ["gone"] * n
+    assert provider.node_states(handle) == ["gone"] * n
 
 
 def test_single_node_needs_no_placement_group(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
@@ -222,7 +227,7 @@ def test_capacity_error_on_one_node_moves_both_nodes_to_the_next_region(
 
     from gpucloud.cli import app
 
-    monkeypatch.setattr(AzureProvider, "poll_interval", 0.3)
+    monkeypatch.setattr(AzureProvider, "capabilities", dataclasses.replace(AzureProvider.capabilities, poll_interval=0.3))
     job = tmp_path / "job.yaml"
     job.write_text("name: mn-failover\nresources:\n  cloud: azure\n  regions: [eastus, westus2]\n  gpu: T4:1\n"
                    "num_nodes: 2\nrun: echo \"rank $GPUCLOUD_NODE_RANK of $GPUCLOUD_NUM_NODES, master $MASTER_ADDR\"\n"

@@ -24,7 +24,7 @@ from gpucloud.providers.azure import (
     quota_family,
     resource_group_name,
 )
-from gpucloud.providers.base import CapacityError, FatalProvisionError, QuotaError, ThrottledError
+from gpucloud.providers.base import CapacityError, FatalProvisionError, QuotaError, RunHandle, ThrottledError
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     OperatorCredential,
     arm,
@@ -79,7 +79,8 @@ def test_ssh_opens_port_22_from_the_caller_only(arm: FakeArm, provider: AzurePro
 
 def test_provision_creates_one_tagged_group_with_network_and_vm(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
     req = launch_request("run-a")
-    ids = provider.provision(req, journal)
+    handle = provider.provision(req, journal)
+    ids = handle.nodes
     rg = resource_group_name("run-a", "eastus")
     assert ids == [f"/subscriptions/{arm.subscription_id}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines/node-0"]
 
@@ -143,7 +144,8 @@ def test_spot_vm_has_priority_eviction_delete_and_max_price(arm: FakeArm, provid
 
 def test_multi_node_gets_a_vm_and_role_per_node_and_subnet_only_inbound(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
     req = launch_request("run-mn", nodes=2)
-    ids = provider.provision(req, journal)
+    handle = provider.provision(req, journal)
+    ids = handle.nodes
     assert [i.rsplit("/", 1)[1] for i in ids] == ["node-0", "node-1"]
     vms = by_type(arm, "run-mn", "Microsoft.Compute/virtualMachines")
     roles = by_type(arm, "run-mn", "Microsoft.Authorization/roleAssignments")
@@ -152,7 +154,7 @@ def test_multi_node_gets_a_vm_and_role_per_node_and_subnet_only_inbound(arm: Fak
     (nsg,) = by_type(arm, "run-mn", "Microsoft.Network/networkSecurityGroups")
     allows = [r["properties"] for r in nsg["properties"]["securityRules"] if r["properties"]["access"] == "Allow"]
     assert allows and all(r["sourceAddressPrefix"] == r["destinationAddressPrefix"] == "10.0.0.0/24" for r in allows)
-    assert provider.node_states("run-mn", "eastus") == ["running", "running"]
+    assert provider.node_states(handle) == ["running", "running"]
 
 
 def test_image_gen1_for_nc_k80_sizes_gen2_elsewhere_and_image_wins() -> None:
@@ -229,9 +231,9 @@ def test_vm_errors_are_classified_and_the_attempt_cleaned_up(
 
 def test_throttling_is_retried_with_backoff_then_succeeds(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
     inj = arm.inject("PUT", r"/networkSecurityGroups/nsg$", "TooManyRequests", times=2)
-    provider.provision(launch_request("run-429"), journal)
+    handle = provider.provision(launch_request("run-429"), journal)
     assert inj.hits == 2
-    assert provider.node_states("run-429", "eastus") == ["running"]
+    assert provider.node_states(handle) == ["running"]
 
 
 def test_role_assignment_waits_for_the_new_identity(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
@@ -265,34 +267,40 @@ def test_classify_error_without_a_server() -> None:
 # ---- state, teardown, gc ---------------------------------------------------------------------------
 
 def test_node_states_follow_the_instance_view(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
-    (vm_id,) = provider.provision(launch_request("run-st"), journal)
-    assert provider.node_states("run-st", "eastus") == ["running"]
+    handle = provider.provision(launch_request("run-st"), journal)
+    (vm_id,) = handle.nodes
+    assert handle.resources == {"resource-group": [resource_group_name("run-st", "eastus")], "vm": ["node-0"]}
+    assert provider.node_states(handle) == ["running"]
     arm.set_power_state(vm_id, "stopped")  # a shutdown inside the guest: still allocated
-    assert provider.node_states("run-st", "eastus") == ["stopping"]
+    assert provider.node_states(handle) == ["stopping"]
     fresh = AzureProvider(credential=OperatorCredential(arm), subscription_id=arm.subscription_id, arm_endpoint=arm.url)
-    assert fresh.node_states("run-st", "eastus") == ["stopping"]  # another CLI process finds the nodes
-    provider.teardown("run-st", "eastus", journal)
-    assert provider.node_states("run-st", "eastus") == ["gone"]
-    assert fresh.node_states("run-st", "eastus") == ["gone"]
+    stored = RunHandle.from_json(handle.to_json())  # another CLI process reads the handle from the state store
+    assert fresh.node_states(stored) == ["stopping"]
+    partial = RunHandle("run-st", "azure", "eastus", complete=False)  # a crash before provision returned
+    assert fresh.node_states(partial) == ["stopping"]
+    provider.teardown(handle, journal)
+    assert provider.node_states(handle) == ["gone"]
+    assert fresh.node_states(stored) == ["gone"]
 
 
 def test_teardown_deletes_the_group_and_is_idempotent(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
-    provider.provision(launch_request("run-td"), journal)
-    provider.teardown("run-td", "eastus", journal)
+    handle = provider.provision(launch_request("run-td"), journal)
+    provider.teardown(handle, journal)
     assert run_resources(arm, "run-td") == []
     assert not journal.resources("run-td", alive_only=True)
-    provider.teardown("run-td", "eastus", journal)           # already gone: 404 is done
-    provider.teardown("never-ran", "westus2", journal)         # nothing ever created
+    provider.teardown(handle, journal)           # already gone: 404 is done
+    provider.teardown(RunHandle("never-ran", "azure", "westus2", complete=False), journal)  # nothing ever created
+    provider.teardown(RunHandle("never-ran", "azure", "westus2"), journal)  # an empty handle: no call at all
     deletes = [c for c in arm.calls if c[0] == "DELETE"]
     assert len(deletes) == 3
 
 
 def test_teardown_without_wait_returns_at_once(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
-    provider.provision(launch_request("run-nw"), journal)
+    handle = provider.provision(launch_request("run-nw"), journal)
     arm.op_seconds = 2.0  # the deletion takes 2 s on the server
     try:
         t0 = time.monotonic()
-        provider.teardown("run-nw", "eastus", journal, wait=False)
+        provider.teardown(handle, journal, wait=False)
         assert time.monotonic() - t0 < 1.5
         assert any(r["state"] == "Deleting" for r in run_resources(arm, "run-nw"))
         assert wait_until(lambda: run_resources(arm, "run-nw") == [], timeout=5)
@@ -345,8 +353,8 @@ def test_vm_identity_may_delete_its_own_group_and_nothing_else(arm: FakeArm, pro
 def test_default_credential_reaches_the_fake_through_the_environment(arm: FakeArm, journal: Any) -> None:
     # What the CLI subprocess does: DefaultAzureCredential, AZURE_SUBSCRIPTION_ID, the endpoint setting.
     provider = AzureProvider()
-    provider.provision(launch_request("run-env"), journal)
-    provider.teardown("run-env", "eastus", journal)
+    handle = provider.provision(launch_request("run-env"), journal)
+    provider.teardown(handle, journal)
     assert run_resources(arm, "run-env") == []
 
 
@@ -429,3 +437,47 @@ def test_blob_sas_urls_work_with_curl_until_they_expire(arm: FakeArm, azurite: A
     channel.delete_prefix("runs/s/")
     assert channel.get_bytes("runs/s/code.tar.gz") is None
     assert channel.get_bytes("never/there") is None
+
+
+# ---- a dead endpoint fails fast ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["refused", "silent"])
+def test_dead_arm_endpoint_fails_within_20_seconds(kind: str) -> None:
+    """An ARM endpoint that refuses connections, or accepts and never answers, costs seconds, not
+    minutes: bounded azure-core retries and timeouts (docs/PROVIDERS.md, "Azure calls and retries")."""
+    from datetime import UTC, datetime
+
+    from azure.core.credentials import AccessToken
+
+    from gpucloud.providers.base import ProvisionError
+    from tests.support.dead_endpoint import dead_endpoint
+
+    class StaticToken:
+        def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+            return AccessToken("token", int(time.time()) + 3600)
+
+    with dead_endpoint(kind) as url:
+        provider = AzureProvider(credential=StaticToken(), subscription_id="00000000-0000-0000-0000-000000000000",
+                                 arm_endpoint=url)
+        t0 = time.monotonic()
+        with pytest.raises(ProvisionError):
+            provider.gc(datetime.now(UTC), dry_run=True)
+    assert time.monotonic() - t0 < 20
+
+
+def test_azure_declares_its_shape() -> None:
+    """Issue 9: what the lifecycle and the renderer need is declared, not probed with getattr."""
+    from gpucloud.providers import get_provider
+    from gpucloud.providers.base import Provider
+
+    provider = get_provider("azure")
+    assert isinstance(provider, Provider)
+    caps = provider.capabilities
+    assert not caps.shared_user_data and caps.spot and caps.multi_node
+    assert (caps.user_data_limit, caps.user_data_encoding, caps.self_termination) == (65536, "base64", "azure-delete")
+    assert caps.preemption_notice == "azure-scheduled-events"
+    assert provider.master_port() == 29500
+    assert not hasattr(type(provider), "poll_interval")
+    handle = RunHandle("r1", "azure", "westus2", resources={"resource-group": ["gpucloud-r1-westus2"]})
+    assert "-g gpucloud-r1-westus2 -n node-1" in provider.console_hint(handle, 1)
+    assert caps.console_hint.format(run_id="r1", region="westus2", rank=1) == provider.console_hint(handle, 1)

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.channel import FileChannel, pack_workdir
+from gpucloud.providers import capabilities
 from gpucloud.render import render_bootstrap
 from gpucloud.stacks import Stack
 from tests.test_render import CPU, K80, NASTY, T4, make_candidate, make_spec
@@ -101,7 +102,7 @@ def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str 
     spec = make_spec(cloud=provider, gpu=gpu or None, count=count, env=env or {}, run=run, setup=setup,
                      artifacts=artifacts or [])
     cand = make_candidate(provider, gpu, count if gpu else 0)
-    text = render_bootstrap(spec, stack, cand, provider=provider, run_id=run_id, manifest_url=manifest,
+    text = render_bootstrap(spec, stack, cand, caps=capabilities(provider), run_id=run_id, manifest_url=manifest,
                             log_interval=0.2, heartbeat_interval=0.4, **(render_kw or {}))
     vm_dir = tmp / "vm"
     vm_dir.mkdir(exist_ok=True)

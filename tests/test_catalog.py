@@ -10,14 +10,18 @@ import pytest
 import gpucloud.catalog as catalog_mod
 from gpucloud.catalog import CatalogError, load_catalog, gpu_names, resolve_gpu_name
 
-FACTS_GPUS = ["K40", "K80", "M60", "P100", "P40", "V100", "T4", "A10G", "A10", "L4", "L40S",
-              "A100-40GB", "A100-80GB", "H100", "H200"]
+FACTS_GPUS = ["K40", "K80", "M60", "P100", "P40", "V100", "V100-32GB", "T4", "T4G", "A10G", "A10", "L4", "L40S",
+              "A100-40GB", "A100-80GB", "H100", "H100-NVL", "H200", "B200", "GB200"]
 
 # (cloud, instance type) -> (GPU, count, vCPUs, memory GiB, us-east-1/eastus $/h, status), FACTS.md s1-2.
 FACTS_TYPES = {
-    ("aws", "p2.xlarge"): ("K80", 1, 4, 61, 0.90, "legacy"),
-    ("aws", "p2.8xlarge"): ("K80", 8, 32, 488, 7.20, "legacy"),
-    ("aws", "p2.16xlarge"): ("K80", 16, 64, 732, 14.40, "legacy"),
+    ("aws", "p2.xlarge"): ("K80", 1, 4, 61, 0.90, "retired"),
+    ("aws", "p2.8xlarge"): ("K80", 8, 32, 488, 7.20, "retired"),
+    ("aws", "p2.16xlarge"): ("K80", 16, 64, 732, 14.40, "retired"),
+    ("aws", "p6-b200.48xlarge"): ("B200", 8, 192, 2048, 113.93, "active"),
+    ("azure", "Standard_NC40ads_H100_v5"): ("H100-NVL", 1, 40, 320, 6.98, "active"),
+    ("azure", "Standard_NC80adis_H100_v5"): ("H100-NVL", 2, 80, 640, 13.96, "active"),
+    ("azure", "Standard_NC48ads_A100_v4"): ("A100-80GB", 2, 48, 440, 7.346, "active"),
     ("aws", "g4dn.xlarge"): ("T4", 1, 4, 16, 0.526, "active"),
     ("aws", "g4dn.12xlarge"): ("T4", 4, 48, 192, 3.912, "active"),
     ("aws", "g5.xlarge"): ("A10G", 1, 4, 16, 1.006, "active"),
@@ -50,7 +54,7 @@ FACTS_TYPES = {
     ("azure", "Standard_NC6s_v3"): ("V100", 1, 6, 112, 3.06, "retired"),
     ("azure", "Standard_NC24s_v3"): ("V100", 4, 24, 448, 12.24, "retired"),
 }
-STATUS_DATES = {"p2": "2024-06", "p3": "2025-12-20", "Standard_NC6s_v3": "2025-09-30",
+STATUS_DATES = {"p2": "2026-12-03", "p3": "2025-12-20", "Standard_NC6s_v3": "2025-09-30",
                 "Standard_NC24s_v3": "2025-09-30", "Standard_NC6": "2023-09-06", "Standard_NC12": "2023-09-06",
                 "Standard_NC24": "2023-09-06", "Standard_NC24r": "2023-09-06"}
 REGIONS = {"aws": {"us-east-1", "us-west-2", "eu-west-1", "ap-northeast-1"},
@@ -78,11 +82,12 @@ def test_k80_row_uses_the_board_seed_figures(cat):
 def test_architectures_and_compute_capabilities(cat):
     expected = {"K40": "Kepler", "K80": "Kepler", "M60": "Maxwell", "P100": "Pascal", "P40": "Pascal",
                 "V100": "Volta", "T4": "Turing", "A10G": "Ampere", "A10": "Ampere", "L4": "Ada",
-                "L40S": "Ada", "A100-40GB": "Ampere", "A100-80GB": "Ampere", "H100": "Hopper", "H200": "Hopper"}
+                "L40S": "Ada", "A100-40GB": "Ampere", "A100-80GB": "Ampere", "H100": "Hopper", "H200": "Hopper",
+                "V100-32GB": "Volta", "T4G": "Turing", "H100-NVL": "Hopper", "B200": "Blackwell", "GB200": "Blackwell"}
     assert {g.name: g.architecture for g in cat.gpus.values()} == expected
     for g in cat.gpus.values():
         assert g.source, g.name
-        assert re.fullmatch(r"\d\.\d", g.compute_capability)
+        assert re.fullmatch(r"\d{1,2}\.\d", g.compute_capability)
 
 
 def test_every_facts_instance_type_is_present_with_its_facts(cat):
@@ -107,10 +112,11 @@ def test_at_least_four_regions_per_cloud_and_per_common_type(cat, cloud):
         if c != cloud:
             continue
         regions = {o.region for o in cat.offerings if o.cloud == c and o.instance_type == t}
-        assert len(regions) >= 2, t
+        assert len(regions) >= (1 if t in NEW_TYPES else 2), t
         if t.startswith(("g4dn", "g5.", "g6", "p3.", "p2.", "Standard_NC4as", "Standard_NC64as", "Standard_NC24ads",
                          "Standard_NV36")):
-            assert REGIONS[cloud] <= regions, t
+            missing = {r for r in REGIONS[cloud] - regions if (t, r) not in SIX_NOT_OFFERED}
+            assert not missing, t
 
 
 def test_every_row_has_provenance_and_estimates_are_marked(cat):
@@ -123,6 +129,33 @@ def test_every_row_has_provenance_and_estimates_are_marked(cat):
             assert 0 < o.spot_price_per_hour <= o.price_per_hour, o
 
 
+NEW_TYPES = {"p6-b200.48xlarge", "Standard_NC40ads_H100_v5", "Standard_NC80adis_H100_v5", "Standard_NC48ads_A100_v4"}
+SIX_NOT_OFFERED = {("g6.xlarge", "eu-west-1"), ("g6.2xlarge", "eu-west-1"), ("g6.24xlarge", "eu-west-1"),
+                   ("g6e.xlarge", "eu-west-1"), ("g6e.48xlarge", "eu-west-1"), ("p5.48xlarge", "eu-west-1")}
+
+
+def test_not_offered_rows_are_gone_and_no_flat_spot_estimate(cat):
+    keys = {(o.instance_type, o.region) for o in cat.offerings if o.cloud == "aws"}
+    assert not keys & SIX_NOT_OFFERED
+    for o in cat.offerings:
+        assert "spot = 0.45" not in o.source, o
+        if o.cloud == "aws" and o.spot_price_per_hour is not None:
+            assert "observed" in o.source or "lowest" in o.source, o
+    p5 = next(o for o in cat.offerings if o.instance_type == "p5.48xlarge" and o.region == "us-east-1")
+    assert p5.spot_price_per_hour == 14.25
+    assert {o.arch for o in cat.offerings} == {"x86_64"}
+
+
+def test_families_match_every_memory_variant(cat):
+    assert cat.members(cat.resolve("a100")) == ("A100-40GB", "A100-80GB")
+    assert cat.members(cat.resolve("V100")) == ("V100", "V100-32GB")
+    assert cat.members(cat.resolve("A100-40GB")) == ("A100-40GB",)
+    assert {o.gpu for o in cat.query(gpu="A100")} == {"A100-40GB", "A100-80GB"}
+    assert {o.gpu for o in cat.query(gpu="A100-80GB")} == {"A100-80GB"}
+    assert cat.gpu("A100").architecture == "Ampere"
+    assert cat.variant_for("A100", 40.0) == "A100-40GB" and cat.variant_for("V100", 32.0) == "V100-32GB"
+
+
 def test_statuses_and_dates(cat):
     for o in cat.offerings:
         expected = FACTS_TYPES[(o.cloud, o.instance_type)][5]
@@ -130,13 +163,14 @@ def test_statuses_and_dates(cat):
         key = o.instance_type.split(".")[0] if o.cloud == "aws" else o.instance_type
         if key in STATUS_DATES:
             assert o.status_date == STATUS_DATES[key], o
-    p2 = cat.query(gpu="K80", cloud="aws")[0]
-    assert p2.status == "legacy" and "unknown" in p2.source
+    assert cat.query(gpu="K80", cloud="aws") == []
+    p2 = cat.query(gpu="K80", cloud="aws", include_retired=True)[0]
+    assert p2.status == "retired" and "not offered by the current AWS API" in p2.source and "moto" in p2.source
 
 
 def test_query_filters_and_retired_rows(cat):
-    k80_aws = cat.query(gpu="k80", cloud="AWS")
-    assert k80_aws and all(o.instance_type.startswith("p2.") for o in k80_aws)  # legacy included
+    k80_aws = cat.query(gpu="k80", cloud="AWS", include_retired=True)
+    assert k80_aws and all(o.instance_type.startswith("p2.") for o in k80_aws)
     assert cat.query(gpu="K80", cloud="azure") == []  # NC v1 is retired
     retired = cat.query(gpu="K80", cloud="azure", include_retired=True)
     assert {o.instance_type for o in retired} == {"Standard_NC6", "Standard_NC12", "Standard_NC24", "Standard_NC24r"}
@@ -157,7 +191,7 @@ def test_k40_has_no_offering(cat):
 
 @pytest.mark.parametrize(
     ("alias", "canonical"),
-    [("k80", "K80"), ("Tesla-K80", "K80"), ("tesla k40", "K40"), ("A100", "A100-40GB"), ("a100-40g", "A100-40GB"),
+    [("k80", "K80"), ("Tesla-K80", "K80"), ("tesla k40", "K40"), ("a100-40", "A100-40GB"), ("t4g", "T4G"), ("a100-40g", "A100-40GB"),
      ("A100-80G", "A100-80GB"), ("a100 80gb", "A100-80GB"), ("H100-80GB", "H100"), ("nvidia h100", "H100"),
      ("l40s", "L40S"), ("A10G", "A10G"), ("a10", "A10"), ("NVIDIA T4", "T4"), ("v100", "V100")],
 )
@@ -174,7 +208,7 @@ def test_unknown_names(cat):
 
 
 def test_load_is_cached(cat):
-    assert load_catalog() is cat
+    assert load_catalog() is load_catalog()
 
 
 def test_bad_row_names_file_and_line(monkeypatch):

@@ -46,6 +46,8 @@ def test_no_cloud_sdk_imported(argv: list[str]) -> None:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_every_example_validates_and_plans(path: Path) -> None:
+    if path.name == "k80-aws.yaml":
+        pytest.skip("AWS no longer offers p2 (docs/CATALOG.md); the example awaits a provider that reaches owned K80s")
     rel = str(path.relative_to(REPO))
     assert gpucloud("validate", rel).returncode == 0
     out = gpucloud("plan", "--json", rel)
@@ -60,6 +62,8 @@ def test_every_example_validates_and_plans(path: Path) -> None:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_every_example_renders_shellcheck_clean(path: Path, tmp_path: Path) -> None:
+    if path.name == "k80-aws.yaml":
+        pytest.skip("AWS no longer offers p2 (docs/CATALOG.md); the example awaits a provider that reaches owned K80s")
     rel = str(path.relative_to(REPO))
     out = gpucloud("render", rel)
     assert out.returncode == 0, out.stderr
@@ -77,23 +81,24 @@ def test_plan_k40_exits_2_with_alternatives(tmp_path: Path) -> None:
     spec.write_text("name: k40\nresources:\n  gpu: K40:1\nrun: python3 train.py\n")
     out = gpucloud("plan", str(spec))
     assert out.returncode == 2
-    assert "K40" in out.stderr and "K80" in out.stderr and "Traceback" not in out.stderr
+    assert "K40" in out.stderr and "T4" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_plan_k80_aws_shows_legacy_warning() -> None:
+def test_plan_k80_aws_says_p2_is_no_longer_offered() -> None:
     out = gpucloud("plan", "examples/k80-aws.yaml")
-    assert out.returncode == 0
-    assert "p2.xlarge" in out.stdout and "legacy" in out.stderr
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "p2.xlarge" in out.stderr and "does not offer" in out.stderr and "gpucloud stack K80" in out.stderr
 
 
 def test_catalog_json_and_retired_only_with_all() -> None:
     out = gpucloud("catalog", "--gpu", "K80", "--json")
-    rows = json.loads(out.stdout)
-    assert rows and {r["status"] for r in rows} == {"legacy"}
-    assert set(rows[0]) == {"cloud", "region", "instance_type", "gpu", "gpu_count", "vcpus", "memory_gib",
-                            "price_per_hour", "spot_price_per_hour", "status"}
+    assert json.loads(out.stdout) == []  # every K80 type is retired or withdrawn
     rows_all = json.loads(gpucloud("catalog", "--gpu", "k80", "--all", "--json").stdout)
-    assert {"legacy", "retired"} <= {r["status"] for r in rows_all}
+    assert {r["status"] for r in rows_all} == {"retired"}
+    assert set(rows_all[0]) == {"cloud", "region", "instance_type", "gpu", "gpu_count", "vcpus", "memory_gib", "arch",
+                                "price_per_hour", "spot_price_per_hour", "status", "status_date", "source", "price_date"}
+    a100 = json.loads(gpucloud("catalog", "--gpu", "A100", "--json").stdout)
+    assert {r["gpu"] for r in a100} == {"A100-40GB", "A100-80GB"}
     bad = gpucloud("catalog", "--gpu", "K8O")
     assert bad.returncode == 2 and "K80" in bad.stderr
 
@@ -116,3 +121,13 @@ def test_schema_is_json_schema() -> None:
 def test_bad_cloud_flag_is_exit_2() -> None:
     out = gpucloud("plan", "examples/t4-any-cloud.yaml", "--cloud", "gcp")
     assert out.returncode == 2 and "aws, azure, local" in out.stderr
+
+
+def test_gpus_command() -> None:
+    doc = json.loads(gpucloud("gpus", "--json").stdout)
+    by_name = {d["gpu"]: d for d in doc}
+    assert by_name["B200"]["architecture"] == "Blackwell" and by_name["B200"]["clouds"] == ["aws"]
+    assert by_name["T4"]["cheapest_on_demand"]["price_per_hour"] == 0.526
+    assert by_name["K40"]["clouds"] == [] and by_name["K40"]["cheapest_spot"] is None
+    out = gpucloud("gpus")
+    assert out.returncode == 0 and "H100-NVL" in out.stdout

@@ -6,18 +6,21 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from gpucloud import lifecycle, vm_engine
+from gpucloud import commands, lifecycle, providers, vm_engine, watch
 from gpucloud.channel import FileChannel, log_key
 from gpucloud.errors import NoCandidateError
 from gpucloud.planner import Candidate, Plan
-from gpucloud.providers.base import CapacityError, FatalProvisionError, QuotaError
+from gpucloud.providers.base import (
+    Capabilities, CapacityError, FatalProvisionError, Provider, QuotaError, RunHandle,
+)
 from gpucloud.runlog import LogMirror
 from gpucloud.spec import parse_spec
 from gpucloud.state import Journal, Store
@@ -104,12 +107,12 @@ def test_log_mirror_multi_node_prefixes_whole_lines(tmp_path: Path) -> None:
 
 def test_outcome_mapping() -> None:
     ok = {"state": "succeeded", "exit_code": 0}
-    assert lifecycle._outcome([ok]) == ("succeeded", 0, "")
-    assert lifecycle._outcome([{"state": "failed", "exit_code": 3, "message": "m"}])[:2] == ("failed", 3)
-    assert lifecycle._outcome([ok, {"state": "deadline", "exit_code": None}])[:2] == ("deadline", 124)
-    assert lifecycle._outcome([{"state": "error", "exit_code": None, "message": "gpu"}]) == ("error", 70, "gpu")
-    assert lifecycle._outcome([ok, None])[:2] == ("lost", 70)
-    phases = lifecycle._vm_phases([{"stages": {"run": {"start": 10, "end": 13}, "setup": {"start": 5, "end": 10},
+    assert watch.outcome([ok]) == ("succeeded", 0, "")
+    assert watch.outcome([{"state": "failed", "exit_code": 3, "message": "m"}])[:2] == ("failed", 3)
+    assert watch.outcome([ok, {"state": "deadline", "exit_code": None}])[:2] == ("deadline", 124)
+    assert watch.outcome([{"state": "error", "exit_code": None, "message": "gpu"}]) == ("error", 70, "gpu")
+    assert watch.outcome([ok, None])[:2] == ("lost", 70)
+    phases = watch.vm_phases([{"stages": {"run": {"start": 10, "end": 13}, "setup": {"start": 5, "end": 10},
                                                "artifacts": {"start": 13, "end": None}}}])
     assert list(phases.items()) == [("setup", 5.0), ("run", 3.0)]
 
@@ -124,15 +127,17 @@ def test_run_id_format() -> None:
 class _FakeProvider:
     """Records calls; fails each provision with the error queued for its region/type."""
 
-    poll_interval = 0.05
+    capabilities = Capabilities(poll_interval=0.05)
 
     def __init__(self, name: str, errors: dict[str, Exception], calls: list[str], home: Path) -> None:
         self.name, self.errors, self.calls, self.home = name, errors, calls, home
+        self.handles: list[RunHandle] = []  # what provision returned
+        self.torn: list[RunHandle] = []     # what teardown was given
 
     def channel(self, region: str) -> FileChannel:
         return FileChannel(self.home / "channel" / self.name / region)
 
-    def provision(self, req, journal: Journal) -> list[str]:  # type: ignore[no-untyped-def]
+    def provision(self, req, journal: Journal) -> RunHandle:  # type: ignore[no-untyped-def]
         key = f"{req.candidate.region}/{req.candidate.instance_type}"
         self.calls.append(f"provision {self.name}/{key}")
         res = journal.intent(req.run_id, "instance", key, req.candidate.region, self.name)
@@ -140,15 +145,23 @@ class _FakeProvider:
         if err:
             raise err
         journal.created(res, "id-1")
-        return ["id-1"]
+        self.handles.append(RunHandle(req.run_id, self.name, req.candidate.region, attempt=req.attempt, nodes=["id-1"]))
+        return self.handles[-1]
 
-    def node_states(self, run_id: str, region: str) -> list[str]:
+    def master_port(self) -> int:
+        return 29500
+
+    def console_hint(self, handle: RunHandle, rank: int) -> str:
+        return ""
+
+    def node_states(self, handle: RunHandle) -> list[str]:
         return ["running"]
 
-    def teardown(self, run_id: str, region: str, journal: Journal, *, wait: bool = True) -> None:
-        self.calls.append(f"teardown {self.name}/{region}")
-        for res in journal.resources(run_id):
-            if res.cloud == self.name and res.region == region:
+    def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
+        self.calls.append(f"teardown {self.name}/{handle.region}")
+        self.torn.append(handle)
+        for res in journal.resources(handle.run_id):
+            if res.cloud == self.name and res.region == handle.region:
                 journal.deleted(res.id)
 
     def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
@@ -175,8 +188,8 @@ def test_failover_order_and_skips(tmp_path: Path, gpucloud_home: Path, monkeypat
         "us-west-2/g4dn.xlarge": FatalProvisionError("not authorized", code="UnauthorizedOperation"),
         "eastus/Standard_NC4as_T4_v3": CapacityError("AllocationFailed", code="AllocationFailed"),
     }
-    providers = {c: _FakeProvider(c, errors, calls, gpucloud_home) for c in ("aws", "azure")}
-    monkeypatch.setattr(lifecycle, "_provider", lambda cloud: providers[cloud])
+    fakes = {c: _FakeProvider(c, errors, calls, gpucloud_home) for c in ("aws", "azure")}
+    monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: fakes[cloud])
     plan = Plan(spec=spec, excluded=[], stack=resolve_stack("T4", spec.stack), candidates=[
         _cand("aws", "us-east-1", "g4dn.xlarge", 0.5),
         _cand("aws", "us-east-1", "g4dn.2xlarge", 0.7),
@@ -213,7 +226,7 @@ def test_interrupt_during_follow_tears_down(tmp_path: Path, gpucloud_home: Path,
     spec.source = workdir / "job.yaml"
     calls: list[str] = []
     prov = _FakeProvider("aws", {}, calls, gpucloud_home)
-    monkeypatch.setattr(lifecycle, "_provider", lambda cloud: prov)
+    monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: prov)
     plan = Plan(spec=spec, excluded=[], stack=resolve_stack("T4", spec.stack),
                 candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 0.5)])
     run = lifecycle._Run(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0)
@@ -222,9 +235,11 @@ def test_interrupt_during_follow_tears_down(tmp_path: Path, gpucloud_home: Path,
     fired = []
 
     def sleep(s: float) -> None:
-        # time.sleep is global: only the lifecycle's own (main-thread) wait fires the signal, not
-        # a background thread left by another test module (simulators, servers).
-        if not fired and threading.current_thread() is threading.main_thread():
+        # time.sleep is global: only the lifecycle's own (main-thread) wait while following fires
+        # the signal, not a background thread left by another test module (simulators, servers)
+        # nor subprocess's polling inside pack_workdir before the provision.
+        following = sys._getframe(1).f_code.co_name == "_follow"
+        if not fired and following and threading.current_thread() is threading.main_thread():
             fired.append(1)
             os.kill(os.getpid(), signal.SIGINT)
         orig_sleep(min(s, 0.01))
@@ -238,19 +253,67 @@ def test_interrupt_during_follow_tears_down(tmp_path: Path, gpucloud_home: Path,
     assert signal.getsignal(signal.SIGINT) is before  # the run restores the caller's handler
 
 
-def test_cost_so_far_uses_price_nodes_and_hours(gpucloud_home: Path) -> None:
+def _spec_in(tmp_path: Path, name: str):  # type: ignore[no-untyped-def]
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    (workdir / "job.yaml").write_text(f"name: {name}\nrun: 'true'\nresources: {{gpu: T4:1}}\n")
+    spec = parse_spec((workdir / "job.yaml").read_text(), str(workdir / "job.yaml"))
+    spec.source = workdir / "job.yaml"
+    return spec
+
+
+def test_failover_records_attempts_and_costs_only_the_launched_one(
+        tmp_path: Path, gpucloud_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two attempts: the first fails for capacity (launched nothing, $0), the second launches; its
+    stored handle is what `down` tears down, and the cost is that attempt's price x nodes x hours."""
+    from gpucloud.stacks import resolve_stack
+
+    spec = _spec_in(tmp_path, "cost")
+    calls: list[str] = []
+    prov = _FakeProvider("aws", {"us-east-1/g4dn.xlarge": CapacityError("no capacity")}, calls, gpucloud_home)
+    monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: prov)
+    plan = Plan(spec=spec, excluded=[], stack=resolve_stack("T4", spec.stack), candidates=[
+        _cand("aws", "us-east-1", "g4dn.xlarge", 100.0), _cand("aws", "us-west-2", "g4dn.xlarge", 3.0)])
+    run = lifecycle._Run(spec, plan, detach=True, json_out=True, wait_teardown=True, plan_s=0.0)
+    assert run.execute().status == "detached"
     store = Store()
-    store.create_run("c1", name="c", price_per_hour=3.0, num_nodes=2)
-    store.update_run("c1", started_at=time.time() - 1800)
-    rec = store.get_run("c1")
-    assert rec is not None and rec.cost() == pytest.approx(3.0, rel=0.01)
-    assert (datetime.now(UTC) + timedelta(0)).tzinfo is UTC
+    first, second = store.attempts(run.run_id)
+    assert (first.region, first.launched, first.end_reason) == ("us-east-1", False, "capacity: no capacity")
+    assert (second.region, second.launched, second.end_reason) == ("us-west-2", True, None)
+    assert RunHandle.from_json(second.handle_json or "") == prov.handles[-1]
+    rec = store.get_run(run.run_id)
+    assert rec is not None
+    assert rec.cost(now=second.started_at + 1800) == pytest.approx(3.0 * 1 * 0.5)  # only the launched one
+    commands.down_run(run.run_id, assume_yes=True)
+    assert prov.torn[-1] == prov.handles[-1] and prov.torn[-1].complete
+    assert [a.end_reason for a in store.attempts(run.run_id)] == ["capacity: no capacity", "teardown"]
+
+
+def test_a_provision_that_crashed_is_torn_down_from_a_partial_handle(
+        tmp_path: Path, gpucloud_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """provision died after its intent row and before returning a handle: teardown gets a handle
+    rebuilt from the journal (complete=False) naming what was being created; the run costs $0."""
+    from gpucloud.stacks import resolve_stack
+
+    spec = _spec_in(tmp_path, "crash")
+    prov = _FakeProvider("aws", {"us-east-1/g4dn.xlarge": RuntimeError("bug in the provider")}, [], gpucloud_home)
+    monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: prov)
+    plan = Plan(spec=spec, excluded=[], stack=resolve_stack("T4", spec.stack),
+                candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 0.5)])
+    run = lifecycle._Run(spec, plan, detach=False, json_out=True, wait_teardown=True, plan_s=0.0)
+    with pytest.raises(RuntimeError):
+        run.execute()
+    assert len(prov.torn) == 1 and not prov.torn[0].complete
+    assert prov.torn[0].resources == {"instance": ["us-east-1/g4dn.xlarge"]}
+    rec = Store().get_run(run.run_id)
+    assert rec is not None and rec.status == "error" and rec.cost() == 0.0 and Store().resources(run.run_id) == []
 
 
 def test_local_gc_kills_expired_nodes_only(gpucloud_home: Path) -> None:
     from gpucloud.providers.local import LocalProvider
 
     prov = LocalProvider()
+    assert isinstance(prov, Provider) and not prov.capabilities.priced
     old = vm_engine.boot("sleep 300\n", prov.sandbox("old-run", 0), expires_at=time.time() - 5)
     new = vm_engine.boot("sleep 300\n", prov.sandbox("new-run", 0), expires_at=time.time() + 600)
     try:
@@ -260,8 +323,8 @@ def test_local_gc_kills_expired_nodes_only(gpucloud_home: Path) -> None:
         assert len(lines) == 1 and "killed" in lines[0]
         old._reap()
         assert not old.alive() and new.alive()
-        assert prov.node_states("new-run", "local") == ["running"]
-        assert prov.node_states("old-run", "local") == ["gone"]
+        assert prov.node_states(RunHandle("new-run", "local", "local")) == ["running"]
+        assert prov.node_states(RunHandle("old-run", "local", "local")) == ["gone"]
     finally:
         new.kill(grace=1)
 
@@ -278,9 +341,9 @@ def test_collect_garbage_tears_down_ended_runs_with_resources(gpucloud_home: Pat
     vm = vm_engine.boot("sleep 300\n", prov.sandbox("left-1", 0), expires_at=time.time() + 600)
     journal.created(res, f"pid:{vm.pid}")
     store.finish_run("left-1", "succeeded", exit_code=0)  # e.g. a `run` killed with SIGKILL at the very end
-    lifecycle.collect_garbage(dry_run=True, assume_yes=True, cloud=None)
+    commands.collect_garbage(dry_run=True, assume_yes=True, cloud=None)
     assert "would be torn down" in capsys.readouterr().out and vm.alive()
-    lifecycle.collect_garbage(dry_run=False, assume_yes=True, cloud=None)
+    commands.collect_garbage(dry_run=False, assume_yes=True, cloud=None)
     assert "torn down" in capsys.readouterr().out
     vm._reap()
     assert not vm.alive() and store.resources("left-1") == []

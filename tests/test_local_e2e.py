@@ -88,6 +88,9 @@ def test_quickstart_succeeds_with_artifacts_and_log(tmp_path: Path, gpucloud_hom
     doc = status_json(run_id, tmp_path)
     assert doc["status"] == "succeeded" and doc["exit_code"] == 0 and "run" in doc["phases"]
     assert all(r["status"] == "deleted" for r in doc["resources"])
+    # One attempt, launched, ended by the teardown; this machine is free.
+    assert [(a["cloud"], a["launched"], a["end_reason"], a["cost"]) for a in doc["attempts"]] == [
+        ("local", True, "teardown", 0.0)]
     assert leftovers(gpucloud_home, run_id) == []
 
 

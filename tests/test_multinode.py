@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,9 +24,11 @@ from pathlib import Path
 import pytest
 
 from gpucloud.channel import FileChannel, node_prefix, pack_workdir
-from gpucloud.lifecycle import _outcome
+from gpucloud.providers import capabilities
+from gpucloud.providers.base import DEFAULT_MASTER_PORT
 from gpucloud.providers.local import LocalProvider
-from gpucloud.render import DEFAULT_MASTER_PORT, render_bootstrap
+from gpucloud.render import render_bootstrap
+from gpucloud.watch import outcome as _outcome
 from tests.test_local_e2e import cli, leftovers, run_id_of, write_job
 from tests.test_render import CPU, SHELLCHECK, T4, make_candidate, make_spec
 
@@ -81,7 +83,7 @@ def make_cluster(tmp: Path, *, nodes: int = 2, run: str = "echo hi", setup: str 
     cand = make_candidate("local", "", 0, nodes)
     scripts, dirs = [], []
     for rank in range(nodes):
-        text = render_bootstrap(spec, CPU, cand, provider="local", run_id=run_id,
+        text = render_bootstrap(spec, CPU, cand, caps=capabilities("local"), run_id=run_id,
                                 node_rank=None if shared else rank,
                                 manifest_url=urls[rank], log_interval=0.2, heartbeat_interval=0.4,
                                 master_port=master_port, barrier_timeout=barrier_timeout)
@@ -166,7 +168,7 @@ class _FakeImds(BaseHTTPRequestHandler):
 def test_aws_shared_script_reads_the_launch_index(tmp_path: Path) -> None:
     spec = make_spec(cloud="aws", gpu="T4", count=1, num_nodes=4)
     cand = make_candidate("aws", "T4", 1, 4, instance_type="g4dn.xlarge")
-    text = render_bootstrap(spec, T4, cand, provider="aws", run_id="run-1", node_rank=None,
+    text = render_bootstrap(spec, T4, cand, caps=capabilities("aws"), run_id="run-1", node_rank=None,
                             manifest_url="https://b.example/runs/run-1/nodes?sig=1")
     assert "RANK=${GPUCLOUD_NODE_RANK:-}" in text and "node any" in text
     (tmp_path / "shared.sh").write_text(text)
@@ -217,7 +219,7 @@ def test_render_rank_1_for_a_cloud(tmp_path: Path) -> None:
     MASTER_PORT defaults to 29500 there, and the rank and node count are rendered per node."""
     spec = make_spec(cloud="aws", gpu="T4", count=4, num_nodes=2)
     cand = make_candidate("aws", "T4", 4, 2, instance_type="g4dn.12xlarge")
-    text = render_bootstrap(spec, T4, cand, provider="aws", run_id="run-1", node_rank=1,
+    text = render_bootstrap(spec, T4, cand, caps=capabilities("aws"), run_id="run-1", node_rank=1,
                             manifest_url="https://b.example/m?sig=1", barrier_timeout=600)
     assert "\nRANK=1\n" in text and "\nNODES=2\n" in text and "\nNGPU=4\n" in text
     assert "\nMASTER_PORT=29500\n" in text and "\nBARRIER_S=600\n" in text
@@ -232,12 +234,12 @@ def test_render_rank_1_for_a_cloud(tmp_path: Path) -> None:
                          env={"PATH": os.environ["PATH"], "GPUCLOUD_NODE_IP": "10.1.2.3"})
     assert out.stdout == "10.1.2.3\n"
     local = render_bootstrap(make_spec(cloud="local", gpu=None, num_nodes=2), CPU, make_candidate("local", "", 0, 2),
-                             provider="local", run_id="run-1", node_rank=1, master_port=41234)
+                             caps=capabilities("local"), run_id="run-1", node_rank=1, master_port=41234)
     assert "\nMASTER_PORT=41234\n" in local and 'echo "${GPUCLOUD_NODE_IP:-127.0.0.1}"' in local
     with pytest.raises(ValueError):
-        render_bootstrap(spec, T4, cand, provider="aws", run_id="run-1", node_rank=2)
+        render_bootstrap(spec, T4, cand, caps=capabilities("aws"), run_id="run-1", node_rank=2)
     with pytest.raises(ValueError):
-        render_bootstrap(spec, T4, cand, provider="aws", run_id="run-1", master_port=70000)
+        render_bootstrap(spec, T4, cand, caps=capabilities("aws"), run_id="run-1", master_port=70000)
 
 
 def test_clear_ready_removes_a_previous_attempts_addresses(tmp_path: Path) -> None:
@@ -381,21 +383,21 @@ def test_lifecycle_gives_a_shared_user_data_provider_one_script(tmp_path: Path, 
     """A provider with `shared_user_data = True` (AWS: one RunInstances for N) gets N identical
     scripts; the nodes still end up with ranks 0..N-1 (here from GPUCLOUD_NODE_RANK, as set by the
     local engine; on AWS from the launch index)."""
-    from gpucloud import lifecycle
+    from gpucloud import lifecycle, providers
     from gpucloud.planner import make_plan
     from gpucloud.spec import load_spec
 
     seen: list[list[str]] = []
 
     class SharedLocal(LocalProvider):
-        shared_user_data = True
+        capabilities = replace(LocalProvider.capabilities, shared_user_data=True)
 
         def provision(self, req, journal):  # type: ignore[no-untyped-def]
             seen.append(list(req.user_data))
             return super().provision(req, journal)
 
     prov = SharedLocal()
-    monkeypatch.setattr(lifecycle, "_provider", lambda cloud: prov)
+    monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: prov)
     monkeypatch.chdir(tmp_path)
     spec = load_spec(write_job(tmp_path / "job", {"name": "shared", "num_nodes": 2, "run": ENV_DUMP}))
     run = lifecycle._Run(spec, make_plan(spec, cloud="local"), detach=False, json_out=True, wait_teardown=True,

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import jinja2
@@ -19,9 +20,9 @@ from hypothesis import strategies as st
 
 from gpucloud.errors import UserError
 from gpucloud.planner import Candidate
+from gpucloud.providers import capabilities
 from gpucloud.render import (
-    AWS_USER_DATA_LIMIT,
-    BASH_RESERVED,
+        BASH_RESERVED,
     check_user_data,
     compress_user_data,
     fit_user_data,
@@ -36,6 +37,7 @@ from gpucloud.spec import JobSpec
 from gpucloud.stacks import Stack
 
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+AWS_LIMIT = 16 * 1024  # bytes of raw user-data EC2 accepts (docs/PROVIDERS.md, "User data")
 
 K80 = Stack(
     gpu="K80", architecture="Kepler", compute_capability="3.7", driver="470", cuda="11.4", cudnn="8.2.4",
@@ -120,7 +122,7 @@ def render_case(provider: str, stack: Stack, gpu: str, count: int, nodes: int, e
     spec = make_spec(cloud=provider, gpu=gpu or None, count=max(count, 1), env=env, num_nodes=nodes)
     cand = make_candidate(provider, gpu, count, nodes)
     headers = ("x-ms-blob-type: BlockBlob",) if provider == "azure" else ()
-    return render_bootstrap(spec, stack, cand, provider=provider, run_id="run-20260101-abcd", node_rank=nodes - 1,
+    return render_bootstrap(spec, stack, cand, caps=capabilities(provider), run_id="run-20260101-abcd", node_rank=nodes - 1,
                             manifest_url="https://bucket.example/runs/x/node-0/manifest?sig=a%2Fb&exp=1",
                             put_headers=headers)
 
@@ -152,11 +154,11 @@ def test_fits_aws_user_data_limit_and_reports_largest(renders: dict[str, Path]) 
     sizes = {name: len(path.read_bytes()) for name, path in renders.items()}
     largest = max(sizes, key=sizes.get)
     print(f"\nrendered user-data sizes: {sizes}\nlargest: {largest} = {sizes[largest]} bytes "
-          f"(AWS limit {AWS_USER_DATA_LIMIT})")
-    assert sizes[largest] < AWS_USER_DATA_LIMIT
+          f"(AWS limit {AWS_LIMIT})")
+    assert sizes[largest] < AWS_LIMIT
     for name, path in renders.items():
         provider = next(c[1] for c in CASES if c[0] == name)
-        check_user_data(path.read_text(), provider)
+        check_user_data(path.read_text(), capabilities(provider))
 
 
 def test_provider_blocks_differ_only_in_termination(renders: dict[str, Path]) -> None:
@@ -203,11 +205,11 @@ def test_bad_arguments_are_refused() -> None:
     spec = make_spec()
     cand = make_candidate()
     with pytest.raises(ValueError):
-        render_bootstrap(spec, K80, cand, provider="gcp", run_id="r1")
+        render_bootstrap(spec, K80, cand, caps=replace(capabilities("aws"), gpu_check="loose"), run_id="r1")
     with pytest.raises(ValueError):
-        render_bootstrap(spec, K80, cand, provider="aws", run_id="r1; rm -rf /")
+        render_bootstrap(spec, K80, cand, caps=capabilities("aws"), run_id="r1; rm -rf /")
     with pytest.raises(ValueError):
-        render_bootstrap(spec, K80, cand, provider="aws", run_id="r1", node_rank=1)
+        render_bootstrap(spec, K80, cand, caps=capabilities("aws"), run_id="r1", node_rank=1)
 
 
 def test_gpu_tokens() -> None:
@@ -266,7 +268,7 @@ def test_commands_and_artifacts_are_quoted(tmp_path: Path) -> None:
     """setup/run/artifacts land in variables literally; bash -n still passes with hostile text."""
     spec = make_spec(run="echo '$(touch pwned)' \"`id`\"\nexit 0", setup="echo 'a'\"b\"",
                      artifacts=["out dir/", "it's.json", "$(touch pwned)"])
-    text = render_bootstrap(spec, K80, make_candidate(), provider="aws", run_id="r1")
+    text = render_bootstrap(spec, K80, make_candidate(), caps=capabilities("aws"), run_id="r1")
     script = tmp_path / "b.sh"
     # Evaluate only the variable assignments (everything before the first function) and print them.
     head = text.split("\njob_env() {")[0]
@@ -278,27 +280,28 @@ def test_commands_and_artifacts_are_quoted(tmp_path: Path) -> None:
 
 
 def test_user_data_size_and_limits() -> None:
-    text = "x" * (AWS_USER_DATA_LIMIT + 1)
-    assert user_data_size(text, "aws") == AWS_USER_DATA_LIMIT + 1
-    assert user_data_size("abc", "azure") == 4  # base64
+    assert capabilities("aws").user_data_limit == AWS_LIMIT
+    text = "x" * (AWS_LIMIT + 1)
+    assert user_data_size(text, capabilities("aws")) == AWS_LIMIT + 1
+    assert user_data_size("abc", capabilities("azure")) == 4  # base64
     with pytest.raises(UserError, match="16384-byte"):
-        check_user_data(text, "aws")
-    assert check_user_data("x" * 40000, "azure") > 40000  # base64 of 40000 bytes fits in 64 KB
+        check_user_data(text, capabilities("aws"))
+    assert check_user_data("x" * 40000, capabilities("azure")) > 40000  # base64 of 40000 bytes fits in 64 KB
     with pytest.raises(UserError):
-        check_user_data("x" * 50000, "azure")
-    assert check_user_data(text, "local") == len(text)
+        check_user_data("x" * 50000, capabilities("azure"))
+    assert check_user_data(text, capabilities("local")) == len(text)
 
 
 def test_compress_fits_aws(renders: dict[str, Path]) -> None:
     big = renders["nasty-aws"].read_text() + "# " + "padding " * 2500 + "\n"
-    assert len(big.encode()) > AWS_USER_DATA_LIMIT
-    packed = fit_user_data(big, "aws")
-    assert packed[:2] == b"\x1f\x8b" and len(packed) <= AWS_USER_DATA_LIMIT
+    assert len(big.encode()) > AWS_LIMIT
+    packed = fit_user_data(big, capabilities("aws"))
+    assert packed[:2] == b"\x1f\x8b" and len(packed) <= AWS_LIMIT
     assert gzip.decompress(packed).decode() == big
     assert compress_user_data("abc") == compress_user_data("abc")  # reproducible (mtime 0)
     small = renders["k80-aws"].read_text()
-    assert fit_user_data(small, "aws") == small.encode()
-    assert base64.b64encode(fit_user_data(small, "azure"))
+    assert fit_user_data(small, capabilities("aws")) == small.encode()
+    assert base64.b64encode(fit_user_data(small, capabilities("azure")))
 
 
 def test_resolved_stacks_render_clean(tmp_path: Path) -> None:
@@ -311,8 +314,8 @@ def test_resolved_stacks_render_clean(tmp_path: Path) -> None:
     paths = []
     for stack in stacks:
         spec = make_spec(gpu=stack.gpu)
-        text = render_bootstrap(spec, stack, make_candidate(gpu=stack.gpu), provider="aws", run_id="r1")
-        assert len(text.encode()) < AWS_USER_DATA_LIMIT
+        text = render_bootstrap(spec, stack, make_candidate(gpu=stack.gpu), caps=capabilities("aws"), run_id="r1")
+        assert len(text.encode()) < AWS_LIMIT
         path = tmp_path / f"{stack.gpu}.sh"
         path.write_text(text)
         paths.append(str(path))

@@ -31,7 +31,7 @@ from gpucloud.spec import (
 
 REPO = Path(__file__).resolve().parent.parent
 
-# DESIGN.md section 3, verbatim (comments included: they must not disturb parsing or line numbers).
+# The documented example job file (every key, with comments: they must not disturb parsing or line numbers).
 DESIGN_EXAMPLE = """\
 name: mnist-k80                 # [a-z0-9-], 1..40 chars; used in tags and resource names
 resources:

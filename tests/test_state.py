@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import time
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpucloud.providers.base import RunHandle
 from gpucloud.state import Journal, Store, home_dir
 
 
@@ -26,6 +28,11 @@ def test_run_lifecycle_and_cost(gpucloud_home: Path) -> None:
                            instance_type="g4dn.xlarge", num_nodes=2, price_per_hour=0.5, deadline=time.time() + 60)
     assert run.status == "planned" and run.cost() == 0.0 and not run.final
     t0 = time.time() - 3600
+    store.start_attempt("job-1", 0, cloud="aws", region="us-east-1", instance_type="g4dn.xlarge", spot=False,
+                        price_per_hour=0.5, num_nodes=2)
+    with store._tx() as c:  # the machines were asked for an hour ago
+        c.execute("UPDATE attempts SET started_at = ? WHERE run_id = 'job-1'", (t0,))
+    store.set_attempt_handle("job-1", 0, '{"run_id": "job-1", "cloud": "aws", "region": "us-east-1"}')
     store.update_run("job-1", status="running", started_at=t0, phase="run")
     run = store.get_run("job-1")
     assert run is not None and run.status == "running"
@@ -118,3 +125,88 @@ def test_schema_created_by_racing_processes(tmp_path: Path, monkeypatch: pytest.
         out, errout = p.communicate(timeout=60)
         assert p.returncode == 0, errout
     assert len(Store().list_runs()) == 3
+
+
+# ---- migrations and attempts ---------------------------------------------------------------------------
+
+def _launch(store: Store, run_id: str, idx: int, *, price: float, nodes: int, started: float,
+            launched: bool, ended: float | None = None, reason: str | None = None) -> None:
+    """An attempt as the failover loop records it, with its clock moved to `started`."""
+    store.start_attempt(run_id, idx, cloud="aws", region=f"r{idx}", instance_type="g4dn.xlarge", spot=False,
+                        price_per_hour=price, num_nodes=nodes)
+    with store._tx() as c:
+        c.execute("UPDATE attempts SET started_at = ? WHERE run_id = ? AND idx = ?", (started, run_id, idx))
+    if launched:
+        store.set_attempt_handle(run_id, idx, RunHandle(run_id, "aws", f"r{idx}", attempt=idx).to_json())
+    if reason is not None:
+        store.end_attempt(run_id, idx, reason)
+        with store._tx() as c:
+            c.execute("UPDATE attempts SET ended_at = ? WHERE run_id = ? AND idx = ?", (ended, run_id, idx))
+
+
+def test_cost_is_summed_over_launched_attempts_only(gpucloud_home: Path) -> None:
+    store = Store()
+    store.create_run("fo-1", name="fo", num_nodes=2, price_per_hour=9.0)
+    t0 = time.time() - 7200
+    # Attempt 0 failed for capacity (nothing launched); attempt 1 launched: only it costs.
+    _launch(store, "fo-1", 0, price=5.0, nodes=2, started=t0, launched=False, ended=t0 + 60, reason="capacity: none")
+    _launch(store, "fo-1", 1, price=0.5, nodes=2, started=t0 + 60, launched=True)
+    run = store.get_run("fo-1")
+    assert run is not None and [a.end_reason for a in run.attempts] == ["capacity: none", None]
+    assert run.cost(now=t0 + 60 + 3600) == pytest.approx(1.0)  # 0.5 $/h x 2 nodes x 1 h
+    store.end_attempt("fo-1", None, "teardown")
+    assert [a.end_reason for a in store.attempts("fo-1")] == ["capacity: none", "teardown"]
+    handle = RunHandle.from_json(store.attempts("fo-1")[1].handle_json or "")
+    assert (handle.cloud, handle.region, handle.attempt) == ("aws", "r1", 1)
+
+
+def test_a_run_that_launched_nothing_costs_nothing(gpucloud_home: Path) -> None:
+    store = Store()
+    store.create_run("nc-1", name="nc", num_nodes=4, price_per_hour=3.0)
+    _launch(store, "nc-1", 0, price=3.0, nodes=4, started=time.time() - 3600, launched=False,
+            ended=time.time(), reason="quota: vCPU")
+    store.finish_run("nc-1", "no-capacity", exit_code=75)
+    run = store.get_run("nc-1")
+    assert run is not None and run.cost() == 0.0 and run.as_json()["cost"] == 0.0
+
+
+_V1_ROWS = [
+    "INSERT INTO runs (id, name, cloud, region, instance_type, num_nodes, price_per_hour, status, created_at,"
+    " started_at, ended_at) VALUES ('old-1', 'old', 'aws', 'us-east-1', 'g4dn.xlarge', 2, 0.5, 'succeeded',"
+    " 1000, 1000, 4600)",
+    "INSERT INTO runs (id, name, status, created_at) VALUES ('old-2', 'old', 'no-capacity', 2000)",
+]
+
+
+def test_a_version_1_store_is_migrated_in_place(gpucloud_home: Path) -> None:
+    """A store written by gpucloud with schema 1 (no attempts) opens, upgrades and keeps its costs."""
+    from gpucloud.state import _SCHEMA_V1, SCHEMA_VERSION
+
+    path = gpucloud_home / "state.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(_SCHEMA_V1 + ";" + ";".join(_V1_ROWS) + "; PRAGMA user_version=1;")
+    conn.close()
+    store = Store(path)
+    assert store._query("PRAGMA user_version")[0][0] == SCHEMA_VERSION >= 2
+    old = store.get_run("old-1")
+    assert old is not None and len(old.attempts) == 1 and old.attempts[0].launched
+    assert old.cost() == pytest.approx(0.5 * 2 * 1.0)  # the v1 figure: one price, one start, one end
+    assert store.get_run("old-2") is not None and store.get_run("old-2").attempts == []  # type: ignore[union-attr]
+    store.close()
+    assert Store(path).get_run("old-1") is not None  # opening again applies nothing twice
+
+
+def test_a_late_teardown_does_not_bill_after_the_run_ended(gpucloud_home: Path) -> None:
+    """A detached run whose VM ended itself is torn down by gc a day later: its attempt ends when
+    the run did, so the cost stops there."""
+    store = Store()
+    store.create_run("late-1", name="late", num_nodes=1, price_per_hour=2.0)
+    t0 = time.time() - 86400
+    _launch(store, "late-1", 0, price=2.0, nodes=1, started=t0, launched=True)
+    store.finish_run("late-1", "succeeded", exit_code=0)
+    with store._tx() as c:  # the VM ended itself an hour after it started
+        c.execute("UPDATE runs SET ended_at = ? WHERE id = 'late-1'", (t0 + 3600,))
+    store.end_attempt("late-1", None, "teardown")  # gc, a day later
+    (attempt,) = store.attempts("late-1")
+    assert attempt.ended_at == pytest.approx(t0 + 3600) and attempt.end_reason == "teardown"
+    assert store.get_run("late-1").cost() == pytest.approx(2.0)  # type: ignore[union-attr]

@@ -1,7 +1,9 @@
 """The GPU catalog: GPU models and cloud offerings, loaded from CSV files shipped in the package.
 
 The data lives in `data/gpus.csv` and `data/offerings.csv` so that a price refresh is a data
-change, not a code change. Every row carries its source and date (FACTS.md: never present an
+change, not a code change. `gpucloud catalog refresh` (catalog/refresh.py) writes a newer catalog
+into a versioned cache under GPUCLOUD_HOME (catalog/store.py); when that cache is there and valid it
+replaces the shipped offerings, which stay the offline fallback (docs/CATALOG.md). Every row carries its source and date (FACTS.md: never present an
 unconfirmed figure as certain). Loading is validated row by row, because a silently wrong price or
 GPU name would make the planner pick the wrong machine; a bad row is a bug in the shipped data and
 raises `CatalogError` naming the file and line.
@@ -13,10 +15,11 @@ import csv
 import functools
 import io
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from importlib.resources import files
 
 from gpucloud.catalog.models import GpuModel, Offering, Status
+from gpucloud import providers
 from gpucloud.errors import InternalError
 
 __all__ = [
@@ -25,17 +28,23 @@ __all__ = [
     "GpuModel",
     "Offering",
     "Status",
+    "CatalogMeta",
     "gpu_names",
     "load_catalog",
     "resolve_gpu_name",
 ]
 
-CLOUDS = ("aws", "azure")
+ARCHES = ("x86_64", "arm64")
+
 STATUSES: tuple[Status, ...] = ("active", "legacy", "retired")
 _GPU_FIELDS = tuple(f.name for f in fields(GpuModel))
-_OFFERING_FIELDS = tuple(f.name for f in fields(Offering))
+_OFFERING_FIELDS = Offering._fields
 # "2025-12-20", or as precise as the source is: "2024-06", "2026".
-_DATE_RE = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
+# Refreshed rows carry the fetch time: "2026-12-03T07:00:00Z".
+_DATE_RE = re.compile(r"^\d{4}(-\d{2}(-\d{2}(T\d{2}:\d{2}(:\d{2})?Z?)?)?)?$")
+# A memory variant: "A100-40GB" is a variant of the family "A100" (dstack's rule: the bare family
+# name matches every memory size, the full name exactly one).
+_VARIANT_RE = re.compile(r"^(?P<family>.+)-(?P<gb>\d+)GB$")
 # Prefixes people type in front of a model name ("NVIDIA A100", "Tesla K80").
 _PREFIXES = ("NVIDIA-", "TESLA-")
 
@@ -50,31 +59,65 @@ def _normalize(name: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class CatalogMeta:
+    """Where the offerings come from: the shipped CSVs, or a refresh (per cloud: when, from what,
+    and what was missing), so that `plan` can say how old its data is."""
+
+    origin: str = "shipped"                       # "shipped" | "refreshed"
+    created_at: str | None = None                 # ISO time the cache was written
+    clouds: dict[str, dict[str, object]] = field(default_factory=dict)
+    note: str = ""                                # why the cache was not used, when it was not
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
     """GPU models by canonical name and every offering (all clouds, regions and statuses)."""
 
     gpus: dict[str, GpuModel]
     offerings: tuple[Offering, ...]
     _names: dict[str, str] = field(repr=False)  # normalized name or alias -> canonical name
+    families: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "A100" -> variants
+    meta: CatalogMeta = field(default_factory=CatalogMeta)
 
     def resolve(self, name: str) -> str | None:
-        """Canonical name for a name or alias in any case ("tesla k80" -> "K80"), else None."""
+        """Canonical name (or family name) for a name or alias in any case ("tesla k80" -> "K80",
+        "a100" -> "A100", the family of A100-40GB and A100-80GB), else None."""
         key = _normalize(name)
-        hit = self._names.get(key)
-        if hit is None:
-            for prefix in _PREFIXES:
-                if key.startswith(prefix):
-                    hit = self._names.get(key[len(prefix):])
-                    if hit:
-                        break
-        return hit
+        candidates = [key, *(key[len(p):] for p in _PREFIXES if key.startswith(p))]
+        for cand in candidates:
+            if cand in self.families:
+                return cand
+            hit = self._names.get(cand)
+            if hit:
+                return hit
+        return None
+
+    def members(self, name: str) -> tuple[str, ...]:
+        """Canonical GPU names a resolved name stands for: every variant of a family, else itself."""
+        return self.families.get(name, (name,))
 
     def gpu(self, name: str) -> GpuModel:
-        """The GPU model for a canonical name or alias (case-insensitive); KeyError if unknown."""
+        """The GPU model for a canonical name or alias (case-insensitive); KeyError if unknown.
+        A family ("A100") gives a model named after the family with its variants' common
+        architecture and the smallest memory, so a stack or a message resolved for it is true of
+        every variant."""
         canonical = self.resolve(name)
         if canonical is None:
             raise KeyError(f"unknown GPU {name!r}; known: {', '.join(self.gpus)}")
-        return self.gpus[canonical]
+        variants = self.members(canonical)
+        if canonical not in self.families:
+            return self.gpus[canonical]
+        first = self.gpus[variants[0]]
+        return replace(first, name=canonical, memory_gib=min(self.gpus[v].memory_gib for v in variants),
+                       aliases=(), source=f"family of {', '.join(variants)} (memory: the smallest)")
+
+    def variant_for(self, name: str, memory_gib: float) -> str | None:
+        """The canonical GPU a cloud API means by a model name and per-GPU memory ("A100" with
+        40960 MiB -> "A100-40GB"): the family variant with the closest memory; None if unknown."""
+        canonical = self.resolve(name)
+        if canonical is None:
+            return None
+        return min(self.members(canonical), key=lambda n: abs(self.gpus[n].memory_gib - memory_gib))
 
     def query(
         self,
@@ -89,13 +132,16 @@ class Catalog:
         `include_retired`, so that the planner can explain *why* a GPU is unavailable. `gpu` accepts
         aliases; an unknown GPU raises KeyError rather than silently matching nothing.
         """
-        canonical = self.gpu(gpu).name if gpu is not None else None
+        wanted: tuple[str, ...] | None = None
+        if gpu is not None:
+            self.gpu(gpu)  # KeyError for an unknown name
+            wanted = self.members(self.resolve(gpu) or gpu)
         cloud_l = cloud.lower() if cloud is not None else None
         region_l = region.lower() if region is not None else None
         rows = [
             o
             for o in self.offerings
-            if (canonical is None or o.gpu == canonical)
+            if (wanted is None or o.gpu in wanted)
             and (cloud_l is None or o.cloud == cloud_l)
             and (region_l is None or o.region.lower() == region_l)
             and (include_retired or o.status != "retired")
@@ -109,9 +155,10 @@ class Catalog:
         return sorted({o.region for o in self.offerings if o.cloud == cloud_l})
 
 
-def _read(name: str, expected: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
+def _read(name: str, expected: tuple[str, ...], text: str | None = None) -> list[tuple[int, dict[str, str]]]:
     """(line number, row) pairs of a data file whose header must be exactly `expected`."""
-    text = (files("gpucloud.catalog") / "data" / name).read_text(encoding="utf-8")
+    if text is None:
+        text = (files("gpucloud.catalog") / "data" / name).read_text(encoding="utf-8")
     reader = csv.DictReader(io.StringIO(text))
     if tuple(reader.fieldnames or ()) != expected:
         raise CatalogError(
@@ -204,12 +251,13 @@ def _load_gpus() -> tuple[dict[str, GpuModel], dict[str, str]]:
     return gpus, names
 
 
-def _load_offerings(gpus: dict[str, GpuModel]) -> tuple[Offering, ...]:
+def _load_offerings(gpus: dict[str, GpuModel], text: str | None = None) -> tuple[Offering, ...]:
     rows: list[Offering] = []
     seen: dict[tuple[str, str, str], int] = {}
-    for line, raw in _read("offerings.csv", _OFFERING_FIELDS):
+    for line, raw in (_read("offerings.csv", _OFFERING_FIELDS, text) if text is not None
+                      else _read("offerings.csv", _OFFERING_FIELDS)):
         r = _Row("offerings.csv", line, raw)
-        cloud = r.choice("cloud", CLOUDS)
+        cloud = r.choice("cloud", providers.priced_clouds())
         instance_type = r.text("instance_type")
         region = r.text("region")
         key = (cloud, instance_type, region)
@@ -227,6 +275,7 @@ def _load_offerings(gpus: dict[str, GpuModel]) -> tuple[Offering, ...]:
                 gpu_count=r.integer("gpu_count"),
                 vcpus=r.integer("vcpus"),
                 memory_gib=r.number("memory_gib"),  # type: ignore[arg-type]
+                arch=r.choice("arch", ARCHES),
                 region=region,
                 price_per_hour=r.number("price_per_hour"),  # type: ignore[arg-type]
                 spot_price_per_hour=r.number("spot_price_per_hour", optional=True),
@@ -239,11 +288,74 @@ def _load_offerings(gpus: dict[str, GpuModel]) -> tuple[Offering, ...]:
     return tuple(rows)
 
 
+def _families(gpus: dict[str, GpuModel]) -> dict[str, tuple[str, ...]]:
+    """Family name -> its memory variants, from the canonical names ("A100" -> A100-40GB,
+    A100-80GB; "V100" -> V100, V100-32GB: a bare canonical name joins its own family)."""
+    out: dict[str, list[str]] = {}
+    for name in gpus:
+        m = _VARIANT_RE.match(name)
+        if m:
+            out.setdefault(m["family"], []).append(name)
+    for family, variants in out.items():
+        if family in gpus:
+            variants.insert(0, family)
+    return {f: tuple(v) for f, v in out.items() if len(v) > 1}
+
+
 @functools.cache
+def _shipped_gpus() -> tuple[dict[str, GpuModel], dict[str, str]]:
+    return _load_gpus()
+
+
+@functools.cache
+def _shipped_offerings() -> tuple[Offering, ...]:
+    return _load_offerings(_shipped_gpus()[0])
+
+
+@functools.cache
+def _load(cache_file: str) -> Catalog:
+    from gpucloud.catalog import store
+
+    gpus, names = _shipped_gpus()
+    cached = store.read(cache_file, gpus)
+    if isinstance(cached, store.Cached):
+        offerings, meta = cached.offerings, cached.meta
+    else:
+        offerings, meta = _shipped_offerings(), CatalogMeta(note=cached or "")
+    return Catalog(gpus=gpus, offerings=offerings, _names=names, families=_families(gpus), meta=meta)
+
+
+def _clear() -> None:
+    _load.cache_clear()
+    _shipped_gpus.cache_clear()
+    _shipped_offerings.cache_clear()
+
+
 def load_catalog() -> Catalog:
-    """Parse and validate the shipped CSVs once per process (the CLI calls this on every plan)."""
-    gpus, names = _load_gpus()
-    return Catalog(gpus=gpus, offerings=_load_offerings(gpus), _names=names)
+    """The refreshed catalog from GPUCLOUD_HOME when one is there and valid, else the shipped CSVs;
+    parsed once per process and home (the CLI calls this on every plan)."""
+    from gpucloud.catalog import store
+
+    try:
+        path = str(store.cache_file())
+    except OSError:  # no usable home directory: the shipped data still plans
+        path = ""
+    return _load(path)
+
+
+load_catalog.cache_clear = _clear  # type: ignore[attr-defined]
+
+
+def validate_offerings_text(text: str) -> tuple[Offering, ...]:
+    """Parse and validate an offerings.csv text exactly as the shipped file is (the regeneration
+    script checks its output with this before replacing the shipped file)."""
+    return _load_offerings(_shipped_gpus()[0], text)
+
+
+def shipped_catalog() -> Catalog:
+    """The shipped CSVs only (the base a first refresh starts from)."""
+    gpus, names = _shipped_gpus()
+    return Catalog(gpus=gpus, offerings=_shipped_offerings(), _names=names, families=_families(gpus))
 
 
 def resolve_gpu_name(name: str) -> str | None:

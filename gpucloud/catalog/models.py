@@ -1,9 +1,12 @@
-"""Catalog row types. Frozen dataclasses with slots: the catalog loads thousands of rows in < 50 ms."""
+"""Catalog row types. `GpuModel` is a frozen dataclass; `Offering` is a NamedTuple because a
+refreshed catalog holds tens of thousands of rows and `plan` must load them in a few tens of ms:
+building a NamedTuple from a stored tuple costs a fraction of a frozen dataclass's __init__
+(bench/bench_plan_50k.py). Both are immutable and read by attribute."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Status = Literal["active", "legacy", "retired"]
 
@@ -21,18 +24,18 @@ class GpuModel:
     source: str
 
 
-@dataclass(frozen=True, slots=True)
-class Offering:
-    cloud: str                # "aws" | "azure"
+class Offering(NamedTuple):
+    cloud: str                # a priced provider's registry name
     instance_type: str
     gpu: str                  # canonical GPU name
     gpu_count: int
     vcpus: int
     memory_gib: float
+    arch: str                 # CPU architecture of the host: "x86_64" | "arm64" (g5g, GB200 hosts)
     region: str
     price_per_hour: float     # on-demand, USD
-    spot_price_per_hour: float | None
+    spot_price_per_hour: float | None   # None: no observed spot figure (unknown), never guessed
     status: Status
     status_date: str          # ISO date the status took / takes effect
-    source: str
-    price_date: str
+    source: str               # where the row's facts come from ("[S" sourced, "[estimate:" marked)
+    price_date: str           # ISO date (or date-time for refreshed rows) the price was read

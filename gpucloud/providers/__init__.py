@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Provider
+    from gpucloud.providers.base import Capabilities, CloudCheck, Provider
 
 
 def _aws_configured() -> bool:
@@ -53,6 +53,9 @@ class ProviderInfo:
     priced: bool
     configured: Callable[[], bool]
     credentials_hint: str
+    policy: str | None = None  # "module:function" returning the least-privilege policy document
+    catalog_source: str | None = None  # module with fetch_offerings() for `catalog refresh`
+    check: str | None = None  # "module:function" returning a base.CloudCheck (`gpucloud check`)
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -60,10 +63,13 @@ REGISTRY: dict[str, ProviderInfo] = {
     for info in (
         ProviderInfo("aws", "gpucloud.providers.aws", "AwsProvider", "AWS", True, True, _aws_configured,
                      "Configure the standard AWS credential chain (`aws configure`, AWS_PROFILE, or "
-                     "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)."),
+                     "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).",
+                     policy="gpucloud.providers.aws.policy:policy_document",
+                     catalog_source="gpucloud.providers.aws.catalog", check="gpucloud.providers.aws.check:check"),
         ProviderInfo("azure", "gpucloud.providers.azure", "AzureProvider", "Azure", True, True, _azure_configured,
                      "Run `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
-                     "AZURE_SUBSCRIPTION_ID."),
+                     "AZURE_SUBSCRIPTION_ID.", catalog_source="gpucloud.providers.azure.catalog",
+                     check="gpucloud.providers.azure.check:check"),
         ProviderInfo("local", "gpucloud.providers.local", "LocalProvider", "this machine", False, False, _always,
                      "Nothing to configure."),
     )
@@ -99,6 +105,43 @@ def configured_clouds() -> list[str]:
 
 def get_provider(cloud: str, **kwargs: object) -> Provider:
     """Import the provider lazily: `gpucloud --help` must not import boto3 or azure."""
+    return provider_class(cloud)(**kwargs)  # type: ignore[no-any-return]
+
+
+def provider_class(cloud: str) -> type:
+    """The provider's class, imported lazily (its module imports no cloud SDK at import time)."""
     entry = info(cloud)
-    cls = getattr(importlib.import_module(entry.module), entry.class_name)
-    return cls(**kwargs)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(entry.module), entry.class_name)  # type: ignore[no-any-return]
+
+
+def capabilities(cloud: str) -> Capabilities:
+    """What the provider declares about itself, without constructing it (no credentials needed)."""
+    return provider_class(cloud).capabilities  # type: ignore[attr-defined, no-any-return]
+
+
+def with_policy() -> tuple[str, ...]:
+    """Providers that can print the least-privilege policy gpucloud needs (`gpucloud iam-policy`)."""
+    return tuple(n for n, entry in REGISTRY.items() if entry.policy)
+
+
+def with_check() -> tuple[str, ...]:
+    """Providers `gpucloud check` can test (credentials, identity, regions, quotas)."""
+    return tuple(n for n, entry in REGISTRY.items() if entry.check)
+
+
+def run_check(cloud: str) -> CloudCheck:
+    """The provider's `check` (imported lazily: the SDK loads only for the cloud checked)."""
+    entry = info(cloud)
+    if not entry.check:
+        raise ValueError(f"{cloud} has no check")
+    module, func = entry.check.split(":")
+    return getattr(importlib.import_module(module), func)()  # type: ignore[no-any-return]
+
+
+def policy_document(cloud: str) -> dict[str, object]:
+    """The provider's least-privilege policy document (imported lazily)."""
+    entry = info(cloud)
+    if not entry.policy:
+        raise ValueError(f"{cloud} has no policy document")
+    module, func = entry.policy.split(":")
+    return getattr(importlib.import_module(module), func)()  # type: ignore[no-any-return]

@@ -1,10 +1,10 @@
 """The Provider protocol every cloud implements, the launch request it receives, and the error
-classes that drive failover (FACTS.md section 4)."""
+classes that drive failover (docs/PROVIDERS.md, "AWS errors" and "Azure errors")."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
@@ -18,7 +18,28 @@ if TYPE_CHECKING:
     from gpucloud.state import Journal
 
 TAG_RUN = "gpucloud-run"
-TAG_EXPIRES = "gpucloud-expires"  # UTC, ISO 8601 "2026-12-02T17:04:05Z"
+TAG_EXPIRES = "gpucloud-expires"  # UTC, ISO 8601 "2026-12-02T17:04:05Z"; see expiry_tag()
+
+
+def expiry_tag(when: datetime) -> str:
+    """The one format of the TAG_EXPIRES value every provider writes and gc reads back
+    ("2026-12-02T17:04:05Z"); a naive datetime is taken as UTC."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_expiry_tag(text: str | None) -> datetime | None:
+    """The aware UTC datetime of a TAG_EXPIRES value, or None when it is missing or unreadable
+    (gc then leaves the resource alone rather than guess)."""
+    try:
+        when = datetime.fromisoformat((text or "").replace("Z", "+00:00"))
+    except (TypeError, ValueError):
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+DEFAULT_MASTER_PORT = 29500  # torchrun's default; a cloud VM has its address to itself
 
 
 class ProvisionError(GpucloudError):
@@ -91,7 +112,7 @@ class Capabilities:
     spot: bool = False                   # can launch spot/low-priority machines
     multi_node: bool = True              # can run num_nodes > 1
     preemption_notice: str | None = None # how the VM learns of a spot interruption, or None
-    console_hint: str = ""               # how to see a machine's console, {run_id} {rank} {region} filled in
+    console_hint: str = ""               # console_hint()'s text, {run_id} {rank} {region} filled in
 
 
 @dataclass
@@ -160,6 +181,16 @@ class Provider(Protocol):
         """MASTER_PORT for a multi-node job (29500 on clouds; a free port where runs share an address)."""
         ...
 
+    def console_hint(self, handle: RunHandle, rank: int) -> str:
+        """Where a user sees the console of node `rank` when it died without a word (the lifecycle
+        appends it to the "lost" message)."""
+        ...
+
+    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
+        """The provider's own candidates for `spec`. Called only for providers whose registry entry
+        has priced=False (no catalog rows): the local machine, an SSH host. Priced providers return []."""
+        ...
+
     def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
         """Delete everything the handle lists (for a partial handle, also what the journal says was
         being created). Idempotent; safe after a partial provision."""
@@ -205,3 +236,28 @@ def ssh_source_cidr(lookup: Callable[[], str] | None = None) -> str:
             f"ssh: true needs this machine's public IP address, and looking it up failed ({exc}).",
             hint=f"Set {SSH_CIDR_ENV}=<your address>/32, or drop `ssh: true` (jobs do not need it).",
         ) from None
+
+
+@dataclass
+class CloudCheck:
+    """What `gpucloud check` found about one cloud (a provider's `check` function fills it);
+    `usable` when credentials work and the API answered. Each problem carries its fix."""
+
+    cloud: str
+    usable: bool = False
+    credentials: bool = False
+    identity: dict[str, str] = field(default_factory=dict)
+    regions: list[str] = field(default_factory=list)
+    quotas: list[dict[str, object]] = field(default_factory=list)
+    problems: list[dict[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def problem(self, problem: str, fix: str | None) -> None:
+        self.problems.append({"problem": problem, "fix": fix or ""})
+
+    def as_json(self) -> dict[str, object]:
+        from dataclasses import asdict
+
+        doc = asdict(self)
+        doc["seconds"] = round(self.seconds, 3)
+        return doc

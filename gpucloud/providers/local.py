@@ -8,28 +8,40 @@ import shutil
 import socket
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucloud import vm_engine
-from gpucloud.providers.base import FatalProvisionError, LaunchRequest
+from gpucloud.providers.base import Capabilities, FatalProvisionError, LaunchRequest, RunHandle, expiry_tag
 
 if TYPE_CHECKING:
     from gpucloud.channel import Channel
+    from gpucloud.planner import Candidate
+    from gpucloud.spec import JobSpec
     from gpucloud.state import Journal
 
 REGION = "local"
+INSTANCE = "localhost"
 
 
 class LocalProvider:
     """Provider protocol on this machine. Nodes live in `GPUCLOUD_HOME/local/<run_id>/node-<rank>`."""
 
     name = "local"
-    poll_interval = 0.5       # seconds between the lifecycle's looks at the channel: files are cheap
-    log_interval = 0.5        # a log part every half second: a line shows within ~1 s; parts are free here
-    heartbeat_interval = 2.0  # a killed local node is noticed within ~3 heartbeats
-    barrier_timeout = 120.0   # multi-node: local nodes boot at once; a missing peer is a failed one
+    capabilities = Capabilities(
+        poll_interval=0.5,        # seconds between the lifecycle's looks at the channel: files are cheap
+        log_interval=0.5,         # a log part every half second: a line shows within ~1 s; parts are free
+        heartbeat_interval=2.0,   # a killed local node is noticed within ~3 heartbeats
+        barrier_timeout=120.0,    # multi-node: local nodes boot at once; a missing peer is a failed one
+        self_termination="exit",  # the node is a process: it ends, it does not shut the host down
+        vm_dir="$PWD",            # the sandbox folder vm_engine starts the bootstrap in
+        install_stack=False,      # the host's driver and CUDA are used as they are
+        gpu_check="warn",         # no GPU here means a warning and a CPU run
+        node_ips_known=True,      # every node is on loopback
+        per_run_master_port=True,  # several runs share loopback: a free port per run
+        priced=False,
+    )
 
     def __init__(self, *, home: Path | None = None) -> None:
         from gpucloud.state import home_dir
@@ -80,9 +92,19 @@ class LocalProvider:
 
         return FileChannel(self.home / "channel")
 
-    def provision(self, req: LaunchRequest, journal: Journal) -> list[str]:
+    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
+        """This machine: one free candidate (the GPU it may or may not have is checked with a warning)."""
+        from gpucloud.planner import Candidate
+
+        gpu = spec.resources.gpu
+        return [Candidate(cloud=self.name, region=REGION, instance_type=INSTANCE, gpu=gpu.model if gpu else "",
+                          gpu_count=gpu.count if gpu else 0, num_nodes=spec.num_nodes, spot=False,
+                          price_per_hour=0.0, total_per_hour=0.0, estimated_cost=0.0)]
+
+    def provision(self, req: LaunchRequest, journal: Journal) -> RunHandle:
         """Boot one bootstrap process per node. Intent is journaled before each boot."""
-        ids: list[str] = []
+        handle = RunHandle(run_id=req.run_id, cloud=self.name, region=REGION, attempt=req.attempt)
+        ids = handle.nodes
         booted: list[vm_engine.BootedVm] = []
         path_prefix = [self._shim_dir(), vm_engine.python_bin_dir()]
         expires = req.expires_at.timestamp()
@@ -102,11 +124,12 @@ class LocalProvider:
                 booted.append(vm)
                 journal.created(res_id, f"pid:{vm.pid}")
                 ids.append(f"pid:{vm.pid}")
+                handle.add("process", f"{req.run_id}/node-{rank}")
         except OSError as exc:
             for vm in booted:
                 vm.kill(grace=1.0)
             raise FatalProvisionError(f"could not start a local node: {exc}", code="OSError") from exc
-        return ids
+        return handle
 
     def _vms(self, run_id: str) -> list[vm_engine.BootedVm]:
         root = self.run_dir(run_id)
@@ -119,16 +142,18 @@ class LocalProvider:
                 vms.append(vm)
         return vms
 
-    def console_hint(self, run_id: str, rank: int) -> str:
+    def console_hint(self, handle: RunHandle, rank: int) -> str:
         """Where to look when a node died without a word (the lifecycle adds it to the message)."""
-        return f"its console output is in {self.sandbox(run_id, rank) / vm_engine.CONSOLE_FILE}"
+        return f"its console output is in {self.sandbox(handle.run_id, rank) / vm_engine.CONSOLE_FILE}"
 
-    def node_states(self, run_id: str, region: str) -> list[str]:
-        return ["running" if vm.alive() else "gone" for vm in self._vms(run_id)]
+    def node_states(self, handle: RunHandle) -> list[str]:
+        return ["running" if vm.alive() else "gone" for vm in self._vms(handle.run_id)]
 
-    def teardown(self, run_id: str, region: str, journal: Journal, *, wait: bool = True) -> None:
+    def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
         """Kill every process of the run (whole process groups, then stragglers) and mark its
-        resources deleted. The sandbox (console log included) stays for debugging until gc."""
+        resources deleted. The sandbox (console log included) stays for debugging until gc. The
+        sandboxes are found by run id, so a partial handle (a crash mid-provision) finds them too."""
+        run_id = handle.run_id
         for vm in self._vms(run_id):
             vm.kill(grace=3.0 if wait else 1.0)
         for res in journal.resources(run_id, alive_only=True):
@@ -138,7 +163,7 @@ class LocalProvider:
     def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
         """Kill local nodes whose expiry passed; remove sandboxes of ended runs older than a day."""
         lines: list[str] = []
-        ts = now.astimezone(timezone.utc).timestamp()
+        ts = now.timestamp()
         root = self.home / "local"
         if not root.is_dir():
             return lines
@@ -148,7 +173,7 @@ class LocalProvider:
             for vm in running:
                 if vm.expires_at is not None and vm.expires_at < ts:
                     lines.append(f"local: {run_dir.name}/{vm.sandbox.name} process {vm.pid} expired "
-                                 f"{datetime.fromtimestamp(vm.expires_at, timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
+                                 f"{expiry_tag(datetime.fromtimestamp(vm.expires_at, UTC))}"
                                  + (" (would kill)" if dry_run else " (killed)"))
                     if not dry_run:
                         vm.kill()

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 def make_fast() -> None:
     """Polling and backoff suited to a fake cloud that answers in milliseconds."""
-    from gpucloud.channel_s3 import S3Channel
-    from gpucloud.providers.aws import AwsProvider
+    import dataclasses
 
-    AwsProvider.poll_interval = 0.2
+    from gpucloud.providers.aws import AwsProvider
+    from gpucloud.providers.aws.channel import S3Channel
+
+    AwsProvider.capabilities = dataclasses.replace(AwsProvider.capabilities, poll_interval=0.2)
     AwsProvider.RETRY_ATTEMPTS = 3
     AwsProvider.RETRY_BASE_S = 0.01
     AwsProvider.RETRY_CAP_S = 0.05

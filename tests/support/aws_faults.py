@@ -1,6 +1,6 @@
 """Fault injection, call recording and ClientToken idempotency for boto3, through botocore events.
 
-FACTS.md section 6: a `before-call.<service>.<Operation>` handler that returns
+docs/PROVIDERS.md, "Testing against fakes": a `before-call.<service>.<Operation>` handler that returns
 `(http_response, parsed)` short-circuits the HTTP call and makes botocore raise the real
 ClientError, exactly as if AWS had answered it. `install()` hooks every botocore Session created
 afterwards in this process, so the product code (which builds its own sessions) is exercised
@@ -74,7 +74,7 @@ class _Http:
         self.raw = None
 
 class PlacementGroups:
-    """EC2 placement groups, which moto does not implement (DESIGN.md section 8), answered from
+    """EC2 placement groups, which moto does not implement (docs/PROVIDERS.md, "Testing against fakes"), answered from
     botocore's before-call event like any injected fault: CreatePlacementGroup,
     DeletePlacementGroup and DescribePlacementGroups (tag, tag-key, group-name, state and strategy
     filters). The state is a JSON file (flock'd), so the test process and its subprocess CLIs

@@ -1,6 +1,6 @@
 """A fake Azure Resource Manager: the REST calls gpucloud makes, spoken as ARM speaks them.
 
-What it covers (exactly what gpucloud/providers/azure.py, channel_blob.py and the VM-side
+What it covers (exactly what gpucloud/providers/azure/ (provider.py, channel.py) and the VM-side
 self-delete use): resource groups (PUT/GET/HEAD/DELETE, list with a tag filter, deletion as a
 long-running operation answered with `Location` polling), every resource under a group (VNets with
 inline subnets, NSGs, public IPs, NICs, VMs, storage accounts) created through `Azure-AsyncOperation`

@@ -1,11 +1,11 @@
-"""moto in server mode for the AWS tests (DESIGN.md section 8).
+"""moto in server mode for the AWS tests (docs/PROVIDERS.md, "Testing against fakes").
 
 One ThreadedMotoServer per test session on 127.0.0.1 and a free port. The product code reaches it
 only through the standard `AWS_ENDPOINT_URL` setting that boto3 honours natively, so it never knows
 it is under test. Fake credentials go into the environment too, so subprocess CLIs and the
 in-process code see the same account.
 
-Speed (FACTS.md section 6): `MOTO_EC2_LOAD_DEFAULT_AMIS=false` and one reused boto3 Session.
+Speed (docs/PROVIDERS.md, "Testing against fakes"): `MOTO_EC2_LOAD_DEFAULT_AMIS=false` and one reused boto3 Session.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Moto:
 
 def seed_ubuntu_images(moto: Moto, regions: list[str] | None = None) -> dict[tuple[str, str], str]:
     """What AWS has and moto lacks: Canonical's Ubuntu AMIs and the public SSM parameters naming
-    them (FACTS.md section 3). 20.04 and 24.04 get an SSM parameter; 22.04 only the AMI, so the
+    them (docs/PROVIDERS.md, "AWS images"). 20.04 and 24.04 get an SSM parameter; 22.04 only the AMI, so the
     describe_images fallback is exercised too. Written into moto's backends directly (moto runs in
     this process), because real SSM refuses parameter names under /aws/."""
     from moto.core.utils import utcnow

@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from gpucloud.channel import Channel
+from gpucloud.providers.azure.access import pipeline_kwargs
 
 STORAGE_API = "2023-05-01"
 CONTAINER = "gpucloud"
@@ -61,8 +62,11 @@ class BlobChannel(Channel):
         self.account_name = account_name or account_from_endpoint(self.account_url)
         self.account_key = account_key
         self.container = container
+        # Bounded like the ARM clients (docs/PROVIDERS.md, "Azure calls and retries"); uploads of
+        # the code tarball go in blocks, each answered well within the read timeout.
         self._service = BlobServiceClient(
-            self.account_url, credential={"account_name": self.account_name, "account_key": account_key})
+            self.account_url, credential={"account_name": self.account_name, "account_key": account_key},
+            **pipeline_kwargs())
         self._container = self._service.get_container_client(container)
         self._https = self.account_url.lower().startswith("https://")
 

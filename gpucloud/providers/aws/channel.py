@@ -11,15 +11,16 @@ at 7 days; longer runs get 7-day URLs and a warning from the provider).
 
 from __future__ import annotations
 
-import random
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from gpucloud.channel import Channel
 from gpucloud.errors import GpucloudError
+from gpucloud.providers.aws.errors import classify, error_code, http_status
+from gpucloud.providers.aws.session import retrying_call, shared_client
+from gpucloud.providers.base import ThrottledError
 
 RUNS_PREFIX = "runs/"
 EXPIRE_DAYS = 30
@@ -41,7 +42,7 @@ def bucket_name(account: str, region: str) -> str:
 class S3Channel(Channel):
     """Channel primitives on S3 (docs/INTERNALS.md, "Channel").
 
-    Throttling and AWS-side failures are retried with jittered backoff; what still fails becomes a
+    Throttling and AWS-side failures are retried (session.retrying_call); what still fails becomes a
     ProvisionError (so the lifecycle's failover and the CLI's error paragraph both understand it)."""
 
     RETRY_ATTEMPTS = 5
@@ -49,14 +50,10 @@ class S3Channel(Channel):
     RETRY_CAP_S = 8.0
 
     def __init__(self, session: Any, region: str, *, bucket: str | None = None, account: str | None = None) -> None:
-        from gpucloud.providers.aws import shared_client
-        from gpucloud.providers.aws_access import client_config
-
         self.session = session
         self.region = region
         # SigV4 explicitly: legacy SigV2 presigned URLs are refused in newer regions and by policies.
-        self._s3 = session.client("s3", region_name=region, config=client_config(signature_version="s3v4"))
-
+        self._s3 = shared_client(session, "s3", region, signature="s3v4")
         self._sts = shared_client(session, "sts", region)
         self._account = account
         self._bucket = bucket
@@ -64,48 +61,25 @@ class S3Channel(Channel):
         self._lock = threading.Lock()
 
     def _do(self, op: str, *, quiet: tuple[str, ...] = (), **kwargs: Any) -> Any:
-        """Call an S3/STS operation with bounded backoff. Codes in `quiet` are re-raised as the
-        ClientError they are (the caller expects them, e.g. NoSuchKey)."""
+        """Call an S3/STS operation through the one retrying call. Codes in `quiet` are re-raised
+        as the ClientError they are (the caller expects them, e.g. NoSuchKey); anything else that
+        still fails becomes a ProvisionError."""
         from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError
-
-        from gpucloud.providers.aws import classify, error_code, error_kind
-        from gpucloud.providers.aws_access import classify_access
 
         client = self._sts if op == "get_caller_identity" else self._s3
         service = "STS" if client is self._sts else "S3"
-        tries = 0
-        while True:
-            tries += 1
-            try:
-                return getattr(client, op)(**kwargs)
-            except ClientError as exc:
-                code = error_code(exc)
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-                if code in quiet or (status is not None and str(status) in quiet):
-                    raise
-                access = classify_access(exc, what=f"{service} {op}")  # refused credentials: stop now
-                if access is not None:
-                    raise access from None
-                transient = error_kind(code) in ("throttle", "server") or (isinstance(status, int) and status >= 500)
-                if not transient or tries >= self.RETRY_ATTEMPTS:
-                    raise classify(exc, region=self.region, instance_type="s3", spot=False,
-                                   what=f"S3 {op}", tries=tries) from None
-            except BotoConnectionError as exc:
-                access = classify_access(exc, what=f"{service} {op}")  # dead endpoint: botocore already retried
-                if access is not None:
-                    raise access from None
-                if tries >= self.RETRY_ATTEMPTS:
-                    from gpucloud.providers.base import ThrottledError
-
-                    raise ThrottledError(f"{self.region}: could not reach {service} ({op}): {exc}",
-                                         code=type(exc).__name__) from None
-            except Exception as exc:  # NoCredentialsError, a read timeout ...
-                access = classify_access(exc, what=f"{service} {op}")
-                if access is not None:
-                    raise access from None
+        try:
+            return retrying_call(client, op, attempts=self.RETRY_ATTEMPTS, base_s=self.RETRY_BASE_S,
+                                 cap_s=self.RETRY_CAP_S, **kwargs)
+        except ClientError as exc:  # credential / endpoint errors came out as CloudAccessError already
+            status = http_status(exc)
+            if error_code(exc) in quiet or (status is not None and str(status) in quiet):
                 raise
-            ceiling = min(self.RETRY_CAP_S, self.RETRY_BASE_S * 2 ** (tries - 1))
-            time.sleep(random.uniform(ceiling / 2, ceiling))
+            raise classify(exc, region=self.region, instance_type="s3", spot=False, what=f"{service} {op}",
+                           tries=getattr(exc, "gpucloud_tries", 1)) from None
+        except BotoConnectionError as exc:
+            raise ThrottledError(f"{self.region}: could not reach {service} ({op}): {exc}",
+                                 code=type(exc).__name__) from None
 
     # ---- the bucket ---------------------------------------------------------------------------
     @property

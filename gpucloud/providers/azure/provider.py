@@ -3,7 +3,7 @@
 Why one resource group: it is Azure's unit of deletion. Tearing a run down is one long-running
 DELETE, a crash leaves one tagged group for `gc` to find, and the VM itself can delete it through
 its managed identity when the job ends or the deadline passes (a shutdown inside the guest leaves
-the VM "Stopped (allocated)" and billed: FACTS.md section 6).
+the VM "Stopped (allocated)" and billed: docs/PROVIDERS.md, "Azure self-delete").
 
 Per run and region the group holds a VNet with one subnet, an NSG that denies all inbound traffic
 (SSH from the caller's address only when the job asks for it; for a multi-node job, everything
@@ -19,16 +19,14 @@ with just the delete actions would be narrower, but creating role definitions ne
 subscription scope on every user's account; the blast radius here is already the run's own group.)
 
 Endpoints: `GPUCLOUD_AZURE_ARM_ENDPOINT` (ARM base URL; default the public cloud) and
-`GPUCLOUD_AZURE_BLOB_ENDPOINT` (see channel_blob.py). Credentials: `DefaultAzureCredential` and
+`GPUCLOUD_AZURE_BLOB_ENDPOINT` (see channel.py). Credentials: `DefaultAzureCredential` and
 `AZURE_SUBSCRIPTION_ID`, or `credential=` / `subscription_id=` when embedding. The azure SDKs are
 imported inside methods so that `gpucloud --help` stays fast.
 """
 
 from __future__ import annotations
 
-import base64
 import os
-import re
 import threading
 import time
 import uuid
@@ -36,37 +34,51 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gpucloud.errors import GpucloudError, UserError
+from gpucloud.errors import CloudAccessError, GpucloudError
+from gpucloud.providers.azure.access import (
+    ARM_ENDPOINT_ENV,
+    DEFAULT_ARM_ENDPOINT,
+    default_credential,
+    no_subscription,
+    pipeline_kwargs,
+)
+from gpucloud.providers.azure.errors import classify_error, error_parts, with_arm_error
+from gpucloud.providers.azure.machine import (
+    SUBNET_PREFIX,
+    VNET_PREFIX,
+    nic_body,
+    nsg_body,
+    pip_body,
+    throwaway_ssh_key,
+    user_ssh_key,
+    vm_body,
+    vm_state,
+)
 from gpucloud.providers.base import (
+    DEFAULT_MASTER_PORT,
     TAG_EXPIRES,
     TAG_RUN,
-    CapacityError,
+    Capabilities,
     FatalProvisionError,
     LaunchRequest,
-    PriceError,
     ProvisionError,
-    QuotaError,
-    ThrottledError,
-    ssh_source_cidr,
+    RunHandle,
+    expiry_tag,
+    parse_expiry_tag,
 )
 
 if TYPE_CHECKING:
-    from gpucloud.channel_blob import BlobChannel
+    from gpucloud.planner import Candidate
+    from gpucloud.providers.azure.channel import BlobChannel
+    from gpucloud.spec import JobSpec
     from gpucloud.state import Journal
 
-ARM_ENDPOINT_ENV = "GPUCLOUD_AZURE_ARM_ENDPOINT"
 BLOB_ENDPOINT_ENV = "GPUCLOUD_AZURE_BLOB_ENDPOINT"
-DEFAULT_ARM_ENDPOINT = "https://management.azure.com"
 # Built-in "Contributor" (the same id in every tenant and cloud).
 CONTRIBUTOR_ROLE_ID = "b24988ac-6180-42a0-ab88-20f7382dd24c"
 ROLE_ASSIGNMENTS_API = "2022-04-01"
-CUSTOM_DATA_LIMIT = 64 * 1024          # bytes of base64 (FACTS.md section 6)
-ADMIN_USER = "gpucloud"
 # When the server gives no Retry-After, poll long-running operations this often (SDK default: 30 s).
 DEFAULT_POLL_SECONDS = 5.0
-# The run's network: one VNet and one subnet per run; the subnet holds exactly the run's nodes.
-VNET_PREFIX = "10.0.0.0/16"
-SUBNET_PREFIX = "10.0.0.0/24"
 PLACEMENT_GROUP = "ppg"
 # Nodes whose resources are created at the same time (ARM's write limits are per subscription).
 MAX_PARALLEL_NODES = 16
@@ -74,131 +86,12 @@ MAX_PARALLEL_NODES = 16
 ABORT_CHECK_S = 0.25
 # A new identity takes a while to replicate before a role can be assigned to it.
 PRINCIPAL_RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15, 30)
-
-CAPACITY_CODES = frozenset({"AllocationFailed", "ZonalAllocationFailed", "OverconstrainedAllocationRequest",
-                            "OverconstrainedZonalAllocationRequest", "SkuNotAvailable"})
-QUOTA_CODES = frozenset({"QuotaExceeded", "OperationNotAllowed"})  # OperationNotAllowed only when about quota
-THROTTLE_CODES = frozenset({"TooManyRequests", "SubscriptionRequestsThrottled", "ResourceCollectionRequestsThrottled"})
-AUTH_CODES = frozenset({"AuthorizationFailed", "AuthenticationFailed", "InvalidAuthenticationToken",
-                        "InvalidAuthenticationTokenTenant", "SubscriptionNotFound", "LinkedAuthorizationFailed"})
-
-# Ubuntu images on Azure (FACTS.md section 3): version -> (publisher, offer, Gen2 sku, Gen1 sku).
-UBUNTU_IMAGES: dict[str, tuple[str, str, str, str]] = {
-    "20.04": ("Canonical", "0001-com-ubuntu-server-focal", "20_04-lts-gen2", "20_04-lts"),
-    "22.04": ("Canonical", "0001-com-ubuntu-server-jammy", "22_04-lts-gen2", "22_04-lts"),
-    "24.04": ("Canonical", "ubuntu-24_04-lts", "server", "server-gen1"),
-}
-# Sizes that boot only Generation 1 images: NC v1 (K80), NC_Promo, NV v1 (M60).
-GEN1_ONLY_SIZE = re.compile(r"^Standard_N[CV]\d+r?(_Promo)?$", re.IGNORECASE)
-
+RG, VM = "resource-group", "vm"  # RunHandle resource kinds
 
 def resource_group_name(run_id: str, region: str) -> str:
     """One group per run and region: a failover to another region never collides with a group of
     the same run that is still being deleted (a group's location is fixed)."""
     return f"gpucloud-{run_id}-{region}"[:90]
-
-
-def expires_tag(when: datetime) -> str:
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_expires(value: str) -> datetime | None:
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def needs_gen1(instance_type: str, gpu: str) -> bool:
-    return gpu.upper() == "K80" or bool(GEN1_ONLY_SIZE.match(instance_type))
-
-
-def image_reference(image: str, ubuntu_version: str, instance_type: str, gpu: str) -> dict[str, str]:
-    """The VM's imageReference: the job's `image:` wins (a URN `publisher:offer:sku:version` or an
-    image resource id); otherwise Ubuntu of the stack, Gen1 where the size requires it."""
-    if image and image != "auto":
-        if image.startswith("/"):
-            return {"id": image}
-        parts = image.split(":")
-        if len(parts) != 4 or not all(parts):
-            raise UserError(f"image {image!r} is not an Azure image URN.",
-                            hint="Use publisher:offer:sku:version (e.g. Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest) or an image resource id.")
-        return dict(zip(("publisher", "offer", "sku", "version"), parts))
-    version = ubuntu_version if ubuntu_version in UBUNTU_IMAGES else "22.04"
-    publisher, offer, gen2, gen1 = UBUNTU_IMAGES[version]
-    return {"publisher": publisher, "offer": offer, "sku": gen1 if needs_gen1(instance_type, gpu) else gen2,
-            "version": "latest"}
-
-
-def _error_code_and_message(exc: Exception) -> tuple[str, str, int | None]:
-    status = getattr(exc, "status_code", None)
-    error = getattr(exc, "error", None)
-    code = getattr(error, "code", None) or ""
-    message = getattr(error, "message", None) or ""
-    if not code:
-        # Older/odd bodies: the message still reads "(Code) text".
-        m = re.match(r"\(([A-Za-z.]+)\)\s*(.*)", str(getattr(exc, "message", "") or exc), re.S)
-        if m:
-            code, message = m[1], m[2]
-    if not message:
-        message = str(getattr(exc, "message", "") or exc)
-    message = message.strip().splitlines()[0] if message.strip() else ""
-    return code, message, status
-
-
-def quota_family(message: str, instance_type: str) -> str:
-    """The quota Azure says is exhausted, named as the portal names it where the message allows."""
-    m = re.search(r"(Standard [\w ]+? Family vCPUs|Total Regional (?:Low-priority |Spot )?vCPUs)", message, re.I)
-    if m:
-        return m[1]
-    m = re.search(r"approved (?:(\w+?) ?)?Cores quota", message)
-    if m:
-        name = m[1] or "Cores"
-        if name.lower() == "lowpriority":
-            return "Total Regional Spot vCPUs (LowPriorityCores)"
-        if name.lower() == "cores":
-            return "Total Regional vCPUs"
-        fam = re.fullmatch(r"standard(\w+?)Family", name, re.I)
-        if fam:
-            return f"Standard {fam[1]} Family vCPUs"
-        return f"{name} vCPUs"
-    if "lowpriority" in message.lower() or "spot" in message.lower():
-        return "Total Regional Spot vCPUs"
-    return f"the vCPU quota of {instance_type}'s family"
-
-
-def classify_error(exc: Exception, *, where: str, instance_type: str = "", region: str = "") -> ProvisionError:
-    """Turn an Azure SDK error into the ProvisionError kind that drives failover (FACTS.md s4)."""
-    from gpucloud.providers.azure_access import classify_access
-
-    if isinstance(exc, ProvisionError):
-        return exc
-    access = classify_access(exc, what=where)  # no credentials / dead endpoint: skip Azure, not a quota
-    if access is not None:
-        return access  # type: ignore[return-value]
-    code, message, status = _error_code_and_message(exc)
-    text = f"{code}: {message}" if code else message
-    if code in CAPACITY_CODES:
-        return CapacityError(f"no capacity for {instance_type} in {region} ({text})", code=code)
-    if code in QUOTA_CODES and (code == "QuotaExceeded" or "quota" in message.lower()):
-        family = quota_family(message, instance_type)
-        return QuotaError(f"quota exceeded: {family} in {region} ({code})", code=code, quota_code=family,
-                          hint=f"Request more '{family}' quota for {region} in the Azure portal (Quotas > Compute).")
-    if "maxprice" in code.lower() or re.search(r"max(imum)? ?price", message, re.I):
-        return PriceError(f"spot price above max_price_per_hour for {instance_type} in {region} ({text})", code=code)
-    if status == 429 or code in THROTTLE_CODES:
-        return ThrottledError(f"Azure kept throttling while {where} ({text or 'HTTP 429'}); backed off and gave up",
-                              code=code or "TooManyRequests")
-    if code in AUTH_CODES or status in (401, 403):
-        return FatalProvisionError(f"Azure refused {where}: {text}", code=code,
-                                   hint="The signed-in identity needs Contributor and User Access Administrator "
-                                        "(or Owner) on the subscription: gpucloud assigns each VM a role on its own resource group.")
-    if status is not None and status >= 500:
-        return ThrottledError(f"Azure failed while {where} (HTTP {status} {text}); retried and gave up", code=code or str(status))
-    return FatalProvisionError(f"Azure rejected {where}: {text or type(exc).__name__}", code=code)
 
 
 def _allow_http_policy() -> Any:
@@ -213,34 +106,20 @@ def _allow_http_policy() -> Any:
     return AllowHttp()
 
 
-def _ssh_public_key() -> str:
-    """The caller's key when SSH is asked for; else a throwaway key nobody holds (Azure requires a
-    key when password login is disabled, and password login is never enabled)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    return key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
-
-
-def _user_ssh_key() -> str:
-    home = os.path.expanduser("~/.ssh")
-    for name in ("id_ed25519.pub", "id_rsa.pub", "id_ecdsa.pub"):
-        path = os.path.join(home, name)
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as fh:
-                return fh.read().strip()
-    raise UserError("resources.ssh is true but no public key was found in ~/.ssh (id_ed25519.pub, id_rsa.pub).",
-                    hint="Create one with `ssh-keygen -t ed25519`.")
-
-
 class AzureProvider:
     """The Azure implementation of the Provider protocol (providers/base.py)."""
 
     name = "azure"
-    # Seconds between the lifecycle's reads of status.json and log parts: Blob GETs are cheap, and
-    # a short interval keeps the streamed log responsive (the VM ships parts every 5 s).
-    poll_interval = 2.0
+    capabilities = Capabilities(
+        # Blob GETs are cheap, and a short interval keeps the streamed log responsive.
+        poll_interval=2.0,
+        shared_user_data=False,  # one VM per node: each boots its own rank's script
+        user_data_limit=64 * 1024, user_data_encoding="base64",  # docs/PROVIDERS.md, "User data"
+        self_termination="azure-delete",  # a guest shutdown leaves the VM allocated and billed
+        spot=True, multi_node=True, preemption_notice="azure-scheduled-events",
+        console_hint="its boot log: az vm boot-diagnostics get-boot-log -g gpucloud-{run_id}-{region} -n node-{rank} "
+                     "(until the run is torn down)",
+    )
 
     def __init__(
         self,
@@ -256,7 +135,6 @@ class AzureProvider:
         self.blob_endpoint = blob_endpoint or os.environ.get(BLOB_ENDPOINT_ENV) or None
         self._clients: dict[str, Any] = {}
         self._channels: dict[str, BlobChannel] = {}
-        self._node_counts: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
     # ---- clients ----------------------------------------------------------------------------
@@ -264,21 +142,15 @@ class AzureProvider:
     def subscription_id(self) -> str:
         sub = self._subscription_id or os.environ.get("AZURE_SUBSCRIPTION_ID")
         if not sub:
-            from gpucloud.providers.azure_access import no_subscription
-
             raise no_subscription()
         return sub
 
     def credential(self) -> Any:
         if self._credential is None:
-            from gpucloud.providers.azure_access import default_credential
-
             self._credential = default_credential()
         return self._credential
 
     def _client_kwargs(self) -> dict[str, Any]:
-        from gpucloud.providers.azure_access import pipeline_kwargs
-
         kw: dict[str, Any] = {
             "base_url": self.arm_endpoint,
             "credential_scopes": [f"{self.arm_endpoint}/.default"],
@@ -318,7 +190,7 @@ class AzureProvider:
         """The region's Blob channel (storage account and container created on first use)."""
         from azure.core.exceptions import AzureError
 
-        from gpucloud.channel_blob import BlobChannel
+        from gpucloud.providers.azure.channel import BlobChannel
 
         if region not in self._channels:
             try:
@@ -330,7 +202,14 @@ class AzureProvider:
         return self._channels[region]
 
     # ---- provision ----------------------------------------------------------------------------
-    def provision(self, req: LaunchRequest, journal: Journal) -> list[str]:
+    def master_port(self) -> int:
+        return DEFAULT_MASTER_PORT
+
+    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
+        """None of its own: a priced cloud's candidates come from the catalog (planner.py)."""
+        return []
+
+    def provision(self, req: LaunchRequest, journal: Journal) -> RunHandle:
         """Create the run's group, network, placement group (multi-node) and VMs (in parallel);
         on any failure, of any node, delete the group, then raise."""
         from azure.core.exceptions import AzureError
@@ -338,18 +217,22 @@ class AzureProvider:
         cand = req.candidate
         region = cand.region
         rg = resource_group_name(req.run_id, region)
-        self._node_counts[(req.run_id, region)] = len(req.user_data)
-        tags = {**req.tags, TAG_RUN: req.run_id, TAG_EXPIRES: expires_tag(req.expires_at)}
+        handle = RunHandle(run_id=req.run_id, cloud=self.name, region=region, attempt=req.attempt)
+        handle.add(RG, rg)
+        tags = {**req.tags, TAG_RUN: req.run_id, TAG_EXPIRES: expiry_tag(req.expires_at)}
         tags.setdefault("Name", f"gpucloud-{req.spec.name}")
+        from gpucloud.render import user_data_size
+
+        limit = self.capabilities.user_data_limit or 0
         for rank, script in enumerate(req.user_data):
-            size = len(base64.b64encode(script.encode()))
-            if size > CUSTOM_DATA_LIMIT:
+            size = user_data_size(script, self.capabilities)
+            if size > limit:
                 raise FatalProvisionError(
-                    f"the bootstrap of node {rank} is {size // 1024} KB in base64; Azure custom data is limited to 64 KB.",
-                    code="CustomDataTooLarge")
+                    f"the bootstrap of node {rank} is {size // 1024} KB in base64; Azure custom data is limited "
+                    f"to {limit // 1024} KB.", code="CustomDataTooLarge")
         # Everything that can fail without touching the cloud comes first.
-        ssh_key = _user_ssh_key() if req.spec.resources.ssh else _ssh_public_key()
-        nsg_body = self._nsg_body(req, region, tags)
+        ssh_key = user_ssh_key() if req.spec.resources.ssh else throwaway_ssh_key()
+        nsg = nsg_body(req, region, tags)
         step = "creating the resource group"
         try:
             self._tracked(journal, req.run_id, region, "resource_group", rg,
@@ -358,7 +241,7 @@ class AzureProvider:
             step = "creating the network security group"
             nsg_id = self._tracked(journal, req.run_id, region, "nsg", "nsg",
                                    lambda: self.network.network_security_groups.begin_create_or_update(
-                                       rg, "nsg", nsg_body).result().id)
+                                       rg, "nsg", nsg).result().id)
             step = "creating the virtual network"
             vnet = self._tracked(journal, req.run_id, region, "vnet", "vnet",
                                  lambda: self.network.virtual_networks.begin_create_or_update(rg, "vnet", {
@@ -377,13 +260,19 @@ class AzureProvider:
                                                "location": region, "tags": tags,
                                                "properties": {"proximityPlacementGroupType": "Standard",
                                                               "intent": {"vmSizes": [cand.instance_type]}}}).id)
-            return self._create_nodes(req, journal, rg, tags, f"{vnet}/subnets/default", nsg_id, ppg_id, ssh_key)
+            handle.nodes = self._create_nodes(req, journal, rg, tags, f"{vnet}/subnets/default", nsg_id, ppg_id, ssh_key)
+            for rank in range(len(handle.nodes)):
+                handle.add(VM, f"node-{rank}")
+            return handle
         except (AzureError, ProvisionError, _NodeFailed) as exc:
             cause: Exception = exc
             if isinstance(exc, _NodeFailed):  # any node's failure fails the whole attempt
                 step, cause = exc.step, exc.cause
             error = classify_error(cause, where=step, instance_type=cand.instance_type, region=region)
-            self._cleanup_after_failure(req.run_id, region, journal)
+            made = any(r.cloud == self.name and r.region == region and r.cloud_id
+                       for r in journal.resources(req.run_id))
+            if made or not isinstance(error, CloudAccessError):  # no credentials: nothing was created
+                self._cleanup_after_failure(handle, journal)
             raise error from None
 
     def _create_nodes(self, req: LaunchRequest, journal: Journal, rg: str, tags: dict[str, str], subnet_id: str,
@@ -404,15 +293,15 @@ class AzureProvider:
             try:
                 pip_id = self._tracked(journal, req.run_id, req.candidate.region, "public_ip", f"pip-{rank}",
                                        lambda: _await(self.network.public_ip_addresses.begin_create_or_update(
-                                           rg, f"pip-{rank}", self._pip_body(req, tags)), abort).id)
+                                           rg, f"pip-{rank}", pip_body(req, tags)), abort).id)
                 step = f"creating the network interface of node {rank}"
                 nic_id = self._tracked(journal, req.run_id, req.candidate.region, "nic", f"nic-{rank}",
                                        lambda: _await(self.network.network_interfaces.begin_create_or_update(
-                                           rg, f"nic-{rank}", self._nic_body(req, tags, nsg_id, subnet_id, pip_id)),
+                                           rg, f"nic-{rank}", nic_body(req, tags, nsg_id, subnet_id, pip_id)),
                                            abort).id)
                 step = f"creating VM {rank} ({req.candidate.instance_type})"
                 _check(abort)
-                body = self._vm_body(req, rank, req.user_data[rank], nic_id, req.candidate.region, tags, ssh_key, ppg_id)
+                body = vm_body(req, rank, req.user_data[rank], nic_id, req.candidate.region, tags, ssh_key, ppg_id)
                 res_id = journal.intent(req.run_id, "vm", f"node-{rank}", req.candidate.region, self.name)
                 vm = _await(self.compute.virtual_machines.begin_create_or_update(rg, f"node-{rank}", body), abort)
                 journal.created(res_id, vm.id)
@@ -450,19 +339,6 @@ class AzureProvider:
                 raise exc
         return [f.result() for f in futures]
 
-    def _pip_body(self, req: LaunchRequest, tags: dict[str, str]) -> dict[str, Any]:
-        return {"location": req.candidate.region, "tags": tags, "sku": {"name": "Standard", "tier": "Regional"},
-                "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4"}}
-
-    def _nic_body(self, req: LaunchRequest, tags: dict[str, str], nsg_id: str, subnet_id: str,
-                  pip_id: str) -> dict[str, Any]:
-        return {"location": req.candidate.region, "tags": tags,
-                "properties": {"networkSecurityGroup": {"id": nsg_id}, "ipConfigurations": [{
-                    "name": "ipconfig", "properties": {
-                        "subnet": {"id": subnet_id},
-                        "privateIPAllocationMethod": "Dynamic",
-                        "publicIPAddress": {"id": pip_id}}}]}}
-
     def _tracked(self, journal: Journal, run_id: str, region: str, kind: str, name: str, create: Any,
                  cloud_id: Any = None) -> Any:
         """Journal the intent, make the call, journal the result (INTERNALS: Providers)."""
@@ -470,60 +346,6 @@ class AzureProvider:
         result = create()
         journal.created(res_id, cloud_id(result) if cloud_id else str(result))
         return result
-
-    def _nsg_body(self, req: LaunchRequest, region: str, tags: dict[str, str]) -> dict[str, Any]:
-        """Inbound: nothing from anywhere, except node-to-node within the run's subnet for
-        multi-node jobs and SSH from the caller's address when the job asks for it."""
-        rules: list[dict[str, Any]] = [{
-            "name": "deny-all-inbound", "properties": {
-                "priority": 4096, "direction": "Inbound", "access": "Deny", "protocol": "*",
-                "sourceAddressPrefix": "*", "sourcePortRange": "*",
-                "destinationAddressPrefix": "*", "destinationPortRange": "*"}}]
-        if len(req.user_data) > 1:
-            # The run's own nodes, and only them: the subnet is the run's (not the VirtualNetwork
-            # tag, which also covers peered networks, gateways and the host's 168.63.129.16).
-            rules.append({"name": "allow-run-nodes-inbound", "properties": {
-                "priority": 4000, "direction": "Inbound", "access": "Allow", "protocol": "*",
-                "sourceAddressPrefix": SUBNET_PREFIX, "sourcePortRange": "*",
-                "destinationAddressPrefix": SUBNET_PREFIX, "destinationPortRange": "*"}})
-        if req.spec.resources.ssh:
-            rules.append({"name": "allow-ssh-from-caller", "properties": {
-                "priority": 1000, "direction": "Inbound", "access": "Allow", "protocol": "Tcp",
-                "sourceAddressPrefix": ssh_source_cidr(), "sourcePortRange": "*",
-                "destinationAddressPrefix": "*", "destinationPortRange": "22"}})
-        return {"location": region, "tags": tags, "properties": {"securityRules": rules}}
-
-    def _vm_body(self, req: LaunchRequest, rank: int, script: str, nic_id: str, region: str,
-                 tags: dict[str, str], ssh_key: str, ppg_id: str | None = None) -> dict[str, Any]:
-        cand = req.candidate
-        props: dict[str, Any] = {
-            "hardwareProfile": {"vmSize": cand.instance_type},
-            "storageProfile": {
-                "imageReference": image_reference(req.spec.image, req.stack.ubuntu_version, cand.instance_type, cand.gpu),
-                "osDisk": {"name": f"osdisk-{rank}", "createOption": "FromImage", "deleteOption": "Delete",
-                           "diskSizeGB": req.spec.resources.disk_gb,
-                           "managedDisk": {"storageAccountType": "StandardSSD_LRS"}},
-            },
-            "osProfile": {
-                "computerName": f"{req.spec.name}-{rank}"[:63],
-                "adminUsername": ADMIN_USER,
-                "customData": base64.b64encode(script.encode()).decode(),
-                "linuxConfiguration": {
-                    "disablePasswordAuthentication": True,
-                    "ssh": {"publicKeys": [{"path": f"/home/{ADMIN_USER}/.ssh/authorized_keys", "keyData": ssh_key}]},
-                },
-            },
-            "networkProfile": {"networkInterfaces": [{"id": nic_id, "properties": {"primary": True, "deleteOption": "Delete"}}]},
-            # Serial console log in managed storage (no account needed): what `console_hint` points to.
-            "diagnosticsProfile": {"bootDiagnostics": {"enabled": True}},
-        }
-        if ppg_id:
-            props["proximityPlacementGroup"] = {"id": ppg_id}
-        if cand.spot:
-            max_price = req.spec.resources.max_price_per_hour
-            props.update({"priority": "Spot", "evictionPolicy": "Delete",
-                          "billingProfile": {"maxPrice": float(max_price) if max_price else -1}})
-        return {"location": region, "tags": tags, "identity": {"type": "SystemAssigned"}, "properties": props}
 
     def _grant_self_delete(self, journal: Journal, run_id: str, region: str, rg: str, vm: Any, *,
                            abort: threading.Event | None = None) -> None:
@@ -548,7 +370,7 @@ class AzureProvider:
             try:
                 response.raise_for_status()
             except HttpResponseError as exc:
-                code, _, _ = _error_code_and_message(_with_arm_error(exc, response))
+                code, _, _ = error_parts(with_arm_error(exc, response))
                 if code == "RoleAssignmentExists":
                     break
                 if code == "PrincipalNotFound" and delays:
@@ -559,63 +381,76 @@ class AzureProvider:
                     elif abort.wait(delay):
                         raise _Aborted()
                     continue
-                raise _with_arm_error(exc, response) from None
+                raise with_arm_error(exc, response) from None
         journal.created(res_id, f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}")
 
-    def _cleanup_after_failure(self, run_id: str, region: str, journal: Journal) -> None:
+    def _cleanup_after_failure(self, handle: RunHandle, journal: Journal) -> None:
         """Delete what the failed attempt made; if even that fails, teardown/gc will find the tags."""
         try:
-            self.teardown(run_id, region, journal, wait=True)
+            self.teardown(handle, journal, wait=True)
         except GpucloudError as exc:
-            journal.event(run_id, "cleanup-failed", exc.message)
+            journal.event(handle.run_id, "cleanup-failed", exc.message)
 
     # ---- state ----------------------------------------------------------------------------------
-    def console_hint(self, run_id: str, rank: int) -> str:
-        """Where to look when a node stopped without a final status (lifecycle adds it to the message)."""
-        region = next((r for (rid, r) in self._node_counts if rid == run_id), "<region>")
-        return (f"its boot log: az vm boot-diagnostics get-boot-log -g {resource_group_name(run_id, region)} "
-                f"-n node-{rank} (until the run is torn down)")
+    @staticmethod
+    def _group(handle: RunHandle) -> str | None:
+        """The handle's resource group; a partial handle's is derived from the run and region."""
+        groups = handle.resources.get(RG)
+        if groups:
+            return groups[0]
+        return None if handle.complete else resource_group_name(handle.run_id, handle.region)
 
-    def node_states(self, run_id: str, region: str) -> list[str]:
-        """Per node from the VM's instance view; "gone" once the VM or its group no longer exists."""
+    def console_hint(self, handle: RunHandle, rank: int) -> str:
+        """Where to look when a node stopped without a final status (lifecycle adds it to the message)."""
+        rg = self._group(handle) or resource_group_name(handle.run_id, handle.region)
+        return f"its boot log: az vm boot-diagnostics get-boot-log -g {rg} -n node-{rank} (until the run is torn down)"
+
+    def node_states(self, handle: RunHandle) -> list[str]:
+        """Per node of the handle, from the VM's instance view; "gone" once the VM or its group no
+        longer exists. A partial handle without VM names lists the group's VMs."""
         from azure.core.exceptions import ResourceNotFoundError
 
-        rg = resource_group_name(run_id, region)
-        count = self._node_counts.get((run_id, region))
-        if count is None:
+        rg = self._group(handle)
+        if rg is None:
+            return []
+        names = handle.resources.get(VM)
+        if not names:
             try:
-                names = [vm.name for vm in self.compute.virtual_machines.list(rg)]
+                names = sorted((vm.name for vm in self.compute.virtual_machines.list(rg)),
+                               key=lambda n: int(n.rsplit("-", 1)[-1]) if n.rsplit("-", 1)[-1].isdigit() else 0)
             except ResourceNotFoundError:
-                return ["gone"]
-            count = max((int(n.split("-")[-1]) + 1 for n in names if re.fullmatch(r"node-\d+", n)), default=1)
+                return ["gone"] * max(1, len(handle.nodes))
         states = []
-        for rank in range(count):
+        for name in names:
             try:
-                vm = self.compute.virtual_machines.get(rg, f"node-{rank}", expand="instanceView")
+                vm = self.compute.virtual_machines.get(rg, name, expand="instanceView")
             except ResourceNotFoundError:
                 states.append("gone")
                 continue
-            states.append(_vm_state(vm))
+            states.append(vm_state(vm))
         return states
 
     # ---- teardown / gc --------------------------------------------------------------------------
-    def teardown(self, run_id: str, region: str, journal: Journal, *, wait: bool = True) -> None:
-        """Delete the run's resource group (with everything in it). 404 means already done."""
+    def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
+        """Delete the handle's resource group (with everything in it). 404 means already done."""
         from azure.core.exceptions import AzureError, ResourceNotFoundError
 
-        rg = resource_group_name(run_id, region)
-        try:
-            poller = self.resource.resource_groups.begin_delete(rg, force_deletion_types="Microsoft.Compute/virtualMachines")
-            if wait:
-                poller.result()
-        except ResourceNotFoundError:
-            pass
-        except AzureError as exc:
-            code, message, status = _error_code_and_message(exc)
-            raise GpucloudError(f"could not delete resource group {rg}: {code or status} {message}".strip(),
-                                hint=f"Retry with `gpucloud down {run_id}`; `gpucloud gc` also deletes it once it expires.") from None
-        for rec in journal.resources(run_id, alive_only=True):
-            if rec.cloud == self.name and (rec.region or region) == region:
+        rg = self._group(handle)
+        if rg is not None:
+            try:
+                poller = self.resource.resource_groups.begin_delete(
+                    rg, force_deletion_types="Microsoft.Compute/virtualMachines")
+                if wait:
+                    poller.result()
+            except ResourceNotFoundError:
+                pass
+            except AzureError as exc:
+                code, message, status = error_parts(exc)
+                raise GpucloudError(f"could not delete resource group {rg}: {code or status} {message}".strip(),
+                                    hint=f"Retry with `gpucloud down {handle.run_id}`; `gpucloud gc` also deletes "
+                                         "it once it expires.") from None
+        for rec in journal.resources(handle.run_id, alive_only=True):
+            if rec.cloud == self.name and (rec.region or handle.region) == handle.region:
                 journal.deleted(rec.id)
 
     def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
@@ -632,11 +467,11 @@ class AzureProvider:
             raise classify_error(exc, where="listing resource groups") from None
         for group in groups:
             tags = group.tags or {}
-            expires = parse_expires(tags.get(TAG_EXPIRES, ""))
+            expires = parse_expiry_tag(tags.get(TAG_EXPIRES))
             if expires is None or expires > now:
                 continue
             state = getattr(group.properties, "provisioning_state", None) if group.properties else None
-            line = f"azure/{group.location}/resource-group/{group.name} (run {tags.get(TAG_RUN, '?')}, expired {expires_tag(expires)})"
+            line = f"azure/{group.location}/resource-group/{group.name} (run {tags.get(TAG_RUN, '?')}, expired {expiry_tag(expires)})"
             if dry_run:
                 lines.append(f"would delete {line}")
                 continue
@@ -646,7 +481,7 @@ class AzureProvider:
             except ResourceNotFoundError:
                 continue
             except AzureError as exc:
-                code, message, _ = _error_code_and_message(exc)
+                code, message, _ = error_parts(exc)
                 lines.append(f"failed to delete {line}: {code} {message}")
                 continue
             if state == "Deleting":
@@ -658,7 +493,7 @@ class AzureProvider:
             except ResourceNotFoundError:
                 lines.append(f"deleted {line}")
             except AzureError as exc:
-                code, message, _ = _error_code_and_message(exc)
+                code, message, _ = error_parts(exc)
                 lines.append(f"failed to delete {line}: {code} {message}")
         return lines
 
@@ -687,35 +522,3 @@ def _await(poller: Any, abort: threading.Event) -> Any:
         _check(abort)
         poller.wait(ABORT_CHECK_S)
     return poller.result()
-
-
-def _with_arm_error(exc: Any, response: Any) -> Any:
-    """send_request errors carry the raw body; parse ARM's `{"error": {code, message}}` into them."""
-    if getattr(exc, "error", None) is None:
-        try:
-            doc = response.json()
-        except ValueError:
-            doc = None
-        err = (doc or {}).get("error") if isinstance(doc, dict) else None
-        if isinstance(err, dict):
-            from azure.core.exceptions import ODataV4Format
-
-            exc.error = ODataV4Format(err)
-    return exc
-
-
-def _vm_state(vm: Any) -> str:
-    props = vm.properties
-    view = getattr(props, "instance_view", None) if props is not None else None
-    statuses = [s.code or "" for s in (getattr(view, "statuses", None) or [])]
-    power = next((c.split("/", 1)[1] for c in statuses if c.startswith("PowerState/")), None)
-    provisioning = (getattr(props, "provisioning_state", None) or "").lower()
-    if provisioning == "deleting":
-        return "stopping"
-    if power is None:
-        return "gone" if provisioning == "failed" else "pending"
-    if power in ("running",):
-        return "running"
-    if power in ("starting",):
-        return "pending"
-    return "stopping"  # stopping, stopped (still billed), deallocating, deallocated

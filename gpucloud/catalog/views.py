@@ -1,0 +1,93 @@
+"""Output of the catalog commands: `catalog --json` rows, `gpus` (one row per GPU model) and the
+`catalog refresh` report. Tables on stdout, notes on stderr, as the other offline commands do."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpucloud.catalog import Catalog
+    from gpucloud.catalog.models import Offering
+    from gpucloud.catalog.refresh import RefreshReport
+
+
+def offering_json(o: Offering) -> dict[str, object]:
+    """One catalog row for machines, with its source and price date (how far to trust it)."""
+    return {
+        "cloud": o.cloud, "region": o.region, "instance_type": o.instance_type, "gpu": o.gpu,
+        "gpu_count": o.gpu_count, "vcpus": o.vcpus, "memory_gib": o.memory_gib, "arch": o.arch,
+        "price_per_hour": o.price_per_hour, "spot_price_per_hour": o.spot_price_per_hour, "status": o.status,
+        "status_date": o.status_date, "source": o.source, "price_date": o.price_date,
+    }
+
+
+@dataclass(frozen=True)
+class GpuSummary:
+    """What `gpucloud gpus` shows for one GPU model (SkyPilot's show-gpus)."""
+
+    name: str
+    memory_gib: float
+    architecture: str
+    clouds: tuple[str, ...]
+    on_demand: Offering | None   # cheapest on-demand row (per GPU count of 1 or more)
+    spot: Offering | None        # cheapest row with an observed spot price
+
+    def as_json(self) -> dict[str, object]:
+        def where(o: Offering | None, price: float | None) -> dict[str, object] | None:
+            if o is None or price is None:
+                return None
+            return {"price_per_hour": price, "cloud": o.cloud, "region": o.region, "instance_type": o.instance_type,
+                    "gpu_count": o.gpu_count, "price_date": o.price_date}
+
+        return {"gpu": self.name, "memory_gib": self.memory_gib, "architecture": self.architecture,
+                "clouds": list(self.clouds),
+                "cheapest_on_demand": where(self.on_demand, self.on_demand.price_per_hour if self.on_demand else None),
+                "cheapest_spot": where(self.spot, self.spot.spot_price_per_hour if self.spot else None)}
+
+
+def gpu_summaries(cat: Catalog) -> list[GpuSummary]:
+    """One summary per GPU model in catalog order; offerings that are retired do not count."""
+    live: dict[str, list[Offering]] = {}
+    for o in cat.offerings:
+        if o.status != "retired":
+            live.setdefault(o.gpu, []).append(o)
+    out = []
+    for name, model in cat.gpus.items():
+        rows = live.get(name, [])
+        spot_rows = [o for o in rows if o.spot_price_per_hour is not None]
+        out.append(GpuSummary(
+            name=name, memory_gib=model.memory_gib, architecture=model.architecture,
+            clouds=tuple(sorted({o.cloud for o in rows})),
+            on_demand=min(rows, key=lambda o: (o.price_per_hour, o.cloud, o.region), default=None),
+            spot=min(spot_rows, key=lambda o: (o.spot_price_per_hour or 0.0, o.cloud, o.region), default=None),
+        ))
+    return out
+
+
+def print_gpus(summaries: list[GpuSummary]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("GPU", "GiB", "architecture", "clouds", "cheapest on-demand", "cheapest spot", box=None)
+    for s in summaries:
+        od = (f"${s.on_demand.price_per_hour:.3f}/h {s.on_demand.cloud} {s.on_demand.region} "
+              f"{s.on_demand.instance_type}" if s.on_demand else "-")
+        sp = (f"${s.spot.spot_price_per_hour:.3f}/h {s.spot.cloud} {s.spot.region} {s.spot.instance_type}"
+              if s.spot and s.spot.spot_price_per_hour is not None else "-")
+        table.add_row(s.name, f"{s.memory_gib:g}", s.architecture, ",".join(s.clouds) or "-", od, sp)
+    Console(soft_wrap=False).print(table)
+    print("prices are per instance (of the GPU count shown by `gpucloud catalog --gpu NAME`); spot '-' = no observed "
+          "spot price.", file=sys.stderr)
+
+
+def print_refresh(report: RefreshReport) -> None:
+    """The human summary of a refresh: what was written, per cloud, and what is missing."""
+    print(f"catalog written to {report.path}: {report.total_rows} offerings", file=sys.stderr)
+    for cloud, info in report.clouds.items():
+        state = "refreshed" if info.get("refreshed") else "kept previous data"
+        print(f"  {cloud}: {state}; {info.get('rows', 0)} rows; source {info.get('source', '-')}; "
+              f"fetched {info.get('fetched_at') or '-'}", file=sys.stderr)
+        for problem in info.get("problems", []) or []:  # type: ignore[union-attr]
+            print(f"    missing: {problem}", file=sys.stderr)

@@ -1,0 +1,319 @@
+"""The commands that look at or end runs after `gpucloud run` started them: status/ls, logs, down
+and gc. They work from the state store (the runs, their attempts and stored run handles) and,
+for runs nobody follows, bring the record up to date from the run's channel (watch.py decides)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpucloud import providers, views
+from gpucloud.errors import Declined, InternalError, UserError
+from gpucloud.runlog import LogMirror
+from gpucloud.state import Journal, RunRecord, Store, home_dir
+from gpucloud.watch import observe, outcome, vm_phases
+
+if TYPE_CHECKING:
+    from gpucloud.channel import Channel
+
+DEFAULT_POLL_S = 5.0  # `logs --follow` of a run whose provider is unknown
+MACHINE_KINDS = ("process", "instance", "vm", "node")  # journal kinds that are the machines themselves
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not following anything
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    except OSError:
+        return True
+
+
+def _channel_for(run: RunRecord) -> Channel | None:
+    if not run.cloud or not run.region:
+        return None
+    try:
+        return providers.get_provider(run.cloud).channel(run.region)
+    except Exception:
+        return None
+
+
+def _node_states(run: RunRecord) -> list[str]:
+    """The provider's node states of the run's launched attempt (from its stored handle)."""
+    from gpucloud.providers.base import RunHandle
+
+    launched = [a for a in run.attempts if a.launched and a.handle_json]
+    if not launched or run.status not in ("running", "provisioning"):
+        return []
+    handle = RunHandle.from_json(launched[-1].handle_json or "")
+    try:
+        return providers.get_provider(handle.cloud).node_states(handle)
+    except Exception:
+        return []
+
+
+def refresh(store: Store, run: RunRecord) -> RunRecord:
+    """Bring an active run's record up to date from its channel when no CLI is following it (a
+    detached run, or a `run` that was killed): final status, exit code, current stage, or "lost".
+    A killed `run` whose job ended is "collecting", not final, until `gpucloud collect` read it."""
+    if run.final or (not run.detached and _pid_alive(run.pid) and run.pid != os.getpid()):
+        return run
+    ch = _channel_for(run)
+    if ch is None:
+        return run
+    try:
+        obs = observe(ch, run.id, run.num_nodes)
+        if not obs.all_final:
+            obs = observe(ch, run.id, run.num_nodes, _node_states(run))
+    except Exception:
+        return run
+    if obs.all_final and not run.detached:  # the `run` following it died before reading the result
+        status, code, _ = outcome(obs.statuses)
+        store.set_phases(run.id, vm_phases(obs.statuses))
+        store.update_run(run.id, status="collecting", phase="collect",
+                         message=f"the job ended ({status}, exit {code}) but the `gpucloud run` following it "
+                                 f"stopped before reading the result: `gpucloud collect {run.id}` brings it back")
+    elif obs.all_final:
+        status, code, message = outcome(obs.statuses)
+        store.set_phases(run.id, vm_phases(obs.statuses))
+        store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
+    elif obs.lost:
+        store.finish_run(run.id, "lost", exit_code=70, message="the machine is gone without a final status",
+                         only_if_active=True)
+    else:
+        stage = obs.stage()
+        if stage and stage != run.phase:
+            store.update_run(run.id, phase=stage)
+    return store.get_run(run.id) or run
+
+
+def orphaned(run: RunRecord) -> bool:
+    """A followed run whose `gpucloud run` died after the job ended: its result waits in the channel."""
+    return run.status == "collecting" and not run.detached and not _pid_alive(run.pid)
+
+
+def reconcile(store: Store, run: RunRecord) -> RunRecord:
+    """A finished run whose journal still lists machines: ask the provider; when every node is gone
+    (a local process that exited, a VM that deleted itself), the journal says so, and `status` no
+    longer shows them as "not yet deleted". Without credentials or network: what the store knows."""
+    from gpucloud.teardown import run_handles
+
+    alive = store.resources(run.id, alive_only=True)
+    if not run.final or not alive:
+        return run
+    journal = Journal(store)
+    for handle in run_handles(store, run):
+        try:
+            states = providers.get_provider(handle.cloud).node_states(handle)
+        except Exception:  # noqa: BLE001 - no credentials now, no network: keep the journal as it is
+            continue
+        if states and all(state == "gone" for state in states):
+            for res in alive:
+                if (res.cloud, res.region or "") == (handle.cloud, handle.region) and res.kind in MACHINE_KINDS:
+                    journal.deleted(res.id)
+            store.event(run.id, "reconcile", f"the run's machines on {handle.cloud}/{handle.region} are gone")
+    return store.get_run(run.id) or run
+
+
+def _find(store: Store, ref: str) -> RunRecord:
+    run = store.find_run(ref)
+    if run is None:
+        raise UserError(f"no run {ref!r} in {store.path}.", hint="`gpucloud ls` lists the runs.")
+    return run
+
+
+# ---- status / ls ---------------------------------------------------------------------------------------
+
+def show_status(run_id: str | None, *, json_out: bool) -> None:
+    """One run with its phases and events, or every run; active ones refreshed from their channel."""
+    import json
+
+    store = Store()
+    now = time.time()
+    if run_id is not None:
+        run = reconcile(store, refresh(store, _find(store, run_id)))
+        phases = store.phases(run.id)
+        if json_out:
+            doc = {**run.as_json(now), "phases": phases,
+                   "events": [{"ts": e.ts, "kind": e.kind, "message": e.message} for e in store.events(run.id)],
+                   "resources": [{"cloud": r.cloud, "region": r.region, "kind": r.kind, "name": r.name,
+                                  "cloud_id": r.cloud_id, "status": r.status}
+                                 for r in store.resources(run.id, alive_only=False)],
+                   "attempts": [{"idx": a.idx, "cloud": a.cloud, "region": a.region, "zone": a.zone,
+                                 "instance_type": a.instance_type, "spot": a.spot,
+                                 "price_per_hour": a.price_per_hour, "num_nodes": a.num_nodes,
+                                 "started_at": a.started_at, "ended_at": a.ended_at, "end_reason": a.end_reason,
+                                 "launched": a.launched, "cost": round(a.cost(run.ended_at or now), 6)}
+                                for a in run.attempts]}
+            print(json.dumps(doc, indent=2, default=str))
+            return
+        views.print_run_detail(run, phases, store.resources(run.id, alive_only=True), now)
+        return
+    runs = [reconcile(store, refresh(store, r)) for r in store.list_runs()]
+    if json_out:
+        print(json.dumps([{**r.as_json(now), "phases": store.phases(r.id)} for r in runs], indent=2, default=str))
+        return
+    if not runs:
+        print("no runs yet (`gpucloud run JOB.yaml` starts one)", file=sys.stderr)
+        return
+    views.print_runs(runs, now)
+
+
+# ---- logs ---------------------------------------------------------------------------------------------
+
+def show_logs(run_id: str, *, follow: bool) -> int:
+    """Print the stored log plus newer parts from the channel; with follow, until the run ends.
+    Returns the job's exit code when the run has ended (0 otherwise)."""
+    store = Store()
+    run = _find(store, run_id)
+    mirror = LogMirror(home_dir(), run.id, run.num_nodes)
+    channel = _channel_for(run)
+    out = sys.stdout.buffer
+    interval = providers.capabilities(run.cloud).poll_interval if run.cloud else DEFAULT_POLL_S
+
+    def pump(final: bool = False) -> None:
+        if channel is not None:
+            try:
+                mirror.sync(channel, final=final)
+            except Exception as exc:  # the channel may be gone (expired URLs, deleted bucket)
+                print(f"warning: newer log parts unavailable: {exc}", file=sys.stderr)
+        data = mirror.read_new()
+        if data:
+            out.write(data)
+            out.flush()
+
+    pump(final=run.final)
+    if not follow:
+        return 0
+    if channel is None and not run.final:
+        print(f"warning: cannot reach run {run.id}'s channel; showing the stored log only", file=sys.stderr)
+    try:
+        while True:
+            run = refresh(store, store.get_run(run.id) or run)
+            if run.final or orphaned(run):
+                break
+            time.sleep(interval)
+            pump()
+    except KeyboardInterrupt:
+        return 130
+    pump(final=True)
+    return run.exit_code if run.exit_code is not None else 0
+
+
+# ---- down / gc --------------------------------------------------------------------------------------------
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def down_run(run_id: str, *, assume_yes: bool) -> None:
+    """Tear one run down, from any process; the run is marked "down" unless it had already ended."""
+    from gpucloud.teardown import teardown_run
+
+    store = Store()
+    journal = Journal(store)
+    run = _find(store, run_id)
+    alive = store.resources(run.id, alive_only=True)
+    if run.final and not alive:
+        print(f"run {run.id} already ended ({run.status}); nothing left to tear down", file=sys.stderr)
+        return
+    if not assume_yes and not views.ask(f"Tear down run {run.id} ({run.status}, {len(alive)} resource(s))?"):
+        raise Declined("nothing torn down.")
+    # Mark first: a `run` following it sees "down" and stops instead of reporting a lost machine.
+    store.finish_run(run.id, "down", message="torn down by `gpucloud down`", only_if_active=True)
+    t0 = time.monotonic()
+    errors = teardown_run(store, journal, run, wait=True, say=_warn)
+    if errors:
+        raise InternalError(f"teardown of run {run.id} incomplete:\n  " + "\n  ".join(errors),
+                            hint=f"Run `gpucloud down {run.id}` again, or `gpucloud gc`.")
+    store.event(run.id, "down", f"torn down in {time.monotonic() - t0:.1f}s")
+    print(f"run {run.id}: torn down ({len(alive)} resource(s))", file=sys.stderr)
+
+
+def _gc_clouds(store: Store, cloud: str | None) -> list[str]:
+    """The providers gc sweeps: the one asked for, else the unpriced ones (always reachable), those
+    with live resources in the store, and the configured clouds."""
+    if cloud:
+        return [cloud]
+    unpriced = [c for c in providers.names() if not providers.info(c).priced]
+    return list(dict.fromkeys([*unpriced, *store.clouds_with_resources(), *providers.configured_clouds()]))
+
+
+def _stale_runs(store: Store, cloud: str | None, now: float) -> list[RunRecord]:
+    """Runs that ended (or whose deadline passed with nobody following them) but hold resources."""
+    from gpucloud.failover import EXPIRY_MARGIN
+
+    stale: list[RunRecord] = []
+    for run in store.list_runs():
+        run = refresh(store, run)
+        if cloud and run.cloud != cloud and not any(r.cloud == cloud for r in store.resources(run.id)):
+            continue
+        if not store.resources(run.id, alive_only=True):
+            continue
+        followed = not run.detached and _pid_alive(run.pid)
+        expired = run.deadline is not None and now > run.deadline + EXPIRY_MARGIN.total_seconds()
+        # "collecting": the job ended but its `run` died first; its machines go, its results stay
+        # in the channel for `gpucloud collect`.
+        if run.final or expired or (not followed and run.status in ("planned", "provisioning", "collecting")):
+            stale.append(run)
+    return stale
+
+
+def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> None:
+    """Sweep leftovers two ways: runs in the state store that ended (or whose deadline passed with
+    nobody following them) but still hold resources, torn down from their stored handles; and each
+    provider's tag-based `gc` as the fallback for what the store does not know."""
+    from gpucloud.teardown import teardown_run
+
+    store = Store()
+    journal = Journal(store)
+    clouds = _gc_clouds(store, cloud)
+    stale = _stale_runs(store, cloud, time.time())
+    if not dry_run and not assume_yes:
+        listed = [f"run {r.id} ({r.status}): {len(store.resources(r.id))} resource(s)" for r in stale]
+        for c in clouds:
+            listed += _safe_gc(c, datetime.now(UTC), dry_run=True)
+        if not listed:
+            print("nothing to collect", file=sys.stderr)
+            return
+        print("\n".join(listed))
+        if not views.ask("Delete these?"):
+            raise Declined("nothing deleted.")
+
+    found = 0
+    for run in stale:
+        found += 1
+        n = len(store.resources(run.id))
+        if dry_run:
+            print(f"run {run.id} ({run.status}): {n} resource(s) would be torn down")
+            continue
+        errors = teardown_run(store, journal, run, wait=True, say=_warn)
+        if not run.final and not orphaned(run):
+            store.finish_run(run.id, "lost", exit_code=70, message="swept by gc", only_if_active=True)
+        print(f"run {run.id} ({run.status}): {n} resource(s) torn down" + (" with errors" if errors else ""))
+    for c in clouds:
+        lines = _safe_gc(c, datetime.now(UTC), dry_run=dry_run)
+        found += len(lines)
+        for line in lines:
+            print(line)
+    if not found:
+        print("nothing to collect", file=sys.stderr)
+
+
+def _safe_gc(cloud: str, now: datetime, *, dry_run: bool) -> list[str]:
+    try:
+        return providers.get_provider(cloud).gc(now, dry_run=dry_run)
+    except Exception as exc:  # one cloud's missing credentials must not stop the others' sweep
+        print(f"warning: gc on {cloud} failed: {exc}", file=sys.stderr)
+        return []

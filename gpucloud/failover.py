@@ -1,0 +1,191 @@
+"""Failover: try the plan's candidates in order until one provisions (docs/INTERNALS.md, Lifecycle).
+
+Each try is an attempt in the state store, recorded before the provider is called; the handle
+provision returns is stored with it, and a failed attempt ends with the reason. The error kind
+decides what is skipped next: capacity/throttle/price -> the next candidate, quota -> the rest of
+that cloud+region, fatal -> the rest of that cloud. A cloud that cannot be used at all (no or
+refused credentials, an endpoint that does not answer: CloudAccessError) is skipped once with one
+line saying why; when that is all that happened, the run is a configuration error (exit 78).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpucloud import providers
+from gpucloud.errors import CloudAccessError, ConfigurationError, GpucloudError, NoCandidateError, UserError
+from gpucloud.providers.base import (
+    TAG_EXPIRES, TAG_RUN, LaunchRequest, Provider, ProvisionError, RunHandle, expiry_tag,
+)
+from gpucloud.state import Journal, Store
+
+if TYPE_CHECKING:
+    from gpucloud.channel import Channel
+    from gpucloud.planner import Candidate, Plan
+    from gpucloud.progress import Progress
+    from gpucloud.spec import JobSpec
+
+EXPIRY_MARGIN = timedelta(minutes=30)  # TAG_EXPIRES = deadline + margin (gc may sweep after it)
+
+
+@dataclass
+class Launch:
+    """The attempt that provisioned: what following, collecting and teardown need."""
+
+    provider: Provider
+    candidate: Candidate
+    channel: Channel
+    handle: RunHandle
+    deadline: float  # epoch seconds
+
+
+@dataclass
+class Failover:
+    """The provision loop of one run."""
+
+    spec: JobSpec
+    plan: Plan
+    run_id: str
+    store: Store
+    journal: Journal
+    progress: Progress
+    failures: list[str] = field(default_factory=list)  # "where: why", one per failed attempt
+    access: list[str] = field(default_factory=list)    # one line per cloud skipped (credentials, endpoint)
+    _skip_clouds: set[str] = field(default_factory=set)
+    _skip_regions: set[tuple[str, str]] = field(default_factory=set)
+    _uploaded: set[int] = field(default_factory=set)   # channels that already have the code
+
+    def run(self, tarball: Path) -> Launch:
+        """Provision the first candidate that works. Raise ConfigurationError (exit 78) when every
+        attempt failed because its cloud cannot be used at all, else NoCandidateError."""
+        for index, cand in enumerate(self.plan.candidates):
+            if cand.cloud in self._skip_clouds or (cand.cloud, cand.region) in self._skip_regions:
+                continue
+            where = f"{cand.cloud}/{cand.region}/{cand.instance_type}" + (" (spot)" if cand.spot else "")
+            self.progress.info(f"attempt {len(self.failures) + 1}: {where}")
+            self.store.update_run(self.run_id, cloud=cand.cloud, region=cand.region, instance_type=cand.instance_type,
+                                  price_per_hour=cand.price_per_hour, status="provisioning", phase="provision",
+                                  started_at=time.time())
+            self.store.start_attempt(self.run_id, index, cloud=cand.cloud, region=cand.region,
+                                     instance_type=cand.instance_type, spot=cand.spot,
+                                     price_per_hour=cand.price_per_hour, num_nodes=cand.num_nodes)
+            provider: Provider | None = None
+            try:
+                provider = providers.get_provider(cand.cloud)
+                launch = self._attempt(provider, cand, index, tarball)
+            except CloudAccessError as exc:  # no credentials, dead endpoint: skip this cloud once
+                self._skip_cloud(provider, cand, index, where, exc)
+                continue
+            except ProvisionError as exc:
+                self._failed(provider, cand, index, where, self._reason(exc), self._skipped(exc, cand))
+                continue
+            except GpucloudError as exc:
+                if isinstance(exc, UserError) or provider is None:
+                    raise
+                self._skip_clouds.add(cand.cloud)  # any other refusal of the cloud: try the next one
+                self._failed(provider, cand, index, where, exc.message, "")
+                continue
+            self.store.event(self.run_id, "attempt", f"{where}: provisioned")
+            return launch
+        if self.access and len(self.access) == len(self.failures):
+            raise ConfigurationError("no cloud is usable: every candidate's cloud lacks working credentials "
+                                     "or an endpoint that answers:", self.access,
+                                     hint="`gpucloud check` shows what each cloud needs.")
+        raise NoCandidateError(
+            f"no candidate could be provisioned ({len(self.failures)} attempt(s)):", self.failures,
+            hint="Try other regions or GPU types (`gpucloud plan` lists them), or ask for more quota.",
+        )
+
+    @staticmethod
+    def _reason(exc: ProvisionError) -> str:
+        return f"{exc.kind}: {exc.message}" + (f" (quota {exc.quota_code})" if exc.quota_code else "")
+
+    def _skipped(self, exc: ProvisionError, cand: Candidate) -> str:
+        """What the error kind rules out from now on (recorded in the skip sets), as words."""
+        if exc.kind == "quota":
+            self._skip_regions.add((cand.cloud, cand.region))
+            return f"the rest of {cand.cloud}/{cand.region} (quota{' ' + exc.quota_code if exc.quota_code else ''})"
+        if exc.kind == "fatal":
+            self._skip_clouds.add(cand.cloud)
+            return f"the rest of {cand.cloud}"
+        return ""
+
+    def _skip_cloud(self, provider: Provider | None, cand: Candidate, index: int, where: str,
+                    exc: CloudAccessError) -> None:
+        """A cloud that cannot be used: one line saying why and the fix; its other candidates are
+        skipped and failover goes on with the other clouds."""
+        self._skip_clouds.add(cand.cloud)
+        line = exc.message + (f" {exc.hint}" if exc.hint else "")
+        self.access.append(line)
+        self._failed(provider, cand, index, where, f"{exc.kind}: {exc.message}", f"the rest of {cand.cloud}",
+                     quiet=line)
+
+    def _attempt(self, provider: Provider, cand: Candidate, index: int, tarball: Path) -> Launch:
+        """One attempt: code upload, channel URLs, bootstrap per node, then provision."""
+        from gpucloud.render import render_bootstrap
+
+        spec, caps = self.spec, provider.capabilities
+        channel = provider.channel(cand.region)
+        if id(channel) not in self._uploaded:
+            channel.upload_code(self.run_id, tarball)
+            self._uploaded.add(id(channel))
+        if self.failures:
+            channel.reset_nodes(self.run_id, spec.num_nodes)
+        deadline = datetime.now(UTC) + timedelta(seconds=spec.max_duration)
+        urls = channel.prepare(self.run_id, spec.num_nodes, deadline, log_interval=caps.log_interval)
+        # A provider that launches N identical machines in one call gets one script for all: each
+        # node finds its rank at boot and its manifest through the node index.
+        shared = spec.num_nodes > 1 and caps.shared_user_data
+        if shared:
+            urls = [channel.node_index(self.run_id, urls, deadline)]
+        master_port = provider.master_port()
+        user_data = [render_bootstrap(spec, self.plan.stack, cand, caps=caps, run_id=self.run_id,
+                                      node_rank=None if shared else rank, manifest_url=urls[rank],
+                                      put_headers=channel.put_headers, master_port=master_port)
+                     for rank in range(len(urls))]
+        if shared:
+            user_data *= spec.num_nodes
+        expires = deadline + EXPIRY_MARGIN
+        req = LaunchRequest(run_id=self.run_id, spec=spec, candidate=cand, stack=self.plan.stack, user_data=user_data,
+                            expires_at=expires, attempt=index,
+                            tags={TAG_RUN: self.run_id, TAG_EXPIRES: expiry_tag(expires),
+                                  "Name": f"gpucloud-{self.run_id}"})
+        self.store.update_run(self.run_id, deadline=deadline.timestamp())
+        handle = provider.provision(req, self.journal)
+        self.store.set_attempt_handle(self.run_id, index, handle.to_json(), zone=handle.zone)
+        return Launch(provider=provider, candidate=cand, channel=channel, handle=handle,
+                      deadline=deadline.timestamp())
+
+    def _failed(self, provider: Provider | None, cand: Candidate, index: int, where: str, reason: str,
+                skipped: str, *, quiet: str = "") -> None:
+        """Record why the attempt failed, end it, and clean up whatever it created. `quiet`: one
+        line shown instead of the failure and the skip (a cloud that cannot be used)."""
+        self.failures.append(f"{where}: {reason}")
+        self.store.event(self.run_id, "attempt", self.failures[-1])
+        self.store.end_attempt(self.run_id, index, reason)
+        if quiet:
+            self.progress.warn(f"skipping {cand.cloud}: {quiet}")
+        else:
+            self.progress.warn(f"{where} failed: {reason}")
+            if skipped:
+                self.progress.info(f"skipping {skipped}")
+        if provider is None:
+            return
+        from gpucloud.teardown import run_handles
+
+        run = self.store.get_run(self.run_id)
+        handles = [h for h in run_handles(self.store, run) if (h.cloud, h.region) == (cand.cloud, cand.region)] \
+            if run else []
+        if not handles and not any((r.cloud, r.region) == (cand.cloud, cand.region)
+                                   for r in self.journal.resources(self.run_id)):
+            return  # the journal says nothing was created there: nothing to clean up
+        for handle in handles or [RunHandle(self.run_id, cand.cloud, cand.region, attempt=index, complete=False)]:
+            try:
+                provider.teardown(handle, self.journal, wait=True)
+            except Exception as exc:
+                self.progress.warn(f"cleanup after the failed attempt on {cand.cloud}/{cand.region}: {exc} "
+                                   f"(the final teardown retries it)")

@@ -1,0 +1,231 @@
+"""AWS refresh source for `gpucloud catalog refresh` (docs/CATALOG.md).
+
+- What exists: `DescribeRegions` (enabled regions), `DescribeInstanceTypes` (GpuInfo: model, count,
+  memory; vCPUs, memory, CPU architecture), `DescribeInstanceTypeOfferings` at zone level per region
+  (a type is offered in a region when at least one zone sells it).
+- Spot: `DescribeSpotPriceHistory` (Linux/UNIX, the latest price per zone; the cheapest zone counts).
+  A type with no spot history gets no spot price (unknown), never an estimate.
+- On-demand: the Price List *Query API* (`pricing:GetProducts`), one paged query per region for
+  `instanceFamily = GPU instance`, Linux, shared tenancy, no pre-installed software, used capacity;
+  a type the family query missed is asked for by name. Chosen over the bulk offer files because a
+  region's EC2 offer file is hundreds of MB of CSV for the ~100 GPU products we need.
+
+Endpoints: boto3's own `AWS_ENDPOINT_URL` (EC2), `GPUCLOUD_AWS_PRICING_URL` (Price List; default
+AWS's us-east-1 pricing endpoint). boto3 is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from gpucloud.catalog.models import Offering
+from gpucloud.catalog.refresh import FetchContext, FetchResult, SourceUnavailable
+
+CLOUD = "aws"
+PRICING_URL_ENV = "GPUCLOUD_AWS_PRICING_URL"
+PRICING_REGION = "us-east-1"
+HOME_REGION = "us-east-1"
+FILTER_CHUNK = 100  # instance-type filter values per DescribeInstanceTypeOfferings call
+WORKERS = 8
+SOURCE = ("AWS APIs: DescribeInstanceTypes, DescribeInstanceTypeOfferings (zones), Price List Query API "
+          "(on-demand Linux), DescribeSpotPriceHistory (cheapest zone)")
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    name: str
+    gpu: str          # canonical catalog name
+    gpu_count: int
+    vcpus: int
+    memory_gib: float
+    arch: str         # "x86_64" | "arm64"
+
+
+def _config() -> Any:
+    from botocore.config import Config
+
+    return Config(connect_timeout=5, read_timeout=30, retries={"mode": "standard", "max_attempts": 3})
+
+
+def _session() -> Any:
+    import boto3
+
+    return boto3.Session()
+
+
+def fetch_offerings(ctx: FetchContext) -> FetchResult:
+    """Every GPU type in every requested region, with its prices; problems listed, never raised
+    unless nothing at all is reachable (then SourceUnavailable)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = _session()
+    home = session.client("ec2", region_name=HOME_REGION, config=_config())
+    try:
+        enabled = sorted(r["RegionName"] for r in home.describe_regions()["Regions"])
+        types, skipped = _gpu_types(home, ctx)
+    except (BotoCoreError, ClientError) as exc:
+        raise SourceUnavailable(f"EC2 API at {home.meta.endpoint_url}: {_first_line(exc)}") from None
+    problems = [f"GPU model not in gpus.csv, types skipped: {s}" for s in skipped]
+    regions = enabled if ctx.regions is None else [r for r in ctx.regions if r in enabled]
+    problems += [f"region {r} is not an enabled EC2 region" for r in (ctx.regions or []) if r not in enabled]
+    ctx.progress(f"{len(types)} GPU instance types; {len(regions)} regions")
+    pricing = session.client("pricing", region_name=PRICING_REGION, config=_config(),
+                             endpoint_url=os.environ.get(PRICING_URL_ENV) or None)
+    rows: list[Offering] = []
+    done: set[str] = set()
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        results = pool.map(lambda r: _region(session, pricing, r, types, ctx), regions)
+        for region, (region_rows, region_problems, ok) in zip(regions, results):
+            rows += region_rows
+            problems += region_problems
+            if ok:
+                done.add(region)
+    if regions and not done:
+        raise SourceUnavailable("; ".join(problems[-3:]) or "no region could be read")
+    return FetchResult(rows=rows, regions=done, source=SOURCE, problems=problems)
+
+
+def _gpu_types(ec2: Any, ctx: FetchContext) -> tuple[dict[str, TypeInfo], list[str]]:
+    """NVIDIA GPU types (whole GPUs only: fractional vGPU sizes report a count of 0)."""
+    types: dict[str, TypeInfo] = {}
+    unknown: dict[str, list[str]] = {}
+    for page in ec2.get_paginator("describe_instance_types").paginate():
+        for it in page["InstanceTypes"]:
+            gpus = (it.get("GpuInfo") or {}).get("Gpus") or []
+            if not gpus or gpus[0].get("Manufacturer") != "NVIDIA" or not gpus[0].get("Count"):
+                continue
+            g = gpus[0]
+            mem_gib = g.get("MemoryInfo", {}).get("SizeInMiB", 0) / 1024
+            canonical = ctx.catalog.variant_for(g["Name"].replace(" ", "-"), mem_gib)
+            if canonical is None:
+                unknown.setdefault(g["Name"], []).append(it["InstanceType"])
+                continue
+            arches = it.get("ProcessorInfo", {}).get("SupportedArchitectures", ["x86_64"])
+            types[it["InstanceType"]] = TypeInfo(
+                name=it["InstanceType"], gpu=canonical, gpu_count=int(g["Count"]),
+                vcpus=int(it["VCpuInfo"]["DefaultVCpus"]), memory_gib=round(it["MemoryInfo"]["SizeInMiB"] / 1024, 2),
+                arch="arm64" if "arm64" in arches else "x86_64")
+    skipped = [f"{name} ({', '.join(sorted(t))})" for name, t in sorted(unknown.items())]
+    return types, skipped
+
+
+def _region(session: Any, pricing: Any, region: str, types: dict[str, TypeInfo],
+            ctx: FetchContext) -> tuple[list[Offering], list[str], bool]:
+    """One region's rows; (rows, problems, whether the region's offerings could be read)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    ec2 = session.client("ec2", region_name=region, config=_config())
+    try:
+        zones = _offered_zones(ec2, list(types))
+    except (BotoCoreError, ClientError) as exc:
+        return [], [f"{region}: offerings not readable ({_first_line(exc)}); kept its previous rows"], False
+    problems: list[str] = []
+    try:
+        spot = _spot_prices(ec2, sorted(zones))
+    except (BotoCoreError, ClientError) as exc:
+        spot = {}
+        problems.append(f"{region}: spot prices not readable ({_first_line(exc)}); spot unknown there")
+    try:
+        on_demand = _on_demand_prices(pricing, region, sorted(zones))
+    except (BotoCoreError, ClientError) as exc:
+        return [], [f"{region}: on-demand prices not readable from the Price List at {pricing.meta.endpoint_url} "
+                    f"({_first_line(exc)}); kept its previous rows"], False
+    rows = []
+    for name in sorted(zones):
+        t = types[name]
+        price = on_demand.get(name)
+        if price is None:
+            problems.append(f"{region}: {name} has no on-demand Linux price in the Price List; left out")
+            continue
+        spot_price = spot.get(name)
+        zone_note = f"zones {','.join(sorted(zones[name]))}"
+        rows.append(Offering(
+            cloud=CLOUD, instance_type=name, gpu=t.gpu, gpu_count=t.gpu_count, vcpus=t.vcpus,
+            memory_gib=t.memory_gib, arch=t.arch, region=region, price_per_hour=price,
+            spot_price_per_hour=spot_price if spot_price and spot_price <= price else None,
+            status="active", status_date=ctx.fetched_at[:10],
+            source=f"{SOURCE} [S]; {zone_note}" + ("" if spot_price else "; spot unknown: no spot price history"),
+            price_date=ctx.fetched_at))
+    ctx.progress(f"{region}: {len(rows)} GPU offerings")
+    return rows, problems, True
+
+
+def _offered_zones(ec2: Any, names: list[str]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for chunk in _chunks(names, FILTER_CHUNK):
+        pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+            LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": chunk}])
+        for page in pages:
+            for off in page["InstanceTypeOfferings"]:
+                out.setdefault(off["InstanceType"], set()).add(off["Location"])
+    return out
+
+
+def _spot_prices(ec2: Any, names: list[str]) -> dict[str, float]:
+    """Cheapest current Linux spot price over the region's zones, per type."""
+    best: dict[str, float] = {}
+    if not names:
+        return best
+    now = datetime.now(timezone.utc)
+    for chunk in _chunks(names, FILTER_CHUNK):
+        pages = ec2.get_paginator("describe_spot_price_history").paginate(
+            InstanceTypes=chunk, ProductDescriptions=["Linux/UNIX"], StartTime=now)
+        for page in pages:
+            for item in page["SpotPriceHistory"]:
+                price = float(item["SpotPrice"])
+                name = item["InstanceType"]
+                if price > 0 and price < best.get(name, float("inf")):
+                    best[name] = price
+    return best
+
+
+_BASE_FILTERS = {"operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA", "capacitystatus": "Used"}
+
+
+def _on_demand_prices(pricing: Any, region: str, names: list[str]) -> dict[str, float]:
+    """On-demand $/h per type from the Price List Query API: the GPU family in one paged query,
+    then by name for any type it missed."""
+    prices = _query_prices(pricing, {**_BASE_FILTERS, "regionCode": region, "instanceFamily": "GPU instance"})
+    for name in names:
+        if name not in prices:
+            prices.update(_query_prices(pricing, {**_BASE_FILTERS, "regionCode": region, "instanceType": name}))
+    return {n: p for n, p in prices.items() if n in set(names)}
+
+
+def _query_prices(pricing: Any, filters: dict[str, str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    pages = pricing.get_paginator("get_products").paginate(
+        ServiceCode="AmazonEC2", FormatVersion="aws_v1",
+        Filters=[{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in filters.items()])
+    for page in pages:
+        for text in page.get("PriceList", []):
+            item = json.loads(text) if isinstance(text, str) else text
+            name = item.get("product", {}).get("attributes", {}).get("instanceType")
+            price = _usd_per_hour(item)
+            if name and price:
+                out[name] = min(price, out.get(name, price))
+    return out
+
+
+def _usd_per_hour(item: dict[str, Any]) -> float | None:
+    for term in item.get("terms", {}).get("OnDemand", {}).values():
+        for dim in term.get("priceDimensions", {}).values():
+            usd = float(dim.get("pricePerUnit", {}).get("USD", "0") or 0)
+            if usd > 0 and dim.get("unit", "Hrs").lower().startswith("hr"):
+                return usd
+    return None
+
+
+def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

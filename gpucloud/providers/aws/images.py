@@ -1,0 +1,92 @@
+"""Which AMI a run boots, and in which zones of a region it can launch (docs/PROVIDERS.md, "AWS images").
+
+The job's `image:` is checked for its format by spec.py; here it only has to be an AMI (an Azure
+URN passes the spec but cannot run on EC2) and exist in the region. Otherwise Canonical's Ubuntu
+AMI of the stack's version comes from AWS's public SSM parameter, falling back to DescribeImages
+of Canonical's account where the parameter is missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucloud.providers.aws.errors import error_code
+from gpucloud.providers.aws.session import AwsClients
+from gpucloud.providers.base import FatalProvisionError
+
+CANONICAL_OWNER = "099720109477"
+UBUNTU_CODENAMES = {"18.04": "bionic", "20.04": "focal", "22.04": "jammy", "24.04": "noble"}
+
+
+def resolve_image(aws: AwsClients, cache: dict[tuple[str, str], tuple[str, str]], region: str,
+                  ubuntu_version: str, image: str = "auto") -> tuple[str, str]:
+    """(AMI id, root device name), remembered in `cache` per region and image."""
+    key = (region, image if image != "auto" else f"ubuntu-{ubuntu_version}")
+    if key in cache:
+        return cache[key]
+    from botocore.exceptions import ClientError
+
+    if image != "auto":
+        if not image.startswith("ami-"):
+            raise FatalProvisionError(f"image {image!r} is not an AMI id (ami-...), so it cannot run on AWS.",
+                                      hint="Use an ami-... id, or `image: auto`.")
+        ami = image
+    else:
+        ami = ubuntu_ami(aws, region, ubuntu_version)
+    try:
+        found = aws.ec2("describe_images", region, ImageIds=[ami]).get("Images", [])
+    except ClientError as exc:
+        if "InvalidAMIID" not in error_code(exc):
+            raise
+        found = []
+    if not found:
+        raise FatalProvisionError(f"AMI {ami} does not exist in {region} (or is not shared with this account).",
+                                  code="InvalidAMIID.NotFound", hint="AMI ids are per region; check `image:`.")
+    cache[key] = (ami, found[0].get("RootDeviceName") or "/dev/sda1")
+    return cache[key]
+
+
+def ubuntu_ami(aws: AwsClients, region: str, version: str) -> str:
+    """Canonical's current Ubuntu AMI (amd64, EBS) of `version` in `region`."""
+    from botocore.exceptions import ClientError
+
+    volume = "ebs-gp3" if version >= "24.04" else "ebs-gp2"
+    param = f"/aws/service/canonical/ubuntu/server/{version}/stable/current/amd64/hvm/{volume}/ami-id"
+    try:
+        return str(aws.call(aws.client("ssm", region), "get_parameter", Name=param)["Parameter"]["Value"])
+    except ClientError as exc:
+        if "ParameterNotFound" not in error_code(exc) and "AccessDenied" not in error_code(exc):
+            raise
+    code = UBUNTU_CODENAMES.get(version)
+    if code is None:
+        raise FatalProvisionError(f"no Ubuntu {version} image is known on AWS.", hint="Set `image:` to an AMI id.")
+    images = aws.ec2(
+        "describe_images", region, Owners=[CANONICAL_OWNER],
+        Filters=[{"Name": "name", "Values": [f"ubuntu/images/hvm-ssd*/ubuntu-{code}-{version}-amd64-server-*"]},
+                 {"Name": "state", "Values": ["available"]}],
+    ).get("Images", [])
+    if not images:
+        raise FatalProvisionError(f"found no Canonical Ubuntu {version} AMI in {region}.",
+                                  hint="Set `image:` to an AMI id for that region.")
+    return str(max(images, key=lambda i: (i.get("CreationDate", ""), i.get("Name", "")))["ImageId"])
+
+
+def zones(aws: AwsClients, region: str, instance_type: str) -> tuple[str, list[tuple[str, str | None]]]:
+    """The default VPC and the (zone, default subnet) pairs to try in order: only zones that
+    offer the type when AWS says which (saves a failed RunInstances per zone)."""
+    vpcs = aws.ec2("describe_vpcs", region, Filters=[{"Name": "isDefault", "Values": ["true"]}]).get("Vpcs", [])
+    if not vpcs:
+        raise FatalProvisionError(
+            f"{region} has no default VPC, which gpucloud launches into.",
+            hint=f"Create one with `aws ec2 create-default-vpc --region {region}`.")
+    subnets: list[dict[str, Any]] = aws.ec2(
+        "describe_subnets", region,
+        Filters=[{"Name": "vpc-id", "Values": [vpcs[0]["VpcId"]]}, {"Name": "default-for-az", "Values": ["true"]}],
+    ).get("Subnets", [])
+    by_zone = {s["AvailabilityZone"]: s["SubnetId"] for s in subnets}
+    offered = aws.ec2(
+        "describe_instance_type_offerings", region, LocationType="availability-zone",
+        Filters=[{"Name": "instance-type", "Values": [instance_type]}],
+    ).get("InstanceTypeOfferings", [])
+    names = sorted({o["Location"] for o in offered} & set(by_zone)) or sorted(by_zone)
+    return vpcs[0]["VpcId"], [(z, by_zone.get(z)) for z in names] or [("", None)]

@@ -1,0 +1,131 @@
+"""RunInstances for an attempt: all N nodes in one call, one zone at a time (docs/PROVIDERS.md,
+"AWS launch").
+
+MinCount = MaxCount = N makes the call all or nothing, so a capacity error moves the whole group to
+the next zone. Every node boots the same user-data and takes its rank from its launch index (IMDS
+`ami-launch-index`), which is also the rank order of the returned ids. A ClientToken per attempt
+and zone stays the same across retries, so a retried RunInstances never starts a second, paid
+machine. IMDSv2 is required with hop limit 1, the root volume is encrypted gp3, and the VM's own
+`shutdown -h now` terminates it (InstanceInitiatedShutdownBehavior=terminate).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpucloud.providers.aws.errors import error_code, error_kind, error_message
+from gpucloud.providers.aws.network import CLOUD, tag_list, run_tags
+from gpucloud.providers.aws.session import AwsClients
+from gpucloud.providers.base import CapacityError, LaunchRequest, RunHandle
+
+if TYPE_CHECKING:
+    from gpucloud.state import Journal
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What RunInstances needs besides the request: image, network objects and the user-data."""
+
+    ami: str
+    root_device: str
+    sg_id: str
+    user_data: bytes
+    count: int
+    placement_group: str | None = None
+    key_name: str | None = None
+
+
+def client_token(run_id: str, attempt: int, zone: str, rank: int | None) -> str:
+    """Same inputs, same token: every retry of one attempt in one zone reuses it (<= 64 chars)."""
+    digest = hashlib.sha256(f"{run_id}|{attempt}|{zone}|{rank}".encode()).hexdigest()[:40]
+    return f"gpucloud-{digest}"
+
+
+def launch(aws: AwsClients, req: LaunchRequest, journal: Journal, handle: RunHandle, plan: LaunchPlan,
+           zones: list[tuple[str, str | None]]) -> list[str]:
+    """All nodes in one zone or none, trying the zones in order; ids in rank order."""
+    from botocore.exceptions import ClientError
+
+    cand = req.candidate
+    last: ClientError | None = None
+    tried: list[str] = []
+    for zone, subnet in zones:
+        try:
+            ids = run_instances(aws, req, journal, handle.region, plan, zone, subnet)
+        except ClientError as exc:
+            if error_kind(error_code(exc)) != "capacity":
+                raise
+            last = exc
+            tried.append(zone or "default zone")
+            continue
+        handle.zone = zone or None
+        handle.nodes = ids
+        return ids
+    assert last is not None
+    what = f"{plan.count} nodes together" if plan.count > 1 else "the instance"
+    raise CapacityError(
+        f"{cand.region}/{cand.instance_type}{' (spot)' if cand.spot else ''}: no capacity for {what} in "
+        f"{', '.join(tried)} ({error_code(last)}: {error_message(last)})", code=error_code(last))
+
+
+def run_instances(aws: AwsClients, req: LaunchRequest, journal: Journal, region: str, plan: LaunchPlan,
+                  zone: str, subnet: str | None) -> list[str]:
+    """One RunInstances call for the plan's nodes; ids sorted by AmiLaunchIndex (= rank)."""
+    from botocore.exceptions import ClientError
+
+    cand = req.candidate
+    name = req.tags.get("Name") or f"gpucloud-{req.run_id}"
+    tags = tag_list(run_tags(req, name))
+    kwargs: dict[str, Any] = {
+        "ImageId": plan.ami, "InstanceType": cand.instance_type, "MinCount": plan.count, "MaxCount": plan.count,
+        "ClientToken": client_token(req.run_id, req.attempt, zone, None),
+        "UserData": plan.user_data,
+        "SecurityGroupIds": [plan.sg_id],
+        "InstanceInitiatedShutdownBehavior": "terminate",
+        "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1, "HttpEndpoint": "enabled"},
+        "BlockDeviceMappings": [{"DeviceName": plan.root_device, "Ebs": {
+            "VolumeSize": int(req.spec.resources.disk_gb), "VolumeType": "gp3", "Encrypted": True,
+            "DeleteOnTermination": True}}],
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": tags},
+                              {"ResourceType": "volume", "Tags": tags}],
+    }
+    if subnet:
+        kwargs["SubnetId"] = subnet
+    if plan.placement_group:
+        kwargs["Placement"] = {"GroupName": plan.placement_group}
+    if plan.key_name:
+        kwargs["KeyName"] = plan.key_name
+    if cand.spot:
+        kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
+            "MaxPrice": f"{max_price(req):.4f}", "SpotInstanceType": "one-time",
+            "InstanceInterruptionBehavior": "terminate"}}
+    intents = [journal.intent(req.run_id, "instance", f"{name}-node{r}", region, CLOUD) for r in range(plan.count)]
+    try:
+        out = aws.ec2("run_instances", region, **kwargs)
+    except ClientError:
+        for res in intents:  # AWS answered "no": nothing was created
+            journal.deleted(res)
+        raise
+    instances = sorted(out["Instances"], key=lambda i: i.get("AmiLaunchIndex", 0))
+    ids = [str(i["InstanceId"]) for i in instances]
+    for res, iid in zip(intents, ids):
+        journal.created(res, iid)
+    return ids
+
+
+def max_price(req: LaunchRequest) -> float:
+    """The job's max price, else the on-demand price (what AWS caps a spot bid at anyway)."""
+    if req.spec.resources.max_price_per_hour:
+        return float(req.spec.resources.max_price_per_hour)
+    try:
+        from gpucloud.catalog import load_catalog
+
+        for off in load_catalog().offerings:
+            if off.cloud == CLOUD and off.instance_type == req.candidate.instance_type \
+                    and off.region == req.candidate.region:
+                return float(off.price_per_hour)
+    except Exception:  # noqa: BLE001 - the catalog is a convenience here
+        pass
+    return float(req.candidate.price_per_hour) * 3

@@ -1,0 +1,170 @@
+"""Teardown of one attempt from its RunHandle, and gc of everything expired by tag; both delete
+through the one reaper (docs/PROVIDERS.md, "AWS teardown").
+
+A complete handle is the whole truth: only the kinds it lists are looked at, so a single-node run
+(no placement group) never calls DescribePlacementGroups. A partial handle (a crash before
+provision returned) is widened with the journal's rows and the run's tags, again only for the
+kinds the journal says were being created.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpucloud.providers.aws.errors import AwsTeardownError, describe
+from gpucloud.providers.aws.network import CLOUD, KEY, PG, SG, tag_dict
+from gpucloud.providers.aws.reaper import INSTANCE, LABELS, VOLUME, Outcome, Targets, reap
+from gpucloud.providers.aws.session import AwsClients
+from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, RunHandle, parse_expiry_tag
+
+if TYPE_CHECKING:
+    from gpucloud.state import Journal, ResourceRecord
+
+PG_GONE_STATES = ("deleting", "deleted")
+LIVE_STATES = ["pending", "running", "shutting-down", "stopping", "stopped"]
+
+
+def _by_tag(aws: AwsClients, region: str, op: str, key: str, id_field: str, filters: list[dict[str, Any]]) -> list[tuple[str, dict[str, str]]]:
+    """(id, tags) of every object a Describe call returns for the filters (paginated)."""
+    found: list[tuple[str, dict[str, str]]] = []
+    kwargs: dict[str, Any] = {"Filters": filters}
+    while True:
+        page = aws.ec2(op, region, **kwargs)
+        if key == "Reservations":
+            items = [i for r in page.get("Reservations", []) for i in r.get("Instances", [])]
+        else:
+            items = [i for i in page.get(key, []) if i.get("State") not in PG_GONE_STATES]
+        found += [(str(i[id_field]), tag_dict(i.get("Tags"))) for i in items]
+        if not page.get("NextToken"):
+            return found
+        kwargs["NextToken"] = page["NextToken"]
+
+
+def run_instances(aws: AwsClients, run_id: str, region: str, *, include_terminated: bool = False) -> list[str]:
+    """Ids of the run's instances found by tag."""
+    flt: list[dict[str, Any]] = [{"Name": f"tag:{TAG_RUN}", "Values": [run_id]}]
+    if not include_terminated:
+        flt.append({"Name": "instance-state-name", "Values": LIVE_STATES})
+    return [i for i, _ in _by_tag(aws, region, "describe_instances", "Reservations", "InstanceId", flt)]
+
+
+def targets_for(aws: AwsClients, handle: RunHandle, records: list[ResourceRecord]) -> Targets:
+    """What to delete for this handle: its own lists, and for a partial handle also the journal's
+    rows and whatever carries the run's tag, for the kinds the journal names."""
+    res = handle.resources
+    targets = Targets(instances=list(handle.nodes), security_groups=list(res.get(SG, [])),
+                      placement_groups=list(res.get(PG, [])), key_pairs=list(res.get(KEY, [])))
+    if handle.complete:
+        return targets
+    kinds = {r.kind for r in records} | set(res)
+    run_tag = [{"Name": f"tag:{TAG_RUN}", "Values": [handle.run_id]}]
+    targets.instances += [r.cloud_id for r in records if r.kind == INSTANCE and (r.cloud_id or "").startswith("i-")]
+    targets.instances += run_instances(aws, handle.run_id, handle.region)
+    targets.security_groups += [r.cloud_id for r in records if r.kind == SG and r.cloud_id]
+    targets.security_groups += [i for i, _ in _by_tag(aws, handle.region, "describe_security_groups",
+                                                      "SecurityGroups", "GroupId", run_tag)]
+    if PG in kinds:
+        targets.placement_groups += [r.name for r in records if r.kind == PG and r.name and r.cloud_id]
+        targets.placement_groups += [i for i, _ in _by_tag(aws, handle.region, "describe_placement_groups",
+                                                           "PlacementGroups", "GroupName", run_tag)]
+    if KEY in kinds:
+        targets.key_pairs += [r.name for r in records if r.kind == KEY and r.name and r.cloud_id]
+        targets.key_pairs += [i for i, _ in _by_tag(aws, handle.region, "describe_key_pairs", "KeyPairs",
+                                                    "KeyName", run_tag)]
+    for name in ("instances", "security_groups", "placement_groups", "key_pairs"):
+        setattr(targets, name, sorted(set(getattr(targets, name))))
+    return targets
+
+
+def teardown_handle(aws: AwsClients, handle: RunHandle, journal: Journal, keys_dir: Path, *, wait: bool) -> None:
+    """Delete what the handle lists (see the module doc); journal rows of what is gone are closed.
+    Objects in S3 stay: `gpucloud logs RUN` reads them later; the bucket's lifecycle rule expires them."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    run_id, region = handle.run_id, handle.region
+    records = [r for r in journal.resources(handle.run_id) if r.cloud == CLOUD and (r.region or region) == region]
+    problems: list[str] = []
+    try:
+        targets = targets_for(aws, handle, records)
+    except (ClientError, BotoCoreError) as exc:
+        problems.append(f"listing the run's resources: {describe(exc)}")
+        targets = targets_for(aws, RunHandle(run_id, CLOUD, region, handle.attempt, handle.zone, handle.nodes,
+                                             handle.resources), records)
+    outcomes = reap(aws, region, targets, wait=wait)
+    for o in outcomes:
+        label = f"{LABELS[o.kind]} {o.ident}"
+        if o.kept and o.kind != INSTANCE:
+            journal.event(run_id, "teardown", f"{label} left until its instances are gone")
+        if not o.done and (wait or not o.kept):
+            problems.append(f"{label}: {o.why}")
+    pattern = f"gpucloud-{run_id}-{region}-{handle.attempt if handle.complete else '*'}.pem"
+    for path in keys_dir.glob(pattern) if keys_dir.is_dir() else []:
+        path.unlink(missing_ok=True)
+    _close_journal_rows(journal, handle, records, outcomes, clean=not problems)
+    if problems:
+        raise AwsTeardownError(
+            f"teardown of run {run_id} in {region} is incomplete:\n  " + "\n  ".join(problems),
+            hint=f"Run `gpucloud down {run_id}` again; everything left carries the tag {TAG_RUN}={run_id} "
+                 "and `gpucloud gc` removes it once it has expired.",
+        )
+
+
+def _close_journal_rows(journal: Journal, handle: RunHandle, records: list[ResourceRecord],
+                        outcomes: list[Outcome], *, clean: bool) -> None:
+    """Mark deleted what the reaper deleted, and (when nothing went wrong) intents whose create
+    never happened: all of the run's for a partial handle (the tags were searched), only this
+    attempt's named objects for a complete one."""
+    done = {(o.kind, o.ident) for o in outcomes if o.done}
+    mine = f"gpucloud-{handle.run_id}-{handle.attempt}"
+    for r in records:
+        ident = r.name if r.kind in (PG, KEY) else r.cloud_id
+        if r.cloud_id and (r.kind, ident) in done:
+            journal.deleted(r.id)
+        elif r.cloud_id is None and clean and r.kind in (INSTANCE, SG, PG, KEY) and (
+                not handle.complete or (r.kind != INSTANCE and r.name == mine)):
+            journal.deleted(r.id)
+
+
+def gc_region(aws: AwsClients, region: str, now: datetime, dry_run: bool) -> list[str]:
+    """Find (and unless dry_run delete) every tagged resource in `region` whose expiry has passed."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        targets, tags = gc_find(aws, region, now)
+    except (ClientError, BotoCoreError) as exc:
+        return [f"aws/{region}: skipped ({describe(exc)})"]
+
+    def line(kind: str, ident: str, verb: str, why: str = "") -> str:
+        t = tags.get(ident, {})
+        label = f"{LABELS[kind]} {ident} (run {t.get(TAG_RUN, '?')}, expired {t.get(TAG_EXPIRES, '?')})"
+        return f"aws/{region}: {verb} {label}{(': ' + why) if why else ''}"
+
+    if dry_run:
+        return [line(kind, ident, "would delete") for kind, ident in targets.items()]
+    return [line(o.kind, o.ident, "deleted" if o.done else "could not delete", o.why)
+            for o in reap(aws, region, targets, wait=True)]
+
+
+def gc_find(aws: AwsClients, region: str, now: datetime) -> tuple[Targets, dict[str, dict[str, str]]]:
+    """Every object of the region tagged gpucloud-expires < now, and the tags of each."""
+    flt: list[dict[str, Any]] = [{"Name": "tag-key", "Values": [TAG_EXPIRES]}]
+    found = {
+        "instances": _by_tag(aws, region, "describe_instances", "Reservations", "InstanceId",
+                             flt + [{"Name": "instance-state-name", "Values": LIVE_STATES}]),
+        "security_groups": _by_tag(aws, region, "describe_security_groups", "SecurityGroups", "GroupId", flt),
+        "placement_groups": _by_tag(aws, region, "describe_placement_groups", "PlacementGroups", "GroupName", flt),
+        "key_pairs": _by_tag(aws, region, "describe_key_pairs", "KeyPairs", "KeyName", flt),
+        "volumes": _by_tag(aws, region, "describe_volumes", "Volumes", "VolumeId",
+                           flt + [{"Name": "status", "Values": ["available", "error"]}]),
+    }
+    targets = Targets()
+    tags: dict[str, dict[str, str]] = {}
+    for name, items in found.items():
+        for ident, t in items:
+            when = parse_expiry_tag(t.get(TAG_EXPIRES))
+            if when is not None and when < now:
+                getattr(targets, name).append(ident)
+                tags[ident] = t
+    return targets, tags

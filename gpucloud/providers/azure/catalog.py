@@ -1,0 +1,163 @@
+"""Azure refresh source for `gpucloud catalog refresh` (docs/CATALOG.md).
+
+- What exists: the Resource SKUs API (`Microsoft.Compute/skus`) through ARM: GPU count, vCPUs,
+  memory, CPU architecture, the regions a size is listed in, minus the regions where a `Location`
+  restriction (`NotAvailableForSubscription`) applies to this subscription.
+- Which GPU a size has: the small table below (the API gives only a count).
+- Prices, on-demand and spot: the public Retail Prices API (no sign-in), `Consumption` Linux rows;
+  `skuName` ending in " Spot" is the spot price, " Low Priority" rows are dropped, as are Windows
+  rows; pages are followed through `NextPageLink`.
+
+Endpoints: `GPUCLOUD_AZURE_ARM_ENDPOINT` (ARM, the provider's setting) and
+`GPUCLOUD_AZURE_PRICES_URL` (default https://prices.azure.com/api/retail/prices). The azure SDKs
+are imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from gpucloud.catalog.models import Offering
+from gpucloud.catalog.refresh import FetchContext, FetchResult, SourceUnavailable
+
+CLOUD = "azure"
+PRICES_URL_ENV = "GPUCLOUD_AZURE_PRICES_URL"
+DEFAULT_PRICES_URL = "https://prices.azure.com/api/retail/prices"
+SKUS_PER_QUERY = 10
+MAX_PAGES = 2000
+SOURCE = "Azure APIs: Resource SKUs (ARM), Retail Prices API (Consumption, Linux)"
+
+# Size name pattern -> GPU (catalog canonical name). First match wins; sizes that match nothing
+# (AMD MI300X, fractional vGPU sizes) are skipped and reported.
+GPU_BY_SIZE: tuple[tuple[str, str], ...] = (
+    (r"^Standard_ND96isr_H200_v5$", "H200"),
+    (r"^Standard_ND96isr_H100_v5$", "H100"),
+    (r"^Standard_NC\d+ad[i]?s_H100_v5$", "H100-NVL"),
+    (r"^Standard_ND96asr_v4$", "A100-40GB"),
+    (r"^Standard_ND96amsr_A100_v4$", "A100-80GB"),
+    (r"^Standard_NC\d+ads_A100_v4$", "A100-80GB"),
+    (r"^Standard_NC\d+as_T4_v3$", "T4"),
+    (r"^Standard_NV(36|72)ad[m]?s_A10_v5$", "A10"),
+    (r"^Standard_NV\d+s_v3$", "M60"),
+    (r"^Standard_NC\d+s_v3$", "V100"),
+    (r"^Standard_NC\d+r?$", "K80"),
+)
+
+
+def gpu_for_size(name: str) -> str | None:
+    return next((gpu for pattern, gpu in GPU_BY_SIZE if re.match(pattern, name)), None)
+
+
+def fetch_offerings(ctx: FetchContext) -> FetchResult:
+    """GPU sizes per region from Resource SKUs, priced from the Retail Prices API."""
+    sizes, problems = _gpu_sizes(ctx)
+    wanted = set(ctx.regions) if ctx.regions is not None else None
+    ctx.progress(f"{len(sizes)} GPU sizes from Resource SKUs")
+    prices = _retail_prices(sorted(sizes), ctx)
+    rows: list[Offering] = []
+    regions: set[str] = set()
+    for name, (gpu, count, vcpus, memory, arch, locations) in sorted(sizes.items()):
+        for region in sorted(locations):
+            if wanted is not None and region not in wanted:
+                continue
+            regions.add(region)
+            on_demand, spot = prices.get((name, region), (None, None))
+            if on_demand is None:
+                problems.append(f"{region}: {name} has no Linux on-demand retail price; left out")
+                continue
+            rows.append(Offering(
+                cloud=CLOUD, instance_type=name, gpu=gpu, gpu_count=count, vcpus=vcpus, memory_gib=memory,
+                arch=arch, region=region, price_per_hour=on_demand,
+                spot_price_per_hour=spot if spot and spot <= on_demand else None,
+                status="active", status_date=ctx.fetched_at[:10],
+                source=f"{SOURCE} [S]" + ("" if spot else "; spot unknown: no spot retail price"),
+                price_date=ctx.fetched_at))
+    ctx.progress(f"{len(rows)} GPU offerings in {len(regions)} regions")
+    return FetchResult(rows=rows, regions=regions, source=SOURCE, problems=problems)
+
+
+def _gpu_sizes(ctx: FetchContext) -> tuple[dict[str, tuple[str, int, int, float, str, set[str]]], list[str]]:
+    from azure.core.exceptions import AzureError
+
+    from gpucloud.providers.azure import AzureProvider
+
+    provider = AzureProvider()
+    try:
+        skus = list(provider.compute.resource_skus.list())
+    except (AzureError, Exception) as exc:  # noqa: BLE001 - credential errors are not AzureErrors
+        raise SourceUnavailable(f"Resource SKUs at {provider.arm_endpoint}: {_first_line(exc)}") from None
+    sizes: dict[str, tuple[str, int, int, float, str, set[str]]] = {}
+    unknown: set[str] = set()
+    for sku in skus:
+        if sku.resource_type != "virtualMachines":
+            continue
+        caps = {c.name: c.value for c in sku.capabilities or []}
+        count = int(float(caps.get("GPUs", "0") or 0))
+        if count < 1:
+            continue
+        gpu = gpu_for_size(sku.name)
+        if gpu is None or gpu not in ctx.catalog.gpus:
+            unknown.add(sku.name)
+            continue
+        blocked = {loc.lower() for r in sku.restrictions or [] if r.type == "Location"
+                   for loc in (r.restriction_info.locations if r.restriction_info else r.values) or []}
+        locations = {loc.lower() for loc in sku.locations or []} - blocked
+        if sku.name in sizes:
+            locations |= sizes[sku.name][5]
+        arch = "arm64" if str(caps.get("CpuArchitectureType", "x64")).lower() == "arm64" else "x86_64"
+        sizes[sku.name] = (gpu, count, int(caps.get("vCPUs", "0")), float(caps.get("MemoryGB", "0")), arch, locations)
+    problems = [f"GPU sizes with no entry in the size table, skipped: {', '.join(sorted(unknown))}"] if unknown else []
+    return sizes, problems
+
+
+def _retail_prices(names: list[str], ctx: FetchContext) -> dict[tuple[str, str], tuple[float | None, float | None]]:
+    """(size, region) -> (on-demand, spot) from the Retail Prices API, cheapest row of each kind."""
+    base = os.environ.get(PRICES_URL_ENV) or DEFAULT_PRICES_URL
+    out: dict[tuple[str, str], list[float | None]] = {}
+    for i in range(0, len(names), SKUS_PER_QUERY):
+        chunk = names[i:i + SKUS_PER_QUERY]
+        sku_filter = " or ".join(f"armSkuName eq '{n}'" for n in chunk)
+        flt = f"serviceName eq 'Virtual Machines' and priceType eq 'Consumption' and ({sku_filter})"
+        url: str | None = f"{base}?{urllib.parse.urlencode({'$filter': flt})}"
+        pages = 0
+        while url and pages < MAX_PAGES:
+            doc = _get_json(url)
+            pages += 1
+            for item in doc.get("Items", []):
+                _add_price(out, item)
+            link = doc.get("NextPageLink") or None
+            url = urllib.parse.quote(link, safe=":/?&=$%'()+,;@") if link else None
+        ctx.progress(f"retail prices: {min(i + SKUS_PER_QUERY, len(names))}/{len(names)} sizes")
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def _add_price(out: dict[tuple[str, str], list[float | None]], item: dict[str, Any]) -> None:
+    sku_name = str(item.get("skuName", ""))
+    if "Windows" in str(item.get("productName", "")) or sku_name.endswith("Low Priority"):
+        return
+    if item.get("unitOfMeasure") != "1 Hour" or item.get("type", "Consumption") != "Consumption":
+        return
+    price = float(item.get("retailPrice") or 0)
+    if price <= 0:
+        return
+    slot = out.setdefault((item["armSkuName"], str(item["armRegionName"]).lower()), [None, None])
+    idx = 1 if sku_name.endswith("Spot") else 0
+    slot[idx] = price if slot[idx] is None else min(price, slot[idx])  # type: ignore[type-var]
+
+
+def _get_json(url: str) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 - https or a configured mirror
+            return json.loads(resp.read())  # type: ignore[no-any-return]
+    except (OSError, ValueError) as exc:
+        host = urllib.parse.urlsplit(url)
+        raise SourceUnavailable(f"Retail Prices API at {host.scheme}://{host.netloc}{host.path}: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -1,0 +1,156 @@
+"""What an Azure node of a run looks like: its image, SSH key, the ARM bodies of its public IP,
+NIC, NSG and VM, and how its power state reads (docs/PROVIDERS.md, "Azure images")."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from typing import Any
+
+from gpucloud.errors import UserError
+from gpucloud.providers.base import LaunchRequest, ssh_source_cidr
+
+ADMIN_USER = "gpucloud"  # the VM's login user (password login is never enabled)
+# The run's network: one VNet and one subnet per run; the subnet holds exactly the run's nodes.
+VNET_PREFIX = "10.0.0.0/16"
+SUBNET_PREFIX = "10.0.0.0/24"
+
+# Ubuntu images on Azure (docs/PROVIDERS.md, "Azure images"): version -> (publisher, offer, Gen2 sku, Gen1 sku).
+UBUNTU_IMAGES: dict[str, tuple[str, str, str, str]] = {
+    "20.04": ("Canonical", "0001-com-ubuntu-server-focal", "20_04-lts-gen2", "20_04-lts"),
+    "22.04": ("Canonical", "0001-com-ubuntu-server-jammy", "22_04-lts-gen2", "22_04-lts"),
+    "24.04": ("Canonical", "ubuntu-24_04-lts", "server", "server-gen1"),
+}
+# Sizes that boot only Generation 1 images: NC v1 (K80), NC_Promo, NV v1 (M60).
+GEN1_ONLY_SIZE = re.compile(r"^Standard_N[CV]\d+r?(_Promo)?$", re.IGNORECASE)
+
+
+def needs_gen1(instance_type: str, gpu: str) -> bool:
+    return gpu.upper() == "K80" or bool(GEN1_ONLY_SIZE.match(instance_type))
+
+
+def image_reference(image: str, ubuntu_version: str, instance_type: str, gpu: str) -> dict[str, str]:
+    """The VM's imageReference: the job's `image:` wins (a URN `publisher:offer:sku:version` or an
+    image resource id); otherwise Ubuntu of the stack, Gen1 where the size requires it."""
+    if image and image != "auto":
+        if image.startswith("/"):
+            return {"id": image}
+        parts = image.split(":")
+        if len(parts) != 4 or not all(parts):
+            raise UserError(f"image {image!r} is not an Azure image URN.",
+                            hint="Use publisher:offer:sku:version (e.g. Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest) or an image resource id.")
+        return dict(zip(("publisher", "offer", "sku", "version"), parts))
+    version = ubuntu_version if ubuntu_version in UBUNTU_IMAGES else "22.04"
+    publisher, offer, gen2, gen1 = UBUNTU_IMAGES[version]
+    return {"publisher": publisher, "offer": offer, "sku": gen1 if needs_gen1(instance_type, gpu) else gen2,
+            "version": "latest"}
+
+
+def throwaway_ssh_key() -> str:
+    """The caller's key when SSH is asked for; else a throwaway key nobody holds (Azure requires a
+    key when password login is disabled, and password login is never enabled)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+
+
+def user_ssh_key() -> str:
+    home = os.path.expanduser("~/.ssh")
+    for name in ("id_ed25519.pub", "id_rsa.pub", "id_ecdsa.pub"):
+        path = os.path.join(home, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as fh:
+                return fh.read().strip()
+    raise UserError("resources.ssh is true but no public key was found in ~/.ssh (id_ed25519.pub, id_rsa.pub).",
+                    hint="Create one with `ssh-keygen -t ed25519`.")
+
+
+def vm_state(vm: Any) -> str:
+    props = vm.properties
+    view = getattr(props, "instance_view", None) if props is not None else None
+    statuses = [s.code or "" for s in (getattr(view, "statuses", None) or [])]
+    power = next((c.split("/", 1)[1] for c in statuses if c.startswith("PowerState/")), None)
+    provisioning = (getattr(props, "provisioning_state", None) or "").lower()
+    if provisioning == "deleting":
+        return "stopping"
+    if power is None:
+        return "gone" if provisioning == "failed" else "pending"
+    if power in ("running",):
+        return "running"
+    if power in ("starting",):
+        return "pending"
+    return "stopping"  # stopping, stopped (still billed), deallocating, deallocated
+
+
+def pip_body(req: LaunchRequest, tags: dict[str, str]) -> dict[str, Any]:
+    return {"location": req.candidate.region, "tags": tags, "sku": {"name": "Standard", "tier": "Regional"},
+            "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4"}}
+
+
+def nic_body(req: LaunchRequest, tags: dict[str, str], nsg_id: str, subnet_id: str,
+              pip_id: str) -> dict[str, Any]:
+    return {"location": req.candidate.region, "tags": tags,
+            "properties": {"networkSecurityGroup": {"id": nsg_id}, "ipConfigurations": [{
+                "name": "ipconfig", "properties": {
+                    "subnet": {"id": subnet_id},
+                    "privateIPAllocationMethod": "Dynamic",
+                    "publicIPAddress": {"id": pip_id}}}]}}
+
+
+def nsg_body(req: LaunchRequest, region: str, tags: dict[str, str]) -> dict[str, Any]:
+    """Inbound: nothing from anywhere, except node-to-node within the run's subnet for
+    multi-node jobs and SSH from the caller's address when the job asks for it."""
+    rules: list[dict[str, Any]] = [{
+        "name": "deny-all-inbound", "properties": {
+            "priority": 4096, "direction": "Inbound", "access": "Deny", "protocol": "*",
+            "sourceAddressPrefix": "*", "sourcePortRange": "*",
+            "destinationAddressPrefix": "*", "destinationPortRange": "*"}}]
+    if len(req.user_data) > 1:
+        # The run's own nodes, and only them: the subnet is the run's (not the VirtualNetwork
+        # tag, which also covers peered networks, gateways and the host's 168.63.129.16).
+        rules.append({"name": "allow-run-nodes-inbound", "properties": {
+            "priority": 4000, "direction": "Inbound", "access": "Allow", "protocol": "*",
+            "sourceAddressPrefix": SUBNET_PREFIX, "sourcePortRange": "*",
+            "destinationAddressPrefix": SUBNET_PREFIX, "destinationPortRange": "*"}})
+    if req.spec.resources.ssh:
+        rules.append({"name": "allow-ssh-from-caller", "properties": {
+            "priority": 1000, "direction": "Inbound", "access": "Allow", "protocol": "Tcp",
+            "sourceAddressPrefix": ssh_source_cidr(), "sourcePortRange": "*",
+            "destinationAddressPrefix": "*", "destinationPortRange": "22"}})
+    return {"location": region, "tags": tags, "properties": {"securityRules": rules}}
+
+
+def vm_body(req: LaunchRequest, rank: int, script: str, nic_id: str, region: str,
+             tags: dict[str, str], ssh_key: str, ppg_id: str | None = None) -> dict[str, Any]:
+    cand = req.candidate
+    props: dict[str, Any] = {
+        "hardwareProfile": {"vmSize": cand.instance_type},
+        "storageProfile": {
+            "imageReference": image_reference(req.spec.image, req.stack.ubuntu_version, cand.instance_type, cand.gpu),
+            "osDisk": {"name": f"osdisk-{rank}", "createOption": "FromImage", "deleteOption": "Delete",
+                       "diskSizeGB": req.spec.resources.disk_gb,
+                       "managedDisk": {"storageAccountType": "StandardSSD_LRS"}},
+        },
+        "osProfile": {
+            "computerName": f"{req.spec.name}-{rank}"[:63],
+            "adminUsername": ADMIN_USER,
+            "customData": base64.b64encode(script.encode()).decode(),
+            "linuxConfiguration": {
+                "disablePasswordAuthentication": True,
+                "ssh": {"publicKeys": [{"path": f"/home/{ADMIN_USER}/.ssh/authorized_keys", "keyData": ssh_key}]},
+            },
+        },
+        "networkProfile": {"networkInterfaces": [{"id": nic_id, "properties": {"primary": True, "deleteOption": "Delete"}}]},
+        # Serial console log in managed storage (no account needed): what `console_hint` points to.
+        "diagnosticsProfile": {"bootDiagnostics": {"enabled": True}},
+    }
+    if ppg_id:
+        props["proximityPlacementGroup"] = {"id": ppg_id}
+    if cand.spot:
+        max_price = req.spec.resources.max_price_per_hour
+        props.update({"priority": "Spot", "evictionPolicy": "Delete",
+                      "billingProfile": {"maxPrice": float(max_price) if max_price else -1}})
+    return {"location": region, "tags": tags, "identity": {"type": "SystemAssigned"}, "properties": props}
