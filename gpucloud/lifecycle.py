@@ -359,13 +359,13 @@ class _Run:
 
     def _teardown(self, code: int) -> int:
         """Always runs. A second Ctrl-C during it is ignored (with a warning)."""
-        from gpucloud.teardown import teardown_run
+        from gpucloud.teardown import run_handles, teardown_run
 
         self.tearing_down = True
         t0 = time.monotonic()
         run = self.store.get_run(self.run_id)
-        if run is None or (not run.attempts and not self.store.resources(self.run_id, alive_only=True)):
-            return code  # nothing was ever asked for
+        if run is None or not run_handles(self.store, run):
+            return code  # nothing was ever asked for, or every failed attempt was cleaned up already
         self.store.update_run(self.run_id, status="tearing-down", phase="teardown")
         self.progress.phase("teardown")
         errors = teardown_run(self.store, self.journal, run, wait=self.wait_teardown, say=self.progress.warn)

@@ -449,6 +449,7 @@ def test_dead_arm_endpoint_fails_within_20_seconds(kind: str) -> None:
 
     from azure.core.credentials import AccessToken
 
+    from gpucloud.errors import CloudAccessError
     from gpucloud.providers.base import ProvisionError
     from tests.support.dead_endpoint import dead_endpoint
 
@@ -460,9 +461,11 @@ def test_dead_arm_endpoint_fails_within_20_seconds(kind: str) -> None:
         provider = AzureProvider(credential=StaticToken(), subscription_id="00000000-0000-0000-0000-000000000000",
                                  arm_endpoint=url)
         t0 = time.monotonic()
-        with pytest.raises(ProvisionError):
+        with pytest.raises((ProvisionError, CloudAccessError)) as info:  # issue 10: refused = EndpointError
             provider.gc(datetime.now(UTC), dry_run=True)
     assert time.monotonic() - t0 < 20
+    if kind == "refused":
+        assert isinstance(info.value, CloudAccessError) and url.split("//")[1] in info.value.message
 
 
 def test_azure_declares_its_shape() -> None:

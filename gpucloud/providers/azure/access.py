@@ -68,6 +68,12 @@ def arm_endpoint() -> str:
     return os.environ.get(ARM_ENDPOINT_ENV) or DEFAULT_ARM_ENDPOINT
 
 
+def endpoint_of(exc: BaseException) -> str:
+    """The host the SDK could not reach (named in the transport's message), else the ARM endpoint."""
+    m = re.search(r"host='([^']+)', port=(\d+)", str(exc))
+    return f"{m[1]}:{m[2]}" if m else arm_endpoint()
+
+
 def no_subscription() -> CredentialsError:
     return CredentialsError("Azure: AZURE_SUBSCRIPTION_ID is not set.", cloud=CLOUD,
                             hint="Set it to the subscription to run in (`az account show --query id -o tsv`).")
@@ -90,7 +96,7 @@ def classify_access(exc: BaseException, *, what: str = "") -> CloudAccessError |
     if isinstance(exc, ServiceRequestError):
         override = os.environ.get(ARM_ENDPOINT_ENV)
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-        return EndpointError(f"Azure: could not reach {arm_endpoint()}{during} ({first}).", cloud=CLOUD,
+        return EndpointError(f"Azure: could not reach {endpoint_of(exc)}{during} ({first}).", cloud=CLOUD,
                              hint=(f"{ARM_ENDPOINT_ENV} is set to {override}: unset it or start the service there."
                                    if override else "Check the network (proxy, firewall, VPN)."))
     return None
