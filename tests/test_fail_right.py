@@ -233,7 +233,7 @@ def test_detached_run_json_then_collect_brings_results_back(tmp_path: Path, home
 
 def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path) -> None:
     env = no_cloud_env(home)
-    spec = job(tmp_path, LOCAL.format(run="'sleep 2; mkdir -p out; echo ok > out/r.txt'"))
+    spec = job(tmp_path, LOCAL.format(run="'sleep 6; mkdir -p out; echo ok > out/r.txt'"))
     proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(spec)], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_id = ""
@@ -245,8 +245,11 @@ def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path)
     assert run_id
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
-    time.sleep(3.5)  # the job ends on its own
-    doc = json.loads(cli(env, "status", run_id, "--json", cwd=tmp_path).stdout)
+    end = time.monotonic() + 30
+    doc: dict = {}
+    while time.monotonic() < end and doc.get("status") != "collecting":  # the job ends on its own
+        time.sleep(0.5)
+        doc = json.loads(cli(env, "status", run_id, "--json", cwd=tmp_path).stdout)
     assert doc["status"] == "collecting" and f"gpucloud collect {run_id}" in doc["message"], doc
     got = cli(env, "collect", run_id, "--json", cwd=tmp_path)
     result = json.loads(got.stdout)
