@@ -29,7 +29,7 @@ class UploadInfo:
     def summary(self) -> str:
         from gpucloud.channel import _human
 
-        return (f"upload: {self.files} file(s), {_human(self.bytes)} from {self.workdir} "
+        return (f"workdir {self.workdir}: {self.files} file(s), {_human(self.bytes)} uploaded before compression "
                 f"(.gitignore honoured); max_duration {fmt_seconds(self.max_duration_s)} "
                 f"({self.max_duration_s} s): the machine ends itself then")
 
@@ -51,7 +51,7 @@ def describe_upload(spec: JobSpec) -> UploadInfo:
     size = 0
     for rel in files:
         try:
-            size += (path / rel).stat().st_size
+            size += (path / rel).lstat().st_size  # a link travels as a link
         except OSError:
             continue
     return UploadInfo(workdir=path, files=len(files), bytes=size, max_duration_s=int(spec.max_duration))

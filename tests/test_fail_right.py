@@ -173,7 +173,7 @@ def test_missing_workdir_fails_validate_and_plan_and_upload_is_described(tmp_pat
     (tmp_path / "nope").mkdir()
     (tmp_path / "nope" / "train.py").write_text("print('hi')\n")
     out = cli(no_cloud_env(home), "validate", str(spec), cwd=tmp_path)
-    assert out.returncode == 0 and "upload: 1 file(s)" in out.stderr and "max_duration 6h00m (21600 s)" in out.stderr, out.stderr
+    assert out.returncode == 0 and f"workdir {(tmp_path / 'nope').resolve()}: 1 file(s)" in out.stderr and "max_duration 6h00m (21600 s)" in out.stderr, out.stderr
     doc = json.loads(cli(no_cloud_env(home), "plan", str(spec), "--json", cwd=tmp_path).stdout)
     assert doc["upload"]["files"] == 1 and doc["upload"]["max_duration_s"] == 21600
 
