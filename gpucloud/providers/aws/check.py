@@ -24,7 +24,7 @@ def check() -> CloudCheck:
             result.problem("no AWS credentials found (environment, ~/.aws, SSO or instance role)", CREDENTIALS_HINT)
             return result
         result.credentials = True
-        who = session.client("sts", region_name=region, config=client_config()).get_caller_identity()
+        who = session.client("sts", region_name=region, config=client_config("sts")).get_caller_identity()
         result.identity = {"account": str(who.get("Account", "")), "arn": str(who.get("Arn", ""))}
         ec2 = session.client("ec2", region_name=region, config=client_config())
         result.regions = sorted(r["RegionName"] for r in ec2.describe_regions().get("Regions", []))

@@ -23,6 +23,9 @@ CONNECT_TIMEOUT_S = 3.0     # TCP connect to an AWS endpoint: fail fast when it 
 READ_TIMEOUT_S = 8.0        # one response; EC2/S3 answer in about a second, not minutes
 BOTOCORE_ATTEMPTS = 2       # botocore's own tries per call, the first included ("standard" retry mode)
 CONNECT_ATTEMPTS = 2        # gpucloud's tries of a call that could not connect at all
+# STS GetCallerIdentity (the channel's account) is the first call of every run and answers in
+# milliseconds: an endpoint that accepts connections but never answers is found out by it sooner.
+PROBE_SERVICES = {"sts": 4.0}  # service -> read timeout (s)
 
 _SHARED_LOCK = threading.RLock()
 _SESSION: Any = None
@@ -30,12 +33,13 @@ _CLIENTS: dict[tuple[int, str, str, str], tuple[Any, Any]] = {}  # (id(session),
 _CHANNELS: dict[tuple[int, str], Any] = {}                       # (id(session), region) -> S3Channel
 
 
-def client_config(**extra: Any) -> Any:
-    """The botocore Config of every gpucloud client: standard retries and short timeouts."""
+def client_config(service: str = "", **extra: Any) -> Any:
+    """The botocore Config of every gpucloud client: standard retries and short timeouts (shorter
+    still for the identity probe, PROBE_SERVICES)."""
     from botocore.config import Config
 
     return Config(retries={"mode": "standard", "total_max_attempts": BOTOCORE_ATTEMPTS},
-                  connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
+                  connect_timeout=CONNECT_TIMEOUT_S, read_timeout=PROBE_SERVICES.get(service, READ_TIMEOUT_S),
                   user_agent_extra="gpucloud", **extra)
 
 
@@ -58,7 +62,7 @@ def shared_client(session: Any, service: str, region: str, *, signature: str = "
         hit = _CLIENTS.get(key)
         if hit is not None and hit[0] is session:
             return hit[1]
-        cfg = client_config(signature_version=signature) if signature else client_config()
+        cfg = client_config(service, signature_version=signature) if signature else client_config(service)
         client = session.client(service, region_name=region, config=cfg)
         _CLIENTS[key] = (session, client)  # the session is kept alive, so its id is never reused
         return client
