@@ -142,7 +142,7 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
         print(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
     print_stack(plan.stack, brief=True)
     if shown and shown[0].image is not None:  # issue 13: the image the first candidate boots
-        print(f"image (#1): {shown[0].image.summary()}")
+        say(f"image (#1): {shown[0].image.summary()}")
     relevant = [e for e in plan.excluded if not e.reason.startswith(("has ", "cloud ", "instance type is not"))]
     if relevant:
         ex = _table("cloud", "region", "instance type", "why excluded")
