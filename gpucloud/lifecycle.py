@@ -21,12 +21,11 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from gpucloud import views
-from gpucloud.errors import GpucloudError, NoCandidateError
+from gpucloud.errors import Declined, GpucloudError, NoCandidateError
 from gpucloud.progress import Progress
 from gpucloud.runlog import LogMirror
 from gpucloud.state import FINAL_STATUSES, Journal, Store, home_dir
 from gpucloud.timeline import format_nodes
-from gpucloud.views import Declined
 from gpucloud.watch import observe, outcome, stage_order, stale, vm_phases
 
 if TYPE_CHECKING:
@@ -55,7 +54,7 @@ class RunResult:
 
     run_id: str
     status: str
-    exit_code: int
+    exit_code: int | None  # None: detached, the job is still running
     artifacts_dir: str | None = None
     phases: dict[str, float] = field(default_factory=dict)
     cost: float = 0.0
@@ -83,7 +82,8 @@ def run_job(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool 
         raise NoCandidateError("the plan has no candidate to provision.", [])
     plan_s = time.monotonic() - t0
     views.print_plan_summary(plan)
-    if not assume_yes and not views.ask("Launch it?"):
+    free = all(c.total_per_hour == 0 for c in plan.candidates)  # a $0 run (local) is not worth a prompt
+    if not assume_yes and not free and not views.ask("Launch it?"):
         raise Declined("not launched.")
     return _Run(spec, plan, detach=detach, json_out=json_out, wait_teardown=wait_teardown, plan_s=plan_s).execute()
 
@@ -165,9 +165,10 @@ class _Run:
         return RunResult(run_id=self.run_id, status=status, exit_code=code, artifacts_dir=self.artifacts_dir,
                          phases=dict(self.phases), cost=run.cost() if run else 0.0)
 
-    def _run_guarded(self) -> tuple[str, int, str]:
+    def _run_guarded(self) -> tuple[str, int | None, str]:
         """Provision, then follow (or detach), with the teardown in `finally`."""
-        status, code, message = "error", 70, ""
+        status, message = "error", ""
+        code: int | None = 70
         keep_running = False
         try:
             self._provision()
@@ -177,7 +178,7 @@ class _Run:
                 self.progress.info(f"detached: the run ends itself at the latest at max_duration; "
                                    f"`gpucloud logs {self.run_id} --follow` follows it, "
                                    f"`gpucloud down {self.run_id}` ends it")
-                status, code = "detached", 0
+                status, code = "detached", None
             else:
                 status, code, message = self._follow()
                 if status not in ("interrupted", "down"):
@@ -197,7 +198,7 @@ class _Run:
             raise
         finally:
             if not keep_running:
-                code = self._teardown(code)
+                code = self._teardown(70 if code is None else code)
                 self._drain_logs()
                 self.store.finish_run(self.run_id, status, exit_code=code, message=message or None)
             self.store.set_phases(self.run_id, self.phases)
@@ -373,14 +374,14 @@ class _Run:
         """Always runs. A second Ctrl-C during it is ignored (with a warning). A store that broke
         during the run does not stop it: the handle files kept beside the store are used."""
         from gpucloud.state_guard import StoreError
-        from gpucloud.teardown import teardown_from_handle_files, teardown_run
+        from gpucloud.teardown import run_handles, teardown_from_handle_files, teardown_run
 
         self.tearing_down = True
         t0 = time.monotonic()
         try:
             run = self.store.get_run(self.run_id)
-            if run is None or (not run.attempts and not self.store.resources(self.run_id, alive_only=True)):
-                return code  # nothing was ever asked for
+            if run is None or not run_handles(self.store, run):
+                return code  # nothing was ever asked for, or every failed attempt was cleaned up already
             self.store.update_run(self.run_id, status="tearing-down", phase="teardown")
             self.progress.phase("teardown")
             errors = teardown_run(self.store, self.journal, run, wait=self.wait_teardown, say=self.progress.warn)
