@@ -206,6 +206,27 @@ def down_run(run_id: str, *, assume_yes: bool) -> None:
     print(f"run {run.id}: torn down ({len(alive)} resource(s))", file=sys.stderr)
 
 
+def preempt_run(run_id: str, *, node: int | None) -> None:
+    """`gpucloud preempt`: write the simulated interruption notice (the channel's `notice` object,
+    docs/SPOT.md) for one node or every node; each node's guard acts on it within seconds, as on a
+    cloud's own notice: SIGTERM to the job, checkpoint upload, state `preempted`."""
+    store = Store()
+    run = _find(store, run_id)
+    if run.final:
+        raise UserError(f"run {run.id} already ended ({run.status}); there is nothing to preempt.")
+    if node is not None and not 0 <= node < run.num_nodes:
+        raise UserError(f"--node {node}: run {run.id} has node(s) 0..{run.num_nodes - 1}.")
+    channel = _channel_for(run)
+    if channel is None or run.status not in ("running", "provisioning"):
+        raise UserError(f"run {run.id} is {run.status}: no machine to send the notice to yet.",
+                        hint="Try again once `gpucloud status` shows it running.")
+    ranks = [node] if node is not None else list(range(run.num_nodes))
+    for rank in ranks:
+        channel.send_notice(run.id, rank)
+    store.event(run.id, "preempt", f"simulated interruption notice sent to node(s) {ranks}")
+    print(f"run {run.id}: interruption notice sent to node(s) {', '.join(map(str, ranks))}", file=sys.stderr)
+
+
 def _gc_clouds(store: Store, cloud: str | None) -> list[str]:
     """The providers gc sweeps: the one asked for, else the unpriced ones (always reachable), those
     with live resources in the store, and the configured clouds."""

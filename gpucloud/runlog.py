@@ -97,6 +97,16 @@ class LogMirror:
                 fcntl.flock(lock, fcntl.LOCK_UN)
         return added
 
+    def restart(self) -> None:
+        """A new attempt of the run (spot recovery) writes its log parts from 0 again: mirror them
+        from there, after what the earlier attempts left in log.txt."""
+        with open(self.dir / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                self._save_index({"parts": [0] * self.num_nodes, "pending": [""] * self.num_nodes, "closed": False})
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
     def read_new(self) -> bytes:
         """Bytes of log.txt this reader has not returned yet."""
         with open(self.path, "rb") as f:

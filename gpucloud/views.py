@@ -271,3 +271,26 @@ def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[Resou
         lines.append(f"resources  {len(alive)} not yet deleted: "
                      + ", ".join(f"{r.kind} {r.cloud_id or r.name} ({r.status})" for r in alive))
     print("\n".join(lines))
+
+
+# ---- cost ---------------------------------------------------------------------------------------------
+
+def print_cost(report: dict) -> None:
+    """`gpucloud cost`: one row per attempt, a line per run, and the totals (docs/SPOT.md)."""
+    table = _table("run", "#", "where", "market", "$/h per node", "nodes x billed", "$ cost", "$ on-demand",
+                   "end", title="Cost per attempt")
+    for run in report["runs"]:
+        for a in run["attempts"] or [None]:
+            if a is None:
+                table.add_row(run["run_id"], "-", "-", "-", "-", "-", "0.0000", "0.0000", run["status"])
+                continue
+            nodes = len(a["nodes"])
+            per_node = a["billed_seconds"] / nodes if nodes else 0.0
+            table.add_row(run["run_id"], str(a["attempt"]), f"{a['cloud']}/{a['zone'] or a['region']}/{a['instance_type']}",
+                          a["market"], f"{a['price_per_hour']:.4f}", f"{nodes} x {fmt_seconds(per_node)}",
+                          f"{a['cost']:.4f}", f"{a['on_demand_cost']:.4f}",
+                          (a["end_reason"] or ("running" if a["launched"] else "open"))[:40])
+    _print(table)
+    total = report["total"]
+    print(f"total: {total['runs']} run(s), ${total['cost']:.4f}; on-demand for the same time "
+          f"${total['on_demand_cost']:.4f}; saving ${total['saving']:.4f}")
