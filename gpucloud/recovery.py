@@ -86,7 +86,8 @@ class Recovery:
     def relaunch(self, launch: Launch, status: str, message: str) -> Launch | None:
         """End the lost attempt, tear it down, provision the next one; None when no restart applies."""
         market = self.next_market(status, launch)
-        self.store.end_attempt(self.run_id, launch.attempt, f"{status}: {message}" if message else status)
+        reason = message if message.startswith(status) else f"{status}: {message}" if message else status
+        self.store.end_attempt(self.run_id, launch.attempt, reason)
         self.store.event(self.run_id, "recovery", f"attempt {launch.attempt + 1} {status}: {message}")
         self._teardown_attempt()
         if market is None:

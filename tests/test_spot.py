@@ -1,0 +1,278 @@
+"""Spot runs that finish (docs/SPOT.md): the guard's interruption notices (AWS IMDSv2, Azure
+Scheduled Events, the channel's simulated notice), checkpoints that survive a preemption during
+their own upload, recovery through the real CLI on the local provider (followed, and detached +
+`gpucloud watch`), the restart budget and on-demand fallback, and `gpucloud cost`.
+
+The AWS and Azure simulator runs live in tests/test_spot_clouds.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from gpucloud.state import Store
+from tests.support.spot_job import resumed_at, write_count_job
+from tests.test_bootstrap import make_vm
+from tests.test_local_e2e import leftovers
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def wait_until(cond: Callable[[], object], timeout: float = 60.0, step: float = 0.1) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(step)
+    return bool(cond())
+
+
+# ---- the guard on the VM ---------------------------------------------------------------------------
+
+class _Imds(BaseHTTPRequestHandler):
+    """IMDS of both clouds, enough for the guard: AWS token + spot/instance-action (404 until
+    preempted), Azure scheduledevents (+ the token/compute/DELETE of Azure's self-delete)."""
+
+    preempted = False
+    seen: list[str] = []
+
+    def _reply(self, code: int, body: str) -> None:
+        data = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self.seen.append(f"PUT {self.path}")
+        ok = self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
+        self._reply(200 if ok else 400, "tok-1" if ok else "")
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.seen.append(f"GET {self.path}")
+        if self.path == "/latest/meta-data/spot/instance-action":
+            ok = self.preempted and self.headers.get("X-aws-ec2-metadata-token") == "tok-1"
+            self._reply(200 if ok else 404, '{"action": "terminate", "time": "2026-12-03T08:00:00Z"}' if ok else "")
+        elif self.path.startswith("/metadata/scheduledevents?") and self.headers.get("Metadata") == "true":
+            events = [{"EventId": "e1", "EventType": "Preempt", "ResourceType": "VirtualMachine",
+                       "Resources": ["vm0"], "EventStatus": "Scheduled"}] if self.preempted else []
+            self._reply(200, json.dumps({"DocumentIncarnation": 2 if events else 1, "Events": events}))
+        elif self.path.startswith("/metadata/identity/oauth2/token?"):
+            self._reply(200, '{"access_token": "t"}')
+        elif self.path.startswith("/metadata/instance/compute?"):
+            self._reply(200, '{"subscriptionId": "s", "resourceGroupName": "rg"}')
+        else:
+            self._reply(404, "")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._reply(202, "")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def imds() -> Iterator[type[_Imds]]:
+    _Imds.preempted, _Imds.seen = False, []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Imds)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Imds.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
+    yield _Imds
+    server.shutdown()
+
+
+# The job saves its state on SIGTERM, as a real one would, and says what the preempted file holds.
+TRAP_JOB = ('trap \'echo saved > ckpt/state; echo "file: $(cat "$GPUCLOUD_PREEMPTED_FILE")"; exit 143\' TERM; '
+            'echo started; echo running > ckpt/state; while :; do sleep 0.1; done')
+
+
+@pytest.mark.parametrize("provider", ["aws", "azure"])
+def test_cloud_notice_stops_the_job_uploads_its_checkpoint_and_reports_preempted(
+        tmp_path: Path, imds: type[_Imds], provider: str) -> None:
+    """AWS IMDSv2 spot/instance-action, Azure Scheduled Events `Preempt`: SIGTERM to the job, the
+    preempted file, the checkpoint the job saved on SIGTERM uploaded, status `preempted`."""
+    url = imds.url  # type: ignore[attr-defined]
+    vm = make_vm(tmp_path, provider=provider, gpu="K80", run=TRAP_JOB,
+                 spot={"checkpoint": "ckpt", "checkpoint_interval": 600},
+                 stub_env={"STUB_GPU_NAME": "Tesla K80", "STUB_DRIVER": "470.82.01", "GPUCLOUD_IMDS_ENDPOINT": url,
+                           "GPUCLOUD_AZURE_ARM_ENDPOINT": url}).start()
+    assert wait_until(lambda: "started" in vm.log(), 30), vm.log()
+    assert (vm.status()["state"], vm.status()["stage"]) == ("running", "run")
+    imds.preempted = True
+    vm.wait(60)
+    status = vm.status()
+    assert status["state"] == "preempted", status
+    assert status["exit_code"] is None and status["message"].startswith("preempted: ")
+    assert ("spot interruption notice" if provider == "aws" else "Scheduled Events: Preempt") in status["message"]
+    log = vm.log()
+    assert "file: GPUCLOUD_PREEMPTED=1" in log and "checkpoint 1 uploaded (notice" in log, log
+    record = (vm.channel.root / "runs" / vm.run_id / "checkpoint" / "slot-0.sum").read_text().split()
+    assert record[0] == "1" and record[-1] == "end"
+    assert vm.rc == 143
+
+
+def test_a_checkpoint_torn_by_the_end_of_the_machine_is_never_restored(tmp_path: Path) -> None:
+    """Uploads v1 (slot 0), v2 (slot 1); the machine dies half-way through v3's upload (slot 0):
+    the next attempt restores v2, the previous complete one. A slot whose data does not match its
+    record is skipped too (`torn`), never unpacked."""
+    run_id = f"r{uuid.uuid4().hex[:8]}"
+    channel_run = tmp_path / "channel" / "runs" / run_id
+    wrapper = tmp_path / "bin" / "curl"
+    wrapper.parent.mkdir(parents=True)
+    # Test double of the machine's end during an upload: the 3rd checkpoint data PUT writes half
+    # the bytes, then the whole bootstrap process group is killed (SIGKILL: nothing runs after it).
+    wrapper.write_text(f'''#!/bin/bash
+args=("$@") src="" url="${{!#}}"
+for ((i = 0; i < $#; i++)); do [[ ${{args[i]}} == -T ]] && src=${{args[i + 1]}}; done
+if [[ -n $src && $url == *checkpoint/slot-*.tar.gz ]]; then
+  n=$(($(cat "{tmp_path}/puts" 2>/dev/null || echo 0) + 1)); echo "$n" >"{tmp_path}/puts"
+  if ((n == ${{TORN_AT:-0}})); then
+    head -c $(($(stat -c %s "$src") / 2)) "$src" >"${{url#file://}}"
+    kill -KILL 0
+  fi
+fi
+exec {subprocess.check_output(["bash", "-c", "command -v curl"], text=True).strip()} "$@"
+''')
+    wrapper.chmod(0o755)
+    wait = ('wait_for() { until grep -qs "^$2 " "$CH/checkpoint/slot-$1.sum"; do sleep 0.05; done; }; ')
+    job = ('if [ -f ckpt/state ]; then echo "restored $(cat ckpt/state) $(ls ckpt | tr "\\n" " ")"; exit 0; fi; '
+           + wait + 'echo v1 > ckpt/state; wait_for 0 1; echo v2 > ckpt/state; wait_for 1 2; '
+           'head -c 400000 /dev/urandom > ckpt/blob; echo v3 > ckpt/state; sleep 60')
+    spot = {"checkpoint": "ckpt", "checkpoint_interval": 1}
+
+    def boot(torn_at: int = 0) -> object:
+        vm = make_vm(tmp_path, run=job, env={"CH": str(channel_run)}, spot=spot, run_id=run_id)
+        vm.env.update(PATH=f"{wrapper.parent}:{vm.env['PATH']}", TORN_AT=str(torn_at))
+        return vm
+
+    first = boot(torn_at=3).run(60)
+    pgid = (first.vm_dir / "job.pgid").read_text().strip()
+    os.killpg(int(pgid), signal.SIGKILL)  # the job's own session died with the machine
+    assert first.rc == -signal.SIGKILL, first.stderr
+    torn, complete = channel_run / "checkpoint" / "slot-0.tar.gz", channel_run / "checkpoint" / "slot-1.tar.gz"
+    assert (channel_run / "checkpoint" / "slot-0.sum").read_text().split()[0] == "1"  # v3's record never written
+    assert torn.stat().st_size > complete.stat().st_size  # half of v1 + 400 kB of noise
+
+    second = boot().run(60)
+    assert second.status()["state"] == "succeeded", second.log()
+    assert "restored v2 state" in second.job_output(), second.log()
+    assert "checkpoint 2 restored" in second.log()
+
+    # A record that claims the newest checkpoint but does not match its data: skipped as torn.
+    (channel_run / "checkpoint" / "slot-0.sum").write_text(f"9 {'0' * 64} 123 end\n")
+    third = boot().run(60)
+    assert "checkpoint 9 is torn" in third.log() and "restored v2 state" in third.job_output(), third.log()
+
+
+# ---- recovery through the CLI on the local provider ------------------------------------------------------
+
+def _cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=os.environ.copy())
+
+
+def _latest_run(home: Path) -> str | None:
+    runs = Store(home / "state.db").list_runs()
+    return runs[0].id if runs else None
+
+
+def _log(home: Path, run_id: str) -> str:
+    try:
+        return (home / "runs" / run_id / "log.txt").read_text()
+    except OSError:
+        return ""
+
+
+def preempt_when_resumed(home: Path, run_id: str, cwd: Path, attempt: int) -> None:
+    """Once attempt `attempt` runs and has uploaded a checkpoint of its own, `gpucloud preempt`."""
+    def ready() -> bool:
+        log = _log(home, run_id)
+        tail = log.split("resuming at")[attempt:] if len(resumed_at(log)) >= attempt else []
+        return bool(tail) and "(interval" in tail[-1]
+    assert wait_until(ready, 90), _log(home, run_id)
+    proc = _cli("preempt", run_id, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+
+
+def check_finished_count(home: Path, run_id: str, cwd: Path, n: int) -> dict:
+    """N correct, resumed from a checkpoint each time, three launched attempts in `cost --json`."""
+    assert (cwd / "gpucloud-runs" / run_id / "result.txt").read_text() == str(n)
+    starts = resumed_at(_log(home, run_id))
+    assert len(starts) == 3 and starts[0] == 0 and 0 < starts[1] <= starts[2] < n, starts
+    proc = _cli("cost", run_id, "--json", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)["runs"][0]
+    assert report["launched_attempts"] == 3 and len(report["attempts"]) == 3, report
+    assert [a["end_reason"].split(":")[0] for a in report["attempts"]] == ["preempted", "preempted", "teardown"]
+    assert all(a["nodes"][0]["billed_seconds"] > 0 for a in report["attempts"])
+    return report
+
+
+def test_local_run_preempted_twice_resumes_and_finishes(tmp_path: Path, gpucloud_home: Path) -> None:
+    n = 60
+    job = write_count_job(tmp_path / "job", n=n, cloud="local")
+    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job)], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    try:
+        assert wait_until(lambda: _latest_run(gpucloud_home), 30)
+        run_id = _latest_run(gpucloud_home) or ""
+        preempt_when_resumed(gpucloud_home, run_id, tmp_path, 1)
+        preempt_when_resumed(gpucloud_home, run_id, tmp_path, 2)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "restart 2 of 2 after preempted" in err
+    check_finished_count(gpucloud_home, run_id, tmp_path, n)
+    assert Store(gpucloud_home / "state.db").get_run(run_id).status == "succeeded"
+    assert not leftovers(gpucloud_home, run_id)
+
+
+def test_detached_run_recovered_by_watch(tmp_path: Path, gpucloud_home: Path) -> None:
+    """`run --detach` + `gpucloud watch RUN` (another process) does what a following `run` does."""
+    n = 60
+    job = write_count_job(tmp_path / "job", n=n, cloud="local")
+    started = _cli("run", str(job), "--detach", cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    assert "gpucloud watch" in started.stderr  # says that nothing recovers it otherwise
+    run_id = started.stdout.strip()
+    watcher = subprocess.Popen([sys.executable, "-m", "gpucloud", "watch", run_id, "--json"], cwd=tmp_path, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    try:
+        preempt_when_resumed(gpucloud_home, run_id, tmp_path, 1)
+        preempt_when_resumed(gpucloud_home, run_id, tmp_path, 2)
+        out, err = watcher.communicate(timeout=120)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+    assert watcher.returncode == 0, err
+    assert json.loads(out)["status"] == "succeeded"
+    check_finished_count(gpucloud_home, run_id, tmp_path, n)
+    assert not leftovers(gpucloud_home, run_id)
+
+
+def test_preempted_run_without_recovery_ends_preempted(tmp_path: Path, gpucloud_home: Path) -> None:
+    job = write_count_job(tmp_path / "job", n=400, cloud="local", extra={"recovery": None})
+    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job)], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    assert wait_until(lambda: _latest_run(gpucloud_home), 30)
+    run_id = _latest_run(gpucloud_home) or ""
+    preempt_when_resumed(gpucloud_home, run_id, tmp_path, 1)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 75, err
+    run = Store(gpucloud_home / "state.db").get_run(run_id)
+    assert run.status == "preempted" and len(run.attempts) == 1 and run.attempts[0].end_reason.startswith("preempted")
+    assert not leftovers(gpucloud_home, run_id)
