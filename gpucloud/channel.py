@@ -2,8 +2,9 @@
 
 The VM never holds cloud credentials and never accepts a connection: the CLI writes a manifest of
 pre-signed URLs (one `KEY URL` line each) and hands the VM only that manifest's URL. Every backend
-(file:// here, S3 in channel_s3.py, Azure Blob in channel_blob.py) provides four primitives; the
-run-level protocol (layout, manifest, status, log parts) is written once, in `Channel`.
+(file:// here, S3 in providers/aws/channel.py, Azure Blob in providers/azure/channel.py) provides
+four primitives; the run-level protocol (layout, manifest, status, log parts) is written once, in
+`Channel`.
 
 Object layout (docs/INTERNALS.md, "Channel"):
     runs/<run_id>/code.tar.gz
@@ -23,8 +24,10 @@ import tarfile
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import BinaryIO
 
 from gpucloud.errors import UserError
 
@@ -40,6 +43,57 @@ URL_MARGIN = timedelta(hours=1)
 MAX_LOG_PARTS = 2000
 MIN_LOG_PARTS = 16
 ALWAYS_SKIP = frozenset({".git", "__pycache__", ".venv", "gpucloud-runs"})
+
+
+@dataclass
+class ArtifactResult:
+    """What came back from one node's artifacts: the folder, how many files (and links inside it)
+    were extracted, and one warning per member that was refused."""
+
+    dest: Path
+    files: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def _refusal(member: tarfile.TarInfo, exc: tarfile.FilterError) -> str:
+    """Why a member is not extracted, in words a user acts on."""
+    if member.isfifo():
+        return "a FIFO (named pipe)"
+    if member.ischr() or member.isblk():
+        return "a device file"
+    if isinstance(exc, tarfile.AbsoluteLinkError):
+        return f"a link to the absolute path {member.linkname}"
+    if isinstance(exc, tarfile.LinkOutsideDestinationError):
+        return f"a link out of the artifacts folder (to {member.linkname})"
+    if isinstance(exc, tarfile.AbsolutePathError):
+        return "an absolute path"
+    if isinstance(exc, tarfile.OutsideDestinationError):
+        return "a path out of the artifacts folder (..)"
+    return str(exc)
+
+
+def extract_artifacts(fileobj: BinaryIO, dest: Path) -> ArtifactResult:
+    """Extract a tar.gz stream member by member with tarfile's data filter; a member the filter
+    refuses is skipped with a warning instead of aborting the whole extraction (one bad symlink
+    must not lose every other file)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    result = ArtifactResult(dest=dest)
+
+    def keep_safe(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+        try:
+            if member.name.startswith(("/", "\\")):  # the data filter would strip the slash: refuse
+                raise tarfile.AbsolutePathError(member)
+            safe = tarfile.data_filter(member, path)
+        except tarfile.FilterError as exc:
+            result.warnings.append(f"artifact {member.name!r} not extracted: {_refusal(member, exc)}")
+            return None
+        if not safe.isdir():
+            result.files += 1
+        return safe
+
+    with tarfile.open(fileobj=fileobj, mode="r:gz") as tar:
+        tar.extractall(dest, filter=keep_safe)
+    return result
 
 
 def run_prefix(run_id: str) -> str:
@@ -105,6 +159,11 @@ class Channel(ABC):
     def delete_prefix(self, prefix: str) -> None:
         """Delete every object whose key starts with `prefix` (a run's leftovers)."""
 
+    def url_put_dir(self, prefix: str, expires: datetime) -> str | None:
+        """A URL under which `curl -T file <url>/<name>` can create any object of `prefix`; None
+        when the backend has no prefix-wide grant (then the manifest lists one URL per log part)."""
+        return None
+
     def put_file(self, key: str, path: Path) -> None:
         """Store a file; backends that can stream large files override this."""
         self.put_bytes(key, Path(path).read_bytes())
@@ -128,6 +187,7 @@ class Channel(ABC):
         expires = deadline + URL_MARGIN
         now = datetime.now(UTC)
         parts = log_part_count((deadline - now).total_seconds(), log_interval, self.max_log_parts)
+        log_dirs = [self.url_put_dir(f"{node_prefix(run_id, r)}/log", expires) for r in range(num_nodes)]
         code_get = self.url_get(f"{run_prefix(run_id)}/code.tar.gz", expires)
         ready_get = [self.url_get(f"{node_prefix(run_id, r)}/ready", expires) for r in range(num_nodes)]
         # Multi-node: each node PUTs `done` when its bootstrap ends and reads its peers' (Azure: the
@@ -148,7 +208,8 @@ class Channel(ABC):
                 *(f"done_get {r} {u}" for r, u in enumerate(done_get)),
                 f"notice_get {self.url_get(notice_key(run_id, rank), expires)}",
                 *(self._checkpoint_lines(run_id, expires) if checkpoint else []),
-                *(f"log_put {i} {self.url_put(log_key(run_id, rank, i), expires)}" for i in range(parts)),
+                *([f"log_dir {log_dirs[rank]}"] if log_dirs[rank] else
+                  (f"log_put {i} {self.url_put(log_key(run_id, rank, i), expires)}" for i in range(parts))),
             ]
             self.put_bytes(f"{base}/manifest", ("\n".join(lines) + "\n").encode())
             urls.append(self.url_get(f"{base}/manifest", expires))
@@ -226,35 +287,35 @@ class Channel(ABC):
         skips one. The VM reports the last manifest URL (which it reuses when parts run out) only
         with the final status, so a part once returned never changes.
         """
+        return list(self.iter_log_parts(run_id, rank, start))
+
+    def iter_log_parts(self, run_id: str, rank: int = 0, start: int = 0) -> Iterator[bytes]:
+        """`read_log_parts` one part at a time, so a reader holds one part in memory, not the log."""
         status = self.read_status(run_id, rank)
         done = int(status.get("log_parts") or 0) if status else 0
-        parts = []
         for i in range(start, done):
             data = self.get_bytes(log_key(run_id, rank, i))
             if data is None:
-                break
-            parts.append(data)
-        return parts
+                return
+            yield data
 
-    def download_artifacts(self, run_id: str, rank: int, dest_dir: Path) -> Path | None:
+    def download_artifacts(self, run_id: str, rank: int, dest_dir: Path) -> ArtifactResult | None:
         """Extract the node's artifacts tarball into dest_dir (created); None when there is none.
 
-        Extraction refuses absolute paths, `..` and links out of dest_dir (tarfile's data filter).
+        What must not be extracted (absolute paths, `..`, links out of dest_dir, devices, FIFOs) is
+        skipped with one warning each (`ArtifactResult.warnings`); everything else is extracted.
         """
         raw = self.get_bytes(f"{node_prefix(run_id, rank)}/artifacts.tar.gz")
         if raw is None:
             return None
-        dest = Path(dest_dir)
-        dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:gz") as tar:
-            tar.extractall(dest, filter="data")
-        return dest
+        return extract_artifacts(io.BytesIO(raw), Path(dest_dir))
 
 
 class FileChannel(Channel):
     """The local provider's store: a folder, with file:// URLs that curl reads and writes."""
 
-    # Parts cost nothing here and latency matters (a local line should show within ~2 s).
+    # Parts cost nothing here and latency matters (a local line should show within ~2 s); the VM
+    # writes them into the node's log folder (url_put_dir), so their number is not fixed upfront.
     max_log_parts = 20000
 
     def __init__(self, root: Path) -> None:
@@ -287,6 +348,11 @@ class FileChannel(Channel):
         """curl's file:// upload creates the file but not its folder: create the folder now."""
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
+        return path.as_uri()
+
+    def url_put_dir(self, prefix: str, expires: datetime) -> str | None:
+        path = self._path(prefix)
+        path.mkdir(parents=True, exist_ok=True)
         return path.as_uri()
 
     def delete_prefix(self, prefix: str) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Optional, TypeVar
 
 import typer
@@ -100,6 +101,18 @@ def validate(spec: SpecArg, json_out: JsonOpt = False) -> None:
 
     err(f"{spec}: valid")
     print(yaml.safe_dump(doc, sort_keys=False).rstrip())
+    err(upload_summary(job.workdir_path()))
+
+
+def upload_summary(folder: Path) -> str:
+    """What `run` would upload from the workdir (after .gitignore), so a wrong folder shows here."""
+    from gpucloud.channel import workdir_files
+
+    if not folder.is_dir():
+        return f"workdir {folder}: not a folder (run would refuse it)"
+    files = workdir_files(folder)
+    size = sum((folder / f).lstat().st_size for f in files)
+    return f"workdir {folder}: {len(files)} file(s), {size} bytes uploaded before compression"
 
 
 @app.command()

@@ -153,10 +153,8 @@ def show_logs(run_id: str, *, follow: bool) -> int:
                 mirror.sync(channel, final=final)
             except Exception as exc:  # the channel may be gone (expired URLs, deleted bucket)
                 print(f"warning: newer log parts unavailable: {exc}", file=sys.stderr)
-        data = mirror.read_new()
-        if data:
-            out.write(data)
-            out.flush()
+        mirror.drain(out.write)
+        out.flush()
 
     pump(final=run.final)
     if not follow:

@@ -366,7 +366,7 @@ class _Run:
     def _pump_logs(self, final: bool = False) -> None:
         assert self.mirror is not None and self.launch is not None
         self.mirror.sync(self.launch.channel, final=final)
-        self.progress.log(self.mirror.read_new())
+        self.mirror.drain(self.progress.log)
 
     def _show_stages(self, statuses: list[dict | None], shown: dict[str, str]) -> None:
         """Stage changes of rank 0 (the others run the same stages) as progress lines."""
@@ -406,11 +406,15 @@ class _Run:
                 continue
             if out is not None:
                 got.append(out)
+                for warning in out.warnings:
+                    self.progress.warn(f"node {rank}: {warning}" if n > 1 else warning)
         self.phases["collect"] = time.monotonic() - t0
         if got:
             self.artifacts_dir = str(dest)
             self.store.update_run(self.run_id, artifacts_dir=str(dest))
-            self.progress.info(f"artifacts in {dest}")
+            refused = sum(len(out.warnings) for out in got)
+            self.progress.info(f"artifacts in {dest}: {sum(out.files for out in got)} file(s)"
+                               + (f", {refused} refused (see the warnings above)" if refused else ""))
         elif self.spec.artifacts:
             self.progress.warn("the job produced none of its artifacts")
 

@@ -51,6 +51,24 @@ def _load_template_source(name: str) -> str:
         return (_REPO_TEMPLATES / name).read_text(encoding="utf-8")
 
 
+_ASSIGNED = re.compile(r"(?:^|[\s;({])([A-Z_][A-Z0-9_]*)(?:\[[^]]*\])?\+?=|\bread -r[a]? ([A-Z_][A-Z0-9_]*)")
+_JOB_EXPORTS = re.compile(r"^job_env\(\) \{\n(.*?)^\}", re.S | re.M)
+
+
+@cache
+def reserved_env_names() -> frozenset[str]:
+    """Names a job's `env` must not set: bash's own, and every upper-case variable the bootstrap
+    template assigns (read from the template itself, so the list never drifts from it), except
+    those the bootstrap exports to the job on purpose (NODE_RANK, MASTER_ADDR, MASTER_PORT: a job
+    may override them). A job setting JOB or SETSID would otherwise break its own start."""
+    text = re.sub(r"\{##.*?##\}", "", _load_template_source(TEMPLATE), flags=re.S)
+    assigned = {a or b for a, b in _ASSIGNED.findall(text)}
+    exports = _JOB_EXPORTS.search(text)
+    exported = {name for line in (exports.group(1) if exports else "").splitlines() if "export " in line
+                for name in re.findall(r"(?<=\s)([A-Z_][A-Z0-9_]*)(?=[=\s;]|$)", f" {line.split('export ', 1)[1]} ")}
+    return frozenset((assigned - exported) | BASH_RESERVED)
+
+
 @cache
 def template_env() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -86,9 +104,9 @@ def render_env_block(env: Mapping[str, str], indent: str = "  ") -> str:
     for key, value in env.items():
         if not _ENV_KEY.match(key):
             raise UserError(f"env: {key!r} is not a valid variable name.", hint="Use letters, digits and _ (not first).")
-        if key in BASH_RESERVED or key.startswith("BASH"):
-            raise UserError(f"env: {key} is a variable that bash itself owns; it cannot be set for the job.",
-                            hint="Choose another name.")
+        if key in reserved_env_names() or key.startswith("BASH"):
+            raise UserError(f"env: {key} is a variable that bash or the VM bootstrap owns; it cannot be set "
+                            "for the job.", hint="Choose another name.")
         value = str(value)
         if "\0" in value:
             raise UserError(f"env.{key}: a NUL character cannot be passed through the environment.")

@@ -5,6 +5,12 @@ Several processes may mirror the same run at once (the `run` that follows it and
 in another terminal): appends happen under an exclusive file lock, each part exactly once, and every
 reader prints from its own byte offset of the file, so nobody misses or repeats a line.
 Multi-node runs prefix each line with its rank; single-node logs are the job's bytes, untouched.
+
+Bounded (issue 11): parts are fetched and appended one at a time (the CLI holds one part, never the
+log), and the copy is capped at GPUCLOUD_LOG_CAP bytes (default 1 GiB; suffixes K, M, G). The first
+half of the cap stays in log.txt; past it, bytes go to two rotating tail files of a quarter each, so
+the last quarter to half of the cap is kept. When the run ends, log.txt gets a note saying how
+many bytes were dropped, then the tail. While the tail is being kept, the live view pauses.
 """
 
 from __future__ import annotations
@@ -12,6 +18,9 @@ from __future__ import annotations
 import base64
 import fcntl
 import json
+import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +29,20 @@ if TYPE_CHECKING:
 
 LOG_FILE = "log.txt"
 INDEX_FILE = "log.json"
+TAIL_FILES = ("log.tail.0", "log.tail.1")  # older, newer
+CAP_ENV = "GPUCLOUD_LOG_CAP"
+DEFAULT_CAP = 1 << 30
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def log_cap(value: str | None = None) -> int:
+    """The log cap in bytes from GPUCLOUD_LOG_CAP ("1G", "200M", "65536"); the default when unset
+    or unreadable (a bad setting must not cost the user the log)."""
+    text = (os.environ.get(CAP_ENV, "") if value is None else value).strip().upper().removesuffix("B").removesuffix("I")
+    match = re.fullmatch(r"(\d+)\s*([KMG]?)", text)
+    if not match:
+        return DEFAULT_CAP
+    return max(4096, int(match.group(1)) * _UNITS[match.group(2)])
 
 
 def run_dir(home: Path, run_id: str) -> Path:
@@ -34,7 +57,7 @@ def line_prefix(rank: int, num_nodes: int) -> bytes:
 class LogMirror:
     """Appends new channel log parts to log.txt and hands each caller the bytes it has not seen."""
 
-    def __init__(self, home: Path, run_id: str, num_nodes: int = 1) -> None:
+    def __init__(self, home: Path, run_id: str, num_nodes: int = 1, cap: int | None = None) -> None:
         self.dir = run_dir(home, run_id)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / LOG_FILE
@@ -42,6 +65,7 @@ class LogMirror:
         self.run_id = run_id
         self.num_nodes = num_nodes
         self.offset = 0  # how much of log.txt this reader has handed out
+        self.cap = log_cap() if cap is None else cap
         self.path.touch(exist_ok=True)
 
     def _load_index(self) -> dict:
@@ -53,7 +77,8 @@ class LogMirror:
         pending = list(doc.get("pending") or [])
         parts += [0] * (self.num_nodes - len(parts))
         pending += [""] * (self.num_nodes - len(pending))
-        return {"parts": parts, "pending": pending, "closed": bool(doc.get("closed"))}
+        return {"parts": parts, "pending": pending, "closed": bool(doc.get("closed")),
+                "dropped": int(doc.get("dropped") or 0), "capped": bool(doc.get("capped"))}
 
     def _save_index(self, doc: dict) -> None:
         tmp = self.index_path.with_name(INDEX_FILE + ".tmp")
@@ -62,36 +87,23 @@ class LogMirror:
 
     def sync(self, channel: Channel, *, final: bool = False) -> int:
         """Fetch every complete part not yet mirrored; with `final`, also flush partial lines of
-        multi-node logs. Returns how many parts were added."""
+        multi-node logs and close a capped log (note + tail). Returns how many parts were added."""
         added = 0
         with open(self.dir / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 doc = self._load_index()
-                out = bytearray()
                 for rank in range(self.num_nodes):
-                    parts = channel.read_log_parts(self.run_id, rank, doc["parts"][rank])
-                    if not parts and not (final and doc["pending"][rank]):
-                        continue
-                    data = b"".join(parts)
-                    doc["parts"][rank] += len(parts)
-                    added += len(parts)
                     prefix = line_prefix(rank, self.num_nodes)
-                    if not prefix:
-                        out += data
-                        continue
-                    buf = base64.b64decode(doc["pending"][rank]) + data
-                    cut = buf.rfind(b"\n") + 1
-                    done, rest = buf[:cut], buf[cut:]
-                    if final and rest:
-                        done, rest = buf + b"\n", b""
-                    for line in done.splitlines(keepends=True):
-                        out += prefix + line
-                    doc["pending"][rank] = base64.b64encode(rest).decode()
-                if out:
-                    with open(self.path, "ab") as f:
-                        f.write(out)
-                if out or added:
+                    for data in channel.iter_log_parts(self.run_id, rank, doc["parts"][rank]):
+                        doc["parts"][rank] += 1
+                        added += 1
+                        self._append(doc, self._prefixed(doc, rank, prefix, data, final=False))
+                    if final and doc["pending"][rank]:
+                        self._append(doc, self._prefixed(doc, rank, prefix, b"", final=True))
+                if final and doc["capped"]:
+                    self._close_cap(doc)
+                if added or final:
                     self._save_index(doc)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
@@ -103,14 +115,73 @@ class LogMirror:
         with open(self.dir / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                self._save_index({"parts": [0] * self.num_nodes, "pending": [""] * self.num_nodes, "closed": False})
+                doc = self._load_index()
+                doc["parts"], doc["pending"] = [0] * self.num_nodes, [""] * self.num_nodes
+                self._save_index(doc)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def read_new(self) -> bytes:
-        """Bytes of log.txt this reader has not returned yet."""
+    def _prefixed(self, doc: dict, rank: int, prefix: bytes, data: bytes, *, final: bool) -> bytes:
+        """Multi-node: whole lines with their node's prefix (a partial line waits for its end)."""
+        if not prefix:
+            return data
+        buf = base64.b64decode(doc["pending"][rank]) + data
+        cut = buf.rfind(b"\n") + 1
+        done, rest = buf[:cut], buf[cut:]
+        if final and rest:
+            done, rest = buf + b"\n", b""
+        doc["pending"][rank] = base64.b64encode(rest).decode()
+        return b"".join(prefix + line for line in done.splitlines(keepends=True))
+
+    def _append(self, doc: dict, data: bytes) -> None:
+        """Head into log.txt up to half the cap; the rest into the rotating tail files."""
+        if not data:
+            return
+        if not doc["capped"]:
+            room = self.cap // 2 - self.path.stat().st_size
+            with open(self.path, "ab") as f:
+                f.write(data[:max(room, 0)])
+            if room >= len(data):
+                return
+            doc["capped"], data = True, data[max(room, 0):]
+        older, newer = (self.dir / name for name in TAIL_FILES)
+        quarter = self.cap // 4
+        while data:
+            size = newer.stat().st_size if newer.exists() else 0
+            with open(newer, "ab") as f:
+                f.write(data[:quarter - size])
+            data = data[quarter - size:]
+            if newer.stat().st_size >= quarter:  # full: it becomes the older one
+                doc["dropped"] += older.stat().st_size if older.exists() else 0
+                newer.replace(older)
+
+    def _close_cap(self, doc: dict) -> None:
+        kept = sum((self.dir / n).stat().st_size for n in TAIL_FILES if (self.dir / n).exists())
+        with open(self.path, "ab") as out:
+            if doc["dropped"]:
+                out.write(f"\n[gpucloud] log cap of {self.cap} bytes ({CAP_ENV}) reached: {doc['dropped']} bytes "
+                          f"dropped here; the first {self.cap // 2} and the last {kept} bytes are kept\n".encode())
+            for name in TAIL_FILES:
+                tail = self.dir / name
+                if tail.exists():
+                    with open(tail, "rb") as src:
+                        while chunk := src.read(1 << 20):
+                            out.write(chunk)
+                    tail.unlink()
+        doc["capped"] = False
+        doc["dropped"] = 0
+        self.cap = 1 << 62  # closed: later syncs (nothing new) append as is
+
+    def read_new(self, limit: int = -1) -> bytes:
+        """Bytes of log.txt this reader has not returned yet (at most `limit`; all with -1)."""
         with open(self.path, "rb") as f:
             f.seek(self.offset)
-            data = f.read()
+            data = f.read(limit)
         self.offset += len(data)
         return data
+
+    def drain(self, write: Callable[[bytes], object], chunk: int = 8 << 20) -> None:
+        """Hand every new byte to `write`, `chunk` bytes at a time: memory stays bounded whatever
+        the size of the log (a 2 GB log is printed, never held)."""
+        while data := self.read_new(chunk):
+            write(data)

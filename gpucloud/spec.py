@@ -44,9 +44,24 @@ __all__ = [
 ]
 
 
-def parse_spec(text: str, filename: str) -> JobSpec:
-    """Parse and validate job-file text; `filename` is only used in messages. Raises SpecError
-    listing every problem (file, line, field, what is wrong and what was expected)."""
+def _workdir_issue(spec: JobSpec, base_dir: Path, filename: str, line: int | None) -> SpecIssue | None:
+    """A relative workdir must stay inside the job file's folder tree: `../../..` would upload any
+    folder the user can read without a word. Outside it, the absolute path says it is meant."""
+    if Path(spec.workdir).is_absolute():
+        return None
+    base = base_dir.resolve()
+    target = (base / spec.workdir).resolve()
+    if target == base or base in target.parents:
+        return None
+    return SpecIssue(filename, line, "workdir",
+                     f"'{spec.workdir}' leads out of the job file's folder {base} (to {target}). A workdir "
+                     f"outside it is uploaded only when written as an absolute path: workdir: {target}")
+
+
+def parse_spec(text: str, filename: str, base_dir: Path | None = None) -> JobSpec:
+    """Parse and validate job-file text; `filename` is only used in messages, `base_dir` (the job
+    file's folder) bounds a relative workdir. Raises SpecError listing every problem (file, line,
+    field, what is wrong and what was expected)."""
     data, builder = _compose(text, filename)
     minimal = "Expected at least name, resources.gpu and run, e.g.\n  name: mnist-k80\n  resources: {gpu: K80:1}\n  run: python train.py"
     if data is None:
@@ -67,6 +82,10 @@ def parse_spec(text: str, filename: str) -> JobSpec:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
         issues.extend(i for i in _issues_from(exc, filename, builder.lines, root_line) if i.field not in builder.bad_paths)
+    where = builder.lines.get(("workdir",))
+    if spec is not None and base_dir is not None and (
+            issue := _workdir_issue(spec, base_dir, filename, where.value_line if where else None)):
+        issues.append(issue)
     if issues or spec is None:
         raise SpecError(issues)
     return spec
@@ -98,7 +117,7 @@ def load_spec(path: str | Path) -> JobSpec:
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         fail(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}). Save the job file as UTF-8", line)
-    spec = parse_spec(text, name)
+    spec = parse_spec(text, name, p.resolve().parent)
     spec.source = p.resolve()
     return spec
 

@@ -169,6 +169,11 @@ def _env_key(value: Any) -> str:
         )
     if value.upper().startswith("GPUCLOUD_"):
         _fail(f"'{value}' is reserved: names starting with GPUCLOUD_ are set by gpucloud itself. Rename it")
+    from gpucloud.render import reserved_env_names  # lazy: jinja2 only when a job has env
+
+    if value in reserved_env_names() or value.startswith("BASH"):
+        _fail(f"'{value}' is reserved: the VM's bootstrap script (or bash) uses this variable itself and the "
+              f"run would break. Rename it, e.g. MY_{value.lstrip('_')}")
     return value
 
 

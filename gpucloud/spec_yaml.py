@@ -31,6 +31,25 @@ def _keeps_raw_text(path: tuple[Any, ...]) -> bool:
     )
 
 
+_CONTROL_NAMES = {0: "NUL", 0x1B: "ESC", 0x7F: "DEL"}
+
+
+def _bad_character(text: str) -> str | None:
+    """Why a YAML string cannot go into a job (a control character other than tab/newline, which
+    YAML's escapes "\\0", "\\e", "\\x7f" let through; a lone surrogate "\\ud800", which no file
+    or shell can carry), or None when it is fine."""
+    for col, char in enumerate(text, 1):
+        code = ord(char)
+        if 0xD800 <= code <= 0xDFFF:
+            return (f"contains a lone surrogate U+{code:04X} at character {col}, which is not a character. "
+                    "Remove it, or write the real character")
+        if (code < 0x20 and char not in "\t\n\r") or 0x7F <= code <= 0x9F:
+            name = _CONTROL_NAMES.get(code, f"U+{code:04X}")
+            return (f"contains the control character {name} at character {col}. Job files hold text: remove it "
+                    "(write a real tab or newline if one was meant)")
+    return None
+
+
 class _Builder:
     """Builds plain Python data from a composed YAML tree while recording each path's lines."""
 
@@ -58,6 +77,10 @@ class _Builder:
             if node.tag != _SEQ_TAG:
                 self._issue(value_line, path, f"the YAML tag '{node.tag}' is not supported. Remove it")
             return [self.build(item, (*path, i), item.start_mark.line + 1) for i, item in enumerate(node.value)]
+        if isinstance(node, yaml.ScalarNode) and (bad := _bad_character(node.value)):
+            self._issue(value_line, path, bad)
+            self.bad_paths.add(_dotted(path))
+            return None
         if node.tag in _NUMBER_TAGS and (_keeps_raw_text(path) or ":" in node.value):
             # YAML 1.1 reads 1:30 as the base-60 number 90: nobody means that in a job file, so the
             # text goes to the validator, which says what it expected (e.g. 1h30m for a duration).
@@ -93,6 +116,9 @@ class _Builder:
                 self._issue(line, path, "a key must be a plain name, not a list or mapping")
                 continue
             key = key_node.value  # keys are names: `1:` or `yes:` stay the text that was written
+            if bad := _bad_character(key):
+                self._issue(line, path, f"a key {bad[0].lower()}{bad[1:]}")
+                continue
             if key in first_line:
                 self._issue(
                     line,

@@ -20,6 +20,7 @@ import pytest
 
 from gpucloud.providers.aws.policy import policy_document
 from tests.support.aws_faults import HOOKS, SESSION_RECORD, recorded_ops
+from tests.support.iam_eval import Request, allowed, decide
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 from tests.test_aws_e2e import _drop_bucket, aws_env, inproc, invoke, run_id_of, write_job  # noqa: F401
@@ -82,7 +83,8 @@ def test_policy_is_well_formed_and_tight() -> None:
     tag_stmt = by_action["ec2:CreateTags"]
     assert "ec2:CreateAction" in tag_stmt["Condition"]["StringEquals"]
     s3_resources = {r for s in statements(doc) if as_list(s["Action"])[0].startswith("s3:") for r in as_list(s["Resource"])}
-    assert s3_resources == {"arn:aws:s3:::gpucloud-*", "arn:aws:s3:::gpucloud-*/runs/*"}
+    assert s3_resources == {"arn:aws:s3:::gpucloud-${aws:PrincipalAccount}-*",
+                            "arn:aws:s3:::gpucloud-${aws:PrincipalAccount}-*/runs/*"}
 
 
 def test_every_operation_of_the_end_to_end_runs_is_allowed(inproc: None, moto: Moto,  # noqa: F811
@@ -118,6 +120,17 @@ def test_every_operation_of_the_end_to_end_runs_is_allowed(inproc: None, moto: M
         if call.service == "s3" and "Key" in call.params:
             assert call.params["Bucket"].startswith("gpucloud-") and call.params["Key"].startswith("runs/"), call
 
+    # The evaluator on the calls whose resources and conditions the policy narrows.
+    account = moto.client("sts").get_caller_identity()["Account"]
+    checked = 0
+    for call in HOOKS.calls:
+        reqs = requests_of(call.service, call.operation, call.params, account, moto.region if hasattr(moto, "region") else "us-east-1")
+        if reqs:
+            checked += 1
+            assert allowed(doc := policy_document(), reqs), (call.operation, call.params,
+                                                            [(r.resource, decide(doc, r)) for r in reqs])
+    assert checked > 0
+
     ops = recorded_ops(SESSION_RECORD)
     # The VM's own calls go through presigned URLs, signed with the caller's permissions.
     ops |= {("s3", "GetObject"), ("s3", "PutObject")}
@@ -136,3 +149,109 @@ def test_every_operation_of_the_end_to_end_runs_is_allowed(inproc: None, moto: M
     assert unused == [], f"policy grants actions no run used: {unused}"
     print(f"\nIAM policy check: {len(ops)} distinct operations recorded, all allowed "
           f"({len(allowed_actions(doc))} actions in the policy)")
+
+
+# ---- the evaluator: what the policy allows, and what it must deny ----------------------------------
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+
+
+def _tags(params: dict[str, Any], kind: str) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for spec in params.get("TagSpecifications", []) if spec.get("ResourceType") == kind
+            for t in spec.get("Tags", [])}
+
+
+def requests_of(service: str, operation: str, params: dict[str, Any], account: str = ACCOUNT,
+                region: str = REGION) -> list[Request]:
+    """The IAM requests of one API call, for the calls the policy narrows (RunInstances, S3);
+    [] for the others (checked by action above)."""
+    base: dict[str, Any] = {"aws:PrincipalAccount": account}
+    arn = f"arn:aws:ec2:{region}:{account}"
+    if service == "ec2" and operation == "RunInstances":
+        inst = {**base, "aws:RequestTag/gpucloud-run": _tags(params, "instance").get("gpucloud-run"),
+                "ec2:MetadataHttpTokens": (params.get("MetadataOptions") or {}).get("HttpTokens", "optional")}
+        reqs = [Request("ec2:RunInstances", f"{arn}:instance/*", inst),
+                Request("ec2:RunInstances", f"arn:aws:ec2:{region}::image/{params.get('ImageId', 'ami-0')}", base)]
+        ebs = [m["Ebs"] for m in params.get("BlockDeviceMappings", []) if "Ebs" in m] or [{}]
+        vol_tag = _tags(params, "volume").get("gpucloud-run")
+        reqs += [Request("ec2:RunInstances", f"{arn}:volume/*",
+                         {**base, "aws:RequestTag/gpucloud-run": vol_tag,
+                          "ec2:Encrypted": str(bool(e.get("Encrypted"))).lower()}) for e in ebs]
+        reqs += [Request("ec2:RunInstances", f"{arn}:security-group/{g}", base) for g in params.get("SecurityGroupIds", [])]
+        if params.get("KeyName"):
+            reqs.append(Request("ec2:RunInstances", f"{arn}:key-pair/{params['KeyName']}", base))
+        return reqs
+    if service == "s3" and "Bucket" in params:
+        owner = params.pop("_owner", account) if "_owner" in params else account
+        ctx = {**base, "aws:ResourceAccount": owner}
+        action = iam_action(service, operation)
+        if "Key" in params:
+            return [Request(action, f"arn:aws:s3:::{params['Bucket']}/{params['Key']}", ctx)]
+        return [Request(action, f"arn:aws:s3:::{params['Bucket']}", ctx)]
+    return []
+
+
+GOOD_LAUNCH = {
+    "ImageId": "ami-0123456789abcdef0", "SecurityGroupIds": ["sg-1"], "KeyName": "gpucloud-r1",
+    "MetadataOptions": {"HttpTokens": "required"},
+    "BlockDeviceMappings": [{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 100, "Encrypted": True}}],
+    "TagSpecifications": [{"ResourceType": k, "Tags": [{"Key": "gpucloud-run", "Value": "r1"}]}
+                          for k in ("instance", "volume")],
+}
+BUCKET = f"gpucloud-{ACCOUNT}-{REGION}"
+
+
+def test_the_calls_gpucloud_makes_are_allowed() -> None:
+    doc = policy_document()
+    assert allowed(doc, requests_of("ec2", "RunInstances", GOOD_LAUNCH))
+    assert allowed(doc, requests_of("s3", "CreateBucket", {"Bucket": BUCKET}))
+    assert allowed(doc, requests_of("s3", "PutObject", {"Bucket": BUCKET, "Key": "runs/r1/code.tar.gz"}))
+    assert decide(doc, Request("ec2:TerminateInstances", f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-1",
+                               {"aws:ResourceTag/gpucloud-run": "r1"})) == "Allow"
+
+
+@pytest.mark.parametrize(("case", "service", "operation", "params"), [
+    ("RunInstances without IMDSv2", "ec2", "RunInstances", {**GOOD_LAUNCH, "MetadataOptions": {"HttpTokens": "optional"}}),
+    ("RunInstances, IMDS left default", "ec2", "RunInstances", {k: v for k, v in GOOD_LAUNCH.items() if k != "MetadataOptions"}),
+    ("RunInstances, unencrypted volume", "ec2", "RunInstances",
+     {**GOOD_LAUNCH, "BlockDeviceMappings": [{"DeviceName": "/dev/sda1", "Ebs": {"Encrypted": False}}]}),
+    ("RunInstances without the tag", "ec2", "RunInstances", {**GOOD_LAUNCH, "TagSpecifications": []}),
+    ("S3 on another account's gpucloud bucket", "s3", "GetObject",
+     {"Bucket": f"gpucloud-999999999999-{REGION}", "Key": "runs/x/code.tar.gz"}),
+    ("S3 bucket of our name owned by another account", "s3", "PutObject",
+     {"Bucket": BUCKET, "Key": "runs/x/status.json", "_owner": "999999999999"}),
+    ("S3 outside runs/", "s3", "GetObject", {"Bucket": BUCKET, "Key": "secrets/x"}),
+    ("S3 on a bucket not gpucloud's", "s3", "ListBucket", {"Bucket": "company-data"}),
+])
+def test_calls_outside_the_policy_are_denied(case: str, service: str, operation: str, params: dict[str, Any]) -> None:
+    doc = policy_document()
+    reqs = requests_of(service, operation, dict(params))
+    assert reqs and not allowed(doc, reqs), case
+
+
+def test_untagged_destroy_and_wildcard_actions_are_denied() -> None:
+    doc = policy_document()
+    assert decide(doc, Request("ec2:TerminateInstances", f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-1")) == "ImplicitDeny"
+    assert decide(doc, Request("iam:PassRole", "*")) == "ImplicitDeny"
+    assert decide(doc, Request("ec2:AuthorizeSecurityGroupIngress",
+                               f"arn:aws:ec2:{REGION}:{ACCOUNT}:security-group/sg-9")) == "ImplicitDeny"
+
+
+def test_evaluator_semantics() -> None:
+    """The evaluator itself: explicit deny wins, wildcards, ForAnyValue, Null, NumericEquals."""
+    doc = {"Statement": [
+        {"Effect": "Allow", "Action": "s3:Get*", "Resource": "arn:aws:s3:::b/*"},
+        {"Effect": "Deny", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/secret*"},
+        {"Effect": "Allow", "Action": "ec2:CreateTags", "Resource": "*",
+         "Condition": {"ForAnyValue:StringLike": {"aws:TagKeys": ["gpucloud-*"]}, "NumericEquals": {"n": "2"}}},
+        {"Effect": "Allow", "Action": "ec2:DeleteVolume", "Resource": "*", "Condition": {"Null": {"aws:ResourceTag/t": "true"}}},
+    ]}
+    assert decide(doc, Request("s3:GetObjectTagging", "arn:aws:s3:::b/x")) == "Allow"
+    assert decide(doc, Request("S3:getobject", "arn:aws:s3:::b/x")) == "Allow"  # actions ignore case
+    assert decide(doc, Request("s3:GetObject", "arn:aws:s3:::b/secret.txt")) == "Deny"
+    assert decide(doc, Request("ec2:CreateTags", "x", {"aws:TagKeys": ["a", "gpucloud-run"], "n": 2})) == "Allow"
+    assert decide(doc, Request("ec2:CreateTags", "x", {"aws:TagKeys": ["a"], "n": 2})) == "ImplicitDeny"
+    assert decide(doc, Request("ec2:CreateTags", "x", {"aws:TagKeys": ["gpucloud-run"], "n": 3})) == "ImplicitDeny"
+    assert decide(doc, Request("ec2:DeleteVolume", "x")) == "Allow"
+    assert decide(doc, Request("ec2:DeleteVolume", "x", {"aws:ResourceTag/t": "v"})) == "ImplicitDeny"

@@ -436,6 +436,25 @@ def test_blob_sas_urls_work_with_curl_until_they_expire(arm: FakeArm, azurite: A
     assert channel.get_bytes("never/there") is None
 
 
+def test_existing_public_storage_account_is_refused_and_sas_is_capped(arm: FakeArm, azurite: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from urllib.parse import parse_qs, urlsplit
+
+    from gpucloud.providers.azure.channel import MAX_SAS
+    from gpucloud.errors import UserError
+
+    monkeypatch.setenv("GPUCLOUD_AZURE_BLOB_ENDPOINT", azurite.blob_endpoint)
+    channel = AzureProvider().channel("eastus")
+    far = datetime.now(UTC) + timedelta(days=30)
+    expiry = parse_qs(urlsplit(channel.url_get("runs/c/x", far)).query)["se"][0]
+    assert datetime.fromisoformat(expiry.replace("Z", "+00:00")) <= datetime.now(UTC) + MAX_SAS
+    account = next(r for r in arm.resources.values() if r.type == "Microsoft.Storage/storageAccounts")
+    account.body["properties"]["allowBlobPublicAccess"] = True   # someone opened it by hand
+    with pytest.raises(UserError, match="allows public blob access") as info:
+        AzureProvider().channel("eastus")
+    assert "--allow-blob-public-access false" in (info.value.hint or "")
+
+
 # ---- a dead endpoint fails fast ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["refused", "silent"])

@@ -16,7 +16,7 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from datetime import UTC, datetime, timedelta
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.channel import FileChannel, pack_workdir
+from gpucloud.channel import FileChannel, iter_manifest, log_key, pack_workdir
 from gpucloud.providers import capabilities
 from gpucloud.render import render_bootstrap
 from gpucloud.stacks import Stack
@@ -62,7 +62,17 @@ class Vm:
             raise
         self.stderr = err.decode(errors="replace")
         self.rc = self.proc.returncode
+        self.end_timers()
         return self
+
+    def end_timers(self) -> None:
+        """End the backstop timers the systemd-run stub started (a real VM's die with it)."""
+        path = self.state / "timers"
+        for pid in path.read_text().split() if path.exists() else []:
+            try:
+                os.killpg(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def run(self, timeout: float = 30) -> Vm:
         return self.start().wait(timeout)
@@ -90,8 +100,10 @@ def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str 
             run: str = "echo hi", setup: str | None = None, env: dict[str, str] | None = None,
             artifacts: list[str] | None = None, deadline_s: float = 120, files: dict[str, str] | None = None,
             stub_env: dict[str, str] | None = None, state: Path | None = None, render_kw: dict | None = None,
-            spot: dict | None = None, run_id: str | None = None) -> Vm:
-    """`spot`: checkpoint/checkpoint_interval of the job; `run_id`: boot another attempt of that run."""
+            spot: dict | None = None, run_id: str | None = None,
+            max_duration: int = 3600, url_map: Callable[[str], str] | None = None) -> Vm:
+    """A rendered bootstrap ready to run; url_map rewrites the manifest's URLs (a faulty server);
+    `spot`: checkpoint/checkpoint_interval of the job; `run_id`: boot another attempt of that run."""
     tmp.mkdir(parents=True, exist_ok=True)
     run_id = run_id or f"r{uuid.uuid4().hex[:8]}"
     channel = FileChannel(tmp / "channel")
@@ -103,8 +115,16 @@ def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str 
     channel.reset_nodes(run_id, 1)
     manifest = channel.prepare(run_id, 1, datetime.now(UTC) + timedelta(seconds=deadline_s), log_interval=0.2,
                                checkpoint=bool((spot or {}).get("checkpoint")))[0]
+    if url_map is not None:
+        key = f"runs/{run_id}/node-0/manifest"
+        channel.put_bytes(key, "".join(
+            f"{k} {url_map(rest)}\n" if k.endswith(("_put", "_get")) and " " not in rest
+            else f"{k} {rest.split(' ', 1)[0]} {url_map(rest.split(' ', 1)[1])}\n" if " " in rest
+            else f"{k} {rest}\n"
+            for k, rest in iter_manifest(channel.get_bytes(key).decode())).encode())
+        manifest = url_map(manifest)
     spec = make_spec(cloud=provider, gpu=gpu or None, count=count, env=env or {}, run=run, setup=setup,
-                     artifacts=artifacts or [])
+                     artifacts=artifacts or [], max_duration=max_duration)
     for key, value in (spot or {}).items():
         setattr(spec, key, value)
     cand = make_candidate(provider, gpu, count if gpu else 0)
@@ -134,14 +154,14 @@ def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str 
         **(stub_env or {}),
     }
     if provider != "local":
-        env["GPUCLOUD_VM_DIR"] = str(vm_dir)
+        env.setdefault("GPUCLOUD_VM_DIR", str(vm_dir))
     return Vm(tmp=tmp, channel=channel, run_id=run_id, script=script, env=env, vm_dir=vm_dir, state=state)
 
 
 def artifact_names(vm: Vm, dest: Path) -> set[str]:
     out = vm.channel.download_artifacts(vm.run_id, 0, dest)
-    assert out is not None
-    return {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert out is not None and not out.warnings
+    return {str(p.relative_to(out.dest)) for p in out.dest.rglob("*") if p.is_file()}
 
 
 # ---- whole local runs ---------------------------------------------------------------------------
@@ -283,7 +303,9 @@ def test_many_log_parts_concatenate_exactly(tmp_path: Path) -> None:
 def test_log_parts_running_out_reuse_the_last_url(tmp_path: Path) -> None:
     vm = make_vm(tmp_path, run="for i in $(seq 1 30); do echo row$i; sleep 0.03; done")
     manifest = vm.channel.get_bytes(f"runs/{vm.run_id}/node-0/manifest").decode().splitlines()
-    kept = [line for line in manifest if not line.startswith("log_put ") or int(line.split()[1]) < 2]
+    later = datetime.now(UTC) + timedelta(minutes=5)
+    kept = [line for line in manifest if not line.startswith("log_dir ")]  # a store with a fixed list of URLs
+    kept += [f"log_put {i} {vm.channel.url_put(log_key(vm.run_id, 0, i), later)}" for i in range(2)]
     vm.channel.put_bytes(f"runs/{vm.run_id}/node-0/manifest", ("\n".join(kept) + "\n").encode())
     vm.run()
     assert vm.rc == 0
@@ -470,3 +492,50 @@ def test_artifact_tarball_contents(tmp_path: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
         names = set(tar.getnames())
     assert {"out dir/a b.txt", "metrics.json"} <= names
+
+
+# ---- layer (a): the backstop is armed before anything else (issue 11) -------------------------------
+
+def test_backstop_is_a_systemd_timer_on_clouds_and_shutdown_without_systemd(tmp_path: Path) -> None:
+    stub = {"STUB_GPU_NAME": "Tesla K80", "GPUCLOUD_DEADLINE_GRACE": "7"}
+    vm = make_vm(tmp_path / "a", provider="aws", stack=K80, gpu="K80", max_duration=600, stub_env=stub).run()
+    assert vm.status()["state"] == "succeeded"
+    calls = vm.calls()
+    timer = calls[0]  # before apt, nvidia-smi or anything else
+    assert timer.startswith("systemd-run --quiet --unit=gpucloud-backstop-") and "--on-active=607s" in timer
+    assert timer.endswith(f"{vm.script} backstop 0 {vm.proc.pid} {vm.vm_dir}")
+    vm = make_vm(tmp_path / "b", provider="aws", stack=K80, gpu="K80", max_duration=600,
+                 stub_env={**stub, "STUB_NO_SYSTEMD": "1"}).run()
+    assert vm.calls()[1] == "shutdown -P +11"  # 607 s, rounded up to minutes
+    assert vm.calls()[-1] == "shutdown -h now"
+
+
+def test_local_backstop_is_disarmed_when_the_run_ends(tmp_path: Path) -> None:
+    vm = make_vm(tmp_path, run="echo hi", stub_env={"GPUCLOUD_VM_SANDBOX": str(tmp_path / "vm")}).run()
+    assert vm.rc == 0
+    time.sleep(0.3)
+    from gpucloud.vm_engine import marked_pids
+
+    assert marked_pids(tmp_path / "vm") == []  # the setsid sleeper went with the run
+
+
+def test_backstop_fires_when_the_bootstrap_is_gone(tmp_path: Path) -> None:
+    """SIGKILL the bootstrap and its watchdog: the backstop still ends the job and reports."""
+    marker = f"gpucloud_marker_{uuid.uuid4().hex}"
+    vm = make_vm(tmp_path, run=f"sleep 60 # {marker}\n: {marker}", max_duration=2,
+                 stub_env={"GPUCLOUD_DEADLINE_GRACE": "2", "GPUCLOUD_VM_SANDBOX": str(tmp_path / "vm")}).start()
+    end = time.monotonic() + 10
+    while not (vm.vm_dir / "job.pgid").exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    os.killpg(vm.proc.pid, signal.SIGKILL)  # bootstrap, pump and watchdog; the job has its own session
+    vm.proc.wait(timeout=5)
+    assert _marker_pids(marker), "the job survives its bootstrap"
+    end = time.monotonic() + 10
+    while _marker_pids(marker) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert _marker_pids(marker) == []
+    end = time.monotonic() + 5  # the backstop reports right after its kill
+    while vm.status()["state"] == "running" and time.monotonic() < end:
+        time.sleep(0.1)
+    status = vm.status()
+    assert status["state"] == "deadline" and "backstop" in status["message"]

@@ -59,8 +59,8 @@ class MemoryChannel(Channel):
             del self.objects[key]
 
 
-def curl(*args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["curl", "-fsS", *args], capture_output=True, timeout=30)
+def curl(*args: str, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:  # noqa: A002
+    return subprocess.run(["curl", "-fsS", *args], capture_output=True, timeout=30, input=input)
 
 
 # ---- FileChannel primitives -------------------------------------------------------------------
@@ -113,14 +113,26 @@ def test_prepare_writes_one_manifest_per_node(tmp_path: Path) -> None:
         assert dict(pairs)["deadline"] == str(int(deadline.timestamp()))
         ready = [rest.split(" ", 1) for k, rest in pairs if k == "ready_get"]
         assert [int(i) for i, _ in ready] == [0, 1, 2]
-        logs = [rest.split(" ", 1) for k, rest in pairs if k == "log_put"]
-        assert [int(i) for i, _ in logs] == list(range(len(logs)))
-        assert len(logs) == log_part_count(600, 5.0, ch.max_log_parts)
-        assert all(f"/node-{rank}/log/" in u for _, u in logs)
+        # a folder store grants the node's log folder instead of one URL per part (issue 11)
+        assert "log_put" not in keys
+        log_dir = dict(pairs)["log_dir"]
+        assert log_dir.endswith(f"/node-{rank}/log")
         assert f"/node-{rank}/status.json" in dict(pairs)["status_put"]
         # every PUT target's folder exists, so the VM's curl -T succeeds
-        for _, u in logs[:2]:
-            assert Path(u.removeprefix("file://")).parent.is_dir()
+        assert Path(log_dir.removeprefix("file://")).is_dir()
+        assert curl("-T", "-", f"{log_dir}/000000", input=b"part").returncode == 0
+    assert ch.read_log_parts("r1", 2) == []  # counted only once status.json says so
+
+
+def test_manifest_size_does_not_grow_with_max_duration(tmp_path: Path) -> None:
+    ch = FileChannel(tmp_path)
+    short = ch.prepare("a", 1, datetime.now(UTC) + timedelta(minutes=1), log_interval=0.5)
+    long = ch.prepare("b", 1, datetime.now(UTC) + timedelta(hours=6), log_interval=0.5)
+    sizes = [len(curl(u).stdout) for u in (short[0], long[0])]
+    assert abs(sizes[0] - sizes[1]) < 10 and sizes[1] < 2000, sizes
+    memory = MemoryChannel()  # a store without a folder grant still lists its parts
+    memory.prepare("c", 1, datetime.now(UTC) + timedelta(hours=6), log_interval=5.0)
+    assert memory.objects["runs/c/node-0/manifest"].count(b"log_put ") == log_part_count(6 * 3600, 5.0)
 
 
 def test_prepare_expiry_is_deadline_plus_margin() -> None:
@@ -178,18 +190,62 @@ def test_download_artifacts(tmp_path: Path) -> None:
     ch = FileChannel(tmp_path / "store")
     assert ch.download_artifacts("r1", 0, tmp_path / "out") is None
     ch.put_bytes("runs/r1/node-0/artifacts.tar.gz", _tar({"outputs/model.bin": b"w", "metrics.json": b"{}"}))
-    dest = ch.download_artifacts("r1", 0, tmp_path / "out")
-    assert dest == tmp_path / "out"
-    assert (dest / "outputs/model.bin").read_bytes() == b"w"
-    assert (dest / "metrics.json").read_bytes() == b"{}"
+    got = ch.download_artifacts("r1", 0, tmp_path / "out")
+    assert got is not None and got.dest == tmp_path / "out" and got.files == 2 and got.warnings == []
+    assert (got.dest / "outputs/model.bin").read_bytes() == b"w"
+    assert (got.dest / "metrics.json").read_bytes() == b"{}"
 
 
-def test_download_artifacts_refuses_path_traversal(tmp_path: Path) -> None:
+def test_download_artifacts_skips_path_traversal_and_keeps_the_rest(tmp_path: Path) -> None:
     ch = FileChannel(tmp_path / "store")
-    ch.put_bytes("runs/r1/node-0/artifacts.tar.gz", _tar({"../evil": b"x"}))
-    with pytest.raises(tarfile.TarError):
-        ch.download_artifacts("r1", 0, tmp_path / "out")
-    assert not (tmp_path / "evil").exists()
+    ch.put_bytes("runs/r1/node-0/artifacts.tar.gz", _tar({"../evil": b"x", "/abs/evil": b"y", "ok.txt": b"ok"}))
+    got = ch.download_artifacts("r1", 0, tmp_path / "out")
+    assert got is not None and got.files == 1
+    assert (tmp_path / "out" / "ok.txt").read_bytes() == b"ok"
+    assert not (tmp_path / "evil").exists() and not Path("/abs/evil").exists()
+    assert sorted(got.warnings) == ["artifact '../evil' not extracted: a path out of the artifacts folder (..)",
+                                    "artifact '/abs/evil' not extracted: an absolute path"]
+
+
+def _job_artifacts(tmp_path: Path, build: str) -> Path:
+    """A tar.gz made by GNU tar from a folder the way the VM's collect_artifacts makes it."""
+    src = tmp_path / "job"
+    src.mkdir()
+    subprocess.run(["bash", "-c", build], cwd=src, check=True)
+    out = tmp_path / "artifacts.tar.gz"
+    subprocess.run(["tar", "-czf", str(out), "-C", str(src), "outputs"], check=True)
+    return out
+
+
+@pytest.mark.parametrize(("build", "kept", "warning"), [
+    ("mkdir outputs; echo w > outputs/model.bin; ln -s model.bin outputs/latest",
+     {"outputs/model.bin", "outputs/latest"}, None),
+    ("mkdir outputs; echo w > outputs/model.bin; ln -s /etc/passwd outputs/passwd; ln -s ../../secret outputs/up",
+     {"outputs/model.bin"}, ["'outputs/passwd' not extracted: a link to the absolute path /etc/passwd",
+                             "'outputs/up' not extracted: a link out of the artifacts folder (to ../../secret)"]),
+    ("mkdir outputs; echo w > outputs/model.bin; mkfifo outputs/pipe",
+     {"outputs/model.bin"}, ["'outputs/pipe' not extracted: a FIFO (named pipe)"]),
+], ids=["symlink-in", "symlink-out", "fifo"])
+def test_artifact_links_and_fifos(tmp_path: Path, build: str, kept: set[str], warning: list[str] | None) -> None:
+    ch = FileChannel(tmp_path / "store")
+    ch.put_file("runs/r1/node-0/artifacts.tar.gz", _job_artifacts(tmp_path, build))
+    got = ch.download_artifacts("r1", 0, tmp_path / "out")
+    assert got is not None
+    present = {str(p.relative_to(got.dest)) for p in got.dest.rglob("*") if p.is_file() or p.is_symlink()}
+    assert present == kept and got.files == len(kept)
+    assert sorted(w.removeprefix("artifact ") for w in got.warnings) == sorted(warning or [])
+    if "outputs/latest" in kept:
+        assert (got.dest / "outputs/latest").read_bytes() == b"w\n"
+
+
+def test_ten_thousand_small_artifacts_all_come_back(tmp_path: Path) -> None:
+    ch = FileChannel(tmp_path / "store")
+    build = "mkdir -p outputs; cd outputs; for d in $(seq 0 99); do mkdir $d; for f in $(seq 0 99); do echo $d.$f > $d/$f; done; done"
+    ch.put_file("runs/r1/node-0/artifacts.tar.gz", _job_artifacts(tmp_path, build))
+    got = ch.download_artifacts("r1", 0, tmp_path / "out")
+    assert got is not None and got.files == 10_000 and not got.warnings
+    assert (got.dest / "outputs/42/7").read_text() == "42.7\n"
+    assert sum(1 for p in got.dest.rglob("*") if p.is_file()) == 10_000
 
 
 def test_upload_code(tmp_path: Path) -> None:

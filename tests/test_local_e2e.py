@@ -300,3 +300,39 @@ def test_dead_machine_is_reported_lost(tmp_path: Path, gpucloud_home: Path) -> N
     run_id = run_id_of(stderr)
     assert status_json(run_id, tmp_path)["status"] == "lost"
     assert leftovers(gpucloud_home, run_id) == []
+
+
+def test_artifacts_with_links_and_fifo_come_back_with_warnings(tmp_path: Path, gpucloud_home: Path) -> None:
+    """Issue 11: one bad member no longer loses every artifact; each refusal is named."""
+    job = write_job(tmp_path / "job", {
+        "name": "arts", "artifacts": ["out/"],
+        "run": "mkdir -p out/sub; for i in $(seq 1 50); do echo $i > out/sub/f$i; done; "
+               "ln -s sub/f1 out/inside; ln -s /etc/hostname out/abs; ln -s ../../../x out/up; mkfifo out/pipe",
+    })
+    proc = cli("run", str(job), "--cloud", "local", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "gpucloud-runs" / run_id_of(proc.stderr)
+    assert len(list((out / "out" / "sub").iterdir())) == 50 and (out / "out" / "inside").read_text() == "1\n"
+    assert not (out / "out" / "abs").exists() and not (out / "out" / "pipe").exists()
+    for name, why in (("out/abs", "a link to the absolute path /etc/hostname"),
+                      ("out/up", "a link out of the artifacts folder"), ("out/pipe", "a FIFO")):
+        assert f"artifact '{name}' not extracted: {why}" in proc.stderr, proc.stderr
+    assert "51 file(s), 3 refused" in proc.stderr
+    assert "none of its artifacts" not in proc.stderr
+
+
+def test_a_job_that_kills_the_watchdog_is_still_stopped(tmp_path: Path, gpucloud_home: Path) -> None:
+    """Layer (a): with the watchdog gone, the backstop (max_duration + 30 s grace) ends the VM and
+    reports `deadline`; nothing is left running."""
+    token = f"gpucloud-test-nowatchdog-{os.getpid()}"
+    job = write_job(tmp_path / "job", {
+        "name": "nowd", "max_duration": "2s",
+        "run": f"kill -9 $(cat ../st/wd_pid); echo killed; python -c 'import time; time.sleep(300)' {token}",
+    })
+    t0 = time.monotonic()
+    proc = cli("run", str(job), "--cloud", "local", "--json", cwd=tmp_path, timeout=120)
+    took = time.monotonic() - t0
+    doc = json.loads(proc.stdout)
+    assert leftovers(gpucloud_home, doc["run_id"], token) == []
+    assert took < 2 + 30 + 15, took
+    assert proc.returncode == 124 and doc["status"] == "deadline", (doc, proc.stderr[-2000:])

@@ -305,8 +305,9 @@ def test_workdir_path_is_relative_to_the_job_file(tmp_path: Path, monkeypatch: p
     monkeypatch.chdir(elsewhere)  # the cwd must not matter for a loaded job file
     default = load_spec(write(jobs, MINIMAL, "a.yaml"))
     assert default.workdir_path() == jobs.resolve()
-    up = load_spec(write(jobs, MINIMAL + "workdir: ../code\n", "b.yaml"))
-    assert up.workdir == "../code"
+    with pytest.raises(SpecError, match="leads out of the job file's folder"):  # issue 11: must be absolute
+        load_spec(write(jobs, MINIMAL + "workdir: ../code\n", "b.yaml"))
+    up = load_spec(write(jobs, MINIMAL + f"workdir: {tmp_path / 'code'}\n", "b.yaml"))
     assert up.workdir_path() == (tmp_path / "code").resolve()
     # parsed text has no file: relative to the cwd
     assert parse_spec(MINIMAL + "workdir: src\n", "x.yaml").workdir_path() == (elsewhere / "src").resolve()
@@ -730,3 +731,63 @@ def test_json_schema_rejects_what_the_loader_rejects(change: dict[str, Any], whe
     assert any(e.startswith(where) for e in errors), errors
     with pytest.raises(SpecError):
         parse_spec(yaml.safe_dump(data), "changed.yaml")
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 11: characters no job can carry, a workdir out of the tree, variables the bootstrap owns
+
+LOCAL_JOB = "name: j\nresources: {cloud: local}\n"
+HOSTILE = [
+    ("nul-in-env", LOCAL_JOB + 'run: echo hi\nenv:\n  A: "x\\0y"\n', 5, "env.A", "control character NUL at character 2"),
+    ("esc-in-run", LOCAL_JOB + 'run: "echo \\e[31m red"\n', 3, "run", "control character ESC at character 6"),
+    ("del-in-setup", LOCAL_JOB + 'run: echo hi\nsetup: "a\\x7fb"\n', 4, "setup", "control character DEL at character 2"),
+    ("surrogate-in-run", LOCAL_JOB + 'run: "echo \\ud800"\n', 3, "run", "lone surrogate U+D800"),
+    ("surrogate-key", LOCAL_JOB + 'run: echo hi\nenv:\n  "\\udc80": x\n', 5, "env", "a key contains a lone surrogate U+DC80"),
+    ("env-JOB", LOCAL_JOB + "run: echo hi\nenv:\n  JOB: x\n", 5, "env.JOB", "'JOB' is reserved: the VM's bootstrap"),
+    ("env-SETSID", LOCAL_JOB + "run: echo hi\nenv:\n  SETSID: x\n", 5, "env.SETSID", "Rename it, e.g. MY_SETSID"),
+    ("env-DEADLINE", LOCAL_JOB + "run: echo hi\nenv:\n  DEADLINE: x\n", 5, "env.DEADLINE", "'DEADLINE' is reserved"),
+    ("workdir-up", LOCAL_JOB + "run: echo hi\nworkdir: ../..\n", 4, "workdir", "leads out of the job file's folder"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "field", "needle"), [h[1:] for h in HOSTILE], ids=[h[0] for h in HOSTILE])
+def test_cli_rejects_hostile_job_files(tmp_path: Path, text: str, line: int, field: str, needle: str) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    path = write(tmp_path / "a" / "b", text, "job.yaml")
+    out = cli("validate", str(path))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr + out.stdout and "internal error" not in out.stderr
+    assert f"{path}:{line}: {field}: " in out.stderr, out.stderr
+    assert needle in out.stderr, out.stderr
+
+
+def test_workdir_outside_the_tree_is_fine_when_absolute(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "jobs").mkdir()
+    path = write(tmp_path / "jobs", LOCAL_JOB + f"run: echo hi\nworkdir: {tmp_path / 'data'}\n", "job.yaml")
+    assert load_spec(path).workdir_path() == (tmp_path / "data").resolve()
+    inside = write(tmp_path / "jobs", LOCAL_JOB + "run: echo hi\nworkdir: ./sub/../\n", "in.yaml")
+    assert load_spec(inside).workdir_path() == (tmp_path / "jobs").resolve()
+
+
+def test_reserved_names_come_from_the_template() -> None:
+    from gpucloud.render import BASH_RESERVED, TEMPLATE, _load_template_source, reserved_env_names
+
+    names = reserved_env_names()
+    assert {"JOB", "SETSID", "W", "ST", "LOG", "DEADLINE", "RUN_CMD", "GRACE", "STATUS_PUT"} <= names
+    assert not {"NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "EPOCHS"} & names  # the job's own, or the user's
+    text = _load_template_source(TEMPLATE)
+    for name in names - BASH_RESERVED:  # each one is assigned in the template
+        assert re.search(rf"(?<![A-Za-z0-9_$]){name}(\[[^]]*\])?\+?=|read -ra? {name}\b", text), name
+
+
+def test_cli_validate_shows_what_would_be_uploaded(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print(1)\n")
+    (tmp_path / "code" / ".gitignore").write_text("data/\n")
+    (tmp_path / "code" / "data").mkdir()
+    (tmp_path / "code" / "data" / "big.bin").write_bytes(b"x" * 1000)
+    path = write(tmp_path / "code", LOCAL_JOB + "run: python train.py\n", "job.yaml")
+    out = cli("validate", str(path))
+    assert out.returncode == 0, out.stderr
+    assert f"workdir {(tmp_path / 'code').resolve()}: 3 file(s), " in out.stderr, out.stderr

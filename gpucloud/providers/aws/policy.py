@@ -5,8 +5,15 @@ Pure data (no boto3), so printing it is instant. Why it is shaped this way:
   resources that carry it, so these credentials cannot terminate machines gpucloud did not start;
 - tags can be written only as part of a create call (ec2:CreateAction), never retagged later;
 - the VM needs no role at all (it talks through presigned URLs), so there is no iam:PassRole;
-- S3 access is limited to gpucloud's own buckets and their `runs/` objects.
-A test records every API operation of the end-to-end runs and checks each one against this.
+- S3 access is limited to gpucloud's own buckets, `gpucloud-<account>-<region>` of the caller's
+  account (the ARN through the `${aws:PrincipalAccount}` policy variable, and `aws:ResourceAccount`
+  so that a bucket of that name in another account is out of reach), and their `runs/` objects;
+- RunInstances may only start instances that require IMDSv2 (`ec2:MetadataHttpTokens`) with
+  encrypted volumes (`ec2:Encrypted`).
+Not expressible in IAM: the port of an ingress rule (EC2 documents no condition key for it); the
+rules stay limited to gpucloud-tagged groups and the code adds only port 22 and the run's own group.
+A test records every API operation of the end-to-end runs and checks each one against this, with
+a small evaluator that also proves calls outside it are denied (tests/test_aws_policy.py).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Any
 
 from gpucloud.providers.base import TAG_RUN as TAG
 
-BUCKETS = "arn:aws:s3:::gpucloud-*"
+BUCKETS = "arn:aws:s3:::gpucloud-${aws:PrincipalAccount}-*"
 
 _EC2 = "arn:aws:ec2:*:*"
 
@@ -46,11 +53,18 @@ def _create_statements() -> list[dict[str, Any]]:
         "Resource": "*",
     },
     {
-        "Sid": "LaunchOnlyTaggedInstancesAndVolumes",
+        "Sid": "LaunchOnlyTaggedInstancesWithImdsV2",
         "Effect": "Allow",
         "Action": "ec2:RunInstances",
-        "Resource": [f"{_EC2}:instance/*", f"{_EC2}:volume/*"],
-        "Condition": has_request_tag,
+        "Resource": f"{_EC2}:instance/*",
+        "Condition": {**has_request_tag, "StringEquals": {"ec2:MetadataHttpTokens": "required"}},
+    },
+    {
+        "Sid": "LaunchOnlyTaggedEncryptedVolumes",
+        "Effect": "Allow",
+        "Action": "ec2:RunInstances",
+        "Resource": f"{_EC2}:volume/*",
+        "Condition": {**has_request_tag, "Bool": {"ec2:Encrypted": "true"}},
     },
     {
         "Sid": "LaunchWithImageNetworkAndKey",
@@ -101,6 +115,7 @@ def _create_statements() -> list[dict[str, Any]]:
 def _destroy_and_storage_statements() -> list[dict[str, Any]]:
     """Change and destroy only what gpucloud tagged; the Ubuntu image parameter; the run buckets."""
     has_resource_tag = {"Null": {f"aws:ResourceTag/{TAG}": "false"}}
+    own_account = {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}}
     return [
     {
         # ssh: port 22 from the caller; multi-node: the group to itself (the run's own nodes).
@@ -152,11 +167,13 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
             "s3:PutLifecycleConfiguration",
         ],
         "Resource": BUCKETS,
+        "Condition": own_account,
     },
     {
         "Sid": "RunObjects",
         "Effect": "Allow",
         "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
         "Resource": f"{BUCKETS}/runs/*",
+        "Condition": own_account,
     },
     ]

@@ -24,11 +24,15 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from gpucloud.channel import Channel
+from gpucloud.errors import UserError
 
 STORAGE_API = "2023-05-01"
 CONTAINER = "gpucloud"
 # SAS validity starts a little in the past: the VM's or the storage service's clock may lag ours.
 CLOCK_SKEW = timedelta(minutes=15)
+# A SAS URL lives at most as long as S3's SigV4 presigned URLs (providers/aws/channel.py MAX_PRESIGN): a leaked
+# manifest is useless after a week whatever the job's max_duration says.
+MAX_SAS = timedelta(days=7)
 
 
 def storage_group_name(region: str) -> str:
@@ -46,6 +50,20 @@ def account_from_endpoint(url: str) -> str:
     parts = urlsplit(url)
     segment = parts.path.strip("/").split("/")[0]
     return segment or (parts.hostname or "").split(".")[0]
+
+
+def _refuse_public(account: Any, name: str, group: str) -> None:
+    """An existing channel account must not allow anonymous blob access (someone changed it, or
+    an older API default left it on): the run's code and artifacts would be one setting away
+    from public. Unset counts as allowed, as it did before API version 2019-04-01."""
+    props = account.properties if isinstance(account.properties, dict) else {}
+    if props.get("allowBlobPublicAccess", True) is not False:
+        raise UserError(
+            f"The storage account {name} (resource group {group}) that holds gpucloud's run channel allows "
+            "public blob access.",
+            hint=f"Turn it off: az storage account update --name {name} --resource-group {group} "
+                 "--allow-blob-public-access false",
+        )
 
 
 class BlobChannel(Channel):
@@ -83,6 +101,7 @@ class BlobChannel(Channel):
                       f"/providers/Microsoft.Storage/storageAccounts/{name}")
         try:
             account = resource_client.resources.get_by_id(account_id, api_version=STORAGE_API)
+            _refuse_public(account, name, group)
         except ResourceNotFoundError:
             resource_client.resource_groups.create_or_update(
                 group, {"location": region, "tags": {"gpucloud-role": "channel-storage"}})
@@ -118,7 +137,8 @@ class BlobChannel(Channel):
         try:
             self._container.create_container()  # private: no public access level
         except ResourceExistsError:
-            pass
+            if self._container.get_container_properties().public_access:  # made public by hand: undo
+                self._container.set_container_access_policy(signed_identifiers={}, public_access=None)
 
     # ---- primitives -------------------------------------------------------------------------------
     def put_bytes(self, key: str, data: bytes) -> None:
@@ -141,6 +161,7 @@ class BlobChannel(Channel):
 
         if expires.tzinfo is None:
             expires = expires.replace(tzinfo=UTC)
+        expires = min(expires, datetime.now(UTC) + MAX_SAS)
         sas = generate_blob_sas(
             account_name=self.account_name, container_name=self.container, blob_name=key,
             account_key=self.account_key, permission=BlobSasPermissions(**permission),
