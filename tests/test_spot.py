@@ -178,9 +178,10 @@ exec {subprocess.check_output(["bash", "-c", "command -v curl"], text=True).stri
 
 # ---- recovery through the CLI on the local provider ------------------------------------------------------
 
-def _cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, cwd: Path, timeout: float = 60, env: dict[str, str] | None = None
+         ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=os.environ.copy())
+                          timeout=timeout, env=env or os.environ.copy())
 
 
 def _latest_run(home: Path) -> str | None:
@@ -195,23 +196,24 @@ def _log(home: Path, run_id: str) -> str:
         return ""
 
 
-def preempt_when_resumed(home: Path, run_id: str, cwd: Path, attempt: int) -> None:
+def preempt_when_resumed(home: Path, run_id: str, cwd: Path, attempt: int, env: dict[str, str] | None = None,
+                         timeout: float = 90) -> None:
     """Once attempt `attempt` runs and has uploaded a checkpoint of its own, `gpucloud preempt`."""
     def ready() -> bool:
         log = _log(home, run_id)
         tail = log.split("resuming at")[attempt:] if len(resumed_at(log)) >= attempt else []
         return bool(tail) and "(interval" in tail[-1]
-    assert wait_until(ready, 90), _log(home, run_id)
-    proc = _cli("preempt", run_id, cwd=cwd)
+    assert wait_until(ready, timeout), _log(home, run_id)
+    proc = _cli("preempt", run_id, cwd=cwd, env=env)
     assert proc.returncode == 0, proc.stderr
 
 
-def check_finished_count(home: Path, run_id: str, cwd: Path, n: int) -> dict:
+def check_finished_count(home: Path, run_id: str, cwd: Path, n: int, env: dict[str, str] | None = None) -> dict:
     """N correct, resumed from a checkpoint each time, three launched attempts in `cost --json`."""
     assert (cwd / "gpucloud-runs" / run_id / "result.txt").read_text() == str(n)
     starts = resumed_at(_log(home, run_id))
     assert len(starts) == 3 and starts[0] == 0 and 0 < starts[1] <= starts[2] < n, starts
-    proc = _cli("cost", run_id, "--json", cwd=cwd)
+    proc = _cli("cost", run_id, "--json", cwd=cwd, env=env)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)["runs"][0]
     assert report["launched_attempts"] == 3 and len(report["attempts"]) == 3, report
