@@ -58,8 +58,18 @@ class AzureVmSimulator(GuestSimulator):
             "GPUCLOUD_IMDS_ENDPOINT": self.arm.imds_endpoint(principal),
             "GPUCLOUD_AZURE_ARM_ENDPOINT": self.arm.url,
         }
-        guest = self.boot_guest(res.id, script, gpu=gpu, gpu_count=count, env=env,
-                                name=f"{rg}-{res.id.rsplit('/', 1)[1]}")
+        name = f"{rg}-{res.id.rsplit('/', 1)[1]}"
+        with self.lock:
+            old = self.guests.get(res.id)
+        if old is not None:
+            # The same VM id created again (a spot relaunch in the run's re-created resource group):
+            # a new machine, in a sandbox of its own.
+            self.end_guest(res.id)
+            with self.lock:
+                self.guests.pop(res.id, None)
+                self._gone.discard(res.id)
+                name += f"-{sum(1 for b in self.booted if b == res.id)}"
+        guest = self.boot_guest(res.id, script, gpu=gpu, gpu_count=count, env=env, name=name)
         if guest is None:
             return
         guest.meta.update(size=size, gpu_name=guest_env_gpu_name(gpu))
