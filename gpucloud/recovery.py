@@ -26,8 +26,9 @@ CAPACITY_PAUSE_S = 60.0      # `on: [capacity]`: pause before trying the whole o
 EVENTS = {"preempted": "preemption", "lost": "lost"}  # run status of an attempt's end -> recovery.on word
 
 
-def record_plan_args(store: Store, run_id: str, *, cloud: str | None, region: str | None,
-                     spot: bool | None) -> None:
+def record_plan_args(store: Store, run_id: str, *, cloud: str | None = None, region: str | None = None,
+                     spot: bool | None = None) -> None:
+    """The CLI's plan overrides, kept so that `gpucloud watch` plans a relaunch the same way."""
     store.event(run_id, PLAN_EVENT, json.dumps({"cloud": cloud, "region": region, "spot": spot}))
 
 
