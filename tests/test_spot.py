@@ -278,3 +278,105 @@ def test_preempted_run_without_recovery_ends_preempted(tmp_path: Path, gpucloud_
     run = Store(gpucloud_home / "state.db").get_run(run_id)
     assert run.status == "preempted" and len(run.attempts) == 1 and run.attempts[0].end_reason.startswith("preempted")
     assert not leftovers(gpucloud_home, run_id)
+    again = _cli("preempt", run_id, "--node", "0", cwd=tmp_path)
+    assert again.returncode == 2 and "already ended (preempted)" in again.stderr
+
+
+# ---- the job file, the restart budget, the cost report ----------------------------------------------------
+
+@pytest.mark.parametrize("line,message", [
+    ("checkpoint: /data/ckpt", "checkpoint: '/data/ckpt' is an absolute path"),
+    ("checkpoint: ../ckpt", "checkpoint: '../ckpt' leaves the working folder"),
+    ("checkpoint_interval: soon", "checkpoint_interval: 'soon' is not a duration"),
+    ("recovery: {on: [preemption, eviction]}", "recovery.on: 'eviction' is not an event to recover from"),
+    ("recovery: {max_restarts: -1}", "recovery.max_restarts"),
+    ("recovery: {fallback: spot}", "recovery.fallback: 'spot' is not a fallback. Expected on-demand or none"),
+    ("recovery: {retries: 3}", "recovery.retries"),
+])
+def test_spot_fields_name_line_field_and_fix(line: str, message: str) -> None:
+    from gpucloud.spec import SpecError, parse_spec
+
+    with pytest.raises(SpecError) as err:
+        parse_spec(f"name: j\nresources: {{cloud: local}}\nrun: echo\n{line}\n", "job.yaml")
+    assert str(err.value).startswith("job.yaml:4: ") and message in str(err.value), str(err.value)
+
+
+def test_spot_fields_defaults() -> None:
+    from gpucloud.spec import parse_spec
+
+    spec = parse_spec("name: j\nresources: {cloud: local}\nrun: echo\ncheckpoint: out/ckpt/\nrecovery: {}\n", "j.yaml")
+    assert (spec.checkpoint, spec.checkpoint_interval) == ("out/ckpt", 600)
+    assert spec.recovery is not None and (spec.recovery.on, spec.recovery.max_restarts, spec.recovery.fallback) == (
+        ["preemption"], 3, "none")
+
+
+def _recovery(policy: dict | None, spot: bool = True):  # noqa: ANN202 - test helper
+    from types import SimpleNamespace
+
+    from gpucloud.recovery import Recovery
+    from gpucloud.spec import parse_spec
+
+    doc = "name: j\nresources: {cloud: local}\nrun: echo\n" + (f"recovery: {json.dumps(policy)}\n" if policy else "")
+    progress = SimpleNamespace(warn=lambda *_: None, info=lambda *_: None)
+    rec = Recovery(parse_spec(doc, "j.yaml"), None, "r", None, None, progress)  # type: ignore[arg-type]
+    return rec, SimpleNamespace(candidate=SimpleNamespace(spot=spot))
+
+
+def test_restart_budget_and_on_demand_fallback() -> None:
+    rec, launch = _recovery({"on": ["preemption"], "max_restarts": 2, "fallback": "on-demand"})
+    assert rec.next_market("preempted", launch) == "same"
+    rec.restarts += 1
+    assert rec.next_market("preempted", launch) == "on-demand"  # the max_restarts-th preemption
+    assert rec.next_market("lost", launch) is None              # not in `on`
+    rec, launch = _recovery({"on": ["preemption", "lost"], "max_restarts": 1})
+    assert rec.next_market("lost", launch) == "same"
+    rec.restarts += 1
+    assert rec.next_market("preempted", launch) is None         # budget spent, no fallback
+    rec, launch = _recovery({"max_restarts": 0, "fallback": "on-demand"})
+    assert rec.next_market("preempted", launch) == "on-demand"  # straight to on-demand
+    rec, launch = _recovery(None)
+    assert rec.next_market("preempted", launch) is None         # no recovery asked for
+
+
+def test_cost_report_per_attempt_with_saving_and_zero_for_never_launched(gpucloud_home: Path) -> None:
+    from gpucloud.catalog import load_catalog
+    from gpucloud.cost import cost_report
+
+    off = next(o for o in load_catalog().offerings if o.cloud == "aws" and o.spot_price_per_hour)
+    store = Store()
+    store.create_run("never", name="never", spec_path=None, spec={}, cloud="aws", region=off.region,
+                     instance_type=off.instance_type, num_nodes=1, price_per_hour=off.price_per_hour,
+                     detached=False, pid=None)
+    store.start_attempt("never", 0, cloud="aws", region=off.region, instance_type=off.instance_type, spot=True,
+                        price_per_hour=off.spot_price_per_hour, num_nodes=1)
+    store.end_attempt("never", 0, "capacity: no spot capacity")
+    store.finish_run("never", "no-capacity", exit_code=75)
+    store.create_run("spot", name="spot", spec_path=None, spec={}, cloud="aws", region=off.region,
+                     instance_type=off.instance_type, num_nodes=2, price_per_hour=off.price_per_hour,
+                     detached=False, pid=None)
+    for idx, (spot, price) in enumerate([(True, off.spot_price_per_hour), (False, off.price_per_hour)]):
+        store.start_attempt("spot", idx, cloud="aws", region=off.region, instance_type=off.instance_type,
+                            spot=spot, price_per_hour=price, num_nodes=2)
+        store.set_attempt_handle("spot", idx, "{}")
+        store.end_attempt("spot", idx, "preempted: notice" if idx == 0 else "teardown")
+    with store._tx() as c:  # one hour each, for round numbers
+        c.execute("UPDATE attempts SET started_at = 1000, ended_at = 4600 WHERE run_id = 'spot'")
+    report = cost_report()
+    by_id = {r["run_id"]: r for r in report["runs"]}
+    assert by_id["never"]["cost"] == 0 and by_id["never"]["attempts"][0]["billed_seconds"] == 0
+    spot_att, od_att = by_id["spot"]["attempts"]
+    assert spot_att["market"] == "spot" and spot_att["nodes"] == [{"rank": 0, "billed_seconds": 3600.0},
+                                                                   {"rank": 1, "billed_seconds": 3600.0}]
+    assert spot_att["cost"] == pytest.approx(2 * off.spot_price_per_hour)
+    assert spot_att["on_demand_cost"] == pytest.approx(2 * off.price_per_hour)
+    assert od_att["saving"] == 0 and od_att["on_demand_price_per_hour"] == off.price_per_hour
+    assert by_id["spot"]["saving"] == pytest.approx(2 * (off.price_per_hour - off.spot_price_per_hour), abs=1e-5)
+    assert report["total"]["cost"] == pytest.approx(by_id["spot"]["cost"])
+    assert cost_report("spot")["total"]["runs"] == 1 and cost_report(since="2999-01-01")["runs"] == []
+
+
+def test_cost_since_that_is_not_a_date_is_a_user_error(tmp_path: Path, gpucloud_home: Path) -> None:
+    proc = _cli("cost", "--since", "last tuesday", cwd=tmp_path)
+    assert proc.returncode == 2 and "--since 'last tuesday' is not a date" in proc.stderr
+    proc = _cli("cost", cwd=tmp_path)
+    assert proc.returncode == 0 and "total: 0 run(s), $0.0000" in proc.stdout
