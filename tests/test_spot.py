@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -24,19 +24,11 @@ import pytest
 
 from gpucloud.state import Store
 from tests.support.spot_job import resumed_at, write_count_job
+from tests.test_aws_e2e import wait_until
 from tests.test_bootstrap import make_vm
 from tests.test_local_e2e import leftovers
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def wait_until(cond: Callable[[], object], timeout: float = 60.0, step: float = 0.1) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(step)
-    return bool(cond())
 
 
 # ---- the guard on the VM ---------------------------------------------------------------------------
@@ -208,6 +200,25 @@ def preempt_when_resumed(home: Path, run_id: str, cwd: Path, attempt: int, env: 
     assert proc.returncode == 0, proc.stderr
 
 
+def preempted_twice(args: list[str], home: Path, cwd: Path, env: dict[str, str] | None = None,
+                    run_id: str | None = None, timeout: float = 90) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """Start `python -m ARGS` (a CLI that follows the run), preempt the run once in each of its first
+    two attempts, and wait for the CLI's end. Returns the run id and the finished process."""
+    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, text=True, env=env or os.environ.copy(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        if run_id is None:
+            assert wait_until(lambda: _latest_run(home), 60)
+            run_id = _latest_run(home) or ""
+        preempt_when_resumed(home, run_id, cwd, 1, env=env, timeout=timeout)
+        preempt_when_resumed(home, run_id, cwd, 2, env=env, timeout=timeout)
+        out, err = proc.communicate(timeout=2 * timeout + 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return run_id, subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def check_finished_count(home: Path, run_id: str, cwd: Path, n: int, env: dict[str, str] | None = None) -> dict:
     """N correct, resumed from a checkpoint each time, three launched attempts in `cost --json`."""
     assert (cwd / "gpucloud-runs" / run_id / "result.txt").read_text() == str(n)
@@ -225,19 +236,9 @@ def check_finished_count(home: Path, run_id: str, cwd: Path, n: int, env: dict[s
 def test_local_run_preempted_twice_resumes_and_finishes(tmp_path: Path, gpucloud_home: Path) -> None:
     n = 60
     job = write_count_job(tmp_path / "job", n=n, cloud="local")
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job)], cwd=tmp_path, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
-    try:
-        assert wait_until(lambda: _latest_run(gpucloud_home), 30)
-        run_id = _latest_run(gpucloud_home) or ""
-        preempt_when_resumed(gpucloud_home, run_id, tmp_path, 1)
-        preempt_when_resumed(gpucloud_home, run_id, tmp_path, 2)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
-    assert "restart 2 of 2 after preempted" in err
+    run_id, proc = preempted_twice(["gpucloud", "run", str(job)], gpucloud_home, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "restart 2 of 2 after preempted" in proc.stderr
     check_finished_count(gpucloud_home, run_id, tmp_path, n)
     assert Store(gpucloud_home / "state.db").get_run(run_id).status == "succeeded"
     assert not leftovers(gpucloud_home, run_id)
@@ -251,17 +252,9 @@ def test_detached_run_recovered_by_watch(tmp_path: Path, gpucloud_home: Path) ->
     assert started.returncode == 0, started.stderr
     assert "gpucloud watch" in started.stderr  # says that nothing recovers it otherwise
     run_id = started.stdout.strip()
-    watcher = subprocess.Popen([sys.executable, "-m", "gpucloud", "watch", run_id, "--json"], cwd=tmp_path, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
-    try:
-        preempt_when_resumed(gpucloud_home, run_id, tmp_path, 1)
-        preempt_when_resumed(gpucloud_home, run_id, tmp_path, 2)
-        out, err = watcher.communicate(timeout=120)
-    finally:
-        if watcher.poll() is None:
-            watcher.kill()
-    assert watcher.returncode == 0, err
-    assert json.loads(out)["status"] == "succeeded"
+    _, watcher = preempted_twice(["gpucloud", "watch", run_id, "--json"], gpucloud_home, tmp_path, run_id=run_id)
+    assert watcher.returncode == 0, watcher.stderr
+    assert json.loads(watcher.stdout)["status"] == "succeeded"
     check_finished_count(gpucloud_home, run_id, tmp_path, n)
     assert not leftovers(gpucloud_home, run_id)
 

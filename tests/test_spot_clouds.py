@@ -8,9 +8,6 @@ InstanceMarketOptions (moto marks an instance launched with them `InstanceLifecy
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,26 +20,16 @@ from tests.support.fake_arm import FakeArm
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 from tests.support.spot_job import write_count_job
 from tests.test_aws_e2e import aws_env  # noqa: F401
-from tests.test_spot import _latest_run, check_finished_count, preempt_when_resumed, wait_until
+from tests.test_spot import check_finished_count, preempted_twice
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 N = 400  # 0.1 s a step: long enough that each attempt is still counting when it is preempted
 
 
 def _run_preempted_twice(env: dict[str, str], home: Path, job: Path, module: str) -> tuple[str, str]:
-    proc = subprocess.Popen([sys.executable, "-m", module, "run", str(job)], env=env, cwd=os.getcwd(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert wait_until(lambda: _latest_run(home), 60)
-        run_id = _latest_run(home) or ""
-        preempt_when_resumed(home, run_id, Path.cwd(), 1, env=env, timeout=120)
-        preempt_when_resumed(home, run_id, Path.cwd(), 2, env=env, timeout=120)
-        _, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err[-4000:]
-    return run_id, err
+    run_id, proc = preempted_twice([module, "run", str(job)], home, Path.cwd(), env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return run_id, proc.stderr
 
 
 def test_aws_spot_preempted_twice_falls_back_to_on_demand(aws_env: dict[str, str], moto: Moto,  # noqa: F811
