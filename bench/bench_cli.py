@@ -51,7 +51,7 @@ def main() -> None:
         ("gpucloud --help", [exe, "--help"], 0.25),
         ("gpucloud version", [exe, "version"], 0.20),
         ("gpucloud plan examples/t4-any-cloud.yaml", [exe, "plan", "examples/t4-any-cloud.yaml"], 0.60),
-        ("gpucloud plan --json examples/k80-aws.yaml", [exe, "plan", "--json", "examples/k80-aws.yaml"], 0.60),
+        ("gpucloud plan --json examples/a100-azure.yaml", [exe, "plan", "--json", "examples/a100-azure.yaml"], 0.60),
     ]
     print(f"{'command':45} {'median s':>9} {'target':>7}  runs={args.runs}")
     for label, cmd, target in rows:

@@ -21,7 +21,7 @@ CASES = {
     "gpucloud --help": ["--help"],
     "gpucloud version": ["version"],
     "gpucloud plan examples/t4-any-cloud.yaml": ["plan", "examples/t4-any-cloud.yaml"],
-    "gpucloud plan --json examples/k80-aws.yaml": ["plan", "--json", "examples/k80-aws.yaml"],
+    "gpucloud plan --json examples/a100-azure.yaml": ["plan", "--json", "examples/a100-azure.yaml"],
 }
 
 

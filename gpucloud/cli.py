@@ -31,6 +31,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document o
 CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help="A provider name (overrides resources.cloud); "
                                                                    "`gpucloud --help` lists them.")]
 RegionOpt = Annotated[Optional[str], typer.Option("--region", help="Only this region.")]
+HostOpt = Annotated[Optional[list[str]], typer.Option(
+    "--host", metavar="HOST", help="Run on this machine of yours, reached over SSH ([user@]host[:port] or an ssh "
+    "alias; repeat for more nodes). Picks the provider that takes hosts; overrides resources.hosts.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 
 
@@ -86,6 +89,28 @@ def parse_cloud(cloud: str | None) -> str | None:
     return cloud
 
 
+def with_hosts(job: Any, cloud: str | None, hosts: list[str] | None) -> tuple[Any, str | None]:
+    """`--host H` (repeatable): the job runs on those machines, whatever its file says, through the
+    provider that takes hosts (the registry's `takes_hosts`)."""
+    if not hosts:
+        return job, cloud
+    from gpucloud import providers
+    from gpucloud.errors import UserError
+    from gpucloud.spec import Resources
+
+    host_cloud = cloud if cloud in providers.host_clouds() else providers.host_clouds()[0]
+    if cloud not in (None, host_cloud):
+        raise UserError(f"--host runs on your own machines; it cannot be combined with --cloud {cloud}.",
+                        hint=f"Drop --cloud, or drop --host (or use --cloud {host_cloud}).")
+    try:
+        checked = Resources.model_validate({"cloud": host_cloud, "hosts": hosts})
+    except Exception as exc:  # pydantic's ValidationError: say which --host is wrong
+        raise UserError(f"--host: {str(exc).splitlines()[-1].strip()}",
+                        hint="Write [user@]host[:port] or an alias from ~/.ssh/config.") from None
+    res = job.resources.model_copy(update={"cloud": [host_cloud], "hosts": checked.hosts})
+    return job.model_copy(update={"resources": res}), host_cloud
+
+
 @app.command()
 @handles_errors
 def validate(spec: SpecArg, json_out: JsonOpt = False) -> None:
@@ -124,14 +149,15 @@ def plan(
     spot: Annotated[Optional[bool], typer.Option("--spot/--no-spot", help="Force spot or on-demand.")] = None,
     json_out: JsonOpt = False,
     show_all: Annotated[bool, typer.Option("--all", help="List every excluded offering, not only the closest.")] = False,
+    host: HostOpt = None,
 ) -> None:
     """Ranked candidates with $/h and estimated cost, the resolved stack, and why others were excluded."""
     from gpucloud.planner import make_plan
     from gpucloud.spec import load_spec
     from gpucloud import views
 
-    job = load_spec(spec)
-    result = make_plan(job, cloud=parse_cloud(cloud), region=region, spot=spot)
+    job, cloud = with_hosts(load_spec(spec), parse_cloud(cloud), host)
+    result = make_plan(job, cloud=cloud, region=region, spot=spot)
     if json_out:
         emit_json(result.as_json())
         return
@@ -144,6 +170,7 @@ def render(
     spec: SpecArg,
     cloud: CloudOpt = None,
     node_rank: Annotated[int, typer.Option("--node-rank", help="Which node's user-data.")] = 0,
+    host: HostOpt = None,
 ) -> None:
     """Print the user-data (bootstrap script) the VM would get."""
     from gpucloud import providers
@@ -152,8 +179,8 @@ def render(
     from gpucloud.render import render_bootstrap
     from gpucloud.spec import load_spec
 
-    job = load_spec(spec)
-    result = make_plan(job, cloud=parse_cloud(cloud))
+    job, cloud = with_hosts(load_spec(spec), parse_cloud(cloud), host)
+    result = make_plan(job, cloud=cloud)
     first = result.candidates[0]
     if not 0 <= node_rank < job.num_nodes:
         raise UserError(f"--node-rank {node_rank} is outside 0..{job.num_nodes - 1} (num_nodes is {job.num_nodes}).")
@@ -269,14 +296,15 @@ def run(
     yes: YesOpt = False,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Do not wait for the teardown to finish.")] = False,
     json_out: JsonOpt = False,
+    host: HostOpt = None,
 ) -> None:
     """Run the whole lifecycle: plan, provision, stream logs, collect artifacts, tear down."""
     from gpucloud.lifecycle import run_job
     from gpucloud.spec import load_spec
 
-    job = load_spec(spec)
+    job, cloud = with_hosts(load_spec(spec), parse_cloud(cloud), host)
     result = run_job(
-        job, cloud=parse_cloud(cloud), region=region, spot=spot, detach=detach,
+        job, cloud=cloud, region=region, spot=spot, detach=detach,
         assume_yes=yes or non_interactive(), json_out=json_out, wait_teardown=not no_wait,
     )
     ci_output.report_run(result.as_json())  # CI hook: step summary / dotenv report (docs/CI.md)
@@ -396,6 +424,38 @@ def iam_policy(cloud: Annotated[Optional[str], typer.Argument(help="A cloud with
     if cloud not in known:
         raise UserError(f"iam-policy knows only {', '.join(map(repr, known))} for now, not {cloud!r}.")
     emit_json(providers.policy_document(cloud))
+
+
+hosts_app = typer.Typer(help="Machines you own, reached over SSH (resources.hosts).", no_args_is_help=True)
+app.add_typer(hosts_app, name="hosts")
+
+
+@hosts_app.command("probe")
+@handles_errors
+def hosts_probe(
+    hosts: Annotated[list[str], typer.Argument(metavar="HOST...", help="[user@]host[:port] or ssh aliases.")],
+    gpu: Annotated[Optional[str], typer.Option("--gpu", help="Judge the hosts for this GPU request, e.g. K40:1.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """GPUs, driver, CUDA, OS, free disk of each host, and the stack gpucloud resolves for it."""
+    from gpucloud import providers
+    from gpucloud.errors import UserError
+    from gpucloud.spec import JobSpec
+
+    host_cloud = providers.host_clouds()[0]
+    try:
+        job = JobSpec.model_validate({"name": "probe", "run": "true",
+                                      "resources": {"cloud": host_cloud, "hosts": hosts, **({"gpu": gpu} if gpu else {})}})
+    except Exception as exc:  # pydantic's ValidationError: name the bad argument
+        raise UserError(f"hosts probe: {str(exc).splitlines()[-1].strip()}",
+                        hint="Hosts are [user@]host[:port] or ssh aliases; --gpu is MODEL:COUNT.") from None
+    probes = providers.get_provider(host_cloud).probe(list(job.resources.hosts or []), job if gpu else None)  # type: ignore[attr-defined]
+    if json_out:
+        emit_json([p.as_json() for p in probes])
+    else:
+        print("\n".join(p.render() for p in probes))
+    if any(p.problems for p in probes):
+        raise typer.Exit(1)
 
 
 def main() -> None:

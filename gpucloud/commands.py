@@ -15,6 +15,7 @@ from gpucloud import providers, views
 from gpucloud.errors import InternalError, UserError
 from gpucloud.runlog import LogMirror
 from gpucloud.state import Journal, RunRecord, Store, home_dir
+from gpucloud.state_guard import StoreError
 from gpucloud.views import Declined
 from gpucloud.watch import observe, outcome, vm_phases
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from gpucloud.channel import Channel
 
 DEFAULT_POLL_S = 5.0  # `logs --follow` of a run whose provider is unknown
+# A planned/provisioning run whose CLI is gone is finalised by status/gc after this many seconds.
+STUCK_GRACE_S = 600.0
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -63,11 +66,23 @@ def _node_states(run: RunRecord) -> list[str]:
         return []
 
 
+def _stuck_before_launch(store: Store, run: RunRecord, now: float) -> bool:
+    """A run left `planned`/`provisioning` by a CLI that was killed before the first resource: no
+    process will move it on, and nothing bills. Only after STUCK_GRACE_S, so a slow start is not it."""
+    return (run.status in ("planned", "provisioning") and now - run.created_at > STUCK_GRACE_S
+            and not _pid_alive(run.pid) and not any(a.launched for a in run.attempts)
+            and not store.resources(run.id, alive_only=True))
+
+
 def refresh(store: Store, run: RunRecord) -> RunRecord:
     """Bring an active run's record up to date from its channel when no CLI is following it (a
     detached run, or a `run` that was killed): final status, exit code, current stage, or "lost"."""
     if run.final or (not run.detached and _pid_alive(run.pid) and run.pid != os.getpid()):
         return run
+    if _stuck_before_launch(store, run, time.time()):
+        store.finish_run(run.id, "error", exit_code=70, only_if_active=True,
+                         message=f"the CLI ended while the run was {run.status}, before any machine was created")
+        return store.get_run(run.id) or run
     ch = _channel_for(run)
     if ch is None:
         return run
@@ -181,7 +196,15 @@ def _warn(message: str) -> None:
 
 
 def down_run(run_id: str, *, assume_yes: bool) -> None:
-    """Tear one run down, from any process; the run is marked "down" unless it had already ended."""
+    """Tear one run down, from any process; the run is marked "down" unless it had already ended.
+    A store that cannot be read does not stop it: the run's handle files beside it are used."""
+    try:
+        _down_with_store(run_id, assume_yes=assume_yes)
+    except StoreError as exc:
+        _down_without_store(run_id, exc, assume_yes=assume_yes)
+
+
+def _down_with_store(run_id: str, *, assume_yes: bool) -> None:
     from gpucloud.teardown import teardown_run
 
     store = Store()
@@ -225,13 +248,32 @@ def preempt_run(run_id: str, *, node: int | None) -> None:
     print(f"run {run.id}: interruption notice sent to node(s) {', '.join(map(str, ranks))}", file=sys.stderr)
 
 
-def _gc_clouds(store: Store, cloud: str | None) -> list[str]:
+def _down_without_store(ref: str, damage: StoreError, *, assume_yes: bool) -> None:
+    """`down` when the store is damaged: tear down from the handle files; the damage is still said."""
+    from gpucloud.teardown import teardown_from_handle_files
+
+    print(f"warning: {damage.render()}", file=sys.stderr)
+    if not assume_yes and not views.ask(f"Tear down run {ref} from its handle files?"):
+        raise Declined("nothing torn down.")
+    try:
+        run_id, errors = teardown_from_handle_files(damage.path, ref, say=_warn)
+    except LookupError as exc:
+        raise StoreError(f"{damage.message} Run {ref} cannot be torn down without it: {exc}.", path=damage.path,
+                         hint="`gpucloud gc` still sweeps what the clouds' tags say has expired.") from None
+    if errors:
+        raise InternalError(f"teardown of run {run_id} incomplete:\n  " + "\n  ".join(errors),
+                            hint=f"Run `gpucloud down {run_id}` again, or `gpucloud gc`.")
+    print(f"run {run_id}: torn down from its handle files (the state store was not used)", file=sys.stderr)
+
+
+def _gc_clouds(store: Store | None, cloud: str | None) -> list[str]:
     """The providers gc sweeps: the one asked for, else the unpriced ones (always reachable), those
     with live resources in the store, and the configured clouds."""
     if cloud:
         return [cloud]
     unpriced = [c for c in providers.names() if not providers.info(c).priced]
-    return list(dict.fromkeys([*unpriced, *store.clouds_with_resources(), *providers.configured_clouds()]))
+    in_store = store.clouds_with_resources() if store is not None else []
+    return list(dict.fromkeys([*unpriced, *in_store, *providers.configured_clouds()]))
 
 
 def _stale_runs(store: Store, cloud: str | None, now: float) -> list[RunRecord]:
@@ -255,7 +297,16 @@ def _stale_runs(store: Store, cloud: str | None, now: float) -> list[RunRecord]:
 def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> None:
     """Sweep leftovers two ways: runs in the state store that ended (or whose deadline passed with
     nobody following them) but still hold resources, torn down from their stored handles; and each
-    provider's tag-based `gc` as the fallback for what the store does not know."""
+    provider's tag-based `gc` as the fallback for what the store does not know (and all there is
+    when the store cannot be read)."""
+    try:
+        _gc_with_store(dry_run=dry_run, assume_yes=assume_yes, cloud=cloud)
+    except StoreError as exc:  # the tags still say what expired: sweep by them alone
+        print(f"warning: {exc.render()}\ngc sweeps by the clouds' tags only.", file=sys.stderr)
+        _gc_by_tags(_gc_clouds(None, cloud), dry_run=dry_run, assume_yes=assume_yes)
+
+
+def _gc_with_store(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> None:
     from gpucloud.teardown import teardown_run
 
     store = Store()
@@ -266,12 +317,8 @@ def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> No
         listed = [f"run {r.id} ({r.status}): {len(store.resources(r.id))} resource(s)" for r in stale]
         for c in clouds:
             listed += _safe_gc(c, datetime.now(UTC), dry_run=True)
-        if not listed:
-            print("nothing to collect", file=sys.stderr)
+        if not _confirm_sweep(listed):
             return
-        print("\n".join(listed))
-        if not views.ask("Delete these?"):
-            raise Declined("nothing deleted.")
 
     found = 0
     for run in stale:
@@ -291,6 +338,26 @@ def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> No
             print(line)
     if not found:
         print("nothing to collect", file=sys.stderr)
+
+
+def _gc_by_tags(clouds: list[str], *, dry_run: bool, assume_yes: bool) -> None:
+    """gc without the store: each provider's tag-based sweep (what expired), nothing else."""
+    if not dry_run and not assume_yes:
+        if not _confirm_sweep([line for c in clouds for line in _safe_gc(c, datetime.now(UTC), dry_run=True)]):
+            return
+    lines = [line for c in clouds for line in _safe_gc(c, datetime.now(UTC), dry_run=dry_run)]
+    print("\n".join(lines) if lines else "nothing to collect", file=sys.stdout if lines else sys.stderr)
+
+
+def _confirm_sweep(listed: list[str]) -> bool:
+    """Show what gc would delete and ask; False when there is nothing to collect."""
+    if not listed:
+        print("nothing to collect", file=sys.stderr)
+        return False
+    print("\n".join(listed))
+    if not views.ask("Delete these?"):
+        raise Declined("nothing deleted.")
+    return True
 
 
 def _safe_gc(cloud: str, now: datetime, *, dry_run: bool) -> list[str]:

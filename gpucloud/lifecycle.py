@@ -429,17 +429,27 @@ class _Run:
             pass
 
     def _teardown(self, code: int) -> int:
-        """Always runs. A second Ctrl-C during it is ignored (with a warning)."""
-        from gpucloud.teardown import teardown_run
+        """Always runs. A second Ctrl-C during it is ignored (with a warning). A store that broke
+        during the run does not stop it: the handle files kept beside the store are used."""
+        from gpucloud.state_guard import StoreError
+        from gpucloud.teardown import teardown_from_handle_files, teardown_run
 
         self.tearing_down = True
         t0 = time.monotonic()
-        run = self.store.get_run(self.run_id)
-        if run is None or (not run.attempts and not self.store.resources(self.run_id, alive_only=True)):
-            return code  # nothing was ever asked for
-        self.store.update_run(self.run_id, status="tearing-down", phase="teardown")
-        self.progress.phase("teardown")
-        errors = teardown_run(self.store, self.journal, run, wait=self.wait_teardown, say=self.progress.warn)
+        try:
+            run = self.store.get_run(self.run_id)
+            if run is None or (not run.attempts and not self.store.resources(self.run_id, alive_only=True)):
+                return code  # nothing was ever asked for
+            self.store.update_run(self.run_id, status="tearing-down", phase="teardown")
+            self.progress.phase("teardown")
+            errors = teardown_run(self.store, self.journal, run, wait=self.wait_teardown, say=self.progress.warn)
+        except StoreError as exc:
+            self.progress.warn(exc.render())
+            try:
+                errors = teardown_from_handle_files(self.store.path, self.run_id, say=self.progress.warn)[1]
+            except LookupError as missing:  # provision never returned a handle: the tags are left
+                errors = [f"{missing}; `gpucloud gc` sweeps by the clouds' tags"]
+            code = code if code != 0 else exc.exit_code
         self.phases["teardown"] = time.monotonic() - t0
         if errors:
             self.progress.warn(f"teardown incomplete; run `gpucloud down {self.run_id}` (or `gpucloud gc`) "

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gpucloud import providers
 from gpucloud.spec_values import (
     ArtifactPath, CloudName, EnvKey, EnvValue, FrameworkName, MAX_DURATION_S, MIN_DURATION_S, _AMI_RE,
-    _CLOUD_INPUT, _CLOUD_WORDS, _DURATION_PATTERN, _FRAMEWORKS, _FRAMEWORK_ALIASES,
+    _CLOUD_INPUT, _CLOUD_WORDS, _DURATION_PATTERN, _HOST_RE, _FRAMEWORKS, _FRAMEWORK_ALIASES,
     _GPU_SHORTHAND_PATTERN, _IMAGE_PATTERN, _INSTANCE_RE, _NAME_RE, _PKG_VERSION_RE, _REGION_RE,
     _VERSION_RE, _fail, _fmt_duration, _no_bool, _resolve_gpu, _text, describe, did_you_mean,
     parse_duration,
@@ -84,6 +84,41 @@ class Resources(_Strict):
     min_memory_gib: float | None = Field(None, gt=0)
     disk_gb: int = Field(100, ge=20, le=16384)
     ssh: bool = False
+    hosts: list[str] | None = None  # machines you own (providers with takes_hosts): `[user@]host[:port]` or ssh aliases
+
+    @field_validator("hosts", mode="before", json_schema_input_type=str | list[str] | None)
+    @classmethod
+    def _hosts(cls, value: Any) -> list[str] | None:
+        """One host or a list; each `[user@]host[:port]` or a ~/.ssh/config alias (docs/SSH.md)."""
+        expected = "a list of hosts such as [gpu-box, alice@10.0.0.7:2222]"
+        if value is None:
+            return None
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not items:
+            _fail(f"expected {expected}, got {describe(value)}")
+        out: list[str] = []
+        for i, item in enumerate(items):
+            sub = () if isinstance(value, str) else (i,)
+            text = item.strip() if isinstance(item, str) else ""
+            port = text.rpartition(":")[2] if ":" in text and not text.endswith("]") else ""
+            if not _HOST_RE.fullmatch(text) or (port and not 1 <= int(port) <= 65535):
+                _fail(f"{describe(item)} is not a host. Expected [user@]host[:port] or an alias from ~/.ssh/config", *sub)
+            if text not in out:
+                out.append(text)
+        return out
+
+    @model_validator(mode="after")
+    def _hosts_go_with_their_cloud(self) -> Resources:
+        """A provider that runs on named machines runs alone (your own machines are no fallback for
+        paid ones), and `hosts` with any other cloud would be ignored silently."""
+        takers = [c for c in self.cloud if providers.info(c).takes_hosts]
+        if takers and len(self.cloud) > 1:
+            _fail(f"{takers[0]} cannot be combined with other clouds (your own machines are not a fallback "
+                  f"for paid ones). Use cloud: {takers[0]} alone", "cloud")
+        if self.hosts and not takers:
+            names = " or ".join(providers.host_clouds())
+            _fail(f"is only used with cloud: {names}. Add cloud: {names}, or remove hosts", "hosts")
+        return self
 
     @field_validator("cloud", mode="before", json_schema_input_type=_CLOUD_INPUT | list[_CLOUD_INPUT])
     @classmethod
@@ -206,6 +241,7 @@ class StackSpec(_Strict):
     cudnn: str = "auto"
     framework: FrameworkName = "none"
     framework_version: str = "auto"
+    install: bool = False  # on machines you own: may gpucloud install the driver there (passwordless sudo)?
 
     @model_validator(mode="before")
     @classmethod

@@ -22,6 +22,8 @@ FrameworkName = Literal["pytorch", "tensorflow", "none"]
 
 _CLOUD_WORDS = (*providers.names(), "any")
 _CLOUD_INPUT = Literal[_CLOUD_WORDS]  # type: ignore[valid-type]
+# `[user@]host[:port]` or a ~/.ssh/config alias; never an ssh option (no leading dash, no spaces).
+_HOST_RE = re.compile(r"^(?:[A-Za-z0-9._][A-Za-z0-9._+-]*@)?(?:[A-Za-z0-9_][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
 _FRAMEWORKS = ("pytorch", "tensorflow", "none")
 _FRAMEWORK_ALIASES = {"torch": "pytorch", "tf": "tensorflow", "keras": "tensorflow", "cpu": "none"}
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")

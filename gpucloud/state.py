@@ -29,6 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpucloud.state_guard import (
+    check_schema, describe_sqlite_error, is_busy, store_error, writable_problem, write_handle,
+)
+
 BUSY_TIMEOUT_MS = 10_000
 
 # Run statuses. A run is "active" until it reaches one of FINAL_STATUSES.
@@ -255,15 +259,34 @@ class Store:
     helper threads may share it; every write is its own short IMMEDIATE transaction."""
 
     def __init__(self, path: Path | None = None) -> None:
+        """Open (create, upgrade) the store. A store that cannot be used raises StoreError (exit 74)
+        naming the file and the command that moves it aside, never a traceback."""
         self.path = Path(path) if path is not None else home_dir() / "state.db"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False,
-        )
-        conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        self._c = _Conn(conn)
-        self._init_schema()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise store_error(self.path, f"its folder cannot be created ({exc.strerror or exc})") from None
+        if why := writable_problem(self.path):
+            raise store_error(self.path, why)
+        try:
+            conn = sqlite3.connect(
+                str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False,
+            )
+        except sqlite3.DatabaseError as exc:  # e.g. the path is a folder
+            raise store_error(self.path, describe_sqlite_error(exc)) from None
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self._c = _Conn(conn)
+            self._init_schema()
+            why = check_schema(conn, SCHEMA_VERSION)
+        except sqlite3.DatabaseError as exc:
+            if is_busy(exc):
+                raise
+            why = describe_sqlite_error(exc)
+        if why:
+            conn.close()  # first: the message lists the side files (-wal, -shm) that are still there
+            raise store_error(self.path, why)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -274,8 +297,8 @@ class Store:
             try:
                 conn.execute("PRAGMA journal_mode=WAL")
                 break
-            except sqlite3.OperationalError:
-                if attempt == 49:
+            except sqlite3.OperationalError as exc:
+                if attempt == 49 or not is_busy(exc):
                     raise
                 time.sleep(0.05)
         conn.execute("PRAGMA synchronous=NORMAL")
@@ -297,20 +320,32 @@ class Store:
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """A short write transaction; BEGIN IMMEDIATE takes the write lock up front, so two
         processes never deadlock upgrading a read lock (the busy timeout makes them queue)."""
-        with self._c.lock:
+        with self._c.lock, self._damage_is_store_error():
             conn = self._c.conn
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
             else:
                 conn.execute("COMMIT")
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        with self._c.lock:
+        with self._c.lock, self._damage_is_store_error():
             return self._c.conn.execute(sql, args).fetchall()
+
+    @contextmanager
+    def _damage_is_store_error(self) -> Iterator[None]:
+        """A store damaged after it was opened (a page that cannot be read, a file made read-only)
+        gives the same StoreError as one damaged before; a busy lock stays what it is."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if is_busy(exc) or isinstance(exc, sqlite3.IntegrityError):
+                raise
+            raise store_error(self.path, describe_sqlite_error(exc)) from None
 
     def close(self) -> None:
         with self._c.lock:
@@ -427,7 +462,12 @@ class Store:
 
     def set_attempt_handle(self, run_id: str, idx: int, handle_json: str, *, zone: str | None = None,
                            launched: bool = True) -> None:
-        """Store what provision returned: the attempt's machines exist (and bill) from its start."""
+        """Store what provision returned: the attempt's machines exist (and bill) from its start.
+        The handle goes to a file beside the store first: `down` finds it even if the store breaks."""
+        try:
+            write_handle(self.path, run_id, idx, handle_json)
+        except OSError:
+            pass  # the database row below is the primary copy; the file is the spare
         with self._tx() as c:
             c.execute("UPDATE attempts SET handle_json = ?, launched = ?, zone = COALESCE(?, zone)"
                       " WHERE run_id = ? AND idx = ?", (handle_json, int(launched), zone, run_id, idx))

@@ -2,16 +2,20 @@
 from the journal when provision crashed before returning one) and the teardown of all of them.
 
 Used by the run itself (its `finally`), `down` and `gc`: one rule for what "everything the run
-created" means.
+created" means. When the store itself cannot be read, `down` tears a run down from the handle
+files kept beside it (`teardown_from_handle_files`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 from gpucloud import providers
 from gpucloud.providers.base import RunHandle
 from gpucloud.state import Journal, ResourceRecord, RunRecord, Store
+from gpucloud.state_guard import read_handles
 
 
 def run_handles(store: Store, run: RunRecord) -> list[RunHandle]:
@@ -69,3 +73,47 @@ def teardown_run(store: Store, journal: Journal, run: RunRecord, *, wait: bool,
     if not errors:
         store.end_attempt(run.id, None, "teardown")
     return errors
+
+
+class HandleOnlyJournal(Journal):
+    """A journal for a teardown without a usable store: the handle is all there is to go by, and
+    nothing is recorded (the store cannot take it)."""
+
+    def __init__(self) -> None:  # no Store: opening it is what failed
+        pass
+
+    def intent(self, run_id: str, kind: str, name: str, region: str, cloud: str) -> int:
+        return 0
+
+    def created(self, res_id: int, cloud_id: str) -> None:
+        return None
+
+    def deleted(self, res_id: int) -> None:
+        return None
+
+    def resources(self, run_id: str, alive_only: bool = True) -> list[ResourceRecord]:
+        return []
+
+    def event(self, run_id: str, kind: str, message: str) -> None:
+        return None
+
+
+def teardown_from_handle_files(store_path: Path, ref: str, *, say: Callable[[str], None]) -> tuple[str, list[str]]:
+    """Tear down the run `ref` names from its handle files beside the store (one per attempt; each
+    cloud+region's newest). Returns the run id and the errors; LookupError when there is no file."""
+    run_id, docs = read_handles(store_path, ref)
+    newest: dict[tuple[str, str], RunHandle] = {}
+    for doc in docs:
+        try:
+            handle = RunHandle.from_json(json.dumps(doc))
+        except (KeyError, TypeError, ValueError):
+            continue  # a hand-edited or foreign file: the other attempts' files still count
+        newest[(handle.cloud, handle.region)] = handle
+    errors = []
+    for handle in newest.values():
+        try:
+            providers.get_provider(handle.cloud).teardown(handle, HandleOnlyJournal(), wait=True)
+        except Exception as exc:  # keep going: another region may still be billing
+            errors.append(f"{handle.cloud}/{handle.region}: {exc}")
+            say(f"teardown of {handle.cloud}/{handle.region} failed: {exc}")
+    return run_id, errors

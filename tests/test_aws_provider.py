@@ -171,15 +171,23 @@ def test_image_resolution(moto, provider, hooks):  # noqa: F811
         provider.resolve_image("us-east-1", "20.04", "Canonical:ubuntu:22_04-lts:latest")
 
 
-def test_k80_gets_ubuntu_2004_from_ssm(moto, provider, journal, hooks):  # noqa: F811
-    req = make_request(gpu="K80:1")
-    assert req.stack.ubuntu_version == "20.04"
-    handle = provider.provision(req, journal)
+def test_k80_stack_gets_ubuntu_2004_from_ssm(moto, provider, journal, hooks):  # noqa: F811
+    """The Kepler stack (R470, CUDA 11.4) needs Ubuntu 20.04; the AMI follows the stack, not the
+    instance type. AWS no longer sells K80s (p2), so the K80 stack rides on a current instance."""
+    from dataclasses import replace
+
+    from gpucloud.stacks import resolve_stack
+
+    req = make_request(gpu="T4:1")
+    kepler = resolve_stack("K80", req.spec.stack)
+    assert kepler.ubuntu_version == "20.04" and req.stack.ubuntu_version != "20.04"
+    handle = provider.provision(replace(req, stack=kepler), journal)
     [iid] = handle.nodes
     try:
         ami = instance(moto, iid)["ImageId"]
         assert ami == provider.resolve_image("us-east-1", "20.04")[0]
-        assert instance(moto, iid)["InstanceType"] == "p2.xlarge"
+        assert ami != provider.resolve_image("us-east-1", req.stack.ubuntu_version)[0]
+        assert instance(moto, iid)["InstanceType"] == req.candidate.instance_type
     finally:
         provider.teardown(handle, journal)
 

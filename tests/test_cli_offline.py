@@ -8,17 +8,31 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.sshd import example_hosts_lab, have_sshd
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
 
-def gpucloud(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+def gpucloud(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "CI": "true"}, timeout=60)
+                          env={**os.environ, "CI": "true", **(env or {})}, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def example_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The examples' placeholder SSH hosts (examples/k80-ssh.yaml), served by stub machines."""
+    if not have_sshd():  # only the examples that name hosts need them (they skip then)
+        yield {}
+        return
+    lab = example_hosts_lab(tmp_path_factory.mktemp("example-hosts") / "lab")
+    yield lab.env()
+    lab.close()
 
 
 def test_version_and_help() -> None:
@@ -44,39 +58,57 @@ def test_no_cloud_sdk_imported(argv: list[str]) -> None:
     assert out.stderr.strip().splitlines()[-1] == "SDK:", out.stderr
 
 
+def needs_hosts(path: Path, example_hosts: dict[str, str]) -> None:
+    if "hosts:" in path.read_text() and not example_hosts:
+        pytest.skip("needs /usr/sbin/sshd and ssh (openssh-server; .ci/run installs it)")
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_every_example_validates_and_plans(path: Path) -> None:
-    if path.name == "k80-aws.yaml":
-        pytest.skip("AWS no longer offers p2 (docs/CATALOG.md); the example awaits a provider that reaches owned K80s")
+def test_every_example_validates_and_plans(path: Path, example_hosts: dict[str, str]) -> None:
+    needs_hosts(path, example_hosts)
     rel = str(path.relative_to(REPO))
     assert gpucloud("validate", rel).returncode == 0
-    out = gpucloud("plan", "--json", rel)
+    out = gpucloud("plan", "--json", rel, env=example_hosts)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["candidates"], rel
     prices = [c["total_per_hour"] for c in doc["candidates"]]
     assert prices == sorted(prices)
-    human = gpucloud("plan", rel)
+    human = gpucloud("plan", rel, env=example_hosts)
     assert human.returncode == 0 and "Candidates" in human.stdout
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_every_example_renders_shellcheck_clean(path: Path, tmp_path: Path) -> None:
-    if path.name == "k80-aws.yaml":
-        pytest.skip("AWS no longer offers p2 (docs/CATALOG.md); the example awaits a provider that reaches owned K80s")
+def test_every_example_renders_shellcheck_clean(path: Path, example_hosts: dict[str, str], tmp_path: Path) -> None:
+    needs_hosts(path, example_hosts)
     rel = str(path.relative_to(REPO))
-    out = gpucloud("render", rel)
+    out = gpucloud("render", rel, env=example_hosts)
     assert out.returncode == 0, out.stderr
     script = tmp_path / "user-data.sh"
     script.write_text(out.stdout)
-    # What is sent fits the smallest limit (AWS's 16 KB): raw, or gzip'd as fit_user_data sends it.
-    from gpucloud.render import compress_user_data
+    # What is sent must fit every provider's user-data limit: the raw script, or gzip'd by fit_user_data
+    # (cloud-init unpacks it) when the raw one is over.
+    from gpucloud.providers import capabilities, names
+    from gpucloud.render import fit_user_data, user_data_size
 
-    assert min(len(out.stdout.encode()), len(compress_user_data(out.stdout))) <= 16 * 1024, rel
+    for cloud in names():
+        caps = capabilities(cloud)
+        sent = fit_user_data(out.stdout, caps)
+        assert caps.user_data_limit is None or user_data_size(sent, caps) <= caps.user_data_limit, (rel, cloud)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
     check = subprocess.run([shellcheck, "-S", "style", str(script)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
+
+
+def test_ssh_example_renders_without_the_stack_install(example_hosts: dict[str, str]) -> None:
+    """The host's driver is used as it is (capabilities: install_stack False, gpu_check warn, exit)."""
+    needs_hosts(REPO / "examples/k80-ssh.yaml", example_hosts)
+    out = gpucloud("render", "examples/k80-ssh.yaml", env=example_hosts)
+    assert out.returncode == 0, out.stderr
+    assert "cuda-drivers" not in out.stdout and "nvidia-driver" not in out.stdout
+    assert "stack install skipped" in out.stdout and "GPU_CHECK=warn" in out.stdout
+    assert "shutdown" not in out.stdout.split("terminate() {", 1)[1].split("}", 1)[0]
 
 
 def test_plan_k40_exits_2_with_alternatives(tmp_path: Path) -> None:
@@ -87,8 +119,10 @@ def test_plan_k40_exits_2_with_alternatives(tmp_path: Path) -> None:
     assert "K40" in out.stderr and "T4" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_plan_k80_aws_says_p2_is_no_longer_offered() -> None:
-    out = gpucloud("plan", "examples/k80-aws.yaml")
+def test_plan_k80_aws_says_p2_is_no_longer_offered(tmp_path: Path) -> None:
+    spec = tmp_path / "k80-aws.yaml"
+    spec.write_text("name: k80\nresources:\n  cloud: aws\n  gpu: K80:1\nstack:\n  framework: pytorch\nrun: python3 train.py\n")
+    out = gpucloud("plan", str(spec))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "p2.xlarge" in out.stderr and "does not offer" in out.stderr and "gpucloud stack K80" in out.stderr
 

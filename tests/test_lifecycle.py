@@ -215,21 +215,26 @@ def test_failover_order_and_skips(tmp_path: Path, gpucloud_home: Path, monkeypat
     assert len(store.resources(run.run_id, alive_only=False)) == 4
 
 
-def test_interrupt_during_follow_tears_down(tmp_path: Path, gpucloud_home: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def fake_run(workdir: Path, home: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A lifecycle run of a one-node job on a _FakeProvider (whose VM never reports): the run, the
+    provider's call list and the provider."""
     from gpucloud.stacks import resolve_stack
 
-    workdir = tmp_path / "w"
-    workdir.mkdir()
+    workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "job.yaml").write_text("name: intr\nrun: 'true'\nresources: {gpu: T4:1}\n")
     spec = parse_spec((workdir / "job.yaml").read_text(), str(workdir / "job.yaml"))
     spec.source = workdir / "job.yaml"
     calls: list[str] = []
-    prov = _FakeProvider("aws", {}, calls, gpucloud_home)
+    prov = _FakeProvider("aws", {}, calls, home)
     monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: prov)
     plan = Plan(spec=spec, excluded=[], stack=resolve_stack("T4", spec.stack),
                 candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 0.5)])
-    run = lifecycle._Run(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0)
+    return lifecycle._Run(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0), calls, prov
+
+
+def test_interrupt_during_follow_tears_down(tmp_path: Path, gpucloud_home: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    run, calls, _ = fake_run(tmp_path / "w", gpucloud_home, monkeypatch)
     # The fake VM never reports; a SIGINT arrives while following.
     orig_sleep = time.sleep
     fired = []

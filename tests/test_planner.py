@@ -4,6 +4,7 @@ brute-force scan of the catalog), every exclusion has a reason, and unavailable 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from gpucloud.catalog import load_catalog
 from gpucloud.errors import UserError
 from gpucloud.planner import make_plan
 from gpucloud.spec import GpuRequest, JobSpec, Resources, load_spec
+from tests.support.sshd import example_hosts_lab, have_sshd
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -56,14 +58,25 @@ def brute_force_cheapest(spec: JobSpec, policy: bool | str) -> float | None:
     return best
 
 
+@pytest.fixture(scope="module")
+def example_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The examples' placeholder SSH hosts (examples/k80-ssh.yaml), served by stub machines."""
+    if not have_sshd():
+        yield {}
+        return
+    lab = example_hosts_lab(tmp_path_factory.mktemp("example-hosts") / "lab")
+    yield lab.env()
+    lab.close()
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_every_example_plans(path: Path) -> None:
+def test_every_example_plans(path: Path, example_hosts: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     spec = load_spec(path)
     clouds = spec.resources.cloud
-    if path.name == "k80-aws.yaml":  # AWS no longer offers p2 (docs/CATALOG.md): a clear error, not a plan
-        with pytest.raises(UserError, match="does not offer"):
-            make_plan(spec)
-        return
+    if spec.resources.hosts and not example_hosts:
+        pytest.skip("needs /usr/sbin/sshd and ssh (openssh-server; .ci/run installs it)")
+    for key, value in example_hosts.items():
+        monkeypatch.setenv(key, value)
     plan = make_plan(spec, cloud="local" if clouds == ["local"] else None)
     assert plan.candidates, path
     assert plan.candidates == sorted(plan.candidates, key=lambda c: c.total_per_hour)

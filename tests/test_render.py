@@ -113,6 +113,7 @@ CASES = [
     ("t4-aws", "aws", T4, "T4", 4, 1, {}),
     ("cpu-local", "local", CPU, "", 0, 1, {"A": "1"}),
     ("k80-local", "local", K80, "K80", 1, 1, {"EPOCHS": "1"}),
+    ("k80-ssh-2nodes", "ssh", K80, "K80", 1, 2, {"EPOCHS": "1"}),
     ("nasty-aws", "aws", K80, "K80", 1, 1, NASTY),
     ("nasty-azure", "azure", T4, "T4", 1, 1, NASTY),
 ]
@@ -187,6 +188,16 @@ def test_provider_blocks_differ_only_in_termination(renders: dict[str, Path]) ->
     assert "GPU_CHECK=strict" in aws and "GPU_CHECK=warn" in local
     assert "apt-get" not in local and "cuda-keyring_1.1-1_all.deb" in aws
     assert "W=${GPUCLOUD_VM_DIR:-/var/lib/gpucloud}" in aws and "W=${GPUCLOUD_VM_DIR:-$PWD}" in local
+
+
+def test_ssh_hosts_keep_their_driver_and_exit(renders: dict[str, Path]) -> None:
+    """The ssh provider's capabilities alone make the difference: no stack install, a GPU mismatch
+    only warns, the node exits rather than shutting the machine down, and the work folder is the
+    one the provider gives (GPUCLOUD_VM_DIR)."""
+    ssh = renders["k80-ssh-2nodes"].read_text()
+    assert "apt-get" not in ssh and "cuda-drivers" not in ssh and "stack install skipped" in ssh
+    assert "GPU_CHECK=warn" in ssh and "shutdown -h" not in ssh
+    assert "W=${GPUCLOUD_VM_DIR:-$GPUCLOUD_VM_DIR}" in ssh
 
 
 def test_stack_is_pinned_exactly(renders: dict[str, Path]) -> None:

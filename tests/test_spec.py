@@ -153,7 +153,7 @@ def test_minimal_spec_gets_the_documented_defaults() -> None:
         ("A100-80GB:8", "A100-80GB", 8),
         ("tesla k80", "K80", 1),
         ("'t4 : 2'", "T4", 2),
-        ("a100:4", "A100-40GB", 4),  # alias A100 -> A100-40GB
+        ("a100:4", "A100", 4),  # a family name: every memory variant (issue 10, docs/CATALOG.md)
         ("{model: k80, count: 2}", "K80", 2),
         ("{model: H100}", "H100", 1),
         ("\n    model: A100-80GB\n    count: 8", "A100-80GB", 8),
@@ -381,7 +381,16 @@ BAD_SPECS: list[Bad] = [
     Bad("gpu-no-model", "name: job\nresources:\n  gpu: ':2'\nrun: x\n", 3, "resources.gpu", ("names no GPU model",)),
     Bad("gpu-is-a-number", "name: job\nresources:\n  gpu: 80\nrun: x\n", 3, "resources.gpu", ("expected MODEL:COUNT", "got the number 80")),
     Bad("no-gpu-for-cloud-job", "name: job\nresources:\n  cloud: aws\nrun: x\n", 2, "resources",
-        ("needs a GPU or an instance type", "gpu: K80:1", "only cloud: local runs without either")),
+        ("needs a GPU or an instance type", "gpu: K80:1", "only cloud: local or ssh runs without either")),
+    # machines you own (resources.hosts)
+    Bad("host-is-an-option", "name: job\nresources:\n  cloud: ssh\n  hosts: [gpu-box, -oProxyCommand=x]\nrun: x\n", 4,
+        "resources.hosts[1]", ("'-oProxyCommand=x' is not a host", "[user@]host[:port]")),
+    Bad("host-port-too-big", "name: job\nresources:\n  cloud: ssh\n  hosts: gpu-box:70000\nrun: x\n", 4,
+        "resources.hosts", ("'gpu-box:70000' is not a host",)),
+    Bad("hosts-without-ssh", "name: job\nresources:\n  cloud: aws\n  gpu: T4:1\n  hosts: [gpu-box]\nrun: x\n", 5,
+        "resources.hosts", ("is only used with cloud: ssh", "remove hosts")),
+    Bad("ssh-mixed-with-aws", "name: job\nresources:\n  cloud: [ssh, aws]\n  gpu: T4:1\nrun: x\n", 3,
+        "resources.cloud", ("ssh cannot be combined with other clouds", "Use cloud: ssh alone")),
     Bad("no-resources-at-all", "name: job\nrun: x\n", 1, "resources", ("needs a GPU or an instance type",)),
     Bad("no-gpu-local-and-aws", "name: job\nresources:\n  cloud: [local, aws]\nrun: x\n", 2, "resources", ("needs a GPU or an instance type",)),
     Bad("instance-type-with-space", "name: job\nresources:\n  instance_type: p2 xlarge\nrun: x\n", 3, "resources.instance_type",
@@ -449,7 +458,7 @@ BAD_SPECS: list[Bad] = [
     Bad("cuda-not-a-version", with_stack("cuda: eleven"), 5, "stack.cuda", ("'eleven' is not a version", "11.4")),
     # clouds and regions
     Bad("cloud-gcp", "name: job\nresources:\n  cloud: gcp\n  gpu: K80:1\nrun: x\n", 3, "resources.cloud",
-        ("unknown cloud 'gcp'", "Expected aws, azure, local, any, or a list of them")),
+        ("unknown cloud 'gcp'", "Expected aws, azure, local, ssh, any, or a list of them")),
     Bad("cloud-typo", "name: job\nresources:\n  cloud: awz\n  gpu: K80:1\nrun: x\n", 3, "resources.cloud", ("Did you mean 'aws'?",)),
     Bad("cloud-list-item", "name: job\nresources:\n  cloud:\n    - aws\n    - gcp\n  gpu: K80:1\nrun: x\n", 5, "resources.cloud[1]",
         ("unknown cloud 'gcp'",)),

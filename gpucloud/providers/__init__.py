@@ -55,6 +55,7 @@ class ProviderInfo:
     credentials_hint: str
     policy: str | None = None  # "module:function" returning the least-privilege policy document
     catalog_source: str | None = None  # module with fetch_offerings() for `catalog refresh`
+    takes_hosts: bool = False  # the job names the machines (resources.hosts, --host); runs alone, never mixed
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -70,6 +71,9 @@ REGISTRY: dict[str, ProviderInfo] = {
                      "AZURE_SUBSCRIPTION_ID.", catalog_source="gpucloud.providers.azure.catalog"),
         ProviderInfo("local", "gpucloud.providers.local", "LocalProvider", "this machine", False, False, _always,
                      "Nothing to configure."),
+        ProviderInfo("ssh", "gpucloud.providers.ssh", "SshProvider", "your machines over SSH", False, False, _always,
+                     "Make `ssh HOST true` work without a prompt (key in the agent or IdentityFile in "
+                     "~/.ssh/config; GPUCLOUD_SSH_CONFIG names another config file).", takes_hosts=True),
     )
 }
 
@@ -87,6 +91,11 @@ def any_clouds() -> tuple[str, ...]:
 def priced_clouds() -> tuple[str, ...]:
     """Providers whose offerings and prices come from the catalog."""
     return tuple(n for n, info in REGISTRY.items() if info.priced)
+
+
+def host_clouds() -> tuple[str, ...]:
+    """Providers that run on machines the job names (`resources.hosts`, `--host`)."""
+    return tuple(n for n, info in REGISTRY.items() if info.takes_hosts)
 
 
 def info(name: str) -> ProviderInfo:

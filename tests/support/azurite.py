@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.fake_arm import AZURITE_ACCOUNT, AZURITE_KEY
+from tests.support.procs import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_HINT = "Azurite is not installed: run `npm install --no-save azurite` in the repository root (.ci/run does)."
@@ -54,13 +55,7 @@ class Azurite:
     account_key: str = AZURITE_KEY
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
 
 
 def start_azurite(workdir: Path) -> Azurite:

@@ -1,0 +1,293 @@
+"""The ssh provider: jobs on machines the user already has (a K40 box, a DevBox, an on-premise
+cluster), reached with the system's OpenSSH client (docs/SSH.md).
+
+A node is the usual bootstrap, started on its host detached from the ssh session (setsid nohup:
+it survives a dropped connection) in `<remote root>/work/<run_id>/node-<rank>`; its channel is a
+file channel on the host that the CLI reads over ssh (ssh_channel.py). Hosts are shared machines:
+a lock per GPU index (taken under a per-host flock) hands each run its own GPUs, passed to the job
+as CUDA_VISIBLE_DEVICES. Teardown kills the run's processes and removes its folders and locks; it
+never shuts a machine down (the bootstrap's last step is a plain exit).
+"""
+
+from __future__ import annotations
+
+import random
+import shlex
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from gpucloud.errors import UserError
+from gpucloud.providers import ssh_transport
+from gpucloud.providers.base import Capabilities, CapacityError, FatalProvisionError, LaunchRequest, RunHandle
+from gpucloud.providers.ssh_channel import SshChannel, fill_root, start_relay
+from gpucloud.providers.ssh_probe import HOST_NVIDIA_REPO, REMOTE_ROOT, HostProbe, assess, driver_problem, install_command, probe_host
+
+if TYPE_CHECKING:
+    from gpucloud.planner import Candidate
+    from gpucloud.spec import JobSpec
+    from gpucloud.state import Journal
+
+STALE_LOCK_S = 120  # a lock whose run has no live process and no fresh folder is free again
+
+# Allocates NGPU free GPU indices under the host's flock; prints `@gpus 0,1` or `@busy <idx>:<run> ...`.
+LOCK_SCRIPT = r"""
+L="$R/locks"; mkdir -p "$L" "$R/work" || exit 1
+exec 9>"$L/.mutex"; flock -w 60 9 || { echo "@busy mutex"; exit 0; }
+owner_alive() {
+  local d="$R/work/$1" p
+  [ -d "$d" ] || return 1
+  for p in "$d"/node-*/pid; do [ -f "$p" ] && kill -0 "$(cat "$p")" 2>/dev/null && return 0; done
+  [ $(( $(date +%s) - $(stat -c %Y "$d") )) -lt __STALE__ ]
+}
+mkdir -p "$R/work/$RUN"
+total=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+free=""; held=""; n=0
+for ((i = 0; i < total; i++)); do
+  f="$L/gpu-$i"; o=$(cat "$f" 2>/dev/null)
+  if [ -z "$o" ] || [ "$o" = "$RUN" ] || ! owner_alive "$o"; then
+    if ((n < NGPU)); then free="$free${free:+,}$i"; n=$((n + 1)); fi
+  else held="$held $i:$o"; fi
+done
+if ((n < NGPU)); then echo "@busy$held"; exit 0; fi
+for i in ${free//,/ }; do echo "$RUN" >"$L/gpu-$i"; done
+echo "@gpus $free"
+""".replace("__STALE__", str(STALE_LOCK_S))
+
+LAUNCH_SCRIPT = r"""
+W="$R/work/$RUN/node-$RANK"; rm -rf "$W"; mkdir -p "$W" && cat >"$W/bootstrap.sh" || exit 1
+echo "$EXPIRES" >"$W/expires"
+cd "$W" || exit 1
+CUDA_VISIBLE_DEVICES="$GPUS" GPUCLOUD_VM_DIR="$W" GPUCLOUD_NODE_RANK="$RANK" \
+  setsid nohup bash "$W/bootstrap.sh" </dev/null >"$W/console.log" 2>&1 &
+echo $! >"$W/pid"; echo "@pid $!"
+"""
+
+STATES_SCRIPT = r"""
+for p in "$R/work/$RUN"/node-*/pid; do
+  [ -f "$p" ] || continue
+  r=${p%/pid}; r=${r##*-}
+  if kill -0 "$(cat "$p")" 2>/dev/null; then echo "$r running"; else echo "$r gone"; fi
+done
+"""
+
+# TERM the bootstrap's group and the job's own group (the bootstrap setsid's the job), wait, KILL.
+TEARDOWN_SCRIPT = r"""
+groups=""
+for d in "$R/work/$RUN"/node-*; do
+  for f in "$d/job.pgid" "$d/pid"; do [ -s "$f" ] && groups="$groups $(cat "$f")"; done
+done
+for g in $groups; do kill -TERM -- "-$g" 2>/dev/null; kill -TERM "$g" 2>/dev/null; done
+for _ in $(seq 1 $((GRACE * 10))); do
+  alive=""; for g in $groups; do kill -0 -- "-$g" 2>/dev/null && alive=1; done
+  [ -z "$alive" ] && break; sleep 0.1
+done
+# The bootstrap's deadline backstop runs in a session of its own; a KILLed bootstrap cannot stop it,
+# and when it fires it would KILL process groups whose numbers may belong to someone else by then.
+for b in $(pgrep -f -- "/work/$RUN/node-[0-9]+/bootstrap\.sh backstop" 2>/dev/null); do groups="$groups $b"; done
+for g in $groups; do kill -KILL -- "-$g" 2>/dev/null; done
+rm -rf "$R/work/$RUN" "$R/channel/runs/$RUN"
+for f in "$R/locks"/gpu-*; do [ -f "$f" ] && [ "$(cat "$f")" = "$RUN" ] && rm -f "$f"; done
+true
+"""
+
+GC_SCRIPT = r"""
+now=$(date +%s)
+for e in "$R"/work/*/node-*/expires; do
+  [ -f "$e" ] || continue
+  d=${e%/expires}; run=${d%/node-*}; run=${run##*/}
+  if [ -f "$d/pid" ] && kill -0 "$(cat "$d/pid")" 2>/dev/null; then
+    [ "$(cat "$e")" -lt "$now" ] && echo "@expired $run ${d##*/}"
+  elif [ $((now - $(stat -c %Y "$e"))) -gt 86400 ]; then echo "@ended $run ${d##*/}"; fi
+done
+"""
+
+
+def _host(text: str) -> ssh_transport.SshHost:
+    return ssh_transport.SshHost.parse(text)
+
+
+def _script(body: str, **values: object) -> str:
+    """Prefix a remote script with its variables, each quoted once for the remote shell."""
+    head = "".join(f"{k}={shlex.quote(str(v))}; " for k, v in values.items())
+    return f"R={REMOTE_ROOT}; {head}\n{body}"
+
+
+class SshProvider:
+    """Provider protocol over ssh. Region = the run's hosts in rank order, joined with commas."""
+
+    name = "ssh"
+    capabilities = Capabilities(
+        poll_interval=1.0, log_interval=1.0, heartbeat_interval=5.0, barrier_timeout=600.0,
+        self_termination="exit", vm_dir="$GPUCLOUD_VM_DIR", install_stack=False, gpu_check="warn",
+        node_ips_known=False, per_run_master_port=True, priced=False, spot=False, multi_node=True,
+        console_hint="its console output is in <remote root>/work/{run_id}/node-{rank}/console.log on {region}",
+    )
+
+    def __init__(self) -> None:
+        self._channels: dict[str, SshChannel] = {}
+
+    # -- planning -------------------------------------------------------------------------------------
+
+    def probe(self, hosts: list[str], spec: JobSpec | None = None) -> list[HostProbe]:
+        """Probe every host at once (one ssh call each) and judge it for the job, if any."""
+        gpu = spec.resources.gpu.model if spec and spec.resources.gpu else None
+        count = spec.resources.gpu.count if spec and spec.resources.gpu else 0
+        pins = spec.stack if spec else None
+        with ThreadPoolExecutor(max_workers=min(8, len(hosts) or 1)) as pool:
+            probes = list(pool.map(probe_host, hosts))
+        return [assess(p, gpu, count, pins) for p in probes]
+
+    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
+        """One candidate per window of `num_nodes` consecutive usable hosts (failover moves on to
+        the next window when a host is busy). Hosts that cannot run the job are named with the fix."""
+        from gpucloud.planner import Candidate
+
+        hosts = list(spec.resources.hosts or [])
+        where = f"{spec.source}: " if spec.source else ""
+        if not hosts:
+            raise UserError(f"{where}resources.hosts: cloud: ssh needs the machines to use.",
+                            hint="Add hosts: [gpu-box, alice@10.0.0.7:2222] under resources, or pass --host HOST.")
+        probes = self.probe(hosts, spec)
+        usable = [p.host for p in probes if not p.problems]
+        if len(usable) < spec.num_nodes:
+            problems = [line for p in probes for line in p.problems]
+            raise UserError(f"{where}resources.hosts: {len(usable)} of {len(hosts)} host(s) can run this job, "
+                            f"it needs {spec.num_nodes}:\n  - " + "\n  - ".join(problems or ["(no problem reported)"]),
+                            hint="`gpucloud hosts probe HOST` shows what each host has.")
+        gpu = spec.resources.gpu
+        label = f"{gpu.count}x{gpu.model}" if gpu else "cpu"
+        n = spec.num_nodes
+        return [Candidate(cloud=self.name, region=",".join(usable[i:i + n]), instance_type=label,
+                          gpu=gpu.model if gpu else "", gpu_count=gpu.count if gpu else 0, num_nodes=n, spot=False,
+                          price_per_hour=0.0, total_per_hour=0.0, estimated_cost=0.0)
+                for i in range(len(usable) - n + 1)]
+
+    # -- Provider protocol ----------------------------------------------------------------------------
+
+    def channel(self, region: str) -> SshChannel:
+        if region not in self._channels:
+            self._channels[region] = SshChannel(region.split(","))
+        return self._channels[region]
+
+    def master_port(self) -> int:
+        """Hosts are shared machines: a fixed 29500 may be another run's; pick one per run."""
+        return random.randint(29500, 32767)
+
+    def provision(self, req: LaunchRequest, journal: Journal) -> RunHandle:
+        """Per host, in rank order: install the driver if allowed and needed, lock GPUs, start the
+        bootstrap detached. Any failure tears down what this attempt started."""
+        hosts = req.candidate.region.split(",")
+        handle = RunHandle(run_id=req.run_id, cloud=self.name, region=req.candidate.region, attempt=req.attempt)
+        try:
+            for rank, (host, script) in enumerate(zip(hosts, req.user_data)):
+                res_id = journal.intent(req.run_id, "process", f"{req.run_id}/node-{rank}", req.candidate.region, self.name)
+                self._maybe_install(host, req)
+                gpus = self._lock_gpus(host, req.run_id, req.candidate.gpu_count)
+                out = ssh_transport.run(_host(host), _script(
+                    LAUNCH_SCRIPT, RUN=req.run_id, RANK=rank, GPUS=gpus, EXPIRES=int(req.expires_at.timestamp())),
+                    input=fill_root(script, host).encode()).stdout.decode()
+                pid = next((line.split()[1] for line in out.splitlines() if line.startswith("@pid ")), "?")
+                handle.nodes.append(f"{host}#{pid}")
+                journal.created(res_id, f"{host}#{pid}")
+        except (ssh_transport.SshError, CapacityError, FatalProvisionError) as exc:
+            self._quiet_teardown(handle, journal)
+            if isinstance(exc, (CapacityError, FatalProvisionError)):
+                raise
+            raise FatalProvisionError(exc.message, code="ssh", hint=exc.hint) from exc
+        except BaseException:
+            self._quiet_teardown(handle, journal)
+            raise
+        if len(hosts) > 1:
+            start_relay(req.run_id, hosts, self.capabilities.barrier_timeout + 60)
+        return handle
+
+    def _quiet_teardown(self, handle: RunHandle, journal: Journal) -> None:
+        try:
+            self.teardown(handle, journal, wait=False)
+        except Exception:  # noqa: BLE001 - the lifecycle's final teardown retries
+            pass
+
+    def _maybe_install(self, host: str, req: LaunchRequest) -> None:
+        """`stack: {install: true}`: install the driver over ssh (sudo -n) when the host lacks it."""
+        if not req.candidate.gpu or not req.spec.stack.install:
+            return
+        probe = probe_host(host)
+        pins = req.spec.stack
+        if driver_problem(probe, req.stack, needs_cuda=pins.cuda != "auto" or pins.framework != "none") is None:
+            return
+        if probe.sudo not in ("root", "yes"):
+            raise FatalProvisionError(f"{host}: the driver must be installed and {probe.user} has no passwordless sudo.",
+                                      hint=f"Run on the host: {install_command(req.stack)}")
+        command = install_command(req.stack, probe.sudo, HOST_NVIDIA_REPO)
+        res = ssh_transport.run(_host(host), f'cd "$(mktemp -d)" && {command}', timeout=3600, check=False)
+        if res.returncode != 0:
+            raise FatalProvisionError(f"{host}: installing driver R{req.stack.driver} failed: {res.stderr[-400:]}")
+
+    def _lock_gpus(self, host: str, run_id: str, count: int) -> str:
+        """CUDA_VISIBLE_DEVICES for this run on this host ("" for a CPU job), or CapacityError."""
+        out = ssh_transport.run(_host(host), _script(LOCK_SCRIPT, RUN=run_id, NGPU=count)).stdout.decode()
+        for line in out.splitlines():
+            if line.startswith("@gpus"):
+                return line[5:].strip()
+            if line.startswith("@busy"):
+                held = line[5:].split()
+                who = ", ".join(f"GPU {h.replace(':', ' held by run ', 1)}" for h in held) or "no free GPU"
+                raise CapacityError(f"{host}: {count} GPU(s) needed, not free ({who}).",
+                                    hint="Wait for that run (`gpucloud ls`), or name more hosts.")
+        raise FatalProvisionError(f"{host}: could not take the GPU lock: {out.strip()[-300:]}")
+
+    def node_states(self, handle: RunHandle) -> list[str]:
+        """"running" or "gone" per node; a host that cannot be reached counts as running (it may be
+        a dropped connection: the node goes on; the heartbeat and max_duration still bound it)."""
+        states: list[str] = []
+        for rank, host in enumerate(handle.region.split(",")):
+            try:
+                out = ssh_transport.run(_host(host), _script(STATES_SCRIPT, RUN=handle.run_id)).stdout.decode()
+            except ssh_transport.SshError:
+                states.append("running")
+                continue
+            found = dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
+            states.append(found.get(str(rank), "gone"))
+        return states
+
+    def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
+        """Kill the run's processes, remove its work and channel folders and GPU locks, per host."""
+        errors = []
+        for host in dict.fromkeys(handle.region.split(",")):
+            try:
+                ssh_transport.run(_host(host), _script(TEARDOWN_SCRIPT, RUN=handle.run_id, GRACE=5 if wait else 2),
+                                  timeout=60)
+            except ssh_transport.SshError as exc:
+                errors.append(exc.message)
+        if errors:
+            raise ssh_transport.SshError("; ".join(errors))
+        for res in journal.resources(handle.run_id, alive_only=True):
+            if res.cloud == self.name:
+                journal.deleted(res.id)
+
+    def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
+        """On every host a recorded run used: kill nodes past their expiry, remove day-old folders
+        (and their GPU locks), and mark the run's journal rows deleted."""
+        from gpucloud.state import Journal, Store
+
+        store = Store()
+        hosts = {h for r in store.list_runs() if r.cloud == self.name and r.region for h in r.region.split(",")}
+        lines: list[str] = []
+        for host in sorted(hosts):
+            try:
+                out = ssh_transport.run(_host(host), _script(GC_SCRIPT), retries=0).stdout.decode()
+            except (ssh_transport.SshError, UserError) as exc:
+                lines.append(f"ssh: {host}: not reachable ({exc.message})")
+                continue
+            for line in out.splitlines():
+                kind, run_id, node = (line.split() + ["", "", ""])[:3]
+                what = "expired, still running" if kind == "@expired" else "ended over a day ago"
+                lines.append(f"ssh: {host}: {run_id}/{node} {what}" + (" (would remove)" if dry_run else " (removed)"))
+                if not dry_run:
+                    ssh_transport.run(_host(host), _script(TEARDOWN_SCRIPT, RUN=run_id, GRACE=2), timeout=60)
+                    journal = Journal(store)
+                    for res in journal.resources(run_id, alive_only=True):
+                        if res.cloud == self.name and res.name == f"{run_id}/{node}":
+                            journal.deleted(res.id)
+        return lines

@@ -1,0 +1,175 @@
+"""The channel of an SSH run: a file channel on each host, read and written by the CLI over ssh.
+
+Why a file channel on the host (and not a Channel backend the VM reaches over the network): the
+bootstrap already speaks file:// URLs through curl (the local provider's FileChannel), a user's own
+machine has no object store, and the CLI can always reach the host while the host may not reach the
+CLI. So the VM writes status, log parts and artifacts to files under its host's remote root, and
+the CLI pulls them with `ssh HOST cat` over the run's multiplexed connection.
+
+Keys are the same as on every backend (docs/INTERNALS.md, "Channel"). `runs/<id>/node-<r>/...` lives
+on the run's r-th host; run-level keys (the code tarball) are written to every host. URLs carry a
+placeholder for the host's remote root, filled in when a manifest or bootstrap is written to that
+host (homes differ between hosts). Multi-node: each node's `ready` is copied to its peers' hosts by
+whichever CLI process reads rank 0's status (`run`, `logs --follow`, `status`, `ls`), and by a small
+background relay the provider starts with the run (`start_relay`), so a `--detach`ed run crosses
+its barrier with nobody following it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import time
+import urllib.parse
+from datetime import datetime
+from pathlib import Path
+
+from gpucloud.channel import Channel, log_key, node_prefix
+from gpucloud.providers import ssh_transport
+from gpucloud.providers.ssh_probe import REMOTE_ROOT
+
+ROOT_TOKEN = "@GPUCLOUD_REMOTE_ROOT@"
+_MISSING = 3  # the remote `cat` exits with this when an object does not exist
+_roots: dict[str, str] = {}
+
+
+def remote_root(host: str) -> str:
+    """The host's absolute remote root (cached per process; one ssh call the first time)."""
+    if host not in _roots:
+        res = ssh_transport.run(ssh_transport.SshHost.parse(host), f'R={REMOTE_ROOT}; mkdir -p "$R" && cd "$R" && pwd')
+        _roots[host] = res.stdout.decode().strip().splitlines()[-1]
+    return _roots[host]
+
+
+def fill_root(text: str, host: str) -> str:
+    """Replace the placeholder in URLs (manifest, bootstrap) with this host's root."""
+    return text.replace(ROOT_TOKEN, urllib.parse.quote(remote_root(host))) if ROOT_TOKEN in text else text
+
+
+class SshChannel(Channel):
+    """One run's hosts, in rank order (the run's `region` is the hosts joined with commas)."""
+
+    max_log_parts = 20000  # parts are files on the host: free
+
+    def __init__(self, hosts: list[str]) -> None:
+        self.hosts = list(hosts)
+        self._relayed: set[tuple[str, int]] = set()
+
+    # ---- where a key lives ------------------------------------------------------------------------
+    def _targets(self, key: str) -> list[str]:
+        parts = key.split("/")
+        if len(parts) >= 3 and parts[0] == "runs" and parts[2].startswith("node-") and parts[2][5:].isdigit():
+            rank = int(parts[2][5:])
+            if rank < len(self.hosts):
+                return [self.hosts[rank]]
+        return list(self.hosts)
+
+    @staticmethod
+    def _path(key: str) -> str:
+        if key.startswith("/") or ".." in key.split("/"):
+            raise ValueError(f"key {key!r} leaves the channel root")
+        return f'"$R"/channel/{shlex.quote(key)}'
+
+    def _run(self, host: str, script: str, **kwargs: object) -> ssh_transport.Result:
+        return ssh_transport.run(ssh_transport.SshHost.parse(host), f"R={REMOTE_ROOT}; {script}", **kwargs)  # type: ignore[arg-type]
+
+    # ---- primitives -------------------------------------------------------------------------------
+    def put_bytes(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        for host in self._targets(key):
+            body = fill_root(data.decode(), host).encode() if ROOT_TOKEN.encode() in data else data
+            self._run(host, f'p={path}; mkdir -p "$(dirname "$p")" && cat >"$p.tmp" && mv -f "$p.tmp" "$p"', input=body)
+
+    def put_file(self, key: str, path: Path) -> None:
+        self.put_bytes(key, Path(path).read_bytes())
+
+    def get_bytes(self, key: str) -> bytes | None:
+        host = self._targets(key)[0]
+        res = self._run(host, f"cat {self._path(key)} 2>/dev/null || exit {_MISSING}", check=False)
+        if res.returncode == _MISSING:
+            return None
+        if res.returncode != 0:
+            raise ssh_transport.SshError(f"{host}: reading {key} failed: {res.stderr}")
+        return res.stdout
+
+    def url_get(self, key: str, expires: datetime) -> str:
+        self._path(key)
+        return f"file://{ROOT_TOKEN}/channel/{urllib.parse.quote(key)}"
+
+    def url_put(self, key: str, expires: datetime) -> str:
+        return self.url_get(key, expires)  # folders are made by `prepare` (one call per host)
+
+    def delete_prefix(self, prefix: str) -> None:
+        for host in self._targets(prefix):
+            self._run(host, f"rm -rf {self._path(prefix.rstrip('/'))}")
+
+    # ---- run-level overrides ----------------------------------------------------------------------
+    def prepare(self, run_id: str, num_nodes: int, deadline: datetime, *, log_interval: float = 5.0) -> list[str]:
+        """Make every node's folders first (curl's file:// upload does not create them)."""
+        for rank in range(num_nodes):
+            host = self.hosts[rank]
+            self._run(host, f"mkdir -p {self._path(node_prefix(run_id, rank) + '/log')}")
+        return super().prepare(run_id, num_nodes, deadline, log_interval=log_interval)
+
+    def read_status(self, run_id: str, rank: int = 0) -> dict | None:
+        if rank == 0 and len(self.hosts) > 1:
+            self.relay_ready(run_id)
+        return super().read_status(run_id, rank)
+
+    def read_log_parts(self, run_id: str, rank: int = 0, start: int = 0) -> list[bytes]:
+        """Every complete part from `start` in one ssh call (size line, then the bytes, per part)."""
+        status = self.read_status(run_id, rank)
+        done = int(status.get("log_parts") or 0) if status else 0
+        if done <= start:
+            return []
+        keys = " ".join(shlex.quote(log_key(run_id, rank, i)) for i in range(start, done))
+        res = self._run(self.hosts[rank], f'for k in {keys}; do f="$R/channel/$k"; [ -f "$f" ] || break; '
+                                          'wc -c <"$f"; cat "$f"; done')
+        out, parts, pos = res.stdout, [], 0
+        while pos < len(out):
+            nl = out.index(b"\n", pos)
+            size = int(out[pos:nl])
+            parts.append(out[nl + 1:nl + 1 + size])
+            pos = nl + 1 + size
+        return parts
+
+    def relay_ready(self, run_id: str) -> None:
+        """Multi-node barrier across hosts: copy each node's `ready` (its address) to the others."""
+        for rank, host in enumerate(self.hosts):
+            if (run_id, rank) in self._relayed:
+                continue
+            key = f"{node_prefix(run_id, rank)}/ready"
+            data = self.get_bytes(key)
+            if data is None:
+                continue
+            for peer in self.hosts:
+                if peer != host:
+                    self._run(peer, f'p={self._path(key)}; mkdir -p "$(dirname "$p")" && cat >"$p.tmp" && mv -f "$p.tmp" "$p"',
+                              input=data)
+            self._relayed.add((run_id, rank))
+
+
+def start_relay(run_id: str, hosts: list[str], timeout_s: float) -> None:
+    """Start the barrier relay for a multi-node run as its own session (it outlives the CLI)."""
+    subprocess.Popen([sys.executable, "-m", "gpucloud.providers.ssh_channel", run_id, ",".join(hosts), str(timeout_s)],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
+
+
+def relay_until_done(run_id: str, hosts: list[str], timeout_s: float) -> None:
+    """Copy `ready` objects between hosts until every node's is everywhere, the run's channel is
+    gone (torn down) or the barrier timeout has passed."""
+    channel, until = SshChannel(hosts), time.monotonic() + timeout_s
+    while time.monotonic() < until and len(channel._relayed) < len(hosts):
+        try:
+            if channel.get_bytes(f"{node_prefix(run_id, 0)}/manifest") is None:
+                return
+            channel.relay_ready(run_id)
+        except Exception:  # noqa: BLE001 - a dropped connection: try again next second
+            pass
+        time.sleep(1.0)
+
+
+if __name__ == "__main__":
+    relay_until_done(sys.argv[1], sys.argv[2].split(","), float(sys.argv[3]))

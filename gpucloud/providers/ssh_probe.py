@@ -1,0 +1,227 @@
+"""What an SSH host has: GPUs (`nvidia-smi --query-gpu`), driver, CUDA, OS, free disk, sudo, and
+the stack gpucloud resolves for it exactly as for a cloud VM (gpucloud.stacks.resolve_stack).
+
+One ssh call per host reads everything (a small POSIX shell script); parsing and the driver
+verdict are plain functions so they are tested without a host. docs/SSH.md explains the output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gpucloud.providers import ssh_transport
+
+if TYPE_CHECKING:
+    from gpucloud.spec import StackSpec
+    from gpucloud.stacks import Stack
+
+REMOTE_ROOT = '${GPUCLOUD_REMOTE_ROOT:-$HOME/.gpucloud}'  # the run folders, channel and locks on a host
+NVIDIA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos"
+HOST_NVIDIA_REPO = "${GPUCLOUD_NVIDIA_REPO:-" + NVIDIA_REPO + "}"  # as run on the host: a mirror may be set there
+# The last driver branch that still supports an architecture (NVIDIA dropped Kepler after R470;
+# docs/SSH.md cites the source). A newer driver on such a GPU does not see it at all.
+LAST_BRANCH = {"Kepler": 470}
+
+PROBE_SCRIPT = r"""
+R=__ROOT__
+mkdir -p "$R" 2>/dev/null
+echo "@root $(cd "$R" 2>/dev/null && pwd || echo "$R")"
+echo "@user $(id -un)"
+if [ -r /etc/os-release ]; then . /etc/os-release; echo "@os ${ID:-linux} ${VERSION_ID:-} ${PRETTY_NAME:-}"; else echo "@os $(uname -s)"; fi
+echo "@disk $(df -Pk "$R" 2>/dev/null | awk 'NR==2 {print $4}')"
+if [ "$(id -u)" = 0 ]; then echo "@sudo root"; elif sudo -n true 2>/dev/null; then echo "@sudo yes"; else echo "@sudo no"; fi
+for f in "$R"/locks/gpu-*; do [ -f "$f" ] && echo "@lock ${f##*/gpu-} $(cat "$f")"; done
+for t in bash curl tar gzip setsid flock; do command -v "$t" >/dev/null 2>&1 || echo "@missing $t"; done
+if command -v nvidia-smi >/dev/null 2>&1; then
+  out=$(nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits 2>&1) && rc=0 || rc=$?
+  if [ "$rc" = 0 ]; then
+    printf '%s\n' "$out" | sed 's/^/@gpu /'
+    echo "@cuda $(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -n 1)"
+  else
+    echo "@smi-error $(printf '%s' "$out" | head -n 1)"
+  fi
+else
+  echo "@smi-error nvidia-smi not found"
+fi
+""".replace("__ROOT__", REMOTE_ROOT)
+
+
+@dataclass
+class GpuInfo:
+    index: int
+    name: str            # as nvidia-smi says it: "Tesla K40m"
+    model: str | None    # catalog name ("K40"), None when gpucloud does not know the card
+    memory_mib: int
+
+
+@dataclass
+class HostProbe:
+    """One host's answers. `stack` is resolved for its first GPU (None: no GPU seen or unknown)."""
+
+    host: str
+    root: str = ""
+    user: str = ""
+    os: str = ""
+    disk_free_gib: float = 0.0
+    sudo: str = "no"                      # "root" | "yes" | "no"
+    missing_tools: list[str] = field(default_factory=list)
+    gpus: list[GpuInfo] = field(default_factory=list)
+    driver: str | None = None
+    cuda: str | None = None
+    smi_error: str | None = None
+    stack: Stack | None = None
+    problems: list[str] = field(default_factory=list)  # what stops a GPU job here, each with its fix
+    notes: list[str] = field(default_factory=list)     # worth knowing, not blocking
+    locks: dict[int, str] = field(default_factory=dict)  # GPU index -> run id holding its lock (maybe stale)
+
+    @property
+    def gpu_model(self) -> str | None:
+        return self.gpus[0].model if self.gpus else None
+
+    def count(self, model: str) -> int:
+        return sum(1 for g in self.gpus if g.model == model)
+
+    def render(self) -> str:
+        """Human lines for `gpucloud hosts probe`."""
+        return render_probe(self)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "host": self.host, "user": self.user, "os": self.os, "root": self.root,
+            "disk_free_gib": round(self.disk_free_gib, 1), "sudo": self.sudo, "missing_tools": self.missing_tools,
+            "gpus": [{"index": g.index, "name": g.name, "model": g.model, "memory_mib": g.memory_mib,
+                      "locked_by": self.locks.get(g.index)} for g in self.gpus],
+            "driver": self.driver, "cuda": self.cuda, "nvidia_smi_error": self.smi_error,
+            "stack": self.stack.as_json() if self.stack else None, "problems": self.problems, "notes": self.notes,
+        }
+
+
+def parse_probe(host: str, text: str) -> HostProbe:
+    """The probe script's `@key value` lines -> HostProbe (no stack yet)."""
+    from gpucloud.catalog import resolve_gpu_name
+
+    probe = HostProbe(host=host)
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        value = value.strip()
+        if key == "@root":
+            probe.root = value
+        elif key == "@user":
+            probe.user = value
+        elif key == "@os":
+            probe.os = value
+        elif key == "@disk":
+            probe.disk_free_gib = int(value) / 1048576 if value.isdigit() else 0.0
+        elif key == "@sudo":
+            probe.sudo = value
+        elif key == "@lock" and value.split(" ")[0].isdigit():
+            index, _, run_id = value.partition(" ")
+            probe.locks[int(index)] = run_id
+        elif key == "@missing":
+            probe.missing_tools.append(value)
+        elif key == "@gpu":
+            parts = [p.strip() for p in value.split(",")]
+            if len(parts) >= 4 and parts[0].isdigit():
+                mem = int(parts[2]) if parts[2].isdigit() else 0
+                probe.gpus.append(GpuInfo(int(parts[0]), parts[1], resolve_gpu_name(parts[1]), mem))
+                probe.driver = probe.driver or parts[3]
+        elif key == "@cuda":
+            probe.cuda = value or None
+        elif key == "@smi-error":
+            probe.smi_error = value or "nvidia-smi failed"
+    return probe
+
+
+def install_command(stack: Stack, sudo: str = "yes", repo: str = NVIDIA_REPO) -> str:
+    """The commands that install the stack's driver from NVIDIA's apt repository (what `stack:
+    {install: true}` runs over ssh, and what the error message tells a user to run by hand).
+    `repo`: the repository base; the provider passes the host's GPUCLOUD_NVIDIA_REPO (a mirror)."""
+    pre = "" if sudo == "root" else "sudo -n "
+    deb = "cuda-keyring_1.1-1_all.deb"
+    pkgs = " ".join(stack.driver_packages)
+    return (f"curl -fsSLO {repo}/{stack.cuda_repo}/x86_64/{deb} && {pre}dpkg -i {deb} && "
+            f"{pre}apt-get update && {pre}DEBIAN_FRONTEND=noninteractive apt-get install -y {pkgs}")
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def driver_problem(probe: HostProbe, stack: Stack, *, needs_cuda: bool = True) -> str | None:
+    """Why the host's driver cannot run the stack (missing, too old, too new for the card), or None.
+    `needs_cuda` False (no CUDA pin, no framework): an older driver that drives the card is fine,
+    the job uses the host's own CUDA; `assess` notes it instead."""
+    if stack.architecture == "none":
+        return None
+    fix = f"install it with `{install_command(stack)}` (needs sudo), or set stack: {{install: true}} in the job"
+    if probe.driver is None:
+        why = probe.smi_error or "nvidia-smi shows no GPU"
+        return f"{probe.host}: no working NVIDIA driver ({why}); the {stack.gpu} needs driver R{stack.driver}: {fix}"
+    have = _version_tuple(probe.driver)
+    if needs_cuda and have < _version_tuple(stack.min_driver_version):
+        return (f"{probe.host}: driver {probe.driver} is older than {stack.min_driver_version}, the least that runs "
+                f"CUDA {stack.cuda}: {fix}")
+    last = LAST_BRANCH.get(stack.architecture)
+    if last is not None and have and have[0] > last:
+        return (f"{probe.host}: driver {probe.driver} no longer supports {stack.architecture} GPUs ({stack.gpu}); "
+                f"R{last} is the last branch that does: {fix}")
+    return None
+
+
+def assess(probe: HostProbe, gpu: str | None, count: int, pins: StackSpec | None) -> HostProbe:
+    """Resolve the stack for the job's GPU (or the host's own first GPU when the job names none)
+    and list what stops the job on this host, each with its fix."""
+    from gpucloud.stacks import resolve_stack
+
+    model = gpu or probe.gpu_model
+    probe.stack = resolve_stack(model, pins) if model else None
+    if probe.missing_tools:
+        probe.problems.append(f"{probe.host}: missing {', '.join(probe.missing_tools)} (the bootstrap needs them); "
+                              "install them with the system's package manager")
+    if gpu is None:
+        return probe
+    install = bool(pins and pins.install)
+    if probe.gpus and probe.count(gpu) < count:
+        have = ", ".join(f"{g.index}: {g.name}" for g in probe.gpus) or "none"
+        probe.problems.append(f"{probe.host}: has {probe.count(gpu)} x {gpu}, the job asks for {count} (GPUs: {have})")
+    assert probe.stack is not None
+    needs_cuda = bool(pins and (pins.cuda != "auto" or pins.framework != "none"))
+    problem = driver_problem(probe, probe.stack, needs_cuda=needs_cuda)
+    if problem is None and probe.driver and driver_problem(probe, probe.stack) is not None:
+        probe.notes.append(f"{probe.host}: driver {probe.driver} (CUDA {probe.cuda or '?'}) is older than the "
+                           f"{probe.stack.min_driver_version} that CUDA {probe.stack.cuda} needs; the job uses the "
+                           "host's own CUDA (pin stack.cuda or a framework to require the resolved one)")
+    if problem and not (install and probe.sudo in ("root", "yes")):
+        if install:
+            problem += f" (stack.install is true, but {probe.user or 'the user'} has no passwordless sudo there)"
+        probe.problems.append(problem)
+    return probe
+
+
+def probe_host(host: str) -> HostProbe:
+    """Run the probe over ssh (one call) and parse it."""
+    parsed = ssh_transport.SshHost.parse(host)
+    result = ssh_transport.run(parsed, PROBE_SCRIPT, timeout=60)
+    return parse_probe(host, result.stdout.decode("utf-8", "replace"))
+
+
+def render_probe(probe: HostProbe) -> str:
+    """Human lines for `gpucloud hosts probe`."""
+    lines = [f"{probe.host}: {probe.user}@, {probe.os or 'unknown OS'}, {probe.disk_free_gib:.1f} GiB free in {probe.root}, "
+             f"sudo: {probe.sudo}"]
+    if probe.gpus:
+        for g in probe.gpus:
+            held = f", locked by run {probe.locks[g.index]}" if g.index in probe.locks else ""
+            lines.append(f"  GPU {g.index}: {g.name} ({g.model or 'not in the catalog'}), {g.memory_mib} MiB{held}")
+        lines.append(f"  driver {probe.driver}, CUDA {probe.cuda or '?'}")
+    else:
+        lines.append(f"  no GPU: {probe.smi_error or 'nvidia-smi shows none'}")
+    if probe.stack:
+        st = probe.stack.as_json()
+        lines.append(f"  stack: {st['architecture']}, driver R{st['driver']}, CUDA {st['cuda']}, cuDNN {st['cudnn']}, "
+                     f"framework {st['framework']}")
+        for w in [*probe.stack.warnings, *probe.notes]:
+            lines.append(f"  note: {w}")
+    lines += [f"  problem: {p}" for p in probe.problems] or ["  ready for jobs"]
+    return "\n".join(lines)

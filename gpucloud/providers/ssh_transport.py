@@ -1,0 +1,191 @@
+"""The system OpenSSH client, driven for gpucloud (docs/SSH.md).
+
+Why the `ssh` binary and not a Python SSH library: users' `~/.ssh/config` (Host aliases, User,
+Port, IdentityFile, ProxyJump), their agent and their known_hosts must work exactly as they do in
+a terminal. `GPUCLOUD_SSH_CONFIG=PATH` passes another config file (`ssh -F PATH`).
+
+Every call goes through one multiplexed connection per host (ControlMaster=auto, ControlPersist),
+so a run makes one SSH handshake per host however many reads it does. Host keys: a host whose key
+is unknown is refused with the fix (StrictHostKeyChecking=yes unless the user's own config says
+otherwise); nothing is ever accepted silently. BatchMode=yes: no prompt ever hangs a run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpucloud.errors import GpucloudError, UserError
+
+CONFIG_ENV = "GPUCLOUD_SSH_CONFIG"          # another ssh_config file: `ssh -F PATH`
+CONTROL_DIR_ENV = "GPUCLOUD_SSH_CONTROL_DIR"  # where the ControlMaster sockets live
+CONTROL_PERSIST_S = 120                      # the master outlives its last client this long
+CONNECT_TIMEOUT_S = 15
+MAX_CONTROL_DIR = 48                         # sun_path is 108 bytes: dir + "/" + 40 (%C) + 17 (ssh's temp suffix)
+SSH_ERROR = 255                              # ssh's own exit status (the remote command never returns it here)
+_HOST_KEY_PATTERNS = ("Host key verification failed", "No ED25519 host key is known", "No RSA host key is known",
+                      "No ECDSA host key is known", "REMOTE HOST IDENTIFICATION HAS CHANGED")
+
+
+class SshError(GpucloudError):
+    """ssh itself failed (connection, authentication): not the remote command."""
+
+    exit_code = 75
+
+
+@dataclass(frozen=True)
+class SshHost:
+    """One host as the user wrote it: `gpu-box`, `alice@10.0.0.7:2222` or `[::1]:2222`. Only what
+    is written is passed on the command line; the rest (user, port, key) comes from ssh_config."""
+
+    text: str
+    user: str | None
+    host: str
+    port: int | None
+
+    @classmethod
+    def parse(cls, text: str) -> SshHost:
+        user, _, rest = text.rpartition("@")
+        port: int | None = None
+        if rest.startswith("["):
+            host, _, tail = rest[1:].partition("]")
+            if tail.startswith(":"):
+                port = int(tail[1:])
+        elif rest.count(":") == 1:
+            host, _, p = rest.partition(":")
+            port = int(p)
+        else:
+            host = rest
+        if not host or host.startswith("-") or (user and user.startswith("-")):
+            raise UserError(f"{text!r} is not a host.", hint="Write [user@]host[:port] or an alias from ~/.ssh/config.")
+        return cls(text=text, user=user or None, host=host, port=port)
+
+    def destination(self) -> list[str]:
+        """argv fragment naming the host (options before the `--`-safe destination)."""
+        args = ["-p", str(self.port)] if self.port else []
+        if self.user:
+            args += ["-l", self.user]
+        return [*args, self.host]
+
+
+def control_dir() -> Path:
+    """Short, private folder for the master sockets (a unix socket path must stay under ~100 bytes)."""
+    path = Path(os.environ.get(CONTROL_DIR_ENV) or Path(tempfile.gettempdir()) / f"gpucloud-ssh-{os.getuid()}")
+    if len(str(path)) > MAX_CONTROL_DIR:  # %C is 40 characters, ssh adds a 17-character temp suffix
+        raise UserError(f"{CONTROL_DIR_ENV}={path} is too long for ssh's control socket ({len(str(path))} > "
+                        f"{MAX_CONTROL_DIR} characters).", hint=f"Point {CONTROL_DIR_ENV} at a short folder such as /tmp/gc.")
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def _config_args() -> list[str]:
+    cfg = os.environ.get(CONFIG_ENV, "").strip()
+    if not cfg:
+        return []
+    if not Path(cfg).expanduser().is_file():
+        raise UserError(f"{CONFIG_ENV}={cfg}: no such file.", hint=f"Point {CONFIG_ENV} at an ssh_config file, or unset it.")
+    return ["-F", str(Path(cfg).expanduser())]
+
+
+_effective_cache: dict[tuple[str, str], dict[str, str]] = {}
+
+
+def effective_config(host: SshHost) -> dict[str, str]:
+    """`ssh -G`: what ssh will use for this host after reading every config file (lower-case keys)."""
+    key = (os.environ.get(CONFIG_ENV, ""), host.text)
+    if key not in _effective_cache:
+        proc = subprocess.run(["ssh", *_config_args(), "-G", *host.destination()], capture_output=True, text=True,
+                              timeout=30, check=False)
+        if proc.returncode != 0:
+            raise UserError(f"ssh cannot read its configuration for {host.text}: {proc.stderr.strip()}",
+                            hint="Fix the ssh_config file it names (or GPUCLOUD_SSH_CONFIG).")
+        conf: dict[str, str] = {}
+        for line in proc.stdout.splitlines():
+            name, _, value = line.partition(" ")
+            conf.setdefault(name.lower(), value.strip())
+        _effective_cache[key] = conf
+    return _effective_cache[key]
+
+
+def base_args(host: SshHost) -> list[str]:
+    """ssh options gpucloud adds. Command-line -o wins over config files, so StrictHostKeyChecking
+    is only forced where the user's config left it at OpenSSH's default ("ask"): with BatchMode
+    "ask" would refuse anyway, but "yes" says so plainly; a user's accept-new or no is kept."""
+    args = [*_config_args(), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+            "-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir()}/%C",
+            "-o", f"ControlPersist={CONTROL_PERSIST_S}", "-o", "ServerAliveInterval=15", "-o", "LogLevel=ERROR"]
+    if effective_config(host).get("stricthostkeychecking", "ask") in ("ask", "true"):
+        args += ["-o", "StrictHostKeyChecking=yes"]
+    return args
+
+
+def host_key_fix(host: SshHost) -> str:
+    """The advice for an unknown or changed host key: check the fingerprint, then trust it once."""
+    conf = effective_config(host)
+    name, port = conf.get("hostname", host.host), conf.get("port", "22")
+    known = conf.get("userknownhostsfile", "~/.ssh/known_hosts").split()[0]
+    scan = f"ssh-keyscan -p {port} {name}" if port != "22" else f"ssh-keyscan {name}"
+    return (f"Connect once with `ssh {host.text}` and compare the fingerprint with the one the machine's "
+            f"owner gives you (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on it), or add the key "
+            f"with `{scan} >> {known}` after checking it. gpucloud never accepts an unknown key by itself.")
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: bytes
+    stderr: str
+
+
+def run(host: SshHost, command: str, *, input: bytes | None = None, timeout: float = 120.0,
+        retries: int = 2, check: bool = True) -> Result:
+    """Run `command` (a POSIX shell line) on the host. ssh's own failures (exit 255) are retried
+    after a short wait: a dropped master is replaced by a new one on the next call. An unknown host
+    key is a UserError with the fix; other ssh failures an SshError; with `check`, a non-zero exit
+    of the command itself also raises SshError (its stderr in the message)."""
+    argv = ["ssh", *base_args(host), *host.destination(), "--", command]
+    last = ""
+    for attempt in range(retries + 1):
+        try:
+            proc = subprocess.run(argv, input=input if input is not None else b"", capture_output=True,
+                                  timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            last = f"no answer within {timeout:.0f}s"
+            continue
+        err = proc.stderr.decode("utf-8", "replace").strip()
+        if proc.returncode != SSH_ERROR:
+            if check and proc.returncode != 0:
+                raise SshError(f"{host.text}: `{command.splitlines()[0][:60]}` exited {proc.returncode}: {err[-500:]}")
+            return Result(proc.returncode, proc.stdout, err)
+        if any(p in err for p in _HOST_KEY_PATTERNS):
+            raise UserError(f"{host.text}: the host key is not known (or changed), so gpucloud will not connect: "
+                            f"{err.splitlines()[-1] if err else 'host key verification failed'}",
+                            hint=host_key_fix(host))
+        if "Permission denied" in err:
+            raise UserError(f"{host.text}: ssh login refused: {err.splitlines()[-1]}",
+                            hint=f"Check that `ssh {host.text} true` works without a prompt (key in the agent, "
+                                 "or IdentityFile in ~/.ssh/config).")
+        last = err or f"ssh exited {proc.returncode}"
+        if attempt < retries:
+            time.sleep(0.5 * (attempt + 1) ** 2)
+    raise SshError(f"{host.text}: cannot reach the host over ssh: {last}",
+                   hint=f"Check `ssh {host.text} true`; the run (if any) keeps going on the host.")
+
+
+def master_pid(host: SshHost) -> int | None:
+    """The ControlMaster process for this host, if one is up (`ssh -O check`)."""
+    proc = subprocess.run(["ssh", *base_args(host), "-O", "check", *host.destination()], capture_output=True,
+                          text=True, timeout=30, check=False)
+    found = re.search(r"pid=(\d+)", proc.stderr + proc.stdout)
+    return int(found.group(1)) if found else None
+
+
+def close_master(host: SshHost) -> None:
+    """Ask the host's master to exit (best effort): tests and `hosts probe` end cleanly."""
+    subprocess.run(["ssh", *base_args(host), "-O", "exit", *host.destination()], capture_output=True,
+                   timeout=30, check=False)
