@@ -325,7 +325,7 @@ class _Run:
         if self.recovery is None:
             self.recovery = Recovery(self.spec, self.plan, self.run_id, self.store, self.journal, self.progress,
                                      plan_kw=self.plan_kw)
-        self.progress.warn(f"attempt {self.launch.attempt + 1} {status}: {message}")
+        self.progress.warn(f"attempt {self.launch.attempt + 1}: {message if message.startswith(status) else status}")
         t0 = time.monotonic()
         launch = self.recovery.relaunch(self.launch, status, message)
         self.phases["provision"] = self.phases.get("provision", 0.0) + time.monotonic() - t0

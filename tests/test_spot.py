@@ -373,3 +373,57 @@ def test_cost_since_that_is_not_a_date_is_a_user_error(tmp_path: Path, gpucloud_
     assert proc.returncode == 2 and "--since 'last tuesday' is not a date" in proc.stderr
     proc = _cli("cost", cwd=tmp_path)
     assert proc.returncode == 0 and "total: 0 run(s), $0.0000" in proc.stdout
+
+
+def test_local_machine_lost_without_notice_is_relaunched(tmp_path: Path, gpucloud_home: Path) -> None:
+    """`on: [lost]`: a machine that vanishes without a word (no notice, no final status) is found
+    lost by the CLI and relaunched; the new attempt resumes from the last interval checkpoint."""
+    from gpucloud import vm_engine
+
+    job = write_count_job(tmp_path / "job", n=60, cloud="local",
+                          extra={"recovery": {"on": ["lost"], "max_restarts": 1}})
+    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job)], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    try:
+        assert wait_until(lambda: _latest_run(gpucloud_home), 30)
+        run_id = _latest_run(gpucloud_home) or ""
+        assert wait_until(lambda: "(interval" in _log(gpucloud_home, run_id), 60), _log(gpucloud_home, run_id)
+        vm = vm_engine.BootedVm.load(gpucloud_home / "local" / run_id / "node-0")
+        assert vm is not None
+        vm.kill(grace=0.1)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    starts = resumed_at(_log(gpucloud_home, run_id))
+    assert len(starts) == 2 and starts[0] == 0 < starts[1], starts
+    run = Store(gpucloud_home / "state.db").get_run(run_id)
+    assert [a.end_reason.split(":")[0] for a in run.attempts] == ["lost", "teardown"]
+    assert (tmp_path / "gpucloud-runs" / run_id / "result.txt").read_text() == "60"
+
+
+def test_no_capacity_for_a_relaunch_tries_the_order_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`on: [capacity]`: a relaunch that finds no capacity anywhere pauses and tries again, as a restart."""
+    from types import SimpleNamespace
+
+    from gpucloud import failover, recovery
+    from gpucloud.errors import NoCandidateError
+
+    calls = []
+
+    def run(self: object, tarball: object) -> str:
+        calls.append(tarball)
+        if len(calls) == 1:
+            raise NoCandidateError("no candidate could be provisioned", [])
+        return "launched"
+
+    monkeypatch.setattr(failover.Failover, "run", run)
+    monkeypatch.setattr(recovery, "CAPACITY_PAUSE_S", 0.0)
+    rec, _ = _recovery({"on": ["preemption", "capacity"], "max_restarts": 2})
+    launch = SimpleNamespace(channel=None, candidate=SimpleNamespace(cloud="local", region="local", spot=False))
+    assert rec._provision(None, [0], launch) == "launched" and rec.restarts == 1 and len(calls) == 2  # type: ignore[arg-type]
+    rec, _ = _recovery({"on": ["preemption"], "max_restarts": 2})
+    calls.clear()
+    with pytest.raises(NoCandidateError):
+        rec._provision(None, [0], launch)  # type: ignore[arg-type]
