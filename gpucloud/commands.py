@@ -96,6 +96,8 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
         status, code, message = outcome(obs.statuses)
         store.set_phases(run.id, vm_phases(obs.statuses))
         store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
+        if status == "preempted":  # nobody follows it (no `gpucloud watch`): the attempt ends as preempted
+            store.end_attempt(run.id, None, message or "preempted")
     elif obs.lost:
         store.finish_run(run.id, "lost", exit_code=70, message="the machine is gone without a final status",
                          only_if_active=True)

@@ -276,21 +276,22 @@ def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[Resou
 # ---- cost ---------------------------------------------------------------------------------------------
 
 def print_cost(report: dict) -> None:
-    """`gpucloud cost`: one row per attempt, a line per run, and the totals (docs/SPOT.md)."""
-    table = _table("run", "#", "where", "market", "$/h per node", "nodes x billed", "$ cost", "$ on-demand",
-                   "end", title="Cost per attempt")
+    """`gpucloud cost`: a line per run, one row per attempt under it, and the totals (docs/SPOT.md)."""
+    row = "  {:>2}  {:<44} {:<9} {:>9} {:>14} {:>10} {:>10}  {}"
     for run in report["runs"]:
-        for a in run["attempts"] or [None]:
-            if a is None:
-                table.add_row(run["run_id"], "-", "-", "-", "-", "-", "0.0000", "0.0000", run["status"])
-                continue
+        print(f"run {run['run_id']} ({run['status']}): ${run['cost']:.4f}, on-demand ${run['on_demand_cost']:.4f}, "
+              f"saving ${run['saving']:.4f}")
+        if not run["attempts"]:
+            continue
+        print(row.format("#", "where", "market", "$/h/node", "nodes x billed", "$ cost", "$ on-dem.", "end"))
+        for a in run["attempts"]:
             nodes = len(a["nodes"])
             per_node = a["billed_seconds"] / nodes if nodes else 0.0
-            table.add_row(run["run_id"], str(a["attempt"]), f"{a['cloud']}/{a['zone'] or a['region']}/{a['instance_type']}",
-                          a["market"], f"{a['price_per_hour']:.4f}", f"{nodes} x {fmt_seconds(per_node)}",
-                          f"{a['cost']:.4f}", f"{a['on_demand_cost']:.4f}",
-                          (a["end_reason"] or ("running" if a["launched"] else "open"))[:40])
-    _print(table)
+            where = f"{a['cloud']}/{a['zone'] or a['region']}/{a['instance_type']}"
+            end = a["end_reason"] or ("running" if a["launched"] else "open")
+            print(row.format(a["attempt"], where[:44], a["market"], f"{a['price_per_hour']:.4f}",
+                             f"{nodes} x {fmt_seconds(per_node)}", f"{a['cost']:.4f}", f"{a['on_demand_cost']:.4f}",
+                             end[:60]))
     total = report["total"]
     print(f"total: {total['runs']} run(s), ${total['cost']:.4f}; on-demand for the same time "
           f"${total['on_demand_cost']:.4f}; saving ${total['saving']:.4f}")

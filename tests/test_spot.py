@@ -427,3 +427,24 @@ def test_no_capacity_for_a_relaunch_tries_the_order_again(monkeypatch: pytest.Mo
     calls.clear()
     with pytest.raises(NoCandidateError):
         rec._provision(None, [0], launch)  # type: ignore[arg-type]
+
+
+def test_detached_run_without_a_watcher_is_not_recovered(tmp_path: Path, gpucloud_home: Path) -> None:
+    """What the README says: nobody follows it, so a preemption ends it (status preempted, exit 75)."""
+    job = write_count_job(tmp_path / "job", n=600, cloud="local")
+    started = _cli("run", str(job), "--detach", cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    assert wait_until(lambda: "(interval" in _cli("logs", run_id, cwd=tmp_path).stdout, 60)
+    assert _cli("preempt", run_id, cwd=tmp_path).returncode == 0
+    store = Store(gpucloud_home / "state.db")
+
+    def ended() -> bool:
+        _cli("status", run_id, cwd=tmp_path)  # brings a detached run's record up to date
+        return store.get_run(run_id).final
+
+    assert wait_until(ended, 60)
+    run = store.get_run(run_id)
+    assert (run.status, run.exit_code, len(run.attempts)) == ("preempted", 75, 1)
+    assert run.attempts[0].end_reason.startswith("preempted: simulated notice")
+    assert not leftovers(gpucloud_home, run_id)
