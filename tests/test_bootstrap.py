@@ -151,6 +151,7 @@ def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str 
         "GPUCLOUD_NVIDIA_REPO": (tmp / "nvidia-repo").as_uri(),
         "GPUCLOUD_CUDA_ROOT": str(tmp / "no-cuda-here"),
         "STUB_STATE": str(state),
+        "GPUCLOUD_IMDS_ENDPOINT": "http://127.0.0.1:9",  # never the host's metadata service
         **(stub_env or {}),
     }
     if provider != "local":

@@ -39,6 +39,7 @@ def test_aws_spot_preempted_twice_falls_back_to_on_demand(aws_env: dict[str, str
         "recovery": {"on": ["preemption"], "max_restarts": 2, "fallback": "on-demand"}})
     run_id, err = _run_preempted_twice(aws_env, gpucloud_home, job, "tests.support.aws_cli")
     assert "falling back to on-demand" in err
+    assert aws_sim.imds_polls > 0  # the guard also watched EC2's own notice (the simulator's IMDS)
     report = check_finished_count(gpucloud_home, run_id, Path.cwd(), N, env=aws_env)
     assert [a["market"] for a in report["attempts"]] == ["spot", "spot", "on-demand"]
     # What EC2 was asked for: moto marks instances launched with InstanceMarketOptions as spot.
