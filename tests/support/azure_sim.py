@@ -87,6 +87,10 @@ class AzureVmSimulator(GuestSimulator):
         with self.lock:
             return self.guests.get(vm_id)
 
+    def preempt(self, vm_id: str) -> None:
+        """Azure evicts the VM: its Scheduled Events (the fake ARM's IMDS) show `Preempt`."""
+        self.arm.preempt(vm_id)
+
 
 @pytest.fixture
 def azure_sim(fake_arm_server: FakeArm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureVmSimulator]:
