@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.state import Store
+from tests.support.aws_sim import http_reply
 from tests.support.spot_job import resumed_at, write_count_job
 from tests.test_aws_e2e import wait_until
 from tests.test_bootstrap import make_vm
@@ -41,11 +42,7 @@ class _Imds(BaseHTTPRequestHandler):
     seen: list[str] = []
 
     def _reply(self, code: int, body: str) -> None:
-        data = body.encode()
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        http_reply(self, code, body)
 
     def do_PUT(self) -> None:  # noqa: N802
         self.seen.append(f"PUT {self.path}")

@@ -58,17 +58,22 @@ IMDS_TOKEN = "sim-imds-token"
 SPOT_ACTION_FILE = "imds-spot-instance-action"
 
 
+def http_reply(handler: BaseHTTPRequestHandler, code: int, body: str = "") -> None:
+    """A plain-text reply of a stub HTTP server."""
+    data = body.encode()
+    handler.send_response(code)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class _Imds(BaseHTTPRequestHandler):
     """IMDSv2 of the simulated instances: `/<instance id>/latest/...`."""
 
     sim: AwsVmSimulator
 
     def _reply(self, code: int, body: str = "") -> None:
-        data = body.encode()
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        http_reply(self, code, body)
 
     def do_PUT(self) -> None:  # noqa: N802
         ok = self.path.endswith("/latest/api/token") and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
