@@ -191,6 +191,18 @@ def render(
     sys.stdout.write(text)
 
 
+def _register_images() -> None:
+    """`gpucloud image ...` (cli_images.py), each command behind the same error handler."""
+    from gpucloud.cli_images import image_app
+
+    for command in image_app.registered_commands:
+        if command.callback is not None:
+            command.callback = handles_errors(command.callback)
+    app.add_typer(image_app, name="image")
+
+
+_register_images()
+
 catalog_app = typer.Typer(help="List offerings (retired ones only with --all); `catalog refresh` updates them.",
                           no_args_is_help=False, rich_markup_mode=None)
 app.add_typer(catalog_app, name="catalog")

@@ -25,6 +25,7 @@ from gpucloud.errors import GpucloudError, NoCandidateError
 from gpucloud.progress import Progress
 from gpucloud.runlog import LogMirror
 from gpucloud.state import FINAL_STATUSES, Journal, Store, home_dir
+from gpucloud.timeline import format_nodes
 from gpucloud.views import Declined
 from gpucloud.watch import observe, outcome, stage_order, stale, vm_phases
 
@@ -143,6 +144,8 @@ class _Run:
         self.artifacts_dir: str | None = None
         self.mirror: LogMirror | None = None
         self.peers_stopped: list[int] = []  # multi-node: nodes still running when the run was ended
+        self.launched_at: float | None = None  # wall clock when the machines were launched
+        self.timeline: list[str] = []  # "node N: boot .. · stack .. · run .." (timeline.py), once final
         self._old_handlers: dict[int, Any] = {}
 
     # -- signals ------------------------------------------------------------------------------------
@@ -193,6 +196,8 @@ class _Run:
             print(f"run {self.run_id}: {status} (exit {code}): {message}", file=sys.stderr, flush=True)
         elif status != "detached":
             print(f"run {self.run_id}: {status} (exit {code})", file=sys.stderr, flush=True)
+        for line in self.timeline:  # where the billed time went, per node (issue 13)
+            print(f"  {line}", file=sys.stderr, flush=True)
         if status == "detached" and not self.json_out:
             print(self.run_id, flush=True)
         run = self.store.get_run(self.run_id)
@@ -261,6 +266,7 @@ class _Run:
                 tarball.parent.rmdir()
             except OSError:
                 pass
+        self.launched_at = time.time()
         cand = self.launch.candidate
         where = f"{cand.cloud}/{cand.region}/{cand.instance_type}" + (" (spot)" if cand.spot else "")
         self.store.update_run(self.run_id, status="running", phase="booting")
@@ -358,6 +364,7 @@ class _Run:
         self._pump_logs(final=True)
         self.progress.phase(None)
         self.phases.update(vm_phases(statuses))
+        self.timeline = format_nodes(statuses, launched_at=self.launched_at)
         status, code, message = outcome(statuses, seen)
         if self.peers_stopped:
             message += f"; node(s) {', '.join(map(str, self.peers_stopped))} stopped with the run"

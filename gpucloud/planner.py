@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
     from gpucloud.catalog.models import Offering
+    from gpucloud.images import Image
     from gpucloud.spec import JobSpec
     from gpucloud.stacks import Stack
 
@@ -27,6 +28,8 @@ class Candidate:
     status: str = "active"     # offering status ("legacy" candidates carry a warning)
     vcpus: int = 0
     memory_gib: float = 0.0
+    arch: str = "x86_64"       # CPU architecture of the host (the offering's `arch`)
+    image: Image | None = None  # issue 13: the image it boots (gpucloud/images.py), set by make_plan
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -34,6 +37,7 @@ class Candidate:
             "gpu": self.gpu, "gpu_count": self.gpu_count, "num_nodes": self.num_nodes,
             "spot": self.spot, "price_per_hour": self.price_per_hour,
             "total_per_hour": self.total_per_hour, "estimated_cost": self.estimated_cost,
+            "image": self.image.as_json() if self.image else None,  # issue 13
         }
 
 
@@ -154,11 +158,12 @@ def make_plan(
     excluded: list[Exclusion] = []
     warnings: list[str] = list(stack.warnings)
     quick = _QuickReasons(spec, gpu, variants, clouds, regions)
+    images = _ImageChoice(stack, spec.image)
     with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/store.py)
         for off in cat.offerings:
             reason = quick.reason(off) or _exclusion_reason(off, spec, gpu, variants, clouds, regions)
             if reason is None:
-                options, reason = _priced_options(off, spec, policy)
+                options, reason = _priced_options(off, spec, policy, images)
                 candidates.extend(options)
             if reason is not None:
                 excluded.append(Exclusion(off.cloud, off.region, off.instance_type, reason))
@@ -171,6 +176,24 @@ def make_plan(
     if age.stale:
         warnings.append(age.warning)
     return Plan(spec=spec, candidates=candidates, excluded=excluded, stack=stack, warnings=warnings, data=age)
+
+
+class _ImageChoice:
+    """The image each candidate boots (gpucloud/images.py, issue 13), chosen once per (cloud,
+    instance type, GPU count, CPU architecture) however many regions and markets offer it."""
+
+    def __init__(self, stack: Stack, job_image: str) -> None:
+        self.stack, self.job_image = stack, job_image
+        self.chosen: dict[tuple[str, str, int, str], Image | None] = {}
+
+    def __call__(self, off: Offering) -> Image | None:
+        key = (off.cloud, off.instance_type, off.gpu_count, off.arch)
+        if key not in self.chosen:
+            from gpucloud.images import choose_image, cpu_arch_of
+
+            self.chosen[key] = choose_image(self.stack, off.cloud, off.instance_type, off.gpu_count,
+                                            cpu_arch_of(off), self.job_image)
+        return self.chosen[key]
 
 
 def _requested_gpu(spec: JobSpec, cat: Catalog) -> str | None:
@@ -204,8 +227,6 @@ def _where(spec: JobSpec) -> str:
 def _unpriced_plan(spec: JobSpec, stack: Stack, gpu: str | None, clouds: list[str]) -> Plan:
     """Providers without catalog rows (this machine, an SSH host) plan their own candidates
     (`Provider.plan_candidates`); where the stack install is skipped, the GPU check only warns."""
-    from dataclasses import replace
-
     from gpucloud import providers
 
     candidates: list[Candidate] = []
@@ -301,7 +322,8 @@ def _exclusion_reason(off: Offering, spec: JobSpec, gpu: str | None, variants: f
     return None
 
 
-def _priced_options(off: Offering, spec: JobSpec, policy: bool | str) -> tuple[list[Candidate], str | None]:
+def _priced_options(off: Offering, spec: JobSpec, policy: bool | str,
+                    images: _ImageChoice | None = None) -> tuple[list[Candidate], str | None]:
     """Candidates for one offering under the spot policy and max price; or why there are none.
 
     spot: false -> on-demand; true -> spot only; auto -> both, so that failover falls back to
@@ -329,7 +351,8 @@ def _priced_options(off: Offering, spec: JobSpec, policy: bool | str) -> tuple[l
             cloud=off.cloud, region=off.region, instance_type=off.instance_type, gpu=off.gpu,
             gpu_count=off.gpu_count, num_nodes=spec.num_nodes, spot=is_spot, price_per_hour=price,
             total_per_hour=total, estimated_cost=round(total * spec.max_duration / 3600, 2),
-            status=off.status, vcpus=off.vcpus, memory_gib=off.memory_gib,
+            status=off.status, vcpus=off.vcpus, memory_gib=off.memory_gib, arch=off.arch,
+            image=images(off) if images is not None else None,
         ))
     return out, ("; ".join(too_dear) if not out else None)
 

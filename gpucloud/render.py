@@ -27,6 +27,7 @@ from gpucloud.errors import UserError
 from gpucloud.providers.base import DEFAULT_MASTER_PORT, Capabilities
 
 if TYPE_CHECKING:
+    from gpucloud.images import NodeStack
     from gpucloud.planner import Candidate
     from gpucloud.spec import JobSpec
     from gpucloud.stacks import Stack
@@ -128,6 +129,7 @@ def render_bootstrap(
     heartbeat_interval: float | None = None,
     master_port: int = DEFAULT_MASTER_PORT,
     barrier_timeout: float | None = None,
+    node: NodeStack | None = None,
 ) -> str:
     """The bootstrap script of one node (docs/INTERNALS.md, "Renderer").
 
@@ -144,17 +146,9 @@ def render_bootstrap(
         raise ValueError(f"run id {run_id!r} must match {_RUN_ID.pattern}")
     if node_rank is not None and not 0 <= node_rank < spec.num_nodes:
         raise ValueError(f"node_rank {node_rank} outside 0..{spec.num_nodes - 1}")
-    log_interval = caps.log_interval if log_interval is None else log_interval
-    heartbeat_interval = caps.heartbeat_interval if heartbeat_interval is None else heartbeat_interval
-    barrier_timeout = caps.barrier_timeout if barrier_timeout is None else barrier_timeout
-    if log_interval <= 0 or heartbeat_interval <= 0:
-        raise ValueError("log_interval and heartbeat_interval must be positive")
-    if not 1 <= int(master_port) <= 65535:
-        raise ValueError(f"master_port {master_port} outside 1..65535")
-    if barrier_timeout <= 0:
-        raise ValueError("barrier_timeout must be positive")
-    if caps.gpu_check not in ("strict", "warn"):
-        raise ValueError(f"gpu_check must be 'strict' or 'warn', not {caps.gpu_check!r}")
+    log_interval, heartbeat_interval, barrier_timeout = _timings(
+        caps, log_interval, heartbeat_interval, barrier_timeout, master_port)
+    node = node or _node_stack(spec, stack, candidate)  # issue 13
     gpu_model = candidate.gpu or ""
     gpu_count = candidate.gpu_count if gpu_model else 0
     framework = stack.framework if stack.framework in ("pytorch", "tensorflow") else "none"
@@ -178,7 +172,7 @@ def render_bootstrap(
         "tick": f"{tick:.2f}".rstrip("0").rstrip("."),
         "max_duration": int(spec.max_duration),
         "stack": stack,
-        "apt_packages": [*stack.driver_packages, *stack.cuda_packages, *stack.cudnn_packages],
+        **stack_context(node),
         "framework": framework,
         "framework_version": stack.framework_version or "",
         "framework_pip": list(stack.framework_pip) if framework != "none" else [],
@@ -203,6 +197,46 @@ def _spot_context(spec: JobSpec, caps: Capabilities, heartbeat_interval: float) 
         "preempt_grace": max(1, math.ceil(caps.preemption_grace)),
         "checkpoint": spec.checkpoint or "",
         "checkpoint_interval": int(spec.checkpoint_interval),
+    }
+
+
+def _timings(caps: Capabilities, log_interval: float | None, heartbeat_interval: float | None,
+             barrier_timeout: float | None, master_port: int) -> tuple[float, float, float]:
+    """The log/heartbeat/barrier times (the provider's defaults where not given), checked."""
+    log_interval = caps.log_interval if log_interval is None else log_interval
+    heartbeat_interval = caps.heartbeat_interval if heartbeat_interval is None else heartbeat_interval
+    barrier_timeout = caps.barrier_timeout if barrier_timeout is None else barrier_timeout
+    if log_interval <= 0 or heartbeat_interval <= 0:
+        raise ValueError("log_interval and heartbeat_interval must be positive")
+    if not 1 <= int(master_port) <= 65535:
+        raise ValueError(f"master_port {master_port} outside 1..65535")
+    if barrier_timeout <= 0:
+        raise ValueError("barrier_timeout must be positive")
+    if caps.gpu_check not in ("strict", "warn"):
+        raise ValueError(f"gpu_check must be 'strict' or 'warn', not {caps.gpu_check!r}")
+    return log_interval, heartbeat_interval, barrier_timeout
+
+
+def _node_stack(spec: JobSpec, stack: Stack, candidate: Candidate) -> NodeStack:
+    """Image + install plan of this VM (gpucloud/images.py, issue 13)."""
+    from gpucloud.images import cpu_arch_of, resolve_node
+
+    return resolve_node(stack, candidate.cloud, candidate.instance_type, candidate.gpu_count,
+                        cpu_arch=cpu_arch_of(candidate), job_image=spec.image, chosen=candidate.image)
+
+
+def stack_context(node: NodeStack) -> dict[str, object]:
+    """The template values of the stack stage (issue 13): what to check, and what to install if missing."""
+    return {
+        "driver_source": node.driver_source,
+        "driver_min": node.driver_min,
+        "driver_max": node.driver_max,
+        "driver_packages": list(node.driver_packages),
+        "fabric_manager": node.fabric_manager,
+        "cuda_packages": list(node.cuda_packages),
+        "cudnn_packages": list(node.cudnn_packages),
+        "repo_arch": node.repo_arch,
+        "image_name": node.image.name if node.image else "default",
     }
 
 

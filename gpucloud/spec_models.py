@@ -241,6 +241,8 @@ class StackSpec(_Strict):
     cudnn: str = "auto"
     framework: FrameworkName = "none"
     framework_version: str = "auto"
+    # issue 13: install the system CUDA toolkit + cuDNN (framework wheels bundle their own; default off).
+    cuda_toolkit: bool = False
     install: bool = False  # on machines you own: may gpucloud install the driver there (passwordless sudo)?
 
     @model_validator(mode="before")

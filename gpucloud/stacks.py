@@ -1,6 +1,6 @@
 """GPU architecture -> driver / CUDA / cuDNN / OS image / framework, with pin validation.
 
-The data is the point of this module: the tables below restate FACTS.md section 3 (with its
+The data is the point of this module: the tables below restate docs/STACKS.md (with its
 sources) so that a reviewer can check each number against the source, and the code only walks
 them. Each GPU generation gets the newest stack that still supports it; a pin the GPU cannot run
 is a `UserError` that states the limit and what to do instead, because a wrong combination would
@@ -16,201 +16,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpucloud.errors import UserError
+from gpucloud.stack_data import (  # noqa: F401  (re-exported: the tables were defined here)
+    COMPAT_FLOOR, CPU_TENSORFLOW, CPU_TORCH, CUDNN8_BUILDS, DRIVER_BRANCHES, GPU_WARNINGS, KEPLER, MAXWELL_VOLTA,
+    MIN_CUDA, MIN_DRIVER, NO_PYTORCH, OPEN_MODULES_ONLY, PROFILES, TF_NO_KERNELS, TORCH_INDEX, TORCH_WHEELS,
+    TURING_PLUS, UNSUFFIXED_FROM, Profile,
+)
 
 if TYPE_CHECKING:
     from gpucloud.spec import StackSpec
-
-# --------------------------------------------------------------------------------------------------
-# Tables (FACTS.md section 3 unless marked [K] = widely known, not re-checked).
-# --------------------------------------------------------------------------------------------------
-
-# Lowest Linux driver per CUDA toolkit [S: CUDA release notes, via FACTS.md s3]. Only these toolkit
-# versions can be pinned, so that every pin is checked against a sourced minimum.
-MIN_DRIVER: dict[str, str] = {
-    "11.0": "450.51.05",
-    "11.2": "460.27.03",
-    # 11.4 GA needs 470.42.01, but the repository's cuda-toolkit-11-4 is 11.4 Update 4, and 11.4 U3+
-    # needs >= 470.82.01 (FACTS.md s3) -- the figure the installer must check.
-    "11.4": "470.82.01",
-    "11.6": "510.39.01",
-    "11.8": "520.61.05",
-    "12.0": "525.60.13",
-    "12.2": "535.54.03",
-    "12.4": "550.54.14",
-    "12.6": "560.28.03",
-    "12.8": "570.26",
-    "12.9": "575.51.03",
-    "13.0": "580.65.06",
-    "13.1": "590.44.01",
-}
-# Minor-version compatibility floor per CUDA major (FACTS.md s3): an application built with any
-# 12.x runtime (e.g. a cu128 PyTorch wheel) runs on driver >= 525.60.13, without PTX JIT of newer PTX.
-COMPAT_FLOOR: dict[str, str] = {"11": "450.80.02", "12": "525.60.13", "13": "580"}
-# Driver branches the NVIDIA repository ships as meta-packages; from 590 the `cuda-drivers`
-# package has no branch suffix and a branch is locked by pinning its version (FACTS.md s3).
-DRIVER_BRANCHES = (450, 460, 470, 510, 520, 525, 535, 545, 550, 560, 565, 570, 575, 580, 590)
-UNSUFFIXED_FROM = 590
-
-
-@dataclass(frozen=True)
-class Profile:
-    """One row of FACTS.md s3: what a GPU generation can run and what it gets by default."""
-
-    name: str
-    architectures: tuple[str, ...]
-    driver: int                   # default branch
-    max_driver: int | None        # last branch that supports it (None: current branches all do)
-    cuda: str                     # default toolkit
-    max_cuda: str                 # newest toolkit that still compiles for it
-    max_cuda_reason: str
-    cudnn: str                    # default cuDNN
-    cudnn_ok: re.Pattern[str]     # cuDNN pins it can run
-    cudnn_limit: str              # the rule, in words
-    ubuntu: str
-    torch_default: str | None     # None: no official wheels
-    torch_max: str | None         # newest PyTorch minor with kernels for it
-    torch_max_variant: str | None  # newest wheel variant (cuXYZ) with kernels for it
-    tf_default: str
-    tf_range: tuple[str, str]     # TensorFlow minor versions with kernels for it (inclusive)
-    reasons: dict[str, str]
-
-
-KEPLER = Profile(
-    name="Kepler",
-    architectures=("Kepler",),
-    driver=470,
-    max_driver=470,
-    cuda="11.4",
-    max_cuda="11.4",
-    max_cuda_reason=(
-        "Kepler (sm_35/sm_37) is limited to CUDA 11.x: its last driver branch, R470, runs CUDA 11.4 "
-        "natively (11.4 U3+ with >= 470.82.01), and CUDA 12.0 removed sm_35/sm_37 entirely"
-    ),
-    cudnn="8.2.4",
-    cudnn_ok=re.compile(r"^8\.[0-5](\.\d+)*$"),
-    cudnn_limit="cuDNN 8.0-8.5 is safe on Kepler; cuDNN 8.9 and 9.x need compute capability >= 5.0",
-    ubuntu="20.04",
-    torch_default="2.0.1",
-    torch_max="2.0",
-    torch_max_variant="cu117",
-    tf_default="2.11.1",
-    tf_range=("2.4", "2.11"),
-    reasons={
-        "driver": "R470 is the last driver branch that supports Kepler (EOL July 2024, so no more security fixes).",
-        "cuda": "CUDA 11.4 is the newest toolkit R470 runs natively; CUDA 12.0 removed sm_35/sm_37.",
-        "cudnn": "cuDNN 8.2.4 built for CUDA 11.4 (libcudnn8 8.2.4 +cuda11.4); 8.9 and 9.x need compute capability >= 5.0.",
-        "os_image": "NVIDIA's CUDA 11.4 repositories exist only for Ubuntu 18.04/20.04 (CUDA 13 dropped 20.04), so Kepler stays on 20.04.",
-        "pytorch": (
-            "PyTorch 2.0.1 is the newest release whose cu117 wheels still carry sm_37 kernels; the CUDA 11.7 runtime "
-            "inside the wheel runs on R470 through CUDA minor-version compatibility (any 11.x app on driver >= 450.80.02)."
-        ),
-        "tensorflow": "TensorFlow 2.11 is the newest release with Kepler kernels (built for CUDA 11.2 / cuDNN 8.1; runs on the 11.4 toolkit by minor-version compatibility).",
-    },
-)
-MAXWELL_VOLTA = Profile(
-    name="Maxwell-Volta",
-    architectures=("Maxwell", "Pascal", "Volta"),
-    driver=580,
-    max_driver=580,
-    cuda="12.9",
-    max_cuda="12.9",
-    max_cuda_reason=(
-        "Maxwell, Pascal and Volta (sm_50-sm_70) are limited to CUDA 12.x: CUDA 12.9 is the last toolkit "
-        "that compiles for them (CUDA 13.0 removed them), and R580 is their last driver branch"
-    ),
-    cudnn="9",
-    cudnn_ok=re.compile(r"^(8\.9|9)(\.\d+)*$"),
-    cudnn_limit="cuDNN 8.9 or 9.x",
-    ubuntu="22.04",
-    torch_default="2.7.1",
-    torch_max=None,
-    torch_max_variant="cu126",
-    tf_default="2.19.0",
-    tf_range=("2.14", "2.20"),
-    reasons={
-        "driver": "R580 is the last driver branch for Maxwell/Pascal/Volta (long-term support branch, to about Aug 2028).",
-        "cuda": "CUDA 12.9 is the last toolkit that compiles for sm_50-sm_70; CUDA 13.0 removed them.",
-        "cudnn": "cuDNN 9 for CUDA 12 (cudnn9-cuda-12 from NVIDIA's CUDA repository).",
-        "os_image": "Ubuntu 22.04 has NVIDIA repositories for CUDA 12.x and R580 and is supported by both clouds' GPU images.",
-        "pytorch": (
-            "PyTorch's cu126 wheels are the newest variant that still carries sm_50-sm_70 kernels (newer cu128+ builds "
-            "dropped them); 2.7.1 is a stable release with cu126 wheels. The wheel's CUDA 12.6 runtime runs on R580."
-        ),
-        "tensorflow": "TensorFlow 2.19 (tested with CUDA 12.5 / cuDNN 9.3); tensorflow[and-cuda] brings those libraries as pip wheels.",
-    },
-)
-TURING_PLUS = Profile(
-    name="Turing+",
-    architectures=("Turing", "Ampere", "Ada", "Hopper", "Blackwell"),
-    driver=580,
-    max_driver=None,
-    cuda="12.8",
-    max_cuda="13.1",
-    max_cuda_reason="the newest CUDA toolkit gpucloud knows the minimum driver for is 13.1",
-    cudnn="9",
-    cudnn_ok=re.compile(r"^(8\.9|9)(\.\d+)*$"),
-    cudnn_limit="cuDNN 8.9 or 9.x",
-    ubuntu="22.04",
-    torch_default="2.8.0",
-    torch_max=None,
-    torch_max_variant=None,
-    tf_default="2.19.0",
-    tf_range=("2.14", "2.20"),
-    reasons={
-        "driver": (
-            "R580 is a current long-term support branch and runs every CUDA up to 13.0; newer branches (590, 595) "
-            "are only needed for CUDA 13.1+ and are chosen automatically when such a CUDA is pinned."
-        ),
-        "cuda": "CUDA 12.8 matches the default PyTorch wheels (cu128) and supports every GPU from Turing to Blackwell; pin 13.x to opt in.",
-        "cudnn": "cuDNN 9 for CUDA 12 (cudnn9-cuda-12 from NVIDIA's CUDA repository).",
-        "os_image": (
-            "Ubuntu 22.04 rather than 24.04: NVIDIA ships CUDA 12.x/13.x and R580 for both, but 22.04 is the release "
-            "both clouds' GPU driver tooling (Azure's NvidiaGpuDriverLinux extension, AWS images) have covered longest, "
-            "and it keeps one image line for every non-Kepler GPU."
-        ),
-        "pytorch": "PyTorch 2.8.0 with cu128 wheels: current release, kernels for sm_75 through sm_120.",
-        "tensorflow": "TensorFlow 2.19 (tested with CUDA 12.5 / cuDNN 9.3); tensorflow[and-cuda] brings those libraries as pip wheels.",
-    },
-)
-PROFILES = (KEPLER, MAXWELL_VOLTA, TURING_PLUS)
-
-# Oldest CUDA toolkit that knows the architecture [K: CUDA release notes]; only table versions count.
-MIN_CUDA: dict[str, str] = {"Ampere": "11.2", "Ada": "11.8", "Hopper": "11.8", "Blackwell": "12.8"}
-
-# Per-GPU notes that the architecture alone does not tell.
-GPU_WARNINGS: dict[str, str] = {
-    "A10": (
-        "The A10 is offered on Azure NVadsA10 v5, which needs NVIDIA's GRID (vGPU guest) driver, not the datacenter "
-        "`cuda-drivers` packages: install it with Azure's NvidiaGpuDriverLinux extension or Microsoft's GRID build "
-        "(FACTS.md s3); the CUDA/cuDNN/framework choices below still apply."
-    ),
-    "K80": "R470 reached end of life in July 2024: the driver gets no more security fixes.",
-    "K40": "R470 reached end of life in July 2024: the driver gets no more security fixes.",
-}
-
-# PyTorch: minor version -> (full version used for that minor, wheel variants on download.pytorch.org) [K].
-TORCH_WHEELS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "1.12": ("1.12.1", ("cu113", "cu116")),
-    "1.13": ("1.13.1", ("cu116", "cu117")),
-    "2.0": ("2.0.1", ("cu117", "cu118")),
-    "2.1": ("2.1.2", ("cu118", "cu121")),
-    "2.2": ("2.2.2", ("cu118", "cu121")),
-    "2.3": ("2.3.1", ("cu118", "cu121")),
-    "2.4": ("2.4.1", ("cu118", "cu121", "cu124")),
-    "2.5": ("2.5.1", ("cu118", "cu121", "cu124")),
-    "2.6": ("2.6.0", ("cu118", "cu124", "cu126")),
-    "2.7": ("2.7.1", ("cu118", "cu126", "cu128")),
-    "2.8": ("2.8.0", ("cu126", "cu128", "cu129")),
-    "2.9": ("2.9.0", ("cu126", "cu128", "cu130")),
-}
-TORCH_INDEX = "https://download.pytorch.org/whl/"
-# cuDNN 8 releases whose CUDA build label is known (FACTS.md s3: `libcudnn8=8.2.4.*-1+cuda11.4`); a build
-# for CUDA 11.4 serves every 11.x toolkit. Other 8.x pins match any build of that release.
-CUDNN8_BUILDS: dict[str, str] = {"8.2.4": "11.4"}
-# GPUs with no official PyTorch wheels at all (FACTS.md s3: K40, none after about 1.2).
-NO_PYTORCH: frozenset[str] = frozenset({"K40"})
-CPU_TORCH = "2.8.0"
-CPU_TENSORFLOW = "2.19.0"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -239,6 +52,12 @@ class Stack:
     min_driver_version: str       # lowest driver that runs this CUDA, e.g. "470.82.01"
     reasons: dict[str, str] = field(default_factory=dict)  # per key above: why it was chosen
     warnings: tuple[str, ...] = ()
+    # "open" (nvidia-open-*: required by Blackwell) or "proprietary" (cuda-drivers-*: all older GPUs).
+    kernel_modules: str = "proprietary"
+    # True: the system CUDA toolkit and cuDNN are installed (the job asked, or its framework needs
+    # them); False: the framework wheel brings its own CUDA runtime and cuDNN, the VM needs only the driver.
+    cuda_toolkit: bool = False
+    driver_pinned: bool = False   # the job pinned the driver: an image's other branch does not do
 
     def as_json(self) -> dict[str, object]:
         """The `stack` object of `plan --json` / `stack --json` (DESIGN.md section 4)."""
@@ -273,10 +92,24 @@ def _profile(architecture: str) -> Profile:
     raise UserError(f"No software stack is defined for the {architecture} architecture.")  # pragma: no cover
 
 
-def _driver_packages(branch: int) -> tuple[str, ...]:
+def _driver_packages(branch: int, modules: str = "proprietary") -> tuple[str, ...]:
+    """apt arguments for the driver: `cuda-drivers` (proprietary modules) or `nvidia-open` (open modules)."""
+    name = "nvidia-open" if modules == "open" else "cuda-drivers"
     if branch >= UNSUFFIXED_FROM:
-        return (f"cuda-drivers={branch}.*",)  # no suffix from 590: lock the branch by version
-    return (f"cuda-drivers-{branch}",)
+        return (f"{name}={branch}.*",)  # no suffix from 590: lock the branch by version
+    return (f"{name}-{branch}",)
+
+
+def _kernel_modules(arch: str, branch: int, gpu: str) -> tuple[str, str]:
+    """("open"|"proprietary", reason); a Blackwell GPU on a branch older than R570 is an error."""
+    floor = OPEN_MODULES_ONLY.get(arch)
+    if floor is None:
+        return "proprietary", f"{arch} GPUs run on the proprietary kernel modules (cuda-drivers packages)."
+    if branch < floor:
+        raise UserError(f"stack.driver: {gpu} ({arch}) needs driver R{floor} or newer with the open kernel modules; "
+                        f"R{branch} cannot drive it. Pin \"{floor}\" or newer, or leave it \"auto\".")
+    return "open", (f"{arch} GPUs need the open kernel modules (nvidia-open packages, R{floor}+); "
+                    "the proprietary cuda-drivers modules do not drive them.")
 
 
 def _variant_cuda(variant: str) -> str:
@@ -420,9 +253,11 @@ def _choose_torch(pin: str | None, gpu: str, prof: Profile, cuda: str) -> tuple[
             f"Known: {', '.join(TORCH_WHEELS)} (or leave it \"auto\")."
         )
     if prof.torch_max and _v(minor) > _v(prof.torch_max):
+        why = prof.reasons.get("pytorch_max") or (
+            f"PyTorch {prof.torch_max} ({TORCH_WHEELS[prof.torch_max][0]}+{prof.torch_max_variant}) is the newest "
+            "release whose wheels support it")
         raise UserError(
-            f"stack.framework_version: PyTorch {pin} has no kernels for {gpu}: PyTorch {prof.torch_max} "
-            f"({TORCH_WHEELS[prof.torch_max][0]}+{prof.torch_max_variant}) is the newest release whose wheels support it. "
+            f"stack.framework_version: PyTorch {pin} does not fully work on {gpu}: {why}. "
             f"Pin {TORCH_WHEELS[prof.torch_max][0]} or older, or leave it \"auto\"."
         )
     variant = variant_for(minor)
@@ -436,7 +271,11 @@ def _choose_torch(pin: str | None, gpu: str, prof: Profile, cuda: str) -> tuple[
     return version, (f"torch=={version}", "--index-url", TORCH_INDEX + variant), reason
 
 
-def _choose_tensorflow(pin: str | None, gpu: str, prof: Profile, driver_branch: int) -> tuple[str, tuple[str, ...], str]:
+def _choose_tensorflow(pin: str | None, gpu: str, arch: str, prof: Profile,
+                       driver_branch: int) -> tuple[str, tuple[str, ...], str]:
+    if arch in TF_NO_KERNELS:
+        raise UserError(f"stack.framework: TensorFlow cannot use the {gpu}: {TF_NO_KERNELS[arch]}. Use framework: "
+                        "pytorch (its cu126 wheels carry sm_50), or a Pascal or newer GPU.")
     version = pin or prof.tf_default
     minor = _minor(version)
     low, high = prof.tf_range
@@ -529,26 +368,22 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
     branch, min_driver, driver_reason = _choose_driver(driver_pin, cuda, cuda_pin is not None, name, prof)
     cudnn, cudnn_reason = _choose_cudnn(cudnn_pin, cuda, name, prof)
 
-    # NVIDIA publishes CUDA < 11.8 only for Ubuntu 20.04 and older; CUDA 13 dropped 20.04 (FACTS.md s3).
-    ubuntu = prof.ubuntu
-    os_reason = prof.reasons["os_image"]
-    if prof is not KEPLER and _v(cuda) < _v("11.8"):
-        ubuntu = "20.04"
-        os_reason = f"Ubuntu 20.04: NVIDIA's repositories for CUDA {cuda} exist only for Ubuntu 20.04 and older."
+    ubuntu, os_reason = _ubuntu_for(prof, cuda)
 
     version: str | None = None
     pip: tuple[str, ...] = ()
     if framework == "pytorch":
         version, pip, fw_reason = _choose_torch(fw_pin, name, prof, cuda)
     elif framework == "tensorflow":
-        version, pip, fw_reason = _choose_tensorflow(fw_pin, name, prof, branch)
+        version, pip, fw_reason = _choose_tensorflow(fw_pin, name, arch, prof, branch)
     else:
         fw_reason = "No framework requested (framework: none): the job's setup installs what it needs."
 
-    warnings = tuple(w for w in (GPU_WARNINGS.get(name),) if w)
+    modules, modules_reason = _kernel_modules(arch, branch, name)
+    toolkit, toolkit_reason = _wants_toolkit(pins, framework, prof)
     reasons = {
         "gpu": f"{name}: {arch}, compute capability {model.compute_capability} ({prof.name} stack).",
-        "architecture": f"{arch} GPUs use the {prof.name} row of FACTS.md section 3.",
+        "architecture": f"{arch} GPUs use the {prof.name} row of docs/STACKS.md.",
         "driver": driver_reason,
         "min_driver_version": f"CUDA {cuda} needs driver >= {MIN_DRIVER[cuda]} (CUDA release notes)."
         + (" (11.4 GA needed 470.42.01; the repository installs 11.4 Update 4, and 11.4 U3+ needs 470.82.01.)"
@@ -557,6 +392,8 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
         "cudnn": cudnn_reason,
         "os_image": os_reason,
         "framework": fw_reason,
+        "kernel_modules": modules_reason,
+        "cuda_toolkit": toolkit_reason,
     }
     return Stack(
         gpu=name,
@@ -570,11 +407,31 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
         framework_version=version,
         ubuntu_version=ubuntu,
         cuda_repo="ubuntu" + ubuntu.replace(".", ""),
-        driver_packages=_driver_packages(branch),
+        driver_packages=_driver_packages(branch, modules),
         cuda_packages=(f"cuda-toolkit-{cuda.replace('.', '-')}",),
         cudnn_packages=_cudnn_packages(cudnn, cuda),
         framework_pip=pip,
         min_driver_version=min_driver,
         reasons=reasons,
-        warnings=warnings,
+        warnings=tuple(w for w in (GPU_WARNINGS.get(name),) if w),
+        kernel_modules=modules,
+        cuda_toolkit=toolkit,
+        driver_pinned=driver_pin is not None,
     )
+
+
+def _ubuntu_for(prof: Profile, cuda: str) -> tuple[str, str]:
+    """NVIDIA publishes CUDA < 11.8 only for Ubuntu 20.04 and older; CUDA 13 dropped 20.04 (docs/STACKS.md)."""
+    if prof is not KEPLER and _v(cuda) < _v("11.8"):
+        return "20.04", f"Ubuntu 20.04: NVIDIA's repositories for CUDA {cuda} exist only for Ubuntu 20.04 and older."
+    return prof.ubuntu, prof.reasons["os_image"]
+
+
+def _wants_toolkit(pins: StackSpec | None, framework: str, prof: Profile) -> tuple[bool, str]:
+    """Whether the VM needs the system CUDA toolkit + cuDNN, and why."""
+    if pins is not None and getattr(pins, "cuda_toolkit", False):
+        return True, "The job asks for the system CUDA toolkit and cuDNN (stack.cuda_toolkit: true)."
+    if framework == "tensorflow" and prof is KEPLER:
+        return True, "TensorFlow 2.11 on Kepler loads the system CUDA 11 / cuDNN 8 libraries, so they are installed."
+    return False, ("Not installed: the framework wheel bundles its CUDA runtime and cuDNN and needs only the driver; "
+                   "set stack.cuda_toolkit: true to get nvcc and the system cuDNN.")

@@ -67,6 +67,8 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
     if len(plan.candidates) > len(shown):
         print(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
     print_stack(plan.stack, brief=True)
+    if shown and shown[0].image is not None:  # issue 13: the image the first candidate boots
+        print(f"image (#1): {shown[0].image.summary()}")
     relevant = [e for e in plan.excluded if not e.reason.startswith(("has ", "cloud ", "instance type is not"))]
     if relevant:
         ex = _table("cloud", "region", "instance type", "why excluded")
@@ -267,6 +269,11 @@ def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[Resou
         lines.append(f"message    {run.message}")
     if phases:
         lines.append("phases     " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in phases.items()))
+        from gpucloud.timeline import format_phases  # issue 13: where the billed time went
+
+        timeline = format_phases(phases)
+        if timeline:
+            lines.append("timeline   " + timeline + (" (slowest node per stage)" if run.num_nodes > 1 else ""))
     if alive:
         lines.append(f"resources  {len(alive)} not yet deleted: "
                      + ", ".join(f"{r.kind} {r.cloud_id or r.name} ({r.status})" for r in alive))

@@ -128,8 +128,11 @@ def write_job(path: Path, *, run: str, regions: str = "[us-east-1]", max_duratio
     return path
 
 
+RUN_ID = re.compile(r"run ([a-z0-9-]+-\d{8}-\d{6}-[0-9a-f]{4})")
+
+
 def run_id_of(output: str) -> str:
-    m = re.search(r"run ([a-z0-9-]+-\d{8}-\d{6}-[0-9a-f]{4})", output)
+    m = RUN_ID.search(output)
     assert m, output[-2000:]
     return m.group(1)
 
@@ -257,24 +260,29 @@ def test_no_capacity_anywhere_exits_75_listing_every_attempt(aws_env: dict[str, 
 def test_failover_follows_the_plan_skipping_a_region_out_of_quota(inproc: None, moto: Moto,  # noqa: F811
                                                                   aws_sim: AwsVmSimulator) -> None:
     """Quota in us-east-1 skips every us-east-1 candidate (named with its quota code); capacity in
-    us-west-2 moves to the next candidate: ap-northeast-1, as the plan ranks them."""
+    the next region the plan ranks moves to the candidate after it, in plan order."""
     from gpucloud.planner import make_plan
     from gpucloud.spec import load_spec
 
     example = EXAMPLES / "t4-any-cloud.yaml"
     plan = [f"aws/{c.region}/{c.instance_type}" for c in make_plan(load_spec(example), cloud="aws").candidates]
+    others = [c for c in plan if not c.startswith("aws/us-east-1/")]
+    full = others[0].split("/")[1]  # the first region after us-east-1: out of capacity
+    expected = [plan[0], others[0], next(c for c in others if c.split("/")[1] != full)]
     HOOKS.add(Fault("RunInstances", "MaxSpotInstanceCountExceeded", times=None, region="us-east-1"),
-              Fault("RunInstances", "InsufficientInstanceCapacity", times=None, region="us-west-2"))
+              Fault("RunInstances", "InsufficientInstanceCapacity", times=None, region=full))
     code, out = invoke("run", str(example), "--cloud", "aws", "--detach")
-    assert code == 0, out[-3000:]
-    attempts = ATTEMPT.findall(out)
-    expected = [plan[0], *[c for c in plan if not c.startswith("aws/us-east-1/")][:2]]
-    assert attempts == expected, (attempts, plan)
-    assert attempts[-1] == "aws/ap-northeast-1/g4dn.xlarge"
-    assert "L-3819A6DF" in out  # G/VT spot quota named
-    HOOKS.faults.clear()
-    code, out = invoke("down", run_id_of(out), "--yes")
-    assert code == 0, out
+    try:
+        assert code == 0, out[-3000:]
+        attempts = ATTEMPT.findall(out)
+        assert attempts[:2] == expected[:2], (attempts, plan)
+        assert attempts[-1] == expected[-1], (attempts, plan)
+        assert all(c.split("/")[1] == full for c in attempts[1:-1]), attempts  # only the full region's types
+        assert "L-3819A6DF" in out  # G/VT spot quota named
+    finally:
+        HOOKS.faults.clear()
+        if RUN_ID.search(out):
+            invoke("down", run_id_of(out), "--yes")
     assert clean_up_and_count(moto, aws_sim) == []
 
 

@@ -31,6 +31,7 @@ from gpucloud.stacks import Stack
 from tests.test_render import CPU, K80, NASTY, T4, make_candidate, make_spec
 
 STUBS = Path(__file__).parent / "support" / "vm_stubs"
+APT = "apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "
 STAGES = ["preflight", "watchdog", "stack", "gpu_verify", "fetch_code", "setup", "run", "artifacts", "done"]
 
 
@@ -334,9 +335,8 @@ def test_k80_stack_install_then_idempotent(tmp_path: Path) -> None:
     calls = vm.calls()
     assert any(c.startswith("dpkg -i ") and c.endswith("cuda-keyring.deb") for c in calls)
     installs = vm.apt_installs()
-    assert installs == ["apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "
-                        "cuda-drivers-470 cuda-toolkit-11-4 libcudnn8=8.2.4.*-1+cuda11.4"]
-    assert "apt-get -o DPkg::Lock::Timeout=600 update" in calls
+    assert installs == [APT + "cuda-drivers-470", APT + "cuda-toolkit-11-4 libcudnn8=8.2.4.*-1+cuda11.4"]
+    assert calls.count("apt-get -o DPkg::Lock::Timeout=600 update") == 1
     pips = [c for c in calls if c.startswith("python3 -m pip install")]
     assert pips == ["python3 -m pip install --no-input torch==2.0.1 --index-url https://download.pytorch.org/whl/cu117"]
     assert "PyTorch sees 1 GPU(s)" in vm.log()
@@ -366,7 +366,7 @@ def test_already_installed_packages_skip_apt(tmp_path: Path) -> None:
     vm = make_vm(tmp_path, provider="aws", stack=K80, gpu="K80", state=state, stub_env={"STUB_DRIVER": "535.1.1"}).run()
     assert vm.status()["state"] == "succeeded", vm.status()
     assert not any(c.startswith(("apt-get", "dpkg -i")) or "pip install" in c for c in vm.calls())
-    assert "packages already installed" in vm.log()
+    assert vm.apt_installs() == [] and "modprobe nvidia" in vm.calls()
 
 
 def test_wrong_cudnn_version_is_reinstalled(tmp_path: Path) -> None:
@@ -375,8 +375,7 @@ def test_wrong_cudnn_version_is_reinstalled(tmp_path: Path) -> None:
     (state / "pkgs" / "libcudnn8").write_text("8.9.7.29-1+cuda12.2")
     (state / "pkgs" / "cuda-keyring").write_text("1.1-1")
     vm = make_vm(tmp_path, provider="aws", stack=K80, gpu="K80", state=state, stub_env={}).run()
-    assert vm.apt_installs() == ["apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "
-                                 "cuda-drivers-470 cuda-toolkit-11-4 libcudnn8=8.2.4.*-1+cuda11.4"]
+    assert vm.apt_installs() == [APT + "cuda-drivers-470", APT + "cuda-toolkit-11-4 libcudnn8=8.2.4.*-1+cuda11.4"]
     assert not any(c.startswith("dpkg -i") for c in vm.calls())  # keyring already there
 
 
@@ -428,8 +427,8 @@ def test_t4_stack_on_azure_installs_current_packages_and_deletes_its_group(tmp_p
                  stub_env={"STUB_GPU_NAME": "Tesla T4", "GPUCLOUD_IMDS_ENDPOINT": url,
                            "GPUCLOUD_AZURE_ARM_ENDPOINT": url}).run()
     assert vm.status()["state"] == "succeeded", vm.status()
-    assert vm.apt_installs() == ["apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "
-                                 "cuda-drivers-580 cuda-toolkit-12-8 cudnn9-cuda-12"]
+    # the T4 stack does not ask for the system toolkit: the PyTorch wheel needs only the driver
+    assert vm.apt_installs() == [APT + "cuda-drivers-580"]
     assert any(c.startswith("python3 -m pip install --no-input torch==2.7.1 ") for c in vm.calls())
     deletes = [r for r in requests if r[0] == "DELETE"]
     assert [d[1] for d in deletes] == ["/subscriptions/sub-1/resourcegroups/gpucloud-run-rg?api-version=2021-04-01"]
@@ -493,6 +492,111 @@ def test_artifact_tarball_contents(tmp_path: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
         names = set(tar.getnames())
     assert {"out dir/a b.txt", "metrics.json"} <= names
+
+
+# ---- issue 13: each rendered "done when" script runs to the job's first line -----------------------
+
+DLAMI = {"STUB_DRIVER": "595.91.07", "STUB_PREINSTALLED": "cuda-keyring=1.1-1 nvidia-fabricmanager-595=595.91.07-1"}
+
+
+def boot_node(tmp: Path, gpu: str, count: int, cloud: str, instance: str, stub_env: dict[str, str], *,
+              framework: str = "pytorch", job_image: str = "auto", state: Path | None = None) -> Vm:
+    """Resolve the real stack and image for the instance, render, and run it with the stubs."""
+    from gpucloud.images import resolve_node
+    from gpucloud.spec import StackSpec
+    from gpucloud.stacks import resolve_stack
+    from tests.support.vm_sim import GPU_NAMES
+
+    stack = resolve_stack(gpu, StackSpec(framework=framework))
+    node = resolve_node(stack, cloud, instance, count, job_image=job_image)
+    env = {"STUB_GPU_NAME": GPU_NAMES[gpu], "STUB_GPU_COUNT": str(count), **stub_env}
+    provider = cloud
+    vm = make_vm(tmp, provider=provider, stack=stack, gpu=gpu, count=count, run="echo first-line-of-the-job",
+                 stub_env=env, state=state, render_kw={"node": node})
+    if provider == "azure":  # no IMDS here: the self-delete gives up fast, shutdown is the fallback
+        vm.env["GPUCLOUD_IMDS_ENDPOINT"] = "http://127.0.0.1:9"
+    return vm.run(timeout=60)
+
+
+def _reached_the_job(vm: Vm) -> None:
+    assert vm.job_output().startswith("first-line-of-the-job\n"), (vm.log(), vm.stderr)
+
+
+def test_sim_t4_on_the_vendor_image_installs_no_apt_package(tmp_path: Path) -> None:
+    from tests.support.vm_sim import install_calls, stub_counts
+
+    vm = boot_node(tmp_path, "T4", 1, "aws", "g4dn.xlarge", DLAMI)
+    _reached_the_job(vm)
+    assert vm.apt_installs() == [] and "driver 595.91.07 already present" in vm.log()
+    assert install_calls(vm.calls()) == [
+        "python3 -m pip install --no-input torch==2.8.0 --index-url https://download.pytorch.org/whl/cu128"]
+    assert "apt-get" not in stub_counts(vm.state)
+
+
+def test_sim_p4d_fabric_manager_on_plain_ubuntu_is_pinned_to_the_installed_driver(tmp_path: Path) -> None:
+    vm = boot_node(tmp_path / "plain", "A100-40GB", 8, "aws", "p4d.24xlarge", {}, job_image="ami-0123456789abcdef0")
+    _reached_the_job(vm)
+    assert vm.apt_installs() == [APT + "cuda-drivers-580", APT + "nvidia-fabricmanager-580=580.82.01-*"]
+    assert "systemctl enable --now nvidia-fabricmanager" in vm.calls()
+    vendor = boot_node(tmp_path / "dlami", "A100-40GB", 8, "aws", "p4d.24xlarge", DLAMI)
+    _reached_the_job(vendor)
+    assert vendor.apt_installs() == [] and "systemctl enable --now nvidia-fabricmanager" in vendor.calls()
+
+
+def test_sim_azure_a10_waits_for_the_grid_driver(tmp_path: Path) -> None:
+    vm = boot_node(tmp_path / "ok", "A10", 1, "azure", "Standard_NV36ads_A10_v5", {"STUB_DRIVER": "550.144.06"})
+    _reached_the_job(vm)
+    assert vm.apt_installs() == [] and "waiting for the GRID driver" in vm.log()
+    none = boot_node(tmp_path / "none", "A10", 1, "azure", "Standard_NV36ads_A10_v5", {"GPUCLOUD_GRID_WAIT_S": "1"})
+    assert none.status()["state"] == "error" and "no GRID driver after 1s" in none.log()
+    assert none.apt_installs() == []  # never cuda-drivers on a GRID VM
+
+
+def test_sim_b200_installs_the_open_modules_and_fabric_manager(tmp_path: Path) -> None:
+    vm = boot_node(tmp_path, "B200", 8, "aws", "p6-b200.48xlarge", {}, job_image="ami-0123456789abcdef0")
+    _reached_the_job(vm)
+    assert vm.apt_installs() == [APT + "nvidia-open-580", APT + "nvidia-fabricmanager-580=580.82.01-*"]
+
+
+def test_sim_k80_gets_r470_and_pytorch_212_then_a_baked_image_installs_nothing(tmp_path: Path) -> None:
+    from tests.support.vm_sim import install_calls
+
+    vm = boot_node(tmp_path / "a", "K80", 1, "aws", "p2.xlarge", {})
+    _reached_the_job(vm)
+    assert vm.apt_installs() == [APT + "cuda-drivers-470"]
+    assert any("keyring" in c and c.startswith("dpkg -i") for c in vm.calls())
+    assert [c for c in vm.calls() if "pip install" in c] == [
+        "python3 -m pip install --no-input torch==2.1.2 --index-url https://download.pytorch.org/whl/cu118"]
+    # The same disk booted again (what a baked image is): the stack stage installs nothing.
+    (vm.state / "calls").unlink()
+    again = boot_node(tmp_path / "b", "K80", 1, "aws", "p2.xlarge", {}, state=vm.state)
+    _reached_the_job(again)
+    assert install_calls(again.calls()) == [] and not any(c.startswith("dpkg -i") for c in again.calls())
+
+
+def test_sim_baked_image_run_installs_nothing(tmp_path: Path) -> None:
+    """`image build` then `run`: the builder's disk (stub state) is the baked image; the run on it,
+    with the plan pointing at the baked row, counts 0 apt-get and 0 pip installs."""
+    from gpucloud.images import resolve_node
+    from gpucloud.images_build import BakedImage, baked_row, stack_hash
+    from gpucloud.spec import StackSpec
+    from gpucloud.stacks import resolve_stack
+    from tests.support.vm_sim import install_calls
+
+    builder = boot_node(tmp_path / "builder", "T4", 1, "aws", "g4dn.xlarge", {}, job_image="ami-0123456789abcdef0")
+    _reached_the_job(builder)
+    assert install_calls(builder.calls())  # the builder installed the stack
+    stack = resolve_stack("T4", StackSpec(framework="pytorch"))
+    plain = resolve_node(stack, "aws", "g4dn.xlarge", 1)
+    baked = baked_row(BakedImage(ref="ami-0baked000000000000", region="us-east-1", name="gpucloud-x",
+                                 stack_hash=stack_hash(stack, plain)), stack, plain)
+    node = resolve_node(stack, "aws", "g4dn.xlarge", 1, baked=baked)
+    assert node.image is baked
+    (builder.state / "calls").unlink()
+    run = make_vm(tmp_path / "run", provider="aws", stack=stack, gpu="T4", run="echo first-line-of-the-job",
+                  stub_env={"STUB_GPU_NAME": "Tesla T4"}, state=builder.state, render_kw={"node": node}).run(timeout=60)
+    _reached_the_job(run)
+    assert install_calls(run.calls()) == [] and not any(c.startswith("dpkg -i") for c in run.calls())
 
 
 # ---- layer (a): the backstop is armed before anything else (issue 11) -------------------------------

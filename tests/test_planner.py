@@ -215,6 +215,6 @@ def test_plan_json_shape() -> None:
     assert set(doc) == {"candidates", "excluded", "stack", "warnings", "catalog"}
     assert {"origin", "price_date", "age_days", "max_age_days", "stale"} <= set(doc["catalog"])
     assert set(doc["candidates"][0]) == {"cloud", "region", "instance_type", "gpu", "gpu_count", "num_nodes",
-                                         "spot", "price_per_hour", "total_per_hour", "estimated_cost"}
+                                         "spot", "price_per_hour", "total_per_hour", "estimated_cost", "image"}
     assert set(doc["excluded"][0]) == {"cloud", "region", "instance_type", "reason"}
     assert set(doc["stack"]) == {"gpu", "architecture", "driver", "cuda", "cudnn", "os_image", "framework"}

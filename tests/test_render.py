@@ -33,7 +33,7 @@ from gpucloud.render import (
     template_env,
     user_data_size,
 )
-from gpucloud.spec import JobSpec
+from gpucloud.spec import JobSpec, StackSpec
 from gpucloud.stacks import Stack
 
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
@@ -45,7 +45,7 @@ K80 = Stack(
     cuda_repo="ubuntu2004", driver_packages=("cuda-drivers-470",), cuda_packages=("cuda-toolkit-11-4",),
     cudnn_packages=("libcudnn8=8.2.4.*-1+cuda11.4",),
     framework_pip=("torch==2.0.1", "--index-url", "https://download.pytorch.org/whl/cu117"),
-    min_driver_version="470.82.01",
+    min_driver_version="470.82.01", cuda_toolkit=True,  # the job asks for the system toolkit + cuDNN
 )
 T4 = Stack(
     gpu="T4", architecture="Turing", compute_capability="7.5", driver="580", cuda="12.8", cudnn="9",
@@ -202,7 +202,8 @@ def test_ssh_hosts_keep_their_driver_and_exit(renders: dict[str, Path]) -> None:
 
 def test_stack_is_pinned_exactly(renders: dict[str, Path]) -> None:
     k80 = renders["k80-aws"].read_text()
-    assert "APT_PKGS=('cuda-drivers-470' 'cuda-toolkit-11-4' 'libcudnn8=8.2.4.*-1+cuda11.4' )" in k80
+    assert "DRV_PKGS=('cuda-drivers-470' )" in k80 and "DRV_MIN=470\nDRV_MAX=470" in k80
+    assert "CUDA_PKGS=('cuda-toolkit-11-4' )" in k80 and "CUDNN_PKGS=('libcudnn8=8.2.4.*-1+cuda11.4' )" in k80
     assert "FW_PIP=('torch==2.0.1' '--index-url' 'https://download.pytorch.org/whl/cu117' )" in k80
     assert "CUDA_REPO='ubuntu2004'" in k80
     tf = renders["a100x8-azure-tf"].read_text()
@@ -324,8 +325,10 @@ def test_compress_fits_aws(renders: dict[str, Path]) -> None:
     assert packed[:2] == b"\x1f\x8b" and len(packed) <= AWS_LIMIT
     assert gzip.decompress(packed).decode() == big
     assert compress_user_data("abc") == compress_user_data("abc")  # reproducible (mtime 0)
-    small = renders["cpu-local"].read_text()[:12000]  # a script under the limit is sent as it is
+    small = "#!/bin/bash\necho small\n"  # the full bootstrap is now near the limit either way
     assert fit_user_data(small, capabilities("aws")) == small.encode()
+    k80 = renders["k80-aws"].read_text()
+    assert len(fit_user_data(k80, capabilities("aws"))) <= AWS_LIMIT
     assert base64.b64encode(fit_user_data(small, capabilities("azure")))
 
 
@@ -356,3 +359,112 @@ def test_template_has_no_bashisms_outside_the_allowed_tools() -> None:
     for tool in ("jq", "sed", "awk", "grep", "perl", "wget"):
         assert not re.search(rf"(^|[\s|;(]){tool}\s", code), tool
     assert shutil.which("bash")
+
+
+# ---- issue 13: image choice and "install only what is missing", through `gpucloud render` ---------
+
+def _cli_render(tmp_path: Path, gpu: str, count: int, cloud: str, framework: str = "pytorch",
+                instance: str | None = None, extra: str = "") -> str:
+    """`gpucloud render` of a one-node job; `instance` narrows the plan to one instance type."""
+    from typer.testing import CliRunner
+
+    from gpucloud.cli import app
+
+    res = f"  gpu: {{model: {gpu}, count: {count}}}\n  cloud: [{cloud}]\n"
+    if instance:
+        res += f"  instance_type: {instance}\n"
+    job = tmp_path / f"{gpu}-{cloud}.yaml"
+    job.write_text(f"name: job\nresources:\n{res}stack: {{framework: {framework}{extra}}}\nrun: echo first-line\n")
+    out = CliRunner().invoke(app, ["render", str(job)])
+    assert out.exit_code == 0, out.output
+    return out.stdout
+
+
+def test_render_t4_pytorch_aws_uses_a_vendor_image_and_installs_no_toolkit(tmp_path: Path) -> None:
+    text = _cli_render(tmp_path, "T4", 1, "aws")
+    assert "# image: dlami-base-oss" in text
+    assert "CUDA_PKGS" not in text and "toolkit_stage" not in text and "cudnn9" not in text
+    assert "DRV_MIN=570" in text and "FW_PIP=('torch==2.8.0'" in text
+
+
+def test_render_cuda_toolkit_true_adds_the_toolkit_stage(tmp_path: Path) -> None:
+    text = _cli_render(tmp_path, "T4", 1, "aws", extra=", cuda_toolkit: true")
+    assert "CUDA_PKGS=('cuda-toolkit-12-8' )" in text and "CUDNN_PKGS=('cudnn9-cuda-12' )" in text
+
+
+def test_render_p4d_pins_fabric_manager_to_the_driver(tmp_path: Path) -> None:
+    text = _cli_render(tmp_path, "A100-40GB", 8, "aws", instance="p4d.24xlarge")
+    assert 'p=nvidia-fabricmanager-${v%%.*}' in text and 'apt_install "$p=$v-*"' in text
+    assert "systemctl enable --now nvidia-fabricmanager" in text
+    single = _cli_render(tmp_path, "T4", 1, "aws")
+    assert "fabricmanager" not in single
+
+
+def test_render_azure_a10_takes_the_grid_path(tmp_path: Path) -> None:
+    text = _cli_render(tmp_path, "A10", 1, "azure", instance="Standard_NV36ads_A10_v5")
+    assert "# image: ubuntu-22.04-grid" in text and "waiting for the GRID driver" in text
+    assert "DRV_PKGS" not in text and "cuda-drivers" not in text
+
+
+def test_render_k80_is_ubuntu_2004_r470_and_pytorch_212(tmp_path: Path) -> None:
+    """K80 rows are retired in the catalog (no cloud offers them; `gpucloud render` refuses the
+    plan), so the script is rendered for a p2.xlarge candidate directly."""
+    from gpucloud.stacks import resolve_stack
+
+    stack = resolve_stack("K80", StackSpec(framework="pytorch"))
+    cand = make_candidate("aws", "K80", 1, instance_type="p2.xlarge")
+    text = render_bootstrap(make_spec(gpu="K80"), stack, cand, caps=capabilities("aws"), run_id="r1")
+    assert "# image: ubuntu-20.04" in text and "CUDA_REPO='ubuntu2004'" in text
+    assert "DRV_PKGS=('cuda-drivers-470' )" in text and "DRV_MAX=470" in text
+    assert "FW_PIP=('torch==2.1.2' '--index-url' 'https://download.pytorch.org/whl/cu118' )" in text
+
+
+def test_render_b200_uses_the_open_kernel_modules() -> None:
+    from gpucloud.stacks import resolve_stack
+
+    stack = resolve_stack("B200", StackSpec(framework="pytorch"))
+    cand = make_candidate("aws", "B200", 8, instance_type="p6-b200.48xlarge")
+    text = render_bootstrap(make_spec(gpu="B200", count=8), stack, cand, caps=capabilities("aws"), run_id="r1")
+    assert "DRV_PKGS=('nvidia-open-580' )" in text and "DRV_MIN=570" in text
+    assert "systemctl enable --now nvidia-fabricmanager" in text
+
+
+def test_render_arm64_uses_the_sbsa_repository() -> None:
+    from dataclasses import replace
+
+    from gpucloud.stacks import resolve_stack
+
+    stack = resolve_stack("T4G", StackSpec(framework="pytorch"))
+    cand = replace(make_candidate("aws", "T4G", 1, instance_type="g5g.xlarge"), arch="arm64")
+    text = render_bootstrap(make_spec(gpu="T4G"), stack, cand, caps=capabilities("aws"), run_id="r1")
+    assert "REPO_ARCH='sbsa'" in text and "# image: dlami-base-oss-arm64" in text
+
+
+def test_plan_json_shows_the_image(tmp_path: Path) -> None:
+    from gpucloud.planner import make_plan
+
+    plan = make_plan(make_spec(gpu="T4", cloud="aws"))
+    image = plan.candidates[0].as_json()["image"]
+    assert image["found_by"] == "ssm" and image["ref"].startswith("/aws/service/deeplearning/ami/x86_64/")
+    assert image["preinstalled"]["fabric_manager"] is True and image["source"]
+    spec = make_spec(gpu="T4", cloud="aws").model_copy(update={"image": "ami-0123456789abcdef0"})
+    assert make_plan(spec).candidates[0].as_json()["image"]["ref"] == "ami-0123456789abcdef0"
+
+
+def test_issue13_renders_are_shellcheck_clean(tmp_path: Path) -> None:
+    """The GRID wait, the fabric-manager and the toolkit branches of the stack stage lint clean too."""
+    from gpucloud.stacks import resolve_stack
+
+    cases = [("A10", 1, "azure", "Standard_NV36ads_A10_v5", {}), ("A100-40GB", 8, "aws", "p4d.24xlarge", {}),
+             ("B200", 8, "aws", "p6-b200.48xlarge", {}), ("T4", 1, "aws", "g4dn.xlarge", {"cuda_toolkit": True})]
+    paths = []
+    for gpu, count, cloud, instance, extra in cases:
+        stack = resolve_stack(gpu, StackSpec(framework="pytorch", **extra))
+        cand = make_candidate(cloud, gpu, count, instance_type=instance)
+        text = render_bootstrap(make_spec(cloud=cloud, gpu=gpu, count=count), stack, cand, caps=capabilities(cloud), run_id="r1")
+        assert user_data_size(fit_user_data(text, capabilities(cloud)), capabilities(cloud)) <= capabilities(cloud).user_data_limit
+        path = tmp_path / f"{gpu}.sh"
+        path.write_text(text)
+        paths.append(str(path))
+    proc = subprocess.run([str(SHELLCHECK), *paths], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout

@@ -30,6 +30,8 @@ def _v(s: str) -> tuple[int, ...]:
 def test_every_catalog_gpu_resolves(gpu: str, framework: str) -> None:
     if gpu == "K40" and framework == "pytorch":
         pytest.skip("K40 + PyTorch is a documented error (test_k40_pytorch_error)")
+    if gpu == "M60" and framework == "tensorflow":
+        pytest.skip("M60 + TensorFlow is a documented error (test_m60_tensorflow_is_refused)")
     s = resolve_stack(gpu, pins(framework=framework))
     arch = load_catalog().gpu(gpu).architecture
     assert (s.gpu, s.architecture) == (gpu, arch)
@@ -37,7 +39,10 @@ def test_every_catalog_gpu_resolves(gpu: str, framework: str) -> None:
     assert s.cuda in MIN_DRIVER and s.min_driver_version == MIN_DRIVER[s.cuda]
     assert s.os_image == f"ubuntu-{s.ubuntu_version}" and s.cuda_repo == "ubuntu" + s.ubuntu_version.replace(".", "")
     assert s.cuda_packages == (f"cuda-toolkit-{s.cuda.replace('.', '-')}",)
-    assert s.driver_packages == (f"cuda-drivers-{s.driver}",)
+    modules = "nvidia-open" if arch == "Blackwell" else "cuda-drivers"
+    assert s.driver_packages == (f"{modules}-{s.driver}",)
+    assert s.kernel_modules == ("open" if arch == "Blackwell" else "proprietary")
+    assert s.cuda_toolkit is (arch == "Kepler" and framework == "tensorflow")
     assert s.cudnn_packages
     if framework == "none":
         assert s.framework_pip == () and s.framework_version is None
@@ -47,8 +52,8 @@ def test_every_catalog_gpu_resolves(gpu: str, framework: str) -> None:
     if arch == "Kepler":
         assert (s.driver, s.cuda, s.cudnn, s.ubuntu_version) == ("470", "11.4", "8.2.4", "20.04")
     elif arch in ("Maxwell", "Pascal", "Volta"):
-        assert (s.driver, s.cuda, s.cudnn, s.ubuntu_version) == ("580", "12.9", "9", "22.04")
-        assert s.cudnn_packages == ("cudnn9-cuda-12",)
+        assert (s.driver, s.cuda, s.cudnn, s.ubuntu_version) == ("580", "12.9", "9.10", "22.04")
+        assert s.cudnn_packages == ("cudnn9-cuda-12=9.10.*",)  # 9.11 dropped sm_50-sm_70
     else:
         assert (s.driver, s.cuda, s.cudnn, s.ubuntu_version) == ("580", "12.8", "9", "22.04")
     json = s.as_json()
@@ -64,15 +69,17 @@ def test_k80_defaults() -> None:
     assert s.cudnn_packages == ("libcudnn8=8.2.4.*-1+cuda11.4",)
     assert s.os_image == "ubuntu-20.04" and s.cuda_repo == "ubuntu2004"
     assert s.min_driver_version == "470.82.01"
-    assert s.framework_version == "2.0.1"
-    assert s.framework_pip == ("torch==2.0.1", "--index-url", "https://download.pytorch.org/whl/cu117")
+    assert s.framework_version == "2.1.2"
+    assert s.framework_pip == ("torch==2.1.2", "--index-url", "https://download.pytorch.org/whl/cu118")
     assert "minor-version compatibility" in s.reasons["framework"]
-    assert s.as_json()["framework"] == "pytorch==2.0.1"
+    assert "2.1.2 is the last fully working one" in s.reasons["framework"]
+    assert s.as_json()["framework"] == "pytorch==2.1.2"
     assert any("end of life" in w for w in s.warnings)
 
 
 @pytest.mark.parametrize(("version", "pip_tail"), [("1.12", ("torch==1.12.1", "cu113")), ("1.13.1", ("torch==1.13.1", "cu116")),
-                                                  ("2.0.1", ("torch==2.0.1", "cu117"))])
+                                                  ("2.0.1", ("torch==2.0.1", "cu117")),
+                                                  ("2.1", ("torch==2.1.2", "cu118"))])
 def test_k80_pytorch_pins(version: str, pip_tail: tuple[str, str]) -> None:
     s = resolve_stack("K80", pins(framework="pytorch", framework_version=version))
     assert s.framework_pip[0] == pip_tail[0] and s.framework_pip[-1].endswith(pip_tail[1])
@@ -123,7 +130,12 @@ def test_k40_pytorch_error_explains_the_options() -> None:
         ("V100", {"cuda": "13.0"}, "CUDA 13.0 removed them"),
         ("H100", {"cuda": "11.4"}, "needs CUDA 11.8 or newer"),
         ("T4", {"cuda": "12.3"}, "not a CUDA version gpucloud can check"),
-        ("K80", {"framework": "pytorch", "framework_version": "2.1"}, "PyTorch 2.0 .* is the newest release"),
+        ("K80", {"framework": "pytorch", "framework_version": "2.2"},
+         r"cu118 wheels 2\.1-2\.7\.1 carry sm_37 kernels, but from 2\.2 their bundled cuDNN no longer supports Kepler, "
+         r"so <= 2\.1\.2 is the last fully working one"),
+        ("V100", {"cudnn": "9.11"}, "cuDNN 9.11 dropped sm_50-sm_70"),
+        ("P100", {"cudnn": "9"}, "an unpinned"),
+        ("B200", {"driver": "565", "cuda": "12.6"}, "needs CUDA 12.8 or newer"),
         ("T4", {"framework": "pytorch", "framework_version": "3.0"}, "not one gpucloud knows wheels for"),
         ("T4", {"cuda": "11.8", "framework": "pytorch", "framework_version": "2.9"}, "no wheel for CUDA 11.x"),
         ("T4", {"cudnn": "8.9", "cuda": "13.0"}, "no build for CUDA 13.0"),
@@ -173,6 +185,8 @@ def test_new_cuda_pin_raises_the_driver_and_drops_the_suffix() -> None:
     assert s.cudnn_packages == ("cudnn9-cuda-13",)
     assert s.framework_pip == ("torch==2.9.0", "--index-url", "https://download.pytorch.org/whl/cu130")
     assert resolve_stack("H100", pins(cuda="13.0")).driver == "580"
+    s132 = resolve_stack("H100", pins(cuda="13.2"))
+    assert s132.driver == "595" and s132.driver_packages == ("cuda-drivers=595.*",)
 
 
 def test_a10_warns_about_the_grid_driver() -> None:
@@ -194,12 +208,12 @@ def test_cpu_stack() -> None:
 
 
 def test_unknown_gpu_lists_known_ones() -> None:
-    with pytest.raises(UserError, match="Known GPUs: K40, K80, .*H200"):
+    with pytest.raises(UserError, match="Known GPUs: K40, K80, .*H200.*B200"):
         resolve_stack("GTX1080")
 
 
 def test_aliases_resolve_to_canonical_stacks() -> None:
-    assert resolve_stack("a100").gpu == "A100-40GB"
+    assert resolve_stack("a100").gpu == "A100"  # the family (catalog issue 12): A100-40GB or -80GB
     assert resolve_stack("Tesla K80").driver == "470"
 
 
@@ -207,3 +221,39 @@ def test_min_driver_table_is_monotonic() -> None:
     versions = list(MIN_DRIVER.items())
     assert versions == sorted(versions, key=lambda kv: _v(kv[0]))
     assert [_v(d) for _, d in versions] == sorted(_v(d) for _, d in versions)
+
+
+# ---- issue 13: data fixes ---------------------------------------------------------------------------
+
+def test_m60_tensorflow_is_refused() -> None:
+    with pytest.raises(UserError, match=r"no Maxwell \(sm_50/sm_52\) kernels.*framework: pytorch"):
+        resolve_stack("M60", pins(framework="tensorflow"))
+    assert resolve_stack("P100", pins(framework="tensorflow")).framework_version == "2.19.0"
+
+
+def test_blackwell_needs_open_modules_r570_and_cuda_128() -> None:
+    for gpu in ("B200", "GB200"):
+        s = resolve_stack(gpu, pins(framework="pytorch"))
+        assert s.kernel_modules == "open" and s.driver_packages == ("nvidia-open-580",)
+        assert s.cuda == "12.8" and "open kernel modules" in s.reasons["kernel_modules"]
+    assert resolve_stack("B200", pins(cuda="13.1")).driver_packages == ("nvidia-open=590.*",)
+    with pytest.raises(UserError, match=r"driver 565 is too old for CUDA 12\.8"):
+        resolve_stack("B200", pins(driver="565"))
+    assert resolve_stack("V100").kernel_modules == "proprietary"
+
+
+def test_new_gpu_rows_resolve() -> None:
+    assert resolve_stack("H100-NVL").architecture == "Hopper"
+    assert resolve_stack("T4G").compute_capability == "7.5"
+    assert resolve_stack("V100-32GB").cudnn == "9.10"
+
+
+def test_toolkit_only_when_asked() -> None:
+    assert not resolve_stack("T4", pins(framework="pytorch")).cuda_toolkit
+    asked = resolve_stack("T4", pins(framework="pytorch", cuda_toolkit=True))
+    assert asked.cuda_toolkit and "stack.cuda_toolkit: true" in asked.reasons["cuda_toolkit"]
+    assert resolve_stack("K80", pins(framework="tensorflow")).cuda_toolkit  # TF 2.11 loads system CUDA/cuDNN
+
+
+def test_r580_end_of_life_is_june_2028() -> None:
+    assert "June 2028" in resolve_stack("V100").reasons["driver"]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from gpucloud.images_build import ImageStore
     from gpucloud.providers.base import Capabilities, Provider
 
 
@@ -55,6 +56,7 @@ class ProviderInfo:
     credentials_hint: str
     policy: str | None = None  # "module:function" returning the least-privilege policy document
     catalog_source: str | None = None  # module with fetch_offerings() for `catalog refresh`
+    image_store: str | None = None  # "module:Class" of its ImageStore (baked images, gpucloud/images_build.py)
     takes_hosts: bool = False  # the job names the machines (resources.hosts, --host); runs alone, never mixed
 
 
@@ -65,7 +67,8 @@ REGISTRY: dict[str, ProviderInfo] = {
                      "Configure the standard AWS credential chain (`aws configure`, AWS_PROFILE, or "
                      "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).",
                      policy="gpucloud.providers.aws.policy:policy_document",
-                     catalog_source="gpucloud.providers.aws.catalog"),
+                     catalog_source="gpucloud.providers.aws.catalog",
+                     image_store="gpucloud.providers.aws.bake:AwsImageStore"),
         ProviderInfo("azure", "gpucloud.providers.azure", "AzureProvider", "Azure", True, True, _azure_configured,
                      "Run `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
                      "AZURE_SUBSCRIPTION_ID.", catalog_source="gpucloud.providers.azure.catalog"),
@@ -138,3 +141,20 @@ def policy_document(cloud: str) -> dict[str, object]:
         raise ValueError(f"{cloud} has no policy document")
     module, func = entry.policy.split(":")
     return getattr(importlib.import_module(module), func)()  # type: ignore[no-any-return]
+
+
+def with_image_store() -> tuple[str, ...]:
+    """Providers that can bake images (`gpucloud image build/ls/rm`)."""
+    return tuple(n for n, entry in REGISTRY.items() if entry.image_store)
+
+
+def image_store(cloud: str) -> ImageStore:
+    """The provider's store of baked images (imported lazily; no SDK import until it is used)."""
+    entry = info(cloud)
+    if not entry.image_store:
+        from gpucloud.errors import UserError
+
+        raise UserError(f"{entry.title} has no baked images.",
+                        hint=f"Use --cloud with one of: {', '.join(with_image_store())}.")
+    module, cls = entry.image_store.split(":")
+    return getattr(importlib.import_module(module), cls)()  # type: ignore[no-any-return]

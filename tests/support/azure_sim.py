@@ -21,6 +21,9 @@ from tests.support.fake_arm import FakeArm, Resource
 from tests.support.vm_sim import GPU_NAMES, Guest, GuestSimulator, gpu_of
 
 VM_TYPE = "microsoft.compute/virtualmachines"
+EXTENSION_TYPE = "microsoft.compute/virtualmachines/extensions"
+DRIVER_EXTENSION = "nvidiagpudriverlinux"
+GRID_DRIVER = "550.144.06"  # what the stub's nvidia-smi reports once the GRID extension ran
 GUEST_NODE_IP = "127.0.0.1"
 
 
@@ -33,10 +36,16 @@ class AzureVmSimulator(GuestSimulator):
         super().__init__(root)
         self.arm = arm
         self.booted: list[str] = []
+        self.driver_extensions: set[str] = set()  # VM ids (lower case) with NVIDIA's driver extension
         arm.on_event(self._on_event)
 
     def _on_event(self, event: str, res: Resource) -> None:
         # Called with the fake's lock held: hand the work to a thread.
+        if res.type.lower() == EXTENSION_TYPE and event == "extension_created":
+            if res.body.get("properties", {}).get("type", "").lower() == DRIVER_EXTENSION:
+                threading.Thread(target=self._driver_installed, args=(res.id.rsplit("/extensions/", 1)[0],),
+                                 daemon=True).start()
+            return
         if res.type.lower() != VM_TYPE:
             return
         if event == "vm_created":
@@ -58,6 +67,9 @@ class AzureVmSimulator(GuestSimulator):
             "GPUCLOUD_IMDS_ENDPOINT": self.arm.imds_endpoint(principal),
             "GPUCLOUD_AZURE_ARM_ENDPOINT": self.arm.url,
         }
+        with self.lock:
+            if res.id.lower() in self.driver_extensions:
+                env["STUB_DRIVER"] = GRID_DRIVER
         name = f"{rg}-{res.id.rsplit('/', 1)[1]}"
         with self.lock:
             old = self.guests.get(res.id)
@@ -78,6 +90,15 @@ class AzureVmSimulator(GuestSimulator):
             exists = res.id.lower() in self.arm.resources
         if not exists:  # deleted while it booted
             self.end_guest(res.id)
+
+    def _driver_installed(self, vm_id: str) -> None:
+        """The GRID driver extension ran: the guest's nvidia-smi now finds a driver (STUB_DRIVER, or
+        its state file for a guest that is already running)."""
+        with self.lock:
+            self.driver_extensions.add(vm_id.lower())
+            guest = self.guests.get(vm_id)
+        if guest is not None:
+            (guest.sandbox / "stub-state" / "driver").write_text(GRID_DRIVER)
 
     def on_guest_shutdown(self, guest: Guest) -> None:
         """Azure: the guest is down, the VM stays allocated (and billed) until deleted."""

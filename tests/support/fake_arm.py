@@ -801,6 +801,8 @@ class _Handler(BaseHTTPRequestHandler):
                     if rtype.lower() == "microsoft.compute/virtualmachines":
                         arm.power[key] = "running"
                         arm._emit("vm_created", res_obj)
+                    elif rtype.lower() == "microsoft.compute/virtualmachines/extensions":
+                        arm._emit("extension_created", res_obj)
 
             if fail is not None:
                 # A failed creation leaves the resource in Failed state (as ARM does for VMs).

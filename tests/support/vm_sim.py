@@ -33,8 +33,23 @@ GPU_NAMES = {
     "P40": "Tesla P40", "V100": "Tesla V100-PCIE-16GB", "T4": "Tesla T4", "A10G": "NVIDIA A10G",
     "A10": "NVIDIA A10", "L4": "NVIDIA L4", "L40S": "NVIDIA L40S", "A100-40GB": "NVIDIA A100-SXM4-40GB",
     "A100-80GB": "NVIDIA A100 80GB PCIe", "H100": "NVIDIA H100 80GB HBM3", "H200": "NVIDIA H200",
+    "B200": "NVIDIA B200", "GB200": "NVIDIA GB200", "H100-NVL": "NVIDIA H100 NVL", "T4G": "NVIDIA T4G",
+    "V100-32GB": "Tesla V100-SXM2-32GB",
 }
 CUDA_REPOS = ("ubuntu1804", "ubuntu2004", "ubuntu2204", "ubuntu2404")
+REPO_ARCHES = ("x86_64", "sbsa")  # arm64 servers use NVIDIA's sbsa path
+
+
+def install_calls(calls: list[str]) -> list[str]:
+    """The apt-get and pip installs in a guest's stub call log (a baked image's stack stage has none)."""
+    return [c for c in calls if (c.startswith("apt-get ") and " install " in f" {c} ")
+            or c.startswith("python3 -m pip install")]
+
+
+def stub_counts(state: Path) -> dict[str, int]:
+    """Invocations per stub tool (apt-get, dpkg, nvidia-smi, python3, systemctl ...) of one guest."""
+    folder = Path(state) / "count"
+    return {f.name: int(f.read_text() or 0) for f in folder.iterdir()} if folder.is_dir() else {}
 
 
 def gpu_of(cloud: str, instance_type: str) -> tuple[str, int]:
@@ -91,9 +106,10 @@ class GuestSimulator:
         """A file:// stand-in for NVIDIA's apt repository: only the keyring package is fetched."""
         repo = self.root / "nvidia-repo"
         for name in CUDA_REPOS:
-            d = repo / name / "x86_64"
-            d.mkdir(parents=True, exist_ok=True)
-            (d / "cuda-keyring_1.1-1_all.deb").write_bytes(b"!<arch>\nfake keyring\n")
+            for arch in REPO_ARCHES:
+                d = repo / name / arch
+                d.mkdir(parents=True, exist_ok=True)
+                (d / "cuda-keyring_1.1-1_all.deb").write_bytes(b"!<arch>\nfake keyring\n")
         return repo
 
     def _make_hooks(self) -> Path:

@@ -1,27 +1,35 @@
 """Which AMI a run boots, and in which zones of a region it can launch (docs/PROVIDERS.md, "AWS images").
 
 The job's `image:` is checked for its format by spec.py; here it only has to be an AMI (an Azure
-URN passes the spec but cannot run on EC2) and exist in the region. Otherwise Canonical's Ubuntu
-AMI of the stack's version comes from AWS's public SSM parameter, falling back to DescribeImages
-of Canonical's account where the parameter is missing.
+URN passes the spec but cannot run on EC2) and exist in the region. Otherwise the plan's image
+(gpucloud/images.py, docs/STACKS.md) decides: a baked AMI by id, a vendor image (Deep Learning
+Base AMI) or Canonical's Ubuntu through its public SSM parameter. Where a vendor parameter cannot
+be read, Canonical's Ubuntu of the stack's version is booted instead (the bootstrap then installs
+what the vendor image would have had); Ubuntu's own parameter falls back to DescribeImages of
+Canonical's account.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpucloud.providers.aws.errors import error_code
 from gpucloud.providers.aws.session import AwsClients
 from gpucloud.providers.base import FatalProvisionError
+
+if TYPE_CHECKING:
+    from gpucloud.images import Image
 
 CANONICAL_OWNER = "099720109477"
 UBUNTU_CODENAMES = {"18.04": "bionic", "20.04": "focal", "22.04": "jammy", "24.04": "noble"}
 
 
 def resolve_image(aws: AwsClients, cache: dict[tuple[str, str], tuple[str, str]], region: str,
-                  ubuntu_version: str, image: str = "auto") -> tuple[str, str]:
-    """(AMI id, root device name), remembered in `cache` per region and image."""
-    key = (region, image if image != "auto" else f"ubuntu-{ubuntu_version}")
+                  ubuntu_version: str, image: str = "auto", chosen: Image | None = None) -> tuple[str, str]:
+    """(AMI id, root device name), remembered in `cache` per region and image. `chosen`: the
+    plan's image for this candidate (used when the job file leaves `image:` at auto)."""
+    planned = chosen if image == "auto" and chosen is not None and chosen.found_by in ("ssm", "baked") else None
+    key = (region, image if image != "auto" else (planned.ref if planned else f"ubuntu-{ubuntu_version}"))
     if key in cache:
         return cache[key]
     from botocore.exceptions import ClientError
@@ -31,6 +39,10 @@ def resolve_image(aws: AwsClients, cache: dict[tuple[str, str], tuple[str, str]]
             raise FatalProvisionError(f"image {image!r} is not an AMI id (ami-...), so it cannot run on AWS.",
                                       hint="Use an ami-... id, or `image: auto`.")
         ami = image
+    elif planned is not None and planned.found_by == "baked":
+        ami = planned.ref
+    elif planned is not None:
+        ami = ssm_ami(aws, region, planned.ref) or ubuntu_ami(aws, region, ubuntu_version)
     else:
         ami = ubuntu_ami(aws, region, ubuntu_version)
     try:
@@ -46,17 +58,25 @@ def resolve_image(aws: AwsClients, cache: dict[tuple[str, str], tuple[str, str]]
     return cache[key]
 
 
-def ubuntu_ami(aws: AwsClients, region: str, version: str) -> str:
-    """Canonical's current Ubuntu AMI (amd64, EBS) of `version` in `region`."""
+def ssm_ami(aws: AwsClients, region: str, parameter: str) -> str | None:
+    """The AMI id a public SSM parameter names (e.g. a Deep Learning Base AMI's), or None where the
+    parameter does not exist in the region or may not be read."""
     from botocore.exceptions import ClientError
 
-    volume = "ebs-gp3" if version >= "24.04" else "ebs-gp2"
-    param = f"/aws/service/canonical/ubuntu/server/{version}/stable/current/amd64/hvm/{volume}/ami-id"
     try:
-        return str(aws.call(aws.client("ssm", region), "get_parameter", Name=param)["Parameter"]["Value"])
+        return str(aws.call(aws.client("ssm", region), "get_parameter", Name=parameter)["Parameter"]["Value"])
     except ClientError as exc:
-        if "ParameterNotFound" not in error_code(exc) and "AccessDenied" not in error_code(exc):
-            raise
+        if "ParameterNotFound" in error_code(exc) or "AccessDenied" in error_code(exc):
+            return None
+        raise
+
+
+def ubuntu_ami(aws: AwsClients, region: str, version: str) -> str:
+    """Canonical's current Ubuntu AMI (amd64, EBS) of `version` in `region`."""
+    volume = "ebs-gp3" if version >= "24.04" else "ebs-gp2"
+    found = ssm_ami(aws, region, f"/aws/service/canonical/ubuntu/server/{version}/stable/current/amd64/hvm/{volume}/ami-id")
+    if found:
+        return found
     code = UBUNTU_CODENAMES.get(version)
     if code is None:
         raise FatalProvisionError(f"no Ubuntu {version} image is known on AWS.", hint="Set `image:` to an AMI id.")

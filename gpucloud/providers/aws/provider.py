@@ -38,6 +38,7 @@ from gpucloud.providers.base import (
 )
 
 if TYPE_CHECKING:
+    from gpucloud.images import Image
     from gpucloud.planner import Candidate
     from gpucloud.providers.aws.channel import S3Channel
     from gpucloud.spec import JobSpec
@@ -97,9 +98,11 @@ class AwsProvider(AwsClients):
     def key_path(self, run_id: str, region: str, attempt: int) -> Path:
         return self.keys_dir / f"gpucloud-{run_id}-{region}-{attempt}.pem"
 
-    def resolve_image(self, region: str, ubuntu_version: str, image: str = "auto") -> tuple[str, str]:
-        """(AMI id, root device name) for the job's `image:` or the stack's Ubuntu."""
-        return resolve_image(self, self._images, region, ubuntu_version, image)
+    def resolve_image(self, region: str, ubuntu_version: str, image: str = "auto",
+                      chosen: Image | None = None) -> tuple[str, str]:
+        """(AMI id, root device name) for the job's `image:`, else the plan's image (`chosen`),
+        else the stack's Ubuntu."""
+        return resolve_image(self, self._images, region, ubuntu_version, image, chosen)
 
     def master_port(self) -> int:
         return DEFAULT_MASTER_PORT
@@ -130,7 +133,7 @@ class AwsProvider(AwsClients):
         handle = RunHandle(run_id=req.run_id, cloud=CLOUD, region=cand.region, attempt=req.attempt)
         what = "finding the image"
         try:
-            ami, root = self.resolve_image(cand.region, req.stack.ubuntu_version, req.spec.image)
+            ami, root = self.resolve_image(cand.region, req.stack.ubuntu_version, req.spec.image, cand.image)
             what = "finding the default VPC and zones"
             vpc_id, zone_list = zones(self, cand.region, cand.instance_type)
             what = "creating the security group"

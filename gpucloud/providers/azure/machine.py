@@ -6,10 +6,13 @@ from __future__ import annotations
 import base64
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import UserError
 from gpucloud.providers.base import LaunchRequest, ssh_source_cidr
+
+if TYPE_CHECKING:
+    from gpucloud.images import Image
 
 ADMIN_USER = "gpucloud"  # the VM's login user (password login is never enabled)
 # The run's network: one VNet and one subnet per run; the subnet holds exactly the run's nodes.
@@ -30,9 +33,23 @@ def needs_gen1(instance_type: str, gpu: str) -> bool:
     return gpu.upper() == "K80" or bool(GEN1_ONLY_SIZE.match(instance_type))
 
 
-def image_reference(image: str, ubuntu_version: str, instance_type: str, gpu: str) -> dict[str, str]:
+# NVIDIA's GRID driver for NVadsA10 v5 / NVv3 VMs comes from this VM extension (docs/STACKS.md,
+# section 3; Azure/azhpc-extensions Nvidia-GPU-Linux-Resources.json): images.csv names it.
+EXTENSION_PUBLISHER = "Microsoft.HpcCompute"
+EXTENSION_VERSION = "1.6"  # docs/STACKS.md: the extension version the audit read
+
+
+def image_reference(image: str, ubuntu_version: str, instance_type: str, gpu: str,
+                    chosen: Image | None = None) -> dict[str, str]:
     """The VM's imageReference: the job's `image:` wins (a URN `publisher:offer:sku:version` or an
-    image resource id); otherwise Ubuntu of the stack, Gen1 where the size requires it."""
+    image resource id); then the plan's image (`chosen`: a baked image's id, or a vendor image's
+    URN where the size boots Gen2); otherwise Ubuntu of the stack, Gen1 where the size requires it."""
+    if (not image or image == "auto") and chosen is not None:
+        if chosen.found_by == "baked":
+            image = chosen.ref
+        elif chosen.found_by == "urn" and chosen.vendor and chosen.modules != "grid" \
+                and not needs_gen1(instance_type, gpu):
+            image = chosen.ref
     if image and image != "auto":
         if image.startswith("/"):
             return {"id": image}
@@ -45,6 +62,14 @@ def image_reference(image: str, ubuntu_version: str, instance_type: str, gpu: st
     publisher, offer, gen2, gen1 = UBUNTU_IMAGES[version]
     return {"publisher": publisher, "offer": offer, "sku": gen1 if needs_gen1(instance_type, gpu) else gen2,
             "version": "latest"}
+
+
+def driver_extension_body(location: str, extension: str, tags: dict[str, str]) -> dict[str, Any]:
+    """The ARM body of the VM extension that installs the GPU driver (child resource
+    .../virtualMachines/<vm>/extensions/<extension>, created once the VM exists)."""
+    return {"location": location, "tags": tags, "properties": {
+        "publisher": EXTENSION_PUBLISHER, "type": extension, "typeHandlerVersion": EXTENSION_VERSION,
+        "autoUpgradeMinorVersion": True, "settings": {}}}
 
 
 def throwaway_ssh_key() -> str:
@@ -129,7 +154,8 @@ def vm_body(req: LaunchRequest, rank: int, script: str, nic_id: str, region: str
     props: dict[str, Any] = {
         "hardwareProfile": {"vmSize": cand.instance_type},
         "storageProfile": {
-            "imageReference": image_reference(req.spec.image, req.stack.ubuntu_version, cand.instance_type, cand.gpu),
+            "imageReference": image_reference(req.spec.image, req.stack.ubuntu_version, cand.instance_type, cand.gpu,
+                                              cand.image),
             "osDisk": {"name": f"osdisk-{rank}", "createOption": "FromImage", "deleteOption": "Delete",
                        "diskSizeGB": req.spec.resources.disk_gb,
                        "managedDisk": {"storageAccountType": "StandardSSD_LRS"}},

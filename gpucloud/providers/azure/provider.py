@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from gpucloud.errors import GpucloudError
 from gpucloud.providers.azure.errors import classify_error, error_parts, with_arm_error
 from gpucloud.providers.azure.machine import (
+    driver_extension_body,
     SUBNET_PREFIX,
     VNET_PREFIX,
     nic_body,
@@ -314,6 +315,12 @@ class AzureProvider:
                 res_id = journal.intent(req.run_id, "vm", f"node-{rank}", req.candidate.region, self.name)
                 vm = _await(self.compute.virtual_machines.begin_create_or_update(rg, f"node-{rank}", body), abort)
                 journal.created(res_id, vm.id)
+                extension = req.candidate.image.extension if req.candidate.image else ""
+                if extension:  # GRID VMs: the driver comes from the cloud's extension (docs/STACKS.md)
+                    step = f"adding the {extension} driver extension to VM {rank}"
+                    _await(self.compute.virtual_machine_extensions.begin_create_or_update(
+                        rg, f"node-{rank}", extension, driver_extension_body(req.candidate.region, extension, tags)),
+                        abort)
                 step = f"granting VM {rank} the right to delete its resource group"
                 self._grant_self_delete(journal, req.run_id, req.candidate.region, rg, vm, abort=abort)
                 return str(vm.id)

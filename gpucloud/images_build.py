@@ -1,0 +1,107 @@
+"""`gpucloud image build/ls/rm` core (issue 13, item 3): bake a stack into an image, find it again.
+
+A baked image is named by a hash of everything the stack stage would install (driver branch and
+modules, CUDA/cuDNN when asked, fabric manager, framework wheel, base image, CPU architecture and
+optionally the job's `setup`). A later run whose stack hashes the same boots that image and its
+stack stage finds every part present: it installs nothing (tests/test_bootstrap.py simulates that).
+
+Cloud calls go through the small `ImageStore` protocol (EC2: gpucloud/providers/images_aws.py),
+and booting / tearing down the builder through callables, so the lead can wire it to the
+lifecycle and provider registry after the refactor without touching this logic. The builder is
+torn down in a `finally`: a failed bake never leaves a paid instance behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from gpucloud.images import Image, NodeStack
+    from gpucloud.stacks import Stack
+
+HASH_TAG = "gpucloud:stack-hash"
+KIND_TAG = "gpucloud:kind"
+KIND_VALUE = "image"   # `gc` must treat these as images, never as a run's leftovers
+STACK_TAG = "gpucloud:stack"
+
+
+@dataclass(frozen=True)
+class BakedImage:
+    ref: str                      # AMI id / image resource id
+    region: str
+    name: str
+    stack_hash: str
+    tags: dict[str, str] = field(default_factory=dict)
+    created: str = ""
+
+
+class ImageStore(Protocol):
+    """The three cloud calls image build/ls/rm need."""
+
+    def create_image(self, region: str, instance_id: str, name: str, tags: dict[str, str]) -> str: ...
+
+    def list_images(self, region: str) -> list[BakedImage]: ...
+
+    def delete_image(self, region: str, ref: str) -> None: ...
+
+
+def stack_hash(stack: Stack, node: NodeStack, setup: str | None = None) -> str:
+    """16 hex digits over what the stack stage installs; equal hashes = interchangeable images."""
+    doc = {
+        "driver": stack.driver, "modules": stack.kernel_modules, "driver_source": node.driver_source,
+        "cuda": [*node.cuda_packages], "cudnn": [*node.cudnn_packages], "fabric_manager": node.fabric_manager,
+        "framework": [*stack.framework_pip], "ubuntu": stack.ubuntu_version, "cpu_arch": node.cpu_arch,
+        "base": node.image.ref if node.image else "", "setup": setup or "",
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def describe(stack: Stack) -> str:
+    """The `gpucloud:stack` tag: readable, e.g. "K80 R470 CUDA 11.4 pytorch==2.1.2"."""
+    fw = "none" if stack.framework == "none" else f"{stack.framework}=={stack.framework_version}"
+    return f"{stack.gpu or 'cpu'} R{stack.driver} CUDA {stack.cuda} {fw}"
+
+
+def find_baked(store: ImageStore, region: str, wanted: str) -> BakedImage | None:
+    """The newest baked image in `region` with this stack hash (what `plan` uses automatically)."""
+    matches = [i for i in store.list_images(region) if i.stack_hash == wanted]
+    return max(matches, key=lambda i: i.created) if matches else None
+
+
+def baked_row(baked: BakedImage, stack: Stack, node: NodeStack) -> Image:
+    """An images.csv-like row for a baked image: it has everything the stack stage would install."""
+    from gpucloud.images import Image
+
+    return Image(
+        cloud="", name=f"baked {baked.stack_hash}", cpu_arch=node.cpu_arch, gpu_archs=(stack.architecture,),
+        vm_feature="", ubuntu=stack.ubuntu_version, modules=stack.kernel_modules, driver=stack.driver,
+        cuda=(stack.cuda,) if node.cuda_packages else (), cudnn=bool(node.cudnn_packages),
+        fabric_manager=node.fabric_manager, extension="", found_by="baked", ref=baked.ref,
+        source=f"built by `gpucloud image build` ({baked.tags.get(STACK_TAG, '')})", checked=baked.created[:7])
+
+
+def build_image(store: ImageStore, region: str, stack: Stack, node: NodeStack, *,
+                launch: Callable[[], str], wait_ready: Callable[[str], None], teardown: Callable[[str], None],
+                setup: str | None = None) -> BakedImage:
+    """Boot a builder (launch -> instance id), wait until its stack stage is done, snapshot, tear down.
+
+    `wait_ready` raises when the builder fails; the builder is torn down whatever happens. An
+    image with the same hash already present is returned without booting anything.
+    """
+    wanted = stack_hash(stack, node, setup)
+    existing = find_baked(store, region, wanted)
+    if existing is not None:
+        return existing
+    instance_id = launch()
+    try:
+        wait_ready(instance_id)
+        name = f"gpucloud-{wanted}"
+        tags = {HASH_TAG: wanted, KIND_TAG: KIND_VALUE, STACK_TAG: describe(stack)}
+        ref = store.create_image(region, instance_id, name, tags)
+    finally:
+        teardown(instance_id)
+    return BakedImage(ref=ref, region=region, name=name, stack_hash=wanted, tags=tags)
