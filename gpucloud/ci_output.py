@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpucloud.errors import error_kind
+
 GITHUB = "github"
 GITLAB = "gitlab"
 DEFAULT_DOTENV = "gpucloud.env"
@@ -76,15 +78,6 @@ def workspace_path(path: str, env: Mapping[str, str] | None = None) -> str:
 
 
 # ---- errors ---------------------------------------------------------------------------------------
-
-def error_kind(exc: BaseException) -> str:
-    """A short machine name for an error class: SpecError -> "spec", NoCandidateError -> "no-candidate"."""
-    kind = getattr(exc, "kind", None)
-    if isinstance(kind, str) and kind:
-        return kind
-    name = re.sub(r"(Error|Exceeded)$", "", type(exc).__name__) or type(exc).__name__
-    return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()
-
 
 def error_details(exc: BaseException) -> list[dict[str, Any]]:
     """Each job-file problem as {"file", "line", "field", "message"} (the `details` of a --json error)."""

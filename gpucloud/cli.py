@@ -4,11 +4,9 @@ inside its body, so `gpucloud --help` stays fast and never imports boto3 or azur
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any, Optional, TypeVar
 
 import typer
@@ -19,7 +17,8 @@ app = typer.Typer(
     name="gpucloud",
     help="Run a declarative GPU training job on a cloud (AWS, Azure) or this machine, then tear everything down.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -43,7 +42,9 @@ def err(message: str) -> None:
 
 
 def emit_json(doc: object) -> None:
-    print(json.dumps(doc, indent=2, default=str), flush=True)
+    from gpucloud.jsonout import emit
+
+    emit(doc)
 
 
 def non_interactive() -> bool:
@@ -53,28 +54,43 @@ def non_interactive() -> bool:
 
 def handles_errors(fn: F) -> F:
     """Turn every failure into one clear paragraph on stderr and its exit code (docs/INTERNALS.md,
-    "Errors and exit codes")."""
+    "Errors and exit codes"), the CI hook's annotations, and with --json one error document on
+    stdout (README, "JSON output"); a closed stdout ends quietly (exit 141)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from gpucloud.errors import GpucloudError
+        from gpucloud import jsonout
+
+        json_out = bool(kwargs.get("json_out"))
+
+        def fail(exc: BaseException, code: int, text: str) -> typer.Exit:
+            err(text)
+            if json_out:
+                try:
+                    jsonout.emit(jsonout.error_document(exc, code) if not isinstance(exc, KeyboardInterrupt)
+                                 else jsonout.simple_error(130, "interrupted", "interrupted"))
+                except BrokenPipeError:
+                    jsonout.quiet_broken_pipe()
+            return typer.Exit(code)
 
         try:
             return fn(*args, **kwargs)
+        except BrokenPipeError:
+            jsonout.quiet_broken_pipe()
+            raise typer.Exit(jsonout.BROKEN_PIPE_EXIT) from None
         except GpucloudError as exc:
-            err(f"error: {exc.render()}")
             ci_output.report_error(exc, fn.__name__)  # CI hook: annotations, step summary, dotenv (docs/CI.md)
-            raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            err("interrupted")
-            raise typer.Exit(130) from None
+            raise fail(exc, exc.exit_code, f"error: {exc.render()}") from None
+        except KeyboardInterrupt as exc:
+            raise fail(exc, 130, "interrupted") from None
         except (typer.Exit, typer.Abort, SystemExit):
             raise
         except Exception as exc:  # a bug: say so in one line, keep the traceback for GPUCLOUD_DEBUG
             if os.environ.get("GPUCLOUD_DEBUG"):
                 raise
-            err(f"internal error: {type(exc).__name__}: {exc} (GPUCLOUD_DEBUG=1 shows the traceback; please report it)")
-            raise typer.Exit(70) from None
+            raise fail(exc, 70, f"internal error: {type(exc).__name__}: {exc} "
+                                "(GPUCLOUD_DEBUG=1 shows the traceback; please report it)") from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -116,28 +132,19 @@ def with_hosts(job: Any, cloud: str | None, hosts: list[str] | None) -> tuple[An
 def validate(spec: SpecArg, json_out: JsonOpt = False) -> None:
     """Check a job file and print the resolved spec."""
     from gpucloud.spec import load_spec
+    from gpucloud.upload_info import describe_upload
 
     job = load_spec(spec)
+    upload = describe_upload(job)
     doc = job.model_dump(mode="json")
     if json_out:
-        emit_json(doc)
+        emit_json({**doc, "upload": upload.as_json()})
         return
     import yaml
 
     err(f"{spec}: valid")
+    err(upload.summary())
     print(yaml.safe_dump(doc, sort_keys=False).rstrip())
-    err(upload_summary(job.workdir_path()))
-
-
-def upload_summary(folder: Path) -> str:
-    """What `run` would upload from the workdir (after .gitignore), so a wrong folder shows here."""
-    from gpucloud.channel import workdir_files
-
-    if not folder.is_dir():
-        return f"workdir {folder}: not a folder (run would refuse it)"
-    files = workdir_files(folder)
-    size = sum((folder / f).lstat().st_size for f in files)
-    return f"workdir {folder}: {len(files)} file(s), {size} bytes uploaded before compression"
 
 
 @app.command()
@@ -156,12 +163,16 @@ def plan(
     from gpucloud.spec import load_spec
     from gpucloud import views
 
+    from gpucloud.upload_info import describe_upload
+
     job, cloud = with_hosts(load_spec(spec), parse_cloud(cloud), host)
+    upload = describe_upload(job)
     result = make_plan(job, cloud=cloud, region=region, spot=spot)
     if json_out:
-        emit_json(result.as_json())
+        emit_json({**result.as_json(), "upload": upload.as_json()})
         return
     views.print_plan(result, show_all=show_all)
+    err(upload.summary())
 
 
 @app.command()
@@ -322,7 +333,7 @@ def run(
     ci_output.report_run(result.as_json())  # CI hook: step summary / dotenv report (docs/CI.md)
     if json_out:
         emit_json(result.as_json())
-    raise typer.Exit(result.exit_code)
+    raise typer.Exit(result.exit_code or 0)
 
 
 @app.command()
@@ -356,6 +367,16 @@ def logs(
     from gpucloud.commands import show_logs
 
     raise typer.Exit(show_logs(run_id, follow=follow))
+
+
+@app.command()
+@handles_errors
+def collect(run_id: Annotated[str, typer.Argument(metavar="RUN")], json_out: JsonOpt = False) -> None:
+    """Download a finished run's log and artifacts into ./gpucloud-runs/RUN/ (detached runs, or a run
+    whose `gpucloud run` died); exits with the job's exit code."""
+    from gpucloud.collect import collect_command
+
+    raise typer.Exit(collect_command(run_id, json_out=json_out))
 
 
 @app.command()
@@ -423,6 +444,18 @@ def gc(
     collect_garbage(dry_run=dry_run, assume_yes=yes or non_interactive(), cloud=parse_cloud(cloud))
 
 
+@app.command()
+@handles_errors
+def check(
+    cloud: Annotated[Optional[str], typer.Option("--cloud", help="One cloud (default: every cloud).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Can each cloud be used: credentials, whose, enabled regions, GPU quotas; each problem with its fix."""
+    from gpucloud.check import check_command
+
+    raise typer.Exit(check_command(cloud, json_out=json_out))
+
+
 @app.command("iam-policy")
 @handles_errors
 def iam_policy(cloud: Annotated[Optional[str], typer.Argument(help="A cloud with a policy (default: the first).")]
@@ -471,7 +504,38 @@ def hosts_probe(
 
 
 def main() -> None:
-    app()
+    """Run the app; usage errors with --json also get an error document, and a closed stdout
+    (`gpucloud schema | head -1`) ends quietly with 141 wherever it happens."""
+    from gpucloud import jsonout
+
+    try:  # typer >= 0.16 vendors click; older releases use the click package
+        from typer._click import exceptions as click
+    except ImportError:
+        import click  # type: ignore[no-redef]
+
+    try:
+        code = app(standalone_mode=False)
+    except BrokenPipeError:
+        jsonout.quiet_broken_pipe()
+        sys.exit(jsonout.BROKEN_PIPE_EXIT)
+    except click.UsageError as exc:
+        exc.show()
+        if jsonout.wants_json(sys.argv[1:]):
+            jsonout.emit(jsonout.simple_error(exc.exit_code, "usage", exc.format_message(),
+                                              "`gpucloud COMMAND --help` lists the options."))
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except getattr(click, "Abort", KeyboardInterrupt):
+        err("aborted")
+        sys.exit(130)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        jsonout.quiet_broken_pipe()
+        sys.exit(jsonout.BROKEN_PIPE_EXIT)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

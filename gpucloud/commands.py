@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucloud import providers, views
-from gpucloud.errors import InternalError, UserError
+from gpucloud.errors import Declined, InternalError, UserError
 from gpucloud.runlog import LogMirror
 from gpucloud.state import Journal, RunRecord, Store, home_dir
 from gpucloud.state_guard import StoreError
-from gpucloud.views import Declined
 from gpucloud.watch import observe, outcome, vm_phases
 
 if TYPE_CHECKING:
     from gpucloud.channel import Channel
 
 DEFAULT_POLL_S = 5.0  # `logs --follow` of a run whose provider is unknown
+MACHINE_KINDS = ("process", "instance", "vm", "node")  # journal kinds that are the machines themselves
 # A planned/provisioning run whose CLI is gone is finalised by status/gc after this many seconds.
 STUCK_GRACE_S = 600.0
 
@@ -76,7 +76,8 @@ def _stuck_before_launch(store: Store, run: RunRecord, now: float) -> bool:
 
 def refresh(store: Store, run: RunRecord) -> RunRecord:
     """Bring an active run's record up to date from its channel when no CLI is following it (a
-    detached run, or a `run` that was killed): final status, exit code, current stage, or "lost"."""
+    detached run, or a `run` that was killed): final status, exit code, current stage, or "lost".
+    A killed `run` whose job ended is "collecting", not final, until `gpucloud collect` read it."""
     if run.final or (not run.detached and _pid_alive(run.pid) and run.pid != os.getpid()):
         return run
     if _stuck_before_launch(store, run, time.time()):
@@ -92,7 +93,13 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
             obs = observe(ch, run.id, run.num_nodes, _node_states(run))
     except Exception:
         return run
-    if obs.all_final:
+    if obs.all_final and not run.detached:  # the `run` following it died before reading the result
+        status, code, _ = outcome(obs.statuses)
+        store.set_phases(run.id, vm_phases(obs.statuses))
+        store.update_run(run.id, status="collecting", phase="collect",
+                         message=f"the job ended ({status}, exit {code}) but the `gpucloud run` following it "
+                                 f"stopped before reading the result: `gpucloud collect {run.id}` brings it back")
+    elif obs.all_final:
         status, code, message = outcome(obs.statuses)
         store.set_phases(run.id, vm_phases(obs.statuses))
         store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
@@ -105,6 +112,34 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
         stage = obs.stage()
         if stage and stage != run.phase:
             store.update_run(run.id, phase=stage)
+    return store.get_run(run.id) or run
+
+
+def orphaned(run: RunRecord) -> bool:
+    """A followed run whose `gpucloud run` died after the job ended: its result waits in the channel."""
+    return run.status == "collecting" and not run.detached and not _pid_alive(run.pid)
+
+
+def reconcile(store: Store, run: RunRecord) -> RunRecord:
+    """A finished run whose journal still lists machines: ask the provider; when every node is gone
+    (a local process that exited, a VM that deleted itself), the journal says so, and `status` no
+    longer shows them as "not yet deleted". Without credentials or network: what the store knows."""
+    from gpucloud.teardown import run_handles
+
+    alive = store.resources(run.id, alive_only=True)
+    if not run.final or not alive:
+        return run
+    journal = Journal(store)
+    for handle in run_handles(store, run):
+        try:
+            states = providers.get_provider(handle.cloud).node_states(handle)
+        except Exception:  # noqa: BLE001 - no credentials now, no network: keep the journal as it is
+            continue
+        if states and all(state == "gone" for state in states):
+            for res in alive:
+                if (res.cloud, res.region or "") == (handle.cloud, handle.region) and res.kind in MACHINE_KINDS:
+                    journal.deleted(res.id)
+            store.event(run.id, "reconcile", f"the run's machines on {handle.cloud}/{handle.region} are gone")
     return store.get_run(run.id) or run
 
 
@@ -124,7 +159,7 @@ def show_status(run_id: str | None, *, json_out: bool) -> None:
     store = Store()
     now = time.time()
     if run_id is not None:
-        run = refresh(store, _find(store, run_id))
+        run = reconcile(store, refresh(store, _find(store, run_id)))
         phases = store.phases(run.id)
         if json_out:
             doc = {**run.as_json(now), "phases": phases,
@@ -142,7 +177,7 @@ def show_status(run_id: str | None, *, json_out: bool) -> None:
             return
         views.print_run_detail(run, phases, store.resources(run.id, alive_only=True), now)
         return
-    runs = [refresh(store, r) for r in store.list_runs()]
+    runs = [reconcile(store, refresh(store, r)) for r in store.list_runs()]
     if json_out:
         print(json.dumps([{**r.as_json(now), "phases": store.phases(r.id)} for r in runs], indent=2, default=str))
         return
@@ -181,7 +216,7 @@ def show_logs(run_id: str, *, follow: bool) -> int:
     try:
         while True:
             run = refresh(store, store.get_run(run.id) or run)
-            if run.final:
+            if run.final or orphaned(run):
                 break
             time.sleep(interval)
             pump()
@@ -291,7 +326,9 @@ def _stale_runs(store: Store, cloud: str | None, now: float) -> list[RunRecord]:
             continue
         followed = not run.detached and _pid_alive(run.pid)
         expired = run.deadline is not None and now > run.deadline + EXPIRY_MARGIN.total_seconds()
-        if run.final or expired or (not followed and run.status in ("planned", "provisioning")):
+        # "collecting": the job ended but its `run` died first; its machines go, its results stay
+        # in the channel for `gpucloud collect`.
+        if run.final or expired or (not followed and run.status in ("planned", "provisioning", "collecting")):
             stale.append(run)
     return stale
 
@@ -330,7 +367,7 @@ def _gc_with_store(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> Non
             print(f"run {run.id} ({run.status}): {n} resource(s) would be torn down")
             continue
         errors = teardown_run(store, journal, run, wait=True, say=_warn)
-        if not run.final:
+        if not run.final and not orphaned(run):
             store.finish_run(run.id, "lost", exit_code=70, message="swept by gc", only_if_active=True)
         print(f"run {run.id} ({run.status}): {n} resource(s) torn down" + (" with errors" if errors else ""))
     for c in clouds:

@@ -10,7 +10,13 @@ def main() -> None:
     if sys.argv[1:] in (["version"], ["--version"]):
         from gpucloud import __version__
 
-        print(f"gpucloud {__version__}")
+        try:
+            print(f"gpucloud {__version__}", flush=True)
+        except BrokenPipeError:  # `gpucloud version | true`: quiet, as every command (jsonout.py)
+            from gpucloud.jsonout import BROKEN_PIPE_EXIT, quiet_broken_pipe
+
+            quiet_broken_pipe()
+            sys.exit(BROKEN_PIPE_EXIT)
         return
     from gpucloud.cli import main as cli_main
 

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
+
+def render_items(message: str, items: list[str], hint: str | None) -> str:
+    """A message, one "  - item" line per item (attempt, cloud), then the fix."""
+    return "\n".join([message, *(f"  - {item}" for item in items), *([hint] if hint else [])])
+
 
 class GpucloudError(Exception):
     """Base class: `message` is one readable paragraph; `exit_code` is what the CLI returns."""
@@ -34,10 +41,7 @@ class NoCandidateError(GpucloudError):
         self.attempts = attempts
 
     def render(self) -> str:
-        lines = [self.message, *(f"  - {a}" for a in self.attempts)]
-        if self.hint:
-            lines.append(self.hint)
-        return "\n".join(lines)
+        return render_items(self.message, self.attempts, self.hint)
 
 
 class DeadlineExceeded(GpucloudError):
@@ -56,3 +60,59 @@ class InternalError(GpucloudError):
     """A bug or an unexpected cloud answer. Exit 70."""
 
     exit_code = 70
+
+
+class CloudAccessError(GpucloudError):
+    """A cloud cannot be used at all: no or bad credentials, or an endpoint that does not answer.
+    Distinct from capacity, quota and throttling: failover skips the whole cloud once, and when no
+    cloud is usable the run ends with exit 78 (configuration). `cloud` names the cloud."""
+
+    exit_code = 78
+    kind = "credentials"
+
+    def __init__(self, message: str, *, cloud: str = "", hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.cloud = cloud
+
+
+class CredentialsError(CloudAccessError):
+    """No credentials found, or the cloud refused them (expired, wrong keys, no subscription)."""
+
+    kind = "credentials"
+
+
+class EndpointError(CloudAccessError):
+    """The cloud's API endpoint could not be reached (wrong or dead AWS_ENDPOINT_URL, no network)."""
+
+    kind = "endpoint"
+
+
+class ConfigurationError(GpucloudError):
+    """Nothing usable is configured (no cloud has working credentials). Exit 78 (EX_CONFIG);
+    `reasons` holds one line per cloud."""
+
+    exit_code = 78
+
+    def __init__(self, message: str, reasons: list[str], *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.reasons = reasons
+
+    def render(self) -> str:
+        return render_items(self.message, self.reasons, self.hint)
+
+
+class Declined(GpucloudError):
+    """The user answered no to a confirmation (or there was nobody to ask and --yes was not given). Exit 1."""
+
+    exit_code = 1
+
+
+def error_kind(exc: BaseException) -> str:
+    """A stable short word for machines (the `kind` of the --json error document and of the CI
+    annotations): an explicit `kind` attribute, else the class name: SpecError -> "spec",
+    NoCandidateError -> "no-candidate", ConfigurationError -> "configuration"."""
+    kind = getattr(exc, "kind", None)
+    if isinstance(kind, str) and kind:
+        return kind
+    name = re.sub(r"(Error|Exceeded)$", "", type(exc).__name__) or type(exc).__name__
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()

@@ -3,7 +3,9 @@
 Each try is an attempt in the state store, recorded before the provider is called; the handle
 provision returns is stored with it, and a failed attempt ends with the reason. The error kind
 decides what is skipped next: capacity/throttle/price -> the next candidate, quota -> the rest of
-that cloud+region, fatal (or a cloud that cannot be used at all) -> the rest of that cloud.
+that cloud+region, fatal -> the rest of that cloud. A cloud that cannot be used at all (no or
+refused credentials, an endpoint that does not answer: CloudAccessError) is skipped once with one
+line saying why; when that is all that happened, the run is a configuration error (exit 78).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucloud import providers
-from gpucloud.errors import GpucloudError, NoCandidateError, UserError
+from gpucloud.errors import CloudAccessError, ConfigurationError, GpucloudError, NoCandidateError, UserError
 from gpucloud.providers.base import (
     TAG_EXPIRES, TAG_RUN, LaunchRequest, Provider, ProvisionError, RunHandle, expiry_tag,
 )
@@ -58,18 +60,20 @@ class Failover:
     # A relaunch: (channel, cloud, region) holding the run's code and checkpoints, copied from it
     # into another region's channel; and the nodes' objects of the last attempt are reset first.
     source: tuple[Channel, str, str] | None = None
+    access: list[str] = field(default_factory=list)    # one line per cloud skipped (credentials, endpoint)
+    _skip_clouds: set[str] = field(default_factory=set)
+    _skip_regions: set[tuple[str, str]] = field(default_factory=set)
     _uploaded: set[int] = field(default_factory=set)   # channels that already have the code
     _copied: set[tuple[str, str]] = field(default_factory=set)
 
     def run(self, tarball: Path | None) -> Launch:
-        """Provision the first candidate that works; raise NoCandidateError when none does.
+        """Provision the first candidate that works. Raise ConfigurationError (exit 78) when every
+        attempt failed because its cloud cannot be used at all, else NoCandidateError.
         `tarball`: the packed workdir to upload (None on a relaunch: the code is in `source`)."""
-        skip_clouds: set[str] = set()
-        skip_regions: set[tuple[str, str]] = set()
         order = self.order if self.order is not None else range(len(self.plan.candidates))
         for plan_index in order:
             cand = self.plan.candidates[plan_index]
-            if cand.cloud in skip_clouds or (cand.cloud, cand.region) in skip_regions:
+            if cand.cloud in self._skip_clouds or (cand.cloud, cand.region) in self._skip_regions:
                 continue
             index = self.store.next_attempt_idx(self.run_id)
             where = f"{cand.cloud}/{cand.region}/{cand.instance_type}" + (" (spot)" if cand.spot else "")
@@ -85,31 +89,52 @@ class Failover:
                 provider = providers.get_provider(cand.cloud)
                 launch = self._attempt(provider, cand, index, tarball)
                 launch.plan_index = plan_index
+            except CloudAccessError as exc:  # no credentials, dead endpoint: skip this cloud once
+                self._skip_cloud(provider, cand, index, where, exc)
+                continue
             except ProvisionError as exc:
-                reason = f"{exc.kind}: {exc.message}" + (f" (quota {exc.quota_code})" if exc.quota_code else "")
-                if exc.kind == "quota":
-                    skip_regions.add((cand.cloud, cand.region))
-                    skipped = f"the rest of {cand.cloud}/{cand.region} (quota" \
-                              f"{' ' + exc.quota_code if exc.quota_code else ''})"
-                else:
-                    skipped = f"the rest of {cand.cloud}" if exc.kind == "fatal" else ""
-                    if exc.kind == "fatal":
-                        skip_clouds.add(cand.cloud)
-                self._failed(provider, cand, index, where, reason, skipped)
+                self._failed(provider, cand, index, where, self._reason(exc), self._skipped(exc, cand))
                 continue
             except GpucloudError as exc:
                 if isinstance(exc, UserError) or provider is None:
                     raise
-                # A cloud that cannot be used at all (credentials, endpoint): try the next cloud.
-                skip_clouds.add(cand.cloud)
+                self._skip_clouds.add(cand.cloud)  # any other refusal of the cloud: try the next one
                 self._failed(provider, cand, index, where, exc.message, "")
                 continue
             self.store.event(self.run_id, "attempt", f"{where}: provisioned")
             return launch
+        if self.access and len(self.access) == len(self.failures):
+            raise ConfigurationError("no cloud is usable: every candidate's cloud lacks working credentials "
+                                     "or an endpoint that answers:", self.access,
+                                     hint="`gpucloud check` shows what each cloud needs.")
         raise NoCandidateError(
             f"no candidate could be provisioned ({len(self.failures)} attempt(s)):", self.failures,
             hint="Try other regions or GPU types (`gpucloud plan` lists them), or ask for more quota.",
         )
+
+    @staticmethod
+    def _reason(exc: ProvisionError) -> str:
+        return f"{exc.kind}: {exc.message}" + (f" (quota {exc.quota_code})" if exc.quota_code else "")
+
+    def _skipped(self, exc: ProvisionError, cand: Candidate) -> str:
+        """What the error kind rules out from now on (recorded in the skip sets), as words."""
+        if exc.kind == "quota":
+            self._skip_regions.add((cand.cloud, cand.region))
+            return f"the rest of {cand.cloud}/{cand.region} (quota{' ' + exc.quota_code if exc.quota_code else ''})"
+        if exc.kind == "fatal":
+            self._skip_clouds.add(cand.cloud)
+            return f"the rest of {cand.cloud}"
+        return ""
+
+    def _skip_cloud(self, provider: Provider | None, cand: Candidate, index: int, where: str,
+                    exc: CloudAccessError) -> None:
+        """A cloud that cannot be used: one line saying why and the fix; its other candidates are
+        skipped and failover goes on with the other clouds."""
+        self._skip_clouds.add(cand.cloud)
+        line = exc.message + (f" {exc.hint}" if exc.hint else "")
+        self.access.append(line)
+        self._failed(provider, cand, index, where, f"{exc.kind}: {exc.message}", f"the rest of {cand.cloud}",
+                     quiet=line)
 
     def _attempt(self, provider: Provider, cand: Candidate, index: int, tarball: Path) -> Launch:
         """One attempt: code upload, channel URLs, bootstrap per node, then provision."""
@@ -155,14 +180,18 @@ class Failover:
                       deadline=deadline.timestamp(), attempt=index)
 
     def _failed(self, provider: Provider | None, cand: Candidate, index: int, where: str, reason: str,
-                skipped: str) -> None:
-        """Record why the attempt failed, end it, and clean up whatever it created."""
+                skipped: str, *, quiet: str = "") -> None:
+        """Record why the attempt failed, end it, and clean up whatever it created. `quiet`: one
+        line shown instead of the failure and the skip (a cloud that cannot be used)."""
         self.failures.append(f"{where}: {reason}")
         self.store.event(self.run_id, "attempt", self.failures[-1])
         self.store.end_attempt(self.run_id, index, reason)
-        self.progress.warn(f"{where} failed: {reason}")
-        if skipped:
-            self.progress.info(f"skipping {skipped}")
+        if quiet:
+            self.progress.warn(f"skipping {cand.cloud}: {quiet}")
+        else:
+            self.progress.warn(f"{where} failed: {reason}")
+            if skipped:
+                self.progress.info(f"skipping {skipped}")
         if provider is None:
             return
         from gpucloud.teardown import run_handles
@@ -170,6 +199,9 @@ class Failover:
         run = self.store.get_run(self.run_id)
         handles = [h for h in run_handles(self.store, run) if (h.cloud, h.region) == (cand.cloud, cand.region)] \
             if run else []
+        if not handles and not any((r.cloud, r.region) == (cand.cloud, cand.region)
+                                   for r in self.journal.resources(self.run_id)):
+            return  # the journal says nothing was created there: nothing to clean up
         for handle in handles or [RunHandle(self.run_id, cand.cloud, cand.region, attempt=index, complete=False)]:
             try:
                 provider.teardown(handle, self.journal, wait=True)

@@ -21,12 +21,11 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from gpucloud import views
-from gpucloud.errors import GpucloudError, NoCandidateError
+from gpucloud.errors import Declined, GpucloudError, NoCandidateError
 from gpucloud.progress import Progress
 from gpucloud.runlog import LogMirror
 from gpucloud.state import FINAL_STATUSES, Journal, Store, home_dir
 from gpucloud.timeline import format_nodes
-from gpucloud.views import Declined
 from gpucloud.watch import observe, outcome, stage_order, stale, vm_phases
 
 if TYPE_CHECKING:
@@ -56,7 +55,7 @@ class RunResult:
 
     run_id: str
     status: str
-    exit_code: int
+    exit_code: int | None  # None: detached, the job is still running
     artifacts_dir: str | None = None
     phases: dict[str, float] = field(default_factory=dict)
     cost: float = 0.0
@@ -84,7 +83,8 @@ def run_job(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool 
         raise NoCandidateError("the plan has no candidate to provision.", [])
     plan_s = time.monotonic() - t0
     views.print_plan_summary(plan)
-    if not assume_yes and not views.ask("Launch it?"):
+    free = all(c.total_per_hour == 0 for c in plan.candidates)  # a $0 run (local) is not worth a prompt
+    if not assume_yes and not free and not views.ask("Launch it?"):
         raise Declined("not launched.")
     return _Run(spec, plan, detach=detach, json_out=json_out, wait_teardown=wait_teardown, plan_s=plan_s,
                 plan_kw={"cloud": cloud, "region": region, "spot": spot}).execute()
@@ -204,9 +204,10 @@ class _Run:
         return RunResult(run_id=self.run_id, status=status, exit_code=code, artifacts_dir=self.artifacts_dir,
                          phases=dict(self.phases), cost=run.cost() if run else 0.0)
 
-    def _run_guarded(self) -> tuple[str, int, str]:
+    def _run_guarded(self) -> tuple[str, int | None, str]:
         """Provision, then follow (or detach), with the teardown in `finally`."""
-        status, code, message = "error", 70, ""
+        status, message = "error", ""
+        code: int | None = 70
         keep_running = False
         try:
             if not self.attached:
@@ -220,7 +221,7 @@ class _Run:
                 if self.spec.recovery is not None:
                     self.progress.warn(f"recovery applies only while a CLI follows the run: start "
                                        f"`gpucloud watch {self.run_id}`, or a preemption ends it")
-                status, code = "detached", 0
+                status, code = "detached", None
             else:
                 status, code, message = self._follow()
                 while status in ("preempted", "lost") and self._relaunch(status, message):
@@ -242,7 +243,7 @@ class _Run:
             raise
         finally:
             if not keep_running:
-                code = self._teardown(code)
+                code = self._teardown(70 if code is None else code)
                 self._drain_logs()
                 self.store.finish_run(self.run_id, status, exit_code=code, message=message or None)
             self.store.set_phases(self.run_id, self.phases)
@@ -439,14 +440,14 @@ class _Run:
         """Always runs. A second Ctrl-C during it is ignored (with a warning). A store that broke
         during the run does not stop it: the handle files kept beside the store are used."""
         from gpucloud.state_guard import StoreError
-        from gpucloud.teardown import teardown_from_handle_files, teardown_run
+        from gpucloud.teardown import run_handles, teardown_from_handle_files, teardown_run
 
         self.tearing_down = True
         t0 = time.monotonic()
         try:
             run = self.store.get_run(self.run_id)
-            if run is None or (not run.attempts and not self.store.resources(self.run_id, alive_only=True)):
-                return code  # nothing was ever asked for
+            if run is None or not run_handles(self.store, run):
+                return code  # nothing was ever asked for, or every failed attempt was cleaned up already
             self.store.update_run(self.run_id, status="tearing-down", phase="teardown")
             self.progress.phase("teardown")
             errors = teardown_run(self.store, self.journal, run, wait=self.wait_teardown, say=self.progress.warn)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from gpucloud.errors import GpucloudError
 from gpucloud.progress import fmt_seconds
 
 if TYPE_CHECKING:
@@ -27,22 +26,96 @@ def _table(*columns: str, title: str | None = None) -> Table:
     from rich import box
     from rich.table import Table
 
-    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False)
     for col in columns:
-        table.add_column(col, justify="right" if col.startswith(("$", "GPUs", "vCPU", "GiB", "est")) else "left")
+        # overflow="fold": a cell too long for its column continues on the next line, never "…"
+        # (an instance name cut in a CI log is worse than a taller table).
+        table.add_column(col, justify="right" if col.startswith(("$", "GPUs", "vCPU", "GiB", "est")) else "left",
+                         overflow="fold")
     return table
 
 
-def _print(renderable: object) -> None:
+def _print(renderable: object, *, optional: tuple[str, ...] = ()) -> None:
+    """Print a table within the terminal's width (80 columns when stdout is not a terminal): short
+    values (names, instance types, prices) stay whole, headers and long reasons wrap; when even
+    that does not fit, the `optional` columns are left out, in that order, with a note saying so."""
+    from rich.table import Table
+
+    width = output_width()
+    if isinstance(renderable, Table):
+        hidden = fit_table(renderable, width, optional)
+        if hidden:
+            print(f"(narrow terminal: column(s) {', '.join(hidden)} not shown; --json has every field)",
+                  file=sys.stderr)
+        width = max(width, least_width(renderable))  # wider than the terminal rather than cut
+    console(width).print(renderable)
+
+
+def least_width(table: Table) -> int:
+    """The narrowest the table can be with its short cells whole (rich's own measurement)."""
     from rich.console import Console
 
-    Console(soft_wrap=False, width=max(120, _terminal_width())).print(renderable)
+    return int(Console(width=10_000).measure(table).minimum)
 
 
-def _terminal_width() -> int:
+def console(width: int | None = None) -> Any:
+    """A rich Console of that width whose closed-pipe handling is ours (BrokenPipeError up to the
+    CLI: quiet exit 141), not rich's own SystemExit(1)."""
+    from rich.console import Console
+
+    out = Console(soft_wrap=False, width=width or output_width())
+
+    def broken_pipe() -> None:
+        raise BrokenPipeError
+
+    out.on_broken_pipe = broken_pipe  # type: ignore[method-assign]
+    return out
+
+
+SHORT_CELL = 40  # a column whose values are all at most this long is never wrapped
+
+
+def fit_table(table: Table, width: int, optional: tuple[str, ...] = (), foldable: tuple[str, ...] = ()) -> list[str]:
+    """Give every column of short values the width of its longest value (except `foldable` ones,
+    e.g. long run ids); drop optional columns while rich's own minimum width of the table (cells
+    whole, headers wrapped) exceeds `width`. Returns the headers of the dropped columns."""
+    for column in table.columns:
+        widest = max((len(line) for c in column.cells for line in str(c).splitlines()), default=0)
+        if 0 < widest <= SHORT_CELL and column.header not in foldable:
+            column.no_wrap = True  # rich shrinks only wrapable columns before it cuts: keep these whole
+            column.min_width = max(widest, len(str(column.header)))
+    hidden: list[str] = []
+    for name in optional:
+        if least_width(table) <= width:
+            break
+        for column in list(table.columns):
+            if str(column.header) == name:
+                table.columns.remove(column)
+                hidden.append(name)
+        for index, column in enumerate(table.columns):
+            column._index = index  # rich pads by position
+    return hidden
+
+
+def say(text: str) -> None:
+    """A line of prose on stdout, wrapped to the output width like the tables."""
+    import textwrap
+
+    print(textwrap.fill(text, width=output_width(), subsequent_indent="  "))
+
+
+def output_width() -> int:
+    """The terminal's width on a TTY (COLUMNS wins when set), else 80: CI logs and pipes get tables
+    that read well in an 80-column viewer, wrapped rather than cut."""
+    import os
     import shutil
 
-    return shutil.get_terminal_size((120, 24)).columns
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((80, 24)).columns
+    return 80
 
 
 def _warn(lines: list[str] | tuple[str, ...]) -> None:
@@ -54,7 +127,8 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
     spec = plan.spec
     hours = spec.max_duration / 3600
     table = _table("#", "cloud", "region", "instance type", "GPUs", "market", "$/h per node", "$/h total",
-                   f"est. cost ({hours:g} h)", title=f"Candidates for {spec.name} (failover order)")
+                   "est. $", title=f"Candidates for {spec.name} (failover order; est. $ for max_duration "
+                                   f"{hours:.3g} h)")
     shown = plan.candidates if show_all else plan.candidates[:PLAN_ROWS]
     for i, c in enumerate(shown, 1):
         gpus = f"{c.gpu_count} × {c.gpu}" if c.gpu else "-"
@@ -63,12 +137,12 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
             market += f" [{c.status}]"
         table.add_row(str(i), c.cloud, c.region, c.instance_type, gpus, market,
                       f"{c.price_per_hour:.3f}", f"{c.total_per_hour:.3f}", f"{c.estimated_cost:.2f}")
-    _print(table)
+    _print(table, optional=("$/h per node", "market"))
     if len(plan.candidates) > len(shown):
         print(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
     print_stack(plan.stack, brief=True)
     if shown and shown[0].image is not None:  # issue 13: the image the first candidate boots
-        print(f"image (#1): {shown[0].image.summary()}")
+        say(f"image (#1): {shown[0].image.summary()}")
     relevant = [e for e in plan.excluded if not e.reason.startswith(("has ", "cloud ", "instance type is not"))]
     if relevant:
         ex = _table("cloud", "region", "instance type", "why excluded")
@@ -79,7 +153,7 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
             print(f"... {len(relevant) - EXCLUDED_ROWS} more exclusions (--all)")
     other = len(plan.excluded) - len(relevant)
     if other:
-        print(f"{other} offerings of other GPUs, counts or clouds not shown (--json lists every one with its reason)")
+        say(f"{other} offerings of other GPUs, counts or clouds not shown (--json lists every one with its reason)")
     _warn(plan.warnings)
 
 
@@ -123,13 +197,16 @@ def offering_json(o: Offering) -> dict[str, object]:
 
 
 def print_catalog(rows: list[Offering]) -> None:
+    gpus = sorted({o.gpu for o in rows})
     table = _table("GPU", "cloud", "region", "instance type", "GPUs", "vCPU", "GiB", "$/h", "$/h spot", "status")
     for o in rows:
         spot = f"{o.spot_price_per_hour:.3f}" if o.spot_price_per_hour is not None else "-"
         status = o.status if o.status == "active" else f"{o.status} {o.status_date}"
         table.add_row(o.gpu, o.cloud, o.region, o.instance_type, str(o.gpu_count), str(o.vcpus),
                       f"{o.memory_gib:g}", f"{o.price_per_hour:.3f}", spot, status)
-    _print(table)
+    if len(gpus) == 1:  # one GPU (--gpu): say it once in the title instead of on every row
+        table.title = f"Offerings of {gpus[0]}"
+    _print(table, optional=("GiB", "vCPU", "status", "cloud", *(("GPU",) if len(gpus) == 1 else ())))
     if not rows:
         print("no offerings match (retired ones appear with --all)", file=sys.stderr)
     else:
@@ -185,7 +262,7 @@ def print_stack(stack: Stack, *, brief: bool = False) -> None:
         ("framework", "framework", stack.framework if stack.framework == "none" else f"{stack.framework} {stack.framework_version}"),
     ]
     if brief:
-        print("Stack: " + ", ".join(f"{label} {value}" for label, _, value in fields[1:]))
+        say("Stack: " + ", ".join(f"{label} {value}" for label, _, value in fields[1:]))
         return
     table = _table("", "choice", "why", title=f"Software stack for {stack.gpu or 'a CPU-only job'}")
     for label, key, value in fields:
@@ -198,12 +275,6 @@ def print_stack(stack: Stack, *, brief: bool = False) -> None:
 
 
 # ---- gpucloud run: the plan summary and the prompt -------------------------------------------------
-
-class Declined(GpucloudError):
-    """The user answered no to a confirmation."""
-
-    exit_code = 1
-
 
 def ask(question: str) -> bool:
     """A yes/no prompt on stderr; no answer (EOF) is no."""
@@ -231,19 +302,22 @@ def print_plan_summary(plan: Plan) -> None:
 # ---- status / ls ------------------------------------------------------------------------------------
 
 def print_runs(runs: list[RunRecord], now: float) -> None:
+    """The runs table of `ls`/`status`: fits the output width; a run id or a place may fold onto a
+    second line, nothing is cut; a non-zero exit code rides on the status."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("RUN", "STATUS", "PHASE", "ELAPSED", "COST", "WHERE", "EXIT"):
-        table.add_column(col, justify="right" if col in ("ELAPSED", "COST", "EXIT") else "left", no_wrap=True)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for col in ("RUN", "STATUS", "PHASE", "ELAPSED", "COST", "WHERE"):
+        table.add_column(col, justify="right" if col in ("ELAPSED", "COST") else "left", overflow="fold")
     for r in runs:
-        table.add_row(r.id, r.status + (" (detached)" if r.detached and not r.final else ""),
+        exit_note = f" ({r.exit_code})" if r.exit_code not in (None, 0) else ""
+        table.add_row(r.id, r.status + exit_note + (" (detached)" if r.detached and not r.final else ""),
                       "-" if r.final else (r.phase or "-"), fmt_seconds(r.elapsed(now)), f"${r.cost(now):.4f}",
-                      f"{r.cloud}/{r.region}/{r.instance_type}" if r.cloud else "-",
-                      "" if r.exit_code is None else str(r.exit_code))
-    Console(soft_wrap=False, width=200).print(table)
+                      f"{r.cloud}/{r.region}\n{r.instance_type}" if r.cloud else "-")
+    width = output_width()
+    fit_table(table, width, ("PHASE", "ELAPSED"), foldable=("RUN",))
+    console(max(width, least_width(table))).print(table)
 
 
 def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[ResourceRecord], now: float) -> None:

@@ -256,9 +256,12 @@ def test_missing_right_to_assign_roles_is_fatal_with_a_hint(arm: FakeArm, provid
 def test_classify_error_without_a_server() -> None:
     from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
 
-    assert isinstance(classify_error(ServiceRequestError("connection refused"), where="x"), FatalProvisionError)
+    from gpucloud.errors import CredentialsError, EndpointError
+
+    # Issue 10: a cloud that cannot be used at all is its own class (skip the cloud, exit 78), not "fatal".
+    assert isinstance(classify_error(ServiceRequestError("connection refused"), where="x"), EndpointError)
     err = classify_error(ClientAuthenticationError("DefaultAzureCredential failed"), where="x")
-    assert isinstance(err, FatalProvisionError) and "az login" in (err.hint or "")
+    assert isinstance(err, CredentialsError) and "az login" in (err.hint or "")
     assert quota_family("exceeding approved Cores quota", "Standard_NC4as_T4_v3") == "Total Regional vCPUs"
 
 
@@ -466,6 +469,7 @@ def test_dead_arm_endpoint_fails_within_20_seconds(kind: str) -> None:
 
     from azure.core.credentials import AccessToken
 
+    from gpucloud.errors import CloudAccessError
     from gpucloud.providers.base import ProvisionError
     from tests.support.dead_endpoint import dead_endpoint
 
@@ -477,9 +481,11 @@ def test_dead_arm_endpoint_fails_within_20_seconds(kind: str) -> None:
         provider = AzureProvider(credential=StaticToken(), subscription_id="00000000-0000-0000-0000-000000000000",
                                  arm_endpoint=url)
         t0 = time.monotonic()
-        with pytest.raises(ProvisionError):
+        with pytest.raises((ProvisionError, CloudAccessError)) as info:  # issue 10: refused = EndpointError
             provider.gc(datetime.now(UTC), dry_run=True)
     assert time.monotonic() - t0 < 20
+    if kind == "refused":
+        assert isinstance(info.value, CloudAccessError) and url.split("//")[1] in info.value.message
 
 
 def test_azure_declares_its_shape() -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gpucloud.images_build import ImageStore
-    from gpucloud.providers.base import Capabilities, Provider
+    from gpucloud.providers.base import Capabilities, CloudCheck, Provider
 
 
 def _aws_configured() -> bool:
@@ -56,6 +56,7 @@ class ProviderInfo:
     credentials_hint: str
     policy: str | None = None  # "module:function" returning the least-privilege policy document
     catalog_source: str | None = None  # module with fetch_offerings() for `catalog refresh`
+    check: str | None = None  # "module:function" returning a base.CloudCheck (`gpucloud check`)
     image_store: str | None = None  # "module:Class" of its ImageStore (baked images, gpucloud/images_build.py)
     takes_hosts: bool = False  # the job names the machines (resources.hosts, --host); runs alone, never mixed
 
@@ -67,11 +68,12 @@ REGISTRY: dict[str, ProviderInfo] = {
                      "Configure the standard AWS credential chain (`aws configure`, AWS_PROFILE, or "
                      "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).",
                      policy="gpucloud.providers.aws.policy:policy_document",
-                     catalog_source="gpucloud.providers.aws.catalog",
+                     catalog_source="gpucloud.providers.aws.catalog", check="gpucloud.providers.aws.check:check",
                      image_store="gpucloud.providers.aws.bake:AwsImageStore"),
         ProviderInfo("azure", "gpucloud.providers.azure", "AzureProvider", "Azure", True, True, _azure_configured,
                      "Run `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
-                     "AZURE_SUBSCRIPTION_ID.", catalog_source="gpucloud.providers.azure.catalog"),
+                     "AZURE_SUBSCRIPTION_ID.", catalog_source="gpucloud.providers.azure.catalog",
+                     check="gpucloud.providers.azure.check:check"),
         ProviderInfo("local", "gpucloud.providers.local", "LocalProvider", "this machine", False, False, _always,
                      "Nothing to configure."),
         ProviderInfo("ssh", "gpucloud.providers.ssh", "SshProvider", "your machines over SSH", False, False, _always,
@@ -132,6 +134,20 @@ def capabilities(cloud: str) -> Capabilities:
 def with_policy() -> tuple[str, ...]:
     """Providers that can print the least-privilege policy gpucloud needs (`gpucloud iam-policy`)."""
     return tuple(n for n, entry in REGISTRY.items() if entry.policy)
+
+
+def with_check() -> tuple[str, ...]:
+    """Providers `gpucloud check` can test (credentials, identity, regions, quotas)."""
+    return tuple(n for n, entry in REGISTRY.items() if entry.check)
+
+
+def run_check(cloud: str) -> CloudCheck:
+    """The provider's `check` (imported lazily: the SDK loads only for the cloud checked)."""
+    entry = info(cloud)
+    if not entry.check:
+        raise ValueError(f"{cloud} has no check")
+    module, func = entry.check.split(":")
+    return getattr(importlib.import_module(module), func)()  # type: ignore[no-any-return]
 
 
 def policy_document(cloud: str) -> dict[str, object]:

@@ -237,3 +237,28 @@ def ssh_source_cidr(lookup: Callable[[], str] | None = None) -> str:
             f"ssh: true needs this machine's public IP address, and looking it up failed ({exc}).",
             hint=f"Set {SSH_CIDR_ENV}=<your address>/32, or drop `ssh: true` (jobs do not need it).",
         ) from None
+
+
+@dataclass
+class CloudCheck:
+    """What `gpucloud check` found about one cloud (a provider's `check` function fills it);
+    `usable` when credentials work and the API answered. Each problem carries its fix."""
+
+    cloud: str
+    usable: bool = False
+    credentials: bool = False
+    identity: dict[str, str] = field(default_factory=dict)
+    regions: list[str] = field(default_factory=list)
+    quotas: list[dict[str, object]] = field(default_factory=list)
+    problems: list[dict[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def problem(self, problem: str, fix: str | None) -> None:
+        self.problems.append({"problem": problem, "fix": fix or ""})
+
+    def as_json(self) -> dict[str, object]:
+        from dataclasses import asdict
+
+        doc = asdict(self)
+        doc["seconds"] = round(self.seconds, 3)
+        return doc

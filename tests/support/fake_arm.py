@@ -69,6 +69,8 @@ _STATUS_BY_CODE = {
 
 _RG_RE = re.compile(r"^/subscriptions/([^/]+)/resourcegroups/([^/]+)$", re.I)
 _RG_LIST_RE = re.compile(r"^/subscriptions/([^/]+)/resourcegroups$", re.I)
+_SUB_RE = re.compile(r"^/subscriptions/([^/]+)(/locations)?$", re.I)
+FAKE_LOCATIONS = ("eastus", "westus2", "westeurope", "southcentralus")
 _OP_RE = re.compile(r"^/subscriptions/[^/]+/providers/[^/]+/locations/[^/]+/(operations|operationresults)/([^/]+)$", re.I)
 _RG_OPRESULT_RE = re.compile(r"^/subscriptions/[^/]+/operationresults/([^/]+)$", re.I)
 _ROLE_RE = re.compile(r"^(?P<scope>/.*?)/providers/microsoft\.authorization/roleassignments/(?P<name>[^/]+)$", re.I)
@@ -543,6 +545,9 @@ class _Handler(BaseHTTPRequestHandler):
         m = _RG_LIST_RE.match(path)
         if m and self.command == "GET":
             return self._list_rgs(m[1], query)
+        m = _SUB_RE.match(path)
+        if m and self.command == "GET":  # `gpucloud check`: whose subscription, which locations
+            return self._subscription(m[1], locations=bool(m[2]))
         m = _RG_RE.match(path)
         if m:
             return self._rg(m[1], m[2], path, body, fail)
@@ -556,6 +561,14 @@ class _Handler(BaseHTTPRequestHandler):
         if m:
             return self._nested(path, m["sub"], m["rg"], m["ns"], m["rest"], query, body, fail)
         self._error(404, "InvalidResourceType", f"The fake ARM server does not know {self.command} {path}.")
+
+    def _subscription(self, sub: str, *, locations: bool) -> None:
+        if sub.lower() != self.arm.subscription_id.lower():
+            return self._error(404, "SubscriptionNotFound", f"The subscription '{sub}' could not be found.")
+        if locations:
+            return self._send(200, {"value": [{"name": n, "displayName": n, "type": "Region"} for n in FAKE_LOCATIONS]})
+        return self._send(200, {"id": f"/subscriptions/{sub}", "subscriptionId": sub, "tenantId": self.arm.tenant_id,
+                                "displayName": "fake subscription", "state": "Enabled"})
 
     # ---- long-running operations ----------------------------------------------------------------
     def _poll(self, op_id: str, *, location_style: bool) -> None:

@@ -2,6 +2,7 @@
 
 Module map (each imports only the ones above it; none imports boto3 at import time):
 - errors      error codes -> ProvisionError kinds, quota codes, AwsTeardownError
+- access      credential / endpoint errors -> CredentialsError / EndpointError (skip the cloud)
 - session     shared session/clients (bounded timeouts) and the one retrying call (AwsClients)
 - credentials warning when temporary credentials end before the run's deadline
 - images      Ubuntu AMI via SSM (fallback DescribeImages), default VPC and zones

@@ -67,17 +67,18 @@ class S3Channel(Channel):
         from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError
 
         client = self._sts if op == "get_caller_identity" else self._s3
+        service = "STS" if client is self._sts else "S3"
         try:
             return retrying_call(client, op, attempts=self.RETRY_ATTEMPTS, base_s=self.RETRY_BASE_S,
                                  cap_s=self.RETRY_CAP_S, **kwargs)
-        except ClientError as exc:
+        except ClientError as exc:  # credential / endpoint errors came out as CloudAccessError already
             status = http_status(exc)
             if error_code(exc) in quiet or (status is not None and str(status) in quiet):
                 raise
-            raise classify(exc, region=self.region, instance_type="s3", spot=False, what=f"S3 {op}",
+            raise classify(exc, region=self.region, instance_type="s3", spot=False, what=f"{service} {op}",
                            tries=getattr(exc, "gpucloud_tries", 1)) from None
         except BotoConnectionError as exc:
-            raise ThrottledError(f"{self.region}: could not reach S3 ({op}): {exc}",
+            raise ThrottledError(f"{self.region}: could not reach {service} ({op}): {exc}",
                                  code=type(exc).__name__) from None
 
     # ---- the bucket ---------------------------------------------------------------------------

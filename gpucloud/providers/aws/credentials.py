@@ -12,7 +12,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpucloud.providers.base import FatalProvisionError, expiry_tag
+from gpucloud.providers.aws.access import no_credentials
+from gpucloud.providers.base import expiry_tag
 
 # Credential sources botocore refreshes by itself (this CLI keeps working past the first expiry).
 REFRESHING = frozenset({"iam-role", "container-role", "assume-role", "assume-role-with-web-identity",
@@ -21,13 +22,10 @@ REFRESHING = frozenset({"iam-role", "container-role", "assume-role", "assume-rol
 
 def credentials_warning(session: Any, deadline: datetime) -> str | None:
     """None when the credentials last past `deadline`, else the warning to show. Raises
-    FatalProvisionError when there are no credentials at all."""
+    CredentialsError when there are no credentials at all (the failover skips AWS)."""
     creds = session.get_credentials()
     if creds is None:
-        raise FatalProvisionError(
-            "no AWS credentials found (environment, ~/.aws, SSO or instance role).",
-            hint="Run `aws configure` or `aws sso login`, or set AWS_PROFILE.",
-        )
+        raise no_credentials()
     try:
         token = creds.get_frozen_credentials().token
     except Exception:  # noqa: BLE001 - a refresh failure shows up on the first real call

@@ -105,6 +105,11 @@ def is_transient(exc: BaseException) -> bool:
     return kind in ("throttle", "server") or (kind == "fatal" and status is not None and status >= 500)
 
 
+def gpu_quotas() -> dict[str, str]:
+    """Code -> name of every GPU vCPU quota RunInstances can trip over (what `gpucloud check` reads)."""
+    return dict(_QUOTA_BY_FAMILY.values())
+
+
 def quota_for(instance_type: str, spot: bool) -> tuple[str, str]:
     """(quota code, quota name) of the vCPU quota that limits launching this instance type."""
     family = re.match(r"[a-z]+", instance_type.lower())

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucloud.providers.aws.images import resolve_image, zones
 from gpucloud.providers.aws.launch import LaunchPlan, launch
+from gpucloud.providers.aws.access import classify_access
 from gpucloud.providers.aws.network import CLOUD, intra_run_rule, placement_group, security_group, ssh_access
 from gpucloud.providers.aws.credentials import credentials_warning, warn_once
 from gpucloud.providers.aws.errors import classify
@@ -152,7 +153,8 @@ class AwsProvider(AwsClients):
             plan = LaunchPlan(ami, root, sg_id, payload, nodes, pg, key)
             launch(self, req, journal, handle, plan, zone_list)
         except Exception as exc:  # Ctrl-C is left to the lifecycle's teardown from the journal
-            self._cleanup_attempt(handle, journal)
+            if any(r.cloud == CLOUD and r.region == cand.region for r in journal.resources(req.run_id)):
+                self._cleanup_attempt(handle, journal)  # else the journal says nothing was created here
             raise self._provision_error(exc, req, what) from None
         return handle
 
@@ -163,6 +165,9 @@ class AwsProvider(AwsClients):
         from botocore.exceptions import HTTPClientError
 
         cand = req.candidate
+        access = classify_access(exc, what=what)  # credentials / endpoint: skip AWS, not a capacity problem
+        if access is not None:
+            return access
         if isinstance(exc, ClientError):
             return classify(exc, region=cand.region, instance_type=cand.instance_type, spot=cand.spot, what=what,
                             tries=getattr(exc, "gpucloud_tries", 1))

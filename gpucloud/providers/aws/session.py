@@ -16,12 +16,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpucloud.providers.aws.access import classify_access
 from gpucloud.providers.aws.errors import is_transient
 
 CONNECT_TIMEOUT_S = 3.0     # TCP connect to an AWS endpoint: fail fast when it is unreachable
 READ_TIMEOUT_S = 8.0        # one response; EC2/S3 answer in about a second, not minutes
 BOTOCORE_ATTEMPTS = 2       # botocore's own tries per call, the first included ("standard" retry mode)
 CONNECT_ATTEMPTS = 2        # gpucloud's tries of a call that could not connect at all
+# STS GetCallerIdentity (the channel's account) is the first call of every run and answers in
+# milliseconds: an endpoint that accepts connections but never answers is found out by it sooner.
+PROBE_SERVICES = {"sts": 4.0}  # service -> read timeout (s)
 
 _SHARED_LOCK = threading.RLock()
 _SESSION: Any = None
@@ -29,12 +33,13 @@ _CLIENTS: dict[tuple[int, str, str, str], tuple[Any, Any]] = {}  # (id(session),
 _CHANNELS: dict[tuple[int, str], Any] = {}                       # (id(session), region) -> S3Channel
 
 
-def client_config(**extra: Any) -> Any:
-    """The botocore Config of every gpucloud client: standard retries and short timeouts."""
+def client_config(service: str = "", **extra: Any) -> Any:
+    """The botocore Config of every gpucloud client: standard retries and short timeouts (shorter
+    still for the identity probe, PROBE_SERVICES)."""
     from botocore.config import Config
 
     return Config(retries={"mode": "standard", "total_max_attempts": BOTOCORE_ATTEMPTS},
-                  connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
+                  connect_timeout=CONNECT_TIMEOUT_S, read_timeout=PROBE_SERVICES.get(service, READ_TIMEOUT_S),
                   user_agent_extra="gpucloud", **extra)
 
 
@@ -57,7 +62,7 @@ def shared_client(session: Any, service: str, region: str, *, signature: str = "
         hit = _CLIENTS.get(key)
         if hit is not None and hit[0] is session:
             return hit[1]
-        cfg = client_config(signature_version=signature) if signature else client_config()
+        cfg = client_config(service, signature_version=signature) if signature else client_config(service)
         client = session.client(service, region_name=region, config=cfg)
         _CLIENTS[key] = (session, client)  # the session is kept alive, so its id is never reused
         return client
@@ -93,21 +98,26 @@ def backoff(attempt: int, base_s: float, cap_s: float) -> float:
 def retrying_call(client: Any, op: str, *, attempts: int, base_s: float, cap_s: float,
                   sleep: Callable[[float], None] = time.sleep, **kwargs: Any) -> Any:
     """One API call; throttling and AWS-side failures are retried with the same arguments up to
-    `attempts` times, connection failures up to CONNECT_ATTEMPTS; then the last error is raised
-    with `gpucloud_tries` set on it (the error message says how hard we tried)."""
-    from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError
+    `attempts` times, other connection failures (a dropped connection) up to CONNECT_ATTEMPTS; then
+    the last error is raised with `gpucloud_tries` set on it (the error message says how hard we
+    tried). Missing or refused credentials and an endpoint that does not answer (botocore already
+    retried it) are raised at once as CredentialsError / EndpointError (access.py)."""
+    from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
 
     tries = 0
     while True:
         tries += 1
         try:
             return getattr(client, op)(**kwargs)
-        except ClientError as exc:
-            if not is_transient(exc) or tries >= attempts:
-                exc.gpucloud_tries = tries  # type: ignore[attr-defined]
-                raise
-        except BotoConnectionError as exc:
-            if tries >= min(attempts, CONNECT_ATTEMPTS):
+        except (ClientError, BotoCoreError) as exc:
+            access = classify_access(exc, what=op)  # refused credentials, dead endpoint: no retry
+            if access is not None:
+                raise access from None
+            if isinstance(exc, ClientError):
+                if not is_transient(exc) or tries >= attempts:
+                    exc.gpucloud_tries = tries  # type: ignore[attr-defined]
+                    raise
+            elif not isinstance(exc, BotoConnectionError) or tries >= min(attempts, CONNECT_ATTEMPTS):
                 exc.gpucloud_tries = tries  # type: ignore[attr-defined]
                 raise
         sleep(backoff(tries - 1, base_s, cap_s))

@@ -1,7 +1,8 @@
 """Azure: one resource group per run and region, VMs that delete their own group, a Blob channel
 (docs/INTERNALS.md, "Providers"; facts in docs/PROVIDERS.md).
 
-Module map: errors (ARM error codes -> ProvisionError kinds), machine (image reference, SSH key,
+Module map: access (bounded client settings, the credential, errors that make Azure unusable:
+CredentialsError / EndpointError), errors (ARM error codes -> ProvisionError kinds), machine (image reference, SSH key,
 power state), channel (BlobChannel, SAS URLs), provider (AzureProvider). No azure SDK import at
 import time.
 """

@@ -25,6 +25,7 @@ from urllib.parse import quote, urlsplit
 
 from gpucloud.channel import Channel
 from gpucloud.errors import UserError
+from gpucloud.providers.azure.access import pipeline_kwargs
 
 STORAGE_API = "2023-05-01"
 CONTAINER = "gpucloud"
@@ -83,7 +84,7 @@ class BlobChannel(Channel):
         # the code tarball go in blocks, each answered well within the read timeout.
         self._service = BlobServiceClient(
             self.account_url, credential={"account_name": self.account_name, "account_key": account_key},
-            retry_total=4, retry_connect=2, retry_read=1, connection_timeout=3, read_timeout=8)
+            **pipeline_kwargs())
         self._container = self._service.get_container_client(container)
         self._https = self.account_url.lower().startswith("https://")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpucloud.providers.azure.access import classify_access
 from gpucloud.providers.base import (
     CapacityError,
     FatalProvisionError,
@@ -62,17 +63,11 @@ def quota_family(message: str, instance_type: str) -> str:
 
 def classify_error(exc: Exception, *, where: str, instance_type: str = "", region: str = "") -> ProvisionError:
     """Turn an Azure SDK error into the ProvisionError kind that drives failover (docs/PROVIDERS.md, "Azure errors")."""
-    from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
-
     if isinstance(exc, ProvisionError):
         return exc
-    if isinstance(exc, ClientAuthenticationError) and not getattr(exc, "status_code", None):
-        return FatalProvisionError(
-            f"Azure credentials are not usable: {str(exc).splitlines()[0]}", code="CredentialUnavailable",
-            hint="Sign in with `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set AZURE_SUBSCRIPTION_ID.")
-    if isinstance(exc, ServiceRequestError):
-        return FatalProvisionError(f"Azure Resource Manager is unreachable while {where}: {str(exc).splitlines()[0]}",
-                                   code="ServiceRequestError")
+    access = classify_access(exc, what=where)  # no credentials / dead endpoint: skip Azure, not a quota
+    if access is not None:
+        return access  # type: ignore[return-value]
     code, message, status = error_parts(exc)
     text = f"{code}: {message}" if code else message
     if code in CAPACITY_CODES:

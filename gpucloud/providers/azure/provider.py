@@ -34,7 +34,14 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gpucloud.errors import GpucloudError
+from gpucloud.errors import CloudAccessError, GpucloudError
+from gpucloud.providers.azure.access import (
+    ARM_ENDPOINT_ENV,
+    DEFAULT_ARM_ENDPOINT,
+    default_credential,
+    no_subscription,
+    pipeline_kwargs,
+)
 from gpucloud.providers.azure.errors import classify_error, error_parts, with_arm_error
 from gpucloud.providers.azure.machine import (
     driver_extension_body,
@@ -67,9 +74,7 @@ if TYPE_CHECKING:
     from gpucloud.spec import JobSpec
     from gpucloud.state import Journal
 
-ARM_ENDPOINT_ENV = "GPUCLOUD_AZURE_ARM_ENDPOINT"
 BLOB_ENDPOINT_ENV = "GPUCLOUD_AZURE_BLOB_ENDPOINT"
-DEFAULT_ARM_ENDPOINT = "https://management.azure.com"
 # Built-in "Contributor" (the same id in every tenant and cloud).
 CONTRIBUTOR_ROLE_ID = "b24988ac-6180-42a0-ab88-20f7382dd24c"
 ROLE_ASSIGNMENTS_API = "2022-04-01"
@@ -82,14 +87,6 @@ MAX_PARALLEL_NODES = 16
 ABORT_CHECK_S = 0.25
 # A new identity takes a while to replicate before a role can be assigned to it.
 PRINCIPAL_RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15, 30)
-# Bounded client retries and timeouts (azure-core's defaults retry 10 times): an unreachable ARM
-# endpoint fails in seconds, not minutes (docs/PROVIDERS.md, "Azure calls and retries").
-CLIENT_RETRY_TOTAL = 4          # 429/5xx answers (ARM's Retry-After is honoured)
-CLIENT_RETRY_CONNECT = 2        # could not connect: the endpoint is down, do not insist
-CLIENT_RETRY_READ = 1           # connected, no answer within READ_TIMEOUT_S
-CLIENT_RETRY_BACKOFF_MAX_S = 8
-CONNECTION_TIMEOUT_S = 3
-READ_TIMEOUT_S = 8
 RG, VM = "resource-group", "vm"  # RunHandle resource kinds
 
 def resource_group_name(run_id: str, region: str) -> str:
@@ -147,15 +144,12 @@ class AzureProvider:
     def subscription_id(self) -> str:
         sub = self._subscription_id or os.environ.get("AZURE_SUBSCRIPTION_ID")
         if not sub:
-            raise FatalProvisionError("AZURE_SUBSCRIPTION_ID is not set.", code="NoSubscription",
-                                      hint="Set it to the subscription to run in (`az account show --query id -o tsv`).")
+            raise no_subscription()
         return sub
 
     def credential(self) -> Any:
         if self._credential is None:
-            from azure.identity import DefaultAzureCredential
-
-            self._credential = DefaultAzureCredential()
+            self._credential = default_credential()
         return self._credential
 
     def _client_kwargs(self) -> dict[str, Any]:
@@ -163,12 +157,7 @@ class AzureProvider:
             "base_url": self.arm_endpoint,
             "credential_scopes": [f"{self.arm_endpoint}/.default"],
             "polling_interval": DEFAULT_POLL_SECONDS,
-            "retry_total": CLIENT_RETRY_TOTAL,
-            "retry_connect": CLIENT_RETRY_CONNECT,
-            "retry_read": CLIENT_RETRY_READ,
-            "retry_backoff_max": CLIENT_RETRY_BACKOFF_MAX_S,
-            "connection_timeout": CONNECTION_TIMEOUT_S,
-            "read_timeout": READ_TIMEOUT_S,
+            **pipeline_kwargs(),
         }
         if self.arm_endpoint.lower().startswith("http://"):
             kw["per_call_policies"] = [_allow_http_policy()]
@@ -282,7 +271,10 @@ class AzureProvider:
             if isinstance(exc, _NodeFailed):  # any node's failure fails the whole attempt
                 step, cause = exc.step, exc.cause
             error = classify_error(cause, where=step, instance_type=cand.instance_type, region=region)
-            self._cleanup_after_failure(handle, journal)
+            made = any(r.cloud == self.name and r.region == region and r.cloud_id
+                       for r in journal.resources(req.run_id))
+            if made or not isinstance(error, CloudAccessError):  # no credentials: nothing was created
+                self._cleanup_after_failure(handle, journal)
             raise error from None
 
     def _create_nodes(self, req: LaunchRequest, journal: Journal, rg: str, tags: dict[str, str], subnet_id: str,

@@ -1,0 +1,116 @@
+"""Finishing runs that nobody followed to the end (issue 10, item 7).
+
+- `gpucloud collect RUN`: for a detached run, or one whose `gpucloud run` died, read the nodes'
+  final status, download the log and the artifacts into ./gpucloud-runs/RUN/, record the outcome
+  and tear down whatever the run still holds.
+- `status`/`ls` (commands.refresh, commands.reconcile) show a run whose CLI was killed before it
+  read the result as "collecting" with the command that finishes it, never as "succeeded".
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpucloud.errors import GpucloudError, UserError
+from gpucloud.state import Journal, RunRecord, Store, home_dir
+
+RESULTS_DIR = "gpucloud-runs"
+
+
+class NotFinished(GpucloudError):
+    """The run is still going: nothing to collect yet. Exit 75 (try again later)."""
+
+    exit_code = 75
+    kind = "not-finished"
+
+
+@dataclass
+class Collected:
+    run_id: str
+    status: str
+    exit_code: int | None
+    directory: str
+    artifacts: list[str] = field(default_factory=list)
+    log: str | None = None
+    teardown_errors: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "status": self.status, "exit_code": self.exit_code,
+                "directory": self.directory, "artifacts": self.artifacts, "log": self.log,
+                "teardown_errors": self.teardown_errors}
+
+
+def _final_statuses(run: RunRecord) -> list[dict | None]:
+    from gpucloud.commands import _channel_for
+    from gpucloud.watch import is_final
+
+    channel = _channel_for(run)
+    if channel is None:
+        raise UserError(f"run {run.id} never reached a machine ({run.status}): there is nothing to collect.",
+                        hint="`gpucloud status RUN` shows what happened.")
+    statuses = [channel.read_status(run.id, r) for r in range(run.num_nodes)]
+    if not all(is_final(st) for st in statuses):
+        stage = next((st.get("stage") for st in statuses if st and st.get("stage")), None)
+        raise NotFinished(f"run {run.id} has not finished yet" + (f" (stage {stage})" if stage else "") + ".",
+                          hint=f"`gpucloud logs {run.id} --follow` waits for it; collect afterwards.")
+    return statuses
+
+
+def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
+    """Download log and artifacts of a finished run, record its outcome, tear down what is left."""
+    from gpucloud.commands import _channel_for, _find
+    from gpucloud.runlog import LogMirror
+    from gpucloud.teardown import teardown_run
+    from gpucloud.watch import outcome, vm_phases
+
+    store = Store()
+    run = _find(store, ref)
+    statuses = _final_statuses(run)
+    channel = _channel_for(run)
+    assert channel is not None
+    dest = (dest_root or Path.cwd() / RESULTS_DIR) / run.id
+    dest.mkdir(parents=True, exist_ok=True)
+    mirror = LogMirror(home_dir(), run.id, run.num_nodes)
+    mirror.sync(channel, final=True)
+    log = None
+    if mirror.path.is_file():
+        shutil.copyfile(mirror.path, dest / "job.log")
+        log = str(dest / "job.log")
+    got = []
+    for rank in range(run.num_nodes):
+        out = channel.download_artifacts(run.id, rank, dest if run.num_nodes == 1 else dest / f"node-{rank}")
+        if out is not None:
+            got.append(str(out))
+    status, code, message = outcome(statuses)
+    store.set_phases(run.id, vm_phases(statuses))
+    store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
+    store.update_run(run.id, artifacts_dir=str(dest))
+    store.event(run.id, "collect", f"log and {len(got)} artifact set(s) into {dest}")
+    errors: list[str] = []
+    if store.resources(run.id, alive_only=True):
+        errors = teardown_run(store, Journal(store), store.get_run(run.id) or run, wait=True,
+                               say=lambda m: print(f"warning: {m}", file=sys.stderr))
+    final = store.get_run(run.id) or run
+    return Collected(run_id=run.id, status=final.status, exit_code=final.exit_code, directory=str(dest),
+                     artifacts=got, log=log, teardown_errors=errors)
+
+
+def collect_command(ref: str, *, json_out: bool) -> int:
+    """`gpucloud collect RUN`; returns the job's exit code (what `run` would have returned)."""
+    from gpucloud.jsonout import emit
+
+    result = collect_run(ref)
+    if json_out:
+        emit(result.as_json())
+    else:
+        print(f"run {result.run_id}: {result.status} (exit {result.exit_code}); results in {result.directory}",
+              file=sys.stderr)
+        if not result.artifacts:
+            print("no artifacts were uploaded by the job", file=sys.stderr)
+    if result.teardown_errors:
+        return 70
+    return result.exit_code or 0

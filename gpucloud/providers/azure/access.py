@@ -1,0 +1,102 @@
+"""Azure can or cannot be used at all: the bounded pipeline settings every Azure client gets (ARM
+and Blob), a DefaultAzureCredential that does not print its 15-line diagnosis through logging, and
+the errors that mean "skip Azure" (no credentials, no subscription, an endpoint that does not
+answer) as CredentialsError / EndpointError (docs/PROVIDERS.md, "Azure calls and retries").
+
+azure-core's defaults retry 10 times and wait up to 300 s per connection; a dead or wrong endpoint
+must fail in seconds instead (RetryPolicy's retry_* and the transport's connection_timeout /
+read_timeout keyword arguments, accepted by every azure-core client).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Any
+
+from gpucloud.errors import CloudAccessError, CredentialsError, EndpointError
+
+CLOUD = "azure"
+ARM_ENDPOINT_ENV = "GPUCLOUD_AZURE_ARM_ENDPOINT"
+DEFAULT_ARM_ENDPOINT = "https://management.azure.com"
+CLIENT_RETRY_TOTAL = 4          # 429/5xx answers (ARM's Retry-After is honoured)
+CLIENT_RETRY_CONNECT = 2        # could not connect: the endpoint is down, do not insist
+CLIENT_RETRY_READ = 1           # connected, no answer within READ_TIMEOUT_S
+CLIENT_RETRY_BACKOFF_MAX_S = 8
+CONNECTION_TIMEOUT_S = 3
+READ_TIMEOUT_S = 8
+CREDENTIALS_HINT = ("Sign in with `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
+                    "AZURE_SUBSCRIPTION_ID; `gpucloud check --cloud azure` tests them.")
+
+
+def pipeline_kwargs() -> dict[str, Any]:
+    """Keyword arguments for every azure-core client: short timeouts, few retries."""
+    return {"retry_total": CLIENT_RETRY_TOTAL, "retry_connect": CLIENT_RETRY_CONNECT,
+            "retry_read": CLIENT_RETRY_READ, "retry_backoff_max": CLIENT_RETRY_BACKOFF_MAX_S,
+            "connection_timeout": CONNECTION_TIMEOUT_S, "read_timeout": READ_TIMEOUT_S}
+
+
+def default_credential() -> Any:
+    """DefaultAzureCredential with azure.identity's WARNING lines silenced (on failure it logs its
+    whole chain once per attempt; the exception carries what we show, one line) and the same
+    bounded waits for the token endpoints (managed identity, Entra ID) as for ARM."""
+    from azure.identity import DefaultAzureCredential
+
+    logging.getLogger("azure.identity").setLevel(logging.ERROR)
+    return DefaultAzureCredential(connection_timeout=CONNECTION_TIMEOUT_S, retry_connect=1, retry_read=1,
+                                  retry_backoff_max=2)
+
+
+def credential_summary(text: str) -> str:
+    """The one line that matters of a DefaultAzureCredential failure: the source that was configured
+    and failed, else which sources were tried (instead of the chain's lines of links and advice)."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    if not lines:
+        return "no credential available"
+    tried = [m[1] for line in lines if (m := re.match(r"(\w+Credential):", line))]
+    failed = [line for line in lines if re.match(r"\w+Credential:", line) and "unavailable" not in line.lower()]
+    if failed:  # e.g. an identity endpoint that does not answer
+        return failed[0]
+    if tried:
+        shown = ", ".join(tried[:3]) + (", ..." if len(tried) > 3 else "")
+        return f"DefaultAzureCredential tried {len(tried)} sources ({shown}); none had credentials"
+    return lines[0]
+
+
+def arm_endpoint() -> str:
+    return os.environ.get(ARM_ENDPOINT_ENV) or DEFAULT_ARM_ENDPOINT
+
+
+def endpoint_of(exc: BaseException) -> str:
+    """The host the SDK could not reach (named in the transport's message), else the ARM endpoint."""
+    m = re.search(r"host='([^']+)', port=(\d+)", str(exc))
+    return f"{m[1]}:{m[2]}" if m else arm_endpoint()
+
+
+def no_subscription() -> CredentialsError:
+    return CredentialsError("Azure: AZURE_SUBSCRIPTION_ID is not set.", cloud=CLOUD,
+                            hint="Set it to the subscription to run in (`az account show --query id -o tsv`).")
+
+
+def classify_access(exc: BaseException, *, what: str = "") -> CloudAccessError | None:
+    """CredentialsError / EndpointError for an Azure SDK error that makes Azure unusable; None else."""
+    from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
+
+    during = f" while {what}" if what else ""
+    if isinstance(exc, CloudAccessError):
+        return exc
+    if isinstance(exc, ClientAuthenticationError) and not getattr(exc, "status_code", None):
+        summary = credential_summary(str(exc))
+        if "connection" in summary.lower():
+            return EndpointError(f"Azure: the credential endpoint did not answer{during} ({summary}).", cloud=CLOUD,
+                                 hint="Check IDENTITY_ENDPOINT / MSI_ENDPOINT and the network, or sign in with `az login`.")
+        return CredentialsError(f"Azure: no usable credentials{during} ({summary}).", cloud=CLOUD,
+                                hint=CREDENTIALS_HINT)
+    if isinstance(exc, ServiceRequestError):
+        override = os.environ.get(ARM_ENDPOINT_ENV)
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        return EndpointError(f"Azure: could not reach {endpoint_of(exc)}{during} ({first}).", cloud=CLOUD,
+                             hint=(f"{ARM_ENDPOINT_ENV} is set to {override}: unset it or start the service there."
+                                   if override else "Check the network (proxy, firewall, VPN)."))
+    return None
