@@ -1,4 +1,4 @@
-"""The shipped catalog: completeness against FACTS.md sections 1-2, provenance, statuses, lookups."""
+"""The shipped catalog: completeness against docs/CATALOG.md (FACTS s1-2), provenance, statuses, lookups."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from gpucloud.catalog import CatalogError, load_catalog, gpu_names, resolve_gpu_
 FACTS_GPUS = ["K40", "K80", "M60", "P100", "P40", "V100", "V100-32GB", "T4", "T4G", "A10G", "A10", "L4", "L40S",
               "A100-40GB", "A100-80GB", "H100", "H100-NVL", "H200", "B200", "GB200"]
 
-# (cloud, instance type) -> (GPU, count, vCPUs, memory GiB, us-east-1/eastus $/h, status), FACTS.md s1-2.
+# (cloud, instance type) -> (GPU, count, vCPUs, memory GiB, us-east-1/eastus $/h, status), docs/CATALOG.md (FACTS s1-2).
 FACTS_TYPES = {
     ("aws", "p2.xlarge"): ("K80", 1, 4, 61, 0.90, "retired"),
     ("aws", "p2.8xlarge"): ("K80", 8, 32, 488, 7.20, "retired"),
