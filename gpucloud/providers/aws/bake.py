@@ -7,6 +7,8 @@ timeouts, AWS_ENDPOINT_URL honoured, so tests point it at moto). The images are 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from gpucloud.images_build import HASH_TAG, KIND_TAG, KIND_VALUE, BakedImage
@@ -18,20 +20,39 @@ def _ec2(region: str) -> Any:
     return shared_client(shared_session(), "ec2", region)
 
 
+@contextmanager
+def _access_errors(what: str) -> Iterator[None]:
+    """Missing or refused credentials and a dead endpoint become CredentialsError / EndpointError
+    (access.py), so `image ls/rm` fail with exit 78 and the fix, not as an internal error."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from gpucloud.providers.aws.access import classify_access
+
+    try:
+        yield
+    except (ClientError, BotoCoreError) as exc:
+        access = classify_access(exc, what=what)
+        if access is not None:
+            raise access from None
+        raise
+
+
 class AwsImageStore:
     """`ImageStore` for EC2: CreateImage / DescribeImages(Owners=self) / DeregisterImage + snapshots."""
 
     def create_image(self, region: str, instance_id: str, name: str, tags: dict[str, str]) -> str:
         tag_list = [{"Key": k, "Value": v} for k, v in tags.items()]
         ec2 = _ec2(region)
-        resp = ec2.create_image(InstanceId=instance_id, Name=name, Description=tags.get("gpucloud:stack", name)[:255],
-                                TagSpecifications=[{"ResourceType": "image", "Tags": tag_list}])
-        ref = str(resp["ImageId"])
-        # The snapshots get the same tags (so `gc` and cost reports see them) in a second call:
-        # not every EC2 implementation accepts a "snapshot" TagSpecification on CreateImage.
-        snapshots = self._snapshots(ec2, ref)
-        if snapshots:
-            ec2.create_tags(Resources=snapshots, Tags=tag_list)
+        with _access_errors("creating an image"):
+            resp = ec2.create_image(InstanceId=instance_id, Name=name,
+                                    Description=tags.get("gpucloud:stack", name)[:255],
+                                    TagSpecifications=[{"ResourceType": "image", "Tags": tag_list}])
+            ref = str(resp["ImageId"])
+            # The snapshots get the same tags (so `gc` and cost reports see them) in a second call:
+            # not every EC2 implementation accepts a "snapshot" TagSpecification on CreateImage.
+            snapshots = self._snapshots(ec2, ref)
+            if snapshots:
+                ec2.create_tags(Resources=snapshots, Tags=tag_list)
         return ref
 
     @staticmethod
@@ -41,7 +62,9 @@ class AwsImageStore:
                 if m.get("Ebs", {}).get("SnapshotId")]
 
     def list_images(self, region: str) -> list[BakedImage]:
-        resp = _ec2(region).describe_images(Owners=["self"], Filters=[{"Name": f"tag:{KIND_TAG}", "Values": [KIND_VALUE]}])
+        with _access_errors("listing images"):
+            resp = _ec2(region).describe_images(Owners=["self"],
+                                                Filters=[{"Name": f"tag:{KIND_TAG}", "Values": [KIND_VALUE]}])
         out = []
         for image in resp.get("Images", []):
             tags = {t["Key"]: t["Value"] for t in image.get("Tags", [])}
@@ -52,7 +75,8 @@ class AwsImageStore:
 
     def delete_image(self, region: str, ref: str) -> None:
         ec2 = _ec2(region)
-        snapshots = self._snapshots(ec2, ref)
-        ec2.deregister_image(ImageId=ref)
-        for snap in snapshots:  # a deregistered AMI leaves its snapshots (and their bill) behind
-            ec2.delete_snapshot(SnapshotId=snap)
+        with _access_errors("deleting an image"):
+            snapshots = self._snapshots(ec2, ref)
+            ec2.deregister_image(ImageId=ref)
+            for snap in snapshots:  # a deregistered AMI leaves its snapshots (and their bill) behind
+                ec2.delete_snapshot(SnapshotId=snap)
