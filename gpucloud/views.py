@@ -137,7 +137,7 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
             market += f" [{c.status}]"
         table.add_row(str(i), c.cloud, c.region, c.instance_type, gpus, market,
                       f"{c.price_per_hour:.3f}", f"{c.total_per_hour:.3f}", f"{c.estimated_cost:.2f}")
-    _print(table, optional=("$/h per node", "market"))
+    _print(table, optional=("$/h per node", "market", "est. $"))
     if len(plan.candidates) > len(shown):
         print(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
     print_stack(plan.stack, brief=True)
