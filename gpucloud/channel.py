@@ -104,6 +104,22 @@ def node_prefix(run_id: str, rank: int) -> str:
     return f"runs/{run_id}/node-{rank}"
 
 
+CHECKPOINT_SLOTS = 2  # two versioned slots: an upload never touches the newest complete checkpoint
+
+
+def checkpoint_keys(run_id: str, slot: int) -> tuple[str, str]:
+    """(data, record) keys of one checkpoint slot. The record (`<seq> <sha256> <bytes> end`) is
+    PUT after the data; a restore takes the newest slot whose data matches its record
+    (docs/SPOT.md, "Checkpoints")."""
+    base = f"{run_prefix(run_id)}/checkpoint/slot-{slot}"
+    return f"{base}.tar.gz", f"{base}.sum"
+
+
+def notice_key(run_id: str, rank: int) -> str:
+    """The simulated interruption notice `gpucloud preempt` writes; the VM's guard polls it."""
+    return f"{node_prefix(run_id, rank)}/notice"
+
+
 def log_key(run_id: str, rank: int, index: int) -> str:
     return f"{node_prefix(run_id, rank)}/log/{index:06d}"
 
@@ -157,12 +173,14 @@ class Channel(ABC):
         """Upload the packed workdir (pack_workdir) that every node fetches."""
         self.put_file(f"{run_prefix(run_id)}/code.tar.gz", tarball)
 
-    def prepare(self, run_id: str, num_nodes: int, deadline: datetime, *, log_interval: float = 5.0) -> list[str]:
+    def prepare(self, run_id: str, num_nodes: int, deadline: datetime, *, log_interval: float = 5.0,
+                checkpoint: bool = False) -> list[str]:
         """Write each node's manifest; return each node's manifest GET URL (rank order).
 
         `deadline` is the run's hard end (UTC): URLs expire at deadline + URL_MARGIN, and the VM's
         watchdog fires at it (manifest line `deadline <epoch>`). `log_interval` should be the one
-        rendered into the bootstrap: it sizes the number of log parts.
+        rendered into the bootstrap: it sizes the number of log parts. `checkpoint`: add the
+        checkpoint slots' URLs (`ckpt_put|ckpt_get|ckpt_sum_put|ckpt_sum_get <slot> URL`).
         """
         if deadline.tzinfo is None:
             deadline = deadline.replace(tzinfo=UTC)
@@ -188,12 +206,40 @@ class Channel(ABC):
                 *(f"ready_get {r} {u}" for r, u in enumerate(ready_get)),
                 *([f"done_put {self.url_put(f'{base}/done', expires)}"] if done_get else []),
                 *(f"done_get {r} {u}" for r, u in enumerate(done_get)),
+                f"notice_get {self.url_get(notice_key(run_id, rank), expires)}",
+                *(self._checkpoint_lines(run_id, expires) if checkpoint else []),
                 *([f"log_dir {log_dirs[rank]}"] if log_dirs[rank] else
                   (f"log_put {i} {self.url_put(log_key(run_id, rank, i), expires)}" for i in range(parts))),
             ]
             self.put_bytes(f"{base}/manifest", ("\n".join(lines) + "\n").encode())
             urls.append(self.url_get(f"{base}/manifest", expires))
         return urls
+
+    def _checkpoint_lines(self, run_id: str, expires: datetime) -> list[str]:
+        lines = []
+        for slot in range(CHECKPOINT_SLOTS):
+            data, record = checkpoint_keys(run_id, slot)
+            lines += [f"ckpt_put {slot} {self.url_put(data, expires)}", f"ckpt_get {slot} {self.url_get(data, expires)}",
+                      f"ckpt_sum_put {slot} {self.url_put(record, expires)}",
+                      f"ckpt_sum_get {slot} {self.url_get(record, expires)}"]
+        return lines
+
+    def send_notice(self, run_id: str, rank: int, reason: str = "gpucloud preempt") -> None:
+        """Write the simulated interruption notice of one node (its guard acts on it within seconds)."""
+        self.put_bytes(notice_key(run_id, rank), f"{reason}\n".encode())
+
+    def copy_run_to(self, run_id: str, dest: Channel) -> int:
+        """Copy the run's code and checkpoint slots into another channel (a relaunch in another
+        region or cloud); returns the bytes copied. Objects are held in memory one at a time."""
+        keys = [f"{run_prefix(run_id)}/code.tar.gz"]
+        keys += [k for slot in range(CHECKPOINT_SLOTS) for k in checkpoint_keys(run_id, slot)]
+        copied = 0
+        for key in keys:
+            data = self.get_bytes(key)
+            if data is not None:
+                dest.put_bytes(key, data)
+                copied += len(data)
+        return copied
 
     def node_index(self, run_id: str, manifest_urls: list[str], deadline: datetime) -> str:
         """Write `runs/<run_id>/nodes` (`manifest <rank> <url>` per node, from `prepare`) and return

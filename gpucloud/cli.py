@@ -390,6 +390,49 @@ def down(run_id: Annotated[str, typer.Argument(metavar="RUN")], yes: YesOpt = Fa
 
 @app.command()
 @handles_errors
+def preempt(
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    node: Annotated[Optional[int], typer.Option("--node", help="Only this node rank (default: every node).")] = None,
+) -> None:
+    """Send a (simulated) interruption notice to a running run, to test its checkpoint and resume."""
+    from gpucloud.commands import preempt_run
+
+    preempt_run(run_id, node=node)
+
+
+@app.command()
+@handles_errors
+def watch(run_id: Annotated[str, typer.Argument(metavar="RUN")], json_out: JsonOpt = False) -> None:
+    """Follow a detached run to its end: logs, spot recovery, artifacts, teardown."""
+    from gpucloud.lifecycle import watch_job
+
+    result = watch_job(run_id, json_out=json_out)
+    if json_out:
+        emit_json(result.as_json())
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+@handles_errors
+def cost(
+    run_id: Annotated[Optional[str], typer.Argument(metavar="RUN", help="A run id (default: every run).")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Runs created on or after DATE (YYYY-MM-DD).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """What runs cost, per attempt: where, spot or on-demand, billed time, saving against on-demand."""
+    from gpucloud.cost import cost_report
+
+    report = cost_report(run_id, since=since)
+    if json_out:
+        emit_json(report)
+        return
+    from gpucloud.views import print_cost
+
+    print_cost(report)
+
+
+@app.command()
+@handles_errors
 def gc(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be deleted.")] = False,
     yes: YesOpt = False,

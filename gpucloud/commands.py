@@ -103,6 +103,8 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
         status, code, message = outcome(obs.statuses)
         store.set_phases(run.id, vm_phases(obs.statuses))
         store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
+        if status == "preempted":  # nobody follows it (no `gpucloud watch`): the attempt ends as preempted
+            store.end_attempt(run.id, None, message or "preempted")
     elif obs.lost:
         store.finish_run(run.id, "lost", exit_code=70, message="the machine is gone without a final status",
                          only_if_active=True)
@@ -260,6 +262,27 @@ def _down_with_store(run_id: str, *, assume_yes: bool) -> None:
                             hint=f"Run `gpucloud down {run.id}` again, or `gpucloud gc`.")
     store.event(run.id, "down", f"torn down in {time.monotonic() - t0:.1f}s")
     print(f"run {run.id}: torn down ({len(alive)} resource(s))", file=sys.stderr)
+
+
+def preempt_run(run_id: str, *, node: int | None) -> None:
+    """`gpucloud preempt`: write the simulated interruption notice (the channel's `notice` object,
+    docs/SPOT.md) for one node or every node; each node's guard acts on it within seconds, as on a
+    cloud's own notice: SIGTERM to the job, checkpoint upload, state `preempted`."""
+    store = Store()
+    run = _find(store, run_id)
+    if run.final:
+        raise UserError(f"run {run.id} already ended ({run.status}); there is nothing to preempt.")
+    if node is not None and not 0 <= node < run.num_nodes:
+        raise UserError(f"--node {node}: run {run.id} has node(s) 0..{run.num_nodes - 1}.")
+    channel = _channel_for(run)
+    if channel is None or run.status not in ("running", "provisioning"):
+        raise UserError(f"run {run.id} is {run.status}: no machine to send the notice to yet.",
+                        hint="Try again once `gpucloud status` shows it running.")
+    ranks = [node] if node is not None else list(range(run.num_nodes))
+    for rank in ranks:
+        channel.send_notice(run.id, rank)
+    store.event(run.id, "preempt", f"simulated interruption notice sent to node(s) {ranks}")
+    print(f"run {run.id}: interruption notice sent to node(s) {', '.join(map(str, ranks))}", file=sys.stderr)
 
 
 def _down_without_store(ref: str, damage: StoreError, *, assume_yes: bool) -> None:

@@ -41,6 +41,8 @@ class Launch:
     channel: Channel
     handle: RunHandle
     deadline: float  # epoch seconds
+    plan_index: int = 0  # the candidate's place in the plan (a relaunch starts after it)
+    attempt: int = 0     # the attempt's index in the state store
 
 
 @dataclass
@@ -55,19 +57,28 @@ class Failover:
     progress: Progress
     vm_dir: str | None = None  # the bootstrap's work folder when not the provider's (image builders)
     failures: list[str] = field(default_factory=list)  # "where: why", one per failed attempt
+    order: list[int] | None = None   # plan indices to try, in order (a relaunch); None: the whole plan
+    # A relaunch: (channel, cloud, region) holding the run's code and checkpoints, copied from it
+    # into another region's channel; and the nodes' objects of the last attempt are reset first.
+    source: tuple[Channel, str, str] | None = None
     access: list[str] = field(default_factory=list)    # one line per cloud skipped (credentials, endpoint)
     _skip_clouds: set[str] = field(default_factory=set)
     _skip_regions: set[tuple[str, str]] = field(default_factory=set)
     _uploaded: set[int] = field(default_factory=set)   # channels that already have the code
+    _copied: set[tuple[str, str]] = field(default_factory=set)
 
-    def run(self, tarball: Path) -> Launch:
+    def run(self, tarball: Path | None) -> Launch:
         """Provision the first candidate that works. Raise ConfigurationError (exit 78) when every
-        attempt failed because its cloud cannot be used at all, else NoCandidateError."""
-        for index, cand in enumerate(self.plan.candidates):
+        attempt failed because its cloud cannot be used at all, else NoCandidateError.
+        `tarball`: the packed workdir to upload (None on a relaunch: the code is in `source`)."""
+        order = self.order if self.order is not None else range(len(self.plan.candidates))
+        for plan_index in order:
+            cand = self.plan.candidates[plan_index]
             if cand.cloud in self._skip_clouds or (cand.cloud, cand.region) in self._skip_regions:
                 continue
+            index = self.store.next_attempt_idx(self.run_id)
             where = f"{cand.cloud}/{cand.region}/{cand.instance_type}" + (" (spot)" if cand.spot else "")
-            self.progress.info(f"attempt {len(self.failures) + 1}: {where}")
+            self.progress.info(f"attempt {index + 1}: {where}")
             self.store.update_run(self.run_id, cloud=cand.cloud, region=cand.region, instance_type=cand.instance_type,
                                   price_per_hour=cand.price_per_hour, status="provisioning", phase="provision",
                                   started_at=time.time())
@@ -78,6 +89,7 @@ class Failover:
             try:
                 provider = providers.get_provider(cand.cloud)
                 launch = self._attempt(provider, cand, index, tarball)
+                launch.plan_index = plan_index
             except CloudAccessError as exc:  # no credentials, dead endpoint: skip this cloud once
                 self._skip_cloud(provider, cand, index, where, exc)
                 continue
@@ -133,13 +145,20 @@ class Failover:
         if self.vm_dir:
             caps = replace(caps, vm_dir=self.vm_dir)
         channel = provider.channel(cand.region)
-        if id(channel) not in self._uploaded:
+        if tarball is not None and id(channel) not in self._uploaded:
             channel.upload_code(self.run_id, tarball)
             self._uploaded.add(id(channel))
-        if self.failures:
+        if self.source is not None and (cand.cloud, cand.region) not in self._copied:
+            src, cloud, region = self.source
+            if (cloud, region) != (cand.cloud, cand.region):
+                copied = src.copy_run_to(self.run_id, channel)
+                self.progress.info(f"code and checkpoint copied to {cand.cloud}/{cand.region} ({copied} bytes)")
+            self._copied.add((cand.cloud, cand.region))
+        if self.failures or self.source is not None:
             channel.reset_nodes(self.run_id, spec.num_nodes)
         deadline = datetime.now(UTC) + timedelta(seconds=spec.max_duration)
-        urls = channel.prepare(self.run_id, spec.num_nodes, deadline, log_interval=caps.log_interval)
+        urls = channel.prepare(self.run_id, spec.num_nodes, deadline, log_interval=caps.log_interval,
+                               checkpoint=bool(spec.checkpoint))
         # A provider that launches N identical machines in one call gets one script for all: each
         # node finds its rank at boot and its manifest through the node index.
         shared = spec.num_nodes > 1 and caps.shared_user_data
@@ -161,7 +180,7 @@ class Failover:
         handle = provider.provision(req, self.journal)
         self.store.set_attempt_handle(self.run_id, index, handle.to_json(), zone=handle.zone)
         return Launch(provider=provider, candidate=cand, channel=channel, handle=handle,
-                      deadline=deadline.timestamp())
+                      deadline=deadline.timestamp(), attempt=index)
 
     def _failed(self, provider: Provider | None, cand: Candidate, index: int, where: str, reason: str,
                 skipped: str, *, quiet: str = "") -> None:

@@ -31,6 +31,7 @@ from gpucloud.watch import observe, outcome, stage_order, stale, vm_phases
 if TYPE_CHECKING:
     from gpucloud.failover import Launch
     from gpucloud.planner import Plan
+    from gpucloud.recovery import Recovery
     from gpucloud.spec import JobSpec
 
 CLI_DEADLINE_GRACE_S = 60.0   # the VM ends itself at the deadline; the CLI steps in after this
@@ -85,7 +86,40 @@ def run_job(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool 
     free = all(c.total_per_hour == 0 for c in plan.candidates)  # a $0 run (local) is not worth a prompt
     if not assume_yes and not free and not views.ask("Launch it?"):
         raise Declined("not launched.")
-    return _Run(spec, plan, detach=detach, json_out=json_out, wait_teardown=wait_teardown, plan_s=plan_s).execute()
+    return _Run(spec, plan, detach=detach, json_out=json_out, wait_teardown=wait_teardown, plan_s=plan_s,
+                plan_kw={"cloud": cloud, "region": region, "spot": spot}).execute()
+
+
+def watch_job(run_ref: str, *, json_out: bool) -> RunResult:
+    """`gpucloud watch RUN`: follow a detached run from this process as `run` would have: stream
+    it, recover it (spot recovery), collect its artifacts and tear it down at the end."""
+    import json
+
+    from gpucloud.errors import UserError
+    from gpucloud.planner import make_plan
+    from gpucloud.recovery import Recovery, launch_of, plan_args
+    from gpucloud.spec import JobSpec
+
+    store = Store()
+    run = store.find_run(run_ref)
+    if run is None:
+        raise UserError(f"no run {run_ref!r} in {store.path}.", hint="`gpucloud ls` lists the runs.")
+    if run.final:
+        raise UserError(f"run {run.id} already ended ({run.status}); there is nothing to watch.")
+    from gpucloud.commands import _pid_alive
+
+    if run.pid and run.pid != os.getpid() and _pid_alive(run.pid) and not run.detached:
+        raise UserError(f"run {run.id} is already followed by process {run.pid}.")
+    spec = JobSpec.model_validate(json.loads(run.spec_json or "{}"))
+    kw = plan_args(store, run.id)
+    plan = make_plan(spec, cloud=kw.get("cloud"), region=kw.get("region"), spot=kw.get("spot"))  # type: ignore[arg-type]
+    follower = _Run(spec, plan, detach=False, json_out=json_out, wait_teardown=True, plan_s=0.0, plan_kw=kw,
+                    run_id=run.id)
+    follower.launch = launch_of(run, plan)
+    follower.recovery = Recovery.resume(spec, plan, run, follower.store, follower.journal, follower.progress)
+    store.update_run(run.id, detached=False, pid=os.getpid())
+    store.event(run.id, "watch", f"followed by `gpucloud watch` (pid {os.getpid()})")
+    return follower.execute()
 
 
 class _Run:
@@ -94,13 +128,16 @@ class _Run:
     vm_dir: str | None = None  # the bootstrap's work folder, when not the provider's (gpucloud/bake.py)
 
     def __init__(self, spec: JobSpec, plan: Plan, *, detach: bool, json_out: bool, wait_teardown: bool,
-                 plan_s: float) -> None:
+                 plan_s: float, plan_kw: dict[str, Any] | None = None, run_id: str | None = None) -> None:
         self.spec, self.plan = spec, plan
         self.detach, self.json_out, self.wait_teardown = detach, json_out, wait_teardown
         self.home = home_dir()
         self.store = Store()
         self.journal = Journal(self.store)
-        self.run_id = new_run_id(spec.name)
+        self.run_id = run_id or new_run_id(spec.name)
+        self.attached = run_id is not None  # `gpucloud watch`: the run exists and has launched
+        self.plan_kw = plan_kw or {}
+        self.recovery: Recovery | None = None
         self.phases: dict[str, float] = {"plan": plan_s}
         self.progress = Progress(log_to_stderr=json_out)
         self.launch: Launch | None = None
@@ -139,13 +176,17 @@ class _Run:
 
     def execute(self) -> RunResult:
         spec, first = self.spec, self.plan.candidates[0]
-        self.store.create_run(
-            self.run_id, name=spec.name, spec_path=str(spec.source) if spec.source else None,
-            spec=spec.model_dump(mode="json"), cloud=first.cloud, region=first.region,
-            instance_type=first.instance_type, num_nodes=spec.num_nodes, price_per_hour=first.price_per_hour,
-            detached=self.detach, pid=os.getpid(),
-        )
-        self.store.set_phase(self.run_id, "plan", self.phases["plan"])
+        if not self.attached:
+            from gpucloud.recovery import record_plan_args
+
+            self.store.create_run(
+                self.run_id, name=spec.name, spec_path=str(spec.source) if spec.source else None,
+                spec=spec.model_dump(mode="json"), cloud=first.cloud, region=first.region,
+                instance_type=first.instance_type, num_nodes=spec.num_nodes, price_per_hour=first.price_per_hour,
+                detached=self.detach, pid=os.getpid(),
+            )
+            record_plan_args(self.store, self.run_id, **self.plan_kw)
+            self.store.set_phase(self.run_id, "plan", self.phases["plan"])
         self._install_signals()
         try:
             with self.progress:
@@ -171,16 +212,22 @@ class _Run:
         code: int | None = 70
         keep_running = False
         try:
-            self._provision()
+            if not self.attached:
+                self._provision()
             if self.detach:
                 keep_running = True
                 self.store.update_run(self.run_id, status="running", phase="booting")
                 self.progress.info(f"detached: the run ends itself at the latest at max_duration; "
                                    f"`gpucloud logs {self.run_id} --follow` follows it, "
                                    f"`gpucloud down {self.run_id}` ends it")
+                if self.spec.recovery is not None:
+                    self.progress.warn(f"recovery applies only while a CLI follows the run: start "
+                                       f"`gpucloud watch {self.run_id}`, or a preemption ends it")
                 status, code = "detached", None
             else:
                 status, code, message = self._follow()
+                while status in ("preempted", "lost") and self._relaunch(status, message):
+                    status, code, message = self._follow()
                 if status not in ("interrupted", "down"):
                     self._collect()
         except _Interrupt as intr:
@@ -237,7 +284,8 @@ class _Run:
         launch, n = self.launch, self.spec.num_nodes
         caps = launch.provider.capabilities
         interval, heartbeat_s = caps.poll_interval, caps.heartbeat_interval
-        mirror = self.mirror = LogMirror(self.home, self.run_id, n)
+        if self.mirror is None:
+            self.mirror = LogMirror(self.home, self.run_id, n)
         shown: dict[str, str] = {}  # stage -> "start" | "end"
         booted_at, last_state_check = time.time(), 0.0
         first_final_at: float | None = None
@@ -276,6 +324,26 @@ class _Run:
                     return lost
             time.sleep(interval)
         return self._finished(obs.statuses, seen)
+
+    def _relaunch(self, status: str, message: str) -> bool:
+        """Spot recovery (recovery.py): the attempt ended preempted or lost; relaunch if the job's
+        `recovery` says so. Returns whether a new attempt runs."""
+        from gpucloud.recovery import Recovery
+
+        assert self.launch is not None and self.mirror is not None
+        if self.recovery is None:
+            self.recovery = Recovery(self.spec, self.plan, self.run_id, self.store, self.journal, self.progress,
+                                     plan_kw=self.plan_kw)
+        self.progress.warn(f"attempt {self.launch.attempt + 1}: {message if message.startswith(status) else status}")
+        t0 = time.monotonic()
+        launch = self.recovery.relaunch(self.launch, status, message)
+        self.phases["provision"] = self.phases.get("provision", 0.0) + time.monotonic() - t0
+        if launch is None:
+            return False
+        self.launch, self.peers_stopped = launch, []
+        self.mirror.restart()
+        self.store.update_run(self.run_id, status="running", phase="booting")
+        return True
 
     def _lost(self, finals: list[bool]) -> tuple[str, int, str] | None:
         """Ask the provider whether the machines still exist; a dead one without a final status

@@ -183,8 +183,21 @@ def render_bootstrap(
         "default_dir": caps.vm_dir,
         "skip_stack": not caps.install_stack,
         "node_ips_known": caps.node_ips_known,
+        **_spot_context(spec, caps, heartbeat_interval),
     }
     return template_env().get_template(TEMPLATE).render(**context)
+
+
+def _spot_context(spec: JobSpec, caps: Capabilities, heartbeat_interval: float) -> dict[str, object]:
+    """The guard's settings (docs/SPOT.md): the cloud's notice source, how often it looks, the
+    job's grace after SIGTERM, and the checkpoint folder and interval."""
+    return {
+        "preemption_notice": caps.preemption_notice or "",
+        "notice_ms": int(min(5.0, heartbeat_interval / 2) * 1000),
+        "preempt_grace": max(1, math.ceil(caps.preemption_grace)),
+        "checkpoint": spec.checkpoint or "",
+        "checkpoint_interval": int(spec.checkpoint_interval),
+    }
 
 
 def _timings(caps: Capabilities, log_interval: float | None, heartbeat_interval: float | None,

@@ -109,6 +109,18 @@ class LogMirror:
                 fcntl.flock(lock, fcntl.LOCK_UN)
         return added
 
+    def restart(self) -> None:
+        """A new attempt of the run (spot recovery) writes its log parts from 0 again: mirror them
+        from there, after what the earlier attempts left in log.txt."""
+        with open(self.dir / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                doc = self._load_index()
+                doc["parts"], doc["pending"] = [0] * self.num_nodes, [""] * self.num_nodes
+                self._save_index(doc)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
     def _prefixed(self, doc: dict, rank: int, prefix: bytes, data: bytes, *, final: bool) -> bytes:
         """Multi-node: whole lines with their node's prefix (a partial line waits for its end)."""
         if not prefix:

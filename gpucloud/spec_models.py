@@ -19,6 +19,7 @@ from gpucloud.spec_values import (
     _VERSION_RE, _fail, _fmt_duration, _no_bool, _resolve_gpu, _text, describe, did_you_mean,
     parse_duration,
 )
+from gpucloud.spec_recovery import DEFAULT_CHECKPOINT_INTERVAL_S, Recovery, checkpoint_interval, checkpoint_path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,6 +301,9 @@ class JobSpec(_Strict):
     run: str
     artifacts: list[ArtifactPath] = Field(default_factory=list)
     max_duration: int = Field(6 * 3600, ge=MIN_DURATION_S, le=MAX_DURATION_S)  # seconds; input "90m" / "6h" / "2d"
+    checkpoint: str | None = None        # folder under the job's cwd kept across attempts (docs/SPOT.md)
+    checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL_S  # seconds between checkpoint uploads
+    recovery: Recovery | None = None     # relaunch on preemption / lost / no capacity
     source: Path | None = Field(None, exclude=True)  # the job file it came from (not part of the format)
 
     def workdir_path(self) -> Path:
@@ -391,6 +395,21 @@ class JobSpec(_Strict):
         if seconds > MAX_DURATION_S:
             _fail(f"{describe(value)} is {_fmt_duration(seconds)}, longer than the maximum of 30d")
         return seconds
+
+    @field_validator("checkpoint", mode="before", json_schema_input_type=str | None)
+    @classmethod
+    def _checkpoint(cls, value: Any) -> str | None:
+        return checkpoint_path(value)
+
+    @field_validator("checkpoint_interval", mode="before", json_schema_input_type=int | Annotated[str, Field(pattern=_DURATION_PATTERN)])
+    @classmethod
+    def _checkpoint_interval(cls, value: Any) -> int:
+        return checkpoint_interval(value)
+
+    @field_validator("recovery", mode="before")
+    @classmethod
+    def _recovery(cls, value: Any) -> Any:
+        return {} if value is True else (None if value is False else value)
 
     @model_validator(mode="after")
     def _needs_hardware(self) -> JobSpec:

@@ -37,7 +37,8 @@ BUSY_TIMEOUT_MS = 10_000
 
 # Run statuses. A run is "active" until it reaches one of FINAL_STATUSES.
 ACTIVE_STATUSES = ("planned", "provisioning", "running", "collecting", "tearing-down")
-FINAL_STATUSES = ("succeeded", "failed", "deadline", "interrupted", "lost", "error", "no-capacity", "down")
+FINAL_STATUSES = ("succeeded", "failed", "deadline", "interrupted", "lost", "error", "no-capacity", "down",
+                  "preempted")
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -483,6 +484,11 @@ class Store:
             args += (idx,)
         with self._tx() as c:
             c.execute(sql, args)
+
+    def next_attempt_idx(self, run_id: str) -> int:
+        """The index of the run's next attempt (attempts are numbered in the order they were made)."""
+        row = self._query("SELECT COALESCE(MAX(idx), -1) + 1 AS n FROM attempts WHERE run_id = ?", (run_id,))
+        return int(row[0]["n"])
 
     def attempts(self, run_id: str) -> list[AttemptRecord]:
         return [_attempt(r) for r in self._query("SELECT * FROM attempts WHERE run_id = ? ORDER BY idx", (run_id,))]

@@ -137,7 +137,7 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
             market += f" [{c.status}]"
         table.add_row(str(i), c.cloud, c.region, c.instance_type, gpus, market,
                       f"{c.price_per_hour:.3f}", f"{c.total_per_hour:.3f}", f"{c.estimated_cost:.2f}")
-    _print(table, optional=("$/h per node", "market"))
+    _print(table, optional=("$/h per node", "market", "est. $"))
     if len(plan.candidates) > len(shown):
         print(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
     print_stack(plan.stack, brief=True)
@@ -352,3 +352,27 @@ def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[Resou
         lines.append(f"resources  {len(alive)} not yet deleted: "
                      + ", ".join(f"{r.kind} {r.cloud_id or r.name} ({r.status})" for r in alive))
     print("\n".join(lines))
+
+
+# ---- cost ---------------------------------------------------------------------------------------------
+
+def print_cost(report: dict) -> None:
+    """`gpucloud cost`: a line per run, one row per attempt under it, and the totals (docs/SPOT.md)."""
+    row = "  {:>2}  {:<44} {:<9} {:>9} {:>14} {:>10} {:>10}  {}"
+    for run in report["runs"]:
+        print(f"run {run['run_id']} ({run['status']}): ${run['cost']:.4f}, on-demand ${run['on_demand_cost']:.4f}, "
+              f"saving ${run['saving']:.4f}")
+        if not run["attempts"]:
+            continue
+        print(row.format("#", "where", "market", "$/h/node", "nodes x billed", "$ cost", "$ on-dem.", "end"))
+        for a in run["attempts"]:
+            nodes = len(a["nodes"])
+            per_node = a["billed_seconds"] / nodes if nodes else 0.0
+            where = f"{a['cloud']}/{a['zone'] or a['region']}/{a['instance_type']}"
+            end = a["end_reason"] or ("running" if a["launched"] else "open")
+            print(row.format(a["attempt"], where[:44], a["market"], f"{a['price_per_hour']:.4f}",
+                             f"{nodes} x {fmt_seconds(per_node)}", f"{a['cost']:.4f}", f"{a['on_demand_cost']:.4f}",
+                             end[:60]))
+    total = report["total"]
+    print(f"total: {total['runs']} run(s), ${total['cost']:.4f}; on-demand for the same time "
+          f"${total['on_demand_cost']:.4f}; saving ${total['saving']:.4f}")

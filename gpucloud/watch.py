@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 VM_STAGES = ("preflight", "watchdog", "stack", "gpu_verify", "fetch_code", "setup", "barrier", "run", "artifacts",
              "done")
-VM_FINAL_STATES = ("succeeded", "failed", "deadline", "error")
+VM_FINAL_STATES = ("succeeded", "failed", "deadline", "error", "preempted")
+PREEMPTED_EXIT = 75  # a run that ended preempted with no restart left: temporary, try again (docs/SPOT.md)
 STALE_HEARTBEATS = 3          # a node is suspect after this many missed heartbeats
 DEAD_NODE_STATES = ("gone", "stopping")
 
@@ -36,6 +37,11 @@ class Observation:
     @property
     def finals(self) -> list[bool]:
         return [is_final(st) for st in self.statuses]
+
+    @property
+    def preempted(self) -> list[int]:
+        """Ranks that reported an interruption notice (state "preempted")."""
+        return [r for r, st in enumerate(self.statuses) if st and st.get("state") == "preempted"]
 
     @property
     def all_final(self) -> bool:
@@ -113,6 +119,10 @@ def outcome(statuses: list[dict | None], seen: list[float | None] | None = None)
     states = [(st or {}).get("state") for st in statuses]
     codes = [(st or {}).get("exit_code") for st in statuses]
     messages = [str((st or {}).get("message") or "") for st in statuses]
+    if "preempted" in states:
+        rank = states.index("preempted")
+        where = f"node {rank} " if n > 1 else ""
+        return "preempted", PREEMPTED_EXIT, f"{where}{messages[rank] or 'preempted'}"
     if "deadline" in states:
         return "deadline", 124, next((m for s, m in zip(states, messages) if s == "deadline" and m), "")
     bad = [r for r in range(n) if states[r] in ("failed", "error")]

@@ -101,17 +101,21 @@ def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str 
             run: str = "echo hi", setup: str | None = None, env: dict[str, str] | None = None,
             artifacts: list[str] | None = None, deadline_s: float = 120, files: dict[str, str] | None = None,
             stub_env: dict[str, str] | None = None, state: Path | None = None, render_kw: dict | None = None,
+            spot: dict | None = None, run_id: str | None = None,
             max_duration: int = 3600, url_map: Callable[[str], str] | None = None) -> Vm:
-    """A rendered bootstrap ready to run; url_map rewrites the manifest's URLs (a faulty server)."""
+    """A rendered bootstrap ready to run; url_map rewrites the manifest's URLs (a faulty server);
+    `spot`: checkpoint/checkpoint_interval of the job; `run_id`: boot another attempt of that run."""
     tmp.mkdir(parents=True, exist_ok=True)
-    run_id = f"r{uuid.uuid4().hex[:8]}"
+    run_id = run_id or f"r{uuid.uuid4().hex[:8]}"
     channel = FileChannel(tmp / "channel")
     wd = tmp / "workdir"
     wd.mkdir(exist_ok=True)
     for rel, text in (files or {"hello.txt": "hello from the workdir\n"}).items():
         (wd / rel).write_text(text)
     channel.upload_code(run_id, pack_workdir(wd, dest=tmp / "code.tar.gz"))
-    manifest = channel.prepare(run_id, 1, datetime.now(UTC) + timedelta(seconds=deadline_s), log_interval=0.2)[0]
+    channel.reset_nodes(run_id, 1)
+    manifest = channel.prepare(run_id, 1, datetime.now(UTC) + timedelta(seconds=deadline_s), log_interval=0.2,
+                               checkpoint=bool((spot or {}).get("checkpoint")))[0]
     if url_map is not None:
         key = f"runs/{run_id}/node-0/manifest"
         channel.put_bytes(key, "".join(
@@ -122,10 +126,16 @@ def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str 
         manifest = url_map(manifest)
     spec = make_spec(cloud=provider, gpu=gpu or None, count=count, env=env or {}, run=run, setup=setup,
                      artifacts=artifacts or [], max_duration=max_duration)
+    for key, value in (spot or {}).items():
+        setattr(spec, key, value)
     cand = make_candidate(provider, gpu, count if gpu else 0)
     text = render_bootstrap(spec, stack, cand, caps=capabilities(provider), run_id=run_id, manifest_url=manifest,
                             log_interval=0.2, heartbeat_interval=0.4, **(render_kw or {}))
     vm_dir = tmp / "vm"
+    if run_id and vm_dir.exists():  # another attempt: a fresh machine
+        import shutil
+
+        shutil.rmtree(vm_dir)
     vm_dir.mkdir(exist_ok=True)
     script = vm_dir / "bootstrap.sh"
     script.write_text(text)
@@ -142,6 +152,7 @@ def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str 
         "GPUCLOUD_NVIDIA_REPO": (tmp / "nvidia-repo").as_uri(),
         "GPUCLOUD_CUDA_ROOT": str(tmp / "no-cuda-here"),
         "STUB_STATE": str(state),
+        "GPUCLOUD_IMDS_ENDPOINT": "http://127.0.0.1:9",  # never the host's metadata service
         **(stub_env or {}),
     }
     if provider != "local":

@@ -1,4 +1,4 @@
-"""The shipped catalog: completeness against FACTS.md sections 1-2, provenance, statuses, lookups."""
+"""The shipped catalog: completeness against docs/CATALOG.md (FACTS s1-2), provenance, statuses, lookups."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from gpucloud.catalog import CatalogError, load_catalog, gpu_names, resolve_gpu_
 FACTS_GPUS = ["K40", "K80", "M60", "P100", "P40", "V100", "V100-32GB", "T4", "T4G", "A10G", "A10", "L4", "L40S",
               "A100-40GB", "A100-80GB", "H100", "H100-NVL", "H200", "B200", "GB200"]
 
-# (cloud, instance type) -> (GPU, count, vCPUs, memory GiB, us-east-1/eastus $/h, status), FACTS.md s1-2.
+# (cloud, instance type) -> (GPU, count, vCPUs, memory GiB, us-east-1/eastus $/h, status), docs/CATALOG.md (FACTS s1-2).
 FACTS_TYPES = {
     ("aws", "p2.xlarge"): ("K80", 1, 4, 61, 0.90, "retired"),
     ("aws", "p2.8xlarge"): ("K80", 8, 32, 488, 7.20, "retired"),
@@ -53,6 +53,43 @@ FACTS_TYPES = {
     ("azure", "Standard_NV36ads_A10_v5"): ("A10", 1, 36, 440, 3.20, "active"),
     ("azure", "Standard_NC6s_v3"): ("V100", 1, 6, 112, 3.06, "retired"),
     ("azure", "Standard_NC24s_v3"): ("V100", 4, 24, 448, 12.24, "retired"),
+    # Issue 12 point 3: one us-east-1 / eastus row each, skypilot-catalog v8 @00148f2 / v6 @098741e (docs/CATALOG.md).
+    ("aws", "g4dn.2xlarge"): ("T4", 1, 8, 32, 0.752, "active"),
+    ("aws", "g4dn.4xlarge"): ("T4", 1, 16, 64, 1.204, "active"),
+    ("aws", "g4dn.8xlarge"): ("T4", 1, 32, 128, 2.176, "active"),
+    ("aws", "g4dn.16xlarge"): ("T4", 1, 64, 256, 4.352, "active"),
+    ("aws", "g4dn.metal"): ("T4", 8, 96, 384, 7.824, "active"),
+    ("aws", "g5.2xlarge"): ("A10G", 1, 8, 32, 1.212, "active"),
+    ("aws", "g5.4xlarge"): ("A10G", 1, 16, 64, 1.624, "active"),
+    ("aws", "g5.16xlarge"): ("A10G", 1, 64, 256, 4.096, "active"),
+    ("aws", "g5.24xlarge"): ("A10G", 4, 96, 384, 8.144, "active"),
+    ("aws", "g5.48xlarge"): ("A10G", 8, 192, 768, 16.288, "active"),
+    ("aws", "g5.8xlarge"): ("A10G", 1, 32, 128, 2.448, "active"),
+    ("aws", "g5g.xlarge"): ("T4G", 1, 4, 8, 0.42, "active"),
+    ("aws", "g5g.2xlarge"): ("T4G", 1, 8, 16, 0.556, "active"),
+    ("aws", "g5g.4xlarge"): ("T4G", 1, 16, 32, 0.828, "active"),
+    ("aws", "g5g.8xlarge"): ("T4G", 1, 32, 64, 1.372, "active"),
+    ("aws", "g5g.16xlarge"): ("T4G", 2, 64, 128, 2.744, "active"),
+    ("aws", "g5g.metal"): ("T4G", 2, 64, 128, 2.744, "active"),
+    ("aws", "g6.12xlarge"): ("L4", 4, 48, 192, 4.6016, "active"),
+    ("aws", "g6.4xlarge"): ("L4", 1, 16, 64, 1.3232, "active"),
+    ("aws", "g6.8xlarge"): ("L4", 1, 32, 128, 2.0144, "active"),
+    ("aws", "g6.16xlarge"): ("L4", 1, 64, 256, 3.3968, "active"),
+    ("aws", "g6.48xlarge"): ("L4", 8, 192, 768, 13.3504, "active"),
+    ("aws", "g6e.12xlarge"): ("L40S", 4, 48, 384, 10.49264, "active"),
+    ("aws", "g6e.2xlarge"): ("L40S", 1, 8, 64, 2.24208, "active"),
+    ("aws", "g6e.4xlarge"): ("L40S", 1, 16, 128, 3.00424, "active"),
+    ("aws", "g6e.8xlarge"): ("L40S", 1, 32, 256, 4.52856, "active"),
+    ("aws", "g6e.16xlarge"): ("L40S", 1, 64, 512, 7.57719, "active"),
+    ("aws", "g6e.24xlarge"): ("L40S", 4, 96, 768, 15.06559, "active"),
+    ("aws", "p3dn.24xlarge"): ("V100-32GB", 8, 96, 768, 31.212, "active"),
+    ("azure", "Standard_NC8as_T4_v3"): ("T4", 1, 8, 56, 0.752, "active"),
+    ("azure", "Standard_NC16as_T4_v3"): ("T4", 1, 16, 110, 1.204, "active"),
+    ("azure", "Standard_NV36adms_A10_v5"): ("A10", 1, 36, 880, 4.52, "active"),
+    ("azure", "Standard_NV72ads_A10_v5"): ("A10", 2, 72, 880, 6.52, "active"),
+    ("azure", "Standard_NV12s_v3"): ("M60", 1, 12, 112, 1.14, "active"),
+    ("azure", "Standard_NV24s_v3"): ("M60", 2, 24, 224, 2.28, "active"),
+    ("azure", "Standard_NV48s_v3"): ("M60", 4, 48, 448, 4.56, "active"),
 }
 STATUS_DATES = {"p2": "2026-12-03", "p3": "2025-12-20", "Standard_NC6s_v3": "2025-09-30",
                 "Standard_NC24s_v3": "2025-09-30", "Standard_NC6": "2023-09-06", "Standard_NC12": "2023-09-06",
@@ -113,8 +150,8 @@ def test_at_least_four_regions_per_cloud_and_per_common_type(cat, cloud):
             continue
         regions = {o.region for o in cat.offerings if o.cloud == c and o.instance_type == t}
         assert len(regions) >= (1 if t in NEW_TYPES else 2), t
-        if t.startswith(("g4dn", "g5.", "g6", "p3.", "p2.", "Standard_NC4as", "Standard_NC64as", "Standard_NC24ads",
-                         "Standard_NV36")):
+        if t not in NEW_TYPES and t.startswith(("g4dn", "g5.", "g6", "p3.", "p2.", "Standard_NC4as", "Standard_NC64as",
+                                                "Standard_NC24ads", "Standard_NV36")):
             missing = {r for r in REGIONS[cloud] - regions if (t, r) not in SIX_NOT_OFFERED}
             assert not missing, t
 
@@ -130,6 +167,15 @@ def test_every_row_has_provenance_and_estimates_are_marked(cat):
 
 
 NEW_TYPES = {"p6-b200.48xlarge", "Standard_NC40ads_H100_v5", "Standard_NC80adis_H100_v5", "Standard_NC48ads_A100_v4"}
+# Added for issue 12 point 3 with one home-region row each (us-east-1 / eastus).
+ISSUE12_TYPES = {"g4dn.2xlarge", "g4dn.4xlarge", "g4dn.8xlarge", "g4dn.16xlarge", "g4dn.metal", "g5.2xlarge",
+                 "g5.4xlarge", "g5.16xlarge", "g5.24xlarge", "g5.48xlarge", "g5.8xlarge", "g5g.xlarge",
+                 "g5g.2xlarge", "g5g.4xlarge", "g5g.8xlarge", "g5g.16xlarge", "g5g.metal", "g6.12xlarge",
+                 "g6.4xlarge", "g6.8xlarge", "g6.16xlarge", "g6.48xlarge", "g6e.12xlarge", "g6e.2xlarge",
+                 "g6e.4xlarge", "g6e.8xlarge", "g6e.16xlarge", "g6e.24xlarge", "p3dn.24xlarge",
+                 "Standard_NC8as_T4_v3", "Standard_NC16as_T4_v3", "Standard_NV36adms_A10_v5",
+                 "Standard_NV72ads_A10_v5", "Standard_NV12s_v3", "Standard_NV24s_v3", "Standard_NV48s_v3"}
+NEW_TYPES |= ISSUE12_TYPES
 SIX_NOT_OFFERED = {("g6.xlarge", "eu-west-1"), ("g6.2xlarge", "eu-west-1"), ("g6.24xlarge", "eu-west-1"),
                    ("g6e.xlarge", "eu-west-1"), ("g6e.48xlarge", "eu-west-1"), ("p5.48xlarge", "eu-west-1")}
 
@@ -143,7 +189,9 @@ def test_not_offered_rows_are_gone_and_no_flat_spot_estimate(cat):
             assert "observed" in o.source or "lowest" in o.source, o
     p5 = next(o for o in cat.offerings if o.instance_type == "p5.48xlarge" and o.region == "us-east-1")
     assert p5.spot_price_per_hour == 14.25
-    assert {o.arch for o in cat.offerings} == {"x86_64"}
+    assert {o.instance_type for o in cat.offerings if o.arch != "x86_64"} == {
+        "g5g.xlarge", "g5g.2xlarge", "g5g.4xlarge", "g5g.8xlarge", "g5g.16xlarge", "g5g.metal"}
+    assert {o.arch for o in cat.offerings if o.instance_type.startswith("g5g.")} == {"arm64"}
 
 
 def test_families_match_every_memory_variant(cat):
@@ -174,7 +222,8 @@ def test_query_filters_and_retired_rows(cat):
     assert cat.query(gpu="K80", cloud="azure") == []  # NC v1 is retired
     retired = cat.query(gpu="K80", cloud="azure", include_retired=True)
     assert {o.instance_type for o in retired} == {"Standard_NC6", "Standard_NC12", "Standard_NC24", "Standard_NC24r"}
-    assert cat.query(gpu="V100") == []
+    # p3/NCv3 are retired; only p3dn.24xlarge (V100-32GB, still priced in skypilot-catalog v8) stays active.
+    assert {o.instance_type for o in cat.query(gpu="V100")} == {"p3dn.24xlarge"}
     assert len(cat.query(gpu="V100", include_retired=True)) > 0
     east = cat.query(cloud="aws", region="us-east-1")
     assert east and all(o.region == "us-east-1" for o in east)

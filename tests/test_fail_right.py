@@ -255,3 +255,102 @@ def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path)
     result = json.loads(got.stdout)
     assert got.returncode == 0 and result["status"] == "succeeded", got.stderr
     assert (Path(result["directory"]) / "out" / "r.txt").read_text() == "ok\n"
+
+
+# ---- every command that takes --json, discovered from the app --------------------------------------------
+
+def json_commands() -> set[str]:
+    """Every command and subcommand of the typer app with a `--json` option ("catalog refresh")."""
+    import typer
+
+    from gpucloud.cli import app
+
+    found: set[str] = set()
+
+    def walk(command: object, path: list[str]) -> None:
+        if any("--json" in getattr(p, "opts", []) for p in getattr(command, "params", [])):
+            found.add(" ".join(path))
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+# No success path that is both cheap and offline: listing images and refreshing the catalog need a
+# cloud API (moto / the fake ARM server, covered in their own tests); probing a host needs sshd.
+NO_OFFLINE_SUCCESS = {"image ls", "catalog refresh", "hosts probe"}
+OK, ERROR, REPORT = "ok", "error", "report"  # REPORT: a non-zero exit that is the command's answer
+
+
+def json_walk_cases(tmp_path: Path, run_id: str, live_id: str) -> list[tuple[list[str], int, str]]:
+    """(arguments, exit code, what stdout must be) for each command with --json: success paths
+    where they are cheap and offline, and failure paths (bad argument, unknown run, missing file,
+    dead endpoint)."""
+    bad = job(tmp_path, "name: Bad_Name\nresources:\n  gpu: ZZZ:1\nrun: 1\n", "bad.yaml")
+    good = job(tmp_path, T4_ANY, "good.yaml")
+    return [
+        (["watch", live_id], 0, OK),  # first: the run must still be going when `watch` starts
+        (["validate", str(good)], 0, OK), (["validate", str(bad)], 2, ERROR), (["validate", "missing.yaml"], 2, ERROR),
+        (["plan", str(good)], 0, OK), (["plan", str(bad)], 2, ERROR), (["plan", "--bogus", "x"], 2, ERROR),
+        (["catalog"], 0, OK), (["catalog", "--gpu", "nope"], 2, ERROR), (["catalog", "--cloud", "nope"], 2, ERROR),
+        (["catalog", "refresh"], 75, ERROR), (["catalog", "refresh", "--cloud", "local"], 2, ERROR),
+        (["gpus"], 0, OK), (["gpus", "--bogus"], 2, ERROR),
+        (["stack", "T4"], 0, OK), (["stack", "nope"], 2, ERROR),
+        (["run", "missing.yaml"], 2, ERROR), (["run", str(good), "--cloud", "nope"], 2, ERROR),
+        (["run", str(good), "--yes"], 78, ERROR),
+        (["status"], 0, OK), (["status", run_id], 0, OK), (["status", "nosuchrun"], 2, ERROR),
+        (["ls"], 0, OK), (["ls", "extra"], 2, ERROR),
+        (["collect", run_id], 0, OK), (["collect", "nosuchrun"], 2, ERROR), (["collect"], 2, ERROR),
+        (["watch", run_id], 2, ERROR), (["watch", "nosuchrun"], 2, ERROR),
+        (["cost"], 0, OK), (["cost", run_id], 0, OK), (["cost", "nosuchrun"], 2, ERROR),
+        (["cost", "--since", "notadate"], 2, ERROR),
+        (["check"], 78, REPORT), (["check", "--cloud", "local"], 2, ERROR),
+        (["image", "ls", "--cloud", "aws", "--region", "us-east-1"], 78, ERROR),
+        (["image", "ls", "--cloud", "local", "--region", "x"], 2, ERROR), (["image", "ls"], 2, ERROR),
+        (["hosts", "probe", "bad!host"], 2, ERROR), (["hosts", "probe", "127.0.0.1:9"], 75, ERROR),
+        (["hosts", "probe"], 2, ERROR),
+    ]
+
+
+def command_of(args: list[str], known: set[str]) -> str:
+    """The (sub)command a case runs: "catalog refresh" before "catalog"."""
+    two = " ".join(args[:2])
+    return two if two in known else args[0]
+
+
+def test_json_parses_on_every_exit_path_of_every_command(tmp_path: Path, home: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    known = json_commands()
+    assert {"validate", "plan", "catalog", "catalog refresh", "gpus", "run", "status", "collect", "check", "cost",
+            "hosts probe", "image ls"} <= known, known
+    env = dead_aws(home)  # every cloud call meets a dead endpoint (127.0.0.1:9) and fails fast
+    env["AZURE_CONFIG_DIR"] = str(home / "no-azure")
+    spec = job(tmp_path, LOCAL.format(run="'mkdir -p out; echo ok > out/r.txt'"), "local.yaml")
+    first = cli(env, "run", str(spec), "--yes", "--json", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    run_id = json.loads(first.stdout)["run_id"]
+    live = job(tmp_path, LOCAL.format(run="'sleep 6'"), "live.yaml")  # still running when `watch` starts
+    detached = cli(env, "run", str(live), "-d", "--yes", "--json", cwd=tmp_path)
+    assert detached.returncode == 0, detached.stderr
+    cases = json_walk_cases(tmp_path, run_id, json.loads(detached.stdout)["run_id"])
+    walked = {command_of(args, known) for args, _, _ in cases} | {"run"}
+    assert walked == known, f"commands with --json but no case here: {known - walked}"
+    for command in known:
+        kinds = {kind for args, _, kind in cases if command_of(args, known) == command}
+        assert ERROR in kinds, f"{command}: no failure path walked"
+        assert command in NO_OFFLINE_SUCCESS or command == "run" or OK in kinds or REPORT in kinds, command
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda case: cli(env, *case[0], "--json", cwd=tmp_path, timeout=60), cases))
+    for (args, code, kind), out in zip(cases, results):
+        where = (args, out.returncode, out.stdout[-400:], out.stderr[-400:])
+        doc = json.loads(out.stdout)  # exactly one JSON document on stdout, whatever happened
+        assert out.returncode == code, where
+        assert "Traceback" not in out.stderr and "internal error" not in out.stderr, where
+        if kind == ERROR:
+            assert set(doc) == {"error"}, where
+            error_doc(out)
+        else:
+            assert not (isinstance(doc, dict) and "error" in doc), where

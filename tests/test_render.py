@@ -136,6 +136,15 @@ def renders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         path = out / f"{name}.sh"
         path.write_text(render_case(provider, stack, gpu, count, nodes, env))
         paths[name] = path
+    # Spot: the checkpoint functions render only for a job with `checkpoint:` (docs/SPOT.md).
+    for provider, stack, gpu, nodes in (("aws", K80, "K80", 2), ("azure", T4, "T4", 1), ("local", CPU, "", 1)):
+        spec = make_spec(cloud=provider, gpu=gpu or None, num_nodes=nodes)
+        spec.checkpoint, spec.checkpoint_interval = "ckpt dir", 120
+        path = out / f"ckpt-{provider}.sh"
+        path.write_text(render_bootstrap(spec, stack, make_candidate(provider, gpu or "K80", 1, nodes),
+                                         caps=capabilities(provider), run_id="run-20260101-abcd", node_rank=None
+                                         if nodes > 1 else 0, manifest_url="https://bucket.example/m"))
+        paths[f"ckpt-{provider}"] = path
     return paths
 
 
@@ -158,7 +167,7 @@ def test_fits_aws_user_data_limit_and_reports_largest(renders: dict[str, Path]) 
           f"(AWS limit {AWS_LIMIT})")
     # What is sent must fit: the raw script, or gzip'd (cloud-init unpacks it) when the raw one is over.
     for name, path in renders.items():
-        caps = capabilities(next(c[1] for c in CASES if c[0] == name))
+        caps = capabilities(next((c[1] for c in CASES if c[0] == name), name.rsplit("-", 1)[-1]))
         sent = fit_user_data(path.read_text(), caps)
         check_user_data(sent, caps)
         assert caps.user_data_limit is None or user_data_size(sent, caps) <= caps.user_data_limit, name
@@ -334,7 +343,7 @@ def test_resolved_stacks_render_clean(tmp_path: Path) -> None:
     for stack in stacks:
         spec = make_spec(gpu=stack.gpu)
         text = render_bootstrap(spec, stack, make_candidate(gpu=stack.gpu), caps=capabilities("aws"), run_id="r1")
-        assert len(text.encode()) < AWS_LIMIT
+        assert len(fit_user_data(text, capabilities("aws"))) < AWS_LIMIT  # raw, or gzip'd when over
         path = tmp_path / f"{stack.gpu}.sh"
         path.write_text(text)
         paths.append(str(path))

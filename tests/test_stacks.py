@@ -1,4 +1,4 @@
-"""Stack resolution (FACTS.md section 3): every catalog GPU resolves; pins are honoured or refused with the limit."""
+"""Stack resolution (docs/STACKS.md): every catalog GPU resolves; pins are honoured or refused with the limit."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_every_catalog_gpu_resolves(gpu: str, framework: str) -> None:
         assert s.framework_pip == () and s.framework_version is None
     else:
         assert s.framework_version and s.framework_pip[0].endswith(f"=={s.framework_version}")
-    # Generation rules of FACTS.md s3.
+    # Generation rules of docs/STACKS.md.
     if arch == "Kepler":
         assert (s.driver, s.cuda, s.cudnn, s.ubuntu_version) == ("470", "11.4", "8.2.4", "20.04")
     elif arch in ("Maxwell", "Pascal", "Volta"):

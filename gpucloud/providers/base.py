@@ -112,6 +112,7 @@ class Capabilities:
     spot: bool = False                   # can launch spot/low-priority machines
     multi_node: bool = True              # can run num_nodes > 1
     preemption_notice: str | None = None # how the VM learns of a spot interruption, or None
+    preemption_grace: float = 15.0       # s the job gets after SIGTERM on a notice (then checkpoint upload)
     console_hint: str = ""               # console_hint()'s text, {run_id} {rank} {region} filled in
 
 

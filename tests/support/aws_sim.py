@@ -8,6 +8,11 @@ cloud-init would. `shutdown` inside the guest terminates the moto instance throu
 `InstanceInitiatedShutdownBehavior=terminate` does on EC2; an instance terminated from outside
 (teardown, gc) ends its guest. curl is real: the guest reaches moto's S3 through presigned URLs.
 
+Each guest's GPUCLOUD_IMDS_ENDPOINT points at the simulator's own instance metadata service
+(IMDSv2: token, `spot/instance-action`, `ami-launch-index`), never at the host's: the bootstrap's
+guard polls `spot/instance-action`, which answers 404 until `preempt(instance_id)` (EC2's
+interruption notice, two minutes ahead on EC2) and the notice JSON from then on.
+
 Multi-node: the N instances of one RunInstances call boot the same user-data; each guest gets
 `GPUCLOUD_NODE_RANK=<AmiLaunchIndex>` (what a real node reads from IMDS `ami-launch-index`) and
 `GPUCLOUD_NODE_IP=127.0.0.1` (its "private address": every guest lives on this host's loopback).
@@ -17,7 +22,10 @@ from __future__ import annotations
 
 import base64
 import gzip
+import json
 import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +54,49 @@ def _client(endpoint: str, region: str) -> Any:
         return _CLIENTS[key]
 
 
+IMDS_TOKEN = "sim-imds-token"
+SPOT_ACTION_FILE = "imds-spot-instance-action"
+
+
+def http_reply(handler: BaseHTTPRequestHandler, code: int, body: str = "") -> None:
+    """A plain-text reply of a stub HTTP server."""
+    data = body.encode()
+    handler.send_response(code)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+class _Imds(BaseHTTPRequestHandler):
+    """IMDSv2 of the simulated instances: `/<instance id>/latest/...`."""
+
+    sim: AwsVmSimulator
+
+    def _reply(self, code: int, body: str = "") -> None:
+        http_reply(self, code, body)
+
+    def do_PUT(self) -> None:  # noqa: N802
+        ok = self.path.endswith("/latest/api/token") and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
+        self._reply(200 if ok else 400, IMDS_TOKEN if ok else "")
+
+    def do_GET(self) -> None:  # noqa: N802
+        iid, _, path = self.path.lstrip("/").partition("/")
+        guest = self.sim.guest(iid)
+        if guest is None or self.headers.get("X-aws-ec2-metadata-token") != IMDS_TOKEN:
+            self._reply(401 if guest else 404)
+        elif path == "latest/meta-data/spot/instance-action":
+            self.sim.imds_polls += 1
+            notice = guest.sandbox / SPOT_ACTION_FILE
+            self._reply(200, notice.read_text()) if notice.exists() else self._reply(404)
+        elif path == "latest/meta-data/ami-launch-index":
+            self._reply(200, guest.meta.get("rank", "0"))
+        else:
+            self._reply(404)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 class AwsVmSimulator(GuestSimulator):
     def __init__(self, moto: Moto, root: Path, *, poll_s: float = 0.3, regions: list[str] | None = None) -> None:
         super().__init__(root)
@@ -57,6 +108,10 @@ class AwsVmSimulator(GuestSimulator):
         self.region_of: dict[str, str] = {}
         self.shutdowns: list[str] = []
         self.errors: list[str] = []
+        self.imds_polls = 0  # GETs of spot/instance-action (the bootstrap's guard)
+        handler = type("Imds", (_Imds,), {"sim": self})
+        self._imds = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self._imds.serve_forever, name="aws-sim-imds", daemon=True).start()
         self._poller = threading.Thread(target=self._poll, name="aws-sim-poller", daemon=True)
         self._poller.start()
 
@@ -97,7 +152,8 @@ class AwsVmSimulator(GuestSimulator):
             return
         itype = inst["InstanceType"]
         gpu, count = gpu_of("aws", itype)
-        env = {"GPUCLOUD_NODE_RANK": str(inst.get("AmiLaunchIndex", 0)), "GPUCLOUD_NODE_IP": "127.0.0.1"}
+        env = {"GPUCLOUD_NODE_RANK": str(inst.get("AmiLaunchIndex", 0)), "GPUCLOUD_NODE_IP": "127.0.0.1",
+               "GPUCLOUD_IMDS_ENDPOINT": f"http://127.0.0.1:{self._imds.server_address[1]}/{iid}"}
         guest = self.boot_guest(iid, raw.decode(), gpu=gpu, gpu_count=count, env=env, name=f"{region}-{iid}",
                                 disk=self._image_disk(region, inst.get("ImageId", "")))
         if guest is None:
@@ -136,9 +192,17 @@ class AwsVmSimulator(GuestSimulator):
         with self.lock:
             return self.guests.get(instance_id)
 
+    def preempt(self, instance_id: str, action: str = "terminate") -> None:
+        """EC2's spot interruption notice for one instance, as its IMDS shows it."""
+        guest = self.guest(instance_id)
+        assert guest is not None, f"no guest {instance_id}"
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
+        (guest.sandbox / SPOT_ACTION_FILE).write_text(json.dumps({"action": action, "time": when}))
+
     def stop(self) -> None:
         super().stop()
         self._poller.join(timeout=5)
+        self._imds.shutdown()
 
 
 @pytest.fixture

@@ -70,9 +70,20 @@ class AzureVmSimulator(GuestSimulator):
         with self.lock:
             if res.id.lower() in self.driver_extensions:
                 env["STUB_DRIVER"] = GRID_DRIVER
+        name = f"{rg}-{res.id.rsplit('/', 1)[1]}"
+        with self.lock:
+            old = self.guests.get(res.id)
+        if old is not None:
+            # The same VM id created again (a spot relaunch in the run's re-created resource group):
+            # a new machine, in a sandbox of its own.
+            self.end_guest(res.id)
+            with self.lock:
+                self.guests.pop(res.id, None)
+                self._gone.discard(res.id)
+                name += f"-{sum(1 for b in self.booted if b == res.id)}"
         image = ((res.body.get("properties") or {}).get("storageProfile") or {}).get("imageReference") or {}
-        guest = self.boot_guest(res.id, script, gpu=gpu, gpu_count=count, env=env,
-                                name=f"{rg}-{res.id.rsplit('/', 1)[1]}", disk=self._image_disk(image.get("id")))
+        guest = self.boot_guest(res.id, script, gpu=gpu, gpu_count=count, env=env, name=name,
+                                disk=self._image_disk(image.get("id")))
         if guest is None:
             return
         guest.meta.update(size=size, gpu_name=guest_env_gpu_name(gpu))
@@ -109,6 +120,10 @@ class AzureVmSimulator(GuestSimulator):
     def guest(self, vm_id: str) -> Guest | None:
         with self.lock:
             return self.guests.get(vm_id)
+
+    def preempt(self, vm_id: str) -> None:
+        """Azure evicts the VM: its Scheduled Events (the fake ARM's IMDS) show `Preempt`."""
+        self.arm.preempt(vm_id)
 
 
 @pytest.fixture

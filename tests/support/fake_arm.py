@@ -77,7 +77,7 @@ _ROLE_RE = re.compile(r"^(?P<scope>/.*?)/providers/microsoft\.authorization/role
 _NESTED_RE = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/(?P<ns>[^/]+)/(?P<rest>.+)$", re.I)
 _RG_RESOURCES_RE = re.compile(r"^/subscriptions/([^/]+)/resourcegroups/([^/]+)/resources$", re.I)
-_IMDS_RE = re.compile(r"^/_imds/(?P<principal>[^/]+)/metadata/(?P<what>identity/oauth2/token|instance|instance/compute)$")
+_IMDS_RE = re.compile(r"^/_imds/(?P<principal>[^/]+)/metadata/(?P<what>identity/oauth2/token|instance|instance/compute|scheduledevents)$")
 
 
 @dataclass
@@ -148,6 +148,7 @@ class FakeArm:
         self.calls: list[tuple[str, str, str]] = []      # (method, path, principal) of every ARM call
         self.requests = 0                                # every HTTP request, polls included
         self.power: dict[str, str] = {}                  # vm id (lower) -> "running" | "stopped" | ...
+        self.preempted: set[str] = set()                 # vm ids (lower) whose Scheduled Events say Preempt
         self.listeners: list[Callable[[str, Resource], None]] = []
         self.tokens: dict[str, str] = {}                 # bearer token -> principal
         self._ip_counter = itertools.count(4)
@@ -191,6 +192,11 @@ class FakeArm:
             "IDENTITY_HEADER": IDENTITY_HEADER,
         }
 
+    def preempt(self, vm_id: str) -> None:
+        """Azure's eviction of a Spot VM: its Scheduled Events show a `Preempt` event from now on."""
+        with self.lock:
+            self.preempted.add(vm_id.lower())
+
     def imds_endpoint(self, principal_id: str) -> str:
         """The IMDS base URL of the VM whose system-assigned identity is `principal_id`."""
         return f"{self.url}/_imds/{principal_id}"
@@ -225,6 +231,7 @@ class FakeArm:
             self.calls.clear()
             self.requests = 0
             self.power.clear()
+            self.preempted.clear()
 
     def on_event(self, callback: Callable[[str, Resource], None]) -> None:
         """callback(event, resource) for "vm_created" and "deleted" (called with the lock held:
@@ -444,6 +451,14 @@ class _Handler(BaseHTTPRequestHandler):
         vm = self.arm.vm_by_principal(principal)
         if vm is None:
             return self._send(400, {"error": "invalid_request", "error_description": "Identity not found"})
+        if what == "scheduledevents":  # Azure's eviction notice: a Preempt event once preempt(vm) was called
+            with self.arm.lock:
+                evicted = vm.id.lower() in self.arm.preempted
+            events = [{"EventId": f"preempt-{vm.id.split('/')[-1]}", "EventType": "Preempt",
+                       "ResourceType": "VirtualMachine", "Resources": [vm.id.split("/")[-1]],
+                       "EventStatus": "Scheduled", "NotBefore": time.strftime("%a, %d %b %Y %H:%M:%S GMT",
+                                                                              time.gmtime(time.time() + 30))}]
+            return self._send(200, {"DocumentIncarnation": 2 if evicted else 1, "Events": events if evicted else []})
         if what.startswith("instance"):
             rg = vm.id.split("/")[4]
             compute = {

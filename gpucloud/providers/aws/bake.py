@@ -8,6 +8,8 @@ timeouts, AWS_ENDPOINT_URL honoured, so tests point it at moto). The images are 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from gpucloud.images_build import HASH_TAG, KIND_TAG, KIND_VALUE, STACK_TAG, BakedImage
@@ -27,32 +29,54 @@ def _ec2(region: str) -> Any:
     return shared_client(shared_session(), "ec2", region)
 
 
+@contextmanager
+def _access_errors(what: str) -> Iterator[None]:
+    """Missing or refused credentials and a dead endpoint become CredentialsError / EndpointError
+    (access.py), so `image ls/rm` fail with exit 78 and the fix, not as an internal error."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from gpucloud.providers.aws.access import classify_access
+
+    try:
+        yield
+    except (ClientError, BotoCoreError) as exc:
+        access = classify_access(exc, what=what)
+        if access is not None:
+            raise access from None
+        raise
+
+
 class AwsImageStore:
     """`ImageStore` for EC2: CreateImage / DescribeImages(Owners=self) / DeregisterImage + snapshots."""
 
     def create_image(self, region: str, instance_id: str, name: str, tags: dict[str, str]) -> str:
-        from botocore.exceptions import ClientError
-        from botocore.parsers import ResponseParserError
-
         tag_list = [{"Key": k, "Value": v} for k, v in tags.items()]
         ec2 = _ec2(region)
         args = {"InstanceId": instance_id, "Name": name, "Description": tags.get(STACK_TAG, name)[:255],
                 "NoReboot": True}  # the builder ran `sync` and waits; keep it as it is
-        try:  # image and snapshots tagged in the create call: the only tagging the IAM policy allows
-            resp = ec2.create_image(**args, TagSpecifications=[{"ResourceType": kind, "Tags": tag_list}
-                                                               for kind in ("image", "snapshot")])
-            tag_snapshots = False
+        with _access_errors("creating an image"):
+            resp, tag_snapshots = self._create(ec2, args, tag_list)
+            ref = str(resp["ImageId"])
+            self._wait_available(ec2, ref)
+            snapshots = self._snapshots(ec2, ref)
+            if tag_snapshots and snapshots:
+                ec2.create_tags(Resources=snapshots, Tags=tag_list)
+        return ref
+
+    @staticmethod
+    def _create(ec2: Any, args: dict[str, Any], tag_list: list[dict[str, str]]) -> tuple[Any, bool]:
+        """CreateImage with image and snapshots tagged in the call (the only tagging the IAM policy
+        allows); (response, whether the snapshots still need their tags)."""
+        from botocore.exceptions import ClientError
+        from botocore.parsers import ResponseParserError
+
+        try:
+            return ec2.create_image(**args, TagSpecifications=[{"ResourceType": kind, "Tags": tag_list}
+                                                              for kind in ("image", "snapshot")]), False
         except (ClientError, ResponseParserError) as exc:  # an EC2 without snapshot TagSpecifications
             if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") not in UNSUPPORTED:
                 raise
-            resp = ec2.create_image(**args, TagSpecifications=[{"ResourceType": "image", "Tags": tag_list}])
-            tag_snapshots = True
-        ref = str(resp["ImageId"])
-        self._wait_available(ec2, ref)
-        snapshots = self._snapshots(ec2, ref)
-        if tag_snapshots and snapshots:
-            ec2.create_tags(Resources=snapshots, Tags=tag_list)
-        return ref
+        return ec2.create_image(**args, TagSpecifications=[{"ResourceType": "image", "Tags": tag_list}]), True
 
     @staticmethod
     def _wait_available(ec2: Any, ref: str, timeout: float = IMAGE_WAIT_S, poll: float = IMAGE_POLL_S) -> None:
@@ -77,7 +101,9 @@ class AwsImageStore:
                 if m.get("Ebs", {}).get("SnapshotId")]
 
     def list_images(self, region: str) -> list[BakedImage]:
-        resp = _ec2(region).describe_images(Owners=["self"], Filters=[{"Name": f"tag:{KIND_TAG}", "Values": [KIND_VALUE]}])
+        with _access_errors("listing images"):
+            resp = _ec2(region).describe_images(Owners=["self"],
+                                                Filters=[{"Name": f"tag:{KIND_TAG}", "Values": [KIND_VALUE]}])
         out = []
         for image in resp.get("Images", []):
             tags = {t["Key"]: t["Value"] for t in image.get("Tags", [])}
@@ -88,7 +114,8 @@ class AwsImageStore:
 
     def delete_image(self, region: str, ref: str) -> None:
         ec2 = _ec2(region)
-        snapshots = self._snapshots(ec2, ref)
-        ec2.deregister_image(ImageId=ref)
-        for snap in snapshots:  # a deregistered AMI leaves its snapshots (and their bill) behind
-            ec2.delete_snapshot(SnapshotId=snap)
+        with _access_errors("deleting an image"):
+            snapshots = self._snapshots(ec2, ref)
+            ec2.deregister_image(ImageId=ref)
+            for snap in snapshots:  # a deregistered AMI leaves its snapshots (and their bill) behind
+                ec2.delete_snapshot(SnapshotId=snap)

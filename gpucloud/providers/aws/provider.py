@@ -63,6 +63,7 @@ class AwsProvider(AwsClients):
         user_data_limit=16 * 1024, user_data_encoding="raw",  # docs/PROVIDERS.md, "User data"
         self_termination="shutdown",  # InstanceInitiatedShutdownBehavior=terminate
         spot=True, multi_node=True, preemption_notice="aws-imds-spot",
+        preemption_grace=60.0,  # of the 2-minute notice: the rest is for the checkpoint upload
         console_hint=("its boot output: `aws ec2 get-console-output --region {region} --latest --output text "
                       "--instance-id <id>` (ids: `aws ec2 describe-instances --region {region} "
                       f"--filters Name=tag:{TAG_RUN},Values={{run_id}}`)"),

@@ -118,6 +118,7 @@ class AzureProvider:
         user_data_limit=64 * 1024, user_data_encoding="base64",  # docs/PROVIDERS.md, "User data"
         self_termination="azure-delete",  # a guest shutdown leaves the VM allocated and billed
         spot=True, multi_node=True, preemption_notice="azure-scheduled-events",
+        preemption_grace=10.0,  # Scheduled Events gives ~30 s: most of it for the checkpoint upload
         console_hint="its boot log: az vm boot-diagnostics get-boot-log -g gpucloud-{run_id}-{region} -n node-{rank} "
                      "(until the run is torn down)",
     )
