@@ -84,15 +84,16 @@ def wanted_hash(plan: Plan, cand: Candidate, setup: str | None) -> str:
 
 
 def build(target: str, *, cloud: str | None, region: str | None, with_setup: bool, framework: str | None,
-          assume_yes: bool) -> tuple[BakedImage, bool]:
+          assume_yes: bool, json_out: bool = False) -> tuple[BakedImage, bool]:
     """Bake (or find) the image; (image, whether it was built now)."""
     spec = target_spec(target, framework=framework, cloud=cloud)
     with tempfile.TemporaryDirectory(prefix="gpucloud-builder-") as empty:
         return _build(builder_spec(spec, with_setup=with_setup, empty_dir=empty), cloud=cloud, region=region,
-                      assume_yes=assume_yes)
+                      assume_yes=assume_yes, json_out=json_out)
 
 
-def _build(job: JobSpec, *, cloud: str | None, region: str | None, assume_yes: bool) -> tuple[BakedImage, bool]:
+def _build(job: JobSpec, *, cloud: str | None, region: str | None, assume_yes: bool,
+           json_out: bool) -> tuple[BakedImage, bool]:
     from gpucloud import providers, views
     from gpucloud.images_build import find_baked, remember
     from gpucloud.planner import make_plan
@@ -113,7 +114,7 @@ def _build(job: JobSpec, *, cloud: str | None, region: str | None, assume_yes: b
     views.print_plan_summary(plan)
     if not assume_yes and not views.ask("Boot a builder and bake the image?"):
         raise views.Declined("no image built.")
-    bake = _Bake(job, plan, store, setup)
+    bake = _Bake(job, plan, store, setup, json_out=json_out)
     result = bake.execute()
     if bake.baked is None:
         raise GpucloudError(f"no image was made: the builder run {result.run_id} ended {result.status}.",
@@ -127,8 +128,8 @@ class _Bake(_Run):
 
     vm_dir = BUILDER_DIR
 
-    def __init__(self, spec: JobSpec, plan: Plan, store: ImageStore, setup: str | None) -> None:
-        super().__init__(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0)
+    def __init__(self, spec: JobSpec, plan: Plan, store: ImageStore, setup: str | None, *, json_out: bool) -> None:
+        super().__init__(spec, plan, detach=False, json_out=json_out, wait_teardown=True, plan_s=0.0)
         self.image_store, self.setup = store, setup
         self.baked: BakedImage | None = None
         self.cloud = ""

@@ -36,7 +36,7 @@ def build_image(
     from gpucloud.bake import build
 
     baked, built = build(target, cloud=cloud, region=region, with_setup=with_setup, framework=framework,
-                         assume_yes=assume_yes or not sys.stdin.isatty())
+                         assume_yes=assume_yes or not sys.stdin.isatty(), json_out=json_out)
     if json_out:
         print(json.dumps({"ref": baked.ref, "region": baked.region, "stack_hash": baked.stack_hash,
                           "stack": baked.tags.get("gpucloud:stack", ""), "built": built}))

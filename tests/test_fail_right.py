@@ -279,7 +279,7 @@ def json_commands() -> set[str]:
 
 # No success path that is both cheap and offline: listing images and refreshing the catalog need a
 # cloud API (moto / the fake ARM server, covered in their own tests); probing a host needs sshd.
-NO_OFFLINE_SUCCESS = {"image ls", "catalog refresh", "hosts probe"}
+NO_OFFLINE_SUCCESS = {"image ls", "image build", "catalog refresh", "hosts probe"}
 OK, ERROR, REPORT = "ok", "error", "report"  # REPORT: a non-zero exit that is the command's answer
 
 
@@ -308,6 +308,8 @@ def json_walk_cases(tmp_path: Path, run_id: str, live_id: str) -> list[tuple[lis
         (["check"], 78, REPORT), (["check", "--cloud", "local"], 2, ERROR),
         (["image", "ls", "--cloud", "aws", "--region", "us-east-1"], 78, ERROR),
         (["image", "ls", "--cloud", "local", "--region", "x"], 2, ERROR), (["image", "ls"], 2, ERROR),
+        (["image", "build", str(good), "--cloud", "aws", "--yes"], 78, ERROR),
+        (["image", "build", "ZZZ", "--yes"], 2, ERROR), (["image", "build", str(good), "--cloud", "local"], 2, ERROR),
         (["hosts", "probe", "bad!host"], 2, ERROR), (["hosts", "probe", "127.0.0.1:9"], 75, ERROR),
         (["hosts", "probe"], 2, ERROR),
     ]
