@@ -227,7 +227,7 @@ def test_fault_matrix_summary() -> None:
 
 def test_detached_run_vm_deletes_its_group_when_the_job_ends(azure_env: dict[str, str], arm: FakeArm,
                                                               azure_sim: AzureVmSimulator, tmp_path: Path) -> None:
-    job = write_job(tmp_path / "job.yaml", run="echo detached-job-output; sleep 1")
+    job = write_job(tmp_path / "job.yaml", run="echo detached-job-output; sleep 8")
     proc = cli(azure_env, "run", str(job), "--cloud", "azure", "--detach", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     run_id = json.loads(proc.stdout)["run_id"]

@@ -231,7 +231,7 @@ def check_finished_count(home: Path, run_id: str, cwd: Path, n: int, env: dict[s
 
 
 def test_local_run_preempted_twice_resumes_and_finishes(tmp_path: Path, gpucloud_home: Path) -> None:
-    n = 60
+    n = 150  # 15 s of counting: room for two notices and their relaunches on a loaded machine
     job = write_count_job(tmp_path / "job", n=n, cloud="local")
     run_id, proc = preempted_twice(["gpucloud", "run", str(job)], gpucloud_home, tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -243,7 +243,7 @@ def test_local_run_preempted_twice_resumes_and_finishes(tmp_path: Path, gpucloud
 
 def test_detached_run_recovered_by_watch(tmp_path: Path, gpucloud_home: Path) -> None:
     """`run --detach` + `gpucloud watch RUN` (another process) does what a following `run` does."""
-    n = 60
+    n = 150
     job = write_count_job(tmp_path / "job", n=n, cloud="local")
     started = _cli("run", str(job), "--detach", cwd=tmp_path)
     assert started.returncode == 0, started.stderr

@@ -25,7 +25,7 @@ import urllib.parse
 from datetime import datetime
 from pathlib import Path
 
-from gpucloud.channel import Channel, log_key, node_prefix
+from gpucloud.channel import Channel, checkpoint_keys, log_key, node_prefix
 from gpucloud.providers import ssh_transport
 from gpucloud.providers.ssh_probe import REMOTE_ROOT
 
@@ -105,12 +105,16 @@ class SshChannel(Channel):
             self._run(host, f"rm -rf {self._path(prefix.rstrip('/'))}")
 
     # ---- run-level overrides ----------------------------------------------------------------------
-    def prepare(self, run_id: str, num_nodes: int, deadline: datetime, *, log_interval: float = 5.0) -> list[str]:
-        """Make every node's folders first (curl's file:// upload does not create them)."""
+    def prepare(self, run_id: str, num_nodes: int, deadline: datetime, *, log_interval: float = 5.0,
+                checkpoint: bool = False) -> list[str]:
+        """Make every node's folders first (curl's file:// upload does not create them), and the
+        run's checkpoint folder on each host when the job keeps checkpoints."""
         for rank in range(num_nodes):
-            host = self.hosts[rank]
-            self._run(host, f"mkdir -p {self._path(node_prefix(run_id, rank) + '/log')}")
-        return super().prepare(run_id, num_nodes, deadline, log_interval=log_interval)
+            folders = [self._path(node_prefix(run_id, rank) + "/log")]
+            if checkpoint:
+                folders.append(self._path(checkpoint_keys(run_id, 0)[0].rsplit("/", 1)[0]))
+            self._run(self.hosts[rank], f"mkdir -p {' '.join(folders)}")
+        return super().prepare(run_id, num_nodes, deadline, log_interval=log_interval, checkpoint=checkpoint)
 
     def read_status(self, run_id: str, rank: int = 0) -> dict | None:
         if rank == 0 and len(self.hosts) > 1:
