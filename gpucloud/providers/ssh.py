@@ -181,6 +181,10 @@ class SshProvider:
         handle = RunHandle(run_id=req.run_id, cloud=self.name, region=req.candidate.region, attempt=req.attempt)
         try:
             for rank, (host, script) in enumerate(zip(hosts, req.user_data)):
+                # The node's folder outlives its process (console log, channel parts): a resource of
+                # its own, so a finished run still has something for `down` (or gc) to remove.
+                folder_id = journal.intent(req.run_id, "folder", f"{req.run_id}/node-{rank}/folder",
+                                           req.candidate.region, self.name)
                 res_id = journal.intent(req.run_id, "process", f"{req.run_id}/node-{rank}", req.candidate.region, self.name)
                 self._maybe_install(host, req)
                 gpus = self._lock_gpus(host, req.run_id, req.candidate.gpu_count)
@@ -190,6 +194,7 @@ class SshProvider:
                 pid = next((line.split()[1] for line in out.splitlines() if line.startswith("@pid ")), "?")
                 handle.nodes.append(f"{host}#{pid}")
                 journal.created(res_id, f"{host}#{pid}")
+                journal.created(folder_id, f"{host}:work/{req.run_id}/node-{rank}")
         except (ssh_transport.SshError, CapacityError, FatalProvisionError) as exc:
             self._quiet_teardown(handle, journal)
             if isinstance(exc, (CapacityError, FatalProvisionError)):
@@ -288,6 +293,6 @@ class SshProvider:
                     ssh_transport.run(_host(host), _script(TEARDOWN_SCRIPT, RUN=run_id, GRACE=2), timeout=60)
                     journal = Journal(store)
                     for res in journal.resources(run_id, alive_only=True):
-                        if res.cloud == self.name and res.name == f"{run_id}/{node}":
+                        if res.cloud == self.name and res.name in (f"{run_id}/{node}", f"{run_id}/{node}/folder"):
                             journal.deleted(res.id)
         return lines
