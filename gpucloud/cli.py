@@ -458,8 +458,18 @@ def check(
 
 @app.command("iam-policy")
 @handles_errors
-def iam_policy(cloud: Annotated[Optional[str], typer.Argument(help="A cloud with a policy (default: the first).")]
-               = None) -> None:
+def iam_policy(
+    cloud: Annotated[Optional[str], typer.Argument(help="A cloud with a policy (default: the first).")] = None,
+    deadline_role: Annotated[bool, typer.Option("--deadline-role", help=(
+        "The role the cloud's scheduler uses to end a run after its deadline (name, trust and permission policy).")),
+    ] = False,
+    part: Annotated[Optional[str], typer.Option("--part", help="With --deadline-role: only `trust` or "
+                                                "`permissions`, ready for `aws iam create-role` / `put-role-policy`.")]
+    = None,
+    account: Annotated[Optional[str], typer.Option("--account", help=(
+        "With --deadline-role: the AWS account id (default: the credentials' account, from STS).")),
+    ] = None,
+) -> None:
     """Print the least-privilege IAM policy gpucloud needs."""
     from gpucloud import providers
     from gpucloud.errors import UserError
@@ -468,6 +478,9 @@ def iam_policy(cloud: Annotated[Optional[str], typer.Argument(help="A cloud with
     cloud = cloud or known[0]
     if cloud not in known:
         raise UserError(f"iam-policy knows only {', '.join(map(repr, known))} for now, not {cloud!r}.")
+    if deadline_role or part or account:
+        emit_json(providers.deadline_role_documents(cloud, account, part))
+        return
     emit_json(providers.policy_document(cloud))
 
 

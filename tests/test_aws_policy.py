@@ -43,6 +43,8 @@ ACTION_OF = {
 NOT_EXERCISED = {
     "s3:AbortMultipartUpload": "a failed multipart upload of a code tarball above 64 MiB",
     "s3:DeleteObject": "Channel.delete_prefix (unit-tested, not called by the CLI commands)",
+    "iam:PassRole": "no call of its own: AWS checks it on CreateSchedule for the role the schedule names "
+                    "(the evaluator checks that request below)",
 }
 
 
@@ -74,7 +76,9 @@ def test_policy_is_well_formed_and_tight() -> None:
         assert s["Effect"] == "Allow" and s.get("Sid")
         for a in as_list(s["Action"]):
             assert "*" not in a, f"no wildcard actions: {a}"
-        assert "iam:PassRole" not in as_list(s["Action"])
+        if "iam:PassRole" in as_list(s["Action"]):  # only the deadline role, only to the scheduler
+            assert s["Resource"] == "arn:aws:iam::${aws:PrincipalAccount}:role/gpucloud-deadline"
+            assert s["Condition"] == {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}
     # destroying only what gpucloud tagged; creating only with the tag
     by_action = {a: s for s in statements(doc) for a in as_list(s["Action"])}
     for a in ("ec2:TerminateInstances", "ec2:DeleteSecurityGroup", "ec2:DeleteKeyPair", "ec2:DeletePlacementGroup",
@@ -117,8 +121,15 @@ def test_every_operation_of_the_end_to_end_runs_is_allowed(inproc: None, moto: M
              {"Key": "gpucloud-expires", "Value": iso_utc(datetime.now(UTC) - timedelta(hours=1))}]
     moto.client("ec2").create_volume(AvailabilityZone="us-east-1a", Size=8,
                                      TagSpecifications=[{"ResourceType": "volume", "Tags": stray}])
+    # A deadline schedule long past its time (the cloud-side deadline layer): gc reads and deletes it.
+    moto.client("scheduler").create_schedule(
+        Name="gpucloud-policy-stray-0", GroupName="default", FlexibleTimeWindow={"Mode": "OFF"},
+        ScheduleExpression=f"at({datetime.now(UTC) - timedelta(hours=3):%Y-%m-%dT%H:%M:%S})",
+        Target={"Arn": "arn:aws:scheduler:::aws-sdk:ec2:terminateInstances", "Input": "{}",
+                "RoleArn": "arn:aws:iam::123456789012:role/gpucloud-deadline"})
     code, out = invoke("gc", "--yes")
     assert code == 0, out[-2000:]
+    assert "deleted deadline schedule gpucloud-policy-stray-0" in out
     assert tagged_alive(moto) == []
 
     # S3 objects used by our own runs are all under gpucloud-*/runs/
@@ -188,6 +199,15 @@ def requests_of(service: str, operation: str, params: dict[str, Any], account: s
         if params.get("KeyName"):
             reqs.append(Request("ec2:RunInstances", f"{arn}:key-pair/{params['KeyName']}", base))
         return reqs
+    if service == "scheduler":
+        sched = f"arn:aws:scheduler:{region}:{account}:schedule/{params.get('GroupName', 'default')}/{params.get('Name')}"
+        if operation == "ListSchedules":
+            return [Request("scheduler:ListSchedules", "*", base)]
+        reqs = [Request(f"scheduler:{operation}", sched, base)]
+        if operation == "CreateSchedule":
+            reqs.append(Request("iam:PassRole", params["Target"]["RoleArn"],
+                                {**base, "iam:PassedToService": "scheduler.amazonaws.com"}))
+        return reqs
     if service == "s3" and "Bucket" in params:
         owner = params.pop("_owner", account) if "_owner" in params else account
         ctx = {**base, "aws:ResourceAccount": owner}
@@ -206,6 +226,8 @@ GOOD_LAUNCH = {
                           for k in ("instance", "volume")],
 }
 BUCKET = f"gpucloud-{ACCOUNT}-{REGION}"
+GOOD_SCHEDULE = {"Name": "gpucloud-r1-0", "GroupName": "default",
+                 "Target": {"RoleArn": f"arn:aws:iam::{ACCOUNT}:role/gpucloud-deadline"}}
 
 
 def test_the_calls_gpucloud_makes_are_allowed() -> None:
@@ -213,6 +235,8 @@ def test_the_calls_gpucloud_makes_are_allowed() -> None:
     assert allowed(doc, requests_of("ec2", "RunInstances", GOOD_LAUNCH))
     assert allowed(doc, requests_of("s3", "CreateBucket", {"Bucket": BUCKET}))
     assert allowed(doc, requests_of("s3", "PutObject", {"Bucket": BUCKET, "Key": "runs/r1/code.tar.gz"}))
+    assert allowed(doc, requests_of("scheduler", "CreateSchedule", GOOD_SCHEDULE))
+    assert allowed(doc, requests_of("scheduler", "DeleteSchedule", GOOD_SCHEDULE))
     assert decide(doc, Request("ec2:TerminateInstances", f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-1",
                                {"aws:ResourceTag/gpucloud-run": "r1"})) == "Allow"
 
@@ -229,6 +253,10 @@ def test_the_calls_gpucloud_makes_are_allowed() -> None:
      {"Bucket": BUCKET, "Key": "runs/x/status.json", "_owner": "999999999999"}),
     ("S3 outside runs/", "s3", "GetObject", {"Bucket": BUCKET, "Key": "secrets/x"}),
     ("S3 on a bucket not gpucloud's", "s3", "ListBucket", {"Bucket": "company-data"}),
+    ("a schedule not gpucloud's", "scheduler", "DeleteSchedule", {**GOOD_SCHEDULE, "Name": "nightly-backup"}),
+    ("a schedule in another group", "scheduler", "CreateSchedule", {**GOOD_SCHEDULE, "GroupName": "ops"}),
+    ("a schedule passing another role", "scheduler", "CreateSchedule",
+     {**GOOD_SCHEDULE, "Target": {"RoleArn": f"arn:aws:iam::{ACCOUNT}:role/admin"}}),
 ])
 def test_calls_outside_the_policy_are_denied(case: str, service: str, operation: str, params: dict[str, Any]) -> None:
     doc = policy_document()
@@ -240,6 +268,9 @@ def test_untagged_destroy_and_wildcard_actions_are_denied() -> None:
     doc = policy_document()
     assert decide(doc, Request("ec2:TerminateInstances", f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-1")) == "ImplicitDeny"
     assert decide(doc, Request("iam:PassRole", "*")) == "ImplicitDeny"
+    deadline_role = f"arn:aws:iam::{ACCOUNT}:role/gpucloud-deadline"
+    assert decide(doc, Request("iam:PassRole", deadline_role, {"aws:PrincipalAccount": ACCOUNT,
+                                                               "iam:PassedToService": "ec2.amazonaws.com"})) == "ImplicitDeny"
     assert decide(doc, Request("ec2:AuthorizeSecurityGroupIngress",
                                f"arn:aws:ec2:{REGION}:{ACCOUNT}:security-group/sg-9")) == "ImplicitDeny"
 
@@ -261,3 +292,20 @@ def test_evaluator_semantics() -> None:
     assert decide(doc, Request("ec2:CreateTags", "x", {"aws:TagKeys": ["gpucloud-run"], "n": 3})) == "ImplicitDeny"
     assert decide(doc, Request("ec2:DeleteVolume", "x")) == "Allow"
     assert decide(doc, Request("ec2:DeleteVolume", "x", {"aws:ResourceTag/t": "v"})) == "ImplicitDeny"
+
+
+def test_the_deadline_role_may_only_terminate_gpucloud_instances() -> None:
+    """`gpucloud iam-policy aws --deadline-role`: what EventBridge Scheduler may do with the role."""
+    from gpucloud.providers.aws.policy import deadline_role_documents
+
+    docs = json.loads(json.dumps(deadline_role_documents(ACCOUNT)))  # plain JSON
+    perm, trust = docs["PermissionPolicy"], docs["TrustPolicy"]
+    inst = f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-1"
+    assert decide(perm, Request("ec2:TerminateInstances", inst, {"aws:ResourceTag/gpucloud-run": "r1"})) == "Allow"
+    assert decide(perm, Request("ec2:TerminateInstances", inst)) == "ImplicitDeny"
+    assert decide(perm, Request("ec2:TerminateInstances", f"arn:aws:ec2:{REGION}:999999999999:instance/i-1",
+                                {"aws:ResourceTag/gpucloud-run": "r1"})) == "ImplicitDeny"
+    assert decide(perm, Request("ec2:StopInstances", inst, {"aws:ResourceTag/gpucloud-run": "r1"})) == "ImplicitDeny"
+    assert [s["Principal"] for s in trust["Statement"]] == [{"Service": "scheduler.amazonaws.com"}]
+    assert decide(trust, Request("sts:AssumeRole", "*", {"aws:SourceAccount": ACCOUNT})) == "Allow"
+    assert decide(trust, Request("sts:AssumeRole", "*", {"aws:SourceAccount": "999999999999"})) == "ImplicitDeny"

@@ -131,10 +131,10 @@ def test_launch_is_locked_down_and_tagged(moto, provider, journal, hooks):  # no
         assert call.params["MinCount"] == call.params["MaxCount"] == 1
         # the journal knows everything
         kinds = sorted(r.kind for r in journal.resources(req.run_id))
-        assert kinds == ["instance", "security-group"]
+        assert kinds == ["instance", "schedule", "security-group"]  # schedule: the deadline layer (c)
         assert provider.node_states(handle) in (["running"], ["pending"])
         assert handle.region == "us-east-1" and handle.zone and handle.attempt == 0 and handle.complete
-        assert list(handle.resources) == ["security-group"]  # single node: no placement group, no key
+        assert list(handle.resources) == ["security-group", "schedule"]  # single node: no placement group, no key
         assert RunHandle.from_json(handle.to_json()) == handle
     finally:
         provider.teardown(handle, journal)

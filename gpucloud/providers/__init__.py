@@ -55,6 +55,7 @@ class ProviderInfo:
     configured: Callable[[], bool]
     credentials_hint: str
     policy: str | None = None  # "module:function" returning the least-privilege policy document
+    deadline_role: str | None = None  # "module:function(account, part)": the cloud-side deadline's role documents
     catalog_source: str | None = None  # module with fetch_offerings() for `catalog refresh`
     check: str | None = None  # "module:function" returning a base.CloudCheck (`gpucloud check`)
     image_store: str | None = None  # "module:Class" of its ImageStore (baked images, gpucloud/images_build.py)
@@ -68,6 +69,7 @@ REGISTRY: dict[str, ProviderInfo] = {
                      "Configure the standard AWS credential chain (`aws configure`, AWS_PROFILE, or "
                      "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).",
                      policy="gpucloud.providers.aws.policy:policy_document",
+                     deadline_role="gpucloud.providers.aws.policy:role_documents",
                      catalog_source="gpucloud.providers.aws.catalog", check="gpucloud.providers.aws.check:check",
                      image_store="gpucloud.providers.aws.bake:AwsImageStore"),
         ProviderInfo("azure", "gpucloud.providers.azure", "AzureProvider", "Azure", True, True, _azure_configured,
@@ -149,6 +151,19 @@ def run_check(cloud: str) -> CloudCheck:
         raise ValueError(f"{cloud} has no check")
     module, func = entry.check.split(":")
     return getattr(importlib.import_module(module), func)()  # type: ignore[no-any-return]
+
+
+def deadline_role_documents(cloud: str, account: str | None, part: str | None) -> dict[str, object]:
+    """The documents of the role the cloud's scheduler uses for the deadline layer (c)
+    (`gpucloud iam-policy CLOUD --deadline-role`); a UserError for a cloud without one."""
+    from gpucloud.errors import UserError
+
+    entry = info(cloud)
+    if not entry.deadline_role:
+        raise UserError(f"{cloud} has no deadline role: --deadline-role, --part and --account are for "
+                        f"{', '.join(n for n, e in REGISTRY.items() if e.deadline_role)}.")
+    module, func = entry.deadline_role.split(":")
+    return getattr(importlib.import_module(module), func)(account, part)  # type: ignore[no-any-return]
 
 
 def policy_document(cloud: str) -> dict[str, object]:

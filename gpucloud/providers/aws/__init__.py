@@ -8,10 +8,11 @@ Module map (each imports only the ones above it; none imports boto3 at import ti
 - images      Ubuntu AMI via SSM (fallback DescribeImages), default VPC and zones
 - network     security group and rules, placement group, SSH key pair; tags
 - launch      RunInstances for all nodes of an attempt, zone by zone
+- deadline    the EventBridge Scheduler schedule that terminates an attempt after its expiry (layer c)
 - reaper      the one deletion order (teardown, failed-attempt cleanup, gc)
 - teardown    RunHandle/journal/tags -> what to delete; gc by expiry tag
 - channel     S3Channel (presigned URLs, one bucket per account and region)
-- policy      the IAM policy document (`gpucloud iam-policy aws`), pure data
+- policy      the IAM policy document and the deadline role (`gpucloud iam-policy aws`), pure data
 - provider    AwsProvider, composing the above
 """
 

@@ -1,10 +1,18 @@
 """The least-privilege IAM policy gpucloud needs on AWS (`gpucloud iam-policy aws`).
 
-Pure data (no boto3), so printing it is instant. Why it is shaped this way:
+Pure data (no boto3; only `--deadline-role` without `--account` asks STS for the account), so
+printing it is instant. Why it is shaped this way:
 - creating is allowed only with the `gpucloud-run` tag in the request, and destroying only on
   resources that carry it, so these credentials cannot terminate machines gpucloud did not start;
 - tags can be written only as part of a create call (ec2:CreateAction), never retagged later;
-- the VM needs no role at all (it talks through presigned URLs), so there is no iam:PassRole;
+- the VM needs no role at all (it talks through presigned URLs); the one iam:PassRole is for the
+  deadline schedule (deadline.py): EventBridge Scheduler assumes the role `gpucloud-deadline` to
+  call TerminateInstances after a run's expiry, so PassRole is allowed for that role only and only
+  towards scheduler.amazonaws.com (`iam:PassedToService`); the schedules themselves are limited to
+  `schedule/default/gpucloud-*` of the caller's account (ListSchedules has no resource level);
+- that role (`gpucloud iam-policy aws --deadline-role`, `deadline_role_documents`) trusts only
+  scheduler.amazonaws.com acting for this account (`aws:SourceAccount`) and may only terminate
+  instances carrying the run tag;
 - S3 access is limited to gpucloud's own buckets, `gpucloud-<account>-<region>` of the caller's
   account (the ARN through the `${aws:PrincipalAccount}` policy variable, and `aws:ResourceAccount`
   so that a bucket of that name in another account is out of reach), and their `runs/` objects;
@@ -18,12 +26,16 @@ a small evaluator that also proves calls outside it are denied (tests/test_aws_p
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gpucloud.images_build import KIND_TAG, KIND_VALUE
 from gpucloud.providers.base import TAG_RUN as TAG
 
 BUCKETS = "arn:aws:s3:::gpucloud-${aws:PrincipalAccount}-*"
+SCHEDULES = "arn:aws:scheduler:*:${aws:PrincipalAccount}:schedule/default/gpucloud-*"
+DEADLINE_ROLE = "arn:aws:iam::${aws:PrincipalAccount}:role/gpucloud-deadline"
+SCHEDULER_SERVICE = "scheduler.amazonaws.com"
 
 _EC2 = "arn:aws:ec2:*:*"
 
@@ -31,7 +43,52 @@ _EC2 = "arn:aws:ec2:*:*"
 def policy_document() -> dict[str, Any]:
     """The IAM policy document (version 2012-10-17) as a dict."""
     return {"Version": "2012-10-17", "Statement": _create_statements() + _image_statements()
-            + _destroy_and_storage_statements()}
+            + _destroy_and_storage_statements() + _deadline_statements()}
+
+
+def _deadline_statements() -> list[dict[str, Any]]:
+    """The cloud-side deadline layer: gpucloud's own one-time schedules, and handing the
+    scheduler its execution role."""
+    return [
+    {
+        "Sid": "DeadlineSchedules",
+        "Effect": "Allow",
+        "Action": ["scheduler:CreateSchedule", "scheduler:DeleteSchedule", "scheduler:GetSchedule"],
+        "Resource": SCHEDULES,
+    },
+    {
+        "Sid": "FindDeadlineSchedules",  # no resource-level permission for ListSchedules
+        "Effect": "Allow",
+        "Action": "scheduler:ListSchedules",
+        "Resource": "*",
+    },
+    {
+        "Sid": "PassOnlyTheDeadlineRoleToTheScheduler",
+        "Effect": "Allow",
+        "Action": "iam:PassRole",
+        "Resource": DEADLINE_ROLE,
+        "Condition": {"StringEquals": {"iam:PassedToService": SCHEDULER_SERVICE}},
+    },
+    ]
+
+
+def deadline_role_documents(account: str) -> dict[str, Any]:
+    """The execution role of the deadline schedules: its name, trust policy (the scheduler, for
+    this account only) and permission policy (terminate gpucloud-tagged instances, nothing else)."""
+    trust = {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow",
+        "Principal": {"Service": SCHEDULER_SERVICE},
+        "Action": "sts:AssumeRole",
+        "Condition": {"StringEquals": {"aws:SourceAccount": account}},
+    }]}
+    permissions = {"Version": "2012-10-17", "Statement": [{
+        "Sid": "TerminateOnlyGpucloudInstances",
+        "Effect": "Allow",
+        "Action": "ec2:TerminateInstances",
+        "Resource": f"arn:aws:ec2:*:{account}:instance/*",
+        "Condition": {"Null": {f"aws:ResourceTag/{TAG}": "false"}},
+    }]}
+    return {"RoleName": DEADLINE_ROLE.rsplit("/", 1)[-1], "TrustPolicy": trust, "PermissionPolicy": permissions}
 
 
 def _create_statements() -> list[dict[str, Any]]:
@@ -211,3 +268,34 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
         "Condition": own_account,
     },
     ]
+
+
+def role_documents(account: str | None, part: str | None) -> dict[str, Any]:
+    """What `gpucloud iam-policy aws --deadline-role [--part trust|permissions]` prints; the
+    account comes from STS when not given (the trust policy names it)."""
+    from gpucloud.errors import UserError
+
+    parts = {"trust": "TrustPolicy", "permissions": "PermissionPolicy"}
+    if part is not None and part not in parts:
+        raise UserError(f"--part takes `trust` or `permissions`, not {part!r}.")
+    if account is None:
+        account = _caller_account()
+    if not re.fullmatch(r"\d{12}", account):
+        raise UserError(f"--account takes a 12-digit AWS account id, not {account!r}.")
+    docs = deadline_role_documents(account)
+    return docs[parts[part]] if part else docs  # type: ignore[no-any-return]
+
+
+def _caller_account() -> str:
+    """The credentials' account (STS GetCallerIdentity), or a UserError that names --account."""
+    from gpucloud.errors import UserError
+    from gpucloud.providers.aws.session import shared_client, shared_session
+
+    try:
+        session = shared_session()
+        region = session.region_name or "us-east-1"
+        return str(shared_client(session, "sts", region).get_caller_identity()["Account"])
+    except Exception as exc:  # noqa: BLE001 - any failure has the same way out
+        raise UserError(f"could not find the AWS account to name in the role's trust policy "
+                        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}).",
+                        hint="Pass it: `gpucloud iam-policy aws --deadline-role --account 123456789012`.") from None

@@ -4,9 +4,11 @@
 What every run gets: its own security group with no inbound rule (`ssh: true` opens port 22 to the
 caller's address only, with a key pair stored 0600 under GPUCLOUD_HOME; a multi-node run adds one
 rule whose source is the group itself), for several nodes a cluster placement group, and the
-instances of one RunInstances call (launch.py). Everything carries the tags `gpucloud-run`,
-`gpucloud-expires` and `Name`; provision returns a RunHandle listing what it created, which
-teardown and node_states work from. boto3 is imported lazily (`gpucloud --help` stays fast).
+instances of one RunInstances call (launch.py), then, best effort, an EventBridge Scheduler
+schedule that terminates them after the run's expiry (deadline.py, the cloud-side deadline layer).
+Everything carries the tags `gpucloud-run`, `gpucloud-expires` and `Name`; provision returns a
+RunHandle listing what it created, which teardown and node_states work from. boto3 is imported
+lazily (`gpucloud --help` stays fast).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from gpucloud.providers.aws.launch import LaunchPlan, launch
 from gpucloud.providers.aws.access import classify_access
 from gpucloud.providers.aws.network import CLOUD, intra_run_rule, placement_group, security_group, ssh_access
 from gpucloud.providers.aws.credentials import credentials_warning, warn_once
+from gpucloud.providers.aws.deadline import arm as arm_deadline, collapse_skips
 from gpucloud.providers.aws.errors import classify
 from gpucloud.providers.aws.reaper import instance_states
 from gpucloud.providers.aws.session import AwsClients, shared_channel
@@ -152,6 +155,8 @@ class AwsProvider(AwsClients):
             what = "launching instances"
             plan = LaunchPlan(ami, root, sg_id, payload, nodes, pg, key)
             launch(self, req, journal, handle, plan, zone_list)
+            arm_deadline(self, req, journal, handle, deadline, lambda: self.channel(cand.region).account,
+                         self._warn)  # never raises
         except Exception as exc:  # Ctrl-C is left to the lifecycle's teardown from the journal
             if any(r.cloud == CLOUD and r.region == cand.region for r in journal.resources(req.run_id)):
                 self._cleanup_attempt(handle, journal)  # else the journal says nothing was created here
@@ -217,7 +222,8 @@ class AwsProvider(AwsClients):
 
     def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
         """Every region of the catalog, concurrently: find (and unless dry_run delete) every
-        instance, security group, placement group, key pair and volume whose expiry tag passed."""
+        instance, security group, placement group, key pair and volume whose expiry tag passed,
+        and every deadline schedule long past its time."""
         if now.tzinfo is None:
             now = now.replace(tzinfo=UTC)
         regions = self.regions()
@@ -225,7 +231,7 @@ class AwsProvider(AwsClients):
             return []
         with ThreadPoolExecutor(max_workers=min(self.GC_WORKERS, len(regions))) as pool:
             results = list(pool.map(lambda r: gc_region(self, r, now, dry_run), regions))
-        return [line for lines in results for line in lines]
+        return collapse_skips([line for lines in results for line in lines])
 
 
 def fit_user_data(script: str) -> bytes:

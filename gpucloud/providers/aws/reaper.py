@@ -3,8 +3,10 @@ cleanup and by gc (docs/PROVIDERS.md, "AWS teardown").
 
 Order: terminate the instances, wait until they are gone, then delete what they depended on
 (security groups, placement groups: AWS refuses with DependencyViolation / InUse while an
-instance still uses them), key pairs, and finally loose volumes. A group whose instances are still
-terminating costs nothing and keeps its tags, so it is left for the next `down` or `gc`.
+instance still uses them), key pairs, loose volumes, and last the deadline schedules
+(deadline.py), which stay while an instance could not be terminated: they are its backstop. A
+group whose instances are still terminating costs nothing and keeps its tags, so it is left for
+the next `down` or `gc`.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from gpucloud.errors import CloudAccessError
+from gpucloud.providers.aws.deadline import SCHEDULE, delete_schedule
 from gpucloud.providers.aws.errors import describe, error_code
 from gpucloud.providers.aws.network import KEY, PG, SG
 from gpucloud.providers.aws.session import AwsClients
 
 INSTANCE, VOLUME = "instance", "volume"
-LABELS = {INSTANCE: "instance", SG: "security group", PG: "placement group", KEY: "key pair", VOLUME: "volume"}
+LABELS = {INSTANCE: "instance", SG: "security group", PG: "placement group", KEY: "key pair", VOLUME: "volume",
+          SCHEDULE: "deadline schedule"}
 
 
 @dataclass
@@ -29,12 +34,13 @@ class Targets:
     placement_groups: list[str] = field(default_factory=list)
     key_pairs: list[str] = field(default_factory=list)
     volumes: list[str] = field(default_factory=list)
+    schedules: list[str] = field(default_factory=list)  # EventBridge Scheduler names (group "default")
 
     def items(self) -> list[tuple[str, str]]:
         """(kind, id) in deletion order."""
         return ([(INSTANCE, i) for i in self.instances] + [(SG, g) for g in self.security_groups]
                 + [(PG, p) for p in self.placement_groups] + [(KEY, k) for k in self.key_pairs]
-                + [(VOLUME, v) for v in self.volumes])
+                + [(VOLUME, v) for v in self.volumes] + [(SCHEDULE, s) for s in self.schedules])
 
 
 @dataclass
@@ -56,6 +62,7 @@ def reap(aws: AwsClients, region: str, targets: Targets, *, wait: bool) -> list[
 
     outcomes: list[Outcome] = []
     alive: list[str] = []
+    failed: list[str] = []
     ids = sorted(set(targets.instances))
     if ids:
         try:
@@ -63,11 +70,12 @@ def reap(aws: AwsClients, region: str, targets: Targets, *, wait: bool) -> list[
             alive = wait_terminated(aws, region, ids, aws.TERMINATE_TIMEOUT_S if wait else 0)
         except (ClientError, BotoCoreError) as exc:
             outcomes += [Outcome(INSTANCE, i, False, describe(exc)) for i in ids]
-            alive = ids
+            alive = failed = ids
         else:
             late = f"still terminating after {aws.TERMINATE_TIMEOUT_S:.0f}s" if wait else "terminating"
             outcomes += [Outcome(INSTANCE, i, i not in alive, "" if i not in alive else late, kept=not wait)
                          for i in ids]
+            failed = alive if wait else []
     dependents = [(SG, g) for g in targets.security_groups] + [(PG, p) for p in targets.placement_groups]
     for kind, ident in dependents:
         if alive:
@@ -78,7 +86,22 @@ def reap(aws: AwsClients, region: str, targets: Targets, *, wait: bool) -> list[
         outcomes.append(_attempt(KEY, key, lambda k=key: delete_key(aws, region, k)))
     for vol in targets.volumes:
         outcomes.append(_attempt(VOLUME, vol, lambda v=vol: aws.ec2("delete_volume", region, VolumeId=v)))
+    for name in sorted(set(targets.schedules)):
+        if failed:  # the instance's backstop stays until it is terminated
+            outcomes.append(Outcome(SCHEDULE, name, False, f"instances {', '.join(failed)} are not terminated",
+                                    kept=True))
+            continue
+        outcomes.append(_delete_schedule(aws, region, name))
     return outcomes
+
+
+def _delete_schedule(aws: AwsClients, region: str, name: str) -> Outcome:
+    """A schedule's deletion as an Outcome; a scheduler that refuses the credentials or cannot be
+    reached fails only this (EC2 answered, the instances are dealt with)."""
+    try:
+        return _attempt(SCHEDULE, name, lambda: delete_schedule(aws, region, name))
+    except CloudAccessError as exc:
+        return Outcome(SCHEDULE, name, False, str(exc))
 
 
 def _attempt(kind: str, ident: str, fn: object) -> Outcome:

@@ -4,7 +4,9 @@ through the one reaper (docs/PROVIDERS.md, "AWS teardown").
 A complete handle is the whole truth: only the kinds it lists are looked at, so a single-node run
 (no placement group) never calls DescribePlacementGroups. A partial handle (a crash before
 provision returned) is widened with the journal's rows and the run's tags, again only for the
-kinds the journal says were being created.
+kinds the journal says were being created. The deadline schedule (deadline.py) goes last, once
+the instances it would terminate are gone; one the scheduler refuses to delete is left to fire
+harmlessly (and to gc), with an event, rather than failing the teardown.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpucloud.errors import CloudAccessError
+from gpucloud.providers.aws.deadline import SCHEDULE, SKIPPED, role_setting, stale_schedules
 from gpucloud.providers.aws.errors import AwsTeardownError, describe
 from gpucloud.providers.aws.network import CLOUD, KEY, PG, SG, tag_dict
 from gpucloud.providers.aws.reaper import INSTANCE, LABELS, VOLUME, Outcome, Targets, reap
@@ -55,7 +59,8 @@ def targets_for(aws: AwsClients, handle: RunHandle, records: list[ResourceRecord
     rows and whatever carries the run's tag, for the kinds the journal names."""
     res = handle.resources
     targets = Targets(instances=list(handle.nodes), security_groups=list(res.get(SG, [])),
-                      placement_groups=list(res.get(PG, [])), key_pairs=list(res.get(KEY, [])))
+                      placement_groups=list(res.get(PG, [])), key_pairs=list(res.get(KEY, [])),
+                      schedules=list(res.get(SCHEDULE, [])))
     if handle.complete:
         return targets
     kinds = {r.kind for r in records} | set(res)
@@ -73,7 +78,8 @@ def targets_for(aws: AwsClients, handle: RunHandle, records: list[ResourceRecord
         targets.key_pairs += [r.name for r in records if r.kind == KEY and r.name and r.cloud_id]
         targets.key_pairs += [i for i, _ in _by_tag(aws, handle.region, "describe_key_pairs", "KeyPairs",
                                                     "KeyName", run_tag)]
-    for name in ("instances", "security_groups", "placement_groups", "key_pairs"):
+    targets.schedules += [r.name for r in records if r.kind == SCHEDULE and r.name]  # intents too: gone is fine
+    for name in ("instances", "security_groups", "placement_groups", "key_pairs", "schedules"):
         setattr(targets, name, sorted(set(getattr(targets, name))))
     return targets
 
@@ -97,7 +103,10 @@ def teardown_handle(aws: AwsClients, handle: RunHandle, journal: Journal, keys_d
         label = f"{LABELS[o.kind]} {o.ident}"
         if o.kept and o.kind != INSTANCE:
             journal.event(run_id, "teardown", f"{label} left until its instances are gone")
-        if not o.done and (wait or not o.kept):
+        if o.kind == SCHEDULE and not o.done and not o.kept:  # refused: harmless, not a failed teardown
+            journal.event(run_id, "teardown", f"{label} left ({o.why}): it fires on terminated instances "
+                                              "and `gpucloud gc` removes it after its time")
+        elif not o.done and (wait or not o.kept):
             problems.append(f"{label}: {o.why}")
     pattern = f"gpucloud-{run_id}-{region}-{handle.attempt if handle.complete else '*'}.pem"
     for path in keys_dir.glob(pattern) if keys_dir.is_dir() else []:
@@ -116,11 +125,11 @@ def _close_journal_rows(journal: Journal, handle: RunHandle, records: list[Resou
     """Mark deleted what the reaper deleted, and (when nothing went wrong) intents whose create
     never happened: all of the run's for a partial handle (the tags were searched), only this
     attempt's named objects for a complete one."""
-    done = {(o.kind, o.ident) for o in outcomes if o.done}
+    done = {(o.kind, o.ident) for o in outcomes if o.done or (o.kind == SCHEDULE and not o.kept)}
     mine = f"gpucloud-{handle.run_id}-{handle.attempt}"
     for r in records:
-        ident = r.name if r.kind in (PG, KEY) else r.cloud_id
-        if r.cloud_id and (r.kind, ident) in done:
+        ident = r.name if r.kind in (PG, KEY, SCHEDULE) else r.cloud_id
+        if (r.cloud_id or r.kind == SCHEDULE) and (r.kind, ident) in done:
             journal.deleted(r.id)
         elif r.cloud_id is None and clean and r.kind in (INSTANCE, SG, PG, KEY) and (
                 not handle.complete or (r.kind != INSTANCE and r.name == mine)):
@@ -135,6 +144,15 @@ def gc_region(aws: AwsClients, region: str, now: datetime, dry_run: bool) -> lis
         targets, tags = gc_find(aws, region, now)
     except (ClientError, BotoCoreError) as exc:
         return [f"aws/{region}: skipped ({describe(exc)})"]
+    notes: list[str] = []
+    if role_setting() is not None:  # the layer is off: nothing of it to sweep
+        try:
+            stale = stale_schedules(aws, region, now)
+        except (ClientError, BotoCoreError, CloudAccessError) as exc:
+            notes.append(f"aws/{region}: {SKIPPED} ({describe(exc) if isinstance(exc, ClientError) else exc})")
+        else:
+            targets.schedules += sorted(stale)
+            tags.update(stale)
 
     def line(kind: str, ident: str, verb: str, why: str = "") -> str:
         t = tags.get(ident, {})
@@ -142,9 +160,9 @@ def gc_region(aws: AwsClients, region: str, now: datetime, dry_run: bool) -> lis
         return f"aws/{region}: {verb} {label}{(': ' + why) if why else ''}"
 
     if dry_run:
-        return [line(kind, ident, "would delete") for kind, ident in targets.items()]
+        return [line(kind, ident, "would delete") for kind, ident in targets.items()] + notes
     return [line(o.kind, o.ident, "deleted" if o.done else "could not delete", o.why)
-            for o in reap(aws, region, targets, wait=True)]
+            for o in reap(aws, region, targets, wait=True)] + notes
 
 
 def gc_find(aws: AwsClients, region: str, now: datetime) -> tuple[Targets, dict[str, dict[str, str]]]:
