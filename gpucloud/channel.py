@@ -299,6 +299,12 @@ class Channel(ABC):
                 return
             yield data
 
+    def release_log_parts(self, run_id: str, rank: int, count: int) -> int:
+        """The CLI's mirror holds parts 0..count-1 of this node for good: a store on this machine's
+        disk drops its copy (one copy of a log is kept, issue 11). Remote stores keep theirs, so
+        `gpucloud logs` works from another machine. Returns the bytes freed."""
+        return 0
+
     def download_artifacts(self, run_id: str, rank: int, dest_dir: Path) -> ArtifactResult | None:
         """Extract the node's artifacts tarball into dest_dir (created); None when there is none.
 
@@ -354,6 +360,17 @@ class FileChannel(Channel):
         path = self._path(prefix)
         path.mkdir(parents=True, exist_ok=True)
         return path.as_uri()
+
+    def release_log_parts(self, run_id: str, rank: int, count: int) -> int:
+        freed = 0
+        for index in range(count):
+            path = self._path(log_key(run_id, rank, index))
+            try:
+                freed += path.stat().st_size
+                path.unlink()
+            except FileNotFoundError:
+                continue
+        return freed
 
     def delete_prefix(self, prefix: str) -> None:
         path = self._path(prefix)

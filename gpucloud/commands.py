@@ -241,6 +241,20 @@ def down_run(run_id: str, *, assume_yes: bool) -> None:
         _down_without_store(run_id, exc, assume_yes=assume_yes)
 
 
+def _keep_log(run: RunRecord) -> None:
+    """Mirror what the channel holds before a teardown that may take the channel with it (an ssh
+    host's folder): a detached run nobody followed keeps its log for `gpucloud logs`."""
+    if not run.cloud or not providers.capabilities(run.cloud).channel_torn_down:
+        return
+    channel = _channel_for(run)
+    if channel is None:
+        return
+    try:
+        LogMirror(home_dir(), run.id, run.num_nodes).sync(channel, final=run.final)
+    except Exception as exc:  # noqa: BLE001 - the teardown matters more than the log
+        _warn(f"the run's log could not be copied before teardown: {exc}")
+
+
 def _down_with_store(run_id: str, *, assume_yes: bool) -> None:
     from gpucloud.teardown import teardown_run
 
@@ -253,6 +267,7 @@ def _down_with_store(run_id: str, *, assume_yes: bool) -> None:
         return
     if not assume_yes and not views.ask(f"Tear down run {run.id} ({run.status}, {len(alive)} resource(s))?"):
         raise Declined("nothing torn down.")
+    _keep_log(run)
     # Mark first: a `run` following it sees "down" and stops instead of reporting a lost machine.
     store.finish_run(run.id, "down", message="torn down by `gpucloud down`", only_if_active=True)
     t0 = time.monotonic()

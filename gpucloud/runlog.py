@@ -11,6 +11,8 @@ log), and the copy is capped at GPUCLOUD_LOG_CAP bytes (default 1 GiB; suffixes 
 half of the cap stays in log.txt; past it, bytes go to two rotating tail files of a quarter each, so
 the last quarter to half of the cap is kept. When the run ends, log.txt gets a note saying how
 many bytes were dropped, then the tail. While the tail is being kept, the live view pauses.
+One copy: once the final sync has a node's parts, a store on this machine's disk (the local
+provider's file channel) drops them, and the local provider's teardown drops the node's own job.log.
 """
 
 from __future__ import annotations
@@ -105,6 +107,9 @@ class LogMirror:
                     self._close_cap(doc)
                 if added or final:
                     self._save_index(doc)
+                if final:
+                    for rank in range(self.num_nodes):
+                        channel.release_log_parts(self.run_id, rank, doc["parts"][rank])
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
         return added

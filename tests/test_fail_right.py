@@ -233,11 +233,11 @@ def test_detached_run_json_then_collect_brings_results_back(tmp_path: Path, home
 
 def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path) -> None:
     env = no_cloud_env(home)
-    spec = job(tmp_path, LOCAL.format(run="'sleep 6; mkdir -p out; echo ok > out/r.txt'"))
+    spec = job(tmp_path, LOCAL.format(run="'sleep 10; mkdir -p out; echo ok > out/r.txt'"))
     proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(spec)], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_id = ""
-    end = time.monotonic() + 30
+    end = time.monotonic() + 90
     while time.monotonic() < end and not run_id:
         runs = json.loads(cli(env, "ls", "--json", cwd=tmp_path).stdout)
         run_id = runs[0]["run_id"] if runs and runs[0]["status"] == "running" else ""
@@ -245,7 +245,7 @@ def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path)
     assert run_id
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
-    end = time.monotonic() + 30
+    end = time.monotonic() + 90
     doc: dict = {}
     while time.monotonic() < end and doc.get("status") != "collecting":  # the job ends on its own
         time.sleep(0.5)

@@ -61,3 +61,30 @@ def test_past_the_cap_head_and_tail_are_kept_with_a_note(tmp_path: Path, num_nod
     assert len(text) < cap + 200
     assert not list((tmp_path / "home" / "runs" / "r1").glob("log.tail.*"))
     assert mirror.read_new() == text[cap // 2:]  # the note and the tail follow the head
+
+
+def test_a_local_run_keeps_one_copy_of_its_log(tmp_path: Path, gpucloud_home: Path) -> None:
+    """Before: the sandbox's job.log, the file channel's parts and the CLI's mirror each held the
+    whole log. Now the mirror is the one copy on this disk, and `logs` still prints every byte."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    spec = tmp_path / "chatty.yaml"
+    spec.write_text("name: chatty\nresources: {cloud: local}\nrun: seq 1 400000\n")  # 2.7 MB
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    run = subprocess.run([sys.executable, "-m", "gpucloud", "run", str(spec), "--json"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr
+    run_id = json.loads(run.stdout)["run_id"]
+    expected = "".join(f"{i}\n" for i in range(1, 400_001)).encode()
+    log_files = [p for p in gpucloud_home.rglob("*") if p.is_file() and p.stat().st_size > 100_000]
+    assert log_files == [gpucloud_home / "runs" / run_id / "log.txt"], log_files
+    assert not list((gpucloud_home / "channel" / "runs" / run_id / "node-0" / "log").iterdir())
+    logs = subprocess.run([sys.executable, "-m", "gpucloud", "logs", run_id], cwd=tmp_path, env=env,
+                          capture_output=True, timeout=60)
+    assert logs.returncode == 0, logs.stderr
+    job_lines = b"".join(line for line in logs.stdout.splitlines(keepends=True) if not line.startswith(b"[gpucloud]"))
+    assert job_lines == expected, (len(job_lines), len(expected))  # every line of the job, in order

@@ -323,7 +323,12 @@ def test_down_of_a_job_that_ignores_sigterm_leaves_no_process(lab: SshLab, cli_e
     run_id, _node = start_detached(cli_env, spec, tmp_path, box)
     assert wait_for(lambda: any(b"backstop" in Path(f"/proc/{p}/cmdline").read_bytes()
                                 for p in run_processes(run_id) if Path(f"/proc/{p}").exists()), 10)
+    parts = box.remote_root / "channel" / "runs" / run_id / "node-0" / "log"
+    assert wait_for(lambda: any(b"up" in p.read_bytes() for p in parts.glob("0*")), 10)
     assert gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path).returncode == 0
     assert wait_for(lambda: not run_processes(run_id), 10), \
         [Path(f"/proc/{p}/cmdline").read_bytes() for p in run_processes(run_id)]
     assert not (box.remote_root / "work" / run_id).exists()
+    # Teardown removed the host's channel folder: `down` copied the log first (nobody followed the run).
+    assert not parts.exists()
+    assert "up" in gpucloud(cli_env, "logs", run_id, cwd=tmp_path).stdout.splitlines()

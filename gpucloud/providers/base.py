@@ -114,6 +114,7 @@ class Capabilities:
     preemption_notice: str | None = None # how the VM learns of a spot interruption, or None
     preemption_grace: float = 15.0       # s the job gets after SIGTERM on a notice (then checkpoint upload)
     console_hint: str = ""               # console_hint()'s text, {run_id} {rank} {region} filled in
+    channel_torn_down: bool = False      # teardown removes the channel too: `down` mirrors the log first
 
 
 @dataclass

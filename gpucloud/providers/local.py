@@ -25,12 +25,19 @@ REGION = "local"
 INSTANCE = "localhost"
 
 
+def drop_log_copies(sandbox: Path) -> None:
+    """A torn-down node's own log and unsent parts: the channel and the CLI's mirror have the log,
+    and on a cloud this copy dies with the VM's disk (one copy kept, issue 11)."""
+    for path in [sandbox / "job.log", *sandbox.glob("part.*")]:
+        path.unlink(missing_ok=True)
+
+
 class LocalProvider:
     """Provider protocol on this machine. Nodes live in `GPUCLOUD_HOME/local/<run_id>/node-<rank>`."""
 
     name = "local"
     capabilities = Capabilities(
-        poll_interval=0.5,        # seconds between the lifecycle's looks at the channel: files are cheap
+        poll_interval=0.1,        # seconds between the lifecycle's looks at the channel: files are cheap
         log_interval=0.5,         # a log part every half second: a line shows within ~1 s; parts are free
         heartbeat_interval=2.0,   # a killed local node is noticed within ~3 heartbeats
         barrier_timeout=120.0,    # multi-node: local nodes boot at once; a missing peer is a failed one
@@ -151,11 +158,12 @@ class LocalProvider:
 
     def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
         """Kill every process of the run (whole process groups, then stragglers) and mark its
-        resources deleted. The sandbox (console log included) stays for debugging until gc. The
+        resources deleted. The sandbox (console log included, the job's log not) stays for debugging until gc. The
         sandboxes are found by run id, so a partial handle (a crash mid-provision) finds them too."""
         run_id = handle.run_id
         for vm in self._vms(run_id):
             vm.kill(grace=3.0 if wait else 1.0)
+            drop_log_copies(vm.sandbox)
         for res in journal.resources(run_id, alive_only=True):
             if res.cloud == self.name:
                 journal.deleted(res.id)

@@ -122,6 +122,7 @@ class SshProvider:
         self_termination="exit", vm_dir="$GPUCLOUD_VM_DIR", install_stack=False, gpu_check="warn",
         node_ips_known=False, per_run_master_port=True, priced=False, spot=False, multi_node=True,
         console_hint="its console output is in <remote root>/work/{run_id}/node-{rank}/console.log on {region}",
+        channel_torn_down=True,  # the channel is a folder on the host, removed with the run
     )
 
     def __init__(self) -> None:
