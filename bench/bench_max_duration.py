@@ -38,7 +38,7 @@ def prepare_cost(root: Path, duration: timedelta) -> tuple[float, int]:
     times = []
     for i in range(5):
         t0 = time.perf_counter()
-        url = channel.prepare(f"bench-{duration.seconds}-{i}", 1, datetime.now(UTC) + duration, log_interval=0.5)[0]
+        url = channel.prepare(f"bench-{duration.seconds}-{i}", 1, datetime.now(UTC) + duration)[0]
         times.append(time.perf_counter() - t0)
     return statistics.median(times), Path(url.removeprefix("file://")).stat().st_size
 

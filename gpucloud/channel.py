@@ -9,6 +9,7 @@ four primitives; the run-level protocol (layout, manifest, status, log parts) is
 Object layout (docs/INTERNALS.md, "Channel"):
     runs/<run_id>/code.tar.gz
     runs/<run_id>/node-<rank>/manifest | status.json | log/<000000..> | artifacts.tar.gz | ready
+    (Azure: the node's log is one append blob, runs/<run_id>/node-<rank>/log.append)
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import fnmatch
 import io
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -36,12 +36,10 @@ DEFAULT_CODE_CAP = 100 * MiB
 # Pre-signed URLs outlive the run's deadline by this much, so the VM can still report a deadline
 # (final status, last log part) and the CLI can still read everything back while tearing down.
 URL_MARGIN = timedelta(hours=1)
-# Trade-off of the log-part count: each part is one PUT (a cost on S3, a manifest line for every
-# backend), and the manifest is read once by bash at boot. Fewer parts than `duration / interval`
-# are fine: the VM stretches the gap between parts so they last until the deadline (a chatty 6 h
-# job at 2000 parts gets a part every ~11 s instead of 5 s). Only the log's latency suffers.
-MAX_LOG_PARTS = 2000
-MIN_LOG_PARTS = 16
+# Largest log part (or appended block) the VM uploads: the CLI holds one part at a time, S3's POST
+# policy caps a part's size at it, and Azure's Append Block takes up to 100 MiB from x-ms-version
+# 2022-11-02 (docs/INTERNALS.md, "Channel"). Rendered into the bootstrap (render.py).
+LOG_PART_MAX = 16 * MiB
 ALWAYS_SKIP = frozenset({".git", "__pycache__", ".venv", "gpucloud-runs"})
 
 
@@ -121,13 +119,12 @@ def notice_key(run_id: str, rank: int) -> str:
 
 
 def log_key(run_id: str, rank: int, index: int) -> str:
-    return f"{node_prefix(run_id, rank)}/log/{index:06d}"
+    return f"{log_prefix(run_id, rank)}{index:06d}"
 
 
-def log_part_count(duration_s: float, interval_s: float, cap: int = MAX_LOG_PARTS) -> int:
-    """Parts for a whole run at one part per interval (+2: the final flush, boot), within bounds."""
-    wanted = math.ceil(max(duration_s, 0) / max(interval_s, 0.1)) + 2
-    return max(MIN_LOG_PARTS, min(cap, wanted))
+def log_prefix(run_id: str, rank: int) -> str:
+    """The folder of a node's log parts (`log_key`), the one prefix its log grant covers."""
+    return f"{node_prefix(run_id, rank)}/log/"
 
 
 class Channel(ABC):
@@ -135,8 +132,6 @@ class Channel(ABC):
 
     # curl `-H` values the VM must send with every PUT (Azure Blob: "x-ms-blob-type: BlockBlob").
     put_headers: tuple[str, ...] = ()
-    # Cap on log parts per node (see MAX_LOG_PARTS); a backend where parts are free may raise it.
-    max_log_parts: int = MAX_LOG_PARTS
 
     # ---- primitives -------------------------------------------------------------------------
     @abstractmethod
@@ -159,10 +154,12 @@ class Channel(ABC):
     def delete_prefix(self, prefix: str) -> None:
         """Delete every object whose key starts with `prefix` (a run's leftovers)."""
 
-    def url_put_dir(self, prefix: str, expires: datetime) -> str | None:
-        """A URL under which `curl -T file <url>/<name>` can create any object of `prefix`; None
-        when the backend has no prefix-wide grant (then the manifest lists one URL per log part)."""
-        return None
+    @abstractmethod
+    def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
+        """Manifest lines that let the node write its whole log until `expires`, whatever the
+        run's length: `log_dir URL` (a folder: `curl -T part URL/<000000>`), `log_post URL` +
+        `log_post_key PREFIX` + `log_post_field NAME VALUE`... (S3 presigned POST limited to the
+        node's log prefix), or `log_append URL` (Azure: one append blob). docs/INTERNALS.md."""
 
     def put_file(self, key: str, path: Path) -> None:
         """Store a file; backends that can stream large files override this."""
@@ -173,21 +170,17 @@ class Channel(ABC):
         """Upload the packed workdir (pack_workdir) that every node fetches."""
         self.put_file(f"{run_prefix(run_id)}/code.tar.gz", tarball)
 
-    def prepare(self, run_id: str, num_nodes: int, deadline: datetime, *, log_interval: float = 5.0,
-                checkpoint: bool = False) -> list[str]:
+    def prepare(self, run_id: str, num_nodes: int, deadline: datetime, *, checkpoint: bool = False) -> list[str]:
         """Write each node's manifest; return each node's manifest GET URL (rank order).
 
         `deadline` is the run's hard end (UTC): URLs expire at deadline + URL_MARGIN, and the VM's
-        watchdog fires at it (manifest line `deadline <epoch>`). `log_interval` should be the one
-        rendered into the bootstrap: it sizes the number of log parts. `checkpoint`: add the
+        watchdog fires at it (manifest line `deadline <epoch>`). The log is one grant per node
+        (`log_grant`), so a manifest's size does not depend on the deadline. `checkpoint`: add the
         checkpoint slots' URLs (`ckpt_put|ckpt_get|ckpt_sum_put|ckpt_sum_get <slot> URL`).
         """
         if deadline.tzinfo is None:
             deadline = deadline.replace(tzinfo=UTC)
         expires = deadline + URL_MARGIN
-        now = datetime.now(UTC)
-        parts = log_part_count((deadline - now).total_seconds(), log_interval, self.max_log_parts)
-        log_dirs = [self.url_put_dir(f"{node_prefix(run_id, r)}/log", expires) for r in range(num_nodes)]
         code_get = self.url_get(f"{run_prefix(run_id)}/code.tar.gz", expires)
         ready_get = [self.url_get(f"{node_prefix(run_id, r)}/ready", expires) for r in range(num_nodes)]
         # Multi-node: each node PUTs `done` when its bootstrap ends and reads its peers' (Azure: the
@@ -208,8 +201,7 @@ class Channel(ABC):
                 *(f"done_get {r} {u}" for r, u in enumerate(done_get)),
                 f"notice_get {self.url_get(notice_key(run_id, rank), expires)}",
                 *(self._checkpoint_lines(run_id, expires) if checkpoint else []),
-                *([f"log_dir {log_dirs[rank]}"] if log_dirs[rank] else
-                  (f"log_put {i} {self.url_put(log_key(run_id, rank, i), expires)}" for i in range(parts))),
+                *self.log_grant(run_id, rank, expires),
             ]
             self.put_bytes(f"{base}/manifest", ("\n".join(lines) + "\n").encode())
             urls.append(self.url_get(f"{base}/manifest", expires))
@@ -280,24 +272,24 @@ class Channel(ABC):
         return doc if isinstance(doc, dict) else None
 
     def read_log_parts(self, run_id: str, rank: int = 0, start: int = 0) -> list[bytes]:
-        """Consecutive complete log parts from index `start`.
+        """Every complete piece of the node's log from position `start` (`iter_log`)."""
+        return [data for data, _ in self.iter_log(run_id, rank, start)]
 
-        A part counts once status.json's `log_parts` covers it: the VM bumps that count only after
-        the part's PUT succeeded, so a reader never takes a half-written part (file://) and never
-        skips one. The VM reports the last manifest URL (which it reuses when parts run out) only
-        with the final status, so a part once returned never changes.
+    def iter_log(self, run_id: str, rank: int = 0, start: int = 0) -> Iterator[tuple[bytes, int]]:
+        """(bytes, next position) of the node's complete log pieces from position `start`, one
+        at a time, so a reader holds one piece (at most LOG_PART_MAX) in memory, not the log.
+
+        Here a position is a part index: a part counts once status.json's `log_parts` covers it
+        (the VM bumps that count only after the part's upload succeeded), so a reader never takes
+        a half-written part and never skips one. An append-blob backend counts bytes instead.
         """
-        return list(self.iter_log_parts(run_id, rank, start))
-
-    def iter_log_parts(self, run_id: str, rank: int = 0, start: int = 0) -> Iterator[bytes]:
-        """`read_log_parts` one part at a time, so a reader holds one part in memory, not the log."""
         status = self.read_status(run_id, rank)
         done = int(status.get("log_parts") or 0) if status else 0
         for i in range(start, done):
             data = self.get_bytes(log_key(run_id, rank, i))
             if data is None:
                 return
-            yield data
+            yield data, i + 1
 
     def release_log_parts(self, run_id: str, rank: int, count: int) -> int:
         """The CLI's mirror holds parts 0..count-1 of this node for good: a store on this machine's
@@ -319,10 +311,6 @@ class Channel(ABC):
 
 class FileChannel(Channel):
     """The local provider's store: a folder, with file:// URLs that curl reads and writes."""
-
-    # Parts cost nothing here and latency matters (a local line should show within ~2 s); the VM
-    # writes them into the node's log folder (url_put_dir), so their number is not fixed upfront.
-    max_log_parts = 20000
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root).resolve()
@@ -356,10 +344,11 @@ class FileChannel(Channel):
         path.parent.mkdir(parents=True, exist_ok=True)
         return path.as_uri()
 
-    def url_put_dir(self, prefix: str, expires: datetime) -> str | None:
-        path = self._path(prefix)
+    def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
+        """The node's log folder, created now (curl's file:// upload does not create folders)."""
+        path = self._path(log_prefix(run_id, rank))
         path.mkdir(parents=True, exist_ok=True)
-        return path.as_uri()
+        return [f"log_dir {path.as_uri()}"]
 
     def release_log_parts(self, run_id: str, rank: int, count: int) -> int:
         freed = 0

@@ -157,8 +157,7 @@ class Failover:
         if self.failures or self.source is not None:
             channel.reset_nodes(self.run_id, spec.num_nodes)
         deadline = datetime.now(UTC) + timedelta(seconds=spec.max_duration)
-        urls = channel.prepare(self.run_id, spec.num_nodes, deadline, log_interval=caps.log_interval,
-                               checkpoint=bool(spec.checkpoint))
+        urls = channel.prepare(self.run_id, spec.num_nodes, deadline, checkpoint=bool(spec.checkpoint))
         # A provider that launches N identical machines in one call gets one script for all: each
         # node finds its rank at boot and its manifest through the node index.
         shared = spec.num_nodes > 1 and caps.shared_user_data

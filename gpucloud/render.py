@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import jinja2
 
+from gpucloud.channel import LOG_PART_MAX
 from gpucloud.errors import UserError
 from gpucloud.providers.base import DEFAULT_MASTER_PORT, Capabilities
 
@@ -168,6 +169,7 @@ def render_bootstrap(
         "manifest_url": manifest_url,
         "put_headers": list(put_headers),
         "log_ms": int(log_interval * 1000),
+        "log_part_max": LOG_PART_MAX,
         "hb_ms": int(heartbeat_interval * 1000),
         "tick": f"{tick:.2f}".rstrip("0").rstrip("."),
         "max_duration": int(spec.max_duration),

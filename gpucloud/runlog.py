@@ -6,6 +6,9 @@ in another terminal): appends happen under an exclusive file lock, each part exa
 reader prints from its own byte offset of the file, so nobody misses or repeats a line.
 Multi-node runs prefix each line with its rank; single-node logs are the job's bytes, untouched.
 
+The index (log.json) keeps each node's position in the channel's log: a part index, or a byte
+offset where the backend keeps the log as one append blob (Azure); `Channel.iter_log` says which.
+
 Bounded (issue 11): parts are fetched and appended one at a time (the CLI holds one part, never the
 log), and the copy is capped at GPUCLOUD_LOG_CAP bytes (default 1 GiB; suffixes K, M, G). The first
 half of the cap stays in log.txt; past it, bytes go to two rotating tail files of a quarter each, so
@@ -88,8 +91,8 @@ class LogMirror:
         tmp.replace(self.index_path)
 
     def sync(self, channel: Channel, *, final: bool = False) -> int:
-        """Fetch every complete part not yet mirrored; with `final`, also flush partial lines of
-        multi-node logs and close a capped log (note + tail). Returns how many parts were added."""
+        """Fetch every complete piece not yet mirrored; with `final`, also flush partial lines of
+        multi-node logs and close a capped log (note + tail). Returns how many pieces were added."""
         added = 0
         with open(self.dir / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -97,8 +100,8 @@ class LogMirror:
                 doc = self._load_index()
                 for rank in range(self.num_nodes):
                     prefix = line_prefix(rank, self.num_nodes)
-                    for data in channel.iter_log_parts(self.run_id, rank, doc["parts"][rank]):
-                        doc["parts"][rank] += 1
+                    for data, position in channel.iter_log(self.run_id, rank, doc["parts"][rank]):
+                        doc["parts"][rank] = position
                         added += 1
                         self._append(doc, self._prefixed(doc, rank, prefix, data, final=False))
                     if final and doc["pending"][rank]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.channel import FileChannel, iter_manifest, log_key, pack_workdir
+from gpucloud.channel import FileChannel, iter_manifest, pack_workdir
 from gpucloud.providers import capabilities
 from gpucloud.render import render_bootstrap
 from gpucloud.stacks import Stack
@@ -114,7 +114,7 @@ def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str 
         (wd / rel).write_text(text)
     channel.upload_code(run_id, pack_workdir(wd, dest=tmp / "code.tar.gz"))
     channel.reset_nodes(run_id, 1)
-    manifest = channel.prepare(run_id, 1, datetime.now(UTC) + timedelta(seconds=deadline_s), log_interval=0.2,
+    manifest = channel.prepare(run_id, 1, datetime.now(UTC) + timedelta(seconds=deadline_s),
                                checkpoint=bool((spot or {}).get("checkpoint")))[0]
     if url_map is not None:
         key = f"runs/{run_id}/node-0/manifest"
@@ -302,19 +302,6 @@ def test_many_log_parts_concatenate_exactly(tmp_path: Path) -> None:
     assert vm.status()["log_parts"] >= 3
 
 
-def test_log_parts_running_out_reuse_the_last_url(tmp_path: Path) -> None:
-    vm = make_vm(tmp_path, run="for i in $(seq 1 30); do echo row$i; sleep 0.03; done")
-    manifest = vm.channel.get_bytes(f"runs/{vm.run_id}/node-0/manifest").decode().splitlines()
-    later = datetime.now(UTC) + timedelta(minutes=5)
-    kept = [line for line in manifest if not line.startswith("log_dir ")]  # a store with a fixed list of URLs
-    kept += [f"log_put {i} {vm.channel.url_put(log_key(vm.run_id, 0, i), later)}" for i in range(2)]
-    vm.channel.put_bytes(f"runs/{vm.run_id}/node-0/manifest", ("\n".join(kept) + "\n").encode())
-    vm.run()
-    assert vm.rc == 0
-    assert vm.status()["log_parts"] == 2
-    assert vm.job_output() == "".join(f"row{i}\n" for i in range(1, 31))
-
-
 def test_local_gpu_warn_mode_runs_on_cpu(tmp_path: Path) -> None:
     vm = make_vm(tmp_path, gpu="K80", stack=K80, run="echo cpu-run",
                  stub_env={"STUB_GPU_COUNT": "0"}).run()
@@ -482,7 +469,7 @@ def test_status_json_is_valid_json_throughout(tmp_path: Path) -> None:
     raw = vm.channel.get_bytes(f"runs/{vm.run_id}/node-0/status.json")
     doc = json.loads(raw)
     assert doc["state"] == "failed"
-    assert set(doc) == {"run_id", "rank", "state", "stage", "stages", "heartbeat", "exit_code", "message", "log_parts"}
+    assert set(doc) == {"run_id", "rank", "state", "stage", "stages", "heartbeat", "exit_code", "message", "log_parts", "log_bytes"}
 
 
 def test_artifact_tarball_contents(tmp_path: Path) -> None:

@@ -15,14 +15,12 @@ from pathlib import Path
 import pytest
 
 from gpucloud.channel import (
-    MAX_LOG_PARTS,
-    MIN_LOG_PARTS,
     URL_MARGIN,
     Channel,
     FileChannel,
     iter_manifest,
     log_key,
-    log_part_count,
+    log_prefix,
     pack_workdir,
     workdir_files,
 )
@@ -53,6 +51,10 @@ class MemoryChannel(Channel):
     def url_put(self, key: str, expires: datetime) -> str:
         self.expiries.append(expires)
         return f"mem://put/{key}"
+
+    def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
+        self.expiries.append(expires)
+        return [f"log_dir mem://put/{log_prefix(run_id, rank)}"]
 
     def delete_prefix(self, prefix: str) -> None:
         for key in [k for k in self.objects if k.startswith(prefix)]:
@@ -103,7 +105,7 @@ def test_curl_put_to_file_url_creates_the_object(tmp_path: Path) -> None:
 def test_prepare_writes_one_manifest_per_node(tmp_path: Path) -> None:
     ch = FileChannel(tmp_path)
     deadline = datetime.now(UTC) + timedelta(minutes=10)
-    urls = ch.prepare("r1", 3, deadline, log_interval=5.0)
+    urls = ch.prepare("r1", 3, deadline)
     assert len(urls) == 3
     for rank, url in enumerate(urls):
         text = curl(url).stdout.decode()
@@ -126,13 +128,10 @@ def test_prepare_writes_one_manifest_per_node(tmp_path: Path) -> None:
 
 def test_manifest_size_does_not_grow_with_max_duration(tmp_path: Path) -> None:
     ch = FileChannel(tmp_path)
-    short = ch.prepare("a", 1, datetime.now(UTC) + timedelta(minutes=1), log_interval=0.5)
-    long = ch.prepare("b", 1, datetime.now(UTC) + timedelta(hours=6), log_interval=0.5)
+    short = ch.prepare("a", 1, datetime.now(UTC) + timedelta(minutes=1))
+    long = ch.prepare("b", 1, datetime.now(UTC) + timedelta(hours=6))
     sizes = [len(curl(u).stdout) for u in (short[0], long[0])]
     assert abs(sizes[0] - sizes[1]) < 10 and sizes[1] < 2000, sizes
-    memory = MemoryChannel()  # a store without a folder grant still lists its parts
-    memory.prepare("c", 1, datetime.now(UTC) + timedelta(hours=6), log_interval=5.0)
-    assert memory.objects["runs/c/node-0/manifest"].count(b"log_put ") == log_part_count(6 * 3600, 5.0)
 
 
 def test_prepare_expiry_is_deadline_plus_margin() -> None:
@@ -141,15 +140,7 @@ def test_prepare_expiry_is_deadline_plus_margin() -> None:
     ch.prepare("r1", 1, deadline)
     assert ch.expiries and set(ch.expiries) == {deadline + URL_MARGIN}
     manifest = ch.objects["runs/r1/node-0/manifest"].decode()
-    assert "log_put 0 mem://put/runs/r1/node-0/log/000000" in manifest
-
-
-def test_log_part_count_bounds() -> None:
-    assert log_part_count(60, 5) == MIN_LOG_PARTS
-    assert log_part_count(3600, 5) == 722
-    assert log_part_count(6 * 3600, 5) == MAX_LOG_PARTS
-    assert log_part_count(6 * 3600, 1, 20000) == 20000
-    assert log_part_count(-5, 1) == MIN_LOG_PARTS
+    assert manifest.splitlines()[-1] == "log_dir mem://put/runs/r1/node-0/log/"
 
 
 # ---- status / log parts / artifacts -----------------------------------------------------------

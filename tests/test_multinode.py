@@ -76,7 +76,7 @@ def make_cluster(tmp: Path, *, nodes: int = 2, run: str = "echo hi", setup: str 
     (wd / "hello.txt").write_text("hi\n")
     channel.upload_code(run_id, pack_workdir(wd, dest=tmp / "code.tar.gz"))
     deadline = datetime.now(UTC) + timedelta(seconds=120)
-    urls = channel.prepare(run_id, nodes, deadline, log_interval=0.2)
+    urls = channel.prepare(run_id, nodes, deadline)
     if shared:
         urls = [channel.node_index(run_id, urls, deadline)] * nodes
     spec = make_spec(cloud="local", gpu=None, env={"FOO": "bar"}, run=run, setup=setup, artifacts=[], num_nodes=nodes)

@@ -25,7 +25,7 @@ import urllib.parse
 from datetime import datetime
 from pathlib import Path
 
-from gpucloud.channel import Channel, checkpoint_keys, log_key, node_prefix
+from gpucloud.channel import Channel, checkpoint_keys, log_key, log_prefix, node_prefix
 from gpucloud.providers import ssh_transport
 from gpucloud.providers.ssh_probe import REMOTE_ROOT
 
@@ -49,8 +49,6 @@ def fill_root(text: str, host: str) -> str:
 
 class SshChannel(Channel):
     """One run's hosts, in rank order (the run's `region` is the hosts joined with commas)."""
-
-    max_log_parts = 20000  # parts are files on the host: free
 
     def __init__(self, hosts: list[str]) -> None:
         self.hosts = list(hosts)
@@ -100,21 +98,24 @@ class SshChannel(Channel):
     def url_put(self, key: str, expires: datetime) -> str:
         return self.url_get(key, expires)  # folders are made by `prepare` (one call per host)
 
+    def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
+        """The node's log folder on its host (made by `prepare`): parts without end."""
+        return [f"log_dir {self.url_get(log_prefix(run_id, rank).rstrip('/'), expires)}"]
+
     def delete_prefix(self, prefix: str) -> None:
         for host in self._targets(prefix):
             self._run(host, f"rm -rf {self._path(prefix.rstrip('/'))}")
 
     # ---- run-level overrides ----------------------------------------------------------------------
-    def prepare(self, run_id: str, num_nodes: int, deadline: datetime, *, log_interval: float = 5.0,
-                checkpoint: bool = False) -> list[str]:
+    def prepare(self, run_id: str, num_nodes: int, deadline: datetime, *, checkpoint: bool = False) -> list[str]:
         """Make every node's folders first (curl's file:// upload does not create them), and the
         run's checkpoint folder on each host when the job keeps checkpoints."""
         for rank in range(num_nodes):
-            folders = [self._path(node_prefix(run_id, rank) + "/log")]
+            folders = [self._path(log_prefix(run_id, rank).rstrip("/"))]
             if checkpoint:
                 folders.append(self._path(checkpoint_keys(run_id, 0)[0].rsplit("/", 1)[0]))
             self._run(self.hosts[rank], f"mkdir -p {' '.join(folders)}")
-        return super().prepare(run_id, num_nodes, deadline, log_interval=log_interval, checkpoint=checkpoint)
+        return super().prepare(run_id, num_nodes, deadline, checkpoint=checkpoint)
 
     def read_status(self, run_id: str, rank: int = 0) -> dict | None:
         if rank == 0 and len(self.hosts) > 1:

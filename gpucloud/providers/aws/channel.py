@@ -6,7 +6,9 @@ safe once: public access blocked, SSE-S3 default encryption, and a lifecycle rul
 `runs/` objects after 30 days so forgotten runs cost nothing for long.
 
 The VM holds no credentials: the CLI pre-signs one URL per object (SigV4, which caps a URL's life
-at 7 days; longer runs get 7-day URLs and a warning from the provider).
+at 7 days; longer runs get 7-day URLs and a warning from the provider). The log is the exception:
+one presigned POST per node whose policy admits any key under the node's log prefix and parts of
+at most LOG_PART_MAX bytes, so the manifest does not grow with the run's length.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpucloud.channel import Channel
+from gpucloud.channel import LOG_PART_MAX, Channel, log_prefix
 from gpucloud.errors import GpucloudError
 from gpucloud.providers.aws.errors import classify, error_code, http_status
 from gpucloud.providers.aws.session import retrying_call, shared_client
@@ -210,6 +212,18 @@ class S3Channel(Channel):
     def url_put(self, key: str, expires: datetime) -> str:
         return self._s3.generate_presigned_url(
             "put_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=self._expires_in(expires))
+
+    def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
+        """One presigned POST for the node's whole log (S3 POST policy: `starts-with $key` the
+        node's log prefix, `content-length-range` 0..LOG_PART_MAX, the bucket, the signing fields;
+        docs/INTERNALS.md, "Channel"). The VM adds the `key` field per part and the file last."""
+        prefix = log_prefix(run_id, rank)
+        post = self._s3.generate_presigned_post(
+            self.bucket, prefix + "${filename}", Conditions=[["content-length-range", 0, LOG_PART_MAX]],
+            ExpiresIn=self._expires_in(expires))
+        fields = {name: value for name, value in post["fields"].items() if name != "key"}
+        return [f"log_post {post['url']}", f"log_post_key {prefix}",
+                *(f"log_post_field {name} {value}" for name, value in fields.items())]
 
     def delete_prefix(self, prefix: str) -> None:
         paginator = self._s3.get_paginator("list_objects_v2")

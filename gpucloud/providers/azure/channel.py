@@ -10,6 +10,11 @@ api-versions (azure-mgmt-resource's client), which spares a dependency on azure-
 The data plane uses the account key from `listKeys` both to write (code, manifests) and to sign
 service SAS URLs that expire with the run.
 
+A node's log is one append blob (`runs/<run_id>/node-<rank>/log.append`), created empty by
+`prepare`; the VM holds one SAS URL for it with the add permission only and appends its log in
+blocks of at most LOG_PART_MAX bytes (Append Block), so the manifest does not grow with the run's
+length. Readers take byte ranges up to status.json's `log_bytes`.
+
 `GPUCLOUD_AZURE_BLOB_ENDPOINT` replaces the account's blob endpoint (e.g. a storage emulator at
 `http://127.0.0.1:10000/devstoreaccount1`). A path-style endpoint names its account in the path,
 and that is the account the URLs are signed for; the key still comes from `listKeys`.
@@ -18,12 +23,13 @@ and that is the account the URLs are signed for; the key still comes from `listK
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from gpucloud.channel import Channel
+from gpucloud.channel import LOG_PART_MAX, Channel, node_prefix
 from gpucloud.errors import UserError
 from gpucloud.providers.azure.access import pipeline_kwargs
 
@@ -34,6 +40,11 @@ CLOCK_SKEW = timedelta(minutes=15)
 # A SAS URL lives at most as long as S3's SigV4 presigned URLs (providers/aws/channel.py MAX_PRESIGN): a leaked
 # manifest is useless after a week whatever the job's max_duration says.
 MAX_SAS = timedelta(days=7)
+
+
+def log_blob(run_id: str, rank: int) -> str:
+    """The node's append blob: its whole log, in the order the VM appended it."""
+    return f"{node_prefix(run_id, rank)}/log.append"
 
 
 def storage_group_name(region: str) -> str:
@@ -176,6 +187,32 @@ class BlobChannel(Channel):
 
     def url_put(self, key: str, expires: datetime) -> str:
         return self._url(key, expires, create=True, write=True)
+
+    def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
+        """Create the node's empty append blob (replacing one of an earlier attempt) and grant
+        only Append Block on it (SAS permission `a`: no read, no overwrite, no delete)."""
+        key = log_blob(run_id, rank)
+        self._container.get_blob_client(key).create_append_blob()
+        return [f"log_append {self._url(key, expires, add=True)}"]
+
+    def iter_log(self, run_id: str, rank: int = 0, start: int = 0) -> Iterator[tuple[bytes, int]]:
+        """(bytes, next byte offset) from byte `start` up to status.json's `log_bytes` (the VM
+        bumps it only after an append succeeded), LOG_PART_MAX bytes per ranged read."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        status = self.read_status(run_id, rank)
+        done = int(status.get("log_bytes") or 0) if status else 0
+        pos = start
+        while pos < done:
+            length = min(LOG_PART_MAX, done - pos)
+            try:
+                data = self._container.download_blob(log_blob(run_id, rank), offset=pos, length=length).readall()
+            except ResourceNotFoundError:
+                return
+            if not data:
+                return
+            pos += len(data)
+            yield data, pos
 
     def delete_prefix(self, prefix: str) -> None:
         from azure.core.exceptions import ResourceNotFoundError
