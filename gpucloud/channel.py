@@ -292,7 +292,8 @@ class Channel(ABC):
             yield data, i + 1
 
     def release_log_parts(self, run_id: str, rank: int, count: int) -> int:
-        """The CLI's mirror holds parts 0..count-1 of this node for good: a store on this machine's
+        """The CLI's mirror holds this node's log up to `count` (its `iter_log` position: a part
+        count on part stores) for good: a store on this machine's
         disk drops its copy (one copy of a log is kept, issue 11). Remote stores keep theirs, so
         `gpucloud logs` works from another machine. Returns the bytes freed."""
         return 0
