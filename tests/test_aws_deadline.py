@@ -157,8 +157,9 @@ def test_gc_removes_stale_schedules_and_keeps_future_ones(moto, provider, hooks)
         assert "gpucloud-stale-run-0" in schedules(moto, region="eu-west-1")
         lines = provider.gc(now, dry_run=False)
         assert any("deleted deadline schedule gpucloud-stale-run-0" in line for line in lines), lines
-        assert schedules(moto, region="eu-west-1") == {}
-        assert set(schedules(moto)) == {"gpucloud-future-run-0", "gpucloud-recent-run-0"}
+        # The moto server is shared with other tests (their runs' live schedules may be there): look at ours.
+        assert "gpucloud-stale-run-0" not in schedules(moto, region="eu-west-1")
+        assert {"gpucloud-future-run-0", "gpucloud-recent-run-0"} <= set(schedules(moto))
     finally:
         for name in ("gpucloud-future-run-0", "gpucloud-recent-run-0"):
             deadline.delete_schedule(provider, "us-east-1", name)
