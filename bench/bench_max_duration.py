@@ -12,11 +12,8 @@ Usage: python bench/bench_max_duration.py [--runs 5]. Uses a throwaway GPUCLOUD_
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpucloud.channel import FileChannel  # noqa: E402
+from local_runs import run_walls, throwaway_home  # noqa: E402
 
 JOB = """name: bench-true-{label}
 resources: {{cloud: local}}
@@ -46,26 +44,15 @@ def prepare_cost(root: Path, duration: timedelta) -> tuple[float, int]:
 def run_cost(jobs: Path, label: str, env: dict[str, str], runs: int) -> float:
     job = jobs / f"{label}.yaml"
     job.write_text(JOB.format(label=label.lower(), duration=label))
-    walls = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "gpucloud", "run", str(job)], cwd=jobs, env=env,
-                              capture_output=True)
-        walls.append(time.perf_counter() - t0)
-        if proc.returncode != 0:
-            raise SystemExit(f"run failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
-    return statistics.median(walls)
+    return statistics.median(run_walls(job, env, runs))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="gpucloud-bench-") as tmp:
-        root = Path(tmp)
-        env = {**os.environ, "GPUCLOUD_HOME": str(root / "home"), "CI": "true"}
-        jobs = root / "jobs"
-        jobs.mkdir()
+    with throwaway_home() as (jobs, env):
+        root = jobs.parent
         print("| max_duration | FileChannel.prepare | manifest | `gpucloud run` of `true` (median) |")
         print("|---|---|---|---|")
         for label, duration in DURATIONS.items():

@@ -9,13 +9,13 @@ Usage: python bench/bench_run.py [--runs 5]. Uses a throwaway GPUCLOUD_HOME; pri
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from local_runs import run_walls, throwaway_home
 
 TRUE_JOB = """name: bench-true
 resources: {cloud: local}
@@ -40,23 +40,11 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="gpucloud-bench-") as tmp:
-        root = Path(tmp)
-        env = {**os.environ, "GPUCLOUD_HOME": str(root / "home"), "CI": "true"}
-        jobs = root / "jobs"  # the workdir (packed and uploaded each run): GPUCLOUD_HOME stays outside it
-        jobs.mkdir()
+    with throwaway_home() as (jobs, env):
         (jobs / "true.yaml").write_text(TRUE_JOB)
         (jobs / "latency.yaml").write_text(LATENCY_JOB)
 
-        walls = []
-        for _ in range(args.runs):
-            t0 = time.perf_counter()
-            proc = cli(["run", str(jobs / "true.yaml"), "--cloud", "local"], jobs, env)
-            proc.communicate()
-            walls.append(time.perf_counter() - t0)
-            if proc.returncode != 0:
-                print(f"run failed with exit {proc.returncode}", file=sys.stderr)
-                return 1
+        walls = run_walls(jobs / "true.yaml", env, args.runs)
 
         lags = []
         proc = cli(["run", str(jobs / "latency.yaml"), "--cloud", "local"], jobs, env)
