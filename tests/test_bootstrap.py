@@ -67,11 +67,22 @@ class Vm:
         return self
 
     def end_timers(self) -> None:
-        """End the backstop timers the systemd-run stub started (a real VM's die with it)."""
+        """End the backstop timers the systemd-run stub started, and a local backstop sleeper that a
+        SIGKILLed bootstrap could not disarm (a real VM's die with it; left here, one would KILL a
+        process group number, perhaps someone else's by then, an hour later)."""
         path = self.state / "timers"
-        for pid in path.read_text().split() if path.exists() else []:
+        groups = [int(pid) for pid in (path.read_text().split() if path.exists() else [])]
+        marker = b" backstop ", str(self.vm_dir).encode()
+        for proc in Path("/proc").iterdir():
             try:
-                os.killpg(int(pid), signal.SIGKILL)
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if proc.name.isdigit() and all(m in cmdline for m in marker):
+                groups.append(int(proc.name))
+        for pid in groups:
+            try:
+                os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
 
@@ -201,7 +212,9 @@ def test_nothing_is_left_running_after_a_run(tmp_path: Path) -> None:
     vm = make_vm(tmp_path, run=f"bash -c 'sleep 30 # {marker}' & echo spawned").run()
     assert vm.rc == 0
     assert vm.job_output() == "spawned\n"
-    time.sleep(0.2)
+    end = time.monotonic() + 5  # helpers still exiting on a loaded machine are not "left running"
+    while subprocess.run(["pgrep", "-g", str(vm.proc.pid)], capture_output=True).stdout and time.monotonic() < end:
+        time.sleep(0.1)
     assert subprocess.run(["pgrep", "-g", str(vm.proc.pid)], capture_output=True, text=True).stdout == ""
     assert _marker_pids(marker) == []
 
@@ -228,6 +241,17 @@ def test_failing_setup_skips_run(tmp_path: Path) -> None:
 def _marker_pids(marker: str) -> list[str]:
     out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
     return out.stdout.split()
+
+
+def _own_session(marker: str, bootstrap_pid: int) -> bool:
+    """Whether a process of the job (found by its marker) runs in a session other than the bootstrap's."""
+    for pid in _marker_pids(marker):
+        try:
+            if os.getsid(int(pid)) != os.getsid(bootstrap_pid):
+                return True
+        except ProcessLookupError:
+            continue
+    return False
 
 
 def test_deadline_kills_the_job_and_reports(tmp_path: Path) -> None:
@@ -617,7 +641,9 @@ def test_backstop_fires_when_the_bootstrap_is_gone(tmp_path: Path) -> None:
     vm = make_vm(tmp_path, run=f"sleep 60 # {marker}\n: {marker}", max_duration=2,
                  stub_env={"GPUCLOUD_DEADLINE_GRACE": "2", "GPUCLOUD_VM_SANDBOX": str(tmp_path / "vm")}).start()
     end = time.monotonic() + 10
-    while not (vm.vm_dir / "job.pgid").exists() and time.monotonic() < end:
+    # job.pgid is written as the job's subshell starts, a moment before it setsid's into its own
+    # session: wait for the job itself, or the kill below would take it with the bootstrap.
+    while not _own_session(marker, vm.proc.pid) and time.monotonic() < end:
         time.sleep(0.05)
     os.killpg(vm.proc.pid, signal.SIGKILL)  # bootstrap, pump and watchdog; the job has its own session
     vm.proc.wait(timeout=5)
