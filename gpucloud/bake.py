@@ -21,7 +21,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from gpucloud.errors import GpucloudError, UserError
+from gpucloud.errors import Declined, GpucloudError, UserError
 from gpucloud.lifecycle import _Run
 from gpucloud.runlog import LogMirror
 from gpucloud.watch import observe, outcome
@@ -113,7 +113,7 @@ def _build(job: JobSpec, *, cloud: str | None, region: str | None, assume_yes: b
         return existing, False
     views.print_plan_summary(plan)
     if not assume_yes and not views.ask("Boot a builder and bake the image?"):
-        raise views.Declined("no image built.")
+        raise Declined("no image built.")
     bake = _Bake(job, plan, store, setup, json_out=json_out)
     result = bake.execute()
     if bake.baked is None:

@@ -409,7 +409,7 @@ def watch(run_id: Annotated[str, typer.Argument(metavar="RUN")], json_out: JsonO
     result = watch_job(run_id, json_out=json_out)
     if json_out:
         emit_json(result.as_json())
-    raise typer.Exit(result.exit_code)
+    raise typer.Exit(result.exit_code or 0)  # None: detached, nothing failed
 
 
 @app.command()

@@ -137,7 +137,7 @@ class Failover:
         self._failed(provider, cand, index, where, f"{exc.kind}: {exc.message}", f"the rest of {cand.cloud}",
                      quiet=line)
 
-    def _attempt(self, provider: Provider, cand: Candidate, index: int, tarball: Path) -> Launch:
+    def _attempt(self, provider: Provider, cand: Candidate, index: int, tarball: Path | None) -> Launch:
         """One attempt: code upload, channel URLs, bootstrap per node, then provision."""
         from gpucloud.render import render_bootstrap
 

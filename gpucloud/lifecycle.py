@@ -309,7 +309,7 @@ class _Run:
             if bad:
                 if first_final_at is None:
                     first_final_at = now
-                    self.progress.warn(f"node {bad[0]} ended ({obs.statuses[bad[0]].get('state')}): the other "
+                    self.progress.warn(f"node {bad[0]} ended ({(obs.statuses[bad[0]] or {}).get('state')}): the other "
                                        f"node(s) get {grace:.0f}s to finish, then the whole run is torn down")
                 if now - first_final_at >= grace:
                     self.peers_stopped = [r for r in range(n) if not finals[r]]

@@ -174,7 +174,7 @@ def make_plan(
         raise _nothing_fits(spec, gpu, clouds, excluded, cat)
     warnings.extend(_legacy_warnings(candidates))
     age = data_age(cat, candidates[0])
-    if age.stale:
+    if age is not None and age.stale:
         warnings.append(age.warning)
     return Plan(spec=spec, candidates=candidates, excluded=excluded, stack=stack, warnings=warnings, data=age)
 

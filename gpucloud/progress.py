@@ -37,7 +37,7 @@ class Progress:
     def __init__(self, *, log_to_stderr: bool = False, plain: bool | None = None) -> None:
         self.t0 = time.monotonic()
         self.plain = plain_mode() if plain is None else plain
-        self._log_stream: BinaryIO = (sys.stderr if log_to_stderr else sys.stdout).buffer  # type: ignore[assignment]
+        self._log_stream: BinaryIO = (sys.stderr if log_to_stderr else sys.stdout).buffer
         self._log_text = sys.stderr if log_to_stderr else sys.stdout
         self._phase: str | None = None
         self._phase_t0 = 0.0

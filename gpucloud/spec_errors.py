@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -98,7 +99,7 @@ def _hint_key(loc: tuple[str | int, ...]) -> str:
     return ".".join(str(p) for p in loc if not isinstance(p, int))
 
 
-def _explain(err: dict[str, Any], loc: tuple[str | int, ...]) -> str:
+def _explain(err: Mapping[str, Any], loc: tuple[str | int, ...]) -> str:
     """Pydantic's error as '<what is wrong>. <what was expected>'."""
     kind: str = err["type"]
     ctx: dict[str, Any] = err.get("ctx") or {}

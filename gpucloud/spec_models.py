@@ -79,10 +79,10 @@ class Resources(_Strict):
     gpu: GpuRequest | None = None
     instance_type: str | None = None
     spot: bool | Literal["auto"] = False
-    max_price_per_hour: float | None = Field(None, gt=0)
-    min_vcpus: int | None = Field(None, ge=1)
-    min_memory_gib: float | None = Field(None, gt=0)
-    disk_gb: int = Field(100, ge=20, le=16384)
+    max_price_per_hour: float | None = Field(default=None, gt=0)
+    min_vcpus: int | None = Field(default=None, ge=1)
+    min_memory_gib: float | None = Field(default=None, gt=0)
+    disk_gb: int = Field(default=100, ge=20, le=16384)
     ssh: bool = False
     hosts: list[str] | None = None  # machines you own (providers with takes_hosts): `[user@]host[:port]` or ssh aliases
 

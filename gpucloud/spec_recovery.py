@@ -15,6 +15,13 @@ DEFAULT_CHECKPOINT_INTERVAL_S = 600
 MAX_RESTARTS = 100
 
 
+Trigger = Literal["preemption", "capacity", "lost"]
+
+
+def _preemption_only() -> list[Trigger]:
+    return ["preemption"]
+
+
 class Recovery(BaseModel):
     """`recovery: {on: [preemption, capacity, lost], max_restarts: N, fallback: on-demand | none}`.
 
@@ -24,7 +31,7 @@ class Recovery(BaseModel):
     fallback on-demand: the restart after the max_restarts-th preemption goes to on-demand."""
 
     model_config = ConfigDict(extra="forbid")
-    on: list[Literal["preemption", "capacity", "lost"]] = Field(default_factory=lambda: ["preemption"])
+    on: list[Trigger] = Field(default_factory=_preemption_only)
     max_restarts: int = Field(3, ge=0, le=MAX_RESTARTS)
     fallback: Literal["on-demand", "none"] = "none"
 

@@ -8,7 +8,7 @@ import datetime as _dt
 import difflib
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 from pydantic import AfterValidator, BeforeValidator
 from pydantic_core import PydanticCustomError
@@ -17,7 +17,10 @@ from gpucloud import providers
 from gpucloud.errors import UserError
 
 
-CloudName = Literal[providers.names()]  # type: ignore[valid-type]  # the registry's names
+if TYPE_CHECKING:
+    CloudName = str  # a Literal built at run time is opaque to a type checker; pydantic checks the names
+else:
+    CloudName = Literal[providers.names()]  # the registry's names
 FrameworkName = Literal["pytorch", "tensorflow", "none"]
 
 _CLOUD_WORDS = (*providers.names(), "any")

@@ -9,7 +9,7 @@ summary can show that, say, 9 of 11 minutes went to the driver install before th
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 # status.json stage -> timeline group, in order. "boot" also covers the time from launch to the
 # first stage (the cloud starting the machine and cloud-init), when the launch time is known.
@@ -68,7 +68,7 @@ def format_timeline(stages: Mapping[str, object], *, launched_at: float | None =
     return " · ".join(f"{g} {human(s)}" + (" (running)" if running else "") for g, s, running in items)
 
 
-def format_nodes(statuses: list[Mapping[str, object] | None], *, launched_at: float | None = None,
+def format_nodes(statuses: Sequence[Mapping[str, object] | None], *, launched_at: float | None = None,
                  now: float | None = None) -> list[str]:
     """One "node N: ..." line per node with a status document (the `status` view and run summary)."""
     lines = []

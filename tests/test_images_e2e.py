@@ -97,3 +97,27 @@ def test_a_failing_builder_leaves_nothing_and_bakes_nothing(aws_env: dict[str, s
     assert tagged_alive(moto) == []
     ec2 = moto.client("ec2", REGION)
     assert not ec2.describe_images(Owners=["self"], Filters=[{"Name": "tag:gpucloud:kind", "Values": ["image"]}])["Images"]
+
+
+def test_declining_the_image_build_prompt_exits_1_and_boots_nothing(aws_env: dict[str, str], moto: Moto,  # noqa: F811
+                                                                    tmp_path: Path) -> None:
+    """The prompt only appears on a terminal, so stdin is a pseudo-terminal that answers "n"."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in aws_env.items() if k != "GPUCLOUD_TEST_AWS_RECORD"}
+    primary, secondary = pty.openpty()
+    try:
+        os.write(primary, b"n\n")
+        proc = subprocess.run([sys.executable, "-m", "gpucloud", "image", "build", str(_job(tmp_path)), "--cloud",
+                               "aws", "--region", REGION], stdin=secondary, capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=120)
+    finally:
+        os.close(secondary)
+        os.close(primary)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Boot a builder and bake the image?" in proc.stderr and "no image built" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert tagged_alive(moto) == []

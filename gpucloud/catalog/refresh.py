@@ -12,6 +12,7 @@ failed refresh never loses data and never leaves a broken cache (docs/CATALOG.md
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,7 +109,7 @@ def refresh(clouds: list[str] | None = None, regions: list[str] | None = None,
     any_ok = False
     for cloud in chosen:
         ctx = FetchContext(regions=regions, catalog=base, fetched_at=fetched_at,
-                           progress=lambda msg, c=cloud: say(f"[{c}] {msg}"))
+                           progress=functools.partial(_say_for, say, cloud))
         result, problem = _fetch_one(cloud, ctx)
         if result is None:
             meta[cloud]["problems"] = [f"{problem}; kept the previous {cloud} rows"]
@@ -129,6 +130,11 @@ def refresh(clouds: list[str] | None = None, regions: list[str] | None = None,
     store.write(path, rows, created_at=fetched_at, clouds=meta)
     load_catalog.cache_clear()  # type: ignore[attr-defined]
     return RefreshReport(path=path, total_rows=len(rows), clouds={c: meta[c] for c in known})
+
+
+def _say_for(say: Callable[[str], None], cloud: str, msg: str) -> None:
+    """A fetcher's progress line, prefixed with its cloud."""
+    say(f"[{cloud}] {msg}")
 
 
 def _fetch_one(cloud: str, ctx: FetchContext) -> tuple[FetchResult | None, str]:

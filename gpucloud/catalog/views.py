@@ -89,5 +89,6 @@ def print_refresh(report: RefreshReport) -> None:
         state = "refreshed" if info.get("refreshed") else "kept previous data"
         print(f"  {cloud}: {state}; {info.get('rows', 0)} rows; source {info.get('source', '-')}; "
               f"fetched {info.get('fetched_at') or '-'}", file=sys.stderr)
-        for problem in info.get("problems", []) or []:  # type: ignore[union-attr]
+        problems = info.get("problems")
+        for problem in problems if isinstance(problems, list) else []:
             print(f"    missing: {problem}", file=sys.stderr)

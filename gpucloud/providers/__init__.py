@@ -120,18 +120,18 @@ def configured_clouds() -> list[str]:
 
 def get_provider(cloud: str, **kwargs: object) -> Provider:
     """Import the provider lazily: `gpucloud --help` must not import boto3 or azure."""
-    return provider_class(cloud)(**kwargs)  # type: ignore[no-any-return]
+    return provider_class(cloud)(**kwargs)
 
 
 def provider_class(cloud: str) -> type:
     """The provider's class, imported lazily (its module imports no cloud SDK at import time)."""
     entry = info(cloud)
-    return getattr(importlib.import_module(entry.module), entry.class_name)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(entry.module), entry.class_name)
 
 
 def capabilities(cloud: str) -> Capabilities:
     """What the provider declares about itself, without constructing it (no credentials needed)."""
-    return provider_class(cloud).capabilities  # type: ignore[attr-defined, no-any-return]
+    return provider_class(cloud).capabilities  # type: ignore[attr-defined]
 
 
 def with_policy() -> tuple[str, ...]:
@@ -150,7 +150,7 @@ def run_check(cloud: str) -> CloudCheck:
     if not entry.check:
         raise ValueError(f"{cloud} has no check")
     module, func = entry.check.split(":")
-    return getattr(importlib.import_module(module), func)()  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), func)()
 
 
 def deadline_role_documents(cloud: str, account: str | None, part: str | None) -> dict[str, object]:
@@ -163,7 +163,7 @@ def deadline_role_documents(cloud: str, account: str | None, part: str | None) -
         raise UserError(f"{cloud} has no deadline role: --deadline-role, --part and --account are for "
                         f"{', '.join(n for n, e in REGISTRY.items() if e.deadline_role)}.")
     module, func = entry.deadline_role.split(":")
-    return getattr(importlib.import_module(module), func)(account, part)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), func)(account, part)
 
 
 def policy_document(cloud: str) -> dict[str, object]:
@@ -172,7 +172,7 @@ def policy_document(cloud: str) -> dict[str, object]:
     if not entry.policy:
         raise ValueError(f"{cloud} has no policy document")
     module, func = entry.policy.split(":")
-    return getattr(importlib.import_module(module), func)()  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), func)()
 
 
 def with_image_store() -> tuple[str, ...]:
@@ -189,4 +189,4 @@ def image_store(cloud: str) -> ImageStore:
         raise UserError(f"{entry.title} has no baked images.",
                         hint=f"Use --cloud with one of: {', '.join(with_image_store())}.")
     module, cls = entry.image_store.split(":")
-    return getattr(importlib.import_module(module), cls)()  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), cls)()

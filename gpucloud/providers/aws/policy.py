@@ -283,7 +283,7 @@ def role_documents(account: str | None, part: str | None) -> dict[str, Any]:
     if not re.fullmatch(r"\d{12}", account):
         raise UserError(f"--account takes a 12-digit AWS account id, not {account!r}.")
     docs = deadline_role_documents(account)
-    return docs[parts[part]] if part else docs  # type: ignore[no-any-return]
+    return docs[parts[part]] if part else docs
 
 
 def _caller_account() -> str:

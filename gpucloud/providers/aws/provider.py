@@ -89,7 +89,7 @@ class AwsProvider(AwsClients):
         """The region's S3 channel, shared per session so the bucket is checked once per process."""
         from gpucloud.providers.aws.channel import S3Channel
 
-        return shared_channel(self.session, region, lambda: S3Channel(self.session, region))  # type: ignore[no-any-return]
+        return shared_channel(self.session, region, lambda: S3Channel(self.session, region))
 
     @property
     def keys_dir(self) -> Path:

@@ -115,10 +115,10 @@ def retrying_call(client: Any, op: str, *, attempts: int, base_s: float, cap_s: 
                 raise access from None
             if isinstance(exc, ClientError):
                 if not is_transient(exc) or tries >= attempts:
-                    exc.gpucloud_tries = tries  # type: ignore[attr-defined]
+                    exc.gpucloud_tries = tries
                     raise
             elif not isinstance(exc, BotoConnectionError) or tries >= min(attempts, CONNECT_ATTEMPTS):
-                exc.gpucloud_tries = tries  # type: ignore[attr-defined]
+                exc.gpucloud_tries = tries
                 raise
         sleep(backoff(tries - 1, base_s, cap_s))
 

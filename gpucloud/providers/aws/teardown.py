@@ -65,7 +65,7 @@ def targets_for(aws: AwsClients, handle: RunHandle, records: list[ResourceRecord
         return targets
     kinds = {r.kind for r in records} | set(res)
     run_tag = [{"Name": f"tag:{TAG_RUN}", "Values": [handle.run_id]}]
-    targets.instances += [r.cloud_id for r in records if r.kind == INSTANCE and (r.cloud_id or "").startswith("i-")]
+    targets.instances += [r.cloud_id for r in records if r.kind == INSTANCE and r.cloud_id and r.cloud_id.startswith("i-")]
     targets.instances += run_instances(aws, handle.run_id, handle.region)
     targets.security_groups += [r.cloud_id for r in records if r.kind == SG and r.cloud_id]
     targets.security_groups += [i for i, _ in _by_tag(aws, handle.region, "describe_security_groups",

@@ -153,7 +153,7 @@ def _add_price(out: dict[tuple[str, str], list[float | None]], item: dict[str, A
 def _get_json(url: str) -> dict[str, Any]:
     try:
         with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 - https or a configured mirror
-            return json.loads(resp.read())  # type: ignore[no-any-return]
+            return json.loads(resp.read())
     except (OSError, ValueError) as exc:
         host = urllib.parse.urlsplit(url)
         raise SourceUnavailable(f"Retail Prices API at {host.scheme}://{host.netloc}{host.path}: {_first_line(exc)}") from None

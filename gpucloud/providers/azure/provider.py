@@ -100,7 +100,7 @@ def _allow_http_policy() -> Any:
     (an emulator or a local proxy named by GPUCLOUD_AZURE_ARM_ENDPOINT)."""
     from azure.core.pipeline.policies import SansIOHTTPPolicy
 
-    class AllowHttp(SansIOHTTPPolicy):  # type: ignore[type-arg]
+    class AllowHttp(SansIOHTTPPolicy):
         def on_request(self, request: Any) -> None:
             request.context.options["enforce_https"] = False
 
@@ -166,6 +166,7 @@ class AzureProvider:
     def _client(self, kind: str) -> Any:
         with self._lock:
             if kind not in self._clients:
+                cls: Any
                 if kind == "resource":
                     from azure.mgmt.resource.resources import ResourceManagementClient as cls
                 elif kind == "network":
