@@ -1,12 +1,48 @@
-"""Shared test settings: every test gets its own GPUCLOUD_HOME and runs as CI would (no prompts)."""
+"""Shared test settings: every test gets its own GPUCLOUD_HOME and runs as CI would (no prompts).
+With GPUCLOUD_TEST_INSTALLED=1 (.ci/run) the run stops before any test unless gpucloud, in this
+process and in a CLI subprocess started the way the tests start them, is the installed package."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
 
+from tests.support.source_tree import SOURCE, TEST_INSTALLED
+
 REPO = Path(__file__).resolve().parent.parent
+WHERE = "import gpucloud, sys; sys.stdout.write(gpucloud.__file__)"
+
+
+def installed_package_problems() -> list[str]:
+    """Where gpucloud comes from, in-process and in a `python -c` subprocess whose cwd and PYTHONPATH
+    are the tests' folder (as the CLI tests start `python -m gpucloud`), when that is not site-packages."""
+    import gpucloud
+
+    purelib = Path(sysconfig.get_paths()["purelib"]).resolve()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", WHERE], capture_output=True, text=True, cwd=REPO, env=env,
+                          timeout=60)
+    found = {"this process": gpucloud.__file__ or "", "a CLI subprocess": proc.stdout or proc.stderr.strip()}
+    problems = []
+    for who, file in found.items():
+        path = Path(file).resolve()
+        if not path.is_relative_to(purelib) or path.is_relative_to(SOURCE.resolve()):
+            problems.append(f"{who} imports gpucloud from {file}, not from {purelib}")
+    return problems
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not TEST_INSTALLED or hasattr(session.config, "workerinput"):
+        return
+    problems = installed_package_problems()
+    if problems:
+        pytest.exit("GPUCLOUD_TEST_INSTALLED=1, but " + "; ".join(problems) + ". Run the tests from a folder "
+                    "without gpucloud/ (as .ci/run does) against a non-editable install.", returncode=3)
 
 
 @pytest.fixture(autouse=True)

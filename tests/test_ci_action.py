@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.source_tree import SOURCE, built_dist
+
 REPO = Path(__file__).resolve().parent.parent
 ACTION = REPO / "action.yml"
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
@@ -209,13 +211,12 @@ def test_install_step_installs_the_actions_own_checkout(tmp_path: Path) -> None:
     """version empty: pip installs the action's checkout into a venv under RUNNER_TEMP (here
     without dependencies, so that no package is fetched) and later steps get that interpreter."""
     action_copy = tmp_path / "action"
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=SOURCE,
+                           capture_output=True, check=True).stdout
     for name in filter(None, files.decode().split("\0")):
-        if (REPO / name).is_file():
+        if (SOURCE / name).is_file():
             (action_copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(REPO / name, action_copy / name)
-    shutil.copy(REPO / "action.yml", action_copy / "action.yml")  # also before it is committed
-    shutil.copy(REPO / "gpucloud" / "ci_output.py", action_copy / "gpucloud" / "ci_output.py")
+            shutil.copy(SOURCE / name, action_copy / name)
     ws = tmp_path / "ws"
     ws.mkdir()
     import os
@@ -231,6 +232,34 @@ def test_install_step_installs_the_actions_own_checkout(tmp_path: Path) -> None:
                            capture_output=True, text=True, env={**os.environ, **env}, cwd=tmp_path, check=True).stdout
     assert where.startswith(str(tmp_path / "runner-temp" / "gpucloud-venv")), where
     assert run.failed_step == "Run the job"
+
+
+def test_install_step_installs_the_wheel_by_version(tmp_path: Path) -> None:
+    """version given: pip installs `gpucloud==VERSION` as a user's runner does, here from a folder
+    holding the wheel CI tests (--no-index --find-links) instead of PyPI; the venv then has every
+    subpackage and data file the CLI needs, from that wheel, not an editable link."""
+    import os
+
+    dist = built_dist(tmp_path / "dist")
+    wheel = next(dist.glob("gpucloud-*.whl"))
+    version = wheel.name.split("-")[1]
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = {"PYTHONPATH": ""} if os.environ.get("PYTHONPATH") else {}
+    run = run_action({"spec": "missing.yaml", "python": sys.executable, "version": version,
+                      "pip-args": f"--no-deps --no-index --find-links {dist}"}, ws, tmp_path, env_extra=env)
+    venv = tmp_path / "runner-temp" / "gpucloud-venv"
+    assert run.step_outputs["install"] == {"python": str(venv / "bin" / "python")}, run.log
+    assert f"gpucloud {version} on Python 3." in run.log
+    package = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import gpucloud; print(gpucloud.__file__)"],
+                                  capture_output=True, text=True, env={**os.environ, **env}, cwd=tmp_path,
+                                  check=True).stdout.strip()).parent
+    assert package.is_relative_to(venv) and package.parent.name == "site-packages", package
+    for part in ("providers/aws/__init__.py", "providers/azure/__init__.py", "templates/bootstrap.sh.j2",
+                 "catalog/data/offerings.csv"):
+        assert (package / part).is_file(), part
+    assert not list(package.parent.glob("__editable__*")), "an editable install, not the wheel"
+    assert run.failed_step == "Run the job"  # no dependencies in that venv (--no-deps): only the install is checked
 
 
 def test_install_false_with_an_interpreter_lacking_gpucloud_fails_clearly(tmp_path: Path) -> None:

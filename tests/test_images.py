@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -11,6 +10,7 @@ from gpucloud.images import choose_image, load_images, resolve_node, vm_features
 from gpucloud.spec import StackSpec
 from gpucloud.stacks import resolve_stack
 from gpucloud.timeline import format_nodes, format_timeline, human, stage_groups
+from tests.support.source_tree import package_dir
 
 
 def node(gpu: str, cloud: str, instance: str, count: int = 1, arch: str = "x86_64", **pins: object):
@@ -75,7 +75,7 @@ def test_every_image_row_has_a_source_and_date() -> None:
 
 def test_no_cloud_names_in_image_code() -> None:
     """Cloud facts live in data rows (DESIGN: outside providers/, code does not spell cloud names)."""
-    root = Path(__file__).resolve().parent.parent / "gpucloud"
+    root = package_dir()
     for name in ("images.py", "stacks.py", "stack_data.py", "timeline.py"):
         code = (root / name).read_text()
         assert not re.search(r"[\"'](aws|azure|local)[\"']", code), name

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.source_tree import SOURCE, TESTS_ROOT
+from tests.support.source_tree import SOURCE, TESTS_ROOT, built_dist
 
 pytestmark = pytest.mark.slow
 
@@ -42,18 +42,7 @@ print(json.dumps({"package": gpucloud.__file__, "modules": names, "files": files
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel and sdist CI built and installed (GPUCLOUD_TEST_DIST), else built here, the
-    wheel from the sdist as pip would."""
-    given = os.environ.get("GPUCLOUD_TEST_DIST")
-    if given:
-        return Path(given)
-    if not (SOURCE / "pyproject.toml").is_file() or not (SOURCE / "gpucloud").is_dir():
-        pytest.fail(f"no source tree at {SOURCE} to build; set GPUCLOUD_SOURCE_TREE or GPUCLOUD_TEST_DIST")
-    out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(SOURCE)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out
+    return built_dist(tmp_path_factory.mktemp("dist"))
 
 
 def _one(folder: Path, pattern: str) -> Path:
@@ -163,3 +152,34 @@ def test_iam_policy_from_the_installed_package(venv: Path, tmp_path: Path) -> No
     proc = _gpucloud(venv, tmp_path, "iam-policy", "aws")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout)["Statement"]
+
+
+def _guarded_tree(root: Path, *, with_checkout: bool) -> Path:
+    """A folder with this suite's conftest and one test; with a `gpucloud/` package in it when
+    `with_checkout` (what `python -m pytest` from a source checkout would import)."""
+    for name in ("tests/__init__.py", "tests/conftest.py", "tests/support/__init__.py", "tests/support/source_tree.py"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text((TESTS_ROOT / name).read_text())
+    (root / "tests" / "test_one.py").write_text("def test_one() -> None:\n    import gpucloud\n")
+    if with_checkout:
+        (root / "gpucloud").mkdir()
+        (root / "gpucloud" / "__init__.py").write_text('__version__ = "0.0.0"\n')
+    return root
+
+
+@pytest.mark.parametrize("with_checkout", [True, False])
+def test_the_installed_mode_guard(venv: Path, tmp_path: Path, with_checkout: bool) -> None:
+    """GPUCLOUD_TEST_INSTALLED=1 stops the run (exit 3, before any test) when gpucloud would come
+    from a checkout; from a folder without one, against the installed wheel, the tests run."""
+    tree = _guarded_tree(tmp_path / "tree", with_checkout=with_checkout)
+    env = {**_env(tmp_path), "GPUCLOUD_TEST_INSTALLED": "1", "GPUCLOUD_SOURCE_TREE": str(SOURCE)}
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", "tests/test_one.py"], capture_output=True, text=True, env=env, cwd=tree,
+                          timeout=300)
+    if with_checkout:
+        assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert f"this process imports gpucloud from {tree / 'gpucloud' / '__init__.py'}" in proc.stdout + proc.stderr
+        assert "a CLI subprocess imports gpucloud from" in proc.stdout + proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "1 passed" in proc.stdout

@@ -15,6 +15,24 @@ SOURCE = Path(os.environ.get("GPUCLOUD_SOURCE_TREE") or TESTS_ROOT)
 TEST_INSTALLED = os.environ.get("GPUCLOUD_TEST_INSTALLED") == "1"
 
 
+def built_dist(out: Path) -> Path:
+    """The folder with gpucloud's wheel and sdist: the ones CI built and installed
+    (GPUCLOUD_TEST_DIST), else built into `out` from the source tree, offline (no build isolation:
+    the backend comes from this environment) and the wheel from the sdist, as pip would."""
+    import subprocess
+    import sys
+
+    given = os.environ.get("GPUCLOUD_TEST_DIST")
+    if given:
+        return Path(given)
+    if not (SOURCE / "pyproject.toml").is_file() or not (SOURCE / "gpucloud").is_dir():
+        raise AssertionError(f"no source tree at {SOURCE} to build; set GPUCLOUD_SOURCE_TREE or GPUCLOUD_TEST_DIST")
+    proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(SOURCE)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
 def package_dir() -> Path:
     """The folder of the gpucloud package under test (site-packages in CI, the checkout otherwise)."""
     import gpucloud
