@@ -178,10 +178,10 @@ def print_table(rows: list[Row]) -> None:
                  for r in mine]
         widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(head)]
         print(f"\n{cloud} ({mine[0].note})")
-        print("| " + " | ".join(h.strip().ljust(w) for h, w in zip(head, widths)) + " |")
+        print("| " + " | ".join(h.strip().ljust(w) for h, w in zip(head, widths, strict=True)) + " |")
         print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
         for t in table:
-            print("| " + " | ".join(c.rjust(w) for c, w in zip(t, widths)) + " |")
+            print("| " + " | ".join(c.rjust(w) for c, w in zip(t, widths, strict=True)) + " |")
 
 
 def main() -> int:

@@ -302,7 +302,7 @@ class _Run:
                 self.progress.warn("the run was torn down by `gpucloud down` from another process")
                 return "down", 130, "torn down by `gpucloud down`"
             finals, now = obs.finals, time.time()
-            seen = [t if t is not None or not f else now for t, f in zip(seen, finals)]
+            seen = [t if t is not None or not f else now for t, f in zip(seen, finals, strict=False)]
             if obs.all_final:
                 break
             bad = [r for r, st in enumerate(obs.statuses) if finals[r] and st and st.get("state") != "succeeded"]

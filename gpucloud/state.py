@@ -401,7 +401,7 @@ class Store:
         sql = "UPDATE runs SET status = ?, exit_code = COALESCE(?, exit_code), message = COALESCE(?, message)," \
               " ended_at = COALESCE(ended_at, ?) WHERE id = ?"
         if only_if_active:
-            sql += " AND status IN (%s)" % ",".join("?" * len(ACTIVE_STATUSES))
+            sql += f" AND status IN ({','.join('?' * len(ACTIVE_STATUSES))})"
         args: tuple[Any, ...] = (status, exit_code, message, now, run_id)
         if only_if_active:
             args += ACTIVE_STATUSES
@@ -442,7 +442,7 @@ class Store:
         sql = "SELECT * FROM runs"
         args: tuple[Any, ...] = ()
         if active_only:
-            sql += " WHERE status IN (%s)" % ",".join("?" * len(ACTIVE_STATUSES))
+            sql += f" WHERE status IN ({','.join('?' * len(ACTIVE_STATUSES))})"
             args = ACTIVE_STATUSES
         sql += " ORDER BY created_at DESC"
         if limit:

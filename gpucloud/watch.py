@@ -124,7 +124,7 @@ def outcome(statuses: list[dict | None], seen: list[float | None] | None = None)
         where = f"node {rank} " if n > 1 else ""
         return "preempted", PREEMPTED_EXIT, f"{where}{messages[rank] or 'preempted'}"
     if "deadline" in states:
-        return "deadline", 124, next((m for s, m in zip(states, messages) if s == "deadline" and m), "")
+        return "deadline", 124, next((m for s, m in zip(states, messages, strict=False) if s == "deadline" and m), "")
     bad = [r for r in range(n) if states[r] in ("failed", "error")]
     if bad:
         inf = float("inf")

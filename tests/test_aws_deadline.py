@@ -103,7 +103,7 @@ def test_a_refused_schedule_costs_one_warning_and_leaves_nothing(moto, provider,
     deadline_warnings = [w for w in warnings if "deadline schedule" in w]
     assert len(deadline_warnings) == 1, warnings  # once per process, not per launch
     assert code in deadline_warnings[0] and "gpucloud iam-policy aws --deadline-role" in deadline_warnings[0]
-    for req, handle in zip(reqs, handles):
+    for req, handle in zip(reqs, handles, strict=True):
         rows = journal.resources(req.run_id, alive_only=False)
         assert [r.status for r in rows if r.kind == "schedule"] == ["deleted"]
         provider.teardown(handle, journal)

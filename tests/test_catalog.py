@@ -145,7 +145,7 @@ def test_every_facts_instance_type_is_present_with_its_facts(cat):
 def test_at_least_four_regions_per_cloud_and_per_common_type(cat, cloud):
     assert REGIONS[cloud] <= set(cat.regions(cloud))
     # The widely deployed types are in all four standard regions; the rest in at least two.
-    for (c, t), facts in FACTS_TYPES.items():
+    for (c, t), _facts in FACTS_TYPES.items():
         if c != cloud:
             continue
         regions = {o.region for o in cat.offerings if o.cloud == c and o.instance_type == t}

@@ -346,7 +346,7 @@ def test_json_parses_on_every_exit_path_of_every_command(tmp_path: Path, home: P
 
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda case: cli(env, *case[0], "--json", cwd=tmp_path, timeout=60), cases))
-    for (args, code, kind), out in zip(cases, results):
+    for (args, code, kind), out in zip(cases, results, strict=True):
         where = (args, out.returncode, out.stdout[-400:], out.stderr[-400:])
         doc = json.loads(out.stdout)  # exactly one JSON document on stdout, whatever happened
         assert out.returncode == code, where

@@ -3,6 +3,7 @@ failover loop against fake providers (capacity -> next, quota -> skip region, fa
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -76,7 +77,7 @@ def test_engine_pid_reuse_is_not_ours(tmp_path: Path) -> None:
 def _put_part(ch: FileChannel, run_id: str, rank: int, index: int, data: bytes) -> None:
     ch.put_bytes(log_key(run_id, rank, index), data)
     ch.put_bytes(f"runs/{run_id}/node-{rank}/status.json",
-                 ('{"state": "running", "log_parts": %d}' % (index + 1)).encode())
+                 json.dumps({"state": "running", "log_parts": index + 1}).encode())
 
 
 def test_log_mirror_two_readers_each_part_once(tmp_path: Path) -> None:

@@ -233,7 +233,7 @@ def test_env_values_reach_the_job_byte_for_byte(tmp_path: Path, gpucloud_home: P
         "DOLLAR": "$HOME ${PATH} $1 $$ !! *",
         "UNICODE": "naïve ☃ 日本",
     }
-    dump = "import json, os\njson.dump({k: os.environ.get(k) for k in %r}, open('env.json', 'w'))\n" % sorted(values)
+    dump = f"import json, os\njson.dump({{k: os.environ.get(k) for k in {sorted(values)!r}}}, open('env.json', 'w'))\n"
     job = write_job(tmp_path / "job", {"name": "envjob", "env": values, "run": "python dump.py",
                                        "artifacts": ["env.json"]}, files={"dump.py": dump})
     proc = cli("run", str(job), "--cloud", "local", cwd=tmp_path)

@@ -37,8 +37,8 @@ class Mlp:
         self.b2 = 0.0
 
     def forward(self, x: float, y: float) -> tuple[list[float], float]:
-        h = [math.tanh(x * a + y * b + c) for a, b, c in zip(self.w1[0], self.w1[1], self.b1)]
-        z = sum(hi * wi for hi, wi in zip(h, self.w2)) + self.b2
+        h = [math.tanh(x * a + y * b + c) for a, b, c in zip(self.w1[0], self.w1[1], self.b1, strict=True)]
+        z = sum(hi * wi for hi, wi in zip(h, self.w2, strict=True)) + self.b2
         return h, 1 / (1 + math.exp(-max(-60.0, min(60.0, z))))
 
     def step(self, x: float, y: float, label: int, lr: float) -> float:

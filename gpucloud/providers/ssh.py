@@ -181,7 +181,7 @@ class SshProvider:
         hosts = req.candidate.region.split(",")
         handle = RunHandle(run_id=req.run_id, cloud=self.name, region=req.candidate.region, attempt=req.attempt)
         try:
-            for rank, (host, script) in enumerate(zip(hosts, req.user_data)):
+            for rank, (host, script) in enumerate(zip(hosts, req.user_data, strict=False)):
                 # The node's folder outlives its process (console log, channel parts): a resource of
                 # its own, so a finished run still has something for `down` (or gc) to remove.
                 folder_id = journal.intent(req.run_id, "folder", f"{req.run_id}/node-{rank}/folder",

@@ -81,7 +81,7 @@ def fetch_offerings(ctx: FetchContext) -> FetchResult:
     done: set[str] = set()
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         results = pool.map(lambda r: _region(session, pricing, r, types, ctx), regions)
-        for region, (region_rows, region_problems, ok) in zip(regions, results):
+        for region, (region_rows, region_problems, ok) in zip(regions, results, strict=True):
             rows += region_rows
             problems += region_problems
             if ok:

@@ -110,7 +110,7 @@ def run_instances(aws: AwsClients, req: LaunchRequest, journal: Journal, region:
         raise
     instances = sorted(out["Instances"], key=lambda i: i.get("AmiLaunchIndex", 0))
     ids = [str(i["InstanceId"]) for i in instances]
-    for res, iid in zip(intents, ids):
+    for res, iid in zip(intents, ids, strict=False):
         journal.created(res, iid)
     return ids
 

@@ -388,7 +388,7 @@ class AzureProvider:
                     if abort is None:
                         time.sleep(delay)
                     elif abort.wait(delay):
-                        raise _Aborted()
+                        raise _Aborted() from None
                     continue
                 raise with_arm_error(exc, response) from None
         journal.created(res_id, f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}")
