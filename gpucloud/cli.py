@@ -461,7 +461,8 @@ def check(
 def iam_policy(
     cloud: Annotated[Optional[str], typer.Argument(help="A cloud with a policy (default: the first).")] = None,
     deadline_role: Annotated[bool, typer.Option("--deadline-role", help=(
-        "The role the cloud's scheduler uses to end a run after its deadline (name, trust and permission policy).")),
+        "The role the cloud's scheduler uses to end a run after its deadline "
+        "(name, trust and permission policy).")),
     ] = False,
     part: Annotated[Optional[str], typer.Option("--part", help="With --deadline-role: only `trust` or "
                                                 "`permissions`, ready for `aws iam create-role` / `put-role-policy`.")]

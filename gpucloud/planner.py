@@ -411,8 +411,8 @@ def _nothing_fits(spec: JobSpec, gpu: str | None, clouds: list[str], excluded: l
     lines = [f"{e.cloud}/{e.region}/{e.instance_type}: {e.reason}" for e in misses[:CLOSEST_MISSES]]
     return UserError(
         f"{_where(spec)}no offering meets every constraint of the job. Closest misses:\n  - " + "\n  - ".join(lines or ["(none)"]),
-        hint="Relax the constraint named above (max_price_per_hour, regions, gpu count, min_vcpus, spot), or see `gpucloud catalog --gpu "
-        + (gpu or "T4") + "`.",
+        hint="Relax the constraint named above (max_price_per_hour, regions, gpu count, min_vcpus, spot), "
+        "or see `gpucloud catalog --gpu " + (gpu or "T4") + "`.",
     )
 
 
@@ -423,9 +423,10 @@ def _only_retired(spec: JobSpec, gpu: str, where: str, offered: list[Offering], 
 
     dates = sorted({f"{o.instance_type} retired {o.status_date}" for o in offered})
     withdrawn = sorted({o.cloud for o in offered if "not offered by the current" in o.source})
-    note = "".join(
-        f" {c}'s current API does not offer them at all ({next(o.source for o in offered if o.cloud == c).split('; status: ')[-1]})."
-        for c in withdrawn)
+    def status_note(cloud: str) -> str:
+        return next(o.source for o in offered if o.cloud == cloud).split("; status: ")[-1]
+
+    note = "".join(f" {c}'s current API does not offer them at all ({status_note(c)})." for c in withdrawn)
     return UserError(
         f"{_where(spec)}resources.gpu: {where} offers the {gpu} only on retired instance types "
         f"({', '.join(dates[:4])}).{note}",

@@ -106,8 +106,9 @@ class Recovery:
             self.on_demand = True
             from gpucloud.planner import make_plan
 
-            plan = make_plan(self.spec, cloud=self.plan_kw.get("cloud"), region=self.plan_kw.get("region"),  # type: ignore[arg-type]
-                             spot=False)
+            cloud, region = self.plan_kw.get("cloud"), self.plan_kw.get("region")
+            plan = make_plan(self.spec, cloud=cloud if isinstance(cloud, str) else None,
+                             region=region if isinstance(region, str) else None, spot=False)
             if market == "on-demand" or launch.candidate.spot:
                 return plan, list(range(len(plan.candidates)))
             plan_index = next((i for i, c in enumerate(plan.candidates) if c == launch.candidate), -1)

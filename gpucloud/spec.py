@@ -63,13 +63,15 @@ def parse_spec(text: str, filename: str, base_dir: Path | None = None) -> JobSpe
     file's folder) bounds a relative workdir. Raises SpecError listing every problem (file, line,
     field, what is wrong and what was expected)."""
     data, builder = _compose(text, filename)
-    minimal = "Expected at least name, resources.gpu and run, e.g.\n  name: mnist-k80\n  resources: {gpu: K80:1}\n  run: python train.py"
+    minimal = ("Expected at least name, resources.gpu and run, e.g.\n"
+               "  name: mnist-k80\n  resources: {gpu: K80:1}\n  run: python train.py")
     if data is None:
         raise SpecError([SpecIssue(filename, 1, "", f"the job file is empty. {minimal}")])
     if not isinstance(data, dict):
         line = builder.lines[()].value_line
         raise SpecError(
-            [SpecIssue(filename, line, "", f"the job file must be a mapping of keys (name, resources, run, ...), but it is {describe(data)}. {minimal}")]
+            [SpecIssue(filename, line, "", "the job file must be a mapping of keys (name, resources, run, ...), "
+                                            f"but it is {describe(data)}. {minimal}")]
         )
     issues = list(builder.issues)
     root_line = builder.lines[()].value_line

@@ -352,9 +352,11 @@ class JobSpec(_Strict):
         if kind is not None:
             return "auto" if kind == "auto" else text
         if text.lower().startswith("ami-"):
-            _fail(f"'{text}' is not an AMI id: expected ami- and 8 to 17 lower-case hex digits, e.g. ami-0abcdef1234567890")
+            _fail(f"'{text}' is not an AMI id: expected ami- and 8 to 17 lower-case hex digits, "
+                  "e.g. ami-0abcdef1234567890")
         if ":" in text:
-            _fail(f"'{text}' is not an Azure image URN: expected 4 parts Publisher:Offer:Sku:Version, e.g. Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest")
+            _fail(f"'{text}' is not an Azure image URN: expected 4 parts Publisher:Offer:Sku:Version, e.g. "
+                  "Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest")
         _fail(f"'{text}' is not an image. Expected {expected}")
 
     @field_validator("workdir", mode="before")
@@ -391,7 +393,8 @@ class JobSpec(_Strict):
     def _max_duration(cls, value: Any) -> int:
         seconds = parse_duration(value)
         if seconds < MIN_DURATION_S:
-            _fail(f"{describe(value)} is {seconds} s, shorter than the minimum of {MIN_DURATION_S} s. Expected e.g. 90m, 6h or 2d")
+            _fail(f"{describe(value)} is {seconds} s, shorter than the minimum of {MIN_DURATION_S} s. "
+                  "Expected e.g. 90m, 6h or 2d")
         if seconds > MAX_DURATION_S:
             _fail(f"{describe(value)} is {_fmt_duration(seconds)}, longer than the maximum of 30d")
         return seconds

@@ -72,7 +72,8 @@ def checkpoint_path(value: Any) -> str | None:
     if any(ord(c) < 32 or ord(c) == 127 for c in text):
         _fail("contains a control character. Expected a plain folder name, e.g. checkpoints/")
     if text.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:[\\/]", text):
-        _fail(f"'{text}' is an absolute path. The checkpoint folder is relative to the job's working folder, e.g. checkpoints/")
+        _fail(f"'{text}' is an absolute path. The checkpoint folder is relative to the job's working folder, "
+              "e.g. checkpoints/")
     if ".." in re.split(r"[\\/]+", text):
         _fail(f"'{text}' leaves the working folder with '..'. Use a folder inside it, e.g. checkpoints/")
     return text.rstrip("/") or "."

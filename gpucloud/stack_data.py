@@ -91,8 +91,10 @@ KEPLER = Profile(
     reasons={
         "driver": "R470 is the last driver branch that supports Kepler (EOL July 2024, so no more security fixes).",
         "cuda": "CUDA 11.4 is the newest toolkit R470 runs natively; CUDA 12.0 removed sm_35/sm_37.",
-        "cudnn": "cuDNN 8.2.4 built for CUDA 11.4 (libcudnn8 8.2.4 +cuda11.4); 8.9 and 9.x need compute capability >= 5.0.",
-        "os_image": "NVIDIA's CUDA 11.4 repositories exist only for Ubuntu 18.04/20.04 (CUDA 13 dropped 20.04), so Kepler stays on 20.04.",
+        "cudnn": "cuDNN 8.2.4 built for CUDA 11.4 (libcudnn8 8.2.4 +cuda11.4); 8.9 and 9.x need compute capability >= "
+                 "5.0.",
+        "os_image": "NVIDIA's CUDA 11.4 repositories exist only for Ubuntu 18.04/20.04 (CUDA 13 dropped 20.04), so "
+                    "Kepler stays on 20.04.",
         "pytorch": (
             "PyTorch 2.1.2+cu118: the cu118 wheels 2.1-2.7.1 carry sm_37 kernels, but from 2.2 their bundled cuDNN "
             "no longer supports Kepler, so 2.1.2 is the last fully working one. The wheel's CUDA 11.8 runtime runs on "
@@ -102,7 +104,8 @@ KEPLER = Profile(
             "the cu118 wheels 2.1-2.7.1 carry sm_37 kernels, but from 2.2 their bundled cuDNN no longer supports "
             "Kepler, so <= 2.1.2 is the last fully working one"
         ),
-        "tensorflow": "TensorFlow 2.11 is the newest release with Kepler kernels (built for CUDA 11.2 / cuDNN 8.1; runs on the 11.4 toolkit by minor-version compatibility).",
+        "tensorflow": "TensorFlow 2.11 is the newest release with Kepler kernels (built for CUDA 11.2 / cuDNN 8.1; "
+                      "runs on the 11.4 toolkit by minor-version compatibility).",
     },
 )
 MAXWELL_VOLTA = Profile(
@@ -126,18 +129,21 @@ MAXWELL_VOLTA = Profile(
     tf_default="2.19.0",
     tf_range=("2.14", "2.20"),
     reasons={
-        "driver": "R580 is the last driver branch for Maxwell/Pascal/Volta (long-term support branch; end of life June 2028).",
+        "driver": "R580 is the last driver branch for Maxwell/Pascal/Volta (long-term support branch; end of life "
+                  "June 2028).",
         "cuda": "CUDA 12.9 is the last toolkit that compiles for sm_50-sm_70; CUDA 13.0 removed them.",
         "cudnn": (
             "cuDNN 9.10 for CUDA 12, pinned (cudnn9-cuda-12=9.10.*): cuDNN 9.11 dropped sm_50-sm_70 kernels, so "
             "the unpinned package would install a cuDNN without kernels for this GPU."
         ),
-        "os_image": "Ubuntu 22.04 has NVIDIA repositories for CUDA 12.x and R580 and is supported by both clouds' GPU images.",
+        "os_image": "Ubuntu 22.04 has NVIDIA repositories for CUDA 12.x and R580 and is supported by both clouds' GPU "
+                    "images.",
         "pytorch": (
             "PyTorch's cu126 wheels are the newest variant that still carries sm_50-sm_70 kernels (newer cu128+ builds "
             "dropped them); 2.7.1 is a stable release with cu126 wheels. The wheel's CUDA 12.6 runtime runs on R580."
         ),
-        "tensorflow": "TensorFlow 2.19 (tested with CUDA 12.5 / cuDNN 9.3); tensorflow[and-cuda] brings those libraries as pip wheels.",
+        "tensorflow": "TensorFlow 2.19 (tested with CUDA 12.5 / cuDNN 9.3); tensorflow[and-cuda] brings those "
+                      "libraries as pip wheels.",
     },
 )
 TURING_PLUS = Profile(
@@ -160,17 +166,21 @@ TURING_PLUS = Profile(
     reasons={
         "driver": (
             "R580 is a current long-term support branch and runs every CUDA up to 13.0 (end of life June 2028); newer "
-            "branches (590, 595) are only needed for CUDA 13.1+ and are chosen automatically when such a CUDA is pinned."
+            "branches (590, 595) are only needed for CUDA 13.1+ and are chosen automatically when such a CUDA is "
+            "pinned."
         ),
-        "cuda": "CUDA 12.8 matches the default PyTorch wheels (cu128) and supports every GPU from Turing to Blackwell; pin 13.x to opt in.",
+        "cuda": "CUDA 12.8 matches the default PyTorch wheels (cu128) and supports every GPU from Turing to "
+                "Blackwell; pin 13.x to opt in.",
         "cudnn": "cuDNN 9 for CUDA 12 (cudnn9-cuda-12 from NVIDIA's CUDA repository).",
         "os_image": (
             "Ubuntu 22.04 rather than 24.04: NVIDIA ships CUDA 12.x/13.x and R580 for both, but 22.04 is the release "
-            "both clouds' GPU driver tooling (Azure's NvidiaGpuDriverLinux extension, AWS images) have covered longest, "
+            "both clouds' GPU driver tooling (Azure's NvidiaGpuDriverLinux extension, AWS images) have covered "
+            "longest, "
             "and it keeps one image line for every non-Kepler GPU."
         ),
         "pytorch": "PyTorch 2.8.0 with cu128 wheels: current release, kernels for sm_75 through sm_120.",
-        "tensorflow": "TensorFlow 2.19 (tested with CUDA 12.5 / cuDNN 9.3); tensorflow[and-cuda] brings those libraries as pip wheels.",
+        "tensorflow": "TensorFlow 2.19 (tested with CUDA 12.5 / cuDNN 9.3); tensorflow[and-cuda] brings those "
+                      "libraries as pip wheels.",
     },
 )
 PROFILES = (KEPLER, MAXWELL_VOLTA, TURING_PLUS)

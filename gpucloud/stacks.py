@@ -127,13 +127,18 @@ def _check_cuda_pin(cuda: str, gpu: str, arch: str, prof: Profile) -> None:
     if prof.max_driver is not None and _v(MIN_DRIVER[cuda])[0] > prof.max_driver and _v(cuda)[0] == _v(prof.max_cuda)[0]:
         raise UserError(
             f"stack.cuda: {gpu} cannot use the CUDA {cuda} toolkit: it needs driver >= {MIN_DRIVER[cuda]}, but "
-            f"R{prof.max_driver} is the last driver branch for {' / '.join(prof.architectures)} GPUs, and R{prof.max_driver} "
+            f"R{prof.max_driver} is the last driver branch for {' / '.join(prof.architectures)} GPUs, and "
+            f"R{prof.max_driver} "
             f"runs CUDA {prof.max_cuda} natively. Pin {prof.max_cuda} or older, or leave it \"auto\"."
             + (" Framework wheels built for CUDA 11.5-11.7 (e.g. PyTorch cu117) still run on R470 by minor-version "
                "compatibility; only the system toolkit is limited." if prof is KEPLER else "")
         )
     if _v(cuda) > _v(prof.max_cuda):
-        hint = " Leave cuda \"auto\" (11.4) or pin 11.4 or older; framework wheels built for CUDA 11.5-11.7 (e.g. PyTorch cu117) still run on R470." if prof is KEPLER else f" Pin {prof.max_cuda} or older, or leave it \"auto\" ({prof.cuda})."
+        if prof is KEPLER:
+            hint = (" Leave cuda \"auto\" (11.4) or pin 11.4 or older; framework wheels built for CUDA 11.5-11.7 "
+                    "(e.g. PyTorch cu117) still run on R470.")
+        else:
+            hint = f" Pin {prof.max_cuda} or older, or leave it \"auto\" ({prof.cuda})."
         raise UserError(f"stack.cuda: {gpu} cannot use CUDA {cuda}: {prof.max_cuda_reason}.{hint}")
     floor = MIN_CUDA.get(arch)
     if floor and _v(cuda) < _v(floor):
@@ -153,7 +158,8 @@ def _choose_driver(pin: str | None, cuda: str, cuda_pinned: bool, gpu: str, prof
             reason = f"R{branch}: the oldest branch that runs the pinned CUDA {cuda} (needs >= {need})."
         return branch, need, reason
     if not re.fullmatch(r"\d{3}(\.\d+){0,2}", pin):
-        raise UserError(f"stack.driver: {pin!r} is not a driver branch or version. Use a branch such as \"580\" or a version such as \"580.65.06\".")
+        raise UserError(f"stack.driver: {pin!r} is not a driver branch or version. "
+                        "Use a branch such as \"580\" or a version such as \"580.65.06\".")
     branch = _v(pin)[0]
     if prof.max_driver is not None and branch > prof.max_driver:
         raise UserError(
@@ -185,7 +191,8 @@ def _choose_cuda(pin: str | None, driver_pin: str | None, gpu: str, arch: str, p
         floor = MIN_CUDA.get(arch)
         fits = [c for c in fits if not floor or _v(c) >= _v(floor)]
         if fits and fits[-1] != prof.cuda:
-            return fits[-1], f"CUDA {fits[-1]}: the newest toolkit the pinned driver {driver_pin} runs (default would be {prof.cuda})."
+            return fits[-1], (f"CUDA {fits[-1]}: the newest toolkit the pinned driver {driver_pin} runs "
+                              f"(default would be {prof.cuda}).")
     return prof.cuda, prof.reasons["cuda"]
 
 
@@ -243,7 +250,8 @@ def _choose_torch(pin: str | None, gpu: str, prof: Profile, cuda: str) -> tuple[
             if variant:
                 version = TORCH_WHEELS[minor][0]
                 reason = prof.reasons["pytorch"] if minor == _minor(prof.torch_default) else (
-                    f"PyTorch {version}+{variant}: the newest release with wheels for CUDA {cuda_major}.x that {gpu} can run.")
+                    f"PyTorch {version}+{variant}: the newest release with wheels for CUDA {cuda_major}.x "
+                    f"that {gpu} can run.")
                 return version, (f"torch=={version}", "--index-url", TORCH_INDEX + variant), reason
         raise UserError(f"stack.framework: no official PyTorch wheel supports {gpu} with CUDA {cuda}. Leave cuda \"auto\".")
     minor = _minor(pin)
@@ -267,7 +275,8 @@ def _choose_torch(pin: str | None, gpu: str, prof: Profile, cuda: str) -> tuple[
             f"(its wheels: {', '.join(TORCH_WHEELS[minor][1])}). Pin another PyTorch or another cuda."
         )
     version = pin if pin.count(".") >= 2 else TORCH_WHEELS[minor][0]
-    reason = f"PyTorch {version} as pinned, {variant} wheel (same CUDA major as the stack; runs by minor-version compatibility)."
+    reason = (f"PyTorch {version} as pinned, {variant} wheel "
+              "(same CUDA major as the stack; runs by minor-version compatibility).")
     return version, (f"torch=={version}", "--index-url", TORCH_INDEX + variant), reason
 
 
@@ -281,25 +290,31 @@ def _choose_tensorflow(pin: str | None, gpu: str, arch: str, prof: Profile,
     low, high = prof.tf_range
     if not (_v(low) <= _v(minor) <= _v(high)):
         raise UserError(
-            f"stack.framework_version: TensorFlow {version} does not fit {gpu}: gpucloud supports TensorFlow {low}-{high} "
+            f"stack.framework_version: TensorFlow {version} does not fit {gpu}: gpucloud supports TensorFlow "
+            f"{low}-{high} "
             f"on {prof.name} GPUs" + (" (2.11 is the last release with Kepler kernels)" if prof is KEPLER else
                                        " (the releases with the [and-cuda] pip extra)") + ". Leave it \"auto\"."
         )
     if pin and pin.count(".") < 2:
         version = f"{pin}.0"
     if prof is KEPLER:
-        return version, (f"tensorflow=={version}",), prof.reasons["tensorflow"] if not pin else f"TensorFlow {version} as pinned (uses the system CUDA 11 / cuDNN 8)."
+        pinned = f"TensorFlow {version} as pinned (uses the system CUDA 11 / cuDNN 8)."
+        return version, (f"tensorflow=={version}",), prof.reasons["tensorflow"] if not pin else pinned
     if driver_branch < _v(COMPAT_FLOOR["12"])[0]:
-        raise UserError(f"stack.driver: TensorFlow's CUDA 12 wheels need driver >= {COMPAT_FLOOR['12']}; R{driver_branch} is too old.")
-    reason = prof.reasons["tensorflow"] if not pin else f"TensorFlow {version} as pinned, with its CUDA libraries from the [and-cuda] extra."
+        raise UserError(f"stack.driver: TensorFlow's CUDA 12 wheels need driver >= {COMPAT_FLOOR['12']}; "
+                        f"R{driver_branch} is too old.")
+    pinned = f"TensorFlow {version} as pinned, with its CUDA libraries from the [and-cuda] extra."
+    reason = prof.reasons["tensorflow"] if not pin else pinned
     return version, (f"tensorflow[and-cuda]=={version}",), reason
 
 
 def _k40_pytorch_error(gpu: str) -> UserError:
     return UserError(
-        f"stack.framework: PyTorch has had no official wheels for the Tesla {gpu} (Kepler, sm_35) since about release 1.2, "
+        f"stack.framework: PyTorch has had no official wheels for the Tesla {gpu} (Kepler, sm_35) since about release "
+        "1.2, "
         "so gpucloud cannot install one. What you can do: (1) keep framework: none and build PyTorch from source in "
-        "`setup:` with TORCH_CUDA_ARCH_LIST=3.5 against the stack's CUDA 11.4 (slow, but it works); (2) use framework: none "
+        "`setup:` with TORCH_CUDA_ARCH_LIST=3.5 against the stack's CUDA 11.4 (slow, but it works); (2) use "
+        "framework: none "
         "and install your own build or wheel; (3) use framework: tensorflow (2.4-2.11 still ship sm_35 kernels); or "
         "(4) pick a K80 (PyTorch 2.0.1+cu117 runs there) or a T4 (current PyTorch)."
     )

@@ -211,7 +211,8 @@ def _job_artifacts(tmp_path: Path, build: str) -> Path:
 @pytest.mark.parametrize(("build", "kept", "warning"), [
     ("mkdir outputs; echo w > outputs/model.bin; ln -s model.bin outputs/latest",
      {"outputs/model.bin", "outputs/latest"}, None),
-    ("mkdir outputs; echo w > outputs/model.bin; ln -s /etc/passwd outputs/passwd; ln -s ../../secret outputs/up",
+    ("mkdir outputs; echo w > outputs/model.bin; ln -s /etc/passwd outputs/passwd; ln -s "
+     "../../secret outputs/up",
      {"outputs/model.bin"}, ["'outputs/passwd' not extracted: a link to the absolute path /etc/passwd",
                              "'outputs/up' not extracted: a link out of the artifacts folder (to ../../secret)"]),
     ("mkdir outputs; echo w > outputs/model.bin; mkfifo outputs/pipe",
@@ -231,7 +232,8 @@ def test_artifact_links_and_fifos(tmp_path: Path, build: str, kept: set[str], wa
 
 def test_ten_thousand_small_artifacts_all_come_back(tmp_path: Path) -> None:
     ch = FileChannel(tmp_path / "store")
-    build = "mkdir -p outputs; cd outputs; for d in $(seq 0 99); do mkdir $d; for f in $(seq 0 99); do echo $d.$f > $d/$f; done; done"
+    build = ("mkdir -p outputs; cd outputs; "
+             "for d in $(seq 0 99); do mkdir $d; for f in $(seq 0 99); do echo $d.$f > $d/$f; done; done")
     ch.put_file("runs/r1/node-0/artifacts.tar.gz", _job_artifacts(tmp_path, build))
     got = ch.download_artifacts("r1", 0, tmp_path / "out")
     assert got is not None and got.files == 10_000 and not got.warnings

@@ -131,7 +131,8 @@ def test_k40_pytorch_error_explains_the_options() -> None:
         ("H100", {"cuda": "11.4"}, "needs CUDA 11.8 or newer"),
         ("T4", {"cuda": "12.3"}, "not a CUDA version gpucloud can check"),
         ("K80", {"framework": "pytorch", "framework_version": "2.2"},
-         r"cu118 wheels 2\.1-2\.7\.1 carry sm_37 kernels, but from 2\.2 their bundled cuDNN no longer supports Kepler, "
+         r"cu118 wheels 2\.1-2\.7\.1 carry sm_37 kernels, but from 2\.2 their bundled cuDNN no "
+         r"longer supports Kepler, "
          r"so <= 2\.1\.2 is the last fully working one"),
         ("V100", {"cudnn": "9.11"}, "cuDNN 9.11 dropped sm_50-sm_70"),
         ("P100", {"cudnn": "9"}, "an unpinned"),

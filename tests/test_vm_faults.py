@@ -90,7 +90,8 @@ def matrix_table() -> Iterator[None]:
     yield
     out = os.environ.get("GPUCLOUD_FAULT_MATRIX")
     if out and ROWS:
-        head = "| fault | provider | reported state | VM gone after (s) | limit (s) | VMs left |\n|---|---|---|---|---|---|\n"
+        head = ("| fault | provider | reported state | VM gone after (s) | limit (s) | VMs left |\n"
+                "|---|---|---|---|---|---|\n")
         Path(out).write_text(head + "\n".join(ROWS) + "\n")
 
 

@@ -1,12 +1,13 @@
 """The GPU catalog: GPU models and cloud offerings, loaded from CSV files shipped in the package.
 
-The data lives in `data/gpus.csv` and `data/offerings.csv` so that a price refresh is a data
-change, not a code change. `gpucloud catalog refresh` (catalog/refresh.py) writes a newer catalog
-into a versioned cache under GPUCLOUD_HOME (catalog/store.py); when that cache is there and valid it
-replaces the shipped offerings, which stay the offline fallback (docs/CATALOG.md). Every row carries its source and date (docs/CATALOG.md: never present an
-unconfirmed figure as certain). Loading is validated row by row, because a silently wrong price or
-GPU name would make the planner pick the wrong machine; a bad row is a bug in the shipped data and
-raises `CatalogError` naming the file and line.
+The data lives in `data/gpus.csv` and `data/offerings.csv` so that a price refresh is a data change,
+not a code change. `gpucloud catalog refresh` (catalog/refresh.py) writes a newer catalog into a
+versioned cache under GPUCLOUD_HOME (catalog/store.py); when that cache is there and valid it
+replaces the shipped offerings, which stay the offline fallback (docs/CATALOG.md). Every row carries
+its source and date (docs/CATALOG.md: never present an unconfirmed figure as certain). Loading is
+validated row by row, because a silently wrong price or GPU name would make the planner pick the
+wrong machine; a bad row is a bug in the shipped data and raises `CatalogError` naming the file and
+line.
 """
 
 from __future__ import annotations

@@ -28,13 +28,20 @@ R=__ROOT__
 mkdir -p "$R" 2>/dev/null
 echo "@root $(cd "$R" 2>/dev/null && pwd || echo "$R")"
 echo "@user $(id -un)"
-if [ -r /etc/os-release ]; then . /etc/os-release; echo "@os ${ID:-linux} ${VERSION_ID:-} ${PRETTY_NAME:-}"; else echo "@os $(uname -s)"; fi
+if [ -r /etc/os-release ]; then
+  . /etc/os-release; echo "@os ${ID:-linux} ${VERSION_ID:-} ${PRETTY_NAME:-}"
+else
+  echo "@os $(uname -s)"
+fi
 echo "@disk $(df -Pk "$R" 2>/dev/null | awk 'NR==2 {print $4}')"
-if [ "$(id -u)" = 0 ]; then echo "@sudo root"; elif sudo -n true 2>/dev/null; then echo "@sudo yes"; else echo "@sudo no"; fi
+if [ "$(id -u)" = 0 ]; then echo "@sudo root"
+elif sudo -n true 2>/dev/null; then echo "@sudo yes"
+else echo "@sudo no"; fi
 for f in "$R"/locks/gpu-*; do [ -f "$f" ] && echo "@lock ${f##*/gpu-} $(cat "$f")"; done
 for t in bash curl tar gzip setsid flock; do command -v "$t" >/dev/null 2>&1 || echo "@missing $t"; done
 if command -v nvidia-smi >/dev/null 2>&1; then
-  out=$(nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits 2>&1) && rc=0 || rc=$?
+  out=$(nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits 2>&1) \
+    && rc=0 || rc=$?
   if [ "$rc" = 0 ]; then
     printf '%s\n' "$out" | sed 's/^/@gpu /'
     echo "@cuda $(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -n 1)"

@@ -3,10 +3,11 @@
 When a VM's creation completes, the guest runs with `nvidia-smi` showing the size's GPUs (from
 the catalog), with GPUCLOUD_NODE_IP=127.0.0.1 (every guest lives on this host, so loopback is the
 address a peer reaches it at; on Azure the bootstrap finds the NIC's private address itself) and
-with GPUCLOUD_IMDS_ENDPOINT / GPUCLOUD_AZURE_ARM_ENDPOINT pointing at the fake ARM server: the bootstrap's self-delete gets a token for the VM's own managed identity and DELETEs
-its resource group there, which works only if the provider granted that identity a role on the
-group. A `shutdown` inside the guest stops the guest but leaves the VM allocated (power state
-"stopped"), as on Azure. Deleting the VM or its group ends the guest.
+with GPUCLOUD_IMDS_ENDPOINT / GPUCLOUD_AZURE_ARM_ENDPOINT pointing at the fake ARM server: the
+bootstrap's self-delete gets a token for the VM's own managed identity and DELETEs its resource
+group there, which works only if the provider granted that identity a role on the group. A
+`shutdown` inside the guest stops the guest but leaves the VM allocated (power state "stopped"), as
+on Azure. Deleting the VM or its group ends the guest.
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ once or as a failed long-running operation (`async_=True`), or only stalls them 
 request; `op_seconds=`: the long-running operation it starts, e.g. a VM that takes a while).
 Everything lives in memory; `snapshot()` lists what exists (leak checks); deleting a resource group
 deletes everything in it. `calls` records every ARM call but the polls; `requests` counts every
-HTTP request, polls and token requests included (the provisioning benchmark reads both). Runs standalone: `python -m tests.support.fake_arm --port N`, with
-`/_fake/snapshot`, `/_fake/inject`, `/_fake/reset` for out-of-process control.
+HTTP request, polls and token requests included (the provisioning benchmark reads both). Runs
+standalone: `python -m tests.support.fake_arm --port N`, with `/_fake/snapshot`, `/_fake/inject`,
+`/_fake/reset` for out-of-process control.
 """
 
 from __future__ import annotations
@@ -592,7 +593,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _op_url(self, op: Operation, *, location: bool = False, ns: str = "Microsoft.Resources", loc: str = "eastus") -> str:
         kind = "operationresults" if location else "operations"
-        return f"{self.arm.url}/subscriptions/{self.arm.subscription_id}/providers/{ns}/locations/{loc}/{kind}/{op.id}?api-version=2024-01-01"
+        return (f"{self.arm.url}/subscriptions/{self.arm.subscription_id}/providers/{ns}/locations/{loc}/{kind}/{op.id}"
+                "?api-version=2024-01-01")
 
     def _resource_body(self, path: str) -> dict[str, Any] | None:
         res = self.arm.resources.get(path.lower())
@@ -646,10 +648,12 @@ class _Handler(BaseHTTPRequestHandler):
                 if existing is not None:
                     if existing.body["properties"]["provisioningState"] == "Deleting":
                         return self._error(409, "ResourceGroupBeingDeleted",
-                                           f"The resource group '{name}' is in deprovisioning state and cannot perform this operation.")
+                                           f"The resource group '{name}' is in deprovisioning state and cannot "
+                                           "perform this operation.")
                     if existing.body["location"].lower() != body["location"].lower():
                         return self._error(409, "InvalidResourceGroupLocation",
-                                           f"Invalid resource group location '{body['location']}'. The Resource group already exists in location '{existing.body['location']}'.")
+                                           f"Invalid resource group location '{body['location']}'. The Resource group "
+                                           f"already exists in location '{existing.body['location']}'.")
                 rid = f"/subscriptions/{sub}/resourceGroups/{name}"
                 doc = {"id": rid, "name": name, "type": "Microsoft.Resources/resourceGroups", "location": body["location"],
                        "tags": body.get("tags") or {}, "properties": {"provisioningState": "Succeeded"}}
@@ -661,7 +665,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if fail is not None:  # the deletion is accepted, then fails; nothing is deleted
                     op = arm.new_operation(error=fail)
                     return self._send(202, None, {
-                        "Location": f"{arm.url}/subscriptions/{sub}/operationresults/{op.id}?api-version=2024-01-01",
+                        "Location": f"{arm.url}/subscriptions/{sub}/operationresults/{op.id}"
+                                    "?api-version=2024-01-01",
                         **arm.retry_headers()})
                 existing.body["properties"]["provisioningState"] = "Deleting"
                 # Contents go at once (the VM stops), the group itself when the operation ends.
@@ -678,7 +683,8 @@ class _Handler(BaseHTTPRequestHandler):
 
                 op = arm.new_operation(finish=finish, error=fail)
                 return self._send(202, None, {
-                    "Location": f"{arm.url}/subscriptions/{sub}/operationresults/{op.id}?api-version=2024-01-01",
+                    "Location": f"{arm.url}/subscriptions/{sub}/operationresults/{op.id}"
+                                "?api-version=2024-01-01",
                     **arm.retry_headers()})
         self._error(405, "MethodNotAllowed", f"{self.command} not supported on a resource group")
 
@@ -865,7 +871,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return ("InvalidParameter", "Required parameter 'hardwareProfile.vmSize' is missing (null).")
             custom = (props.get("osProfile") or {}).get("customData") or ""
             if len(custom) > CUSTOM_DATA_MAX_B64:
-                return ("InvalidParameter", "Custom data in OSProfile must be in Base64 encoding and with a maximum length of 87380 characters.")
+                return ("InvalidParameter", "Custom data in OSProfile must be in Base64 encoding and with a maximum "
+                                            "length of 87380 characters.")
             ppg_ref = (props.get("proximityPlacementGroup") or {}).get("id")
             if ppg_ref:
                 ppg = self.arm.resources.get(ppg_ref.lower())

@@ -56,7 +56,8 @@ def image_reference(image: str, ubuntu_version: str, instance_type: str, gpu: st
         parts = image.split(":")
         if len(parts) != 4 or not all(parts):
             raise UserError(f"image {image!r} is not an Azure image URN.",
-                            hint="Use publisher:offer:sku:version (e.g. Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest) or an image resource id.")
+                            hint="Use publisher:offer:sku:version (e.g. "
+                                 "Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest) or an image resource id.")
         return dict(zip(("publisher", "offer", "sku", "version"), parts, strict=True))
     version = ubuntu_version if ubuntu_version in UBUNTU_IMAGES else "22.04"
     publisher, offer, gen2, gen1 = UBUNTU_IMAGES[version]

@@ -367,7 +367,8 @@ class AzureProvider:
         name = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{vm.id}/self-delete"))  # idempotent on retry
         url = f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}?api-version={ROLE_ASSIGNMENTS_API}"
         body = {"properties": {
-            "roleDefinitionId": f"/subscriptions/{self.subscription_id}/providers/Microsoft.Authorization/roleDefinitions/{CONTRIBUTOR_ROLE_ID}",
+            "roleDefinitionId": f"/subscriptions/{self.subscription_id}/providers/Microsoft.Authorization"
+                                f"/roleDefinitions/{CONTRIBUTOR_ROLE_ID}",
             "principalId": principal, "principalType": "ServicePrincipal",
             "description": f"gpucloud run {run_id}: lets the VM delete its own resource group"}}
         res_id = journal.intent(run_id, "role_assignment", name, region, self.name)
@@ -480,7 +481,8 @@ class AzureProvider:
             if expires is None or expires > now:
                 continue
             state = getattr(group.properties, "provisioning_state", None) if group.properties else None
-            line = f"azure/{group.location}/resource-group/{group.name} (run {tags.get(TAG_RUN, '?')}, expired {expiry_tag(expires)})"
+            line = (f"azure/{group.location}/resource-group/{group.name} "
+                    f"(run {tags.get(TAG_RUN, '?')}, expired {expiry_tag(expires)})")
             if dry_run:
                 lines.append(f"would delete {line}")
                 continue
