@@ -31,7 +31,7 @@ def installed_package_problems() -> list[str]:
     problems = []
     for who, file in found.items():
         path = Path(file).resolve()
-        if not path.is_relative_to(purelib) or path.is_relative_to(SOURCE.resolve()):
+        if not path.is_relative_to(purelib) or path.is_relative_to(SOURCE.resolve() / "gpucloud"):
             problems.append(f"{who} imports gpucloud from {file}, not from {purelib}")
     return problems
 

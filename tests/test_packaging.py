@@ -62,12 +62,14 @@ def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with the wheel installed the way a user's `pip install` does (no -e)."""
     root = tmp_path_factory.mktemp("fresh") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
-    own_site = _one(root / "lib", "python3*/site-packages")
-    (own_site / "zz_host_dependencies.pth").write_text("\n".join(_host_site_dirs()) + "\n")
     proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install",
                            "--no-deps", "--no-index", "--quiet", str(_one(dist, "gpucloud-*.whl"))],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # Only now: with this interpreter's site-packages visible, pip would find the gpucloud installed
+    # there (CI's) and install nothing.
+    own_site = _one(root / "lib", "python3*/site-packages")
+    (own_site / "zz_host_dependencies.pth").write_text("\n".join(_host_site_dirs()) + "\n")
     return root
 
 
