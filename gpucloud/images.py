@@ -24,7 +24,7 @@ from importlib.resources import files
 from typing import TYPE_CHECKING
 
 from gpucloud.errors import InternalError
-from gpucloud.stack_data import PROFILES, PROPRIETARY_ONLY
+from gpucloud.stack_data import COMPAT_FLOOR, PROFILES, PROPRIETARY_ONLY
 
 if TYPE_CHECKING:
     from gpucloud.stacks import Stack
@@ -102,12 +102,14 @@ class NodeStack:
     cuda_packages: tuple[str, ...]
     cudnn_packages: tuple[str, ...]
     reasons: dict[str, str]
+    driver_lock: tuple[str, ...] = ()  # NVIDIA's version-locking package, installed before the driver
 
     def as_json(self) -> dict[str, object]:
         return {
             "image": self.image.as_json() if self.image else None, "cpu_arch": self.cpu_arch,
             "driver_source": self.driver_source, "driver_branches": [self.driver_min, self.driver_max],
             "fabric_manager": self.fabric_manager, "installs_if_missing": [
+                *(["linux-headers-$(uname -r)", *self.driver_lock] if self.driver_packages else []),
                 *self.driver_packages, *(["nvidia-fabricmanager (pinned to the driver)"] if self.fabric_manager else []),
                 *self.cuda_packages, *self.cudnn_packages],
         }
@@ -218,6 +220,10 @@ def resolve_node(stack: Stack, cloud: str, instance_type: str, gpu_count: int, *
         source = "grid"
         reasons["driver"] = ("GRID VM: NVIDIA's vGPU guest driver comes from the cloud's driver extension "
                              "(cuda-drivers does not work here); the bootstrap waits for it.")
+        if not stack.cuda_toolkit:
+            # The extension's GRID branch is pinned per size family (providers' choice, often older than
+            # the stack's default); a framework wheel runs on it by CUDA minor-version compatibility.
+            low = min(low, int(COMPAT_FLOOR[stack.cuda.split(".")[0]].split(".")[0]))
     else:
         source = "apt"
     fabric = "nvswitch" in features
@@ -230,6 +236,7 @@ def resolve_node(stack: Stack, cloud: str, instance_type: str, gpu_count: int, *
         image=image, cpu_arch=cpu_arch, repo_arch=REPO_ARCH[cpu_arch], driver_source=source,
         driver_min=low, driver_max=high,
         driver_packages=stack.driver_packages if source == "apt" else (),
+        driver_lock=stack.driver_lock if source == "apt" else (),
         fabric_manager=fabric,
         cuda_packages=stack.cuda_packages if stack.cuda_toolkit else (),
         cudnn_packages=stack.cudnn_packages if stack.cuda_toolkit else (),

@@ -234,6 +234,7 @@ def stack_context(node: NodeStack) -> dict[str, object]:
         "driver_min": node.driver_min,
         "driver_max": node.driver_max,
         "driver_packages": list(node.driver_packages),
+        "driver_lock": list(node.driver_lock),
         "fabric_manager": node.fabric_manager,
         "cuda_packages": list(node.cuda_packages),
         "cudnn_packages": list(node.cudnn_packages),

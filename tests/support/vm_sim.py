@@ -27,6 +27,7 @@ from pathlib import Path
 from gpucloud import vm_engine
 
 STUBS = Path(__file__).resolve().parent / "vm_stubs"
+NVIDIA_REPO_INDEX = Path(__file__).resolve().parent.parent / "data" / "nvidia_repo_packages.txt"
 SHUTDOWN_MARKER = "guest-shutdown"
 # nvidia-smi's names for the catalog's models (every token of the model must appear as a word).
 GPU_NAMES = {
@@ -147,6 +148,8 @@ class GuestSimulator:
             "STUB_GPU_COUNT": str(count),
             "STUB_REAL_PYTHON": sys.executable,
             "SIM_GUEST_DIR": str(sandbox),
+            "GPUCLOUD_ETC": str(sandbox / "etc"),  # apt preferences and systemd units of this guest
+            "STUB_APT_REPO": str(NVIDIA_REPO_INDEX),
         }
 
     # ---- booting and ending ---------------------------------------------------------------------
