@@ -23,7 +23,7 @@ def node(gpu: str, cloud: str, instance: str, count: int = 1, arch: str = "x86_6
     ("H100", "aws", "p5.4xlarge", 1, "x86_64", "dlami-base-oss", "apt", False),  # one GPU: no NVSwitch
     ("H100", "aws", "p5.48xlarge", 8, "x86_64", "dlami-base-oss", "apt", True),
     ("B200", "aws", "p6-b200.48xlarge", 8, "x86_64", "dlami-base-oss", "apt", True),
-    ("V100", "aws", "p3.2xlarge", 1, "x86_64", "dlami-base-proprietary", "apt", False),
+    ("V100", "aws", "p3.2xlarge", 1, "x86_64", "ubuntu-22.04", "apt", False),
     ("K80", "aws", "p2.xlarge", 1, "x86_64", "ubuntu-20.04", "apt", False),
     ("T4G", "aws", "g5g.xlarge", 1, "arm64", "dlami-base-oss-arm64", "apt", False),
     ("A10", "azure", "Standard_NV36ads_A10_v5", 1, "x86_64", "ubuntu-22.04-grid", "grid", False),
