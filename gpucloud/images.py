@@ -172,8 +172,14 @@ def _driver_range(stack: Stack) -> tuple[int, int]:
     return low, high or ANY_DRIVER_MAX
 
 
-def _image_fits(image: Image, stack: Stack, cloud: str, cpu_arch: str, grid: bool, branches: tuple[int, int]) -> bool:
+def _image_fits(image: Image, stack: Stack, cloud: str, cpu_arch: str, features: frozenset[str],
+                branches: tuple[int, int]) -> bool:
+    """Rows for GRID VMs serve only those; a row with another feature (e.g. "hpc-image": the sizes
+    an image is documented for) serves only instance types vm_features.csv marks with it."""
+    grid = "grid" in features
     if image.cloud != cloud or image.cpu_arch != cpu_arch or (image.vm_feature == "grid") != grid:
+        return False
+    if image.vm_feature and image.vm_feature not in features:
         return False
     if "*" not in image.gpu_archs and stack.architecture not in image.gpu_archs:
         return False
@@ -198,10 +204,12 @@ def choose_image(stack: Stack, cloud: str, instance_type: str, gpu_count: int, c
                      ubuntu=stack.ubuntu_version, modules="", driver="", cuda=(), cudnn=False, fabric_manager=False,
                      extension="", found_by="job file", ref=job_image,
                      source="`image:` in the job file; contents unknown, so the bootstrap checks every part", checked="")
-    grid = "grid" in vm_features(cloud, instance_type, gpu_count) and stack.driver != "none"
+    features = vm_features(cloud, instance_type, gpu_count)
+    if stack.driver == "none":
+        features = features - {"grid"}
     branches = _driver_range(stack)
     for image in load_images():
-        if _image_fits(image, stack, cloud, cpu_arch, grid, branches):
+        if _image_fits(image, stack, cloud, cpu_arch, features, branches):
             return image
     return None
 

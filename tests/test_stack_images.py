@@ -40,3 +40,35 @@ def test_arm64_type_falls_back_to_arm64_ubuntu_and_says_so(moto) -> None:  # noq
     # the plain-Ubuntu path of an arm64 instance is arm64 too
     plain = AwsProvider().resolve_image(REGION, "20.04", cpu_arch="arm64")[0]
     assert plain == ubuntu[(REGION, "20.04-arm64")]
+
+
+def test_azure_hpc_image_only_on_the_sizes_microsoft_lists() -> None:
+    """microsoft-dsvm:ubuntu-hpc:2204 is documented for ND40rs_v2, ND96asr_v4, ND96amsr_A100_v4,
+    ND96isr_H100_v5, ND96isr_H200_v5 (driver 535): an NC T4/A100/H100 size never boots it."""
+    r535 = StackSpec(framework="pytorch", driver="535", cuda="12.2")
+    for gpu, size, count in (("A100-40GB", "Standard_ND96asr_v4", 8), ("H100", "Standard_ND96isr_H100_v5", 8)):
+        node = resolve_node(resolve_stack(gpu, r535), "azure", size, count)
+        assert node.image is not None and node.image.name == "ubuntu-hpc-22.04", size
+    for gpu, size, count in (("T4", "Standard_NC4as_T4_v3", 1), ("A100-80GB", "Standard_NC24ads_A100_v4", 1),
+                             ("H100", "Standard_NC40ads_H100_v5", 1)):
+        for pins in (r535, StackSpec(framework="pytorch")):
+            node = resolve_node(resolve_stack(gpu, pins), "azure", size, count)
+            assert node.image is not None and node.image.name == "ubuntu-22.04", (size, pins)
+
+
+def test_grid_extension_driver_is_pinned_per_size_family() -> None:
+    """GRID 17.x is incompatible with NVv3 (M60) and has a CUDA bug on A10: driverVersion is pinned."""
+    import pytest
+
+    from gpucloud.errors import UserError
+    from gpucloud.providers.azure.machine import driver_extension_body
+
+    for size in ("Standard_NV12s_v3", "Standard_NV36ads_A10_v5", "Standard_NV6ads_A10_v5"):
+        body = driver_extension_body("eastus", "NvidiaGpuDriverLinux", {}, size)
+        assert body["properties"]["settings"] == {"driverVersion": "535.161"}, size
+    with pytest.raises(UserError, match="GRID driver"):
+        driver_extension_body("eastus", "NvidiaGpuDriverLinux", {}, "Standard_NV4as_v4")
+    # the GRID VM's stack accepts the pinned R535 (CUDA 12.x wheels run on >= 525.60.13)
+    for gpu, size in (("A10", "Standard_NV36ads_A10_v5"), ("M60", "Standard_NV12s_v3")):
+        node = resolve_node(resolve_stack(gpu, StackSpec(framework="pytorch")), "azure", size, 1)
+        assert node.driver_source == "grid" and node.driver_min <= 535 <= node.driver_max, (gpu, node)
