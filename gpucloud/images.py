@@ -103,6 +103,7 @@ class NodeStack:
     cudnn_packages: tuple[str, ...]
     reasons: dict[str, str]
     driver_lock: tuple[str, ...] = ()  # NVIDIA's version-locking package, installed before the driver
+    extension_driver: str = ""        # GRID: the driver version the cloud's extension is pinned to
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -151,6 +152,15 @@ def vm_features(cloud: str, instance_type: str, gpu_count: int) -> frozenset[str
                 and fnmatch.fnmatch(instance_type.lower(), row["instance_pattern"].lower())):
             found.add(row["feature"])
     return frozenset(found)
+
+
+def extension_driver(cloud: str, instance_type: str) -> str:
+    """The driver version the cloud's driver extension is pinned to on this instance type
+    (driver_extensions.csv, with its source); "" where none is known."""
+    for row in _data("driver_extensions.csv"):
+        if row["cloud"] == cloud and fnmatch.fnmatch(instance_type.lower(), row["instance_pattern"].lower()):
+            return row["driver_version"]
+    return ""
 
 
 def cpu_arch_of(candidate: object) -> str:
@@ -228,6 +238,7 @@ def resolve_node(stack: Stack, cloud: str, instance_type: str, gpu_count: int, *
         source = "grid"
         reasons["driver"] = ("GRID VM: NVIDIA's vGPU guest driver comes from the cloud's driver extension "
                              "(cuda-drivers does not work here); the bootstrap waits for it.")
+        reasons["driver"] += f" Its driver is pinned to {extension_driver(cloud, instance_type) or 'the latest'}."
         if not stack.cuda_toolkit:
             # The extension's GRID branch is pinned per size family (providers' choice, often older than
             # the stack's default); a framework wheel runs on it by CUDA minor-version compatibility.
@@ -245,6 +256,7 @@ def resolve_node(stack: Stack, cloud: str, instance_type: str, gpu_count: int, *
         driver_min=low, driver_max=high,
         driver_packages=stack.driver_packages if source == "apt" else (),
         driver_lock=stack.driver_lock if source == "apt" else (),
+        extension_driver=extension_driver(cloud, instance_type) if source == "grid" else "",
         fabric_manager=fabric,
         cuda_packages=stack.cuda_packages if stack.cuda_toolkit else (),
         cudnn_packages=stack.cudnn_packages if stack.cuda_toolkit else (),

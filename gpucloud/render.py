@@ -235,6 +235,8 @@ def stack_context(node: NodeStack) -> dict[str, object]:
         "driver_max": node.driver_max,
         "driver_packages": list(node.driver_packages),
         "driver_lock": list(node.driver_lock),
+        "extension": node.image.extension if node.image else "",
+        "extension_driver": node.extension_driver,
         "fabric_manager": node.fabric_manager,
         "cuda_packages": list(node.cuda_packages),
         "cudnn_packages": list(node.cudnn_packages),

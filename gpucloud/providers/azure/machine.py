@@ -64,26 +64,18 @@ def image_reference(image: str, ubuntu_version: str, instance_type: str, gpu: st
             "version": "latest"}
 
 
-# The extension's GRID driver, pinned per size family: Microsoft documents GRID 17.x as incompatible
-# with NVv3 (M60) and as having a CUDA bug on A10, fixed by pinning `settings.driverVersion` to the
-# GRID 16 (R535) driver its page names, 535.161 [V: azure-compute-docs, extensions/hpccompute-gpu-linux.md;
-# docs/PROVIDERS.md, "Azure GPU driver extension"]. (size pattern, driverVersion)
-GRID_DRIVER_PINS: tuple[tuple[str, str], ...] = (
-    ("Standard_NV*s_v3", "535.161"),        # NVv3, Tesla M60
-    ("Standard_NV*ads_A10_v5", "535.161"),  # NVadsA10 v5, A10 partitions
-)
-
-
 def grid_driver_version(instance_type: str) -> str:
-    """The driverVersion the extension is pinned to on this size; a GRID size without a pin is refused."""
-    import fnmatch
+    """The driverVersion the extension is pinned to on this size (catalog/data/driver_extensions.csv:
+    GRID 17.x is incompatible with NVv3 and has a CUDA bug on A10, per Microsoft's extension page);
+    a GRID size without a documented pin is refused."""
+    from gpucloud.images import extension_driver
 
-    for pattern, version in GRID_DRIVER_PINS:
-        if fnmatch.fnmatch(instance_type.lower(), pattern.lower()):
-            return version
-    raise UserError(f"{instance_type} needs NVIDIA's GRID driver from the NvidiaGpuDriverLinux extension, but "
-                    "gpucloud knows no driver version that is documented to work on it.",
-                    hint="Choose an NVadsA10 v5 or NVv3 size, or another GPU.")
+    version = extension_driver("azure", instance_type)
+    if not version:
+        raise UserError(f"{instance_type} needs NVIDIA's GRID driver from the NvidiaGpuDriverLinux extension, but "
+                        "gpucloud knows no driver version that is documented to work on it.",
+                        hint="Choose an NVadsA10 v5 or NVv3 size, or another GPU.")
+    return version
 
 
 def driver_extension_body(location: str, extension: str, tags: dict[str, str], instance_type: str) -> dict[str, Any]:
