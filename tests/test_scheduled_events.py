@@ -37,10 +37,10 @@ class _SlowStartImds(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_DELETE(self) -> None:  # noqa: N802 - the VM's self-delete of its resource group
+    def do_DELETE(self) -> None:  # the VM's self-delete of its resource group
         self._reply(202)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path.startswith("/metadata/identity/oauth2/token?"):
             return self._reply(200, b'{"access_token": "t"}')
         if self.path.startswith("/metadata/instance/compute?"):
