@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.azure_fixtures import arm, azure_env, azurite, fake_arm_server  # noqa: F401
+from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
+from tests.support.fake_arm import FakeArm
 from tests.support.vm_sim import Guest, GuestSimulator
 from tests.test_bootstrap import Vm, make_vm
 from tests.test_render import T4
@@ -90,3 +93,28 @@ def test_deadline_that_passed_while_the_machine_was_down_ends_it(sim: GuestSimul
     timers = [c for c in guest.stub_calls() if c.startswith("systemd-run")]
     assert len(timers) == 2 and "--on-active=1s" in timers[1]  # re-armed from the recorded deadline
     _wait(lambda: "shutdown -h now" in guest.stub_calls())
+
+
+def test_azure_grid_vm_rebooted_by_its_driver_extension_still_runs_the_job(
+        azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, tmp_path: Path) -> None:  # noqa: F811
+    """End to end through the CLI: an NVadsA10 v5 VM whose NvidiaGpuDriverLinux extension (driverVersion
+    pinned) reboots it while the bootstrap waits for the GRID driver; the run resumes and succeeds."""
+    import json
+    import subprocess
+    import sys
+
+    azure_sim.reboot_on_driver_extension = True
+    job = tmp_path / "job.yaml"
+    job.write_text("name: gridreboot\nresources:\n  cloud: azure\n  regions: [eastus]\n  gpu: A10:1\n"
+                   "stack: {framework: none}\nmax_duration: 15m\nrun: echo first-line-of-the-job\n")
+    out = subprocess.run([sys.executable, "-m", "gpucloud", "run", str(job), "--json"], env=azure_env,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    assert json.loads(out.stdout)["status"] == "succeeded"
+    assert len(azure_sim.rebooted) == 1
+    (guest,) = azure_sim.guests.values()
+    console = guest.console()
+    assert "the machine is rebooting" in console and "the machine rebooted" in console
+    assert "first-line-of-the-job" in out.stderr
+    ext = [r for r in arm.calls if r[0] == "PUT" and "/extensions/" in r[1]]
+    assert ext, "the driver extension was attached"

@@ -12,6 +12,7 @@ group. A `shutdown` inside the guest stops the guest but leaves the VM allocated
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +38,8 @@ class AzureVmSimulator(GuestSimulator):
         self.arm = arm
         self.booted: list[str] = []
         self.driver_extensions: dict[str, str] = {}  # VM id (lower case) -> GRID driver its extension installed
+        self.reboot_on_driver_extension = False
+        self.rebooted: list[str] = []
         arm.on_event(self._on_event)
 
     def _on_event(self, event: str, res: Resource) -> None:
@@ -109,12 +112,22 @@ class AzureVmSimulator(GuestSimulator):
 
     def _driver_installed(self, vm_id: str, version: str = GRID_DRIVER) -> None:
         """The GRID driver extension ran: the guest's nvidia-smi now finds a driver (STUB_DRIVER, or
-        its state file for a guest that is already running)."""
+        its state file for a guest that is already running). With `reboot_on_driver_extension` the
+        extension reboots the VM once the guest waits for the driver, as Microsoft says it might."""
         with self.lock:
             self.driver_extensions[vm_id.lower()] = version
             guest = self.guests.get(vm_id)
+        if self.reboot_on_driver_extension:
+            end = time.monotonic() + 60
+            while time.monotonic() < end and (guest is None or "waiting for the GRID driver" not in guest.console()):
+                time.sleep(0.1)
+                with self.lock:
+                    guest = self.guests.get(vm_id)
         if guest is not None:
             (guest.sandbox / "stub-state" / "driver").write_text(version)
+            if self.reboot_on_driver_extension:
+                self.rebooted.append(vm_id)
+                self.reboot_guest(vm_id)
 
     def on_guest_shutdown(self, guest: Guest) -> None:
         """Azure: the guest is down, the VM stays allocated (and billed) until deleted."""
