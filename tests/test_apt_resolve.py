@@ -103,6 +103,9 @@ def test_bootstrap_installs_end_on_the_stacks_branch(tmp_path: Path, gpu: str, p
     lock = [f"nvidia-driver-pinning-{branch}"] if int(branch) >= 580 else []
     assert installs[0] == " ".join([f"linux-headers-{KERNEL}", *lock])  # before any DKMS package
     assert installs[1] == package
+    modules = "nvidia-kernel-open-dkms" if package.startswith("nvidia-open") else "nvidia-kernel-dkms"
+    built = {p.name for p in (vm.state / "pkgs").iterdir() if p.name.startswith("nvidia-kernel-")}
+    assert built == {modules}, built  # Blackwell: the open modules only
     kmod = (vm.state / "kmod").read_text()
     assert kmod.split(".")[0] == branch, kmod
     prefs = (tmp_path / "etc" / "apt" / "preferences.d" / "gpucloud-nvidia-driver").read_text()

@@ -108,6 +108,7 @@ class Apt:
                 if p.version == (self.pkgs / name).read_text():
                     self.pins += p.pins
         self.plan: dict[str, Pkg] = {}
+        self.queue: list[tuple[str, str]] = []  # (owner, Depends clause) still to satisfy
 
     def installed(self, name: str) -> str | None:
         f = self.pkgs / name
@@ -133,21 +134,32 @@ class Apt:
                 raise SystemExit(f"E: conflicting versions of {pkg.name}")
             return
         self.plan[pkg.name] = pkg
-        for clause in filter(None, (c.strip() for c in pkg.depends.split(","))):
-            self.depend(pkg.name, clause)
+        self.queue += [(pkg.name, c) for c in filter(None, (c.strip() for c in pkg.depends.split(",")))]
+
+    def resolve(self) -> None:
+        """Plain dependencies first, alternatives ("a | b") last: an alternative already marked
+        for install (e.g. the open kernel module the request itself names) satisfies the group."""
+        while self.queue:
+            i = next((n for n, (_, c) in enumerate(self.queue) if "|" not in c), 0)
+            owner, clause = self.queue.pop(i)
+            self.depend(owner, clause)
 
     def depend(self, owner: str, clause: str) -> None:
         tried = []
+        alts = []
         for alt in clause.split("|"):
             m = re.fullmatch(r"\s*([\w.+-]+)\s*(?:\((<<|<=|=|>=|>>)\s*([^)]+)\))?\s*", alt)
             assert m, alt
-            name, op, ver = m.group(1), m.group(2), (m.group(3) or "").strip()
+            alts.append((m.group(1), m.group(2), (m.group(3) or "").strip()))
+        for name, op, ver in alts:
             planned = self.plan.get(name)
             if planned is not None and (not op or satisfies(planned.version, op, ver)):
                 return
             have = self.installed(name)
             if planned is None and have is not None and (not op or satisfies(have, op, ver)):
                 return
+        for name, op, ver in alts:
+            planned = self.plan.get(name)
             cand = self.candidate(name)
             if cand is not None and planned is None and (not op or satisfies(cand.version, op, ver)):
                 self.want(cand)
@@ -199,6 +211,7 @@ def main(argv: list[str]) -> int:
     try:
         for name in names:
             apt.request(name)
+        apt.resolve()
         apt.commit()
     except SystemExit as exc:
         print(exc.code, file=sys.stderr)
