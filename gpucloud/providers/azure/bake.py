@@ -49,7 +49,7 @@ class AzureImageStore:
         # Azure's generalize steps: deprovision inside the guest first (SSH host keys, the admin user,
         # cloud-init and agent state), then deallocate and generalize [azure-compute-docs generalize.yml].
         compute.virtual_machines.begin_run_command(rg, vm_name, {
-            "command_id": "RunShellScript", "script": [DEPROVISION]}).result()
+            "commandId": "RunShellScript", "script": [DEPROVISION]}).result()
         compute.virtual_machines.begin_deallocate(rg, vm_name).result()
         compute.virtual_machines.generalize(rg, vm_name)
         image = compute.images.begin_create_or_update(self.group(region), name, {
