@@ -24,7 +24,7 @@ from importlib.resources import files
 from typing import TYPE_CHECKING
 
 from gpucloud.errors import InternalError
-from gpucloud.stack_data import PROFILES, PROPRIETARY_ONLY
+from gpucloud.stack_data import COMPAT_FLOOR, PROFILES, PROPRIETARY_ONLY
 
 if TYPE_CHECKING:
     from gpucloud.stacks import Stack
@@ -102,12 +102,15 @@ class NodeStack:
     cuda_packages: tuple[str, ...]
     cudnn_packages: tuple[str, ...]
     reasons: dict[str, str]
+    driver_lock: tuple[str, ...] = ()  # NVIDIA's version-locking package, installed before the driver
+    extension_driver: str = ""        # GRID: the driver version the cloud's extension is pinned to
 
     def as_json(self) -> dict[str, object]:
         return {
             "image": self.image.as_json() if self.image else None, "cpu_arch": self.cpu_arch,
             "driver_source": self.driver_source, "driver_branches": [self.driver_min, self.driver_max],
             "fabric_manager": self.fabric_manager, "installs_if_missing": [
+                *(["linux-headers-$(uname -r)", *self.driver_lock] if self.driver_packages else []),
                 *self.driver_packages, *(["nvidia-fabricmanager (pinned to the driver)"] if self.fabric_manager else []),
                 *self.cuda_packages, *self.cudnn_packages],
         }
@@ -151,6 +154,15 @@ def vm_features(cloud: str, instance_type: str, gpu_count: int) -> frozenset[str
     return frozenset(found)
 
 
+def extension_driver(cloud: str, instance_type: str) -> str:
+    """The driver version the cloud's driver extension is pinned to on this instance type
+    (driver_extensions.csv, with its source); "" where none is known."""
+    for row in _data("driver_extensions.csv"):
+        if row["cloud"] == cloud and fnmatch.fnmatch(instance_type.lower(), row["instance_pattern"].lower()):
+            return row["driver_version"]
+    return ""
+
+
 def cpu_arch_of(candidate: object) -> str:
     """The candidate's CPU architecture (offerings gain an `arch` column in the catalog issue)."""
     arch = str(getattr(candidate, "arch", "") or X86_64)
@@ -170,8 +182,14 @@ def _driver_range(stack: Stack) -> tuple[int, int]:
     return low, high or ANY_DRIVER_MAX
 
 
-def _image_fits(image: Image, stack: Stack, cloud: str, cpu_arch: str, grid: bool, branches: tuple[int, int]) -> bool:
+def _image_fits(image: Image, stack: Stack, cloud: str, cpu_arch: str, features: frozenset[str],
+                branches: tuple[int, int]) -> bool:
+    """Rows for GRID VMs serve only those; a row with another feature (e.g. "hpc-image": the sizes
+    an image is documented for) serves only instance types vm_features.csv marks with it."""
+    grid = "grid" in features
     if image.cloud != cloud or image.cpu_arch != cpu_arch or (image.vm_feature == "grid") != grid:
+        return False
+    if image.vm_feature and image.vm_feature not in features:
         return False
     if "*" not in image.gpu_archs and stack.architecture not in image.gpu_archs:
         return False
@@ -196,10 +214,12 @@ def choose_image(stack: Stack, cloud: str, instance_type: str, gpu_count: int, c
                      ubuntu=stack.ubuntu_version, modules="", driver="", cuda=(), cudnn=False, fabric_manager=False,
                      extension="", found_by="job file", ref=job_image,
                      source="`image:` in the job file; contents unknown, so the bootstrap checks every part", checked="")
-    grid = "grid" in vm_features(cloud, instance_type, gpu_count) and stack.driver != "none"
+    features = vm_features(cloud, instance_type, gpu_count)
+    if stack.driver == "none":
+        features = features - {"grid"}
     branches = _driver_range(stack)
     for image in load_images():
-        if _image_fits(image, stack, cloud, cpu_arch, grid, branches):
+        if _image_fits(image, stack, cloud, cpu_arch, features, branches):
             return image
     return None
 
@@ -218,6 +238,11 @@ def resolve_node(stack: Stack, cloud: str, instance_type: str, gpu_count: int, *
         source = "grid"
         reasons["driver"] = ("GRID VM: NVIDIA's vGPU guest driver comes from the cloud's driver extension "
                              "(cuda-drivers does not work here); the bootstrap waits for it.")
+        reasons["driver"] += f" Its driver is pinned to {extension_driver(cloud, instance_type) or 'the latest'}."
+        if not stack.cuda_toolkit:
+            # The extension's GRID branch is pinned per size family (providers' choice, often older than
+            # the stack's default); a framework wheel runs on it by CUDA minor-version compatibility.
+            low = min(low, int(COMPAT_FLOOR[stack.cuda.split(".")[0]].split(".")[0]))
     else:
         source = "apt"
     fabric = "nvswitch" in features
@@ -230,6 +255,8 @@ def resolve_node(stack: Stack, cloud: str, instance_type: str, gpu_count: int, *
         image=image, cpu_arch=cpu_arch, repo_arch=REPO_ARCH[cpu_arch], driver_source=source,
         driver_min=low, driver_max=high,
         driver_packages=stack.driver_packages if source == "apt" else (),
+        driver_lock=stack.driver_lock if source == "apt" else (),
+        extension_driver=extension_driver(cloud, instance_type) if source == "grid" else "",
         fabric_manager=fabric,
         cuda_packages=stack.cuda_packages if stack.cuda_toolkit else (),
         cudnn_packages=stack.cudnn_packages if stack.cuda_toolkit else (),

@@ -43,6 +43,12 @@ COMPAT_FLOOR: dict[str, str] = {"11": "450.80.02", "12": "525.60.13", "13": "580
 # package has no branch suffix and a branch is locked by pinning its version (docs/STACKS.md).
 DRIVER_BRANCHES = (450, 460, 470, 510, 520, 525, 535, 545, 550, 560, 565, 570, 575, 580, 590, 595)
 UNSUFFIXED_FROM = 590
+# NVIDIA's version-locking packages `nvidia-driver-pinning-<branch>` (installed before the driver,
+# they hold every driver package of the branch: the meta-packages' own `Depends:` have no upper
+# bound) are documented from branch 580 on (driver installation guide, "Version locking",
+# "Recent updates"; docs/STACKS.md). Older branches are held by an apt preferences file the
+# bootstrap writes itself (apt_preferences(5), the "normal distribution version locking").
+PINNING_FROM = 580
 
 
 @dataclass(frozen=True)

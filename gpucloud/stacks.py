@@ -19,7 +19,7 @@ from gpucloud.errors import UserError
 from gpucloud.stack_data import (  # noqa: F401  (re-exported: the tables were defined here)
     COMPAT_FLOOR, CPU_TENSORFLOW, CPU_TORCH, CUDNN8_BUILDS, DRIVER_BRANCHES, GPU_WARNINGS, KEPLER, MAXWELL_VOLTA,
     MIN_CUDA, MIN_DRIVER, NO_PYTORCH, OPEN_MODULES_ONLY, PROFILES, TF_NO_KERNELS, TORCH_INDEX, TORCH_WHEELS,
-    TURING_PLUS, UNSUFFIXED_FROM, Profile,
+    TURING_PLUS, UNSUFFIXED_FROM, PINNING_FROM, Profile,
 )
 
 if TYPE_CHECKING:
@@ -58,6 +58,9 @@ class Stack:
     # them); False: the framework wheel brings its own CUDA runtime and cuDNN, the VM needs only the driver.
     cuda_toolkit: bool = False
     driver_pinned: bool = False   # the job pinned the driver: an image's other branch does not do
+    # NVIDIA's version-locking package of the branch, installed before the driver (empty before R580:
+    # the bootstrap's own apt preferences file holds those branches).
+    driver_lock: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, object]:
         """The `stack` object of `plan --json` / `stack --json` (DESIGN.md section 4)."""
@@ -98,6 +101,11 @@ def _driver_packages(branch: int, modules: str = "proprietary") -> tuple[str, ..
     if branch >= UNSUFFIXED_FROM:
         return (f"{name}={branch}.*",)  # no suffix from 590: lock the branch by version
     return (f"{name}-{branch}",)
+
+
+def driver_lock_packages(branch: int) -> tuple[str, ...]:
+    """The version-locking package that holds `branch` (docs/STACKS.md, "Driver branch pins")."""
+    return (f"nvidia-driver-pinning-{branch}",) if branch >= PINNING_FROM else ()
 
 
 def _kernel_modules(arch: str, branch: int, gpu: str) -> tuple[str, str]:
@@ -422,7 +430,7 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
         framework_version=version,
         ubuntu_version=ubuntu,
         cuda_repo="ubuntu" + ubuntu.replace(".", ""),
-        driver_packages=_driver_packages(branch, modules),
+        driver_packages=_driver_packages(branch, modules), driver_lock=driver_lock_packages(branch),
         cuda_packages=(f"cuda-toolkit-{cuda.replace('.', '-')}",),
         cudnn_packages=_cudnn_packages(cudnn, cuda),
         framework_pip=pip,

@@ -269,7 +269,8 @@ def print_stack(stack: Stack, *, brief: bool = False) -> None:
         table.add_row(label, value, stack.reasons.get(key, ""))
     _print(table)
     if stack.driver != "none":
-        print("Installs: " + " ".join([*stack.driver_packages, *stack.cuda_packages, *stack.cudnn_packages])
+        print("Installs: " + " ".join(["linux-headers-$(uname -r)", *stack.driver_lock, *stack.driver_packages,
+                                       *stack.cuda_packages, *stack.cudnn_packages])
               + (f"; pip {' '.join(stack.framework_pip)}" if stack.framework_pip else ""))
     _warn(stack.warnings)
 

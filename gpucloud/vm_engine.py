@@ -89,6 +89,7 @@ class BootedVm:
     booted_at: float
     expires_at: float | None = None
     meta: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] | None = field(default=None, repr=False, compare=False)  # as booted (this process only)
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -114,6 +115,8 @@ class BootedVm:
         tmp.replace(self.sandbox / PID_FILE)
 
     def _leader_is_ours(self) -> bool:
+        if self.pid <= 0:  # rebooted with no boot service: nothing runs
+            return False
         if self._proc is not None:
             return self._proc.poll() is None
         try:
@@ -217,16 +220,39 @@ def boot(
     full_env.update(env or {})
     if path_prefix:
         full_env["PATH"] = os.pathsep.join([*(str(p) for p in path_prefix), full_env.get("PATH", "")])
-    full_env[MARKER_ENV] = str(sandbox)
+    return _start(["bash", str(script_path)], sandbox, full_env, expires_at, dict(meta or {}))
+
+
+def _start(argv: Sequence[str], sandbox: Path, env: dict[str, str], expires_at: float | None,
+           meta: dict[str, str]) -> BootedVm:
+    env = {**env, MARKER_ENV: str(sandbox)}
     with open(sandbox / CONSOLE_FILE, "ab") as console:
         proc = subprocess.Popen(
-            ["bash", str(script_path)], cwd=sandbox, env=full_env, stdin=subprocess.DEVNULL,
+            list(argv), cwd=sandbox, env=env, stdin=subprocess.DEVNULL,
             stdout=console, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
         )
     vm = BootedVm(sandbox=sandbox, pid=proc.pid, start_time=_proc_start_time(proc.pid), booted_at=time.time(),
-                  expires_at=expires_at, meta=dict(meta or {}), _proc=proc)
+                  expires_at=expires_at, meta=meta, env=env, _proc=proc)
     vm._save()
     return vm
+
+
+def reboot(vm: BootedVm, services: Sequence[Sequence[str]], *, grace: float = 3.0) -> BootedVm:
+    """Reboot a VM: every process of it gets SIGTERM, what is left after `grace` SIGKILL (a
+    shutdown's order), then the boot starts `services` (argv each: the units the VM enabled; the
+    user-data is not run again, as cloud-init runs it once per instance). Returns the VM as booted
+    again (the first service is its main process); the environment is the first boot's."""
+    vm.kill(grace=grace)
+    if vm.env is None:
+        raise ValueError("only a VM booted by this process can be rebooted (its environment is needed)")
+    again = None
+    for argv in services:
+        started = _start(argv, vm.sandbox, vm.env, vm.expires_at, vm.meta)
+        again = again or started
+    if again is None:  # nothing enabled: the machine boots and idles
+        again = BootedVm(sandbox=vm.sandbox, pid=0, start_time=None, booted_at=time.time(),
+                         expires_at=vm.expires_at, meta=vm.meta, env=vm.env)
+    return again
 
 
 def find_vms(root: Path) -> list[BootedVm]:

@@ -464,6 +464,7 @@ def test_temporary_credentials_that_end_before_the_deadline_warn(moto, journal, 
     provider = AwsProvider(session=boto3.Session(), warn=warnings.append, retry_base_s=0.01, sleep=lambda s: None)
     req = make_request(expires_in=timedelta(hours=3))
     handle = provider.provision(req, journal)
+    warnings = [w for w in warnings if "credentials" in w]  # not the image fallback's warning
     try:
         assert len(warnings) == 1
         assert "expire" in warnings[0] and "deadline" in warnings[0] and "presigned URLs" in warnings[0]

@@ -115,9 +115,9 @@ def test_provision_creates_one_tagged_group_with_network_and_vm(arm: FakeArm, pr
     props = vm["properties"]
     assert props["hardwareProfile"]["vmSize"] == "Standard_NC4as_T4_v3"
     assert props["storageProfile"]["osDisk"]["diskSizeGB"] == 100
-    # the plan's image (issue 13): Azure's HPC/AI image, which has the driver, CUDA and cuDNN
+    # the plan's image: Canonical's Ubuntu (Azure's HPC image is documented for ND sizes only, not NC T4)
     assert props["storageProfile"]["imageReference"] == {
-        "publisher": "microsoft-dsvm", "offer": "ubuntu-hpc", "sku": "2204", "version": "latest"}
+        "publisher": "Canonical", "offer": "0001-com-ubuntu-server-jammy", "sku": "22_04-lts-gen2", "version": "latest"}
     assert props["osProfile"]["linuxConfiguration"]["disablePasswordAuthentication"] is True
     assert "priority" not in props and "billingProfile" not in props
     assert vm["identity"]["type"] == "SystemAssigned"

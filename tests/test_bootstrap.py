@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -31,7 +32,11 @@ from gpucloud.stacks import Stack
 from tests.test_render import CPU, K80, NASTY, T4, make_candidate, make_spec
 
 STUBS = Path(__file__).parent / "support" / "vm_stubs"
+NVIDIA_REPO_INDEX = Path(__file__).parent / "data" / "nvidia_repo_packages.txt"
 APT = "apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "
+# Headers of the running kernel, and from R580 NVIDIA's version-locking package, go in before the driver.
+HEADERS = APT + f"linux-headers-{os.uname().release}"
+LOCK_580 = HEADERS + " nvidia-driver-pinning-580"
 STAGES = ["preflight", "watchdog", "stack", "gpu_verify", "fetch_code", "setup", "run", "artifacts", "done"]
 
 
@@ -164,6 +169,9 @@ def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str 
         "GPUCLOUD_CUDA_ROOT": str(tmp / "no-cuda-here"),
         "STUB_STATE": str(state),
         "GPUCLOUD_IMDS_ENDPOINT": "http://127.0.0.1:9",  # never the host's metadata service
+        "GPUCLOUD_ETC": str(tmp / "etc"),  # apt preferences and systemd units of the "VM", not the host's
+        "STUB_APT_REPO": str(NVIDIA_REPO_INDEX),
+        "STUB_REAL_PYTHON": sys.executable,
         **(stub_env or {}),
     }
     if provider != "local":
@@ -346,7 +354,7 @@ def test_k80_stack_install_then_idempotent(tmp_path: Path) -> None:
     calls = vm.calls()
     assert any(c.startswith("dpkg -i ") and c.endswith("cuda-keyring.deb") for c in calls)
     installs = vm.apt_installs()
-    assert installs == [APT + "cuda-drivers-470", APT + "cuda-toolkit-11-4 libcudnn8=8.2.4.*-1+cuda11.4"]
+    assert installs == [HEADERS, APT + "cuda-drivers-470", APT + "cuda-toolkit-11-4 libcudnn8=8.2.4.*-1+cuda11.4"]
     assert calls.count("apt-get -o DPkg::Lock::Timeout=600 update") == 1
     pips = [c for c in calls if c.startswith("python3 -m pip install")]
     assert pips == ["python3 -m pip install --no-input torch==2.0.1 --index-url https://download.pytorch.org/whl/cu117"]
@@ -386,7 +394,7 @@ def test_wrong_cudnn_version_is_reinstalled(tmp_path: Path) -> None:
     (state / "pkgs" / "libcudnn8").write_text("8.9.7.29-1+cuda12.2")
     (state / "pkgs" / "cuda-keyring").write_text("1.1-1")
     vm = make_vm(tmp_path, provider="aws", stack=K80, gpu="K80", state=state, stub_env={}).run()
-    assert vm.apt_installs() == [APT + "cuda-drivers-470", APT + "cuda-toolkit-11-4 libcudnn8=8.2.4.*-1+cuda11.4"]
+    assert vm.apt_installs() == [HEADERS, APT + "cuda-drivers-470", APT + "cuda-toolkit-11-4 libcudnn8=8.2.4.*-1+cuda11.4"]
     assert not any(c.startswith("dpkg -i") for c in vm.calls())  # keyring already there
 
 
@@ -439,7 +447,7 @@ def test_t4_stack_on_azure_installs_current_packages_and_deletes_its_group(tmp_p
                            "GPUCLOUD_AZURE_ARM_ENDPOINT": url}).run()
     assert vm.status()["state"] == "succeeded", vm.status()
     # the T4 stack does not ask for the system toolkit: the PyTorch wheel needs only the driver
-    assert vm.apt_installs() == [APT + "cuda-drivers-580"]
+    assert vm.apt_installs() == [LOCK_580, APT + "cuda-drivers-580"]
     assert any(c.startswith("python3 -m pip install --no-input torch==2.7.1 ") for c in vm.calls())
     deletes = [r for r in requests if r[0] == "DELETE"]
     assert [d[1] for d in deletes] == ["/subscriptions/sub-1/resourcegroups/gpucloud-run-rg?api-version=2021-04-01"]
@@ -547,7 +555,7 @@ def test_sim_t4_on_the_vendor_image_installs_no_apt_package(tmp_path: Path) -> N
 def test_sim_p4d_fabric_manager_on_plain_ubuntu_is_pinned_to_the_installed_driver(tmp_path: Path) -> None:
     vm = boot_node(tmp_path / "plain", "A100-40GB", 8, "aws", "p4d.24xlarge", {}, job_image="ami-0123456789abcdef0")
     _reached_the_job(vm)
-    assert vm.apt_installs() == [APT + "cuda-drivers-580", APT + "nvidia-fabricmanager-580=580.82.01-*"]
+    assert vm.apt_installs() == [LOCK_580, APT + "cuda-drivers-580", APT + "nvidia-fabricmanager-580=580.105.08-*"]
     assert "systemctl enable --now nvidia-fabricmanager" in vm.calls()
     vendor = boot_node(tmp_path / "dlami", "A100-40GB", 8, "aws", "p4d.24xlarge", DLAMI)
     _reached_the_job(vendor)
@@ -566,7 +574,7 @@ def test_sim_azure_a10_waits_for_the_grid_driver(tmp_path: Path) -> None:
 def test_sim_b200_installs_the_open_modules_and_fabric_manager(tmp_path: Path) -> None:
     vm = boot_node(tmp_path, "B200", 8, "aws", "p6-b200.48xlarge", {}, job_image="ami-0123456789abcdef0")
     _reached_the_job(vm)
-    assert vm.apt_installs() == [APT + "nvidia-open-580", APT + "nvidia-fabricmanager-580=580.82.01-*"]
+    assert vm.apt_installs() == [LOCK_580, APT + "nvidia-open-580", APT + "nvidia-fabricmanager-580=580.105.08-*"]
 
 
 def test_sim_k80_gets_r470_and_pytorch_212_then_a_baked_image_installs_nothing(tmp_path: Path) -> None:
@@ -574,7 +582,7 @@ def test_sim_k80_gets_r470_and_pytorch_212_then_a_baked_image_installs_nothing(t
 
     vm = boot_node(tmp_path / "a", "K80", 1, "aws", "p2.xlarge", {})
     _reached_the_job(vm)
-    assert vm.apt_installs() == [APT + "cuda-drivers-470"]
+    assert vm.apt_installs() == [HEADERS, APT + "cuda-drivers-470"]
     assert any("keyring" in c and c.startswith("dpkg -i") for c in vm.calls())
     assert [c for c in vm.calls() if "pip install" in c] == [
         "python3 -m pip install --no-input torch==2.1.2 --index-url https://download.pytorch.org/whl/cu118"]

@@ -23,13 +23,14 @@ def node(gpu: str, cloud: str, instance: str, count: int = 1, arch: str = "x86_6
     ("H100", "aws", "p5.4xlarge", 1, "x86_64", "dlami-base-oss", "apt", False),  # one GPU: no NVSwitch
     ("H100", "aws", "p5.48xlarge", 8, "x86_64", "dlami-base-oss", "apt", True),
     ("B200", "aws", "p6-b200.48xlarge", 8, "x86_64", "dlami-base-oss", "apt", True),
-    ("V100", "aws", "p3.2xlarge", 1, "x86_64", "dlami-base-proprietary", "apt", False),
+    ("V100", "aws", "p3.2xlarge", 1, "x86_64", "ubuntu-22.04", "apt", False),
     ("K80", "aws", "p2.xlarge", 1, "x86_64", "ubuntu-20.04", "apt", False),
     ("T4G", "aws", "g5g.xlarge", 1, "arm64", "dlami-base-oss-arm64", "apt", False),
     ("A10", "azure", "Standard_NV36ads_A10_v5", 1, "x86_64", "ubuntu-22.04-grid", "grid", False),
     ("M60", "azure", "Standard_NV12s_v3", 1, "x86_64", "ubuntu-22.04-grid", "grid", False),
-    ("A100-40GB", "azure", "Standard_ND96asr_v4", 8, "x86_64", "ubuntu-hpc-22.04", "apt", True),
-    ("H100", "azure", "Standard_ND96isr_H100_v5", 8, "x86_64", "ubuntu-hpc-22.04", "apt", True),
+    # the HPC image's documented R535 is below the default stack's floor (R570 for CUDA 12.8)
+    ("A100-40GB", "azure", "Standard_ND96asr_v4", 8, "x86_64", "ubuntu-22.04", "apt", True),
+    ("H100", "azure", "Standard_ND96isr_H100_v5", 8, "x86_64", "ubuntu-22.04", "apt", True),
     ("K80", "azure", "Standard_NC6", 1, "x86_64", "ubuntu-20.04", "apt", False),
 ])
 def test_image_and_install_plan(gpu: str, cloud: str, instance: str, count: int, arch: str, image: str,

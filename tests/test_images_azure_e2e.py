@@ -34,6 +34,8 @@ def test_azure_image_build_then_run_installs_nothing(azure_env: dict[str, str], 
     doc = json.loads(built.stdout.strip().splitlines()[-1])
     assert doc["built"] is True and "/gpucloud-images-eastus/" in doc["ref"].lower()
     builder = azure_sim.booted[-1]
+    # the guest is deprovisioned (Run Command, while it runs) before it is deallocated and generalized
+    assert [script for _, script in arm.run_commands] == [["waagent -deprovision+user -force"]]
     assert install_calls(guest_calls(azure_sim, builder)), "the builder installed the stack"
     settle(arm, azure_sim)
     groups = {r["id"].split("/")[4].lower() for r in arm.snapshot() if r["state"] != "Deleting"}

@@ -136,10 +136,11 @@ def test_grid_extension_body_and_azure_image_reference() -> None:
     from gpucloud.providers.azure.machine import driver_extension_body, image_reference
 
     grid = next(i for i in load_images() if i.vm_feature == "grid")
-    body = driver_extension_body("eastus", grid.extension, {"gpucloud-run": "r1"})
+    body = driver_extension_body("eastus", grid.extension, {"gpucloud-run": "r1"}, "Standard_NV36ads_A10_v5")
     assert body["properties"]["publisher"] == "Microsoft.HpcCompute" and body["properties"]["type"] == grid.extension
+    assert body["properties"]["settings"] == {"driverVersion": "535.161"}  # GRID 17.x: CUDA bug on A10
     # the GRID row boots plain Ubuntu (the extension brings the driver); the HPC image by its URN
     assert image_reference("auto", "22.04", "Standard_NV36ads_A10_v5", "A10", grid)["offer"].endswith("jammy")
     hpc = next(i for i in load_images() if i.name == "ubuntu-hpc-22.04")
-    assert image_reference("auto", "22.04", "Standard_NC4as_T4_v3", "T4", hpc) == {
+    assert image_reference("auto", "22.04", "Standard_ND96asr_v4", "A100-40GB", hpc) == {
         "publisher": "microsoft-dsvm", "offer": "ubuntu-hpc", "sku": "2204", "version": "latest"}

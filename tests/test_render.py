@@ -50,7 +50,8 @@ K80 = Stack(
 T4 = Stack(
     gpu="T4", architecture="Turing", compute_capability="7.5", driver="580", cuda="12.8", cudnn="9",
     os_image="ubuntu-22.04", framework="pytorch", framework_version="2.7.1", ubuntu_version="22.04",
-    cuda_repo="ubuntu2204", driver_packages=("cuda-drivers-580",), cuda_packages=("cuda-toolkit-12-8",),
+    cuda_repo="ubuntu2204", driver_packages=("cuda-drivers-580",), driver_lock=("nvidia-driver-pinning-580",),
+    cuda_packages=("cuda-toolkit-12-8",),
     cudnn_packages=("cudnn9-cuda-12",),
     framework_pip=("torch==2.7.1", "--index-url", "https://download.pytorch.org/whl/cu128"),
     min_driver_version="570.26",
@@ -58,7 +59,8 @@ T4 = Stack(
 A100_TF = Stack(
     gpu="A100-80GB", architecture="Ampere", compute_capability="8.0", driver="580", cuda="12.8", cudnn="9",
     os_image="ubuntu-22.04", framework="tensorflow", framework_version="2.19.0", ubuntu_version="22.04",
-    cuda_repo="ubuntu2204", driver_packages=("cuda-drivers-580",), cuda_packages=("cuda-toolkit-12-8",),
+    cuda_repo="ubuntu2204", driver_packages=("cuda-drivers-580",), driver_lock=("nvidia-driver-pinning-580",),
+    cuda_packages=("cuda-toolkit-12-8",),
     cudnn_packages=("cudnn9-cuda-12",), framework_pip=("tensorflow==2.19.0",), min_driver_version="570.26",
 )
 CPU = Stack(

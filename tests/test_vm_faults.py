@@ -129,6 +129,7 @@ def test_fault_leaves_no_vm_and_reports_the_truth(tmp_path: Path, cell: Cell) ->
     if aws:
         kw.update(stack=K80, gpu="K80")
         env["STUB_GPU_NAME"] = "Tesla K80"
+        env.setdefault("STUB_APT_REPO", "")  # the plain apt stub: the job must start within the 3 s deadline
     vm = make_vm(tmp_path, provider=cell.provider, run=cell.run, deadline_s=DEADLINE_S, max_duration=DEADLINE_S,
                  stub_env=env, **kw)
     t0 = time.monotonic()

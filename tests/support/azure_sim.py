@@ -13,6 +13,7 @@ on Azure. Deleting the VM or its group ends the guest.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,14 +38,19 @@ class AzureVmSimulator(GuestSimulator):
         super().__init__(root)
         self.arm = arm
         self.booted: list[str] = []
-        self.driver_extensions: set[str] = set()  # VM ids (lower case) with NVIDIA's driver extension
+        self.driver_extensions: dict[str, str] = {}  # VM id (lower case) -> GRID driver its extension installed
+        self.reboot_on_driver_extension = False
+        self.rebooted: list[str] = []
         arm.on_event(self._on_event)
 
     def _on_event(self, event: str, res: Resource) -> None:
         # Called with the fake's lock held: hand the work to a thread.
         if res.type.lower() == EXTENSION_TYPE and event == "extension_created":
-            if res.body.get("properties", {}).get("type", "").lower() == DRIVER_EXTENSION:
-                threading.Thread(target=self._driver_installed, args=(res.id.rsplit("/extensions/", 1)[0],),
+            props = res.body.get("properties", {})
+            if props.get("type", "").lower() == DRIVER_EXTENSION:
+                # the extension installs the GRID driver its settings pin (else its own latest)
+                version = str((props.get("settings") or {}).get("driverVersion") or GRID_DRIVER)
+                threading.Thread(target=self._driver_installed, args=(res.id.rsplit("/extensions/", 1)[0], version),
                                  daemon=True).start()
             return
         if res.type.lower() != VM_TYPE:
@@ -70,7 +76,7 @@ class AzureVmSimulator(GuestSimulator):
         }
         with self.lock:
             if res.id.lower() in self.driver_extensions:
-                env["STUB_DRIVER"] = GRID_DRIVER
+                env["STUB_DRIVER"] = self.driver_extensions[res.id.lower()]
         name = f"{rg}-{res.id.rsplit('/', 1)[1]}"
         with self.lock:
             old = self.guests.get(res.id)
@@ -105,14 +111,24 @@ class AzureVmSimulator(GuestSimulator):
             guest = next((g for vid, g in self.guests.items() if source and vid.lower() == source.lower()), None)
         return guest.sandbox / "stub-state" if guest is not None else None
 
-    def _driver_installed(self, vm_id: str) -> None:
+    def _driver_installed(self, vm_id: str, version: str = GRID_DRIVER) -> None:
         """The GRID driver extension ran: the guest's nvidia-smi now finds a driver (STUB_DRIVER, or
-        its state file for a guest that is already running)."""
+        its state file for a guest that is already running). With `reboot_on_driver_extension` the
+        extension reboots the VM once the guest waits for the driver, as Microsoft says it might."""
         with self.lock:
-            self.driver_extensions.add(vm_id.lower())
+            self.driver_extensions[vm_id.lower()] = version
             guest = self.guests.get(vm_id)
+        if self.reboot_on_driver_extension:
+            end = time.monotonic() + 60
+            while time.monotonic() < end and (guest is None or "waiting for the GRID driver" not in guest.console()):
+                time.sleep(0.1)
+                with self.lock:
+                    guest = self.guests.get(vm_id)
         if guest is not None:
-            (guest.sandbox / "stub-state" / "driver").write_text(GRID_DRIVER)
+            (guest.sandbox / "stub-state" / "driver").write_text(version)
+            if self.reboot_on_driver_extension:
+                self.rebooted.append(vm_id)
+                self.reboot_guest(vm_id)
 
     def on_guest_shutdown(self, guest: Guest) -> None:
         """Azure: the guest is down, the VM stays allocated (and billed) until deleted."""

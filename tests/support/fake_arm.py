@@ -150,6 +150,7 @@ class FakeArm:
         self.requests = 0                                # every HTTP request, polls included
         self.power: dict[str, str] = {}                  # vm id (lower) -> "running" | "stopped" | ...
         self.preempted: set[str] = set()                 # vm ids (lower) whose Scheduled Events say Preempt
+        self.run_commands: list[tuple[str, list[str]]] = []  # (vm id, script) of each runCommand
         self.listeners: list[Callable[[str, Resource], None]] = []
         self.tokens: dict[str, str] = {}                 # bearer token -> principal
         self._ip_counter = itertools.count(4)
@@ -233,6 +234,7 @@ class FakeArm:
             self.requests = 0
             self.power.clear()
             self.preempted.clear()
+            self.run_commands.clear()
 
     def on_event(self, callback: Callable[[str, Resource], None]) -> None:
         """callback(event, resource) for "vm_created" and "deleted" (called with the lock held:
@@ -748,6 +750,8 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._send(200, self._instance_view(res))
             if action in ("deallocate", "generalize") and self.command == "POST":
                 return self._vm_action(action, target, ns)
+            if action == "runcommand" and self.command == "POST":
+                return self._run_command(target, ns, body)
             if action == "listkeys" and self.command == "POST":
                 with arm.lock:
                     if target.lower() not in arm.resources:
@@ -833,6 +837,22 @@ class _Handler(BaseHTTPRequestHandler):
             if is_storage:  # the Storage RP answers 202 with only a Location header
                 return self._async_created(202, key, ns, res.get("location", ""), fail, finish, None, location_header=True)
             return self._async_created(status, key, ns, res.get("location", ""), fail, finish, _public(res_obj))
+
+    def _run_command(self, target: str, ns: str, body: dict[str, Any]) -> None:
+        """POST .../virtualMachines/{n}/runCommand (long-running): the guest agent runs the script as
+        root; a VM that is not running cannot (409). The script is recorded in `run_commands`."""
+        arm = self.arm
+        with arm.lock:
+            res = arm.resources.get(target.lower())
+            if res is None:
+                return self._error(404, "ResourceNotFound", f"The Resource '{target}' was not found.")
+            if arm.power.get(target.lower(), "running") != "running":
+                return self._error(409, "OperationNotAllowed", "Run command requires the VM to be running.")
+            if body.get("commandId") != "RunShellScript" or not isinstance(body.get("script"), list):
+                return self._error(400, "InvalidParameter", "commandId RunShellScript and a script list are required.")
+            arm.run_commands.append((target, list(body["script"])))
+            op = arm.new_operation()
+        return self._send(202, None, {"Azure-AsyncOperation": self._op_url(op, ns=ns), **arm.retry_headers()})
 
     def _vm_action(self, action: str, target: str, ns: str) -> None:
         """POST .../virtualMachines/{n}/deallocate (long-running: the VM stops, still exists) and

@@ -81,7 +81,8 @@ class Moto:
 def seed_ubuntu_images(moto: Moto, regions: list[str] | None = None) -> dict[tuple[str, str], str]:
     """What AWS has and moto lacks: Canonical's Ubuntu AMIs and the public SSM parameters naming
     them (docs/PROVIDERS.md, "AWS images"). 20.04 and 24.04 get an SSM parameter; 22.04 only the AMI, so the
-    describe_images fallback is exercised too. Written into moto's backends directly (moto runs in
+    describe_images fallback is exercised too (arm64, keys "<version>-arm64": every version has its
+    parameter). Written into moto's backends directly (moto runs in
     this process), because real SSM refuses parameter names under /aws/."""
     from moto.core.utils import utcnow
     from moto.ec2.models import ec2_backends
@@ -99,6 +100,18 @@ def seed_ubuntu_images(moto: Moto, regions: list[str] | None = None) -> dict[tup
             ami.owner_id = CANONICAL
             ami.architecture = "x86_64"
             out[(region, version)] = ami.id
+            arm = ec2.register_image(name=name.replace("-amd64-", "-arm64-"),
+                                     description=f"Canonical, Ubuntu, {version} LTS, arm64")
+            arm.owner_id = CANONICAL
+            arm.architecture = "arm64"
+            out[(region, f"{version}-arm64")] = arm.id
+            vol = "ebs-gp3" if version == "24.04" else "ebs-gp2"
+            name = f"/aws/service/canonical/ubuntu/server/{version}/stable/current/arm64/hvm/{vol}/ami-id"
+            ssm._parameters[name] = [Parameter(  # noqa: SLF001 - seeding what real AWS publishes
+                account_id=ACCOUNT, name=name, value=arm.id, parameter_type="String", description=None,
+                allowed_pattern=None, keyid=None, last_modified_date=utcnow(), version=1,
+                data_type="aws:ec2:image",
+            )]
             if version == "22.04":
                 continue
             vol = "ebs-gp3" if version == "24.04" else "ebs-gp2"

@@ -21,12 +21,14 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpucloud import vm_engine
 
 STUBS = Path(__file__).resolve().parent / "vm_stubs"
+NVIDIA_REPO_INDEX = Path(__file__).resolve().parent.parent / "data" / "nvidia_repo_packages.txt"
 SHUTDOWN_MARKER = "guest-shutdown"
 # nvidia-smi's names for the catalog's models (every token of the model must appear as a word).
 GPU_NAMES = {
@@ -61,6 +63,19 @@ def stub_counts(state: Path) -> dict[str, int]:
     """Invocations per stub tool (apt-get, dpkg, nvidia-smi, python3, systemctl ...) of one guest."""
     folder = Path(state) / "count"
     return {f.name: int(f.read_text() or 0) for f in folder.iterdir()} if folder.is_dir() else {}
+
+
+def boot_services(etc: Path) -> list[list[str]]:
+    """ExecStart (split on spaces) of every unit enabled for multi-user.target under `etc`."""
+    wants = Path(etc) / "systemd" / "system" / "multi-user.target.wants"
+    out = []
+    for unit in sorted(wants.iterdir()) if wants.is_dir() else []:
+        text = unit.resolve().read_text()
+        cond = next((line.split("=", 1)[1] for line in text.splitlines() if line.startswith("ConditionPathExists=")), "")
+        if cond and not Path(cond).exists():
+            continue
+        out += [line.split("=", 1)[1].split() for line in text.splitlines() if line.startswith("ExecStart=")]
+    return out
 
 
 def gpu_of(cloud: str, instance_type: str) -> tuple[str, int]:
@@ -147,6 +162,8 @@ class GuestSimulator:
             "STUB_GPU_COUNT": str(count),
             "STUB_REAL_PYTHON": sys.executable,
             "SIM_GUEST_DIR": str(sandbox),
+            "GPUCLOUD_ETC": str(sandbox / "etc"),  # apt preferences and systemd units of this guest
+            "STUB_APT_REPO": str(NVIDIA_REPO_INDEX),
         }
 
     # ---- booting and ending ---------------------------------------------------------------------
@@ -180,6 +197,23 @@ class GuestSimulator:
                 return
             guest.ended = True
         guest.vm.kill(grace=2.0)
+
+    def reboot_guest(self, vm_id: str, *, down_s: float = 0.0, on_down: Callable[[], None] | None = None) -> Guest:
+        """Reboot a guest as its cloud would (e.g. Azure's GPU driver extension): systemd's
+        `list-jobs` shows reboot.target while every process gets SIGTERM, then SIGKILL; after
+        `down_s` seconds the boot starts the services the guest enabled under
+        $GPUCLOUD_ETC/systemd/system/multi-user.target.wants (their ExecStart), not the user-data."""
+        with self.lock:
+            guest = self.guests[vm_id]
+        marker = guest.sandbox / "stub-state" / "rebooting"
+        marker.touch()
+        guest.vm.kill(grace=3.0)
+        marker.unlink()
+        if on_down is not None:
+            on_down()
+        time.sleep(down_s)
+        guest.vm = vm_engine.reboot(guest.vm, boot_services(guest.sandbox / "etc"), grace=0.1)
+        return guest
 
     def on_guest_shutdown(self, guest: Guest) -> None:
         """What the cloud does when the guest shuts itself down (subclasses)."""

@@ -11,6 +11,7 @@ Canonical's account.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.providers.aws.errors import error_code
@@ -25,11 +26,15 @@ UBUNTU_CODENAMES = {"18.04": "bionic", "20.04": "focal", "22.04": "jammy", "24.0
 
 
 def resolve_image(aws: AwsClients, cache: dict[tuple[str, str], tuple[str, str]], region: str,
-                  ubuntu_version: str, image: str = "auto", chosen: Image | None = None) -> tuple[str, str]:
+                  ubuntu_version: str, image: str = "auto", chosen: Image | None = None, *,
+                  cpu_arch: str = "x86_64", warn: Callable[[str], None] | None = None) -> tuple[str, str]:
     """(AMI id, root device name), remembered in `cache` per region and image. `chosen`: the
-    plan's image for this candidate (used when the job file leaves `image:` at auto)."""
+    plan's image for this candidate (used when the job file leaves `image:` at auto); `cpu_arch`:
+    the instance type's ("x86_64" | "arm64"), which a fallback Ubuntu image must match; `warn`
+    says which image a vendor image's failed lookup fell back to, and why."""
     planned = chosen if image == "auto" and chosen is not None and chosen.found_by in ("ssm", "baked") else None
-    key = (region, image if image != "auto" else (planned.ref if planned else f"ubuntu-{ubuntu_version}"))
+    arch = planned.cpu_arch if planned is not None else cpu_arch
+    key = (region, image if image != "auto" else (planned.ref if planned else f"ubuntu-{ubuntu_version}-{arch}"))
     if key in cache:
         return cache[key]
     from botocore.exceptions import ClientError
@@ -42,9 +47,14 @@ def resolve_image(aws: AwsClients, cache: dict[tuple[str, str], tuple[str, str]]
     elif planned is not None and planned.found_by == "baked":
         ami = planned.ref
     elif planned is not None:
-        ami = ssm_ami(aws, region, planned.ref) or ubuntu_ami(aws, region, ubuntu_version)
+        vendor = ssm_ami(aws, region, planned.ref)
+        ami = vendor or ubuntu_ami(aws, region, ubuntu_version, arch)
+        if vendor is None and warn is not None:
+            warn(f"image {planned.name} ({planned.ref}) is not published in {region} or may not be read: booting "
+                 f"Canonical's Ubuntu {ubuntu_version} ({arch}) {ami} instead; its stack stage installs the driver "
+                 "and the rest from NVIDIA's repository (slower boot, same stack).")
     else:
-        ami = ubuntu_ami(aws, region, ubuntu_version)
+        ami = ubuntu_ami(aws, region, ubuntu_version, arch)
     try:
         found = aws.ec2("describe_images", region, ImageIds=[ami]).get("Images", [])
     except ClientError as exc:
@@ -71,10 +81,18 @@ def ssm_ami(aws: AwsClients, region: str, parameter: str) -> str | None:
         raise
 
 
-def ubuntu_ami(aws: AwsClients, region: str, version: str) -> str:
-    """Canonical's current Ubuntu AMI (amd64, EBS) of `version` in `region`."""
+# Canonical's names for the CPU architectures (SSM path part and AMI name) [V: FACTS audit: ARCH amd64 | arm64].
+UBUNTU_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
+
+
+def ubuntu_ami(aws: AwsClients, region: str, version: str, cpu_arch: str = "x86_64") -> str:
+    """Canonical's current Ubuntu AMI (EBS) of `version` for `cpu_arch` in `region`."""
+    arch = UBUNTU_ARCH.get(cpu_arch)
+    if arch is None:
+        raise FatalProvisionError(f"no Ubuntu image is known for CPU architecture {cpu_arch!r} on AWS.",
+                                  hint="Set `image:` to an AMI id built for that architecture.")
     volume = "ebs-gp3" if version >= "24.04" else "ebs-gp2"
-    found = ssm_ami(aws, region, f"/aws/service/canonical/ubuntu/server/{version}/stable/current/amd64/hvm/{volume}/ami-id")
+    found = ssm_ami(aws, region, f"/aws/service/canonical/ubuntu/server/{version}/stable/current/{arch}/hvm/{volume}/ami-id")
     if found:
         return found
     code = UBUNTU_CODENAMES.get(version)
@@ -82,11 +100,11 @@ def ubuntu_ami(aws: AwsClients, region: str, version: str) -> str:
         raise FatalProvisionError(f"no Ubuntu {version} image is known on AWS.", hint="Set `image:` to an AMI id.")
     images = aws.ec2(
         "describe_images", region, Owners=[CANONICAL_OWNER],
-        Filters=[{"Name": "name", "Values": [f"ubuntu/images/hvm-ssd*/ubuntu-{code}-{version}-amd64-server-*"]},
+        Filters=[{"Name": "name", "Values": [f"ubuntu/images/hvm-ssd*/ubuntu-{code}-{version}-{arch}-server-*"]},
                  {"Name": "state", "Values": ["available"]}],
     ).get("Images", [])
     if not images:
-        raise FatalProvisionError(f"found no Canonical Ubuntu {version} AMI in {region}.",
+        raise FatalProvisionError(f"found no Canonical Ubuntu {version} ({arch}) AMI in {region}.",
                                   hint="Set `image:` to an AMI id for that region.")
     return str(max(images, key=lambda i: (i.get("CreationDate", ""), i.get("Name", "")))["ImageId"])
 

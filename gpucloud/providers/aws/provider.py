@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpucloud.images import cpu_arch_of
 from gpucloud.providers.aws.images import resolve_image, zones
 from gpucloud.providers.aws.launch import LaunchPlan, launch
 from gpucloud.providers.aws.access import classify_access
@@ -103,10 +104,11 @@ class AwsProvider(AwsClients):
         return self.keys_dir / f"gpucloud-{run_id}-{region}-{attempt}.pem"
 
     def resolve_image(self, region: str, ubuntu_version: str, image: str = "auto",
-                      chosen: Image | None = None) -> tuple[str, str]:
+                      chosen: Image | None = None, *, cpu_arch: str = "x86_64",
+                      warn: Callable[[str], None] | None = None) -> tuple[str, str]:
         """(AMI id, root device name) for the job's `image:`, else the plan's image (`chosen`),
-        else the stack's Ubuntu."""
-        return resolve_image(self, self._images, region, ubuntu_version, image, chosen)
+        else the stack's Ubuntu of the instance's CPU architecture."""
+        return resolve_image(self, self._images, region, ubuntu_version, image, chosen, cpu_arch=cpu_arch, warn=warn)
 
     def master_port(self) -> int:
         return DEFAULT_MASTER_PORT
@@ -137,7 +139,9 @@ class AwsProvider(AwsClients):
         handle = RunHandle(run_id=req.run_id, cloud=CLOUD, region=cand.region, attempt=req.attempt)
         what = "finding the image"
         try:
-            ami, root = self.resolve_image(cand.region, req.stack.ubuntu_version, req.spec.image, cand.image)
+            ami, root = self.resolve_image(
+                cand.region, req.stack.ubuntu_version, req.spec.image, cand.image, cpu_arch=cpu_arch_of(cand),
+                warn=lambda m: warn_once(self._warned, f"image:{req.run_id}:{m}", m, self._warn, journal, req.run_id))
             what = "finding the default VPC and zones"
             vpc_id, zone_list = zones(self, cand.region, cand.instance_type)
             what = "creating the security group"

@@ -16,6 +16,7 @@ from gpucloud.images_build import KIND_TAG, KIND_VALUE, BakedImage
 from gpucloud.providers.azure.machine import needs_gen1
 
 IMAGE_GROUP_PREFIX = "gpucloud-images-"
+DEPROVISION = "waagent -deprovision+user -force"
 
 
 def _vm_parts(vm_id: str) -> tuple[str, str]:
@@ -45,6 +46,10 @@ class AzureImageStore:
             self.group(region), {"location": region, "tags": {KIND_TAG: KIND_VALUE}})
         vm = compute.virtual_machines.get(rg, vm_name)
         size = vm.hardware_profile.vm_size if vm.hardware_profile else ""
+        # Azure's generalize steps: deprovision inside the guest first (SSH host keys, the admin user,
+        # cloud-init and agent state), then deallocate and generalize [azure-compute-docs generalize.yml].
+        compute.virtual_machines.begin_run_command(rg, vm_name, {
+            "commandId": "RunShellScript", "script": [DEPROVISION]}).result()
         compute.virtual_machines.begin_deallocate(rg, vm_name).result()
         compute.virtual_machines.generalize(rg, vm_name)
         image = compute.images.begin_create_or_update(self.group(region), name, {

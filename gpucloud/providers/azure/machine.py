@@ -65,12 +65,27 @@ def image_reference(image: str, ubuntu_version: str, instance_type: str, gpu: st
             "version": "latest"}
 
 
-def driver_extension_body(location: str, extension: str, tags: dict[str, str]) -> dict[str, Any]:
+def grid_driver_version(instance_type: str) -> str:
+    """The driverVersion the extension is pinned to on this size (catalog/data/driver_extensions.csv:
+    GRID 17.x is incompatible with NVv3 and has a CUDA bug on A10, per Microsoft's extension page);
+    a GRID size without a documented pin is refused."""
+    from gpucloud.images import extension_driver
+
+    version = extension_driver("azure", instance_type)
+    if not version:
+        raise UserError(f"{instance_type} needs NVIDIA's GRID driver from the NvidiaGpuDriverLinux extension, but "
+                        "gpucloud knows no driver version that is documented to work on it.",
+                        hint="Choose an NVadsA10 v5 or NVv3 size, or another GPU.")
+    return version
+
+
+def driver_extension_body(location: str, extension: str, tags: dict[str, str], instance_type: str) -> dict[str, Any]:
     """The ARM body of the VM extension that installs the GPU driver (child resource
-    .../virtualMachines/<vm>/extensions/<extension>, created once the VM exists)."""
+    .../virtualMachines/<vm>/extensions/<extension>, created once the VM exists), its GRID driver
+    pinned for the size. The extension may reboot the VM; the bootstrap resumes (docs/STACKS.md)."""
     return {"location": location, "tags": tags, "properties": {
         "publisher": EXTENSION_PUBLISHER, "type": extension, "typeHandlerVersion": EXTENSION_VERSION,
-        "autoUpgradeMinorVersion": True, "settings": {}}}
+        "autoUpgradeMinorVersion": True, "settings": {"driverVersion": grid_driver_version(instance_type)}}}
 
 
 def throwaway_ssh_key() -> str:

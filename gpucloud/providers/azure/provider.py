@@ -312,7 +312,8 @@ class AzureProvider:
                 if extension:  # GRID VMs: the driver comes from the cloud's extension (docs/STACKS.md)
                     step = f"adding the {extension} driver extension to VM {rank}"
                     _await(self.compute.virtual_machine_extensions.begin_create_or_update(
-                        rg, f"node-{rank}", extension, driver_extension_body(req.candidate.region, extension, tags)),
+                        rg, f"node-{rank}", extension, driver_extension_body(req.candidate.region, extension, tags,
+                                                                     req.candidate.instance_type)),
                         abort)
                 step = f"granting VM {rank} the right to delete its resource group"
                 self._grant_self_delete(journal, req.run_id, req.candidate.region, rg, vm, abort=abort)
