@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 
 # API operation -> IAM action where the names differ (the rest is "<prefix>:<Operation>").
 ACTION_OF = {
+    ("service-quotas", "GetServiceQuota"): "servicequotas:GetServiceQuota",
     ("s3", "HeadBucket"): "s3:ListBucket",
     ("s3", "ListObjectsV2"): "s3:ListBucket",
     ("s3", "PutPublicAccessBlock"): "s3:PutBucketPublicAccessBlock",
@@ -144,7 +145,13 @@ def test_every_operation_of_the_end_to_end_runs_is_allowed(inproc: None, moto: M
     # The evaluator on the calls whose resources and conditions the policy narrows.
     account = moto.client("sts").get_caller_identity()["Account"]
     checked = 0
+    # An ingress rule's group is one a CreateSecurityGroup of the same run tagged (its id is in the answer only).
+    run_groups = {t["Value"] for call in HOOKS.calls if call.operation == "CreateSecurityGroup"
+                  for t in _tag_list(call.params, "security-group") if t["Key"] == "gpucloud-run"}
     for call in HOOKS.calls:
+        if call.operation == "AuthorizeSecurityGroupIngress":
+            run = _tags(call.params, "security-group-rule").get("gpucloud-run")
+            call.params.setdefault("_group_tags", {"gpucloud-run": run} if run in run_groups else {})
         reqs = requests_of(call.service, call.operation, call.params, account, moto.region if hasattr(moto, "region") else "us-east-1")
         if reqs:
             checked += 1
@@ -176,6 +183,11 @@ def test_every_operation_of_the_end_to_end_runs_is_allowed(inproc: None, moto: M
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
+
+
+def _tag_list(params: dict[str, Any], kind: str) -> list[dict[str, str]]:
+    return [t for spec in params.get("TagSpecifications", []) if spec.get("ResourceType") == kind
+            for t in spec.get("Tags", [])]
 
 
 def _tags(params: dict[str, Any], kind: str) -> dict[str, str]:

@@ -24,7 +24,7 @@ from gpucloud.providers.azure import (
     quota_family,
     resource_group_name,
 )
-from gpucloud.providers.base import CapacityError, FatalProvisionError, QuotaError, RunHandle, ThrottledError
+from gpucloud.providers.base import CandidateError, CapacityError, FatalProvisionError, QuotaError, RunHandle, ThrottledError
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     OperatorCredential,
     arm,
@@ -213,7 +213,8 @@ QUOTA_MSG = ("Operation could not be completed as it results in exceeding approv
      "Total Regional Spot vCPUs (LowPriorityCores)"),
     ("TooManyRequests", False, "Throttled.", ThrottledError, None),
     ("InternalServerError", False, "Boom.", ThrottledError, None),
-    ("InvalidParameter", False, "Bad parameter.", FatalProvisionError, None),
+    ("InvalidParameter", False, "Bad parameter.", CandidateError, None),
+    ("AzureSpotIsNotSupportedForThisVMSize", False, "Spot is not supported for this VM size.", CandidateError, None),
 ])
 def test_vm_errors_are_classified_and_the_attempt_cleaned_up(
         arm: FakeArm, provider: AzureProvider, journal: Any, code: str, async_: bool, message: str,

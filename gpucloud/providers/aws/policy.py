@@ -52,7 +52,7 @@ _EC2 = "arn:aws:ec2:*:*"
 def policy_document() -> dict[str, Any]:
     """The IAM policy document (version 2012-10-17) as a dict."""
     return {"Version": "2012-10-17", "Statement": _create_statements() + _image_statements()
-            + _destroy_and_storage_statements() + _deadline_statements()}
+            + _destroy_and_storage_statements() + _account_statements() + _deadline_statements()}
 
 
 def _deadline_statements() -> list[dict[str, Any]]:
@@ -265,26 +265,6 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
         "Resource": "*",
     },
     {
-        "Sid": "CheckRegions",  # `gpucloud check` and catalog refresh; no resource-level permission
-        "Effect": "Allow",
-        "Action": "ec2:DescribeRegions",
-        "Resource": "*",
-    },
-    {
-        "Sid": "CheckGpuQuotas",  # `gpucloud check`: the EC2 vCPU quotas of the GPU families
-        "Effect": "Allow",
-        "Action": "servicequotas:GetServiceQuota",
-        "Resource": "arn:aws:servicequotas:*:${aws:PrincipalAccount}:ec2/*",
-    },
-    {
-        # A fresh account's first spot RunInstances creates the Spot service-linked role.
-        "Sid": "SpotServiceLinkedRole",
-        "Effect": "Allow",
-        "Action": "iam:CreateServiceLinkedRole",
-        "Resource": SPOT_ROLE,
-        "Condition": {"StringEquals": {"iam:AWSServiceName": SPOT_SERVICE}},
-    },
-    {
         "Sid": "RunBuckets",
         "Effect": "Allow",
         "Action": [
@@ -303,6 +283,32 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
         "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
         "Resource": f"{BUCKETS}/runs/*",
         "Condition": own_account,
+    },
+    ]
+
+
+def _account_statements() -> list[dict[str, Any]]:
+    """`gpucloud check` (regions, GPU quotas) and the Spot service-linked role of a fresh account."""
+    return [
+    {
+        "Sid": "CheckRegions",  # `gpucloud check` and catalog refresh; no resource-level permission
+        "Effect": "Allow",
+        "Action": "ec2:DescribeRegions",
+        "Resource": "*",
+    },
+    {
+        "Sid": "CheckGpuQuotas",  # `gpucloud check`: the EC2 vCPU quotas of the GPU families
+        "Effect": "Allow",
+        "Action": "servicequotas:GetServiceQuota",
+        "Resource": "arn:aws:servicequotas:*:${aws:PrincipalAccount}:ec2/*",
+    },
+    {
+        # A fresh account's first spot RunInstances creates the Spot service-linked role.
+        "Sid": "SpotServiceLinkedRole",
+        "Effect": "Allow",
+        "Action": "iam:CreateServiceLinkedRole",
+        "Resource": SPOT_ROLE,
+        "Condition": {"StringEquals": {"iam:AWSServiceName": SPOT_SERVICE}},
     },
     ]
 
