@@ -235,6 +235,26 @@ def fake_run(workdir: Path, home: Path, monkeypatch: pytest.MonkeyPatch):  # typ
     return lifecycle._Run(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0), calls, prov
 
 
+def test_a_run_that_launched_nothing_has_no_teardown_to_report(tmp_path: Path, gpucloud_home: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A provider failing before it asked for anything (no journal row, no handle): no teardown runs
+    and none is reported as incomplete; the open attempt is ended."""
+    run, calls, prov = fake_run(tmp_path / "w", gpucloud_home, monkeypatch)
+
+    def broken_channel(region: str) -> FileChannel:
+        raise ValueError("'http://login.example' is an invalid authority")
+
+    monkeypatch.setattr(prov, "channel", broken_channel)
+    with pytest.raises(ValueError, match="invalid authority"):
+        run.execute()
+    err = capsys.readouterr().err
+    assert "teardown" not in err, err
+    assert not [c for c in calls if c.startswith("teardown")]
+    rec = Store().get_run(run.run_id)
+    assert rec is not None and all(a.ended_at is not None for a in rec.attempts)
+
+
 def test_interrupt_during_follow_tears_down(tmp_path: Path, gpucloud_home: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     run, calls, _ = fake_run(tmp_path / "w", gpucloud_home, monkeypatch)
