@@ -41,10 +41,12 @@ from gpucloud.providers.base import TAG_RUN as TAG
 
 BUCKETS = "arn:aws:s3:::gpucloud-${aws:PrincipalAccount}-*"
 SCHEDULES = "arn:aws:scheduler:*:${aws:PrincipalAccount}:schedule/default/gpucloud-*"
-DEADLINE_ROLE = "arn:aws:iam::${aws:PrincipalAccount}:role/gpucloud-deadline"
+# IAM ARNs name no account: a role can only be passed, and a service-linked role only created, in
+# the caller's own account.
+DEADLINE_ROLE = "arn:aws:iam::*:role/gpucloud-deadline"
 SCHEDULER_SERVICE = "scheduler.amazonaws.com"
 SPOT_SERVICE = "spot.amazonaws.com"
-SPOT_ROLE = "arn:aws:iam::${aws:PrincipalAccount}:role/aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot"
+SPOT_ROLE = "arn:aws:iam::*:role/aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot"
 
 _EC2 = "arn:aws:ec2:*:*"
 
