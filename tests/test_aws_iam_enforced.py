@@ -66,6 +66,13 @@ def ok(out: subprocess.CompletedProcess[str]) -> str:
 def test_the_printed_policy_is_all_a_real_account_needs(env: dict[str, str], moto: Moto,  # noqa: F811
                                                         tmp_path: Path) -> None:
     env = {**env, **iam_user(moto, "gpucloud-user", policy_document())}
+    import boto3
+    from botocore.exceptions import ClientError
+
+    user = boto3.Session(aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                         region_name="us-east-1").client("ec2", endpoint_url=moto.endpoint)
+    with pytest.raises(ClientError, match="not authorized to perform: ec2:DescribeAddresses"):
+        user.describe_addresses()  # moto is deciding: an action outside the policy is refused
     with_ssh = job(tmp_path / "ssh.yaml", name="iam-ssh", extra="  ssh: true\n")
     assert "iam-ran" in ok(cli(env, "run", str(with_ssh), "--yes"))
     nodes = job(tmp_path / "nodes.yaml", name="iam-nodes")

@@ -30,6 +30,7 @@ from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     arm,
     azurite,
     fake_arm_server,
+    finish_failed_attempt,
     journal,
     launch_request,
     provider,
@@ -228,17 +229,6 @@ def test_vm_errors_are_classified_and_the_attempt_cleaned_up(
         assert err.quota_code == quota and quota in err.message
     assert "Traceback" not in err.render()
     finish_failed_attempt(arm, provider, journal, "run-err")
-
-
-def finish_failed_attempt(arm: FakeArm, provider: AzureProvider, journal: Any, run_id: str) -> None:
-    """A failed attempt began deleting its group and moved on: nothing of it runs any more, and the
-    journal keeps the group until a teardown (the run's own, `down`, `gc`) sees it gone."""
-    left = run_resources(arm, run_id)
-    assert all(r["state"] == "Deleting" for r in left), left
-    assert not left or journal.resources(run_id, alive_only=True)
-    provider.teardown(RunHandle(run_id, "azure", "eastus", complete=False), journal, wait=True)
-    assert run_resources(arm, run_id) == [], "a failed attempt leaves nothing behind"
-    assert not journal.resources(run_id, alive_only=True)
 
 
 def test_a_failed_attempt_does_not_wait_for_its_group_to_go(arm: FakeArm, provider: AzureProvider,
