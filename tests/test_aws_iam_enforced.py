@@ -87,8 +87,8 @@ def test_the_printed_policy_is_all_a_real_account_needs(env: dict[str, str], mot
     ok(built)
     ref = json.loads(built.stdout.strip().splitlines()[-1])["ref"]
     ok(cli(env, "image", "rm", ref, "--cloud", "aws", "--region", "us-east-1"))
-    stray = [{"Key": "gpucloud-run", "Value": "iam-stray"},
-             {"Key": "gpucloud-expires", "Value": (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")}]
+    expired = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stray = [{"Key": "gpucloud-run", "Value": "iam-stray"}, {"Key": "gpucloud-expires", "Value": expired}]
     moto.client("ec2").create_volume(AvailabilityZone="us-east-1a", Size=8,
                                      TagSpecifications=[{"ResourceType": "volume", "Tags": stray}])
     assert "iam-stray" in ok(cli(env, "gc", "--yes")) or tagged_alive(moto) == []

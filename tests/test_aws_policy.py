@@ -251,7 +251,8 @@ GOOD_LAUNCH = {
 }
 BUCKET = f"gpucloud-{ACCOUNT}-{REGION}"
 GOOD_RULE = {"GroupId": "sg-1", "_group_tags": {"gpucloud-run": "r1"},
-             "TagSpecifications": [{"ResourceType": "security-group-rule", "Tags": [{"Key": "gpucloud-run", "Value": "r1"}]}]}
+             "TagSpecifications": [{"ResourceType": "security-group-rule",
+                                    "Tags": [{"Key": "gpucloud-run", "Value": "r1"}]}]}
 SPOT_ROLE = {"AWSServiceName": "spot.amazonaws.com", "_role": "spot.amazonaws.com/AWSServiceRoleForEC2Spot"}
 GOOD_SCHEDULE = {"Name": "gpucloud-r1-0", "GroupName": "default",
                  "Target": {"RoleArn": f"arn:aws:iam::{ACCOUNT}:role/gpucloud-deadline"}}
@@ -267,8 +268,8 @@ def test_the_calls_gpucloud_makes_are_allowed() -> None:
     assert allowed(doc, requests_of("ec2", "AuthorizeSecurityGroupIngress", GOOD_RULE))  # ssh / multi-node
     assert allowed(doc, requests_of("iam", "CreateServiceLinkedRole", SPOT_ROLE))  # first spot launch
     assert decide(doc, Request("ec2:DescribeRegions", "*")) == "Allow"  # gpucloud check
-    assert decide(doc, Request("servicequotas:GetServiceQuota", f"arn:aws:servicequotas:{REGION}:{ACCOUNT}:ec2/L-417A185B",
-                               {"aws:PrincipalAccount": ACCOUNT})) == "Allow"
+    quota = f"arn:aws:servicequotas:{REGION}:{ACCOUNT}:ec2/L-417A185B"
+    assert decide(doc, Request("servicequotas:GetServiceQuota", quota, {"aws:PrincipalAccount": ACCOUNT})) == "Allow"
     assert decide(doc, Request("ec2:TerminateInstances", f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-1",
                                {"aws:ResourceTag/gpucloud-run": "r1"})) == "Allow"
 
@@ -285,7 +286,8 @@ def test_the_calls_gpucloud_makes_are_allowed() -> None:
      {"Bucket": BUCKET, "Key": "runs/x/status.json", "_owner": "999999999999"}),
     ("S3 outside runs/", "s3", "GetObject", {"Bucket": BUCKET, "Key": "secrets/x"}),
     ("S3 on a bucket not gpucloud's", "s3", "ListBucket", {"Bucket": "company-data"}),
-    ("an ingress rule on a group not gpucloud's", "ec2", "AuthorizeSecurityGroupIngress", {**GOOD_RULE, "_group_tags": {}}),
+    ("an ingress rule on a group not gpucloud's", "ec2", "AuthorizeSecurityGroupIngress",
+     {**GOOD_RULE, "_group_tags": {}}),
     ("an ingress rule without the run tag", "ec2", "AuthorizeSecurityGroupIngress",
      {**GOOD_RULE, "TagSpecifications": []}),
     ("a service-linked role for another service", "iam", "CreateServiceLinkedRole",

@@ -24,7 +24,9 @@ from gpucloud.providers.azure import (
     quota_family,
     resource_group_name,
 )
-from gpucloud.providers.base import CandidateError, CapacityError, FatalProvisionError, QuotaError, RunHandle, ThrottledError
+from gpucloud.providers.base import (
+    CandidateError, CapacityError, FatalProvisionError, QuotaError, RunHandle, ThrottledError,
+)
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     OperatorCredential,
     arm,

@@ -46,5 +46,6 @@ def test_a_bare_or_https_authority_host_is_left_to_azure_identity(monkeypatch: p
         monkeypatch.setenv("AZURE_AUTHORITY_HOST", fine)
         assert authority_error() is None
     monkeypatch.setenv("AZURE_AUTHORITY_HOST", "http://x")
-    err = classify_access(ValueError("'http://x' is an invalid authority. The value must be a TLS protected (https) URL."))
+    err = classify_access(ValueError("'http://x' is an invalid authority. The value must be a TLS protected "
+                                     "(https) URL."))
     assert err is not None and err.exit_code == 78 and "AZURE_AUTHORITY_HOST" in err.message

@@ -114,19 +114,20 @@ def enforced(moto: Moto) -> Iterator[None]:
 
     _harness_user()
     saved = (settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count,
-             IAMPolicyStatement._check_element_matches,  # noqa: SLF001
-             ActionAuthenticatorMixin._authenticate_and_authorize_action)  # noqa: SLF001
-    IAMPolicyStatement._check_element_matches = _statement_matches(saved[2])  # type: ignore[method-assign]  # noqa: SLF001
-    ActionAuthenticatorMixin._authenticate_and_authorize_action = _presigned(saved[3])  # type: ignore[method-assign]  # noqa: SLF001
-    S3IAMRequest.check_action_permitted = _s3_action_names(S3IAMRequest.check_action_permitted)  # type: ignore[method-assign]
+             IAMPolicyStatement._check_element_matches,
+             ActionAuthenticatorMixin._authenticate_and_authorize_action)
+    IAMPolicyStatement._check_element_matches = _statement_matches(saved[2])  # type: ignore[method-assign]
+    ActionAuthenticatorMixin._authenticate_and_authorize_action = _presigned(saved[3])  # type: ignore[method-assign]
+    checked = _s3_action_names(S3IAMRequest.check_action_permitted)
+    S3IAMRequest.check_action_permitted = checked  # type: ignore[method-assign]
     settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
     ActionAuthenticatorMixin.request_count = 0
     try:
         yield
     finally:
         settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count = saved[0], saved[1]
-        IAMPolicyStatement._check_element_matches = saved[2]  # type: ignore[method-assign]  # noqa: SLF001
-        ActionAuthenticatorMixin._authenticate_and_authorize_action = saved[3]  # type: ignore[method-assign]  # noqa: SLF001
+        IAMPolicyStatement._check_element_matches = saved[2]  # type: ignore[method-assign]
+        ActionAuthenticatorMixin._authenticate_and_authorize_action = saved[3]  # type: ignore[method-assign]
         del S3IAMRequest.check_action_permitted  # back to IAMRequestBase's
 
 
