@@ -105,8 +105,8 @@ class Failover:
             self.store.event(self.run_id, "attempt", f"{where}: provisioned")
             return launch
         if self.access and len(self.access) == len(self.failures):
-            raise ConfigurationError("no cloud is usable: every candidate's cloud lacks working credentials "
-                                     "or an endpoint that answers:", self.access,
+            raise ConfigurationError("no cloud is usable: every candidate's cloud lacks working credentials, "
+                                     "a permission they need, or an endpoint that answers:", self.access,
                                      hint="`gpucloud check` shows what each cloud needs.")
         raise NoCandidateError(
             f"no candidate could be provisioned ({len(self.failures)} attempt(s)):", self.failures,
