@@ -105,8 +105,8 @@ class Failover:
             self.store.event(self.run_id, "attempt", f"{where}: provisioned")
             return launch
         if self.access and len(self.access) == len(self.failures):
-            raise ConfigurationError("no cloud is usable: every candidate's cloud lacks working credentials "
-                                     "or an endpoint that answers:", self.access,
+            raise ConfigurationError("no cloud is usable: every candidate's cloud lacks working credentials, "
+                                     "a permission they need, or an endpoint that answers:", self.access,
                                      hint="`gpucloud check` shows what each cloud needs.")
         raise NoCandidateError(
             f"no candidate could be provisioned ({len(self.failures)} attempt(s)):", self.failures,
@@ -204,9 +204,11 @@ class Failover:
         if not handles and not any((r.cloud, r.region) == (cand.cloud, cand.region)
                                    for r in self.journal.resources(self.run_id)):
             return  # the journal says nothing was created there: nothing to clean up
+        # Begin the deletes and move on: what is not gone yet stays in the journal, and the run's
+        # final teardown (or `down`, `gc`) waits for it.
         for handle in handles or [RunHandle(self.run_id, cand.cloud, cand.region, attempt=index, complete=False)]:
             try:
-                provider.teardown(handle, self.journal, wait=True)
+                provider.teardown(handle, self.journal, wait=False)
             except Exception as exc:
                 self.progress.warn(f"cleanup after the failed attempt on {cand.cloud}/{cand.region}: {exc} "
                                    f"(the final teardown retries it)")

@@ -166,9 +166,12 @@ def _yaml_error(filename: str, exc: Exception, text: str) -> SpecError:
         return SpecError([SpecIssue(filename, line, "", f"invalid YAML: {what}{context}. {advice}.")])
     if isinstance(exc, yaml.reader.ReaderError):
         line = text.count("\n", 0, exc.position) + 1
-        return SpecError(
-            [SpecIssue(filename, line, "", f"invalid YAML: the character {exc.character!r} is not allowed in YAML text. Remove it.")]
-        )
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        return SpecError([SpecIssue(filename, line, "", (
+            f"invalid YAML: column {column} holds the character U+{ord(char):04X} ({char!r}), which YAML "
+            "does not allow in a file. Delete it (an editor or terminal escape sequence often leaves one); "
+            "inside a quoted string write it as an escape such as \"\\e\" instead"))])
     return SpecError([SpecIssue(filename, None, "", f"invalid YAML: {exc}.")])
 
 
@@ -176,7 +179,10 @@ def _compose(text: str, filename: str) -> tuple[Any, _Builder]:
     """Compose the YAML text and build data + line map, turning every YAML failure into SpecError."""
     import yaml
 
-    loader = yaml.SafeLoader(text)
+    try:  # the reader checks every character as the loader is made
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as exc:
+        raise _yaml_error(filename, exc, text) from None
     builder = _Builder(loader, filename)
     try:
         node = loader.get_single_node()

@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 
 # API operation -> IAM action where the names differ (the rest is "<prefix>:<Operation>").
 ACTION_OF = {
+    ("service-quotas", "GetServiceQuota"): "servicequotas:GetServiceQuota",
     ("s3", "HeadBucket"): "s3:ListBucket",
     ("s3", "ListObjectsV2"): "s3:ListBucket",
     ("s3", "PutPublicAccessBlock"): "s3:PutBucketPublicAccessBlock",
@@ -43,6 +44,8 @@ ACTION_OF = {
 NOT_EXERCISED = {
     "s3:AbortMultipartUpload": "a failed multipart upload of a code tarball above 64 MiB",
     "s3:DeleteObject": "Channel.delete_prefix (unit-tested, not called by the CLI commands)",
+    "iam:CreateServiceLinkedRole": "no call of its own: EC2 creates the Spot service-linked role with the "
+                                   "caller's permissions on an account's first spot launch (evaluated below)",
     "iam:PassRole": "no call of its own: AWS checks it on CreateSchedule for the role the schedule names "
                     "(the evaluator checks that request below)",
 }
@@ -77,7 +80,7 @@ def test_policy_is_well_formed_and_tight() -> None:
         for a in as_list(s["Action"]):
             assert "*" not in a, f"no wildcard actions: {a}"
         if "iam:PassRole" in as_list(s["Action"]):  # only the deadline role, only to the scheduler
-            assert s["Resource"] == "arn:aws:iam::${aws:PrincipalAccount}:role/gpucloud-deadline"
+            assert s["Resource"] == "arn:aws:iam::*:role/gpucloud-deadline"  # a role is passed in its own account
             assert s["Condition"] == {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}
     # destroying only what gpucloud tagged; creating only with the tag
     by_action = {a: s for s in statements(doc) for a in as_list(s["Action"])}
@@ -130,6 +133,8 @@ def test_every_operation_of_the_end_to_end_runs_is_allowed(inproc: None, moto: M
     code, out = invoke("gc", "--yes")
     assert code == 0, out[-2000:]
     assert "deleted deadline schedule gpucloud-policy-stray-0" in out
+    code, out = invoke("check", "--cloud", "aws")  # regions and GPU quotas
+    assert code == 0, out[-2000:]
     assert tagged_alive(moto) == []
 
     # S3 objects used by our own runs are all under gpucloud-*/runs/
@@ -140,7 +145,13 @@ def test_every_operation_of_the_end_to_end_runs_is_allowed(inproc: None, moto: M
     # The evaluator on the calls whose resources and conditions the policy narrows.
     account = moto.client("sts").get_caller_identity()["Account"]
     checked = 0
+    # An ingress rule's group is one a CreateSecurityGroup of the same run tagged (its id is in the answer only).
+    run_groups = {t["Value"] for call in HOOKS.calls if call.operation == "CreateSecurityGroup"
+                  for t in _tag_list(call.params, "security-group") if t["Key"] == "gpucloud-run"}
     for call in HOOKS.calls:
+        if call.operation == "AuthorizeSecurityGroupIngress":
+            run = _tags(call.params, "security-group-rule").get("gpucloud-run")
+            call.params.setdefault("_group_tags", {"gpucloud-run": run} if run in run_groups else {})
         reqs = requests_of(call.service, call.operation, call.params, account, moto.region if hasattr(moto, "region") else "us-east-1")
         if reqs:
             checked += 1
@@ -174,6 +185,11 @@ ACCOUNT = "123456789012"
 REGION = "us-east-1"
 
 
+def _tag_list(params: dict[str, Any], kind: str) -> list[dict[str, str]]:
+    return [t for spec in params.get("TagSpecifications", []) if spec.get("ResourceType") == kind
+            for t in spec.get("Tags", [])]
+
+
 def _tags(params: dict[str, Any], kind: str) -> dict[str, str]:
     return {t["Key"]: t["Value"] for spec in params.get("TagSpecifications", []) if spec.get("ResourceType") == kind
             for t in spec.get("Tags", [])}
@@ -199,6 +215,14 @@ def requests_of(service: str, operation: str, params: dict[str, Any], account: s
         if params.get("KeyName"):
             reqs.append(Request("ec2:RunInstances", f"{arn}:key-pair/{params['KeyName']}", base))
         return reqs
+    if service == "ec2" and operation == "AuthorizeSecurityGroupIngress":
+        group = {**base, **{f"aws:ResourceTag/{k}": v for k, v in params.get("_group_tags", {}).items()}}
+        rule = {**base, "aws:RequestTag/gpucloud-run": _tags(params, "security-group-rule").get("gpucloud-run")}
+        return [Request("ec2:AuthorizeSecurityGroupIngress", f"{arn}:security-group/{params['GroupId']}", group),
+                Request("ec2:AuthorizeSecurityGroupIngress", f"{arn}:security-group-rule/*", rule)]
+    if service == "iam" and operation == "CreateServiceLinkedRole":
+        role = f"arn:aws:iam::{account}:role/aws-service-role/{params['_role']}"
+        return [Request("iam:CreateServiceLinkedRole", role, {**base, "iam:AWSServiceName": params["AWSServiceName"]})]
     if service == "scheduler":
         sched = f"arn:aws:scheduler:{region}:{account}:schedule/{params.get('GroupName', 'default')}/{params.get('Name')}"
         if operation == "ListSchedules":
@@ -226,6 +250,10 @@ GOOD_LAUNCH = {
                           for k in ("instance", "volume")],
 }
 BUCKET = f"gpucloud-{ACCOUNT}-{REGION}"
+GOOD_RULE = {"GroupId": "sg-1", "_group_tags": {"gpucloud-run": "r1"},
+             "TagSpecifications": [{"ResourceType": "security-group-rule",
+                                    "Tags": [{"Key": "gpucloud-run", "Value": "r1"}]}]}
+SPOT_ROLE = {"AWSServiceName": "spot.amazonaws.com", "_role": "spot.amazonaws.com/AWSServiceRoleForEC2Spot"}
 GOOD_SCHEDULE = {"Name": "gpucloud-r1-0", "GroupName": "default",
                  "Target": {"RoleArn": f"arn:aws:iam::{ACCOUNT}:role/gpucloud-deadline"}}
 
@@ -237,6 +265,11 @@ def test_the_calls_gpucloud_makes_are_allowed() -> None:
     assert allowed(doc, requests_of("s3", "PutObject", {"Bucket": BUCKET, "Key": "runs/r1/code.tar.gz"}))
     assert allowed(doc, requests_of("scheduler", "CreateSchedule", GOOD_SCHEDULE))
     assert allowed(doc, requests_of("scheduler", "DeleteSchedule", GOOD_SCHEDULE))
+    assert allowed(doc, requests_of("ec2", "AuthorizeSecurityGroupIngress", GOOD_RULE))  # ssh / multi-node
+    assert allowed(doc, requests_of("iam", "CreateServiceLinkedRole", SPOT_ROLE))  # first spot launch
+    assert decide(doc, Request("ec2:DescribeRegions", "*")) == "Allow"  # gpucloud check
+    quota = f"arn:aws:servicequotas:{REGION}:{ACCOUNT}:ec2/L-417A185B"
+    assert decide(doc, Request("servicequotas:GetServiceQuota", quota, {"aws:PrincipalAccount": ACCOUNT})) == "Allow"
     assert decide(doc, Request("ec2:TerminateInstances", f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/i-1",
                                {"aws:ResourceTag/gpucloud-run": "r1"})) == "Allow"
 
@@ -253,6 +286,14 @@ def test_the_calls_gpucloud_makes_are_allowed() -> None:
      {"Bucket": BUCKET, "Key": "runs/x/status.json", "_owner": "999999999999"}),
     ("S3 outside runs/", "s3", "GetObject", {"Bucket": BUCKET, "Key": "secrets/x"}),
     ("S3 on a bucket not gpucloud's", "s3", "ListBucket", {"Bucket": "company-data"}),
+    ("an ingress rule on a group not gpucloud's", "ec2", "AuthorizeSecurityGroupIngress",
+     {**GOOD_RULE, "_group_tags": {}}),
+    ("an ingress rule without the run tag", "ec2", "AuthorizeSecurityGroupIngress",
+     {**GOOD_RULE, "TagSpecifications": []}),
+    ("a service-linked role for another service", "iam", "CreateServiceLinkedRole",
+     {"AWSServiceName": "ecs.amazonaws.com", "_role": "ecs.amazonaws.com/AWSServiceRoleForECS"}),
+    ("the Spot role's path with another service name", "iam", "CreateServiceLinkedRole",
+     {**SPOT_ROLE, "AWSServiceName": "ecs.amazonaws.com"}),
     ("a schedule not gpucloud's", "scheduler", "DeleteSchedule", {**GOOD_SCHEDULE, "Name": "nightly-backup"}),
     ("a schedule in another group", "scheduler", "CreateSchedule", {**GOOD_SCHEDULE, "GroupName": "ops"}),
     ("a schedule passing another role", "scheduler", "CreateSchedule",

@@ -21,6 +21,7 @@ from gpucloud.providers.base import (
     TAG_EXPIRES,
     TAG_RUN,
     CapacityError,
+    CandidateError,
     FatalProvisionError,
     LaunchRequest,
     PriceError,
@@ -123,10 +124,10 @@ def test_launch_is_locked_down_and_tagged(moto, provider, journal, hooks):  # no
             assert d[TAG_RUN] == req.run_id and d[TAG_EXPIRES] == req.tags[TAG_EXPIRES] and d["Name"].startswith("gpucloud-")
         # no key pair without ssh
         assert ec2.describe_key_pairs(Filters=[{"Name": f"tag:{TAG_RUN}", "Values": [req.run_id]}])["KeyPairs"] == []
-        # spot with a max price (the job's 1.0 is absent here: the on-demand price)
+        # spot without a max price: the job set none, so AWS caps at the on-demand price (no stale bid)
         [call] = hooks.ops("RunInstances")
         opts = call.params["InstanceMarketOptions"]
-        assert opts["MarketType"] == "spot" and float(opts["SpotOptions"]["MaxPrice"]) == pytest.approx(0.526)
+        assert opts["MarketType"] == "spot" and "MaxPrice" not in opts["SpotOptions"]
         assert inst.get("InstanceLifecycle") == "spot"
         assert call.params["MinCount"] == call.params["MaxCount"] == 1
         # the journal knows everything
@@ -273,9 +274,11 @@ def test_capacity_in_one_zone_moves_to_the_next(moto, provider, journal, hooks):
     ("InternalError", ThrottledError, None),
     ("UnauthorizedOperation", FatalProvisionError, None),
     ("OptInRequired", FatalProvisionError, None),
-    ("InvalidAMIID.NotFound", FatalProvisionError, None),
-    ("InvalidParameterValue", FatalProvisionError, None),
-    ("UnsupportedOperation", FatalProvisionError, None),
+    ("InvalidAMIID.NotFound", CandidateError, None),
+    ("InvalidParameterValue", CandidateError, None),
+    ("UnsupportedOperation", CandidateError, None),
+    ("InsufficientFreeAddressesInSubnet", CapacityError, None),
+    ("SomeCodeNobodyDocumented", CandidateError, None),
 ])
 def test_error_classification(code, cls, quota):
     from botocore.exceptions import ClientError
@@ -303,7 +306,7 @@ def test_quota_codes(itype, spot, quota):
 
 @pytest.mark.parametrize("kind", ["quota", "throttle", "fatal"])
 def test_failed_launch_cleans_up_its_attempt(moto, provider, journal, hooks, kind):  # noqa: F811
-    code = {"quota": "MaxSpotInstanceCountExceeded", "throttle": "RequestLimitExceeded", "fatal": "UnauthorizedOperation"}[kind]
+    code = {"quota": "MaxSpotInstanceCountExceeded", "throttle": "RequestLimitExceeded", "fatal": "OptInRequired"}[kind]
     hooks.add(Fault("RunInstances", code, times=None))
     req = make_request(spot=True)
     with pytest.raises((QuotaError, ThrottledError, FatalProvisionError)) as info:
@@ -315,6 +318,46 @@ def test_failed_launch_cleans_up_its_attempt(moto, provider, journal, hooks, kin
         assert len(hooks.ops("RunInstances")) == provider.retry_attempts
     assert tagged_alive(moto, req.run_id) == []
     assert journal.resources(req.run_id) == []
+
+
+def test_a_refused_permission_skips_aws_naming_the_action(moto, provider, journal, hooks):  # noqa: F811
+    from gpucloud.providers.aws.access import PermissionDenied
+
+    hooks.add(Fault("RunInstances", "UnauthorizedOperation", times=None))
+    req = make_request()
+    with pytest.raises(PermissionDenied) as info:
+        provider.provision(req, journal)
+    assert info.value.exit_code == 78 and info.value.action == "ec2:RunInstances"
+    assert "ec2:RunInstances" in info.value.message and "iam-policy aws" in (info.value.hint or "")
+    assert tagged_alive(moto, req.run_id) == []
+
+
+@pytest.mark.parametrize("message", ["Not authorized for images: [ami-0123456789abcdef0]",
+                                     "You are not authorized to use this image"])
+def test_auth_failure_on_an_image_concerns_the_candidate_not_the_credentials(message: str) -> None:
+    from botocore.exceptions import ClientError
+
+    from gpucloud.providers.aws import classify
+    from gpucloud.providers.aws.access import classify_access
+
+    exc = ClientError({"Error": {"Code": "AuthFailure", "Message": message}}, "RunInstances")
+    assert classify_access(exc) is None
+    err = classify(exc, region="us-east-1", instance_type="g4dn.xlarge", spot=False, what="launching")
+    assert type(err) is CandidateError and err.kind == "candidate"
+    bad_keys = ClientError({"Error": {"Code": "AuthFailure", "Message": "AWS was not able to validate the "
+                                      "provided access credentials"}}, "DescribeInstances")
+    assert classify_access(bad_keys).kind == "credentials"
+
+
+def test_spot_max_price_is_sent_only_when_the_job_sets_one(moto, provider, journal, hooks):  # noqa: F811
+    req = make_request(spot=True)
+    req.spec.resources.max_price_per_hour = 0.3
+    handle = provider.provision(req, journal)
+    try:
+        [call] = hooks.ops("RunInstances")
+        assert call.params["InstanceMarketOptions"]["SpotOptions"]["MaxPrice"] == "0.3000"
+    finally:
+        provider.teardown(handle, journal)
 
 
 def test_ssh_opens_22_to_the_caller_only_with_a_private_key(moto, provider, journal, gpucloud_home):  # noqa: F811
@@ -533,6 +576,7 @@ def test_presigned_urls_work_with_curl_and_expire_with_the_run(moto, provider, t
 
 
 def test_s3_throttling_backs_off_then_becomes_a_provision_error(moto, provider, hooks):  # noqa: F811
+    from gpucloud.providers.aws.access import PermissionDenied
     from gpucloud.providers.aws.channel import S3Channel
 
     S3Channel.RETRY_BASE_S, saved = 0.001, S3Channel.RETRY_BASE_S
@@ -546,8 +590,9 @@ def test_s3_throttling_backs_off_then_becomes_a_provision_error(moto, provider, 
             chan.put_bytes("runs/t/b", b"x")
         hooks.reset()
         hooks.add(Fault("PutObject", "AccessDenied", times=1))
-        with pytest.raises(FatalProvisionError, match="AccessDenied"):
+        with pytest.raises(PermissionDenied, match="AccessDenied") as info:  # the policy lacks it: exit 78
             chan.put_bytes("runs/t/c", b"x")
+        assert info.value.action == "s3:PutObject" and info.value.exit_code == 78
     finally:
         S3Channel.RETRY_BASE_S = saved
 

@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 
 QUOTA_MSG = ("Operation could not be completed as it results in exceeding approved standardNCASv3_T4Family Cores "
              "quota. Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 0")
-RUN_RG = r"/resourcegroups/gpucloud-(?!storage-)[^/]*-eastus"
+RUN_RG = r"/resourcegroups/gpucloud-(?!storage-)[^/]*-eastus(?:-a\d+)?"  # an attempt after the first adds -a<n>
 
 
 def cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

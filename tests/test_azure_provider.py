@@ -24,12 +24,15 @@ from gpucloud.providers.azure import (
     quota_family,
     resource_group_name,
 )
-from gpucloud.providers.base import CapacityError, FatalProvisionError, QuotaError, RunHandle, ThrottledError
+from gpucloud.providers.base import (
+    CandidateError, CapacityError, FatalProvisionError, QuotaError, RunHandle, ThrottledError,
+)
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     OperatorCredential,
     arm,
     azurite,
     fake_arm_server,
+    finish_failed_attempt,
     journal,
     launch_request,
     provider,
@@ -213,7 +216,8 @@ QUOTA_MSG = ("Operation could not be completed as it results in exceeding approv
      "Total Regional Spot vCPUs (LowPriorityCores)"),
     ("TooManyRequests", False, "Throttled.", ThrottledError, None),
     ("InternalServerError", False, "Boom.", ThrottledError, None),
-    ("InvalidParameter", False, "Bad parameter.", FatalProvisionError, None),
+    ("InvalidParameter", False, "Bad parameter.", CandidateError, None),
+    ("AzureSpotIsNotSupportedForThisVMSize", False, "Spot is not supported for this VM size.", CandidateError, None),
 ])
 def test_vm_errors_are_classified_and_the_attempt_cleaned_up(
         arm: FakeArm, provider: AzureProvider, journal: Any, code: str, async_: bool, message: str,
@@ -226,8 +230,27 @@ def test_vm_errors_are_classified_and_the_attempt_cleaned_up(
     if quota:
         assert err.quota_code == quota and quota in err.message
     assert "Traceback" not in err.render()
-    assert run_resources(arm, "run-err") == [], "a failed attempt leaves nothing behind"
-    assert not journal.resources("run-err", alive_only=True)
+    finish_failed_attempt(arm, provider, journal, "run-err")
+
+
+def test_a_failed_attempt_does_not_wait_for_its_group_to_go(arm: FakeArm, provider: AzureProvider,
+                                                            journal: Any) -> None:
+    arm.inject("PUT", VM_PUT, "AllocationFailed", times=100)
+    arm.inject("DELETE", r"/resourcegroups/gpucloud-run-slow-", code=None, op_seconds=4.0)  # minutes on Azure
+    t0 = time.monotonic()
+    with pytest.raises(CapacityError):
+        provider.provision(launch_request("run-slow"), journal)
+    assert time.monotonic() - t0 < 3.0, "the failed attempt waited for the group's deletion"
+    [group] = [r for r in run_resources(arm, "run-slow") if r["type"] == "Microsoft.Resources/resourceGroups"]
+    assert group["state"] == "Deleting"
+    assert [r.kind for r in journal.resources("run-slow", alive_only=True) if r.kind == "resource_group"]
+    # The next attempt in the same region gets its own group: no ResourceGroupBeingDeleted.
+    arm.clear_injections()
+    handle = provider.provision(dataclasses.replace(launch_request("run-slow"), attempt=1), journal)
+    assert handle.resources["resource-group"] == [resource_group_name("run-slow", "eastus", 1)]
+    provider.teardown(handle, journal, wait=True)  # the run's teardown also finishes the first group
+    assert run_resources(arm, "run-slow") == []
+    assert not journal.resources("run-slow", alive_only=True)
 
 
 def test_throttling_is_retried_with_backoff_then_succeeds(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
@@ -250,7 +273,7 @@ def test_missing_right_to_assign_roles_is_fatal_with_a_hint(arm: FakeArm, provid
     with pytest.raises(FatalProvisionError) as info:
         provider.provision(launch_request("run-auth"), journal)
     assert "User Access Administrator" in (info.value.hint or "")
-    assert run_resources(arm, "run-auth") == []
+    finish_failed_attempt(arm, provider, journal, "run-auth")
 
 
 def test_classify_error_without_a_server() -> None:

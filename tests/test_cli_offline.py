@@ -168,3 +168,19 @@ def test_gpus_command() -> None:
     assert by_name["K40"]["clouds"] == [] and by_name["K40"]["cheapest_spot"] is None
     out = gpucloud("gpus")
     assert out.returncode == 0 and "H100-NVL" in out.stdout
+
+
+@pytest.mark.parametrize(("bad", "line", "column"), [("\x1b", 2, 10), ("\x07", 1, 9), ("\ufffe", 2, 10)])
+def test_a_character_yaml_rejects_is_a_spec_error_with_line_and_column(tmp_path: Path, bad: str, line: int,
+                                                                        column: int) -> None:
+    """A stray control character (an escape sequence pasted from a terminal) is a spec error, exit 2,
+    naming file, line, column and the fix; never an internal error."""
+    job = tmp_path / "job.yaml"
+    text = f'name: "a{bad}b"\nrun: echo hi\n' if line == 1 else f"name: x\nrun: echo{bad} hi\n"
+    job.write_text(text, encoding="utf-8")
+    for command in (["validate", str(job)], ["run", str(job), "--cloud", "local", "--yes"]):
+        out = gpucloud(*command, env={"GPUCLOUD_HOME": str(tmp_path / "home")})
+        assert out.returncode == 2, out.stderr
+        assert f"{job}:{line}:" in out.stderr and f"column {column}" in out.stderr, out.stderr
+        assert f"U+{ord(bad):04X}" in out.stderr and "Delete it" in out.stderr
+        assert "internal error" not in out.stderr and "Traceback" not in out.stderr

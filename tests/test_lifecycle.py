@@ -20,7 +20,7 @@ from gpucloud.channel import FileChannel, log_key
 from gpucloud.errors import NoCandidateError
 from gpucloud.planner import Candidate, Plan
 from gpucloud.providers.base import (
-    Capabilities, CapacityError, FatalProvisionError, Provider, QuotaError, RunHandle,
+    CandidateError, Capabilities, CapacityError, FatalProvisionError, Provider, QuotaError, RunHandle,
 )
 from gpucloud.runlog import LogMirror
 from gpucloud.spec import parse_spec
@@ -186,7 +186,8 @@ def test_failover_order_and_skips(tmp_path: Path, gpucloud_home: Path, monkeypat
     errors = {
         "us-east-1/g4dn.xlarge": CapacityError("no capacity", code="InsufficientInstanceCapacity"),
         "us-east-1/g4dn.2xlarge": QuotaError("vCPU quota", code="VcpuLimitExceeded", quota_code="L-DB2E81BA"),
-        "us-west-2/g4dn.xlarge": FatalProvisionError("not authorized", code="UnauthorizedOperation"),
+        "us-east-2/g4dn.xlarge": CandidateError("Not authorized for images", code="AuthFailure"),
+        "us-west-2/g4dn.xlarge": FatalProvisionError("not subscribed", code="OptInRequired"),
         "eastus/Standard_NC4as_T4_v3": CapacityError("AllocationFailed", code="AllocationFailed"),
     }
     fakes = {c: _FakeProvider(c, errors, calls, gpucloud_home) for c in ("aws", "azure")}
@@ -195,6 +196,7 @@ def test_failover_order_and_skips(tmp_path: Path, gpucloud_home: Path, monkeypat
         _cand("aws", "us-east-1", "g4dn.xlarge", 0.5),
         _cand("aws", "us-east-1", "g4dn.2xlarge", 0.7),
         _cand("aws", "us-east-1", "g4dn.4xlarge", 1.2),   # skipped: quota in us-east-1
+        _cand("aws", "us-east-2", "g4dn.xlarge", 0.52),   # its image: the next candidate, aws not skipped
         _cand("aws", "us-west-2", "g4dn.xlarge", 0.55),
         _cand("aws", "eu-west-1", "g4dn.xlarge", 0.6),    # skipped: fatal on aws
         _cand("azure", "eastus", "Standard_NC4as_T4_v3", 0.53),
@@ -203,17 +205,18 @@ def test_failover_order_and_skips(tmp_path: Path, gpucloud_home: Path, monkeypat
     with pytest.raises(NoCandidateError) as info:
         run.execute()
     assert [a.split(":")[0] for a in info.value.attempts] == [
-        "aws/us-east-1/g4dn.xlarge", "aws/us-east-1/g4dn.2xlarge", "aws/us-west-2/g4dn.xlarge",
-        "azure/eastus/Standard_NC4as_T4_v3"]
+        "aws/us-east-1/g4dn.xlarge", "aws/us-east-1/g4dn.2xlarge", "aws/us-east-2/g4dn.xlarge",
+        "aws/us-west-2/g4dn.xlarge", "azure/eastus/Standard_NC4as_T4_v3"]
     assert "L-DB2E81BA" in info.value.attempts[1]
     assert [c for c in calls if c.startswith("provision")] == [
         "provision aws/us-east-1/g4dn.xlarge", "provision aws/us-east-1/g4dn.2xlarge",
-        "provision aws/us-west-2/g4dn.xlarge", "provision azure/eastus/Standard_NC4as_T4_v3"]
+        "provision aws/us-east-2/g4dn.xlarge", "provision aws/us-west-2/g4dn.xlarge",
+        "provision azure/eastus/Standard_NC4as_T4_v3"]
     store = Store()
     rec = store.get_run(run.run_id)
     assert rec is not None and rec.status == "no-capacity" and rec.exit_code == 75
     assert store.resources(run.run_id) == []  # every attempt's intent was cleaned up
-    assert len(store.resources(run.run_id, alive_only=False)) == 4
+    assert len(store.resources(run.run_id, alive_only=False)) == 5
 
 
 def fake_run(workdir: Path, home: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
@@ -231,6 +234,26 @@ def fake_run(workdir: Path, home: Path, monkeypatch: pytest.MonkeyPatch):  # typ
     plan = Plan(spec=spec, excluded=[], stack=resolve_stack("T4", spec.stack),
                 candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 0.5)])
     return lifecycle._Run(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0), calls, prov
+
+
+def test_a_run_that_launched_nothing_has_no_teardown_to_report(tmp_path: Path, gpucloud_home: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A provider failing before it asked for anything (no journal row, no handle): no teardown runs
+    and none is reported as incomplete; the open attempt is ended."""
+    run, calls, prov = fake_run(tmp_path / "w", gpucloud_home, monkeypatch)
+
+    def broken_channel(region: str) -> FileChannel:
+        raise ValueError("'http://login.example' is an invalid authority")
+
+    monkeypatch.setattr(prov, "channel", broken_channel)
+    with pytest.raises(ValueError, match="invalid authority"):
+        run.execute()
+    err = capsys.readouterr().err
+    assert "teardown" not in err, err
+    assert not [c for c in calls if c.startswith("teardown")]
+    rec = Store().get_run(run.run_id)
+    assert rec is not None and all(a.ended_at is not None for a in rec.attempts)
 
 
 def test_interrupt_during_follow_tears_down(tmp_path: Path, gpucloud_home: Path,

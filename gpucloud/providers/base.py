@@ -46,9 +46,10 @@ class ProvisionError(GpucloudError):
     """A cloud refused a launch. `kind` tells the lifecycle what to do next:
     capacity -> next candidate; quota -> skip the rest of that cloud+region (name `quota_code`);
     throttle -> the provider already backed off and gave up, next candidate; price -> next candidate;
-    fatal -> skip every remaining candidate of that cloud."""
+    candidate -> this candidate cannot be used (its image, its size, its subnet, or an error the
+    classifier does not know), next candidate; fatal -> skip every remaining candidate of that cloud."""
 
-    kind: Literal["capacity", "quota", "throttle", "price", "fatal"] = "fatal"
+    kind: Literal["capacity", "quota", "throttle", "price", "candidate", "fatal"] = "fatal"
 
     def __init__(self, message: str, *, code: str = "", quota_code: str | None = None, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
@@ -70,6 +71,10 @@ class ThrottledError(ProvisionError):
 
 class PriceError(ProvisionError):
     kind = "price"
+
+
+class CandidateError(ProvisionError):
+    kind = "candidate"
 
 
 class FatalProvisionError(ProvisionError):

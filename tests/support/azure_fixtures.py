@@ -127,3 +127,16 @@ def azure_env(arm: FakeArm, azurite: Any, azure_sim: Any, gpucloud_home: Path, t
                 "CI": "true", "PYTHONPATH": str(REPO)})
     yield env
     arm.clear_injections()
+
+
+def finish_failed_attempt(arm: FakeArm, provider: Any, journal: Any, run_id: str) -> None:
+    """A failed attempt began deleting its group and moved on: nothing of it runs any more, and the
+    journal keeps the group until a teardown (the run's own, `down`, `gc`) sees it gone."""
+    left = run_resources(arm, run_id)
+    assert all(r["state"] == "Deleting" for r in left), left
+    assert not left or journal.resources(run_id, alive_only=True)
+    from gpucloud.providers.base import RunHandle
+
+    provider.teardown(RunHandle(run_id, "azure", "eastus", complete=False), journal, wait=True)
+    assert run_resources(arm, run_id) == [], "a failed attempt leaves nothing behind"
+    assert not journal.resources(run_id, alive_only=True)

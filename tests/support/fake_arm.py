@@ -683,7 +683,7 @@ class _Handler(BaseHTTPRequestHandler):
                         del arm.resource_groups[key]
                         arm._emit("deleted", existing)
 
-                op = arm.new_operation(finish=finish, error=fail)
+                op = arm.new_operation(finish=finish, error=fail, seconds=self._op_seconds)
                 return self._send(202, None, {
                     "Location": f"{arm.url}/subscriptions/{sub}/operationresults/{op.id}"
                                 "?api-version=2024-01-01",

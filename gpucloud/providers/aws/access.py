@@ -7,6 +7,7 @@ throttling: the failover skips AWS once and goes on with the other clouds, and t
 from __future__ import annotations
 
 import os
+import re
 
 from gpucloud.errors import CloudAccessError, CredentialsError, EndpointError
 from gpucloud.providers.aws.errors import error_code, error_message
@@ -18,6 +19,12 @@ CREDENTIAL_CODES = frozenset({
     "ExpiredToken", "ExpiredTokenException", "InvalidAccessKeyId", "InvalidToken", "RequestExpired",
     "IncompleteSignature", "MissingAuthenticationToken",
 })
+# EC2 answers AuthFailure also for an AMI the account may not launch ("Not authorized for images").
+_AMI_REFUSED = re.compile(r"\bimages?\b|\bami-[0-9a-f]+", re.I)
+# The identity lacks a permission: the account is usable, its policy is not enough (exit 78 too).
+PERMISSION_CODES = frozenset({"UnauthorizedOperation", "AccessDenied", "AccessDeniedException"})
+PERMISSION_HINT = ("Give the identity the policy `gpucloud iam-policy aws` prints (it lists every action gpucloud "
+                   "calls); `gpucloud check --cloud aws` tests the credentials.")
 CREDENTIALS_HINT = ("Configure the standard AWS credential chain: `aws configure`, `aws sso login`, AWS_PROFILE, "
                     "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY; `gpucloud check --cloud aws` tests them.")
 # botocore exceptions (by name) that mean the credential chain found nothing usable.
@@ -57,6 +64,8 @@ def classify_access(exc: BaseException, *, what: str = "") -> CloudAccessError |
         return CredentialsError(f"AWS: no usable credentials{during}: {first_line(str(exc))}.", cloud=CLOUD,
                                 hint=CREDENTIALS_HINT)
     code = error_code(exc)
+    if code == "AuthFailure" and _AMI_REFUSED.search(error_message(exc)):
+        return None  # "Not authorized for images: [ami-...]": this candidate's image, not the credentials
     if code in CREDENTIAL_CODES:
         return CredentialsError(f"AWS refused the credentials{during} ({code}: {first_line(error_message(exc))}).",
                                 cloud=CLOUD, hint=CREDENTIALS_HINT)
@@ -69,3 +78,32 @@ def classify_access(exc: BaseException, *, what: str = "") -> CloudAccessError |
                              "botocore retried with short timeouts and gave up).",
                              cloud=CLOUD, hint=hint)
     return None
+
+
+class PermissionDenied(CloudAccessError):
+    """The credentials work but their policy lacks an action gpucloud calls: every candidate of the
+    cloud would be refused the same way, so the cloud is skipped and a run with no other cloud
+    exits 78, naming the action."""
+
+    kind = "permission"
+
+    def __init__(self, message: str, *, action: str, cloud: str = CLOUD, hint: str | None = PERMISSION_HINT) -> None:
+        super().__init__(message, cloud=cloud, hint=hint)
+        self.action = action
+
+
+def permission_denied(exc: BaseException, *, service: str, what: str = "") -> PermissionDenied | None:
+    """PermissionDenied for an AWS answer that refuses an action to this identity, else None. The
+    action is the one AWS names ("is not authorized to perform: ec2:RunInstances"), else the
+    service and operation of the refused call. Not part of classify_access: some callers expect
+    AccessDenied as an answer (a bucket of another account, an SSM parameter they may skip)."""
+    code = error_code(exc)
+    if code.rsplit(".", 1)[-1] not in PERMISSION_CODES:
+        return None
+    message = error_message(exc)
+    named = re.search(r"perform: ?([A-Za-z0-9-]+:[A-Za-z0-9]+)", message)
+    operation = str(getattr(exc, "operation_name", "") or "")
+    action = named[1] if named else f"{service}:{operation}" if operation else service
+    during = f" while {what}" if what else ""
+    return PermissionDenied(f"AWS denied {action}{during}: the identity's policy does not allow it ({code}: "
+                            f"{first_line(message)[:300]}).", action=action)

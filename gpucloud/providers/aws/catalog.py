@@ -37,6 +37,16 @@ SOURCE = ("AWS APIs: DescribeInstanceTypes, DescribeInstanceTypeOfferings (zones
           "(on-demand Linux), DescribeSpotPriceHistory (cheapest zone)")
 
 
+# Types whose DescribeInstanceTypes answer is known to be wrong (docs/CATALOG.md, "AWS GPU names"):
+# p5en.48xlarge has come back with the GPU name "NVIDIA", p4de.24xlarge with the A100's 40 GB, and
+# p5.4xlarge with the 8 GPUs of p5.48xlarge. Their real GPU and count (AWS's instance-type pages).
+GPU_OVERRIDES: dict[str, tuple[str, int]] = {
+    "p5en.48xlarge": ("H200", 8),
+    "p4de.24xlarge": ("A100-80GB", 8),
+    "p5.4xlarge": ("H100", 1),
+}
+
+
 @dataclass(frozen=True)
 class TypeInfo:
     name: str
@@ -98,17 +108,18 @@ def _gpu_types(ec2: Any, ctx: FetchContext) -> tuple[dict[str, TypeInfo], list[s
     for page in ec2.get_paginator("describe_instance_types").paginate():
         for it in page["InstanceTypes"]:
             gpus = (it.get("GpuInfo") or {}).get("Gpus") or []
-            if not gpus or gpus[0].get("Manufacturer") != "NVIDIA" or not gpus[0].get("Count"):
+            override = GPU_OVERRIDES.get(it["InstanceType"])
+            if override is None and (not gpus or gpus[0].get("Manufacturer") != "NVIDIA" or not gpus[0].get("Count")):
                 continue
-            g = gpus[0]
+            g = gpus[0] if gpus else {}
             mem_gib = g.get("MemoryInfo", {}).get("SizeInMiB", 0) / 1024
-            canonical = ctx.catalog.variant_for(g["Name"].replace(" ", "-"), mem_gib)
+            canonical, count = override or (ctx.catalog.variant_for(g["Name"].replace(" ", "-"), mem_gib), g["Count"])
             if canonical is None:
                 unknown.setdefault(g["Name"], []).append(it["InstanceType"])
                 continue
             arches = it.get("ProcessorInfo", {}).get("SupportedArchitectures", ["x86_64"])
             types[it["InstanceType"]] = TypeInfo(
-                name=it["InstanceType"], gpu=canonical, gpu_count=int(g["Count"]),
+                name=it["InstanceType"], gpu=canonical, gpu_count=int(count),
                 vcpus=int(it["VCpuInfo"]["DefaultVCpus"]), memory_gib=round(it["MemoryInfo"]["SizeInMiB"] / 1024, 2),
                 arch="arm64" if "arm64" in arches else "x86_64")
     skipped = [f"{name} ({', '.join(sorted(t))})" for name, t in sorted(unknown.items())]

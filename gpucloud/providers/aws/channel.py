@@ -20,6 +20,7 @@ from typing import Any
 
 from gpucloud.channel import LOG_PART_MAX, Channel, log_prefix
 from gpucloud.errors import GpucloudError
+from gpucloud.providers.aws.access import permission_denied
 from gpucloud.providers.aws.errors import classify, error_code, http_status
 from gpucloud.providers.aws.session import retrying_call, shared_client
 from gpucloud.providers.base import ThrottledError
@@ -77,6 +78,9 @@ class S3Channel(Channel):
             status = http_status(exc)
             if error_code(exc) in quiet or (status is not None and str(status) in quiet):
                 raise
+            denied = permission_denied(exc, service=service.lower(), what=f"{service} {op}")
+            if denied is not None:
+                raise denied from None
             raise classify(exc, region=self.region, instance_type="s3", spot=False, what=f"{service} {op}",
                            tries=getattr(exc, "gpucloud_tries", 1)) from None
         except BotoConnectionError as exc:

@@ -2,7 +2,9 @@
 
 Codes are matched with "contains": CloudTrail and some SDK paths prefix them with "Client." or
 "Server.". The kind drives failover: capacity -> next zone or candidate, quota -> skip the region,
-throttle/server -> back off, then next candidate, fatal -> skip the cloud.
+throttle/server -> back off, then next candidate, candidate -> next candidate, fatal -> skip the
+cloud. Only codes that say the whole account is refused are fatal; a code this module does not know
+concerns the one candidate (its image, type or zone), so the cloud's other candidates are still tried.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Iterable
 
 from gpucloud.errors import GpucloudError
 from gpucloud.providers.base import (
+    CandidateError,
     CapacityError,
     FatalProvisionError,
     PriceError,
@@ -21,13 +24,16 @@ from gpucloud.providers.base import (
 )
 
 CAPACITY_CODES = ("InsufficientInstanceCapacity", "InsufficientHostCapacity", "InsufficientCapacity",
-                  "UnfulfillableCapacity")
+                  "UnfulfillableCapacity", "InsufficientFreeAddressesInSubnet")
 QUOTA_CODES = ("VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded")
 PRICE_CODES = ("SpotMaxPriceTooLow",)
 THROTTLE_CODES = ("RequestLimitExceeded", "Throttling", "ThrottlingException", "TooManyRequestsException",
                   "SlowDown", "RequestThrottled")
 # AWS-side failures worth retrying like throttling (5xx): a bad minute is not a bad region.
 SERVER_CODES = ("InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable")
+# The account itself is refused (every candidate of the cloud would get the same answer).
+FATAL_CODES = ("UnauthorizedOperation", "AccessDenied", "OptInRequired", "PendingVerification", "Blocked",
+               "SignatureDoesNotMatch", "InvalidClientTokenId")
 
 # Service Quotas codes of the vCPU quotas RunInstances trips over, by instance family
 # (docs/PROVIDERS.md, "AWS quotas").
@@ -82,7 +88,7 @@ def _has(code: str, names: Iterable[str]) -> bool:
 
 
 def error_kind(code: str) -> str:
-    """capacity | quota | price | throttle | server | fatal, by "contains" on the code."""
+    """capacity | quota | price | throttle | server | fatal | candidate, by "contains" on the code."""
     if _has(code, THROTTLE_CODES):
         return "throttle"
     if _has(code, QUOTA_CODES):
@@ -94,7 +100,9 @@ def error_kind(code: str) -> str:
         return "capacity"
     if _has(code, SERVER_CODES):
         return "server"
-    return "fatal"
+    if _has(code, FATAL_CODES):
+        return "fatal"
+    return "candidate"
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -102,7 +110,7 @@ def is_transient(exc: BaseException) -> bool:
     kind = error_kind(error_code(exc))
     status = http_status(exc)
     # A 5xx with a capacity code (Server.InsufficientInstanceCapacity) is an answer, not a failure.
-    return kind in ("throttle", "server") or (kind == "fatal" and status is not None and status >= 500)
+    return kind in ("throttle", "server") or (kind in ("candidate", "fatal") and status is not None and status >= 500)
 
 
 def gpu_quotas() -> dict[str, str]:
@@ -144,4 +152,6 @@ def classify(exc: BaseException, *, region: str, instance_type: str, spot: bool,
     if kind in ("throttle", "server"):
         return ThrottledError(f"{where}: AWS kept answering {code} while {what} (gave up after {tries} tries): {msg}",
                               code=code)
-    return FatalProvisionError(f"{where}: AWS refused {what} ({code}: {msg})", code=code)
+    if kind == "fatal":
+        return FatalProvisionError(f"{where}: AWS refused {what} ({code}: {msg})", code=code)
+    return CandidateError(f"{where}: AWS refused {what} for this candidate ({code}: {msg})", code=code)

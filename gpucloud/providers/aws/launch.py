@@ -98,9 +98,10 @@ def run_instances(aws: AwsClients, req: LaunchRequest, journal: Journal, region:
     if plan.key_name:
         kwargs["KeyName"] = plan.key_name
     if cand.spot:
-        kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
-            "MaxPrice": f"{max_price(req):.4f}", "SpotInstanceType": "one-time",
-            "InstanceInterruptionBehavior": "terminate"}}
+        options: dict[str, str] = {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}
+        if req.spec.resources.max_price_per_hour:  # else AWS's cap: the on-demand price (docs/PROVIDERS.md)
+            options["MaxPrice"] = f"{float(req.spec.resources.max_price_per_hour):.4f}"
+        kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": options}
     intents = [journal.intent(req.run_id, "instance", f"{name}-node{r}", region, CLOUD) for r in range(plan.count)]
     try:
         out = aws.ec2("run_instances", region, **kwargs)
@@ -114,18 +115,3 @@ def run_instances(aws: AwsClients, req: LaunchRequest, journal: Journal, region:
         journal.created(res, iid)
     return ids
 
-
-def max_price(req: LaunchRequest) -> float:
-    """The job's max price, else the on-demand price (what AWS caps a spot bid at anyway)."""
-    if req.spec.resources.max_price_per_hour:
-        return float(req.spec.resources.max_price_per_hour)
-    try:
-        from gpucloud.catalog import load_catalog
-
-        for off in load_catalog().offerings:
-            if off.cloud == CLOUD and off.instance_type == req.candidate.instance_type \
-                    and off.region == req.candidate.region:
-                return float(off.price_per_hour)
-    except Exception:  # noqa: BLE001 - the catalog is a convenience here
-        pass
-    return float(req.candidate.price_per_hour) * 3

@@ -18,8 +18,15 @@ printing it is instant. Why it is shaped this way:
   so that a bucket of that name in another account is out of reach), and their `runs/` objects;
 - RunInstances may only start instances that require IMDSv2 (`ec2:MetadataHttpTokens`) with
   encrypted volumes (`ec2:Encrypted`).
+- an ingress rule is allowed on a gpucloud-tagged group (resource tag) and the new rule must carry
+  the run tag in the request (a `security-group-rule` supports request tags only);
+- `gpucloud check` reads the regions and the GPU vCPU quotas; a fresh account's first spot launch
+  creates AWS's Spot service-linked role, so iam:CreateServiceLinkedRole is allowed for that one
+  role and only with `iam:AWSServiceName` = spot.amazonaws.com.
 Not expressible in IAM: the port of an ingress rule (EC2 documents no condition key for it); the
 rules stay limited to gpucloud-tagged groups and the code adds only port 22 and the run's own group.
+parliament (the linter that ships the AWS Service Authorization Reference) checks every document
+printed here in the test suite (tests/test_iam_lint.py).
 A test records every API operation of the end-to-end runs and checks each one against this, with
 a small evaluator that also proves calls outside it are denied (tests/test_aws_policy.py).
 """
@@ -34,8 +41,12 @@ from gpucloud.providers.base import TAG_RUN as TAG
 
 BUCKETS = "arn:aws:s3:::gpucloud-${aws:PrincipalAccount}-*"
 SCHEDULES = "arn:aws:scheduler:*:${aws:PrincipalAccount}:schedule/default/gpucloud-*"
-DEADLINE_ROLE = "arn:aws:iam::${aws:PrincipalAccount}:role/gpucloud-deadline"
+# IAM ARNs name no account: a role can only be passed, and a service-linked role only created, in
+# the caller's own account.
+DEADLINE_ROLE = "arn:aws:iam::*:role/gpucloud-deadline"
 SCHEDULER_SERVICE = "scheduler.amazonaws.com"
+SPOT_SERVICE = "spot.amazonaws.com"
+SPOT_ROLE = "arn:aws:iam::*:role/aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot"
 
 _EC2 = "arn:aws:ec2:*:*"
 
@@ -43,7 +54,7 @@ _EC2 = "arn:aws:ec2:*:*"
 def policy_document() -> dict[str, Any]:
     """The IAM policy document (version 2012-10-17) as a dict."""
     return {"Version": "2012-10-17", "Statement": _create_statements() + _image_statements()
-            + _destroy_and_storage_statements() + _deadline_statements()}
+            + _destroy_and_storage_statements() + _account_statements() + _deadline_statements()}
 
 
 def _deadline_statements() -> list[dict[str, Any]]:
@@ -212,8 +223,16 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
         "Sid": "IngressRulesOnOwnGroups",
         "Effect": "Allow",
         "Action": "ec2:AuthorizeSecurityGroupIngress",
-        "Resource": [f"{_EC2}:security-group/*", f"{_EC2}:security-group-rule/*"],
+        "Resource": f"{_EC2}:security-group/*",
         "Condition": has_resource_tag,
+    },
+    {
+        # The new rule itself exists only once the call succeeds: it has request tags, no resource tags.
+        "Sid": "IngressRulesCarryTheRunTag",
+        "Effect": "Allow",
+        "Action": "ec2:AuthorizeSecurityGroupIngress",
+        "Resource": f"{_EC2}:security-group-rule/*",
+        "Condition": {"Null": {f"aws:RequestTag/{TAG}": "false"}},
     },
     {
         "Sid": "DestroyOnlyWhatGpucloudTagged",
@@ -238,8 +257,8 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
         "Sid": "UbuntuImageIds",
         "Effect": "Allow",
         "Action": "ssm:GetParameter",
-        "Resource": ["arn:aws:ssm:*::parameter/aws/service/canonical/ubuntu/*",
-                     "arn:aws:ssm:*::parameter/aws/service/deeplearning/ami/*"],  # GPU images (docs/STACKS.md)
+        "Resource": ["arn:aws:ssm:*:*:parameter/aws/service/canonical/ubuntu/*",
+                     "arn:aws:ssm:*:*:parameter/aws/service/deeplearning/ami/*"],  # GPU images (docs/STACKS.md)
     },
     {
         "Sid": "WhoAmI",
@@ -266,6 +285,32 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
         "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
         "Resource": f"{BUCKETS}/runs/*",
         "Condition": own_account,
+    },
+    ]
+
+
+def _account_statements() -> list[dict[str, Any]]:
+    """`gpucloud check` (regions, GPU quotas) and the Spot service-linked role of a fresh account."""
+    return [
+    {
+        "Sid": "CheckRegions",  # `gpucloud check` and catalog refresh; no resource-level permission
+        "Effect": "Allow",
+        "Action": "ec2:DescribeRegions",
+        "Resource": "*",
+    },
+    {
+        "Sid": "CheckGpuQuotas",  # `gpucloud check`: the EC2 vCPU quotas of the GPU families
+        "Effect": "Allow",
+        "Action": "servicequotas:GetServiceQuota",
+        "Resource": "arn:aws:servicequotas:*:${aws:PrincipalAccount}:ec2/*",
+    },
+    {
+        # A fresh account's first spot RunInstances creates the Spot service-linked role.
+        "Sid": "SpotServiceLinkedRole",
+        "Effect": "Allow",
+        "Action": "iam:CreateServiceLinkedRole",
+        "Resource": SPOT_ROLE,
+        "Condition": {"StringEquals": {"iam:AWSServiceName": SPOT_SERVICE}},
     },
     ]
 

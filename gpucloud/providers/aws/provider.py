@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from gpucloud.images import cpu_arch_of
 from gpucloud.providers.aws.images import resolve_image, zones
 from gpucloud.providers.aws.launch import LaunchPlan, launch
-from gpucloud.providers.aws.access import classify_access
+from gpucloud.providers.aws.access import classify_access, permission_denied
 from gpucloud.providers.aws.network import CLOUD, intra_run_rule, placement_group, security_group, ssh_access
 from gpucloud.providers.aws.credentials import credentials_warning, warn_once
 from gpucloud.providers.aws.deadline import arm as arm_deadline, collapse_skips
@@ -174,8 +174,8 @@ class AwsProvider(AwsClients):
         from botocore.exceptions import HTTPClientError
 
         cand = req.candidate
-        access = classify_access(exc, what=what)  # credentials / endpoint: skip AWS, not a capacity problem
-        if access is not None:
+        access = classify_access(exc, what=what) or permission_denied(exc, service="ec2", what=what)
+        if access is not None:  # credentials / endpoint / a missing permission: skip AWS, not a capacity problem
             return access
         if isinstance(exc, ClientError):
             return classify(exc, region=cand.region, instance_type=cand.instance_type, spot=cand.spot, what=what,

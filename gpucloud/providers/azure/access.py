@@ -20,6 +20,7 @@ from gpucloud.errors import CloudAccessError, CredentialsError, EndpointError
 CLOUD = "azure"
 ARM_ENDPOINT_ENV = "GPUCLOUD_AZURE_ARM_ENDPOINT"
 DEFAULT_ARM_ENDPOINT = "https://management.azure.com"
+AUTHORITY_ENV = "AZURE_AUTHORITY_HOST"  # azure-identity: the Entra ID sign-in host (https only)
 CLIENT_RETRY_TOTAL = 4          # 429/5xx answers (ARM's Retry-After is honoured)
 CLIENT_RETRY_CONNECT = 2        # could not connect: the endpoint is down, do not insist
 CLIENT_RETRY_READ = 1           # connected, no answer within READ_TIMEOUT_S
@@ -43,9 +44,28 @@ def default_credential() -> Any:
     bounded waits for the token endpoints (managed identity, Entra ID) as for ARM."""
     from azure.identity import DefaultAzureCredential
 
+    bad = authority_error()
+    if bad is not None:
+        raise bad
     logging.getLogger("azure.identity").setLevel(logging.ERROR)
     return DefaultAzureCredential(connection_timeout=CONNECTION_TIMEOUT_S, retry_connect=1, retry_read=1,
                                   retry_backoff_max=2)
+
+
+def authority_error() -> CredentialsError | None:
+    """AZURE_AUTHORITY_HOST set to something azure-identity refuses (it must be an https:// URL):
+    a configuration mistake named with its fix, found before any credential is made."""
+    from urllib.parse import urlparse
+
+    value = os.environ.get(AUTHORITY_ENV, "").strip()
+    scheme = urlparse(value).scheme if value else ""
+    if not scheme or scheme == "https":  # azure-identity puts https:// before a bare host itself
+        return None
+    return CredentialsError(
+        f"Azure: {AUTHORITY_ENV} is {value!r}, but the Entra ID sign-in host must be an https:// URL "
+        "or a bare host (azure-identity refuses any other scheme).", cloud=CLOUD,
+        hint=f"Unset {AUTHORITY_ENV} for the public cloud, or set it to the https:// host of your cloud, e.g. "
+             "https://login.microsoftonline.com (Azure Government: https://login.microsoftonline.us).")
 
 
 def credential_summary(text: str) -> str:
@@ -62,6 +82,10 @@ def credential_summary(text: str) -> str:
         shown = ", ".join(tried[:3]) + (", ..." if len(tried) > 3 else "")
         return f"DefaultAzureCredential tried {len(tried)} sources ({shown}); none had credentials"
     return lines[0]
+
+
+def first_line_of(exc: BaseException) -> str:
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
 
 def arm_endpoint() -> str:
@@ -93,6 +117,9 @@ def classify_access(exc: BaseException, *, what: str = "") -> CloudAccessError |
                                  hint="Check IDENTITY_ENDPOINT / MSI_ENDPOINT and the network, or sign in with `az login`.")
         return CredentialsError(f"Azure: no usable credentials{during} ({summary}).", cloud=CLOUD,
                                 hint=CREDENTIALS_HINT)
+    if isinstance(exc, ValueError) and "authority" in str(exc):  # azure-identity's check of the sign-in host
+        return authority_error() or CredentialsError(f"Azure: {first_line_of(exc)}{during}.", cloud=CLOUD,
+                                                     hint=f"Check {AUTHORITY_ENV}.")
     if isinstance(exc, ServiceRequestError):
         override = os.environ.get(ARM_ENDPOINT_ENV)
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)

@@ -6,7 +6,7 @@
 - Which GPU a size has: the small table below (the API gives only a count).
 - Prices, on-demand and spot: the public Retail Prices API (no sign-in), `Consumption` Linux rows;
   `skuName` ending in " Spot" is the spot price, " Low Priority" rows are dropped, as are Windows
-  rows; pages are followed through `NextPageLink`.
+  rows (product names with " Windows" or " Win"); pages are followed through `NextPageLink`.
 
 Endpoints: `GPUCLOUD_AZURE_ARM_ENDPOINT` (ARM, the provider's setting) and
 `GPUCLOUD_AZURE_PRICES_URL` (default https://prices.azure.com/api/retail/prices). The azure SDKs
@@ -136,9 +136,13 @@ def _retail_prices(names: list[str], ctx: FetchContext) -> dict[tuple[str, str],
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
+# Windows prices (licence included): product names end in " Windows" or, for some series, " Win".
+_WINDOWS = re.compile(r"\bWin(dows)?\b")
+
+
 def _add_price(out: dict[tuple[str, str], list[float | None]], item: dict[str, Any]) -> None:
     sku_name = str(item.get("skuName", ""))
-    if "Windows" in str(item.get("productName", "")) or sku_name.endswith("Low Priority"):
+    if _WINDOWS.search(str(item.get("productName", ""))) or sku_name.endswith("Low Priority"):
         return
     if item.get("unitOfMeasure") != "1 Hour" or item.get("type", "Consumption") != "Consumption":
         return

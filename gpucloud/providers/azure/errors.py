@@ -7,6 +7,7 @@ from typing import Any
 
 from gpucloud.providers.azure.access import classify_access
 from gpucloud.providers.base import (
+    CandidateError,
     CapacityError,
     FatalProvisionError,
     PriceError,
@@ -19,6 +20,10 @@ CAPACITY_CODES = frozenset({"AllocationFailed", "ZonalAllocationFailed", "Overco
                             "OverconstrainedZonalAllocationRequest", "SkuNotAvailable"})
 QUOTA_CODES = frozenset({"QuotaExceeded", "OperationNotAllowed"})  # OperationNotAllowed only when about quota
 THROTTLE_CODES = frozenset({"TooManyRequests", "SubscriptionRequestsThrottled", "ResourceCollectionRequestsThrottled"})
+# Codes about one VM size (or its spot offer) only: the next candidate, not the rest of Azure.
+CANDIDATE_CODES = frozenset({"AzureSpotIsNotSupportedForThisVMSize", "AzureSpotIsNotSupportedForThisSubscriptionOffer",
+                             "InvalidParameter", "VMSizeIsNotPermittedToEnableAcceleratedNetworking",
+                             "BadRequest", "InvalidTemplateDeployment"})
 AUTH_CODES = frozenset({"AuthorizationFailed", "AuthenticationFailed", "InvalidAuthenticationToken",
                         "InvalidAuthenticationTokenTenant", "SubscriptionNotFound", "LinkedAuthorizationFailed"})
 
@@ -87,7 +92,10 @@ def classify_error(exc: Exception, *, where: str, instance_type: str = "", regio
                                         "(or Owner) on the subscription: gpucloud assigns each VM a role on its own resource group.")
     if status is not None and status >= 500:
         return ThrottledError(f"Azure failed while {where} (HTTP {status} {text}); retried and gave up", code=code or str(status))
-    return FatalProvisionError(f"Azure rejected {where}: {text or type(exc).__name__}", code=code)
+    if code in CANDIDATE_CODES:
+        return CandidateError(f"Azure refused {instance_type or where} in {region}: {text}", code=code)
+    # A code not known here most likely concerns this size or region: the next candidate is tried.
+    return CandidateError(f"Azure rejected {where}: {text or type(exc).__name__}", code=code)
 
 
 def with_arm_error(exc: Any, response: Any) -> Any:

@@ -89,10 +89,13 @@ ABORT_CHECK_S = 0.25
 PRINCIPAL_RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15, 30)
 RG, VM = "resource-group", "vm"  # RunHandle resource kinds
 
-def resource_group_name(run_id: str, region: str) -> str:
-    """One group per run and region: a failover to another region never collides with a group of
-    the same run that is still being deleted (a group's location is fixed)."""
-    return f"gpucloud-{run_id}-{region}"[:90]
+def resource_group_name(run_id: str, region: str, attempt: int = 0) -> str:
+    """One group per run, region and attempt: a later attempt never collides with a group of the
+    same run that is still being deleted (a failed attempt's deletion is begun, not waited for; a
+    group's location is fixed). The first attempt keeps the short name. The attempt suffix comes
+    first, so cutting a long name at 90 characters keeps it."""
+    suffix = f"-a{attempt}" if attempt else ""
+    return f"gpucloud-{run_id}-{region}"[:90 - len(suffix)] + suffix
 
 
 def _allow_http_policy() -> Any:
@@ -219,7 +222,7 @@ class AzureProvider:
 
         cand = req.candidate
         region = cand.region
-        rg = resource_group_name(req.run_id, region)
+        rg = resource_group_name(req.run_id, region, req.attempt)
         handle = RunHandle(run_id=req.run_id, cloud=self.name, region=region, attempt=req.attempt)
         handle.add(RG, rg)
         tags = {**req.tags, TAG_RUN: req.run_id, TAG_EXPIRES: expiry_tag(req.expires_at)}
@@ -396,9 +399,11 @@ class AzureProvider:
         journal.created(res_id, f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}")
 
     def _cleanup_after_failure(self, handle: RunHandle, journal: Journal) -> None:
-        """Delete what the failed attempt made; if even that fails, teardown/gc will find the tags."""
+        """Begin deleting what the failed attempt made and move on (deleting a group takes minutes on
+        Azure); the journal keeps its rows until a later teardown sees the group gone. If even the
+        begin fails, teardown/gc will find the tags."""
         try:
-            self.teardown(handle, journal, wait=True)
+            self.teardown(handle, journal, wait=False)
         except GpucloudError as exc:
             journal.event(handle.run_id, "cleanup-failed", exc.message)
 
@@ -409,11 +414,11 @@ class AzureProvider:
         groups = handle.resources.get(RG)
         if groups:
             return groups[0]
-        return None if handle.complete else resource_group_name(handle.run_id, handle.region)
+        return None if handle.complete else resource_group_name(handle.run_id, handle.region, handle.attempt)
 
     def console_hint(self, handle: RunHandle, rank: int) -> str:
         """Where to look when a node stopped without a final status (lifecycle adds it to the message)."""
-        rg = self._group(handle) or resource_group_name(handle.run_id, handle.region)
+        rg = self._group(handle) or resource_group_name(handle.run_id, handle.region, handle.attempt)
         return f"its boot log: az vm boot-diagnostics get-boot-log -g {rg} -n node-{rank} (until the run is torn down)"
 
     def node_states(self, handle: RunHandle) -> list[str]:
@@ -443,26 +448,48 @@ class AzureProvider:
 
     # ---- teardown / gc --------------------------------------------------------------------------
     def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
-        """Delete the handle's resource group (with everything in it). 404 means already done."""
+        """Delete the handle's resource group, and any other group of the run in this region the
+        journal still holds (a failed attempt's, whose deletion was only begun). 404 means already
+        done. `wait`: until the groups are gone, then the journal rows are marked deleted; without
+        it the deletions are begun and the rows stay until a later teardown (the run's own, `down`,
+        `gc`) sees them gone."""
         from azure.core.exceptions import AzureError, ResourceNotFoundError
 
-        rg = self._group(handle)
-        if rg is not None:
+        pending: list[Any] = []
+        for rg in self._groups(handle, journal):
             try:
-                poller = self.resource.resource_groups.begin_delete(
-                    rg, force_deletion_types="Microsoft.Compute/virtualMachines")
-                if wait:
-                    poller.result()
+                pending.append(self.resource.resource_groups.begin_delete(
+                    rg, force_deletion_types="Microsoft.Compute/virtualMachines"))
             except ResourceNotFoundError:
-                pass
+                continue
             except AzureError as exc:
                 code, message, status = error_parts(exc)
                 raise GpucloudError(f"could not delete resource group {rg}: {code or status} {message}".strip(),
                                     hint=f"Retry with `gpucloud down {handle.run_id}`; `gpucloud gc` also deletes "
                                          "it once it expires.") from None
+        if wait:
+            for poller in pending:
+                try:
+                    poller.result()
+                except ResourceNotFoundError:
+                    pass
+        elif not all(poller.done() for poller in pending):
+            journal.event(handle.run_id, "teardown", f"{self.name}/{handle.region}: deleting "
+                          f"{len(pending)} resource group(s); the journal keeps them until they are gone")
+            return
         for rec in journal.resources(handle.run_id, alive_only=True):
             if rec.cloud == self.name and (rec.region or handle.region) == handle.region:
                 journal.deleted(rec.id)
+
+    def _groups(self, handle: RunHandle, journal: Journal) -> list[str]:
+        """The handle's group, then the run's other groups in the handle's region that the journal
+        still holds."""
+        groups = [g for g in [self._group(handle)] if g]
+        for rec in journal.resources(handle.run_id, alive_only=True):
+            if rec.cloud == self.name and rec.kind == "resource_group" and rec.region == handle.region \
+                    and rec.name and rec.name not in groups:
+                groups.append(rec.name)
+        return groups
 
     def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
         """Every resource group (any region: groups are subscription-wide) whose expiry passed."""
