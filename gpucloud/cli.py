@@ -172,7 +172,7 @@ def plan(
         emit_json({**result.as_json(), "upload": upload.as_json()})
         return
     views.print_plan(result, show_all=show_all)
-    err(upload.summary())
+    views.note(upload.summary())
 
 
 @app.command()
@@ -265,7 +265,8 @@ def catalog_refresh(
 def gpus(json_out: JsonOpt = False) -> None:
     """One row per GPU model: memory, architecture, clouds, cheapest on-demand and spot $/h and where."""
     from gpucloud.catalog import load_catalog
-    from gpucloud.catalog.views import gpu_summaries, print_gpus
+    from gpucloud.catalog.views import gpu_summaries
+    from gpucloud.views import print_gpus
 
     summaries = gpu_summaries(load_catalog())
     if json_out:
