@@ -89,7 +89,7 @@ def fit_table(table: Table, width: int, optional: tuple[str, ...] = (), foldable
         widest = max((len(line) for c in column.cells for line in str(c).splitlines()), default=0)
         if 0 < widest <= SHORT_CELL and column.header not in foldable:
             column.no_wrap = True  # rich shrinks only wrapable columns before it cuts: keep these whole
-            column.min_width = max(widest, *(len(line) for line in str(column.header).splitlines()))
+            column.min_width = max([widest, *(len(line) for line in str(column.header).splitlines())])
     hidden: list[str] = []
     for name in optional:
         if least_width(table) <= width:
@@ -330,8 +330,8 @@ def print_stack(stack: Stack, *, brief: bool = False) -> None:
         table.add_row(label, value, stack.reasons.get(key, ""))
     _print(table)
     if stack.driver != "none":
-        print("Installs: " + " ".join([*stack.driver_packages, *stack.cuda_packages, *stack.cudnn_packages])
-              + (f"; pip {' '.join(stack.framework_pip)}" if stack.framework_pip else ""))
+        say("Installs: " + " ".join([*stack.driver_packages, *stack.cuda_packages, *stack.cudnn_packages])
+            + (f"; pip {' '.join(stack.framework_pip)}" if stack.framework_pip else ""))
     _warn(stack.warnings)
 
 
