@@ -293,13 +293,13 @@ def test_gc_removes_an_expired_runs_leftovers(lab: SshLab, cli_env: dict[str, st
     two_days = time.time() - 2 * 86400
     os.utime(old / "expires", (two_days, two_days))
 
-    dry = gpucloud(cli_env, "gc", "--dry-run", cwd=tmp_path)
+    dry = gpucloud(cli_env, "gc", "--dry-run", "--cloud", "ssh", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert f"ssh: t4box: {run_id}/node-0 expired, still running (would remove)" in dry.stdout, dry.stdout
     assert "ssh: t4box: ended-20260101-0000/node-0 ended over a day ago (would remove)" in dry.stdout
     assert node.is_dir() and old.is_dir() and run_processes(run_id)
 
-    swept = gpucloud(cli_env, "gc", "--yes", cwd=tmp_path)
+    swept = gpucloud(cli_env, "gc", "--yes", "--cloud", "ssh", cwd=tmp_path)
     assert swept.returncode == 0, swept.stderr
     assert f"{run_id}/node-0 expired, still running (removed)" in swept.stdout, swept.stdout
     assert not (box.remote_root / "work" / run_id).exists() and not old.parent.exists()
@@ -309,7 +309,7 @@ def test_gc_removes_an_expired_runs_leftovers(lab: SshLab, cli_env: dict[str, st
 
     assert Store(Path(cli_env["GPUCLOUD_HOME"]) / "state.db").resources(run_id, alive_only=True) == [], \
         "the swept node's row is marked deleted"
-    again = gpucloud(cli_env, "gc", "--dry-run", cwd=tmp_path)
+    again = gpucloud(cli_env, "gc", "--dry-run", "--cloud", "ssh", cwd=tmp_path)
     assert run_id not in again.stdout and "ended-20260101-0000" not in again.stdout
 
 
