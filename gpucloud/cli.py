@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
-from gpucloud import __version__, ci_output
+from gpucloud import __version__, ci_output, providers
 
 app = typer.Typer(
     name="gpucloud",
@@ -27,8 +27,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 SpecArg = Annotated[str, typer.Argument(help="Path to the job file (YAML).", metavar="SPEC")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help="A provider name (overrides resources.cloud); "
-                                                                   "`gpucloud --help` lists them.")]
+CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help=f"A provider: {', '.join(providers.names())} "
+                                                                   "(overrides resources.cloud).")]
 RegionOpt = Annotated[Optional[str], typer.Option("--region", help="Only this region.")]
 HostOpt = Annotated[Optional[list[str]], typer.Option(
     "--host", metavar="HOST", help="Run on this machine of yours, reached over SSH ([user@]host[:port] or an ssh "
@@ -513,8 +513,8 @@ def hosts_probe(
         emit_json([p.as_json() for p in probes])
     else:
         print("\n".join(p.render() for p in probes))
-    if any(p.problems for p in probes):
-        raise typer.Exit(1)
+    if any(p.problems for p in probes):  # unreachable or unfit: the machine's configuration (README, exit codes)
+        raise typer.Exit(78)
 
 
 def main() -> None:
