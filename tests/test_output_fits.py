@@ -33,7 +33,7 @@ def cli(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO, timeout
         module: str = "gpucloud") -> subprocess.CompletedProcess[str]:
     """The CLI in a subprocess; `tests.support.aws_cli` is the same CLI with moto's gaps filled."""
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
-                          env=env or clean_env(), timeout=timeout)
+                          check=False, env=env or clean_env(), timeout=timeout)
 
 
 def too_wide(text: str) -> list[str]:
@@ -104,7 +104,8 @@ def test_gpus_never_cuts_an_instance_name() -> None:
 
 # ---- retired offerings ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("count", "retired", "date"), [(1, "p3.2xlarge", "2025-12-20"), (4, "p3.8xlarge", "2025-12-20")])
+@pytest.mark.parametrize(("count", "retired", "date"), [(1, "p3.2xlarge", "2025-12-20"),
+                                                        (4, "p3.8xlarge", "2025-12-20")])
 def test_a_gpu_count_sold_only_on_retired_types_says_so(tmp_path: Path, count: int, retired: str, date: str) -> None:
     spec = tmp_path / "v100.yaml"
     spec.write_text(f"name: v100\nresources:\n  gpu: V100:{count}\nrun: python3 train.py\n")
@@ -207,7 +208,8 @@ def test_collect_json_is_plain_json(gpucloud_home: Path, tmp_path: Path) -> None
     env = clean_env(GPUCLOUD_HOME=str(gpucloud_home))
     spec = tmp_path / "job.yaml"
     spec.write_text("name: outjob\nresources: {cloud: local}\n"
-                    "run: 'mkdir -p out; echo a > out/a.txt; echo b > out/b.txt'\nartifacts: [out/]\nmax_duration: 5m\n")
+                    "run: 'mkdir -p out; echo a > out/a.txt; echo b > out/b.txt'\n"
+                    "artifacts: [out/]\nmax_duration: 5m\n")
     started = json.loads(cli("run", str(spec), "-d", "--json", env=env, cwd=tmp_path).stdout)
     end = time.monotonic() + 60
     while json.loads(cli("status", started["run_id"], "--json", env=env, cwd=tmp_path).stdout)["status"] in (
