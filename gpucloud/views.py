@@ -356,8 +356,7 @@ def print_plan_summary(plan: Plan) -> None:
     print(f"plan: {c.cloud}/{c.region}/{c.instance_type} ({gpu}, {market}) x {c.num_nodes} node(s): "
           f"${c.total_per_hour:.3f}/h, at most ${c.estimated_cost:.2f} for max_duration "
           f"{fmt_seconds(spec.max_duration)}{more}", file=sys.stderr, flush=True)
-    for w in plan.warnings:
-        print(f"warning: {w}", file=sys.stderr, flush=True)
+    _warn(plan.warnings)
 
 
 # ---- status / ls ------------------------------------------------------------------------------------
