@@ -253,7 +253,7 @@ def test_unknown_host_key_is_refused_with_the_fix(lab: SshLab, cli_env: dict[str
 def test_driver_install_needs_install_true(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     box = server(lab, "bare")
     probe = gpucloud(cli_env, "hosts", "probe", "bare", "--gpu", "K40:1", cwd=tmp_path)
-    assert probe.returncode == 1 and "no working NVIDIA driver" in probe.stdout, probe.stdout + probe.stderr
+    assert probe.returncode == 78 and "no working NVIDIA driver" in probe.stdout, probe.stdout + probe.stderr
     body = "resources: {cloud: ssh, gpu: K40:1, hosts: [bare]}\nrun: nvidia-smi --query-gpu=name,driver_version --format=csv\n"
     refused = gpucloud(cli_env, "run", str(job(tmp_path, "nodriver", body)), cwd=tmp_path)
     assert refused.returncode == 2 and "apt-get install -y cuda-drivers-470" in refused.stderr, refused.stderr
