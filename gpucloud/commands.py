@@ -229,7 +229,7 @@ def show_logs(run_id: str, *, follow: bool) -> int:
 # ---- down / gc --------------------------------------------------------------------------------------------
 
 def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
+    views.note(f"warning: {message}")
 
 
 def down_run(run_id: str, *, assume_yes: bool) -> None:
