@@ -439,7 +439,8 @@ def gc(
     yes: YesOpt = False,
     cloud: CloudOpt = None,
 ) -> None:
-    """Sweep every tagged resource whose expiry has passed, on every region."""
+    """Sweep every tagged resource whose expiry has passed, on every region; exits 78 naming each cloud it
+    could not check."""
     from gpucloud.commands import collect_garbage
 
     collect_garbage(dry_run=dry_run, assume_yes=yes or non_interactive(), cloud=parse_cloud(cloud))
