@@ -386,7 +386,7 @@ class _Sweep:
                                      hint="Fix the reasons above and run `gpucloud gc` again, or name the cloud "
                                      "you use with `--cloud`.")
         if missing:
-            views.note("gc did not check " + "; ".join(reasons))
+            views.note(f"gc checked {checked}; it did not check " + "; ".join(reasons))
 
 
 def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> None:

@@ -151,7 +151,9 @@ def runs(gpucloud_home: Path) -> Iterator[Path]:
             store.update_run(rid, status="running", phase="setup", pid=os.getpid())
         else:
             store.end_attempt(rid, 0, "preempted: the cloud reclaimed the spot capacity" if code else "teardown")
-            store.finish_run(rid, status, exit_code=code)
+            store.finish_run(rid, status, exit_code=code, message=(
+                "interrupted by Ctrl-C while the job was running; everything was torn down and the log kept"
+                if code else None))
     store.close()
     yield gpucloud_home
 
@@ -166,6 +168,15 @@ def test_ls_fits_80_columns_and_names_what_it_leaves_out(runs: Path) -> None:
     for column in ("PHASE", "ELAPSED"):
         if column not in out.stdout:
             assert column in out.stderr and "not shown" in out.stderr, out.stderr
+
+
+def test_status_of_one_run_wraps_its_long_lines(runs: Path) -> None:
+    rid = RUNS[1][0]
+    out = cli("status", rid, env=clean_env(GPUCLOUD_HOME=str(runs)))
+    assert out.returncode == 0, out.stderr
+    assert max(len(line) for line in out.stdout.splitlines()) <= WIDTH, out.stdout
+    assert "interrupted by Ctrl-C while the job was running" in flat(out.stdout)
+    assert "p4de.24xlarge" in out.stdout
 
 
 def test_cost_is_a_table_that_fits(runs: Path) -> None:
@@ -199,7 +210,9 @@ def test_gc_that_checked_some_clouds_says_which_it_left_out(moto: Moto, gpucloud
     env = clean_env(GPUCLOUD_HOME=str(gpucloud_home), AZURE_CONFIG_DIR=str(tmp_path / "no-azure"), **moto.env)
     out = cli("gc", "--dry-run", env=env, cwd=tmp_path, timeout=300, module="tests.support.aws_cli")
     assert out.returncode == 0, out.stderr
-    assert "gc did not check azure" in flat(out.stderr) and "aws" in out.stderr.split("checked:")[1]
+    said = flat(out.stderr)
+    assert "it did not check azure: no credentials found" in said, said
+    assert "aws" in said.split("gc checked ")[1].split(";")[0], said
 
 
 # ---- collect --json ---------------------------------------------------------------------------------------
