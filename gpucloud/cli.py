@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
-from gpucloud import __version__, ci_output
+from gpucloud import __version__, ci_output, providers
 
 app = typer.Typer(
     name="gpucloud",
@@ -27,8 +27,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 SpecArg = Annotated[str, typer.Argument(help="Path to the job file (YAML).", metavar="SPEC")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help="A provider name (overrides resources.cloud); "
-                                                                   "`gpucloud --help` lists them.")]
+CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help=f"A provider: {', '.join(providers.names())} "
+                                                                   "(overrides resources.cloud).")]
 RegionOpt = Annotated[Optional[str], typer.Option("--region", help="Only this region.")]
 HostOpt = Annotated[Optional[list[str]], typer.Option(
     "--host", metavar="HOST", help="Run on this machine of yours, reached over SSH ([user@]host[:port] or an ssh "
@@ -172,7 +172,7 @@ def plan(
         emit_json({**result.as_json(), "upload": upload.as_json()})
         return
     views.print_plan(result, show_all=show_all)
-    err(upload.summary())
+    views.note(upload.summary())
 
 
 @app.command()
@@ -265,7 +265,8 @@ def catalog_refresh(
 def gpus(json_out: JsonOpt = False) -> None:
     """One row per GPU model: memory, architecture, clouds, cheapest on-demand and spot $/h and where."""
     from gpucloud.catalog import load_catalog
-    from gpucloud.catalog.views import gpu_summaries, print_gpus
+    from gpucloud.catalog.views import gpu_summaries
+    from gpucloud.views import print_gpus
 
     summaries = gpu_summaries(load_catalog())
     if json_out:
@@ -438,7 +439,8 @@ def gc(
     yes: YesOpt = False,
     cloud: CloudOpt = None,
 ) -> None:
-    """Sweep every tagged resource whose expiry has passed, on every region."""
+    """Sweep every tagged resource whose expiry has passed, on every region; exits 78 naming each cloud it
+    could not check."""
     from gpucloud.commands import collect_garbage
 
     collect_garbage(dry_run=dry_run, assume_yes=yes or non_interactive(), cloud=parse_cloud(cloud))
@@ -513,8 +515,8 @@ def hosts_probe(
         emit_json([p.as_json() for p in probes])
     else:
         print("\n".join(p.render() for p in probes))
-    if any(p.problems for p in probes):
-        raise typer.Exit(1)
+    if any(p.problems for p in probes):  # unreachable or unfit: the machine's configuration (README, exit codes)
+        raise typer.Exit(78)
 
 
 def main() -> None:

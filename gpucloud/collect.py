@@ -34,7 +34,7 @@ class Collected:
     status: str
     exit_code: int | None
     directory: str
-    artifacts: list[str] = field(default_factory=list)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
     log: str | None = None
     teardown_errors: list[str] = field(default_factory=list)
 
@@ -83,8 +83,8 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
     got = []
     for rank in range(run.num_nodes):
         out = channel.download_artifacts(run.id, rank, dest if run.num_nodes == 1 else dest / f"node-{rank}")
-        if out is not None:
-            got.append(str(out))
+        if out is not None:  # plain JSON values: the folder as a string, counts, one line per refused member
+            got.append({"node": rank, "directory": str(out.dest), "files": out.files, "refused": list(out.warnings)})
     status, code, message = outcome(statuses)
     store.set_phases(run.id, vm_phases(statuses))
     store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucloud import providers, views
-from gpucloud.errors import Declined, InternalError, UserError
+from gpucloud.errors import ConfigurationError, Declined, GpucloudError, InternalError, UserError
 from gpucloud.runlog import LogMirror
 from gpucloud.state import Journal, RunRecord, Store, home_dir
 from gpucloud.state_guard import StoreError
@@ -229,7 +229,7 @@ def show_logs(run_id: str, *, follow: bool) -> int:
 # ---- down / gc --------------------------------------------------------------------------------------------
 
 def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
+    views.note(f"warning: {message}")
 
 
 def down_run(run_id: str, *, assume_yes: bool) -> None:
@@ -348,25 +348,69 @@ def _stale_runs(store: Store, cloud: str | None, now: float) -> list[RunRecord]:
     return stale
 
 
+class _Sweep:
+    """Which providers gc could sweep and which it could not (and why), so that a sweep that
+    checked no cloud is never reported as clean."""
+
+    def __init__(self) -> None:
+        self.checked: list[str] = []
+        self.failed: dict[str, str] = {}
+
+    def gc(self, cloud: str, now: datetime, *, dry_run: bool) -> list[str]:
+        """One provider's tag sweep; a failure is noted and the other providers' sweeps go on."""
+        try:
+            lines = providers.get_provider(cloud).gc(now, dry_run=dry_run)
+        except Exception as exc:  # one cloud's missing credentials must not stop the others' sweep
+            why = exc.render() if isinstance(exc, GpucloudError) else f"{type(exc).__name__}: {exc}"
+            self.failed.setdefault(cloud, why.replace("\n", " "))
+            return []
+        if cloud not in self.checked:
+            self.checked.append(cloud)
+        return lines
+
+    def verdict(self, cloud: str | None, found: int) -> None:
+        """Exit 78 naming what was not checked when the cloud asked for, any configured cloud, or
+        every cloud could not be swept; a partial sweep says which clouds it left out."""
+        wanted = [cloud] if cloud else list(providers.priced_clouds())
+        missing = {c: self.failed.get(c) or f"no credentials found, not checked. {providers.info(c).credentials_hint}"
+                   for c in wanted if c not in self.checked}
+        reasons = [f"{c}: {why}" for c, why in missing.items()]
+        checked = ", ".join(self.checked) or "nothing"
+        if not found:
+            views.note(f"nothing to collect (checked: {checked})")
+        if cloud and missing:
+            raise ConfigurationError(f"gc could not check {cloud}.", reasons)
+        if not cloud and (self.failed or not any(c in self.checked for c in wanted)):
+            raise ConfigurationError(f"gc could not check every cloud (checked: {checked}); what it could not "
+                                     "check may still hold paid resources.", reasons,
+                                     hint="Fix the reasons above and run `gpucloud gc` again, or name the cloud "
+                                     "you use with `--cloud`.")
+        if missing:
+            views.note(f"gc checked {checked}; it did not check " + "; ".join(reasons))
+
+
 def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> None:
     """Sweep leftovers two ways: runs in the state store that ended (or whose deadline passed with
     nobody following them) but still hold resources, torn down from their stored handles; and each
     provider's tag-based `gc` as the fallback for what the store does not know (and all there is
-    when the store cannot be read)."""
+    when the store cannot be read). Exit 78 when what should have been checked was not."""
+    sweep = _Sweep()
     try:
-        _gc_with_store(dry_run=dry_run, assume_yes=assume_yes, cloud=cloud)
+        found = _gc_with_store(sweep, dry_run=dry_run, assume_yes=assume_yes, cloud=cloud)
     except StoreError as exc:  # the tags still say what expired: sweep by them alone
         print(f"warning: {exc.render()}\ngc sweeps by the clouds' tags only.", file=sys.stderr)
-        _gc_by_tags(_gc_clouds(None, cloud), dry_run=dry_run, assume_yes=assume_yes)
+        found = _gc_by_tags(sweep, _gc_clouds(None, cloud), dry_run=dry_run, assume_yes=assume_yes)
     from gpucloud.images_build import load_index
 
     kept = [b for c, b in load_index() if cloud is None or c == cloud]
     if kept:  # tagged gpucloud:kind=image, never a run's: no sweep touches them
         print(f"{len(kept)} baked image(s) kept: images are not runs (`gpucloud image ls` lists them, "
               "`gpucloud image rm` deletes one)", file=sys.stderr)
+    sweep.verdict(cloud, found)
 
 
-def _gc_with_store(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> None:
+def _gc_with_store(sweep: _Sweep, *, dry_run: bool, assume_yes: bool, cloud: str | None) -> int:
+    """Returns how many stale runs and tagged leftovers were found."""
     from gpucloud.teardown import teardown_run
 
     store = Store()
@@ -376,9 +420,9 @@ def _gc_with_store(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> Non
     if not dry_run and not assume_yes:
         listed = [f"run {r.id} ({r.status}): {len(store.resources(r.id))} resource(s)" for r in stale]
         for c in clouds:
-            listed += _safe_gc(c, datetime.now(UTC), dry_run=True)
+            listed += sweep.gc(c, datetime.now(UTC), dry_run=True)
         if not _confirm_sweep(listed):
-            return
+            return 0
 
     found = 0
     for run in stale:
@@ -392,37 +436,29 @@ def _gc_with_store(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> Non
             store.finish_run(run.id, "lost", exit_code=70, message="swept by gc", only_if_active=True)
         print(f"run {run.id} ({run.status}): {n} resource(s) torn down" + (" with errors" if errors else ""))
     for c in clouds:
-        lines = _safe_gc(c, datetime.now(UTC), dry_run=dry_run)
+        lines = sweep.gc(c, datetime.now(UTC), dry_run=dry_run)
         found += len(lines)
         for line in lines:
             print(line)
-    if not found:
-        print("nothing to collect", file=sys.stderr)
+    return found
 
 
-def _gc_by_tags(clouds: list[str], *, dry_run: bool, assume_yes: bool) -> None:
+def _gc_by_tags(sweep: _Sweep, clouds: list[str], *, dry_run: bool, assume_yes: bool) -> int:
     """gc without the store: each provider's tag-based sweep (what expired), nothing else."""
     if not dry_run and not assume_yes:
-        if not _confirm_sweep([line for c in clouds for line in _safe_gc(c, datetime.now(UTC), dry_run=True)]):
-            return
-    lines = [line for c in clouds for line in _safe_gc(c, datetime.now(UTC), dry_run=dry_run)]
-    print("\n".join(lines) if lines else "nothing to collect", file=sys.stdout if lines else sys.stderr)
+        if not _confirm_sweep([line for c in clouds for line in sweep.gc(c, datetime.now(UTC), dry_run=True)]):
+            return 0
+    lines = [line for c in clouds for line in sweep.gc(c, datetime.now(UTC), dry_run=dry_run)]
+    if lines:
+        print("\n".join(lines))
+    return len(lines)
 
 
 def _confirm_sweep(listed: list[str]) -> bool:
     """Show what gc would delete and ask; False when there is nothing to collect."""
     if not listed:
-        print("nothing to collect", file=sys.stderr)
         return False
     print("\n".join(listed))
     if not views.ask("Delete these?"):
         raise Declined("nothing deleted.")
     return True
-
-
-def _safe_gc(cloud: str, now: datetime, *, dry_run: bool) -> list[str]:
-    try:
-        return providers.get_provider(cloud).gc(now, dry_run=dry_run)
-    except Exception as exc:  # one cloud's missing credentials must not stop the others' sweep
-        print(f"warning: gc on {cloud} failed: {exc}", file=sys.stderr)
-        return []

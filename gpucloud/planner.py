@@ -336,7 +336,7 @@ def _exclusion_reason(off: Offering, spec: JobSpec, gpu: str | None, variants: f
     if res.gpu and off.gpu_count != res.gpu.count:
         return f"has {off.gpu_count} × {off.gpu} per node, job asks for {res.gpu.count}"
     if off.status == "retired":
-        return f"retired on {off.status_date} ({off.source})"
+        return f"{off.status_text()} ({off.source})"
     if res.min_vcpus and off.vcpus < res.min_vcpus:
         return f"{off.vcpus} vCPUs < min_vcpus {res.min_vcpus}"
     if res.min_memory_gib and off.memory_gib < res.min_memory_gib:
@@ -406,7 +406,12 @@ def _nothing_fits(spec: JobSpec, gpu: str | None, clouds: list[str], excluded: l
             )
         if not live:
             return _only_retired(spec, gpu, where, offered, clouds, cat)
-    misses = [e for e in excluded if e.cloud in clouds and (not gpu or _gpu_of(e, cat) in variants) and "retired" not in e.reason]
+        count = spec.resources.gpu.count if spec.resources.gpu else 0
+        if count and not any(o.gpu_count == count for o in live) and any(o.gpu_count == count for o in offered):
+            return _count_only_retired(spec, gpu, count, where, offered, live, clouds, cat)
+    gone = {(o.cloud, o.instance_type) for o in cat.offerings if o.status == "retired"}
+    misses = [e for e in excluded if e.cloud in clouds and (not gpu or _gpu_of(e, cat) in variants)
+              and (e.cloud, e.instance_type) not in gone]
     misses.sort(key=lambda e: _price_of(e, cat))
     lines = [f"{e.cloud}/{e.region}/{e.instance_type}: {e.reason}" for e in misses[:CLOSEST_MISSES]]
     return UserError(
@@ -421,18 +426,37 @@ def _only_retired(spec: JobSpec, gpu: str, where: str, offered: list[Offering], 
     the GPU's software stack is still known (it runs on a machine you own or host)."""
     from gpucloud.errors import UserError
 
-    dates = sorted({f"{o.instance_type} retired {o.status_date}" for o in offered})
+    dates = sorted({f"{o.instance_type} {o.status_text()}" for o in offered})
     withdrawn = sorted({o.cloud for o in offered if "not offered by the current" in o.source})
     def status_note(cloud: str) -> str:
         return next(o.source for o in offered if o.cloud == cloud).split("; status: ")[-1]
 
     note = "".join(f" {c}'s current API does not offer them at all ({status_note(c)})." for c in withdrawn)
     return UserError(
-        f"{_where(spec)}resources.gpu: {where} offers the {gpu} only on retired instance types "
+        f"{_where(spec)}resources.gpu: {where} offers the {gpu} only on retired or withdrawn instance types "
         f"({', '.join(dates[:4])}).{note}",
         hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat)) + ". "
         f"The {gpu} software stack is still known (`gpucloud stack {gpu}`): run the job on a machine with that GPU "
         "that you own or host, through a provider that reaches it.",
+    )
+
+
+def _count_only_retired(spec: JobSpec, gpu: str, count: int, where: str, offered: list[Offering],
+                        live: list[Offering], clouds: list[str], cat: Catalog) -> Exception:
+    """The GPU is still sold, but never `count` to a machine: the types that had that count are
+    retired (say when), so point at the counts and GPUs that are live instead of at other retired types."""
+    from gpucloud.errors import UserError
+
+    retired = sorted({f"{o.cloud} {o.instance_type} ({o.status_text()})" for o in offered if o.gpu_count == count})
+    counts = sorted({o.gpu_count for o in live})
+    cheapest = {n: min((o for o in live if o.gpu_count == n), key=lambda o: o.price_per_hour) for n in counts}
+    still = "; ".join(f"{n} × {o.gpu} on {o.cloud} {o.instance_type} ({o.region}) at ${o.price_per_hour:.3f}/h"
+                      for n, o in cheapest.items())
+    return UserError(
+        f"{_where(spec)}resources.gpu: {where} offers {count} × {gpu} per machine only on retired instance types: "
+        f"{', '.join(retired[:4])}. Still offered: {still}.",
+        hint=f"Ask for one of those counts (gpu: {gpu}:{counts[0]}), or another GPU. Nearest alternatives: "
+        + "; ".join(alternatives(gpu, clouds, cat)) + ".",
     )
 
 

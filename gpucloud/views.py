@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from gpucloud.catalog.models import Offering
+    from gpucloud.catalog.views import GpuSummary
     from gpucloud.planner import Plan
     from gpucloud.stacks import Stack
     from gpucloud.state import ResourceRecord, RunRecord
@@ -26,7 +27,9 @@ def _table(*columns: str, title: str | None = None) -> Table:
     from rich import box
     from rich.table import Table
 
-    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False)
+    # Columns are set apart by the box's blank divider and one space of right padding: two spaces.
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False,
+                  padding=(0, 1, 0, 0))
     for col in columns:
         # overflow="fold": a cell too long for its column continues on the next line, never "…"
         # (an instance name cut in a CI log is worse than a taller table).
@@ -35,19 +38,20 @@ def _table(*columns: str, title: str | None = None) -> Table:
     return table
 
 
-def _print(renderable: object, *, optional: tuple[str, ...] = ()) -> None:
-    """Print a table within the terminal's width (80 columns when stdout is not a terminal): short
-    values (names, instance types, prices) stay whole, headers and long reasons wrap; when even
-    that does not fit, the `optional` columns are left out, in that order, with a note saying so."""
+def _print(renderable: object, *, optional: tuple[str, ...] = (), foldable: tuple[str, ...] = (),
+           last_resort: tuple[str, ...] = ()) -> None:
+    """Print a table within the output width: short values (names, instance types, prices) stay
+    whole, headers and long texts wrap; when even that does not fit, the `optional` columns are left
+    out, in that order, and named on stderr; then the `last_resort` columns fold. A table that
+    still does not fit is printed wider rather than cut."""
     from rich.table import Table
 
     width = output_width()
     if isinstance(renderable, Table):
-        hidden = fit_table(renderable, width, optional)
+        hidden = fit_table(renderable, width, optional, foldable=foldable, last_resort=last_resort)
         if hidden:
-            print(f"(narrow terminal: column(s) {', '.join(hidden)} not shown; --json has every field)",
-                  file=sys.stderr)
-        width = max(width, least_width(renderable))  # wider than the terminal rather than cut
+            note(f"(narrow terminal: column(s) {', '.join(hidden)} not shown; --json has every field)")
+        width = max(width, least_width(renderable))
     console(width).print(renderable)
 
 
@@ -75,15 +79,17 @@ def console(width: int | None = None) -> Any:
 SHORT_CELL = 40  # a column whose values are all at most this long is never wrapped
 
 
-def fit_table(table: Table, width: int, optional: tuple[str, ...] = (), foldable: tuple[str, ...] = ()) -> list[str]:
-    """Give every column of short values the width of its longest value (except `foldable` ones,
-    e.g. long run ids); drop optional columns while rich's own minimum width of the table (cells
-    whole, headers wrapped) exceeds `width`. Returns the headers of the dropped columns."""
+def fit_table(table: Table, width: int, optional: tuple[str, ...] = (), foldable: tuple[str, ...] = (),
+              last_resort: tuple[str, ...] = ()) -> list[str]:
+    """Give every column of short values the width of its longest line (except `foldable` ones,
+    which wrap); drop optional columns while rich's own minimum width of the table (cells whole,
+    headers wrapped) exceeds `width`; then let the `last_resort` columns fold. Returns the headers
+    of the dropped columns."""
     for column in table.columns:
         widest = max((len(line) for c in column.cells for line in str(c).splitlines()), default=0)
         if 0 < widest <= SHORT_CELL and column.header not in foldable:
             column.no_wrap = True  # rich shrinks only wrapable columns before it cuts: keep these whole
-            column.min_width = max(widest, len(str(column.header)))
+            column.min_width = max([widest, *(len(line) for line in str(column.header).splitlines())])
     hidden: list[str] = []
     for name in optional:
         if least_width(table) <= width:
@@ -91,17 +97,50 @@ def fit_table(table: Table, width: int, optional: tuple[str, ...] = (), foldable
         for column in list(table.columns):
             if str(column.header) == name:
                 table.columns.remove(column)
-                hidden.append(name)
+                hidden.append(name.replace("\n", " "))
         for index, column in enumerate(table.columns):
             column._index = index  # rich pads by position
+    for name in last_resort:  # fold just enough of it, so that every other column keeps its shape
+        excess = least_width(table) - width
+        if excess <= 0:
+            break
+        for column in table.columns:
+            if str(column.header) == name:
+                widest = max((len(line) for c in column.cells for line in str(c).splitlines()), default=0)
+                column.no_wrap, column.overflow, column.min_width = False, "fold", None
+                column.width = max(widest - excess, 8)
     return hidden
 
 
 def say(text: str) -> None:
     """A line of prose on stdout, wrapped to the output width like the tables."""
+    print(_wrap(text, output_width()))
+
+
+def note(text: str) -> None:
+    """A note or warning on stderr, wrapped to the width of the terminal it goes to (80 columns
+    when stderr is not a terminal); long words (paths, URLs, commands) are never broken."""
+    print(_wrap(text, error_width()), file=sys.stderr, flush=True)
+
+
+def _wrap(text: str, width: int) -> str:
     import textwrap
 
-    print(textwrap.fill(text, width=output_width(), subsequent_indent="  "))
+    return "\n".join(textwrap.fill(line, width=width, subsequent_indent="  ", break_long_words=False,
+                                   break_on_hyphens=False) for line in text.splitlines() or [""])
+
+
+def error_width() -> int:
+    """The width for stderr: COLUMNS when set, else the terminal's when stderr is one, else 80."""
+    import os
+    import shutil
+
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if sys.stderr.isatty():
+        return shutil.get_terminal_size((80, 24)).columns
+    return 80
 
 
 def output_width() -> int:
@@ -120,26 +159,30 @@ def output_width() -> int:
 
 def _warn(lines: list[str] | tuple[str, ...]) -> None:
     for line in lines:
-        print(f"warning: {line}", file=sys.stderr)
+        note(f"warning: {line}")
 
 
 def print_plan(plan: Plan, *, show_all: bool = False) -> None:
+    """The candidates, the stack and the exclusions. What plan is for (market, $/h, est. $) is the
+    last to give way on a narrow terminal: the position, GPU count and cloud columns go first."""
     spec = plan.spec
     hours = spec.max_duration / 3600
-    table = _table("#", "cloud", "region", "instance type", "GPUs", "market", "$/h per node", "$/h total",
-                   "est. $", title=f"Candidates for {spec.name} (failover order; est. $ for max_duration "
-                                   f"{hours:.3g} h)")
+    per_node = spec.num_nodes > 1
+    table = _table("#", "cloud", "region", "instance type", "GPUs", "market", *(("$/h\nper node",) if per_node else ()),
+                   "$/h\ntotal" if per_node else "$/h", "est. $")
+    say(f"Candidates for {spec.name} (failover order; est. $ for max_duration {hours:.3g} h)")
     shown = plan.candidates if show_all else plan.candidates[:PLAN_ROWS]
     for i, c in enumerate(shown, 1):
         gpus = f"{c.gpu_count} × {c.gpu}" if c.gpu else "-"
         market = "spot" if c.spot else "on-demand"
         if c.status != "active":
-            market += f" [{c.status}]"
-        table.add_row(str(i), c.cloud, c.region, c.instance_type, gpus, market,
-                      f"{c.price_per_hour:.3f}", f"{c.total_per_hour:.3f}", f"{c.estimated_cost:.2f}")
-    _print(table, optional=("$/h per node", "market", "est. $"))
+            market += f"\n[{c.status}]"
+        prices = (f"{c.price_per_hour:.3f}",) if per_node else ()
+        table.add_row(str(i), c.cloud, c.region, c.instance_type, gpus, market, *prices,
+                      f"{c.total_per_hour:.3f}", f"{c.estimated_cost:.2f}")
+    _print(table, optional=("$/h\nper node", "#", "GPUs", "cloud"))
     if len(plan.candidates) > len(shown):
-        print(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
+        say(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
     print_stack(plan.stack, brief=True)
     if shown and shown[0].image is not None:  # issue 13: the image the first candidate boots
         say(f"image (#1): {shown[0].image.summary()}")
@@ -148,9 +191,9 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
         ex = _table("cloud", "region", "instance type", "why excluded")
         for e in (relevant if show_all else relevant[:EXCLUDED_ROWS]):
             ex.add_row(e.cloud, e.region, e.instance_type, e.reason)
-        _print(ex)
+        _print(ex, foldable=("why excluded",), optional=("cloud",))
         if not show_all and len(relevant) > EXCLUDED_ROWS:
-            print(f"... {len(relevant) - EXCLUDED_ROWS} more exclusions (--all)")
+            say(f"... {len(relevant) - EXCLUDED_ROWS} more exclusions (--all)")
     other = len(plan.excluded) - len(relevant)
     if other:
         say(f"{other} offerings of other GPUs, counts or clouds not shown (--json lists every one with its reason)")
@@ -197,22 +240,40 @@ def offering_json(o: Offering) -> dict[str, object]:
 
 
 def print_catalog(rows: list[Offering]) -> None:
+    """Offerings; on a narrow terminal memory, vCPUs and the cloud give way before the status, so
+    a retired row never looks buyable (the status wraps instead)."""
     gpus = sorted({o.gpu for o in rows})
-    table = _table("GPU", "cloud", "region", "instance type", "GPUs", "vCPU", "GiB", "$/h", "$/h spot", "status")
+    table = _table("GPU", "cloud", "region", "instance type", "GPUs", "vCPU", "GiB", "$/h", "$/h\nspot", "status")
     for o in rows:
         spot = f"{o.spot_price_per_hour:.3f}" if o.spot_price_per_hour is not None else "-"
-        status = o.status if o.status == "active" else f"{o.status} {o.status_date}"
         table.add_row(o.gpu, o.cloud, o.region, o.instance_type, str(o.gpu_count), str(o.vcpus),
-                      f"{o.memory_gib:g}", f"{o.price_per_hour:.3f}", spot, status)
+                      f"{o.memory_gib:g}", f"{o.price_per_hour:.3f}", spot, o.status_text())
     if len(gpus) == 1:  # one GPU (--gpu): say it once in the title instead of on every row
-        table.title = f"Offerings of {gpus[0]}"
-    _print(table, optional=("GiB", "vCPU", "status", "cloud", *(("GPU",) if len(gpus) == 1 else ())))
+        say(f"Offerings of {gpus[0]}")
+    all_active = all(o.status == "active" for o in rows)
+    _print(table, foldable=("status",), optional=(*(("status",) if all_active else ()), "GiB", "vCPU",
+                                                  *(("GPU",) if len(gpus) == 1 else ()), "cloud", "$/h\nspot"))
     if not rows:
-        print("no offerings match (retired ones appear with --all)", file=sys.stderr)
+        note("no offerings match (retired ones appear with --all)")
     else:
         dates = sorted({o.price_date for o in rows})
-        print(f"{len(rows)} offerings; prices as of {dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "")
-              + "; sources in the catalog data (--json for machines).", file=sys.stderr)
+        note(f"{len(rows)} offerings; prices as of {dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "")
+             + "; sources in the catalog data (--json for machines).")
+
+
+def print_gpus(summaries: list[GpuSummary]) -> None:
+    """`gpucloud gpus`: price, place and instance type each on a line of their own, so the instance
+    name is never cut; architecture, memory and clouds give way first on a narrow terminal."""
+    table = _table("GPU", "GiB", "architecture", "clouds", "cheapest\non-demand", "cheapest\nspot")
+    for s in summaries:
+        od = (f"${s.on_demand.price_per_hour:.3f}/h\n{s.on_demand.cloud} {s.on_demand.region}\n"
+              f"{s.on_demand.instance_type}" if s.on_demand else "-")
+        sp = (f"${s.spot.spot_price_per_hour:.3f}/h\n{s.spot.cloud} {s.spot.region}\n{s.spot.instance_type}"
+              if s.spot and s.spot.spot_price_per_hour is not None else "-")
+        table.add_row(s.name, f"{s.memory_gib:g}", s.architecture, ",".join(s.clouds) or "-", od, sp)
+    _print(table, optional=("architecture", "GiB", "clouds"))
+    note("prices are per instance (of the GPU count shown by `gpucloud catalog --gpu NAME`); spot '-' = no "
+         "observed spot price.")
 
 
 def stack_for(gpu: str, *, cuda: str | None, driver: str | None, framework: str | None) -> Stack:
@@ -269,9 +330,9 @@ def print_stack(stack: Stack, *, brief: bool = False) -> None:
         table.add_row(label, value, stack.reasons.get(key, ""))
     _print(table)
     if stack.driver != "none":
-        print("Installs: " + " ".join(["linux-headers-$(uname -r)", *stack.driver_lock, *stack.driver_packages,
-                                       *stack.cuda_packages, *stack.cudnn_packages])
-              + (f"; pip {' '.join(stack.framework_pip)}" if stack.framework_pip else ""))
+        say("Installs: " + " ".join(["linux-headers-$(uname -r)", *stack.driver_lock, *stack.driver_packages,
+                                     *stack.cuda_packages, *stack.cudnn_packages])
+            + (f"; pip {' '.join(stack.framework_pip)}" if stack.framework_pip else ""))
     _warn(stack.warnings)
 
 
@@ -296,29 +357,24 @@ def print_plan_summary(plan: Plan) -> None:
     print(f"plan: {c.cloud}/{c.region}/{c.instance_type} ({gpu}, {market}) x {c.num_nodes} node(s): "
           f"${c.total_per_hour:.3f}/h, at most ${c.estimated_cost:.2f} for max_duration "
           f"{fmt_seconds(spec.max_duration)}{more}", file=sys.stderr, flush=True)
-    for w in plan.warnings:
-        print(f"warning: {w}", file=sys.stderr, flush=True)
+    _warn(plan.warnings)
 
 
 # ---- status / ls ------------------------------------------------------------------------------------
 
 def print_runs(runs: list[RunRecord], now: float) -> None:
-    """The runs table of `ls`/`status`: fits the output width; a run id or a place may fold onto a
-    second line, nothing is cut; a non-zero exit code rides on the status."""
-    from rich import box
-    from rich.table import Table
-
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for col in ("RUN", "STATUS", "PHASE", "ELAPSED", "COST", "WHERE"):
-        table.add_column(col, justify="right" if col in ("ELAPSED", "COST") else "left", overflow="fold")
+    """The runs table of `ls`/`status`: fits the output width. The run id and the instance type stay
+    whole (a status wraps at its words); PHASE and ELAPSED give way first, named on stderr; a run id
+    folds only when nothing else helps. A non-zero exit code rides on the status."""
+    table = _table("RUN", "STATUS", "PHASE", "ELAPSED", "COST", "WHERE")
+    for column in table.columns:
+        column.justify = "right" if column.header in ("ELAPSED", "COST") else "left"
     for r in runs:
         exit_note = f" ({r.exit_code})" if r.exit_code not in (None, 0) else ""
         table.add_row(r.id, r.status + exit_note + (" (detached)" if r.detached and not r.final else ""),
                       "-" if r.final else (r.phase or "-"), fmt_seconds(r.elapsed(now)), f"${r.cost(now):.4f}",
                       f"{r.cloud}/{r.region}\n{r.instance_type}" if r.cloud else "-")
-    width = output_width()
-    fit_table(table, width, ("PHASE", "ELAPSED"), foldable=("RUN",))
-    console(max(width, least_width(table))).print(table)
+    _print(table, optional=("PHASE", "ELAPSED"), foldable=("STATUS",), last_resort=("RUN",))
 
 
 def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[ResourceRecord], now: float) -> None:
@@ -352,28 +408,33 @@ def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[Resou
     if alive:
         lines.append(f"resources  {len(alive)} not yet deleted: "
                      + ", ".join(f"{r.kind} {r.cloud_id or r.name} ({r.status})" for r in alive))
-    print("\n".join(lines))
+    import textwrap
+
+    width = output_width()  # a long line continues under its value, not under its label
+    print("\n".join(textwrap.fill(line, width=width, subsequent_indent=" " * 11, break_long_words=False,
+                                   break_on_hyphens=False) for line in lines))
 
 
 # ---- cost ---------------------------------------------------------------------------------------------
 
-def print_cost(report: dict) -> None:
-    """`gpucloud cost`: a line per run, one row per attempt under it, and the totals (docs/SPOT.md)."""
-    row = "  {:>2}  {:<44} {:<9} {:>9} {:>14} {:>10} {:>10}  {}"
+def print_cost(report: dict[str, Any]) -> None:
+    """`gpucloud cost`: a line per run, a table of its attempts under it, and the totals
+    (docs/SPOT.md). What the command is for (cost, on-demand cost) stays on a narrow terminal; the
+    attempt number and the hourly price give way first, the end reason wraps."""
     for run in report["runs"]:
-        print(f"run {run['run_id']} ({run['status']}): ${run['cost']:.4f}, on-demand ${run['on_demand_cost']:.4f}, "
-              f"saving ${run['saving']:.4f}")
+        say(f"run {run['run_id']} ({run['status']}): ${run['cost']:.4f}, on-demand ${run['on_demand_cost']:.4f}, "
+            f"saving ${run['saving']:.4f}")
         if not run["attempts"]:
             continue
-        print(row.format("#", "where", "market", "$/h/node", "nodes x billed", "$ cost", "$ on-dem.", "end"))
+        table = _table("#", "where", "market", "$/h\nper node", "nodes ×\nbilled", "$ cost", "$ on-\ndemand", "end")
         for a in run["attempts"]:
             nodes = len(a["nodes"])
             per_node = a["billed_seconds"] / nodes if nodes else 0.0
-            where = f"{a['cloud']}/{a['zone'] or a['region']}/{a['instance_type']}"
-            end = a["end_reason"] or ("running" if a["launched"] else "open")
-            print(row.format(a["attempt"], where[:44], a["market"], f"{a['price_per_hour']:.4f}",
-                             f"{nodes} x {fmt_seconds(per_node)}", f"{a['cost']:.4f}", f"{a['on_demand_cost']:.4f}",
-                             end[:60]))
+            table.add_row(str(a["attempt"]), f"{a['cloud']}/{a['zone'] or a['region']}\n{a['instance_type']}",
+                          a["market"], f"{a['price_per_hour']:.4f}", f"{nodes} × {fmt_seconds(per_node)}",
+                          f"{a['cost']:.4f}", f"{a['on_demand_cost']:.4f}",
+                          a["end_reason"] or ("running" if a["launched"] else "open"))
+        _print(table, optional=("#", "$/h\nper node"), foldable=("end",))
     total = report["total"]
-    print(f"total: {total['runs']} run(s), ${total['cost']:.4f}; on-demand for the same time "
-          f"${total['on_demand_cost']:.4f}; saving ${total['saving']:.4f}")
+    say(f"total: {total['runs']} run(s), ${total['cost']:.4f}; on-demand for the same time "
+        f"${total['on_demand_cost']:.4f}; saving ${total['saving']:.4f}")

@@ -370,9 +370,9 @@ def test_collect_garbage_tears_down_ended_runs_with_resources(gpucloud_home: Pat
     vm = vm_engine.boot("sleep 300\n", prov.sandbox("left-1", 0), expires_at=time.time() + 600)
     journal.created(res, f"pid:{vm.pid}")
     store.finish_run("left-1", "succeeded", exit_code=0)  # e.g. a `run` killed with SIGKILL at the very end
-    commands.collect_garbage(dry_run=True, assume_yes=True, cloud=None)
+    commands.collect_garbage(dry_run=True, assume_yes=True, cloud="local")
     assert "would be torn down" in capsys.readouterr().out and vm.alive()
-    commands.collect_garbage(dry_run=False, assume_yes=True, cloud=None)
+    commands.collect_garbage(dry_run=False, assume_yes=True, cloud="local")
     assert "torn down" in capsys.readouterr().out
     vm._reap()
     assert not vm.alive() and store.resources("left-1") == []

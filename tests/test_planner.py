@@ -159,7 +159,7 @@ def test_k80_on_aws_says_p2_is_not_offered_and_keeps_the_stack() -> None:
     with pytest.raises(UserError) as info:
         make_plan(job(gpu="K80:1", cloud=["aws"]))
     text = info.value.render()
-    assert "p2.xlarge retired 2026-12-03" in text and "current API does not offer them" in text
+    assert "p2.xlarge not offered as of 2026-12-03" in text and "current API does not offer them" in text
     assert "gpucloud stack K80" in text and "own or host" in text
 
 

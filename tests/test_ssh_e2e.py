@@ -253,7 +253,7 @@ def test_unknown_host_key_is_refused_with_the_fix(lab: SshLab, cli_env: dict[str
 def test_driver_install_needs_install_true(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     box = server(lab, "bare")
     probe = gpucloud(cli_env, "hosts", "probe", "bare", "--gpu", "K40:1", cwd=tmp_path)
-    assert probe.returncode == 1 and "no working NVIDIA driver" in probe.stdout, probe.stdout + probe.stderr
+    assert probe.returncode == 78 and "no working NVIDIA driver" in probe.stdout, probe.stdout + probe.stderr
     body = ("resources: {cloud: ssh, gpu: K40:1, hosts: [bare]}\n"
             "run: nvidia-smi --query-gpu=name,driver_version --format=csv\n")
     refused = gpucloud(cli_env, "run", str(job(tmp_path, "nodriver", body)), cwd=tmp_path)
@@ -294,13 +294,13 @@ def test_gc_removes_an_expired_runs_leftovers(lab: SshLab, cli_env: dict[str, st
     two_days = time.time() - 2 * 86400
     os.utime(old / "expires", (two_days, two_days))
 
-    dry = gpucloud(cli_env, "gc", "--dry-run", cwd=tmp_path)
+    dry = gpucloud(cli_env, "gc", "--dry-run", "--cloud", "ssh", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert f"ssh: t4box: {run_id}/node-0 expired, still running (would remove)" in dry.stdout, dry.stdout
     assert "ssh: t4box: ended-20260101-0000/node-0 ended over a day ago (would remove)" in dry.stdout
     assert node.is_dir() and old.is_dir() and run_processes(run_id)
 
-    swept = gpucloud(cli_env, "gc", "--yes", cwd=tmp_path)
+    swept = gpucloud(cli_env, "gc", "--yes", "--cloud", "ssh", cwd=tmp_path)
     assert swept.returncode == 0, swept.stderr
     assert f"{run_id}/node-0 expired, still running (removed)" in swept.stdout, swept.stdout
     assert not (box.remote_root / "work" / run_id).exists() and not old.parent.exists()
@@ -310,7 +310,7 @@ def test_gc_removes_an_expired_runs_leftovers(lab: SshLab, cli_env: dict[str, st
 
     assert Store(Path(cli_env["GPUCLOUD_HOME"]) / "state.db").resources(run_id, alive_only=True) == [], \
         "the swept node's row is marked deleted"
-    again = gpucloud(cli_env, "gc", "--dry-run", cwd=tmp_path)
+    again = gpucloud(cli_env, "gc", "--dry-run", "--cloud", "ssh", cwd=tmp_path)
     assert run_id not in again.stdout and "ended-20260101-0000" not in again.stdout
 
 

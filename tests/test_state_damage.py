@@ -86,7 +86,7 @@ def test_damaged_store_gives_one_clear_error(case: str, gpucloud_home: Path, tmp
 def test_gc_with_a_damaged_store_sweeps_by_tags(gpucloud_home: Path, tmp_path: Path) -> None:
     path = _store_with_history(gpucloud_home)
     _garbage(path)
-    proc = cli("gc", "--yes", cwd=tmp_path)
+    proc = cli("gc", "--yes", "--cloud", "local", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert f"The state store {path} cannot be used" in proc.stderr and "tags only" in proc.stderr
 

@@ -36,6 +36,23 @@ class Offering(NamedTuple):
     price_per_hour: float     # on-demand, USD
     spot_price_per_hour: float | None   # None: no observed spot figure (unknown), never guessed
     status: Status
-    status_date: str          # ISO date the status took / takes effect
+    status_date: str          # ISO date the status took / takes effect; for a withdrawn type, the date that was read
     source: str               # where the row's facts come from ("[S" sourced, "[estimate:" marked)
     price_date: str           # ISO date (or date-time for refreshed rows) the price was read
+
+    @property
+    def withdrawn(self) -> bool:
+        """A retired row whose cloud announced no end date: its current API simply no longer lists the
+        type (the source says so), and `status_date` is the day that was read, not a retirement date."""
+        return self.status == "retired" and WITHDRAWN_MARK in self.source
+
+    def status_text(self) -> str:
+        """The status as `catalog` and `plan` print it: the announced date, or what was observed when."""
+        if self.status == "active":
+            return "active"
+        if self.withdrawn:
+            return f"not offered as of {self.status_date}"
+        return f"{self.status} {self.status_date}"
+
+
+WITHDRAWN_MARK = "not offered by the current"  # in `source`: the cloud's API no longer lists the type

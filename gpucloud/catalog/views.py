@@ -66,22 +66,6 @@ def gpu_summaries(cat: Catalog) -> list[GpuSummary]:
     return out
 
 
-def print_gpus(summaries: list[GpuSummary]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("GPU", "GiB", "architecture", "clouds", "cheapest on-demand", "cheapest spot", box=None)
-    for s in summaries:
-        od = (f"${s.on_demand.price_per_hour:.3f}/h {s.on_demand.cloud} {s.on_demand.region} "
-              f"{s.on_demand.instance_type}" if s.on_demand else "-")
-        sp = (f"${s.spot.spot_price_per_hour:.3f}/h {s.spot.cloud} {s.spot.region} {s.spot.instance_type}"
-              if s.spot and s.spot.spot_price_per_hour is not None else "-")
-        table.add_row(s.name, f"{s.memory_gib:g}", s.architecture, ",".join(s.clouds) or "-", od, sp)
-    Console(soft_wrap=False).print(table)
-    print("prices are per instance (of the GPU count shown by `gpucloud catalog --gpu NAME`); spot '-' = no observed "
-          "spot price.", file=sys.stderr)
-
-
 def print_refresh(report: RefreshReport) -> None:
     """The human summary of a refresh: what was written, per cloud, and what is missing."""
     print(f"catalog written to {report.path}: {report.total_rows} offerings", file=sys.stderr)
