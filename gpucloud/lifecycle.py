@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import sys
 import time
@@ -247,6 +248,8 @@ class _Run:
             if not keep_running:
                 code = self._teardown(70 if code is None else code)
                 self._drain_logs()
+                if status == "interrupted":
+                    self._after_interrupt(f"run {self.run_id} {status} (exit {code}): {message}")
                 self.store.finish_run(self.run_id, status, exit_code=code, message=message or None)
             self.store.set_phases(self.run_id, self.phases)
         return status, code, message
@@ -401,10 +404,11 @@ class _Run:
 
     # -- the end ------------------------------------------------------------------------------------
 
-    def _collect(self) -> None:
+    def _collect(self, *, interrupted: bool = False) -> None:
         assert self.launch is not None
         t0 = time.monotonic()
-        self.store.update_run(self.run_id, status="collecting", phase="collect")
+        if not interrupted:
+            self.store.update_run(self.run_id, status="collecting", phase="collect")
         dest = Path.cwd() / "gpucloud-runs" / self.run_id
         got = []
         n = self.spec.num_nodes
@@ -419,12 +423,17 @@ class _Run:
                 for warning in out.warnings:
                     self.progress.warn(f"node {rank}: {warning}" if n > 1 else warning)
         self.phases["collect"] = time.monotonic() - t0
+        if interrupted and not sum(out.files for out in got):
+            got = []
+            shutil.rmtree(dest, ignore_errors=True)
         if got:
             self.artifacts_dir = str(dest)
             self.store.update_run(self.run_id, artifacts_dir=str(dest))
             refused = sum(len(out.warnings) for out in got)
             self.progress.info(f"artifacts in {dest}: {sum(out.files for out in got)} file(s)"
                                + (f", {refused} refused (see the warnings above)" if refused else ""))
+        elif self.spec.artifacts and interrupted:
+            self.progress.warn("nothing came back: the job was stopped before it saved any of its artifacts")
         elif self.spec.artifacts:
             self.progress.warn("the job produced none of its artifacts")
 
@@ -437,6 +446,20 @@ class _Run:
             self._pump_logs(final=True)
         except Exception:  # the channel may already be gone with the run
             pass
+
+    def _after_interrupt(self, verdict: str) -> None:
+        """An interrupted run's machines were stopped like a cloud stops them: a job that saved its
+        outputs on SIGTERM had them uploaded as artifacts. Bring back the last log lines and those
+        artifacts (or say that none came), and end the log with the run's own verdict, so that the
+        log and `status` agree."""
+        if self.launch is None or self.mirror is None:
+            return
+        try:
+            self._pump_logs(final=True)
+            self._collect(interrupted=True)
+        except Exception as exc:  # best effort: the machines are gone already, the channel may be too
+            self.progress.warn(f"nothing came back from the interrupted run: {exc}")
+        self.mirror.note(verdict)
 
     def _teardown(self, code: int) -> int:
         """Always runs. A second Ctrl-C during it is ignored (with a warning). A store that broke
