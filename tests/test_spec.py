@@ -305,8 +305,8 @@ def test_workdir_path_is_relative_to_the_job_file(tmp_path: Path, monkeypatch: p
     monkeypatch.chdir(elsewhere)  # the cwd must not matter for a loaded job file
     default = load_spec(write(jobs, MINIMAL, "a.yaml"))
     assert default.workdir_path() == jobs.resolve()
-    with pytest.raises(SpecError, match="leads out of the job file's folder"):  # issue 11: must be absolute
-        load_spec(write(jobs, MINIMAL + "workdir: ../code\n", "b.yaml"))
+    sibling = load_spec(write(jobs, MINIMAL + "workdir: ../code\n", "b.yaml"))
+    assert sibling.workdir_path() == (tmp_path / "code").resolve()
     up = load_spec(write(jobs, MINIMAL + f"workdir: {tmp_path / 'code'}\n", "b.yaml"))
     assert up.workdir_path() == (tmp_path / "code").resolve()
     # parsed text has no file: relative to the cwd
@@ -755,7 +755,9 @@ HOSTILE = [
     ("env-JOB", LOCAL_JOB + "run: echo hi\nenv:\n  JOB: x\n", 5, "env.JOB", "'JOB' is reserved: the VM's bootstrap"),
     ("env-SETSID", LOCAL_JOB + "run: echo hi\nenv:\n  SETSID: x\n", 5, "env.SETSID", "Rename it, e.g. MY_SETSID"),
     ("env-DEADLINE", LOCAL_JOB + "run: echo hi\nenv:\n  DEADLINE: x\n", 5, "env.DEADLINE", "'DEADLINE' is reserved"),
-    ("workdir-up", LOCAL_JOB + "run: echo hi\nworkdir: ../..\n", 4, "workdir", "leads out of the job file's folder"),
+    ("workdir-root", LOCAL_JOB + "run: echo hi\nworkdir: /\n", 4, "workdir", "'/' is the root folder /"),
+    ("workdir-up-to-root", LOCAL_JOB + "run: echo hi\nworkdir: " + "../" * 40 + "\n", 4, "workdir",
+     "is the root folder /, which would upload everything in it. Point workdir at the project's own folder"),
 ]
 
 
@@ -768,6 +770,26 @@ def test_cli_rejects_hostile_job_files(tmp_path: Path, text: str, line: int, fie
     assert "Traceback" not in out.stderr + out.stdout and "internal error" not in out.stderr
     assert f"{path}:{line}: {field}: " in out.stderr, out.stderr
     assert needle in out.stderr, out.stderr
+
+
+def test_workdir_may_name_a_parent_folder_relatively_but_not_home(tmp_path: Path) -> None:
+    """A job file in `jobs/` of a monorepo uploads the repository with `workdir: ..`, a path that
+    can be committed; the home folder itself (or above it) is refused, relative or absolute."""
+    repo = tmp_path / "home" / "src" / "mono"
+    (repo / "jobs").mkdir(parents=True)
+    (repo / "train.py").write_text("print(1)\n")
+    path = write(repo / "jobs", LOCAL_JOB + "run: python train.py\nworkdir: ..\n", "job.yaml")
+    env = {**os.environ, "CI": "true", "HOME": str(tmp_path / "home")}
+    ok = subprocess.run([sys.executable, "-m", "gpucloud", "validate", str(path)], capture_output=True, text=True,
+                        env=env, timeout=60)
+    assert ok.returncode == 0 and f"workdir {repo.resolve()}: 2 file(s)" in ok.stderr, ok.stderr
+    for workdir in ("../../..", "../../../..", str(tmp_path / "home")):
+        path.write_text(LOCAL_JOB + f"run: python train.py\nworkdir: {workdir}\n")
+        out = subprocess.run([sys.executable, "-m", "gpucloud", "validate", str(path)], capture_output=True,
+                             text=True, env=env, timeout=60)
+        assert out.returncode == 2 and f"{path}:4: workdir: '{workdir}' is " in out.stderr, out.stderr
+        assert "your home folder" in out.stderr or "above your home folder" in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr and "workdir: .." in out.stderr
 
 
 def test_workdir_outside_the_tree_is_fine_when_absolute(tmp_path: Path) -> None:
