@@ -61,12 +61,14 @@ def _workdir_issue(spec: JobSpec, base_dir: Path, filename: str, line: int | Non
                      "or workdir: .. (its parent)")
 
 
-def parse_spec(text: str, filename: str, base_dir: Path | None = None) -> JobSpec:
+def parse_spec(text: str, filename: str, base_dir: Path | None = None, *,
+               resources: dict[str, Any] | None = None) -> JobSpec:
     """Parse and validate job-file text; `filename` is only used in messages, `base_dir` (the job
-    file's folder) resolves a relative workdir. Raises SpecError listing every problem (file, line,
-    field, what is wrong and what was expected)."""
+    file's folder) resolves a relative workdir. `resources`: fields the command line sets (`--cloud`,
+    `--host`), applied before validation so that the job is judged as it will run. Raises SpecError
+    listing every problem (file, line, field, what is wrong and what was expected)."""
     data, builder = _compose(text, filename)
-    minimal = "Expected at least name, resources.gpu and run, e.g.\n  name: mnist-k80\n  resources: {gpu: K80:1}\n  run: python train.py"
+    minimal = "Expected at least name, resources.gpu and run, e.g.\n  name: mnist-t4\n  resources: {gpu: T4:1}\n  run: python train.py"
     if data is None:
         raise SpecError([SpecIssue(filename, 1, "", f"the job file is empty. {minimal}")])
     if not isinstance(data, dict):
@@ -74,6 +76,8 @@ def parse_spec(text: str, filename: str, base_dir: Path | None = None) -> JobSpe
         raise SpecError(
             [SpecIssue(filename, line, "", f"the job file must be a mapping of keys (name, resources, run, ...), but it is {describe(data)}. {minimal}")]
         )
+    if resources and isinstance(data.get("resources", {}), (dict, type(None))):
+        data["resources"] = {**(data.get("resources") or {}), **resources}
     issues = list(builder.issues)
     root_line = builder.lines[()].value_line
     for key in _INPUT_ONLY_EXCLUDED & data.keys():
@@ -94,8 +98,9 @@ def parse_spec(text: str, filename: str, base_dir: Path | None = None) -> JobSpe
     return spec
 
 
-def load_spec(path: str | Path) -> JobSpec:
-    """Read, parse and validate a job file; `spec.source` is its resolved path. Raises SpecError."""
+def load_spec(path: str | Path, *, resources: dict[str, Any] | None = None) -> JobSpec:
+    """Read, parse and validate a job file; `spec.source` is its resolved path. `resources`: see
+    parse_spec. Raises SpecError."""
     name = str(path)
     p = Path(path)
 
@@ -120,7 +125,7 @@ def load_spec(path: str | Path) -> JobSpec:
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         fail(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}). Save the job file as UTF-8", line)
-    spec = parse_spec(text, name, p.resolve().parent)
+    spec = parse_spec(text, name, p.resolve().parent, resources=resources)
     spec.source = p.resolve()
     return spec
 

@@ -373,7 +373,7 @@ BAD_SPECS: list[Bad] = [
     Bad("gpu-count-zero", "name: job\nresources:\n  gpu: K80:0\nrun: x\n", 3, "resources.gpu.count", ("must be at least 1, got 0", "1 to 16")),
     Bad("gpu-count-negative", "name: job\nresources:\n  gpu: K80:-1\nrun: x\n", 3, "resources.gpu.count", ("must be at least 1, got -1",)),
     Bad("gpu-count-not-a-number", "name: job\nresources:\n  gpu: K80:two\nrun: x\n", 3, "resources.gpu",
-        ("the GPU count 'two' in 'K80:two' is not a whole number", "MODEL:COUNT such as K80:1")),
+        ("the GPU count 'two' in 'K80:two' is not a whole number", "MODEL:COUNT such as T4:1")),
     Bad("gpu-count-too-many", "name: job\nresources:\n  gpu: K80:17\nrun: x\n", 3, "resources.gpu.count", ("must be at most 16, got 17",)),
     Bad("gpu-mapping-count-zero", "name: job\nresources:\n  gpu:\n    model: K80\n    count: 0\nrun: x\n", 5, "resources.gpu.count",
         ("must be at least 1, got 0",)),
