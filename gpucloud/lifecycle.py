@@ -15,7 +15,7 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -82,6 +82,7 @@ def run_job(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool 
     plan = make_plan(spec, cloud=cloud, region=region, spot=spot)
     if not plan.candidates:
         raise NoCandidateError("the plan has no candidate to provision.", [])
+    plan = _configured_only(plan)
     plan_s = time.monotonic() - t0
     views.print_plan_summary(plan)
     free = all(c.total_per_hour == 0 for c in plan.candidates)  # a $0 run (local) is not worth a prompt
@@ -89,6 +90,27 @@ def run_job(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool 
         raise Declined("not launched.")
     return _Run(spec, plan, detach=detach, json_out=json_out, wait_teardown=wait_teardown, plan_s=plan_s,
                 plan_kw={"cloud": cloud, "region": region, "spot": spot}).execute()
+
+
+def _configured_only(plan: Plan) -> Plan:
+    """The plan without the clouds that have no credentials at all (the registry's cheap
+    `configured()`: environment and files, no SDK, no network), each named once with its fix, so
+    that nobody is asked to launch what cannot start. None left: ConfigurationError (78)."""
+    from gpucloud import providers
+    from gpucloud.errors import ConfigurationError
+
+    clouds = list(dict.fromkeys(c.cloud for c in plan.candidates))
+    missing = {name: providers.info(name) for name in clouds if not providers.info(name).configured()}
+    if not missing:
+        return plan
+    reasons = {name: f"{entry.title}: no credentials found. {entry.credentials_hint}"
+               for name, entry in missing.items()}
+    if len(missing) == len(clouds):
+        raise ConfigurationError("no cloud is usable: none of the plan's clouds has credentials:",
+                                 list(reasons.values()), hint="`gpucloud check` shows what each cloud needs.")
+    for name, line in reasons.items():
+        print(f"warning: skipping {name}: {line}", file=sys.stderr, flush=True)
+    return replace(plan, candidates=[c for c in plan.candidates if c.cloud not in missing])
 
 
 def watch_job(run_ref: str, *, json_out: bool) -> RunResult:

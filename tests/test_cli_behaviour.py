@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,50 @@ def test_suggested_gpu_and_instance_types_are_offered_today(tmp_path: Path) -> N
     live = {o.instance_type for o in catalog.offerings if o.status == "active"}
     assert {"g4dn.xlarge", "Standard_NC4as_T4_v3"} <= live
     assert any(o.gpu == "T4" and o.status == "active" for o in catalog.offerings)
+
+
+def _on_tty(args: list[str], env: dict[str, str], cwd: Path, answer: bytes) -> tuple[int, str]:
+    """The CLI with a terminal on stdin (so that it may prompt), answering the prompt if one comes."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, stdin=slave,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    os.close(slave)
+    os.write(master, answer)
+    try:
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        os.close(master)
+    return proc.returncode, stderr
+
+
+T4_ANY = "name: anyjob\nresources:\n  gpu: T4:1\nrun: echo hi\nmax_duration: 10m\n"
+
+
+def test_run_checks_credentials_before_asking_to_launch(tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(T4_ANY)
+    code, stderr = _on_tty(["run", "job.yaml"], no_cloud_env(tmp_path), tmp_path, b"y\n")
+    assert code == 78, stderr
+    assert "Launch it?" not in stderr and "attempt" not in stderr, stderr
+    for title in ("AWS", "Azure"):
+        lines = [line for line in stderr.splitlines() if f"{title}: no credentials found." in line]
+        assert len(lines) == 1, stderr  # each reason once
+    assert "gpucloud check" in stderr
+    runs = json.loads(cli(no_cloud_env(tmp_path), "ls", "--json", cwd=tmp_path).stdout)
+    assert runs == []  # nothing was started, nothing to clean up
+
+
+def test_a_cloud_without_credentials_is_skipped_once_before_the_prompt(tmp_path: Path) -> None:
+    """One cloud configured (a dead endpoint: nothing is reached), the other not: the other is named
+    once before the prompt and the plan offered is the configured cloud's."""
+    (tmp_path / "job.yaml").write_text(T4_ANY)
+    env = no_cloud_env(tmp_path, AWS_ACCESS_KEY_ID="AKIAFAKE", AWS_SECRET_ACCESS_KEY="fake",
+                       AWS_ENDPOINT_URL="http://127.0.0.1:9", AWS_DEFAULT_REGION="us-east-1")
+    code, stderr = _on_tty(["run", "job.yaml"], env, tmp_path, b"n\n")
+    assert code == 1 and "not launched" in stderr, stderr
+    before, _, _ = stderr.partition("Launch it?")
+    assert before.count("Azure: no credentials found.") == 1 and "skipping azure" in before, stderr
+    assert "plan: aws/" in before and stderr.count("no credentials found") == 1, stderr
+    out = cli(env, "run", "job.yaml", "--yes", cwd=tmp_path)
+    assert out.returncode == 78, out.stderr
+    assert out.stderr.count("127.0.0.1:9") == 2, out.stderr  # its skip line names the endpoint and its fix; once
+    assert out.stderr.count("AWS_ENDPOINT_URL is set") == 1, out.stderr
