@@ -21,10 +21,12 @@ from gpucloud.errors import UserError
 from gpucloud.providers import ssh_transport
 from gpucloud.providers.base import Capabilities, CapacityError, FatalProvisionError, LaunchRequest, RunHandle
 from gpucloud.providers.ssh_channel import SshChannel, fill_root, start_relay
-from gpucloud.providers.ssh_probe import HOST_NVIDIA_REPO, REMOTE_ROOT, HostProbe, assess, driver_problem, install_command, probe_host
+from gpucloud.providers.ssh_probe import (HOST_NVIDIA_REPO, REMOTE_ROOT, SUPPORTED_OS, HostProbe, assess, driver_problem,
+                                          host_stack, install_command, os_label, probe_host)
 
 if TYPE_CHECKING:
     from gpucloud.planner import Candidate
+    from gpucloud.stacks import Stack
     from gpucloud.spec import JobSpec
     from gpucloud.state import Journal
 
@@ -127,6 +129,7 @@ class SshProvider:
 
     def __init__(self) -> None:
         self._channels: dict[str, SshChannel] = {}
+        self._planned: list[HostProbe] = []  # the usable hosts of the last plan_candidates, in order
 
     # -- planning -------------------------------------------------------------------------------------
 
@@ -151,6 +154,7 @@ class SshProvider:
                             hint="Add hosts: [gpu-box, alice@10.0.0.7:2222] under resources, or pass --host HOST.")
         probes = self.probe(hosts, spec)
         usable = [p.host for p in probes if not p.problems]
+        self._planned = [p for p in probes if not p.problems]
         if len(usable) < spec.num_nodes:
             problems = [line for p in probes for line in p.problems]
             raise UserError(f"{where}resources.hosts: {len(usable)} of {len(hosts)} host(s) can run this job, "
@@ -163,6 +167,10 @@ class SshProvider:
                           gpu=gpu.model if gpu else "", gpu_count=gpu.count if gpu else 0, num_nodes=n, spot=False,
                           price_per_hour=0.0, total_per_hour=0.0, estimated_cost=0.0)
                 for i in range(len(usable) - n + 1)]
+
+    def plan_stack(self, stack: Stack) -> Stack:
+        """The stack as on the first planned host: its own OS and NVIDIA's repository for it."""
+        return host_stack(stack, self._planned[0]) if self._planned else stack
 
     # -- Provider protocol ----------------------------------------------------------------------------
 
@@ -222,10 +230,15 @@ class SshProvider:
         pins = req.spec.stack
         if driver_problem(probe, req.stack, needs_cuda=pins.cuda != "auto" or pins.framework != "none") is None:
             return
+        stack = host_stack(req.stack, probe)
+        if not stack.cuda_repo:
+            raise FatalProvisionError(f"{host}: the driver must be installed and the host runs {os_label(probe)}; "
+                                      f"gpucloud installs drivers only on {SUPPORTED_OS}.",
+                                      hint=f"Install driver R{stack.driver} with the host's own packages.")
         if probe.sudo not in ("root", "yes"):
             raise FatalProvisionError(f"{host}: the driver must be installed and {probe.user} has no passwordless sudo.",
-                                      hint=f"Run on the host: {install_command(req.stack)}")
-        command = install_command(req.stack, probe.sudo, HOST_NVIDIA_REPO)
+                                      hint=f"Run on the host: {install_command(stack)}")
+        command = install_command(stack, probe.sudo, HOST_NVIDIA_REPO)
         res = ssh_transport.run(_host(host), f'cd "$(mktemp -d)" && {command}', timeout=3600, check=False)
         if res.returncode != 0:
             raise FatalProvisionError(f"{host}: installing driver R{req.stack.driver} failed: {res.stderr[-400:]}")
