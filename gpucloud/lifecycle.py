@@ -268,10 +268,11 @@ class _Run:
             raise
         finally:
             if not keep_running:
+                stopped = status == "interrupted" and self._stop_first()
                 code = self._teardown(70 if code is None else code)
                 self._drain_logs()
                 if status == "interrupted":
-                    self._after_interrupt(f"run {self.run_id} {status} (exit {code}): {message}")
+                    self._after_interrupt(f"run {self.run_id} {status} (exit {code}): {message}", stopped)
                 self.store.finish_run(self.run_id, status, exit_code=code, message=message or None)
             self.store.set_phases(self.run_id, self.phases)
         return status, code, message
@@ -469,18 +470,39 @@ class _Run:
         except Exception:  # the channel may already be gone with the run
             pass
 
-    def _after_interrupt(self, verdict: str) -> None:
-        """An interrupted run's machines were stopped like a cloud stops them: a job that saved its
-        outputs on SIGTERM had them uploaded as artifacts. Bring back the last log lines and those
-        artifacts (or say that none came), and end the log with the run's own verdict, so that the
-        log and `status` agree."""
-        if self.launch is None or self.mirror is None:
-            return
+    def _stop_first(self) -> bool:
+        """A provider whose teardown removes the channel (SSH hosts) stops the nodes first, keeping
+        their folders (its optional `stop`), so that what the job saved is read back before."""
+        launch = self.launch
+        if launch is None or not launch.provider.capabilities.channel_torn_down or not hasattr(launch.provider, "stop"):
+            return False
+        self.tearing_down = True  # a second Ctrl-C from here on only warns
+        try:
+            launch.provider.stop(launch.handle)
+        except Exception as exc:  # the teardown that follows reports what is left
+            self.progress.warn(f"could not stop the run's nodes before its teardown: {exc}")
+            return False
+        self._bring_back()
+        return True
+
+    def _bring_back(self) -> None:
+        """An interrupted run's nodes were stopped like a cloud stops a machine: a job that saved its
+        outputs on SIGTERM had them uploaded as artifacts. Read back the last log lines and those
+        artifacts, or say that none came."""
         try:
             self._pump_logs(final=True)
             self._collect(interrupted=True)
         except Exception as exc:  # best effort: the machines are gone already, the channel may be too
             self.progress.warn(f"nothing came back from the interrupted run: {exc}")
+
+    def _after_interrupt(self, verdict: str, stopped: bool) -> None:
+        """After the teardown of an interrupted run: bring back what the job saved (unless that was
+        done before the teardown), then end the log with the run's own verdict, so that the log
+        and `status` agree."""
+        if self.launch is None or self.mirror is None:
+            return
+        if not stopped:
+            self._bring_back()
         self.mirror.note(verdict)
 
     def _teardown(self, code: int) -> int:

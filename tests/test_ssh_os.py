@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
     lab.add_server("deb12", gpu=NO_DRIVER_K40, os_release=DEBIAN_12)
     lab.add_server("noble", gpu=NO_DRIVER_T4, os_release=UBUNTU_2404)
     lab.add_server("fedora", gpu=NO_DRIVER_K40, os_release=FEDORA_40)
+    lab.add_server("t4deb", gpu=("Tesla T4", 1, 15360, "535.104.05", "12.2"), os_release=DEBIAN_12)
     yield lab
     lab.close()
 
@@ -104,3 +106,39 @@ def test_unreachable_host_hint_is_valid_ssh(env: dict[str, str], tmp_path: Path)
     assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
     text = out.stdout + out.stderr
     assert "-p 1 127.0.0.1 true`" in text and "ssh 127.0.0.1:1 true" not in text, text
+
+
+SAVES_ON_TERM = """import os, signal, sys, time
+def save(*_):
+    os.makedirs("out", exist_ok=True)
+    open("out/model.txt", "w").write("saved on SIGTERM\\n")
+    print("saved", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, save)
+print("started", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_ctrl_c_on_a_host_brings_back_what_the_job_saved(lab: SshLab, env: dict[str, str], tmp_path: Path) -> None:
+    """The host's folders go with the teardown, so the nodes are stopped first and read back."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(SAVES_ON_TERM)
+    spec = job(tmp_path / "code", "saver", "resources: {cloud: ssh, gpu: T4:1, hosts: [t4deb]}\n"
+                                           "run: python3 train.py\nartifacts: [out/]\n")
+    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(spec)], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "started" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    run_id = next(line.split("] run ", 1)[1].split()[0] for line in stderr.splitlines() if "] run " in line)
+    assert (tmp_path / "gpucloud-runs" / run_id / "out" / "model.txt").read_text() == "saved on SIGTERM\n", stderr
+    box = next(s for s in lab.servers if s.alias == "t4deb")
+    assert not (box.remote_root / "work" / run_id).exists()  # torn down after it was read back
+    log = gpucloud(env, "logs", run_id, cwd=tmp_path).stdout.splitlines()
+    assert "saved" in log and log[-1] == f"[gpucloud] run {run_id} interrupted (exit 130): SIGINT received", log[-5:]

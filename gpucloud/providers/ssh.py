@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from gpucloud.spec import JobSpec
     from gpucloud.state import Journal
 
+# How long stopped nodes get: the bootstrap gives its job 5 s to end on SIGTERM, then uploads.
+STOP_GRACE_S = 15
 STALE_LOCK_S = 120  # a lock whose run has no live process and no fresh folder is free again
 
 # Allocates NGPU free GPU indices under the host's flock; prints `@gpus 0,1` or `@busy <idx>:<run> ...`.
@@ -90,6 +92,23 @@ for b in $(pgrep -f -- "/work/$RUN/node-[0-9]+/bootstrap\.sh backstop" 2>/dev/nu
 for g in $groups; do kill -KILL -- "-$g" 2>/dev/null; done
 rm -rf "$R/work/$RUN" "$R/channel/runs/$RUN"
 for f in "$R/locks"/gpu-*; do [ -f "$f" ] && [ "$(cat "$f")" = "$RUN" ] && rm -f "$f"; done
+true
+"""
+
+# Stop a run's nodes and keep their folders: TERM each bootstrap's group (the bootstrap stops its
+# job once, uploads what the job saved and its final status), wait for it; a node whose bootstrap
+# is gone gets its job TERMed. The teardown that follows kills what is left and removes the folders.
+STOP_SCRIPT = r"""
+pids=""
+for d in "$R/work/$RUN"/node-*; do
+  p=$(cat "$d/pid" 2>/dev/null) || continue
+  if kill -0 "$p" 2>/dev/null; then kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p"; pids="$pids $p"
+  elif [ -s "$d/job.pgid" ]; then kill -TERM -- "-$(cat "$d/job.pgid")" 2>/dev/null; fi
+done
+for _ in $(seq 1 $((GRACE * 10))); do
+  alive=""; for p in $pids; do kill -0 "$p" 2>/dev/null && alive=1; done
+  [ -z "$alive" ] && break; sleep 0.1
+done
 true
 """
 
@@ -269,6 +288,12 @@ class SshProvider:
             found = dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
             states.append(found.get(str(rank), "gone"))
         return states
+
+    def stop(self, handle: RunHandle) -> None:
+        """Stop the run's nodes as a shutdown would and keep their folders: the lifecycle reads an
+        interrupted run's last log lines and artifacts back before the teardown removes them."""
+        for host in dict.fromkeys(handle.region.split(",")):
+            ssh_transport.run(_host(host), _script(STOP_SCRIPT, RUN=handle.run_id, GRACE=STOP_GRACE_S), timeout=60)
 
     def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
         """Kill the run's processes, remove its work and channel folders and GPU locks, per host."""
