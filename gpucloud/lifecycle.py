@@ -165,6 +165,7 @@ class _Run:
         self.progress = Progress(log_to_stderr=json_out)
         self.launch: Launch | None = None
         self.signals = 0
+        self.interrupted = False  # the run was stopped by a signal: what comes back is what the job saved
         self.tearing_down = False
         self.artifacts_dir: str | None = None
         self.mirror: LogMirror | None = None
@@ -427,9 +428,10 @@ class _Run:
 
     # -- the end ------------------------------------------------------------------------------------
 
-    def _collect(self, *, interrupted: bool = False) -> None:
+    def _collect(self) -> None:
         assert self.launch is not None
         t0 = time.monotonic()
+        interrupted = self.interrupted
         if not interrupted:
             self.store.update_run(self.run_id, status="collecting", phase="collect")
         dest = Path.cwd() / "gpucloud-runs" / self.run_id
@@ -479,7 +481,7 @@ class _Run:
         self.tearing_down = True  # a second Ctrl-C from here on only warns
         try:
             launch.provider.stop(launch.handle)
-        except Exception as exc:  # the teardown that follows reports what is left
+        except Exception as exc:  # noqa: BLE001 - the teardown that follows reports what is left
             self.progress.warn(f"could not stop the run's nodes before its teardown: {exc}")
             return False
         self._bring_back()
@@ -490,9 +492,10 @@ class _Run:
         outputs on SIGTERM had them uploaded as artifacts. Read back the last log lines and those
         artifacts, or say that none came."""
         try:
+            self.interrupted = True
             self._pump_logs(final=True)
-            self._collect(interrupted=True)
-        except Exception as exc:  # best effort: the machines are gone already, the channel may be too
+            self._collect()
+        except Exception as exc:  # noqa: BLE001 - best effort: the machines are gone, the channel may be too
             self.progress.warn(f"nothing came back from the interrupted run: {exc}")
 
     def _after_interrupt(self, verdict: str, stopped: bool) -> None:

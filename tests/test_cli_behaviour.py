@@ -30,7 +30,7 @@ def no_cloud_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def cli(env: dict[str, str], *args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, capture_output=True, check=False,
                           text=True, timeout=120, input=stdin)
 
 

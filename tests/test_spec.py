@@ -781,12 +781,12 @@ def test_workdir_may_name_a_parent_folder_relatively_but_not_home(tmp_path: Path
     path = write(repo / "jobs", LOCAL_JOB + "run: python train.py\nworkdir: ..\n", "job.yaml")
     env = {**os.environ, "CI": "true", "HOME": str(tmp_path / "home")}
     ok = subprocess.run([sys.executable, "-m", "gpucloud", "validate", str(path)], capture_output=True, text=True,
-                        env=env, timeout=60)
+                        env=env, timeout=60, check=False)
     assert ok.returncode == 0 and f"workdir {repo.resolve()}: 2 file(s)" in ok.stderr, ok.stderr
     for workdir in ("../../..", "../../../..", str(tmp_path / "home")):
         path.write_text(LOCAL_JOB + f"run: python train.py\nworkdir: {workdir}\n")
         out = subprocess.run([sys.executable, "-m", "gpucloud", "validate", str(path)], capture_output=True,
-                             text=True, env=env, timeout=60)
+                             text=True, env=env, timeout=60, check=False)
         assert out.returncode == 2 and f"{path}:4: workdir: '{workdir}' is " in out.stderr, out.stderr
         assert "your home folder" in out.stderr or "above your home folder" in out.stderr, out.stderr
         assert "Traceback" not in out.stderr and "workdir: .." in out.stderr

@@ -46,7 +46,7 @@ def env(lab: SshLab, gpucloud_home: Path) -> dict[str, str]:
 
 def gpucloud(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpucloud", *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=180)
+                          timeout=180, check=False)
 
 
 def job(tmp_path: Path, name: str, body: str) -> Path:

@@ -21,13 +21,23 @@ from gpucloud.errors import UserError
 from gpucloud.providers import ssh_transport
 from gpucloud.providers.base import Capabilities, CapacityError, FatalProvisionError, LaunchRequest, RunHandle
 from gpucloud.providers.ssh_channel import SshChannel, fill_root, start_relay
-from gpucloud.providers.ssh_probe import (HOST_NVIDIA_REPO, REMOTE_ROOT, SUPPORTED_OS, HostProbe, assess, driver_problem,
-                                          host_stack, install_command, os_label, probe_host)
+from gpucloud.providers.ssh_probe import (
+    HOST_NVIDIA_REPO,
+    REMOTE_ROOT,
+    SUPPORTED_OS,
+    HostProbe,
+    assess,
+    driver_problem,
+    host_stack,
+    install_command,
+    os_label,
+    probe_host,
+)
 
 if TYPE_CHECKING:
     from gpucloud.planner import Candidate
-    from gpucloud.stacks import Stack
     from gpucloud.spec import JobSpec
+    from gpucloud.stacks import Stack
     from gpucloud.state import Journal
 
 # How long stopped nodes get: the bootstrap gives its job 5 s to end on SIGTERM, then uploads.
