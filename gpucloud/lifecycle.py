@@ -458,7 +458,7 @@ class _Run:
             self.progress.info(f"artifacts in {dest}: {sum(out.files for out in got)} file(s)"
                                + (f", {refused} refused (see the warnings above)" if refused else ""))
         elif self.spec.artifacts and interrupted:
-            self.progress.warn("nothing came back: the job was stopped before it saved any of its artifacts")
+            self.progress.warn("nothing came back: none of the job's artifacts was uploaded before its machines stopped")
         elif self.spec.artifacts:
             self.progress.warn("the job produced none of its artifacts")
 
