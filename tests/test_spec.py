@@ -381,7 +381,8 @@ BAD_SPECS: list[Bad] = [
     Bad("gpu-no-model", "name: job\nresources:\n  gpu: ':2'\nrun: x\n", 3, "resources.gpu", ("names no GPU model",)),
     Bad("gpu-is-a-number", "name: job\nresources:\n  gpu: 80\nrun: x\n", 3, "resources.gpu", ("expected MODEL:COUNT", "got the number 80")),
     Bad("no-gpu-for-cloud-job", "name: job\nresources:\n  cloud: aws\nrun: x\n", 2, "resources",
-        ("needs a GPU or an instance type", "gpu: K80:1", "only cloud: local or ssh runs without either")),
+        ("needs a GPU or an instance type", "gpu: T4:1",
+         "only cloud: local or ssh (in the file or as --cloud) runs without either")),
     # machines you own (resources.hosts)
     Bad("host-is-an-option", "name: job\nresources:\n  cloud: ssh\n  hosts: [gpu-box, -oProxyCommand=x]\nrun: x\n", 4,
         "resources.hosts[1]", ("'-oProxyCommand=x' is not a host", "[user@]host[:port]")),
@@ -394,7 +395,7 @@ BAD_SPECS: list[Bad] = [
     Bad("no-resources-at-all", "name: job\nrun: x\n", 1, "resources", ("needs a GPU or an instance type",)),
     Bad("no-gpu-local-and-aws", "name: job\nresources:\n  cloud: [local, aws]\nrun: x\n", 2, "resources", ("needs a GPU or an instance type",)),
     Bad("instance-type-with-space", "name: job\nresources:\n  instance_type: p2 xlarge\nrun: x\n", 3, "resources.instance_type",
-        ("'p2 xlarge' is not an instance type name", "p2.xlarge")),
+        ("'p2 xlarge' is not an instance type name", "g4dn.xlarge")),
     # names
     Bad("name-upper-case", "name: MyJob\nresources:\n  gpu: K80:1\nrun: x\n", 1, "name", ("'MyJob' has upper-case letters", "Did you mean 'myjob'?")),
     Bad("name-too-long", f"name: {'a' * 41}\nresources:\n  gpu: K80:1\nrun: x\n", 1, "name", ("is 41 characters long; at most 40",)),
@@ -428,7 +429,7 @@ BAD_SPECS: list[Bad] = [
     Bad("yaml-tab", "name: job\nresources:\n\tgpu: K80\nrun: x\n", 3, "", ("invalid YAML", "use spaces")),
     Bad("yaml-two-documents", BASE + "---\nname: second\n", 5, "", ("remove the extra '---' part",)),
     Bad("yaml-complex-key", "name: job\n? [a, b]\n: c\nresources:\n  gpu: K80:1\nrun: x\n", 2, "", ("a key must be a plain name",)),
-    Bad("empty-file", "", 1, "", ("the job file is empty", "name: mnist-k80")),
+    Bad("empty-file", "", 1, "", ("the job file is empty", "name: mnist-t4", "gpu: T4:1")),
     Bad("comments-only", "# nothing here yet\n", 1, "", ("the job file is empty",)),
     Bad("top-level-list", "- name: job\n- run: x\n", 1, "", ("must be a mapping of keys", "but it is a list")),
     Bad("top-level-scalar", "hello\n", 1, "", ("must be a mapping of keys", "but it is 'hello'")),
