@@ -358,7 +358,8 @@ def test_ctrl_c_brings_back_what_the_job_saved_and_the_log_agrees(tmp_path: Path
     job = write_job(tmp_path / "job", {"name": "saver", "run": run, "artifacts": ["out/"]},
                     {"train.py": SAVES_ON_TERM})
     proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env={**os.environ, "COLUMNS": "80"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
         if "started" in line:

@@ -780,7 +780,7 @@ def test_workdir_may_name_a_parent_folder_relatively_but_not_home(tmp_path: Path
     (repo / "jobs").mkdir(parents=True)
     (repo / "train.py").write_text("print(1)\n")
     path = write(repo / "jobs", LOCAL_JOB + "run: python train.py\nworkdir: ..\n", "job.yaml")
-    env = {**os.environ, "CI": "true", "HOME": str(tmp_path / "home")}
+    env = {**os.environ, "CI": "true", "HOME": str(tmp_path / "home"), "COLUMNS": "80"}
     ok = subprocess.run([sys.executable, "-m", "gpucloud", "validate", str(path)], capture_output=True, text=True,
                         env=env, timeout=60, check=False)
     assert ok.returncode == 0 and f"workdir {repo.resolve()}: 2 file(s)" in ok.stderr, ok.stderr
