@@ -105,15 +105,18 @@ def parse_cloud(cloud: str | None) -> str | None:
     return cloud
 
 
-def with_hosts(job: Any, cloud: str | None, hosts: list[str] | None) -> tuple[Any, str | None]:
-    """`--host H` (repeatable): the job runs on those machines, whatever its file says, through the
-    provider that takes hosts (the registry's `takes_hosts`)."""
-    if not hosts:
-        return job, cloud
+def load_job(spec: str, cloud: str | None, hosts: list[str] | None) -> tuple[Any, str | None]:
+    """The job file with `--cloud` and `--host` applied before it is validated: a job without
+    `gpu:` is fine with `--cloud local`, as it is with `cloud: local` in the file. `--host H`
+    (repeatable) runs it on those machines, whatever its file says, through the provider that
+    takes hosts (the registry's `takes_hosts`)."""
     from gpucloud import providers
     from gpucloud.errors import UserError
-    from gpucloud.spec import Resources
+    from gpucloud.spec import Resources, load_spec
 
+    cloud = parse_cloud(cloud)
+    if not hosts:
+        return load_spec(spec, resources={"cloud": cloud} if cloud else None), cloud
     host_cloud = cloud if cloud in providers.host_clouds() else providers.host_clouds()[0]
     if cloud not in (None, host_cloud):
         raise UserError(f"--host runs on your own machines; it cannot be combined with --cloud {cloud}.",
@@ -123,8 +126,7 @@ def with_hosts(job: Any, cloud: str | None, hosts: list[str] | None) -> tuple[An
     except Exception as exc:  # pydantic's ValidationError: say which --host is wrong
         raise UserError(f"--host: {str(exc).splitlines()[-1].strip()}",
                         hint="Write [user@]host[:port] or an alias from ~/.ssh/config.") from None
-    res = job.resources.model_copy(update={"cloud": [host_cloud], "hosts": checked.hosts})
-    return job.model_copy(update={"resources": res}), host_cloud
+    return load_spec(spec, resources={"cloud": host_cloud, "hosts": checked.hosts}), host_cloud
 
 
 @app.command()
@@ -160,12 +162,11 @@ def plan(
 ) -> None:
     """Ranked candidates with $/h and estimated cost, the resolved stack, and why others were excluded."""
     from gpucloud.planner import make_plan
-    from gpucloud.spec import load_spec
     from gpucloud import views
 
     from gpucloud.upload_info import describe_upload
 
-    job, cloud = with_hosts(load_spec(spec), parse_cloud(cloud), host)
+    job, cloud = load_job(spec, cloud, host)
     upload = describe_upload(job)
     result = make_plan(job, cloud=cloud, region=region, spot=spot)
     if json_out:
@@ -188,9 +189,8 @@ def render(
     from gpucloud.errors import UserError
     from gpucloud.planner import make_plan
     from gpucloud.render import render_bootstrap
-    from gpucloud.spec import load_spec
 
-    job, cloud = with_hosts(load_spec(spec), parse_cloud(cloud), host)
+    job, cloud = load_job(spec, cloud, host)
     result = make_plan(job, cloud=cloud)
     first = result.candidates[0]
     if not 0 <= node_rank < job.num_nodes:
@@ -324,9 +324,8 @@ def run(
 ) -> None:
     """Run the whole lifecycle: plan, provision, stream logs, collect artifacts, tear down."""
     from gpucloud.lifecycle import run_job
-    from gpucloud.spec import load_spec
 
-    job, cloud = with_hosts(load_spec(spec), parse_cloud(cloud), host)
+    job, cloud = load_job(spec, cloud, host)
     result = run_job(
         job, cloud=cloud, region=region, spot=spot, detach=detach,
         assume_yes=yes or non_interactive(), json_out=json_out, wait_teardown=not no_wait,

@@ -93,12 +93,13 @@ class ConfigurationError(GpucloudError):
 
     exit_code = 78
 
-    def __init__(self, message: str, reasons: list[str], *, hint: str | None = None) -> None:
+    def __init__(self, message: str, reasons: list[str], *, hint: str | None = None, shown: bool = False) -> None:
         super().__init__(message, hint=hint)
         self.reasons = reasons
+        self.shown = shown  # each reason was printed already, as it happened: not again
 
     def render(self) -> str:
-        return render_items(self.message, self.reasons, self.hint)
+        return render_items(self.message, [] if self.shown else self.reasons, self.hint)
 
 
 class Declined(GpucloudError):

@@ -106,8 +106,9 @@ class Failover:
             return launch
         if self.access and len(self.access) == len(self.failures):
             raise ConfigurationError("no cloud is usable: every candidate's cloud lacks working credentials, "
-                                     "a permission they need, or an endpoint that answers:", self.access,
-                                     hint="`gpucloud check` shows what each cloud needs.")
+                                     "a permission they need, or an endpoint that answers (each one's reason "
+                                     "and fix are above).", self.access,
+                                     hint="`gpucloud check` shows what each cloud needs.", shown=True)
         raise NoCandidateError(
             f"no candidate could be provisioned ({len(self.failures)} attempt(s)):", self.failures,
             hint="Try other regions or GPU types (`gpucloud plan` lists them), or ask for more quota.",

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -81,6 +82,7 @@ def run_job(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool 
     plan = make_plan(spec, cloud=cloud, region=region, spot=spot)
     if not plan.candidates:
         raise NoCandidateError("the plan has no candidate to provision.", [])
+    plan = _configured_only(plan)
     plan_s = time.monotonic() - t0
     views.print_plan_summary(plan)
     free = all(c.total_per_hour == 0 for c in plan.candidates)  # a $0 run (local) is not worth a prompt
@@ -88,6 +90,27 @@ def run_job(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool 
         raise Declined("not launched.")
     return _Run(spec, plan, detach=detach, json_out=json_out, wait_teardown=wait_teardown, plan_s=plan_s,
                 plan_kw={"cloud": cloud, "region": region, "spot": spot}).execute()
+
+
+def _configured_only(plan: Plan) -> Plan:
+    """The plan without the clouds that have no credentials at all (the registry's cheap
+    `configured()`: environment and files, no SDK, no network), each named once with its fix, so
+    that nobody is asked to launch what cannot start. None left: ConfigurationError (78)."""
+    from gpucloud import providers
+    from gpucloud.errors import ConfigurationError
+
+    clouds = list(dict.fromkeys(c.cloud for c in plan.candidates))
+    missing = {name: providers.info(name) for name in clouds if not providers.info(name).configured()}
+    if not missing:
+        return plan
+    reasons = {name: f"{entry.title}: no credentials found. {entry.credentials_hint}"
+               for name, entry in missing.items()}
+    if len(missing) == len(clouds):
+        raise ConfigurationError("no cloud is usable: none of the plan's clouds has credentials:",
+                                 list(reasons.values()), hint="`gpucloud check` shows what each cloud needs.")
+    for name, line in reasons.items():
+        print(f"warning: skipping {name}: {line}", file=sys.stderr, flush=True)
+    return replace(plan, candidates=[c for c in plan.candidates if c.cloud not in missing])
 
 
 def watch_job(run_ref: str, *, json_out: bool) -> RunResult:
@@ -142,6 +165,7 @@ class _Run:
         self.progress = Progress(log_to_stderr=json_out)
         self.launch: Launch | None = None
         self.signals = 0
+        self.interrupted = False  # the run was stopped by a signal: what comes back is what the job saved
         self.tearing_down = False
         self.artifacts_dir: str | None = None
         self.mirror: LogMirror | None = None
@@ -245,8 +269,11 @@ class _Run:
             raise
         finally:
             if not keep_running:
+                stopped = status == "interrupted" and self._stop_first()
                 code = self._teardown(70 if code is None else code)
                 self._drain_logs()
+                if status == "interrupted":
+                    self._after_interrupt(f"run {self.run_id} {status} (exit {code}): {message}", stopped)
                 self.store.finish_run(self.run_id, status, exit_code=code, message=message or None)
             self.store.set_phases(self.run_id, self.phases)
         return status, code, message
@@ -404,7 +431,9 @@ class _Run:
     def _collect(self) -> None:
         assert self.launch is not None
         t0 = time.monotonic()
-        self.store.update_run(self.run_id, status="collecting", phase="collect")
+        interrupted = self.interrupted
+        if not interrupted:
+            self.store.update_run(self.run_id, status="collecting", phase="collect")
         dest = Path.cwd() / "gpucloud-runs" / self.run_id
         got = []
         n = self.spec.num_nodes
@@ -419,12 +448,17 @@ class _Run:
                 for warning in out.warnings:
                     self.progress.warn(f"node {rank}: {warning}" if n > 1 else warning)
         self.phases["collect"] = time.monotonic() - t0
+        if interrupted and not sum(out.files for out in got):
+            got = []
+            shutil.rmtree(dest, ignore_errors=True)
         if got:
             self.artifacts_dir = str(dest)
             self.store.update_run(self.run_id, artifacts_dir=str(dest))
             refused = sum(len(out.warnings) for out in got)
             self.progress.info(f"artifacts in {dest}: {sum(out.files for out in got)} file(s)"
                                + (f", {refused} refused (see the warnings above)" if refused else ""))
+        elif self.spec.artifacts and interrupted:
+            self.progress.warn("nothing came back: none of the job's artifacts was uploaded before its machines stopped")
         elif self.spec.artifacts:
             self.progress.warn("the job produced none of its artifacts")
 
@@ -437,6 +471,42 @@ class _Run:
             self._pump_logs(final=True)
         except Exception:  # the channel may already be gone with the run
             pass
+
+    def _stop_first(self) -> bool:
+        """A provider whose teardown removes the channel (SSH hosts) stops the nodes first, keeping
+        their folders (its optional `stop`), so that what the job saved is read back before."""
+        launch = self.launch
+        if launch is None or not launch.provider.capabilities.channel_torn_down or not hasattr(launch.provider, "stop"):
+            return False
+        self.tearing_down = True  # a second Ctrl-C from here on only warns
+        try:
+            launch.provider.stop(launch.handle)
+        except Exception as exc:  # noqa: BLE001 - the teardown that follows reports what is left
+            self.progress.warn(f"could not stop the run's nodes before its teardown: {exc}")
+            return False
+        self._bring_back()
+        return True
+
+    def _bring_back(self) -> None:
+        """An interrupted run's nodes were stopped like a cloud stops a machine: a job that saved its
+        outputs on SIGTERM had them uploaded as artifacts. Read back the last log lines and those
+        artifacts, or say that none came."""
+        try:
+            self.interrupted = True
+            self._pump_logs(final=True)
+            self._collect()
+        except Exception as exc:  # noqa: BLE001 - best effort: the machines are gone, the channel may be too
+            self.progress.warn(f"nothing came back from the interrupted run: {exc}")
+
+    def _after_interrupt(self, verdict: str, stopped: bool) -> None:
+        """After the teardown of an interrupted run: bring back what the job saved (unless that was
+        done before the teardown), then end the log with the run's own verdict, so that the log
+        and `status` agree."""
+        if self.launch is None or self.mirror is None:
+            return
+        if not stopped:
+            self._bring_back()
+        self.mirror.note(verdict)
 
     def _teardown(self, code: int) -> int:
         """Always runs. A second Ctrl-C during it is ignored (with a warning). A store that broke

@@ -254,8 +254,11 @@ def _unpriced_plan(spec: JobSpec, stack: Stack, gpu: str | None, clouds: list[st
     candidates: list[Candidate] = []
     warnings = list(stack.warnings)
     for name in clouds:
-        own = providers.get_provider(name).plan_candidates(spec)
+        provider = providers.get_provider(name)
+        own = provider.plan_candidates(spec)
         candidates.extend(replace(c, gpu=gpu or "") for c in own)
+        if own and not candidates[:-len(own)] and hasattr(provider, "plan_stack"):
+            stack = provider.plan_stack(stack)  # optional: the stack as on the machines just planned
         if gpu and own and not providers.capabilities(name).install_stack:
             warnings.append(f"{name} provider: the stack install is skipped; the job uses this machine's {gpu} "
                             "if it has one, else the CPU (with a warning in the log).")

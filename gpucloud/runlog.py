@@ -117,6 +117,22 @@ class LogMirror:
                 fcntl.flock(lock, fcntl.LOCK_UN)
         return added
 
+    def note(self, text: str) -> None:
+        """Append one `[gpucloud]` line of the CLI's own (the run's verdict when the CLI, not the
+        machine, ended it); it starts on a line of its own."""
+        with open(self.dir / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                with open(self.path, "rb+") as f:
+                    size = f.seek(0, os.SEEK_END)
+                    if size:
+                        f.seek(size - 1)
+                    start = b"\n" if size and f.read(1) != b"\n" else b""
+                    f.seek(0, os.SEEK_END)
+                    f.write(start + f"[gpucloud] {text}\n".encode())
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
     def restart(self) -> None:
         """A new attempt of the run (spot recovery) writes its log parts from 0 again: mirror them
         from there, after what the earlier attempts left in log.txt."""

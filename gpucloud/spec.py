@@ -45,26 +45,31 @@ __all__ = [
 
 
 def _workdir_issue(spec: JobSpec, base_dir: Path, filename: str, line: int | None) -> SpecIssue | None:
-    """A relative workdir must stay inside the job file's folder tree: `../../..` would upload any
-    folder the user can read without a word. Outside it, the absolute path says it is meant."""
-    if Path(spec.workdir).is_absolute():
+    """A relative workdir is resolved against the job file's folder and may lead up to a parent
+    (a job file in `jobs/` of a monorepo uploads the repository with `workdir: ..`). The root
+    folder and the home folder itself (or a folder above it) are refused, relative or absolute:
+    they would upload every file the user owns."""
+    target = (base_dir.resolve() / spec.workdir).resolve()
+    home = Path.home().resolve()
+    if target != target.parent and target != home and target not in home.parents:
         return None
-    base = base_dir.resolve()
-    target = (base / spec.workdir).resolve()
-    if target == base or base in target.parents:
-        return None
+    what = "the root folder /" if target == target.parent else (
+        f"your home folder {home}" if target == home else f"{target}, a folder above your home folder")
     return SpecIssue(filename, line, "workdir",
-                     f"'{spec.workdir}' leads out of the job file's folder {base} (to {target}). A workdir "
-                     f"outside it is uploaded only when written as an absolute path: workdir: {target}")
+                     f"'{spec.workdir}' is {what}, which would upload everything in it. Point workdir "
+                     f"at the project's own folder, e.g. workdir: . (the job file's folder {base_dir.resolve()}) "
+                     "or workdir: .. (its parent)")
 
 
-def parse_spec(text: str, filename: str, base_dir: Path | None = None) -> JobSpec:
+def parse_spec(text: str, filename: str, base_dir: Path | None = None, *,
+               resources: dict[str, Any] | None = None) -> JobSpec:
     """Parse and validate job-file text; `filename` is only used in messages, `base_dir` (the job
-    file's folder) bounds a relative workdir. Raises SpecError listing every problem (file, line,
-    field, what is wrong and what was expected)."""
+    file's folder) resolves a relative workdir. `resources`: fields the command line sets (`--cloud`,
+    `--host`), applied before validation so that the job is judged as it will run. Raises SpecError
+    listing every problem (file, line, field, what is wrong and what was expected)."""
     data, builder = _compose(text, filename)
     minimal = ("Expected at least name, resources.gpu and run, e.g.\n"
-               "  name: mnist-k80\n  resources: {gpu: K80:1}\n  run: python train.py")
+               "  name: mnist-t4\n  resources: {gpu: T4:1}\n  run: python train.py")
     if data is None:
         raise SpecError([SpecIssue(filename, 1, "", f"the job file is empty. {minimal}")])
     if not isinstance(data, dict):
@@ -73,6 +78,8 @@ def parse_spec(text: str, filename: str, base_dir: Path | None = None) -> JobSpe
             [SpecIssue(filename, line, "", "the job file must be a mapping of keys (name, resources, run, ...), "
                                             f"but it is {describe(data)}. {minimal}")]
         )
+    if resources and isinstance(data.get("resources", {}), (dict, type(None))):
+        data["resources"] = {**(data.get("resources") or {}), **resources}
     issues = list(builder.issues)
     root_line = builder.lines[()].value_line
     for key in _INPUT_ONLY_EXCLUDED & data.keys():
@@ -93,8 +100,9 @@ def parse_spec(text: str, filename: str, base_dir: Path | None = None) -> JobSpe
     return spec
 
 
-def load_spec(path: str | Path) -> JobSpec:
-    """Read, parse and validate a job file; `spec.source` is its resolved path. Raises SpecError."""
+def load_spec(path: str | Path, *, resources: dict[str, Any] | None = None) -> JobSpec:
+    """Read, parse and validate a job file; `spec.source` is its resolved path. `resources`: see
+    parse_spec. Raises SpecError."""
     name = str(path)
     p = Path(path)
 
@@ -119,7 +127,7 @@ def load_spec(path: str | Path) -> JobSpec:
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         fail(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}). Save the job file as UTF-8", line)
-    spec = parse_spec(text, name, p.resolve().parent)
+    spec = parse_spec(text, name, p.resolve().parent, resources=resources)
     spec.source = p.resolve()
     return spec
 

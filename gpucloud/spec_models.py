@@ -52,7 +52,7 @@ class GpuRequest(_Strict):
     @field_validator("model", mode="before", json_schema_input_type=str)
     @classmethod
     def _model(cls, value: Any) -> str:
-        return _resolve_gpu(_text(value, "a GPU model such as K80, T4 or A100-80GB"))
+        return _resolve_gpu(_text(value, "a GPU model such as T4, L4 or A100-80GB"))
 
     @field_validator("count", mode="before")
     @classmethod
@@ -177,7 +177,7 @@ class Resources(_Strict):
     @classmethod
     def _gpu(cls, value: Any) -> Any:
         """"K80:1" / "k80" / "A100-80GB:8" -> {model, count}; mappings go to GpuRequest as they are."""
-        expected = "MODEL:COUNT such as K80:1 or A100-80GB:8, or a mapping {model: K80, count: 1}"
+        expected = "MODEL:COUNT such as T4:1 or A100-80GB:8, or a mapping {model: T4, count: 1}"
         if isinstance(value, dict) and len(value) == 1:
             ((key, count),) = value.items()
             if key not in GpuRequest.model_fields and did_you_mean(str(key), list(GpuRequest.model_fields)) is None:
@@ -207,9 +207,9 @@ class Resources(_Strict):
     def _instance_type(cls, value: Any) -> str | None:
         if value is None:
             return None
-        text = _text(value, "an instance type such as p2.xlarge or Standard_NC6s_v3")
+        text = _text(value, "an instance type such as g4dn.xlarge or Standard_NC4as_T4_v3")
         if not _INSTANCE_RE.fullmatch(text):
-            _fail(f"'{value}' is not an instance type name. Expected e.g. p2.xlarge or Standard_NC6s_v3")
+            _fail(f"'{value}' is not an instance type name. Expected e.g. g4dn.xlarge or Standard_NC4as_T4_v3")
         return text
 
     @field_validator("spot", mode="before", json_schema_input_type=bool | Literal["auto"])
@@ -421,8 +421,9 @@ class JobSpec(_Strict):
         if res.gpu is None and res.instance_type is None and any(providers.info(c).priced for c in res.cloud):
             unpriced = " or ".join(n for n in providers.names() if not providers.info(n).priced)
             _fail(
-                "needs a GPU or an instance type. Add gpu: MODEL:COUNT (e.g. gpu: K80:1) or "
-                f"instance_type: p2.xlarge under resources; only cloud: {unpriced} runs without either",
+                "needs a GPU or an instance type. Add gpu: MODEL:COUNT (e.g. gpu: T4:1) or "
+                f"instance_type: g4dn.xlarge under resources; only cloud: {unpriced} (in the file or as --cloud) "
+                "runs without either",
                 "resources",
             )
         return self

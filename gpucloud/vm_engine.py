@@ -170,13 +170,25 @@ class BootedVm:
         return sent
 
     def kill(self, grace: float = 3.0) -> bool:
-        """Stop the VM like a cloud stops an instance: SIGTERM to its whole process group (and any
-        process that escaped the group), SIGKILL for whatever is left after `grace` seconds.
+        """Stop the VM like a cloud stops an instance: SIGTERM to its bootstrap's process group
+        first (the bootstrap stops its job itself, once, and reports), then to any process that
+        escaped the group, SIGKILL for whatever is left after `grace` seconds. A job that saves
+        its outputs on SIGTERM is not hit a second time while it saves.
         Returns whether anything was running. Idempotent; safe from any process."""
-        if not self._signal_all(signal.SIGTERM):
+        deadline = time.monotonic() + grace
+        running = self._leader_is_ours()
+        if running:
+            try:
+                os.killpg(self.pgid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+            while self._leader_is_ours() and time.monotonic() < deadline:
+                self._reap()
+                time.sleep(0.05)
+            self._reap()
+        if not self._signal_all(signal.SIGTERM) and not running:
             self._reap()
             return False
-        deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             self._reap()
             if not self.leftovers():

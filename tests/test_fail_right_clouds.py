@@ -70,7 +70,7 @@ def test_cloud_any_without_aws_credentials_goes_on_to_azure(azure_env: dict[str,
     assert doc["status"] == "succeeded"
     assert (Path(doc["artifacts_dir"]) / "out" / "r.txt").read_text() == "fine\n"
     skipped = [line for line in out.stderr.splitlines() if "skipping" in line]
-    assert len(skipped) == 1 and "AWS: no usable credentials" in skipped[0] and "aws configure" in skipped[0]
+    assert len(skipped) == 1 and "AWS: no credentials found" in skipped[0] and "aws configure" in skipped[0]
     assert "internal error" not in out.stderr and "quota" not in out.stderr
     assert leftovers(arm) == []
     check = json.loads(cli(env, "check", "--json").stdout)

@@ -336,3 +336,47 @@ def test_a_job_that_kills_the_watchdog_is_still_stopped(tmp_path: Path, gpucloud
     assert leftovers(gpucloud_home, doc["run_id"], token) == []
     assert took < 2 + 30 + 15, took
     assert proc.returncode == 124 and doc["status"] == "deadline", (doc, proc.stderr[-2000:])
+
+
+SAVES_ON_TERM = """import os, signal, sys, time
+def save(*_):
+    os.makedirs("out", exist_ok=True)
+    open("out/model.txt", "w").write("saved on SIGTERM\\n")
+    print("saved", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, save)
+print("started", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.parametrize("saves", [True, False])
+def test_ctrl_c_brings_back_what_the_job_saved_and_the_log_agrees(tmp_path: Path, gpucloud_home: Path,
+                                                                  saves: bool) -> None:
+    run = "python train.py" if saves else "python -c 'import time; print(\"started\", flush=True); time.sleep(300)'"
+    job = write_job(tmp_path / "job", {"name": "saver", "run": run, "artifacts": ["out/"]},
+                    {"train.py": SAVES_ON_TERM})
+    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job)], cwd=tmp_path,
+                            env={**os.environ, "COLUMNS": "80"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "started" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(60)
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert rc == 130, stderr
+    run_id = run_id_of(stderr)
+    dest = tmp_path / "gpucloud-runs" / run_id
+    if saves:
+        assert (dest / "out" / "model.txt").read_text() == "saved on SIGTERM\n"
+        assert f"artifacts in {dest}: 1 file(s)" in stderr, stderr
+    else:
+        assert not dest.exists() and "nothing came back" in stderr, stderr
+    doc = status_json(run_id, tmp_path)
+    assert doc["status"] == "interrupted" and doc["exit_code"] == 130
+    log = cli("logs", run_id, cwd=tmp_path, check=True).stdout.splitlines()
+    assert log[-1] == f"[gpucloud] run {run_id} interrupted (exit 130): SIGINT received", log[-4:]
+    assert ("saved" in log) == saves and "exit code null" not in log[-1]

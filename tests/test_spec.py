@@ -305,8 +305,8 @@ def test_workdir_path_is_relative_to_the_job_file(tmp_path: Path, monkeypatch: p
     monkeypatch.chdir(elsewhere)  # the cwd must not matter for a loaded job file
     default = load_spec(write(jobs, MINIMAL, "a.yaml"))
     assert default.workdir_path() == jobs.resolve()
-    with pytest.raises(SpecError, match="leads out of the job file's folder"):  # issue 11: must be absolute
-        load_spec(write(jobs, MINIMAL + "workdir: ../code\n", "b.yaml"))
+    sibling = load_spec(write(jobs, MINIMAL + "workdir: ../code\n", "b.yaml"))
+    assert sibling.workdir_path() == (tmp_path / "code").resolve()
     up = load_spec(write(jobs, MINIMAL + f"workdir: {tmp_path / 'code'}\n", "b.yaml"))
     assert up.workdir_path() == (tmp_path / "code").resolve()
     # parsed text has no file: relative to the cwd
@@ -373,7 +373,7 @@ BAD_SPECS: list[Bad] = [
     Bad("gpu-count-zero", "name: job\nresources:\n  gpu: K80:0\nrun: x\n", 3, "resources.gpu.count", ("must be at least 1, got 0", "1 to 16")),
     Bad("gpu-count-negative", "name: job\nresources:\n  gpu: K80:-1\nrun: x\n", 3, "resources.gpu.count", ("must be at least 1, got -1",)),
     Bad("gpu-count-not-a-number", "name: job\nresources:\n  gpu: K80:two\nrun: x\n", 3, "resources.gpu",
-        ("the GPU count 'two' in 'K80:two' is not a whole number", "MODEL:COUNT such as K80:1")),
+        ("the GPU count 'two' in 'K80:two' is not a whole number", "MODEL:COUNT such as T4:1")),
     Bad("gpu-count-too-many", "name: job\nresources:\n  gpu: K80:17\nrun: x\n", 3, "resources.gpu.count", ("must be at most 16, got 17",)),
     Bad("gpu-mapping-count-zero", "name: job\nresources:\n  gpu:\n    model: K80\n    count: 0\nrun: x\n", 5, "resources.gpu.count",
         ("must be at least 1, got 0",)),
@@ -381,7 +381,8 @@ BAD_SPECS: list[Bad] = [
     Bad("gpu-no-model", "name: job\nresources:\n  gpu: ':2'\nrun: x\n", 3, "resources.gpu", ("names no GPU model",)),
     Bad("gpu-is-a-number", "name: job\nresources:\n  gpu: 80\nrun: x\n", 3, "resources.gpu", ("expected MODEL:COUNT", "got the number 80")),
     Bad("no-gpu-for-cloud-job", "name: job\nresources:\n  cloud: aws\nrun: x\n", 2, "resources",
-        ("needs a GPU or an instance type", "gpu: K80:1", "only cloud: local or ssh runs without either")),
+        ("needs a GPU or an instance type", "gpu: T4:1",
+         "only cloud: local or ssh (in the file or as --cloud) runs without either")),
     # machines you own (resources.hosts)
     Bad("host-is-an-option", "name: job\nresources:\n  cloud: ssh\n  hosts: [gpu-box, -oProxyCommand=x]\nrun: x\n", 4,
         "resources.hosts[1]", ("'-oProxyCommand=x' is not a host", "[user@]host[:port]")),
@@ -394,7 +395,7 @@ BAD_SPECS: list[Bad] = [
     Bad("no-resources-at-all", "name: job\nrun: x\n", 1, "resources", ("needs a GPU or an instance type",)),
     Bad("no-gpu-local-and-aws", "name: job\nresources:\n  cloud: [local, aws]\nrun: x\n", 2, "resources", ("needs a GPU or an instance type",)),
     Bad("instance-type-with-space", "name: job\nresources:\n  instance_type: p2 xlarge\nrun: x\n", 3, "resources.instance_type",
-        ("'p2 xlarge' is not an instance type name", "p2.xlarge")),
+        ("'p2 xlarge' is not an instance type name", "g4dn.xlarge")),
     # names
     Bad("name-upper-case", "name: MyJob\nresources:\n  gpu: K80:1\nrun: x\n", 1, "name", ("'MyJob' has upper-case letters", "Did you mean 'myjob'?")),
     Bad("name-too-long", f"name: {'a' * 41}\nresources:\n  gpu: K80:1\nrun: x\n", 1, "name", ("is 41 characters long; at most 40",)),
@@ -428,7 +429,7 @@ BAD_SPECS: list[Bad] = [
     Bad("yaml-tab", "name: job\nresources:\n\tgpu: K80\nrun: x\n", 3, "", ("invalid YAML", "use spaces")),
     Bad("yaml-two-documents", BASE + "---\nname: second\n", 5, "", ("remove the extra '---' part",)),
     Bad("yaml-complex-key", "name: job\n? [a, b]\n: c\nresources:\n  gpu: K80:1\nrun: x\n", 2, "", ("a key must be a plain name",)),
-    Bad("empty-file", "", 1, "", ("the job file is empty", "name: mnist-k80")),
+    Bad("empty-file", "", 1, "", ("the job file is empty", "name: mnist-t4", "gpu: T4:1")),
     Bad("comments-only", "# nothing here yet\n", 1, "", ("the job file is empty",)),
     Bad("top-level-list", "- name: job\n- run: x\n", 1, "", ("must be a mapping of keys", "but it is a list")),
     Bad("top-level-scalar", "hello\n", 1, "", ("must be a mapping of keys", "but it is 'hello'")),
@@ -755,7 +756,9 @@ HOSTILE = [
     ("env-JOB", LOCAL_JOB + "run: echo hi\nenv:\n  JOB: x\n", 5, "env.JOB", "'JOB' is reserved: the VM's bootstrap"),
     ("env-SETSID", LOCAL_JOB + "run: echo hi\nenv:\n  SETSID: x\n", 5, "env.SETSID", "Rename it, e.g. MY_SETSID"),
     ("env-DEADLINE", LOCAL_JOB + "run: echo hi\nenv:\n  DEADLINE: x\n", 5, "env.DEADLINE", "'DEADLINE' is reserved"),
-    ("workdir-up", LOCAL_JOB + "run: echo hi\nworkdir: ../..\n", 4, "workdir", "leads out of the job file's folder"),
+    ("workdir-root", LOCAL_JOB + "run: echo hi\nworkdir: /\n", 4, "workdir", "'/' is the root folder /"),
+    ("workdir-up-to-root", LOCAL_JOB + "run: echo hi\nworkdir: " + "../" * 40 + "\n", 4, "workdir",
+     "is the root folder /, which would upload everything in it. Point workdir at the project's own folder"),
 ]
 
 
@@ -768,6 +771,26 @@ def test_cli_rejects_hostile_job_files(tmp_path: Path, text: str, line: int, fie
     assert "Traceback" not in out.stderr + out.stdout and "internal error" not in out.stderr
     assert f"{path}:{line}: {field}: " in out.stderr, out.stderr
     assert needle in out.stderr, out.stderr
+
+
+def test_workdir_may_name_a_parent_folder_relatively_but_not_home(tmp_path: Path) -> None:
+    """A job file in `jobs/` of a monorepo uploads the repository with `workdir: ..`, a path that
+    can be committed; the home folder itself (or above it) is refused, relative or absolute."""
+    repo = tmp_path / "home" / "src" / "mono"
+    (repo / "jobs").mkdir(parents=True)
+    (repo / "train.py").write_text("print(1)\n")
+    path = write(repo / "jobs", LOCAL_JOB + "run: python train.py\nworkdir: ..\n", "job.yaml")
+    env = {**os.environ, "CI": "true", "HOME": str(tmp_path / "home"), "COLUMNS": "80"}
+    ok = subprocess.run([sys.executable, "-m", "gpucloud", "validate", str(path)], capture_output=True, text=True,
+                        env=env, timeout=60, check=False)
+    assert ok.returncode == 0 and f"workdir {repo.resolve()}: 2 file(s)" in ok.stderr, ok.stderr
+    for workdir in ("../../..", "../../../..", str(tmp_path / "home")):
+        path.write_text(LOCAL_JOB + f"run: python train.py\nworkdir: {workdir}\n")
+        out = subprocess.run([sys.executable, "-m", "gpucloud", "validate", str(path)], capture_output=True,
+                             text=True, env=env, timeout=60, check=False)
+        assert out.returncode == 2 and f"{path}:4: workdir: '{workdir}' is " in out.stderr, out.stderr
+        assert "your home folder" in out.stderr or "above your home folder" in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr and "workdir: .." in out.stderr
 
 
 def test_workdir_outside_the_tree_is_fine_when_absolute(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.skipif(not have_sshd(), reason="needs /usr/sbin/sshd an
 
 K40 = ("Tesla K40m", 1, 11441, "470.182.03", "11.4")
 T4 = ("Tesla T4", 1, 15360, "535.104.05", "12.2")
+UBUNTU_2004 = 'ID=ubuntu\nVERSION_ID="20.04"\nPRETTY_NAME="Ubuntu 20.04.6 LTS"\n'  # the same on any test machine
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
     lab.add_server("cpu1")
     lab.add_server("cpu2")
     lab.add_server("stranger", trusted=False)
-    lab.add_server("bare", gpu=("Tesla K40m", 1, 11441, "apt", ""))
+    lab.add_server("bare", gpu=("Tesla K40m", 1, 11441, "apt", ""), os_release=UBUNTU_2004)
     yield lab
     lab.close()
 

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from gpucloud.state import Journal
 
 REGION = "local"
+# How long a stopped node gets before SIGKILL: the bootstrap gives its job 5 s to end on SIGTERM,
+# then uploads what the job saved as its artifacts and its final status (a cloud's shutdown waits too).
+STOP_GRACE_S = 10.0
 INSTANCE = "localhost"
 
 
@@ -162,7 +165,7 @@ class LocalProvider:
         sandboxes are found by run id, so a partial handle (a crash mid-provision) finds them too."""
         run_id = handle.run_id
         for vm in self._vms(run_id):
-            vm.kill(grace=3.0 if wait else 1.0)
+            vm.kill(grace=STOP_GRACE_S if wait else 1.0)
             drop_log_copies(vm.sandbox)
         for res in journal.resources(run_id, alive_only=True):
             if res.cloud == self.name:

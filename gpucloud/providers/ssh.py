@@ -21,13 +21,27 @@ from gpucloud.errors import UserError
 from gpucloud.providers import ssh_transport
 from gpucloud.providers.base import Capabilities, CapacityError, FatalProvisionError, LaunchRequest, RunHandle
 from gpucloud.providers.ssh_channel import SshChannel, fill_root, start_relay
-from gpucloud.providers.ssh_probe import HOST_NVIDIA_REPO, REMOTE_ROOT, HostProbe, assess, driver_problem, install_command, probe_host
+from gpucloud.providers.ssh_probe import (
+    HOST_NVIDIA_REPO,
+    REMOTE_ROOT,
+    SUPPORTED_OS,
+    HostProbe,
+    assess,
+    driver_problem,
+    host_stack,
+    install_command,
+    os_label,
+    probe_host,
+)
 
 if TYPE_CHECKING:
     from gpucloud.planner import Candidate
     from gpucloud.spec import JobSpec
+    from gpucloud.stacks import Stack
     from gpucloud.state import Journal
 
+# How long stopped nodes get: the bootstrap gives its job 5 s to end on SIGTERM, then uploads.
+STOP_GRACE_S = 15
 STALE_LOCK_S = 120  # a lock whose run has no live process and no fresh folder is free again
 
 # Allocates NGPU free GPU indices under the host's flock; prints `@gpus 0,1` or `@busy <idx>:<run> ...`.
@@ -91,6 +105,23 @@ for f in "$R/locks"/gpu-*; do [ -f "$f" ] && [ "$(cat "$f")" = "$RUN" ] && rm -f
 true
 """
 
+# Stop a run's nodes and keep their folders: TERM each bootstrap's group (the bootstrap stops its
+# job once, uploads what the job saved and its final status), wait for it; a node whose bootstrap
+# is gone gets its job TERMed. The teardown that follows kills what is left and removes the folders.
+STOP_SCRIPT = r"""
+pids=""
+for d in "$R/work/$RUN"/node-*; do
+  p=$(cat "$d/pid" 2>/dev/null) || continue
+  if kill -0 "$p" 2>/dev/null; then kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p"; pids="$pids $p"
+  elif [ -s "$d/job.pgid" ]; then kill -TERM -- "-$(cat "$d/job.pgid")" 2>/dev/null; fi
+done
+for _ in $(seq 1 $((GRACE * 10))); do
+  alive=""; for p in $pids; do kill -0 "$p" 2>/dev/null && alive=1; done
+  [ -z "$alive" ] && break; sleep 0.1
+done
+true
+"""
+
 GC_SCRIPT = r"""
 now=$(date +%s)
 for e in "$R"/work/*/node-*/expires; do
@@ -127,6 +158,7 @@ class SshProvider:
 
     def __init__(self) -> None:
         self._channels: dict[str, SshChannel] = {}
+        self._planned: list[HostProbe] = []  # the usable hosts of the last plan_candidates, in order
 
     # -- planning -------------------------------------------------------------------------------------
 
@@ -151,6 +183,7 @@ class SshProvider:
                             hint="Add hosts: [gpu-box, alice@10.0.0.7:2222] under resources, or pass --host HOST.")
         probes = self.probe(hosts, spec)
         usable = [p.host for p in probes if not p.problems]
+        self._planned = [p for p in probes if not p.problems]
         if len(usable) < spec.num_nodes:
             problems = [line for p in probes for line in p.problems]
             raise UserError(f"{where}resources.hosts: {len(usable)} of {len(hosts)} host(s) can run this job, "
@@ -163,6 +196,10 @@ class SshProvider:
                           gpu=gpu.model if gpu else "", gpu_count=gpu.count if gpu else 0, num_nodes=n, spot=False,
                           price_per_hour=0.0, total_per_hour=0.0, estimated_cost=0.0)
                 for i in range(len(usable) - n + 1)]
+
+    def plan_stack(self, stack: Stack) -> Stack:
+        """The stack as on the first planned host: its own OS and NVIDIA's repository for it."""
+        return host_stack(stack, self._planned[0]) if self._planned else stack
 
     # -- Provider protocol ----------------------------------------------------------------------------
 
@@ -222,10 +259,15 @@ class SshProvider:
         pins = req.spec.stack
         if driver_problem(probe, req.stack, needs_cuda=pins.cuda != "auto" or pins.framework != "none") is None:
             return
+        stack = host_stack(req.stack, probe)
+        if not stack.cuda_repo:
+            raise FatalProvisionError(f"{host}: the driver must be installed and the host runs {os_label(probe)}; "
+                                      f"gpucloud installs drivers only on {SUPPORTED_OS}.",
+                                      hint=f"Install driver R{stack.driver} with the host's own packages.")
         if probe.sudo not in ("root", "yes"):
             raise FatalProvisionError(f"{host}: the driver must be installed and {probe.user} has no passwordless sudo.",
-                                      hint=f"Run on the host: {install_command(req.stack)}")
-        command = install_command(req.stack, probe.sudo, HOST_NVIDIA_REPO)
+                                      hint=f"Run on the host: {install_command(stack)}")
+        command = install_command(stack, probe.sudo, HOST_NVIDIA_REPO)
         res = ssh_transport.run(_host(host), f'cd "$(mktemp -d)" && {command}', timeout=3600, check=False)
         if res.returncode != 0:
             raise FatalProvisionError(f"{host}: installing driver R{req.stack.driver} failed: {res.stderr[-400:]}")
@@ -256,6 +298,12 @@ class SshProvider:
             found = dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
             states.append(found.get(str(rank), "gone"))
         return states
+
+    def stop(self, handle: RunHandle) -> None:
+        """Stop the run's nodes as a shutdown would and keep their folders: the lifecycle reads an
+        interrupted run's last log lines and artifacts back before the teardown removes them."""
+        for host in dict.fromkeys(handle.region.split(",")):
+            ssh_transport.run(_host(host), _script(STOP_SCRIPT, RUN=handle.run_id, GRACE=STOP_GRACE_S), timeout=60)
 
     def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
         """Kill the run's processes, remove its work and channel folders and GPU locks, per host."""

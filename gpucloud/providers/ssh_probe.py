@@ -7,7 +7,7 @@ verdict are plain functions so they are tested without a host. docs/SSH.md expla
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from gpucloud.providers import ssh_transport
@@ -22,14 +22,22 @@ HOST_NVIDIA_REPO = "${GPUCLOUD_NVIDIA_REPO:-" + NVIDIA_REPO + "}"  # as run on t
 # The last driver branch that still supports an architecture (NVIDIA dropped Kepler after R470;
 # docs/SSH.md cites the source). A newer driver on such a GPU does not see it at all.
 LAST_BRANCH = {"Kepler": 470}
+# NVIDIA's CUDA repository path for each distribution gpucloud installs drivers on (apt, with the
+# cuda-keyring package): ID and VERSION_ID of the host's /etc/os-release, the dots dropped
+# (docs/SSH.md, "Operating systems", cites the sources). Any other OS: the job runs on the driver
+# the host has; gpucloud does not install one there.
+APT_REPOS = {("ubuntu", "20.04"): "ubuntu2004", ("ubuntu", "22.04"): "ubuntu2204",
+             ("ubuntu", "24.04"): "ubuntu2404", ("debian", "12"): "debian12"}
+SUPPORTED_OS = "Ubuntu 20.04, 22.04 or 24.04, or Debian 12"
 
 PROBE_SCRIPT = r"""
 R=__ROOT__
 mkdir -p "$R" 2>/dev/null
 echo "@root $(cd "$R" 2>/dev/null && pwd || echo "$R")"
 echo "@user $(id -un)"
-if [ -r /etc/os-release ]; then
-  . /etc/os-release; echo "@os ${ID:-linux} ${VERSION_ID:-} ${PRETTY_NAME:-}"
+f=${GPUCLOUD_OS_RELEASE:-/etc/os-release}; [ -r "$f" ] || f=/usr/lib/os-release
+if [ -r "$f" ]; then
+  . "$f"; echo "@os ${ID:-linux} ${VERSION_ID:-} ${PRETTY_NAME:-}"
 else
   echo "@os $(uname -s)"
 fi
@@ -70,6 +78,8 @@ class HostProbe:
     root: str = ""
     user: str = ""
     os: str = ""
+    os_id: str = ""                       # /etc/os-release ID ("debian") and VERSION_ID ("12")
+    os_version: str = ""
     disk_free_gib: float = 0.0
     sudo: str = "no"                      # "root" | "yes" | "no"
     missing_tools: list[str] = field(default_factory=list)
@@ -95,7 +105,8 @@ class HostProbe:
 
     def as_json(self) -> dict[str, object]:
         return {
-            "host": self.host, "user": self.user, "os": self.os, "root": self.root,
+            "host": self.host, "user": self.user, "os": self.os, "os_id": self.os_id, "os_version": self.os_version,
+            "nvidia_repo": self.stack.cuda_repo if self.stack else None, "root": self.root,
             "disk_free_gib": round(self.disk_free_gib, 1), "sudo": self.sudo, "missing_tools": self.missing_tools,
             "gpus": [{"index": g.index, "name": g.name, "model": g.model, "memory_mib": g.memory_mib,
                       "locked_by": self.locks.get(g.index)} for g in self.gpus],
@@ -118,6 +129,8 @@ def parse_probe(host: str, text: str) -> HostProbe:
             probe.user = value
         elif key == "@os":
             probe.os = value
+            fields = value.split(" ", 2)
+            probe.os_id, probe.os_version = fields[0].lower(), (fields[1] if len(fields) > 1 else "")
         elif key == "@disk":
             probe.disk_free_gib = int(value) / 1048576 if value.isdigit() else 0.0
         elif key == "@sudo":
@@ -138,6 +151,24 @@ def parse_probe(host: str, text: str) -> HostProbe:
         elif key == "@smi-error":
             probe.smi_error = value or "nvidia-smi failed"
     return probe
+
+
+def os_label(probe: HostProbe) -> str:
+    """The host's OS as `plan` shows an OS image: "debian-12", "ubuntu-24.04"."""
+    return "-".join(p for p in (probe.os_id, probe.os_version) if p) or "unknown"
+
+
+def host_stack(stack: Stack, probe: HostProbe) -> Stack:
+    """The stack as it is on this host: the host's own OS instead of a cloud image, and NVIDIA's
+    repository for that OS (cuda_repo "" where gpucloud does not install drivers)."""
+    if not probe.os_id:
+        return stack
+    repo = APT_REPOS.get((probe.os_id, probe.os_version), "")
+    pretty = probe.os.split(" ", 2)[2] if probe.os.count(" ") >= 2 else os_label(probe)
+    why = (f"The host's own OS, {pretty} (its /etc/os-release); NVIDIA's repository for it is {repo}." if repo else
+           f"The host's own OS, {pretty} (its /etc/os-release); gpucloud installs drivers only on {SUPPORTED_OS}, "
+           "so the host's own driver is used as it is.")
+    return replace(stack, os_image=os_label(probe), cuda_repo=repo, reasons={**stack.reasons, "os_image": why})
 
 
 def install_command(stack: Stack, sudo: str = "yes", repo: str = NVIDIA_REPO) -> str:
@@ -161,7 +192,9 @@ def driver_problem(probe: HostProbe, stack: Stack, *, needs_cuda: bool = True) -
     the job uses the host's own CUDA; `assess` notes it instead."""
     if stack.architecture == "none":
         return None
-    fix = f"install it with `{install_command(stack)}` (needs sudo), or set stack: {{install: true}} in the job"
+    fix = (f"install it with `{install_command(stack)}` (needs sudo), or set stack: {{install: true}} in the job"
+           if stack.cuda_repo else f"install driver R{stack.driver} with the system's own packages (gpucloud "
+           f"installs drivers only on {SUPPORTED_OS})")
     if probe.driver is None:
         why = probe.smi_error or "nvidia-smi shows no GPU"
         return f"{probe.host}: no working NVIDIA driver ({why}); the {stack.gpu} needs driver R{stack.driver}: {fix}"
@@ -182,7 +215,7 @@ def assess(probe: HostProbe, gpu: str | None, count: int, pins: StackSpec | None
     from gpucloud.stacks import resolve_stack
 
     model = gpu or probe.gpu_model
-    probe.stack = resolve_stack(model, pins) if model else None
+    probe.stack = host_stack(resolve_stack(model, pins), probe) if model else None
     if probe.missing_tools:
         probe.problems.append(f"{probe.host}: missing {', '.join(probe.missing_tools)} (the bootstrap needs them); "
                               "install them with the system's package manager")
@@ -199,8 +232,10 @@ def assess(probe: HostProbe, gpu: str | None, count: int, pins: StackSpec | None
         probe.notes.append(f"{probe.host}: driver {probe.driver} (CUDA {probe.cuda or '?'}) is older than the "
                            f"{probe.stack.min_driver_version} that CUDA {probe.stack.cuda} needs; the job uses the "
                            "host's own CUDA (pin stack.cuda or a framework to require the resolved one)")
-    if problem and not (install and probe.sudo in ("root", "yes")):
-        if install:
+    if problem and not (install and probe.sudo in ("root", "yes") and probe.stack.cuda_repo):
+        if install and not probe.stack.cuda_repo:
+            problem += f" (stack.install is true, but this host runs {os_label(probe)}: not {SUPPORTED_OS})"
+        elif install:
             problem += f" (stack.install is true, but {probe.user or 'the user'} has no passwordless sudo there)"
         probe.problems.append(problem)
     return probe
@@ -227,7 +262,8 @@ def render_probe(probe: HostProbe) -> str:
     if probe.stack:
         st = probe.stack.as_json()
         lines.append(f"  stack: {st['architecture']}, driver R{st['driver']}, CUDA {st['cuda']}, cuDNN {st['cudnn']}, "
-                     f"framework {st['framework']}")
+                     f"framework {st['framework']}; OS {st['os_image']}, NVIDIA repository "
+                     f"{probe.stack.cuda_repo or 'none (gpucloud installs drivers only on ' + SUPPORTED_OS + ')'}")
         for w in [*probe.stack.warnings, *probe.notes]:
             lines.append(f"  note: {w}")
     lines += [f"  problem: {p}" for p in probe.problems] or ["  ready for jobs"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import tempfile
 import time
@@ -64,6 +65,14 @@ class SshHost:
         if not host or host.startswith("-") or (user and user.startswith("-")):
             raise UserError(f"{text!r} is not a host.", hint="Write [user@]host[:port] or an alias from ~/.ssh/config.")
         return cls(text=text, user=user or None, host=host, port=port)
+
+    def shell(self, *args: str) -> str:
+        """The ssh command a user types to reach this host as written, e.g. `ssh -p 2222
+        alice@10.0.0.7 true`: the [user@]host[:port] form of job files is not ssh syntax."""
+        cfg = os.environ.get(CONFIG_ENV, "").strip()
+        where = f"{self.user}@{self.host}" if self.user else self.host
+        return shlex.join(["ssh", *(["-F", cfg] if cfg else []), *(["-p", str(self.port)] if self.port else []),
+                           where, *args])
 
     def destination(self) -> list[str]:
         """argv fragment naming the host (options before the `--`-safe destination)."""
@@ -130,7 +139,7 @@ def host_key_fix(host: SshHost) -> str:
     name, port = conf.get("hostname", host.host), conf.get("port", "22")
     known = conf.get("userknownhostsfile", "~/.ssh/known_hosts").split()[0]
     scan = f"ssh-keyscan -p {port} {name}" if port != "22" else f"ssh-keyscan {name}"
-    return (f"Connect once with `ssh {host.text}` and compare the fingerprint with the one the machine's "
+    return (f"Connect once with `{host.shell()}` and compare the fingerprint with the one the machine's "
             f"owner gives you (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on it), or add the key "
             f"with `{scan} >> {known}` after checking it. gpucloud never accepts an unknown key by itself.")
 
@@ -168,13 +177,13 @@ def run(host: SshHost, command: str, *, input: bytes | None = None, timeout: flo
                             hint=host_key_fix(host))
         if "Permission denied" in err:
             raise UserError(f"{host.text}: ssh login refused: {err.splitlines()[-1]}",
-                            hint=f"Check that `ssh {host.text} true` works without a prompt (key in the agent, "
+                            hint=f"Check that `{host.shell('true')}` works without a prompt (key in the agent, "
                                  "or IdentityFile in ~/.ssh/config).")
         last = err or f"ssh exited {proc.returncode}"
         if attempt < retries:
             time.sleep(0.5 * (attempt + 1) ** 2)
     raise SshError(f"{host.text}: cannot reach the host over ssh: {last}",
-                   hint=f"Check `ssh {host.text} true`; the run (if any) keeps going on the host.")
+                   hint=f"Check `{host.shell('true')}`; the run (if any) keeps going on the host.")
 
 
 def master_pid(host: SshHost) -> int | None:

@@ -126,10 +126,12 @@ class SshLab:
         self._control_dirs.append(path)
         return path
 
-    def add_server(self, alias: str, *, gpu: tuple[str, int, int, str, str] | None = None, trusted: bool = True) -> SshdServer:
+    def add_server(self, alias: str, *, gpu: tuple[str, int, int, str, str] | None = None, trusted: bool = True,
+                   os_release: str | None = None) -> SshdServer:
         """Start sshd `alias`; gpu = (name, count, memory MiB, driver, cuda) installs a stub nvidia-smi.
         Driver "apt": none until the driver package is installed through the stub apt-get/dpkg of
-        tests/support/vm_stubs (their state in <folder>/state), from a fake NVIDIA repository."""
+        tests/support/vm_stubs (their state in <folder>/state), from a fake NVIDIA repository.
+        os_release: the text of the host's os-release file (GPUCLOUD_OS_RELEASE points the probe at it)."""
         folder = self.folder / alias
         folder.mkdir()
         host_key = folder / "ssh_host_ed25519_key"
@@ -147,12 +149,15 @@ class SshLab:
         extra = ""
         if gpu and gpu[3] == "apt":
             repo = folder / "nvidia-repo"
-            for dist in ("ubuntu2004", "ubuntu2204", "ubuntu2404"):
+            for dist in ("ubuntu2004", "ubuntu2204", "ubuntu2404", "debian12"):
                 (repo / dist / "x86_64").mkdir(parents=True)
                 (repo / dist / "x86_64" / "cuda-keyring_1.1-1_all.deb").write_bytes(b"stub keyring")
             for name in ("apt-get", "dpkg", "_common.sh"):  # not the whole folder: its python3 stub
                 shutil.copy2(VM_STUBS / name, bin_dir / name)
             extra = f" STUB_STATE={folder / 'state'} GPUCLOUD_NVIDIA_REPO={repo.as_uri()}"
+        if os_release is not None:
+            (folder / "os-release").write_text(os_release)
+            extra += f" GPUCLOUD_OS_RELEASE={folder / 'os-release'}"
         (folder / "sshd_config").write_text(
             f"Port {server.port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nPidFile {folder / 'sshd.pid'}\n"
             f"AuthorizedKeysFile {self.client_key}.pub\nPermitRootLogin prohibit-password\nStrictModes no\n"
