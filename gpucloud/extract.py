@@ -222,10 +222,10 @@ def extract_tar(fileobj: BinaryIO, dest: Path, caps: Caps | None = None, *, what
     try:
         # gzip.GzipFile reads every member of a multi-member gzip (RFC 1952), which tarfile's own
         # "r|gz" stream does not.
-        with gzip.GzipFile(fileobj=counting, mode="rb") as gz, \
-                tarfile.open(fileobj=gz, mode="r|") as tar:  # type: ignore[call-overload]
+        gz = gzip.GzipFile(fileobj=counting, mode="rb")  # type: ignore[call-overload]
+        with gz, tarfile.open(fileobj=gz, mode="r|") as tar:
             for member in tar:
-                tar.members = []  # a stream: keep no list of every header seen
+                tar.members = []  # type: ignore[attr-defined]  # a stream: keep no list of every header
                 parts = _safe_parts(member.name)
                 why = parts if isinstance(parts, str) else _kind(member)
                 if why is None and member.mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX):

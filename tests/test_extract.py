@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tarfile
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,7 +36,7 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
 
 def _cli(env: dict[str, str], *args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, check=False)
 
 
 class Finished:
@@ -187,8 +186,7 @@ def _bomb(path: Path, expanded: int) -> int:
     block = gzip.compress(bytes(MiB), compresslevel=9)
     with open(path, "wb") as out:
         out.write(gzip.compress(header.tobuf(format=tarfile.PAX_FORMAT)))
-        for _ in range(expanded // MiB):
-            out.write(block)
+        out.writelines(block for _ in range(expanded // MiB))
         out.write(gzip.compress(bytes(1024)))  # the two zero blocks that end a tar
     return path.stat().st_size
 
