@@ -262,3 +262,41 @@ def test_a_large_artifact_is_streamed_with_bounded_memory(finished: Finished, tm
     assert (finished.dest(cwd) / "out" / "big.bin").stat().st_size == size
     assert peak_mib < 150, f"collect took {peak_mib:.0f} MiB of RAM for a {size // MiB} MiB artifact"
     print(f"peak RSS of collect for a {size // MiB} MiB artifact: {peak_mib:.0f} MiB")
+
+
+# ---- on the VM: the bootstrap's checkpoint restore ------------------------------------------------
+
+def _slot(channel_run: Path, slot: int, seq: int, data: bytes) -> None:
+    import hashlib
+
+    ckpt = channel_run / "checkpoint"
+    ckpt.mkdir(parents=True, exist_ok=True)
+    (ckpt / f"slot-{slot}.tar.gz").write_bytes(data)
+    (ckpt / f"slot-{slot}.sum").write_text(f"{seq} {hashlib.sha256(data).hexdigest()} {len(data)} end\n")
+
+
+@pytest.mark.parametrize(("bad", "why"), [
+    (lambda tar: (_member(tar, "state", data=b"v2\n"), _member(tar, "null", tarfile.CHRTYPE, mode=0o666)),
+     "checkpoint 2 not restored: a member of type c: null"),
+    (lambda tar: (_member(tar, "state", data=b"v2\n"), _member(tar, "suid", data=b"x", mode=0o4755)),
+     "checkpoint 2 not restored: a setuid, setgid or sticky mode: suid"),
+    (lambda tar: (_member(tar, "state", data=b"v2\n"), _member(tar, "up", tarfile.SYMTYPE, linkname="/etc")),
+     "checkpoint 2 not restored: a member of type l: up"),
+    (lambda tar: _member(tar, "../../../../outside", data=b"x"),
+     "checkpoint 2 not restored: a path out of the folder: ../../../../outside"),
+], ids=["device", "setuid", "symlink", "dotdot"])
+def test_a_hostile_newest_checkpoint_falls_back_to_the_previous_one(tmp_path: Path, bad: object, why: str) -> None:
+    """Runs as root here: GNU tar alone would create the device node and keep the setuid bit."""
+    from tests.test_bootstrap import make_vm
+
+    run_id = "rhostile1"
+    channel_run = tmp_path / "channel" / "runs" / run_id
+    _slot(channel_run, 0, 1, _tgz(lambda tar: _member(tar, "state", data=b"v1\n")))
+    _slot(channel_run, 1, 2, _tgz(bad))
+    job = 'echo "restored $(cat ckpt/state)"; find ckpt -mindepth 1 -printf "%M %p\\n"'
+    vm = make_vm(tmp_path, run=job, spot={"checkpoint": "ckpt", "checkpoint_interval": 60}, run_id=run_id).run(60)
+    assert vm.status()["state"] == "succeeded", vm.log()
+    assert why in vm.log() and "checkpoint 1 restored" in vm.log(), vm.log()
+    out = vm.job_output()
+    assert "restored v1" in out and out.count("ckpt/") == 1 and "-rw-r--r-- ckpt/state" in out, out
+    assert not (tmp_path / "outside").exists()
