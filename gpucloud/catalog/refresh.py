@@ -89,6 +89,7 @@ def refresh(clouds: list[str] | None = None, regions: list[str] | None = None,
     """Fetch every requested cloud, merge with what is kept, write the cache; RefreshFailed when
     nothing at all could be fetched."""
     from gpucloud.catalog import load_catalog, store
+    from gpucloud.catalog.prices import check_rows
     from gpucloud.errors import UserError
 
     say = progress or (lambda _msg: None)
@@ -114,6 +115,10 @@ def refresh(clouds: list[str] | None = None, regions: list[str] | None = None,
             meta[cloud]["problems"] = [f"{problem}; kept the previous {cloud} rows"]
             say(f"[{cloud}] not refreshed: {problem}")
             continue
+        result.rows, bad = check_rows(result.rows, f"{cloud} price API")
+        for line in bad:
+            say(f"[{cloud}] warning: {line}")
+        result.problems += bad
         any_ok = True
         rows = _merge(rows, cloud, result)
         meta[cloud].update(refreshed=True, source=result.source, fetched_at=fetched_at, problems=result.problems,

@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpucloud.catalog.models import Offering
+from gpucloud.catalog.prices import cheaper, parse_price
 from gpucloud.catalog.refresh import FetchContext, FetchResult, SourceUnavailable
 
 CLOUD = "aws"
@@ -148,7 +149,7 @@ def _region(session: Any, pricing: Any, region: str, types: dict[str, TypeInfo],
         rows.append(Offering(
             cloud=CLOUD, instance_type=name, gpu=t.gpu, gpu_count=t.gpu_count, vcpus=t.vcpus,
             memory_gib=t.memory_gib, arch=t.arch, region=region, price_per_hour=price,
-            spot_price_per_hour=spot_price if spot_price and spot_price <= price else None,
+            spot_price_per_hour=spot_price if spot_price is not None and not spot_price > price else None,
             status="active", status_date=ctx.fetched_at[:10],
             source=f"{SOURCE} [S]; {zone_note}" + ("" if spot_price else "; spot unknown: no spot price history"),
             price_date=ctx.fetched_at))
@@ -178,10 +179,9 @@ def _spot_prices(ec2: Any, names: list[str]) -> dict[str, float]:
             InstanceTypes=chunk, ProductDescriptions=["Linux/UNIX"], StartTime=now)
         for page in pages:
             for item in page["SpotPriceHistory"]:
-                price = float(item["SpotPrice"])
-                name = item["InstanceType"]
-                if price > 0 and price < best.get(name, float("inf")):
-                    best[name] = price
+                price = parse_price(item["SpotPrice"])
+                if price != 0:  # NaN, inf, negatives go on to the price check
+                    best[item["InstanceType"]] = cheaper(best.get(item["InstanceType"]), price)
     return best
 
 
@@ -208,17 +208,17 @@ def _query_prices(pricing: Any, filters: dict[str, str]) -> dict[str, float]:
             item = json.loads(text) if isinstance(text, str) else text
             name = item.get("product", {}).get("attributes", {}).get("instanceType")
             price = _usd_per_hour(item)
-            if name and price:
-                out[name] = min(price, out.get(name, price))
+            if name and price is not None:
+                out[name] = cheaper(out.get(name), price)
     return out
 
 
 def _usd_per_hour(item: dict[str, Any]) -> float | None:
     for term in item.get("terms", {}).get("OnDemand", {}).values():
         for dim in term.get("priceDimensions", {}).values():
-            usd = float(dim.get("pricePerUnit", {}).get("USD", "0") or 0)
-            if usd > 0 and dim.get("unit", "Hrs").lower().startswith("hr"):
-                return usd
+            usd = parse_price(dim.get("pricePerUnit", {}).get("USD", "0") or 0)
+            if usd != 0 and dim.get("unit", "Hrs").lower().startswith("hr"):
+                return usd  # NaN, inf, negatives go on to the price check
     return None
 
 

@@ -23,6 +23,7 @@ import urllib.request
 from typing import Any
 
 from gpucloud.catalog.models import Offering
+from gpucloud.catalog.prices import cheaper, parse_price
 from gpucloud.catalog.refresh import FetchContext, FetchResult, SourceUnavailable
 
 CLOUD = "azure"
@@ -73,7 +74,7 @@ def fetch_offerings(ctx: FetchContext) -> FetchResult:
             rows.append(Offering(
                 cloud=CLOUD, instance_type=name, gpu=gpu, gpu_count=count, vcpus=vcpus, memory_gib=memory,
                 arch=arch, region=region, price_per_hour=on_demand,
-                spot_price_per_hour=spot if spot and spot <= on_demand else None,
+                spot_price_per_hour=spot if spot is not None and not spot > on_demand else None,
                 status="active", status_date=ctx.fetched_at[:10],
                 source=f"{SOURCE} [S]" + ("" if spot else "; spot unknown: no spot retail price"),
                 price_date=ctx.fetched_at))
@@ -142,12 +143,12 @@ def _add_price(out: dict[tuple[str, str], list[float | None]], item: dict[str, A
         return
     if item.get("unitOfMeasure") != "1 Hour" or item.get("type", "Consumption") != "Consumption":
         return
-    price = float(item.get("retailPrice") or 0)
-    if price <= 0:
+    price = parse_price(item.get("retailPrice"))
+    if price == 0:  # a free meter (credits, promotions) is no price; NaN, inf, negatives go on to the check
         return
     slot = out.setdefault((item["armSkuName"], str(item["armRegionName"]).lower()), [None, None])
     idx = 1 if sku_name.endswith("Spot") else 0
-    slot[idx] = price if slot[idx] is None else min(price, slot[idx])  # type: ignore[type-var]
+    slot[idx] = cheaper(slot[idx], price)
 
 
 def _get_json(url: str) -> dict[str, Any]:
