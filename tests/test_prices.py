@@ -92,7 +92,7 @@ def test_azure_nan_inf_huge_and_tiny_prices_are_dropped_with_the_source_named(
     assert first["price_per_hour"] > 0.05 and first["instance_type"] != "Standard_NC8as_T4_v3"
 
 
-def test_aws_nan_and_tiny_prices_from_the_price_list_are_dropped(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_aws_nan_and_tiny_prices_from_the_price_list_are_dropped(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     products = [aws_product("g4dn.xlarge", "us-east-1", 0.526), aws_product("g4dn.2xlarge", "us-east-1", 0.752)]
     products[0]["terms"]["OnDemand"]["T1"]["priceDimensions"]["D1"]["pricePerUnit"]["USD"] = "NaN"
     products[1]["terms"]["OnDemand"]["T1"]["priceDimensions"]["D1"]["pricePerUnit"]["USD"] = "1e-300"
