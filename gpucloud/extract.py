@@ -135,7 +135,8 @@ def _open_dir(root_fd: int, parts: list[str]) -> int:
     try:
         for part in parts:
             try:
-                os.mkdir(part, 0o755, dir_fd=fd)
+                os.mkdir(part, dir_fd=fd)
+                os.chmod(part, 0o755, dir_fd=fd, follow_symlinks=False)  # not the process umask's 0700
             except FileExistsError:
                 pass
             nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
