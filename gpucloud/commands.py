@@ -196,7 +196,9 @@ def show_logs(run_id: str, *, follow: bool) -> int:
     run = _find(store, run_id)
     mirror = LogMirror(home_dir(), run.id, run.num_nodes)
     channel = _channel_for(run)
-    out = sys.stdout.buffer
+    from gpucloud.ci_output import LogFence
+
+    out = LogFence(sys.stdout.buffer)  # under GitHub Actions the job's workflow commands are never run
     interval = providers.capabilities(run.cloud).poll_interval if run.cloud else DEFAULT_POLL_S
 
     def pump(final: bool = False) -> None:
