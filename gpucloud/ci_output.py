@@ -321,8 +321,8 @@ def run_markdown(result: Mapping[str, Any], where: str) -> str:
              f"| exit code | {'none (detached)' if code is None else code} |",
              f"| cost | ${_cost(result.get('cost')) or '?'} |",
              f"| artifacts | {code_span(result['artifacts_dir']) if result.get('artifacts_dir') else 'none'} |",
-             *([f"| refused | {len(result['artifacts_refused'])} artifact member(s) not extracted: "
-                f"{md('; '.join(result['artifacts_refused'][:3]))} |"] if result.get("artifacts_refused") else []),
+             *([(f"| refused | {len(result['artifacts_refused'])} artifact member(s) not extracted: "
+                 f"{md('; '.join(result['artifacts_refused'][:3]))} |")] if result.get("artifacts_refused") else []),
              ""]
     phases = result.get("phases") or {}
     if phases:

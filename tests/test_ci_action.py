@@ -265,7 +265,7 @@ def test_workflow_commands_printed_by_the_job_are_fenced(workspace: Path, tmp_pa
     assert tokens and len(set(tokens)) == len(tokens), run.log  # a fresh random token each time
     for forged in ("::add-mask::hunter2", "::stop-commands::guess", "::set-output name=exit-code::0",
                    "::error title=forged::from the job"):
-        assert [i for i, line in enumerate(lines) if line == forged][0] in fenced, run.log
+        assert next(i for i, line in enumerate(lines) if line == forged) in fenced, run.log
         assert lines.count(forged) == 1  # nowhere outside a fence
     assert any(line == "::endgroup::" for i, line in enumerate(lines) if i not in fenced)
     assert run.outputs["exit-code"] == "0" and run.outputs["status"] == "succeeded"
