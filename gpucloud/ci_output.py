@@ -96,7 +96,7 @@ class LogFence:
             return
         if self.enabled and self.token is None:
             self.token = secrets.token_hex(16)
-            self._raw(f"::stop-commands::{self.token}\n".encode())
+            self._raw(f"::stop-commands::{self.token}\n".encode(), marker=True)
             _fences.append(self)
         self._raw(data)
 
@@ -109,13 +109,13 @@ class LogFence:
             return
         token, self.token = self.token, None
         try:
-            self._raw(f"::{token}::\n".encode())
+            self._raw(f"::{token}::\n".encode(), marker=True)
             self.stream.flush()
         except (OSError, ValueError):
             pass
 
-    def _raw(self, data: bytes) -> None:
-        if data.startswith(b"::") and not self._at_line_start:
+    def _raw(self, data: bytes, *, marker: bool = False) -> None:
+        if marker and not self._at_line_start:
             data = b"\n" + data  # a workflow command counts only at the start of a line
         self.stream.write(data)
         self._at_line_start = data.endswith(b"\n")

@@ -69,6 +69,9 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
     from gpucloud.teardown import teardown_run
     from gpucloud.watch import outcome, vm_phases
 
+    from gpucloud.extract import Caps
+
+    Caps.from_env()  # a malformed cap setting is exit 2 before anything is read or torn down
     store = Store()
     run = _find(store, ref)
     statuses = _final_statuses(run)

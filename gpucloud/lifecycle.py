@@ -81,8 +81,10 @@ def new_run_id(name: str, now: datetime | None = None) -> str:
 def run_job(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool | None, detach: bool,
             assume_yes: bool, json_out: bool, wait_teardown: bool) -> RunResult:
     """The whole lifecycle of one job; returns the result (exit code included) once torn down."""
+    from gpucloud.extract import Caps
     from gpucloud.planner import make_plan
 
+    Caps.from_env()  # a malformed artifacts cap is exit 2 before anything is launched
     t0 = time.monotonic()
     plan = make_plan(spec, cloud=cloud, region=region, spot=spot)
     if not plan.candidates:

@@ -220,6 +220,16 @@ def test_file_count_cap_and_a_bad_cap_setting(finished: Finished, tmp_path: Path
     assert "GPUCLOUD_ARTIFACTS_MAX_BYTES='lots' is not a valid size" in bad.stderr
 
 
+def test_a_bad_cap_setting_stops_run_before_anything_is_launched(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"name": "capped", "resources": {"cloud": "local"}, "run": "true"}))
+    out = _cli(_env(home, GPUCLOUD_ARTIFACTS_MAX_RATIO="-3"), "run", str(job), cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "GPUCLOUD_ARTIFACTS_MAX_RATIO='-3' is not a valid ratio" in out.stderr
+    assert not (home / "local").exists() or not any((home / "local").glob("capped-*"))
+
+
 def _random_chunks(total: int) -> Iterator[bytes]:
     seed = os.urandom(MiB)
     for i in range(total // MiB):
