@@ -96,6 +96,21 @@ def test_a_price_server_answering_one_byte_a_second_is_given_up_at_the_deadline(
     assert load_catalog().meta.origin == "shipped"  # nothing half-written
 
 
+def test_a_trickling_price_list_ends_the_aws_source_at_the_deadline(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """botocore's read timeout (30 s per read) never fires against one byte a second either."""
+    trickle = Trickle()
+    monkeypatch.setenv("GPUCLOUD_AWS_PRICING_URL", trickle.url.removesuffix("/api/retail/prices"))
+    try:
+        out, took = cli("catalog", "refresh", "--cloud", "aws", "--region", "us-east-1", "--json",
+                        env={"GPUCLOUD_CATALOG_DEADLINE": "6"})
+    finally:
+        trickle.stop()
+    assert took < 40, f"refresh took {took:.0f} s against a 1 byte/s Price List"
+    assert out.returncode == 75, out.stderr
+    message = json.loads(out.stdout)["error"]["message"]
+    assert "GPUCLOUD_CATALOG_DEADLINE" in message and "unchanged" in message, message
+
+
 class EndlessToken(FakeAwsPricing):
     """A Price List whose NextToken is new on every page: botocore's repeated-token check never fires."""
 
