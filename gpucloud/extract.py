@@ -104,9 +104,9 @@ class ArtifactResult:
 def _kind(member: tarfile.TarInfo) -> str | None:
     """Why a member's type is refused, or None for a regular file or folder."""
     if member.issym():
-        return f"a symbolic link (to {member.linkname})"
+        return f"a symbolic link (to {member.linkname!r})"
     if member.islnk():
-        return f"a hard link (to {member.linkname})"
+        return f"a hard link (to {member.linkname!r})"
     if member.ischr() or member.isblk():
         return "a device file"
     if member.isfifo():
@@ -118,7 +118,7 @@ def _kind(member: tarfile.TarInfo) -> str | None:
 
 def _safe_parts(name: str) -> list[str] | str:
     """The member's path as components under the destination, or why it is refused."""
-    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+    if name.startswith(("/", "\\")):
         return "an absolute path"
     if "\x00" in name or "\\" in name:
         return "a path with a NUL or backslash"
@@ -236,8 +236,10 @@ def extract_tar(fileobj: BinaryIO, dest: Path, caps: Caps | None = None, *, what
                     continue
                 assert isinstance(parts, list)
                 if member.isdir():
-                    if parts:
+                    try:
                         os.close(_open_dir(root_fd, parts))
+                    except OSError as exc:  # e.g. a link in its place: never followed
+                        result.warnings.append(f"{what} {member.name!r} not extracted: {exc}")
                     continue
                 if not parts:
                     continue

@@ -210,10 +210,10 @@ def _job_artifacts(tmp_path: Path, build: str) -> Path:
 
 @pytest.mark.parametrize(("build", "kept", "warning"), [
     ("mkdir outputs; echo w > outputs/model.bin; ln -s model.bin outputs/latest",
-     {"outputs/model.bin"}, ["'outputs/latest' not extracted: a symbolic link (to model.bin)"]),
+     {"outputs/model.bin"}, ["'outputs/latest' not extracted: a symbolic link (to 'model.bin')"]),
     ("mkdir outputs; echo w > outputs/model.bin; ln -s /etc/passwd outputs/passwd; ln -s ../../secret outputs/up",
-     {"outputs/model.bin"}, ["'outputs/passwd' not extracted: a symbolic link (to /etc/passwd)",
-                             "'outputs/up' not extracted: a symbolic link (to ../../secret)"]),
+     {"outputs/model.bin"}, ["'outputs/passwd' not extracted: a symbolic link (to '/etc/passwd')",
+                             "'outputs/up' not extracted: a symbolic link (to '../../secret')"]),
     ("mkdir outputs; echo w > outputs/model.bin; mkfifo outputs/pipe",
      {"outputs/model.bin"}, ["'outputs/pipe' not extracted: a FIFO (named pipe)"]),
 ], ids=["symlink-in", "symlink-out", "fifo"])

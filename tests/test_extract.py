@@ -158,7 +158,7 @@ def test_links_devices_fifos_traversal_and_setuid_are_refused_and_named(finished
     doc = json.loads(got.stdout)
     why = {line.split("'")[1]: line.split("not extracted: ")[1] for line in doc["artifacts_refused"]}
     assert why == {
-        "out/hard": "a hard link (to out/model.bin)", "out/null": "a device file", "out/pipe": "a FIFO (named pipe)",
+        "out/hard": "a hard link (to 'out/model.bin')", "out/null": "a device file", "out/pipe": "a FIFO (named pipe)",
         "../up.txt": "a path out of the artifacts folder (..)",
         "out/../../up2.txt": "a path out of the artifacts folder (..)",
         "/tmp/gpucloud-abs-evil": "an absolute path", "out/suid": "a setuid, setgid or sticky mode",

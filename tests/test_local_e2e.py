@@ -314,8 +314,8 @@ def test_artifacts_with_links_and_fifo_come_back_with_warnings(tmp_path: Path, g
     out = tmp_path / "gpucloud-runs" / run_id_of(proc.stderr)
     assert len(list((out / "out" / "sub").iterdir())) == 50 and not (out / "out" / "inside").exists()
     assert not (out / "out" / "abs").exists() and not (out / "out" / "pipe").exists()
-    for name, why in (("out/inside", "a symbolic link (to sub/f1)"), ("out/abs", "a symbolic link (to /etc/hostname)"),
-                      ("out/up", "a symbolic link (to ../../../x)"), ("out/pipe", "a FIFO")):
+    for name, why in (("out/inside", "a symbolic link (to 'sub/f1')"), ("out/abs", "a symbolic link (to '/etc/hostname')"),
+                      ("out/up", "a symbolic link (to '../../../x')"), ("out/pipe", "a FIFO")):
         assert f"artifact '{name}' not extracted: {why}" in proc.stderr, proc.stderr
     assert "50 file(s), 4 refused" in proc.stderr
     assert "succeeded (exit 0): 4 artifact member(s) refused" in proc.stderr
