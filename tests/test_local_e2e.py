@@ -111,7 +111,7 @@ def test_run_json_document(tmp_path: Path, gpucloud_home: Path) -> None:
     proc = cli("run", str(job), "--cloud", "local", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)  # stdout holds exactly one JSON document
-    assert set(doc) == {"run_id", "status", "exit_code", "artifacts_dir", "phases", "cost"}
+    assert set(doc) == {"run_id", "status", "exit_code", "artifacts_dir", "artifacts_refused", "phases", "cost"}
     assert doc["status"] == "succeeded" and doc["exit_code"] == 0 and doc["cost"] == 0
     assert {"plan", "provision", "run", "teardown"} <= set(doc["phases"])
     assert Path(doc["artifacts_dir"], "out.txt").read_text() == "x"
