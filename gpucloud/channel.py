@@ -15,7 +15,6 @@ Object layout (docs/INTERNALS.md, "Channel"):
 from __future__ import annotations
 
 import fnmatch
-import io
 import json
 import os
 import shutil
@@ -24,12 +23,12 @@ import tarfile
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
 
 from gpucloud.errors import UserError
+from gpucloud.extract import ArtifactResult, Caps, extract_tar
 
 MiB = 1024 * 1024
 DEFAULT_CODE_CAP = 100 * MiB
@@ -43,55 +42,9 @@ LOG_PART_MAX = 16 * MiB
 ALWAYS_SKIP = frozenset({".git", "__pycache__", ".venv", "gpucloud-runs"})
 
 
-@dataclass
-class ArtifactResult:
-    """What came back from one node's artifacts: the folder, how many files (and links inside it)
-    were extracted, and one warning per member that was refused."""
-
-    dest: Path
-    files: int = 0
-    warnings: list[str] = field(default_factory=list)
-
-
-def _refusal(member: tarfile.TarInfo, exc: tarfile.FilterError) -> str:
-    """Why a member is not extracted, in words a user acts on."""
-    if member.isfifo():
-        return "a FIFO (named pipe)"
-    if member.ischr() or member.isblk():
-        return "a device file"
-    if isinstance(exc, tarfile.AbsoluteLinkError):
-        return f"a link to the absolute path {member.linkname}"
-    if isinstance(exc, tarfile.LinkOutsideDestinationError):
-        return f"a link out of the artifacts folder (to {member.linkname})"
-    if isinstance(exc, tarfile.AbsolutePathError):
-        return "an absolute path"
-    if isinstance(exc, tarfile.OutsideDestinationError):
-        return "a path out of the artifacts folder (..)"
-    return str(exc)
-
-
-def extract_artifacts(fileobj: BinaryIO, dest: Path) -> ArtifactResult:
-    """Extract a tar.gz stream member by member with tarfile's data filter; a member the filter
-    refuses is skipped with a warning instead of aborting the whole extraction (one bad symlink
-    must not lose every other file)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    result = ArtifactResult(dest=dest)
-
-    def keep_safe(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-        try:
-            if member.name.startswith(("/", "\\")):  # the data filter would strip the slash: refuse
-                raise tarfile.AbsolutePathError(member)
-            safe = tarfile.data_filter(member, path)
-        except tarfile.FilterError as exc:
-            result.warnings.append(f"artifact {member.name!r} not extracted: {_refusal(member, exc)}")
-            return None
-        if not safe.isdir():
-            result.files += 1
-        return safe
-
-    with tarfile.open(fileobj=fileobj, mode="r:gz") as tar:
-        tar.extractall(dest, filter=keep_safe)
-    return result
+def extract_artifacts(fileobj: BinaryIO, dest: Path, caps: Caps | None = None) -> ArtifactResult:
+    """Extract a node's artifacts tarball with gpucloud's own member walk (gpucloud/extract.py)."""
+    return extract_tar(fileobj, dest, caps)
 
 
 def run_prefix(run_id: str) -> str:
@@ -298,16 +251,31 @@ class Channel(ABC):
         `gpucloud logs` works from another machine. Returns the bytes freed."""
         return 0
 
+    def get_to_file(self, key: str, path: Path) -> bool:
+        """Write the object into `path` (False when it does not exist). Backends stream it in
+        chunks; this fallback holds it in memory once."""
+        data = self.get_bytes(key)
+        if data is None:
+            return False
+        Path(path).write_bytes(data)
+        return True
+
     def download_artifacts(self, run_id: str, rank: int, dest_dir: Path) -> ArtifactResult | None:
         """Extract the node's artifacts tarball into dest_dir (created); None when there is none.
 
-        What must not be extracted (absolute paths, `..`, links out of dest_dir, devices, FIFOs) is
-        skipped with one warning each (`ArtifactResult.warnings`); everything else is extracted.
+        The tarball is streamed to a temporary file and extracted member by member; what must not
+        be extracted (links, devices, FIFOs, setuid bits, paths out of dest_dir) is skipped with
+        one warning each, and the caps (extract.Caps, from the environment) stop a bomb.
         """
-        raw = self.get_bytes(f"{node_prefix(run_id, rank)}/artifacts.tar.gz")
-        if raw is None:
-            return None
-        return extract_artifacts(io.BytesIO(raw), Path(dest_dir))
+        dest_dir = Path(dest_dir)
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        caps = Caps.from_env()
+        with tempfile.TemporaryDirectory(prefix=".gpucloud-dl-", dir=dest_dir.parent) as tmp:
+            local = Path(tmp) / "artifacts.tar.gz"
+            if not self.get_to_file(f"{node_prefix(run_id, rank)}/artifacts.tar.gz", local):
+                return None
+            with open(local, "rb") as fh:
+                return extract_artifacts(fh, dest_dir, caps)
 
 
 class FileChannel(Channel):
@@ -335,6 +303,14 @@ class FileChannel(Channel):
             return self._path(key).read_bytes()
         except (FileNotFoundError, IsADirectoryError):
             return None
+
+    def get_to_file(self, key: str, path: Path) -> bool:
+        try:
+            with open(self._path(key), "rb") as src, open(path, "wb") as out:
+                shutil.copyfileobj(src, out, 1024 * 1024)
+        except (FileNotFoundError, IsADirectoryError):
+            return False
+        return True
 
     def url_get(self, key: str, expires: datetime) -> str:
         return self._path(key).as_uri()

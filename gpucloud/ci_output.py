@@ -16,14 +16,16 @@ outputs; `python -m gpucloud.ci_output plan-summary PLAN.json` prints a plan as 
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import secrets
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from gpucloud.errors import error_kind
 
@@ -77,6 +79,58 @@ def workspace_path(path: str, env: Mapping[str, str] | None = None) -> str:
         return path
 
 
+class LogFence:
+    """A stream for the job's output. Under GitHub Actions the output is written between
+    `::stop-commands::<token>` and `::<token>::`, so workflow commands the job prints
+    (`::add-mask::`, `::set-output`, `::stop-commands::`) are shown, never run. The token is random
+    per fence: the job cannot end it. The fence closes before gpucloud's own markers and at exit."""
+
+    def __init__(self, stream: BinaryIO, env: Mapping[str, str] | None = None) -> None:
+        self.stream = stream
+        self.enabled = detect(env) == GITHUB
+        self.token: str | None = None
+        self._at_line_start = True
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if self.enabled and self.token is None:
+            self.token = secrets.token_hex(16)
+            self._raw(f"::stop-commands::{self.token}\n".encode(), marker=True)
+            _fences.append(self)
+        self._raw(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Resume workflow commands (a no-op when no fence is open)."""
+        if self.token is None:
+            return
+        token, self.token = self.token, None
+        try:
+            self._raw(f"::{token}::\n".encode(), marker=True)
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def _raw(self, data: bytes, *, marker: bool = False) -> None:
+        if marker and not self._at_line_start:
+            data = b"\n" + data  # a workflow command counts only at the start of a line
+        self.stream.write(data)
+        self._at_line_start = data.endswith(b"\n")
+
+
+_fences: list[LogFence] = []
+
+
+@atexit.register
+def close_fences() -> None:
+    """Close every open fence (before gpucloud writes a marker of its own, and at exit)."""
+    while _fences:
+        _fences.pop().close()
+
+
 # ---- errors ---------------------------------------------------------------------------------------
 
 def error_details(exc: BaseException) -> list[dict[str, Any]]:
@@ -119,12 +173,12 @@ def error_markdown(exc: BaseException, command: str | None) -> str:
     head = f"### ❌ gpucloud{' ' + command if command else ''}: {error_kind(exc)} error (exit {code})"
     details = error_details(exc)
     if details:
-        rows = [f"| `{md(workspace_path(d['file']))}` | {d['line'] or ''} | `{md(d['field'])}` | {md(d['message'])} |"
+        rows = [f"| {code_span(workspace_path(d['file']))} | {d['line'] or ''} | {code_span(d['field'])} | {md(d['message'])} |"
                 for d in details]
         return "\n".join([head, "", "| file | line | field | problem |", "|---|---|---|---|", *rows, ""])
     render = getattr(exc, "render", None)
     text = render() if callable(render) else str(exc)
-    return f"{head}\n\n```\n{text}\n```\n"
+    return f"{head}\n\n{code_block(text)}\n"
 
 
 # ---- phases: groups and sections ------------------------------------------------------------------
@@ -171,8 +225,10 @@ def phase_finished(name: str) -> None:
 
 
 def _emit(line: str) -> None:
-    """A marker line on stderr, after whatever job output is pending on stdout."""
+    """A marker line on stderr, after whatever job output is pending on stdout (whose fence is
+    closed first: a marker inside it would not be read)."""
     try:
+        close_fences()
         sys.stdout.flush()
         print(line, file=sys.stderr, flush=True)
     except (OSError, ValueError):
@@ -229,9 +285,29 @@ def _cost(value: Any) -> str:
         return ""
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~!])")
+
+
 def md(text: Any) -> str:
-    """Text safe inside a markdown table cell."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Text safe inside a markdown table cell: HTML escaped, markdown punctuation backslashed,
+    one line (a job's names and messages must not add markup, links or images to the summary)."""
+    plain = " ".join(str(text).splitlines()).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", plain)
+
+
+def code_span(text: Any) -> str:
+    """A code span for a table cell that no backtick in `text` can close: the fence is one
+    backtick longer than the longest run inside (CommonMark); `|` is escaped for the table."""
+    plain = " ".join(str(text).splitlines()).replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", plain)), default=0) + 1)
+    pad = " " if plain.startswith("`") or plain.endswith("`") else ""
+    return f"{fence}{pad}{plain}{pad}{fence}"
+
+
+def code_block(text: str) -> str:
+    """A fenced block that no line of `text` can close."""
+    fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence}\n{text}\n{fence}"
 
 
 def run_markdown(result: Mapping[str, Any], where: str) -> str:
@@ -239,12 +315,14 @@ def run_markdown(result: Mapping[str, Any], where: str) -> str:
     code = result.get("exit_code")
     status = result.get("status") or "unknown"
     icon = "✅" if status == "succeeded" else ("⏳" if status == "detached" else "❌")
-    lines = [f"### {icon} gpucloud run `{md(result.get('run_id') or '?')}`: {md(status)}", "",
+    lines = [f"### {icon} gpucloud run {code_span(result.get('run_id') or '?')}: {md(status)}", "",
              "| | |", "|---|---|",
              f"| where | {md(where) or 'not provisioned'} |",
              f"| exit code | {'none (detached)' if code is None else code} |",
              f"| cost | ${_cost(result.get('cost')) or '?'} |",
-             f"| artifacts | {('`' + md(result['artifacts_dir']) + '`') if result.get('artifacts_dir') else 'none'} |",
+             f"| artifacts | {code_span(result['artifacts_dir']) if result.get('artifacts_dir') else 'none'} |",
+             *([(f"| refused | {len(result['artifacts_refused'])} artifact member(s) not extracted: "
+                 f"{md('; '.join(result['artifacts_refused'][:3]))} |")] if result.get("artifacts_refused") else []),
              ""]
     phases = result.get("phases") or {}
     if phases:
@@ -261,7 +339,7 @@ def artifact_markdown(artifacts_dir: str | None) -> list[str]:
         return []
     root = Path(artifacts_dir)
     files = sorted(p for p in root.rglob("*") if p.is_file())
-    rows = [f"| `{md(p.relative_to(root).as_posix())}` | {p.stat().st_size:,} B |" for p in files[:MAX_ARTIFACT_ROWS]]
+    rows = [f"| {code_span(p.relative_to(root).as_posix())} | {p.stat().st_size:,} B |" for p in files[:MAX_ARTIFACT_ROWS]]
     more = [f"| … and {len(files) - MAX_ARTIFACT_ROWS} more | |"] if len(files) > MAX_ARTIFACT_ROWS else []
     return ["<details><summary>artifacts: " + f"{len(files)} file(s)</summary>", "",
             "| file | size |", "|---|---:|", *rows, *more, "",

@@ -7,10 +7,11 @@ work inside its body, so `gpucloud --help` imports no cloud SDK.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Optional
 
 import typer
+
+from gpucloud import jsonout
 
 image_app = typer.Typer(help="Baked GPU images (the stack installed once, reused by later runs).",
                         no_args_is_help=True, rich_markup_mode=None)
@@ -38,8 +39,8 @@ def build_image(
     baked, built = build(target, cloud=cloud, region=region, with_setup=with_setup, framework=framework,
                          assume_yes=assume_yes or not sys.stdin.isatty(), json_out=json_out)
     if json_out:
-        print(json.dumps({"ref": baked.ref, "region": baked.region, "stack_hash": baked.stack_hash,
-                          "stack": baked.tags.get("gpucloud:stack", ""), "built": built}))
+        print(jsonout.dumps({"ref": baked.ref, "region": baked.region, "stack_hash": baked.stack_hash,
+                          "stack": baked.tags.get("gpucloud:stack", ""), "built": built}, indent=None))
         return
     print(f"{baked.ref}  {baked.region}  {baked.stack_hash}  "
           + ("built" if built else "already baked: nothing booted"))
@@ -55,8 +56,8 @@ def list_images(cloud: CloudArg, region: RegionArg,
     images = sorted(providers.image_store(cloud).list_images(region), key=lambda i: i.created, reverse=True)
     sync_region(cloud, region, images)  # what `plan` picks from, offline
     if json_out:
-        print(json.dumps([{"ref": i.ref, "region": i.region, "name": i.name, "stack_hash": i.stack_hash,
-                           "stack": i.tags.get("gpucloud:stack", ""), "created": i.created} for i in images]))
+        print(jsonout.dumps([{"ref": i.ref, "region": i.region, "name": i.name, "stack_hash": i.stack_hash,
+                           "stack": i.tags.get("gpucloud:stack", ""), "created": i.created} for i in images], indent=None))
         return
     for i in images:
         print(f"{i.ref}  {i.stack_hash}  {i.created or '-'}  {i.tags.get('gpucloud:stack', '')}")

@@ -37,10 +37,12 @@ class Collected:
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     log: str | None = None
     teardown_errors: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # one line per artifact member not extracted
 
     def as_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "status": self.status, "exit_code": self.exit_code,
                 "directory": self.directory, "artifacts": self.artifacts, "log": self.log,
+                "artifacts_refused": self.refused,
                 "teardown_errors": self.teardown_errors}
 
 
@@ -67,6 +69,9 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
     from gpucloud.teardown import teardown_run
     from gpucloud.watch import outcome, vm_phases
 
+    from gpucloud.extract import Caps
+
+    Caps.from_env()  # a malformed cap setting is exit 2 before anything is read or torn down
     store = Store()
     run = _find(store, ref)
     statuses = _final_statuses(run)
@@ -80,23 +85,27 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
     if mirror.path.is_file():
         shutil.copyfile(mirror.path, dest / "job.log")
         log = str(dest / "job.log")
-    got = []
+    got, refused = [], []
     for rank in range(run.num_nodes):
         out = channel.download_artifacts(run.id, rank, dest if run.num_nodes == 1 else dest / f"node-{rank}")
         if out is not None:  # plain JSON values: the folder as a string, counts, one line per refused member
             got.append({"node": rank, "directory": str(out.dest), "files": out.files, "refused": list(out.warnings)})
+            refused += [f"node {rank}: {w}" if run.num_nodes > 1 else w for w in out.warnings]
+    for line in refused:
+        print(f"warning: {line}", file=sys.stderr)
     status, code, message = outcome(statuses)
     store.set_phases(run.id, vm_phases(statuses))
     store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
     store.update_run(run.id, artifacts_dir=str(dest))
-    store.event(run.id, "collect", f"log and {len(got)} artifact set(s) into {dest}")
+    store.event(run.id, "collect", f"log and {len(got)} artifact set(s) into {dest}"
+                + (f"; {len(refused)} artifact member(s) refused" if refused else ""))
     errors: list[str] = []
     if store.resources(run.id, alive_only=True):
         errors = teardown_run(store, Journal(store), store.get_run(run.id) or run, wait=True,
                                say=lambda m: print(f"warning: {m}", file=sys.stderr))
     final = store.get_run(run.id) or run
     return Collected(run_id=run.id, status=final.status, exit_code=final.exit_code, directory=str(dest),
-                     artifacts=got, log=log, teardown_errors=errors)
+                     artifacts=got, log=log, teardown_errors=errors, refused=refused)
 
 
 def collect_command(ref: str, *, json_out: bool) -> int:
@@ -107,8 +116,9 @@ def collect_command(ref: str, *, json_out: bool) -> int:
     if json_out:
         emit(result.as_json())
     else:
-        print(f"run {result.run_id}: {result.status} (exit {result.exit_code}); results in {result.directory}",
-              file=sys.stderr)
+        print(f"run {result.run_id}: {result.status} (exit {result.exit_code}); results in {result.directory}"
+              + (f"; {len(result.refused)} artifact member(s) refused (see the warnings above)"
+                 if result.refused else ""), file=sys.stderr)
         if not result.artifacts:
             print("no artifacts were uploaded by the job", file=sys.stderr)
     if result.teardown_errors:

@@ -154,7 +154,7 @@ def _find(store: Store, ref: str) -> RunRecord:
 
 def show_status(run_id: str | None, *, json_out: bool) -> None:
     """One run with its phases and events, or every run; active ones refreshed from their channel."""
-    import json
+    from gpucloud import jsonout
 
     store = Store()
     now = time.time()
@@ -173,13 +173,13 @@ def show_status(run_id: str | None, *, json_out: bool) -> None:
                                  "started_at": a.started_at, "ended_at": a.ended_at, "end_reason": a.end_reason,
                                  "launched": a.launched, "cost": round(a.cost(run.ended_at or now), 6)}
                                 for a in run.attempts]}
-            print(json.dumps(doc, indent=2, default=str))
+            print(jsonout.dumps(doc))
             return
         views.print_run_detail(run, phases, store.resources(run.id, alive_only=True), now)
         return
     runs = [reconcile(store, refresh(store, r)) for r in store.list_runs()]
     if json_out:
-        print(json.dumps([{**r.as_json(now), "phases": store.phases(r.id)} for r in runs], indent=2, default=str))
+        print(jsonout.dumps([{**r.as_json(now), "phases": store.phases(r.id)} for r in runs]))
         return
     if not runs:
         print("no runs yet (`gpucloud run JOB.yaml` starts one)", file=sys.stderr)
@@ -196,7 +196,9 @@ def show_logs(run_id: str, *, follow: bool) -> int:
     run = _find(store, run_id)
     mirror = LogMirror(home_dir(), run.id, run.num_nodes)
     channel = _channel_for(run)
-    out = sys.stdout.buffer
+    from gpucloud.ci_output import LogFence
+
+    out = LogFence(sys.stdout.buffer)  # under GitHub Actions the job's workflow commands are never run
     interval = providers.capabilities(run.cloud).poll_interval if run.cloud else DEFAULT_POLL_S
 
     def pump(final: bool = False) -> None:

@@ -3,10 +3,15 @@ pydantic) is imported: scripts and CI call it often and it should cost nothing."
 
 from __future__ import annotations
 
+import os
 import sys
 
 
 def main() -> None:
+    # Everything gpucloud writes under GPUCLOUD_HOME (state, log copies, env values) is private:
+    # 0600 files in 0700 folders (docs/SECURITY.md, "Local files"). Results for the user in
+    # ./gpucloud-runs get their modes explicitly (extract.py).
+    os.umask(0o077)
     if sys.argv[1:] in (["version"], ["--version"]):
         from gpucloud import __version__
 

@@ -11,6 +11,7 @@ command quietly with exit 141 (128 + SIGPIPE), never as an internal error.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -20,9 +21,26 @@ from gpucloud.errors import GpucloudError, error_kind
 BROKEN_PIPE_EXIT = 141
 
 
+def finite(doc: object) -> object:
+    """The document with every NaN or infinity replaced by null: JSON has no such numbers, and a
+    reader of `--json` must never get a bare `NaN`."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: finite(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [finite(v) for v in doc]
+    return doc
+
+
+def dumps(doc: object, indent: int | None = 2) -> str:
+    """Strict JSON text of a document (no NaN/Infinity: json.dumps(allow_nan=False))."""
+    return json.dumps(finite(doc), indent=indent, default=str, allow_nan=False)
+
+
 def emit(doc: object) -> None:
     """One JSON document on stdout, flushed (a BrokenPipeError goes up to `quiet_broken_pipe`)."""
-    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    sys.stdout.write(dumps(doc) + "\n")
     sys.stdout.flush()
 
 

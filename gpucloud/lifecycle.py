@@ -60,11 +60,17 @@ class RunResult:
     artifacts_dir: str | None = None
     phases: dict[str, float] = field(default_factory=dict)
     cost: float = 0.0
+    artifacts_refused: list[str] = field(default_factory=list)  # one line per member not extracted
 
     def as_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "status": self.status, "exit_code": self.exit_code,
-                "artifacts_dir": self.artifacts_dir,
+                "artifacts_dir": self.artifacts_dir, "artifacts_refused": list(self.artifacts_refused),
                 "phases": {k: round(v, 3) for k, v in self.phases.items()}, "cost": round(self.cost, 6)}
+
+
+def _refused_note(refused: list[str]) -> str:
+    """The run summary's note on artifacts that were not extracted."""
+    return f"{len(refused)} artifact member(s) refused, see the warnings above and docs/SECURITY.md"
 
 
 def new_run_id(name: str, now: datetime | None = None) -> str:
@@ -76,8 +82,10 @@ def new_run_id(name: str, now: datetime | None = None) -> str:
 def run_job(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool | None, detach: bool,
             assume_yes: bool, json_out: bool, wait_teardown: bool) -> RunResult:
     """The whole lifecycle of one job; returns the result (exit code included) once torn down."""
+    from gpucloud.extract import Caps
     from gpucloud.planner import make_plan
 
+    Caps.from_env()  # a malformed artifacts cap is exit 2 before anything is launched
     t0 = time.monotonic()
     plan = make_plan(spec, cloud=cloud, region=region, spot=spot)
     if not plan.candidates:
@@ -168,6 +176,7 @@ class _Run:
         self.interrupted = False  # the run was stopped by a signal: what comes back is what the job saved
         self.tearing_down = False
         self.artifacts_dir: str | None = None
+        self.refused: list[str] = []
         self.mirror: LogMirror | None = None
         self.peers_stopped: list[int] = []  # multi-node: nodes still running when the run was ended
         self.launched_at: float | None = None  # wall clock when the machines were launched
@@ -218,7 +227,7 @@ class _Run:
                 status, code, message = self._run_guarded()
         finally:
             self._restore_signals()
-        if message and status not in ("succeeded", "detached"):
+        if (message and status not in ("succeeded", "detached")) or self.refused:
             print(f"run {self.run_id}: {status} (exit {code}): {message}", file=sys.stderr, flush=True)
         elif status != "detached":
             print(f"run {self.run_id}: {status} (exit {code})", file=sys.stderr, flush=True)
@@ -228,7 +237,7 @@ class _Run:
             print(self.run_id, flush=True)
         run = self.store.get_run(self.run_id)
         return RunResult(run_id=self.run_id, status=status, exit_code=code, artifacts_dir=self.artifacts_dir,
-                         phases=dict(self.phases), cost=run.cost() if run else 0.0)
+                         phases=dict(self.phases), cost=run.cost() if run else 0.0, artifacts_refused=self.refused)
 
     def _run_guarded(self) -> tuple[str, int | None, str]:
         """Provision, then follow (or detach), with the teardown in `finally`."""
@@ -254,6 +263,8 @@ class _Run:
                     status, code, message = self._follow()
                 if status not in ("interrupted", "down"):
                     self._collect()
+                    if self.refused:  # the summary never reads as a plain success when files were refused
+                        message = "; ".join(filter(None, [message, _refused_note(self.refused)]))
         except _Interrupt as intr:
             status, code = "interrupted", 130
             message = f"{signal.Signals(intr.signum).name} received"
@@ -446,7 +457,8 @@ class _Run:
             if out is not None:
                 got.append(out)
                 for warning in out.warnings:
-                    self.progress.warn(f"node {rank}: {warning}" if n > 1 else warning)
+                    self.refused.append(f"node {rank}: {warning}" if n > 1 else warning)
+                    self.progress.warn(self.refused[-1])
         self.phases["collect"] = time.monotonic() - t0
         if interrupted and not sum(out.files for out in got):
             got = []

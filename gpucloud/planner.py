@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
+from gpucloud.catalog.prices import price_problem
+
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
     from gpucloud.catalog.models import Offering
@@ -368,6 +370,10 @@ def _priced_options(off: Offering, spec: JobSpec, policy: bool | str,
     for is_spot in markets:
         price = off.spot_price_per_hour if is_spot else off.price_per_hour
         assert price is not None
+        bad = price_problem(price, off.gpu_count)
+        if bad is not None:  # NaN would rank first and pass any cap: never a candidate
+            too_dear.append(f"{'spot' if is_spot else 'on-demand'} price {bad}; run `gpucloud catalog refresh`")
+            continue
         if cap is not None and price > cap:
             too_dear.append(f"{'spot' if is_spot else 'on-demand'} ${price:.3f}/h > max_price_per_hour ${cap:g}")
             continue

@@ -38,6 +38,7 @@ class Progress:
         self.t0 = time.monotonic()
         self.plain = plain_mode() if plain is None else plain
         self._log_stream: BinaryIO = (sys.stderr if log_to_stderr else sys.stdout).buffer
+        self._fence = ci_output.LogFence(self._log_stream)  # the job's workflow commands are never run
         self._log_text = sys.stderr if log_to_stderr else sys.stdout
         self._phase: str | None = None
         self._phase_t0 = 0.0
@@ -124,7 +125,7 @@ class Progress:
 
     def _write_log(self, data: bytes, *, final: bool) -> None:
         if self._live is None:
-            self._log_stream.write(data)
+            self._fence.write(data)
             self._log_stream.flush()
             return
         data = self._pending + data
@@ -140,5 +141,5 @@ class Progress:
             text = data.decode("utf-8", errors="replace").rstrip("\n")
             self._live.console.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
         else:  # stdout goes to a file or pipe: the bytes, untouched
-            self._log_stream.write(data)
+            self._fence.write(data)
             self._log_stream.flush()

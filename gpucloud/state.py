@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucloud.state_guard import (
-    check_schema, describe_sqlite_error, is_busy, store_error, writable_problem, write_handle,
+    check_schema, describe_sqlite_error, is_busy, private_home, store_error, writable_problem, write_handle,
 )
 
 BUSY_TIMEOUT_MS = 10_000
@@ -138,7 +138,8 @@ def home_dir() -> Path:
         import platformdirs
 
         path = Path(platformdirs.user_data_dir("gpucloud"))
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_home(path)
     return path
 
 
@@ -268,6 +269,10 @@ class Store:
             raise store_error(self.path, f"its folder cannot be created ({exc.strerror or exc})") from None
         if why := writable_problem(self.path):
             raise store_error(self.path, why)
+        try:  # created 0600 first: SQLite gives its side files (-wal, -shm) the database's mode
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except OSError:  # it exists (a folder in its place is reported below)
+            pass
         try:
             conn = sqlite3.connect(
                 str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False,

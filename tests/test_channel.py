@@ -210,15 +210,16 @@ def _job_artifacts(tmp_path: Path, build: str) -> Path:
 
 @pytest.mark.parametrize(("build", "kept", "warning"), [
     ("mkdir outputs; echo w > outputs/model.bin; ln -s model.bin outputs/latest",
-     {"outputs/model.bin", "outputs/latest"}, None),
+     {"outputs/model.bin"}, ["'outputs/latest' not extracted: a symbolic link (to 'model.bin')"]),
     ("mkdir outputs; echo w > outputs/model.bin; ln -s /etc/passwd outputs/passwd; ln -s "
      "../../secret outputs/up",
-     {"outputs/model.bin"}, ["'outputs/passwd' not extracted: a link to the absolute path /etc/passwd",
-                             "'outputs/up' not extracted: a link out of the artifacts folder (to ../../secret)"]),
+     {"outputs/model.bin"}, ["'outputs/passwd' not extracted: a symbolic link (to '/etc/passwd')",
+                             "'outputs/up' not extracted: a symbolic link (to '../../secret')"]),
     ("mkdir outputs; echo w > outputs/model.bin; mkfifo outputs/pipe",
      {"outputs/model.bin"}, ["'outputs/pipe' not extracted: a FIFO (named pipe)"]),
 ], ids=["symlink-in", "symlink-out", "fifo"])
 def test_artifact_links_and_fifos(tmp_path: Path, build: str, kept: set[str], warning: list[str] | None) -> None:
+    """No link is ever extracted, even one that points inside: links are how extraction escapes."""
     ch = FileChannel(tmp_path / "store")
     ch.put_file("runs/r1/node-0/artifacts.tar.gz", _job_artifacts(tmp_path, build))
     got = ch.download_artifacts("r1", 0, tmp_path / "out")
@@ -226,8 +227,6 @@ def test_artifact_links_and_fifos(tmp_path: Path, build: str, kept: set[str], wa
     present = {str(p.relative_to(got.dest)) for p in got.dest.rglob("*") if p.is_file() or p.is_symlink()}
     assert present == kept and got.files == len(kept)
     assert sorted(w.removeprefix("artifact ") for w in got.warnings) == sorted(warning or [])
-    if "outputs/latest" in kept:
-        assert (got.dest / "outputs/latest").read_bytes() == b"w\n"
 
 
 def test_ten_thousand_small_artifacts_all_come_back(tmp_path: Path) -> None:

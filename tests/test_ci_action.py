@@ -271,3 +271,43 @@ def test_install_false_with_an_interpreter_lacking_gpucloud_fails_clearly(tmp_pa
         pytest.skip("/usr/bin/python3 imports gpucloud")
     assert run.failed_step == "Install gpucloud"
     assert "cannot import gpucloud; set install to true" in run.log
+
+
+def test_workflow_commands_printed_by_the_job_are_fenced(workspace: Path, tmp_path: Path) -> None:
+    """The job's `::add-mask::`, `::stop-commands::`, `::set-output`, `::error` lines sit between
+    `::stop-commands::<random token>` and `::<token>::`: the runner shows them and runs none."""
+    (workspace / "jobs" / "sly.yaml").write_text(
+        "name: sly\nresources:\n  cloud: local\nmax_duration: 2m\nrun: |\n"
+        "  echo '::add-mask::hunter2'\n  echo '::stop-commands::guess'\n  echo '::set-output name=exit-code::0'\n"
+        "  printf 'no newline then ::error::mid-line'\n  echo\n  echo '::error title=forged::from the job'\n")
+    run = run_action(local_inputs("jobs/sly.yaml"), workspace, tmp_path)
+    assert run.failed_step is None, run.log
+    lines = run.log.splitlines()
+    fenced: set[int] = set()  # line numbers inside a fence (the job's output is fenced chunk by chunk)
+    tokens = []
+    for start, line in enumerate(lines):
+        if re.fullmatch(r"::stop-commands::[0-9a-f]{32}", line):
+            tokens.append(line.rsplit("::", 1)[1])
+            end = lines.index(f"::{tokens[-1]}::", start)
+            assert not any(re.fullmatch(r"::(end)?group::.*", x) for x in lines[start:end]), run.log
+            fenced.update(range(start + 1, end))
+    assert tokens and len(set(tokens)) == len(tokens), run.log  # a fresh random token each time
+    for forged in ("::add-mask::hunter2", "::stop-commands::guess", "::set-output name=exit-code::0",
+                   "::error title=forged::from the job"):
+        assert next(i for i, line in enumerate(lines) if line == forged) in fenced, run.log
+        assert lines.count(forged) == 1  # nowhere outside a fence
+    assert any(line == "::endgroup::" for i, line in enumerate(lines) if i not in fenced)
+    assert run.outputs["exit-code"] == "0" and run.outputs["status"] == "succeeded"
+
+
+def test_spot_input_is_escaped_in_the_error_it_is_echoed_into(workspace: Path, tmp_path: Path) -> None:
+    run = run_action(local_inputs("jobs/quickstart.yaml", spot="maybe\n::add-mask::x%41"), workspace, tmp_path)
+    assert run.failed_step == "Run the job" and run.exit_status == 2
+    assert "not 'maybe%0A::add-mask::x%2541'." in run.log, run.log
+    assert not any(line.startswith("::add-mask::") for line in run.log.splitlines())
+
+
+def test_every_line_of_a_multi_line_args_input_is_used(workspace: Path, tmp_path: Path) -> None:
+    run = run_action(local_inputs("jobs/quickstart.yaml", args="--yes\n--bogus-flag"), workspace, tmp_path)
+    assert run.failed_step == "Run the job" and run.exit_status == 2
+    assert "--bogus-flag" in run.log, run.log  # the second line reached the CLI (before: dropped silently)

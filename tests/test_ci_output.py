@@ -217,3 +217,39 @@ def test_run_on_gitlab_sections_and_dotenv(tmp_path: Path) -> None:
     assert fields["GPUCLOUD_WHERE"] == "local/local/localhost x 1 node(s)" and fields["GPUCLOUD_COST"] == "0.0000"
     assert Path(fields["GPUCLOUD_ARTIFACTS_DIR"], "metrics.json").is_file()
     assert fields["GPUCLOUD_RUN_ID"].startswith("quickstart-") and "provision=" in fields["GPUCLOUD_STAGE_TIMES"]
+
+
+@pytest.mark.slow
+def test_step_summary_escapes_backticks_and_html_from_the_job(tmp_path: Path) -> None:
+    """`gpucloud run` under GITHUB_ACTIONS=true, a job whose artifact names and run output carry
+    backticks, pipes and HTML: the step summary renders them as text (checked with a CommonMark
+    + tables parser), never as markup, and says that artifacts were refused."""
+    from markdown_it import MarkdownIt
+
+    evil = "x`y|z<img src=x onerror=alert(1)>.txt"
+    job = tmp_path / "job.yaml"
+    job.write_text(json.dumps({"name": "evil", "resources": {"cloud": "local"}, "max_duration": "2m",
+                               "artifacts": ["out/"],
+                               "run": f"mkdir -p out; echo 1 > 'out/{evil}'; ln -s /etc/passwd 'out/<b>link'"}))
+    summary = tmp_path / "summary.md"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GITLAB_"))}
+    env.update({"GITHUB_ACTIONS": "true", "CI": "true", "GITHUB_STEP_SUMMARY": str(summary), "PYTHONPATH": str(REPO)})
+    proc = subprocess.run([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    html = MarkdownIt("commonmark").enable("table").render(summary.read_text())
+    assert "<img" not in html and "<b>" not in html, html
+    assert "<code>out/x`y|z&lt;img src=x onerror=alert(1)&gt;.txt</code>" in html, html
+    assert "1 artifact member(s) not extracted" in html and "&lt;b&gt;link" in html, html
+
+
+def test_markdown_cells_and_code_spans_cannot_be_broken_out_of() -> None:
+    from markdown_it import MarkdownIt
+
+    parse = MarkdownIt("commonmark").enable("table").render
+    for text in ("a`b", "``", "`x", "x|y", "<script>alert(1)</script>", "[link](https://evil)", "**bold** _i_"):
+        row = f"| {ci_output.code_span(text)} | {ci_output.md(text)} |"
+        html = parse(f"| a | b |\n|---|---|\n{row}\n")
+        assert html.count("<td>") == 2 and "<script" not in html and "<a " not in html and "<strong>" not in html, html
+    block = ci_output.code_block("x\n```\n<b>y</b>")
+    assert parse(block).count("<pre>") == 1 and "<b>" not in parse(block)

@@ -111,7 +111,7 @@ def test_run_json_document(tmp_path: Path, gpucloud_home: Path) -> None:
     proc = cli("run", str(job), "--cloud", "local", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)  # stdout holds exactly one JSON document
-    assert set(doc) == {"run_id", "status", "exit_code", "artifacts_dir", "phases", "cost"}
+    assert set(doc) == {"run_id", "status", "exit_code", "artifacts_dir", "artifacts_refused", "phases", "cost"}
     assert doc["status"] == "succeeded" and doc["exit_code"] == 0 and doc["cost"] == 0
     assert {"plan", "provision", "run", "teardown"} <= set(doc["phases"])
     assert Path(doc["artifacts_dir"], "out.txt").read_text() == "x"
@@ -303,7 +303,7 @@ def test_dead_machine_is_reported_lost(tmp_path: Path, gpucloud_home: Path) -> N
 
 
 def test_artifacts_with_links_and_fifo_come_back_with_warnings(tmp_path: Path, gpucloud_home: Path) -> None:
-    """Issue 11: one bad member no longer loses every artifact; each refusal is named."""
+    """One bad member does not lose every artifact; each refusal is named, and the run's summary says so."""
     job = write_job(tmp_path / "job", {
         "name": "arts", "artifacts": ["out/"],
         "run": "mkdir -p out/sub; for i in $(seq 1 50); do echo $i > out/sub/f$i; done; "
@@ -312,12 +312,13 @@ def test_artifacts_with_links_and_fifo_come_back_with_warnings(tmp_path: Path, g
     proc = cli("run", str(job), "--cloud", "local", cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "gpucloud-runs" / run_id_of(proc.stderr)
-    assert len(list((out / "out" / "sub").iterdir())) == 50 and (out / "out" / "inside").read_text() == "1\n"
+    assert len(list((out / "out" / "sub").iterdir())) == 50 and not (out / "out" / "inside").exists()
     assert not (out / "out" / "abs").exists() and not (out / "out" / "pipe").exists()
-    for name, why in (("out/abs", "a link to the absolute path /etc/hostname"),
-                      ("out/up", "a link out of the artifacts folder"), ("out/pipe", "a FIFO")):
+    for name, why in (("out/inside", "a symbolic link (to 'sub/f1')"), ("out/abs", "a symbolic link (to '/etc/hostname')"),
+                      ("out/up", "a symbolic link (to '../../../x')"), ("out/pipe", "a FIFO")):
         assert f"artifact '{name}' not extracted: {why}" in proc.stderr, proc.stderr
-    assert "51 file(s), 3 refused" in proc.stderr
+    assert "50 file(s), 4 refused" in proc.stderr
+    assert "succeeded (exit 0): 4 artifact member(s) refused" in proc.stderr
     assert "none of its artifacts" not in proc.stderr
 
 

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from gpucloud.errors import GpucloudError
 
@@ -27,10 +31,22 @@ if TYPE_CHECKING:
     from gpucloud.catalog.models import Offering
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
+R = TypeVar("R")
+# Bounds of a refresh (docs/CATALOG.md, "Bounds"): a read timeout per request does not end a
+# server that answers one byte a second, nor a page token that never repeats.
+ENV_DEADLINE = "GPUCLOUD_CATALOG_DEADLINE"    # seconds for the whole refresh
+ENV_MAX_PAGES = "GPUCLOUD_CATALOG_MAX_PAGES"  # pages per paged listing
+DEFAULT_DEADLINE_S = 900.0
+DEFAULT_MAX_PAGES = 1000
 
 
 class SourceUnavailable(Exception):
     """A refresh source could deliver nothing; the message says why and how to fix it."""
+
+
+class SourceLimit(SourceUnavailable):
+    """A bound of the refresh was reached (deadline, page limit): what was being read is partial."""
 
 
 class RefreshFailed(GpucloudError):
@@ -48,6 +64,79 @@ class FetchContext:
     catalog: Catalog
     fetched_at: str
     progress: Progress
+    deadline: float = field(default_factory=lambda: time.monotonic() + DEFAULT_DEADLINE_S)  # time.monotonic()
+    max_pages: int = DEFAULT_MAX_PAGES
+
+    def left(self) -> float:
+        """Seconds until the refresh's deadline (negative once passed)."""
+        return self.deadline - time.monotonic()
+
+    def pages(self, pages: Iterable[T], what: str) -> Iterator[T]:
+        """The pages of one listing, stopped with SourceLimit past the page limit or the deadline."""
+        count = 0
+        for page in pages:
+            count += 1
+            if count > self.max_pages:
+                raise SourceLimit(f"{what}: more than {self.max_pages} pages (a next-page link that never ends?); "
+                                  f"stopped there ({ENV_MAX_PAGES})")
+            if self.left() <= 0:
+                raise SourceLimit(f"{what}: the refresh deadline passed after {count} page(s) ({ENV_DEADLINE})")
+            yield page
+
+    def bounded(self, fn: Callable[[], R], what: str, limit_s: float | None = None) -> R:
+        """fn() in a daemon thread, given up at the deadline (or after limit_s): a server that
+        trickles its answer keeps a socket read alive for ever, which no read timeout ends."""
+        wait = self.left() if limit_s is None else min(limit_s, self.left())
+        box: queue.Queue[tuple[bool, object]] = queue.Queue()
+
+        def target() -> None:
+            try:
+                box.put((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                box.put((False, exc))
+
+        threading.Thread(target=target, daemon=True, name=f"gpucloud-refresh {what}"[:60]).start()
+        try:
+            ok, value = box.get(timeout=max(wait, 0.01))
+        except queue.Empty:
+            raise SourceLimit(f"{what}: no complete answer within {max(wait, 0):.0f} s (the refresh deadline, "
+                              f"{ENV_DEADLINE})") from None
+        if not ok:
+            raise value  # type: ignore[misc]
+        return value  # type: ignore[return-value]
+
+    def map_bounded(self, fn: Callable[[T], R], items: list[T], workers: int) -> list[R | SourceLimit]:
+        """fn over items in daemon worker threads; an item not done by the deadline gets a
+        SourceLimit instead of a result (no thread is waited for past the deadline)."""
+        todo: queue.Queue[tuple[int, T]] = queue.Queue()
+        done: queue.Queue[tuple[int, bool, object]] = queue.Queue()
+        for pair in enumerate(items):
+            todo.put(pair)
+
+        def worker() -> None:
+            while self.left() > 0:
+                try:
+                    index, item = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    done.put((index, True, fn(item)))
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    done.put((index, False, exc))
+
+        for _ in range(min(workers, len(items))):
+            threading.Thread(target=worker, daemon=True, name="gpucloud-refresh worker").start()
+        out: list[R | SourceLimit] = [SourceLimit(f"{item}: not finished by the refresh deadline ({ENV_DEADLINE})")
+                                      for item in items]
+        for _ in items:
+            try:
+                index, ok, value = done.get(timeout=max(self.left(), 0.01))
+            except queue.Empty:
+                break
+            if not ok:
+                raise value  # type: ignore[misc]
+            out[index] = value  # type: ignore[assignment]
+        return out
 
 
 @dataclass
@@ -90,6 +179,7 @@ def refresh(clouds: list[str] | None = None, regions: list[str] | None = None,
     """Fetch every requested cloud, merge with what is kept, write the cache; RefreshFailed when
     nothing at all could be fetched."""
     from gpucloud.catalog import load_catalog, store
+    from gpucloud.catalog.prices import check_rows
     from gpucloud.errors import UserError
 
     say = progress or (lambda _msg: None)
@@ -101,6 +191,8 @@ def refresh(clouds: list[str] | None = None, regions: list[str] | None = None,
             raise UserError(f"--cloud {cloud!r}: no catalog refresh source for it.",
                             hint=f"Clouds with one: {', '.join(known)}.")
     fetched_at = now_iso()
+    deadline_s, max_pages = _bounds()
+    deadline = time.monotonic() + deadline_s
     rows: list[Offering] = list(base.offerings)
     meta: dict[str, dict[str, object]] = {c: dict(v) for c, v in base.meta.clouds.items()}
     for cloud in known:
@@ -109,12 +201,17 @@ def refresh(clouds: list[str] | None = None, regions: list[str] | None = None,
     any_ok = False
     for cloud in chosen:
         ctx = FetchContext(regions=regions, catalog=base, fetched_at=fetched_at,
-                           progress=functools.partial(_say_for, say, cloud))
+                           progress=functools.partial(_say_for, say, cloud),
+                           deadline=deadline, max_pages=max_pages)
         result, problem = _fetch_one(cloud, ctx)
         if result is None:
             meta[cloud]["problems"] = [f"{problem}; kept the previous {cloud} rows"]
             say(f"[{cloud}] not refreshed: {problem}")
             continue
+        result.rows, bad = check_rows(result.rows, f"{cloud} price API")
+        for line in bad:
+            say(f"[{cloud}] warning: {line}")
+        result.problems += bad
         any_ok = True
         rows = _merge(rows, cloud, result)
         meta[cloud].update(refreshed=True, source=result.source, fetched_at=fetched_at, problems=result.problems,
@@ -146,12 +243,30 @@ def _fetch_one(cloud: str, ctx: FetchContext) -> tuple[FetchResult | None, str]:
         return None, f"no credentials found. {entry.credentials_hint}"
     try:
         module = importlib.import_module(entry.catalog_source or "")
-        return module.fetch_offerings(ctx), ""
+        return ctx.bounded(lambda: module.fetch_offerings(ctx), f"{cloud} source"), ""
     except SourceUnavailable as exc:
         return None, str(exc)
     except Exception as exc:  # noqa: BLE001 - one source failing must not stop the others
         first = (str(exc).strip().splitlines() or [""])[0]
         return None, f"{type(exc).__name__}: {first}"
+
+
+def _bounds() -> tuple[float, int]:
+    """The refresh's deadline (s) and page limit from the environment (UserError when malformed)."""
+    from gpucloud.errors import UserError
+
+    values: list[float] = []
+    for name, default in ((ENV_DEADLINE, DEFAULT_DEADLINE_S), (ENV_MAX_PAGES, float(DEFAULT_MAX_PAGES))):
+        raw = os.environ.get(name, "").strip()
+        try:
+            value = float(raw) if raw else default
+        except ValueError:
+            value = -1.0
+        if not 0 < value < float("inf"):
+            raise UserError(f"{name}={raw!r} is not a positive number.",
+                            hint=f"Unset it for the default ({default:g}) or give a number (docs/CATALOG.md).")
+        values.append(value)
+    return values[0], max(int(values[1]), 1)
 
 
 def _merge(rows: list[Offering], cloud: str, result: FetchResult) -> list[Offering]:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from gpucloud.catalog.models import Offering
-from gpucloud.catalog.refresh import FetchContext, FetchResult, SourceUnavailable
+from gpucloud.catalog.prices import cheaper, parse_price
+from gpucloud.catalog.refresh import FetchContext, FetchResult, SourceLimit, SourceUnavailable
 
 CLOUD = "aws"
 PRICING_URL_ENV = "GPUCLOUD_AWS_PRICING_URL"
@@ -89,13 +89,16 @@ def fetch_offerings(ctx: FetchContext) -> FetchResult:
                              endpoint_url=os.environ.get(PRICING_URL_ENV) or None)
     rows: list[Offering] = []
     done: set[str] = set()
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        results = pool.map(lambda r: _region(session, pricing, r, types, ctx), regions)
-        for region, (region_rows, region_problems, ok) in zip(regions, results, strict=True):
-            rows += region_rows
-            problems += region_problems
-            if ok:
-                done.add(region)
+    results = ctx.map_bounded(lambda r: _region(session, pricing, r, types, ctx), regions, WORKERS)
+    for region, result in zip(regions, results, strict=True):
+        if isinstance(result, SourceLimit):
+            problems.append(f"{region}: {result}; kept its previous rows")
+            continue
+        region_rows, region_problems, ok = result
+        rows += region_rows
+        problems += region_problems
+        if ok:
+            done.add(region)
     if regions and not done:
         raise SourceUnavailable("; ".join(problems[-3:]) or "no region could be read")
     return FetchResult(rows=rows, regions=done, source=SOURCE, problems=problems)
@@ -105,7 +108,7 @@ def _gpu_types(ec2: Any, ctx: FetchContext) -> tuple[dict[str, TypeInfo], list[s
     """NVIDIA GPU types (whole GPUs only: fractional vGPU sizes report a count of 0)."""
     types: dict[str, TypeInfo] = {}
     unknown: dict[str, list[str]] = {}
-    for page in ec2.get_paginator("describe_instance_types").paginate():
+    for page in ctx.pages(ec2.get_paginator("describe_instance_types").paginate(), "DescribeInstanceTypes"):
         for it in page["InstanceTypes"]:
             gpus = (it.get("GpuInfo") or {}).get("Gpus") or []
             override = GPU_OVERRIDES.get(it["InstanceType"])
@@ -133,18 +136,18 @@ def _region(session: Any, pricing: Any, region: str, types: dict[str, TypeInfo],
 
     ec2 = session.client("ec2", region_name=region, config=_config())
     try:
-        zones = _offered_zones(ec2, list(types))
-    except (BotoCoreError, ClientError) as exc:
+        zones = _offered_zones(ec2, list(types), ctx)
+    except (BotoCoreError, ClientError, SourceLimit) as exc:
         return [], [f"{region}: offerings not readable ({_first_line(exc)}); kept its previous rows"], False
     problems: list[str] = []
     try:
-        spot = _spot_prices(ec2, sorted(zones))
-    except (BotoCoreError, ClientError) as exc:
+        spot = _spot_prices(ec2, sorted(zones), ctx)
+    except (BotoCoreError, ClientError, SourceLimit) as exc:
         spot = {}
         problems.append(f"{region}: spot prices not readable ({_first_line(exc)}); spot unknown there")
     try:
-        on_demand = _on_demand_prices(pricing, region, sorted(zones))
-    except (BotoCoreError, ClientError) as exc:
+        on_demand = _on_demand_prices(pricing, region, sorted(zones), ctx)
+    except (BotoCoreError, ClientError, SourceLimit) as exc:
         return [], [f"{region}: on-demand prices not readable from the Price List at {pricing.meta.endpoint_url} "
                     f"({_first_line(exc)}); kept its previous rows"], False
     rows = []
@@ -159,7 +162,7 @@ def _region(session: Any, pricing: Any, region: str, types: dict[str, TypeInfo],
         rows.append(Offering(
             cloud=CLOUD, instance_type=name, gpu=t.gpu, gpu_count=t.gpu_count, vcpus=t.vcpus,
             memory_gib=t.memory_gib, arch=t.arch, region=region, price_per_hour=price,
-            spot_price_per_hour=spot_price if spot_price and spot_price <= price else None,
+            spot_price_per_hour=spot_price if spot_price is not None and not spot_price > price else None,
             status="active", status_date=ctx.fetched_at[:10],
             source=f"{SOURCE} [S]; {zone_note}" + ("" if spot_price else "; spot unknown: no spot price history"),
             price_date=ctx.fetched_at))
@@ -167,18 +170,18 @@ def _region(session: Any, pricing: Any, region: str, types: dict[str, TypeInfo],
     return rows, problems, True
 
 
-def _offered_zones(ec2: Any, names: list[str]) -> dict[str, set[str]]:
+def _offered_zones(ec2: Any, names: list[str], ctx: FetchContext) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for chunk in _chunks(names, FILTER_CHUNK):
         pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
             LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": chunk}])
-        for page in pages:
+        for page in ctx.pages(pages, "DescribeInstanceTypeOfferings"):
             for off in page["InstanceTypeOfferings"]:
                 out.setdefault(off["InstanceType"], set()).add(off["Location"])
     return out
 
 
-def _spot_prices(ec2: Any, names: list[str]) -> dict[str, float]:
+def _spot_prices(ec2: Any, names: list[str], ctx: FetchContext) -> dict[str, float]:
     """Cheapest current Linux spot price over the region's zones, per type."""
     best: dict[str, float] = {}
     if not names:
@@ -187,49 +190,48 @@ def _spot_prices(ec2: Any, names: list[str]) -> dict[str, float]:
     for chunk in _chunks(names, FILTER_CHUNK):
         pages = ec2.get_paginator("describe_spot_price_history").paginate(
             InstanceTypes=chunk, ProductDescriptions=["Linux/UNIX"], StartTime=now)
-        for page in pages:
+        for page in ctx.pages(pages, "DescribeSpotPriceHistory"):
             for item in page["SpotPriceHistory"]:
-                price = float(item["SpotPrice"])
-                name = item["InstanceType"]
-                if price > 0 and price < best.get(name, float("inf")):
-                    best[name] = price
+                price = parse_price(item["SpotPrice"])
+                if price != 0:  # NaN, inf, negatives go on to the price check
+                    best[item["InstanceType"]] = cheaper(best.get(item["InstanceType"]), price)
     return best
 
 
 _BASE_FILTERS = {"operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA", "capacitystatus": "Used"}
 
 
-def _on_demand_prices(pricing: Any, region: str, names: list[str]) -> dict[str, float]:
+def _on_demand_prices(pricing: Any, region: str, names: list[str], ctx: FetchContext) -> dict[str, float]:
     """On-demand $/h per type from the Price List Query API: the GPU family in one paged query,
     then by name for any type it missed."""
-    prices = _query_prices(pricing, {**_BASE_FILTERS, "regionCode": region, "instanceFamily": "GPU instance"})
+    prices = _query_prices(pricing, {**_BASE_FILTERS, "regionCode": region, "instanceFamily": "GPU instance"}, ctx)
     for name in names:
         if name not in prices:
-            prices.update(_query_prices(pricing, {**_BASE_FILTERS, "regionCode": region, "instanceType": name}))
+            prices.update(_query_prices(pricing, {**_BASE_FILTERS, "regionCode": region, "instanceType": name}, ctx))
     return {n: p for n, p in prices.items() if n in set(names)}
 
 
-def _query_prices(pricing: Any, filters: dict[str, str]) -> dict[str, float]:
+def _query_prices(pricing: Any, filters: dict[str, str], ctx: FetchContext) -> dict[str, float]:
     out: dict[str, float] = {}
     pages = pricing.get_paginator("get_products").paginate(
         ServiceCode="AmazonEC2", FormatVersion="aws_v1",
         Filters=[{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in filters.items()])
-    for page in pages:
+    for page in ctx.pages(pages, f"Price List at {pricing.meta.endpoint_url}"):
         for text in page.get("PriceList", []):
             item = json.loads(text) if isinstance(text, str) else text
             name = item.get("product", {}).get("attributes", {}).get("instanceType")
             price = _usd_per_hour(item)
-            if name and price:
-                out[name] = min(price, out.get(name, price))
+            if name and price is not None:
+                out[name] = cheaper(out.get(name), price)
     return out
 
 
 def _usd_per_hour(item: dict[str, Any]) -> float | None:
     for term in item.get("terms", {}).get("OnDemand", {}).values():
         for dim in term.get("priceDimensions", {}).values():
-            usd = float(dim.get("pricePerUnit", {}).get("USD", "0") or 0)
-            if usd > 0 and dim.get("unit", "Hrs").lower().startswith("hr"):
-                return usd
+            usd = parse_price(dim.get("pricePerUnit", {}).get("USD", "0") or 0)
+            if usd != 0 and dim.get("unit", "Hrs").lower().startswith("hr"):
+                return usd  # NaN, inf, negatives go on to the price check
     return None
 
 

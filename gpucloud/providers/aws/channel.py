@@ -203,6 +203,21 @@ class S3Channel(Channel):
             raise
         return obj["Body"].read()
 
+    def get_to_file(self, key: str, path: Path) -> bool:
+        """Stream the object to disk in 1 MiB chunks (an artifacts tarball may be many GB)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            obj = self._do("get_object", quiet=("NoSuchKey", "404", "NotFound"),
+                           Bucket=self.bucket, Key=key, ExpectedBucketOwner=self.account)
+        except ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code", "")) in {"NoSuchKey", "404", "NotFound"}:
+                return False
+            raise
+        with open(path, "wb") as out:
+            out.writelines(obj["Body"].iter_chunks(1024 * 1024))
+        return True
+
     def _expires_in(self, expires: datetime) -> int:
         if expires.tzinfo is None:
             expires = expires.replace(tzinfo=UTC)

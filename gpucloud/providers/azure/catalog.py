@@ -6,7 +6,8 @@
 - Which GPU a size has: the small table below (the API gives only a count).
 - Prices, on-demand and spot: the public Retail Prices API (no sign-in), `Consumption` Linux rows;
   `skuName` ending in " Spot" is the spot price, " Low Priority" rows are dropped, as are Windows
-  rows (product names with " Windows" or " Win"); pages are followed through `NextPageLink`.
+  rows; pages are followed through `NextPageLink`, at most GPUCLOUD_CATALOG_MAX_PAGES per query and
+  each bounded in time: past a bound the source is reported not refreshed, never complete.
 
 Endpoints: `GPUCLOUD_AZURE_ARM_ENDPOINT` (ARM, the provider's setting) and
 `GPUCLOUD_AZURE_PRICES_URL` (default https://prices.azure.com/api/retail/prices). The azure SDKs
@@ -20,16 +21,19 @@ import os
 import re
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 from gpucloud.catalog.models import Offering
+from gpucloud.catalog.prices import cheaper, parse_price
 from gpucloud.catalog.refresh import FetchContext, FetchResult, SourceUnavailable
 
 CLOUD = "azure"
 PRICES_URL_ENV = "GPUCLOUD_AZURE_PRICES_URL"
 DEFAULT_PRICES_URL = "https://prices.azure.com/api/retail/prices"
 SKUS_PER_QUERY = 10
-MAX_PAGES = 2000
+REQUEST_S = 120.0  # one page, however slowly the server answers (the refresh's deadline bounds the rest)
+MAX_PAGE_BYTES = 64 * 1024 * 1024
 SOURCE = "Azure APIs: Resource SKUs (ARM), Retail Prices API (Consumption, Linux)"
 
 # Size name pattern -> GPU (catalog canonical name). First match wins; sizes that match nothing
@@ -73,7 +77,7 @@ def fetch_offerings(ctx: FetchContext) -> FetchResult:
             rows.append(Offering(
                 cloud=CLOUD, instance_type=name, gpu=gpu, gpu_count=count, vcpus=vcpus, memory_gib=memory,
                 arch=arch, region=region, price_per_hour=on_demand,
-                spot_price_per_hour=spot if spot and spot <= on_demand else None,
+                spot_price_per_hour=spot if spot is not None and not spot > on_demand else None,
                 status="active", status_date=ctx.fetched_at[:10],
                 source=f"{SOURCE} [S]" + ("" if spot else "; spot unknown: no spot retail price"),
                 price_date=ctx.fetched_at))
@@ -88,7 +92,8 @@ def _gpu_sizes(ctx: FetchContext) -> tuple[dict[str, tuple[str, int, int, float,
 
     provider = AzureProvider()
     try:
-        skus = list(provider.compute.resource_skus.list())
+        skus = [sku for page in ctx.pages(provider.compute.resource_skus.list().by_page(),
+                                          f"Resource SKUs at {provider.arm_endpoint}") for sku in page]
     except (AzureError, Exception) as exc:  # noqa: BLE001 - credential errors are not AzureErrors
         raise SourceUnavailable(f"Resource SKUs at {provider.arm_endpoint}: {_first_line(exc)}") from None
     sizes: dict[str, tuple[str, int, int, float, str, set[str]]] = {}
@@ -123,15 +128,10 @@ def _retail_prices(names: list[str], ctx: FetchContext) -> dict[tuple[str, str],
         chunk = names[i:i + SKUS_PER_QUERY]
         sku_filter = " or ".join(f"armSkuName eq '{n}'" for n in chunk)
         flt = f"serviceName eq 'Virtual Machines' and priceType eq 'Consumption' and ({sku_filter})"
-        url: str | None = f"{base}?{urllib.parse.urlencode({'$filter': flt})}"
-        pages = 0
-        while url and pages < MAX_PAGES:
-            doc = _get_json(url)
-            pages += 1
+        for doc in ctx.pages(_documents(f"{base}?{urllib.parse.urlencode({'$filter': flt})}", ctx),
+                             f"Retail Prices API at {_where(base)}"):
             for item in doc.get("Items", []):
                 _add_price(out, item)
-            link = doc.get("NextPageLink") or None
-            url = urllib.parse.quote(link, safe=":/?&=$%'()+,;@") if link else None
         ctx.progress(f"retail prices: {min(i + SKUS_PER_QUERY, len(names))}/{len(names)} sizes")
     return {k: (v[0], v[1]) for k, v in out.items()}
 
@@ -146,21 +146,40 @@ def _add_price(out: dict[tuple[str, str], list[float | None]], item: dict[str, A
         return
     if item.get("unitOfMeasure") != "1 Hour" or item.get("type", "Consumption") != "Consumption":
         return
-    price = float(item.get("retailPrice") or 0)
-    if price <= 0:
+    price = parse_price(item.get("retailPrice"))
+    if price == 0:  # a free meter (credits, promotions) is no price; NaN, inf, negatives go on to the check
         return
     slot = out.setdefault((item["armSkuName"], str(item["armRegionName"]).lower()), [None, None])
     idx = 1 if sku_name.endswith("Spot") else 0
-    slot[idx] = price if slot[idx] is None else min(price, slot[idx])  # type: ignore[type-var]
+    slot[idx] = cheaper(slot[idx], price)
+
+
+def _documents(url: str | None, ctx: FetchContext) -> Iterator[dict[str, Any]]:
+    """The pages of one query, following NextPageLink; each request is bounded in time."""
+    while url:
+        doc = ctx.bounded(lambda u=url: _get_json(u), f"Retail Prices API at {_where(url)}", REQUEST_S)  # type: ignore[misc]
+        yield doc
+        link = doc.get("NextPageLink") or None
+        url = urllib.parse.quote(link, safe=":/?&=$%'()+,;@") if link else None
+
+
+def _where(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{parts.path}"
 
 
 def _get_json(url: str) -> dict[str, Any]:
     try:
         with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 - https or a configured mirror
-            return json.loads(resp.read())
+            body = resp.read(MAX_PAGE_BYTES + 1)
+        if len(body) > MAX_PAGE_BYTES:
+            raise ValueError(f"a page larger than {MAX_PAGE_BYTES} bytes")
+        doc = json.loads(body)
+        if not isinstance(doc, dict):
+            raise ValueError("the answer is not a JSON object")
+        return doc
     except (OSError, ValueError) as exc:
-        host = urllib.parse.urlsplit(url)
-        raise SourceUnavailable(f"Retail Prices API at {host.scheme}://{host.netloc}{host.path}: {_first_line(exc)}") from None
+        raise SourceUnavailable(f"Retail Prices API at {_where(url)}: {_first_line(exc)}") from None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -168,6 +168,18 @@ class BlobChannel(Channel):
         except ResourceNotFoundError:
             return None
 
+    def get_to_file(self, key: str, path: Path) -> bool:
+        """Stream the blob to disk chunk by chunk (an artifacts tarball may be many GB)."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            stream = self._container.download_blob(key)
+            with open(path, "wb") as out:
+                out.writelines(stream.chunks())
+        except ResourceNotFoundError:
+            return False
+        return True
+
     def _url(self, key: str, expires: datetime, **permission: bool) -> str:
         from azure.storage.blob import BlobSasPermissions, generate_blob_sas
 

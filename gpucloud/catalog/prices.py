@@ -1,0 +1,76 @@
+"""What counts as a price: finite, above zero and within a sane range per GPU-hour.
+
+A price API that answers NaN, Infinity, 1e308 or 1e-300 must not reach the catalog: NaN sorts
+first and passes every `max_price_per_hour` comparison, and 1e-300 prints as `$0.000/h` and
+passes any cap. The range is wide on purpose (docs/SECURITY.md, "Prices"): the cheapest GPU-hour
+any source lists is a T4 spot at about $0.06 and the dearest an 8-GPU B200 at about $14 per GPU
+(docs/CATALOG.md); a bound about ten times beyond each keeps every real price and refuses the
+absurd ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpucloud.catalog.models import Offering
+
+MIN_PER_GPU_HOUR = 0.005
+MAX_PER_GPU_HOUR = 200.0
+
+
+def parse_price(raw: object) -> float:
+    """A price field as a float; anything that is not a number becomes NaN (refused later, with
+    the row named), so one odd value never stops a whole source."""
+    if isinstance(raw, bool):
+        return math.nan
+    try:
+        return float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def cheaper(current: float | None, new: float) -> float:
+    """The lower of two prices for the same offering; a non-finite one wins so that the row is
+    refused by `check_rows` (min() with NaN depends on the order of its arguments)."""
+    if current is None or not math.isfinite(new):
+        return new
+    if not math.isfinite(current):
+        return current
+    return min(current, new)
+
+
+def price_problem(price: float | None, gpu_count: int) -> str | None:
+    """Why a price (for the whole machine) is refused, or None when it is sane."""
+    if price is None:
+        return None
+    if not isinstance(price, (int, float)) or not math.isfinite(price):
+        return f"{price!r} is not a finite number"
+    if price <= 0:
+        return f"{price!r} is not above zero"
+    per_gpu = price / max(gpu_count, 1)
+    if not MIN_PER_GPU_HOUR <= per_gpu <= MAX_PER_GPU_HOUR:
+        return (f"{price!r} is ${per_gpu:.3g} per GPU-hour, outside the sane range "
+                f"${MIN_PER_GPU_HOUR:g}..${MAX_PER_GPU_HOUR:g}")
+    return None
+
+
+def check_rows(rows: Iterable[Offering], source: str) -> tuple[list[Offering], list[str]]:
+    """Rows whose prices are sane; a row with a bad on-demand price is dropped, a bad spot price
+    is cleared (spot unknown); one warning each, naming the source."""
+    kept: list[Offering] = []
+    problems: list[str] = []
+    for row in rows:
+        where = f"{source}: {row.instance_type} in {row.region}"
+        bad = price_problem(row.price_per_hour, row.gpu_count)
+        if bad is not None:
+            problems.append(f"{where}: on-demand price {bad}; row dropped")
+            continue
+        bad = price_problem(row.spot_price_per_hour, row.gpu_count)
+        if bad is not None:
+            problems.append(f"{where}: spot price {bad}; spot left unknown")
+            row = row._replace(spot_price_per_hour=None)
+        kept.append(row)
+    return kept, problems
