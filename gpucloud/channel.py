@@ -19,6 +19,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tarfile
 import tempfile
@@ -40,7 +41,17 @@ URL_MARGIN = timedelta(hours=1)
 # policy caps a part's size at it, and Azure's Append Block takes up to 100 MiB from x-ms-version
 # 2022-11-02 (docs/INTERNALS.md, "Channel"). Rendered into the bootstrap (render.py).
 LOG_PART_MAX = 16 * MiB
+# What the CLI reads of a small object the VM writes (status.json, ready, done, manifest): a status is
+# under 4 KiB; a bigger one comes from a broken or hostile writer and is refused, never read whole.
+SMALL_OBJECT_MAX = 1 * MiB
 ALWAYS_SKIP = frozenset({".git", "__pycache__", ".venv", "gpucloud-runs"})
+
+
+class ObjectRefused(UserError):
+    """A channel object the CLI will not read: larger than its cap, or not a regular file (a link out
+    of the store, a device such as /dev/zero). The caller names it and goes on without it."""
+
+    exit_code = 65  # EX_DATAERR: what the machine wrote is not usable
 
 
 @dataclass
@@ -139,8 +150,9 @@ class Channel(ABC):
         """Store `data` under `key` (overwrite)."""
 
     @abstractmethod
-    def get_bytes(self, key: str) -> bytes | None:
-        """The object's bytes, or None when it does not exist."""
+    def get_bytes(self, key: str, limit: int | None = None) -> bytes | None:
+        """The object's bytes, or None when it does not exist. With `limit`, an object larger than
+        `limit` bytes (or one that is not a plain object) raises ObjectRefused without being read."""
 
     @abstractmethod
     def url_get(self, key: str, expires: datetime) -> str:
@@ -262,7 +274,12 @@ class Channel(ABC):
 
     def read_status(self, run_id: str, rank: int = 0) -> dict | None:
         """The node's status.json, or None when absent (not booted yet) or caught mid-write."""
-        raw = self.get_bytes(f"{node_prefix(run_id, rank)}/status.json")
+        key = f"{node_prefix(run_id, rank)}/status.json"
+        try:
+            raw = self.get_bytes(key, limit=SMALL_OBJECT_MAX)
+        except ObjectRefused as exc:  # the run ends in error and is torn down; nothing of it is trusted
+            return {"run_id": run_id, "rank": rank, "state": "error", "exit_code": None, "stage": "done",
+                    "message": f"node {rank}'s status was refused: {exc.message}"}
         if not raw:
             return None
         try:
@@ -286,7 +303,10 @@ class Channel(ABC):
         status = self.read_status(run_id, rank)
         done = int(status.get("log_parts") or 0) if status else 0
         for i in range(start, done):
-            data = self.get_bytes(log_key(run_id, rank, i))
+            try:
+                data = self.get_bytes(log_key(run_id, rank, i), limit=LOG_PART_MAX)
+            except ObjectRefused as exc:
+                data = f"[gpucloud] log part {i} not read: {exc.message}\n".encode()
             if data is None:
                 return
             yield data, i + 1
@@ -330,11 +350,12 @@ class FileChannel(Channel):
         tmp.write_bytes(data)
         tmp.replace(path)  # readers never see half an object written by the CLI
 
-    def get_bytes(self, key: str) -> bytes | None:
+    def get_bytes(self, key: str, limit: int | None = None) -> bytes | None:
         try:
-            return self._path(key).read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
-            return None
+            path = self._path(key)
+        except ValueError as exc:  # a link the VM made that leaves the store
+            raise ObjectRefused(f"{key}: {exc}") from None
+        return read_capped(path, limit, key)
 
     def url_get(self, key: str, expires: datetime) -> str:
         return self._path(key).as_uri()
@@ -474,6 +495,24 @@ def _human(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
+
+
+def read_capped(path: Path, limit: int | None, what: str) -> bytes | None:
+    """A file's bytes, None when absent; with `limit`, only a regular file of at most `limit` bytes
+    (checked on the open descriptor, so a swap to /dev/zero between check and read changes nothing)."""
+    try:  # O_NONBLOCK: opening a FIFO must not wait for a writer
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if limit is None:
+                return fh.read()
+            if not stat.S_ISREG(st.st_mode):
+                raise ObjectRefused(f"{what} is not a regular file (a device, FIFO or folder)")
+            data = fh.read(limit + 1)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    if len(data) > limit:
+        raise ObjectRefused(f"{what} is larger than its cap of {limit} bytes")
+    return data
 
 
 def pack_workdir(path: Path, cap_bytes: int = DEFAULT_CODE_CAP, dest: Path | None = None) -> Path:

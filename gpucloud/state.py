@@ -37,8 +37,9 @@ BUSY_TIMEOUT_MS = 10_000
 
 # Run statuses. A run is "active" until it reaches one of FINAL_STATUSES.
 ACTIVE_STATUSES = ("planned", "provisioning", "running", "collecting", "tearing-down")
+# "down-pending": `down` could not reach the machines; `down` and `gc` try again, then it becomes "down".
 FINAL_STATUSES = ("succeeded", "failed", "deadline", "interrupted", "lost", "error", "no-capacity", "down",
-                  "preempted")
+                  "preempted", "down-pending")
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS runs (

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpucloud.channel import LOG_PART_MAX, Channel, log_prefix
+from gpucloud.channel import LOG_PART_MAX, Channel, ObjectRefused, log_prefix
 from gpucloud.errors import GpucloudError
 from gpucloud.providers.aws.errors import classify, error_code, http_status
 from gpucloud.providers.aws.session import retrying_call, shared_client
@@ -186,7 +186,8 @@ class S3Channel(Channel):
             return
         self._s3.upload_file(str(path), self.bucket, key, ExtraArgs={"ExpectedBucketOwner": self.account})
 
-    def get_bytes(self, key: str) -> bytes | None:
+    def get_bytes(self, key: str, limit: int | None = None) -> bytes | None:
+        """GET; with `limit`, an object larger than that is refused on its ContentLength, unread."""
         from botocore.exceptions import ClientError
 
         try:
@@ -197,7 +198,10 @@ class S3Channel(Channel):
             if code in {"NoSuchKey", "404", "NotFound"}:
                 return None
             raise
-        return obj["Body"].read()
+        if limit is not None and int(obj.get("ContentLength") or 0) > limit:
+            obj["Body"].close()
+            raise ObjectRefused(f"{key} is larger than its cap of {limit} bytes ({obj['ContentLength']} bytes)")
+        return obj["Body"].read() if limit is None else obj["Body"].read(limit + 1)[:limit + 1]
 
     def _expires_in(self, expires: datetime) -> int:
         if expires.tzinfo is None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from gpucloud.channel import LOG_PART_MAX, Channel, node_prefix
+from gpucloud.channel import LOG_PART_MAX, Channel, ObjectRefused, node_prefix
 from gpucloud.errors import UserError
 from gpucloud.providers.azure.access import pipeline_kwargs
 
@@ -160,13 +160,20 @@ class BlobChannel(Channel):
         with open(path, "rb") as fh:
             self._container.upload_blob(key, fh, overwrite=True, max_concurrency=4)
 
-    def get_bytes(self, key: str) -> bytes | None:
+    def get_bytes(self, key: str, limit: int | None = None) -> bytes | None:
+        """GET; with `limit`, at most `limit + 1` bytes are asked for, and a blob larger than the
+        limit is refused by its size."""
         from azure.core.exceptions import ResourceNotFoundError
 
         try:
-            return self._container.download_blob(key).readall()
+            if limit is None:
+                return self._container.download_blob(key).readall()
+            blob = self._container.download_blob(key, offset=0, length=limit + 1)
         except ResourceNotFoundError:
             return None
+        if blob.size > limit or (blob.properties.size or 0) > limit:
+            raise ObjectRefused(f"{key} is larger than its cap of {limit} bytes ({blob.properties.size} bytes)")
+        return blob.readall()
 
     def _url(self, key: str, expires: datetime, **permission: bool) -> str:
         from azure.storage.blob import BlobSasPermissions, generate_blob_sas
