@@ -278,7 +278,7 @@ class Channel(ABC):
         try:
             raw = self.get_bytes(key, limit=SMALL_OBJECT_MAX)
         except ObjectRefused as exc:  # the run ends in error and is torn down; nothing of it is trusted
-            return {"run_id": run_id, "rank": rank, "state": "error", "exit_code": None, "stage": "done",
+            return {"run_id": run_id, "rank": rank, "state": "error", "exit_code": ObjectRefused.exit_code, "stage": "done",
                     "message": f"node {rank}'s status was refused: {exc.message}"}
         if not raw:
             return None
@@ -353,8 +353,8 @@ class FileChannel(Channel):
     def get_bytes(self, key: str, limit: int | None = None) -> bytes | None:
         try:
             path = self._path(key)
-        except ValueError as exc:  # a link the VM made that leaves the store
-            raise ObjectRefused(f"{key}: {exc}") from None
+        except ValueError:  # a link the VM made that leaves the store (to /dev/zero, say)
+            raise ObjectRefused(f"{key} is not a regular file (a link out of the channel store)") from None
         return read_capped(path, limit, key)
 
     def url_get(self, key: str, expires: datetime) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucloud.state_guard import (
-    check_schema, describe_sqlite_error, is_busy, store_error, writable_problem, write_handle,
+    begin_immediate, check_schema, describe_sqlite_error, is_busy, store_error, writable_problem, write_handle,
 )
 
 BUSY_TIMEOUT_MS = 10_000
@@ -323,7 +323,7 @@ class Store:
         processes never deadlock upgrading a read lock (the busy timeout makes them queue)."""
         with self._c.lock, self._damage_is_store_error():
             conn = self._c.conn
-            conn.execute("BEGIN IMMEDIATE")
+            begin_immediate(conn, self.path)
             try:
                 yield conn
             except BaseException:
