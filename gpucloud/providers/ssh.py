@@ -271,15 +271,17 @@ class SshProvider:
 
     def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
         """Kill the run's processes, remove its work and channel folders and GPU locks, per host."""
-        errors = []
+        errors, unreached = [], 0
         for host in dict.fromkeys(handle.region.split(",")):
             try:
                 ssh_transport.run(_host(host), _script(TEARDOWN_SCRIPT, RUN=handle.run_id, GRACE=5 if wait else 2),
                                   timeout=60)
             except ssh_transport.SshError as exc:
                 errors.append(exc.message)
+                unreached += isinstance(exc, ssh_transport.SshUnreachable)
         if errors:
-            raise ssh_transport.SshError("; ".join(errors))
+            kind = ssh_transport.SshUnreachable if unreached == len(errors) else ssh_transport.SshError
+            raise kind("; ".join(errors))
         for res in journal.resources(handle.run_id, alive_only=True):
             if res.cloud == self.name:
                 journal.deleted(res.id)

@@ -31,14 +31,14 @@ CONTROL_PERSIST_S = 120                      # the master outlives its last clie
 CONNECT_TIMEOUT_S = 15
 MAX_CONTROL_DIR = 48                         # sun_path is 108 bytes: dir + "/" + 40 (%C) + 17 (ssh's temp suffix)
 DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024       # what one call may print (reads of bigger objects pass their own cap)
-UNREACHED_MEMO_S = 60.0                      # after a host was not reached, later calls try it once, not thrice
+UNREACHED_MEMO_S = 10.0                      # a host just not reached is not tried again for this long
 SSH_ERROR = 255                              # ssh's own exit status (the remote command never returns it here)
 _HOST_KEY_PATTERNS = ("Host key verification failed", "No ED25519 host key is known", "No RSA host key is known",
                       "No ECDSA host key is known", "REMOTE HOST IDENTIFICATION HAS CHANGED")
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_unreached: dict[str, float] = {}  # host text -> when this process last failed to reach it
+_unreached: dict[str, tuple[float, str]] = {}  # host text -> (when this process last failed to reach it, why)
 
 
 class SshError(GpucloudError):
@@ -222,8 +222,9 @@ def run(host: SshHost, command: str, *, input: bytes | None = None, timeout: flo
     argv = ["ssh", *base_args(host), *host.destination(), "--", command]
     what = f"`{clean_text(command.strip().splitlines()[0] if command.strip() else command)[:60]}`"
     last = ""
-    if (host.text in _unreached) and time.monotonic() - _unreached[host.text] < UNREACHED_MEMO_S:
-        retries = 0  # this process just failed to reach it: say so again quickly
+    seen = _unreached.get(host.text)
+    if seen is not None and time.monotonic() - seen[0] < UNREACHED_MEMO_S:  # just failed: say so at once
+        raise SshUnreachable(seen[1], hint=f"Check `ssh {host.text} true`; the run (if any) keeps going on the host.")
     for attempt in range(retries + 1):
         try:
             rc, stdout, stderr = _communicate(argv, input if input is not None else b"", timeout, max_output)
@@ -233,7 +234,7 @@ def run(host: SshHost, command: str, *, input: bytes | None = None, timeout: flo
         except _TooMuch:
             raise SshError(f"{host.text}: {what} printed more than {max_output} bytes (stopped, output dropped)",
                            hint="Something on the host answers with far more than gpucloud asked for.") from None
-        err = clean_text(stderr.decode("utf-8", "replace")).strip()
+        err = clean_text(stderr.decode("utf-8", "replace").replace("\r\n", "\n").strip())
         if rc != SSH_ERROR:
             _unreached.pop(host.text, None)
             if check and rc != 0:
@@ -248,10 +249,13 @@ def run(host: SshHost, command: str, *, input: bytes | None = None, timeout: flo
                             hint=f"Check that `ssh {host.text} true` works without a prompt (key in the agent, "
                                  "or IdentityFile in ~/.ssh/config).")
         last = err or f"ssh exited {rc}"
+        if "timed out" in last.lower():
+            break  # ConnectTimeout passed: the host does not answer; another try would wait as long again
         if attempt < retries:
             time.sleep(0.5 * (attempt + 1) ** 2)
-    _unreached[host.text] = time.monotonic()
-    raise SshUnreachable(f"{host.text}: cannot reach the host over ssh: {last}",
+    message = f"{host.text}: cannot reach the host over ssh: {last}"
+    _unreached[host.text] = (time.monotonic(), message)
+    raise SshUnreachable(message,
                          hint=f"Check `ssh {host.text} true`; the run (if any) keeps going on the host.")
 
 
