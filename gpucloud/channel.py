@@ -19,7 +19,6 @@ import io
 import json
 import os
 import shutil
-import stat
 import subprocess
 import tarfile
 import tempfile
@@ -30,6 +29,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
 
+from gpucloud import channel_trust
+from gpucloud.channel_trust import SMALL_OBJECT_MAX, ObjectRefused, read_capped
 from gpucloud.errors import UserError
 
 MiB = 1024 * 1024
@@ -41,17 +42,7 @@ URL_MARGIN = timedelta(hours=1)
 # policy caps a part's size at it, and Azure's Append Block takes up to 100 MiB from x-ms-version
 # 2022-11-02 (docs/INTERNALS.md, "Channel"). Rendered into the bootstrap (render.py).
 LOG_PART_MAX = 16 * MiB
-# What the CLI reads of a small object the VM writes (status.json, ready, done, manifest): a status is
-# under 4 KiB; a bigger one comes from a broken or hostile writer and is refused, never read whole.
-SMALL_OBJECT_MAX = 1 * MiB
 ALWAYS_SKIP = frozenset({".git", "__pycache__", ".venv", "gpucloud-runs"})
-
-
-class ObjectRefused(UserError):
-    """A channel object the CLI will not read: larger than its cap, or not a regular file (a link out
-    of the store, a device such as /dev/zero). The caller names it and goes on without it."""
-
-    exit_code = 65  # EX_DATAERR: what the machine wrote is not usable
 
 
 @dataclass
@@ -143,6 +134,18 @@ class Channel(ABC):
 
     # curl `-H` values the VM must send with every PUT (Azure Blob: "x-ms-blob-type: BlockBlob").
     put_headers: tuple[str, ...] = ()
+    # Whether nodes sign their results (gpucloud/channel_trust.py): the backend can list a node's claims.
+    signs = False
+
+    def claims(self, run_id: str, rank: int) -> list[tuple[str | None, bytes]]:
+        """(name, public key) of every claim on the node's results; a name is the key's fingerprint
+        (an appended claim has none). Backends that sign override this."""
+        return []
+
+    def claim_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
+        """Manifest lines for publishing the node's key where its log grant cannot (Azure's log is
+        one append blob: a second, `claim_append`); others publish it as `<log>/claim-<fp>`."""
+        return []
 
     # ---- primitives -------------------------------------------------------------------------
     @abstractmethod
@@ -214,6 +217,7 @@ class Channel(ABC):
                 f"notice_get {self.url_get(notice_key(run_id, rank), expires)}",
                 *(self._checkpoint_lines(run_id, expires) if checkpoint else []),
                 *self.log_grant(run_id, rank, expires),
+                *([channel_trust.SIGN_LINE, *self.claim_grant(run_id, rank, expires)] if self.signs else []),
             ]
             self.put_bytes(f"{base}/manifest", ("\n".join(lines) + "\n").encode())
             urls.append(self.url_get(f"{base}/manifest", expires))
@@ -286,7 +290,10 @@ class Channel(ABC):
             doc = json.loads(raw.decode("utf-8", errors="replace"))
         except ValueError:
             return None
-        return doc if isinstance(doc, dict) else None
+        if not isinstance(doc, dict):
+            return None
+        return channel_trust.verified(self, run_id, rank, raw, doc) if channel_trust.signed_node(self, run_id, rank) else doc
+
 
     def read_log_parts(self, run_id: str, rank: int = 0, start: int = 0) -> list[bytes]:
         """Every complete piece of the node's log from position `start` (`iter_log`)."""
@@ -327,6 +334,10 @@ class Channel(ABC):
         raw = self.get_bytes(f"{node_prefix(run_id, rank)}/artifacts.tar.gz")
         if raw is None:
             return None
+        if channel_trust.signed_node(self, run_id, rank) and \
+                (why := channel_trust.artifacts_problem(self.read_status(run_id, rank), raw, rank)):
+            Path(dest_dir).mkdir(parents=True, exist_ok=True)
+            return ArtifactResult(dest=Path(dest_dir), warnings=[why])
         return extract_artifacts(io.BytesIO(raw), Path(dest_dir))
 
 
@@ -365,6 +376,18 @@ class FileChannel(Channel):
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path.as_uri()
+
+    signs = True
+
+    def claims(self, run_id: str, rank: int) -> list[tuple[str | None, bytes]]:
+        """`<log folder>/claim-<fingerprint>` files (regular files only, each capped)."""
+        folder = self._path(log_prefix(run_id, rank))
+        out: list[tuple[str | None, bytes]] = []
+        for path in sorted(folder.glob(channel_trust.CLAIM_PREFIX + "*")) if folder.is_dir() else []:
+            data = read_capped(path, channel_trust.CLAIM_MAX, path.name)
+            if data is not None:
+                out.append((path.name[len(channel_trust.CLAIM_PREFIX):], data))
+        return out
 
     def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
         """The node's log folder, created now (curl's file:// upload does not create folders)."""
@@ -495,24 +518,6 @@ def _human(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
-
-
-def read_capped(path: Path, limit: int | None, what: str) -> bytes | None:
-    """A file's bytes, None when absent; with `limit`, only a regular file of at most `limit` bytes
-    (checked on the open descriptor, so a swap to /dev/zero between check and read changes nothing)."""
-    try:  # O_NONBLOCK: opening a FIFO must not wait for a writer
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if limit is None:
-                return fh.read()
-            if not stat.S_ISREG(st.st_mode):
-                raise ObjectRefused(f"{what} is not a regular file (a device, FIFO or folder)")
-            data = fh.read(limit + 1)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
-    if len(data) > limit:
-        raise ObjectRefused(f"{what} is larger than its cap of {limit} bytes")
-    return data
 
 
 def pack_workdir(path: Path, cap_bytes: int = DEFAULT_CODE_CAP, dest: Path | None = None) -> Path:

@@ -25,6 +25,7 @@ import urllib.parse
 from datetime import datetime
 from pathlib import Path
 
+from gpucloud import channel_trust
 from gpucloud.channel import (
     LOG_PART_MAX, SMALL_OBJECT_MAX, Channel, ObjectRefused, checkpoint_keys, log_key, log_prefix, node_prefix,
 )
@@ -111,6 +112,21 @@ class SshChannel(Channel):
 
     def url_put(self, key: str, expires: datetime) -> str:
         return self.url_get(key, expires)  # folders are made by `prepare` (one call per host)
+
+    signs = True
+
+    def claims(self, run_id: str, rank: int) -> list[tuple[str | None, bytes]]:
+        """`<log folder>/claim-<fingerprint>` files on the node's host, in one ssh call."""
+        folder = self._path(log_prefix(run_id, rank).rstrip("/"))
+        res = self._run(self.hosts[rank], f'for f in {folder}/{channel_trust.CLAIM_PREFIX}*; do '
+                                          '{ [ -f "$f" ] && [ ! -L "$f" ]; } || continue; '
+                                          'printf "%s " "${f##*/}"; head -c 200 "$f" | head -n 1 | tr -d "\n"; echo; done',
+                        max_output=100 * 300)
+        out: list[tuple[str | None, bytes]] = []
+        for line in res.stdout.decode("ascii", "replace").splitlines():
+            name, _, key = line.partition(" ")
+            out.append((name[len(channel_trust.CLAIM_PREFIX):], key.encode()))
+        return out
 
     def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
         """The node's log folder on its host (made by `prepare`): parts without end."""

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from gpucloud import channel_trust
 from gpucloud.channel import LOG_PART_MAX, Channel, ObjectRefused, node_prefix
 from gpucloud.errors import UserError
 from gpucloud.providers.azure.access import pipeline_kwargs
@@ -194,6 +195,20 @@ class BlobChannel(Channel):
 
     def url_put(self, key: str, expires: datetime) -> str:
         return self._url(key, expires, create=True, write=True)
+
+    signs = True
+
+    def claim_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
+        """The node's claims: an empty append blob with an Append Block SAS (`a`): a key can be added,
+        none replaced or removed."""
+        key = f"{node_prefix(run_id, rank)}/claim.append"
+        self._container.get_blob_client(key).create_append_blob()
+        return [f"claim_append {self._url(key, expires, add=True)}"]
+
+    def claims(self, run_id: str, rank: int) -> list[tuple[str | None, bytes]]:
+        """One claim per line of the append blob (capped)."""
+        data = self.get_bytes(f"{node_prefix(run_id, rank)}/claim.append", limit=channel_trust.CLAIMS_MAX) or b""
+        return [(None, line) for line in data.splitlines() if line.strip()]
 
     def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
         """Create the node's empty append blob (replacing one of an earlier attempt) and grant
