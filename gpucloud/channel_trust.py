@@ -143,21 +143,20 @@ def signed_node(channel: Any, run_id: str, rank: int) -> bool:
 
 
 def verified(channel: Any, run_id: str, rank: int, raw: bytes, doc: dict) -> dict | None:
-    """The status if the node's one claimed key signed it; None while nobody has claimed the node;
-    an `error` status when two keys claim it or the claimed key did not sign it. The claims are
-    listed again before a final status is taken."""
-    pinned = channel.__dict__.setdefault("_claimed_keys", {})
-    key = pinned.get((run_id, rank))
-    if key is None or doc.get("state") in FINAL_STATES:
-        try:
-            key, problem = claimed_key(channel.claims(run_id, rank))
-        except ObjectRefused as exc:
-            key, problem = None, exc.message
-        if problem:
-            return untrusted(run_id, rank, problem)
-        if key is None:
-            return None
-        pinned[(run_id, rank)] = key
+    """A final status only if the node's one claimed key signed it (the claims are listed each time);
+    an `error` status when two keys claim the node or the claimed key did not sign; None (not taken,
+    poll again) while no key claims it. Progress statuses (booting, running) decide nothing and
+    are taken as they are."""
+    if doc.get("state") not in FINAL_STATES:
+        return doc
+    try:
+        key, problem = claimed_key(channel.claims(run_id, rank))
+    except ObjectRefused as exc:
+        key, problem = None, exc.message
+    if problem:
+        return untrusted(run_id, rank, problem)
+    if key is None:
+        return None
     if not signed_by(key, raw):
         return untrusted(run_id, rank, "its status.json is not signed by the key its machine published")
     return doc

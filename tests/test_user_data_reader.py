@@ -44,7 +44,7 @@ from tests.test_azure_e2e import start_cli as azure_start_cli
 from tests.test_azure_e2e import write_job as azure_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-JOB = "'echo real > out.txt; sleep 6; exit 3'"
+JOB = "'echo real > out.txt; sleep 12; exit 3'"  # time for the reader to act
 FORGED: list[float] = []  # when the reader's forgeries landed
 
 
