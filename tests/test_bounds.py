@@ -87,7 +87,7 @@ def test_store_locked_past_the_busy_timeout_is_waited_for(gpucloud_home: Path, t
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        out, err = run.communicate(timeout=120)
+        _, err = run.communicate(timeout=120)
     finally:
         holder.kill()
         holder.wait()

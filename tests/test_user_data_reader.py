@@ -53,13 +53,13 @@ def _script(user_data: bytes) -> str:
 
 
 def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - the run's own presigned URL
+    with urllib.request.urlopen(url, timeout=10) as resp:
         return bytes(resp.read())
 
 
 def _manifest(script: str) -> dict[str, str]:
     """What the reader gets from the user-data: the manifest URL, then the manifest's grants."""
-    m = re.search(r"^MANIFEST_URL=(.*)$", script, re.M)
+    m = re.search(r"^MANIFEST_URL=(.*)$", script, re.MULTILINE)
     assert m, "no manifest URL in the user-data"
     url = m.group(1).strip().strip("'")
     text = _get(url).decode()
