@@ -15,6 +15,7 @@ Object layout (docs/INTERNALS.md, "Channel"):
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import os
 import shutil
@@ -27,6 +28,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
 
+from gpucloud import channel_trust
+from gpucloud.channel_trust import SMALL_OBJECT_MAX, ObjectRefused, read_capped
 from gpucloud.errors import UserError
 from gpucloud.extract import ArtifactResult, Caps, extract_tar
 
@@ -85,6 +88,18 @@ class Channel(ABC):
 
     # curl `-H` values the VM must send with every PUT (Azure Blob: "x-ms-blob-type: BlockBlob").
     put_headers: tuple[str, ...] = ()
+    # Whether nodes sign their results (gpucloud/channel_trust.py): the backend can list a node's claims.
+    signs = False
+
+    def claims(self, run_id: str, rank: int) -> list[tuple[str | None, bytes]]:
+        """(name, public key) of every claim on the node's results; a name is the key's fingerprint
+        (an appended claim has none). Backends that sign override this."""
+        return []
+
+    def claim_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
+        """Manifest lines for publishing the node's key where its log grant cannot (Azure's log is
+        one append blob: a second, `claim_append`); others publish it as `<log>/claim-<fp>`."""
+        return []
 
     # ---- primitives -------------------------------------------------------------------------
     @abstractmethod
@@ -92,8 +107,9 @@ class Channel(ABC):
         """Store `data` under `key` (overwrite)."""
 
     @abstractmethod
-    def get_bytes(self, key: str) -> bytes | None:
-        """The object's bytes, or None when it does not exist."""
+    def get_bytes(self, key: str, limit: int | None = None) -> bytes | None:
+        """The object's bytes, or None when it does not exist. With `limit`, an object larger than
+        `limit` bytes (or one that is not a plain object) raises ObjectRefused without being read."""
 
     @abstractmethod
     def url_get(self, key: str, expires: datetime) -> str:
@@ -155,6 +171,7 @@ class Channel(ABC):
                 f"notice_get {self.url_get(notice_key(run_id, rank), expires)}",
                 *(self._checkpoint_lines(run_id, expires) if checkpoint else []),
                 *self.log_grant(run_id, rank, expires),
+                *([channel_trust.SIGN_LINE, *self.claim_grant(run_id, rank, expires)] if self.signs else []),
             ]
             self.put_bytes(f"{base}/manifest", ("\n".join(lines) + "\n").encode())
             urls.append(self.url_get(f"{base}/manifest", expires))
@@ -215,14 +232,22 @@ class Channel(ABC):
 
     def read_status(self, run_id: str, rank: int = 0) -> dict | None:
         """The node's status.json, or None when absent (not booted yet) or caught mid-write."""
-        raw = self.get_bytes(f"{node_prefix(run_id, rank)}/status.json")
+        key = f"{node_prefix(run_id, rank)}/status.json"
+        try:
+            raw = self.get_bytes(key, limit=SMALL_OBJECT_MAX)
+        except ObjectRefused as exc:  # the run ends in error and is torn down; nothing of it is trusted
+            return {"run_id": run_id, "rank": rank, "state": "error", "exit_code": ObjectRefused.exit_code, "stage": "done",
+                    "message": f"node {rank}'s status was refused: {exc.message}"}
         if not raw:
             return None
         try:
             doc = json.loads(raw.decode("utf-8", errors="replace"))
         except ValueError:
             return None
-        return doc if isinstance(doc, dict) else None
+        if not isinstance(doc, dict):
+            return None
+        return channel_trust.verified(self, run_id, rank, raw, doc) if channel_trust.signed_node(self, run_id, rank) else doc
+
 
     def read_log_parts(self, run_id: str, rank: int = 0, start: int = 0) -> list[bytes]:
         """Every complete piece of the node's log from position `start` (`iter_log`)."""
@@ -239,7 +264,10 @@ class Channel(ABC):
         status = self.read_status(run_id, rank)
         done = int(status.get("log_parts") or 0) if status else 0
         for i in range(start, done):
-            data = self.get_bytes(log_key(run_id, rank, i))
+            try:
+                data = self.get_bytes(log_key(run_id, rank, i), limit=LOG_PART_MAX)
+            except ObjectRefused as exc:
+                data = f"[gpucloud] log part {i} not read: {exc.message}\n".encode()
             if data is None:
                 return
             yield data, i + 1
@@ -274,6 +302,11 @@ class Channel(ABC):
             local = Path(tmp) / "artifacts.tar.gz"
             if not self.get_to_file(f"{node_prefix(run_id, rank)}/artifacts.tar.gz", local):
                 return None
+            if channel_trust.signed_node(self, run_id, rank):
+                with open(local, "rb") as fh:
+                    digest = hashlib.file_digest(fh, "sha256").hexdigest()
+                if why := channel_trust.artifacts_problem(self.read_status(run_id, rank), digest, rank):
+                    return ArtifactResult(dest=dest_dir, warnings=[why])
             with open(local, "rb") as fh:
                 return extract_artifacts(fh, dest_dir, caps)
 
@@ -298,11 +331,12 @@ class FileChannel(Channel):
         tmp.write_bytes(data)
         tmp.replace(path)  # readers never see half an object written by the CLI
 
-    def get_bytes(self, key: str) -> bytes | None:
+    def get_bytes(self, key: str, limit: int | None = None) -> bytes | None:
         try:
-            return self._path(key).read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
-            return None
+            path = self._path(key)
+        except ValueError:  # a link the VM made that leaves the store (to /dev/zero, say)
+            raise ObjectRefused(f"{key} is not a regular file (a link out of the channel store)") from None
+        return read_capped(path, limit, key)
 
     def get_to_file(self, key: str, path: Path) -> bool:
         try:
@@ -320,6 +354,18 @@ class FileChannel(Channel):
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path.as_uri()
+
+    signs = True
+
+    def claims(self, run_id: str, rank: int) -> list[tuple[str | None, bytes]]:
+        """`<log folder>/claim-<fingerprint>` files (regular files only, each capped)."""
+        folder = self._path(log_prefix(run_id, rank))
+        out: list[tuple[str | None, bytes]] = []
+        for path in sorted(folder.glob(channel_trust.CLAIM_PREFIX + "*")) if folder.is_dir() else []:
+            data = read_capped(path, channel_trust.CLAIM_MAX, path.name)
+            if data is not None:
+                out.append((path.name[len(channel_trust.CLAIM_PREFIX):], data))
+        return out
 
     def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
         """The node's log folder, created now (curl's file:// upload does not create folders)."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpucloud import providers, views
 from gpucloud.errors import ConfigurationError, Declined, GpucloudError, InternalError, UserError
+from gpucloud.providers.base import Unreachable
 from gpucloud.runlog import LogMirror
 from gpucloud.state import Journal, RunRecord, Store, home_dir
 from gpucloud.state_guard import StoreError
@@ -272,13 +273,36 @@ def _down_with_store(run_id: str, *, assume_yes: bool) -> None:
     _keep_log(run)
     # Mark first: a `run` following it sees "down" and stops instead of reporting a lost machine.
     store.finish_run(run.id, "down", message="torn down by `gpucloud down`", only_if_active=True)
+    unreached: list[str] = []
     t0 = time.monotonic()
-    errors = teardown_run(store, journal, run, wait=True, say=_warn)
+    errors = teardown_run(store, journal, run, wait=True, say=_warn, unreached=unreached)
     if errors:
-        raise InternalError(f"teardown of run {run.id} incomplete:\n  " + "\n  ".join(errors),
-                            hint=f"Run `gpucloud down {run.id}` again, or `gpucloud gc`.")
+        _down_incomplete(store, run.id, errors, unreached)
+    _down_done(store, run.id)
     store.event(run.id, "down", f"torn down in {time.monotonic() - t0:.1f}s")
     print(f"run {run.id}: torn down ({len(alive)} resource(s))", file=sys.stderr)
+
+
+def _down_incomplete(store: Store, run_id: str, errors: list[str], unreached: list[str]) -> None:
+    """A teardown that did not finish: the run is `down-pending` (not `down`: its job may still run
+    and hold its GPU), and `down`/`gc` try again. Machines that were not reached at all: exit 75."""
+    current = store.get_run(run_id)
+    if current is not None and current.status in ("down", "down-pending"):
+        store.update_run(run_id, status="down-pending",
+                         message="`gpucloud down` could not finish: " + "; ".join(errors)[:500])
+    retry = f"Run `gpucloud down {run_id}` again once it can be reached (`gpucloud gc` retries too)."
+    if unreached and len(unreached) == len(errors):
+        raise Unreachable(f"run {run_id} is down-pending: {', '.join(unreached)} not reached, so its job may still "
+                          "be running there (and holding its GPU):\n  " + "\n  ".join(errors), hint=retry)
+    raise InternalError(f"teardown of run {run_id} incomplete (the run is down-pending):\n  " + "\n  ".join(errors),
+                        hint=retry)
+
+
+def _down_done(store: Store, run_id: str) -> None:
+    """A `down-pending` run whose teardown now finished becomes `down`."""
+    current = store.get_run(run_id)
+    if current is not None and current.status == "down-pending":
+        store.update_run(run_id, status="down", message="torn down by `gpucloud down`")
 
 
 def preempt_run(run_id: str, *, node: int | None) -> None:
@@ -434,6 +458,8 @@ def _gc_with_store(sweep: _Sweep, *, dry_run: bool, assume_yes: bool, cloud: str
             print(f"run {run.id} ({run.status}): {n} resource(s) would be torn down")
             continue
         errors = teardown_run(store, journal, run, wait=True, say=_warn)
+        if not errors:
+            _down_done(store, run.id)
         if not run.final and not orphaned(run):
             store.finish_run(run.id, "lost", exit_code=70, message="swept by gc", only_if_active=True)
         print(f"run {run.id} ({run.status}): {n} resource(s) torn down" + (" with errors" if errors else ""))

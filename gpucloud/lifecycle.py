@@ -336,7 +336,7 @@ class _Run:
             # Someone ran `gpucloud down` on this run from another terminal (it marks the run
             # before it kills anything, so the nodes' "stopped by a signal" status is not the outcome).
             rec = self.store.get_run(self.run_id)
-            if rec is not None and rec.status == "down":
+            if rec is not None and rec.status in ("down", "down-pending"):
                 self.progress.warn("the run was torn down by `gpucloud down` from another process")
                 return "down", 130, "torn down by `gpucloud down`"
             finals, now = obs.finals, time.time()

@@ -30,15 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from gpucloud.state_guard import (
-    check_schema, describe_sqlite_error, is_busy, private_home, store_error, writable_problem, write_handle,
+    begin_immediate, check_schema, describe_sqlite_error, is_busy, private_home, store_error, writable_problem,
+    write_handle,
 )
 
 BUSY_TIMEOUT_MS = 10_000
 
 # Run statuses. A run is "active" until it reaches one of FINAL_STATUSES.
 ACTIVE_STATUSES = ("planned", "provisioning", "running", "collecting", "tearing-down")
+# "down-pending": `down` could not reach the machines; `down` and `gc` try again, then it becomes "down".
 FINAL_STATUSES = ("succeeded", "failed", "deadline", "interrupted", "lost", "error", "no-capacity", "down",
-                  "preempted")
+                  "preempted", "down-pending")
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -327,7 +329,7 @@ class Store:
         processes never deadlock upgrading a read lock (the busy timeout makes them queue)."""
         with self._c.lock, self._damage_is_store_error():
             conn = self._c.conn
-            conn.execute("BEGIN IMMEDIATE")
+            begin_immediate(conn, self.path)
             try:
                 yield conn
             except BaseException:

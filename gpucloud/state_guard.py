@@ -14,6 +14,7 @@ import os
 import shlex
 import sqlite3
 import stat
+import sys
 import time
 from pathlib import Path
 
@@ -72,6 +73,47 @@ def describe_sqlite_error(exc: BaseException) -> str:
     if "readonly" in text or "read-only" in text:
         return "it is read-only"
     return f"SQLite says: {text}"
+
+
+LOCK_WAIT_ENV = "GPUCLOUD_STATE_LOCK_WAIT"
+DEFAULT_LOCK_WAIT_S = 600.0
+
+
+def lock_wait_s() -> float:
+    """How long a write waits for another process's lock on the store (GPUCLOUD_STATE_LOCK_WAIT, seconds)."""
+    try:
+        return max(0.0, float(os.environ.get(LOCK_WAIT_ENV, "") or DEFAULT_LOCK_WAIT_S))
+    except ValueError:
+        return DEFAULT_LOCK_WAIT_S
+
+
+def begin_immediate(conn: sqlite3.Connection, path: Path) -> None:
+    """BEGIN IMMEDIATE, waiting with backoff (each try already waits SQLite's busy timeout) while
+    another process holds the write lock: a `status` in another terminal or a stuck tool must never
+    turn a finished run into an internal error or skip its teardown. Past lock_wait_s() the store
+    is unusable for now (StoreError, exit 74): the run then tears down from its handle files."""
+    limit, start, delay, told = lock_wait_s(), time.monotonic(), 0.05, False
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            waited = time.monotonic() - start
+            if waited >= limit:
+                raise StoreError(
+                    f"The state store {path} stayed locked by another process for {waited:.0f}s.", path=path,
+                    hint=f"`fuser -v {shlex.quote(str(path))}` names the process holding it: end it, or set "
+                         f"{LOCK_WAIT_ENV} to wait longer (seconds; now {limit:.0f}). Machines still running are "
+                         f"not lost: `gpucloud down RUN` works from the handle files in {handles_root(path)}.",
+                ) from None
+            if not told:
+                print(f"note: the state store {path} is locked by another process; waiting for it "
+                      f"(up to {limit:.0f}s, {LOCK_WAIT_ENV})", file=sys.stderr)
+                told = True
+            time.sleep(min(delay, max(0.01, limit - waited)))
+            delay = min(delay * 2, 2.0)
 
 
 def is_busy(exc: BaseException) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpucloud import providers
-from gpucloud.providers.base import RunHandle
+from gpucloud.providers.base import RunHandle, Unreachable
 from gpucloud.state import Journal, ResourceRecord, RunRecord, Store
 from gpucloud.state_guard import read_handles
 
@@ -55,8 +55,9 @@ def _handle_for(run: RunRecord, cloud: str, region: str, alive: list[ResourceRec
 
 
 def teardown_run(store: Store, journal: Journal, run: RunRecord, *, wait: bool,
-                 say: Callable[[str], None] | None = None) -> list[str]:
+                 say: Callable[[str], None] | None = None, unreached: list[str] | None = None) -> list[str]:
     """Tear down every handle of the run; returns the errors (one line per cloud+region that failed).
+    `unreached` gets the cloud/region of each failure that never reached the machines (Unreachable).
     The run's open attempts end with reason "teardown" once nothing failed."""
     errors = []
     for handle in run_handles(store, run):
@@ -67,6 +68,8 @@ def teardown_run(store: Store, journal: Journal, run: RunRecord, *, wait: bool,
         except Exception as exc:  # keep going: another region may still be billing
             msg = f"{where}: {exc}"
             errors.append(msg)
+            if unreached is not None and isinstance(exc, Unreachable):
+                unreached.append(where)
             store.event(run.id, "teardown-error", msg)
             if say:
                 say(f"teardown of {msg} failed")

@@ -501,7 +501,8 @@ def test_status_json_is_valid_json_throughout(tmp_path: Path) -> None:
     raw = vm.channel.get_bytes(f"runs/{vm.run_id}/node-0/status.json")
     doc = json.loads(raw)
     assert doc["state"] == "failed"
-    assert set(doc) == {"run_id", "rank", "state", "stage", "stages", "heartbeat", "exit_code", "message", "log_parts", "log_bytes"}
+    assert set(doc) == {"run_id", "rank", "state", "stage", "stages", "heartbeat", "exit_code", "message", "log_parts",
+                        "log_bytes", "artifacts_sha256", "sig"}  # a final status is signed (channel_trust.py)
 
 
 def test_artifact_tarball_contents(tmp_path: Path) -> None:

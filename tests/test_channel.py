@@ -16,6 +16,7 @@ import pytest
 
 from gpucloud.channel import (
     URL_MARGIN,
+    ObjectRefused,
     Channel,
     FileChannel,
     iter_manifest,
@@ -41,8 +42,11 @@ class MemoryChannel(Channel):
     def put_bytes(self, key: str, data: bytes) -> None:
         self.objects[key] = data
 
-    def get_bytes(self, key: str) -> bytes | None:
-        return self.objects.get(key)
+    def get_bytes(self, key: str, limit: int | None = None) -> bytes | None:
+        data = self.objects.get(key)
+        if data is not None and limit is not None and len(data) > limit:
+            raise ObjectRefused(f"{key} is larger than its cap of {limit} bytes")
+        return data
 
     def url_get(self, key: str, expires: datetime) -> str:
         self.expiries.append(expires)

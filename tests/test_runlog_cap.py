@@ -82,7 +82,9 @@ def test_a_local_run_keeps_one_copy_of_its_log(tmp_path: Path, gpucloud_home: Pa
     expected = "".join(f"{i}\n" for i in range(1, 400_001)).encode()
     log_files = [p for p in gpucloud_home.rglob("*") if p.is_file() and p.stat().st_size > 100_000]
     assert log_files == [gpucloud_home / "runs" / run_id / "log.txt"], log_files
-    assert not list((gpucloud_home / "channel" / "runs" / run_id / "node-0" / "log").iterdir())
+    # Only the node's key claim stays beside the (released) parts: it is not log (channel_trust.py).
+    assert not [p for p in (gpucloud_home / "channel" / "runs" / run_id / "node-0" / "log").iterdir()
+                if not p.name.startswith("claim-")]
     logs = subprocess.run([sys.executable, "-m", "gpucloud", "logs", run_id], cwd=tmp_path, env=env,
                           capture_output=True, timeout=60)
     assert logs.returncode == 0, logs.stderr

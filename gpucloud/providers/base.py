@@ -81,6 +81,13 @@ class FatalProvisionError(ProvisionError):
     kind = "fatal"
 
 
+class Unreachable(GpucloudError):
+    """A provider could not reach the machines at all (a host that does not answer): nothing was done
+    to them. `down` leaves such a run `down-pending`; `down` and `gc` try again later."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later
+
+
 @dataclass
 class LaunchRequest:
     """Everything a provider needs to create the machines of one attempt (one candidate)."""

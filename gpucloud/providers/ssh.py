@@ -24,6 +24,8 @@ from gpucloud.providers.ssh_channel import SshChannel, fill_root, start_relay
 from gpucloud.providers.ssh_probe import (
     HOST_NVIDIA_REPO,
     REMOTE_ROOT,
+    SMI_MAX,
+    SMI_TIMEOUT_S,
     SUPPORTED_OS,
     HostProbe,
     assess,
@@ -44,6 +46,15 @@ if TYPE_CHECKING:
 STOP_GRACE_S = 15
 STALE_LOCK_S = 120  # a lock whose run has no live process and no fresh folder is free again
 
+# Identity of a run's processes on a host: the launch puts GPUCLOUD_VM_DIR=<node folder> in the
+# bootstrap's environment, which the job, its children and the backstop inherit (even after setsid).
+# A recorded pid is only signalled or counted as alive when /proc/PID/environ still carries that
+# cookie: a pid the kernel has since given to someone else's process is never ours.
+OURS = r"""
+ours() { [ -n "$1" ] && grep -qszxF "GPUCLOUD_VM_DIR=$2" "/proc/$1/environ"; }
+marked() { grep -lszxF "GPUCLOUD_VM_DIR=$1" /proc/[0-9]*/environ | cut -d/ -f3; }
+"""
+
 # Allocates NGPU free GPU indices under the host's flock; prints `@gpus 0,1` or `@busy <idx>:<run> ...`.
 LOCK_SCRIPT = r"""
 L="$R/locks"; mkdir -p "$L" "$R/work" || exit 1
@@ -51,11 +62,12 @@ exec 9>"$L/.mutex"; flock -w 60 9 || { echo "@busy mutex"; exit 0; }
 owner_alive() {
   local d="$R/work/$1" p
   [ -d "$d" ] || return 1
-  for p in "$d"/node-*/pid; do [ -f "$p" ] && kill -0 "$(cat "$p")" 2>/dev/null && return 0; done
+  for p in "$d"/node-*/pid; do [ -f "$p" ] && ours "$(head -c 20 "$p")" "${p%/pid}" && return 0; done
   [ $(( $(date +%s) - $(stat -c %Y "$d") )) -lt __STALE__ ]
 }
 mkdir -p "$R/work/$RUN"
-total=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+total=$( { if command -v timeout >/dev/null; then timeout -k 2 __SMI_T__ nvidia-smi -L; else nvidia-smi -L; fi; } 2>/dev/null \
+  | head -c __SMI_MAX__ | grep -c '^GPU ')
 free=""; held=""; n=0
 for ((i = 0; i < total; i++)); do
   f="$L/gpu-$i"; o=$(cat "$f" 2>/dev/null)
@@ -66,7 +78,7 @@ done
 if ((n < NGPU)); then echo "@busy$held"; exit 0; fi
 for i in ${free//,/ }; do echo "$RUN" >"$L/gpu-$i"; done
 echo "@gpus $free"
-""".replace("__STALE__", str(STALE_LOCK_S))
+""".replace("__STALE__", str(STALE_LOCK_S)).replace("__SMI_T__", str(SMI_TIMEOUT_S)).replace("__SMI_MAX__", str(SMI_MAX))
 
 LAUNCH_SCRIPT = r"""
 W="$R/work/$RUN/node-$RANK"; rm -rf "$W"; mkdir -p "$W" && cat >"$W/bootstrap.sh" || exit 1
@@ -81,25 +93,25 @@ STATES_SCRIPT = r"""
 for p in "$R/work/$RUN"/node-*/pid; do
   [ -f "$p" ] || continue
   r=${p%/pid}; r=${r##*-}
-  if kill -0 "$(cat "$p")" 2>/dev/null; then echo "$r running"; else echo "$r gone"; fi
+  if ours "$(head -c 20 "$p")" "${p%/pid}"; then echo "$r running"; else echo "$r gone"; fi
 done
 """
 
-# TERM the bootstrap's group and the job's own group (the bootstrap setsid's the job), wait, KILL.
+# TERM every process carrying the run's cookie and the process groups they lead or share (the
+# bootstrap's, the job's own: the bootstrap setsid's the job; the deadline backstop, in a session of
+# its own, which would otherwise KILL process groups by number at the deadline), wait, KILL.
 TEARDOWN_SCRIPT = r"""
-groups=""
-for d in "$R/work/$RUN"/node-*; do
-  for f in "$d/job.pgid" "$d/pid"; do [ -s "$f" ] && groups="$groups $(cat "$f")"; done
-done
-for g in $groups; do kill -TERM -- "-$g" 2>/dev/null; kill -TERM "$g" 2>/dev/null; done
-for _ in $(seq 1 $((GRACE * 10))); do
-  alive=""; for g in $groups; do kill -0 -- "-$g" 2>/dev/null && alive=1; done
-  [ -z "$alive" ] && break; sleep 0.1
-done
-# The bootstrap's deadline backstop runs in a session of its own; a KILLed bootstrap cannot stop it,
-# and when it fires it would KILL process groups whose numbers may belong to someone else by then.
-for b in $(pgrep -f -- "/work/$RUN/node-[0-9]+/bootstrap\.sh backstop" 2>/dev/null); do groups="$groups $b"; done
-for g in $groups; do kill -KILL -- "-$g" 2>/dev/null; done
+ours_pids() { for d in "$R/work/$RUN"/node-*; do [ -d "$d" ] && marked "$d"; done; }
+sig() {
+  pids=$(ours_pids); [ -n "$pids" ] || return 0
+  for p in $pids; do sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f3; done | sort -u | while read -r g; do
+    [ -n "$g" ] && [ "$g" != 0 ] && kill -"$1" -- "-$g" 2>/dev/null
+  done
+  for p in $pids; do kill -"$1" "$p" 2>/dev/null; done
+}
+sig TERM
+for _ in $(seq 1 $((GRACE * 10))); do [ -z "$(ours_pids)" ] && break; sleep 0.1; done
+sig KILL
 rm -rf "$R/work/$RUN" "$R/channel/runs/$RUN"
 for f in "$R/locks"/gpu-*; do [ -f "$f" ] && [ "$(cat "$f")" = "$RUN" ] && rm -f "$f"; done
 true
@@ -127,7 +139,7 @@ now=$(date +%s)
 for e in "$R"/work/*/node-*/expires; do
   [ -f "$e" ] || continue
   d=${e%/expires}; run=${d%/node-*}; run=${run##*/}
-  if [ -f "$d/pid" ] && kill -0 "$(cat "$d/pid")" 2>/dev/null; then
+  if [ -f "$d/pid" ] && ours "$(head -c 20 "$d/pid")" "$d"; then
     [ "$(cat "$e")" -lt "$now" ] && echo "@expired $run ${d##*/}"
   elif [ $((now - $(stat -c %Y "$e"))) -gt 86400 ]; then echo "@ended $run ${d##*/}"; fi
 done
@@ -141,7 +153,7 @@ def _host(text: str) -> ssh_transport.SshHost:
 def _script(body: str, **values: object) -> str:
     """Prefix a remote script with its variables, each quoted once for the remote shell."""
     head = "".join(f"{k}={shlex.quote(str(v))}; " for k, v in values.items())
-    return f"R={REMOTE_ROOT}; {head}\n{body}"
+    return f"R={REMOTE_ROOT}; {head}\n{OURS}{body}"
 
 
 class SshProvider:
@@ -307,15 +319,17 @@ class SshProvider:
 
     def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
         """Kill the run's processes, remove its work and channel folders and GPU locks, per host."""
-        errors = []
+        errors, unreached = [], 0
         for host in dict.fromkeys(handle.region.split(",")):
             try:
                 ssh_transport.run(_host(host), _script(TEARDOWN_SCRIPT, RUN=handle.run_id, GRACE=5 if wait else 2),
                                   timeout=60)
             except ssh_transport.SshError as exc:
                 errors.append(exc.message)
+                unreached += isinstance(exc, ssh_transport.SshUnreachable)
         if errors:
-            raise ssh_transport.SshError("; ".join(errors))
+            kind = ssh_transport.SshUnreachable if unreached == len(errors) else ssh_transport.SshError
+            raise kind("; ".join(errors))
         for res in journal.resources(handle.run_id, alive_only=True):
             if res.cloud == self.name:
                 journal.deleted(res.id)

@@ -25,12 +25,16 @@ import urllib.parse
 from datetime import datetime
 from pathlib import Path
 
-from gpucloud.channel import Channel, checkpoint_keys, log_key, log_prefix, node_prefix
+from gpucloud import channel_trust
+from gpucloud.channel import (
+    LOG_PART_MAX, SMALL_OBJECT_MAX, Channel, ObjectRefused, checkpoint_keys, log_key, log_prefix, node_prefix,
+)
 from gpucloud.providers import ssh_transport
 from gpucloud.providers.ssh_probe import REMOTE_ROOT
 
 ROOT_TOKEN = "@GPUCLOUD_REMOTE_ROOT@"
 _MISSING = 3  # the remote `cat` exits with this when an object does not exist
+_NOT_FILE = 4  # ... and with this when it is a link, a device, a FIFO or a folder
 _roots: dict[str, str] = {}
 
 
@@ -82,9 +86,21 @@ class SshChannel(Channel):
     def put_file(self, key: str, path: Path) -> None:
         self.put_bytes(key, Path(path).read_bytes())
 
-    def get_bytes(self, key: str) -> bytes | None:
+    def get_bytes(self, key: str, limit: int | None = None) -> bytes | None:
+        """`cat` over ssh; with `limit`, only a regular file (no link, device or FIFO) of at most
+        `limit` bytes, and no more than that crosses the connection."""
         host = self._targets(key)[0]
-        res = self._run(host, f"cat {self._path(key)} 2>/dev/null || exit {_MISSING}", check=False)
+        if limit is None:  # whole objects (artifacts): the caller bounds what it accepts
+            res = self._run(host, f"cat {self._path(key)} 2>/dev/null || exit {_MISSING}", check=False,
+                            max_output=sys.maxsize)
+        else:
+            res = self._run(host, f'f={self._path(key)}; [ -e "$f" ] || [ -L "$f" ] || exit {_MISSING}; '
+                                  f'{{ [ -L "$f" ] || [ ! -f "$f" ]; }} && exit {_NOT_FILE}; '
+                                  f'head -c {limit + 1} "$f"', check=False, max_output=limit + 1)
+            if res.returncode == _NOT_FILE:
+                raise ObjectRefused(f"{host}: {key} is not a regular file (a link, device, FIFO or folder)")
+            if res.returncode == 0 and len(res.stdout) > limit:
+                raise ObjectRefused(f"{host}: {key} is larger than its cap of {limit} bytes")
         if res.returncode == _MISSING:
             return None
         if res.returncode != 0:
@@ -97,6 +113,21 @@ class SshChannel(Channel):
 
     def url_put(self, key: str, expires: datetime) -> str:
         return self.url_get(key, expires)  # folders are made by `prepare` (one call per host)
+
+    signs = True
+
+    def claims(self, run_id: str, rank: int) -> list[tuple[str | None, bytes]]:
+        """`<log folder>/claim-<fingerprint>` files on the node's host, in one ssh call."""
+        folder = self._path(log_prefix(run_id, rank).rstrip("/"))
+        res = self._run(self.hosts[rank], f'for f in {folder}/{channel_trust.CLAIM_PREFIX}*; do '
+                                          '{ [ -f "$f" ] && [ ! -L "$f" ]; } || continue; '
+                                          'printf "%s " "${f##*/}"; head -c 200 "$f" | head -n 1 | tr -d "\n"; echo; done',
+                        max_output=100 * 300)
+        out: list[tuple[str | None, bytes]] = []
+        for line in res.stdout.decode("ascii", "replace").splitlines():
+            name, _, key = line.partition(" ")
+            out.append((name[len(channel_trust.CLAIM_PREFIX):], key.encode()))
+        return out
 
     def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
         """The node's log folder on its host (made by `prepare`): parts without end."""
@@ -129,8 +160,12 @@ class SshChannel(Channel):
         if done <= start:
             return []
         keys = " ".join(shlex.quote(log_key(run_id, rank, i)) for i in range(start, done))
-        res = self._run(self.hosts[rank], f'for k in {keys}; do f="$R/channel/$k"; [ -f "$f" ] || break; '
-                                          'wc -c <"$f"; cat "$f"; done')
+        # Regular files only, each at most LOG_PART_MAX, and at most 4 parts' worth in one answer.
+        res = self._run(self.hosts[rank], f'n=0; for k in {keys}; do f="$R/channel/$k"; '
+                                          '{ [ -f "$f" ] && [ ! -L "$f" ]; } || break; s=$(wc -c <"$f"); '
+                                          f'[ "$s" -le {LOG_PART_MAX} ] && [ $n -lt {4 * LOG_PART_MAX} ] || break; '
+                                          'n=$((n + s)); echo "$s"; head -c "$s" "$f"; done',
+                        max_output=5 * LOG_PART_MAX + 4096)
         out, parts, pos = res.stdout, [], 0
         while pos < len(out):
             nl = out.index(b"\n", pos)
@@ -145,7 +180,10 @@ class SshChannel(Channel):
             if (run_id, rank) in self._relayed:
                 continue
             key = f"{node_prefix(run_id, rank)}/ready"
-            data = self.get_bytes(key)
+            try:
+                data = self.get_bytes(key, limit=SMALL_OBJECT_MAX)
+            except ObjectRefused:  # not an address: the node's barrier times out and says so
+                continue
             if data is None:
                 continue
             for peer in self.hosts:
@@ -168,7 +206,7 @@ def relay_until_done(run_id: str, hosts: list[str], timeout_s: float) -> None:
     channel, until = SshChannel(hosts), time.monotonic() + timeout_s
     while time.monotonic() < until and len(channel._relayed) < len(hosts):
         try:
-            if channel.get_bytes(f"{node_prefix(run_id, 0)}/manifest") is None:
+            if channel.get_bytes(f"{node_prefix(run_id, 0)}/manifest", limit=SMALL_OBJECT_MAX) is None:
                 return
             channel.relay_ready(run_id)
         except Exception:  # noqa: BLE001 - a dropped connection: try again next second

@@ -7,6 +7,7 @@ verdict are plain functions so they are tested without a host. docs/SSH.md expla
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,13 @@ LAST_BRANCH = {"Kepler": 470}
 APT_REPOS = {("ubuntu", "20.04"): "ubuntu2004", ("ubuntu", "22.04"): "ubuntu2204",
              ("ubuntu", "24.04"): "ubuntu2404", ("debian", "12"): "debian12"}
 SUPPORTED_OS = "Ubuntu 20.04, 22.04 or 24.04, or Debian 12"
+# Bounds on what a host answers: nvidia-smi is stopped after SMI_TIMEOUT_S (coreutils `timeout`) and
+# read up to SMI_MAX bytes (the rest ends it with SIGPIPE); the whole probe answer is at most
+# PROBE_MAX bytes and PROBE_TIMEOUT_S seconds. A GPU listing is a few hundred bytes.
+SMI_TIMEOUT_S = 20
+SMI_MAX = 65536
+PROBE_MAX = 1024 * 1024
+PROBE_TIMEOUT_S = 60
 
 PROBE_SCRIPT = r"""
 R=__ROOT__
@@ -45,21 +53,31 @@ echo "@disk $(df -Pk "$R" 2>/dev/null | awk 'NR==2 {print $4}')"
 if [ "$(id -u)" = 0 ]; then echo "@sudo root"
 elif sudo -n true 2>/dev/null; then echo "@sudo yes"
 else echo "@sudo no"; fi
-for f in "$R"/locks/gpu-*; do [ -f "$f" ] && echo "@lock ${f##*/gpu-} $(cat "$f")"; done
+for f in "$R"/locks/gpu-*; do [ -f "$f" ] && echo "@lock ${f##*/gpu-} $(head -c 200 "$f" | head -n 1)"; done
 for t in bash curl tar gzip setsid flock; do command -v "$t" >/dev/null 2>&1 || echo "@missing $t"; done
+smi() { if command -v timeout >/dev/null 2>&1; then timeout -k 2 __SMI_T__ nvidia-smi "$@"; else nvidia-smi "$@"; fi; }
 if command -v nvidia-smi >/dev/null 2>&1; then
-  out=$(nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits 2>&1) \
-    && rc=0 || rc=$?
+  out=$( { smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits 2>&1
+          echo "@rc $?"; } | head -c __SMI_MAX__)
+  rc=$(printf '%s\n' "$out" | sed -n 's/^@rc \([0-9]*\)$/\1/p' | tail -n 1)
+  out=$(printf '%s\n' "$out" | grep -v '^@rc ')
   if [ "$rc" = 0 ]; then
     printf '%s\n' "$out" | sed 's/^/@gpu /'
-    echo "@cuda $(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -n 1)"
+    echo "@cuda $(smi 2>/dev/null | head -c __SMI_MAX__ | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -n 1)"
+  elif [ -z "$rc" ]; then
+    echo "@smi-error nvidia-smi printed more than __SMI_MAX__ bytes (stopped)"
+  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "@smi-error nvidia-smi did not answer within __SMI_T__ s (stopped; a hung driver or GPU)"
   else
-    echo "@smi-error $(printf '%s' "$out" | head -n 1)"
+    echo "@smi-error $(printf '%s' "$out" | head -n 1 | head -c 300)"
   fi
 else
   echo "@smi-error nvidia-smi not found"
 fi
-""".replace("__ROOT__", REMOTE_ROOT)
+""".replace("__ROOT__", REMOTE_ROOT).replace("__SMI_T__", str(SMI_TIMEOUT_S)).replace("__SMI_MAX__", str(SMI_MAX))
+
+
+_DIGITS = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() also takes "²", which int() refuses
 
 
 @dataclass
@@ -120,6 +138,11 @@ def parse_probe(host: str, text: str) -> HostProbe:
     from gpucloud.catalog import resolve_gpu_name
 
     probe = HostProbe(host=host)
+    if "@root " not in text and "@user " not in text:
+        probe.problems.append(f"{host}: the probe printed nothing gpucloud understands (the login may not run "
+                              "commands: a ForceCommand, a restricted shell, or a profile that exits); check that "
+                              f"`ssh {host} 'echo ok'` prints ok")
+        return probe
     for line in text.splitlines():
         key, _, value = line.partition(" ")
         value = value.strip()
@@ -132,18 +155,18 @@ def parse_probe(host: str, text: str) -> HostProbe:
             fields = value.split(" ", 2)
             probe.os_id, probe.os_version = fields[0].lower(), (fields[1] if len(fields) > 1 else "")
         elif key == "@disk":
-            probe.disk_free_gib = int(value) / 1048576 if value.isdigit() else 0.0
+            probe.disk_free_gib = int(value) / 1048576 if _DIGITS.fullmatch(value) else 0.0
         elif key == "@sudo":
             probe.sudo = value
-        elif key == "@lock" and value.split(" ")[0].isdigit():
+        elif key == "@lock" and _DIGITS.fullmatch(value.split(" ")[0]):
             index, _, run_id = value.partition(" ")
             probe.locks[int(index)] = run_id
         elif key == "@missing":
             probe.missing_tools.append(value)
         elif key == "@gpu":
             parts = [p.strip() for p in value.split(",")]
-            if len(parts) >= 4 and parts[0].isdigit():
-                mem = int(parts[2]) if parts[2].isdigit() else 0
+            if len(parts) >= 4 and _DIGITS.fullmatch(parts[0]):
+                mem = int(parts[2]) if _DIGITS.fullmatch(parts[2]) else 0
                 probe.gpus.append(GpuInfo(int(parts[0]), parts[1], resolve_gpu_name(parts[1]), mem))
                 probe.driver = probe.driver or parts[3]
         elif key == "@cuda":
@@ -183,7 +206,7 @@ def install_command(stack: Stack, sudo: str = "yes", repo: str = NVIDIA_REPO) ->
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in text.split(".") if p.isdigit())
+    return tuple(int(p) for p in text.split(".") if _DIGITS.fullmatch(p))
 
 
 def driver_problem(probe: HostProbe, stack: Stack, *, needs_cuda: bool = True) -> str | None:
@@ -214,6 +237,8 @@ def assess(probe: HostProbe, gpu: str | None, count: int, pins: StackSpec | None
     and list what stops the job on this host, each with its fix."""
     from gpucloud.stacks import resolve_stack
 
+    if not probe.user and probe.problems:  # the host answered nothing: nothing more to judge
+        return probe
     model = gpu or probe.gpu_model
     probe.stack = host_stack(resolve_stack(model, pins), probe) if model else None
     if probe.missing_tools:
@@ -244,8 +269,8 @@ def assess(probe: HostProbe, gpu: str | None, count: int, pins: StackSpec | None
 def probe_host(host: str) -> HostProbe:
     """Run the probe over ssh (one call) and parse it."""
     parsed = ssh_transport.SshHost.parse(host)
-    result = ssh_transport.run(parsed, PROBE_SCRIPT, timeout=60)
-    return parse_probe(host, result.stdout.decode("utf-8", "replace"))
+    result = ssh_transport.run(parsed, PROBE_SCRIPT, timeout=PROBE_TIMEOUT_S, max_output=PROBE_MAX)
+    return parse_probe(host, ssh_transport.clean_text(result.stdout.decode("utf-8", "replace")))
 
 
 def render_probe(probe: HostProbe) -> str:

@@ -14,23 +14,32 @@ from __future__ import annotations
 
 import os
 import re
+import selectors
 import shlex
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpucloud.errors import GpucloudError, UserError
+from gpucloud.providers.base import Unreachable
 
 CONFIG_ENV = "GPUCLOUD_SSH_CONFIG"          # another ssh_config file: `ssh -F PATH`
 CONTROL_DIR_ENV = "GPUCLOUD_SSH_CONTROL_DIR"  # where the ControlMaster sockets live
 CONTROL_PERSIST_S = 120                      # the master outlives its last client this long
 CONNECT_TIMEOUT_S = 15
 MAX_CONTROL_DIR = 48                         # sun_path is 108 bytes: dir + "/" + 40 (%C) + 17 (ssh's temp suffix)
+DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024       # what one call may print (reads of bigger objects pass their own cap)
+UNREACHED_MEMO_S = 10.0                      # a host just not reached is not tried again for this long
 SSH_ERROR = 255                              # ssh's own exit status (the remote command never returns it here)
 _HOST_KEY_PATTERNS = ("Host key verification failed", "No ED25519 host key is known", "No RSA host key is known",
                       "No ECDSA host key is known", "REMOTE HOST IDENTIFICATION HAS CHANGED")
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_unreached: dict[str, tuple[float, str]] = {}  # host text -> (when this process last failed to reach it, why)
 
 
 class SshError(GpucloudError):
@@ -151,26 +160,95 @@ class Result:
     stderr: str
 
 
+class SshUnreachable(SshError, Unreachable):
+    """The host could not be reached at all (connection refused, timed out, dropped): nothing on it
+    was done. `down` leaves such a run `down-pending` for a later `down` or `gc`."""
+
+
+class _TooMuch(Exception):
+    pass
+
+
+def _pump(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(data)
+        proc.stdin.close()
+    except (BrokenPipeError, OSError, ValueError):
+        pass
+
+
+def _communicate(argv: list[str], data: bytes, timeout: float, max_output: int) -> tuple[int, bytes, bytes]:
+    """Run argv; (exit status, stdout, stderr). Raises subprocess.TimeoutExpired after `timeout`
+    and _TooMuch once stdout passes `max_output` bytes (stderr keeps its last 64 KiB); either way
+    the ssh client is killed first, so nothing is left running here."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    writer = threading.Thread(target=_pump, args=(proc, data), daemon=True)
+    writer.start()
+    out, err = bytearray(), bytearray()
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None and proc.stderr is not None
+    streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    try:
+        with selectors.DefaultSelector() as sel:
+            for fd in streams:
+                sel.register(fd, selectors.EVENT_READ)
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(argv, timeout)
+                for key, _ in sel.select(min(left, 1.0)):
+                    chunk = os.read(key.fd, 1 << 16)
+                    if not chunk:
+                        sel.unregister(key.fd)
+                        continue
+                    buf = streams[key.fd]
+                    buf += chunk
+                    if buf is out and len(out) > max_output:
+                        raise _TooMuch()
+                    if buf is err and len(err) > 1 << 17:
+                        del err[:len(err) - (1 << 16)]
+        rc = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()
+    return rc, bytes(out), bytes(err)
+
+
 def run(host: SshHost, command: str, *, input: bytes | None = None, timeout: float = 120.0,
-        retries: int = 2, check: bool = True) -> Result:
+        retries: int = 2, check: bool = True, max_output: int = DEFAULT_MAX_OUTPUT) -> Result:
     """Run `command` (a POSIX shell line) on the host. ssh's own failures (exit 255) are retried
     after a short wait: a dropped master is replaced by a new one on the next call. An unknown host
-    key is a UserError with the fix; other ssh failures an SshError; with `check`, a non-zero exit
-    of the command itself also raises SshError (its stderr in the message)."""
+    key is a UserError with the fix; other ssh failures an SshError (SshUnreachable when the host
+    was never reached); with `check`, a non-zero exit of the command itself also raises SshError
+    (its stderr in the message). A command that prints more than `max_output` bytes, or has not
+    ended after `timeout` seconds, is stopped (SshError naming it; not retried, not blamed on the
+    network); callers bound the remote side too (`timeout`, `head -c`), so nothing stays running."""
     argv = ["ssh", *base_args(host), *host.destination(), "--", command]
+    what = f"`{clean_text(command.strip().splitlines()[0] if command.strip() else command)[:60]}`"
     last = ""
+    seen = _unreached.get(host.text)
+    if seen is not None and time.monotonic() - seen[0] < UNREACHED_MEMO_S:  # just failed: say so at once
+        raise SshUnreachable(seen[1], hint=f"Check `ssh {host.text} true`; the run (if any) keeps going on the host.")
     for attempt in range(retries + 1):
         try:
-            proc = subprocess.run(argv, input=input if input is not None else b"", capture_output=True,
-                                  timeout=timeout, check=False)
+            rc, stdout, stderr = _communicate(argv, input if input is not None else b"", timeout, max_output)
         except subprocess.TimeoutExpired:
-            last = f"no answer within {timeout:.0f}s"
-            continue
-        err = proc.stderr.decode("utf-8", "replace").strip()
-        if proc.returncode != SSH_ERROR:
-            if check and proc.returncode != 0:
-                raise SshError(f"{host.text}: `{command.splitlines()[0][:60]}` exited {proc.returncode}: {err[-500:]}")
-            return Result(proc.returncode, proc.stdout, err)
+            raise SshError(f"{host.text}: {what} did not end within {timeout:.0f}s (stopped)",
+                           hint=f"Check `ssh {host.text} true`, and that the command does not hang on the host.") from None
+        except _TooMuch:
+            raise SshError(f"{host.text}: {what} printed more than {max_output} bytes (stopped, output dropped)",
+                           hint="Something on the host answers with far more than gpucloud asked for.") from None
+        err = clean_text(stderr.decode("utf-8", "replace").replace("\r\n", "\n").strip())
+        if rc != SSH_ERROR:
+            _unreached.pop(host.text, None)
+            if check and rc != 0:
+                raise SshError(f"{host.text}: {what} exited {rc}: {err[-500:]}")
+            return Result(rc, stdout, err)
         if any(p in err for p in _HOST_KEY_PATTERNS):
             raise UserError(f"{host.text}: the host key is not known (or changed), so gpucloud will not connect: "
                             f"{err.splitlines()[-1] if err else 'host key verification failed'}",
@@ -179,11 +257,22 @@ def run(host: SshHost, command: str, *, input: bytes | None = None, timeout: flo
             raise UserError(f"{host.text}: ssh login refused: {err.splitlines()[-1]}",
                             hint=f"Check that `{host.shell('true')}` works without a prompt (key in the agent, "
                                  "or IdentityFile in ~/.ssh/config).")
-        last = err or f"ssh exited {proc.returncode}"
+        last = err or f"ssh exited {rc}"
+        if "timed out" in last.lower():
+            break  # ConnectTimeout passed: the host does not answer; another try would wait as long again
         if attempt < retries:
             time.sleep(0.5 * (attempt + 1) ** 2)
-    raise SshError(f"{host.text}: cannot reach the host over ssh: {last}",
-                   hint=f"Check `{host.shell('true')}`; the run (if any) keeps going on the host.")
+    message = f"{host.text}: cannot reach the host over ssh: {last}"
+    _unreached[host.text] = (time.monotonic(), message)
+    raise SshUnreachable(message,
+                         hint=f"Check `{host.shell('true')}`; the run (if any) keeps going on the host.")
+
+
+def clean_text(text: str) -> str:
+    """Text from a host made safe to print: control characters other than newline and tab (terminal
+    escapes, carriage returns, bells, C1 codes) become `\\xNN` / `\\uNNNN`, so a host cannot move
+    the cursor, retitle the terminal or hide a line of gpucloud's own."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def master_pid(host: SshHost) -> int | None:

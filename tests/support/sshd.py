@@ -127,8 +127,10 @@ class SshLab:
         return path
 
     def add_server(self, alias: str, *, gpu: tuple[str, int, int, str, str] | None = None, trusted: bool = True,
-                   os_release: str | None = None) -> SshdServer:
-        """Start sshd `alias`; gpu = (name, count, memory MiB, driver, cuda) installs a stub nvidia-smi.
+                   os_release: str | None = None, smi: str | None = None,
+                   force_command: str | None = None) -> SshdServer:
+        """Start sshd `alias`; gpu = (name, count, memory MiB, driver, cuda) installs a stub nvidia-smi
+        (`smi`: a script of the test's own instead; `force_command`: sshd's ForceCommand).
         Driver "apt": none until the driver package is installed through the stub apt-get/dpkg of
         tests/support/vm_stubs (their state in <folder>/state), from a fake NVIDIA repository.
         os_release: the text of the host's os-release file (GPUCLOUD_OS_RELEASE points the probe at it)."""
@@ -144,6 +146,9 @@ class SshLab:
             stub.write_text(STUB_NVIDIA_SMI % {"name": repr(name), "count": count, "mem": mem, "driver": driver,
                                                "cuda": cuda})
             stub.chmod(0o755)
+        if smi is not None:  # a misbehaving nvidia-smi: this shell script instead of the stub
+            (bin_dir / "nvidia-smi").write_text(smi)
+            (bin_dir / "nvidia-smi").chmod(0o755)
         server = SshdServer(alias=alias, folder=folder, port=free_port(), remote_root=folder / "remote")
         path = f"{bin_dir}:{os.path.dirname(shutil.which('python3') or '/usr/bin/python3')}:/usr/local/bin:/usr/bin:/bin"
         extra = ""
@@ -164,6 +169,7 @@ class SshLab:
             "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nLogLevel VERBOSE\n"
             "MaxSessions 100\nMaxStartups 100\n"
             f"SetEnv PATH={path} GPUCLOUD_REMOTE_ROOT={server.remote_root}{extra}\n"
+            + (f"ForceCommand {force_command}\n" if force_command else "")
         )
         log = server.log_path.open("ab")
         server.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(folder / "sshd_config")], stdout=log, stderr=log)

@@ -18,7 +18,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpucloud.channel import LOG_PART_MAX, Channel, log_prefix
+from gpucloud import channel_trust
+from gpucloud.channel import LOG_PART_MAX, Channel, ObjectRefused, log_prefix
 from gpucloud.errors import GpucloudError
 from gpucloud.providers.aws.access import permission_denied
 from gpucloud.providers.aws.errors import classify, error_code, http_status
@@ -190,7 +191,8 @@ class S3Channel(Channel):
             return
         self._s3.upload_file(str(path), self.bucket, key, ExtraArgs={"ExpectedBucketOwner": self.account})
 
-    def get_bytes(self, key: str) -> bytes | None:
+    def get_bytes(self, key: str, limit: int | None = None) -> bytes | None:
+        """GET; with `limit`, an object larger than that is refused on its ContentLength, unread."""
         from botocore.exceptions import ClientError
 
         try:
@@ -201,7 +203,10 @@ class S3Channel(Channel):
             if code in {"NoSuchKey", "404", "NotFound"}:
                 return None
             raise
-        return obj["Body"].read()
+        if limit is not None and int(obj.get("ContentLength") or 0) > limit:
+            obj["Body"].close()
+            raise ObjectRefused(f"{key} is larger than its cap of {limit} bytes ({obj['ContentLength']} bytes)")
+        return obj["Body"].read() if limit is None else obj["Body"].read(limit + 1)[:limit + 1]
 
     def get_to_file(self, key: str, path: Path) -> bool:
         """Stream the object to disk in 1 MiB chunks (an artifacts tarball may be many GB)."""
@@ -243,6 +248,21 @@ class S3Channel(Channel):
         fields = {name: value for name, value in post["fields"].items() if name != "key"}
         return [f"log_post {post['url']}", f"log_post_key {prefix}",
                 *(f"log_post_field {name} {value}" for name, value in fields.items())]
+
+    signs = True
+
+    def claims(self, run_id: str, rank: int) -> list[tuple[str | None, bytes]]:
+        """Objects `<log prefix>claim-<fingerprint>` (the log POST grant admits any key under the
+        prefix, so a claim can be added but the CLI sees every one); at most 100, each capped."""
+        prefix = log_prefix(run_id, rank) + channel_trust.CLAIM_PREFIX
+        page = self._do("list_objects_v2", Bucket=self.bucket, Prefix=prefix, MaxKeys=100,
+                        ExpectedBucketOwner=self.account)
+        out: list[tuple[str | None, bytes]] = []
+        for obj in page.get("Contents", []):
+            data = self.get_bytes(obj["Key"], limit=channel_trust.CLAIM_MAX)
+            if data is not None:
+                out.append((obj["Key"][len(prefix):], data))
+        return out
 
     def delete_prefix(self, prefix: str) -> None:
         paginator = self._s3.get_paginator("list_objects_v2")

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from gpucloud.channel import LOG_PART_MAX, Channel, node_prefix
+from gpucloud import channel_trust
+from gpucloud.channel import LOG_PART_MAX, Channel, ObjectRefused, node_prefix
 from gpucloud.errors import UserError
 from gpucloud.providers.azure.access import pipeline_kwargs
 
@@ -160,13 +161,20 @@ class BlobChannel(Channel):
         with open(path, "rb") as fh:
             self._container.upload_blob(key, fh, overwrite=True, max_concurrency=4)
 
-    def get_bytes(self, key: str) -> bytes | None:
+    def get_bytes(self, key: str, limit: int | None = None) -> bytes | None:
+        """GET; with `limit`, at most `limit + 1` bytes are asked for, and a blob larger than the
+        limit is refused by its size."""
         from azure.core.exceptions import ResourceNotFoundError
 
         try:
-            return self._container.download_blob(key).readall()
+            if limit is None:
+                return self._container.download_blob(key).readall()
+            blob = self._container.download_blob(key, offset=0, length=limit + 1)
         except ResourceNotFoundError:
             return None
+        if blob.size > limit or (blob.properties.size or 0) > limit:
+            raise ObjectRefused(f"{key} is larger than its cap of {limit} bytes ({blob.properties.size} bytes)")
+        return blob.readall()
 
     def get_to_file(self, key: str, path: Path) -> bool:
         """Stream the blob to disk chunk by chunk (an artifacts tarball may be many GB)."""
@@ -199,6 +207,20 @@ class BlobChannel(Channel):
 
     def url_put(self, key: str, expires: datetime) -> str:
         return self._url(key, expires, create=True, write=True)
+
+    signs = True
+
+    def claim_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
+        """The node's claims: an empty append blob with an Append Block SAS (`a`): a key can be added,
+        none replaced or removed."""
+        key = f"{node_prefix(run_id, rank)}/claim.append"
+        self._container.get_blob_client(key).create_append_blob()
+        return [f"claim_append {self._url(key, expires, add=True)}"]
+
+    def claims(self, run_id: str, rank: int) -> list[tuple[str | None, bytes]]:
+        """One claim per line of the append blob (capped)."""
+        data = self.get_bytes(f"{node_prefix(run_id, rank)}/claim.append", limit=channel_trust.CLAIMS_MAX) or b""
+        return [(None, line) for line in data.splitlines() if line.strip()]
 
     def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
         """Create the node's empty append blob (replacing one of an earlier attempt) and grant

@@ -1,0 +1,163 @@
+"""Whose word a run takes: the machine's own key, not the channel's write grants.
+
+Why: the write grants (status, log, artifacts) travel in the manifest, and the manifest's URL in
+user-data, which anyone allowed to read the VM's attributes can read (AWS `ec2:DescribeInstanceAttribute`,
+part of ReadOnlyAccess; the Azure VM model's custom data). So holding a grant proves nothing. At
+boot the bootstrap makes an Ed25519 key pair that never leaves the machine, publishes the public
+key as its node's *claim* (through the node's append-only log grant: a claim can be added, never
+replaced or removed), and signs every status.json it writes; the final status carries the SHA-256
+of the artifacts tarball it uploaded. The CLI takes a status only when exactly one key claims the
+node and that key signed it, and extracts artifacts only when their hash is the signed one. Two
+claims (a reader that fetched the manifest and claimed too) or a status not signed by the claimed
+key end the run in `error` (exit 65) and tear it down: the run fails closed instead of trusting
+either side. docs/SECURITY.md, "Channel grants and user-data", says what this does not cover.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from gpucloud.errors import UserError
+
+MiB = 1024 * 1024
+# What the CLI reads of a small object the VM writes (status.json, ready, done, manifest): a status is
+# under 4 KiB; a bigger one comes from a broken or hostile writer and is refused, never read whole.
+SMALL_OBJECT_MAX = 1 * MiB
+FINAL_STATES = ("succeeded", "failed", "deadline", "error", "preempted")  # status.json states that end a node
+
+SIGN_LINE = "sign ed25519"       # the manifest line that makes a node's results need its signature
+CLAIM_PREFIX = "claim-"          # file/ssh/S3: claim objects `<node>/log/claim-<fingerprint>`
+CLAIM_MAX = 1024                 # bytes of one claim the CLI reads
+CLAIMS_MAX = 64 * 1024           # bytes of all claims of a node (an append blob on Azure)
+SIG_FIELD = b',"sig":"'
+REFUSED_EXIT = 65                # EX_DATAERR: what the machine(s) wrote is not usable
+
+
+class ObjectRefused(UserError):
+    """A channel object the CLI will not read: larger than its cap, or not a regular file (a link out
+    of the store, a device such as /dev/zero). The caller names it and goes on without it."""
+
+    exit_code = REFUSED_EXIT
+
+
+def read_capped(path: Path, limit: int | None, what: str) -> bytes | None:
+    """A file's bytes, None when absent; with `limit`, only a regular file of at most `limit` bytes
+    (checked on the open descriptor, so a swap to /dev/zero between check and read changes nothing)."""
+    try:  # O_NONBLOCK: opening a FIFO must not wait for a writer
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if limit is None:
+                return fh.read()
+            if not stat.S_ISREG(st.st_mode):
+                raise ObjectRefused(f"{what} is not a regular file (a device, FIFO or folder)")
+            data = fh.read(limit + 1)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    if len(data) > limit:
+        raise ObjectRefused(f"{what} is larger than its cap of {limit} bytes")
+    return data
+
+
+
+
+def fingerprint(pub_b64: str) -> str:
+    """The claim's name: first 32 hex digits of SHA-256 over the base64 text (`sha256sum` on the VM)."""
+    return hashlib.sha256(pub_b64.encode("ascii")).hexdigest()[:32]
+
+
+def claimed_key(claims: list[tuple[str | None, bytes]]) -> tuple[str | None, str | None]:
+    """(the one public key claiming the node, or None when none does yet; a problem, or None).
+    `claims` are (name, content): a named claim must be named by its key's fingerprint."""
+    keys: set[str] = set()
+    for name, content in claims:
+        text = content.decode("ascii", "replace").strip()
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raw = b""
+        if len(raw) != 32:
+            return None, f"a claim on the node's results is not an Ed25519 public key ({name or 'appended line'})"
+        if name is not None and name != fingerprint(text):
+            return None, f"claim {name} holds another machine's key"
+        keys.add(text)
+    if len(keys) > 1:
+        return None, (f"{len(keys)} different keys claim the node's results (someone who could read the VM's "
+                      "user-data wrote to its channel)")
+    return (next(iter(keys)) if keys else None), None
+
+
+def signed_by(pub_b64: str, raw: bytes) -> bool:
+    """Whether status.json bytes `raw` end with `,"sig":"<base64>"}` over the rest, signed by the key."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    at = raw.rfind(SIG_FIELD)
+    end = raw.find(b'"', at + len(SIG_FIELD)) if at >= 0 else -1
+    if at < 0 or end < 0 or raw[end:].strip() != b'"}':
+        return False
+    try:
+        sig = base64.b64decode(raw[at + len(SIG_FIELD):end], validate=True)
+        Ed25519PublicKey.from_public_bytes(base64.b64decode(pub_b64)).verify(sig, raw[:at] + b"}\n")
+    except (InvalidSignature, binascii.Error, ValueError):
+        return False
+    return True
+
+
+def untrusted(run_id: str, rank: int, why: str) -> dict[str, object]:
+    """The final status that stands in for results the CLI will not take: the run ends in error."""
+    return {"run_id": run_id, "rank": rank, "state": "error", "exit_code": REFUSED_EXIT, "stage": "done",
+            "message": f"node {rank}'s results are not trusted: {why}; the run was stopped"}
+
+
+def artifacts_problem(status: dict | None, digest: str, rank: int) -> str | None:
+    """Why the node's artifacts tarball (its SHA-256 hex `digest`) is refused (not the hash the node
+    signed), or None."""
+    want = (status or {}).get("artifacts_sha256")
+    if not isinstance(want, str) or len(want) != 64:
+        return f"node {rank}'s artifacts refused: no signed hash for them in its final status"
+    if digest != want:
+        return f"node {rank}'s artifacts refused: they are not the ones its machine uploaded (hash differs)"
+    return None
+
+
+def signed_node(channel: Any, run_id: str, rank: int) -> bool:
+    """Whether the node's manifest (written by the CLI; no grant lets anyone else write it) asks the
+    node to sign: then only its signed word counts. Cached on the channel object."""
+    if not channel.signs:
+        return False
+    known = channel.__dict__.setdefault("_signed_nodes", {})
+    if (run_id, rank) not in known:
+        try:
+            manifest = channel.get_bytes(f"runs/{run_id}/node-{rank}/manifest", limit=SMALL_OBJECT_MAX)
+        except ObjectRefused:
+            manifest = b""
+        if manifest is None:
+            return False
+        known[(run_id, rank)] = f"\n{SIGN_LINE}\n" in "\n" + manifest.decode("utf-8", "replace")
+    return bool(known[(run_id, rank)])
+
+
+def verified(channel: Any, run_id: str, rank: int, raw: bytes, doc: dict) -> dict | None:
+    """A final status only if the node's one claimed key signed it (the claims are listed each time);
+    an `error` status when two keys claim the node or the claimed key did not sign; None (not taken,
+    poll again) while no key claims it. Progress statuses (booting, running) decide nothing and
+    are taken as they are."""
+    if doc.get("state") not in FINAL_STATES:
+        return doc
+    try:
+        key, problem = claimed_key(channel.claims(run_id, rank))
+    except ObjectRefused as exc:
+        key, problem = None, exc.message
+    if problem:
+        return untrusted(run_id, rank, problem)
+    if key is None:
+        return None
+    if not signed_by(key, raw):
+        return untrusted(run_id, rank, "its status.json is not signed by the key its machine published")
+    return doc
