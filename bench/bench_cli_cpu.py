@@ -29,8 +29,14 @@ def cpu_seconds(args: list[str], tree: Path) -> float:
     """CPU seconds of one `python -m gpucloud ARGS` run with `tree` first on the import path."""
     env = {**os.environ, "PYTHONPATH": str(tree), "CI": "true"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=tree, env=env,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        cwd=tree,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 

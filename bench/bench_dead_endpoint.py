@@ -48,15 +48,24 @@ def silent_server() -> tuple[str, socket.socket]:
 
 def base_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GPUCLOUD_", "IDENTITY_"))}
-    env.update({"GPUCLOUD_HOME": str(home), "CI": "true", "PYTHONPATH": str(REPO), "AWS_EC2_METADATA_DISABLED": "true",
-                "AWS_SHARED_CREDENTIALS_FILE": str(home / "none"), "AWS_CONFIG_FILE": str(home / "none")})
+    env.update(
+        {
+            "GPUCLOUD_HOME": str(home),
+            "CI": "true",
+            "PYTHONPATH": str(REPO),
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_SHARED_CREDENTIALS_FILE": str(home / "none"),
+            "AWS_CONFIG_FILE": str(home / "none"),
+        }
+    )
     return env
 
 
 def timed(args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int, str]:
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
     return time.perf_counter() - start, out.returncode, out.stderr + out.stdout
 
 
@@ -70,18 +79,30 @@ def main() -> None:
         home = work / "home"
         home.mkdir()
         for cloud in ("aws", "azure"):
-            (work / f"{cloud}.yaml").write_text(f"name: dead\nresources: {{gpu: T4:1, cloud: {cloud}}}\nrun: echo\n"
-                                                 "max_duration: 10m\n")
+            (work / f"{cloud}.yaml").write_text(
+                f"name: dead\nresources: {{gpu: T4:1, cloud: {cloud}}}\nrun: echo\nmax_duration: 10m\n"
+            )
         aws = {**base_env(home), "AWS_ACCESS_KEY_ID": "AKIAFAKE", "AWS_SECRET_ACCESS_KEY": "fake"}
-        azure = {**base_env(home), "AZURE_SUBSCRIPTION_ID": "00000000-0000-0000-0000-000000000000",
-                 "GPUCLOUD_AZURE_ARM_ENDPOINT": DEAD, "IDENTITY_ENDPOINT": f"{DEAD}/_identity", "IDENTITY_HEADER": "x"}
+        azure = {
+            **base_env(home),
+            "AZURE_SUBSCRIPTION_ID": "00000000-0000-0000-0000-000000000000",
+            "GPUCLOUD_AZURE_ARM_ENDPOINT": DEAD,
+            "IDENTITY_ENDPOINT": f"{DEAD}/_identity",
+            "IDENTITY_HEADER": "x",
+        }
         cases = [
             ("run, AWS endpoint refuses connections", ["run", "aws.yaml", "--yes"], {**aws, "AWS_ENDPOINT_URL": DEAD}),
-            ("run, AWS endpoint accepts and never answers", ["run", "aws.yaml", "--yes"],
-             {**aws, "AWS_ENDPOINT_URL": silent_url}),
+            (
+                "run, AWS endpoint accepts and never answers",
+                ["run", "aws.yaml", "--yes"],
+                {**aws, "AWS_ENDPOINT_URL": silent_url},
+            ),
             ("run, Azure ARM + identity endpoints refuse connections", ["run", "azure.yaml", "--yes"], azure),
-            ("check, both clouds dead (concurrent)", ["check"], {**azure, **{k: v for k, v in aws.items() if k.startswith("AWS_")},
-                                                             "AWS_ENDPOINT_URL": DEAD}),
+            (
+                "check, both clouds dead (concurrent)",
+                ["check"],
+                {**azure, **{k: v for k, v in aws.items() if k.startswith("AWS_")}, "AWS_ENDPOINT_URL": DEAD},
+            ),
         ]
         print("| case | median wall | max | exit code | names the endpoint |")
         print("|---|---|---|---|---|")
@@ -92,8 +113,11 @@ def main() -> None:
                 times.append(secs)
                 codes.add(code)
                 named = named and "127.0.0.1" in text and "internal error" not in text
-            print(f"| {label} | {statistics.median(times):.1f} s | {max(times):.1f} s | "
-                  f"{', '.join(map(str, sorted(codes)))} | {'yes' if named else 'NO'} |", flush=True)
+            print(
+                f"| {label} | {statistics.median(times):.1f} s | {max(times):.1f} s | "
+                f"{', '.join(map(str, sorted(codes)))} | {'yes' if named else 'NO'} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

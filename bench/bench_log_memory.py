@@ -49,13 +49,16 @@ def main() -> int:
             os.link(logdir / "000000", logdir / f"{i:06d}")
         (root / "store" / "runs" / "big" / "node-0" / "status.json").write_text(json.dumps({"log_parts": args.parts}))
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", CHILD, str(root)], check=True, cwd=ROOT,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        subprocess.run(
+            [sys.executable, "-c", CHILD, str(root)], check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
+        )
         wall = time.perf_counter() - t0
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB -> MiB
         kept = (root / "home" / "runs" / "big" / "log.txt").stat().st_size
-        print(f"log {args.parts * PART / (1 << 30):.2f} GiB in {args.parts} parts: peak RSS {peak:.0f} MiB, "
-              f"{wall:.1f} s, kept copy {kept / (1 << 20):.0f} MiB (cap 1 GiB: head + tail)")
+        print(
+            f"log {args.parts * PART / (1 << 30):.2f} GiB in {args.parts} parts: peak RSS {peak:.0f} MiB, "
+            f"{wall:.1f} s, kept copy {kept / (1 << 20):.0f} MiB (cap 1 GiB: head + tail)"
+        )
     return 0
 
 

@@ -46,8 +46,9 @@ def s3_channel() -> tuple[Any, Any]:
     import boto3
     from moto import mock_aws
 
-    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1"})
+    os.environ.update(
+        {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    )
     mock = mock_aws()
     mock.start()
     from gpucloud.providers.aws.channel import S3Channel

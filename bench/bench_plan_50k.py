@@ -31,7 +31,9 @@ def build() -> None:
     i = 0
     while len(rows) < ROWS:
         for o in base:
-            rows.append(o._replace(region=f"{o.region}-x{i}", price_per_hour=round(o.price_per_hour * (1 + i / 1000), 4)))
+            rows.append(
+                o._replace(region=f"{o.region}-x{i}", price_per_hour=round(o.price_per_hour * (1 + i / 1000), 4))
+            )
         i += 1
     store.write(store.cache_file(), rows[:ROWS], created_at="2026-12-03T00:00:00Z", clouds={})
 
@@ -45,9 +47,13 @@ def main(n: int = 20) -> None:
         t0 = time.perf_counter()
         plan = make_plan(spec)
         times.append(time.perf_counter() - t0)
-    print(f"{len(load_catalog().offerings)} offerings; {len(plan.candidates)} candidates, {len(plan.excluded)} excluded")
-    print(f"load cache + plan  median {statistics.median(times) * 1000:.0f} ms  max {max(times) * 1000:.0f} ms "
-          f"({n} samples; budget 300 ms)")
+    print(
+        f"{len(load_catalog().offerings)} offerings; {len(plan.candidates)} candidates, {len(plan.excluded)} excluded"
+    )
+    print(
+        f"load cache + plan  median {statistics.median(times) * 1000:.0f} ms  max {max(times) * 1000:.0f} ms "
+        f"({n} samples; budget 300 ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -41,15 +41,17 @@ sys.path.insert(0, str(REPO))
 class Row:
     cloud: str
     nodes: int
-    counts: dict[str, int]       # call name -> count, for one provision + teardown
-    provision_s: float           # median
-    teardown_s: float            # median
+    counts: dict[str, int]  # call name -> count, for one provision + teardown
+    provision_s: float  # median
+    teardown_s: float  # median
     note: str = ""
 
 
 def _job(cloud: str, nodes: int, region: str) -> str:
-    return (f"name: bench-nodes\nresources:\n  cloud: {cloud}\n  regions: [{region}]\n  gpu: T4:1\n"
-            f"num_nodes: {nodes}\nrun: echo hi\nmax_duration: 1h\n")
+    return (
+        f"name: bench-nodes\nresources:\n  cloud: {cloud}\n  regions: [{region}]\n  gpu: T4:1\n"
+        f"num_nodes: {nodes}\nrun: echo hi\nmax_duration: 1h\n"
+    )
 
 
 def _request(cloud: str, nodes: int, region: str, run_id: str, *, shared: bool) -> Any:
@@ -62,13 +64,22 @@ def _request(cloud: str, nodes: int, region: str, run_id: str, *, shared: bool) 
     plan = make_plan(spec, cloud=cloud)
     cand = dataclasses.replace(plan.candidates[0], spot=False)
     expires = datetime.now(UTC) + timedelta(hours=2)
-    scripts = ["#!/bin/bash\necho shared\n"] * nodes if shared else [f"#!/bin/bash\necho node {r}\n" for r in range(nodes)]
-    return LaunchRequest(run_id=run_id, spec=spec, candidate=cand, stack=plan.stack, user_data=scripts,
-                         expires_at=expires, tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                                                   "Name": f"gpucloud-{run_id}"})
+    scripts = (
+        ["#!/bin/bash\necho shared\n"] * nodes if shared else [f"#!/bin/bash\necho node {r}\n" for r in range(nodes)]
+    )
+    return LaunchRequest(
+        run_id=run_id,
+        spec=spec,
+        candidate=cand,
+        stack=plan.stack,
+        user_data=scripts,
+        expires_at=expires,
+        tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"), "Name": f"gpucloud-{run_id}"},
+    )
 
 
 # ---- Azure ---------------------------------------------------------------------------------------
+
 
 def bench_azure(node_counts: list[int], repeat: int) -> list[Row]:
     from gpucloud.providers.azure import AzureProvider
@@ -78,10 +89,13 @@ def bench_azure(node_counts: list[int], repeat: int) -> list[Row]:
 
     rows = []
     with FakeArm() as arm:
-        provider = AzureProvider(credential=OperatorCredential(arm), subscription_id=arm.subscription_id,
-                                 arm_endpoint=arm.url)
+        provider = AzureProvider(
+            credential=OperatorCredential(arm), subscription_id=arm.subscription_id, arm_endpoint=arm.url
+        )
         journal = Journal(Store())
-        warm = provider.provision(_request("azure", 1, "eastus", "bench-warmup", shared=False), journal)  # imports, clients
+        warm = provider.provision(
+            _request("azure", 1, "eastus", "bench-warmup", shared=False), journal
+        )  # imports, clients
         provider.teardown(warm, journal)
         for n in node_counts:
             prov_s, down_s, counts = [], [], {}
@@ -112,20 +126,28 @@ def bench_azure(node_counts: list[int], repeat: int) -> list[Row]:
                     "ARM requests (provision)": prov_requests,
                     "ARM requests (total)": total,
                 }
-            rows.append(Row("azure", n, counts, statistics.median(prov_s), statistics.median(down_s),
-                            note=f"fake ARM, LRO {arm.op_seconds * 1000:.0f} ms"))
+            rows.append(
+                Row(
+                    "azure",
+                    n,
+                    counts,
+                    statistics.median(prov_s),
+                    statistics.median(down_s),
+                    note=f"fake ARM, LRO {arm.op_seconds * 1000:.0f} ms",
+                )
+            )
     return rows
 
 
 # ---- AWS -----------------------------------------------------------------------------------------
 
+
 def bench_aws(node_counts: list[int], repeat: int) -> list[Row]:
     """AwsProvider.provision against a ThreadedMotoServer; EC2 calls counted on the session."""
-    from tests.support.aws_faults import AwsHooks
-    from tests.support.moto_server import DEFAULT_REGION, start_moto
-
     from gpucloud.providers.aws import AwsProvider
     from gpucloud.state import Journal, Store
+    from tests.support.aws_faults import AwsHooks
+    from tests.support.moto_server import DEFAULT_REGION, start_moto
 
     moto = start_moto()
     os.environ.update(moto.env)
@@ -162,20 +184,31 @@ def bench_aws(node_counts: list[int], repeat: int) -> list[Row]:
                 "EC2 calls (provision)": sum(prov_calls.values()),
                 "EC2 calls (total)": sum(calls.values()),
             }
-        rows.append(Row("aws", n, counts, statistics.median(prov_s), statistics.median(down_s),
-                        note=f"moto, shared_user_data={shared}"))
+        rows.append(
+            Row(
+                "aws",
+                n,
+                counts,
+                statistics.median(prov_s),
+                statistics.median(down_s),
+                note=f"moto, shared_user_data={shared}",
+            )
+        )
     return rows
 
 
 # ---- report --------------------------------------------------------------------------------------
+
 
 def print_table(rows: list[Row]) -> None:
     for cloud in dict.fromkeys(r.cloud for r in rows):
         mine = [r for r in rows if r.cloud == cloud]
         names = list(dict.fromkeys(k for r in mine for k in r.counts))
         head = ["N", *names, "provision s", "teardown s"]
-        table = [[str(r.nodes), *(str(r.counts.get(k, "")) for k in names), f"{r.provision_s:.2f}", f"{r.teardown_s:.2f}"]
-                 for r in mine]
+        table = [
+            [str(r.nodes), *(str(r.counts.get(k, "")) for k in names), f"{r.provision_s:.2f}", f"{r.teardown_s:.2f}"]
+            for r in mine
+        ]
         widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(head)]
         print(f"\n{cloud} ({mine[0].note})")
         print("| " + " | ".join(h.strip().ljust(w) for h, w in zip(head, widths, strict=True)) + " |")

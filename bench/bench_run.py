@@ -32,8 +32,9 @@ max_duration: 10m
 
 
 def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
 
 
 def main() -> int:
@@ -56,11 +57,15 @@ def main() -> int:
                 lags.append(seen - float(parts[1]))
         proc.wait()
 
-    print(f"gpucloud run (job `true`, local provider): median {statistics.median(walls):.2f} s of {len(walls)} "
-          f"(min {min(walls):.2f}, max {max(walls):.2f}); target <= 2 s")
+    print(
+        f"gpucloud run (job `true`, local provider): median {statistics.median(walls):.2f} s of {len(walls)} "
+        f"(min {min(walls):.2f}, max {max(walls):.2f}); target <= 2 s"
+    )
     if lags:
-        print(f"job line -> CLI stdout latency: median {statistics.median(lags):.2f} s, max {max(lags):.2f} s "
-              f"over {len(lags)} lines; target <= 2 s")
+        print(
+            f"job line -> CLI stdout latency: median {statistics.median(lags):.2f} s, max {max(lags):.2f} s "
+            f"over {len(lags)} lines; target <= 2 s"
+        )
     else:
         print("job line -> CLI stdout latency: no line arrived", file=sys.stderr)
         return 1

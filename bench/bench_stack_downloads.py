@@ -25,7 +25,11 @@ SIZES: list[tuple[str, int, str]] = [
     (r"^cuda-toolkit-12", 3000, "issue 13: the full cuda-toolkit-12-x is ~3 GB"),
     (r"^libcudnn8", 700, "estimate: cuDNN 8 runtime library"),
     (r"^cudnn9", 900, "estimate: cuDNN 9 runtime + headers"),
-    (r"^torch==(1\.|2\.[0-1]\.)", 2300, "estimate: one cu11x wheel bundling CUDA + cuDNN (torch 1.13.0+cu117 is 1.81 GB)"),
+    (
+        r"^torch==(1\.|2\.[0-1]\.)",
+        2300,
+        "estimate: one cu11x wheel bundling CUDA + cuDNN (torch 1.13.0+cu117 is 1.81 GB)",
+    ),
     (r"^torch==", 3500, "estimate: ~0.9 GB torch wheel + ~2.5 GB nvidia-*-cu12 wheels it pulls"),
     (r"^tensorflow", 2500, "estimate: TF wheel + [and-cuda] nvidia wheels"),
 ]

@@ -29,8 +29,12 @@ def run_walls(job: Path, env: dict[str, str], runs: int) -> list[float]:
     walls = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
-                              cwd=job.parent, env=env, capture_output=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
+            cwd=job.parent,
+            env=env,
+            capture_output=True,
+        )
         walls.append(time.perf_counter() - t0)
         if proc.returncode != 0:
             raise SystemExit(f"run failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")

@@ -40,9 +40,13 @@ def builder_spec(spec: JobSpec, *, with_setup: bool, empty_dir: str) -> JobSpec:
     """The builder's job: one node, the job's stack (and its setup and code when asked, else an
     empty folder as the code), a waiting marker as `run`."""
     update: dict[str, object] = {
-        "name": f"image-{spec.name}"[:40].rstrip("-"), "num_nodes": 1, "run": BUILDER_RUN,
-        "setup": spec.setup if with_setup else None, "artifacts": [],
-        "max_duration": min(spec.max_duration, BUILDER_MAX_DURATION_S), "image": "auto",
+        "name": f"image-{spec.name}"[:40].rstrip("-"),
+        "num_nodes": 1,
+        "run": BUILDER_RUN,
+        "setup": spec.setup if with_setup else None,
+        "artifacts": [],
+        "max_duration": min(spec.max_duration, BUILDER_MAX_DURATION_S),
+        "image": "auto",
     }
     if not with_setup:
         update["workdir"] = empty_dir
@@ -78,22 +82,37 @@ def wanted_hash(plan: Plan, cand: Candidate, setup: str | None) -> str:
     from gpucloud.images import cpu_arch_of, resolve_node
     from gpucloud.images_build import stack_hash
 
-    node = resolve_node(plan.stack, cand.cloud, cand.instance_type, cand.gpu_count,
-                        cpu_arch=cpu_arch_of(cand), chosen=cand.image)
+    node = resolve_node(
+        plan.stack, cand.cloud, cand.instance_type, cand.gpu_count, cpu_arch=cpu_arch_of(cand), chosen=cand.image
+    )
     return stack_hash(plan.stack, node, setup)
 
 
-def build(target: str, *, cloud: str | None, region: str | None, with_setup: bool, framework: str | None,
-          assume_yes: bool, json_out: bool = False) -> tuple[BakedImage, bool]:
+def build(
+    target: str,
+    *,
+    cloud: str | None,
+    region: str | None,
+    with_setup: bool,
+    framework: str | None,
+    assume_yes: bool,
+    json_out: bool = False,
+) -> tuple[BakedImage, bool]:
     """Bake (or find) the image; (image, whether it was built now)."""
     spec = target_spec(target, framework=framework, cloud=cloud)
     with tempfile.TemporaryDirectory(prefix="gpucloud-builder-") as empty:
-        return _build(builder_spec(spec, with_setup=with_setup, empty_dir=empty), cloud=cloud, region=region,
-                      assume_yes=assume_yes, json_out=json_out)
+        return _build(
+            builder_spec(spec, with_setup=with_setup, empty_dir=empty),
+            cloud=cloud,
+            region=region,
+            assume_yes=assume_yes,
+            json_out=json_out,
+        )
 
 
-def _build(job: JobSpec, *, cloud: str | None, region: str | None, assume_yes: bool,
-           json_out: bool) -> tuple[BakedImage, bool]:
+def _build(
+    job: JobSpec, *, cloud: str | None, region: str | None, assume_yes: bool, json_out: bool
+) -> tuple[BakedImage, bool]:
     from gpucloud import providers, views
     from gpucloud.images_build import find_baked, remember
     from gpucloud.planner import make_plan
@@ -101,8 +120,10 @@ def _build(job: JobSpec, *, cloud: str | None, region: str | None, assume_yes: b
     plan = make_plan(job, cloud=cloud, region=region, spot=False, baked=False)
     bakeable = [c for c in plan.candidates if providers.info(c.cloud).image_store]
     if not bakeable:
-        raise UserError(f"none of the planned clouds ({', '.join(sorted({c.cloud for c in plan.candidates}))}) "
-                        "can bake images.", hint=f"Use --cloud with one of: {', '.join(providers.with_image_store())}.")
+        raise UserError(
+            f"none of the planned clouds ({', '.join(sorted({c.cloud for c in plan.candidates}))}) can bake images.",
+            hint=f"Use --cloud with one of: {', '.join(providers.with_image_store())}.",
+        )
     first = bakeable[0]
     plan.candidates = [c for c in bakeable if c.cloud == first.cloud]  # one image store: one cloud
     store = providers.image_store(first.cloud)
@@ -117,8 +138,10 @@ def _build(job: JobSpec, *, cloud: str | None, region: str | None, assume_yes: b
     bake = _Bake(job, plan, store, setup, json_out=json_out)
     result = bake.execute()
     if bake.baked is None:
-        raise GpucloudError(f"no image was made: the builder run {result.run_id} ended {result.status}.",
-                            hint=f"`gpucloud logs {result.run_id}` shows its bootstrap log.")
+        raise GpucloudError(
+            f"no image was made: the builder run {result.run_id} ended {result.status}.",
+            hint=f"`gpucloud logs {result.run_id}` shows its bootstrap log.",
+        )
     remember(bake.cloud, bake.baked)
     return bake.baked, True
 
@@ -176,8 +199,14 @@ class _Bake(_Run):
         self.phases["snapshot"] = time.monotonic() - t0
         self.progress.phase_done("snapshot", self.phases["snapshot"], note=ref)
         self.cloud = cand.cloud
-        self.baked = BakedImage(ref=ref, region=cand.region, name=name, stack_hash=wanted, tags=tags,
-                                created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        self.baked = BakedImage(
+            ref=ref,
+            region=cand.region,
+            name=name,
+            stack_hash=wanted,
+            tags=tags,
+            created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
         self.store.event(self.run_id, "image", f"baked {ref} ({wanted}) in {cand.region}")
         return "succeeded", 0, f"image {ref}"
 

@@ -154,8 +154,9 @@ class Channel(ABC):
         ready_get = [self.url_get(f"{node_prefix(run_id, r)}/ready", expires) for r in range(num_nodes)]
         # Multi-node: each node PUTs `done` when its bootstrap ends and reads its peers' (Azure: the
         # last node out deletes the run's resource group, the others only their own VM).
-        done_get = [self.url_get(f"{node_prefix(run_id, r)}/done", expires) for r in range(num_nodes)] \
-            if num_nodes > 1 else []
+        done_get = (
+            [self.url_get(f"{node_prefix(run_id, r)}/done", expires) for r in range(num_nodes)] if num_nodes > 1 else []
+        )
         urls = []
         for rank in range(num_nodes):
             base = node_prefix(run_id, rank)
@@ -181,9 +182,12 @@ class Channel(ABC):
         lines = []
         for slot in range(CHECKPOINT_SLOTS):
             data, record = checkpoint_keys(run_id, slot)
-            lines += [f"ckpt_put {slot} {self.url_put(data, expires)}", f"ckpt_get {slot} {self.url_get(data, expires)}",
-                      f"ckpt_sum_put {slot} {self.url_put(record, expires)}",
-                      f"ckpt_sum_get {slot} {self.url_get(record, expires)}"]
+            lines += [
+                f"ckpt_put {slot} {self.url_put(data, expires)}",
+                f"ckpt_get {slot} {self.url_get(data, expires)}",
+                f"ckpt_sum_put {slot} {self.url_put(record, expires)}",
+                f"ckpt_sum_get {slot} {self.url_get(record, expires)}",
+            ]
         return lines
 
     def send_notice(self, run_id: str, rank: int, reason: str = "gpucloud preempt") -> None:
@@ -236,8 +240,14 @@ class Channel(ABC):
         try:
             raw = self.get_bytes(key, limit=SMALL_OBJECT_MAX)
         except ObjectRefused as exc:  # the run ends in error and is torn down; nothing of it is trusted
-            return {"run_id": run_id, "rank": rank, "state": "error", "exit_code": ObjectRefused.exit_code, "stage": "done",
-                    "message": f"node {rank}'s status was refused: {exc.message}"}
+            return {
+                "run_id": run_id,
+                "rank": rank,
+                "state": "error",
+                "exit_code": ObjectRefused.exit_code,
+                "stage": "done",
+                "message": f"node {rank}'s status was refused: {exc.message}",
+            }
         if not raw:
             return None
         try:
@@ -246,8 +256,11 @@ class Channel(ABC):
             return None
         if not isinstance(doc, dict):
             return None
-        return channel_trust.verified(self, run_id, rank, raw, doc) if channel_trust.signed_node(self, run_id, rank) else doc
-
+        return (
+            channel_trust.verified(self, run_id, rank, raw, doc)
+            if channel_trust.signed_node(self, run_id, rank)
+            else doc
+        )
 
     def read_log_parts(self, run_id: str, rank: int = 0, start: int = 0) -> list[bytes]:
         """Every complete piece of the node's log from position `start` (`iter_log`)."""
@@ -364,7 +377,7 @@ class FileChannel(Channel):
         for path in sorted(folder.glob(channel_trust.CLAIM_PREFIX + "*")) if folder.is_dir() else []:
             data = read_capped(path, channel_trust.CLAIM_MAX, path.name)
             if data is not None:
-                out.append((path.name[len(channel_trust.CLAIM_PREFIX):], data))
+                out.append((path.name[len(channel_trust.CLAIM_PREFIX) :], data))
         return out
 
     def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
@@ -394,16 +407,22 @@ class FileChannel(Channel):
 
 # ---- workdir packing -----------------------------------------------------------------------------
 
+
 def _git_files(root: Path) -> list[str] | None:
     """Files git would consider part of the work tree under root (tracked + untracked, not ignored);
     None when root is not inside a git work tree or git is missing."""
     try:
-        inside = subprocess.run(["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"],
-                                capture_output=True, text=True, timeout=30)
+        inside = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"], capture_output=True, text=True, timeout=30
+        )
         if inside.returncode != 0 or inside.stdout.strip() != "true":
             return None
-        out = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                             capture_output=True, timeout=120, check=True)
+        out = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return sorted({p for p in out.stdout.decode("utf-8", "surrogateescape").split("\0") if p})
@@ -425,7 +444,7 @@ class _IgnoreRule:
         if self.base:
             if not rel.startswith(self.base + "/"):
                 return False
-            rel = rel[len(self.base) + 1:]
+            rel = rel[len(self.base) + 1 :]
         if self.anchored:
             pat = self.pattern.replace("**/", "*")  # fnmatch's * crosses "/": close enough for ** forms
             return fnmatch.fnmatchcase(rel, pat)
@@ -448,6 +467,7 @@ def _read_ignore(dirpath: Path, base: str) -> list[_IgnoreRule]:
 def _walk_files(root: Path) -> Iterator[str]:
     """Files under root minus what .gitignore files (root's and nested ones) exclude: the common
     subset of gitignore (globs, !negation, anchors, dir/ patterns) for folders outside git."""
+
     def ignored(rules: list[_IgnoreRule], rel: str, is_dir: bool) -> bool:
         verdict = False
         for rule in rules:
@@ -507,7 +527,9 @@ def pack_workdir(path: Path, cap_bytes: int = DEFAULT_CODE_CAP, dest: Path | Non
     """
     root = Path(path).resolve()
     if not root.is_dir():
-        raise UserError(f"workdir {root} is not a folder.", hint="Set `workdir` in the job file to the folder with your code.")
+        raise UserError(
+            f"workdir {root} is not a folder.", hint="Set `workdir` in the job file to the folder with your code."
+        )
     if dest is None:
         dest = Path(tempfile.mkdtemp(prefix="gpucloud-code-")) / "code.tar.gz"
 
@@ -515,7 +537,7 @@ def pack_workdir(path: Path, cap_bytes: int = DEFAULT_CODE_CAP, dest: Path | Non
         return UserError(
             f"workdir {root} packs to {size}, above the cap of {_human(cap_bytes)}.",
             hint="Add large files (datasets, checkpoints, outputs) to .gitignore and download them in "
-                 "`setup`, or point `workdir` at a smaller folder.",
+            "`setup`, or point `workdir` at a smaller folder.",
         )
 
     files = workdir_files(root)

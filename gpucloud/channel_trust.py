@@ -31,12 +31,12 @@ MiB = 1024 * 1024
 SMALL_OBJECT_MAX = 1 * MiB
 FINAL_STATES = ("succeeded", "failed", "deadline", "error", "preempted")  # status.json states that end a node
 
-SIGN_LINE = "sign ed25519"       # the manifest line that makes a node's results need its signature
-CLAIM_PREFIX = "claim-"          # file/ssh/S3: claim objects `<node>/log/claim-<fingerprint>`
-CLAIM_MAX = 1024                 # bytes of one claim the CLI reads
-CLAIMS_MAX = 64 * 1024           # bytes of all claims of a node (an append blob on Azure)
+SIGN_LINE = "sign ed25519"  # the manifest line that makes a node's results need its signature
+CLAIM_PREFIX = "claim-"  # file/ssh/S3: claim objects `<node>/log/claim-<fingerprint>`
+CLAIM_MAX = 1024  # bytes of one claim the CLI reads
+CLAIMS_MAX = 64 * 1024  # bytes of all claims of a node (an append blob on Azure)
 SIG_FIELD = b',"sig":"'
-REFUSED_EXIT = 65                # EX_DATAERR: what the machine(s) wrote is not usable
+REFUSED_EXIT = 65  # EX_DATAERR: what the machine(s) wrote is not usable
 
 
 class ObjectRefused(UserError):
@@ -64,8 +64,6 @@ def read_capped(path: Path, limit: int | None, what: str) -> bytes | None:
     return data
 
 
-
-
 def fingerprint(pub_b64: str) -> str:
     """The claim's name: first 32 hex digits of SHA-256 over the base64 text (`sha256sum` on the VM)."""
     return hashlib.sha256(pub_b64.encode("ascii")).hexdigest()[:32]
@@ -87,8 +85,10 @@ def claimed_key(claims: list[tuple[str | None, bytes]]) -> tuple[str | None, str
             return None, f"claim {name} holds another machine's key"
         keys.add(text)
     if len(keys) > 1:
-        return None, (f"{len(keys)} different keys claim the node's results (someone who could read the VM's "
-                      "user-data wrote to its channel)")
+        return None, (
+            f"{len(keys)} different keys claim the node's results (someone who could read the VM's "
+            "user-data wrote to its channel)"
+        )
     return (next(iter(keys)) if keys else None), None
 
 
@@ -102,7 +102,7 @@ def signed_by(pub_b64: str, raw: bytes) -> bool:
     if at < 0 or end < 0 or raw[end:].strip() != b'"}':
         return False
     try:
-        sig = base64.b64decode(raw[at + len(SIG_FIELD):end], validate=True)
+        sig = base64.b64decode(raw[at + len(SIG_FIELD) : end], validate=True)
         Ed25519PublicKey.from_public_bytes(base64.b64decode(pub_b64)).verify(sig, raw[:at] + b"}\n")
     except (InvalidSignature, binascii.Error, ValueError):
         return False
@@ -111,8 +111,14 @@ def signed_by(pub_b64: str, raw: bytes) -> bool:
 
 def untrusted(run_id: str, rank: int, why: str) -> dict[str, object]:
     """The final status that stands in for results the CLI will not take: the run ends in error."""
-    return {"run_id": run_id, "rank": rank, "state": "error", "exit_code": REFUSED_EXIT, "stage": "done",
-            "message": f"node {rank}'s results are not trusted: {why}; the run was stopped"}
+    return {
+        "run_id": run_id,
+        "rank": rank,
+        "state": "error",
+        "exit_code": REFUSED_EXIT,
+        "stage": "done",
+        "message": f"node {rank}'s results are not trusted: {why}; the run was stopped",
+    }
 
 
 def artifacts_problem(status: dict | None, digest: str, rank: int) -> str | None:

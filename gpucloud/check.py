@@ -60,7 +60,10 @@ def print_checks(results: list[CloudCheck]) -> None:
             print(f"  regions   {len(r.regions)} enabled: {', '.join(r.regions)}")
         for q in r.quotas:
             value = "unknown" if q["vcpus"] is None else f"{q['vcpus']:g} vCPUs"
-            print(f"  quota     {q['code']} {q['name']} ({q['region']}): {value}" + (f" ({q['note']})" if q["note"] else ""))
+            print(
+                f"  quota     {q['code']} {q['name']} ({q['region']}): {value}"
+                + (f" ({q['note']})" if q["note"] else "")
+            )
         for p in r.problems:
             print(f"  problem   {p['problem']}")
             if p["fix"]:
@@ -73,13 +76,20 @@ def check_command(cloud: str | None, *, json_out: bool) -> int:
 
     known = providers.with_check()
     if cloud is not None and cloud not in known:
-        raise UserError(f"--cloud {cloud!r}: check knows {', '.join(known)}.",
-                        hint=f"Use --cloud {known[0]}, or leave --cloud out to check every cloud.")
+        raise UserError(
+            f"--cloud {cloud!r}: check knows {', '.join(known)}.",
+            hint=f"Use --cloud {known[0]}, or leave --cloud out to check every cloud.",
+        )
     results = run_checks([cloud] if cloud else list(known))
     code = 0 if any(r.usable for r in results) else 78
     if json_out:
-        emit({"clouds": [r.as_json() for r in results], "usable": [r.cloud for r in results if r.usable],
-              "exit_code": code})
+        emit(
+            {
+                "clouds": [r.as_json() for r in results],
+                "usable": [r.cloud for r in results if r.usable],
+                "exit_code": code,
+            }
+        )
     else:
         print_checks(results)
     return code

@@ -48,6 +48,7 @@ def detect(env: Mapping[str, str] | None = None) -> str | None:
 
 # ---- GitHub workflow commands ------------------------------------------------------------------
 
+
 def escape_data(text: str) -> str:
     """A command's message: GitHub's runner un-escapes %25, %0D and %0A (in that spirit, % first)."""
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
@@ -58,11 +59,15 @@ def escape_property(text: str) -> str:
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotation(message: str, *, level: str = "error", file: str | None = None, line: int | None = None,
-               title: str | None = None) -> str:
+def annotation(
+    message: str, *, level: str = "error", file: str | None = None, line: int | None = None, title: str | None = None
+) -> str:
     """One `::error file=..,line=..,title=..::message` workflow command."""
-    props = [f"{key}={escape_property(str(value))}"
-             for key, value in (("file", file), ("line", line), ("title", title)) if value not in (None, "")]
+    props = [
+        f"{key}={escape_property(str(value))}"
+        for key, value in (("file", file), ("line", line), ("title", title))
+        if value not in (None, "")
+    ]
     return f"::{level}{' ' + ','.join(props) if props else ''}::{escape_data(message)}"
 
 
@@ -133,19 +138,28 @@ def close_fences() -> None:
 
 # ---- errors ---------------------------------------------------------------------------------------
 
+
 def error_details(exc: BaseException) -> list[dict[str, Any]]:
     """Each job-file problem as {"file", "line", "field", "message"} (the `details` of a --json error)."""
-    return [{"file": i.file, "line": i.line, "field": i.field, "message": i.message}
-            for i in getattr(exc, "issues", None) or []]
+    return [
+        {"file": i.file, "line": i.line, "field": i.field, "message": i.message}
+        for i in getattr(exc, "issues", None) or []
+    ]
 
 
 def error_annotations(exc: BaseException, env: Mapping[str, str] | None = None) -> list[str]:
     """Workflow commands for an error: one per job-file problem (with file and line), else one."""
     details = error_details(exc)
     if details:
-        return [annotation(d["message"], file=workspace_path(d["file"], env), line=d["line"],
-                           title=f"gpucloud: {d['field']}" if d["field"] else "gpucloud: job file")
-                for d in details]
+        return [
+            annotation(
+                d["message"],
+                file=workspace_path(d["file"], env),
+                line=d["line"],
+                title=f"gpucloud: {d['field']}" if d["field"] else "gpucloud: job file",
+            )
+            for d in details
+        ]
     render = getattr(exc, "render", None)
     text = render() if callable(render) else str(exc)
     return [annotation(text, title=f"gpucloud: {error_kind(exc)} error")]
@@ -163,8 +177,13 @@ def report_error(exc: BaseException, command: str | None = None) -> None:
         _append_summary(error_markdown(exc, command))
     elif command == "run":
         code = getattr(exc, "exit_code", 70)
-        write_dotenv({"GPUCLOUD_STATUS": "error", "GPUCLOUD_EXIT_CODE": code,
-                      "GPUCLOUD_ERROR": getattr(exc, "message", str(exc))})
+        write_dotenv(
+            {
+                "GPUCLOUD_STATUS": "error",
+                "GPUCLOUD_EXIT_CODE": code,
+                "GPUCLOUD_ERROR": getattr(exc, "message", str(exc)),
+            }
+        )
 
 
 def error_markdown(exc: BaseException, command: str | None) -> str:
@@ -173,8 +192,11 @@ def error_markdown(exc: BaseException, command: str | None) -> str:
     head = f"### ❌ gpucloud{' ' + command if command else ''}: {error_kind(exc)} error (exit {code})"
     details = error_details(exc)
     if details:
-        rows = [f"| {code_span(workspace_path(d['file']))} | {d['line'] or ''} | {code_span(d['field'])} | {md(d['message'])} |"
-                for d in details]
+        rows = [
+            f"| {code_span(workspace_path(d['file']))} | {d['line'] or ''} "
+            f"| {code_span(d['field'])} | {md(d['message'])} |"
+            for d in details
+        ]
         return "\n".join([head, "", "| file | line | field | problem |", "|---|---|---|---|", *rows, ""])
     render = getattr(exc, "render", None)
     text = render() if callable(render) else str(exc)
@@ -182,6 +204,7 @@ def error_markdown(exc: BaseException, command: str | None) -> str:
 
 
 # ---- phases: groups and sections ------------------------------------------------------------------
+
 
 def section_start(name: str, ci: str, *, now: float | None = None, collapsed: bool = True) -> str:
     if ci == GITHUB:
@@ -236,6 +259,7 @@ def _emit(line: str) -> None:
 
 
 # ---- the end of a run: summary and dotenv ---------------------------------------------------------
+
 
 def report_run(result: Mapping[str, Any]) -> None:
     """CLI hook at the end of `run` (the --json result document): the step summary on GitHub,
@@ -315,15 +339,27 @@ def run_markdown(result: Mapping[str, Any], where: str) -> str:
     code = result.get("exit_code")
     status = result.get("status") or "unknown"
     icon = "✅" if status == "succeeded" else ("⏳" if status == "detached" else "❌")
-    lines = [f"### {icon} gpucloud run {code_span(result.get('run_id') or '?')}: {md(status)}", "",
-             "| | |", "|---|---|",
-             f"| where | {md(where) or 'not provisioned'} |",
-             f"| exit code | {'none (detached)' if code is None else code} |",
-             f"| cost | ${_cost(result.get('cost')) or '?'} |",
-             f"| artifacts | {code_span(result['artifacts_dir']) if result.get('artifacts_dir') else 'none'} |",
-             *([(f"| refused | {len(result['artifacts_refused'])} artifact member(s) not extracted: "
-                 f"{md('; '.join(result['artifacts_refused'][:3]))} |")] if result.get("artifacts_refused") else []),
-             ""]
+    lines = [
+        f"### {icon} gpucloud run {code_span(result.get('run_id') or '?')}: {md(status)}",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| where | {md(where) or 'not provisioned'} |",
+        f"| exit code | {'none (detached)' if code is None else code} |",
+        f"| cost | ${_cost(result.get('cost')) or '?'} |",
+        f"| artifacts | {code_span(result['artifacts_dir']) if result.get('artifacts_dir') else 'none'} |",
+        *(
+            [
+                (
+                    f"| refused | {len(result['artifacts_refused'])} artifact member(s) not extracted: "
+                    f"{md('; '.join(result['artifacts_refused'][:3]))} |"
+                )
+            ]
+            if result.get("artifacts_refused")
+            else []
+        ),
+        "",
+    ]
     phases = result.get("phases") or {}
     if phases:
         lines += ["| stage | seconds |", "|---|---:|"]
@@ -339,11 +375,23 @@ def artifact_markdown(artifacts_dir: str | None) -> list[str]:
         return []
     root = Path(artifacts_dir)
     files = sorted(p for p in root.rglob("*") if p.is_file())
-    rows = [f"| {code_span(p.relative_to(root).as_posix())} | {p.stat().st_size:,} B |" for p in files[:MAX_ARTIFACT_ROWS]]
+    rows = [
+        f"| {code_span(p.relative_to(root).as_posix())} | {p.stat().st_size:,} B |" for p in files[:MAX_ARTIFACT_ROWS]
+    ]
     more = [f"| … and {len(files) - MAX_ARTIFACT_ROWS} more | |"] if len(files) > MAX_ARTIFACT_ROWS else []
-    return ["<details><summary>artifacts: " + f"{len(files)} file(s)</summary>", "",
-            "| file | size |", "|---|---:|", *rows, *more, "",
-            "Keep them with `actions/upload-artifact` on the action's `artifacts-dir` output.", "", "</details>", ""]
+    return [
+        "<details><summary>artifacts: " + f"{len(files)} file(s)</summary>",
+        "",
+        "| file | size |",
+        "|---|---:|",
+        *rows,
+        *more,
+        "",
+        "Keep them with `actions/upload-artifact` on the action's `artifacts-dir` output.",
+        "",
+        "</details>",
+        "",
+    ]
 
 
 def _append_summary(markdown: str) -> None:
@@ -383,6 +431,7 @@ def write_dotenv(fields: Mapping[str, Any]) -> None:
 
 # ---- helpers for the GitHub Action and the example workflows ----------------------------------------
 
+
 def read_result(path: str | Path) -> dict[str, Any]:
     """The --json document a command printed (empty or broken: {})."""
     try:
@@ -398,12 +447,21 @@ def action_outputs(doc: Mapping[str, Any], process_code: int) -> dict[str, str]:
     error = doc.get("error") if isinstance(doc.get("error"), dict) else None
     if error is not None:
         code = error.get("exit_code")
-        return {"run-id": "", "status": "error", "exit-code": str(code if code is not None else process_code),
-                "cost": "", "artifacts-dir": ""}
+        return {
+            "run-id": "",
+            "status": "error",
+            "exit-code": str(code if code is not None else process_code),
+            "cost": "",
+            "artifacts-dir": "",
+        }
     code = doc.get("exit_code", process_code if not doc else None)
-    return {"run-id": str(doc.get("run_id") or ""), "status": str(doc.get("status") or ("error" if process_code else "")),
-            "exit-code": "" if code is None else str(code), "cost": _cost(doc.get("cost")),
-            "artifacts-dir": str(doc.get("artifacts_dir") or "")}
+    return {
+        "run-id": str(doc.get("run_id") or ""),
+        "status": str(doc.get("status") or ("error" if process_code else "")),
+        "exit-code": "" if code is None else str(code),
+        "cost": _cost(doc.get("cost")),
+        "artifacts-dir": str(doc.get("artifacts_dir") or ""),
+    }
 
 
 def write_github_outputs(outputs: Mapping[str, str], path: str) -> None:
@@ -420,14 +478,20 @@ def plan_markdown(plan: Mapping[str, Any], *, limit: int = 5) -> str:
         err = plan.get("error") or {}
         return f"### gpucloud plan: no candidate\n\n{md(err.get('message', 'nothing matches the job file'))}\n"
     first = cands[0]
-    lines = [f"### gpucloud plan: ${float(first['estimated_cost']):.2f} at most on "
-             f"{md(first['cloud'])}/{md(first['region'])}/{md(first['instance_type'])}", "",
-             "| # | where | GPU | market | $/h | est. max cost |", "|---:|---|---|---|---:|---:|"]
+    lines = [
+        f"### gpucloud plan: ${float(first['estimated_cost']):.2f} at most on "
+        f"{md(first['cloud'])}/{md(first['region'])}/{md(first['instance_type'])}",
+        "",
+        "| # | where | GPU | market | $/h | est. max cost |",
+        "|---:|---|---|---|---:|---:|",
+    ]
     for i, c in enumerate(cands[:limit], 1):
         gpu = f"{c.get('gpu_count')} x {c.get('gpu')}" if c.get("gpu") else "none"
-        lines.append(f"| {i} | {md(c['cloud'])}/{md(c['region'])}/{md(c['instance_type'])} x {c.get('num_nodes', 1)} "
-                     f"| {md(gpu)} | {'spot' if c.get('spot') else 'on-demand'} | {float(c['total_per_hour']):.3f} "
-                     f"| {float(c['estimated_cost']):.2f} |")
+        lines.append(
+            f"| {i} | {md(c['cloud'])}/{md(c['region'])}/{md(c['instance_type'])} x {c.get('num_nodes', 1)} "
+            f"| {md(gpu)} | {'spot' if c.get('spot') else 'on-demand'} | {float(c['total_per_hour']):.3f} "
+            f"| {float(c['estimated_cost']):.2f} |"
+        )
     if len(cands) > limit:
         lines.append(f"| | {len(cands) - limit} more fallback candidate(s) | | | | |")
     stack = plan.get("stack") or {}
@@ -450,8 +514,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) == 2 and args[0] == "plan-summary":
         print(plan_markdown(read_result(args[1])))
         return 0
-    print("usage: python -m gpucloud.ci_output action-outputs RESULT.json EXIT_CODE\n"
-          "       python -m gpucloud.ci_output plan-summary PLAN.json", file=sys.stderr)
+    print(
+        "usage: python -m gpucloud.ci_output action-outputs RESULT.json EXIT_CODE\n"
+        "       python -m gpucloud.ci_output plan-summary PLAN.json",
+        file=sys.stderr,
+    )
     return 2
 
 

@@ -7,7 +7,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, Optional, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -27,12 +27,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 SpecArg = Annotated[str, typer.Argument(help="Path to the job file (YAML).", metavar="SPEC")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-CloudOpt = Annotated[Optional[str], typer.Option("--cloud", help=f"A provider: {', '.join(providers.names())} "
-                                                                   "(overrides resources.cloud).")]
-RegionOpt = Annotated[Optional[str], typer.Option("--region", help="Only this region.")]
-HostOpt = Annotated[Optional[list[str]], typer.Option(
-    "--host", metavar="HOST", help="Run on this machine of yours, reached over SSH ([user@]host[:port] or an ssh "
-    "alias; repeat for more nodes). Picks the provider that takes hosts; overrides resources.hosts.")]
+CloudOpt = Annotated[
+    str | None, typer.Option("--cloud", help=f"A provider: {', '.join(providers.names())} (overrides resources.cloud).")
+]
+RegionOpt = Annotated[str | None, typer.Option("--region", help="Only this region.")]
+HostOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--host",
+        metavar="HOST",
+        help="Run on this machine of yours, reached over SSH ([user@]host[:port] or an ssh "
+        "alias; repeat for more nodes). Picks the provider that takes hosts; overrides resources.hosts.",
+    ),
+]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 
 
@@ -59,8 +66,8 @@ def handles_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from gpucloud.errors import GpucloudError
         from gpucloud import jsonout
+        from gpucloud.errors import GpucloudError
 
         json_out = bool(kwargs.get("json_out"))
 
@@ -68,8 +75,11 @@ def handles_errors(fn: F) -> F:
             err(text)
             if json_out:
                 try:
-                    jsonout.emit(jsonout.error_document(exc, code) if not isinstance(exc, KeyboardInterrupt)
-                                 else jsonout.simple_error(130, "interrupted", "interrupted"))
+                    jsonout.emit(
+                        jsonout.error_document(exc, code)
+                        if not isinstance(exc, KeyboardInterrupt)
+                        else jsonout.simple_error(130, "interrupted", "interrupted")
+                    )
                 except BrokenPipeError:
                     jsonout.quiet_broken_pipe()
             return typer.Exit(code)
@@ -89,8 +99,11 @@ def handles_errors(fn: F) -> F:
         except Exception as exc:  # a bug: say so in one line, keep the traceback for GPUCLOUD_DEBUG
             if os.environ.get("GPUCLOUD_DEBUG"):
                 raise
-            raise fail(exc, 70, f"internal error: {type(exc).__name__}: {exc} "
-                                "(GPUCLOUD_DEBUG=1 shows the traceback; please report it)") from None
+            raise fail(
+                exc,
+                70,
+                f"internal error: {type(exc).__name__}: {exc} (GPUCLOUD_DEBUG=1 shows the traceback; please report it)",
+            ) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -100,8 +113,9 @@ def parse_cloud(cloud: str | None) -> str | None:
     from gpucloud.errors import UserError
 
     if cloud is not None and cloud not in providers.names():
-        raise UserError(f"--cloud {cloud!r} is not a cloud gpucloud knows.",
-                        hint=f"Use one of: {', '.join(providers.names())}.")
+        raise UserError(
+            f"--cloud {cloud!r} is not a cloud gpucloud knows.", hint=f"Use one of: {', '.join(providers.names())}."
+        )
     return cloud
 
 
@@ -119,13 +133,17 @@ def load_job(spec: str, cloud: str | None, hosts: list[str] | None) -> tuple[Any
         return load_spec(spec, resources={"cloud": cloud} if cloud else None), cloud
     host_cloud = cloud if cloud in providers.host_clouds() else providers.host_clouds()[0]
     if cloud not in (None, host_cloud):
-        raise UserError(f"--host runs on your own machines; it cannot be combined with --cloud {cloud}.",
-                        hint=f"Drop --cloud, or drop --host (or use --cloud {host_cloud}).")
+        raise UserError(
+            f"--host runs on your own machines; it cannot be combined with --cloud {cloud}.",
+            hint=f"Drop --cloud, or drop --host (or use --cloud {host_cloud}).",
+        )
     try:
         checked = Resources.model_validate({"cloud": host_cloud, "hosts": hosts})
     except Exception as exc:  # pydantic's ValidationError: say which --host is wrong
-        raise UserError(f"--host: {str(exc).splitlines()[-1].strip()}",
-                        hint="Write [user@]host[:port] or an alias from ~/.ssh/config.") from None
+        raise UserError(
+            f"--host: {str(exc).splitlines()[-1].strip()}",
+            hint="Write [user@]host[:port] or an alias from ~/.ssh/config.",
+        ) from None
     return load_spec(spec, resources={"cloud": host_cloud, "hosts": checked.hosts}), host_cloud
 
 
@@ -155,15 +173,16 @@ def plan(
     spec: SpecArg,
     cloud: CloudOpt = None,
     region: RegionOpt = None,
-    spot: Annotated[Optional[bool], typer.Option("--spot/--no-spot", help="Force spot or on-demand.")] = None,
+    spot: Annotated[bool | None, typer.Option("--spot/--no-spot", help="Force spot or on-demand.")] = None,
     json_out: JsonOpt = False,
-    show_all: Annotated[bool, typer.Option("--all", help="List every excluded offering, not only the closest.")] = False,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="List every excluded offering, not only the closest.")
+    ] = False,
     host: HostOpt = None,
 ) -> None:
     """Ranked candidates with $/h and estimated cost, the resolved stack, and why others were excluded."""
-    from gpucloud.planner import make_plan
     from gpucloud import views
-
+    from gpucloud.planner import make_plan
     from gpucloud.upload_info import describe_upload
 
     job, cloud = load_job(spec, cloud, host)
@@ -196,7 +215,12 @@ def render(
     if not 0 <= node_rank < job.num_nodes:
         raise UserError(f"--node-rank {node_rank} is outside 0..{job.num_nodes - 1} (num_nodes is {job.num_nodes}).")
     text = render_bootstrap(
-        job, result.stack, first, caps=providers.capabilities(first.cloud), run_id="RUN_ID", node_rank=node_rank,
+        job,
+        result.stack,
+        first,
+        caps=providers.capabilities(first.cloud),
+        run_id="RUN_ID",
+        node_rank=node_rank,
         manifest_url="MANIFEST_URL",
     )
     sys.stdout.write(text)
@@ -214,8 +238,11 @@ def _register_images() -> None:
 
 _register_images()
 
-catalog_app = typer.Typer(help="List offerings (retired ones only with --all); `catalog refresh` updates them.",
-                          no_args_is_help=False, rich_markup_mode=None)
+catalog_app = typer.Typer(
+    help="List offerings (retired ones only with --all); `catalog refresh` updates them.",
+    no_args_is_help=False,
+    rich_markup_mode=None,
+)
 app.add_typer(catalog_app, name="catalog")
 
 
@@ -223,7 +250,7 @@ app.add_typer(catalog_app, name="catalog")
 @handles_errors
 def catalog(
     ctx: typer.Context,
-    gpu: Annotated[Optional[str], typer.Option("--gpu", help="Only this GPU model.")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Only this GPU model.")] = None,
     cloud: CloudOpt = None,
     region: RegionOpt = None,
     show_all: Annotated[bool, typer.Option("--all", help="Include retired offerings.")] = False,
@@ -245,8 +272,8 @@ def catalog(
 @catalog_app.command("refresh")
 @handles_errors
 def catalog_refresh(
-    cloud: Annotated[Optional[list[str]], typer.Option("--cloud", help="Only this cloud (repeatable).")] = None,
-    region: Annotated[Optional[list[str]], typer.Option("--region", help="Only this region (repeatable).")] = None,
+    cloud: Annotated[list[str] | None, typer.Option("--cloud", help="Only this cloud (repeatable).")] = None,
+    region: Annotated[list[str] | None, typer.Option("--region", help="Only this region (repeatable).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Fetch instance types, regions and prices from the clouds' APIs into the local catalog cache."""
@@ -279,9 +306,11 @@ def gpus(json_out: JsonOpt = False) -> None:
 @handles_errors
 def stack(
     gpu: Annotated[str, typer.Argument(help="GPU model, e.g. K80, T4, A100-80GB.")],
-    cuda: Annotated[Optional[str], typer.Option("--cuda", help="Check a CUDA pin.")] = None,
-    driver: Annotated[Optional[str], typer.Option("--driver", help="Check a driver pin.")] = None,
-    framework: Annotated[Optional[str], typer.Option("--framework", help="pytorch | tensorflow | none (or name==version).")] = None,
+    cuda: Annotated[str | None, typer.Option("--cuda", help="Check a CUDA pin.")] = None,
+    driver: Annotated[str | None, typer.Option("--driver", help="Check a driver pin.")] = None,
+    framework: Annotated[
+        str | None, typer.Option("--framework", help="pytorch | tensorflow | none (or name==version).")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """The software stack that GPU gets, with the reason for each choice."""
@@ -315,8 +344,10 @@ def run(
     spec: SpecArg,
     cloud: CloudOpt = None,
     region: RegionOpt = None,
-    spot: Annotated[Optional[bool], typer.Option("--spot/--no-spot", help="Force spot or on-demand.")] = None,
-    detach: Annotated[bool, typer.Option("--detach", "-d", help="Print the run id and return; the run ends itself.")] = False,
+    spot: Annotated[bool | None, typer.Option("--spot/--no-spot", help="Force spot or on-demand.")] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Print the run id and return; the run ends itself.")
+    ] = False,
     yes: YesOpt = False,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Do not wait for the teardown to finish.")] = False,
     json_out: JsonOpt = False,
@@ -327,8 +358,14 @@ def run(
 
     job, cloud = load_job(spec, cloud, host)
     result = run_job(
-        job, cloud=cloud, region=region, spot=spot, detach=detach,
-        assume_yes=yes or non_interactive(), json_out=json_out, wait_teardown=not no_wait,
+        job,
+        cloud=cloud,
+        region=region,
+        spot=spot,
+        detach=detach,
+        assume_yes=yes or non_interactive(),
+        json_out=json_out,
+        wait_teardown=not no_wait,
     )
     ci_output.report_run(result.as_json())  # CI hook: step summary / dotenv report (docs/CI.md)
     if json_out:
@@ -339,7 +376,7 @@ def run(
 @app.command()
 @handles_errors
 def status(
-    run_id: Annotated[Optional[str], typer.Argument(metavar="RUN", help="A run id (default: all runs).")] = None,
+    run_id: Annotated[str | None, typer.Argument(metavar="RUN", help="A run id (default: all runs).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Runs and their phases, cost so far."""
@@ -392,7 +429,7 @@ def down(run_id: Annotated[str, typer.Argument(metavar="RUN")], yes: YesOpt = Fa
 @handles_errors
 def preempt(
     run_id: Annotated[str, typer.Argument(metavar="RUN")],
-    node: Annotated[Optional[int], typer.Option("--node", help="Only this node rank (default: every node).")] = None,
+    node: Annotated[int | None, typer.Option("--node", help="Only this node rank (default: every node).")] = None,
 ) -> None:
     """Send a (simulated) interruption notice to a running run, to test its checkpoint and resume."""
     from gpucloud.commands import preempt_run
@@ -415,8 +452,8 @@ def watch(run_id: Annotated[str, typer.Argument(metavar="RUN")], json_out: JsonO
 @app.command()
 @handles_errors
 def cost(
-    run_id: Annotated[Optional[str], typer.Argument(metavar="RUN", help="A run id (default: every run).")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", help="Runs created on or after DATE (YYYY-MM-DD).")] = None,
+    run_id: Annotated[str | None, typer.Argument(metavar="RUN", help="A run id (default: every run).")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="Runs created on or after DATE (YYYY-MM-DD).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """What runs cost, per attempt: where, spot or on-demand, billed time, saving against on-demand."""
@@ -448,7 +485,7 @@ def gc(
 @app.command()
 @handles_errors
 def check(
-    cloud: Annotated[Optional[str], typer.Option("--cloud", help="One cloud (default: every cloud).")] = None,
+    cloud: Annotated[str | None, typer.Option("--cloud", help="One cloud (default: every cloud).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Can each cloud be used: credentials, whose, enabled regions, GPU quotas; each problem with its fix."""
@@ -460,16 +497,31 @@ def check(
 @app.command("iam-policy")
 @handles_errors
 def iam_policy(
-    cloud: Annotated[Optional[str], typer.Argument(help="A cloud with a policy (default: the first).")] = None,
-    deadline_role: Annotated[bool, typer.Option("--deadline-role", help=(
-        "The role the cloud's scheduler uses to end a run after its deadline "
-        "(name, trust and permission policy).")),
+    cloud: Annotated[str | None, typer.Argument(help="A cloud with a policy (default: the first).")] = None,
+    deadline_role: Annotated[
+        bool,
+        typer.Option(
+            "--deadline-role",
+            help=(
+                "The role the cloud's scheduler uses to end a run after its deadline "
+                "(name, trust and permission policy)."
+            ),
+        ),
     ] = False,
-    part: Annotated[Optional[str], typer.Option("--part", help="With --deadline-role: only `trust` or "
-                                                "`permissions`, ready for `aws iam create-role` / `put-role-policy`.")]
-    = None,
-    account: Annotated[Optional[str], typer.Option("--account", help=(
-        "With --deadline-role: the AWS account id (default: the credentials' account, from STS).")),
+    part: Annotated[
+        str | None,
+        typer.Option(
+            "--part",
+            help="With --deadline-role: only `trust` or "
+            "`permissions`, ready for `aws iam create-role` / `put-role-policy`.",
+        ),
+    ] = None,
+    account: Annotated[
+        str | None,
+        typer.Option(
+            "--account",
+            help=("With --deadline-role: the AWS account id (default: the credentials' account, from STS)."),
+        ),
     ] = None,
 ) -> None:
     """Print the least-privilege IAM policy gpucloud needs."""
@@ -494,7 +546,7 @@ app.add_typer(hosts_app, name="hosts")
 @handles_errors
 def hosts_probe(
     hosts: Annotated[list[str], typer.Argument(metavar="HOST...", help="[user@]host[:port] or ssh aliases.")],
-    gpu: Annotated[Optional[str], typer.Option("--gpu", help="Judge the hosts for this GPU request, e.g. K40:1.")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Judge the hosts for this GPU request, e.g. K40:1.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """GPUs, driver, CUDA, OS, free disk of each host, and the stack gpucloud resolves for it."""
@@ -504,11 +556,18 @@ def hosts_probe(
 
     host_cloud = providers.host_clouds()[0]
     try:
-        job = JobSpec.model_validate({"name": "probe", "run": "true",
-                                      "resources": {"cloud": host_cloud, "hosts": hosts, **({"gpu": gpu} if gpu else {})}})
+        job = JobSpec.model_validate(
+            {
+                "name": "probe",
+                "run": "true",
+                "resources": {"cloud": host_cloud, "hosts": hosts, **({"gpu": gpu} if gpu else {})},
+            }
+        )
     except Exception as exc:  # pydantic's ValidationError: name the bad argument
-        raise UserError(f"hosts probe: {str(exc).splitlines()[-1].strip()}",
-                        hint="Hosts are [user@]host[:port] or ssh aliases; --gpu is MODEL:COUNT.") from None
+        raise UserError(
+            f"hosts probe: {str(exc).splitlines()[-1].strip()}",
+            hint="Hosts are [user@]host[:port] or ssh aliases; --gpu is MODEL:COUNT.",
+        ) from None
     probes = providers.get_provider(host_cloud).probe(list(job.resources.hosts or []), job if gpu else None)  # type: ignore[attr-defined]
     if json_out:
         emit_json([p.as_json() for p in probes])
@@ -536,8 +595,11 @@ def main() -> None:
     except click.UsageError as exc:
         exc.show()
         if jsonout.wants_json(sys.argv[1:]):
-            jsonout.emit(jsonout.simple_error(exc.exit_code, "usage", exc.format_message(),
-                                              "`gpucloud COMMAND --help` lists the options."))
+            jsonout.emit(
+                jsonout.simple_error(
+                    exc.exit_code, "usage", exc.format_message(), "`gpucloud COMMAND --help` lists the options."
+                )
+            )
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()

@@ -7,14 +7,17 @@ work inside its body, so `gpucloud --help` imports no cloud SDK.
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from gpucloud import jsonout
 
-image_app = typer.Typer(help="Baked GPU images (the stack installed once, reused by later runs).",
-                        no_args_is_help=True, rich_markup_mode=None)
+image_app = typer.Typer(
+    help="Baked GPU images (the stack installed once, reused by later runs).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 
 CloudArg = Annotated[str, typer.Option("--cloud", help="The provider whose images to use.")]
 RegionArg = Annotated[str, typer.Option("--region", help="The region the images live in.")]
@@ -23,9 +26,9 @@ RegionArg = Annotated[str, typer.Option("--region", help="The region the images 
 @image_app.command("build")
 def build_image(
     target: Annotated[str, typer.Argument(metavar="SPEC|GPU", help="A job file, or a GPU name such as T4.")],
-    cloud: Annotated[Optional[str], typer.Option("--cloud", help="The provider to bake on (default: the plan's).")] = None,
-    region: Annotated[Optional[str], typer.Option("--region", help="Only this region.")] = None,
-    framework: Annotated[Optional[str], typer.Option("--framework", help="With GPU: pytorch, tensorflow or none.")] = None,
+    cloud: Annotated[str | None, typer.Option("--cloud", help="The provider to bake on (default: the plan's).")] = None,
+    region: Annotated[str | None, typer.Option("--region", help="Only this region.")] = None,
+    framework: Annotated[str | None, typer.Option("--framework", help="With GPU: pytorch, tensorflow or none.")] = None,
     with_setup: Annotated[bool, typer.Option("--with-setup", help="Bake the job's `setup` in too.")] = False,
     assume_yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
@@ -36,19 +39,40 @@ def build_image(
 
     from gpucloud.bake import build
 
-    baked, built = build(target, cloud=cloud, region=region, with_setup=with_setup, framework=framework,
-                         assume_yes=assume_yes or not sys.stdin.isatty(), json_out=json_out)
+    baked, built = build(
+        target,
+        cloud=cloud,
+        region=region,
+        with_setup=with_setup,
+        framework=framework,
+        assume_yes=assume_yes or not sys.stdin.isatty(),
+        json_out=json_out,
+    )
     if json_out:
-        print(jsonout.dumps({"ref": baked.ref, "region": baked.region, "stack_hash": baked.stack_hash,
-                          "stack": baked.tags.get("gpucloud:stack", ""), "built": built}, indent=None))
+        print(
+            jsonout.dumps(
+                {
+                    "ref": baked.ref,
+                    "region": baked.region,
+                    "stack_hash": baked.stack_hash,
+                    "stack": baked.tags.get("gpucloud:stack", ""),
+                    "built": built,
+                },
+                indent=None,
+            )
+        )
         return
-    print(f"{baked.ref}  {baked.region}  {baked.stack_hash}  "
-          + ("built" if built else "already baked: nothing booted"))
+    print(
+        f"{baked.ref}  {baked.region}  {baked.stack_hash}  " + ("built" if built else "already baked: nothing booted")
+    )
 
 
 @image_app.command("ls")
-def list_images(cloud: CloudArg, region: RegionArg,
-                json_out: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False) -> None:
+def list_images(
+    cloud: CloudArg,
+    region: RegionArg,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
+) -> None:
     """Baked images in one region, newest first, with their stack and stack hash."""
     from gpucloud import providers
     from gpucloud.images_build import sync_region
@@ -56,8 +80,22 @@ def list_images(cloud: CloudArg, region: RegionArg,
     images = sorted(providers.image_store(cloud).list_images(region), key=lambda i: i.created, reverse=True)
     sync_region(cloud, region, images)  # what `plan` picks from, offline
     if json_out:
-        print(jsonout.dumps([{"ref": i.ref, "region": i.region, "name": i.name, "stack_hash": i.stack_hash,
-                           "stack": i.tags.get("gpucloud:stack", ""), "created": i.created} for i in images], indent=None))
+        print(
+            jsonout.dumps(
+                [
+                    {
+                        "ref": i.ref,
+                        "region": i.region,
+                        "name": i.name,
+                        "stack_hash": i.stack_hash,
+                        "stack": i.tags.get("gpucloud:stack", ""),
+                        "created": i.created,
+                    }
+                    for i in images
+                ],
+                indent=None,
+            )
+        )
         return
     for i in images:
         print(f"{i.ref}  {i.stack_hash}  {i.created or '-'}  {i.tags.get('gpucloud:stack', '')}")
@@ -66,8 +104,9 @@ def list_images(cloud: CloudArg, region: RegionArg,
 
 
 @image_app.command("rm")
-def remove_image(ref: Annotated[str, typer.Argument(help="Image id from `image ls`.")], cloud: CloudArg,
-                 region: RegionArg) -> None:
+def remove_image(
+    ref: Annotated[str, typer.Argument(help="Image id from `image ls`.")], cloud: CloudArg, region: RegionArg
+) -> None:
     """Delete a baked image and its snapshots (only images gpucloud made)."""
     from gpucloud import providers
     from gpucloud.errors import UserError

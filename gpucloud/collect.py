@@ -40,10 +40,16 @@ class Collected:
     refused: list[str] = field(default_factory=list)  # one line per artifact member not extracted
 
     def as_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "status": self.status, "exit_code": self.exit_code,
-                "directory": self.directory, "artifacts": self.artifacts, "log": self.log,
-                "artifacts_refused": self.refused,
-                "teardown_errors": self.teardown_errors}
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "directory": self.directory,
+            "artifacts": self.artifacts,
+            "log": self.log,
+            "artifacts_refused": self.refused,
+            "teardown_errors": self.teardown_errors,
+        }
 
 
 def _final_statuses(run: RunRecord) -> list[dict | None]:
@@ -52,24 +58,27 @@ def _final_statuses(run: RunRecord) -> list[dict | None]:
 
     channel = _channel_for(run)
     if channel is None:
-        raise UserError(f"run {run.id} never reached a machine ({run.status}): there is nothing to collect.",
-                        hint="`gpucloud status RUN` shows what happened.")
+        raise UserError(
+            f"run {run.id} never reached a machine ({run.status}): there is nothing to collect.",
+            hint="`gpucloud status RUN` shows what happened.",
+        )
     statuses = [channel.read_status(run.id, r) for r in range(run.num_nodes)]
     if not all(is_final(st) for st in statuses):
         stage = next((st.get("stage") for st in statuses if st and st.get("stage")), None)
-        raise NotFinished(f"run {run.id} has not finished yet" + (f" (stage {stage})" if stage else "") + ".",
-                          hint=f"`gpucloud logs {run.id} --follow` waits for it; collect afterwards.")
+        raise NotFinished(
+            f"run {run.id} has not finished yet" + (f" (stage {stage})" if stage else "") + ".",
+            hint=f"`gpucloud logs {run.id} --follow` waits for it; collect afterwards.",
+        )
     return statuses
 
 
 def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
     """Download log and artifacts of a finished run, record its outcome, tear down what is left."""
     from gpucloud.commands import _channel_for, _find
+    from gpucloud.extract import Caps
     from gpucloud.runlog import LogMirror
     from gpucloud.teardown import teardown_run
     from gpucloud.watch import outcome, vm_phases
-
-    from gpucloud.extract import Caps
 
     Caps.from_env()  # a malformed cap setting is exit 2 before anything is read or torn down
     store = Store()
@@ -97,15 +106,32 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
     store.set_phases(run.id, vm_phases(statuses))
     store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
     store.update_run(run.id, artifacts_dir=str(dest))
-    store.event(run.id, "collect", f"log and {len(got)} artifact set(s) into {dest}"
-                + (f"; {len(refused)} artifact member(s) refused" if refused else ""))
+    store.event(
+        run.id,
+        "collect",
+        f"log and {len(got)} artifact set(s) into {dest}"
+        + (f"; {len(refused)} artifact member(s) refused" if refused else ""),
+    )
     errors: list[str] = []
     if store.resources(run.id, alive_only=True):
-        errors = teardown_run(store, Journal(store), store.get_run(run.id) or run, wait=True,
-                               say=lambda m: print(f"warning: {m}", file=sys.stderr))
+        errors = teardown_run(
+            store,
+            Journal(store),
+            store.get_run(run.id) or run,
+            wait=True,
+            say=lambda m: print(f"warning: {m}", file=sys.stderr),
+        )
     final = store.get_run(run.id) or run
-    return Collected(run_id=run.id, status=final.status, exit_code=final.exit_code, directory=str(dest),
-                     artifacts=got, log=log, teardown_errors=errors, refused=refused)
+    return Collected(
+        run_id=run.id,
+        status=final.status,
+        exit_code=final.exit_code,
+        directory=str(dest),
+        artifacts=got,
+        log=log,
+        teardown_errors=errors,
+        refused=refused,
+    )
 
 
 def collect_command(ref: str, *, json_out: bool) -> int:
@@ -116,9 +142,13 @@ def collect_command(ref: str, *, json_out: bool) -> int:
     if json_out:
         emit(result.as_json())
     else:
-        print(f"run {result.run_id}: {result.status} (exit {result.exit_code}); results in {result.directory}"
-              + (f"; {len(result.refused)} artifact member(s) refused (see the warnings above)"
-                 if result.refused else ""), file=sys.stderr)
+        print(
+            f"run {result.run_id}: {result.status} (exit {result.exit_code}); results in {result.directory}"
+            + (
+                f"; {len(result.refused)} artifact member(s) refused (see the warnings above)" if result.refused else ""
+            ),
+            file=sys.stderr,
+        )
         if not result.artifacts:
             print("no artifacts were uploaded by the job", file=sys.stderr)
     if result.teardown_errors:

@@ -70,9 +70,13 @@ def _node_states(run: RunRecord) -> list[str]:
 def _stuck_before_launch(store: Store, run: RunRecord, now: float) -> bool:
     """A run left `planned`/`provisioning` by a CLI that was killed before the first resource: no
     process will move it on, and nothing bills. Only after STUCK_GRACE_S, so a slow start is not it."""
-    return (run.status in ("planned", "provisioning") and now - run.created_at > STUCK_GRACE_S
-            and not _pid_alive(run.pid) and not any(a.launched for a in run.attempts)
-            and not store.resources(run.id, alive_only=True))
+    return (
+        run.status in ("planned", "provisioning")
+        and now - run.created_at > STUCK_GRACE_S
+        and not _pid_alive(run.pid)
+        and not any(a.launched for a in run.attempts)
+        and not store.resources(run.id, alive_only=True)
+    )
 
 
 def refresh(store: Store, run: RunRecord) -> RunRecord:
@@ -82,8 +86,13 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
     if run.final or (not run.detached and _pid_alive(run.pid) and run.pid != os.getpid()):
         return run
     if _stuck_before_launch(store, run, time.time()):
-        store.finish_run(run.id, "error", exit_code=70, only_if_active=True,
-                         message=f"the CLI ended while the run was {run.status}, before any machine was created")
+        store.finish_run(
+            run.id,
+            "error",
+            exit_code=70,
+            only_if_active=True,
+            message=f"the CLI ended while the run was {run.status}, before any machine was created",
+        )
         return store.get_run(run.id) or run
     ch = _channel_for(run)
     if ch is None:
@@ -97,9 +106,13 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
     if obs.all_final and not run.detached:  # the `run` following it died before reading the result
         status, code, _ = outcome(obs.statuses)
         store.set_phases(run.id, vm_phases(obs.statuses))
-        store.update_run(run.id, status="collecting", phase="collect",
-                         message=f"the job ended ({status}, exit {code}) but the `gpucloud run` following it "
-                                 f"stopped before reading the result: `gpucloud collect {run.id}` brings it back")
+        store.update_run(
+            run.id,
+            status="collecting",
+            phase="collect",
+            message=f"the job ended ({status}, exit {code}) but the `gpucloud run` following it "
+            f"stopped before reading the result: `gpucloud collect {run.id}` brings it back",
+        )
     elif obs.all_final:
         status, code, message = outcome(obs.statuses)
         store.set_phases(run.id, vm_phases(obs.statuses))
@@ -107,8 +120,9 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
         if status == "preempted":  # nobody follows it (no `gpucloud watch`): the attempt ends as preempted
             store.end_attempt(run.id, None, message or "preempted")
     elif obs.lost:
-        store.finish_run(run.id, "lost", exit_code=70, message="the machine is gone without a final status",
-                         only_if_active=True)
+        store.finish_run(
+            run.id, "lost", exit_code=70, message="the machine is gone without a final status", only_if_active=True
+        )
     else:
         stage = obs.stage()
         if stage and stage != run.phase:
@@ -153,6 +167,7 @@ def _find(store: Store, ref: str) -> RunRecord:
 
 # ---- status / ls ---------------------------------------------------------------------------------------
 
+
 def show_status(run_id: str | None, *, json_out: bool) -> None:
     """One run with its phases and events, or every run; active ones refreshed from their channel."""
     from gpucloud import jsonout
@@ -163,17 +178,40 @@ def show_status(run_id: str | None, *, json_out: bool) -> None:
         run = reconcile(store, refresh(store, _find(store, run_id)))
         phases = store.phases(run.id)
         if json_out:
-            doc = {**run.as_json(now), "phases": phases,
-                   "events": [{"ts": e.ts, "kind": e.kind, "message": e.message} for e in store.events(run.id)],
-                   "resources": [{"cloud": r.cloud, "region": r.region, "kind": r.kind, "name": r.name,
-                                  "cloud_id": r.cloud_id, "status": r.status}
-                                 for r in store.resources(run.id, alive_only=False)],
-                   "attempts": [{"idx": a.idx, "cloud": a.cloud, "region": a.region, "zone": a.zone,
-                                 "instance_type": a.instance_type, "spot": a.spot,
-                                 "price_per_hour": a.price_per_hour, "num_nodes": a.num_nodes,
-                                 "started_at": a.started_at, "ended_at": a.ended_at, "end_reason": a.end_reason,
-                                 "launched": a.launched, "cost": round(a.cost(run.ended_at or now), 6)}
-                                for a in run.attempts]}
+            doc = {
+                **run.as_json(now),
+                "phases": phases,
+                "events": [{"ts": e.ts, "kind": e.kind, "message": e.message} for e in store.events(run.id)],
+                "resources": [
+                    {
+                        "cloud": r.cloud,
+                        "region": r.region,
+                        "kind": r.kind,
+                        "name": r.name,
+                        "cloud_id": r.cloud_id,
+                        "status": r.status,
+                    }
+                    for r in store.resources(run.id, alive_only=False)
+                ],
+                "attempts": [
+                    {
+                        "idx": a.idx,
+                        "cloud": a.cloud,
+                        "region": a.region,
+                        "zone": a.zone,
+                        "instance_type": a.instance_type,
+                        "spot": a.spot,
+                        "price_per_hour": a.price_per_hour,
+                        "num_nodes": a.num_nodes,
+                        "started_at": a.started_at,
+                        "ended_at": a.ended_at,
+                        "end_reason": a.end_reason,
+                        "launched": a.launched,
+                        "cost": round(a.cost(run.ended_at or now), 6),
+                    }
+                    for a in run.attempts
+                ],
+            }
             print(jsonout.dumps(doc))
             return
         views.print_run_detail(run, phases, store.resources(run.id, alive_only=True), now)
@@ -189,6 +227,7 @@ def show_status(run_id: str | None, *, json_out: bool) -> None:
 
 
 # ---- logs ---------------------------------------------------------------------------------------------
+
 
 def show_logs(run_id: str, *, follow: bool) -> int:
     """Print the stored log plus newer parts from the channel; with follow, until the run ends.
@@ -230,6 +269,7 @@ def show_logs(run_id: str, *, follow: bool) -> int:
 
 
 # ---- down / gc --------------------------------------------------------------------------------------------
+
 
 def _warn(message: str) -> None:
     views.note(f"warning: {message}")
@@ -288,14 +328,19 @@ def _down_incomplete(store: Store, run_id: str, errors: list[str], unreached: li
     and hold its GPU), and `down`/`gc` try again. Machines that were not reached at all: exit 75."""
     current = store.get_run(run_id)
     if current is not None and current.status in ("down", "down-pending"):
-        store.update_run(run_id, status="down-pending",
-                         message="`gpucloud down` could not finish: " + "; ".join(errors)[:500])
+        store.update_run(
+            run_id, status="down-pending", message="`gpucloud down` could not finish: " + "; ".join(errors)[:500]
+        )
     retry = f"Run `gpucloud down {run_id}` again once it can be reached (`gpucloud gc` retries too)."
     if unreached and len(unreached) == len(errors):
-        raise Unreachable(f"run {run_id} is down-pending: {', '.join(unreached)} not reached, so its job may still "
-                          "be running there (and holding its GPU):\n  " + "\n  ".join(errors), hint=retry)
-    raise InternalError(f"teardown of run {run_id} incomplete (the run is down-pending):\n  " + "\n  ".join(errors),
-                        hint=retry)
+        raise Unreachable(
+            f"run {run_id} is down-pending: {', '.join(unreached)} not reached, so its job may still "
+            "be running there (and holding its GPU):\n  " + "\n  ".join(errors),
+            hint=retry,
+        )
+    raise InternalError(
+        f"teardown of run {run_id} incomplete (the run is down-pending):\n  " + "\n  ".join(errors), hint=retry
+    )
 
 
 def _down_done(store: Store, run_id: str) -> None:
@@ -317,8 +362,10 @@ def preempt_run(run_id: str, *, node: int | None) -> None:
         raise UserError(f"--node {node}: run {run.id} has node(s) 0..{run.num_nodes - 1}.")
     channel = _channel_for(run)
     if channel is None or run.status not in ("running", "provisioning"):
-        raise UserError(f"run {run.id} is {run.status}: no machine to send the notice to yet.",
-                        hint="Try again once `gpucloud status` shows it running.")
+        raise UserError(
+            f"run {run.id} is {run.status}: no machine to send the notice to yet.",
+            hint="Try again once `gpucloud status` shows it running.",
+        )
     ranks = [node] if node is not None else list(range(run.num_nodes))
     for rank in ranks:
         channel.send_notice(run.id, rank)
@@ -336,11 +383,16 @@ def _down_without_store(ref: str, damage: StoreError, *, assume_yes: bool) -> No
     try:
         run_id, errors = teardown_from_handle_files(damage.path, ref, say=_warn)
     except LookupError as exc:
-        raise StoreError(f"{damage.message} Run {ref} cannot be torn down without it: {exc}.", path=damage.path,
-                         hint="`gpucloud gc` still sweeps what the clouds' tags say has expired.") from None
+        raise StoreError(
+            f"{damage.message} Run {ref} cannot be torn down without it: {exc}.",
+            path=damage.path,
+            hint="`gpucloud gc` still sweeps what the clouds' tags say has expired.",
+        ) from None
     if errors:
-        raise InternalError(f"teardown of run {run_id} incomplete:\n  " + "\n  ".join(errors),
-                            hint=f"Run `gpucloud down {run_id}` again, or `gpucloud gc`.")
+        raise InternalError(
+            f"teardown of run {run_id} incomplete:\n  " + "\n  ".join(errors),
+            hint=f"Run `gpucloud down {run_id}` again, or `gpucloud gc`.",
+        )
     print(f"run {run_id}: torn down from its handle files (the state store was not used)", file=sys.stderr)
 
 
@@ -398,8 +450,11 @@ class _Sweep:
         """Exit 78 naming what was not checked when the cloud asked for, any configured cloud, or
         every cloud could not be swept; a partial sweep says which clouds it left out."""
         wanted = [cloud] if cloud else list(providers.priced_clouds())
-        missing = {c: self.failed.get(c) or f"no credentials found, not checked. {providers.info(c).credentials_hint}"
-                   for c in wanted if c not in self.checked}
+        missing = {
+            c: self.failed.get(c) or f"no credentials found, not checked. {providers.info(c).credentials_hint}"
+            for c in wanted
+            if c not in self.checked
+        }
         reasons = [f"{c}: {why}" for c, why in missing.items()]
         checked = ", ".join(self.checked) or "nothing"
         if not found:
@@ -407,10 +462,12 @@ class _Sweep:
         if cloud and missing:
             raise ConfigurationError(f"gc could not check {cloud}.", reasons)
         if not cloud and (self.failed or not any(c in self.checked for c in wanted)):
-            raise ConfigurationError(f"gc could not check every cloud (checked: {checked}); what it could not "
-                                     "check may still hold paid resources.", reasons,
-                                     hint="Fix the reasons above and run `gpucloud gc` again, or name the cloud "
-                                     "you use with `--cloud`.")
+            raise ConfigurationError(
+                f"gc could not check every cloud (checked: {checked}); what it could not "
+                "check may still hold paid resources.",
+                reasons,
+                hint="Fix the reasons above and run `gpucloud gc` again, or name the cloud you use with `--cloud`.",
+            )
         if missing:
             views.note(f"gc checked {checked}; it did not check " + "; ".join(reasons))
 
@@ -430,8 +487,11 @@ def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> No
 
     kept = [b for c, b in load_index() if cloud is None or c == cloud]
     if kept:  # tagged gpucloud:kind=image, never a run's: no sweep touches them
-        print(f"{len(kept)} baked image(s) kept: images are not runs (`gpucloud image ls` lists them, "
-              "`gpucloud image rm` deletes one)", file=sys.stderr)
+        print(
+            f"{len(kept)} baked image(s) kept: images are not runs (`gpucloud image ls` lists them, "
+            "`gpucloud image rm` deletes one)",
+            file=sys.stderr,
+        )
     sweep.verdict(cloud, found)
 
 

@@ -48,13 +48,23 @@ def _attempt_doc(run: RunRecord, att: AttemptRecord, now: float) -> dict[str, An
     od = att.price_per_hour if not att.spot else on_demand_price(att.cloud, att.region, att.instance_type or "")
     od_cost = (od or 0.0) * att.num_nodes * billed / 3600.0 if od is not None else cost
     return {
-        "attempt": att.idx + 1, "cloud": att.cloud, "region": att.region, "zone": att.zone,
-        "instance_type": att.instance_type, "market": "spot" if att.spot else "on-demand",
-        "price_per_hour": att.price_per_hour, "on_demand_price_per_hour": od, "launched": att.launched,
-        "started_at": att.started_at, "ended_at": att.ended_at, "end_reason": att.end_reason,
+        "attempt": att.idx + 1,
+        "cloud": att.cloud,
+        "region": att.region,
+        "zone": att.zone,
+        "instance_type": att.instance_type,
+        "market": "spot" if att.spot else "on-demand",
+        "price_per_hour": att.price_per_hour,
+        "on_demand_price_per_hour": od,
+        "launched": att.launched,
+        "started_at": att.started_at,
+        "ended_at": att.ended_at,
+        "end_reason": att.end_reason,
         "nodes": [{"rank": r, "billed_seconds": round(billed, 3)} for r in range(att.num_nodes)],
         "billed_seconds": round(billed * att.num_nodes, 3),
-        "cost": round(cost, 6), "on_demand_cost": round(od_cost, 6), "saving": round(od_cost - cost, 6),
+        "cost": round(cost, 6),
+        "on_demand_cost": round(od_cost, 6),
+        "saving": round(od_cost - cost, 6),
     }
 
 
@@ -62,9 +72,17 @@ def run_cost(run: RunRecord, now: float) -> dict[str, Any]:
     attempts = [_attempt_doc(run, a, now) for a in run.attempts]
     cost = sum(a["cost"] for a in attempts)
     od = sum(a["on_demand_cost"] for a in attempts)
-    return {"run_id": run.id, "name": run.name, "status": run.status, "created_at": run.created_at,
-            "attempts": attempts, "launched_attempts": sum(1 for a in attempts if a["launched"]),
-            "cost": round(cost, 6), "on_demand_cost": round(od, 6), "saving": round(od - cost, 6)}
+    return {
+        "run_id": run.id,
+        "name": run.name,
+        "status": run.status,
+        "created_at": run.created_at,
+        "attempts": attempts,
+        "launched_attempts": sum(1 for a in attempts if a["launched"]),
+        "cost": round(cost, 6),
+        "on_demand_cost": round(od, 6),
+        "saving": round(od - cost, 6),
+    }
 
 
 def cost_report(run_ref: str | None = None, *, since: str | None = None) -> dict[str, Any]:
@@ -82,5 +100,12 @@ def cost_report(run_ref: str | None = None, *, since: str | None = None) -> dict
     docs = [run_cost(r, now) for r in runs]
     cost = sum(d["cost"] for d in docs)
     od = sum(d["on_demand_cost"] for d in docs)
-    return {"runs": docs, "total": {"runs": len(docs), "cost": round(cost, 6), "on_demand_cost": round(od, 6),
-                                    "saving": round(od - cost, 6)}}
+    return {
+        "runs": docs,
+        "total": {
+            "runs": len(docs),
+            "cost": round(cost, 6),
+            "on_demand_cost": round(od, 6),
+            "saving": round(od - cost, 6),
+        },
+    }

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-GiB = 1024 ** 3
+GiB = 1024**3
 CHUNK = 1024 * 1024
 # Environment settings for the caps (docs/SECURITY.md): bytes (suffixes K, M, G, T), a count, a ratio.
 ENV_MAX_BYTES = "GPUCLOUD_ARTIFACTS_MAX_BYTES"
@@ -34,7 +34,7 @@ DEFAULT_MAX_RATIO = 200.0
 # The ratio cap applies only once this much has been expanded: a small file of zeros compresses
 # a thousand times over and is harmless; a few hundred MiB of it is not.
 RATIO_FLOOR = 64 * 1024 * 1024
-_SUFFIX = {"": 1, "K": 1024, "M": 1024 ** 2, "G": GiB, "T": 1024 ** 4}
+_SUFFIX = {"": 1, "K": 1024, "M": 1024**2, "G": GiB, "T": 1024**4}
 
 
 class CapExceeded(Exception):
@@ -56,20 +56,27 @@ class Caps:
 
         env = dict(os.environ if env is None else env)
         values: dict[str, float] = {}
-        for name, key, kind in ((ENV_MAX_BYTES, "max_bytes", "size"), (ENV_MAX_FILES, "max_files", "count"),
-                                (ENV_MAX_RATIO, "max_ratio", "ratio")):
+        for name, key, kind in (
+            (ENV_MAX_BYTES, "max_bytes", "size"),
+            (ENV_MAX_FILES, "max_files", "count"),
+            (ENV_MAX_RATIO, "max_ratio", "ratio"),
+        ):
             raw = env.get(name, "").strip()
             if not raw:
                 continue
             try:
                 values[key] = _parse(raw, kind)
             except ValueError:
-                raise UserError(f"{name}={raw!r} is not a valid {kind}.",
-                                hint=f"Set {name} to a positive number, e.g. {_EXAMPLE[kind]}, or unset it "
-                                     "for the default (docs/SECURITY.md).") from None
-        return cls(max_bytes=int(values.get("max_bytes", DEFAULT_MAX_BYTES)),
-                   max_files=int(values.get("max_files", DEFAULT_MAX_FILES)),
-                   max_ratio=float(values.get("max_ratio", DEFAULT_MAX_RATIO)))
+                raise UserError(
+                    f"{name}={raw!r} is not a valid {kind}.",
+                    hint=f"Set {name} to a positive number, e.g. {_EXAMPLE[kind]}, or unset it "
+                    "for the default (docs/SECURITY.md).",
+                ) from None
+        return cls(
+            max_bytes=int(values.get("max_bytes", DEFAULT_MAX_BYTES)),
+            max_files=int(values.get("max_files", DEFAULT_MAX_FILES)),
+            max_ratio=float(values.get("max_ratio", DEFAULT_MAX_RATIO)),
+        )
 
 
 _EXAMPLE = {"size": "20G", "count": "50000", "ratio": "100"}
@@ -196,18 +203,25 @@ def _check_caps(caps: Caps, result: ArtifactResult, member: tarfile.TarInfo) -> 
     if result.files + 1 > caps.max_files:
         raise CapExceeded(f"more than {caps.max_files} files (cap {ENV_MAX_FILES})")
     if result.bytes + member.size > caps.max_bytes:
-        raise CapExceeded(f"{member.name!r} ({member.size} bytes) would take the total past {caps.max_bytes} "
-                          f"bytes (cap {ENV_MAX_BYTES})")
+        raise CapExceeded(
+            f"{member.name!r} ({member.size} bytes) would take the total past {caps.max_bytes} "
+            f"bytes (cap {ENV_MAX_BYTES})"
+        )
 
 
-def _ratio_check(caps: Caps, result: ArtifactResult, member: tarfile.TarInfo,
-                 counting: _Counting) -> Callable[[int], None]:
+def _ratio_check(
+    caps: Caps, result: ArtifactResult, member: tarfile.TarInfo, counting: _Counting
+) -> Callable[[int], None]:
     """While a file streams: expanded bytes against compressed bytes read so far."""
+
     def check(written: int) -> None:
         total = result.bytes + written
         if total > RATIO_FLOOR and total > caps.max_ratio * max(counting.count, 1):
-            raise CapExceeded(f"{member.name!r} expanded {counting.count} compressed bytes to more than {total} "
-                              f"(over {caps.max_ratio:g} times; cap {ENV_MAX_RATIO})")
+            raise CapExceeded(
+                f"{member.name!r} expanded {counting.count} compressed bytes to more than {total} "
+                f"(over {caps.max_ratio:g} times; cap {ENV_MAX_RATIO})"
+            )
+
     return check
 
 
@@ -247,11 +261,18 @@ def extract_tar(fileobj: BinaryIO, dest: Path, caps: Caps | None = None, *, what
                 assert src is not None
                 try:
                     _check_caps(caps, result, member)
-                    _write_member(root_fd, parts, src, member.size,  # type: ignore[arg-type]
-                                  _ratio_check(caps, result, member, counting))
+                    _write_member(
+                        root_fd,
+                        parts,
+                        src,
+                        member.size,
+                        _ratio_check(caps, result, member, counting),
+                    )
                 except CapExceeded as exc:
-                    result.warnings.append(f"{what}s stopped after {result.files} file(s): {exc}; "
-                                           "the rest of the archive was not extracted")
+                    result.warnings.append(
+                        f"{what}s stopped after {result.files} file(s): {exc}; "
+                        "the rest of the archive was not extracted"
+                    )
                     break
                 except OSError as exc:
                     result.warnings.append(f"{what} {member.name!r} not extracted: {exc}")

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING
 from gpucloud import providers
 from gpucloud.errors import CloudAccessError, ConfigurationError, GpucloudError, NoCandidateError, UserError
 from gpucloud.providers.base import (
-    TAG_EXPIRES, TAG_RUN, LaunchRequest, Provider, ProvisionError, RunHandle, expiry_tag,
+    TAG_EXPIRES,
+    TAG_RUN,
+    LaunchRequest,
+    Provider,
+    ProvisionError,
+    RunHandle,
+    expiry_tag,
 )
 from gpucloud.state import Journal, Store
 
@@ -42,7 +48,7 @@ class Launch:
     handle: RunHandle
     deadline: float  # epoch seconds
     plan_index: int = 0  # the candidate's place in the plan (a relaunch starts after it)
-    attempt: int = 0     # the attempt's index in the state store
+    attempt: int = 0  # the attempt's index in the state store
 
 
 @dataclass
@@ -57,14 +63,14 @@ class Failover:
     progress: Progress
     vm_dir: str | None = None  # the bootstrap's work folder when not the provider's (image builders)
     failures: list[str] = field(default_factory=list)  # "where: why", one per failed attempt
-    order: list[int] | None = None   # plan indices to try, in order (a relaunch); None: the whole plan
+    order: list[int] | None = None  # plan indices to try, in order (a relaunch); None: the whole plan
     # A relaunch: (channel, cloud, region) holding the run's code and checkpoints, copied from it
     # into another region's channel; and the nodes' objects of the last attempt are reset first.
     source: tuple[Channel, str, str] | None = None
-    access: list[str] = field(default_factory=list)    # one line per cloud skipped (credentials, endpoint)
+    access: list[str] = field(default_factory=list)  # one line per cloud skipped (credentials, endpoint)
     _skip_clouds: set[str] = field(default_factory=set)
     _skip_regions: set[tuple[str, str]] = field(default_factory=set)
-    _uploaded: set[int] = field(default_factory=set)   # channels that already have the code
+    _uploaded: set[int] = field(default_factory=set)  # channels that already have the code
     _copied: set[tuple[str, str]] = field(default_factory=set)
 
     def run(self, tarball: Path | None) -> Launch:
@@ -79,12 +85,26 @@ class Failover:
             index = self.store.next_attempt_idx(self.run_id)
             where = f"{cand.cloud}/{cand.region}/{cand.instance_type}" + (" (spot)" if cand.spot else "")
             self.progress.info(f"attempt {index + 1}: {where}")
-            self.store.update_run(self.run_id, cloud=cand.cloud, region=cand.region, instance_type=cand.instance_type,
-                                  price_per_hour=cand.price_per_hour, status="provisioning", phase="provision",
-                                  started_at=time.time())
-            self.store.start_attempt(self.run_id, index, cloud=cand.cloud, region=cand.region,
-                                     instance_type=cand.instance_type, spot=cand.spot,
-                                     price_per_hour=cand.price_per_hour, num_nodes=cand.num_nodes)
+            self.store.update_run(
+                self.run_id,
+                cloud=cand.cloud,
+                region=cand.region,
+                instance_type=cand.instance_type,
+                price_per_hour=cand.price_per_hour,
+                status="provisioning",
+                phase="provision",
+                started_at=time.time(),
+            )
+            self.store.start_attempt(
+                self.run_id,
+                index,
+                cloud=cand.cloud,
+                region=cand.region,
+                instance_type=cand.instance_type,
+                spot=cand.spot,
+                price_per_hour=cand.price_per_hour,
+                num_nodes=cand.num_nodes,
+            )
             provider: Provider | None = None
             try:
                 provider = providers.get_provider(cand.cloud)
@@ -105,12 +125,17 @@ class Failover:
             self.store.event(self.run_id, "attempt", f"{where}: provisioned")
             return launch
         if self.access and len(self.access) == len(self.failures):
-            raise ConfigurationError("no cloud is usable: every candidate's cloud lacks working credentials, "
-                                     "a permission they need, or an endpoint that answers (each one's reason "
-                                     "and fix are above).", self.access,
-                                     hint="`gpucloud check` shows what each cloud needs.", shown=True)
+            raise ConfigurationError(
+                "no cloud is usable: every candidate's cloud lacks working credentials, "
+                "a permission they need, or an endpoint that answers (each one's reason "
+                "and fix are above).",
+                self.access,
+                hint="`gpucloud check` shows what each cloud needs.",
+                shown=True,
+            )
         raise NoCandidateError(
-            f"no candidate could be provisioned ({len(self.failures)} attempt(s)):", self.failures,
+            f"no candidate could be provisioned ({len(self.failures)} attempt(s)):",
+            self.failures,
             hint="Try other regions or GPU types (`gpucloud plan` lists them), or ask for more quota.",
         )
 
@@ -128,15 +153,17 @@ class Failover:
             return f"the rest of {cand.cloud}"
         return ""
 
-    def _skip_cloud(self, provider: Provider | None, cand: Candidate, index: int, where: str,
-                    exc: CloudAccessError) -> None:
+    def _skip_cloud(
+        self, provider: Provider | None, cand: Candidate, index: int, where: str, exc: CloudAccessError
+    ) -> None:
         """A cloud that cannot be used: one line saying why and the fix; its other candidates are
         skipped and failover goes on with the other clouds."""
         self._skip_clouds.add(cand.cloud)
         line = exc.message + (f" {exc.hint}" if exc.hint else "")
         self.access.append(line)
-        self._failed(provider, cand, index, where, f"{exc.kind}: {exc.message}", f"the rest of {cand.cloud}",
-                     quiet=line)
+        self._failed(
+            provider, cand, index, where, f"{exc.kind}: {exc.message}", f"the rest of {cand.cloud}", quiet=line
+        )
 
     def _attempt(self, provider: Provider, cand: Candidate, index: int, tarball: Path | None) -> Launch:
         """One attempt: code upload, channel URLs, bootstrap per node, then provision."""
@@ -165,25 +192,56 @@ class Failover:
         if shared:
             urls = [channel.node_index(self.run_id, urls, deadline)]
         master_port = provider.master_port()
-        user_data = [render_bootstrap(spec, self.plan.stack, cand, caps=caps, run_id=self.run_id,
-                                      node_rank=None if shared else rank, manifest_url=urls[rank],
-                                      put_headers=channel.put_headers, master_port=master_port)
-                     for rank in range(len(urls))]
+        user_data = [
+            render_bootstrap(
+                spec,
+                self.plan.stack,
+                cand,
+                caps=caps,
+                run_id=self.run_id,
+                node_rank=None if shared else rank,
+                manifest_url=urls[rank],
+                put_headers=channel.put_headers,
+                master_port=master_port,
+            )
+            for rank in range(len(urls))
+        ]
         if shared:
             user_data *= spec.num_nodes
         expires = deadline + EXPIRY_MARGIN
-        req = LaunchRequest(run_id=self.run_id, spec=spec, candidate=cand, stack=self.plan.stack, user_data=user_data,
-                            expires_at=expires, attempt=index,
-                            tags={TAG_RUN: self.run_id, TAG_EXPIRES: expiry_tag(expires),
-                                  "Name": f"gpucloud-{self.run_id}"})
+        req = LaunchRequest(
+            run_id=self.run_id,
+            spec=spec,
+            candidate=cand,
+            stack=self.plan.stack,
+            user_data=user_data,
+            expires_at=expires,
+            attempt=index,
+            tags={TAG_RUN: self.run_id, TAG_EXPIRES: expiry_tag(expires), "Name": f"gpucloud-{self.run_id}"},
+        )
         self.store.update_run(self.run_id, deadline=deadline.timestamp())
         handle = provider.provision(req, self.journal)
         self.store.set_attempt_handle(self.run_id, index, handle.to_json(), zone=handle.zone)
-        return Launch(provider=provider, candidate=cand, channel=channel, handle=handle,
-                      deadline=deadline.timestamp(), attempt=index)
+        return Launch(
+            provider=provider,
+            candidate=cand,
+            channel=channel,
+            handle=handle,
+            deadline=deadline.timestamp(),
+            attempt=index,
+        )
 
-    def _failed(self, provider: Provider | None, cand: Candidate, index: int, where: str, reason: str,
-                skipped: str, *, quiet: str = "") -> None:
+    def _failed(
+        self,
+        provider: Provider | None,
+        cand: Candidate,
+        index: int,
+        where: str,
+        reason: str,
+        skipped: str,
+        *,
+        quiet: str = "",
+    ) -> None:
         """Record why the attempt failed, end it, and clean up whatever it created. `quiet`: one
         line shown instead of the failure and the skip (a cloud that cannot be used)."""
         self.failures.append(f"{where}: {reason}")
@@ -200,10 +258,12 @@ class Failover:
         from gpucloud.teardown import run_handles
 
         run = self.store.get_run(self.run_id)
-        handles = [h for h in run_handles(self.store, run) if (h.cloud, h.region) == (cand.cloud, cand.region)] \
-            if run else []
-        if not handles and not any((r.cloud, r.region) == (cand.cloud, cand.region)
-                                   for r in self.journal.resources(self.run_id)):
+        handles = (
+            [h for h in run_handles(self.store, run) if (h.cloud, h.region) == (cand.cloud, cand.region)] if run else []
+        )
+        if not handles and not any(
+            (r.cloud, r.region) == (cand.cloud, cand.region) for r in self.journal.resources(self.run_id)
+        ):
             return  # the journal says nothing was created there: nothing to clean up
         # Begin the deletes and move on: what is not gone yet stays in the journal, and the run's
         # final teardown (or `down`, `gc`) waits for it.
@@ -211,5 +271,7 @@ class Failover:
             try:
                 provider.teardown(handle, self.journal, wait=False)
             except Exception as exc:
-                self.progress.warn(f"cleanup after the failed attempt on {cand.cloud}/{cand.region}: {exc} "
-                                   f"(the final teardown retries it)")
+                self.progress.warn(
+                    f"cleanup after the failed attempt on {cand.cloud}/{cand.region}: {exc} "
+                    f"(the final teardown retries it)"
+                )

@@ -19,7 +19,7 @@ import csv
 import fnmatch
 import functools
 import io
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib.resources import files
 from typing import TYPE_CHECKING
 
@@ -43,16 +43,16 @@ class Image:
     cloud: str
     name: str
     cpu_arch: str
-    gpu_archs: tuple[str, ...]    # ("*",) = any GPU (or none)
-    vm_feature: str               # "" or "grid": rows for GRID VMs are used only there
+    gpu_archs: tuple[str, ...]  # ("*",) = any GPU (or none)
+    vm_feature: str  # "" or "grid": rows for GRID VMs are used only there
     ubuntu: str
-    modules: str                  # "open" | "proprietary" | "grid" | "" (no driver)
-    driver: str                   # preinstalled branch, "" = none or not known
-    cuda: tuple[str, ...]         # preinstalled toolkits
+    modules: str  # "open" | "proprietary" | "grid" | "" (no driver)
+    driver: str  # preinstalled branch, "" = none or not known
+    cuda: tuple[str, ...]  # preinstalled toolkits
     cudnn: bool
     fabric_manager: bool
-    extension: str                # a cloud VM extension that installs the driver ("" = none)
-    found_by: str                 # "ssm" (public parameter name) | "urn" (marketplace) | "job file"
+    extension: str  # a cloud VM extension that installs the driver ("" = none)
+    found_by: str  # "ssm" (public parameter name) | "urn" (marketplace) | "job file"
     ref: str
     source: str
     checked: str
@@ -64,13 +64,20 @@ class Image:
     def as_json(self) -> dict[str, object]:
         """The `image` object of `plan --json`."""
         return {
-            "name": self.name, "ref": self.ref, "found_by": self.found_by, "ubuntu": self.ubuntu,
+            "name": self.name,
+            "ref": self.ref,
+            "found_by": self.found_by,
+            "ubuntu": self.ubuntu,
             "preinstalled": {
-                "driver": self.driver or ("from " + self.extension if self.extension else ("yes" if self.modules else "none")),
-                "kernel_modules": self.modules or "none", "cuda": list(self.cuda), "cudnn": self.cudnn,
+                "driver": self.driver
+                or ("from " + self.extension if self.extension else ("yes" if self.modules else "none")),
+                "kernel_modules": self.modules or "none",
+                "cuda": list(self.cuda),
+                "cudnn": self.cudnn,
                 "fabric_manager": self.fabric_manager,
             },
-            "source": self.source, "checked": self.checked,
+            "source": self.source,
+            "checked": self.checked,
         }
 
     def summary(self) -> str:
@@ -80,9 +87,12 @@ class Image:
         elif self.extension:
             has = f"driver from the {self.extension} extension"
         else:
-            parts = [f"driver R{self.driver}" if self.driver else "NVIDIA driver",
-                     f"CUDA {'/'.join(self.cuda)}" if self.cuda else "", "cuDNN" if self.cudnn else "",
-                     "fabric manager" if self.fabric_manager else ""]
+            parts = [
+                f"driver R{self.driver}" if self.driver else "NVIDIA driver",
+                f"CUDA {'/'.join(self.cuda)}" if self.cuda else "",
+                "cuDNN" if self.cudnn else "",
+                "fabric manager" if self.fabric_manager else "",
+            ]
             has = ", ".join(p for p in parts if p)
         return f"{self.name} ({self.found_by} {self.ref}): {has}"
 
@@ -91,11 +101,11 @@ class Image:
 class NodeStack:
     """What one VM boots and what its stack stage checks and installs (the template's inputs)."""
 
-    image: Image | None           # None: the provider's default / the host (local)
+    image: Image | None  # None: the provider's default / the host (local)
     cpu_arch: str
-    repo_arch: str                # "x86_64" | "sbsa"
-    driver_source: str            # "apt" | "grid" (wait for the cloud's extension) | "none" (no GPU)
-    driver_min: int               # acceptable installed branches (inclusive)
+    repo_arch: str  # "x86_64" | "sbsa"
+    driver_source: str  # "apt" | "grid" (wait for the cloud's extension) | "none" (no GPU)
+    driver_min: int  # acceptable installed branches (inclusive)
     driver_max: int
     driver_packages: tuple[str, ...]
     fabric_manager: bool
@@ -103,16 +113,22 @@ class NodeStack:
     cudnn_packages: tuple[str, ...]
     reasons: dict[str, str]
     driver_lock: tuple[str, ...] = ()  # NVIDIA's version-locking package, installed before the driver
-    extension_driver: str = ""        # GRID: the driver version the cloud's extension is pinned to
+    extension_driver: str = ""  # GRID: the driver version the cloud's extension is pinned to
 
     def as_json(self) -> dict[str, object]:
         return {
-            "image": self.image.as_json() if self.image else None, "cpu_arch": self.cpu_arch,
-            "driver_source": self.driver_source, "driver_branches": [self.driver_min, self.driver_max],
-            "fabric_manager": self.fabric_manager, "installs_if_missing": [
+            "image": self.image.as_json() if self.image else None,
+            "cpu_arch": self.cpu_arch,
+            "driver_source": self.driver_source,
+            "driver_branches": [self.driver_min, self.driver_max],
+            "fabric_manager": self.fabric_manager,
+            "installs_if_missing": [
                 *(["linux-headers-$(uname -r)", *self.driver_lock] if self.driver_packages else []),
-                *self.driver_packages, *(["nvidia-fabricmanager (pinned to the driver)"] if self.fabric_manager else []),
-                *self.cuda_packages, *self.cudnn_packages],
+                *self.driver_packages,
+                *(["nvidia-fabricmanager (pinned to the driver)"] if self.fabric_manager else []),
+                *self.cuda_packages,
+                *self.cudnn_packages,
+            ],
         }
 
 
@@ -131,12 +147,26 @@ def load_images() -> tuple[Image, ...]:
     out = []
     for line, row in enumerate(_data("images.csv"), start=2):
         try:
-            out.append(Image(
-                cloud=row["cloud"], name=row["name"], cpu_arch=row["cpu_arch"], gpu_archs=_split(row["gpu_archs"]),
-                vm_feature=row["vm_feature"], ubuntu=row["ubuntu"], modules=row["modules"], driver=row["driver"],
-                cuda=_split(row["cuda"]), cudnn=row["cudnn"] == "yes", fabric_manager=row["fabric_manager"] == "yes",
-                extension=row["extension"], found_by=row["found_by"], ref=row["ref"], source=row["source"],
-                checked=row["checked"]))
+            out.append(
+                Image(
+                    cloud=row["cloud"],
+                    name=row["name"],
+                    cpu_arch=row["cpu_arch"],
+                    gpu_archs=_split(row["gpu_archs"]),
+                    vm_feature=row["vm_feature"],
+                    ubuntu=row["ubuntu"],
+                    modules=row["modules"],
+                    driver=row["driver"],
+                    cuda=_split(row["cuda"]),
+                    cudnn=row["cudnn"] == "yes",
+                    fabric_manager=row["fabric_manager"] == "yes",
+                    extension=row["extension"],
+                    found_by=row["found_by"],
+                    ref=row["ref"],
+                    source=row["source"],
+                    checked=row["checked"],
+                )
+            )
         except KeyError as exc:
             raise InternalError(f"catalog/data/images.csv line {line}: column {exc} missing") from None
         if out[-1].cpu_arch not in REPO_ARCH or out[-1].modules not in ("", "open", "proprietary", "grid"):
@@ -148,8 +178,11 @@ def vm_features(cloud: str, instance_type: str, gpu_count: int) -> frozenset[str
     """{"nvswitch", "grid"} as vm_features.csv says for this instance type and GPU count."""
     found = set()
     for row in _data("vm_features.csv"):
-        if (row["cloud"] == cloud and gpu_count >= int(row["min_gpus"])
-                and fnmatch.fnmatch(instance_type.lower(), row["instance_pattern"].lower())):
+        if (
+            row["cloud"] == cloud
+            and gpu_count >= int(row["min_gpus"])
+            and fnmatch.fnmatch(instance_type.lower(), row["instance_pattern"].lower())
+        ):
             found.add(row["feature"])
     return frozenset(found)
 
@@ -182,8 +215,9 @@ def _driver_range(stack: Stack) -> tuple[int, int]:
     return low, high or ANY_DRIVER_MAX
 
 
-def _image_fits(image: Image, stack: Stack, cloud: str, cpu_arch: str, features: frozenset[str],
-                branches: tuple[int, int]) -> bool:
+def _image_fits(
+    image: Image, stack: Stack, cloud: str, cpu_arch: str, features: frozenset[str], branches: tuple[int, int]
+) -> bool:
     """Rows for GRID VMs serve only those; a row with another feature (e.g. "hpc-image": the sizes
     an image is documented for) serves only instance types vm_features.csv marks with it."""
     grid = "grid" in features
@@ -203,17 +237,38 @@ def _image_fits(image: Image, stack: Stack, cloud: str, cpu_arch: str, features:
     return not (image.modules == "proprietary" and stack.kernel_modules == "open")
 
 
-def choose_image(stack: Stack, cloud: str, instance_type: str, gpu_count: int, cpu_arch: str = X86_64,
-                 job_image: str = "auto", baked: Image | None = None) -> Image | None:
+def choose_image(
+    stack: Stack,
+    cloud: str,
+    instance_type: str,
+    gpu_count: int,
+    cpu_arch: str = X86_64,
+    job_image: str = "auto",
+    baked: Image | None = None,
+) -> Image | None:
     """`image:` in the job file, else a baked image of this stack (gpucloud/images_build.py), else
     the first images.csv row that fits (vendor rows come first)."""
     if baked is not None and (not job_image or job_image == "auto"):
         return baked
     if job_image and job_image != "auto":
-        return Image(cloud=cloud, name="job file", cpu_arch=cpu_arch, gpu_archs=("*",), vm_feature="",
-                     ubuntu=stack.ubuntu_version, modules="", driver="", cuda=(), cudnn=False, fabric_manager=False,
-                     extension="", found_by="job file", ref=job_image,
-                     source="`image:` in the job file; contents unknown, so the bootstrap checks every part", checked="")
+        return Image(
+            cloud=cloud,
+            name="job file",
+            cpu_arch=cpu_arch,
+            gpu_archs=("*",),
+            vm_feature="",
+            ubuntu=stack.ubuntu_version,
+            modules="",
+            driver="",
+            cuda=(),
+            cudnn=False,
+            fabric_manager=False,
+            extension="",
+            found_by="job file",
+            ref=job_image,
+            source="`image:` in the job file; contents unknown, so the bootstrap checks every part",
+            checked="",
+        )
     features = vm_features(cloud, instance_type, gpu_count)
     if stack.driver == "none":
         features = features - {"grid"}
@@ -224,8 +279,17 @@ def choose_image(stack: Stack, cloud: str, instance_type: str, gpu_count: int, c
     return None
 
 
-def resolve_node(stack: Stack, cloud: str, instance_type: str, gpu_count: int, *, cpu_arch: str = X86_64,
-                 job_image: str = "auto", baked: Image | None = None, chosen: Image | None = None) -> NodeStack:
+def resolve_node(
+    stack: Stack,
+    cloud: str,
+    instance_type: str,
+    gpu_count: int,
+    *,
+    cpu_arch: str = X86_64,
+    job_image: str = "auto",
+    baked: Image | None = None,
+    chosen: Image | None = None,
+) -> NodeStack:
     """Image + install plan of one VM (`chosen`: the image the plan already chose for it). The
     bootstrap still checks each part before it installs it."""
     features = vm_features(cloud, instance_type, gpu_count) if stack.driver != "none" else frozenset()
@@ -236,8 +300,10 @@ def resolve_node(stack: Stack, cloud: str, instance_type: str, gpu_count: int, *
         source = "none"
     elif "grid" in features:
         source = "grid"
-        reasons["driver"] = ("GRID VM: NVIDIA's vGPU guest driver comes from the cloud's driver extension "
-                             "(cuda-drivers does not work here); the bootstrap waits for it.")
+        reasons["driver"] = (
+            "GRID VM: NVIDIA's vGPU guest driver comes from the cloud's driver extension "
+            "(cuda-drivers does not work here); the bootstrap waits for it."
+        )
         reasons["driver"] += f" Its driver is pinned to {extension_driver(cloud, instance_type) or 'the latest'}."
         if not stack.cuda_toolkit:
             # The extension's GRID branch is pinned per size family (providers' choice, often older than
@@ -247,13 +313,19 @@ def resolve_node(stack: Stack, cloud: str, instance_type: str, gpu_count: int, *
         source = "apt"
     fabric = "nvswitch" in features
     if fabric:
-        reasons["fabric_manager"] = ("8-GPU NVSwitch machine: nvidia-fabricmanager at exactly the driver's version, "
-                                     "started as a service, or CUDA fails to initialise.")
+        reasons["fabric_manager"] = (
+            "8-GPU NVSwitch machine: nvidia-fabricmanager at exactly the driver's version, "
+            "started as a service, or CUDA fails to initialise."
+        )
     if cpu_arch == ARM64:
         reasons["repo_arch"] = "arm64 machine: NVIDIA's repository path is sbsa, not x86_64."
     return NodeStack(
-        image=image, cpu_arch=cpu_arch, repo_arch=REPO_ARCH[cpu_arch], driver_source=source,
-        driver_min=low, driver_max=high,
+        image=image,
+        cpu_arch=cpu_arch,
+        repo_arch=REPO_ARCH[cpu_arch],
+        driver_source=source,
+        driver_min=low,
+        driver_max=high,
         driver_packages=stack.driver_packages if source == "apt" else (),
         driver_lock=stack.driver_lock if source == "apt" else (),
         extension_driver=extension_driver(cloud, instance_type) if source == "grid" else "",

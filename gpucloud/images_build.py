@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 HASH_TAG = "gpucloud:stack-hash"
 KIND_TAG = "gpucloud:kind"
-KIND_VALUE = "image"   # `gc` must treat these as images, never as a run's leftovers
+KIND_VALUE = "image"  # `gc` must treat these as images, never as a run's leftovers
 STACK_TAG = "gpucloud:stack"
 SETUP_TAG = "gpucloud:with-setup"  # "yes" when the job's `setup` was baked in too
 INDEX_FILE = "images.json"
@@ -37,7 +37,7 @@ INDEX_FILE = "images.json"
 
 @dataclass(frozen=True)
 class BakedImage:
-    ref: str                      # AMI id / image resource id
+    ref: str  # AMI id / image resource id
     region: str
     name: str
     stack_hash: str
@@ -58,10 +58,17 @@ class ImageStore(Protocol):
 def stack_hash(stack: Stack, node: NodeStack, setup: str | None = None) -> str:
     """16 hex digits over what the stack stage installs; equal hashes = interchangeable images."""
     doc = {
-        "driver": stack.driver, "modules": stack.kernel_modules, "driver_source": node.driver_source,
-        "cuda": [*node.cuda_packages], "cudnn": [*node.cudnn_packages], "fabric_manager": node.fabric_manager,
-        "framework": [*stack.framework_pip], "ubuntu": stack.ubuntu_version, "cpu_arch": node.cpu_arch,
-        "base": node.image.ref if node.image else "", "setup": setup or "",
+        "driver": stack.driver,
+        "modules": stack.kernel_modules,
+        "driver_source": node.driver_source,
+        "cuda": [*node.cuda_packages],
+        "cudnn": [*node.cudnn_packages],
+        "fabric_manager": node.fabric_manager,
+        "framework": [*stack.framework_pip],
+        "ubuntu": stack.ubuntu_version,
+        "cpu_arch": node.cpu_arch,
+        "base": node.image.ref if node.image else "",
+        "setup": setup or "",
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -83,21 +90,46 @@ def baked_row(baked: BakedImage, stack: Stack, node: NodeStack) -> Image:
     from gpucloud.images import Image
 
     return Image(
-        cloud=node.image.cloud if node.image else "", name=f"baked {baked.stack_hash}", cpu_arch=node.cpu_arch, gpu_archs=(stack.architecture,),
-        vm_feature="", ubuntu=stack.ubuntu_version, modules=stack.kernel_modules, driver=stack.driver,
-        cuda=(stack.cuda,) if node.cuda_packages else (), cudnn=bool(node.cudnn_packages),
-        fabric_manager=node.fabric_manager, extension="", found_by="baked", ref=baked.ref,
-        source=f"built by `gpucloud image build` ({baked.tags.get(STACK_TAG, '')})", checked=baked.created[:7])
+        cloud=node.image.cloud if node.image else "",
+        name=f"baked {baked.stack_hash}",
+        cpu_arch=node.cpu_arch,
+        gpu_archs=(stack.architecture,),
+        vm_feature="",
+        ubuntu=stack.ubuntu_version,
+        modules=stack.kernel_modules,
+        driver=stack.driver,
+        cuda=(stack.cuda,) if node.cuda_packages else (),
+        cudnn=bool(node.cudnn_packages),
+        fabric_manager=node.fabric_manager,
+        extension="",
+        found_by="baked",
+        ref=baked.ref,
+        source=f"built by `gpucloud image build` ({baked.tags.get(STACK_TAG, '')})",
+        checked=baked.created[:7],
+    )
 
 
 def image_tags(stack: Stack, wanted: str, *, with_setup: bool = False) -> dict[str, str]:
     """The tags of a baked image: its stack hash, that it is an image (not a run), what it holds."""
-    return {HASH_TAG: wanted, KIND_TAG: KIND_VALUE, STACK_TAG: describe(stack), SETUP_TAG: "yes" if with_setup else "no"}
+    return {
+        HASH_TAG: wanted,
+        KIND_TAG: KIND_VALUE,
+        STACK_TAG: describe(stack),
+        SETUP_TAG: "yes" if with_setup else "no",
+    }
 
 
-def build_image(store: ImageStore, region: str, stack: Stack, node: NodeStack, *,
-                launch: Callable[[], str], wait_ready: Callable[[str], None], teardown: Callable[[str], None],
-                setup: str | None = None) -> BakedImage:
+def build_image(
+    store: ImageStore,
+    region: str,
+    stack: Stack,
+    node: NodeStack,
+    *,
+    launch: Callable[[], str],
+    wait_ready: Callable[[str], None],
+    teardown: Callable[[str], None],
+    setup: str | None = None,
+) -> BakedImage:
     """Boot a builder (launch -> instance id), wait until its stack stage is done, snapshot, tear down.
 
     `wait_ready` raises when the builder fails; the builder is torn down whatever happens. An
@@ -120,6 +152,7 @@ def build_image(store: ImageStore, region: str, stack: Stack, node: NodeStack, *
 
 # ---- the local index of baked images (plan reads it offline) ------------------------------------
 
+
 def _index_path() -> Path:
     from gpucloud.state import home_dir
 
@@ -132,10 +165,21 @@ def load_index() -> list[tuple[str, BakedImage]]:
     try:
         doc = json.loads(_index_path().read_text())
         rows = doc["images"] if isinstance(doc, dict) else []
-        return [(str(r["cloud"]), BakedImage(ref=str(r["ref"]), region=str(r["region"]), name=str(r.get("name", "")),
-                                             stack_hash=str(r["stack_hash"]), tags=dict(r.get("tags") or {}),
-                                             created=str(r.get("created", ""))))
-                for r in rows if isinstance(r, dict)]
+        return [
+            (
+                str(r["cloud"]),
+                BakedImage(
+                    ref=str(r["ref"]),
+                    region=str(r["region"]),
+                    name=str(r.get("name", "")),
+                    stack_hash=str(r["stack_hash"]),
+                    tags=dict(r.get("tags") or {}),
+                    created=str(r.get("created", "")),
+                ),
+            )
+            for r in rows
+            if isinstance(r, dict)
+        ]
     except (OSError, ValueError, KeyError, TypeError):
         return []
 

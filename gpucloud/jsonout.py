@@ -63,12 +63,24 @@ def error_details(exc: BaseException) -> list[dict[str, Any]]:
 def error_document(exc: BaseException, exit_code: int | None = None) -> dict[str, Any]:
     """The --json document of a failure."""
     if isinstance(exc, GpucloudError):
-        return {"error": {"exit_code": exit_code if exit_code is not None else exc.exit_code,
-                          "kind": error_kind(exc), "message": exc.message, "hint": exc.hint,
-                          "details": error_details(exc)}}
-    return {"error": {"exit_code": exit_code if exit_code is not None else 70, "kind": "internal",
-                      "message": f"{type(exc).__name__}: {exc}",
-                      "hint": "GPUCLOUD_DEBUG=1 shows the traceback; please report it.", "details": []}}
+        return {
+            "error": {
+                "exit_code": exit_code if exit_code is not None else exc.exit_code,
+                "kind": error_kind(exc),
+                "message": exc.message,
+                "hint": exc.hint,
+                "details": error_details(exc),
+            }
+        }
+    return {
+        "error": {
+            "exit_code": exit_code if exit_code is not None else 70,
+            "kind": "internal",
+            "message": f"{type(exc).__name__}: {exc}",
+            "hint": "GPUCLOUD_DEBUG=1 shows the traceback; please report it.",
+            "details": [],
+        }
+    }
 
 
 def simple_error(exit_code: int, kind: str, message: str, hint: str | None = None) -> dict[str, Any]:

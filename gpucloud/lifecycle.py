@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from gpucloud.recovery import Recovery
     from gpucloud.spec import JobSpec
 
-CLI_DEADLINE_GRACE_S = 60.0   # the VM ends itself at the deadline; the CLI steps in after this
+CLI_DEADLINE_GRACE_S = 60.0  # the VM ends itself at the deadline; the CLI steps in after this
 # Multi-node: once one node has failed, the others get this long (at least one poll) to report
 # their own end, e.g. every rank hitting the same bug; then the run is torn down, peers included.
 PEER_FAIL_GRACE_S = 3.0
@@ -63,9 +63,15 @@ class RunResult:
     artifacts_refused: list[str] = field(default_factory=list)  # one line per member not extracted
 
     def as_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "status": self.status, "exit_code": self.exit_code,
-                "artifacts_dir": self.artifacts_dir, "artifacts_refused": list(self.artifacts_refused),
-                "phases": {k: round(v, 3) for k, v in self.phases.items()}, "cost": round(self.cost, 6)}
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "artifacts_dir": self.artifacts_dir,
+            "artifacts_refused": list(self.artifacts_refused),
+            "phases": {k: round(v, 3) for k, v in self.phases.items()},
+            "cost": round(self.cost, 6),
+        }
 
 
 def _refused_note(refused: list[str]) -> str:
@@ -79,8 +85,17 @@ def new_run_id(name: str, now: datetime | None = None) -> str:
     return f"{name}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
-def run_job(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool | None, detach: bool,
-            assume_yes: bool, json_out: bool, wait_teardown: bool) -> RunResult:
+def run_job(
+    spec: JobSpec,
+    *,
+    cloud: str | None,
+    region: str | None,
+    spot: bool | None,
+    detach: bool,
+    assume_yes: bool,
+    json_out: bool,
+    wait_teardown: bool,
+) -> RunResult:
     """The whole lifecycle of one job; returns the result (exit code included) once torn down."""
     from gpucloud.extract import Caps
     from gpucloud.planner import make_plan
@@ -96,8 +111,15 @@ def run_job(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool 
     free = all(c.total_per_hour == 0 for c in plan.candidates)  # a $0 run (local) is not worth a prompt
     if not assume_yes and not free and not views.ask("Launch it?"):
         raise Declined("not launched.")
-    return _Run(spec, plan, detach=detach, json_out=json_out, wait_teardown=wait_teardown, plan_s=plan_s,
-                plan_kw={"cloud": cloud, "region": region, "spot": spot}).execute()
+    return _Run(
+        spec,
+        plan,
+        detach=detach,
+        json_out=json_out,
+        wait_teardown=wait_teardown,
+        plan_s=plan_s,
+        plan_kw={"cloud": cloud, "region": region, "spot": spot},
+    ).execute()
 
 
 def _configured_only(plan: Plan) -> Plan:
@@ -111,11 +133,15 @@ def _configured_only(plan: Plan) -> Plan:
     missing = {name: providers.info(name) for name in clouds if not providers.info(name).configured()}
     if not missing:
         return plan
-    reasons = {name: f"{entry.title}: no credentials found. {entry.credentials_hint}"
-               for name, entry in missing.items()}
+    reasons = {
+        name: f"{entry.title}: no credentials found. {entry.credentials_hint}" for name, entry in missing.items()
+    }
     if len(missing) == len(clouds):
-        raise ConfigurationError("no cloud is usable: none of the plan's clouds has credentials:",
-                                 list(reasons.values()), hint="`gpucloud check` shows what each cloud needs.")
+        raise ConfigurationError(
+            "no cloud is usable: none of the plan's clouds has credentials:",
+            list(reasons.values()),
+            hint="`gpucloud check` shows what each cloud needs.",
+        )
     for name, line in reasons.items():
         print(f"warning: skipping {name}: {line}", file=sys.stderr, flush=True)
     return replace(plan, candidates=[c for c in plan.candidates if c.cloud not in missing])
@@ -144,8 +170,9 @@ def watch_job(run_ref: str, *, json_out: bool) -> RunResult:
     spec = JobSpec.model_validate(json.loads(run.spec_json or "{}"))
     kw = plan_args(store, run.id)
     plan = make_plan(spec, cloud=kw.get("cloud"), region=kw.get("region"), spot=kw.get("spot"))  # type: ignore[arg-type]
-    follower = _Run(spec, plan, detach=False, json_out=json_out, wait_teardown=True, plan_s=0.0, plan_kw=kw,
-                    run_id=run.id)
+    follower = _Run(
+        spec, plan, detach=False, json_out=json_out, wait_teardown=True, plan_s=0.0, plan_kw=kw, run_id=run.id
+    )
     follower.launch = launch_of(run, plan)
     follower.recovery = Recovery.resume(spec, plan, run, follower.store, follower.journal, follower.progress)
     store.update_run(run.id, detached=False, pid=os.getpid())
@@ -158,8 +185,18 @@ class _Run:
 
     vm_dir: str | None = None  # the bootstrap's work folder, when not the provider's (gpucloud/bake.py)
 
-    def __init__(self, spec: JobSpec, plan: Plan, *, detach: bool, json_out: bool, wait_teardown: bool,
-                 plan_s: float, plan_kw: dict[str, Any] | None = None, run_id: str | None = None) -> None:
+    def __init__(
+        self,
+        spec: JobSpec,
+        plan: Plan,
+        *,
+        detach: bool,
+        json_out: bool,
+        wait_teardown: bool,
+        plan_s: float,
+        plan_kw: dict[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> None:
         self.spec, self.plan = spec, plan
         self.detach, self.json_out, self.wait_teardown = detach, json_out, wait_teardown
         self.home = home_dir()
@@ -188,8 +225,12 @@ class _Run:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1
         if self.tearing_down or self.signals > 1:
-            print(f"\nwarning: {signal.Signals(signum).name} received again: still tearing down run "
-                  f"{self.run_id} so that nothing keeps billing; please wait.", file=sys.stderr, flush=True)
+            print(
+                f"\nwarning: {signal.Signals(signum).name} received again: still tearing down run "
+                f"{self.run_id} so that nothing keeps billing; please wait.",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         raise _Interrupt(signum)
 
@@ -213,10 +254,17 @@ class _Run:
             from gpucloud.recovery import record_plan_args
 
             self.store.create_run(
-                self.run_id, name=spec.name, spec_path=str(spec.source) if spec.source else None,
-                spec=spec.model_dump(mode="json"), cloud=first.cloud, region=first.region,
-                instance_type=first.instance_type, num_nodes=spec.num_nodes, price_per_hour=first.price_per_hour,
-                detached=self.detach, pid=os.getpid(),
+                self.run_id,
+                name=spec.name,
+                spec_path=str(spec.source) if spec.source else None,
+                spec=spec.model_dump(mode="json"),
+                cloud=first.cloud,
+                region=first.region,
+                instance_type=first.instance_type,
+                num_nodes=spec.num_nodes,
+                price_per_hour=first.price_per_hour,
+                detached=self.detach,
+                pid=os.getpid(),
             )
             record_plan_args(self.store, self.run_id, **self.plan_kw)
             self.store.set_phase(self.run_id, "plan", self.phases["plan"])
@@ -236,8 +284,15 @@ class _Run:
         if status == "detached" and not self.json_out:
             print(self.run_id, flush=True)
         run = self.store.get_run(self.run_id)
-        return RunResult(run_id=self.run_id, status=status, exit_code=code, artifacts_dir=self.artifacts_dir,
-                         phases=dict(self.phases), cost=run.cost() if run else 0.0, artifacts_refused=self.refused)
+        return RunResult(
+            run_id=self.run_id,
+            status=status,
+            exit_code=code,
+            artifacts_dir=self.artifacts_dir,
+            phases=dict(self.phases),
+            cost=run.cost() if run else 0.0,
+            artifacts_refused=self.refused,
+        )
 
     def _run_guarded(self) -> tuple[str, int | None, str]:
         """Provision, then follow (or detach), with the teardown in `finally`."""
@@ -250,12 +305,16 @@ class _Run:
             if self.detach:
                 keep_running = True
                 self.store.update_run(self.run_id, status="running", phase="booting")
-                self.progress.info(f"detached: the run ends itself at the latest at max_duration; "
-                                   f"`gpucloud logs {self.run_id} --follow` follows it, "
-                                   f"`gpucloud down {self.run_id}` ends it")
+                self.progress.info(
+                    f"detached: the run ends itself at the latest at max_duration; "
+                    f"`gpucloud logs {self.run_id} --follow` follows it, "
+                    f"`gpucloud down {self.run_id}` ends it"
+                )
                 if self.spec.recovery is not None:
-                    self.progress.warn(f"recovery applies only while a CLI follows the run: start "
-                                       f"`gpucloud watch {self.run_id}`, or a preemption ends it")
+                    self.progress.warn(
+                        f"recovery applies only while a CLI follows the run: start "
+                        f"`gpucloud watch {self.run_id}`, or a preemption ends it"
+                    )
                 status, code = "detached", None
             else:
                 status, code, message = self._follow()
@@ -347,15 +406,19 @@ class _Run:
             if bad:
                 if first_final_at is None:
                     first_final_at = now
-                    self.progress.warn(f"node {bad[0]} ended ({(obs.statuses[bad[0]] or {}).get('state')}): the other "
-                                       f"node(s) get {grace:.0f}s to finish, then the whole run is torn down")
+                    self.progress.warn(
+                        f"node {bad[0]} ended ({(obs.statuses[bad[0]] or {}).get('state')}): the other "
+                        f"node(s) get {grace:.0f}s to finish, then the whole run is torn down"
+                    )
                 if now - first_final_at >= grace:
                     self.peers_stopped = [r for r in range(n) if not finals[r]]
                     break
             if now > launch.deadline + CLI_DEADLINE_GRACE_S:
                 self.progress.warn("max_duration passed and the machine did not end the run itself: tearing down")
                 return "deadline", 124, "max_duration passed"
-            if now - last_state_check >= max(interval, heartbeat_s) and stale(obs.statuses, booted_at, now, heartbeat_s):
+            if now - last_state_check >= max(interval, heartbeat_s) and stale(
+                obs.statuses, booted_at, now, heartbeat_s
+            ):
                 last_state_check = now
                 lost = self._lost(finals)
                 if lost is not None:
@@ -370,8 +433,9 @@ class _Run:
 
         assert self.launch is not None and self.mirror is not None
         if self.recovery is None:
-            self.recovery = Recovery(self.spec, self.plan, self.run_id, self.store, self.journal, self.progress,
-                                     plan_kw=self.plan_kw)
+            self.recovery = Recovery(
+                self.spec, self.plan, self.run_id, self.store, self.journal, self.progress, plan_kw=self.plan_kw
+            )
         self.progress.warn(f"attempt {self.launch.attempt + 1}: {message if message.startswith(status) else status}")
         t0 = time.monotonic()
         launch = self.recovery.relaunch(self.launch, status, message)
@@ -397,8 +461,14 @@ class _Run:
         where = f"node {dead[0]}" if n > 1 else "the machine"
         self.peers_stopped = [r for r in range(n) if not finals[r] and r not in dead]
         hint = launch.provider.console_hint(launch.handle, dead[0])
-        return "lost", 70, (f"{where} stopped without reporting a final status"
-                            f"{f' (last stage: {stage})' if stage else ''}{f'; {hint}' if hint else ''}")
+        return (
+            "lost",
+            70,
+            (
+                f"{where} stopped without reporting a final status"
+                f"{f' (last stage: {stage})' if stage else ''}{f'; {hint}' if hint else ''}"
+            ),
+        )
 
     def _finished(self, statuses: list[dict | None], seen: list[float | None]) -> tuple[str, int, str]:
         """Final statuses are in; their log_parts count covers every part: take the rest."""
@@ -450,7 +520,9 @@ class _Run:
         n = self.spec.num_nodes
         for rank in range(n):
             try:
-                out = self.launch.channel.download_artifacts(self.run_id, rank, dest if n == 1 else dest / f"node-{rank}")
+                out = self.launch.channel.download_artifacts(
+                    self.run_id, rank, dest if n == 1 else dest / f"node-{rank}"
+                )
             except Exception as exc:
                 self.progress.warn(f"artifacts of node {rank} could not be read back: {exc}")
                 continue
@@ -467,10 +539,14 @@ class _Run:
             self.artifacts_dir = str(dest)
             self.store.update_run(self.run_id, artifacts_dir=str(dest))
             refused = sum(len(out.warnings) for out in got)
-            self.progress.info(f"artifacts in {dest}: {sum(out.files for out in got)} file(s)"
-                               + (f", {refused} refused (see the warnings above)" if refused else ""))
+            self.progress.info(
+                f"artifacts in {dest}: {sum(out.files for out in got)} file(s)"
+                + (f", {refused} refused (see the warnings above)" if refused else "")
+            )
         elif self.spec.artifacts and interrupted:
-            self.progress.warn("nothing came back: none of the job's artifacts was uploaded before its machines stopped")
+            self.progress.warn(
+                "nothing came back: none of the job's artifacts was uploaded before its machines stopped"
+            )
         elif self.spec.artifacts:
             self.progress.warn("the job produced none of its artifacts")
 
@@ -548,8 +624,9 @@ class _Run:
             code = code if code != 0 else exc.exit_code
         self.phases["teardown"] = time.monotonic() - t0
         if errors:
-            self.progress.warn(f"teardown incomplete; run `gpucloud down {self.run_id}` (or `gpucloud gc`) "
-                               "to finish it")
+            self.progress.warn(
+                f"teardown incomplete; run `gpucloud down {self.run_id}` (or `gpucloud gc`) to finish it"
+            )
             return code if code != 0 else 70
         self.progress.phase_done("teardown", self.phases["teardown"])
         return code

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import UTC
 from typing import TYPE_CHECKING, NamedTuple
 
 from gpucloud.catalog.prices import price_problem
@@ -17,28 +18,34 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Candidate:
-    cloud: str                 # a provider name (gpucloud.providers registry)
-    region: str                # an unpriced provider names its own (the local machine: "local")
-    instance_type: str         # an unpriced provider names its own (the local machine: "localhost")
-    gpu: str                   # canonical GPU name, "" when the job asked for none
-    gpu_count: int             # per node
+    cloud: str  # a provider name (gpucloud.providers registry)
+    region: str  # an unpriced provider names its own (the local machine: "local")
+    instance_type: str  # an unpriced provider names its own (the local machine: "localhost")
+    gpu: str  # canonical GPU name, "" when the job asked for none
+    gpu_count: int  # per node
     num_nodes: int
     spot: bool
-    price_per_hour: float      # per node
-    total_per_hour: float      # price_per_hour * num_nodes
-    estimated_cost: float      # total_per_hour * max_duration hours
-    status: str = "active"     # offering status ("legacy" candidates carry a warning)
+    price_per_hour: float  # per node
+    total_per_hour: float  # price_per_hour * num_nodes
+    estimated_cost: float  # total_per_hour * max_duration hours
+    status: str = "active"  # offering status ("legacy" candidates carry a warning)
     vcpus: int = 0
     memory_gib: float = 0.0
-    arch: str = "x86_64"       # CPU architecture of the host (the offering's `arch`)
+    arch: str = "x86_64"  # CPU architecture of the host (the offering's `arch`)
     image: Image | None = None  # issue 13: the image it boots (gpucloud/images.py), set by make_plan
 
     def as_json(self) -> dict[str, object]:
         return {
-            "cloud": self.cloud, "region": self.region, "instance_type": self.instance_type,
-            "gpu": self.gpu, "gpu_count": self.gpu_count, "num_nodes": self.num_nodes,
-            "spot": self.spot, "price_per_hour": self.price_per_hour,
-            "total_per_hour": self.total_per_hour, "estimated_cost": self.estimated_cost,
+            "cloud": self.cloud,
+            "region": self.region,
+            "instance_type": self.instance_type,
+            "gpu": self.gpu,
+            "gpu_count": self.gpu_count,
+            "num_nodes": self.num_nodes,
+            "spot": self.spot,
+            "price_per_hour": self.price_per_hour,
+            "total_per_hour": self.total_per_hour,
+            "estimated_cost": self.estimated_cost,
             "image": self.image.as_json() if self.image else None,  # issue 13
         }
 
@@ -59,11 +66,11 @@ class Exclusion(NamedTuple):
 @dataclass
 class Plan:
     spec: JobSpec
-    candidates: list[Candidate]   # cheapest first = the failover order of `run`
+    candidates: list[Candidate]  # cheapest first = the failover order of `run`
     excluded: list[Exclusion]
     stack: Stack
     warnings: list[str] = field(default_factory=list)
-    data: DataAge | None = None   # how old the prices behind the first candidate are
+    data: DataAge | None = None  # how old the prices behind the first candidate are
 
     def as_json(self) -> dict[str, object]:
         doc: dict[str, object] = {
@@ -81,8 +88,8 @@ class Plan:
 class DataAge:
     """How old the price behind the first candidate is, and where the catalog came from."""
 
-    origin: str              # "shipped" | "refreshed"
-    price_date: str          # the first candidate's price date (ISO, as precise as its source)
+    origin: str  # "shipped" | "refreshed"
+    price_date: str  # the first candidate's price date (ISO, as precise as its source)
     age_days: int
     max_age_days: int
 
@@ -92,12 +99,19 @@ class DataAge:
 
     @property
     def warning(self) -> str:
-        return (f"prices are {self.age_days} days old ({self.origin} catalog, price date {self.price_date}); "
-                "run `gpucloud catalog refresh` for current prices and offerings.")
+        return (
+            f"prices are {self.age_days} days old ({self.origin} catalog, price date {self.price_date}); "
+            "run `gpucloud catalog refresh` for current prices and offerings."
+        )
 
     def as_json(self) -> dict[str, object]:
-        return {"origin": self.origin, "price_date": self.price_date, "age_days": self.age_days,
-                "max_age_days": self.max_age_days, "stale": self.stale}
+        return {
+            "origin": self.origin,
+            "price_date": self.price_date,
+            "age_days": self.age_days,
+            "max_age_days": self.max_age_days,
+            "stale": self.stale,
+        }
 
 
 MAX_AGE_ENV = "GPUCLOUD_CATALOG_MAX_AGE_DAYS"
@@ -107,16 +121,22 @@ DEFAULT_MAX_AGE_DAYS = 30
 def data_age(cat: Catalog, first: Candidate) -> DataAge | None:
     """Age of the first candidate's price (a partial date counts from its start); None for local."""
     import os
-    from datetime import date, datetime, timezone
+    from datetime import date, datetime
 
-    row = next((o for o in cat.offerings if o.cloud == first.cloud and o.region == first.region
-                and o.instance_type == first.instance_type), None)
+    row = next(
+        (
+            o
+            for o in cat.offerings
+            if o.cloud == first.cloud and o.region == first.region and o.instance_type == first.instance_type
+        ),
+        None,
+    )
     if row is None:
         return None
     text = row.price_date[:10]
     parts = [int(p) for p in text.split("-")] + [1, 1]
     when = date(parts[0], parts[1] or 1, parts[2] or 1)
-    age = max(0, (datetime.now(timezone.utc).date() - when).days)
+    age = max(0, (datetime.now(UTC).date() - when).days)
     try:
         limit = int(os.environ.get(MAX_AGE_ENV, DEFAULT_MAX_AGE_DAYS))
     except ValueError:
@@ -232,8 +252,14 @@ def _requested_gpu(spec: JobSpec, cat: Catalog) -> str | None:
 
             known = sorted({o.instance_type for o in cat.offerings})
             close = difflib.get_close_matches(res.instance_type, known, n=3)
-            hint = f"Did you mean {', '.join(close)}?" if close else "`gpucloud catalog --all` lists the known instance types."
-            raise UserError(f"{_where(spec)}resources.instance_type: {res.instance_type!r} is not in the catalog.", hint=hint)
+            hint = (
+                f"Did you mean {', '.join(close)}?"
+                if close
+                else "`gpucloud catalog --all` lists the known instance types."
+            )
+            raise UserError(
+                f"{_where(spec)}resources.instance_type: {res.instance_type!r} is not in the catalog.", hint=hint
+            )
         if res.gpu and rows[0].gpu not in cat.members(res.gpu.model):
             raise UserError(
                 f"{_where(spec)}resources: instance_type {res.instance_type} has {rows[0].gpu_count} × {rows[0].gpu}, "
@@ -259,11 +285,13 @@ def _unpriced_plan(spec: JobSpec, stack: Stack, gpu: str | None, clouds: list[st
         provider = providers.get_provider(name)
         own = provider.plan_candidates(spec)
         candidates.extend(replace(c, gpu=gpu or "") for c in own)
-        if own and not candidates[:-len(own)] and hasattr(provider, "plan_stack"):
+        if own and not candidates[: -len(own)] and hasattr(provider, "plan_stack"):
             stack = provider.plan_stack(stack)  # optional: the stack as on the machines just planned
         if gpu and own and not providers.capabilities(name).install_stack:
-            warnings.append(f"{name} provider: the stack install is skipped; the job uses this machine's {gpu} "
-                            "if it has one, else the CPU (with a warning in the log).")
+            warnings.append(
+                f"{name} provider: the stack install is skipped; the job uses this machine's {gpu} "
+                "if it has one, else the CPU (with a warning in the log)."
+            )
     return Plan(spec=spec, candidates=candidates, excluded=[], stack=stack, warnings=warnings)
 
 
@@ -294,8 +322,9 @@ class _QuickReasons:
     formatted once and reused: the same text `_exclusion_reason` gives, without a call and an
     f-string per row (bench/bench_plan_50k.py)."""
 
-    def __init__(self, spec: JobSpec, gpu: str | None, variants: frozenset[str], clouds: list[str],
-                 regions: set[str] | None) -> None:
+    def __init__(
+        self, spec: JobSpec, gpu: str | None, variants: frozenset[str], clouds: list[str], regions: set[str] | None
+    ) -> None:
         self.clouds = frozenset(clouds)
         self.regions = regions
         self.gpu = gpu
@@ -326,8 +355,9 @@ class _QuickReasons:
         return None
 
 
-def _exclusion_reason(off: Offering, spec: JobSpec, gpu: str | None, variants: frozenset[str], clouds: list[str],
-                      regions: set[str] | None) -> str | None:
+def _exclusion_reason(
+    off: Offering, spec: JobSpec, gpu: str | None, variants: frozenset[str], clouds: list[str], regions: set[str] | None
+) -> str | None:
     """The first constraint the offering breaks, in the order a user thinks about them."""
     res = spec.resources
     if off.cloud not in clouds:
@@ -349,8 +379,9 @@ def _exclusion_reason(off: Offering, spec: JobSpec, gpu: str | None, variants: f
     return None
 
 
-def _priced_options(off: Offering, spec: JobSpec, policy: bool | str,
-                    images: _ImageChoice | None = None) -> tuple[list[Candidate], str | None]:
+def _priced_options(
+    off: Offering, spec: JobSpec, policy: bool | str, images: _ImageChoice | None = None
+) -> tuple[list[Candidate], str | None]:
     """Candidates for one offering under the spot policy and max price; or why there are none.
 
     spot: false -> on-demand; true -> spot only; auto -> both, so that failover falls back to
@@ -378,13 +409,25 @@ def _priced_options(off: Offering, spec: JobSpec, policy: bool | str,
             too_dear.append(f"{'spot' if is_spot else 'on-demand'} ${price:.3f}/h > max_price_per_hour ${cap:g}")
             continue
         total = round(price * spec.num_nodes, 6)
-        out.append(Candidate(
-            cloud=off.cloud, region=off.region, instance_type=off.instance_type, gpu=off.gpu,
-            gpu_count=off.gpu_count, num_nodes=spec.num_nodes, spot=is_spot, price_per_hour=price,
-            total_per_hour=total, estimated_cost=round(total * spec.max_duration / 3600, 2),
-            status=off.status, vcpus=off.vcpus, memory_gib=off.memory_gib, arch=off.arch,
-            image=images(off) if images is not None else None,
-        ))
+        out.append(
+            Candidate(
+                cloud=off.cloud,
+                region=off.region,
+                instance_type=off.instance_type,
+                gpu=off.gpu,
+                gpu_count=off.gpu_count,
+                num_nodes=spec.num_nodes,
+                spot=is_spot,
+                price_per_hour=price,
+                total_per_hour=total,
+                estimated_cost=round(total * spec.max_duration / 3600, 2),
+                status=off.status,
+                vcpus=off.vcpus,
+                memory_gib=off.memory_gib,
+                arch=off.arch,
+                image=images(off) if images is not None else None,
+            )
+        )
     return out, ("; ".join(too_dear) if not out else None)
 
 
@@ -398,7 +441,9 @@ def _legacy_warnings(candidates: list[Candidate]) -> list[str]:
     ]
 
 
-def _nothing_fits(spec: JobSpec, gpu: str | None, clouds: list[str], excluded: list[Exclusion], cat: Catalog) -> Exception:
+def _nothing_fits(
+    spec: JobSpec, gpu: str | None, clouds: list[str], excluded: list[Exclusion], cat: Catalog
+) -> Exception:
     """Exit 2 with a message that says why and what to do instead."""
     from gpucloud.errors import UserError
 
@@ -419,24 +464,31 @@ def _nothing_fits(spec: JobSpec, gpu: str | None, clouds: list[str], excluded: l
         if count and not any(o.gpu_count == count for o in live) and any(o.gpu_count == count for o in offered):
             return _count_only_retired(spec, gpu, count, where, offered, live, clouds, cat)
     gone = {(o.cloud, o.instance_type) for o in cat.offerings if o.status == "retired"}
-    misses = [e for e in excluded if e.cloud in clouds and (not gpu or _gpu_of(e, cat) in variants)
-              and (e.cloud, e.instance_type) not in gone]
+    misses = [
+        e
+        for e in excluded
+        if e.cloud in clouds and (not gpu or _gpu_of(e, cat) in variants) and (e.cloud, e.instance_type) not in gone
+    ]
     misses.sort(key=lambda e: _price_of(e, cat))
     lines = [f"{e.cloud}/{e.region}/{e.instance_type}: {e.reason}" for e in misses[:CLOSEST_MISSES]]
     return UserError(
-        f"{_where(spec)}no offering meets every constraint of the job. Closest misses:\n  - " + "\n  - ".join(lines or ["(none)"]),
+        f"{_where(spec)}no offering meets every constraint of the job. Closest misses:\n  - "
+        + "\n  - ".join(lines or ["(none)"]),
         hint="Relax the constraint named above (max_price_per_hour, regions, gpu count, min_vcpus, spot), "
         "or see `gpucloud catalog --gpu " + (gpu or "T4") + "`.",
     )
 
 
-def _only_retired(spec: JobSpec, gpu: str, where: str, offered: list[Offering], clouds: list[str], cat: Catalog) -> Exception:
+def _only_retired(
+    spec: JobSpec, gpu: str, where: str, offered: list[Offering], clouds: list[str], cat: Catalog
+) -> Exception:
     """The GPU exists only on retired or withdrawn types: say when and on what evidence, and that
     the GPU's software stack is still known (it runs on a machine you own or host)."""
     from gpucloud.errors import UserError
 
     dates = sorted({f"{o.instance_type} {o.status_text()}" for o in offered})
     withdrawn = sorted({o.cloud for o in offered if "not offered by the current" in o.source})
+
     def status_note(cloud: str) -> str:
         return next(o.source for o in offered if o.cloud == cloud).split("; status: ")[-1]
 
@@ -450,8 +502,16 @@ def _only_retired(spec: JobSpec, gpu: str, where: str, offered: list[Offering], 
     )
 
 
-def _count_only_retired(spec: JobSpec, gpu: str, count: int, where: str, offered: list[Offering],
-                        live: list[Offering], clouds: list[str], cat: Catalog) -> Exception:
+def _count_only_retired(
+    spec: JobSpec,
+    gpu: str,
+    count: int,
+    where: str,
+    offered: list[Offering],
+    live: list[Offering],
+    clouds: list[str],
+    cat: Catalog,
+) -> Exception:
     """The GPU is still sold, but never `count` to a machine: the types that had that count are
     retired (say when), so point at the counts and GPUs that are live instead of at other retired types."""
     from gpucloud.errors import UserError
@@ -459,13 +519,16 @@ def _count_only_retired(spec: JobSpec, gpu: str, count: int, where: str, offered
     retired = sorted({f"{o.cloud} {o.instance_type} ({o.status_text()})" for o in offered if o.gpu_count == count})
     counts = sorted({o.gpu_count for o in live})
     cheapest = {n: min((o for o in live if o.gpu_count == n), key=lambda o: o.price_per_hour) for n in counts}
-    still = "; ".join(f"{n} × {o.gpu} on {o.cloud} {o.instance_type} ({o.region}) at ${o.price_per_hour:.3f}/h"
-                      for n, o in cheapest.items())
+    still = "; ".join(
+        f"{n} × {o.gpu} on {o.cloud} {o.instance_type} ({o.region}) at ${o.price_per_hour:.3f}/h"
+        for n, o in cheapest.items()
+    )
     return UserError(
         f"{_where(spec)}resources.gpu: {where} offers {count} × {gpu} per machine only on retired instance types: "
         f"{', '.join(retired[:4])}. Still offered: {still}.",
         hint=f"Ask for one of those counts (gpu: {gpu}:{counts[0]}), or another GPU. Nearest alternatives: "
-        + "; ".join(alternatives(gpu, clouds, cat)) + ".",
+        + "; ".join(alternatives(gpu, clouds, cat))
+        + ".",
     )
 
 
@@ -480,7 +543,14 @@ def _gpu_of(e: Exclusion, cat: Catalog) -> str:
 
 
 def _price_of(e: Exclusion, cat: Catalog) -> float:
-    return next((o.price_per_hour for o in cat.offerings if o.instance_type == e.instance_type and o.region == e.region and o.cloud == e.cloud), 0.0)
+    return next(
+        (
+            o.price_per_hour
+            for o in cat.offerings
+            if o.instance_type == e.instance_type and o.region == e.region and o.cloud == e.cloud
+        ),
+        0.0,
+    )
 
 
 def alternatives(gpu: str, clouds: list[str], cat: Catalog, limit: int = 4) -> list[str]:
@@ -497,7 +567,9 @@ def alternatives(gpu: str, clouds: list[str], cat: Catalog, limit: int = 4) -> l
         (o for o in live if o.status == "active" and o.cloud in clouds),
         key=lambda o: o.price_per_hour,
     )
-    same_gpu_elsewhere = sorted((o for o in live if o.gpu in variants and o.cloud not in clouds), key=lambda o: o.price_per_hour)
+    same_gpu_elsewhere = sorted(
+        (o for o in live if o.gpu in variants and o.cloud not in clouds), key=lambda o: o.price_per_hour
+    )
     picked: list[str] = []
     seen: set[str] = set()
     for o in [*same_gpu_elsewhere[:1], *same_arch, *current]:

@@ -55,8 +55,15 @@ class Progress:
                 from rich.live import Live
 
                 self._console = Console(stderr=True)
-                self._live = Live(self._render(), console=self._console, refresh_per_second=4, transient=True,
-                                  redirect_stdout=False, redirect_stderr=False, get_renderable=self._render)
+                self._live = Live(
+                    self._render(),
+                    console=self._console,
+                    refresh_per_second=4,
+                    transient=True,
+                    redirect_stdout=False,
+                    redirect_stderr=False,
+                    get_renderable=self._render,
+                )
                 self._live.start()
             except Exception:  # no usable terminal after all: fall back to plain lines
                 self.plain, self._live = True, None
@@ -78,9 +85,14 @@ class Progress:
 
         if self._phase is None:
             return Text("")
-        return Text.assemble(("⠿ ", "cyan"), (self._phase, "bold"),
-                             f"  {fmt_seconds(time.monotonic() - self._phase_t0)}",
-                             ("   (total ", "dim"), (fmt_seconds(time.monotonic() - self.t0), "dim"), (")", "dim"))
+        return Text.assemble(
+            ("⠿ ", "cyan"),
+            (self._phase, "bold"),
+            f"  {fmt_seconds(time.monotonic() - self._phase_t0)}",
+            ("   (total ", "dim"),
+            (fmt_seconds(time.monotonic() - self.t0), "dim"),
+            (")", "dim"),
+        )
 
     # -- messages -----------------------------------------------------------------------------------
 

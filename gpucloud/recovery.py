@@ -21,13 +21,14 @@ if TYPE_CHECKING:
     from gpucloud.progress import Progress
     from gpucloud.spec import JobSpec
 
-PLAN_EVENT = "plan-args"     # event holding the CLI's --cloud/--region/--spot, for `watch` to re-plan
-CAPACITY_PAUSE_S = 60.0      # `on: [capacity]`: pause before trying the whole order again
+PLAN_EVENT = "plan-args"  # event holding the CLI's --cloud/--region/--spot, for `watch` to re-plan
+CAPACITY_PAUSE_S = 60.0  # `on: [capacity]`: pause before trying the whole order again
 EVENTS = {"preempted": "preemption", "lost": "lost"}  # run status of an attempt's end -> recovery.on word
 
 
-def record_plan_args(store: Store, run_id: str, *, cloud: str | None = None, region: str | None = None,
-                     spot: bool | None = None) -> None:
+def record_plan_args(
+    store: Store, run_id: str, *, cloud: str | None = None, region: str | None = None, spot: bool | None = None
+) -> None:
     """The CLI's plan overrides, kept so that `gpucloud watch` plans a relaunch the same way."""
     store.event(run_id, PLAN_EVENT, json.dumps({"cloud": cloud, "region": region, "spot": spot}))
 
@@ -58,8 +59,9 @@ class Recovery:
     on_demand: bool = False  # the fallback happened: every later attempt is on-demand
 
     @classmethod
-    def resume(cls, spec: JobSpec, plan: Plan, run: RunRecord, store: Store, journal: Journal,
-               progress: Progress) -> Recovery:
+    def resume(
+        cls, spec: JobSpec, plan: Plan, run: RunRecord, store: Store, journal: Journal, progress: Progress
+    ) -> Recovery:
         """The budget of a run already under way (`gpucloud watch`), counted from its attempts."""
         rec = cls(spec, plan, run.id, store, journal, progress, plan_kw=plan_args(store, run.id))
         launched = [a for a in run.attempts if a.launched]
@@ -69,7 +71,7 @@ class Recovery:
         return rec
 
     def next_market(self, status: str, launch: Launch) -> str | None:
-        """"spot" | "on-demand" | "same" for the next attempt, or None: no restart (not asked for,
+        """ "spot" | "on-demand" | "same" for the next attempt, or None: no restart (not asked for,
         or none left). Counts the preemption."""
         policy = self.spec.recovery
         event = EVENTS.get(status)
@@ -95,8 +97,10 @@ class Recovery:
             return None
         self.restarts += 1
         plan, order = self._order(launch, market)
-        self.progress.info(f"restart {self.restarts} of {self.spec.recovery.max_restarts if self.spec.recovery else 0}"
-                           f" after {status}" + (": falling back to on-demand" if market == "on-demand" else ""))
+        self.progress.info(
+            f"restart {self.restarts} of {self.spec.recovery.max_restarts if self.spec.recovery else 0}"
+            f" after {status}" + (": falling back to on-demand" if market == "on-demand" else "")
+        )
         return self._provision(plan, order, launch)
 
     def _order(self, launch: Launch, market: str) -> tuple[Plan, list[int]]:
@@ -107,8 +111,12 @@ class Recovery:
             from gpucloud.planner import make_plan
 
             cloud, region = self.plan_kw.get("cloud"), self.plan_kw.get("region")
-            plan = make_plan(self.spec, cloud=cloud if isinstance(cloud, str) else None,
-                             region=region if isinstance(region, str) else None, spot=False)
+            plan = make_plan(
+                self.spec,
+                cloud=cloud if isinstance(cloud, str) else None,
+                region=region if isinstance(region, str) else None,
+                spot=False,
+            )
             if market == "on-demand" or launch.candidate.spot:
                 return plan, list(range(len(plan.candidates)))
             plan_index = next((i for i, c in enumerate(plan.candidates) if c == launch.candidate), -1)
@@ -124,8 +132,9 @@ class Recovery:
 
         source = (launch.channel, launch.candidate.cloud, launch.candidate.region)
         while True:
-            loop = Failover(self.spec, plan, self.run_id, self.store, self.journal, self.progress,
-                            order=order, source=source)
+            loop = Failover(
+                self.spec, plan, self.run_id, self.store, self.journal, self.progress, order=order, source=source
+            )
             try:
                 return loop.run(None)
             except NoCandidateError:
@@ -133,8 +142,10 @@ class Recovery:
                 if policy is None or "capacity" not in policy.on or self.restarts >= policy.max_restarts:
                     raise
                 self.restarts += 1
-                self.progress.warn(f"no capacity anywhere: trying again in {CAPACITY_PAUSE_S:.0f}s "
-                                   f"(restart {self.restarts} of {policy.max_restarts})")
+                self.progress.warn(
+                    f"no capacity anywhere: trying again in {CAPACITY_PAUSE_S:.0f}s "
+                    f"(restart {self.restarts} of {policy.max_restarts})"
+                )
                 time.sleep(CAPACITY_PAUSE_S)
 
     def _teardown_attempt(self) -> None:
@@ -163,10 +174,27 @@ def launch_of(run: RunRecord, plan: Plan) -> Launch:
     handle = RunHandle.from_json(att.handle_json or "")
     provider = providers.get_provider(handle.cloud)
     key = (att.cloud, att.region, att.instance_type, att.spot)
-    plan_index = next((i for i, c in enumerate(plan.candidates)
-                       if (c.cloud, c.region, c.instance_type, c.spot) == key), -1)
-    cand = plan.candidates[plan_index] if plan_index >= 0 else replace(
-        plan.candidates[0], cloud=att.cloud, region=att.region, instance_type=att.instance_type or "",
-        spot=att.spot, price_per_hour=att.price_per_hour)
-    return Launch(provider=provider, candidate=cand, channel=provider.channel(att.region), handle=handle,
-                  deadline=run.deadline or time.time() + 3600, plan_index=max(plan_index, 0), attempt=att.idx)
+    plan_index = next(
+        (i for i, c in enumerate(plan.candidates) if (c.cloud, c.region, c.instance_type, c.spot) == key), -1
+    )
+    cand = (
+        plan.candidates[plan_index]
+        if plan_index >= 0
+        else replace(
+            plan.candidates[0],
+            cloud=att.cloud,
+            region=att.region,
+            instance_type=att.instance_type or "",
+            spot=att.spot,
+            price_per_hour=att.price_per_hour,
+        )
+    )
+    return Launch(
+        provider=provider,
+        candidate=cand,
+        channel=provider.channel(att.region),
+        handle=handle,
+        deadline=run.deadline or time.time() + 3600,
+        plan_index=max(plan_index, 0),
+        attempt=att.idx,
+    )

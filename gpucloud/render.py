@@ -36,10 +36,28 @@ if TYPE_CHECKING:
 TEMPLATE = "bootstrap.sh.j2"
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Names bash owns (read-only, or reset by bash itself): a job cannot set them through its env.
-BASH_RESERVED = frozenset({
-    "_", "UID", "EUID", "PPID", "SHELLOPTS", "BASHOPTS", "BASHPID", "RANDOM", "SRANDOM", "SECONDS",
-    "LINENO", "EPOCHSECONDS", "EPOCHREALTIME", "FUNCNAME", "GROUPS", "HISTCMD", "DIRSTACK", "PIPESTATUS",
-})
+BASH_RESERVED = frozenset(
+    {
+        "_",
+        "UID",
+        "EUID",
+        "PPID",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "BASHPID",
+        "RANDOM",
+        "SRANDOM",
+        "SECONDS",
+        "LINENO",
+        "EPOCHSECONDS",
+        "EPOCHREALTIME",
+        "FUNCNAME",
+        "GROUPS",
+        "HISTCMD",
+        "DIRSTACK",
+        "PIPESTATUS",
+    }
+)
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _REPO_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
@@ -66,8 +84,12 @@ def reserved_env_names() -> frozenset[str]:
     text = re.sub(r"\{##.*?##\}", "", _load_template_source(TEMPLATE), flags=re.S)
     assigned = {a or b for a, b in _ASSIGNED.findall(text)}
     exports = _JOB_EXPORTS.search(text)
-    exported = {name for line in (exports.group(1) if exports else "").splitlines() if "export " in line
-                for name in re.findall(r"(?<=\s)([A-Z_][A-Z0-9_]*)(?=[=\s;]|$)", f" {line.split('export ', 1)[1]} ")}
+    exported = {
+        name
+        for line in (exports.group(1) if exports else "").splitlines()
+        if "export " in line
+        for name in re.findall(r"(?<=\s)([A-Z_][A-Z0-9_]*)(?=[=\s;]|$)", f" {line.split('export ', 1)[1]} ")
+    }
     return frozenset((assigned - exported) | BASH_RESERVED)
 
 
@@ -105,10 +127,14 @@ def render_env_block(env: Mapping[str, str], indent: str = "  ") -> str:
     lines = []
     for key, value in env.items():
         if not _ENV_KEY.match(key):
-            raise UserError(f"env: {key!r} is not a valid variable name.", hint="Use letters, digits and _ (not first).")
+            raise UserError(
+                f"env: {key!r} is not a valid variable name.", hint="Use letters, digits and _ (not first)."
+            )
         if key in reserved_env_names() or key.startswith("BASH"):
-            raise UserError(f"env: {key} is a variable that bash or the VM bootstrap owns; it cannot be set "
-                            "for the job.", hint="Choose another name.")
+            raise UserError(
+                f"env: {key} is a variable that bash or the VM bootstrap owns; it cannot be set for the job.",
+                hint="Choose another name.",
+            )
         value = str(value)
         if "\0" in value:
             raise UserError(f"env.{key}: a NUL character cannot be passed through the environment.")
@@ -148,7 +174,8 @@ def render_bootstrap(
     if node_rank is not None and not 0 <= node_rank < spec.num_nodes:
         raise ValueError(f"node_rank {node_rank} outside 0..{spec.num_nodes - 1}")
     log_interval, heartbeat_interval, barrier_timeout = _timings(
-        caps, log_interval, heartbeat_interval, barrier_timeout, master_port)
+        caps, log_interval, heartbeat_interval, barrier_timeout, master_port
+    )
     node = node or _node_stack(spec, stack, candidate)  # issue 13
     gpu_model = candidate.gpu or ""
     gpu_count = candidate.gpu_count if gpu_model else 0
@@ -202,8 +229,13 @@ def _spot_context(spec: JobSpec, caps: Capabilities, heartbeat_interval: float) 
     }
 
 
-def _timings(caps: Capabilities, log_interval: float | None, heartbeat_interval: float | None,
-             barrier_timeout: float | None, master_port: int) -> tuple[float, float, float]:
+def _timings(
+    caps: Capabilities,
+    log_interval: float | None,
+    heartbeat_interval: float | None,
+    barrier_timeout: float | None,
+    master_port: int,
+) -> tuple[float, float, float]:
     """The log/heartbeat/barrier times (the provider's defaults where not given), checked."""
     log_interval = caps.log_interval if log_interval is None else log_interval
     heartbeat_interval = caps.heartbeat_interval if heartbeat_interval is None else heartbeat_interval
@@ -223,8 +255,15 @@ def _node_stack(spec: JobSpec, stack: Stack, candidate: Candidate) -> NodeStack:
     """Image + install plan of this VM (gpucloud/images.py, issue 13)."""
     from gpucloud.images import cpu_arch_of, resolve_node
 
-    return resolve_node(stack, candidate.cloud, candidate.instance_type, candidate.gpu_count,
-                        cpu_arch=cpu_arch_of(candidate), job_image=spec.image, chosen=candidate.image)
+    return resolve_node(
+        stack,
+        candidate.cloud,
+        candidate.instance_type,
+        candidate.gpu_count,
+        cpu_arch=cpu_arch_of(candidate),
+        job_image=spec.image,
+        chosen=candidate.image,
+    )
 
 
 def stack_context(node: NodeStack) -> dict[str, object]:
@@ -246,6 +285,7 @@ def stack_context(node: NodeStack) -> dict[str, object]:
 
 
 # ---- user-data size ------------------------------------------------------------------------------
+
 
 def _as_bytes(data: str | bytes) -> bytes:
     return data.encode("utf-8") if isinstance(data, str) else data

@@ -82,8 +82,13 @@ class LogMirror:
         pending = list(doc.get("pending") or [])
         parts += [0] * (self.num_nodes - len(parts))
         pending += [""] * (self.num_nodes - len(pending))
-        return {"parts": parts, "pending": pending, "closed": bool(doc.get("closed")),
-                "dropped": int(doc.get("dropped") or 0), "capped": bool(doc.get("capped"))}
+        return {
+            "parts": parts,
+            "pending": pending,
+            "closed": bool(doc.get("closed")),
+            "dropped": int(doc.get("dropped") or 0),
+            "capped": bool(doc.get("capped")),
+        }
 
     def _save_index(self, doc: dict) -> None:
         tmp = self.index_path.with_name(INDEX_FILE + ".tmp")
@@ -164,17 +169,17 @@ class LogMirror:
         if not doc["capped"]:
             room = self.cap // 2 - self.path.stat().st_size
             with open(self.path, "ab") as f:
-                f.write(data[:max(room, 0)])
+                f.write(data[: max(room, 0)])
             if room >= len(data):
                 return
-            doc["capped"], data = True, data[max(room, 0):]
+            doc["capped"], data = True, data[max(room, 0) :]
         older, newer = (self.dir / name for name in TAIL_FILES)
         quarter = self.cap // 4
         while data:
             size = newer.stat().st_size if newer.exists() else 0
             with open(newer, "ab") as f:
-                f.write(data[:quarter - size])
-            data = data[quarter - size:]
+                f.write(data[: quarter - size])
+            data = data[quarter - size :]
             if newer.stat().st_size >= quarter:  # full: it becomes the older one
                 doc["dropped"] += older.stat().st_size if older.exists() else 0
                 newer.replace(older)
@@ -183,8 +188,10 @@ class LogMirror:
         kept = sum((self.dir / n).stat().st_size for n in TAIL_FILES if (self.dir / n).exists())
         with open(self.path, "ab") as out:
             if doc["dropped"]:
-                out.write(f"\n[gpucloud] log cap of {self.cap} bytes ({CAP_ENV}) reached: {doc['dropped']} bytes "
-                          f"dropped here; the first {self.cap // 2} and the last {kept} bytes are kept\n".encode())
+                out.write(
+                    f"\n[gpucloud] log cap of {self.cap} bytes ({CAP_ENV}) reached: {doc['dropped']} bytes "
+                    f"dropped here; the first {self.cap // 2} and the last {kept} bytes are kept\n".encode()
+                )
             for name in TAIL_FILES:
                 tail = self.dir / name
                 if tail.exists():

@@ -22,9 +22,9 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
+from gpucloud.spec_errors import _HINTS, _INPUT_ONLY_EXCLUDED, _issues_from, _unknown_key_message
 from gpucloud.spec_models import GpuRequest, JobSpec, Resources, StackSpec, image_kind
 from gpucloud.spec_values import _MAX_FILE_BYTES, SpecError, SpecIssue, describe, did_you_mean, parse_duration
-from gpucloud.spec_errors import _HINTS, _INPUT_ONLY_EXCLUDED, _issues_from, _unknown_key_message
 from gpucloud.spec_yaml import _compose
 
 __all__ = [
@@ -53,30 +53,47 @@ def _workdir_issue(spec: JobSpec, base_dir: Path, filename: str, line: int | Non
     home = Path.home().resolve()
     if target != target.parent and target != home and target not in home.parents:
         return None
-    what = "the root folder /" if target == target.parent else (
-        f"your home folder {home}" if target == home else f"{target}, a folder above your home folder")
-    return SpecIssue(filename, line, "workdir",
-                     f"'{spec.workdir}' is {what}, which would upload everything in it. Point workdir "
-                     f"at the project's own folder, e.g. workdir: . (the job file's folder {base_dir.resolve()}) "
-                     "or workdir: .. (its parent)")
+    what = (
+        "the root folder /"
+        if target == target.parent
+        else (f"your home folder {home}" if target == home else f"{target}, a folder above your home folder")
+    )
+    return SpecIssue(
+        filename,
+        line,
+        "workdir",
+        f"'{spec.workdir}' is {what}, which would upload everything in it. Point workdir "
+        f"at the project's own folder, e.g. workdir: . (the job file's folder {base_dir.resolve()}) "
+        "or workdir: .. (its parent)",
+    )
 
 
-def parse_spec(text: str, filename: str, base_dir: Path | None = None, *,
-               resources: dict[str, Any] | None = None) -> JobSpec:
+def parse_spec(
+    text: str, filename: str, base_dir: Path | None = None, *, resources: dict[str, Any] | None = None
+) -> JobSpec:
     """Parse and validate job-file text; `filename` is only used in messages, `base_dir` (the job
     file's folder) resolves a relative workdir. `resources`: fields the command line sets (`--cloud`,
     `--host`), applied before validation so that the job is judged as it will run. Raises SpecError
     listing every problem (file, line, field, what is wrong and what was expected)."""
     data, builder = _compose(text, filename)
-    minimal = ("Expected at least name, resources.gpu and run, e.g.\n"
-               "  name: mnist-t4\n  resources: {gpu: T4:1}\n  run: python train.py")
+    minimal = (
+        "Expected at least name, resources.gpu and run, e.g.\n"
+        "  name: mnist-t4\n  resources: {gpu: T4:1}\n  run: python train.py"
+    )
     if data is None:
         raise SpecError([SpecIssue(filename, 1, "", f"the job file is empty. {minimal}")])
     if not isinstance(data, dict):
         line = builder.lines[()].value_line
         raise SpecError(
-            [SpecIssue(filename, line, "", "the job file must be a mapping of keys (name, resources, run, ...), "
-                                            f"but it is {describe(data)}. {minimal}")]
+            [
+                SpecIssue(
+                    filename,
+                    line,
+                    "",
+                    "the job file must be a mapping of keys (name, resources, run, ...), "
+                    f"but it is {describe(data)}. {minimal}",
+                )
+            ]
         )
     if resources and isinstance(data.get("resources", {}), (dict, type(None))):
         data["resources"] = {**(data.get("resources") or {}), **resources}
@@ -84,16 +101,23 @@ def parse_spec(text: str, filename: str, base_dir: Path | None = None, *,
     root_line = builder.lines[()].value_line
     for key in _INPUT_ONLY_EXCLUDED & data.keys():
         text = _unknown_key_message(key, ())
-        issues.append(SpecIssue(filename, builder.lines[(key,)].key_line, key, text if text.endswith("?") else text + "."))
+        issues.append(
+            SpecIssue(filename, builder.lines[(key,)].key_line, key, text if text.endswith("?") else text + ".")
+        )
         del data[key]
     spec: JobSpec | None = None
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
-        issues.extend(i for i in _issues_from(exc, filename, builder.lines, root_line) if i.field not in builder.bad_paths)
+        issues.extend(
+            i for i in _issues_from(exc, filename, builder.lines, root_line) if i.field not in builder.bad_paths
+        )
     where = builder.lines.get(("workdir",))
-    if spec is not None and base_dir is not None and (
-            issue := _workdir_issue(spec, base_dir, filename, where.value_line if where else None)):
+    if (
+        spec is not None
+        and base_dir is not None
+        and (issue := _workdir_issue(spec, base_dir, filename, where.value_line if where else None))
+    ):
         issues.append(issue)
     if issues or spec is None:
         raise SpecError(issues)

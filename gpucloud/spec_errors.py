@@ -4,15 +4,14 @@ line, dotted field, what is wrong and what was expected (with "did you mean" for
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from gpucloud.spec_values import SpecIssue, describe, did_you_mean
 from gpucloud.spec_models import GpuRequest, JobSpec, Resources, StackSpec
-
+from gpucloud.spec_values import SpecIssue, describe, did_you_mean
 
 # Field hints: appended to pydantic's own type/bound errors so each says what belongs there.
 _HINTS: dict[str, str] = {
@@ -148,7 +147,9 @@ class _Where:
     scalar: bool
 
 
-def _line_for(loc: tuple[Any, ...], kind: str, on_key: bool, lines: dict[tuple[Any, ...], _Where], root_line: int) -> int:
+def _line_for(
+    loc: tuple[Any, ...], kind: str, on_key: bool, lines: dict[tuple[Any, ...], _Where], root_line: int
+) -> int:
     """The line of the offending key (unknown/bad keys) or value; for a missing key the parent's."""
     path = tuple(loc)
     if kind == "missing":
@@ -164,7 +165,9 @@ def _line_for(loc: tuple[Any, ...], kind: str, on_key: bool, lines: dict[tuple[A
     return where.key_line if (on_key and exact) or not where.scalar else where.value_line
 
 
-def _issues_from(exc: ValidationError, filename: str, lines: dict[tuple[Any, ...], _Where], root_line: int) -> list[SpecIssue]:
+def _issues_from(
+    exc: ValidationError, filename: str, lines: dict[tuple[Any, ...], _Where], root_line: int
+) -> list[SpecIssue]:
     issues: list[SpecIssue] = []
     for err in exc.errors():
         raw = tuple(err["loc"])

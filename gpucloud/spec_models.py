@@ -12,22 +12,45 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpucloud import providers
+from gpucloud.spec_recovery import DEFAULT_CHECKPOINT_INTERVAL_S, Recovery, checkpoint_interval, checkpoint_path
 from gpucloud.spec_values import (
-    ArtifactPath, CloudName, EnvKey, EnvValue, FrameworkName, MAX_DURATION_S, MIN_DURATION_S, _AMI_RE,
-    _CLOUD_INPUT, _CLOUD_WORDS, _DURATION_PATTERN, _HOST_RE, _FRAMEWORKS, _FRAMEWORK_ALIASES,
-    _GPU_SHORTHAND_PATTERN, _IMAGE_PATTERN, _INSTANCE_RE, _NAME_RE, _PKG_VERSION_RE, _REGION_RE,
-    _VERSION_RE, _fail, _fmt_duration, _no_bool, _resolve_gpu, _text, describe, did_you_mean,
+    _AMI_RE,
+    _CLOUD_INPUT,
+    _CLOUD_WORDS,
+    _DURATION_PATTERN,
+    _FRAMEWORK_ALIASES,
+    _FRAMEWORKS,
+    _GPU_SHORTHAND_PATTERN,
+    _HOST_RE,
+    _IMAGE_PATTERN,
+    _INSTANCE_RE,
+    _NAME_RE,
+    _PKG_VERSION_RE,
+    _REGION_RE,
+    _VERSION_RE,
+    MAX_DURATION_S,
+    MIN_DURATION_S,
+    ArtifactPath,
+    CloudName,
+    EnvKey,
+    EnvValue,
+    FrameworkName,
+    _fail,
+    _fmt_duration,
+    _no_bool,
+    _resolve_gpu,
+    _text,
+    describe,
+    did_you_mean,
     parse_duration,
 )
-from gpucloud.spec_recovery import DEFAULT_CHECKPOINT_INTERVAL_S, Recovery, checkpoint_interval, checkpoint_path
-
 
 # ---------------------------------------------------------------------------------------------
 # Models
 
 
 def _auto_or_version(value: Any, pattern: re.Pattern[str], example: str, wrong: str) -> str:
-    """"auto" or a version matching `pattern`; numbers from YAML are taken as text. `wrong` is the
+    """ "auto" or a version matching `pattern`; numbers from YAML are taken as text. `wrong` is the
     message ({value} as written, {text} as read) when it does not match."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = str(value)
@@ -102,7 +125,9 @@ class Resources(_Strict):
             text = item.strip() if isinstance(item, str) else ""
             port = text.rpartition(":")[2] if ":" in text and not text.endswith("]") else ""
             if not _HOST_RE.fullmatch(text) or (port and not 1 <= int(port) <= 65535):
-                _fail(f"{describe(item)} is not a host. Expected [user@]host[:port] or an alias from ~/.ssh/config", *sub)
+                _fail(
+                    f"{describe(item)} is not a host. Expected [user@]host[:port] or an alias from ~/.ssh/config", *sub
+                )
             if text not in out:
                 out.append(text)
         return out
@@ -113,8 +138,11 @@ class Resources(_Strict):
         paid ones), and `hosts` with any other cloud would be ignored silently."""
         takers = [c for c in self.cloud if providers.info(c).takes_hosts]
         if takers and len(self.cloud) > 1:
-            _fail(f"{takers[0]} cannot be combined with other clouds (your own machines are not a fallback "
-                  f"for paid ones). Use cloud: {takers[0]} alone", "cloud")
+            _fail(
+                f"{takers[0]} cannot be combined with other clouds (your own machines are not a fallback "
+                f"for paid ones). Use cloud: {takers[0]} alone",
+                "cloud",
+            )
         if self.hosts and not takers:
             names = " or ".join(providers.host_clouds())
             _fail(f"is only used with cloud: {names}. Add cloud: {names}, or remove hosts", "hosts")
@@ -123,7 +151,7 @@ class Resources(_Strict):
     @field_validator("cloud", mode="before", json_schema_input_type=_CLOUD_INPUT | list[_CLOUD_INPUT])
     @classmethod
     def _cloud(cls, value: Any) -> list[str]:
-        """"any" -> the registry's any_clouds(); a single name or a list; case-insensitive,
+        """ "any" -> the registry's any_clouds(); a single name or a list; case-insensitive,
         deduplicated in order."""
         expected = f"{', '.join(_CLOUD_WORDS)}, or a list of them"
         if value is None:
@@ -164,8 +192,7 @@ class Resources(_Strict):
             sub = () if isinstance(value, str) else (i,)
             if not isinstance(item, str) or not _REGION_RE.fullmatch(item.strip().lower()):
                 _fail(
-                    f"{describe(item)} is not a region code. Expected names such as us-east-1 (AWS) "
-                    "or eastus (Azure)",
+                    f"{describe(item)} is not a region code. Expected names such as us-east-1 (AWS) or eastus (Azure)",
                     *sub,
                 )
             region = item.strip().lower()
@@ -173,10 +200,14 @@ class Resources(_Strict):
                 out.append(region)
         return out
 
-    @field_validator("gpu", mode="before", json_schema_input_type=Annotated[str, Field(pattern=_GPU_SHORTHAND_PATTERN)] | GpuRequest | None)
+    @field_validator(
+        "gpu",
+        mode="before",
+        json_schema_input_type=Annotated[str, Field(pattern=_GPU_SHORTHAND_PATTERN)] | GpuRequest | None,
+    )
     @classmethod
     def _gpu(cls, value: Any) -> Any:
-        """"K80:1" / "k80" / "A100-80GB:8" -> {model, count}; mappings go to GpuRequest as they are."""
+        """ "K80:1" / "k80" / "A100-80GB:8" -> {model, count}; mappings go to GpuRequest as they are."""
         expected = "MODEL:COUNT such as T4:1 or A100-80GB:8, or a mapping {model: T4, count: 1}"
         if isinstance(value, dict) and len(value) == 1:
             ((key, count),) = value.items()
@@ -248,7 +279,7 @@ class StackSpec(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _split_pin(cls, data: Any) -> Any:
-        """"pytorch==2.0.1" -> framework pytorch + framework_version 2.0.1."""
+        """ "pytorch==2.0.1" -> framework pytorch + framework_version 2.0.1."""
         if not isinstance(data, dict) or not isinstance(data.get("framework"), str):
             return data
         name, sep, version = data["framework"].partition("==")
@@ -267,11 +298,21 @@ class StackSpec(_Strict):
     @field_validator("driver", "cuda", "cudnn", mode="before", json_schema_input_type=str | int | float)
     @classmethod
     def _versions(cls, value: Any) -> str:
-        """"auto" or a version like 470 / 11.4 / 8.9 (numbers from YAML are taken as text)."""
-        return _auto_or_version(value, _VERSION_RE, "a version such as 11.4",
-                                "'{value}' is not a version. Expected auto or digits and dots, e.g. 470, 11.4 or 8.9")
+        """ "auto" or a version like 470 / 11.4 / 8.9 (numbers from YAML are taken as text)."""
+        return _auto_or_version(
+            value,
+            _VERSION_RE,
+            "a version such as 11.4",
+            "'{value}' is not a version. Expected auto or digits and dots, e.g. 470, 11.4 or 8.9",
+        )
 
-    @field_validator("framework", mode="before", json_schema_input_type=Annotated[str, Field(pattern=r"^\s*(pytorch|tensorflow|none)\s*(==\s*[0-9][0-9A-Za-z.+!-]*)?\s*$")])
+    @field_validator(
+        "framework",
+        mode="before",
+        json_schema_input_type=Annotated[
+            str, Field(pattern=r"^\s*(pytorch|tensorflow|none)\s*(==\s*[0-9][0-9A-Za-z.+!-]*)?\s*$")
+        ],
+    )
     @classmethod
     def _framework(cls, value: Any) -> str:
         expected = "pytorch, tensorflow or none, optionally pinned like pytorch==2.0.1"
@@ -285,8 +326,12 @@ class StackSpec(_Strict):
     @field_validator("framework_version", mode="before", json_schema_input_type=str | int | float)
     @classmethod
     def _framework_version(cls, value: Any) -> str:
-        return _auto_or_version(value, _PKG_VERSION_RE, "a version such as 2.0.1",
-                                "'{text}' is not a version. Expected auto or a version such as 2.0.1")
+        return _auto_or_version(
+            value,
+            _PKG_VERSION_RE,
+            "a version such as 2.0.1",
+            "'{text}' is not a version. Expected auto or a version such as 2.0.1",
+        )
 
 
 class JobSpec(_Strict):
@@ -301,9 +346,9 @@ class JobSpec(_Strict):
     run: str
     artifacts: list[ArtifactPath] = Field(default_factory=list)
     max_duration: int = Field(6 * 3600, ge=MIN_DURATION_S, le=MAX_DURATION_S)  # seconds; input "90m" / "6h" / "2d"
-    checkpoint: str | None = None        # folder under the job's cwd kept across attempts (docs/SPOT.md)
+    checkpoint: str | None = None  # folder under the job's cwd kept across attempts (docs/SPOT.md)
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL_S  # seconds between checkpoint uploads
-    recovery: Recovery | None = None     # relaunch on preemption / lost / no capacity
+    recovery: Recovery | None = None  # relaunch on preemption / lost / no capacity
     source: Path | None = Field(None, exclude=True)  # the job file it came from (not part of the format)
 
     def workdir_path(self) -> Path:
@@ -352,11 +397,15 @@ class JobSpec(_Strict):
         if kind is not None:
             return "auto" if kind == "auto" else text
         if text.lower().startswith("ami-"):
-            _fail(f"'{text}' is not an AMI id: expected ami- and 8 to 17 lower-case hex digits, "
-                  "e.g. ami-0abcdef1234567890")
+            _fail(
+                f"'{text}' is not an AMI id: expected ami- and 8 to 17 lower-case hex digits, "
+                "e.g. ami-0abcdef1234567890"
+            )
         if ":" in text:
-            _fail(f"'{text}' is not an Azure image URN: expected 4 parts Publisher:Offer:Sku:Version, e.g. "
-                  "Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest")
+            _fail(
+                f"'{text}' is not an Azure image URN: expected 4 parts Publisher:Offer:Sku:Version, e.g. "
+                "Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest"
+            )
         _fail(f"'{text}' is not an image. Expected {expected}")
 
     @field_validator("workdir", mode="before")
@@ -388,13 +437,20 @@ class JobSpec(_Strict):
             return []
         return [value] if isinstance(value, str) else value
 
-    @field_validator("max_duration", mode="before", json_schema_input_type=Annotated[int, Field(ge=MIN_DURATION_S, le=MAX_DURATION_S)] | Annotated[str, Field(pattern=_DURATION_PATTERN)])
+    @field_validator(
+        "max_duration",
+        mode="before",
+        json_schema_input_type=Annotated[int, Field(ge=MIN_DURATION_S, le=MAX_DURATION_S)]
+        | Annotated[str, Field(pattern=_DURATION_PATTERN)],
+    )
     @classmethod
     def _max_duration(cls, value: Any) -> int:
         seconds = parse_duration(value)
         if seconds < MIN_DURATION_S:
-            _fail(f"{describe(value)} is {seconds} s, shorter than the minimum of {MIN_DURATION_S} s. "
-                  "Expected e.g. 90m, 6h or 2d")
+            _fail(
+                f"{describe(value)} is {seconds} s, shorter than the minimum of {MIN_DURATION_S} s. "
+                "Expected e.g. 90m, 6h or 2d"
+            )
         if seconds > MAX_DURATION_S:
             _fail(f"{describe(value)} is {_fmt_duration(seconds)}, longer than the maximum of 30d")
         return seconds
@@ -404,7 +460,11 @@ class JobSpec(_Strict):
     def _checkpoint(cls, value: Any) -> str | None:
         return checkpoint_path(value)
 
-    @field_validator("checkpoint_interval", mode="before", json_schema_input_type=int | Annotated[str, Field(pattern=_DURATION_PATTERN)])
+    @field_validator(
+        "checkpoint_interval",
+        mode="before",
+        json_schema_input_type=int | Annotated[str, Field(pattern=_DURATION_PATTERN)],
+    )
     @classmethod
     def _checkpoint_interval(cls, value: Any) -> int:
         return checkpoint_interval(value)

@@ -44,7 +44,9 @@ class Recovery(BaseModel):
             _fail(f"expected a list of {', '.join(RECOVERY_EVENTS)}, got {describe(value)}")
         for item in value:
             if item not in RECOVERY_EVENTS:
-                _fail(f"{describe(item)} is not an event to recover from. Expected some of {', '.join(RECOVERY_EVENTS)}")
+                _fail(
+                    f"{describe(item)} is not an event to recover from. Expected some of {', '.join(RECOVERY_EVENTS)}"
+                )
         return list(dict.fromkeys(value))
 
     @field_validator("max_restarts", mode="before")
@@ -72,8 +74,10 @@ def checkpoint_path(value: Any) -> str | None:
     if any(ord(c) < 32 or ord(c) == 127 for c in text):
         _fail("contains a control character. Expected a plain folder name, e.g. checkpoints/")
     if text.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:[\\/]", text):
-        _fail(f"'{text}' is an absolute path. The checkpoint folder is relative to the job's working folder, "
-              "e.g. checkpoints/")
+        _fail(
+            f"'{text}' is an absolute path. The checkpoint folder is relative to the job's working folder, "
+            "e.g. checkpoints/"
+        )
     if ".." in re.split(r"[\\/]+", text):
         _fail(f"'{text}' leaves the working folder with '..'. Use a folder inside it, e.g. checkpoints/")
     return text.rstrip("/") or "."

@@ -16,7 +16,6 @@ from pydantic_core import PydanticCustomError
 from gpucloud import providers
 from gpucloud.errors import UserError
 
-
 if TYPE_CHECKING:
     CloudName = str  # a Literal built at run time is opaque to a type checker; pydantic checks the names
 else:
@@ -26,7 +25,9 @@ FrameworkName = Literal["pytorch", "tensorflow", "none"]
 _CLOUD_WORDS = (*providers.names(), "any")
 _CLOUD_INPUT = Literal[_CLOUD_WORDS]  # type: ignore[valid-type]
 # `[user@]host[:port]` or a ~/.ssh/config alias; never an ssh option (no leading dash, no spaces).
-_HOST_RE = re.compile(r"^(?:[A-Za-z0-9._][A-Za-z0-9._+-]*@)?(?:[A-Za-z0-9_][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
+_HOST_RE = re.compile(
+    r"^(?:[A-Za-z0-9._][A-Za-z0-9._+-]*@)?(?:[A-Za-z0-9_][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$"
+)
 _FRAMEWORKS = ("pytorch", "tensorflow", "none")
 _FRAMEWORK_ALIASES = {"torch": "pytorch", "tf": "tensorflow", "keras": "tensorflow", "cpu": "none"}
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
@@ -44,8 +45,6 @@ MIN_DURATION_S = 1  # short deadlines are legitimate on the local provider (a ti
 MAX_DURATION_S = 30 * 86400
 _MAX_FILE_BYTES = 1 << 20  # a job file is a few hundred bytes; anything this big is a wrong path
 _MAX_NODES_BUILT = 100_000  # guards against YAML alias bombs ("billion laughs")
-
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,8 +176,10 @@ def _env_key(value: Any) -> str:
     from gpucloud.render import reserved_env_names  # lazy: jinja2 only when a job has env
 
     if value in reserved_env_names() or value.startswith("BASH"):
-        _fail(f"'{value}' is reserved: the VM's bootstrap script (or bash) uses this variable itself and the "
-              f"run would break. Rename it, e.g. MY_{value.lstrip('_')}")
+        _fail(
+            f"'{value}' is reserved: the VM's bootstrap script (or bash) uses this variable itself and the "
+            f"run would break. Rename it, e.g. MY_{value.lstrip('_')}"
+        )
     return value
 
 
@@ -205,8 +206,6 @@ def _artifact(value: str) -> str:
 EnvKey = Annotated[str, BeforeValidator(_env_key, json_schema_input_type=str)]
 EnvValue = Annotated[str, BeforeValidator(_env_value, json_schema_input_type=str | int | float | bool)]
 ArtifactPath = Annotated[str, AfterValidator(_artifact)]
-
-
 
 
 # ---------------------------------------------------------------------------------------------

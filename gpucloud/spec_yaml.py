@@ -3,11 +3,10 @@ path to its lines, with duplicate keys, alias bombs and YAML syntax errors repor
 
 from __future__ import annotations
 
-from typing import Any
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from gpucloud.spec_values import SpecError, SpecIssue, _MAX_NODES_BUILT
-from gpucloud.spec_errors import _Where, _dotted
+from gpucloud.spec_errors import _dotted, _Where
+from gpucloud.spec_values import _MAX_NODES_BUILT, SpecError, SpecIssue
 
 if TYPE_CHECKING:
     from yaml import Node
@@ -41,12 +40,16 @@ def _bad_character(text: str) -> str | None:
     for col, char in enumerate(text, 1):
         code = ord(char)
         if 0xD800 <= code <= 0xDFFF:
-            return (f"contains a lone surrogate U+{code:04X} at character {col}, which is not a character. "
-                    "Remove it, or write the real character")
+            return (
+                f"contains a lone surrogate U+{code:04X} at character {col}, which is not a character. "
+                "Remove it, or write the real character"
+            )
         if (code < 0x20 and char not in "\t\n\r") or 0x7F <= code <= 0x9F:
             name = _CONTROL_NAMES.get(code, f"U+{code:04X}")
-            return (f"contains the control character {name} at character {col}. Job files hold text: remove it "
-                    "(write a real tab or newline if one was meant)")
+            return (
+                f"contains the control character {name} at character {col}. Job files hold text: remove it "
+                "(write a real tab or newline if one was meant)"
+            )
     return None
 
 
@@ -91,7 +94,11 @@ class _Builder:
             raise
         except (ValueError, TypeError, AttributeError):  # e.g. `!!int abc`, `!!timestamp nonsense`
             tag = str(node.tag).rsplit(":", 1)[-1]
-            self._issue(value_line, path, f"'{node.value}' is not a valid !!{tag} value. Remove the '!!{tag}' tag or fix the value")
+            self._issue(
+                value_line,
+                path,
+                f"'{node.value}' is not a valid !!{tag} value. Remove the '!!{tag}' tag or fix the value",
+            )
             self.bad_paths.add(_dotted(path))
             return None
 
@@ -168,10 +175,20 @@ def _yaml_error(filename: str, exc: Exception, text: str) -> SpecError:
         line = text.count("\n", 0, exc.position) + 1
         column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
         char = exc.character if isinstance(exc.character, str) else chr(exc.character)
-        return SpecError([SpecIssue(filename, line, "", (
-            f"invalid YAML: column {column} holds the character U+{ord(char):04X} ({char!r}), which YAML "
-            "does not allow in a file. Delete it (an editor or terminal escape sequence often leaves one); "
-            "inside a quoted string write it as an escape such as \"\\e\" instead"))])
+        return SpecError(
+            [
+                SpecIssue(
+                    filename,
+                    line,
+                    "",
+                    (
+                        f"invalid YAML: column {column} holds the character U+{ord(char):04X} ({char!r}), which YAML "
+                        "does not allow in a file. Delete it (an editor or terminal escape sequence often leaves one); "
+                        'inside a quoted string write it as an escape such as "\\e" instead'
+                    ),
+                )
+            ]
+        )
     return SpecError([SpecIssue(filename, None, "", f"invalid YAML: {exc}.")])
 
 

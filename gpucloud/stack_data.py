@@ -57,20 +57,20 @@ class Profile:
 
     name: str
     architectures: tuple[str, ...]
-    driver: int                   # default branch
-    max_driver: int | None        # last branch that supports it (None: current branches all do)
-    cuda: str                     # default toolkit
-    max_cuda: str                 # newest toolkit that still compiles for it
+    driver: int  # default branch
+    max_driver: int | None  # last branch that supports it (None: current branches all do)
+    cuda: str  # default toolkit
+    max_cuda: str  # newest toolkit that still compiles for it
     max_cuda_reason: str
-    cudnn: str                    # default cuDNN
-    cudnn_ok: re.Pattern[str]     # cuDNN pins it can run
-    cudnn_limit: str              # the rule, in words
+    cudnn: str  # default cuDNN
+    cudnn_ok: re.Pattern[str]  # cuDNN pins it can run
+    cudnn_limit: str  # the rule, in words
     ubuntu: str
-    torch_default: str | None     # None: no official wheels
-    torch_max: str | None         # newest PyTorch minor with kernels for it
+    torch_default: str | None  # None: no official wheels
+    torch_max: str | None  # newest PyTorch minor with kernels for it
     torch_max_variant: str | None  # newest wheel variant (cuXYZ) with kernels for it
     tf_default: str
-    tf_range: tuple[str, str]     # TensorFlow minor versions with kernels for it (inclusive)
+    tf_range: tuple[str, str]  # TensorFlow minor versions with kernels for it (inclusive)
     reasons: dict[str, str]
 
 
@@ -98,9 +98,9 @@ KEPLER = Profile(
         "driver": "R470 is the last driver branch that supports Kepler (EOL July 2024, so no more security fixes).",
         "cuda": "CUDA 11.4 is the newest toolkit R470 runs natively; CUDA 12.0 removed sm_35/sm_37.",
         "cudnn": "cuDNN 8.2.4 built for CUDA 11.4 (libcudnn8 8.2.4 +cuda11.4); 8.9 and 9.x need compute capability >= "
-                 "5.0.",
+        "5.0.",
         "os_image": "NVIDIA's CUDA 11.4 repositories exist only for Ubuntu 18.04/20.04 (CUDA 13 dropped 20.04), so "
-                    "Kepler stays on 20.04.",
+        "Kepler stays on 20.04.",
         "pytorch": (
             "PyTorch 2.1.2+cu118: the cu118 wheels 2.1-2.7.1 carry sm_37 kernels, but from 2.2 their bundled cuDNN "
             "no longer supports Kepler, so 2.1.2 is the last fully working one. The wheel's CUDA 11.8 runtime runs on "
@@ -111,7 +111,7 @@ KEPLER = Profile(
             "Kepler, so <= 2.1.2 is the last fully working one"
         ),
         "tensorflow": "TensorFlow 2.11 is the newest release with Kepler kernels (built for CUDA 11.2 / cuDNN 8.1; "
-                      "runs on the 11.4 toolkit by minor-version compatibility).",
+        "runs on the 11.4 toolkit by minor-version compatibility).",
     },
 )
 MAXWELL_VOLTA = Profile(
@@ -127,7 +127,7 @@ MAXWELL_VOLTA = Profile(
     ),
     cudnn="9.10",
     cudnn_ok=re.compile(r"^(8\.9(\.\d+)*|9\.([0-9]|10)(\.\d+)*)$"),
-    cudnn_limit="cuDNN 8.9 or 9.0-9.10 (cuDNN 9.11 dropped sm_50-sm_70; an unpinned \"9\" would install it)",
+    cudnn_limit='cuDNN 8.9 or 9.0-9.10 (cuDNN 9.11 dropped sm_50-sm_70; an unpinned "9" would install it)',
     ubuntu="22.04",
     torch_default="2.7.1",
     torch_max=None,
@@ -136,20 +136,20 @@ MAXWELL_VOLTA = Profile(
     tf_range=("2.14", "2.20"),
     reasons={
         "driver": "R580 is the last driver branch for Maxwell/Pascal/Volta (long-term support branch; end of life "
-                  "June 2028).",
+        "June 2028).",
         "cuda": "CUDA 12.9 is the last toolkit that compiles for sm_50-sm_70; CUDA 13.0 removed them.",
         "cudnn": (
             "cuDNN 9.10 for CUDA 12, pinned (cudnn9-cuda-12=9.10.*): cuDNN 9.11 dropped sm_50-sm_70 kernels, so "
             "the unpinned package would install a cuDNN without kernels for this GPU."
         ),
         "os_image": "Ubuntu 22.04 has NVIDIA repositories for CUDA 12.x and R580 and is supported by both clouds' GPU "
-                    "images.",
+        "images.",
         "pytorch": (
             "PyTorch's cu126 wheels are the newest variant that still carries sm_50-sm_70 kernels (newer cu128+ builds "
             "dropped them); 2.7.1 is a stable release with cu126 wheels. The wheel's CUDA 12.6 runtime runs on R580."
         ),
         "tensorflow": "TensorFlow 2.19 (tested with CUDA 12.5 / cuDNN 9.3); tensorflow[and-cuda] brings those "
-                      "libraries as pip wheels.",
+        "libraries as pip wheels.",
     },
 )
 TURING_PLUS = Profile(
@@ -176,7 +176,7 @@ TURING_PLUS = Profile(
             "pinned."
         ),
         "cuda": "CUDA 12.8 matches the default PyTorch wheels (cu128) and supports every GPU from Turing to "
-                "Blackwell; pin 13.x to opt in.",
+        "Blackwell; pin 13.x to opt in.",
         "cudnn": "cuDNN 9 for CUDA 12 (cudnn9-cuda-12 from NVIDIA's CUDA repository).",
         "os_image": (
             "Ubuntu 22.04 rather than 24.04: NVIDIA ships CUDA 12.x/13.x and R580 for both, but 22.04 is the release "
@@ -186,7 +186,7 @@ TURING_PLUS = Profile(
         ),
         "pytorch": "PyTorch 2.8.0 with cu128 wheels: current release, kernels for sm_75 through sm_120.",
         "tensorflow": "TensorFlow 2.19 (tested with CUDA 12.5 / cuDNN 9.3); tensorflow[and-cuda] brings those "
-                      "libraries as pip wheels.",
+        "libraries as pip wheels.",
     },
 )
 PROFILES = (KEPLER, MAXWELL_VOLTA, TURING_PLUS)

@@ -17,9 +17,26 @@ from typing import TYPE_CHECKING
 
 from gpucloud.errors import UserError
 from gpucloud.stack_data import (  # noqa: F401  (re-exported: the tables were defined here)
-    COMPAT_FLOOR, CPU_TENSORFLOW, CPU_TORCH, CUDNN8_BUILDS, DRIVER_BRANCHES, GPU_WARNINGS, KEPLER, MAXWELL_VOLTA,
-    MIN_CUDA, MIN_DRIVER, NO_PYTORCH, OPEN_MODULES_ONLY, PROFILES, TF_NO_KERNELS, TORCH_INDEX, TORCH_WHEELS,
-    TURING_PLUS, UNSUFFIXED_FROM, PINNING_FROM, Profile,
+    COMPAT_FLOOR,
+    CPU_TENSORFLOW,
+    CPU_TORCH,
+    CUDNN8_BUILDS,
+    DRIVER_BRANCHES,
+    GPU_WARNINGS,
+    KEPLER,
+    MAXWELL_VOLTA,
+    MIN_CUDA,
+    MIN_DRIVER,
+    NO_PYTORCH,
+    OPEN_MODULES_ONLY,
+    PINNING_FROM,
+    PROFILES,
+    TF_NO_KERNELS,
+    TORCH_INDEX,
+    TORCH_WHEELS,
+    TURING_PLUS,
+    UNSUFFIXED_FROM,
+    Profile,
 )
 
 if TYPE_CHECKING:
@@ -33,23 +50,25 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Stack:
-    gpu: str                      # canonical GPU name, e.g. "K80"
-    architecture: str             # "Kepler"
-    compute_capability: str       # "3.7"
-    driver: str                   # branch, e.g. "470"
-    cuda: str                     # "11.4"
-    cudnn: str                    # "8.2.4"
-    os_image: str                 # "ubuntu-20.04"
-    framework: str                # "pytorch" | "tensorflow" | "none"
+    gpu: str  # canonical GPU name, e.g. "K80"
+    architecture: str  # "Kepler"
+    compute_capability: str  # "3.7"
+    driver: str  # branch, e.g. "470"
+    cuda: str  # "11.4"
+    cudnn: str  # "8.2.4"
+    os_image: str  # "ubuntu-20.04"
+    framework: str  # "pytorch" | "tensorflow" | "none"
     framework_version: str | None  # "2.0.1" (None when framework is none)
     # What the VM-side installer needs (Ubuntu/apt names, exact pins):
-    ubuntu_version: str           # "20.04"
-    cuda_repo: str                # "ubuntu2004" (path part of NVIDIA's apt repository)
-    driver_packages: tuple[str, ...]   # e.g. ("cuda-drivers-470",)
-    cuda_packages: tuple[str, ...]     # e.g. ("cuda-toolkit-11-4",)
-    cudnn_packages: tuple[str, ...]    # e.g. ("libcudnn8=8.2.4.*-1+cuda11.4",)
-    framework_pip: tuple[str, ...]     # pip args, e.g. ("torch==2.0.1", "--index-url", "https://download.pytorch.org/whl/cu117")
-    min_driver_version: str       # lowest driver that runs this CUDA, e.g. "470.82.01"
+    ubuntu_version: str  # "20.04"
+    cuda_repo: str  # "ubuntu2004" (path part of NVIDIA's apt repository)
+    driver_packages: tuple[str, ...]  # e.g. ("cuda-drivers-470",)
+    cuda_packages: tuple[str, ...]  # e.g. ("cuda-toolkit-11-4",)
+    cudnn_packages: tuple[str, ...]  # e.g. ("libcudnn8=8.2.4.*-1+cuda11.4",)
+    framework_pip: tuple[
+        str, ...
+    ]  # pip args, e.g. ("torch==2.0.1", "--index-url", "https://download.pytorch.org/whl/cu117")
+    min_driver_version: str  # lowest driver that runs this CUDA, e.g. "470.82.01"
     reasons: dict[str, str] = field(default_factory=dict)  # per key above: why it was chosen
     warnings: tuple[str, ...] = ()
     # "open" (nvidia-open-*: required by Blackwell) or "proprietary" (cuda-drivers-*: all older GPUs).
@@ -57,7 +76,7 @@ class Stack:
     # True: the system CUDA toolkit and cuDNN are installed (the job asked, or its framework needs
     # them); False: the framework wheel brings its own CUDA runtime and cuDNN, the VM needs only the driver.
     cuda_toolkit: bool = False
-    driver_pinned: bool = False   # the job pinned the driver: an image's other branch does not do
+    driver_pinned: bool = False  # the job pinned the driver: an image's other branch does not do
     # NVIDIA's version-locking package of the branch, installed before the driver (empty before R580:
     # the bootstrap's own apt preferences file holds those branches).
     driver_lock: tuple[str, ...] = ()
@@ -76,7 +95,7 @@ class Stack:
 
 
 def _v(version: str) -> tuple[int, ...]:
-    """"470.82.01" -> (470, 82, 1), for ordering versions numerically."""
+    """ "470.82.01" -> (470, 82, 1), for ordering versions numerically."""
     return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
@@ -114,14 +133,18 @@ def _kernel_modules(arch: str, branch: int, gpu: str) -> tuple[str, str]:
     if floor is None:
         return "proprietary", f"{arch} GPUs run on the proprietary kernel modules (cuda-drivers packages)."
     if branch < floor:
-        raise UserError(f"stack.driver: {gpu} ({arch}) needs driver R{floor} or newer with the open kernel modules; "
-                        f"R{branch} cannot drive it. Pin \"{floor}\" or newer, or leave it \"auto\".")
-    return "open", (f"{arch} GPUs need the open kernel modules (nvidia-open packages, R{floor}+); "
-                    "the proprietary cuda-drivers modules do not drive them.")
+        raise UserError(
+            f"stack.driver: {gpu} ({arch}) needs driver R{floor} or newer with the open kernel modules; "
+            f'R{branch} cannot drive it. Pin "{floor}" or newer, or leave it "auto".'
+        )
+    return "open", (
+        f"{arch} GPUs need the open kernel modules (nvidia-open packages, R{floor}+); "
+        "the proprietary cuda-drivers modules do not drive them."
+    )
 
 
 def _variant_cuda(variant: str) -> str:
-    """"cu117" -> "11.7", "cu130" -> "13.0"."""
+    """ "cu117" -> "11.7", "cu130" -> "13.0"."""
     digits = variant[2:]
     return f"{digits[:2]}.{digits[2:]}"
 
@@ -130,29 +153,39 @@ def _check_cuda_pin(cuda: str, gpu: str, arch: str, prof: Profile) -> None:
     if cuda not in MIN_DRIVER:
         raise UserError(
             f"stack.cuda: {cuda!r} is not a CUDA version gpucloud can check. Pin one of "
-            f"{', '.join(MIN_DRIVER)} (the toolkits whose minimum driver is known), or leave it \"auto\"."
+            f'{", ".join(MIN_DRIVER)} (the toolkits whose minimum driver is known), or leave it "auto".'
         )
-    if prof.max_driver is not None and _v(MIN_DRIVER[cuda])[0] > prof.max_driver and _v(cuda)[0] == _v(prof.max_cuda)[0]:
+    if (
+        prof.max_driver is not None
+        and _v(MIN_DRIVER[cuda])[0] > prof.max_driver
+        and _v(cuda)[0] == _v(prof.max_cuda)[0]
+    ):
         raise UserError(
             f"stack.cuda: {gpu} cannot use the CUDA {cuda} toolkit: it needs driver >= {MIN_DRIVER[cuda]}, but "
             f"R{prof.max_driver} is the last driver branch for {' / '.join(prof.architectures)} GPUs, and "
             f"R{prof.max_driver} "
-            f"runs CUDA {prof.max_cuda} natively. Pin {prof.max_cuda} or older, or leave it \"auto\"."
-            + (" Framework wheels built for CUDA 11.5-11.7 (e.g. PyTorch cu117) still run on R470 by minor-version "
-               "compatibility; only the system toolkit is limited." if prof is KEPLER else "")
+            f'runs CUDA {prof.max_cuda} natively. Pin {prof.max_cuda} or older, or leave it "auto".'
+            + (
+                " Framework wheels built for CUDA 11.5-11.7 (e.g. PyTorch cu117) still run on R470 by minor-version "
+                "compatibility; only the system toolkit is limited."
+                if prof is KEPLER
+                else ""
+            )
         )
     if _v(cuda) > _v(prof.max_cuda):
         if prof is KEPLER:
-            hint = (" Leave cuda \"auto\" (11.4) or pin 11.4 or older; framework wheels built for CUDA 11.5-11.7 "
-                    "(e.g. PyTorch cu117) still run on R470.")
+            hint = (
+                ' Leave cuda "auto" (11.4) or pin 11.4 or older; framework wheels built for CUDA 11.5-11.7 '
+                "(e.g. PyTorch cu117) still run on R470."
+            )
         else:
-            hint = f" Pin {prof.max_cuda} or older, or leave it \"auto\" ({prof.cuda})."
+            hint = f' Pin {prof.max_cuda} or older, or leave it "auto" ({prof.cuda}).'
         raise UserError(f"stack.cuda: {gpu} cannot use CUDA {cuda}: {prof.max_cuda_reason}.{hint}")
     floor = MIN_CUDA.get(arch)
     if floor and _v(cuda) < _v(floor):
         raise UserError(
             f"stack.cuda: {gpu} ({arch}) needs CUDA {floor} or newer; CUDA {cuda} has no code for it. "
-            f"Leave cuda \"auto\" ({prof.cuda})."
+            f'Leave cuda "auto" ({prof.cuda}).'
         )
 
 
@@ -166,13 +199,15 @@ def _choose_driver(pin: str | None, cuda: str, cuda_pinned: bool, gpu: str, prof
             reason = f"R{branch}: the oldest branch that runs the pinned CUDA {cuda} (needs >= {need})."
         return branch, need, reason
     if not re.fullmatch(r"\d{3}(\.\d+){0,2}", pin):
-        raise UserError(f"stack.driver: {pin!r} is not a driver branch or version. "
-                        "Use a branch such as \"580\" or a version such as \"580.65.06\".")
+        raise UserError(
+            f"stack.driver: {pin!r} is not a driver branch or version. "
+            'Use a branch such as "580" or a version such as "580.65.06".'
+        )
     branch = _v(pin)[0]
     if prof.max_driver is not None and branch > prof.max_driver:
         raise UserError(
             f"stack.driver: {gpu} cannot use driver {pin}: R{prof.max_driver} is the last driver branch that supports "
-            f"{' / '.join(prof.architectures)} GPUs. Pin \"{prof.max_driver}\" or leave it \"auto\"."
+            f'{" / ".join(prof.architectures)} GPUs. Pin "{prof.max_driver}" or leave it "auto".'
         )
     # A branch pin ("535") means the newest driver of that branch; a full version is compared as given.
     runs = branch >= _v(need)[0] if "." not in pin else _v(pin) >= _v(need)
@@ -181,7 +216,10 @@ def _choose_driver(pin: str | None, cuda: str, cuda_pinned: bool, gpu: str, prof
             f"stack.driver: driver {pin} is too old for CUDA {cuda}, which needs driver >= {need} "
             f"(CUDA release notes). Pin a newer driver, or {'an older CUDA' if cuda_pinned else 'pin an older cuda'} "
             f"whose minimum it meets: "
-            + ", ".join(c for c, d in MIN_DRIVER.items() if (_v(d)[0] <= branch if '.' not in pin else _v(d) <= _v(pin))) + "."
+            + ", ".join(
+                c for c, d in MIN_DRIVER.items() if (_v(d)[0] <= branch if "." not in pin else _v(d) <= _v(pin))
+            )
+            + "."
         )
     min_version = pin if "." in pin else need
     return branch, min_version, f"R{branch} as pinned; it runs CUDA {cuda} (needs >= {need})."
@@ -194,13 +232,18 @@ def _choose_cuda(pin: str | None, driver_pin: str | None, gpu: str, arch: str, p
     if driver_pin is not None and re.fullmatch(r"\d{3}(\.\d+){0,2}", driver_pin):
         # Honour the driver pin: the default CUDA, or the newest one that driver runs.
         branch = _v(driver_pin)[0]
-        fits = [c for c, d in MIN_DRIVER.items()
-                if _v(c) <= _v(prof.cuda) and (_v(d)[0] <= branch if "." not in driver_pin else _v(d) <= _v(driver_pin))]
+        fits = [
+            c
+            for c, d in MIN_DRIVER.items()
+            if _v(c) <= _v(prof.cuda) and (_v(d)[0] <= branch if "." not in driver_pin else _v(d) <= _v(driver_pin))
+        ]
         floor = MIN_CUDA.get(arch)
         fits = [c for c in fits if not floor or _v(c) >= _v(floor)]
         if fits and fits[-1] != prof.cuda:
-            return fits[-1], (f"CUDA {fits[-1]}: the newest toolkit the pinned driver {driver_pin} runs "
-                              f"(default would be {prof.cuda}).")
+            return fits[-1], (
+                f"CUDA {fits[-1]}: the newest toolkit the pinned driver {driver_pin} runs "
+                f"(default would be {prof.cuda})."
+            )
     return prof.cuda, prof.reasons["cuda"]
 
 
@@ -219,7 +262,7 @@ def _choose_cudnn(pin: str | None, cuda: str, gpu: str, prof: Profile) -> tuple[
     if not prof.cudnn_ok.match(pin):
         raise UserError(
             f"stack.cudnn: {gpu} cannot use cuDNN {pin}: {prof.cudnn_limit}. "
-            f"Pin a version in that range or leave it \"auto\" ({prof.cudnn})."
+            f'Pin a version in that range or leave it "auto" ({prof.cudnn}).'
         )
     if pin.startswith("8.") and cuda.startswith("13"):
         raise UserError(f"stack.cudnn: cuDNN {pin} has no build for CUDA {cuda}; use cuDNN 9 with CUDA 13.")
@@ -238,9 +281,12 @@ def _choose_torch(pin: str | None, gpu: str, prof: Profile, cuda: str) -> tuple[
     cuda_major = cuda.split(".")[0]
 
     def variant_for(minor: str) -> str | None:
-        variants = [v for v in TORCH_WHEELS[minor][1]
-                    if _variant_cuda(v).split(".")[0] == cuda_major
-                    and (prof.torch_max_variant is None or _v(v[2:]) <= _v(prof.torch_max_variant[2:]))]
+        variants = [
+            v
+            for v in TORCH_WHEELS[minor][1]
+            if _variant_cuda(v).split(".")[0] == cuda_major
+            and (prof.torch_max_variant is None or _v(v[2:]) <= _v(prof.torch_max_variant[2:]))
+        ]
         if not variants:
             return None
         exact = [v for v in variants if _variant_cuda(v) == cuda]
@@ -257,24 +303,32 @@ def _choose_torch(pin: str | None, gpu: str, prof: Profile, cuda: str) -> tuple[
             variant = variant_for(minor)
             if variant:
                 version = TORCH_WHEELS[minor][0]
-                reason = prof.reasons["pytorch"] if minor == _minor(prof.torch_default) else (
-                    f"PyTorch {version}+{variant}: the newest release with wheels for CUDA {cuda_major}.x "
-                    f"that {gpu} can run.")
+                reason = (
+                    prof.reasons["pytorch"]
+                    if minor == _minor(prof.torch_default)
+                    else (
+                        f"PyTorch {version}+{variant}: the newest release with wheels for CUDA {cuda_major}.x "
+                        f"that {gpu} can run."
+                    )
+                )
                 return version, (f"torch=={version}", "--index-url", TORCH_INDEX + variant), reason
-        raise UserError(f"stack.framework: no official PyTorch wheel supports {gpu} with CUDA {cuda}. Leave cuda \"auto\".")
+        raise UserError(
+            f'stack.framework: no official PyTorch wheel supports {gpu} with CUDA {cuda}. Leave cuda "auto".'
+        )
     minor = _minor(pin)
     if minor not in TORCH_WHEELS:
         raise UserError(
             f"stack.framework_version: PyTorch {pin} is not one gpucloud knows wheels for. "
-            f"Known: {', '.join(TORCH_WHEELS)} (or leave it \"auto\")."
+            f'Known: {", ".join(TORCH_WHEELS)} (or leave it "auto").'
         )
     if prof.torch_max and _v(minor) > _v(prof.torch_max):
         why = prof.reasons.get("pytorch_max") or (
             f"PyTorch {prof.torch_max} ({TORCH_WHEELS[prof.torch_max][0]}+{prof.torch_max_variant}) is the newest "
-            "release whose wheels support it")
+            "release whose wheels support it"
+        )
         raise UserError(
             f"stack.framework_version: PyTorch {pin} does not fully work on {gpu}: {why}. "
-            f"Pin {TORCH_WHEELS[prof.torch_max][0]} or older, or leave it \"auto\"."
+            f'Pin {TORCH_WHEELS[prof.torch_max][0]} or older, or leave it "auto".'
         )
     variant = variant_for(minor)
     if variant is None:
@@ -283,16 +337,21 @@ def _choose_torch(pin: str | None, gpu: str, prof: Profile, cuda: str) -> tuple[
             f"(its wheels: {', '.join(TORCH_WHEELS[minor][1])}). Pin another PyTorch or another cuda."
         )
     version = pin if pin.count(".") >= 2 else TORCH_WHEELS[minor][0]
-    reason = (f"PyTorch {version} as pinned, {variant} wheel "
-              "(same CUDA major as the stack; runs by minor-version compatibility).")
+    reason = (
+        f"PyTorch {version} as pinned, {variant} wheel "
+        "(same CUDA major as the stack; runs by minor-version compatibility)."
+    )
     return version, (f"torch=={version}", "--index-url", TORCH_INDEX + variant), reason
 
 
-def _choose_tensorflow(pin: str | None, gpu: str, arch: str, prof: Profile,
-                       driver_branch: int) -> tuple[str, tuple[str, ...], str]:
+def _choose_tensorflow(
+    pin: str | None, gpu: str, arch: str, prof: Profile, driver_branch: int
+) -> tuple[str, tuple[str, ...], str]:
     if arch in TF_NO_KERNELS:
-        raise UserError(f"stack.framework: TensorFlow cannot use the {gpu}: {TF_NO_KERNELS[arch]}. Use framework: "
-                        "pytorch (its cu126 wheels carry sm_50), or a Pascal or newer GPU.")
+        raise UserError(
+            f"stack.framework: TensorFlow cannot use the {gpu}: {TF_NO_KERNELS[arch]}. Use framework: "
+            "pytorch (its cu126 wheels carry sm_50), or a Pascal or newer GPU."
+        )
     version = pin or prof.tf_default
     minor = _minor(version)
     low, high = prof.tf_range
@@ -300,8 +359,13 @@ def _choose_tensorflow(pin: str | None, gpu: str, arch: str, prof: Profile,
         raise UserError(
             f"stack.framework_version: TensorFlow {version} does not fit {gpu}: gpucloud supports TensorFlow "
             f"{low}-{high} "
-            f"on {prof.name} GPUs" + (" (2.11 is the last release with Kepler kernels)" if prof is KEPLER else
-                                       " (the releases with the [and-cuda] pip extra)") + ". Leave it \"auto\"."
+            f"on {prof.name} GPUs"
+            + (
+                " (2.11 is the last release with Kepler kernels)"
+                if prof is KEPLER
+                else " (the releases with the [and-cuda] pip extra)"
+            )
+            + '. Leave it "auto".'
         )
     if pin and pin.count(".") < 2:
         version = f"{pin}.0"
@@ -309,8 +373,10 @@ def _choose_tensorflow(pin: str | None, gpu: str, arch: str, prof: Profile,
         pinned = f"TensorFlow {version} as pinned (uses the system CUDA 11 / cuDNN 8)."
         return version, (f"tensorflow=={version}",), prof.reasons["tensorflow"] if not pin else pinned
     if driver_branch < _v(COMPAT_FLOOR["12"])[0]:
-        raise UserError(f"stack.driver: TensorFlow's CUDA 12 wheels need driver >= {COMPAT_FLOOR['12']}; "
-                        f"R{driver_branch} is too old.")
+        raise UserError(
+            f"stack.driver: TensorFlow's CUDA 12 wheels need driver >= {COMPAT_FLOOR['12']}; "
+            f"R{driver_branch} is too old."
+        )
     pinned = f"TensorFlow {version} as pinned, with its CUDA libraries from the [and-cuda] extra."
     reason = prof.reasons["tensorflow"] if not pin else pinned
     return version, (f"tensorflow[and-cuda]=={version}",), reason
@@ -333,7 +399,9 @@ def _cpu_stack(pins: StackSpec | None) -> Stack:
     version_pin = _pin(pins.framework_version) if pins else None
     for name in ("driver", "cuda", "cudnn"):
         if pins is not None and _pin(getattr(pins, name)) is not None:
-            raise UserError(f"stack.{name}: a CPU-only job (no resources.gpu) installs no {name}; remove the pin or request a GPU.")
+            raise UserError(
+                f"stack.{name}: a CPU-only job (no resources.gpu) installs no {name}; remove the pin or request a GPU."
+            )
     reasons = {
         "gpu": "No GPU requested: a CPU-only job.",
         "driver": "No GPU, so no NVIDIA driver.",
@@ -354,10 +422,23 @@ def _cpu_stack(pins: StackSpec | None) -> Stack:
     else:
         reasons["framework"] = "No framework requested (framework: none): the job's setup installs what it needs."
     return Stack(
-        gpu="", architecture="none", compute_capability="none", driver="none", cuda="none", cudnn="none",
-        os_image="ubuntu-22.04", framework=framework, framework_version=version, ubuntu_version="22.04",
-        cuda_repo="ubuntu2204", driver_packages=(), cuda_packages=(), cudnn_packages=(), framework_pip=pip,
-        min_driver_version="none", reasons=reasons,
+        gpu="",
+        architecture="none",
+        compute_capability="none",
+        driver="none",
+        cuda="none",
+        cudnn="none",
+        os_image="ubuntu-22.04",
+        framework=framework,
+        framework_version=version,
+        ubuntu_version="22.04",
+        cuda_repo="ubuntu2204",
+        driver_packages=(),
+        cuda_packages=(),
+        cudnn_packages=(),
+        framework_pip=pip,
+        min_driver_version="none",
+        reasons=reasons,
     )
 
 
@@ -409,8 +490,11 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
         "architecture": f"{arch} GPUs use the {prof.name} row of docs/STACKS.md.",
         "driver": driver_reason,
         "min_driver_version": f"CUDA {cuda} needs driver >= {MIN_DRIVER[cuda]} (CUDA release notes)."
-        + (" (11.4 GA needed 470.42.01; the repository installs 11.4 Update 4, and 11.4 U3+ needs 470.82.01.)"
-           if cuda == "11.4" else ""),
+        + (
+            " (11.4 GA needed 470.42.01; the repository installs 11.4 Update 4, and 11.4 U3+ needs 470.82.01.)"
+            if cuda == "11.4"
+            else ""
+        ),
         "cuda": cuda_reason,
         "cudnn": cudnn_reason,
         "os_image": os_reason,
@@ -430,7 +514,8 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
         framework_version=version,
         ubuntu_version=ubuntu,
         cuda_repo="ubuntu" + ubuntu.replace(".", ""),
-        driver_packages=_driver_packages(branch, modules), driver_lock=driver_lock_packages(branch),
+        driver_packages=_driver_packages(branch, modules),
+        driver_lock=driver_lock_packages(branch),
         cuda_packages=(f"cuda-toolkit-{cuda.replace('.', '-')}",),
         cudnn_packages=_cudnn_packages(cudnn, cuda),
         framework_pip=pip,
@@ -456,5 +541,7 @@ def _wants_toolkit(pins: StackSpec | None, framework: str, prof: Profile) -> tup
         return True, "The job asks for the system CUDA toolkit and cuDNN (stack.cuda_toolkit: true)."
     if framework == "tensorflow" and prof is KEPLER:
         return True, "TensorFlow 2.11 on Kepler loads the system CUDA 11 / cuDNN 8 libraries, so they are installed."
-    return False, ("Not installed: the framework wheel bundles its CUDA runtime and cuDNN and needs only the driver; "
-                   "set stack.cuda_toolkit: true to get nvcc and the system cuDNN.")
+    return False, (
+        "Not installed: the framework wheel bundles its CUDA runtime and cuDNN and needs only the driver; "
+        "set stack.cuda_toolkit: true to get nvcc and the system cuDNN."
+    )

@@ -30,7 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from gpucloud.state_guard import (
-    begin_immediate, check_schema, describe_sqlite_error, is_busy, private_home, store_error, writable_problem,
+    begin_immediate,
+    check_schema,
+    describe_sqlite_error,
+    is_busy,
+    private_home,
+    store_error,
+    writable_problem,
     write_handle,
 )
 
@@ -39,8 +45,18 @@ BUSY_TIMEOUT_MS = 10_000
 # Run statuses. A run is "active" until it reaches one of FINAL_STATUSES.
 ACTIVE_STATUSES = ("planned", "provisioning", "running", "collecting", "tearing-down")
 # "down-pending": `down` could not reach the machines; `down` and `gc` try again, then it becomes "down".
-FINAL_STATUSES = ("succeeded", "failed", "deadline", "interrupted", "lost", "error", "no-capacity", "down",
-                  "preempted", "down-pending")
+FINAL_STATUSES = (
+    "succeeded",
+    "failed",
+    "deadline",
+    "interrupted",
+    "lost",
+    "error",
+    "no-capacity",
+    "down",
+    "preempted",
+    "down-pending",
+)
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -125,9 +141,26 @@ MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)  # MIGRATIONS[i] takes us
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _RUN_COLUMNS = (
-    "id", "name", "spec_path", "spec_json", "cloud", "region", "instance_type", "num_nodes",
-    "price_per_hour", "status", "phase", "exit_code", "message", "created_at", "started_at",
-    "ended_at", "deadline", "artifacts_dir", "detached", "pid",
+    "id",
+    "name",
+    "spec_path",
+    "spec_json",
+    "cloud",
+    "region",
+    "instance_type",
+    "num_nodes",
+    "price_per_hour",
+    "status",
+    "phase",
+    "exit_code",
+    "message",
+    "created_at",
+    "started_at",
+    "ended_at",
+    "deadline",
+    "artifacts_dir",
+    "detached",
+    "pid",
 )
 
 
@@ -216,13 +249,25 @@ class RunRecord:
 
     def as_json(self, now: float | None = None) -> dict[str, Any]:
         return {
-            "run_id": self.id, "name": self.name, "status": self.status, "phase": self.phase,
-            "exit_code": self.exit_code, "cloud": self.cloud, "region": self.region,
-            "instance_type": self.instance_type, "num_nodes": self.num_nodes,
-            "price_per_hour": self.price_per_hour, "created_at": self.created_at,
-            "started_at": self.started_at, "ended_at": self.ended_at, "deadline": self.deadline,
-            "elapsed": round(self.elapsed(now), 3), "cost": round(self.cost(now), 6),
-            "artifacts_dir": self.artifacts_dir, "detached": self.detached, "spec_path": self.spec_path,
+            "run_id": self.id,
+            "name": self.name,
+            "status": self.status,
+            "phase": self.phase,
+            "exit_code": self.exit_code,
+            "cloud": self.cloud,
+            "region": self.region,
+            "instance_type": self.instance_type,
+            "num_nodes": self.num_nodes,
+            "price_per_hour": self.price_per_hour,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "deadline": self.deadline,
+            "elapsed": round(self.elapsed(now), 3),
+            "cost": round(self.cost(now), 6),
+            "artifacts_dir": self.artifacts_dir,
+            "detached": self.detached,
+            "spec_path": self.spec_path,
             "message": self.message,
         }
 
@@ -277,7 +322,10 @@ class Store:
             pass
         try:
             conn = sqlite3.connect(
-                str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False,
+                str(self.path),
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,
+                check_same_thread=False,
             )
         except sqlite3.DatabaseError as exc:  # e.g. the path is a folder
             raise store_error(self.path, describe_sqlite_error(exc)) from None
@@ -367,10 +415,21 @@ class Store:
     # -- runs ---------------------------------------------------------------------------------------
 
     def create_run(
-        self, run_id: str, *, name: str, spec_path: str | None = None, spec: dict[str, Any] | None = None,
-        cloud: str | None = None, region: str | None = None, instance_type: str | None = None,
-        num_nodes: int = 1, price_per_hour: float = 0.0, deadline: float | None = None,
-        detached: bool = False, pid: int | None = None, status: str = "planned",
+        self,
+        run_id: str,
+        *,
+        name: str,
+        spec_path: str | None = None,
+        spec: dict[str, Any] | None = None,
+        cloud: str | None = None,
+        region: str | None = None,
+        instance_type: str | None = None,
+        num_nodes: int = 1,
+        price_per_hour: float = 0.0,
+        deadline: float | None = None,
+        detached: bool = False,
+        pid: int | None = None,
+        status: str = "planned",
     ) -> RunRecord:
         now = time.time()
         with self._tx() as c:
@@ -378,11 +437,27 @@ class Store:
                 "INSERT INTO runs (id, name, spec_path, spec_json, cloud, region, instance_type, num_nodes,"
                 " price_per_hour, status, created_at, deadline, detached, pid)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, name, spec_path, json.dumps(spec) if spec is not None else None, cloud, region,
-                 instance_type, num_nodes, price_per_hour, status, now, deadline, int(detached), pid),
+                (
+                    run_id,
+                    name,
+                    spec_path,
+                    json.dumps(spec) if spec is not None else None,
+                    cloud,
+                    region,
+                    instance_type,
+                    num_nodes,
+                    price_per_hour,
+                    status,
+                    now,
+                    deadline,
+                    int(detached),
+                    pid,
+                ),
             )
-            c.execute("INSERT INTO events (run_id, ts, kind, message) VALUES (?,?,?,?)",
-                      (run_id, now, "created", f"run {run_id} recorded"))
+            c.execute(
+                "INSERT INTO events (run_id, ts, kind, message) VALUES (?,?,?,?)",
+                (run_id, now, "created", f"run {run_id} recorded"),
+            )
         run = self.get_run(run_id)
         assert run is not None
         return run
@@ -400,13 +475,22 @@ class Store:
         with self._tx() as c:
             c.execute(f"UPDATE runs SET {cols} WHERE id = ?", (*fields.values(), run_id))
 
-    def finish_run(self, run_id: str, status: str, *, exit_code: int | None = None,
-                   message: str | None = None, only_if_active: bool = False) -> bool:
+    def finish_run(
+        self,
+        run_id: str,
+        status: str,
+        *,
+        exit_code: int | None = None,
+        message: str | None = None,
+        only_if_active: bool = False,
+    ) -> bool:
         """Mark a run ended. With only_if_active, a run another process already finished keeps its
         status (so `down` does not overwrite "succeeded"). Returns whether the row changed."""
         now = time.time()
-        sql = "UPDATE runs SET status = ?, exit_code = COALESCE(?, exit_code), message = COALESCE(?, message)," \
-              " ended_at = COALESCE(ended_at, ?) WHERE id = ?"
+        sql = (
+            "UPDATE runs SET status = ?, exit_code = COALESCE(?, exit_code), message = COALESCE(?, message),"
+            " ended_at = COALESCE(ended_at, ?) WHERE id = ?"
+        )
         if only_if_active:
             sql += f" AND status IN ({','.join('?' * len(ACTIVE_STATUSES))})"
         args: tuple[Any, ...] = (status, exit_code, message, now, run_id)
@@ -415,8 +499,10 @@ class Store:
         with self._tx() as c:
             changed = c.execute(sql, args).rowcount > 0
             if changed:
-                c.execute("INSERT INTO events (run_id, ts, kind, message) VALUES (?,?,?,?)",
-                          (run_id, now, "status", f"{status}" + (f" (exit {exit_code})" if exit_code is not None else "")))
+                c.execute(
+                    "INSERT INTO events (run_id, ts, kind, message) VALUES (?,?,?,?)",
+                    (run_id, now, "status", f"{status}" + (f" (exit {exit_code})" if exit_code is not None else "")),
+                )
         return changed
 
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -438,8 +524,10 @@ class Store:
         run = self.get_run(ref)
         if run:
             return run
-        rows = self._query("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY created_at DESC",
-                           (ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",))
+        rows = self._query(
+            "SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY created_at DESC",
+            (ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",),
+        )
         if len(rows) == 1:
             return self.get_run(rows[0]["id"])
         rows = self._query("SELECT id FROM runs WHERE name = ? ORDER BY created_at DESC LIMIT 1", (ref,))
@@ -458,17 +546,30 @@ class Store:
 
     # -- attempts -----------------------------------------------------------------------------------
 
-    def start_attempt(self, run_id: str, idx: int, *, cloud: str, region: str, instance_type: str | None,
-                      spot: bool, price_per_hour: float, num_nodes: int, zone: str | None = None) -> None:
+    def start_attempt(
+        self,
+        run_id: str,
+        idx: int,
+        *,
+        cloud: str,
+        region: str,
+        instance_type: str | None,
+        spot: bool,
+        price_per_hour: float,
+        num_nodes: int,
+        zone: str | None = None,
+    ) -> None:
         """Record an attempt before its provision call (its start is when the machines are asked for)."""
         with self._tx() as c:
-            c.execute("INSERT OR REPLACE INTO attempts (run_id, idx, cloud, region, zone, instance_type, spot,"
-                      " price_per_hour, num_nodes, started_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                      (run_id, idx, cloud, region, zone, instance_type, int(spot), price_per_hour, num_nodes,
-                       time.time()))
+            c.execute(
+                "INSERT OR REPLACE INTO attempts (run_id, idx, cloud, region, zone, instance_type, spot,"
+                " price_per_hour, num_nodes, started_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (run_id, idx, cloud, region, zone, instance_type, int(spot), price_per_hour, num_nodes, time.time()),
+            )
 
-    def set_attempt_handle(self, run_id: str, idx: int, handle_json: str, *, zone: str | None = None,
-                           launched: bool = True) -> None:
+    def set_attempt_handle(
+        self, run_id: str, idx: int, handle_json: str, *, zone: str | None = None, launched: bool = True
+    ) -> None:
         """Store what provision returned: the attempt's machines exist (and bill) from its start.
         The handle goes to a file beside the store first: `down` finds it even if the store breaks."""
         try:
@@ -476,15 +577,20 @@ class Store:
         except OSError:
             pass  # the database row below is the primary copy; the file is the spare
         with self._tx() as c:
-            c.execute("UPDATE attempts SET handle_json = ?, launched = ?, zone = COALESCE(?, zone)"
-                      " WHERE run_id = ? AND idx = ?", (handle_json, int(launched), zone, run_id, idx))
+            c.execute(
+                "UPDATE attempts SET handle_json = ?, launched = ?, zone = COALESCE(?, zone)"
+                " WHERE run_id = ? AND idx = ?",
+                (handle_json, int(launched), zone, run_id, idx),
+            )
 
     def end_attempt(self, run_id: str, idx: int | None, reason: str) -> None:
         """End one attempt (or, with idx None, every open attempt of the run); the first reason stays.
         An attempt of a run that already ended (its VM ended itself; `down` marks the run first)
         ends when the run did, not when a later teardown or gc got to it: that is what it cost."""
-        sql = "UPDATE attempts SET ended_at = COALESCE((SELECT ended_at FROM runs WHERE runs.id = attempts.run_id), ?)," \
-              " end_reason = ? WHERE run_id = ? AND ended_at IS NULL"
+        sql = (
+            "UPDATE attempts SET ended_at = COALESCE((SELECT ended_at FROM runs WHERE runs.id = attempts.run_id), ?),"
+            " end_reason = ? WHERE run_id = ? AND ended_at IS NULL"
+        )
         args: tuple[Any, ...] = (time.time(), reason, run_id)
         if idx is not None:
             sql += " AND idx = ?"
@@ -504,8 +610,9 @@ class Store:
 
     def event(self, run_id: str, kind: str, message: str) -> None:
         with self._tx() as c:
-            c.execute("INSERT INTO events (run_id, ts, kind, message) VALUES (?,?,?,?)",
-                      (run_id, time.time(), kind, message))
+            c.execute(
+                "INSERT INTO events (run_id, ts, kind, message) VALUES (?,?,?,?)", (run_id, time.time(), kind, message)
+            )
 
     def events(self, run_id: str) -> list[EventRecord]:
         rows = self._query("SELECT run_id, ts, kind, message FROM events WHERE run_id = ? ORDER BY id", (run_id,))
@@ -513,17 +620,21 @@ class Store:
 
     def set_phase(self, run_id: str, name: str, seconds: float) -> None:
         with self._tx() as c:
-            c.execute("INSERT INTO phases (run_id, name, seconds) VALUES (?,?,?)"
-                      " ON CONFLICT(run_id, name) DO UPDATE SET seconds = excluded.seconds",
-                      (run_id, name, float(seconds)))
+            c.execute(
+                "INSERT INTO phases (run_id, name, seconds) VALUES (?,?,?)"
+                " ON CONFLICT(run_id, name) DO UPDATE SET seconds = excluded.seconds",
+                (run_id, name, float(seconds)),
+            )
 
     def set_phases(self, run_id: str, phases: dict[str, float]) -> None:
         if not phases:
             return
         with self._tx() as c:
-            c.executemany("INSERT INTO phases (run_id, name, seconds) VALUES (?,?,?)"
-                          " ON CONFLICT(run_id, name) DO UPDATE SET seconds = excluded.seconds",
-                          [(run_id, k, float(v)) for k, v in phases.items()])
+            c.executemany(
+                "INSERT INTO phases (run_id, name, seconds) VALUES (?,?,?)"
+                " ON CONFLICT(run_id, name) DO UPDATE SET seconds = excluded.seconds",
+                [(run_id, k, float(v)) for k, v in phases.items()],
+            )
 
     def phases(self, run_id: str) -> dict[str, float]:
         rows = self._query("SELECT name, seconds FROM phases WHERE run_id = ? ORDER BY rowid", (run_id,))
@@ -536,16 +647,21 @@ class Store:
         with self._tx() as c:
             cur = c.execute(
                 "INSERT INTO resources (run_id, cloud, region, kind, name, status, created_at, updated_at)"
-                " VALUES (?,?,?,?,?,?,?,?)", (run_id, cloud, region, kind, name, "intent", now, now))
+                " VALUES (?,?,?,?,?,?,?,?)",
+                (run_id, cloud, region, kind, name, "intent", now, now),
+            )
             return int(cur.lastrowid or 0)
 
     def set_resource(self, res_id: int, *, status: str, cloud_id: str | None = None) -> None:
         with self._tx() as c:
-            c.execute("UPDATE resources SET status = ?, cloud_id = COALESCE(?, cloud_id), updated_at = ?"
-                      " WHERE id = ?", (status, cloud_id, time.time(), res_id))
+            c.execute(
+                "UPDATE resources SET status = ?, cloud_id = COALESCE(?, cloud_id), updated_at = ? WHERE id = ?",
+                (status, cloud_id, time.time(), res_id),
+            )
 
-    def resources(self, run_id: str | None = None, *, alive_only: bool = True,
-                  cloud: str | None = None) -> list[ResourceRecord]:
+    def resources(
+        self, run_id: str | None = None, *, alive_only: bool = True, cloud: str | None = None
+    ) -> list[ResourceRecord]:
         where, args = [], []
         if run_id is not None:
             where.append("run_id = ?")

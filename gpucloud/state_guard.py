@@ -44,8 +44,11 @@ class StoreError(GpucloudError):
 def move_aside_command(path: Path) -> str:
     """The shell command that moves the store (and its WAL side files, when present) aside."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    moves = [f"mv {shlex.quote(str(p))} {shlex.quote(f'{p}.damaged-{stamp}')}"
-             for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p == path or p.exists()]
+    moves = [
+        f"mv {shlex.quote(str(p))} {shlex.quote(f'{p}.damaged-{stamp}')}"
+        for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm"))
+        if p == path or p.exists()
+    ]
     return " && ".join(moves)
 
 
@@ -54,12 +57,15 @@ def store_error(path: Path, why: str) -> StoreError:
     running machines are still found without it."""
     fix = f"Move it aside (gpucloud then starts a new, empty one):\n  {move_aside_command(path)}"
     if "read-only" in why:
-        fix = f"Make it writable again (chmod u+w {shlex.quote(str(path))}), or move it aside:\n  " \
-              f"{move_aside_command(path)}"
+        fix = (
+            f"Make it writable again (chmod u+w {shlex.quote(str(path))}), or move it aside:\n  "
+            f"{move_aside_command(path)}"
+        )
     return StoreError(
-        f"The state store {path} cannot be used: {why}.", path=path,
+        f"The state store {path} cannot be used: {why}.",
+        path=path,
         hint=f"{fix}\nMachines still running are not lost: `gpucloud down RUN` tears a run down from its "
-             f"handle files in {handles_root(path)}, and `gpucloud gc` sweeps by the clouds' tags.",
+        f"handle files in {handles_root(path)}, and `gpucloud gc` sweeps by the clouds' tags.",
     )
 
 
@@ -103,14 +109,18 @@ def begin_immediate(conn: sqlite3.Connection, path: Path) -> None:
             waited = time.monotonic() - start
             if waited >= limit:
                 raise StoreError(
-                    f"The state store {path} stayed locked by another process for {waited:.0f}s.", path=path,
+                    f"The state store {path} stayed locked by another process for {waited:.0f}s.",
+                    path=path,
                     hint=f"`fuser -v {shlex.quote(str(path))}` names the process holding it: end it, or set "
-                         f"{LOCK_WAIT_ENV} to wait longer (seconds; now {limit:.0f}). Machines still running are "
-                         f"not lost: `gpucloud down RUN` works from the handle files in {handles_root(path)}.",
+                    f"{LOCK_WAIT_ENV} to wait longer (seconds; now {limit:.0f}). Machines still running are "
+                    f"not lost: `gpucloud down RUN` works from the handle files in {handles_root(path)}.",
                 ) from None
             if not told:
-                print(f"note: the state store {path} is locked by another process; waiting for it "
-                      f"(up to {limit:.0f}s, {LOCK_WAIT_ENV})", file=sys.stderr)
+                print(
+                    f"note: the state store {path} is locked by another process; waiting for it "
+                    f"(up to {limit:.0f}s, {LOCK_WAIT_ENV})",
+                    file=sys.stderr,
+                )
                 told = True
             time.sleep(min(delay, max(0.01, limit - waited)))
             delay = min(delay * 2, 2.0)
@@ -126,8 +136,10 @@ def check_schema(conn: sqlite3.Connection, known_version: int) -> str | None:
     """Why the opened database is not a gpucloud store this version can use, or None."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > known_version:
-        return (f"it was written by a newer gpucloud (schema {version}; this one knows up to "
-                f"{known_version}). Upgrade gpucloud, or move it aside")
+        return (
+            f"it was written by a newer gpucloud (schema {version}; this one knows up to "
+            f"{known_version}). Upgrade gpucloud, or move it aside"
+        )
     for table, needed in REQUIRED_COLUMNS.items():
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})").fetchall()}
         if not have:
@@ -184,6 +196,7 @@ def _tighten(path: Path) -> None:
 
 # ---- run-handle files ------------------------------------------------------------------------------
 
+
 def handles_root(store_path: Path) -> Path:
     return store_path.parent / "runs"
 
@@ -207,8 +220,10 @@ def read_handles(store_path: Path, ref: str) -> tuple[str, list[dict[str, object
         raise LookupError(f"no run handle files for {ref!r} in {root}")
     if len(matches) > 1:
         raise LookupError(f"{ref!r} matches several runs in {root}: {', '.join(matches)}")
-    files = sorted((root / matches[0]).glob("handle-*.json"),
-                   key=lambda p: int(p.stem.split("-", 1)[1]) if p.stem.split("-", 1)[1].isdigit() else -1)
+    files = sorted(
+        (root / matches[0]).glob("handle-*.json"),
+        key=lambda p: int(p.stem.split("-", 1)[1]) if p.stem.split("-", 1)[1].isdigit() else -1,
+    )
     docs = []
     for path in files:
         try:

@@ -34,8 +34,10 @@ def run_handles(store: Store, run: RunRecord) -> list[RunHandle]:
                 targets.append((att.cloud, att.region))
         if run.cloud and run.region and (run.cloud, run.region) not in targets and not run.attempts:
             targets.append((run.cloud, run.region))
-    return [_handle_for(run, cloud, region, [r for r in alive if (r.cloud, r.region or "") == (cloud, region)])
-            for cloud, region in targets]
+    return [
+        _handle_for(run, cloud, region, [r for r in alive if (r.cloud, r.region or "") == (cloud, region)])
+        for cloud, region in targets
+    ]
 
 
 def _handle_for(run: RunRecord, cloud: str, region: str, alive: list[ResourceRecord]) -> RunHandle:
@@ -44,8 +46,7 @@ def _handle_for(run: RunRecord, cloud: str, region: str, alive: list[ResourceRec
         handle = RunHandle.from_json(stored[-1].handle_json or "")
     else:
         tried = [a.idx for a in run.attempts if (a.cloud, a.region) == (cloud, region)]
-        handle = RunHandle(run_id=run.id, cloud=cloud, region=region, attempt=tried[-1] if tried else 0,
-                           complete=False)
+        handle = RunHandle(run_id=run.id, cloud=cloud, region=region, attempt=tried[-1] if tried else 0, complete=False)
     named = set(handle.nodes) | {i for ids in handle.resources.values() for i in ids}
     for res in alive:
         if res.cloud_id not in named and res.name not in named:
@@ -54,8 +55,15 @@ def _handle_for(run: RunRecord, cloud: str, region: str, alive: list[ResourceRec
     return handle
 
 
-def teardown_run(store: Store, journal: Journal, run: RunRecord, *, wait: bool,
-                 say: Callable[[str], None] | None = None, unreached: list[str] | None = None) -> list[str]:
+def teardown_run(
+    store: Store,
+    journal: Journal,
+    run: RunRecord,
+    *,
+    wait: bool,
+    say: Callable[[str], None] | None = None,
+    unreached: list[str] | None = None,
+) -> list[str]:
     """Tear down every handle of the run; returns the errors (one line per cloud+region that failed).
     `unreached` gets the cloud/region of each failure that never reached the machines (Unreachable).
     The run's open attempts end with reason "teardown" once nothing failed."""

@@ -35,8 +35,9 @@ def _seconds(info: object, now: float) -> tuple[float, bool] | None:
     return max(0.0, now - float(start)), True
 
 
-def stage_groups(stages: Mapping[str, object], *, launched_at: float | None = None,
-                 now: float | None = None) -> list[tuple[str, float, bool]]:
+def stage_groups(
+    stages: Mapping[str, object], *, launched_at: float | None = None, now: float | None = None
+) -> list[tuple[str, float, bool]]:
     """[(group, seconds, still running)] for the groups this node has reached, in order."""
     now = time.time() if now is None else now
     out: list[tuple[str, float, bool]] = []
@@ -61,15 +62,15 @@ def human(seconds: float) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def format_timeline(stages: Mapping[str, object], *, launched_at: float | None = None,
-                    now: float | None = None) -> str:
+def format_timeline(stages: Mapping[str, object], *, launched_at: float | None = None, now: float | None = None) -> str:
     """One line, e.g. "boot 1m41s · stack 2m03s · fetch 3s · run 12m00s (running)"; "" when nothing started."""
     items = stage_groups(stages, launched_at=launched_at, now=now)
     return " · ".join(f"{g} {human(s)}" + (" (running)" if running else "") for g, s, running in items)
 
 
-def format_nodes(statuses: Sequence[Mapping[str, object] | None], *, launched_at: float | None = None,
-                 now: float | None = None) -> list[str]:
+def format_nodes(
+    statuses: Sequence[Mapping[str, object] | None], *, launched_at: float | None = None, now: float | None = None
+) -> list[str]:
     """One "node N: ..." line per node with a status document (the `status` view and run summary)."""
     lines = []
     for rank, st in enumerate(statuses):
@@ -84,6 +85,7 @@ def format_nodes(statuses: Sequence[Mapping[str, object] | None], *, launched_at
 def format_phases(phases: Mapping[str, float]) -> str:
     """The timeline line of a finished run from its stored per-stage seconds (`Store.phases`, the
     slowest node's per stage); "" when no VM stage was recorded."""
-    stages = {name: {"start": 0.0, "end": float(secs)} for name, secs in phases.items()
-              if isinstance(secs, (int, float))}
+    stages = {
+        name: {"start": 0.0, "end": float(secs)} for name, secs in phases.items() if isinstance(secs, (int, float))
+    }
     return format_timeline(stages, now=0.0)

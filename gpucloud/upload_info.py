@@ -23,15 +23,21 @@ class UploadInfo:
     max_duration_s: int
 
     def as_json(self) -> dict[str, Any]:
-        return {"workdir": str(self.workdir), "files": self.files, "bytes": self.bytes,
-                "max_duration_s": self.max_duration_s}
+        return {
+            "workdir": str(self.workdir),
+            "files": self.files,
+            "bytes": self.bytes,
+            "max_duration_s": self.max_duration_s,
+        }
 
     def summary(self) -> str:
         from gpucloud.channel import _human
 
-        return (f"workdir {self.workdir}: {self.files} file(s), {_human(self.bytes)} uploaded before compression "
-                f"(.gitignore honoured); max_duration {fmt_seconds(self.max_duration_s)} "
-                f"({self.max_duration_s} s): the machine ends itself then")
+        return (
+            f"workdir {self.workdir}: {self.files} file(s), {_human(self.bytes)} uploaded before compression "
+            f"(.gitignore honoured); max_duration {fmt_seconds(self.max_duration_s)} "
+            f"({self.max_duration_s} s): the machine ends itself then"
+        )
 
 
 def describe_upload(spec: JobSpec) -> UploadInfo:
@@ -41,12 +47,16 @@ def describe_upload(spec: JobSpec) -> UploadInfo:
     path = spec.workdir_path()
     where = f"{spec.source}: workdir" if spec.source else "workdir"
     if not path.exists():
-        raise UserError(f"{where}: the folder {path} does not exist.",
-                        hint=f"Create it, or set workdir (relative to the job file's folder) to the folder "
-                             f"to upload; it is {spec.workdir!r} now.")
+        raise UserError(
+            f"{where}: the folder {path} does not exist.",
+            hint=f"Create it, or set workdir (relative to the job file's folder) to the folder "
+            f"to upload; it is {spec.workdir!r} now.",
+        )
     if not path.is_dir():
-        raise UserError(f"{where}: {path} is a file, not a folder.",
-                        hint="Set workdir to the folder that holds the job's code, e.g. workdir: .")
+        raise UserError(
+            f"{where}: {path} is a file, not a folder.",
+            hint="Set workdir to the folder that holds the job's code, e.g. workdir: .",
+        )
     files = workdir_files(path)
     size = 0
     for rel in files:

@@ -28,18 +28,25 @@ def _table(*columns: str, title: str | None = None) -> Table:
     from rich.table import Table
 
     # Columns are set apart by the box's blank divider and one space of right padding: two spaces.
-    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False,
-                  padding=(0, 1, 0, 0))
+    table = Table(
+        title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False, padding=(0, 1, 0, 0)
+    )
     for col in columns:
         # overflow="fold": a cell too long for its column continues on the next line, never "…"
         # (an instance name cut in a CI log is worse than a taller table).
-        table.add_column(col, justify="right" if col.startswith(("$", "GPUs", "vCPU", "GiB", "est")) else "left",
-                         overflow="fold")
+        table.add_column(
+            col, justify="right" if col.startswith(("$", "GPUs", "vCPU", "GiB", "est")) else "left", overflow="fold"
+        )
     return table
 
 
-def _print(renderable: object, *, optional: tuple[str, ...] = (), foldable: tuple[str, ...] = (),
-           last_resort: tuple[str, ...] = ()) -> None:
+def _print(
+    renderable: object,
+    *,
+    optional: tuple[str, ...] = (),
+    foldable: tuple[str, ...] = (),
+    last_resort: tuple[str, ...] = (),
+) -> None:
     """Print a table within the output width: short values (names, instance types, prices) stay
     whole, headers and long texts wrap; when even that does not fit, the `optional` columns are left
     out, in that order, and named on stderr; then the `last_resort` columns fold. A table that
@@ -79,8 +86,13 @@ def console(width: int | None = None) -> Any:
 SHORT_CELL = 40  # a column whose values are all at most this long is never wrapped
 
 
-def fit_table(table: Table, width: int, optional: tuple[str, ...] = (), foldable: tuple[str, ...] = (),
-              last_resort: tuple[str, ...] = ()) -> list[str]:
+def fit_table(
+    table: Table,
+    width: int,
+    optional: tuple[str, ...] = (),
+    foldable: tuple[str, ...] = (),
+    last_resort: tuple[str, ...] = (),
+) -> list[str]:
     """Give every column of short values the width of its longest line (except `foldable` ones,
     which wrap); drop optional columns while rich's own minimum width of the table (cells whole,
     headers wrapped) exceeds `width`; then let the `last_resort` columns fold. Returns the headers
@@ -126,8 +138,10 @@ def note(text: str) -> None:
 def _wrap(text: str, width: int) -> str:
     import textwrap
 
-    return "\n".join(textwrap.fill(line, width=width, subsequent_indent="  ", break_long_words=False,
-                                   break_on_hyphens=False) for line in text.splitlines() or [""])
+    return "\n".join(
+        textwrap.fill(line, width=width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+        for line in text.splitlines() or [""]
+    )
 
 
 def error_width() -> int:
@@ -168,8 +182,17 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
     spec = plan.spec
     hours = spec.max_duration / 3600
     per_node = spec.num_nodes > 1
-    table = _table("#", "cloud", "region", "instance type", "GPUs", "market", *(("$/h\nper node",) if per_node else ()),
-                   "$/h\ntotal" if per_node else "$/h", "est. $")
+    table = _table(
+        "#",
+        "cloud",
+        "region",
+        "instance type",
+        "GPUs",
+        "market",
+        *(("$/h\nper node",) if per_node else ()),
+        "$/h\ntotal" if per_node else "$/h",
+        "est. $",
+    )
     say(f"Candidates for {spec.name} (failover order; est. $ for max_duration {hours:.3g} h)")
     shown = plan.candidates if show_all else plan.candidates[:PLAN_ROWS]
     for i, c in enumerate(shown, 1):
@@ -178,8 +201,17 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
         if c.status != "active":
             market += f"\n[{c.status}]"
         prices = (f"{c.price_per_hour:.3f}",) if per_node else ()
-        table.add_row(str(i), c.cloud, c.region, c.instance_type, gpus, market, *prices,
-                      f"{c.total_per_hour:.3f}", f"{c.estimated_cost:.2f}")
+        table.add_row(
+            str(i),
+            c.cloud,
+            c.region,
+            c.instance_type,
+            gpus,
+            market,
+            *prices,
+            f"{c.total_per_hour:.3f}",
+            f"{c.estimated_cost:.2f}",
+        )
     _print(table, optional=("$/h\nper node", "#", "GPUs", "cloud"))
     if len(plan.candidates) > len(shown):
         say(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
@@ -189,7 +221,7 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
     relevant = [e for e in plan.excluded if not e.reason.startswith(("has ", "cloud ", "instance type is not"))]
     if relevant:
         ex = _table("cloud", "region", "instance type", "why excluded")
-        for e in (relevant if show_all else relevant[:EXCLUDED_ROWS]):
+        for e in relevant if show_all else relevant[:EXCLUDED_ROWS]:
             ex.add_row(e.cloud, e.region, e.instance_type, e.reason)
         _print(ex, foldable=("why excluded",), optional=("cloud",))
         if not show_all and len(relevant) > EXCLUDED_ROWS:
@@ -215,7 +247,9 @@ def catalog_rows(*, gpu: str | None, cloud: str | None, region: str | None, incl
     if region and (cloud is None or providers.info(cloud).priced):
         known = sorted({r for c in ([cloud] if cloud else providers.priced_clouds()) for r in cat.regions(c)})
         if region not in known:
-            raise UserError(f"--region {region!r} is not a region gpucloud knows.", hint=f"Known regions: {', '.join(known)}.")
+            raise UserError(
+                f"--region {region!r} is not a region gpucloud knows.", hint=f"Known regions: {', '.join(known)}."
+            )
     rows = cat.query(gpu=model, cloud=cloud, region=region, include_retired=include_retired)
     return sorted(rows, key=lambda o: (o.gpu, o.cloud, o.price_per_hour, o.region))
 
@@ -233,9 +267,16 @@ def _gpu_hint(name: str) -> str:
 
 def offering_json(o: Offering) -> dict[str, object]:
     return {
-        "cloud": o.cloud, "region": o.region, "instance_type": o.instance_type, "gpu": o.gpu,
-        "gpu_count": o.gpu_count, "vcpus": o.vcpus, "memory_gib": o.memory_gib,
-        "price_per_hour": o.price_per_hour, "spot_price_per_hour": o.spot_price_per_hour, "status": o.status,
+        "cloud": o.cloud,
+        "region": o.region,
+        "instance_type": o.instance_type,
+        "gpu": o.gpu,
+        "gpu_count": o.gpu_count,
+        "vcpus": o.vcpus,
+        "memory_gib": o.memory_gib,
+        "price_per_hour": o.price_per_hour,
+        "spot_price_per_hour": o.spot_price_per_hour,
+        "status": o.status,
     }
 
 
@@ -246,19 +287,42 @@ def print_catalog(rows: list[Offering]) -> None:
     table = _table("GPU", "cloud", "region", "instance type", "GPUs", "vCPU", "GiB", "$/h", "$/h\nspot", "status")
     for o in rows:
         spot = f"{o.spot_price_per_hour:.3f}" if o.spot_price_per_hour is not None else "-"
-        table.add_row(o.gpu, o.cloud, o.region, o.instance_type, str(o.gpu_count), str(o.vcpus),
-                      f"{o.memory_gib:g}", f"{o.price_per_hour:.3f}", spot, o.status_text())
+        table.add_row(
+            o.gpu,
+            o.cloud,
+            o.region,
+            o.instance_type,
+            str(o.gpu_count),
+            str(o.vcpus),
+            f"{o.memory_gib:g}",
+            f"{o.price_per_hour:.3f}",
+            spot,
+            o.status_text(),
+        )
     if len(gpus) == 1:  # one GPU (--gpu): say it once in the title instead of on every row
         say(f"Offerings of {gpus[0]}")
     all_active = all(o.status == "active" for o in rows)
-    _print(table, foldable=("status",), optional=(*(("status",) if all_active else ()), "GiB", "vCPU",
-                                                  *(("GPU",) if len(gpus) == 1 else ()), "cloud", "$/h\nspot"))
+    _print(
+        table,
+        foldable=("status",),
+        optional=(
+            *(("status",) if all_active else ()),
+            "GiB",
+            "vCPU",
+            *(("GPU",) if len(gpus) == 1 else ()),
+            "cloud",
+            "$/h\nspot",
+        ),
+    )
     if not rows:
         note("no offerings match (retired ones appear with --all)")
     else:
         dates = sorted({o.price_date for o in rows})
-        note(f"{len(rows)} offerings; prices as of {dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "")
-             + "; sources in the catalog data (--json for machines).")
+        note(
+            f"{len(rows)} offerings; prices as of {dates[0]}"
+            + (f" to {dates[-1]}" if len(dates) > 1 else "")
+            + "; sources in the catalog data (--json for machines)."
+        )
 
 
 def print_gpus(summaries: list[GpuSummary]) -> None:
@@ -266,14 +330,23 @@ def print_gpus(summaries: list[GpuSummary]) -> None:
     name is never cut; architecture, memory and clouds give way first on a narrow terminal."""
     table = _table("GPU", "GiB", "architecture", "clouds", "cheapest\non-demand", "cheapest\nspot")
     for s in summaries:
-        od = (f"${s.on_demand.price_per_hour:.3f}/h\n{s.on_demand.cloud} {s.on_demand.region}\n"
-              f"{s.on_demand.instance_type}" if s.on_demand else "-")
-        sp = (f"${s.spot.spot_price_per_hour:.3f}/h\n{s.spot.cloud} {s.spot.region}\n{s.spot.instance_type}"
-              if s.spot and s.spot.spot_price_per_hour is not None else "-")
+        od = (
+            f"${s.on_demand.price_per_hour:.3f}/h\n{s.on_demand.cloud} {s.on_demand.region}\n"
+            f"{s.on_demand.instance_type}"
+            if s.on_demand
+            else "-"
+        )
+        sp = (
+            f"${s.spot.spot_price_per_hour:.3f}/h\n{s.spot.cloud} {s.spot.region}\n{s.spot.instance_type}"
+            if s.spot and s.spot.spot_price_per_hour is not None
+            else "-"
+        )
         table.add_row(s.name, f"{s.memory_gib:g}", s.architecture, ",".join(s.clouds) or "-", od, sp)
     _print(table, optional=("architecture", "GiB", "clouds"))
-    note("prices are per instance (of the GPU count shown by `gpucloud catalog --gpu NAME`); spot '-' = no "
-         "observed spot price.")
+    note(
+        "prices are per instance (of the GPU count shown by `gpucloud catalog --gpu NAME`); spot '-' = no "
+        "observed spot price."
+    )
 
 
 def stack_for(gpu: str, *, cuda: str | None, driver: str | None, framework: str | None) -> Stack:
@@ -320,7 +393,11 @@ def print_stack(stack: Stack, *, brief: bool = False) -> None:
         ("CUDA", "cuda", stack.cuda),
         ("cuDNN", "cudnn", stack.cudnn),
         ("OS image", "os_image", stack.os_image),
-        ("framework", "framework", stack.framework if stack.framework == "none" else f"{stack.framework} {stack.framework_version}"),
+        (
+            "framework",
+            "framework",
+            stack.framework if stack.framework == "none" else f"{stack.framework} {stack.framework_version}",
+        ),
     ]
     if brief:
         say("Stack: " + ", ".join(f"{label} {value}" for label, _, value in fields[1:]))
@@ -330,13 +407,24 @@ def print_stack(stack: Stack, *, brief: bool = False) -> None:
         table.add_row(label, value, stack.reasons.get(key, ""))
     _print(table)
     if stack.driver != "none":
-        say("Installs: " + " ".join(["linux-headers-$(uname -r)", *stack.driver_lock, *stack.driver_packages,
-                                     *stack.cuda_packages, *stack.cudnn_packages])
-            + (f"; pip {' '.join(stack.framework_pip)}" if stack.framework_pip else ""))
+        say(
+            "Installs: "
+            + " ".join(
+                [
+                    "linux-headers-$(uname -r)",
+                    *stack.driver_lock,
+                    *stack.driver_packages,
+                    *stack.cuda_packages,
+                    *stack.cudnn_packages,
+                ]
+            )
+            + (f"; pip {' '.join(stack.framework_pip)}" if stack.framework_pip else "")
+        )
     _warn(stack.warnings)
 
 
 # ---- gpucloud run: the plan summary and the prompt -------------------------------------------------
+
 
 def ask(question: str) -> bool:
     """A yes/no prompt on stderr; no answer (EOF) is no."""
@@ -354,13 +442,18 @@ def print_plan_summary(plan: Plan) -> None:
     gpu = f"{c.gpu_count} x {c.gpu}" if c.gpu else "no GPU"
     market = "spot" if c.spot else "on-demand"
     more = f"; {len(plan.candidates) - 1} fallback candidate(s)" if len(plan.candidates) > 1 else ""
-    print(f"plan: {c.cloud}/{c.region}/{c.instance_type} ({gpu}, {market}) x {c.num_nodes} node(s): "
-          f"${c.total_per_hour:.3f}/h, at most ${c.estimated_cost:.2f} for max_duration "
-          f"{fmt_seconds(spec.max_duration)}{more}", file=sys.stderr, flush=True)
+    print(
+        f"plan: {c.cloud}/{c.region}/{c.instance_type} ({gpu}, {market}) x {c.num_nodes} node(s): "
+        f"${c.total_per_hour:.3f}/h, at most ${c.estimated_cost:.2f} for max_duration "
+        f"{fmt_seconds(spec.max_duration)}{more}",
+        file=sys.stderr,
+        flush=True,
+    )
     _warn(plan.warnings)
 
 
 # ---- status / ls ------------------------------------------------------------------------------------
+
 
 def print_runs(runs: list[RunRecord], now: float) -> None:
     """The runs table of `ls`/`status`: fits the output width. The run id and the instance type stay
@@ -371,9 +464,14 @@ def print_runs(runs: list[RunRecord], now: float) -> None:
         column.justify = "right" if column.header in ("ELAPSED", "COST") else "left"
     for r in runs:
         exit_note = f" ({r.exit_code})" if r.exit_code not in (None, 0) else ""
-        table.add_row(r.id, r.status + exit_note + (" (detached)" if r.detached and not r.final else ""),
-                      "-" if r.final else (r.phase or "-"), fmt_seconds(r.elapsed(now)), f"${r.cost(now):.4f}",
-                      f"{r.cloud}/{r.region}\n{r.instance_type}" if r.cloud else "-")
+        table.add_row(
+            r.id,
+            r.status + exit_note + (" (detached)" if r.detached and not r.final else ""),
+            "-" if r.final else (r.phase or "-"),
+            fmt_seconds(r.elapsed(now)),
+            f"${r.cost(now):.4f}",
+            f"{r.cloud}/{r.region}\n{r.instance_type}" if r.cloud else "-",
+        )
     _print(table, optional=("PHASE", "ELAPSED"), foldable=("STATUS",), last_resort=("RUN",))
 
 
@@ -381,7 +479,8 @@ def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[Resou
     """One run: where, cost (summed over its attempts), deadline, phases, resources not yet deleted."""
     lines = [
         f"run        {run.id}",
-        f"status     {run.status}" + (f" (exit {run.exit_code})" if run.exit_code is not None else "")
+        f"status     {run.status}"
+        + (f" (exit {run.exit_code})" if run.exit_code is not None else "")
         + (" (detached)" if run.detached and not run.final else ""),
         f"phase      {'-' if run.final else (run.phase or '-')}",
         f"where      {run.cloud}/{run.region}/{run.instance_type} x {run.num_nodes} node(s)",
@@ -389,9 +488,13 @@ def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[Resou
         f"cost       ${run.cost(now):.4f} (${run.price_per_hour:.3f}/h per node)",
     ]
     if len(run.attempts) > 1:
-        lines.append(f"attempts   {len(run.attempts)}: " + ", ".join(
-            f"{a.cloud}/{a.region}/{a.instance_type} ({a.end_reason or ('running' if a.launched else 'open')})"
-            for a in run.attempts))
+        lines.append(
+            f"attempts   {len(run.attempts)}: "
+            + ", ".join(
+                f"{a.cloud}/{a.region}/{a.instance_type} ({a.end_reason or ('running' if a.launched else 'open')})"
+                for a in run.attempts
+            )
+        )
     if run.deadline:
         lines.append(f"deadline   {datetime.fromtimestamp(run.deadline, UTC):%Y-%m-%d %H:%M:%S} UTC")
     if run.artifacts_dir:
@@ -406,35 +509,52 @@ def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[Resou
         if timeline:
             lines.append("timeline   " + timeline + (" (slowest node per stage)" if run.num_nodes > 1 else ""))
     if alive:
-        lines.append(f"resources  {len(alive)} not yet deleted: "
-                     + ", ".join(f"{r.kind} {r.cloud_id or r.name} ({r.status})" for r in alive))
+        lines.append(
+            f"resources  {len(alive)} not yet deleted: "
+            + ", ".join(f"{r.kind} {r.cloud_id or r.name} ({r.status})" for r in alive)
+        )
     import textwrap
 
     width = output_width()  # a long line continues under its value, not under its label
-    print("\n".join(textwrap.fill(line, width=width, subsequent_indent=" " * 11, break_long_words=False,
-                                   break_on_hyphens=False) for line in lines))
+    print(
+        "\n".join(
+            textwrap.fill(line, width=width, subsequent_indent=" " * 11, break_long_words=False, break_on_hyphens=False)
+            for line in lines
+        )
+    )
 
 
 # ---- cost ---------------------------------------------------------------------------------------------
+
 
 def print_cost(report: dict[str, Any]) -> None:
     """`gpucloud cost`: a line per run, a table of its attempts under it, and the totals
     (docs/SPOT.md). What the command is for (cost, on-demand cost) stays on a narrow terminal; the
     attempt number and the hourly price give way first, the end reason wraps."""
     for run in report["runs"]:
-        say(f"run {run['run_id']} ({run['status']}): ${run['cost']:.4f}, on-demand ${run['on_demand_cost']:.4f}, "
-            f"saving ${run['saving']:.4f}")
+        say(
+            f"run {run['run_id']} ({run['status']}): ${run['cost']:.4f}, on-demand ${run['on_demand_cost']:.4f}, "
+            f"saving ${run['saving']:.4f}"
+        )
         if not run["attempts"]:
             continue
         table = _table("#", "where", "market", "$/h\nper node", "nodes ×\nbilled", "$ cost", "$ on-\ndemand", "end")
         for a in run["attempts"]:
             nodes = len(a["nodes"])
             per_node = a["billed_seconds"] / nodes if nodes else 0.0
-            table.add_row(str(a["attempt"]), f"{a['cloud']}/{a['zone'] or a['region']}\n{a['instance_type']}",
-                          a["market"], f"{a['price_per_hour']:.4f}", f"{nodes} × {fmt_seconds(per_node)}",
-                          f"{a['cost']:.4f}", f"{a['on_demand_cost']:.4f}",
-                          a["end_reason"] or ("running" if a["launched"] else "open"))
+            table.add_row(
+                str(a["attempt"]),
+                f"{a['cloud']}/{a['zone'] or a['region']}\n{a['instance_type']}",
+                a["market"],
+                f"{a['price_per_hour']:.4f}",
+                f"{nodes} × {fmt_seconds(per_node)}",
+                f"{a['cost']:.4f}",
+                f"{a['on_demand_cost']:.4f}",
+                a["end_reason"] or ("running" if a["launched"] else "open"),
+            )
         _print(table, optional=("#", "$/h\nper node"), foldable=("end",))
     total = report["total"]
-    say(f"total: {total['runs']} run(s), ${total['cost']:.4f}; on-demand for the same time "
-        f"${total['on_demand_cost']:.4f}; saving ${total['saving']:.4f}")
+    say(
+        f"total: {total['runs']} run(s), ${total['cost']:.4f}; on-demand for the same time "
+        f"${total['on_demand_cost']:.4f}; saving ${total['saving']:.4f}"
+    )

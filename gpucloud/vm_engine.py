@@ -26,8 +26,19 @@ MARKER_ENV = "GPUCLOUD_VM_SANDBOX"
 
 # Variables a local VM keeps from the caller: enough to find tools, GPUs and a temp dir, nothing
 # secret (a cloud VM would not see the caller's credentials either).
-PASSTHROUGH_ENV = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
-                   "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
+PASSTHROUGH_ENV = (
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+)
 PASSTHROUGH_PREFIXES = ("CUDA_", "NVIDIA_")
 
 
@@ -103,13 +114,23 @@ class BootedVm:
             doc = json.loads((Path(sandbox) / PID_FILE).read_text())
         except (OSError, ValueError):
             return None
-        return cls(sandbox=Path(sandbox), pid=int(doc["pid"]), start_time=doc.get("start_time"),
-                   booted_at=float(doc.get("booted_at", 0)), expires_at=doc.get("expires_at"),
-                   meta=dict(doc.get("meta") or {}))
+        return cls(
+            sandbox=Path(sandbox),
+            pid=int(doc["pid"]),
+            start_time=doc.get("start_time"),
+            booted_at=float(doc.get("booted_at", 0)),
+            expires_at=doc.get("expires_at"),
+            meta=dict(doc.get("meta") or {}),
+        )
 
     def _save(self) -> None:
-        doc = {"pid": self.pid, "start_time": self.start_time, "booted_at": self.booted_at,
-               "expires_at": self.expires_at, "meta": self.meta}
+        doc = {
+            "pid": self.pid,
+            "start_time": self.start_time,
+            "booted_at": self.booted_at,
+            "expires_at": self.expires_at,
+            "meta": self.meta,
+        }
         tmp = self.sandbox / (PID_FILE + ".tmp")
         tmp.write_text(json.dumps(doc))
         tmp.replace(self.sandbox / PID_FILE)
@@ -235,16 +256,31 @@ def boot(
     return _start(["bash", str(script_path)], sandbox, full_env, expires_at, dict(meta or {}))
 
 
-def _start(argv: Sequence[str], sandbox: Path, env: dict[str, str], expires_at: float | None,
-           meta: dict[str, str]) -> BootedVm:
+def _start(
+    argv: Sequence[str], sandbox: Path, env: dict[str, str], expires_at: float | None, meta: dict[str, str]
+) -> BootedVm:
     env = {**env, MARKER_ENV: str(sandbox)}
     with open(sandbox / CONSOLE_FILE, "ab") as console:
         proc = subprocess.Popen(
-            list(argv), cwd=sandbox, env=env, stdin=subprocess.DEVNULL,
-            stdout=console, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+            list(argv),
+            cwd=sandbox,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
         )
-    vm = BootedVm(sandbox=sandbox, pid=proc.pid, start_time=_proc_start_time(proc.pid), booted_at=time.time(),
-                  expires_at=expires_at, meta=meta, env=env, _proc=proc)
+    vm = BootedVm(
+        sandbox=sandbox,
+        pid=proc.pid,
+        start_time=_proc_start_time(proc.pid),
+        booted_at=time.time(),
+        expires_at=expires_at,
+        meta=meta,
+        env=env,
+        _proc=proc,
+    )
     vm._save()
     return vm
 
@@ -262,8 +298,15 @@ def reboot(vm: BootedVm, services: Sequence[Sequence[str]], *, grace: float = 3.
         started = _start(argv, vm.sandbox, vm.env, vm.expires_at, vm.meta)
         again = again or started
     if again is None:  # nothing enabled: the machine boots and idles
-        again = BootedVm(sandbox=vm.sandbox, pid=0, start_time=None, booted_at=time.time(),
-                         expires_at=vm.expires_at, meta=vm.meta, env=vm.env)
+        again = BootedVm(
+            sandbox=vm.sandbox,
+            pid=0,
+            start_time=None,
+            booted_at=time.time(),
+            expires_at=vm.expires_at,
+            meta=vm.meta,
+            env=vm.env,
+        )
     return again
 
 

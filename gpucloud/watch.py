@@ -14,11 +14,21 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gpucloud.channel import Channel
 
-VM_STAGES = ("preflight", "watchdog", "stack", "gpu_verify", "fetch_code", "setup", "barrier", "run", "artifacts",
-             "done")
+VM_STAGES = (
+    "preflight",
+    "watchdog",
+    "stack",
+    "gpu_verify",
+    "fetch_code",
+    "setup",
+    "barrier",
+    "run",
+    "artifacts",
+    "done",
+)
 VM_FINAL_STATES = ("succeeded", "failed", "deadline", "error", "preempted")
 PREEMPTED_EXIT = 75  # a run that ended preempted with no restart left: temporary, try again (docs/SPOT.md)
-STALE_HEARTBEATS = 3          # a node is suspect after this many missed heartbeats
+STALE_HEARTBEATS = 3  # a node is suspect after this many missed heartbeats
 DEAD_NODE_STATES = ("gone", "stopping")
 
 
@@ -57,7 +67,11 @@ def observe(channel: Channel, run_id: str, num_nodes: int, node_states: list[str
     """Read every node's status; with the provider's node states, re-read the dead nodes and name
     the ones lost."""
     statuses = [channel.read_status(run_id, r) for r in range(num_nodes)]
-    dead = [r for r, s in list(enumerate(node_states or []))[:num_nodes] if s in DEAD_NODE_STATES and not is_final(statuses[r])]
+    dead = [
+        r
+        for r, s in list(enumerate(node_states or []))[:num_nodes]
+        if s in DEAD_NODE_STATES and not is_final(statuses[r])
+    ]
     for r in dead:
         statuses[r] = channel.read_status(run_id, r)
     return Observation(statuses=statuses, lost=[r for r in dead if not is_final(statuses[r])])

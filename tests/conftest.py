@@ -25,8 +25,7 @@ def installed_package_problems() -> list[str]:
 
     purelib = Path(sysconfig.get_paths()["purelib"]).resolve()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", WHERE], capture_output=True, text=True, cwd=REPO, env=env,
-                          timeout=60)
+    proc = subprocess.run([sys.executable, "-c", WHERE], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
     found = {"this process": gpucloud.__file__ or "", "a CLI subprocess": proc.stdout or proc.stderr.strip()}
     problems = []
     for who, file in found.items():
@@ -41,8 +40,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     problems = installed_package_problems()
     if problems:
-        pytest.exit("GPUCLOUD_TEST_INSTALLED=1, but " + "; ".join(problems) + ". Run the tests from a folder "
-                    "without gpucloud/ (as .ci/run does) against a non-editable install.", returncode=3)
+        pytest.exit(
+            "GPUCLOUD_TEST_INSTALLED=1, but " + "; ".join(problems) + ". Run the tests from a folder "
+            "without gpucloud/ (as .ci/run does) against a non-editable install.",
+            returncode=3,
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -28,8 +28,9 @@ KERNEL = os.uname().release
 
 def _apt(state: Path, etc: Path, *pkgs: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "STUB_STATE": str(state), "STUB_APT_REPO": str(NVIDIA_REPO_INDEX), "GPUCLOUD_ETC": str(etc)}
-    return subprocess.run([sys.executable, str(FAKE_APT), "install", "-y", *pkgs], env=env, text=True,
-                          capture_output=True, check=False)
+    return subprocess.run(
+        [sys.executable, str(FAKE_APT), "install", "-y", *pkgs], env=env, text=True, capture_output=True, check=False
+    )
 
 
 def _installed(state: Path, name: str) -> str | None:
@@ -89,15 +90,21 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("gpu", "pins", "instance", "branch", "package"), CASES,
-                         ids=[f"{c[0]}-{c[3]}" for c in CASES])
-def test_bootstrap_installs_end_on_the_stacks_branch(tmp_path: Path, gpu: str, pins: dict[str, str], instance: str,
-                                                     branch: str, package: str) -> None:
+@pytest.mark.parametrize(("gpu", "pins", "instance", "branch", "package"), CASES, ids=[f"{c[0]}-{c[3]}" for c in CASES])
+def test_bootstrap_installs_end_on_the_stacks_branch(
+    tmp_path: Path, gpu: str, pins: dict[str, str], instance: str, branch: str, package: str
+) -> None:
     stack = resolve_stack(gpu, StackSpec(framework="none", **pins))
     assert stack.driver == branch and stack.driver_packages == (package,)
     node = resolve_node(stack, "aws", instance, 1, job_image="ami-0123456789abcdef0")  # plain image: apt installs
-    vm = make_vm(tmp_path, provider="aws", stack=stack, gpu=gpu, render_kw={"node": node},
-                 stub_env={"STUB_GPU_NAME": GPU_NAMES[gpu]}).run(timeout=60)
+    vm = make_vm(
+        tmp_path,
+        provider="aws",
+        stack=stack,
+        gpu=gpu,
+        render_kw={"node": node},
+        stub_env={"STUB_GPU_NAME": GPU_NAMES[gpu]},
+    ).run(timeout=60)
     assert vm.status()["state"] == "succeeded", (vm.status(), (vm.vm_dir / "stack.log").read_text())
     installs = [c.split("--no-install-recommends ", 1)[1] for c in vm.apt_installs()]
     lock = [f"nvidia-driver-pinning-{branch}"] if int(branch) >= 580 else []

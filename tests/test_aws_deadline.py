@@ -41,12 +41,17 @@ def schedules(moto: Moto, run_id: str | None = None, region: str = "us-east-1") 
 
 def make_schedule(moto: Moto, name: str, when: datetime, region: str = "us-east-1") -> None:  # noqa: F811
     moto.client("scheduler", region).create_schedule(
-        Name=name, GroupName="default", ScheduleExpression=deadline.at_expression(when),
-        FlexibleTimeWindow={"Mode": "OFF"}, Description=f"gpucloud run {name[9:]} attempt 0: test",
-        Target={"Arn": deadline.TARGET_ARN, "RoleArn": ROLE, "Input": json.dumps({"InstanceIds": ["i-0"]})})
+        Name=name,
+        GroupName="default",
+        ScheduleExpression=deadline.at_expression(when),
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Description=f"gpucloud run {name[9:]} attempt 0: test",
+        Target={"Arn": deadline.TARGET_ARN, "RoleArn": ROLE, "Input": json.dumps({"InstanceIds": ["i-0"]})},
+    )
 
 
 # ---- the provider ----------------------------------------------------------------------------------------
+
 
 def test_provision_schedules_terminate_instances_after_the_expiry(moto, provider, journal, hooks):  # noqa: F811
     req = make_request()
@@ -73,9 +78,14 @@ def test_provision_schedules_terminate_instances_after_the_expiry(moto, provider
     assert journal.resources(req.run_id) == []
 
 
-@pytest.mark.parametrize(("setting", "role"), [("my-role", f"arn:aws:iam::{ACCOUNT}:role/my-role"),
-                                               ("arn:aws:iam::111122223333:role/x", "arn:aws:iam::111122223333:role/x"),
-                                               ("off", None)])
+@pytest.mark.parametrize(
+    ("setting", "role"),
+    [
+        ("my-role", f"arn:aws:iam::{ACCOUNT}:role/my-role"),
+        ("arn:aws:iam::111122223333:role/x", "arn:aws:iam::111122223333:role/x"),
+        ("off", None),
+    ],
+)
 def test_the_role_setting(moto, provider, journal, hooks, monkeypatch, setting, role):  # noqa: F811
     monkeypatch.setenv(deadline.ROLE_ENV, setting)
     req = make_request()
@@ -95,8 +105,14 @@ def test_the_role_setting(moto, provider, journal, hooks, monkeypatch, setting, 
 def test_a_refused_schedule_costs_one_warning_and_leaves_nothing(moto, provider, journal, hooks, code):  # noqa: F811
     warnings: list[str] = []
     provider._warn = warnings.append
-    hooks.add(Fault("CreateSchedule", code, times=None,
-                    message="The execution role you provide must allow AWS EventBridge Scheduler to assume the role."))
+    hooks.add(
+        Fault(
+            "CreateSchedule",
+            code,
+            times=None,
+            message="The execution role you provide must allow AWS EventBridge Scheduler to assume the role.",
+        )
+    )
     reqs = [make_request(), make_request()]
     handles = [provider.provision(r, journal) for r in reqs]
     assert all(h.nodes and "schedule" not in h.resources for h in handles)
@@ -168,10 +184,13 @@ def test_gc_removes_stale_schedules_and_keeps_future_ones(moto, provider, hooks)
 def test_gc_goes_on_when_the_scheduler_refuses(moto, provider, hooks):  # noqa: F811
     from gpucloud.providers.base import expiry_tag
 
-    tags = [{"Key": "gpucloud-run", "Value": "gc-denied"},
-            {"Key": "gpucloud-expires", "Value": expiry_tag(datetime.now(UTC) - timedelta(minutes=5))}]
-    vol = moto.client("ec2").create_volume(AvailabilityZone="us-east-1a", Size=8,
-                                           TagSpecifications=[{"ResourceType": "volume", "Tags": tags}])["VolumeId"]
+    tags = [
+        {"Key": "gpucloud-run", "Value": "gc-denied"},
+        {"Key": "gpucloud-expires", "Value": expiry_tag(datetime.now(UTC) - timedelta(minutes=5))},
+    ]
+    vol = moto.client("ec2").create_volume(
+        AvailabilityZone="us-east-1a", Size=8, TagSpecifications=[{"ResourceType": "volume", "Tags": tags}]
+    )["VolumeId"]
     hooks.add(Fault("ListSchedules", "AccessDeniedException", times=None))
     lines = provider.gc(datetime.now(UTC), dry_run=False)
     assert f"aws/us-east-1: deleted volume {vol} (run gc-denied, expired {tags[1]['Value']})" in lines
@@ -192,15 +211,21 @@ def test_schedule_names_fit_and_stay_the_same() -> None:
 
 # ---- through the CLI -------------------------------------------------------------------------------------
 
-def test_a_run_removes_its_schedule_and_down_removes_a_detached_ones(inproc: None, moto: Moto,  # noqa: F811
-                                                                      aws_sim: AwsVmSimulator, tmp_path: Path) -> None:  # noqa: F811
+
+def test_a_run_removes_its_schedule_and_down_removes_a_detached_ones(
+    inproc: None,
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,
+    tmp_path: Path,
+) -> None:  # noqa: F811
     job = write_job(tmp_path / "job.yaml", run="echo deadline-layer", name="dl")
     code, out = invoke("run", str(job), "--cloud", "aws")
     assert code == 0, out[-2000:]
     run_id = run_id_of(out)
     assert HOOKS.ops("CreateSchedule") and schedules(moto, run_id) == {}
-    code, out = invoke("run", str(write_job(tmp_path / "long.yaml", run="sleep 60", name="dl2")), "--cloud", "aws",
-                       "--detach")
+    code, out = invoke(
+        "run", str(write_job(tmp_path / "long.yaml", run="sleep 60", name="dl2")), "--cloud", "aws", "--detach"
+    )
     assert code == 0, out[-2000:]
     run_id = run_id_of(out)
     [got] = schedules(moto, run_id).values()
@@ -210,8 +235,12 @@ def test_a_run_removes_its_schedule_and_down_removes_a_detached_ones(inproc: Non
     assert schedules(moto, run_id) == {} and tagged_alive(moto, run_id) == []
 
 
-def test_a_run_with_the_scheduler_denied_succeeds_with_one_warning(inproc: None, moto: Moto,  # noqa: F811
-                                                                    aws_sim: AwsVmSimulator, tmp_path: Path) -> None:  # noqa: F811
+def test_a_run_with_the_scheduler_denied_succeeds_with_one_warning(
+    inproc: None,
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,
+    tmp_path: Path,
+) -> None:  # noqa: F811
     HOOKS.add(Fault("CreateSchedule", "AccessDeniedException", times=None))
     job = write_job(tmp_path / "job.yaml", run="echo still-runs", name="dl3")
     code, out = invoke("run", str(job), "--cloud", "aws")

@@ -35,7 +35,7 @@ from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # n
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-MATRIX_RESULTS: dict[str, int] = {}   # cell -> tagged resources left at the end (must be 0)
+MATRIX_RESULTS: dict[str, int] = {}  # cell -> tagged resources left at the end (must be 0)
 ATTEMPT = re.compile(r"attempt \d+: (aws/[^ \n]+)")
 
 
@@ -49,14 +49,26 @@ def wait_until(cond: Callable[[], object], timeout: float = 30.0, step: float = 
 
 
 @pytest.fixture
-def aws_env(moto: Moto, aws_sim: AwsVmSimulator, gpucloud_home: Path, tmp_path: Path,  # noqa: F811
-            monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+def aws_env(
+    moto: Moto,
+    aws_sim: AwsVmSimulator,
+    gpucloud_home: Path,
+    tmp_path: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[dict[str, str]]:
     """moto + simulator; the environment a CLI subprocess needs; cwd = tmp_path."""
     monkeypatch.chdir(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPUCLOUD_TEST_", "AZURE_"))}
     env.update(moto.env)
-    env.update({"GPUCLOUD_HOME": str(gpucloud_home), "CI": "true", "PYTHONPATH": str(REPO),
-                "GPUCLOUD_TEST_AWS_RECORD": str(SESSION_RECORD), "GPUCLOUD_SSH_CIDR": "203.0.113.7/32"})
+    env.update(
+        {
+            "GPUCLOUD_HOME": str(gpucloud_home),
+            "CI": "true",
+            "PYTHONPATH": str(REPO),
+            "GPUCLOUD_TEST_AWS_RECORD": str(SESSION_RECORD),
+            "GPUCLOUD_SSH_CIDR": "203.0.113.7/32",
+        }
+    )
     env.pop("GPUCLOUD_AZURE_ARM_ENDPOINT", None)
     yield env
 
@@ -64,17 +76,23 @@ def aws_env(moto: Moto, aws_sim: AwsVmSimulator, gpucloud_home: Path, tmp_path: 
 @pytest.fixture
 def inproc(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """In-process CLI runs with the hooks installed and the waits shortened (restored after)."""
+    from gpucloud.providers.aws import AwsProvider, reset_shared
     from gpucloud.providers.aws.channel import S3Channel
-    from gpucloud.providers.aws import AwsProvider
-
-    from gpucloud.providers.aws import reset_shared
 
     install()
     HOOKS.reset()
     reset_shared(channels_only=True)  # each cell checks (and maybe creates) its buckets again
     for cls in (AwsProvider, S3Channel):
-        for name in ("capabilities", "RETRY_ATTEMPTS", "RETRY_BASE_S", "RETRY_CAP_S", "POLL_S",
-                     "TERMINATE_TIMEOUT_S", "SG_DELETE_TIMEOUT_S", "PG_DELETE_TIMEOUT_S"):
+        for name in (
+            "capabilities",
+            "RETRY_ATTEMPTS",
+            "RETRY_BASE_S",
+            "RETRY_CAP_S",
+            "POLL_S",
+            "TERMINATE_TIMEOUT_S",
+            "SG_DELETE_TIMEOUT_S",
+            "PG_DELETE_TIMEOUT_S",
+        ):
             if hasattr(cls, name):
                 monkeypatch.setattr(cls, name, getattr(cls, name))
     from tests.support.aws_cli import make_fast
@@ -85,13 +103,20 @@ def inproc(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator
     HOOKS.reset()
 
 
-def cli(env: dict[str, str], *args: str, faults: list[Fault] | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def cli(
+    env: dict[str, str], *args: str, faults: list[Fault] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     env = dict(env)
     if faults:
         env["GPUCLOUD_TEST_AWS_FAULTS"] = faults_env(faults)
-    return subprocess.run([sys.executable, "-m", "tests.support.aws_cli", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout, cwd=os.getcwd())
+    return subprocess.run(
+        [sys.executable, "-m", "tests.support.aws_cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=os.getcwd(),
+    )
 
 
 def plain_cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -99,16 +124,28 @@ def plain_cli(env: dict[str, str], *args: str, timeout: float = 120) -> subproce
     from tests.support.aws_faults import PLACEMENT_ENV
 
     env = {k: v for k, v in env.items() if k != PLACEMENT_ENV and not k.startswith("GPUCLOUD_TEST_")}
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout, cwd=os.getcwd())
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=os.getcwd(),
+    )
 
 
 def start_cli(env: dict[str, str], *args: str, faults: list[Fault] | None = None) -> subprocess.Popen[str]:
     env = dict(env)
     if faults:
         env["GPUCLOUD_TEST_AWS_FAULTS"] = faults_env(faults)
-    return subprocess.Popen([sys.executable, "-m", "tests.support.aws_cli", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=os.getcwd())
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.support.aws_cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=os.getcwd(),
+    )
 
 
 def invoke(*args: str) -> tuple[int, str]:
@@ -121,10 +158,21 @@ def invoke(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def write_job(path: Path, *, run: str, regions: str = "[us-east-1]", max_duration: str = "10m",
-              name: str = "awsjob", ssh: bool = False, artifacts: str = "[]", gpu: str = "T4:1") -> Path:
-    path.write_text(f"name: {name}\nresources:\n  cloud: aws\n  regions: {regions}\n  gpu: {gpu}\n"
-                    f"  ssh: {str(ssh).lower()}\nrun: {run}\nartifacts: {artifacts}\nmax_duration: {max_duration}\n")
+def write_job(
+    path: Path,
+    *,
+    run: str,
+    regions: str = "[us-east-1]",
+    max_duration: str = "10m",
+    name: str = "awsjob",
+    ssh: bool = False,
+    artifacts: str = "[]",
+    gpu: str = "T4:1",
+) -> Path:
+    path.write_text(
+        f"name: {name}\nresources:\n  cloud: aws\n  regions: {regions}\n  gpu: {gpu}\n"
+        f"  ssh: {str(ssh).lower()}\nrun: {run}\nartifacts: {artifacts}\nmax_duration: {max_duration}\n"
+    )
     return path
 
 
@@ -142,8 +190,12 @@ def settle(sim: AwsVmSimulator, timeout: float = 20) -> None:
     sim.wait_idle(timeout)
 
 
-def clean_up_and_count(moto: Moto, sim: AwsVmSimulator, env: dict[str, str] | None = None,  # noqa: F811
-                       cell: str = "") -> list[str]:
+def clean_up_and_count(
+    moto: Moto,
+    sim: AwsVmSimulator,
+    env: dict[str, str] | None = None,  # noqa: F811
+    cell: str = "",
+) -> list[str]:
     """After a cell: if anything tagged is left, `gpucloud gc --yes` must remove it. Returns what
     is still left afterwards (a leak) and records it in MATRIX_RESULTS."""
     HOOKS.faults.clear()
@@ -164,13 +216,25 @@ def clean_up_and_count(moto: Moto, sim: AwsVmSimulator, env: dict[str, str] | No
 
 # ---- the examples ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("example,itype,gpu_name,spot,model,epoch_line", [
-    ("quickstart.yaml", "g4dn.xlarge", "Tesla T4", False, "model.json", "epoch    1 "),
-    ("t4-any-cloud.yaml", "g4dn.xlarge", "Tesla T4", True, "model.pt", "epoch 1/"),
-])
+
+@pytest.mark.parametrize(
+    "example,itype,gpu_name,spot,model,epoch_line",
+    [
+        ("quickstart.yaml", "g4dn.xlarge", "Tesla T4", False, "model.json", "epoch    1 "),
+        ("t4-any-cloud.yaml", "g4dn.xlarge", "Tesla T4", True, "model.pt", "epoch 1/"),
+    ],
+)
 def test_example_runs_on_aws_with_logs_and_artifacts_and_leaves_nothing(
-        aws_env: dict[str, str], moto: Moto, aws_sim: AwsVmSimulator, example: str, itype: str,  # noqa: F811
-        gpu_name: str, spot: bool, model: str, epoch_line: str) -> None:
+    aws_env: dict[str, str],
+    moto: Moto,
+    aws_sim: AwsVmSimulator,
+    example: str,
+    itype: str,  # noqa: F811
+    gpu_name: str,
+    spot: bool,
+    model: str,
+    epoch_line: str,
+) -> None:
     if model.endswith(".pt"):
         pytest.importorskip("torch", reason="the example trains with PyTorch (CPU wheel in .ci/run)")
     proc = cli(aws_env, "run", str(EXAMPLES / example), "--cloud", "aws", "--json", timeout=180)
@@ -196,8 +260,12 @@ def test_example_runs_on_aws_with_logs_and_artifacts_and_leaves_nothing(
     # here; the VM's self-termination is proven without a CLI in the detached test below.
 
 
-def test_detached_vm_terminates_itself_when_the_job_ends(aws_env: dict[str, str], moto: Moto,  # noqa: F811
-                                                         aws_sim: AwsVmSimulator, tmp_path: Path) -> None:
+def test_detached_vm_terminates_itself_when_the_job_ends(
+    aws_env: dict[str, str],
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,
+    tmp_path: Path,
+) -> None:
     job = write_job(tmp_path / "job.yaml", run="echo self-terminating")
     proc = cli(aws_env, "run", str(job), "--cloud", "aws", "--detach", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -213,6 +281,7 @@ def test_detached_vm_terminates_itself_when_the_job_ends(aws_env: dict[str, str]
 
 
 # ---- exit codes -----------------------------------------------------------------------------------------
+
 
 def test_job_failure_exit_code_is_the_jobs(aws_env: dict[str, str], moto: Moto, tmp_path: Path) -> None:  # noqa: F811
     """Also: temporary credentials that end before the deadline are warned about before launching."""
@@ -238,15 +307,24 @@ def test_max_duration_exit_code_124(aws_env: dict[str, str], moto: Moto, tmp_pat
     assert tagged_alive(moto, run_id_of(proc.stderr)) == []
 
 
-def test_no_capacity_anywhere_exits_75_listing_every_attempt(aws_env: dict[str, str], moto: Moto,  # noqa: F811
-                                                            aws_sim: AwsVmSimulator) -> None:
+def test_no_capacity_anywhere_exits_75_listing_every_attempt(
+    aws_env: dict[str, str],
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,
+) -> None:
     from gpucloud.planner import make_plan
     from gpucloud.spec import load_spec
 
     example = EXAMPLES / "t4-any-cloud.yaml"
     plan = make_plan(load_spec(example), cloud="aws")
-    proc = cli(aws_env, "run", str(example), "--cloud", "aws",
-               faults=[Fault("RunInstances", "InsufficientInstanceCapacity", times=None)])
+    proc = cli(
+        aws_env,
+        "run",
+        str(example),
+        "--cloud",
+        "aws",
+        faults=[Fault("RunInstances", "InsufficientInstanceCapacity", times=None)],
+    )
     assert proc.returncode == 75, proc.stderr[-3000:]
     assert "no candidate could be provisioned" in proc.stderr
     expected = [f"{c.cloud}/{c.region}/{c.instance_type}" for c in plan.candidates]
@@ -257,8 +335,11 @@ def test_no_capacity_anywhere_exits_75_listing_every_attempt(aws_env: dict[str, 
     assert tagged_alive(moto) == []
 
 
-def test_failover_follows_the_plan_skipping_a_region_out_of_quota(inproc: None, moto: Moto,  # noqa: F811
-                                                                  aws_sim: AwsVmSimulator) -> None:
+def test_failover_follows_the_plan_skipping_a_region_out_of_quota(
+    inproc: None,
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,
+) -> None:
     """Quota in us-east-1 skips every us-east-1 candidate (named with its quota code); capacity in
     the next region the plan ranks moves to the candidate after it, in plan order."""
     from gpucloud.planner import make_plan
@@ -269,8 +350,10 @@ def test_failover_follows_the_plan_skipping_a_region_out_of_quota(inproc: None, 
     others = [c for c in plan if not c.startswith("aws/us-east-1/")]
     full = others[0].split("/")[1]  # the first region after us-east-1: out of capacity
     expected = [plan[0], others[0], next(c for c in others if c.split("/")[1] != full)]
-    HOOKS.add(Fault("RunInstances", "MaxSpotInstanceCountExceeded", times=None, region="us-east-1"),
-              Fault("RunInstances", "InsufficientInstanceCapacity", times=None, region=full))
+    HOOKS.add(
+        Fault("RunInstances", "MaxSpotInstanceCountExceeded", times=None, region="us-east-1"),
+        Fault("RunInstances", "InsufficientInstanceCapacity", times=None, region=full),
+    )
     code, out = invoke("run", str(example), "--cloud", "aws", "--detach")
     try:
         assert code == 0, out[-3000:]
@@ -286,8 +369,12 @@ def test_failover_follows_the_plan_skipping_a_region_out_of_quota(inproc: None, 
     assert clean_up_and_count(moto, aws_sim) == []
 
 
-def test_detach_then_down_in_another_process(aws_env: dict[str, str], moto: Moto,  # noqa: F811
-                                             aws_sim: AwsVmSimulator, tmp_path: Path) -> None:
+def test_detach_then_down_in_another_process(
+    aws_env: dict[str, str],
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,
+    tmp_path: Path,
+) -> None:
     job = write_job(tmp_path / "job.yaml", run="echo detached-output; sleep 60")
     proc = cli(aws_env, "run", str(job), "--cloud", "aws", "--detach", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -307,20 +394,29 @@ def test_detach_then_down_in_another_process(aws_env: dict[str, str], moto: Moto
 
 
 def test_gc_dry_run_lists_then_gc_deletes_expired_leftovers_in_every_region(
-        aws_env: dict[str, str], moto: Moto) -> None:  # noqa: F811
+    aws_env: dict[str, str], moto: Moto
+) -> None:  # noqa: F811
     """What a crash before any state was written would leave: tagged, expired, unknown to the store."""
     from datetime import UTC, datetime, timedelta
 
     from gpucloud.providers.base import expiry_tag as iso_utc
 
-    tags = [{"Key": "gpucloud-run", "Value": "crashed-run"},
-            {"Key": "gpucloud-expires", "Value": iso_utc(datetime.now(UTC) - timedelta(minutes=5))}]
+    tags = [
+        {"Key": "gpucloud-run", "Value": "crashed-run"},
+        {"Key": "gpucloud-expires", "Value": iso_utc(datetime.now(UTC) - timedelta(minutes=5))},
+    ]
     made = []
     for region in ("eu-west-1", "ap-northeast-1"):
         ec2 = moto.client("ec2", region)
         vpc = ec2.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
-        made.append(ec2.create_security_group(GroupName="gpucloud-crashed-run-0", Description="x", VpcId=vpc,
-                                              TagSpecifications=[{"ResourceType": "security-group", "Tags": tags}])["GroupId"])
+        made.append(
+            ec2.create_security_group(
+                GroupName="gpucloud-crashed-run-0",
+                Description="x",
+                VpcId=vpc,
+                TagSpecifications=[{"ResourceType": "security-group", "Tags": tags}],
+            )["GroupId"]
+        )
     dry = cli(aws_env, "gc", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     for sg in made:
@@ -337,10 +433,22 @@ def test_gc_dry_run_lists_then_gc_deletes_expired_leftovers_in_every_region(
 # Provisioning calls, in the order a launch makes them: (service operation, job needs ssh).
 # Faults hit us-east-1 only, every time: failover must move to us-west-2, the next candidate.
 PROVISION_CALLS = [
-    "GetCallerIdentity", "HeadBucket", "CreateBucket", "PutPublicAccessBlock", "PutBucketEncryption",
-    "PutBucketLifecycleConfiguration", "PutObject", "GetParameter", "DescribeImages", "DescribeVpcs",
-    "DescribeSubnets", "DescribeInstanceTypeOfferings", "CreateSecurityGroup", "AuthorizeSecurityGroupIngress",
-    "CreateKeyPair", "RunInstances",
+    "GetCallerIdentity",
+    "HeadBucket",
+    "CreateBucket",
+    "PutPublicAccessBlock",
+    "PutBucketEncryption",
+    "PutBucketLifecycleConfiguration",
+    "PutObject",
+    "GetParameter",
+    "DescribeImages",
+    "DescribeVpcs",
+    "DescribeSubnets",
+    "DescribeInstanceTypeOfferings",
+    "CreateSecurityGroup",
+    "AuthorizeSecurityGroupIngress",
+    "CreateKeyPair",
+    "RunInstances",
 ]
 # Teardown calls: the fault lasts until the cell is cleaned up, so the run's own teardown fails
 # (exit 70, with `gpucloud down RUN` named) and `gpucloud gc` must finish the job. A complete run
@@ -364,12 +472,19 @@ def _drop_bucket(moto: Moto, region: str) -> None:  # noqa: F811
 
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("call", PROVISION_CALLS)
-def test_fault_matrix_provisioning(inproc: None, moto: Moto, aws_sim: AwsVmSimulator,  # noqa: F811
-                                   tmp_path: Path, call: str, kind: str) -> None:
+def test_fault_matrix_provisioning(
+    inproc: None,
+    moto: Moto,
+    aws_sim: AwsVmSimulator,  # noqa: F811
+    tmp_path: Path,
+    call: str,
+    kind: str,
+) -> None:
     if call == "CreateBucket":
         _drop_bucket(moto, "us-east-1")
-    job = write_job(tmp_path / "job.yaml", run="echo fault-ok", regions="[us-east-1, us-west-2]", ssh=True,
-                    name="awsfault")
+    job = write_job(
+        tmp_path / "job.yaml", run="echo fault-ok", regions="[us-east-1, us-west-2]", ssh=True, name="awsfault"
+    )
     HOOKS.add(Fault(call, KINDS[kind], times=None, region="us-east-1"))
     code, out = invoke("run", str(job), "--cloud", "aws", "--detach")
     injected = [c for c in HOOKS.calls if c.injected == KINDS[kind]]
@@ -390,8 +505,14 @@ def test_fault_matrix_provisioning(inproc: None, moto: Moto, aws_sim: AwsVmSimul
 
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("call", TEARDOWN_CALLS)
-def test_fault_matrix_teardown(inproc: None, moto: Moto, aws_sim: AwsVmSimulator,  # noqa: F811
-                               tmp_path: Path, call: str, kind: str) -> None:
+def test_fault_matrix_teardown(
+    inproc: None,
+    moto: Moto,
+    aws_sim: AwsVmSimulator,  # noqa: F811
+    tmp_path: Path,
+    call: str,
+    kind: str,
+) -> None:
     job = write_job(tmp_path / "job.yaml", run="echo fault-ok", ssh=True, name="awstear")
     HOOKS.add(Fault(call, KINDS[kind], times=None))
     code, out = invoke("run", str(job), "--cloud", "aws")
@@ -418,9 +539,14 @@ PHASES = {
 
 @pytest.mark.parametrize("how", ["ctrl-c", "killed"])
 @pytest.mark.parametrize("phase", list(PHASES))
-def test_interrupted_or_killed_cli_leaves_nothing(aws_env: dict[str, str], moto: Moto,  # noqa: F811
-                                                  aws_sim: AwsVmSimulator, tmp_path: Path, phase: str,
-                                                  how: str) -> None:
+def test_interrupted_or_killed_cli_leaves_nothing(
+    aws_env: dict[str, str],
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,
+    tmp_path: Path,
+    phase: str,
+    how: str,
+) -> None:
     run, stall = PHASES[phase]
     job = write_job(tmp_path / "job.yaml", run=run, ssh=True, name="awskill")
     record = tmp_path / "ops.txt"
@@ -459,7 +585,9 @@ def test_interrupted_or_killed_cli_leaves_nothing(aws_env: dict[str, str], moto:
 def test_fault_matrix_summary() -> None:
     """Prints the matrix size and the leak count (run with -s to see it)."""
     leaks = sum(MATRIX_RESULTS.values())
-    print(f"\nAWS fault matrix: {len(MATRIX_RESULTS)} cells ({len(PROVISION_CALLS)} provisioning + "
-          f"{len(TEARDOWN_CALLS)} teardown calls x {len(KINDS)} error kinds + {len(PHASES)} phases x Ctrl-C/SIGKILL), "
-          f"leaked resources: {leaks}")
+    print(
+        f"\nAWS fault matrix: {len(MATRIX_RESULTS)} cells ({len(PROVISION_CALLS)} provisioning + "
+        f"{len(TEARDOWN_CALLS)} teardown calls x {len(KINDS)} error kinds + {len(PHASES)} phases x Ctrl-C/SIGKILL), "
+        f"leaked resources: {leaks}"
+    )
     assert leaks == 0

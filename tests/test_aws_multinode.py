@@ -35,7 +35,7 @@ from tests.test_aws_e2e import aws_env, inproc, invoke, run_id_of  # noqa: F401
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 REGION = "us-east-1"
-SCRIPT = "#!/bin/bash\n# one script for every node\necho \"node $GPUCLOUD_NODE_RANK\"\n"
+SCRIPT = '#!/bin/bash\n# one script for every node\necho "node $GPUCLOUD_NODE_RANK"\n'
 
 try:
     import torch  # noqa: F401
@@ -75,23 +75,32 @@ def journal(gpucloud_home: Path) -> Any:
 _counter = iter(range(10_000))
 
 
-def request(nodes: int, *, region: str = REGION, expires_in: timedelta = timedelta(hours=2),
-            ssh: bool = False) -> LaunchRequest:
+def request(
+    nodes: int, *, region: str = REGION, expires_in: timedelta = timedelta(hours=2), ssh: bool = False
+) -> LaunchRequest:
     """What the lifecycle hands a shared_user_data provider: N copies of one script."""
     from gpucloud.planner import make_plan
     from gpucloud.spec import parse_spec
 
     n = next(_counter)
-    spec = parse_spec(f"name: mn-{n}\nresources:\n  cloud: aws\n  gpu: T4:1\n  ssh: {str(ssh).lower()}\n"
-                      f"num_nodes: {nodes}\nrun: echo hi\nmax_duration: 1h\n", "mn.yaml")
+    spec = parse_spec(
+        f"name: mn-{n}\nresources:\n  cloud: aws\n  gpu: T4:1\n  ssh: {str(ssh).lower()}\n"
+        f"num_nodes: {nodes}\nrun: echo hi\nmax_duration: 1h\n",
+        "mn.yaml",
+    )
     plan = make_plan(spec, cloud="aws", region=region)
     cand = next(c for c in plan.candidates if not c.spot)
     run_id = f"mn-{n}-{int(time.time() * 1000) % 16**6:06x}"
     expires = datetime.now(UTC).replace(microsecond=0) + expires_in
-    return LaunchRequest(run_id=run_id, spec=spec, candidate=cand, stack=plan.stack, user_data=[SCRIPT] * nodes,
-                         expires_at=expires,
-                         tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                               "Name": f"gpucloud-{run_id}"})
+    return LaunchRequest(
+        run_id=run_id,
+        spec=spec,
+        candidate=cand,
+        stack=plan.stack,
+        user_data=[SCRIPT] * nodes,
+        expires_at=expires,
+        tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"), "Name": f"gpucloud-{run_id}"},
+    )
 
 
 def instances(moto: Moto, ids: list[str], region: str = REGION) -> list[dict[str, Any]]:  # noqa: F811
@@ -110,8 +119,13 @@ def inbound(moto: Moto, sg_id: str, region: str = REGION) -> list[dict[str, Any]
 
 # ---- provider level --------------------------------------------------------------------------------
 
-def test_four_nodes_come_from_one_call_in_one_placement_group(moto: Moto, provider: Any, journal: Any,  # noqa: F811
-                                                              hooks: AwsHooks) -> None:
+
+def test_four_nodes_come_from_one_call_in_one_placement_group(
+    moto: Moto,
+    provider: Any,
+    journal: Any,  # noqa: F811
+    hooks: AwsHooks,
+) -> None:
     n = 4
     req = request(n)
     pg_name = f"gpucloud-{req.run_id}-0"
@@ -119,8 +133,9 @@ def test_four_nodes_come_from_one_call_in_one_placement_group(moto: Moto, provid
 
     def watch(call: Call) -> None:  # the placement group is in the journal before AWS hears of it
         if call.operation == "CreatePlacementGroup":
-            journalled.append(any(r.kind == "placement-group" and r.name == pg_name
-                                  for r in journal.resources(req.run_id)))
+            journalled.append(
+                any(r.kind == "placement-group" and r.name == pg_name for r in journal.resources(req.run_id))
+            )
 
     hooks.on_call = watch
     handle = provider.provision(req, journal)
@@ -140,8 +155,12 @@ def test_four_nodes_come_from_one_call_in_one_placement_group(moto: Moto, provid
 
     (pg,) = [g for g in hooks.placement.groups(REGION) if g["GroupName"] == pg_name]
     assert pg["Strategy"] == "cluster" and pg["State"] == "available"
-    assert tags_of(pg) == {TAG_RUN: req.run_id, TAG_EXPIRES: req.tags[TAG_EXPIRES], "Name": pg_name,
-                           "gpucloud-attempt": "0"}
+    assert tags_of(pg) == {
+        TAG_RUN: req.run_id,
+        TAG_EXPIRES: req.tags[TAG_EXPIRES],
+        "Name": pg_name,
+        "gpucloud-attempt": "0",
+    }
     assert sorted(pg["Instances"]) == sorted(ids)
     (pg_rec,) = [r for r in journal.resources(req.run_id) if r.kind == "placement-group"]
     assert pg_rec.cloud_id == pg["GroupId"]
@@ -160,20 +179,26 @@ def test_four_nodes_come_from_one_call_in_one_placement_group(moto: Moto, provid
     assert provider.node_states(handle) == ["gone"] * n
 
 
-def test_security_group_lets_in_only_the_runs_own_nodes(moto: Moto, provider: Any, journal: Any,  # noqa: F811
-                                                        hooks: AwsHooks) -> None:
+def test_security_group_lets_in_only_the_runs_own_nodes(
+    moto: Moto,
+    provider: Any,
+    journal: Any,  # noqa: F811
+    hooks: AwsHooks,
+) -> None:
     multi, single = request(2), request(1)
     handles = [provider.provision(req, journal) for req in (multi, single)]
     try:
         groups = {c.params["GroupName"]: c for c in hooks.ops("CreateSecurityGroup")}
         sg_multi = moto.client("ec2").describe_security_groups(
-            Filters=[{"Name": f"tag:{TAG_RUN}", "Values": [multi.run_id]}])["SecurityGroups"][0]
+            Filters=[{"Name": f"tag:{TAG_RUN}", "Values": [multi.run_id]}]
+        )["SecurityGroups"][0]
         (rule,) = inbound(moto, sg_multi["GroupId"])
         assert rule["IpProtocol"] == "-1"
         assert [p["GroupId"] for p in rule["UserIdGroupPairs"]] == [sg_multi["GroupId"]], "source: the group itself"
         assert rule["IpRanges"] == rule["Ipv6Ranges"] == rule["PrefixListIds"] == []
         sg_single = moto.client("ec2").describe_security_groups(
-            Filters=[{"Name": f"tag:{TAG_RUN}", "Values": [single.run_id]}])["SecurityGroups"][0]
+            Filters=[{"Name": f"tag:{TAG_RUN}", "Values": [single.run_id]}]
+        )["SecurityGroups"][0]
         assert inbound(moto, sg_single["GroupId"]) == [], "one node: no inbound rule at all"
         assert len(groups) == 2
         # a single node needs no placement group either
@@ -186,8 +211,12 @@ def test_security_group_lets_in_only_the_runs_own_nodes(moto: Moto, provider: An
     assert tagged_alive(moto, multi.run_id) == [] and tagged_alive(moto, single.run_id) == []
 
 
-def test_capacity_error_moves_all_nodes_to_the_next_zone_together(moto: Moto, provider: Any, journal: Any,  # noqa: F811
-                                                                  hooks: AwsHooks) -> None:
+def test_capacity_error_moves_all_nodes_to_the_next_zone_together(
+    moto: Moto,
+    provider: Any,
+    journal: Any,  # noqa: F811
+    hooks: AwsHooks,
+) -> None:
     n = 4
     hooks.add(Fault("RunInstances", "InsufficientInstanceCapacity", times=1))
     req = request(n)
@@ -206,8 +235,12 @@ def test_capacity_error_moves_all_nodes_to_the_next_zone_together(moto: Moto, pr
     assert tagged_alive(moto, req.run_id) == []
 
 
-def test_no_zone_with_room_for_the_group_leaves_nothing(moto: Moto, provider: Any, journal: Any,  # noqa: F811
-                                                       hooks: AwsHooks) -> None:
+def test_no_zone_with_room_for_the_group_leaves_nothing(
+    moto: Moto,
+    provider: Any,
+    journal: Any,  # noqa: F811
+    hooks: AwsHooks,
+) -> None:
     hooks.add(Fault("RunInstances", "InsufficientInstanceCapacity", times=None))
     req = request(3)
     with pytest.raises(CapacityError, match="3 nodes together"):
@@ -226,11 +259,15 @@ def test_gc_sweeps_expired_placement_groups(moto: Moto, provider: Any, journal: 
     fresh = request(2)
     handles = {req.run_id: provider.provision(req, journal) for req in (expired, fresh)}
     # What a CLI killed right after CreatePlacementGroup leaves behind.
-    stray = [{"Key": TAG_RUN, "Value": "mn-stray"},
-             {"Key": TAG_EXPIRES, "Value": iso_utc(datetime.now(UTC) - timedelta(hours=1))}]
+    stray = [
+        {"Key": TAG_RUN, "Value": "mn-stray"},
+        {"Key": TAG_EXPIRES, "Value": iso_utc(datetime.now(UTC) - timedelta(hours=1))},
+    ]
     provider.client("ec2", "eu-west-1").create_placement_group(
-        GroupName="gpucloud-mn-stray-0", Strategy="cluster",
-        TagSpecifications=[{"ResourceType": "placement-group", "Tags": stray}])
+        GroupName="gpucloud-mn-stray-0",
+        Strategy="cluster",
+        TagSpecifications=[{"ResourceType": "placement-group", "Tags": stray}],
+    )
     now = datetime.now(UTC)
     dry = provider.gc(now, dry_run=True)
     assert any("placement group gpucloud-mn-stray-0" in line and "would delete" in line for line in dry), dry
@@ -249,12 +286,16 @@ def test_gc_sweeps_expired_placement_groups(moto: Moto, provider: Any, journal: 
 
 # ---- lifecycle and end to end ------------------------------------------------------------------------
 
+
 def test_no_capacity_in_the_first_region_moves_both_nodes_to_the_next(  # noqa: F811
-        inproc: None, moto: Moto, aws_sim: AwsVmSimulator, tmp_path: Path) -> None:
+    inproc: None, moto: Moto, aws_sim: AwsVmSimulator, tmp_path: Path
+) -> None:
     job = tmp_path / "job.yaml"
-    job.write_text("name: mn-failover\nresources:\n  cloud: aws\n  regions: [us-east-1, us-west-2]\n  gpu: T4:1\n"
-                   "num_nodes: 2\nrun: echo \"rank $GPUCLOUD_NODE_RANK of $GPUCLOUD_NUM_NODES, master $MASTER_ADDR\"\n"
-                   "max_duration: 10m\n")
+    job.write_text(
+        "name: mn-failover\nresources:\n  cloud: aws\n  regions: [us-east-1, us-west-2]\n  gpu: T4:1\n"
+        'num_nodes: 2\nrun: echo "rank $GPUCLOUD_NODE_RANK of $GPUCLOUD_NUM_NODES, master $MASTER_ADDR"\n'
+        "max_duration: 10m\n"
+    )
     HOOKS.add(Fault("RunInstances", "InsufficientInstanceCapacity", times=None, region="us-east-1"))
     code, out = invoke("run", str(job), "--cloud", "aws")
     assert code == 0, out[-3000:]
@@ -277,8 +318,12 @@ def _free_port() -> int:
 
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="PyTorch is not importable here (CI installs the CPU wheel)")
-def test_ddp_example_on_two_aws_nodes(inproc: None, moto: Moto, aws_sim: AwsVmSimulator,  # noqa: F811
-                                      tmp_path: Path) -> None:
+def test_ddp_example_on_two_aws_nodes(
+    inproc: None,
+    moto: Moto,
+    aws_sim: AwsVmSimulator,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     """examples/ddp-2-nodes.yaml as it is, but for MASTER_PORT: both simulated guests share this
     host's loopback, so the run sets a free port through the job's own `env` (which wins over
     gpucloud's 29500)."""

@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 
 from gpucloud.providers.base import (
-    RunHandle,
     TAG_EXPIRES,
     TAG_RUN,
-    CapacityError,
     CandidateError,
+    CapacityError,
     FatalProvisionError,
     LaunchRequest,
     PriceError,
     QuotaError,
+    RunHandle,
     ThrottledError,
 )
 from tests.support.aws_faults import HOOKS, Fault, install
@@ -77,21 +77,38 @@ def journal(gpucloud_home):
 _counter = iter(range(10_000))
 
 
-def make_request(*, gpu: str = "T4:1", spot: bool = False, ssh: bool = False, image: str = "auto",
-                 region: str = "us-east-1", script: str = "#!/bin/bash\necho hi\n", attempt: int = 0,
-                 expires_in: timedelta = timedelta(hours=2)) -> LaunchRequest:
+def make_request(
+    *,
+    gpu: str = "T4:1",
+    spot: bool = False,
+    ssh: bool = False,
+    image: str = "auto",
+    region: str = "us-east-1",
+    script: str = "#!/bin/bash\necho hi\n",
+    attempt: int = 0,
+    expires_in: timedelta = timedelta(hours=2),
+) -> LaunchRequest:
     from gpucloud.planner import make_plan
     from gpucloud.spec import parse_spec
 
     n = next(_counter)
-    spec = parse_spec(SPEC.format(name=n, gpu=gpu, spot=str(spot).lower(), ssh=str(ssh).lower(), image=image), "unit.yaml")
+    spec = parse_spec(
+        SPEC.format(name=n, gpu=gpu, spot=str(spot).lower(), ssh=str(ssh).lower(), image=image), "unit.yaml"
+    )
     plan = make_plan(spec, cloud="aws", region=region)
     cand = next(c for c in plan.candidates if c.spot == spot)
     run_id = f"unit-{n}-{random.randrange(16**6):06x}"
     expires = datetime.now(UTC).replace(microsecond=0) + expires_in
-    return LaunchRequest(run_id=run_id, spec=spec, candidate=cand, stack=plan.stack, user_data=[script],
-                         expires_at=expires, attempt=attempt,
-                         tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ")})
+    return LaunchRequest(
+        run_id=run_id,
+        spec=spec,
+        candidate=cand,
+        stack=plan.stack,
+        user_data=[script],
+        expires_at=expires,
+        attempt=attempt,
+        tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ")},
+    )
 
 
 def instance(moto, iid, region="us-east-1"):  # noqa: F811
@@ -121,7 +138,11 @@ def test_launch_is_locked_down_and_tagged(moto, provider, journal, hooks):  # no
         # tags on instance, volume and security group
         for tags in (inst["Tags"], vol["Tags"], group["Tags"]):
             d = {t["Key"]: t["Value"] for t in tags}
-            assert d[TAG_RUN] == req.run_id and d[TAG_EXPIRES] == req.tags[TAG_EXPIRES] and d["Name"].startswith("gpucloud-")
+            assert (
+                d[TAG_RUN] == req.run_id
+                and d[TAG_EXPIRES] == req.tags[TAG_EXPIRES]
+                and d["Name"].startswith("gpucloud-")
+            )
         # no key pair without ssh
         assert ec2.describe_key_pairs(Filters=[{"Name": f"tag:{TAG_RUN}", "Values": [req.run_id]}])["KeyPairs"] == []
         # spot without a max price: the job set none, so AWS caps at the on-demand price (no stale bid)
@@ -203,8 +224,9 @@ def test_large_user_data_is_gzipped_under_16k(moto, provider, journal):  # noqa:
     try:
         import base64
 
-        raw = base64.b64decode(moto.client("ec2").describe_instance_attribute(
-            InstanceId=iid, Attribute="userData")["UserData"]["Value"])
+        raw = base64.b64decode(
+            moto.client("ec2").describe_instance_attribute(InstanceId=iid, Attribute="userData")["UserData"]["Value"]
+        )
         assert len(raw) <= 16 * 1024 and raw[:2] == b"\x1f\x8b"
         assert gzip.decompress(raw).decode() == script
         assert user_data_of(moto, iid) == script.encode()
@@ -259,27 +281,30 @@ def test_capacity_in_one_zone_moves_to_the_next(moto, provider, journal, hooks):
     provider.teardown(handle, journal)
 
 
-@pytest.mark.parametrize(("code", "cls", "quota"), [
-    ("InsufficientInstanceCapacity", CapacityError, None),
-    ("Server.InsufficientInstanceCapacity", CapacityError, None),
-    ("InsufficientHostCapacity", CapacityError, None),
-    ("InsufficientCapacity", CapacityError, None),
-    ("UnfulfillableCapacity", CapacityError, None),
-    ("Unsupported", CapacityError, None),
-    ("VcpuLimitExceeded", QuotaError, "L-DB2E81BA"),
-    ("Client.VcpuLimitExceeded", QuotaError, "L-DB2E81BA"),
-    ("InstanceLimitExceeded", QuotaError, "L-DB2E81BA"),
-    ("SpotMaxPriceTooLow", PriceError, None),
-    ("RequestLimitExceeded", ThrottledError, None),
-    ("InternalError", ThrottledError, None),
-    ("UnauthorizedOperation", FatalProvisionError, None),
-    ("OptInRequired", FatalProvisionError, None),
-    ("InvalidAMIID.NotFound", CandidateError, None),
-    ("InvalidParameterValue", CandidateError, None),
-    ("UnsupportedOperation", CandidateError, None),
-    ("InsufficientFreeAddressesInSubnet", CapacityError, None),
-    ("SomeCodeNobodyDocumented", CandidateError, None),
-])
+@pytest.mark.parametrize(
+    ("code", "cls", "quota"),
+    [
+        ("InsufficientInstanceCapacity", CapacityError, None),
+        ("Server.InsufficientInstanceCapacity", CapacityError, None),
+        ("InsufficientHostCapacity", CapacityError, None),
+        ("InsufficientCapacity", CapacityError, None),
+        ("UnfulfillableCapacity", CapacityError, None),
+        ("Unsupported", CapacityError, None),
+        ("VcpuLimitExceeded", QuotaError, "L-DB2E81BA"),
+        ("Client.VcpuLimitExceeded", QuotaError, "L-DB2E81BA"),
+        ("InstanceLimitExceeded", QuotaError, "L-DB2E81BA"),
+        ("SpotMaxPriceTooLow", PriceError, None),
+        ("RequestLimitExceeded", ThrottledError, None),
+        ("InternalError", ThrottledError, None),
+        ("UnauthorizedOperation", FatalProvisionError, None),
+        ("OptInRequired", FatalProvisionError, None),
+        ("InvalidAMIID.NotFound", CandidateError, None),
+        ("InvalidParameterValue", CandidateError, None),
+        ("UnsupportedOperation", CandidateError, None),
+        ("InsufficientFreeAddressesInSubnet", CapacityError, None),
+        ("SomeCodeNobodyDocumented", CandidateError, None),
+    ],
+)
 def test_error_classification(code, cls, quota):
     from botocore.exceptions import ClientError
 
@@ -293,11 +318,19 @@ def test_error_classification(code, cls, quota):
         assert quota in err.message and quota in (err.hint or "")
 
 
-@pytest.mark.parametrize(("itype", "spot", "quota"), [
-    ("p2.xlarge", False, "L-417A185B"), ("p5.48xlarge", False, "L-417A185B"),
-    ("g4dn.xlarge", False, "L-DB2E81BA"), ("g6e.xlarge", False, "L-DB2E81BA"), ("vt1.3xlarge", False, "L-DB2E81BA"),
-    ("p2.xlarge", True, "L-7212CCBC"), ("g5.xlarge", True, "L-3819A6DF"), ("vt1.3xlarge", True, "L-3819A6DF"),
-])
+@pytest.mark.parametrize(
+    ("itype", "spot", "quota"),
+    [
+        ("p2.xlarge", False, "L-417A185B"),
+        ("p5.48xlarge", False, "L-417A185B"),
+        ("g4dn.xlarge", False, "L-DB2E81BA"),
+        ("g6e.xlarge", False, "L-DB2E81BA"),
+        ("vt1.3xlarge", False, "L-DB2E81BA"),
+        ("p2.xlarge", True, "L-7212CCBC"),
+        ("g5.xlarge", True, "L-3819A6DF"),
+        ("vt1.3xlarge", True, "L-3819A6DF"),
+    ],
+)
 def test_quota_codes(itype, spot, quota):
     from gpucloud.providers.aws import quota_for
 
@@ -332,8 +365,9 @@ def test_a_refused_permission_skips_aws_naming_the_action(moto, provider, journa
     assert tagged_alive(moto, req.run_id) == []
 
 
-@pytest.mark.parametrize("message", ["Not authorized for images: [ami-0123456789abcdef0]",
-                                     "You are not authorized to use this image"])
+@pytest.mark.parametrize(
+    "message", ["Not authorized for images: [ami-0123456789abcdef0]", "You are not authorized to use this image"]
+)
 def test_auth_failure_on_an_image_concerns_the_candidate_not_the_credentials(message: str) -> None:
     from botocore.exceptions import ClientError
 
@@ -344,8 +378,10 @@ def test_auth_failure_on_an_image_concerns_the_candidate_not_the_credentials(mes
     assert classify_access(exc) is None
     err = classify(exc, region="us-east-1", instance_type="g4dn.xlarge", spot=False, what="launching")
     assert type(err) is CandidateError and err.kind == "candidate"
-    bad_keys = ClientError({"Error": {"Code": "AuthFailure", "Message": "AWS was not able to validate the "
-                                      "provided access credentials"}}, "DescribeInstances")
+    bad_keys = ClientError(
+        {"Error": {"Code": "AuthFailure", "Message": "AWS was not able to validate the provided access credentials"}},
+        "DescribeInstances",
+    )
     assert classify_access(bad_keys).kind == "credentials"
 
 
@@ -397,8 +433,9 @@ def test_ssh_without_a_public_address_says_what_to_do(moto, journal, hooks, monk
     monkeypatch.setenv("GPUCLOUD_SSH_CIDR", "198.51.100.0/24")
     req = make_request(ssh=True)
     handle = provider.provision(req, journal)
-    groups = moto.client("ec2").describe_security_groups(
-        Filters=[{"Name": f"tag:{TAG_RUN}", "Values": [req.run_id]}])["SecurityGroups"]
+    groups = moto.client("ec2").describe_security_groups(Filters=[{"Name": f"tag:{TAG_RUN}", "Values": [req.run_id]}])[
+        "SecurityGroups"
+    ]
     assert groups[0]["IpPermissions"][0]["IpRanges"][0]["CidrIp"] == "198.51.100.0/24"
     provider.teardown(handle, journal)
 
@@ -464,15 +501,21 @@ def test_teardown_failure_is_reported_and_a_second_teardown_finishes(moto, provi
 def test_gc_sweeps_expired_resources_in_every_region(moto, provider, journal, hooks):  # noqa: F811
     from gpucloud.providers.base import expiry_tag as iso_utc
 
-    expired = [make_request(region="us-west-2", expires_in=timedelta(minutes=-5)),
-               make_request(region="eu-west-1", expires_in=timedelta(minutes=-1))]
+    expired = [
+        make_request(region="us-west-2", expires_in=timedelta(minutes=-5)),
+        make_request(region="eu-west-1", expires_in=timedelta(minutes=-1)),
+    ]
     fresh = make_request(region="us-east-1")
     handles = {req.run_id: provider.provision(req, journal) for req in (*expired, fresh)}
     # a stray volume and key pair (as a crash might leave them)
     ec2 = moto.client("ec2", "ap-northeast-1")
-    stray = [{"Key": TAG_RUN, "Value": "stray"}, {"Key": TAG_EXPIRES, "Value": iso_utc(datetime.now(UTC) - timedelta(hours=1))}]
-    vol = ec2.create_volume(AvailabilityZone="ap-northeast-1a", Size=10,
-                            TagSpecifications=[{"ResourceType": "volume", "Tags": stray}])["VolumeId"]
+    stray = [
+        {"Key": TAG_RUN, "Value": "stray"},
+        {"Key": TAG_EXPIRES, "Value": iso_utc(datetime.now(UTC) - timedelta(hours=1))},
+    ]
+    vol = ec2.create_volume(
+        AvailabilityZone="ap-northeast-1a", Size=10, TagSpecifications=[{"ResourceType": "volume", "Tags": stray}]
+    )["VolumeId"]
     ec2.create_key_pair(KeyName="gpucloud-stray", TagSpecifications=[{"ResourceType": "key-pair", "Tags": stray}])
     now = datetime.now(UTC)
 
@@ -525,11 +568,13 @@ def test_temporary_credentials_that_end_before_the_deadline_warn(moto, journal, 
     monkeypatch.delenv("AWS_SESSION_TOKEN")
     monkeypatch.setenv("AWS_CREDENTIAL_EXPIRATION", soon)
     AwsProvider(session=boto3.Session(), warn=warnings.append)._check_credentials(
-        "y", datetime.now(UTC) + timedelta(hours=3), None)
+        "y", datetime.now(UTC) + timedelta(hours=3), None
+    )
     assert warnings == []
 
 
 # ---- S3 channel -------------------------------------------------------------------------------------
+
 
 def test_bucket_is_private_encrypted_and_expires_runs(moto, provider):  # noqa: F811
     chan = provider.channel("eu-west-1")
@@ -571,7 +616,9 @@ def test_presigned_urls_work_with_curl_and_expire_with_the_run(moto, provider, t
     assert urllib.parse.parse_qs(urllib.parse.urlparse(far).query)["X-Amz-Expires"] == [str(7 * 86400)]
     # the run-level protocol on top of the primitives
     urls = chan.prepare("curl", 1, deadline)
-    manifest = subprocess.run(["curl", "-fsS", urls[0]], check=True, env=env, capture_output=True, timeout=30).stdout.decode()
+    manifest = subprocess.run(
+        ["curl", "-fsS", urls[0]], check=True, env=env, capture_output=True, timeout=30
+    ).stdout.decode()
     assert manifest.startswith("deadline ") and "status_put http" in manifest
 
 
@@ -607,10 +654,16 @@ def test_iam_policy_command_prints_the_policy():
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc == policy_document() and doc["Version"] == "2012-10-17"
-    assert "boto3" not in Path(__import__("gpucloud.providers.aws.policy").providers.aws.policy.__file__).read_text().split('"""', 2)[2]
+    assert (
+        "boto3"
+        not in Path(__import__("gpucloud.providers.aws.policy").providers.aws.policy.__file__)
+        .read_text()
+        .split('"""', 2)[2]
+    )
 
 
 # ---- a dead endpoint fails fast ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["refused", "silent"])
 def test_dead_endpoint_fails_within_20_seconds(kind, gpucloud_home, monkeypatch):
@@ -626,8 +679,11 @@ def test_dead_endpoint_fails_within_20_seconds(kind, gpucloud_home, monkeypatch)
     from tests.support.aws_faults import unhooked
     from tests.support.dead_endpoint import dead_endpoint
 
-    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                       ("AWS_DEFAULT_REGION", "us-east-1")):
+    for key, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
     req, journal = make_request(), Journal(Store())
@@ -641,7 +697,6 @@ def test_dead_endpoint_fails_within_20_seconds(kind, gpucloud_home, monkeypatch)
             provider.provision(req, journal)
     assert time.monotonic() - t0 < 20, info.value
     assert url.split("//")[1] in info.value.message and "AWS_ENDPOINT_URL" in (info.value.hint or "")
-
 
 
 def test_aws_declares_its_shape():
@@ -659,6 +714,8 @@ def test_aws_declares_its_shape():
     for gone in ("shared_user_data", "poll_interval"):
         assert not hasattr(type(provider), gone)
     handle = RunHandle("r1", "aws", "eu-west-1", nodes=["i-0abc", "i-0def"])
-    assert "--instance-id i-0def" in provider.console_hint(handle, 1) and "eu-west-1" in provider.console_hint(handle, 1)
+    assert "--instance-id i-0def" in provider.console_hint(handle, 1) and "eu-west-1" in provider.console_hint(
+        handle, 1
+    )
     hint = provider.console_hint(RunHandle("r1", "aws", "eu-west-1", complete=False), 0)
     assert "Values=r1" in hint and "--region eu-west-1" in hint

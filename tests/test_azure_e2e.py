@@ -38,25 +38,48 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
-QUOTA_MSG = ("Operation could not be completed as it results in exceeding approved standardNCASv3_T4Family Cores "
-             "quota. Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 0")
+QUOTA_MSG = (
+    "Operation could not be completed as it results in exceeding approved standardNCASv3_T4Family Cores "
+    "quota. Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 0"
+)
 RUN_RG = r"/resourcegroups/gpucloud-(?!storage-)[^/]*-eastus(?:-a\d+)?"  # an attempt after the first adds -a<n>
 
 
 def cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, cwd=os.getcwd())
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=os.getcwd(),
+    )
 
 
 def start_cli(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "gpucloud", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=os.getcwd())
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=os.getcwd(),
+    )
 
 
-def write_job(path: Path, *, run: str, regions: str = "[eastus]", max_duration: str = "10m",
-              name: str = "azjob", artifacts: str = "[]") -> Path:
-    path.write_text(f"name: {name}\nresources:\n  cloud: azure\n  regions: {regions}\n  gpu: T4:1\n"
-                    f"run: {run}\nartifacts: {artifacts}\nmax_duration: {max_duration}\n")
+def write_job(
+    path: Path,
+    *,
+    run: str,
+    regions: str = "[eastus]",
+    max_duration: str = "10m",
+    name: str = "azjob",
+    artifacts: str = "[]",
+) -> Path:
+    path.write_text(
+        f"name: {name}\nresources:\n  cloud: azure\n  regions: {regions}\n  gpu: T4:1\n"
+        f"run: {run}\nartifacts: {artifacts}\nmax_duration: {max_duration}\n"
+    )
     return path
 
 
@@ -68,13 +91,17 @@ def settle(arm: FakeArm, sim: AzureVmSimulator, timeout: float = 30) -> None:
 
 # ---- the examples ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("example,gpu_name,size", [
-    ("a100-azure.yaml", "NVIDIA A100 80GB PCIe", "Standard_NC24ads_A100_v4"),
-    ("t4-any-cloud.yaml", "Tesla T4", "Standard_NC4as_T4_v3"),
-])
+
+@pytest.mark.parametrize(
+    "example,gpu_name,size",
+    [
+        ("a100-azure.yaml", "NVIDIA A100 80GB PCIe", "Standard_NC24ads_A100_v4"),
+        ("t4-any-cloud.yaml", "Tesla T4", "Standard_NC4as_T4_v3"),
+    ],
+)
 def test_example_runs_on_azure_with_logs_and_artifacts_and_leaves_nothing(
-        azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, example: str, gpu_name: str,
-        size: str) -> None:
+    azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, example: str, gpu_name: str, size: str
+) -> None:
     pytest.importorskip("torch", reason="the examples train with PyTorch (CPU wheel in .ci/run)")
     proc = cli(azure_env, "run", str(EXAMPLES / example), "--cloud", "azure", "--json", timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -120,23 +147,37 @@ MATRIX_RESULTS: dict[str, int] = {}  # cell -> leftovers found at the end
 @pytest.fixture
 def fast_lifecycle(monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process runs read the channel often, so matrix cells with a job finish quickly."""
-    from gpucloud.providers.azure import AzureProvider
-
     import dataclasses
 
-    monkeypatch.setattr(AzureProvider, "capabilities", dataclasses.replace(AzureProvider.capabilities, poll_interval=0.3))
+    from gpucloud.providers.azure import AzureProvider
+
+    monkeypatch.setattr(
+        AzureProvider, "capabilities", dataclasses.replace(AzureProvider.capabilities, poll_interval=0.3)
+    )
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("call,method,path,expected,two_regions", CALLS, ids=[c[0] for c in CALLS])
-def test_fault_matrix_leaves_nothing(azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator,
-                                     fast_lifecycle: None, tmp_path: Path, call: str, method: str, path: str,
-                                     expected: int | None, two_regions: bool, kind: str) -> None:
+def test_fault_matrix_leaves_nothing(
+    azure_env: dict[str, str],
+    arm: FakeArm,
+    azure_sim: AzureVmSimulator,
+    fast_lifecycle: None,
+    tmp_path: Path,
+    call: str,
+    method: str,
+    path: str,
+    expected: int | None,
+    two_regions: bool,
+    kind: str,
+) -> None:
     from typer.testing import CliRunner
 
     from gpucloud.cli import app
 
-    job = write_job(tmp_path / "job.yaml", run="echo fault-ok", regions="[eastus, westus2]" if two_regions else "[eastus]")
+    job = write_job(
+        tmp_path / "job.yaml", run="echo fault-ok", regions="[eastus, westus2]" if two_regions else "[eastus]"
+    )
     spec = KINDS[kind]
     async_ = call.startswith("vm") and kind == "capacity"  # allocation failures arrive with the operation
     inj = arm.inject(method, path, spec["code"], message=spec["message"], times=10_000, async_=async_)
@@ -184,8 +225,9 @@ def _reached(arm: FakeArm, sim: AzureVmSimulator, phase: str, stall: tuple[str, 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "killed"])
 @pytest.mark.parametrize("phase", list(PHASES))
-def test_interrupted_or_killed_cli_leaves_nothing(azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator,
-                                                  tmp_path: Path, phase: str, how: str) -> None:
+def test_interrupted_or_killed_cli_leaves_nothing(
+    azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, tmp_path: Path, phase: str, how: str
+) -> None:
     run, stall = PHASES[phase]
     job = write_job(tmp_path / "job.yaml", run=run)
     if stall is not None:
@@ -217,16 +259,20 @@ def test_interrupted_or_killed_cli_leaves_nothing(azure_env: dict[str, str], arm
 def test_fault_matrix_summary() -> None:
     """Prints the matrix size and the leak count (run with -s to see it)."""
     leaks = sum(MATRIX_RESULTS.values())
-    print(f"\nAzure fault matrix: {len(MATRIX_RESULTS)} cells "
-          f"({len(CALLS)} ARM calls x {len(KINDS)} error kinds + {len(PHASES)} phases x Ctrl-C/kill), "
-          f"leaked resources: {leaks}")
+    print(
+        f"\nAzure fault matrix: {len(MATRIX_RESULTS)} cells "
+        f"({len(CALLS)} ARM calls x {len(KINDS)} error kinds + {len(PHASES)} phases x Ctrl-C/kill), "
+        f"leaked resources: {leaks}"
+    )
     assert leaks == 0
 
 
 # ---- the VM deletes its own resource group --------------------------------------------------------------
 
-def test_detached_run_vm_deletes_its_group_when_the_job_ends(azure_env: dict[str, str], arm: FakeArm,
-                                                              azure_sim: AzureVmSimulator, tmp_path: Path) -> None:
+
+def test_detached_run_vm_deletes_its_group_when_the_job_ends(
+    azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, tmp_path: Path
+) -> None:
     job = write_job(tmp_path / "job.yaml", run="echo detached-job-output; sleep 8")
     proc = cli(azure_env, "run", str(job), "--cloud", "azure", "--detach", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -244,8 +290,9 @@ def test_detached_run_vm_deletes_its_group_when_the_job_ends(azure_env: dict[str
     assert gc.returncode == 0 and leftovers(arm) == []
 
 
-def test_vm_deletes_its_group_at_the_deadline_when_the_job_hangs(azure_env: dict[str, str], arm: FakeArm,
-                                                                  azure_sim: AzureVmSimulator, tmp_path: Path) -> None:
+def test_vm_deletes_its_group_at_the_deadline_when_the_job_hangs(
+    azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, tmp_path: Path
+) -> None:
     """A detached run (no CLI after provisioning) whose job hangs: at max_duration the VM's own
     watchdog ends the job, reports "deadline" and deletes the run's resource group."""
     job = write_job(tmp_path / "job.yaml", run="echo hanging; sleep 600", max_duration="8s")

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import re
 import socket
@@ -28,9 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucloud.providers.base import RunHandle
 from gpucloud.providers.azure import SUBNET_PREFIX, AzureProvider, resource_group_name
-from gpucloud.providers.base import CapacityError
+from gpucloud.providers.base import CapacityError, RunHandle
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     arm,
     azure_env,
@@ -64,8 +62,9 @@ def of_type(arm: FakeArm, run_id: str, rtype: str) -> list[dict[str, Any]]:
     for res in run_resources(arm, run_id):
         if res["type"].lower() == rtype.lower():
             token = arm.issue_token(OPERATOR_PRINCIPAL)
-            req = urllib.request.Request(f"{arm.url}{res['id']}?api-version=2024-07-01",
-                                         headers={"Authorization": f"Bearer {token}"})
+            req = urllib.request.Request(
+                f"{arm.url}{res['id']}?api-version=2024-07-01", headers={"Authorization": f"Bearer {token}"}
+            )
             with urllib.request.urlopen(req, timeout=5) as resp:
                 out.append(json.loads(resp.read()))
     return sorted(out, key=lambda r: r["name"])
@@ -73,8 +72,10 @@ def of_type(arm: FakeArm, run_id: str, rtype: str) -> list[dict[str, Any]]:
 
 # ---- provider level --------------------------------------------------------------------------------
 
+
 def test_nodes_share_a_placement_group_are_made_in_parallel_and_go_with_the_group(
-        arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    arm: FakeArm, provider: AzureProvider, journal: Any
+) -> None:
     n = 4
     # Every VM creation stalls 1 s in ARM: one after the other would take >= 4 s.
     arm.inject("PUT", r"/virtualMachines/node-\d+$", None, delay=1.0, times=n)
@@ -99,14 +100,23 @@ def test_nodes_share_a_placement_group_are_made_in_parallel_and_go_with_the_grou
     assert all(v["tags"]["gpucloud-run"] == "run-ppg" for v in vms)
     assert provider.node_states(handle) == ["running"] * n
     fresh = AzureProvider(credential=provider.credential(), subscription_id=arm.subscription_id, arm_endpoint=arm.url)
-    assert fresh.node_states(RunHandle("run-ppg", "azure", "eastus", complete=False)) == ["running"] * n  # another CLI process counts the nodes
+    assert (
+        fresh.node_states(RunHandle("run-ppg", "azure", "eastus", complete=False)) == ["running"] * n
+    )  # another CLI process counts the nodes
 
     # Shared resources once, per-node resources once per node.
     with arm.lock:
         puts = [p for m, p, _ in arm.calls if m == "PUT"]
-    for kind, count in [("resourcegroups/[^/]+", 1), ("networkSecurityGroups/", 1), ("virtualNetworks/", 1),
-                        ("proximityPlacementGroups/", 1), ("publicIPAddresses/", n), ("networkInterfaces/", n),
-                        ("virtualMachines/", n), ("roleAssignments/", n)]:
+    for kind, count in [
+        ("resourcegroups/[^/]+", 1),
+        ("networkSecurityGroups/", 1),
+        ("virtualNetworks/", 1),
+        ("proximityPlacementGroups/", 1),
+        ("publicIPAddresses/", n),
+        ("networkInterfaces/", n),
+        ("virtualMachines/", n),
+        ("roleAssignments/", n),
+    ]:
         assert len([p for p in puts if re.search(kind + r"[^/]*$", p, re.I)]) == count, kind
 
     provider.teardown(handle, journal)
@@ -141,14 +151,25 @@ def test_nsg_lets_the_runs_own_nodes_in_and_nothing_else(arm: FakeArm, provider:
     assert subnet["properties"]["networkSecurityGroup"]["id"] == nsg["id"]
     nics = of_type(arm, "run-nsg", "Microsoft.Network/networkInterfaces")
     assert len(nics) == 2
-    assert all(ipc["properties"]["subnet"]["id"] == subnet["id"] for nic in nics for ipc in nic["properties"]["ipConfigurations"])
+    assert all(
+        ipc["properties"]["subnet"]["id"] == subnet["id"]
+        for nic in nics
+        for ipc in nic["properties"]["ipConfigurations"]
+    )
 
 
 @pytest.mark.parametrize("code", ["AllocationFailed", "OverconstrainedAllocationRequest"])
 def test_capacity_error_on_node_1_fails_the_attempt_and_leaves_nothing(
-        arm: FakeArm, provider: AzureProvider, journal: Any, code: str) -> None:
-    inj = arm.inject("PUT", r"/virtualMachines/node-1$", code, async_=True, times=10,
-                     message="Allocation failed. We do not have sufficient capacity for the requested VM size.")
+    arm: FakeArm, provider: AzureProvider, journal: Any, code: str
+) -> None:
+    inj = arm.inject(
+        "PUT",
+        r"/virtualMachines/node-1$",
+        code,
+        async_=True,
+        times=10,
+        message="Allocation failed. We do not have sufficient capacity for the requested VM size.",
+    )
     with pytest.raises(CapacityError) as info:
         provider.provision(launch_request("run-cap", nodes=3), journal)
     assert inj.hits == 1
@@ -163,8 +184,12 @@ def test_fake_arm_placement_groups_speak_the_rest_shape(arm: FakeArm) -> None:
 
     def call(method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any], dict[str, str]]:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(f"{arm.url}{path}?api-version=2024-07-01", data=data, method=method,
-                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"{arm.url}{path}?api-version=2024-07-01",
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=5) as resp:
                 raw = resp.read()
@@ -176,12 +201,19 @@ def test_fake_arm_placement_groups_speak_the_rest_shape(arm: FakeArm) -> None:
     sub = f"/subscriptions/{arm.subscription_id}/resourceGroups/rg-ppg"
     assert call("PUT", sub, {"location": "eastus"})[0] == 201
     ppg_path = f"{sub}/providers/Microsoft.Compute/proximityPlacementGroups/ppg"
-    status, doc, headers = call("PUT", ppg_path, {"location": "eastus", "properties": {"proximityPlacementGroupType": "Standard"}})
+    status, doc, headers = call(
+        "PUT", ppg_path, {"location": "eastus", "properties": {"proximityPlacementGroupType": "Standard"}}
+    )
     assert status == 201 and "Azure-AsyncOperation" not in headers
     assert doc["type"] == "Microsoft.Compute/proximityPlacementGroups" and doc["id"] == ppg_path
     assert doc["properties"]["virtualMachines"] == []
-    vm = {"location": "westus2", "properties": {"hardwareProfile": {"vmSize": "Standard_NC4as_T4_v3"},
-                                                "proximityPlacementGroup": {"id": ppg_path}}}
+    vm = {
+        "location": "westus2",
+        "properties": {
+            "hardwareProfile": {"vmSize": "Standard_NC4as_T4_v3"},
+            "proximityPlacementGroup": {"id": ppg_path},
+        },
+    }
     status, doc, _ = call("PUT", f"{sub}/providers/Microsoft.Compute/virtualMachines/vm", vm)
     assert status == 400 and "location" in doc["error"]["message"]
     vm["properties"]["proximityPlacementGroup"]["id"] = ppg_path + "-missing"
@@ -192,6 +224,7 @@ def test_fake_arm_placement_groups_speak_the_rest_shape(arm: FakeArm) -> None:
 
 
 # ---- lifecycle and end to end ------------------------------------------------------------------------
+
 
 class VmWatch:
     """Records every VM the fake ARM finishes creating: (resource group, name, location, PPG id)."""
@@ -222,22 +255,37 @@ def vm_watch(arm: FakeArm) -> Any:
 
 @pytest.mark.slow
 def test_capacity_error_on_one_node_moves_both_nodes_to_the_next_region(
-        azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, vm_watch: VmWatch,
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    azure_env: dict[str, str],
+    arm: FakeArm,
+    azure_sim: AzureVmSimulator,
+    vm_watch: VmWatch,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from typer.testing import CliRunner
 
     from gpucloud.cli import app
 
-    monkeypatch.setattr(AzureProvider, "capabilities", dataclasses.replace(AzureProvider.capabilities, poll_interval=0.3))
+    monkeypatch.setattr(
+        AzureProvider, "capabilities", dataclasses.replace(AzureProvider.capabilities, poll_interval=0.3)
+    )
     job = tmp_path / "job.yaml"
-    job.write_text("name: mn-failover\nresources:\n  cloud: azure\n  regions: [eastus, westus2]\n  gpu: T4:1\n"
-                   "num_nodes: 2\nrun: echo \"rank $GPUCLOUD_NODE_RANK of $GPUCLOUD_NUM_NODES, master $MASTER_ADDR\"\n"
-                   "max_duration: 10m\n")
+    job.write_text(
+        "name: mn-failover\nresources:\n  cloud: azure\n  regions: [eastus, westus2]\n  gpu: T4:1\n"
+        'num_nodes: 2\nrun: echo "rank $GPUCLOUD_NODE_RANK of $GPUCLOUD_NUM_NODES, master $MASTER_ADDR"\n'
+        "max_duration: 10m\n"
+    )
     # As on Azure, node 1's allocation fails while node 0 is still being created (a VM takes a
     # while): the attempt gives up on node 0 at once and the group's deletion takes it.
     arm.inject("PUT", r"-eastus/providers/Microsoft.Compute/virtualMachines/node-0$", None, op_seconds=5.0)
-    inj = arm.inject("PUT", r"-eastus/providers/Microsoft.Compute/virtualMachines/node-1$", "AllocationFailed",
-                     message="Allocation failed.", async_=True, times=10)
+    inj = arm.inject(
+        "PUT",
+        r"-eastus/providers/Microsoft.Compute/virtualMachines/node-1$",
+        "AllocationFailed",
+        message="Allocation failed.",
+        async_=True,
+        times=10,
+    )
     result = CliRunner().invoke(app, ["run", str(job), "--cloud", "azure"], catch_exceptions=False)
     assert result.exit_code == 0, result.output[-3000:]
     assert inj.hits == 1
@@ -264,8 +312,9 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_TORCH, reason="PyTorch is not importable here (CI installs the CPU wheel)")
-def test_ddp_example_on_two_azure_nodes(azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator,
-                                        vm_watch: VmWatch, tmp_path: Path) -> None:
+def test_ddp_example_on_two_azure_nodes(
+    azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, vm_watch: VmWatch, tmp_path: Path
+) -> None:
     """examples/ddp-2-nodes.yaml as it is, but for MASTER_PORT: both simulated guests share this
     host's loopback, so the run sets a free port through the job's own `env` (which wins over
     gpucloud's 29500, as it would for a user whose image already listens there)."""
@@ -275,8 +324,14 @@ def test_ddp_example_on_two_azure_nodes(azure_env: dict[str, str], arm: FakeArm,
     job = tmp_path / "ddp-2-nodes.yaml"
     job.write_text(yaml.safe_dump(doc, sort_keys=False))
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "azure", "--json"],
-                          env=azure_env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "azure", "--json"],
+        env=azure_env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
     wall = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout)
@@ -306,15 +361,24 @@ def test_ddp_example_on_two_azure_nodes(azure_env: dict[str, str], arm: FakeArm,
 
 @pytest.mark.slow
 def test_detached_nodes_delete_themselves_and_the_last_one_the_group(
-        azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, tmp_path: Path) -> None:
+    azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, tmp_path: Path
+) -> None:
     """With no CLI watching, node 1 ends first: it deletes only its own VM (its peer still runs);
     node 0, the last to end, deletes the group. Neither kills the other."""
     job = tmp_path / "job.yaml"
-    job.write_text("name: mn-detached\nresources:\n  cloud: azure\n  regions: [eastus]\n  gpu: T4:1\nnum_nodes: 2\n"
-                   "run: 'if [ \"$GPUCLOUD_NODE_RANK\" = 0 ]; then sleep 4; fi; echo \"node $GPUCLOUD_NODE_RANK done\"'\n"
-                   "max_duration: 10m\n")
-    proc = subprocess.run([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "azure", "--detach", "--json"],
-                          env=azure_env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    job.write_text(
+        "name: mn-detached\nresources:\n  cloud: azure\n  regions: [eastus]\n  gpu: T4:1\nnum_nodes: 2\n"
+        'run: \'if [ "$GPUCLOUD_NODE_RANK" = 0 ]; then sleep 4; fi; echo "node $GPUCLOUD_NODE_RANK done"\'\n'
+        "max_duration: 10m\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "azure", "--detach", "--json"],
+        env=azure_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_id = json.loads(proc.stdout)["run_id"]
     assert wait_until(lambda: leftovers(arm) == [], timeout=60), "the last node did not delete the group"
@@ -327,8 +391,14 @@ def test_detached_nodes_delete_themselves_and_the_last_one_the_group(
     assert rg_deletes, deletes
     assert "deleting only this VM" in vms["node-1"].console()
     assert "deleting resource group" in vms["node-0"].console()
-    logs = subprocess.run([sys.executable, "-m", "gpucloud", "logs", run_id], env=azure_env, capture_output=True,
-                          text=True, timeout=60, cwd=tmp_path)
+    logs = subprocess.run(
+        [sys.executable, "-m", "gpucloud", "logs", run_id],
+        env=azure_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert "node 0 done" in logs.stdout and "node 1 done" in logs.stdout, logs.stdout[-2000:]
     azure_sim.wait_idle(20)
     assert not azure_sim.leftover_processes()

@@ -25,7 +25,12 @@ from gpucloud.providers.azure import (
     resource_group_name,
 )
 from gpucloud.providers.base import (
-    CandidateError, CapacityError, FatalProvisionError, QuotaError, RunHandle, ThrottledError,
+    CandidateError,
+    CapacityError,
+    FatalProvisionError,
+    QuotaError,
+    RunHandle,
+    ThrottledError,
 )
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     OperatorCredential,
@@ -46,8 +51,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 def by_type(arm: FakeArm, run_id: str, rtype: str) -> list[dict[str, Any]]:
     with arm.lock:
-        return [json.loads(json.dumps(r.body)) for r in arm.resources.values()
-                if r.type.lower() == rtype.lower() and f"gpucloud-{run_id}-" in r.id]
+        return [
+            json.loads(json.dumps(r.body))
+            for r in arm.resources.values()
+            if r.type.lower() == rtype.lower() and f"gpucloud-{run_id}-" in r.id
+        ]
 
 
 def arm_call(arm: FakeArm, method: str, path: str, token: str) -> tuple[int, dict[str, Any]]:
@@ -63,37 +71,52 @@ def arm_call(arm: FakeArm, method: str, path: str, token: str) -> tuple[int, dic
 
 # ---- what provision creates -----------------------------------------------------------------------
 
-def test_ssh_opens_port_22_from_the_caller_only(arm: FakeArm, provider: AzureProvider, journal: Any,
-                                                tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+
+def test_ssh_opens_port_22_from_the_caller_only(
+    arm: FakeArm, provider: AzureProvider, journal: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / ".ssh").mkdir()
     (tmp_path / ".ssh" / "id_ed25519.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDtest user@host\n")
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("GPUCLOUD_SSH_CIDR", "203.0.113.7/32")
     provider.provision(launch_request("run-ssh", extra="  ssh: true\n"), journal)
     (nsg,) = by_type(arm, "run-ssh", "Microsoft.Network/networkSecurityGroups")
-    allowed = [r["properties"] for r in nsg["properties"]["securityRules"]
-               if r["properties"]["direction"] == "Inbound" and r["properties"]["access"] == "Allow"]
+    allowed = [
+        r["properties"]
+        for r in nsg["properties"]["securityRules"]
+        if r["properties"]["direction"] == "Inbound" and r["properties"]["access"] == "Allow"
+    ]
     assert [(r["sourceAddressPrefix"], r["destinationPortRange"]) for r in allowed] == [("203.0.113.7/32", "22")]
     (vm,) = by_type(arm, "run-ssh", "Microsoft.Compute/virtualMachines")
     keys = vm["properties"]["osProfile"]["linuxConfiguration"]["ssh"]["publicKeys"]
     assert keys[0]["keyData"].startswith("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDtest")
 
 
-
-def test_provision_creates_one_tagged_group_with_network_and_vm(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+def test_provision_creates_one_tagged_group_with_network_and_vm(
+    arm: FakeArm, provider: AzureProvider, journal: Any
+) -> None:
     req = launch_request("run-a")
     handle = provider.provision(req, journal)
     ids = handle.nodes
     rg = resource_group_name("run-a", "eastus")
-    assert ids == [f"/subscriptions/{arm.subscription_id}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines/node-0"]
+    assert ids == [
+        f"/subscriptions/{arm.subscription_id}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines/node-0"
+    ]
 
     everything = run_resources(arm, "run-a")
     kinds = sorted(r["type"] for r in everything)
-    assert kinds == sorted([
-        "Microsoft.Resources/resourceGroups", "Microsoft.Network/networkSecurityGroups",
-        "Microsoft.Network/virtualNetworks", "Microsoft.Network/virtualNetworks/subnets",
-        "Microsoft.Network/publicIPAddresses", "Microsoft.Network/networkInterfaces",
-        "Microsoft.Compute/virtualMachines", "Microsoft.Authorization/roleAssignments"])
+    assert kinds == sorted(
+        [
+            "Microsoft.Resources/resourceGroups",
+            "Microsoft.Network/networkSecurityGroups",
+            "Microsoft.Network/virtualNetworks",
+            "Microsoft.Network/virtualNetworks/subnets",
+            "Microsoft.Network/publicIPAddresses",
+            "Microsoft.Network/networkInterfaces",
+            "Microsoft.Compute/virtualMachines",
+            "Microsoft.Authorization/roleAssignments",
+        ]
+    )
     for res in everything:
         if res["type"].endswith(("/subnets", "/roleAssignments")):
             continue  # no tags of their own in ARM
@@ -120,7 +143,11 @@ def test_provision_creates_one_tagged_group_with_network_and_vm(arm: FakeArm, pr
     assert props["storageProfile"]["osDisk"]["diskSizeGB"] == 100
     # the plan's image: Canonical's Ubuntu (Azure's HPC image is documented for ND sizes only, not NC T4)
     assert props["storageProfile"]["imageReference"] == {
-        "publisher": "Canonical", "offer": "0001-com-ubuntu-server-jammy", "sku": "22_04-lts-gen2", "version": "latest"}
+        "publisher": "Canonical",
+        "offer": "0001-com-ubuntu-server-jammy",
+        "sku": "22_04-lts-gen2",
+        "version": "latest",
+    }
     assert props["osProfile"]["linuxConfiguration"]["disablePasswordAuthentication"] is True
     assert "priority" not in props and "billingProfile" not in props
     assert vm["identity"]["type"] == "SystemAssigned"
@@ -137,8 +164,9 @@ def test_provision_creates_one_tagged_group_with_network_and_vm(arm: FakeArm, pr
 
 
 @pytest.mark.parametrize("max_price,expected", [(None, -1), ("  max_price_per_hour: 0.6\n", 0.6)])
-def test_spot_vm_has_priority_eviction_delete_and_max_price(arm: FakeArm, provider: AzureProvider, journal: Any,
-                                                             max_price: str | None, expected: float) -> None:
+def test_spot_vm_has_priority_eviction_delete_and_max_price(
+    arm: FakeArm, provider: AzureProvider, journal: Any, max_price: str | None, expected: float
+) -> None:
     provider.provision(launch_request("run-spot", spot=True, extra=max_price or ""), journal)
     (vm,) = by_type(arm, "run-spot", "Microsoft.Compute/virtualMachines")
     assert vm["properties"]["priority"] == "Spot"
@@ -146,7 +174,9 @@ def test_spot_vm_has_priority_eviction_delete_and_max_price(arm: FakeArm, provid
     assert vm["properties"]["billingProfile"]["maxPrice"] == expected
 
 
-def test_multi_node_gets_a_vm_and_role_per_node_and_subnet_only_inbound(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+def test_multi_node_gets_a_vm_and_role_per_node_and_subnet_only_inbound(
+    arm: FakeArm, provider: AzureProvider, journal: Any
+) -> None:
     req = launch_request("run-mn", nodes=2)
     handle = provider.provision(req, journal)
     ids = handle.nodes
@@ -169,9 +199,17 @@ def test_image_gen1_for_nc_k80_sizes_gen2_elsewhere_and_image_wins() -> None:
     assert image_reference("auto", "20.04", "Standard_NC6s_v3", "V100")["sku"] == "20_04-lts-gen2"
     assert image_reference("auto", "22.04", "Standard_NC24ads_A100_v4", "A100-80GB")["sku"] == "22_04-lts-gen2"
     assert image_reference("auto", "24.04", "Standard_NC4as_T4_v3", "T4") == {
-        "publisher": "Canonical", "offer": "ubuntu-24_04-lts", "sku": "server", "version": "latest"}
-    assert image_reference("Canonical:0001-com-ubuntu-server-focal:20_04-lts:20.04.202301010", "22.04",
-                           "Standard_NC4as_T4_v3", "T4")["version"] == "20.04.202301010"
+        "publisher": "Canonical",
+        "offer": "ubuntu-24_04-lts",
+        "sku": "server",
+        "version": "latest",
+    }
+    assert (
+        image_reference(
+            "Canonical:0001-com-ubuntu-server-focal:20_04-lts:20.04.202301010", "22.04", "Standard_NC4as_T4_v3", "T4"
+        )["version"]
+        == "20.04.202301010"
+    )
     gallery = "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/galleries/x/images/y/versions/1.0.0"
     assert image_reference(gallery, "22.04", "Standard_NC4as_T4_v3", "T4") == {"id": gallery}
     with pytest.raises(UserError, match="URN"):
@@ -200,28 +238,62 @@ def test_custom_data_over_64_kb_is_refused_before_any_call(arm: FakeArm, provide
 # ---- error classification --------------------------------------------------------------------------
 
 VM_PUT = r"/virtualMachines/node-0$"
-QUOTA_MSG = ("Operation could not be completed as it results in exceeding approved standardNCASv3_T4Family Cores "
-             "quota. Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 0")
+QUOTA_MSG = (
+    "Operation could not be completed as it results in exceeding approved standardNCASv3_T4Family Cores "
+    "quota. Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 0"
+)
 
 
-@pytest.mark.parametrize("code,async_,message,kind,quota", [
-    ("AllocationFailed", True, "Allocation failed.", CapacityError, None),
-    ("ZonalAllocationFailed", True, "Allocation failed in zone 1.", CapacityError, None),
-    ("OverconstrainedAllocationRequest", True, "Allocation failed: constraints.", CapacityError, None),
-    ("SkuNotAvailable", False, "The requested size is currently not available (NotAvailableForSubscription).", CapacityError, None),
-    ("OperationNotAllowed", False, QUOTA_MSG, QuotaError, "Standard NCASv3_T4 Family vCPUs"),
-    ("QuotaExceeded", False, "Quota exceeded for Standard NCASv3_T4 Family vCPUs in eastus.", QuotaError,
-     "Standard NCASv3_T4 Family vCPUs"),
-    ("OperationNotAllowed", False, "exceeding approved LowPriorityCores quota", QuotaError,
-     "Total Regional Spot vCPUs (LowPriorityCores)"),
-    ("TooManyRequests", False, "Throttled.", ThrottledError, None),
-    ("InternalServerError", False, "Boom.", ThrottledError, None),
-    ("InvalidParameter", False, "Bad parameter.", CandidateError, None),
-    ("AzureSpotIsNotSupportedForThisVMSize", False, "Spot is not supported for this VM size.", CandidateError, None),
-])
+@pytest.mark.parametrize(
+    "code,async_,message,kind,quota",
+    [
+        ("AllocationFailed", True, "Allocation failed.", CapacityError, None),
+        ("ZonalAllocationFailed", True, "Allocation failed in zone 1.", CapacityError, None),
+        ("OverconstrainedAllocationRequest", True, "Allocation failed: constraints.", CapacityError, None),
+        (
+            "SkuNotAvailable",
+            False,
+            "The requested size is currently not available (NotAvailableForSubscription).",
+            CapacityError,
+            None,
+        ),
+        ("OperationNotAllowed", False, QUOTA_MSG, QuotaError, "Standard NCASv3_T4 Family vCPUs"),
+        (
+            "QuotaExceeded",
+            False,
+            "Quota exceeded for Standard NCASv3_T4 Family vCPUs in eastus.",
+            QuotaError,
+            "Standard NCASv3_T4 Family vCPUs",
+        ),
+        (
+            "OperationNotAllowed",
+            False,
+            "exceeding approved LowPriorityCores quota",
+            QuotaError,
+            "Total Regional Spot vCPUs (LowPriorityCores)",
+        ),
+        ("TooManyRequests", False, "Throttled.", ThrottledError, None),
+        ("InternalServerError", False, "Boom.", ThrottledError, None),
+        ("InvalidParameter", False, "Bad parameter.", CandidateError, None),
+        (
+            "AzureSpotIsNotSupportedForThisVMSize",
+            False,
+            "Spot is not supported for this VM size.",
+            CandidateError,
+            None,
+        ),
+    ],
+)
 def test_vm_errors_are_classified_and_the_attempt_cleaned_up(
-        arm: FakeArm, provider: AzureProvider, journal: Any, code: str, async_: bool, message: str,
-        kind: type, quota: str | None) -> None:
+    arm: FakeArm,
+    provider: AzureProvider,
+    journal: Any,
+    code: str,
+    async_: bool,
+    message: str,
+    kind: type,
+    quota: str | None,
+) -> None:
     arm.inject("PUT", VM_PUT, code, message=message, async_=async_, times=100)
     with pytest.raises(kind) as info:
         provider.provision(launch_request("run-err"), journal)
@@ -233,8 +305,9 @@ def test_vm_errors_are_classified_and_the_attempt_cleaned_up(
     finish_failed_attempt(arm, provider, journal, "run-err")
 
 
-def test_a_failed_attempt_does_not_wait_for_its_group_to_go(arm: FakeArm, provider: AzureProvider,
-                                                            journal: Any) -> None:
+def test_a_failed_attempt_does_not_wait_for_its_group_to_go(
+    arm: FakeArm, provider: AzureProvider, journal: Any
+) -> None:
     arm.inject("PUT", VM_PUT, "AllocationFailed", times=100)
     arm.inject("DELETE", r"/resourcegroups/gpucloud-run-slow-", code=None, op_seconds=4.0)  # minutes on Azure
     t0 = time.monotonic()
@@ -267,9 +340,15 @@ def test_role_assignment_waits_for_the_new_identity(arm: FakeArm, provider: Azur
     assert len(by_type(arm, "run-pnf", "Microsoft.Authorization/roleAssignments")) == 1
 
 
-def test_missing_right_to_assign_roles_is_fatal_with_a_hint(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
-    arm.inject("PUT", r"/roleAssignments/", "AuthorizationFailed",
-               message="does not have authorization to perform action 'Microsoft.Authorization/roleAssignments/write'")
+def test_missing_right_to_assign_roles_is_fatal_with_a_hint(
+    arm: FakeArm, provider: AzureProvider, journal: Any
+) -> None:
+    arm.inject(
+        "PUT",
+        r"/roleAssignments/",
+        "AuthorizationFailed",
+        message="does not have authorization to perform action 'Microsoft.Authorization/roleAssignments/write'",
+    )
     with pytest.raises(FatalProvisionError) as info:
         provider.provision(launch_request("run-auth"), journal)
     assert "User Access Administrator" in (info.value.hint or "")
@@ -289,6 +368,7 @@ def test_classify_error_without_a_server() -> None:
 
 
 # ---- state, teardown, gc ---------------------------------------------------------------------------
+
 
 def test_node_states_follow_the_instance_view(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
     handle = provider.provision(launch_request("run-st"), journal)
@@ -312,7 +392,7 @@ def test_teardown_deletes_the_group_and_is_idempotent(arm: FakeArm, provider: Az
     provider.teardown(handle, journal)
     assert run_resources(arm, "run-td") == []
     assert not journal.resources("run-td", alive_only=True)
-    provider.teardown(handle, journal)           # already gone: 404 is done
+    provider.teardown(handle, journal)  # already gone: 404 is done
     provider.teardown(RunHandle("never-ran", "azure", "westus2", complete=False), journal)  # nothing ever created
     provider.teardown(RunHandle("never-ran", "azure", "westus2"), journal)  # an empty handle: no call at all
     deletes = [c for c in arm.calls if c[0] == "DELETE"]
@@ -350,16 +430,23 @@ def test_gc_deletes_only_expired_groups(arm: FakeArm, provider: AzureProvider, j
 
 # ---- the VM's managed identity ---------------------------------------------------------------------
 
-def test_vm_identity_may_delete_its_own_group_and_nothing_else(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+
+def test_vm_identity_may_delete_its_own_group_and_nothing_else(
+    arm: FakeArm, provider: AzureProvider, journal: Any
+) -> None:
     provider.provision(launch_request("run-mi1"), journal)
     provider.provision(launch_request("run-mi2"), journal)
     (vm,) = by_type(arm, "run-mi1", "Microsoft.Compute/virtualMachines")
     imds = arm.imds_endpoint(vm["identity"]["principalId"])
-    req = urllib.request.Request(f"{imds}/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/",
-                                 headers={"Metadata": "true"})
+    req = urllib.request.Request(
+        f"{imds}/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/",
+        headers={"Metadata": "true"},
+    )
     with urllib.request.urlopen(req, timeout=5) as resp:
         token = json.loads(resp.read())["access_token"]
-    req = urllib.request.Request(f"{imds}/metadata/instance/compute?api-version=2021-02-01", headers={"Metadata": "true"})
+    req = urllib.request.Request(
+        f"{imds}/metadata/instance/compute?api-version=2021-02-01", headers={"Metadata": "true"}
+    )
     with urllib.request.urlopen(req, timeout=5) as resp:
         compute = json.loads(resp.read())
     assert compute["resourceGroupName"] == resource_group_name("run-mi1", "eastus")
@@ -383,15 +470,21 @@ def test_default_credential_reaches_the_fake_through_the_environment(arm: FakeAr
 
 
 def test_fake_arm_runs_standalone() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.support.fake_arm", "--port", "0"], stdout=subprocess.PIPE,
-                            text=True, cwd=Path(__file__).resolve().parent.parent)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.fake_arm", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         url = line.strip().rsplit(" ", 1)[-1]
         assert url.startswith("http://127.0.0.1:")
         with urllib.request.urlopen(f"{url}/_fake/snapshot", timeout=5) as resp:
             assert json.loads(resp.read()) == []
-        req = urllib.request.Request(f"{url}/_identity?api-version=2019-08-01&resource=x", headers={"X-IDENTITY-HEADER": IDENTITY_HEADER})
+        req = urllib.request.Request(
+            f"{url}/_identity?api-version=2019-08-01&resource=x", headers={"X-IDENTITY-HEADER": IDENTITY_HEADER}
+        )
         with urllib.request.urlopen(req, timeout=5) as resp:
             assert json.loads(resp.read())["token_type"] == "Bearer"
     finally:
@@ -401,11 +494,14 @@ def test_fake_arm_runs_standalone() -> None:
 
 # ---- Blob channel ----------------------------------------------------------------------------------
 
+
 def curl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["curl", "-sS", *args], capture_output=True, text=True, timeout=30)
 
 
-def test_blob_channel_creates_private_https_only_storage_once(arm: FakeArm, azurite: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_blob_channel_creates_private_https_only_storage_once(
+    arm: FakeArm, azurite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GPUCLOUD_AZURE_BLOB_ENDPOINT", azurite.blob_endpoint)
     channel = AzureProvider().channel("eastus")
     accounts = [r for r in arm.resources.values() if r.type == "Microsoft.Storage/storageAccounts"]
@@ -414,9 +510,9 @@ def test_blob_channel_creates_private_https_only_storage_once(arm: FakeArm, azur
     assert props["supportsHttpsTrafficOnly"] is True and props["allowBlobPublicAccess"] is False
     assert props["minimumTlsVersion"] == "TLS1_2"
     assert "gpucloud-expires" not in (accounts[0].body.get("tags") or {}), "gc must never sweep the channel store"
-    assert channel.account_name == "devstoreaccount1"     # from the endpoint; the key came from listKeys
+    assert channel.account_name == "devstoreaccount1"  # from the endpoint; the key came from listKeys
     puts = len([c for c in arm.calls if c[0] == "PUT"])
-    AzureProvider().channel("eastus")                     # a second CLI process reuses it
+    AzureProvider().channel("eastus")  # a second CLI process reuses it
     assert len([c for c in arm.calls if c[0] == "PUT"]) == puts
     # Private container: no anonymous reads.
     channel.put_bytes("runs/p/x", b"secret")
@@ -424,8 +520,9 @@ def test_blob_channel_creates_private_https_only_storage_once(arm: FakeArm, azur
     assert anonymous.stdout in ("401", "403", "404")
 
 
-def test_blob_sas_urls_work_with_curl_until_they_expire(arm: FakeArm, azurite: Any, monkeypatch: pytest.MonkeyPatch,
-                                                       tmp_path: Path) -> None:
+def test_blob_sas_urls_work_with_curl_until_they_expire(
+    arm: FakeArm, azurite: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("GPUCLOUD_AZURE_BLOB_ENDPOINT", azurite.blob_endpoint)
     channel = AzureProvider().channel("eastus")
     assert channel.put_headers == ("x-ms-blob-type: BlockBlob",)
@@ -446,9 +543,15 @@ def test_blob_sas_urls_work_with_curl_until_they_expire(arm: FakeArm, azurite: A
     assert channel.get_bytes("runs/s/node-0/log/000000") == b"again\n"
 
     # A GET URL cannot write, a URL for one object cannot reach another, an expired one is refused.
-    assert curl("-o", "/dev/null", "-w", "%{http_code}", "-T", str(part), "-H", channel.put_headers[0], get).stdout == "403"
+    assert (
+        curl("-o", "/dev/null", "-w", "%{http_code}", "-T", str(part), "-H", channel.put_headers[0], get).stdout
+        == "403"
+    )
     other = put.replace("log/000000", "log/000001")
-    assert curl("-o", "/dev/null", "-w", "%{http_code}", "-T", str(part), "-H", channel.put_headers[0], other).stdout == "403"
+    assert (
+        curl("-o", "/dev/null", "-w", "%{http_code}", "-T", str(part), "-H", channel.put_headers[0], other).stdout
+        == "403"
+    )
     expired = channel.url_get("runs/s/code.tar.gz", datetime.now(UTC) - timedelta(minutes=1))
     assert curl("-o", "/dev/null", "-w", "%{http_code}", expired).stdout == "403"
 
@@ -463,12 +566,13 @@ def test_blob_sas_urls_work_with_curl_until_they_expire(arm: FakeArm, azurite: A
     assert channel.get_bytes("never/there") is None
 
 
-def test_existing_public_storage_account_is_refused_and_sas_is_capped(arm: FakeArm, azurite: Any,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_existing_public_storage_account_is_refused_and_sas_is_capped(
+    arm: FakeArm, azurite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from urllib.parse import parse_qs, urlsplit
 
-    from gpucloud.providers.azure.channel import MAX_SAS
     from gpucloud.errors import UserError
+    from gpucloud.providers.azure.channel import MAX_SAS
 
     monkeypatch.setenv("GPUCLOUD_AZURE_BLOB_ENDPOINT", azurite.blob_endpoint)
     channel = AzureProvider().channel("eastus")
@@ -476,13 +580,14 @@ def test_existing_public_storage_account_is_refused_and_sas_is_capped(arm: FakeA
     expiry = parse_qs(urlsplit(channel.url_get("runs/c/x", far)).query)["se"][0]
     assert datetime.fromisoformat(expiry.replace("Z", "+00:00")) <= datetime.now(UTC) + MAX_SAS
     account = next(r for r in arm.resources.values() if r.type == "Microsoft.Storage/storageAccounts")
-    account.body["properties"]["allowBlobPublicAccess"] = True   # someone opened it by hand
+    account.body["properties"]["allowBlobPublicAccess"] = True  # someone opened it by hand
     with pytest.raises(UserError, match="allows public blob access") as info:
         AzureProvider().channel("eastus")
     assert "--allow-blob-public-access false" in (info.value.hint or "")
 
 
 # ---- a dead endpoint fails fast ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["refused", "silent"])
 def test_dead_arm_endpoint_fails_within_20_seconds(kind: str) -> None:
@@ -501,8 +606,9 @@ def test_dead_arm_endpoint_fails_within_20_seconds(kind: str) -> None:
             return AccessToken("token", int(time.time()) + 3600)
 
     with dead_endpoint(kind) as url:
-        provider = AzureProvider(credential=StaticToken(), subscription_id="00000000-0000-0000-0000-000000000000",
-                                 arm_endpoint=url)
+        provider = AzureProvider(
+            credential=StaticToken(), subscription_id="00000000-0000-0000-0000-000000000000", arm_endpoint=url
+        )
         t0 = time.monotonic()
         with pytest.raises((ProvisionError, CloudAccessError)) as info:  # issue 10: refused = EndpointError
             provider.gc(datetime.now(UTC), dry_run=True)

@@ -19,8 +19,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -55,8 +55,15 @@ class Vm:
     extra: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> Vm:
-        self.proc = subprocess.Popen(["bash", str(self.script)], cwd=self.vm_dir, env=self.env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self.proc = subprocess.Popen(
+            ["bash", str(self.script)],
+            cwd=self.vm_dir,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         return self
 
     def wait(self, timeout: float = 30) -> Vm:
@@ -113,12 +120,27 @@ class Vm:
         return [c for c in self.calls() if c.startswith("apt-get ") and " install " in f" {c} "]
 
 
-def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str = "", count: int = 1,
-            run: str = "echo hi", setup: str | None = None, env: dict[str, str] | None = None,
-            artifacts: list[str] | None = None, deadline_s: float = 120, files: dict[str, str] | None = None,
-            stub_env: dict[str, str] | None = None, state: Path | None = None, render_kw: dict | None = None,
-            spot: dict | None = None, run_id: str | None = None,
-            max_duration: int = 3600, url_map: Callable[[str], str] | None = None) -> Vm:
+def make_vm(
+    tmp: Path,
+    *,
+    provider: str = "local",
+    stack: Stack = CPU,
+    gpu: str = "",
+    count: int = 1,
+    run: str = "echo hi",
+    setup: str | None = None,
+    env: dict[str, str] | None = None,
+    artifacts: list[str] | None = None,
+    deadline_s: float = 120,
+    files: dict[str, str] | None = None,
+    stub_env: dict[str, str] | None = None,
+    state: Path | None = None,
+    render_kw: dict | None = None,
+    spot: dict | None = None,
+    run_id: str | None = None,
+    max_duration: int = 3600,
+    url_map: Callable[[str], str] | None = None,
+) -> Vm:
     """A rendered bootstrap ready to run; url_map rewrites the manifest's URLs (a faulty server);
     `spot`: checkpoint/checkpoint_interval of the job; `run_id`: boot another attempt of that run."""
     tmp.mkdir(parents=True, exist_ok=True)
@@ -130,23 +152,47 @@ def make_vm(tmp: Path, *, provider: str = "local", stack: Stack = CPU, gpu: str 
         (wd / rel).write_text(text)
     channel.upload_code(run_id, pack_workdir(wd, dest=tmp / "code.tar.gz"))
     channel.reset_nodes(run_id, 1)
-    manifest = channel.prepare(run_id, 1, datetime.now(UTC) + timedelta(seconds=deadline_s),
-                               checkpoint=bool((spot or {}).get("checkpoint")))[0]
+    manifest = channel.prepare(
+        run_id, 1, datetime.now(UTC) + timedelta(seconds=deadline_s), checkpoint=bool((spot or {}).get("checkpoint"))
+    )[0]
     if url_map is not None:
         key = f"runs/{run_id}/node-0/manifest"
-        channel.put_bytes(key, "".join(
-            f"{k} {url_map(rest)}\n" if k.endswith(("_put", "_get")) and " " not in rest
-            else f"{k} {rest.split(' ', 1)[0]} {url_map(rest.split(' ', 1)[1])}\n" if " " in rest
-            else f"{k} {rest}\n"
-            for k, rest in iter_manifest(channel.get_bytes(key).decode())).encode())
+        channel.put_bytes(
+            key,
+            "".join(
+                f"{k} {url_map(rest)}\n"
+                if k.endswith(("_put", "_get")) and " " not in rest
+                else f"{k} {rest.split(' ', 1)[0]} {url_map(rest.split(' ', 1)[1])}\n"
+                if " " in rest
+                else f"{k} {rest}\n"
+                for k, rest in iter_manifest(channel.get_bytes(key).decode())
+            ).encode(),
+        )
         manifest = url_map(manifest)
-    spec = make_spec(cloud=provider, gpu=gpu or None, count=count, env=env or {}, run=run, setup=setup,
-                     artifacts=artifacts or [], max_duration=max_duration)
+    spec = make_spec(
+        cloud=provider,
+        gpu=gpu or None,
+        count=count,
+        env=env or {},
+        run=run,
+        setup=setup,
+        artifacts=artifacts or [],
+        max_duration=max_duration,
+    )
     for key, value in (spot or {}).items():
         setattr(spec, key, value)
     cand = make_candidate(provider, gpu, count if gpu else 0)
-    text = render_bootstrap(spec, stack, cand, caps=capabilities(provider), run_id=run_id, manifest_url=manifest,
-                            log_interval=0.2, heartbeat_interval=0.4, **(render_kw or {}))
+    text = render_bootstrap(
+        spec,
+        stack,
+        cand,
+        caps=capabilities(provider),
+        run_id=run_id,
+        manifest_url=manifest,
+        log_interval=0.2,
+        heartbeat_interval=0.4,
+        **(render_kw or {}),
+    )
     vm_dir = tmp / "vm"
     if run_id and vm_dir.exists():  # another attempt: a fresh machine
         import shutil
@@ -187,11 +233,16 @@ def artifact_names(vm: Vm, dest: Path) -> set[str]:
 
 # ---- whole local runs ---------------------------------------------------------------------------
 
+
 def test_local_run_succeeds_with_log_and_artifacts(tmp_path: Path) -> None:
-    run = ("echo start; cat hello.txt; echo \"rank=$GPUCLOUD_NODE_RANK nodes=$GPUCLOUD_NUM_NODES "
-           "gpus=$GPUCLOUD_NUM_GPUS_PER_NODE run=$GPUCLOUD_RUN_ID\"; mkdir -p outputs; echo 0.93 > outputs/acc.txt; "
-           "for i in 1 2 3; do echo line$i; echo err$i >&2; done; echo end")
-    vm = make_vm(tmp_path, run=run, setup="echo setting up > setup.txt", artifacts=["outputs/", "setup.txt", "nope.bin"])
+    run = (
+        'echo start; cat hello.txt; echo "rank=$GPUCLOUD_NODE_RANK nodes=$GPUCLOUD_NUM_NODES '
+        'gpus=$GPUCLOUD_NUM_GPUS_PER_NODE run=$GPUCLOUD_RUN_ID"; mkdir -p outputs; echo 0.93 > outputs/acc.txt; '
+        "for i in 1 2 3; do echo line$i; echo err$i >&2; done; echo end"
+    )
+    vm = make_vm(
+        tmp_path, run=run, setup="echo setting up > setup.txt", artifacts=["outputs/", "setup.txt", "nope.bin"]
+    )
     vm.run()
     assert vm.rc == 0, vm.stderr
     status = vm.status()
@@ -316,7 +367,7 @@ def test_sigterm_kills_job_and_reports(tmp_path: Path) -> None:
 
 def test_env_values_reach_the_job_byte_for_byte(tmp_path: Path) -> None:
     keys = sorted(NASTY)
-    run = "mkdir -p out; for k in " + " ".join(keys) + "; do printf %s \"${!k}\" > \"out/$k\"; done"
+    run = "mkdir -p out; for k in " + " ".join(keys) + '; do printf %s "${!k}" > "out/$k"; done'
     vm = make_vm(tmp_path, run=run, env=NASTY, artifacts=["out/"]).run()
     assert vm.rc == 0, vm.stderr
     artifact_names(vm, tmp_path / "art")
@@ -335,8 +386,7 @@ def test_many_log_parts_concatenate_exactly(tmp_path: Path) -> None:
 
 
 def test_local_gpu_warn_mode_runs_on_cpu(tmp_path: Path) -> None:
-    vm = make_vm(tmp_path, gpu="K80", stack=K80, run="echo cpu-run",
-                 stub_env={"STUB_GPU_COUNT": "0"}).run()
+    vm = make_vm(tmp_path, gpu="K80", stack=K80, run="echo cpu-run", stub_env={"STUB_GPU_COUNT": "0"}).run()
     assert vm.rc == 0, vm.stderr
     assert vm.status()["state"] == "succeeded"
     assert "WARNING: no NVIDIA GPU on this host (expected 1 x K80): the job runs on the CPU" in vm.log()
@@ -344,6 +394,7 @@ def test_local_gpu_warn_mode_runs_on_cpu(tmp_path: Path) -> None:
 
 
 # ---- stack install with stubs ---------------------------------------------------------------------
+
 
 def test_k80_stack_install_then_idempotent(tmp_path: Path) -> None:
     stub = {"STUB_GPU_NAME": "Tesla K80", "STUB_GPU_COUNT": "1"}
@@ -363,8 +414,9 @@ def test_k80_stack_install_then_idempotent(tmp_path: Path) -> None:
 
     # second boot on the same machine: everything is there, nothing is installed again
     (vm.state / "calls").unlink()
-    again = make_vm(tmp_path / "b", provider="aws", stack=K80, gpu="K80", run="echo again", stub_env=stub,
-                    state=vm.state).run()
+    again = make_vm(
+        tmp_path / "b", provider="aws", stack=K80, gpu="K80", run="echo again", stub_env=stub, state=vm.state
+    ).run()
     assert again.rc == 0 and again.status()["state"] == "succeeded"
     calls = again.calls()
     assert again.apt_installs() == [] and not any(c.startswith("apt-get") for c in calls)
@@ -377,8 +429,12 @@ def test_already_installed_packages_skip_apt(tmp_path: Path) -> None:
     package is installed at the pinned version: still no keyring, no apt-get at all."""
     state = tmp_path / "state"
     (state / "pkgs").mkdir(parents=True)
-    for name, ver in {"cuda-drivers-470": "470.82.01-1", "cuda-toolkit-11-4": "11.4.4-1",
-                      "libcudnn8": "8.2.4.15-1+cuda11.4", "cuda-keyring": "1.1-1"}.items():
+    for name, ver in {
+        "cuda-drivers-470": "470.82.01-1",
+        "cuda-toolkit-11-4": "11.4.4-1",
+        "libcudnn8": "8.2.4.15-1+cuda11.4",
+        "cuda-keyring": "1.1-1",
+    }.items():
         (state / "pkgs" / name).write_text(ver)
     (state / "py").mkdir()
     (state / "py" / "torch").write_text("2.0.1+cu117")
@@ -394,7 +450,11 @@ def test_wrong_cudnn_version_is_reinstalled(tmp_path: Path) -> None:
     (state / "pkgs" / "libcudnn8").write_text("8.9.7.29-1+cuda12.2")
     (state / "pkgs" / "cuda-keyring").write_text("1.1-1")
     vm = make_vm(tmp_path, provider="aws", stack=K80, gpu="K80", state=state, stub_env={}).run()
-    assert vm.apt_installs() == [HEADERS, APT + "cuda-drivers-470", APT + "cuda-toolkit-11-4 libcudnn8=8.2.4.*-1+cuda11.4"]
+    assert vm.apt_installs() == [
+        HEADERS,
+        APT + "cuda-drivers-470",
+        APT + "cuda-toolkit-11-4 libcudnn8=8.2.4.*-1+cuda11.4",
+    ]
     assert not any(c.startswith("dpkg -i") for c in vm.calls())  # keyring already there
 
 
@@ -415,7 +475,9 @@ class _FakeAzure(BaseHTTPRequestHandler):
         self.requests.append(("GET", self.path, dict(self.headers)))
         if self.headers.get("Metadata") != "true":
             self._reply(400, {"error": "Metadata header required"})
-        elif self.path.startswith("/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/"):
+        elif self.path.startswith(
+            "/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/"
+        ):
             self._reply(200, {"access_token": "tok-123", "token_type": "Bearer"})
         elif self.path.startswith("/metadata/instance/compute?"):
             self._reply(200, {"subscriptionId": "sub-1", "resourceGroupName": "gpucloud-run-rg", "name": "vm0"})
@@ -442,9 +504,13 @@ def fake_azure() -> Iterator[tuple[str, list]]:
 
 def test_t4_stack_on_azure_installs_current_packages_and_deletes_its_group(tmp_path: Path, fake_azure) -> None:
     url, requests = fake_azure
-    vm = make_vm(tmp_path, provider="azure", stack=T4, gpu="T4",
-                 stub_env={"STUB_GPU_NAME": "Tesla T4", "GPUCLOUD_IMDS_ENDPOINT": url,
-                           "GPUCLOUD_AZURE_ARM_ENDPOINT": url}).run()
+    vm = make_vm(
+        tmp_path,
+        provider="azure",
+        stack=T4,
+        gpu="T4",
+        stub_env={"STUB_GPU_NAME": "Tesla T4", "GPUCLOUD_IMDS_ENDPOINT": url, "GPUCLOUD_AZURE_ARM_ENDPOINT": url},
+    ).run()
     assert vm.status()["state"] == "succeeded", vm.status()
     # the T4 stack does not ask for the system toolkit: the PyTorch wheel needs only the driver
     assert vm.apt_installs() == [LOCK_580, APT + "cuda-drivers-580"]
@@ -456,8 +522,14 @@ def test_t4_stack_on_azure_installs_current_packages_and_deletes_its_group(tmp_p
 
 
 def test_framework_not_seeing_gpus_is_an_error(tmp_path: Path) -> None:
-    vm = make_vm(tmp_path, provider="aws", stack=K80, gpu="K80", run="touch trained",
-                 stub_env={"STUB_GPU_NAME": "Tesla K80", "STUB_FW_GPUS": "0"}).run()
+    vm = make_vm(
+        tmp_path,
+        provider="aws",
+        stack=K80,
+        gpu="K80",
+        run="touch trained",
+        stub_env={"STUB_GPU_NAME": "Tesla K80", "STUB_FW_GPUS": "0"},
+    ).run()
     status = vm.status()
     assert status["state"] == "error" and status["exit_code"] is None
     assert status["message"].startswith("PyTorch sees 0 GPUs, expected 1: driver/wheel mismatch")
@@ -474,26 +546,52 @@ def test_apt_failure_is_an_error_with_log_tail(tmp_path: Path) -> None:
     assert status["stages"]["stack"]["ok"] is False
 
 
-@pytest.mark.parametrize(("model", "count", "smi_name", "smi_count", "ok"), [
-    ("A100-80GB", 8, "NVIDIA A100-SXM4-80GB", 8, True),
-    ("A10G", 1, "NVIDIA A10G", 1, True),
-    ("A10", 1, "NVIDIA A10G", 1, False),
-    ("K80", 2, "Tesla K80", 1, False),
-])
+@pytest.mark.parametrize(
+    ("model", "count", "smi_name", "smi_count", "ok"),
+    [
+        ("A100-80GB", 8, "NVIDIA A100-SXM4-80GB", 8, True),
+        ("A10G", 1, "NVIDIA A10G", 1, True),
+        ("A10", 1, "NVIDIA A10G", 1, False),
+        ("K80", 2, "Tesla K80", 1, False),
+    ],
+)
 def test_gpu_verify_strict(tmp_path: Path, model: str, count: int, smi_name: str, smi_count: int, ok: bool) -> None:
-    stack = Stack(gpu=model, architecture="x", compute_capability="", driver="580", cuda="12.8", cudnn="9",
-                  os_image="ubuntu-22.04", framework="none", framework_version=None, ubuntu_version="22.04",
-                  cuda_repo="ubuntu2204", driver_packages=(), cuda_packages=(), cudnn_packages=(),
-                  framework_pip=(), min_driver_version="")
-    vm = make_vm(tmp_path, provider="aws", stack=stack, gpu=model, count=count,
-                 stub_env={"STUB_DRIVER": "580.65.06", "STUB_GPU_NAME": smi_name, "STUB_GPU_COUNT": str(smi_count)}).run()
+    stack = Stack(
+        gpu=model,
+        architecture="x",
+        compute_capability="",
+        driver="580",
+        cuda="12.8",
+        cudnn="9",
+        os_image="ubuntu-22.04",
+        framework="none",
+        framework_version=None,
+        ubuntu_version="22.04",
+        cuda_repo="ubuntu2204",
+        driver_packages=(),
+        cuda_packages=(),
+        cudnn_packages=(),
+        framework_pip=(),
+        min_driver_version="",
+    )
+    vm = make_vm(
+        tmp_path,
+        provider="aws",
+        stack=stack,
+        gpu=model,
+        count=count,
+        stub_env={"STUB_DRIVER": "580.65.06", "STUB_GPU_NAME": smi_name, "STUB_GPU_COUNT": str(smi_count)},
+    ).run()
     status = vm.status()
     if ok:
         assert status["state"] == "succeeded", status
     else:
         assert status["state"] == "error"
-        assert status["message"].startswith(f"GPU check failed: nvidia-smi shows 0 x {model}, expected {count}"
-                                            if model == "A10" else f"GPU check failed: nvidia-smi shows 1 x {model}")
+        assert status["message"].startswith(
+            f"GPU check failed: nvidia-smi shows 0 x {model}, expected {count}"
+            if model == "A10"
+            else f"GPU check failed: nvidia-smi shows 1 x {model}"
+        )
 
 
 def test_status_json_is_valid_json_throughout(tmp_path: Path) -> None:
@@ -501,13 +599,28 @@ def test_status_json_is_valid_json_throughout(tmp_path: Path) -> None:
     raw = vm.channel.get_bytes(f"runs/{vm.run_id}/node-0/status.json")
     doc = json.loads(raw)
     assert doc["state"] == "failed"
-    assert set(doc) == {"run_id", "rank", "state", "stage", "stages", "heartbeat", "exit_code", "message", "log_parts",
-                        "log_bytes", "artifacts_sha256", "sig"}  # a final status is signed (channel_trust.py)
+    assert set(doc) == {
+        "run_id",
+        "rank",
+        "state",
+        "stage",
+        "stages",
+        "heartbeat",
+        "exit_code",
+        "message",
+        "log_parts",
+        "log_bytes",
+        "artifacts_sha256",
+        "sig",
+    }  # a final status is signed (channel_trust.py)
 
 
 def test_artifact_tarball_contents(tmp_path: Path) -> None:
-    vm = make_vm(tmp_path, run="mkdir -p 'out dir'; echo a > 'out dir/a b.txt'; echo m > metrics.json",
-                 artifacts=["out dir/", "metrics.json"]).run()
+    vm = make_vm(
+        tmp_path,
+        run="mkdir -p 'out dir'; echo a > 'out dir/a b.txt'; echo m > metrics.json",
+        artifacts=["out dir/", "metrics.json"],
+    ).run()
     raw = vm.channel.get_bytes(f"runs/{vm.run_id}/node-0/artifacts.tar.gz")
     with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
         names = set(tar.getnames())
@@ -519,8 +632,18 @@ def test_artifact_tarball_contents(tmp_path: Path) -> None:
 DLAMI = {"STUB_DRIVER": "595.91.07", "STUB_PREINSTALLED": "cuda-keyring=1.1-1 nvidia-fabricmanager-595=595.91.07-1"}
 
 
-def boot_node(tmp: Path, gpu: str, count: int, cloud: str, instance: str, stub_env: dict[str, str], *,
-              framework: str = "pytorch", job_image: str = "auto", state: Path | None = None) -> Vm:
+def boot_node(
+    tmp: Path,
+    gpu: str,
+    count: int,
+    cloud: str,
+    instance: str,
+    stub_env: dict[str, str],
+    *,
+    framework: str = "pytorch",
+    job_image: str = "auto",
+    state: Path | None = None,
+) -> Vm:
     """Resolve the real stack and image for the instance, render, and run it with the stubs."""
     from gpucloud.images import resolve_node
     from gpucloud.spec import StackSpec
@@ -531,8 +654,17 @@ def boot_node(tmp: Path, gpu: str, count: int, cloud: str, instance: str, stub_e
     node = resolve_node(stack, cloud, instance, count, job_image=job_image)
     env = {"STUB_GPU_NAME": GPU_NAMES[gpu], "STUB_GPU_COUNT": str(count), **stub_env}
     provider = cloud
-    vm = make_vm(tmp, provider=provider, stack=stack, gpu=gpu, count=count, run="echo first-line-of-the-job",
-                 stub_env=env, state=state, render_kw={"node": node})
+    vm = make_vm(
+        tmp,
+        provider=provider,
+        stack=stack,
+        gpu=gpu,
+        count=count,
+        run="echo first-line-of-the-job",
+        stub_env=env,
+        state=state,
+        render_kw={"node": node},
+    )
     if provider == "azure":  # no IMDS here: the self-delete gives up fast, shutdown is the fallback
         vm.env["GPUCLOUD_IMDS_ENDPOINT"] = "http://127.0.0.1:9"
     return vm.run(timeout=60)
@@ -549,7 +681,8 @@ def test_sim_t4_on_the_vendor_image_installs_no_apt_package(tmp_path: Path) -> N
     _reached_the_job(vm)
     assert vm.apt_installs() == [] and "driver 595.91.07 already present" in vm.log()
     assert install_calls(vm.calls()) == [
-        "python3 -m pip install --no-input torch==2.8.0 --index-url https://download.pytorch.org/whl/cu128"]
+        "python3 -m pip install --no-input torch==2.8.0 --index-url https://download.pytorch.org/whl/cu128"
+    ]
     assert "apt-get" not in stub_counts(vm.state)
 
 
@@ -586,7 +719,8 @@ def test_sim_k80_gets_r470_and_pytorch_212_then_a_baked_image_installs_nothing(t
     assert vm.apt_installs() == [HEADERS, APT + "cuda-drivers-470"]
     assert any("keyring" in c and c.startswith("dpkg -i") for c in vm.calls())
     assert [c for c in vm.calls() if "pip install" in c] == [
-        "python3 -m pip install --no-input torch==2.1.2 --index-url https://download.pytorch.org/whl/cu118"]
+        "python3 -m pip install --no-input torch==2.1.2 --index-url https://download.pytorch.org/whl/cu118"
+    ]
     # The same disk booted again (what a baked image is): the stack stage installs nothing.
     (vm.state / "calls").unlink()
     again = boot_node(tmp_path / "b", "K80", 1, "aws", "p2.xlarge", {}, state=vm.state)
@@ -608,18 +742,32 @@ def test_sim_baked_image_run_installs_nothing(tmp_path: Path) -> None:
     assert install_calls(builder.calls())  # the builder installed the stack
     stack = resolve_stack("T4", StackSpec(framework="pytorch"))
     plain = resolve_node(stack, "aws", "g4dn.xlarge", 1)
-    baked = baked_row(BakedImage(ref="ami-0baked000000000000", region="us-east-1", name="gpucloud-x",
-                                 stack_hash=stack_hash(stack, plain)), stack, plain)
+    baked = baked_row(
+        BakedImage(
+            ref="ami-0baked000000000000", region="us-east-1", name="gpucloud-x", stack_hash=stack_hash(stack, plain)
+        ),
+        stack,
+        plain,
+    )
     node = resolve_node(stack, "aws", "g4dn.xlarge", 1, baked=baked)
     assert node.image is baked
     (builder.state / "calls").unlink()
-    run = make_vm(tmp_path / "run", provider="aws", stack=stack, gpu="T4", run="echo first-line-of-the-job",
-                  stub_env={"STUB_GPU_NAME": "Tesla T4"}, state=builder.state, render_kw={"node": node}).run(timeout=60)
+    run = make_vm(
+        tmp_path / "run",
+        provider="aws",
+        stack=stack,
+        gpu="T4",
+        run="echo first-line-of-the-job",
+        stub_env={"STUB_GPU_NAME": "Tesla T4"},
+        state=builder.state,
+        render_kw={"node": node},
+    ).run(timeout=60)
     _reached_the_job(run)
     assert install_calls(run.calls()) == [] and not any(c.startswith("dpkg -i") for c in run.calls())
 
 
 # ---- layer (a): the backstop is armed before anything else (issue 11) -------------------------------
+
 
 def test_backstop_is_a_systemd_timer_on_clouds_and_shutdown_without_systemd(tmp_path: Path) -> None:
     stub = {"STUB_GPU_NAME": "Tesla K80", "GPUCLOUD_DEADLINE_GRACE": "7"}
@@ -629,8 +777,14 @@ def test_backstop_is_a_systemd_timer_on_clouds_and_shutdown_without_systemd(tmp_
     timer = calls[0]  # before apt, nvidia-smi or anything else
     assert timer.startswith("systemd-run --quiet --unit=gpucloud-backstop-") and "--on-active=607s" in timer
     assert timer.endswith(f"{vm.script} backstop 0 {vm.proc.pid} {vm.vm_dir}")
-    vm = make_vm(tmp_path / "b", provider="aws", stack=K80, gpu="K80", max_duration=600,
-                 stub_env={**stub, "STUB_NO_SYSTEMD": "1"}).run()
+    vm = make_vm(
+        tmp_path / "b",
+        provider="aws",
+        stack=K80,
+        gpu="K80",
+        max_duration=600,
+        stub_env={**stub, "STUB_NO_SYSTEMD": "1"},
+    ).run()
     assert vm.calls()[1] == "shutdown -P +11"  # 607 s, rounded up to minutes
     assert vm.calls()[-1] == "shutdown -h now"
 
@@ -647,8 +801,12 @@ def test_local_backstop_is_disarmed_when_the_run_ends(tmp_path: Path) -> None:
 def test_backstop_fires_when_the_bootstrap_is_gone(tmp_path: Path) -> None:
     """SIGKILL the bootstrap and its watchdog: the backstop still ends the job and reports."""
     marker = f"gpucloud_marker_{uuid.uuid4().hex}"
-    vm = make_vm(tmp_path, run=f"sleep 60 # {marker}\n: {marker}", max_duration=2,
-                 stub_env={"GPUCLOUD_DEADLINE_GRACE": "2", "GPUCLOUD_VM_SANDBOX": str(tmp_path / "vm")}).start()
+    vm = make_vm(
+        tmp_path,
+        run=f"sleep 60 # {marker}\n: {marker}",
+        max_duration=2,
+        stub_env={"GPUCLOUD_DEADLINE_GRACE": "2", "GPUCLOUD_VM_SANDBOX": str(tmp_path / "vm")},
+    ).start()
     end = time.monotonic() + 10
     # job.pgid is written as the job's subshell starts, a moment before it setsid's into its own
     # session: wait for the job itself, or the kill below would take it with the bootstrap.

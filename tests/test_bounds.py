@@ -17,8 +17,9 @@ from gpucloud.channel import SMALL_OBJECT_MAX, FileChannel, ObjectRefused, node_
 from tests.test_local_e2e import cli, leftovers, run_id_of, write_job
 
 # The job finds its own status URL in the manifest beside its folder and links it to /dev/zero.
-POISON_STATUS = ("p=$(sed -n 's|^status_put file://||p' ../manifest); echo poisoning; sleep 1; "
-                 "ln -sf /dev/zero \"$p\"; sleep 120")
+POISON_STATUS = (
+    "p=$(sed -n 's|^status_put file://||p' ../manifest); echo poisoning; sleep 1; ln -sf /dev/zero \"$p\"; sleep 120"
+)
 
 
 def test_status_linked_to_dev_zero_is_refused_and_the_run_torn_down(gpucloud_home: Path, tmp_path: Path) -> None:
@@ -75,16 +76,24 @@ def test_store_locked_past_the_busy_timeout_is_waited_for(gpucloud_home: Path, t
     """Another process holds the store's write lock for 14 s (SQLite's busy timeout is 10 s) just
     as the job ends: the run waits, says why, exits 0, records succeeded and tears down."""
     mark = tmp_path / "started"
-    spec = write_job(tmp_path / "job", {"name": "locked", "env": {"MARK": str(mark)},
-                                        "run": 'touch "$MARK"; sleep 2; echo done'})
-    run = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(spec)], cwd=tmp_path, text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    spec = write_job(
+        tmp_path / "job", {"name": "locked", "env": {"MARK": str(mark)}, "run": 'touch "$MARK"; sleep 2; echo done'}
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(spec)],
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=os.environ.copy(),
+    )
     end = time.monotonic() + 60
     while not mark.exists() and time.monotonic() < end and run.poll() is None:
         time.sleep(0.1)
     assert mark.exists()
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(gpucloud_home / "state.db"), "14"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(gpucloud_home / "state.db"), "14"], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         _, err = run.communicate(timeout=120)
@@ -98,8 +107,9 @@ def test_store_locked_past_the_busy_timeout_is_waited_for(gpucloud_home: Path, t
     run_id = run_id_of(err)
     conn = sqlite3.connect(gpucloud_home / "state.db")
     status = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
-    alive = conn.execute("SELECT COUNT(*) FROM resources WHERE run_id = ? AND status != 'deleted'",
-                         (run_id,)).fetchone()[0]
+    alive = conn.execute(
+        "SELECT COUNT(*) FROM resources WHERE run_id = ? AND status != 'deleted'", (run_id,)
+    ).fetchone()[0]
     conn.close()
     assert status == "succeeded" and alive == 0
     assert leftovers(gpucloud_home, run_id) == []

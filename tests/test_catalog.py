@@ -8,10 +8,30 @@ from collections import defaultdict
 import pytest
 
 import gpucloud.catalog as catalog_mod
-from gpucloud.catalog import CatalogError, load_catalog, gpu_names, resolve_gpu_name
+from gpucloud.catalog import CatalogError, gpu_names, load_catalog, resolve_gpu_name
 
-FACTS_GPUS = ["K40", "K80", "M60", "P100", "P40", "V100", "V100-32GB", "T4", "T4G", "A10G", "A10", "L4", "L40S",
-              "A100-40GB", "A100-80GB", "H100", "H100-NVL", "H200", "B200", "GB200"]
+FACTS_GPUS = [
+    "K40",
+    "K80",
+    "M60",
+    "P100",
+    "P40",
+    "V100",
+    "V100-32GB",
+    "T4",
+    "T4G",
+    "A10G",
+    "A10",
+    "L4",
+    "L40S",
+    "A100-40GB",
+    "A100-80GB",
+    "H100",
+    "H100-NVL",
+    "H200",
+    "B200",
+    "GB200",
+]
 
 # (cloud, instance type) -> (GPU, count, vCPUs, memory GiB, us-east-1/eastus $/h, status), docs/CATALOG.md (FACTS s1-2).
 FACTS_TYPES = {
@@ -91,11 +111,20 @@ FACTS_TYPES = {
     ("azure", "Standard_NV24s_v3"): ("M60", 2, 24, 224, 2.28, "active"),
     ("azure", "Standard_NV48s_v3"): ("M60", 4, 48, 448, 4.56, "active"),
 }
-STATUS_DATES = {"p2": "2026-12-03", "p3": "2025-12-20", "Standard_NC6s_v3": "2025-09-30",
-                "Standard_NC24s_v3": "2025-09-30", "Standard_NC6": "2023-09-06", "Standard_NC12": "2023-09-06",
-                "Standard_NC24": "2023-09-06", "Standard_NC24r": "2023-09-06"}
-REGIONS = {"aws": {"us-east-1", "us-west-2", "eu-west-1", "ap-northeast-1"},
-           "azure": {"eastus", "westus2", "westeurope", "southeastasia"}}
+STATUS_DATES = {
+    "p2": "2026-12-03",
+    "p3": "2025-12-20",
+    "Standard_NC6s_v3": "2025-09-30",
+    "Standard_NC24s_v3": "2025-09-30",
+    "Standard_NC6": "2023-09-06",
+    "Standard_NC12": "2023-09-06",
+    "Standard_NC24": "2023-09-06",
+    "Standard_NC24r": "2023-09-06",
+}
+REGIONS = {
+    "aws": {"us-east-1", "us-west-2", "eu-west-1", "ap-northeast-1"},
+    "azure": {"eastus", "westus2", "westeurope", "southeastasia"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -117,10 +146,28 @@ def test_k80_row_uses_the_board_seed_figures(cat):
 
 
 def test_architectures_and_compute_capabilities(cat):
-    expected = {"K40": "Kepler", "K80": "Kepler", "M60": "Maxwell", "P100": "Pascal", "P40": "Pascal",
-                "V100": "Volta", "T4": "Turing", "A10G": "Ampere", "A10": "Ampere", "L4": "Ada",
-                "L40S": "Ada", "A100-40GB": "Ampere", "A100-80GB": "Ampere", "H100": "Hopper", "H200": "Hopper",
-                "V100-32GB": "Volta", "T4G": "Turing", "H100-NVL": "Hopper", "B200": "Blackwell", "GB200": "Blackwell"}
+    expected = {
+        "K40": "Kepler",
+        "K80": "Kepler",
+        "M60": "Maxwell",
+        "P100": "Pascal",
+        "P40": "Pascal",
+        "V100": "Volta",
+        "T4": "Turing",
+        "A10G": "Ampere",
+        "A10": "Ampere",
+        "L4": "Ada",
+        "L40S": "Ada",
+        "A100-40GB": "Ampere",
+        "A100-80GB": "Ampere",
+        "H100": "Hopper",
+        "H200": "Hopper",
+        "V100-32GB": "Volta",
+        "T4G": "Turing",
+        "H100-NVL": "Hopper",
+        "B200": "Blackwell",
+        "GB200": "Blackwell",
+    }
     assert {g.name: g.architecture for g in cat.gpus.values()} == expected
     for g in cat.gpus.values():
         assert g.source, g.name
@@ -150,8 +197,19 @@ def test_at_least_four_regions_per_cloud_and_per_common_type(cat, cloud):
             continue
         regions = {o.region for o in cat.offerings if o.cloud == c and o.instance_type == t}
         assert len(regions) >= (1 if t in NEW_TYPES else 2), t
-        if t not in NEW_TYPES and t.startswith(("g4dn", "g5.", "g6", "p3.", "p2.", "Standard_NC4as", "Standard_NC64as",
-                                                "Standard_NC24ads", "Standard_NV36")):
+        if t not in NEW_TYPES and t.startswith(
+            (
+                "g4dn",
+                "g5.",
+                "g6",
+                "p3.",
+                "p2.",
+                "Standard_NC4as",
+                "Standard_NC64as",
+                "Standard_NC24ads",
+                "Standard_NV36",
+            )
+        ):
             missing = {r for r in REGIONS[cloud] - regions if (t, r) not in SIX_NOT_OFFERED}
             assert not missing, t
 
@@ -168,16 +226,53 @@ def test_every_row_has_provenance_and_estimates_are_marked(cat):
 
 NEW_TYPES = {"p6-b200.48xlarge", "Standard_NC40ads_H100_v5", "Standard_NC80adis_H100_v5", "Standard_NC48ads_A100_v4"}
 # Added for issue 12 point 3 with one home-region row each (us-east-1 / eastus).
-ISSUE12_TYPES = {"g4dn.2xlarge", "g4dn.4xlarge", "g4dn.8xlarge", "g4dn.16xlarge", "g4dn.metal", "g5.2xlarge",
-                 "g5.4xlarge", "g5.16xlarge", "g5.24xlarge", "g5.48xlarge", "g5.8xlarge", "g5g.xlarge",
-                 "g5g.2xlarge", "g5g.4xlarge", "g5g.8xlarge", "g5g.16xlarge", "g5g.metal", "g6.12xlarge",
-                 "g6.4xlarge", "g6.8xlarge", "g6.16xlarge", "g6.48xlarge", "g6e.12xlarge", "g6e.2xlarge",
-                 "g6e.4xlarge", "g6e.8xlarge", "g6e.16xlarge", "g6e.24xlarge", "p3dn.24xlarge",
-                 "Standard_NC8as_T4_v3", "Standard_NC16as_T4_v3", "Standard_NV36adms_A10_v5",
-                 "Standard_NV72ads_A10_v5", "Standard_NV12s_v3", "Standard_NV24s_v3", "Standard_NV48s_v3"}
+ISSUE12_TYPES = {
+    "g4dn.2xlarge",
+    "g4dn.4xlarge",
+    "g4dn.8xlarge",
+    "g4dn.16xlarge",
+    "g4dn.metal",
+    "g5.2xlarge",
+    "g5.4xlarge",
+    "g5.16xlarge",
+    "g5.24xlarge",
+    "g5.48xlarge",
+    "g5.8xlarge",
+    "g5g.xlarge",
+    "g5g.2xlarge",
+    "g5g.4xlarge",
+    "g5g.8xlarge",
+    "g5g.16xlarge",
+    "g5g.metal",
+    "g6.12xlarge",
+    "g6.4xlarge",
+    "g6.8xlarge",
+    "g6.16xlarge",
+    "g6.48xlarge",
+    "g6e.12xlarge",
+    "g6e.2xlarge",
+    "g6e.4xlarge",
+    "g6e.8xlarge",
+    "g6e.16xlarge",
+    "g6e.24xlarge",
+    "p3dn.24xlarge",
+    "Standard_NC8as_T4_v3",
+    "Standard_NC16as_T4_v3",
+    "Standard_NV36adms_A10_v5",
+    "Standard_NV72ads_A10_v5",
+    "Standard_NV12s_v3",
+    "Standard_NV24s_v3",
+    "Standard_NV48s_v3",
+}
 NEW_TYPES |= ISSUE12_TYPES
-SIX_NOT_OFFERED = {("g6.xlarge", "eu-west-1"), ("g6.2xlarge", "eu-west-1"), ("g6.24xlarge", "eu-west-1"),
-                   ("g6e.xlarge", "eu-west-1"), ("g6e.48xlarge", "eu-west-1"), ("p5.48xlarge", "eu-west-1")}
+SIX_NOT_OFFERED = {
+    ("g6.xlarge", "eu-west-1"),
+    ("g6.2xlarge", "eu-west-1"),
+    ("g6.24xlarge", "eu-west-1"),
+    ("g6e.xlarge", "eu-west-1"),
+    ("g6e.48xlarge", "eu-west-1"),
+    ("p5.48xlarge", "eu-west-1"),
+}
 
 
 def test_not_offered_rows_are_gone_and_no_flat_spot_estimate(cat):
@@ -190,7 +285,13 @@ def test_not_offered_rows_are_gone_and_no_flat_spot_estimate(cat):
     p5 = next(o for o in cat.offerings if o.instance_type == "p5.48xlarge" and o.region == "us-east-1")
     assert p5.spot_price_per_hour == 14.25
     assert {o.instance_type for o in cat.offerings if o.arch != "x86_64"} == {
-        "g5g.xlarge", "g5g.2xlarge", "g5g.4xlarge", "g5g.8xlarge", "g5g.16xlarge", "g5g.metal"}
+        "g5g.xlarge",
+        "g5g.2xlarge",
+        "g5g.4xlarge",
+        "g5g.8xlarge",
+        "g5g.16xlarge",
+        "g5g.metal",
+    }
     assert {o.arch for o in cat.offerings if o.instance_type.startswith("g5g.")} == {"arm64"}
 
 
@@ -240,9 +341,23 @@ def test_k40_has_no_offering(cat):
 
 @pytest.mark.parametrize(
     ("alias", "canonical"),
-    [("k80", "K80"), ("Tesla-K80", "K80"), ("tesla k40", "K40"), ("a100-40", "A100-40GB"), ("t4g", "T4G"), ("a100-40g", "A100-40GB"),
-     ("A100-80G", "A100-80GB"), ("a100 80gb", "A100-80GB"), ("H100-80GB", "H100"), ("nvidia h100", "H100"),
-     ("l40s", "L40S"), ("A10G", "A10G"), ("a10", "A10"), ("NVIDIA T4", "T4"), ("v100", "V100")],
+    [
+        ("k80", "K80"),
+        ("Tesla-K80", "K80"),
+        ("tesla k40", "K40"),
+        ("a100-40", "A100-40GB"),
+        ("t4g", "T4G"),
+        ("a100-40g", "A100-40GB"),
+        ("A100-80G", "A100-80GB"),
+        ("a100 80gb", "A100-80GB"),
+        ("H100-80GB", "H100"),
+        ("nvidia h100", "H100"),
+        ("l40s", "L40S"),
+        ("A10G", "A10G"),
+        ("a10", "A10"),
+        ("NVIDIA T4", "T4"),
+        ("v100", "V100"),
+    ],
 )
 def test_aliases_resolve(cat, alias, canonical):
     assert resolve_gpu_name(alias) == canonical

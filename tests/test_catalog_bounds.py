@@ -26,10 +26,19 @@ from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 REPO = Path(__file__).resolve().parent.parent
 
 
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], float]:
+def cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> tuple[subprocess.CompletedProcess[str], float]:
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=REPO, capture_output=True, text=True,
-                         env={**os.environ, "CI": "true", **(env or {})}, timeout=timeout, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CI": "true", **(env or {})},
+        timeout=timeout,
+        check=False,
+    )
     return out, time.monotonic() - t0
 
 
@@ -72,8 +81,10 @@ class Trickle:
 
 @pytest.fixture
 def azure_skus(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure]:
-    fake = FakeAzure(skus=[azure_sku("Standard_NC4as_T4_v3", ["eastus"], 1, 4, 28)],
-                     items=[azure_item("Standard_NC4as_T4_v3", "eastus", 0.526)]).start()
+    fake = FakeAzure(
+        skus=[azure_sku("Standard_NC4as_T4_v3", ["eastus"], 1, 4, 28)],
+        items=[azure_item("Standard_NC4as_T4_v3", "eastus", 0.526)],
+    ).start()
     for key, value in fake.env().items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
@@ -84,8 +95,14 @@ def azure_skus(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure]:
 def test_a_price_server_answering_one_byte_a_second_is_given_up_at_the_deadline(azure_skus: FakeAzure) -> None:
     trickle = Trickle()
     try:
-        out, took = cli("catalog", "refresh", "--cloud", "azure", "--json",
-                        env={"GPUCLOUD_AZURE_PRICES_URL": trickle.url, "GPUCLOUD_CATALOG_DEADLINE": "5"})
+        out, took = cli(
+            "catalog",
+            "refresh",
+            "--cloud",
+            "azure",
+            "--json",
+            env={"GPUCLOUD_AZURE_PRICES_URL": trickle.url, "GPUCLOUD_CATALOG_DEADLINE": "5"},
+        )
     finally:
         trickle.stop()
     assert took < 30, f"refresh took {took:.0f} s against a 1 byte/s server"
@@ -96,13 +113,23 @@ def test_a_price_server_answering_one_byte_a_second_is_given_up_at_the_deadline(
     assert load_catalog().meta.origin == "shipped"  # nothing half-written
 
 
-def test_a_trickling_price_list_ends_the_aws_source_at_the_deadline(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_a_trickling_price_list_ends_the_aws_source_at_the_deadline(
+    moto: Moto, monkeypatch: pytest.MonkeyPatch
+) -> None:  # noqa: F811
     """botocore's read timeout (30 s per read) never fires against one byte a second either."""
     trickle = Trickle()
     monkeypatch.setenv("GPUCLOUD_AWS_PRICING_URL", trickle.url.removesuffix("/api/retail/prices"))
     try:
-        out, took = cli("catalog", "refresh", "--cloud", "aws", "--region", "us-east-1", "--json",
-                        env={"GPUCLOUD_CATALOG_DEADLINE": "6"})
+        out, took = cli(
+            "catalog",
+            "refresh",
+            "--cloud",
+            "aws",
+            "--region",
+            "us-east-1",
+            "--json",
+            env={"GPUCLOUD_CATALOG_DEADLINE": "6"},
+        )
     finally:
         trickle.stop()
     assert took < 40, f"refresh took {took:.0f} s against a 1 byte/s Price List"
@@ -120,12 +147,22 @@ class EndlessToken(FakeAwsPricing):
         return status, doc
 
 
-def test_an_endless_page_token_stops_at_the_page_limit_and_is_reported(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_an_endless_page_token_stops_at_the_page_limit_and_is_reported(
+    moto: Moto, monkeypatch: pytest.MonkeyPatch
+) -> None:  # noqa: F811
     fake = EndlessToken(products=[aws_product("g4dn.xlarge", "us-east-1", 0.526)]).start()
     monkeypatch.setenv("GPUCLOUD_AWS_PRICING_URL", fake.url)
     try:
-        out, took = cli("catalog", "refresh", "--cloud", "aws", "--region", "us-east-1", "--json",
-                        env={"GPUCLOUD_CATALOG_MAX_PAGES": "20"})
+        out, took = cli(
+            "catalog",
+            "refresh",
+            "--cloud",
+            "aws",
+            "--region",
+            "us-east-1",
+            "--json",
+            env={"GPUCLOUD_CATALOG_MAX_PAGES": "20"},
+        )
     finally:
         fake.stop()
     assert out.returncode == 75, out.stderr
@@ -142,13 +179,17 @@ class EndlessLink(FakeAzure):
     def _prices(self, query: dict[str, list[str]]) -> dict[str, Any]:
         skip = int(query.get("$skip", ["0"])[0])
         doc = super()._prices(query) if skip == 0 else {"Items": [], "Count": 0}
-        doc["NextPageLink"] = f"{self.url}/api/retail/prices?{urlencode({'$filter': query['$filter'][0], '$skip': skip + 1})}"
+        doc["NextPageLink"] = (
+            f"{self.url}/api/retail/prices?{urlencode({'$filter': query['$filter'][0], '$skip': skip + 1})}"
+        )
         return doc
 
 
 def test_an_endless_next_page_link_is_partial_never_complete(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = EndlessLink(skus=[azure_sku("Standard_NC4as_T4_v3", ["eastus"], 1, 4, 28)],
-                       items=[azure_item("Standard_NC4as_T4_v3", "eastus", 0.526)]).start()
+    fake = EndlessLink(
+        skus=[azure_sku("Standard_NC4as_T4_v3", ["eastus"], 1, 4, 28)],
+        items=[azure_item("Standard_NC4as_T4_v3", "eastus", 0.526)],
+    ).start()
     for key, value in fake.env().items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)

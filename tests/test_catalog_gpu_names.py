@@ -33,8 +33,9 @@ class _Ec2:
 
     def get_paginator(self, name: str) -> Any:
         assert name == "describe_instance_types"
-        return SimpleNamespace(paginate=lambda: [{"InstanceTypes": self.items[i:i + 100]}
-                                                 for i in range(0, len(self.items), 100)])
+        return SimpleNamespace(
+            paginate=lambda: [{"InstanceTypes": self.items[i : i + 100]} for i in range(0, len(self.items), 100)]
+        )
 
 
 def truth(it: dict[str, Any]) -> tuple[str | None, int]:
@@ -52,8 +53,10 @@ def quirky(types: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
-@pytest.mark.parametrize(("itype", "gpu", "count"), [
-    ("p5en.48xlarge", "H200", 8), ("p4de.24xlarge", "A100-80GB", 8), ("p5.4xlarge", "H100", 1)])
+@pytest.mark.parametrize(
+    ("itype", "gpu", "count"),
+    [("p5en.48xlarge", "H200", 8), ("p4de.24xlarge", "A100-80GB", 8), ("p5.4xlarge", "H100", 1)],
+)
 def test_the_quirky_answers_are_read_as_the_real_gpu(itype: str, gpu: str, count: int) -> None:
     types = moto_types()
     assert truth(types[itype]) == (gpu, count)  # moto's data agrees with the override
@@ -79,17 +82,30 @@ def test_every_nvidia_type_moto_knows_is_read_as_moto_has_it() -> None:
     assert not any("NVIDIA (" in s for s in skipped)  # p5en is not dropped
 
 
-@pytest.mark.parametrize(("product", "kept"), [
-    ("Virtual Machines NCasT4_v3 Series", True),
-    ("Virtual Machines NCasT4_v3 Series Windows", False),
-    ("Virtual Machines NC Series Win", False),
-    ("Virtual Machines NV Series Basic Win", False),
-    ("Virtual Machines Twin Series", True),  # a word that merely contains "Win"
-])
+@pytest.mark.parametrize(
+    ("product", "kept"),
+    [
+        ("Virtual Machines NCasT4_v3 Series", True),
+        ("Virtual Machines NCasT4_v3 Series Windows", False),
+        ("Virtual Machines NC Series Win", False),
+        ("Virtual Machines NV Series Basic Win", False),
+        ("Virtual Machines Twin Series", True),  # a word that merely contains "Win"
+    ],
+)
 def test_azure_windows_prices_are_dropped(product: str, kept: bool) -> None:
     from gpucloud.providers.azure.catalog import _add_price
 
     out: dict[tuple[str, str], list[float | None]] = {}
-    _add_price(out, {"armSkuName": "Standard_NC4as_T4_v3", "armRegionName": "eastus", "skuName": "NC4as T4 v3",
-                     "productName": product, "unitOfMeasure": "1 Hour", "type": "Consumption", "retailPrice": 0.9})
+    _add_price(
+        out,
+        {
+            "armSkuName": "Standard_NC4as_T4_v3",
+            "armRegionName": "eastus",
+            "skuName": "NC4as T4 v3",
+            "productName": product,
+            "unitOfMeasure": "1 Hour",
+            "type": "Consumption",
+            "retailPrice": 0.9,
+        },
+    )
     assert (out != {}) is kept

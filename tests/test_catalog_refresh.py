@@ -25,8 +25,13 @@ from tests.test_planner import brute_force_cheapest, job
 
 REPO = Path(__file__).resolve().parent.parent
 REGIONS = ["us-east-1", "eu-west-1"]
-AZURE_ENV = ("GPUCLOUD_AZURE_ARM_ENDPOINT", "AZURE_SUBSCRIPTION_ID", "IDENTITY_ENDPOINT", "IDENTITY_HEADER",
-             "GPUCLOUD_AZURE_PRICES_URL")
+AZURE_ENV = (
+    "GPUCLOUD_AZURE_ARM_ENDPOINT",
+    "AZURE_SUBSCRIPTION_ID",
+    "IDENTITY_ENDPOINT",
+    "IDENTITY_HEADER",
+    "GPUCLOUD_AZURE_PRICES_URL",
+)
 
 
 def moto_gpu_offerings() -> dict[str, set[str]]:
@@ -40,12 +45,18 @@ def moto_gpu_offerings() -> dict[str, set[str]]:
     gpu_types = set()
     for name, it in types.items():
         gpus = (it.get("GpuInfo") or {}).get("Gpus") or []
-        if gpus and gpus[0]["Manufacturer"] == "NVIDIA" and gpus[0]["Count"] and \
-                gpus[0]["Name"].replace(" ", "-").upper() in names:
+        if (
+            gpus
+            and gpus[0]["Manufacturer"] == "NVIDIA"
+            and gpus[0]["Count"]
+            and gpus[0]["Name"].replace(" ", "-").upper() in names
+        ):
             gpu_types.add(name)
     out = {}
     for region in REGIONS:
-        rows = json.loads(gzip.open(base / "instance_type_offerings" / "availability-zone" / f"{region}.json.gz").read())
+        rows = json.loads(
+            gzip.open(base / "instance_type_offerings" / "availability-zone" / f"{region}.json.gz").read()
+        )
         out[region] = {r["InstanceType"] for r in rows} & gpu_types
     return out
 
@@ -83,14 +94,22 @@ def no_azure(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def azure(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure]:
     fake = FakeAzure(
-        skus=[azure_sku("Standard_NC4as_T4_v3", ["eastus", "westeurope", "japaneast"], 1, 4, 28, restricted=["japaneast"]),
-              azure_sku("Standard_NC40ads_H100_v5", ["eastus"], 1, 40, 320),
-              azure_sku("Standard_D4s_v5", ["eastus"], 0, 4, 16),             # no GPU: ignored
-              azure_sku("Standard_ND96isr_MI300X_v5", ["eastus"], 8, 96, 1850)],  # not in the table: reported
-        items=[azure_item("Standard_NC4as_T4_v3", "eastus", 0.526), azure_item("Standard_NC4as_T4_v3", "eastus", 0.0627, spot=True),
-               azure_item("Standard_NC4as_T4_v3", "eastus", 0.9, windows=True),
-               azure_item("Standard_NC4as_T4_v3", "westeurope", 0.61), azure_item("Standard_NC4as_T4_v3", "japaneast", 0.7),
-               azure_item("Standard_NC40ads_H100_v5", "eastus", 6.98)],
+        skus=[
+            azure_sku(
+                "Standard_NC4as_T4_v3", ["eastus", "westeurope", "japaneast"], 1, 4, 28, restricted=["japaneast"]
+            ),
+            azure_sku("Standard_NC40ads_H100_v5", ["eastus"], 1, 40, 320),
+            azure_sku("Standard_D4s_v5", ["eastus"], 0, 4, 16),  # no GPU: ignored
+            azure_sku("Standard_ND96isr_MI300X_v5", ["eastus"], 8, 96, 1850),
+        ],  # not in the table: reported
+        items=[
+            azure_item("Standard_NC4as_T4_v3", "eastus", 0.526),
+            azure_item("Standard_NC4as_T4_v3", "eastus", 0.0627, spot=True),
+            azure_item("Standard_NC4as_T4_v3", "eastus", 0.9, windows=True),
+            azure_item("Standard_NC4as_T4_v3", "westeurope", 0.61),
+            azure_item("Standard_NC4as_T4_v3", "japaneast", 0.7),
+            azure_item("Standard_NC40ads_H100_v5", "eastus", 6.98),
+        ],
     ).start()
     for key, value in fake.env().items():
         monkeypatch.setenv(key, value)
@@ -106,8 +125,9 @@ def aws_rows(regions: list[str] = REGIONS) -> dict[str, set[str]]:
     return out
 
 
-def test_refresh_yields_exactly_motos_gpu_offerings(moto: Moto, pricing: FakeAwsPricing, no_azure: None,
-                                                     expected: dict[str, set[str]]) -> None:
+def test_refresh_yields_exactly_motos_gpu_offerings(
+    moto: Moto, pricing: FakeAwsPricing, no_azure: None, expected: dict[str, set[str]]
+) -> None:
     report = refresh(regions=REGIONS)  # every cloud: Azure has no credentials here
     assert report.clouds["aws"]["refreshed"] and report.path == store.cache_file() and report.path.is_file()
     assert aws_rows() == expected
@@ -139,8 +159,9 @@ def test_refresh_yields_exactly_motos_gpu_offerings(moto: Moto, pricing: FakeAws
     assert any(o.cloud == "azure" for o in cat.offerings)
 
 
-def test_pricing_down_keeps_the_valid_cache(moto: Moto, pricing: FakeAwsPricing, no_azure: None,
-                                           expected: dict[str, set[str]]) -> None:
+def test_pricing_down_keeps_the_valid_cache(
+    moto: Moto, pricing: FakeAwsPricing, no_azure: None, expected: dict[str, set[str]]
+) -> None:
     refresh(clouds=["aws"], regions=REGIONS)
     before = store.cache_file().read_bytes()
     pricing.down = True
@@ -156,11 +177,19 @@ def test_pricing_down_keeps_the_valid_cache(moto: Moto, pricing: FakeAwsPricing,
 def test_azure_skus_and_paged_retail_prices(azure: FakeAzure, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     report = refresh(clouds=["azure"])
-    rows = {(o.instance_type, o.region): o for o in load_catalog().offerings
-            if o.cloud == "azure" and o.status != "retired" and o.region in {"eastus", "westeurope", "japaneast"}
-            and o.price_date == report.clouds["azure"]["fetched_at"]}
-    assert set(rows) == {("Standard_NC4as_T4_v3", "eastus"), ("Standard_NC4as_T4_v3", "westeurope"),
-                         ("Standard_NC40ads_H100_v5", "eastus")}  # japaneast is restricted for this subscription
+    rows = {
+        (o.instance_type, o.region): o
+        for o in load_catalog().offerings
+        if o.cloud == "azure"
+        and o.status != "retired"
+        and o.region in {"eastus", "westeurope", "japaneast"}
+        and o.price_date == report.clouds["azure"]["fetched_at"]
+    }
+    assert set(rows) == {
+        ("Standard_NC4as_T4_v3", "eastus"),
+        ("Standard_NC4as_T4_v3", "westeurope"),
+        ("Standard_NC40ads_H100_v5", "eastus"),
+    }  # japaneast is restricted for this subscription
     t4 = rows[("Standard_NC4as_T4_v3", "eastus")]
     assert (t4.gpu, t4.price_per_hour, t4.spot_price_per_hour) == ("T4", 0.526, 0.0627)  # Windows row ignored
     assert rows[("Standard_NC4as_T4_v3", "westeurope")].spot_price_per_hour is None  # unknown, not guessed
@@ -169,15 +198,21 @@ def test_azure_skus_and_paged_retail_prices(azure: FakeAzure, monkeypatch: pytes
     assert any("MI300X" in p for p in report.clouds["azure"]["problems"])
 
 
-def test_arm_down_is_a_clear_message_and_keeps_data(azure: FakeAzure, moto: Moto, pricing: FakeAwsPricing,
-                                                    expected: dict[str, set[str]]) -> None:
+def test_arm_down_is_a_clear_message_and_keeps_data(
+    azure: FakeAzure, moto: Moto, pricing: FakeAwsPricing, expected: dict[str, set[str]]
+) -> None:
     azure.down = True
     report = refresh(regions=REGIONS)
     assert report.clouds["aws"]["refreshed"] and not report.clouds["azure"]["refreshed"]
-    assert "Resource SKUs" in report.clouds["azure"]["problems"][0] and azure.url in report.clouds["azure"]["problems"][0]
+    assert (
+        "Resource SKUs" in report.clouds["azure"]["problems"][0] and azure.url in report.clouds["azure"]["problems"][0]
+    )
     assert not report.complete
     cat = load_catalog()
-    assert {o.instance_type for o in cat.offerings if o.cloud == "azure"} >= {"Standard_NC4as_T4_v3", "Standard_ND96asr_v4"}
+    assert {o.instance_type for o in cat.offerings if o.cloud == "azure"} >= {
+        "Standard_NC4as_T4_v3",
+        "Standard_ND96asr_v4",
+    }
     assert aws_rows() == expected
 
 
@@ -199,21 +234,39 @@ def test_unknown_cloud_is_a_user_error() -> None:
         refresh(clouds=["nimbus"])
 
 
-def test_cli_refresh_json_and_catalog_json_carry_source_and_date(moto: Moto, pricing: FakeAwsPricing, no_azure: None) -> None:
+def test_cli_refresh_json_and_catalog_json_carry_source_and_date(
+    moto: Moto, pricing: FakeAwsPricing, no_azure: None
+) -> None:
     env = {**os.environ, "CI": "true"}
-    out = subprocess.run([sys.executable, "-m", "gpucloud", "catalog", "refresh", "--cloud", "aws", "--region", "eu-west-1",
-                          "--json"], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "gpucloud", "catalog", "refresh", "--cloud", "aws", "--region", "eu-west-1", "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["clouds"]["aws"]["refreshed"] and doc["complete"] is False  # azure: no credentials
     assert "[aws] eu-west-1" in out.stderr  # progress
-    rows = json.loads(subprocess.run([sys.executable, "-m", "gpucloud", "catalog", "--region", "eu-west-1", "--json"],
-                                     cwd=REPO, capture_output=True, text=True, env=env, timeout=60).stdout)
+    rows = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "gpucloud", "catalog", "--region", "eu-west-1", "--json"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        ).stdout
+    )
     assert rows and all(r["source"] and r["price_date"] for r in rows)
     assert {"arch", "source", "price_date"} <= set(rows[0])
 
 
-def test_planner_matches_brute_force_on_refreshed_catalog(moto: Moto, pricing: FakeAwsPricing, azure: FakeAzure) -> None:
+def test_planner_matches_brute_force_on_refreshed_catalog(
+    moto: Moto, pricing: FakeAwsPricing, azure: FakeAzure
+) -> None:
     refresh(regions=REGIONS + ["eastus", "westeurope"])
     cat = load_catalog()
     assert cat.meta.origin == "refreshed"
@@ -221,9 +274,14 @@ def test_planner_matches_brute_force_on_refreshed_catalog(moto: Moto, pricing: F
     gpus = sorted({o.gpu for o in cat.offerings if o.status != "retired"}) + sorted(cat.families)
     for _ in range(150):
         policy = rng.choice([False, True, "auto"])
-        spec = job(gpu=f"{rng.choice(gpus)}:{rng.choice([1, 1, 2, 4, 8])}", cloud=rng.choice([["aws"], ["azure"], ["aws", "azure"]]),
-                   spot=policy, max_price_per_hour=rng.choice([None, rng.uniform(0.1, 60)]),
-                   min_vcpus=rng.choice([None, 4, 8, 48]), regions=rng.choice([None, ["us-east-1"], ["eu-west-1", "westeurope"]]))
+        spec = job(
+            gpu=f"{rng.choice(gpus)}:{rng.choice([1, 1, 2, 4, 8])}",
+            cloud=rng.choice([["aws"], ["azure"], ["aws", "azure"]]),
+            spot=policy,
+            max_price_per_hour=rng.choice([None, rng.uniform(0.1, 60)]),
+            min_vcpus=rng.choice([None, 4, 8, 48]),
+            regions=rng.choice([None, ["us-east-1"], ["eu-west-1", "westeurope"]]),
+        )
         best = brute_force_cheapest(spec, policy)
         if best is None:
             with pytest.raises(UserError):
@@ -232,8 +290,9 @@ def test_planner_matches_brute_force_on_refreshed_catalog(moto: Moto, pricing: F
         assert make_plan(spec).candidates[0].price_per_hour == pytest.approx(best)
 
 
-def test_regen_script_rebuilds_the_shipped_csv_with_the_refresh_code(moto: Moto, pricing: FakeAwsPricing, no_azure: None,
-                                                                   tmp_path: Path, expected: dict[str, set[str]]) -> None:
+def test_regen_script_rebuilds_the_shipped_csv_with_the_refresh_code(
+    moto: Moto, pricing: FakeAwsPricing, no_azure: None, tmp_path: Path, expected: dict[str, set[str]]
+) -> None:
     import importlib.util
 
     from gpucloud.catalog import validate_offerings_text

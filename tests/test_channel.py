@@ -16,9 +16,9 @@ import pytest
 
 from gpucloud.channel import (
     URL_MARGIN,
-    ObjectRefused,
     Channel,
     FileChannel,
+    ObjectRefused,
     iter_manifest,
     log_key,
     log_prefix,
@@ -71,6 +71,7 @@ def curl(*args: str, input: bytes | None = None) -> subprocess.CompletedProcess[
 
 # ---- FileChannel primitives -------------------------------------------------------------------
 
+
 def test_file_channel_roundtrip_and_missing(tmp_path: Path) -> None:
     ch = FileChannel(tmp_path / "store")
     assert ch.get_bytes("runs/r/x") is None
@@ -105,6 +106,7 @@ def test_curl_put_to_file_url_creates_the_object(tmp_path: Path) -> None:
 
 
 # ---- prepare / manifest -----------------------------------------------------------------------
+
 
 def test_prepare_writes_one_manifest_per_node(tmp_path: Path) -> None:
     ch = FileChannel(tmp_path)
@@ -148,6 +150,7 @@ def test_prepare_expiry_is_deadline_plus_margin() -> None:
 
 
 # ---- status / log parts / artifacts -----------------------------------------------------------
+
 
 def test_read_status_tolerates_absent_and_half_written(tmp_path: Path) -> None:
     ch = FileChannel(tmp_path)
@@ -198,8 +201,10 @@ def test_download_artifacts_skips_path_traversal_and_keeps_the_rest(tmp_path: Pa
     assert got is not None and got.files == 1
     assert (tmp_path / "out" / "ok.txt").read_bytes() == b"ok"
     assert not (tmp_path / "evil").exists() and not Path("/abs/evil").exists()
-    assert sorted(got.warnings) == ["artifact '../evil' not extracted: a path out of the artifacts folder (..)",
-                                    "artifact '/abs/evil' not extracted: an absolute path"]
+    assert sorted(got.warnings) == [
+        "artifact '../evil' not extracted: a path out of the artifacts folder (..)",
+        "artifact '/abs/evil' not extracted: an absolute path",
+    ]
 
 
 def _job_artifacts(tmp_path: Path, build: str) -> Path:
@@ -212,16 +217,31 @@ def _job_artifacts(tmp_path: Path, build: str) -> Path:
     return out
 
 
-@pytest.mark.parametrize(("build", "kept", "warning"), [
-    ("mkdir outputs; echo w > outputs/model.bin; ln -s model.bin outputs/latest",
-     {"outputs/model.bin"}, ["'outputs/latest' not extracted: a symbolic link (to 'model.bin')"]),
-    ("mkdir outputs; echo w > outputs/model.bin; ln -s /etc/passwd outputs/passwd; ln -s "
-     "../../secret outputs/up",
-     {"outputs/model.bin"}, ["'outputs/passwd' not extracted: a symbolic link (to '/etc/passwd')",
-                             "'outputs/up' not extracted: a symbolic link (to '../../secret')"]),
-    ("mkdir outputs; echo w > outputs/model.bin; mkfifo outputs/pipe",
-     {"outputs/model.bin"}, ["'outputs/pipe' not extracted: a FIFO (named pipe)"]),
-], ids=["symlink-in", "symlink-out", "fifo"])
+@pytest.mark.parametrize(
+    ("build", "kept", "warning"),
+    [
+        (
+            "mkdir outputs; echo w > outputs/model.bin; ln -s model.bin outputs/latest",
+            {"outputs/model.bin"},
+            ["'outputs/latest' not extracted: a symbolic link (to 'model.bin')"],
+        ),
+        (
+            "mkdir outputs; echo w > outputs/model.bin; ln -s /etc/passwd outputs/passwd; ln -s "
+            "../../secret outputs/up",
+            {"outputs/model.bin"},
+            [
+                "'outputs/passwd' not extracted: a symbolic link (to '/etc/passwd')",
+                "'outputs/up' not extracted: a symbolic link (to '../../secret')",
+            ],
+        ),
+        (
+            "mkdir outputs; echo w > outputs/model.bin; mkfifo outputs/pipe",
+            {"outputs/model.bin"},
+            ["'outputs/pipe' not extracted: a FIFO (named pipe)"],
+        ),
+    ],
+    ids=["symlink-in", "symlink-out", "fifo"],
+)
 def test_artifact_links_and_fifos(tmp_path: Path, build: str, kept: set[str], warning: list[str] | None) -> None:
     """No link is ever extracted, even one that points inside: links are how extraction escapes."""
     ch = FileChannel(tmp_path / "store")
@@ -235,8 +255,10 @@ def test_artifact_links_and_fifos(tmp_path: Path, build: str, kept: set[str], wa
 
 def test_ten_thousand_small_artifacts_all_come_back(tmp_path: Path) -> None:
     ch = FileChannel(tmp_path / "store")
-    build = ("mkdir -p outputs; cd outputs; "
-             "for d in $(seq 0 99); do mkdir $d; for f in $(seq 0 99); do echo $d.$f > $d/$f; done; done")
+    build = (
+        "mkdir -p outputs; cd outputs; "
+        "for d in $(seq 0 99); do mkdir $d; for f in $(seq 0 99); do echo $d.$f > $d/$f; done; done"
+    )
     ch.put_file("runs/r1/node-0/artifacts.tar.gz", _job_artifacts(tmp_path, build))
     got = ch.download_artifacts("r1", 0, tmp_path / "out")
     assert got is not None and got.files == 10_000 and not got.warnings
@@ -253,6 +275,7 @@ def test_upload_code(tmp_path: Path) -> None:
 
 
 # ---- pack_workdir -----------------------------------------------------------------------------
+
 
 def _tree(root: Path, files: dict[str, str]) -> None:
     for rel, text in files.items():

@@ -67,15 +67,21 @@ def parse_output_file(text: str) -> dict[str, str]:
 @dataclass
 class ActionRun:
     outputs: dict[str, str]
-    log: str                  # every step's stdout + stderr, as the job log shows it
-    failed_step: str | None   # name of the step that failed (the runner stops there)
-    exit_status: int          # that step's exit status (0 when all passed)
+    log: str  # every step's stdout + stderr, as the job log shows it
+    failed_step: str | None  # name of the step that failed (the runner stops there)
+    exit_status: int  # that step's exit status (0 when all passed)
     summary: str
     step_outputs: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-def run_action(inputs: dict[str, str], workspace: Path, tmp: Path, *, action_path: Path = REPO,
-               env_extra: dict[str, str] | None = None) -> ActionRun:
+def run_action(
+    inputs: dict[str, str],
+    workspace: Path,
+    tmp: Path,
+    *,
+    action_path: Path = REPO,
+    env_extra: dict[str, str] | None = None,
+) -> ActionRun:
     action = load_action()
     assert action["runs"]["using"] == "composite"
     given = dict(inputs)
@@ -95,17 +101,26 @@ def run_action(inputs: dict[str, str], workspace: Path, tmp: Path, *, action_pat
     for f in (summary, github_env):
         f.touch()
     context: dict[str, dict[str, Any]] = {
-        "inputs": resolved, "github": {"action_path": str(action_path), "workspace": str(workspace)}, "steps": {},
+        "inputs": resolved,
+        "github": {"action_path": str(action_path), "workspace": str(workspace)},
+        "steps": {},
     }
     import os
 
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_", "GITLAB_"))}
-    base_env.update({
-        "CI": "true", "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(workspace),
-        "GITHUB_ACTION_PATH": str(action_path), "GITHUB_ENV": str(github_env),
-        "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_TEMP": str(runner_temp), "RUNNER_OS": "Linux",
-        **(env_extra or {}),
-    })
+    base_env.update(
+        {
+            "CI": "true",
+            "GITHUB_ACTIONS": "true",
+            "GITHUB_WORKSPACE": str(workspace),
+            "GITHUB_ACTION_PATH": str(action_path),
+            "GITHUB_ENV": str(github_env),
+            "GITHUB_STEP_SUMMARY": str(summary),
+            "RUNNER_TEMP": str(runner_temp),
+            "RUNNER_OS": "Linux",
+            **(env_extra or {}),
+        }
+    )
     log: list[str] = []
     for index, step in enumerate(action["runs"]["steps"]):
         assert "run" in step and step.get("shell") == "bash", step
@@ -117,14 +132,26 @@ def run_action(inputs: dict[str, str], workspace: Path, tmp: Path, *, action_pat
         env["GITHUB_OUTPUT"] = str(output_file)
         script = tmp / f"step-{index}.sh"
         script.write_text(substitute(step["run"], context))
-        proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=workspace,
-                              env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+            cwd=workspace,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         log.append(f"## {step.get('name')}\n{proc.stdout}{proc.stderr}")
         if step.get("id"):
             context["steps"][step["id"]] = parse_output_file(output_file.read_text())
         if proc.returncode != 0:
-            return ActionRun(_outputs(action, context), "\n".join(log), step.get("name"), proc.returncode,
-                             summary.read_text(), context["steps"])
+            return ActionRun(
+                _outputs(action, context),
+                "\n".join(log),
+                step.get("name"),
+                proc.returncode,
+                summary.read_text(),
+                context["steps"],
+            )
     return ActionRun(_outputs(action, context), "\n".join(log), None, 0, summary.read_text(), context["steps"])
 
 
@@ -172,12 +199,15 @@ def test_quickstart_through_the_action(workspace: Path, tmp_path: Path) -> None:
 
 def test_bad_job_file_fails_the_step_with_annotations(workspace: Path, tmp_path: Path) -> None:
     (workspace / "jobs" / "bad.yaml").write_text(
-        "name: Bad_Name\nresources:\n  cloud: local\n  spot: maybe\nrun: echo hi\nmax_duration: 5x\n")
+        "name: Bad_Name\nresources:\n  cloud: local\n  spot: maybe\nrun: echo hi\nmax_duration: 5x\n"
+    )
     run = run_action(local_inputs("jobs/bad.yaml"), workspace, tmp_path)
     assert run.failed_step == "Run the job" and run.exit_status == 2
     annotations = [line for line in run.log.splitlines() if line.startswith("::error ")]
-    assert [re.match(r"::error file=jobs/bad\.yaml,line=(\d+),title=gpucloud%3A ([\w.]+)::", a).groups()
-            for a in annotations] == [("1", "name"), ("4", "resources.spot"), ("6", "max_duration")], run.log
+    assert [
+        re.match(r"::error file=jobs/bad\.yaml,line=(\d+),title=gpucloud%3A ([\w.]+)::", a).groups()
+        for a in annotations
+    ] == [("1", "name"), ("4", "resources.spot"), ("6", "max_duration")], run.log
     assert run.outputs["exit-code"] == "2" and run.outputs["run-id"] == ""
     assert "| `jobs/bad.yaml` | 4 | `resources.spot` |" in run.summary
 
@@ -185,7 +215,8 @@ def test_bad_job_file_fails_the_step_with_annotations(workspace: Path, tmp_path:
 def test_step_exit_status_follows_the_jobs_exit_code(workspace: Path, tmp_path: Path) -> None:
     (workspace / "jobs" / "fails.yaml").write_text(
         "name: fails\nresources:\n  cloud: local\nworkdir: quickstart\nrun: echo about to fail; exit 3\n"
-        "max_duration: 2m\n")
+        "max_duration: 2m\n"
+    )
     run = run_action(local_inputs("jobs/fails.yaml"), workspace, tmp_path)
     assert run.failed_step == "Run the job" and run.exit_status == 3, run.log
     assert run.outputs["exit-code"] == "3" and run.outputs["status"] == "failed"
@@ -211,8 +242,12 @@ def test_install_step_installs_the_actions_own_checkout(tmp_path: Path) -> None:
     """version empty: pip installs the action's checkout into a venv under RUNNER_TEMP (here
     without dependencies, so that no package is fetched) and later steps get that interpreter."""
     action_copy = tmp_path / "action"
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=SOURCE,
-                           capture_output=True, check=True).stdout
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=SOURCE,
+        capture_output=True,
+        check=True,
+    ).stdout
     for name in filter(None, files.decode().split("\0")):
         if (SOURCE / name).is_file():
             (action_copy / name).parent.mkdir(parents=True, exist_ok=True)
@@ -223,13 +258,24 @@ def test_install_step_installs_the_actions_own_checkout(tmp_path: Path) -> None:
 
     env = {"PYTHONPATH": ""} if os.environ.get("PYTHONPATH") else {}
     # the run step then fails (no dependencies in that venv): only the install step is checked
-    run = run_action({"spec": "missing.yaml", "python": sys.executable, "pip-args": "--no-deps"}, ws, tmp_path,
-                     action_path=action_copy, env_extra=env)
+    run = run_action(
+        {"spec": "missing.yaml", "python": sys.executable, "pip-args": "--no-deps"},
+        ws,
+        tmp_path,
+        action_path=action_copy,
+        env_extra=env,
+    )
     venv_python = tmp_path / "runner-temp" / "gpucloud-venv" / "bin" / "python"
     assert run.step_outputs["install"] == {"python": str(venv_python)}, run.log
     assert "gpucloud 0.1.0 on Python 3." in run.log
-    where = subprocess.run([str(venv_python), "-c", "import gpucloud; print(gpucloud.__file__)"],
-                           capture_output=True, text=True, env={**os.environ, **env}, cwd=tmp_path, check=True).stdout
+    where = subprocess.run(
+        [str(venv_python), "-c", "import gpucloud; print(gpucloud.__file__)"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=tmp_path,
+        check=True,
+    ).stdout
     assert where.startswith(str(tmp_path / "runner-temp" / "gpucloud-venv")), where
     assert run.failed_step == "Run the job"
 
@@ -246,17 +292,37 @@ def test_install_step_installs_the_wheel_by_version(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     env = {"PYTHONPATH": ""} if os.environ.get("PYTHONPATH") else {}
-    run = run_action({"spec": "missing.yaml", "python": sys.executable, "version": version,
-                      "pip-args": f"--no-deps --no-index --find-links {dist}"}, ws, tmp_path, env_extra=env)
+    run = run_action(
+        {
+            "spec": "missing.yaml",
+            "python": sys.executable,
+            "version": version,
+            "pip-args": f"--no-deps --no-index --find-links {dist}",
+        },
+        ws,
+        tmp_path,
+        env_extra=env,
+    )
     venv = tmp_path / "runner-temp" / "gpucloud-venv"
     assert run.step_outputs["install"] == {"python": str(venv / "bin" / "python")}, run.log
     assert f"gpucloud {version} on Python 3." in run.log
-    package = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import gpucloud; print(gpucloud.__file__)"],
-                                  capture_output=True, text=True, env={**os.environ, **env}, cwd=tmp_path,
-                                  check=True).stdout.strip()).parent
+    package = Path(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import gpucloud; print(gpucloud.__file__)"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+            cwd=tmp_path,
+            check=True,
+        ).stdout.strip()
+    ).parent
     assert package.is_relative_to(venv) and package.parent.name == "site-packages", package
-    for part in ("providers/aws/__init__.py", "providers/azure/__init__.py", "templates/bootstrap.sh.j2",
-                 "catalog/data/offerings.csv"):
+    for part in (
+        "providers/aws/__init__.py",
+        "providers/azure/__init__.py",
+        "templates/bootstrap.sh.j2",
+        "catalog/data/offerings.csv",
+    ):
         assert (package / part).is_file(), part
     assert not list(package.parent.glob("__editable__*")), "an editable install, not the wheel"
     assert run.failed_step == "Run the job"  # no dependencies in that venv (--no-deps): only the install is checked
@@ -265,8 +331,12 @@ def test_install_step_installs_the_wheel_by_version(tmp_path: Path) -> None:
 def test_install_false_with_an_interpreter_lacking_gpucloud_fails_clearly(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    run = run_action({"spec": "x.yaml", "install": "false", "python": "python3"}, ws, tmp_path,
-                     env_extra={"PYTHONPATH": "", "PATH": "/usr/bin:/bin"})
+    run = run_action(
+        {"spec": "x.yaml", "install": "false", "python": "python3"},
+        ws,
+        tmp_path,
+        env_extra={"PYTHONPATH": "", "PATH": "/usr/bin:/bin"},
+    )
     if run.failed_step is None:  # the system python happens to have gpucloud installed
         pytest.skip("/usr/bin/python3 imports gpucloud")
     assert run.failed_step == "Install gpucloud"
@@ -279,7 +349,8 @@ def test_workflow_commands_printed_by_the_job_are_fenced(workspace: Path, tmp_pa
     (workspace / "jobs" / "sly.yaml").write_text(
         "name: sly\nresources:\n  cloud: local\nmax_duration: 2m\nrun: |\n"
         "  echo '::add-mask::hunter2'\n  echo '::stop-commands::guess'\n  echo '::set-output name=exit-code::0'\n"
-        "  printf 'no newline then ::error::mid-line'\n  echo\n  echo '::error title=forged::from the job'\n")
+        "  printf 'no newline then ::error::mid-line'\n  echo\n  echo '::error title=forged::from the job'\n"
+    )
     run = run_action(local_inputs("jobs/sly.yaml"), workspace, tmp_path)
     assert run.failed_step is None, run.log
     lines = run.log.splitlines()
@@ -292,8 +363,12 @@ def test_workflow_commands_printed_by_the_job_are_fenced(workspace: Path, tmp_pa
             assert not any(re.fullmatch(r"::(end)?group::.*", x) for x in lines[start:end]), run.log
             fenced.update(range(start + 1, end))
     assert tokens and len(set(tokens)) == len(tokens), run.log  # a fresh random token each time
-    for forged in ("::add-mask::hunter2", "::stop-commands::guess", "::set-output name=exit-code::0",
-                   "::error title=forged::from the job"):
+    for forged in (
+        "::add-mask::hunter2",
+        "::stop-commands::guess",
+        "::set-output name=exit-code::0",
+        "::error title=forged::from the job",
+    ):
         assert next(i for i, line in enumerate(lines) if line == forged) in fenced, run.log
         assert lines.count(forged) == 1  # nowhere outside a fence
     assert any(line == "::endgroup::" for i, line in enumerate(lines) if i not in fenced)

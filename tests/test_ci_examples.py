@@ -19,11 +19,19 @@ ACTION = REPO / "action.yml"
 GH_EXAMPLE = REPO / "examples" / "ci" / "github-actions.yml"
 GL_EXAMPLE = REPO / "examples" / "ci" / "gitlab-ci.yml"
 REMOTE_REF = "OWNER/gpucloud@v0.1.0"
-LONG_LIVED_KEYS = ("AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AZURE_CLIENT_SECRET", "aws-secret-access-key",
-                   "aws-access-key-id", "creds:", "client-secret")
+LONG_LIVED_KEYS = (
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_ACCESS_KEY_ID",
+    "AZURE_CLIENT_SECRET",
+    "aws-secret-access-key",
+    "aws-access-key-id",
+    "creds:",
+    "client-secret",
+)
 
-needs_actionlint = pytest.mark.skipif(shutil.which("actionlint") is None,
-                                      reason="actionlint not installed (pip install '.[test]' brings it)")
+needs_actionlint = pytest.mark.skipif(
+    shutil.which("actionlint") is None, reason="actionlint not installed (pip install '.[test]' brings it)"
+)
 
 
 def load(path: Path) -> Any:
@@ -31,8 +39,9 @@ def load(path: Path) -> Any:
 
 
 def actionlint(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["actionlint", "-no-color", "-oneline", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        ["actionlint", "-no-color", "-oneline", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 @needs_actionlint

@@ -23,8 +23,14 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(autouse=True)
 def no_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test chooses its CI; none leaks from the machine running the tests."""
-    for name in ("GITHUB_ACTIONS", "GITLAB_CI", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE", "GITHUB_OUTPUT",
-                 "GPUCLOUD_DOTENV"):
+    for name in (
+        "GITHUB_ACTIONS",
+        "GITLAB_CI",
+        "GITHUB_STEP_SUMMARY",
+        "GITHUB_WORKSPACE",
+        "GITHUB_OUTPUT",
+        "GPUCLOUD_DOTENV",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(ci_output, "_open_section", None)
 
@@ -43,8 +49,10 @@ def test_escaping_follows_githubs_rules() -> None:
 
 
 def test_annotation_shapes() -> None:
-    assert ci_output.annotation("bad\nthing", file="jobs/a,b.yaml", line=3, title="gpucloud: name") == \
-        "::error file=jobs/a%2Cb.yaml,line=3,title=gpucloud%3A name::bad%0Athing"
+    assert (
+        ci_output.annotation("bad\nthing", file="jobs/a,b.yaml", line=3, title="gpucloud: name")
+        == "::error file=jobs/a%2Cb.yaml,line=3,title=gpucloud%3A name::bad%0Athing"
+    )
     assert ci_output.annotation("plain") == "::error::plain"
     assert ci_output.annotation("w", level="warning", line=None, title="t") == "::warning title=t::w"
 
@@ -59,29 +67,39 @@ def test_workspace_relative_paths(tmp_path: Path) -> None:
 
 
 def spec_error() -> SpecError:
-    return SpecError([SpecIssue("jobs/a.yaml", 7, "resources.gpu", "'Z80' is not a GPU. Did you mean 'K80'?"),
-                      SpecIssue("jobs/a.yaml", None, "", "invalid YAML: something.")])
+    return SpecError(
+        [
+            SpecIssue("jobs/a.yaml", 7, "resources.gpu", "'Z80' is not a GPU. Did you mean 'K80'?"),
+            SpecIssue("jobs/a.yaml", None, "", "invalid YAML: something."),
+        ]
+    )
 
 
 def test_error_annotations_one_per_problem() -> None:
     lines = ci_output.error_annotations(spec_error(), {})
-    assert lines == ["::error file=jobs/a.yaml,title=gpucloud%3A job file::invalid YAML: something.",
-                     "::error file=jobs/a.yaml,line=7,title=gpucloud%3A resources.gpu::'Z80' is not a GPU. "
-                     "Did you mean 'K80'?"]
+    assert lines == [
+        "::error file=jobs/a.yaml,title=gpucloud%3A job file::invalid YAML: something.",
+        "::error file=jobs/a.yaml,line=7,title=gpucloud%3A resources.gpu::'Z80' is not a GPU. Did you mean 'K80'?",
+    ]
     other = ci_output.error_annotations(NoCandidateError("none left:", ["aws/us-east-1/p2.xlarge: quota"]), {})
     assert other == ["::error title=gpucloud%3A no-candidate error::none left:%0A  - aws/us-east-1/p2.xlarge: quota"]
 
 
 def test_error_details_match_the_json_error_shape() -> None:
     assert ci_output.error_details(spec_error())[1] == {
-        "file": "jobs/a.yaml", "line": 7, "field": "resources.gpu", "message": "'Z80' is not a GPU. Did you mean 'K80'?"}
+        "file": "jobs/a.yaml",
+        "line": 7,
+        "field": "resources.gpu",
+        "message": "'Z80' is not a GPU. Did you mean 'K80'?",
+    }
     assert ci_output.error_details(UserError("x")) == []
     assert ci_output.error_kind(spec_error()) == "spec"
     assert ci_output.error_kind(UserError("x")) == "user"
 
 
-def test_report_error_on_github(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_error_on_github(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
@@ -103,8 +121,9 @@ def test_report_error_on_gitlab_writes_dotenv_only_for_run(monkeypatch: pytest.M
     assert dotenv.read_text() == "GPUCLOUD_STATUS=error\nGPUCLOUD_EXIT_CODE=75\nGPUCLOUD_ERROR=none left\n"
 
 
-def test_nothing_happens_outside_ci(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nothing_happens_outside_ci(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     ci_output.report_error(spec_error(), "run")
     ci_output.phase_changed("provision")
@@ -115,25 +134,42 @@ def test_nothing_happens_outside_ci(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_groups_open_and_close_in_pairs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     ci_output.phase_changed("provision")
-    ci_output.phase_changed("provision")   # same phase again: nothing
-    ci_output.phase_changed("run")         # a new phase closes the open group first
-    ci_output.phase_finished("setup")      # not the open one: nothing
+    ci_output.phase_changed("provision")  # same phase again: nothing
+    ci_output.phase_changed("run")  # a new phase closes the open group first
+    ci_output.phase_finished("setup")  # not the open one: nothing
     ci_output.phase_finished("run")
-    ci_output.phase_changed(None)          # nothing open: nothing
-    assert capsys.readouterr().err.splitlines() == ["::group::provision", "::endgroup::", "::group::run", "::endgroup::"]
+    ci_output.phase_changed(None)  # nothing open: nothing
+    assert capsys.readouterr().err.splitlines() == [
+        "::group::provision",
+        "::endgroup::",
+        "::group::run",
+        "::endgroup::",
+    ]
 
 
 def test_gitlab_sections() -> None:
-    assert ci_output.section_start("fetch code", "gitlab", now=1700000000) == \
-        "\x1b[0Ksection_start:1700000000:gpucloud_fetch_code[collapsed=true]\r\x1b[0Kfetch code"
-    assert ci_output.section_start("run", "gitlab", now=1, collapsed=False) == \
-        "\x1b[0Ksection_start:1:gpucloud_run\r\x1b[0Krun"
-    assert ci_output.section_end("fetch code", "gitlab", now=1700000009) == \
-        "\x1b[0Ksection_end:1700000009:gpucloud_fetch_code\r\x1b[0K"
+    assert (
+        ci_output.section_start("fetch code", "gitlab", now=1700000000)
+        == "\x1b[0Ksection_start:1700000000:gpucloud_fetch_code[collapsed=true]\r\x1b[0Kfetch code"
+    )
+    assert (
+        ci_output.section_start("run", "gitlab", now=1, collapsed=False)
+        == "\x1b[0Ksection_start:1:gpucloud_run\r\x1b[0Krun"
+    )
+    assert (
+        ci_output.section_end("fetch code", "gitlab", now=1700000009)
+        == "\x1b[0Ksection_end:1700000009:gpucloud_fetch_code\r\x1b[0K"
+    )
 
 
-RESULT = {"run_id": "job-20260101-000000-abcd", "status": "succeeded", "exit_code": 0,
-          "artifacts_dir": None, "phases": {"plan": 0.01, "provision": 61.5, "run": 3600.0}, "cost": 0.5261234}
+RESULT = {
+    "run_id": "job-20260101-000000-abcd",
+    "status": "succeeded",
+    "exit_code": 0,
+    "artifacts_dir": None,
+    "phases": {"plan": 0.01, "provision": 61.5, "run": 3600.0},
+    "cost": 0.5261234,
+}
 
 
 def test_run_markdown_and_fields(tmp_path: Path) -> None:
@@ -144,9 +180,16 @@ def test_run_markdown_and_fields(tmp_path: Path) -> None:
     result = {**RESULT, "artifacts_dir": str(arts)}
     text = ci_output.run_markdown(result, "aws/us-east-1/g4dn.xlarge x 1 node(s)")
     assert text.startswith("### ✅ gpucloud run `job-20260101-000000-abcd`: succeeded")
-    for row in ("| where | aws/us-east-1/g4dn.xlarge x 1 node(s) |", "| exit code | 0 |", "| cost | $0.5261 |",
-                f"| artifacts | `{arts}` |", "| provision | 61.5 |", "| **total** | **3661.5** |",
-                "| `out/m.bin` | 2,048 B |", "| `metrics.json` | 2 B |"):
+    for row in (
+        "| where | aws/us-east-1/g4dn.xlarge x 1 node(s) |",
+        "| exit code | 0 |",
+        "| cost | $0.5261 |",
+        f"| artifacts | `{arts}` |",
+        "| provision | 61.5 |",
+        "| **total** | **3661.5** |",
+        "| `out/m.bin` | 2,048 B |",
+        "| `metrics.json` | 2 B |",
+    ):
         assert row in text, row
     detached = ci_output.run_markdown({**RESULT, "status": "detached", "exit_code": None, "phases": {}}, "")
     assert "⏳" in detached and "| exit code | none (detached) |" in detached and "not provisioned" in detached
@@ -164,12 +207,22 @@ def test_dotenv_format_follows_gitlabs_rules() -> None:
 
 def test_action_outputs_from_each_document_shape() -> None:
     ok = ci_output.action_outputs(RESULT, 0)
-    assert ok == {"run-id": RESULT["run_id"], "status": "succeeded", "exit-code": "0", "cost": "0.5261",
-                  "artifacts-dir": ""}
+    assert ok == {
+        "run-id": RESULT["run_id"],
+        "status": "succeeded",
+        "exit-code": "0",
+        "cost": "0.5261",
+        "artifacts-dir": "",
+    }
     error = {"error": {"exit_code": 75, "kind": "no-candidate", "message": "m", "hint": None, "details": []}}
     assert ci_output.action_outputs(error, 75)["exit-code"] == "75"
-    assert ci_output.action_outputs({}, 2) == {"run-id": "", "status": "error", "exit-code": "2", "cost": "",
-                                                "artifacts-dir": ""}
+    assert ci_output.action_outputs({}, 2) == {
+        "run-id": "",
+        "status": "error",
+        "exit-code": "2",
+        "cost": "",
+        "artifacts-dir": "",
+    }
     detached = {**RESULT, "status": "detached", "exit_code": None}
     assert ci_output.action_outputs(detached, 0)["exit-code"] == ""
 
@@ -179,18 +232,37 @@ def test_module_cli_writes_outputs_and_plan_summary(tmp_path: Path) -> None:
     result.write_text(json.dumps(RESULT))
     out = tmp_path / "gh-out"
     env = {**os.environ, "GITHUB_OUTPUT": str(out)}
-    subprocess.run([sys.executable, "-m", "gpucloud.ci_output", "action-outputs", str(result), "0"], env=env,
-                   check=True, capture_output=True)
-    assert out.read_text().splitlines() == [f"run-id={RESULT['run_id']}", "status=succeeded", "exit-code=0",
-                                            "cost=0.5261", "artifacts-dir="]
-    plan = subprocess.run([sys.executable, "-m", "gpucloud", "plan", str(REPO / "examples" / "quickstart.yaml"),
-                           "--json"], capture_output=True, text=True, check=True).stdout
+    subprocess.run(
+        [sys.executable, "-m", "gpucloud.ci_output", "action-outputs", str(result), "0"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    assert out.read_text().splitlines() == [
+        f"run-id={RESULT['run_id']}",
+        "status=succeeded",
+        "exit-code=0",
+        "cost=0.5261",
+        "artifacts-dir=",
+    ]
+    plan = subprocess.run(
+        [sys.executable, "-m", "gpucloud", "plan", str(REPO / "examples" / "quickstart.yaml"), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     (tmp_path / "plan.json").write_text(plan)
-    md = subprocess.run([sys.executable, "-m", "gpucloud.ci_output", "plan-summary", str(tmp_path / "plan.json")],
-                        capture_output=True, text=True, check=True).stdout
+    md = subprocess.run(
+        [sys.executable, "-m", "gpucloud.ci_output", "plan-summary", str(tmp_path / "plan.json")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     first = json.loads(plan)["candidates"][0]
-    assert md.startswith(f"### gpucloud plan: ${first['estimated_cost']:.2f} at most on "
-                         f"{first['cloud']}/{first['region']}/{first['instance_type']}")
+    assert md.startswith(
+        f"### gpucloud plan: ${first['estimated_cost']:.2f} at most on "
+        f"{first['cloud']}/{first['region']}/{first['instance_type']}"
+    )
     assert "| 1 | " in md and "| 5 | " in md and "more fallback candidate(s)" in md
     bad = subprocess.run([sys.executable, "-m", "gpucloud.ci_output", "nonsense"], capture_output=True, text=True)
     assert bad.returncode == 2 and "usage:" in bad.stderr
@@ -202,10 +274,16 @@ def test_run_on_gitlab_sections_and_dotenv(tmp_path: Path) -> None:
     shutil.copy(REPO / "examples" / "quickstart.yaml", tmp_path / "job.yaml")
     shutil.copytree(REPO / "examples" / "quickstart", tmp_path / "quickstart")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
-    env.update({"GITLAB_CI": "true", "CI": "true", "GPUCLOUD_DOTENV": str(tmp_path / "report.env"),
-                "PYTHONPATH": str(REPO)})
-    proc = subprocess.run([sys.executable, "-m", "gpucloud", "run", "job.yaml", "--cloud", "local"], cwd=tmp_path,
-                          env=env, capture_output=True, timeout=300)  # bytes: text mode would turn \r into \n
+    env.update(
+        {"GITLAB_CI": "true", "CI": "true", "GPUCLOUD_DOTENV": str(tmp_path / "report.env"), "PYTHONPATH": str(REPO)}
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpucloud", "run", "job.yaml", "--cloud", "local"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )  # bytes: text mode would turn \r into \n
     stderr = proc.stderr.decode()
     assert proc.returncode == 0, stderr
     starts = re.findall(r"\x1b\[0Ksection_start:\d+:(gpucloud_\w+)(\[collapsed=true\])?\r\x1b\[0K", stderr)
@@ -228,14 +306,28 @@ def test_step_summary_escapes_backticks_and_html_from_the_job(tmp_path: Path) ->
 
     evil = "x`y|z<img src=x onerror=alert(1)>.txt"
     job = tmp_path / "job.yaml"
-    job.write_text(json.dumps({"name": "evil", "resources": {"cloud": "local"}, "max_duration": "2m",
-                               "artifacts": ["out/"],
-                               "run": f"mkdir -p out; echo 1 > 'out/{evil}'; ln -s /etc/passwd 'out/<b>link'"}))
+    job.write_text(
+        json.dumps(
+            {
+                "name": "evil",
+                "resources": {"cloud": "local"},
+                "max_duration": "2m",
+                "artifacts": ["out/"],
+                "run": f"mkdir -p out; echo 1 > 'out/{evil}'; ln -s /etc/passwd 'out/<b>link'",
+            }
+        )
+    )
     summary = tmp_path / "summary.md"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GITLAB_"))}
     env.update({"GITHUB_ACTIONS": "true", "CI": "true", "GITHUB_STEP_SUMMARY": str(summary), "PYTHONPATH": str(REPO)})
-    proc = subprocess.run([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     html = MarkdownIt("commonmark").enable("table").render(summary.read_text())
     assert "<img" not in html and "<b>" not in html, html

@@ -22,16 +22,32 @@ def no_cloud_env(home: Path, **extra: str) -> dict[str, str]:
     """No cloud credentials at all, no CI (so that `run` may prompt when stdin is a terminal)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GPUCLOUD_", "IDENTITY_"))}
     env.pop("CI", None)
-    env.update({"GPUCLOUD_HOME": str(home / "gpucloud"), "PYTHONPATH": str(REPO), "COLUMNS": "80",
-                "AWS_SHARED_CREDENTIALS_FILE": str(home / "no-credentials"), "AWS_CONFIG_FILE": str(home / "no-config"),
-                "AWS_EC2_METADATA_DISABLED": "true", "AZURE_CONFIG_DIR": str(home / "no-azure")})
+    env.update(
+        {
+            "GPUCLOUD_HOME": str(home / "gpucloud"),
+            "PYTHONPATH": str(REPO),
+            "COLUMNS": "80",
+            "AWS_SHARED_CREDENTIALS_FILE": str(home / "no-credentials"),
+            "AWS_CONFIG_FILE": str(home / "no-config"),
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AZURE_CONFIG_DIR": str(home / "no-azure"),
+        }
+    )
     env.update(extra)
     return env
 
 
 def cli(env: dict[str, str], *args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, capture_output=True, check=False,
-                          text=True, timeout=120, input=stdin)
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=120,
+        input=stdin,
+    )
 
 
 @pytest.mark.parametrize("command", ["plan", "render", "run"])
@@ -69,8 +85,15 @@ def test_suggested_gpu_and_instance_types_are_offered_today(tmp_path: Path) -> N
 def _on_tty(args: list[str], env: dict[str, str], cwd: Path, answer: bytes) -> tuple[int, str]:
     """The CLI with a terminal on stdin (so that it may prompt), answering the prompt if one comes."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, stdin=slave,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", *args],
+        cwd=cwd,
+        env=env,
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     os.close(slave)
     os.write(master, answer)
     try:
@@ -100,8 +123,13 @@ def test_a_cloud_without_credentials_is_skipped_once_before_the_prompt(tmp_path:
     """One cloud configured (a dead endpoint: nothing is reached), the other not: the other is named
     once before the prompt and the plan offered is the configured cloud's."""
     (tmp_path / "job.yaml").write_text(T4_ANY)
-    env = no_cloud_env(tmp_path, AWS_ACCESS_KEY_ID="AKIAFAKE", AWS_SECRET_ACCESS_KEY="fake",
-                       AWS_ENDPOINT_URL="http://127.0.0.1:9", AWS_DEFAULT_REGION="us-east-1")
+    env = no_cloud_env(
+        tmp_path,
+        AWS_ACCESS_KEY_ID="AKIAFAKE",
+        AWS_SECRET_ACCESS_KEY="fake",
+        AWS_ENDPOINT_URL="http://127.0.0.1:9",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
     code, stderr = _on_tty(["run", "job.yaml"], env, tmp_path, b"n\n")
     assert code == 1 and "not launched" in stderr, stderr
     before, _, _ = stderr.partition("Launch it?")

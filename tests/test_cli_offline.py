@@ -20,8 +20,14 @@ EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
 
 def gpucloud(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "CI": "true", **(env or {})}, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CI": "true", **(env or {})},
+        timeout=60,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +127,9 @@ def test_plan_k40_exits_2_with_alternatives(tmp_path: Path) -> None:
 
 def test_plan_k80_aws_says_p2_is_no_longer_offered(tmp_path: Path) -> None:
     spec = tmp_path / "k80-aws.yaml"
-    spec.write_text("name: k80\nresources:\n  cloud: aws\n  gpu: K80:1\nstack:\n  framework: pytorch\nrun: python3 train.py\n")
+    spec.write_text(
+        "name: k80\nresources:\n  cloud: aws\n  gpu: K80:1\nstack:\n  framework: pytorch\nrun: python3 train.py\n"
+    )
     out = gpucloud("plan", str(spec))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "p2.xlarge" in out.stderr and "does not offer" in out.stderr and "gpucloud stack K80" in out.stderr
@@ -132,8 +140,22 @@ def test_catalog_json_and_retired_only_with_all() -> None:
     assert json.loads(out.stdout) == []  # every K80 type is retired or withdrawn
     rows_all = json.loads(gpucloud("catalog", "--gpu", "k80", "--all", "--json").stdout)
     assert {r["status"] for r in rows_all} == {"retired"}
-    assert set(rows_all[0]) == {"cloud", "region", "instance_type", "gpu", "gpu_count", "vcpus", "memory_gib", "arch",
-                                "price_per_hour", "spot_price_per_hour", "status", "status_date", "source", "price_date"}
+    assert set(rows_all[0]) == {
+        "cloud",
+        "region",
+        "instance_type",
+        "gpu",
+        "gpu_count",
+        "vcpus",
+        "memory_gib",
+        "arch",
+        "price_per_hour",
+        "spot_price_per_hour",
+        "status",
+        "status_date",
+        "source",
+        "price_date",
+    }
     a100 = json.loads(gpucloud("catalog", "--gpu", "A100", "--json").stdout)
     assert {r["gpu"] for r in a100} == {"A100-40GB", "A100-80GB"}
     bad = gpucloud("catalog", "--gpu", "K8O")
@@ -171,8 +193,9 @@ def test_gpus_command() -> None:
 
 
 @pytest.mark.parametrize(("bad", "line", "column"), [("\x1b", 2, 10), ("\x07", 1, 9), ("\ufffe", 2, 10)])
-def test_a_character_yaml_rejects_is_a_spec_error_with_line_and_column(tmp_path: Path, bad: str, line: int,
-                                                                        column: int) -> None:
+def test_a_character_yaml_rejects_is_a_spec_error_with_line_and_column(
+    tmp_path: Path, bad: str, line: int, column: int
+) -> None:
     """A stray control character (an escape sequence pasted from a terminal) is a spec error, exit 2,
     naming file, line, column and the fix; never an internal error."""
     job = tmp_path / "job.yaml"

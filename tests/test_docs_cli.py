@@ -22,15 +22,22 @@ README = (REPO / "README.md").read_text()
 
 
 def gpucloud_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=REPO, capture_output=True, text=True,
-                          check=False, env={**os.environ, "CI": "true", "COLUMNS": "80"}, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "CI": "true", "COLUMNS": "80"},
+        timeout=60,
+    )
 
 
 def section(title: str) -> str:
     """The README text from a `## title` heading to the next heading of the same level."""
     start = README.index(f"## {title}\n")
     end = README.find("\n## ", start + 1)
-    return README[start:end if end > 0 else None]
+    return README[start : end if end > 0 else None]
 
 
 def app_commands() -> set[str]:
@@ -43,8 +50,9 @@ def app_commands() -> set[str]:
 
     def walk(command: object, path: list[str]) -> None:
         subs = getattr(command, "commands", None) or {}
-        runs_itself = getattr(command, "callback", None) is not None or getattr(command, "invoke_without_command",
-                                                                                 False)
+        runs_itself = getattr(command, "callback", None) is not None or getattr(
+            command, "invoke_without_command", False
+        )
         if path and (not subs or runs_itself):
             found.add(" ".join(path))
         for name, sub in subs.items():
@@ -64,8 +72,9 @@ def table_commands() -> list[str]:
         cell = line.split(" | ")[0]
         for usage in re.findall(r"`gpucloud ([^`]+)`", cell):
             words = [w for w in usage.split() if re.fullmatch(r"[a-z][a-z-]*", w)]
-            names.append(" ".join(words[:2]) if len(words) > 1 and words[0] in {"catalog", "image", "hosts"}
-                         else words[0])
+            names.append(
+                " ".join(words[:2]) if len(words) > 1 and words[0] in {"catalog", "image", "hosts"} else words[0]
+            )
     return names
 
 
@@ -74,8 +83,9 @@ def test_readme_commands_table_lists_every_command_exactly_once() -> None:
     twice = sorted({n for n in listed if listed.count(n) > 1})
     assert not twice, f"listed more than once in the README's Commands table: {twice}"
     commands = app_commands()
-    assert set(listed) == commands, (f"missing from the table: {sorted(commands - set(listed))}; "
-                                     f"not commands: {sorted(set(listed) - commands)}")
+    assert set(listed) == commands, (
+        f"missing from the table: {sorted(commands - set(listed))}; not commands: {sorted(set(listed) - commands)}"
+    )
 
 
 def test_readme_shows_the_required_options() -> None:
@@ -124,8 +134,8 @@ def kind_of(cls: type) -> str:
 
 def documented_kinds() -> set[str]:
     text = section("Commands")
-    para = text[text.index("`kind` is one of"):]
-    para = para[:para.find("\n\n") if "\n\n" in para else None]
+    para = text[text.index("`kind` is one of") :]
+    para = para[: para.find("\n\n") if "\n\n" in para else None]
     return set(re.findall(r"`([a-z][a-z0-9-]*)`", para))
 
 
@@ -138,7 +148,7 @@ def test_every_json_error_kind_is_documented() -> None:
 
 def documented_exit_codes() -> set[int]:
     text = section("Commands")
-    table = text[text.index("Exit codes:"):]
+    table = text[text.index("Exit codes:") :]
     return {int(m) for m in re.findall(r"^\| (\d+) \|", table, flags=re.MULTILINE)}
 
 
@@ -148,8 +158,11 @@ def code_exit_codes() -> set[int]:
     for path in (REPO / "gpucloud").rglob("*.py"):
         text = path.read_text()
         codes |= {int(n) for n in re.findall(r"(?:typer\.Exit|sys\.exit)\((\d+)\)", text)}
-        codes |= {int(n) for n in re.findall(r"^\s*return (\d+)\b", text, flags=re.MULTILINE) if path.name in
-                  ("collect.py", "check.py", "commands.py")}
+        codes |= {
+            int(n)
+            for n in re.findall(r"^\s*return (\d+)\b", text, flags=re.MULTILINE)
+            if path.name in ("collect.py", "check.py", "commands.py")
+        }
     from gpucloud.jsonout import BROKEN_PIPE_EXIT
 
     return (codes | {BROKEN_PIPE_EXIT}) - {0}
@@ -163,7 +176,7 @@ def test_every_exit_code_is_in_the_readme() -> None:
 def test_hosts_probe_does_not_use_the_declined_exit_code() -> None:
     """Exit 1 means a declined prompt; a host that cannot be used is a configuration problem (78)."""
     source = (REPO / "gpucloud" / "cli.py").read_text()
-    probe = source[source.index("def hosts_probe("):source.index("def main(")]
+    probe = source[source.index("def hosts_probe(") : source.index("def main(")]
     assert "typer.Exit(1)" not in probe and "typer.Exit(78)" in probe
     assert re.search(r"^\| 78 \|[^\n]*hosts probe", README, flags=re.MULTILINE)
 
@@ -179,8 +192,10 @@ def test_cloud_help_lists_the_clouds(command: str) -> None:
     assert "`gpucloud --help` lists them" not in flat
 
 
-STACK_COMMENT = re.compile(r"driver R(?P<driver>\d+)|CUDA (?P<cuda>\d+\.\d+)|cuDNN (?P<cudnn>\d+(?:\.\d+)*)|"
-                           r"PyTorch (?P<torch>\d+\.\d+\.\d+)(?:\+cu(?P<cu>\d+))?")
+STACK_COMMENT = re.compile(
+    r"driver R(?P<driver>\d+)|CUDA (?P<cuda>\d+\.\d+)|cuDNN (?P<cudnn>\d+(?:\.\d+)*)|"
+    r"PyTorch (?P<torch>\d+\.\d+\.\d+)(?:\+cu(?P<cu>\d+))?"
+)
 
 
 def example_claims() -> list[tuple[Path, dict[str, str]]]:
@@ -202,17 +217,26 @@ def test_examples_stack_comments_match_gpucloud_stack() -> None:
     for path, said in claims:
         spec = load_spec(path)
         assert spec.resources.gpu is not None, path
-        out = gpucloud_cli("stack", spec.resources.gpu.model, *(["--framework", spec.stack.framework]
-                                                               if spec.stack.framework != "none" else []), "--json")
+        out = gpucloud_cli(
+            "stack",
+            spec.resources.gpu.model,
+            *(["--framework", spec.stack.framework] if spec.stack.framework != "none" else []),
+            "--json",
+        )
         stack = json.loads(out.stdout)
-        real = {"driver": stack["driver"], "cuda": stack["cuda"], "cudnn": stack["cudnn"],
-                "torch": stack["framework"].partition("==")[2]}
+        real = {
+            "driver": stack["driver"],
+            "cuda": stack["cuda"],
+            "cudnn": stack["cudnn"],
+            "torch": stack["framework"].partition("==")[2],
+        }
         pip = " ".join(gpucloud_cli("stack", spec.resources.gpu.model).stdout.split())
         for key, value in said.items():
             if key == "cu":
                 assert f"/whl/cu{value}" in pip, f"{path.name}: comment says +cu{value}; `gpucloud stack` says {pip}"
             elif key == "cudnn":
-                assert real["cudnn"].startswith(value), \
+                assert real["cudnn"].startswith(value), (
                     f"{path.name}: comment says cuDNN {value}; `gpucloud stack` says {real['cudnn']}"
+                )
             else:
                 assert real[key] == value, f"{path.name}: comment says {key} {value}; `gpucloud stack` says {real[key]}"

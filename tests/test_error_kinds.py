@@ -53,8 +53,11 @@ def azure_kind(code: str, note: str) -> str:
 
     from gpucloud.providers.azure.errors import classify_error
 
-    message = ("Operation could not be completed as it results in exceeding approved standardNCASv3_T4Family "
-               "Cores quota." if "quota" in note else "m")
+    message = (
+        "Operation could not be completed as it results in exceeding approved standardNCASv3_T4Family Cores quota."
+        if "quota" in note
+        else "m"
+    )
     exc: Any = HttpResponseError(message=f"({code}) {message}")
     exc.error = _ArmError(code, message)
     exc.status_code = 409
@@ -74,6 +77,15 @@ def test_azure_table_row(code: str, note: str, kind: str) -> None:
 def test_no_cloud_is_skipped_for_an_error_about_one_candidate() -> None:
     """Every kind the tables use is one the failover knows; only fatal and the access kinds skip a cloud."""
     kinds = {k for cloud in ("aws", "azure") for _, _, k in table(cloud)}
-    assert kinds <= {"capacity", "quota", "price", "throttle", "server", "candidate", "fatal", "credentials",
-                     "permission"}
+    assert kinds <= {
+        "capacity",
+        "quota",
+        "price",
+        "throttle",
+        "server",
+        "candidate",
+        "fatal",
+        "credentials",
+        "permission",
+    }
     assert aws_kind(UNKNOWN, "") == "candidate" and azure_kind(UNKNOWN, "") == "candidate"

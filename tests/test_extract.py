@@ -35,8 +35,15 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def _cli(env: dict[str, str], *args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 class Finished:
@@ -48,21 +55,33 @@ class Finished:
         self.env = _env(self.home)
         job = root / "job"
         job.mkdir()
-        (job / "job.yaml").write_text(yaml.safe_dump({
-            "name": "hostile", "resources": {"cloud": "local"}, "max_duration": "10m",
-            "artifacts": ["out/"], "run": "mkdir -p out; echo ok > out/ok.txt"}))
+        (job / "job.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "name": "hostile",
+                    "resources": {"cloud": "local"},
+                    "max_duration": "10m",
+                    "artifacts": ["out/"],
+                    "run": "mkdir -p out; echo ok > out/ok.txt",
+                }
+            )
+        )
         proc = _cli(self.env, "run", str(job / "job.yaml"), "-d", "--json", cwd=root)
         assert proc.returncode == 0, proc.stderr
         self.run_id = json.loads(proc.stdout)["run_id"]
         end = time.monotonic() + 60
         while json.loads(_cli(self.env, "status", self.run_id, "--json", cwd=root).stdout)["status"] in (
-                "running", "provisioning"):
+            "running",
+            "provisioning",
+        ):
             assert time.monotonic() < end, "the run did not finish"
             time.sleep(0.3)
         self.tarball = self.home / "channel" / "runs" / self.run_id / "node-0" / "artifacts.tar.gz"
         assert self.tarball.is_file()
 
-    def collect(self, write: Path | bytes, cwd: Path, human: bool = False, **env: str) -> subprocess.CompletedProcess[str]:
+    def collect(
+        self, write: Path | bytes, cwd: Path, human: bool = False, **env: str
+    ) -> subprocess.CompletedProcess[str]:
         if isinstance(write, Path):
             os.replace(write, self.tarball)
         else:
@@ -79,8 +98,14 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Finished:
     return Finished(tmp_path_factory.mktemp("hostile"))
 
 
-def _member(tar: tarfile.TarFile, name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"",
-            linkname: str = "", mode: int = 0o644) -> None:
+def _member(
+    tar: tarfile.TarFile,
+    name: str,
+    kind: bytes = tarfile.REGTYPE,
+    data: bytes = b"",
+    linkname: str = "",
+    mode: int = 0o644,
+) -> None:
     info = tarfile.TarInfo(name)
     info.type, info.linkname, info.mode, info.size = kind, linkname, mode, len(data)
     if kind == tarfile.CHRTYPE:
@@ -158,11 +183,16 @@ def test_links_devices_fifos_traversal_and_setuid_are_refused_and_named(finished
     doc = json.loads(got.stdout)
     why = {line.split("'")[1]: line.split("not extracted: ")[1] for line in doc["artifacts_refused"]}
     assert why == {
-        "out/hard": "a hard link (to 'out/model.bin')", "out/null": "a device file", "out/pipe": "a FIFO (named pipe)",
+        "out/hard": "a hard link (to 'out/model.bin')",
+        "out/null": "a device file",
+        "out/pipe": "a FIFO (named pipe)",
         "../up.txt": "a path out of the artifacts folder (..)",
         "out/../../up2.txt": "a path out of the artifacts folder (..)",
-        "/tmp/gpucloud-abs-evil": "an absolute path", "out/suid": "a setuid, setgid or sticky mode",
-        "out/sgid": "a setuid, setgid or sticky mode", "out/sticky": "a setuid, setgid or sticky mode"}
+        "/tmp/gpucloud-abs-evil": "an absolute path",
+        "out/suid": "a setuid, setgid or sticky mode",
+        "out/sgid": "a setuid, setgid or sticky mode",
+        "out/sticky": "a setuid, setgid or sticky mode",
+    }
     human = finished.collect(_tgz(_hostile), tmp_path / "again", human=True)
     assert "succeeded (exit 0)" in human.stderr and "9 artifact member(s) refused" in human.stderr, human.stderr
 
@@ -197,8 +227,10 @@ def test_a_4_mb_object_that_expands_to_4_gb_is_refused_by_the_size_cap(finished:
     got = finished.collect(tmp_path / "bomb.tgz", tmp_path / "cwd", GPUCLOUD_ARTIFACTS_MAX_BYTES="1G")
     assert got.returncode == 0, got.stderr
     assert not (finished.dest(tmp_path / "cwd") / "out" / "zeros.bin").exists()
-    assert f"'out/zeros.bin' ({4096 * MiB} bytes) would take the total past {1024 * MiB} bytes " \
-           "(cap GPUCLOUD_ARTIFACTS_MAX_BYTES)" in got.stderr
+    assert (
+        f"'out/zeros.bin' ({4096 * MiB} bytes) would take the total past {1024 * MiB} bytes "
+        "(cap GPUCLOUD_ARTIFACTS_MAX_BYTES)" in got.stderr
+    )
     assert json.loads(got.stdout)["artifacts_refused"]
 
 
@@ -233,7 +265,7 @@ def test_a_bad_cap_setting_stops_run_before_anything_is_launched(tmp_path: Path)
 def _random_chunks(total: int) -> Iterator[bytes]:
     seed = os.urandom(MiB)
     for i in range(total // MiB):
-        yield seed[i % 7:] + seed[: i % 7]  # no two chunks alike within gzip's window
+        yield seed[i % 7 :] + seed[: i % 7]  # no two chunks alike within gzip's window
 
 
 class _Stream(io.RawIOBase):
@@ -264,10 +296,19 @@ def test_a_large_artifact_is_streamed_with_bounded_memory(finished: Finished, tm
     os.replace(src, finished.tarball)
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
-             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    out = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "gpucloud", "collect", finished.run_id],
-                         cwd=cwd, env=finished.env, capture_output=True, text=True, timeout=300, check=True)
+    probe = (
+        "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, sys.executable, "-m", "gpucloud", "collect", finished.run_id],
+        cwd=cwd,
+        env=finished.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     peak_mib = int(out.stdout.strip()) / 1024
     assert (finished.dest(cwd) / "out" / "big.bin").stat().st_size == size
     assert peak_mib < 150, f"collect took {peak_mib:.0f} MiB of RAM for a {size // MiB} MiB artifact"
@@ -275,6 +316,7 @@ def test_a_large_artifact_is_streamed_with_bounded_memory(finished: Finished, tm
 
 
 # ---- on the VM: the bootstrap's checkpoint restore ------------------------------------------------
+
 
 def _slot(channel_run: Path, slot: int, seq: int, data: bytes) -> None:
     import hashlib
@@ -285,16 +327,28 @@ def _slot(channel_run: Path, slot: int, seq: int, data: bytes) -> None:
     (ckpt / f"slot-{slot}.sum").write_text(f"{seq} {hashlib.sha256(data).hexdigest()} {len(data)} end\n")
 
 
-@pytest.mark.parametrize(("bad", "why"), [
-    (lambda tar: (_member(tar, "state", data=b"v2\n"), _member(tar, "null", tarfile.CHRTYPE, mode=0o666)),
-     "checkpoint 2 not restored: a member of type c: null"),
-    (lambda tar: (_member(tar, "state", data=b"v2\n"), _member(tar, "suid", data=b"x", mode=0o4755)),
-     "checkpoint 2 not restored: a setuid, setgid or sticky mode: suid"),
-    (lambda tar: (_member(tar, "state", data=b"v2\n"), _member(tar, "up", tarfile.SYMTYPE, linkname="/etc")),
-     "checkpoint 2 not restored: a member of type l: up"),
-    (lambda tar: _member(tar, "../../../../outside", data=b"x"),
-     "checkpoint 2 not restored: a path out of the folder: ../../../../outside"),
-], ids=["device", "setuid", "symlink", "dotdot"])
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        (
+            lambda tar: (_member(tar, "state", data=b"v2\n"), _member(tar, "null", tarfile.CHRTYPE, mode=0o666)),
+            "checkpoint 2 not restored: a member of type c: null",
+        ),
+        (
+            lambda tar: (_member(tar, "state", data=b"v2\n"), _member(tar, "suid", data=b"x", mode=0o4755)),
+            "checkpoint 2 not restored: a setuid, setgid or sticky mode: suid",
+        ),
+        (
+            lambda tar: (_member(tar, "state", data=b"v2\n"), _member(tar, "up", tarfile.SYMTYPE, linkname="/etc")),
+            "checkpoint 2 not restored: a member of type l: up",
+        ),
+        (
+            lambda tar: _member(tar, "../../../../outside", data=b"x"),
+            "checkpoint 2 not restored: a path out of the folder: ../../../../outside",
+        ),
+    ],
+    ids=["device", "setuid", "symlink", "dotdot"],
+)
 def test_a_hostile_newest_checkpoint_falls_back_to_the_previous_one(tmp_path: Path, bad: object, why: str) -> None:
     """Runs as root here: GNU tar alone would create the device node and keep the setuid bit."""
     from tests.test_bootstrap import make_vm

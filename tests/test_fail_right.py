@@ -23,21 +23,35 @@ DEAD = "http://127.0.0.1:9"
 def no_cloud_env(home: Path, **extra: str) -> dict[str, str]:
     """An environment with no cloud credentials at all (the new user's machine)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GPUCLOUD_", "IDENTITY_"))}
-    env.update({"GPUCLOUD_HOME": str(home), "CI": "true", "PYTHONPATH": str(REPO),
-                "AWS_SHARED_CREDENTIALS_FILE": str(home / "no-credentials"), "AWS_CONFIG_FILE": str(home / "no-config"),
-                "AWS_EC2_METADATA_DISABLED": "true", "AZURE_CONFIG_DIR": str(home / "no-azure")})
+    env.update(
+        {
+            "GPUCLOUD_HOME": str(home),
+            "CI": "true",
+            "PYTHONPATH": str(REPO),
+            "AWS_SHARED_CREDENTIALS_FILE": str(home / "no-credentials"),
+            "AWS_CONFIG_FILE": str(home / "no-config"),
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AZURE_CONFIG_DIR": str(home / "no-azure"),
+        }
+    )
     env.update(extra)
     return env
 
 
 def dead_aws(home: Path) -> dict[str, str]:
-    return no_cloud_env(home, AWS_ACCESS_KEY_ID="AKIAFAKE", AWS_SECRET_ACCESS_KEY="fake", AWS_ENDPOINT_URL=DEAD,
-                        AWS_DEFAULT_REGION="us-east-1")
+    return no_cloud_env(
+        home,
+        AWS_ACCESS_KEY_ID="AKIAFAKE",
+        AWS_SECRET_ACCESS_KEY="fake",
+        AWS_ENDPOINT_URL=DEAD,
+        AWS_DEFAULT_REGION="us-east-1",
+    )
 
 
 def cli(env: dict[str, str], *args: str, cwd: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def job(folder: Path, text: str, name: str = "job.yaml") -> Path:
@@ -66,6 +80,7 @@ def home(tmp_path: Path) -> Path:
 
 
 # ---- credentials and endpoints ------------------------------------------------------------------------
+
 
 def test_dead_endpoint_fails_fast_naming_it_costs_nothing_and_cleans_nothing(tmp_path: Path, home: Path) -> None:
     spec = job(tmp_path, T4_ANY.replace("T4:1", "T4:1\n  cloud: aws"))
@@ -108,17 +123,30 @@ def test_check_reports_each_cloud_with_the_fix(tmp_path: Path, home: Path) -> No
 
 # ---- --json always answers; pipes ----------------------------------------------------------------------
 
+
 def test_json_parses_on_every_exit_path(tmp_path: Path, home: Path) -> None:
     bad = job(tmp_path, "name: Bad_Name\nresources:\n  gpu: ZZZ:1\nrun: 1\n", "bad.yaml")
     k40 = job(tmp_path, "name: k40\nresources: {gpu: K40:1}\nrun: echo\n", "k40.yaml")
     good = job(tmp_path, T4_ANY, "good.yaml")
     env = no_cloud_env(home)
     cases = [
-        (["validate", str(bad)], 2), (["validate", str(good)], 0),
-        (["plan", str(bad)], 2), (["plan", str(k40)], None), (["plan", str(good)], 0), (["plan", "--bogus", "x"], 2),
-        (["catalog", "--gpu", "nope"], 2), (["catalog"], 0), (["stack", "nope"], 2), (["stack", "T4"], 0),
-        (["run", str(bad)], 2), (["run", str(good), "--yes"], 78), (["run", "missing.yaml"], 2),
-        (["status", "nosuchrun"], 2), (["status"], 0), (["ls"], 0), (["collect", "nosuchrun"], 2),
+        (["validate", str(bad)], 2),
+        (["validate", str(good)], 0),
+        (["plan", str(bad)], 2),
+        (["plan", str(k40)], None),
+        (["plan", str(good)], 0),
+        (["plan", "--bogus", "x"], 2),
+        (["catalog", "--gpu", "nope"], 2),
+        (["catalog"], 0),
+        (["stack", "nope"], 2),
+        (["stack", "T4"], 0),
+        (["run", str(bad)], 2),
+        (["run", str(good), "--yes"], 78),
+        (["run", "missing.yaml"], 2),
+        (["status", "nosuchrun"], 2),
+        (["status"], 0),
+        (["ls"], 0),
+        (["collect", "nosuchrun"], 2),
         (["check", "--cloud", "azure"], 78),
     ]
     for args, code in cases:
@@ -134,12 +162,21 @@ def test_json_parses_on_every_exit_path(tmp_path: Path, home: Path) -> None:
     assert all(d["file"] == str(bad) and d["message"] for d in details)
 
 
-@pytest.mark.parametrize("args", [["schema"], ["plan", "--json", "examples/t4-any-cloud.yaml"],
-                                  ["catalog", "--all", "--json"], ["catalog", "--all"], ["ls"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["schema"],
+        ["plan", "--json", "examples/t4-any-cloud.yaml"],
+        ["catalog", "--all", "--json"],
+        ["catalog", "--all"],
+        ["ls"],
+    ],
+)
 def test_closed_stdout_ends_quietly(args: list[str], home: Path) -> None:
     env = no_cloud_env(home)
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # `| true`: nobody reads
     stderr = proc.stderr.read().decode()
@@ -148,6 +185,7 @@ def test_closed_stdout_ends_quietly(args: list[str], home: Path) -> None:
 
 
 # ---- terminal habits --------------------------------------------------------------------------------------
+
 
 def test_help_short_option_and_completion(home: Path) -> None:
     out = cli(no_cloud_env(home), "-h", cwd=REPO)
@@ -175,17 +213,30 @@ def test_missing_workdir_fails_validate_and_plan_and_upload_is_described(tmp_pat
     (tmp_path / "nope").mkdir()
     (tmp_path / "nope" / "train.py").write_text("print('hi')\n")
     out = cli(no_cloud_env(home), "validate", str(spec), cwd=tmp_path)
-    assert out.returncode == 0 and f"workdir {(tmp_path / 'nope').resolve()}: 1 file(s)" in out.stderr and "max_duration 6h00m (21600 s)" in out.stderr, out.stderr
+    assert (
+        out.returncode == 0
+        and f"workdir {(tmp_path / 'nope').resolve()}: 1 file(s)" in out.stderr
+        and "max_duration 6h00m (21600 s)" in out.stderr
+    ), out.stderr
     doc = json.loads(cli(no_cloud_env(home), "plan", str(spec), "--json", cwd=tmp_path).stdout)
     assert doc["upload"]["files"] == 1 and doc["upload"]["max_duration_s"] == 21600
 
 
-def _on_tty(args: list[str], env: dict[str, str], cwd: Path, answer: bytes | None, timeout: float = 60) -> tuple[int, str]:
+def _on_tty(
+    args: list[str], env: dict[str, str], cwd: Path, answer: bytes | None, timeout: float = 60
+) -> tuple[int, str]:
     """Run the CLI with a terminal on stdin (so it may prompt); answer the prompt if one comes."""
     master, slave = pty.openpty()
     env = {k: v for k, v in env.items() if k != "CI"}
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, stdin=slave,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", *args],
+        cwd=cwd,
+        env=env,
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     os.close(slave)
     if answer is not None:
         os.write(master, answer)
@@ -206,6 +257,7 @@ def test_no_prompt_for_a_free_run_and_declining_exits_1(tmp_path: Path, home: Pa
 
 
 # ---- detached and orphaned runs ---------------------------------------------------------------------------
+
 
 def _wait_final(env: dict[str, str], run_id: str, cwd: Path, timeout: float = 30) -> dict:
     end = time.monotonic() + timeout
@@ -236,8 +288,14 @@ def test_detached_run_json_then_collect_brings_results_back(tmp_path: Path, home
 def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path) -> None:
     env = no_cloud_env(home)
     spec = job(tmp_path, LOCAL.format(run="'sleep 10; mkdir -p out; echo ok > out/r.txt'"))
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(spec)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(spec)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     run_id = ""
     end = time.monotonic() + 90
     while time.monotonic() < end and not run_id:
@@ -260,6 +318,7 @@ def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path)
 
 
 # ---- every command that takes --json, discovered from the app --------------------------------------------
+
 
 def json_commands() -> set[str]:
     """Every command and subcommand of the typer app with a `--json` option ("catalog refresh")."""
@@ -293,26 +352,48 @@ def json_walk_cases(tmp_path: Path, run_id: str, live_id: str) -> list[tuple[lis
     good = job(tmp_path, T4_ANY, "good.yaml")
     return [
         (["watch", live_id], 0, OK),  # first: the run must still be going when `watch` starts
-        (["validate", str(good)], 0, OK), (["validate", str(bad)], 2, ERROR), (["validate", "missing.yaml"], 2, ERROR),
-        (["plan", str(good)], 0, OK), (["plan", str(bad)], 2, ERROR), (["plan", "--bogus", "x"], 2, ERROR),
-        (["catalog"], 0, OK), (["catalog", "--gpu", "nope"], 2, ERROR), (["catalog", "--cloud", "nope"], 2, ERROR),
-        (["catalog", "refresh"], 75, ERROR), (["catalog", "refresh", "--cloud", "local"], 2, ERROR),
-        (["gpus"], 0, OK), (["gpus", "--bogus"], 2, ERROR),
-        (["stack", "T4"], 0, OK), (["stack", "nope"], 2, ERROR),
-        (["run", "missing.yaml"], 2, ERROR), (["run", str(good), "--cloud", "nope"], 2, ERROR),
+        (["validate", str(good)], 0, OK),
+        (["validate", str(bad)], 2, ERROR),
+        (["validate", "missing.yaml"], 2, ERROR),
+        (["plan", str(good)], 0, OK),
+        (["plan", str(bad)], 2, ERROR),
+        (["plan", "--bogus", "x"], 2, ERROR),
+        (["catalog"], 0, OK),
+        (["catalog", "--gpu", "nope"], 2, ERROR),
+        (["catalog", "--cloud", "nope"], 2, ERROR),
+        (["catalog", "refresh"], 75, ERROR),
+        (["catalog", "refresh", "--cloud", "local"], 2, ERROR),
+        (["gpus"], 0, OK),
+        (["gpus", "--bogus"], 2, ERROR),
+        (["stack", "T4"], 0, OK),
+        (["stack", "nope"], 2, ERROR),
+        (["run", "missing.yaml"], 2, ERROR),
+        (["run", str(good), "--cloud", "nope"], 2, ERROR),
         (["run", str(good), "--yes"], 78, ERROR),
-        (["status"], 0, OK), (["status", run_id], 0, OK), (["status", "nosuchrun"], 2, ERROR),
-        (["ls"], 0, OK), (["ls", "extra"], 2, ERROR),
-        (["collect", run_id], 0, OK), (["collect", "nosuchrun"], 2, ERROR), (["collect"], 2, ERROR),
-        (["watch", run_id], 2, ERROR), (["watch", "nosuchrun"], 2, ERROR),
-        (["cost"], 0, OK), (["cost", run_id], 0, OK), (["cost", "nosuchrun"], 2, ERROR),
+        (["status"], 0, OK),
+        (["status", run_id], 0, OK),
+        (["status", "nosuchrun"], 2, ERROR),
+        (["ls"], 0, OK),
+        (["ls", "extra"], 2, ERROR),
+        (["collect", run_id], 0, OK),
+        (["collect", "nosuchrun"], 2, ERROR),
+        (["collect"], 2, ERROR),
+        (["watch", run_id], 2, ERROR),
+        (["watch", "nosuchrun"], 2, ERROR),
+        (["cost"], 0, OK),
+        (["cost", run_id], 0, OK),
+        (["cost", "nosuchrun"], 2, ERROR),
         (["cost", "--since", "notadate"], 2, ERROR),
-        (["check"], 78, REPORT), (["check", "--cloud", "local"], 2, ERROR),
+        (["check"], 78, REPORT),
+        (["check", "--cloud", "local"], 2, ERROR),
         (["image", "ls", "--cloud", "aws", "--region", "us-east-1"], 78, ERROR),
-        (["image", "ls", "--cloud", "local", "--region", "x"], 2, ERROR), (["image", "ls"], 2, ERROR),
+        (["image", "ls", "--cloud", "local", "--region", "x"], 2, ERROR),
+        (["image", "ls"], 2, ERROR),
         (["image", "build", str(good), "--cloud", "aws", "--yes"], 78, ERROR),
-        (["image", "build", "ZZZ", "--yes"], 2, ERROR), (["image", "build", str(good), "--cloud", "local"], 2, ERROR),
-        (["hosts", "probe", "bad!host"], 2, ERROR), (["hosts", "probe", "127.0.0.1:9"], 75, ERROR),
+        (["image", "build", "ZZZ", "--yes"], 2, ERROR),
+        (["image", "build", str(good), "--cloud", "local"], 2, ERROR),
+        (["hosts", "probe", "bad!host"], 2, ERROR),
+        (["hosts", "probe", "127.0.0.1:9"], 75, ERROR),
         (["hosts", "probe"], 2, ERROR),
     ]
 
@@ -327,8 +408,20 @@ def test_json_parses_on_every_exit_path_of_every_command(tmp_path: Path, home: P
     from concurrent.futures import ThreadPoolExecutor
 
     known = json_commands()
-    assert {"validate", "plan", "catalog", "catalog refresh", "gpus", "run", "status", "collect", "check", "cost",
-            "hosts probe", "image ls"} <= known, known
+    assert {
+        "validate",
+        "plan",
+        "catalog",
+        "catalog refresh",
+        "gpus",
+        "run",
+        "status",
+        "collect",
+        "check",
+        "cost",
+        "hosts probe",
+        "image ls",
+    } <= known, known
     env = dead_aws(home)  # every cloud call meets a dead endpoint (127.0.0.1:9) and fails fast
     env["AZURE_CONFIG_DIR"] = str(home / "no-azure")
     spec = job(tmp_path, LOCAL.format(run="'mkdir -p out; echo ok > out/r.txt'"), "local.yaml")

@@ -31,38 +31,71 @@ REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
-def cli(env: dict[str, str], *args: str, timeout: float = 180, launcher: str = "gpucloud") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", launcher, *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, cwd=os.getcwd())
+def cli(
+    env: dict[str, str], *args: str, timeout: float = 180, launcher: str = "gpucloud"
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", launcher, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=os.getcwd(),
+    )
 
 
 AWS_CLI = "tests.support.aws_cli"  # the real CLI plus moto's missing placement groups (test hooks)
 
 
 def any_cloud_job(path: Path, regions: str) -> Path:
-    path.write_text(f"name: anyjob\nresources:\n  gpu: T4:1\n  regions: {regions}\n"
-                    "run: 'mkdir -p out; echo fine > out/r.txt; echo job-ran'\nartifacts: [out/]\nmax_duration: 10m\n")
+    path.write_text(
+        f"name: anyjob\nresources:\n  gpu: T4:1\n  regions: {regions}\n"
+        "run: 'mkdir -p out; echo fine > out/r.txt; echo job-ran'\nartifacts: [out/]\nmax_duration: 10m\n"
+    )
     return path
 
 
 @pytest.fixture
-def aws_env(moto: Moto, aws_sim: AwsVmSimulator, gpucloud_home: Path, tmp_path: Path,  # noqa: F811
-            monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+def aws_env(
+    moto: Moto,
+    aws_sim: AwsVmSimulator,
+    gpucloud_home: Path,
+    tmp_path: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[dict[str, str]]:
     """moto + simulator, and no Azure at all; cwd = tmp_path."""
     monkeypatch.chdir(tmp_path)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AWS_", "GPUCLOUD_TEST_", "AZURE_", "IDENTITY_", "GPUCLOUD_AZURE"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AWS_", "GPUCLOUD_TEST_", "AZURE_", "IDENTITY_", "GPUCLOUD_AZURE"))
+    }
     env.update(moto.env)
-    env.update({"GPUCLOUD_HOME": str(gpucloud_home), "CI": "true", "PYTHONPATH": str(REPO),
-                "GPUCLOUD_SSH_CIDR": "203.0.113.7/32", "AZURE_CONFIG_DIR": str(tmp_path / "no-azure"),
-                "GPUCLOUD_TEST_AWS_RECORD": str(SESSION_RECORD)})  # the hooks that answer for placement groups
+    env.update(
+        {
+            "GPUCLOUD_HOME": str(gpucloud_home),
+            "CI": "true",
+            "PYTHONPATH": str(REPO),
+            "GPUCLOUD_SSH_CIDR": "203.0.113.7/32",
+            "AZURE_CONFIG_DIR": str(tmp_path / "no-azure"),
+            "GPUCLOUD_TEST_AWS_RECORD": str(SESSION_RECORD),
+        }
+    )  # the hooks that answer for placement groups
     yield env
 
 
-def test_cloud_any_without_aws_credentials_goes_on_to_azure(azure_env: dict[str, str], arm: FakeArm,  # noqa: F811
-                                                            azure_sim: AzureVmSimulator, tmp_path: Path) -> None:
-    env = {**azure_env, "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_CONFIG_FILE": str(tmp_path / "none"),
-           "AWS_EC2_METADATA_DISABLED": "true"}
+def test_cloud_any_without_aws_credentials_goes_on_to_azure(
+    azure_env: dict[str, str],
+    arm: FakeArm,  # noqa: F811
+    azure_sim: AzureVmSimulator,
+    tmp_path: Path,
+) -> None:
+    env = {
+        **azure_env,
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
     spec = any_cloud_job(tmp_path / "job.yaml", "[us-east-1, eastus]")
     out = cli(env, "run", str(spec), "--json")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -80,8 +113,11 @@ def test_cloud_any_without_aws_credentials_goes_on_to_azure(azure_env: dict[str,
     assert check["usable"] == ["azure"]
 
 
-def test_cloud_any_without_azure_credentials_goes_on_to_aws(aws_env: dict[str, str], moto: Moto,  # noqa: F811
-                                                            tmp_path: Path) -> None:
+def test_cloud_any_without_azure_credentials_goes_on_to_aws(
+    aws_env: dict[str, str],
+    moto: Moto,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     # eastus (Azure, $0.526/h) comes before eu-west-1 (AWS, $0.587/h) in the plan.
     spec = any_cloud_job(tmp_path / "job.yaml", "[eastus, eu-west-1]")
     out = cli(aws_env, "run", str(spec), "--json", launcher=AWS_CLI)

@@ -15,17 +15,27 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], env=env, capture_output=True, text=True,
-                          timeout=120, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args], env=env, capture_output=True, text=True, timeout=120, cwd=cwd
+    )
 
 
 @pytest.mark.parametrize("authority", ["http://login.example", "ftp://login.microsoftonline.com/"])
 def test_an_azure_authority_host_that_is_not_https_is_a_configuration_error(tmp_path: Path, authority: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GPUCLOUD_", "IDENTITY_"))}
-    env.update({"GPUCLOUD_HOME": str(tmp_path / "home"), "CI": "true", "AZURE_AUTHORITY_HOST": authority,
-                "AZURE_SUBSCRIPTION_ID": "00000000-0000-0000-0000-000000000000", "AZURE_TENANT_ID": "t",
-                "AZURE_CLIENT_ID": "c", "AZURE_CLIENT_SECRET": "s", "AZURE_CONFIG_DIR": str(tmp_path / "az"),
-                "GPUCLOUD_AZURE_ARM_ENDPOINT": "http://127.0.0.1:9"})  # never reached
+    env.update(
+        {
+            "GPUCLOUD_HOME": str(tmp_path / "home"),
+            "CI": "true",
+            "AZURE_AUTHORITY_HOST": authority,
+            "AZURE_SUBSCRIPTION_ID": "00000000-0000-0000-0000-000000000000",
+            "AZURE_TENANT_ID": "t",
+            "AZURE_CLIENT_ID": "c",
+            "AZURE_CLIENT_SECRET": "s",
+            "AZURE_CONFIG_DIR": str(tmp_path / "az"),
+            "GPUCLOUD_AZURE_ARM_ENDPOINT": "http://127.0.0.1:9",
+        }
+    )  # never reached
     (tmp_path / "job.yaml").write_text("name: auth\nrun: echo hi\nresources: {gpu: T4:1}\nmax_duration: 10m\n")
     out = cli(env, tmp_path, "run", "job.yaml", "--cloud", "azure", "--yes")
     text = out.stdout + out.stderr
@@ -46,6 +56,7 @@ def test_a_bare_or_https_authority_host_is_left_to_azure_identity(monkeypatch: p
         monkeypatch.setenv("AZURE_AUTHORITY_HOST", fine)
         assert authority_error() is None
     monkeypatch.setenv("AZURE_AUTHORITY_HOST", "http://x")
-    err = classify_access(ValueError("'http://x' is an invalid authority. The value must be a TLS protected "
-                                     "(https) URL."))
+    err = classify_access(
+        ValueError("'http://x' is an invalid authority. The value must be a TLS protected (https) URL.")
+    )
     assert err is not None and err.exit_code == 78 and "AZURE_AUTHORITY_HOST" in err.message

@@ -35,7 +35,8 @@ def _parliament() -> Any:
         except ImportError:
             shim = types.ModuleType("pkg_resources")
             shim.resource_filename = (  # type: ignore[attr-defined]
-                lambda package, name: str(importlib.resources.files(package).joinpath(name)))
+                lambda package, name: str(importlib.resources.files(package).joinpath(name))
+            )
             sys.modules["pkg_resources"] = shim
     import parliament
 
@@ -43,8 +44,14 @@ def _parliament() -> Any:
 
 
 def printed(args: list[str]) -> str:
-    out = subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=REPO, capture_output=True, text=True,
-                         env={**os.environ, "CI": "true"}, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CI": "true"},
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     json.loads(out.stdout)
     return out.stdout
@@ -92,9 +99,15 @@ def test_parliament_would_catch_the_mistakes_it_is_here_for() -> None:
     allowed = {key(e["document"], e["issue"], e["subject"]) for e in suppressions()}
     doc = json.loads(printed(DOCUMENTS["user"]))
     doc["Statement"].append({"Sid": "Typo", "Effect": "Allow", "Action": "ec2:RunInstance", "Resource": "*"})
-    doc["Statement"].append({"Sid": "Rule", "Effect": "Allow", "Action": "ec2:AuthorizeSecurityGroupIngress",
-                             "Resource": "arn:aws:ec2:*:*:security-group-rule/*",
-                             "Condition": {"StringEquals": {"ec2:InstanceType": "p5.48xlarge"}}})
+    doc["Statement"].append(
+        {
+            "Sid": "Rule",
+            "Effect": "Allow",
+            "Action": "ec2:AuthorizeSecurityGroupIngress",
+            "Resource": "arn:aws:ec2:*:*:security-group-rule/*",
+            "Condition": {"StringEquals": {"ec2:InstanceType": "p5.48xlarge"}},
+        }
+    )
     issues = {f[1] for f in findings("user", json.dumps(doc)) if key(*f) not in allowed}
     assert {"UNKNOWN_ACTION", "UNKNOWN_CONDITION_FOR_ACTION"} <= issues, issues
 
@@ -107,8 +120,13 @@ def test_ingress_conditions_use_keys_each_resource_supports(statement: str) -> N
     doc = json.loads(printed(DOCUMENTS["user"]))
     stmt = next(s for s in doc["Statement"] if s["Sid"] == statement)
     kind = stmt["Resource"].split(":")[-1].split("/")[0]
-    privilege = next(p for svc in parliament.iam_definition if svc["prefix"] == "ec2"
-                     for p in svc["privileges"] if p["privilege"] == "AuthorizeSecurityGroupIngress")
+    privilege = next(
+        p
+        for svc in parliament.iam_definition
+        if svc["prefix"] == "ec2"
+        for p in svc["privileges"]
+        if p["privilege"] == "AuthorizeSecurityGroupIngress"
+    )
     keys = next(r["condition_keys"] for r in privilege["resource_types"] if r["resource_type"].rstrip("*") == kind)
     for op in stmt["Condition"].values():
         for k in op:

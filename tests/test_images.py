@@ -14,27 +14,33 @@ from tests.support.source_tree import package_dir
 
 
 def node(gpu: str, cloud: str, instance: str, count: int = 1, arch: str = "x86_64", **pins: object):
-    return resolve_node(resolve_stack(gpu, StackSpec(framework="pytorch", **pins)), cloud, instance, count, cpu_arch=arch)
+    return resolve_node(
+        resolve_stack(gpu, StackSpec(framework="pytorch", **pins)), cloud, instance, count, cpu_arch=arch
+    )
 
 
-@pytest.mark.parametrize(("gpu", "cloud", "instance", "count", "arch", "image", "source", "fabric"), [
-    ("T4", "aws", "g4dn.xlarge", 1, "x86_64", "dlami-base-oss", "apt", False),
-    ("A100-40GB", "aws", "p4d.24xlarge", 8, "x86_64", "dlami-base-oss", "apt", True),
-    ("H100", "aws", "p5.4xlarge", 1, "x86_64", "dlami-base-oss", "apt", False),  # one GPU: no NVSwitch
-    ("H100", "aws", "p5.48xlarge", 8, "x86_64", "dlami-base-oss", "apt", True),
-    ("B200", "aws", "p6-b200.48xlarge", 8, "x86_64", "dlami-base-oss", "apt", True),
-    ("V100", "aws", "p3.2xlarge", 1, "x86_64", "ubuntu-22.04", "apt", False),
-    ("K80", "aws", "p2.xlarge", 1, "x86_64", "ubuntu-20.04", "apt", False),
-    ("T4G", "aws", "g5g.xlarge", 1, "arm64", "dlami-base-oss-arm64", "apt", False),
-    ("A10", "azure", "Standard_NV36ads_A10_v5", 1, "x86_64", "ubuntu-22.04-grid", "grid", False),
-    ("M60", "azure", "Standard_NV12s_v3", 1, "x86_64", "ubuntu-22.04-grid", "grid", False),
-    # the HPC image's documented R535 is below the default stack's floor (R570 for CUDA 12.8)
-    ("A100-40GB", "azure", "Standard_ND96asr_v4", 8, "x86_64", "ubuntu-22.04", "apt", True),
-    ("H100", "azure", "Standard_ND96isr_H100_v5", 8, "x86_64", "ubuntu-22.04", "apt", True),
-    ("K80", "azure", "Standard_NC6", 1, "x86_64", "ubuntu-20.04", "apt", False),
-])
-def test_image_and_install_plan(gpu: str, cloud: str, instance: str, count: int, arch: str, image: str,
-                                source: str, fabric: bool) -> None:
+@pytest.mark.parametrize(
+    ("gpu", "cloud", "instance", "count", "arch", "image", "source", "fabric"),
+    [
+        ("T4", "aws", "g4dn.xlarge", 1, "x86_64", "dlami-base-oss", "apt", False),
+        ("A100-40GB", "aws", "p4d.24xlarge", 8, "x86_64", "dlami-base-oss", "apt", True),
+        ("H100", "aws", "p5.4xlarge", 1, "x86_64", "dlami-base-oss", "apt", False),  # one GPU: no NVSwitch
+        ("H100", "aws", "p5.48xlarge", 8, "x86_64", "dlami-base-oss", "apt", True),
+        ("B200", "aws", "p6-b200.48xlarge", 8, "x86_64", "dlami-base-oss", "apt", True),
+        ("V100", "aws", "p3.2xlarge", 1, "x86_64", "ubuntu-22.04", "apt", False),
+        ("K80", "aws", "p2.xlarge", 1, "x86_64", "ubuntu-20.04", "apt", False),
+        ("T4G", "aws", "g5g.xlarge", 1, "arm64", "dlami-base-oss-arm64", "apt", False),
+        ("A10", "azure", "Standard_NV36ads_A10_v5", 1, "x86_64", "ubuntu-22.04-grid", "grid", False),
+        ("M60", "azure", "Standard_NV12s_v3", 1, "x86_64", "ubuntu-22.04-grid", "grid", False),
+        # the HPC image's documented R535 is below the default stack's floor (R570 for CUDA 12.8)
+        ("A100-40GB", "azure", "Standard_ND96asr_v4", 8, "x86_64", "ubuntu-22.04", "apt", True),
+        ("H100", "azure", "Standard_ND96isr_H100_v5", 8, "x86_64", "ubuntu-22.04", "apt", True),
+        ("K80", "azure", "Standard_NC6", 1, "x86_64", "ubuntu-20.04", "apt", False),
+    ],
+)
+def test_image_and_install_plan(
+    gpu: str, cloud: str, instance: str, count: int, arch: str, image: str, source: str, fabric: bool
+) -> None:
     n = node(gpu, cloud, instance, count, arch)
     assert n.image is not None and n.image.name == image
     assert n.driver_source == source and n.fabric_manager is fabric
@@ -84,13 +90,18 @@ def test_no_cloud_names_in_image_code() -> None:
 
 def test_timeline_groups_and_formats() -> None:
     stages = {
-        "preflight": {"start": 100, "end": 101, "ok": True}, "watchdog": {"start": 101, "end": 102, "ok": True},
-        "stack": {"start": 102, "end": 222, "ok": True}, "gpu_verify": {"start": 222, "end": 225, "ok": True},
-        "fetch_code": {"start": 225, "end": 228, "ok": True}, "run": {"start": 228, "end": None, "ok": None},
+        "preflight": {"start": 100, "end": 101, "ok": True},
+        "watchdog": {"start": 101, "end": 102, "ok": True},
+        "stack": {"start": 102, "end": 222, "ok": True},
+        "gpu_verify": {"start": 222, "end": 225, "ok": True},
+        "fetch_code": {"start": 225, "end": 228, "ok": True},
+        "run": {"start": 228, "end": None, "ok": None},
     }
     groups = stage_groups(stages, launched_at=0, now=3828)
     assert [(g, s) for g, s, _ in groups] == [("boot", 102), ("stack", 123), ("fetch", 3), ("run", 3600)]
     assert groups[-1][2] is True
-    assert format_timeline(stages, launched_at=0, now=3828) == "boot 1m42s · stack 2m03s · fetch 3s · run 1h00m (running)"
+    assert (
+        format_timeline(stages, launched_at=0, now=3828) == "boot 1m42s · stack 2m03s · fetch 3s · run 1h00m (running)"
+    )
     assert format_nodes([{"stages": stages}, None], now=3828)[0].startswith("node 0: boot 2s")
     assert human(4) == "4s" and format_timeline({}) == ""

@@ -22,14 +22,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 IMAGES = "microsoft.compute/images"
 
 
-
-def test_azure_image_build_then_run_installs_nothing(azure_env: dict[str, str], arm: FakeArm,  # noqa: F811
-                                                     azure_sim: AzureVmSimulator, tmp_path: Path) -> None:
+def test_azure_image_build_then_run_installs_nothing(
+    azure_env: dict[str, str],
+    arm: FakeArm,  # noqa: F811
+    azure_sim: AzureVmSimulator,
+    tmp_path: Path,
+) -> None:
     job = tmp_path / "job.yaml"
-    job.write_text("name: azbaked\nresources:\n  cloud: azure\n  regions: [eastus]\n  gpu: T4:1\n"
-                   "stack: {framework: pytorch}\nmax_duration: 15m\nrun: echo first-line-of-the-job\n")
-    built = cli(azure_env, "image", "build", str(job), "--cloud", "azure", "--region", "eastus", "--yes", "--json",
-                timeout=300)
+    job.write_text(
+        "name: azbaked\nresources:\n  cloud: azure\n  regions: [eastus]\n  gpu: T4:1\n"
+        "stack: {framework: pytorch}\nmax_duration: 15m\nrun: echo first-line-of-the-job\n"
+    )
+    built = cli(
+        azure_env, "image", "build", str(job), "--cloud", "azure", "--region", "eastus", "--yes", "--json", timeout=300
+    )
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-4000:]
     doc = json.loads(built.stdout.strip().splitlines()[-1])
     assert doc["built"] is True and "/gpucloud-images-eastus/" in doc["ref"].lower()

@@ -36,7 +36,9 @@ def test_build_snapshots_tags_and_tears_down_then_reuses(moto) -> None:  # noqa:
     ended: list[str] = []
 
     def launch() -> str:
-        iid = ec2.run_instances(ImageId=base, InstanceType="t3.micro", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+        iid = ec2.run_instances(ImageId=base, InstanceType="t3.micro", MinCount=1, MaxCount=1)["Instances"][0][
+            "InstanceId"
+        ]
         launched.append(iid)
         return iid
 
@@ -70,8 +72,9 @@ def test_a_failing_builder_is_still_torn_down(moto) -> None:  # noqa: F811
         raise RuntimeError("stack stage failed")
 
     with pytest.raises(RuntimeError):
-        build_image(AwsImageStore(), REGION, stack, node, launch=lambda: "i-0123", wait_ready=fail,
-                    teardown=ended.append)
+        build_image(
+            AwsImageStore(), REGION, stack, node, launch=lambda: "i-0123", wait_ready=fail, teardown=ended.append
+        )
     assert ended == ["i-0123"]
 
 
@@ -86,8 +89,15 @@ def test_image_ls_and_rm_commands(moto) -> None:  # noqa: F811
     base = ec2.describe_images(Owners=["099720109477"])["Images"][0]["ImageId"]
     iid = ec2.run_instances(ImageId=base, InstanceType="t3.micro", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
     stack, node = k80()
-    baked = build_image(AwsImageStore(), REGION, stack, node, launch=lambda: iid, wait_ready=lambda _: None,
-                        teardown=lambda i: ec2.terminate_instances(InstanceIds=[i]))
+    baked = build_image(
+        AwsImageStore(),
+        REGION,
+        stack,
+        node,
+        launch=lambda: iid,
+        wait_ready=lambda _: None,
+        teardown=lambda i: ec2.terminate_instances(InstanceIds=[i]),
+    )
     runner = CliRunner()
     out = runner.invoke(app, ["image", "ls", "--cloud", "aws", "--region", REGION, "--json"])
     assert out.exit_code == 0, out.output
@@ -117,9 +127,20 @@ def test_the_plans_image_is_what_an_aws_run_boots(moto) -> None:  # noqa: F811
     ec2 = moto.client("ec2", REGION)
     vendor_ami = ec2.describe_images(ImageIds=[ubuntu[(REGION, "20.04")]])["Images"][0]["ImageId"]
     dlami = next(i for i in load_images() if i.name == "dlami-base-oss")
-    ssm_backends[ACCOUNT][REGION]._parameters[dlami.ref] = [Parameter(  # noqa: SLF001 - what AWS publishes
-        account_id=ACCOUNT, name=dlami.ref, value=vendor_ami, parameter_type="String", description=None,
-        allowed_pattern=None, keyid=None, last_modified_date=utcnow(), version=1, data_type="aws:ec2:image")]
+    ssm_backends[ACCOUNT][REGION]._parameters[dlami.ref] = [
+        Parameter(  # noqa: SLF001 - what AWS publishes
+            account_id=ACCOUNT,
+            name=dlami.ref,
+            value=vendor_ami,
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=utcnow(),
+            version=1,
+            data_type="aws:ec2:image",
+        )
+    ]
     try:
         assert AwsProvider().resolve_image(REGION, "22.04", "auto", dlami)[0] == vendor_ami
     finally:
@@ -143,4 +164,8 @@ def test_grid_extension_body_and_azure_image_reference() -> None:
     assert image_reference("auto", "22.04", "Standard_NV36ads_A10_v5", "A10", grid)["offer"].endswith("jammy")
     hpc = next(i for i in load_images() if i.name == "ubuntu-hpc-22.04")
     assert image_reference("auto", "22.04", "Standard_ND96asr_v4", "A100-40GB", hpc) == {
-        "publisher": "microsoft-dsvm", "offer": "ubuntu-hpc", "sku": "2204", "version": "latest"}
+        "publisher": "microsoft-dsvm",
+        "offer": "ubuntu-hpc",
+        "sku": "2204",
+        "version": "latest",
+    }

@@ -23,16 +23,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 REGION = "us-east-1"
 
 
-
 def _job(tmp_path: Path) -> Path:
     job = tmp_path / "job.yaml"
-    job.write_text("name: baked\nresources:\n  cloud: aws\n  regions: [us-east-1]\n  gpu: T4:1\n"
-                   "stack: {framework: pytorch}\nmax_duration: 15m\nrun: echo first-line-of-the-job\n")
+    job.write_text(
+        "name: baked\nresources:\n  cloud: aws\n  regions: [us-east-1]\n  gpu: T4:1\n"
+        "stack: {framework: pytorch}\nmax_duration: 15m\nrun: echo first-line-of-the-job\n"
+    )
     return job
 
 
-def test_image_build_then_run_installs_nothing(aws_env: dict[str, str], moto: Moto,  # noqa: F811
-                                               aws_sim: AwsVmSimulator, tmp_path: Path) -> None:
+def test_image_build_then_run_installs_nothing(
+    aws_env: dict[str, str],
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,
+    tmp_path: Path,
+) -> None:
     env = {k: v for k, v in aws_env.items() if k != "GPUCLOUD_TEST_AWS_RECORD"}
     job = _job(tmp_path)
     ec2 = moto.client("ec2", REGION)
@@ -77,7 +82,9 @@ def test_image_build_then_run_installs_nothing(aws_env: dict[str, str], moto: Mo
     snapshots = [m["Ebs"]["SnapshotId"] for m in image.get("BlockDeviceMappings", []) if "Ebs" in m]
     removed = cli(env, "image", "rm", doc["ref"], "--cloud", "aws", "--region", REGION)
     assert removed.returncode == 0, removed.stderr
-    assert not ec2.describe_images(Owners=["self"], Filters=[{"Name": "tag:gpucloud:kind", "Values": ["image"]}])["Images"]
+    assert not ec2.describe_images(Owners=["self"], Filters=[{"Name": "tag:gpucloud:kind", "Values": ["image"]}])[
+        "Images"
+    ]
     if snapshots:
         left = ec2.describe_snapshots(Filters=[{"Name": "snapshot-id", "Values": snapshots}])["Snapshots"]
         assert left == []
@@ -85,22 +92,32 @@ def test_image_build_then_run_installs_nothing(aws_env: dict[str, str], moto: Mo
     assert json.loads(replan.stdout)["candidates"][0]["image"]["found_by"] != "baked"
 
 
-def test_a_failing_builder_leaves_nothing_and_bakes_nothing(aws_env: dict[str, str], moto: Moto,  # noqa: F811
-                                                           aws_sim: AwsVmSimulator, tmp_path: Path) -> None:
+def test_a_failing_builder_leaves_nothing_and_bakes_nothing(
+    aws_env: dict[str, str],
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,
+    tmp_path: Path,
+) -> None:
     env = {k: v for k, v in aws_env.items() if k != "GPUCLOUD_TEST_AWS_RECORD"}
     job = _job(tmp_path)
     job.write_text(job.read_text() + "setup: exit 3\n")
-    out = cli(env, "image", "build", str(job), "--cloud", "aws", "--region", REGION, "--with-setup", "--yes",
-              timeout=300)
+    out = cli(
+        env, "image", "build", str(job), "--cloud", "aws", "--region", REGION, "--with-setup", "--yes", timeout=300
+    )
     assert out.returncode != 0 and "no image was made" in out.stderr, out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     assert tagged_alive(moto) == []
     ec2 = moto.client("ec2", REGION)
-    assert not ec2.describe_images(Owners=["self"], Filters=[{"Name": "tag:gpucloud:kind", "Values": ["image"]}])["Images"]
+    assert not ec2.describe_images(Owners=["self"], Filters=[{"Name": "tag:gpucloud:kind", "Values": ["image"]}])[
+        "Images"
+    ]
 
 
-def test_declining_the_image_build_prompt_exits_1_and_boots_nothing(aws_env: dict[str, str], moto: Moto,  # noqa: F811
-                                                                    tmp_path: Path) -> None:
+def test_declining_the_image_build_prompt_exits_1_and_boots_nothing(
+    aws_env: dict[str, str],
+    moto: Moto,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     """The prompt only appears on a terminal, so stdin is a pseudo-terminal that answers "n"."""
     import os
     import pty
@@ -111,9 +128,26 @@ def test_declining_the_image_build_prompt_exits_1_and_boots_nothing(aws_env: dic
     primary, secondary = pty.openpty()
     try:
         os.write(primary, b"n\n")
-        proc = subprocess.run([sys.executable, "-m", "gpucloud", "image", "build", str(_job(tmp_path)), "--cloud",
-                               "aws", "--region", REGION], stdin=secondary, capture_output=True, text=True, env=env,
-                              cwd=tmp_path, timeout=120)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpucloud",
+                "image",
+                "build",
+                str(_job(tmp_path)),
+                "--cloud",
+                "aws",
+                "--region",
+                REGION,
+            ],
+            stdin=secondary,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=120,
+        )
     finally:
         os.close(secondary)
         os.close(primary)

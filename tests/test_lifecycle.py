@@ -20,19 +20,26 @@ from gpucloud.channel import FileChannel, log_key
 from gpucloud.errors import NoCandidateError
 from gpucloud.planner import Candidate, Plan
 from gpucloud.providers.base import (
-    CandidateError, Capabilities, CapacityError, FatalProvisionError, Provider, QuotaError, RunHandle,
+    CandidateError,
+    Capabilities,
+    CapacityError,
+    FatalProvisionError,
+    Provider,
+    QuotaError,
+    RunHandle,
 )
 from gpucloud.runlog import LogMirror
 from gpucloud.spec import parse_spec
 from gpucloud.state import Journal, Store
 
-
 # ---- VM engine ---------------------------------------------------------------------------------------
+
 
 def test_engine_kills_group_and_escaped_processes(tmp_path: Path) -> None:
     script = "sleep 300 &\nsetsid sleep 301 &\necho up > up.txt\nwait\n"
-    vm = vm_engine.boot(script, tmp_path / "vm", env={"FOO": "bar"}, path_prefix=[tmp_path / "stubs"],
-                        expires_at=time.time() + 60)
+    vm = vm_engine.boot(
+        script, tmp_path / "vm", env={"FOO": "bar"}, path_prefix=[tmp_path / "stubs"], expires_at=time.time() + 60
+    )
     deadline = time.monotonic() + 10
     while not (tmp_path / "vm" / "up.txt").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -54,8 +61,12 @@ def test_engine_env_and_path_prefix(tmp_path: Path) -> None:
     (stubs / "nvidia-smi").chmod(0o755)
     os.environ["GPUCLOUD_TEST_SECRET"] = "must-not-leak"
     try:
-        vm = vm_engine.boot('nvidia-smi > gpu.txt; echo "$FOO|${GPUCLOUD_TEST_SECRET:-}" > env.txt\n',
-                            tmp_path / "vm", env={"FOO": "a b $c"}, path_prefix=[stubs])
+        vm = vm_engine.boot(
+            'nvidia-smi > gpu.txt; echo "$FOO|${GPUCLOUD_TEST_SECRET:-}" > env.txt\n',
+            tmp_path / "vm",
+            env={"FOO": "a b $c"},
+            path_prefix=[stubs],
+        )
         assert vm.wait(10)
     finally:
         del os.environ["GPUCLOUD_TEST_SECRET"]
@@ -74,10 +85,12 @@ def test_engine_pid_reuse_is_not_ours(tmp_path: Path) -> None:
 
 # ---- log mirror -----------------------------------------------------------------------------------------
 
+
 def _put_part(ch: FileChannel, run_id: str, rank: int, index: int, data: bytes) -> None:
     ch.put_bytes(log_key(run_id, rank, index), data)
-    ch.put_bytes(f"runs/{run_id}/node-{rank}/status.json",
-                 json.dumps({"state": "running", "log_parts": index + 1}).encode())
+    ch.put_bytes(
+        f"runs/{run_id}/node-{rank}/status.json", json.dumps({"state": "running", "log_parts": index + 1}).encode()
+    )
 
 
 def test_log_mirror_two_readers_each_part_once(tmp_path: Path) -> None:
@@ -106,6 +119,7 @@ def test_log_mirror_multi_node_prefixes_whole_lines(tmp_path: Path) -> None:
 
 # ---- outcome ------------------------------------------------------------------------------------------------
 
+
 def test_outcome_mapping() -> None:
     ok = {"state": "succeeded", "exit_code": 0}
     assert watch.outcome([ok]) == ("succeeded", 0, "")
@@ -113,8 +127,17 @@ def test_outcome_mapping() -> None:
     assert watch.outcome([ok, {"state": "deadline", "exit_code": None}])[:2] == ("deadline", 124)
     assert watch.outcome([{"state": "error", "exit_code": None, "message": "gpu"}]) == ("error", 70, "gpu")
     assert watch.outcome([ok, None])[:2] == ("lost", 70)
-    phases = watch.vm_phases([{"stages": {"run": {"start": 10, "end": 13}, "setup": {"start": 5, "end": 10},
-                                               "artifacts": {"start": 13, "end": None}}}])
+    phases = watch.vm_phases(
+        [
+            {
+                "stages": {
+                    "run": {"start": 10, "end": 13},
+                    "setup": {"start": 5, "end": 10},
+                    "artifacts": {"start": 13, "end": None},
+                }
+            }
+        ]
+    )
     assert list(phases.items()) == [("setup", 5.0), ("run", 3.0)]
 
 
@@ -125,6 +148,7 @@ def test_run_id_format() -> None:
 
 # ---- failover -----------------------------------------------------------------------------------------------
 
+
 class _FakeProvider:
     """Records calls; fails each provision with the error queued for its region/type."""
 
@@ -133,7 +157,7 @@ class _FakeProvider:
     def __init__(self, name: str, errors: dict[str, Exception], calls: list[str], home: Path) -> None:
         self.name, self.errors, self.calls, self.home = name, errors, calls, home
         self.handles: list[RunHandle] = []  # what provision returned
-        self.torn: list[RunHandle] = []     # what teardown was given
+        self.torn: list[RunHandle] = []  # what teardown was given
 
     def channel(self, region: str) -> FileChannel:
         return FileChannel(self.home / "channel" / self.name / region)
@@ -170,8 +194,18 @@ class _FakeProvider:
 
 
 def _cand(cloud: str, region: str, itype: str, price: float) -> Candidate:
-    return Candidate(cloud=cloud, region=region, instance_type=itype, gpu="T4", gpu_count=1, num_nodes=1,
-                     spot=False, price_per_hour=price, total_per_hour=price, estimated_cost=price)
+    return Candidate(
+        cloud=cloud,
+        region=region,
+        instance_type=itype,
+        gpu="T4",
+        gpu_count=1,
+        num_nodes=1,
+        spot=False,
+        price_per_hour=price,
+        total_per_hour=price,
+        estimated_cost=price,
+    )
 
 
 def test_failover_order_and_skips(tmp_path: Path, gpucloud_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,26 +226,38 @@ def test_failover_order_and_skips(tmp_path: Path, gpucloud_home: Path, monkeypat
     }
     fakes = {c: _FakeProvider(c, errors, calls, gpucloud_home) for c in ("aws", "azure")}
     monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: fakes[cloud])
-    plan = Plan(spec=spec, excluded=[], stack=resolve_stack("T4", spec.stack), candidates=[
-        _cand("aws", "us-east-1", "g4dn.xlarge", 0.5),
-        _cand("aws", "us-east-1", "g4dn.2xlarge", 0.7),
-        _cand("aws", "us-east-1", "g4dn.4xlarge", 1.2),   # skipped: quota in us-east-1
-        _cand("aws", "us-east-2", "g4dn.xlarge", 0.52),   # its image: the next candidate, aws not skipped
-        _cand("aws", "us-west-2", "g4dn.xlarge", 0.55),
-        _cand("aws", "eu-west-1", "g4dn.xlarge", 0.6),    # skipped: fatal on aws
-        _cand("azure", "eastus", "Standard_NC4as_T4_v3", 0.53),
-    ])
+    plan = Plan(
+        spec=spec,
+        excluded=[],
+        stack=resolve_stack("T4", spec.stack),
+        candidates=[
+            _cand("aws", "us-east-1", "g4dn.xlarge", 0.5),
+            _cand("aws", "us-east-1", "g4dn.2xlarge", 0.7),
+            _cand("aws", "us-east-1", "g4dn.4xlarge", 1.2),  # skipped: quota in us-east-1
+            _cand("aws", "us-east-2", "g4dn.xlarge", 0.52),  # its image: the next candidate, aws not skipped
+            _cand("aws", "us-west-2", "g4dn.xlarge", 0.55),
+            _cand("aws", "eu-west-1", "g4dn.xlarge", 0.6),  # skipped: fatal on aws
+            _cand("azure", "eastus", "Standard_NC4as_T4_v3", 0.53),
+        ],
+    )
     run = lifecycle._Run(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0)
     with pytest.raises(NoCandidateError) as info:
         run.execute()
     assert [a.split(":")[0] for a in info.value.attempts] == [
-        "aws/us-east-1/g4dn.xlarge", "aws/us-east-1/g4dn.2xlarge", "aws/us-east-2/g4dn.xlarge",
-        "aws/us-west-2/g4dn.xlarge", "azure/eastus/Standard_NC4as_T4_v3"]
+        "aws/us-east-1/g4dn.xlarge",
+        "aws/us-east-1/g4dn.2xlarge",
+        "aws/us-east-2/g4dn.xlarge",
+        "aws/us-west-2/g4dn.xlarge",
+        "azure/eastus/Standard_NC4as_T4_v3",
+    ]
     assert "L-DB2E81BA" in info.value.attempts[1]
     assert [c for c in calls if c.startswith("provision")] == [
-        "provision aws/us-east-1/g4dn.xlarge", "provision aws/us-east-1/g4dn.2xlarge",
-        "provision aws/us-east-2/g4dn.xlarge", "provision aws/us-west-2/g4dn.xlarge",
-        "provision azure/eastus/Standard_NC4as_T4_v3"]
+        "provision aws/us-east-1/g4dn.xlarge",
+        "provision aws/us-east-1/g4dn.2xlarge",
+        "provision aws/us-east-2/g4dn.xlarge",
+        "provision aws/us-west-2/g4dn.xlarge",
+        "provision azure/eastus/Standard_NC4as_T4_v3",
+    ]
     store = Store()
     rec = store.get_run(run.run_id)
     assert rec is not None and rec.status == "no-capacity" and rec.exit_code == 75
@@ -231,14 +277,18 @@ def fake_run(workdir: Path, home: Path, monkeypatch: pytest.MonkeyPatch):  # typ
     calls: list[str] = []
     prov = _FakeProvider("aws", {}, calls, home)
     monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: prov)
-    plan = Plan(spec=spec, excluded=[], stack=resolve_stack("T4", spec.stack),
-                candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 0.5)])
+    plan = Plan(
+        spec=spec,
+        excluded=[],
+        stack=resolve_stack("T4", spec.stack),
+        candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 0.5)],
+    )
     return lifecycle._Run(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0), calls, prov
 
 
-def test_a_run_that_launched_nothing_has_no_teardown_to_report(tmp_path: Path, gpucloud_home: Path,
-                                                                monkeypatch: pytest.MonkeyPatch,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_run_that_launched_nothing_has_no_teardown_to_report(
+    tmp_path: Path, gpucloud_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A provider failing before it asked for anything (no journal row, no handle): no teardown runs
     and none is reported as incomplete; the open attempt is ended."""
     run, calls, prov = fake_run(tmp_path / "w", gpucloud_home, monkeypatch)
@@ -256,8 +306,9 @@ def test_a_run_that_launched_nothing_has_no_teardown_to_report(tmp_path: Path, g
     assert rec is not None and all(a.ended_at is not None for a in rec.attempts)
 
 
-def test_interrupt_during_follow_tears_down(tmp_path: Path, gpucloud_home: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interrupt_during_follow_tears_down(
+    tmp_path: Path, gpucloud_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run, calls, _ = fake_run(tmp_path / "w", gpucloud_home, monkeypatch)
     # The fake VM never reports; a SIGINT arrives while following.
     orig_sleep = time.sleep
@@ -292,7 +343,8 @@ def _spec_in(tmp_path: Path, name: str):  # type: ignore[no-untyped-def]
 
 
 def test_failover_records_attempts_and_costs_only_the_launched_one(
-        tmp_path: Path, gpucloud_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, gpucloud_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two attempts: the first fails for capacity (launched nothing, $0), the second launches; its
     stored handle is what `down` tears down, and the cost is that attempt's price x nodes x hours."""
     from gpucloud.stacks import resolve_stack
@@ -301,8 +353,12 @@ def test_failover_records_attempts_and_costs_only_the_launched_one(
     calls: list[str] = []
     prov = _FakeProvider("aws", {"us-east-1/g4dn.xlarge": CapacityError("no capacity")}, calls, gpucloud_home)
     monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: prov)
-    plan = Plan(spec=spec, excluded=[], stack=resolve_stack("T4", spec.stack), candidates=[
-        _cand("aws", "us-east-1", "g4dn.xlarge", 100.0), _cand("aws", "us-west-2", "g4dn.xlarge", 3.0)])
+    plan = Plan(
+        spec=spec,
+        excluded=[],
+        stack=resolve_stack("T4", spec.stack),
+        candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 100.0), _cand("aws", "us-west-2", "g4dn.xlarge", 3.0)],
+    )
     run = lifecycle._Run(spec, plan, detach=True, json_out=True, wait_teardown=True, plan_s=0.0)
     assert run.execute().status == "detached"
     store = Store()
@@ -319,7 +375,8 @@ def test_failover_records_attempts_and_costs_only_the_launched_one(
 
 
 def test_a_provision_that_crashed_is_torn_down_from_a_partial_handle(
-        tmp_path: Path, gpucloud_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, gpucloud_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """provision died after its intent row and before returning a handle: teardown gets a handle
     rebuilt from the journal (complete=False) naming what was being created; the run costs $0."""
     from gpucloud.stacks import resolve_stack
@@ -327,8 +384,12 @@ def test_a_provision_that_crashed_is_torn_down_from_a_partial_handle(
     spec = _spec_in(tmp_path, "crash")
     prov = _FakeProvider("aws", {"us-east-1/g4dn.xlarge": RuntimeError("bug in the provider")}, [], gpucloud_home)
     monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: prov)
-    plan = Plan(spec=spec, excluded=[], stack=resolve_stack("T4", spec.stack),
-                candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 0.5)])
+    plan = Plan(
+        spec=spec,
+        excluded=[],
+        stack=resolve_stack("T4", spec.stack),
+        candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 0.5)],
+    )
     run = lifecycle._Run(spec, plan, detach=False, json_out=True, wait_teardown=True, plan_s=0.0)
     with pytest.raises(RuntimeError):
         run.execute()
@@ -358,8 +419,9 @@ def test_local_gc_kills_expired_nodes_only(gpucloud_home: Path) -> None:
         new.kill(grace=1)
 
 
-def test_collect_garbage_tears_down_ended_runs_with_resources(gpucloud_home: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_collect_garbage_tears_down_ended_runs_with_resources(
+    gpucloud_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from gpucloud.providers.local import LocalProvider
 
     prov = LocalProvider()

@@ -26,8 +26,14 @@ pytestmark = pytest.mark.slow
 
 
 def cli(*args: str, cwd: Path, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=os.environ.copy())
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+    )
     if check:
         assert proc.returncode == 0, f"{args}: rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -90,7 +96,8 @@ def test_quickstart_succeeds_with_artifacts_and_log(tmp_path: Path, gpucloud_hom
     assert all(r["status"] == "deleted" for r in doc["resources"])
     # One attempt, launched, ended by the teardown; this machine is free.
     assert [(a["cloud"], a["launched"], a["end_reason"], a["cost"]) for a in doc["attempts"]] == [
-        ("local", True, "teardown", 0.0)]
+        ("local", True, "teardown", 0.0)
+    ]
     assert leftovers(gpucloud_home, run_id) == []
 
 
@@ -105,8 +112,7 @@ def test_failing_job_exit_code_and_log_kept(tmp_path: Path, gpucloud_home: Path)
 
 
 def test_run_json_document(tmp_path: Path, gpucloud_home: Path) -> None:
-    job = write_job(tmp_path / "job", {"name": "jsonrun", "run": "echo hello-from-job",
-                                       "artifacts": ["out.txt"]})
+    job = write_job(tmp_path / "job", {"name": "jsonrun", "run": "echo hello-from-job", "artifacts": ["out.txt"]})
     (tmp_path / "job" / "out.txt").write_text("x")
     proc = cli("run", str(job), "--cloud", "local", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -121,12 +127,20 @@ def test_run_json_document(tmp_path: Path, gpucloud_home: Path) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_tears_down_and_exits_130(tmp_path: Path, gpucloud_home: Path, sig: signal.Signals) -> None:
     token = f"gpucloud-test-sleeper-{sig.name}-{os.getpid()}"
-    job = write_job(tmp_path / "job", {
-        "name": "sleeper",
-        "run": f"python -c 'import time; print(\"started\", flush=True); time.sleep(300)' {token}",
-    })
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = write_job(
+        tmp_path / "job",
+        {
+            "name": "sleeper",
+            "run": f"python -c 'import time; print(\"started\", flush=True); time.sleep(300)' {token}",
+        },
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     started = threading.Event()
     out: list[str] = []
 
@@ -154,13 +168,21 @@ def test_signal_tears_down_and_exits_130(tmp_path: Path, gpucloud_home: Path, si
 def test_second_ctrl_c_during_teardown_is_ignored(tmp_path: Path, gpucloud_home: Path) -> None:
     token = f"gpucloud-test-stubborn-{os.getpid()}"
     # The job ignores SIGTERM, so the teardown has to wait for its SIGKILL: time for a second Ctrl-C.
-    job = write_job(tmp_path / "job", {
-        "name": "stubborn",
-        "run": f"python -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-               f"print(\"started\", flush=True); time.sleep(300)' {token}",
-    })
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = write_job(
+        tmp_path / "job",
+        {
+            "name": "stubborn",
+            "run": f"python -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            f'print("started", flush=True); time.sleep(300)\' {token}',
+        },
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         if "started" in line:
@@ -177,10 +199,14 @@ def test_second_ctrl_c_during_teardown_is_ignored(tmp_path: Path, gpucloud_home:
 
 def test_max_duration_gives_124_and_nothing_left(tmp_path: Path, gpucloud_home: Path) -> None:
     token = f"gpucloud-test-overrun-{os.getpid()}"
-    job = write_job(tmp_path / "job", {
-        "name": "overrun", "max_duration": "3s",
-        "run": f"echo started; python -c 'import time; time.sleep(300)' {token}",
-    })
+    job = write_job(
+        tmp_path / "job",
+        {
+            "name": "overrun",
+            "max_duration": "3s",
+            "run": f"echo started; python -c 'import time; time.sleep(300)' {token}",
+        },
+    )
     t0 = time.monotonic()
     proc = cli("run", str(job), "--cloud", "local", "--json", cwd=tmp_path, timeout=60)
     assert proc.returncode == 124, proc.stderr
@@ -193,9 +219,13 @@ def test_max_duration_gives_124_and_nothing_left(tmp_path: Path, gpucloud_home: 
 
 
 def test_detach_then_status_logs_follow_and_down(tmp_path: Path, gpucloud_home: Path) -> None:
-    job = write_job(tmp_path / "job", {
-        "name": "detached", "run": "for i in 1 2 3 4 5; do echo line-$i; sleep 0.3; done; exit 4",
-    })
+    job = write_job(
+        tmp_path / "job",
+        {
+            "name": "detached",
+            "run": "for i in 1 2 3 4 5; do echo line-$i; sleep 0.3; done; exit 4",
+        },
+    )
     proc = cli("run", str(job), "--cloud", "local", "--detach", cwd=tmp_path, check=True)
     run_id = proc.stdout.strip()
     assert run_id.startswith("detached-")
@@ -211,7 +241,9 @@ def test_detach_then_status_logs_follow_and_down(tmp_path: Path, gpucloud_home: 
 
     # A long detached run, ended from yet another process.
     token = f"gpucloud-test-detached-sleeper-{os.getpid()}"
-    long_job = write_job(tmp_path / "long", {"name": "longrun", "run": f"python -c 'import time; time.sleep(300)' {token}"})
+    long_job = write_job(
+        tmp_path / "long", {"name": "longrun", "run": f"python -c 'import time; time.sleep(300)' {token}"}
+    )
     run_id2 = cli("run", str(long_job), "--cloud", "local", "--detach", "--json", cwd=tmp_path, check=True)
     doc2 = json.loads(run_id2.stdout)
     assert doc2["status"] == "detached" and doc2["exit_code"] is None  # still running (issue 10)
@@ -234,8 +266,11 @@ def test_env_values_reach_the_job_byte_for_byte(tmp_path: Path, gpucloud_home: P
         "UNICODE": "naïve ☃ 日本",
     }
     dump = f"import json, os\njson.dump({{k: os.environ.get(k) for k in {sorted(values)!r}}}, open('env.json', 'w'))\n"
-    job = write_job(tmp_path / "job", {"name": "envjob", "env": values, "run": "python dump.py",
-                                       "artifacts": ["env.json"]}, files={"dump.py": dump})
+    job = write_job(
+        tmp_path / "job",
+        {"name": "envjob", "env": values, "run": "python dump.py", "artifacts": ["env.json"]},
+        files={"dump.py": dump},
+    )
     proc = cli("run", str(job), "--cloud", "local", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     run_id = run_id_of(proc.stderr)
@@ -246,9 +281,16 @@ def test_env_values_reach_the_job_byte_for_byte(tmp_path: Path, gpucloud_home: P
 
 def test_two_runs_at_once(tmp_path: Path, gpucloud_home: Path) -> None:
     job = write_job(tmp_path / "job", {"name": "twin", "run": "for i in 1 2 3; do echo tick $i; sleep 0.2; done"})
-    procs = [subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local", "--json"],
-                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local", "--json"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     docs = []
     for p in procs:
         out, errout = p.communicate(timeout=90)
@@ -263,10 +305,16 @@ def test_two_runs_at_once(tmp_path: Path, gpucloud_home: Path) -> None:
 
 def test_down_from_another_process_stops_a_followed_run(tmp_path: Path, gpucloud_home: Path) -> None:
     token = f"gpucloud-test-followed-{os.getpid()}"
-    job = write_job(tmp_path / "job", {"name": "followed",
-                                       "run": f"echo go; python -c 'import time; time.sleep(300)' {token}"})
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = write_job(
+        tmp_path / "job", {"name": "followed", "run": f"echo go; python -c 'import time; time.sleep(300)' {token}"}
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.strip() == "go":
@@ -284,8 +332,13 @@ def test_down_from_another_process_stops_a_followed_run(tmp_path: Path, gpucloud
 
 def test_dead_machine_is_reported_lost(tmp_path: Path, gpucloud_home: Path) -> None:
     job = write_job(tmp_path / "job", {"name": "doomed", "run": "echo go; sleep 300"})
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.strip() == "go":
@@ -304,18 +357,26 @@ def test_dead_machine_is_reported_lost(tmp_path: Path, gpucloud_home: Path) -> N
 
 def test_artifacts_with_links_and_fifo_come_back_with_warnings(tmp_path: Path, gpucloud_home: Path) -> None:
     """One bad member does not lose every artifact; each refusal is named, and the run's summary says so."""
-    job = write_job(tmp_path / "job", {
-        "name": "arts", "artifacts": ["out/"],
-        "run": "mkdir -p out/sub; for i in $(seq 1 50); do echo $i > out/sub/f$i; done; "
-               "ln -s sub/f1 out/inside; ln -s /etc/hostname out/abs; ln -s ../../../x out/up; mkfifo out/pipe",
-    })
+    job = write_job(
+        tmp_path / "job",
+        {
+            "name": "arts",
+            "artifacts": ["out/"],
+            "run": "mkdir -p out/sub; for i in $(seq 1 50); do echo $i > out/sub/f$i; done; "
+            "ln -s sub/f1 out/inside; ln -s /etc/hostname out/abs; ln -s ../../../x out/up; mkfifo out/pipe",
+        },
+    )
     proc = cli("run", str(job), "--cloud", "local", cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "gpucloud-runs" / run_id_of(proc.stderr)
     assert len(list((out / "out" / "sub").iterdir())) == 50 and not (out / "out" / "inside").exists()
     assert not (out / "out" / "abs").exists() and not (out / "out" / "pipe").exists()
-    for name, why in (("out/inside", "a symbolic link (to 'sub/f1')"), ("out/abs", "a symbolic link (to '/etc/hostname')"),
-                      ("out/up", "a symbolic link (to '../../../x')"), ("out/pipe", "a FIFO")):
+    for name, why in (
+        ("out/inside", "a symbolic link (to 'sub/f1')"),
+        ("out/abs", "a symbolic link (to '/etc/hostname')"),
+        ("out/up", "a symbolic link (to '../../../x')"),
+        ("out/pipe", "a FIFO"),
+    ):
         assert f"artifact '{name}' not extracted: {why}" in proc.stderr, proc.stderr
     assert "50 file(s), 4 refused" in proc.stderr
     assert "succeeded (exit 0): 4 artifact member(s) refused" in proc.stderr
@@ -326,10 +387,14 @@ def test_a_job_that_kills_the_watchdog_is_still_stopped(tmp_path: Path, gpucloud
     """Layer (a): with the watchdog gone, the backstop (max_duration + 30 s grace) ends the VM and
     reports `deadline`; nothing is left running."""
     token = f"gpucloud-test-nowatchdog-{os.getpid()}"
-    job = write_job(tmp_path / "job", {
-        "name": "nowd", "max_duration": "2s",
-        "run": f"kill -9 $(cat ../st/wd_pid); echo killed; python -c 'import time; time.sleep(300)' {token}",
-    })
+    job = write_job(
+        tmp_path / "job",
+        {
+            "name": "nowd",
+            "max_duration": "2s",
+            "run": f"kill -9 $(cat ../st/wd_pid); echo killed; python -c 'import time; time.sleep(300)' {token}",
+        },
+    )
     t0 = time.monotonic()
     proc = cli("run", str(job), "--cloud", "local", "--json", cwd=tmp_path, timeout=120)
     took = time.monotonic() - t0
@@ -353,14 +418,19 @@ while True:
 
 
 @pytest.mark.parametrize("saves", [True, False])
-def test_ctrl_c_brings_back_what_the_job_saved_and_the_log_agrees(tmp_path: Path, gpucloud_home: Path,
-                                                                  saves: bool) -> None:
+def test_ctrl_c_brings_back_what_the_job_saved_and_the_log_agrees(
+    tmp_path: Path, gpucloud_home: Path, saves: bool
+) -> None:
     run = "python train.py" if saves else "python -c 'import time; print(\"started\", flush=True); time.sleep(300)'"
-    job = write_job(tmp_path / "job", {"name": "saver", "run": run, "artifacts": ["out/"]},
-                    {"train.py": SAVES_ON_TERM})
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job)], cwd=tmp_path,
-                            env={**os.environ, "COLUMNS": "80"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    job = write_job(tmp_path / "job", {"name": "saver", "run": run, "artifacts": ["out/"]}, {"train.py": SAVES_ON_TERM})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(job)],
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "80"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         if "started" in line:

@@ -43,6 +43,7 @@ def manifest_sizes(channel: Channel, run: str) -> tuple[int, int]:
 
 # ---- S3: presigned POST ------------------------------------------------------------------------
 
+
 @pytest.fixture
 def s3(moto: Any) -> Any:  # noqa: F811
     from gpucloud.providers.aws import AwsProvider
@@ -77,7 +78,9 @@ def test_s3_log_grant_is_one_post_limited_to_the_node_log_prefix(s3: Any, tmp_pa
         conditions = policy["conditions"]
         ranges = [c for c in conditions if isinstance(c, list) and c[0] == "content-length-range"]
         assert ranges == [["content-length-range", 0, LOG_PART_MAX]]
-        keyed = [c for c in conditions if (isinstance(c, list) and c[1] == "$key") or (isinstance(c, dict) and "key" in c)]
+        keyed = [
+            c for c in conditions if (isinstance(c, list) and c[1] == "$key") or (isinstance(c, dict) and "key" in c)
+        ]
         assert keyed == [["starts-with", "$key", prefix]]  # the node's prefix, nothing wider, no other key rule
         exact = {k: v for c in conditions if isinstance(c, dict) for k, v in c.items()}
         assert exact.pop("bucket") == s3.bucket
@@ -104,6 +107,7 @@ def test_s3_manifest_size_does_not_depend_on_max_duration(s3: Any) -> None:
 
 # ---- Azure: one append blob per node -------------------------------------------------------------
 
+
 @pytest.fixture
 def blob(arm: FakeArm, azurite: Any, monkeypatch: pytest.MonkeyPatch) -> Any:  # noqa: F811
     from gpucloud.providers.azure import AzureProvider
@@ -114,8 +118,19 @@ def blob(arm: FakeArm, azurite: Any, monkeypatch: pytest.MonkeyPatch) -> Any:  #
 
 def vm_append(url: str, part: Path, offset: int) -> str:
     """What the bootstrap's log_up does on Azure; returns the HTTP status."""
-    return curl("-o", "/dev/null", "-w", "%{http_code}", "-T", str(part), "-H", "x-ms-version: 2022-11-02",
-                "-H", f"x-ms-blob-condition-appendpos: {offset}", f"{url}&comp=appendblock").stdout
+    return curl(
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-T",
+        str(part),
+        "-H",
+        "x-ms-version: 2022-11-02",
+        "-H",
+        f"x-ms-blob-condition-appendpos: {offset}",
+        f"{url}&comp=appendblock",
+    ).stdout
 
 
 def test_azure_log_grant_is_one_add_only_append_blob(blob: Any, tmp_path: Path) -> None:
@@ -128,12 +143,15 @@ def test_azure_log_grant_is_one_add_only_append_blob(blob: Any, tmp_path: Path) 
     part = tmp_path / "part"
     part.write_bytes(b"one\n")
     assert vm_append(url, part, 0) == "201"
-    assert vm_append(url, part, 0) == "412"       # a retry of a part that landed: not appended twice
+    assert vm_append(url, part, 0) == "412"  # a retry of a part that landed: not appended twice
     assert vm_append(url, part, 4) == "201"
     # add only: the URL reads nothing and overwrites nothing
     assert curl("-o", "/dev/null", "-w", "%{http_code}", url).stdout == "403"
-    assert curl("-o", "/dev/null", "-w", "%{http_code}", "-T", str(part), "-H", "x-ms-blob-type: BlockBlob", url).stdout == "403"
-    assert blob.read_log_parts("app", 1) == []    # nothing counts before status.json says so
+    assert (
+        curl("-o", "/dev/null", "-w", "%{http_code}", "-T", str(part), "-H", "x-ms-blob-type: BlockBlob", url).stdout
+        == "403"
+    )
+    assert blob.read_log_parts("app", 1) == []  # nothing counts before status.json says so
     blob.put_bytes("runs/app/node-1/status.json", json.dumps({"log_parts": 2, "log_bytes": 8}).encode())
     assert b"".join(blob.read_log_parts("app", 1)) == b"one\none\n"
     # a failover attempt's prepare starts the node's log afresh
@@ -141,8 +159,9 @@ def test_azure_log_grant_is_one_add_only_append_blob(blob: Any, tmp_path: Path) 
     assert blob._container.get_blob_client("runs/app/node-1/log.append").get_blob_properties().size == 0
 
 
-def test_azure_log_is_read_by_byte_ranges_from_the_mirror_position(blob: Any, tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_azure_log_is_read_by_byte_ranges_from_the_mirror_position(
+    blob: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import gpucloud.providers.azure.channel as azure_channel
 
     monkeypatch.setattr(azure_channel, "LOG_PART_MAX", 5)  # small ranged reads, to see them

@@ -45,6 +45,7 @@ needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="PyTorch is not importab
 
 # ---- bootstrap level ---------------------------------------------------------------------------------
 
+
 @dataclass
 class Cluster:
     channel: FileChannel
@@ -54,9 +55,15 @@ class Cluster:
 
     def start(self, rank: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.dirs[rank]), "LANG": "C.UTF-8"}
-        return subprocess.Popen(["bash", str(self.scripts[rank])], cwd=self.dirs[rank], env={**base, **(env or {})},
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        return subprocess.Popen(
+            ["bash", str(self.scripts[rank])],
+            cwd=self.dirs[rank],
+            env={**base, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
 
     def status(self, rank: int) -> dict:
         st = self.channel.read_status(self.run_id, rank)
@@ -67,8 +74,16 @@ class Cluster:
         return b"".join(self.channel.read_log_parts(self.run_id, rank, 0)).decode()
 
 
-def make_cluster(tmp: Path, *, nodes: int = 2, run: str = "echo hi", setup: str | None = None,
-                 master_port: int = 29555, barrier_timeout: float = 30, shared: bool = False) -> Cluster:
+def make_cluster(
+    tmp: Path,
+    *,
+    nodes: int = 2,
+    run: str = "echo hi",
+    setup: str | None = None,
+    master_port: int = 29555,
+    barrier_timeout: float = 30,
+    shared: bool = False,
+) -> Cluster:
     run_id = f"r{uuid.uuid4().hex[:8]}"
     channel = FileChannel(tmp / "channel")
     wd = tmp / "workdir"
@@ -83,10 +98,19 @@ def make_cluster(tmp: Path, *, nodes: int = 2, run: str = "echo hi", setup: str 
     cand = make_candidate("local", "", 0, nodes)
     scripts, dirs = [], []
     for rank in range(nodes):
-        text = render_bootstrap(spec, CPU, cand, caps=capabilities("local"), run_id=run_id,
-                                node_rank=None if shared else rank,
-                                manifest_url=urls[rank], log_interval=0.2, heartbeat_interval=0.4,
-                                master_port=master_port, barrier_timeout=barrier_timeout)
+        text = render_bootstrap(
+            spec,
+            CPU,
+            cand,
+            caps=capabilities("local"),
+            run_id=run_id,
+            node_rank=None if shared else rank,
+            manifest_url=urls[rank],
+            log_interval=0.2,
+            heartbeat_interval=0.4,
+            master_port=master_port,
+            barrier_timeout=barrier_timeout,
+        )
         vm_dir = tmp / f"node-{rank}"
         vm_dir.mkdir()
         (vm_dir / "bootstrap.sh").write_text(text)
@@ -95,8 +119,10 @@ def make_cluster(tmp: Path, *, nodes: int = 2, run: str = "echo hi", setup: str 
     return Cluster(channel, run_id, scripts, dirs)
 
 
-ENV_DUMP = ('echo "rank=$GPUCLOUD_NODE_RANK/$NODE_RANK nodes=$GPUCLOUD_NUM_NODES gpus=$GPUCLOUD_NUM_GPUS_PER_NODE '
-            'master=$MASTER_ADDR:$MASTER_PORT foo=$FOO"; echo "ips=[$GPUCLOUD_NODE_IPS]"')
+ENV_DUMP = (
+    'echo "rank=$GPUCLOUD_NODE_RANK/$NODE_RANK nodes=$GPUCLOUD_NUM_NODES gpus=$GPUCLOUD_NUM_GPUS_PER_NODE '
+    'master=$MASTER_ADDR:$MASTER_PORT foo=$FOO"; echo "ips=[$GPUCLOUD_NODE_IPS]"'
+)
 
 
 def test_two_nodes_meet_at_the_barrier_and_get_the_environment(tmp_path: Path) -> None:
@@ -112,8 +138,17 @@ def test_two_nodes_meet_at_the_barrier_and_get_the_environment(tmp_path: Path) -
     for rank in (0, 1):
         st = c.status(rank)
         assert st["state"] == "succeeded" and st["rank"] == rank
-        assert list(st["stages"]) == ["preflight", "watchdog", "stack", "gpu_verify", "fetch_code", "setup",
-                                      "barrier", "run", "done"]
+        assert list(st["stages"]) == [
+            "preflight",
+            "watchdog",
+            "stack",
+            "gpu_verify",
+            "fetch_code",
+            "setup",
+            "barrier",
+            "run",
+            "done",
+        ]
         assert st["stages"]["barrier"]["ok"] is True
         log = c.log(rank)
         assert f"rank={rank}/{rank} nodes=2 gpus=0 master=10.0.0.11:29555 foo=bar\n" in log
@@ -151,8 +186,10 @@ class _FakeImds(BaseHTTPRequestHandler):
         self._reply(200 if ok else 400, b"tok-123")
 
     def do_GET(self) -> None:
-        ok = self.path == "/latest/meta-data/ami-launch-index" and \
-            self.headers.get("X-aws-ec2-metadata-token") == "tok-123"
+        ok = (
+            self.path == "/latest/meta-data/ami-launch-index"
+            and self.headers.get("X-aws-ec2-metadata-token") == "tok-123"
+        )
         self._reply(200 if ok else 401, b"3")
 
     def _reply(self, code: int, body: bytes) -> None:
@@ -168,8 +205,15 @@ class _FakeImds(BaseHTTPRequestHandler):
 def test_aws_shared_script_reads_the_launch_index(tmp_path: Path) -> None:
     spec = make_spec(cloud="aws", gpu="T4", count=1, num_nodes=4)
     cand = make_candidate("aws", "T4", 1, 4, instance_type="g4dn.xlarge")
-    text = render_bootstrap(spec, T4, cand, caps=capabilities("aws"), run_id="run-1", node_rank=None,
-                            manifest_url="https://b.example/runs/run-1/nodes?sig=1")
+    text = render_bootstrap(
+        spec,
+        T4,
+        cand,
+        caps=capabilities("aws"),
+        run_id="run-1",
+        node_rank=None,
+        manifest_url="https://b.example/runs/run-1/nodes?sig=1",
+    )
     assert "RANK=${GPUCLOUD_NODE_RANK:-}" in text and "node any" in text
     (tmp_path / "shared.sh").write_text(text)
     sc = subprocess.run([str(SHELLCHECK), str(tmp_path / "shared.sh")], capture_output=True, text=True)
@@ -179,9 +223,13 @@ def test_aws_shared_script_reads_the_launch_index(tmp_path: Path) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeImds)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        out = subprocess.run(["bash", "-c", fn.group(0) + "launch_index"], capture_output=True, text=True, timeout=20,
-                             env={"PATH": os.environ["PATH"],
-                                  "GPUCLOUD_IMDS_ENDPOINT": f"http://127.0.0.1:{server.server_port}"})
+        out = subprocess.run(
+            ["bash", "-c", fn.group(0) + "launch_index"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            env={"PATH": os.environ["PATH"], "GPUCLOUD_IMDS_ENDPOINT": f"http://127.0.0.1:{server.server_port}"},
+        )
     finally:
         server.shutdown()
     assert (out.returncode, out.stdout) == (0, "3"), out.stderr
@@ -219,22 +267,47 @@ def test_render_rank_1_for_a_cloud(tmp_path: Path) -> None:
     MASTER_PORT defaults to 29500 there, and the rank and node count are rendered per node."""
     spec = make_spec(cloud="aws", gpu="T4", count=4, num_nodes=2)
     cand = make_candidate("aws", "T4", 4, 2, instance_type="g4dn.12xlarge")
-    text = render_bootstrap(spec, T4, cand, caps=capabilities("aws"), run_id="run-1", node_rank=1,
-                            manifest_url="https://b.example/m?sig=1", barrier_timeout=600)
+    text = render_bootstrap(
+        spec,
+        T4,
+        cand,
+        caps=capabilities("aws"),
+        run_id="run-1",
+        node_rank=1,
+        manifest_url="https://b.example/m?sig=1",
+        barrier_timeout=600,
+    )
     assert "\nRANK=1\n" in text and "\nNODES=2\n" in text and "\nNGPU=4\n" in text
     assert "\nMASTER_PORT=29500\n" in text and "\nBARRIER_S=600\n" in text
     assert "ip -4 -o route get" in text and "hostname -I" in text and "127.0.0.1}" not in text
     # the node_ip function, run on this machine, finds an IPv4 address
     fn = re.search(r"^node_ip\(\) \{\n.*?^\}\n", text, re.S | re.M)
     assert fn is not None
-    out = subprocess.run(["bash", "-c", fn.group(0) + "node_ip"], capture_output=True, text=True, timeout=10,
-                         env={"PATH": os.environ["PATH"]})
+    out = subprocess.run(
+        ["bash", "-c", fn.group(0) + "node_ip"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        env={"PATH": os.environ["PATH"]},
+    )
     assert re.fullmatch(r"\d+\.\d+\.\d+\.\d+\n", out.stdout), out
-    out = subprocess.run(["bash", "-c", fn.group(0) + "node_ip"], capture_output=True, text=True, timeout=10,
-                         env={"PATH": os.environ["PATH"], "GPUCLOUD_NODE_IP": "10.1.2.3"})
+    out = subprocess.run(
+        ["bash", "-c", fn.group(0) + "node_ip"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        env={"PATH": os.environ["PATH"], "GPUCLOUD_NODE_IP": "10.1.2.3"},
+    )
     assert out.stdout == "10.1.2.3\n"
-    local = render_bootstrap(make_spec(cloud="local", gpu=None, num_nodes=2), CPU, make_candidate("local", "", 0, 2),
-                             caps=capabilities("local"), run_id="run-1", node_rank=1, master_port=41234)
+    local = render_bootstrap(
+        make_spec(cloud="local", gpu=None, num_nodes=2),
+        CPU,
+        make_candidate("local", "", 0, 2),
+        caps=capabilities("local"),
+        run_id="run-1",
+        node_rank=1,
+        master_port=41234,
+    )
     assert "\nMASTER_PORT=41234\n" in local and 'echo "${GPUCLOUD_NODE_IP:-127.0.0.1}"' in local
     with pytest.raises(ValueError):
         render_bootstrap(spec, T4, cand, caps=capabilities("aws"), run_id="run-1", node_rank=2)
@@ -262,16 +335,23 @@ def test_local_provider_picks_a_free_master_port() -> None:
 
 # ---- the exit-code rule ------------------------------------------------------------------------------
 
+
 def _st(state: str, code: int | None, done: int, message: str = "") -> dict:
-    return {"state": state, "exit_code": code, "message": message, "heartbeat": done,
-            "stages": {"done": {"start": done, "end": done, "ok": True}}}
+    return {
+        "state": state,
+        "exit_code": code,
+        "message": message,
+        "heartbeat": done,
+        "stages": {"done": {"start": done, "end": done, "ok": True}},
+    }
 
 
 def test_exit_code_is_rank_0s_unless_another_rank_failed_first() -> None:
     assert _outcome([_st("succeeded", 0, 10), _st("succeeded", 0, 11)]) == ("succeeded", 0, "")
     # rank 1 failed first; rank 0 failed after it (e.g. its collective lost the peer)
-    status, code, msg = _outcome([_st("failed", 1, 20, "job exited with code 1"),
-                                  _st("failed", 3, 15, "job exited with code 3")])
+    status, code, msg = _outcome(
+        [_st("failed", 1, 20, "job exited with code 1"), _st("failed", 3, 15, "job exited with code 3")]
+    )
     assert (status, code) == ("failed", 3) and msg == "node 1 failed first: job exited with code 3"
     # the same second: rank 0 wins the tie unless the CLI saw rank 1 end earlier
     both = [_st("failed", 1, 15, "job exited with code 1"), _st("failed", 3, 15, "job exited with code 3")]
@@ -287,12 +367,14 @@ def test_exit_code_is_rank_0s_unless_another_rank_failed_first() -> None:
 
 # ---- end to end on the local provider ---------------------------------------------------------------
 
+
 @pytest.mark.slow
 @needs_torch
 def test_ddp_example_on_two_local_nodes(tmp_path: Path, gpucloud_home: Path) -> None:
     t0 = time.monotonic()
-    proc = cli("run", str(REPO / "examples" / "ddp-2-nodes.yaml"), "--cloud", "local", "--json",
-               cwd=tmp_path, timeout=180)
+    proc = cli(
+        "run", str(REPO / "examples" / "ddp-2-nodes.yaml"), "--cloud", "local", "--json", cwd=tmp_path, timeout=180
+    )
     wall = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-4000:]
     doc = json.loads(proc.stdout)
@@ -320,8 +402,10 @@ def test_ddp_example_on_two_local_nodes(tmp_path: Path, gpucloud_home: Path) -> 
 @pytest.mark.slow
 def test_one_failing_node_tears_down_the_run_with_its_exit_code(tmp_path: Path, gpucloud_home: Path) -> None:
     token = f"gpucloud-peer-{uuid.uuid4().hex[:8]}"
-    run = (f'if [ "$GPUCLOUD_NODE_RANK" = 1 ]; then echo "rank 1 gives up"; exit 5; fi; '
-           f'echo "rank 0 trains"; bash -c "sleep 120 # {token}"')
+    run = (
+        f'if [ "$GPUCLOUD_NODE_RANK" = 1 ]; then echo "rank 1 gives up"; exit 5; fi; '
+        f'echo "rank 0 trains"; bash -c "sleep 120 # {token}"'
+    )
     job = write_job(tmp_path / "job", {"name": "peer-fails", "num_nodes": 2, "run": run})
     t0 = time.monotonic()
     proc = cli("run", str(job), "--cloud", "local", cwd=tmp_path, timeout=60)
@@ -342,10 +426,17 @@ def test_a_dying_node_tears_down_the_others(tmp_path: Path, gpucloud_home: Path)
     """Node 1's machine disappears (its whole process group SIGKILLed, no final status): the run
     ends as lost (70), naming node 1, and node 0 is killed with it."""
     token = f"gpucloud-dying-{uuid.uuid4().hex[:8]}"
-    job = write_job(tmp_path / "job", {"name": "peer-dies", "num_nodes": 2,
-                                       "run": f'echo "up $GPUCLOUD_NODE_RANK"; bash -c "sleep 120 # {token}"'})
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = write_job(
+        tmp_path / "job",
+        {"name": "peer-dies", "num_nodes": 2, "run": f'echo "up $GPUCLOUD_NODE_RANK"; bash -c "sleep 120 # {token}"'},
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         sandbox = None
         end = time.monotonic() + 30
@@ -378,8 +469,9 @@ def test_a_dying_node_tears_down_the_others(tmp_path: Path, gpucloud_home: Path)
 
 
 @pytest.mark.slow
-def test_lifecycle_gives_a_shared_user_data_provider_one_script(tmp_path: Path, gpucloud_home: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lifecycle_gives_a_shared_user_data_provider_one_script(
+    tmp_path: Path, gpucloud_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A provider with `shared_user_data = True` (AWS: one RunInstances for N) gets N identical
     scripts; the nodes still end up with ranks 0..N-1 (here from GPUCLOUD_NODE_RANK, as set by the
     local engine; on AWS from the launch index)."""
@@ -400,8 +492,9 @@ def test_lifecycle_gives_a_shared_user_data_provider_one_script(tmp_path: Path, 
     monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: prov)
     monkeypatch.chdir(tmp_path)
     spec = load_spec(write_job(tmp_path / "job", {"name": "shared", "num_nodes": 2, "run": ENV_DUMP}))
-    run = lifecycle._Run(spec, make_plan(spec, cloud="local"), detach=False, json_out=True, wait_teardown=True,
-                         plan_s=0.0)
+    run = lifecycle._Run(
+        spec, make_plan(spec, cloud="local"), detach=False, json_out=True, wait_teardown=True, plan_s=0.0
+    )
     result = run.execute()
     assert (result.status, result.exit_code) == ("succeeded", 0)
     assert len(seen) == 1 and len(seen[0]) == 2 and seen[0][0] == seen[0][1]

@@ -29,17 +29,28 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, "CI": "true", "COLUMNS": str(WIDTH), "PYTHONPATH": str(REPO), **extra}
 
 
-def cli(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO, timeout: float = 120,
-        module: str = "gpucloud") -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path = REPO, timeout: float = 120, module: str = "gpucloud"
+) -> subprocess.CompletedProcess[str]:
     """The CLI in a subprocess; `tests.support.aws_cli` is the same CLI with moto's gaps filled."""
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
-                          check=False, env=env or clean_env(), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env or clean_env(),
+        timeout=timeout,
+    )
 
 
 def too_wide(text: str) -> list[str]:
     """Lines over the width, except prose lines that are one unbreakable word (a path, a URL)."""
-    return [line for line in text.splitlines()
-            if len(line) > WIDTH and not any(len(word) > WIDTH // 2 for word in line.split())]
+    return [
+        line
+        for line in text.splitlines()
+        if len(line) > WIDTH and not any(len(word) > WIDTH // 2 for word in line.split())
+    ]
 
 
 def header(stdout: str, first: str) -> str:
@@ -56,6 +67,7 @@ def flat(text: str) -> str:
 
 
 # ---- plan, catalog, gpus ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("example", ["t4-any-cloud.yaml", "a100-azure.yaml", "ddp-2-nodes.yaml"])
 def test_plan_fits_and_keeps_market_price_and_estimate(example: str) -> None:
@@ -104,8 +116,10 @@ def test_gpus_never_cuts_an_instance_name() -> None:
 
 # ---- retired offerings ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("count", "retired", "date"), [(1, "p3.2xlarge", "2025-12-20"),
-                                                        (4, "p3.8xlarge", "2025-12-20")])
+
+@pytest.mark.parametrize(
+    ("count", "retired", "date"), [(1, "p3.2xlarge", "2025-12-20"), (4, "p3.8xlarge", "2025-12-20")]
+)
 def test_a_gpu_count_sold_only_on_retired_types_says_so(tmp_path: Path, count: int, retired: str, date: str) -> None:
     spec = tmp_path / "v100.yaml"
     spec.write_text(f"name: v100\nresources:\n  gpu: V100:{count}\nrun: python3 train.py\n")
@@ -142,18 +156,35 @@ def runs(gpucloud_home: Path) -> Iterator[Path]:
 
     store = Store()
     for i, (rid, cloud, region, itype, status, code, detached) in enumerate(RUNS):
-        store.create_run(rid, name=rid.rsplit("-", 3)[0], spec={}, cloud=cloud, region=region, instance_type=itype,
-                         price_per_hour=3.2, detached=detached, status="provisioning")
-        store.start_attempt(rid, 0, cloud=cloud, region=region, instance_type=itype, spot=i == 1,
-                            price_per_hour=1.234, num_nodes=1)
+        store.create_run(
+            rid,
+            name=rid.rsplit("-", 3)[0],
+            spec={},
+            cloud=cloud,
+            region=region,
+            instance_type=itype,
+            price_per_hour=3.2,
+            detached=detached,
+            status="provisioning",
+        )
+        store.start_attempt(
+            rid, 0, cloud=cloud, region=region, instance_type=itype, spot=i == 1, price_per_hour=1.234, num_nodes=1
+        )
         store.set_attempt_handle(rid, 0, "{}")
         if status == "running":
             store.update_run(rid, status="running", phase="setup", pid=os.getpid())
         else:
             store.end_attempt(rid, 0, "preempted: the cloud reclaimed the spot capacity" if code else "teardown")
-            store.finish_run(rid, status, exit_code=code, message=(
-                "interrupted by Ctrl-C while the job was running; everything was torn down and the log kept"
-                if code else None))
+            store.finish_run(
+                rid,
+                status,
+                exit_code=code,
+                message=(
+                    "interrupted by Ctrl-C while the job was running; everything was torn down and the log kept"
+                    if code
+                    else None
+                ),
+            )
     store.close()
     yield gpucloud_home
 
@@ -192,6 +223,7 @@ def test_cost_is_a_table_that_fits(runs: Path) -> None:
 
 # ---- gc ------------------------------------------------------------------------------------------------------
 
+
 def test_gc_that_could_check_no_cloud_exits_78_and_says_what_and_why(gpucloud_home: Path, tmp_path: Path) -> None:
     env = clean_env(GPUCLOUD_HOME=str(gpucloud_home), AZURE_CONFIG_DIR=str(tmp_path / "no-azure"))
     for args in (["gc"], ["gc", "--dry-run"], ["gc", "--cloud", "aws", "--dry-run"]):
@@ -205,8 +237,11 @@ def test_gc_that_could_check_no_cloud_exits_78_and_says_what_and_why(gpucloud_ho
     assert cli("gc", "--cloud", "local", env=env, cwd=tmp_path).returncode == 0  # asked for this machine only
 
 
-def test_gc_that_checked_some_clouds_says_which_it_left_out(moto: Moto, gpucloud_home: Path,  # noqa: F811
-                                                             tmp_path: Path) -> None:
+def test_gc_that_checked_some_clouds_says_which_it_left_out(
+    moto: Moto,
+    gpucloud_home: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     env = clean_env(GPUCLOUD_HOME=str(gpucloud_home), AZURE_CONFIG_DIR=str(tmp_path / "no-azure"), **moto.env)
     out = cli("gc", "--dry-run", env=env, cwd=tmp_path, timeout=300, module="tests.support.aws_cli")
     assert out.returncode == 0, out.stderr
@@ -217,16 +252,22 @@ def test_gc_that_checked_some_clouds_says_which_it_left_out(moto: Moto, gpucloud
 
 # ---- collect --json ---------------------------------------------------------------------------------------
 
+
 def test_collect_json_is_plain_json(gpucloud_home: Path, tmp_path: Path) -> None:
     env = clean_env(GPUCLOUD_HOME=str(gpucloud_home))
     spec = tmp_path / "job.yaml"
-    spec.write_text("name: outjob\nresources: {cloud: local}\n"
-                    "run: 'mkdir -p out; echo a > out/a.txt; echo b > out/b.txt'\n"
-                    "artifacts: [out/]\nmax_duration: 5m\n")
+    spec.write_text(
+        "name: outjob\nresources: {cloud: local}\n"
+        "run: 'mkdir -p out; echo a > out/a.txt; echo b > out/b.txt'\n"
+        "artifacts: [out/]\nmax_duration: 5m\n"
+    )
     started = json.loads(cli("run", str(spec), "-d", "--json", env=env, cwd=tmp_path).stdout)
     end = time.monotonic() + 60
-    while json.loads(cli("status", started["run_id"], "--json", env=env, cwd=tmp_path).stdout)["status"] in (
-            "planned", "provisioning", "running") and time.monotonic() < end:
+    while (
+        json.loads(cli("status", started["run_id"], "--json", env=env, cwd=tmp_path).stdout)["status"]
+        in ("planned", "provisioning", "running")
+        and time.monotonic() < end
+    ):
         time.sleep(0.3)
     got = cli("collect", started["run_id"], "--json", env=env, cwd=tmp_path)
     assert got.returncode == 0, got.stderr

@@ -62,9 +62,23 @@ def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with the wheel installed the way a user's `pip install` does (no -e)."""
     root = tmp_path_factory.mktemp("fresh") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install",
-                           "--no-deps", "--no-index", "--quiet", str(_one(dist, "gpucloud-*.whl"))],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(root / "bin" / "python"),
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--quiet",
+            str(_one(dist, "gpucloud-*.whl")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     # Only now: with this interpreter's site-packages visible, pip would find the gpucloud installed
     # there (CI's) and install nothing.
@@ -75,17 +89,34 @@ def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _env(tmp_path: Path) -> dict[str, str]:
     """No credentials for any cloud, no path back to this checkout."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AWS_", "AZURE_", "GPUCLOUD_", "PYTHON", "IDENTITY_", "MSI_"))}
-    env.update({"GPUCLOUD_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "CI": "true",
-                "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-                "AWS_EC2_METADATA_DISABLED": "true", "NO_COLOR": "1"})
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AWS_", "AZURE_", "GPUCLOUD_", "PYTHON", "IDENTITY_", "MSI_"))
+    }
+    env.update(
+        {
+            "GPUCLOUD_HOME": str(tmp_path / "home"),
+            "HOME": str(tmp_path),
+            "CI": "true",
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "NO_COLOR": "1",
+        }
+    )
     return env
 
 
 def _gpucloud(venv: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([str(venv / "bin" / "gpucloud"), *args], capture_output=True, text=True,
-                          env=_env(tmp_path), cwd=tmp_path, timeout=180)
+    proc = subprocess.run(
+        [str(venv / "bin" / "gpucloud"), *args],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=180,
+    )
     assert proc.returncode != 70, f"gpucloud {' '.join(args)} exited 70:\n{proc.stderr[-3000:]}"
     assert "ModuleNotFoundError" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     return proc
@@ -93,11 +124,18 @@ def _gpucloud(venv: Path, tmp_path: Path, *args: str) -> subprocess.CompletedPro
 
 def test_the_wheel_ships_every_module_and_data_file(dist: Path) -> None:
     names = set(zipfile.ZipFile(_one(dist, "gpucloud-*.whl")).namelist())
-    assert {"gpucloud/templates/bootstrap.sh.j2", "gpucloud/catalog/data/offerings.csv",
-            "gpucloud/providers/aws/__init__.py", "gpucloud/providers/azure/__init__.py"} <= names
+    assert {
+        "gpucloud/templates/bootstrap.sh.j2",
+        "gpucloud/catalog/data/offerings.csv",
+        "gpucloud/providers/aws/__init__.py",
+        "gpucloud/providers/azure/__init__.py",
+    } <= names
     if (SOURCE / "gpucloud").is_dir():
-        source = {p.relative_to(SOURCE).as_posix() for p in (SOURCE / "gpucloud").rglob("*")
-                  if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+        source = {
+            p.relative_to(SOURCE).as_posix()
+            for p in (SOURCE / "gpucloud").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+        }
         source |= {f"gpucloud/templates/{p.name}" for p in (SOURCE / "templates").iterdir() if p.is_file()}
         assert source - names == set(), "files the wheel leaves out"
 
@@ -105,24 +143,36 @@ def test_the_wheel_ships_every_module_and_data_file(dist: Path) -> None:
 def test_the_sdist_has_the_templates_and_catalog_data(dist: Path) -> None:
     with tarfile.open(_one(dist, "gpucloud-*.tar.gz")) as sdist:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
-    assert {"pyproject.toml", "templates/bootstrap.sh.j2", "gpucloud/catalog/data/offerings.csv",
-            "gpucloud/catalog/data/gpus.csv", "gpucloud/providers/aws/__init__.py",
-            "gpucloud/providers/azure/__init__.py"} <= names
+    assert {
+        "pyproject.toml",
+        "templates/bootstrap.sh.j2",
+        "gpucloud/catalog/data/offerings.csv",
+        "gpucloud/catalog/data/gpus.csv",
+        "gpucloud/providers/aws/__init__.py",
+        "gpucloud/providers/azure/__init__.py",
+    } <= names
     if (SOURCE / "gpucloud").is_dir():
         data = {p.relative_to(SOURCE).as_posix() for p in (SOURCE / "gpucloud" / "catalog" / "data").iterdir()}
         assert data <= names
 
 
 def test_every_module_imports_from_the_installed_package(venv: Path, tmp_path: Path) -> None:
-    proc = subprocess.run([str(venv / "bin" / "python"), "-c", WALK, *NOT_IMPORTED], capture_output=True, text=True,
-                          env=_env(tmp_path), cwd=tmp_path, timeout=300)
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", WALK, *NOT_IMPORTED],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     walked = json.loads(proc.stdout)
     installed = Path(walked["package"]).parent
     assert installed.is_relative_to(venv), f"gpucloud came from {installed}, not the fresh venv"
     assert all(Path(f).is_relative_to(installed) for f in walked["files"].values())
     assert {"gpucloud.providers.aws.provider", "gpucloud.providers.azure.provider", "gpucloud.cli"} <= set(
-        walked["modules"])
+        walked["modules"]
+    )
     if (SOURCE / "gpucloud").is_dir():
         source = set()
         for path in (SOURCE / "gpucloud").rglob("*.py"):
@@ -175,9 +225,24 @@ def test_the_installed_mode_guard(venv: Path, tmp_path: Path, with_checkout: boo
     from a checkout; from a folder without one, against the installed wheel, the tests run."""
     tree = _guarded_tree(tmp_path / "tree", with_checkout=with_checkout)
     env = {**_env(tmp_path), "GPUCLOUD_TEST_INSTALLED": "1", "GPUCLOUD_SOURCE_TREE": str(SOURCE)}
-    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-p", "no:xdist", "tests/test_one.py"], capture_output=True, text=True, env=env, cwd=tree,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "tests/test_one.py",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tree,
+        timeout=300,
+    )
     if with_checkout:
         assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert f"this process imports gpucloud from {tree / 'gpucloud' / '__init__.py'}" in proc.stdout + proc.stderr

@@ -85,7 +85,9 @@ def test_every_example_plans(path: Path, example_hosts: dict[str, str], monkeypa
         assert c.estimated_cost == pytest.approx(c.total_per_hour * spec.max_duration / 3600, abs=0.01)
 
 
-GPUS_OFFERED = sorted({o.gpu for o in load_catalog().offerings if o.status != "retired"}) + sorted(load_catalog().families)
+GPUS_OFFERED = sorted({o.gpu for o in load_catalog().offerings if o.status != "retired"}) + sorted(
+    load_catalog().families
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -99,13 +101,24 @@ GPUS_OFFERED = sorted({o.gpu for o in load_catalog().offerings if o.status != "r
     regions=st.one_of(st.none(), st.sampled_from([["us-east-1"], ["eastus", "westus2"], ["eu-west-1", "westeurope"]])),
 )
 def test_first_candidate_is_brute_force_cheapest(
-    gpu: str, count: int, clouds: list[str], policy: bool | str, max_price: float | None,
-    min_vcpus: int | None, regions: list[str] | None,
+    gpu: str,
+    count: int,
+    clouds: list[str],
+    policy: bool | str,
+    max_price: float | None,
+    min_vcpus: int | None,
+    regions: list[str] | None,
 ) -> None:
     if regions and not any(r in load_catalog().regions(c) for c in clouds for r in regions):
         return  # every region of another cloud: a user error, covered below
-    spec = job(gpu=f"{gpu}:{count}", cloud=clouds, spot=policy, max_price_per_hour=max_price,
-               min_vcpus=min_vcpus, regions=regions)
+    spec = job(
+        gpu=f"{gpu}:{count}",
+        cloud=clouds,
+        spot=policy,
+        max_price_per_hour=max_price,
+        min_vcpus=min_vcpus,
+        regions=regions,
+    )
     expected = brute_force_cheapest(spec, policy)
     if expected is None:
         with pytest.raises(UserError):
@@ -214,7 +227,18 @@ def test_plan_json_shape() -> None:
     doc = json.loads(json.dumps(make_plan(job(gpu="T4:1", spot="auto")).as_json()))
     assert set(doc) == {"candidates", "excluded", "stack", "warnings", "catalog"}
     assert {"origin", "price_date", "age_days", "max_age_days", "stale"} <= set(doc["catalog"])
-    assert set(doc["candidates"][0]) == {"cloud", "region", "instance_type", "gpu", "gpu_count", "num_nodes",
-                                         "spot", "price_per_hour", "total_per_hour", "estimated_cost", "image"}
+    assert set(doc["candidates"][0]) == {
+        "cloud",
+        "region",
+        "instance_type",
+        "gpu",
+        "gpu_count",
+        "num_nodes",
+        "spot",
+        "price_per_hour",
+        "total_per_hour",
+        "estimated_cost",
+        "image",
+    }
     assert set(doc["excluded"][0]) == {"cloud", "region", "instance_type", "reason"}
     assert set(doc["stack"]) == {"gpu", "architecture", "driver", "cuda", "cudnn", "os_image", "framework"}

@@ -25,18 +25,32 @@ REPO = Path(__file__).resolve().parent.parent
 
 def strict_json(text: str) -> object:
     """json.loads that refuses NaN and Infinity (what any other JSON reader does)."""
+
     def refuse(token: str) -> object:
         raise AssertionError(f"bare {token} in --json output")
+
     return json.loads(text, parse_constant=refuse)
 
 
 def cli(*args: str, cwd: Path = REPO, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "CI": "true"}, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CI": "true"},
+        timeout=timeout,
+        check=False,
+    )
 
 
-SIZES = ("Standard_NC4as_T4_v3", "Standard_NC8as_T4_v3", "Standard_NC16as_T4_v3", "Standard_NC64as_T4_v3",
-         "Standard_NC40ads_H100_v5")
+SIZES = (
+    "Standard_NC4as_T4_v3",
+    "Standard_NC8as_T4_v3",
+    "Standard_NC16as_T4_v3",
+    "Standard_NC64as_T4_v3",
+    "Standard_NC40ads_H100_v5",
+)
 
 
 @pytest.fixture
@@ -44,13 +58,15 @@ def hostile_azure(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure]:
     """A Retail Prices API that answers NaN, Infinity, 1e308 and 1e-300 (JSON as Python writes it)."""
     fake = FakeAzure(
         skus=[azure_sku(name, ["eastus"], 4 if "64" in name else 1, 4, 28) for name in SIZES],
-        items=[azure_item("Standard_NC4as_T4_v3", "eastus", math.nan),
-               azure_item("Standard_NC8as_T4_v3", "eastus", 1e-300),
-               azure_item("Standard_NC16as_T4_v3", "eastus", 1e308),
-               azure_item("Standard_NC64as_T4_v3", "eastus", 4.352),
-               azure_item("Standard_NC64as_T4_v3", "eastus", math.nan, spot=True),
-               azure_item("Standard_NC40ads_H100_v5", "eastus", 6.98),
-               azure_item("Standard_NC40ads_H100_v5", "eastus", 1e-300, spot=True)],
+        items=[
+            azure_item("Standard_NC4as_T4_v3", "eastus", math.nan),
+            azure_item("Standard_NC8as_T4_v3", "eastus", 1e-300),
+            azure_item("Standard_NC16as_T4_v3", "eastus", 1e308),
+            azure_item("Standard_NC64as_T4_v3", "eastus", 4.352),
+            azure_item("Standard_NC64as_T4_v3", "eastus", math.nan, spot=True),
+            azure_item("Standard_NC40ads_H100_v5", "eastus", 6.98),
+            azure_item("Standard_NC40ads_H100_v5", "eastus", 1e-300, spot=True),
+        ],
     ).start()
     for key, value in fake.env().items():
         monkeypatch.setenv(key, value)
@@ -66,18 +82,24 @@ def _job(tmp_path: Path, **resources: object) -> Path:
 
 
 def test_azure_nan_inf_huge_and_tiny_prices_are_dropped_with_the_source_named(
-        hostile_azure: FakeAzure, tmp_path: Path) -> None:
+    hostile_azure: FakeAzure, tmp_path: Path
+) -> None:
     out = cli("catalog", "refresh", "--cloud", "azure", "--json")
     assert out.returncode == 0, out.stderr
     doc = strict_json(out.stdout)
     assert isinstance(doc, dict) and doc["complete"] is False  # dropped rows make the refresh partial
-    for size, why in (("Standard_NC4as_T4_v3", "nan is not a finite number"),
-                      ("Standard_NC8as_T4_v3", "1e-300 is $1e-300 per GPU-hour, outside the sane range"),
-                      ("Standard_NC16as_T4_v3", "1e+308 is $1e+308 per GPU-hour, outside the sane range")):
+    for size, why in (
+        ("Standard_NC4as_T4_v3", "nan is not a finite number"),
+        ("Standard_NC8as_T4_v3", "1e-300 is $1e-300 per GPU-hour, outside the sane range"),
+        ("Standard_NC16as_T4_v3", "1e+308 is $1e+308 per GPU-hour, outside the sane range"),
+    ):
         assert f"azure price API: {size} in eastus: on-demand price {why}" in out.stderr, out.stderr
     assert "Standard_NC64as_T4_v3 in eastus: spot price nan is not a finite number; spot left unknown" in out.stderr
-    rows = {(o.instance_type, o.region): o for o in load_catalog().offerings
-            if o.cloud == "azure" and o.region == "eastus" and o.instance_type in SIZES}
+    rows = {
+        (o.instance_type, o.region): o
+        for o in load_catalog().offerings
+        if o.cloud == "azure" and o.region == "eastus" and o.instance_type in SIZES
+    }
     assert set(rows) == {("Standard_NC64as_T4_v3", "eastus"), ("Standard_NC40ads_H100_v5", "eastus")}
     assert rows[("Standard_NC64as_T4_v3", "eastus")].spot_price_per_hour is None
     assert rows[("Standard_NC40ads_H100_v5", "eastus")].spot_price_per_hour is None  # 1e-300 spot
@@ -106,9 +128,17 @@ def test_aws_nan_and_tiny_prices_from_the_price_list_are_dropped(moto: Moto, mon
     strict_json(out.stdout)
     assert "aws price API: g4dn.xlarge in us-east-1: on-demand price nan is not a finite number" in out.stderr
     assert "aws price API: g4dn.2xlarge in us-east-1: on-demand price 1e-300 is $1e-300 per GPU-hour" in out.stderr
-    fresh = {o.instance_type for o in load_catalog().offerings if o.cloud == "aws" and o.region == "us-east-1"
-             and o.status == "active" and o.price_date.startswith("20") and "[S]" in o.source
-             and o.instance_type.startswith("g4dn.") and o.price_per_hour in (0.526, 0.752)}
+    fresh = {
+        o.instance_type
+        for o in load_catalog().offerings
+        if o.cloud == "aws"
+        and o.region == "us-east-1"
+        and o.status == "active"
+        and o.price_date.startswith("20")
+        and "[S]" in o.source
+        and o.instance_type.startswith("g4dn.")
+        and o.price_per_hour in (0.526, 0.752)
+    }
     assert not fresh  # neither bad row was stored
     assert all(math.isfinite(o.price_per_hour) for o in load_catalog().offerings)
 
@@ -117,8 +147,11 @@ def test_planner_refuses_a_non_finite_price_already_in_a_cache(tmp_path: Path) -
     """A cache written before prices were checked (or edited by hand) still cannot rank NaN first."""
     shipped = load_catalog().offerings
     t4 = next(o for o in shipped if o.cloud == "azure" and o.instance_type == "Standard_NC4as_T4_v3")
-    rows = [*shipped, t4._replace(region="nanland", price_per_hour=math.nan),
-            t4._replace(region="infland", price_per_hour=math.inf, spot_price_per_hour=math.nan)]
+    rows = [
+        *shipped,
+        t4._replace(region="nanland", price_per_hour=math.nan),
+        t4._replace(region="infland", price_per_hour=math.inf, spot_price_per_hour=math.nan),
+    ]
     store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
     plan = cli("plan", str(_job(tmp_path, gpu="T4", max_price_per_hour=10)), "--json")
     assert plan.returncode == 0, plan.stderr

@@ -18,8 +18,15 @@ REPO = Path(__file__).resolve().parent.parent
 def cli(home: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GPUCLOUD_"))}
     env.update(GPUCLOUD_HOME=str(home), CI="true", PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def loose(home: Path, skip: tuple[str, ...] = ()) -> list[str]:
@@ -39,8 +46,17 @@ def loose(home: Path, skip: tuple[str, ...] = ()) -> list[str]:
 def test_a_run_leaves_only_private_files_under_the_home(tmp_path: Path) -> None:
     home = tmp_path / "home"
     job = tmp_path / "job.yaml"
-    job.write_text(yaml.safe_dump({"name": "priv", "resources": {"cloud": "local"}, "max_duration": "10m",
-                                   "env": {"API_TOKEN": "s3cret"}, "run": "echo token=$API_TOKEN"}))
+    job.write_text(
+        yaml.safe_dump(
+            {
+                "name": "priv",
+                "resources": {"cloud": "local"},
+                "max_duration": "10m",
+                "env": {"API_TOKEN": "s3cret"},
+                "run": "echo token=$API_TOKEN",
+            }
+        )
+    )
     out = cli(home, "run", str(job), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert (home / "state.db").is_file() and any((home / "runs").rglob("*"))
@@ -57,8 +73,12 @@ def test_a_loose_home_from_an_older_version_is_tightened_on_open(tmp_path: Path)
     home = tmp_path / "home"
     for folder in ("runs/old-run", "catalog/v1"):
         (home / folder).mkdir(parents=True)
-    files = [home / "runs" / "old-run" / "log", home / "runs" / "old-run" / "handle-0.json",
-             home / "catalog" / "v1" / "catalog.pickle", home / "images.json"]
+    files = [
+        home / "runs" / "old-run" / "log",
+        home / "runs" / "old-run" / "handle-0.json",
+        home / "catalog" / "v1" / "catalog.pickle",
+        home / "images.json",
+    ]
     for path in files:
         path.write_text("x")
         path.chmod(0o644)

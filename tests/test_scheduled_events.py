@@ -55,8 +55,15 @@ class _SlowStartImds(BaseHTTPRequestHandler):
                     return  # cut short: the service is still starting
                 time.sleep(0.05)
             type(self).started = True
-        events = [{"EventId": "e1", "EventType": "Preempt", "ResourceType": "VirtualMachine",
-                   "Resources": ["vm0"], "EventStatus": "Scheduled"}]
+        events = [
+            {
+                "EventId": "e1",
+                "EventType": "Preempt",
+                "ResourceType": "VirtualMachine",
+                "Resources": ["vm0"],
+                "EventStatus": "Scheduled",
+            }
+        ]
         self._reply(200, json.dumps({"DocumentIncarnation": 2, "Events": events}).encode())
 
     def log_message(self, *args: object) -> None:
@@ -73,9 +80,18 @@ def slow_imds() -> Iterator[str]:
 
 
 def test_first_scheduled_events_call_is_waited_for(tmp_path: Path, slow_imds: str) -> None:
-    vm = make_vm(tmp_path, provider="azure", gpu="K80", run="echo started; sleep 20",
-                 stub_env={"STUB_GPU_NAME": "Tesla K80", "STUB_DRIVER": "470.82.01",
-                           "GPUCLOUD_IMDS_ENDPOINT": slow_imds, "GPUCLOUD_AZURE_ARM_ENDPOINT": slow_imds}).start()
+    vm = make_vm(
+        tmp_path,
+        provider="azure",
+        gpu="K80",
+        run="echo started; sleep 20",
+        stub_env={
+            "STUB_GPU_NAME": "Tesla K80",
+            "STUB_DRIVER": "470.82.01",
+            "GPUCLOUD_IMDS_ENDPOINT": slow_imds,
+            "GPUCLOUD_AZURE_ARM_ENDPOINT": slow_imds,
+        },
+    ).start()
     vm.wait(60)
     status = vm.status()
     assert status["state"] == "preempted" and "Scheduled Events: Preempt" in status["message"], status

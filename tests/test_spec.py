@@ -158,7 +158,17 @@ def test_minimal_spec_gets_the_documented_defaults() -> None:
         ("{model: H100}", "H100", 1),
         ("\n    model: A100-80GB\n    count: 8", "A100-80GB", 8),
     ],
-    ids=["K80:1", "k80", "A100-80GB:8", "tesla-k80", "spaces", "alias-a100", "mapping", "mapping-no-count", "block-mapping"],
+    ids=[
+        "K80:1",
+        "k80",
+        "A100-80GB:8",
+        "tesla-k80",
+        "spaces",
+        "alias-a100",
+        "mapping",
+        "mapping-no-count",
+        "block-mapping",
+    ],
 )
 def test_gpu_input_forms(gpu: str, model: str, count: int) -> None:
     spec = parse_spec(f"name: job\nresources:\n  gpu: {gpu}\nrun: x\n", "job.yaml")
@@ -268,7 +278,16 @@ def test_stack_versions_keep_the_text_as_written() -> None:
 def test_env_values_are_coerced_to_text() -> None:
     text = BASE + "env:\n  N: 5\n  LR: 0.10\n  F: 1.5\n  ON: true\n  OFF: false\n  S: hello\n  Z: '007'\n  E: ''\n"
     spec = parse_spec(text, "job.yaml")
-    assert spec.env == {"N": "5", "LR": "0.10", "F": "1.5", "ON": "true", "OFF": "false", "S": "hello", "Z": "007", "E": ""}
+    assert spec.env == {
+        "N": "5",
+        "LR": "0.10",
+        "F": "1.5",
+        "ON": "true",
+        "OFF": "false",
+        "S": "hello",
+        "Z": "007",
+        "E": "",
+    }
     assert all(isinstance(v, str) for v in spec.env.values())
 
 
@@ -335,139 +354,522 @@ class Bad:
 BAD_SPECS: list[Bad] = [
     # unknown keys, with "did you mean"
     Bad("top-level-typo", BASE + "envv: {A: 1}\n", 5, "envv", ("unknown key 'envv'", "Did you mean 'env'?")),
-    Bad("top-level-typo-name", "nmae: job\nresources:\n  gpu: K80:1\nrun: x\n", 1, "nmae", ("Did you mean 'name'?",), issues=2),
-    Bad("resources-typo", with_resources("clod: aws"), 4, "resources.clod", ("unknown key 'clod'", "Did you mean 'cloud'?")),
-    Bad("stack-typo", with_stack("framwork: pytorch"), 5, "stack.framwork", ("unknown key 'framwork'", "Did you mean 'framework'?")),
-    Bad("key-at-wrong-level", BASE + "spot: true\n", 5, "spot", ("Did you mean 'resources.spot'?", "belongs under resources")),
-    Bad("gpu-mapping-typo", "name: job\nresources:\n  gpu:\n    modle: K80\nrun: x\n", 4, "resources.gpu.modle",
-        ("Did you mean 'model'?",), issues=2),
+    Bad(
+        "top-level-typo-name",
+        "nmae: job\nresources:\n  gpu: K80:1\nrun: x\n",
+        1,
+        "nmae",
+        ("Did you mean 'name'?",),
+        issues=2,
+    ),
+    Bad(
+        "resources-typo",
+        with_resources("clod: aws"),
+        4,
+        "resources.clod",
+        ("unknown key 'clod'", "Did you mean 'cloud'?"),
+    ),
+    Bad(
+        "stack-typo",
+        with_stack("framwork: pytorch"),
+        5,
+        "stack.framwork",
+        ("unknown key 'framwork'", "Did you mean 'framework'?"),
+    ),
+    Bad(
+        "key-at-wrong-level",
+        BASE + "spot: true\n",
+        5,
+        "spot",
+        ("Did you mean 'resources.spot'?", "belongs under resources"),
+    ),
+    Bad(
+        "gpu-mapping-typo",
+        "name: job\nresources:\n  gpu:\n    modle: K80\nrun: x\n",
+        4,
+        "resources.gpu.modle",
+        ("Did you mean 'model'?",),
+        issues=2,
+    ),
     Bad("source-is-not-a-key", BASE + "source: /tmp/x.yaml\n", 5, "source", ("unknown key 'source'",)),
     # wrong types
-    Bad("resources-is-a-list", "name: job\nresources: [K80]\nrun: x\n", 2, "resources", ("expected a mapping with gpu", "got a list")),
-    Bad("stack-is-text", BASE + "stack: pytorch\n", 5, "stack", ("expected a mapping with driver, cuda", "got 'pytorch'")),
-    Bad("name-is-a-number", "name: 123\nresources:\n  gpu: K80:1\nrun: x\n", 1, "name", ("got the number 123", "Quote the value")),
-    Bad("run-is-a-list", "name: job\nresources:\n  gpu: K80:1\nrun:\n  - a\n  - b\n", 4, "run", ("expected the shell command", "got a list")),
-    Bad("num-nodes-text", BASE + "num_nodes: two\n", 5, "num_nodes", ("expected a whole number of nodes from 1 to 64, got 'two'",)),
+    Bad(
+        "resources-is-a-list",
+        "name: job\nresources: [K80]\nrun: x\n",
+        2,
+        "resources",
+        ("expected a mapping with gpu", "got a list"),
+    ),
+    Bad(
+        "stack-is-text",
+        BASE + "stack: pytorch\n",
+        5,
+        "stack",
+        ("expected a mapping with driver, cuda", "got 'pytorch'"),
+    ),
+    Bad(
+        "name-is-a-number",
+        "name: 123\nresources:\n  gpu: K80:1\nrun: x\n",
+        1,
+        "name",
+        ("got the number 123", "Quote the value"),
+    ),
+    Bad(
+        "run-is-a-list",
+        "name: job\nresources:\n  gpu: K80:1\nrun:\n  - a\n  - b\n",
+        4,
+        "run",
+        ("expected the shell command", "got a list"),
+    ),
+    Bad(
+        "num-nodes-text",
+        BASE + "num_nodes: two\n",
+        5,
+        "num_nodes",
+        ("expected a whole number of nodes from 1 to 64, got 'two'",),
+    ),
     Bad("num-nodes-bool", BASE + "num_nodes: yes\n", 5, "num_nodes", ("expected a number, got true (a boolean)",)),
-    Bad("num-nodes-float", BASE + "num_nodes: 1.5\n", 5, "num_nodes", ("a whole number of nodes", "got the number 1.5")),
+    Bad(
+        "num-nodes-float", BASE + "num_nodes: 1.5\n", 5, "num_nodes", ("a whole number of nodes", "got the number 1.5")
+    ),
     Bad("ssh-maybe", with_resources("ssh: maybe"), 4, "resources.ssh", ("expected true or false, got 'maybe'",)),
     Bad("env-is-a-list", BASE + "env: [A]\n", 5, "env", ("a mapping of NAME: value", "got a list")),
-    Bad("explicit-int-tag", BASE + "num_nodes: !!int abc\n", 5, "num_nodes", ("'abc' is not a valid !!int value", "Remove the '!!int' tag")),
-    Bad("python-tag", BASE + "setup: !!python/name:os.system\n", 5, "", ("could not determine a constructor", "remove the '!' tag")),
+    Bad(
+        "explicit-int-tag",
+        BASE + "num_nodes: !!int abc\n",
+        5,
+        "num_nodes",
+        ("'abc' is not a valid !!int value", "Remove the '!!int' tag"),
+    ),
+    Bad(
+        "python-tag",
+        BASE + "setup: !!python/name:os.system\n",
+        5,
+        "",
+        ("could not determine a constructor", "remove the '!' tag"),
+    ),
     # durations
-    Bad("duration-bad-unit", BASE + "max_duration: 6x\n", 5, "max_duration", ("'6x' is not a duration", "90m, 6h, 2d or 1h30m")),
+    Bad(
+        "duration-bad-unit",
+        BASE + "max_duration: 6x\n",
+        5,
+        "max_duration",
+        ("'6x' is not a duration", "90m, 6h, 2d or 1h30m"),
+    ),
     Bad("duration-zero", BASE + "max_duration: 0\n", 5, "max_duration", ("is 0 s, shorter than the minimum of 1 s",)),
-    Bad("duration-zero-hours", BASE + "max_duration: 0h\n", 5, "max_duration", ("'0h' is 0 s, shorter than the minimum",)),
-    Bad("duration-too-long", BASE + "max_duration: 31d\n", 5, "max_duration", ("'31d' is 31d, longer than the maximum of 30d",)),
+    Bad(
+        "duration-zero-hours",
+        BASE + "max_duration: 0h\n",
+        5,
+        "max_duration",
+        ("'0h' is 0 s, shorter than the minimum",),
+    ),
+    Bad(
+        "duration-too-long",
+        BASE + "max_duration: 31d\n",
+        5,
+        "max_duration",
+        ("'31d' is 31d, longer than the maximum of 30d",),
+    ),
     Bad("duration-negative", BASE + "max_duration: -5m\n", 5, "max_duration", ("'-5m' is not a duration",)),
-    Bad("duration-float", BASE + "max_duration: 1.5\n", 5, "max_duration", ("expected a duration such as 90m", "got the number 1.5")),
-    Bad("duration-sexagesimal", BASE + "max_duration: 1:30\n", 5, "max_duration", ("'1:30' is not a duration", "1h30m")),
+    Bad(
+        "duration-float",
+        BASE + "max_duration: 1.5\n",
+        5,
+        "max_duration",
+        ("expected a duration such as 90m", "got the number 1.5"),
+    ),
+    Bad(
+        "duration-sexagesimal", BASE + "max_duration: 1:30\n", 5, "max_duration", ("'1:30' is not a duration", "1h30m")
+    ),
     # GPUs
-    Bad("gpu-K8O", "name: job\nresources:\n  gpu: K8O:1\nrun: x\n", 3, "resources.gpu.model",
-        ("unknown GPU 'K8O'", "Did you mean 'K80'?", "Known GPUs: K40, K80")),
-    Bad("gpu-A100-80BG", "name: job\nresources:\n  gpu: A100-80BG:8\nrun: x\n", 3, "resources.gpu.model",
-        ("unknown GPU 'A100-80BG'", "Did you mean 'A100-80GB'?")),
-    Bad("gpu-V10", "name: job\nresources:\n  gpu: V10\nrun: x\n", 3, "resources.gpu.model", ("unknown GPU 'V10'", "Did you mean 'V100'?")),
-    Bad("gpu-mapping-unknown-model", "name: job\nresources:\n  gpu:\n    model: T5\n    count: 1\nrun: x\n", 4,
-        "resources.gpu.model", ("unknown GPU 'T5'", "Did you mean 'T4'?")),
-    Bad("gpu-count-zero", "name: job\nresources:\n  gpu: K80:0\nrun: x\n", 3, "resources.gpu.count", ("must be at least 1, got 0", "1 to 16")),
-    Bad("gpu-count-negative", "name: job\nresources:\n  gpu: K80:-1\nrun: x\n", 3, "resources.gpu.count", ("must be at least 1, got -1",)),
-    Bad("gpu-count-not-a-number", "name: job\nresources:\n  gpu: K80:two\nrun: x\n", 3, "resources.gpu",
-        ("the GPU count 'two' in 'K80:two' is not a whole number", "MODEL:COUNT such as T4:1")),
-    Bad("gpu-count-too-many", "name: job\nresources:\n  gpu: K80:17\nrun: x\n", 3, "resources.gpu.count", ("must be at most 16, got 17",)),
-    Bad("gpu-mapping-count-zero", "name: job\nresources:\n  gpu:\n    model: K80\n    count: 0\nrun: x\n", 5, "resources.gpu.count",
-        ("must be at least 1, got 0",)),
-    Bad("gpu-space-after-colon", "name: job\nresources:\n  gpu: {K80: 2}\nrun: x\n", 3, "resources.gpu", ("Write K80:2 (no space)",)),
+    Bad(
+        "gpu-K8O",
+        "name: job\nresources:\n  gpu: K8O:1\nrun: x\n",
+        3,
+        "resources.gpu.model",
+        ("unknown GPU 'K8O'", "Did you mean 'K80'?", "Known GPUs: K40, K80"),
+    ),
+    Bad(
+        "gpu-A100-80BG",
+        "name: job\nresources:\n  gpu: A100-80BG:8\nrun: x\n",
+        3,
+        "resources.gpu.model",
+        ("unknown GPU 'A100-80BG'", "Did you mean 'A100-80GB'?"),
+    ),
+    Bad(
+        "gpu-V10",
+        "name: job\nresources:\n  gpu: V10\nrun: x\n",
+        3,
+        "resources.gpu.model",
+        ("unknown GPU 'V10'", "Did you mean 'V100'?"),
+    ),
+    Bad(
+        "gpu-mapping-unknown-model",
+        "name: job\nresources:\n  gpu:\n    model: T5\n    count: 1\nrun: x\n",
+        4,
+        "resources.gpu.model",
+        ("unknown GPU 'T5'", "Did you mean 'T4'?"),
+    ),
+    Bad(
+        "gpu-count-zero",
+        "name: job\nresources:\n  gpu: K80:0\nrun: x\n",
+        3,
+        "resources.gpu.count",
+        ("must be at least 1, got 0", "1 to 16"),
+    ),
+    Bad(
+        "gpu-count-negative",
+        "name: job\nresources:\n  gpu: K80:-1\nrun: x\n",
+        3,
+        "resources.gpu.count",
+        ("must be at least 1, got -1",),
+    ),
+    Bad(
+        "gpu-count-not-a-number",
+        "name: job\nresources:\n  gpu: K80:two\nrun: x\n",
+        3,
+        "resources.gpu",
+        ("the GPU count 'two' in 'K80:two' is not a whole number", "MODEL:COUNT such as T4:1"),
+    ),
+    Bad(
+        "gpu-count-too-many",
+        "name: job\nresources:\n  gpu: K80:17\nrun: x\n",
+        3,
+        "resources.gpu.count",
+        ("must be at most 16, got 17",),
+    ),
+    Bad(
+        "gpu-mapping-count-zero",
+        "name: job\nresources:\n  gpu:\n    model: K80\n    count: 0\nrun: x\n",
+        5,
+        "resources.gpu.count",
+        ("must be at least 1, got 0",),
+    ),
+    Bad(
+        "gpu-space-after-colon",
+        "name: job\nresources:\n  gpu: {K80: 2}\nrun: x\n",
+        3,
+        "resources.gpu",
+        ("Write K80:2 (no space)",),
+    ),
     Bad("gpu-no-model", "name: job\nresources:\n  gpu: ':2'\nrun: x\n", 3, "resources.gpu", ("names no GPU model",)),
-    Bad("gpu-is-a-number", "name: job\nresources:\n  gpu: 80\nrun: x\n", 3, "resources.gpu", ("expected MODEL:COUNT", "got the number 80")),
-    Bad("no-gpu-for-cloud-job", "name: job\nresources:\n  cloud: aws\nrun: x\n", 2, "resources",
-        ("needs a GPU or an instance type", "gpu: T4:1",
-         "only cloud: local or ssh (in the file or as --cloud) runs without either")),
+    Bad(
+        "gpu-is-a-number",
+        "name: job\nresources:\n  gpu: 80\nrun: x\n",
+        3,
+        "resources.gpu",
+        ("expected MODEL:COUNT", "got the number 80"),
+    ),
+    Bad(
+        "no-gpu-for-cloud-job",
+        "name: job\nresources:\n  cloud: aws\nrun: x\n",
+        2,
+        "resources",
+        (
+            "needs a GPU or an instance type",
+            "gpu: T4:1",
+            "only cloud: local or ssh (in the file or as --cloud) runs without either",
+        ),
+    ),
     # machines you own (resources.hosts)
-    Bad("host-is-an-option", "name: job\nresources:\n  cloud: ssh\n  hosts: [gpu-box, -oProxyCommand=x]\nrun: x\n", 4,
-        "resources.hosts[1]", ("'-oProxyCommand=x' is not a host", "[user@]host[:port]")),
-    Bad("host-port-too-big", "name: job\nresources:\n  cloud: ssh\n  hosts: gpu-box:70000\nrun: x\n", 4,
-        "resources.hosts", ("'gpu-box:70000' is not a host",)),
-    Bad("hosts-without-ssh", "name: job\nresources:\n  cloud: aws\n  gpu: T4:1\n  hosts: [gpu-box]\nrun: x\n", 5,
-        "resources.hosts", ("is only used with cloud: ssh", "remove hosts")),
-    Bad("ssh-mixed-with-aws", "name: job\nresources:\n  cloud: [ssh, aws]\n  gpu: T4:1\nrun: x\n", 3,
-        "resources.cloud", ("ssh cannot be combined with other clouds", "Use cloud: ssh alone")),
+    Bad(
+        "host-is-an-option",
+        "name: job\nresources:\n  cloud: ssh\n  hosts: [gpu-box, -oProxyCommand=x]\nrun: x\n",
+        4,
+        "resources.hosts[1]",
+        ("'-oProxyCommand=x' is not a host", "[user@]host[:port]"),
+    ),
+    Bad(
+        "host-port-too-big",
+        "name: job\nresources:\n  cloud: ssh\n  hosts: gpu-box:70000\nrun: x\n",
+        4,
+        "resources.hosts",
+        ("'gpu-box:70000' is not a host",),
+    ),
+    Bad(
+        "hosts-without-ssh",
+        "name: job\nresources:\n  cloud: aws\n  gpu: T4:1\n  hosts: [gpu-box]\nrun: x\n",
+        5,
+        "resources.hosts",
+        ("is only used with cloud: ssh", "remove hosts"),
+    ),
+    Bad(
+        "ssh-mixed-with-aws",
+        "name: job\nresources:\n  cloud: [ssh, aws]\n  gpu: T4:1\nrun: x\n",
+        3,
+        "resources.cloud",
+        ("ssh cannot be combined with other clouds", "Use cloud: ssh alone"),
+    ),
     Bad("no-resources-at-all", "name: job\nrun: x\n", 1, "resources", ("needs a GPU or an instance type",)),
-    Bad("no-gpu-local-and-aws", "name: job\nresources:\n  cloud: [local, aws]\nrun: x\n", 2, "resources", ("needs a GPU or an instance type",)),
-    Bad("instance-type-with-space", "name: job\nresources:\n  instance_type: p2 xlarge\nrun: x\n", 3, "resources.instance_type",
-        ("'p2 xlarge' is not an instance type name", "g4dn.xlarge")),
+    Bad(
+        "no-gpu-local-and-aws",
+        "name: job\nresources:\n  cloud: [local, aws]\nrun: x\n",
+        2,
+        "resources",
+        ("needs a GPU or an instance type",),
+    ),
+    Bad(
+        "instance-type-with-space",
+        "name: job\nresources:\n  instance_type: p2 xlarge\nrun: x\n",
+        3,
+        "resources.instance_type",
+        ("'p2 xlarge' is not an instance type name", "g4dn.xlarge"),
+    ),
     # names
-    Bad("name-upper-case", "name: MyJob\nresources:\n  gpu: K80:1\nrun: x\n", 1, "name", ("'MyJob' has upper-case letters", "Did you mean 'myjob'?")),
-    Bad("name-too-long", f"name: {'a' * 41}\nresources:\n  gpu: K80:1\nrun: x\n", 1, "name", ("is 41 characters long; at most 40",)),
-    Bad("name-underscore", "name: my_job\nresources:\n  gpu: K80:1\nrun: x\n", 1, "name", ("'my_job' contains '_'", "Did you mean 'my-job'?")),
-    Bad("name-leading-dash", "name: -job\nresources:\n  gpu: K80:1\nrun: x\n", 1, "name", ("'-job' starts or ends with a dash", "Did you mean 'job'?")),
-    Bad("name-empty", "name: ''\nresources:\n  gpu: K80:1\nrun: x\n", 1, "name", ("must not be empty", "e.g. mnist-k80")),
+    Bad(
+        "name-upper-case",
+        "name: MyJob\nresources:\n  gpu: K80:1\nrun: x\n",
+        1,
+        "name",
+        ("'MyJob' has upper-case letters", "Did you mean 'myjob'?"),
+    ),
+    Bad(
+        "name-too-long",
+        f"name: {'a' * 41}\nresources:\n  gpu: K80:1\nrun: x\n",
+        1,
+        "name",
+        ("is 41 characters long; at most 40",),
+    ),
+    Bad(
+        "name-underscore",
+        "name: my_job\nresources:\n  gpu: K80:1\nrun: x\n",
+        1,
+        "name",
+        ("'my_job' contains '_'", "Did you mean 'my-job'?"),
+    ),
+    Bad(
+        "name-leading-dash",
+        "name: -job\nresources:\n  gpu: K80:1\nrun: x\n",
+        1,
+        "name",
+        ("'-job' starts or ends with a dash", "Did you mean 'job'?"),
+    ),
+    Bad(
+        "name-empty", "name: ''\nresources:\n  gpu: K80:1\nrun: x\n", 1, "name", ("must not be empty", "e.g. mnist-k80")
+    ),
     # env
-    Bad("env-key-invalid", BASE + "env:\n  1BAD: x\n", 6, "env.1BAD", ("'1BAD' is not a valid environment variable name", "e.g. EPOCHS")),
-    Bad("env-key-dash", BASE + "env:\n  MY-VAR: x\n", 6, "env.MY-VAR", ("'MY-VAR' is not a valid environment variable name",)),
-    Bad("env-key-reserved", BASE + "env:\n  OK: 1\n  GPUCLOUD_TOKEN: x\n", 7, "env.GPUCLOUD_TOKEN", ("is reserved", "GPUCLOUD_")),
+    Bad(
+        "env-key-invalid",
+        BASE + "env:\n  1BAD: x\n",
+        6,
+        "env.1BAD",
+        ("'1BAD' is not a valid environment variable name", "e.g. EPOCHS"),
+    ),
+    Bad(
+        "env-key-dash",
+        BASE + "env:\n  MY-VAR: x\n",
+        6,
+        "env.MY-VAR",
+        ("'MY-VAR' is not a valid environment variable name",),
+    ),
+    Bad(
+        "env-key-reserved",
+        BASE + "env:\n  OK: 1\n  GPUCLOUD_TOKEN: x\n",
+        7,
+        "env.GPUCLOUD_TOKEN",
+        ("is reserved", "GPUCLOUD_"),
+    ),
     Bad("env-value-nested", BASE + "env:\n  A:\n    b: 1\n", 6, "env.A", ("got a mapping", "Quote it")),
     Bad("env-value-null", BASE + "env:\n  A:\n", 6, "env.A", ("has no value", 'Write "" for an empty value')),
     Bad("env-value-date", BASE + "env:\n  D: 2024-01-01\n", 6, "env.D", ("got the date 2024-01-01", "Quote it")),
     # artifacts
-    Bad("artifact-dotdot", BASE + "artifacts:\n  - out/../../x\n", 6, "artifacts[0]", ("leaves the working folder with '..'",)),
-    Bad("artifact-absolute", BASE + "artifacts:\n  - outputs/\n  - /etc/passwd\n", 7, "artifacts[1]",
-        ("'/etc/passwd' is an absolute path", "relative to the job's working folder")),
+    Bad(
+        "artifact-dotdot",
+        BASE + "artifacts:\n  - out/../../x\n",
+        6,
+        "artifacts[0]",
+        ("leaves the working folder with '..'",),
+    ),
+    Bad(
+        "artifact-absolute",
+        BASE + "artifacts:\n  - outputs/\n  - /etc/passwd\n",
+        7,
+        "artifacts[1]",
+        ("'/etc/passwd' is an absolute path", "relative to the job's working folder"),
+    ),
     Bad("artifact-home", BASE + "artifacts: ['~/x']\n", 5, "artifacts[0]", ("is an absolute path",)),
     Bad("artifact-empty", BASE + "artifacts:\n  - ''\n", 6, "artifacts[0]", ("must not be empty", "e.g. outputs/")),
     # images
-    Bad("image-bad-ami", BASE + "image: ami-xyz\n", 5, "image", ("'ami-xyz' is not an AMI id", "ami-0abcdef1234567890")),
-    Bad("image-short-urn", BASE + "image: Canonical:ubuntu:22_04\n", 5, "image", ("is not an Azure image URN", "Publisher:Offer:Sku:Version")),
-    Bad("image-unknown", BASE + "image: ubuntu\n", 5, "image", ("'ubuntu' is not an image", "Expected auto, an AMI id")),
+    Bad(
+        "image-bad-ami", BASE + "image: ami-xyz\n", 5, "image", ("'ami-xyz' is not an AMI id", "ami-0abcdef1234567890")
+    ),
+    Bad(
+        "image-short-urn",
+        BASE + "image: Canonical:ubuntu:22_04\n",
+        5,
+        "image",
+        ("is not an Azure image URN", "Publisher:Offer:Sku:Version"),
+    ),
+    Bad(
+        "image-unknown", BASE + "image: ubuntu\n", 5, "image", ("'ubuntu' is not an image", "Expected auto, an AMI id")
+    ),
     # duplicates and YAML itself
     Bad("duplicate-top-key", BASE + "name: other\n", 5, "name", ("duplicate key 'name' on lines 1 and 5",)),
-    Bad("duplicate-nested-key", "name: job\nresources:\n  gpu: K80:1\n  gpu: T4:1\nrun: x\n", 4, "resources.gpu",
-        ("duplicate key 'gpu' on lines 3 and 4",)),
-    Bad("yaml-syntax-error", "name: job\nresources:\n  gpu: [K80\nrun: x\n", 4, "",
-        ("invalid YAML", "while parsing a flow sequence on line 3")),
-    Bad("yaml-bad-indent", "name: job\n  run: x\n", 2, "", ("invalid YAML: mapping values are not allowed here", "Check the indentation")),
+    Bad(
+        "duplicate-nested-key",
+        "name: job\nresources:\n  gpu: K80:1\n  gpu: T4:1\nrun: x\n",
+        4,
+        "resources.gpu",
+        ("duplicate key 'gpu' on lines 3 and 4",),
+    ),
+    Bad(
+        "yaml-syntax-error",
+        "name: job\nresources:\n  gpu: [K80\nrun: x\n",
+        4,
+        "",
+        ("invalid YAML", "while parsing a flow sequence on line 3"),
+    ),
+    Bad(
+        "yaml-bad-indent",
+        "name: job\n  run: x\n",
+        2,
+        "",
+        ("invalid YAML: mapping values are not allowed here", "Check the indentation"),
+    ),
     Bad("yaml-tab", "name: job\nresources:\n\tgpu: K80\nrun: x\n", 3, "", ("invalid YAML", "use spaces")),
     Bad("yaml-two-documents", BASE + "---\nname: second\n", 5, "", ("remove the extra '---' part",)),
-    Bad("yaml-complex-key", "name: job\n? [a, b]\n: c\nresources:\n  gpu: K80:1\nrun: x\n", 2, "", ("a key must be a plain name",)),
+    Bad(
+        "yaml-complex-key",
+        "name: job\n? [a, b]\n: c\nresources:\n  gpu: K80:1\nrun: x\n",
+        2,
+        "",
+        ("a key must be a plain name",),
+    ),
     Bad("empty-file", "", 1, "", ("the job file is empty", "name: mnist-t4", "gpu: T4:1")),
     Bad("comments-only", "# nothing here yet\n", 1, "", ("the job file is empty",)),
     Bad("top-level-list", "- name: job\n- run: x\n", 1, "", ("must be a mapping of keys", "but it is a list")),
     Bad("top-level-scalar", "hello\n", 1, "", ("must be a mapping of keys", "but it is 'hello'")),
     # run, setup, workdir
-    Bad("missing-run", "name: job\nresources:\n  gpu: K80:1\n", 1, "run", ("required key 'run' is missing", "run: python train.py")),
-    Bad("empty-run", "name: job\nresources:\n  gpu: K80:1\nrun: '  '\n", 4, "run", ("must not be empty", "the shell command that runs the job")),
+    Bad(
+        "missing-run",
+        "name: job\nresources:\n  gpu: K80:1\n",
+        1,
+        "run",
+        ("required key 'run' is missing", "run: python train.py"),
+    ),
+    Bad(
+        "empty-run",
+        "name: job\nresources:\n  gpu: K80:1\nrun: '  '\n",
+        4,
+        "run",
+        ("must not be empty", "the shell command that runs the job"),
+    ),
     Bad("null-run", "name: job\nresources:\n  gpu: K80:1\nrun:\n", 4, "run", ("has no value",)),
-    Bad("missing-name", "resources:\n  gpu: K80:1\nrun: x\n", 1, "name", ("required key 'name' is missing", "e.g. mnist-k80")),
+    Bad(
+        "missing-name",
+        "resources:\n  gpu: K80:1\nrun: x\n",
+        1,
+        "name",
+        ("required key 'name' is missing", "e.g. mnist-k80"),
+    ),
     Bad("workdir-number", BASE + "workdir: 5\n", 5, "workdir", ("got the number 5",)),
     # numbers and bounds
     Bad("num-nodes-0", BASE + "num_nodes: 0\n", 5, "num_nodes", ("must be at least 1, got 0", "from 1 to 64")),
     Bad("num-nodes-65", BASE + "num_nodes: 65\n", 5, "num_nodes", ("must be at most 64, got 65",)),
-    Bad("disk-too-small", with_resources("disk_gb: 10"), 4, "resources.disk_gb", ("must be at least 20, got 10", "20 to 16384")),
-    Bad("max-price-negative", with_resources("max_price_per_hour: -1"), 4, "resources.max_price_per_hour",
-        ("must be greater than 0, got -1", "USD per node-hour")),
-    Bad("max-price-text", with_resources("max_price_per_hour: cheap"), 4, "resources.max_price_per_hour", ("got 'cheap'",)),
+    Bad(
+        "disk-too-small",
+        with_resources("disk_gb: 10"),
+        4,
+        "resources.disk_gb",
+        ("must be at least 20, got 10", "20 to 16384"),
+    ),
+    Bad(
+        "max-price-negative",
+        with_resources("max_price_per_hour: -1"),
+        4,
+        "resources.max_price_per_hour",
+        ("must be greater than 0, got -1", "USD per node-hour"),
+    ),
+    Bad(
+        "max-price-text",
+        with_resources("max_price_per_hour: cheap"),
+        4,
+        "resources.max_price_per_hour",
+        ("got 'cheap'",),
+    ),
     Bad("min-vcpus-zero", with_resources("min_vcpus: 0"), 4, "resources.min_vcpus", ("must be at least 1, got 0",)),
-    Bad("spot-maybe", with_resources("spot: maybe"), 4, "resources.spot", ("'maybe' is not allowed", "Expected true, false or auto")),
+    Bad(
+        "spot-maybe",
+        with_resources("spot: maybe"),
+        4,
+        "resources.spot",
+        ("'maybe' is not allowed", "Expected true, false or auto"),
+    ),
     # stack
-    Bad("framework-jax", with_stack("framework: jax"), 5, "stack.framework", ("unknown framework 'jax'", "pytorch, tensorflow or none")),
+    Bad(
+        "framework-jax",
+        with_stack("framework: jax"),
+        5,
+        "stack.framework",
+        ("unknown framework 'jax'", "pytorch, tensorflow or none"),
+    ),
     Bad("framework-torch", with_stack("framework: torch"), 5, "stack.framework", ("Did you mean 'pytorch'?",)),
-    Bad("framework-empty-version", with_stack("framework: pytorch=="), 5, "stack.framework",
-        ("'pytorch==' has no version after '=='", "pytorch==2.0.1")),
-    Bad("framework-bad-version", with_stack("framework: pytorch==abc"), 5, "stack.framework_version", ("'abc' is not a version",)),
-    Bad("framework-pin-conflict", with_stack("framework: pytorch==2.0.1", "framework_version: 2.1.0"), 5, "stack.framework",
-        ("pins version 2.0.1 but framework_version says 2.1.0",)),
+    Bad(
+        "framework-empty-version",
+        with_stack("framework: pytorch=="),
+        5,
+        "stack.framework",
+        ("'pytorch==' has no version after '=='", "pytorch==2.0.1"),
+    ),
+    Bad(
+        "framework-bad-version",
+        with_stack("framework: pytorch==abc"),
+        5,
+        "stack.framework_version",
+        ("'abc' is not a version",),
+    ),
+    Bad(
+        "framework-pin-conflict",
+        with_stack("framework: pytorch==2.0.1", "framework_version: 2.1.0"),
+        5,
+        "stack.framework",
+        ("pins version 2.0.1 but framework_version says 2.1.0",),
+    ),
     Bad("cuda-not-a-version", with_stack("cuda: eleven"), 5, "stack.cuda", ("'eleven' is not a version", "11.4")),
     # clouds and regions
-    Bad("cloud-gcp", "name: job\nresources:\n  cloud: gcp\n  gpu: K80:1\nrun: x\n", 3, "resources.cloud",
-        ("unknown cloud 'gcp'", "Expected aws, azure, local, ssh, any, or a list of them")),
-    Bad("cloud-typo", "name: job\nresources:\n  cloud: awz\n  gpu: K80:1\nrun: x\n", 3, "resources.cloud", ("Did you mean 'aws'?",)),
-    Bad("cloud-list-item", "name: job\nresources:\n  cloud:\n    - aws\n    - gcp\n  gpu: K80:1\nrun: x\n", 5, "resources.cloud[1]",
-        ("unknown cloud 'gcp'",)),
-    Bad("cloud-empty-list", "name: job\nresources:\n  cloud: []\n  gpu: K80:1\nrun: x\n", 3, "resources.cloud", ("the list is empty",)),
-    Bad("regions-mapping", with_resources("regions: {us-east-1: 1}"), 4, "resources.regions",
-        ("expected a region or a list of regions", "got a mapping")),
-    Bad("regions-number-item", with_resources("regions:", "  - us-east-1", "  - 5"), 6, "resources.regions[1]",
-        ("the number 5 is not a region code", "us-east-1")),
+    Bad(
+        "cloud-gcp",
+        "name: job\nresources:\n  cloud: gcp\n  gpu: K80:1\nrun: x\n",
+        3,
+        "resources.cloud",
+        ("unknown cloud 'gcp'", "Expected aws, azure, local, ssh, any, or a list of them"),
+    ),
+    Bad(
+        "cloud-typo",
+        "name: job\nresources:\n  cloud: awz\n  gpu: K80:1\nrun: x\n",
+        3,
+        "resources.cloud",
+        ("Did you mean 'aws'?",),
+    ),
+    Bad(
+        "cloud-list-item",
+        "name: job\nresources:\n  cloud:\n    - aws\n    - gcp\n  gpu: K80:1\nrun: x\n",
+        5,
+        "resources.cloud[1]",
+        ("unknown cloud 'gcp'",),
+    ),
+    Bad(
+        "cloud-empty-list",
+        "name: job\nresources:\n  cloud: []\n  gpu: K80:1\nrun: x\n",
+        3,
+        "resources.cloud",
+        ("the list is empty",),
+    ),
+    Bad(
+        "regions-mapping",
+        with_resources("regions: {us-east-1: 1}"),
+        4,
+        "resources.regions",
+        ("expected a region or a list of regions", "got a mapping"),
+    ),
+    Bad(
+        "regions-number-item",
+        with_resources("regions:", "  - us-east-1", "  - 5"),
+        6,
+        "resources.regions[1]",
+        ("the number 5 is not a region code", "us-east-1"),
+    ),
     Bad("regions-number", with_resources("regions: 5"), 4, "resources.regions", ("got the number 5",)),
 ]
 
@@ -507,9 +909,20 @@ def test_several_problems_are_reported_together(tmp_path: Path) -> None:
     message = str(exc)
     assert message.splitlines()[0] == f"{path}: 5 problems in the job file:"
     got = [(i.line, i.field) for i in exc.issues]
-    assert got == [(1, "name"), (3, "resources.gpu.model"), (4, "resources.disk_gb"), (5, "num_nodes"), (7, "max_duraton")]
-    for needle in ("has upper-case letters", "Did you mean 'K80'?", "must be at least 20", "must be at least 1, got 0",
-                   "Did you mean 'max_duration'?"):
+    assert got == [
+        (1, "name"),
+        (3, "resources.gpu.model"),
+        (4, "resources.disk_gb"),
+        (5, "num_nodes"),
+        (7, "max_duraton"),
+    ]
+    for needle in (
+        "has upper-case letters",
+        "Did you mean 'K80'?",
+        "must be at least 20",
+        "must be at least 1, got 0",
+        "Did you mean 'max_duration'?",
+    ):
         assert needle in message
     # one indented line per problem, in line order
     assert [line.split(":")[1] for line in message.splitlines()[1:]] == ["1", "3", "4", "5", "7"]
@@ -568,10 +981,19 @@ def test_parse_spec_uses_the_given_filename() -> None:
 def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CI": "true"}
     env.pop("GPUCLOUD_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=60
+    )
 
 
-CLI_BAD = ["gpu-K8O", "duplicate-top-key", "yaml-syntax-error", "empty-file", "env-key-reserved", "framework-empty-version"]
+CLI_BAD = [
+    "gpu-K8O",
+    "duplicate-top-key",
+    "yaml-syntax-error",
+    "empty-file",
+    "env-key-reserved",
+    "framework-empty-version",
+]
 
 
 def test_cli_validate_bad_files_exit_2_without_traceback(tmp_path: Path) -> None:
@@ -748,17 +1170,40 @@ def test_json_schema_rejects_what_the_loader_rejects(change: dict[str, Any], whe
 
 LOCAL_JOB = "name: j\nresources: {cloud: local}\n"
 HOSTILE = [
-    ("nul-in-env", LOCAL_JOB + 'run: echo hi\nenv:\n  A: "x\\0y"\n', 5, "env.A", "control character NUL at character 2"),
+    (
+        "nul-in-env",
+        LOCAL_JOB + 'run: echo hi\nenv:\n  A: "x\\0y"\n',
+        5,
+        "env.A",
+        "control character NUL at character 2",
+    ),
     ("esc-in-run", LOCAL_JOB + 'run: "echo \\e[31m red"\n', 3, "run", "control character ESC at character 6"),
-    ("del-in-setup", LOCAL_JOB + 'run: echo hi\nsetup: "a\\x7fb"\n', 4, "setup", "control character DEL at character 2"),
+    (
+        "del-in-setup",
+        LOCAL_JOB + 'run: echo hi\nsetup: "a\\x7fb"\n',
+        4,
+        "setup",
+        "control character DEL at character 2",
+    ),
     ("surrogate-in-run", LOCAL_JOB + 'run: "echo \\ud800"\n', 3, "run", "lone surrogate U+D800"),
-    ("surrogate-key", LOCAL_JOB + 'run: echo hi\nenv:\n  "\\udc80": x\n', 5, "env", "a key contains a lone surrogate U+DC80"),
+    (
+        "surrogate-key",
+        LOCAL_JOB + 'run: echo hi\nenv:\n  "\\udc80": x\n',
+        5,
+        "env",
+        "a key contains a lone surrogate U+DC80",
+    ),
     ("env-JOB", LOCAL_JOB + "run: echo hi\nenv:\n  JOB: x\n", 5, "env.JOB", "'JOB' is reserved: the VM's bootstrap"),
     ("env-SETSID", LOCAL_JOB + "run: echo hi\nenv:\n  SETSID: x\n", 5, "env.SETSID", "Rename it, e.g. MY_SETSID"),
     ("env-DEADLINE", LOCAL_JOB + "run: echo hi\nenv:\n  DEADLINE: x\n", 5, "env.DEADLINE", "'DEADLINE' is reserved"),
     ("workdir-root", LOCAL_JOB + "run: echo hi\nworkdir: /\n", 4, "workdir", "'/' is the root folder /"),
-    ("workdir-up-to-root", LOCAL_JOB + "run: echo hi\nworkdir: " + "../" * 40 + "\n", 4, "workdir",
-     "is the root folder /, which would upload everything in it. Point workdir at the project's own folder"),
+    (
+        "workdir-up-to-root",
+        LOCAL_JOB + "run: echo hi\nworkdir: " + "../" * 40 + "\n",
+        4,
+        "workdir",
+        "is the root folder /, which would upload everything in it. Point workdir at the project's own folder",
+    ),
 ]
 
 
@@ -781,13 +1226,25 @@ def test_workdir_may_name_a_parent_folder_relatively_but_not_home(tmp_path: Path
     (repo / "train.py").write_text("print(1)\n")
     path = write(repo / "jobs", LOCAL_JOB + "run: python train.py\nworkdir: ..\n", "job.yaml")
     env = {**os.environ, "CI": "true", "HOME": str(tmp_path / "home"), "COLUMNS": "80"}
-    ok = subprocess.run([sys.executable, "-m", "gpucloud", "validate", str(path)], capture_output=True, text=True,
-                        env=env, timeout=60, check=False)
+    ok = subprocess.run(
+        [sys.executable, "-m", "gpucloud", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert ok.returncode == 0 and f"workdir {repo.resolve()}: 2 file(s)" in ok.stderr, ok.stderr
     for workdir in ("../../..", "../../../..", str(tmp_path / "home")):
         path.write_text(LOCAL_JOB + f"run: python train.py\nworkdir: {workdir}\n")
-        out = subprocess.run([sys.executable, "-m", "gpucloud", "validate", str(path)], capture_output=True,
-                             text=True, env=env, timeout=60, check=False)
+        out = subprocess.run(
+            [sys.executable, "-m", "gpucloud", "validate", str(path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
         assert out.returncode == 2 and f"{path}:4: workdir: '{workdir}' is " in out.stderr, out.stderr
         assert "your home folder" in out.stderr or "above your home folder" in out.stderr, out.stderr
         assert "Traceback" not in out.stderr and "workdir: .." in out.stderr

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 # ---- the guard on the VM ---------------------------------------------------------------------------
+
 
 class _Imds(BaseHTTPRequestHandler):
     """IMDS of both clouds, enough for the guard: AWS token + spot/instance-action (404 until
@@ -55,8 +55,19 @@ class _Imds(BaseHTTPRequestHandler):
             ok = self.preempted and self.headers.get("X-aws-ec2-metadata-token") == "tok-1"
             self._reply(200 if ok else 404, '{"action": "terminate", "time": "2026-12-03T08:00:00Z"}' if ok else "")
         elif self.path.startswith("/metadata/scheduledevents?") and self.headers.get("Metadata") == "true":
-            events = [{"EventId": "e1", "EventType": "Preempt", "ResourceType": "VirtualMachine",
-                       "Resources": ["vm0"], "EventStatus": "Scheduled"}] if self.preempted else []
+            events = (
+                [
+                    {
+                        "EventId": "e1",
+                        "EventType": "Preempt",
+                        "ResourceType": "VirtualMachine",
+                        "Resources": ["vm0"],
+                        "EventStatus": "Scheduled",
+                    }
+                ]
+                if self.preempted
+                else []
+            )
             self._reply(200, json.dumps({"DocumentIncarnation": 2 if events else 1, "Events": events}))
         elif self.path.startswith("/metadata/identity/oauth2/token?"):
             self._reply(200, '{"access_token": "t"}')
@@ -83,20 +94,32 @@ def imds() -> Iterator[type[_Imds]]:
 
 
 # The job saves its state on SIGTERM, as a real one would, and says what the preempted file holds.
-TRAP_JOB = ('trap \'echo saved > ckpt/state; echo "file: $(cat "$GPUCLOUD_PREEMPTED_FILE")"; exit 143\' TERM; '
-            'echo started; echo running > ckpt/state; while :; do sleep 0.1; done')
+TRAP_JOB = (
+    'trap \'echo saved > ckpt/state; echo "file: $(cat "$GPUCLOUD_PREEMPTED_FILE")"; exit 143\' TERM; '
+    "echo started; echo running > ckpt/state; while :; do sleep 0.1; done"
+)
 
 
 @pytest.mark.parametrize("provider", ["aws", "azure"])
 def test_cloud_notice_stops_the_job_uploads_its_checkpoint_and_reports_preempted(
-        tmp_path: Path, imds: type[_Imds], provider: str) -> None:
+    tmp_path: Path, imds: type[_Imds], provider: str
+) -> None:
     """AWS IMDSv2 spot/instance-action, Azure Scheduled Events `Preempt`: SIGTERM to the job, the
     preempted file, the checkpoint the job saved on SIGTERM uploaded, status `preempted`."""
     url = imds.url  # type: ignore[attr-defined]
-    vm = make_vm(tmp_path, provider=provider, gpu="K80", run=TRAP_JOB,
-                 spot={"checkpoint": "ckpt", "checkpoint_interval": 600},
-                 stub_env={"STUB_GPU_NAME": "Tesla K80", "STUB_DRIVER": "470.82.01", "GPUCLOUD_IMDS_ENDPOINT": url,
-                           "GPUCLOUD_AZURE_ARM_ENDPOINT": url}).start()
+    vm = make_vm(
+        tmp_path,
+        provider=provider,
+        gpu="K80",
+        run=TRAP_JOB,
+        spot={"checkpoint": "ckpt", "checkpoint_interval": 600},
+        stub_env={
+            "STUB_GPU_NAME": "Tesla K80",
+            "STUB_DRIVER": "470.82.01",
+            "GPUCLOUD_IMDS_ENDPOINT": url,
+            "GPUCLOUD_AZURE_ARM_ENDPOINT": url,
+        },
+    ).start()
     assert wait_until(lambda: "started" in vm.log(), 30), vm.log()
     assert (vm.status()["state"], vm.status()["stage"]) == ("running", "run")
     imds.preempted = True
@@ -135,10 +158,13 @@ fi
 exec {subprocess.check_output(["bash", "-c", "command -v curl"], text=True).strip()} "$@"
 ''')
     wrapper.chmod(0o755)
-    wait = ('wait_for() { until grep -qs "^$2 " "$CH/checkpoint/slot-$1.sum"; do sleep 0.05; done; }; ')
-    job = ('if [ -f ckpt/state ]; then echo "restored $(cat ckpt/state) $(ls ckpt | tr "\\n" " ")"; exit 0; fi; '
-           + wait + 'echo v1 > ckpt/state; wait_for 0 1; echo v2 > ckpt/state; wait_for 1 2; '
-           'head -c 400000 /dev/urandom > ckpt/blob; echo v3 > ckpt/state; sleep 60')
+    wait = 'wait_for() { until grep -qs "^$2 " "$CH/checkpoint/slot-$1.sum"; do sleep 0.05; done; }; '
+    job = (
+        'if [ -f ckpt/state ]; then echo "restored $(cat ckpt/state) $(ls ckpt | tr "\\n" " ")"; exit 0; fi; '
+        + wait
+        + "echo v1 > ckpt/state; wait_for 0 1; echo v2 > ckpt/state; wait_for 1 2; "
+        "head -c 400000 /dev/urandom > ckpt/blob; echo v3 > ckpt/state; sleep 60"
+    )
     spot = {"checkpoint": "ckpt", "checkpoint_interval": 1}
 
     def boot(torn_at: int = 0) -> object:
@@ -167,10 +193,18 @@ exec {subprocess.check_output(["bash", "-c", "command -v curl"], text=True).stri
 
 # ---- recovery through the CLI on the local provider ------------------------------------------------------
 
-def _cli(*args: str, cwd: Path, timeout: float = 60, env: dict[str, str] | None = None
-         ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env or os.environ.copy())
+
+def _cli(
+    *args: str, cwd: Path, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or os.environ.copy(),
+    )
 
 
 def _latest_run(home: Path) -> str | None:
@@ -185,24 +219,39 @@ def _log(home: Path, run_id: str) -> str:
         return ""
 
 
-def preempt_when_resumed(home: Path, run_id: str, cwd: Path, attempt: int, env: dict[str, str] | None = None,
-                         timeout: float = 90) -> None:
+def preempt_when_resumed(
+    home: Path, run_id: str, cwd: Path, attempt: int, env: dict[str, str] | None = None, timeout: float = 90
+) -> None:
     """Once attempt `attempt` runs and has uploaded a checkpoint of its own, `gpucloud preempt`."""
+
     def ready() -> bool:
         log = _log(home, run_id)
         tail = log.split("resuming at")[attempt:] if len(resumed_at(log)) >= attempt else []
         return bool(tail) and "(interval" in tail[-1]
+
     assert wait_until(ready, timeout), _log(home, run_id)
     proc = _cli("preempt", run_id, cwd=cwd, env=env)
     assert proc.returncode == 0, proc.stderr
 
 
-def preempted_twice(args: list[str], home: Path, cwd: Path, env: dict[str, str] | None = None,
-                    run_id: str | None = None, timeout: float = 90) -> tuple[str, subprocess.CompletedProcess[str]]:
+def preempted_twice(
+    args: list[str],
+    home: Path,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    run_id: str | None = None,
+    timeout: float = 90,
+) -> tuple[str, subprocess.CompletedProcess[str]]:
     """Start `python -m ARGS` (a CLI that follows the run), preempt the run once in each of its first
     two attempts, and wait for the CLI's end. Returns the run id and the finished process."""
-    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, text=True, env=env or os.environ.copy(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *args],
+        cwd=cwd,
+        text=True,
+        env=env or os.environ.copy(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         if run_id is None:
             assert wait_until(lambda: _latest_run(home), 60)
@@ -258,8 +307,14 @@ def test_detached_run_recovered_by_watch(tmp_path: Path, gpucloud_home: Path) ->
 
 def test_preempted_run_without_recovery_ends_preempted(tmp_path: Path, gpucloud_home: Path) -> None:
     job = write_count_job(tmp_path / "job", n=400, cloud="local", extra={"recovery": None})
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job)], cwd=tmp_path, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(job)],
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=os.environ.copy(),
+    )
     assert wait_until(lambda: _latest_run(gpucloud_home), 30)
     run_id = _latest_run(gpucloud_home) or ""
     preempt_when_resumed(gpucloud_home, run_id, tmp_path, 1)
@@ -274,15 +329,19 @@ def test_preempted_run_without_recovery_ends_preempted(tmp_path: Path, gpucloud_
 
 # ---- the job file, the restart budget, the cost report ----------------------------------------------------
 
-@pytest.mark.parametrize("line,message", [
-    ("checkpoint: /data/ckpt", "checkpoint: '/data/ckpt' is an absolute path"),
-    ("checkpoint: ../ckpt", "checkpoint: '../ckpt' leaves the working folder"),
-    ("checkpoint_interval: soon", "checkpoint_interval: 'soon' is not a duration"),
-    ("recovery: {on: [preemption, eviction]}", "recovery.on: 'eviction' is not an event to recover from"),
-    ("recovery: {max_restarts: -1}", "recovery.max_restarts"),
-    ("recovery: {fallback: spot}", "recovery.fallback: 'spot' is not a fallback. Expected on-demand or none"),
-    ("recovery: {retries: 3}", "recovery.retries"),
-])
+
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ("checkpoint: /data/ckpt", "checkpoint: '/data/ckpt' is an absolute path"),
+        ("checkpoint: ../ckpt", "checkpoint: '../ckpt' leaves the working folder"),
+        ("checkpoint_interval: soon", "checkpoint_interval: 'soon' is not a duration"),
+        ("recovery: {on: [preemption, eviction]}", "recovery.on: 'eviction' is not an event to recover from"),
+        ("recovery: {max_restarts: -1}", "recovery.max_restarts"),
+        ("recovery: {fallback: spot}", "recovery.fallback: 'spot' is not a fallback. Expected on-demand or none"),
+        ("recovery: {retries: 3}", "recovery.retries"),
+    ],
+)
 def test_spot_fields_name_line_field_and_fix(line: str, message: str) -> None:
     from gpucloud.spec import SpecError, parse_spec
 
@@ -297,7 +356,10 @@ def test_spot_fields_defaults() -> None:
     spec = parse_spec("name: j\nresources: {cloud: local}\nrun: echo\ncheckpoint: out/ckpt/\nrecovery: {}\n", "j.yaml")
     assert (spec.checkpoint, spec.checkpoint_interval) == ("out/ckpt", 600)
     assert spec.recovery is not None and (spec.recovery.on, spec.recovery.max_restarts, spec.recovery.fallback) == (
-        ["preemption"], 3, "none")
+        ["preemption"],
+        3,
+        "none",
+    )
 
 
 def _recovery(policy: dict | None, spot: bool = True):  # noqa: ANN202 - test helper
@@ -317,15 +379,15 @@ def test_restart_budget_and_on_demand_fallback() -> None:
     assert rec.next_market("preempted", launch) == "same"
     rec.restarts += 1
     assert rec.next_market("preempted", launch) == "on-demand"  # the max_restarts-th preemption
-    assert rec.next_market("lost", launch) is None              # not in `on`
+    assert rec.next_market("lost", launch) is None  # not in `on`
     rec, launch = _recovery({"on": ["preemption", "lost"], "max_restarts": 1})
     assert rec.next_market("lost", launch) == "same"
     rec.restarts += 1
-    assert rec.next_market("preempted", launch) is None         # budget spent, no fallback
+    assert rec.next_market("preempted", launch) is None  # budget spent, no fallback
     rec, launch = _recovery({"max_restarts": 0, "fallback": "on-demand"})
     assert rec.next_market("preempted", launch) == "on-demand"  # straight to on-demand
     rec, launch = _recovery(None)
-    assert rec.next_market("preempted", launch) is None         # no recovery asked for
+    assert rec.next_market("preempted", launch) is None  # no recovery asked for
 
 
 def test_cost_report_per_attempt_with_saving_and_zero_for_never_launched(gpucloud_home: Path) -> None:
@@ -334,19 +396,55 @@ def test_cost_report_per_attempt_with_saving_and_zero_for_never_launched(gpuclou
 
     off = next(o for o in load_catalog().offerings if o.cloud == "aws" and o.spot_price_per_hour)
     store = Store()
-    store.create_run("never", name="never", spec_path=None, spec={}, cloud="aws", region=off.region,
-                     instance_type=off.instance_type, num_nodes=1, price_per_hour=off.price_per_hour,
-                     detached=False, pid=None)
-    store.start_attempt("never", 0, cloud="aws", region=off.region, instance_type=off.instance_type, spot=True,
-                        price_per_hour=off.spot_price_per_hour, num_nodes=1)
+    store.create_run(
+        "never",
+        name="never",
+        spec_path=None,
+        spec={},
+        cloud="aws",
+        region=off.region,
+        instance_type=off.instance_type,
+        num_nodes=1,
+        price_per_hour=off.price_per_hour,
+        detached=False,
+        pid=None,
+    )
+    store.start_attempt(
+        "never",
+        0,
+        cloud="aws",
+        region=off.region,
+        instance_type=off.instance_type,
+        spot=True,
+        price_per_hour=off.spot_price_per_hour,
+        num_nodes=1,
+    )
     store.end_attempt("never", 0, "capacity: no spot capacity")
     store.finish_run("never", "no-capacity", exit_code=75)
-    store.create_run("spot", name="spot", spec_path=None, spec={}, cloud="aws", region=off.region,
-                     instance_type=off.instance_type, num_nodes=2, price_per_hour=off.price_per_hour,
-                     detached=False, pid=None)
+    store.create_run(
+        "spot",
+        name="spot",
+        spec_path=None,
+        spec={},
+        cloud="aws",
+        region=off.region,
+        instance_type=off.instance_type,
+        num_nodes=2,
+        price_per_hour=off.price_per_hour,
+        detached=False,
+        pid=None,
+    )
     for idx, (spot, price) in enumerate([(True, off.spot_price_per_hour), (False, off.price_per_hour)]):
-        store.start_attempt("spot", idx, cloud="aws", region=off.region, instance_type=off.instance_type,
-                            spot=spot, price_per_hour=price, num_nodes=2)
+        store.start_attempt(
+            "spot",
+            idx,
+            cloud="aws",
+            region=off.region,
+            instance_type=off.instance_type,
+            spot=spot,
+            price_per_hour=price,
+            num_nodes=2,
+        )
         store.set_attempt_handle("spot", idx, "{}")
         store.end_attempt("spot", idx, "preempted: notice" if idx == 0 else "teardown")
     with store._tx() as c:  # one hour each, for round numbers
@@ -355,8 +453,10 @@ def test_cost_report_per_attempt_with_saving_and_zero_for_never_launched(gpuclou
     by_id = {r["run_id"]: r for r in report["runs"]}
     assert by_id["never"]["cost"] == 0 and by_id["never"]["attempts"][0]["billed_seconds"] == 0
     spot_att, od_att = by_id["spot"]["attempts"]
-    assert spot_att["market"] == "spot" and spot_att["nodes"] == [{"rank": 0, "billed_seconds": 3600.0},
-                                                                   {"rank": 1, "billed_seconds": 3600.0}]
+    assert spot_att["market"] == "spot" and spot_att["nodes"] == [
+        {"rank": 0, "billed_seconds": 3600.0},
+        {"rank": 1, "billed_seconds": 3600.0},
+    ]
     assert spot_att["cost"] == pytest.approx(2 * off.spot_price_per_hour)
     assert spot_att["on_demand_cost"] == pytest.approx(2 * off.price_per_hour)
     assert od_att["saving"] == 0 and od_att["on_demand_price_per_hour"] == off.price_per_hour
@@ -377,10 +477,17 @@ def test_local_machine_lost_without_notice_is_relaunched(tmp_path: Path, gpuclou
     lost by the CLI and relaunched; the new attempt resumes from the last interval checkpoint."""
     from gpucloud import vm_engine
 
-    job = write_count_job(tmp_path / "job", n=60, cloud="local",
-                          extra={"recovery": {"on": ["lost"], "max_restarts": 1}})
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(job)], cwd=tmp_path, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    job = write_count_job(
+        tmp_path / "job", n=60, cloud="local", extra={"recovery": {"on": ["lost"], "max_restarts": 1}}
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(job)],
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=os.environ.copy(),
+    )
     try:
         assert wait_until(lambda: _latest_run(gpucloud_home), 30)
         run_id = _latest_run(gpucloud_home) or ""

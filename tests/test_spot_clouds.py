@@ -38,11 +38,21 @@ def _run_preempted_twice(env: dict[str, str], home: Path, job: Path, module: str
     return run_id, proc.stderr
 
 
-def test_aws_spot_preempted_twice_falls_back_to_on_demand(aws_env: dict[str, str], moto: Moto,  # noqa: F811
-                                                          aws_sim: AwsVmSimulator, gpucloud_home: Path) -> None:
-    job = write_count_job(Path.cwd() / "job", n=N, cloud="aws", extra={
-        "resources": {"cloud": "aws", "regions": ["us-east-1", "us-west-2"], "gpu": "T4:1", "spot": True},
-        "recovery": {"on": ["preemption"], "max_restarts": 2, "fallback": "on-demand"}})
+def test_aws_spot_preempted_twice_falls_back_to_on_demand(
+    aws_env: dict[str, str],
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,
+    gpucloud_home: Path,
+) -> None:
+    job = write_count_job(
+        Path.cwd() / "job",
+        n=N,
+        cloud="aws",
+        extra={
+            "resources": {"cloud": "aws", "regions": ["us-east-1", "us-west-2"], "gpu": "T4:1", "spot": True},
+            "recovery": {"on": ["preemption"], "max_restarts": 2, "fallback": "on-demand"},
+        },
+    )
     run_id, err = _run_preempted_twice(aws_env, gpucloud_home, job, "tests.support.aws_cli")
     assert "falling back to on-demand" in err
     assert aws_sim.imds_polls > 0  # the guard also watched EC2's own notice (the simulator's IMDS)
@@ -54,8 +64,13 @@ def test_aws_spot_preempted_twice_falls_back_to_on_demand(aws_env: dict[str, str
     lifecycles = []
     for att in Store(gpucloud_home / "state.db").get_run(run_id).attempts:
         handle = json.loads(att.handle_json or "{}")
-        ec2 = boto3.client("ec2", region_name=att.region, endpoint_url=moto.endpoint,
-                           aws_access_key_id="testing", aws_secret_access_key="testing")
+        ec2 = boto3.client(
+            "ec2",
+            region_name=att.region,
+            endpoint_url=moto.endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         inst = ec2.describe_instances(InstanceIds=handle["nodes"])["Reservations"][0]["Instances"][0]
         lifecycles.append(inst.get("InstanceLifecycle", "on-demand"))
     assert lifecycles == ["spot", "spot", "on-demand"]
@@ -63,10 +78,18 @@ def test_aws_spot_preempted_twice_falls_back_to_on_demand(aws_env: dict[str, str
     assert tagged_alive(moto, run_id) == [] and aws_sim.leftover_processes() == []
 
 
-def test_azure_preempted_twice_resumes_and_finishes(azure_env: dict[str, str], arm: FakeArm,  # noqa: F811
-                                                    azure_sim: AzureVmSimulator, gpucloud_home: Path) -> None:
-    job = write_count_job(Path.cwd() / "job", n=N, cloud="azure", extra={
-        "resources": {"cloud": "azure", "regions": ["eastus"], "gpu": "T4:1"}})
+def test_azure_preempted_twice_resumes_and_finishes(
+    azure_env: dict[str, str],
+    arm: FakeArm,  # noqa: F811
+    azure_sim: AzureVmSimulator,
+    gpucloud_home: Path,
+) -> None:
+    job = write_count_job(
+        Path.cwd() / "job",
+        n=N,
+        cloud="azure",
+        extra={"resources": {"cloud": "azure", "regions": ["eastus"], "gpu": "T4:1"}},
+    )
     run_id, _ = _run_preempted_twice(azure_env, gpucloud_home, job, "gpucloud")
     check_finished_count(gpucloud_home, run_id, Path.cwd(), N, env=azure_env)
     azure_sim.wait_idle(30)
@@ -75,11 +98,19 @@ def test_azure_preempted_twice_resumes_and_finishes(azure_env: dict[str, str], a
 
 # ---- the clouds' own notices, delivered by the simulators (no recovery: the run ends preempted) ------------
 
-def _run_until_sim_preempts(env: dict[str, str], home: Path, job: Path, module: str,
-                            preempt: Callable[[], None]) -> tuple[str, str]:
+
+def _run_until_sim_preempts(
+    env: dict[str, str], home: Path, job: Path, module: str, preempt: Callable[[], None]
+) -> tuple[str, str]:
     """Run the job; once it runs and has checkpointed, the simulated cloud sends its own notice."""
-    proc = subprocess.Popen([sys.executable, "-m", module, "run", str(job)], env=env, cwd=Path.cwd(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, "run", str(job)],
+        env=env,
+        cwd=Path.cwd(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert wait_until(lambda: _latest_run(home), 60)
         run_id = _latest_run(home) or ""
@@ -93,13 +124,25 @@ def _run_until_sim_preempts(env: dict[str, str], home: Path, job: Path, module: 
     return run_id, _log(home, run_id)
 
 
-def test_aws_imds_interruption_notice_ends_the_run_preempted(aws_env: dict[str, str], moto: Moto,  # noqa: F811
-                                                             aws_sim: AwsVmSimulator, gpucloud_home: Path) -> None:
-    job = write_count_job(Path.cwd() / "job", n=0, cloud="aws", extra={
-        "resources": {"cloud": "aws", "regions": ["us-east-1"], "gpu": "T4:1", "spot": True},
-        "recovery": None, "env": LONG})
-    run_id, log = _run_until_sim_preempts(aws_env, gpucloud_home, job, "tests.support.aws_cli",
-                                          lambda: aws_sim.preempt(aws_sim.booted[-1]))
+def test_aws_imds_interruption_notice_ends_the_run_preempted(
+    aws_env: dict[str, str],
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,
+    gpucloud_home: Path,
+) -> None:
+    job = write_count_job(
+        Path.cwd() / "job",
+        n=0,
+        cloud="aws",
+        extra={
+            "resources": {"cloud": "aws", "regions": ["us-east-1"], "gpu": "T4:1", "spot": True},
+            "recovery": None,
+            "env": LONG,
+        },
+    )
+    run_id, log = _run_until_sim_preempts(
+        aws_env, gpucloud_home, job, "tests.support.aws_cli", lambda: aws_sim.preempt(aws_sim.booted[-1])
+    )
     assert 'preemption notice: spot interruption notice {"action":"terminate"' in log, log[-2000:]
     run = Store(gpucloud_home / "state.db").get_run(run_id)
     assert run.status == "preempted" and run.attempts[0].end_reason.startswith("preempted: spot interruption")
@@ -107,12 +150,21 @@ def test_aws_imds_interruption_notice_ends_the_run_preempted(aws_env: dict[str, 
     assert tagged_alive(moto, run_id) == [] and aws_sim.leftover_processes() == []
 
 
-def test_azure_scheduled_events_preempt_ends_the_run_preempted(azure_env: dict[str, str], arm: FakeArm,  # noqa: F811
-                                                               azure_sim: AzureVmSimulator, gpucloud_home: Path) -> None:
-    job = write_count_job(Path.cwd() / "job", n=0, cloud="azure", extra={
-        "resources": {"cloud": "azure", "regions": ["eastus"], "gpu": "T4:1"}, "recovery": None, "env": LONG})
-    run_id, log = _run_until_sim_preempts(azure_env, gpucloud_home, job, "gpucloud",
-                                          lambda: azure_sim.preempt(azure_sim.booted[-1]))
+def test_azure_scheduled_events_preempt_ends_the_run_preempted(
+    azure_env: dict[str, str],
+    arm: FakeArm,  # noqa: F811
+    azure_sim: AzureVmSimulator,
+    gpucloud_home: Path,
+) -> None:
+    job = write_count_job(
+        Path.cwd() / "job",
+        n=0,
+        cloud="azure",
+        extra={"resources": {"cloud": "azure", "regions": ["eastus"], "gpu": "T4:1"}, "recovery": None, "env": LONG},
+    )
+    run_id, log = _run_until_sim_preempts(
+        azure_env, gpucloud_home, job, "gpucloud", lambda: azure_sim.preempt(azure_sim.booted[-1])
+    )
     assert "preemption notice: Scheduled Events: Preempt" in log, log[-2000:]
     assert Store(gpucloud_home / "state.db").get_run(run_id).status == "preempted"
     azure_sim.wait_idle(30)

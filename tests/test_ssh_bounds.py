@@ -138,8 +138,12 @@ def test_down_never_signals_a_reused_pid(lab: SshLab, cli_env: dict[str, str], t
     finally:
         decoy.kill()
         decoy.wait()
-    alive, _ = start_detached(cli_env, job(tmp_path, "alive", "resources: {cloud: ssh, hosts: [box]}\n"
-                                                               "run: echo up; sleep 300\n"), tmp_path, box)
+    alive, _ = start_detached(
+        cli_env,
+        job(tmp_path, "alive", "resources: {cloud: ssh, hosts: [box]}\nrun: echo up; sleep 300\n"),
+        tmp_path,
+        box,
+    )
     assert run_processes(alive)
     assert gpucloud(cli_env, "down", alive, "--yes", cwd=tmp_path).returncode == 0
     assert wait_for(lambda: not run_processes(alive), 10)
@@ -149,8 +153,12 @@ def _cut_off(lab: SshLab, box: SshdServer, env: dict[str, str]) -> socket.socket
     """The host stops answering: its sshd and sessions end, the CLI's master is gone, and its
     port accepts connections that never answer (a hung host or a black-holed route)."""
     for sock in Path(env["GPUCLOUD_SSH_CONTROL_DIR"]).glob("*"):
-        subprocess.run(["ssh", "-F", str(lab.config), "-o", f"ControlPath={sock}", "-O", "exit", "x"],
-                       capture_output=True, timeout=10, check=False)
+        subprocess.run(
+            ["ssh", "-F", str(lab.config), "-o", f"ControlPath={sock}", "-O", "exit", "x"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
     sessions = box.session_pids()
     box.stop()
     for pid in sessions:
@@ -181,8 +189,7 @@ def _status(env: dict[str, str], run_id: str) -> str:
         conn.close()
 
 
-def test_down_with_the_host_unreachable_is_down_pending(lab: SshLab, cli_env: dict[str, str],
-                                                        tmp_path: Path) -> None:
+def test_down_with_the_host_unreachable_is_down_pending(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     box = server(lab, "far")
     spec = job(tmp_path, "far", "resources: {cloud: ssh, hosts: [far]}\nrun: echo up; sleep 300\n")
     run_id, node = start_detached(cli_env, spec, tmp_path, box)

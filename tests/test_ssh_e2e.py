@@ -46,13 +46,13 @@ def server(lab: SshLab, alias: str) -> SshdServer:
 @pytest.fixture
 def cli_env(lab: SshLab, gpucloud_home: Path, tmp_path: Path) -> dict[str, str]:
     # lab.env() gives a fresh ControlMaster folder per test: handshakes are counted per test.
-    return {**os.environ, **lab.env(), "GPUCLOUD_HOME": str(gpucloud_home),
-            "CI": "true", "PYTHONPATH": str(REPO)}
+    return {**os.environ, **lab.env(), "GPUCLOUD_HOME": str(gpucloud_home), "CI": "true", "PYTHONPATH": str(REPO)}
 
 
 def gpucloud(env: dict[str, str], *args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def job(tmp_path: Path, name: str, body: str) -> Path:
@@ -68,8 +68,10 @@ def run_processes(run_id: str) -> list[int]:
         if not proc.name.isdigit():
             continue
         try:
-            if f"GPUCLOUD_RUN_ID={run_id}".encode() in (proc / "environ").read_bytes() \
-                    or run_id.encode() in (proc / "cmdline").read_bytes():
+            if (
+                f"GPUCLOUD_RUN_ID={run_id}".encode() in (proc / "environ").read_bytes()
+                or run_id.encode() in (proc / "cmdline").read_bytes()
+            ):
                 found.append(int(proc.name))
         except OSError:
             continue
@@ -78,8 +80,14 @@ def run_processes(run_id: str) -> list[int]:
 
 def start_run(env: dict[str, str], spec: Path, cwd: Path, box: SshdServer) -> subprocess.Popen[str]:
     """`gpucloud run` in the background, returned once its job is running on the host."""
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(spec)], env=env, cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(spec)],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert wait_for(lambda: any((box.remote_root / "work").rglob("job.pgid")), 90)
     return proc
 
@@ -115,7 +123,9 @@ def test_probe_and_plan_resolve_kepler_for_a_k40_host(lab: SshLab, cli_env: dict
 def test_quickstart_on_an_ssh_host_with_one_handshake(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     box = server(lab, "t4box")
     before = box.accepted()
-    res = gpucloud(cli_env, "run", str(REPO / "examples" / "quickstart.yaml"), "--host", "t4box", "--json", cwd=tmp_path)
+    res = gpucloud(
+        cli_env, "run", str(REPO / "examples" / "quickstart.yaml"), "--host", "t4box", "--json", cwd=tmp_path
+    )
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["status"] == "succeeded"
@@ -142,8 +152,9 @@ def test_max_duration_gives_124(lab: SshLab, cli_env: dict[str, str], tmp_path: 
 
 def test_ctrl_c_gives_130_and_leaves_nothing(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     box = server(lab, "t4box")
-    spec = job(tmp_path, "interrupted", "resources: {cloud: ssh, gpu: T4:1, hosts: [t4box]}\n"
-                                        "run: echo started; sleep 300\n")
+    spec = job(
+        tmp_path, "interrupted", "resources: {cloud: ssh, gpu: T4:1, hosts: [t4box]}\nrun: echo started; sleep 300\n"
+    )
     proc = start_run(cli_env, spec, tmp_path, box)
     assert any((box.remote_root / "locks").glob("gpu-*"))
     run_id = next((box.remote_root / "work").iterdir()).name
@@ -153,7 +164,9 @@ def test_ctrl_c_gives_130_and_leaves_nothing(lab: SshLab, cli_env: dict[str, str
     assert proc.returncode == 130, out
     assert not (box.remote_root / "work" / run_id).exists()
     assert not list((box.remote_root / "locks").glob("gpu-*"))
-    assert wait_for(lambda: not run_processes(run_id), 10), [Path(f"/proc/{p}/cmdline").read_bytes() for p in run_processes(run_id)]
+    assert wait_for(lambda: not run_processes(run_id), 10), [
+        Path(f"/proc/{p}/cmdline").read_bytes() for p in run_processes(run_id)
+    ]
 
 
 def drop_connection(box: SshdServer, env: dict[str, str], alias: str) -> None:
@@ -178,8 +191,12 @@ def drop_connection(box: SshdServer, env: dict[str, str], alias: str) -> None:
 
 def test_dropped_connection_run_carries_on(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     box = server(lab, "cpu1")
-    spec = job(tmp_path, "dropped", "resources: {cloud: ssh, hosts: [cpu1]}\n"
-                                    "run: for i in 1 2 3 4 5 6; do echo tick $i; sleep 1; done; echo finished\n")
+    spec = job(
+        tmp_path,
+        "dropped",
+        "resources: {cloud: ssh, hosts: [cpu1]}\n"
+        "run: for i in 1 2 3 4 5 6; do echo tick $i; sleep 1; done; echo finished\n",
+    )
     # Attached: the CLI following the run reconnects (a new master) and sees it to the end.
     proc = start_run(cli_env, spec, tmp_path, box)
     drop_connection(box, cli_env, "cpu1")
@@ -201,8 +218,12 @@ def test_dropped_connection_run_carries_on(lab: SshLab, cli_env: dict[str, str],
 
 
 def test_two_nodes_on_two_hosts(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
-    spec = job(tmp_path, "pair", "resources: {cloud: ssh, hosts: [cpu1, cpu2]}\nnum_nodes: 2\n"
-                                 'run: echo "rank=$NODE_RANK of $GPUCLOUD_NUM_NODES master=$MASTER_ADDR:$MASTER_PORT"\n')
+    spec = job(
+        tmp_path,
+        "pair",
+        "resources: {cloud: ssh, hosts: [cpu1, cpu2]}\nnum_nodes: 2\n"
+        'run: echo "rank=$NODE_RANK of $GPUCLOUD_NUM_NODES master=$MASTER_ADDR:$MASTER_PORT"\n',
+    )
     res = gpucloud(cli_env, "run", str(spec), cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout + res.stderr
@@ -218,8 +239,9 @@ def test_two_nodes_on_two_hosts(lab: SshLab, cli_env: dict[str, str], tmp_path: 
     assert detached.returncode == 0, detached.stderr
     run_id = detached.stdout.strip().splitlines()[-1]
     node1_log = server(lab, "cpu2").remote_root / "work" / run_id / "node-1" / "job.log"
-    assert wait_for(lambda: node1_log.is_file() and "rank=1 of 2" in node1_log.read_text(errors="replace"), 60), \
+    assert wait_for(lambda: node1_log.is_file() and "rank=1 of 2" in node1_log.read_text(errors="replace"), 60), (
         "node 1 got past the barrier with no CLI reading the run"
+    )
     follow = gpucloud(cli_env, "logs", run_id, "--follow", cwd=tmp_path)
     assert follow.returncode == 0 and "[node 1] rank=1 of 2" in follow.stdout, follow.stdout + follow.stderr
     assert gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path).returncode == 0
@@ -255,8 +277,10 @@ def test_driver_install_needs_install_true(lab: SshLab, cli_env: dict[str, str],
     box = server(lab, "bare")
     probe = gpucloud(cli_env, "hosts", "probe", "bare", "--gpu", "K40:1", cwd=tmp_path)
     assert probe.returncode == 78 and "no working NVIDIA driver" in probe.stdout, probe.stdout + probe.stderr
-    body = ("resources: {cloud: ssh, gpu: K40:1, hosts: [bare]}\n"
-            "run: nvidia-smi --query-gpu=name,driver_version --format=csv\n")
+    body = (
+        "resources: {cloud: ssh, gpu: K40:1, hosts: [bare]}\n"
+        "run: nvidia-smi --query-gpu=name,driver_version --format=csv\n"
+    )
     refused = gpucloud(cli_env, "run", str(job(tmp_path, "nodriver", body)), cwd=tmp_path)
     assert refused.returncode == 2 and "apt-get install -y cuda-drivers-470" in refused.stderr, refused.stderr
     assert not (box.folder / "state" / "pkgs" / "cuda-drivers-470").exists(), "nothing installed without consent"
@@ -309,27 +333,36 @@ def test_gc_removes_an_expired_runs_leftovers(lab: SshLab, cli_env: dict[str, st
     assert wait_for(lambda: not run_processes(run_id), 10)
     from gpucloud.state import Store
 
-    assert Store(Path(cli_env["GPUCLOUD_HOME"]) / "state.db").resources(run_id, alive_only=True) == [], \
+    assert Store(Path(cli_env["GPUCLOUD_HOME"]) / "state.db").resources(run_id, alive_only=True) == [], (
         "the swept node's row is marked deleted"
+    )
     again = gpucloud(cli_env, "gc", "--dry-run", "--cloud", "ssh", cwd=tmp_path)
     assert run_id not in again.stdout and "ended-20260101-0000" not in again.stdout
 
 
-def test_down_of_a_job_that_ignores_sigterm_leaves_no_process(lab: SshLab, cli_env: dict[str, str],
-                                                              tmp_path: Path) -> None:
+def test_down_of_a_job_that_ignores_sigterm_leaves_no_process(
+    lab: SshLab, cli_env: dict[str, str], tmp_path: Path
+) -> None:
     """The bootstrap outlives teardown's grace (it gives the job 5 s after SIGTERM), so teardown
     KILLs it; its deadline backstop, in a session of its own, must go too (it would otherwise KILL
     process groups by number at the deadline, on a machine other people use)."""
     box = server(lab, "cpu1")
     spec = job(tmp_path, "stubborn", "resources: {cloud: ssh, hosts: [cpu1]}\nrun: trap '' TERM; echo up; sleep 300\n")
     run_id, _node = start_detached(cli_env, spec, tmp_path, box)
-    assert wait_for(lambda: any(b"backstop" in Path(f"/proc/{p}/cmdline").read_bytes()
-                                for p in run_processes(run_id) if Path(f"/proc/{p}").exists()), 10)
+    assert wait_for(
+        lambda: any(
+            b"backstop" in Path(f"/proc/{p}/cmdline").read_bytes()
+            for p in run_processes(run_id)
+            if Path(f"/proc/{p}").exists()
+        ),
+        10,
+    )
     parts = box.remote_root / "channel" / "runs" / run_id / "node-0" / "log"
     assert wait_for(lambda: any(b"up" in p.read_bytes() for p in parts.glob("0*")), 10)
     assert gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path).returncode == 0
-    assert wait_for(lambda: not run_processes(run_id), 10), \
-        [Path(f"/proc/{p}/cmdline").read_bytes() for p in run_processes(run_id)]
+    assert wait_for(lambda: not run_processes(run_id), 10), [
+        Path(f"/proc/{p}/cmdline").read_bytes() for p in run_processes(run_id)
+    ]
     assert not (box.remote_root / "work" / run_id).exists()
     # Teardown removed the host's channel folder: `down` copied the log first (nobody followed the run).
     assert not parts.exists()

@@ -40,13 +40,26 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
 
 @pytest.fixture
 def env(lab: SshLab, gpucloud_home: Path) -> dict[str, str]:
-    return {**os.environ, **lab.env(), "GPUCLOUD_HOME": str(gpucloud_home), "CI": "true", "PYTHONPATH": str(REPO),
-            "COLUMNS": "80"}
+    return {
+        **os.environ,
+        **lab.env(),
+        "GPUCLOUD_HOME": str(gpucloud_home),
+        "CI": "true",
+        "PYTHONPATH": str(REPO),
+        "COLUMNS": "80",
+    }
 
 
 def gpucloud(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=180, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 def job(tmp_path: Path, name: str, body: str) -> Path:
@@ -55,12 +68,16 @@ def job(tmp_path: Path, name: str, body: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("host", "gpu", "os_image", "repo"), [
-    ("deb12", "K40:1", "debian-12", "debian12"),
-    ("noble", "T4:1", "ubuntu-24.04", "ubuntu2404"),
-])
-def test_probe_and_plan_follow_the_hosts_os(env: dict[str, str], tmp_path: Path, host: str, gpu: str,
-                                            os_image: str, repo: str) -> None:
+@pytest.mark.parametrize(
+    ("host", "gpu", "os_image", "repo"),
+    [
+        ("deb12", "K40:1", "debian-12", "debian12"),
+        ("noble", "T4:1", "ubuntu-24.04", "ubuntu2404"),
+    ],
+)
+def test_probe_and_plan_follow_the_hosts_os(
+    env: dict[str, str], tmp_path: Path, host: str, gpu: str, os_image: str, repo: str
+) -> None:
     probe = gpucloud(env, "hosts", "probe", host, "--gpu", gpu, cwd=tmp_path)
     assert probe.returncode == 1 and "no working NVIDIA driver" in probe.stdout, probe.stdout + probe.stderr
     assert f"/{repo}/x86_64/cuda-keyring_1.1-1_all.deb" in probe.stdout, probe.stdout
@@ -68,8 +85,11 @@ def test_probe_and_plan_follow_the_hosts_os(env: dict[str, str], tmp_path: Path,
     assert "ubuntu2004" not in probe.stdout and "ubuntu2204" not in probe.stdout
     (doc,) = json.loads(gpucloud(env, "hosts", "probe", host, "--gpu", gpu, "--json", cwd=tmp_path).stdout)
     assert doc["nvidia_repo"] == repo and doc["stack"]["os_image"] == os_image
-    spec = job(tmp_path, "onhost", f"resources: {{cloud: ssh, gpu: {gpu}, hosts: [{host}]}}\n"
-                                   "stack: {install: true}\nrun: nvidia-smi\n")
+    spec = job(
+        tmp_path,
+        "onhost",
+        f"resources: {{cloud: ssh, gpu: {gpu}, hosts: [{host}]}}\nstack: {{install: true}}\nrun: nvidia-smi\n",
+    )
     plan = gpucloud(env, "plan", str(spec), cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr
     assert f"OS image {os_image}" in plan.stdout + plan.stderr and "ubuntu-22.04" not in plan.stdout, plan.stdout
@@ -78,8 +98,10 @@ def test_probe_and_plan_follow_the_hosts_os(env: dict[str, str], tmp_path: Path,
 
 def test_driver_install_uses_the_debian_repository(lab: SshLab, env: dict[str, str], tmp_path: Path) -> None:
     box = next(s for s in lab.servers if s.alias == "deb12")
-    body = ("resources: {cloud: ssh, gpu: K40:1, hosts: [deb12]}\nstack: {install: true}\n"
-            "run: nvidia-smi --query-gpu=name,driver_version --format=csv\n")
+    body = (
+        "resources: {cloud: ssh, gpu: K40:1, hosts: [deb12]}\nstack: {install: true}\n"
+        "run: nvidia-smi --query-gpu=name,driver_version --format=csv\n"
+    )
     res = gpucloud(env, "run", str(job(tmp_path, "debinstall", body)), cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Tesla K40m, 470.82.01" in res.stdout + res.stderr
@@ -93,8 +115,11 @@ def test_an_os_gpucloud_cannot_install_on_is_named_with_what_is_supported(env: d
     supported = "gpucloud installs drivers only on Ubuntu 20.04, 22.04 or 24.04, or Debian 12"
     assert supported in probe.stdout and "OS fedora-40" in probe.stdout, probe.stdout
     assert "apt-get" not in probe.stdout and "cuda-keyring" not in probe.stdout, probe.stdout
-    spec = job(tmp_path, "fedora", "resources: {cloud: ssh, gpu: K40:1, hosts: [fedora]}\n"
-                                   "stack: {install: true}\nrun: nvidia-smi\n")
+    spec = job(
+        tmp_path,
+        "fedora",
+        "resources: {cloud: ssh, gpu: K40:1, hosts: [fedora]}\nstack: {install: true}\nrun: nvidia-smi\n",
+    )
     refused = gpucloud(env, "run", str(spec), cwd=tmp_path)
     assert refused.returncode == 2, refused.stderr
     assert "stack.install is true, but this host runs fedora-40" in refused.stderr, refused.stderr
@@ -125,10 +150,19 @@ def test_ctrl_c_on_a_host_brings_back_what_the_job_saved(lab: SshLab, env: dict[
     """The host's folders go with the teardown, so the nodes are stopped first and read back."""
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "train.py").write_text(SAVES_ON_TERM)
-    spec = job(tmp_path / "code", "saver", "resources: {cloud: ssh, gpu: T4:1, hosts: [t4deb]}\n"
-                                           "run: python3 train.py\nartifacts: [out/]\n")
-    proc = subprocess.Popen([sys.executable, "-m", "gpucloud", "run", str(spec)], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    spec = job(
+        tmp_path / "code",
+        "saver",
+        "resources: {cloud: ssh, gpu: T4:1, hosts: [t4deb]}\nrun: python3 train.py\nartifacts: [out/]\n",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(spec)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         if "started" in line:

@@ -25,12 +25,15 @@ K40_PROBE = """@root /home/alice/.gpucloud
 """
 
 
-@pytest.mark.parametrize("text,user,host,port", [
-    ("gpu-box", None, "gpu-box", None),
-    ("alice@10.0.0.7:2222", "alice", "10.0.0.7", 2222),
-    ("bob@[::1]:2200", "bob", "::1", 2200),
-    ("devbox.lab.example", None, "devbox.lab.example", None),
-])
+@pytest.mark.parametrize(
+    "text,user,host,port",
+    [
+        ("gpu-box", None, "gpu-box", None),
+        ("alice@10.0.0.7:2222", "alice", "10.0.0.7", 2222),
+        ("bob@[::1]:2200", "bob", "::1", 2200),
+        ("devbox.lab.example", None, "devbox.lab.example", None),
+    ],
+)
 def test_host_strings(text: str, user: str | None, host: str, port: int | None) -> None:
     parsed = SshHost.parse(text)
     assert (parsed.user, parsed.host, parsed.port) == (user, host, port)
@@ -73,11 +76,19 @@ def test_driver_verdicts_name_the_fix() -> None:
     verdict = driver_problem(missing, stack) or ""
     assert "no working NVIDIA driver" in verdict and "cuda-drivers-470" in verdict and "install: true" in verdict
     # install: true is honoured only where sudo works without a password.
-    judged = assess(parse_probe("k40", "@user alice\n@sudo no\n@smi-error nvidia-smi not found\n"), "K40", 1,
-                    StackSpec(install=True))
+    judged = assess(
+        parse_probe("k40", "@user alice\n@sudo no\n@smi-error nvidia-smi not found\n"),
+        "K40",
+        1,
+        StackSpec(install=True),
+    )
     assert "no passwordless sudo" in judged.problems[0]
-    allowed = assess(parse_probe("k40", "@user alice\n@sudo yes\n@smi-error nvidia-smi not found\n"), "K40", 1,
-                     StackSpec(install=True))
+    allowed = assess(
+        parse_probe("k40", "@user alice\n@sudo yes\n@smi-error nvidia-smi not found\n"),
+        "K40",
+        1,
+        StackSpec(install=True),
+    )
     assert allowed.problems == []
     assert install_command(stack, "root").count("sudo") == 0 and "ubuntu2004" in install_command(stack)
 

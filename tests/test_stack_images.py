@@ -33,8 +33,9 @@ def test_arm64_type_falls_back_to_arm64_ubuntu_and_says_so(moto) -> None:  # noq
     node = resolve_node(resolve_stack("T4", StackSpec(framework="pytorch")), "aws", "g5g.xlarge", 1, cpu_arch="arm64")
     assert node.image is not None and node.image.name == "dlami-base-oss-arm64" and node.repo_arch == "sbsa"
     warned: list[str] = []
-    ami, _ = AwsProvider(warn=warned.append).resolve_image(REGION, "22.04", "auto", node.image, cpu_arch="arm64",
-                                                           warn=warned.append)
+    ami, _ = AwsProvider(warn=warned.append).resolve_image(
+        REGION, "22.04", "auto", node.image, cpu_arch="arm64", warn=warned.append
+    )
     assert ami == ubuntu[(REGION, "22.04-arm64")] != ubuntu[(REGION, "22.04")]
     assert len(warned) == 1 and "dlami-base-oss-arm64" in warned[0] and "Ubuntu 22.04 (arm64)" in warned[0]
     # the plain-Ubuntu path of an arm64 instance is arm64 too
@@ -49,8 +50,11 @@ def test_azure_hpc_image_only_on_the_sizes_microsoft_lists() -> None:
     for gpu, size, count in (("A100-40GB", "Standard_ND96asr_v4", 8), ("H100", "Standard_ND96isr_H100_v5", 8)):
         node = resolve_node(resolve_stack(gpu, r535), "azure", size, count)
         assert node.image is not None and node.image.name == "ubuntu-hpc-22.04", size
-    for gpu, size, count in (("T4", "Standard_NC4as_T4_v3", 1), ("A100-80GB", "Standard_NC24ads_A100_v4", 1),
-                             ("H100", "Standard_NC40ads_H100_v5", 1)):
+    for gpu, size, count in (
+        ("T4", "Standard_NC4as_T4_v3", 1),
+        ("A100-80GB", "Standard_NC24ads_A100_v4", 1),
+        ("H100", "Standard_NC40ads_H100_v5", 1),
+    ):
         for pins in (r535, StackSpec(framework="pytorch")):
             node = resolve_node(resolve_stack(gpu, pins), "azure", size, count)
             assert node.image is not None and node.image.name == "ubuntu-22.04", (size, pins)

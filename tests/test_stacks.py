@@ -77,9 +77,15 @@ def test_k80_defaults() -> None:
     assert any("end of life" in w for w in s.warnings)
 
 
-@pytest.mark.parametrize(("version", "pip_tail"), [("1.12", ("torch==1.12.1", "cu113")), ("1.13.1", ("torch==1.13.1", "cu116")),
-                                                  ("2.0.1", ("torch==2.0.1", "cu117")),
-                                                  ("2.1", ("torch==2.1.2", "cu118"))])
+@pytest.mark.parametrize(
+    ("version", "pip_tail"),
+    [
+        ("1.12", ("torch==1.12.1", "cu113")),
+        ("1.13.1", ("torch==1.13.1", "cu116")),
+        ("2.0.1", ("torch==2.0.1", "cu117")),
+        ("2.1", ("torch==2.1.2", "cu118")),
+    ],
+)
 def test_k80_pytorch_pins(version: str, pip_tail: tuple[str, str]) -> None:
     s = resolve_stack("K80", pins(framework="pytorch", framework_version=version))
     assert s.framework_pip[0] == pip_tail[0] and s.framework_pip[-1].endswith(pip_tail[1])
@@ -124,16 +130,23 @@ def test_k40_pytorch_error_explains_the_options() -> None:
         ("K80", {"cudnn": "8.9"}, "need compute capability >= 5.0"),
         ("K80", {"cudnn": "9.1"}, "need compute capability >= 5.0"),
         ("K40", {"cudnn": "9"}, "need compute capability >= 5.0"),
-        ("T4", {"driver": "535", "cuda": "12.8"}, r"driver 535 is too old for CUDA 12\.8, which needs driver >= 570\.26"),
+        (
+            "T4",
+            {"driver": "535", "cuda": "12.8"},
+            r"driver 535 is too old for CUDA 12\.8, which needs driver >= 570\.26",
+        ),
         ("A100-80GB", {"driver": "470", "cuda": "12.2"}, "too old for CUDA 12.2"),
         ("T4", {"driver": "570.10", "cuda": "12.8"}, "too old"),
         ("V100", {"cuda": "13.0"}, "CUDA 13.0 removed them"),
         ("H100", {"cuda": "11.4"}, "needs CUDA 11.8 or newer"),
         ("T4", {"cuda": "12.3"}, "not a CUDA version gpucloud can check"),
-        ("K80", {"framework": "pytorch", "framework_version": "2.2"},
-         r"cu118 wheels 2\.1-2\.7\.1 carry sm_37 kernels, but from 2\.2 their bundled cuDNN no "
-         r"longer supports Kepler, "
-         r"so <= 2\.1\.2 is the last fully working one"),
+        (
+            "K80",
+            {"framework": "pytorch", "framework_version": "2.2"},
+            r"cu118 wheels 2\.1-2\.7\.1 carry sm_37 kernels, but from 2\.2 their bundled cuDNN no "
+            r"longer supports Kepler, "
+            r"so <= 2\.1\.2 is the last fully working one",
+        ),
         ("V100", {"cudnn": "9.11"}, "cuDNN 9.11 dropped sm_50-sm_70"),
         ("P100", {"cudnn": "9"}, "an unpinned"),
         ("B200", {"driver": "565", "cuda": "12.6"}, "needs CUDA 12.8 or newer"),
@@ -225,6 +238,7 @@ def test_min_driver_table_is_monotonic() -> None:
 
 
 # ---- issue 13: data fixes ---------------------------------------------------------------------------
+
 
 def test_m60_tensorflow_is_refused() -> None:
     with pytest.raises(UserError, match=r"no Maxwell \(sm_50/sm_52\) kernels.*framework: pytorch"):

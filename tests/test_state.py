@@ -24,12 +24,29 @@ def test_home_dir_honours_env(gpucloud_home: Path) -> None:
 
 def test_run_lifecycle_and_cost(gpucloud_home: Path) -> None:
     store = Store()
-    run = store.create_run("job-1", name="job", spec={"name": "job"}, cloud="aws", region="us-east-1",
-                           instance_type="g4dn.xlarge", num_nodes=2, price_per_hour=0.5, deadline=time.time() + 60)
+    run = store.create_run(
+        "job-1",
+        name="job",
+        spec={"name": "job"},
+        cloud="aws",
+        region="us-east-1",
+        instance_type="g4dn.xlarge",
+        num_nodes=2,
+        price_per_hour=0.5,
+        deadline=time.time() + 60,
+    )
     assert run.status == "planned" and run.cost() == 0.0 and not run.final
     t0 = time.time() - 3600
-    store.start_attempt("job-1", 0, cloud="aws", region="us-east-1", instance_type="g4dn.xlarge", spot=False,
-                        price_per_hour=0.5, num_nodes=2)
+    store.start_attempt(
+        "job-1",
+        0,
+        cloud="aws",
+        region="us-east-1",
+        instance_type="g4dn.xlarge",
+        spot=False,
+        price_per_hour=0.5,
+        num_nodes=2,
+    )
     with store._tx() as c:  # the machines were asked for an hour ago
         c.execute("UPDATE attempts SET started_at = ? WHERE run_id = 'job-1'", (t0,))
     store.set_attempt_handle("job-1", 0, '{"run_id": "job-1", "cloud": "aws", "region": "us-east-1"}')
@@ -104,8 +121,12 @@ print("ok")
 
 def test_two_processes_write_concurrently(gpucloud_home: Path) -> None:
     Store()  # schema created by neither writer first: both race on it below anyway
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, tag], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for tag in ("a", "b")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, tag], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for tag in ("a", "b")
+    ]
     for p in procs:
         out, errout = p.communicate(timeout=60)
         assert p.returncode == 0, errout
@@ -118,9 +139,15 @@ def test_two_processes_write_concurrently(gpucloud_home: Path) -> None:
 
 def test_schema_created_by_racing_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUCLOUD_HOME", str(tmp_path / "fresh"))
-    code = "from gpucloud.state import Store; s = Store(); s.create_run(__import__('sys').argv[1], name='n'); print('ok')"
-    procs = [subprocess.Popen([sys.executable, "-c", code, f"r{i}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for i in range(3)]
+    code = (
+        "from gpucloud.state import Store; s = Store(); s.create_run(__import__('sys').argv[1], name='n'); print('ok')"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, f"r{i}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for i in range(3)
+    ]
     for p in procs:
         out, errout = p.communicate(timeout=60)
         assert p.returncode == 0, errout
@@ -129,11 +156,30 @@ def test_schema_created_by_racing_processes(tmp_path: Path, monkeypatch: pytest.
 
 # ---- migrations and attempts ---------------------------------------------------------------------------
 
-def _launch(store: Store, run_id: str, idx: int, *, price: float, nodes: int, started: float,
-            launched: bool, ended: float | None = None, reason: str | None = None) -> None:
+
+def _launch(
+    store: Store,
+    run_id: str,
+    idx: int,
+    *,
+    price: float,
+    nodes: int,
+    started: float,
+    launched: bool,
+    ended: float | None = None,
+    reason: str | None = None,
+) -> None:
     """An attempt as the failover loop records it, with its clock moved to `started`."""
-    store.start_attempt(run_id, idx, cloud="aws", region=f"r{idx}", instance_type="g4dn.xlarge", spot=False,
-                        price_per_hour=price, num_nodes=nodes)
+    store.start_attempt(
+        run_id,
+        idx,
+        cloud="aws",
+        region=f"r{idx}",
+        instance_type="g4dn.xlarge",
+        spot=False,
+        price_per_hour=price,
+        num_nodes=nodes,
+    )
     with store._tx() as c:
         c.execute("UPDATE attempts SET started_at = ? WHERE run_id = ? AND idx = ?", (started, run_id, idx))
     if launched:
@@ -163,8 +209,17 @@ def test_cost_is_summed_over_launched_attempts_only(gpucloud_home: Path) -> None
 def test_a_run_that_launched_nothing_costs_nothing(gpucloud_home: Path) -> None:
     store = Store()
     store.create_run("nc-1", name="nc", num_nodes=4, price_per_hour=3.0)
-    _launch(store, "nc-1", 0, price=3.0, nodes=4, started=time.time() - 3600, launched=False,
-            ended=time.time(), reason="quota: vCPU")
+    _launch(
+        store,
+        "nc-1",
+        0,
+        price=3.0,
+        nodes=4,
+        started=time.time() - 3600,
+        launched=False,
+        ended=time.time(),
+        reason="quota: vCPU",
+    )
     store.finish_run("nc-1", "no-capacity", exit_code=75)
     run = store.get_run("nc-1")
     assert run is not None and run.cost() == 0.0 and run.as_json()["cost"] == 0.0

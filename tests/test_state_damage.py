@@ -59,9 +59,13 @@ def _read_only(path: Path) -> None:
     path.chmod(0o444)
 
 
-DAMAGE = {"truncated": (_truncate, "damaged"), "garbage": (_garbage, "not an SQLite database"),
-          "wrong schema": (_wrong_schema, "not a gpucloud state store"),
-          "newer schema": (_newer_schema, "newer gpucloud"), "read-only": (_read_only, "read-only")}
+DAMAGE = {
+    "truncated": (_truncate, "damaged"),
+    "garbage": (_garbage, "not an SQLite database"),
+    "wrong schema": (_wrong_schema, "not a gpucloud state store"),
+    "newer schema": (_newer_schema, "newer gpucloud"),
+    "read-only": (_read_only, "read-only"),
+}
 
 
 @pytest.mark.parametrize("case", list(DAMAGE))
@@ -119,8 +123,9 @@ def test_down_without_store_or_handle_file_says_so(gpucloud_home: Path, tmp_path
 def test_run_stuck_in_planned_is_finalised_by_status(gpucloud_home: Path, tmp_path: Path) -> None:
     with Store() as store:
         store.create_run("run-20260101-dead", name="killed", cloud="local", region="local", pid=None)
-        store.create_run("run-20260101-slow", name="starting", cloud="local", region="local", pid=None,
-                         status="provisioning")
+        store.create_run(
+            "run-20260101-slow", name="starting", cloud="local", region="local", pid=None, status="provisioning"
+        )
         store.update_run("run-20260101-dead", created_at=time.time() - 3600)
     doc = json.loads(cli("status", "run-20260101-dead", "--json", cwd=tmp_path, check=True).stdout)
     assert doc["status"] == "error" and "before any machine was created" in doc["message"]
@@ -131,15 +136,25 @@ def test_run_stuck_in_planned_is_finalised_by_status(gpucloud_home: Path, tmp_pa
 def test_handle_is_written_beside_the_store(gpucloud_home: Path) -> None:
     with Store() as store:
         store.create_run("run-20260101-abcd", name="x")
-        store.start_attempt("run-20260101-abcd", 0, cloud="local", region="local", instance_type=None, spot=False,
-                            price_per_hour=0.0, num_nodes=1)
+        store.start_attempt(
+            "run-20260101-abcd",
+            0,
+            cloud="local",
+            region="local",
+            instance_type=None,
+            spot=False,
+            price_per_hour=0.0,
+            num_nodes=1,
+        )
         store.set_attempt_handle("run-20260101-abcd", 0, '{"run_id": "run-20260101-abcd"}')
-    assert (gpucloud_home / "runs" / "run-20260101-abcd" / "handle-0.json").read_text() == \
-        '{"run_id": "run-20260101-abcd"}'
+    assert (
+        gpucloud_home / "runs" / "run-20260101-abcd" / "handle-0.json"
+    ).read_text() == '{"run_id": "run-20260101-abcd"}'
 
 
-def test_store_that_breaks_during_a_run_still_tears_it_down(tmp_path: Path, gpucloud_home: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_store_that_breaks_during_a_run_still_tears_it_down(
+    tmp_path: Path, gpucloud_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The run's own teardown falls back to the handle file when the store fails mid-run."""
     from contextlib import contextmanager
 

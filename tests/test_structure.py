@@ -15,8 +15,15 @@ MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 # module prefix -> modules it must never import (a lower layer pointing back up)
 FORBIDDEN = {
-    "gpucloud.providers": ("gpucloud.lifecycle", "gpucloud.failover", "gpucloud.watch", "gpucloud.teardown",
-                           "gpucloud.commands", "gpucloud.cli", "gpucloud.views"),
+    "gpucloud.providers": (
+        "gpucloud.lifecycle",
+        "gpucloud.failover",
+        "gpucloud.watch",
+        "gpucloud.teardown",
+        "gpucloud.commands",
+        "gpucloud.cli",
+        "gpucloud.views",
+    ),
     "gpucloud.state": ("gpucloud.providers", "gpucloud.lifecycle", "gpucloud.commands"),
     "gpucloud.render": ("gpucloud.lifecycle", "gpucloud.failover", "gpucloud.commands"),
     "gpucloud.watch": ("gpucloud.lifecycle", "gpucloud.commands", "gpucloud.failover"),
@@ -105,7 +112,7 @@ def test_no_import_circle() -> None:
         path.append(mod)
         for dep in sorted(graph.get(mod, ())):
             if state.get(dep) == 1:
-                circles.append(" -> ".join([*path[path.index(dep):], dep]))
+                circles.append(" -> ".join([*path[path.index(dep) :], dep]))
             elif dep not in state:
                 visit(dep)
         path.pop()
@@ -129,8 +136,10 @@ def test_imports_point_down_the_layers() -> None:
 def test_the_checker_sees_a_circle_and_lazy_imports(tmp_path: Path) -> None:
     """The import walker itself: lazy (function-level) imports count, TYPE_CHECKING ones do not."""
     a = tmp_path / "a.py"
-    a.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import gpucloud.views\n"
-                 "def f():\n    from gpucloud import state\n")
+    a.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import gpucloud.views\n"
+        "def f():\n    from gpucloud import state\n"
+    )
     assert _imports("gpucloud.a", a, {"gpucloud.state", "gpucloud.views"}) == {"gpucloud.state"}
 
 

@@ -111,46 +111,89 @@ def _claim(grants: dict[str, str], headers: tuple[str, ...]) -> Callable[[bytes]
     from gpucloud.channel_trust import fingerprint
 
     key = Ed25519PrivateKey.generate()
-    pub = base64.b64encode(key.public_key().public_bytes(serialization.Encoding.Raw,
-                                                         serialization.PublicFormat.Raw)).decode()
+    pub = base64.b64encode(
+        key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    ).decode()
     path = _upload((pub + "\n").encode())
     if "claim_append" in grants:
-        done = subprocess.run(["curl", "-fsS", "-o", "/dev/null", "-T", path, "-H", "x-ms-version: 2022-11-02",
-                               grants["claim_append"] + "&comp=appendblock"], capture_output=True, check=False)
+        done = subprocess.run(
+            [
+                "curl",
+                "-fsS",
+                "-o",
+                "/dev/null",
+                "-T",
+                path,
+                "-H",
+                "x-ms-version: 2022-11-02",
+                grants["claim_append"] + "&comp=appendblock",
+            ],
+            capture_output=True,
+            check=False,
+        )
     else:
         form = [a for f in grants.get("fields", "").splitlines() for a in ("--form-string", f.replace(" ", "=", 1))]
-        done = subprocess.run(["curl", "-fsS", "-o", "/dev/null", *form, "--form-string",
-                               f"key={grants['log_post_key']}claim-{fingerprint(pub)}", "-F", f"file=@{path}",
-                               grants["log_post"]], capture_output=True, check=False)
+        done = subprocess.run(
+            [
+                "curl",
+                "-fsS",
+                "-o",
+                "/dev/null",
+                *form,
+                "--form-string",
+                f"key={grants['log_post_key']}claim-{fingerprint(pub)}",
+                "-F",
+                f"file=@{path}",
+                grants["log_post"],
+            ],
+            capture_output=True,
+            check=False,
+        )
     assert done.returncode == 0, f"the reader's claim failed: {done.stderr!r}"
 
     def sign(doc: bytes) -> bytes:
         sig = base64.b64encode(key.sign(doc)).decode()
         return doc[:-2] + f',"sig":"{sig}"}}\n'.encode()
+
     del headers
     return sign
 
 
-def _forge(grants: dict[str, str], headers: tuple[str, ...], run_id: str, stop: threading.Event,
-           claim: bool) -> None:
+def _forge(grants: dict[str, str], headers: tuple[str, ...], run_id: str, stop: threading.Event, claim: bool) -> None:
     import hashlib
 
     art = _forged_artifacts()
     sign = _claim(grants, headers) if claim else (lambda doc: doc)
     FORGED.clear()
     while not stop.is_set():
-        doc = json.dumps({"run_id": run_id, "rank": 0, "state": "succeeded", "stage": "done", "stages": {},
-                          "heartbeat": int(time.time()), "exit_code": 0, "message": "", "log_parts": 0,
-                          "log_bytes": 0, "artifacts_sha256": hashlib.sha256(art).hexdigest()},
-                         separators=(",", ":")).encode() + b"\n"
+        doc = (
+            json.dumps(
+                {
+                    "run_id": run_id,
+                    "rank": 0,
+                    "state": "succeeded",
+                    "stage": "done",
+                    "stages": {},
+                    "heartbeat": int(time.time()),
+                    "exit_code": 0,
+                    "message": "",
+                    "log_parts": 0,
+                    "log_bytes": 0,
+                    "artifacts_sha256": hashlib.sha256(art).hexdigest(),
+                },
+                separators=(",", ":"),
+            ).encode()
+            + b"\n"
+        )
         _put(grants["artifacts_put"], art, headers)
         _put(grants["status_put"], sign(doc), headers)
         FORGED.append(time.time())
         stop.wait(0.3)
 
 
-def _play(proc: subprocess.Popen[str], read_user_data: Callable[[], bytes | None], headers: tuple[str, ...],
-          claim: bool) -> tuple[int, str, str]:
+def _play(
+    proc: subprocess.Popen[str], read_user_data: Callable[[], bytes | None], headers: tuple[str, ...], claim: bool
+) -> tuple[int, str, str]:
     end = time.monotonic() + 90
     raw = None
     while raw is None and time.monotonic() < end and proc.poll() is None:
@@ -179,9 +222,13 @@ def _check(rc: int, out: str, err: str, cwd: Path) -> None:
 
 
 @pytest.mark.parametrize("claim", [False, True], ids=["no-key", "own-key"])
-def test_aws_user_data_reader_cannot_forge_the_result(aws_env: dict[str, str], moto: Moto,  # noqa: F811
-                                                      aws_sim: AwsVmSimulator, tmp_path: Path,  # noqa: F811
-                                                      claim: bool) -> None:
+def test_aws_user_data_reader_cannot_forge_the_result(
+    aws_env: dict[str, str],
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,
+    tmp_path: Path,  # noqa: F811
+    claim: bool,
+) -> None:
     spec = aws_job(tmp_path / "job.yaml", run=JOB, artifacts="[out.txt]")
     before = set(aws_sim.booted)
     proc = start_cli(aws_env, "run", str(spec), "--cloud", "aws")
@@ -202,9 +249,13 @@ def test_aws_user_data_reader_cannot_forge_the_result(aws_env: dict[str, str], m
 
 
 @pytest.mark.parametrize("claim", [False, True], ids=["no-key", "own-key"])
-def test_azure_custom_data_reader_cannot_forge_the_result(azure_env: dict[str, str], arm: FakeArm,  # noqa: F811
-                                                          azure_sim: AzureVmSimulator, tmp_path: Path,  # noqa: F811
-                                                          claim: bool) -> None:
+def test_azure_custom_data_reader_cannot_forge_the_result(
+    azure_env: dict[str, str],
+    arm: FakeArm,  # noqa: F811
+    azure_sim: AzureVmSimulator,
+    tmp_path: Path,  # noqa: F811
+    claim: bool,
+) -> None:
     spec = azure_job(tmp_path / "job.yaml", run=JOB, artifacts="[out.txt]")
     before = {r.id for r in arm.vms()}
     proc = azure_start_cli(azure_env, "run", str(spec), "--cloud", "azure")

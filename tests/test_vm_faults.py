@@ -36,9 +36,9 @@ class Cell:
     name: str
     provider: str = "local"
     run: str = "echo started; sleep 60"
-    state: str | None = "deadline"           # the final state the channel must hold (None: no status)
-    message: str = ""                        # a piece of the final message
-    server: dict | None = None               # FaultServer options, or {"refuse": "puts"|"manifest"}
+    state: str | None = "deadline"  # the final state the channel must hold (None: no status)
+    message: str = ""  # a piece of the final message
+    server: dict | None = None  # FaultServer options, or {"refuse": "puts"|"manifest"}
     env: dict[str, str] = field(default_factory=dict)
     act: Callable[[Vm], None] | None = None  # what is done to the running VM
     gone_by: float = DEADLINE_S + GRACE_S + MARGIN_S
@@ -56,6 +56,7 @@ def _signal_main(sig: int) -> Callable[[Vm], None]:
         _wait_for(vm.vm_dir / "job.pgid")
         time.sleep(0.2)
         os.kill(vm.proc.pid, sig)
+
     return act
 
 
@@ -72,16 +73,43 @@ CELLS = [
     Cell("watchdog killed (aws)", provider="aws", act=_kill_watchdog, message="stopped by the backstop"),
     Cell("main SIGTERM", act=_signal_main(signal.SIGTERM), state="failed", message="signal", gone_by=MARGIN_S),
     Cell("main SIGKILL", act=_signal_main(signal.SIGKILL), message="max_duration passed"),
-    Cell("main SIGKILL (aws)", provider="aws", act=_signal_main(signal.SIGKILL), message="max_duration passed",
-         gone_by=DEADLINE_S + MARGIN_S),
-    Cell("work dir not creatable", provider="aws", state="error", message="cannot create the work folder",
-         env={"GPUCLOUD_VM_DIR": "/dev/null/gpucloud"}, gone_by=MARGIN_S),
-    Cell("disk full", run="echo data >/dev/full", state="failed", message="disk was full",
-         env={"STUB_DISK_FULL": "1"}, gone_by=MARGIN_S),
-    Cell("apt failing", provider="aws", state="error", message="stack install failed",
-         env={"STUB_APT_FAIL": "1"}, gone_by=MARGIN_S),
-    Cell("job ignores SIGTERM", run="trap '' TERM; echo started; sleep 60; sleep 60", message="max_duration passed",
-         gone_by=DEADLINE_S + 5 + MARGIN_S),
+    Cell(
+        "main SIGKILL (aws)",
+        provider="aws",
+        act=_signal_main(signal.SIGKILL),
+        message="max_duration passed",
+        gone_by=DEADLINE_S + MARGIN_S,
+    ),
+    Cell(
+        "work dir not creatable",
+        provider="aws",
+        state="error",
+        message="cannot create the work folder",
+        env={"GPUCLOUD_VM_DIR": "/dev/null/gpucloud"},
+        gone_by=MARGIN_S,
+    ),
+    Cell(
+        "disk full",
+        run="echo data >/dev/full",
+        state="failed",
+        message="disk was full",
+        env={"STUB_DISK_FULL": "1"},
+        gone_by=MARGIN_S,
+    ),
+    Cell(
+        "apt failing",
+        provider="aws",
+        state="error",
+        message="stack install failed",
+        env={"STUB_APT_FAIL": "1"},
+        gone_by=MARGIN_S,
+    ),
+    Cell(
+        "job ignores SIGTERM",
+        run="trap '' TERM; echo started; sleep 60; sleep 60",
+        message="max_duration passed",
+        gone_by=DEADLINE_S + 5 + MARGIN_S,
+    ),
 ]
 
 
@@ -90,8 +118,10 @@ def matrix_table() -> Iterator[None]:
     yield
     out = os.environ.get("GPUCLOUD_FAULT_MATRIX")
     if out and ROWS:
-        head = ("| fault | provider | reported state | VM gone after (s) | limit (s) | VMs left |\n"
-                "|---|---|---|---|---|---|\n")
+        head = (
+            "| fault | provider | reported state | VM gone after (s) | limit (s) | VMs left |\n"
+            "|---|---|---|---|---|---|\n"
+        )
         Path(out).write_text(head + "\n".join(ROWS) + "\n")
 
 
@@ -107,12 +137,13 @@ def _url_map(cell: Cell, server: FaultServer) -> Callable[[str], str]:
 
     def url_map(url: str) -> str:
         mapped = server.url_map(url)
-        path = mapped[len(server.base):]
+        path = mapped[len(server.base) :]
         if refuse == "manifest" and path.endswith("/manifest"):
             return refused + path
         if refuse == "puts" and not path.endswith(("/manifest", "/code.tar.gz")) and "/ready" not in path:
             return refused + path
         return mapped
+
     return url_map
 
 
@@ -124,14 +155,25 @@ def test_fault_leaves_no_vm_and_reports_the_truth(tmp_path: Path, cell: Cell) ->
         server = FaultServer(tmp_path / "channel", **{k: v for k, v in cell.server.items() if k != "refuse"}).start()
         kw["url_map"] = _url_map(cell, server)
     aws = cell.provider == "aws"
-    env = {"GPUCLOUD_DEADLINE_GRACE": str(GRACE_S), "GPUCLOUD_VM_SANDBOX": str(tmp_path / "vm"),
-           "TMPDIR": str(tmp_path), **cell.env}
+    env = {
+        "GPUCLOUD_DEADLINE_GRACE": str(GRACE_S),
+        "GPUCLOUD_VM_SANDBOX": str(tmp_path / "vm"),
+        "TMPDIR": str(tmp_path),
+        **cell.env,
+    }
     if aws:
         kw.update(stack=K80, gpu="K80")
         env["STUB_GPU_NAME"] = "Tesla K80"
         env.setdefault("STUB_APT_REPO", "")  # the plain apt stub: the job must start within the 3 s deadline
-    vm = make_vm(tmp_path, provider=cell.provider, run=cell.run, deadline_s=DEADLINE_S, max_duration=DEADLINE_S,
-                 stub_env=env, **kw)
+    vm = make_vm(
+        tmp_path,
+        provider=cell.provider,
+        run=cell.run,
+        deadline_s=DEADLINE_S,
+        max_duration=DEADLINE_S,
+        stub_env=env,
+        **kw,
+    )
     t0 = time.monotonic()
     vm.start()
     try:
@@ -153,8 +195,10 @@ def test_fault_leaves_no_vm_and_reports_the_truth(tmp_path: Path, cell: Cell) ->
     status = vm.channel.read_status(vm.run_id, 0)
     state = status["state"] if status else None
     left = len(vm_engine.marked_pids(vm.vm_dir)) if not aws else 0
-    ROWS.append(f"| {cell.name} | {cell.provider} | {state or 'no status (none could be sent)'} | "
-                f"{gone_after:.1f} | {cell.gone_by} | {0 if gone and not left else 1} |")
+    ROWS.append(
+        f"| {cell.name} | {cell.provider} | {state or 'no status (none could be sent)'} | "
+        f"{gone_after:.1f} | {cell.gone_by} | {0 if gone and not left else 1} |"
+    )
     assert gone, f"{cell.name}: VM still there after {gone_after:.1f}s"
     assert gone_after <= cell.gone_by, f"{cell.name}: gone only after {gone_after:.1f}s"
     assert left == 0

@@ -58,8 +58,11 @@ def main() -> None:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     node = os.environ.get("GPUCLOUD_NODE_RANK", "0")
     where = f"cuda:{local_rank} {torch.cuda.get_device_name(local_rank)}" if use_cuda else "CPU"
-    print(f"rank {rank}/{world} (node {node}) on {where}, backend {dist.get_backend()}, "
-          f"master {master}:{os.environ.get('MASTER_PORT')}", flush=True)
+    print(
+        f"rank {rank}/{world} (node {node}) on {where}, backend {dist.get_backend()}, "
+        f"master {master}:{os.environ.get('MASTER_PORT')}",
+        flush=True,
+    )
 
     torch.manual_seed(0)
     data = make_data(args.samples, 32, 10, seed=1)
@@ -88,8 +91,15 @@ def main() -> None:
             print(f"epoch {epoch}/{args.epochs} loss {mean_loss:.6f}", flush=True)
 
     print(f"rank {rank} final loss {mean_loss:.6f}", flush=True)
-    metrics = {"rank": rank, "world_size": world, "node_rank": int(node), "final_loss": mean_loss,
-               "epochs": args.epochs, "backend": dist.get_backend(), "seconds": round(time.time() - start, 3)}
+    metrics = {
+        "rank": rank,
+        "world_size": world,
+        "node_rank": int(node),
+        "final_loss": mean_loss,
+        "epochs": args.epochs,
+        "backend": dist.get_backend(),
+        "seconds": round(time.time() - start, 3),
+    }
     Path("metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     if rank == 0:
         out = Path("outputs")

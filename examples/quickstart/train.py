@@ -81,8 +81,12 @@ def main() -> None:
     accuracy = model.accuracy(test)
     Path("outputs").mkdir(exist_ok=True)
     Path("outputs/model.json").write_text(json.dumps({"w1": model.w1, "b1": model.b1, "w2": model.w2, "b2": model.b2}))
-    metrics = {"epochs": args.epochs, "final_loss": round(loss, 6), "test_accuracy": round(accuracy, 4),
-               "train_seconds": round(time.time() - start, 3)}
+    metrics = {
+        "epochs": args.epochs,
+        "final_loss": round(loss, 6),
+        "test_accuracy": round(accuracy, 4),
+        "train_seconds": round(time.time() - start, 3),
+    }
     Path("metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     print(f"done: test accuracy {accuracy:.3f}; wrote outputs/model.json and metrics.json", flush=True)
 

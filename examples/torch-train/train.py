@@ -59,8 +59,13 @@ def main() -> None:
     out = Path("outputs")
     out.mkdir(exist_ok=True)
     torch.save(model.state_dict(), out / "model.pt")
-    metrics = {"final_loss": round(loss.item(), 6), "val_accuracy": round(acc, 6), "epochs": args.epochs,
-               "device": name, "seconds": round(time.time() - start, 3)}
+    metrics = {
+        "final_loss": round(loss.item(), 6),
+        "val_accuracy": round(acc, 6),
+        "epochs": args.epochs,
+        "device": name,
+        "seconds": round(time.time() - start, 3),
+    }
     Path("metrics.json").write_text(json.dumps(metrics, indent=2))
     print(f"done: {metrics}", flush=True)
 

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from importlib.resources import files
 
-from gpucloud.catalog.models import GpuModel, Offering, Status
 from gpucloud import providers
+from gpucloud.catalog.models import GpuModel, Offering, Status
 from gpucloud.errors import InternalError
 
 __all__ = [
@@ -64,10 +64,10 @@ class CatalogMeta:
     """Where the offerings come from: the shipped CSVs, or a refresh (per cloud: when, from what,
     and what was missing), so that `plan` can say how old its data is."""
 
-    origin: str = "shipped"                       # "shipped" | "refreshed"
-    created_at: str | None = None                 # ISO time the cache was written
+    origin: str = "shipped"  # "shipped" | "refreshed"
+    created_at: str | None = None  # ISO time the cache was written
     clouds: dict[str, dict[str, object]] = field(default_factory=dict)
-    note: str = ""                                # why the cache was not used, when it was not
+    note: str = ""  # why the cache was not used, when it was not
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +84,7 @@ class Catalog:
         """Canonical name (or family name) for a name or alias in any case ("tesla k80" -> "K80",
         "a100" -> "A100", the family of A100-40GB and A100-80GB), else None."""
         key = _normalize(name)
-        candidates = [key, *(key[len(p):] for p in _PREFIXES if key.startswith(p))]
+        candidates = [key, *(key[len(p) :] for p in _PREFIXES if key.startswith(p))]
         for cand in candidates:
             if cand in self.families:
                 return cand
@@ -109,8 +109,13 @@ class Catalog:
         if canonical not in self.families:
             return self.gpus[canonical]
         first = self.gpus[variants[0]]
-        return replace(first, name=canonical, memory_gib=min(self.gpus[v].memory_gib for v in variants),
-                       aliases=(), source=f"family of {', '.join(variants)} (memory: the smallest)")
+        return replace(
+            first,
+            name=canonical,
+            memory_gib=min(self.gpus[v].memory_gib for v in variants),
+            aliases=(),
+            source=f"family of {', '.join(variants)} (memory: the smallest)",
+        )
 
     def variant_for(self, name: str, memory_gib: float) -> str | None:
         """The canonical GPU a cloud API means by a model name and per-GPU memory ("A100" with
@@ -162,9 +167,7 @@ def _read(name: str, expected: tuple[str, ...], text: str | None = None) -> list
         text = (files("gpucloud.catalog") / "data" / name).read_text(encoding="utf-8")
     reader = csv.DictReader(io.StringIO(text))
     if tuple(reader.fieldnames or ()) != expected:
-        raise CatalogError(
-            f"catalog/data/{name} line 1: header is {reader.fieldnames!r}, expected {list(expected)!r}."
-        )
+        raise CatalogError(f"catalog/data/{name} line 1: header is {reader.fieldnames!r}, expected {list(expected)!r}.")
     out = []
     for row in reader:
         if None in row or any(v is None for v in row.values()):
@@ -255,8 +258,9 @@ def _load_gpus() -> tuple[dict[str, GpuModel], dict[str, str]]:
 def _load_offerings(gpus: dict[str, GpuModel], text: str | None = None) -> tuple[Offering, ...]:
     rows: list[Offering] = []
     seen: dict[tuple[str, str, str], int] = {}
-    for line, raw in (_read("offerings.csv", _OFFERING_FIELDS, text) if text is not None
-                      else _read("offerings.csv", _OFFERING_FIELDS)):
+    for line, raw in (
+        _read("offerings.csv", _OFFERING_FIELDS, text) if text is not None else _read("offerings.csv", _OFFERING_FIELDS)
+    ):
         r = _Row("offerings.csv", line, raw)
         cloud = r.choice("cloud", providers.priced_clouds())
         instance_type = r.text("instance_type")

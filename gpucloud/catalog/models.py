@@ -13,10 +13,10 @@ Status = Literal["active", "legacy", "retired"]
 
 @dataclass(frozen=True, slots=True)
 class GpuModel:
-    name: str                 # canonical, e.g. "K80", "A100-80GB"
-    architecture: str         # "Kepler", "Maxwell", "Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell"
-    compute_capability: str   # "3.7"
-    memory_gib: float         # per GPU as the cloud counts it (K80: 12, one GK210)
+    name: str  # canonical, e.g. "K80", "A100-80GB"
+    architecture: str  # "Kepler", "Maxwell", "Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell"
+    compute_capability: str  # "3.7"
+    memory_gib: float  # per GPU as the cloud counts it (K80: 12, one GK210)
     fp32_tflops: float | None
     fp64_tflops: float | None
     bandwidth_gbs: float | None
@@ -25,20 +25,20 @@ class GpuModel:
 
 
 class Offering(NamedTuple):
-    cloud: str                # a priced provider's registry name
+    cloud: str  # a priced provider's registry name
     instance_type: str
-    gpu: str                  # canonical GPU name
+    gpu: str  # canonical GPU name
     gpu_count: int
     vcpus: int
     memory_gib: float
-    arch: str                 # CPU architecture of the host: "x86_64" | "arm64" (g5g, GB200 hosts)
+    arch: str  # CPU architecture of the host: "x86_64" | "arm64" (g5g, GB200 hosts)
     region: str
-    price_per_hour: float     # on-demand, USD
-    spot_price_per_hour: float | None   # None: no observed spot figure (unknown), never guessed
+    price_per_hour: float  # on-demand, USD
+    spot_price_per_hour: float | None  # None: no observed spot figure (unknown), never guessed
     status: Status
-    status_date: str          # ISO date the status took / takes effect; for a withdrawn type, the date that was read
-    source: str               # where the row's facts come from ("[S" sourced, "[estimate:" marked)
-    price_date: str           # ISO date (or date-time for refreshed rows) the price was read
+    status_date: str  # ISO date the status took / takes effect; for a withdrawn type, the date that was read
+    source: str  # where the row's facts come from ("[S" sourced, "[estimate:" marked)
+    price_date: str  # ISO date (or date-time for refreshed rows) the price was read
 
     @property
     def withdrawn(self) -> bool:

@@ -52,8 +52,10 @@ def price_problem(price: float | None, gpu_count: int) -> str | None:
         return f"{price!r} is not above zero"
     per_gpu = price / max(gpu_count, 1)
     if not MIN_PER_GPU_HOUR <= per_gpu <= MAX_PER_GPU_HOUR:
-        return (f"{price!r} is ${per_gpu:.3g} per GPU-hour, outside the sane range "
-                f"${MIN_PER_GPU_HOUR:g}..${MAX_PER_GPU_HOUR:g}")
+        return (
+            f"{price!r} is ${per_gpu:.3g} per GPU-hour, outside the sane range "
+            f"${MIN_PER_GPU_HOUR:g}..${MAX_PER_GPU_HOUR:g}"
+        )
     return None
 
 

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -35,7 +35,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 # Bounds of a refresh (docs/CATALOG.md, "Bounds"): a read timeout per request does not end a
 # server that answers one byte a second, nor a page token that never repeats.
-ENV_DEADLINE = "GPUCLOUD_CATALOG_DEADLINE"    # seconds for the whole refresh
+ENV_DEADLINE = "GPUCLOUD_CATALOG_DEADLINE"  # seconds for the whole refresh
 ENV_MAX_PAGES = "GPUCLOUD_CATALOG_MAX_PAGES"  # pages per paged listing
 DEFAULT_DEADLINE_S = 900.0
 DEFAULT_MAX_PAGES = 1000
@@ -77,8 +77,10 @@ class FetchContext:
         for page in pages:
             count += 1
             if count > self.max_pages:
-                raise SourceLimit(f"{what}: more than {self.max_pages} pages (a next-page link that never ends?); "
-                                  f"stopped there ({ENV_MAX_PAGES})")
+                raise SourceLimit(
+                    f"{what}: more than {self.max_pages} pages (a next-page link that never ends?); "
+                    f"stopped there ({ENV_MAX_PAGES})"
+                )
             if self.left() <= 0:
                 raise SourceLimit(f"{what}: the refresh deadline passed after {count} page(s) ({ENV_DEADLINE})")
             yield page
@@ -99,8 +101,9 @@ class FetchContext:
         try:
             ok, value = box.get(timeout=max(wait, 0.01))
         except queue.Empty:
-            raise SourceLimit(f"{what}: no complete answer within {max(wait, 0):.0f} s (the refresh deadline, "
-                              f"{ENV_DEADLINE})") from None
+            raise SourceLimit(
+                f"{what}: no complete answer within {max(wait, 0):.0f} s (the refresh deadline, {ENV_DEADLINE})"
+            ) from None
         if not ok:
             raise value  # type: ignore[misc]
         return value  # type: ignore[return-value]
@@ -126,8 +129,9 @@ class FetchContext:
 
         for _ in range(min(workers, len(items))):
             threading.Thread(target=worker, daemon=True, name="gpucloud-refresh worker").start()
-        out: list[R | SourceLimit] = [SourceLimit(f"{item}: not finished by the refresh deadline ({ENV_DEADLINE})")
-                                      for item in items]
+        out: list[R | SourceLimit] = [
+            SourceLimit(f"{item}: not finished by the refresh deadline ({ENV_DEADLINE})") for item in items
+        ]
         for _ in items:
             try:
                 index, ok, value = done.get(timeout=max(self.left(), 0.01))
@@ -160,12 +164,11 @@ class RefreshReport:
         return all(info.get("refreshed") and not info.get("problems") for info in self.clouds.values())
 
     def as_json(self) -> dict[str, object]:
-        return {"path": str(self.path), "total_rows": self.total_rows, "complete": self.complete,
-                "clouds": self.clouds}
+        return {"path": str(self.path), "total_rows": self.total_rows, "complete": self.complete, "clouds": self.clouds}
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def refreshable_clouds() -> list[str]:
@@ -174,8 +177,9 @@ def refreshable_clouds() -> list[str]:
     return [name for name, entry in REGISTRY.items() if entry.catalog_source]
 
 
-def refresh(clouds: list[str] | None = None, regions: list[str] | None = None,
-            progress: Progress | None = None) -> RefreshReport:
+def refresh(
+    clouds: list[str] | None = None, regions: list[str] | None = None, progress: Progress | None = None
+) -> RefreshReport:
     """Fetch every requested cloud, merge with what is kept, write the cache; RefreshFailed when
     nothing at all could be fetched."""
     from gpucloud.catalog import load_catalog, store
@@ -188,8 +192,9 @@ def refresh(clouds: list[str] | None = None, regions: list[str] | None = None,
     chosen = clouds or known
     for cloud in chosen:
         if cloud not in known:
-            raise UserError(f"--cloud {cloud!r}: no catalog refresh source for it.",
-                            hint=f"Clouds with one: {', '.join(known)}.")
+            raise UserError(
+                f"--cloud {cloud!r}: no catalog refresh source for it.", hint=f"Clouds with one: {', '.join(known)}."
+            )
     fetched_at = now_iso()
     deadline_s, max_pages = _bounds()
     deadline = time.monotonic() + deadline_s
@@ -200,9 +205,14 @@ def refresh(clouds: list[str] | None = None, regions: list[str] | None = None,
         meta[cloud].update(refreshed=False, problems=[])
     any_ok = False
     for cloud in chosen:
-        ctx = FetchContext(regions=regions, catalog=base, fetched_at=fetched_at,
-                           progress=functools.partial(_say_for, say, cloud),
-                           deadline=deadline, max_pages=max_pages)
+        ctx = FetchContext(
+            regions=regions,
+            catalog=base,
+            fetched_at=fetched_at,
+            progress=functools.partial(_say_for, say, cloud),
+            deadline=deadline,
+            max_pages=max_pages,
+        )
         result, problem = _fetch_one(cloud, ctx)
         if result is None:
             meta[cloud]["problems"] = [f"{problem}; kept the previous {cloud} rows"]
@@ -214,15 +224,22 @@ def refresh(clouds: list[str] | None = None, regions: list[str] | None = None,
         result.problems += bad
         any_ok = True
         rows = _merge(rows, cloud, result)
-        meta[cloud].update(refreshed=True, source=result.source, fetched_at=fetched_at, problems=result.problems,
-                           regions=sorted(result.regions))
+        meta[cloud].update(
+            refreshed=True,
+            source=result.source,
+            fetched_at=fetched_at,
+            problems=result.problems,
+            regions=sorted(result.regions),
+        )
     for cloud in known:
         meta[cloud]["rows"] = sum(1 for o in rows if o.cloud == cloud)
     path = store.cache_file()
     if not any_ok:
         problems = "; ".join(f"{c}: {p}" for c in chosen for p in meta[c]["problems"])  # type: ignore[attr-defined]
-        raise RefreshFailed(f"catalog refresh fetched nothing ({problems}). The catalog in use is unchanged.",
-                            hint="Fix the credentials or endpoint named above, or retry later.")
+        raise RefreshFailed(
+            f"catalog refresh fetched nothing ({problems}). The catalog in use is unchanged.",
+            hint="Fix the credentials or endpoint named above, or retry later.",
+        )
     rows.sort(key=lambda o: (o.cloud, o.gpu, o.instance_type, o.region))
     store.write(path, rows, created_at=fetched_at, clouds=meta)
     load_catalog.cache_clear()  # type: ignore[attr-defined]
@@ -263,8 +280,10 @@ def _bounds() -> tuple[float, int]:
         except ValueError:
             value = -1.0
         if not 0 < value < float("inf"):
-            raise UserError(f"{name}={raw!r} is not a positive number.",
-                            hint=f"Unset it for the default ({default:g}) or give a number (docs/CATALOG.md).")
+            raise UserError(
+                f"{name}={raw!r} is not a positive number.",
+                hint=f"Unset it for the default ({default:g}) or give a number (docs/CATALOG.md).",
+            )
         values.append(value)
     return values[0], max(int(values[1]), 1)
 
@@ -273,6 +292,13 @@ def _merge(rows: list[Offering], cloud: str, result: FetchResult) -> list[Offeri
     """Replace the cloud's rows in the fetched regions; keep retired rows the API no longer lists
     (the planner explains retired GPUs with them) unless the API lists that type again."""
     fresh = {(o.instance_type, o.region) for o in result.rows}
-    kept = [o for o in rows if not (o.cloud == cloud and o.region in result.regions
-                                    and (o.status != "retired" or (o.instance_type, o.region) in fresh))]
+    kept = [
+        o
+        for o in rows
+        if not (
+            o.cloud == cloud
+            and o.region in result.regions
+            and (o.status != "retired" or (o.instance_type, o.region) in fresh)
+        )
+    ]
     return kept + result.rows

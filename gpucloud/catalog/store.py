@@ -13,9 +13,9 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -85,13 +85,23 @@ def read(path: str, gpus: dict[str, GpuModel]) -> Cached | str | None:
     return Cached(offerings=rows, meta=meta)
 
 
-def write(path: Path, offerings: list[Offering] | tuple[Offering, ...], *, created_at: str,
-          clouds: dict[str, dict[str, object]]) -> None:
+def write(
+    path: Path,
+    offerings: list[Offering] | tuple[Offering, ...],
+    *,
+    created_at: str,
+    clouds: dict[str, dict[str, object]],
+) -> None:
     """Write atomically: a temporary file in the same directory, fsync, then rename over the old
     one, so a crash or a second refresh never leaves a half-written cache for `plan` to read."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"version": FORMAT_VERSION, "fields": _FIELDS, "created_at": created_at, "clouds": clouds,
-           "rows": [tuple(o) for o in offerings]}
+    doc = {
+        "version": FORMAT_VERSION,
+        "fields": _FIELDS,
+        "created_at": created_at,
+        "clouds": clouds,
+        "rows": [tuple(o) for o in offerings],
+    }
     fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -16,10 +16,20 @@ if TYPE_CHECKING:
 def offering_json(o: Offering) -> dict[str, object]:
     """One catalog row for machines, with its source and price date (how far to trust it)."""
     return {
-        "cloud": o.cloud, "region": o.region, "instance_type": o.instance_type, "gpu": o.gpu,
-        "gpu_count": o.gpu_count, "vcpus": o.vcpus, "memory_gib": o.memory_gib, "arch": o.arch,
-        "price_per_hour": o.price_per_hour, "spot_price_per_hour": o.spot_price_per_hour, "status": o.status,
-        "status_date": o.status_date, "source": o.source, "price_date": o.price_date,
+        "cloud": o.cloud,
+        "region": o.region,
+        "instance_type": o.instance_type,
+        "gpu": o.gpu,
+        "gpu_count": o.gpu_count,
+        "vcpus": o.vcpus,
+        "memory_gib": o.memory_gib,
+        "arch": o.arch,
+        "price_per_hour": o.price_per_hour,
+        "spot_price_per_hour": o.spot_price_per_hour,
+        "status": o.status,
+        "status_date": o.status_date,
+        "source": o.source,
+        "price_date": o.price_date,
     }
 
 
@@ -31,20 +41,30 @@ class GpuSummary:
     memory_gib: float
     architecture: str
     clouds: tuple[str, ...]
-    on_demand: Offering | None   # cheapest on-demand row (per GPU count of 1 or more)
-    spot: Offering | None        # cheapest row with an observed spot price
+    on_demand: Offering | None  # cheapest on-demand row (per GPU count of 1 or more)
+    spot: Offering | None  # cheapest row with an observed spot price
 
     def as_json(self) -> dict[str, object]:
         def where(o: Offering | None, price: float | None) -> dict[str, object] | None:
             if o is None or price is None:
                 return None
-            return {"price_per_hour": price, "cloud": o.cloud, "region": o.region, "instance_type": o.instance_type,
-                    "gpu_count": o.gpu_count, "price_date": o.price_date}
+            return {
+                "price_per_hour": price,
+                "cloud": o.cloud,
+                "region": o.region,
+                "instance_type": o.instance_type,
+                "gpu_count": o.gpu_count,
+                "price_date": o.price_date,
+            }
 
-        return {"gpu": self.name, "memory_gib": self.memory_gib, "architecture": self.architecture,
-                "clouds": list(self.clouds),
-                "cheapest_on_demand": where(self.on_demand, self.on_demand.price_per_hour if self.on_demand else None),
-                "cheapest_spot": where(self.spot, self.spot.spot_price_per_hour if self.spot else None)}
+        return {
+            "gpu": self.name,
+            "memory_gib": self.memory_gib,
+            "architecture": self.architecture,
+            "clouds": list(self.clouds),
+            "cheapest_on_demand": where(self.on_demand, self.on_demand.price_per_hour if self.on_demand else None),
+            "cheapest_spot": where(self.spot, self.spot.spot_price_per_hour if self.spot else None),
+        }
 
 
 def gpu_summaries(cat: Catalog) -> list[GpuSummary]:
@@ -57,12 +77,16 @@ def gpu_summaries(cat: Catalog) -> list[GpuSummary]:
     for name, model in cat.gpus.items():
         rows = live.get(name, [])
         spot_rows = [o for o in rows if o.spot_price_per_hour is not None]
-        out.append(GpuSummary(
-            name=name, memory_gib=model.memory_gib, architecture=model.architecture,
-            clouds=tuple(sorted({o.cloud for o in rows})),
-            on_demand=min(rows, key=lambda o: (o.price_per_hour, o.cloud, o.region), default=None),
-            spot=min(spot_rows, key=lambda o: (o.spot_price_per_hour or 0.0, o.cloud, o.region), default=None),
-        ))
+        out.append(
+            GpuSummary(
+                name=name,
+                memory_gib=model.memory_gib,
+                architecture=model.architecture,
+                clouds=tuple(sorted({o.cloud for o in rows})),
+                on_demand=min(rows, key=lambda o: (o.price_per_hour, o.cloud, o.region), default=None),
+                spot=min(spot_rows, key=lambda o: (o.spot_price_per_hour or 0.0, o.cloud, o.region), default=None),
+            )
+        )
     return out
 
 
@@ -71,8 +95,11 @@ def print_refresh(report: RefreshReport) -> None:
     print(f"catalog written to {report.path}: {report.total_rows} offerings", file=sys.stderr)
     for cloud, info in report.clouds.items():
         state = "refreshed" if info.get("refreshed") else "kept previous data"
-        print(f"  {cloud}: {state}; {info.get('rows', 0)} rows; source {info.get('source', '-')}; "
-              f"fetched {info.get('fetched_at') or '-'}", file=sys.stderr)
+        print(
+            f"  {cloud}: {state}; {info.get('rows', 0)} rows; source {info.get('source', '-')}; "
+            f"fetched {info.get('fetched_at') or '-'}",
+            file=sys.stderr,
+        )
         problems = info.get("problems")
         for problem in problems if isinstance(problems, list) else []:
             print(f"    missing: {problem}", file=sys.stderr)

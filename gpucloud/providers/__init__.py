@@ -25,10 +25,18 @@ if TYPE_CHECKING:
 def _aws_configured() -> bool:
     """The standard boto3 chain has something to go on (keys, profile, files, web identity, endpoint)."""
     env = os.environ
-    files = [Path(env.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")).expanduser(),
-             Path(env.get("AWS_CONFIG_FILE", "~/.aws/config")).expanduser()]
-    keys = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_WEB_IDENTITY_TOKEN_FILE",
-            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+    files = [
+        Path(env.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")).expanduser(),
+        Path(env.get("AWS_CONFIG_FILE", "~/.aws/config")).expanduser(),
+    ]
+    keys = (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_PROFILE",
+        "AWS_ENDPOINT_URL",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    )
     return any(k in env for k in keys) or any(p.is_file() for p in files)
 
 
@@ -65,23 +73,58 @@ class ProviderInfo:
 REGISTRY: dict[str, ProviderInfo] = {
     info.name: info
     for info in (
-        ProviderInfo("aws", "gpucloud.providers.aws", "AwsProvider", "AWS", True, True, _aws_configured,
-                     "Configure the standard AWS credential chain (`aws configure`, AWS_PROFILE, or "
-                     "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).",
-                     policy="gpucloud.providers.aws.policy:policy_document",
-                     deadline_role="gpucloud.providers.aws.policy:role_documents",
-                     catalog_source="gpucloud.providers.aws.catalog", check="gpucloud.providers.aws.check:check",
-                     image_store="gpucloud.providers.aws.bake:AwsImageStore"),
-        ProviderInfo("azure", "gpucloud.providers.azure", "AzureProvider", "Azure", True, True, _azure_configured,
-                     "Run `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
-                     "AZURE_SUBSCRIPTION_ID.", catalog_source="gpucloud.providers.azure.catalog",
-                     image_store="gpucloud.providers.azure.bake:AzureImageStore",
-                     check="gpucloud.providers.azure.check:check"),
-        ProviderInfo("local", "gpucloud.providers.local", "LocalProvider", "this machine", False, False, _always,
-                     "Nothing to configure."),
-        ProviderInfo("ssh", "gpucloud.providers.ssh", "SshProvider", "your machines over SSH", False, False, _always,
-                     "Make `ssh HOST true` work without a prompt (key in the agent or IdentityFile in "
-                     "~/.ssh/config; GPUCLOUD_SSH_CONFIG names another config file).", takes_hosts=True),
+        ProviderInfo(
+            "aws",
+            "gpucloud.providers.aws",
+            "AwsProvider",
+            "AWS",
+            True,
+            True,
+            _aws_configured,
+            "Configure the standard AWS credential chain (`aws configure`, AWS_PROFILE, or "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).",
+            policy="gpucloud.providers.aws.policy:policy_document",
+            deadline_role="gpucloud.providers.aws.policy:role_documents",
+            catalog_source="gpucloud.providers.aws.catalog",
+            check="gpucloud.providers.aws.check:check",
+            image_store="gpucloud.providers.aws.bake:AwsImageStore",
+        ),
+        ProviderInfo(
+            "azure",
+            "gpucloud.providers.azure",
+            "AzureProvider",
+            "Azure",
+            True,
+            True,
+            _azure_configured,
+            "Run `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
+            "AZURE_SUBSCRIPTION_ID.",
+            catalog_source="gpucloud.providers.azure.catalog",
+            image_store="gpucloud.providers.azure.bake:AzureImageStore",
+            check="gpucloud.providers.azure.check:check",
+        ),
+        ProviderInfo(
+            "local",
+            "gpucloud.providers.local",
+            "LocalProvider",
+            "this machine",
+            False,
+            False,
+            _always,
+            "Nothing to configure.",
+        ),
+        ProviderInfo(
+            "ssh",
+            "gpucloud.providers.ssh",
+            "SshProvider",
+            "your machines over SSH",
+            False,
+            False,
+            _always,
+            "Make `ssh HOST true` work without a prompt (key in the agent or IdentityFile in "
+            "~/.ssh/config; GPUCLOUD_SSH_CONFIG names another config file).",
+            takes_hosts=True,
+        ),
     )
 }
 
@@ -160,8 +203,10 @@ def deadline_role_documents(cloud: str, account: str | None, part: str | None) -
 
     entry = info(cloud)
     if not entry.deadline_role:
-        raise UserError(f"{cloud} has no deadline role: --deadline-role, --part and --account are for "
-                        f"{', '.join(n for n, e in REGISTRY.items() if e.deadline_role)}.")
+        raise UserError(
+            f"{cloud} has no deadline role: --deadline-role, --part and --account are for "
+            f"{', '.join(n for n, e in REGISTRY.items() if e.deadline_role)}."
+        )
     module, func = entry.deadline_role.split(":")
     return getattr(importlib.import_module(module), func)(account, part)
 
@@ -186,7 +231,8 @@ def image_store(cloud: str) -> ImageStore:
     if not entry.image_store:
         from gpucloud.errors import UserError
 
-        raise UserError(f"{entry.title} has no baked images.",
-                        hint=f"Use --cloud with one of: {', '.join(with_image_store())}.")
+        raise UserError(
+            f"{entry.title} has no baked images.", hint=f"Use --cloud with one of: {', '.join(with_image_store())}."
+        )
     module, cls = entry.image_store.split(":")
     return getattr(importlib.import_module(module), cls)()

@@ -3,9 +3,9 @@ classes that drive failover (docs/PROVIDERS.md, "AWS errors" and "Azure errors")
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from gpucloud.errors import GpucloudError
@@ -96,9 +96,9 @@ class LaunchRequest:
     spec: JobSpec
     candidate: Candidate
     stack: Stack
-    user_data: list[str]           # rendered bootstrap, one per node rank
-    expires_at: datetime           # UTC; deadline plus a teardown margin; goes into TAG_EXPIRES
-    attempt: int = 0               # index in the failover order; part of idempotency tokens
+    user_data: list[str]  # rendered bootstrap, one per node rank
+    expires_at: datetime  # UTC; deadline plus a teardown margin; goes into TAG_EXPIRES
+    attempt: int = 0  # index in the failover order; part of idempotency tokens
     tags: dict[str, str] = field(default_factory=dict)  # TAG_RUN, TAG_EXPIRES, Name ...
 
 
@@ -107,26 +107,26 @@ class Capabilities:
     """What the lifecycle and the renderer need to know about a provider, declared once by the
     provider instead of probed with getattr or spelled as `provider == "..."` elsewhere."""
 
-    poll_interval: float = 5.0           # s between the CLI's reads of the channel
-    log_interval: float = 5.0            # s between log parts the VM uploads
-    heartbeat_interval: float = 15.0     # s between the VM's heartbeats; "lost" after 3 missed
-    barrier_timeout: float = 1200.0      # s a multi-node node waits for its peers
-    shared_user_data: bool = False       # N identical machines in one call (one script for all)
-    user_data_limit: int | None = None   # bytes the cloud accepts (None: no limit)
+    poll_interval: float = 5.0  # s between the CLI's reads of the channel
+    log_interval: float = 5.0  # s between log parts the VM uploads
+    heartbeat_interval: float = 15.0  # s between the VM's heartbeats; "lost" after 3 missed
+    barrier_timeout: float = 1200.0  # s a multi-node node waits for its peers
+    shared_user_data: bool = False  # N identical machines in one call (one script for all)
+    user_data_limit: int | None = None  # bytes the cloud accepts (None: no limit)
     user_data_encoding: Literal["raw", "base64"] = "raw"  # how the cloud counts the limit
     self_termination: Literal["exit", "shutdown", "azure-delete"] = "shutdown"  # bootstrap's last step
-    vm_dir: str = "/var/lib/gpucloud"    # the VM's work folder ("$PWD": the sandbox the engine gives)
-    install_stack: bool = True           # False: the host's driver/CUDA are used as they are
+    vm_dir: str = "/var/lib/gpucloud"  # the VM's work folder ("$PWD": the sandbox the engine gives)
+    install_stack: bool = True  # False: the host's driver/CUDA are used as they are
     gpu_check: Literal["strict", "warn"] = "strict"  # wrong GPU fails the run, or only warns
-    node_ips_known: bool = False         # every node shares one address (publish 127.0.0.1)
-    per_run_master_port: bool = False    # nodes share an address with other runs: pick a free port
-    priced: bool = True                  # machines cost money and come from the catalog
-    spot: bool = False                   # can launch spot/low-priority machines
-    multi_node: bool = True              # can run num_nodes > 1
-    preemption_notice: str | None = None # how the VM learns of a spot interruption, or None
-    preemption_grace: float = 15.0       # s the job gets after SIGTERM on a notice (then checkpoint upload)
-    console_hint: str = ""               # console_hint()'s text, {run_id} {rank} {region} filled in
-    channel_torn_down: bool = False      # teardown removes the channel too: `down` mirrors the log first
+    node_ips_known: bool = False  # every node shares one address (publish 127.0.0.1)
+    per_run_master_port: bool = False  # nodes share an address with other runs: pick a free port
+    priced: bool = True  # machines cost money and come from the catalog
+    spot: bool = False  # can launch spot/low-priority machines
+    multi_node: bool = True  # can run num_nodes > 1
+    preemption_notice: str | None = None  # how the VM learns of a spot interruption, or None
+    preemption_grace: float = 15.0  # s the job gets after SIGTERM on a notice (then checkpoint upload)
+    console_hint: str = ""  # console_hint()'s text, {run_id} {rank} {region} filled in
+    channel_torn_down: bool = False  # teardown removes the channel too: `down` mirrors the log first
 
 
 @dataclass
@@ -142,9 +142,9 @@ class RunHandle:
     region: str
     attempt: int = 0
     zone: str | None = None
-    nodes: list[str] = field(default_factory=list)                  # machine ids, rank order
-    resources: dict[str, list[str]] = field(default_factory=dict)   # kind -> ids/names
-    complete: bool = True                                           # False: rebuilt from the journal
+    nodes: list[str] = field(default_factory=list)  # machine ids, rank order
+    resources: dict[str, list[str]] = field(default_factory=dict)  # kind -> ids/names
+    complete: bool = True  # False: rebuilt from the journal
 
     def add(self, kind: str, ident: str) -> None:
         items = self.resources.setdefault(kind, [])
@@ -154,19 +154,35 @@ class RunHandle:
     def to_json(self) -> str:
         import json
 
-        return json.dumps({"run_id": self.run_id, "cloud": self.cloud, "region": self.region,
-                           "attempt": self.attempt, "zone": self.zone, "nodes": self.nodes,
-                           "resources": self.resources, "complete": self.complete}, sort_keys=True)
+        return json.dumps(
+            {
+                "run_id": self.run_id,
+                "cloud": self.cloud,
+                "region": self.region,
+                "attempt": self.attempt,
+                "zone": self.zone,
+                "nodes": self.nodes,
+                "resources": self.resources,
+                "complete": self.complete,
+            },
+            sort_keys=True,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> RunHandle:
         import json
 
         data = json.loads(text)
-        return cls(run_id=data["run_id"], cloud=data["cloud"], region=data["region"],
-                   attempt=int(data.get("attempt", 0)), zone=data.get("zone"), nodes=list(data.get("nodes", [])),
-                   resources={k: list(v) for k, v in (data.get("resources") or {}).items()},
-                   complete=bool(data.get("complete", True)))
+        return cls(
+            run_id=data["run_id"],
+            cloud=data["cloud"],
+            region=data["region"],
+            attempt=int(data.get("attempt", 0)),
+            zone=data.get("zone"),
+            nodes=list(data.get("nodes", [])),
+            resources={k: list(v) for k, v in (data.get("resources") or {}).items()},
+            complete=bool(data.get("complete", True)),
+        )
 
 
 @runtime_checkable

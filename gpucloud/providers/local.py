@@ -40,15 +40,15 @@ class LocalProvider:
 
     name = "local"
     capabilities = Capabilities(
-        poll_interval=0.1,        # seconds between the lifecycle's looks at the channel: files are cheap
-        log_interval=0.5,         # a log part every half second: a line shows within ~1 s; parts are free
-        heartbeat_interval=2.0,   # a killed local node is noticed within ~3 heartbeats
-        barrier_timeout=120.0,    # multi-node: local nodes boot at once; a missing peer is a failed one
+        poll_interval=0.1,  # seconds between the lifecycle's looks at the channel: files are cheap
+        log_interval=0.5,  # a log part every half second: a line shows within ~1 s; parts are free
+        heartbeat_interval=2.0,  # a killed local node is noticed within ~3 heartbeats
+        barrier_timeout=120.0,  # multi-node: local nodes boot at once; a missing peer is a failed one
         self_termination="exit",  # the node is a process: it ends, it does not shut the host down
-        vm_dir="$PWD",            # the sandbox folder vm_engine starts the bootstrap in
-        install_stack=False,      # the host's driver and CUDA are used as they are
-        gpu_check="warn",         # no GPU here means a warning and a CPU run
-        node_ips_known=True,      # every node is on loopback
+        vm_dir="$PWD",  # the sandbox folder vm_engine starts the bootstrap in
+        install_stack=False,  # the host's driver and CUDA are used as they are
+        gpu_check="warn",  # no GPU here means a warning and a CPU run
+        node_ips_known=True,  # every node is on loopback
         per_run_master_port=True,  # several runs share loopback: a free port per run
         priced=False,
     )
@@ -107,9 +107,20 @@ class LocalProvider:
         from gpucloud.planner import Candidate
 
         gpu = spec.resources.gpu
-        return [Candidate(cloud=self.name, region=REGION, instance_type=INSTANCE, gpu=gpu.model if gpu else "",
-                          gpu_count=gpu.count if gpu else 0, num_nodes=spec.num_nodes, spot=False,
-                          price_per_hour=0.0, total_per_hour=0.0, estimated_cost=0.0)]
+        return [
+            Candidate(
+                cloud=self.name,
+                region=REGION,
+                instance_type=INSTANCE,
+                gpu=gpu.model if gpu else "",
+                gpu_count=gpu.count if gpu else 0,
+                num_nodes=spec.num_nodes,
+                spot=False,
+                price_per_hour=0.0,
+                total_per_hour=0.0,
+                estimated_cost=0.0,
+            )
+        ]
 
     def provision(self, req: LaunchRequest, journal: Journal) -> RunHandle:
         """Boot one bootstrap process per node. Intent is journaled before each boot."""
@@ -128,8 +139,12 @@ class LocalProvider:
                         old.kill(grace=1.0)
                     shutil.rmtree(sandbox, ignore_errors=True)
                 vm = vm_engine.boot(
-                    script, sandbox, env={"GPUCLOUD_NODE_RANK": str(rank)}, path_prefix=path_prefix,
-                    expires_at=expires, meta={"run_id": req.run_id, "rank": str(rank), "res_id": str(res_id)},
+                    script,
+                    sandbox,
+                    env={"GPUCLOUD_NODE_RANK": str(rank)},
+                    path_prefix=path_prefix,
+                    expires_at=expires,
+                    meta={"run_id": req.run_id, "rank": str(rank), "res_id": str(res_id)},
                 )
                 booted.append(vm)
                 journal.created(res_id, f"pid:{vm.pid}")
@@ -183,14 +198,17 @@ class LocalProvider:
             running = [vm for vm in vms if vm.leftovers()]
             for vm in running:
                 if vm.expires_at is not None and vm.expires_at < ts:
-                    lines.append(f"local: {run_dir.name}/{vm.sandbox.name} process {vm.pid} expired "
-                                 f"{expiry_tag(datetime.fromtimestamp(vm.expires_at, UTC))}"
-                                 + (" (would kill)" if dry_run else " (killed)"))
+                    lines.append(
+                        f"local: {run_dir.name}/{vm.sandbox.name} process {vm.pid} expired "
+                        f"{expiry_tag(datetime.fromtimestamp(vm.expires_at, UTC))}"
+                        + (" (would kill)" if dry_run else " (killed)")
+                    )
                     if not dry_run:
                         vm.kill()
             if not running and vms and max(vm.booted_at for vm in vms) < ts - 86400:
-                lines.append(f"local: {run_dir.name} sandbox of an ended run"
-                             + (" (would remove)" if dry_run else " (removed)"))
+                lines.append(
+                    f"local: {run_dir.name} sandbox of an ended run" + (" (would remove)" if dry_run else " (removed)")
+                )
                 if not dry_run:
                     shutil.rmtree(run_dir, ignore_errors=True)
         return lines

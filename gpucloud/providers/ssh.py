@@ -56,7 +56,8 @@ marked() { grep -lszxF "GPUCLOUD_VM_DIR=$1" /proc/[0-9]*/environ | cut -d/ -f3; 
 """
 
 # Allocates NGPU free GPU indices under the host's flock; prints `@gpus 0,1` or `@busy <idx>:<run> ...`.
-LOCK_SCRIPT = r"""
+LOCK_SCRIPT = (
+    r"""
 L="$R/locks"; mkdir -p "$L" "$R/work" || exit 1
 exec 9>"$L/.mutex"; flock -w 60 9 || { echo "@busy mutex"; exit 0; }
 owner_alive() {
@@ -66,7 +67,8 @@ owner_alive() {
   [ $(( $(date +%s) - $(stat -c %Y "$d") )) -lt __STALE__ ]
 }
 mkdir -p "$R/work/$RUN"
-total=$( { if command -v timeout >/dev/null; then timeout -k 2 __SMI_T__ nvidia-smi -L; else nvidia-smi -L; fi; } 2>/dev/null \
+total=$( { if command -v timeout >/dev/null; then timeout -k 2 __SMI_T__ nvidia-smi -L
+            else nvidia-smi -L; fi; } 2>/dev/null \
   | head -c __SMI_MAX__ | grep -c '^GPU ')
 free=""; held=""; n=0
 for ((i = 0; i < total; i++)); do
@@ -78,7 +80,10 @@ done
 if ((n < NGPU)); then echo "@busy$held"; exit 0; fi
 for i in ${free//,/ }; do echo "$RUN" >"$L/gpu-$i"; done
 echo "@gpus $free"
-""".replace("__STALE__", str(STALE_LOCK_S)).replace("__SMI_T__", str(SMI_TIMEOUT_S)).replace("__SMI_MAX__", str(SMI_MAX))
+""".replace("__STALE__", str(STALE_LOCK_S))
+    .replace("__SMI_T__", str(SMI_TIMEOUT_S))
+    .replace("__SMI_MAX__", str(SMI_MAX))
+)
 
 LAUNCH_SCRIPT = r"""
 W="$R/work/$RUN/node-$RANK"; rm -rf "$W"; mkdir -p "$W" && cat >"$W/bootstrap.sh" || exit 1
@@ -161,9 +166,19 @@ class SshProvider:
 
     name = "ssh"
     capabilities = Capabilities(
-        poll_interval=1.0, log_interval=1.0, heartbeat_interval=5.0, barrier_timeout=600.0,
-        self_termination="exit", vm_dir="$GPUCLOUD_VM_DIR", install_stack=False, gpu_check="warn",
-        node_ips_known=False, per_run_master_port=True, priced=False, spot=False, multi_node=True,
+        poll_interval=1.0,
+        log_interval=1.0,
+        heartbeat_interval=5.0,
+        barrier_timeout=600.0,
+        self_termination="exit",
+        vm_dir="$GPUCLOUD_VM_DIR",
+        install_stack=False,
+        gpu_check="warn",
+        node_ips_known=False,
+        per_run_master_port=True,
+        priced=False,
+        spot=False,
+        multi_node=True,
         console_hint="its console output is in <remote root>/work/{run_id}/node-{rank}/console.log on {region}",
         channel_torn_down=True,  # the channel is a folder on the host, removed with the run
     )
@@ -191,23 +206,38 @@ class SshProvider:
         hosts = list(spec.resources.hosts or [])
         where = f"{spec.source}: " if spec.source else ""
         if not hosts:
-            raise UserError(f"{where}resources.hosts: cloud: ssh needs the machines to use.",
-                            hint="Add hosts: [gpu-box, alice@10.0.0.7:2222] under resources, or pass --host HOST.")
+            raise UserError(
+                f"{where}resources.hosts: cloud: ssh needs the machines to use.",
+                hint="Add hosts: [gpu-box, alice@10.0.0.7:2222] under resources, or pass --host HOST.",
+            )
         probes = self.probe(hosts, spec)
         usable = [p.host for p in probes if not p.problems]
         self._planned = [p for p in probes if not p.problems]
         if len(usable) < spec.num_nodes:
             problems = [line for p in probes for line in p.problems]
-            raise UserError(f"{where}resources.hosts: {len(usable)} of {len(hosts)} host(s) can run this job, "
-                            f"it needs {spec.num_nodes}:\n  - " + "\n  - ".join(problems or ["(no problem reported)"]),
-                            hint="`gpucloud hosts probe HOST` shows what each host has.")
+            raise UserError(
+                f"{where}resources.hosts: {len(usable)} of {len(hosts)} host(s) can run this job, "
+                f"it needs {spec.num_nodes}:\n  - " + "\n  - ".join(problems or ["(no problem reported)"]),
+                hint="`gpucloud hosts probe HOST` shows what each host has.",
+            )
         gpu = spec.resources.gpu
         label = f"{gpu.count}x{gpu.model}" if gpu else "cpu"
         n = spec.num_nodes
-        return [Candidate(cloud=self.name, region=",".join(usable[i:i + n]), instance_type=label,
-                          gpu=gpu.model if gpu else "", gpu_count=gpu.count if gpu else 0, num_nodes=n, spot=False,
-                          price_per_hour=0.0, total_per_hour=0.0, estimated_cost=0.0)
-                for i in range(len(usable) - n + 1)]
+        return [
+            Candidate(
+                cloud=self.name,
+                region=",".join(usable[i : i + n]),
+                instance_type=label,
+                gpu=gpu.model if gpu else "",
+                gpu_count=gpu.count if gpu else 0,
+                num_nodes=n,
+                spot=False,
+                price_per_hour=0.0,
+                total_per_hour=0.0,
+                estimated_cost=0.0,
+            )
+            for i in range(len(usable) - n + 1)
+        ]
 
     def plan_stack(self, stack: Stack) -> Stack:
         """The stack as on the first planned host: its own OS and NVIDIA's repository for it."""
@@ -233,14 +263,21 @@ class SshProvider:
             for rank, (host, script) in enumerate(zip(hosts, req.user_data, strict=False)):
                 # The node's folder outlives its process (console log, channel parts): a resource of
                 # its own, so a finished run still has something for `down` (or gc) to remove.
-                folder_id = journal.intent(req.run_id, "folder", f"{req.run_id}/node-{rank}/folder",
-                                           req.candidate.region, self.name)
-                res_id = journal.intent(req.run_id, "process", f"{req.run_id}/node-{rank}", req.candidate.region, self.name)
+                folder_id = journal.intent(
+                    req.run_id, "folder", f"{req.run_id}/node-{rank}/folder", req.candidate.region, self.name
+                )
+                res_id = journal.intent(
+                    req.run_id, "process", f"{req.run_id}/node-{rank}", req.candidate.region, self.name
+                )
                 self._maybe_install(host, req)
                 gpus = self._lock_gpus(host, req.run_id, req.candidate.gpu_count)
-                out = ssh_transport.run(_host(host), _script(
-                    LAUNCH_SCRIPT, RUN=req.run_id, RANK=rank, GPUS=gpus, EXPIRES=int(req.expires_at.timestamp())),
-                    input=fill_root(script, host).encode()).stdout.decode()
+                out = ssh_transport.run(
+                    _host(host),
+                    _script(
+                        LAUNCH_SCRIPT, RUN=req.run_id, RANK=rank, GPUS=gpus, EXPIRES=int(req.expires_at.timestamp())
+                    ),
+                    input=fill_root(script, host).encode(),
+                ).stdout.decode()
                 pid = next((line.split()[1] for line in out.splitlines() if line.startswith("@pid ")), "?")
                 handle.nodes.append(f"{host}#{pid}")
                 journal.created(res_id, f"{host}#{pid}")
@@ -273,12 +310,16 @@ class SshProvider:
             return
         stack = host_stack(req.stack, probe)
         if not stack.cuda_repo:
-            raise FatalProvisionError(f"{host}: the driver must be installed and the host runs {os_label(probe)}; "
-                                      f"gpucloud installs drivers only on {SUPPORTED_OS}.",
-                                      hint=f"Install driver R{stack.driver} with the host's own packages.")
+            raise FatalProvisionError(
+                f"{host}: the driver must be installed and the host runs {os_label(probe)}; "
+                f"gpucloud installs drivers only on {SUPPORTED_OS}.",
+                hint=f"Install driver R{stack.driver} with the host's own packages.",
+            )
         if probe.sudo not in ("root", "yes"):
-            raise FatalProvisionError(f"{host}: the driver must be installed and {probe.user} has no passwordless sudo.",
-                                      hint=f"Run on the host: {install_command(stack)}")
+            raise FatalProvisionError(
+                f"{host}: the driver must be installed and {probe.user} has no passwordless sudo.",
+                hint=f"Run on the host: {install_command(stack)}",
+            )
         command = install_command(stack, probe.sudo, HOST_NVIDIA_REPO)
         res = ssh_transport.run(_host(host), f'cd "$(mktemp -d)" && {command}', timeout=3600, check=False)
         if res.returncode != 0:
@@ -293,12 +334,14 @@ class SshProvider:
             if line.startswith("@busy"):
                 held = line[5:].split()
                 who = ", ".join(f"GPU {h.replace(':', ' held by run ', 1)}" for h in held) or "no free GPU"
-                raise CapacityError(f"{host}: {count} GPU(s) needed, not free ({who}).",
-                                    hint="Wait for that run (`gpucloud ls`), or name more hosts.")
+                raise CapacityError(
+                    f"{host}: {count} GPU(s) needed, not free ({who}).",
+                    hint="Wait for that run (`gpucloud ls`), or name more hosts.",
+                )
         raise FatalProvisionError(f"{host}: could not take the GPU lock: {out.strip()[-300:]}")
 
     def node_states(self, handle: RunHandle) -> list[str]:
-        """"running" or "gone" per node; a host that cannot be reached counts as running (it may be
+        """ "running" or "gone" per node; a host that cannot be reached counts as running (it may be
         a dropped connection: the node goes on; the heartbeat and max_duration still bound it)."""
         states: list[str] = []
         for rank, host in enumerate(handle.region.split(",")):
@@ -322,8 +365,9 @@ class SshProvider:
         errors, unreached = [], 0
         for host in dict.fromkeys(handle.region.split(",")):
             try:
-                ssh_transport.run(_host(host), _script(TEARDOWN_SCRIPT, RUN=handle.run_id, GRACE=5 if wait else 2),
-                                  timeout=60)
+                ssh_transport.run(
+                    _host(host), _script(TEARDOWN_SCRIPT, RUN=handle.run_id, GRACE=5 if wait else 2), timeout=60
+                )
             except ssh_transport.SshError as exc:
                 errors.append(exc.message)
                 unreached += isinstance(exc, ssh_transport.SshUnreachable)

@@ -27,7 +27,14 @@ from pathlib import Path
 
 from gpucloud import channel_trust
 from gpucloud.channel import (
-    LOG_PART_MAX, SMALL_OBJECT_MAX, Channel, ObjectRefused, checkpoint_keys, log_key, log_prefix, node_prefix,
+    LOG_PART_MAX,
+    SMALL_OBJECT_MAX,
+    Channel,
+    ObjectRefused,
+    checkpoint_keys,
+    log_key,
+    log_prefix,
+    node_prefix,
 )
 from gpucloud.providers import ssh_transport
 from gpucloud.providers.ssh_probe import REMOTE_ROOT
@@ -91,12 +98,18 @@ class SshChannel(Channel):
         `limit` bytes, and no more than that crosses the connection."""
         host = self._targets(key)[0]
         if limit is None:  # whole objects (artifacts): the caller bounds what it accepts
-            res = self._run(host, f"cat {self._path(key)} 2>/dev/null || exit {_MISSING}", check=False,
-                            max_output=sys.maxsize)
+            res = self._run(
+                host, f"cat {self._path(key)} 2>/dev/null || exit {_MISSING}", check=False, max_output=sys.maxsize
+            )
         else:
-            res = self._run(host, f'f={self._path(key)}; [ -e "$f" ] || [ -L "$f" ] || exit {_MISSING}; '
-                                  f'{{ [ -L "$f" ] || [ ! -f "$f" ]; }} && exit {_NOT_FILE}; '
-                                  f'head -c {limit + 1} "$f"', check=False, max_output=limit + 1)
+            res = self._run(
+                host,
+                f'f={self._path(key)}; [ -e "$f" ] || [ -L "$f" ] || exit {_MISSING}; '
+                f'{{ [ -L "$f" ] || [ ! -f "$f" ]; }} && exit {_NOT_FILE}; '
+                f'head -c {limit + 1} "$f"',
+                check=False,
+                max_output=limit + 1,
+            )
             if res.returncode == _NOT_FILE:
                 raise ObjectRefused(f"{host}: {key} is not a regular file (a link, device, FIFO or folder)")
             if res.returncode == 0 and len(res.stdout) > limit:
@@ -119,14 +132,17 @@ class SshChannel(Channel):
     def claims(self, run_id: str, rank: int) -> list[tuple[str | None, bytes]]:
         """`<log folder>/claim-<fingerprint>` files on the node's host, in one ssh call."""
         folder = self._path(log_prefix(run_id, rank).rstrip("/"))
-        res = self._run(self.hosts[rank], f'for f in {folder}/{channel_trust.CLAIM_PREFIX}*; do '
-                                          '{ [ -f "$f" ] && [ ! -L "$f" ]; } || continue; '
-                                          'printf "%s " "${f##*/}"; head -c 200 "$f" | head -n 1 | tr -d "\n"; echo; done',
-                        max_output=100 * 300)
+        res = self._run(
+            self.hosts[rank],
+            f"for f in {folder}/{channel_trust.CLAIM_PREFIX}*; do "
+            '{ [ -f "$f" ] && [ ! -L "$f" ]; } || continue; '
+            'printf "%s " "${f##*/}"; head -c 200 "$f" | head -n 1 | tr -d "\n"; echo; done',
+            max_output=100 * 300,
+        )
         out: list[tuple[str | None, bytes]] = []
         for line in res.stdout.decode("ascii", "replace").splitlines():
             name, _, key = line.partition(" ")
-            out.append((name[len(channel_trust.CLAIM_PREFIX):], key.encode()))
+            out.append((name[len(channel_trust.CLAIM_PREFIX) :], key.encode()))
         return out
 
     def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
@@ -161,16 +177,19 @@ class SshChannel(Channel):
             return []
         keys = " ".join(shlex.quote(log_key(run_id, rank, i)) for i in range(start, done))
         # Regular files only, each at most LOG_PART_MAX, and at most 4 parts' worth in one answer.
-        res = self._run(self.hosts[rank], f'n=0; for k in {keys}; do f="$R/channel/$k"; '
-                                          '{ [ -f "$f" ] && [ ! -L "$f" ]; } || break; s=$(wc -c <"$f"); '
-                                          f'[ "$s" -le {LOG_PART_MAX} ] && [ $n -lt {4 * LOG_PART_MAX} ] || break; '
-                                          'n=$((n + s)); echo "$s"; head -c "$s" "$f"; done',
-                        max_output=5 * LOG_PART_MAX + 4096)
+        res = self._run(
+            self.hosts[rank],
+            f'n=0; for k in {keys}; do f="$R/channel/$k"; '
+            '{ [ -f "$f" ] && [ ! -L "$f" ]; } || break; s=$(wc -c <"$f"); '
+            f'[ "$s" -le {LOG_PART_MAX} ] && [ $n -lt {4 * LOG_PART_MAX} ] || break; '
+            'n=$((n + s)); echo "$s"; head -c "$s" "$f"; done',
+            max_output=5 * LOG_PART_MAX + 4096,
+        )
         out, parts, pos = res.stdout, [], 0
         while pos < len(out):
             nl = out.index(b"\n", pos)
             size = int(out[pos:nl])
-            parts.append(out[nl + 1:nl + 1 + size])
+            parts.append(out[nl + 1 : nl + 1 + size])
             pos = nl + 1 + size
         return parts
 
@@ -188,16 +207,23 @@ class SshChannel(Channel):
                 continue
             for peer in self.hosts:
                 if peer != host:
-                    self._run(peer, f'p={self._path(key)}; mkdir -p "$(dirname "$p")" && cat >"$p.tmp" && mv -f "$p.tmp" "$p"',
-                              input=data)
+                    self._run(
+                        peer,
+                        f'p={self._path(key)}; mkdir -p "$(dirname "$p")" && cat >"$p.tmp" && mv -f "$p.tmp" "$p"',
+                        input=data,
+                    )
             self._relayed.add((run_id, rank))
 
 
 def start_relay(run_id: str, hosts: list[str], timeout_s: float) -> None:
     """Start the barrier relay for a multi-node run as its own session (it outlives the CLI)."""
-    subprocess.Popen([sys.executable, "-m", "gpucloud.providers.ssh_channel", run_id, ",".join(hosts), str(timeout_s)],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True)
+    subprocess.Popen(
+        [sys.executable, "-m", "gpucloud.providers.ssh_channel", run_id, ",".join(hosts), str(timeout_s)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def relay_until_done(run_id: str, hosts: list[str], timeout_s: float) -> None:

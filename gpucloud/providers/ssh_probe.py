@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from gpucloud.spec import StackSpec
     from gpucloud.stacks import Stack
 
-REMOTE_ROOT = '${GPUCLOUD_REMOTE_ROOT:-$HOME/.gpucloud}'  # the run folders, channel and locks on a host
+REMOTE_ROOT = "${GPUCLOUD_REMOTE_ROOT:-$HOME/.gpucloud}"  # the run folders, channel and locks on a host
 NVIDIA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos"
 HOST_NVIDIA_REPO = "${GPUCLOUD_NVIDIA_REPO:-" + NVIDIA_REPO + "}"  # as run on the host: a mirror may be set there
 # The last driver branch that still supports an architecture (NVIDIA dropped Kepler after R470;
@@ -27,8 +27,12 @@ LAST_BRANCH = {"Kepler": 470}
 # cuda-keyring package): ID and VERSION_ID of the host's /etc/os-release, the dots dropped
 # (docs/SSH.md, "Operating systems", cites the sources). Any other OS: the job runs on the driver
 # the host has; gpucloud does not install one there.
-APT_REPOS = {("ubuntu", "20.04"): "ubuntu2004", ("ubuntu", "22.04"): "ubuntu2204",
-             ("ubuntu", "24.04"): "ubuntu2404", ("debian", "12"): "debian12"}
+APT_REPOS = {
+    ("ubuntu", "20.04"): "ubuntu2004",
+    ("ubuntu", "22.04"): "ubuntu2204",
+    ("ubuntu", "24.04"): "ubuntu2404",
+    ("debian", "12"): "debian12",
+}
 SUPPORTED_OS = "Ubuntu 20.04, 22.04 or 24.04, or Debian 12"
 # Bounds on what a host answers: nvidia-smi is stopped after SMI_TIMEOUT_S (coreutils `timeout`) and
 # read up to SMI_MAX bytes (the rest ends it with SIGPIPE); the whole probe answer is at most
@@ -38,7 +42,8 @@ SMI_MAX = 65536
 PROBE_MAX = 1024 * 1024
 PROBE_TIMEOUT_S = 60
 
-PROBE_SCRIPT = r"""
+PROBE_SCRIPT = (
+    r"""
 R=__ROOT__
 mkdir -p "$R" 2>/dev/null
 echo "@root $(cd "$R" 2>/dev/null && pwd || echo "$R")"
@@ -74,7 +79,10 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 else
   echo "@smi-error nvidia-smi not found"
 fi
-""".replace("__ROOT__", REMOTE_ROOT).replace("__SMI_T__", str(SMI_TIMEOUT_S)).replace("__SMI_MAX__", str(SMI_MAX))
+""".replace("__ROOT__", REMOTE_ROOT)
+    .replace("__SMI_T__", str(SMI_TIMEOUT_S))
+    .replace("__SMI_MAX__", str(SMI_MAX))
+)
 
 
 _DIGITS = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() also takes "²", which int() refuses
@@ -83,8 +91,8 @@ _DIGITS = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() also takes "²", wh
 @dataclass
 class GpuInfo:
     index: int
-    name: str            # as nvidia-smi says it: "Tesla K40m"
-    model: str | None    # catalog name ("K40"), None when gpucloud does not know the card
+    name: str  # as nvidia-smi says it: "Tesla K40m"
+    model: str | None  # catalog name ("K40"), None when gpucloud does not know the card
     memory_mib: int
 
 
@@ -96,10 +104,10 @@ class HostProbe:
     root: str = ""
     user: str = ""
     os: str = ""
-    os_id: str = ""                       # /etc/os-release ID ("debian") and VERSION_ID ("12")
+    os_id: str = ""  # /etc/os-release ID ("debian") and VERSION_ID ("12")
     os_version: str = ""
     disk_free_gib: float = 0.0
-    sudo: str = "no"                      # "root" | "yes" | "no"
+    sudo: str = "no"  # "root" | "yes" | "no"
     missing_tools: list[str] = field(default_factory=list)
     gpus: list[GpuInfo] = field(default_factory=list)
     driver: str | None = None
@@ -107,7 +115,7 @@ class HostProbe:
     smi_error: str | None = None
     stack: Stack | None = None
     problems: list[str] = field(default_factory=list)  # what stops a GPU job here, each with its fix
-    notes: list[str] = field(default_factory=list)     # worth knowing, not blocking
+    notes: list[str] = field(default_factory=list)  # worth knowing, not blocking
     locks: dict[int, str] = field(default_factory=dict)  # GPU index -> run id holding its lock (maybe stale)
 
     @property
@@ -123,13 +131,32 @@ class HostProbe:
 
     def as_json(self) -> dict[str, object]:
         return {
-            "host": self.host, "user": self.user, "os": self.os, "os_id": self.os_id, "os_version": self.os_version,
-            "nvidia_repo": self.stack.cuda_repo if self.stack else None, "root": self.root,
-            "disk_free_gib": round(self.disk_free_gib, 1), "sudo": self.sudo, "missing_tools": self.missing_tools,
-            "gpus": [{"index": g.index, "name": g.name, "model": g.model, "memory_mib": g.memory_mib,
-                      "locked_by": self.locks.get(g.index)} for g in self.gpus],
-            "driver": self.driver, "cuda": self.cuda, "nvidia_smi_error": self.smi_error,
-            "stack": self.stack.as_json() if self.stack else None, "problems": self.problems, "notes": self.notes,
+            "host": self.host,
+            "user": self.user,
+            "os": self.os,
+            "os_id": self.os_id,
+            "os_version": self.os_version,
+            "nvidia_repo": self.stack.cuda_repo if self.stack else None,
+            "root": self.root,
+            "disk_free_gib": round(self.disk_free_gib, 1),
+            "sudo": self.sudo,
+            "missing_tools": self.missing_tools,
+            "gpus": [
+                {
+                    "index": g.index,
+                    "name": g.name,
+                    "model": g.model,
+                    "memory_mib": g.memory_mib,
+                    "locked_by": self.locks.get(g.index),
+                }
+                for g in self.gpus
+            ],
+            "driver": self.driver,
+            "cuda": self.cuda,
+            "nvidia_smi_error": self.smi_error,
+            "stack": self.stack.as_json() if self.stack else None,
+            "problems": self.problems,
+            "notes": self.notes,
         }
 
 
@@ -139,9 +166,11 @@ def parse_probe(host: str, text: str) -> HostProbe:
 
     probe = HostProbe(host=host)
     if "@root " not in text and "@user " not in text:
-        probe.problems.append(f"{host}: the probe printed nothing gpucloud understands (the login may not run "
-                              "commands: a ForceCommand, a restricted shell, or a profile that exits); check that "
-                              f"`ssh {host} 'echo ok'` prints ok")
+        probe.problems.append(
+            f"{host}: the probe printed nothing gpucloud understands (the login may not run "
+            "commands: a ForceCommand, a restricted shell, or a profile that exits); check that "
+            f"`ssh {host} 'echo ok'` prints ok"
+        )
         return probe
     for line in text.splitlines():
         key, _, value = line.partition(" ")
@@ -188,9 +217,12 @@ def host_stack(stack: Stack, probe: HostProbe) -> Stack:
         return stack
     repo = APT_REPOS.get((probe.os_id, probe.os_version), "")
     pretty = probe.os.split(" ", 2)[2] if probe.os.count(" ") >= 2 else os_label(probe)
-    why = (f"The host's own OS, {pretty} (its /etc/os-release); NVIDIA's repository for it is {repo}." if repo else
-           f"The host's own OS, {pretty} (its /etc/os-release); gpucloud installs drivers only on {SUPPORTED_OS}, "
-           "so the host's own driver is used as it is.")
+    why = (
+        f"The host's own OS, {pretty} (its /etc/os-release); NVIDIA's repository for it is {repo}."
+        if repo
+        else f"The host's own OS, {pretty} (its /etc/os-release); gpucloud installs drivers only on {SUPPORTED_OS}, "
+        "so the host's own driver is used as it is."
+    )
     return replace(stack, os_image=os_label(probe), cuda_repo=repo, reasons={**stack.reasons, "os_image": why})
 
 
@@ -201,8 +233,10 @@ def install_command(stack: Stack, sudo: str = "yes", repo: str = NVIDIA_REPO) ->
     pre = "" if sudo == "root" else "sudo -n "
     deb = "cuda-keyring_1.1-1_all.deb"
     pkgs = " ".join(stack.driver_packages)
-    return (f"curl -fsSLO {repo}/{stack.cuda_repo}/x86_64/{deb} && {pre}dpkg -i {deb} && "
-            f"{pre}apt-get update && {pre}DEBIAN_FRONTEND=noninteractive apt-get install -y {pkgs}")
+    return (
+        f"curl -fsSLO {repo}/{stack.cuda_repo}/x86_64/{deb} && {pre}dpkg -i {deb} && "
+        f"{pre}apt-get update && {pre}DEBIAN_FRONTEND=noninteractive apt-get install -y {pkgs}"
+    )
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -215,20 +249,27 @@ def driver_problem(probe: HostProbe, stack: Stack, *, needs_cuda: bool = True) -
     the job uses the host's own CUDA; `assess` notes it instead."""
     if stack.architecture == "none":
         return None
-    fix = (f"install it with `{install_command(stack)}` (needs sudo), or set stack: {{install: true}} in the job"
-           if stack.cuda_repo else f"install driver R{stack.driver} with the system's own packages (gpucloud "
-           f"installs drivers only on {SUPPORTED_OS})")
+    fix = (
+        f"install it with `{install_command(stack)}` (needs sudo), or set stack: {{install: true}} in the job"
+        if stack.cuda_repo
+        else f"install driver R{stack.driver} with the system's own packages (gpucloud "
+        f"installs drivers only on {SUPPORTED_OS})"
+    )
     if probe.driver is None:
         why = probe.smi_error or "nvidia-smi shows no GPU"
         return f"{probe.host}: no working NVIDIA driver ({why}); the {stack.gpu} needs driver R{stack.driver}: {fix}"
     have = _version_tuple(probe.driver)
     if needs_cuda and have < _version_tuple(stack.min_driver_version):
-        return (f"{probe.host}: driver {probe.driver} is older than {stack.min_driver_version}, the least that runs "
-                f"CUDA {stack.cuda}: {fix}")
+        return (
+            f"{probe.host}: driver {probe.driver} is older than {stack.min_driver_version}, the least that runs "
+            f"CUDA {stack.cuda}: {fix}"
+        )
     last = LAST_BRANCH.get(stack.architecture)
     if last is not None and have and have[0] > last:
-        return (f"{probe.host}: driver {probe.driver} no longer supports {stack.architecture} GPUs ({stack.gpu}); "
-                f"R{last} is the last branch that does: {fix}")
+        return (
+            f"{probe.host}: driver {probe.driver} no longer supports {stack.architecture} GPUs ({stack.gpu}); "
+            f"R{last} is the last branch that does: {fix}"
+        )
     return None
 
 
@@ -242,8 +283,10 @@ def assess(probe: HostProbe, gpu: str | None, count: int, pins: StackSpec | None
     model = gpu or probe.gpu_model
     probe.stack = host_stack(resolve_stack(model, pins), probe) if model else None
     if probe.missing_tools:
-        probe.problems.append(f"{probe.host}: missing {', '.join(probe.missing_tools)} (the bootstrap needs them); "
-                              "install them with the system's package manager")
+        probe.problems.append(
+            f"{probe.host}: missing {', '.join(probe.missing_tools)} (the bootstrap needs them); "
+            "install them with the system's package manager"
+        )
     if gpu is None:
         return probe
     install = bool(pins and pins.install)
@@ -254,9 +297,11 @@ def assess(probe: HostProbe, gpu: str | None, count: int, pins: StackSpec | None
     needs_cuda = bool(pins and (pins.cuda != "auto" or pins.framework != "none"))
     problem = driver_problem(probe, probe.stack, needs_cuda=needs_cuda)
     if problem is None and probe.driver and driver_problem(probe, probe.stack) is not None:
-        probe.notes.append(f"{probe.host}: driver {probe.driver} (CUDA {probe.cuda or '?'}) is older than the "
-                           f"{probe.stack.min_driver_version} that CUDA {probe.stack.cuda} needs; the job uses the "
-                           "host's own CUDA (pin stack.cuda or a framework to require the resolved one)")
+        probe.notes.append(
+            f"{probe.host}: driver {probe.driver} (CUDA {probe.cuda or '?'}) is older than the "
+            f"{probe.stack.min_driver_version} that CUDA {probe.stack.cuda} needs; the job uses the "
+            "host's own CUDA (pin stack.cuda or a framework to require the resolved one)"
+        )
     if problem and not (install and probe.sudo in ("root", "yes") and probe.stack.cuda_repo):
         if install and not probe.stack.cuda_repo:
             problem += f" (stack.install is true, but this host runs {os_label(probe)}: not {SUPPORTED_OS})"
@@ -275,8 +320,10 @@ def probe_host(host: str) -> HostProbe:
 
 def render_probe(probe: HostProbe) -> str:
     """Human lines for `gpucloud hosts probe`."""
-    lines = [f"{probe.host}: {probe.user}@, {probe.os or 'unknown OS'}, {probe.disk_free_gib:.1f} GiB free in {probe.root}, "
-             f"sudo: {probe.sudo}"]
+    lines = [
+        f"{probe.host}: {probe.user}@, {probe.os or 'unknown OS'}, {probe.disk_free_gib:.1f} GiB free in {probe.root}, "
+        f"sudo: {probe.sudo}"
+    ]
     if probe.gpus:
         for g in probe.gpus:
             held = f", locked by run {probe.locks[g.index]}" if g.index in probe.locks else ""
@@ -286,9 +333,11 @@ def render_probe(probe: HostProbe) -> str:
         lines.append(f"  no GPU: {probe.smi_error or 'nvidia-smi shows none'}")
     if probe.stack:
         st = probe.stack.as_json()
-        lines.append(f"  stack: {st['architecture']}, driver R{st['driver']}, CUDA {st['cuda']}, cuDNN {st['cudnn']}, "
-                     f"framework {st['framework']}; OS {st['os_image']}, NVIDIA repository "
-                     f"{probe.stack.cuda_repo or 'none (gpucloud installs drivers only on ' + SUPPORTED_OS + ')'}")
+        lines.append(
+            f"  stack: {st['architecture']}, driver R{st['driver']}, CUDA {st['cuda']}, cuDNN {st['cudnn']}, "
+            f"framework {st['framework']}; OS {st['os_image']}, NVIDIA repository "
+            f"{probe.stack.cuda_repo or 'none (gpucloud installs drivers only on ' + SUPPORTED_OS + ')'}"
+        )
         for w in [*probe.stack.warnings, *probe.notes]:
             lines.append(f"  note: {w}")
     lines += [f"  problem: {p}" for p in probe.problems] or ["  ready for jobs"]

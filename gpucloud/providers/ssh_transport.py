@@ -26,16 +26,21 @@ from pathlib import Path
 from gpucloud.errors import GpucloudError, UserError
 from gpucloud.providers.base import Unreachable
 
-CONFIG_ENV = "GPUCLOUD_SSH_CONFIG"          # another ssh_config file: `ssh -F PATH`
+CONFIG_ENV = "GPUCLOUD_SSH_CONFIG"  # another ssh_config file: `ssh -F PATH`
 CONTROL_DIR_ENV = "GPUCLOUD_SSH_CONTROL_DIR"  # where the ControlMaster sockets live
-CONTROL_PERSIST_S = 120                      # the master outlives its last client this long
+CONTROL_PERSIST_S = 120  # the master outlives its last client this long
 CONNECT_TIMEOUT_S = 15
-MAX_CONTROL_DIR = 48                         # sun_path is 108 bytes: dir + "/" + 40 (%C) + 17 (ssh's temp suffix)
-DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024       # what one call may print (reads of bigger objects pass their own cap)
-UNREACHED_MEMO_S = 10.0                      # a host just not reached is not tried again for this long
-SSH_ERROR = 255                              # ssh's own exit status (the remote command never returns it here)
-_HOST_KEY_PATTERNS = ("Host key verification failed", "No ED25519 host key is known", "No RSA host key is known",
-                      "No ECDSA host key is known", "REMOTE HOST IDENTIFICATION HAS CHANGED")
+MAX_CONTROL_DIR = 48  # sun_path is 108 bytes: dir + "/" + 40 (%C) + 17 (ssh's temp suffix)
+DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024  # what one call may print (reads of bigger objects pass their own cap)
+UNREACHED_MEMO_S = 10.0  # a host just not reached is not tried again for this long
+SSH_ERROR = 255  # ssh's own exit status (the remote command never returns it here)
+_HOST_KEY_PATTERNS = (
+    "Host key verification failed",
+    "No ED25519 host key is known",
+    "No RSA host key is known",
+    "No ECDSA host key is known",
+    "REMOTE HOST IDENTIFICATION HAS CHANGED",
+)
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -80,8 +85,9 @@ class SshHost:
         alice@10.0.0.7 true`: the [user@]host[:port] form of job files is not ssh syntax."""
         cfg = os.environ.get(CONFIG_ENV, "").strip()
         where = f"{self.user}@{self.host}" if self.user else self.host
-        return shlex.join(["ssh", *(["-F", cfg] if cfg else []), *(["-p", str(self.port)] if self.port else []),
-                           where, *args])
+        return shlex.join(
+            ["ssh", *(["-F", cfg] if cfg else []), *(["-p", str(self.port)] if self.port else []), where, *args]
+        )
 
     def destination(self) -> list[str]:
         """argv fragment naming the host (options before the `--`-safe destination)."""
@@ -95,8 +101,11 @@ def control_dir() -> Path:
     """Short, private folder for the master sockets (a unix socket path must stay under ~100 bytes)."""
     path = Path(os.environ.get(CONTROL_DIR_ENV) or Path(tempfile.gettempdir()) / f"gpucloud-ssh-{os.getuid()}")
     if len(str(path)) > MAX_CONTROL_DIR:  # %C is 40 characters, ssh adds a 17-character temp suffix
-        raise UserError(f"{CONTROL_DIR_ENV}={path} is too long for ssh's control socket ({len(str(path))} > "
-                        f"{MAX_CONTROL_DIR} characters).", hint=f"Point {CONTROL_DIR_ENV} at a short folder such as /tmp/gc.")
+        raise UserError(
+            f"{CONTROL_DIR_ENV}={path} is too long for ssh's control socket ({len(str(path))} > "
+            f"{MAX_CONTROL_DIR} characters).",
+            hint=f"Point {CONTROL_DIR_ENV} at a short folder such as /tmp/gc.",
+        )
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
 
@@ -106,7 +115,9 @@ def _config_args() -> list[str]:
     if not cfg:
         return []
     if not Path(cfg).expanduser().is_file():
-        raise UserError(f"{CONFIG_ENV}={cfg}: no such file.", hint=f"Point {CONFIG_ENV} at an ssh_config file, or unset it.")
+        raise UserError(
+            f"{CONFIG_ENV}={cfg}: no such file.", hint=f"Point {CONFIG_ENV} at an ssh_config file, or unset it."
+        )
     return ["-F", str(Path(cfg).expanduser())]
 
 
@@ -117,11 +128,14 @@ def effective_config(host: SshHost) -> dict[str, str]:
     """`ssh -G`: what ssh will use for this host after reading every config file (lower-case keys)."""
     key = (os.environ.get(CONFIG_ENV, ""), host.text)
     if key not in _effective_cache:
-        proc = subprocess.run(["ssh", *_config_args(), "-G", *host.destination()], capture_output=True, text=True,
-                              timeout=30, check=False)
+        proc = subprocess.run(
+            ["ssh", *_config_args(), "-G", *host.destination()], capture_output=True, text=True, timeout=30, check=False
+        )
         if proc.returncode != 0:
-            raise UserError(f"ssh cannot read its configuration for {host.text}: {proc.stderr.strip()}",
-                            hint="Fix the ssh_config file it names (or GPUCLOUD_SSH_CONFIG).")
+            raise UserError(
+                f"ssh cannot read its configuration for {host.text}: {proc.stderr.strip()}",
+                hint="Fix the ssh_config file it names (or GPUCLOUD_SSH_CONFIG).",
+            )
         conf: dict[str, str] = {}
         for line in proc.stdout.splitlines():
             name, _, value = line.partition(" ")
@@ -134,9 +148,23 @@ def base_args(host: SshHost) -> list[str]:
     """ssh options gpucloud adds. Command-line -o wins over config files, so StrictHostKeyChecking
     is only forced where the user's config left it at OpenSSH's default ("ask"): with BatchMode
     "ask" would refuse anyway, but "yes" says so plainly; a user's accept-new or no is kept."""
-    args = [*_config_args(), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
-            "-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir()}/%C",
-            "-o", f"ControlPersist={CONTROL_PERSIST_S}", "-o", "ServerAliveInterval=15", "-o", "LogLevel=ERROR"]
+    args = [
+        *_config_args(),
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+        "-o",
+        "ControlMaster=auto",
+        "-o",
+        f"ControlPath={control_dir()}/%C",
+        "-o",
+        f"ControlPersist={CONTROL_PERSIST_S}",
+        "-o",
+        "ServerAliveInterval=15",
+        "-o",
+        "LogLevel=ERROR",
+    ]
     if effective_config(host).get("stricthostkeychecking", "ask") in ("ask", "true"):
         args += ["-o", "StrictHostKeyChecking=yes"]
     return args
@@ -148,9 +176,11 @@ def host_key_fix(host: SshHost) -> str:
     name, port = conf.get("hostname", host.host), conf.get("port", "22")
     known = conf.get("userknownhostsfile", "~/.ssh/known_hosts").split()[0]
     scan = f"ssh-keyscan -p {port} {name}" if port != "22" else f"ssh-keyscan {name}"
-    return (f"Connect once with `{host.shell()}` and compare the fingerprint with the one the machine's "
-            f"owner gives you (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on it), or add the key "
-            f"with `{scan} >> {known}` after checking it. gpucloud never accepts an unknown key by itself.")
+    return (
+        f"Connect once with `{host.shell()}` and compare the fingerprint with the one the machine's "
+        f"owner gives you (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on it), or add the key "
+        f"with `{scan} >> {known}` after checking it. gpucloud never accepts an unknown key by itself."
+    )
 
 
 @dataclass
@@ -207,7 +237,7 @@ def _communicate(argv: list[str], data: bytes, timeout: float, max_output: int) 
                     if buf is out and len(out) > max_output:
                         raise _TooMuch()
                     if buf is err and len(err) > 1 << 17:
-                        del err[:len(err) - (1 << 16)]
+                        del err[: len(err) - (1 << 16)]
         rc = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
     except BaseException:
         proc.kill()
@@ -219,8 +249,16 @@ def _communicate(argv: list[str], data: bytes, timeout: float, max_output: int) 
     return rc, bytes(out), bytes(err)
 
 
-def run(host: SshHost, command: str, *, input: bytes | None = None, timeout: float = 120.0,
-        retries: int = 2, check: bool = True, max_output: int = DEFAULT_MAX_OUTPUT) -> Result:
+def run(
+    host: SshHost,
+    command: str,
+    *,
+    input: bytes | None = None,
+    timeout: float = 120.0,
+    retries: int = 2,
+    check: bool = True,
+    max_output: int = DEFAULT_MAX_OUTPUT,
+) -> Result:
     """Run `command` (a POSIX shell line) on the host. ssh's own failures (exit 255) are retried
     after a short wait: a dropped master is replaced by a new one on the next call. An unknown host
     key is a UserError with the fix; other ssh failures an SshError (SshUnreachable when the host
@@ -238,11 +276,15 @@ def run(host: SshHost, command: str, *, input: bytes | None = None, timeout: flo
         try:
             rc, stdout, stderr = _communicate(argv, input if input is not None else b"", timeout, max_output)
         except subprocess.TimeoutExpired:
-            raise SshError(f"{host.text}: {what} did not end within {timeout:.0f}s (stopped)",
-                           hint=f"Check `ssh {host.text} true`, and that the command does not hang on the host.") from None
+            raise SshError(
+                f"{host.text}: {what} did not end within {timeout:.0f}s (stopped)",
+                hint=f"Check `ssh {host.text} true`, and that the command does not hang on the host.",
+            ) from None
         except _TooMuch:
-            raise SshError(f"{host.text}: {what} printed more than {max_output} bytes (stopped, output dropped)",
-                           hint="Something on the host answers with far more than gpucloud asked for.") from None
+            raise SshError(
+                f"{host.text}: {what} printed more than {max_output} bytes (stopped, output dropped)",
+                hint="Something on the host answers with far more than gpucloud asked for.",
+            ) from None
         err = clean_text(stderr.decode("utf-8", "replace").replace("\r\n", "\n").strip())
         if rc != SSH_ERROR:
             _unreached.pop(host.text, None)
@@ -250,13 +292,17 @@ def run(host: SshHost, command: str, *, input: bytes | None = None, timeout: flo
                 raise SshError(f"{host.text}: {what} exited {rc}: {err[-500:]}")
             return Result(rc, stdout, err)
         if any(p in err for p in _HOST_KEY_PATTERNS):
-            raise UserError(f"{host.text}: the host key is not known (or changed), so gpucloud will not connect: "
-                            f"{err.splitlines()[-1] if err else 'host key verification failed'}",
-                            hint=host_key_fix(host))
+            raise UserError(
+                f"{host.text}: the host key is not known (or changed), so gpucloud will not connect: "
+                f"{err.splitlines()[-1] if err else 'host key verification failed'}",
+                hint=host_key_fix(host),
+            )
         if "Permission denied" in err:
-            raise UserError(f"{host.text}: ssh login refused: {err.splitlines()[-1]}",
-                            hint=f"Check that `{host.shell('true')}` works without a prompt (key in the agent, "
-                                 "or IdentityFile in ~/.ssh/config).")
+            raise UserError(
+                f"{host.text}: ssh login refused: {err.splitlines()[-1]}",
+                hint=f"Check that `{host.shell('true')}` works without a prompt (key in the agent, "
+                "or IdentityFile in ~/.ssh/config).",
+            )
         last = err or f"ssh exited {rc}"
         if "timed out" in last.lower():
             break  # ConnectTimeout passed: the host does not answer; another try would wait as long again
@@ -264,8 +310,7 @@ def run(host: SshHost, command: str, *, input: bytes | None = None, timeout: flo
             time.sleep(0.5 * (attempt + 1) ** 2)
     message = f"{host.text}: cannot reach the host over ssh: {last}"
     _unreached[host.text] = (time.monotonic(), message)
-    raise SshUnreachable(message,
-                         hint=f"Check `{host.shell('true')}`; the run (if any) keeps going on the host.")
+    raise SshUnreachable(message, hint=f"Check `{host.shell('true')}`; the run (if any) keeps going on the host.")
 
 
 def clean_text(text: str) -> str:
@@ -277,13 +322,19 @@ def clean_text(text: str) -> str:
 
 def master_pid(host: SshHost) -> int | None:
     """The ControlMaster process for this host, if one is up (`ssh -O check`)."""
-    proc = subprocess.run(["ssh", *base_args(host), "-O", "check", *host.destination()], capture_output=True,
-                          text=True, timeout=30, check=False)
+    proc = subprocess.run(
+        ["ssh", *base_args(host), "-O", "check", *host.destination()],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     found = re.search(r"pid=(\d+)", proc.stderr + proc.stdout)
     return int(found.group(1)) if found else None
 
 
 def close_master(host: SshHost) -> None:
     """Ask the host's master to exit (best effort): tests and `hosts probe` end cleanly."""
-    subprocess.run(["ssh", *base_args(host), "-O", "exit", *host.destination()], capture_output=True,
-                   timeout=30, check=False)
+    subprocess.run(
+        ["ssh", *base_args(host), "-O", "exit", *host.destination()], capture_output=True, timeout=30, check=False
+    )

@@ -28,18 +28,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FAULTS_ENV = "GPUCLOUD_TEST_AWS_FAULTS"   # JSON list of Fault dicts, for subprocess CLIs
-RECORD_ENV = "GPUCLOUD_TEST_AWS_RECORD"   # file to append "service operation region" lines to
+FAULTS_ENV = "GPUCLOUD_TEST_AWS_FAULTS"  # JSON list of Fault dicts, for subprocess CLIs
+RECORD_ENV = "GPUCLOUD_TEST_AWS_RECORD"  # file to append "service operation region" lines to
 PLACEMENT_ENV = "GPUCLOUD_TEST_AWS_PLACEMENT_GROUPS"  # the placement groups' state file, shared with subprocess CLIs
 ACCOUNT = "123456789012"  # moto's default account
 
 # HTTP status AWS uses for each kind of error we inject.
-STATUS = {"InsufficientInstanceCapacity": 500, "RequestLimitExceeded": 503, "InternalError": 500,
-          "VcpuLimitExceeded": 400, "DependencyViolation": 400, "SlowDown": 503}
+STATUS = {
+    "InsufficientInstanceCapacity": 500,
+    "RequestLimitExceeded": 503,
+    "InternalError": 500,
+    "VcpuLimitExceeded": 400,
+    "DependencyViolation": 400,
+    "SlowDown": 503,
+}
 
 # The four kinds of the fault matrix (issue 4): one representative code each.
-KINDS = {"capacity": "InsufficientInstanceCapacity", "quota": "VcpuLimitExceeded",
-         "throttle": "RequestLimitExceeded", "generic": "InternalError"}
+KINDS = {
+    "capacity": "InsufficientInstanceCapacity",
+    "quota": "VcpuLimitExceeded",
+    "throttle": "RequestLimitExceeded",
+    "generic": "InternalError",
+}
 
 
 @dataclass
@@ -48,20 +58,22 @@ class Fault:
     `times` times (None: every time), after letting `skip` matching calls through."""
 
     operation: str
-    code: str | None                 # None: no error, only the delay (a slow call)
+    code: str | None  # None: no error, only the delay (a slow call)
     times: int | None = 1
     skip: int = 0
     region: str | None = None
     instance_type: str | None = None
     message: str = "injected by the test harness"
-    delay: float = 0.0               # seconds to stall the call (before sending, or after the answer)
-    after: bool = False              # stall after AWS answered (the resource exists, the caller waits)
+    delay: float = 0.0  # seconds to stall the call (before sending, or after the answer)
+    after: bool = False  # stall after AWS answered (the resource exists, the caller waits)
     seen: int = 0
     hits: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("operation", "code", "times", "skip", "region", "instance_type",
-                                               "message", "delay", "after")}
+        return {
+            k: getattr(self, k)
+            for k in ("operation", "code", "times", "skip", "region", "instance_type", "message", "delay", "after")
+        }
 
 
 class _Http:
@@ -72,6 +84,7 @@ class _Http:
         self.headers: dict[str, str] = {}
         self.content = b""
         self.raw = None
+
 
 class PlacementGroups:
     """EC2 placement groups, which moto does not implement (docs/PROVIDERS.md, "Testing against fakes"), answered from
@@ -108,8 +121,7 @@ class PlacementGroups:
         """Every live group (of one region), as DescribePlacementGroups shows it, plus `Region`
         and `Instances` (the ids launched into it)."""
         with self._state() as state:
-            return [{**g, "Region": r} for r, by_name in state.items() if region in (None, r)
-                    for g in by_name.values()]
+            return [{**g, "Region": r} for r, by_name in state.items() if region in (None, r) for g in by_name.values()]
 
     def clear(self) -> None:
         with self._state() as state:
@@ -136,8 +148,7 @@ class PlacementGroups:
             if name:
                 with self._state() as state:
                     if name not in state.get(region, {}):
-                        return self._error("InvalidPlacementGroup.Unknown",
-                                           f"The Placement Group '{name}' is unknown.")
+                        return self._error("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown.")
             return None
         if operation not in self.OPS:
             return None
@@ -146,14 +157,24 @@ class PlacementGroups:
             if operation == "CreatePlacementGroup":
                 name = params["GroupName"]
                 if name in groups:
-                    return self._error("InvalidPlacementGroup.Duplicate",
-                                       f"The Placement Group '{name}' already exists.")
-                tags = [t for spec in params.get("TagSpecifications", [])
-                        if spec.get("ResourceType") == "placement-group" for t in spec.get("Tags", [])]
-                group = {"GroupName": name, "GroupId": f"pg-{uuid.uuid4().hex[:17]}",
-                         "GroupArn": f"arn:aws:ec2:{region}:{ACCOUNT}:placement-group/{name}",
-                         "Strategy": params.get("Strategy", "cluster"), "State": "available",
-                         "Tags": tags, "Instances": []}
+                    return self._error(
+                        "InvalidPlacementGroup.Duplicate", f"The Placement Group '{name}' already exists."
+                    )
+                tags = [
+                    t
+                    for spec in params.get("TagSpecifications", [])
+                    if spec.get("ResourceType") == "placement-group"
+                    for t in spec.get("Tags", [])
+                ]
+                group = {
+                    "GroupName": name,
+                    "GroupId": f"pg-{uuid.uuid4().hex[:17]}",
+                    "GroupArn": f"arn:aws:ec2:{region}:{ACCOUNT}:placement-group/{name}",
+                    "Strategy": params.get("Strategy", "cluster"),
+                    "State": "available",
+                    "Tags": tags,
+                    "Instances": [],
+                }
                 groups[name] = group
                 return self._ok({"PlacementGroup": self._public(group)})
             if operation == "DeletePlacementGroup":
@@ -163,8 +184,10 @@ class PlacementGroups:
                     return self._error("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown.")
                 live = _live_instances(region, group["Instances"])
                 if live:
-                    return self._error("InvalidPlacementGroup.InUse",
-                                       f"There are instances in placement group {name}: {', '.join(live)}")
+                    return self._error(
+                        "InvalidPlacementGroup.InUse",
+                        f"There are instances in placement group {name}: {', '.join(live)}",
+                    )
                 del groups[name]
                 return self._ok({})
             found = list(groups.values())
@@ -172,8 +195,9 @@ class PlacementGroups:
                 if wanted:
                     missing = set(wanted) - {g[key] for g in found}
                     if missing:
-                        return self._error("InvalidPlacementGroup.Unknown",
-                                           f"The Placement Group '{sorted(missing)[0]}' is unknown.")
+                        return self._error(
+                            "InvalidPlacementGroup.Unknown", f"The Placement Group '{sorted(missing)[0]}' is unknown."
+                        )
                     found = [g for g in found if g[key] in wanted]
             for flt in params.get("Filters", []):
                 found = [g for g in found if _matches(g, flt["Name"], flt.get("Values", []))]
@@ -219,8 +243,12 @@ def _live_instances(region: str, ids: list[str]) -> list[str]:
             session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
         _STATE_CLIENTS[key] = session.client("ec2", region_name=region, endpoint_url=endpoint)
     out = _STATE_CLIENTS[key].describe_instances(Filters=[{"Name": "instance-id", "Values": ids}])
-    return sorted(i["InstanceId"] for r in out.get("Reservations", []) for i in r["Instances"]
-                  if i["State"]["Name"] != "terminated")
+    return sorted(
+        i["InstanceId"]
+        for r in out.get("Reservations", [])
+        for i in r["Instances"]
+        if i["State"]["Name"] != "terminated"
+    )
 
 
 @dataclass
@@ -263,8 +291,9 @@ class AwsHooks:
     def _params(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         context["gpucloud_api_params"] = dict(params)
 
-    def _before_call(self, model: Any, params: dict[str, Any], context: dict[str, Any],
-                     request_signer: Any = None, **_: Any) -> Any:
+    def _before_call(
+        self, model: Any, params: dict[str, Any], context: dict[str, Any], request_signer: Any = None, **_: Any
+    ) -> Any:
         service = model.service_model.service_name
         operation = model.name
         region = getattr(request_signer, "region_name", None) or ""
@@ -290,9 +319,13 @@ class AwsHooks:
                 if fault.code is None:
                     continue
                 call.injected = fault.code
-                answer = (_Http(STATUS.get(fault.code, 400)),
-                          {"Error": {"Code": fault.code, "Message": fault.message},
-                           "ResponseMetadata": {"HTTPStatusCode": STATUS.get(fault.code, 400)}})
+                answer = (
+                    _Http(STATUS.get(fault.code, 400)),
+                    {
+                        "Error": {"Code": fault.code, "Message": fault.message},
+                        "ResponseMetadata": {"HTTPStatusCode": STATUS.get(fault.code, 400)},
+                    },
+                )
                 break
             if answer is None and self.idempotency and operation == "RunInstances" and api.get("ClientToken"):
                 cached = self._tokens.get((region, api["ClientToken"]))
@@ -316,8 +349,9 @@ class AwsHooks:
             time.sleep(stall)
         return answer
 
-    def _after_call(self, model: Any, http_response: Any, parsed: dict[str, Any], context: dict[str, Any],
-                    **_: Any) -> None:
+    def _after_call(
+        self, model: Any, http_response: Any, parsed: dict[str, Any], context: dict[str, Any], **_: Any
+    ) -> None:
         if context.get("gpucloud_stall_after"):
             time.sleep(context.pop("gpucloud_stall_after"))
         if model.name != "RunInstances" or getattr(http_response, "status_code", 500) >= 300:
@@ -346,8 +380,12 @@ SESSION_RECORD = Path(tempfile.gettempdir()) / f"gpucloud-aws-ops-{os.getpid()}.
 atexit.register(lambda: SESSION_RECORD.unlink(missing_ok=True))
 # The placement groups' state of this test process (subprocess CLIs get it through PLACEMENT_ENV).
 SESSION_PLACEMENT = Path(tempfile.gettempdir()) / f"gpucloud-aws-pgs-{os.getpid()}.json"
-atexit.register(lambda: [p.unlink(missing_ok=True) for p in (SESSION_PLACEMENT,
-                                                             SESSION_PLACEMENT.with_name(SESSION_PLACEMENT.name + ".lock"))])
+atexit.register(
+    lambda: [
+        p.unlink(missing_ok=True)
+        for p in (SESSION_PLACEMENT, SESSION_PLACEMENT.with_name(SESSION_PLACEMENT.name + ".lock"))
+    ]
+)
 HOOKS = AwsHooks()
 _installed = False
 _local = threading.local()

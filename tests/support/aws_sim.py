@@ -25,8 +25,8 @@ import gzip
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,6 @@ import pytest
 from tests.support.aws_faults import unhooked
 from tests.support.moto_server import Moto, _catalog_regions
 from tests.support.vm_sim import GPU_NAMES, Guest, GuestSimulator, gpu_of
-
 
 _CLIENTS: dict[tuple[str, str], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
@@ -152,15 +151,30 @@ class AwsVmSimulator(GuestSimulator):
             return
         itype = inst["InstanceType"]
         gpu, count = gpu_of("aws", itype)
-        env = {"GPUCLOUD_NODE_RANK": str(inst.get("AmiLaunchIndex", 0)), "GPUCLOUD_NODE_IP": "127.0.0.1",
-               "GPUCLOUD_IMDS_ENDPOINT": f"http://127.0.0.1:{self._imds.server_address[1]}/{iid}"}
-        guest = self.boot_guest(iid, raw.decode(), gpu=gpu, gpu_count=count, env=env, name=f"{region}-{iid}",
-                                disk=self._image_disk(region, inst.get("ImageId", "")))
+        env = {
+            "GPUCLOUD_NODE_RANK": str(inst.get("AmiLaunchIndex", 0)),
+            "GPUCLOUD_NODE_IP": "127.0.0.1",
+            "GPUCLOUD_IMDS_ENDPOINT": f"http://127.0.0.1:{self._imds.server_address[1]}/{iid}",
+        }
+        guest = self.boot_guest(
+            iid,
+            raw.decode(),
+            gpu=gpu,
+            gpu_count=count,
+            env=env,
+            name=f"{region}-{iid}",
+            disk=self._image_disk(region, inst.get("ImageId", "")),
+        )
         if guest is None:
             return
-        guest.meta.update(instance_type=itype, region=region, gpu_name=GPU_NAMES.get(gpu, f"NVIDIA {gpu}"),
-                          user_data_bytes=str(len(raw)), rank=env["GPUCLOUD_NODE_RANK"],
-                          zone=(inst.get("Placement") or {}).get("AvailabilityZone", ""))
+        guest.meta.update(
+            instance_type=itype,
+            region=region,
+            gpu_name=GPU_NAMES.get(gpu, f"NVIDIA {gpu}"),
+            user_data_bytes=str(len(raw)),
+            rank=env["GPUCLOUD_NODE_RANK"],
+            zone=(inst.get("Placement") or {}).get("AvailabilityZone", ""),
+        )
         self.booted.append(iid)
 
     def _image_disk(self, region: str, image_id: str) -> Path | None:

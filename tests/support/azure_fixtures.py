@@ -64,13 +64,23 @@ def journal() -> Any:
 
 
 def job_yaml(*, gpu: str = "T4:1", nodes: int = 1, extra: str = "") -> str:
-    return (f"name: unit-job\nresources:\n  cloud: azure\n  regions: [eastus]\n  gpu: {gpu}\n{extra}"
-            f"num_nodes: {nodes}\nrun: echo hello\nmax_duration: 1h\n")
+    return (
+        f"name: unit-job\nresources:\n  cloud: azure\n  regions: [eastus]\n  gpu: {gpu}\n{extra}"
+        f"num_nodes: {nodes}\nrun: echo hello\nmax_duration: 1h\n"
+    )
 
 
-def launch_request(run_id: str, *, gpu: str = "T4:1", nodes: int = 1, spot: bool = False, extra: str = "",
-                   instance_type: str | None = None, user_data: list[str] | None = None,
-                   expires_in: timedelta = timedelta(hours=2)) -> Any:
+def launch_request(
+    run_id: str,
+    *,
+    gpu: str = "T4:1",
+    nodes: int = 1,
+    spot: bool = False,
+    extra: str = "",
+    instance_type: str | None = None,
+    user_data: list[str] | None = None,
+    expires_in: timedelta = timedelta(hours=2),
+) -> Any:
     """A LaunchRequest from a real job file and plan (first candidate, optionally adjusted)."""
     from gpucloud.planner import make_plan
     from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, LaunchRequest
@@ -85,10 +95,14 @@ def launch_request(run_id: str, *, gpu: str = "T4:1", nodes: int = 1, spot: bool
     cand = dataclasses.replace(cand, **changes)
     expires = datetime.now(UTC) + expires_in
     return LaunchRequest(
-        run_id=run_id, spec=spec, candidate=cand, stack=plan.stack,
+        run_id=run_id,
+        spec=spec,
+        candidate=cand,
+        stack=plan.stack,
         user_data=user_data or [f"#!/bin/bash\necho node {r}\n" for r in range(nodes)],
-        expires_at=expires, tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                                  "Name": f"gpucloud-{run_id}"})
+        expires_at=expires,
+        tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"), "Name": f"gpucloud-{run_id}"},
+    )
 
 
 def run_resources(arm: FakeArm, run_id: str) -> list[dict[str, Any]]:
@@ -99,8 +113,15 @@ def run_resources(arm: FakeArm, run_id: str) -> list[dict[str, Any]]:
 
 def leftovers(arm: FakeArm) -> list[dict[str, Any]]:
     """Every tagged thing still there (the region's channel storage is not tagged and stays)."""
-    return [r for r in arm.snapshot() if "gpucloud-run" in r["tags"]
-            or ("/resourcegroups/gpucloud-" in r["id"].lower() and "/resourcegroups/gpucloud-storage-" not in r["id"].lower())]
+    return [
+        r
+        for r in arm.snapshot()
+        if "gpucloud-run" in r["tags"]
+        or (
+            "/resourcegroups/gpucloud-" in r["id"].lower()
+            and "/resourcegroups/gpucloud-storage-" not in r["id"].lower()
+        )
+    ]
 
 
 def wait_until(pred: Any, timeout: float = 10.0, interval: float = 0.05) -> bool:
@@ -116,15 +137,27 @@ REPO = Path(__file__).resolve().parent.parent.parent
 
 
 @pytest.fixture
-def azure_env(arm: FakeArm, azurite: Any, azure_sim: Any, gpucloud_home: Path, tmp_path: Path,  # noqa: F811
-              monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+def azure_env(
+    arm: FakeArm,
+    azurite: Any,
+    azure_sim: Any,
+    gpucloud_home: Path,
+    tmp_path: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[dict[str, str]]:
     """Fake ARM + Azurite + simulator; the environment a CLI subprocess needs; cwd = tmp_path."""
     monkeypatch.setenv("GPUCLOUD_AZURE_BLOB_ENDPOINT", azurite.blob_endpoint)
     monkeypatch.chdir(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPUCLOUD_TEST_"))}
     env.update(arm.client_env())
-    env.update({"GPUCLOUD_AZURE_BLOB_ENDPOINT": azurite.blob_endpoint, "GPUCLOUD_HOME": str(gpucloud_home),
-                "CI": "true", "PYTHONPATH": str(REPO)})
+    env.update(
+        {
+            "GPUCLOUD_AZURE_BLOB_ENDPOINT": azurite.blob_endpoint,
+            "GPUCLOUD_HOME": str(gpucloud_home),
+            "CI": "true",
+            "PYTHONPATH": str(REPO),
+        }
+    )
     yield env
     arm.clear_injections()
 

@@ -50,8 +50,9 @@ class AzureVmSimulator(GuestSimulator):
             if props.get("type", "").lower() == DRIVER_EXTENSION:
                 # the extension installs the GRID driver its settings pin (else its own latest)
                 version = str((props.get("settings") or {}).get("driverVersion") or GRID_DRIVER)
-                threading.Thread(target=self._driver_installed, args=(res.id.rsplit("/extensions/", 1)[0], version),
-                                 daemon=True).start()
+                threading.Thread(
+                    target=self._driver_installed, args=(res.id.rsplit("/extensions/", 1)[0], version), daemon=True
+                ).start()
             return
         if res.type.lower() != VM_TYPE:
             return
@@ -89,8 +90,9 @@ class AzureVmSimulator(GuestSimulator):
                 self._gone.discard(res.id)
                 name += f"-{sum(1 for b in self.booted if b == res.id)}"
         image = ((res.body.get("properties") or {}).get("storageProfile") or {}).get("imageReference") or {}
-        guest = self.boot_guest(res.id, script, gpu=gpu, gpu_count=count, env=env, name=name,
-                                disk=self._image_disk(image.get("id")))
+        guest = self.boot_guest(
+            res.id, script, gpu=gpu, gpu_count=count, env=env, name=name, disk=self._image_disk(image.get("id"))
+        )
         if guest is None:
             return
         guest.meta.update(size=size, gpu_name=guest_env_gpu_name(gpu))
@@ -106,7 +108,9 @@ class AzureVmSimulator(GuestSimulator):
             return None
         with self.arm.lock:
             image = self.arm.resources.get(image_id.lower())
-            source = ((image.body.get("properties") or {}).get("sourceVirtualMachine") or {}).get("id") if image else None
+            source = (
+                ((image.body.get("properties") or {}).get("sourceVirtualMachine") or {}).get("id") if image else None
+            )
         with self.lock:
             guest = next((g for vid, g in self.guests.items() if source and vid.lower() == source.lower()), None)
         return guest.sandbox / "stub-state" if guest is not None else None

@@ -67,9 +67,21 @@ def start_azurite(workdir: Path) -> Azurite:
         port = _free_port()
         log = open(workdir / "azurite.log", "ab")
         proc = subprocess.Popen(
-            [str(binary), "--silent", "--inMemoryPersistence", "--blobHost", "127.0.0.1", "--blobPort", str(port),
-             "--skipApiVersionCheck", "--disableTelemetry"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir,
+            [
+                str(binary),
+                "--silent",
+                "--inMemoryPersistence",
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(port),
+                "--skipApiVersionCheck",
+                "--disableTelemetry",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=workdir,
             env={**os.environ, "NODE_NO_WARNINGS": "1"},
         )
         server = Azurite(port=port, proc=proc, workdir=workdir)

@@ -49,12 +49,12 @@ def _cmp_part(a: str, b: str) -> int:
             x, y = _order(na[i] if i < len(na) else ""), _order(nb[i] if i < len(nb) else "")
             if x != y:
                 return -1 if x < y else 1
-        a, b = a[len(na):], b[len(nb):]
+        a, b = a[len(na) :], b[len(nb) :]
         da = re.match(r"\d*", a).group()  # type: ignore[union-attr]
         db = re.match(r"\d*", b).group()  # type: ignore[union-attr]
         if int(da or 0) != int(db or 0):
             return -1 if int(da or 0) < int(db or 0) else 1
-        a, b = a[len(da):], b[len(db):]
+        a, b = a[len(da) :], b[len(db) :]
     return 0
 
 
@@ -93,7 +93,9 @@ def load_prefs(etc: Path) -> list[tuple[list[str], str, int]]:
             fields = dict(line.split(":", 1) for line in block.splitlines() if ":" in line)
             pin = fields.get("Pin", "").strip()
             if "Package" in fields and pin.startswith("version "):
-                pins.append((fields["Package"].split(), pin[len("version "):].strip(), int(fields.get("Pin-Priority", 500))))
+                pins.append(
+                    (fields["Package"].split(), pin[len("version ") :].strip(), int(fields.get("Pin-Priority", 500)))
+                )
     return pins
 
 
@@ -115,16 +117,24 @@ class Apt:
         return f.read_text() if f.exists() else None
 
     def priority(self, p: Pkg) -> int:
-        return max([prio for globs, ver, prio in self.pins
-                    if any(fnmatch.fnmatch(p.name, g) for g in globs) and fnmatch.fnmatch(p.version, ver)]
-                   or [DEFAULT_PRIORITY])
+        return max(
+            [
+                prio
+                for globs, ver, prio in self.pins
+                if any(fnmatch.fnmatch(p.name, g) for g in globs) and fnmatch.fnmatch(p.version, ver)
+            ]
+            or [DEFAULT_PRIORITY]
+        )
 
     def candidate(self, name: str) -> Pkg | None:
         versions = self.repo.get(name, [])
         best = None
         for p in versions:
-            if best is None or (self.priority(p), 0) > (self.priority(best), 0) or (
-                    self.priority(p) == self.priority(best) and vcmp(p.version, best.version) > 0):
+            if (
+                best is None
+                or (self.priority(p), 0) > (self.priority(best), 0)
+                or (self.priority(p) == self.priority(best) and vcmp(p.version, best.version) > 0)
+            ):
                 best = p
         return best
 
@@ -164,15 +174,19 @@ class Apt:
             if cand is not None and planned is None and (not op or satisfies(cand.version, op, ver)):
                 self.want(cand)
                 return
-            tried.append(f"{name} {('(' + op + ' ' + ver + ')') if op else ''} but "
-                         f"{cand.version if cand else 'nothing'} is to be installed")
-        raise SystemExit(f"The following packages have unmet dependencies:\n {owner} : Depends: {tried[0]}\n"
-                         "E: Unable to correct problems, you have held broken packages.")
+            tried.append(
+                f"{name} {('(' + op + ' ' + ver + ')') if op else ''} but "
+                f"{cand.version if cand else 'nothing'} is to be installed"
+            )
+        raise SystemExit(
+            f"The following packages have unmet dependencies:\n {owner} : Depends: {tried[0]}\n"
+            "E: Unable to correct problems, you have held broken packages."
+        )
 
     def request(self, arg: str) -> None:
         name, _, glob = arg.partition("=")
         if name.startswith("linux-headers-"):
-            self.plan[name] = Pkg(name, name[len("linux-headers-"):])
+            self.plan[name] = Pkg(name, name[len("linux-headers-") :])
             return
         if name not in self.repo:
             self.plan[name] = Pkg(name, glob.replace("*", "0") if glob else "1.0-stub")
@@ -192,9 +206,11 @@ class Apt:
         headers = f"linux-headers-{self.kernel}"
         for pkg in self.plan.values():
             if pkg.dkms and self.installed(headers) is None:
-                raise SystemExit(f"Error! Your kernel headers for kernel {self.kernel} cannot be found.\n"
-                                 f"dpkg: error processing package {pkg.name} (--configure)\n"
-                                 "E: Sub-process /usr/bin/dpkg returned an error code (1)")
+                raise SystemExit(
+                    f"Error! Your kernel headers for kernel {self.kernel} cannot be found.\n"
+                    f"dpkg: error processing package {pkg.name} (--configure)\n"
+                    "E: Sub-process /usr/bin/dpkg returned an error code (1)"
+                )
         for pkg in self.plan.values():
             (self.pkgs / pkg.name).write_text(pkg.version)
             if pkg.dkms:
@@ -204,10 +220,14 @@ class Apt:
 def main(argv: list[str]) -> int:
     if "install" not in argv:
         return 0
-    names = [a for a in argv[argv.index("install") + 1:] if not a.startswith("-")]
+    names = [a for a in argv[argv.index("install") + 1 :] if not a.startswith("-")]
     state = Path(os.environ["STUB_STATE"])
-    apt = Apt(load_repo(Path(os.environ["STUB_APT_REPO"])), state, Path(os.environ.get("GPUCLOUD_ETC", "/etc")),
-              os.environ.get("STUB_KERNEL") or os.uname().release)
+    apt = Apt(
+        load_repo(Path(os.environ["STUB_APT_REPO"])),
+        state,
+        Path(os.environ.get("GPUCLOUD_ETC", "/etc")),
+        os.environ.get("STUB_KERNEL") or os.uname().release,
+    )
     try:
         for name in names:
             apt.request(name)

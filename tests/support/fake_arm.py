@@ -60,25 +60,43 @@ SYNC_TYPES = frozenset({PPG_TYPE})
 
 # Status codes ARM uses for the error codes tests inject (anything else: 400).
 _STATUS_BY_CODE = {
-    "TooManyRequests": 429, "SubscriptionRequestsThrottled": 429, "ResourceGroupNotFound": 404,
-    "ResourceNotFound": 404, "NotFound": 404, "OperationNotAllowed": 409, "QuotaExceeded": 409,
-    "SkuNotAvailable": 409, "AllocationFailed": 409, "ZonalAllocationFailed": 409,
-    "OverconstrainedAllocationRequest": 409, "Conflict": 409, "InternalServerError": 500,
-    "ServiceUnavailable": 503, "AuthorizationFailed": 403, "AuthenticationFailed": 401,
-    "PrincipalNotFound": 400, "InvalidParameter": 400, "GatewayTimeout": 504,
+    "TooManyRequests": 429,
+    "SubscriptionRequestsThrottled": 429,
+    "ResourceGroupNotFound": 404,
+    "ResourceNotFound": 404,
+    "NotFound": 404,
+    "OperationNotAllowed": 409,
+    "QuotaExceeded": 409,
+    "SkuNotAvailable": 409,
+    "AllocationFailed": 409,
+    "ZonalAllocationFailed": 409,
+    "OverconstrainedAllocationRequest": 409,
+    "Conflict": 409,
+    "InternalServerError": 500,
+    "ServiceUnavailable": 503,
+    "AuthorizationFailed": 403,
+    "AuthenticationFailed": 401,
+    "PrincipalNotFound": 400,
+    "InvalidParameter": 400,
+    "GatewayTimeout": 504,
 }
 
 _RG_RE = re.compile(r"^/subscriptions/([^/]+)/resourcegroups/([^/]+)$", re.I)
 _RG_LIST_RE = re.compile(r"^/subscriptions/([^/]+)/resourcegroups$", re.I)
 _SUB_RE = re.compile(r"^/subscriptions/([^/]+)(/locations)?$", re.I)
 FAKE_LOCATIONS = ("eastus", "westus2", "westeurope", "southcentralus")
-_OP_RE = re.compile(r"^/subscriptions/[^/]+/providers/[^/]+/locations/[^/]+/(operations|operationresults)/([^/]+)$", re.I)
+_OP_RE = re.compile(
+    r"^/subscriptions/[^/]+/providers/[^/]+/locations/[^/]+/(operations|operationresults)/([^/]+)$", re.I
+)
 _RG_OPRESULT_RE = re.compile(r"^/subscriptions/[^/]+/operationresults/([^/]+)$", re.I)
 _ROLE_RE = re.compile(r"^(?P<scope>/.*?)/providers/microsoft\.authorization/roleassignments/(?P<name>[^/]+)$", re.I)
 _NESTED_RE = re.compile(
-    r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/(?P<ns>[^/]+)/(?P<rest>.+)$", re.I)
+    r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/(?P<ns>[^/]+)/(?P<rest>.+)$", re.I
+)
 _RG_RESOURCES_RE = re.compile(r"^/subscriptions/([^/]+)/resourcegroups/([^/]+)/resources$", re.I)
-_IMDS_RE = re.compile(r"^/_imds/(?P<principal>[^/]+)/metadata/(?P<what>identity/oauth2/token|instance|instance/compute|scheduledevents)$")
+_IMDS_RE = re.compile(
+    r"^/_imds/(?P<principal>[^/]+)/metadata/(?P<what>identity/oauth2/token|instance|instance/compute|scheduledevents)$"
+)
 
 
 @dataclass
@@ -94,7 +112,7 @@ class Injection:
     times: int
     async_: bool = False
     delay: float = 0.0
-    principal: str | None = None   # only calls made with this identity's token
+    principal: str | None = None  # only calls made with this identity's token
     op_seconds: float | None = None  # the long-running operation this call starts takes this long
     hits: int = 0
 
@@ -107,16 +125,16 @@ class Operation:
     done_at: float
     finish: Callable[[], None] | None = None
     error: dict[str, str] | None = None
-    resource_path: str | None = None   # PUT: where the final GET goes
+    resource_path: str | None = None  # PUT: where the final GET goes
     done: bool = False
 
 
 @dataclass
 class Resource:
-    id: str            # canonical casing as first written
-    type: str          # "Microsoft.Network/virtualNetworks"
+    id: str  # canonical casing as first written
+    type: str  # "Microsoft.Network/virtualNetworks"
     body: dict[str, Any]
-    rg: str | None     # lower-case resource group key ("sub/rg"), None for subscription-level
+    rg: str | None  # lower-case resource group key ("sub/rg"), None for subscription-level
     created: float = field(default_factory=time.time)
     secret: dict[str, Any] = field(default_factory=dict)  # write-only inputs (VM custom data)
 
@@ -142,17 +160,17 @@ class FakeArm:
         self.op_seconds = op_seconds
         self.retry_after_ms = retry_after_ms
         self.lock = threading.RLock()
-        self.resource_groups: dict[str, Resource] = {}   # key "sub/rg" (lower)
-        self.resources: dict[str, Resource] = {}         # key lower-case id
+        self.resource_groups: dict[str, Resource] = {}  # key "sub/rg" (lower)
+        self.resources: dict[str, Resource] = {}  # key lower-case id
         self.operations: dict[str, Operation] = {}
         self.injections: list[Injection] = []
-        self.calls: list[tuple[str, str, str]] = []      # (method, path, principal) of every ARM call
-        self.requests = 0                                # every HTTP request, polls included
-        self.power: dict[str, str] = {}                  # vm id (lower) -> "running" | "stopped" | ...
-        self.preempted: set[str] = set()                 # vm ids (lower) whose Scheduled Events say Preempt
+        self.calls: list[tuple[str, str, str]] = []  # (method, path, principal) of every ARM call
+        self.requests = 0  # every HTTP request, polls included
+        self.power: dict[str, str] = {}  # vm id (lower) -> "running" | "stopped" | ...
+        self.preempted: set[str] = set()  # vm ids (lower) whose Scheduled Events say Preempt
         self.run_commands: list[tuple[str, list[str]]] = []  # (vm id, script) of each runCommand
         self.listeners: list[Callable[[str, Resource], None]] = []
-        self.tokens: dict[str, str] = {}                 # bearer token -> principal
+        self.tokens: dict[str, str] = {}  # bearer token -> principal
         self._ip_counter = itertools.count(4)
         self._stop = threading.Event()
         handler = type("Handler", (_Handler,), {"arm": self})
@@ -166,8 +184,9 @@ class FakeArm:
         return f"http://{host}:{port}"
 
     def start(self) -> FakeArm:
-        serve = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
-                                 name="fake-arm", daemon=True)
+        serve = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-arm", daemon=True
+        )
         tick = threading.Thread(target=self._ticker, name="fake-arm-ops", daemon=True)
         for t in (serve, tick):
             t.start()
@@ -204,15 +223,34 @@ class FakeArm:
         return f"{self.url}/_imds/{principal_id}"
 
     # ---- test controls ------------------------------------------------------------------------
-    def inject(self, method: str, path: str, code: str | None = "InternalServerError", *, message: str = "",
-               status: int | None = None, times: int = 1, async_: bool = False, delay: float = 0.0,
-               principal: str | None = None, op_seconds: float | None = None) -> Injection:
+    def inject(
+        self,
+        method: str,
+        path: str,
+        code: str | None = "InternalServerError",
+        *,
+        message: str = "",
+        status: int | None = None,
+        times: int = 1,
+        async_: bool = False,
+        delay: float = 0.0,
+        principal: str | None = None,
+        op_seconds: float | None = None,
+    ) -> Injection:
         """Arm a failure (or, with code=None, a stall: `delay` for the request itself,
         `op_seconds` for the long-running operation it starts) for matching calls."""
-        inj = Injection(method=method.upper(), path=re.compile(path, re.I), code=code,
-                        message=message or f"Injected {code}.",
-                        status=status or _STATUS_BY_CODE.get(code or "", 400), times=times,
-                        async_=async_, delay=delay, principal=principal, op_seconds=op_seconds)
+        inj = Injection(
+            method=method.upper(),
+            path=re.compile(path, re.I),
+            code=code,
+            message=message or f"Injected {code}.",
+            status=status or _STATUS_BY_CODE.get(code or "", 400),
+            times=times,
+            async_=async_,
+            delay=delay,
+            principal=principal,
+            op_seconds=op_seconds,
+        )
         with self.lock:
             self.injections.append(inj)
         return inj
@@ -257,8 +295,14 @@ class FakeArm:
                 if include_deleting or state != "Deleting":
                     out.append({"id": rg.id, "type": rg.type, "tags": dict(rg.body.get("tags") or {}), "state": state})
             for res in self.resources.values():
-                out.append({"id": res.id, "type": res.type, "tags": dict(res.body.get("tags") or {}),
-                            "state": (res.body.get("properties") or {}).get("provisioningState", "Succeeded")})
+                out.append(
+                    {
+                        "id": res.id,
+                        "type": res.type,
+                        "tags": dict(res.body.get("tags") or {}),
+                        "state": (res.body.get("properties") or {}).get("provisioningState", "Succeeded"),
+                    }
+                )
             return out
 
     def vms(self) -> list[Resource]:
@@ -293,11 +337,18 @@ class FakeArm:
                 if op.finish is not None and op.error is None:
                     op.finish()
 
-    def new_operation(self, *, finish: Callable[[], None] | None = None, error: dict[str, str] | None = None,
-                      resource_path: str | None = None, seconds: float | None = None) -> Operation:
+    def new_operation(
+        self,
+        *,
+        finish: Callable[[], None] | None = None,
+        error: dict[str, str] | None = None,
+        resource_path: str | None = None,
+        seconds: float | None = None,
+    ) -> Operation:
         took = self.op_seconds if seconds is None else seconds
-        op = Operation(id=uuid.uuid4().hex, done_at=time.time() + took, finish=finish, error=error,
-                       resource_path=resource_path)
+        op = Operation(
+            id=uuid.uuid4().hex, done_at=time.time() + took, finish=finish, error=error, resource_path=resource_path
+        )
         self.operations[op.id] = op
         return op
 
@@ -444,29 +495,47 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("X-IDENTITY-HEADER") != IDENTITY_HEADER:
             return self._send(401, {"error": "unauthorized", "error_description": "bad X-IDENTITY-HEADER"})
         token = self.arm.issue_token(OPERATOR_PRINCIPAL)
-        self._send(200, {"access_token": token, "expires_on": str(int(time.time()) + 3600),
-                         "resource": query.get("resource", ""), "token_type": "Bearer",
-                         "client_id": "00000000-0000-0000-0000-0000000c11e0"})
+        self._send(
+            200,
+            {
+                "access_token": token,
+                "expires_on": str(int(time.time()) + 3600),
+                "resource": query.get("resource", ""),
+                "token_type": "Bearer",
+                "client_id": "00000000-0000-0000-0000-0000000c11e0",
+            },
+        )
 
     def _imds(self, principal: str, what: str, query: dict[str, str]) -> None:
         if self.headers.get("Metadata", "").lower() != "true":
-            return self._send(400, {"error": "invalid_request", "error_description": "Required metadata header not specified"})
+            return self._send(
+                400, {"error": "invalid_request", "error_description": "Required metadata header not specified"}
+            )
         vm = self.arm.vm_by_principal(principal)
         if vm is None:
             return self._send(400, {"error": "invalid_request", "error_description": "Identity not found"})
         if what == "scheduledevents":  # Azure's eviction notice: a Preempt event once preempt(vm) was called
             with self.arm.lock:
                 evicted = vm.id.lower() in self.arm.preempted
-            events = [{"EventId": f"preempt-{vm.id.split('/')[-1]}", "EventType": "Preempt",
-                       "ResourceType": "VirtualMachine", "Resources": [vm.id.split("/")[-1]],
-                       "EventStatus": "Scheduled", "NotBefore": time.strftime("%a, %d %b %Y %H:%M:%S GMT",
-                                                                              time.gmtime(time.time() + 30))}]
+            events = [
+                {
+                    "EventId": f"preempt-{vm.id.split('/')[-1]}",
+                    "EventType": "Preempt",
+                    "ResourceType": "VirtualMachine",
+                    "Resources": [vm.id.split("/")[-1]],
+                    "EventStatus": "Scheduled",
+                    "NotBefore": time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30)),
+                }
+            ]
             return self._send(200, {"DocumentIncarnation": 2 if evicted else 1, "Events": events if evicted else []})
         if what.startswith("instance"):
             rg = vm.id.split("/")[4]
             compute = {
-                "subscriptionId": self.arm.subscription_id, "resourceGroupName": rg, "name": vm.id.split("/")[-1],
-                "location": vm.body.get("location"), "vmId": vm.body["properties"].get("vmId"),
+                "subscriptionId": self.arm.subscription_id,
+                "resourceGroupName": rg,
+                "name": vm.id.split("/")[-1],
+                "location": vm.body.get("location"),
+                "vmId": vm.body["properties"].get("vmId"),
                 "vmSize": vm.body["properties"].get("hardwareProfile", {}).get("vmSize"),
                 "resourceId": vm.id,
                 "tagsList": [{"name": k, "value": v} for k, v in (vm.body.get("tags") or {}).items()],
@@ -474,9 +543,18 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, compute if what == "instance/compute" else {"compute": compute})
         token = self.arm.issue_token(principal)
         now = int(time.time())
-        self._send(200, {"access_token": token, "refresh_token": "", "expires_in": "3600",
-                         "expires_on": str(now + 3600), "not_before": str(now),
-                         "resource": query.get("resource", ""), "token_type": "Bearer"})
+        self._send(
+            200,
+            {
+                "access_token": token,
+                "refresh_token": "",
+                "expires_in": "3600",
+                "expires_on": str(now + 3600),
+                "not_before": str(now),
+                "resource": query.get("resource", ""),
+                "token_type": "Bearer",
+            },
+        )
 
     # ---- out-of-process control ---------------------------------------------------------------
     def _control(self, path: str, body: dict[str, Any]) -> None:
@@ -489,11 +567,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.arm.reset()
             return self._send(204)
         if path == "/_fake/inject" and self.command == "POST":
-            self.arm.inject(body["method"], body["path"], body.get("code", "InternalServerError"),
-                            message=body.get("message", ""), status=body.get("status"),
-                            times=int(body.get("times", 1)), async_=bool(body.get("async", False)),
-                            delay=float(body.get("delay", 0)),
-                            op_seconds=float(body["op_seconds"]) if body.get("op_seconds") is not None else None)
+            self.arm.inject(
+                body["method"],
+                body["path"],
+                body.get("code", "InternalServerError"),
+                message=body.get("message", ""),
+                status=body.get("status"),
+                times=int(body.get("times", 1)),
+                async_=bool(body.get("async", False)),
+                delay=float(body.get("delay", 0)),
+                op_seconds=float(body["op_seconds"]) if body.get("op_seconds") is not None else None,
+            )
             return self._send(204)
         self._error(404, "NotFound", f"no control endpoint {path}")
 
@@ -504,17 +588,26 @@ class _Handler(BaseHTTPRequestHandler):
         auth = self.headers.get("Authorization", "")
         principal = arm.principal_of(auth[7:]) if auth.startswith("Bearer ") else None
         if principal is None:
-            return self._error(401, "AuthenticationFailed", "Authentication failed. The 'Authorization' header is missing or invalid.")
+            return self._error(
+                401, "AuthenticationFailed", "Authentication failed. The 'Authorization' header is missing or invalid."
+            )
         if "api-version" not in query:
-            return self._error(400, "MissingApiVersionParameter", "The api-version query parameter (?api-version=) is required for all requests.")
+            return self._error(
+                400,
+                "MissingApiVersionParameter",
+                "The api-version query parameter (?api-version=) is required for all requests.",
+            )
         is_poll = bool(_OP_RE.match(path) or _RG_OPRESULT_RE.match(path))
         if not is_poll:
             with arm.lock:
                 arm.calls.append((self.command, path, principal))
             if not arm.authorized(principal, path):
-                return self._error(403, "AuthorizationFailed",
-                                   f"The client '{principal}' does not have authorization to perform action "
-                                   f"'{self.command}' over scope '{path}' or the scope is invalid.")
+                return self._error(
+                    403,
+                    "AuthorizationFailed",
+                    f"The client '{principal}' does not have authorization to perform action "
+                    f"'{self.command}' over scope '{path}' or the scope is invalid.",
+                )
             inj = self._take_injection(path, principal)
             if inj is not None:
                 if inj.delay:
@@ -570,8 +663,16 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, "SubscriptionNotFound", f"The subscription '{sub}' could not be found.")
         if locations:
             return self._send(200, {"value": [{"name": n, "displayName": n, "type": "Region"} for n in FAKE_LOCATIONS]})
-        return self._send(200, {"id": f"/subscriptions/{sub}", "subscriptionId": sub, "tenantId": self.arm.tenant_id,
-                                "displayName": "fake subscription", "state": "Enabled"})
+        return self._send(
+            200,
+            {
+                "id": f"/subscriptions/{sub}",
+                "subscriptionId": sub,
+                "tenantId": self.arm.tenant_id,
+                "displayName": "fake subscription",
+                "state": "Enabled",
+            },
+        )
 
     # ---- long-running operations ----------------------------------------------------------------
     def _poll(self, op_id: str, *, location_style: bool) -> None:
@@ -593,17 +694,31 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(200, self._resource_body(op.resource_path) if op.resource_path else None)
             return self._send(200, {"status": "Succeeded"})
 
-    def _op_url(self, op: Operation, *, location: bool = False, ns: str = "Microsoft.Resources", loc: str = "eastus") -> str:
+    def _op_url(
+        self, op: Operation, *, location: bool = False, ns: str = "Microsoft.Resources", loc: str = "eastus"
+    ) -> str:
         kind = "operationresults" if location else "operations"
-        return (f"{self.arm.url}/subscriptions/{self.arm.subscription_id}/providers/{ns}/locations/{loc}/{kind}/{op.id}"
-                "?api-version=2024-01-01")
+        return (
+            f"{self.arm.url}/subscriptions/{self.arm.subscription_id}/providers/{ns}/locations/{loc}/{kind}/{op.id}"
+            "?api-version=2024-01-01"
+        )
 
     def _resource_body(self, path: str) -> dict[str, Any] | None:
         res = self.arm.resources.get(path.lower())
         return _public(res) if res else None
 
-    def _async_created(self, status: int, res_path: str, ns: str, location: str, fail: dict[str, str] | None,
-                       finish: Callable[[], None] | None, body: dict[str, Any], *, location_header: bool = False) -> None:
+    def _async_created(
+        self,
+        status: int,
+        res_path: str,
+        ns: str,
+        location: str,
+        fail: dict[str, str] | None,
+        finish: Callable[[], None] | None,
+        body: dict[str, Any],
+        *,
+        location_header: bool = False,
+    ) -> None:
         op = self.arm.new_operation(finish=finish, error=fail, resource_path=res_path, seconds=self._op_seconds)
         headers = {**self.arm.retry_headers()}
         if location_header:
@@ -643,33 +758,56 @@ class _Handler(BaseHTTPRequestHandler):
                     if self.command == "HEAD":
                         return self._send(404)
                     return self._error(404, "ResourceGroupNotFound", f"Resource group '{name}' could not be found.")
-                return self._send(204 if self.command == "HEAD" else 200, None if self.command == "HEAD" else existing.body)
+                return self._send(
+                    204 if self.command == "HEAD" else 200, None if self.command == "HEAD" else existing.body
+                )
             if self.command == "PUT":
                 if not body.get("location"):
-                    return self._error(400, "LocationRequired", "The location property is required for this definition.")
+                    return self._error(
+                        400, "LocationRequired", "The location property is required for this definition."
+                    )
                 if existing is not None:
                     if existing.body["properties"]["provisioningState"] == "Deleting":
-                        return self._error(409, "ResourceGroupBeingDeleted",
-                                           f"The resource group '{name}' is in deprovisioning state and cannot "
-                                           "perform this operation.")
+                        return self._error(
+                            409,
+                            "ResourceGroupBeingDeleted",
+                            f"The resource group '{name}' is in deprovisioning state and cannot "
+                            "perform this operation.",
+                        )
                     if existing.body["location"].lower() != body["location"].lower():
-                        return self._error(409, "InvalidResourceGroupLocation",
-                                           f"Invalid resource group location '{body['location']}'. The Resource group "
-                                           f"already exists in location '{existing.body['location']}'.")
+                        return self._error(
+                            409,
+                            "InvalidResourceGroupLocation",
+                            f"Invalid resource group location '{body['location']}'. The Resource group "
+                            f"already exists in location '{existing.body['location']}'.",
+                        )
                 rid = f"/subscriptions/{sub}/resourceGroups/{name}"
-                doc = {"id": rid, "name": name, "type": "Microsoft.Resources/resourceGroups", "location": body["location"],
-                       "tags": body.get("tags") or {}, "properties": {"provisioningState": "Succeeded"}}
-                arm.resource_groups[key] = Resource(id=rid, type="Microsoft.Resources/resourceGroups", body=doc, rg=None)
+                doc = {
+                    "id": rid,
+                    "name": name,
+                    "type": "Microsoft.Resources/resourceGroups",
+                    "location": body["location"],
+                    "tags": body.get("tags") or {},
+                    "properties": {"provisioningState": "Succeeded"},
+                }
+                arm.resource_groups[key] = Resource(
+                    id=rid, type="Microsoft.Resources/resourceGroups", body=doc, rg=None
+                )
                 return self._send(200 if existing else 201, doc)
             if self.command == "DELETE":
                 if existing is None:
                     return self._error(404, "ResourceGroupNotFound", f"Resource group '{name}' could not be found.")
                 if fail is not None:  # the deletion is accepted, then fails; nothing is deleted
                     op = arm.new_operation(error=fail)
-                    return self._send(202, None, {
-                        "Location": f"{arm.url}/subscriptions/{sub}/operationresults/{op.id}"
-                                    "?api-version=2024-01-01",
-                        **arm.retry_headers()})
+                    return self._send(
+                        202,
+                        None,
+                        {
+                            "Location": f"{arm.url}/subscriptions/{sub}/operationresults/{op.id}"
+                            "?api-version=2024-01-01",
+                            **arm.retry_headers(),
+                        },
+                    )
                 existing.body["properties"]["provisioningState"] = "Deleting"
                 # Contents go at once (the VM stops), the group itself when the operation ends.
                 prefix = existing.id.lower() + "/"
@@ -684,10 +822,14 @@ class _Handler(BaseHTTPRequestHandler):
                         arm._emit("deleted", existing)
 
                 op = arm.new_operation(finish=finish, error=fail, seconds=self._op_seconds)
-                return self._send(202, None, {
-                    "Location": f"{arm.url}/subscriptions/{sub}/operationresults/{op.id}"
-                                "?api-version=2024-01-01",
-                    **arm.retry_headers()})
+                return self._send(
+                    202,
+                    None,
+                    {
+                        "Location": f"{arm.url}/subscriptions/{sub}/operationresults/{op.id}?api-version=2024-01-01",
+                        **arm.retry_headers(),
+                    },
+                )
         self._error(405, "MethodNotAllowed", f"{self.command} not supported on a resource group")
 
     def _list_in_rg(self, sub: str, rg: str, rtype: str | None) -> None:
@@ -696,12 +838,17 @@ class _Handler(BaseHTTPRequestHandler):
             if self._rg_key(sub, rg) not in self.arm.resource_groups:
                 return self._error(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
             prefix = f"/subscriptions/{sub}/resourcegroups/{rg}/".lower()
-            out = [self._view(r) for k, r in self.arm.resources.items()
-                   if k.startswith(prefix) and (rtype is None or r.type.lower() == rtype.lower())]
+            out = [
+                self._view(r)
+                for k, r in self.arm.resources.items()
+                if k.startswith(prefix) and (rtype is None or r.type.lower() == rtype.lower())
+            ]
         self._send(200, {"value": out})
 
     # ---- role assignments -----------------------------------------------------------------------
-    def _role_assignment(self, path: str, scope: str, name: str, body: dict[str, Any], fail: dict[str, str] | None) -> None:
+    def _role_assignment(
+        self, path: str, scope: str, name: str, body: dict[str, Any], fail: dict[str, str] | None
+    ) -> None:
         arm = self.arm
         with arm.lock:
             existing = arm.resources.get(path.lower())
@@ -721,21 +868,36 @@ class _Handler(BaseHTTPRequestHandler):
             if m is None or self._rg_key(m[1], m[2]) not in arm.resource_groups:
                 return self._error(404, "ResourceGroupNotFound", f"The scope '{scope}' does not exist.")
             if not props.get("roleDefinitionId") or not props.get("principalId"):
-                return self._error(400, "InvalidRoleAssignmentRequest", "roleDefinitionId and principalId are required.")
+                return self._error(
+                    400, "InvalidRoleAssignmentRequest", "roleDefinitionId and principalId are required."
+                )
             if arm.vm_by_principal(props["principalId"]) is None:
-                return self._error(400, "PrincipalNotFound",
-                                   f"Principal {props['principalId']} does not exist in the directory {arm.tenant_id}.")
+                return self._error(
+                    400,
+                    "PrincipalNotFound",
+                    f"Principal {props['principalId']} does not exist in the directory {arm.tenant_id}.",
+                )
             if existing is not None:
                 return self._error(409, "RoleAssignmentExists", "The role assignment already exists.")
             props["scope"] = scope
             doc = {"id": path, "name": name, "type": "Microsoft.Authorization/roleAssignments", "properties": props}
-            arm.resources[path.lower()] = Resource(id=path, type="Microsoft.Authorization/roleAssignments", body=doc,
-                                                   rg=self._rg_key(m[1], m[2]))
+            arm.resources[path.lower()] = Resource(
+                id=path, type="Microsoft.Authorization/roleAssignments", body=doc, rg=self._rg_key(m[1], m[2])
+            )
             self._send(201, doc)
 
     # ---- resources in a group -------------------------------------------------------------------
-    def _nested(self, path: str, sub: str, rg: str, ns: str, rest: str, query: dict[str, str],
-                body: dict[str, Any], fail: dict[str, str] | None) -> None:
+    def _nested(
+        self,
+        path: str,
+        sub: str,
+        rg: str,
+        ns: str,
+        rest: str,
+        query: dict[str, str],
+        body: dict[str, Any],
+        fail: dict[str, str] | None,
+    ) -> None:
         arm = self.arm
         parts = rest.split("/")
         # Actions and sub-views: .../virtualMachines/{n}/instanceView, .../storageAccounts/{n}/listKeys
@@ -756,13 +918,23 @@ class _Handler(BaseHTTPRequestHandler):
                 with arm.lock:
                     if target.lower() not in arm.resources:
                         return self._error(404, "ResourceNotFound", f"The Resource '{target}' was not found.")
-                return self._send(200, {"keys": [
-                    {"keyName": "key1", "value": arm.storage_key, "permissions": "FULL"},
-                    {"keyName": "key2", "value": arm.storage_key, "permissions": "FULL"}]})
+                return self._send(
+                    200,
+                    {
+                        "keys": [
+                            {"keyName": "key1", "value": arm.storage_key, "permissions": "FULL"},
+                            {"keyName": "key2", "value": arm.storage_key, "permissions": "FULL"},
+                        ]
+                    },
+                )
             if self.command == "GET":  # a child collection, e.g. .../virtualNetworks/{n}/subnets
                 with arm.lock:
                     prefix = path.lower() + "/"
-                    out = [_public(r) for k, r in arm.resources.items() if k.startswith(prefix) and "/" not in k[len(prefix):]]
+                    out = [
+                        _public(r)
+                        for k, r in arm.resources.items()
+                        if k.startswith(prefix) and "/" not in k[len(prefix) :]
+                    ]
                 return self._send(200, {"value": out})
             return self._error(404, "InvalidResourceType", f"The fake ARM server does not know {self.command} {path}.")
         if len(parts) == 1:
@@ -777,8 +949,11 @@ class _Handler(BaseHTTPRequestHandler):
             existing = arm.resources.get(key)
             if self.command == "GET":
                 if existing is None:
-                    return self._error(404, "ResourceNotFound",
-                                       f"The Resource '{rtype}/{name}' under resource group '{rg}' was not found.")
+                    return self._error(
+                        404,
+                        "ResourceNotFound",
+                        f"The Resource '{rtype}/{name}' under resource group '{rg}' was not found.",
+                    )
                 doc = self._view(existing)
                 if query.get("$expand", "").lower() == "instanceview" and rtype.lower() == VM_TYPE:
                     doc["properties"]["instanceView"] = self._instance_view(existing)
@@ -788,7 +963,9 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._send(204)
                 if fail is not None:
                     op = arm.new_operation(error=fail)
-                    return self._send(202, None, {"Azure-AsyncOperation": self._op_url(op, ns=ns), **arm.retry_headers()})
+                    return self._send(
+                        202, None, {"Azure-AsyncOperation": self._op_url(op, ns=ns), **arm.retry_headers()}
+                    )
                 del arm.resources[key]
                 for child in [k for k in arm.resources if k.startswith(key + "/")]:
                     arm.resources.pop(child)
@@ -818,7 +995,9 @@ class _Handler(BaseHTTPRequestHandler):
             arm.resources[key] = res_obj
             if rtype.lower() == "microsoft.network/virtualnetworks":
                 for sn in res["properties"].get("subnets", []):
-                    arm.resources[sn["id"].lower()] = Resource(id=sn["id"], type=f"{rtype}/subnets", body=sn, rg=res_obj.rg)
+                    arm.resources[sn["id"].lower()] = Resource(
+                        id=sn["id"], type=f"{rtype}/subnets", body=sn, rg=res_obj.rg
+                    )
 
             def finish() -> None:
                 if arm.resources.get(key) is res_obj:
@@ -835,7 +1014,9 @@ class _Handler(BaseHTTPRequestHandler):
             status = 200 if existing else 201
             is_storage = rtype.lower() == "microsoft.storage/storageaccounts"
             if is_storage:  # the Storage RP answers 202 with only a Location header
-                return self._async_created(202, key, ns, res.get("location", ""), fail, finish, None, location_header=True)
+                return self._async_created(
+                    202, key, ns, res.get("location", ""), fail, finish, None, location_header=True
+                )
             return self._async_created(status, key, ns, res.get("location", ""), fail, finish, _public(res_obj))
 
     def _run_command(self, target: str, ns: str, body: dict[str, Any]) -> None:
@@ -891,31 +1072,47 @@ class _Handler(BaseHTTPRequestHandler):
                 return ("InvalidParameter", "Required parameter 'hardwareProfile.vmSize' is missing (null).")
             custom = (props.get("osProfile") or {}).get("customData") or ""
             if len(custom) > CUSTOM_DATA_MAX_B64:
-                return ("InvalidParameter", "Custom data in OSProfile must be in Base64 encoding and with a maximum "
-                                            "length of 87380 characters.")
+                return (
+                    "InvalidParameter",
+                    "Custom data in OSProfile must be in Base64 encoding and with a maximum "
+                    "length of 87380 characters.",
+                )
             ppg_ref = (props.get("proximityPlacementGroup") or {}).get("id")
             if ppg_ref:
                 ppg = self.arm.resources.get(ppg_ref.lower())
                 if ppg is None:
-                    return ("NotFound", f"The entity was not found in this Azure location. Resource {ppg_ref} "
-                                        "referenced by the request was not found.")
+                    return (
+                        "NotFound",
+                        f"The entity was not found in this Azure location. Resource {ppg_ref} "
+                        "referenced by the request was not found.",
+                    )
                 if str(ppg.body.get("location", "")).lower() != str(body.get("location", "")).lower():
-                    return ("InvalidParameter", f"Proximity placement group {ppg_ref} is in location "
-                                                f"'{ppg.body.get('location')}', not '{body.get('location')}'.")
+                    return (
+                        "InvalidParameter",
+                        f"Proximity placement group {ppg_ref} is in location "
+                        f"'{ppg.body.get('location')}', not '{body.get('location')}'.",
+                    )
                 if ppg.body.get("zones") and sorted(body.get("zones") or []) != sorted(ppg.body["zones"]):
-                    return ("InvalidParameter", f"The zones of the virtual machine must match those of proximity "
-                                                f"placement group {ppg_ref} ({ppg.body['zones']}).")
+                    return (
+                        "InvalidParameter",
+                        f"The zones of the virtual machine must match those of proximity "
+                        f"placement group {ppg_ref} ({ppg.body['zones']}).",
+                    )
             linux = (props.get("osProfile") or {}).get("linuxConfiguration") or {}
             keys = ((linux.get("ssh") or {}).get("publicKeys")) or []
             if linux.get("disablePasswordAuthentication") and not keys:
-                return ("InvalidParameter", "Destination path for SSH public keys is required when password authentication is disabled.")
+                return (
+                    "InvalidParameter",
+                    "Destination path for SSH public keys is required when password authentication is disabled.",
+                )
         for ref in refs:
             if ref.lower() not in self.arm.resources:
                 return ("InvalidResourceReference", f"Resource {ref} referenced by the request was not found.")
         return None
 
-    def _materialize(self, rid: str, rtype: str, name: str, body: dict[str, Any],
-                     existing: Resource | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _materialize(
+        self, rid: str, rtype: str, name: str, body: dict[str, Any], existing: Resource | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The resource as ARM returns it: ids filled in, read-only properties computed."""
         doc = json.loads(json.dumps(body))
         doc.update({"id": rid, "name": name, "type": rtype})
@@ -957,21 +1154,30 @@ class _Handler(BaseHTTPRequestHandler):
         doc = _public(res)
         if res.type.lower() == PPG_TYPE:
             doc.setdefault("properties", {})["virtualMachines"] = [
-                {"id": vm.id} for vm in self.arm.resources.values()
+                {"id": vm.id}
+                for vm in self.arm.resources.values()
                 if vm.type.lower() == VM_TYPE
                 and str(((vm.body.get("properties") or {}).get("proximityPlacementGroup") or {}).get("id", "")).lower()
-                == res.id.lower()]
+                == res.id.lower()
+            ]
         return doc
 
     def _instance_view(self, res: Resource) -> dict[str, Any]:
         state = res.body["properties"].get("provisioningState", "Succeeded")
         power = self.arm.power.get(res.id.lower())
-        statuses = [{"code": f"ProvisioningState/{state.lower()}", "level": "Info",
-                     "displayStatus": f"Provisioning {state.lower()}"}]
+        statuses = [
+            {
+                "code": f"ProvisioningState/{state.lower()}",
+                "level": "Info",
+                "displayStatus": f"Provisioning {state.lower()}",
+            }
+        ]
         if power:
             statuses.append({"code": f"PowerState/{power}", "level": "Info", "displayStatus": f"VM {power}"})
-        return {"computerName": (res.body["properties"].get("osProfile") or {}).get("computerName"),
-                "statuses": statuses}
+        return {
+            "computerName": (res.body["properties"].get("osProfile") or {}).get("computerName"),
+            "statuses": statuses,
+        }
 
 
 def _public(res: Resource) -> dict[str, Any]:

@@ -25,11 +25,20 @@ IDENTITY_HEADER = "fake-prices-identity"
 
 def aws_product(instance_type: str, region: str, usd: float, **attrs: str) -> dict[str, Any]:
     """One Price List product as the Query API returns it (inside a JSON string)."""
-    attributes = {"instanceType": instance_type, "regionCode": region, "operatingSystem": "Linux",
-                  "tenancy": "Shared", "preInstalledSw": "NA", "capacitystatus": "Used",
-                  "instanceFamily": "GPU instance", **attrs}
-    return {"product": {"attributes": attributes},
-            "terms": {"OnDemand": {"T1": {"priceDimensions": {"D1": {"unit": "Hrs", "pricePerUnit": {"USD": f"{usd}"}}}}}}}
+    attributes = {
+        "instanceType": instance_type,
+        "regionCode": region,
+        "operatingSystem": "Linux",
+        "tenancy": "Shared",
+        "preInstalledSw": "NA",
+        "capacitystatus": "Used",
+        "instanceFamily": "GPU instance",
+        **attrs,
+    }
+    return {
+        "product": {"attributes": attributes},
+        "terms": {"OnDemand": {"T1": {"priceDimensions": {"D1": {"unit": "Hrs", "pricePerUnit": {"USD": f"{usd}"}}}}}},
+    }
 
 
 class _Server(ThreadingHTTPServer):
@@ -73,8 +82,9 @@ class _Base:
                 owner.requests.append(self.path)
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 if owner.down:
-                    return self._send(503, {"__type": "ServiceUnavailable", "message": "down"},
-                                      "application/x-amz-json-1.1")
+                    return self._send(
+                        503, {"__type": "ServiceUnavailable", "message": "down"}, "application/x-amz-json-1.1"
+                    )
                 status, doc = owner.post(self, body)
                 self._send(status, doc, "application/x-amz-json-1.1")
 
@@ -100,10 +110,9 @@ class FakeAwsPricing(_Base):
 
     def post(self, handler: Any, body: dict[str, Any]) -> tuple[int, Any]:
         wanted = {f["Field"]: f["Value"] for f in body.get("Filters", [])}
-        hits = [p for p in self.products
-                if all(p["product"]["attributes"].get(k) == v for k, v in wanted.items())]
+        hits = [p for p in self.products if all(p["product"]["attributes"].get(k) == v for k, v in wanted.items())]
         start = int(body.get("NextToken") or 0)
-        page = hits[start:start + self.page_size]
+        page = hits[start : start + self.page_size]
         doc: dict[str, Any] = {"FormatVersion": "aws_v1", "PriceList": [json.dumps(p) for p in page]}
         if start + self.page_size < len(hits):
             doc["NextToken"] = str(start + self.page_size)
@@ -122,8 +131,12 @@ class FakeAzure(_Base):
         parsed = urlparse(handler.path)
         query = parse_qs(parsed.query)
         if parsed.path == "/_identity":
-            return 200, {"access_token": "fake-token", "expires_on": str(int(time.time()) + 3600),
-                         "resource": "https://management.azure.com", "token_type": "Bearer"}
+            return 200, {
+                "access_token": "fake-token",
+                "expires_on": str(int(time.time()) + 3600),
+                "resource": "https://management.azure.com",
+                "token_type": "Bearer",
+            }
         if parsed.path.endswith("/providers/Microsoft.Compute/skus"):
             return 200, {"value": self.skus}
         if parsed.path == "/api/retail/prices":
@@ -135,7 +148,7 @@ class FakeAzure(_Base):
         skus = set(re.findall(r"armSkuName eq '([^']+)'", text))
         hits = [i for i in self.items if not skus or i["armSkuName"] in skus]
         skip = int(query.get("$skip", ["0"])[0])
-        page = hits[skip:skip + self.page_size]
+        page = hits[skip : skip + self.page_size]
         doc: dict[str, Any] = {"Items": page, "Count": len(page), "NextPageLink": None}
         if skip + self.page_size < len(hits):
             query = urlencode({"$filter": text, "$skip": skip + self.page_size})
@@ -143,27 +156,63 @@ class FakeAzure(_Base):
         return doc
 
     def env(self, subscription: str = "00000000-0000-0000-0000-000000000001") -> dict[str, str]:
-        return {"GPUCLOUD_AZURE_ARM_ENDPOINT": self.url, "AZURE_SUBSCRIPTION_ID": subscription,
-                "IDENTITY_ENDPOINT": f"{self.url}/_identity", "IDENTITY_HEADER": IDENTITY_HEADER,
-                "GPUCLOUD_AZURE_PRICES_URL": f"{self.url}/api/retail/prices"}
+        return {
+            "GPUCLOUD_AZURE_ARM_ENDPOINT": self.url,
+            "AZURE_SUBSCRIPTION_ID": subscription,
+            "IDENTITY_ENDPOINT": f"{self.url}/_identity",
+            "IDENTITY_HEADER": IDENTITY_HEADER,
+            "GPUCLOUD_AZURE_PRICES_URL": f"{self.url}/api/retail/prices",
+        }
 
 
 def azure_item(sku: str, region: str, price: float, *, spot: bool = False, windows: bool = False) -> dict[str, Any]:
     name = sku.removeprefix("Standard_").replace("_", " ")
-    return {"armSkuName": sku, "armRegionName": region, "retailPrice": price, "unitPrice": price,
-            "unitOfMeasure": "1 Hour", "type": "Consumption", "serviceName": "Virtual Machines",
-            "skuName": f"{name}{' Spot' if spot else ''}", "meterName": f"{name}{' Spot' if spot else ''}",
-            "productName": f"Virtual Machines Series{' Windows' if windows else ''}", "currencyCode": "USD"}
+    return {
+        "armSkuName": sku,
+        "armRegionName": region,
+        "retailPrice": price,
+        "unitPrice": price,
+        "unitOfMeasure": "1 Hour",
+        "type": "Consumption",
+        "serviceName": "Virtual Machines",
+        "skuName": f"{name}{' Spot' if spot else ''}",
+        "meterName": f"{name}{' Spot' if spot else ''}",
+        "productName": f"Virtual Machines Series{' Windows' if windows else ''}",
+        "currencyCode": "USD",
+    }
 
 
-def azure_sku(name: str, locations: list[str], gpus: int, vcpus: int, memory_gb: float,
-              restricted: list[str] | None = None, arch: str = "x64") -> dict[str, Any]:
-    restrictions = [{"type": "Location", "values": [loc], "reasonCode": "NotAvailableForSubscription",
-                     "restrictionInfo": {"locations": [loc]}} for loc in restricted or []]
-    return {"resourceType": "virtualMachines", "name": name, "tier": "Standard", "size": name.split("_", 1)[1],
-            "family": "fake", "locations": locations,
-            "locationInfo": [{"location": loc, "zones": []} for loc in locations],
-            "capabilities": [{"name": "GPUs", "value": str(gpus)}, {"name": "vCPUs", "value": str(vcpus)},
-                             {"name": "MemoryGB", "value": str(memory_gb)},
-                             {"name": "CpuArchitectureType", "value": arch}],
-            "restrictions": restrictions}
+def azure_sku(
+    name: str,
+    locations: list[str],
+    gpus: int,
+    vcpus: int,
+    memory_gb: float,
+    restricted: list[str] | None = None,
+    arch: str = "x64",
+) -> dict[str, Any]:
+    restrictions = [
+        {
+            "type": "Location",
+            "values": [loc],
+            "reasonCode": "NotAvailableForSubscription",
+            "restrictionInfo": {"locations": [loc]},
+        }
+        for loc in restricted or []
+    ]
+    return {
+        "resourceType": "virtualMachines",
+        "name": name,
+        "tier": "Standard",
+        "size": name.split("_", 1)[1],
+        "family": "fake",
+        "locations": locations,
+        "locationInfo": [{"location": loc, "zones": []} for loc in locations],
+        "capabilities": [
+            {"name": "GPUs", "value": str(gpus)},
+            {"name": "vCPUs", "value": str(vcpus)},
+            {"name": "MemoryGB", "value": str(memory_gb)},
+            {"name": "CpuArchitectureType", "value": arch},
+        ],
+        "restrictions": restrictions,
+    }

@@ -82,4 +82,4 @@ class FaultServer:
 
     def url_map(self, url: str) -> str:
         prefix = self.root.as_uri()
-        return self.base + url[len(prefix):] if url.startswith(prefix) else url
+        return self.base + url[len(prefix) :] if url.startswith(prefix) else url

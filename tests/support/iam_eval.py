@@ -10,7 +10,6 @@ of one key ORed; a key missing from the request fails every operator but Null (A
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -85,7 +84,7 @@ def _matches(statement: Mapping[str, Any], req: Request) -> bool:
 
 
 def decide(policy: Mapping[str, Any], req: Request) -> str:
-    """"Allow", "Deny" (an explicit Deny matched) or "ImplicitDeny" (nothing allowed it)."""
+    """ "Allow", "Deny" (an explicit Deny matched) or "ImplicitDeny" (nothing allowed it)."""
     verdict = "ImplicitDeny"
     for statement in policy["Statement"]:
         if _matches(statement, req):

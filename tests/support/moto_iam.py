@@ -40,8 +40,11 @@ def _harness_user() -> None:
     if any(u.name == HARNESS_USER for u in iam.list_users("/", None, None)):
         return
     iam.create_user(region_name="us-east-1", user_name=HARNESS_USER, path="/", tags=[])
-    iam.put_user_policy(HARNESS_USER, "everything", json.dumps(
-        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+    iam.put_user_policy(
+        HARNESS_USER,
+        "everything",
+        json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}),
+    )
     key = iam.create_access_key(HARNESS_USER)
     key.access_key_id, key.secret_access_key = "testing", "testing"
 
@@ -59,6 +62,7 @@ def _statement_matches(orig: Any) -> Any:
             finally:
                 self._statement = stmt
         return bool(orig(self, element, value))
+
     return check
 
 
@@ -77,6 +81,7 @@ def _s3_action_names(orig: Any) -> Any:
     def check(self: Any, resource: str) -> None:
         self._action = _iam_action(self._action, self._path)
         return orig(self, resource)  # type: ignore[no-any-return]
+
     return check
 
 
@@ -85,8 +90,10 @@ def _presigned(orig: Any) -> Any:
         from moto import settings
         from moto.core.authorization import ActionAuthenticatorMixin
 
-        if "Authorization" in self.headers or \
-                ActionAuthenticatorMixin.request_count < settings.INITIAL_NO_AUTH_ACTION_COUNT:
+        if (
+            "Authorization" in self.headers
+            or ActionAuthenticatorMixin.request_count < settings.INITIAL_NO_AUTH_ACTION_COUNT
+        ):
             return orig(self, iam_request_cls, resource)
         query = urllib.parse.parse_qs(urllib.parse.urlparse(self.uri).query)
         credential = (query.get("X-Amz-Credential") or query.get("AWSAccessKeyId") or [""])[0]
@@ -95,13 +102,15 @@ def _presigned(orig: Any) -> Any:
         from moto.iam.access_control import IAMPolicy, PermissionResult, create_access_key
         from moto.s3.exceptions import S3AccessDeniedError
 
-        key = create_access_key(account_id=self.current_account, partition="aws",
-                                access_key_id=credential.split("/")[0], headers={})
+        key = create_access_key(
+            account_id=self.current_account, partition="aws", access_key_id=credential.split("/")[0], headers={}
+        )
         action = _iam_action(f"s3:{self.data.get('Action') or self._get_action()}", self.uri)
         results = [IAMPolicy(p).is_action_permitted(action, resource) for p in key.collect_policies()]
         if PermissionResult.DENIED in results or PermissionResult.PERMITTED not in results:
             raise S3AccessDeniedError()
         return None
+
     return authenticate
 
 
@@ -113,9 +122,12 @@ def enforced(moto: Moto) -> Iterator[None]:
     from moto.iam.access_control import IAMPolicyStatement, S3IAMRequest
 
     _harness_user()
-    saved = (settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count,
-             IAMPolicyStatement._check_element_matches,
-             ActionAuthenticatorMixin._authenticate_and_authorize_action)
+    saved = (
+        settings.INITIAL_NO_AUTH_ACTION_COUNT,
+        ActionAuthenticatorMixin.request_count,
+        IAMPolicyStatement._check_element_matches,
+        ActionAuthenticatorMixin._authenticate_and_authorize_action,
+    )
     IAMPolicyStatement._check_element_matches = _statement_matches(saved[2])  # type: ignore[method-assign]
     ActionAuthenticatorMixin._authenticate_and_authorize_action = _presigned(saved[3])  # type: ignore[method-assign]
     checked = _s3_action_names(S3IAMRequest.check_action_permitted)

@@ -100,27 +100,46 @@ def seed_ubuntu_images(moto: Moto, regions: list[str] | None = None) -> dict[tup
             ami.owner_id = CANONICAL
             ami.architecture = "x86_64"
             out[(region, version)] = ami.id
-            arm = ec2.register_image(name=name.replace("-amd64-", "-arm64-"),
-                                     description=f"Canonical, Ubuntu, {version} LTS, arm64")
+            arm = ec2.register_image(
+                name=name.replace("-amd64-", "-arm64-"), description=f"Canonical, Ubuntu, {version} LTS, arm64"
+            )
             arm.owner_id = CANONICAL
             arm.architecture = "arm64"
             out[(region, f"{version}-arm64")] = arm.id
             vol = "ebs-gp3" if version == "24.04" else "ebs-gp2"
             name = f"/aws/service/canonical/ubuntu/server/{version}/stable/current/arm64/hvm/{vol}/ami-id"
-            ssm._parameters[name] = [Parameter(  # noqa: SLF001 - seeding what real AWS publishes
-                account_id=ACCOUNT, name=name, value=arm.id, parameter_type="String", description=None,
-                allowed_pattern=None, keyid=None, last_modified_date=utcnow(), version=1,
-                data_type="aws:ec2:image",
-            )]
+            ssm._parameters[name] = [
+                Parameter(  # noqa: SLF001 - seeding what real AWS publishes
+                    account_id=ACCOUNT,
+                    name=name,
+                    value=arm.id,
+                    parameter_type="String",
+                    description=None,
+                    allowed_pattern=None,
+                    keyid=None,
+                    last_modified_date=utcnow(),
+                    version=1,
+                    data_type="aws:ec2:image",
+                )
+            ]
             if version == "22.04":
                 continue
             vol = "ebs-gp3" if version == "24.04" else "ebs-gp2"
             name = f"/aws/service/canonical/ubuntu/server/{version}/stable/current/amd64/hvm/{vol}/ami-id"
-            ssm._parameters[name] = [Parameter(  # noqa: SLF001 - seeding what real AWS publishes
-                account_id=ACCOUNT, name=name, value=ami.id, parameter_type="String", description=None,
-                allowed_pattern=None, keyid=None, last_modified_date=utcnow(), version=1,
-                data_type="aws:ec2:image",
-            )]
+            ssm._parameters[name] = [
+                Parameter(  # noqa: SLF001 - seeding what real AWS publishes
+                    account_id=ACCOUNT,
+                    name=name,
+                    value=ami.id,
+                    parameter_type="String",
+                    description=None,
+                    allowed_pattern=None,
+                    keyid=None,
+                    last_modified_date=utcnow(),
+                    version=1,
+                    data_type="aws:ec2:image",
+                )
+            ]
     return out
 
 
@@ -154,7 +173,9 @@ def start_moto() -> Moto:
     from tests.support.aws_faults import unhooked
 
     with unhooked():
-        session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=DEFAULT_REGION)
+        session = boto3.Session(
+            aws_access_key_id="testing", aws_secret_access_key="testing", region_name=DEFAULT_REGION
+        )
     moto = Moto(endpoint=endpoint, env=aws_env(endpoint), session=session)
     seed_ubuntu_images(moto)
     _SINGLETON = (server, moto)
@@ -190,8 +211,11 @@ def tagged_alive(moto: Moto, run_id: str | None = None, regions: list[str] | Non
             if (tags.get("gpucloud-run") == run_id) if run_id else "gpucloud-run" in tags:
                 out.append(f"{region} placement-group {pg['GroupName']}")
         ec2 = moto.client("ec2", region)
-        filters = ([{"Name": "tag:gpucloud-run", "Values": [run_id]}] if run_id
-                   else [{"Name": "tag-key", "Values": ["gpucloud-run"]}])
+        filters = (
+            [{"Name": "tag:gpucloud-run", "Values": [run_id]}]
+            if run_id
+            else [{"Name": "tag-key", "Values": ["gpucloud-run"]}]
+        )
         for res in ec2.describe_instances(Filters=filters)["Reservations"]:
             for inst in res["Instances"]:
                 if inst["State"]["Name"] != "terminated":
@@ -215,5 +239,15 @@ def user_data_of(moto: Moto, instance_id: str, region: str = DEFAULT_REGION) -> 
     return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
 
 
-__all__ = ["ACCOUNT", "CANONICAL", "Moto", "aws_env", "moto", "moto_server", "seed_ubuntu_images",
-           "start_moto", "tagged_alive", "user_data_of"]
+__all__ = [
+    "ACCOUNT",
+    "CANONICAL",
+    "Moto",
+    "aws_env",
+    "moto",
+    "moto_server",
+    "seed_ubuntu_images",
+    "start_moto",
+    "tagged_alive",
+    "user_data_of",
+]

@@ -27,8 +27,12 @@ def built_dist(out: Path) -> Path:
         return Path(given)
     if not (SOURCE / "pyproject.toml").is_file() or not (SOURCE / "gpucloud").is_dir():
         raise AssertionError(f"no source tree at {SOURCE} to build; set GPUCLOUD_SOURCE_TREE or GPUCLOUD_TEST_DIST")
-    proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(SOURCE)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(SOURCE)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 

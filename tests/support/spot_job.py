@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-COUNT_PY = '''\
+COUNT_PY = """\
 import os, pathlib, signal, sys, time
 
 N = int(os.environ["N"])
@@ -32,16 +32,25 @@ while i < N:
     os.replace(tmp, f)
 pathlib.Path("result.txt").write_text(str(i))
 print(f"done {i}", flush=True)
-'''
+"""
 
 
 def write_count_job(folder: Path, *, n: int, cloud: str, step_s: float = 0.1, extra: dict | None = None) -> Path:
     """job.yaml + count.py in `folder`; `extra` adds or overrides job fields (recovery, resources ...)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "count.py").write_text(COUNT_PY)
-    doc = {"name": "count", "resources": {"cloud": cloud}, "max_duration": "10m", "checkpoint": "ckpt",
-           "checkpoint_interval": "1s", "recovery": {"on": ["preemption"], "max_restarts": 2},
-           "env": {"N": n, "STEP_S": step_s}, "run": "python3 count.py", "artifacts": ["result.txt"], **(extra or {})}
+    doc = {
+        "name": "count",
+        "resources": {"cloud": cloud},
+        "max_duration": "10m",
+        "checkpoint": "ckpt",
+        "checkpoint_interval": "1s",
+        "recovery": {"on": ["preemption"], "max_restarts": 2},
+        "env": {"N": n, "STEP_S": step_s},
+        "run": "python3 count.py",
+        "artifacts": ["result.txt"],
+        **(extra or {}),
+    }
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

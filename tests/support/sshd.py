@@ -126,9 +126,16 @@ class SshLab:
         self._control_dirs.append(path)
         return path
 
-    def add_server(self, alias: str, *, gpu: tuple[str, int, int, str, str] | None = None, trusted: bool = True,
-                   os_release: str | None = None, smi: str | None = None,
-                   force_command: str | None = None) -> SshdServer:
+    def add_server(
+        self,
+        alias: str,
+        *,
+        gpu: tuple[str, int, int, str, str] | None = None,
+        trusted: bool = True,
+        os_release: str | None = None,
+        smi: str | None = None,
+        force_command: str | None = None,
+    ) -> SshdServer:
         """Start sshd `alias`; gpu = (name, count, memory MiB, driver, cuda) installs a stub nvidia-smi
         (`smi`: a script of the test's own instead; `force_command`: sshd's ForceCommand).
         Driver "apt": none until the driver package is installed through the stub apt-get/dpkg of
@@ -143,14 +150,17 @@ class SshLab:
         if gpu:
             name, count, mem, driver, cuda = gpu
             stub = bin_dir / "nvidia-smi"
-            stub.write_text(STUB_NVIDIA_SMI % {"name": repr(name), "count": count, "mem": mem, "driver": driver,
-                                               "cuda": cuda})
+            stub.write_text(
+                STUB_NVIDIA_SMI % {"name": repr(name), "count": count, "mem": mem, "driver": driver, "cuda": cuda}
+            )
             stub.chmod(0o755)
         if smi is not None:  # a misbehaving nvidia-smi: this shell script instead of the stub
             (bin_dir / "nvidia-smi").write_text(smi)
             (bin_dir / "nvidia-smi").chmod(0o755)
         server = SshdServer(alias=alias, folder=folder, port=free_port(), remote_root=folder / "remote")
-        path = f"{bin_dir}:{os.path.dirname(shutil.which('python3') or '/usr/bin/python3')}:/usr/local/bin:/usr/bin:/bin"
+        path = (
+            f"{bin_dir}:{os.path.dirname(shutil.which('python3') or '/usr/bin/python3')}:/usr/local/bin:/usr/bin:/bin"
+        )
         extra = ""
         if gpu and gpu[3] == "apt":
             repo = folder / "nvidia-repo"
@@ -201,8 +211,12 @@ class SshLab:
     def close(self) -> None:
         for ctl in self._control_dirs:
             for sock in Path(ctl).glob("*"):
-                subprocess.run(["ssh", "-F", str(self.config), "-o", f"ControlPath={sock}", "-O", "exit", "x"],
-                               capture_output=True, timeout=10, check=False)
+                subprocess.run(
+                    ["ssh", "-F", str(self.config), "-o", f"ControlPath={sock}", "-O", "exit", "x"],
+                    capture_output=True,
+                    timeout=10,
+                    check=False,
+                )
             shutil.rmtree(ctl, ignore_errors=True)
         for server in self.servers:
             server.stop()

@@ -32,11 +32,25 @@ NVIDIA_REPO_INDEX = Path(__file__).resolve().parent.parent / "data" / "nvidia_re
 SHUTDOWN_MARKER = "guest-shutdown"
 # nvidia-smi's names for the catalog's models (every token of the model must appear as a word).
 GPU_NAMES = {
-    "K80": "Tesla K80", "K40": "Tesla K40m", "M60": "Tesla M60", "P100": "Tesla P100-PCIE-16GB",
-    "P40": "Tesla P40", "V100": "Tesla V100-PCIE-16GB", "T4": "Tesla T4", "A10G": "NVIDIA A10G",
-    "A10": "NVIDIA A10", "L4": "NVIDIA L4", "L40S": "NVIDIA L40S", "A100-40GB": "NVIDIA A100-SXM4-40GB",
-    "A100-80GB": "NVIDIA A100 80GB PCIe", "H100": "NVIDIA H100 80GB HBM3", "H200": "NVIDIA H200",
-    "B200": "NVIDIA B200", "GB200": "NVIDIA GB200", "H100-NVL": "NVIDIA H100 NVL", "T4G": "NVIDIA T4G",
+    "K80": "Tesla K80",
+    "K40": "Tesla K40m",
+    "M60": "Tesla M60",
+    "P100": "Tesla P100-PCIE-16GB",
+    "P40": "Tesla P40",
+    "V100": "Tesla V100-PCIE-16GB",
+    "T4": "Tesla T4",
+    "A10G": "NVIDIA A10G",
+    "A10": "NVIDIA A10",
+    "L4": "NVIDIA L4",
+    "L40S": "NVIDIA L40S",
+    "A100-40GB": "NVIDIA A100-SXM4-40GB",
+    "A100-80GB": "NVIDIA A100 80GB PCIe",
+    "H100": "NVIDIA H100 80GB HBM3",
+    "H200": "NVIDIA H200",
+    "B200": "NVIDIA B200",
+    "GB200": "NVIDIA GB200",
+    "H100-NVL": "NVIDIA H100 NVL",
+    "T4G": "NVIDIA T4G",
     "V100-32GB": "Tesla V100-SXM2-32GB",
 }
 CUDA_REPOS = ("ubuntu1804", "ubuntu2004", "ubuntu2204", "ubuntu2404")
@@ -46,8 +60,11 @@ IMAGE_PARTS = ("pkgs", "py")  # what of a guest's stub state is "on its disk" (a
 
 def install_calls(calls: list[str]) -> list[str]:
     """The apt-get and pip installs in a guest's stub call log (a baked image's stack stage has none)."""
-    return [c for c in calls if (c.startswith("apt-get ") and " install " in f" {c} ")
-            or c.startswith("python3 -m pip install")]
+    return [
+        c
+        for c in calls
+        if (c.startswith("apt-get ") and " install " in f" {c} ") or c.startswith("python3 -m pip install")
+    ]
 
 
 def guest_calls(sim: GuestSimulator, vm_id: str) -> list[str]:
@@ -71,7 +88,9 @@ def boot_services(etc: Path) -> list[list[str]]:
     out = []
     for unit in sorted(wants.iterdir()) if wants.is_dir() else []:
         text = unit.resolve().read_text()
-        cond = next((line.split("=", 1)[1] for line in text.splitlines() if line.startswith("ConditionPathExists=")), "")
+        cond = next(
+            (line.split("=", 1)[1] for line in text.splitlines() if line.startswith("ConditionPathExists=")), ""
+        )
         if cond and not Path(cond).exists():
             continue
         out += [line.split("=", 1)[1].split() for line in text.splitlines() if line.startswith("ExecStart=")]
@@ -147,7 +166,8 @@ class GuestSimulator:
             "# Simulator hook: the stub records the call; the marker tells the fake cloud.\n"
             f'"{STUBS}/shutdown" "$@"\n'
             f': >"$SIM_GUEST_DIR/{SHUTDOWN_MARKER}"\n'
-            "exit 0\n")
+            "exit 0\n"
+        )
         script.chmod(0o755)
         return hooks
 
@@ -167,8 +187,17 @@ class GuestSimulator:
         }
 
     # ---- booting and ending ---------------------------------------------------------------------
-    def boot_guest(self, vm_id: str, script: str, *, gpu: str, gpu_count: int, env: dict[str, str],
-                   name: str | None = None, disk: Path | None = None) -> Guest | None:
+    def boot_guest(
+        self,
+        vm_id: str,
+        script: str,
+        *,
+        gpu: str,
+        gpu_count: int,
+        env: dict[str, str],
+        name: str | None = None,
+        disk: Path | None = None,
+    ) -> Guest | None:
         """Run the instance's user-data; None when the instance was deleted before it booted.
         `disk`: the stub state of the machine a baked image was taken from (its installed packages
         and Python modules are on this guest's disk too)."""
@@ -221,8 +250,9 @@ class GuestSimulator:
     def _watch(self) -> None:
         while not self._stop.wait(0.1):
             with self.lock:
-                pending = [g for g in self.guests.values()
-                           if not g.shut_down and (g.sandbox / SHUTDOWN_MARKER).exists()]
+                pending = [
+                    g for g in self.guests.values() if not g.shut_down and (g.sandbox / SHUTDOWN_MARKER).exists()
+                ]
                 for g in pending:
                     g.shut_down = True
             for g in pending:
@@ -254,4 +284,3 @@ class GuestSimulator:
         with self.lock:
             guests = list(self.guests.values())
         return [pid for g in guests for pid in g.vm.leftovers()]
-

@@ -14,29 +14,53 @@ from gpucloud.providers.aws.errors import error_code, error_message
 
 CLOUD = "aws"
 # ClientError codes that say the credentials themselves are wrong, expired or unknown.
-CREDENTIAL_CODES = frozenset({
-    "InvalidClientTokenId", "UnrecognizedClientException", "AuthFailure", "SignatureDoesNotMatch",
-    "ExpiredToken", "ExpiredTokenException", "InvalidAccessKeyId", "InvalidToken", "RequestExpired",
-    "IncompleteSignature", "MissingAuthenticationToken",
-})
+CREDENTIAL_CODES = frozenset(
+    {
+        "InvalidClientTokenId",
+        "UnrecognizedClientException",
+        "AuthFailure",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "InvalidAccessKeyId",
+        "InvalidToken",
+        "RequestExpired",
+        "IncompleteSignature",
+        "MissingAuthenticationToken",
+    }
+)
 # EC2 answers AuthFailure also for an AMI the account may not launch ("Not authorized for images").
 _AMI_REFUSED = re.compile(r"\bimages?\b|\bami-[0-9a-f]+", re.I)
 # The identity lacks a permission: the account is usable, its policy is not enough (exit 78 too).
 PERMISSION_CODES = frozenset({"UnauthorizedOperation", "AccessDenied", "AccessDeniedException"})
-PERMISSION_HINT = ("Give the identity the policy `gpucloud iam-policy aws` prints (it lists every action gpucloud "
-                   "calls); `gpucloud check --cloud aws` tests the credentials.")
-CREDENTIALS_HINT = ("Configure the standard AWS credential chain: `aws configure`, `aws sso login`, AWS_PROFILE, "
-                    "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY; `gpucloud check --cloud aws` tests them.")
+PERMISSION_HINT = (
+    "Give the identity the policy `gpucloud iam-policy aws` prints (it lists every action gpucloud "
+    "calls); `gpucloud check --cloud aws` tests the credentials."
+)
+CREDENTIALS_HINT = (
+    "Configure the standard AWS credential chain: `aws configure`, `aws sso login`, AWS_PROFILE, "
+    "or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY; `gpucloud check --cloud aws` tests them."
+)
 # botocore exceptions (by name) that mean the credential chain found nothing usable.
-_NO_CREDENTIALS = frozenset({"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError",
-                             "ProfileNotFound", "NoAuthTokenError", "TokenRetrievalError", "SSOTokenLoadError",
-                             "UnauthorizedSSOTokenError"})
+_NO_CREDENTIALS = frozenset(
+    {
+        "NoCredentialsError",
+        "PartialCredentialsError",
+        "CredentialRetrievalError",
+        "ProfileNotFound",
+        "NoAuthTokenError",
+        "TokenRetrievalError",
+        "SSOTokenLoadError",
+        "UnauthorizedSSOTokenError",
+    }
+)
 
 
 def no_credentials() -> CredentialsError:
     """The chain found no credentials at all (raised before any call)."""
-    return CredentialsError("AWS: no credentials found (environment, ~/.aws, SSO or instance role).",
-                            cloud=CLOUD, hint=CREDENTIALS_HINT)
+    return CredentialsError(
+        "AWS: no credentials found (environment, ~/.aws, SSO or instance role).", cloud=CLOUD, hint=CREDENTIALS_HINT
+    )
 
 
 def endpoint_of(exc: BaseException) -> str:
@@ -61,22 +85,34 @@ def classify_access(exc: BaseException, *, what: str = "") -> CloudAccessError |
     if isinstance(exc, CloudAccessError):
         return exc
     if any(cls.__name__ in _NO_CREDENTIALS for cls in type(exc).__mro__):
-        return CredentialsError(f"AWS: no usable credentials{during}: {first_line(str(exc))}.", cloud=CLOUD,
-                                hint=CREDENTIALS_HINT)
+        return CredentialsError(
+            f"AWS: no usable credentials{during}: {first_line(str(exc))}.", cloud=CLOUD, hint=CREDENTIALS_HINT
+        )
     code = error_code(exc)
     if code == "AuthFailure" and _AMI_REFUSED.search(error_message(exc)):
         return None  # "Not authorized for images: [ami-...]": this candidate's image, not the credentials
     if code in CREDENTIAL_CODES:
-        return CredentialsError(f"AWS refused the credentials{during} ({code}: {first_line(error_message(exc))}).",
-                                cloud=CLOUD, hint=CREDENTIALS_HINT)
-    if isinstance(exc, (be.EndpointConnectionError, be.ConnectTimeoutError, be.ProxyConnectionError,
-                        be.SSLError, be.ReadTimeoutError)):  # botocore already retried it
+        return CredentialsError(
+            f"AWS refused the credentials{during} ({code}: {first_line(error_message(exc))}).",
+            cloud=CLOUD,
+            hint=CREDENTIALS_HINT,
+        )
+    if isinstance(
+        exc,
+        (be.EndpointConnectionError, be.ConnectTimeoutError, be.ProxyConnectionError, be.SSLError, be.ReadTimeoutError),
+    ):  # botocore already retried it
         override = os.environ.get("AWS_ENDPOINT_URL")
-        hint = (f"AWS_ENDPOINT_URL is set to {override}: unset it to use AWS itself, or start the service there."
-                if override else "Check the network (proxy, firewall, VPN) and the region name.")
-        return EndpointError(f"AWS: could not reach {endpoint_of(exc)}{during} ({type(exc).__name__}; "
-                             "botocore retried with short timeouts and gave up).",
-                             cloud=CLOUD, hint=hint)
+        hint = (
+            f"AWS_ENDPOINT_URL is set to {override}: unset it to use AWS itself, or start the service there."
+            if override
+            else "Check the network (proxy, firewall, VPN) and the region name."
+        )
+        return EndpointError(
+            f"AWS: could not reach {endpoint_of(exc)}{during} ({type(exc).__name__}; "
+            "botocore retried with short timeouts and gave up).",
+            cloud=CLOUD,
+            hint=hint,
+        )
     return None
 
 
@@ -105,5 +141,7 @@ def permission_denied(exc: BaseException, *, service: str, what: str = "") -> Pe
     operation = str(getattr(exc, "operation_name", "") or "")
     action = named[1] if named else f"{service}:{operation}" if operation else service
     during = f" while {what}" if what else ""
-    return PermissionDenied(f"AWS denied {action}{during}: the identity's policy does not allow it ({code}: "
-                            f"{first_line(message)[:300]}).", action=action)
+    return PermissionDenied(
+        f"AWS denied {action}{during}: the identity's policy does not allow it ({code}: {first_line(message)[:300]}).",
+        action=action,
+    )

@@ -52,8 +52,12 @@ class AwsImageStore:
     def create_image(self, region: str, instance_id: str, name: str, tags: dict[str, str]) -> str:
         tag_list = [{"Key": k, "Value": v} for k, v in tags.items()]
         ec2 = _ec2(region)
-        args = {"InstanceId": instance_id, "Name": name, "Description": tags.get(STACK_TAG, name)[:255],
-                "NoReboot": True}  # the builder ran `sync` and waits; keep it as it is
+        args = {
+            "InstanceId": instance_id,
+            "Name": name,
+            "Description": tags.get(STACK_TAG, name)[:255],
+            "NoReboot": True,
+        }  # the builder ran `sync` and waits; keep it as it is
         with _access_errors("creating an image"):
             resp, tag_snapshots = self._create(ec2, args, tag_list)
             ref = str(resp["ImageId"])
@@ -71,8 +75,9 @@ class AwsImageStore:
         from botocore.parsers import ResponseParserError
 
         try:
-            return ec2.create_image(**args, TagSpecifications=[{"ResourceType": kind, "Tags": tag_list}
-                                                              for kind in ("image", "snapshot")]), False
+            return ec2.create_image(
+                **args, TagSpecifications=[{"ResourceType": kind, "Tags": tag_list} for kind in ("image", "snapshot")]
+            ), False
         except (ClientError, ResponseParserError) as exc:  # an EC2 without snapshot TagSpecifications
             if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") not in UNSUPPORTED:
                 raise
@@ -90,26 +95,40 @@ class AwsImageStore:
             if state == "available":
                 return
             if state in ("failed", "invalid", "deregistered", "error") or time.monotonic() > end:
-                raise GpucloudError(f"image {ref} did not become available (state {state}).",
-                                    hint=f"`gpucloud image rm {ref} --cloud aws --region ...` removes what is left.")
+                raise GpucloudError(
+                    f"image {ref} did not become available (state {state}).",
+                    hint=f"`gpucloud image rm {ref} --cloud aws --region ...` removes what is left.",
+                )
             time.sleep(poll)
 
     @staticmethod
     def _snapshots(ec2: Any, ref: str) -> list[str]:
         images = ec2.describe_images(ImageIds=[ref]).get("Images", [])
-        return [m["Ebs"]["SnapshotId"] for i in images for m in i.get("BlockDeviceMappings", [])
-                if m.get("Ebs", {}).get("SnapshotId")]
+        return [
+            m["Ebs"]["SnapshotId"]
+            for i in images
+            for m in i.get("BlockDeviceMappings", [])
+            if m.get("Ebs", {}).get("SnapshotId")
+        ]
 
     def list_images(self, region: str) -> list[BakedImage]:
         with _access_errors("listing images"):
-            resp = _ec2(region).describe_images(Owners=["self"],
-                                                Filters=[{"Name": f"tag:{KIND_TAG}", "Values": [KIND_VALUE]}])
+            resp = _ec2(region).describe_images(
+                Owners=["self"], Filters=[{"Name": f"tag:{KIND_TAG}", "Values": [KIND_VALUE]}]
+            )
         out = []
         for image in resp.get("Images", []):
             tags = {t["Key"]: t["Value"] for t in image.get("Tags", [])}
-            out.append(BakedImage(ref=image["ImageId"], region=region, name=image.get("Name", ""),
-                                  stack_hash=tags.get(HASH_TAG, ""), tags=tags,
-                                  created=str(image.get("CreationDate", ""))))
+            out.append(
+                BakedImage(
+                    ref=image["ImageId"],
+                    region=region,
+                    name=image.get("Name", ""),
+                    stack_hash=tags.get(HASH_TAG, ""),
+                    tags=tags,
+                    created=str(image.get("CreationDate", "")),
+                )
+            )
         return out
 
     def delete_image(self, region: str, ref: str) -> None:

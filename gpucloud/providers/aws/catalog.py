@@ -20,7 +20,7 @@ import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from gpucloud.catalog.models import Offering
@@ -33,8 +33,10 @@ PRICING_REGION = "us-east-1"
 HOME_REGION = "us-east-1"
 FILTER_CHUNK = 100  # instance-type filter values per DescribeInstanceTypeOfferings call
 WORKERS = 8
-SOURCE = ("AWS APIs: DescribeInstanceTypes, DescribeInstanceTypeOfferings (zones), Price List Query API "
-          "(on-demand Linux), DescribeSpotPriceHistory (cheapest zone)")
+SOURCE = (
+    "AWS APIs: DescribeInstanceTypes, DescribeInstanceTypeOfferings (zones), Price List Query API "
+    "(on-demand Linux), DescribeSpotPriceHistory (cheapest zone)"
+)
 
 
 # Types whose DescribeInstanceTypes answer is known to be wrong (docs/CATALOG.md, "AWS GPU names"):
@@ -50,11 +52,11 @@ GPU_OVERRIDES: dict[str, tuple[str, int]] = {
 @dataclass(frozen=True)
 class TypeInfo:
     name: str
-    gpu: str          # canonical catalog name
+    gpu: str  # canonical catalog name
     gpu_count: int
     vcpus: int
     memory_gib: float
-    arch: str         # "x86_64" | "arm64"
+    arch: str  # "x86_64" | "arm64"
 
 
 def _config() -> Any:
@@ -85,8 +87,9 @@ def fetch_offerings(ctx: FetchContext) -> FetchResult:
     regions = enabled if ctx.regions is None else [r for r in ctx.regions if r in enabled]
     problems += [f"region {r} is not an enabled EC2 region" for r in (ctx.regions or []) if r not in enabled]
     ctx.progress(f"{len(types)} GPU instance types; {len(regions)} regions")
-    pricing = session.client("pricing", region_name=PRICING_REGION, config=_config(),
-                             endpoint_url=os.environ.get(PRICING_URL_ENV) or None)
+    pricing = session.client(
+        "pricing", region_name=PRICING_REGION, config=_config(), endpoint_url=os.environ.get(PRICING_URL_ENV) or None
+    )
     rows: list[Offering] = []
     done: set[str] = set()
     results = ctx.map_bounded(lambda r: _region(session, pricing, r, types, ctx), regions, WORKERS)
@@ -122,15 +125,20 @@ def _gpu_types(ec2: Any, ctx: FetchContext) -> tuple[dict[str, TypeInfo], list[s
                 continue
             arches = it.get("ProcessorInfo", {}).get("SupportedArchitectures", ["x86_64"])
             types[it["InstanceType"]] = TypeInfo(
-                name=it["InstanceType"], gpu=canonical, gpu_count=int(count),
-                vcpus=int(it["VCpuInfo"]["DefaultVCpus"]), memory_gib=round(it["MemoryInfo"]["SizeInMiB"] / 1024, 2),
-                arch="arm64" if "arm64" in arches else "x86_64")
+                name=it["InstanceType"],
+                gpu=canonical,
+                gpu_count=int(count),
+                vcpus=int(it["VCpuInfo"]["DefaultVCpus"]),
+                memory_gib=round(it["MemoryInfo"]["SizeInMiB"] / 1024, 2),
+                arch="arm64" if "arm64" in arches else "x86_64",
+            )
     skipped = [f"{name} ({', '.join(sorted(t))})" for name, t in sorted(unknown.items())]
     return types, skipped
 
 
-def _region(session: Any, pricing: Any, region: str, types: dict[str, TypeInfo],
-            ctx: FetchContext) -> tuple[list[Offering], list[str], bool]:
+def _region(
+    session: Any, pricing: Any, region: str, types: dict[str, TypeInfo], ctx: FetchContext
+) -> tuple[list[Offering], list[str], bool]:
     """One region's rows; (rows, problems, whether the region's offerings could be read)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -148,8 +156,14 @@ def _region(session: Any, pricing: Any, region: str, types: dict[str, TypeInfo],
     try:
         on_demand = _on_demand_prices(pricing, region, sorted(zones), ctx)
     except (BotoCoreError, ClientError, SourceLimit) as exc:
-        return [], [f"{region}: on-demand prices not readable from the Price List at {pricing.meta.endpoint_url} "
-                    f"({_first_line(exc)}); kept its previous rows"], False
+        return (
+            [],
+            [
+                f"{region}: on-demand prices not readable from the Price List at {pricing.meta.endpoint_url} "
+                f"({_first_line(exc)}); kept its previous rows"
+            ],
+            False,
+        )
     rows = []
     for name in sorted(zones):
         t = types[name]
@@ -159,13 +173,24 @@ def _region(session: Any, pricing: Any, region: str, types: dict[str, TypeInfo],
             continue
         spot_price = spot.get(name)
         zone_note = f"zones {','.join(sorted(zones[name]))}"
-        rows.append(Offering(
-            cloud=CLOUD, instance_type=name, gpu=t.gpu, gpu_count=t.gpu_count, vcpus=t.vcpus,
-            memory_gib=t.memory_gib, arch=t.arch, region=region, price_per_hour=price,
-            spot_price_per_hour=spot_price if spot_price is not None and not spot_price > price else None,
-            status="active", status_date=ctx.fetched_at[:10],
-            source=f"{SOURCE} [S]; {zone_note}" + ("" if spot_price else "; spot unknown: no spot price history"),
-            price_date=ctx.fetched_at))
+        rows.append(
+            Offering(
+                cloud=CLOUD,
+                instance_type=name,
+                gpu=t.gpu,
+                gpu_count=t.gpu_count,
+                vcpus=t.vcpus,
+                memory_gib=t.memory_gib,
+                arch=t.arch,
+                region=region,
+                price_per_hour=price,
+                spot_price_per_hour=spot_price if spot_price is not None and not spot_price > price else None,
+                status="active",
+                status_date=ctx.fetched_at[:10],
+                source=f"{SOURCE} [S]; {zone_note}" + ("" if spot_price else "; spot unknown: no spot price history"),
+                price_date=ctx.fetched_at,
+            )
+        )
     ctx.progress(f"{region}: {len(rows)} GPU offerings")
     return rows, problems, True
 
@@ -174,7 +199,8 @@ def _offered_zones(ec2: Any, names: list[str], ctx: FetchContext) -> dict[str, s
     out: dict[str, set[str]] = {}
     for chunk in _chunks(names, FILTER_CHUNK):
         pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
-            LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": chunk}])
+            LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": chunk}]
+        )
         for page in ctx.pages(pages, "DescribeInstanceTypeOfferings"):
             for off in page["InstanceTypeOfferings"]:
                 out.setdefault(off["InstanceType"], set()).add(off["Location"])
@@ -186,10 +212,11 @@ def _spot_prices(ec2: Any, names: list[str], ctx: FetchContext) -> dict[str, flo
     best: dict[str, float] = {}
     if not names:
         return best
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for chunk in _chunks(names, FILTER_CHUNK):
         pages = ec2.get_paginator("describe_spot_price_history").paginate(
-            InstanceTypes=chunk, ProductDescriptions=["Linux/UNIX"], StartTime=now)
+            InstanceTypes=chunk, ProductDescriptions=["Linux/UNIX"], StartTime=now
+        )
         for page in ctx.pages(pages, "DescribeSpotPriceHistory"):
             for item in page["SpotPriceHistory"]:
                 price = parse_price(item["SpotPrice"])
@@ -214,8 +241,10 @@ def _on_demand_prices(pricing: Any, region: str, names: list[str], ctx: FetchCon
 def _query_prices(pricing: Any, filters: dict[str, str], ctx: FetchContext) -> dict[str, float]:
     out: dict[str, float] = {}
     pages = pricing.get_paginator("get_products").paginate(
-        ServiceCode="AmazonEC2", FormatVersion="aws_v1",
-        Filters=[{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in filters.items()])
+        ServiceCode="AmazonEC2",
+        FormatVersion="aws_v1",
+        Filters=[{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in filters.items()],
+    )
     for page in ctx.pages(pages, f"Price List at {pricing.meta.endpoint_url}"):
         for text in page.get("PriceList", []):
             item = json.loads(text) if isinstance(text, str) else text
@@ -237,7 +266,7 @@ def _usd_per_hour(item: dict[str, Any]) -> float | None:
 
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
     for i in range(0, len(items), size):
-        yield items[i:i + size]
+        yield items[i : i + size]
 
 
 def _first_line(exc: BaseException) -> str:

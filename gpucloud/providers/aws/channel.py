@@ -68,13 +68,15 @@ class S3Channel(Channel):
         """Call an S3/STS operation through the one retrying call. Codes in `quiet` are re-raised
         as the ClientError they are (the caller expects them, e.g. NoSuchKey); anything else that
         still fails becomes a ProvisionError."""
-        from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError
+        from botocore.exceptions import ClientError
+        from botocore.exceptions import ConnectionError as BotoConnectionError
 
         client = self._sts if op == "get_caller_identity" else self._s3
         service = "STS" if client is self._sts else "S3"
         try:
-            return retrying_call(client, op, attempts=self.RETRY_ATTEMPTS, base_s=self.RETRY_BASE_S,
-                                 cap_s=self.RETRY_CAP_S, **kwargs)
+            return retrying_call(
+                client, op, attempts=self.RETRY_ATTEMPTS, base_s=self.RETRY_BASE_S, cap_s=self.RETRY_CAP_S, **kwargs
+            )
         except ClientError as exc:  # credential / endpoint errors came out as CloudAccessError already
             status = http_status(exc)
             if error_code(exc) in quiet or (status is not None and str(status) in quiet):
@@ -82,11 +84,18 @@ class S3Channel(Channel):
             denied = permission_denied(exc, service=service.lower(), what=f"{service} {op}")
             if denied is not None:
                 raise denied from None
-            raise classify(exc, region=self.region, instance_type="s3", spot=False, what=f"{service} {op}",
-                           tries=getattr(exc, "gpucloud_tries", 1)) from None
+            raise classify(
+                exc,
+                region=self.region,
+                instance_type="s3",
+                spot=False,
+                what=f"{service} {op}",
+                tries=getattr(exc, "gpucloud_tries", 1),
+            ) from None
         except BotoConnectionError as exc:
-            raise ThrottledError(f"{self.region}: could not reach {service} ({op}): {exc}",
-                                 code=type(exc).__name__) from None
+            raise ThrottledError(
+                f"{self.region}: could not reach {service} ({op}): {exc}", code=type(exc).__name__
+            ) from None
 
     # ---- the bucket ---------------------------------------------------------------------------
     @property
@@ -114,8 +123,12 @@ class S3Channel(Channel):
                 self._bucket = bucket_name(self.account, self.region)
             name = self._bucket
             try:
-                self._do("head_bucket", quiet=("404", "403", "NoSuchBucket", "NotFound", "AccessDenied", "Forbidden"),
-                         Bucket=name, ExpectedBucketOwner=self.account)
+                self._do(
+                    "head_bucket",
+                    quiet=("404", "403", "NoSuchBucket", "NotFound", "AccessDenied", "Forbidden"),
+                    Bucket=name,
+                    ExpectedBucketOwner=self.account,
+                )
                 exists = True
             except ClientError as exc:
                 status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -156,27 +169,37 @@ class S3Channel(Channel):
 
     def _configure(self, name: str) -> None:
         """Idempotent: a crash between create and configure must not leave an open bucket."""
-        self._do("put_public_access_block",
+        self._do(
+            "put_public_access_block",
             Bucket=name,
             PublicAccessBlockConfiguration={
-                "BlockPublicAcls": True, "IgnorePublicAcls": True,
-                "BlockPublicPolicy": True, "RestrictPublicBuckets": True,
+                "BlockPublicAcls": True,
+                "IgnorePublicAcls": True,
+                "BlockPublicPolicy": True,
+                "RestrictPublicBuckets": True,
             },
         )
-        self._do("put_bucket_encryption",
+        self._do(
+            "put_bucket_encryption",
             Bucket=name,
             ServerSideEncryptionConfiguration={
-                "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"},
-                           "BucketKeyEnabled": True}],
+                "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}, "BucketKeyEnabled": True}],
             },
         )
-        self._do("put_bucket_lifecycle_configuration",
+        self._do(
+            "put_bucket_lifecycle_configuration",
             Bucket=name,
-            LifecycleConfiguration={"Rules": [{
-                "ID": LIFECYCLE_RULE_ID, "Status": "Enabled", "Filter": {"Prefix": RUNS_PREFIX},
-                "Expiration": {"Days": EXPIRE_DAYS},
-                "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1},
-            }]},
+            LifecycleConfiguration={
+                "Rules": [
+                    {
+                        "ID": LIFECYCLE_RULE_ID,
+                        "Status": "Enabled",
+                        "Filter": {"Prefix": RUNS_PREFIX},
+                        "Expiration": {"Days": EXPIRE_DAYS},
+                        "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1},
+                    }
+                ]
+            },
         )
 
     # ---- primitives ---------------------------------------------------------------------------
@@ -196,8 +219,13 @@ class S3Channel(Channel):
         from botocore.exceptions import ClientError
 
         try:
-            obj = self._do("get_object", quiet=("NoSuchKey", "404", "NotFound"),
-                           Bucket=self.bucket, Key=key, ExpectedBucketOwner=self.account)
+            obj = self._do(
+                "get_object",
+                quiet=("NoSuchKey", "404", "NotFound"),
+                Bucket=self.bucket,
+                Key=key,
+                ExpectedBucketOwner=self.account,
+            )
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code in {"NoSuchKey", "404", "NotFound"}:
@@ -206,15 +234,20 @@ class S3Channel(Channel):
         if limit is not None and int(obj.get("ContentLength") or 0) > limit:
             obj["Body"].close()
             raise ObjectRefused(f"{key} is larger than its cap of {limit} bytes ({obj['ContentLength']} bytes)")
-        return obj["Body"].read() if limit is None else obj["Body"].read(limit + 1)[:limit + 1]
+        return obj["Body"].read() if limit is None else obj["Body"].read(limit + 1)[: limit + 1]
 
     def get_to_file(self, key: str, path: Path) -> bool:
         """Stream the object to disk in 1 MiB chunks (an artifacts tarball may be many GB)."""
         from botocore.exceptions import ClientError
 
         try:
-            obj = self._do("get_object", quiet=("NoSuchKey", "404", "NotFound"),
-                           Bucket=self.bucket, Key=key, ExpectedBucketOwner=self.account)
+            obj = self._do(
+                "get_object",
+                quiet=("NoSuchKey", "404", "NotFound"),
+                Bucket=self.bucket,
+                Key=key,
+                ExpectedBucketOwner=self.account,
+            )
         except ClientError as exc:
             if str(exc.response.get("Error", {}).get("Code", "")) in {"NoSuchKey", "404", "NotFound"}:
                 return False
@@ -231,11 +264,13 @@ class S3Channel(Channel):
 
     def url_get(self, key: str, expires: datetime) -> str:
         return self._s3.generate_presigned_url(
-            "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=self._expires_in(expires))
+            "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=self._expires_in(expires)
+        )
 
     def url_put(self, key: str, expires: datetime) -> str:
         return self._s3.generate_presigned_url(
-            "put_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=self._expires_in(expires))
+            "put_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=self._expires_in(expires)
+        )
 
     def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
         """One presigned POST for the node's whole log (S3 POST policy: `starts-with $key` the
@@ -243,11 +278,17 @@ class S3Channel(Channel):
         docs/INTERNALS.md, "Channel"). The VM adds the `key` field per part and the file last."""
         prefix = log_prefix(run_id, rank)
         post = self._s3.generate_presigned_post(
-            self.bucket, prefix + "${filename}", Conditions=[["content-length-range", 0, LOG_PART_MAX]],
-            ExpiresIn=self._expires_in(expires))
+            self.bucket,
+            prefix + "${filename}",
+            Conditions=[["content-length-range", 0, LOG_PART_MAX]],
+            ExpiresIn=self._expires_in(expires),
+        )
         fields = {name: value for name, value in post["fields"].items() if name != "key"}
-        return [f"log_post {post['url']}", f"log_post_key {prefix}",
-                *(f"log_post_field {name} {value}" for name, value in fields.items())]
+        return [
+            f"log_post {post['url']}",
+            f"log_post_key {prefix}",
+            *(f"log_post_field {name} {value}" for name, value in fields.items()),
+        ]
 
     signs = True
 
@@ -255,13 +296,14 @@ class S3Channel(Channel):
         """Objects `<log prefix>claim-<fingerprint>` (the log POST grant admits any key under the
         prefix, so a claim can be added but the CLI sees every one); at most 100, each capped."""
         prefix = log_prefix(run_id, rank) + channel_trust.CLAIM_PREFIX
-        page = self._do("list_objects_v2", Bucket=self.bucket, Prefix=prefix, MaxKeys=100,
-                        ExpectedBucketOwner=self.account)
+        page = self._do(
+            "list_objects_v2", Bucket=self.bucket, Prefix=prefix, MaxKeys=100, ExpectedBucketOwner=self.account
+        )
         out: list[tuple[str | None, bytes]] = []
         for obj in page.get("Contents", []):
             data = self.get_bytes(obj["Key"], limit=channel_trust.CLAIM_MAX)
             if data is not None:
-                out.append((obj["Key"][len(prefix):], data))
+                out.append((obj["Key"][len(prefix) :], data))
         return out
 
     def delete_prefix(self, prefix: str) -> None:
@@ -269,5 +311,9 @@ class S3Channel(Channel):
         for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, ExpectedBucketOwner=self.account):
             keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
             for i in range(0, len(keys), 1000):
-                self._do("delete_objects", Bucket=self.bucket, Delete={"Objects": keys[i:i + 1000], "Quiet": True},
-                                        ExpectedBucketOwner=self.account)
+                self._do(
+                    "delete_objects",
+                    Bucket=self.bucket,
+                    Delete={"Objects": keys[i : i + 1000], "Quiet": True},
+                    ExpectedBucketOwner=self.account,
+                )

@@ -35,9 +35,11 @@ def check() -> CloudCheck:
             result.credentials = result.credentials and access.kind != "credentials"
             result.problem(access.message, access.hint)
         else:
-            result.problem(f"AWS answered {type(exc).__name__}: {exc}",
-                           "The identity needs ec2:DescribeRegions and sts:GetCallerIdentity "
-                           "(`gpucloud iam-policy aws` prints the full policy).")
+            result.problem(
+                f"AWS answered {type(exc).__name__}: {exc}",
+                "The identity needs ec2:DescribeRegions and sts:GetCallerIdentity "
+                "(`gpucloud iam-policy aws` prints the full policy).",
+            )
         return result
     _quotas(session, region, result)
     return result
@@ -50,11 +52,20 @@ def _quotas(session: Any, region: str, result: CloudCheck) -> None:
         try:
             value = float(client.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
         except Exception as exc:  # noqa: BLE001
-            result.quotas.append({"code": code, "name": name, "region": region, "vcpus": None,
-                                  "note": f"Service Quotas did not answer ({type(exc).__name__})"})
+            result.quotas.append(
+                {
+                    "code": code,
+                    "name": name,
+                    "region": region,
+                    "vcpus": None,
+                    "note": f"Service Quotas did not answer ({type(exc).__name__})",
+                }
+            )
             continue
         result.quotas.append({"code": code, "name": name, "region": region, "vcpus": value, "note": ""})
         if value == 0:
-            result.problem(f"quota {code} ({name}) is 0 vCPUs in {region}: no such GPU machine can start there",
-                           f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {code} "
-                           f"--region {region} --desired-value <vCPUs>")
+            result.problem(
+                f"quota {code} ({name}) is 0 vCPUs in {region}: no such GPU machine can start there",
+                f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {code} "
+                f"--region {region} --desired-value <vCPUs>",
+            )

@@ -16,8 +16,9 @@ from gpucloud.providers.aws.access import no_credentials
 from gpucloud.providers.base import expiry_tag
 
 # Credential sources botocore refreshes by itself (this CLI keeps working past the first expiry).
-REFRESHING = frozenset({"iam-role", "container-role", "assume-role", "assume-role-with-web-identity",
-                        "sso", "custom-process"})
+REFRESHING = frozenset(
+    {"iam-role", "container-role", "assume-role", "assume-role-with-web-identity", "sso", "custom-process"}
+)
 
 
 def credentials_warning(session: Any, deadline: datetime) -> str | None:
@@ -50,8 +51,9 @@ def credentials_warning(session: Any, deadline: datetime) -> str | None:
     )
 
 
-def warn_once(seen: set[str], key: str, message: str | None, warn: Callable[[str], None],
-              journal: Any = None, run_id: str = "") -> None:
+def warn_once(
+    seen: set[str], key: str, message: str | None, warn: Callable[[str], None], journal: Any = None, run_id: str = ""
+) -> None:
     """Show a warning once per key (a run's several attempts share it), and journal it."""
     if message is None or key in seen:
         return

@@ -29,12 +29,12 @@ if TYPE_CHECKING:
     from gpucloud.state import Journal
 
 CLOUD = "aws"
-SCHEDULE = "schedule"                 # the RunHandle / journal kind
+SCHEDULE = "schedule"  # the RunHandle / journal kind
 ROLE_ENV = "GPUCLOUD_AWS_DEADLINE_ROLE"  # role name or ARN; "off" turns the layer off
 DEFAULT_ROLE = "gpucloud-deadline"
 GROUP = "default"
 PREFIX = "gpucloud-"
-MAX_NAME = 64                         # CreateSchedule's limit on Name
+MAX_NAME = 64  # CreateSchedule's limit on Name
 # The universal target of EC2's TerminateInstances (arn:aws:scheduler:::aws-sdk:<service>:<apiAction>).
 TARGET_ARN = "arn:aws:scheduler:::aws-sdk:ec2:terminateInstances"
 # After the run's expiry (= deadline + the lifecycle's teardown margin, the expiry tag's value):
@@ -46,8 +46,10 @@ MARGIN = timedelta(minutes=15)
 # (role gone, instances already gone): gc removes it.
 STALE_AFTER = timedelta(hours=1)
 SKIPPED = "deadline schedules not swept"  # gc's note when the scheduler refuses us
-FIX = (f"Create the role: `gpucloud iam-policy aws --deadline-role` prints its policies and "
-       f"docs/PROVIDERS.md (\"AWS deadline schedule\") the aws cli commands; or set {ROLE_ENV}=off.")
+FIX = (
+    f"Create the role: `gpucloud iam-policy aws --deadline-role` prints its policies and "
+    f'docs/PROVIDERS.md ("AWS deadline schedule") the aws cli commands; or set {ROLE_ENV}=off.'
+)
 
 _WARNED: set[str] = set()  # one warning per process
 
@@ -111,8 +113,15 @@ def call(aws: AwsClients, op: str, region: str, **kwargs: Any) -> Any:
     return aws.call(aws.client("scheduler", region), op, **kwargs)
 
 
-def arm(aws: AwsClients, req: LaunchRequest, journal: Journal, handle: RunHandle, expires: datetime,
-        account: Callable[[], str], warn: Callable[[str], None]) -> str | None:
+def arm(
+    aws: AwsClients,
+    req: LaunchRequest,
+    journal: Journal,
+    handle: RunHandle,
+    expires: datetime,
+    account: Callable[[], str],
+    warn: Callable[[str], None],
+) -> str | None:
     """Create the attempt's schedule for the instances of `handle`; its name, or None when the
     layer is off or AWS refused (one warning per process). Never raises: a launch never fails here."""
     role = role_setting()
@@ -121,12 +130,21 @@ def arm(aws: AwsClients, req: LaunchRequest, journal: Journal, handle: RunHandle
     name = schedule_name(req.run_id, req.attempt)
     res = None
     try:
-        target = {"Arn": TARGET_ARN, "RoleArn": role_arn(role, account),
-                  "Input": json.dumps({"InstanceIds": list(handle.nodes)})}
+        target = {
+            "Arn": TARGET_ARN,
+            "RoleArn": role_arn(role, account),
+            "Input": json.dumps({"InstanceIds": list(handle.nodes)}),
+        }
         res = journal.intent(req.run_id, SCHEDULE, name, handle.region, CLOUD)
-        arn = _create(aws, handle.region, name, target, expires + MARGIN,
-                      f"gpucloud run {req.run_id} attempt {req.attempt}: terminate its instances after "
-                      f"the run's expiry {expiry_tag(expires)}")
+        arn = _create(
+            aws,
+            handle.region,
+            name,
+            target,
+            expires + MARGIN,
+            f"gpucloud run {req.run_id} attempt {req.attempt}: terminate its instances after "
+            f"the run's expiry {expiry_tag(expires)}",
+        )
     except Exception as exc:  # noqa: BLE001 - best effort by design (module doc)
         if res is not None:
             journal.deleted(res)
@@ -137,16 +155,21 @@ def arm(aws: AwsClients, req: LaunchRequest, journal: Journal, handle: RunHandle
     return name
 
 
-def _create(aws: AwsClients, region: str, name: str, target: dict[str, str], when: datetime,
-            description: str) -> str:
+def _create(aws: AwsClients, region: str, name: str, target: dict[str, str], when: datetime, description: str) -> str:
     """CreateSchedule; a schedule of the same name (the same attempt, provisioned again) is
     replaced. Returns its ARN."""
     from botocore.exceptions import ClientError
 
     kwargs: dict[str, Any] = {
-        "Name": name, "GroupName": GROUP, "ScheduleExpression": at_expression(when),
-        "ScheduleExpressionTimezone": "UTC", "FlexibleTimeWindow": {"Mode": "OFF"},
-        "ActionAfterCompletion": "DELETE", "State": "ENABLED", "Description": description, "Target": target,
+        "Name": name,
+        "GroupName": GROUP,
+        "ScheduleExpression": at_expression(when),
+        "ScheduleExpressionTimezone": "UTC",
+        "FlexibleTimeWindow": {"Mode": "OFF"},
+        "ActionAfterCompletion": "DELETE",
+        "State": "ENABLED",
+        "Description": description,
+        "Target": target,
     }
     try:
         out = call(aws, "create_schedule", region, **kwargs)
@@ -159,9 +182,11 @@ def _create(aws: AwsClients, region: str, name: str, target: dict[str, str], whe
 
 
 def _warn_once(warn: Callable[[str], None], journal: Journal, run_id: str, exc: BaseException) -> None:
-    message = (f"AWS did not create the deadline schedule (the cloud-side backstop that terminates the run's "
-               f"instances after its expiry): {describe(exc) if error_code(exc) else exc}. The run goes on; "
-               f"the VM's own deadline and `gpucloud gc` still apply. {FIX}")
+    message = (
+        f"AWS did not create the deadline schedule (the cloud-side backstop that terminates the run's "
+        f"instances after its expiry): {describe(exc) if error_code(exc) else exc}. The run goes on; "
+        f"the VM's own deadline and `gpucloud gc` still apply. {FIX}"
+    )
     try:
         journal.event(run_id, "warning", message)
     except Exception:  # noqa: BLE001 - a warning must never stop a launch
@@ -218,4 +243,3 @@ def collapse_skips(lines: list[str]) -> list[str]:
     why = skipped[0].split(f"{SKIPPED} (", 1)[-1].rstrip(")")
     rest = [line for line in lines if SKIPPED not in line]
     return rest + [f"aws: {SKIPPED} in {len(skipped)} regions ({why})"]
-

@@ -23,17 +23,35 @@ from gpucloud.providers.base import (
     ThrottledError,
 )
 
-CAPACITY_CODES = ("InsufficientInstanceCapacity", "InsufficientHostCapacity", "InsufficientCapacity",
-                  "UnfulfillableCapacity", "InsufficientFreeAddressesInSubnet")
+CAPACITY_CODES = (
+    "InsufficientInstanceCapacity",
+    "InsufficientHostCapacity",
+    "InsufficientCapacity",
+    "UnfulfillableCapacity",
+    "InsufficientFreeAddressesInSubnet",
+)
 QUOTA_CODES = ("VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded")
 PRICE_CODES = ("SpotMaxPriceTooLow",)
-THROTTLE_CODES = ("RequestLimitExceeded", "Throttling", "ThrottlingException", "TooManyRequestsException",
-                  "SlowDown", "RequestThrottled")
+THROTTLE_CODES = (
+    "RequestLimitExceeded",
+    "Throttling",
+    "ThrottlingException",
+    "TooManyRequestsException",
+    "SlowDown",
+    "RequestThrottled",
+)
 # AWS-side failures worth retrying like throttling (5xx): a bad minute is not a bad region.
 SERVER_CODES = ("InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable")
 # The account itself is refused (every candidate of the cloud would get the same answer).
-FATAL_CODES = ("UnauthorizedOperation", "AccessDenied", "OptInRequired", "PendingVerification", "Blocked",
-               "SignatureDoesNotMatch", "InvalidClientTokenId")
+FATAL_CODES = (
+    "UnauthorizedOperation",
+    "AccessDenied",
+    "OptInRequired",
+    "PendingVerification",
+    "Blocked",
+    "SignatureDoesNotMatch",
+    "InvalidClientTokenId",
+)
 
 # Service Quotas codes of the vCPU quotas RunInstances trips over, by instance family
 # (docs/PROVIDERS.md, "AWS quotas").
@@ -45,8 +63,10 @@ _QUOTA_BY_FAMILY = {
     ("g", True): ("L-3819A6DF", "All G and VT Spot Instance Requests"),
     ("vt", True): ("L-3819A6DF", "All G and VT Spot Instance Requests"),
 }
-_STANDARD_QUOTA = {False: ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"),
-                   True: ("L-34B43A08", "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests")}
+_STANDARD_QUOTA = {
+    False: ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"),
+    True: ("L-34B43A08", "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests"),
+}
 
 
 class AwsTeardownError(GpucloudError):
@@ -129,8 +149,9 @@ def quota_for(instance_type: str, spot: bool) -> tuple[str, str]:
     return _STANDARD_QUOTA[spot]
 
 
-def classify(exc: BaseException, *, region: str, instance_type: str, spot: bool, what: str,
-             tries: int = 1) -> ProvisionError:
+def classify(
+    exc: BaseException, *, region: str, instance_type: str, spot: bool, what: str, tries: int = 1
+) -> ProvisionError:
     """The ProvisionError that tells the lifecycle what to do after this AWS error."""
     code = error_code(exc) or type(exc).__name__
     msg = error_message(exc)
@@ -142,16 +163,21 @@ def classify(exc: BaseException, *, region: str, instance_type: str, spot: bool,
         qcode, qname = quota_for(instance_type, spot)
         return QuotaError(
             f"{where}: quota reached ({code}: {msg}); the limiting quota is '{qname}' ({qcode}).",
-            code=code, quota_code=qcode,
+            code=code,
+            quota_code=qcode,
             hint=f"Request more in Service Quotas: aws service-quotas request-service-quota-increase "
-                 f"--service-code ec2 --quota-code {qcode} --region {region} --desired-value <vCPUs>",
+            f"--service-code ec2 --quota-code {qcode} --region {region} --desired-value <vCPUs>",
         )
     if kind == "price":
-        return PriceError(f"{where}: the spot price is above the max price ({code}: {msg})", code=code,
-                          hint="Raise resources.max_price_per_hour or use spot: auto.")
+        return PriceError(
+            f"{where}: the spot price is above the max price ({code}: {msg})",
+            code=code,
+            hint="Raise resources.max_price_per_hour or use spot: auto.",
+        )
     if kind in ("throttle", "server"):
-        return ThrottledError(f"{where}: AWS kept answering {code} while {what} (gave up after {tries} tries): {msg}",
-                              code=code)
+        return ThrottledError(
+            f"{where}: AWS kept answering {code} while {what} (gave up after {tries} tries): {msg}", code=code
+        )
     if kind == "fatal":
         return FatalProvisionError(f"{where}: AWS refused {what} ({code}: {msg})", code=code)
     return CandidateError(f"{where}: AWS refused {what} for this candidate ({code}: {msg})", code=code)

@@ -25,9 +25,17 @@ CANONICAL_OWNER = "099720109477"
 UBUNTU_CODENAMES = {"18.04": "bionic", "20.04": "focal", "22.04": "jammy", "24.04": "noble"}
 
 
-def resolve_image(aws: AwsClients, cache: dict[tuple[str, str], tuple[str, str]], region: str,
-                  ubuntu_version: str, image: str = "auto", chosen: Image | None = None, *,
-                  cpu_arch: str = "x86_64", warn: Callable[[str], None] | None = None) -> tuple[str, str]:
+def resolve_image(
+    aws: AwsClients,
+    cache: dict[tuple[str, str], tuple[str, str]],
+    region: str,
+    ubuntu_version: str,
+    image: str = "auto",
+    chosen: Image | None = None,
+    *,
+    cpu_arch: str = "x86_64",
+    warn: Callable[[str], None] | None = None,
+) -> tuple[str, str]:
     """(AMI id, root device name), remembered in `cache` per region and image. `chosen`: the
     plan's image for this candidate (used when the job file leaves `image:` at auto); `cpu_arch`:
     the instance type's ("x86_64" | "arm64"), which a fallback Ubuntu image must match; `warn`
@@ -41,8 +49,10 @@ def resolve_image(aws: AwsClients, cache: dict[tuple[str, str], tuple[str, str]]
 
     if image != "auto":
         if not image.startswith("ami-"):
-            raise FatalProvisionError(f"image {image!r} is not an AMI id (ami-...), so it cannot run on AWS.",
-                                      hint="Use an ami-... id, or `image: auto`.")
+            raise FatalProvisionError(
+                f"image {image!r} is not an AMI id (ami-...), so it cannot run on AWS.",
+                hint="Use an ami-... id, or `image: auto`.",
+            )
         ami = image
     elif planned is not None and planned.found_by == "baked":
         ami = planned.ref
@@ -50,9 +60,11 @@ def resolve_image(aws: AwsClients, cache: dict[tuple[str, str], tuple[str, str]]
         vendor = ssm_ami(aws, region, planned.ref)
         ami = vendor or ubuntu_ami(aws, region, ubuntu_version, arch)
         if vendor is None and warn is not None:
-            warn(f"image {planned.name} ({planned.ref}) is not published in {region} or may not be read: booting "
-                 f"Canonical's Ubuntu {ubuntu_version} ({arch}) {ami} instead; its stack stage installs the driver "
-                 "and the rest from NVIDIA's repository (slower boot, same stack).")
+            warn(
+                f"image {planned.name} ({planned.ref}) is not published in {region} or may not be read: booting "
+                f"Canonical's Ubuntu {ubuntu_version} ({arch}) {ami} instead; its stack stage installs the driver "
+                "and the rest from NVIDIA's repository (slower boot, same stack)."
+            )
     else:
         ami = ubuntu_ami(aws, region, ubuntu_version, arch)
     try:
@@ -62,8 +74,11 @@ def resolve_image(aws: AwsClients, cache: dict[tuple[str, str], tuple[str, str]]
             raise
         found = []
     if not found:
-        raise FatalProvisionError(f"AMI {ami} does not exist in {region} (or is not shared with this account).",
-                                  code="InvalidAMIID.NotFound", hint="AMI ids are per region; check `image:`.")
+        raise FatalProvisionError(
+            f"AMI {ami} does not exist in {region} (or is not shared with this account).",
+            code="InvalidAMIID.NotFound",
+            hint="AMI ids are per region; check `image:`.",
+        )
     cache[key] = (ami, found[0].get("RootDeviceName") or "/dev/sda1")
     return cache[key]
 
@@ -89,23 +104,33 @@ def ubuntu_ami(aws: AwsClients, region: str, version: str, cpu_arch: str = "x86_
     """Canonical's current Ubuntu AMI (EBS) of `version` for `cpu_arch` in `region`."""
     arch = UBUNTU_ARCH.get(cpu_arch)
     if arch is None:
-        raise FatalProvisionError(f"no Ubuntu image is known for CPU architecture {cpu_arch!r} on AWS.",
-                                  hint="Set `image:` to an AMI id built for that architecture.")
+        raise FatalProvisionError(
+            f"no Ubuntu image is known for CPU architecture {cpu_arch!r} on AWS.",
+            hint="Set `image:` to an AMI id built for that architecture.",
+        )
     volume = "ebs-gp3" if version >= "24.04" else "ebs-gp2"
-    found = ssm_ami(aws, region, f"/aws/service/canonical/ubuntu/server/{version}/stable/current/{arch}/hvm/{volume}/ami-id")
+    found = ssm_ami(
+        aws, region, f"/aws/service/canonical/ubuntu/server/{version}/stable/current/{arch}/hvm/{volume}/ami-id"
+    )
     if found:
         return found
     code = UBUNTU_CODENAMES.get(version)
     if code is None:
         raise FatalProvisionError(f"no Ubuntu {version} image is known on AWS.", hint="Set `image:` to an AMI id.")
     images = aws.ec2(
-        "describe_images", region, Owners=[CANONICAL_OWNER],
-        Filters=[{"Name": "name", "Values": [f"ubuntu/images/hvm-ssd*/ubuntu-{code}-{version}-{arch}-server-*"]},
-                 {"Name": "state", "Values": ["available"]}],
+        "describe_images",
+        region,
+        Owners=[CANONICAL_OWNER],
+        Filters=[
+            {"Name": "name", "Values": [f"ubuntu/images/hvm-ssd*/ubuntu-{code}-{version}-{arch}-server-*"]},
+            {"Name": "state", "Values": ["available"]},
+        ],
     ).get("Images", [])
     if not images:
-        raise FatalProvisionError(f"found no Canonical Ubuntu {version} ({arch}) AMI in {region}.",
-                                  hint="Set `image:` to an AMI id for that region.")
+        raise FatalProvisionError(
+            f"found no Canonical Ubuntu {version} ({arch}) AMI in {region}.",
+            hint="Set `image:` to an AMI id for that region.",
+        )
     return str(max(images, key=lambda i: (i.get("CreationDate", ""), i.get("Name", "")))["ImageId"])
 
 
@@ -116,14 +141,18 @@ def zones(aws: AwsClients, region: str, instance_type: str) -> tuple[str, list[t
     if not vpcs:
         raise FatalProvisionError(
             f"{region} has no default VPC, which gpucloud launches into.",
-            hint=f"Create one with `aws ec2 create-default-vpc --region {region}`.")
+            hint=f"Create one with `aws ec2 create-default-vpc --region {region}`.",
+        )
     subnets: list[dict[str, Any]] = aws.ec2(
-        "describe_subnets", region,
+        "describe_subnets",
+        region,
         Filters=[{"Name": "vpc-id", "Values": [vpcs[0]["VpcId"]]}, {"Name": "default-for-az", "Values": ["true"]}],
     ).get("Subnets", [])
     by_zone = {s["AvailabilityZone"]: s["SubnetId"] for s in subnets}
     offered = aws.ec2(
-        "describe_instance_type_offerings", region, LocationType="availability-zone",
+        "describe_instance_type_offerings",
+        region,
+        LocationType="availability-zone",
         Filters=[{"Name": "instance-type", "Values": [instance_type]}],
     ).get("InstanceTypeOfferings", [])
     names = sorted({o["Location"] for o in offered} & set(by_zone)) or sorted(by_zone)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.providers.aws.errors import error_code, error_kind, error_message
-from gpucloud.providers.aws.network import CLOUD, tag_list, run_tags
+from gpucloud.providers.aws.network import CLOUD, run_tags, tag_list
 from gpucloud.providers.aws.session import AwsClients
 from gpucloud.providers.base import CapacityError, LaunchRequest, RunHandle
 
@@ -43,8 +43,14 @@ def client_token(run_id: str, attempt: int, zone: str, rank: int | None) -> str:
     return f"gpucloud-{digest}"
 
 
-def launch(aws: AwsClients, req: LaunchRequest, journal: Journal, handle: RunHandle, plan: LaunchPlan,
-           zones: list[tuple[str, str | None]]) -> list[str]:
+def launch(
+    aws: AwsClients,
+    req: LaunchRequest,
+    journal: Journal,
+    handle: RunHandle,
+    plan: LaunchPlan,
+    zones: list[tuple[str, str | None]],
+) -> list[str]:
     """All nodes in one zone or none, trying the zones in order; ids in rank order."""
     from botocore.exceptions import ClientError
 
@@ -67,11 +73,14 @@ def launch(aws: AwsClients, req: LaunchRequest, journal: Journal, handle: RunHan
     what = f"{plan.count} nodes together" if plan.count > 1 else "the instance"
     raise CapacityError(
         f"{cand.region}/{cand.instance_type}{' (spot)' if cand.spot else ''}: no capacity for {what} in "
-        f"{', '.join(tried)} ({error_code(last)}: {error_message(last)})", code=error_code(last))
+        f"{', '.join(tried)} ({error_code(last)}: {error_message(last)})",
+        code=error_code(last),
+    )
 
 
-def run_instances(aws: AwsClients, req: LaunchRequest, journal: Journal, region: str, plan: LaunchPlan,
-                  zone: str, subnet: str | None) -> list[str]:
+def run_instances(
+    aws: AwsClients, req: LaunchRequest, journal: Journal, region: str, plan: LaunchPlan, zone: str, subnet: str | None
+) -> list[str]:
     """One RunInstances call for the plan's nodes; ids sorted by AmiLaunchIndex (= rank)."""
     from botocore.exceptions import ClientError
 
@@ -79,17 +88,27 @@ def run_instances(aws: AwsClients, req: LaunchRequest, journal: Journal, region:
     name = req.tags.get("Name") or f"gpucloud-{req.run_id}"
     tags = tag_list(run_tags(req, name))
     kwargs: dict[str, Any] = {
-        "ImageId": plan.ami, "InstanceType": cand.instance_type, "MinCount": plan.count, "MaxCount": plan.count,
+        "ImageId": plan.ami,
+        "InstanceType": cand.instance_type,
+        "MinCount": plan.count,
+        "MaxCount": plan.count,
         "ClientToken": client_token(req.run_id, req.attempt, zone, None),
         "UserData": plan.user_data,
         "SecurityGroupIds": [plan.sg_id],
         "InstanceInitiatedShutdownBehavior": "terminate",
         "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1, "HttpEndpoint": "enabled"},
-        "BlockDeviceMappings": [{"DeviceName": plan.root_device, "Ebs": {
-            "VolumeSize": int(req.spec.resources.disk_gb), "VolumeType": "gp3", "Encrypted": True,
-            "DeleteOnTermination": True}}],
-        "TagSpecifications": [{"ResourceType": "instance", "Tags": tags},
-                              {"ResourceType": "volume", "Tags": tags}],
+        "BlockDeviceMappings": [
+            {
+                "DeviceName": plan.root_device,
+                "Ebs": {
+                    "VolumeSize": int(req.spec.resources.disk_gb),
+                    "VolumeType": "gp3",
+                    "Encrypted": True,
+                    "DeleteOnTermination": True,
+                },
+            }
+        ],
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}, {"ResourceType": "volume", "Tags": tags}],
     }
     if subnet:
         kwargs["SubnetId"] = subnet
@@ -114,4 +133,3 @@ def run_instances(aws: AwsClients, req: LaunchRequest, journal: Journal, region:
     for res, iid in zip(intents, ids, strict=False):
         journal.created(res, iid)
     return ids
-

@@ -40,8 +40,13 @@ def object_name(req: LaunchRequest) -> str:
 
 def run_tags(req: LaunchRequest, name: str) -> dict[str, str]:
     """The tags of everything the attempt creates: run, expiry, attempt and Name."""
-    return {**req.tags, TAG_RUN: req.run_id, TAG_EXPIRES: expiry_tag(req.expires_at),
-            TAG_ATTEMPT: str(req.attempt), "Name": name}
+    return {
+        **req.tags,
+        TAG_RUN: req.run_id,
+        TAG_EXPIRES: expiry_tag(req.expires_at),
+        TAG_ATTEMPT: str(req.attempt),
+        "Name": name,
+    }
 
 
 def tag_spec(kind: str, req: LaunchRequest, name: str) -> list[dict[str, object]]:
@@ -64,16 +69,23 @@ def security_group(aws: AwsClients, req: LaunchRequest, journal: Journal, handle
     name = object_name(req)
     res = journal.intent(req.run_id, SG, name, region, CLOUD)
     try:
-        sg_id = aws.ec2("create_security_group", region, GroupName=name, VpcId=vpc_id,
-                        Description=f"gpucloud run {req.run_id}: no inbound rules, outbound only",
-                        TagSpecifications=tag_spec(SG, req, name))["GroupId"]
+        sg_id = aws.ec2(
+            "create_security_group",
+            region,
+            GroupName=name,
+            VpcId=vpc_id,
+            Description=f"gpucloud run {req.run_id}: no inbound rules, outbound only",
+            TagSpecifications=tag_spec(SG, req, name),
+        )["GroupId"]
     except ClientError as exc:
         if "InvalidGroup.Duplicate" not in error_code(exc):
             raise
         # A retried attempt: the group is ours (same run, same attempt); reuse it.
-        groups = aws.ec2("describe_security_groups", region,
-                         Filters=[{"Name": "group-name", "Values": [name]},
-                                  {"Name": f"tag:{TAG_RUN}", "Values": [req.run_id]}])["SecurityGroups"]
+        groups = aws.ec2(
+            "describe_security_groups",
+            region,
+            Filters=[{"Name": "group-name", "Values": [name]}, {"Name": f"tag:{TAG_RUN}", "Values": [req.run_id]}],
+        )["SecurityGroups"]
         if not groups:
             raise
         sg_id = groups[0]["GroupId"]
@@ -87,8 +99,13 @@ def _ingress(aws: AwsClients, req: LaunchRequest, region: str, sg_id: str, permi
     from botocore.exceptions import ClientError
 
     try:
-        aws.ec2("authorize_security_group_ingress", region, GroupId=sg_id, IpPermissions=[permission],
-                TagSpecifications=tag_spec("security-group-rule", req, object_name(req)))
+        aws.ec2(
+            "authorize_security_group_ingress",
+            region,
+            GroupId=sg_id,
+            IpPermissions=[permission],
+            TagSpecifications=tag_spec("security-group-rule", req, object_name(req)),
+        )
     except ClientError as exc:
         if "InvalidPermission.Duplicate" not in error_code(exc):
             raise
@@ -97,8 +114,13 @@ def _ingress(aws: AwsClients, req: LaunchRequest, region: str, sg_id: str, permi
 def intra_run_rule(aws: AwsClients, req: LaunchRequest, region: str, sg_id: str) -> None:
     """All traffic from the group to itself: the run's own nodes (and only they, since no other
     machine carries this group) reach each other on any port, as torchrun and NCCL need."""
-    _ingress(aws, req, region, sg_id, {"IpProtocol": "-1", "UserIdGroupPairs": [
-        {"GroupId": sg_id, "Description": "gpucloud: the run's own nodes"}]})
+    _ingress(
+        aws,
+        req,
+        region,
+        sg_id,
+        {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg_id, "Description": "gpucloud: the run's own nodes"}]},
+    )
 
 
 def placement_group(aws: AwsClients, req: LaunchRequest, journal: Journal, handle: RunHandle) -> str:
@@ -108,8 +130,13 @@ def placement_group(aws: AwsClients, req: LaunchRequest, journal: Journal, handl
     name = object_name(req)
     res = journal.intent(req.run_id, PG, name, handle.region, CLOUD)
     try:
-        out = aws.ec2("create_placement_group", handle.region, GroupName=name, Strategy=PLACEMENT_STRATEGY,
-                      TagSpecifications=tag_spec(PG, req, name))
+        out = aws.ec2(
+            "create_placement_group",
+            handle.region,
+            GroupName=name,
+            Strategy=PLACEMENT_STRATEGY,
+            TagSpecifications=tag_spec(PG, req, name),
+        )
         ident = (out.get("PlacementGroup") or {}).get("GroupId") or name
     except ClientError as exc:
         if "InvalidPlacementGroup.Duplicate" not in error_code(exc):
@@ -120,17 +147,36 @@ def placement_group(aws: AwsClients, req: LaunchRequest, journal: Journal, handl
     return name
 
 
-def ssh_access(aws: AwsClients, req: LaunchRequest, journal: Journal, handle: RunHandle, sg_id: str,
-               key_file: Path, public_ip: Callable[[], str] | None) -> str:
+def ssh_access(
+    aws: AwsClients,
+    req: LaunchRequest,
+    journal: Journal,
+    handle: RunHandle,
+    sg_id: str,
+    key_file: Path,
+    public_ip: Callable[[], str] | None,
+) -> str:
     """Port 22 from the caller's address only, and a fresh key pair whose private half is stored
     0600 at `key_file`. Returns the key pair's name."""
     region = handle.region
     cidr = ssh_source_cidr(public_ip)
-    _ingress(aws, req, region, sg_id, {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22,
-                                       "IpRanges": [{"CidrIp": cidr, "Description": "gpucloud ssh from the caller"}]})
+    _ingress(
+        aws,
+        req,
+        region,
+        sg_id,
+        {
+            "IpProtocol": "tcp",
+            "FromPort": 22,
+            "ToPort": 22,
+            "IpRanges": [{"CidrIp": cidr, "Description": "gpucloud ssh from the caller"}],
+        },
+    )
     name = object_name(req)
     res = journal.intent(req.run_id, KEY, name, region, CLOUD)
-    out = aws.ec2("create_key_pair", region, KeyName=name, KeyType="ed25519", TagSpecifications=tag_spec(KEY, req, name))
+    out = aws.ec2(
+        "create_key_pair", region, KeyName=name, KeyType="ed25519", TagSpecifications=tag_spec(KEY, req, name)
+    )
     handle.add(KEY, name)
     journal.created(res, out.get("KeyPairId") or name)
     key_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -53,52 +53,68 @@ _EC2 = "arn:aws:ec2:*:*"
 
 def policy_document() -> dict[str, Any]:
     """The IAM policy document (version 2012-10-17) as a dict."""
-    return {"Version": "2012-10-17", "Statement": _create_statements() + _image_statements()
-            + _destroy_and_storage_statements() + _account_statements() + _deadline_statements()}
+    return {
+        "Version": "2012-10-17",
+        "Statement": _create_statements()
+        + _image_statements()
+        + _destroy_and_storage_statements()
+        + _account_statements()
+        + _deadline_statements(),
+    }
 
 
 def _deadline_statements() -> list[dict[str, Any]]:
     """The cloud-side deadline layer: gpucloud's own one-time schedules, and handing the
     scheduler its execution role."""
     return [
-    {
-        "Sid": "DeadlineSchedules",
-        "Effect": "Allow",
-        "Action": ["scheduler:CreateSchedule", "scheduler:DeleteSchedule", "scheduler:GetSchedule"],
-        "Resource": SCHEDULES,
-    },
-    {
-        "Sid": "FindDeadlineSchedules",  # no resource-level permission for ListSchedules
-        "Effect": "Allow",
-        "Action": "scheduler:ListSchedules",
-        "Resource": "*",
-    },
-    {
-        "Sid": "PassOnlyTheDeadlineRoleToTheScheduler",
-        "Effect": "Allow",
-        "Action": "iam:PassRole",
-        "Resource": DEADLINE_ROLE,
-        "Condition": {"StringEquals": {"iam:PassedToService": SCHEDULER_SERVICE}},
-    },
+        {
+            "Sid": "DeadlineSchedules",
+            "Effect": "Allow",
+            "Action": ["scheduler:CreateSchedule", "scheduler:DeleteSchedule", "scheduler:GetSchedule"],
+            "Resource": SCHEDULES,
+        },
+        {
+            "Sid": "FindDeadlineSchedules",  # no resource-level permission for ListSchedules
+            "Effect": "Allow",
+            "Action": "scheduler:ListSchedules",
+            "Resource": "*",
+        },
+        {
+            "Sid": "PassOnlyTheDeadlineRoleToTheScheduler",
+            "Effect": "Allow",
+            "Action": "iam:PassRole",
+            "Resource": DEADLINE_ROLE,
+            "Condition": {"StringEquals": {"iam:PassedToService": SCHEDULER_SERVICE}},
+        },
     ]
 
 
 def deadline_role_documents(account: str) -> dict[str, Any]:
     """The execution role of the deadline schedules: its name, trust policy (the scheduler, for
     this account only) and permission policy (terminate gpucloud-tagged instances, nothing else)."""
-    trust = {"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow",
-        "Principal": {"Service": SCHEDULER_SERVICE},
-        "Action": "sts:AssumeRole",
-        "Condition": {"StringEquals": {"aws:SourceAccount": account}},
-    }]}
-    permissions = {"Version": "2012-10-17", "Statement": [{
-        "Sid": "TerminateOnlyGpucloudInstances",
-        "Effect": "Allow",
-        "Action": "ec2:TerminateInstances",
-        "Resource": f"arn:aws:ec2:*:{account}:instance/*",
-        "Condition": {"Null": {f"aws:ResourceTag/{TAG}": "false"}},
-    }]}
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": SCHEDULER_SERVICE},
+                "Action": "sts:AssumeRole",
+                "Condition": {"StringEquals": {"aws:SourceAccount": account}},
+            }
+        ],
+    }
+    permissions = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "TerminateOnlyGpucloudInstances",
+                "Effect": "Allow",
+                "Action": "ec2:TerminateInstances",
+                "Resource": f"arn:aws:ec2:*:{account}:instance/*",
+                "Condition": {"Null": {f"aws:ResourceTag/{TAG}": "false"}},
+            }
+        ],
+    }
     return {"RoleName": DEADLINE_ROLE.rsplit("/", 1)[-1], "TrustPolicy": trust, "PermissionPolicy": permissions}
 
 
@@ -106,81 +122,89 @@ def _create_statements() -> list[dict[str, Any]]:
     """Read what is needed to plan, and create only what carries the run tag."""
     has_request_tag = {"Null": {f"aws:RequestTag/{TAG}": "false"}}
     return [
-    {
-        "Sid": "DescribeToPlanLaunchAndClean",
-        "Effect": "Allow",
-        "Action": [
-            "ec2:DescribeImages",
-            "ec2:DescribeInstances",
-            "ec2:DescribeInstanceTypeOfferings",
-            "ec2:DescribeKeyPairs",
-            "ec2:DescribePlacementGroups",
-            "ec2:DescribeSecurityGroups",
-            "ec2:DescribeSubnets",
-            "ec2:DescribeVolumes",
-            "ec2:DescribeVpcs",
-        ],
-        "Resource": "*",
-    },
-    {
-        "Sid": "LaunchOnlyTaggedInstancesWithImdsV2",
-        "Effect": "Allow",
-        "Action": "ec2:RunInstances",
-        "Resource": f"{_EC2}:instance/*",
-        "Condition": {**has_request_tag, "StringEquals": {"ec2:MetadataHttpTokens": "required"}},
-    },
-    {
-        "Sid": "LaunchOnlyTaggedEncryptedVolumes",
-        "Effect": "Allow",
-        "Action": "ec2:RunInstances",
-        "Resource": f"{_EC2}:volume/*",
-        "Condition": {**has_request_tag, "Bool": {"ec2:Encrypted": "true"}},
-    },
-    {
-        "Sid": "LaunchWithImageNetworkAndKey",
-        "Effect": "Allow",
-        "Action": "ec2:RunInstances",
-        "Resource": [
-            "arn:aws:ec2:*::image/*",
-            f"{_EC2}:subnet/*",
-            f"{_EC2}:network-interface/*",
-            f"{_EC2}:security-group/*",
-            f"{_EC2}:key-pair/*",
-            f"{_EC2}:placement-group/*",
-        ],
-    },
-    {
-        "Sid": "CreateOnlyTaggedGroupsAndKeys",
-        "Effect": "Allow",
-        "Action": ["ec2:CreateSecurityGroup", "ec2:CreateKeyPair", "ec2:CreatePlacementGroup"],
-        "Resource": [f"{_EC2}:security-group/*", f"{_EC2}:key-pair/*", f"{_EC2}:placement-group/*"],
-        "Condition": has_request_tag,
-    },
-    {
-        "Sid": "CreateGroupsInVpcs",
-        "Effect": "Allow",
-        "Action": "ec2:CreateSecurityGroup",
-        "Resource": f"{_EC2}:vpc/*",
-    },
-    {
-        "Sid": "TagOnlyWhileCreating",
-        "Effect": "Allow",
-        "Action": "ec2:CreateTags",
-        "Resource": [
-            f"{_EC2}:instance/*",
-            f"{_EC2}:volume/*",
-            f"{_EC2}:security-group/*",
-            f"{_EC2}:security-group-rule/*",
-            f"{_EC2}:key-pair/*",
-            f"{_EC2}:placement-group/*",
-            "arn:aws:ec2:*::image/*",
-            "arn:aws:ec2:*::snapshot/*",
-        ],
-        "Condition": {"StringEquals": {"ec2:CreateAction": [
-            "RunInstances", "CreateSecurityGroup", "CreateKeyPair", "AuthorizeSecurityGroupIngress",
-            "CreatePlacementGroup", "CreateImage",
-        ]}},
-    },
+        {
+            "Sid": "DescribeToPlanLaunchAndClean",
+            "Effect": "Allow",
+            "Action": [
+                "ec2:DescribeImages",
+                "ec2:DescribeInstances",
+                "ec2:DescribeInstanceTypeOfferings",
+                "ec2:DescribeKeyPairs",
+                "ec2:DescribePlacementGroups",
+                "ec2:DescribeSecurityGroups",
+                "ec2:DescribeSubnets",
+                "ec2:DescribeVolumes",
+                "ec2:DescribeVpcs",
+            ],
+            "Resource": "*",
+        },
+        {
+            "Sid": "LaunchOnlyTaggedInstancesWithImdsV2",
+            "Effect": "Allow",
+            "Action": "ec2:RunInstances",
+            "Resource": f"{_EC2}:instance/*",
+            "Condition": {**has_request_tag, "StringEquals": {"ec2:MetadataHttpTokens": "required"}},
+        },
+        {
+            "Sid": "LaunchOnlyTaggedEncryptedVolumes",
+            "Effect": "Allow",
+            "Action": "ec2:RunInstances",
+            "Resource": f"{_EC2}:volume/*",
+            "Condition": {**has_request_tag, "Bool": {"ec2:Encrypted": "true"}},
+        },
+        {
+            "Sid": "LaunchWithImageNetworkAndKey",
+            "Effect": "Allow",
+            "Action": "ec2:RunInstances",
+            "Resource": [
+                "arn:aws:ec2:*::image/*",
+                f"{_EC2}:subnet/*",
+                f"{_EC2}:network-interface/*",
+                f"{_EC2}:security-group/*",
+                f"{_EC2}:key-pair/*",
+                f"{_EC2}:placement-group/*",
+            ],
+        },
+        {
+            "Sid": "CreateOnlyTaggedGroupsAndKeys",
+            "Effect": "Allow",
+            "Action": ["ec2:CreateSecurityGroup", "ec2:CreateKeyPair", "ec2:CreatePlacementGroup"],
+            "Resource": [f"{_EC2}:security-group/*", f"{_EC2}:key-pair/*", f"{_EC2}:placement-group/*"],
+            "Condition": has_request_tag,
+        },
+        {
+            "Sid": "CreateGroupsInVpcs",
+            "Effect": "Allow",
+            "Action": "ec2:CreateSecurityGroup",
+            "Resource": f"{_EC2}:vpc/*",
+        },
+        {
+            "Sid": "TagOnlyWhileCreating",
+            "Effect": "Allow",
+            "Action": "ec2:CreateTags",
+            "Resource": [
+                f"{_EC2}:instance/*",
+                f"{_EC2}:volume/*",
+                f"{_EC2}:security-group/*",
+                f"{_EC2}:security-group-rule/*",
+                f"{_EC2}:key-pair/*",
+                f"{_EC2}:placement-group/*",
+                "arn:aws:ec2:*::image/*",
+                "arn:aws:ec2:*::snapshot/*",
+            ],
+            "Condition": {
+                "StringEquals": {
+                    "ec2:CreateAction": [
+                        "RunInstances",
+                        "CreateSecurityGroup",
+                        "CreateKeyPair",
+                        "AuthorizeSecurityGroupIngress",
+                        "CreatePlacementGroup",
+                        "CreateImage",
+                    ]
+                }
+            },
+        },
     ]
 
 
@@ -189,27 +213,27 @@ def _image_statements() -> list[dict[str, Any]]:
     gpucloud images; deregister and delete only those."""
     kind = {f"aws:RequestTag/{KIND_TAG}": KIND_VALUE}
     return [
-    {
-        "Sid": "BakeOnlyOwnBuilders",
-        "Effect": "Allow",
-        "Action": "ec2:CreateImage",
-        "Resource": f"{_EC2}:instance/*",
-        "Condition": {"Null": {f"aws:ResourceTag/{TAG}": "false"}},
-    },
-    {
-        "Sid": "BakeOnlyTaggedImages",
-        "Effect": "Allow",
-        "Action": "ec2:CreateImage",
-        "Resource": ["arn:aws:ec2:*::image/*", "arn:aws:ec2:*::snapshot/*"],
-        "Condition": {"StringEquals": kind},
-    },
-    {
-        "Sid": "DeleteOnlyBakedImages",
-        "Effect": "Allow",
-        "Action": ["ec2:DeregisterImage", "ec2:DeleteSnapshot"],
-        "Resource": ["arn:aws:ec2:*::image/*", "arn:aws:ec2:*::snapshot/*"],
-        "Condition": {"StringEquals": {f"aws:ResourceTag/{KIND_TAG}": KIND_VALUE}},
-    },
+        {
+            "Sid": "BakeOnlyOwnBuilders",
+            "Effect": "Allow",
+            "Action": "ec2:CreateImage",
+            "Resource": f"{_EC2}:instance/*",
+            "Condition": {"Null": {f"aws:ResourceTag/{TAG}": "false"}},
+        },
+        {
+            "Sid": "BakeOnlyTaggedImages",
+            "Effect": "Allow",
+            "Action": "ec2:CreateImage",
+            "Resource": ["arn:aws:ec2:*::image/*", "arn:aws:ec2:*::snapshot/*"],
+            "Condition": {"StringEquals": kind},
+        },
+        {
+            "Sid": "DeleteOnlyBakedImages",
+            "Effect": "Allow",
+            "Action": ["ec2:DeregisterImage", "ec2:DeleteSnapshot"],
+            "Resource": ["arn:aws:ec2:*::image/*", "arn:aws:ec2:*::snapshot/*"],
+            "Condition": {"StringEquals": {f"aws:ResourceTag/{KIND_TAG}": KIND_VALUE}},
+        },
     ]
 
 
@@ -218,100 +242,102 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
     has_resource_tag = {"Null": {f"aws:ResourceTag/{TAG}": "false"}}
     own_account = {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}}
     return [
-    {
-        # ssh: port 22 from the caller; multi-node: the group to itself (the run's own nodes).
-        "Sid": "IngressRulesOnOwnGroups",
-        "Effect": "Allow",
-        "Action": "ec2:AuthorizeSecurityGroupIngress",
-        "Resource": f"{_EC2}:security-group/*",
-        "Condition": has_resource_tag,
-    },
-    {
-        # The new rule itself exists only once the call succeeds: it has request tags, no resource tags.
-        "Sid": "IngressRulesCarryTheRunTag",
-        "Effect": "Allow",
-        "Action": "ec2:AuthorizeSecurityGroupIngress",
-        "Resource": f"{_EC2}:security-group-rule/*",
-        "Condition": {"Null": {f"aws:RequestTag/{TAG}": "false"}},
-    },
-    {
-        "Sid": "DestroyOnlyWhatGpucloudTagged",
-        "Effect": "Allow",
-        "Action": [
-            "ec2:TerminateInstances",
-            "ec2:DeleteSecurityGroup",
-            "ec2:DeleteKeyPair",
-            "ec2:DeletePlacementGroup",
-            "ec2:DeleteVolume",
-        ],
-        "Resource": [
-            f"{_EC2}:instance/*",
-            f"{_EC2}:security-group/*",
-            f"{_EC2}:key-pair/*",
-            f"{_EC2}:placement-group/*",
-            f"{_EC2}:volume/*",
-        ],
-        "Condition": has_resource_tag,
-    },
-    {
-        "Sid": "UbuntuImageIds",
-        "Effect": "Allow",
-        "Action": "ssm:GetParameter",
-        "Resource": ["arn:aws:ssm:*:*:parameter/aws/service/canonical/ubuntu/*",
-                     "arn:aws:ssm:*:*:parameter/aws/service/deeplearning/ami/*"],  # GPU images (docs/STACKS.md)
-    },
-    {
-        "Sid": "WhoAmI",
-        "Effect": "Allow",
-        "Action": "sts:GetCallerIdentity",
-        "Resource": "*",
-    },
-    {
-        "Sid": "RunBuckets",
-        "Effect": "Allow",
-        "Action": [
-            "s3:CreateBucket",
-            "s3:ListBucket",
-            "s3:PutBucketPublicAccessBlock",
-            "s3:PutEncryptionConfiguration",
-            "s3:PutLifecycleConfiguration",
-        ],
-        "Resource": BUCKETS,
-        "Condition": own_account,
-    },
-    {
-        "Sid": "RunObjects",
-        "Effect": "Allow",
-        "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-        "Resource": f"{BUCKETS}/runs/*",
-        "Condition": own_account,
-    },
+        {
+            # ssh: port 22 from the caller; multi-node: the group to itself (the run's own nodes).
+            "Sid": "IngressRulesOnOwnGroups",
+            "Effect": "Allow",
+            "Action": "ec2:AuthorizeSecurityGroupIngress",
+            "Resource": f"{_EC2}:security-group/*",
+            "Condition": has_resource_tag,
+        },
+        {
+            # The new rule itself exists only once the call succeeds: it has request tags, no resource tags.
+            "Sid": "IngressRulesCarryTheRunTag",
+            "Effect": "Allow",
+            "Action": "ec2:AuthorizeSecurityGroupIngress",
+            "Resource": f"{_EC2}:security-group-rule/*",
+            "Condition": {"Null": {f"aws:RequestTag/{TAG}": "false"}},
+        },
+        {
+            "Sid": "DestroyOnlyWhatGpucloudTagged",
+            "Effect": "Allow",
+            "Action": [
+                "ec2:TerminateInstances",
+                "ec2:DeleteSecurityGroup",
+                "ec2:DeleteKeyPair",
+                "ec2:DeletePlacementGroup",
+                "ec2:DeleteVolume",
+            ],
+            "Resource": [
+                f"{_EC2}:instance/*",
+                f"{_EC2}:security-group/*",
+                f"{_EC2}:key-pair/*",
+                f"{_EC2}:placement-group/*",
+                f"{_EC2}:volume/*",
+            ],
+            "Condition": has_resource_tag,
+        },
+        {
+            "Sid": "UbuntuImageIds",
+            "Effect": "Allow",
+            "Action": "ssm:GetParameter",
+            "Resource": [
+                "arn:aws:ssm:*:*:parameter/aws/service/canonical/ubuntu/*",
+                "arn:aws:ssm:*:*:parameter/aws/service/deeplearning/ami/*",
+            ],  # GPU images (docs/STACKS.md)
+        },
+        {
+            "Sid": "WhoAmI",
+            "Effect": "Allow",
+            "Action": "sts:GetCallerIdentity",
+            "Resource": "*",
+        },
+        {
+            "Sid": "RunBuckets",
+            "Effect": "Allow",
+            "Action": [
+                "s3:CreateBucket",
+                "s3:ListBucket",
+                "s3:PutBucketPublicAccessBlock",
+                "s3:PutEncryptionConfiguration",
+                "s3:PutLifecycleConfiguration",
+            ],
+            "Resource": BUCKETS,
+            "Condition": own_account,
+        },
+        {
+            "Sid": "RunObjects",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+            "Resource": f"{BUCKETS}/runs/*",
+            "Condition": own_account,
+        },
     ]
 
 
 def _account_statements() -> list[dict[str, Any]]:
     """`gpucloud check` (regions, GPU quotas) and the Spot service-linked role of a fresh account."""
     return [
-    {
-        "Sid": "CheckRegions",  # `gpucloud check` and catalog refresh; no resource-level permission
-        "Effect": "Allow",
-        "Action": "ec2:DescribeRegions",
-        "Resource": "*",
-    },
-    {
-        "Sid": "CheckGpuQuotas",  # `gpucloud check`: the EC2 vCPU quotas of the GPU families
-        "Effect": "Allow",
-        "Action": "servicequotas:GetServiceQuota",
-        "Resource": "arn:aws:servicequotas:*:${aws:PrincipalAccount}:ec2/*",
-    },
-    {
-        # A fresh account's first spot RunInstances creates the Spot service-linked role.
-        "Sid": "SpotServiceLinkedRole",
-        "Effect": "Allow",
-        "Action": "iam:CreateServiceLinkedRole",
-        "Resource": SPOT_ROLE,
-        "Condition": {"StringEquals": {"iam:AWSServiceName": SPOT_SERVICE}},
-    },
+        {
+            "Sid": "CheckRegions",  # `gpucloud check` and catalog refresh; no resource-level permission
+            "Effect": "Allow",
+            "Action": "ec2:DescribeRegions",
+            "Resource": "*",
+        },
+        {
+            "Sid": "CheckGpuQuotas",  # `gpucloud check`: the EC2 vCPU quotas of the GPU families
+            "Effect": "Allow",
+            "Action": "servicequotas:GetServiceQuota",
+            "Resource": "arn:aws:servicequotas:*:${aws:PrincipalAccount}:ec2/*",
+        },
+        {
+            # A fresh account's first spot RunInstances creates the Spot service-linked role.
+            "Sid": "SpotServiceLinkedRole",
+            "Effect": "Allow",
+            "Action": "iam:CreateServiceLinkedRole",
+            "Resource": SPOT_ROLE,
+            "Condition": {"StringEquals": {"iam:AWSServiceName": SPOT_SERVICE}},
+        },
     ]
 
 
@@ -341,6 +367,8 @@ def _caller_account() -> str:
         region = session.region_name or "us-east-1"
         return str(shared_client(session, "sts", region).get_caller_identity()["Account"])
     except Exception as exc:  # noqa: BLE001 - any failure has the same way out
-        raise UserError(f"could not find the AWS account to name in the role's trust policy "
-                        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}).",
-                        hint="Pass it: `gpucloud iam-policy aws --deadline-role --account 123456789012`.") from None
+        raise UserError(
+            f"could not find the AWS account to name in the role's trust policy "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}).",
+            hint="Pass it: `gpucloud iam-policy aws --deadline-role --account 123456789012`.",
+        ) from None

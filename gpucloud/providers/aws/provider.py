@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.images import cpu_arch_of
+from gpucloud.providers.aws.access import classify_access, permission_denied
+from gpucloud.providers.aws.credentials import credentials_warning, warn_once
+from gpucloud.providers.aws.deadline import arm as arm_deadline
+from gpucloud.providers.aws.deadline import collapse_skips
+from gpucloud.providers.aws.errors import classify
 from gpucloud.providers.aws.images import resolve_image, zones
 from gpucloud.providers.aws.launch import LaunchPlan, launch
-from gpucloud.providers.aws.access import classify_access, permission_denied
 from gpucloud.providers.aws.network import CLOUD, intra_run_rule, placement_group, security_group, ssh_access
-from gpucloud.providers.aws.credentials import credentials_warning, warn_once
-from gpucloud.providers.aws.deadline import arm as arm_deadline, collapse_skips
-from gpucloud.providers.aws.errors import classify
 from gpucloud.providers.aws.reaper import instance_states
 from gpucloud.providers.aws.session import AwsClients, shared_channel
 from gpucloud.providers.aws.teardown import gc_region, run_instances, teardown_handle
@@ -37,7 +38,6 @@ from gpucloud.providers.base import (
     Capabilities,
     FatalProvisionError,
     LaunchRequest,
-    ProvisionError,
     RunHandle,
     ThrottledError,
 )
@@ -49,8 +49,14 @@ if TYPE_CHECKING:
     from gpucloud.spec import JobSpec
     from gpucloud.state import Journal
 
-EC2_STATES = {"pending": "pending", "running": "running", "shutting-down": "stopping", "stopping": "stopping",
-              "stopped": "stopping", "terminated": "gone"}
+EC2_STATES = {
+    "pending": "pending",
+    "running": "running",
+    "shutting-down": "stopping",
+    "stopping": "stopping",
+    "stopped": "stopping",
+    "terminated": "gone",
+}
 
 
 def _default_warn(message: str) -> None:
@@ -63,23 +69,37 @@ class AwsProvider(AwsClients):
     name = CLOUD
     capabilities = Capabilities(
         poll_interval=5.0,
-        shared_user_data=True,   # N nodes from one RunInstances: one script, rank from the launch index
-        user_data_limit=16 * 1024, user_data_encoding="raw",  # docs/PROVIDERS.md, "User data"
+        shared_user_data=True,  # N nodes from one RunInstances: one script, rank from the launch index
+        user_data_limit=16 * 1024,
+        user_data_encoding="raw",  # docs/PROVIDERS.md, "User data"
         self_termination="shutdown",  # InstanceInitiatedShutdownBehavior=terminate
-        spot=True, multi_node=True, preemption_notice="aws-imds-spot",
+        spot=True,
+        multi_node=True,
+        preemption_notice="aws-imds-spot",
         preemption_grace=60.0,  # of the 2-minute notice: the rest is for the checkpoint upload
-        console_hint=("its boot output: `aws ec2 get-console-output --region {region} --latest --output text "
-                      "--instance-id <id>` (ids: `aws ec2 describe-instances --region {region} "
-                      f"--filters Name=tag:{TAG_RUN},Values={{run_id}}`)"),
+        console_hint=(
+            "its boot output: `aws ec2 get-console-output --region {region} --latest --output text "
+            "--instance-id <id>` (ids: `aws ec2 describe-instances --region {region} "
+            f"--filters Name=tag:{TAG_RUN},Values={{run_id}}`)"
+        ),
     )
     GC_WORKERS = 16
 
-    def __init__(self, *, session: Any = None, public_ip: Callable[[], str] | None = None,
-                 warn: Callable[[str], None] | None = None, sleep: Callable[[float], None] | None = None,
-                 retry_attempts: int | None = None, retry_base_s: float | None = None,
-                 poll_s: float | None = None, keys_dir: Path | None = None) -> None:
-        super().__init__(session=session, sleep=sleep, retry_attempts=retry_attempts,
-                         retry_base_s=retry_base_s, poll_s=poll_s)
+    def __init__(
+        self,
+        *,
+        session: Any = None,
+        public_ip: Callable[[], str] | None = None,
+        warn: Callable[[str], None] | None = None,
+        sleep: Callable[[float], None] | None = None,
+        retry_attempts: int | None = None,
+        retry_base_s: float | None = None,
+        poll_s: float | None = None,
+        keys_dir: Path | None = None,
+    ) -> None:
+        super().__init__(
+            session=session, sleep=sleep, retry_attempts=retry_attempts, retry_base_s=retry_base_s, poll_s=poll_s
+        )
         self._public_ip = public_ip
         self._warn = warn or _default_warn
         self._keys_dir = keys_dir
@@ -103,9 +123,16 @@ class AwsProvider(AwsClients):
     def key_path(self, run_id: str, region: str, attempt: int) -> Path:
         return self.keys_dir / f"gpucloud-{run_id}-{region}-{attempt}.pem"
 
-    def resolve_image(self, region: str, ubuntu_version: str, image: str = "auto",
-                      chosen: Image | None = None, *, cpu_arch: str = "x86_64",
-                      warn: Callable[[str], None] | None = None) -> tuple[str, str]:
+    def resolve_image(
+        self,
+        region: str,
+        ubuntu_version: str,
+        image: str = "auto",
+        chosen: Image | None = None,
+        *,
+        cpu_arch: str = "x86_64",
+        warn: Callable[[str], None] | None = None,
+    ) -> tuple[str, str]:
         """(AMI id, root device name) for the job's `image:`, else the plan's image (`chosen`),
         else the stack's Ubuntu of the instance's CPU architecture."""
         return resolve_image(self, self._images, region, ubuntu_version, image, chosen, cpu_arch=cpu_arch, warn=warn)
@@ -121,9 +148,14 @@ class AwsProvider(AwsClients):
     def _check_credentials(self, run_id: str, deadline: datetime, journal: Journal | None) -> None:
         warn_once(self._warned, run_id, credentials_warning(self.session, deadline), self._warn, journal, run_id)
         if deadline - datetime.now(UTC) > timedelta(days=7):
-            warn_once(self._warned, f"7d:{run_id}", "max_duration is longer than 7 days, the most an S3 presigned "
-                      "URL can live: after 7 days the VM can no longer report logs, status or artifacts (it "
-                      "still ends itself at its deadline).", self._warn)
+            warn_once(
+                self._warned,
+                f"7d:{run_id}",
+                "max_duration is longer than 7 days, the most an S3 presigned "
+                "URL can live: after 7 days the VM can no longer report logs, status or artifacts (it "
+                "still ends itself at its deadline).",
+                self._warn,
+            )
 
     def provision(self, req: LaunchRequest, journal: Journal) -> RunHandle:
         """Create the attempt's security group (key pair; placement group for several nodes) and
@@ -133,15 +165,22 @@ class AwsProvider(AwsClients):
         self._check_credentials(req.run_id, deadline, journal)
         nodes = max(1, cand.num_nodes, len(req.user_data))
         if len(set(req.user_data)) > 1:
-            raise ValueError(f"AwsProvider launches the {nodes} nodes of a run in one call and needs one "
-                             "user-data for all (render with node_rank=None)")
+            raise ValueError(
+                f"AwsProvider launches the {nodes} nodes of a run in one call and needs one "
+                "user-data for all (render with node_rank=None)"
+            )
         payload = fit_user_data(req.user_data[0]) if req.user_data else b""  # too big: fails before any create
         handle = RunHandle(run_id=req.run_id, cloud=CLOUD, region=cand.region, attempt=req.attempt)
         what = "finding the image"
         try:
             ami, root = self.resolve_image(
-                cand.region, req.stack.ubuntu_version, req.spec.image, cand.image, cpu_arch=cpu_arch_of(cand),
-                warn=lambda m: warn_once(self._warned, f"image:{req.run_id}:{m}", m, self._warn, journal, req.run_id))
+                cand.region,
+                req.stack.ubuntu_version,
+                req.spec.image,
+                cand.image,
+                cpu_arch=cpu_arch_of(cand),
+                warn=lambda m: warn_once(self._warned, f"image:{req.run_id}:{m}", m, self._warn, journal, req.run_id),
+            )
             what = "finding the default VPC and zones"
             vpc_id, zone_list = zones(self, cand.region, cand.instance_type)
             what = "creating the security group"
@@ -154,13 +193,21 @@ class AwsProvider(AwsClients):
                 pg = placement_group(self, req, journal, handle)
             if req.spec.resources.ssh:
                 what = "creating the SSH key pair"
-                key = ssh_access(self, req, journal, handle, sg_id,
-                                         self.key_path(req.run_id, cand.region, req.attempt), self._public_ip)
+                key = ssh_access(
+                    self,
+                    req,
+                    journal,
+                    handle,
+                    sg_id,
+                    self.key_path(req.run_id, cand.region, req.attempt),
+                    self._public_ip,
+                )
             what = "launching instances"
             plan = LaunchPlan(ami, root, sg_id, payload, nodes, pg, key)
             launch(self, req, journal, handle, plan, zone_list)
-            arm_deadline(self, req, journal, handle, deadline, lambda: self.channel(cand.region).account,
-                         self._warn)  # never raises
+            arm_deadline(
+                self, req, journal, handle, deadline, lambda: self.channel(cand.region).account, self._warn
+            )  # never raises
         except Exception as exc:  # Ctrl-C is left to the lifecycle's teardown from the journal
             if any(r.cloud == CLOUD and r.region == cand.region for r in journal.resources(req.run_id)):
                 self._cleanup_attempt(handle, journal)  # else the journal says nothing was created here
@@ -170,23 +217,32 @@ class AwsProvider(AwsClients):
     @staticmethod
     def _provision_error(exc: BaseException, req: LaunchRequest, what: str) -> BaseException:
         """The error provision raises for `exc`: a ProvisionError kind, or `exc` itself."""
-        from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
-        from botocore.exceptions import HTTPClientError
+        from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+        from botocore.exceptions import ConnectionError as BotoConnectionError
 
         cand = req.candidate
         access = classify_access(exc, what=what) or permission_denied(exc, service="ec2", what=what)
         if access is not None:  # credentials / endpoint / a missing permission: skip AWS, not a capacity problem
             return access
         if isinstance(exc, ClientError):
-            return classify(exc, region=cand.region, instance_type=cand.instance_type, spot=cand.spot, what=what,
-                            tries=getattr(exc, "gpucloud_tries", 1))
+            return classify(
+                exc,
+                region=cand.region,
+                instance_type=cand.instance_type,
+                spot=cand.spot,
+                what=what,
+                tries=getattr(exc, "gpucloud_tries", 1),
+            )
         if isinstance(exc, (BotoConnectionError, HTTPClientError)):
-            return ThrottledError(f"{cand.region}/{cand.instance_type}: could not reach AWS while {what}: {exc}",
-                                  code=type(exc).__name__)
+            return ThrottledError(
+                f"{cand.region}/{cand.instance_type}: could not reach AWS while {what}: {exc}", code=type(exc).__name__
+            )
         if isinstance(exc, BotoCoreError):
-            return FatalProvisionError(f"{cand.region}/{cand.instance_type}: {what} failed: {exc}",
-                                       code=type(exc).__name__,
-                                       hint="Check the AWS credentials (`aws sts get-caller-identity`).")
+            return FatalProvisionError(
+                f"{cand.region}/{cand.instance_type}: {what} failed: {exc}",
+                code=type(exc).__name__,
+                hint="Check the AWS credentials (`aws sts get-caller-identity`).",
+            )
         return exc
 
     def _cleanup_attempt(self, handle: RunHandle, journal: Journal) -> None:
@@ -209,8 +265,10 @@ class AwsProvider(AwsClients):
     def console_hint(self, handle: RunHandle, rank: int) -> str:
         """Where to look when a machine died without a final status."""
         if rank < len(handle.nodes):
-            return (f"its boot output: `aws ec2 get-console-output --region {handle.region} --latest --output text "
-                    f"--instance-id {handle.nodes[rank]}`")
+            return (
+                f"its boot output: `aws ec2 get-console-output --region {handle.region} --latest --output text "
+                f"--instance-id {handle.nodes[rank]}`"
+            )
         return self.capabilities.console_hint.format(run_id=handle.run_id, rank=rank, region=handle.region)
 
     # ---- teardown / gc ------------------------------------------------------------------------

@@ -21,8 +21,14 @@ from gpucloud.providers.aws.network import KEY, PG, SG
 from gpucloud.providers.aws.session import AwsClients
 
 INSTANCE, VOLUME = "instance", "volume"
-LABELS = {INSTANCE: "instance", SG: "security group", PG: "placement group", KEY: "key pair", VOLUME: "volume",
-          SCHEDULE: "deadline schedule"}
+LABELS = {
+    INSTANCE: "instance",
+    SG: "security group",
+    PG: "placement group",
+    KEY: "key pair",
+    VOLUME: "volume",
+    SCHEDULE: "deadline schedule",
+}
 
 
 @dataclass
@@ -38,9 +44,14 @@ class Targets:
 
     def items(self) -> list[tuple[str, str]]:
         """(kind, id) in deletion order."""
-        return ([(INSTANCE, i) for i in self.instances] + [(SG, g) for g in self.security_groups]
-                + [(PG, p) for p in self.placement_groups] + [(KEY, k) for k in self.key_pairs]
-                + [(VOLUME, v) for v in self.volumes] + [(SCHEDULE, s) for s in self.schedules])
+        return (
+            [(INSTANCE, i) for i in self.instances]
+            + [(SG, g) for g in self.security_groups]
+            + [(PG, p) for p in self.placement_groups]
+            + [(KEY, k) for k in self.key_pairs]
+            + [(VOLUME, v) for v in self.volumes]
+            + [(SCHEDULE, s) for s in self.schedules]
+        )
 
 
 @dataclass
@@ -73,8 +84,9 @@ def reap(aws: AwsClients, region: str, targets: Targets, *, wait: bool) -> list[
             alive = failed = ids
         else:
             late = f"still terminating after {aws.TERMINATE_TIMEOUT_S:.0f}s" if wait else "terminating"
-            outcomes += [Outcome(INSTANCE, i, i not in alive, "" if i not in alive else late, kept=not wait)
-                         for i in ids]
+            outcomes += [
+                Outcome(INSTANCE, i, i not in alive, "" if i not in alive else late, kept=not wait) for i in ids
+            ]
             failed = alive if wait else []
     dependents = [(SG, g) for g in targets.security_groups] + [(PG, p) for p in targets.placement_groups]
     for kind, ident in dependents:
@@ -88,8 +100,9 @@ def reap(aws: AwsClients, region: str, targets: Targets, *, wait: bool) -> list[
         outcomes.append(_attempt(VOLUME, vol, lambda v=vol: aws.ec2("delete_volume", region, VolumeId=v)))
     for name in sorted(set(targets.schedules)):
         if failed:  # the instance's backstop stays until it is terminated
-            outcomes.append(Outcome(SCHEDULE, name, False, f"instances {', '.join(failed)} are not terminated",
-                                    kept=True))
+            outcomes.append(
+                Outcome(SCHEDULE, name, False, f"instances {', '.join(failed)} are not terminated", kept=True)
+            )
             continue
         outcomes.append(_delete_schedule(aws, region, name))
     return outcomes
@@ -116,12 +129,25 @@ def _attempt(kind: str, ident: str, fn: object) -> Outcome:
 
 def _delete_dependent(aws: AwsClients, region: str, kind: str, ident: str) -> None:
     if kind == SG:
-        delete_when_free(aws, region, "delete_security_group", {"GroupId": ident},
-                         gone=("InvalidGroup.NotFound", "InvalidGroupId"), busy="DependencyViolation",
-                         timeout=aws.SG_DELETE_TIMEOUT_S)
+        delete_when_free(
+            aws,
+            region,
+            "delete_security_group",
+            {"GroupId": ident},
+            gone=("InvalidGroup.NotFound", "InvalidGroupId"),
+            busy="DependencyViolation",
+            timeout=aws.SG_DELETE_TIMEOUT_S,
+        )
     else:
-        delete_when_free(aws, region, "delete_placement_group", {"GroupName": ident},
-                         gone=("InvalidPlacementGroup.Unknown",), busy="InUse", timeout=aws.PG_DELETE_TIMEOUT_S)
+        delete_when_free(
+            aws,
+            region,
+            "delete_placement_group",
+            {"GroupName": ident},
+            gone=("InvalidPlacementGroup.Unknown",),
+            busy="InUse",
+            timeout=aws.PG_DELETE_TIMEOUT_S,
+        )
 
 
 def terminate(aws: AwsClients, region: str, ids: list[str]) -> None:
@@ -161,8 +187,9 @@ def wait_terminated(aws: AwsClients, region: str, ids: list[str], timeout: float
     return alive
 
 
-def delete_when_free(aws: AwsClients, region: str, op: str, kwargs: dict[str, str], *, gone: tuple[str, ...],
-                     busy: str, timeout: float) -> None:
+def delete_when_free(
+    aws: AwsClients, region: str, op: str, kwargs: dict[str, str], *, gone: tuple[str, ...], busy: str, timeout: float
+) -> None:
     """A delete AWS refuses with `busy` while instances still use the thing: retry with backoff
     until `timeout`; an error code containing one of `gone` means already deleted."""
     from botocore.exceptions import ClientError

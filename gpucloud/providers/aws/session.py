@@ -19,18 +19,20 @@ from typing import Any
 from gpucloud.providers.aws.access import classify_access
 from gpucloud.providers.aws.errors import is_transient
 
-CONNECT_TIMEOUT_S = 3.0     # TCP connect to an AWS endpoint: fail fast when it is unreachable
-READ_TIMEOUT_S = 8.0        # one response; EC2/S3 answer in about a second, not minutes
-BOTOCORE_ATTEMPTS = 2       # botocore's own tries per call, the first included ("standard" retry mode)
-CONNECT_ATTEMPTS = 2        # gpucloud's tries of a call that could not connect at all
+CONNECT_TIMEOUT_S = 3.0  # TCP connect to an AWS endpoint: fail fast when it is unreachable
+READ_TIMEOUT_S = 8.0  # one response; EC2/S3 answer in about a second, not minutes
+BOTOCORE_ATTEMPTS = 2  # botocore's own tries per call, the first included ("standard" retry mode)
+CONNECT_ATTEMPTS = 2  # gpucloud's tries of a call that could not connect at all
 # STS GetCallerIdentity (the channel's account) is the first call of every run and answers in
 # milliseconds: an endpoint that accepts connections but never answers is found out by it sooner.
 PROBE_SERVICES = {"sts": 4.0}  # service -> read timeout (s)
 
 _SHARED_LOCK = threading.RLock()
 _SESSION: Any = None
-_CLIENTS: dict[tuple[int, str, str, str], tuple[Any, Any]] = {}  # (id(session), service, region, sig) -> (session, client)
-_CHANNELS: dict[tuple[int, str], Any] = {}                       # (id(session), region) -> S3Channel
+_CLIENTS: dict[
+    tuple[int, str, str, str], tuple[Any, Any]
+] = {}  # (id(session), service, region, sig) -> (session, client)
+_CHANNELS: dict[tuple[int, str], Any] = {}  # (id(session), region) -> S3Channel
 
 
 def client_config(service: str = "", **extra: Any) -> Any:
@@ -38,9 +40,13 @@ def client_config(service: str = "", **extra: Any) -> Any:
     still for the identity probe, PROBE_SERVICES)."""
     from botocore.config import Config
 
-    return Config(retries={"mode": "standard", "total_max_attempts": BOTOCORE_ATTEMPTS},
-                  connect_timeout=CONNECT_TIMEOUT_S, read_timeout=PROBE_SERVICES.get(service, READ_TIMEOUT_S),
-                  user_agent_extra="gpucloud", **extra)
+    return Config(
+        retries={"mode": "standard", "total_max_attempts": BOTOCORE_ATTEMPTS},
+        connect_timeout=CONNECT_TIMEOUT_S,
+        read_timeout=PROBE_SERVICES.get(service, READ_TIMEOUT_S),
+        user_agent_extra="gpucloud",
+        **extra,
+    )
 
 
 def shared_session() -> Any:
@@ -91,18 +97,27 @@ def reset_shared(*, channels_only: bool = False) -> None:
 
 def backoff(attempt: int, base_s: float, cap_s: float) -> float:
     """Exponential backoff with full jitter (the AWS Architecture Blog's recommendation)."""
-    ceiling = min(cap_s, base_s * (2 ** attempt))
+    ceiling = min(cap_s, base_s * (2**attempt))
     return random.uniform(ceiling / 2, ceiling)
 
 
-def retrying_call(client: Any, op: str, *, attempts: int, base_s: float, cap_s: float,
-                  sleep: Callable[[float], None] = time.sleep, **kwargs: Any) -> Any:
+def retrying_call(
+    client: Any,
+    op: str,
+    *,
+    attempts: int,
+    base_s: float,
+    cap_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+    **kwargs: Any,
+) -> Any:
     """One API call; throttling and AWS-side failures are retried with the same arguments up to
     `attempts` times, other connection failures (a dropped connection) up to CONNECT_ATTEMPTS; then
     the last error is raised with `gpucloud_tries` set on it (the error message says how hard we
     tried). Missing or refused credentials and an endpoint that does not answer (botocore already
     retried it) are raised at once as CredentialsError / EndpointError (access.py)."""
-    from botocore.exceptions import BotoCoreError, ClientError, ConnectionError as BotoConnectionError
+    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
 
     tries = 0
     while True:
@@ -128,17 +143,23 @@ class AwsClients:
     shortens them for a fake cloud that answers in milliseconds). Every AWS module works through
     one of these; AwsProvider is one."""
 
-    RETRY_ATTEMPTS = 6        # tries of one call under throttling / AWS-side errors
-    RETRY_BASE_S = 0.5        # first backoff; doubles, with full jitter
-    RETRY_CAP_S = 10.0        # longest single backoff
-    POLL_S = 5.0              # instance-state polling while waiting for termination
+    RETRY_ATTEMPTS = 6  # tries of one call under throttling / AWS-side errors
+    RETRY_BASE_S = 0.5  # first backoff; doubles, with full jitter
+    RETRY_CAP_S = 10.0  # longest single backoff
+    POLL_S = 5.0  # instance-state polling while waiting for termination
     TERMINATE_TIMEOUT_S = 600.0
     SG_DELETE_TIMEOUT_S = 300.0  # DependencyViolation persists until the ENIs are gone
     PG_DELETE_TIMEOUT_S = 300.0  # InvalidPlacementGroup.InUse persists until the instances are gone
 
-    def __init__(self, *, session: Any = None, sleep: Callable[[float], None] | None = None,
-                 retry_attempts: int | None = None, retry_base_s: float | None = None,
-                 poll_s: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        session: Any = None,
+        sleep: Callable[[float], None] | None = None,
+        retry_attempts: int | None = None,
+        retry_base_s: float | None = None,
+        poll_s: float | None = None,
+    ) -> None:
         self._session = session
         self.sleep = sleep or time.sleep
         self.retry_attempts = retry_attempts if retry_attempts is not None else self.RETRY_ATTEMPTS
@@ -160,8 +181,15 @@ class AwsClients:
 
     def call(self, client: Any, op: str, **kwargs: Any) -> Any:
         """`retrying_call` with this object's limits."""
-        return retrying_call(client, op, attempts=self.retry_attempts, base_s=self.retry_base_s,
-                             cap_s=self.RETRY_CAP_S, sleep=self.sleep, **kwargs)
+        return retrying_call(
+            client,
+            op,
+            attempts=self.retry_attempts,
+            base_s=self.retry_base_s,
+            cap_s=self.RETRY_CAP_S,
+            sleep=self.sleep,
+            **kwargs,
+        )
 
     def ec2(self, op: str, region: str, **kwargs: Any) -> Any:
         """An EC2 call in `region` through the retrying call."""

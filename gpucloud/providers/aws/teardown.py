@@ -19,7 +19,7 @@ from gpucloud.errors import CloudAccessError
 from gpucloud.providers.aws.deadline import SCHEDULE, SKIPPED, role_setting, stale_schedules
 from gpucloud.providers.aws.errors import AwsTeardownError, describe
 from gpucloud.providers.aws.network import CLOUD, KEY, PG, SG, tag_dict
-from gpucloud.providers.aws.reaper import INSTANCE, LABELS, VOLUME, Outcome, Targets, reap
+from gpucloud.providers.aws.reaper import INSTANCE, LABELS, Outcome, Targets, reap
 from gpucloud.providers.aws.session import AwsClients
 from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, RunHandle, parse_expiry_tag
 
@@ -30,7 +30,9 @@ PG_GONE_STATES = ("deleting", "deleted")
 LIVE_STATES = ["pending", "running", "shutting-down", "stopping", "stopped"]
 
 
-def _by_tag(aws: AwsClients, region: str, op: str, key: str, id_field: str, filters: list[dict[str, Any]]) -> list[tuple[str, dict[str, str]]]:
+def _by_tag(
+    aws: AwsClients, region: str, op: str, key: str, id_field: str, filters: list[dict[str, Any]]
+) -> list[tuple[str, dict[str, str]]]:
     """(id, tags) of every object a Describe call returns for the filters (paginated)."""
     found: list[tuple[str, dict[str, str]]] = []
     kwargs: dict[str, Any] = {"Filters": filters}
@@ -58,26 +60,38 @@ def targets_for(aws: AwsClients, handle: RunHandle, records: list[ResourceRecord
     """What to delete for this handle: its own lists, and for a partial handle also the journal's
     rows and whatever carries the run's tag, for the kinds the journal names."""
     res = handle.resources
-    targets = Targets(instances=list(handle.nodes), security_groups=list(res.get(SG, [])),
-                      placement_groups=list(res.get(PG, [])), key_pairs=list(res.get(KEY, [])),
-                      schedules=list(res.get(SCHEDULE, [])))
+    targets = Targets(
+        instances=list(handle.nodes),
+        security_groups=list(res.get(SG, [])),
+        placement_groups=list(res.get(PG, [])),
+        key_pairs=list(res.get(KEY, [])),
+        schedules=list(res.get(SCHEDULE, [])),
+    )
     if handle.complete:
         return targets
     kinds = {r.kind for r in records} | set(res)
     run_tag = [{"Name": f"tag:{TAG_RUN}", "Values": [handle.run_id]}]
-    targets.instances += [r.cloud_id for r in records if r.kind == INSTANCE and r.cloud_id and r.cloud_id.startswith("i-")]
+    targets.instances += [
+        r.cloud_id for r in records if r.kind == INSTANCE and r.cloud_id and r.cloud_id.startswith("i-")
+    ]
     targets.instances += run_instances(aws, handle.run_id, handle.region)
     targets.security_groups += [r.cloud_id for r in records if r.kind == SG and r.cloud_id]
-    targets.security_groups += [i for i, _ in _by_tag(aws, handle.region, "describe_security_groups",
-                                                      "SecurityGroups", "GroupId", run_tag)]
+    targets.security_groups += [
+        i for i, _ in _by_tag(aws, handle.region, "describe_security_groups", "SecurityGroups", "GroupId", run_tag)
+    ]
     if PG in kinds:
         targets.placement_groups += [r.name for r in records if r.kind == PG and r.name and r.cloud_id]
-        targets.placement_groups += [i for i, _ in _by_tag(aws, handle.region, "describe_placement_groups",
-                                                           "PlacementGroups", "GroupName", run_tag)]
+        targets.placement_groups += [
+            i
+            for i, _ in _by_tag(
+                aws, handle.region, "describe_placement_groups", "PlacementGroups", "GroupName", run_tag
+            )
+        ]
     if KEY in kinds:
         targets.key_pairs += [r.name for r in records if r.kind == KEY and r.name and r.cloud_id]
-        targets.key_pairs += [i for i, _ in _by_tag(aws, handle.region, "describe_key_pairs", "KeyPairs",
-                                                    "KeyName", run_tag)]
+        targets.key_pairs += [
+            i for i, _ in _by_tag(aws, handle.region, "describe_key_pairs", "KeyPairs", "KeyName", run_tag)
+        ]
     targets.schedules += [r.name for r in records if r.kind == SCHEDULE and r.name]  # intents too: gone is fine
     for name in ("instances", "security_groups", "placement_groups", "key_pairs", "schedules"):
         setattr(targets, name, sorted(set(getattr(targets, name))))
@@ -96,16 +110,20 @@ def teardown_handle(aws: AwsClients, handle: RunHandle, journal: Journal, keys_d
         targets = targets_for(aws, handle, records)
     except (ClientError, BotoCoreError) as exc:
         problems.append(f"listing the run's resources: {describe(exc)}")
-        targets = targets_for(aws, RunHandle(run_id, CLOUD, region, handle.attempt, handle.zone, handle.nodes,
-                                             handle.resources), records)
+        targets = targets_for(
+            aws, RunHandle(run_id, CLOUD, region, handle.attempt, handle.zone, handle.nodes, handle.resources), records
+        )
     outcomes = reap(aws, region, targets, wait=wait)
     for o in outcomes:
         label = f"{LABELS[o.kind]} {o.ident}"
         if o.kept and o.kind != INSTANCE:
             journal.event(run_id, "teardown", f"{label} left until its instances are gone")
         if o.kind == SCHEDULE and not o.done and not o.kept:  # refused: harmless, not a failed teardown
-            journal.event(run_id, "teardown", f"{label} left ({o.why}): it fires on terminated instances "
-                                              "and `gpucloud gc` removes it after its time")
+            journal.event(
+                run_id,
+                "teardown",
+                f"{label} left ({o.why}): it fires on terminated instances and `gpucloud gc` removes it after its time",
+            )
         elif not o.done and (wait or not o.kept):
             problems.append(f"{label}: {o.why}")
     pattern = f"gpucloud-{run_id}-{region}-{handle.attempt if handle.complete else '*'}.pem"
@@ -116,12 +134,13 @@ def teardown_handle(aws: AwsClients, handle: RunHandle, journal: Journal, keys_d
         raise AwsTeardownError(
             f"teardown of run {run_id} in {region} is incomplete:\n  " + "\n  ".join(problems),
             hint=f"Run `gpucloud down {run_id}` again; everything left carries the tag {TAG_RUN}={run_id} "
-                 "and `gpucloud gc` removes it once it has expired.",
+            "and `gpucloud gc` removes it once it has expired.",
         )
 
 
-def _close_journal_rows(journal: Journal, handle: RunHandle, records: list[ResourceRecord],
-                        outcomes: list[Outcome], *, clean: bool) -> None:
+def _close_journal_rows(
+    journal: Journal, handle: RunHandle, records: list[ResourceRecord], outcomes: list[Outcome], *, clean: bool
+) -> None:
     """Mark deleted what the reaper deleted, and (when nothing went wrong) intents whose create
     never happened: all of the run's for a partial handle (the tags were searched), only this
     attempt's named objects for a complete one."""
@@ -131,8 +150,12 @@ def _close_journal_rows(journal: Journal, handle: RunHandle, records: list[Resou
         ident = r.name if r.kind in (PG, KEY, SCHEDULE) else r.cloud_id
         if (r.cloud_id or r.kind == SCHEDULE) and (r.kind, ident) in done:
             journal.deleted(r.id)
-        elif r.cloud_id is None and clean and r.kind in (INSTANCE, SG, PG, KEY) and (
-                not handle.complete or (r.kind != INSTANCE and r.name == mine)):
+        elif (
+            r.cloud_id is None
+            and clean
+            and r.kind in (INSTANCE, SG, PG, KEY)
+            and (not handle.complete or (r.kind != INSTANCE and r.name == mine))
+        ):
             journal.deleted(r.id)
 
 
@@ -161,21 +184,35 @@ def gc_region(aws: AwsClients, region: str, now: datetime, dry_run: bool) -> lis
 
     if dry_run:
         return [line(kind, ident, "would delete") for kind, ident in targets.items()] + notes
-    return [line(o.kind, o.ident, "deleted" if o.done else "could not delete", o.why)
-            for o in reap(aws, region, targets, wait=True)] + notes
+    return [
+        line(o.kind, o.ident, "deleted" if o.done else "could not delete", o.why)
+        for o in reap(aws, region, targets, wait=True)
+    ] + notes
 
 
 def gc_find(aws: AwsClients, region: str, now: datetime) -> tuple[Targets, dict[str, dict[str, str]]]:
     """Every object of the region tagged gpucloud-expires < now, and the tags of each."""
     flt: list[dict[str, Any]] = [{"Name": "tag-key", "Values": [TAG_EXPIRES]}]
     found = {
-        "instances": _by_tag(aws, region, "describe_instances", "Reservations", "InstanceId",
-                             flt + [{"Name": "instance-state-name", "Values": LIVE_STATES}]),
+        "instances": _by_tag(
+            aws,
+            region,
+            "describe_instances",
+            "Reservations",
+            "InstanceId",
+            flt + [{"Name": "instance-state-name", "Values": LIVE_STATES}],
+        ),
         "security_groups": _by_tag(aws, region, "describe_security_groups", "SecurityGroups", "GroupId", flt),
         "placement_groups": _by_tag(aws, region, "describe_placement_groups", "PlacementGroups", "GroupName", flt),
         "key_pairs": _by_tag(aws, region, "describe_key_pairs", "KeyPairs", "KeyName", flt),
-        "volumes": _by_tag(aws, region, "describe_volumes", "Volumes", "VolumeId",
-                           flt + [{"Name": "status", "Values": ["available", "error"]}]),
+        "volumes": _by_tag(
+            aws,
+            region,
+            "describe_volumes",
+            "Volumes",
+            "VolumeId",
+            flt + [{"Name": "status", "Values": ["available", "error"]}],
+        ),
     }
     targets = Targets()
     tags: dict[str, dict[str, str]] = {}

@@ -16,5 +16,12 @@ from gpucloud.providers.azure.provider import (
     resource_group_name,
 )
 
-__all__ = ["CONTRIBUTOR_ROLE_ID", "SUBNET_PREFIX", "AzureProvider", "classify_error", "image_reference",
-           "quota_family", "resource_group_name"]
+__all__ = [
+    "CONTRIBUTOR_ROLE_ID",
+    "SUBNET_PREFIX",
+    "AzureProvider",
+    "classify_error",
+    "image_reference",
+    "quota_family",
+    "resource_group_name",
+]

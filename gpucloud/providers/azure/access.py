@@ -21,21 +21,28 @@ CLOUD = "azure"
 ARM_ENDPOINT_ENV = "GPUCLOUD_AZURE_ARM_ENDPOINT"
 DEFAULT_ARM_ENDPOINT = "https://management.azure.com"
 AUTHORITY_ENV = "AZURE_AUTHORITY_HOST"  # azure-identity: the Entra ID sign-in host (https only)
-CLIENT_RETRY_TOTAL = 4          # 429/5xx answers (ARM's Retry-After is honoured)
-CLIENT_RETRY_CONNECT = 2        # could not connect: the endpoint is down, do not insist
-CLIENT_RETRY_READ = 1           # connected, no answer within READ_TIMEOUT_S
+CLIENT_RETRY_TOTAL = 4  # 429/5xx answers (ARM's Retry-After is honoured)
+CLIENT_RETRY_CONNECT = 2  # could not connect: the endpoint is down, do not insist
+CLIENT_RETRY_READ = 1  # connected, no answer within READ_TIMEOUT_S
 CLIENT_RETRY_BACKOFF_MAX_S = 8
 CONNECTION_TIMEOUT_S = 3
 READ_TIMEOUT_S = 8
-CREDENTIALS_HINT = ("Sign in with `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
-                    "AZURE_SUBSCRIPTION_ID; `gpucloud check --cloud azure` tests them.")
+CREDENTIALS_HINT = (
+    "Sign in with `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
+    "AZURE_SUBSCRIPTION_ID; `gpucloud check --cloud azure` tests them."
+)
 
 
 def pipeline_kwargs() -> dict[str, Any]:
     """Keyword arguments for every azure-core client: short timeouts, few retries."""
-    return {"retry_total": CLIENT_RETRY_TOTAL, "retry_connect": CLIENT_RETRY_CONNECT,
-            "retry_read": CLIENT_RETRY_READ, "retry_backoff_max": CLIENT_RETRY_BACKOFF_MAX_S,
-            "connection_timeout": CONNECTION_TIMEOUT_S, "read_timeout": READ_TIMEOUT_S}
+    return {
+        "retry_total": CLIENT_RETRY_TOTAL,
+        "retry_connect": CLIENT_RETRY_CONNECT,
+        "retry_read": CLIENT_RETRY_READ,
+        "retry_backoff_max": CLIENT_RETRY_BACKOFF_MAX_S,
+        "connection_timeout": CONNECTION_TIMEOUT_S,
+        "read_timeout": READ_TIMEOUT_S,
+    }
 
 
 def default_credential() -> Any:
@@ -48,8 +55,9 @@ def default_credential() -> Any:
     if bad is not None:
         raise bad
     logging.getLogger("azure.identity").setLevel(logging.ERROR)
-    return DefaultAzureCredential(connection_timeout=CONNECTION_TIMEOUT_S, retry_connect=1, retry_read=1,
-                                  retry_backoff_max=2)
+    return DefaultAzureCredential(
+        connection_timeout=CONNECTION_TIMEOUT_S, retry_connect=1, retry_read=1, retry_backoff_max=2
+    )
 
 
 def authority_error() -> CredentialsError | None:
@@ -63,9 +71,11 @@ def authority_error() -> CredentialsError | None:
         return None
     return CredentialsError(
         f"Azure: {AUTHORITY_ENV} is {value!r}, but the Entra ID sign-in host must be an https:// URL "
-        "or a bare host (azure-identity refuses any other scheme).", cloud=CLOUD,
+        "or a bare host (azure-identity refuses any other scheme).",
+        cloud=CLOUD,
         hint=f"Unset {AUTHORITY_ENV} for the public cloud, or set it to the https:// host of your cloud, e.g. "
-             "https://login.microsoftonline.com (Azure Government: https://login.microsoftonline.us).")
+        "https://login.microsoftonline.com (Azure Government: https://login.microsoftonline.us).",
+    )
 
 
 def credential_summary(text: str) -> str:
@@ -99,8 +109,11 @@ def endpoint_of(exc: BaseException) -> str:
 
 
 def no_subscription() -> CredentialsError:
-    return CredentialsError("Azure: AZURE_SUBSCRIPTION_ID is not set.", cloud=CLOUD,
-                            hint="Set it to the subscription to run in (`az account show --query id -o tsv`).")
+    return CredentialsError(
+        "Azure: AZURE_SUBSCRIPTION_ID is not set.",
+        cloud=CLOUD,
+        hint="Set it to the subscription to run in (`az account show --query id -o tsv`).",
+    )
 
 
 def classify_access(exc: BaseException, *, what: str = "") -> CloudAccessError | None:
@@ -113,17 +126,28 @@ def classify_access(exc: BaseException, *, what: str = "") -> CloudAccessError |
     if isinstance(exc, ClientAuthenticationError) and not getattr(exc, "status_code", None):
         summary = credential_summary(str(exc))
         if "connection" in summary.lower():
-            return EndpointError(f"Azure: the credential endpoint did not answer{during} ({summary}).", cloud=CLOUD,
-                                 hint="Check IDENTITY_ENDPOINT / MSI_ENDPOINT and the network, or sign in with `az login`.")
-        return CredentialsError(f"Azure: no usable credentials{during} ({summary}).", cloud=CLOUD,
-                                hint=CREDENTIALS_HINT)
+            return EndpointError(
+                f"Azure: the credential endpoint did not answer{during} ({summary}).",
+                cloud=CLOUD,
+                hint="Check IDENTITY_ENDPOINT / MSI_ENDPOINT and the network, or sign in with `az login`.",
+            )
+        return CredentialsError(
+            f"Azure: no usable credentials{during} ({summary}).", cloud=CLOUD, hint=CREDENTIALS_HINT
+        )
     if isinstance(exc, ValueError) and "authority" in str(exc):  # azure-identity's check of the sign-in host
-        return authority_error() or CredentialsError(f"Azure: {first_line_of(exc)}{during}.", cloud=CLOUD,
-                                                     hint=f"Check {AUTHORITY_ENV}.")
+        return authority_error() or CredentialsError(
+            f"Azure: {first_line_of(exc)}{during}.", cloud=CLOUD, hint=f"Check {AUTHORITY_ENV}."
+        )
     if isinstance(exc, ServiceRequestError):
         override = os.environ.get(ARM_ENDPOINT_ENV)
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-        return EndpointError(f"Azure: could not reach {endpoint_of(exc)}{during} ({first}).", cloud=CLOUD,
-                             hint=(f"{ARM_ENDPOINT_ENV} is set to {override}: unset it or start the service there."
-                                   if override else "Check the network (proxy, firewall, VPN)."))
+        return EndpointError(
+            f"Azure: could not reach {endpoint_of(exc)}{during} ({first}).",
+            cloud=CLOUD,
+            hint=(
+                f"{ARM_ENDPOINT_ENV} is set to {override}: unset it or start the service there."
+                if override
+                else "Check the network (proxy, firewall, VPN)."
+            ),
+        )
     return None

@@ -43,20 +43,29 @@ class AzureImageStore:
         compute = self._provider.compute
         rg, vm_name = _vm_parts(instance_id)
         self._provider.resource.resource_groups.create_or_update(
-            self.group(region), {"location": region, "tags": {KIND_TAG: KIND_VALUE}})
+            self.group(region), {"location": region, "tags": {KIND_TAG: KIND_VALUE}}
+        )
         vm = compute.virtual_machines.get(rg, vm_name)
         size = vm.hardware_profile.vm_size if vm.hardware_profile else ""
         # Azure's generalize steps: deprovision inside the guest first (SSH host keys, the admin user,
         # cloud-init and agent state), then deallocate and generalize [azure-compute-docs generalize.yml].
-        compute.virtual_machines.begin_run_command(rg, vm_name, {
-            "commandId": "RunShellScript", "script": [DEPROVISION]}).result()
+        compute.virtual_machines.begin_run_command(
+            rg, vm_name, {"commandId": "RunShellScript", "script": [DEPROVISION]}
+        ).result()
         compute.virtual_machines.begin_deallocate(rg, vm_name).result()
         compute.virtual_machines.generalize(rg, vm_name)
-        image = compute.images.begin_create_or_update(self.group(region), name, {
-            "location": region, "tags": tags,
-            "properties": {"sourceVirtualMachine": {"id": instance_id},
-                           "hyperVGeneration": "V1" if needs_gen1(size or "", "") else "V2"},
-        }).result()
+        image = compute.images.begin_create_or_update(
+            self.group(region),
+            name,
+            {
+                "location": region,
+                "tags": tags,
+                "properties": {
+                    "sourceVirtualMachine": {"id": instance_id},
+                    "hyperVGeneration": "V1" if needs_gen1(size or "", "") else "V2",
+                },
+            },
+        ).result()
         return str(image.id)
 
     def list_images(self, region: str) -> list[BakedImage]:
@@ -72,8 +81,15 @@ class AzureImageStore:
         for image in images:
             tags = dict(image.tags or {})
             if tags.get(KIND_TAG) == KIND_VALUE:
-                out.append(BakedImage(ref=str(image.id), region=region, name=str(image.name),
-                                      stack_hash=tags.get(HASH_TAG, ""), tags=tags))
+                out.append(
+                    BakedImage(
+                        ref=str(image.id),
+                        region=region,
+                        name=str(image.name),
+                        stack_hash=tags.get(HASH_TAG, ""),
+                        tags=tags,
+                    )
+                )
         return out
 
     def delete_image(self, region: str, ref: str) -> None:

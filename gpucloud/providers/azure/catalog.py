@@ -74,13 +74,24 @@ def fetch_offerings(ctx: FetchContext) -> FetchResult:
             if on_demand is None:
                 problems.append(f"{region}: {name} has no Linux on-demand retail price; left out")
                 continue
-            rows.append(Offering(
-                cloud=CLOUD, instance_type=name, gpu=gpu, gpu_count=count, vcpus=vcpus, memory_gib=memory,
-                arch=arch, region=region, price_per_hour=on_demand,
-                spot_price_per_hour=spot if spot is not None and not spot > on_demand else None,
-                status="active", status_date=ctx.fetched_at[:10],
-                source=f"{SOURCE} [S]" + ("" if spot else "; spot unknown: no spot retail price"),
-                price_date=ctx.fetched_at))
+            rows.append(
+                Offering(
+                    cloud=CLOUD,
+                    instance_type=name,
+                    gpu=gpu,
+                    gpu_count=count,
+                    vcpus=vcpus,
+                    memory_gib=memory,
+                    arch=arch,
+                    region=region,
+                    price_per_hour=on_demand,
+                    spot_price_per_hour=spot if spot is not None and not spot > on_demand else None,
+                    status="active",
+                    status_date=ctx.fetched_at[:10],
+                    source=f"{SOURCE} [S]" + ("" if spot else "; spot unknown: no spot retail price"),
+                    price_date=ctx.fetched_at,
+                )
+            )
     ctx.progress(f"{len(rows)} GPU offerings in {len(regions)} regions")
     return FetchResult(rows=rows, regions=regions, source=SOURCE, problems=problems)
 
@@ -92,8 +103,13 @@ def _gpu_sizes(ctx: FetchContext) -> tuple[dict[str, tuple[str, int, int, float,
 
     provider = AzureProvider()
     try:
-        skus = [sku for page in ctx.pages(provider.compute.resource_skus.list().by_page(),
-                                          f"Resource SKUs at {provider.arm_endpoint}") for sku in page]
+        skus = [
+            sku
+            for page in ctx.pages(
+                provider.compute.resource_skus.list().by_page(), f"Resource SKUs at {provider.arm_endpoint}"
+            )
+            for sku in page
+        ]
     except (AzureError, Exception) as exc:  # noqa: BLE001 - credential errors are not AzureErrors
         raise SourceUnavailable(f"Resource SKUs at {provider.arm_endpoint}: {_first_line(exc)}") from None
     sizes: dict[str, tuple[str, int, int, float, str, set[str]]] = {}
@@ -109,8 +125,12 @@ def _gpu_sizes(ctx: FetchContext) -> tuple[dict[str, tuple[str, int, int, float,
         if gpu is None or gpu not in ctx.catalog.gpus:
             unknown.add(sku.name)
             continue
-        blocked = {loc.lower() for r in sku.restrictions or [] if r.type == "Location"
-                   for loc in (r.restriction_info.locations if r.restriction_info else r.values) or []}
+        blocked = {
+            loc.lower()
+            for r in sku.restrictions or []
+            if r.type == "Location"
+            for loc in (r.restriction_info.locations if r.restriction_info else r.values) or []
+        }
         locations = {loc.lower() for loc in sku.locations or []} - blocked
         if sku.name in sizes:
             locations |= sizes[sku.name][5]
@@ -125,11 +145,13 @@ def _retail_prices(names: list[str], ctx: FetchContext) -> dict[tuple[str, str],
     base = os.environ.get(PRICES_URL_ENV) or DEFAULT_PRICES_URL
     out: dict[tuple[str, str], list[float | None]] = {}
     for i in range(0, len(names), SKUS_PER_QUERY):
-        chunk = names[i:i + SKUS_PER_QUERY]
+        chunk = names[i : i + SKUS_PER_QUERY]
         sku_filter = " or ".join(f"armSkuName eq '{n}'" for n in chunk)
         flt = f"serviceName eq 'Virtual Machines' and priceType eq 'Consumption' and ({sku_filter})"
-        for doc in ctx.pages(_documents(f"{base}?{urllib.parse.urlencode({'$filter': flt})}", ctx),
-                             f"Retail Prices API at {_where(base)}"):
+        for doc in ctx.pages(
+            _documents(f"{base}?{urllib.parse.urlencode({'$filter': flt})}", ctx),
+            f"Retail Prices API at {_where(base)}",
+        ):
             for item in doc.get("Items", []):
                 _add_price(out, item)
         ctx.progress(f"retail prices: {min(i + SKUS_PER_QUERY, len(names))}/{len(names)} sizes")

@@ -75,7 +75,7 @@ def _refuse_public(account: Any, name: str, group: str) -> None:
             f"The storage account {name} (resource group {group}) that holds gpucloud's run channel allows "
             "public blob access.",
             hint=f"Turn it off: az storage account update --name {name} --resource-group {group} "
-                 "--allow-blob-public-access false",
+            "--allow-blob-public-access false",
         )
 
 
@@ -84,8 +84,9 @@ class BlobChannel(Channel):
 
     put_headers = ("x-ms-blob-type: BlockBlob",)
 
-    def __init__(self, *, account_url: str, account_key: str, container: str = CONTAINER,
-                 account_name: str | None = None) -> None:
+    def __init__(
+        self, *, account_url: str, account_key: str, container: str = CONTAINER, account_name: str | None = None
+    ) -> None:
         from azure.storage.blob import BlobServiceClient
 
         self.account_url = account_url.rstrip("/")
@@ -95,52 +96,70 @@ class BlobChannel(Channel):
         # Bounded like the ARM clients (docs/PROVIDERS.md, "Azure calls and retries"); uploads of
         # the code tarball go in blocks, each answered well within the read timeout.
         self._service = BlobServiceClient(
-            self.account_url, credential={"account_name": self.account_name, "account_key": account_key},
-            **pipeline_kwargs())
+            self.account_url,
+            credential={"account_name": self.account_name, "account_key": account_key},
+            **pipeline_kwargs(),
+        )
         self._container = self._service.get_container_client(container)
         self._https = self.account_url.lower().startswith("https://")
 
     # ---- creation -------------------------------------------------------------------------------
     @classmethod
-    def for_region(cls, resource_client: Any, *, subscription_id: str, region: str,
-                   blob_endpoint: str | None = None, credential: Any = None) -> BlobChannel:
+    def for_region(
+        cls,
+        resource_client: Any,
+        *,
+        subscription_id: str,
+        region: str,
+        blob_endpoint: str | None = None,
+        credential: Any = None,
+    ) -> BlobChannel:
         """Find or create the region's storage account and container, then open the channel."""
         from azure.core.exceptions import ResourceNotFoundError
         from azure.core.rest import HttpRequest
 
         group = storage_group_name(region)
         name = storage_account_name(subscription_id, region)
-        account_id = (f"/subscriptions/{subscription_id}/resourceGroups/{group}"
-                      f"/providers/Microsoft.Storage/storageAccounts/{name}")
+        account_id = (
+            f"/subscriptions/{subscription_id}/resourceGroups/{group}"
+            f"/providers/Microsoft.Storage/storageAccounts/{name}"
+        )
         try:
             account = resource_client.resources.get_by_id(account_id, api_version=STORAGE_API)
             _refuse_public(account, name, group)
         except ResourceNotFoundError:
             resource_client.resource_groups.create_or_update(
-                group, {"location": region, "tags": {"gpucloud-role": "channel-storage"}})
-            account = resource_client.resources.begin_create_or_update_by_id(account_id, api_version=STORAGE_API, parameters={
-                "location": region,
-                "kind": "StorageV2",
-                "sku": {"name": "Standard_LRS"},
-                "tags": {"gpucloud-role": "channel-storage"},
-                "properties": {
-                    "supportsHttpsTrafficOnly": True,
-                    "minimumTlsVersion": "TLS1_2",
-                    "allowBlobPublicAccess": False,
-                    "allowSharedKeyAccess": True,
-                    "accessTier": "Hot",
+                group, {"location": region, "tags": {"gpucloud-role": "channel-storage"}}
+            )
+            account = resource_client.resources.begin_create_or_update_by_id(
+                account_id,
+                api_version=STORAGE_API,
+                parameters={
+                    "location": region,
+                    "kind": "StorageV2",
+                    "sku": {"name": "Standard_LRS"},
+                    "tags": {"gpucloud-role": "channel-storage"},
+                    "properties": {
+                        "supportsHttpsTrafficOnly": True,
+                        "minimumTlsVersion": "TLS1_2",
+                        "allowBlobPublicAccess": False,
+                        "allowSharedKeyAccess": True,
+                        "accessTier": "Hot",
+                    },
                 },
-            }).result()
-        response = resource_client.send_request(
-            HttpRequest("POST", f"{account_id}/listKeys?api-version={STORAGE_API}"))
+            ).result()
+        response = resource_client.send_request(HttpRequest("POST", f"{account_id}/listKeys?api-version={STORAGE_API}"))
         response.raise_for_status()
         keys = response.json().get("keys") or []
         if not keys:
             raise RuntimeError(f"storage account {name} returned no keys")
         props = account.properties if isinstance(account.properties, dict) else {}
-        endpoint = blob_endpoint or (props.get("primaryEndpoints") or {}).get("blob") or f"https://{name}.blob.core.windows.net/"
-        channel = cls(account_url=endpoint, account_key=keys[0]["value"],
-                      account_name=None if blob_endpoint else name)
+        endpoint = (
+            blob_endpoint
+            or (props.get("primaryEndpoints") or {}).get("blob")
+            or f"https://{name}.blob.core.windows.net/"
+        )
+        channel = cls(account_url=endpoint, account_key=keys[0]["value"], account_name=None if blob_endpoint else name)
         channel._ensure_container()
         return channel
 
@@ -195,9 +214,13 @@ class BlobChannel(Channel):
             expires = expires.replace(tzinfo=UTC)
         expires = min(expires, datetime.now(UTC) + MAX_SAS)
         sas = generate_blob_sas(
-            account_name=self.account_name, container_name=self.container, blob_name=key,
-            account_key=self.account_key, permission=BlobSasPermissions(**permission),
-            expiry=expires, start=datetime.now(UTC) - CLOCK_SKEW,
+            account_name=self.account_name,
+            container_name=self.container,
+            blob_name=key,
+            account_key=self.account_key,
+            permission=BlobSasPermissions(**permission),
+            expiry=expires,
+            start=datetime.now(UTC) - CLOCK_SKEW,
             protocol="https" if self._https else None,
         )
         return f"{self.account_url}/{self.container}/{quote(key)}?{sas}"

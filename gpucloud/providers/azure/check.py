@@ -32,26 +32,38 @@ def check() -> CloudCheck:
         token = default_credential().get_token(f"{arm}/.default").token
         result.credentials = True
         if not sub:
-            result.problem("AZURE_SUBSCRIPTION_ID is not set",
-                           "Set it to the subscription to run in (`az account show --query id -o tsv`).")
+            result.problem(
+                "AZURE_SUBSCRIPTION_ID is not set",
+                "Set it to the subscription to run in (`az account show --query id -o tsv`).",
+            )
             return result
         info = _arm_get(f"{arm}/subscriptions/{sub}?api-version={ARM_API_VERSION}", token)
-        result.identity = {"subscription": sub, "tenant": str(info.get("tenantId", "")),
-                           "name": str(info.get("displayName", "")), "state": str(info.get("state", ""))}
+        result.identity = {
+            "subscription": sub,
+            "tenant": str(info.get("tenantId", "")),
+            "name": str(info.get("displayName", "")),
+            "state": str(info.get("state", "")),
+        }
         locations = _arm_get(f"{arm}/subscriptions/{sub}/locations?api-version={ARM_API_VERSION}", token)
         result.regions = sorted(str(loc.get("name")) for loc in locations.get("value", []))
         result.usable = True
     except urllib.error.HTTPError as exc:
         body = exc.read().decode(errors="replace")[:300]
-        result.problem(f"Azure Resource Manager answered HTTP {exc.code} for subscription {sub}: {body}",
-                       "Check AZURE_SUBSCRIPTION_ID and that the signed-in identity has a role on it.")
+        result.problem(
+            f"Azure Resource Manager answered HTTP {exc.code} for subscription {sub}: {body}",
+            "Check AZURE_SUBSCRIPTION_ID and that the signed-in identity has a role on it.",
+        )
     except OSError as exc:  # URLError, timeouts
-        result.problem(f"Azure: could not reach {arm} ({getattr(exc, 'reason', exc)})",
-                       f"Check the network, or {ARM_ENDPOINT_ENV} if it is set.")
+        result.problem(
+            f"Azure: could not reach {arm} ({getattr(exc, 'reason', exc)})",
+            f"Check the network, or {ARM_ENDPOINT_ENV} if it is set.",
+        )
     except Exception as exc:  # noqa: BLE001
         access = classify_access(exc)
-        result.problem(access.message if access else f"Azure: {type(exc).__name__}: {exc}",
-                       access.hint if access else CREDENTIALS_HINT)
+        result.problem(
+            access.message if access else f"Azure: {type(exc).__name__}: {exc}",
+            access.hint if access else CREDENTIALS_HINT,
+        )
     return result
 
 

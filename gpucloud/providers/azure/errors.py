@@ -16,16 +16,38 @@ from gpucloud.providers.base import (
     ThrottledError,
 )
 
-CAPACITY_CODES = frozenset({"AllocationFailed", "ZonalAllocationFailed", "OverconstrainedAllocationRequest",
-                            "OverconstrainedZonalAllocationRequest", "SkuNotAvailable"})
+CAPACITY_CODES = frozenset(
+    {
+        "AllocationFailed",
+        "ZonalAllocationFailed",
+        "OverconstrainedAllocationRequest",
+        "OverconstrainedZonalAllocationRequest",
+        "SkuNotAvailable",
+    }
+)
 QUOTA_CODES = frozenset({"QuotaExceeded", "OperationNotAllowed"})  # OperationNotAllowed only when about quota
 THROTTLE_CODES = frozenset({"TooManyRequests", "SubscriptionRequestsThrottled", "ResourceCollectionRequestsThrottled"})
 # Codes about one VM size (or its spot offer) only: the next candidate, not the rest of Azure.
-CANDIDATE_CODES = frozenset({"AzureSpotIsNotSupportedForThisVMSize", "AzureSpotIsNotSupportedForThisSubscriptionOffer",
-                             "InvalidParameter", "VMSizeIsNotPermittedToEnableAcceleratedNetworking",
-                             "BadRequest", "InvalidTemplateDeployment"})
-AUTH_CODES = frozenset({"AuthorizationFailed", "AuthenticationFailed", "InvalidAuthenticationToken",
-                        "InvalidAuthenticationTokenTenant", "SubscriptionNotFound", "LinkedAuthorizationFailed"})
+CANDIDATE_CODES = frozenset(
+    {
+        "AzureSpotIsNotSupportedForThisVMSize",
+        "AzureSpotIsNotSupportedForThisSubscriptionOffer",
+        "InvalidParameter",
+        "VMSizeIsNotPermittedToEnableAcceleratedNetworking",
+        "BadRequest",
+        "InvalidTemplateDeployment",
+    }
+)
+AUTH_CODES = frozenset(
+    {
+        "AuthorizationFailed",
+        "AuthenticationFailed",
+        "InvalidAuthenticationToken",
+        "InvalidAuthenticationTokenTenant",
+        "SubscriptionNotFound",
+        "LinkedAuthorizationFailed",
+    }
+)
 
 
 def error_parts(exc: Exception) -> tuple[str, str, int | None]:
@@ -79,19 +101,30 @@ def classify_error(exc: Exception, *, where: str, instance_type: str = "", regio
         return CapacityError(f"no capacity for {instance_type} in {region} ({text})", code=code)
     if code in QUOTA_CODES and (code == "QuotaExceeded" or "quota" in message.lower()):
         family = quota_family(message, instance_type)
-        return QuotaError(f"quota exceeded: {family} in {region} ({code})", code=code, quota_code=family,
-                          hint=f"Request more '{family}' quota for {region} in the Azure portal (Quotas > Compute).")
+        return QuotaError(
+            f"quota exceeded: {family} in {region} ({code})",
+            code=code,
+            quota_code=family,
+            hint=f"Request more '{family}' quota for {region} in the Azure portal (Quotas > Compute).",
+        )
     if "maxprice" in code.lower() or re.search(r"max(imum)? ?price", message, re.I):
         return PriceError(f"spot price above max_price_per_hour for {instance_type} in {region} ({text})", code=code)
     if status == 429 or code in THROTTLE_CODES:
-        return ThrottledError(f"Azure kept throttling while {where} ({text or 'HTTP 429'}); backed off and gave up",
-                              code=code or "TooManyRequests")
+        return ThrottledError(
+            f"Azure kept throttling while {where} ({text or 'HTTP 429'}); backed off and gave up",
+            code=code or "TooManyRequests",
+        )
     if code in AUTH_CODES or status in (401, 403):
-        return FatalProvisionError(f"Azure refused {where}: {text}", code=code,
-                                   hint="The signed-in identity needs Contributor and User Access Administrator "
-                                        "(or Owner) on the subscription: gpucloud assigns each VM a role on its own resource group.")
+        return FatalProvisionError(
+            f"Azure refused {where}: {text}",
+            code=code,
+            hint="The signed-in identity needs Contributor and User Access Administrator "
+            "(or Owner) on the subscription: gpucloud assigns each VM a role on its own resource group.",
+        )
     if status is not None and status >= 500:
-        return ThrottledError(f"Azure failed while {where} (HTTP {status} {text}); retried and gave up", code=code or str(status))
+        return ThrottledError(
+            f"Azure failed while {where} (HTTP {status} {text}); retried and gave up", code=code or str(status)
+        )
     if code in CANDIDATE_CODES:
         return CandidateError(f"Azure refused {instance_type or where} in {region}: {text}", code=code)
     # A code not known here most likely concerns this size or region: the next candidate is tried.

@@ -39,30 +39,41 @@ EXTENSION_PUBLISHER = "Microsoft.HpcCompute"
 EXTENSION_VERSION = "1.6"  # docs/STACKS.md: the extension version the audit read
 
 
-def image_reference(image: str, ubuntu_version: str, instance_type: str, gpu: str,
-                    chosen: Image | None = None) -> dict[str, str]:
+def image_reference(
+    image: str, ubuntu_version: str, instance_type: str, gpu: str, chosen: Image | None = None
+) -> dict[str, str]:
     """The VM's imageReference: the job's `image:` wins (a URN `publisher:offer:sku:version` or an
     image resource id); then the plan's image (`chosen`: a baked image's id, or a vendor image's
     URN where the size boots Gen2); otherwise Ubuntu of the stack, Gen1 where the size requires it."""
     if (not image or image == "auto") and chosen is not None:
         if chosen.found_by == "baked":
             image = chosen.ref
-        elif chosen.found_by == "urn" and chosen.vendor and chosen.modules != "grid" \
-                and not needs_gen1(instance_type, gpu):
+        elif (
+            chosen.found_by == "urn"
+            and chosen.vendor
+            and chosen.modules != "grid"
+            and not needs_gen1(instance_type, gpu)
+        ):
             image = chosen.ref
     if image and image != "auto":
         if image.startswith("/"):
             return {"id": image}
         parts = image.split(":")
         if len(parts) != 4 or not all(parts):
-            raise UserError(f"image {image!r} is not an Azure image URN.",
-                            hint="Use publisher:offer:sku:version (e.g. "
-                                 "Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest) or an image resource id.")
+            raise UserError(
+                f"image {image!r} is not an Azure image URN.",
+                hint="Use publisher:offer:sku:version (e.g. "
+                "Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest) or an image resource id.",
+            )
         return dict(zip(("publisher", "offer", "sku", "version"), parts, strict=True))
     version = ubuntu_version if ubuntu_version in UBUNTU_IMAGES else "22.04"
     publisher, offer, gen2, gen1 = UBUNTU_IMAGES[version]
-    return {"publisher": publisher, "offer": offer, "sku": gen1 if needs_gen1(instance_type, gpu) else gen2,
-            "version": "latest"}
+    return {
+        "publisher": publisher,
+        "offer": offer,
+        "sku": gen1 if needs_gen1(instance_type, gpu) else gen2,
+        "version": "latest",
+    }
 
 
 def grid_driver_version(instance_type: str) -> str:
@@ -73,9 +84,11 @@ def grid_driver_version(instance_type: str) -> str:
 
     version = extension_driver("azure", instance_type)
     if not version:
-        raise UserError(f"{instance_type} needs NVIDIA's GRID driver from the NvidiaGpuDriverLinux extension, but "
-                        "gpucloud knows no driver version that is documented to work on it.",
-                        hint="Choose an NVadsA10 v5 or NVv3 size, or another GPU.")
+        raise UserError(
+            f"{instance_type} needs NVIDIA's GRID driver from the NvidiaGpuDriverLinux extension, but "
+            "gpucloud knows no driver version that is documented to work on it.",
+            hint="Choose an NVadsA10 v5 or NVv3 size, or another GPU.",
+        )
     return version
 
 
@@ -83,9 +96,17 @@ def driver_extension_body(location: str, extension: str, tags: dict[str, str], i
     """The ARM body of the VM extension that installs the GPU driver (child resource
     .../virtualMachines/<vm>/extensions/<extension>, created once the VM exists), its GRID driver
     pinned for the size. The extension may reboot the VM; the bootstrap resumes (docs/STACKS.md)."""
-    return {"location": location, "tags": tags, "properties": {
-        "publisher": EXTENSION_PUBLISHER, "type": extension, "typeHandlerVersion": EXTENSION_VERSION,
-        "autoUpgradeMinorVersion": True, "settings": {"driverVersion": grid_driver_version(instance_type)}}}
+    return {
+        "location": location,
+        "tags": tags,
+        "properties": {
+            "publisher": EXTENSION_PUBLISHER,
+            "type": extension,
+            "typeHandlerVersion": EXTENSION_VERSION,
+            "autoUpgradeMinorVersion": True,
+            "settings": {"driverVersion": grid_driver_version(instance_type)},
+        },
+    }
 
 
 def throwaway_ssh_key() -> str:
@@ -105,8 +126,10 @@ def user_ssh_key() -> str:
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as fh:
                 return fh.read().strip()
-    raise UserError("resources.ssh is true but no public key was found in ~/.ssh (id_ed25519.pub, id_rsa.pub).",
-                    hint="Create one with `ssh-keygen -t ed25519`.")
+    raise UserError(
+        "resources.ssh is true but no public key was found in ~/.ssh (id_ed25519.pub, id_rsa.pub).",
+        hint="Create one with `ssh-keygen -t ed25519`.",
+    )
 
 
 def vm_state(vm: Any) -> str:
@@ -127,54 +150,113 @@ def vm_state(vm: Any) -> str:
 
 
 def pip_body(req: LaunchRequest, tags: dict[str, str]) -> dict[str, Any]:
-    return {"location": req.candidate.region, "tags": tags, "sku": {"name": "Standard", "tier": "Regional"},
-            "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4"}}
+    return {
+        "location": req.candidate.region,
+        "tags": tags,
+        "sku": {"name": "Standard", "tier": "Regional"},
+        "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4"},
+    }
 
 
-def nic_body(req: LaunchRequest, tags: dict[str, str], nsg_id: str, subnet_id: str,
-              pip_id: str) -> dict[str, Any]:
-    return {"location": req.candidate.region, "tags": tags,
-            "properties": {"networkSecurityGroup": {"id": nsg_id}, "ipConfigurations": [{
-                "name": "ipconfig", "properties": {
-                    "subnet": {"id": subnet_id},
-                    "privateIPAllocationMethod": "Dynamic",
-                    "publicIPAddress": {"id": pip_id}}}]}}
+def nic_body(req: LaunchRequest, tags: dict[str, str], nsg_id: str, subnet_id: str, pip_id: str) -> dict[str, Any]:
+    return {
+        "location": req.candidate.region,
+        "tags": tags,
+        "properties": {
+            "networkSecurityGroup": {"id": nsg_id},
+            "ipConfigurations": [
+                {
+                    "name": "ipconfig",
+                    "properties": {
+                        "subnet": {"id": subnet_id},
+                        "privateIPAllocationMethod": "Dynamic",
+                        "publicIPAddress": {"id": pip_id},
+                    },
+                }
+            ],
+        },
+    }
 
 
 def nsg_body(req: LaunchRequest, region: str, tags: dict[str, str]) -> dict[str, Any]:
     """Inbound: nothing from anywhere, except node-to-node within the run's subnet for
     multi-node jobs and SSH from the caller's address when the job asks for it."""
-    rules: list[dict[str, Any]] = [{
-        "name": "deny-all-inbound", "properties": {
-            "priority": 4096, "direction": "Inbound", "access": "Deny", "protocol": "*",
-            "sourceAddressPrefix": "*", "sourcePortRange": "*",
-            "destinationAddressPrefix": "*", "destinationPortRange": "*"}}]
+    rules: list[dict[str, Any]] = [
+        {
+            "name": "deny-all-inbound",
+            "properties": {
+                "priority": 4096,
+                "direction": "Inbound",
+                "access": "Deny",
+                "protocol": "*",
+                "sourceAddressPrefix": "*",
+                "sourcePortRange": "*",
+                "destinationAddressPrefix": "*",
+                "destinationPortRange": "*",
+            },
+        }
+    ]
     if len(req.user_data) > 1:
         # The run's own nodes, and only them: the subnet is the run's (not the VirtualNetwork
         # tag, which also covers peered networks, gateways and the host's 168.63.129.16).
-        rules.append({"name": "allow-run-nodes-inbound", "properties": {
-            "priority": 4000, "direction": "Inbound", "access": "Allow", "protocol": "*",
-            "sourceAddressPrefix": SUBNET_PREFIX, "sourcePortRange": "*",
-            "destinationAddressPrefix": SUBNET_PREFIX, "destinationPortRange": "*"}})
+        rules.append(
+            {
+                "name": "allow-run-nodes-inbound",
+                "properties": {
+                    "priority": 4000,
+                    "direction": "Inbound",
+                    "access": "Allow",
+                    "protocol": "*",
+                    "sourceAddressPrefix": SUBNET_PREFIX,
+                    "sourcePortRange": "*",
+                    "destinationAddressPrefix": SUBNET_PREFIX,
+                    "destinationPortRange": "*",
+                },
+            }
+        )
     if req.spec.resources.ssh:
-        rules.append({"name": "allow-ssh-from-caller", "properties": {
-            "priority": 1000, "direction": "Inbound", "access": "Allow", "protocol": "Tcp",
-            "sourceAddressPrefix": ssh_source_cidr(), "sourcePortRange": "*",
-            "destinationAddressPrefix": "*", "destinationPortRange": "22"}})
+        rules.append(
+            {
+                "name": "allow-ssh-from-caller",
+                "properties": {
+                    "priority": 1000,
+                    "direction": "Inbound",
+                    "access": "Allow",
+                    "protocol": "Tcp",
+                    "sourceAddressPrefix": ssh_source_cidr(),
+                    "sourcePortRange": "*",
+                    "destinationAddressPrefix": "*",
+                    "destinationPortRange": "22",
+                },
+            }
+        )
     return {"location": region, "tags": tags, "properties": {"securityRules": rules}}
 
 
-def vm_body(req: LaunchRequest, rank: int, script: str, nic_id: str, region: str,
-             tags: dict[str, str], ssh_key: str, ppg_id: str | None = None) -> dict[str, Any]:
+def vm_body(
+    req: LaunchRequest,
+    rank: int,
+    script: str,
+    nic_id: str,
+    region: str,
+    tags: dict[str, str],
+    ssh_key: str,
+    ppg_id: str | None = None,
+) -> dict[str, Any]:
     cand = req.candidate
     props: dict[str, Any] = {
         "hardwareProfile": {"vmSize": cand.instance_type},
         "storageProfile": {
-            "imageReference": image_reference(req.spec.image, req.stack.ubuntu_version, cand.instance_type, cand.gpu,
-                                              cand.image),
-            "osDisk": {"name": f"osdisk-{rank}", "createOption": "FromImage", "deleteOption": "Delete",
-                       "diskSizeGB": req.spec.resources.disk_gb,
-                       "managedDisk": {"storageAccountType": "StandardSSD_LRS"}},
+            "imageReference": image_reference(
+                req.spec.image, req.stack.ubuntu_version, cand.instance_type, cand.gpu, cand.image
+            ),
+            "osDisk": {
+                "name": f"osdisk-{rank}",
+                "createOption": "FromImage",
+                "deleteOption": "Delete",
+                "diskSizeGB": req.spec.resources.disk_gb,
+                "managedDisk": {"storageAccountType": "StandardSSD_LRS"},
+            },
         },
         "osProfile": {
             "computerName": f"{req.spec.name}-{rank}"[:63],
@@ -185,7 +267,9 @@ def vm_body(req: LaunchRequest, rank: int, script: str, nic_id: str, region: str
                 "ssh": {"publicKeys": [{"path": f"/home/{ADMIN_USER}/.ssh/authorized_keys", "keyData": ssh_key}]},
             },
         },
-        "networkProfile": {"networkInterfaces": [{"id": nic_id, "properties": {"primary": True, "deleteOption": "Delete"}}]},
+        "networkProfile": {
+            "networkInterfaces": [{"id": nic_id, "properties": {"primary": True, "deleteOption": "Delete"}}]
+        },
         # Serial console log in managed storage (no account needed): what `console_hint` points to.
         "diagnosticsProfile": {"bootDiagnostics": {"enabled": True}},
     }
@@ -193,6 +277,11 @@ def vm_body(req: LaunchRequest, rank: int, script: str, nic_id: str, region: str
         props["proximityPlacementGroup"] = {"id": ppg_id}
     if cand.spot:
         max_price = req.spec.resources.max_price_per_hour
-        props.update({"priority": "Spot", "evictionPolicy": "Delete",
-                      "billingProfile": {"maxPrice": float(max_price) if max_price else -1}})
+        props.update(
+            {
+                "priority": "Spot",
+                "evictionPolicy": "Delete",
+                "billingProfile": {"maxPrice": float(max_price) if max_price else -1},
+            }
+        )
     return {"location": region, "tags": tags, "identity": {"type": "SystemAssigned"}, "properties": props}

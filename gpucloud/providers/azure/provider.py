@@ -44,9 +44,9 @@ from gpucloud.providers.azure.access import (
 )
 from gpucloud.providers.azure.errors import classify_error, error_parts, with_arm_error
 from gpucloud.providers.azure.machine import (
-    driver_extension_body,
     SUBNET_PREFIX,
     VNET_PREFIX,
+    driver_extension_body,
     nic_body,
     nsg_body,
     pip_body,
@@ -89,13 +89,14 @@ ABORT_CHECK_S = 0.25
 PRINCIPAL_RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15, 30)
 RG, VM = "resource-group", "vm"  # RunHandle resource kinds
 
+
 def resource_group_name(run_id: str, region: str, attempt: int = 0) -> str:
     """One group per run, region and attempt: a later attempt never collides with a group of the
     same run that is still being deleted (a failed attempt's deletion is begun, not waited for; a
     group's location is fixed). The first attempt keeps the short name. The attempt suffix comes
     first, so cutting a long name at 90 characters keeps it."""
     suffix = f"-a{attempt}" if attempt else ""
-    return f"gpucloud-{run_id}-{region}"[:90 - len(suffix)] + suffix
+    return f"gpucloud-{run_id}-{region}"[: 90 - len(suffix)] + suffix
 
 
 def _allow_http_policy() -> Any:
@@ -118,12 +119,15 @@ class AzureProvider:
         # Blob GETs are cheap, and a short interval keeps the streamed log responsive.
         poll_interval=2.0,
         shared_user_data=False,  # one VM per node: each boots its own rank's script
-        user_data_limit=64 * 1024, user_data_encoding="base64",  # docs/PROVIDERS.md, "User data"
+        user_data_limit=64 * 1024,
+        user_data_encoding="base64",  # docs/PROVIDERS.md, "User data"
         self_termination="azure-delete",  # a guest shutdown leaves the VM allocated and billed
-        spot=True, multi_node=True, preemption_notice="azure-scheduled-events",
+        spot=True,
+        multi_node=True,
+        preemption_notice="azure-scheduled-events",
         preemption_grace=10.0,  # Scheduled Events gives ~30 s: most of it for the checkpoint upload
         console_hint="its boot log: az vm boot-diagnostics get-boot-log -g gpucloud-{run_id}-{region} -n node-{rank} "
-                     "(until the run is torn down)",
+        "(until the run is torn down)",
     )
 
     def __init__(
@@ -201,8 +205,12 @@ class AzureProvider:
         if region not in self._channels:
             try:
                 self._channels[region] = BlobChannel.for_region(
-                    self.resource, subscription_id=self.subscription_id, region=region,
-                    blob_endpoint=self.blob_endpoint, credential=self.credential())
+                    self.resource,
+                    subscription_id=self.subscription_id,
+                    region=region,
+                    blob_endpoint=self.blob_endpoint,
+                    credential=self.credential(),
+                )
             except AzureError as exc:
                 raise classify_error(exc, where=f"preparing the storage account in {region}", region=region) from None
         return self._channels[region]
@@ -235,38 +243,90 @@ class AzureProvider:
             if size > limit:
                 raise FatalProvisionError(
                     f"the bootstrap of node {rank} is {size // 1024} KB in base64; Azure custom data is limited "
-                    f"to {limit // 1024} KB.", code="CustomDataTooLarge")
+                    f"to {limit // 1024} KB.",
+                    code="CustomDataTooLarge",
+                )
         # Everything that can fail without touching the cloud comes first.
         ssh_key = user_ssh_key() if req.spec.resources.ssh else throwaway_ssh_key()
         nsg = nsg_body(req, region, tags)
         step = "creating the resource group"
         try:
-            self._tracked(journal, req.run_id, region, "resource_group", rg,
-                          lambda: self.resource.resource_groups.create_or_update(
-                              rg, {"location": region, "tags": tags}).id)
+            self._tracked(
+                journal,
+                req.run_id,
+                region,
+                "resource_group",
+                rg,
+                lambda: self.resource.resource_groups.create_or_update(rg, {"location": region, "tags": tags}).id,
+            )
             step = "creating the network security group"
-            nsg_id = self._tracked(journal, req.run_id, region, "nsg", "nsg",
-                                   lambda: self.network.network_security_groups.begin_create_or_update(
-                                       rg, "nsg", nsg).result().id)
+            nsg_id = self._tracked(
+                journal,
+                req.run_id,
+                region,
+                "nsg",
+                "nsg",
+                lambda: self.network.network_security_groups.begin_create_or_update(rg, "nsg", nsg).result().id,
+            )
             step = "creating the virtual network"
-            vnet = self._tracked(journal, req.run_id, region, "vnet", "vnet",
-                                 lambda: self.network.virtual_networks.begin_create_or_update(rg, "vnet", {
-                                     "location": region, "tags": tags,
-                                     "properties": {"addressSpace": {"addressPrefixes": [VNET_PREFIX]},
-                                                    "subnets": [{"name": "default", "properties": {
-                                                        "addressPrefix": SUBNET_PREFIX,
-                                                        "networkSecurityGroup": {"id": nsg_id}}}]},
-                                 }).result().id)
+            vnet = self._tracked(
+                journal,
+                req.run_id,
+                region,
+                "vnet",
+                "vnet",
+                lambda: (
+                    self.network.virtual_networks.begin_create_or_update(
+                        rg,
+                        "vnet",
+                        {
+                            "location": region,
+                            "tags": tags,
+                            "properties": {
+                                "addressSpace": {"addressPrefixes": [VNET_PREFIX]},
+                                "subnets": [
+                                    {
+                                        "name": "default",
+                                        "properties": {
+                                            "addressPrefix": SUBNET_PREFIX,
+                                            "networkSecurityGroup": {"id": nsg_id},
+                                        },
+                                    }
+                                ],
+                            },
+                        },
+                    )
+                    .result()
+                    .id
+                ),
+            )
             ppg_id = None
             if len(req.user_data) > 1:
                 step = "creating the proximity placement group"
-                ppg_id = self._tracked(journal, req.run_id, region, "placement_group", PLACEMENT_GROUP,
-                                       lambda: self.compute.proximity_placement_groups.create_or_update(
-                                           rg, PLACEMENT_GROUP, {
-                                               "location": region, "tags": tags,
-                                               "properties": {"proximityPlacementGroupType": "Standard",
-                                                              "intent": {"vmSizes": [cand.instance_type]}}}).id)
-            handle.nodes = self._create_nodes(req, journal, rg, tags, f"{vnet}/subnets/default", nsg_id, ppg_id, ssh_key)
+                ppg_id = self._tracked(
+                    journal,
+                    req.run_id,
+                    region,
+                    "placement_group",
+                    PLACEMENT_GROUP,
+                    lambda: (
+                        self.compute.proximity_placement_groups.create_or_update(
+                            rg,
+                            PLACEMENT_GROUP,
+                            {
+                                "location": region,
+                                "tags": tags,
+                                "properties": {
+                                    "proximityPlacementGroupType": "Standard",
+                                    "intent": {"vmSizes": [cand.instance_type]},
+                                },
+                            },
+                        ).id
+                    ),
+                )
+            handle.nodes = self._create_nodes(
+                req, journal, rg, tags, f"{vnet}/subnets/default", nsg_id, ppg_id, ssh_key
+            )
             for rank in range(len(handle.nodes)):
                 handle.add(VM, f"node-{rank}")
             return handle
@@ -275,14 +335,24 @@ class AzureProvider:
             if isinstance(exc, _NodeFailed):  # any node's failure fails the whole attempt
                 step, cause = exc.step, exc.cause
             error = classify_error(cause, where=step, instance_type=cand.instance_type, region=region)
-            made = any(r.cloud == self.name and r.region == region and r.cloud_id
-                       for r in journal.resources(req.run_id))
+            made = any(
+                r.cloud == self.name and r.region == region and r.cloud_id for r in journal.resources(req.run_id)
+            )
             if made or not isinstance(error, CloudAccessError):  # no credentials: nothing was created
                 self._cleanup_after_failure(handle, journal)
             raise error from None
 
-    def _create_nodes(self, req: LaunchRequest, journal: Journal, rg: str, tags: dict[str, str], subnet_id: str,
-                      nsg_id: str, ppg_id: str | None, ssh_key: str) -> list[str]:
+    def _create_nodes(
+        self,
+        req: LaunchRequest,
+        journal: Journal,
+        rg: str,
+        tags: dict[str, str],
+        subnet_id: str,
+        nsg_id: str,
+        ppg_id: str | None,
+        ssh_key: str,
+    ) -> list[str]:
         """Every node's public IP, NIC, VM and role assignment, one thread per node. The first
         failure stops the other threads at their next step (a VM still being created is left to
         the group's deletion) and is raised as `_NodeFailed` once every thread has stopped, so no
@@ -297,14 +367,37 @@ class AzureProvider:
         def node(rank: int) -> str:
             step = f"creating the public IP of node {rank}"
             try:
-                pip_id = self._tracked(journal, req.run_id, req.candidate.region, "public_ip", f"pip-{rank}",
-                                       lambda: _await(self.network.public_ip_addresses.begin_create_or_update(
-                                           rg, f"pip-{rank}", pip_body(req, tags)), abort).id)
+                pip_id = self._tracked(
+                    journal,
+                    req.run_id,
+                    req.candidate.region,
+                    "public_ip",
+                    f"pip-{rank}",
+                    lambda: (
+                        _await(
+                            self.network.public_ip_addresses.begin_create_or_update(
+                                rg, f"pip-{rank}", pip_body(req, tags)
+                            ),
+                            abort,
+                        ).id
+                    ),
+                )
                 step = f"creating the network interface of node {rank}"
-                nic_id = self._tracked(journal, req.run_id, req.candidate.region, "nic", f"nic-{rank}",
-                                       lambda: _await(self.network.network_interfaces.begin_create_or_update(
-                                           rg, f"nic-{rank}", nic_body(req, tags, nsg_id, subnet_id, pip_id)),
-                                           abort).id)
+                nic_id = self._tracked(
+                    journal,
+                    req.run_id,
+                    req.candidate.region,
+                    "nic",
+                    f"nic-{rank}",
+                    lambda: (
+                        _await(
+                            self.network.network_interfaces.begin_create_or_update(
+                                rg, f"nic-{rank}", nic_body(req, tags, nsg_id, subnet_id, pip_id)
+                            ),
+                            abort,
+                        ).id
+                    ),
+                )
                 step = f"creating VM {rank} ({req.candidate.instance_type})"
                 _check(abort)
                 body = vm_body(req, rank, req.user_data[rank], nic_id, req.candidate.region, tags, ssh_key, ppg_id)
@@ -314,10 +407,15 @@ class AzureProvider:
                 extension = req.candidate.image.extension if req.candidate.image else ""
                 if extension:  # GRID VMs: the driver comes from the cloud's extension (docs/STACKS.md)
                     step = f"adding the {extension} driver extension to VM {rank}"
-                    _await(self.compute.virtual_machine_extensions.begin_create_or_update(
-                        rg, f"node-{rank}", extension, driver_extension_body(req.candidate.region, extension, tags,
-                                                                     req.candidate.instance_type)),
-                        abort)
+                    _await(
+                        self.compute.virtual_machine_extensions.begin_create_or_update(
+                            rg,
+                            f"node-{rank}",
+                            extension,
+                            driver_extension_body(req.candidate.region, extension, tags, req.candidate.instance_type),
+                        ),
+                        abort,
+                    )
                 step = f"granting VM {rank} the right to delete its resource group"
                 self._grant_self_delete(journal, req.run_id, req.candidate.region, rg, vm, abort=abort)
                 return str(vm.id)
@@ -352,16 +450,18 @@ class AzureProvider:
                 raise exc
         return [f.result() for f in futures]
 
-    def _tracked(self, journal: Journal, run_id: str, region: str, kind: str, name: str, create: Any,
-                 cloud_id: Any = None) -> Any:
+    def _tracked(
+        self, journal: Journal, run_id: str, region: str, kind: str, name: str, create: Any, cloud_id: Any = None
+    ) -> Any:
         """Journal the intent, make the call, journal the result (INTERNALS: Providers)."""
         res_id = journal.intent(run_id, kind, name, region, self.name)
         result = create()
         journal.created(res_id, cloud_id(result) if cloud_id else str(result))
         return result
 
-    def _grant_self_delete(self, journal: Journal, run_id: str, region: str, rg: str, vm: Any, *,
-                           abort: threading.Event | None = None) -> None:
+    def _grant_self_delete(
+        self, journal: Journal, run_id: str, region: str, rg: str, vm: Any, *, abort: threading.Event | None = None
+    ) -> None:
         """Contributor on the VM's own resource group for its system-assigned identity."""
         from azure.core.exceptions import HttpResponseError
         from azure.core.rest import HttpRequest
@@ -370,11 +470,15 @@ class AzureProvider:
         scope = f"/subscriptions/{self.subscription_id}/resourceGroups/{rg}"
         name = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{vm.id}/self-delete"))  # idempotent on retry
         url = f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}?api-version={ROLE_ASSIGNMENTS_API}"
-        body = {"properties": {
-            "roleDefinitionId": f"/subscriptions/{self.subscription_id}/providers/Microsoft.Authorization"
-                                f"/roleDefinitions/{CONTRIBUTOR_ROLE_ID}",
-            "principalId": principal, "principalType": "ServicePrincipal",
-            "description": f"gpucloud run {run_id}: lets the VM delete its own resource group"}}
+        body = {
+            "properties": {
+                "roleDefinitionId": f"/subscriptions/{self.subscription_id}/providers/Microsoft.Authorization"
+                f"/roleDefinitions/{CONTRIBUTOR_ROLE_ID}",
+                "principalId": principal,
+                "principalType": "ServicePrincipal",
+                "description": f"gpucloud run {run_id}: lets the VM delete its own resource group",
+            }
+        }
         res_id = journal.intent(run_id, "role_assignment", name, region, self.name)
         delays = list(PRINCIPAL_RETRY_DELAYS)
         while True:
@@ -388,7 +492,9 @@ class AzureProvider:
                 if code == "RoleAssignmentExists":
                     break
                 if code == "PrincipalNotFound" and delays:
-                    journal.event(run_id, "retry", f"identity of {vm.name} not replicated yet; retrying the role assignment")
+                    journal.event(
+                        run_id, "retry", f"identity of {vm.name} not replicated yet; retrying the role assignment"
+                    )
                     delay = delays.pop(0)
                     if abort is None:
                         time.sleep(delay)
@@ -432,8 +538,10 @@ class AzureProvider:
         names = handle.resources.get(VM)
         if not names:
             try:
-                names = sorted((vm.name for vm in self.compute.virtual_machines.list(rg)),
-                               key=lambda n: int(n.rsplit("-", 1)[-1]) if n.rsplit("-", 1)[-1].isdigit() else 0)
+                names = sorted(
+                    (vm.name for vm in self.compute.virtual_machines.list(rg)),
+                    key=lambda n: int(n.rsplit("-", 1)[-1]) if n.rsplit("-", 1)[-1].isdigit() else 0,
+                )
             except ResourceNotFoundError:
                 return ["gone"] * max(1, len(handle.nodes))
         states = []
@@ -458,15 +566,19 @@ class AzureProvider:
         pending: list[Any] = []
         for rg in self._groups(handle, journal):
             try:
-                pending.append(self.resource.resource_groups.begin_delete(
-                    rg, force_deletion_types="Microsoft.Compute/virtualMachines"))
+                pending.append(
+                    self.resource.resource_groups.begin_delete(
+                        rg, force_deletion_types="Microsoft.Compute/virtualMachines"
+                    )
+                )
             except ResourceNotFoundError:
                 continue
             except AzureError as exc:
                 code, message, status = error_parts(exc)
-                raise GpucloudError(f"could not delete resource group {rg}: {code or status} {message}".strip(),
-                                    hint=f"Retry with `gpucloud down {handle.run_id}`; `gpucloud gc` also deletes "
-                                         "it once it expires.") from None
+                raise GpucloudError(
+                    f"could not delete resource group {rg}: {code or status} {message}".strip(),
+                    hint=f"Retry with `gpucloud down {handle.run_id}`; `gpucloud gc` also deletes it once it expires.",
+                ) from None
         if wait:
             for poller in pending:
                 try:
@@ -474,8 +586,12 @@ class AzureProvider:
                 except ResourceNotFoundError:
                     pass
         elif not all(poller.done() for poller in pending):
-            journal.event(handle.run_id, "teardown", f"{self.name}/{handle.region}: deleting "
-                          f"{len(pending)} resource group(s); the journal keeps them until they are gone")
+            journal.event(
+                handle.run_id,
+                "teardown",
+                f"{self.name}/{handle.region}: deleting "
+                f"{len(pending)} resource group(s); the journal keeps them until they are gone",
+            )
             return
         for rec in journal.resources(handle.run_id, alive_only=True):
             if rec.cloud == self.name and (rec.region or handle.region) == handle.region:
@@ -486,8 +602,13 @@ class AzureProvider:
         still holds."""
         groups = [g for g in [self._group(handle)] if g]
         for rec in journal.resources(handle.run_id, alive_only=True):
-            if rec.cloud == self.name and rec.kind == "resource_group" and rec.region == handle.region \
-                    and rec.name and rec.name not in groups:
+            if (
+                rec.cloud == self.name
+                and rec.kind == "resource_group"
+                and rec.region == handle.region
+                and rec.name
+                and rec.name not in groups
+            ):
                 groups.append(rec.name)
         return groups
 
@@ -509,14 +630,22 @@ class AzureProvider:
             if expires is None or expires > now:
                 continue
             state = getattr(group.properties, "provisioning_state", None) if group.properties else None
-            line = (f"azure/{group.location}/resource-group/{group.name} "
-                    f"(run {tags.get(TAG_RUN, '?')}, expired {expiry_tag(expires)})")
+            line = (
+                f"azure/{group.location}/resource-group/{group.name} "
+                f"(run {tags.get(TAG_RUN, '?')}, expired {expiry_tag(expires)})"
+            )
             if dry_run:
                 lines.append(f"would delete {line}")
                 continue
             try:
-                pollers.append((line, self.resource.resource_groups.begin_delete(
-                    group.name, force_deletion_types="Microsoft.Compute/virtualMachines")))
+                pollers.append(
+                    (
+                        line,
+                        self.resource.resource_groups.begin_delete(
+                            group.name, force_deletion_types="Microsoft.Compute/virtualMachines"
+                        ),
+                    )
+                )
             except ResourceNotFoundError:
                 continue
             except AzureError as exc:
