@@ -20,7 +20,7 @@ import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 GiB = 1024**3
 CHUNK = 1024 * 1024
@@ -155,7 +155,7 @@ def _open_dir(root_fd: int, parts: list[str]) -> int:
         raise
 
 
-def _write_member(root_fd: int, parts: list[str], src: BinaryIO, size: int, check: Callable[[int], None]) -> None:
+def _write_member(root_fd: int, parts: list[str], src: IO[bytes], size: int, check: Callable[[int], None]) -> None:
     """Stream one regular file to disk (mode 0644: no setuid/setgid/sticky bit, owner is us);
     `check(written)` runs after every chunk and may raise CapExceeded (the partial file is removed)."""
     parent = _open_dir(root_fd, parts[:-1])
