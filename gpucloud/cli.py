@@ -226,14 +226,19 @@ def render(
     sys.stdout.write(text)
 
 
+def _guarded(sub_app: typer.Typer) -> typer.Typer:
+    """Put every command of a sub-app (cli_*.py) behind this module's error handler."""
+    for command in sub_app.registered_commands:
+        if command.callback is not None:
+            command.callback = handles_errors(command.callback)
+    return sub_app
+
+
 def _register_images() -> None:
     """`gpucloud image ...` (cli_images.py), each command behind the same error handler."""
     from gpucloud.cli_images import image_app
 
-    for command in image_app.registered_commands:
-        if command.callback is not None:
-            command.callback = handles_errors(command.callback)
-    app.add_typer(image_app, name="image")
+    app.add_typer(_guarded(image_app), name="image")
 
 
 _register_images()
@@ -482,99 +487,16 @@ def gc(
     collect_garbage(dry_run=dry_run, assume_yes=yes or non_interactive(), cloud=parse_cloud(cloud))
 
 
-@app.command()
-@handles_errors
-def check(
-    cloud: Annotated[str | None, typer.Option("--cloud", help="One cloud (default: every cloud).")] = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """Can each cloud be used: credentials, whose, enabled regions, GPU quotas; each problem with its fix."""
-    from gpucloud.check import check_command
+def _register_setup() -> None:
+    """`check`, `iam-policy` as top-level commands in their usual --help place, then `hosts ...`
+    (cli_setup.py)."""
+    from gpucloud.cli_setup import hosts_app, setup_app
 
-    raise typer.Exit(check_command(cloud, json_out=json_out))
+    app.registered_commands.extend(_guarded(setup_app).registered_commands)
+    app.add_typer(_guarded(hosts_app), name="hosts")
 
 
-@app.command("iam-policy")
-@handles_errors
-def iam_policy(
-    cloud: Annotated[str | None, typer.Argument(help="A cloud with a policy (default: the first).")] = None,
-    deadline_role: Annotated[
-        bool,
-        typer.Option(
-            "--deadline-role",
-            help=(
-                "The role the cloud's scheduler uses to end a run after its deadline "
-                "(name, trust and permission policy)."
-            ),
-        ),
-    ] = False,
-    part: Annotated[
-        str | None,
-        typer.Option(
-            "--part",
-            help="With --deadline-role: only `trust` or "
-            "`permissions`, ready for `aws iam create-role` / `put-role-policy`.",
-        ),
-    ] = None,
-    account: Annotated[
-        str | None,
-        typer.Option(
-            "--account",
-            help=("With --deadline-role: the AWS account id (default: the credentials' account, from STS)."),
-        ),
-    ] = None,
-) -> None:
-    """Print the least-privilege IAM policy gpucloud needs."""
-    from gpucloud import providers
-    from gpucloud.errors import UserError
-
-    known = providers.with_policy()
-    cloud = cloud or known[0]
-    if cloud not in known:
-        raise UserError(f"iam-policy knows only {', '.join(map(repr, known))} for now, not {cloud!r}.")
-    if deadline_role or part or account:
-        emit_json(providers.deadline_role_documents(cloud, account, part))
-        return
-    emit_json(providers.policy_document(cloud))
-
-
-hosts_app = typer.Typer(help="Machines you own, reached over SSH (resources.hosts).", no_args_is_help=True)
-app.add_typer(hosts_app, name="hosts")
-
-
-@hosts_app.command("probe")
-@handles_errors
-def hosts_probe(
-    hosts: Annotated[list[str], typer.Argument(metavar="HOST...", help="[user@]host[:port] or ssh aliases.")],
-    gpu: Annotated[str | None, typer.Option("--gpu", help="Judge the hosts for this GPU request, e.g. K40:1.")] = None,
-    json_out: JsonOpt = False,
-) -> None:
-    """GPUs, driver, CUDA, OS, free disk of each host, and the stack gpucloud resolves for it."""
-    from gpucloud import providers
-    from gpucloud.errors import UserError
-    from gpucloud.spec import JobSpec
-
-    host_cloud = providers.host_clouds()[0]
-    try:
-        job = JobSpec.model_validate(
-            {
-                "name": "probe",
-                "run": "true",
-                "resources": {"cloud": host_cloud, "hosts": hosts, **({"gpu": gpu} if gpu else {})},
-            }
-        )
-    except Exception as exc:  # pydantic's ValidationError: name the bad argument
-        raise UserError(
-            f"hosts probe: {str(exc).splitlines()[-1].strip()}",
-            hint="Hosts are [user@]host[:port] or ssh aliases; --gpu is MODEL:COUNT.",
-        ) from None
-    probes = providers.get_provider(host_cloud).probe(list(job.resources.hosts or []), job if gpu else None)  # type: ignore[attr-defined]
-    if json_out:
-        emit_json([p.as_json() for p in probes])
-    else:
-        print("\n".join(p.render() for p in probes))
-    if any(p.problems for p in probes):  # unreachable or unfit: the machine's configuration (README, exit codes)
-        raise typer.Exit(78)
+_register_setup()
 
 
 def main() -> None:

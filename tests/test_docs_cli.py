@@ -175,8 +175,8 @@ def test_every_exit_code_is_in_the_readme() -> None:
 
 def test_hosts_probe_does_not_use_the_declined_exit_code() -> None:
     """Exit 1 means a declined prompt; a host that cannot be used is a configuration problem (78)."""
-    source = (REPO / "gpucloud" / "cli.py").read_text()
-    probe = source[source.index("def hosts_probe(") : source.index("def main(")]
+    source = (REPO / "gpucloud" / "cli_setup.py").read_text()
+    probe = source[source.index("def hosts_probe(") :]
     assert "typer.Exit(1)" not in probe and "typer.Exit(78)" in probe
     assert re.search(r"^\| 78 \|[^\n]*hosts probe", README, flags=re.MULTILINE)
 
