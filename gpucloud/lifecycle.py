@@ -1,5 +1,5 @@
-"""The run itself: plan -> record -> provision (failover.py) -> follow (watch.py) -> collect ->
-teardown (teardown.py). The commands that look at or end runs later live in commands.py.
+"""The run itself: plan (run_plan.py) -> record -> provision (failover.py) -> follow (watch.py) ->
+collect (run_artifacts.py) -> teardown (teardown.py). The commands that look at or end runs later live in commands.py.
 
 Cloud-agnostic: everything cloud-specific sits behind the Provider protocol, its declared
 Capabilities and the Channel. The state store records each step before it is taken; teardown runs
@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from gpucloud import views
 from gpucloud.errors import Declined, GpucloudError, NoCandidateError
 from gpucloud.progress import Progress
+from gpucloud.run_artifacts import fetch_artifacts, refused_note, results_dir, settle_artifacts
 from gpucloud.runlog import LogMirror
 from gpucloud.state import FINAL_STATUSES, Journal, Store, home_dir
 from gpucloud.timeline import format_nodes
@@ -74,11 +73,6 @@ class RunResult:
         }
 
 
-def _refused_note(refused: list[str]) -> str:
-    """The run summary's note on artifacts that were not extracted."""
-    return f"{len(refused)} artifact member(s) refused, see the warnings above and docs/SECURITY.md"
-
-
 def new_run_id(name: str, now: datetime | None = None) -> str:
     """`<name>-<YYYYMMDD-HHMMSS>-<4 hex>` (UTC): sortable, readable, unique across processes."""
     now = now or datetime.now(UTC)
@@ -98,14 +92,11 @@ def run_job(
 ) -> RunResult:
     """The whole lifecycle of one job; returns the result (exit code included) once torn down."""
     from gpucloud.extract import Caps
-    from gpucloud.planner import make_plan
+    from gpucloud.run_plan import launch_plan
 
     Caps.from_env()  # a malformed artifacts cap is exit 2 before anything is launched
     t0 = time.monotonic()
-    plan = make_plan(spec, cloud=cloud, region=region, spot=spot)
-    if not plan.candidates:
-        raise NoCandidateError("the plan has no candidate to provision.", [])
-    plan = _configured_only(plan)
+    plan = launch_plan(spec, cloud=cloud, region=region, spot=spot)
     plan_s = time.monotonic() - t0
     views.print_plan_summary(plan)
     free = all(c.total_per_hour == 0 for c in plan.candidates)  # a $0 run (local) is not worth a prompt
@@ -120,31 +111,6 @@ def run_job(
         plan_s=plan_s,
         plan_kw={"cloud": cloud, "region": region, "spot": spot},
     ).execute()
-
-
-def _configured_only(plan: Plan) -> Plan:
-    """The plan without the clouds that have no credentials at all (the registry's cheap
-    `configured()`: environment and files, no SDK, no network), each named once with its fix, so
-    that nobody is asked to launch what cannot start. None left: ConfigurationError (78)."""
-    from gpucloud import providers
-    from gpucloud.errors import ConfigurationError
-
-    clouds = list(dict.fromkeys(c.cloud for c in plan.candidates))
-    missing = {name: providers.info(name) for name in clouds if not providers.info(name).configured()}
-    if not missing:
-        return plan
-    reasons = {
-        name: f"{entry.title}: no credentials found. {entry.credentials_hint}" for name, entry in missing.items()
-    }
-    if len(missing) == len(clouds):
-        raise ConfigurationError(
-            "no cloud is usable: none of the plan's clouds has credentials:",
-            list(reasons.values()),
-            hint="`gpucloud check` shows what each cloud needs.",
-        )
-    for name, line in reasons.items():
-        print(f"warning: skipping {name}: {line}", file=sys.stderr, flush=True)
-    return replace(plan, candidates=[c for c in plan.candidates if c.cloud not in missing])
 
 
 def watch_job(run_ref: str, *, json_out: bool) -> RunResult:
@@ -323,7 +289,7 @@ class _Run:
                 if status not in ("interrupted", "down"):
                     self._collect()
                     if self.refused:  # the summary never reads as a plain success when files were refused
-                        message = "; ".join(filter(None, [message, _refused_note(self.refused)]))
+                        message = "; ".join(filter(None, [message, refused_note(self.refused)]))
         except _Interrupt as intr:
             status, code = "interrupted", 130
             message = f"{signal.Signals(intr.signum).name} received"
@@ -510,45 +476,22 @@ class _Run:
     # -- the end ------------------------------------------------------------------------------------
 
     def _collect(self) -> None:
+        """Read the artifacts back (run_artifacts.py) and record where they landed."""
         assert self.launch is not None
         t0 = time.monotonic()
         interrupted = self.interrupted
         if not interrupted:
             self.store.update_run(self.run_id, status="collecting", phase="collect")
-        dest = Path.cwd() / "gpucloud-runs" / self.run_id
-        got = []
+        dest = results_dir(self.run_id)
         n = self.spec.num_nodes
-        for rank in range(n):
-            try:
-                out = self.launch.channel.download_artifacts(
-                    self.run_id, rank, dest if n == 1 else dest / f"node-{rank}"
-                )
-            except Exception as exc:
-                self.progress.warn(f"artifacts of node {rank} could not be read back: {exc}")
-                continue
-            if out is not None:
-                got.append(out)
-                for warning in out.warnings:
-                    self.refused.append(f"node {rank}: {warning}" if n > 1 else warning)
-                    self.progress.warn(self.refused[-1])
+        got = fetch_artifacts(self.launch.channel, self.run_id, n, dest, refused=self.refused, progress=self.progress)
         self.phases["collect"] = time.monotonic() - t0
-        if interrupted and not sum(out.files for out in got):
-            got = []
-            shutil.rmtree(dest, ignore_errors=True)
-        if got:
-            self.artifacts_dir = str(dest)
-            self.store.update_run(self.run_id, artifacts_dir=str(dest))
-            refused = sum(len(out.warnings) for out in got)
-            self.progress.info(
-                f"artifacts in {dest}: {sum(out.files for out in got)} file(s)"
-                + (f", {refused} refused (see the warnings above)" if refused else "")
-            )
-        elif self.spec.artifacts and interrupted:
-            self.progress.warn(
-                "nothing came back: none of the job's artifacts was uploaded before its machines stopped"
-            )
-        elif self.spec.artifacts:
-            self.progress.warn("the job produced none of its artifacts")
+        found = settle_artifacts(
+            got, dest, interrupted=interrupted, expected=bool(self.spec.artifacts), progress=self.progress
+        )
+        if found is not None:
+            self.artifacts_dir = str(found)
+            self.store.update_run(self.run_id, artifacts_dir=str(found))
 
     def _drain_logs(self) -> None:
         """After the teardown of a multi-node run that ended early: the nodes that were stopped
