@@ -474,14 +474,7 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
 
     ubuntu, os_reason = _ubuntu_for(prof, cuda)
 
-    version: str | None = None
-    pip: tuple[str, ...] = ()
-    if framework == "pytorch":
-        version, pip, fw_reason = _choose_torch(fw_pin, name, prof, cuda)
-    elif framework == "tensorflow":
-        version, pip, fw_reason = _choose_tensorflow(fw_pin, name, arch, prof, branch)
-    else:
-        fw_reason = "No framework requested (framework: none): the job's setup installs what it needs."
+    version, pip, fw_reason = _choose_framework(framework, fw_pin, name, arch, prof, cuda, branch)
 
     modules, modules_reason = _kernel_modules(arch, branch, name)
     toolkit, toolkit_reason = _wants_toolkit(pins, framework, prof)
@@ -489,12 +482,7 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
         "gpu": f"{name}: {arch}, compute capability {model.compute_capability} ({prof.name} stack).",
         "architecture": f"{arch} GPUs use the {prof.name} row of docs/STACKS.md.",
         "driver": driver_reason,
-        "min_driver_version": f"CUDA {cuda} needs driver >= {MIN_DRIVER[cuda]} (CUDA release notes)."
-        + (
-            " (11.4 GA needed 470.42.01; the repository installs 11.4 Update 4, and 11.4 U3+ needs 470.82.01.)"
-            if cuda == "11.4"
-            else ""
-        ),
+        "min_driver_version": _min_driver_reason(cuda),
         "cuda": cuda_reason,
         "cudnn": cudnn_reason,
         "os_image": os_reason,
@@ -525,6 +513,26 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
         kernel_modules=modules,
         cuda_toolkit=toolkit,
         driver_pinned=driver_pin is not None,
+    )
+
+
+def _choose_framework(
+    framework: str, pin: str | None, gpu: str, arch: str, prof: Profile, cuda: str, driver_branch: int
+) -> tuple[str | None, tuple[str, ...], str]:
+    """(version, pip args, reason) for the requested framework; no version and no wheels for none."""
+    if framework == "pytorch":
+        return _choose_torch(pin, gpu, prof, cuda)
+    if framework == "tensorflow":
+        return _choose_tensorflow(pin, gpu, arch, prof, driver_branch)
+    return None, (), "No framework requested (framework: none): the job's setup installs what it needs."
+
+
+def _min_driver_reason(cuda: str) -> str:
+    """Why the driver floor is what it is: the CUDA release notes, with 11.4's update caveat."""
+    return f"CUDA {cuda} needs driver >= {MIN_DRIVER[cuda]} (CUDA release notes)." + (
+        " (11.4 GA needed 470.42.01; the repository installs 11.4 Update 4, and 11.4 U3+ needs 470.82.01.)"
+        if cuda == "11.4"
+        else ""
     )
 
 

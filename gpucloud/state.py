@@ -5,7 +5,8 @@ Why SQLite: it needs no server, survives a crash of the CLI, and lets several CL
 a busy timeout and short transactions keep concurrent writers from failing.
 
 The schema grows by numbered migrations (MIGRATIONS; `PRAGMA user_version` is the number applied
-last), so a store written by an older gpucloud is upgraded in place when it is opened.
+last), so a store written by an older gpucloud is upgraded in place when it is opened. The tables
+and migrations are in state_schema; the records read back from them are in state_records.
 
 The attempts table holds one row per launch attempt (failover tries several): where, at what
 price, when it started and ended and why, and the provider's RunHandle. A run's cost is the sum
@@ -39,129 +40,19 @@ from gpucloud.state_guard import (
     writable_problem,
     write_handle,
 )
+from gpucloud.state_records import (  # noqa: F401  (re-exported: callers import them from here)
+    ACTIVE_STATUSES,
+    FINAL_STATUSES,
+    AttemptRecord,
+    EventRecord,
+    ResourceRecord,
+    RunRecord,
+    attempt_from_row,
+    run_from_row,
+)
+from gpucloud.state_schema import MIGRATIONS, RUN_COLUMNS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 10_000
-
-# Run statuses. A run is "active" until it reaches one of FINAL_STATUSES.
-ACTIVE_STATUSES = ("planned", "provisioning", "running", "collecting", "tearing-down")
-# "down-pending": `down` could not reach the machines; `down` and `gc` try again, then it becomes "down".
-FINAL_STATUSES = (
-    "succeeded",
-    "failed",
-    "deadline",
-    "interrupted",
-    "lost",
-    "error",
-    "no-capacity",
-    "down",
-    "preempted",
-    "down-pending",
-)
-
-_SCHEMA_V1 = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    spec_path TEXT,
-    spec_json TEXT,
-    cloud TEXT,
-    region TEXT,
-    instance_type TEXT,
-    num_nodes INTEGER NOT NULL DEFAULT 1,
-    price_per_hour REAL NOT NULL DEFAULT 0,
-    status TEXT NOT NULL,
-    phase TEXT,
-    exit_code INTEGER,
-    message TEXT,
-    created_at REAL NOT NULL,
-    started_at REAL,
-    ended_at REAL,
-    deadline REAL,
-    artifacts_dir TEXT,
-    detached INTEGER NOT NULL DEFAULT 0,
-    pid INTEGER
-);
-CREATE TABLE IF NOT EXISTS resources (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT NOT NULL,
-    cloud TEXT NOT NULL,
-    region TEXT,
-    kind TEXT NOT NULL,
-    name TEXT,
-    cloud_id TEXT,
-    status TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS resources_run ON resources(run_id);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT NOT NULL,
-    ts REAL NOT NULL,
-    kind TEXT NOT NULL,
-    message TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_run ON events(run_id);
-CREATE TABLE IF NOT EXISTS phases (
-    run_id TEXT NOT NULL,
-    name TEXT NOT NULL,
-    seconds REAL NOT NULL,
-    PRIMARY KEY (run_id, name)
-);
-"""
-
-# v2: one row per launch attempt. `launched` = provision returned (the machines exist and bill).
-# A v1 run that had started becomes one launched attempt with its one price and start time.
-_SCHEMA_V2 = """
-CREATE TABLE attempts (
-    run_id TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    cloud TEXT NOT NULL,
-    region TEXT NOT NULL,
-    zone TEXT,
-    instance_type TEXT,
-    spot INTEGER NOT NULL DEFAULT 0,
-    price_per_hour REAL NOT NULL DEFAULT 0,
-    num_nodes INTEGER NOT NULL DEFAULT 1,
-    started_at REAL NOT NULL,
-    ended_at REAL,
-    end_reason TEXT,
-    launched INTEGER NOT NULL DEFAULT 0,
-    handle_json TEXT,
-    PRIMARY KEY (run_id, idx)
-);
-INSERT INTO attempts (run_id, idx, cloud, region, instance_type, price_per_hour, num_nodes, started_at,
-                      ended_at, end_reason, launched)
-    SELECT id, 0, cloud, COALESCE(region, ''), instance_type, price_per_hour, num_nodes, started_at, ended_at,
-           CASE WHEN ended_at IS NULL THEN NULL ELSE status END, 1
-    FROM runs WHERE started_at IS NOT NULL AND cloud IS NOT NULL
-"""
-
-MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)  # MIGRATIONS[i] takes user_version i to i + 1
-SCHEMA_VERSION = len(MIGRATIONS)
-
-_RUN_COLUMNS = (
-    "id",
-    "name",
-    "spec_path",
-    "spec_json",
-    "cloud",
-    "region",
-    "instance_type",
-    "num_nodes",
-    "price_per_hour",
-    "status",
-    "phase",
-    "exit_code",
-    "message",
-    "created_at",
-    "started_at",
-    "ended_at",
-    "deadline",
-    "artifacts_dir",
-    "detached",
-    "pid",
-)
 
 
 def home_dir() -> Path:
@@ -176,124 +67,6 @@ def home_dir() -> Path:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     private_home(path)
     return path
-
-
-@dataclass
-class AttemptRecord:
-    """One launch attempt of a run (one candidate of the failover order)."""
-
-    run_id: str
-    idx: int
-    cloud: str
-    region: str
-    zone: str | None
-    instance_type: str | None
-    spot: bool
-    price_per_hour: float
-    num_nodes: int
-    started_at: float
-    ended_at: float | None
-    end_reason: str | None
-    launched: bool
-    handle_json: str | None
-
-    def cost(self, now: float | None = None) -> float:
-        """price per node-hour x nodes x hours from the request to the end; $0 if nothing launched."""
-        if not self.launched or not self.price_per_hour:
-            return 0.0
-        end = self.ended_at if self.ended_at is not None else (now if now is not None else time.time())
-        return self.price_per_hour * self.num_nodes * max(0.0, end - self.started_at) / 3600.0
-
-
-@dataclass
-class RunRecord:
-    """One row of `runs`, with the derived figures `status`/`ls` show."""
-
-    id: str
-    name: str
-    spec_path: str | None
-    spec_json: str | None
-    cloud: str | None
-    region: str | None
-    instance_type: str | None
-    num_nodes: int
-    price_per_hour: float
-    status: str
-    phase: str | None
-    exit_code: int | None
-    message: str | None
-    created_at: float
-    started_at: float | None
-    ended_at: float | None
-    deadline: float | None
-    artifacts_dir: str | None
-    detached: bool
-    pid: int | None
-    attempts: list[AttemptRecord] = field(default_factory=list)
-
-    @property
-    def final(self) -> bool:
-        return self.status in FINAL_STATUSES
-
-    def elapsed(self, now: float | None = None) -> float:
-        """Seconds since the run was created, up to its end when it has ended."""
-        end = self.ended_at if self.ended_at is not None else (now if now is not None else time.time())
-        return max(0.0, end - self.created_at)
-
-    def cost(self, now: float | None = None) -> float:
-        """Cost so far: the sum over the launched attempts (a run that launched nothing costs $0).
-        An attempt still open ends at the run's end, or now."""
-        if now is None and self.ended_at is not None:
-            now = self.ended_at
-        return round(float(sum(a.cost(now) for a in self.attempts)), 6)
-
-    def as_json(self, now: float | None = None) -> dict[str, Any]:
-        return {
-            "run_id": self.id,
-            "name": self.name,
-            "status": self.status,
-            "phase": self.phase,
-            "exit_code": self.exit_code,
-            "cloud": self.cloud,
-            "region": self.region,
-            "instance_type": self.instance_type,
-            "num_nodes": self.num_nodes,
-            "price_per_hour": self.price_per_hour,
-            "created_at": self.created_at,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "deadline": self.deadline,
-            "elapsed": round(self.elapsed(now), 3),
-            "cost": round(self.cost(now), 6),
-            "artifacts_dir": self.artifacts_dir,
-            "detached": self.detached,
-            "spec_path": self.spec_path,
-            "message": self.message,
-        }
-
-
-@dataclass
-class ResourceRecord:
-    """One thing a provider created (or was about to create) for a run."""
-
-    id: int
-    run_id: str
-    cloud: str
-    region: str | None
-    kind: str
-    name: str | None
-    cloud_id: str | None
-    status: str  # intent | created | deleted
-    created_at: float
-    updated_at: float
-
-
-@dataclass
-class EventRecord:
-    run_id: str
-    ts: float
-    kind: str
-    message: str
 
 
 @dataclass
@@ -466,7 +239,7 @@ class Store:
         """Set columns of a run (names as in the runs table)."""
         if not fields:
             return
-        bad = set(fields) - set(_RUN_COLUMNS)
+        bad = set(fields) - set(RUN_COLUMNS)
         if bad:
             raise ValueError(f"unknown run fields: {sorted(bad)}")
         if "detached" in fields:
@@ -507,7 +280,7 @@ class Store:
 
     def get_run(self, run_id: str) -> RunRecord | None:
         rows = self._query("SELECT * FROM runs WHERE id = ?", (run_id,))
-        return self._with_attempts([_run(rows[0])])[0] if rows else None
+        return self._with_attempts([run_from_row(rows[0])])[0] if rows else None
 
     def _with_attempts(self, runs: list[RunRecord]) -> list[RunRecord]:
         """Fill each run's attempts (one query for all of them)."""
@@ -516,7 +289,7 @@ class Store:
         by_id = {r.id: r for r in runs}
         marks = ",".join("?" * len(by_id))
         for a in self._query(f"SELECT * FROM attempts WHERE run_id IN ({marks}) ORDER BY run_id, idx", tuple(by_id)):
-            by_id[a["run_id"]].attempts.append(_attempt(a))
+            by_id[a["run_id"]].attempts.append(attempt_from_row(a))
         return runs
 
     def find_run(self, ref: str) -> RunRecord | None:
@@ -542,7 +315,7 @@ class Store:
         sql += " ORDER BY created_at DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return self._with_attempts([_run(r) for r in self._query(sql, args)])
+        return self._with_attempts([run_from_row(r) for r in self._query(sql, args)])
 
     # -- attempts -----------------------------------------------------------------------------------
 
@@ -604,7 +377,9 @@ class Store:
         return int(row[0]["n"])
 
     def attempts(self, run_id: str) -> list[AttemptRecord]:
-        return [_attempt(r) for r in self._query("SELECT * FROM attempts WHERE run_id = ? ORDER BY idx", (run_id,))]
+        return [
+            attempt_from_row(r) for r in self._query("SELECT * FROM attempts WHERE run_id = ? ORDER BY idx", (run_id,))
+        ]
 
     # -- events and phases --------------------------------------------------------------------------
 
@@ -701,15 +476,3 @@ class Journal:
     def event(self, run_id: str, kind: str, message: str) -> None:
         """Providers may note what they did (retries, waits) in the run's event history."""
         self.store.event(run_id, kind, message)
-
-
-def _attempt(row: sqlite3.Row) -> AttemptRecord:
-    d = dict(row)
-    d["spot"], d["launched"] = bool(d["spot"]), bool(d["launched"])
-    return AttemptRecord(**d)
-
-
-def _run(row: sqlite3.Row) -> RunRecord:
-    d = dict(row)
-    d["detached"] = bool(d["detached"])
-    return RunRecord(**d)

@@ -235,7 +235,7 @@ _V1_ROWS = [
 
 def test_a_version_1_store_is_migrated_in_place(gpucloud_home: Path) -> None:
     """A store written by gpucloud with schema 1 (no attempts) opens, upgrades and keeps its costs."""
-    from gpucloud.state import _SCHEMA_V1, SCHEMA_VERSION
+    from gpucloud.state_schema import _SCHEMA_V1, SCHEMA_VERSION
 
     path = gpucloud_home / "state.db"
     conn = sqlite3.connect(path)

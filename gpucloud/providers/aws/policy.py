@@ -122,22 +122,37 @@ def _create_statements() -> list[dict[str, Any]]:
     """Read what is needed to plan, and create only what carries the run tag."""
     has_request_tag = {"Null": {f"aws:RequestTag/{TAG}": "false"}}
     return [
-        {
-            "Sid": "DescribeToPlanLaunchAndClean",
-            "Effect": "Allow",
-            "Action": [
-                "ec2:DescribeImages",
-                "ec2:DescribeInstances",
-                "ec2:DescribeInstanceTypeOfferings",
-                "ec2:DescribeKeyPairs",
-                "ec2:DescribePlacementGroups",
-                "ec2:DescribeSecurityGroups",
-                "ec2:DescribeSubnets",
-                "ec2:DescribeVolumes",
-                "ec2:DescribeVpcs",
-            ],
-            "Resource": "*",
-        },
+        _describe_statement(),
+        *_launch_statements(has_request_tag),
+        *_group_and_key_statements(has_request_tag),
+        _tag_on_create_statement(),
+    ]
+
+
+def _describe_statement() -> dict[str, Any]:
+    """Reads: planning, launching and cleaning up all need to look before they act."""
+    return {
+        "Sid": "DescribeToPlanLaunchAndClean",
+        "Effect": "Allow",
+        "Action": [
+            "ec2:DescribeImages",
+            "ec2:DescribeInstances",
+            "ec2:DescribeInstanceTypeOfferings",
+            "ec2:DescribeKeyPairs",
+            "ec2:DescribePlacementGroups",
+            "ec2:DescribeSecurityGroups",
+            "ec2:DescribeSubnets",
+            "ec2:DescribeVolumes",
+            "ec2:DescribeVpcs",
+        ],
+        "Resource": "*",
+    }
+
+
+def _launch_statements(has_request_tag: dict[str, Any]) -> list[dict[str, Any]]:
+    """RunInstances: only tagged instances with IMDSv2 and encrypted volumes, from any image,
+    subnet, group, key and placement group."""
+    return [
         {
             "Sid": "LaunchOnlyTaggedInstancesWithImdsV2",
             "Effect": "Allow",
@@ -165,6 +180,12 @@ def _create_statements() -> list[dict[str, Any]]:
                 f"{_EC2}:placement-group/*",
             ],
         },
+    ]
+
+
+def _group_and_key_statements(has_request_tag: dict[str, Any]) -> list[dict[str, Any]]:
+    """Security groups, key pairs and placement groups: created only with the run tag."""
+    return [
         {
             "Sid": "CreateOnlyTaggedGroupsAndKeys",
             "Effect": "Allow",
@@ -178,34 +199,38 @@ def _create_statements() -> list[dict[str, Any]]:
             "Action": "ec2:CreateSecurityGroup",
             "Resource": f"{_EC2}:vpc/*",
         },
-        {
-            "Sid": "TagOnlyWhileCreating",
-            "Effect": "Allow",
-            "Action": "ec2:CreateTags",
-            "Resource": [
-                f"{_EC2}:instance/*",
-                f"{_EC2}:volume/*",
-                f"{_EC2}:security-group/*",
-                f"{_EC2}:security-group-rule/*",
-                f"{_EC2}:key-pair/*",
-                f"{_EC2}:placement-group/*",
-                "arn:aws:ec2:*::image/*",
-                "arn:aws:ec2:*::snapshot/*",
-            ],
-            "Condition": {
-                "StringEquals": {
-                    "ec2:CreateAction": [
-                        "RunInstances",
-                        "CreateSecurityGroup",
-                        "CreateKeyPair",
-                        "AuthorizeSecurityGroupIngress",
-                        "CreatePlacementGroup",
-                        "CreateImage",
-                    ]
-                }
-            },
-        },
     ]
+
+
+def _tag_on_create_statement() -> dict[str, Any]:
+    """CreateTags only as part of a create call, so an existing resource cannot be tagged as ours."""
+    return {
+        "Sid": "TagOnlyWhileCreating",
+        "Effect": "Allow",
+        "Action": "ec2:CreateTags",
+        "Resource": [
+            f"{_EC2}:instance/*",
+            f"{_EC2}:volume/*",
+            f"{_EC2}:security-group/*",
+            f"{_EC2}:security-group-rule/*",
+            f"{_EC2}:key-pair/*",
+            f"{_EC2}:placement-group/*",
+            "arn:aws:ec2:*::image/*",
+            "arn:aws:ec2:*::snapshot/*",
+        ],
+        "Condition": {
+            "StringEquals": {
+                "ec2:CreateAction": [
+                    "RunInstances",
+                    "CreateSecurityGroup",
+                    "CreateKeyPair",
+                    "AuthorizeSecurityGroupIngress",
+                    "CreatePlacementGroup",
+                    "CreateImage",
+                ]
+            }
+        },
+    }
 
 
 def _image_statements() -> list[dict[str, Any]]:
