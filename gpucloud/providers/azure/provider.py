@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
-import uuid
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,19 +39,15 @@ from gpucloud.providers.azure.access import (
     no_subscription,
     pipeline_kwargs,
 )
-from gpucloud.providers.azure.errors import classify_error, error_parts, with_arm_error
+from gpucloud.providers.azure.errors import classify_error, error_parts
 from gpucloud.providers.azure.machine import (
-    SUBNET_PREFIX,
-    VNET_PREFIX,
-    driver_extension_body,
-    nic_body,
     nsg_body,
-    pip_body,
     throwaway_ssh_key,
     user_ssh_key,
-    vm_body,
     vm_state,
 )
+from gpucloud.providers.azure.network import create_group, create_nsg, create_placement_group, create_vnet
+from gpucloud.providers.azure.nodes import NodeFailed, NodeNetwork, create_nodes
 from gpucloud.providers.base import (
     DEFAULT_MASTER_PORT,
     TAG_EXPIRES,
@@ -75,18 +68,8 @@ if TYPE_CHECKING:
     from gpucloud.state import Journal
 
 BLOB_ENDPOINT_ENV = "GPUCLOUD_AZURE_BLOB_ENDPOINT"
-# Built-in "Contributor" (the same id in every tenant and cloud).
-CONTRIBUTOR_ROLE_ID = "b24988ac-6180-42a0-ab88-20f7382dd24c"
-ROLE_ASSIGNMENTS_API = "2022-04-01"
 # When the server gives no Retry-After, poll long-running operations this often (SDK default: 30 s).
 DEFAULT_POLL_SECONDS = 5.0
-PLACEMENT_GROUP = "ppg"
-# Nodes whose resources are created at the same time (ARM's write limits are per subscription).
-MAX_PARALLEL_NODES = 16
-# How often a node's thread looks up from a long-running operation to see whether to give up.
-ABORT_CHECK_S = 0.25
-# A new identity takes a while to replicate before a role can be assigned to it.
-PRINCIPAL_RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15, 30)
 RG, VM = "resource-group", "vm"  # RunHandle resource kinds
 
 
@@ -228,13 +211,36 @@ class AzureProvider:
         on any failure, of any node, delete the group, then raise."""
         from azure.core.exceptions import AzureError
 
-        cand = req.candidate
-        region = cand.region
+        region = req.candidate.region
         rg = resource_group_name(req.run_id, region, req.attempt)
         handle = RunHandle(run_id=req.run_id, cloud=self.name, region=region, attempt=req.attempt)
         handle.add(RG, rg)
         tags = {**req.tags, TAG_RUN: req.run_id, TAG_EXPIRES: expiry_tag(req.expires_at)}
         tags.setdefault("Name", f"gpucloud-{req.spec.name}")
+        # Everything that can fail without touching the cloud comes first.
+        self._check_user_data(req)
+        ssh_key = user_ssh_key() if req.spec.resources.ssh else throwaway_ssh_key()
+        nsg = nsg_body(req, region, tags)
+        step = "creating the resource group"
+        try:
+            create_group(self, journal, req, rg, tags)
+            step = "creating the network security group"
+            nsg_id = create_nsg(self, journal, req, rg, nsg)
+            step = "creating the virtual network"
+            subnet_id = create_vnet(self, journal, req, rg, tags, nsg_id)
+            ppg_id = None
+            if len(req.user_data) > 1:
+                step = "creating the proximity placement group"
+                ppg_id = create_placement_group(self, journal, req, rg, tags)
+            handle.nodes = create_nodes(self, req, journal, NodeNetwork(rg, subnet_id, nsg_id, ppg_id), tags, ssh_key)
+            for rank in range(len(handle.nodes)):
+                handle.add(VM, f"node-{rank}")
+            return handle
+        except (AzureError, ProvisionError, NodeFailed) as exc:
+            raise self._provision_failed(exc, step, req, handle, journal) from None
+
+    def _check_user_data(self, req: LaunchRequest) -> None:
+        """Every node's bootstrap fits Azure's custom-data limit once base64-encoded."""
         from gpucloud.render import user_data_size
 
         limit = self.capabilities.user_data_limit or 0
@@ -246,263 +252,20 @@ class AzureProvider:
                     f"to {limit // 1024} KB.",
                     code="CustomDataTooLarge",
                 )
-        # Everything that can fail without touching the cloud comes first.
-        ssh_key = user_ssh_key() if req.spec.resources.ssh else throwaway_ssh_key()
-        nsg = nsg_body(req, region, tags)
-        step = "creating the resource group"
-        try:
-            self._tracked(
-                journal,
-                req.run_id,
-                region,
-                "resource_group",
-                rg,
-                lambda: self.resource.resource_groups.create_or_update(rg, {"location": region, "tags": tags}).id,
-            )
-            step = "creating the network security group"
-            nsg_id = self._tracked(
-                journal,
-                req.run_id,
-                region,
-                "nsg",
-                "nsg",
-                lambda: self.network.network_security_groups.begin_create_or_update(rg, "nsg", nsg).result().id,
-            )
-            step = "creating the virtual network"
-            vnet = self._tracked(
-                journal,
-                req.run_id,
-                region,
-                "vnet",
-                "vnet",
-                lambda: (
-                    self.network.virtual_networks.begin_create_or_update(
-                        rg,
-                        "vnet",
-                        {
-                            "location": region,
-                            "tags": tags,
-                            "properties": {
-                                "addressSpace": {"addressPrefixes": [VNET_PREFIX]},
-                                "subnets": [
-                                    {
-                                        "name": "default",
-                                        "properties": {
-                                            "addressPrefix": SUBNET_PREFIX,
-                                            "networkSecurityGroup": {"id": nsg_id},
-                                        },
-                                    }
-                                ],
-                            },
-                        },
-                    )
-                    .result()
-                    .id
-                ),
-            )
-            ppg_id = None
-            if len(req.user_data) > 1:
-                step = "creating the proximity placement group"
-                ppg_id = self._tracked(
-                    journal,
-                    req.run_id,
-                    region,
-                    "placement_group",
-                    PLACEMENT_GROUP,
-                    lambda: (
-                        self.compute.proximity_placement_groups.create_or_update(
-                            rg,
-                            PLACEMENT_GROUP,
-                            {
-                                "location": region,
-                                "tags": tags,
-                                "properties": {
-                                    "proximityPlacementGroupType": "Standard",
-                                    "intent": {"vmSizes": [cand.instance_type]},
-                                },
-                            },
-                        ).id
-                    ),
-                )
-            handle.nodes = self._create_nodes(
-                req, journal, rg, tags, f"{vnet}/subnets/default", nsg_id, ppg_id, ssh_key
-            )
-            for rank in range(len(handle.nodes)):
-                handle.add(VM, f"node-{rank}")
-            return handle
-        except (AzureError, ProvisionError, _NodeFailed) as exc:
-            cause: Exception = exc
-            if isinstance(exc, _NodeFailed):  # any node's failure fails the whole attempt
-                step, cause = exc.step, exc.cause
-            error = classify_error(cause, where=step, instance_type=cand.instance_type, region=region)
-            made = any(
-                r.cloud == self.name and r.region == region and r.cloud_id for r in journal.resources(req.run_id)
-            )
-            if made or not isinstance(error, CloudAccessError):  # no credentials: nothing was created
-                self._cleanup_after_failure(handle, journal)
-            raise error from None
 
-    def _create_nodes(
-        self,
-        req: LaunchRequest,
-        journal: Journal,
-        rg: str,
-        tags: dict[str, str],
-        subnet_id: str,
-        nsg_id: str,
-        ppg_id: str | None,
-        ssh_key: str,
-    ) -> list[str]:
-        """Every node's public IP, NIC, VM and role assignment, one thread per node. The first
-        failure stops the other threads at their next step (a VM still being created is left to
-        the group's deletion) and is raised as `_NodeFailed` once every thread has stopped, so no
-        creation lands after the cleanup. Returns the VM ids in rank order."""
-        from azure.core.exceptions import AzureError
-
-        n = len(req.user_data)
-        abort = threading.Event()
-        failures: list[_NodeFailed] = []
-        lock = threading.Lock()
-
-        def node(rank: int) -> str:
-            step = f"creating the public IP of node {rank}"
-            try:
-                pip_id = self._tracked(
-                    journal,
-                    req.run_id,
-                    req.candidate.region,
-                    "public_ip",
-                    f"pip-{rank}",
-                    lambda: (
-                        _await(
-                            self.network.public_ip_addresses.begin_create_or_update(
-                                rg, f"pip-{rank}", pip_body(req, tags)
-                            ),
-                            abort,
-                        ).id
-                    ),
-                )
-                step = f"creating the network interface of node {rank}"
-                nic_id = self._tracked(
-                    journal,
-                    req.run_id,
-                    req.candidate.region,
-                    "nic",
-                    f"nic-{rank}",
-                    lambda: (
-                        _await(
-                            self.network.network_interfaces.begin_create_or_update(
-                                rg, f"nic-{rank}", nic_body(req, tags, nsg_id, subnet_id, pip_id)
-                            ),
-                            abort,
-                        ).id
-                    ),
-                )
-                step = f"creating VM {rank} ({req.candidate.instance_type})"
-                _check(abort)
-                body = vm_body(req, rank, req.user_data[rank], nic_id, req.candidate.region, tags, ssh_key, ppg_id)
-                res_id = journal.intent(req.run_id, "vm", f"node-{rank}", req.candidate.region, self.name)
-                vm = _await(self.compute.virtual_machines.begin_create_or_update(rg, f"node-{rank}", body), abort)
-                journal.created(res_id, vm.id)
-                extension = req.candidate.image.extension if req.candidate.image else ""
-                if extension:  # GRID VMs: the driver comes from the cloud's extension (docs/STACKS.md)
-                    step = f"adding the {extension} driver extension to VM {rank}"
-                    _await(
-                        self.compute.virtual_machine_extensions.begin_create_or_update(
-                            rg,
-                            f"node-{rank}",
-                            extension,
-                            driver_extension_body(req.candidate.region, extension, tags, req.candidate.instance_type),
-                        ),
-                        abort,
-                    )
-                step = f"granting VM {rank} the right to delete its resource group"
-                self._grant_self_delete(journal, req.run_id, req.candidate.region, rg, vm, abort=abort)
-                return str(vm.id)
-            except _Aborted:
-                raise
-            except (AzureError, ProvisionError) as exc:
-                with lock:
-                    failures.append(_NodeFailed(rank, step, exc))
-                abort.set()
-                raise
-            except BaseException:
-                abort.set()
-                raise
-
-        pool = ThreadPoolExecutor(max_workers=min(n, MAX_PARALLEL_NODES), thread_name_prefix=f"azure-{req.run_id}")
-        futures = [pool.submit(node, rank) for rank in range(n)]
-        try:
-            wait(futures, return_when=FIRST_EXCEPTION)
-            if any(f.done() and f.exception() is not None for f in futures):
-                abort.set()
-            wait(futures)
-        except BaseException:  # Ctrl-C in this thread: stop the nodes' threads before the lifecycle tears down
-            abort.set()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
-        if failures:
-            raise failures[0]
-        for f in futures:
-            exc = f.exception()
-            if exc is not None and not isinstance(exc, _Aborted):
-                raise exc
-        return [f.result() for f in futures]
-
-    def _tracked(
-        self, journal: Journal, run_id: str, region: str, kind: str, name: str, create: Any, cloud_id: Any = None
-    ) -> Any:
-        """Journal the intent, make the call, journal the result (INTERNALS: Providers)."""
-        res_id = journal.intent(run_id, kind, name, region, self.name)
-        result = create()
-        journal.created(res_id, cloud_id(result) if cloud_id else str(result))
-        return result
-
-    def _grant_self_delete(
-        self, journal: Journal, run_id: str, region: str, rg: str, vm: Any, *, abort: threading.Event | None = None
-    ) -> None:
-        """Contributor on the VM's own resource group for its system-assigned identity."""
-        from azure.core.exceptions import HttpResponseError
-        from azure.core.rest import HttpRequest
-
-        principal = vm.identity.principal_id
-        scope = f"/subscriptions/{self.subscription_id}/resourceGroups/{rg}"
-        name = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{vm.id}/self-delete"))  # idempotent on retry
-        url = f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}?api-version={ROLE_ASSIGNMENTS_API}"
-        body = {
-            "properties": {
-                "roleDefinitionId": f"/subscriptions/{self.subscription_id}/providers/Microsoft.Authorization"
-                f"/roleDefinitions/{CONTRIBUTOR_ROLE_ID}",
-                "principalId": principal,
-                "principalType": "ServicePrincipal",
-                "description": f"gpucloud run {run_id}: lets the VM delete its own resource group",
-            }
-        }
-        res_id = journal.intent(run_id, "role_assignment", name, region, self.name)
-        delays = list(PRINCIPAL_RETRY_DELAYS)
-        while True:
-            response = self.resource.send_request(HttpRequest("PUT", url, json=body))
-            if response.status_code in (200, 201):
-                break
-            try:
-                response.raise_for_status()
-            except HttpResponseError as exc:
-                code, _, _ = error_parts(with_arm_error(exc, response))
-                if code == "RoleAssignmentExists":
-                    break
-                if code == "PrincipalNotFound" and delays:
-                    journal.event(
-                        run_id, "retry", f"identity of {vm.name} not replicated yet; retrying the role assignment"
-                    )
-                    delay = delays.pop(0)
-                    if abort is None:
-                        time.sleep(delay)
-                    elif abort.wait(delay):
-                        raise _Aborted() from None
-                    continue
-                raise with_arm_error(exc, response) from None
-        journal.created(res_id, f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}")
+    def _provision_failed(
+        self, exc: Exception, step: str, req: LaunchRequest, handle: RunHandle, journal: Journal
+    ) -> ProvisionError:
+        """The attempt's error, classified, after beginning to delete whatever it created."""
+        region = req.candidate.region
+        cause: Exception = exc
+        if isinstance(exc, NodeFailed):  # any node's failure fails the whole attempt
+            step, cause = exc.step, exc.cause
+        error = classify_error(cause, where=step, instance_type=req.candidate.instance_type, region=region)
+        made = any(r.cloud == self.name and r.region == region and r.cloud_id for r in journal.resources(req.run_id))
+        if made or not isinstance(error, CloudAccessError):  # no credentials: nothing was created
+            self._cleanup_after_failure(handle, journal)
+        return error
 
     def _cleanup_after_failure(self, handle: RunHandle, journal: Journal) -> None:
         """Begin deleting what the failed attempt made and move on (deleting a group takes minutes on
@@ -664,29 +427,3 @@ class AzureProvider:
                 code, message, _ = error_parts(exc)
                 lines.append(f"failed to delete {line}: {code} {message}")
         return lines
-
-
-class _Aborted(Exception):
-    """A node's thread stopped because another node of the attempt failed (or Ctrl-C)."""
-
-
-class _NodeFailed(Exception):
-    """The first failure among a multi-node attempt's node threads: which step, and the cause."""
-
-    def __init__(self, rank: int, step: str, cause: Exception) -> None:
-        super().__init__(f"node {rank}: {step}: {cause}")
-        self.rank, self.step, self.cause = rank, step, cause
-
-
-def _check(abort: threading.Event) -> None:
-    if abort.is_set():
-        raise _Aborted()
-
-
-def _await(poller: Any, abort: threading.Event) -> Any:
-    """A long-running operation's result, unless `abort` is set first (then `_Aborted`; the
-    operation goes on in Azure and ends with the resource group)."""
-    while not poller.done():
-        _check(abort)
-        poller.wait(ABORT_CHECK_S)
-    return poller.result()
