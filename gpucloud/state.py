@@ -150,8 +150,10 @@ class Store:
         processes never deadlock upgrading a read lock (the busy timeout makes them queue)."""
         with self._c.lock, self._damage_is_store_error():
             conn = self._c.conn
-            begin_immediate(conn, self.path)
+            if conn.in_transaction:  # one cut short by a signal (Ctrl-C) between its BEGIN and its end
+                conn.execute("ROLLBACK")
             try:
+                begin_immediate(conn, self.path)
                 yield conn
             except BaseException:
                 if conn.in_transaction:

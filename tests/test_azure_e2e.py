@@ -199,7 +199,7 @@ def test_fault_matrix_leaves_nothing(
     left = leftovers(arm)
     MATRIX_RESULTS[f"{call}/{kind}"] = len(left)
     assert left == [], left
-    assert not azure_sim.leftover_processes()
+    assert wait_until(lambda: not azure_sim.leftover_processes(), timeout=20), azure_sim.leftover_processes()
 
 
 # ---- Ctrl-C and a killed CLI in each phase -----------------------------------------------------------------

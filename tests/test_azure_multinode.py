@@ -301,7 +301,7 @@ def test_capacity_error_on_one_node_moves_both_nodes_to_the_next_region(
     assert re.search(r"-westus2(-a\d+)?/providers/microsoft.compute/proximityplacementgroups/ppg$", west[0][1].lower())
     azure_sim.wait_idle(20)
     assert wait_until(lambda: leftovers(arm) == [], timeout=20), leftovers(arm)
-    assert not azure_sim.leftover_processes()
+    assert wait_until(lambda: not azure_sim.leftover_processes(), timeout=20), azure_sim.leftover_processes()
 
 
 def _free_port() -> int:

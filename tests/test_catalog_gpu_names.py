@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 
 from gpucloud.catalog import load_catalog
+from gpucloud.catalog.refresh import FetchContext
 from gpucloud.providers.aws.catalog import _gpu_types
+
+
+def _ctx() -> FetchContext:
+    """A real fetch context (paging bounds included) over the shipped catalog."""
+    return FetchContext(
+        regions=None, catalog=load_catalog(), fetched_at="2026-12-04T00:00:00Z", progress=lambda _m: None
+    )
 
 
 def moto_types() -> dict[str, dict[str, Any]]:
@@ -60,13 +68,13 @@ def quirky(types: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 def test_the_quirky_answers_are_read_as_the_real_gpu(itype: str, gpu: str, count: int) -> None:
     types = moto_types()
     assert truth(types[itype]) == (gpu, count)  # moto's data agrees with the override
-    parsed, _ = _gpu_types(_Ec2(quirky(types)), SimpleNamespace(catalog=load_catalog()))
+    parsed, _ = _gpu_types(_Ec2(quirky(types)), _ctx())
     assert (parsed[itype].gpu, parsed[itype].gpu_count) == (gpu, count)
 
 
 def test_every_nvidia_type_moto_knows_is_read_as_moto_has_it() -> None:
     types = moto_types()
-    parsed, skipped = _gpu_types(_Ec2(quirky(types)), SimpleNamespace(catalog=load_catalog()))
+    parsed, skipped = _gpu_types(_Ec2(quirky(types)), _ctx())
     checked = 0
     for name, it in types.items():
         gpus = (it.get("GpuInfo") or {}).get("Gpus") or []

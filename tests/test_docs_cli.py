@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import gpucloud
+from tests.support.source_tree import SOURCE
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
@@ -175,7 +176,7 @@ def test_every_exit_code_is_in_the_readme() -> None:
 
 def test_hosts_probe_does_not_use_the_declined_exit_code() -> None:
     """Exit 1 means a declined prompt; a host that cannot be used is a configuration problem (78)."""
-    source = (REPO / "gpucloud" / "cli_setup.py").read_text()
+    source = (SOURCE / "gpucloud" / "cli_setup.py").read_text()
     probe = source[source.index("def hosts_probe(") :]
     assert "typer.Exit(1)" not in probe and "typer.Exit(78)" in probe
     assert re.search(r"^\| 78 \|[^\n]*hosts probe", README, flags=re.MULTILINE)

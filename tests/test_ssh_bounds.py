@@ -129,7 +129,7 @@ def test_down_never_signals_a_reused_pid(lab: SshLab, cli_env: dict[str, str], t
         (node / "pid").write_text(f"{decoy.pid}\n")
         (node / "job.pgid").write_text(f"{decoy.pid}\n")
         (node / "expires").write_text(f"{int(time.time()) - 60}\n")
-        assert gpucloud(cli_env, "gc", "--yes", cwd=tmp_path).returncode == 0
+        assert gpucloud(cli_env, "gc", "--cloud", "ssh", "--yes", cwd=tmp_path).returncode == 0
         res = gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path)
         assert res.returncode == 0, res.stderr
         time.sleep(0.5)

@@ -79,7 +79,7 @@ def test_probe_and_plan_follow_the_hosts_os(
     env: dict[str, str], tmp_path: Path, host: str, gpu: str, os_image: str, repo: str
 ) -> None:
     probe = gpucloud(env, "hosts", "probe", host, "--gpu", gpu, cwd=tmp_path)
-    assert probe.returncode == 1 and "no working NVIDIA driver" in probe.stdout, probe.stdout + probe.stderr
+    assert probe.returncode == 78 and "no working NVIDIA driver" in probe.stdout, probe.stdout + probe.stderr
     assert f"/{repo}/x86_64/cuda-keyring_1.1-1_all.deb" in probe.stdout, probe.stdout
     assert f"OS {os_image}, NVIDIA repository {repo}" in probe.stdout, probe.stdout
     assert "ubuntu2004" not in probe.stdout and "ubuntu2204" not in probe.stdout
@@ -111,7 +111,7 @@ def test_driver_install_uses_the_debian_repository(lab: SshLab, env: dict[str, s
 
 def test_an_os_gpucloud_cannot_install_on_is_named_with_what_is_supported(env: dict[str, str], tmp_path: Path) -> None:
     probe = gpucloud(env, "hosts", "probe", "fedora", "--gpu", "K40:1", cwd=tmp_path)
-    assert probe.returncode == 1, probe.stdout + probe.stderr
+    assert probe.returncode == 78, probe.stdout + probe.stderr
     supported = "gpucloud installs drivers only on Ubuntu 20.04, 22.04 or 24.04, or Debian 12"
     assert supported in probe.stdout and "OS fedora-40" in probe.stdout, probe.stdout
     assert "apt-get" not in probe.stdout and "cuda-keyring" not in probe.stdout, probe.stdout
