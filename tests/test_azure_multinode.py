@@ -355,7 +355,7 @@ def test_ddp_example_on_two_azure_nodes(
     assert wait_until(lambda: leftovers(arm) == [], timeout=20), leftovers(arm)
     with arm.lock:
         assert not [r for r in arm.resources.values() if r.type.lower() == PPG_TYPE]
-    assert not azure_sim.leftover_processes()
+    assert wait_until(lambda: not azure_sim.leftover_processes(), timeout=20), azure_sim.leftover_processes()
     print(f"\n2-node DDP run on simulated Azure: {wall:.1f}s wall")
 
 
@@ -401,4 +401,4 @@ def test_detached_nodes_delete_themselves_and_the_last_one_the_group(
     )
     assert "node 0 done" in logs.stdout and "node 1 done" in logs.stdout, logs.stdout[-2000:]
     azure_sim.wait_idle(20)
-    assert not azure_sim.leftover_processes()
+    assert wait_until(lambda: not azure_sim.leftover_processes(), timeout=20), azure_sim.leftover_processes()
