@@ -84,9 +84,8 @@ def seed_ubuntu_images(moto: Moto, regions: list[str] | None = None) -> dict[tup
     describe_images fallback is exercised too (arm64, keys "<version>-arm64": every version has its
     parameter). Written into moto's backends directly (moto runs in
     this process), because real SSM refuses parameter names under /aws/."""
-    from moto.core.utils import utcnow
     from moto.ec2.models import ec2_backends
-    from moto.ssm.models import Parameter, ssm_backends
+    from moto.ssm.models import ssm_backends
 
     codenames = {"20.04": "focal", "22.04": "jammy", "24.04": "noble"}
     out: dict[tuple[str, str], str] = {}
@@ -106,40 +105,10 @@ def seed_ubuntu_images(moto: Moto, regions: list[str] | None = None) -> dict[tup
             arm.owner_id = CANONICAL
             arm.architecture = "arm64"
             out[(region, f"{version}-arm64")] = arm.id
-            vol = "ebs-gp3" if version == "24.04" else "ebs-gp2"
-            name = f"/aws/service/canonical/ubuntu/server/{version}/stable/current/arm64/hvm/{vol}/ami-id"
-            ssm._parameters[name] = [
-                Parameter(  # noqa: SLF001 - seeding what real AWS publishes
-                    account_id=ACCOUNT,
-                    name=name,
-                    value=arm.id,
-                    parameter_type="String",
-                    description=None,
-                    allowed_pattern=None,
-                    keyid=None,
-                    last_modified_date=utcnow(),
-                    version=1,
-                    data_type="aws:ec2:image",
-                )
-            ]
+            _publish_ubuntu_parameter(ssm, version, "arm64", arm.id)
             if version == "22.04":
                 continue
-            vol = "ebs-gp3" if version == "24.04" else "ebs-gp2"
-            name = f"/aws/service/canonical/ubuntu/server/{version}/stable/current/amd64/hvm/{vol}/ami-id"
-            ssm._parameters[name] = [
-                Parameter(  # noqa: SLF001 - seeding what real AWS publishes
-                    account_id=ACCOUNT,
-                    name=name,
-                    value=ami.id,
-                    parameter_type="String",
-                    description=None,
-                    allowed_pattern=None,
-                    keyid=None,
-                    last_modified_date=utcnow(),
-                    version=1,
-                    data_type="aws:ec2:image",
-                )
-            ]
+            _publish_ubuntu_parameter(ssm, version, "amd64", ami.id)
     return out
 
 
@@ -251,3 +220,26 @@ __all__ = [
     "tagged_alive",
     "user_data_of",
 ]
+
+
+def _publish_ubuntu_parameter(ssm: Any, version: str, arch: str, ami_id: str) -> None:
+    """Canonical's public SSM parameter naming the current Ubuntu AMI, as real AWS publishes it."""
+    from moto.core.utils import utcnow
+    from moto.ssm.models import Parameter
+
+    vol = "ebs-gp3" if version == "24.04" else "ebs-gp2"
+    name = f"/aws/service/canonical/ubuntu/server/{version}/stable/current/{arch}/hvm/{vol}/ami-id"
+    ssm._parameters[name] = [  # noqa: SLF001 - seeding what real AWS publishes
+        Parameter(
+            account_id=ACCOUNT,
+            name=name,
+            value=ami_id,
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=utcnow(),
+            version=1,
+            data_type="aws:ec2:image",
+        )
+    ]
