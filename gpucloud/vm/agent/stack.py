@@ -1,0 +1,282 @@
+"""The stack stage: check the NVIDIA driver, CUDA toolkit/cuDNN and framework the job needs, and
+install from NVIDIA's apt repository (or pip) only what is missing (docs/STACKS.md).
+
+Every part is checked before it is installed, so a vendor image, a baked image or a boot after a
+reboot installs nothing it already has. The order and the pins are what keep the driver on its
+branch: the running kernel's headers and the branch lock (an apt preferences file, and from R580
+NVIDIA's nvidia-driver-pinning-<branch>) go in before any driver package, in an apt transaction of
+their own, because the repository's meta-packages have no upper bound on the driver.
+
+`cfg` is the JSON object `gpucloud/vm/stack_config.py` builds on the CLI side.
+Stdlib only, Python >= 3.8 syntax (runs on Ubuntu 20.04).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, List, Mapping, Sequence
+
+from gpucloud.vm.agent.stage_api import StageEnv, StageFailed
+
+DEFAULT_NVIDIA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos"
+DEFAULT_GRID_WAIT_S = 1200
+GRID_POLL_S = 1.0
+# apt waits up to 10 minutes for a lock another apt (cloud-init, unattended-upgrades) holds.
+APT_GET = ("apt-get", "-o", "DPkg::Lock::Timeout=600")
+APT_INSTALL = ("install", "-y", "--no-install-recommends")
+# Bounded like every curl of the node: connect timeout, retries that include a refused connection.
+CURL = ("curl", "-fsSL", "--connect-timeout", "10", "--retry", "2", "--retry-delay", "1", "--retry-connrefused")
+KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
+PINS_FILE = "gpucloud-nvidia-driver"
+STACK_LOG_TAIL_LINES = 30
+FRAMEWORK_IMPORT = {"pytorch": "import torch", "tensorflow": "import tensorflow as tf"}
+
+
+class _StackAbort(Exception):
+    """One step could not finish; the stage ends with the stack's one-line message."""
+
+
+def stack_failed_message(cfg: Mapping[str, Any]) -> str:
+    """The status line of a failed stack stage (the details are in stack.log, whose tail the core logs)."""
+    return f"stack install failed (driver {cfg.get('driver', '')}, CUDA {cfg.get('cuda', '')}); stack.log tail above"
+
+
+def stack_log_tail(env: StageEnv, n: int = STACK_LOG_TAIL_LINES) -> str:
+    """The last n lines of stack.log ("" when there is none): what the core appends to job.log on failure."""
+    try:
+        lines = env.stack_log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "".join(line + "\n" for line in lines[-n:])
+
+
+def run_quiet(env: StageEnv, argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """env.run that reports a missing command as exit code 127 (as a shell would) instead of raising."""
+    try:
+        return env.run(argv, **kwargs)
+    except OSError as exc:
+        return subprocess.CompletedProcess(list(argv), 127, "", str(exc))
+
+
+def framework_print(env: StageEnv, framework: str, torch_expr: str, tf_expr: str) -> str:
+    """The last stdout line of `python3 -c "<import>; print(<expr>)"` ("" for no framework); its
+    stderr (an ImportError) goes to stack.log."""
+    if framework not in FRAMEWORK_IMPORT:
+        return ""
+    expr = torch_expr if framework == "pytorch" else tf_expr
+    out = run_quiet(env, ["python3", "-c", f"{FRAMEWORK_IMPORT[framework]}; print({expr})"], to_stack_log=False)
+    if out.stderr:
+        _append_stack_log(env, out.stderr)
+    lines = (out.stdout or "").splitlines()
+    return lines[-1] if lines else ""
+
+
+def driver_version(env: StageEnv) -> str:
+    """The running driver's version as nvidia-smi reports it ("" when there is no driver)."""
+    out = run_quiet(env, ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], to_stack_log=False)
+    lines = (out.stdout or "").splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def _append_stack_log(env: StageEnv, text: str) -> None:
+    with open(env.stack_log, "a") as out:
+        out.write(text if text.endswith("\n") else text + "\n")
+
+
+def _env_value(env: StageEnv, name: str, default: str) -> str:
+    """An environment override; unset and empty both mean the default (bash's ${X:-default})."""
+    return env.environ.get(name) or default
+
+
+class StackInstall:
+    """One run of the stack stage; `apt_fresh` remembers that this run already ran `apt-get update`."""
+
+    def __init__(self, cfg: Mapping[str, Any], env: StageEnv) -> None:
+        self.cfg, self.env = cfg, env
+        self.apt_fresh = False
+        self.driver_min = int(cfg.get("driver_min") or 0)
+        self.driver_max = int(cfg.get("driver_max") or 0)
+
+    # ---- packages -----------------------------------------------------------------------------
+    def pkg_ok(self, spec: str) -> bool:
+        """Installed, and (for `name=version-glob`) at a version the glob matches."""
+        name, _, want = spec.partition("=")
+        out = run_quiet(self.env, ["dpkg-query", "-W", "-f=${Status} ${Version}", name], to_stack_log=False)
+        prefix = "install ok installed "
+        have = out.stdout.rstrip("\n")
+        if out.returncode != 0 or not have.startswith(prefix):
+            return False
+        return not want or fnmatch.fnmatchcase(have[len(prefix) :], want)
+
+    def apt_get(self, *args: str) -> bool:
+        out = run_quiet(self.env, [*APT_GET, *args], extra_env={"DEBIAN_FRONTEND": "noninteractive"})
+        return out.returncode == 0
+
+    def keyring(self) -> bool:
+        """NVIDIA's repository keyring (cuda-keyring), unless it is installed already."""
+        if self.pkg_ok("cuda-keyring"):
+            return True
+        repo = _env_value(self.env, "GPUCLOUD_NVIDIA_REPO", DEFAULT_NVIDIA_REPO)
+        url = f"{repo}/{self.cfg.get('cuda_repo', '')}/{self.cfg.get('repo_arch', '')}/{KEYRING_DEB}"
+        deb = str(self.env.vm_dir / "cuda-keyring.deb")
+        got = run_quiet(self.env, [*CURL, "--max-time", "300", "-o", deb, url])
+        return got.returncode == 0 and run_quiet(self.env, ["dpkg", "-i", deb]).returncode == 0
+
+    def apt_install(self, packages: Sequence[str]) -> bool:
+        """Install from NVIDIA's repository: the keyring first, one `apt-get update` per run."""
+        if not self.keyring():
+            return False
+        self.env.log("apt-get install " + " ".join(packages))
+        if not self.apt_fresh and not self.apt_get("update"):
+            return False
+        self.apt_fresh = True
+        return self.apt_get(*APT_INSTALL, *packages)
+
+    def kernel_release(self) -> str:
+        out = run_quiet(self.env, ["uname", "-r"], to_stack_log=False)
+        return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else os.uname().release
+
+    def drv_lock(self) -> bool:
+        """The branch pin and the running kernel's headers, in place before any driver package."""
+        folder = Path(_env_value(self.env, "GPUCLOUD_ETC", "/etc")) / "apt" / "preferences.d"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / PINS_FILE).write_text(
+                "Package: cuda-drivers* nvidia-* libnvidia-* libxnvctrl*\n"
+                f"Pin: version {self.cfg.get('driver', '')}.*\n"
+                "Pin-Priority: 1001\n"
+            )
+        except OSError as exc:
+            _append_stack_log(self.env, f"cannot write the apt preferences file: {exc}")
+            return False
+        return self.apt_install([f"linux-headers-{self.kernel_release()}", *self.cfg.get("driver_lock", [])])
+
+    # ---- driver -------------------------------------------------------------------------------
+    def drv_ok(self, version: str) -> bool:
+        branch = version.split(".", 1)[0]
+        return branch.isdigit() and branch.isascii() and self.driver_min <= int(branch) <= self.driver_max
+
+    def branches(self) -> str:
+        return f"R{self.driver_min}-R{self.driver_max}"
+
+    def apt_driver(self) -> str:
+        """The driver from the repository, unless a driver of an accepted branch runs already."""
+        version = driver_version(self.env)
+        if self.drv_ok(version):
+            self.env.log(f"driver {version} already present")
+            return version
+        missing = [p for p in self.cfg.get("driver_packages", []) if not self.pkg_ok(p)]
+        if missing and not (self.drv_lock() and self.apt_install(missing)):
+            raise _StackAbort()
+        run_quiet(self.env, ["modprobe", "nvidia"])
+        version = driver_version(self.env)
+        if missing and not self.drv_ok(version):
+            self.env.log(f"apt installed driver {version or 'none'}, not {self.branches()}")
+            raise _StackAbort()
+        return version
+
+    def grid_driver(self) -> str:
+        """Wait for the driver the cloud's GRID extension installs (never apt's cuda-drivers here)."""
+        raw = _env_value(self.env, "GPUCLOUD_GRID_WAIT_S", str(DEFAULT_GRID_WAIT_S))
+        try:
+            wait_s = int(raw)
+        except ValueError:
+            wait_s = DEFAULT_GRID_WAIT_S
+        end = self.env.now() + wait_s
+        self.env.log("waiting for the GRID driver of the cloud's extension")
+        version = driver_version(self.env)
+        while not version:
+            if self.env.now() >= end:
+                self.env.log(f"no GRID driver after {wait_s}s")
+                raise _StackAbort()
+            if self.env.stopping():
+                raise _StackAbort()
+            self.env.sleep(GRID_POLL_S)
+            version = driver_version(self.env)
+        return version
+
+    def fabric_manager(self, version: str) -> None:
+        """The fabric manager of an NVSwitch machine, pinned to the running driver's exact version;
+        from R590 its package, like the driver's, has no branch suffix."""
+        if not version:
+            raise _StackAbort()
+        branch = version.split(".", 1)[0]
+        package = f"nvidia-fabricmanager-{branch}"
+        if not (self.pkg_ok(f"{package}={version}-*") or self.pkg_ok(f"nvidia-fabricmanager={version}-*")):
+            if branch.isdigit() and int(branch) >= 590:
+                package = "nvidia-fabricmanager"
+            if not self.apt_install([f"{package}={version}-*"]):
+                raise _StackAbort()
+        if run_quiet(self.env, ["systemctl", "enable", "--now", "nvidia-fabricmanager"]).returncode != 0:
+            self.env.log("fabric manager did not start")
+            raise _StackAbort()
+        self.env.log(f"fabric manager {version} running")
+
+    def driver(self) -> None:
+        source = self.cfg.get("driver_source", "none")
+        version = self.grid_driver() if source == "grid" else self.apt_driver()
+        if not self.drv_ok(version):
+            self.env.log(f"WARNING: driver {version or 'none'} not in {self.branches()}")
+        if self.cfg.get("fabric_manager"):
+            self.fabric_manager(version)
+
+    # ---- toolkit and framework ----------------------------------------------------------------
+    def toolkit(self) -> None:
+        """The system CUDA toolkit (found by its folder or nvcc's release) and cuDNN, where missing."""
+        cuda = str(self.cfg.get("cuda", ""))
+        missing: List[str] = []
+        root = Path(_env_value(self.env, "GPUCLOUD_CUDA_ROOT", "/usr/local"))
+        if not (root / f"cuda-{cuda}").is_dir():
+            nvcc = run_quiet(self.env, ["nvcc", "--version"], to_stack_log=False)
+            if f"release {cuda}" not in nvcc.stdout:
+                missing += self.cfg.get("cuda_packages", [])
+        missing += [p for p in self.cfg.get("cudnn_packages", []) if not self.pkg_ok(p)]
+        if missing and not self.apt_install(missing):
+            raise _StackAbort()
+
+    def framework(self) -> None:
+        """The framework's pinned wheel, unless that version (a local `+cuXXX` build included) is there."""
+        framework, want = self.cfg.get("framework", "none"), str(self.cfg.get("framework_version") or "")
+        have = framework_print(self.env, framework, "__version__", "__version__")
+        if have and (have == want or have.startswith(want + "+")):
+            self.env.log(f"{framework} {have} already installed")
+            return
+        pip_version = run_quiet(self.env, ["python3", "-m", "pip", "--version"], to_stack_log=False)
+        if pip_version.returncode != 0 and not (
+            self.apt_get("update") and self.apt_get(*APT_INSTALL, "python3-pip")
+        ):
+            raise _StackAbort()
+        pip_args = list(self.cfg.get("framework_pip", []))
+        self.env.log("pip install " + " ".join(pip_args))
+        pip = run_quiet(
+            self.env,
+            ["python3", "-m", "pip", "install", "--no-input", *pip_args],
+            extra_env={"PIP_BREAK_SYSTEM_PACKAGES": "1"},
+        )
+        if pip.returncode != 0:
+            raise _StackAbort()
+
+    def install(self) -> None:
+        if self.cfg.get("driver_source", "none") != "none":
+            self.driver()
+        if self.cfg.get("cuda_packages") or self.cfg.get("cudnn_packages"):
+            self.toolkit()
+        if self.cfg.get("framework", "none") in FRAMEWORK_IMPORT:
+            self.framework()
+
+
+def run(cfg: Mapping[str, Any], env: StageEnv) -> None:
+    """The stack stage. Raises StageFailed with the stack's one-line message; the details went to
+    stack.log (see stack_log_tail) and to the log lines written on the way."""
+    if cfg.get("skip_stack"):
+        env.log("stack install skipped on this provider (driver and CUDA are the host's)")
+        return
+    try:
+        StackInstall(cfg, env).install()
+    except (_StackAbort, OSError) as exc:
+        if isinstance(exc, OSError):
+            _append_stack_log(env, f"stack stage: {exc}")
+        raise StageFailed(stack_failed_message(cfg)) from None

@@ -1,0 +1,44 @@
+"""The stack stages' config (CLI side): what the VM checks and installs, and the GPU it expects.
+
+The agent's stack and gpu_verify stages (gpucloud/vm/agent/stack.py, gpu_check.py) read nothing
+else, so this JSON-able dict is their whole contract with the CLI. It holds the same values the bash
+template gets from render.py (its stack context, the GPU fields, the framework), built by the same
+helpers, so both paths install and check exactly the same things.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpucloud.render import gpu_tokens, stack_context
+
+if TYPE_CHECKING:
+    from gpucloud.images import NodeStack
+    from gpucloud.planner import Candidate
+    from gpucloud.providers.base import Capabilities
+    from gpucloud.stacks import Stack
+
+FRAMEWORKS = ("pytorch", "tensorflow")
+
+
+def stack_config(node: NodeStack, stack: Stack, candidate: Candidate, caps: Capabilities) -> dict[str, Any]:
+    """Everything both stages need for one node: the install plan of its image (`node`), the pinned
+    stack (driver/CUDA strings also name the stack in failure messages), the GPU model, count and
+    name tokens nvidia-smi must show, how strict that check is, and whether the provider installs a
+    stack at all (hosts that bring their own driver do not)."""
+    gpu_model = candidate.gpu or ""
+    framework = stack.framework if stack.framework in FRAMEWORKS else "none"
+    return {
+        "skip_stack": not caps.install_stack,
+        "driver": stack.driver,
+        "cuda": stack.cuda,
+        "cuda_repo": stack.cuda_repo,
+        "framework": framework,
+        "framework_version": stack.framework_version or "",
+        "framework_pip": list(stack.framework_pip) if framework != "none" else [],
+        "gpu_model": gpu_model,
+        "gpu_count": int(candidate.gpu_count if gpu_model else 0),
+        "gpu_tokens": gpu_tokens(gpu_model),
+        "gpu_check": caps.gpu_check,
+        **stack_context(node),
+    }
