@@ -74,12 +74,20 @@ class StubVm:
             (self.state / "pkgs" / name.replace("_", "-")).write_text(version)
         return self
 
+    def override(self, name: str, body: str) -> StubVm:
+        """A command that behaves differently on this VM, first on PATH (ahead of the stubs)."""
+        folder = self.tmp / "override"
+        folder.mkdir(exist_ok=True)
+        (folder / name).write_text("#!/bin/bash\n" + body)
+        (folder / name).chmod(0o755)
+        return self
+
     def env(self, cfg: dict[str, Any]) -> StageEnv:
         repo = self.tmp / "nvidia-repo" / str(cfg.get("cuda_repo", "")) / str(cfg.get("repo_arch", ""))
         repo.mkdir(parents=True, exist_ok=True)
         (repo / "cuda-keyring_1.1-1_all.deb").write_bytes(b"!<arch>\nfake keyring\n")
         environ = {
-            "PATH": f"{STUBS}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "PATH": f"{self.tmp / 'override'}:{STUBS}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "HOME": str(self.tmp),
             "LANG": "C.UTF-8",
             "GPUCLOUD_NVIDIA_REPO": (self.tmp / "nvidia-repo").as_uri(),
@@ -144,9 +152,7 @@ def config(
 ) -> dict[str, Any]:
     """The stages' config as the CLI builds it for this machine (real stack, image and capabilities)."""
     cand = candidate(cloud, gpu, count if gpu else 0, instance_type)
-    node = resolve_node(
-        stack, cloud, instance_type, cand.gpu_count, cpu_arch=cpu_arch_of(cand), job_image=job_image
-    )
+    node = resolve_node(stack, cloud, instance_type, cand.gpu_count, cpu_arch=cpu_arch_of(cand), job_image=job_image)
     return stack_config(node, stack, cand, capabilities(cloud))
 
 

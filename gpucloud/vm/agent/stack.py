@@ -17,7 +17,7 @@ import fnmatch
 import os
 import subprocess
 from pathlib import Path
-from typing import Any, List, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from gpucloud.vm.agent.stage_api import StageEnv, StageFailed
 
@@ -227,7 +227,7 @@ class StackInstall:
     def toolkit(self) -> None:
         """The system CUDA toolkit (found by its folder or nvcc's release) and cuDNN, where missing."""
         cuda = str(self.cfg.get("cuda", ""))
-        missing: List[str] = []
+        missing: list[str] = []
         root = Path(_env_value(self.env, "GPUCLOUD_CUDA_ROOT", "/usr/local"))
         if not (root / f"cuda-{cuda}").is_dir():
             nvcc = run_quiet(self.env, ["nvcc", "--version"], to_stack_log=False)
@@ -245,9 +245,7 @@ class StackInstall:
             self.env.log(f"{framework} {have} already installed")
             return
         pip_version = run_quiet(self.env, ["python3", "-m", "pip", "--version"], to_stack_log=False)
-        if pip_version.returncode != 0 and not (
-            self.apt_get("update") and self.apt_get(*APT_INSTALL, "python3-pip")
-        ):
+        if pip_version.returncode != 0 and not (self.apt_get("update") and self.apt_get(*APT_INSTALL, "python3-pip")):
             raise _StackAbort()
         pip_args = list(self.cfg.get("framework_pip", []))
         self.env.log("pip install " + " ".join(pip_args))
