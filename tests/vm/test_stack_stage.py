@@ -93,6 +93,22 @@ def test_driver_of_the_branch_already_running_is_kept(tmp_path: Path) -> None:
     assert not vm.pins_file().exists()  # nothing installed: no lock written either
 
 
+def test_a_boot_after_a_failed_or_interrupted_stack_installs_only_what_is_missing(tmp_path: Path) -> None:
+    """The stage stopped after the driver and toolkit (here: pip failed; a reboot is the same): the
+    next boot's stage (resumed) finds them and installs only the wheel."""
+    vm = StubVm(tmp_path, stub_env=dict(K80_STUB))
+    vm.override("python3", f'[[ "$*" == "-m pip install"* ]] && exit 1\nexec "{STUBS}/python3" "$@"\n')
+    _fails(vm, K80_CFG)
+    assert len(vm.apt_installs()) == 3
+    (vm.state / "calls").unlink()
+    (vm.tmp / "override" / "python3").unlink()
+    env = vm.env(K80_CFG)
+    env.resumed = True
+    stack.run(K80_CFG, env)
+    assert vm.apt_installs() == [] and not any(c.startswith("dpkg -i") for c in vm.calls())
+    assert vm.pip_installs() == [K80_PIP]
+
+
 # ---- driver branch pins -------------------------------------------------------------------------
 
 

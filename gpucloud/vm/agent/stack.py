@@ -82,8 +82,12 @@ def driver_version(env: StageEnv) -> str:
 
 
 def _append_stack_log(env: StageEnv, text: str) -> None:
-    with open(env.stack_log, "a") as out:
-        out.write(text if text.endswith("\n") else text + "\n")
+    """Best effort, like a shell's `2>>stack.log`: a work folder that cannot be written loses the text."""
+    try:
+        with open(env.stack_log, "a") as out:
+            out.write(text if text.endswith("\n") else text + "\n")
+    except OSError:
+        pass
 
 
 def _env_value(env: StageEnv, name: str, default: str) -> str:
@@ -274,7 +278,5 @@ def run(cfg: Mapping[str, Any], env: StageEnv) -> None:
         return
     try:
         StackInstall(cfg, env).install()
-    except (_StackAbort, OSError) as exc:
-        if isinstance(exc, OSError):
-            _append_stack_log(env, f"stack stage: {exc}")
+    except _StackAbort:
         raise StageFailed(stack_failed_message(cfg)) from None
