@@ -132,8 +132,9 @@ class StubVm:
         return path.read_text() if path.exists() else ""
 
 
-def candidate(cloud: str, gpu: str, count: int, instance_type: str) -> Candidate:
+def candidate(cloud: str, gpu: str, count: int, instance_type: str, arch: str = "x86_64") -> Candidate:
     return Candidate(
+        arch=arch,
         cloud=cloud,
         region="us-east-1" if cloud != "local" else "local",
         instance_type=instance_type,
@@ -148,10 +149,17 @@ def candidate(cloud: str, gpu: str, count: int, instance_type: str) -> Candidate
 
 
 def config(
-    stack: Stack, cloud: str, gpu: str, count: int, instance_type: str, *, job_image: str = "auto"
+    stack: Stack,
+    cloud: str,
+    gpu: str,
+    count: int,
+    instance_type: str,
+    *,
+    job_image: str = "auto",
+    arch: str = "x86_64",
 ) -> dict[str, Any]:
     """The stages' config as the CLI builds it for this machine (real stack, image and capabilities)."""
-    cand = candidate(cloud, gpu, count if gpu else 0, instance_type)
+    cand = candidate(cloud, gpu, count if gpu else 0, instance_type, arch)
     node = resolve_node(stack, cloud, instance_type, cand.gpu_count, cpu_arch=cpu_arch_of(cand), job_image=job_image)
     return stack_config(node, stack, cand, capabilities(cloud))
 

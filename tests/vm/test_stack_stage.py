@@ -428,9 +428,27 @@ def test_config_of_open_modules_arm64_and_vendor_images() -> None:
     b200 = config(resolve_stack("B200", StackSpec(framework="pytorch")), "aws", "B200", 8, "p6-b200.48xlarge")
     assert b200["driver_packages"] == ["nvidia-open-580"] and b200["driver_lock"] == ["nvidia-driver-pinning-580"]
     assert b200["fabric_manager"] is True
-    arm = config(resolve_stack("T4G", StackSpec(framework="pytorch")), "aws", "T4G", 1, "g5g.xlarge")
-    assert arm["repo_arch"] in ("sbsa", "x86_64")
+    assert b200["driver_min"] == 570
+    arm = config(resolve_stack("T4G", StackSpec(framework="pytorch")), "aws", "T4G", 1, "g5g.xlarge", arch="arm64")
+    assert arm["repo_arch"] == "sbsa" and arm["image_name"] == "dlami-base-oss-arm64"
+    toolkit = config(
+        resolve_stack("T4", StackSpec(framework="pytorch", cuda_toolkit=True)), "aws", "T4", 1, "g4dn.xlarge"
+    )
+    assert toolkit["cuda_packages"] == ["cuda-toolkit-12-8"] and toolkit["cudnn_packages"] == ["cudnn9-cuda-12"]
     t4 = config(resolve_stack("T4", StackSpec(framework="pytorch")), "aws", "T4", 1, "g4dn.xlarge")
     assert t4["image_name"] == "dlami-base-oss" and t4["cuda_packages"] == [] and t4["driver_min"] == 570
     none = config(resolve_stack("T4", StackSpec(framework="none")), "aws", "T4", 1, "g4dn.xlarge")
     assert none["framework"] == "none" and none["framework_pip"] == []
+
+
+def test_config_pins_the_stack_exactly() -> None:
+    """The values the bash template pins (tests/test_render.py) reach the stages unchanged."""
+    from tests.test_render import A100_TF
+
+    k80 = K80_CFG
+    assert (k80["driver_packages"], k80["driver_min"], k80["driver_max"]) == (["cuda-drivers-470"], 470, 470)
+    assert k80["cuda_packages"] == ["cuda-toolkit-11-4"] and k80["cudnn_packages"] == ["libcudnn8=8.2.4.*-1+cuda11.4"]
+    assert k80["framework_pip"] == ["torch==2.0.1", "--index-url", "https://download.pytorch.org/whl/cu117"]
+    assert k80["cuda_repo"] == "ubuntu2004"
+    tf = config(A100_TF, "azure", "A100-80GB", 8, "Standard_ND96amsr_A100_v4")
+    assert (tf["framework"], tf["gpu_tokens"], tf["gpu_count"]) == ("tensorflow", ["A100", "80GB"], 8)
