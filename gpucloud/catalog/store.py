@@ -1,18 +1,24 @@
-"""The refreshed catalog on disk: one versioned pickle under GPUCLOUD_HOME, written atomically.
+"""The refreshed catalog on disk: one versioned, indexed SQLite file under GPUCLOUD_HOME, written
+atomically.
 
-Why a pickle of plain tuples: `plan` must read tens of thousands of rows (every region of every
-cloud) well inside its 0.3 s budget. Parsing and validating a 50k-row CSV takes about a second;
-unpickling tuples and building the frozen rows takes a few tens of ms (bench/bench_plan_50k.py,
-BENCHMARKS.md). The rows were validated when the refresh built them, so loading only checks the
-format version and the GPU names. The directory carries the format version (`catalog/v1/`), so a
-newer gpucloud never misreads an older cache: it ignores it and uses the shipped CSVs.
+Why SQLite with indexes: a refreshed catalog holds every region of every cloud (tens to hundreds of
+thousands of rows), and `plan` must stay inside 0.3 s whatever its size. Reading the whole table
+(a pickle of 200k rows took half a second to load) grows with the catalog; an index on GPU, region,
+cloud and instance type lets `plan` read only the rows of the GPUs and regions the job asks for and
+count the others (bench/bench_plan_200k.py, BENCHMARKS.md). The table's columns are `Offering`'s
+fields, which are the shipped offerings.csv header, so a new column is one change in one place. The
+rows were validated when the refresh built them, so opening checks only the format version, the
+column list and the GPU names. The directory carries the format version (`catalog/v2/`), so a newer
+gpucloud never misreads an older cache: it ignores it and uses the shipped CSVs.
 """
 
 from __future__ import annotations
 
 import gc
+import json
+import math
 import os
-import pickle
+import sqlite3
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,13 +27,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucloud.catalog.models import Offering
+from gpucloud.catalog.rows import RowFilter
 
 if TYPE_CHECKING:
     from gpucloud.catalog import CatalogMeta
     from gpucloud.catalog.models import GpuModel
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_NAN = "NaN"  # how a NaN cell is stored: SQLite stores a NaN REAL as NULL
 _FIELDS = Offering._fields
+# What `plan` and `catalog` filter by; (cloud, region) also answers "the regions of a cloud" alone.
+_INDEXES = {
+    "by_gpu": ("gpu", "gpu_count"),
+    "by_region": ("region",),
+    "by_cloud": ("cloud", "region"),
+    "by_type": ("instance_type",),
+}
 
 
 @contextmanager
@@ -46,15 +61,79 @@ def gc_paused() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Cached:
-    offerings: tuple[Offering, ...]
+    rows: IndexedRows
     meta: CatalogMeta
 
 
 def cache_file() -> Path:
-    """$GPUCLOUD_HOME/catalog/v<format>/catalog.pickle"""
+    """$GPUCLOUD_HOME/catalog/v<format>/catalog.sqlite"""
     from gpucloud.state import home_dir
 
-    return home_dir() / "catalog" / f"v{FORMAT_VERSION}" / "catalog.pickle"
+    return home_dir() / "catalog" / f"v{FORMAT_VERSION}" / "catalog.sqlite"
+
+
+def _where(where: RowFilter) -> tuple[str, list[object]]:
+    """The SQL condition and its parameters for a filter (column names are Offering's fields)."""
+    parts: list[str] = []
+    args: list[object] = []
+
+    def member(column: str, values: frozenset[str], negate: bool = False) -> None:
+        parts.append(f"{column} {'NOT ' if negate else ''}IN ({', '.join('?' * len(values))})")
+        args.extend(sorted(values))
+
+    if where.clouds is not None:
+        member("cloud", where.clouds)
+    if where.regions is not None:
+        member("region", where.regions, negate=where.outside_regions)
+    if where.gpus is not None:
+        member("gpu", where.gpus)
+    if where.instance_type is not None:
+        parts.append("instance_type = ?")
+        args.append(where.instance_type)
+    return (" WHERE " + " AND ".join(parts) if parts else ""), args
+
+
+class IndexedRows:
+    """The rows of a catalog file, read by filter through its indexes; the whole table only when a
+    caller asks for every row (`catalog`, `--json` exclusions, a refresh)."""
+
+    def __init__(self, conn: sqlite3.Connection, total: int, nan_columns: tuple[int, ...] = ()) -> None:
+        self._conn, self._total, self._nan_columns = conn, total, nan_columns
+        self._all: tuple[Offering, ...] | None = None
+
+    def _make(self, values: tuple[object, ...]) -> Offering:
+        """A row from its stored values; a NaN stored as text (SQLite would turn it into NULL) is
+        a NaN again, so the planner's price check sees what the refresh wrote."""
+        if self._nan_columns and any(values[i] == _NAN for i in self._nan_columns):
+            values = tuple(math.nan if v == _NAN and i in self._nan_columns else v for i, v in enumerate(values))
+        return Offering._make(values)
+
+    def __len__(self) -> int:
+        return self._total
+
+    def all(self) -> tuple[Offering, ...]:
+        if self._all is None:
+            with gc_paused():
+                make = self._make if self._nan_columns else Offering._make
+                self._all = tuple(map(make, self._conn.execute("SELECT * FROM offerings ORDER BY rowid")))
+        return self._all
+
+    def select(self, where: RowFilter, limit: int | None = None) -> list[tuple[int, Offering]]:
+        cond, args = _where(where)
+        sql = f"SELECT rowid, * FROM offerings{cond} ORDER BY rowid"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        make = self._make if self._nan_columns else Offering._make
+        with gc_paused():
+            return [(r[0], make(r[1:])) for r in self._conn.execute(sql, args)]
+
+    def count(self, where: RowFilter) -> int:
+        cond, args = _where(where)
+        return int(self._conn.execute(f"SELECT count(*) FROM offerings{cond}", args).fetchone()[0])
+
+    def regions(self, cloud: str) -> list[str]:
+        sql = "SELECT DISTINCT region FROM offerings WHERE cloud = ? ORDER BY region"
+        return [r[0] for r in self._conn.execute(sql, (cloud,))]
 
 
 def read(path: str, gpus: dict[str, GpuModel]) -> Cached | str | None:
@@ -62,27 +141,35 @@ def read(path: str, gpus: dict[str, GpuModel]) -> Cached | str | None:
     caller falls back to the shipped CSVs and says why)."""
     from gpucloud.catalog import CatalogMeta
 
-    try:
-        with open(path, "rb") as fh, gc_paused():
-            doc = pickle.load(fh)  # noqa: S301 - our own file in the user's own data directory
-    except FileNotFoundError:
+    if not path or not os.path.exists(path):
         return None
-    except Exception as exc:  # noqa: BLE001 - any damage means "do not use it"
-        return f"refreshed catalog {path} is unreadable ({type(exc).__name__}); using the shipped data"
-    if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION or doc.get("fields") != _FIELDS:
-        return f"refreshed catalog {path} has another format; using the shipped data (run `gpucloud catalog refresh`)"
     try:
-        with gc_paused():
-            rows = tuple(map(Offering._make, doc["rows"]))
-        if rows and len(rows[0]) != len(_FIELDS):
-            raise TypeError("row width")
-    except TypeError:
-        return f"refreshed catalog {path} has malformed rows; using the shipped data"
-    unknown = {o.gpu for o in rows} - set(gpus)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        doc = dict(conn.execute("SELECT key, value FROM meta").fetchall()) if version == FORMAT_VERSION else {}
+    except sqlite3.Error as exc:
+        return f"refreshed catalog {path} is unreadable ({type(exc).__name__}); using the shipped data"
+    try:
+        fields = tuple(json.loads(doc.get("fields", "null")) or ())
+        if version != FORMAT_VERSION or fields != _FIELDS:
+            conn.close()
+            return (
+                f"refreshed catalog {path} has another format; using the shipped data (run `gpucloud catalog refresh`)"
+            )
+        names = {r[0] for r in conn.execute("SELECT DISTINCT gpu FROM offerings")}
+        total = int(json.loads(doc["rows"]))
+        nan_columns = tuple(int(i) for i in json.loads(doc.get("nan_columns", "[]")))
+    except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
+        conn.close()
+        return f"refreshed catalog {path} has malformed rows ({type(exc).__name__}); using the shipped data"
+    unknown = names - set(gpus)
     if unknown:
+        conn.close()
         return f"refreshed catalog {path} names GPUs this version does not know ({', '.join(sorted(unknown))})"
-    meta = CatalogMeta(origin="refreshed", created_at=doc.get("created_at"), clouds=doc.get("clouds", {}))
-    return Cached(offerings=rows, meta=meta)
+    meta = CatalogMeta(
+        origin="refreshed", created_at=json.loads(doc.get("created_at", "null")), clouds=json.loads(doc["clouds"])
+    )
+    return Cached(rows=IndexedRows(conn, total, nan_columns), meta=meta)
 
 
 def write(
@@ -95,18 +182,33 @@ def write(
     """Write atomically: a temporary file in the same directory, fsync, then rename over the old
     one, so a crash or a second refresh never leaves a half-written cache for `plan` to read."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    nan_columns = sorted({i for o in offerings for i, v in enumerate(o) if isinstance(v, float) and math.isnan(v)})
+    if nan_columns:
+        offerings = [tuple(_NAN if i in nan_columns and v != v else v for i, v in enumerate(o)) for o in offerings]  # type: ignore[misc]
     doc = {
-        "version": FORMAT_VERSION,
-        "fields": _FIELDS,
+        "fields": list(_FIELDS),
         "created_at": created_at,
         "clouds": clouds,
-        "rows": [tuple(o) for o in offerings],
+        "rows": len(offerings),
+        "nan_columns": nan_columns,
     }
     fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(doc, fh, protocol=pickle.HIGHEST_PROTOCOL)
-            fh.flush()
+        conn = sqlite3.connect(tmp)
+        try:
+            conn.execute("PRAGMA journal_mode = OFF")
+            conn.execute(f"CREATE TABLE offerings ({', '.join(_FIELDS)})")  # no types: values kept as given
+            conn.executemany(f"INSERT INTO offerings VALUES ({', '.join('?' * len(_FIELDS))})", offerings)
+            for name, columns in _INDEXES.items():
+                conn.execute(f"CREATE INDEX {name} ON offerings ({', '.join(columns)})")
+            conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+            conn.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in doc.items()])
+            conn.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
+            conn.commit()
+        finally:
+            conn.close()
+        with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
