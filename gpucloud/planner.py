@@ -306,10 +306,12 @@ def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: 
         return None
     # A region of a cloud the job does not allow is harmless (`regions: [us-east-1, eastus]` with
     # `--cloud azure`); only a name no cloud knows is a typo worth stopping for.
-    known = sorted({r for c in providers.priced_clouds() for r in cat.regions(c)})
+    priced = frozenset(providers.priced_clouds())
     for name in wanted:
-        if name not in known:
+        if not cat.rows.count(RowFilter(clouds=priced, regions=frozenset((name,)))):
             import difflib
+
+            known = sorted({r for c in priced for r in cat.regions(c)})
 
             close = difflib.get_close_matches(name, known, n=3)
             where = "--region" if region else f"{_where(spec)}resources.regions"

@@ -14,6 +14,8 @@ gpucloud never misreads an older cache: it ignores it and uses the shipped CSVs.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import gc
 import json
 import math
@@ -97,8 +99,9 @@ class IndexedRows:
     """The rows of a catalog file, read by filter through its indexes; the whole table only when a
     caller asks for every row (`catalog`, `--json` exclusions, a refresh)."""
 
-    def __init__(self, conn: sqlite3.Connection, total: int, nan_columns: tuple[int, ...] = ()) -> None:
-        self._conn, self._total, self._nan_columns = conn, total, nan_columns
+    def __init__(self, conn: sqlite3.Connection, cloud_rows: dict[str, int], nan_columns: tuple[int, ...] = ()) -> None:
+        self._conn, self._cloud_rows, self._nan_columns = conn, cloud_rows, nan_columns
+        self._total = sum(cloud_rows.values())
         self._all: tuple[Offering, ...] | None = None
 
     def _make(self, values: tuple[object, ...]) -> Offering:
@@ -128,6 +131,10 @@ class IndexedRows:
             return [(r[0], make(r[1:])) for r in self._conn.execute(sql, args)]
 
     def count(self, where: RowFilter) -> int:
+        if where.outside_regions and where.clouds is not None and where.gpus is None and not where.instance_type:
+            # the rows of these clouds (known from the write) less those in the regions (an index lookup)
+            inside = self.count(dataclasses.replace(where, outside_regions=False))
+            return sum(self._cloud_rows.get(c, 0) for c in where.clouds) - inside
         cond, args = _where(where)
         return int(self._conn.execute(f"SELECT count(*) FROM offerings{cond}", args).fetchone()[0])
 
@@ -156,8 +163,8 @@ def read(path: str, gpus: dict[str, GpuModel]) -> Cached | str | None:
             return (
                 f"refreshed catalog {path} has another format; using the shipped data (run `gpucloud catalog refresh`)"
             )
-        names = {r[0] for r in conn.execute("SELECT DISTINCT gpu FROM offerings")}
-        total = int(json.loads(doc["rows"]))
+        names = set(json.loads(doc["gpus"]))
+        cloud_rows = {str(c): int(n) for c, n in json.loads(doc["cloud_rows"]).items()}
         nan_columns = tuple(int(i) for i in json.loads(doc.get("nan_columns", "[]")))
     except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
         conn.close()
@@ -169,7 +176,7 @@ def read(path: str, gpus: dict[str, GpuModel]) -> Cached | str | None:
     meta = CatalogMeta(
         origin="refreshed", created_at=json.loads(doc.get("created_at", "null")), clouds=json.loads(doc["clouds"])
     )
-    return Cached(rows=IndexedRows(conn, total, nan_columns), meta=meta)
+    return Cached(rows=IndexedRows(conn, cloud_rows, nan_columns), meta=meta)
 
 
 def write(
@@ -189,7 +196,8 @@ def write(
         "fields": list(_FIELDS),
         "created_at": created_at,
         "clouds": clouds,
-        "rows": len(offerings),
+        "cloud_rows": dict(collections.Counter(o[_FIELDS.index("cloud")] for o in offerings)),
+        "gpus": sorted({o[_FIELDS.index("gpu")] for o in offerings}),
         "nan_columns": nan_columns,
     }
     fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".tmp", dir=path.parent)
