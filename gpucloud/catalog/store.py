@@ -20,7 +20,6 @@ import gc
 import json
 import math
 import os
-import sqlite3
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +31,8 @@ from gpucloud.catalog.models import Offering
 from gpucloud.catalog.rows import RowFilter
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from gpucloud.catalog import CatalogMeta
     from gpucloud.catalog.models import GpuModel
 
@@ -150,6 +151,7 @@ def read(path: str, gpus: dict[str, GpuModel]) -> Cached | str | None:
 
     if not path or not os.path.exists(path):
         return None
+    import sqlite3  # only when there is a refreshed catalog to read
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -200,6 +202,8 @@ def write(
         "gpus": sorted({o[_FIELDS.index("gpu")] for o in offerings}),
         "nan_columns": nan_columns,
     }
+    import sqlite3
+
     fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
