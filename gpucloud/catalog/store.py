@@ -21,7 +21,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +152,7 @@ def read(path: str, gpus: dict[str, GpuModel]) -> Cached | str | None:
     if not path or not os.path.exists(path):
         return None
     import sqlite3  # only when there is a refreshed catalog to read
+
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -192,16 +193,17 @@ def write(
     one, so a crash or a second refresh never leaves a half-written cache for `plan` to read."""
     path.parent.mkdir(parents=True, exist_ok=True)
     nan_columns = sorted({i for o in offerings for i, v in enumerate(o) if isinstance(v, float) and math.isnan(v)})
-    if nan_columns:
-        offerings = [tuple(_NAN if i in nan_columns and v != v else v for i, v in enumerate(o)) for o in offerings]  # type: ignore[misc]
     doc = {
         "fields": list(_FIELDS),
         "created_at": created_at,
         "clouds": clouds,
-        "cloud_rows": dict(collections.Counter(o[_FIELDS.index("cloud")] for o in offerings)),
-        "gpus": sorted({o[_FIELDS.index("gpu")] for o in offerings}),
+        "cloud_rows": dict(collections.Counter(o.cloud for o in offerings)),
+        "gpus": sorted({o.gpu for o in offerings}),
         "nan_columns": nan_columns,
     }
+    values: Iterable[tuple[object, ...]] = offerings
+    if nan_columns:
+        values = [tuple(_NAN if i in nan_columns and v != v else v for i, v in enumerate(o)) for o in offerings]
     import sqlite3
 
     fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".tmp", dir=path.parent)
@@ -211,7 +213,7 @@ def write(
         try:
             conn.execute("PRAGMA journal_mode = OFF")
             conn.execute(f"CREATE TABLE offerings ({', '.join(_FIELDS)})")  # no types: values kept as given
-            conn.executemany(f"INSERT INTO offerings VALUES ({', '.join('?' * len(_FIELDS))})", offerings)
+            conn.executemany(f"INSERT INTO offerings VALUES ({', '.join('?' * len(_FIELDS))})", values)
             for name, columns in _INDEXES.items():
                 conn.execute(f"CREATE INDEX {name} ON offerings ({', '.join(columns)})")
             conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
