@@ -35,8 +35,9 @@ class Exclusion(NamedTuple):
 
 
 class QuickReasons:
-    """The reasons that exclude most rows of a large catalog (another cloud, region, instance type or
-    GPU), each formatted once and reused: the same text the planner's full check gives for them."""
+    """The reasons that exclude most rows of a large catalog (another cloud, region, instance type,
+    GPU or GPU count), the first four formatted once per value and reused: the same text the
+    planner's full check gives for them, in the same order."""
 
     def __init__(
         self, spec: JobSpec, gpu: str | None, variants: frozenset[str], clouds: list[str], regions: set[str] | None
@@ -47,6 +48,8 @@ class QuickReasons:
         self.gpu = gpu
         self.variants = variants
         self.fixed_type = spec.resources.instance_type or ""
+        request = spec.resources.gpu
+        self.count = request.count if request and gpu and not self.fixed_type else None
         self.allowed = ", ".join(clouds)
         self.region_list = ", ".join(sorted(regions)) if regions is not None else ""
         self.memo: dict[tuple[int, str], str] = {}
@@ -58,6 +61,7 @@ class QuickReasons:
             clouds=self.clouds,
             regions=frozenset(self.regions) if self.regions is not None else None,
             gpus=self.variants if self.gpu and not self.fixed_type else None,
+            gpu_count=self.count,
             instance_type=self.fixed_type or None,
         )
 
@@ -81,6 +85,8 @@ class QuickReasons:
             if hit is None:
                 hit = memo[(2, off.gpu)] = f"has {off.gpu}, job asks for {self.gpu}"
             return hit
+        if self.count is not None and off.gpu_count != self.count:
+            return f"has {off.gpu_count} × {off.gpu} per node, job asks for {self.count}"
         return None
 
 

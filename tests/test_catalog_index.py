@@ -15,7 +15,7 @@ import pytest
 
 from gpucloud.catalog import load_catalog, shipped_catalog, store
 from gpucloud.catalog.rows import MemoryRows, RowFilter
-from gpucloud.plan_rows import Exclusions, listed_exclusions
+from gpucloud.plan_rows import Exclusion, Exclusions, listed_exclusions
 from gpucloud.planner import make_plan
 from gpucloud.spec import load_spec
 
@@ -66,9 +66,30 @@ def test_the_index_plans_as_the_rows_in_memory(shape: str, job: str, tmp_path: P
     assert list(from_index.excluded) == every and len(from_index.excluded) == len(every)
     candidate_rows = {(c.cloud, c.region, c.instance_type) for c in from_index.candidates}
     assert len(candidate_rows) + len(every) == len(rows)  # every row is a candidate or excluded, once
+    assert every == _checked_one_by_one(spec, memory)
     expected = [e for e in every if not e.reason.startswith(HIDDEN)]
     assert (short, relevant) == (expected[:8], len(expected))
     assert printed == _printed(from_memory)
+
+
+def _checked_one_by_one(spec: object, cat: object) -> list[Exclusion]:
+    """The exclusions of a check of every row by the planner's full check, in catalog order."""
+    from gpucloud import providers
+    from gpucloud.planner import _exclusion_reason, _priced_options, _requested_gpu
+
+    res = spec.resources  # type: ignore[attr-defined]
+    clouds = [c for c in res.cloud if providers.info(c).priced]
+    regions = set(res.regions) if res.regions else None
+    gpu = _requested_gpu(spec, cat)  # type: ignore[arg-type]
+    variants = frozenset(cat.members(gpu)) if gpu else frozenset()  # type: ignore[attr-defined]
+    out = []
+    for off in cat.offerings:  # type: ignore[attr-defined]
+        reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions)  # type: ignore[arg-type]
+        if reason is None:
+            reason = _priced_options(off, spec, res.spot)[1]  # type: ignore[arg-type]
+        if reason is not None:
+            out.append(Exclusion(off.cloud, off.region, off.instance_type, reason))
+    return out
 
 
 def test_a_nan_price_survives_the_file() -> None:

@@ -25,6 +25,7 @@ class RowFilter:
     clouds: frozenset[str] | None = None
     regions: frozenset[str] | None = None
     gpus: frozenset[str] | None = None
+    gpu_count: int | None = None
     instance_type: str | None = None
     outside_regions: bool = False
 
@@ -34,6 +35,8 @@ class RowFilter:
         if self.regions is not None and (o.region in self.regions) == self.outside_regions:
             return False
         if self.gpus is not None and o.gpu not in self.gpus:
+            return False
+        if self.gpu_count is not None and o.gpu_count != self.gpu_count:
             return False
         return self.instance_type is None or o.instance_type == self.instance_type
 

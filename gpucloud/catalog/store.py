@@ -41,7 +41,7 @@ _NAN = "NaN"  # how a NaN cell is stored: SQLite stores a NaN REAL as NULL
 _FIELDS = Offering._fields
 # What `plan` and `catalog` filter by; (cloud, region) also answers "the regions of a cloud" alone.
 _INDEXES = {
-    "by_gpu": ("gpu", "gpu_count"),
+    "by_gpu": ("gpu", "region"),
     "by_region": ("region",),
     "by_cloud": ("cloud", "region"),
     "by_type": ("instance_type",),
@@ -90,6 +90,9 @@ def _where(where: RowFilter) -> tuple[str, list[object]]:
         member("region", where.regions, negate=where.outside_regions)
     if where.gpus is not None:
         member("gpu", where.gpus)
+    if where.gpu_count is not None:
+        parts.append("gpu_count = ?")
+        args.append(where.gpu_count)
     if where.instance_type is not None:
         parts.append("instance_type = ?")
         args.append(where.instance_type)
@@ -132,7 +135,9 @@ class IndexedRows:
             return [(r[0], make(r[1:])) for r in self._conn.execute(sql, args)]
 
     def count(self, where: RowFilter) -> int:
-        if where.outside_regions and where.clouds is not None and where.gpus is None and not where.instance_type:
+        if where.outside_regions and where.clouds is not None and where == RowFilter(
+            clouds=where.clouds, regions=where.regions, outside_regions=True
+        ):
             # the rows of these clouds (known from the write) less those in the regions (an index lookup)
             inside = self.count(dataclasses.replace(where, outside_regions=False))
             return sum(self._cloud_rows.get(c, 0) for c in where.clouds) - inside
