@@ -15,13 +15,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from paired import REPO, compile_package, gpucloud_cmd, load_text, run_paired  # noqa: E402
+from paired import NEUTRAL_CWD, REPO, compile_package, gpucloud_cmd, load_text, run_paired  # noqa: E402
 
 ROWS = (
     ("gpucloud --help", ("--help",), 0.15),
     ("gpucloud version", ("version",), 0.10),
-    ("gpucloud plan examples/t4-any-cloud.yaml", ("plan", "examples/t4-any-cloud.yaml"), 0.30),
-    ("gpucloud plan --json examples/a100-azure.yaml", ("plan", "--json", "examples/a100-azure.yaml"), 0.30),
+    ("gpucloud plan examples/t4-any-cloud.yaml", ("plan", str(REPO / "examples/t4-any-cloud.yaml")), 0.30),
+    ("gpucloud plan --json examples/a100-azure.yaml", ("plan", "--json", str(REPO / "examples/a100-azure.yaml")), 0.30),
 )
 
 
@@ -33,7 +33,7 @@ def sdk_modules_imported(args: list[str]) -> list[str]:
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'boto3', 'botocore', 'azure'})\n"
         "print(','.join(bad), file=sys.stderr)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code, *args], cwd=NEUTRAL_CWD, capture_output=True, text=True)
     last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
     return [m for m in last.split(",") if m]
 

@@ -87,22 +87,25 @@ def counts(replicas: int, shape: str, job: str, folder: Path) -> tuple[int, int,
 
 
 def catalog_ms(spec_path: Path, samples: int) -> list[float]:
-    """Open the catalog file and read the job's rows through its index, `samples` times (cold:
-    the per-process cache is cleared each time)."""
+    """Open the catalog file and read the rows `plan` reads for the job (the planner's own filter),
+    `samples` times (cold: the per-process cache is cleared each time)."""
+    from gpucloud import providers
     from gpucloud.catalog import load_catalog
-    from gpucloud.catalog.rows import RowFilter
+    from gpucloud.plan_rows import QuickReasons
+    from gpucloud.planner import _allowed_regions, _requested_gpu
     from gpucloud.spec import load_spec
 
     spec = load_spec(spec_path)
-    res = spec.resources
     out = []
     for _ in range(samples):
         load_catalog.cache_clear()  # type: ignore[attr-defined]
         t0 = time.perf_counter()
         cat = load_catalog()
-        gpus = frozenset(cat.members(cat.resolve(res.gpu.model) or "")) if res.gpu else None
-        regions = frozenset(res.regions) if res.regions else None
-        cat.rows.select(RowFilter(clouds=frozenset(res.cloud), regions=regions, gpus=gpus))
+        clouds = [c for c in spec.resources.cloud if providers.info(c).priced]
+        gpu = _requested_gpu(spec, cat)
+        variants = frozenset(cat.members(gpu)) if gpu else frozenset()
+        where = QuickReasons(spec, gpu, variants, clouds, _allowed_regions(spec, None, clouds, cat)).where
+        cat.rows.select(where)
         out.append((time.perf_counter() - t0) * 1000)
     return out
 

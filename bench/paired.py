@@ -11,6 +11,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE = (sys.executable, "-c", "pass")
+# Commands run from an empty folder, so `python -m gpucloud` imports the installed package (a plain
+# install from a clean clone, or an editable one), never a source tree that happens to be the cwd.
+NEUTRAL_CWD = Path(tempfile.mkdtemp(prefix="gpucloud-bench-cwd-"))
 
 
 def compile_package() -> None:
@@ -56,7 +60,7 @@ class Paired:
 
 
 def run_paired(
-    label: str, cmd: Sequence[str], runs: int, env: dict[str, str] | None = None, cwd: Path = REPO
+    label: str, cmd: Sequence[str], runs: int, env: dict[str, str] | None = None, cwd: Path = NEUTRAL_CWD
 ) -> Paired:
     """`runs` samples of `cmd` and of the baseline, alternating (A B A B), after one unrecorded
     warm-up of each."""
