@@ -1,15 +1,17 @@
 """The refreshed catalog on disk: one versioned, indexed SQLite file under GPUCLOUD_HOME, written
 atomically.
 
-Why SQLite with indexes: a refreshed catalog holds every region of every cloud (tens to hundreds of
-thousands of rows), and `plan` must stay inside 0.3 s whatever its size. Reading the whole table
-(a pickle of 200k rows took half a second to load) grows with the catalog; an index on GPU, region,
-cloud and instance type lets `plan` read only the rows of the GPUs and regions the job asks for and
-count the others (bench/bench_plan_200k.py, BENCHMARKS.md). The table's columns are `Offering`'s
-fields, which are the shipped offerings.csv header, so a new column is one change in one place. The
-rows were validated when the refresh built them, so opening checks only the format version, the
-column list and the GPU names. The directory carries the format version (`catalog/v2/`), so a newer
-gpucloud never misreads an older cache: it ignores it and uses the shipped CSVs.
+Why SQLite, keyed and indexed: a refreshed catalog holds every region of every cloud (tens to
+hundreds of thousands of rows), and `plan` must stay inside 0.3 s whatever its size. Building every
+row in Python costs about half a second at 200k rows however they are stored; stored in the order of
+(GPU, GPU count, region) with indexes on cloud, region and instance type, the file lets `plan` read
+only the rows of the GPU, count and regions the job asks for and count the others
+(bench/bench_plan_rows.py, BENCHMARKS.md). The table's columns are `Offering`'s fields, which are
+the shipped offerings.csv header, so a new column is one change in one place. The rows were
+validated when the refresh built them, so opening checks only the format version, the column list
+and the GPU names (kept in the `meta` table with the row count per cloud: opening reads no row).
+The directory carries the format version (`catalog/v2/`), so a newer gpucloud never misreads an
+older cache: it ignores it and uses the shipped CSVs.
 """
 
 from __future__ import annotations
@@ -39,13 +41,12 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 2
 _NAN = "NaN"  # how a NaN cell is stored: SQLite stores a NaN REAL as NULL
 _FIELDS = Offering._fields
-# What `plan` and `catalog` filter by; (cloud, region) also answers "the regions of a cloud" alone.
-_INDEXES = {
-    "by_gpu": ("gpu", "region"),
-    "by_region": ("region",),
-    "by_cloud": ("cloud", "region"),
-    "by_type": ("instance_type",),
-}
+# The table is stored in the order of its key: the rows of one GPU and count, region by region,
+# lie together on disk, so the rows a job asks for are read in a few runs of pages (the
+# catalog's own order is the `ordinal` column). Other filters go through an index.
+_KEY = ("gpu", "gpu_count", "region", "ordinal")
+_INDEXES = {"by_cloud": ("cloud", "region"), "by_region": ("region",), "by_type": ("instance_type",)}
+_COLUMNS = ", ".join(_FIELDS)
 
 
 @contextmanager
@@ -122,12 +123,12 @@ class IndexedRows:
         if self._all is None:
             with gc_paused():
                 make = self._make if self._nan_columns else Offering._make
-                self._all = tuple(map(make, self._conn.execute("SELECT * FROM offerings ORDER BY rowid")))
+                self._all = tuple(map(make, self._conn.execute(f"SELECT {_COLUMNS} FROM offerings ORDER BY ordinal")))
         return self._all
 
     def select(self, where: RowFilter, limit: int | None = None) -> list[tuple[int, Offering]]:
         cond, args = _where(where)
-        sql = f"SELECT rowid, * FROM offerings{cond} ORDER BY rowid"
+        sql = f"SELECT ordinal, {_COLUMNS} FROM offerings{cond} ORDER BY ordinal"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         make = self._make if self._nan_columns else Offering._make
@@ -135,8 +136,10 @@ class IndexedRows:
             return [(r[0], make(r[1:])) for r in self._conn.execute(sql, args)]
 
     def count(self, where: RowFilter) -> int:
-        if where.outside_regions and where.clouds is not None and where == RowFilter(
-            clouds=where.clouds, regions=where.regions, outside_regions=True
+        if (
+            where.outside_regions
+            and where.clouds is not None
+            and where == RowFilter(clouds=where.clouds, regions=where.regions, outside_regions=True)
         ):
             # the rows of these clouds (known from the write) less those in the regions (an index lookup)
             inside = self.count(dataclasses.replace(where, outside_regions=False))
@@ -217,8 +220,13 @@ def write(
         conn = sqlite3.connect(tmp)
         try:
             conn.execute("PRAGMA journal_mode = OFF")
-            conn.execute(f"CREATE TABLE offerings ({', '.join(_FIELDS)})")  # no types: values kept as given
-            conn.executemany(f"INSERT INTO offerings VALUES ({', '.join('?' * len(_FIELDS))})", values)
+            conn.execute(  # no column types: values are kept as given
+                f"CREATE TABLE offerings (ordinal, {_COLUMNS}, PRIMARY KEY ({', '.join(_KEY)})) WITHOUT ROWID"
+            )
+            conn.executemany(
+                f"INSERT INTO offerings VALUES (?, {', '.join('?' * len(_FIELDS))})",
+                ((i, *row) for i, row in enumerate(values, 1)),
+            )
             for name, columns in _INDEXES.items():
                 conn.execute(f"CREATE INDEX {name} ON offerings ({', '.join(columns)})")
             conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
