@@ -45,7 +45,12 @@ _FIELDS = Offering._fields
 # lie together on disk, so the rows a job asks for are read in a few runs of pages (the
 # catalog's own order is the `ordinal` column). Other filters go through an index.
 _KEY = ("gpu", "gpu_count", "region", "ordinal")
-_INDEXES = {"by_cloud": ("cloud", "region"), "by_region": ("region",), "by_type": ("instance_type",)}
+_INDEXES = {
+    "by_cloud": ("cloud", "region"),
+    "by_region": ("region",),
+    "by_type": ("instance_type",),
+    "by_ordinal": ("ordinal",),  # the first few rows a region constraint excludes, in catalog order
+}
 _COLUMNS = ", ".join(_FIELDS)
 
 
@@ -128,7 +133,10 @@ class IndexedRows:
 
     def select(self, where: RowFilter, limit: int | None = None) -> list[tuple[int, Offering]]:
         cond, args = _where(where)
-        sql = f"SELECT ordinal, {_COLUMNS} FROM offerings{cond} ORDER BY ordinal"
+        # The first few rows outside the job's regions are most rows: walk the catalog order and
+        # stop, rather than gather every one of them to sort.
+        walk = " INDEXED BY by_ordinal" if where.outside_regions and limit is not None else ""
+        sql = f"SELECT ordinal, {_COLUMNS} FROM offerings{walk}{cond} ORDER BY ordinal"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
         make = self._make if self._nan_columns else Offering._make
