@@ -58,7 +58,7 @@ _COLUMNS = ", ".join(_FIELDS)
 def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while tens of thousands of rows are built: the rows hold
     no cycles, and every collection would walk all of them again (measured: the rows' build took
-    3.5 x longer with the collector running, bench/bench_plan_50k.py)."""
+    3.5 x longer with the collector running, bench/bench_plan_rows.py)."""
     was = gc.isenabled()
     gc.disable()
     try:
