@@ -1,65 +1,53 @@
-"""CLI start-up and planning speed: medians of N runs of `gpucloud --help`, `gpucloud version` and
-`gpucloud plan examples/t4-any-cloud.yaml`, plus a check that --help/version import no cloud SDK.
+"""CLI start-up and planning on the shipped catalog: `--help`, `version`, `plan` of two examples, each
+paired with `python -c pass` in the same run (bench/paired.py: bytecode compiled first, A B A B,
+min/median/max, ratio of medians, load average), plus the count of cloud-SDK modules `--help` and
+`version` import (0 expected).
 
-Run: python bench/bench_cli.py [--runs 9]   (from the repo root, with gpucloud installed)
+Run: python bench/bench_cli.py [--runs 9]   (from the repo root; gpucloud installed, or this tree)
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from paired import NEUTRAL_CWD, REPO, compile_package, gpucloud_cmd, load_text, run_paired  # noqa: E402
 
-def median_wall(cmd: list[str], runs: int) -> float:
-    env = {**os.environ, "CI": "true"}
-    times = []
-    for _ in range(runs + 1):  # the first run warms the page cache and .pyc files; not counted
-        start = time.perf_counter()
-        subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+ROWS = (
+    ("gpucloud --help", ("--help",), 0.15),
+    ("gpucloud version", ("version",), 0.10),
+    ("gpucloud plan examples/t4-any-cloud.yaml", ("plan", str(REPO / "examples/t4-any-cloud.yaml")), 0.30),
+    ("gpucloud plan --json examples/a100-azure.yaml", ("plan", "--json", str(REPO / "examples/a100-azure.yaml")), 0.30),
+)
 
 
 def sdk_modules_imported(args: list[str]) -> list[str]:
     code = (
         "import sys; sys.argv = ['gpucloud', *sys.argv[1:]]\n"
-        "from gpucloud.cli import app\n"
-        "try:\n    app()\nexcept SystemExit:\n    pass\n"
+        "from gpucloud.entry import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'boto3', 'botocore', 'azure'})\n"
         "print(','.join(bad), file=sys.stderr)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True)
-    return [m for m in out.stderr.strip().splitlines()[-1].split(",") if m] if out.stderr.strip() else []
+    out = subprocess.run([sys.executable, "-c", code, *args], cwd=NEUTRAL_CWD, capture_output=True, text=True)
+    last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
+    return [m for m in last.split(",") if m]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=9)
     args = parser.parse_args()
-    exe = shutil.which("gpucloud")
-    if exe is None:
-        sys.exit("gpucloud is not on PATH: pip install . first")
-    rows = [
-        ("gpucloud --help", [exe, "--help"], 0.25),
-        ("gpucloud version", [exe, "version"], 0.20),
-        ("gpucloud plan examples/t4-any-cloud.yaml", [exe, "plan", "examples/t4-any-cloud.yaml"], 0.60),
-        ("gpucloud plan --json examples/a100-azure.yaml", [exe, "plan", "--json", "examples/a100-azure.yaml"], 0.60),
-    ]
-    print(f"{'command':45} {'median s':>9} {'target':>7}  runs={args.runs}")
-    for label, cmd, target in rows:
-        m = median_wall(cmd, args.runs)
-        print(f"{label:45} {m:9.3f} {target:7.2f}  {'ok' if m <= target else 'OVER'}")
+    compile_package()
+    print(f"runs={args.runs}; {load_text()}")
+    for label, argv, target in ROWS:
+        print(run_paired(label, gpucloud_cmd(*argv), args.runs).line(target) + f"  [{load_text()}]")
     for argv in (["--help"], ["version"]):
-        mods = sdk_modules_imported(argv)
-        print(f"cloud SDK modules imported by `gpucloud {' '.join(argv)}`: {len(mods)}")
+        print(f"cloud SDK modules imported by `gpucloud {' '.join(argv)}`: {len(sdk_modules_imported(argv))}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import csv
 import fnmatch
 import functools
 import io
+import re
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import TYPE_CHECKING
@@ -132,9 +133,12 @@ class NodeStack:
         }
 
 
-def _data(name: str) -> list[dict[str, str]]:
+@functools.cache
+def _data(name: str) -> tuple[dict[str, str], ...]:
+    """A shipped data file's rows, read once per process: a plan over a large catalog asks for the
+    features of thousands of instance types (rows are read, never changed)."""
     text = files("gpucloud.catalog").joinpath("data", name).read_text(encoding="utf-8")
-    return list(csv.DictReader(io.StringIO(text)))
+    return tuple(csv.DictReader(io.StringIO(text)))
 
 
 def _split(value: str) -> tuple[str, ...]:
@@ -176,15 +180,21 @@ def load_images() -> tuple[Image, ...]:
 
 def vm_features(cloud: str, instance_type: str, gpu_count: int) -> frozenset[str]:
     """{"nvswitch", "grid"} as vm_features.csv says for this instance type and GPU count."""
-    found = set()
-    for row in _data("vm_features.csv"):
-        if (
-            row["cloud"] == cloud
-            and gpu_count >= int(row["min_gpus"])
-            and fnmatch.fnmatch(instance_type.lower(), row["instance_pattern"].lower())
-        ):
-            found.add(row["feature"])
-    return frozenset(found)
+    name = instance_type.lower()
+    return frozenset(
+        feature
+        for rule_cloud, min_gpus, pattern, feature in _feature_rules()
+        if rule_cloud == cloud and gpu_count >= min_gpus and pattern.match(name)
+    )
+
+
+@functools.cache
+def _feature_rules() -> tuple[tuple[str, int, re.Pattern[str], str], ...]:
+    """vm_features.csv with each instance pattern compiled once (fnmatch's rules, lower case)."""
+    return tuple(
+        (r["cloud"], int(r["min_gpus"]), re.compile(fnmatch.translate(r["instance_pattern"].lower())), r["feature"])
+        for r in _data("vm_features.csv")
+    )
 
 
 def extension_driver(cloud: str, instance_type: str) -> str:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from gpucloud.catalog.prices import price_problem
+from gpucloud.catalog.rows import RowFilter
+from gpucloud.plan_rows import Exclusion, Exclusions, QuickReasons
+
+__all__ = ["Candidate", "DataAge", "Exclusion", "Plan", "alternatives", "data_age", "make_plan"]
 
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
@@ -50,24 +55,11 @@ class Candidate:
         }
 
 
-class Exclusion(NamedTuple):
-    """Why one offering is not a candidate (a NamedTuple: a plan over every region builds tens of
-    thousands of these, bench/bench_plan_50k.py)."""
-
-    cloud: str
-    region: str
-    instance_type: str
-    reason: str
-
-    def as_json(self) -> dict[str, str]:
-        return {"cloud": self.cloud, "region": self.region, "instance_type": self.instance_type, "reason": self.reason}
-
-
 @dataclass
 class Plan:
     spec: JobSpec
     candidates: list[Candidate]  # cheapest first = the failover order of `run`
-    excluded: list[Exclusion]
+    excluded: Sequence[Exclusion]  # catalog order; an `Exclusions` lists the quick ones when iterated
     stack: Stack
     warnings: list[str] = field(default_factory=list)
     data: DataAge | None = None  # how old the prices behind the first candidate are
@@ -123,16 +115,13 @@ def data_age(cat: Catalog, first: Candidate) -> DataAge | None:
     import os
     from datetime import date, datetime
 
-    row = next(
-        (
-            o
-            for o in cat.offerings
-            if o.cloud == first.cloud and o.region == first.region and o.instance_type == first.instance_type
-        ),
-        None,
+    where = RowFilter(
+        clouds=frozenset((first.cloud,)), regions=frozenset((first.region,)), instance_type=first.instance_type
     )
-    if row is None:
+    found = cat.rows.select(where, 1)
+    if not found:
         return None
+    row = found[0][1]
     text = row.price_date[:10]
     parts = [int(p) for p in text.split("-")] + [1, 1]
     when = date(parts[0], parts[1] or 1, parts[2] or 1)
@@ -162,7 +151,6 @@ def make_plan(
     offered nowhere allowed, or when nothing meets the constraints (with the closest misses)."""
     from gpucloud import providers
     from gpucloud.catalog import load_catalog
-    from gpucloud.catalog.store import gc_paused
     from gpucloud.stacks import resolve_stack
 
     cat = catalog or load_catalog()
@@ -177,19 +165,10 @@ def make_plan(
     policy: bool | str = spec.resources.spot if spot is None else spot
     variants = frozenset(cat.members(gpu)) if gpu else frozenset()
 
-    candidates: list[Candidate] = []
-    excluded: list[Exclusion] = []
     warnings: list[str] = list(stack.warnings)
-    quick = _QuickReasons(spec, gpu, variants, clouds, regions)
+    quick = QuickReasons(spec, gpu, variants, clouds, regions)
     images = _ImageChoice(stack, spec, baked=baked)
-    with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/store.py)
-        for off in cat.offerings:
-            reason = quick.reason(off) or _exclusion_reason(off, spec, gpu, variants, clouds, regions)
-            if reason is None:
-                options, reason = _priced_options(off, spec, policy, images)
-                candidates.extend(options)
-            if reason is not None:
-                excluded.append(Exclusion(off.cloud, off.region, off.instance_type, reason))
+    candidates, excluded = _check_rows(cat, quick, spec, policy, images)
 
     candidates.sort(key=lambda c: (c.total_per_hour, c.status != "active", c.cloud, c.region, c.instance_type, c.spot))
     if not candidates:
@@ -199,6 +178,28 @@ def make_plan(
     if age is not None and age.stale:
         warnings.append(age.warning)
     return Plan(spec=spec, candidates=candidates, excluded=excluded, stack=stack, warnings=warnings, data=age)
+
+
+def _check_rows(
+    cat: Catalog, quick: QuickReasons, spec: JobSpec, policy: bool | str, images: _ImageChoice
+) -> tuple[list[Candidate], Exclusions]:
+    """Check in full only the rows no quick reason excludes (read through the catalog's index);
+    the others are counted by the returned `Exclusions` and listed when it is iterated."""
+    from gpucloud.catalog.store import gc_paused
+
+    candidates: list[Candidate] = []
+    checked: list[tuple[int, Exclusion]] = []
+    gpu, variants, clouds, regions = quick.gpu, quick.variants, quick.cloud_list, quick.regions
+    selected = cat.rows.select(quick.where)
+    with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/store.py)
+        for ordinal, off in selected:
+            reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions)
+            if reason is None:
+                options, reason = _priced_options(off, spec, policy, images)
+                candidates.extend(options)
+            if reason is not None:
+                checked.append((ordinal, Exclusion(off.cloud, off.region, off.instance_type, reason)))
+    return candidates, Exclusions(checked, len(selected), cat.rows, quick)
 
 
 class _ImageChoice:
@@ -246,7 +247,7 @@ def _requested_gpu(spec: JobSpec, cat: Catalog) -> str | None:
 
     res = spec.resources
     if res.instance_type:
-        rows = [o for o in cat.offerings if o.instance_type == res.instance_type]
+        rows = [o for _, o in cat.rows.select(RowFilter(instance_type=res.instance_type), 1)]
         if not rows:
             import difflib
 
@@ -305,54 +306,18 @@ def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: 
         return None
     # A region of a cloud the job does not allow is harmless (`regions: [us-east-1, eastus]` with
     # `--cloud azure`); only a name no cloud knows is a typo worth stopping for.
-    known = sorted({r for c in providers.priced_clouds() for r in cat.regions(c)})
+    priced = frozenset(providers.priced_clouds())
     for name in wanted:
-        if name not in known:
+        if not cat.rows.count(RowFilter(clouds=priced, regions=frozenset((name,)))):
             import difflib
+
+            known = sorted({r for c in priced for r in cat.regions(c)})
 
             close = difflib.get_close_matches(name, known, n=3)
             where = "--region" if region else f"{_where(spec)}resources.regions"
             hint = f"Did you mean {', '.join(close)}?" if close else f"Known regions: {', '.join(known)}."
             raise UserError(f"{where}: region {name!r} is not one gpucloud knows.", hint=hint)
     return set(wanted)
-
-
-class _QuickReasons:
-    """The reasons that exclude most rows of a large catalog (another cloud, region or GPU), each
-    formatted once and reused: the same text `_exclusion_reason` gives, without a call and an
-    f-string per row (bench/bench_plan_50k.py)."""
-
-    def __init__(
-        self, spec: JobSpec, gpu: str | None, variants: frozenset[str], clouds: list[str], regions: set[str] | None
-    ) -> None:
-        self.clouds = frozenset(clouds)
-        self.regions = regions
-        self.gpu = gpu
-        self.variants = variants
-        self.fixed_type = bool(spec.resources.instance_type)
-        self.allowed = ", ".join(clouds)
-        self.region_list = ", ".join(sorted(regions)) if regions is not None else ""
-        self.memo: dict[tuple[int, str], str] = {}
-
-    def reason(self, off: Offering) -> str | None:
-        """A cached reason for the first three checks, else None (the full check decides)."""
-        memo = self.memo
-        if off.cloud not in self.clouds:
-            hit = memo.get((0, off.cloud))
-            if hit is None:
-                hit = memo[(0, off.cloud)] = f"cloud {off.cloud} not allowed (resources.cloud is {self.allowed})"
-            return hit
-        if self.regions is not None and off.region not in self.regions:
-            hit = memo.get((1, off.region))
-            if hit is None:
-                hit = memo[(1, off.region)] = f"region {off.region} not in {self.region_list}"
-            return hit
-        if self.gpu and not self.fixed_type and off.gpu not in self.variants:
-            hit = memo.get((2, off.gpu))
-            if hit is None:
-                hit = memo[(2, off.gpu)] = f"has {off.gpu}, job asks for {self.gpu}"
-            return hit
-        return None
 
 
 def _exclusion_reason(
@@ -442,7 +407,7 @@ def _legacy_warnings(candidates: list[Candidate]) -> list[str]:
 
 
 def _nothing_fits(
-    spec: JobSpec, gpu: str | None, clouds: list[str], excluded: list[Exclusion], cat: Catalog
+    spec: JobSpec, gpu: str | None, clouds: list[str], excluded: Sequence[Exclusion], cat: Catalog
 ) -> Exception:
     """Exit 2 with a message that says why and what to do instead."""
     from gpucloud.errors import UserError

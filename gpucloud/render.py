@@ -17,8 +17,6 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from functools import cache
-from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import jinja2
@@ -26,6 +24,12 @@ import jinja2
 from gpucloud.channel import LOG_PART_MAX
 from gpucloud.errors import UserError
 from gpucloud.providers.base import DEFAULT_MASTER_PORT, Capabilities
+from gpucloud.template_source import (  # noqa: F401  (re-exported: they were defined here)
+    BASH_RESERVED,
+    TEMPLATE,
+    _load_template_source,
+    reserved_env_names,
+)
 
 if TYPE_CHECKING:
     from gpucloud.images import NodeStack
@@ -33,64 +37,8 @@ if TYPE_CHECKING:
     from gpucloud.spec import JobSpec
     from gpucloud.stacks import Stack
 
-TEMPLATE = "bootstrap.sh.j2"
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Names bash owns (read-only, or reset by bash itself): a job cannot set them through its env.
-BASH_RESERVED = frozenset(
-    {
-        "_",
-        "UID",
-        "EUID",
-        "PPID",
-        "SHELLOPTS",
-        "BASHOPTS",
-        "BASHPID",
-        "RANDOM",
-        "SRANDOM",
-        "SECONDS",
-        "LINENO",
-        "EPOCHSECONDS",
-        "EPOCHREALTIME",
-        "FUNCNAME",
-        "GROUPS",
-        "HISTCMD",
-        "DIRSTACK",
-        "PIPESTATUS",
-    }
-)
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_REPO_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-
-
-def _load_template_source(name: str) -> str:
-    """Templates ship in the wheel as package `gpucloud.templates`; a source checkout has them in
-    the top-level templates/ folder (not a package there), hence the fallback."""
-    try:
-        return resources.files("gpucloud.templates").joinpath(name).read_text(encoding="utf-8")
-    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError, TypeError):
-        return (_REPO_TEMPLATES / name).read_text(encoding="utf-8")
-
-
-_ASSIGNED = re.compile(r"(?:^|[\s;({])([A-Z_][A-Z0-9_]*)(?:\[[^]]*\])?\+?=|\bread -r[a]? ([A-Z_][A-Z0-9_]*)")
-_JOB_EXPORTS = re.compile(r"^job_env\(\) \{\n(.*?)^\}", re.S | re.M)
-
-
-@cache
-def reserved_env_names() -> frozenset[str]:
-    """Names a job's `env` must not set: bash's own, and every upper-case variable the bootstrap
-    template assigns (read from the template itself, so the list never drifts from it), except
-    those the bootstrap exports to the job on purpose (NODE_RANK, MASTER_ADDR, MASTER_PORT: a job
-    may override them). A job setting JOB or SETSID would otherwise break its own start."""
-    text = re.sub(r"\{##.*?##\}", "", _load_template_source(TEMPLATE), flags=re.S)
-    assigned = {a or b for a, b in _ASSIGNED.findall(text)}
-    exports = _JOB_EXPORTS.search(text)
-    exported = {
-        name
-        for line in (exports.group(1) if exports else "").splitlines()
-        if "export " in line
-        for name in re.findall(r"(?<=\s)([A-Z_][A-Z0-9_]*)(?=[=\s;]|$)", f" {line.split('export ', 1)[1]} ")
-    }
-    return frozenset((assigned - exported) | BASH_RESERVED)
 
 
 @cache

@@ -218,15 +218,18 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
     print_stack(plan.stack, brief=True)
     if shown and shown[0].image is not None:  # issue 13: the image the first candidate boots
         say(f"image (#1): {shown[0].image.summary()}")
-    relevant = [e for e in plan.excluded if not e.reason.startswith(("has ", "cloud ", "instance type is not"))]
-    if relevant:
+    from gpucloud.plan_rows import listed_exclusions
+
+    hidden = ("has ", "cloud ", "instance type is not")
+    shown_ex, relevant = listed_exclusions(plan.excluded, hidden, None if show_all else EXCLUDED_ROWS)
+    if shown_ex:
         ex = _table("cloud", "region", "instance type", "why excluded")
-        for e in relevant if show_all else relevant[:EXCLUDED_ROWS]:
+        for e in shown_ex:
             ex.add_row(e.cloud, e.region, e.instance_type, e.reason)
         _print(ex, foldable=("why excluded",), optional=("cloud",))
-        if not show_all and len(relevant) > EXCLUDED_ROWS:
-            say(f"... {len(relevant) - EXCLUDED_ROWS} more exclusions (--all)")
-    other = len(plan.excluded) - len(relevant)
+        if not show_all and relevant > EXCLUDED_ROWS:
+            say(f"... {relevant - EXCLUDED_ROWS} more exclusions (--all)")
+    other = len(plan.excluded) - relevant
     if other:
         say(f"{other} offerings of other GPUs, counts or clouds not shown (--json lists every one with its reason)")
     _warn(plan.warnings)

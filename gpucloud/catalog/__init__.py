@@ -21,6 +21,7 @@ from importlib.resources import files
 
 from gpucloud import providers
 from gpucloud.catalog.models import GpuModel, Offering, Status
+from gpucloud.catalog.rows import MemoryRows, RowFilter, RowSource
 from gpucloud.errors import InternalError
 
 __all__ = [
@@ -72,13 +73,19 @@ class CatalogMeta:
 
 @dataclass(frozen=True, slots=True)
 class Catalog:
-    """GPU models by canonical name and every offering (all clouds, regions and statuses)."""
+    """GPU models by canonical name and every offering (all clouds, regions and statuses), read
+    through `rows` by filter (catalog/rows.py) or all at once through `offerings`."""
 
     gpus: dict[str, GpuModel]
-    offerings: tuple[Offering, ...]
+    rows: RowSource
     _names: dict[str, str] = field(repr=False)  # normalized name or alias -> canonical name
     families: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "A100" -> variants
     meta: CatalogMeta = field(default_factory=CatalogMeta)
+
+    @property
+    def offerings(self) -> tuple[Offering, ...]:
+        """Every offering in catalog order (the whole table: the planner reads `rows` by filter)."""
+        return self.rows.all()
 
     def resolve(self, name: str) -> str | None:
         """Canonical name (or family name) for a name or alias in any case ("tesla k80" -> "K80",
@@ -144,21 +151,21 @@ class Catalog:
             wanted = self.members(self.resolve(gpu) or gpu)
         cloud_l = cloud.lower() if cloud is not None else None
         region_l = region.lower() if region is not None else None
+        where = RowFilter(
+            clouds=frozenset((cloud_l,)) if cloud_l is not None else None,
+            gpus=frozenset(wanted) if wanted is not None else None,
+        )
         rows = [
             o
-            for o in self.offerings
-            if (wanted is None or o.gpu in wanted)
-            and (cloud_l is None or o.cloud == cloud_l)
-            and (region_l is None or o.region.lower() == region_l)
-            and (include_retired or o.status != "retired")
+            for _, o in self.rows.select(where)
+            if (region_l is None or o.region.lower() == region_l) and (include_retired or o.status != "retired")
         ]
         rows.sort(key=lambda o: (o.price_per_hour, o.cloud, o.region, o.instance_type))
         return rows
 
     def regions(self, cloud: str) -> list[str]:
         """Sorted regions that have at least one row for `cloud` (any status); [] if none."""
-        cloud_l = cloud.lower()
-        return sorted({o.region for o in self.offerings if o.cloud == cloud_l})
+        return self.rows.regions(cloud.lower())
 
 
 def _read(name: str, expected: tuple[str, ...], text: str | None = None) -> list[tuple[int, dict[str, str]]]:
@@ -323,11 +330,12 @@ def _load(cache_file: str) -> Catalog:
 
     gpus, names = _shipped_gpus()
     cached = store.read(cache_file, gpus)
+    rows: RowSource
     if isinstance(cached, store.Cached):
-        offerings, meta = cached.offerings, cached.meta
+        rows, meta = cached.rows, cached.meta
     else:
-        offerings, meta = _shipped_offerings(), CatalogMeta(note=cached or "")
-    return Catalog(gpus=gpus, offerings=offerings, _names=names, families=_families(gpus), meta=meta)
+        rows, meta = MemoryRows(_shipped_offerings()), CatalogMeta(note=cached or "")
+    return Catalog(gpus=gpus, rows=rows, _names=names, families=_families(gpus), meta=meta)
 
 
 def _clear() -> None:
@@ -360,7 +368,7 @@ def validate_offerings_text(text: str) -> tuple[Offering, ...]:
 def shipped_catalog() -> Catalog:
     """The shipped CSVs only (the base a first refresh starts from)."""
     gpus, names = _shipped_gpus()
-    return Catalog(gpus=gpus, offerings=_shipped_offerings(), _names=names, families=_families(gpus))
+    return Catalog(gpus=gpus, rows=MemoryRows(_shipped_offerings()), _names=names, families=_families(gpus))
 
 
 def resolve_gpu_name(name: str) -> str | None:

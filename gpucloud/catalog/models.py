@@ -1,7 +1,7 @@
 """Catalog row types. `GpuModel` is a frozen dataclass; `Offering` is a NamedTuple because a
 refreshed catalog holds tens of thousands of rows and `plan` must load them in a few tens of ms:
 building a NamedTuple from a stored tuple costs a fraction of a frozen dataclass's __init__
-(bench/bench_plan_50k.py). Both are immutable and read by attribute."""
+(bench/bench_plan_rows.py). Both are immutable and read by attribute."""
 
 from __future__ import annotations
 

@@ -1,40 +1,64 @@
-"""The refreshed catalog on disk: one versioned pickle under GPUCLOUD_HOME, written atomically.
+"""The refreshed catalog on disk: one versioned, indexed SQLite file under GPUCLOUD_HOME, written
+atomically.
 
-Why a pickle of plain tuples: `plan` must read tens of thousands of rows (every region of every
-cloud) well inside its 0.3 s budget. Parsing and validating a 50k-row CSV takes about a second;
-unpickling tuples and building the frozen rows takes a few tens of ms (bench/bench_plan_50k.py,
-BENCHMARKS.md). The rows were validated when the refresh built them, so loading only checks the
-format version and the GPU names. The directory carries the format version (`catalog/v1/`), so a
-newer gpucloud never misreads an older cache: it ignores it and uses the shipped CSVs.
+Why SQLite, keyed and indexed: a refreshed catalog holds every region of every cloud (tens to
+hundreds of thousands of rows), and `plan` must stay inside 0.3 s whatever its size. Building every
+row in Python costs about half a second at 200k rows however they are stored; stored in the order of
+(GPU, GPU count, region) with indexes on cloud, region and instance type, the file lets `plan` read
+only the rows of the GPU, count and regions the job asks for and count the others
+(bench/bench_plan_rows.py, BENCHMARKS.md). The table's columns are `Offering`'s fields, which are
+the shipped offerings.csv header, so a new column is one change in one place. The rows were
+validated when the refresh built them, so opening checks only the format version, the column list
+and the GPU names (kept in the `meta` table with the row count per cloud: opening reads no row).
+The directory carries the format version (`catalog/v2/`), so a newer gpucloud never misreads an
+older cache: it ignores it and uses the shipped CSVs.
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import gc
+import json
+import math
 import os
-import pickle
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucloud.catalog.models import Offering
+from gpucloud.catalog.rows import RowFilter
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from gpucloud.catalog import CatalogMeta
     from gpucloud.catalog.models import GpuModel
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_NAN = "NaN"  # how a NaN cell is stored: SQLite stores a NaN REAL as NULL
 _FIELDS = Offering._fields
+# The table is stored in the order of its key: the rows of one GPU and count, region by region,
+# lie together on disk, so the rows a job asks for are read in a few runs of pages (the
+# catalog's own order is the `ordinal` column). Other filters go through an index.
+_KEY = ("gpu", "gpu_count", "region", "ordinal")
+_INDEXES = {
+    "by_cloud": ("cloud", "region"),
+    "by_region": ("region",),
+    "by_type": ("instance_type",),
+    "by_ordinal": ("ordinal",),  # the first few rows a region constraint excludes, in catalog order
+}
+_COLUMNS = ", ".join(_FIELDS)
 
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while tens of thousands of rows are built: the rows hold
     no cycles, and every collection would walk all of them again (measured: the rows' build took
-    3.5 x longer with the collector running, bench/bench_plan_50k.py)."""
+    3.5 x longer with the collector running, bench/bench_plan_rows.py)."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -46,15 +70,94 @@ def gc_paused() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Cached:
-    offerings: tuple[Offering, ...]
+    rows: IndexedRows
     meta: CatalogMeta
 
 
 def cache_file() -> Path:
-    """$GPUCLOUD_HOME/catalog/v<format>/catalog.pickle"""
+    """$GPUCLOUD_HOME/catalog/v<format>/catalog.sqlite"""
     from gpucloud.state import home_dir
 
-    return home_dir() / "catalog" / f"v{FORMAT_VERSION}" / "catalog.pickle"
+    return home_dir() / "catalog" / f"v{FORMAT_VERSION}" / "catalog.sqlite"
+
+
+def _where(where: RowFilter) -> tuple[str, list[object]]:
+    """The SQL condition and its parameters for a filter (column names are Offering's fields)."""
+    parts: list[str] = []
+    args: list[object] = []
+
+    def member(column: str, values: frozenset[str], negate: bool = False) -> None:
+        parts.append(f"{column} {'NOT ' if negate else ''}IN ({', '.join('?' * len(values))})")
+        args.extend(sorted(values))
+
+    if where.clouds is not None:
+        member("cloud", where.clouds)
+    if where.regions is not None:
+        member("region", where.regions, negate=where.outside_regions)
+    if where.gpus is not None:
+        member("gpu", where.gpus)
+    if where.gpu_count is not None:
+        parts.append("gpu_count = ?")
+        args.append(where.gpu_count)
+    if where.instance_type is not None:
+        parts.append("instance_type = ?")
+        args.append(where.instance_type)
+    return (" WHERE " + " AND ".join(parts) if parts else ""), args
+
+
+class IndexedRows:
+    """The rows of a catalog file, read by filter through its indexes; the whole table only when a
+    caller asks for every row (`catalog`, `--json` exclusions, a refresh)."""
+
+    def __init__(self, conn: sqlite3.Connection, cloud_rows: dict[str, int], nan_columns: tuple[int, ...] = ()) -> None:
+        self._conn, self._cloud_rows, self._nan_columns = conn, cloud_rows, nan_columns
+        self._total = sum(cloud_rows.values())
+        self._all: tuple[Offering, ...] | None = None
+
+    def _make(self, values: tuple[object, ...]) -> Offering:
+        """A row from its stored values; a NaN stored as text (SQLite would turn it into NULL) is
+        a NaN again, so the planner's price check sees what the refresh wrote."""
+        if self._nan_columns and any(values[i] == _NAN for i in self._nan_columns):
+            values = tuple(math.nan if v == _NAN and i in self._nan_columns else v for i, v in enumerate(values))
+        return Offering._make(values)
+
+    def __len__(self) -> int:
+        return self._total
+
+    def all(self) -> tuple[Offering, ...]:
+        if self._all is None:
+            with gc_paused():
+                make = self._make if self._nan_columns else Offering._make
+                self._all = tuple(map(make, self._conn.execute(f"SELECT {_COLUMNS} FROM offerings ORDER BY ordinal")))
+        return self._all
+
+    def select(self, where: RowFilter, limit: int | None = None) -> list[tuple[int, Offering]]:
+        cond, args = _where(where)
+        # The first few rows outside the job's regions are most rows: walk the catalog order and
+        # stop, rather than gather every one of them to sort.
+        walk = " INDEXED BY by_ordinal" if where.outside_regions and limit is not None else ""
+        sql = f"SELECT ordinal, {_COLUMNS} FROM offerings{walk}{cond} ORDER BY ordinal"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        make = self._make if self._nan_columns else Offering._make
+        with gc_paused():
+            return [(r[0], make(r[1:])) for r in self._conn.execute(sql, args)]
+
+    def count(self, where: RowFilter) -> int:
+        if (
+            where.outside_regions
+            and where.clouds is not None
+            and where == RowFilter(clouds=where.clouds, regions=where.regions, outside_regions=True)
+        ):
+            # the rows of these clouds (known from the write) less those in the regions (an index lookup)
+            inside = self.count(dataclasses.replace(where, outside_regions=False))
+            return sum(self._cloud_rows.get(c, 0) for c in where.clouds) - inside
+        cond, args = _where(where)
+        return int(self._conn.execute(f"SELECT count(*) FROM offerings{cond}", args).fetchone()[0])
+
+    def regions(self, cloud: str) -> list[str]:
+        sql = "SELECT DISTINCT region FROM offerings WHERE cloud = ? ORDER BY region"
+        return [r[0] for r in self._conn.execute(sql, (cloud,))]
 
 
 def read(path: str, gpus: dict[str, GpuModel]) -> Cached | str | None:
@@ -62,27 +165,37 @@ def read(path: str, gpus: dict[str, GpuModel]) -> Cached | str | None:
     caller falls back to the shipped CSVs and says why)."""
     from gpucloud.catalog import CatalogMeta
 
-    try:
-        with open(path, "rb") as fh, gc_paused():
-            doc = pickle.load(fh)  # noqa: S301 - our own file in the user's own data directory
-    except FileNotFoundError:
+    if not path or not os.path.exists(path):
         return None
-    except Exception as exc:  # noqa: BLE001 - any damage means "do not use it"
-        return f"refreshed catalog {path} is unreadable ({type(exc).__name__}); using the shipped data"
-    if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION or doc.get("fields") != _FIELDS:
-        return f"refreshed catalog {path} has another format; using the shipped data (run `gpucloud catalog refresh`)"
+    import sqlite3  # only when there is a refreshed catalog to read
+
     try:
-        with gc_paused():
-            rows = tuple(map(Offering._make, doc["rows"]))
-        if rows and len(rows[0]) != len(_FIELDS):
-            raise TypeError("row width")
-    except TypeError:
-        return f"refreshed catalog {path} has malformed rows; using the shipped data"
-    unknown = {o.gpu for o in rows} - set(gpus)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        doc = dict(conn.execute("SELECT key, value FROM meta").fetchall()) if version == FORMAT_VERSION else {}
+    except sqlite3.Error as exc:
+        return f"refreshed catalog {path} is unreadable ({type(exc).__name__}); using the shipped data"
+    try:
+        fields = tuple(json.loads(doc.get("fields", "null")) or ())
+        if version != FORMAT_VERSION or fields != _FIELDS:
+            conn.close()
+            return (
+                f"refreshed catalog {path} has another format; using the shipped data (run `gpucloud catalog refresh`)"
+            )
+        names = set(json.loads(doc["gpus"]))
+        cloud_rows = {str(c): int(n) for c, n in json.loads(doc["cloud_rows"]).items()}
+        nan_columns = tuple(int(i) for i in json.loads(doc.get("nan_columns", "[]")))
+    except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
+        conn.close()
+        return f"refreshed catalog {path} has malformed rows ({type(exc).__name__}); using the shipped data"
+    unknown = names - set(gpus)
     if unknown:
+        conn.close()
         return f"refreshed catalog {path} names GPUs this version does not know ({', '.join(sorted(unknown))})"
-    meta = CatalogMeta(origin="refreshed", created_at=doc.get("created_at"), clouds=doc.get("clouds", {}))
-    return Cached(offerings=rows, meta=meta)
+    meta = CatalogMeta(
+        origin="refreshed", created_at=json.loads(doc.get("created_at", "null")), clouds=json.loads(doc["clouds"])
+    )
+    return Cached(rows=IndexedRows(conn, cloud_rows, nan_columns), meta=meta)
 
 
 def write(
@@ -95,18 +208,42 @@ def write(
     """Write atomically: a temporary file in the same directory, fsync, then rename over the old
     one, so a crash or a second refresh never leaves a half-written cache for `plan` to read."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    nan_columns = sorted({i for o in offerings for i, v in enumerate(o) if isinstance(v, float) and math.isnan(v)})
     doc = {
-        "version": FORMAT_VERSION,
-        "fields": _FIELDS,
+        "fields": list(_FIELDS),
         "created_at": created_at,
         "clouds": clouds,
-        "rows": [tuple(o) for o in offerings],
+        "cloud_rows": dict(collections.Counter(o.cloud for o in offerings)),
+        "gpus": sorted({o.gpu for o in offerings}),
+        "nan_columns": nan_columns,
     }
+    values: Iterable[tuple[object, ...]] = offerings
+    if nan_columns:
+        values = [tuple(_NAN if i in nan_columns and v != v else v for i, v in enumerate(o)) for o in offerings]
+    import sqlite3
+
     fd, tmp = tempfile.mkstemp(prefix=".catalog-", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(doc, fh, protocol=pickle.HIGHEST_PROTOCOL)
-            fh.flush()
+        conn = sqlite3.connect(tmp)
+        try:
+            conn.execute("PRAGMA journal_mode = OFF")
+            conn.execute(  # no column types: values are kept as given
+                f"CREATE TABLE offerings (ordinal, {_COLUMNS}, PRIMARY KEY ({', '.join(_KEY)})) WITHOUT ROWID"
+            )
+            conn.executemany(
+                f"INSERT INTO offerings VALUES (?, {', '.join('?' * len(_FIELDS))})",
+                ((i, *row) for i, row in enumerate(values, 1)),
+            )
+            for name, columns in _INDEXES.items():
+                conn.execute(f"CREATE INDEX {name} ON offerings ({', '.join(columns)})")
+            conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+            conn.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in doc.items()])
+            conn.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
+            conn.commit()
+        finally:
+            conn.close()
+        with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:

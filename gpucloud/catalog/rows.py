@@ -1,0 +1,86 @@
+"""Where a catalog's offerings come from, read by filter: the shipped CSVs in memory, or the refreshed
+catalog's indexed SQLite file (catalog/store.py).
+
+Why a filter and not a full list: a refreshed catalog can hold hundreds of thousands of rows (every
+region of every cloud), and `plan` needs only the rows of the GPU and regions the job asks for; the
+rest it only counts. Both sources answer the same questions so the planner does not care which one
+it reads; rows come back in catalog order with their ordinal (1-based position), so that a plan
+can list its exclusions in the same order whether or not it read every row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from gpucloud.catalog.models import Offering
+
+
+@dataclass(frozen=True, slots=True)
+class RowFilter:
+    """Rows matching every given field (None: any). With `outside_regions`, the rows of `clouds`
+    whose region is NOT one of `regions` (the rows a region constraint excludes)."""
+
+    clouds: frozenset[str] | None = None
+    regions: frozenset[str] | None = None
+    gpus: frozenset[str] | None = None
+    gpu_count: int | None = None
+    instance_type: str | None = None
+    outside_regions: bool = False
+
+    def matches(self, o: Offering) -> bool:
+        if self.clouds is not None and o.cloud not in self.clouds:
+            return False
+        if self.regions is not None and (o.region in self.regions) == self.outside_regions:
+            return False
+        if self.gpus is not None and o.gpu not in self.gpus:
+            return False
+        if self.gpu_count is not None and o.gpu_count != self.gpu_count:
+            return False
+        return self.instance_type is None or o.instance_type == self.instance_type
+
+
+class RowSource(Protocol):
+    """The questions the planner and the catalog ask of the offerings."""
+
+    def __len__(self) -> int: ...
+
+    def all(self) -> tuple[Offering, ...]:
+        """Every row in catalog order."""
+        ...
+
+    def select(self, where: RowFilter, limit: int | None = None) -> list[tuple[int, Offering]]:
+        """(ordinal, row) of the matching rows in catalog order, at most `limit`."""
+        ...
+
+    def count(self, where: RowFilter) -> int: ...
+
+    def regions(self, cloud: str) -> list[str]:
+        """Sorted regions with at least one row of `cloud`."""
+        ...
+
+
+class MemoryRows:
+    """Rows held in a tuple (the shipped CSVs: a hundred-odd rows, filtered in Python)."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: Iterable[Offering]) -> None:
+        self._rows = tuple(rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def all(self) -> tuple[Offering, ...]:
+        return self._rows
+
+    def select(self, where: RowFilter, limit: int | None = None) -> list[tuple[int, Offering]]:
+        out = [(i, o) for i, o in enumerate(self._rows, 1) if where.matches(o)]
+        return out if limit is None else out[:limit]
+
+    def count(self, where: RowFilter) -> int:
+        return sum(1 for o in self._rows if where.matches(o))
+
+    def regions(self, cloud: str) -> list[str]:
+        return sorted({o.region for o in self._rows if o.cloud == cloud})

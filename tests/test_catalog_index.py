@@ -1,0 +1,113 @@
+"""The indexed catalog file plans exactly as the same rows held in memory: the same candidates, the
+same exclusions in the same order, and the printed plan's exclusion table, whichever rows the
+planner read through the index and whichever it only counted."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from gpucloud.catalog import load_catalog, shipped_catalog, store
+from gpucloud.catalog.rows import MemoryRows, RowFilter
+from gpucloud.plan_rows import Exclusion, Exclusions, listed_exclusions
+from gpucloud.planner import make_plan
+from gpucloud.spec import load_spec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from bench_plan_rows import FAMILY_JOB, grown_rows  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+JOBS = {
+    "t4": (REPO / "examples/t4-any-cloud.yaml").read_text(),
+    "a100-azure": (REPO / "examples/a100-azure.yaml").read_text(),
+    "family": FAMILY_JOB,
+    "fixed-type": "name: f\nresources:\n  cloud: [aws]\n  instance_type: g4dn.xlarge\nrun: 'true'\n",
+    "minimums": "name: c\nresources:\n  cloud: [azure]\n  regions: [eastus]\n  gpu: T4\n  min_vcpus: 8\nrun: 'true'\n",
+}
+HIDDEN = ("has ", "cloud ", "instance type is not")
+
+
+def _printed(plan: object) -> str:
+    from gpucloud import views
+
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(out):
+        views.print_plan(plan, show_all=False)  # type: ignore[arg-type]
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("shape", ["regions", "types"])
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_the_index_plans_as_the_rows_in_memory(shape: str, job: str, tmp_path: Path) -> None:
+    rows = grown_rows(4, shape)
+    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    indexed = load_catalog()
+    assert indexed.meta.origin == "refreshed" and len(indexed.rows) == len(rows)
+    memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows), meta=indexed.meta)
+    path = tmp_path / "job.yaml"
+    path.write_text(JOBS[job])
+    spec = load_spec(path)
+
+    from_index = make_plan(spec, catalog=indexed, baked=False)
+    from_memory = make_plan(spec, catalog=memory, baked=False)
+    assert isinstance(from_index.excluded, Exclusions)
+    # the view's short list, read through the index before anything listed every exclusion
+    short, relevant = listed_exclusions(from_index.excluded, HIDDEN, 8)
+    printed = _printed(from_index)
+    assert from_index.candidates == from_memory.candidates
+    every = list(from_memory.excluded)
+    assert list(from_index.excluded) == every and len(from_index.excluded) == len(every)
+    candidate_rows = {(c.cloud, c.region, c.instance_type) for c in from_index.candidates}
+    assert len(candidate_rows) + len(every) == len(rows)  # every row is a candidate or excluded, once
+    assert every == _checked_one_by_one(spec, memory)
+    expected = [e for e in every if not e.reason.startswith(HIDDEN)]
+    assert (short, relevant) == (expected[:8], len(expected))
+    assert printed == _printed(from_memory)
+
+
+def _checked_one_by_one(spec: object, cat: object) -> list[Exclusion]:
+    """The exclusions of a check of every row by the planner's full check, in catalog order."""
+    from gpucloud import providers
+    from gpucloud.planner import _exclusion_reason, _priced_options, _requested_gpu
+
+    res = spec.resources  # type: ignore[attr-defined]
+    clouds = [c for c in res.cloud if providers.info(c).priced]
+    regions = set(res.regions) if res.regions else None
+    gpu = _requested_gpu(spec, cat)  # type: ignore[arg-type]
+    variants = frozenset(cat.members(gpu)) if gpu else frozenset()  # type: ignore[attr-defined]
+    out = []
+    for off in cat.offerings:  # type: ignore[attr-defined]
+        reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions)  # type: ignore[arg-type]
+        if reason is None:
+            reason = _priced_options(off, spec, res.spot)[1]  # type: ignore[arg-type]
+        if reason is not None:
+            out.append(Exclusion(off.cloud, off.region, off.instance_type, reason))
+    return out
+
+
+def test_a_nan_price_survives_the_file() -> None:
+    """SQLite stores a NaN as NULL; the file keeps it a NaN so the price check still refuses it."""
+    t4 = shipped_catalog().offerings[0]
+    rows = [t4, t4._replace(region="nanland", price_per_hour=math.nan, spot_price_per_hour=math.inf)]
+    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    back = load_catalog().rows.select(RowFilter(regions=frozenset({"nanland"})))
+    assert len(back) == 1 and math.isnan(back[0][1].price_per_hour) and back[0][1].spot_price_per_hour == math.inf
+    assert back[0][0] == 2 and back[0][1]._replace(price_per_hour=0.0) == rows[1]._replace(price_per_hour=0.0)
+
+
+def test_a_cache_of_another_format_is_ignored_with_a_reason() -> None:
+    path = store.cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a database at all" * 100)
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    cat = load_catalog()
+    assert cat.meta.origin == "shipped" and "unreadable" in cat.meta.note
+    assert len(cat.offerings) == len(shipped_catalog().offerings)

@@ -1,0 +1,70 @@
+"""Every command imports only what it uses: a budget of imported modules per command, recorded here
+with a margin of a few modules, and top-level packages a command must never load. A change that
+pulls a heavy package into a command's start-up fails here, naming the modules it added.
+
+Budgets count modules rather than naming gpucloud's own, so moving a module between packages does
+not trip them; what is forbidden is named by top-level package (cloud SDKs everywhere; rich and
+pydantic for `--help`; jinja2 for
+every command that renders no user-data). Every command with options loads pydantic through typer itself (typer
+coerces option values with pydantic TypeAdapters), so pydantic is forbidden only for `--help`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MARGIN = 6
+CLOUD_SDKS = {"boto3", "botocore", "azure", "msrest", "s3transfer"}
+# command -> (imported-module budget measured with the shipped catalog, forbidden top-level packages)
+BUDGETS: dict[str, tuple[int, set[str]]] = {
+    "--help": (187, CLOUD_SDKS | {"rich", "pydantic", "jinja2", "yaml", "sqlite3"}),
+    "plan examples/t4-any-cloud.yaml": (386, CLOUD_SDKS | {"jinja2"}),
+    "validate examples/t4-any-cloud.yaml": (328, CLOUD_SDKS | {"jinja2", "rich"}),
+    "catalog": (344, CLOUD_SDKS | {"jinja2", "yaml"}),
+    "gpus": (344, CLOUD_SDKS | {"jinja2", "yaml"}),
+    "status": (292, CLOUD_SDKS | {"jinja2", "yaml"}),  # no runs in the test home: no table
+    "ls": (292, CLOUD_SDKS | {"jinja2", "yaml"}),
+}
+# Runs the CLI in this process and, at exit whatever the exit code, writes every imported module.
+PROBE = """
+import atexit, json, sys
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+sys.argv = ["gpucloud", *sys.argv[2:]]
+from gpucloud.entry import main
+main()
+"""
+
+
+def imported_modules(command: str, tmp_path: Path) -> list[str]:
+    out = tmp_path / "modules.json"
+    subprocess.run(
+        [sys.executable, "-c", PROBE, str(out), *command.split()],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return list(json.loads(out.read_text()))
+
+
+@pytest.mark.parametrize("command", sorted(BUDGETS))
+def test_a_command_imports_no_more_than_its_budget(command: str, tmp_path: Path) -> None:
+    budget, forbidden = BUDGETS[command]
+    modules = imported_modules(command, tmp_path)
+    tops = {m.split(".")[0] for m in modules}
+    assert not tops & forbidden, f"`gpucloud {command}` imports {sorted(tops & forbidden)}, which it must not"
+    if len(modules) > budget + MARGIN:
+        baseline = set(imported_modules("--help", tmp_path))
+        added = sorted(m for m in modules if m not in baseline)
+        pytest.fail(
+            f"`gpucloud {command}` imports {len(modules)} modules, over its budget of {budget} (+{MARGIN}). "
+            f"Beyond `--help` it imports: {', '.join(added)}. Import what the command needs lazily, or "
+            "raise the budget here with the reason."
+        )
