@@ -7,47 +7,15 @@ from datetime import UTC
 from typing import TYPE_CHECKING, NamedTuple
 
 from gpucloud.catalog.prices import price_problem
+from gpucloud.providers.base import Candidate, PlanRequest
 
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
     from gpucloud.catalog.models import Offering
-    from gpucloud.images import Image, NodeStack
+    from gpucloud.images import NodeStack
+    from gpucloud.providers.base import Image
     from gpucloud.spec import JobSpec
     from gpucloud.stacks import Stack
-
-
-@dataclass(frozen=True)
-class Candidate:
-    cloud: str  # a provider name (gpucloud.providers registry)
-    region: str  # an unpriced provider names its own (the local machine: "local")
-    instance_type: str  # an unpriced provider names its own (the local machine: "localhost")
-    gpu: str  # canonical GPU name, "" when the job asked for none
-    gpu_count: int  # per node
-    num_nodes: int
-    spot: bool
-    price_per_hour: float  # per node
-    total_per_hour: float  # price_per_hour * num_nodes
-    estimated_cost: float  # total_per_hour * max_duration hours
-    status: str = "active"  # offering status ("legacy" candidates carry a warning)
-    vcpus: int = 0
-    memory_gib: float = 0.0
-    arch: str = "x86_64"  # CPU architecture of the host (the offering's `arch`)
-    image: Image | None = None  # issue 13: the image it boots (gpucloud/images.py), set by make_plan
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "cloud": self.cloud,
-            "region": self.region,
-            "instance_type": self.instance_type,
-            "gpu": self.gpu,
-            "gpu_count": self.gpu_count,
-            "num_nodes": self.num_nodes,
-            "spot": self.spot,
-            "price_per_hour": self.price_per_hour,
-            "total_per_hour": self.total_per_hour,
-            "estimated_cost": self.estimated_cost,
-            "image": self.image.as_json() if self.image else None,  # issue 13
-        }
 
 
 class Exclusion(NamedTuple):
@@ -274,6 +242,23 @@ def _where(spec: JobSpec) -> str:
     return f"{spec.source}: " if spec.source else ""
 
 
+def plan_request(spec: JobSpec) -> PlanRequest:
+    """The job's asks as values, for a provider that names its own candidates (this machine, hosts)."""
+    from gpucloud.stacks import resolve_stack
+
+    gpu, pins = spec.resources.gpu, spec.stack
+    return PlanRequest(
+        gpu=gpu.model if gpu else None,
+        gpu_count=gpu.count if gpu else 0,
+        num_nodes=spec.num_nodes,
+        hosts=tuple(spec.resources.hosts or ()),
+        source=str(spec.source) if spec.source else None,
+        stack_for=lambda model: resolve_stack(model, pins),
+        install=pins.install,
+        needs_cuda=pins.cuda != "auto" or pins.framework != "none",
+    )
+
+
 def _unpriced_plan(spec: JobSpec, stack: Stack, gpu: str | None, clouds: list[str]) -> Plan:
     """Providers without catalog rows (this machine, an SSH host) plan their own candidates
     (`Provider.plan_candidates`); where the stack install is skipped, the GPU check only warns."""
@@ -283,7 +268,7 @@ def _unpriced_plan(spec: JobSpec, stack: Stack, gpu: str | None, clouds: list[st
     warnings = list(stack.warnings)
     for name in clouds:
         provider = providers.get_provider(name)
-        own = provider.plan_candidates(spec)
+        own = provider.plan_candidates(plan_request(spec))
         candidates.extend(replace(c, gpu=gpu or "") for c in own)
         if own and not candidates[: -len(own)] and hasattr(provider, "plan_stack"):
             stack = provider.plan_stack(stack)  # optional: the stack as on the machines just planned

@@ -4,21 +4,17 @@ The script is the only thing a VM receives, so it must be exact: Jinja2 with Str
 missing value is a bug, never an empty string), no HTML autoescaping, and every value that came
 from the job file passed through `shlex.quote` so that bash reads it once, literally, and nothing
 in it is evaluated twice. Clouds cap user-data (each provider declares `user_data_limit` and
-`user_data_encoding` in its Capabilities, docs/PROVIDERS.md "User data"): helpers here measure, check
-and gzip it (cloud-init unpacks gzip'd user-data).
+`user_data_encoding` in its Capabilities, docs/PROVIDERS.md "User data"): the provider contract
+(gpucloud/providers/base.py) measures, checks and gzips it (cloud-init unpacks gzip'd user-data).
 """
 
 from __future__ import annotations
 
-import base64
-import gzip
 import math
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 from functools import cache
-from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import jinja2
@@ -26,77 +22,22 @@ import jinja2
 from gpucloud.channel import LOG_PART_MAX
 from gpucloud.errors import UserError
 from gpucloud.providers.base import DEFAULT_MASTER_PORT, Capabilities
+from gpucloud.vm_env import TEMPLATE, load_template_source, reserved_env_names
 
 if TYPE_CHECKING:
     from gpucloud.images import NodeStack
-    from gpucloud.planner import Candidate
+    from gpucloud.providers.base import Candidate
     from gpucloud.spec import JobSpec
     from gpucloud.stacks import Stack
 
-TEMPLATE = "bootstrap.sh.j2"
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Names bash owns (read-only, or reset by bash itself): a job cannot set them through its env.
-BASH_RESERVED = frozenset(
-    {
-        "_",
-        "UID",
-        "EUID",
-        "PPID",
-        "SHELLOPTS",
-        "BASHOPTS",
-        "BASHPID",
-        "RANDOM",
-        "SRANDOM",
-        "SECONDS",
-        "LINENO",
-        "EPOCHSECONDS",
-        "EPOCHREALTIME",
-        "FUNCNAME",
-        "GROUPS",
-        "HISTCMD",
-        "DIRSTACK",
-        "PIPESTATUS",
-    }
-)
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_REPO_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-
-
-def _load_template_source(name: str) -> str:
-    """Templates ship in the wheel as package `gpucloud.templates`; a source checkout has them in
-    the top-level templates/ folder (not a package there), hence the fallback."""
-    try:
-        return resources.files("gpucloud.templates").joinpath(name).read_text(encoding="utf-8")
-    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError, TypeError):
-        return (_REPO_TEMPLATES / name).read_text(encoding="utf-8")
-
-
-_ASSIGNED = re.compile(r"(?:^|[\s;({])([A-Z_][A-Z0-9_]*)(?:\[[^]]*\])?\+?=|\bread -r[a]? ([A-Z_][A-Z0-9_]*)")
-_JOB_EXPORTS = re.compile(r"^job_env\(\) \{\n(.*?)^\}", re.S | re.M)
-
-
-@cache
-def reserved_env_names() -> frozenset[str]:
-    """Names a job's `env` must not set: bash's own, and every upper-case variable the bootstrap
-    template assigns (read from the template itself, so the list never drifts from it), except
-    those the bootstrap exports to the job on purpose (NODE_RANK, MASTER_ADDR, MASTER_PORT: a job
-    may override them). A job setting JOB or SETSID would otherwise break its own start."""
-    text = re.sub(r"\{##.*?##\}", "", _load_template_source(TEMPLATE), flags=re.S)
-    assigned = {a or b for a, b in _ASSIGNED.findall(text)}
-    exports = _JOB_EXPORTS.search(text)
-    exported = {
-        name
-        for line in (exports.group(1) if exports else "").splitlines()
-        if "export " in line
-        for name in re.findall(r"(?<=\s)([A-Z_][A-Z0-9_]*)(?=[=\s;]|$)", f" {line.split('export ', 1)[1]} ")
-    }
-    return frozenset((assigned - exported) | BASH_RESERVED)
 
 
 @cache
 def template_env() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(_load_template_source),
+        loader=jinja2.FunctionLoader(load_template_source),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -282,47 +223,3 @@ def stack_context(node: NodeStack) -> dict[str, object]:
         "repo_arch": node.repo_arch,
         "image_name": node.image.name if node.image else "default",
     }
-
-
-# ---- user-data size ------------------------------------------------------------------------------
-
-
-def _as_bytes(data: str | bytes) -> bytes:
-    return data.encode("utf-8") if isinstance(data, str) else data
-
-
-def user_data_size(data: str | bytes, caps: Capabilities) -> int:
-    """Bytes as the cloud counts them (`caps.user_data_encoding`): the raw bytes, or their base64 text."""
-    raw = _as_bytes(data)
-    if caps.user_data_encoding == "base64":
-        return len(base64.b64encode(raw))
-    return len(raw)
-
-
-def check_user_data(data: str | bytes, caps: Capabilities, cloud: str = "this provider") -> int:
-    """Raise UserError when the user-data exceeds `caps.user_data_limit`; return its counted size."""
-    size = user_data_size(data, caps)
-    limit = caps.user_data_limit
-    if limit is not None and size > limit:
-        raise UserError(
-            f"The bootstrap for {cloud} is {size} bytes, above the {limit}-byte user-data limit.",
-            hint="Shorten long `env`, `setup` or `run` values: put them in a script inside `workdir` and call it.",
-        )
-    return size
-
-
-def compress_user_data(text: str) -> bytes:
-    """gzip'd user-data (cloud-init detects and unpacks it); mtime 0 keeps it reproducible."""
-    return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
-
-
-def fit_user_data(text: str, caps: Capabilities, cloud: str = "this provider") -> bytes:
-    """The bytes to send as user-data: as is when they fit, gzip'd when that makes them fit.
-    The one owner of the size rule: providers call this instead of keeping their own limit."""
-    raw = text.encode("utf-8")
-    limit = caps.user_data_limit
-    if limit is None or user_data_size(raw, caps) <= limit:
-        return raw
-    packed = compress_user_data(text)
-    check_user_data(packed, caps, cloud)
-    return packed

@@ -163,14 +163,14 @@ class _FakeProvider:
         return FileChannel(self.home / "channel" / self.name / region)
 
     def provision(self, req, journal: Journal) -> RunHandle:  # type: ignore[no-untyped-def]
-        key = f"{req.candidate.region}/{req.candidate.instance_type}"
+        key = f"{req.region}/{req.instance_type}"
         self.calls.append(f"provision {self.name}/{key}")
-        res = journal.intent(req.run_id, "instance", key, req.candidate.region, self.name)
+        res = journal.intent(req.run_id, "instance", key, req.region, self.name)
         err = self.errors.get(key)
         if err:
             raise err
         journal.created(res, "id-1")
-        self.handles.append(RunHandle(req.run_id, self.name, req.candidate.region, attempt=req.attempt, nodes=["id-1"]))
+        self.handles.append(RunHandle(req.run_id, self.name, req.region, attempt=req.attempt, nodes=["id-1"]))
         return self.handles[-1]
 
     def master_port(self) -> int:

@@ -13,13 +13,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucloud import vm_engine
-from gpucloud.providers.base import Capabilities, FatalProvisionError, LaunchRequest, RunHandle, expiry_tag
+from gpucloud.providers.base import (
+    Candidate,
+    Capabilities,
+    FatalProvisionError,
+    LaunchRequest,
+    RunHandle,
+    expiry_tag,
+)
 
 if TYPE_CHECKING:
     from gpucloud.channel import Channel
-    from gpucloud.planner import Candidate
-    from gpucloud.spec import JobSpec
-    from gpucloud.state import Journal
+    from gpucloud.providers.base import Journal, PlanRequest
 
 REGION = "local"
 # How long a stopped node gets before SIGKILL: the bootstrap gives its job 5 s to end on SIGTERM,
@@ -102,19 +107,16 @@ class LocalProvider:
 
         return FileChannel(self.home / "channel")
 
-    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
+    def plan_candidates(self, job: PlanRequest) -> list[Candidate]:
         """This machine: one free candidate (the GPU it may or may not have is checked with a warning)."""
-        from gpucloud.planner import Candidate
-
-        gpu = spec.resources.gpu
         return [
             Candidate(
                 cloud=self.name,
                 region=REGION,
                 instance_type=INSTANCE,
-                gpu=gpu.model if gpu else "",
-                gpu_count=gpu.count if gpu else 0,
-                num_nodes=spec.num_nodes,
+                gpu=job.gpu or "",
+                gpu_count=job.gpu_count,
+                num_nodes=job.num_nodes,
                 spot=False,
                 price_per_hour=0.0,
                 total_per_hour=0.0,
