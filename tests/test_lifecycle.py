@@ -403,7 +403,7 @@ def test_local_gc_kills_expired_nodes_only(gpucloud_home: Path) -> None:
     from gpucloud.providers.local import LocalProvider
 
     prov = LocalProvider()
-    assert isinstance(prov, Provider) and not prov.capabilities.priced
+    assert isinstance(prov, Provider) and not providers.info(prov.name).priced
     old = vm_engine.boot("sleep 300\n", prov.sandbox("old-run", 0), expires_at=time.time() - 5)
     new = vm_engine.boot("sleep 300\n", prov.sandbox("new-run", 0), expires_at=time.time() + 600)
     try:

@@ -268,10 +268,8 @@ class Capabilities:
     install_stack: bool = True  # False: the host's driver/CUDA are used as they are
     gpu_check: Literal["strict", "warn"] = "strict"  # wrong GPU fails the run, or only warns
     node_ips_known: bool = False  # every node shares one address (publish 127.0.0.1)
-    per_run_master_port: bool = False  # nodes share an address with other runs: pick a free port
-    priced: bool = True  # machines cost money and come from the catalog
-    spot: bool = False  # can launch spot/low-priority machines
-    multi_node: bool = True  # can run num_nodes > 1
+    spot: bool = False  # can launch spot/low-priority machines (else `spot: true` is refused at plan time)
+    multi_node: bool = True  # can run num_nodes > 1 (else refused at plan time)
     preemption_notice: str | None = None  # how the VM learns of a spot interruption, or None
     preemption_grace: float = 15.0  # s the job gets after SIGTERM on a notice (then checkpoint upload)
     console_hint: str = ""  # console_hint()'s text, {run_id} {rank} {region} filled in

@@ -54,8 +54,6 @@ class LocalProvider:
         install_stack=False,  # the host's driver and CUDA are used as they are
         gpu_check="warn",  # no GPU here means a warning and a CPU run
         node_ips_known=True,  # every node is on loopback
-        per_run_master_port=True,  # several runs share loopback: a free port per run
-        priced=False,
     )
 
     def __init__(self, *, home: Path | None = None) -> None:

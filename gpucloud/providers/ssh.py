@@ -180,8 +180,6 @@ class SshProvider:
         install_stack=False,
         gpu_check="warn",
         node_ips_known=False,
-        per_run_master_port=True,
-        priced=False,
         spot=False,
         multi_node=True,
         console_hint="its console output is in <remote root>/work/{run_id}/node-{rank}/console.log on {region}",
