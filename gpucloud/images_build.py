@@ -23,16 +23,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpucloud.providers.base import BakedImage, Image, ImageStore
+from gpucloud.providers.base import HASH_TAG, KIND_TAG, KIND_VALUE, STACK_TAG, BakedImage, Image, ImageStore
 
 if TYPE_CHECKING:
     from gpucloud.images import NodeStack
     from gpucloud.stack_data import Stack
 
-HASH_TAG = "gpucloud:stack-hash"
-KIND_TAG = "gpucloud:kind"
-KIND_VALUE = "image"  # `gc` must treat these as images, never as a run's leftovers
-STACK_TAG = "gpucloud:stack"
 SETUP_TAG = "gpucloud:with-setup"  # "yes" when the job's `setup` was baked in too
 INDEX_FILE = "images.json"
 

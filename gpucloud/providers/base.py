@@ -440,6 +440,13 @@ class CloudCheck:
         return doc
 
 
+# The tags every baked image carries (a provider writes them, `image ls` and `gc` read them back).
+HASH_TAG = "gpucloud:stack-hash"
+KIND_TAG = "gpucloud:kind"
+KIND_VALUE = "image"  # `gc` must treat these as images, never as a run's leftovers
+STACK_TAG = "gpucloud:stack"
+
+
 @dataclass(frozen=True)
 class BakedImage:
     """An image a provider baked from a stack (`gpucloud image build`), found again by its hash."""

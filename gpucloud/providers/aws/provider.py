@@ -46,8 +46,7 @@ from gpucloud.providers.base import (
 
 if TYPE_CHECKING:
     from gpucloud.providers.aws.channel import S3Channel
-    from gpucloud.providers.base import Candidate, Image, Journal
-    from gpucloud.spec import JobSpec
+    from gpucloud.providers.base import Candidate, Image, Journal, PlanRequest
 
 EC2_STATES = {
     "pending": "pending",
@@ -140,7 +139,7 @@ class AwsProvider(AwsClients):
     def master_port(self) -> int:
         return DEFAULT_MASTER_PORT
 
-    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
+    def plan_candidates(self, job: PlanRequest) -> list[Candidate]:
         """None of its own: a priced cloud's candidates come from the catalog (planner.py)."""
         return []
 

@@ -63,8 +63,7 @@ from gpucloud.providers.base import (
 
 if TYPE_CHECKING:
     from gpucloud.providers.azure.channel import BlobChannel
-    from gpucloud.providers.base import Candidate, Journal
-    from gpucloud.spec import JobSpec
+    from gpucloud.providers.base import Candidate, Journal, PlanRequest
 
 BLOB_ENDPOINT_ENV = "GPUCLOUD_AZURE_BLOB_ENDPOINT"
 # When the server gives no Retry-After, poll long-running operations this often (SDK default: 30 s).
@@ -201,7 +200,7 @@ class AzureProvider:
     def master_port(self) -> int:
         return DEFAULT_MASTER_PORT
 
-    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
+    def plan_candidates(self, job: PlanRequest) -> list[Candidate]:
         """None of its own: a priced cloud's candidates come from the catalog (planner.py)."""
         return []
 
