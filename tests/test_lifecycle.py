@@ -18,8 +18,9 @@ import pytest
 from gpucloud import commands, lifecycle, providers, vm_engine, watch
 from gpucloud.channel import FileChannel, log_key
 from gpucloud.errors import NoCandidateError
-from gpucloud.planner import Candidate, Plan
+from gpucloud.planner import Plan
 from gpucloud.providers.base import (
+    Candidate,
     CandidateError,
     Capabilities,
     CapacityError,

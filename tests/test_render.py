@@ -19,9 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpucloud.errors import UserError
-from gpucloud.planner import Candidate
 from gpucloud.providers import capabilities
-from gpucloud.providers.base import check_user_data, compress_user_data, fit_user_data, user_data_size
+from gpucloud.providers.base import Candidate, check_user_data, compress_user_data, fit_user_data, user_data_size
 from gpucloud.render import (
     gpu_tokens,
     quote,
