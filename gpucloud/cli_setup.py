@@ -99,7 +99,7 @@ def hosts_probe(
             f"hosts probe: {str(exc).splitlines()[-1].strip()}",
             hint="Hosts are [user@]host[:port] or ssh aliases; --gpu is MODEL:COUNT.",
         ) from None
-    from gpucloud.planner import plan_request
+    from gpucloud.provider_requests import plan_request
 
     asks = plan_request(job) if gpu else None
     probes = providers.get_provider(host_cloud).probe(list(job.resources.hosts or []), asks)  # type: ignore[attr-defined]

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 from gpucloud import providers
 from gpucloud.errors import CloudAccessError, ConfigurationError, GpucloudError, NoCandidateError, UserError
+from gpucloud.provider_requests import launch_request
 from gpucloud.providers.base import (
     TAG_EXPIRES,
     TAG_RUN,
-    LaunchRequest,
     Provider,
     ProvisionError,
     RunHandle,
@@ -35,50 +35,8 @@ if TYPE_CHECKING:
     from gpucloud.progress import Progress
     from gpucloud.providers.base import Candidate
     from gpucloud.spec import JobSpec
-    from gpucloud.stack_data import Stack
 
 EXPIRY_MARGIN = timedelta(minutes=30)  # TAG_EXPIRES = deadline + margin (gc may sweep after it)
-
-
-def launch_request(
-    spec: JobSpec,
-    stack: Stack,
-    cand: Candidate,
-    *,
-    run_id: str,
-    user_data: list[str],
-    expires_at: datetime,
-    attempt: int = 0,
-    tags: dict[str, str] | None = None,
-) -> LaunchRequest:
-    """What the provider gets for one attempt: the candidate's machine and the job's few launch
-    fields as values (the provider never reads the job file)."""
-    from gpucloud.images import cpu_arch_of
-
-    res = spec.resources
-    return LaunchRequest(
-        run_id=run_id,
-        job_name=spec.name,
-        region=cand.region,
-        instance_type=cand.instance_type,
-        num_nodes=cand.num_nodes,
-        user_data=user_data,
-        expires_at=expires_at,
-        gpu=cand.gpu,
-        gpu_count=cand.gpu_count,
-        cpu_arch=cpu_arch_of(cand),
-        spot=cand.spot,
-        max_price_per_hour=res.max_price_per_hour,
-        disk_gb=res.disk_gb,
-        image=cand.image,
-        image_ref=spec.image,
-        ubuntu=stack.ubuntu_version,
-        ssh=bool(res.ssh),
-        install_stack=stack if spec.stack.install else None,
-        needs_cuda=spec.stack.cuda != "auto" or spec.stack.framework != "none",
-        attempt=attempt,
-        tags=dict(tags or {}),
-    )
 
 
 @dataclass

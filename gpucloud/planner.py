@@ -7,7 +7,8 @@ from datetime import UTC
 from typing import TYPE_CHECKING, NamedTuple
 
 from gpucloud.catalog.prices import price_problem
-from gpucloud.providers.base import Candidate, PlanRequest
+from gpucloud.provider_requests import plan_request, refuse_what_providers_cannot_do
+from gpucloud.providers.base import Candidate
 
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
@@ -135,7 +136,7 @@ def make_plan(
 
     cat = catalog or load_catalog()
     clouds = [cloud] if cloud else list(spec.resources.cloud)
-    _refuse_what_providers_cannot_do(spec, clouds, spot)
+    refuse_what_providers_cannot_do(spec, clouds, spot)
     gpu = _requested_gpu(spec, cat)
     stack = resolve_stack(gpu, spec.stack)
     priced = [c for c in clouds if providers.info(c).priced]
@@ -239,56 +240,8 @@ def _requested_gpu(spec: JobSpec, cat: Catalog) -> str | None:
     return res.gpu.model if res.gpu else None
 
 
-def _refuse_what_providers_cannot_do(spec: JobSpec, clouds: list[str], spot: bool | None) -> None:
-    """A job asking for what a provider declares it cannot do (its Capabilities) is refused here,
-    before anything is planned, rather than quietly planned without it."""
-    from gpucloud import providers
-    from gpucloud.errors import UserError
-
-    wants_spot = (spec.resources.spot if spot is None else spot) is True
-    if not wants_spot and spec.num_nodes <= 1:
-        return  # nothing to check: no provider module imported for an ordinary job
-    able = {name: providers.capabilities(name) for name in clouds}
-    no_spot = [n for n, caps in able.items() if wants_spot and not caps.spot]
-    if no_spot:
-        sellers = [n for n in providers.names() if providers.capabilities(n).spot]
-        raise UserError(
-            f"{_where(spec)}resources.spot: {', '.join(no_spot)} cannot launch spot machines "
-            f"({'; '.join(providers.info(n).title for n in no_spot)} runs on-demand only), "
-            "and the job asks for spot: true.",
-            hint=f"Set spot: false (or spot: auto, spot where it is sold), or use a cloud that sells spot: "
-            f"{', '.join(sellers)}.",
-        )
-    single = [n for n, caps in able.items() if spec.num_nodes > 1 and not caps.multi_node]
-    if single:
-        raise UserError(
-            f"{_where(spec)}num_nodes: {', '.join(single)} runs one node per job, "
-            f"and the job asks for {spec.num_nodes}.",
-            hint="Set num_nodes: 1, or use a cloud that runs several nodes: "
-            + ", ".join(n for n in providers.names() if providers.capabilities(n).multi_node)
-            + ".",
-        )
-
-
 def _where(spec: JobSpec) -> str:
     return f"{spec.source}: " if spec.source else ""
-
-
-def plan_request(spec: JobSpec) -> PlanRequest:
-    """The job's asks as values, for a provider that names its own candidates (this machine, hosts)."""
-    from gpucloud.stacks import resolve_stack
-
-    gpu, pins = spec.resources.gpu, spec.stack
-    return PlanRequest(
-        gpu=gpu.model if gpu else None,
-        gpu_count=gpu.count if gpu else 0,
-        num_nodes=spec.num_nodes,
-        hosts=tuple(spec.resources.hosts or ()),
-        source=str(spec.source) if spec.source else None,
-        stack_for=lambda model: resolve_stack(model, pins),
-        install=pins.install,
-        needs_cuda=pins.cuda != "auto" or pins.framework != "none",
-    )
 
 
 def _unpriced_plan(spec: JobSpec, stack: Stack, gpu: str | None, clouds: list[str]) -> Plan:

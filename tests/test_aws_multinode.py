@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucloud.failover import launch_request
+from gpucloud.provider_requests import launch_request
 from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, CapacityError, LaunchRequest
 from tests.support.aws_faults import HOOKS, AwsHooks, Call, Fault, install
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.failover import launch_request
+from gpucloud.provider_requests import launch_request
 from gpucloud.providers.base import (
     TAG_EXPIRES,
     TAG_RUN,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.errors import UserError
-from gpucloud.planner import plan_request
+from gpucloud.provider_requests import plan_request
 from gpucloud.providers import ssh_transport
 from gpucloud.providers.base import PlanRequest
 from gpucloud.providers.ssh_probe import assess, driver_problem, install_command, parse_probe

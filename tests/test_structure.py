@@ -52,6 +52,7 @@ LAYERS: dict[str, int] = {
     "gpucloud.stacks": PLAN,
     "gpucloud.images": PLAN,
     "gpucloud.images_build": PLAN,
+    "gpucloud.provider_requests": PLAN,
     # the machines: provider implementations, the VM's user-data and the local VM engine
     "gpucloud.providers.aws": MACHINES,
     "gpucloud.providers.azure": MACHINES,

@@ -9,8 +9,6 @@ or the state store's classes."""
 
 from __future__ import annotations
 
-import base64
-import gzip
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -477,6 +475,8 @@ def user_data_size(data: str | bytes, caps: Capabilities) -> int:
     """Bytes as the cloud counts them (`caps.user_data_encoding`): the raw bytes, or their base64 text."""
     raw = _as_bytes(data)
     if caps.user_data_encoding == "base64":
+        import base64
+
         return len(base64.b64encode(raw))
     return len(raw)
 
@@ -495,6 +495,8 @@ def check_user_data(data: str | bytes, caps: Capabilities, cloud: str = "this pr
 
 def compress_user_data(text: str) -> bytes:
     """gzip'd user-data (cloud-init detects and unpacks it); mtime 0 keeps it reproducible."""
+    import gzip
+
     return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
 
 
