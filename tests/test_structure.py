@@ -192,14 +192,20 @@ def test_every_module_has_a_layer() -> None:
     assert not missing, f"give these modules a layer in LAYERS: {missing}"
 
 
-def test_imports_point_down_the_layers() -> None:
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every import in `graph` that runs from a module to one in a higher layer."""
     wrong = []
-    for mod, deps in sorted(_graph().items()):
+    for mod, deps in sorted(graph.items()):
         here = layer_of(mod)
         for dep in sorted(deps):
             there = layer_of(dep)
             if here is not None and there is not None and there > here:
                 wrong.append(f"{mod} (layer {here}) imports {dep} (layer {there})")
+    return wrong
+
+
+def test_imports_point_down_the_layers() -> None:
+    wrong = _upward(_graph())
     assert not wrong, "\n".join(wrong)
 
 
@@ -220,6 +226,9 @@ def test_the_layer_table_reads_prefixes() -> None:
     assert layer_of("gpucloud.providers") == CONTRACT
     assert layer_of("gpucloud.catalog.views") == UI
     assert layer_of("gpucloud.statefoo") is None
+    assert _upward(
+        {"gpucloud.providers.base": {"gpucloud.planner"}, "gpucloud.planner": {"gpucloud.providers.base"}}
+    ) == [f"gpucloud.providers.base (layer {CONTRACT}) imports gpucloud.planner (layer {PLAN})"]
 
 
 def test_no_cloud_name_spelled_outside_providers() -> None:
