@@ -56,8 +56,8 @@ def _job(cloud: str, nodes: int, region: str) -> str:
 
 def _request(cloud: str, nodes: int, region: str, run_id: str, *, shared: bool) -> Any:
     """A LaunchRequest from a real job file and the real planner (first candidate)."""
-    from gpucloud.provider_requests import launch_request
     from gpucloud.planner import make_plan
+    from gpucloud.provider_requests import launch_request
     from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN
     from gpucloud.spec import parse_spec
 

@@ -263,9 +263,7 @@ class SshProvider:
                 folder_id = journal.intent(
                     req.run_id, "folder", f"{req.run_id}/node-{rank}/folder", req.region, self.name
                 )
-                res_id = journal.intent(
-                    req.run_id, "process", f"{req.run_id}/node-{rank}", req.region, self.name
-                )
+                res_id = journal.intent(req.run_id, "process", f"{req.run_id}/node-{rank}", req.region, self.name)
                 self._maybe_install(host, req)
                 gpus = self._lock_gpus(host, req.run_id, req.gpu_count)
                 out = ssh_transport.run(

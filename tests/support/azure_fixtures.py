@@ -82,8 +82,8 @@ def launch_request(
     expires_in: timedelta = timedelta(hours=2),
 ) -> Any:
     """A LaunchRequest from a real job file and plan (first candidate, optionally adjusted)."""
-    from gpucloud.provider_requests import launch_request as narrow_request
     from gpucloud.planner import make_plan
+    from gpucloud.provider_requests import launch_request as narrow_request
     from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN
     from gpucloud.spec import parse_spec
 

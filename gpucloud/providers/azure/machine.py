@@ -246,9 +246,7 @@ def vm_body(
     props: dict[str, Any] = {
         "hardwareProfile": {"vmSize": req.instance_type},
         "storageProfile": {
-            "imageReference": image_reference(
-                req.image_ref, req.ubuntu, req.instance_type, req.gpu, req.image
-            ),
+            "imageReference": image_reference(req.image_ref, req.ubuntu, req.instance_type, req.gpu, req.image),
             "osDisk": {
                 "name": f"osdisk-{rank}",
                 "createOption": "FromImage",

@@ -134,9 +134,7 @@ class _Attempt:
         """The VM (not begun once another node failed: a VM is the slow, billed part)."""
         req = self.req
         _check(self.abort)
-        body = vm_body(
-            req, rank, req.user_data[rank], nic_id, req.region, self.tags, self.ssh_key, self.net.ppg_id
-        )
+        body = vm_body(req, rank, req.user_data[rank], nic_id, req.region, self.tags, self.ssh_key, self.net.ppg_id)
         res_id = self.journal.intent(req.run_id, "vm", f"node-{rank}", req.region, self.arm.name)
         vm = _await(
             self.arm.compute.virtual_machines.begin_create_or_update(self.net.rg, f"node-{rank}", body), self.abort
