@@ -57,7 +57,8 @@ def _job(cloud: str, nodes: int, region: str) -> str:
 def _request(cloud: str, nodes: int, region: str, run_id: str, *, shared: bool) -> Any:
     """A LaunchRequest from a real job file and the real planner (first candidate)."""
     from gpucloud.planner import make_plan
-    from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, LaunchRequest
+    from gpucloud.provider_requests import launch_request
+    from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN
     from gpucloud.spec import parse_spec
 
     spec = parse_spec(_job(cloud, nodes, region), "bench.yaml")
@@ -67,11 +68,11 @@ def _request(cloud: str, nodes: int, region: str, run_id: str, *, shared: bool) 
     scripts = (
         ["#!/bin/bash\necho shared\n"] * nodes if shared else [f"#!/bin/bash\necho node {r}\n" for r in range(nodes)]
     )
-    return LaunchRequest(
+    return launch_request(
+        spec,
+        plan.stack,
+        cand,
         run_id=run_id,
-        spec=spec,
-        candidate=cand,
-        stack=plan.stack,
         user_data=scripts,
         expires_at=expires,
         tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"), "Name": f"gpucloud-{run_id}"},

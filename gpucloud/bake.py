@@ -27,8 +27,8 @@ from gpucloud.runlog import LogMirror
 from gpucloud.watch import observe, outcome
 
 if TYPE_CHECKING:
-    from gpucloud.images_build import BakedImage, ImageStore
-    from gpucloud.planner import Candidate, Plan
+    from gpucloud.planner import Plan
+    from gpucloud.providers.base import BakedImage, Candidate, ImageStore
     from gpucloud.spec import JobSpec
 
 BUILDER_DIR = "/tmp/gpucloud-builder"

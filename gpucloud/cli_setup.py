@@ -99,7 +99,10 @@ def hosts_probe(
             f"hosts probe: {str(exc).splitlines()[-1].strip()}",
             hint="Hosts are [user@]host[:port] or ssh aliases; --gpu is MODEL:COUNT.",
         ) from None
-    probes = providers.get_provider(host_cloud).probe(list(job.resources.hosts or []), job if gpu else None)  # type: ignore[attr-defined]
+    from gpucloud.provider_requests import plan_request
+
+    asks = plan_request(job) if gpu else None
+    probes = providers.get_provider(host_cloud).probe(list(job.resources.hosts or []), asks)  # type: ignore[attr-defined]
     if json_out:
         jsonout.emit([p.as_json() for p in probes])
     else:

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 from gpucloud import providers
 from gpucloud.errors import CloudAccessError, ConfigurationError, GpucloudError, NoCandidateError, UserError
+from gpucloud.provider_requests import launch_request
 from gpucloud.providers.base import (
     TAG_EXPIRES,
     TAG_RUN,
-    LaunchRequest,
     Provider,
     ProvisionError,
     RunHandle,
@@ -31,8 +31,9 @@ from gpucloud.state import Journal, Store
 
 if TYPE_CHECKING:
     from gpucloud.channel import Channel
-    from gpucloud.planner import Candidate, Plan
+    from gpucloud.planner import Plan
     from gpucloud.progress import Progress
+    from gpucloud.providers.base import Candidate
     from gpucloud.spec import JobSpec
 
 EXPIRY_MARGIN = timedelta(minutes=30)  # TAG_EXPIRES = deadline + margin (gc may sweep after it)
@@ -209,11 +210,11 @@ class Failover:
         if shared:
             user_data *= spec.num_nodes
         expires = deadline + EXPIRY_MARGIN
-        req = LaunchRequest(
+        req = launch_request(
+            spec,
+            self.plan.stack,
+            cand,
             run_id=self.run_id,
-            spec=spec,
-            candidate=cand,
-            stack=self.plan.stack,
             user_data=user_data,
             expires_at=expires,
             attempt=index,

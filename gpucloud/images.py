@@ -25,6 +25,7 @@ from importlib.resources import files
 from typing import TYPE_CHECKING
 
 from gpucloud.errors import InternalError
+from gpucloud.providers.base import Image
 from gpucloud.stack_data import COMPAT_FLOOR, PROFILES, PROPRIETARY_ONLY
 
 if TYPE_CHECKING:
@@ -35,67 +36,6 @@ X86_64 = "x86_64"
 # Path part of NVIDIA's apt repository per CPU architecture: arm64 servers use "sbsa" [V: docs/STACKS.md].
 REPO_ARCH = {X86_64: "x86_64", ARM64: "sbsa"}
 ANY_DRIVER_MAX = 999
-
-
-@dataclass(frozen=True)
-class Image:
-    """One row of images.csv: an image and what it has preinstalled ("" / () = nothing)."""
-
-    cloud: str
-    name: str
-    cpu_arch: str
-    gpu_archs: tuple[str, ...]  # ("*",) = any GPU (or none)
-    vm_feature: str  # "" or "grid": rows for GRID VMs are used only there
-    ubuntu: str
-    modules: str  # "open" | "proprietary" | "grid" | "" (no driver)
-    driver: str  # preinstalled branch, "" = none or not known
-    cuda: tuple[str, ...]  # preinstalled toolkits
-    cudnn: bool
-    fabric_manager: bool
-    extension: str  # a cloud VM extension that installs the driver ("" = none)
-    found_by: str  # "ssm" (public parameter name) | "urn" (marketplace) | "job file"
-    ref: str
-    source: str
-    checked: str
-
-    @property
-    def vendor(self) -> bool:
-        return bool(self.modules)
-
-    def as_json(self) -> dict[str, object]:
-        """The `image` object of `plan --json`."""
-        return {
-            "name": self.name,
-            "ref": self.ref,
-            "found_by": self.found_by,
-            "ubuntu": self.ubuntu,
-            "preinstalled": {
-                "driver": self.driver
-                or ("from " + self.extension if self.extension else ("yes" if self.modules else "none")),
-                "kernel_modules": self.modules or "none",
-                "cuda": list(self.cuda),
-                "cudnn": self.cudnn,
-                "fabric_manager": self.fabric_manager,
-            },
-            "source": self.source,
-            "checked": self.checked,
-        }
-
-    def summary(self) -> str:
-        """One line for `plan`: the image and what it brings."""
-        if not self.modules:
-            has = "nothing NVIDIA preinstalled"
-        elif self.extension:
-            has = f"driver from the {self.extension} extension"
-        else:
-            parts = [
-                f"driver R{self.driver}" if self.driver else "NVIDIA driver",
-                f"CUDA {'/'.join(self.cuda)}" if self.cuda else "",
-                "cuDNN" if self.cudnn else "",
-                "fabric manager" if self.fabric_manager else "",
-            ]
-            has = ", ".join(p for p in parts if p)
-        return f"{self.name} ({self.found_by} {self.ref}): {has}"
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
-"""`gpucloud image build/ls/rm` core (issue 13, item 3): bake a stack into an image, find it again.
+"""`gpucloud image build/ls/rm` core: bake a stack into an image, find it again.
 
 A baked image is named by a hash of everything the stack stage would install (driver branch and
 modules, CUDA/cuDNN when asked, fabric manager, framework wheel, base image, CPU architecture and
 optionally the job's `setup`). A later run whose stack hashes the same boots that image and its
 stack stage finds every part present: it installs nothing (tests/test_bootstrap.py simulates that).
 
-Cloud calls go through the small `ImageStore` protocol (the registry's `image_store`, e.g.
+Cloud calls go through the small `ImageStore` protocol (provider contract; the registry's `image_store`, e.g.
 gpucloud/providers/aws/bake.py). `gpucloud image build` boots the builder as a run
 (gpucloud/bake.py: journal intents, teardown in `finally`); `build_image` is the same sequence over
 plain callables. Which images exist is also kept locally (`images.json` in the gpucloud home,
@@ -19,40 +19,18 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
+
+from gpucloud.providers.base import HASH_TAG, KIND_TAG, KIND_VALUE, STACK_TAG, BakedImage, Image, ImageStore
 
 if TYPE_CHECKING:
-    from gpucloud.images import Image, NodeStack
-    from gpucloud.stacks import Stack
+    from gpucloud.images import NodeStack
+    from gpucloud.stack_data import Stack
 
-HASH_TAG = "gpucloud:stack-hash"
-KIND_TAG = "gpucloud:kind"
-KIND_VALUE = "image"  # `gc` must treat these as images, never as a run's leftovers
-STACK_TAG = "gpucloud:stack"
 SETUP_TAG = "gpucloud:with-setup"  # "yes" when the job's `setup` was baked in too
 INDEX_FILE = "images.json"
-
-
-@dataclass(frozen=True)
-class BakedImage:
-    ref: str  # AMI id / image resource id
-    region: str
-    name: str
-    stack_hash: str
-    tags: dict[str, str] = field(default_factory=dict)
-    created: str = ""
-
-
-class ImageStore(Protocol):
-    """The three cloud calls image build/ls/rm need."""
-
-    def create_image(self, region: str, instance_id: str, name: str, tags: dict[str, str]) -> str: ...
-
-    def list_images(self, region: str) -> list[BakedImage]: ...
-
-    def delete_image(self, region: str, ref: str) -> None: ...
 
 
 def stack_hash(stack: Stack, node: NodeStack, setup: str | None = None) -> str:
@@ -87,8 +65,6 @@ def find_baked(store: ImageStore, region: str, wanted: str) -> BakedImage | None
 
 def baked_row(baked: BakedImage, stack: Stack, node: NodeStack) -> Image:
     """An images.csv-like row for a baked image: it has everything the stack stage would install."""
-    from gpucloud.images import Image
-
     return Image(
         cloud=node.image.cloud if node.image else "",
         name=f"baked {baked.stack_hash}",

@@ -1,4 +1,4 @@
-"""Cost-aware ranking of candidates, with a reason for every exclusion. OWNER: lead (types are a contract)."""
+"""Cost-aware ranking of candidates, with a reason for every exclusion."""
 
 from __future__ import annotations
 
@@ -10,49 +10,18 @@ from typing import TYPE_CHECKING
 from gpucloud.catalog.prices import price_problem
 from gpucloud.catalog.rows import RowFilter
 from gpucloud.plan_rows import Exclusion, Exclusions, QuickReasons
+from gpucloud.provider_requests import plan_request, refuse_what_providers_cannot_do
+from gpucloud.providers.base import Candidate
 
 __all__ = ["Candidate", "DataAge", "Exclusion", "Plan", "alternatives", "data_age", "make_plan"]
 
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
     from gpucloud.catalog.models import Offering
-    from gpucloud.images import Image, NodeStack
+    from gpucloud.images import NodeStack
+    from gpucloud.providers.base import Image
     from gpucloud.spec import JobSpec
     from gpucloud.stacks import Stack
-
-
-@dataclass(frozen=True)
-class Candidate:
-    cloud: str  # a provider name (gpucloud.providers registry)
-    region: str  # an unpriced provider names its own (the local machine: "local")
-    instance_type: str  # an unpriced provider names its own (the local machine: "localhost")
-    gpu: str  # canonical GPU name, "" when the job asked for none
-    gpu_count: int  # per node
-    num_nodes: int
-    spot: bool
-    price_per_hour: float  # per node
-    total_per_hour: float  # price_per_hour * num_nodes
-    estimated_cost: float  # total_per_hour * max_duration hours
-    status: str = "active"  # offering status ("legacy" candidates carry a warning)
-    vcpus: int = 0
-    memory_gib: float = 0.0
-    arch: str = "x86_64"  # CPU architecture of the host (the offering's `arch`)
-    image: Image | None = None  # issue 13: the image it boots (gpucloud/images.py), set by make_plan
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "cloud": self.cloud,
-            "region": self.region,
-            "instance_type": self.instance_type,
-            "gpu": self.gpu,
-            "gpu_count": self.gpu_count,
-            "num_nodes": self.num_nodes,
-            "spot": self.spot,
-            "price_per_hour": self.price_per_hour,
-            "total_per_hour": self.total_per_hour,
-            "estimated_cost": self.estimated_cost,
-            "image": self.image.as_json() if self.image else None,  # issue 13
-        }
 
 
 @dataclass
@@ -155,6 +124,7 @@ def make_plan(
 
     cat = catalog or load_catalog()
     clouds = [cloud] if cloud else list(spec.resources.cloud)
+    refuse_what_providers_cannot_do(spec, clouds, spot)
     gpu = _requested_gpu(spec, cat)
     stack = resolve_stack(gpu, spec.stack)
     priced = [c for c in clouds if providers.info(c).priced]
@@ -284,7 +254,7 @@ def _unpriced_plan(spec: JobSpec, stack: Stack, gpu: str | None, clouds: list[st
     warnings = list(stack.warnings)
     for name in clouds:
         provider = providers.get_provider(name)
-        own = provider.plan_candidates(spec)
+        own = provider.plan_candidates(plan_request(spec))
         candidates.extend(replace(c, gpu=gpu or "") for c in own)
         if own and not candidates[: -len(own)] and hasattr(provider, "plan_stack"):
             stack = provider.plan_stack(stack)  # optional: the stack as on the machines just planned

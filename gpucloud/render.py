@@ -4,14 +4,12 @@ The script is the only thing a VM receives, so it must be exact: Jinja2 with Str
 missing value is a bug, never an empty string), no HTML autoescaping, and every value that came
 from the job file passed through `shlex.quote` so that bash reads it once, literally, and nothing
 in it is evaluated twice. Clouds cap user-data (each provider declares `user_data_limit` and
-`user_data_encoding` in its Capabilities, docs/PROVIDERS.md "User data"): helpers here measure, check
-and gzip it (cloud-init unpacks gzip'd user-data).
+`user_data_encoding` in its Capabilities, docs/PROVIDERS.md "User data"): the provider contract
+(gpucloud/providers/base.py) measures, checks and gzips it (cloud-init unpacks gzip'd user-data).
 """
 
 from __future__ import annotations
 
-import base64
-import gzip
 import math
 import re
 import shlex
@@ -24,16 +22,11 @@ import jinja2
 from gpucloud.channel import LOG_PART_MAX
 from gpucloud.errors import UserError
 from gpucloud.providers.base import DEFAULT_MASTER_PORT, Capabilities
-from gpucloud.template_source import (  # noqa: F401  (re-exported: they were defined here)
-    BASH_RESERVED,
-    TEMPLATE,
-    _load_template_source,
-    reserved_env_names,
-)
+from gpucloud.vm_env import TEMPLATE, load_template_source, reserved_env_names
 
 if TYPE_CHECKING:
     from gpucloud.images import NodeStack
-    from gpucloud.planner import Candidate
+    from gpucloud.providers.base import Candidate
     from gpucloud.spec import JobSpec
     from gpucloud.stacks import Stack
 
@@ -44,7 +37,7 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 @cache
 def template_env() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(_load_template_source),
+        loader=jinja2.FunctionLoader(load_template_source),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -230,47 +223,3 @@ def stack_context(node: NodeStack) -> dict[str, object]:
         "repo_arch": node.repo_arch,
         "image_name": node.image.name if node.image else "default",
     }
-
-
-# ---- user-data size ------------------------------------------------------------------------------
-
-
-def _as_bytes(data: str | bytes) -> bytes:
-    return data.encode("utf-8") if isinstance(data, str) else data
-
-
-def user_data_size(data: str | bytes, caps: Capabilities) -> int:
-    """Bytes as the cloud counts them (`caps.user_data_encoding`): the raw bytes, or their base64 text."""
-    raw = _as_bytes(data)
-    if caps.user_data_encoding == "base64":
-        return len(base64.b64encode(raw))
-    return len(raw)
-
-
-def check_user_data(data: str | bytes, caps: Capabilities, cloud: str = "this provider") -> int:
-    """Raise UserError when the user-data exceeds `caps.user_data_limit`; return its counted size."""
-    size = user_data_size(data, caps)
-    limit = caps.user_data_limit
-    if limit is not None and size > limit:
-        raise UserError(
-            f"The bootstrap for {cloud} is {size} bytes, above the {limit}-byte user-data limit.",
-            hint="Shorten long `env`, `setup` or `run` values: put them in a script inside `workdir` and call it.",
-        )
-    return size
-
-
-def compress_user_data(text: str) -> bytes:
-    """gzip'd user-data (cloud-init detects and unpacks it); mtime 0 keeps it reproducible."""
-    return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
-
-
-def fit_user_data(text: str, caps: Capabilities, cloud: str = "this provider") -> bytes:
-    """The bytes to send as user-data: as is when they fit, gzip'd when that makes them fit.
-    The one owner of the size rule: providers call this instead of keeping their own limit."""
-    raw = text.encode("utf-8")
-    limit = caps.user_data_limit
-    if limit is None or user_data_size(raw, caps) <= limit:
-        return raw
-    packed = compress_user_data(text)
-    check_user_data(packed, caps, cloud)
-    return packed

@@ -173,7 +173,7 @@ def _env_key(value: Any) -> str:
         )
     if value.upper().startswith("GPUCLOUD_"):
         _fail(f"'{value}' is reserved: names starting with GPUCLOUD_ are set by gpucloud itself. Rename it")
-    from gpucloud.template_source import reserved_env_names  # lazy: read only when a job has env
+    from gpucloud.vm_env import reserved_env_names  # lazy: the template is read only when a job has env
 
     if value in reserved_env_names() or value.startswith("BASH"):
         _fail(

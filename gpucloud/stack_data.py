@@ -8,7 +8,7 @@ tables is gpucloud/stacks.py (one GPU) and gpucloud/images.py (one VM: image, mo
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # --------------------------------------------------------------------------------------------------
 # Tables (docs/STACKS.md unless marked [K] = widely known, not re-checked).
@@ -242,3 +242,52 @@ CUDNN8_BUILDS: dict[str, str] = {"8.2.4": "11.4"}
 NO_PYTORCH: frozenset[str] = frozenset({"K40"})
 CPU_TORCH = "2.8.0"
 CPU_TENSORFLOW = "2.19.0"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """The software one job's machines get (driver, CUDA, cuDNN, OS, framework), resolved by
+    gpucloud/stacks.py; plain data, so the provider contract can carry it."""
+
+    gpu: str  # canonical GPU name, e.g. "K80"
+    architecture: str  # "Kepler"
+    compute_capability: str  # "3.7"
+    driver: str  # branch, e.g. "470"
+    cuda: str  # "11.4"
+    cudnn: str  # "8.2.4"
+    os_image: str  # "ubuntu-20.04"
+    framework: str  # "pytorch" | "tensorflow" | "none"
+    framework_version: str | None  # "2.0.1" (None when framework is none)
+    # What the VM-side installer needs (Ubuntu/apt names, exact pins):
+    ubuntu_version: str  # "20.04"
+    cuda_repo: str  # "ubuntu2004" (path part of NVIDIA's apt repository)
+    driver_packages: tuple[str, ...]  # e.g. ("cuda-drivers-470",)
+    cuda_packages: tuple[str, ...]  # e.g. ("cuda-toolkit-11-4",)
+    cudnn_packages: tuple[str, ...]  # e.g. ("libcudnn8=8.2.4.*-1+cuda11.4",)
+    framework_pip: tuple[
+        str, ...
+    ]  # pip args, e.g. ("torch==2.0.1", "--index-url", "https://download.pytorch.org/whl/cu117")
+    min_driver_version: str  # lowest driver that runs this CUDA, e.g. "470.82.01"
+    reasons: dict[str, str] = field(default_factory=dict)  # per key above: why it was chosen
+    warnings: tuple[str, ...] = ()
+    # "open" (nvidia-open-*: required by Blackwell) or "proprietary" (cuda-drivers-*: all older GPUs).
+    kernel_modules: str = "proprietary"
+    # True: the system CUDA toolkit and cuDNN are installed (the job asked, or its framework needs
+    # them); False: the framework wheel brings its own CUDA runtime and cuDNN, the VM needs only the driver.
+    cuda_toolkit: bool = False
+    driver_pinned: bool = False  # the job pinned the driver: an image's other branch does not do
+    # NVIDIA's version-locking package of the branch, installed before the driver (empty before R580:
+    # the bootstrap's own apt preferences file holds those branches).
+    driver_lock: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, object]:
+        """The `stack` object of `plan --json` / `stack --json` (DESIGN.md section 4)."""
+        return {
+            "gpu": self.gpu,
+            "architecture": self.architecture,
+            "driver": self.driver,
+            "cuda": self.cuda,
+            "cudnn": self.cudnn,
+            "os_image": self.os_image,
+            "framework": self.framework if self.framework == "none" else f"{self.framework}=={self.framework_version}",
+        }

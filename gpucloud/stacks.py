@@ -6,13 +6,12 @@ them. Each GPU generation gets the newest stack that still supports it; a pin th
 is a `UserError` that states the limit and what to do instead, because a wrong combination would
 otherwise surface an hour later as a VM that silently trains on the CPU.
 
-The Stack dataclass is a contract used by planner, render and the providers; keep its attributes.
+The Stack dataclass (gpucloud/stack_data.py) crosses the provider contract; keep its attributes.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpucloud.errors import UserError
@@ -37,6 +36,7 @@ from gpucloud.stack_data import (  # noqa: F401  (re-exported: the tables were d
     TURING_PLUS,
     UNSUFFIXED_FROM,
     Profile,
+    Stack,
 )
 
 if TYPE_CHECKING:
@@ -44,54 +44,8 @@ if TYPE_CHECKING:
 
 
 # --------------------------------------------------------------------------------------------------
-# The Stack (contract) and the resolver.
+# The resolver.
 # --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Stack:
-    gpu: str  # canonical GPU name, e.g. "K80"
-    architecture: str  # "Kepler"
-    compute_capability: str  # "3.7"
-    driver: str  # branch, e.g. "470"
-    cuda: str  # "11.4"
-    cudnn: str  # "8.2.4"
-    os_image: str  # "ubuntu-20.04"
-    framework: str  # "pytorch" | "tensorflow" | "none"
-    framework_version: str | None  # "2.0.1" (None when framework is none)
-    # What the VM-side installer needs (Ubuntu/apt names, exact pins):
-    ubuntu_version: str  # "20.04"
-    cuda_repo: str  # "ubuntu2004" (path part of NVIDIA's apt repository)
-    driver_packages: tuple[str, ...]  # e.g. ("cuda-drivers-470",)
-    cuda_packages: tuple[str, ...]  # e.g. ("cuda-toolkit-11-4",)
-    cudnn_packages: tuple[str, ...]  # e.g. ("libcudnn8=8.2.4.*-1+cuda11.4",)
-    framework_pip: tuple[
-        str, ...
-    ]  # pip args, e.g. ("torch==2.0.1", "--index-url", "https://download.pytorch.org/whl/cu117")
-    min_driver_version: str  # lowest driver that runs this CUDA, e.g. "470.82.01"
-    reasons: dict[str, str] = field(default_factory=dict)  # per key above: why it was chosen
-    warnings: tuple[str, ...] = ()
-    # "open" (nvidia-open-*: required by Blackwell) or "proprietary" (cuda-drivers-*: all older GPUs).
-    kernel_modules: str = "proprietary"
-    # True: the system CUDA toolkit and cuDNN are installed (the job asked, or its framework needs
-    # them); False: the framework wheel brings its own CUDA runtime and cuDNN, the VM needs only the driver.
-    cuda_toolkit: bool = False
-    driver_pinned: bool = False  # the job pinned the driver: an image's other branch does not do
-    # NVIDIA's version-locking package of the branch, installed before the driver (empty before R580:
-    # the bootstrap's own apt preferences file holds those branches).
-    driver_lock: tuple[str, ...] = ()
-
-    def as_json(self) -> dict[str, object]:
-        """The `stack` object of `plan --json` / `stack --json` (DESIGN.md section 4)."""
-        return {
-            "gpu": self.gpu,
-            "architecture": self.architecture,
-            "driver": self.driver,
-            "cuda": self.cuda,
-            "cudnn": self.cudnn,
-            "os_image": self.os_image,
-            "framework": self.framework if self.framework == "none" else f"{self.framework}=={self.framework_version}",
-        }
 
 
 def _v(version: str) -> tuple[int, ...]:

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucloud.provider_requests import launch_request
 from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, CapacityError, LaunchRequest
 from tests.support.aws_faults import HOOKS, AwsHooks, Call, Fault, install
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
@@ -92,11 +93,11 @@ def request(
     cand = next(c for c in plan.candidates if not c.spot)
     run_id = f"mn-{n}-{int(time.time() * 1000) % 16**6:06x}"
     expires = datetime.now(UTC).replace(microsecond=0) + expires_in
-    return LaunchRequest(
+    return launch_request(
+        spec,
+        plan.stack,
+        cand,
         run_id=run_id,
-        spec=spec,
-        candidate=cand,
-        stack=plan.stack,
         user_data=[SCRIPT] * nodes,
         expires_at=expires,
         tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"), "Name": f"gpucloud-{run_id}"},

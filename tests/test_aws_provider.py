@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gpucloud.provider_requests import launch_request
 from gpucloud.providers.base import (
     TAG_EXPIRES,
     TAG_RUN,
@@ -99,11 +100,11 @@ def make_request(
     cand = next(c for c in plan.candidates if c.spot == spot)
     run_id = f"unit-{n}-{random.randrange(16**6):06x}"
     expires = datetime.now(UTC).replace(microsecond=0) + expires_in
-    return LaunchRequest(
+    return launch_request(
+        spec,
+        plan.stack,
+        cand,
         run_id=run_id,
-        spec=spec,
-        candidate=cand,
-        stack=plan.stack,
         user_data=[script],
         expires_at=expires,
         attempt=attempt,
@@ -201,15 +202,15 @@ def test_k80_stack_gets_ubuntu_2004_from_ssm(moto, provider, journal, hooks):  #
     from gpucloud.stacks import resolve_stack
 
     req = make_request(gpu="T4:1")
-    kepler = resolve_stack("K80", req.spec.stack)
-    assert kepler.ubuntu_version == "20.04" and req.stack.ubuntu_version != "20.04"
-    handle = provider.provision(replace(req, stack=kepler), journal)
+    kepler = resolve_stack("K80")
+    assert kepler.ubuntu_version == "20.04" and req.ubuntu != "20.04"
+    handle = provider.provision(replace(req, ubuntu=kepler.ubuntu_version), journal)
     [iid] = handle.nodes
     try:
         ami = instance(moto, iid)["ImageId"]
         assert ami == provider.resolve_image("us-east-1", "20.04")[0]
-        assert ami != provider.resolve_image("us-east-1", req.stack.ubuntu_version)[0]
-        assert instance(moto, iid)["InstanceType"] == req.candidate.instance_type
+        assert ami != provider.resolve_image("us-east-1", req.ubuntu)[0]
+        assert instance(moto, iid)["InstanceType"] == req.instance_type
     finally:
         provider.teardown(handle, journal)
 
@@ -387,7 +388,7 @@ def test_auth_failure_on_an_image_concerns_the_candidate_not_the_credentials(mes
 
 def test_spot_max_price_is_sent_only_when_the_job_sets_one(moto, provider, journal, hooks):  # noqa: F811
     req = make_request(spot=True)
-    req.spec.resources.max_price_per_hour = 0.3
+    req.max_price_per_hour = 0.3
     handle = provider.provision(req, journal)
     try:
         [call] = hooks.ops("RunInstances")

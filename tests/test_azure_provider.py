@@ -221,8 +221,8 @@ def test_k80_request_on_nc6_uses_the_gen1_image(arm: FakeArm, provider: AzurePro
     from gpucloud.stacks import resolve_stack
 
     req = launch_request("run-k80", instance_type="Standard_NC6")
-    req.stack = resolve_stack("K80")
-    req.candidate = dataclasses.replace(req.candidate, gpu="K80")
+    req.ubuntu = resolve_stack("K80").ubuntu_version
+    req.gpu = "K80"
     provider.provision(req, journal)
     (vm,) = by_type(arm, "run-k80", "Microsoft.Compute/virtualMachines")
     assert vm["properties"]["storageProfile"]["imageReference"]["sku"] == "20_04-lts"

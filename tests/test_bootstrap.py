@@ -732,7 +732,8 @@ def test_sim_baked_image_run_installs_nothing(tmp_path: Path) -> None:
     """`image build` then `run`: the builder's disk (stub state) is the baked image; the run on it,
     with the plan pointing at the baked row, counts 0 apt-get and 0 pip installs."""
     from gpucloud.images import resolve_node
-    from gpucloud.images_build import BakedImage, baked_row, stack_hash
+    from gpucloud.images_build import baked_row, stack_hash
+    from gpucloud.providers.base import BakedImage
     from gpucloud.spec import StackSpec
     from gpucloud.stacks import resolve_stack
     from tests.support.vm_sim import install_calls

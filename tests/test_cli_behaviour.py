@@ -66,6 +66,23 @@ def test_cloud_flag_applies_before_validation(tmp_path: Path, command: str) -> N
     assert "--cloud" in refused.stderr and "Traceback" not in refused.stderr
 
 
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_a_job_asking_what_the_provider_cannot_do_is_refused_at_plan_time(tmp_path: Path, command: str) -> None:
+    """`spot: true` on a provider without spot (its Capabilities say so) is refused with the field
+    and the fix, exit 2, before anything starts; never quietly planned on-demand."""
+    (tmp_path / "job.yaml").write_text(
+        "name: s\nresources: {cloud: local, spot: true}\nrun: echo ran\nmax_duration: 5m\n"
+    )
+    yes = ("--yes",) if command == "run" else ()
+    out = cli(no_cloud_env(tmp_path), command, "job.yaml", *yes, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert "job.yaml: resources.spot: local cannot launch spot machines" in out.stderr
+    assert "Set spot: false" in out.stderr and "Traceback" not in out.stderr and "ran" not in out.stdout
+    flag = cli(no_cloud_env(tmp_path), command, "job.yaml", *yes, "--no-spot", cwd=tmp_path)
+    assert flag.returncode == 0, flag.stderr
+    assert "ran" in flag.stdout if command == "run" else "localhost" in flag.stdout
+
+
 def test_suggested_gpu_and_instance_types_are_offered_today(tmp_path: Path) -> None:
     """The examples the errors suggest must be things one can buy, not retired offerings."""
     (tmp_path / "job.yaml").write_text(NO_GPU)

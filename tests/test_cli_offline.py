@@ -95,7 +95,7 @@ def test_every_example_renders_shellcheck_clean(path: Path, example_hosts: dict[
     # What is sent must fit every provider's user-data limit: the raw script, or gzip'd by fit_user_data
     # (cloud-init unpacks it) when the raw one is over.
     from gpucloud.providers import capabilities, names
-    from gpucloud.render import fit_user_data, user_data_size
+    from gpucloud.providers.base import fit_user_data, user_data_size
 
     for cloud in names():
         caps = capabilities(cloud)

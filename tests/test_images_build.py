@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpucloud.images import resolve_node
-from gpucloud.images_build import HASH_TAG, KIND_TAG, baked_row, build_image, find_baked, stack_hash
+from gpucloud.images_build import baked_row, build_image, find_baked, stack_hash
 from gpucloud.providers.aws.bake import AwsImageStore
+from gpucloud.providers.base import HASH_TAG, KIND_TAG
 from gpucloud.spec import StackSpec
 from gpucloud.stacks import resolve_stack
 from tests.support.moto_server import moto, moto_server  # noqa: F401

@@ -18,8 +18,9 @@ import pytest
 from gpucloud import commands, lifecycle, providers, vm_engine, watch
 from gpucloud.channel import FileChannel, log_key
 from gpucloud.errors import NoCandidateError
-from gpucloud.planner import Candidate, Plan
+from gpucloud.planner import Plan
 from gpucloud.providers.base import (
+    Candidate,
     CandidateError,
     Capabilities,
     CapacityError,
@@ -163,14 +164,14 @@ class _FakeProvider:
         return FileChannel(self.home / "channel" / self.name / region)
 
     def provision(self, req, journal: Journal) -> RunHandle:  # type: ignore[no-untyped-def]
-        key = f"{req.candidate.region}/{req.candidate.instance_type}"
+        key = f"{req.region}/{req.instance_type}"
         self.calls.append(f"provision {self.name}/{key}")
-        res = journal.intent(req.run_id, "instance", key, req.candidate.region, self.name)
+        res = journal.intent(req.run_id, "instance", key, req.region, self.name)
         err = self.errors.get(key)
         if err:
             raise err
         journal.created(res, "id-1")
-        self.handles.append(RunHandle(req.run_id, self.name, req.candidate.region, attempt=req.attempt, nodes=["id-1"]))
+        self.handles.append(RunHandle(req.run_id, self.name, req.region, attempt=req.attempt, nodes=["id-1"]))
         return self.handles[-1]
 
     def master_port(self) -> int:
@@ -403,7 +404,7 @@ def test_local_gc_kills_expired_nodes_only(gpucloud_home: Path) -> None:
     from gpucloud.providers.local import LocalProvider
 
     prov = LocalProvider()
-    assert isinstance(prov, Provider) and not prov.capabilities.priced
+    assert isinstance(prov, Provider) and not providers.info(prov.name).priced
     old = vm_engine.boot("sleep 300\n", prov.sandbox("old-run", 0), expires_at=time.time() - 5)
     new = vm_engine.boot("sleep 300\n", prov.sandbox("new-run", 0), expires_at=time.time() + 600)
     try:

@@ -242,3 +242,19 @@ def test_plan_json_shape() -> None:
     }
     assert set(doc["excluded"][0]) == {"cloud", "region", "instance_type", "reason"}
     assert set(doc["stack"]) == {"gpu", "architecture", "driver", "cuda", "cudnn", "os_image", "framework"}
+
+
+def test_more_nodes_than_the_provider_runs_is_refused_at_plan_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A provider whose Capabilities say one node per job gets no two-node plan: the field and the fix."""
+    from dataclasses import replace
+
+    from gpucloud.errors import UserError
+    from gpucloud.planner import make_plan
+    from gpucloud.providers.local import LocalProvider
+    from gpucloud.spec import parse_spec
+
+    monkeypatch.setattr(LocalProvider, "capabilities", replace(LocalProvider.capabilities, multi_node=False))
+    spec = parse_spec("name: a\nnum_nodes: 2\nresources: {cloud: local}\nrun: x\n", "job.yaml")
+    with pytest.raises(UserError, match=r"num_nodes: local runs one node per job, and the job asks for 2"):
+        make_plan(spec)
+    assert make_plan(parse_spec("name: a\nresources: {cloud: local}\nrun: x\n", "job.yaml")).candidates

@@ -19,19 +19,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpucloud.errors import UserError
-from gpucloud.planner import Candidate
 from gpucloud.providers import capabilities
+from gpucloud.providers.base import Candidate, check_user_data, compress_user_data, fit_user_data, user_data_size
 from gpucloud.render import (
-    check_user_data,
-    compress_user_data,
-    fit_user_data,
     gpu_tokens,
     quote,
     render_bootstrap,
     render_env_block,
     reserved_env_names,
     template_env,
-    user_data_size,
 )
 from gpucloud.spec import JobSpec, StackSpec
 from gpucloud.stacks import Stack

@@ -1260,7 +1260,8 @@ def test_workdir_outside_the_tree_is_fine_when_absolute(tmp_path: Path) -> None:
 
 
 def test_reserved_names_come_from_the_template() -> None:
-    from gpucloud.render import BASH_RESERVED, TEMPLATE, _load_template_source, reserved_env_names
+    from gpucloud.vm_env import BASH_RESERVED, TEMPLATE, reserved_env_names
+    from gpucloud.vm_env import load_template_source as _load_template_source
 
     names = reserved_env_names()
     assert {"JOB", "SETSID", "W", "ST", "LOG", "DEADLINE", "RUN_CMD", "GRACE", "STATUS_PUT"} <= names

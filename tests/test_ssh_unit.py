@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from gpucloud.errors import UserError
+from gpucloud.provider_requests import plan_request
 from gpucloud.providers import ssh_transport
+from gpucloud.providers.base import PlanRequest
 from gpucloud.providers.ssh_probe import assess, driver_problem, install_command, parse_probe
 from gpucloud.providers.ssh_transport import SshHost
 from gpucloud.spec import SpecError, StackSpec, parse_spec
@@ -58,6 +60,12 @@ def test_spec_hosts_only_with_cloud_ssh(tmp_path: Path) -> None:
     assert parse_spec("name: a\nstack: {install: true}\nresources: {cloud: ssh}\nrun: x\n", "a.yaml").stack.install
 
 
+def asks(pins: StackSpec, gpu: str = "K40") -> PlanRequest:
+    """What the planner passes for a one-node job on `gpu` with these stack pins."""
+    job = parse_spec(f"name: a\nresources: {{cloud: ssh, gpu: {gpu}:1, hosts: [h]}}\nrun: x\n", "a.yaml")
+    return plan_request(job.model_copy(update={"stack": pins}))
+
+
 def test_probe_parsing_and_kepler_stack() -> None:
     probe = assess(parse_probe("k40", K40_PROBE), "K40", 2, None)
     assert [g.model for g in probe.gpus] == ["K40", "K40"] and probe.driver == "470.182.03"
@@ -80,14 +88,14 @@ def test_driver_verdicts_name_the_fix() -> None:
         parse_probe("k40", "@user alice\n@sudo no\n@smi-error nvidia-smi not found\n"),
         "K40",
         1,
-        StackSpec(install=True),
+        asks(StackSpec(install=True)),
     )
     assert "no passwordless sudo" in judged.problems[0]
     allowed = assess(
         parse_probe("k40", "@user alice\n@sudo yes\n@smi-error nvidia-smi not found\n"),
         "K40",
         1,
-        StackSpec(install=True),
+        asks(StackSpec(install=True)),
     )
     assert allowed.problems == []
     assert install_command(stack, "root").count("sudo") == 0 and "ubuntu2004" in install_command(stack)
@@ -97,7 +105,7 @@ def test_old_driver_blocks_only_a_job_that_needs_the_resolved_cuda() -> None:
     t4 = "@user a\n@sudo no\n@gpu 0, Tesla T4, 15360, 535.104.05\n@cuda 12.2\n"
     plain = assess(parse_probe("t4", t4), "T4", 1, None)
     assert plain.problems == [] and "older than" in plain.notes[0]
-    pinned = assess(parse_probe("t4", t4), "T4", 1, StackSpec(framework="pytorch"))
+    pinned = assess(parse_probe("t4", t4), "T4", 1, asks(StackSpec(framework="pytorch"), "T4"))
     assert "older than" in pinned.problems[0]
 
 

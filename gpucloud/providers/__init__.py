@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpucloud.images_build import ImageStore
-    from gpucloud.providers.base import Capabilities, CloudCheck, Provider
+    from gpucloud.providers.base import Capabilities, CloudCheck, ImageStore, Provider
 
 
 def _aws_configured() -> bool:

@@ -1,5 +1,11 @@
-"""The Provider protocol every cloud implements, the launch request it receives, and the error
-classes that drive failover (docs/PROVIDERS.md, "AWS errors" and "Azure errors")."""
+"""The provider contract: everything that crosses between the core and a provider.
+
+The Provider protocol every cloud implements, the narrow requests it receives (`PlanRequest`,
+`LaunchRequest`: values, never the job file), the types it hands back (`Candidate`, `Image`,
+`RunHandle`, `BakedImage`), the `Journal` it writes through, the user-data size rule, and the
+error classes that drive failover (docs/PROVIDERS.md, "AWS errors" and "Azure errors"). It imports
+only the layers below it, so a provider depends on this module and never on the planner, the spec
+or the state store's classes."""
 
 from __future__ import annotations
 
@@ -8,14 +14,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from gpucloud.errors import GpucloudError
+from gpucloud.errors import GpucloudError, UserError
 
 if TYPE_CHECKING:
     from gpucloud.channel import Channel
-    from gpucloud.planner import Candidate
-    from gpucloud.spec import JobSpec
-    from gpucloud.stacks import Stack
-    from gpucloud.state import Journal
+    from gpucloud.stack_data import Stack
+    from gpucloud.state_records import ResourceRecord
 
 TAG_RUN = "gpucloud-run"
 TAG_EXPIRES = "gpucloud-expires"  # UTC, ISO 8601 "2026-12-02T17:04:05Z"; see expiry_tag()
@@ -88,18 +92,161 @@ class Unreachable(GpucloudError):
     exit_code = 75  # EX_TEMPFAIL: try again later
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """One place the job could run: a cloud, region and machine type at a price, and the image it
+    boots. The planner ranks them; the unpriced providers name their own (`plan_candidates`)."""
+
+    cloud: str  # a provider name (gpucloud.providers registry)
+    region: str  # an unpriced provider names its own (the local machine: "local")
+    instance_type: str  # an unpriced provider names its own (the local machine: "localhost")
+    gpu: str  # canonical GPU name, "" when the job asked for none
+    gpu_count: int  # per node
+    num_nodes: int
+    spot: bool
+    price_per_hour: float  # per node
+    total_per_hour: float  # price_per_hour * num_nodes
+    estimated_cost: float  # total_per_hour * max_duration hours
+    status: str = "active"  # offering status ("legacy" candidates carry a warning)
+    vcpus: int = 0
+    memory_gib: float = 0.0
+    arch: str = "x86_64"  # CPU architecture of the host (the offering's `arch`)
+    image: Image | None = None  # the image it boots, chosen by the planner
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "cloud": self.cloud,
+            "region": self.region,
+            "instance_type": self.instance_type,
+            "gpu": self.gpu,
+            "gpu_count": self.gpu_count,
+            "num_nodes": self.num_nodes,
+            "spot": self.spot,
+            "price_per_hour": self.price_per_hour,
+            "total_per_hour": self.total_per_hour,
+            "estimated_cost": self.estimated_cost,
+            "image": self.image.as_json() if self.image else None,
+        }
+
+
+@dataclass(frozen=True)
+class Image:
+    """One row of images.csv: an image and what it has preinstalled ("" / () = nothing)."""
+
+    cloud: str
+    name: str
+    cpu_arch: str
+    gpu_archs: tuple[str, ...]  # ("*",) = any GPU (or none)
+    vm_feature: str  # "" or "grid": rows for GRID VMs are used only there
+    ubuntu: str
+    modules: str  # "open" | "proprietary" | "grid" | "" (no driver)
+    driver: str  # preinstalled branch, "" = none or not known
+    cuda: tuple[str, ...]  # preinstalled toolkits
+    cudnn: bool
+    fabric_manager: bool
+    extension: str  # a cloud VM extension that installs the driver ("" = none)
+    found_by: str  # "ssm" (public parameter name) | "urn" (marketplace) | "job file"
+    ref: str
+    source: str
+    checked: str
+
+    @property
+    def vendor(self) -> bool:
+        return bool(self.modules)
+
+    def as_json(self) -> dict[str, object]:
+        """The `image` object of `plan --json`."""
+        return {
+            "name": self.name,
+            "ref": self.ref,
+            "found_by": self.found_by,
+            "ubuntu": self.ubuntu,
+            "preinstalled": {
+                "driver": self.driver
+                or ("from " + self.extension if self.extension else ("yes" if self.modules else "none")),
+                "kernel_modules": self.modules or "none",
+                "cuda": list(self.cuda),
+                "cudnn": self.cudnn,
+                "fabric_manager": self.fabric_manager,
+            },
+            "source": self.source,
+            "checked": self.checked,
+        }
+
+    def summary(self) -> str:
+        """One line for `plan`: the image and what it brings."""
+        if not self.modules:
+            has = "nothing NVIDIA preinstalled"
+        elif self.extension:
+            has = f"driver from the {self.extension} extension"
+        else:
+            parts = [
+                f"driver R{self.driver}" if self.driver else "NVIDIA driver",
+                f"CUDA {'/'.join(self.cuda)}" if self.cuda else "",
+                "cuDNN" if self.cudnn else "",
+                "fabric manager" if self.fabric_manager else "",
+            ]
+            has = ", ".join(p for p in parts if p)
+        return f"{self.name} ({self.found_by} {self.ref}): {has}"
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What a provider without catalog rows (this machine, SSH hosts) needs to name its own
+    candidates: the job's asks as values, and its stack resolver (the job's pins applied)."""
+
+    gpu: str | None  # canonical GPU model the job asks for, None for a CPU job
+    gpu_count: int  # per node
+    num_nodes: int
+    hosts: tuple[str, ...] = ()  # the machines the job names (resources.hosts, --host)
+    source: str | None = None  # the job file, named in messages
+    stack_for: Callable[[str | None], Stack] | None = None  # the job's stack for a GPU model
+    install: bool = False  # stack.install: the provider may install the driver where it lacks
+    needs_cuda: bool = False  # the job pins CUDA or a framework: the host's own CUDA may not do
+
+
 @dataclass
 class LaunchRequest:
-    """Everything a provider needs to create the machines of one attempt (one candidate)."""
+    """Everything a provider needs to create the machines of one attempt, as values: where, what
+    machine, which market, which image, the rendered user-data, the tags. Never the job file."""
 
     run_id: str
-    spec: JobSpec
-    candidate: Candidate
-    stack: Stack
-    user_data: list[str]  # rendered bootstrap, one per node rank
+    job_name: str  # the job's name (machine names, display tags)
+    region: str
+    instance_type: str
+    num_nodes: int
+    user_data: list[str]  # rendered bootstrap, one per node rank (N copies when shared)
     expires_at: datetime  # UTC; deadline plus a teardown margin; goes into TAG_EXPIRES
+    gpu: str = ""  # canonical GPU name, "" for a CPU job
+    gpu_count: int = 0  # per node
+    cpu_arch: str = "x86_64"  # the machine's CPU architecture ("x86_64" | "arm64")
+    spot: bool = False
+    max_price_per_hour: float | None = None  # spot cap per node (None: the cloud's own cap)
+    disk_gb: int = 100
+    image: Image | None = None  # the planned image (None: the provider's default for ubuntu)
+    image_ref: str = "auto"  # the job's own image (`image:`), "auto": the planned one
+    ubuntu: str = "22.04"  # the stack's Ubuntu release, for the provider's default image
+    ssh: bool = False  # open SSH to the caller's address, with the user's key
+    install_stack: Stack | None = None  # stack.install: what a host lacking the driver gets installed
+    needs_cuda: bool = False  # the job pins CUDA or a framework (a host's own older CUDA will not do)
     attempt: int = 0  # index in the failover order; part of idempotency tokens
     tags: dict[str, str] = field(default_factory=dict)  # TAG_RUN, TAG_EXPIRES, Name ...
+
+
+class Journal(Protocol):
+    """What providers write through: an intent row *before* each create call, then created/deleted.
+    A crash between the two leaves an intent row, which tells teardown and gc where to look
+    (the state store implements it: gpucloud.state.Journal)."""
+
+    def intent(self, run_id: str, kind: str, name: str, region: str, cloud: str) -> int: ...
+
+    def created(self, res_id: int, cloud_id: str) -> None: ...
+
+    def deleted(self, res_id: int) -> None: ...
+
+    def resources(self, run_id: str, alive_only: bool = True) -> list[ResourceRecord]: ...
+
+    def event(self, run_id: str, kind: str, message: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -119,10 +266,8 @@ class Capabilities:
     install_stack: bool = True  # False: the host's driver/CUDA are used as they are
     gpu_check: Literal["strict", "warn"] = "strict"  # wrong GPU fails the run, or only warns
     node_ips_known: bool = False  # every node shares one address (publish 127.0.0.1)
-    per_run_master_port: bool = False  # nodes share an address with other runs: pick a free port
-    priced: bool = True  # machines cost money and come from the catalog
-    spot: bool = False  # can launch spot/low-priority machines
-    multi_node: bool = True  # can run num_nodes > 1
+    spot: bool = False  # can launch spot/low-priority machines (else `spot: true` is refused at plan time)
+    multi_node: bool = True  # can run num_nodes > 1 (else refused at plan time)
     preemption_notice: str | None = None  # how the VM learns of a spot interruption, or None
     preemption_grace: float = 15.0  # s the job gets after SIGTERM on a notice (then checkpoint upload)
     console_hint: str = ""  # console_hint()'s text, {run_id} {rank} {region} filled in
@@ -216,8 +361,8 @@ class Provider(Protocol):
         appends it to the "lost" message)."""
         ...
 
-    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
-        """The provider's own candidates for `spec`. Called only for providers whose registry entry
+    def plan_candidates(self, job: PlanRequest) -> list[Candidate]:
+        """The provider's own candidates for the job. Called only for providers whose registry entry
         has priced=False (no catalog rows): the local machine, an SSH host. Priced providers return []."""
         ...
 
@@ -291,3 +436,77 @@ class CloudCheck:
         doc = asdict(self)
         doc["seconds"] = round(self.seconds, 3)
         return doc
+
+
+# The tags every baked image carries (a provider writes them, `image ls` and `gc` read them back).
+HASH_TAG = "gpucloud:stack-hash"
+KIND_TAG = "gpucloud:kind"
+KIND_VALUE = "image"  # `gc` must treat these as images, never as a run's leftovers
+STACK_TAG = "gpucloud:stack"
+
+
+@dataclass(frozen=True)
+class BakedImage:
+    """An image a provider baked from a stack (`gpucloud image build`), found again by its hash."""
+
+    ref: str  # AMI id / image resource id
+    region: str
+    name: str
+    stack_hash: str
+    tags: dict[str, str] = field(default_factory=dict)
+    created: str = ""
+
+
+class ImageStore(Protocol):
+    """The three cloud calls image build/ls/rm need."""
+
+    def create_image(self, region: str, instance_id: str, name: str, tags: dict[str, str]) -> str: ...
+
+    def list_images(self, region: str) -> list[BakedImage]: ...
+
+    def delete_image(self, region: str, ref: str) -> None: ...
+
+
+def _as_bytes(data: str | bytes) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else data
+
+
+def user_data_size(data: str | bytes, caps: Capabilities) -> int:
+    """Bytes as the cloud counts them (`caps.user_data_encoding`): the raw bytes, or their base64 text."""
+    raw = _as_bytes(data)
+    if caps.user_data_encoding == "base64":
+        import base64
+
+        return len(base64.b64encode(raw))
+    return len(raw)
+
+
+def check_user_data(data: str | bytes, caps: Capabilities, cloud: str = "this provider") -> int:
+    """Raise UserError when the user-data exceeds `caps.user_data_limit`; return its counted size."""
+    size = user_data_size(data, caps)
+    limit = caps.user_data_limit
+    if limit is not None and size > limit:
+        raise UserError(
+            f"The bootstrap for {cloud} is {size} bytes, above the {limit}-byte user-data limit.",
+            hint="Shorten long `env`, `setup` or `run` values: put them in a script inside `workdir` and call it.",
+        )
+    return size
+
+
+def compress_user_data(text: str) -> bytes:
+    """gzip'd user-data (cloud-init detects and unpacks it); mtime 0 keeps it reproducible."""
+    import gzip
+
+    return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
+
+
+def fit_user_data(text: str, caps: Capabilities, cloud: str = "this provider") -> bytes:
+    """The bytes to send as user-data: as is when they fit, gzip'd when that makes them fit.
+    The one owner of the size rule: providers call this instead of keeping their own limit."""
+    raw = text.encode("utf-8")
+    limit = caps.user_data_limit
+    if limit is None or user_data_size(raw, caps) <= limit:
+        return raw
+    packed = compress_user_data(text)
+    check_user_data(packed, caps, cloud)
+    return packed

@@ -13,13 +13,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucloud import vm_engine
-from gpucloud.providers.base import Capabilities, FatalProvisionError, LaunchRequest, RunHandle, expiry_tag
+from gpucloud.providers.base import (
+    Candidate,
+    Capabilities,
+    FatalProvisionError,
+    LaunchRequest,
+    RunHandle,
+    expiry_tag,
+)
 
 if TYPE_CHECKING:
     from gpucloud.channel import Channel
-    from gpucloud.planner import Candidate
-    from gpucloud.spec import JobSpec
-    from gpucloud.state import Journal
+    from gpucloud.providers.base import Journal, PlanRequest
 
 REGION = "local"
 # How long a stopped node gets before SIGKILL: the bootstrap gives its job 5 s to end on SIGTERM,
@@ -49,8 +54,6 @@ class LocalProvider:
         install_stack=False,  # the host's driver and CUDA are used as they are
         gpu_check="warn",  # no GPU here means a warning and a CPU run
         node_ips_known=True,  # every node is on loopback
-        per_run_master_port=True,  # several runs share loopback: a free port per run
-        priced=False,
     )
 
     def __init__(self, *, home: Path | None = None) -> None:
@@ -102,19 +105,16 @@ class LocalProvider:
 
         return FileChannel(self.home / "channel")
 
-    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
+    def plan_candidates(self, job: PlanRequest) -> list[Candidate]:
         """This machine: one free candidate (the GPU it may or may not have is checked with a warning)."""
-        from gpucloud.planner import Candidate
-
-        gpu = spec.resources.gpu
         return [
             Candidate(
                 cloud=self.name,
                 region=REGION,
                 instance_type=INSTANCE,
-                gpu=gpu.model if gpu else "",
-                gpu_count=gpu.count if gpu else 0,
-                num_nodes=spec.num_nodes,
+                gpu=job.gpu or "",
+                gpu_count=job.gpu_count,
+                num_nodes=job.num_nodes,
                 spot=False,
                 price_per_hour=0.0,
                 total_per_hour=0.0,

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING
 
 from gpucloud.errors import UserError
 from gpucloud.providers import ssh_transport
-from gpucloud.providers.base import Capabilities, CapacityError, FatalProvisionError, LaunchRequest, RunHandle
+from gpucloud.providers.base import (
+    Candidate,
+    Capabilities,
+    CapacityError,
+    FatalProvisionError,
+    LaunchRequest,
+    RunHandle,
+)
 from gpucloud.providers.ssh_channel import SshChannel, fill_root, start_relay
 from gpucloud.providers.ssh_probe import (
     HOST_NVIDIA_REPO,
@@ -37,10 +44,8 @@ from gpucloud.providers.ssh_probe import (
 )
 
 if TYPE_CHECKING:
-    from gpucloud.planner import Candidate
-    from gpucloud.spec import JobSpec
+    from gpucloud.providers.base import Journal, PlanRequest
     from gpucloud.stacks import Stack
-    from gpucloud.state import Journal
 
 # How long stopped nodes get: the bootstrap gives its job 5 s to end on SIGTERM, then uploads.
 STOP_GRACE_S = 15
@@ -175,8 +180,6 @@ class SshProvider:
         install_stack=False,
         gpu_check="warn",
         node_ips_known=False,
-        per_run_master_port=True,
-        priced=False,
         spot=False,
         multi_node=True,
         console_hint="its console output is in <remote root>/work/{run_id}/node-{rank}/console.log on {region}",
@@ -189,47 +192,41 @@ class SshProvider:
 
     # -- planning -------------------------------------------------------------------------------------
 
-    def probe(self, hosts: list[str], spec: JobSpec | None = None) -> list[HostProbe]:
+    def probe(self, hosts: list[str], job: PlanRequest | None = None) -> list[HostProbe]:
         """Probe every host at once (one ssh call each) and judge it for the job, if any."""
-        gpu = spec.resources.gpu.model if spec and spec.resources.gpu else None
-        count = spec.resources.gpu.count if spec and spec.resources.gpu else 0
-        pins = spec.stack if spec else None
         with ThreadPoolExecutor(max_workers=min(8, len(hosts) or 1)) as pool:
             probes = list(pool.map(probe_host, hosts))
-        return [assess(p, gpu, count, pins) for p in probes]
+        return [assess(p, job.gpu if job else None, job.gpu_count if job else 0, job) for p in probes]
 
-    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
+    def plan_candidates(self, job: PlanRequest) -> list[Candidate]:
         """One candidate per window of `num_nodes` consecutive usable hosts (failover moves on to
         the next window when a host is busy). Hosts that cannot run the job are named with the fix."""
-        from gpucloud.planner import Candidate
-
-        hosts = list(spec.resources.hosts or [])
-        where = f"{spec.source}: " if spec.source else ""
+        hosts = list(job.hosts)
+        where = f"{job.source}: " if job.source else ""
         if not hosts:
             raise UserError(
                 f"{where}resources.hosts: cloud: ssh needs the machines to use.",
                 hint="Add hosts: [gpu-box, alice@10.0.0.7:2222] under resources, or pass --host HOST.",
             )
-        probes = self.probe(hosts, spec)
+        probes = self.probe(hosts, job)
         usable = [p.host for p in probes if not p.problems]
         self._planned = [p for p in probes if not p.problems]
-        if len(usable) < spec.num_nodes:
+        if len(usable) < job.num_nodes:
             problems = [line for p in probes for line in p.problems]
             raise UserError(
                 f"{where}resources.hosts: {len(usable)} of {len(hosts)} host(s) can run this job, "
-                f"it needs {spec.num_nodes}:\n  - " + "\n  - ".join(problems or ["(no problem reported)"]),
+                f"it needs {job.num_nodes}:\n  - " + "\n  - ".join(problems or ["(no problem reported)"]),
                 hint="`gpucloud hosts probe HOST` shows what each host has.",
             )
-        gpu = spec.resources.gpu
-        label = f"{gpu.count}x{gpu.model}" if gpu else "cpu"
-        n = spec.num_nodes
+        label = f"{job.gpu_count}x{job.gpu}" if job.gpu else "cpu"
+        n = job.num_nodes
         return [
             Candidate(
                 cloud=self.name,
                 region=",".join(usable[i : i + n]),
                 instance_type=label,
-                gpu=gpu.model if gpu else "",
-                gpu_count=gpu.count if gpu else 0,
+                gpu=job.gpu or "",
+                gpu_count=job.gpu_count,
                 num_nodes=n,
                 spot=False,
                 price_per_hour=0.0,
@@ -257,20 +254,18 @@ class SshProvider:
     def provision(self, req: LaunchRequest, journal: Journal) -> RunHandle:
         """Per host, in rank order: install the driver if allowed and needed, lock GPUs, start the
         bootstrap detached. Any failure tears down what this attempt started."""
-        hosts = req.candidate.region.split(",")
-        handle = RunHandle(run_id=req.run_id, cloud=self.name, region=req.candidate.region, attempt=req.attempt)
+        hosts = req.region.split(",")
+        handle = RunHandle(run_id=req.run_id, cloud=self.name, region=req.region, attempt=req.attempt)
         try:
             for rank, (host, script) in enumerate(zip(hosts, req.user_data, strict=False)):
                 # The node's folder outlives its process (console log, channel parts): a resource of
                 # its own, so a finished run still has something for `down` (or gc) to remove.
                 folder_id = journal.intent(
-                    req.run_id, "folder", f"{req.run_id}/node-{rank}/folder", req.candidate.region, self.name
+                    req.run_id, "folder", f"{req.run_id}/node-{rank}/folder", req.region, self.name
                 )
-                res_id = journal.intent(
-                    req.run_id, "process", f"{req.run_id}/node-{rank}", req.candidate.region, self.name
-                )
+                res_id = journal.intent(req.run_id, "process", f"{req.run_id}/node-{rank}", req.region, self.name)
                 self._maybe_install(host, req)
-                gpus = self._lock_gpus(host, req.run_id, req.candidate.gpu_count)
+                gpus = self._lock_gpus(host, req.run_id, req.gpu_count)
                 out = ssh_transport.run(
                     _host(host),
                     _script(
@@ -302,13 +297,13 @@ class SshProvider:
 
     def _maybe_install(self, host: str, req: LaunchRequest) -> None:
         """`stack: {install: true}`: install the driver over ssh (sudo -n) when the host lacks it."""
-        if not req.candidate.gpu or not req.spec.stack.install:
+        wanted = req.install_stack
+        if not req.gpu or wanted is None:
             return
         probe = probe_host(host)
-        pins = req.spec.stack
-        if driver_problem(probe, req.stack, needs_cuda=pins.cuda != "auto" or pins.framework != "none") is None:
+        if driver_problem(probe, wanted, needs_cuda=req.needs_cuda) is None:
             return
-        stack = host_stack(req.stack, probe)
+        stack = host_stack(wanted, probe)
         if not stack.cuda_repo:
             raise FatalProvisionError(
                 f"{host}: the driver must be installed and the host runs {os_label(probe)}; "
@@ -323,7 +318,7 @@ class SshProvider:
         command = install_command(stack, probe.sudo, HOST_NVIDIA_REPO)
         res = ssh_transport.run(_host(host), f'cd "$(mktemp -d)" && {command}', timeout=3600, check=False)
         if res.returncode != 0:
-            raise FatalProvisionError(f"{host}: installing driver R{req.stack.driver} failed: {res.stderr[-400:]}")
+            raise FatalProvisionError(f"{host}: installing driver R{wanted.driver} failed: {res.stderr[-400:]}")
 
     def _lock_gpus(self, host: str, run_id: str, count: int) -> str:
         """CUDA_VISIBLE_DEVICES for this run on this host ("" for a CPU job), or CapacityError."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gpucloud.providers import ssh_transport
 
 if TYPE_CHECKING:
-    from gpucloud.spec import StackSpec
+    from gpucloud.providers.base import PlanRequest
     from gpucloud.stacks import Stack
 
 REMOTE_ROOT = "${GPUCLOUD_REMOTE_ROOT:-$HOME/.gpucloud}"  # the run folders, channel and locks on a host
@@ -273,7 +273,7 @@ def driver_problem(probe: HostProbe, stack: Stack, *, needs_cuda: bool = True) -
     return None
 
 
-def assess(probe: HostProbe, gpu: str | None, count: int, pins: StackSpec | None) -> HostProbe:
+def assess(probe: HostProbe, gpu: str | None, count: int, job: PlanRequest | None) -> HostProbe:
     """Resolve the stack for the job's GPU (or the host's own first GPU when the job names none)
     and list what stops the job on this host, each with its fix."""
     from gpucloud.stacks import resolve_stack
@@ -281,7 +281,8 @@ def assess(probe: HostProbe, gpu: str | None, count: int, pins: StackSpec | None
     if not probe.user and probe.problems:  # the host answered nothing: nothing more to judge
         return probe
     model = gpu or probe.gpu_model
-    probe.stack = host_stack(resolve_stack(model, pins), probe) if model else None
+    stack_for = job.stack_for if job and job.stack_for else resolve_stack
+    probe.stack = host_stack(stack_for(model), probe) if model else None
     if probe.missing_tools:
         probe.problems.append(
             f"{probe.host}: missing {', '.join(probe.missing_tools)} (the bootstrap needs them); "
@@ -289,12 +290,12 @@ def assess(probe: HostProbe, gpu: str | None, count: int, pins: StackSpec | None
         )
     if gpu is None:
         return probe
-    install = bool(pins and pins.install)
+    install = bool(job and job.install)
     if probe.gpus and probe.count(gpu) < count:
         have = ", ".join(f"{g.index}: {g.name}" for g in probe.gpus) or "none"
         probe.problems.append(f"{probe.host}: has {probe.count(gpu)} x {gpu}, the job asks for {count} (GPUs: {have})")
     assert probe.stack is not None
-    needs_cuda = bool(pins and (pins.cuda != "auto" or pins.framework != "none"))
+    needs_cuda = bool(job and job.needs_cuda)
     problem = driver_problem(probe, probe.stack, needs_cuda=needs_cuda)
     if problem is None and probe.driver and driver_problem(probe, probe.stack) is not None:
         probe.notes.append(

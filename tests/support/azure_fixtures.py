@@ -83,7 +83,8 @@ def launch_request(
 ) -> Any:
     """A LaunchRequest from a real job file and plan (first candidate, optionally adjusted)."""
     from gpucloud.planner import make_plan
-    from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, LaunchRequest
+    from gpucloud.provider_requests import launch_request as narrow_request
+    from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN
     from gpucloud.spec import parse_spec
 
     spec = parse_spec(job_yaml(gpu=gpu, nodes=nodes, extra=extra), "job.yaml")
@@ -94,11 +95,11 @@ def launch_request(
         changes["instance_type"] = instance_type
     cand = dataclasses.replace(cand, **changes)
     expires = datetime.now(UTC) + expires_in
-    return LaunchRequest(
+    return narrow_request(
+        spec,
+        plan.stack,
+        cand,
         run_id=run_id,
-        spec=spec,
-        candidate=cand,
-        stack=plan.stack,
         user_data=user_data or [f"#!/bin/bash\necho node {r}\n" for r in range(nodes)],
         expires_at=expires,
         tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"), "Name": f"gpucloud-{run_id}"},

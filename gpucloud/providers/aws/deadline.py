@@ -26,7 +26,7 @@ from gpucloud.providers.aws.session import AwsClients
 from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, LaunchRequest, RunHandle, expiry_tag
 
 if TYPE_CHECKING:
-    from gpucloud.state import Journal
+    from gpucloud.providers.base import Journal
 
 CLOUD = "aws"
 SCHEDULE = "schedule"  # the RunHandle / journal kind

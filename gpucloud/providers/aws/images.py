@@ -19,7 +19,7 @@ from gpucloud.providers.aws.session import AwsClients
 from gpucloud.providers.base import FatalProvisionError
 
 if TYPE_CHECKING:
-    from gpucloud.images import Image
+    from gpucloud.providers.base import Image
 
 CANONICAL_OWNER = "099720109477"
 UBUNTU_CODENAMES = {"18.04": "bionic", "20.04": "focal", "22.04": "jammy", "24.04": "noble"}

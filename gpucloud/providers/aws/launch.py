@@ -21,7 +21,7 @@ from gpucloud.providers.aws.session import AwsClients
 from gpucloud.providers.base import CapacityError, LaunchRequest, RunHandle
 
 if TYPE_CHECKING:
-    from gpucloud.state import Journal
+    from gpucloud.providers.base import Journal
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,6 @@ def launch(
     """All nodes in one zone or none, trying the zones in order; ids in rank order."""
     from botocore.exceptions import ClientError
 
-    cand = req.candidate
     last: ClientError | None = None
     tried: list[str] = []
     for zone, subnet in zones:
@@ -72,7 +71,7 @@ def launch(
     assert last is not None
     what = f"{plan.count} nodes together" if plan.count > 1 else "the instance"
     raise CapacityError(
-        f"{cand.region}/{cand.instance_type}{' (spot)' if cand.spot else ''}: no capacity for {what} in "
+        f"{req.region}/{req.instance_type}{' (spot)' if req.spot else ''}: no capacity for {what} in "
         f"{', '.join(tried)} ({error_code(last)}: {error_message(last)})",
         code=error_code(last),
     )
@@ -84,12 +83,11 @@ def run_instances(
     """One RunInstances call for the plan's nodes; ids sorted by AmiLaunchIndex (= rank)."""
     from botocore.exceptions import ClientError
 
-    cand = req.candidate
     name = req.tags.get("Name") or f"gpucloud-{req.run_id}"
     tags = tag_list(run_tags(req, name))
     kwargs: dict[str, Any] = {
         "ImageId": plan.ami,
-        "InstanceType": cand.instance_type,
+        "InstanceType": req.instance_type,
         "MinCount": plan.count,
         "MaxCount": plan.count,
         "ClientToken": client_token(req.run_id, req.attempt, zone, None),
@@ -101,7 +99,7 @@ def run_instances(
             {
                 "DeviceName": plan.root_device,
                 "Ebs": {
-                    "VolumeSize": int(req.spec.resources.disk_gb),
+                    "VolumeSize": int(req.disk_gb),
                     "VolumeType": "gp3",
                     "Encrypted": True,
                     "DeleteOnTermination": True,
@@ -116,10 +114,10 @@ def run_instances(
         kwargs["Placement"] = {"GroupName": plan.placement_group}
     if plan.key_name:
         kwargs["KeyName"] = plan.key_name
-    if cand.spot:
+    if req.spot:
         options: dict[str, str] = {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}
-        if req.spec.resources.max_price_per_hour:  # else AWS's cap: the on-demand price (docs/PROVIDERS.md)
-            options["MaxPrice"] = f"{float(req.spec.resources.max_price_per_hour):.4f}"
+        if req.max_price_per_hour:  # else AWS's cap: the on-demand price (docs/PROVIDERS.md)
+            options["MaxPrice"] = f"{float(req.max_price_per_hour):.4f}"
         kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": options}
     intents = [journal.intent(req.run_id, "instance", f"{name}-node{r}", region, CLOUD) for r in range(plan.count)]
     try:

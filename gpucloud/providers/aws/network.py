@@ -25,7 +25,7 @@ from gpucloud.providers.base import (
 )
 
 if TYPE_CHECKING:
-    from gpucloud.state import Journal
+    from gpucloud.providers.base import Journal
 
 CLOUD = "aws"
 TAG_ATTEMPT = "gpucloud-attempt"

@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpucloud.images_build import KIND_TAG, KIND_VALUE
+from gpucloud.providers.base import KIND_TAG, KIND_VALUE
 from gpucloud.providers.base import TAG_RUN as TAG
 
 BUCKETS = "arn:aws:s3:::gpucloud-${aws:PrincipalAccount}-*"

@@ -20,7 +20,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucloud.images import cpu_arch_of
 from gpucloud.providers.aws.access import classify_access, permission_denied
 from gpucloud.providers.aws.credentials import credentials_warning, warn_once
 from gpucloud.providers.aws.deadline import arm as arm_deadline
@@ -41,13 +40,13 @@ from gpucloud.providers.base import (
     RunHandle,
     ThrottledError,
 )
+from gpucloud.providers.base import (
+    fit_user_data as fit_to_limit,
+)
 
 if TYPE_CHECKING:
-    from gpucloud.images import Image
-    from gpucloud.planner import Candidate
     from gpucloud.providers.aws.channel import S3Channel
-    from gpucloud.spec import JobSpec
-    from gpucloud.state import Journal
+    from gpucloud.providers.base import Candidate, Image, Journal, PlanRequest
 
 EC2_STATES = {
     "pending": "pending",
@@ -140,7 +139,7 @@ class AwsProvider(AwsClients):
     def master_port(self) -> int:
         return DEFAULT_MASTER_PORT
 
-    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
+    def plan_candidates(self, job: PlanRequest) -> list[Candidate]:
         """None of its own: a priced cloud's candidates come from the catalog (planner.py)."""
         return []
 
@@ -160,38 +159,37 @@ class AwsProvider(AwsClients):
     def provision(self, req: LaunchRequest, journal: Journal) -> RunHandle:
         """Create the attempt's security group (key pair; placement group for several nodes) and
         instances. On failure, delete what this attempt created and raise a ProvisionError."""
-        cand = req.candidate
         deadline = req.expires_at if req.expires_at.tzinfo else req.expires_at.replace(tzinfo=UTC)
         self._check_credentials(req.run_id, deadline, journal)
-        nodes = max(1, cand.num_nodes, len(req.user_data))
+        nodes = max(1, req.num_nodes, len(req.user_data))
         if len(set(req.user_data)) > 1:
             raise ValueError(
                 f"AwsProvider launches the {nodes} nodes of a run in one call and needs one "
                 "user-data for all (render with node_rank=None)"
             )
         payload = fit_user_data(req.user_data[0]) if req.user_data else b""  # too big: fails before any create
-        handle = RunHandle(run_id=req.run_id, cloud=CLOUD, region=cand.region, attempt=req.attempt)
+        handle = RunHandle(run_id=req.run_id, cloud=CLOUD, region=req.region, attempt=req.attempt)
         what = "finding the image"
         try:
             ami, root = self.resolve_image(
-                cand.region,
-                req.stack.ubuntu_version,
-                req.spec.image,
-                cand.image,
-                cpu_arch=cpu_arch_of(cand),
+                req.region,
+                req.ubuntu,
+                req.image_ref,
+                req.image,
+                cpu_arch=req.cpu_arch,
                 warn=lambda m: warn_once(self._warned, f"image:{req.run_id}:{m}", m, self._warn, journal, req.run_id),
             )
             what = "finding the default VPC and zones"
-            vpc_id, zone_list = zones(self, cand.region, cand.instance_type)
+            vpc_id, zone_list = zones(self, req.region, req.instance_type)
             what = "creating the security group"
             sg_id = security_group(self, req, journal, handle, vpc_id)
             pg = key = None
             if nodes > 1:
                 what = "letting the run's nodes reach each other"
-                intra_run_rule(self, req, cand.region, sg_id)
+                intra_run_rule(self, req, req.region, sg_id)
                 what = "creating the placement group"
                 pg = placement_group(self, req, journal, handle)
-            if req.spec.resources.ssh:
+            if req.ssh:
                 what = "creating the SSH key pair"
                 key = ssh_access(
                     self,
@@ -199,17 +197,17 @@ class AwsProvider(AwsClients):
                     journal,
                     handle,
                     sg_id,
-                    self.key_path(req.run_id, cand.region, req.attempt),
+                    self.key_path(req.run_id, req.region, req.attempt),
                     self._public_ip,
                 )
             what = "launching instances"
             plan = LaunchPlan(ami, root, sg_id, payload, nodes, pg, key)
             launch(self, req, journal, handle, plan, zone_list)
             arm_deadline(
-                self, req, journal, handle, deadline, lambda: self.channel(cand.region).account, self._warn
+                self, req, journal, handle, deadline, lambda: self.channel(req.region).account, self._warn
             )  # never raises
         except Exception as exc:  # Ctrl-C is left to the lifecycle's teardown from the journal
-            if any(r.cloud == CLOUD and r.region == cand.region for r in journal.resources(req.run_id)):
+            if any(r.cloud == CLOUD and r.region == req.region for r in journal.resources(req.run_id)):
                 self._cleanup_attempt(handle, journal)  # else the journal says nothing was created here
             raise self._provision_error(exc, req, what) from None
         return handle
@@ -220,26 +218,25 @@ class AwsProvider(AwsClients):
         from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
         from botocore.exceptions import ConnectionError as BotoConnectionError
 
-        cand = req.candidate
         access = classify_access(exc, what=what) or permission_denied(exc, service="ec2", what=what)
         if access is not None:  # credentials / endpoint / a missing permission: skip AWS, not a capacity problem
             return access
         if isinstance(exc, ClientError):
             return classify(
                 exc,
-                region=cand.region,
-                instance_type=cand.instance_type,
-                spot=cand.spot,
+                region=req.region,
+                instance_type=req.instance_type,
+                spot=req.spot,
                 what=what,
                 tries=getattr(exc, "gpucloud_tries", 1),
             )
         if isinstance(exc, (BotoConnectionError, HTTPClientError)):
             return ThrottledError(
-                f"{cand.region}/{cand.instance_type}: could not reach AWS while {what}: {exc}", code=type(exc).__name__
+                f"{req.region}/{req.instance_type}: could not reach AWS while {what}: {exc}", code=type(exc).__name__
             )
         if isinstance(exc, BotoCoreError):
             return FatalProvisionError(
-                f"{cand.region}/{cand.instance_type}: {what} failed: {exc}",
+                f"{req.region}/{req.instance_type}: {what} failed: {exc}",
                 code=type(exc).__name__,
                 hint="Check the AWS credentials (`aws sts get-caller-identity`).",
             )
@@ -298,7 +295,5 @@ class AwsProvider(AwsClients):
 
 def fit_user_data(script: str) -> bytes:
     """The user-data bytes for RunInstances: as is within the limit, else gzip'd (cloud-init
-    unpacks it); the renderer raises a UserError naming the fix when even that is too big."""
-    from gpucloud.render import fit_user_data as render_fit
-
-    return render_fit(script, AwsProvider.capabilities, "AWS")
+    unpacks it); the contract's size rule raises a UserError naming the fix when even that is too big."""
+    return fit_to_limit(script, AwsProvider.capabilities, "AWS")

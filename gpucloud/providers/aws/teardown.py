@@ -24,7 +24,8 @@ from gpucloud.providers.aws.session import AwsClients
 from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, RunHandle, parse_expiry_tag
 
 if TYPE_CHECKING:
-    from gpucloud.state import Journal, ResourceRecord
+    from gpucloud.providers.base import Journal
+    from gpucloud.state_records import ResourceRecord
 
 PG_GONE_STATES = ("deleting", "deleted")
 LIVE_STATES = ["pending", "running", "shutting-down", "stopping", "stopped"]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from gpucloud.state import Journal
+    from gpucloud.providers.base import Journal
 
 
 class Arm(Protocol):

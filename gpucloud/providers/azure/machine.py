@@ -12,7 +12,7 @@ from gpucloud.errors import UserError
 from gpucloud.providers.base import LaunchRequest, ssh_source_cidr
 
 if TYPE_CHECKING:
-    from gpucloud.images import Image
+    from gpucloud.providers.base import Image
 
 ADMIN_USER = "gpucloud"  # the VM's login user (password login is never enabled)
 # The run's network: one VNet and one subnet per run; the subnet holds exactly the run's nodes.
@@ -151,7 +151,7 @@ def vm_state(vm: Any) -> str:
 
 def pip_body(req: LaunchRequest, tags: dict[str, str]) -> dict[str, Any]:
     return {
-        "location": req.candidate.region,
+        "location": req.region,
         "tags": tags,
         "sku": {"name": "Standard", "tier": "Regional"},
         "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4"},
@@ -160,7 +160,7 @@ def pip_body(req: LaunchRequest, tags: dict[str, str]) -> dict[str, Any]:
 
 def nic_body(req: LaunchRequest, tags: dict[str, str], nsg_id: str, subnet_id: str, pip_id: str) -> dict[str, Any]:
     return {
-        "location": req.candidate.region,
+        "location": req.region,
         "tags": tags,
         "properties": {
             "networkSecurityGroup": {"id": nsg_id},
@@ -214,7 +214,7 @@ def nsg_body(req: LaunchRequest, region: str, tags: dict[str, str]) -> dict[str,
                 },
             }
         )
-    if req.spec.resources.ssh:
+    if req.ssh:
         rules.append(
             {
                 "name": "allow-ssh-from-caller",
@@ -243,23 +243,20 @@ def vm_body(
     ssh_key: str,
     ppg_id: str | None = None,
 ) -> dict[str, Any]:
-    cand = req.candidate
     props: dict[str, Any] = {
-        "hardwareProfile": {"vmSize": cand.instance_type},
+        "hardwareProfile": {"vmSize": req.instance_type},
         "storageProfile": {
-            "imageReference": image_reference(
-                req.spec.image, req.stack.ubuntu_version, cand.instance_type, cand.gpu, cand.image
-            ),
+            "imageReference": image_reference(req.image_ref, req.ubuntu, req.instance_type, req.gpu, req.image),
             "osDisk": {
                 "name": f"osdisk-{rank}",
                 "createOption": "FromImage",
                 "deleteOption": "Delete",
-                "diskSizeGB": req.spec.resources.disk_gb,
+                "diskSizeGB": req.disk_gb,
                 "managedDisk": {"storageAccountType": "StandardSSD_LRS"},
             },
         },
         "osProfile": {
-            "computerName": f"{req.spec.name}-{rank}"[:63],
+            "computerName": f"{req.job_name}-{rank}"[:63],
             "adminUsername": ADMIN_USER,
             "customData": base64.b64encode(script.encode()).decode(),
             "linuxConfiguration": {
@@ -275,8 +272,8 @@ def vm_body(
     }
     if ppg_id:
         props["proximityPlacementGroup"] = {"id": ppg_id}
-    if cand.spot:
-        max_price = req.spec.resources.max_price_per_hour
+    if req.spot:
+        max_price = req.max_price_per_hour
         props.update(
             {
                 "priority": "Spot",

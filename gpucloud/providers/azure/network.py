@@ -10,15 +10,14 @@ from gpucloud.providers.azure.arm import Arm, tracked
 from gpucloud.providers.azure.machine import SUBNET_PREFIX, VNET_PREFIX
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import LaunchRequest
-    from gpucloud.state import Journal
+    from gpucloud.providers.base import Journal, LaunchRequest
 
 PLACEMENT_GROUP = "ppg"
 
 
 def create_group(arm: Arm, journal: Journal, req: LaunchRequest, rg: str, tags: dict[str, str]) -> None:
     """The attempt's resource group, in the candidate's region."""
-    region = req.candidate.region
+    region = req.region
     tracked(
         arm,
         journal,
@@ -36,7 +35,7 @@ def create_nsg(arm: Arm, journal: Journal, req: LaunchRequest, rg: str, nsg: dic
         arm,
         journal,
         req.run_id,
-        req.candidate.region,
+        req.region,
         "nsg",
         "nsg",
         lambda: arm.network.network_security_groups.begin_create_or_update(rg, "nsg", nsg).result().id,
@@ -66,7 +65,7 @@ def vnet_body(region: str, tags: dict[str, str], nsg_id: str) -> dict[str, Any]:
 
 def create_vnet(arm: Arm, journal: Journal, req: LaunchRequest, rg: str, tags: dict[str, str], nsg_id: str) -> str:
     """The virtual network; returns the id of its subnet, which every node's NIC joins."""
-    region = req.candidate.region
+    region = req.region
     vnet = tracked(
         arm,
         journal,
@@ -83,13 +82,13 @@ def create_vnet(arm: Arm, journal: Journal, req: LaunchRequest, rg: str, tags: d
 
 def create_placement_group(arm: Arm, journal: Journal, req: LaunchRequest, rg: str, tags: dict[str, str]) -> str:
     """The proximity placement group a multi-node job's VMs share; returns its id."""
-    region = req.candidate.region
+    region = req.region
     body = {
         "location": region,
         "tags": tags,
         "properties": {
             "proximityPlacementGroupType": "Standard",
-            "intent": {"vmSizes": [req.candidate.instance_type]},
+            "intent": {"vmSizes": [req.instance_type]},
         },
     }
     ppg_id: str = tracked(

@@ -16,7 +16,7 @@ from gpucloud.providers.azure.roles import grant_self_delete
 from gpucloud.providers.base import LaunchRequest, ProvisionError
 
 if TYPE_CHECKING:
-    from gpucloud.state import Journal
+    from gpucloud.providers.base import Journal
 
 # Nodes whose resources are created at the same time (ARM's write limits are per subscription).
 MAX_PARALLEL_NODES = 16
@@ -83,15 +83,15 @@ class _Attempt:
             pip_id = self._public_ip(rank)
             step = f"creating the network interface of node {rank}"
             nic_id = self._nic(rank, pip_id)
-            step = f"creating VM {rank} ({self.req.candidate.instance_type})"
+            step = f"creating VM {rank} ({self.req.instance_type})"
             vm = self._vm(rank, nic_id)
-            extension = self.req.candidate.image.extension if self.req.candidate.image else ""
+            extension = self.req.image.extension if self.req.image else ""
             if extension:  # GRID VMs: the driver comes from the cloud's extension (docs/STACKS.md)
                 step = f"adding the {extension} driver extension to VM {rank}"
                 self._driver_extension(rank, extension)
             step = f"granting VM {rank} the right to delete its resource group"
             grant_self_delete(
-                self.arm, self.journal, self.req.run_id, self.req.candidate.region, self.net.rg, vm, pause=self._pause
+                self.arm, self.journal, self.req.run_id, self.req.region, self.net.rg, vm, pause=self._pause
             )
             return str(vm.id)
         except Aborted:
@@ -134,10 +134,8 @@ class _Attempt:
         """The VM (not begun once another node failed: a VM is the slow, billed part)."""
         req = self.req
         _check(self.abort)
-        body = vm_body(
-            req, rank, req.user_data[rank], nic_id, req.candidate.region, self.tags, self.ssh_key, self.net.ppg_id
-        )
-        res_id = self.journal.intent(req.run_id, "vm", f"node-{rank}", req.candidate.region, self.arm.name)
+        body = vm_body(req, rank, req.user_data[rank], nic_id, req.region, self.tags, self.ssh_key, self.net.ppg_id)
+        res_id = self.journal.intent(req.run_id, "vm", f"node-{rank}", req.region, self.arm.name)
         vm = _await(
             self.arm.compute.virtual_machines.begin_create_or_update(self.net.rg, f"node-{rank}", body), self.abort
         )
@@ -145,8 +143,7 @@ class _Attempt:
         return vm
 
     def _driver_extension(self, rank: int, extension: str) -> None:
-        cand = self.req.candidate
-        body = driver_extension_body(cand.region, extension, self.tags, cand.instance_type)
+        body = driver_extension_body(self.req.region, extension, self.tags, self.req.instance_type)
         _await(
             self.arm.compute.virtual_machine_extensions.begin_create_or_update(
                 self.net.rg, f"node-{rank}", extension, body
@@ -155,7 +152,7 @@ class _Attempt:
         )
 
     def _tracked(self, kind: str, name: str, create: Any) -> Any:
-        return tracked(self.arm, self.journal, self.req.run_id, self.req.candidate.region, kind, name, create)
+        return tracked(self.arm, self.journal, self.req.run_id, self.req.region, kind, name, create)
 
 
 def create_nodes(

@@ -62,10 +62,8 @@ from gpucloud.providers.base import (
 )
 
 if TYPE_CHECKING:
-    from gpucloud.planner import Candidate
     from gpucloud.providers.azure.channel import BlobChannel
-    from gpucloud.spec import JobSpec
-    from gpucloud.state import Journal
+    from gpucloud.providers.base import Candidate, Journal, PlanRequest
 
 BLOB_ENDPOINT_ENV = "GPUCLOUD_AZURE_BLOB_ENDPOINT"
 # When the server gives no Retry-After, poll long-running operations this often (SDK default: 30 s).
@@ -202,7 +200,7 @@ class AzureProvider:
     def master_port(self) -> int:
         return DEFAULT_MASTER_PORT
 
-    def plan_candidates(self, spec: JobSpec) -> list[Candidate]:
+    def plan_candidates(self, job: PlanRequest) -> list[Candidate]:
         """None of its own: a priced cloud's candidates come from the catalog (planner.py)."""
         return []
 
@@ -211,15 +209,15 @@ class AzureProvider:
         on any failure, of any node, delete the group, then raise."""
         from azure.core.exceptions import AzureError
 
-        region = req.candidate.region
+        region = req.region
         rg = resource_group_name(req.run_id, region, req.attempt)
         handle = RunHandle(run_id=req.run_id, cloud=self.name, region=region, attempt=req.attempt)
         handle.add(RG, rg)
         tags = {**req.tags, TAG_RUN: req.run_id, TAG_EXPIRES: expiry_tag(req.expires_at)}
-        tags.setdefault("Name", f"gpucloud-{req.spec.name}")
+        tags.setdefault("Name", f"gpucloud-{req.job_name}")
         # Everything that can fail without touching the cloud comes first.
         self._check_user_data(req)
-        ssh_key = user_ssh_key() if req.spec.resources.ssh else throwaway_ssh_key()
+        ssh_key = user_ssh_key() if req.ssh else throwaway_ssh_key()
         nsg = nsg_body(req, region, tags)
         step = "creating the resource group"
         try:
@@ -241,7 +239,7 @@ class AzureProvider:
 
     def _check_user_data(self, req: LaunchRequest) -> None:
         """Every node's bootstrap fits Azure's custom-data limit once base64-encoded."""
-        from gpucloud.render import user_data_size
+        from gpucloud.providers.base import user_data_size
 
         limit = self.capabilities.user_data_limit or 0
         for rank, script in enumerate(req.user_data):
@@ -257,11 +255,11 @@ class AzureProvider:
         self, exc: Exception, step: str, req: LaunchRequest, handle: RunHandle, journal: Journal
     ) -> ProvisionError:
         """The attempt's error, classified, after beginning to delete whatever it created."""
-        region = req.candidate.region
+        region = req.region
         cause: Exception = exc
         if isinstance(exc, NodeFailed):  # any node's failure fails the whole attempt
             step, cause = exc.step, exc.cause
-        error = classify_error(cause, where=step, instance_type=req.candidate.instance_type, region=region)
+        error = classify_error(cause, where=step, instance_type=req.instance_type, region=region)
         made = any(r.cloud == self.name and r.region == region and r.cloud_id for r in journal.resources(req.run_id))
         if made or not isinstance(error, CloudAccessError):  # no credentials: nothing was created
             self._cleanup_after_failure(handle, journal)

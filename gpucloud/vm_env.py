@@ -1,8 +1,7 @@
-"""The bootstrap template's source and the environment names it reserves, read without jinja2.
+"""The environment names the VM's bootstrap keeps for itself, read from the bootstrap template.
 
-Why apart from render.py: validating a job's `env` needs the names the template assigns, and
-`validate` and `plan` should not import jinja2 (and render's other imports) to learn them; only
-rendering user-data needs the template engine.
+The job file's `env` is checked against them when it is loaded (a job setting JOB or SETSID would
+break its own start), so this sits below the spec; the renderer loads the template through here too.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ BASH_RESERVED = frozenset(
 _REPO_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 
-def _load_template_source(name: str) -> str:
+def load_template_source(name: str) -> str:
     """Templates ship in the wheel as package `gpucloud.templates`; a source checkout has them in
     the top-level templates/ folder (not a package there), hence the fallback."""
     try:
@@ -58,7 +57,7 @@ def reserved_env_names() -> frozenset[str]:
     template assigns (read from the template itself, so the list never drifts from it), except
     those the bootstrap exports to the job on purpose (NODE_RANK, MASTER_ADDR, MASTER_PORT: a job
     may override them). A job setting JOB or SETSID would otherwise break its own start."""
-    text = re.sub(r"\{##.*?##\}", "", _load_template_source(TEMPLATE), flags=re.S)
+    text = re.sub(r"\{##.*?##\}", "", load_template_source(TEMPLATE), flags=re.S)
     assigned = {a or b for a, b in _ASSIGNED.findall(text)}
     exports = _JOB_EXPORTS.search(text)
     exported = {
