@@ -334,7 +334,7 @@ def print_gpus(summaries: list[GpuSummary]) -> None:
             f"${s.on_demand.price_per_hour:.3f}/h\n{s.on_demand.cloud} {s.on_demand.region}\n"
             f"{s.on_demand.instance_type}"
             if s.on_demand
-            else "-"
+            else "retired" if s.retired else "-"
         )
         sp = (
             f"${s.spot.spot_price_per_hour:.3f}/h\n{s.spot.cloud} {s.spot.region}\n{s.spot.instance_type}"
@@ -343,6 +343,9 @@ def print_gpus(summaries: list[GpuSummary]) -> None:
         )
         table.add_row(s.name, f"{s.memory_gib:g}", s.architecture, ",".join(s.clouds) or "-", od, sp)
     _print(table, optional=("architecture", "GiB", "clouds"))
+    for s in summaries:
+        if s.retired:
+            note(f"{s.name}: no longer offered: {s.retirement()}")
     note(
         "prices are per instance (of the GPU count shown by `gpucloud catalog --gpu NAME`); spot '-' = no "
         "observed spot price."

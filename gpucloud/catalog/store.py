@@ -4,7 +4,7 @@ Why a pickle of plain tuples: `plan` must read tens of thousands of rows (every 
 cloud) well inside its 0.3 s budget. Parsing and validating a 50k-row CSV takes about a second;
 unpickling tuples and building the frozen rows takes a few tens of ms (bench/bench_plan_50k.py,
 BENCHMARKS.md). The rows were validated when the refresh built them, so loading only checks the
-format version and the GPU names. The directory carries the format version (`catalog/v1/`), so a
+format version and the GPU names. The directory carries the format version (`catalog/v2/`), so a
 newer gpucloud never misreads an older cache: it ignores it and uses the shipped CSVs.
 """
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from gpucloud.catalog import CatalogMeta
     from gpucloud.catalog.models import GpuModel
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _FIELDS = Offering._fields
 
 
