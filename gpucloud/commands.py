@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpucloud import providers, views
 from gpucloud.errors import ConfigurationError, Declined, GpucloudError, InternalError, UserError
+from gpucloud.prose import to_stderr
 from gpucloud.providers.base import Unreachable
 from gpucloud.runlog import LogMirror
 from gpucloud.state import Journal, RunRecord, Store, home_dir
@@ -246,7 +247,7 @@ def show_logs(run_id: str, *, follow: bool) -> int:
             try:
                 mirror.sync(channel, final=final)
             except Exception as exc:  # the channel may be gone (expired URLs, deleted bucket)
-                print(f"warning: newer log parts unavailable: {exc}", file=sys.stderr)
+                to_stderr(f"warning: newer log parts unavailable: {exc}")
         mirror.drain(out.write)
         out.flush()
 
@@ -254,7 +255,7 @@ def show_logs(run_id: str, *, follow: bool) -> int:
     if not follow:
         return 0
     if channel is None and not run.final:
-        print(f"warning: cannot reach run {run.id}'s channel; showing the stored log only", file=sys.stderr)
+        to_stderr(f"warning: cannot reach run {run.id}'s channel; showing the stored log only")
     try:
         while True:
             run = refresh(store, store.get_run(run.id) or run)
@@ -377,7 +378,7 @@ def _down_without_store(ref: str, damage: StoreError, *, assume_yes: bool) -> No
     """`down` when the store is damaged: tear down from the handle files; the damage is still said."""
     from gpucloud.teardown import teardown_from_handle_files
 
-    print(f"warning: {damage.render()}", file=sys.stderr)
+    to_stderr(f"warning: {damage.render()}")
     if not assume_yes and not views.ask(f"Tear down run {ref} from its handle files?"):
         raise Declined("nothing torn down.")
     try:
@@ -481,16 +482,15 @@ def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> No
     try:
         found = _gc_with_store(sweep, dry_run=dry_run, assume_yes=assume_yes, cloud=cloud)
     except StoreError as exc:  # the tags still say what expired: sweep by them alone
-        print(f"warning: {exc.render()}\ngc sweeps by the clouds' tags only.", file=sys.stderr)
+        to_stderr(f"warning: {exc.render()}\ngc sweeps by the clouds' tags only.")
         found = _gc_by_tags(sweep, _gc_clouds(None, cloud), dry_run=dry_run, assume_yes=assume_yes)
     from gpucloud.images_build import load_index
 
     kept = [b for c, b in load_index() if cloud is None or c == cloud]
     if kept:  # tagged gpucloud:kind=image, never a run's: no sweep touches them
-        print(
+        to_stderr(
             f"{len(kept)} baked image(s) kept: images are not runs (`gpucloud image ls` lists them, "
-            "`gpucloud image rm` deletes one)",
-            file=sys.stderr,
+            "`gpucloud image rm` deletes one)"
         )
     sweep.verdict(cloud, found)
 

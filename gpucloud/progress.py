@@ -13,6 +13,7 @@ import time
 from typing import Any, BinaryIO
 
 from gpucloud import ci_output
+from gpucloud.prose import to_stderr
 
 
 def plain_mode() -> bool:
@@ -108,7 +109,7 @@ class Progress:
         if self._live is not None:
             self._live.console.print(f"warning: {message}", style="yellow", markup=False, highlight=False)
         else:
-            print(f"warning: {message}", file=sys.stderr, flush=True)
+            to_stderr(f"warning: {message}")  # wrapped: a reason can be a paragraph
 
     def phase(self, name: str | None, note: str = "") -> None:
         """The run entered phase `name` (None: no phase shown any more)."""

@@ -3,11 +3,11 @@ that have no credentials at all, so that nobody is asked to launch what cannot s
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpucloud.errors import ConfigurationError, NoCandidateError
+from gpucloud.prose import to_stderr
 
 if TYPE_CHECKING:
     from gpucloud.planner import Plan
@@ -45,5 +45,5 @@ def configured_only(plan: Plan) -> Plan:
             hint="`gpucloud check` shows what each cloud needs.",
         )
     for name, line in reasons.items():
-        print(f"warning: skipping {name}: {line}", file=sys.stderr, flush=True)
+        to_stderr(f"warning: skipping {name}: {line}")
     return replace(plan, candidates=[c for c in plan.candidates if c.cloud not in missing])

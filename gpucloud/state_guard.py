@@ -14,11 +14,11 @@ import os
 import shlex
 import sqlite3
 import stat
-import sys
 import time
 from pathlib import Path
 
 from gpucloud.errors import GpucloudError
+from gpucloud.prose import to_stderr
 
 # Tables and the columns this gpucloud reads; a store without them was not written by gpucloud
 # (or by a version that no migration reaches).
@@ -116,10 +116,9 @@ def begin_immediate(conn: sqlite3.Connection, path: Path) -> None:
                     f"not lost: `gpucloud down RUN` works from the handle files in {handles_root(path)}.",
                 ) from None
             if not told:
-                print(
+                to_stderr(
                     f"note: the state store {path} is locked by another process; waiting for it "
-                    f"(up to {limit:.0f}s, {LOCK_WAIT_ENV})",
-                    file=sys.stderr,
+                    f"(up to {limit:.0f}s, {LOCK_WAIT_ENV})"
                 )
                 told = True
             time.sleep(min(delay, max(0.01, limit - waited)))

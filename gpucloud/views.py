@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.progress import fmt_seconds
+from gpucloud.prose import fill, output_width, to_stderr
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -126,49 +127,13 @@ def fit_table(
 
 def say(text: str) -> None:
     """A line of prose on stdout, wrapped to the output width like the tables."""
-    print(_wrap(text, output_width()))
+    print(fill(text, output_width()))
 
 
 def note(text: str) -> None:
     """A note or warning on stderr, wrapped to the width of the terminal it goes to (80 columns
     when stderr is not a terminal); long words (paths, URLs, commands) are never broken."""
-    print(_wrap(text, error_width()), file=sys.stderr, flush=True)
-
-
-def _wrap(text: str, width: int) -> str:
-    import textwrap
-
-    return "\n".join(
-        textwrap.fill(line, width=width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
-        for line in text.splitlines() or [""]
-    )
-
-
-def error_width() -> int:
-    """The width for stderr: COLUMNS when set, else the terminal's when stderr is one, else 80."""
-    import os
-    import shutil
-
-    env = os.environ.get("COLUMNS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    if sys.stderr.isatty():
-        return shutil.get_terminal_size((80, 24)).columns
-    return 80
-
-
-def output_width() -> int:
-    """The terminal's width on a TTY (COLUMNS wins when set), else 80: CI logs and pipes get tables
-    that read well in an 80-column viewer, wrapped rather than cut."""
-    import os
-    import shutil
-
-    env = os.environ.get("COLUMNS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    if sys.stdout.isatty():
-        return shutil.get_terminal_size((80, 24)).columns
-    return 80
+    to_stderr(text)
 
 
 def _warn(lines: list[str] | tuple[str, ...]) -> None:
@@ -334,7 +299,9 @@ def print_gpus(summaries: list[GpuSummary]) -> None:
             f"${s.on_demand.price_per_hour:.3f}/h\n{s.on_demand.cloud} {s.on_demand.region}\n"
             f"{s.on_demand.instance_type}"
             if s.on_demand
-            else "retired" if s.retired else "-"
+            else "retired"
+            if s.retired
+            else "-"
         )
         sp = (
             f"${s.spot.spot_price_per_hour:.3f}/h\n{s.spot.cloud} {s.spot.region}\n{s.spot.instance_type}"
@@ -445,12 +412,10 @@ def print_plan_summary(plan: Plan) -> None:
     gpu = f"{c.gpu_count} x {c.gpu}" if c.gpu else "no GPU"
     market = "spot" if c.spot else "on-demand"
     more = f"; {len(plan.candidates) - 1} fallback candidate(s)" if len(plan.candidates) > 1 else ""
-    print(
+    note(
         f"plan: {c.cloud}/{c.region}/{c.instance_type} ({gpu}, {market}) x {c.num_nodes} node(s): "
         f"${c.total_per_hour:.3f}/h, at most ${c.estimated_cost:.2f} for max_duration "
-        f"{fmt_seconds(spec.max_duration)}{more}",
-        file=sys.stderr,
-        flush=True,
+        f"{fmt_seconds(spec.max_duration)}{more}"
     )
     _warn(plan.warnings)
 
