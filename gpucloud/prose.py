@@ -13,6 +13,7 @@ import textwrap
 from typing import TextIO
 
 CONTINUATION = "  "  # a wrapped line continues under its first line, two spaces further in
+VERBATIM_INDENT = "    "  # a line indented this far is a command or code: printed as it is
 
 
 def _width(stream: TextIO) -> int:
@@ -39,10 +40,15 @@ def error_width() -> int:
 
 def fill(text: str, width: int) -> str:
     """Each line of `text` wrapped to `width`; a continuation keeps the line's own indent plus two
-    spaces (an "  - item" line continues under its item). Words longer than the width stay whole."""
+    spaces (an "  - item" line continues under its item). Words longer than the width stay whole,
+    and a line indented by VERBATIM_INDENT or more (a command to copy, as in Markdown) is never
+    wrapped: a shell command split over two lines would not run."""
     out = []
     for line in text.splitlines() or [""]:
         indent = line[: len(line) - len(line.lstrip(" "))]
+        if len(indent) >= len(VERBATIM_INDENT):
+            out.append(line)
+            continue
         out.append(
             textwrap.fill(
                 line,

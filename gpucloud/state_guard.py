@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from gpucloud.errors import GpucloudError
-from gpucloud.prose import to_stderr
+from gpucloud.prose import VERBATIM_INDENT, to_stderr
 
 # Tables and the columns this gpucloud reads; a store without them was not written by gpucloud
 # (or by a version that no migration reaches).
@@ -55,12 +55,10 @@ def move_aside_command(path: Path) -> str:
 def store_error(path: Path, why: str) -> StoreError:
     """One paragraph: which file, what is wrong with it, the command that fixes it, and that
     running machines are still found without it."""
-    fix = f"Move it aside (gpucloud then starts a new, empty one):\n  {move_aside_command(path)}"
+    command = f"\n{VERBATIM_INDENT}{move_aside_command(path)}"  # one line, never wrapped: it is copied
+    fix = f"Move it aside (gpucloud then starts a new, empty one):{command}"
     if "read-only" in why:
-        fix = (
-            f"Make it writable again (chmod u+w {shlex.quote(str(path))}), or move it aside:\n  "
-            f"{move_aside_command(path)}"
-        )
+        fix = f"Make it writable again (chmod u+w {shlex.quote(str(path))}), or move it aside:{command}"
     return StoreError(
         f"The state store {path} cannot be used: {why}.",
         path=path,

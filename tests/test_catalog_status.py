@@ -24,7 +24,9 @@ ANNOUNCED = {"p3": "2025-12-20", "Standard_NC6": "2023-09-06", "Standard_NC6s_v3
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CI": "true", "COLUMNS": "80", "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "gpucloud", *args], capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def test_every_retired_row_says_whether_its_date_was_announced_or_read() -> None:
