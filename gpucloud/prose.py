@@ -7,6 +7,7 @@ by one function, so that a long message reads the same whichever layer printed i
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -14,6 +15,8 @@ from typing import TextIO
 
 CONTINUATION = "  "  # a wrapped line continues under its first line, two spaces further in
 VERBATIM_INDENT = "    "  # a line indented this far is a command or code: printed as it is
+_CODE_SPAN = re.compile(r"`[^`\n]+`")
+_GLUE = "\x00"  # stands for a space inside a code span while wrapping: textwrap never breaks at it
 
 
 def _width(stream: TextIO) -> int:
@@ -41,24 +44,24 @@ def error_width() -> int:
 def fill(text: str, width: int) -> str:
     """Each line of `text` wrapped to `width`; a continuation keeps the line's own indent plus two
     spaces (an "  - item" line continues under its item). Words longer than the width stay whole,
-    and a line indented by VERBATIM_INDENT or more (a command to copy, as in Markdown) is never
-    wrapped: a shell command split over two lines would not run."""
+    so do `code spans` (a command in backticks is copied as one), and a line indented by
+    VERBATIM_INDENT or more (a command, as in Markdown) is never wrapped: a shell command split over
+    two lines would not run."""
     out = []
     for line in text.splitlines() or [""]:
         indent = line[: len(line) - len(line.lstrip(" "))]
         if len(indent) >= len(VERBATIM_INDENT):
             out.append(line)
             continue
-        out.append(
-            textwrap.fill(
-                line,
-                width=width,
-                subsequent_indent=indent + CONTINUATION,
-                break_long_words=False,
-                break_on_hyphens=False,
-            )
-            or line
+        glued = _CODE_SPAN.sub(lambda m: m[0].replace(" ", _GLUE), line)
+        wrapped = textwrap.fill(
+            glued,
+            width=width,
+            subsequent_indent=indent + CONTINUATION,
+            break_long_words=False,
+            break_on_hyphens=False,
         )
+        out.append(wrapped.replace(_GLUE, " ") or line)
     return "\n".join(out)
 
 

@@ -91,8 +91,9 @@ def test_dead_endpoint_fails_fast_naming_it_costs_nothing_and_cleans_nothing(tmp
     assert "127.0.0.1:9" in flat(out.stderr) and "AWS_ENDPOINT_URL" in flat(out.stderr)
     for wrong in ("internal error", "throttle", "quota", "could not delete", "teardown", "cleanup"):
         assert wrong not in flat(out.stderr).lower(), (wrong, out.stderr)
+    assert flat(out.stderr).count("could not reach") == 1, out.stderr  # found once, before any launch
     runs = json.loads(cli(dead_aws(home), "ls", "--json", cwd=tmp_path).stdout)
-    assert runs[0]["cost"] == 0 and runs[0]["exit_code"] == 78
+    assert runs == []  # the credentials check before the prompt: no run was started, nothing billed
 
 
 def test_cloud_any_without_any_credentials_exits_78_with_each_clouds_reason(tmp_path: Path, home: Path) -> None:
@@ -251,13 +252,13 @@ def _on_tty(
     return proc.returncode, stderr
 
 
-def test_no_prompt_for_a_free_run_and_declining_exits_1(tmp_path: Path, home: Path) -> None:
+def test_no_prompt_for_a_free_run_nor_for_credentials_that_fail(tmp_path: Path, home: Path) -> None:
     spec = job(tmp_path, LOCAL.format(run="echo done"))
     code, stderr = _on_tty(["run", str(spec)], no_cloud_env(home), tmp_path, answer=None)
     assert code == 0 and "Launch it?" not in stderr, stderr
-    priced = job(tmp_path, T4_ANY, "priced.yaml")
+    priced = job(tmp_path, T4_ANY, "priced.yaml")  # declining: tests/test_launch_credentials.py (moto, fake ARM)
     code, stderr = _on_tty(["run", str(priced)], dead_aws(home), tmp_path, answer=b"n\n")
-    assert code == 1 and "Launch it?" in stderr and "not launched" in stderr, stderr
+    assert code == 78 and "Launch it?" not in stderr, stderr  # credentials that do not work: no prompt at all
 
 
 # ---- detached and orphaned runs ---------------------------------------------------------------------------

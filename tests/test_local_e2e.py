@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from gpucloud import vm_engine
+from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -349,7 +350,7 @@ def test_dead_machine_is_reported_lost(tmp_path: Path, gpucloud_home: Path) -> N
     rc = proc.wait(40)
     stderr = proc.stderr.read() if proc.stderr else ""
     assert rc == 70, stderr
-    assert "without reporting a final status" in stderr
+    assert "without reporting a final status" in flat(stderr)
     run_id = run_id_of(stderr)
     assert status_json(run_id, tmp_path)["status"] == "lost"
     assert leftovers(gpucloud_home, run_id) == []
