@@ -99,11 +99,11 @@ class Progress:
 
     def info(self, message: str) -> None:
         """One human line on stderr, prefixed with the time since the command started."""
-        line = f"[{fmt_seconds(time.monotonic() - self.t0):>6}] {message}"
+        stamp = f"[{fmt_seconds(time.monotonic() - self.t0):>6}] "
         if self._live is not None:
-            self._live.console.print(line, markup=False, highlight=False, soft_wrap=True)
-        else:
-            print(line, file=sys.stderr, flush=True)
+            self._live.console.print(stamp + message, markup=False, highlight=False, soft_wrap=True)
+        else:  # wrapped, continuing under the message: the time stamps stay a column of their own
+            to_stderr(stamp + message, continuation=" " * (len(stamp) + 2))
 
     def warn(self, message: str) -> None:
         if self._live is not None:

@@ -41,12 +41,13 @@ def error_width() -> int:
     return _width(sys.stderr)
 
 
-def fill(text: str, width: int) -> str:
+def fill(text: str, width: int, *, continuation: str | None = None) -> str:
     """Each line of `text` wrapped to `width`; a continuation keeps the line's own indent plus two
     spaces (an "  - item" line continues under its item). Words longer than the width stay whole,
     so do `code spans` (a command in backticks is copied as one), and a line indented by
     VERBATIM_INDENT or more (a command, as in Markdown) is never wrapped: a shell command split over
-    two lines would not run."""
+    two lines would not run. `continuation` replaces the continuation indent (a progress line
+    continues under its message, after the time stamp)."""
     out = []
     for line in text.splitlines() or [""]:
         indent = line[: len(line) - len(line.lstrip(" "))]
@@ -57,7 +58,7 @@ def fill(text: str, width: int) -> str:
         wrapped = textwrap.fill(
             glued,
             width=width,
-            subsequent_indent=indent + CONTINUATION,
+            subsequent_indent=indent + CONTINUATION if continuation is None else continuation,
             break_long_words=False,
             break_on_hyphens=False,
         )
@@ -65,6 +66,6 @@ def fill(text: str, width: int) -> str:
     return "\n".join(out)
 
 
-def to_stderr(text: str) -> None:
+def to_stderr(text: str, *, continuation: str | None = None) -> None:
     """A warning, note or error paragraph on stderr, wrapped to stderr's width, flushed."""
-    print(fill(text, error_width()), file=sys.stderr, flush=True)
+    print(fill(text, error_width(), continuation=continuation), file=sys.stderr, flush=True)
