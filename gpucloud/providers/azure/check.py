@@ -114,7 +114,8 @@ def identity() -> str:
 
 def _refused(sub: str, status: int, body: dict[str, Any]) -> CredentialsError:
     """ARM's answer `{"error": {"code", "message"}}` to the subscription GET, with the fix it needs."""
-    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    found = body.get("error")
+    error: dict[str, Any] = found if isinstance(found, dict) else {}
     code, message = str(error.get("code", "")), str(error.get("message", "")).strip().split("\n")[0]
     said = f"HTTP {status} {code}: {message}".strip().rstrip(":")
     if status == 404 or code == "SubscriptionNotFound":
