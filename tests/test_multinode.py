@@ -466,7 +466,7 @@ def test_a_dying_node_tears_down_the_others(tmp_path: Path, gpucloud_home: Path)
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 70, err
-    assert "node 1 stopped without reporting a final status" in err
+    assert "node 1 stopped without reporting a final status" in flat(err)
     run_id = run_id_of(err)
     assert leftovers(gpucloud_home, run_id, token) == []
 
