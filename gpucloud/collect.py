@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,15 +142,12 @@ def collect_command(ref: str, *, json_out: bool) -> int:
     if json_out:
         emit(result.as_json())
     else:
-        print(
+        to_stderr(
             f"run {result.run_id}: {result.status} (exit {result.exit_code}); results in {result.directory}"
-            + (
-                f"; {len(result.refused)} artifact member(s) refused (see the warnings above)" if result.refused else ""
-            ),
-            file=sys.stderr,
+            + (f"; {len(result.refused)} artifact member(s) refused (see the warnings above)" if result.refused else "")
         )
         if not result.artifacts:
-            print("no artifacts were uploaded by the job", file=sys.stderr)
+            to_stderr("no artifacts were uploaded by the job")
     if result.teardown_errors:
         return 70
     return result.exit_code or 0

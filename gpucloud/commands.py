@@ -222,7 +222,7 @@ def show_status(run_id: str | None, *, json_out: bool) -> None:
         print(jsonout.dumps([{**r.as_json(now), "phases": store.phases(r.id)} for r in runs]))
         return
     if not runs:
-        print("no runs yet (`gpucloud run JOB.yaml` starts one)", file=sys.stderr)
+        to_stderr("no runs yet (`gpucloud run JOB.yaml` starts one)")
         return
     views.print_runs(runs, now)
 
@@ -307,7 +307,7 @@ def _down_with_store(run_id: str, *, assume_yes: bool) -> None:
     run = _find(store, run_id)
     alive = store.resources(run.id, alive_only=True)
     if run.final and not alive:
-        print(f"run {run.id} already ended ({run.status}); nothing left to tear down", file=sys.stderr)
+        to_stderr(f"run {run.id} already ended ({run.status}); nothing left to tear down")
         return
     if not assume_yes and not views.ask(f"Tear down run {run.id} ({run.status}, {len(alive)} resource(s))?"):
         raise Declined("nothing torn down.")
@@ -321,7 +321,7 @@ def _down_with_store(run_id: str, *, assume_yes: bool) -> None:
         _down_incomplete(store, run.id, errors, unreached)
     _down_done(store, run.id)
     store.event(run.id, "down", f"torn down in {time.monotonic() - t0:.1f}s")
-    print(f"run {run.id}: torn down ({len(alive)} resource(s))", file=sys.stderr)
+    to_stderr(f"run {run.id}: torn down ({len(alive)} resource(s))")
 
 
 def _down_incomplete(store: Store, run_id: str, errors: list[str], unreached: list[str]) -> None:
@@ -371,7 +371,7 @@ def preempt_run(run_id: str, *, node: int | None) -> None:
     for rank in ranks:
         channel.send_notice(run.id, rank)
     store.event(run.id, "preempt", f"simulated interruption notice sent to node(s) {ranks}")
-    print(f"run {run.id}: interruption notice sent to node(s) {', '.join(map(str, ranks))}", file=sys.stderr)
+    to_stderr(f"run {run.id}: interruption notice sent to node(s) {', '.join(map(str, ranks))}")
 
 
 def _down_without_store(ref: str, damage: StoreError, *, assume_yes: bool) -> None:
@@ -394,7 +394,7 @@ def _down_without_store(ref: str, damage: StoreError, *, assume_yes: bool) -> No
             f"teardown of run {run_id} incomplete:\n  " + "\n  ".join(errors),
             hint=f"Run `gpucloud down {run_id}` again, or `gpucloud gc`.",
         )
-    print(f"run {run_id}: torn down from its handle files (the state store was not used)", file=sys.stderr)
+    to_stderr(f"run {run_id}: torn down from its handle files (the state store was not used)")
 
 
 def _gc_clouds(store: Store | None, cloud: str | None) -> list[str]:

@@ -481,15 +481,8 @@ def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[Resou
             f"resources  {len(alive)} not yet deleted: "
             + ", ".join(f"{r.kind} {r.cloud_id or r.name} ({r.status})" for r in alive)
         )
-    import textwrap
-
     width = output_width()  # a long line continues under its value, not under its label
-    print(
-        "\n".join(
-            textwrap.fill(line, width=width, subsequent_indent=" " * 11, break_long_words=False, break_on_hyphens=False)
-            for line in lines
-        )
-    )
+    print("\n".join(fill(line, width, continuation=" " * 11) for line in lines))
 
 
 # ---- cost ---------------------------------------------------------------------------------------------
