@@ -173,6 +173,15 @@ def test_azure_refusal_is_reported_before_any_prompt(
     assert_fits(err)
 
 
+def test_an_azure_side_failure_says_nothing_about_the_credentials(arm: FakeArm, home: Path, tmp_path: Path) -> None:  # noqa: F811
+    """ARM failing the subscription GET (after the pipeline's retries) is not a refusal: Azure stays in
+    the plan and the prompt comes; the failover meets the failure, if it lasts."""
+    arm.inject("GET", rf"^/subscriptions/{arm.subscription_id}$", code="InternalServerError", times=50)
+    code, _, err, _ = run_on_tty(AZURE_JOB, base_env(home, **arm.client_env()), tmp_path)
+    assert code == 1 and PROMPT in err and "skipping" not in err, err
+    assert len([c for c in arm.calls if c[1] == f"/subscriptions/{arm.subscription_id}"]) > 1  # it was retried
+
+
 def test_azure_dead_endpoint_is_reported_before_any_prompt(arm: FakeArm, home: Path, tmp_path: Path) -> None:  # noqa: F811
     with dead_endpoint("refused") as url:
         env = base_env(home, **{**arm.client_env(), "GPUCLOUD_AZURE_ARM_ENDPOINT": url})

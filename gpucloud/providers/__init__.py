@@ -204,7 +204,8 @@ def run_check(cloud: str) -> CloudCheck:
 def verify_identity(cloud: str) -> str | None:
     """Who the cloud's credentials are, asked of the cloud itself (imported lazily: the SDK loads
     only for the cloud asked); None for a provider without such a check (this machine, SSH hosts).
-    Raises CloudAccessError when the credentials are refused or the endpoint does not answer."""
+    Raises CloudAccessError when the credentials are refused or the endpoint does not answer; any
+    other failure is not about the credentials, and the answer then says "not confirmed"."""
     entry = info(cloud)
     if not entry.identity:
         return None

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucloud.errors import CredentialsError
-from gpucloud.providers.aws.access import CREDENTIALS_HINT, classify_access, first_line, no_credentials
-from gpucloud.providers.aws.errors import gpu_quotas
+from gpucloud.providers.aws.access import CREDENTIALS_HINT, classify_access, no_credentials
+from gpucloud.providers.aws.errors import error_code, gpu_quotas
 from gpucloud.providers.aws.network import CLOUD
 from gpucloud.providers.aws.session import client_config
 from gpucloud.providers.base import CloudCheck
@@ -50,7 +49,9 @@ def check() -> CloudCheck:
 def identity() -> str:
     """Whose the credentials are, asked of STS (GetCallerIdentity needs no permission, so only
     credentials that do not work fail it), with the probe's short timeouts: a refused key or a
-    dead endpoint is found before anyone is asked to launch. Raises CredentialsError/EndpointError."""
+    dead endpoint is found before anyone is asked to launch (CredentialsError/EndpointError). Any
+    other answer (throttling, an AWS-side error) says nothing about the credentials: the cloud is
+    kept, and the failover meets that error, with its retries, if it lasts."""
     import boto3
 
     try:
@@ -59,15 +60,11 @@ def identity() -> str:
             raise no_credentials()
         sts = session.client("sts", region_name=session.region_name or "us-east-1", config=client_config("sts"))
         who = sts.get_caller_identity()
-    except Exception as exc:  # noqa: BLE001 - every failure is a reason not to launch on AWS
+    except Exception as exc:  # noqa: BLE001 - classified below; only access errors drop the cloud
         access = classify_access(exc, what="checking the credentials (STS GetCallerIdentity)")
         if access is not None:
             raise access from None
-        raise CredentialsError(
-            f"AWS: STS GetCallerIdentity failed ({type(exc).__name__}: {first_line(str(exc))}).",
-            cloud=CLOUD,
-            hint=CREDENTIALS_HINT,
-        ) from None
+        return f"not confirmed ({error_code(exc) or type(exc).__name__})"
     return f"account {who.get('Account', '?')} ({who.get('Arn', '?')})"
 
 

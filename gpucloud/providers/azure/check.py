@@ -28,6 +28,9 @@ from gpucloud.providers.base import CloudCheck
 ARM_API_VERSION = "2022-12-01"
 # Subscription states in which nothing can be created (ARM: Enabled, Warned, PastDue, Disabled, Deleted).
 UNUSABLE_STATES = frozenset({"Disabled", "Deleted"})
+# ARM's answers to the subscription GET that mean these credentials cannot use it: a token it
+# refuses (401), no role on the subscription (403), a subscription they cannot see (404).
+REFUSED_STATUSES = frozenset({401, 403, 404})
 
 
 def check() -> CloudCheck:
@@ -76,7 +79,8 @@ def check() -> CloudCheck:
 def identity() -> str:
     """The subscription in AZURE_SUBSCRIPTION_ID as ARM shows it to these credentials: a token
     that is refused, a subscription that is unknown to them or disabled, and an endpoint that does
-    not answer are each a CredentialsError/EndpointError with the fix, found before the launch prompt."""
+    not answer are each a CredentialsError/EndpointError with the fix, found before the launch prompt.
+    Throttling or an ARM-side failure says nothing about the credentials: the cloud is kept."""
     from azure.core.rest import HttpRequest
 
     from gpucloud.providers.azure.provider import AzureProvider
@@ -87,21 +91,19 @@ def identity() -> str:
     try:
         request = HttpRequest("GET", f"/subscriptions/{sub}", params={"api-version": ARM_API_VERSION})
         response = AzureProvider(subscription_id=sub).resource.send_request(request)
-    except Exception as exc:  # noqa: BLE001 - every failure is a reason not to launch on Azure
+    except Exception as exc:  # noqa: BLE001 - classified below; only access errors drop the cloud
         access = classify_access(exc, what="reading the subscription")
         if access is not None:
             raise access from None
-        raise CredentialsError(
-            f"Azure: reading subscription {sub} failed ({type(exc).__name__}: {exc}).",
-            cloud=CLOUD,
-            hint=CREDENTIALS_HINT,
-        ) from None
+        return f"subscription {sub} not confirmed ({type(exc).__name__})"
     try:
         body = dict(response.json())
     except (ValueError, TypeError):  # not JSON (a proxy's page): the status says enough
         body = {}
-    if response.status_code != 200:
+    if response.status_code in REFUSED_STATUSES:
         raise _refused(sub, response.status_code, body)
+    if response.status_code != 200:  # throttled or failing after the pipeline's retries: not about the credentials
+        return f"subscription {sub} not confirmed (HTTP {response.status_code})"
     state = str(body.get("state", ""))
     if state in UNUSABLE_STATES:
         raise CredentialsError(
