@@ -44,8 +44,11 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confir
 
 
 def err(message: str) -> None:
-    """Human messages go to stderr; stdout is reserved for results and --json documents."""
-    print(message, file=sys.stderr, flush=True)
+    """Human messages go to stderr, wrapped to its width (the error paragraphs too); stdout is
+    reserved for results and --json documents."""
+    from gpucloud.prose import to_stderr
+
+    to_stderr(message)
 
 
 def emit_json(doc: object) -> None:

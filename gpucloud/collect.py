@@ -10,12 +10,12 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpucloud.errors import GpucloudError, UserError
+from gpucloud.prose import to_stderr
 from gpucloud.state import Journal, RunRecord, Store, home_dir
 
 RESULTS_DIR = "gpucloud-runs"
@@ -101,7 +101,7 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
             got.append({"node": rank, "directory": str(out.dest), "files": out.files, "refused": list(out.warnings)})
             refused += [f"node {rank}: {w}" if run.num_nodes > 1 else w for w in out.warnings]
     for line in refused:
-        print(f"warning: {line}", file=sys.stderr)
+        to_stderr(f"warning: {line}")
     status, code, message = outcome(statuses)
     store.set_phases(run.id, vm_phases(statuses))
     store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
@@ -119,7 +119,7 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
             Journal(store),
             store.get_run(run.id) or run,
             wait=True,
-            say=lambda m: print(f"warning: {m}", file=sys.stderr),
+            say=lambda m: to_stderr(f"warning: {m}"),
         )
     final = store.get_run(run.id) or run
     return Collected(
@@ -142,15 +142,12 @@ def collect_command(ref: str, *, json_out: bool) -> int:
     if json_out:
         emit(result.as_json())
     else:
-        print(
+        to_stderr(
             f"run {result.run_id}: {result.status} (exit {result.exit_code}); results in {result.directory}"
-            + (
-                f"; {len(result.refused)} artifact member(s) refused (see the warnings above)" if result.refused else ""
-            ),
-            file=sys.stderr,
+            + (f"; {len(result.refused)} artifact member(s) refused (see the warnings above)" if result.refused else "")
         )
         if not result.artifacts:
-            print("no artifacts were uploaded by the job", file=sys.stderr)
+            to_stderr("no artifacts were uploaded by the job")
     if result.teardown_errors:
         return 70
     return result.exit_code or 0

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpucloud import providers, views
 from gpucloud.errors import ConfigurationError, Declined, GpucloudError, InternalError, UserError
+from gpucloud.prose import to_stderr
 from gpucloud.providers.base import Unreachable
 from gpucloud.runlog import LogMirror
 from gpucloud.state import Journal, RunRecord, Store, home_dir
@@ -221,7 +222,7 @@ def show_status(run_id: str | None, *, json_out: bool) -> None:
         print(jsonout.dumps([{**r.as_json(now), "phases": store.phases(r.id)} for r in runs]))
         return
     if not runs:
-        print("no runs yet (`gpucloud run JOB.yaml` starts one)", file=sys.stderr)
+        to_stderr("no runs yet (`gpucloud run JOB.yaml` starts one)")
         return
     views.print_runs(runs, now)
 
@@ -246,7 +247,7 @@ def show_logs(run_id: str, *, follow: bool) -> int:
             try:
                 mirror.sync(channel, final=final)
             except Exception as exc:  # the channel may be gone (expired URLs, deleted bucket)
-                print(f"warning: newer log parts unavailable: {exc}", file=sys.stderr)
+                to_stderr(f"warning: newer log parts unavailable: {exc}")
         mirror.drain(out.write)
         out.flush()
 
@@ -254,7 +255,7 @@ def show_logs(run_id: str, *, follow: bool) -> int:
     if not follow:
         return 0
     if channel is None and not run.final:
-        print(f"warning: cannot reach run {run.id}'s channel; showing the stored log only", file=sys.stderr)
+        to_stderr(f"warning: cannot reach run {run.id}'s channel; showing the stored log only")
     try:
         while True:
             run = refresh(store, store.get_run(run.id) or run)
@@ -306,7 +307,7 @@ def _down_with_store(run_id: str, *, assume_yes: bool) -> None:
     run = _find(store, run_id)
     alive = store.resources(run.id, alive_only=True)
     if run.final and not alive:
-        print(f"run {run.id} already ended ({run.status}); nothing left to tear down", file=sys.stderr)
+        to_stderr(f"run {run.id} already ended ({run.status}); nothing left to tear down")
         return
     if not assume_yes and not views.ask(f"Tear down run {run.id} ({run.status}, {len(alive)} resource(s))?"):
         raise Declined("nothing torn down.")
@@ -320,7 +321,7 @@ def _down_with_store(run_id: str, *, assume_yes: bool) -> None:
         _down_incomplete(store, run.id, errors, unreached)
     _down_done(store, run.id)
     store.event(run.id, "down", f"torn down in {time.monotonic() - t0:.1f}s")
-    print(f"run {run.id}: torn down ({len(alive)} resource(s))", file=sys.stderr)
+    to_stderr(f"run {run.id}: torn down ({len(alive)} resource(s))")
 
 
 def _down_incomplete(store: Store, run_id: str, errors: list[str], unreached: list[str]) -> None:
@@ -370,14 +371,14 @@ def preempt_run(run_id: str, *, node: int | None) -> None:
     for rank in ranks:
         channel.send_notice(run.id, rank)
     store.event(run.id, "preempt", f"simulated interruption notice sent to node(s) {ranks}")
-    print(f"run {run.id}: interruption notice sent to node(s) {', '.join(map(str, ranks))}", file=sys.stderr)
+    to_stderr(f"run {run.id}: interruption notice sent to node(s) {', '.join(map(str, ranks))}")
 
 
 def _down_without_store(ref: str, damage: StoreError, *, assume_yes: bool) -> None:
     """`down` when the store is damaged: tear down from the handle files; the damage is still said."""
     from gpucloud.teardown import teardown_from_handle_files
 
-    print(f"warning: {damage.render()}", file=sys.stderr)
+    to_stderr(f"warning: {damage.render()}")
     if not assume_yes and not views.ask(f"Tear down run {ref} from its handle files?"):
         raise Declined("nothing torn down.")
     try:
@@ -393,7 +394,7 @@ def _down_without_store(ref: str, damage: StoreError, *, assume_yes: bool) -> No
             f"teardown of run {run_id} incomplete:\n  " + "\n  ".join(errors),
             hint=f"Run `gpucloud down {run_id}` again, or `gpucloud gc`.",
         )
-    print(f"run {run_id}: torn down from its handle files (the state store was not used)", file=sys.stderr)
+    to_stderr(f"run {run_id}: torn down from its handle files (the state store was not used)")
 
 
 def _gc_clouds(store: Store | None, cloud: str | None) -> list[str]:
@@ -481,16 +482,15 @@ def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> No
     try:
         found = _gc_with_store(sweep, dry_run=dry_run, assume_yes=assume_yes, cloud=cloud)
     except StoreError as exc:  # the tags still say what expired: sweep by them alone
-        print(f"warning: {exc.render()}\ngc sweeps by the clouds' tags only.", file=sys.stderr)
+        to_stderr(f"warning: {exc.render()}\ngc sweeps by the clouds' tags only.")
         found = _gc_by_tags(sweep, _gc_clouds(None, cloud), dry_run=dry_run, assume_yes=assume_yes)
     from gpucloud.images_build import load_index
 
     kept = [b for c, b in load_index() if cloud is None or c == cloud]
     if kept:  # tagged gpucloud:kind=image, never a run's: no sweep touches them
-        print(
+        to_stderr(
             f"{len(kept)} baked image(s) kept: images are not runs (`gpucloud image ls` lists them, "
-            "`gpucloud image rm` deletes one)",
-            file=sys.stderr,
+            "`gpucloud image rm` deletes one)"
         )
     sweep.verdict(cloud, found)
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from gpucloud import views
 from gpucloud.errors import Declined, GpucloudError, NoCandidateError
 from gpucloud.progress import Progress
+from gpucloud.prose import to_stderr
 from gpucloud.run_artifacts import fetch_artifacts, refused_note, results_dir, settle_artifacts
 from gpucloud.runlog import LogMirror
 from gpucloud.state import FINAL_STATUSES, Journal, Store, home_dir
@@ -191,11 +192,9 @@ class _Run:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1
         if self.tearing_down or self.signals > 1:
-            print(
+            to_stderr(
                 f"\nwarning: {signal.Signals(signum).name} received again: still tearing down run "
-                f"{self.run_id} so that nothing keeps billing; please wait.",
-                file=sys.stderr,
-                flush=True,
+                f"{self.run_id} so that nothing keeps billing; please wait."
             )
             return
         raise _Interrupt(signum)
@@ -242,7 +241,7 @@ class _Run:
         finally:
             self._restore_signals()
         if (message and status not in ("succeeded", "detached")) or self.refused:
-            print(f"run {self.run_id}: {status} (exit {code}): {message}", file=sys.stderr, flush=True)
+            to_stderr(f"run {self.run_id}: {status} (exit {code}): {message}")
         elif status != "detached":
             print(f"run {self.run_id}: {status} (exit {code})", file=sys.stderr, flush=True)
         for line in self.timeline:  # where the billed time went, per node (issue 13)

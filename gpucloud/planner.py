@@ -421,16 +421,20 @@ def _only_retired(
     the GPU's software stack is still known (it runs on a machine you own or host)."""
     from gpucloud.errors import UserError
 
-    dates = sorted({f"{o.instance_type} {o.status_text()}" for o in offered})
-    withdrawn = sorted({o.cloud for o in offered if "not offered by the current" in o.source})
-
-    def status_note(cloud: str) -> str:
-        return next(o.source for o in offered if o.cloud == cloud).split("; status: ")[-1]
-
-    note = "".join(f" {c}'s current API does not offer them at all ({status_note(c)})." for c in withdrawn)
+    by_status: dict[tuple[str, str], list[str]] = {}
+    for o in sorted(offered, key=lambda o: (o.cloud, o.gpu_count, o.instance_type)):
+        types = by_status.setdefault((o.cloud, o.status_text()), [])
+        if o.instance_type not in types:
+            types.append(o.instance_type)
+    dates = [f"{cloud} {', '.join(types)} ({status})" for (cloud, status), types in by_status.items()]
+    read_on = {o.cloud: o.status_date for o in offered if o.withdrawn}
+    note = "".join(
+        f" {c}'s current API does not offer them (none listed in its data read on {day}); no end date was announced."
+        for c, day in sorted(read_on.items())
+    )
     return UserError(
         f"{_where(spec)}resources.gpu: {where} offers the {gpu} only on retired or withdrawn instance types "
-        f"({', '.join(dates[:4])}).{note}",
+        f"({'; '.join(dates)}).{note}",
         hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat)) + ". "
         f"The {gpu} software stack is still known (`gpucloud stack {gpu}`): run the job on a machine with that GPU "
         "that you own or host, through a provider that reaches it.",

@@ -13,6 +13,7 @@ import time
 from typing import Any, BinaryIO
 
 from gpucloud import ci_output
+from gpucloud.prose import to_stderr
 
 
 def plain_mode() -> bool:
@@ -98,17 +99,17 @@ class Progress:
 
     def info(self, message: str) -> None:
         """One human line on stderr, prefixed with the time since the command started."""
-        line = f"[{fmt_seconds(time.monotonic() - self.t0):>6}] {message}"
+        stamp = f"[{fmt_seconds(time.monotonic() - self.t0):>6}] "
         if self._live is not None:
-            self._live.console.print(line, markup=False, highlight=False, soft_wrap=True)
-        else:
-            print(line, file=sys.stderr, flush=True)
+            self._live.console.print(stamp + message, markup=False, highlight=False, soft_wrap=True)
+        else:  # wrapped, continuing under the message: the time stamps stay a column of their own
+            to_stderr(stamp + message, continuation=" " * (len(stamp) + 2))
 
     def warn(self, message: str) -> None:
         if self._live is not None:
             self._live.console.print(f"warning: {message}", style="yellow", markup=False, highlight=False)
         else:
-            print(f"warning: {message}", file=sys.stderr, flush=True)
+            to_stderr(f"warning: {message}")  # wrapped: a reason can be a paragraph
 
     def phase(self, name: str | None, note: str = "") -> None:
         """The run entered phase `name` (None: no phase shown any more)."""

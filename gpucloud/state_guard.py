@@ -14,11 +14,11 @@ import os
 import shlex
 import sqlite3
 import stat
-import sys
 import time
 from pathlib import Path
 
 from gpucloud.errors import GpucloudError
+from gpucloud.prose import VERBATIM_INDENT, to_stderr
 
 # Tables and the columns this gpucloud reads; a store without them was not written by gpucloud
 # (or by a version that no migration reaches).
@@ -55,12 +55,10 @@ def move_aside_command(path: Path) -> str:
 def store_error(path: Path, why: str) -> StoreError:
     """One paragraph: which file, what is wrong with it, the command that fixes it, and that
     running machines are still found without it."""
-    fix = f"Move it aside (gpucloud then starts a new, empty one):\n  {move_aside_command(path)}"
+    command = f"\n{VERBATIM_INDENT}{move_aside_command(path)}"  # one line, never wrapped: it is copied
+    fix = f"Move it aside (gpucloud then starts a new, empty one):{command}"
     if "read-only" in why:
-        fix = (
-            f"Make it writable again (chmod u+w {shlex.quote(str(path))}), or move it aside:\n  "
-            f"{move_aside_command(path)}"
-        )
+        fix = f"Make it writable again (chmod u+w {shlex.quote(str(path))}), or move it aside:{command}"
     return StoreError(
         f"The state store {path} cannot be used: {why}.",
         path=path,
@@ -116,10 +114,9 @@ def begin_immediate(conn: sqlite3.Connection, path: Path) -> None:
                     f"not lost: `gpucloud down RUN` works from the handle files in {handles_root(path)}.",
                 ) from None
             if not told:
-                print(
+                to_stderr(
                     f"note: the state store {path} is locked by another process; waiting for it "
-                    f"(up to {limit:.0f}s, {LOCK_WAIT_ENV})",
-                    file=sys.stderr,
+                    f"(up to {limit:.0f}s, {LOCK_WAIT_ENV})"
                 )
                 told = True
             time.sleep(min(delay, max(0.01, limit - waited)))

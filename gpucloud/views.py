@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.progress import fmt_seconds
+from gpucloud.prose import fill, output_width, to_stderr
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -126,49 +127,13 @@ def fit_table(
 
 def say(text: str) -> None:
     """A line of prose on stdout, wrapped to the output width like the tables."""
-    print(_wrap(text, output_width()))
+    print(fill(text, output_width()))
 
 
 def note(text: str) -> None:
     """A note or warning on stderr, wrapped to the width of the terminal it goes to (80 columns
     when stderr is not a terminal); long words (paths, URLs, commands) are never broken."""
-    print(_wrap(text, error_width()), file=sys.stderr, flush=True)
-
-
-def _wrap(text: str, width: int) -> str:
-    import textwrap
-
-    return "\n".join(
-        textwrap.fill(line, width=width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
-        for line in text.splitlines() or [""]
-    )
-
-
-def error_width() -> int:
-    """The width for stderr: COLUMNS when set, else the terminal's when stderr is one, else 80."""
-    import os
-    import shutil
-
-    env = os.environ.get("COLUMNS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    if sys.stderr.isatty():
-        return shutil.get_terminal_size((80, 24)).columns
-    return 80
-
-
-def output_width() -> int:
-    """The terminal's width on a TTY (COLUMNS wins when set), else 80: CI logs and pipes get tables
-    that read well in an 80-column viewer, wrapped rather than cut."""
-    import os
-    import shutil
-
-    env = os.environ.get("COLUMNS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    if sys.stdout.isatty():
-        return shutil.get_terminal_size((80, 24)).columns
-    return 80
+    to_stderr(text)
 
 
 def _warn(lines: list[str] | tuple[str, ...]) -> None:
@@ -337,6 +302,8 @@ def print_gpus(summaries: list[GpuSummary]) -> None:
             f"${s.on_demand.price_per_hour:.3f}/h\n{s.on_demand.cloud} {s.on_demand.region}\n"
             f"{s.on_demand.instance_type}"
             if s.on_demand
+            else "retired"
+            if s.retired
             else "-"
         )
         sp = (
@@ -346,6 +313,9 @@ def print_gpus(summaries: list[GpuSummary]) -> None:
         )
         table.add_row(s.name, f"{s.memory_gib:g}", s.architecture, ",".join(s.clouds) or "-", od, sp)
     _print(table, optional=("architecture", "GiB", "clouds"))
+    for s in summaries:
+        if s.retired:
+            note(f"{s.name}: no longer offered: {s.retirement()}")
     note(
         "prices are per instance (of the GPU count shown by `gpucloud catalog --gpu NAME`); spot '-' = no "
         "observed spot price."
@@ -445,12 +415,10 @@ def print_plan_summary(plan: Plan) -> None:
     gpu = f"{c.gpu_count} x {c.gpu}" if c.gpu else "no GPU"
     market = "spot" if c.spot else "on-demand"
     more = f"; {len(plan.candidates) - 1} fallback candidate(s)" if len(plan.candidates) > 1 else ""
-    print(
+    note(
         f"plan: {c.cloud}/{c.region}/{c.instance_type} ({gpu}, {market}) x {c.num_nodes} node(s): "
         f"${c.total_per_hour:.3f}/h, at most ${c.estimated_cost:.2f} for max_duration "
-        f"{fmt_seconds(spec.max_duration)}{more}",
-        file=sys.stderr,
-        flush=True,
+        f"{fmt_seconds(spec.max_duration)}{more}"
     )
     _warn(plan.warnings)
 
@@ -516,15 +484,8 @@ def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[Resou
             f"resources  {len(alive)} not yet deleted: "
             + ", ".join(f"{r.kind} {r.cloud_id or r.name} ({r.status})" for r in alive)
         )
-    import textwrap
-
     width = output_width()  # a long line continues under its value, not under its label
-    print(
-        "\n".join(
-            textwrap.fill(line, width=width, subsequent_indent=" " * 11, break_long_words=False, break_on_hyphens=False)
-            for line in lines
-        )
-    )
+    print("\n".join(fill(line, width, continuation=" " * 11) for line in lines))
 
 
 # ---- cost ---------------------------------------------------------------------------------------------

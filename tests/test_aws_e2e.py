@@ -31,6 +31,7 @@ import pytest
 from tests.support.aws_faults import HOOKS, KINDS, SESSION_RECORD, Fault, faults_env, install
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
+from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -326,10 +327,11 @@ def test_no_capacity_anywhere_exits_75_listing_every_attempt(
         faults=[Fault("RunInstances", "InsufficientInstanceCapacity", times=None)],
     )
     assert proc.returncode == 75, proc.stderr[-3000:]
-    assert "no candidate could be provisioned" in proc.stderr
+    assert "no candidate could be provisioned" in flat(proc.stderr)
     expected = [f"{c.cloud}/{c.region}/{c.instance_type}" for c in plan.candidates]
     assert ATTEMPT.findall(proc.stderr) == expected, "failover follows the plan's order"
-    listed = [line for line in proc.stderr.splitlines() if line.startswith("  - aws/")]
+    items = proc.stderr.replace("\n    ", " ")  # an item's wrapped lines joined to it
+    listed = [line for line in items.splitlines() if line.startswith("  - aws/")]
     assert len(listed) == len(plan.candidates) and all("capacity" in line for line in listed)
     assert aws_sim.booted == []
     assert tagged_alive(moto) == []

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from gpucloud.channel import SMALL_OBJECT_MAX, FileChannel, ObjectRefused, node_prefix
+from tests.support.text import flat
 from tests.test_local_e2e import cli, leftovers, run_id_of, write_job
 
 # The job finds its own status URL in the manifest beside its folder and links it to /dev/zero.
@@ -103,7 +104,7 @@ def test_store_locked_past_the_busy_timeout_is_waited_for(gpucloud_home: Path, t
         if run.poll() is None:
             run.kill()
     assert run.returncode == 0, err
-    assert "is locked by another process; waiting" in err
+    assert "is locked by another process; waiting" in flat(err)
     run_id = run_id_of(err)
     conn = sqlite3.connect(gpucloud_home / "state.db")
     status = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()[0]

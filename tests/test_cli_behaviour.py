@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.catalog import load_catalog
+from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parent.parent
 NO_GPU = "name: nogpu\nrun: echo hello-from-the-job\nmax_duration: 5m\n"
@@ -136,9 +137,11 @@ def test_run_checks_credentials_before_asking_to_launch(tmp_path: Path) -> None:
     assert runs == []  # nothing was started, nothing to clean up
 
 
-def test_a_cloud_without_credentials_is_skipped_once_before_the_prompt(tmp_path: Path) -> None:
-    """One cloud configured (a dead endpoint: nothing is reached), the other not: the other is named
-    once before the prompt and the plan offered is the configured cloud's."""
+def test_clouds_without_working_credentials_are_named_once_and_never_prompted_for(tmp_path: Path) -> None:
+    """One cloud without credentials, the other with credentials whose endpoint is dead (nothing
+    is reached): both are found before the prompt, each named once, and the run exits 78 without
+    asking. A cloud that works is offered after the others are skipped:
+    tests/test_launch_credentials.py (moto and the fake ARM)."""
     (tmp_path / "job.yaml").write_text(T4_ANY)
     env = no_cloud_env(
         tmp_path,
@@ -146,13 +149,16 @@ def test_a_cloud_without_credentials_is_skipped_once_before_the_prompt(tmp_path:
         AWS_SECRET_ACCESS_KEY="fake",
         AWS_ENDPOINT_URL="http://127.0.0.1:9",
         AWS_DEFAULT_REGION="us-east-1",
+        COLUMNS="80",
     )
     code, stderr = _on_tty(["run", "job.yaml"], env, tmp_path, b"n\n")
-    assert code == 1 and "not launched" in stderr, stderr
-    before, _, _ = stderr.partition("Launch it?")
-    assert before.count("Azure: no credentials found.") == 1 and "skipping azure" in before, stderr
-    assert "plan: aws/" in before and stderr.count("no credentials found") == 1, stderr
+    assert code == 78 and "Launch it?" not in stderr, stderr
+    text = flat(stderr)
+    assert text.count("Azure: no credentials found.") == 1 and text.count("no credentials found") == 1, stderr
+    assert text.count("AWS: could not reach http://127.0.0.1:9") == 1, stderr
+    assert text.count("AWS_ENDPOINT_URL is set") == 1, stderr
+    assert all(len(line) <= 80 for line in stderr.splitlines()), stderr
     out = cli(env, "run", "job.yaml", "--yes", cwd=tmp_path)
     assert out.returncode == 78, out.stderr
-    assert out.stderr.count("127.0.0.1:9") == 2, out.stderr  # its skip line names the endpoint and its fix; once
-    assert out.stderr.count("AWS_ENDPOINT_URL is set") == 1, out.stderr
+    assert flat(out.stderr).count("127.0.0.1:9") == 2, out.stderr  # the endpoint and its fix, once
+    assert flat(out.stderr).count("AWS_ENDPOINT_URL is set") == 1, out.stderr

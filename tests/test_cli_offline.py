@@ -153,6 +153,7 @@ def test_catalog_json_and_retired_only_with_all() -> None:
         "spot_price_per_hour",
         "status",
         "status_date",
+        "status_basis",
         "source",
         "price_date",
     }

@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.text import flat
+
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 MiB = 1024 * 1024
@@ -236,7 +238,7 @@ def test_a_4_mb_object_that_expands_to_4_gb_is_refused_by_the_size_cap(finished:
     assert not (finished.dest(tmp_path / "cwd") / "out" / "zeros.bin").exists()
     assert (
         f"'out/zeros.bin' ({4096 * MiB} bytes) would take the total past {1024 * MiB} bytes "
-        "(cap GPUCLOUD_ARTIFACTS_MAX_BYTES)" in got.stderr
+        "(cap GPUCLOUD_ARTIFACTS_MAX_BYTES)" in flat(got.stderr)
     )
     assert json.loads(got.stdout)["artifacts_refused"]
 
@@ -245,14 +247,14 @@ def test_the_expansion_ratio_cap_stops_a_bomb_under_the_size_cap(finished: Finis
     _bomb(tmp_path / "bomb.tgz", 4096 * MiB)
     got = finished.collect(tmp_path / "bomb.tgz", tmp_path / "cwd")  # default caps: 50 GiB would let it in
     assert got.returncode == 0, got.stderr
-    assert "cap GPUCLOUD_ARTIFACTS_MAX_RATIO" in got.stderr
+    assert "cap GPUCLOUD_ARTIFACTS_MAX_RATIO" in flat(got.stderr)
     assert not (finished.dest(tmp_path / "cwd") / "out" / "zeros.bin").exists()  # the partial file is removed
 
 
 def test_file_count_cap_and_a_bad_cap_setting(finished: Finished, tmp_path: Path) -> None:
     many = _tgz(lambda tar: [_member(tar, f"out/f{i}", data=b"x") for i in range(20)])
     got = finished.collect(many, tmp_path / "cwd", GPUCLOUD_ARTIFACTS_MAX_FILES="5")
-    assert got.returncode == 0 and "more than 5 files (cap GPUCLOUD_ARTIFACTS_MAX_FILES)" in got.stderr
+    assert got.returncode == 0 and "more than 5 files (cap GPUCLOUD_ARTIFACTS_MAX_FILES)" in flat(got.stderr)
     assert len(list((finished.dest(tmp_path / "cwd") / "out").iterdir())) == 5
     bad = finished.collect(many, tmp_path / "cwd2", GPUCLOUD_ARTIFACTS_MAX_BYTES="lots")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -26,6 +26,7 @@ from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
 from tests.support.fake_arm import FAKE_LOCATIONS, FakeArm
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
+from tests.support.text import messages
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -102,7 +103,7 @@ def test_cloud_any_without_aws_credentials_goes_on_to_azure(
     doc = json.loads(out.stdout)
     assert doc["status"] == "succeeded"
     assert (Path(doc["artifacts_dir"]) / "out" / "r.txt").read_text() == "fine\n"
-    skipped = [line for line in out.stderr.splitlines() if "skipping" in line]
+    skipped = [m for m in messages(out.stderr) if "skipping" in m]
     assert len(skipped) == 1 and "AWS: no credentials found" in skipped[0] and "aws configure" in skipped[0]
     assert "internal error" not in out.stderr and "quota" not in out.stderr
     assert leftovers(arm) == []
@@ -124,7 +125,7 @@ def test_cloud_any_without_azure_credentials_goes_on_to_aws(
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads(out.stdout)
     assert doc["status"] == "succeeded"
-    skipped = [line for line in out.stderr.splitlines() if "skipping" in line]
+    skipped = [m for m in messages(out.stderr) if "skipping" in m]
     assert len(skipped) == 1 and "Azure" in skipped[0] and "AZURE_SUBSCRIPTION_ID" in skipped[0], out.stderr
     assert "internal error" not in out.stderr
     assert tagged_alive(moto, doc["run_id"]) == []

@@ -15,6 +15,7 @@ import pytest
 from tests.support.azure_fixtures import arm, azure_env, azurite, fake_arm_server  # noqa: F401
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
 from tests.support.fake_arm import FakeArm
+from tests.support.text import flat
 from tests.support.vm_sim import guest_calls, install_calls
 from tests.test_azure_e2e import cli, settle
 
@@ -57,7 +58,7 @@ def test_azure_image_build_then_run_installs_nothing(
     assert install_calls(calls) == [], calls  # 0 apt-get installs, 0 pip installs
 
     gc = cli(azure_env, "gc", "--yes")
-    assert gc.returncode == 0 and "1 baked image(s) kept" in gc.stderr, gc.stderr
+    assert gc.returncode == 0 and "1 baked image(s) kept" in flat(gc.stderr), gc.stderr
     assert [r for r in arm.snapshot() if r["type"].lower() == IMAGES]
     removed = cli(azure_env, "image", "rm", doc["ref"], "--cloud", "azure", "--region", "eastus")
     assert removed.returncode == 0, removed.stderr

@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
+from tests.support.text import flat
 from tests.support.vm_sim import guest_calls, install_calls
 from tests.test_aws_e2e import aws_env, cli  # noqa: F401
 
@@ -74,7 +75,7 @@ def test_image_build_then_run_installs_nothing(
     assert any(c.startswith("nvidia-smi") for c in calls), "the stack stage still checked the driver"
 
     gc = cli(env, "gc", "--yes")
-    assert gc.returncode == 0 and "1 baked image(s) kept" in gc.stderr
+    assert gc.returncode == 0 and "1 baked image(s) kept" in flat(gc.stderr)
     assert ec2.describe_images(ImageIds=[doc["ref"]])["Images"], "gc never deletes a baked image"
 
     listed = cli(env, "image", "ls", "--cloud", "aws", "--region", REGION, "--json")
@@ -104,7 +105,7 @@ def test_a_failing_builder_leaves_nothing_and_bakes_nothing(
     out = cli(
         env, "image", "build", str(job), "--cloud", "aws", "--region", REGION, "--with-setup", "--yes", timeout=300
     )
-    assert out.returncode != 0 and "no image was made" in out.stderr, out.stderr[-3000:]
+    assert out.returncode != 0 and "no image was made" in flat(out.stderr), out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     assert tagged_alive(moto) == []
     ec2 = moto.client("ec2", REGION)
@@ -152,6 +153,6 @@ def test_declining_the_image_build_prompt_exits_1_and_boots_nothing(
         os.close(secondary)
         os.close(primary)
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "Boot a builder and bake the image?" in proc.stderr and "no image built" in proc.stderr
+    assert "Boot a builder and bake the image?" in flat(proc.stderr) and "no image built" in flat(proc.stderr)
     assert "Traceback" not in proc.stderr
     assert tagged_alive(moto) == []

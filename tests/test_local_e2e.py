@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from gpucloud import vm_engine
+from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -193,7 +194,7 @@ def test_second_ctrl_c_during_teardown_is_ignored(tmp_path: Path, gpucloud_home:
     rc = proc.wait(30)
     stderr = proc.stderr.read() if proc.stderr else ""
     assert rc == 130, stderr
-    assert "still tearing down" in stderr
+    assert "still tearing down" in flat(stderr)
     assert leftovers(gpucloud_home, run_id_of(stderr), token) == []
 
 
@@ -325,7 +326,7 @@ def test_down_from_another_process_stops_a_followed_run(tmp_path: Path, gpucloud
     rc = proc.wait(30)
     stderr = proc.stderr.read() if proc.stderr else ""
     assert rc == 130, stderr
-    assert "gpucloud down" in stderr
+    assert "gpucloud down" in flat(stderr)
     assert leftovers(gpucloud_home, run["run_id"], token) == []
     assert status_json(run["run_id"], tmp_path)["status"] == "down"
 
@@ -349,7 +350,7 @@ def test_dead_machine_is_reported_lost(tmp_path: Path, gpucloud_home: Path) -> N
     rc = proc.wait(40)
     stderr = proc.stderr.read() if proc.stderr else ""
     assert rc == 70, stderr
-    assert "without reporting a final status" in stderr
+    assert "without reporting a final status" in flat(stderr)
     run_id = run_id_of(stderr)
     assert status_json(run_id, tmp_path)["status"] == "lost"
     assert leftovers(gpucloud_home, run_id) == []
@@ -443,9 +444,9 @@ def test_ctrl_c_brings_back_what_the_job_saved_and_the_log_agrees(
     dest = tmp_path / "gpucloud-runs" / run_id
     if saves:
         assert (dest / "out" / "model.txt").read_text() == "saved on SIGTERM\n"
-        assert f"artifacts in {dest}: 1 file(s)" in stderr, stderr
+        assert f"artifacts in {dest}: 1 file(s)" in flat(stderr), stderr
     else:
-        assert not dest.exists() and "nothing came back" in stderr, stderr
+        assert not dest.exists() and "nothing came back" in flat(stderr), stderr
     doc = status_json(run_id, tmp_path)
     assert doc["status"] == "interrupted" and doc["exit_code"] == 130
     log = cli("logs", run_id, cwd=tmp_path, check=True).stdout.splitlines()

@@ -29,6 +29,7 @@ from gpucloud.providers.base import DEFAULT_MASTER_PORT
 from gpucloud.providers.local import LocalProvider
 from gpucloud.render import render_bootstrap
 from gpucloud.watch import outcome as _outcome
+from tests.support.text import flat
 from tests.test_local_e2e import cli, leftovers, run_id_of, write_job
 from tests.test_render import CPU, SHELLCHECK, T4, make_candidate, make_spec
 
@@ -413,7 +414,9 @@ def test_one_failing_node_tears_down_the_run_with_its_exit_code(tmp_path: Path, 
     assert proc.returncode == 5, proc.stderr
     assert elapsed < 30
     assert "[node 1] rank 1 gives up" in proc.stdout and "[node 0] rank 0 trains" in proc.stdout
-    assert "failed (exit 5): node 1 failed first: job exited with code 5; node(s) 0 stopped with the run" in proc.stderr
+    assert "failed (exit 5): node 1 failed first: job exited with code 5; node(s) 0 stopped with the run" in flat(
+        proc.stderr
+    )
     run_id = run_id_of(proc.stderr)
     assert leftovers(gpucloud_home, run_id, token) == []
     st = json.loads(cli("status", run_id, "--json", cwd=tmp_path, check=True).stdout)
@@ -463,7 +466,7 @@ def test_a_dying_node_tears_down_the_others(tmp_path: Path, gpucloud_home: Path)
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 70, err
-    assert "node 1 stopped without reporting a final status" in err
+    assert "node 1 stopped without reporting a final status" in flat(err)
     run_id = run_id_of(err)
     assert leftovers(gpucloud_home, run_id, token) == []
 

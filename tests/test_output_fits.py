@@ -136,7 +136,7 @@ def test_k80_on_aws_says_not_offered_as_of_the_date_read(tmp_path: Path) -> None
     spec.write_text("name: k80\nresources:\n  cloud: aws\n  gpu: K80:1\nrun: python3 train.py\n")
     out = cli("plan", str(spec), cwd=tmp_path)
     assert out.returncode == 2
-    assert "p2.xlarge not offered as of 2026-12-03" in flat(out.stderr)
+    assert "p2.xlarge, p2.8xlarge, p2.16xlarge (not offered as of 2026-12-03)" in flat(out.stderr)
     assert "retired 2026-12-03" not in out.stderr
 
 

@@ -172,7 +172,8 @@ def test_k80_on_aws_says_p2_is_not_offered_and_keeps_the_stack() -> None:
     with pytest.raises(UserError) as info:
         make_plan(job(gpu="K80:1", cloud=["aws"]))
     text = info.value.render()
-    assert "p2.xlarge not offered as of 2026-12-03" in text and "current API does not offer them" in text
+    assert "p2.xlarge, p2.8xlarge, p2.16xlarge (not offered as of 2026-12-03)" in text
+    assert "current API does not offer them" in text and "no end date was announced" in text
     assert "gpucloud stack K80" in text and "own or host" in text
 
 

@@ -19,6 +19,7 @@ import yaml
 from gpucloud.catalog import load_catalog, store
 from tests.support.fake_prices import FakeAwsPricing, FakeAzure, aws_product, azure_item, azure_sku
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
+from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -93,8 +94,10 @@ def test_azure_nan_inf_huge_and_tiny_prices_are_dropped_with_the_source_named(
         ("Standard_NC8as_T4_v3", "1e-300 is $1e-300 per GPU-hour, outside the sane range"),
         ("Standard_NC16as_T4_v3", "1e+308 is $1e+308 per GPU-hour, outside the sane range"),
     ):
-        assert f"azure price API: {size} in eastus: on-demand price {why}" in out.stderr, out.stderr
-    assert "Standard_NC64as_T4_v3 in eastus: spot price nan is not a finite number; spot left unknown" in out.stderr
+        assert f"azure price API: {size} in eastus: on-demand price {why}" in flat(out.stderr), out.stderr
+    assert "Standard_NC64as_T4_v3 in eastus: spot price nan is not a finite number; spot left unknown" in flat(
+        out.stderr
+    )
     rows = {
         (o.instance_type, o.region): o
         for o in load_catalog().offerings
@@ -126,8 +129,10 @@ def test_aws_nan_and_tiny_prices_from_the_price_list_are_dropped(moto: Moto, mon
         fake.stop()
     assert out.returncode == 0, out.stderr
     strict_json(out.stdout)
-    assert "aws price API: g4dn.xlarge in us-east-1: on-demand price nan is not a finite number" in out.stderr
-    assert "aws price API: g4dn.2xlarge in us-east-1: on-demand price 1e-300 is $1e-300 per GPU-hour" in out.stderr
+    assert "aws price API: g4dn.xlarge in us-east-1: on-demand price nan is not a finite number" in flat(out.stderr)
+    assert "aws price API: g4dn.2xlarge in us-east-1: on-demand price 1e-300 is $1e-300 per GPU-hour" in flat(
+        out.stderr
+    )
     fresh = {
         o.instance_type
         for o in load_catalog().offerings

@@ -28,6 +28,7 @@ from gpucloud.spec import (
     parse_duration,
     parse_spec,
 )
+from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -1005,24 +1006,24 @@ def test_cli_validate_bad_files_exit_2_without_traceback(tmp_path: Path) -> None
         assert out.returncode == 2, (case_id, out.stderr)
         assert "Traceback" not in out.stderr + out.stdout
         where = f"{path}:{bad.line}: {bad.field}: " if bad.field else f"{path}:{bad.line}: "
-        assert where in out.stderr, (case_id, out.stderr)
+        assert where in flat(out.stderr), (case_id, out.stderr)
         for hint in bad.hints:
-            assert hint in out.stderr, (case_id, hint, out.stderr)
+            assert hint in flat(out.stderr), (case_id, hint, out.stderr)
     for special in (tmp_path / "missing.yaml", tmp_path):  # no file, a directory
         out = cli("validate", str(special))
-        assert out.returncode == 2 and "Traceback" not in out.stderr
-        assert str(special) in out.stderr
+        assert out.returncode == 2 and "Traceback" not in flat(out.stderr)
+        assert str(special) in flat(out.stderr)
     nonutf = write(tmp_path, b"name: j\xff\n", "latin.yaml")
     out = cli("validate", str(nonutf))
-    assert out.returncode == 2 and "Traceback" not in out.stderr and "is not UTF-8 text" in out.stderr
+    assert out.returncode == 2 and "Traceback" not in flat(out.stderr) and "is not UTF-8 text" in flat(out.stderr)
 
 
 def test_cli_validate_good_file_exits_0(tmp_path: Path) -> None:
     path = write(tmp_path, DESIGN_EXAMPLE)
     out = cli("validate", str(path))
     assert out.returncode == 0, out.stderr
-    assert "valid" in out.stderr
-    assert "Traceback" not in out.stderr
+    assert "valid" in flat(out.stderr)
+    assert "Traceback" not in flat(out.stderr)
     out = cli("validate", "--json", str(path))
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
@@ -1213,9 +1214,9 @@ def test_cli_rejects_hostile_job_files(tmp_path: Path, text: str, line: int, fie
     path = write(tmp_path / "a" / "b", text, "job.yaml")
     out = cli("validate", str(path))
     assert out.returncode == 2, out.stdout + out.stderr
-    assert "Traceback" not in out.stderr + out.stdout and "internal error" not in out.stderr
-    assert f"{path}:{line}: {field}: " in out.stderr, out.stderr
-    assert needle in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr + out.stdout and "internal error" not in flat(out.stderr)
+    assert f"{path}:{line}: {field}: " in flat(out.stderr), out.stderr
+    assert needle in flat(out.stderr), out.stderr
 
 
 def test_workdir_may_name_a_parent_folder_relatively_but_not_home(tmp_path: Path) -> None:
@@ -1234,7 +1235,7 @@ def test_workdir_may_name_a_parent_folder_relatively_but_not_home(tmp_path: Path
         timeout=60,
         check=False,
     )
-    assert ok.returncode == 0 and f"workdir {repo.resolve()}: 2 file(s)" in ok.stderr, ok.stderr
+    assert ok.returncode == 0 and f"workdir {repo.resolve()}: 2 file(s)" in flat(ok.stderr), ok.stderr
     for workdir in ("../../..", "../../../..", str(tmp_path / "home")):
         path.write_text(LOCAL_JOB + f"run: python train.py\nworkdir: {workdir}\n")
         out = subprocess.run(
@@ -1245,9 +1246,9 @@ def test_workdir_may_name_a_parent_folder_relatively_but_not_home(tmp_path: Path
             timeout=60,
             check=False,
         )
-        assert out.returncode == 2 and f"{path}:4: workdir: '{workdir}' is " in out.stderr, out.stderr
-        assert "your home folder" in out.stderr or "above your home folder" in out.stderr, out.stderr
-        assert "Traceback" not in out.stderr and "workdir: .." in out.stderr
+        assert out.returncode == 2 and f"{path}:4: workdir: '{workdir}' is " in flat(out.stderr), out.stderr
+        assert "your home folder" in flat(out.stderr) or "above your home folder" in flat(out.stderr), out.stderr
+        assert "Traceback" not in flat(out.stderr) and "workdir: .." in flat(out.stderr)
 
 
 def test_workdir_outside_the_tree_is_fine_when_absolute(tmp_path: Path) -> None:
@@ -1280,4 +1281,4 @@ def test_cli_validate_shows_what_would_be_uploaded(tmp_path: Path) -> None:
     path = write(tmp_path / "code", LOCAL_JOB + "run: python train.py\n", "job.yaml")
     out = cli("validate", str(path))
     assert out.returncode == 0, out.stderr
-    assert f"workdir {(tmp_path / 'code').resolve()}: 3 file(s), " in out.stderr, out.stderr
+    assert f"workdir {(tmp_path / 'code').resolve()}: 3 file(s), " in flat(out.stderr), out.stderr

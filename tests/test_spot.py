@@ -24,6 +24,7 @@ import pytest
 from gpucloud.state import Store
 from tests.support.aws_sim import http_reply
 from tests.support.spot_job import resumed_at, write_count_job
+from tests.support.text import flat
 from tests.test_aws_e2e import wait_until
 from tests.test_bootstrap import make_vm
 from tests.test_local_e2e import leftovers
@@ -296,7 +297,7 @@ def test_detached_run_recovered_by_watch(tmp_path: Path, gpucloud_home: Path) ->
     job = write_count_job(tmp_path / "job", n=n, cloud="local")
     started = _cli("run", str(job), "--detach", cwd=tmp_path)
     assert started.returncode == 0, started.stderr
-    assert "gpucloud watch" in started.stderr  # says that nothing recovers it otherwise
+    assert "gpucloud watch" in flat(started.stderr)  # says that nothing recovers it otherwise
     run_id = started.stdout.strip()
     _, watcher = preempted_twice(["gpucloud", "watch", run_id, "--json"], gpucloud_home, tmp_path, run_id=run_id)
     assert watcher.returncode == 0, watcher.stderr

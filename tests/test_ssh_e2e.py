@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.support.sshd import SshdServer, SshLab, have_sshd
+from tests.support.text import flat
 
 pytestmark = pytest.mark.skipif(not have_sshd(), reason="needs /usr/sbin/sshd and ssh (openssh-server)")
 
@@ -115,10 +116,10 @@ def test_probe_and_plan_resolve_kepler_for_a_k40_host(lab: SshLab, cli_env: dict
     assert (stack["driver"], stack["cuda"], stack["cudnn"][:3]) == ("470", "11.4", "8.2")
     # The same job on the clouds: the K40 was never offered there.
     cloud = gpucloud(cli_env, "plan", str(job(tmp_path, "k40cloud", "resources: {gpu: K40:1}\nrun: x\n")), cwd=tmp_path)
-    assert cloud.returncode == 2 and "never offered" in cloud.stderr
+    assert cloud.returncode == 2 and "never offered" in flat(cloud.stderr)
     # A host with another GPU is refused with what it has.
     wrong = gpucloud(cli_env, "plan", str(spec), "--host", "t4box", cwd=tmp_path)
-    assert wrong.returncode == 2 and "has 0 x K40" in wrong.stderr and "Tesla T4" in wrong.stderr
+    assert wrong.returncode == 2 and "has 0 x K40" in flat(wrong.stderr) and "Tesla T4" in flat(wrong.stderr)
 
 
 def test_quickstart_on_an_ssh_host_with_one_handshake(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
@@ -256,7 +257,7 @@ def test_two_runs_compete_for_one_gpu(lab: SshLab, cli_env: dict[str, str], tmp_
     first_id = first.stdout.strip().splitlines()[-1]
     second = gpucloud(cli_env, "run", str(job(tmp_path, "second", body)), cwd=tmp_path)
     assert second.returncode == 75, second.stderr
-    assert f"held by run {first_id}" in second.stderr
+    assert f"held by run {first_id}" in flat(second.stderr)
     listing = gpucloud(cli_env, "ls", cwd=tmp_path)
     assert first_id in listing.stdout and "ssh/t4box" in listing.stdout
     probe = gpucloud(cli_env, "hosts", "probe", "t4box", cwd=tmp_path)
@@ -270,7 +271,7 @@ def test_two_runs_compete_for_one_gpu(lab: SshLab, cli_env: dict[str, str], tmp_
 def test_unknown_host_key_is_refused_with_the_fix(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     res = gpucloud(cli_env, "hosts", "probe", "stranger", cwd=tmp_path)
     assert res.returncode == 2, res.stderr
-    assert "host key" in res.stderr and "ssh-keyscan" in res.stderr
+    assert "host key" in flat(res.stderr) and "ssh-keyscan" in flat(res.stderr)
     assert "Traceback" not in res.stderr
     assert not lab.known_hosts.read_text().count(str(server(lab, "stranger").port))
 
@@ -284,7 +285,7 @@ def test_driver_install_needs_install_true(lab: SshLab, cli_env: dict[str, str],
         "run: nvidia-smi --query-gpu=name,driver_version --format=csv\n"
     )
     refused = gpucloud(cli_env, "run", str(job(tmp_path, "nodriver", body)), cwd=tmp_path)
-    assert refused.returncode == 2 and "apt-get install -y cuda-drivers-470" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "apt-get install -y cuda-drivers-470" in flat(refused.stderr), refused.stderr
     assert not (box.folder / "state" / "pkgs" / "cuda-drivers-470").exists(), "nothing installed without consent"
     res = gpucloud(cli_env, "run", str(job(tmp_path, "install", "stack: {install: true}\n" + body)), cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.state import Store
+from tests.support.text import flat
 from tests.test_local_e2e import cli, leftovers, run_id_of, write_job
 
 STORE_ERROR = 74
@@ -76,11 +77,11 @@ def test_damaged_store_gives_one_clear_error(case: str, gpucloud_home: Path, tmp
     for args in (["ls"], ["status", "run-20260101-0001"], ["logs", "run-20260101-0001"]):
         proc = cli(*args, cwd=tmp_path)
         assert proc.returncode == STORE_ERROR, (args, proc.returncode, proc.stderr)
-        assert f"The state store {path} cannot be used" in proc.stderr and why in proc.stderr, proc.stderr
-        assert f"mv {path} {path}.damaged-" in proc.stderr, proc.stderr
-        assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr.lower()
+        assert f"The state store {path} cannot be used" in flat(proc.stderr) and why in flat(proc.stderr), proc.stderr
+        assert f"mv {path} {path}.damaged-" in flat(proc.stderr), proc.stderr
+        assert "Traceback" not in flat(proc.stderr) and "internal error" not in flat(proc.stderr).lower()
     if case == "read-only":
-        assert f"chmod u+w {path}" in proc.stderr
+        assert f"chmod u+w {path}" in flat(proc.stderr)
         return
     mv = next(line.strip() for line in proc.stderr.splitlines() if line.strip().startswith("mv "))
     subprocess.run(mv, shell=True, check=True)  # the command the message gives works, and then so does gpucloud
@@ -92,7 +93,7 @@ def test_gc_with_a_damaged_store_sweeps_by_tags(gpucloud_home: Path, tmp_path: P
     _garbage(path)
     proc = cli("gc", "--yes", "--cloud", "local", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert f"The state store {path} cannot be used" in proc.stderr and "tags only" in proc.stderr
+    assert f"The state store {path} cannot be used" in flat(proc.stderr) and "tags only" in flat(proc.stderr)
 
 
 def test_down_uses_the_handle_file_when_the_store_is_damaged(gpucloud_home: Path, tmp_path: Path) -> None:
@@ -109,15 +110,15 @@ def test_down_uses_the_handle_file_when_the_store_is_damaged(gpucloud_home: Path
     _garbage(gpucloud_home / "state.db")
     proc = cli("down", run_id, "--yes", cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "torn down from its handle files" in proc.stderr and "cannot be used" in proc.stderr
+    assert "torn down from its handle files" in flat(proc.stderr) and "cannot be used" in flat(proc.stderr)
     assert leftovers(gpucloud_home, run_id) == []
 
 
 def test_down_without_store_or_handle_file_says_so(gpucloud_home: Path, tmp_path: Path) -> None:
     _garbage(_store_with_history(gpucloud_home))
     proc = cli("down", "run-20260101-0001", "--yes", cwd=tmp_path)
-    assert proc.returncode == STORE_ERROR and "no run handle files" in proc.stderr, proc.stderr
-    assert "gpucloud gc" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == STORE_ERROR and "no run handle files" in flat(proc.stderr), proc.stderr
+    assert "gpucloud gc" in flat(proc.stderr) and "Traceback" not in flat(proc.stderr)
 
 
 def test_run_stuck_in_planned_is_finalised_by_status(gpucloud_home: Path, tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "gpucloud.vm.protocol": FOUNDATION,
     "gpucloud.vm.agent": FOUNDATION,
     "gpucloud.vm_env": FOUNDATION,
+    "gpucloud.prose": FOUNDATION,
     # where things are kept: the state store, the run's object store
     "gpucloud.state": STORES,
     "gpucloud.state_guard": STORES,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields, replace
 from importlib.resources import files
 
 from gpucloud import providers
-from gpucloud.catalog.models import GpuModel, Offering, Status
+from gpucloud.catalog.models import GpuModel, Offering, Status, StatusBasis
 from gpucloud.catalog.rows import MemoryRows, RowFilter, RowSource
 from gpucloud.errors import InternalError
 
@@ -39,6 +39,7 @@ __all__ = [
 ARCHES = ("x86_64", "arm64")
 
 STATUSES: tuple[Status, ...] = ("active", "legacy", "retired")
+STATUS_BASES: tuple[StatusBasis, ...] = ("announced", "observed")
 _GPU_FIELDS = tuple(f.name for f in fields(GpuModel))
 _OFFERING_FIELDS = Offering._fields
 # "2025-12-20", or as precise as the source is: "2024-06", "2026".
@@ -293,6 +294,7 @@ def _load_offerings(gpus: dict[str, GpuModel], text: str | None = None) -> tuple
                 spot_price_per_hour=r.number("spot_price_per_hour", optional=True),
                 status=r.choice("status", STATUSES),  # type: ignore[arg-type]
                 status_date=r.date("status_date"),
+                status_basis=r.choice("status_basis", STATUS_BASES),  # type: ignore[arg-type]
                 source=r.text("source"),
                 price_date=r.date("price_date"),
             )

@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 Status = Literal["active", "legacy", "retired"]
+# What `status_date` is: the date the cloud announced for the status ("announced": a real retirement
+# date), or the day the cloud's own data was read and showed the status ("observed": for a retired
+# row, the type was simply no longer listed, and no end date is known).
+StatusBasis = Literal["announced", "observed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,15 +40,16 @@ class Offering(NamedTuple):
     price_per_hour: float  # on-demand, USD
     spot_price_per_hour: float | None  # None: no observed spot figure (unknown), never guessed
     status: Status
-    status_date: str  # ISO date the status took / takes effect; for a withdrawn type, the date that was read
+    status_date: str  # ISO date: announced for the status, or the day the data was read (status_basis)
+    status_basis: StatusBasis  # "announced" | "observed": which of the two status_date is
     source: str  # where the row's facts come from ("[S" sourced, "[estimate:" marked)
     price_date: str  # ISO date (or date-time for refreshed rows) the price was read
 
     @property
     def withdrawn(self) -> bool:
         """A retired row whose cloud announced no end date: its current API simply no longer lists the
-        type (the source says so), and `status_date` is the day that was read, not a retirement date."""
-        return self.status == "retired" and WITHDRAWN_MARK in self.source
+        type, and `status_date` is the day that was read, not a retirement date (status_basis)."""
+        return self.status == "retired" and self.status_basis == "observed"
 
     def status_text(self) -> str:
         """The status as `catalog` and `plan` print it: the announced date, or what was observed when."""
@@ -52,7 +57,6 @@ class Offering(NamedTuple):
             return "active"
         if self.withdrawn:
             return f"not offered as of {self.status_date}"
+        if self.status_basis == "observed":
+            return f"{self.status} as of {self.status_date}"
         return f"{self.status} {self.status_date}"
-
-
-WITHDRAWN_MARK = "not offered by the current"  # in `source`: the cloud's API no longer lists the type

@@ -28,6 +28,7 @@ def offering_json(o: Offering) -> dict[str, object]:
         "spot_price_per_hour": o.spot_price_per_hour,
         "status": o.status,
         "status_date": o.status_date,
+        "status_basis": o.status_basis,
         "source": o.source,
         "price_date": o.price_date,
     }
@@ -43,6 +44,12 @@ class GpuSummary:
     clouds: tuple[str, ...]
     on_demand: Offering | None  # cheapest on-demand row (per GPU count of 1 or more)
     spot: Offering | None  # cheapest row with an observed spot price
+    retired: tuple[Offering, ...] = ()  # one retired row per cloud and status, when none is live
+
+    def retirement(self) -> str:
+        """Why nothing is offered, per cloud, from the rows' status columns: "aws not offered as of
+        2026-12-03; azure retired 2023-09-06" (empty when something is offered or nothing ever was)."""
+        return "; ".join(f"{o.cloud} {o.status_text()}" for o in self.retired)
 
     def as_json(self) -> dict[str, object]:
         def where(o: Offering | None, price: float | None) -> dict[str, object] | None:
@@ -64,15 +71,22 @@ class GpuSummary:
             "clouds": list(self.clouds),
             "cheapest_on_demand": where(self.on_demand, self.on_demand.price_per_hour if self.on_demand else None),
             "cheapest_spot": where(self.spot, self.spot.spot_price_per_hour if self.spot else None),
+            "retired": [
+                {"cloud": o.cloud, "status": o.status, "status_date": o.status_date, "status_basis": o.status_basis}
+                for o in self.retired
+            ],
         }
 
 
 def gpu_summaries(cat: Catalog) -> list[GpuSummary]:
     """One summary per GPU model in catalog order; offerings that are retired do not count."""
     live: dict[str, list[Offering]] = {}
+    gone: dict[str, dict[tuple[str, str], Offering]] = {}
     for o in cat.offerings:
         if o.status != "retired":
             live.setdefault(o.gpu, []).append(o)
+        else:
+            gone.setdefault(o.gpu, {}).setdefault((o.cloud, o.status_text()), o)
     out = []
     for name, model in cat.gpus.items():
         rows = live.get(name, [])
@@ -85,6 +99,7 @@ def gpu_summaries(cat: Catalog) -> list[GpuSummary]:
                 clouds=tuple(sorted({o.cloud for o in rows})),
                 on_demand=min(rows, key=lambda o: (o.price_per_hour, o.cloud, o.region), default=None),
                 spot=min(spot_rows, key=lambda o: (o.spot_price_per_hour or 0.0, o.cloud, o.region), default=None),
+                retired=() if rows else tuple(v for _, v in sorted(gone.get(name, {}).items())),
             )
         )
     return out

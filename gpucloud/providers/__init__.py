@@ -65,6 +65,9 @@ class ProviderInfo:
     deadline_role: str | None = None  # "module:function(account, part)": the cloud-side deadline's role documents
     catalog_source: str | None = None  # module with fetch_offerings() for `catalog refresh`
     check: str | None = None  # "module:function" returning a base.CloudCheck (`gpucloud check`)
+    # "module:function" that asks the cloud who the credentials are (one bounded call, before the
+    # launch prompt): returns a one-line description, raises CloudAccessError when they do not work.
+    identity: str | None = None
     image_store: str | None = None  # "module:Class" of its ImageStore (baked images, gpucloud/images_build.py)
     takes_hosts: bool = False  # the job names the machines (resources.hosts, --host); runs alone, never mixed
 
@@ -86,6 +89,7 @@ REGISTRY: dict[str, ProviderInfo] = {
             deadline_role="gpucloud.providers.aws.policy:role_documents",
             catalog_source="gpucloud.providers.aws.catalog",
             check="gpucloud.providers.aws.check:check",
+            identity="gpucloud.providers.aws.check:identity",
             image_store="gpucloud.providers.aws.bake:AwsImageStore",
         ),
         ProviderInfo(
@@ -101,6 +105,7 @@ REGISTRY: dict[str, ProviderInfo] = {
             catalog_source="gpucloud.providers.azure.catalog",
             image_store="gpucloud.providers.azure.bake:AzureImageStore",
             check="gpucloud.providers.azure.check:check",
+            identity="gpucloud.providers.azure.check:identity",
         ),
         ProviderInfo(
             "local",
@@ -193,6 +198,18 @@ def run_check(cloud: str) -> CloudCheck:
         raise ValueError(f"{cloud} has no check")
     module, func = entry.check.split(":")
     return getattr(importlib.import_module(module), func)()
+
+
+def verify_identity(cloud: str) -> str | None:
+    """Who the cloud's credentials are, asked of the cloud itself (imported lazily: the SDK loads
+    only for the cloud asked); None for a provider without such a check (this machine, SSH hosts).
+    Raises CloudAccessError when the credentials are refused or the endpoint does not answer; any
+    other failure is not about the credentials, and the answer then says "not confirmed"."""
+    entry = info(cloud)
+    if not entry.identity:
+        return None
+    module, func = entry.identity.split(":")
+    return str(getattr(importlib.import_module(module), func)())
 
 
 def deadline_role_documents(cloud: str, account: str | None, part: str | None) -> dict[str, object]:

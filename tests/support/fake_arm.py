@@ -7,7 +7,11 @@ inline subnets, NSGs, public IPs, NICs, VMs, storage accounts) created through `
 polling, VM instance views, proximity placement groups (created synchronously, as ARM does; a VM
 joins one through `properties.proximityPlacementGroup.id`, which must exist in the VM's location,
 and a GET of the group lists its `virtualMachines`), role assignments (an extension resource at any
-scope), storage account `listKeys`, and two token endpoints:
+scope), storage account `listKeys`, the subscription and its locations (GET, as `gpucloud check` and
+the credentials check before `run`'s launch prompt read them: Azure's full Subscriptions - Get body,
+404 `SubscriptionNotFound` for another id, `subscription_state` for a disabled one; a bearer token
+it did not issue, or any token after `revoked = True`, is 401 `InvalidAuthenticationToken`, as ARM
+answers a revoked secret), and two token endpoints:
 
 - `/_identity` — an App Service managed-identity endpoint. With `IDENTITY_ENDPOINT` and
   `IDENTITY_HEADER` pointing here, azure-identity's `DefaultAzureCredential` in a CLI subprocess
@@ -76,6 +80,9 @@ _STATUS_BY_CODE = {
     "ServiceUnavailable": 503,
     "AuthorizationFailed": 403,
     "AuthenticationFailed": 401,
+    "InvalidAuthenticationToken": 401,
+    "ExpiredAuthenticationToken": 401,
+    "SubscriptionNotFound": 404,
     "PrincipalNotFound": 400,
     "InvalidParameter": 400,
     "GatewayTimeout": 504,
@@ -171,6 +178,8 @@ class FakeArm:
         self.run_commands: list[tuple[str, list[str]]] = []  # (vm id, script) of each runCommand
         self.listeners: list[Callable[[str, Resource], None]] = []
         self.tokens: dict[str, str] = {}  # bearer token -> principal
+        self.revoked = False  # every token issued so far, and from now on, is refused (a revoked secret)
+        self.subscription_state = "Enabled"  # ARM: Enabled | Warned | PastDue | Disabled | Deleted
         self._ip_counter = itertools.count(4)
         self._stop = threading.Event()
         handler = type("Handler", (_Handler,), {"arm": self})
@@ -273,6 +282,8 @@ class FakeArm:
             self.power.clear()
             self.preempted.clear()
             self.run_commands.clear()
+            self.revoked = False
+            self.subscription_state = "Enabled"
 
     def on_event(self, callback: Callable[[str, Resource], None]) -> None:
         """callback(event, resource) for "vm_created" and "deleted" (called with the lock held:
@@ -360,7 +371,7 @@ class FakeArm:
 
     def principal_of(self, token: str) -> str | None:
         with self.lock:
-            return self.tokens.get(token)
+            return None if self.revoked else self.tokens.get(token)
 
     def vm_by_principal(self, principal: str) -> Resource | None:
         for res in self.vms():
@@ -586,10 +597,20 @@ class _Handler(BaseHTTPRequestHandler):
         arm = self.arm
         self._op_seconds = None  # one handler serves every request of a keep-alive connection
         auth = self.headers.get("Authorization", "")
-        principal = arm.principal_of(auth[7:]) if auth.startswith("Bearer ") else None
+        if not auth.startswith("Bearer "):  # ARM's answers, with the challenge header it sends
+            return self._error(
+                401,
+                "AuthenticationFailed",
+                "Authentication failed. The 'Authorization' header is missing.",
+                {"WWW-Authenticate": 'Bearer authorization_uri="https://login.windows.net/", error="invalid_token"'},
+            )
+        principal = arm.principal_of(auth[7:])
         if principal is None:
             return self._error(
-                401, "AuthenticationFailed", "Authentication failed. The 'Authorization' header is missing or invalid."
+                401,
+                "InvalidAuthenticationToken",
+                "The access token is invalid.",
+                {"WWW-Authenticate": 'Bearer authorization_uri="https://login.windows.net/", error="invalid_token"'},
             )
         if "api-version" not in query:
             return self._error(
@@ -663,14 +684,21 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, "SubscriptionNotFound", f"The subscription '{sub}' could not be found.")
         if locations:
             return self._send(200, {"value": [{"name": n, "displayName": n, "type": "Region"} for n in FAKE_LOCATIONS]})
-        return self._send(
+        return self._send(  # Subscriptions - Get (api-version 2022-12-01), every field ARM returns
             200,
             {
                 "id": f"/subscriptions/{sub}",
+                "authorizationSource": "RoleBased",
+                "managedByTenants": [],
                 "subscriptionId": sub,
                 "tenantId": self.arm.tenant_id,
                 "displayName": "fake subscription",
-                "state": "Enabled",
+                "state": self.arm.subscription_state,
+                "subscriptionPolicies": {
+                    "locationPlacementId": "Public_2014-09-01",
+                    "quotaId": "PayAsYouGo_2014-09-01",
+                    "spendingLimit": "Off",
+                },
             },
         )
 

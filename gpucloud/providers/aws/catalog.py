@@ -187,6 +187,7 @@ def _region(
                 spot_price_per_hour=spot_price if spot_price is not None and not spot_price > price else None,
                 status="active",
                 status_date=ctx.fetched_at[:10],
+                status_basis="observed",
                 source=f"{SOURCE} [S]; {zone_note}" + ("" if spot_price else "; spot unknown: no spot price history"),
                 price_date=ctx.fetched_at,
             )

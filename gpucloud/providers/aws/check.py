@@ -1,13 +1,14 @@
 """`gpucloud check` for AWS: credentials found, whose (STS GetCallerIdentity), the enabled regions
 (EC2 DescribeRegions) and the GPU vCPU quotas the tool launches against (Service Quotas), each
-problem with its fix. Every client has the bounded config of session.py."""
+problem with its fix; and `identity`, the one call `run` makes before its launch prompt. Every
+client has the bounded config of session.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpucloud.providers.aws.access import CREDENTIALS_HINT, classify_access
-from gpucloud.providers.aws.errors import gpu_quotas
+from gpucloud.providers.aws.access import CREDENTIALS_HINT, classify_access, no_credentials
+from gpucloud.providers.aws.errors import error_code, gpu_quotas
 from gpucloud.providers.aws.network import CLOUD
 from gpucloud.providers.aws.session import client_config
 from gpucloud.providers.base import CloudCheck
@@ -43,6 +44,28 @@ def check() -> CloudCheck:
         return result
     _quotas(session, region, result)
     return result
+
+
+def identity() -> str:
+    """Whose the credentials are, asked of STS (GetCallerIdentity needs no permission, so only
+    credentials that do not work fail it), with the probe's short timeouts: a refused key or a
+    dead endpoint is found before anyone is asked to launch (CredentialsError/EndpointError). Any
+    other answer (throttling, an AWS-side error) says nothing about the credentials: the cloud is
+    kept, and the failover meets that error, with its retries, if it lasts."""
+    import boto3
+
+    try:
+        session = boto3.Session()
+        if session.get_credentials() is None:
+            raise no_credentials()
+        sts = session.client("sts", region_name=session.region_name or "us-east-1", config=client_config("sts"))
+        who = sts.get_caller_identity()
+    except Exception as exc:  # noqa: BLE001 - classified below; only access errors drop the cloud
+        access = classify_access(exc, what="checking the credentials (STS GetCallerIdentity)")
+        if access is not None:
+            raise access from None
+        return f"not confirmed ({error_code(exc) or type(exc).__name__})"
+    return f"account {who.get('Account', '?')} ({who.get('Arn', '?')})"
 
 
 def _quotas(session: Any, region: str, result: CloudCheck) -> None:

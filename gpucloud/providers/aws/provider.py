@@ -13,7 +13,6 @@ lazily (`gpucloud --help` stays fast).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -59,7 +58,9 @@ EC2_STATES = {
 
 
 def _default_warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr, flush=True)
+    from gpucloud.prose import to_stderr
+
+    to_stderr(f"warning: {message}")
 
 
 class AwsProvider(AwsClients):

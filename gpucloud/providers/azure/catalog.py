@@ -88,6 +88,7 @@ def fetch_offerings(ctx: FetchContext) -> FetchResult:
                     spot_price_per_hour=spot if spot is not None and not spot > on_demand else None,
                     status="active",
                     status_date=ctx.fetched_at[:10],
+                    status_basis="observed",
                     source=f"{SOURCE} [S]" + ("" if spot else "; spot unknown: no spot retail price"),
                     price_date=ctx.fetched_at,
                 )

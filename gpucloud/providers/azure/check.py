@@ -1,6 +1,8 @@
 """`gpucloud check` for Azure: a token from DefaultAzureCredential, the subscription and its tenant,
 the enabled locations (ARM subscriptions/locations), each problem with its fix. Plain HTTPS GETs
-with the same bounded timeouts as the management clients (access.py)."""
+with the same bounded timeouts as the management clients (access.py). And `identity`, the one call
+`run` makes before its launch prompt: the subscription, read through the provider's own ARM client
+(its pipeline, retries and timeouts)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from gpucloud.errors import CredentialsError
 from gpucloud.providers.azure.access import (
     ARM_ENDPOINT_ENV,
     CLOUD,
@@ -18,10 +21,16 @@ from gpucloud.providers.azure.access import (
     arm_endpoint,
     classify_access,
     default_credential,
+    no_subscription,
 )
 from gpucloud.providers.base import CloudCheck
 
 ARM_API_VERSION = "2022-12-01"
+# Subscription states in which nothing can be created (ARM: Enabled, Warned, PastDue, Disabled, Deleted).
+UNUSABLE_STATES = frozenset({"Disabled", "Deleted"})
+# ARM's answers to the subscription GET that mean these credentials cannot use it: a token it
+# refuses (401), no role on the subscription (403), a subscription they cannot see (404).
+REFUSED_STATUSES = frozenset({401, 403, 404})
 
 
 def check() -> CloudCheck:
@@ -65,6 +74,59 @@ def check() -> CloudCheck:
             access.hint if access else CREDENTIALS_HINT,
         )
     return result
+
+
+def identity() -> str:
+    """The subscription in AZURE_SUBSCRIPTION_ID as ARM shows it to these credentials: a token
+    that is refused, a subscription that is unknown to them or disabled, and an endpoint that does
+    not answer are each a CredentialsError/EndpointError with the fix, found before the launch prompt.
+    Throttling or an ARM-side failure says nothing about the credentials: the cloud is kept."""
+    from azure.core.rest import HttpRequest
+
+    from gpucloud.providers.azure.provider import AzureProvider
+
+    sub = os.environ.get("AZURE_SUBSCRIPTION_ID", "")
+    if not sub:
+        raise no_subscription()
+    try:
+        request = HttpRequest("GET", f"/subscriptions/{sub}", params={"api-version": ARM_API_VERSION})
+        response = AzureProvider(subscription_id=sub).resource.send_request(request)
+    except Exception as exc:  # noqa: BLE001 - classified below; only access errors drop the cloud
+        access = classify_access(exc, what="reading the subscription")
+        if access is not None:
+            raise access from None
+        return f"subscription {sub} not confirmed ({type(exc).__name__})"
+    try:
+        body = dict(response.json())
+    except (ValueError, TypeError):  # not JSON (a proxy's page): the status says enough
+        body = {}
+    if response.status_code in REFUSED_STATUSES:
+        raise _refused(sub, response.status_code, body)
+    if response.status_code != 200:  # throttled or failing after the pipeline's retries: not about the credentials
+        return f"subscription {sub} not confirmed (HTTP {response.status_code})"
+    state = str(body.get("state", ""))
+    if state in UNUSABLE_STATES:
+        raise CredentialsError(
+            f"Azure: subscription {sub} is {state}: nothing can be created in it.",
+            cloud=CLOUD,
+            hint="Use an enabled subscription (`az account list -o table`) in AZURE_SUBSCRIPTION_ID.",
+        )
+    return f"subscription {body.get('displayName') or sub} ({sub}), tenant {body.get('tenantId', '?')}"
+
+
+def _refused(sub: str, status: int, body: dict[str, Any]) -> CredentialsError:
+    """ARM's answer `{"error": {"code", "message"}}` to the subscription GET, with the fix it needs."""
+    found = body.get("error")
+    error: dict[str, Any] = found if isinstance(found, dict) else {}
+    code, message = str(error.get("code", "")), str(error.get("message", "")).strip().split("\n")[0]
+    said = f"HTTP {status} {code}: {message}".strip().rstrip(":")
+    if status == 404 or code == "SubscriptionNotFound":
+        hint = "Check AZURE_SUBSCRIPTION_ID (`az account list -o table` lists the subscriptions you can use)."
+    elif status == 403:
+        hint = "Give the signed-in identity a role on the subscription (Contributor), or use another one."
+    else:
+        hint = CREDENTIALS_HINT
+    return CredentialsError(f"Azure refused the credentials for subscription {sub} ({said}).", cloud=CLOUD, hint=hint)
 
 
 def _arm_get(url: str, token: str) -> dict[str, Any]:

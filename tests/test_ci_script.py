@@ -1,0 +1,42 @@
+"""`.ci/run` is what CI runs: it tests the installed wheel, not an editable tree, and the static
+checks come before the suite and fail it on any finding. Read from the script itself, in the order
+its commands run (set -e: a command that reports a finding ends the run)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+from tests.support.source_tree import SOURCE
+
+SCRIPT = SOURCE / ".ci" / "run"
+
+
+def commands() -> list[str]:
+    """The script's command lines, comments and blank lines left out."""
+    lines = [line.strip() for line in SCRIPT.read_text().splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def position(pattern: str) -> int:
+    found = [i for i, line in enumerate(commands()) if re.search(pattern, line)]
+    assert len(found) == 1, (pattern, found)
+    return found[0]
+
+
+def test_ci_installs_the_built_wheel_never_the_tree_editable() -> None:
+    assert "set -euo pipefail" in commands()
+    build = position(r"python -m build\b")
+    install = position(r'pip install -q "\$\{wheels\[0\]\}\[test\]"')
+    assert build < install
+    assert not [line for line in commands() if re.search(r"pip install .*(-e\b|--editable)", line)]
+    assert position(r"GPUCLOUD_TEST_INSTALLED=1") < position(r"python -m pytest")
+
+
+def test_static_checks_run_before_the_suite_with_the_pinned_tools() -> None:
+    suite = position(r"python -m pytest")
+    for check in (r"^ruff check \.$", r"^ruff format --check \.$", r"^mypy gpucloud$"):
+        assert position(check) < suite, check
+    extra = tomllib.loads((SOURCE / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    pinned = {re.split(r"[=<>~!]", req)[0]: req for req in extra}
+    assert pinned["ruff"].startswith("ruff==") and pinned["mypy"].startswith("mypy=="), pinned
