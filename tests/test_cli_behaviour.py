@@ -77,8 +77,8 @@ def test_a_job_asking_what_the_provider_cannot_do_is_refused_at_plan_time(tmp_pa
     yes = ("--yes",) if command == "run" else ()
     out = cli(no_cloud_env(tmp_path), command, "job.yaml", *yes, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
-    assert "job.yaml: resources.spot: local cannot launch spot machines" in out.stderr
-    assert "Set spot: false" in out.stderr and "Traceback" not in out.stderr and "ran" not in out.stdout
+    assert "job.yaml: resources.spot: local cannot launch spot machines" in flat(out.stderr)
+    assert "Set spot: false" in flat(out.stderr) and "Traceback" not in out.stderr and "ran" not in out.stdout
     flag = cli(no_cloud_env(tmp_path), command, "job.yaml", *yes, "--no-spot", cwd=tmp_path)
     assert flag.returncode == 0, flag.stderr
     assert "ran" in flag.stdout if command == "run" else "localhost" in flag.stdout
