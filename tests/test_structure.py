@@ -109,9 +109,11 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+def _imports(name: str, path: Path, known: set[str], bare: frozenset[str] = frozenset()) -> set[str]:
     """gpucloud modules `name` imports anywhere: at the top, in a function, or under `if TYPE_CHECKING:`
-    (a type-only import is still a dependency of the code's meaning), with their parent packages."""
+    (a type-only import is still a dependency of the code's meaning), with the parent packages that
+    importing them runs. A package whose `__init__` imports no gpucloud module (a plain folder marker,
+    in `bare`) runs nothing, so passing through it is no dependency."""
     tree = ast.parse(path.read_text())
     is_pkg = path.name == "__init__.py"
     found: set[str] = set()
@@ -125,21 +127,32 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
                 pkg = name.split(".") if is_pkg else name.split(".")[:-1]
                 pkg = pkg[: len(pkg) - node.level + 1]
                 base = ".".join([*pkg, base] if base else pkg)
-            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            subs = [f"{base}.{a.name}" for a in node.names]
+            # `from pkg import module` names pkg only on the way to the module.
+            targets = subs if any(s in known for s in subs) else [base, *subs]
         for target in targets:
             parts = target.split(".")
             for i in range(1, len(parts) + 1):
                 mod = ".".join(parts[:i])
                 # Importing a.b.c runs a and a.b first, unless the importer is inside them already.
                 inside = name == mod or name.startswith(mod + ".")
-                if mod in known and not inside and mod != "gpucloud":
+                passed_through = i < len(parts)
+                if mod in known and not inside and mod != "gpucloud" and not (passed_through and mod in bare):
                     found.add(mod)
     return found
 
 
+def _bare_packages(mods: dict[str, Path]) -> frozenset[str]:
+    """Packages whose `__init__` imports no gpucloud module: folder markers, outside the layers."""
+    return frozenset(
+        name for name, path in mods.items() if path.name == "__init__.py" and not _imports(name, path, set(mods))
+    )
+
+
 def _graph() -> dict[str, set[str]]:
     mods = _modules()
-    return {name: _imports(name, path, set(mods)) for name, path in mods.items()}
+    bare = _bare_packages(mods)
+    return {name: _imports(name, path, set(mods), bare) for name, path in mods.items()}
 
 
 def test_no_module_over_600_lines_and_no_function_over_80() -> None:
@@ -190,7 +203,9 @@ def layer_of(module: str) -> int | None:
 
 
 def test_every_module_has_a_layer() -> None:
-    missing = [m for m in _modules() if m != "gpucloud" and layer_of(m) is None]
+    mods = _modules()
+    bare = _bare_packages(mods)
+    missing = [m for m in mods if m != "gpucloud" and m not in bare and layer_of(m) is None]
     assert not missing, f"give these modules a layer in LAYERS: {missing}"
 
 
@@ -219,6 +234,18 @@ def test_the_checker_sees_a_circle_and_lazy_imports(tmp_path: Path) -> None:
         "def f():\n    from gpucloud import state\n"
     )
     assert _imports("gpucloud.a", a, {"gpucloud.state", "gpucloud.views"}) == {"gpucloud.state", "gpucloud.views"}
+
+
+def test_a_bare_package_on_the_way_is_no_dependency(tmp_path: Path) -> None:
+    """`from gpucloud.pkg import mod` depends on pkg only when pkg's `__init__` imports something."""
+    a = tmp_path / "a.py"
+    a.write_text("from gpucloud.pkg import mod\nimport gpucloud.other.thing\n")
+    known = {"gpucloud.pkg", "gpucloud.pkg.mod", "gpucloud.other", "gpucloud.other.thing"}
+    assert _imports("gpucloud.a", a, known, frozenset({"gpucloud.pkg", "gpucloud.other"})) == {
+        "gpucloud.pkg.mod",
+        "gpucloud.other.thing",
+    }
+    assert _imports("gpucloud.a", a, known) == known
 
 
 def test_the_layer_table_reads_prefixes() -> None:
