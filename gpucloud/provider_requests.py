@@ -33,7 +33,16 @@ def plan_request(spec: JobSpec) -> PlanRequest:
         stack_for=lambda model: resolve_stack(model, pins),
         install=pins.install,
         needs_cuda=pins.cuda != "auto" or pins.framework != "none",
+        scheduler=scheduler_settings(spec),
+        max_duration_s=spec.max_duration,
     )
+
+
+def scheduler_settings(spec: JobSpec) -> dict[str, str]:
+    """The batch scheduler fields the job sets (resources.cluster, partition, account, qos, constraint)."""
+    res = spec.resources
+    fields = {k: getattr(res, k) for k in ("cluster", "partition", "account", "qos", "constraint")}
+    return {k: v for k, v in fields.items() if v}
 
 
 def launch_request(
@@ -74,6 +83,8 @@ def launch_request(
         needs_cuda=spec.stack.cuda != "auto" or spec.stack.framework != "none",
         attempt=attempt,
         tags=dict(tags or {}),
+        scheduler=scheduler_settings(spec),
+        max_duration_s=spec.max_duration,
     )
 
 

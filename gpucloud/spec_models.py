@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from gpucloud import providers
 from gpucloud.spec_recovery import DEFAULT_CHECKPOINT_INTERVAL_S, Recovery, checkpoint_interval, checkpoint_path
@@ -47,6 +47,15 @@ from gpucloud.spec_values import (
 
 # ---------------------------------------------------------------------------------------------
 # Models
+
+_SLURM_NAME = r"[A-Za-z0-9_.-]+"
+_SCHEDULER_FIELDS = {  # field -> (pattern, what is expected)
+    "cluster": (_HOST_RE.pattern, "local, an ssh alias or [user@]host[:port] of the cluster's login node"),
+    "partition": (rf"{_SLURM_NAME}(,{_SLURM_NAME})*", "a partition name (or several, comma-separated)"),
+    "account": (_SLURM_NAME, "an account name"),
+    "qos": (_SLURM_NAME, "a QOS name"),
+    "constraint": (r"[A-Za-z0-9_.&|,*:!\[\]()-]+", "a feature expression such as k80&ib (no spaces)"),
+}
 
 
 def _auto_or_version(value: Any, pattern: re.Pattern[str], example: str, wrong: str) -> str:
@@ -108,6 +117,26 @@ class Resources(_Strict):
     disk_gb: int = Field(default=100, ge=20, le=16384)
     ssh: bool = False
     hosts: list[str] | None = None  # machines you own (providers with takes_hosts): `[user@]host[:port]` or ssh aliases
+    # A batch scheduler (providers with takes_cluster, docs/SLURM.md): its login node
+    # (`[user@]host[:port]`, an ssh alias, or `local` on a submit host) and the job's placement there.
+    cluster: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+
+    @field_validator("cluster", "partition", "account", "qos", "constraint", mode="before")
+    @classmethod
+    def _scheduler_field(cls, value: Any, info: ValidationInfo) -> str | None:
+        """A login node or a scheduler name: one word (they go on the sbatch line and into a
+        remote shell, quoted; a space or a quote is always a mistake there)."""
+        if value is None:
+            return None
+        pattern, expected = _SCHEDULER_FIELDS[str(info.field_name)]
+        text = _text(value, expected).strip()
+        if not re.fullmatch(pattern, text):
+            _fail(f"{describe(value)} is not valid. Expected {expected}")
+        return text
 
     @field_validator("hosts", mode="before", json_schema_input_type=str | list[str] | None)
     @classmethod
@@ -146,6 +175,23 @@ class Resources(_Strict):
         if self.hosts and not takers:
             names = " or ".join(providers.host_clouds())
             _fail(f"is only used with cloud: {names}. Add cloud: {names}, or remove hosts", "hosts")
+        return self._cluster_goes_with_its_cloud()
+
+    def _cluster_goes_with_its_cloud(self) -> Resources:
+        """A batch scheduler runs alone too, needs its login node, and its fields mean nothing elsewhere."""
+        takers = [c for c in self.cloud if providers.info(c).takes_cluster]
+        if takers and len(self.cloud) > 1:
+            _fail(f"{takers[0]} cannot be combined with other clouds. Use cloud: {takers[0]} alone", "cloud")
+        if takers and not self.cluster:
+            _fail(
+                f"cloud: {takers[0]} needs cluster: the login node (an ssh alias or [user@]host[:port]), "
+                "or local when gpucloud runs on a submit host",
+                "cloud",
+            )
+        names = " or ".join(providers.cluster_clouds())
+        for name in _SCHEDULER_FIELDS:
+            if getattr(self, name) and not takers:
+                _fail(f"is only used with cloud: {names}. Add cloud: {names}, or remove {name}", name)
         return self
 
     @field_validator("cloud", mode="before", json_schema_input_type=_CLOUD_INPUT | list[_CLOUD_INPUT])

@@ -63,6 +63,7 @@ LAYERS: dict[str, int] = {
     "gpucloud.providers.ssh_channel": MACHINES,
     "gpucloud.providers.ssh_probe": MACHINES,
     "gpucloud.providers.ssh_transport": MACHINES,
+    "gpucloud.providers.slurm": MACHINES,
     "gpucloud.vm": MACHINES,
     "gpucloud.render": MACHINES,
     "gpucloud.vm_engine": MACHINES,

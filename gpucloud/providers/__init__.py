@@ -70,6 +70,7 @@ class ProviderInfo:
     identity: str | None = None
     image_store: str | None = None  # "module:Class" of its ImageStore (baked images, gpucloud/images_build.py)
     takes_hosts: bool = False  # the job names the machines (resources.hosts, --host); runs alone, never mixed
+    takes_cluster: bool = False  # a batch scheduler (resources.cluster, partition, ...); runs alone, never mixed
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -129,6 +130,18 @@ REGISTRY: dict[str, ProviderInfo] = {
             "~/.ssh/config; GPUCLOUD_SSH_CONFIG names another config file).",
             takes_hosts=True,
         ),
+        ProviderInfo(
+            "slurm",
+            "gpucloud.providers.slurm",
+            "SlurmProvider",
+            "a Slurm cluster",
+            False,
+            False,
+            _always,
+            "Make `ssh LOGIN sinfo` work without a prompt (or use cluster: local on a submit host); "
+            "GPUCLOUD_SSH_CONFIG names another ssh config file.",
+            takes_cluster=True,
+        ),
     )
 }
 
@@ -151,6 +164,11 @@ def priced_clouds() -> tuple[str, ...]:
 def host_clouds() -> tuple[str, ...]:
     """Providers that run on machines the job names (`resources.hosts`, `--host`)."""
     return tuple(n for n, info in REGISTRY.items() if info.takes_hosts)
+
+
+def cluster_clouds() -> tuple[str, ...]:
+    """Providers that submit to a batch scheduler the job names (`resources.cluster`)."""
+    return tuple(n for n, info in REGISTRY.items() if info.takes_cluster)
 
 
 def info(name: str) -> ProviderInfo:

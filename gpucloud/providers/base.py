@@ -203,6 +203,10 @@ class PlanRequest:
     stack_for: Callable[[str | None], Stack] | None = None  # the job's stack for a GPU model
     install: bool = False  # stack.install: the provider may install the driver where it lacks
     needs_cuda: bool = False  # the job pins CUDA or a framework: the host's own CUDA may not do
+    # A batch scheduler's settings (providers with takes_cluster): resources.cluster, partition,
+    # account, qos, constraint, each only when the job sets it.
+    scheduler: dict[str, str] = field(default_factory=dict)
+    max_duration_s: int = 0  # the job's max_duration (a scheduler's own time limit is derived from it)
 
 
 @dataclass
@@ -231,6 +235,8 @@ class LaunchRequest:
     needs_cuda: bool = False  # the job pins CUDA or a framework (a host's own older CUDA will not do)
     attempt: int = 0  # index in the failover order; part of idempotency tokens
     tags: dict[str, str] = field(default_factory=dict)  # TAG_RUN, TAG_EXPIRES, Name ...
+    scheduler: dict[str, str] = field(default_factory=dict)  # as PlanRequest.scheduler
+    max_duration_s: int = 0  # the job's max_duration in seconds
 
 
 class Journal(Protocol):

@@ -1,0 +1,91 @@
+"""The Slurm side of a run: the sbatch options gpucloud derives from the job, the batch script,
+and the node wrapper each task runs before the usual bootstrap.
+
+Why a wrapper: the bootstrap (the same one every provider renders) runs one node; under Slurm one
+job runs all of them. The wrapper, started once per node (`srun --ntasks-per-node=1` for several
+nodes), takes the node's rank from `SLURM_NODEID`, its address from the controller
+(`scontrol show node <name>`'s NodeAddr, the address Slurm itself uses; rank 0 is the first of
+`scontrol show hostnames $SLURM_JOB_NODELIST`, so the MASTER_ADDR the nodes agree on at the
+barrier is that node's), gives the bootstrap its folder, and leaves GPU placement to Slurm:
+`CUDA_VISIBLE_DEVICES` is what Slurm set for the job's GRES, and no lock of gpucloud's is taken.
+A requeued job (preemption with `--requeue`) runs the wrapper again: that start begins afresh,
+with the checkpoint the earlier start uploaded (docs/SPOT.md), after the earlier start's status,
+barrier address and node-key claims are cleared (a second key would otherwise make the run's
+results untrusted).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from gpucloud.providers.base import LaunchRequest
+
+BATCH_SCRIPT = """#!/bin/bash
+# gpucloud run {run_id}: one task per node, each the node wrapper (docs/SLURM.md)
+if [ "${{SLURM_NNODES:-1}}" -gt 1 ]; then
+  exec srun --ntasks-per-node=1 --kill-on-bad-exit=0 bash {dir}/node.sh
+fi
+exec bash {dir}/node.sh
+"""
+
+NODE_WRAPPER = r"""#!/bin/bash
+# gpucloud run __RUN__: one node of the job under Slurm (docs/SLURM.md)
+D=__DIR__ C=__CHANNEL__
+RANK=${SLURM_NODEID:-0}
+W=$D/node-$RANK
+if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
+  rm -f "$C/node-$RANK/status.json" "$C/node-$RANK/ready" "$C/node-$RANK/done" "$C/node-$RANK/log/claim-"*
+fi
+rm -rf "$W" && mkdir -p "$W" || exit 1
+addr() { scontrol show node -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p' | head -n 1; }
+ip=$(addr "${SLURMD_NODENAME:-$(hostname -s)}")
+case $ip in *[!0-9.]* | "") ;; *) export GPUCLOUD_NODE_IP=$ip ;; esac
+first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | head -n 1)
+echo "start ${SLURM_RESTART_COUNT:-0}, rank $RANK; rank 0: $first at $(addr "$first")" >"$W/slurm-start"
+export GPUCLOUD_VM_DIR=$W GPUCLOUD_NODE_RANK=$RANK
+cd "$W" && exec bash "$D/bootstrap-$RANK.sh" </dev/null >"$W/console.log" 2>&1
+"""
+
+
+def time_limit(max_duration_s: int) -> str:
+    """`--time` in whole minutes (Slurm's unit), rounded down so that Slurm's limit comes first and
+    the bootstrap's own deadline stays the second layer; at least one minute."""
+    return str(max(1, max_duration_s // 60))
+
+
+def gres(gres_type: str, count: int) -> str:
+    return f"gpu:{gres_type}:{count}" if gres_type else f"gpu:{count}"
+
+
+def sbatch_options(req: LaunchRequest, partition: str, gres_type: str, comment: str) -> list[str]:
+    """The sbatch command line (options only) for one attempt."""
+    opts = [
+        "--parsable",
+        f"--job-name=gpucloud-{req.run_id}",
+        f"--comment={comment}",
+        f"--nodes={req.num_nodes}",
+        "--ntasks-per-node=1",
+        f"--time={time_limit(req.max_duration_s)}",
+        "--requeue",
+        "--open-mode=append",
+    ]
+    if partition:
+        opts.append(f"--partition={partition}")
+    if req.gpu_count:
+        opts.append(f"--gres={gres(gres_type, req.gpu_count)}")
+    for key in ("account", "qos", "constraint"):
+        if req.scheduler.get(key):
+            opts.append(f"--{key}={req.scheduler[key]}")
+    return opts
+
+
+def batch_script(run_id: str, run_dir: str) -> str:
+    return BATCH_SCRIPT.format(run_id=run_id, dir=shlex.quote(run_dir))
+
+
+def node_wrapper(run_id: str, run_dir: str, channel_dir: str) -> str:
+    return (
+        NODE_WRAPPER.replace("__RUN__", run_id)
+        .replace("__DIR__", shlex.quote(run_dir))
+        .replace("__CHANNEL__", shlex.quote(channel_dir))
+    )

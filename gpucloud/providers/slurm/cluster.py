@@ -1,0 +1,218 @@
+"""What gpucloud reads from Slurm: partitions with their GPU GRES, free GPUs and time limits (for
+`plan`), and a job's state (for status, node states and the outcome). Parsing only; the commands
+run through login.Login. Output formats are Slurm 22.05's (`scontrol show ... -o`: one
+`Key=Value` record per line; `sinfo -O` with a `|` after every field)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from gpucloud.catalog import resolve_gpu_name
+
+# One ssh call reads everything `plan` needs.
+PLAN_SCRIPT = r"""
+command -v sbatch >/dev/null || { echo "@missing sbatch"; exit 0; }
+scontrol show partition -o 2>&1 | head -c 1000000
+echo "@nodes"
+sinfo -h -N -O "NodeList:|,Partition:|,Gres:|,GresUsed:|,StateLong:|" 2>&1 | head -c 4000000
+"""
+
+# Slurm job states (squeue(1), "JOB STATE CODES") and what they mean for a gpucloud node.
+WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "RESIZING"}
+ACTIVE = {"RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT", "STOPPED"}
+# Final states and (gpucloud state, exit code when the node wrote nothing, message).
+FINAL: dict[str, tuple[str, int | None, str]] = {
+    "COMPLETED": ("succeeded", 0, "Slurm: the job completed"),
+    "FAILED": ("failed", 1, "Slurm: the job failed"),
+    "CANCELLED": ("failed", 143, "Slurm: the job was cancelled (scancel)"),
+    "TIMEOUT": ("deadline", None, "Slurm ended the job at its time limit (TIMEOUT): max_duration passed"),
+    "PREEMPTED": ("preempted", None, "Slurm preempted the job and did not requeue it"),
+    "NODE_FAIL": ("error", 70, "Slurm: a node of the job failed (NODE_FAIL)"),
+    "BOOT_FAIL": ("error", 70, "Slurm: a node of the job failed to boot (BOOT_FAIL)"),
+    "OUT_OF_MEMORY": ("failed", 137, "Slurm: the job ran out of memory (OUT_OF_MEMORY)"),
+    "DEADLINE": ("deadline", None, "Slurm: the job reached its --deadline (DEADLINE)"),
+    "SPECIAL_EXIT": ("failed", 1, "Slurm: the job was held after a special exit (SPECIAL_EXIT)"),
+    "REVOKED": ("error", 70, "Slurm: the job was revoked (REVOKED)"),
+}
+
+
+def records(text: str) -> list[dict[str, str]]:
+    """`scontrol show X -o` lines -> one dict per record (values never contain spaces there,
+    except a few free-text ones gpucloud does not read)."""
+    out = []
+    for line in text.splitlines():
+        if "=" not in line:
+            continue
+        rec: dict[str, str] = {}
+        for word in line.split():
+            key, eq, value = word.partition("=")
+            if eq and key not in rec:
+                rec[key] = value
+        out.append(rec)
+    return out
+
+
+def gres_gpus(text: str) -> dict[str, int]:
+    """`gpu:k80:2(S:0-1),gpu:a100:4` -> {"k80": 2, "a100": 4}; an untyped `gpu:2` -> {"": 2}."""
+    found: dict[str, int] = {}
+    for item in re.sub(r"\([^)]*\)", "", text).split(","):
+        parts = item.strip().split(":")
+        if parts[0] != "gpu" or len(parts) < 2 or not parts[-1].isdigit():
+            continue
+        kind = parts[1] if len(parts) >= 3 else ""
+        found[kind] = found.get(kind, 0) + int(parts[-1])
+    return found
+
+
+def gpu_model(gres_type: str) -> str | None:
+    """A cluster's GRES type (`k80`, `tesla_k80`, `a100_80gb`) as gpucloud's canonical model."""
+    text = gres_type.strip()
+    for cand in (text, text.replace("_", "-"), re.sub(r"^(tesla|nvidia)[-_]", "", text, flags=re.I).replace("_", "-")):
+        name = resolve_gpu_name(cand)
+        if name:
+            return name
+    return None
+
+
+def minutes(limit: str) -> int | None:
+    """A Slurm time (`UNLIMITED`, `60`, `1:00:00`, `2-00:00:00`) in minutes; None = unlimited."""
+    if limit.upper() in ("UNLIMITED", "INFINITE", "NONE", ""):
+        return None
+    days, _, rest = limit.rpartition("-")
+    nums = [int(x) for x in rest.split(":")] if rest else [0]
+    if len(nums) == 1:
+        mins = nums[0]
+    elif len(nums) == 2:
+        mins = nums[0] + (1 if nums[1] else 0)
+    else:
+        mins = nums[0] * 60 + nums[1] + (1 if nums[2] else 0)
+    return mins + (int(days) * 1440 if days else 0)
+
+
+@dataclass
+class Partition:
+    name: str
+    state: str
+    max_minutes: int | None
+    allow_accounts: str = "ALL"
+    deny_accounts: str = ""
+    allow_qos: str = "ALL"
+    default: bool = False
+    nodes: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> GRES type -> GPUs
+    free: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> GRES type -> idle GPUs
+    usable_nodes: set[str] = field(default_factory=set)  # nodes not down, drained or failing
+
+
+def parse_plan(text: str) -> list[Partition]:
+    """PLAN_SCRIPT's output -> partitions in the cluster's order."""
+    head, _, nodes = text.partition("@nodes")
+    parts: dict[str, Partition] = {}
+    for rec in records(head):
+        if "PartitionName" not in rec:
+            continue
+        parts[rec["PartitionName"]] = Partition(
+            name=rec["PartitionName"],
+            state=rec.get("State", "UP"),
+            max_minutes=minutes(rec.get("MaxTime", "UNLIMITED")),
+            allow_accounts=rec.get("AllowAccounts", "ALL"),
+            deny_accounts=rec.get("DenyAccounts", ""),
+            allow_qos=rec.get("AllowQos", "ALL"),
+            default=rec.get("Default") == "YES",
+        )
+    for line in nodes.splitlines():
+        cols = line.split("|")
+        if len(cols) < 5:
+            continue
+        node, part, gres, used, state = (c.strip() for c in cols[:5])
+        p = parts.get(part.rstrip("*"))
+        if p is None:
+            continue
+        total = gres_gpus(gres)
+        taken = gres_gpus(used)
+        p.nodes[node] = total
+        p.free[node] = {k: max(0, v - taken.get(k, 0)) for k, v in total.items()}
+        if not re.search(r"DOWN|DRAIN|FAIL|NOT_RESPONDING|INVAL|MAINT|POWER", state.upper()):
+            p.usable_nodes.add(node)
+    return list(parts.values())
+
+
+def allowed(listing: str, name: str | None) -> bool:
+    """An AllowAccounts/AllowQos value (`ALL` or a comma list) admits `name` (None: the default)."""
+    return listing.upper() == "ALL" or name is None or name in listing.split(",")
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One job as `scontrol show job -o` tells it."""
+
+    job_id: str
+    state: str  # RUNNING, PENDING, TIMEOUT, ... (flags such as COMPLETING dropped)
+    reason: str
+    restarts: int
+    exit_code: int | None
+    partition: str = ""
+    position: int | None = None  # place among the partition's pending jobs (1 = next)
+
+    @property
+    def waiting(self) -> bool:
+        return self.state in WAITING
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    @property
+    def final(self) -> bool:
+        return not self.waiting and not self.active
+
+    def pending_message(self) -> str:
+        where = f", {_ordinal(self.position)} in partition {self.partition}'s queue" if self.position else ""
+        again = f" (requeued, start {self.restarts + 1})" if self.restarts else ""
+        return f"queued in Slurm as job {self.job_id}: {self.state} ({self.reason}){where}{again}"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+# Reads the run's job id from its folder, then the job's record and its queue position.
+JOB_SCRIPT = r"""
+j=$(head -c 40 "$R/work/$RUN/slurm-job" 2>/dev/null | tr -cd '0-9')
+[ -n "$j" ] || { echo "@nojob"; exit 0; }
+echo "@job $j"
+scontrol show job -o "$j" 2>&1 | head -c 100000
+echo "@queue"
+p=$(scontrol show job -o "$j" 2>/dev/null | tr ' ' '\n' | sed -n 's/^Partition=//p' | head -n 1)
+[ -n "$p" ] && squeue -h -t PD -p "$p" -S -p,i -o %i 2>/dev/null | head -n 10000
+"""
+
+
+def parse_job(text: str) -> JobState | None:
+    """JOB_SCRIPT's output -> the job, or None when there is no job id or Slurm forgot the job."""
+    if "@job " not in text:
+        return None
+    head, _, queue = text.partition("@queue")
+    job_id = head.split("@job ", 1)[1].split()[0]
+    recs = [r for r in records(head) if r.get("JobId") == job_id]
+    if not recs:
+        return None
+    rec = recs[0]
+    state = rec.get("JobState", "UNKNOWN").split("+")[0]
+    code_text = rec.get("ExitCode", "")
+    code, _, sig = code_text.partition(":")
+    exit_code = int(code) if code.isdigit() else None
+    if sig.isdigit() and int(sig):
+        exit_code = 128 + int(sig)
+    waiting = [line.strip() for line in queue.splitlines() if line.strip()]
+    position = waiting.index(job_id) + 1 if job_id in waiting else None
+    return JobState(
+        job_id=job_id,
+        state=state,
+        reason=rec.get("Reason", "None"),
+        restarts=int(rec.get("Restarts", "0") or 0),
+        exit_code=exit_code,
+        partition=rec.get("Partition", ""),
+        position=position,
+    )

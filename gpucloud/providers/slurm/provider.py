@@ -1,0 +1,346 @@
+"""The slurm provider: jobs submitted with sbatch to a cluster people already have, through its
+login node (docs/SLURM.md). Slurm places the job and enforces its time limit; gpucloud renders
+the usual bootstrap, which every node runs under a small wrapper (batch.py), and reads the run's
+channel and Slurm's view of the job through the login node (channel.py)."""
+
+from __future__ import annotations
+
+import io
+import random
+import re
+import tarfile
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from gpucloud.errors import UserError
+from gpucloud.providers import ssh_transport
+from gpucloud.providers.base import (
+    Candidate,
+    CandidateError,
+    Capabilities,
+    FatalProvisionError,
+    LaunchRequest,
+    RunHandle,
+    expiry_tag,
+    parse_expiry_tag,
+)
+from gpucloud.providers.slurm import batch
+from gpucloud.providers.slurm.channel import SlurmChannel
+from gpucloud.providers.slurm.cluster import PLAN_SCRIPT, Partition, allowed, gpu_model, parse_plan
+from gpucloud.providers.slurm.login import Login, script
+from gpucloud.providers.ssh_channel import ROOT_TOKEN
+
+if TYPE_CHECKING:
+    from gpucloud.providers.base import Journal, PlanRequest
+
+RATE_ENV = "GPUCLOUD_SLURM_GPU_HOUR_RATE"  # chargeback $ per GPU-hour (plan and cost show $ with it)
+STOP_GRACE_S = 30  # scancel's TERM, Slurm's KillWait, the bootstrap's artifact upload
+
+SUBMIT_SCRIPT = r"""
+cd "$D" || exit 1
+out=$(sbatch "$@" --output="$D/slurm-%j.out" "$D/job.sbatch" 2>&1); rc=$?
+[ $rc -eq 0 ] || { echo "@refused $out"; exit 0; }
+echo "$out" | tr -cd '0-9\n' | head -n 1 >"$D/slurm-job"; echo "@job $(cat "$D/slurm-job")"
+"""
+
+# scancel the run's jobs (TERM, then Slurm's KillWait, then KILL) and wait until Slurm lets go of them.
+CANCEL_SCRIPT = r"""
+j=$(head -c 40 "$R/work/$RUN/slurm-job" 2>/dev/null | tr -cd '0-9')
+ids=$(echo $JOBS $j | tr ' ' '\n' | grep -E '^[0-9]+$' | sort -u | tr '\n' ' ')
+[ -n "$ids" ] && scancel $ids 2>/dev/null
+for _ in $(seq 1 $((GRACE * 5))); do
+  [ -z "$ids" ] && break
+  left=$(for i in $ids; do squeue -h -j "$i" -o %i 2>/dev/null; done)
+  [ -z "$left" ] && break; sleep 0.2
+done
+[ -n "$REMOVE" ] && rm -rf "$R/work/$RUN" "$R/channel/runs/$RUN"
+true
+"""
+
+GC_SCRIPT = r"""squeue -h -o "%i|%k" 2>/dev/null | grep '|gpucloud-run=' | head -n 10000"""
+
+
+class SlurmProvider:
+    """Provider protocol over Slurm. Region = `<cluster>/<partition>` (cluster: the login node as
+    the job wrote it, or `local`); instance type = the GRES asked per node (`gpu:k80:2`)."""
+
+    name = "slurm"
+    capabilities = Capabilities(
+        poll_interval=1.0,
+        log_interval=1.0,
+        heartbeat_interval=5.0,
+        barrier_timeout=600.0,
+        self_termination="exit",
+        vm_dir="$GPUCLOUD_VM_DIR",
+        install_stack=False,  # the site's driver: checked on the node, never installed
+        gpu_check="warn",
+        node_ips_known=False,
+        spot=False,
+        multi_node=True,
+        console_hint="its console output is in <remote root>/work/{run_id}/node-{rank}/console.log on {region}",
+        channel_torn_down=True,  # the channel is a folder on the cluster, removed with the run
+    )
+
+    def __init__(self) -> None:
+        self._channels: dict[str, SlurmChannel] = {}
+        self._notes: list[str] = []
+
+    # -- planning -------------------------------------------------------------------------------------
+
+    def plan_candidates(self, job: PlanRequest) -> list[Candidate]:
+        """One candidate per partition that can run the job (the job's `partition:` list in its
+        order, else the default partition first); the others are named with why (plan_notes)."""
+        where = f"{job.source}: " if job.source else ""
+        cluster = job.scheduler.get("cluster", "")
+        login = Login(cluster)
+        text = login.run(PLAN_SCRIPT, timeout=60, max_output=8 << 20).stdout.decode("utf-8", "replace")
+        if "@missing sbatch" in text:
+            raise UserError(
+                f"{where}resources.cluster: {cluster} has no sbatch on its PATH: not a Slurm submit host.",
+                hint=f"Check `{login.shell('sinfo')}`.",
+            )
+        parts = parse_plan(text)
+        asked = [p for p in job.scheduler.get("partition", "").split(",") if p]
+        unknown = [p for p in asked if p not in {q.name for q in parts}]
+        if unknown:
+            raise UserError(
+                f"{where}resources.partition: {cluster} has no partition {', '.join(unknown)} "
+                f"(it has {', '.join(q.name for q in parts) or 'none'}).",
+                hint="Use one of those names, or leave partition out to let gpucloud pick.",
+            )
+        order = (
+            [next(q for q in parts if q.name == p) for p in asked]
+            if asked
+            else sorted(parts, key=lambda q: not q.default)
+        )
+        cands, self._notes = [], []
+        for part in order:
+            why, gres_type, idle = _judge(part, job)
+            if why:
+                self._notes.append(f"slurm: partition {part.name} excluded: {why}.")
+                continue
+            cands.append(_candidate(self.name, cluster, part, job, gres_type))
+            if job.gpu and idle < job.gpu_count * job.num_nodes:
+                self._notes.append(
+                    f"slurm: partition {part.name}: {idle} {job.gpu} GPU(s) idle now, the job needs "
+                    f"{job.gpu_count * job.num_nodes}: it will wait in the queue (`gpucloud status` shows why)."
+                )
+        if not cands:
+            raise UserError(
+                f"{where}resources: no partition of {cluster} can run this job:\n  - "
+                + "\n  - ".join(self._notes or ["(the cluster has no partition)"]),
+                hint=f"`{login.shell('sinfo -o %P %G %l %a')}` shows what the cluster has.",
+            )
+        if job.gpu:
+            self._notes.append(
+                f"slurm: the driver is the site's: the node's nvidia-smi is checked by the run, nothing is "
+                f"installed (a {job.gpu} needs the stack above)."
+            )
+        return cands
+
+    def plan_notes(self) -> list[str]:
+        """Why partitions were left out, and which will queue (shown as plan warnings)."""
+        return list(self._notes)
+
+    # -- Provider protocol ----------------------------------------------------------------------------
+
+    def channel(self, region: str) -> SlurmChannel:
+        cluster = region.rsplit("/", 1)[0]
+        if cluster not in self._channels:
+            self._channels[cluster] = SlurmChannel(Login(cluster))
+        return self._channels[cluster]
+
+    def master_port(self) -> int:
+        """Cluster nodes are shared: a fixed 29500 may be another job's; pick one per run."""
+        return random.randint(29500, 32767)
+
+    def provision(self, req: LaunchRequest, journal: Journal) -> RunHandle:
+        """Write the run's folder (sbatch script, node wrapper, one bootstrap per rank) through the
+        login node in one call, then sbatch it; the job id goes into the handle."""
+        cluster, partition = req.region.rsplit("/", 1)
+        login = self.channel(req.region).login
+        handle = RunHandle(run_id=req.run_id, cloud=self.name, region=req.region, attempt=req.attempt)
+        folder_id = journal.intent(req.run_id, "folder", f"{req.run_id}/folder", req.region, self.name)
+        job_res = journal.intent(req.run_id, "job", f"{req.run_id}/job", req.region, self.name)
+        try:
+            root = login.root()
+            run_dir, chan_dir = f"{root}/work/{req.run_id}", f"{root}/channel/runs/{req.run_id}"
+            files = {
+                "job.sbatch": batch.batch_script(req.run_id, run_dir),
+                "node.sh": batch.node_wrapper(req.run_id, run_dir, chan_dir),
+                "expires": str(int(req.expires_at.timestamp())),
+            }
+            for rank, text in enumerate(req.user_data):
+                files[f"bootstrap-{rank}.sh"] = text.replace(ROOT_TOKEN, _quote_path(root))
+            login.run(script('mkdir -p "$D" && tar -xzf - -C "$D"', D=run_dir), input=_tarball(files))
+            journal.created(folder_id, f"{cluster}:work/{req.run_id}")
+            gres_type = req.instance_type.split(":")[1] if req.instance_type.startswith("gpu:") else ""
+            comment = f"gpucloud-run={req.run_id},gpucloud-expires={expiry_tag(req.expires_at)}"
+            opts = batch.sbatch_options(req, partition, gres_type, comment)
+            out = login.run(script(SUBMIT_SCRIPT, D=run_dir).replace('"$@"', " ".join(map(_q, opts))), timeout=60)
+            text = out.stdout.decode("utf-8", "replace")
+        except ssh_transport.SshError as exc:
+            self._quiet_teardown(handle, journal)
+            raise FatalProvisionError(exc.message, code="slurm", hint=exc.hint) from exc
+        except BaseException:
+            self._quiet_teardown(handle, journal)
+            raise
+        found = re.search(r"@job (\d+)", text)
+        if not found:
+            self._quiet_teardown(handle, journal)
+            why = text.split("@refused", 1)[-1].strip()[-500:] or "no job id"
+            raise CandidateError(f"{cluster}: sbatch refused the job in partition {partition}: {why}", code="sbatch")
+        job_id = found.group(1)
+        handle.add("job", job_id)
+        handle.nodes = [f"job {job_id} node {r}" for r in range(req.num_nodes)]
+        journal.created(job_res, job_id)
+        journal.event(req.run_id, "slurm", f"submitted as Slurm job {job_id} on {cluster}, partition {partition}")
+        return handle
+
+    def _quiet_teardown(self, handle: RunHandle, journal: Journal) -> None:
+        try:
+            self.teardown(handle, journal, wait=False)
+        except Exception:  # noqa: BLE001 - the lifecycle's final teardown retries
+            pass
+
+    def node_states(self, handle: RunHandle) -> list[str]:
+        """Slurm's state of the run's job for every node: pending, running, or gone."""
+        n = max(1, len(handle.nodes))
+        try:
+            job = self.channel(handle.region).job(handle.run_id)
+        except ssh_transport.SshError:
+            return ["running"] * n  # a dropped connection: the job goes on; heartbeats still bound it
+        if job is None:
+            return ["gone"] * n
+        return [("pending" if job.waiting else "running" if job.active else "gone")] * n
+
+    def stop(self, handle: RunHandle) -> None:
+        """scancel the job and wait for Slurm to end it (its nodes get SIGTERM: the bootstrap stops
+        the job, uploads what it saved and its final status); folders are kept for the CLI to read."""
+        self._cancel(handle, remove=False, grace=STOP_GRACE_S)
+
+    def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
+        """scancel (Slurm's `down`), then remove the run's folder and channel on the cluster."""
+        self._cancel(handle, remove=True, grace=STOP_GRACE_S if wait else 2)
+        for res in journal.resources(handle.run_id, alive_only=True):
+            if res.cloud == self.name:
+                journal.deleted(res.id)
+
+    def _cancel(self, handle: RunHandle, *, remove: bool, grace: int) -> None:
+        login = self.channel(handle.region).login
+        jobs = " ".join(handle.resources.get("job", []))
+        login.run(
+            script(CANCEL_SCRIPT, RUN=handle.run_id, JOBS=jobs, GRACE=grace, REMOVE="1" if remove else ""),
+            timeout=grace + 60,
+        )
+
+    def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
+        """On every cluster a recorded run used: cancel gpucloud jobs (by their comment tag) whose
+        expiry passed."""
+        from gpucloud.state import Store
+
+        clusters = {r.region.rsplit("/", 1)[0] for r in Store().list_runs() if r.cloud == self.name and r.region}
+        lines: list[str] = []
+        for cluster in sorted(clusters):
+            login = Login(cluster)
+            try:
+                out = login.run(GC_SCRIPT, retries=0, check=False).stdout.decode("utf-8", "replace")
+            except (ssh_transport.SshError, UserError) as exc:
+                lines.append(f"slurm: {cluster}: not reachable ({exc.message})")
+                continue
+            for line in out.splitlines():
+                job_id, _, comment = line.partition("|")
+                tags = dict(t.partition("=")[::2] for t in comment.split(","))
+                expires = parse_expiry_tag(tags.get("gpucloud-expires"))
+                if expires is None or expires > now:
+                    continue
+                run = tags.get("gpucloud-run", "?")
+                lines.append(
+                    f"slurm: {cluster}: job {job_id} of run {run} past its expiry"
+                    + (" (would cancel)" if dry_run else " (cancelled)")
+                )
+                if not dry_run:
+                    handle = RunHandle(run_id=run, cloud=self.name, region=f"{cluster}/-", resources={"job": [job_id]})
+                    self._cancel(handle, remove=True, grace=5)
+        return lines
+
+
+def _judge(part: Partition, job: PlanRequest) -> tuple[str, str, int]:
+    """(why the partition cannot run the job or "", the cluster's GRES type for the job's GPU, idle GPUs)."""
+    if part.state.upper() != "UP":
+        return f"it is {part.state}", "", 0
+    need_min = max(1, job.max_duration_s // 60)
+    if part.max_minutes is not None and part.max_minutes < need_min:
+        return (f"its time limit ({part.max_minutes} min) is below max_duration ({need_min} min)"), "", 0
+    account = job.scheduler.get("account")
+    if not allowed(part.allow_accounts, account) or (account and account in part.deny_accounts.split(",")):
+        return f"not allowed for account {account}", "", 0
+    qos = job.scheduler.get("qos")
+    if not allowed(part.allow_qos, qos):
+        return f"not allowed for QOS {qos}", "", 0
+    if not job.gpu:
+        if len(part.usable_nodes) < job.num_nodes:
+            return f"{len(part.usable_nodes)} usable node(s), the job needs {job.num_nodes}", "", 0
+        return "", "", 0
+    types = {t for gpus in part.nodes.values() for t in gpus}
+    mine = sorted(t for t in types if t and gpu_model(t) == job.gpu)
+    if not mine:
+        have = ", ".join(sorted(f"gpu:{t}" if t else "gpu (untyped)" for t in types)) or "no GPU GRES"
+        return f"no gpu:{job.gpu.lower()} GRES ({have})", "", 0
+    gres_type = mine[0]
+    fit = [n for n in part.usable_nodes if part.nodes.get(n, {}).get(gres_type, 0) >= job.gpu_count]
+    if len(fit) < job.num_nodes:
+        return (
+            f"{len(fit)} usable node(s) with {job.gpu_count} gpu:{gres_type}, the job needs {job.num_nodes}",
+            "",
+            0,
+        )
+    idle = sum(part.free.get(n, {}).get(gres_type, 0) for n in fit)
+    return "", gres_type, idle
+
+
+def _candidate(cloud: str, cluster: str, part: Partition, job: PlanRequest, gres_type: str) -> Candidate:
+    """Price: the chargeback rate per GPU-hour when the site sets one (RATE_ENV), else 0."""
+    import os
+
+    try:
+        rate = max(0.0, float(os.environ.get(RATE_ENV, "0") or 0))
+    except ValueError:
+        rate = 0.0
+    per_node = rate * job.gpu_count
+    total = per_node * job.num_nodes
+    return Candidate(
+        cloud=cloud,
+        region=f"{cluster}/{part.name}",
+        instance_type=batch.gres(gres_type, job.gpu_count) if job.gpu else "cpu",
+        gpu=job.gpu or "",
+        gpu_count=job.gpu_count,
+        num_nodes=job.num_nodes,
+        spot=False,
+        price_per_hour=per_node,
+        total_per_hour=total,
+        estimated_cost=total * job.max_duration_s / 3600,
+    )
+
+
+def _tarball(files: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o700
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _quote_path(path: str) -> str:
+    import urllib.parse
+
+    return urllib.parse.quote(path)
+
+
+def _q(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
