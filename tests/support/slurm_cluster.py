@@ -10,7 +10,8 @@ registers as 0 on the node and drains it.
 
 Two partitions share the nodes: `k80` (the default) and `urgent`, a higher priority tier whose
 jobs preempt `k80` jobs by requeueing them (`PreemptType=preempt/partition_prio`,
-`PreemptMode=REQUEUE`), which the requeue test uses. Client commands find the cluster through
+`PreemptMode=REQUEUE`), which the requeue test uses; `short` (a one-minute MaxTime) and `physics`
+(AllowAccounts=physics) are there for `plan` to exclude with their reasons. Client commands find the cluster through
 `SLURM_CONF` (`env()`), which the login node's sshd passes on with SetEnv.
 """
 
@@ -115,6 +116,8 @@ class SlurmCluster:
                     *node_lines,
                     f"PartitionName=k80 Nodes={nodelist} Default=YES MaxTime={partition_time} State=UP PriorityTier=1",
                     f"PartitionName=urgent Nodes={nodelist} MaxTime=60 State=UP PriorityTier=10",
+                    f"PartitionName=short Nodes={nodelist} MaxTime=1 State=UP PriorityTier=1",
+                    f"PartitionName=physics Nodes={nodelist} MaxTime=60 State=UP AllowAccounts=physics",
                     "",
                 ]
             )

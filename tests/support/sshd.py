@@ -135,12 +135,14 @@ class SshLab:
         os_release: str | None = None,
         smi: str | None = None,
         force_command: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> SshdServer:
         """Start sshd `alias`; gpu = (name, count, memory MiB, driver, cuda) installs a stub nvidia-smi
         (`smi`: a script of the test's own instead; `force_command`: sshd's ForceCommand).
         Driver "apt": none until the driver package is installed through the stub apt-get/dpkg of
         tests/support/vm_stubs (their state in <folder>/state), from a fake NVIDIA repository.
-        os_release: the text of the host's os-release file (GPUCLOUD_OS_RELEASE points the probe at it)."""
+        os_release: the text of the host's os-release file (GPUCLOUD_OS_RELEASE points the probe at it).
+        env: more variables for every login (sshd SetEnv; no spaces), e.g. a Slurm login node's SLURM_CONF."""
         folder = self.folder / alias
         folder.mkdir()
         host_key = folder / "ssh_host_ed25519_key"
@@ -173,6 +175,7 @@ class SshLab:
         if os_release is not None:
             (folder / "os-release").write_text(os_release)
             extra += f" GPUCLOUD_OS_RELEASE={folder / 'os-release'}"
+        extra += "".join(f" {k}={v}" for k, v in (env or {}).items())
         (folder / "sshd_config").write_text(
             f"Port {server.port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nPidFile {folder / 'sshd.pid'}\n"
             f"AuthorizedKeysFile {self.client_key}.pub\nPermitRootLogin prohibit-password\nStrictModes no\n"

@@ -83,10 +83,13 @@ def merge(st: dict | None, job: JobState | None, run_id: str, rank: int) -> dict
     if job is None:
         return st
     final = bool(st and st.get("state") in ("succeeded", "failed", "deadline", "error", "preempted"))
-    if job.waiting or (job.active and final and job.restarts and not _same_start(st, job)):
+    if job.waiting:
         return _waiting(st, job, run_id, rank)
     if job.active:
-        return st if not final or job.state != "RUNNING" or st is None else _hold(st)
+        # A node stopped by a signal while Slurm still has the job: Slurm's reason (time limit,
+        # preemption and requeue, scancel) comes with the job's end; read it again next poll.
+        signalled = final and st is not None and st.get("state") == "failed" and st.get("exit_code") is None
+        return _hold(st) if signalled and st is not None else st
     meaning = FINAL.get(job.state)
     if meaning is None:
         return st
@@ -96,10 +99,6 @@ def merge(st: dict | None, job: JobState | None, run_id: str, rank: int) -> dict
     if not final:  # the node never reported: Slurm's verdict with its exit code
         return _final(st, run_id, rank, state, job.exit_code if job.exit_code is not None else code, message)
     return st
-
-
-def _same_start(st: dict | None, job: JobState) -> bool:
-    return bool(st and st.get("slurm_restarts", job.restarts) == job.restarts)
 
 
 def _hold(st: dict) -> dict:

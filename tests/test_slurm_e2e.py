@@ -1,0 +1,281 @@
+"""The slurm provider end to end, through the CLI, against a real Slurm 22.05 cluster on 127.0.0.1
+(tests/support/slurm_cluster.py: munged, slurmctld, two slurmd with two dummy K80 GPUs each),
+reached through a real OpenSSH login node (tests/support/sshd.py): plan on the K80 partition
+(Kepler stack, partitions excluded with their reasons), the quickstart, exit codes, max_duration
+-> Slurm TIMEOUT -> 124, Ctrl-C -> scancel -> 130, a two-node rendezvous, a pending job's reason
+in `status`, and a preempted, requeued job that resumes from its checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.support.slurm_cluster import SlurmCluster, have_slurm, missing
+from tests.support.sshd import SshdServer, SshLab, have_sshd
+from tests.support.text import flat
+
+pytestmark = [
+    pytest.mark.skipif(not have_sshd(), reason="needs /usr/sbin/sshd and ssh (openssh-server)"),
+    pytest.mark.skipif(
+        not have_slurm(), reason=f"needs Slurm and munge (apt-get install slurm-wlm munge): {missing()}"
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    if os.geteuid() != 0:
+        pytest.skip("the test cluster runs slurmd as root (dummy GPU device nodes, SlurmdUser=root)")
+    c = SlurmCluster(tmp_path_factory.mktemp("slurm") / "cluster").start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def login(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SshLab, SshdServer]]:
+    lab = SshLab(tmp_path_factory.mktemp("ssh") / "lab")
+    server = lab.add_server("login1", env=cluster.env())
+    yield lab, server
+    lab.close()
+
+
+@pytest.fixture
+def cli_env(login: tuple[SshLab, SshdServer], gpucloud_home: Path) -> dict[str, str]:
+    lab, _ = login
+    env = {**os.environ, **lab.env(), "GPUCLOUD_HOME": str(gpucloud_home), "CI": "true", "PYTHONPATH": str(REPO)}
+    env.pop("SLURM_CONF", None)  # the CLI reaches Slurm only through the login node
+    return env
+
+
+@pytest.fixture(autouse=True)
+def queue_empty_after(cluster: SlurmCluster) -> Iterator[None]:
+    yield
+    left = cluster.squeue()
+    if left:
+        cluster.cmd(["scancel", "--full", "-u", "root"])
+    assert not left, f"the test left jobs in the queue: {left}"
+
+
+def gpucloud(env: dict[str, str], *args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def job(tmp_path: Path, name: str, body: str, resources: str = "gpu: K80:1, partition: k80") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    limit = "" if "max_duration" in body else "max_duration: 10m\n"  # the partitions' MaxTime is 60 min
+    path.write_text(f"name: {name}\nresources: {{cloud: slurm, cluster: login1, {resources}}}\n{limit}{body}")
+    return path
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 60.0, step: float = 0.3) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(step)
+    return False
+
+
+def run_dirs(server: SshdServer) -> list[Path]:
+    work = server.remote_root / "work"
+    return list(work.iterdir()) if work.is_dir() else []
+
+
+def test_plan_on_a_k80_partition_resolves_kepler(cli_env: dict[str, str], tmp_path: Path) -> None:
+    spec = job(tmp_path, "k80plan", "max_duration: 30m\nrun: nvidia-smi\n", "gpu: K80:2, account: chem")
+    res = gpucloud(cli_env, "plan", str(spec), "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    stack = doc["stack"]
+    assert (stack["driver"], stack["cuda"]) == ("470", "11.4")
+    cands = doc["candidates"]
+    assert [c["region"] for c in cands] == ["login1/k80", "login1/urgent"], cands
+    assert cands[0]["instance_type"] == "gpu:k80:2" and cands[0]["gpu"] == "K80"
+    warnings = flat(" ".join(doc["warnings"]))
+    assert "partition short excluded: its time limit (1 min) is below max_duration (30 min)" in warnings
+    assert "partition physics excluded: not allowed for account chem" in warnings
+    assert "driver is the site's" in warnings
+    # A GPU the cluster has no GRES for: every partition is named with what it has.
+    none = gpucloud(cli_env, "plan", str(job(tmp_path, "t4", "run: x\n", "gpu: T4:1")), cwd=tmp_path)
+    assert none.returncode == 2 and "no gpu:t4 GRES (gpu:k80)" in flat(none.stderr), none.stderr
+    # An unknown partition is named with the cluster's own.
+    bad = gpucloud(cli_env, "plan", str(job(tmp_path, "nop", "run: x\n", "gpu: K80:1, partition: a100")), cwd=tmp_path)
+    assert bad.returncode == 2 and "has no partition a100" in flat(bad.stderr), bad.stderr
+
+
+def test_job_file_fields_are_checked_with_their_line(cli_env: dict[str, str], tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: bad\nresources:\n  cloud: slurm\n  cluster: login1\n  qos: 'high prio'\nrun: x\n")
+    res = gpucloud(cli_env, "validate", str(spec), cwd=tmp_path)
+    assert res.returncode == 2 and f"{spec}:5: resources.qos: 'high prio' is not valid" in flat(res.stderr)
+    spec.write_text("name: bad\nresources:\n  cloud: local\n  partition: k80\nrun: x\n")
+    res = gpucloud(cli_env, "validate", str(spec), cwd=tmp_path)
+    assert res.returncode == 2 and "resources.partition: is only used with cloud: slurm" in flat(res.stderr)
+
+
+def test_quickstart(
+    cluster: SlurmCluster, login: tuple[SshLab, SshdServer], cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    _, server = login
+    before = server.accepted()
+    spec = job(
+        tmp_path,
+        "quick",
+        'run: echo "hello rank=$GPUCLOUD_NODE_RANK gpus=$CUDA_VISIBLE_DEVICES job=$SLURM_JOB_ID"; '
+        "mkdir -p out && echo 42 > out/answer.txt\nartifacts: [out]\n",
+    )
+    res = gpucloud(cli_env, "run", str(spec), "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["status"] == "succeeded"
+    found = re.search(r"hello rank=0 gpus=(\S+) job=(\d+)", res.stderr)
+    assert found and found.group(1) == "0", res.stderr  # CUDA_VISIBLE_DEVICES is Slurm's GRES binding
+    assert (Path(doc["artifacts_dir"]) / "out" / "answer.txt").read_text() == "42\n"
+    # The job id is in the run handle (attempts table), and Slurm ran it to completion.
+    status = json.loads(gpucloud(cli_env, "status", doc["run_id"], "--json", cwd=tmp_path).stdout)
+    handle_ids = [a for a in status["attempts"] if a["launched"]]
+    assert handle_ids and status["resources"][-1]["cloud_id"] == found.group(2)
+    assert "JobState=COMPLETED" in cluster.scontrol("show", "job", found.group(2)).stdout
+    assert server.accepted() - before == 1, "plan, submit, follow and teardown share one ssh connection"
+    assert not run_dirs(server), "teardown removes the run's folder on the cluster"
+
+
+def test_failing_job_exit_code(cli_env: dict[str, str], tmp_path: Path) -> None:
+    res = gpucloud(cli_env, "run", str(job(tmp_path, "three", "run: echo bye; exit 3\n")), cwd=tmp_path)
+    assert res.returncode == 3, res.stderr
+    assert "job exited with code 3" in flat(res.stderr)
+
+
+def test_max_duration_is_slurms_time_limit(cluster: SlurmCluster, cli_env: dict[str, str], tmp_path: Path) -> None:
+    """--time is max_duration in whole minutes (here 1); Slurm's TIMEOUT comes before the node's own
+    deadline (100 s) and is the run's deadline: exit 124."""
+    spec = job(tmp_path, "slow", "max_duration: 100s\nrun: echo started; sleep 300\n")
+    res = gpucloud(cli_env, "run", str(spec), cwd=tmp_path, timeout=300)
+    assert res.returncode == 124, res.stderr
+    assert "TIMEOUT" in flat(res.stderr), res.stderr
+
+
+def test_ctrl_c_cancels_the_job(
+    cluster: SlurmCluster, login: tuple[SshLab, SshdServer], cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    _, server = login
+    spec = job(tmp_path, "stopme", "run: echo started; sleep 300\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(spec)],
+        env=cli_env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert wait_for(lambda: any(d.rglob("job.pgid") for d in run_dirs(server)), 90)
+    assert cluster.squeue(), "the job runs in Slurm"
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert not cluster.squeue(), "scancel: nothing left in squeue"
+    assert not run_dirs(server)
+
+
+RENDEZVOUS = r"""python3 - <<'EOF'
+import os, socket, time
+rank, addr, port = int(os.environ["NODE_RANK"]), os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+if rank == 0:
+    srv = socket.create_server(("0.0.0.0", port))
+    conn, _ = srv.accept()
+    print("rank 0 got", conn.recv(100).decode(), "from", os.environ["SLURM_JOB_NODELIST"], flush=True)
+else:
+    for _ in range(100):
+        try:
+            socket.create_connection((addr, port), timeout=2).sendall(b"hello-from-rank-1")
+            break
+        except OSError:
+            time.sleep(0.2)
+    print("rank 1 sent to", addr, flush=True)
+EOF
+"""
+
+
+def test_two_nodes_rendezvous(cli_env: dict[str, str], tmp_path: Path) -> None:
+    body = "num_nodes: 2\nrun: |\n" + "".join(f"  {line}\n" for line in RENDEZVOUS.splitlines())
+    res = gpucloud(cli_env, "run", str(job(tmp_path, "pair", body)), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "rank 0 got hello-from-rank-1 from n[1-2]" in res.stderr
+    assert "rank 1 sent to 127.0.0.1" in res.stderr  # rank 0's NodeAddr, as Slurm knows it
+
+
+def test_pending_job_shows_its_reason(cluster: SlurmCluster, cli_env: dict[str, str], tmp_path: Path) -> None:
+    blocker = cluster.cmd(["sbatch", "--parsable", "-N2", "--gres=gpu:k80:2", "-p", "k80", "--wrap", "sleep 300"])
+    blocker_id = blocker.stdout.strip()
+    assert wait_for(lambda: f"{blocker_id} RUNNING" in cluster.squeue(), 30)
+    res = gpucloud(cli_env, "run", str(job(tmp_path, "waiter", "run: echo ran\n")), "--detach", "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    run_id = json.loads(res.stdout)["run_id"]
+
+    def phase() -> str:
+        out = gpucloud(cli_env, "status", run_id, "--json", cwd=tmp_path)
+        return str(json.loads(out.stdout).get("phase"))
+
+    assert wait_for(lambda: "Resources" in phase(), 30), phase()
+    shown = flat(gpucloud(cli_env, "status", run_id, cwd=tmp_path).stdout)
+    assert "queued in Slurm as job" in shown and "PENDING (Resources)" in shown and "1st in partition k80" in shown
+    cluster.cmd(["scancel", blocker_id])
+    down = gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path)
+    assert down.returncode == 0, down.stderr
+    assert wait_for(lambda: not cluster.squeue(), 30)
+
+
+RESUMABLE = r"""d=$GPUCLOUD_CHECKPOINT_DIR; n=$(cat "$d/step" 2>/dev/null || echo 0)
+echo "start at step $n (restart ${SLURM_RESTART_COUNT:-0})"
+while [ "$n" -lt 14 ]; do n=$((n + 1)); echo "$n" >"$d/step"; echo "step $n"; sleep 1; done
+"""
+
+
+def test_preempted_job_is_requeued_and_resumes(
+    cluster: SlurmCluster, login: tuple[SshLab, SshdServer], cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    _, server = login
+    body = "checkpoint: ckpt\ncheckpoint_interval: 1s\nrun: |\n" + "".join(f"  {x}\n" for x in RESUMABLE.splitlines())
+    spec = job(tmp_path, "resume", body, "gpu: K80:2, partition: k80")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(spec)],
+        env=cli_env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    slot = server.remote_root / "channel" / "runs"
+    assert wait_for(lambda: any(slot.rglob("slot-*.sum")) and _step(server) >= 4, 90), _step(server)
+    job_id = cluster.squeue()[0].split()[0]
+    urgent = cluster.cmd(["sbatch", "--parsable", "-N2", "--gres=gpu:k80:2", "-p", "urgent", "--wrap", "sleep 2"])
+    assert urgent.returncode == 0, urgent.stderr
+    assert wait_for(lambda: "Restarts=1" in cluster.scontrol("show", "job", job_id).stdout, 60)
+    # Slurm holds a requeued job for two minutes (its begin time); the test lets it start now.
+    assert wait_for(lambda: not any(" RUNNING" in line for line in cluster.squeue() if line.split()[0] != job_id), 30)
+    cluster.scontrol("update", f"job={job_id}", "StartTime=now")
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out
+    resumed = [int(m) for m in re.findall(r"start at step (\d+) \(restart 1\)", out)]
+    assert resumed and resumed[0] >= 3, out
+
+
+def _step(server: SshdServer) -> int:
+    for path in (server.remote_root / "work").rglob("ckpt/step"):
+        try:
+            return int(path.read_text().strip() or 0)
+        except (OSError, ValueError):
+            continue
+    return 0
