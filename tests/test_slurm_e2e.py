@@ -155,7 +155,7 @@ def test_quickstart(
 def test_failing_job_exit_code(cli_env: dict[str, str], tmp_path: Path) -> None:
     res = gpucloud(cli_env, "run", str(job(tmp_path, "three", "run: echo bye; exit 3\n")), cwd=tmp_path)
     assert res.returncode == 3, res.stderr
-    assert "job exited with code 3" in flat(res.stderr)
+    assert "job exited with code 3" in flat(res.stdout + res.stderr)
 
 
 def test_max_duration_is_slurms_time_limit(cluster: SlurmCluster, cli_env: dict[str, str], tmp_path: Path) -> None:
@@ -164,7 +164,7 @@ def test_max_duration_is_slurms_time_limit(cluster: SlurmCluster, cli_env: dict[
     spec = job(tmp_path, "slow", "max_duration: 100s\nrun: echo started; sleep 300\n")
     res = gpucloud(cli_env, "run", str(spec), cwd=tmp_path, timeout=300)
     assert res.returncode == 124, res.stderr
-    assert "TIMEOUT" in flat(res.stderr), res.stderr
+    assert "TIMEOUT" in flat(res.stdout + res.stderr), res.stderr
 
 
 def test_ctrl_c_cancels_the_job(
@@ -180,7 +180,7 @@ def test_ctrl_c_cancels_the_job(
         stderr=subprocess.STDOUT,
         text=True,
     )
-    assert wait_for(lambda: any(d.rglob("job.pgid") for d in run_dirs(server)), 90)
+    assert wait_for(lambda: any(any(d.rglob("job.pgid")) for d in run_dirs(server)), 90)
     assert cluster.squeue(), "the job runs in Slurm"
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
@@ -212,8 +212,9 @@ def test_two_nodes_rendezvous(cli_env: dict[str, str], tmp_path: Path) -> None:
     body = "num_nodes: 2\nrun: |\n" + "".join(f"  {line}\n" for line in RENDEZVOUS.splitlines())
     res = gpucloud(cli_env, "run", str(job(tmp_path, "pair", body)), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    assert "rank 0 got hello-from-rank-1 from n[1-2]" in res.stderr
-    assert "rank 1 sent to 127.0.0.1" in res.stderr  # rank 0's NodeAddr, as Slurm knows it
+    out = res.stdout + res.stderr
+    assert "[node 0] rank 0 got hello-from-rank-1 from n[1-2]" in out  # one task on each of the two nodes
+    assert "[node 1] rank 1 sent to 127.0.0.1" in out  # rank 0's NodeAddr, as Slurm knows it
 
 
 def test_pending_job_shows_its_reason(cluster: SlurmCluster, cli_env: dict[str, str], tmp_path: Path) -> None:
