@@ -264,13 +264,21 @@ def test_preempted_job_is_requeued_and_resumes(
     urgent = cluster.cmd(["sbatch", "--parsable", "-N2", "--gres=gpu:k80:2", "-p", "urgent", "--wrap", "sleep 2"])
     assert urgent.returncode == 0, urgent.stderr
     assert wait_for(lambda: "Restarts=1" in cluster.scontrol("show", "job", job_id).stdout, 60)
-    # Slurm holds a requeued job for two minutes (its begin time); the test lets it start now.
-    assert wait_for(lambda: not any(" RUNNING" in line for line in cluster.squeue() if line.split()[0] != job_id), 30)
-    cluster.scontrol("update", f"job={job_id}", "StartTime=now")
+    # Slurm holds a requeued job for two minutes (its begin time); once the urgent job is done, the
+    # test lets it start now.
+    assert wait_for(lambda: "JobState=COMPLETED" in cluster.scontrol("show", "job", urgent.stdout.strip()).stdout, 60)
+
+    def started() -> bool:
+        cluster.scontrol("update", f"job={job_id}", "StartTime=now")
+        return "JobState=RUNNING" in cluster.scontrol("show", "job", job_id).stdout
+
+    assert wait_for(started, 60, step=2), cluster.scontrol("show", "job", job_id).stdout
     out, _ = proc.communicate(timeout=180)
     assert proc.returncode == 0, out
+    assert "start at step 0 (restart 0)" in out  # one log across both starts
     resumed = [int(m) for m in re.findall(r"start at step (\d+) \(restart 1\)", out)]
     assert resumed and resumed[0] >= 3, out
+    assert re.search(r"checkpoint \d+ restored", out), out
 
 
 def _step(server: SshdServer) -> int:

@@ -11,7 +11,7 @@ barrier is that node's), gives the bootstrap its folder, and leaves GPU placemen
 A requeued job (preemption with `--requeue`) runs the wrapper again: that start begins afresh,
 with the checkpoint the earlier start uploaded (docs/SPOT.md), after the earlier start's status,
 barrier address and node-key claims are cleared (a second key would otherwise make the run's
-results untrusted).
+results untrusted) and its log parts are moved aside, so the CLI reads one log across starts.
 """
 
 from __future__ import annotations
@@ -33,8 +33,18 @@ NODE_WRAPPER = r"""#!/bin/bash
 D=__DIR__ C=__CHANNEL__
 RANK=${SLURM_NODEID:-0}
 W=$D/node-$RANK
-if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
-  rm -f "$C/node-$RANK/status.json" "$C/node-$RANK/ready" "$C/node-$RANK/done" "$C/node-$RANK/log/claim-"*
+N=$C/node-$RANK
+if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && [ -d "$N" ]; then
+  # The earlier start's confirmed log parts move to log-archive/, numbered after the ones already
+  # there; log-base says how many precede this start's parts (the CLI reads one log across starts).
+  base=$(head -c 20 "$N/log-base" 2>/dev/null | tr -cd '0-9'); base=${base:-0}
+  n=$(grep -o '"log_parts": *[0-9]*' "$N/status.json" 2>/dev/null | grep -o '[0-9]*$'); n=${n:-0}
+  mkdir -p "$N/log-archive"
+  for ((i = 0; i < n; i++)); do
+    f=$(printf %06d "$i"); [ -f "$N/log/$f" ] && mv -f "$N/log/$f" "$N/log-archive/$(printf %06d $((base + i)))"
+  done
+  rm -f "$N/log/"[0-9]* "$N/status.json" "$N/ready" "$N/done" "$N/log/claim-"*
+  echo $((base + n)) >"$N/log-base.tmp" && mv -f "$N/log-base.tmp" "$N/log-base"
 fi
 rm -rf "$W" && mkdir -p "$W" || exit 1
 addr() { scontrol show node -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p' | head -n 1; }

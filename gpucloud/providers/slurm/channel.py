@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import time
 import urllib.parse
+from collections.abc import Iterator
 
-from gpucloud.channel import SMALL_OBJECT_MAX
+from gpucloud.channel import LOG_PART_MAX, SMALL_OBJECT_MAX, ObjectRefused, log_key, node_prefix
 from gpucloud.providers import ssh_transport
 from gpucloud.providers.slurm import login as _login
 from gpucloud.providers.slurm.cluster import FINAL, JOB_SCRIPT, JobState, parse_job
@@ -75,7 +76,30 @@ class SlurmChannel(SshChannel):
             job = self.job(run_id)
         except ssh_transport.SshError:
             return st
-        return merge(st, job, run_id, rank)
+        out = merge(st, job, run_id, rank)
+        base = job.log_base.get(rank, 0) if job else 0
+        if out is not None and base:  # parts of earlier starts (requeues) come first
+            out = {**out, "log_parts": base + int(out.get("log_parts") or 0)}
+        return out
+
+    def iter_log(self, run_id: str, rank: int = 0, start: int = 0) -> Iterator[tuple[bytes, int]]:
+        """One log across the job's starts: parts below the log base are the archived ones."""
+        status = self.read_status(run_id, rank)
+        done = int(status.get("log_parts") or 0) if status else 0
+        seen = self._jobs.get(run_id)
+        base = seen[1].log_base.get(rank, 0) if seen and seen[1] else 0
+        for i in range(start, done):
+            key = f"{node_prefix(run_id, rank)}/log-archive/{i:06d}" if i < base else log_key(run_id, rank, i - base)
+            try:
+                data = self.get_bytes(key, limit=LOG_PART_MAX)
+            except ObjectRefused as exc:
+                data = f"[gpucloud] log part {i} not read: {exc.message}\n".encode()
+            if data is None:
+                return
+            yield data, i + 1
+
+    def read_log_parts(self, run_id: str, rank: int = 0, start: int = 0) -> list[bytes]:
+        return [data for data, _ in self.iter_log(run_id, rank, start)]
 
 
 def merge(st: dict | None, job: JobState | None, run_id: str, rank: int) -> dict | None:
@@ -118,7 +142,7 @@ def _waiting(st: dict | None, job: JobState, run_id: str, rank: int) -> dict:
         "heartbeat": now,
         "exit_code": None,
         "message": job.pending_message(),
-        "log_parts": (st or {}).get("log_parts", 0) if st and st.get("state") == "booting" else 0,
+        "log_parts": 0,
         "log_bytes": 0,
     }
 

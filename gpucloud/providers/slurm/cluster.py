@@ -142,7 +142,7 @@ def allowed(listing: str, name: str | None) -> bool:
     return listing.upper() == "ALL" or name is None or name in listing.split(",")
 
 
-@dataclass(frozen=True)
+@dataclass
 class JobState:
     """One job as `scontrol show job -o` tells it."""
 
@@ -153,6 +153,7 @@ class JobState:
     exit_code: int | None
     partition: str = ""
     position: int | None = None  # place among the partition's pending jobs (1 = next)
+    log_base: dict[int, int] = field(default_factory=dict)  # rank -> log parts of earlier starts
 
     @property
     def waiting(self) -> bool:
@@ -179,6 +180,9 @@ def _ordinal(n: int) -> str:
 
 # Reads the run's job id from its folder, then the job's record and its queue position.
 JOB_SCRIPT = r"""
+for f in "$R/channel/runs/$RUN"/node-*/log-base; do
+  [ -f "$f" ] && echo "@base ${f%/log-base}" "$(head -c 20 "$f" | tr -cd '0-9')"
+done
 j=$(head -c 40 "$R/work/$RUN/slurm-job" 2>/dev/null | tr -cd '0-9')
 [ -n "$j" ] || { echo "@nojob"; exit 0; }
 echo "@job $j"
@@ -205,6 +209,9 @@ def parse_job(text: str) -> JobState | None:
     exit_code = int(code) if code.isdigit() else None
     if sig.isdigit() and int(sig):
         exit_code = 128 + int(sig)
+    bases = {}
+    for found in re.finditer(r"^@base \S*/node-(\d+) (\d+)$", text, re.M):
+        bases[int(found.group(1))] = int(found.group(2))
     waiting = [line.strip() for line in queue.splitlines() if line.strip()]
     position = waiting.index(job_id) + 1 if job_id in waiting else None
     return JobState(
@@ -215,4 +222,5 @@ def parse_job(text: str) -> JobState | None:
         exit_code=exit_code,
         partition=rec.get("Partition", ""),
         position=position,
+        log_base=bases,
     )
