@@ -44,7 +44,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
 @pytest.fixture(scope="module")
 def login(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SshLab, SshdServer]]:
     lab = SshLab(tmp_path_factory.mktemp("ssh") / "lab")
-    server = lab.add_server("login1", env=cluster.env())
+    server = lab.add_server("hpc-login", env=cluster.env())
     yield lab, server
     lab.close()
 
@@ -75,7 +75,7 @@ def gpucloud(env: dict[str, str], *args: str, cwd: Path, timeout: float = 240) -
 def job(tmp_path: Path, name: str, body: str, resources: str = "gpu: K80:1, partition: k80") -> Path:
     path = tmp_path / f"{name}.yaml"
     limit = "" if "max_duration" in body else "max_duration: 10m\n"  # the partitions' MaxTime is 60 min
-    path.write_text(f"name: {name}\nresources: {{cloud: slurm, cluster: login1, {resources}}}\n{limit}{body}")
+    path.write_text(f"name: {name}\nresources: {{cloud: slurm, cluster: hpc-login, {resources}}}\n{limit}{body}")
     return path
 
 
@@ -101,7 +101,7 @@ def test_plan_on_a_k80_partition_resolves_kepler(cli_env: dict[str, str], tmp_pa
     stack = doc["stack"]
     assert (stack["driver"], stack["cuda"]) == ("470", "11.4")
     cands = doc["candidates"]
-    assert [c["region"] for c in cands] == ["login1/k80", "login1/urgent"], cands
+    assert [c["region"] for c in cands] == ["hpc-login/k80", "hpc-login/urgent"], cands
     assert cands[0]["instance_type"] == "gpu:k80:2" and cands[0]["gpu"] == "K80"
     warnings = flat(" ".join(doc["warnings"]))
     assert "partition short excluded: its time limit (1 min) is below max_duration (30 min)" in warnings
@@ -117,7 +117,7 @@ def test_plan_on_a_k80_partition_resolves_kepler(cli_env: dict[str, str], tmp_pa
 
 def test_job_file_fields_are_checked_with_their_line(cli_env: dict[str, str], tmp_path: Path) -> None:
     spec = tmp_path / "bad.yaml"
-    spec.write_text("name: bad\nresources:\n  cloud: slurm\n  cluster: login1\n  qos: 'high prio'\nrun: x\n")
+    spec.write_text("name: bad\nresources:\n  cloud: slurm\n  cluster: hpc-login\n  qos: 'high prio'\nrun: x\n")
     res = gpucloud(cli_env, "validate", str(spec), cwd=tmp_path)
     assert res.returncode == 2 and f"{spec}:5: resources.qos: 'high prio' is not valid" in flat(res.stderr)
     spec.write_text("name: bad\nresources:\n  cloud: local\n  partition: k80\nrun: x\n")
@@ -150,6 +150,30 @@ def test_quickstart(
     assert "JobState=COMPLETED" in cluster.scontrol("show", "job", found.group(2)).stdout
     assert server.accepted() - before == 1, "plan, submit, follow and teardown share one ssh connection"
     assert not run_dirs(server), "teardown removes the run's folder on the cluster"
+
+
+def test_the_example_runs_on_the_cluster(cli_env: dict[str, str], tmp_path: Path) -> None:
+    """examples/slurm/k80-slurm.yaml names the login node `hpc-login`, the alias of the test's."""
+    res = gpucloud(cli_env, "run", str(REPO / "examples" / "slurm" / "k80-slurm.yaml"), "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["status"] == "succeeded" and (Path(doc["artifacts_dir"]) / "metrics.json").is_file()
+
+
+def test_gc_cancels_expired_jobs_by_their_tag(cluster: SlurmCluster, cli_env: dict[str, str], tmp_path: Path) -> None:
+    res = gpucloud(cli_env, "run", str(job(tmp_path, "first", "run: echo one\n")), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr  # a recorded run on the cluster: gc visits it
+    tag = "gpucloud-run=old-run,gpucloud-expires=2020-01-01T00:00:00Z"
+    stale = cluster.cmd(["sbatch", "--parsable", f"--comment={tag}", "-p", "k80", "--wrap", "sleep 300"])
+    fresh = cluster.cmd(["sbatch", "--parsable", "-p", "k80", "--wrap", "sleep 300"])  # not gpucloud's
+    dry = gpucloud(cli_env, "gc", "--dry-run", "--cloud", "slurm", cwd=tmp_path)
+    assert f"job {stale.stdout.strip()} of run old-run past its expiry (would cancel)" in flat(dry.stdout + dry.stderr)
+    assert len(cluster.squeue()) == 2
+    done = gpucloud(cli_env, "gc", "--yes", "--cloud", "slurm", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert wait_for(lambda: [line.split()[0] for line in cluster.squeue()] == [fresh.stdout.strip()], 30)
+    cluster.cmd(["scancel", fresh.stdout.strip()])
+    assert wait_for(lambda: not cluster.squeue(), 30)
 
 
 def test_failing_job_exit_code(cli_env: dict[str, str], tmp_path: Path) -> None:
