@@ -121,7 +121,7 @@ def merge(st: dict | None, job: JobState | None, run_id: str, rank: int) -> dict
     if state in ("deadline", "preempted") or (state == "error" and not final):
         return _final(st, run_id, rank, state, None if state != "error" else code, message)
     if not final:  # the node never reported: Slurm's verdict with its exit code
-        return _final(st, run_id, rank, state, job.exit_code if job.exit_code is not None else code, message)
+        return _final(st, run_id, rank, state, job.exit_code or code, message)
     return st
 
 
