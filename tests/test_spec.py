@@ -570,7 +570,7 @@ BAD_SPECS: list[Bad] = [
         (
             "needs a GPU or an instance type",
             "gpu: T4:1",
-            "only cloud: local or ssh (in the file or as --cloud) runs without either",
+            "only cloud: local or ssh or slurm (in the file or as --cloud) runs without either",
         ),
     ),
     # machines you own (resources.hosts)
@@ -834,7 +834,7 @@ BAD_SPECS: list[Bad] = [
         "name: job\nresources:\n  cloud: gcp\n  gpu: K80:1\nrun: x\n",
         3,
         "resources.cloud",
-        ("unknown cloud 'gcp'", "Expected aws, azure, local, ssh, any, or a list of them"),
+        ("unknown cloud 'gcp'", "Expected aws, azure, local, ssh, slurm, any, or a list of them"),
     ),
     Bad(
         "cloud-typo",
