@@ -107,6 +107,11 @@ def test_plan_on_a_k80_partition_resolves_kepler(cli_env: dict[str, str], tmp_pa
     assert "partition short excluded: its time limit (1 min) is below max_duration (30 min)" in warnings
     assert "partition physics excluded: not allowed for account chem" in warnings
     assert "driver is the site's" in warnings
+    assert "at most 1 GPU-hour(s) (2 x 1 node(s) for max_duration)" in warnings
+    # A chargeback rate makes the GPU-hours cost money: $0.50 x 2 GPUs per node-hour.
+    priced = gpucloud({**cli_env, "GPUCLOUD_SLURM_GPU_HOUR_RATE": "0.5"}, "plan", str(spec), "--json", cwd=tmp_path)
+    first = json.loads(priced.stdout)["candidates"][0]
+    assert (first["price_per_hour"], first["estimated_cost"]) == (1.0, 0.5)
     # A GPU the cluster has no GRES for: every partition is named with what it has.
     none = gpucloud(cli_env, "plan", str(job(tmp_path, "t4", "run: x\n", "gpu: T4:1")), cwd=tmp_path)
     assert none.returncode == 2 and "no gpu:t4 GRES (gpu:k80)" in flat(none.stderr), none.stderr
@@ -174,6 +179,21 @@ def test_gc_cancels_expired_jobs_by_their_tag(cluster: SlurmCluster, cli_env: di
     assert wait_for(lambda: [line.split()[0] for line in cluster.squeue()] == [fresh.stdout.strip()], 30)
     cluster.cmd(["scancel", fresh.stdout.strip()])
     assert wait_for(lambda: not cluster.squeue(), 30)
+
+
+def test_cluster_local_on_a_submit_host(cluster: SlurmCluster, gpucloud_home: Path, tmp_path: Path) -> None:
+    """`cluster: local`: the Slurm commands and the channel are on this machine (no ssh)."""
+    env = {**os.environ, **cluster.env(), "GPUCLOUD_HOME": str(gpucloud_home), "CI": "true"}
+    env.update(PYTHONPATH=str(REPO), GPUCLOUD_REMOTE_ROOT=str(tmp_path / "remote"))
+    spec = tmp_path / "here.yaml"
+    spec.write_text(
+        "name: here\nresources: {cloud: slurm, cluster: local, gpu: K80:2}\nmax_duration: 10m\n"
+        'run: echo "on $SLURM_JOB_PARTITION with $CUDA_VISIBLE_DEVICES"\n'
+    )
+    res = gpucloud(env, "run", str(spec), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "on k80 with 0,1" in res.stdout + res.stderr  # the default partition, both GPUs of a node
+    assert not list((tmp_path / "remote" / "work").iterdir())
 
 
 def test_failing_job_exit_code(cli_env: dict[str, str], tmp_path: Path) -> None:

@@ -132,6 +132,13 @@ class SlurmProvider:
                 hint=f"`{login.shell('sinfo -o %P %G %l %a')}` shows what the cluster has.",
             )
         if job.gpu:
+            hours = job.gpu_count * job.num_nodes * job.max_duration_s / 3600
+            rate = cands[0].price_per_hour / job.gpu_count if job.gpu_count else 0.0
+            self._notes.append(
+                f"slurm: at most {hours:g} GPU-hour(s) ({job.gpu_count} x {job.num_nodes} node(s) for max_duration)"
+                + (f" at ${rate:g} per GPU-hour ({RATE_ENV})" if rate else f"; set {RATE_ENV} for a $ figure")
+                + "."
+            )
             self._notes.append(
                 f"slurm: the driver is the site's: the node's nvidia-smi is checked by the run, nothing is "
                 f"installed (a {job.gpu} needs the stack above)."
