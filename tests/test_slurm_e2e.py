@@ -204,8 +204,8 @@ def test_failing_job_exit_code(cli_env: dict[str, str], tmp_path: Path) -> None:
 
 def test_max_duration_is_slurms_time_limit(cluster: SlurmCluster, cli_env: dict[str, str], tmp_path: Path) -> None:
     """--time is max_duration in whole minutes (here 1); Slurm's TIMEOUT comes before the node's own
-    deadline (100 s) and is the run's deadline: exit 124."""
-    spec = job(tmp_path, "slow", "max_duration: 100s\nrun: echo started; sleep 300\n")
+    deadline (115 s) and is the run's deadline: exit 124."""
+    spec = job(tmp_path, "slow", "max_duration: 115s\nrun: echo started; sleep 300\n")
     res = gpucloud(cli_env, "run", str(spec), cwd=tmp_path, timeout=300)
     assert res.returncode == 124, res.stderr
     assert "TIMEOUT" in flat(res.stdout + res.stderr), res.stderr

@@ -6,9 +6,12 @@ channel and Slurm's view of the job through the login node (channel.py)."""
 from __future__ import annotations
 
 import io
+import os
 import random
 import re
+import shlex
 import tarfile
+import urllib.parse
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -178,13 +181,13 @@ class SlurmProvider:
                 "expires": str(int(req.expires_at.timestamp())),
             }
             for rank, text in enumerate(req.user_data):
-                files[f"bootstrap-{rank}.sh"] = text.replace(ROOT_TOKEN, _quote_path(root))
+                files[f"bootstrap-{rank}.sh"] = text.replace(ROOT_TOKEN, urllib.parse.quote(root))
             login.run(script('mkdir -p "$D" && tar -xzf - -C "$D"', D=run_dir), input=_tarball(files))
             journal.created(folder_id, f"{cluster}:work/{req.run_id}")
             gres_type = req.instance_type.split(":")[1] if req.instance_type.startswith("gpu:") else ""
             comment = f"gpucloud-run={req.run_id},gpucloud-expires={expiry_tag(req.expires_at)}"
             opts = batch.sbatch_options(req, partition, gres_type, comment)
-            out = login.run(script(SUBMIT_SCRIPT, D=run_dir).replace('"$@"', " ".join(map(_q, opts))), timeout=60)
+            out = login.run(script(SUBMIT_SCRIPT, D=run_dir).replace('"$@"', shlex.join(opts)), timeout=60)
             text = out.stdout.decode("utf-8", "replace")
         except ssh_transport.SshError as exc:
             self._quiet_teardown(handle, journal)
@@ -308,8 +311,6 @@ def _judge(part: Partition, job: PlanRequest) -> tuple[str, str, int]:
 
 def _candidate(cloud: str, cluster: str, part: Partition, job: PlanRequest, gres_type: str) -> Candidate:
     """Price: the chargeback rate per GPU-hour when the site sets one (RATE_ENV), else 0."""
-    import os
-
     try:
         rate = max(0.0, float(os.environ.get(RATE_ENV, "0") or 0))
     except ValueError:
@@ -339,15 +340,3 @@ def _tarball(files: dict[str, str]) -> bytes:
             info.size, info.mode = len(data), 0o700
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
-
-
-def _quote_path(path: str) -> str:
-    import urllib.parse
-
-    return urllib.parse.quote(path)
-
-
-def _q(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
