@@ -127,6 +127,7 @@ SIGNALLED = {"state": "failed", "exit_code": None, "message": "bootstrap stopped
         (None, ("OUT_OF_MEMORY", "None", 0), "failed", 137),
         ({"state": "failed", "exit_code": 3, "message": "job exited with code 3"}, ("RUNNING", "None", 0), "failed", 3),
         ({"state": "succeeded", "exit_code": 0, "message": ""}, ("COMPLETED", "None", 0), "succeeded", 0),
+        (None, ("FAILED", "NonZeroExitCode", 0), "failed", 1),
     ],
 )
 def test_slurm_state_applied_to_a_node_status(
@@ -135,3 +136,7 @@ def test_slurm_state_applied_to_a_node_status(
     out = merge(dict(node) if node else None, job_state(*slurm), "r1", 0)
     assert out is not None
     assert (out["state"], out["exit_code"]) == (want_state, want_code)
+
+
+def test_a_completed_job_is_no_success_without_the_nodes_word() -> None:
+    assert merge(None, job_state("COMPLETED", "None"), "r1", 0) is None

@@ -9,8 +9,10 @@ keys live on the one login host. `read_status` also asks Slurm about the job (on
 - a node's final status is taken once Slurm says the job ended; until then a final status left by
   a start that Slurm requeued is not final;
 - where Slurm ended the job itself (TIMEOUT, PREEMPTED without requeue, NODE_FAIL,
-  OUT_OF_MEMORY, CANCELLED before the node reported), Slurm's state decides: a TIMEOUT is the
-  deadline (exit 124) even though the node, killed by Slurm's SIGTERM, reported a signal.
+  OUT_OF_MEMORY, FAILED or CANCELLED before the node reported), Slurm's state decides: a TIMEOUT is the
+  deadline (exit 124) even though the node, killed by Slurm's SIGTERM, reported a signal. A
+  COMPLETED job is never reported for a node that wrote no final status (that read is retried, and
+  a node gone without one is "lost" as anywhere): success is the node's own, signed word.
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ def merge(st: dict | None, job: JobState | None, run_id: str, rank: int) -> dict
     state, code, message = meaning
     if state in ("deadline", "preempted") or (state == "error" and not final):
         return _final(st, run_id, rank, state, None if state != "error" else code, message)
-    if not final:  # the node never reported: Slurm's verdict with its exit code
+    if not final and job.state != "COMPLETED":  # the node never reported: Slurm's verdict and exit code
         return _final(st, run_id, rank, state, job.exit_code or code, message)
     return st
 
