@@ -44,7 +44,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
 @pytest.fixture(scope="module")
 def login(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SshLab, SshdServer]]:
     lab = SshLab(tmp_path_factory.mktemp("ssh") / "lab")
-    server = lab.add_server("hpc-login", env=cluster.env())
+    # Jobs inherit the login's PATH (sbatch exports the environment): the stub nvidia-smi is the nodes' too.
+    server = lab.add_server("hpc-login", gpu=("Tesla K80", 2, 11441, "470.256.02", "11.4"), env=cluster.env())
+    lab.add_server("old-login", gpu=("Tesla K80", 2, 11441, "460.32.03", "11.2"), env=cluster.env())
     yield lab, server
     lab.close()
 
@@ -194,6 +196,17 @@ def test_cluster_local_on_a_submit_host(cluster: SlurmCluster, gpucloud_home: Pa
     assert res.returncode == 0, res.stderr
     assert "on k80 with 0,1" in res.stdout + res.stderr  # the default partition, both GPUs of a node
     assert not list((tmp_path / "remote" / "work").iterdir())
+
+
+def test_the_sites_driver_is_checked_never_installed(cli_env: dict[str, str], tmp_path: Path) -> None:
+    res = gpucloud(cli_env, "run", str(job(tmp_path, "drv", "run: echo ok\n")), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "node n1: the site's driver 470.256.02 (the stack needs R470" in flat(res.stdout)
+    spec = tmp_path / "old.yaml"
+    spec.write_text(job(tmp_path, "old", "run: echo ok\n").read_text().replace("hpc-login", "old-login"))
+    res = gpucloud(cli_env, "run", str(spec), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "WARNING: node n1: the site's driver 460.32.03 is older than R470" in flat(res.stdout)
 
 
 def test_failing_job_exit_code(cli_env: dict[str, str], tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ nodes), takes the node's rank from `SLURM_NODEID`, its address from the controll
 `scontrol show hostnames $SLURM_JOB_NODELIST`, so the MASTER_ADDR the nodes agree on at the
 barrier is that node's), gives the bootstrap its folder, and leaves GPU placement to Slurm:
 `CUDA_VISIBLE_DEVICES` is what Slurm set for the job's GRES, and no lock of gpucloud's is taken.
+The driver is the site's: the wrapper checks the node's against the stack's branch (older, or
+newer than R470 for Kepler, is a warning at the top of the node's log) and installs nothing.
 A requeued job (preemption with `--requeue`) runs the wrapper again: that start begins afresh,
 with the checkpoint the earlier start uploaded (docs/SPOT.md), after the earlier start's status,
 barrier address and node-key claims are cleared (a second key would otherwise make the run's
@@ -52,6 +54,23 @@ ip=$(addr "${SLURMD_NODENAME:-$(hostname -s)}")
 case $ip in *[!0-9.]* | "") ;; *) export GPUCLOUD_NODE_IP=$ip ;; esac
 first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | head -n 1)
 echo "start ${SLURM_RESTART_COUNT:-0}, rank $RANK; rank 0: $first at $(addr "$first")" >"$W/slurm-start"
+node=${SLURMD_NODENAME:-$(hostname -s)}
+ngpu=$(sed -n 's/^NGPU=//p' "$D/bootstrap-$RANK.sh" | head -n 1)
+want=$(sed -n "s/^DRIVER='*\([0-9][0-9]*\).*/\1/p" "$D/bootstrap-$RANK.sh" | head -n 1)
+if [ "${ngpu:-0}" -gt 0 ] 2>/dev/null && [ -n "$want" ]; then
+  drv=$(timeout -k 2 20 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null |
+    head -n 1 | tr -cd '0-9.')
+  if [ -z "$drv" ]; then
+    note="WARNING: node $node: nvidia-smi shows no driver; the stack needs R$want (the site's to install)"
+  elif [ "${drv%%.*}" -lt "$want" ]; then
+    note="WARNING: node $node: the site's driver $drv is older than R$want, the branch the stack needs"
+  elif [ "$want" = 470 ] && [ "${drv%%.*}" -gt 470 ]; then
+    note="WARNING: node $node: the site's driver $drv no longer supports Kepler GPUs (R470 is the last)"
+  else
+    note="node $node: the site's driver $drv (the stack needs R$want; gpucloud installs none on a cluster)"
+  fi
+  echo "[gpucloud] $note" >>"$W/job.log"
+fi
 export GPUCLOUD_VM_DIR=$W GPUCLOUD_NODE_RANK=$RANK
 cd "$W" && exec bash "$D/bootstrap-$RANK.sh" </dev/null >"$W/console.log" 2>&1
 """
