@@ -170,8 +170,15 @@ class SlurmCluster:
         return all(states.get(n) == "idle" for n in self.nodes)
 
     def cmd(self, argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        # cwd: sbatch writes a job's slurm-<id>.out there, inside the cluster's temp folder.
         return subprocess.run(
-            argv, env={**os.environ, **self.env()}, capture_output=True, text=True, timeout=timeout, check=False
+            argv,
+            env={**os.environ, **self.env()},
+            cwd=self.folder,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
 
     def scontrol(self, *args: str) -> subprocess.CompletedProcess[str]:
