@@ -535,8 +535,13 @@ def run(root: Path, dry_run: bool) -> int:
         _move(root, layout)
         for rel, text in changed.items():
             (root / rel).write_text(text, encoding="utf-8")
-        _git(root, "add", "-A", "--", *sorted({"gpucloud", "tests", *changed}))
         _tidy(root, [p for p in changed if p.endswith(".py")])
+        _git(root, "add", "-A", "--", *sorted({"gpucloud", "tests", *changed}))
+        for rel in sorted(changed):
+            if rel.endswith(".py"):
+                for n, line in enumerate((root / rel).read_text(encoding="utf-8").splitlines(), 1):
+                    if len(line) > 120:
+                        print(f"LINE OVER 120 after the rewrite (split it by hand): {rel}:{n}")
         print(f"{len(layout.paths)} files moved, {len(changed)} files rewritten")
     for rel in layout.unknown:
         print(f"NOT IN ANY TABLE (add it to MODULES/KEEP_MODULES or TESTS): {rel}")
