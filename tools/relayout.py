@@ -374,6 +374,12 @@ class Rewriter:
                 new = self.path(f"gpucloud/{short}")
                 if new != f"gpucloud/{short}":
                     edits.append((m.start(1), m.end(1), new.removeprefix("gpucloud/")))
+        if rel.endswith(".md"):
+            for m in re.finditer(r"`(\w+_\w+)`", text):
+                for folder in ("gpucloud", "gpucloud/providers"):
+                    new = self.path(f"{folder}/{m.group(1)}.py")
+                    if new != f"{folder}/{m.group(1)}.py":
+                        edits.append((m.start(1), m.end(1), new.removeprefix("gpucloud/").removesuffix(".py")))
         if rel in self.lay.paths and rel.endswith(".py"):
             delta = len(Path(self.lay.paths[rel]).parts) - len(Path(rel).parts)
             if delta:
