@@ -541,7 +541,8 @@ def run(root: Path, dry_run: bool) -> int:
         _move(root, layout)
         for rel, text in changed.items():
             (root / rel).write_text(text, encoding="utf-8")
-        _tidy(root, [p for p in changed if p.endswith(".py")])
+        shared = share_fixtures(root)
+        _tidy(root, sorted({p for p in changed if p.endswith(".py")} | shared))
         _git(root, "add", "-A", "--", *sorted({"gpucloud", "tests", *changed}))
         print(f"{len(layout.paths)} files moved, {len(changed)} files rewritten")
     for rel in layout.unknown:
@@ -565,6 +566,77 @@ def _move(root: Path, layout: Layout) -> None:
             if not init.exists():
                 init.write_text("", encoding="utf-8")
             f = f.parent
+
+
+def _fixtures(path: Path) -> set[str]:
+    """Names of the pytest fixtures a test module defines at its top level."""
+    out = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            if any(ast.unparse(d).startswith(("pytest.fixture", "fixture")) for d in node.decorator_list):
+                out.add(node.name)
+    return out
+
+
+def share_fixtures(root: Path) -> set[str]:
+    """A fixture that test modules import from a sibling test module is imported once, by the
+    folder's conftest.py, instead; each module keeps importing what it also uses by name. Returns
+    the files changed."""
+    changed: set[str] = set()
+    for folder in sorted({p.parent for p in (root / "tests").rglob("test_*.py")}):
+        if folder.name in ("support", "data"):
+            continue
+        package = ".".join(folder.relative_to(root).parts)
+        wanted: dict[str, list[str]] = {}  # sibling module -> fixture names for conftest
+        for path in sorted(folder.glob("test_*.py")):
+            text = path.read_text(encoding="utf-8")
+            tree = ast.parse(text)
+            used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+            offsets = _line_offsets(text)
+            edits: list[tuple[int, int, str]] = []
+            for node in tree.body:
+                if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(package + ".")):
+                    continue
+                sibling = folder / (node.module.rsplit(".", 1)[1] + ".py")
+                if node.module.count(".") != package.count(".") + 1 or not sibling.is_file():
+                    continue
+                fixtures = _fixtures(sibling)
+                moved = [a for a in node.names if a.name in fixtures and not a.asname and a.name not in used]
+                if not moved:
+                    continue
+                for a in moved:
+                    if a.name not in wanted.setdefault(node.module, []):
+                        wanted[node.module].append(a.name)
+                kept = [a for a in node.names if a not in moved]
+                start = offsets[node.lineno - 1]
+                end = offsets[node.end_lineno or node.lineno]
+                line = text[start:end]
+                comment = "" if not kept or "noqa" not in line else "  # noqa: F401"
+                names = ", ".join(f"{a.name} as {a.asname}" if a.asname else a.name for a in kept)
+                edits.append((start, end, f"from {node.module} import {names}{comment}\n" if kept else ""))
+            if edits:
+                path.write_text(_apply(text, edits), encoding="utf-8")
+                changed.add(str(path.relative_to(root)))
+        if wanted:
+            changed.add(_add_to_conftest(root, folder, wanted))
+    return changed
+
+
+def _add_to_conftest(root: Path, folder: Path, wanted: dict[str, list[str]]) -> str:
+    conftest = folder / "conftest.py"
+    lines = [f"from {module} import {', '.join(names)}  # noqa: F401" for module, names in sorted(wanted.items())]
+    if conftest.is_file():
+        text = conftest.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        imports = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+        last = max((n.end_lineno or n.lineno for n in imports), default=0)
+        head = text.splitlines(keepends=True)
+        text = "".join(head[:last]) + "\n".join(lines) + "\n" + "".join(head[last:])
+    else:
+        doc = "Fixtures the tests of this folder share: defined once in a sibling test module, found here by pytest."
+        text = f'"""{doc}"""\n\n' + "\n".join(lines) + "\n"
+    conftest.write_text(text, encoding="utf-8")
+    return str(conftest.relative_to(root))
 
 
 def _tidy(root: Path, py_files: list[str]) -> None:
