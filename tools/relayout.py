@@ -578,6 +578,25 @@ def _fixtures(path: Path) -> set[str]:
     return out
 
 
+def _used_by_name(tree: ast.AST) -> set[str]:
+    """Names a module reads other than as a parameter of the function reading it (a fixture is
+    requested as a parameter; only a read of the module's own binding needs the import)."""
+    used: set[str] = set()
+
+    def visit(node: ast.AST, params: frozenset[str]) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            args = node.args
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+            params = params | {a.arg for a in every if a is not None}
+        if isinstance(node, ast.Name) and node.id not in params:
+            used.add(node.id)
+        for child in ast.iter_child_nodes(node):
+            visit(child, params)
+
+    visit(tree, frozenset())
+    return used
+
+
 def share_fixtures(root: Path) -> set[str]:
     """A fixture that test modules import from a sibling test module is imported once, by the
     folder's conftest.py, instead; each module keeps importing what it also uses by name. Returns
@@ -591,7 +610,7 @@ def share_fixtures(root: Path) -> set[str]:
         for path in sorted(folder.glob("test_*.py")):
             text = path.read_text(encoding="utf-8")
             tree = ast.parse(text)
-            used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+            used = _used_by_name(tree)
             offsets = _line_offsets(text)
             edits: list[tuple[int, int, str]] = []
             for node in tree.body:
