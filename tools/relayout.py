@@ -369,7 +369,9 @@ class Rewriter:
         if rel.endswith(".md"):
             for m in self.doc_path_re.finditer(text):
                 short = m.group(1)
-                if short.startswith(("gpucloud/", "tests/")) or ("/" not in short and short not in self.unique):
+                if short.startswith(("gpucloud/", "tests/")):
+                    continue
+                if "/" not in short and short not in self.unique:
                     continue
                 new = self.path(f"gpucloud/{short}")
                 if new != f"gpucloud/{short}":
@@ -387,6 +389,22 @@ class Rewriter:
                     n = int(m.group(3)) + 1 if m.group(3) is not None else m.group(2).count(".parent")
                     edits.append((m.start(), m.end(), f"Path(__file__){m.group(1)}{_parents(n + delta)}"))
         return _apply(text, edits)
+
+    def ambiguous(self, texts: dict[str, str]) -> list[str]:
+        """Bare file names in docs that a moved module shares with another: which one is meant needs a reader."""
+        names = {Path(o).name for o in self.lay.paths if o.startswith("gpucloud/") and Path(o).name not in self.unique}
+        names.discard("__init__.py")
+        mine = self.lay.root / "tools" / "relayout_internals_map.md"
+        written = set(mine.read_text(encoding="utf-8").splitlines()) if mine.is_file() else set()
+        out = []
+        for rel, text in sorted(texts.items()):
+            if rel.endswith(".md"):
+                for m in self.doc_path_re.finditer(text):
+                    line_start = text.rfind("\n", 0, m.start()) + 1
+                    line = text[line_start : text.find("\n", m.start())]
+                    if m.group(1) in names and line not in written:
+                        out.append(f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(1)}")
+        return out
 
     def path(self, rel: str) -> str:
         return self.lay.paths.get(rel, rel)
@@ -516,7 +534,7 @@ def patch_internals(root: Path, text: str) -> str:
     if PROVIDER_FILES_MARK not in text and files_part.strip():
         b = text.index(MAP_END)
         nl = text.index("\n", b) + 1
-        text = text[:nl] + files_part.rstrip("\n") + "\n" + text[nl:]
+        text = text[:nl] + files_part.rstrip("\n") + "\n\n" + text[nl:]
     return text
 
 
@@ -545,6 +563,8 @@ def run(root: Path, dry_run: bool) -> int:
         _tidy(root, sorted({p for p in changed if p.endswith(".py")} | shared))
         _git(root, "add", "-A", "--", *sorted({"gpucloud", "tests", *changed}))
         print(f"{len(layout.paths)} files moved, {len(changed)} files rewritten")
+    for where in rw.ambiguous(changed):
+        print(f"AMBIGUOUS DOC REFERENCE (several modules have this name; write its path by hand): {where}")
     for rel in layout.unknown:
         print(f"NOT IN ANY TABLE (add it to MODULES/KEEP_MODULES or TESTS): {rel}")
     return 1 if layout.unknown else 0
