@@ -272,6 +272,8 @@ def scan(root: Path) -> Layout:
             # Moved once already when the new module exists and the __init__ holds no code of its own.
             if (root / old).is_file() and not (root / new).exists():
                 paths[old] = new
+            elif (root / old).is_file() and _has_code(root / old):
+                sys.exit(f"error: {new} exists and {old} still holds code; merge them by hand, then run again")
         elif (root / old).is_file():
             if (root / new).exists():
                 sys.exit(f"error: both {old} and {new} exist; merge them by hand, then run again")
@@ -292,6 +294,12 @@ def scan(root: Path) -> Layout:
     for pkg in split:
         modules.pop(pkg)
     return Layout(root, paths, modules, split, old_modules, find_unknown(root))
+
+
+def _has_code(path: Path) -> bool:
+    """More in a module than its docstring."""
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    return any(not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)) for n in body)
 
 
 def find_unknown(root: Path) -> list[str]:
