@@ -374,6 +374,13 @@ class Rewriter:
             new = self.path(m.group(1))
             if new != m.group(1):
                 edits.append((m.start(1), m.end(1), new))
+        if rel.endswith(".py"):
+            # A path spelled as joined segments: REPO / "gpucloud" / "cli_setup.py".
+            for m in re.finditer(r'"(?:gpucloud|tests)"(?:\s*/\s*"[\w.]+")+', text):
+                segments = re.findall(r'"([\w.]+)"', m.group(0))
+                new = self.path("/".join(segments))
+                if new != "/".join(segments):
+                    edits.append((m.start(), m.end(), " / ".join(f'"{part}"' for part in new.split("/"))))
         if rel.endswith(".md"):
             for m in self.doc_path_re.finditer(text):
                 short = m.group(1)
