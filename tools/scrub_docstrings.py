@@ -41,7 +41,7 @@ HISTORY = re.compile(
 OWNER = re.compile(r"\((?:lead|owner:[^)]*)\)")
 
 
-def scrub(text: str) -> str:
+def scrub(text: str, capitalize: bool = True) -> str:
     """Issue references in parentheses and a leading "issue N: ", removed from one piece of prose."""
 
     def paren(m: re.Match[str]) -> str:
@@ -54,7 +54,7 @@ def scrub(text: str) -> str:
         return f"{m.group(1)}({', '.join(kept)})" if kept else ""
 
     def leading(m: re.Match[str]) -> str:
-        return "\0" if re.search(r'(^|"""|# |#)$', m.string[: m.start()]) else ""
+        return "\0" if capitalize and re.search(r'(^|"""|# |#)$', m.string[: m.start()]) else ""
 
     text = PAREN.sub(paren, text)
     text = LEADING.sub(leading, text)
@@ -81,7 +81,8 @@ def _python(path: Path, text: str) -> str:
             and after in (tokenize.NEWLINE, tokenize.ENDMARKER)
         )
         if tok.type == tokenize.COMMENT or statement_string:
-            new = scrub(tok.string)
+            trailing = tok.type == tokenize.COMMENT and tok.line[: tok.start[1]].strip() != ""
+            new = scrub(tok.string, capitalize=not trailing)
             if new != tok.string:
                 edits.append((tok.start, tok.end, new))
         if tok.type not in (tokenize.COMMENT, tokenize.NL):
