@@ -190,6 +190,7 @@ TESTS: dict[str, str] = {
     "test_ci_examples.py": "",
     "test_ci_script.py": "",
     "test_bench_counts.py": "",
+    "test_relayout.py": "",
 }
 
 # Where references are rewritten (files below these, by suffix) besides the moved files themselves.
