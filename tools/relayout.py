@@ -198,7 +198,7 @@ SCAN_DIRS = ("gpucloud", "tests", "bench", "tools", "examples", "docs", ".ci", "
 SCAN_FILES = ("README.md", "BENCHMARKS.md", "pyproject.toml", "action.yml", "CONTRIBUTING.md")
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".yml", ".yaml", ".cfg", ".ini", ".txt", ".sh", ".j2", ""}
 # This script and its companions name the old paths on purpose.
-SELF = {"tools/relayout.py", "tools/relayout_internals_map.md", "tools/scrub_docstrings.py"}
+SELF = {"tools/relayout.py", "tools/relayout_internals_map.md", "tools/scrub_docstrings.py", "tests/test_relayout.py"}
 
 LAYERS_BLOCK = """LAYERS: dict[str, int] = {
     # import-free ground: errors, pure data, the VM wire format
