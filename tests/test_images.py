@@ -83,7 +83,8 @@ def test_every_image_row_has_a_source_and_date() -> None:
 def test_no_cloud_names_in_image_code() -> None:
     """Cloud facts live in data rows (DESIGN: outside providers/, code does not spell cloud names)."""
     root = package_dir()
-    for name in ("images.py", "stacks.py", "stack_data.py", "timeline.py"):
+    for module in ("gpucloud.images", "gpucloud.stacks", "gpucloud.stack_data", "gpucloud.timeline"):
+        name = module.removeprefix("gpucloud.").replace(".", "/") + ".py"
         code = (root / name).read_text()
         assert not re.search(r"[\"'](aws|azure|local)[\"']", code), name
 

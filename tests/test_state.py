@@ -139,8 +139,13 @@ def test_two_processes_write_concurrently(gpucloud_home: Path) -> None:
 
 def test_schema_created_by_racing_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUCLOUD_HOME", str(tmp_path / "fresh"))
-    code = (
-        "from gpucloud.state import Store; s = Store(); s.create_run(__import__('sys').argv[1], name='n'); print('ok')"
+    code = "; ".join(
+        [
+            "from gpucloud.state import Store",
+            "s = Store()",
+            "s.create_run(__import__('sys').argv[1], name='n')",
+            "print('ok')",
+        ]
     )
     procs = [
         subprocess.Popen(
