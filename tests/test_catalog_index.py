@@ -92,6 +92,53 @@ def _checked_one_by_one(spec: object, cat: object) -> list[Exclusion]:
     return out
 
 
+@pytest.mark.parametrize("shape", ["regions", "types"])
+def test_candidates_are_ranked_as_a_full_sort_and_built_only_when_read(
+    shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The printed plan of a job with tens of thousands of candidates builds only the ones it shows;
+    reading further gives exactly the order of a sort of every candidate by the planner's key."""
+    from gpucloud import planner
+    from gpucloud.plan_rows import HEAD
+    from gpucloud.views import PLAN_ROWS
+
+    rows = grown_rows(40, shape)
+    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    path = tmp_path / "job.yaml"
+    path.write_text(JOBS["t4"])
+    spec = load_spec(path)
+    built: list[object] = []
+    real = planner._candidate
+
+    def counting(*args: object) -> object:
+        built.append(args[0])
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planner, "_candidate", counting)
+    plan = make_plan(spec, baked=False)
+    _printed(plan)
+    assert len(plan.candidates) > 900 and len(built) <= PLAN_ROWS
+
+    fits = RowFilter(clouds=frozenset(("aws", "azure")), gpus=frozenset(("T4",)), gpu_count=1)
+    every = [
+        c
+        for off in rows
+        if fits.matches(off) and off.status != "retired"
+        for c in planner._priced_options(off, spec, spec.resources.spot)[0]
+    ]
+    every.sort(key=lambda c: (c.total_per_hour, c.status != "active", c.cloud, c.region, c.instance_type, c.spot))
+    assert len(plan.candidates) == len(every)
+
+    def bare(c: object) -> object:
+        return dataclasses.replace(c, image=None)  # type: ignore[type-var]
+
+    assert [bare(c) for c in plan.candidates[: HEAD - 1]] == every[: HEAD - 1]
+    assert bare(plan.candidates[-1]) == every[-1] and bare(plan.candidates[HEAD + 5]) == every[HEAD + 5]
+    assert [bare(c) for c in plan.candidates] == every
+    assert all(c.image is not None for c in plan.candidates[:3])
+
+
 def test_a_nan_price_survives_the_file() -> None:
     """SQLite stores a NaN as NULL; the file keeps it a NaN so the price check still refuses it."""
     t4 = shipped_catalog().offerings[0]
