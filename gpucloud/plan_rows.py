@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, NamedTuple, overload
+from typing import TYPE_CHECKING, NamedTuple, Protocol, overload
 
-from gpucloud.catalog.rows import RowFilter
+from gpucloud.catalog.rows import RankKey, RowFilter
 
 if TYPE_CHECKING:
     from gpucloud.catalog.models import Offering
@@ -183,38 +183,56 @@ def listed_exclusions(
     return _first(excluded, hidden, limit)
 
 
-# (total $/h, not active, cloud, region, instance type, spot, position, price per node, row): the
-# planner's failover order; `position` (the order rows were checked, spot before on-demand) keeps
-# ties in that order, as a stable sort of the candidates would, and never lets a row be compared.
-RankKey = tuple[float, bool, str, str, str, bool, int, float, "Offering"]
 HEAD = 32  # candidates ranked without sorting the rest: a printed plan shows 10, `run` tries a few
 
 
-class RankedCandidates(Sequence["Candidate"]):
-    """Candidates cheapest first (the failover order of `run`), each built from its key when read."""
+class RankedPart(Protocol):
+    """Candidates a row source ranks itself (catalog/store.py CleanCandidates)."""
 
-    def __init__(self, keys: list[RankKey], build: Callable[[RankKey], Candidate]) -> None:
-        self._keys, self._build = keys, build
+    count: int
+
+    def head(self, n: int) -> list[RankKey]:
+        """Keys that include the `n` cheapest."""
+        ...
+
+    def every(self) -> list[RankKey]: ...
+
+    def legacy(self) -> set[tuple[str, str]]: ...
+
+
+class RankedCandidates(Sequence["Candidate"]):
+    """Candidates cheapest first (the failover order of `run`), each built from its key when read:
+    the planner's own keys, plus a part the row source ranks (its keys fetched only when read)."""
+
+    def __init__(
+        self, keys: list[RankKey], build: Callable[[RankKey], Candidate], part: RankedPart | None = None
+    ) -> None:
+        self._keys, self._build, self._part = keys, build, part
+        self._len = len(keys) + (part.count if part is not None else 0)
         self._order: list[RankKey] | None = None  # every key, sorted: once something reads past the head
         self._head: list[RankKey] | None = None
         self._built: dict[int, Candidate] = {}
 
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def offerings(self) -> Iterator[Offering]:
-        """The rows behind the candidates, unordered, without building any candidate."""
-        return (key[8] for key in self._keys)
+    def legacy(self) -> list[tuple[str, str]]:
+        """(cloud, instance type) of the legacy candidates, sorted, without building any."""
+        found = {(k[8].cloud, k[8].instance_type) for k in self._keys if k[8].status == "legacy"}
+        if self._part is not None:
+            found |= self._part.legacy()
+        return sorted(found)
 
     def _ranked(self, stop: int) -> list[RankKey]:
         """At least the first `stop` keys in order."""
         if self._order is None and stop <= HEAD:
             if self._head is None:
-                self._head = heapq.nsmallest(HEAD, self._keys)  # == sorted(keys)[:HEAD]
+                more = self._part.head(HEAD) if self._part is not None else []
+                self._head = heapq.nsmallest(HEAD, self._keys + more)  # == sorted(every key)[:HEAD]
             return self._head
         if self._order is None:
-            self._order = sorted(self._keys)
+            self._order = sorted(self._keys + (self._part.every() if self._part is not None else []))
         return self._order
+
+    def __len__(self) -> int:
+        return self._len
 
     def _at(self, index: int, ranked: list[RankKey]) -> Candidate:
         hit = self._built.get(index)

@@ -8,8 +8,8 @@ from datetime import UTC
 from typing import TYPE_CHECKING
 
 from gpucloud.catalog.prices import MAX_PER_GPU_HOUR, MIN_PER_GPU_HOUR, price_problem
-from gpucloud.catalog.rows import RowFilter
-from gpucloud.plan_rows import Exclusion, Exclusions, QuickReasons, RankedCandidates, RankKey
+from gpucloud.catalog.rows import CleanRule, RankKey, RowFilter, rank_key
+from gpucloud.plan_rows import Exclusion, Exclusions, QuickReasons, RankedCandidates, RankedPart
 from gpucloud.provider_requests import plan_request, refuse_what_providers_cannot_do
 from gpucloud.providers.base import Candidate
 
@@ -141,7 +141,7 @@ def make_plan(
     candidates, excluded = _check_rows(cat, quick, spec, policy, images)
     if not candidates:
         raise _nothing_fits(spec, gpu, clouds, excluded, cat)
-    warnings.extend(_legacy_warnings(candidates.offerings()))
+    warnings.extend(_legacy_warnings(candidates.legacy()))
     age = data_age(cat, candidates[0])
     if age is not None and age.stale:
         warnings.append(age.warning)
@@ -153,30 +153,42 @@ def _check_rows(
 ) -> tuple[RankedCandidates, Exclusions]:
     """Check in full only the rows no quick reason excludes (read through the catalog's index);
     the others are counted by the returned `Exclusions` and listed when it is iterated. A
-    candidate is kept as its sort key and built only when the plan is read that far."""
+    candidate is kept as its sort key and built only when the plan is read that far. A source that
+    can (the catalog file) ranks the rows that certainly give a candidate in every market itself
+    (`CleanRule`): only the other rows are read here."""
     from gpucloud.catalog.store import gc_paused
 
     keys: list[RankKey] = []
     checked: list[tuple[int, Exclusion]] = []
     gpu, variants, clouds, regions = quick.gpu, quick.variants, quick.cloud_list, quick.regions
     nodes, cap = spec.num_nodes, spec.resources.max_price_per_hour
-    selected = cat.rows.select(quick.where)
+    split = getattr(cat.rows, "split_clean", None)
+    part: RankedPart | None = None
+    if split is not None and not quick.fixed_type:
+        market = "auto" if policy == "auto" else "spot" if policy else "on-demand"
+        res = spec.resources
+        rule = CleanRule(
+            market, res.min_vcpus or 0, res.min_memory_gib or 0.0, cap, nodes, MIN_PER_GPU_HOUR, MAX_PER_GPU_HOUR
+        )
+        clean, selected = split(quick.where, rule)
+        part, read = clean, clean.rows + len(selected)
+    else:
+        selected = cat.rows.select(quick.where)
+        read = len(selected)
     with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/store.py)
         for ordinal, off in selected:
             reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions)
             if reason is None:
                 markets, reason = _markets(off, policy, cap)
-                inactive = off.status != "active"
-                cloud, where, kind = off.cloud, off.region, off.instance_type
                 for is_spot, price in markets:
-                    keys.append((round(price * nodes, 6), inactive, cloud, where, kind, is_spot, len(keys), price, off))
+                    keys.append(rank_key(off, ordinal, is_spot, price, nodes))
             if reason is not None:
                 checked.append((ordinal, Exclusion(off.cloud, off.region, off.instance_type, reason)))
 
     def build(key: RankKey) -> Candidate:
         return _candidate(key[8], key[5], key[7], spec, images)
 
-    return RankedCandidates(keys, build), Exclusions(checked, len(selected), cat.rows, quick)
+    return RankedCandidates(keys, build, part), Exclusions(checked, read, cat.rows, quick)
 
 
 class _ImageChoice:
@@ -382,8 +394,8 @@ def _candidate(off: Offering, is_spot: bool, price: float, spec: JobSpec, images
     )
 
 
-def _legacy_warnings(candidates: Iterable[Candidate | Offering]) -> list[str]:
-    legacy = sorted({f"{c.cloud} {c.instance_type}" for c in candidates if c.status == "legacy"})
+def _legacy_warnings(types: Iterable[tuple[str, str]]) -> list[str]:
+    legacy = sorted({f"{cloud} {kind}" for cloud, kind in types})
     if not legacy:
         return []
     return [

@@ -29,6 +29,8 @@ JOBS = {
     "family": FAMILY_JOB,
     "fixed-type": "name: f\nresources:\n  cloud: [aws]\n  instance_type: g4dn.xlarge\nrun: 'true'\n",
     "minimums": "name: c\nresources:\n  cloud: [azure]\n  regions: [eastus]\n  gpu: T4\n  min_vcpus: 8\nrun: 'true'\n",
+    "spot-capped": "name: s\nresources:\n  gpu: T4\n  spot: true\n  max_price_per_hour: 0.3\nrun: 'true'\n",
+    "on-demand-nodes": "name: n\nresources:\n  gpu: A10G\n  max_price_per_hour: 1.1\nnum_nodes: 3\nrun: 'true'\n",
 }
 HIDDEN = ("has ", "cloud ", "instance type is not")
 
@@ -148,6 +150,42 @@ def test_a_nan_price_survives_the_file() -> None:
     back = load_catalog().rows.select(RowFilter(regions=frozenset({"nanland"})))
     assert len(back) == 1 and math.isnan(back[0][1].price_per_hour) and back[0][1].spot_price_per_hour == math.inf
     assert back[0][0] == 2 and back[0][1]._replace(price_per_hour=0.0) == rows[1]._replace(price_per_hour=0.0)
+
+
+@pytest.mark.parametrize("job", ["t4", "spot-capped", "family"])
+def test_odd_prices_in_the_file_plan_as_in_memory(job: str, tmp_path: Path) -> None:
+    """Rows the file ranks itself must be exactly those the planner's check passes: NaN, infinite,
+    tiny, integer and capped prices, retired and legacy rows are all decided as in memory."""
+    rows = grown_rows(3, "regions")
+    odd = []
+    for i, o in enumerate(rows):
+        kind = i % 9
+        if kind == 1:
+            o = o._replace(price_per_hour=math.nan)
+        elif kind == 2:
+            o = o._replace(spot_price_per_hour=math.inf)
+        elif kind == 3:
+            o = o._replace(spot_price_per_hour=1e-300)
+        elif kind == 4:
+            o = o._replace(price_per_hour=int(o.price_per_hour) + 1, spot_price_per_hour=None)
+        elif kind == 5:
+            o = o._replace(status="legacy")
+        elif kind == 6:
+            o = o._replace(status="retired")
+        odd.append(o)
+    store.write(store.cache_file(), odd, created_at="2026-12-04T00:00:00Z", clouds={})
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    indexed = load_catalog()
+    memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(odd), meta=indexed.meta)
+    path = tmp_path / "job.yaml"
+    path.write_text(JOBS[job])
+    spec = load_spec(path)
+    from_index = make_plan(spec, catalog=indexed, baked=False)
+    from_memory = make_plan(spec, catalog=memory, baked=False)
+    assert from_index.candidates[:5] == from_memory.candidates[:5]
+    assert from_index.warnings == from_memory.warnings
+    assert list(from_index.candidates) == list(from_memory.candidates)
+    assert list(from_index.excluded) == list(from_memory.excluded)
 
 
 def test_a_cache_of_another_format_is_ignored_with_a_reason() -> None:
