@@ -154,27 +154,15 @@ def _check_rows(
     """Check in full only the rows no quick reason excludes (read through the catalog's index);
     the others are counted by the returned `Exclusions` and listed when it is iterated. A
     candidate is kept as its sort key and built only when the plan is read that far. A source that
-    can (the catalog file) ranks the rows that certainly give a candidate in every market itself
-    (`CleanRule`): only the other rows are read here."""
+    can (the catalog file) counts and ranks the rows that give candidates itself (`CleanRule`):
+    only the rows that are exclusions are read here."""
     from gpucloud.catalog.store import gc_paused
 
     keys: list[RankKey] = []
     checked: list[tuple[int, Exclusion]] = []
     gpu, variants, clouds, regions = quick.gpu, quick.variants, quick.cloud_list, quick.regions
     nodes, cap = spec.num_nodes, spec.resources.max_price_per_hour
-    split = getattr(cat.rows, "split_clean", None)
-    part: RankedPart | None = None
-    if split is not None and not quick.fixed_type:
-        market = "auto" if policy == "auto" else "spot" if policy else "on-demand"
-        res = spec.resources
-        rule = CleanRule(
-            market, res.min_vcpus or 0, res.min_memory_gib or 0.0, cap, nodes, MIN_PER_GPU_HOUR, MAX_PER_GPU_HOUR
-        )
-        clean, selected = split(quick.where, rule)
-        part, read = clean, clean.rows + len(selected)
-    else:
-        selected = cat.rows.select(quick.where)
-        read = len(selected)
+    part, selected, read = read_rows(cat, quick, spec, policy)
     with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/store.py)
         for ordinal, off in selected:
             reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions)
@@ -189,6 +177,31 @@ def _check_rows(
         return _candidate(key[8], key[5], key[7], spec, images)
 
     return RankedCandidates(keys, build, part), Exclusions(checked, read, cat.rows, quick)
+
+
+def read_rows(
+    cat: Catalog, quick: QuickReasons, spec: JobSpec, policy: bool | str
+) -> tuple[RankedPart | None, list[tuple[int, Offering]], int]:
+    """What the planner reads from the catalog: the part of the job's rows the source ranks itself
+    (None when it cannot), the rows to check here (in catalog order), and how many rows the quick
+    reasons let through."""
+    split = getattr(cat.rows, "split_clean", None)
+    if split is None or quick.fixed_type:
+        selected = cat.rows.select(quick.where)
+        return None, selected, len(selected)
+    market = "auto" if policy == "auto" else "spot" if policy else "on-demand"
+    res = spec.resources
+    rule = CleanRule(
+        market,
+        res.min_vcpus or 0,
+        res.min_memory_gib or 0.0,
+        res.max_price_per_hour,
+        spec.num_nodes,
+        MIN_PER_GPU_HOUR,
+        MAX_PER_GPU_HOUR,
+    )
+    part, rest = split(quick.where, rule)
+    return part, rest, part.rows + len(rest)
 
 
 class _ImageChoice:
