@@ -196,6 +196,7 @@ class IndexedRows:
             scan, [*rules.base_args, *rules.market_args(), *args]
         ).fetchone()
         part = CleanCandidates(self, cond, list(args), rules)
+        part.gpus = sorted(where.gpus) if where.gpus is not None and len(where.gpus) > 1 else []
         part.rows, part.count, part.has_legacy = int(found), int(sum(per_market)), bool(legacy)
         rest: list[tuple[int, Offering]] = []
         if others:
@@ -256,6 +257,7 @@ class CleanCandidates:
         self.rows = 0  # rows that give candidates
         self.count = 0  # their candidates (two for a row with both markets under `spot: auto`)
         self.has_legacy = False
+        self.gpus: list[str] = []  # several GPU names: the price index is walked once per name
 
     def _keys(self, sql: str, args: list[object], markets: tuple[bool, ...]) -> list[RankKey]:
         """Keys of the rows `sql` reads: (flag per market, ordinal, the row's columns)."""
@@ -283,12 +285,16 @@ class CleanCandidates:
             column = "spot_price_per_hour" if is_spot else "price_per_hour"
             cond = f"{self._cond} AND coalesce({rules.base}, 0) AND coalesce({rules.market(is_spot)}, 0)"
             args = [*self._args, *rules.base_args, *rules.args_of(is_spot)]
-            nth = conn.execute(
-                f"SELECT {column} FROM offerings{cond} ORDER BY {column} LIMIT 1 OFFSET {int(n) - 1}", args
-            ).fetchone()
-            if nth is not None:
+            prices: list[float] = []
+            names: list[str | None] = [*self.gpus] or [None]
+            for gpu in names:  # the n cheapest of each name hold the n cheapest of all
+                one, more = (" AND gpu = ?", [gpu]) if gpu is not None else ("", [])
+                sql = f"SELECT {column} FROM offerings{cond}{one} ORDER BY {column} LIMIT {int(n)}"
+                prices.extend(float(r[0]) for r in conn.execute(sql, [*args, *more]))
+            prices.sort()
+            if len(prices) >= n:
                 cond += f" AND {column} <= ?"
-                args.append(float(nth[0]) + 3e-6)
+                args.append(prices[n - 1] + 3e-6)
             sql = (
                 f"SELECT 1, ordinal, {_COLUMNS} FROM offerings{cond} ORDER BY {_ROUND}({column} * ?, 6),"
                 f" status != 'active', cloud, region, instance_type, ordinal LIMIT {int(n)}"
