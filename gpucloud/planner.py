@@ -325,7 +325,10 @@ def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: 
 def _exclusion_reason(
     off: Offering, spec: JobSpec, gpu: str | None, variants: frozenset[str], clouds: list[str], regions: set[str] | None
 ) -> str | None:
-    """The first constraint the offering breaks, in the order a user thinks about them."""
+    """The first constraint the offering breaks, in the order a user thinks about them. The checks
+    past the quick reasons (retired, vCPUs, memory) are mirrored in SQL by catalog/store.py
+    `_Rules`, which decides which rows of the catalog file give candidates without reading them:
+    a new check goes into both (tests/test_catalog_index.py compares the two)."""
     res = spec.resources
     if off.cloud not in clouds:
         return f"cloud {off.cloud} not allowed (resources.cloud is {', '.join(clouds)})"
@@ -358,7 +361,8 @@ def _markets(off: Offering, policy: bool | str, cap: float | None) -> tuple[list
     """(spot?, price per node) of each market the offering is a candidate in; or why there is none.
 
     spot: false -> on-demand; true -> spot only; auto -> both, so that failover falls back to
-    on-demand when spot capacity is missing (spot ranks first when it is cheaper)."""
+    on-demand when spot capacity is missing (spot ranks first when it is cheaper). Mirrored in SQL
+    by catalog/store.py `_Rules.market`: a change goes into both."""
     markets: tuple[bool, ...]
     if policy == "auto":
         markets = (True, False) if off.spot_price_per_hour is not None else (False,)
