@@ -1,6 +1,7 @@
 """Overhead of `gpucloud run` on the local provider (targets from the local-run issue):
 
-1. wall time of `gpucloud run` for a job `run: "true"`: median of 5 (target <= 2 s);
+1. wall time of `gpucloud run` for a job `run: "true"`, paired with `python -c pass` (bench/paired.py:
+   bytecode compiled first, min/median/max, ratio, CPU time, load average; target <= 2 s);
 2. latency from a line printed by the job to that line on the CLI's stdout (target <= 2 s).
 
 Usage: python bench/bench_run.py [--runs 5]. Uses a throwaway GPUCLOUD_HOME; prints the figures.
@@ -15,7 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from local_runs import run_walls, throwaway_home
+from local_runs import throwaway_home
+from paired import compile_package, gpucloud_cmd, load_text, run_paired
 
 TRUE_JOB = """name: bench-true
 resources: {cloud: local}
@@ -41,11 +43,13 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
+    compile_package()
     with throwaway_home() as (jobs, env):
         (jobs / "true.yaml").write_text(TRUE_JOB)
         (jobs / "latency.yaml").write_text(LATENCY_JOB)
 
-        walls = run_walls(jobs / "true.yaml", env, args.runs)
+        command = gpucloud_cmd("run", str(jobs / "true.yaml"), "--cloud", "local")
+        walls = run_paired("gpucloud run (job `true`, local provider)", command, args.runs, env, cwd=jobs)
 
         lags = []
         proc = cli(["run", str(jobs / "latency.yaml"), "--cloud", "local"], jobs, env)
@@ -57,10 +61,7 @@ def main() -> int:
                 lags.append(seen - float(parts[1]))
         proc.wait()
 
-    print(
-        f"gpucloud run (job `true`, local provider): median {statistics.median(walls):.2f} s of {len(walls)} "
-        f"(min {min(walls):.2f}, max {max(walls):.2f}); target <= 2 s"
-    )
+    print(walls.line(2.0) + f"  [{load_text()}]")
     if lags:
         print(
             f"job line -> CLI stdout latency: median {statistics.median(lags):.2f} s, max {max(lags):.2f} s "

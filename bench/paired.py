@@ -1,20 +1,22 @@
 """What every timing bench does the same way, so that its figures hold when someone else reruns them:
 compile the package's bytecode first (a first run that writes .pyc files is not a sample), time the
 command interleaved with a baseline (`python -c pass`) in the same run, so machine load shows in
-both, and print min/median/max, the ratio of medians and the load average beside the figures.
+both, and print min/median/max, the ratio of medians, the CPU time (user + system, which the load
+changes much less than the wall time) and the load average beside the figures.
 """
 
 from __future__ import annotations
 
 import compileall
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,6 +43,10 @@ class Paired:
     label: str
     samples: list[float]
     baseline: list[float]
+    # CPU seconds (user + system) of each sample and baseline run, children included: on a shared
+    # machine the wall time grows with the load, the CPU time much less, so it is printed beside it
+    cpu: list[float] = field(default_factory=list)
+    cpu_baseline: list[float] = field(default_factory=list)
 
     @property
     def median(self) -> float:
@@ -56,7 +62,14 @@ class Paired:
         return (
             f"{self.label}: min {min(s):.3f} / median {self.median:.3f} / max {max(s):.3f} s; "
             f"python -c pass median {statistics.median(self.baseline):.3f} s; ratio {self.ratio:.1f}x{verdict}"
+            + self.cpu_text()
         )
+
+    def cpu_text(self) -> str:
+        if not self.cpu or not self.cpu_baseline:
+            return ""
+        mine, base = statistics.median(self.cpu), statistics.median(self.cpu_baseline)
+        return f"; CPU (user+sys) median {mine:.3f} s vs {base:.3f} s, ratio {mine / base:.1f}x"
 
 
 def run_paired(
@@ -67,15 +80,24 @@ def run_paired(
     full_env = {**os.environ, "CI": "true", **(env or {})}
     samples: list[float] = []
     baseline: list[float] = []
+    cpu: list[float] = []
+    cpu_baseline: list[float] = []
     for i in range(runs + 1):
-        for argv, into in ((cmd, samples), (BASELINE, baseline)):
+        for argv, into, cpu_into in ((cmd, samples, cpu), (BASELINE, baseline, cpu_baseline)):
+            used = _children_cpu()
             start = time.perf_counter()
             subprocess.run(
                 list(argv), cwd=cwd, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True
             )
             if i:
                 into.append(time.perf_counter() - start)
-    return Paired(label, samples, baseline)
+                cpu_into.append(_children_cpu() - used)
+    return Paired(label, samples, baseline, cpu, cpu_baseline)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def gpucloud_cmd(*args: str) -> list[str]:

@@ -6,18 +6,25 @@ planner reads only the rows that pass those three (`Selection.where`, answered b
 indexes) and checks them in full; the others are counted, and listed with their reason only when
 someone iterates the exclusions (`plan --json`, `plan --all`, the "nothing fits" message). The
 list is the same, in the same catalog order, as a check of every row would give.
+
+The candidates are ranked the same way: a plan over every region of a large catalog has tens of
+thousands of them, and `plan` shows ten. `RankedCandidates` keeps one small sort key per candidate
+and builds a `Candidate` (with its image) only when it is read; the first few are found without
+sorting the rest (a heap), and the whole order is sorted only when someone reads past them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, NamedTuple, overload
+import heapq
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol, overload
 
-from gpucloud.catalog.rows import RowFilter
+from gpucloud.catalog.rows import RankKey, RowFilter
 
 if TYPE_CHECKING:
     from gpucloud.catalog.models import Offering
     from gpucloud.catalog.rows import RowSource
+    from gpucloud.providers.base import Candidate
     from gpucloud.spec import JobSpec
 
 
@@ -174,3 +181,90 @@ def listed_exclusions(
     if isinstance(excluded, Exclusions):
         return excluded.listed(hidden, limit)
     return _first(excluded, hidden, limit)
+
+
+HEAD = 32  # candidates ranked without sorting the rest: a printed plan shows 10, `run` tries a few
+
+
+class RankedPart(Protocol):
+    """Candidates a row source ranks itself (catalog/store.py CleanCandidates)."""
+
+    count: int
+
+    def head(self, n: int) -> list[RankKey]:
+        """Keys that include the `n` cheapest."""
+        ...
+
+    def every(self) -> list[RankKey]: ...
+
+    def legacy(self) -> set[tuple[str, str]]: ...
+
+
+class RankedCandidates(Sequence["Candidate"]):
+    """Candidates cheapest first (the failover order of `run`), each built from its key when read:
+    the planner's own keys, plus a part the row source ranks (its keys fetched only when read)."""
+
+    def __init__(
+        self, keys: list[RankKey], build: Callable[[RankKey], Candidate], part: RankedPart | None = None
+    ) -> None:
+        self._keys, self._build, self._part = keys, build, part
+        self._len = len(keys) + (part.count if part is not None else 0)
+        self._order: list[RankKey] | None = None  # every key, sorted: once something reads past the head
+        self._head: list[RankKey] | None = None
+        self._built: dict[int, Candidate] = {}
+
+    def legacy(self) -> list[tuple[str, str]]:
+        """(cloud, instance type) of the legacy candidates, sorted, without building any."""
+        found = {(k[8].cloud, k[8].instance_type) for k in self._keys if k[8].status == "legacy"}
+        if self._part is not None:
+            found |= self._part.legacy()
+        return sorted(found)
+
+    def _ranked(self, stop: int) -> list[RankKey]:
+        """At least the first `stop` keys in order."""
+        if self._order is None and stop <= HEAD:
+            if self._head is None:
+                more = self._part.head(HEAD) if self._part is not None else []
+                self._head = heapq.nsmallest(HEAD, self._keys + more)  # == sorted(every key)[:HEAD]
+            return self._head
+        if self._order is None:
+            self._order = sorted(self._keys + (self._part.every() if self._part is not None else []))
+        return self._order
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _at(self, index: int, ranked: list[RankKey]) -> Candidate:
+        hit = self._built.get(index)
+        if hit is None:
+            hit = self._built[index] = self._build(ranked[index])
+        return hit
+
+    @overload
+    def __getitem__(self, index: int) -> Candidate: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Candidate]: ...
+
+    def __getitem__(self, index: int | slice) -> Candidate | list[Candidate]:
+        if isinstance(index, slice):
+            wanted = range(*index.indices(len(self)))
+            ranked = self._ranked(max(wanted, default=-1) + 1)
+            return [self._at(i, ranked) for i in wanted]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("candidate index out of range")
+        return self._at(index, self._ranked(index + 1))
+
+    def __iter__(self) -> Iterator[Candidate]:
+        ranked = self._ranked(len(self) + 1 if len(self) > HEAD else len(self))
+        return (self._at(i, ranked) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RankedCandidates({len(self)} candidates)"

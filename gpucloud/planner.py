@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC
 from typing import TYPE_CHECKING
 
-from gpucloud.catalog.prices import price_problem
-from gpucloud.catalog.rows import RowFilter
-from gpucloud.plan_rows import Exclusion, Exclusions, QuickReasons
+from gpucloud.catalog.prices import MAX_PER_GPU_HOUR, MIN_PER_GPU_HOUR, price_problem
+from gpucloud.catalog.rows import CleanRule, RankKey, RowFilter, rank_key
+from gpucloud.plan_rows import Exclusion, Exclusions, QuickReasons, RankedCandidates, RankedPart
 from gpucloud.provider_requests import plan_request, refuse_what_providers_cannot_do
 from gpucloud.providers.base import Candidate
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 @dataclass
 class Plan:
     spec: JobSpec
-    candidates: list[Candidate]  # cheapest first = the failover order of `run`
+    candidates: Sequence[Candidate]  # cheapest first = the failover order of `run` (built when read)
     excluded: Sequence[Exclusion]  # catalog order; an `Exclusions` lists the quick ones when iterated
     stack: Stack
     warnings: list[str] = field(default_factory=list)
@@ -139,11 +139,9 @@ def make_plan(
     quick = QuickReasons(spec, gpu, variants, clouds, regions)
     images = _ImageChoice(stack, spec, baked=baked)
     candidates, excluded = _check_rows(cat, quick, spec, policy, images)
-
-    candidates.sort(key=lambda c: (c.total_per_hour, c.status != "active", c.cloud, c.region, c.instance_type, c.spot))
     if not candidates:
         raise _nothing_fits(spec, gpu, clouds, excluded, cat)
-    warnings.extend(_legacy_warnings(candidates))
+    warnings.extend(_legacy_warnings(candidates.legacy()))
     age = data_age(cat, candidates[0])
     if age is not None and age.stale:
         warnings.append(age.warning)
@@ -152,24 +150,58 @@ def make_plan(
 
 def _check_rows(
     cat: Catalog, quick: QuickReasons, spec: JobSpec, policy: bool | str, images: _ImageChoice
-) -> tuple[list[Candidate], Exclusions]:
+) -> tuple[RankedCandidates, Exclusions]:
     """Check in full only the rows no quick reason excludes (read through the catalog's index);
-    the others are counted by the returned `Exclusions` and listed when it is iterated."""
+    the others are counted by the returned `Exclusions` and listed when it is iterated. A
+    candidate is kept as its sort key and built only when the plan is read that far. A source that
+    can (the catalog file) counts and ranks the rows that give candidates itself (`CleanRule`):
+    only the rows that are exclusions are read here."""
     from gpucloud.catalog.store import gc_paused
 
-    candidates: list[Candidate] = []
+    keys: list[RankKey] = []
     checked: list[tuple[int, Exclusion]] = []
     gpu, variants, clouds, regions = quick.gpu, quick.variants, quick.cloud_list, quick.regions
-    selected = cat.rows.select(quick.where)
+    nodes, cap = spec.num_nodes, spec.resources.max_price_per_hour
+    part, selected, read = read_rows(cat, quick, spec, policy)
     with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/store.py)
         for ordinal, off in selected:
             reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions)
             if reason is None:
-                options, reason = _priced_options(off, spec, policy, images)
-                candidates.extend(options)
+                markets, reason = _markets(off, policy, cap)
+                for is_spot, price in markets:
+                    keys.append(rank_key(off, ordinal, is_spot, price, nodes))
             if reason is not None:
                 checked.append((ordinal, Exclusion(off.cloud, off.region, off.instance_type, reason)))
-    return candidates, Exclusions(checked, len(selected), cat.rows, quick)
+
+    def build(key: RankKey) -> Candidate:
+        return _candidate(key[8], key[5], key[7], spec, images)
+
+    return RankedCandidates(keys, build, part), Exclusions(checked, read, cat.rows, quick)
+
+
+def read_rows(
+    cat: Catalog, quick: QuickReasons, spec: JobSpec, policy: bool | str
+) -> tuple[RankedPart | None, list[tuple[int, Offering]], int]:
+    """What the planner reads from the catalog: the part of the job's rows the source ranks itself
+    (None when it cannot), the rows to check here (in catalog order), and how many rows the quick
+    reasons let through."""
+    split = getattr(cat.rows, "split_clean", None)
+    if split is None or quick.fixed_type:
+        selected = cat.rows.select(quick.where)
+        return None, selected, len(selected)
+    market = "auto" if policy == "auto" else "spot" if policy else "on-demand"
+    res = spec.resources
+    rule = CleanRule(
+        market,
+        res.min_vcpus or 0,
+        res.min_memory_gib or 0.0,
+        res.max_price_per_hour,
+        spec.num_nodes,
+        MIN_PER_GPU_HOUR,
+        MAX_PER_GPU_HOUR,
+    )
+    part, rest = split(quick.where, rule)
+    return part, rest, part.rows + len(rest)
 
 
 class _ImageChoice:
@@ -295,7 +327,10 @@ def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: 
 def _exclusion_reason(
     off: Offering, spec: JobSpec, gpu: str | None, variants: frozenset[str], clouds: list[str], regions: set[str] | None
 ) -> str | None:
-    """The first constraint the offering breaks, in the order a user thinks about them."""
+    """The first constraint the offering breaks, in the order a user thinks about them. The checks
+    past the quick reasons (retired, vCPUs, memory) are mirrored in SQL by catalog/store.py
+    `_Rules`, which decides which rows of the catalog file give candidates without reading them:
+    a new check goes into both (tests/test_catalog_index.py compares the two)."""
     res = spec.resources
     if off.cloud not in clouds:
         return f"cloud {off.cloud} not allowed (resources.cloud is {', '.join(clouds)})"
@@ -319,57 +354,67 @@ def _exclusion_reason(
 def _priced_options(
     off: Offering, spec: JobSpec, policy: bool | str, images: _ImageChoice | None = None
 ) -> tuple[list[Candidate], str | None]:
-    """Candidates for one offering under the spot policy and max price; or why there are none.
+    """Candidates for one offering under the spot policy and max price; or why there are none."""
+    markets, reason = _markets(off, policy, spec.resources.max_price_per_hour)
+    return [_candidate(off, is_spot, price, spec, images) for is_spot, price in markets], reason
+
+
+def _markets(off: Offering, policy: bool | str, cap: float | None) -> tuple[list[tuple[bool, float]], str | None]:
+    """(spot?, price per node) of each market the offering is a candidate in; or why there is none.
 
     spot: false -> on-demand; true -> spot only; auto -> both, so that failover falls back to
-    on-demand when spot capacity is missing (spot ranks first when it is cheaper)."""
-    markets: list[bool]
+    on-demand when spot capacity is missing (spot ranks first when it is cheaper). Mirrored in SQL
+    by catalog/store.py `_Rules.market`: a change goes into both."""
+    markets: tuple[bool, ...]
     if policy == "auto":
-        markets = [True, False] if off.spot_price_per_hour is not None else [False]
+        markets = (True, False) if off.spot_price_per_hour is not None else (False,)
     elif policy:
         if off.spot_price_per_hour is None:
             return [], "no spot market for this type here"
-        markets = [True]
+        markets = (True,)
     else:
-        markets = [False]
-    cap = spec.resources.max_price_per_hour
-    out: list[Candidate] = []
+        markets = (False,)
+    out: list[tuple[bool, float]] = []
     too_dear: list[str] = []
     for is_spot in markets:
         price = off.spot_price_per_hour if is_spot else off.price_per_hour
         assert price is not None
-        bad = price_problem(price, off.gpu_count)
+        # a float in the sane range is what price_problem accepts; anything else gets its reason
+        sane = type(price) is float and MIN_PER_GPU_HOUR <= price / max(off.gpu_count, 1) <= MAX_PER_GPU_HOUR
+        bad = None if sane else price_problem(price, off.gpu_count)
         if bad is not None:  # NaN would rank first and pass any cap: never a candidate
             too_dear.append(f"{'spot' if is_spot else 'on-demand'} price {bad}; run `gpucloud catalog refresh`")
             continue
         if cap is not None and price > cap:
             too_dear.append(f"{'spot' if is_spot else 'on-demand'} ${price:.3f}/h > max_price_per_hour ${cap:g}")
             continue
-        total = round(price * spec.num_nodes, 6)
-        out.append(
-            Candidate(
-                cloud=off.cloud,
-                region=off.region,
-                instance_type=off.instance_type,
-                gpu=off.gpu,
-                gpu_count=off.gpu_count,
-                num_nodes=spec.num_nodes,
-                spot=is_spot,
-                price_per_hour=price,
-                total_per_hour=total,
-                estimated_cost=round(total * spec.max_duration / 3600, 2),
-                status=off.status,
-                vcpus=off.vcpus,
-                memory_gib=off.memory_gib,
-                arch=off.arch,
-                image=images(off) if images is not None else None,
-            )
-        )
+        out.append((is_spot, price))
     return out, ("; ".join(too_dear) if not out else None)
 
 
-def _legacy_warnings(candidates: list[Candidate]) -> list[str]:
-    legacy = sorted({f"{c.cloud} {c.instance_type}" for c in candidates if c.status == "legacy"})
+def _candidate(off: Offering, is_spot: bool, price: float, spec: JobSpec, images: _ImageChoice | None) -> Candidate:
+    total = round(price * spec.num_nodes, 6)
+    return Candidate(
+        cloud=off.cloud,
+        region=off.region,
+        instance_type=off.instance_type,
+        gpu=off.gpu,
+        gpu_count=off.gpu_count,
+        num_nodes=spec.num_nodes,
+        spot=is_spot,
+        price_per_hour=price,
+        total_per_hour=total,
+        estimated_cost=round(total * spec.max_duration / 3600, 2),
+        status=off.status,
+        vcpus=off.vcpus,
+        memory_gib=off.memory_gib,
+        arch=off.arch,
+        image=images(off) if images is not None else None,
+    )
+
+
+def _legacy_warnings(types: Iterable[tuple[str, str]]) -> list[str]:
+    legacy = sorted({f"{cloud} {kind}" for cloud, kind in types})
     if not legacy:
         return []
     return [

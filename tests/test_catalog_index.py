@@ -29,6 +29,8 @@ JOBS = {
     "family": FAMILY_JOB,
     "fixed-type": "name: f\nresources:\n  cloud: [aws]\n  instance_type: g4dn.xlarge\nrun: 'true'\n",
     "minimums": "name: c\nresources:\n  cloud: [azure]\n  regions: [eastus]\n  gpu: T4\n  min_vcpus: 8\nrun: 'true'\n",
+    "spot-capped": "name: s\nresources:\n  gpu: T4\n  spot: true\n  max_price_per_hour: 0.3\nrun: 'true'\n",
+    "on-demand-nodes": "name: n\nresources:\n  gpu: A10G\n  max_price_per_hour: 1.1\nnum_nodes: 3\nrun: 'true'\n",
 }
 HIDDEN = ("has ", "cloud ", "instance type is not")
 
@@ -92,6 +94,53 @@ def _checked_one_by_one(spec: object, cat: object) -> list[Exclusion]:
     return out
 
 
+@pytest.mark.parametrize("shape", ["regions", "types"])
+def test_candidates_are_ranked_as_a_full_sort_and_built_only_when_read(
+    shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The printed plan of a job with tens of thousands of candidates builds only the ones it shows;
+    reading further gives exactly the order of a sort of every candidate by the planner's key."""
+    from gpucloud import planner
+    from gpucloud.plan_rows import HEAD
+    from gpucloud.views import PLAN_ROWS
+
+    rows = grown_rows(40, shape)
+    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    path = tmp_path / "job.yaml"
+    path.write_text(JOBS["t4"])
+    spec = load_spec(path)
+    built: list[object] = []
+    real = planner._candidate
+
+    def counting(*args: object) -> object:
+        built.append(args[0])
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planner, "_candidate", counting)
+    plan = make_plan(spec, baked=False)
+    _printed(plan)
+    assert len(plan.candidates) > 900 and len(built) <= PLAN_ROWS
+
+    fits = RowFilter(clouds=frozenset(("aws", "azure")), gpus=frozenset(("T4",)), gpu_count=1)
+    every = [
+        c
+        for off in rows
+        if fits.matches(off) and off.status != "retired"
+        for c in planner._priced_options(off, spec, spec.resources.spot)[0]
+    ]
+    every.sort(key=lambda c: (c.total_per_hour, c.status != "active", c.cloud, c.region, c.instance_type, c.spot))
+    assert len(plan.candidates) == len(every)
+
+    def bare(c: object) -> object:
+        return dataclasses.replace(c, image=None)  # type: ignore[type-var]
+
+    assert [bare(c) for c in plan.candidates[: HEAD - 1]] == every[: HEAD - 1]
+    assert bare(plan.candidates[-1]) == every[-1] and bare(plan.candidates[HEAD + 5]) == every[HEAD + 5]
+    assert [bare(c) for c in plan.candidates] == every
+    assert all(c.image is not None for c in plan.candidates[:3])
+
+
 def test_a_nan_price_survives_the_file() -> None:
     """SQLite stores a NaN as NULL; the file keeps it a NaN so the price check still refuses it."""
     t4 = shipped_catalog().offerings[0]
@@ -101,6 +150,42 @@ def test_a_nan_price_survives_the_file() -> None:
     back = load_catalog().rows.select(RowFilter(regions=frozenset({"nanland"})))
     assert len(back) == 1 and math.isnan(back[0][1].price_per_hour) and back[0][1].spot_price_per_hour == math.inf
     assert back[0][0] == 2 and back[0][1]._replace(price_per_hour=0.0) == rows[1]._replace(price_per_hour=0.0)
+
+
+@pytest.mark.parametrize("job", ["t4", "spot-capped", "family"])
+def test_odd_prices_in_the_file_plan_as_in_memory(job: str, tmp_path: Path) -> None:
+    """Rows the file ranks itself must be exactly those the planner's check passes: NaN, infinite,
+    tiny, integer and capped prices, retired and legacy rows are all decided as in memory."""
+    rows = grown_rows(3, "regions")
+    odd = []
+    for i, o in enumerate(rows):
+        kind = i % 9
+        if kind == 1:
+            o = o._replace(price_per_hour=math.nan)
+        elif kind == 2:
+            o = o._replace(spot_price_per_hour=math.inf)
+        elif kind == 3:
+            o = o._replace(spot_price_per_hour=1e-300)
+        elif kind == 4:
+            o = o._replace(price_per_hour=int(o.price_per_hour) + 1, spot_price_per_hour=None)
+        elif kind == 5:
+            o = o._replace(status="legacy")
+        elif kind == 6:
+            o = o._replace(status="retired")
+        odd.append(o)
+    store.write(store.cache_file(), odd, created_at="2026-12-04T00:00:00Z", clouds={})
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    indexed = load_catalog()
+    memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(odd), meta=indexed.meta)
+    path = tmp_path / "job.yaml"
+    path.write_text(JOBS[job])
+    spec = load_spec(path)
+    from_index = make_plan(spec, catalog=indexed, baked=False)
+    from_memory = make_plan(spec, catalog=memory, baked=False)
+    assert from_index.candidates[:5] == from_memory.candidates[:5]
+    assert from_index.warnings == from_memory.warnings
+    assert list(from_index.candidates) == list(from_memory.candidates)
+    assert list(from_index.excluded) == list(from_memory.excluded)
 
 
 def test_a_cache_of_another_format_is_ignored_with_a_reason() -> None:

@@ -212,3 +212,32 @@ def test_down_with_the_host_unreachable_is_down_pending(lab: SshLab, cli_env: di
     assert _status(cli_env, run_id) == "down"
     assert wait_for(lambda: not run_processes(run_id), 10)
     assert not node.exists()
+
+
+def test_a_large_artifact_over_ssh_is_streamed_to_disk(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
+    """The ssh channel writes the artifacts tarball to a file as it arrives (before, one `ssh cat`
+    held the whole object in the CLI's memory): `gpucloud run` brings back a 192 MiB incompressible
+    artifact with far less than that in RAM."""
+    import sys
+
+    size_mib = 192
+    make = f"mkdir -p out && head -c {size_mib}M /dev/urandom > out/big.bin"
+    body = "resources: {cloud: ssh, hosts: [box]}\nrun: " + json.dumps(make) + "\nartifacts: [out/]\n"
+    spec = job(tmp_path, "big", body)
+    probe = (
+        "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", probe, sys.executable, "-m", "gpucloud", "run", str(spec)],
+        env=cli_env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    peak_mib = int(res.stdout.strip().splitlines()[-1]) / 1024
+    found = list((tmp_path / "gpucloud-runs").rglob("big.bin"))
+    assert len(found) == 1 and found[0].stat().st_size == size_mib * 1024 * 1024
+    assert peak_mib < 150, f"run took {peak_mib:.0f} MiB of RAM for a {size_mib} MiB artifact over ssh"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from gpucloud.catalog.models import Offering
 
@@ -39,6 +39,43 @@ class RowFilter:
         if self.gpu_count is not None and o.gpu_count != self.gpu_count:
             return False
         return self.instance_type is None or o.instance_type == self.instance_type
+
+
+# A candidate as the planner ranks it: (total $/h, not active, cloud, region, instance type, spot,
+# position, price per node, row). `position` (2 x the row's ordinal, + 1 for on-demand: the order
+# the rows are checked, spot first) keeps ties in catalog order, as a stable sort of the candidates
+# would, and never lets two rows be compared.
+RankKey: TypeAlias = tuple[float, bool, str, str, str, bool, int, float, Offering]
+
+
+def rank_key(off: Offering, ordinal: int, is_spot: bool, price: float, nodes: int) -> RankKey:
+    return (
+        round(price * nodes, 6),
+        off.status != "active",
+        off.cloud,
+        off.region,
+        off.instance_type,
+        is_spot,
+        2 * ordinal + (not is_spot),
+        price,
+        off,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CleanRule:
+    """The rows of a selection that certainly pass the planner's full check and give a candidate in
+    every market the spot policy asks for: not retired, at least these vCPUs and memory, and each
+    market's price a number in the sane range and within the cap. A source that can find them
+    without building them (the catalog file) ranks them itself; every other row is checked in full."""
+
+    policy: str  # "auto" | "spot" | "on-demand"
+    min_vcpus: int
+    min_memory_gib: float
+    cap: float | None
+    nodes: int
+    min_per_gpu: float
+    max_per_gpu: float
 
 
 class RowSource(Protocol):

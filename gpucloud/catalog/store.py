@@ -21,6 +21,7 @@ import dataclasses
 import gc
 import json
 import math
+import operator
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucloud.catalog.models import Offering
-from gpucloud.catalog.rows import RowFilter
+from gpucloud.catalog.rows import CleanRule, RankKey, RowFilter, rank_key
 
 if TYPE_CHECKING:
     import sqlite3
@@ -50,8 +51,13 @@ _INDEXES = {
     "by_region": ("region",),
     "by_type": ("instance_type",),
     "by_ordinal": ("ordinal",),  # the first few rows a region constraint excludes, in catalog order
+    # the cheapest rows of a GPU and count, walked in price order and stopped (CleanCandidates.head)
+    "by_price": ("gpu", "gpu_count", "price_per_hour"),
+    "by_spot_price": ("gpu", "gpu_count", "spot_price_per_hour"),
 }
 _COLUMNS = ", ".join(_FIELDS)
+_first = operator.itemgetter(0)
+_ROUND = "gpucloud_round"  # Python's round() in SQL: the planner ranks by round(total, 6)
 
 
 @contextmanager
@@ -136,12 +142,19 @@ class IndexedRows:
         # The first few rows outside the job's regions are most rows: walk the catalog order and
         # stop, rather than gather every one of them to sort.
         walk = " INDEXED BY by_ordinal" if where.outside_regions and limit is not None else ""
-        sql = f"SELECT ordinal, {_COLUMNS} FROM offerings{walk}{cond} ORDER BY ordinal"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
+        if where.instance_type is not None and not walk:
+            walk = " INDEXED BY by_type"  # one type's rows (a plan's price date), not its region's
+        sql = f"SELECT ordinal, {_COLUMNS} FROM offerings{walk}{cond}"
         make = self._make if self._nan_columns else Offering._make
         with gc_paused():
-            return [(r[0], make(r[1:])) for r in self._conn.execute(sql, args)]
+            if limit is not None:
+                sql += f" ORDER BY ordinal LIMIT {int(limit)}"
+                return [(r[0], make(r[1:])) for r in self._conn.execute(sql, args)]
+            # Every matching row: sorting them by ordinal here (an int) is a third of what SQLite's
+            # sort of the whole rows through a temporary B-tree costs (bench/bench_plan_rows.py).
+            found = self._conn.execute(sql, args).fetchall()
+            found.sort(key=_first)
+            return [(r[0], make(r[1:])) for r in found]
 
     def count(self, where: RowFilter) -> int:
         if (
@@ -159,6 +172,151 @@ class IndexedRows:
         sql = "SELECT DISTINCT region FROM offerings WHERE cloud = ? ORDER BY region"
         return [r[0] for r in self._conn.execute(sql, (cloud,))]
 
+    def split_clean(self, where: RowFilter, rule: CleanRule) -> tuple[CleanCandidates, list[tuple[int, Offering]]]:
+        """The selection's rows that give candidates (CleanRule), counted and ranked by SQLite and
+        built only when read, and the other rows of the selection (each one an exclusion), in catalog
+        order, for the planner's full check. One pass over the selection counts the first and names
+        the others."""
+        cond, args = _where(where)
+        cond = cond or " WHERE 1"
+        rules = _Rules(rule)
+        markets = rules.markets
+        counts = ", ".join(f"total(m{i})" for i in range(len(markets)))
+        flags = ", ".join(f"coalesce({rules.market(m)}, 0) AS m{i}" for i, m in enumerate(markets))
+        gives = " OR ".join(f"m{i}" for i in range(len(markets)))
+        scan = (
+            f"SELECT count(*) FILTER (WHERE c), {counts}, total(legacy) FILTER (WHERE c),"
+            " count(*) FILTER (WHERE NOT c), group_concat(ordinal) FILTER (WHERE NOT c) FROM"
+            f" (SELECT b AND ({gives}) AS c, {', '.join(f'b AND m{i} AS m{i}' for i in range(len(markets)))},"
+            " legacy, ordinal FROM"
+            f" (SELECT coalesce({rules.base}, 0) AS b, {flags}, status = 'legacy' AS legacy, ordinal"
+            f" FROM offerings{cond} LIMIT -1) LIMIT -1)"  # LIMIT: not flattened, each condition computed once
+        )
+        found, *per_market, legacy, others, ordinals = self._conn.execute(
+            scan, [*rules.base_args, *rules.market_args(), *args]
+        ).fetchone()
+        part = CleanCandidates(self, cond, list(args), rules)
+        part.gpus = sorted(where.gpus) if where.gpus is not None and len(where.gpus) > 1 else []
+        part.rows, part.count, part.has_legacy = int(found), int(sum(per_market)), bool(legacy)
+        rest: list[tuple[int, Offering]] = []
+        if others:
+            wanted = sorted(int(o) for o in str(ordinals).split(","))
+            make = self._make if self._nan_columns else Offering._make
+            sql = f"SELECT ordinal, {_COLUMNS} FROM offerings WHERE ordinal IN (SELECT value FROM json_each(?))"
+            with gc_paused():
+                found_rows = self._conn.execute(sql, (json.dumps(wanted),)).fetchall()
+                found_rows.sort(key=_first)
+                rest = [(r[0], make(r[1:])) for r in found_rows]
+        return part, rest
+
+
+class _Rules:
+    """A CleanRule in SQL: `base` is the planner's full check less the prices (not retired, vCPUs,
+    memory: planner._exclusion_reason past the quick reasons), `market(spot)` says that a market
+    gives a candidate (planner._markets: a number, a NaN being stored as text, whose price per GPU
+    is in the sane range, within the cap). A row passing `base` and one market gives a candidate in
+    each market it passes and no exclusion; every other row is an exclusion, left to the planner."""
+
+    def __init__(self, rule: CleanRule) -> None:
+        self.rule = rule
+        self.markets: tuple[bool, ...] = (True, False) if rule.policy == "auto" else (rule.policy == "spot",)
+        parts: list[str] = ["status != 'retired'"]
+        self.base_args: list[object] = []
+        if rule.min_vcpus:
+            parts.append("vcpus >= ?")
+            self.base_args.append(rule.min_vcpus)
+        if rule.min_memory_gib:
+            parts.append("memory_gib >= ?")
+            self.base_args.append(rule.min_memory_gib)
+        self.base = "(" + " AND ".join(parts) + ")"
+
+    def market(self, spot: bool) -> str:
+        column = "spot_price_per_hour" if spot else "price_per_hour"
+        text = f"(typeof({column}) IN ('integer', 'real') AND {column} * 1.0 / max(gpu_count, 1) BETWEEN ? AND ?"
+        return text + (f" AND {column} <= ?)" if self.rule.cap is not None else ")")
+
+    def args_of(self, spot: bool) -> list[object]:
+        cap = [self.rule.cap] if self.rule.cap is not None else []
+        return [self.rule.min_per_gpu, self.rule.max_per_gpu, *cap]
+
+    def market_args(self) -> list[object]:
+        return [a for m in self.markets for a in self.args_of(m)]
+
+    def gives(self) -> tuple[str, list[object]]:
+        """The condition of the rows that give candidates, and its parameters."""
+        markets = " OR ".join(f"coalesce({self.market(m)}, 0)" for m in self.markets)
+        return f" AND coalesce({self.base}, 0) AND ({markets})", [*self.base_args, *self.market_args()]
+
+
+class CleanCandidates:
+    """The candidates of a selection's rows that give some: counted, the cheapest of each market found
+    by walking its price index, every one built only when someone reads past the cheapest."""
+
+    def __init__(self, rows: IndexedRows, cond: str, args: list[object], rules: _Rules) -> None:
+        self._rows, self._cond, self._args, self._rules = rows, cond, args, rules
+        self.rows = 0  # rows that give candidates
+        self.count = 0  # their candidates (two for a row with both markets under `spot: auto`)
+        self.has_legacy = False
+        self.gpus: list[str] = []  # several GPU names: the price index is walked once per name
+
+    def _keys(self, sql: str, args: list[object], markets: tuple[bool, ...]) -> list[RankKey]:
+        """Keys of the rows `sql` reads: (flag per market, ordinal, the row's columns)."""
+        make = self._rows._make if self._rows._nan_columns else Offering._make
+        nodes, width = self._rules.rule.nodes, len(markets)
+        out: list[RankKey] = []
+        with gc_paused():
+            for r in self._rows._conn.execute(sql, args):
+                off = make(r[width + 1 :])
+                for i, is_spot in enumerate(markets):
+                    if r[i]:
+                        price = off.spot_price_per_hour if is_spot else off.price_per_hour
+                        assert price is not None
+                        out.append(rank_key(off, r[width], is_spot, price, nodes))
+        return out
+
+    def head(self, n: int) -> list[RankKey]:
+        """The `n` cheapest of every market, in the planner's order. The n-th smallest price is found
+        by walking the price index; SQLite then sorts the rows up to 3e-6 above it by the planner's
+        own key (the total rounded by Python's round, registered as a function, then the same
+        columns): a row above that rounds to a larger total than n rows have, so it is not among them."""
+        out: list[RankKey] = []
+        conn, rules = self._rows._conn, self._rules
+        for is_spot in rules.markets:
+            column = "spot_price_per_hour" if is_spot else "price_per_hour"
+            cond = f"{self._cond} AND coalesce({rules.base}, 0) AND coalesce({rules.market(is_spot)}, 0)"
+            args = [*self._args, *rules.base_args, *rules.args_of(is_spot)]
+            prices: list[float] = []
+            names: list[str | None] = [*self.gpus] or [None]
+            for gpu in names:  # the n cheapest of each name hold the n cheapest of all
+                one, more = (" AND gpu = ?", [gpu]) if gpu is not None else ("", [])
+                sql = f"SELECT {column} FROM offerings{cond}{one} ORDER BY {column} LIMIT {int(n)}"
+                prices.extend(float(r[0]) for r in conn.execute(sql, [*args, *more]))
+            prices.sort()
+            if len(prices) >= n:
+                cond += f" AND {column} <= ?"
+                args.append(prices[n - 1] + 3e-6)
+            sql = (
+                f"SELECT 1, ordinal, {_COLUMNS} FROM offerings{cond} ORDER BY {_ROUND}({column} * ?, 6),"
+                f" status != 'active', cloud, region, instance_type, ordinal LIMIT {int(n)}"
+            )
+            out.extend(self._keys(sql, [*args, rules.rule.nodes], (is_spot,)))
+        return out
+
+    def every(self) -> list[RankKey]:
+        rules = self._rules
+        gives, args = rules.gives()
+        flags = ", ".join(f"coalesce({rules.market(m)}, 0)" for m in rules.markets)
+        sql = f"SELECT {flags}, ordinal, {_COLUMNS} FROM offerings{self._cond}{gives}"
+        return self._keys(sql, [*rules.market_args(), *self._args, *args], rules.markets)
+
+    def legacy(self) -> set[tuple[str, str]]:
+        """(cloud, instance type) of the legacy rows among them."""
+        if not self.has_legacy:
+            return set()
+        gives, args = self._rules.gives()
+        sql = f"SELECT DISTINCT cloud, instance_type FROM offerings{self._cond}{gives} AND status = 'legacy'"
+        return {(str(c), str(t)) for c, t in self._rows._conn.execute(sql, [*self._args, *args])}
+
 
 def read(path: str, gpus: dict[str, GpuModel]) -> Cached | str | None:
     """The cached catalog; None when there is none; a one-line reason when it is unusable (the
@@ -171,6 +329,7 @@ def read(path: str, gpus: dict[str, GpuModel]) -> Cached | str | None:
 
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        conn.create_function(_ROUND, 2, round, deterministic=True)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         doc = dict(conn.execute("SELECT key, value FROM meta").fetchall()) if version == FORMAT_VERSION else {}
     except sqlite3.Error as exc:

@@ -120,6 +120,24 @@ class SshChannel(Channel):
             raise ssh_transport.SshError(f"{host}: reading {key} failed: {res.stderr}")
         return res.stdout
 
+    def get_to_file(self, key: str, path: Path) -> bool:
+        """`cat` over ssh straight into `path` (an artifacts tarball may be many GB: never held in
+        memory); False when the object does not exist."""
+        host = self._targets(key)[0]
+        with open(path, "wb") as sink:
+            res = self._run(
+                host,
+                f"cat {self._path(key)} 2>/dev/null || exit {_MISSING}",
+                check=False,
+                max_output=sys.maxsize,
+                sink=sink,
+            )
+        if res.returncode == _MISSING:
+            return False
+        if res.returncode != 0:
+            raise ssh_transport.SshError(f"{host}: reading {key} failed: {res.stderr}")
+        return True
+
     def url_get(self, key: str, expires: datetime) -> str:
         self._path(key)
         return f"file://{ROOT_TOKEN}/channel/{urllib.parse.quote(key)}"

@@ -22,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from gpucloud.errors import GpucloudError, UserError
 from gpucloud.providers.base import Unreachable
@@ -208,14 +209,18 @@ def _pump(proc: subprocess.Popen[bytes], data: bytes) -> None:
         pass
 
 
-def _communicate(argv: list[str], data: bytes, timeout: float, max_output: int) -> tuple[int, bytes, bytes]:
+def _communicate(
+    argv: list[str], data: bytes, timeout: float, max_output: int, sink: BinaryIO | None = None
+) -> tuple[int, bytes, bytes]:
     """Run argv; (exit status, stdout, stderr). Raises subprocess.TimeoutExpired after `timeout`
     and _TooMuch once stdout passes `max_output` bytes (stderr keeps its last 64 KiB); either way
-    the ssh client is killed first, so nothing is left running here."""
+    the ssh client is killed first, so nothing is left running here. With `sink`, stdout is written
+    there as it comes (an artifacts tarball: never whole in memory) and b"" is returned for it."""
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     writer = threading.Thread(target=_pump, args=(proc, data), daemon=True)
     writer.start()
     out, err = bytearray(), bytearray()
+    written = 0
     deadline = time.monotonic() + timeout
     assert proc.stdout is not None and proc.stderr is not None
     streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
@@ -233,6 +238,12 @@ def _communicate(argv: list[str], data: bytes, timeout: float, max_output: int) 
                         sel.unregister(key.fd)
                         continue
                     buf = streams[key.fd]
+                    if buf is out and sink is not None:
+                        sink.write(chunk)
+                        written += len(chunk)
+                        if written > max_output:
+                            raise _TooMuch()
+                        continue
                     buf += chunk
                     if buf is out and len(out) > max_output:
                         raise _TooMuch()
@@ -258,6 +269,7 @@ def run(
     retries: int = 2,
     check: bool = True,
     max_output: int = DEFAULT_MAX_OUTPUT,
+    sink: BinaryIO | None = None,
 ) -> Result:
     """Run `command` (a POSIX shell line) on the host. ssh's own failures (exit 255) are retried
     after a short wait: a dropped master is replaced by a new one on the next call. An unknown host
@@ -265,7 +277,8 @@ def run(
     was never reached); with `check`, a non-zero exit of the command itself also raises SshError
     (its stderr in the message). A command that prints more than `max_output` bytes, or has not
     ended after `timeout` seconds, is stopped (SshError naming it; not retried, not blamed on the
-    network); callers bound the remote side too (`timeout`, `head -c`), so nothing stays running."""
+    network); callers bound the remote side too (`timeout`, `head -c`), so nothing stays running.
+    With `sink` (a file opened for writing), stdout goes there instead of into the Result."""
     argv = ["ssh", *base_args(host), *host.destination(), "--", command]
     what = f"`{clean_text(command.strip().splitlines()[0] if command.strip() else command)[:60]}`"
     last = ""
@@ -273,8 +286,11 @@ def run(
     if seen is not None and time.monotonic() - seen[0] < UNREACHED_MEMO_S:  # just failed: say so at once
         raise SshUnreachable(seen[1], hint=f"Check `ssh {host.text} true`; the run (if any) keeps going on the host.")
     for attempt in range(retries + 1):
+        if sink is not None:  # a retry starts the file again
+            sink.seek(0)
+            sink.truncate()
         try:
-            rc, stdout, stderr = _communicate(argv, input if input is not None else b"", timeout, max_output)
+            rc, stdout, stderr = _communicate(argv, input if input is not None else b"", timeout, max_output, sink)
         except subprocess.TimeoutExpired:
             raise SshError(
                 f"{host.text}: {what} did not end within {timeout:.0f}s (stopped)",
