@@ -182,6 +182,9 @@ def plan(
         bool, typer.Option("--all", help="List every excluded offering, not only the closest.")
     ] = False,
     host: HostOpt = None,
+    estimates: Annotated[
+        bool, typer.Option("--estimates/--no-estimates", help="Refuse offerings whose price is an estimate.")
+    ] = True,
 ) -> None:
     """Ranked candidates with $/h and estimated cost, the resolved stack, and why others were excluded."""
     from gpucloud import views
@@ -190,7 +193,7 @@ def plan(
 
     job, cloud = load_job(spec, cloud, host)
     upload = describe_upload(job)
-    result = make_plan(job, cloud=cloud, region=region, spot=spot)
+    result = make_plan(job, cloud=cloud, region=region, spot=spot, estimates=estimates)
     if json_out:
         emit_json({**result.as_json(), "upload": upload.as_json()})
         return

@@ -48,8 +48,9 @@ class QuickReasons:
         self.gpu = gpu
         self.variants = variants
         self.fixed_type = spec.resources.instance_type or ""
-        request = spec.resources.gpu
-        self.count = request.count if request and gpu and not self.fixed_type else None
+        requests = spec.resources.gpu_requests
+        one = requests[0] if len(requests) == 1 and requests[0].max_count is None else None
+        self.count = one.count if one is not None and gpu and not self.fixed_type else None
         self.allowed = ", ".join(clouds)
         self.region_list = ", ".join(sorted(regions)) if regions is not None else ""
         self.memo: dict[tuple[int, str], str] = {}

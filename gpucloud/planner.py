@@ -7,8 +7,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC
 from typing import TYPE_CHECKING
 
-from gpucloud.catalog.prices import price_problem
+from gpucloud.catalog.prices import price_problem, price_source
 from gpucloud.catalog.rows import RowFilter
+from gpucloud.plan_match import GpuMatch, PlanStacks
 from gpucloud.plan_rows import Exclusion, Exclusions, QuickReasons
 from gpucloud.provider_requests import plan_request, refuse_what_providers_cannot_do
 from gpucloud.providers.base import Candidate
@@ -32,6 +33,11 @@ class Plan:
     stack: Stack
     warnings: list[str] = field(default_factory=list)
     data: DataAge | None = None  # how old the prices behind the first candidate are
+    stacks: dict[str, Stack] = field(default_factory=dict)  # per GPU, when the job accepts several
+
+    def stack_for(self, candidate: Candidate) -> Stack:
+        """The stack a candidate's machine gets: its GPU's, when the job lists alternatives."""
+        return self.stacks.get(candidate.gpu, self.stack)
 
     def as_json(self) -> dict[str, object]:
         doc: dict[str, object] = {
@@ -113,10 +119,12 @@ def make_plan(
     spot: bool | None = None,
     catalog: Catalog | None = None,
     baked: bool = True,
+    estimates: bool = True,
 ) -> Plan:
     """Rank every offering that meets every constraint of `spec`; explain every other one.
 
-    `cloud`, `region` and `spot` are the CLI's overrides. Raises UserError (exit 2) when the GPU is
+    `cloud`, `region` and `spot` are the CLI's overrides; `estimates=False` (`plan --no-estimates`)
+    excludes offerings whose price is an estimate, with that reason. Raises UserError (exit 2) when the GPU is
     offered nowhere allowed, or when nothing meets the constraints (with the closest misses)."""
     from gpucloud import providers
     from gpucloud.catalog import load_catalog
@@ -126,32 +134,64 @@ def make_plan(
     clouds = [cloud] if cloud else list(spec.resources.cloud)
     refuse_what_providers_cannot_do(spec, clouds, spot)
     gpu = _requested_gpu(spec, cat)
-    stack = resolve_stack(gpu, spec.stack)
+    match = GpuMatch(spec, cat) if spec.resources.gpu and not spec.resources.instance_type else None
+    wide = match is not None and not match.simple  # alternatives, a model choice or a range
+    stack = resolve_stack(gpu or None, spec.stack) if not wide else None
     priced = [c for c in clouds if providers.info(c).priced]
     if not priced:
-        return _unpriced_plan(spec, stack, gpu, clouds)
+        return _unpriced_plan(spec, stack or resolve_stack(gpu or None, spec.stack), gpu, clouds)
     clouds = priced
     regions = _allowed_regions(spec, region, clouds, cat)
     policy: bool | str = spec.resources.spot if spot is None else spot
-    variants = frozenset(cat.members(gpu)) if gpu else frozenset()
+    variants = match.variants if match is not None and wide else frozenset(cat.members(gpu)) if gpu else frozenset()
 
-    warnings: list[str] = list(stack.warnings)
-    quick = QuickReasons(spec, gpu, variants, clouds, regions)
-    images = _ImageChoice(stack, spec, baked=baked)
-    candidates, excluded = _check_rows(cat, quick, spec, policy, images)
+    stacks = PlanStacks(spec, stack)
+    quick = QuickReasons(spec, match.asked if match is not None and wide else gpu, variants, clouds, regions)
+    images = _ImageChoice(stacks, spec, baked=baked)
+    candidates, excluded = _check_rows(cat, quick, spec, policy, images, match, estimates)
 
-    candidates.sort(key=lambda c: (c.total_per_hour, c.status != "active", c.cloud, c.region, c.instance_type, c.spot))
+    rank: dict[str, int] = {}
+    for i in range(len(match.requests) if match is not None else 0):
+        rank.setdefault(match.label(i), match.rank(i))  # type: ignore[union-attr]
+    candidates.sort(
+        key=lambda c: (
+            rank.get(c.request, 0),
+            c.total_per_hour,
+            c.status != "active",
+            c.cloud,
+            c.region,
+            c.instance_type,
+            c.spot,
+        )
+    )
     if not candidates:
-        raise _nothing_fits(spec, gpu, clouds, excluded, cat)
+        raise _nothing_fits(spec, gpu if not wide else None, clouds, excluded, cat)
+    first = stacks.of(candidates[0].gpu)
+    assert not isinstance(first, str), "a candidate's stack always resolves"
+    warnings: list[str] = list(first.warnings)
     warnings.extend(_legacy_warnings(candidates))
     age = data_age(cat, candidates[0])
     if age is not None and age.stale:
         warnings.append(age.warning)
-    return Plan(spec=spec, candidates=candidates, excluded=excluded, stack=stack, warnings=warnings, data=age)
+    return Plan(
+        spec=spec,
+        candidates=candidates,
+        excluded=excluded,
+        stack=first,
+        warnings=warnings,
+        data=age,
+        stacks=stacks.known() if wide else {},
+    )
 
 
 def _check_rows(
-    cat: Catalog, quick: QuickReasons, spec: JobSpec, policy: bool | str, images: _ImageChoice
+    cat: Catalog,
+    quick: QuickReasons,
+    spec: JobSpec,
+    policy: bool | str,
+    images: _ImageChoice,
+    match: GpuMatch | None,
+    estimates: bool = True,
 ) -> tuple[list[Candidate], Exclusions]:
     """Check in full only the rows no quick reason excludes (read through the catalog's index);
     the others are counted by the returned `Exclusions` and listed when it is iterated."""
@@ -163,9 +203,15 @@ def _check_rows(
     selected = cat.rows.select(quick.where)
     with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/store.py)
         for ordinal, off in selected:
-            reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions)
+            reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions, match)
             if reason is None:
-                options, reason = _priced_options(off, spec, policy, images)
+                stack = images.stacks.of(off.gpu)
+                if isinstance(stack, str):
+                    reason = stack
+            if reason is None:
+                which = match.which(off) if match is not None else None
+                label = match.label(which) if match is not None and which is not None else ""
+                options, reason = _priced_options(off, spec, policy, images, label, estimates)
                 candidates.extend(options)
             if reason is not None:
                 checked.append((ordinal, Exclusion(off.cloud, off.region, off.instance_type, reason)))
@@ -179,10 +225,10 @@ class _ImageChoice:
     Chosen once per (cloud, instance type, GPU count, CPU architecture), however many regions and
     markets offer it."""
 
-    def __init__(self, stack: Stack, spec: JobSpec, *, baked: bool) -> None:
+    def __init__(self, stacks: PlanStacks, spec: JobSpec, *, baked: bool) -> None:
         from gpucloud.images_build import index_by_hash
 
-        self.stack, self.job_image, self.setup = stack, spec.image, spec.setup
+        self.stacks, self.job_image, self.setup = stacks, spec.image, spec.setup
         self.index = index_by_hash() if baked and spec.image in ("", "auto") else {}
         self.chosen: dict[tuple[str, str, int, str], tuple[Image | None, NodeStack | None, tuple[str, ...]]] = {}
 
@@ -196,19 +242,25 @@ class _ImageChoice:
             if hit is not None and node is not None:
                 from gpucloud.images_build import baked_row
 
-                return baked_row(hit, self.stack, node)
+                return baked_row(hit, self._stack(off), node)
         return base
+
+    def _stack(self, off: Offering) -> Stack:
+        stack = self.stacks.of(off.gpu)
+        assert not isinstance(stack, str), "rows whose stack does not resolve are excluded before"
+        return stack
 
     def _base(self, off: Offering) -> tuple[Image | None, NodeStack | None, tuple[str, ...]]:
         from gpucloud.images import choose_image, cpu_arch_of, resolve_node
         from gpucloud.images_build import stack_hash
 
         arch = cpu_arch_of(off)
-        base = choose_image(self.stack, off.cloud, off.instance_type, off.gpu_count, arch, self.job_image)
+        stack = self._stack(off)
+        base = choose_image(stack, off.cloud, off.instance_type, off.gpu_count, arch, self.job_image)
         if not any(cloud == off.cloud for cloud, _, _ in self.index):
             return base, None, ()
-        node = resolve_node(self.stack, off.cloud, off.instance_type, off.gpu_count, cpu_arch=arch, chosen=base)
-        return base, node, (stack_hash(self.stack, node, self.setup), stack_hash(self.stack, node))
+        node = resolve_node(stack, off.cloud, off.instance_type, off.gpu_count, cpu_arch=arch, chosen=base)
+        return base, node, (stack_hash(stack, node, self.setup), stack_hash(stack, node))
 
 
 def _requested_gpu(spec: JobSpec, cat: Catalog) -> str | None:
@@ -291,7 +343,13 @@ def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: 
 
 
 def _exclusion_reason(
-    off: Offering, spec: JobSpec, gpu: str | None, variants: frozenset[str], clouds: list[str], regions: set[str] | None
+    off: Offering,
+    spec: JobSpec,
+    gpu: str | None,
+    variants: frozenset[str],
+    clouds: list[str],
+    regions: set[str] | None,
+    match: GpuMatch | None = None,
 ) -> str | None:
     """The first constraint the offering breaks, in the order a user thinks about them."""
     res = spec.resources
@@ -301,10 +359,16 @@ def _exclusion_reason(
         return f"region {off.region} not in {', '.join(sorted(regions))}"
     if res.instance_type and off.instance_type != res.instance_type:
         return f"instance type is not {res.instance_type}"
-    if gpu and off.gpu not in variants:
-        return f"has {off.gpu}, job asks for {gpu}"
-    if res.gpu and off.gpu_count != res.gpu.count:
-        return f"has {off.gpu_count} × {off.gpu} per node, job asks for {res.gpu.count}"
+    if match is not None and not match.simple:
+        if off.gpu not in variants:
+            return f"has {off.gpu}, job asks for {match.asked}"
+        if match.which(off) is None:
+            return match.miss(off)
+    else:
+        if gpu and off.gpu not in variants:
+            return f"has {off.gpu}, job asks for {gpu}"
+        if res.gpu and off.gpu_count != res.gpu.count:
+            return f"has {off.gpu_count} × {off.gpu} per node, job asks for {res.gpu.count}"
     if off.status == "retired":
         return f"{off.status_text()} ({off.source})"
     if res.min_vcpus and off.vcpus < res.min_vcpus:
@@ -315,7 +379,12 @@ def _exclusion_reason(
 
 
 def _priced_options(
-    off: Offering, spec: JobSpec, policy: bool | str, images: _ImageChoice | None = None
+    off: Offering,
+    spec: JobSpec,
+    policy: bool | str,
+    images: _ImageChoice | None = None,
+    request: str = "",
+    estimates: bool = True,
 ) -> tuple[list[Candidate], str | None]:
     """Candidates for one offering under the spot policy and max price; or why there are none.
 
@@ -331,6 +400,9 @@ def _priced_options(
     else:
         markets = [False]
     cap = spec.resources.max_price_per_hour
+    source = price_source(off)
+    if not estimates and source.kind == "estimate":
+        return [], f"price is an estimate ({source.rule}); --no-estimates refuses estimated prices"
     out: list[Candidate] = []
     too_dear: list[str] = []
     for is_spot in markets:
@@ -361,6 +433,8 @@ def _priced_options(
                 memory_gib=off.memory_gib,
                 arch=off.arch,
                 image=images(off) if images is not None else None,
+                request=request,
+                price_source=source,
             )
         )
     return out, ("; ".join(too_dear) if not out else None)

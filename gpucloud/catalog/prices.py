@@ -14,6 +14,8 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from gpucloud.providers.base import PriceSource
+
 if TYPE_CHECKING:
     from gpucloud.catalog.models import Offering
 
@@ -76,3 +78,20 @@ def check_rows(rows: Iterable[Offering], source: str) -> tuple[list[Offering], l
             row = row._replace(spot_price_per_hour=None)
         kept.append(row)
     return kept, problems
+
+
+OLD_PRICE_MARK = "[old price:"  # a refresh that could not read a price keeps the previous one, marked
+
+
+def price_source(off: Offering) -> PriceSource:
+    """The provenance of an offering's on-demand price, read from its `source` and `price_date`."""
+    text = off.source
+    if OLD_PRICE_MARK in text:
+        rule = text.split(OLD_PRICE_MARK, 1)[1].split("]", 1)[0].strip()
+        return PriceSource("old", off.price_date, rule)
+    head = text.split(";", 1)[0]
+    if "[estimate:" in head:
+        return PriceSource("estimate", off.price_date, head.split("[estimate:", 1)[1].split("]", 1)[0].strip())
+    if "T" in off.price_date:
+        return PriceSource("live", off.price_date)
+    return PriceSource("shipped", off.price_date)

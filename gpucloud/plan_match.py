@@ -1,0 +1,95 @@
+"""Which of a job's GPU requests an offering meets (`gpu: [L4:1, A10G:1]`, `A100|H100:8`, ranges).
+
+Why a separate piece: the planner checks tens of thousands of rows, so each request is resolved
+once against the catalog into the set of catalog GPU names it accepts (a family such as A100 is its
+variants; a memory range is every GPU with that much memory) and a count range; a row is then
+matched with two set/integer tests. The union of the names is what the catalog's index is asked
+for, so rows of other GPUs are never read.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpucloud.catalog import Catalog
+    from gpucloud.catalog.models import Offering
+    from gpucloud.spec import JobSpec
+    from gpucloud.stacks import Stack
+
+
+class GpuMatch:
+    """The job's GPU requests resolved against one catalog, in the order written."""
+
+    def __init__(self, spec: JobSpec, cat: Catalog) -> None:
+        res = spec.resources
+        self.requests = res.gpu_requests
+        self.ordered = res.gpu_order == "ordered"
+        self.resolved: list[tuple[frozenset[str], int, int, str]] = []
+        for req in self.requests:
+            if req.models:
+                names = {n for m in req.models for n in cat.members(m)}
+            else:
+                names = set(cat.gpus)
+            if req.memory is not None:
+                low, high = req.memory
+                names = {
+                    n
+                    for n in names
+                    if low <= cat.gpus[n].memory_gib and (high is None or cat.gpus[n].memory_gib <= high)
+                }
+            self.resolved.append((frozenset(names), req.count, req.most, req.label()))
+        self.variants = frozenset(n for names, _, _, _ in self.resolved for n in names)
+        # One exact model and count: today's single request, planned and explained as before.
+        only = self.requests[0] if len(self.requests) == 1 else None
+        self.simple = only is not None and len(only.models) == 1 and only.memory is None and only.max_count is None
+        labels = [label for _, _, _, label in self.resolved]
+        self.asked = labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " or " + labels[-1]
+        self.exact_count = only.count if only is not None and only.max_count is None else None
+
+    def which(self, off: Offering) -> int | None:
+        """The index of the first request the offering meets, or None."""
+        for i, (names, low, high, _) in enumerate(self.resolved):
+            if off.gpu in names and low <= off.gpu_count <= high:
+                return i
+        return None
+
+    def label(self, index: int) -> str:
+        return self.resolved[index][3]
+
+    def miss(self, off: Offering) -> str:
+        """Why a row of an asked-for GPU meets no request (its count is outside every range)."""
+        return f"has {off.gpu_count} × {off.gpu} per node, job asks for {self.asked}"
+
+    def rank(self, index: int) -> int:
+        """The request's place in the ranking: its index under `gpu_order: ordered`, else 0."""
+        return index if self.ordered else 0
+
+
+class PlanStacks:
+    """The stack of each GPU a plan may run on: one fixed stack for a single request (an error in
+    the job's pins stops the plan, as before), else resolved per GPU, where a pin that does not fit
+    one GPU excludes that GPU's offerings with the reason instead of stopping the plan."""
+
+    def __init__(self, spec: JobSpec, fixed: Stack | None) -> None:
+        self.pins, self.fixed = spec.stack, fixed
+        self.per_gpu: dict[str, Stack | str] = {}
+
+    def of(self, gpu: str) -> Stack | str:
+        """The GPU's stack, or why the job's stack pins do not fit it."""
+        if self.fixed is not None:
+            return self.fixed
+        hit = self.per_gpu.get(gpu)
+        if hit is None:
+            from gpucloud.errors import UserError
+            from gpucloud.stacks import resolve_stack
+
+            try:
+                hit = resolve_stack(gpu, self.pins)
+            except UserError as exc:
+                hit = f"the job's stack pins do not fit the {gpu}: {exc.message}"
+            self.per_gpu[gpu] = hit
+        return hit
+
+    def known(self) -> dict[str, Stack]:
+        return {g: s for g, s in self.per_gpu.items() if not isinstance(s, str)}
