@@ -474,9 +474,15 @@ def cost(
     if json_out:
         emit_json(report)
         return
-    from gpucloud.views import print_cost
+    from gpucloud.views import print_cost, say
 
     print_cost(report)
+    for run in report["runs"]:  # `cost RUN`: what its GPUs did, and the machine that would have done
+        if run.get("gpu_usage"):
+            from gpucloud.gpu_report import usage_lines
+
+            for line in usage_lines(run["gpu_usage"]):
+                say(line)
 
 
 @app.command()

@@ -46,13 +46,22 @@ class GpuMatch:
         labels = [label for _, _, _, label in self.resolved]
         self.asked = labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " or " + labels[-1]
         self.exact_count = only.count if only is not None and only.max_count is None else None
+        self._which: dict[tuple[str, int], int | None] = {}
 
     def which(self, off: Offering) -> int | None:
-        """The index of the first request the offering meets, or None."""
+        """The index of the first request the offering meets, or None (memoised per GPU and count:
+        a large catalog has tens of thousands of rows but a few dozen of those pairs)."""
+        key = (off.gpu, off.gpu_count)
+        hit = self._which.get(key, -1)
+        if hit != -1:
+            return hit
+        found = None
         for i, (names, low, high, _) in enumerate(self.resolved):
             if off.gpu in names and low <= off.gpu_count <= high:
-                return i
-        return None
+                found = i
+                break
+        self._which[key] = found
+        return found
 
     def label(self, index: int) -> str:
         return self.resolved[index][3]

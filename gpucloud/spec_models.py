@@ -92,6 +92,7 @@ class Resources(_Strict):
     min_memory_gib: float | None = Field(default=None, gt=0)
     disk_gb: int = Field(default=100, ge=20, le=16384)
     ssh: bool = False
+    idle_timeout: int | None = None  # seconds every GPU may sit idle before the run is ended (off: None)
     hosts: list[str] | None = None  # machines you own (providers with takes_hosts): `[user@]host[:port]` or ssh aliases
 
     @field_validator("hosts", mode="before", json_schema_input_type=str | list[str] | None)
@@ -215,6 +216,21 @@ class Resources(_Strict):
     def gpu_requests(self) -> list[GpuRequest]:
         """Every GPU request the job accepts, in the order written (one, or the alternatives)."""
         return list(self.gpu_options) if self.gpu_options else ([self.gpu] if self.gpu else [])
+
+    @field_validator(
+        "idle_timeout",
+        mode="before",
+        json_schema_input_type=int | Annotated[str, Field(pattern=_DURATION_PATTERN)] | None,
+    )
+    @classmethod
+    def _idle_timeout(cls, value: Any) -> int | None:
+        """ "10m" / 600 / "off": a hung job (GPUs idle that long) stops billing; off by default."""
+        if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("off", "none")):
+            return None
+        seconds = parse_duration(value)
+        if seconds < 1:
+            _fail(f"{describe(value)} is {seconds} s. Expected a duration such as 10m, or off")
+        return seconds
 
     @field_validator("instance_type", mode="before")
     @classmethod

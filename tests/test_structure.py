@@ -88,6 +88,7 @@ LAYERS: dict[str, int] = {
     "gpucloud.collect": RUN,
     "gpucloud.commands": RUN,
     "gpucloud.cost": RUN,
+    "gpucloud.gpu_report": RUN,
     "gpucloud.check": RUN,
     "gpucloud.bake": RUN,
     "gpucloud.upload_info": RUN,

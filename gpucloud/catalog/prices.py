@@ -10,6 +10,7 @@ absurd ones.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -85,13 +86,18 @@ OLD_PRICE_MARK = "[old price:"  # a refresh that could not read a price keeps th
 
 def price_source(off: Offering) -> PriceSource:
     """The provenance of an offering's on-demand price, read from its `source` and `price_date`."""
-    text = off.source
+    return _source_of(off.source, off.price_date)
+
+
+@functools.lru_cache(maxsize=4096)
+def _source_of(text: str, price_date: str) -> PriceSource:
+    """Memoised: a large catalog repeats a few source texts over tens of thousands of rows."""
     if OLD_PRICE_MARK in text:
         rule = text.split(OLD_PRICE_MARK, 1)[1].split("]", 1)[0].strip()
-        return PriceSource("old", off.price_date, rule)
+        return PriceSource("old", price_date, rule)
     head = text.split(";", 1)[0]
     if "[estimate:" in head:
-        return PriceSource("estimate", off.price_date, head.split("[estimate:", 1)[1].split("]", 1)[0].strip())
-    if "T" in off.price_date:
-        return PriceSource("live", off.price_date)
-    return PriceSource("shipped", off.price_date)
+        return PriceSource("estimate", price_date, head.split("[estimate:", 1)[1].split("]", 1)[0].strip())
+    if "T" in price_date:
+        return PriceSource("live", price_date)
+    return PriceSource("shipped", price_date)
