@@ -7,6 +7,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -27,6 +28,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 SpecArg = Annotated[str, typer.Argument(help="Path to the job file (YAML).", metavar="SPEC")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+PlotOpt = Annotated[
+    Path | None,
+    typer.Option("--plot", metavar="FILE", help="Draw it into FILE (.png or .svg; needs matplotlib: gpucloud[plot])."),
+]
 CloudOpt = Annotated[
     str | None, typer.Option("--cloud", help=f"A provider: {', '.join(providers.names())} (overrides resources.cloud).")
 ]
@@ -389,11 +394,30 @@ def run(
 def status(
     run_id: Annotated[str | None, typer.Argument(metavar="RUN", help="A run id (default: all runs).")] = None,
     json_out: JsonOpt = False,
+    plot: PlotOpt = None,
 ) -> None:
-    """Runs and their phases, cost so far."""
+    """Runs and their phases, cost so far; with RUN, each node's GPU use."""
     from gpucloud.commands import show_status
 
     show_status(run_id, json_out=json_out)
+    if plot is not None:
+        _plot_usage(run_id, plot)
+
+
+def _plot_usage(run_id: str | None, path: Path) -> None:
+    """A run's GPU utilisation and memory over time (gpucloud/plot.py)."""
+    from gpucloud import gpu_report
+    from gpucloud.errors import UserError
+    from gpucloud.plot import plot_usage
+    from gpucloud.state import home_dir
+
+    if run_id is None:
+        raise UserError("status --plot draws one run's GPU use: give the run.", hint="gpucloud status RUN --plot FILE")
+    from gpucloud.state import Store
+
+    run = Store().find_run(run_id)
+    rid = run.id if run is not None else run_id
+    err(f"wrote {plot_usage(rid, gpu_report.load(home_dir(), rid), path)}")
 
 
 @app.command("ls")
@@ -466,11 +490,19 @@ def cost(
     run_id: Annotated[str | None, typer.Argument(metavar="RUN", help="A run id (default: every run).")] = None,
     since: Annotated[str | None, typer.Option("--since", help="Runs created on or after DATE (YYYY-MM-DD).")] = None,
     json_out: JsonOpt = False,
+    plot: PlotOpt = None,
 ) -> None:
     """What runs cost, per attempt: where, spot or on-demand, billed time, saving against on-demand."""
     from gpucloud.cost import cost_report
 
     report = cost_report(run_id, since=since)
+    if plot is not None:  # one run: its GPU use over time; else spend per day and per run
+        from gpucloud.plot import plot_cost
+
+        if run_id is not None:
+            _plot_usage(report["runs"][0]["run_id"], plot)
+        else:
+            err(f"wrote {plot_cost(report, plot)}")
     if json_out:
         emit_json(report)
         return

@@ -89,6 +89,7 @@ LAYERS: dict[str, int] = {
     "gpucloud.commands": RUN,
     "gpucloud.cost": RUN,
     "gpucloud.gpu_report": RUN,
+    "gpucloud.plot": RUN,
     "gpucloud.check": RUN,
     "gpucloud.bake": RUN,
     "gpucloud.upload_info": RUN,
