@@ -383,7 +383,10 @@ def run(
         json_out=json_out,
         wait_teardown=not no_wait,
     )
-    ci_output.report_run(result.as_json())  # CI hook: step summary / dotenv report (docs/CI.md)
+    from gpucloud.gpu_report import usage_of
+
+    usage = usage_of(result.run_id) if ci_output.detect() else None
+    ci_output.report_run({**result.as_json(), "gpu_usage": usage})  # CI hook: step summary / dotenv (docs/CI.md)
     if json_out:
         emit_json(result.as_json())
     raise typer.Exit(result.exit_code or 0)
@@ -405,19 +408,9 @@ def status(
 
 
 def _plot_usage(run_id: str | None, path: Path) -> None:
-    """A run's GPU utilisation and memory over time (gpucloud/plot.py)."""
-    from gpucloud import gpu_report
-    from gpucloud.errors import UserError
-    from gpucloud.plot import plot_usage
-    from gpucloud.state import home_dir
+    from gpucloud.plot import plot_run
 
-    if run_id is None:
-        raise UserError("status --plot draws one run's GPU use: give the run.", hint="gpucloud status RUN --plot FILE")
-    from gpucloud.state import Store
-
-    run = Store().find_run(run_id)
-    rid = run.id if run is not None else run_id
-    err(f"wrote {plot_usage(rid, gpu_report.load(home_dir(), rid), path)}")
+    err(f"wrote {plot_run(run_id, path)}")
 
 
 @app.command("ls")

@@ -139,6 +139,16 @@ def run_usage(home: Path, run: RunRecord, now: float) -> dict[str, Any] | None:
     return doc
 
 
+def usage_of(run_id: str) -> dict[str, Any] | None:
+    """A run's GPU use by id (the CI summary after `run`); None when it was not sampled."""
+    import time
+
+    from gpucloud.state import Store, home_dir
+
+    run = Store().get_run(run_id)
+    return run_usage(home_dir(), run, time.time()) if run is not None else None
+
+
 def usage_lines(doc: dict[str, Any]) -> list[str]:
     """The human lines of a run's GPU use (end of `run`, `status RUN`, `cost RUN`)."""
     lines = [

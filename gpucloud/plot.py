@@ -85,3 +85,15 @@ def plot_usage(run_id: str, nodes: dict[str, dict[str, Any]], path: Path) -> Pat
     if len(nodes) > 1:
         util.legend(fontsize=7)
     return _save(fig, path)
+
+
+def plot_run(run_id: str | None, path: Path) -> Path:
+    """`status RUN --plot` / `cost RUN --plot`: the run's GPU use from its saved samples."""
+    from gpucloud import gpu_report
+    from gpucloud.state import Store, home_dir
+
+    if run_id is None:
+        raise UserError("status --plot draws one run's GPU use: give the run.", hint="gpucloud status RUN --plot FILE")
+    run = Store().find_run(run_id)
+    rid = run.id if run is not None else run_id
+    return plot_usage(rid, gpu_report.load(home_dir(), rid), path)

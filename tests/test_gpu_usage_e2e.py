@@ -1,4 +1,5 @@
-"""Right-sizing end to end on the AWS simulator (moto server + VM simulator): the stub nvidia-smi
+"""Right-sizing end to end on the AWS and Azure simulators (moto server / fake ARM + Azurite, and
+the VM simulator): the stub nvidia-smi
 reports scripted utilisation and memory, the node's sampler rides on status.json, the run's end
 summary and `cost RUN --json` show peak memory, mean/p95 utilisation and GPU-idle time, and `cost`
 names the cheaper machine that would have held the peak; an idle job with `idle_timeout` ends
@@ -13,8 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
+from tests.support.azure_fixtures import arm, azure_env, azurite, fake_arm_server, leftovers  # noqa: F401
+from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
+from tests.support.fake_arm import FakeArm
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 from tests.test_aws_e2e import aws_env, cli, run_id_of  # noqa: F401
+from tests.test_azure_e2e import cli as azure_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -36,7 +41,8 @@ def test_cost_names_the_cheaper_machine_that_held_the_peak(
 ) -> None:
     monkeypatch.setenv("STUB_GPU_UTIL", "80,20,20,20")
     monkeypatch.setenv("STUB_GPU_MEM_USED", "6000,8000,7000")  # MiB: 7.8 GiB peak of the A10G's 24
-    env = {**aws_env, "GPUCLOUD_GPU_SAMPLE_S": "0.3"}
+    summary = tmp_path / "step-summary.md"
+    env = {**aws_env, "GPUCLOUD_GPU_SAMPLE_S": "0.3", "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
     job = _job(tmp_path / "job.yaml", "sleep 3")
     proc = cli(env, "run", str(job), timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -52,6 +58,8 @@ def test_cost_names_the_cheaper_machine_that_held_the_peak(
     assert fit["would_have_cost"] < fit["cost"] and fit["saving"] > 0
     human = cli(env, "cost", run_id)
     assert "right-size: g4dn.xlarge" in " ".join(human.stdout.split()), human.stdout
+    table = summary.read_text()  # the GitHub step summary embeds the GPU use as a small table
+    assert "| peak memory per GPU | 7.81 of 24 GiB |" in table and "| would have fitted | `g4dn.xlarge`" in table
     status = cli(env, "status", run_id)
     assert "node 0: gpu0 20 % 6.8/24 GiB" in status.stdout and "right-size: g4dn.xlarge" in status.stdout, status.stdout
     assert tagged_alive(moto, run_id) == []
@@ -78,3 +86,29 @@ def test_idle_timeout_ends_a_hung_job(
     # ended within the threshold + one sample (+ the watchdog's tick)
     assert 2.0 <= usage["gpu_idle_seconds"] <= 2.0 + 0.5 + 1.0, usage
     assert tagged_alive(moto, run_id) == []
+
+
+def test_azure_run_reports_gpu_use_and_right_sizes(
+    azure_env: dict[str, str],  # noqa: F811
+    arm: FakeArm,  # noqa: F811
+    azure_sim: AzureVmSimulator,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("STUB_GPU_UTIL", "60,30")
+    monkeypatch.setenv("STUB_GPU_MEM_USED", "9000,10000")  # 9.8 GiB of an A100-80GB's 80
+    env = {**azure_env, "GPUCLOUD_GPU_SAMPLE_S": "0.3"}
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: sized\nresources:\n  cloud: azure\n  regions: [eastus]\n  gpu: A100-80GB:1\n"
+        "run: sleep 3\nmax_duration: 10m\n"
+    )
+    proc = azure_cli(env, "run", str(job), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_id = run_id_of(proc.stderr)
+    assert "GPU use: peak memory 9.77 of 80 GiB per GPU" in " ".join(proc.stderr.split()), proc.stderr[-2000:]
+    usage = json.loads(azure_cli(env, "cost", run_id, "--json").stdout)["runs"][0]["gpu_usage"]
+    fit = usage["right_size"]
+    assert fit["instance_type"] == "Standard_NC4as_T4_v3" and fit["region"] == "eastus", fit
+    assert fit["saving"] > 0 and usage["util_p95"] == 60.0
+    assert leftovers(arm) == []
