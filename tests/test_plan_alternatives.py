@@ -273,3 +273,51 @@ def test_examples_dir_has_an_alternatives_example() -> None:
 
     plan = make_plan(load_spec(path), baked=False)
     assert plan.candidates and all(c.request for c in plan.candidates)
+
+
+# ---------------------------------------------------------------------------------------------
+# Prices that say what they are
+
+
+def test_every_candidate_carries_its_price_source_and_no_estimates_refuses_them() -> None:
+    from gpucloud.catalog.prices import price_source
+
+    spec = spec_of("T4:1")
+    plan = make_plan(spec, baked=False)
+    kinds = {c.price_source.kind for c in plan.candidates if c.price_source}
+    assert len(kinds) >= 2 and "estimate" in kinds and all(c.price_source for c in plan.candidates)
+    strict = make_plan(spec, baked=False, estimates=False)
+    assert strict.candidates and all(c.price_source and c.price_source.kind != "estimate" for c in strict.candidates)
+    refused = [e for e in strict.excluded if "--no-estimates" in e.reason]
+    assert refused and all("price is an estimate (" in e.reason for e in refused)
+    rows = {(o.cloud, o.region, o.instance_type): o for o in SHIPPED.offerings}
+    for e in refused:
+        assert price_source(rows[(e.cloud, e.region, e.instance_type)]).kind == "estimate"
+
+
+def test_plan_table_marks_estimated_prices_and_names_the_source() -> None:
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from gpucloud import views
+
+    plan = make_plan(spec_of("T4:1"), baked=False)
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        views.print_plan(plan, show_all=True)
+    text = out.getvalue()
+    estimates = sum(1 for c in plan.candidates if c.price_source and c.price_source.kind == "estimate")
+    assert text.count("(estimate price)") == estimates > 0
+
+
+def test_gpus_compares_per_gpu_hour_and_says_where_each_price_comes_from() -> None:
+    from gpucloud.catalog.views import gpu_summaries
+
+    for s in gpu_summaries(SHIPPED):
+        if s.on_demand is None:
+            continue
+        doc = s.as_json()["cheapest_on_demand"]
+        assert doc["price_per_gpu_hour"] == pytest.approx(s.on_demand.price_per_hour / s.on_demand.gpu_count)
+        assert doc["price_source"]["kind"] in {"shipped", "estimate", "live", "old"}
+        live = [o for o in SHIPPED.offerings if o.gpu == s.name and o.status != "retired"]
+        assert doc["price_per_gpu_hour"] == pytest.approx(min(o.price_per_hour / o.gpu_count for o in live))
