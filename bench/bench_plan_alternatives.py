@@ -87,6 +87,14 @@ def main() -> None:
         "  plan alternatives.yaml", gpucloud_cmd("plan", str(job)), args.runs, {"GPUCLOUD_HOME": str(folder / "home")}
     )
     print(paired.line(0.30) + f"  [{load_text()}]")
+    # The same command on the shipped catalog (157 rows): what start-up and imports cost here now.
+    base = run_paired(
+        "  plan alternatives.yaml, shipped catalog",
+        gpucloud_cmd("plan", str(job)),
+        args.runs,
+        {"GPUCLOUD_HOME": str(folder / "empty")},
+    )
+    print(base.line(0.30) + f"  [{load_text()}]")
 
 
 if __name__ == "__main__":
