@@ -123,3 +123,14 @@ def test_module_is_python38_stdlib_only() -> None:
             assert module in sys.stdlib_module_names, line
     ast.parse(source, feature_version=(3, 8))
     assert "GPU_USAGE_PY" not in source  # the template's heredoc delimiter
+
+
+def test_ends_when_its_parent_is_gone_or_past_until(tmp_path: Path) -> None:
+    env = _stub_env(tmp_path, STUB_GPU_UTIL="50")
+    base = [sys.executable, str(MODULE), "--out", str(tmp_path / "g.json"), "--interval", "0.2"]
+    done = subprocess.run([*base, "--until", "1"], env=env, timeout=20)
+    assert done.returncode == 0 and not (tmp_path / "g.json").exists()  # past --until before sampling
+    child = subprocess.Popen(["sleep", "1"])
+    proc = subprocess.Popen([*base, "--parent", str(child.pid)], env=env)
+    child.wait()
+    assert proc.wait(timeout=20) == 0

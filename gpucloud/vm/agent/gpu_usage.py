@@ -8,8 +8,10 @@ full, neighbours are merged and the step doubles). The summary is written atomic
 when every GPU has been idle (< IDLE_PCT) for `--idle-timeout` seconds, `--out`.idle gets the
 message and the sampler ends: the bootstrap's watchdog ends the run with it.
 
-Run as `python3 gpu_usage.py --out FILE [--interval S] [--idle-timeout S] [--stop FILE]`; stdlib
-only, Python >= 3.8 syntax (the agent's rule).
+Run as `python3 gpu_usage.py --out FILE [--interval S] [--idle-timeout S] [--stop FILE] [--until EPOCH]
+[--parent PID]`: it ends when the stop file appears, past `--until`, or when `--parent` is gone (a
+killed bootstrap must not leave a sampler polling a host for ever). Stdlib only, Python >= 3.8
+syntax (the agent's rule).
 """
 
 from __future__ import annotations
@@ -179,6 +181,19 @@ def sample(timeout: float = 10.0) -> List[Gpu]:
     return parse(done.stdout.decode("utf-8", "replace")) if done.returncode == 0 else []
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` still exists (0: not watched)."""
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def write(path: str, doc: Dict[str, Any]) -> None:
     tmp = f"{path}.{os.getpid()}"
     with open(tmp, "w") as fh:
@@ -193,10 +208,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--idle-timeout", type=float, default=0.0)
     parser.add_argument("--stop", default="")
     parser.add_argument("--max-samples", type=int, default=0)  # 0: until --stop appears
+    parser.add_argument("--until", type=float, default=0.0)  # epoch: never outlive the run's deadline
+    parser.add_argument("--parent", type=int, default=0)  # the bootstrap: gone (killed) -> stop too
     args = parser.parse_args(argv)
     usage = Usage(max(args.interval, 0.2), args.idle_timeout)
     taken = 0
-    while not (args.stop and os.path.exists(args.stop)):
+    while (
+        not (args.stop and os.path.exists(args.stop))
+        and alive(args.parent)
+        and not (args.until and time.time() > args.until)
+    ):
         usage.add(sample(), time.time())
         taken += 1
         if usage.samples:
