@@ -79,3 +79,20 @@ def test_cli_cost_plot_and_help_stays_free_of_matplotlib(tmp_path: Path) -> None
     code = "import sys, gpucloud.cli as c; c.app(['--help'], standalone_mode=False); print('matplotlib' in sys.modules)"
     probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert probe.stdout.strip().endswith("False"), probe.stdout + probe.stderr
+
+
+def test_status_plot_reads_the_runs_saved_samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from PIL import Image
+
+    from gpucloud import gpu_report
+    from gpucloud.plot import plot_run
+    from gpucloud.state import home_dir
+
+    monkeypatch.setenv("GPUCLOUD_HOME", str(tmp_path / "home"))
+    nodes = _nodes()
+    gpu_report.save(home_dir(), "job-20261205-000000-abcd", [{"gpu": nodes["0"]}, {"gpu": nodes["1"]}])
+    path = plot_run("job-20261205-000000-abcd", tmp_path / "run.png")
+    with Image.open(path) as img:
+        assert img.size == (800, 500)
+    with pytest.raises(UserError, match="give the run"):
+        plot_run(None, tmp_path / "x.png")
