@@ -74,6 +74,13 @@ class GpuMatch:
         """The request's place in the ranking: its index under `gpu_order: ordered`, else 0."""
         return index if self.ordered else 0
 
+    def ranks(self) -> dict[str, int]:
+        """Candidate.request (a label) -> its rank; the first request of a repeated label wins."""
+        out: dict[str, int] = {}
+        for i in range(len(self.resolved)):
+            out.setdefault(self.label(i), self.rank(i))
+        return out
+
 
 class PlanStacks:
     """The stack of each GPU a plan may run on: one fixed stack for a single request (an error in

@@ -48,6 +48,8 @@ class Plan:
         }
         if self.data is not None:
             doc["catalog"] = self.data.as_json()
+        if len(self.stacks) > 1:  # GPU alternatives: each GPU's own stack
+            doc["stacks"] = {gpu: stack.as_json() for gpu, stack in sorted(self.stacks.items())}
         return doc
 
 
@@ -150,9 +152,7 @@ def make_plan(
     images = _ImageChoice(stacks, spec, baked=baked)
     candidates, excluded = _check_rows(cat, quick, spec, policy, images, match, estimates)
 
-    rank: dict[str, int] = {}
-    for i in range(len(match.requests) if match is not None else 0):
-        rank.setdefault(match.label(i), match.rank(i))  # type: ignore[union-attr]
+    rank = match.ranks() if match is not None else {}
     candidates.sort(
         key=lambda c: (
             rank.get(c.request, 0),

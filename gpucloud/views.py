@@ -188,6 +188,8 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
     if len(plan.candidates) > len(shown):
         say(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
     print_stack(plan.stack, brief=True)
+    if len(plan.stacks) > 1:  # GPU alternatives: the stack shown is #1's
+        note(f"the stack above is #1's ({shown[0].gpu}); each GPU gets its own (--json: stacks)")
     if shown and shown[0].image is not None:  # issue 13: the image the first candidate boots
         say(f"image (#1): {shown[0].image.summary()}")
     from gpucloud.plan_rows import listed_exclusions

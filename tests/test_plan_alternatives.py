@@ -116,6 +116,9 @@ def test_each_alternative_gets_its_own_stack() -> None:
     assert {"K80", "H100"} <= set(by_gpu) or len(by_gpu) >= 1
     for gpu, stack in by_gpu.items():
         assert stack.gpu == gpu or gpu in SHIPPED.members(stack.gpu)
+    doc = plan.as_json()
+    if len(plan.stacks) > 1:
+        assert set(doc["stacks"]) == set(plan.stacks)  # type: ignore[arg-type]
 
 
 def test_ordered_puts_the_list_order_before_price() -> None:
