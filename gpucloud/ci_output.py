@@ -365,8 +365,29 @@ def run_markdown(result: Mapping[str, Any], where: str) -> str:
         lines += ["| stage | seconds |", "|---|---:|"]
         lines += [f"| {md(name)} | {float(secs):.1f} |" for name, secs in phases.items()]
         lines += [f"| **total** | **{sum(float(s) for s in phases.values()):.1f}** |", ""]
+    lines += usage_markdown(result.get("gpu_usage"))
     lines += artifact_markdown(result.get("artifacts_dir"))
     return "\n".join(lines)
+
+
+def usage_markdown(usage: Mapping[str, Any] | None) -> list[str]:
+    """The run's GPU use as a small table (gpucloud/gpu_report.py), with the right-sized machine."""
+    if not usage:
+        return []
+    lines = [
+        "| GPU use | |",
+        "|---|---:|",
+        f"| peak memory per GPU | {float(usage['peak_memory_gib']):g} of {float(usage['gpu_memory_gib']):g} GiB |",
+        f"| utilisation mean / p95 | {float(usage['util_mean']):g} % / {float(usage['util_p95']):g} % |",
+        f"| GPU-idle | {float(usage['gpu_idle_seconds']):g} s |",
+    ]
+    fit = usage.get("right_size")
+    if fit and not fit.get("same_machine") and float(fit.get("saving") or 0) > 0:
+        lines.append(
+            f"| would have fitted | {code_span(fit['instance_type'])} ({md(fit['gpu_count'])} × {md(fit['gpu'])}): "
+            f"${_cost(fit['would_have_cost'])} instead of ${_cost(fit['cost'])} |"
+        )
+    return [*lines, ""]
 
 
 def artifact_markdown(artifacts_dir: str | None) -> list[str]:

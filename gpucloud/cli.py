@@ -7,6 +7,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -27,6 +28,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 SpecArg = Annotated[str, typer.Argument(help="Path to the job file (YAML).", metavar="SPEC")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+PlotOpt = Annotated[
+    Path | None,
+    typer.Option("--plot", metavar="FILE", help="Draw it into FILE (.png or .svg; needs matplotlib: gpucloud[plot])."),
+]
 CloudOpt = Annotated[
     str | None, typer.Option("--cloud", help=f"A provider: {', '.join(providers.names())} (overrides resources.cloud).")
 ]
@@ -182,6 +187,9 @@ def plan(
         bool, typer.Option("--all", help="List every excluded offering, not only the closest.")
     ] = False,
     host: HostOpt = None,
+    estimates: Annotated[
+        bool, typer.Option("--estimates/--no-estimates", help="Refuse offerings whose price is an estimate.")
+    ] = True,
 ) -> None:
     """Ranked candidates with $/h and estimated cost, the resolved stack, and why others were excluded."""
     from gpucloud import views
@@ -190,7 +198,7 @@ def plan(
 
     job, cloud = load_job(spec, cloud, host)
     upload = describe_upload(job)
-    result = make_plan(job, cloud=cloud, region=region, spot=spot)
+    result = make_plan(job, cloud=cloud, region=region, spot=spot, estimates=estimates)
     if json_out:
         emit_json({**result.as_json(), "upload": upload.as_json()})
         return
@@ -375,7 +383,10 @@ def run(
         json_out=json_out,
         wait_teardown=not no_wait,
     )
-    ci_output.report_run(result.as_json())  # CI hook: step summary / dotenv report (docs/CI.md)
+    from gpucloud.gpu_report import usage_of
+
+    usage = usage_of(result.run_id) if ci_output.detect() else None
+    ci_output.report_run({**result.as_json(), "gpu_usage": usage})  # CI hook: step summary / dotenv (docs/CI.md)
     if json_out:
         emit_json(result.as_json())
     raise typer.Exit(result.exit_code or 0)
@@ -386,11 +397,20 @@ def run(
 def status(
     run_id: Annotated[str | None, typer.Argument(metavar="RUN", help="A run id (default: all runs).")] = None,
     json_out: JsonOpt = False,
+    plot: PlotOpt = None,
 ) -> None:
-    """Runs and their phases, cost so far."""
+    """Runs and their phases, cost so far; with RUN, each node's GPU use."""
     from gpucloud.commands import show_status
 
     show_status(run_id, json_out=json_out)
+    if plot is not None:
+        _plot_usage(run_id, plot)
+
+
+def _plot_usage(run_id: str | None, path: Path) -> None:
+    from gpucloud.plot import plot_run
+
+    err(f"wrote {plot_run(run_id, path)}")
 
 
 @app.command("ls")
@@ -463,17 +483,31 @@ def cost(
     run_id: Annotated[str | None, typer.Argument(metavar="RUN", help="A run id (default: every run).")] = None,
     since: Annotated[str | None, typer.Option("--since", help="Runs created on or after DATE (YYYY-MM-DD).")] = None,
     json_out: JsonOpt = False,
+    plot: PlotOpt = None,
 ) -> None:
     """What runs cost, per attempt: where, spot or on-demand, billed time, saving against on-demand."""
     from gpucloud.cost import cost_report
 
     report = cost_report(run_id, since=since)
+    if plot is not None:  # one run: its GPU use over time; else spend per day and per run
+        from gpucloud.plot import plot_cost
+
+        if run_id is not None:
+            _plot_usage(report["runs"][0]["run_id"], plot)
+        else:
+            err(f"wrote {plot_cost(report, plot)}")
     if json_out:
         emit_json(report)
         return
-    from gpucloud.views import print_cost
+    from gpucloud.views import print_cost, say
 
     print_cost(report)
+    for run in report["runs"]:  # `cost RUN`: what its GPUs did, and the machine that would have done
+        if run.get("gpu_usage"):
+            from gpucloud.gpu_report import usage_lines
+
+            for line in usage_lines(run["gpu_usage"]):
+                say(line)
 
 
 @app.command()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpucloud import providers, views
 from gpucloud.errors import ConfigurationError, Declined, GpucloudError, InternalError, UserError
-from gpucloud.prose import to_stderr
+from gpucloud.prose import fill, output_width, to_stderr
 from gpucloud.providers.base import Unreachable
 from gpucloud.runlog import LogMirror
 from gpucloud.state import Journal, RunRecord, Store, home_dir
@@ -104,6 +104,10 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
             obs = observe(ch, run.id, run.num_nodes, _node_states(run))
     except Exception:
         return run
+    from gpucloud import gpu_report
+    from gpucloud.state import home_dir
+
+    gpu_report.save(home_dir(), run.id, obs.statuses)
     if obs.all_final and not run.detached:  # the `run` following it died before reading the result
         status, code, _ = outcome(obs.statuses)
         store.set_phases(run.id, vm_phases(obs.statuses))
@@ -216,6 +220,7 @@ def show_status(run_id: str | None, *, json_out: bool) -> None:
             print(jsonout.dumps(doc))
             return
         views.print_run_detail(run, phases, store.resources(run.id, alive_only=True), now)
+        _print_gpu_use(run, now)
         return
     runs = [reconcile(store, refresh(store, r)) for r in store.list_runs()]
     if json_out:
@@ -550,3 +555,15 @@ def _confirm_sweep(listed: list[str]) -> bool:
     if not views.ask("Delete these?"):
         raise Declined("nothing deleted.")
     return True
+
+
+def _print_gpu_use(run: RunRecord, now: float) -> None:
+    """`status RUN`: each node's current GPU values and the run's GPU use so far (gpu_report.py)."""
+    from gpucloud import gpu_report
+    from gpucloud.state import home_dir
+
+    nodes = gpu_report.load(home_dir(), run.id)
+    doc = gpu_report.run_usage(home_dir(), run, now) if nodes else None
+    width = output_width()
+    for line in [*gpu_report.node_lines(nodes), *(gpu_report.usage_lines(doc) if doc else [])]:
+        print(fill(line, width, continuation="    "))

@@ -98,6 +98,11 @@ def cost_report(run_ref: str | None = None, *, since: str | None = None) -> dict
         start = parse_since(since)
         runs = [r for r in store.list_runs() if start is None or r.created_at >= start]
     docs = [run_cost(r, now) for r in runs]
+    if run_ref is not None:  # one run: what its GPUs did and the machine that would have done
+        from gpucloud import gpu_report
+        from gpucloud.state import home_dir
+
+        docs[0]["gpu_usage"] = gpu_report.run_usage(home_dir(), runs[0], now)
     cost = sum(d["cost"] for d in docs)
     od = sum(d["on_demand_cost"] for d in docs)
     return {

@@ -196,7 +196,7 @@ class Failover:
         user_data = [
             render_bootstrap(
                 spec,
-                self.plan.stack,
+                self.plan.stack_for(cand),
                 cand,
                 caps=caps,
                 run_id=self.run_id,
@@ -212,7 +212,7 @@ class Failover:
         expires = deadline + EXPIRY_MARGIN
         req = launch_request(
             spec,
-            self.plan.stack,
+            self.plan.stack_for(cand),
             cand,
             run_id=self.run_id,
             user_data=user_data,

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from gpucloud import views
+from gpucloud import gpu_report, views
 from gpucloud.errors import Declined, GpucloudError, NoCandidateError
 from gpucloud.progress import Progress
 from gpucloud.prose import to_stderr
@@ -246,6 +246,7 @@ class _Run:
             print(f"run {self.run_id}: {status} (exit {code})", file=sys.stderr, flush=True)
         for line in self.timeline:  # where the billed time went, per node (issue 13)
             print(f"  {line}", file=sys.stderr, flush=True)
+        self._gpu_use()
         if status == "detached" and not self.json_out:
             print(self.run_id, flush=True)
         run = self.store.get_run(self.run_id)
@@ -355,6 +356,7 @@ class _Run:
         grace = max(PEER_FAIL_GRACE_S, interval)
         while True:
             obs = observe(launch.channel, self.run_id, n)
+            gpu_report.save(self.home, self.run_id, obs.statuses)  # the GPU sampler's latest summary
             self._pump_logs()
             self._show_stages(obs.statuses, shown)
             # Someone ran `gpucloud down` on this run from another terminal (it marks the run
@@ -445,6 +447,13 @@ class _Run:
         if self.peers_stopped:
             message += f"; node(s) {', '.join(map(str, self.peers_stopped))} stopped with the run"
         return status, code, message
+
+    def _gpu_use(self) -> None:
+        """The run's GPU use and the right-sized machine (gpu_report.py), when the nodes sampled."""
+        run = self.store.get_run(self.run_id)
+        doc = gpu_report.run_usage(self.home, run, time.time()) if run is not None else None
+        for line in gpu_report.usage_lines(doc) if doc else []:
+            to_stderr(f"  {line}")
 
     def _pump_logs(self, final: bool = False) -> None:
         assert self.mirror is not None and self.launch is not None

@@ -19,11 +19,14 @@ import heapq
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, overload
 
-from gpucloud.catalog.rows import RankKey, RowFilter
+from gpucloud.catalog.prices import MAX_PER_GPU_HOUR, MIN_PER_GPU_HOUR
+from gpucloud.catalog.rows import CleanRule, RankKey, RowFilter
 
 if TYPE_CHECKING:
+    from gpucloud.catalog import Catalog
     from gpucloud.catalog.models import Offering
     from gpucloud.catalog.rows import RowSource
+    from gpucloud.plan_match import GpuMatch, PlanStacks
     from gpucloud.providers.base import Candidate
     from gpucloud.spec import JobSpec
 
@@ -55,8 +58,9 @@ class QuickReasons:
         self.gpu = gpu
         self.variants = variants
         self.fixed_type = spec.resources.instance_type or ""
-        request = spec.resources.gpu
-        self.count = request.count if request and gpu and not self.fixed_type else None
+        requests = spec.resources.gpu_requests
+        one = requests[0] if len(requests) == 1 and requests[0].max_count is None else None
+        self.count = one.count if one is not None and gpu and not self.fixed_type else None
         self.allowed = ", ".join(clouds)
         self.region_list = ", ".join(sorted(regions)) if regions is not None else ""
         self.memo: dict[tuple[int, str], str] = {}
@@ -190,6 +194,7 @@ class RankedPart(Protocol):
     """Candidates a row source ranks itself (catalog/store.py CleanCandidates)."""
 
     count: int
+    pairs: list[tuple[str, int]]  # the (GPU, GPU count) of the rows it ranks
 
     def head(self, n: int) -> list[RankKey]:
         """Keys that include the `n` cheapest."""
@@ -205,9 +210,13 @@ class RankedCandidates(Sequence["Candidate"]):
     the planner's own keys, plus a part the row source ranks (its keys fetched only when read)."""
 
     def __init__(
-        self, keys: list[RankKey], build: Callable[[RankKey], Candidate], part: RankedPart | None = None
+        self,
+        keys: list[RankKey],
+        build: Callable[[RankKey], Candidate],
+        part: RankedPart | None = None,
+        label: Callable[[str, int], str] | None = None,
     ) -> None:
-        self._keys, self._build, self._part = keys, build, part
+        self._keys, self._build, self._part, self._label = keys, build, part, label
         self._len = len(keys) + (part.count if part is not None else 0)
         self._order: list[RankKey] | None = None  # every key, sorted: once something reads past the head
         self._head: list[RankKey] | None = None
@@ -215,10 +224,19 @@ class RankedCandidates(Sequence["Candidate"]):
 
     def legacy(self) -> list[tuple[str, str]]:
         """(cloud, instance type) of the legacy candidates, sorted, without building any."""
-        found = {(k[8].cloud, k[8].instance_type) for k in self._keys if k[8].status == "legacy"}
+        found = {(k[-1].cloud, k[-1].instance_type) for k in self._keys if k[-1].status == "legacy"}
         if self._part is not None:
             found |= self._part.legacy()
         return sorted(found)
+
+    def requests(self) -> set[str]:
+        """Candidate.request of every candidate, without building any (a label depends on the
+        row's GPU and GPU count alone)."""
+        pairs = {(k[-1].gpu, k[-1].gpu_count) for k in self._keys}
+        if self._part is not None and self._part.count:
+            pairs |= set(self._part.pairs)
+        label = self._label
+        return {label(gpu, count) if label is not None else "" for gpu, count in pairs}
 
     def _ranked(self, stop: int) -> list[RankKey]:
         """At least the first `stop` keys in order."""
@@ -268,3 +286,52 @@ class RankedCandidates(Sequence["Candidate"]):
 
     def __repr__(self) -> str:
         return f"RankedCandidates({len(self)} candidates)"
+
+
+def read_rows(
+    cat: Catalog,
+    quick: QuickReasons,
+    spec: JobSpec,
+    policy: bool | str,
+    match: GpuMatch | None = None,
+    stacks: PlanStacks | None = None,
+    estimates: bool = True,
+) -> tuple[RankedPart | None, list[tuple[int, Offering]], int]:
+    """What the planner reads from the catalog: the part of the job's rows the source ranks itself
+    (None when it cannot), the rows to check here (in catalog order), and how many rows the quick
+    reasons let through. With GPU alternatives or ranges the source is given each request (its
+    GPUs whose stack fits the job's pins, its counts, its rank), so that it ranks only the rows the
+    planner would take, by request first; the GPUs of those rows count as considered (`stacks`)."""
+    split = getattr(cat.rows, "split_clean", None)
+    if split is None or quick.fixed_type:
+        selected = cat.rows.select(quick.where)
+        return None, selected, len(selected)
+    market = "auto" if policy == "auto" else "spot" if policy else "on-demand"
+    res = spec.resources
+    rule = CleanRule(
+        market,
+        res.min_vcpus or 0,
+        res.min_memory_gib or 0.0,
+        res.max_price_per_hour,
+        spec.num_nodes,
+        MIN_PER_GPU_HOUR,
+        MAX_PER_GPU_HOUR,
+        estimates,
+        _clean_requests(match, stacks),
+    )
+    part, rest = split(quick.where, rule)
+    if stacks is not None:
+        for name in sorted({gpu for gpu, _ in part.pairs}):
+            stacks.of(name)
+    return part, rest, part.rows + len(rest)
+
+
+def _clean_requests(
+    match: GpuMatch | None, stacks: PlanStacks | None
+) -> tuple[tuple[tuple[str, ...], int, int, int], ...] | None:
+    """CleanRule.requests: None when the selection's GPU and count are the whole request."""
+    if match is None or match.simple:
+        return None
+    bad = {name for name in match.variants if stacks is not None and not stacks.fits(name)}
+    ranks = match.ranks()
+    return tuple((tuple(sorted(names - bad)), low, high, ranks[label]) for names, low, high, label in match.resolved)

@@ -7,19 +7,18 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC
 from typing import TYPE_CHECKING
 
-from gpucloud.catalog.prices import MAX_PER_GPU_HOUR, MIN_PER_GPU_HOUR, price_problem
-from gpucloud.catalog.rows import CleanRule, RankKey, RowFilter, rank_key
-from gpucloud.plan_rows import Exclusion, Exclusions, QuickReasons, RankedCandidates, RankedPart
+from gpucloud.catalog.prices import MAX_PER_GPU_HOUR, MIN_PER_GPU_HOUR, price_problem, price_source
+from gpucloud.catalog.rows import RankKey, RowFilter, rank_key
+from gpucloud.plan_match import GpuMatch, ImageChoice, PlanStacks
+from gpucloud.plan_rows import Exclusion, Exclusions, QuickReasons, RankedCandidates, read_rows
 from gpucloud.provider_requests import plan_request, refuse_what_providers_cannot_do
 from gpucloud.providers.base import Candidate
 
-__all__ = ["Candidate", "DataAge", "Exclusion", "Plan", "alternatives", "data_age", "make_plan"]
+__all__ = ["Candidate", "DataAge", "Exclusion", "Plan", "alternatives", "data_age", "make_plan", "read_rows"]
 
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
     from gpucloud.catalog.models import Offering
-    from gpucloud.images import NodeStack
-    from gpucloud.providers.base import Image
     from gpucloud.spec import JobSpec
     from gpucloud.stacks import Stack
 
@@ -32,6 +31,17 @@ class Plan:
     stack: Stack
     warnings: list[str] = field(default_factory=list)
     data: DataAge | None = None  # how old the prices behind the first candidate are
+    stacks: dict[str, Stack] = field(default_factory=dict)  # per GPU, when the job accepts several
+
+    def requests(self) -> set[str]:
+        """The GPU requests (labels) the candidates meet, without building them."""
+        if isinstance(self.candidates, RankedCandidates):
+            return self.candidates.requests()
+        return {c.request for c in self.candidates}
+
+    def stack_for(self, candidate: Candidate) -> Stack:
+        """The stack a candidate's machine gets: its GPU's, when the job lists alternatives."""
+        return self.stacks.get(candidate.gpu, self.stack)
 
     def as_json(self) -> dict[str, object]:
         doc: dict[str, object] = {
@@ -42,6 +52,8 @@ class Plan:
         }
         if self.data is not None:
             doc["catalog"] = self.data.as_json()
+        if len(self.stacks) > 1:  # GPU alternatives: each GPU's own stack
+            doc["stacks"] = {gpu: stack.as_json() for gpu, stack in sorted(self.stacks.items())}
         return doc
 
 
@@ -113,10 +125,12 @@ def make_plan(
     spot: bool | None = None,
     catalog: Catalog | None = None,
     baked: bool = True,
+    estimates: bool = True,
 ) -> Plan:
     """Rank every offering that meets every constraint of `spec`; explain every other one.
 
-    `cloud`, `region` and `spot` are the CLI's overrides. Raises UserError (exit 2) when the GPU is
+    `cloud`, `region` and `spot` are the CLI's overrides; `estimates=False` (`plan --no-estimates`)
+    excludes offerings whose price is an estimate, with that reason. Raises UserError (exit 2) when the GPU is
     offered nowhere allowed, or when nothing meets the constraints (with the closest misses)."""
     from gpucloud import providers
     from gpucloud.catalog import load_catalog
@@ -126,30 +140,49 @@ def make_plan(
     clouds = [cloud] if cloud else list(spec.resources.cloud)
     refuse_what_providers_cannot_do(spec, clouds, spot)
     gpu = _requested_gpu(spec, cat)
-    stack = resolve_stack(gpu, spec.stack)
+    match = GpuMatch(spec, cat) if spec.resources.gpu and not spec.resources.instance_type else None
+    wide = match is not None and not match.simple  # alternatives, a model choice or a range
+    stack = resolve_stack(gpu or None, spec.stack) if not wide else None
     priced = [c for c in clouds if providers.info(c).priced]
     if not priced:
-        return _unpriced_plan(spec, stack, gpu, clouds)
+        return _unpriced_plan(spec, stack or resolve_stack(gpu or None, spec.stack), gpu, clouds)
     clouds = priced
     regions = _allowed_regions(spec, region, clouds, cat)
     policy: bool | str = spec.resources.spot if spot is None else spot
-    variants = frozenset(cat.members(gpu)) if gpu else frozenset()
+    variants = match.variants if match is not None and wide else frozenset(cat.members(gpu)) if gpu else frozenset()
 
-    warnings: list[str] = list(stack.warnings)
-    quick = QuickReasons(spec, gpu, variants, clouds, regions)
-    images = _ImageChoice(stack, spec, baked=baked)
-    candidates, excluded = _check_rows(cat, quick, spec, policy, images)
+    stacks = PlanStacks(spec, stack)
+    quick = QuickReasons(spec, match.asked if match is not None and wide else gpu, variants, clouds, regions)
+    images = ImageChoice(stacks, spec, baked=baked)
+    candidates, excluded = _check_rows(cat, quick, spec, policy, images, match, estimates)
     if not candidates:
-        raise _nothing_fits(spec, gpu, clouds, excluded, cat)
+        raise _nothing_fits(spec, gpu if not wide else None, clouds, excluded, cat)
+    first = stacks.of(candidates[0].gpu)
+    assert not isinstance(first, str), "a candidate's stack always resolves"
+    warnings: list[str] = list(first.warnings)
     warnings.extend(_legacy_warnings(candidates.legacy()))
     age = data_age(cat, candidates[0])
     if age is not None and age.stale:
         warnings.append(age.warning)
-    return Plan(spec=spec, candidates=candidates, excluded=excluded, stack=stack, warnings=warnings, data=age)
+    return Plan(
+        spec=spec,
+        candidates=candidates,
+        excluded=excluded,
+        stack=first,
+        warnings=warnings,
+        data=age,
+        stacks=stacks.known() if wide else {},
+    )
 
 
 def _check_rows(
-    cat: Catalog, quick: QuickReasons, spec: JobSpec, policy: bool | str, images: _ImageChoice
+    cat: Catalog,
+    quick: QuickReasons,
+    spec: JobSpec,
+    policy: bool | str,
+    images: ImageChoice,
+    match: GpuMatch | None,
+    estimates: bool = True,
 ) -> tuple[RankedCandidates, Exclusions]:
     """Check in full only the rows no quick reason excludes (read through the catalog's index);
     the others are counted by the returned `Exclusions` and listed when it is iterated. A
@@ -162,85 +195,33 @@ def _check_rows(
     checked: list[tuple[int, Exclusion]] = []
     gpu, variants, clouds, regions = quick.gpu, quick.variants, quick.cloud_list, quick.regions
     nodes, cap = spec.num_nodes, spec.resources.max_price_per_hour
-    part, selected, read = read_rows(cat, quick, spec, policy)
+    ranks = match.ranks() if match is not None else {}  # Candidate.request -> its place
+
+    def label(name: str, count: int) -> str:
+        """Candidate.request: the label of the first GPU request a row meets ("" without requests)."""
+        which = match.which_of(name, count) if match is not None else None
+        return match.label(which) if match is not None and which is not None else ""
+
+    part, selected, read = read_rows(cat, quick, spec, policy, match, images.stacks, estimates)
     with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/store.py)
         for ordinal, off in selected:
-            reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions)
+            reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions, match)
             if reason is None:
-                markets, reason = _markets(off, policy, cap)
+                stack = images.stacks.of(off.gpu)
+                if isinstance(stack, str):
+                    reason = stack
+            if reason is None:
+                markets, reason = _markets(off, policy, cap, estimates)
+                rank = ranks.get(label(off.gpu, off.gpu_count), 0)
                 for is_spot, price in markets:
-                    keys.append(rank_key(off, ordinal, is_spot, price, nodes))
+                    keys.append(rank_key(off, ordinal, is_spot, price, nodes, rank))
             if reason is not None:
                 checked.append((ordinal, Exclusion(off.cloud, off.region, off.instance_type, reason)))
 
     def build(key: RankKey) -> Candidate:
-        return _candidate(key[8], key[5], key[7], spec, images)
+        return _candidate(key[-1], key[6], key[8], spec, images, label(key[-1].gpu, key[-1].gpu_count))
 
-    return RankedCandidates(keys, build, part), Exclusions(checked, read, cat.rows, quick)
-
-
-def read_rows(
-    cat: Catalog, quick: QuickReasons, spec: JobSpec, policy: bool | str
-) -> tuple[RankedPart | None, list[tuple[int, Offering]], int]:
-    """What the planner reads from the catalog: the part of the job's rows the source ranks itself
-    (None when it cannot), the rows to check here (in catalog order), and how many rows the quick
-    reasons let through."""
-    split = getattr(cat.rows, "split_clean", None)
-    if split is None or quick.fixed_type:
-        selected = cat.rows.select(quick.where)
-        return None, selected, len(selected)
-    market = "auto" if policy == "auto" else "spot" if policy else "on-demand"
-    res = spec.resources
-    rule = CleanRule(
-        market,
-        res.min_vcpus or 0,
-        res.min_memory_gib or 0.0,
-        res.max_price_per_hour,
-        spec.num_nodes,
-        MIN_PER_GPU_HOUR,
-        MAX_PER_GPU_HOUR,
-    )
-    part, rest = split(quick.where, rule)
-    return part, rest, part.rows + len(rest)
-
-
-class _ImageChoice:
-    """The image each candidate boots (gpucloud/images.py, issue 13): the job's `image:`, else a
-    baked image of this stack in the candidate's region (`gpucloud image build`, found in the local
-    index by stack hash, with or without the job's setup baked in), else the images.csv choice.
-    Chosen once per (cloud, instance type, GPU count, CPU architecture), however many regions and
-    markets offer it."""
-
-    def __init__(self, stack: Stack, spec: JobSpec, *, baked: bool) -> None:
-        from gpucloud.images_build import index_by_hash
-
-        self.stack, self.job_image, self.setup = stack, spec.image, spec.setup
-        self.index = index_by_hash() if baked and spec.image in ("", "auto") else {}
-        self.chosen: dict[tuple[str, str, int, str], tuple[Image | None, NodeStack | None, tuple[str, ...]]] = {}
-
-    def __call__(self, off: Offering) -> Image | None:
-        key = (off.cloud, off.instance_type, off.gpu_count, off.arch)
-        if key not in self.chosen:
-            self.chosen[key] = self._base(off)
-        base, node, hashes = self.chosen[key]
-        for wanted in hashes:
-            hit = self.index.get((off.cloud, off.region, wanted))
-            if hit is not None and node is not None:
-                from gpucloud.images_build import baked_row
-
-                return baked_row(hit, self.stack, node)
-        return base
-
-    def _base(self, off: Offering) -> tuple[Image | None, NodeStack | None, tuple[str, ...]]:
-        from gpucloud.images import choose_image, cpu_arch_of, resolve_node
-        from gpucloud.images_build import stack_hash
-
-        arch = cpu_arch_of(off)
-        base = choose_image(self.stack, off.cloud, off.instance_type, off.gpu_count, arch, self.job_image)
-        if not any(cloud == off.cloud for cloud, _, _ in self.index):
-            return base, None, ()
-        node = resolve_node(self.stack, off.cloud, off.instance_type, off.gpu_count, cpu_arch=arch, chosen=base)
-        return base, node, (stack_hash(self.stack, node, self.setup), stack_hash(self.stack, node))
+    return RankedCandidates(keys, build, part, label), Exclusions(checked, read, cat.rows, quick)
 
 
 def _requested_gpu(spec: JobSpec, cat: Catalog) -> str | None:
@@ -325,7 +306,13 @@ def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: 
 
 
 def _exclusion_reason(
-    off: Offering, spec: JobSpec, gpu: str | None, variants: frozenset[str], clouds: list[str], regions: set[str] | None
+    off: Offering,
+    spec: JobSpec,
+    gpu: str | None,
+    variants: frozenset[str],
+    clouds: list[str],
+    regions: set[str] | None,
+    match: GpuMatch | None = None,
 ) -> str | None:
     """The first constraint the offering breaks, in the order a user thinks about them. The checks
     past the quick reasons (retired, vCPUs, memory) are mirrored in SQL by catalog/store.py
@@ -338,10 +325,16 @@ def _exclusion_reason(
         return f"region {off.region} not in {', '.join(sorted(regions))}"
     if res.instance_type and off.instance_type != res.instance_type:
         return f"instance type is not {res.instance_type}"
-    if gpu and off.gpu not in variants:
-        return f"has {off.gpu}, job asks for {gpu}"
-    if res.gpu and off.gpu_count != res.gpu.count:
-        return f"has {off.gpu_count} × {off.gpu} per node, job asks for {res.gpu.count}"
+    if match is not None and not match.simple:
+        if off.gpu not in variants:
+            return f"has {off.gpu}, job asks for {match.asked}"
+        if match.which(off) is None:
+            return match.miss(off)
+    else:
+        if gpu and off.gpu not in variants:
+            return f"has {off.gpu}, job asks for {gpu}"
+        if res.gpu and off.gpu_count != res.gpu.count:
+            return f"has {off.gpu_count} × {off.gpu} per node, job asks for {res.gpu.count}"
     if off.status == "retired":
         return f"{off.status_text()} ({off.source})"
     if res.min_vcpus and off.vcpus < res.min_vcpus:
@@ -352,14 +345,21 @@ def _exclusion_reason(
 
 
 def _priced_options(
-    off: Offering, spec: JobSpec, policy: bool | str, images: _ImageChoice | None = None
+    off: Offering,
+    spec: JobSpec,
+    policy: bool | str,
+    images: ImageChoice | None = None,
+    request: str = "",
+    estimates: bool = True,
 ) -> tuple[list[Candidate], str | None]:
     """Candidates for one offering under the spot policy and max price; or why there are none."""
-    markets, reason = _markets(off, policy, spec.resources.max_price_per_hour)
-    return [_candidate(off, is_spot, price, spec, images) for is_spot, price in markets], reason
+    markets, reason = _markets(off, policy, spec.resources.max_price_per_hour, estimates)
+    return [_candidate(off, is_spot, price, spec, images, request) for is_spot, price in markets], reason
 
 
-def _markets(off: Offering, policy: bool | str, cap: float | None) -> tuple[list[tuple[bool, float]], str | None]:
+def _markets(
+    off: Offering, policy: bool | str, cap: float | None, estimates: bool = True
+) -> tuple[list[tuple[bool, float]], str | None]:
     """(spot?, price per node) of each market the offering is a candidate in; or why there is none.
 
     spot: false -> on-demand; true -> spot only; auto -> both, so that failover falls back to
@@ -374,6 +374,10 @@ def _markets(off: Offering, policy: bool | str, cap: float | None) -> tuple[list
         markets = (True,)
     else:
         markets = (False,)
+    if not estimates:
+        source = price_source(off)
+        if source.kind == "estimate":
+            return [], f"price is an estimate ({source.rule}); --no-estimates refuses estimated prices"
     out: list[tuple[bool, float]] = []
     too_dear: list[str] = []
     for is_spot in markets:
@@ -392,7 +396,9 @@ def _markets(off: Offering, policy: bool | str, cap: float | None) -> tuple[list
     return out, ("; ".join(too_dear) if not out else None)
 
 
-def _candidate(off: Offering, is_spot: bool, price: float, spec: JobSpec, images: _ImageChoice | None) -> Candidate:
+def _candidate(
+    off: Offering, is_spot: bool, price: float, spec: JobSpec, images: ImageChoice | None, request: str = ""
+) -> Candidate:
     total = round(price * spec.num_nodes, 6)
     return Candidate(
         cloud=off.cloud,
@@ -410,6 +416,8 @@ def _candidate(off: Offering, is_spot: bool, price: float, spec: JobSpec, images
         memory_gib=off.memory_gib,
         arch=off.arch,
         image=images(off) if images is not None else None,
+        request=request,
+        price_source=price_source(off),
     )
 
 

@@ -25,7 +25,7 @@ def plan_request(spec: JobSpec) -> PlanRequest:
 
     gpu, pins = spec.resources.gpu, spec.stack
     return PlanRequest(
-        gpu=gpu.model if gpu else None,
+        gpu=(gpu.model or None) if gpu else None,  # "": a memory-only request names no model
         gpu_count=gpu.count if gpu else 0,
         num_nodes=spec.num_nodes,
         hosts=tuple(spec.resources.hosts or ()),

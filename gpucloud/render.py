@@ -154,8 +154,52 @@ def render_bootstrap(
         "skip_stack": not caps.install_stack,
         "node_ips_known": caps.node_ips_known,
         **_spot_context(spec, caps, heartbeat_interval),
+        **_gpu_usage_context(spec, gpu_count),
     }
     return template_env().get_template(TEMPLATE).render(**context)
+
+
+GPU_SAMPLE_ENV = "GPUCLOUD_GPU_SAMPLE_S"  # seconds between GPU samples (the simulators shorten it)
+DEFAULT_GPU_SAMPLE_S = 5.0
+
+
+def _gpu_usage_context(spec: JobSpec, gpu_count: int) -> dict[str, object]:
+    """The node's GPU sampler (gpucloud/vm/agent/gpu_usage.py, shipped in the script: the bash
+    bootstrap has no other way to carry it), how often it samples, and the idle timeout."""
+    import os
+    from pathlib import Path
+
+    if not gpu_count:
+        return {"gpu_usage_py": "", "gpu_sample_s": 0, "idle_timeout": 0}
+    from gpucloud.vm.agent import gpu_usage
+
+    try:
+        every = float(os.environ.get(GPU_SAMPLE_ENV) or DEFAULT_GPU_SAMPLE_S)
+    except ValueError:
+        every = DEFAULT_GPU_SAMPLE_S
+    return {
+        "gpu_usage_py": _compact(Path(gpu_usage.__file__).read_text(encoding="utf-8")),
+        "gpu_sample_s": f"{max(every, 0.2):g}",
+        "idle_timeout": int(spec.resources.idle_timeout or 0),
+    }
+
+
+def _compact(source: str) -> str:
+    """A module's code without comments and docstrings (the user-data has a size limit). The main
+    docstring is kept as one line: argparse's description reads it."""
+    import ast
+
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            doc = body[0].value
+            if isinstance(doc, ast.Constant) and isinstance(doc.value, str):
+                if node is tree:
+                    doc.value = doc.value.splitlines()[0]
+                elif len(body) > 1:
+                    del body[0]
+    return ast.unparse(tree)
 
 
 def _spot_context(spec: JobSpec, caps: Capabilities, heartbeat_interval: float) -> dict[str, object]:

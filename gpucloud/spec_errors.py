@@ -25,15 +25,21 @@ _HINTS: dict[str, str] = {
     "artifacts": "a list of relative paths, e.g. [outputs/, metrics.json]",
     "max_duration": "a duration such as 90m, 6h or 2d",
     "resources": "a mapping with gpu, cloud, regions, spot, ...",
-    "resources.gpu": "MODEL:COUNT such as T4:1, or a mapping {model: T4, count: 1}",
+    "resources.gpu": "MODEL:COUNT such as T4:1, or a mapping {model: T4, count: 1}, or a list of them",
     "resources.gpu.model": "a GPU model such as T4, L4 or A100-80GB",
     "resources.gpu.count": "GPUs per node, a whole number from 1 to 16",
+    "resources.gpu.max_count": "the most GPUs per node, a whole number from 1 to 16",
+    "resources.gpu.memory": "GPU memory per GPU such as 24GB.., 24GB..80GB or ..48GB",
+    "resources.gpu.other_models": "a list of GPU models such as [A10G, L4]",
+    "resources.gpu_options": "a list of GPU requests, any of which will do (the same as a list under gpu)",
+    "resources.gpu_order": "cheapest (the cheapest fitting offering first) or ordered (the gpu list's order first)",
     "resources.instance_type": "an instance type such as g4dn.xlarge or Standard_NC4as_T4_v3",
     "resources.max_price_per_hour": "a price in USD per node-hour, greater than 0, e.g. 2.5",
     "resources.min_vcpus": "a whole number of vCPUs, at least 1",
     "resources.min_memory_gib": "memory in GiB, greater than 0",
     "resources.disk_gb": "the disk size in GB, a whole number from 20 to 16384",
     "resources.ssh": "true or false",
+    "resources.idle_timeout": "a duration such as 10m (every GPU idle that long ends the run), or off",
     "stack": "a mapping with driver, cuda, cudnn and framework",
 }
 _TYPE_WORDS: dict[str, str] = {
@@ -165,6 +171,13 @@ def _line_for(
     return where.key_line if (on_key and exact) or not where.scalar else where.value_line
 
 
+def _as_written(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """`gpu: [..]` is validated as `gpu_options`: report its items where the file has them."""
+    if loc[:2] == ("resources", "gpu_options"):
+        return ("resources", "gpu", *loc[2:])
+    return loc
+
+
 def _issues_from(
     exc: ValidationError, filename: str, lines: dict[tuple[Any, ...], _Where], root_line: int
 ) -> list[SpecIssue]:
@@ -173,7 +186,7 @@ def _issues_from(
         raw = tuple(err["loc"])
         on_key = "[key]" in raw or err["type"] == "extra_forbidden"
         sub = tuple((err.get("ctx") or {}).get("sub", ())) if err["type"] == "spec" else ()
-        loc = tuple(p for p in raw if p != "[key]") + sub
+        loc = _as_written(tuple(p for p in raw if p != "[key]") + sub)
         line = _line_for(loc, err["type"], on_key, lines, root_line)
         issues.append(SpecIssue(filename, line, _dotted(loc), _explain(err, loc)))
     return issues

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from gpucloud import providers
+from gpucloud.spec_gpu import GpuRequest, gpu_input, gpu_list_input
 from gpucloud.spec_recovery import DEFAULT_CHECKPOINT_INTERVAL_S, Recovery, checkpoint_interval, checkpoint_path
 from gpucloud.spec_values import (
     _AMI_RE,
@@ -38,7 +39,6 @@ from gpucloud.spec_values import (
     _fail,
     _fmt_duration,
     _no_bool,
-    _resolve_gpu,
     _text,
     describe,
     did_you_mean,
@@ -75,23 +75,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
 
-class GpuRequest(_Strict):
-    """`MODEL:COUNT` per node; `model` is the catalog's canonical name (e.g. "A100-80GB")."""
-
-    model: str
-    count: int = Field(1, ge=1, le=16)
-
-    @field_validator("model", mode="before", json_schema_input_type=str)
-    @classmethod
-    def _model(cls, value: Any) -> str:
-        return _resolve_gpu(_text(value, "a GPU model such as T4, L4 or A100-80GB"))
-
-    @field_validator("count", mode="before")
-    @classmethod
-    def _count(cls, value: Any) -> Any:
-        return _no_bool(value)
-
-
 def image_kind(image: str) -> Literal["auto", "ami", "urn"] | None:
     """The one check of an `image:` string: "auto", an AMI id, a 4-part image URN, or None when it
     is none of them. Providers call this rather than re-parse the string."""
@@ -108,7 +91,9 @@ def image_kind(image: str) -> Literal["auto", "ami", "urn"] | None:
 class Resources(_Strict):
     cloud: list[CloudName] = Field(default_factory=lambda: list(providers.any_clouds()))  # "any": the registry's
     regions: list[str] | None = None
-    gpu: GpuRequest | None = None
+    gpu: GpuRequest | None = None  # the first of gpu_options when the job lists alternatives
+    gpu_options: list[GpuRequest] = Field(default_factory=list)  # `gpu: [L4:1, A10G:1]`: any of these
+    gpu_order: Literal["cheapest", "ordered"] = "cheapest"  # ordered: the list's order before price
     instance_type: str | None = None
     spot: bool | Literal["auto"] = False
     max_price_per_hour: float | None = Field(default=None, gt=0)
@@ -116,6 +101,7 @@ class Resources(_Strict):
     min_memory_gib: float | None = Field(default=None, gt=0)
     disk_gb: int = Field(default=100, ge=20, le=16384)
     ssh: bool = False
+    idle_timeout: int | None = None  # seconds every GPU may sit idle before the run is ended (off: None)
     hosts: list[str] | None = None  # machines you own (providers with takes_hosts): `[user@]host[:port]` or ssh aliases
     # A batch scheduler (providers with takes_cluster, docs/SLURM.md): its login node
     # (`[user@]host[:port]`, an ssh alias, or `local` on a submit host) and the job's placement there.
@@ -249,35 +235,48 @@ class Resources(_Strict):
     @field_validator(
         "gpu",
         mode="before",
-        json_schema_input_type=Annotated[str, Field(pattern=_GPU_SHORTHAND_PATTERN)] | GpuRequest | None,
+        json_schema_input_type=Annotated[str, Field(pattern=_GPU_SHORTHAND_PATTERN)]
+        | GpuRequest
+        | list[Annotated[str, Field(pattern=_GPU_SHORTHAND_PATTERN)] | GpuRequest]
+        | None,
     )
     @classmethod
     def _gpu(cls, value: Any) -> Any:
-        """ "K80:1" / "k80" / "A100-80GB:8" -> {model, count}; mappings go to GpuRequest as they are."""
-        expected = "MODEL:COUNT such as T4:1 or A100-80GB:8, or a mapping {model: T4, count: 1}"
-        if isinstance(value, dict) and len(value) == 1:
-            ((key, count),) = value.items()
-            if key not in GpuRequest.model_fields and did_you_mean(str(key), list(GpuRequest.model_fields)) is None:
-                from gpucloud import catalog
+        """ "K80:1" / "k80" / "A100|H100:8" / "L4:1..2" -> {model, count, ...}; mappings go to
+        GpuRequest as they are (a list was moved to gpu_options before this runs)."""
+        return gpu_input(value)
 
-                if catalog.resolve_gpu_name(str(key)):
-                    _fail(
-                        f"'{key}: {count}' reads as a mapping because of the space after the colon. "
-                        f"Write {key}:{count} (no space), or a mapping {{model: {key}, count: {count}}}"
-                    )
-        if value is None or isinstance(value, dict | GpuRequest):
-            return value
-        if not isinstance(value, str):
-            _fail(f"expected {expected}, got {describe(value)}")
-        model, sep, count = value.strip().rpartition(":")
-        if not sep:
-            model, count = count, "1"
-        model, count = model.strip(), count.strip()
-        if not model:
-            _fail(f"'{value}' names no GPU model. Expected {expected}")
-        if not re.fullmatch(r"[+-]?\d+", count):
-            _fail(f"the GPU count '{count}' in '{value}' is not a whole number. Expected {expected}")
-        return {"model": model, "count": int(count)}
+    @model_validator(mode="before")
+    @classmethod
+    def _gpu_list(cls, data: Any) -> Any:
+        return gpu_list_input(data)
+
+    @model_validator(mode="after")
+    def _first_option(self) -> Resources:
+        """`gpu` is the first alternative, so code that needs one GPU (a stack, a host) still reads it."""
+        if self.gpu_options:
+            self.gpu = self.gpu_options[0]
+        return self
+
+    @property
+    def gpu_requests(self) -> list[GpuRequest]:
+        """Every GPU request the job accepts, in the order written (one, or the alternatives)."""
+        return list(self.gpu_options) if self.gpu_options else ([self.gpu] if self.gpu else [])
+
+    @field_validator(
+        "idle_timeout",
+        mode="before",
+        json_schema_input_type=int | Annotated[str, Field(pattern=_DURATION_PATTERN)] | None,
+    )
+    @classmethod
+    def _idle_timeout(cls, value: Any) -> int | None:
+        """ "10m" / 600 / "off": a hung job (GPUs idle that long) stops billing; off by default."""
+        if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("off", "none")):
+            return None
+        seconds = parse_duration(value)
+        if seconds < 1:
+            _fail(f"{describe(value)} is {seconds} s. Expected a duration such as 10m, or off")
+        return seconds
 
     @field_validator("instance_type", mode="before")
     @classmethod

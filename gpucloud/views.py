@@ -147,16 +147,19 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
     spec = plan.spec
     hours = spec.max_duration / 3600
     per_node = spec.num_nodes > 1
+    several = len(plan.requests()) > 1  # alternatives: which request each meets
     table = _table(
         "#",
         "cloud",
         "region",
         "instance type",
         "GPUs",
+        *(("request",) if several else ()),
         "market",
         *(("$/h\nper node",) if per_node else ()),
         "$/h\ntotal" if per_node else "$/h",
         "est. $",
+        "price\nsource",
     )
     say(f"Candidates for {spec.name} (failover order; est. $ for max_duration {hours:.3g} h)")
     shown = plan.candidates if show_all else plan.candidates[:PLAN_ROWS]
@@ -165,6 +168,8 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
         market = "spot" if c.spot else "on-demand"
         if c.status != "active":
             market += f"\n[{c.status}]"
+        if c.price_source is not None and c.price_source.kind in ("estimate", "old"):
+            market += f"\n({c.price_source.kind} price)"  # never passed off as a quote (no [..]: markup)
         prices = (f"{c.price_per_hour:.3f}",) if per_node else ()
         table.add_row(
             str(i),
@@ -172,15 +177,19 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
             c.region,
             c.instance_type,
             gpus,
+            *((c.request,) if several else ()),
             market,
             *prices,
             f"{c.total_per_hour:.3f}",
             f"{c.estimated_cost:.2f}",
+            c.price_source.short() if c.price_source is not None else "-",
         )
-    _print(table, optional=("$/h\nper node", "#", "GPUs", "cloud"))
+    _print(table, optional=("price\nsource", "$/h\nper node", "#", "request", "GPUs", "cloud"))
     if len(plan.candidates) > len(shown):
         say(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
     print_stack(plan.stack, brief=True)
+    if len(plan.stacks) > 1:  # GPU alternatives: the stack shown is #1's
+        note(f"the stack above is #1's ({shown[0].gpu}); each GPU gets its own (--json: stacks)")
     if shown and shown[0].image is not None:  # issue 13: the image the first candidate boots
         say(f"image (#1): {shown[0].image.summary()}")
     from gpucloud.plan_rows import listed_exclusions
@@ -252,9 +261,14 @@ def print_catalog(rows: list[Offering]) -> None:
     """Offerings; on a narrow terminal memory, vCPUs and the cloud give way before the status, so
     a retired row never looks buyable (the status wraps instead)."""
     gpus = sorted({o.gpu for o in rows})
-    table = _table("GPU", "cloud", "region", "instance type", "GPUs", "vCPU", "GiB", "$/h", "$/h\nspot", "status")
+    from gpucloud.catalog.prices import price_source
+
+    table = _table(
+        "GPU", "cloud", "region", "instance type", "GPUs", "vCPU", "GiB", "$/h", "$/h\nspot", "status", "price\nsource"
+    )
     for o in rows:
         spot = f"{o.spot_price_per_hour:.3f}" if o.spot_price_per_hour is not None else "-"
+        source = price_source(o)
         table.add_row(
             o.gpu,
             o.cloud,
@@ -263,9 +277,10 @@ def print_catalog(rows: list[Offering]) -> None:
             str(o.gpu_count),
             str(o.vcpus),
             f"{o.memory_gib:g}",
-            f"{o.price_per_hour:.3f}",
+            f"{o.price_per_hour:.3f}" + ("*" if source.kind in ("estimate", "old") else ""),
             spot,
             o.status_text(),
+            source.short(),
         )
     if len(gpus) == 1:  # one GPU (--gpu): say it once in the title instead of on every row
         say(f"Offerings of {gpus[0]}")
@@ -274,6 +289,7 @@ def print_catalog(rows: list[Offering]) -> None:
         table,
         foldable=("status",),
         optional=(
+            "price\nsource",
             *(("status",) if all_active else ()),
             "GiB",
             "vCPU",
@@ -289,36 +305,34 @@ def print_catalog(rows: list[Offering]) -> None:
         note(
             f"{len(rows)} offerings; prices as of {dates[0]}"
             + (f" to {dates[-1]}" if len(dates) > 1 else "")
-            + "; sources in the catalog data (--json for machines)."
+            + "; * = an estimated or old price, not a quote; sources in the catalog data (--json for machines)."
         )
 
 
 def print_gpus(summaries: list[GpuSummary]) -> None:
     """`gpucloud gpus`: price, place and instance type each on a line of their own, so the instance
     name is never cut; architecture, memory and clouds give way first on a narrow terminal."""
+    from gpucloud.catalog.prices import price_source
+
+    def cell(o: Offering, price: float) -> str:
+        mark = {"estimate": " (estimate)", "old": " (old)"}.get(price_source(o).kind, "")
+        return (
+            f"${price / o.gpu_count:.3f}/GPU-h{mark}\n{o.gpu_count} × ${price:.3f}/h\n"
+            f"{o.cloud} {o.region}\n{o.instance_type}"
+        )
+
     table = _table("GPU", "GiB", "architecture", "clouds", "cheapest\non-demand", "cheapest\nspot")
     for s in summaries:
-        od = (
-            f"${s.on_demand.price_per_hour:.3f}/h\n{s.on_demand.cloud} {s.on_demand.region}\n"
-            f"{s.on_demand.instance_type}"
-            if s.on_demand
-            else "retired"
-            if s.retired
-            else "-"
-        )
-        sp = (
-            f"${s.spot.spot_price_per_hour:.3f}/h\n{s.spot.cloud} {s.spot.region}\n{s.spot.instance_type}"
-            if s.spot and s.spot.spot_price_per_hour is not None
-            else "-"
-        )
+        od = cell(s.on_demand, s.on_demand.price_per_hour) if s.on_demand else "retired" if s.retired else "-"
+        sp = cell(s.spot, s.spot.spot_price_per_hour) if s.spot and s.spot.spot_price_per_hour is not None else "-"
         table.add_row(s.name, f"{s.memory_gib:g}", s.architecture, ",".join(s.clouds) or "-", od, sp)
     _print(table, optional=("architecture", "GiB", "clouds"))
     for s in summaries:
         if s.retired:
             note(f"{s.name}: no longer offered: {s.retirement()}")
     note(
-        "prices are per instance (of the GPU count shown by `gpucloud catalog --gpu NAME`); spot '-' = no "
-        "observed spot price."
+        "prices are per GPU-hour, so 1- and 8-GPU machines compare; below each: the machine's GPU count and "
+        "$/h, and where; spot '-' = no observed spot price; (estimate) = not a quote."
     )
 
 

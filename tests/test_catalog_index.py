@@ -127,7 +127,9 @@ def test_candidates_are_ranked_as_a_full_sort_and_built_only_when_read(
         c
         for off in rows
         if fits.matches(off) and off.status != "retired"
-        for c in planner._priced_options(off, spec, spec.resources.spot)[0]
+        for c in planner._priced_options(off, spec, spec.resources.spot, None, spec.resources.gpu_requests[0].label())[
+            0
+        ]
     ]
     every.sort(key=lambda c: (c.total_per_hour, c.status != "active", c.cloud, c.region, c.instance_type, c.spot))
     assert len(plan.candidates) == len(every)
@@ -196,3 +198,63 @@ def test_a_cache_of_another_format_is_ignored_with_a_reason() -> None:
     cat = load_catalog()
     assert cat.meta.origin == "shipped" and "unreadable" in cat.meta.note
     assert len(cat.offerings) == len(shipped_catalog().offerings)
+
+
+WIDE_JOBS = {
+    "alternatives": "name: a\nresources:\n  gpu: [A10G:1..4, T4:1]\n  spot: auto\nrun: 'true'\n",
+    "ordered": "name: o\nresources:\n  gpu: [A10G:1, T4:1..4]\n  gpu_order: ordered\n  spot: auto\nrun: 'true'\n",
+    "ordered-spot": (
+        "name: s\nresources:\n  gpu: [L4:1, {memory: 20GB.., count: 1..2}, T4:1]\n  gpu_order: ordered\n"
+        "  spot: true\n  min_vcpus: 8\nrun: 'true'\n"
+    ),
+    "memory-range": (
+        "name: m\nresources:\n  gpu: [{memory: 24GB.., count: 1..2}, T4:1]\n  max_price_per_hour: 3.0\nrun: 'true'\n"
+    ),
+    "model-choice": "name: c\nresources:\n  gpu: A100|H100:8\n  spot: auto\nrun: 'true'\n",
+    "pins": (
+        "name: p\nresources:\n  cloud: [aws, azure]\n  gpu: [H100:1..8, T4:1]\nstack:\n  driver: '470'\nrun: 'true'\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("estimates", [True, False])
+@pytest.mark.parametrize("shape", ["regions", "types"])
+@pytest.mark.parametrize("job", sorted(WIDE_JOBS))
+def test_gpu_alternatives_plan_through_the_file_as_in_memory(
+    job: str, shape: str, estimates: bool, tmp_path: Path
+) -> None:
+    """GPU alternatives, ranges, `gpu_order: ordered`, per-GPU stack pins and --no-estimates: the
+    file's own counting and ranking gives the same candidates (request, order, price source), the
+    same exclusions and the same stacks as the rows in memory; the first few read before the rest."""
+    from gpucloud.views import PLAN_ROWS
+
+    rows = grown_rows(12, shape)
+    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    indexed = load_catalog()
+    memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows), meta=indexed.meta)
+    path = tmp_path / "job.yaml"
+    path.write_text(WIDE_JOBS[job])
+    spec = load_spec(path)
+
+    from_memory = make_plan(spec, catalog=memory, baked=False, estimates=estimates)
+    head = make_plan(spec, catalog=indexed, baked=False, estimates=estimates)
+    assert head.requests() == from_memory.requests()
+    assert head.candidates[:PLAN_ROWS] == from_memory.candidates[:PLAN_ROWS]  # ranked without the rest
+    assert _printed(head) == _printed(from_memory)
+    assert head.stacks.keys() == from_memory.stacks.keys() and head.stack == from_memory.stack
+    from_index = make_plan(spec, catalog=indexed, baked=False, estimates=estimates)
+    assert len(from_index.candidates) == len(from_memory.candidates) > 2 * 32
+    assert from_index.candidates == from_memory.candidates
+    assert list(from_index.excluded) == list(from_memory.excluded)
+    assert len(from_index.excluded) == len(from_memory.excluded)
+    if not estimates:
+        assert all(c.price_source is not None and c.price_source.kind != "estimate" for c in from_index.candidates)
+    if job == "pins":
+        assert any("stack pins do not fit the H100" in e.reason for e in from_index.excluded)
+    if job.startswith("ordered"):
+        ranks = [
+            spec.resources.gpu_requests.index(next(r for r in spec.resources.gpu_requests if r.label() == c.request))
+            for c in from_index.candidates
+        ]
+        assert ranks == sorted(ranks) and len(set(ranks)) > 1

@@ -159,19 +159,29 @@ def test_refresh_yields_exactly_motos_gpu_offerings(
     assert any(o.cloud == "azure" for o in cat.offerings)
 
 
-def test_pricing_down_keeps_the_valid_cache(
+def test_pricing_down_refreshes_offerings_and_keeps_old_prices_marked_old(
     moto: Moto, pricing: FakeAwsPricing, no_azure: None, expected: dict[str, set[str]]
 ) -> None:
-    refresh(clouds=["aws"], regions=REGIONS)
-    before = store.cache_file().read_bytes()
+    """What is offered is still read from EC2; each type keeps its previous price, marked old
+    (price_source "old", its old price date), and the report says the Price List was down."""
+    from gpucloud.catalog.prices import price_source
+
+    first = refresh(clouds=["aws"], regions=REGIONS)
+    load_catalog.cache_clear()
+    prices = {(o.instance_type, o.region): (o.price_per_hour, o.price_date) for o in load_catalog().offerings}
     pricing.down = True
-    with pytest.raises(RefreshFailed) as info:
-        refresh(clouds=["aws"], regions=REGIONS)
-    text = info.value.render()
-    assert "Price List" in text and pricing.url in text and "unchanged" in text
-    assert store.cache_file().read_bytes() == before
+    report = refresh(clouds=["aws"], regions=REGIONS)
+    problems = " ".join(report.clouds["aws"]["problems"])  # type: ignore[arg-type]
+    assert "Price List" in problems and pricing.url in problems and "marked old" in problems
     load_catalog.cache_clear()
     assert aws_rows() == expected
+    fresh = [o for o in load_catalog().offerings if o.cloud == "aws" and o.region in REGIONS and o.status == "active"]
+    assert fresh
+    for o in fresh:
+        source = price_source(o)
+        assert source.kind == "old" and "Price List not readable" in source.rule, o.source
+        assert (o.price_per_hour, o.price_date) == prices[(o.instance_type, o.region)]
+        assert o.price_date == first.clouds["aws"]["fetched_at"]
 
 
 def test_azure_skus_and_paged_retail_prices(azure: FakeAzure, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -312,3 +322,33 @@ def test_regen_script_rebuilds_the_shipped_csv_with_the_refresh_code(
     assert fresh == expected["eu-west-1"]
     assert {o.region for o in rows} == {"eu-west-1"}
     assert not store.cache_file().exists()  # the user's own cache was not touched
+
+
+def test_azure_prices_refresh_without_credentials_for_known_sizes(
+    azure: FakeAzure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`catalog refresh --cloud azure` with no Azure credentials: the public Retail Prices API
+    prices the sizes the catalog already has (sizes, regions, restrictions kept); a size without a
+    retail price keeps its price, marked old. A refresh that does not name Azure leaves it alone."""
+    from gpucloud.catalog.prices import price_source
+
+    for key in AZURE_ENV:
+        if key != "GPUCLOUD_AZURE_PRICES_URL":
+            monkeypatch.delenv(key, raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    before = {(o.instance_type, o.region): o for o in load_catalog().offerings if o.cloud == "azure"}
+    report = refresh(clouds=["azure"])
+    info = report.clouds["azure"]
+    assert info["refreshed"] and "no credentials found" in info["problems"][0]  # type: ignore[index]
+    assert not any("/subscriptions/" in r for r in azure.requests)  # no ARM call
+    after = {(o.instance_type, o.region): o for o in load_catalog().offerings if o.cloud == "azure"}
+    assert set(after) == set(before)  # sizes and regions as they were
+    t4 = after[("Standard_NC4as_T4_v3", "eastus")]
+    assert (t4.price_per_hour, t4.spot_price_per_hour) == (0.526, 0.0627)
+    assert price_source(t4).kind == "live" and t4.price_date == info["fetched_at"]
+    unpriced = after[("Standard_NC6s_v3", "eastus")] if ("Standard_NC6s_v3", "eastus") in after else None
+    if unpriced is not None and unpriced.status != "retired":
+        assert price_source(unpriced).kind == "old"
+        assert unpriced.price_per_hour == before[("Standard_NC6s_v3", "eastus")].price_per_hour
+    olds = [o for o in after.values() if o.status != "retired" and price_source(o).kind == "old"]
+    assert olds and all(o.price_date == before[(o.instance_type, o.region)].price_date for o in olds)

@@ -156,6 +156,7 @@ def test_catalog_json_and_retired_only_with_all() -> None:
         "status_basis",
         "source",
         "price_date",
+        "price_source",
     }
     a100 = json.loads(gpucloud("catalog", "--gpu", "A100", "--json").stdout)
     assert {r["gpu"] for r in a100} == {"A100-40GB", "A100-80GB"}

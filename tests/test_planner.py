@@ -240,6 +240,8 @@ def test_plan_json_shape() -> None:
         "total_per_hour",
         "estimated_cost",
         "image",
+        "request",
+        "price_source",
     }
     assert set(doc["excluded"][0]) == {"cloud", "region", "instance_type", "reason"}
     assert set(doc["stack"]) == {"gpu", "architecture", "driver", "cuda", "cudnn", "os_image", "framework"}

@@ -47,6 +47,7 @@ LAYERS: dict[str, int] = {
     "gpucloud.spec_recovery": SPEC,
     "gpucloud.spec_values": SPEC,
     "gpucloud.spec_yaml": SPEC,
+    "gpucloud.spec_gpu": SPEC,
     # the plan: stacks, images, candidates
     "gpucloud.plan": PLAN,
     "gpucloud.planner": PLAN,
@@ -55,6 +56,7 @@ LAYERS: dict[str, int] = {
     "gpucloud.images_build": PLAN,
     "gpucloud.provider_requests": PLAN,
     "gpucloud.plan_rows": PLAN,
+    "gpucloud.plan_match": PLAN,
     # the machines: provider implementations, the VM's user-data and the local VM engine
     "gpucloud.providers.aws": MACHINES,
     "gpucloud.providers.azure": MACHINES,
@@ -87,6 +89,8 @@ LAYERS: dict[str, int] = {
     "gpucloud.collect": RUN,
     "gpucloud.commands": RUN,
     "gpucloud.cost": RUN,
+    "gpucloud.gpu_report": RUN,
+    "gpucloud.plot": RUN,
     "gpucloud.check": RUN,
     "gpucloud.bake": RUN,
     "gpucloud.upload_info": RUN,

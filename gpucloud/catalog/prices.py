@@ -10,9 +10,12 @@ absurd ones.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
+
+from gpucloud.providers.base import PriceSource
 
 if TYPE_CHECKING:
     from gpucloud.catalog.models import Offering
@@ -76,3 +79,25 @@ def check_rows(rows: Iterable[Offering], source: str) -> tuple[list[Offering], l
             row = row._replace(spot_price_per_hour=None)
         kept.append(row)
     return kept, problems
+
+
+OLD_PRICE_MARK = "[old price:"  # a refresh that could not read a price keeps the previous one, marked
+
+
+def price_source(off: Offering) -> PriceSource:
+    """The provenance of an offering's on-demand price, read from its `source` and `price_date`."""
+    return _source_of(off.source, off.price_date)
+
+
+@functools.lru_cache(maxsize=4096)
+def _source_of(text: str, price_date: str) -> PriceSource:
+    """Memoised: a large catalog repeats a few source texts over tens of thousands of rows."""
+    if OLD_PRICE_MARK in text:
+        rule = text.split(OLD_PRICE_MARK, 1)[1].split("]", 1)[0].strip()
+        return PriceSource("old", price_date, rule)
+    head = text.split(";", 1)[0]
+    if "[estimate:" in head:
+        return PriceSource("estimate", price_date, head.split("[estimate:", 1)[1].split("]", 1)[0].strip())
+    if "T" in price_date:
+        return PriceSource("live", price_date)
+    return PriceSource("shipped", price_date)

@@ -213,7 +213,7 @@ def refresh(
             deadline=deadline,
             max_pages=max_pages,
         )
-        result, problem = _fetch_one(cloud, ctx)
+        result, problem = _fetch_one(cloud, ctx, named=clouds is not None)
         if result is None:
             meta[cloud]["problems"] = [f"{problem}; kept the previous {cloud} rows"]
             say(f"[{cloud}] not refreshed: {problem}")
@@ -251,13 +251,28 @@ def _say_for(say: Callable[[str], None], cloud: str, msg: str) -> None:
     say(f"[{cloud}] {msg}")
 
 
-def _fetch_one(cloud: str, ctx: FetchContext) -> tuple[FetchResult | None, str]:
-    """One source's result, or None and a one-line reason (credentials, endpoint, API error)."""
+def _fetch_one(cloud: str, ctx: FetchContext, *, named: bool = False) -> tuple[FetchResult | None, str]:
+    """One source's result, or None and a one-line reason (credentials, endpoint, API error).
+
+    Without credentials, a cloud named on the command line (`--cloud NAME`) whose source offers
+    `fetch_prices(ctx)` (prices of the sizes already in the catalog from a public price API) gets
+    its prices refreshed; what exists where still needs the credentials and is kept."""
     from gpucloud.providers import info
 
     entry = info(cloud)
     if not entry.configured():
-        return None, f"no credentials found. {entry.credentials_hint}"
+        missing = f"no credentials found. {entry.credentials_hint}"
+        prices_only = getattr(importlib.import_module(entry.catalog_source or ""), "fetch_prices", None)
+        if not named or prices_only is None:
+            return None, missing
+        try:
+            result: FetchResult = ctx.bounded(lambda: prices_only(ctx), f"{cloud} prices")
+        except SourceUnavailable as exc:
+            return None, f"{missing} Prices alone: {exc}"
+        result.problems.insert(
+            0, f"{missing} Only the prices of the sizes already known were refreshed (public price API)"
+        )
+        return result, ""
     try:
         module = importlib.import_module(entry.catalog_source or "")
         return ctx.bounded(lambda: module.fetch_offerings(ctx), f"{cloud} source"), ""

@@ -41,15 +41,17 @@ class RowFilter:
         return self.instance_type is None or o.instance_type == self.instance_type
 
 
-# A candidate as the planner ranks it: (total $/h, not active, cloud, region, instance type, spot,
-# position, price per node, row). `position` (2 x the row's ordinal, + 1 for on-demand: the order
+# A candidate as the planner ranks it: (request rank, total $/h, not active, cloud, region, instance
+# type, spot, position, price per node, row). The request rank is the place of the GPU request the
+# row meets under `gpu_order: ordered` (else 0). `position` (2 x the row's ordinal, + 1 for on-demand: the order
 # the rows are checked, spot first) keeps ties in catalog order, as a stable sort of the candidates
 # would, and never lets two rows be compared.
-RankKey: TypeAlias = tuple[float, bool, str, str, str, bool, int, float, Offering]
+RankKey: TypeAlias = tuple[int, float, bool, str, str, str, bool, int, float, Offering]
 
 
-def rank_key(off: Offering, ordinal: int, is_spot: bool, price: float, nodes: int) -> RankKey:
+def rank_key(off: Offering, ordinal: int, is_spot: bool, price: float, nodes: int, rank: int = 0) -> RankKey:
     return (
+        rank,
         round(price * nodes, 6),
         off.status != "active",
         off.cloud,
@@ -67,7 +69,12 @@ class CleanRule:
     """The rows of a selection that certainly pass the planner's full check and give a candidate in
     every market the spot policy asks for: not retired, at least these vCPUs and memory, and each
     market's price a number in the sane range and within the cap. A source that can find them
-    without building them (the catalog file) ranks them itself; every other row is checked in full."""
+    without building them (the catalog file) ranks them itself; every other row is checked in full.
+
+    `estimates=False`: a row whose source may name an estimated price is checked in full.
+    `requests` (GPU alternatives or ranges; None: the selection's GPU and count are the request):
+    per request the GPU names it accepts (those whose stack fits the job's pins), its count range and
+    its rank; a row meeting none is checked in full."""
 
     policy: str  # "auto" | "spot" | "on-demand"
     min_vcpus: int
@@ -76,6 +83,8 @@ class CleanRule:
     nodes: int
     min_per_gpu: float
     max_per_gpu: float
+    estimates: bool = True
+    requests: tuple[tuple[tuple[str, ...], int, int, int], ...] | None = None
 
 
 class RowSource(Protocol):

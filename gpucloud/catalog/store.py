@@ -186,16 +186,20 @@ class IndexedRows:
         gives = " OR ".join(f"m{i}" for i in range(len(markets)))
         scan = (
             f"SELECT count(*) FILTER (WHERE c), {counts}, total(legacy) FILTER (WHERE c),"
-            " count(*) FILTER (WHERE NOT c), group_concat(ordinal) FILTER (WHERE NOT c) FROM"
+            " count(*) FILTER (WHERE NOT c), group_concat(ordinal) FILTER (WHERE NOT c),"
+            " group_concat(DISTINCT gpu || char(31) || gpu_count) FILTER (WHERE c) FROM"
             f" (SELECT b AND ({gives}) AS c, {', '.join(f'b AND m{i} AS m{i}' for i in range(len(markets)))},"
-            " legacy, ordinal FROM"
-            f" (SELECT coalesce({rules.base}, 0) AS b, {flags}, status = 'legacy' AS legacy, ordinal"
+            " legacy, ordinal, gpu, gpu_count FROM"
+            f" (SELECT coalesce({rules.base}, 0) AS b, {flags}, status = 'legacy' AS legacy, ordinal, gpu, gpu_count"
             f" FROM offerings{cond} LIMIT -1) LIMIT -1)"  # LIMIT: not flattened, each condition computed once
         )
-        found, *per_market, legacy, others, ordinals = self._conn.execute(
+        found, *per_market, legacy, others, ordinals, pairs = self._conn.execute(
             scan, [*rules.base_args, *rules.market_args(), *args]
         ).fetchone()
         part = CleanCandidates(self, cond, list(args), rules)
+        for pair in str(pairs).split(",") if pairs else ():
+            gpu, count = pair.split("\x1f")
+            part.pairs.append((gpu, int(count)))
         part.gpus = sorted(where.gpus) if where.gpus is not None and len(where.gpus) > 1 else []
         part.rows, part.count, part.has_legacy = int(found), int(sum(per_market)), bool(legacy)
         rest: list[tuple[int, Offering]] = []
@@ -215,7 +219,10 @@ class _Rules:
     memory: planner._exclusion_reason past the quick reasons), `market(spot)` says that a market
     gives a candidate (planner._markets: a number, a NaN being stored as text, whose price per GPU
     is in the sane range, within the cap). A row passing `base` and one market gives a candidate in
-    each market it passes and no exclusion; every other row is an exclusion, left to the planner."""
+    each market it passes and no exclusion; every other row is an exclusion, left to the planner.
+    With GPU requests, `base` also asks that the row meets one (plan_match.GpuMatch.which, the
+    GPUs whose stack does not fit left out) and `rank` is the first one's rank; with
+    `estimates=False`, that its source names no estimate (planner._markets)."""
 
     def __init__(self, rule: CleanRule) -> None:
         self.rule = rule
@@ -228,6 +235,21 @@ class _Rules:
         if rule.min_memory_gib:
             parts.append("memory_gib >= ?")
             self.base_args.append(rule.min_memory_gib)
+        if not rule.estimates:  # a superset of the estimates: those rows are checked in full
+            parts.append("instr(source, '[estimate:') = 0")
+        self.rank, self.rank_args, self.ranks = "0", [], [0]
+        if rule.requests is not None:
+            meets: list[str] = []
+            args: list[object] = []
+            for names, low, high, _ in rule.requests:
+                meets.append(f"(gpu IN ({', '.join('?' * len(names))}) AND gpu_count BETWEEN ? AND ?)")
+                args.extend([*names, low, high])
+            parts.append("(" + (" OR ".join(meets) or "0") + ")")
+            self.base_args.extend(args)
+            self.ranks = sorted({rank for *_, rank in rule.requests}) or [0]
+            if self.ranks != [0]:
+                self.rank = "CASE " + " ".join(f"WHEN {m} THEN ?" for m in meets) + " ELSE 0 END"
+                self.rank_args = [a for names, low, high, rank in rule.requests for a in (*names, low, high, rank)]
         self.base = "(" + " AND ".join(parts) + ")"
 
     def market(self, spot: bool) -> str:
@@ -258,33 +280,38 @@ class CleanCandidates:
         self.count = 0  # their candidates (two for a row with both markets under `spot: auto`)
         self.has_legacy = False
         self.gpus: list[str] = []  # several GPU names: the price index is walked once per name
+        self.pairs: list[tuple[str, int]] = []  # the (GPU, GPU count) of these rows
 
     def _keys(self, sql: str, args: list[object], markets: tuple[bool, ...]) -> list[RankKey]:
-        """Keys of the rows `sql` reads: (flag per market, ordinal, the row's columns)."""
+        """Keys of the rows `sql` reads: (flag per market, ordinal, request rank, the row's columns)."""
         make = self._rows._make if self._rows._nan_columns else Offering._make
         nodes, width = self._rules.rule.nodes, len(markets)
         out: list[RankKey] = []
         with gc_paused():
             for r in self._rows._conn.execute(sql, args):
-                off = make(r[width + 1 :])
+                off = make(r[width + 2 :])
                 for i, is_spot in enumerate(markets):
                     if r[i]:
                         price = off.spot_price_per_hour if is_spot else off.price_per_hour
                         assert price is not None
-                        out.append(rank_key(off, r[width], is_spot, price, nodes))
+                        out.append(rank_key(off, r[width], is_spot, price, nodes, r[width + 1]))
         return out
 
     def head(self, n: int) -> list[RankKey]:
         """The `n` cheapest of every market, in the planner's order. The n-th smallest price is found
         by walking the price index; SQLite then sorts the rows up to 3e-6 above it by the planner's
         own key (the total rounded by Python's round, registered as a function, then the same
-        columns): a row above that rounds to a larger total than n rows have, so it is not among them."""
+        columns): a row above that rounds to a larger total than n rows have, so it is not among them.
+        Under ranked requests, the n cheapest of each rank: they hold the n first of all."""
         out: list[RankKey] = []
         conn, rules = self._rows._conn, self._rules
-        for is_spot in rules.markets:
+        groups: list[tuple[str, list[object]]] = [("", [])]
+        if len(rules.ranks) > 1:
+            groups = [(f" AND {rules.rank} = ?", [*rules.rank_args, r]) for r in rules.ranks]
+        for is_spot, (group, group_args) in ((m, g) for m in rules.markets for g in groups):
             column = "spot_price_per_hour" if is_spot else "price_per_hour"
-            cond = f"{self._cond} AND coalesce({rules.base}, 0) AND coalesce({rules.market(is_spot)}, 0)"
-            args = [*self._args, *rules.base_args, *rules.args_of(is_spot)]
+            cond = f"{self._cond} AND coalesce({rules.base}, 0) AND coalesce({rules.market(is_spot)}, 0){group}"
+            args = [*self._args, *rules.base_args, *rules.args_of(is_spot), *group_args]
             prices: list[float] = []
             names: list[str | None] = [*self.gpus] or [None]
             for gpu in names:  # the n cheapest of each name hold the n cheapest of all
@@ -296,18 +323,18 @@ class CleanCandidates:
                 cond += f" AND {column} <= ?"
                 args.append(prices[n - 1] + 3e-6)
             sql = (
-                f"SELECT 1, ordinal, {_COLUMNS} FROM offerings{cond} ORDER BY {_ROUND}({column} * ?, 6),"
-                f" status != 'active', cloud, region, instance_type, ordinal LIMIT {int(n)}"
+                f"SELECT 1, ordinal, {rules.rank}, {_COLUMNS} FROM offerings{cond} ORDER BY"
+                f" {_ROUND}({column} * ?, 6), status != 'active', cloud, region, instance_type, ordinal LIMIT {int(n)}"
             )
-            out.extend(self._keys(sql, [*args, rules.rule.nodes], (is_spot,)))
+            out.extend(self._keys(sql, [*rules.rank_args, *args, rules.rule.nodes], (is_spot,)))
         return out
 
     def every(self) -> list[RankKey]:
         rules = self._rules
         gives, args = rules.gives()
         flags = ", ".join(f"coalesce({rules.market(m)}, 0)" for m in rules.markets)
-        sql = f"SELECT {flags}, ordinal, {_COLUMNS} FROM offerings{self._cond}{gives}"
-        return self._keys(sql, [*rules.market_args(), *self._args, *args], rules.markets)
+        sql = f"SELECT {flags}, ordinal, {rules.rank}, {_COLUMNS} FROM offerings{self._cond}{gives}"
+        return self._keys(sql, [*rules.market_args(), *rules.rank_args, *self._args, *args], rules.markets)
 
     def legacy(self) -> set[tuple[str, str]]:
         """(cloud, instance type) of the legacy rows among them."""

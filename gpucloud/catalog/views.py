@@ -7,6 +7,8 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpucloud.catalog.prices import price_source
+
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
     from gpucloud.catalog.models import Offering
@@ -31,6 +33,7 @@ def offering_json(o: Offering) -> dict[str, object]:
         "status_basis": o.status_basis,
         "source": o.source,
         "price_date": o.price_date,
+        "price_source": price_source(o).as_json(),
     }
 
 
@@ -42,8 +45,8 @@ class GpuSummary:
     memory_gib: float
     architecture: str
     clouds: tuple[str, ...]
-    on_demand: Offering | None  # cheapest on-demand row (per GPU count of 1 or more)
-    spot: Offering | None  # cheapest row with an observed spot price
+    on_demand: Offering | None  # cheapest on-demand row per GPU-hour (1- and 8-GPU machines compare)
+    spot: Offering | None  # cheapest row per GPU-hour with an observed spot price
     retired: tuple[Offering, ...] = ()  # one retired row per cloud and status, when none is live
 
     def retirement(self) -> str:
@@ -57,11 +60,13 @@ class GpuSummary:
                 return None
             return {
                 "price_per_hour": price,
+                "price_per_gpu_hour": round(price / max(o.gpu_count, 1), 6),
                 "cloud": o.cloud,
                 "region": o.region,
                 "instance_type": o.instance_type,
                 "gpu_count": o.gpu_count,
                 "price_date": o.price_date,
+                "price_source": price_source(o).as_json(),
             }
 
         return {
@@ -97,8 +102,12 @@ def gpu_summaries(cat: Catalog) -> list[GpuSummary]:
                 memory_gib=model.memory_gib,
                 architecture=model.architecture,
                 clouds=tuple(sorted({o.cloud for o in rows})),
-                on_demand=min(rows, key=lambda o: (o.price_per_hour, o.cloud, o.region), default=None),
-                spot=min(spot_rows, key=lambda o: (o.spot_price_per_hour or 0.0, o.cloud, o.region), default=None),
+                on_demand=min(rows, key=lambda o: (o.price_per_hour / o.gpu_count, o.cloud, o.region), default=None),
+                spot=min(
+                    spot_rows,
+                    key=lambda o: ((o.spot_price_per_hour or 0.0) / o.gpu_count, o.cloud, o.region),
+                    default=None,
+                ),
                 retired=() if rows else tuple(v for _, v in sorted(gone.get(name, {}).items())),
             )
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, runtime_checkable
 
 from gpucloud.errors import GpucloudError, UserError
 
@@ -92,6 +92,29 @@ class Unreachable(GpucloudError):
     exit_code = 75  # EX_TEMPFAIL: try again later
 
 
+class PriceSource(NamedTuple):
+    """Where a row's price comes from, so that no table passes an estimate off as a quote.
+
+    kind: "live" (a cloud's price API, `date` the fetch time), "shipped" (the catalog gpucloud
+    ships, `date` as precise as its source), "estimate" (derived by the rule in `rule`), or "old"
+    (a refresh could not read a current price and kept this one; `rule` says why)."""
+
+    kind: str
+    date: str
+    rule: str = ""
+
+    def as_json(self) -> dict[str, str]:
+        doc = {"kind": self.kind, "date": self.date}
+        if self.rule:
+            doc["rule"] = self.rule
+        return doc
+
+    def short(self) -> str:
+        """A table cell: `live 2026-12-01`, `shipped 2024-06`, `ESTIMATE`, `OLD 2026-11-02`."""
+        day = self.date[:10]
+        return {"live": f"live {day}", "shipped": f"shipped {day}", "estimate": "ESTIMATE"}.get(self.kind, f"OLD {day}")
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One place the job could run: a cloud, region and machine type at a price, and the image it
@@ -112,6 +135,8 @@ class Candidate:
     memory_gib: float = 0.0
     arch: str = "x86_64"  # CPU architecture of the host (the offering's `arch`)
     image: Image | None = None  # the image it boots, chosen by the planner
+    request: str = ""  # which of the job's GPU requests it meets, as written (`L4:1`, `A100|H100:8`)
+    price_source: PriceSource | None = None  # live / shipped / estimate / old (catalog/prices.py)
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -126,6 +151,8 @@ class Candidate:
             "total_per_hour": self.total_per_hour,
             "estimated_cost": self.estimated_cost,
             "image": self.image.as_json() if self.image else None,
+            "request": self.request,
+            "price_source": self.price_source.as_json() if self.price_source else None,
         }
 
 

@@ -17,6 +17,7 @@ call `boot_guest` / `end_guest` when their fake cloud creates or deletes an inst
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import threading
@@ -54,6 +55,16 @@ GPU_NAMES = {
     "V100-32GB": "Tesla V100-SXM2-32GB",
 }
 CUDA_REPOS = ("ubuntu1804", "ubuntu2004", "ubuntu2204", "ubuntu2404")
+
+
+def _gpu_mib(gpu: str) -> int:
+    """The GPU's memory as nvidia-smi reports it (MiB), from the catalog (16384 when unknown)."""
+    from gpucloud.catalog import load_catalog
+
+    model = load_catalog().gpus.get(gpu)
+    return int(model.memory_gib * 1024) if model else 16384
+
+
 REPO_ARCHES = ("x86_64", "sbsa")  # arm64 servers use NVIDIA's sbsa path
 IMAGE_PARTS = ("pkgs", "py")  # what of a guest's stub state is "on its disk" (a baked image keeps it)
 
@@ -184,6 +195,9 @@ class GuestSimulator:
             "SIM_GUEST_DIR": str(sandbox),
             "GPUCLOUD_ETC": str(sandbox / "etc"),  # apt preferences and systemd units of this guest
             "STUB_APT_REPO": str(NVIDIA_REPO_INDEX),
+            "STUB_GPU_MEM_TOTAL": str(_gpu_mib(gpu)),
+            # scripted GPU use for the sampler (tests set them in this process's environment)
+            **{k: os.environ[k] for k in ("STUB_GPU_UTIL", "STUB_GPU_MEM_USED") if k in os.environ},
         }
 
     # ---- booting and ending ---------------------------------------------------------------------

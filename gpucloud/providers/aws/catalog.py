@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpucloud.catalog.models import Offering
-from gpucloud.catalog.prices import cheaper, parse_price
+from gpucloud.catalog.prices import OLD_PRICE_MARK, cheaper, parse_price
 from gpucloud.catalog.refresh import FetchContext, FetchResult, SourceLimit, SourceUnavailable
 
 CLOUD = "aws"
@@ -153,16 +153,18 @@ def _region(
     except (BotoCoreError, ClientError, SourceLimit) as exc:
         spot = {}
         problems.append(f"{region}: spot prices not readable ({_first_line(exc)}); spot unknown there")
+    old: dict[str, Offering] = {}
     try:
         on_demand = _on_demand_prices(pricing, region, sorted(zones), ctx)
-    except (BotoCoreError, ClientError, SourceLimit) as exc:
-        return (
-            [],
-            [
-                f"{region}: on-demand prices not readable from the Price List at {pricing.meta.endpoint_url} "
-                f"({_first_line(exc)}); kept its previous rows"
-            ],
-            False,
+    except SourceLimit as exc:  # the refresh's own bound: the region is not refreshed (as before)
+        return [], [f"{region}: on-demand prices: {exc}; kept its previous rows"], False
+    except (BotoCoreError, ClientError) as exc:
+        # What is offered is still news: keep each type's previous price, marked old (catalog/prices.py).
+        old = {o.instance_type: o for o in ctx.catalog.query(cloud=CLOUD, region=region, include_retired=True)}
+        on_demand = {n: old[n].price_per_hour for n in zones if n in old}
+        problems.append(
+            f"{region}: on-demand prices not readable from the Price List at {pricing.meta.endpoint_url} "
+            f"({_first_line(exc)}); offerings refreshed, previous prices kept and marked old"
         )
     rows = []
     for name in sorted(zones):
@@ -188,8 +190,14 @@ def _region(
                 status="active",
                 status_date=ctx.fetched_at[:10],
                 status_basis="observed",
-                source=f"{SOURCE} [S]; {zone_note}" + ("" if spot_price else "; spot unknown: no spot price history"),
-                price_date=ctx.fetched_at,
+                source=(
+                    f"{OLD_PRICE_MARK} Price List not readable on {ctx.fetched_at}, on-demand price of "
+                    f"{old[name].price_date} kept] {SOURCE} [S]; {zone_note}"
+                    if name in old
+                    else f"{SOURCE} [S]; {zone_note}"
+                )
+                + ("" if spot_price else "; spot unknown: no spot price history"),
+                price_date=old[name].price_date if name in old else ctx.fetched_at,
             )
         )
     ctx.progress(f"{region}: {len(rows)} GPU offerings")

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gpucloud.catalog.models import Offering
-from gpucloud.catalog.prices import cheaper, parse_price
+from gpucloud.catalog.prices import OLD_PRICE_MARK, cheaper, parse_price
 from gpucloud.catalog.refresh import FetchContext, FetchResult, SourceUnavailable
 
 CLOUD = "azure"
@@ -95,6 +95,43 @@ def fetch_offerings(ctx: FetchContext) -> FetchResult:
             )
     ctx.progress(f"{len(rows)} GPU offerings in {len(regions)} regions")
     return FetchResult(rows=rows, regions=regions, source=SOURCE, problems=problems)
+
+
+PRICES_SOURCE = "Azure Retail Prices API (Consumption, Linux; public, no sign-in)"
+
+
+def fetch_prices(ctx: FetchContext) -> FetchResult:
+    """Without Azure credentials: the sizes and regions already in the catalog, priced from the
+    public Retail Prices API. A size with no retail price keeps its previous price, marked old."""
+    known = [
+        o
+        for o in ctx.catalog.offerings
+        if o.cloud == CLOUD and o.status != "retired" and (ctx.regions is None or o.region in ctx.regions)
+    ]
+    if not known:
+        raise SourceUnavailable("no Azure sizes in the catalog to price")
+    ctx.progress(f"{len({o.instance_type for o in known})} known sizes (Resource SKUs need credentials)")
+    prices = _retail_prices(sorted({o.instance_type for o in known}), ctx)
+    rows: list[Offering] = []
+    problems: list[str] = []
+    for o in known:
+        on_demand, spot = prices.get((o.instance_type, o.region), (None, None))
+        if on_demand is None:
+            problems.append(
+                f"{o.region}: {o.instance_type} has no Linux retail price; its previous price kept, marked old"
+            )
+            mark = f"{OLD_PRICE_MARK} no retail price on {ctx.fetched_at}, price of {o.price_date} kept] "
+            rows.append(o if OLD_PRICE_MARK in o.source else o._replace(source=mark + o.source))
+            continue
+        rows.append(
+            o._replace(
+                price_per_hour=on_demand,
+                spot_price_per_hour=spot if spot is not None and not spot > on_demand else None,
+                source=f"{PRICES_SOURCE} [S]; size and regions from the previous catalog",
+                price_date=ctx.fetched_at,
+            )
+        )
+    return FetchResult(rows=rows, regions={o.region for o in known}, source=PRICES_SOURCE, problems=problems)
 
 
 def _gpu_sizes(ctx: FetchContext) -> tuple[dict[str, tuple[str, int, int, float, str, set[str]]], list[str]]:
