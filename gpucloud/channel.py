@@ -32,6 +32,7 @@ from gpucloud import channel_trust
 from gpucloud.channel_trust import SMALL_OBJECT_MAX, ObjectRefused, read_capped
 from gpucloud.errors import UserError
 from gpucloud.extract import ArtifactResult, Caps, extract_tar
+from gpucloud.vm import protocol
 
 MiB = 1024 * 1024
 DEFAULT_CODE_CAP = 100 * MiB
@@ -41,7 +42,7 @@ URL_MARGIN = timedelta(hours=1)
 # Largest log part (or appended block) the VM uploads: the CLI holds one part at a time, S3's POST
 # policy caps a part's size at it, and Azure's Append Block takes up to 100 MiB from x-ms-version
 # 2022-11-02 (docs/INTERNALS.md, "Channel"). Rendered into the bootstrap (render.py).
-LOG_PART_MAX = 16 * MiB
+LOG_PART_MAX = protocol.LOG_PART_MAX
 ALWAYS_SKIP = frozenset({".git", "__pycache__", ".venv", "gpucloud-runs"})
 
 
@@ -75,7 +76,7 @@ def notice_key(run_id: str, rank: int) -> str:
 
 
 def log_key(run_id: str, rank: int, index: int) -> str:
-    return f"{log_prefix(run_id, rank)}{index:06d}"
+    return f"{log_prefix(run_id, rank)}{protocol.log_part_name(index)}"
 
 
 def log_prefix(run_id: str, rank: int) -> str:
@@ -166,15 +167,15 @@ class Channel(ABC):
                 f"status_put {self.url_put(f'{base}/status.json', expires)}",
                 f"artifacts_put {self.url_put(f'{base}/artifacts.tar.gz', expires)}",
                 f"ready_put {self.url_put(f'{base}/ready', expires)}",
-                *(f"ready_get {r} {u}" for r, u in enumerate(ready_get)),
+                *protocol.ranked_lines("ready_get", ready_get),
                 *([f"done_put {self.url_put(f'{base}/done', expires)}"] if done_get else []),
-                *(f"done_get {r} {u}" for r, u in enumerate(done_get)),
+                *protocol.ranked_lines("done_get", done_get),
                 f"notice_get {self.url_get(notice_key(run_id, rank), expires)}",
                 *(self._checkpoint_lines(run_id, expires) if checkpoint else []),
                 *self.log_grant(run_id, rank, expires),
                 *([channel_trust.SIGN_LINE, *self.claim_grant(run_id, rank, expires)] if self.signs else []),
             ]
-            self.put_bytes(f"{base}/manifest", ("\n".join(lines) + "\n").encode())
+            self.put_bytes(f"{base}/manifest", protocol.manifest_text(lines))
             urls.append(self.url_get(f"{base}/manifest", expires))
         return urls
 
@@ -192,7 +193,7 @@ class Channel(ABC):
 
     def send_notice(self, run_id: str, rank: int, reason: str = "gpucloud preempt") -> None:
         """Write the simulated interruption notice of one node (its guard acts on it within seconds)."""
-        self.put_bytes(notice_key(run_id, rank), f"{reason}\n".encode())
+        self.put_bytes(notice_key(run_id, rank), protocol.notice_text(reason))
 
     def copy_run_to(self, run_id: str, dest: Channel) -> int:
         """Copy the run's code and checkpoint slots into another channel (a relaunch in another
@@ -559,8 +560,5 @@ def pack_workdir(path: Path, cap_bytes: int = DEFAULT_CODE_CAP, dest: Path | Non
 
 
 def iter_manifest(text: str) -> Iterable[tuple[str, str]]:
-    """(key, rest) pairs of a manifest, as the VM's `while read -r key url` sees them."""
-    for line in text.splitlines():
-        if line.strip():
-            key, _, rest = line.partition(" ")
-            yield key, rest
+    """(key, rest) pairs of a manifest, as the VM reads them (gpucloud/vm/protocol.py)."""
+    return protocol.iter_manifest(text)
