@@ -70,6 +70,11 @@ def checkpoint_keys(run_id: str, slot: int) -> tuple[str, str]:
     return f"{base}.tar.gz", f"{base}.sum"
 
 
+def agent_key(run_id: str) -> str:
+    """The VM agent archive of the run (the shim checks its SHA-256, rendered into user-data)."""
+    return f"{run_prefix(run_id)}/agent.tar.gz"
+
+
 def notice_key(run_id: str, rank: int) -> str:
     """The simulated interruption notice `gpucloud preempt` writes; the VM's guard polls it."""
     return f"{node_prefix(run_id, rank)}/notice"
@@ -140,13 +145,20 @@ class Channel(ABC):
         """Upload the packed workdir (pack_workdir) that every node fetches."""
         self.put_file(f"{run_prefix(run_id)}/code.tar.gz", tarball)
 
-    def prepare(self, run_id: str, num_nodes: int, deadline: datetime, *, checkpoint: bool = False) -> list[str]:
+    def upload_agent(self, run_id: str, archive: bytes) -> None:
+        """Upload the VM agent archive (gpucloud/vm/agent_pack.py) the nodes' shim fetches."""
+        self.put_bytes(agent_key(run_id), archive)
+
+    def prepare(
+        self, run_id: str, num_nodes: int, deadline: datetime, *, checkpoint: bool = False, agent: bool = False
+    ) -> list[str]:
         """Write each node's manifest; return each node's manifest GET URL (rank order).
 
         `deadline` is the run's hard end (UTC): URLs expire at deadline + URL_MARGIN, and the VM's
         watchdog fires at it (manifest line `deadline <epoch>`). The log is one grant per node
         (`log_grant`), so a manifest's size does not depend on the deadline. `checkpoint`: add the
-        checkpoint slots' URLs (`ckpt_put|ckpt_get|ckpt_sum_put|ckpt_sum_get <slot> URL`).
+        checkpoint slots' URLs (`ckpt_put|ckpt_get|ckpt_sum_put|ckpt_sum_get <slot> URL`). `agent`:
+        add `agent_get URL`, the agent archive the shim fetches (`upload_agent`).
         """
         if deadline.tzinfo is None:
             deadline = deadline.replace(tzinfo=UTC)
@@ -164,6 +176,7 @@ class Channel(ABC):
             lines = [
                 f"deadline {int(deadline.timestamp())}",
                 f"code_get {code_get}",
+                *([f"agent_get {self.url_get(agent_key(run_id), expires)}"] if agent else []),
                 f"status_put {self.url_put(f'{base}/status.json', expires)}",
                 f"artifacts_put {self.url_put(f'{base}/artifacts.tar.gz', expires)}",
                 f"ready_put {self.url_put(f'{base}/ready', expires)}",

@@ -1,0 +1,42 @@
+"""Who ends the run: the first of main, watchdog, guard, signal or backstop to take the final gate
+reports the end; the others stand down. The gate is `mkdir W/final` (the backstop is another
+process, and a boot after a reboot must see it), behind a lock for the threads.
+
+Stdlib only, Python >= 3.8 syntax.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Optional
+
+
+class FinalGate:
+    def __init__(self, vm_dir: Path) -> None:
+        self.path = vm_dir / "final"
+        self._lock = threading.Lock()
+        self.owner: Optional[str] = None
+        self.done = threading.Event()  # set once the owner reported the end
+        self.exit_code = 1
+
+    def take(self, who: str) -> bool:
+        """True for exactly one caller across threads and processes."""
+        with self._lock:
+            if self.owner is not None:
+                return False
+            try:
+                os.mkdir(self.path)
+            except OSError:
+                self.owner = "elsewhere"
+                return False
+            self.owner = who
+            return True
+
+    def taken(self) -> bool:
+        return self.owner is not None or self.path.exists()
+
+    def finished(self, exit_code: int) -> None:
+        self.exit_code = exit_code
+        self.done.set()
