@@ -38,8 +38,16 @@ class LocalNode:
         return self.channel.read_status(self.run_id, 0)
 
 
-def local_node(tmp: Path, *, run: str, setup: str | None = None, artifacts: list[str] | None = None,
-               max_duration: int = 600, workdir: Path | None = None, env: dict[str, str] | None = None) -> LocalNode:
+def local_node(
+    tmp: Path,
+    *,
+    run: str,
+    setup: str | None = None,
+    artifacts: list[str] | None = None,
+    max_duration: int = 600,
+    workdir: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> LocalNode:
     spec = JobSpec(
         name="job",
         resources={"cloud": ["local"]},
@@ -50,8 +58,18 @@ def local_node(tmp: Path, *, run: str, setup: str | None = None, artifacts: list
         max_duration=max_duration,
     )
     stack = resolve_stack(None)
-    cand = Candidate(cloud="local", region="local", instance_type="localhost", gpu="", gpu_count=0, num_nodes=1,
-                     spot=False, price_per_hour=0.0, total_per_hour=0.0, estimated_cost=0.0)
+    cand = Candidate(
+        cloud="local",
+        region="local",
+        instance_type="localhost",
+        gpu="",
+        gpu_count=0,
+        num_nodes=1,
+        spot=False,
+        price_per_hour=0.0,
+        total_per_hour=0.0,
+        estimated_cost=0.0,
+    )
     caps = capabilities("local")
     channel = FileChannel(tmp / "store")
     cfg = job_config(spec, stack, cand, caps=caps, run_id=RUN_ID, log_interval=0.2, heartbeat_interval=0.5)
@@ -64,6 +82,9 @@ def local_node(tmp: Path, *, run: str, setup: str | None = None, artifacts: list
     deadline = datetime.now(UTC) + timedelta(seconds=max_duration)
     url = channel.prepare(RUN_ID, 1, deadline, agent=True)[0]
     shim = tmp / "shim.sh"
-    shim.write_text(render_shim(caps=caps, run_id=RUN_ID, max_duration=max_duration,
-                                agent_sha256=archive_sha256(archive), manifest_url=url))
+    shim.write_text(
+        render_shim(
+            caps=caps, run_id=RUN_ID, max_duration=max_duration, agent_sha256=archive_sha256(archive), manifest_url=url
+        )
+    )
     return LocalNode(channel, shim, tmp / "vm")

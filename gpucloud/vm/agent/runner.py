@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 KILL_GRACE_S = 5.0
+KILL_POLL_S = 0.05
 
 
 class Runner:
@@ -67,14 +68,22 @@ class Runner:
             return self._code()
         waited = 0.0
         while waited < grace:
+            self._reap()
             if not _alive(pg):
                 return self._code()
-            self.sleep(0.5)
-            waited += 0.5
+            self.sleep(KILL_POLL_S)
+            waited += KILL_POLL_S
         if _alive(pg):
             self.log(f"job ignored SIGTERM for {int(grace)} s: SIGKILL")
             _signal_group(pg, signal.SIGKILL)
         return self._code()
+
+    def _reap(self) -> None:
+        """Collect our own exited job: a zombie still counts as a member of its process group."""
+        with self.lock:
+            proc = self.proc
+        if proc is not None:
+            proc.poll()
 
     def _code(self) -> Optional[int]:
         with self.lock:
