@@ -221,7 +221,7 @@ class Channel(ABC):
                 copied += len(data)
         return copied
 
-    def node_index(self, run_id: str, manifest_urls: list[str], deadline: datetime) -> str:
+    def node_index(self, run_id: str, manifest_urls: list[str], deadline: datetime, *, agent: bool = False) -> str:
         """Write `runs/<run_id>/nodes` (`manifest <rank> <url>` per node, from `prepare`) and return
         its GET URL: the one URL in a user-data shared by all nodes (render with node_rank=None),
         from which each node picks its own manifest once it knows its rank."""
@@ -229,6 +229,8 @@ class Channel(ABC):
             deadline = deadline.replace(tzinfo=UTC)
         key = f"{run_prefix(run_id)}/nodes"
         text = "".join(f"manifest {rank} {url}\n" for rank, url in enumerate(manifest_urls))
+        if agent:  # the shim of a shared user-data reads the agent's URL from here
+            text += f"agent_get {self.url_get(agent_key(run_id), deadline + URL_MARGIN)}\n"
         self.put_bytes(key, text.encode())
         return self.url_get(key, deadline + URL_MARGIN)
 

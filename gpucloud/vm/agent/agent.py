@@ -65,6 +65,9 @@ class Agent(Ending):
         self.resumed = resumed
         self._exit = exit or _hard_exit
         self.rank = cfg.rank
+        grace = self.environ.get("GPUCLOUD_DEADLINE_GRACE", "")
+        if grace.isdigit():  # the simulators' short deadlines (the shim honours it too)
+            cfg.grace = int(grace)
         self.bad_dir = ""
         self._set_dir(vm_dir)
         self.hooks = hooks or hooks_for(
