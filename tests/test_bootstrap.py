@@ -27,10 +27,10 @@ import pytest
 
 from gpucloud.channel import FileChannel, iter_manifest, pack_workdir
 from gpucloud.providers import capabilities
+from gpucloud.stacks import Stack
 from gpucloud.vm.agent_config import job_config
 from gpucloud.vm.agent_pack import agent_archive, archive_sha256
 from gpucloud.vm.shim import render_shim
-from gpucloud.stacks import Stack
 from tests.test_render import CPU, K80, NASTY, T4, make_candidate, make_spec
 
 STUBS = Path(__file__).parent / "support" / "vm_stubs"

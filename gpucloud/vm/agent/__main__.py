@@ -15,9 +15,9 @@ import threading
 from pathlib import Path
 from typing import List
 
-from gpucloud.vm import protocol
-from gpucloud.vm.agent.agent import Agent, AgentExit, StandDown
+from gpucloud.vm.agent.agent import Agent
 from gpucloud.vm.agent.config import JobConfig
+from gpucloud.vm.agent.ending import AgentExit, EndedElsewhere, StandDown
 
 BACKSTOP_MESSAGE = "max_duration passed and the bootstrap did not end in time: stopped by the backstop"
 
@@ -31,6 +31,13 @@ def _install_signals(agent: Agent) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, handler)
+    # The watchdog process took the end of the run: unwind the main thread (once).
+    signal.signal(signal.SIGUSR1, _ended_elsewhere)
+
+
+def _ended_elsewhere(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    raise EndedElsewhere()
 
 
 def _guarded_signal(agent: Agent) -> None:
@@ -43,6 +50,13 @@ def _guarded_signal(agent: Agent) -> None:
 def run(agent: Agent, resumed: bool) -> None:
     _install_signals(agent)
     try:
+        _run(agent, resumed)
+    except EndedElsewhere:
+        agent.ended_elsewhere()
+
+
+def _run(agent: Agent, resumed: bool) -> None:
+    try:
         if resumed:
             agent.make_dirs()
             agent.board.load()
@@ -53,6 +67,8 @@ def run(agent: Agent, resumed: bool) -> None:
         code = agent.main()
         agent.terminate(code)
     except StandDown:
+        if agent.gate.elsewhere():
+            agent.ended_elsewhere()
         agent.gate.done.wait()
         agent.terminate(agent.gate.exit_code)
     except AgentExit as exc:
@@ -67,14 +83,13 @@ def backstop(agent: Agent) -> None:
     agent.log(f"backstop: max_duration + {agent.cfg.grace}s passed and the bootstrap did not end this machine")
     manifest_path = agent.vm_dir / "manifest"
     if agent.st.is_dir() and manifest_path.is_file() and agent.gate.take("backstop"):
-        agent.manifest = protocol.parse_manifest(manifest_path.read_text(errors="replace"))
-        agent.board.load()
-        if agent.manifest.signs:
-            agent.board.sign = agent._sign
-            if not agent.key.reuse():
-                agent.key.done.set()
+        agent.load_from_disk()
+        if agent.manifest.signs and not agent.key.reuse():
+            agent.key.done.set()
         agent.board.end_open(False)
         agent.board.set_final("deadline", None, BACKSTOP_MESSAGE)
+        if agent.pump is not None:
+            agent.pump.drain()
         agent.board.push(final=True)
     try:
         (agent.vm_dir / "terminated").rmdir()  # an earlier teardown that did not end the machine: again

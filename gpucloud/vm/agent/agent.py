@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -90,6 +91,9 @@ class Agent(Ending):
         self.threads: Dict[str, threading.Thread] = {}
         self.node_ips: List[str] = ["127.0.0.1"] if cfg.num_nodes == 1 else []
         self.job_started = False
+        self.watchdog_pid = 0
+        self.parent_pid = 0  # in the watchdog process: the main agent process, told when it ended the run
+        self.board.ended_elsewhere = lambda: self.gate.elsewhere()
 
     # ---- folders and the log -------------------------------------------------------------------
     def _set_dir(self, vm_dir: Path) -> None:
@@ -213,6 +217,63 @@ class Agent(Ending):
             self.clock.wait(self.gate.done, min(self.cfg.tick_s, max(0.01, self.deadline.remaining(self.clock.now()))))
         self.fire_deadline()
 
+    def start_watchdog(self) -> None:
+        """Deadline layer (b) in a process of its own, forked before any thread starts (a fork of a
+        threaded process may copy a held lock): it outlives a main process that is killed or stuck
+        in a call, as the bash watchdog did. Its pid is in st/wd_pid."""
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+                    signal.signal(sig, signal.SIG_DFL)
+                self.parent_pid = parent
+                self.watchdog_process()
+            except BaseException:  # noqa: BLE001 - the watchdog process never returns into main's code
+                code = 1
+            finally:
+                os._exit(code)
+        self.watchdog_pid = pid
+        write_atomic(self.st / "wd_pid", f"{pid}\n".encode())
+
+    def watchdog_process(self) -> None:
+        """Wait for the deadline (re-read from st/deadline: the manifest may lower it), unless the
+        run ends first; then end it from what is on disk (manifest, status fields, log position)."""
+        while True:
+            loaded = Deadline.load(self.st)
+            if loaded is not None:
+                self.deadline.at = loaded.at
+            if self.gate.path.exists():
+                return
+            now = self.clock.now()
+            if self.deadline.passed(now):
+                break
+            self.clock.sleep(min(self.cfg.tick_s, max(0.01, self.deadline.remaining(now))))
+        if not self.gate.take("watchdog"):
+            return
+        write_atomic(self.st / "script_code", b"124")
+        try:
+            os.kill(self.parent_pid, signal.SIGUSR1)  # the main process stops what it does and waits for us
+        except OSError:
+            pass
+        self.log("max_duration passed: stopping the job")
+        self.runner.kill()
+        self.load_from_disk()
+        self.finish("deadline", None, 124, deadline_message(self.deadline))
+
+    def load_from_disk(self) -> None:
+        """What another process of the node needs to report the end: manifest, fields, signer, log."""
+        path = self.vm_dir / "manifest"
+        if path.is_file():
+            self.manifest = protocol.parse_manifest(path.read_text(encoding="utf-8", errors="replace"))
+        self.board.load()
+        if self.manifest.signs:
+            self.board.sign = self._sign
+        if self.manifest.log.url:
+            upload = log_upload(self.manifest.log, self.transfer)
+            self.pump = LogPump(self.log_path, self.st, self.board, upload, self.cfg.log_part_max)
+
     def fire_deadline(self) -> bool:
         """The deadline passed: stop the job and report `deadline`; False when someone else ends the run."""
         if not self.gate.take("watchdog"):
@@ -329,11 +390,15 @@ class Agent(Ending):
             self.deadline.save()
             write_atomic(self.st / "t0", str(int(t0)).encode())
             self.board.save()
-        self._thread("watchdog", self.watchdog_loop)
+        self.start_watchdog()
         self.resolve_rank()
         self.manifest = self.fetch_manifest(self.manifest_url)
         self.board.sign = self._sign if self.manifest.signs else None
         if self.manifest.signs and not self.key.reuse():
+            try:
+                self.key.done_path.unlink()
+            except OSError:
+                pass
             upload = log_upload(self.manifest.log, self.transfer)
             threading.Thread(
                 target=self.key.claim,

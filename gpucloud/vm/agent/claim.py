@@ -26,6 +26,7 @@ class NodeKey:
         self.key_path = vm_dir / ".vmkey"
         self.pub_path = vm_dir / "claim"
         self.published_path = vm_dir / "claim.published"
+        self.done_path = vm_dir / "claim.done"  # the watchdog process sees the claim end here
         self.log = log
         self.done = threading.Event()
 
@@ -79,18 +80,30 @@ class NodeKey:
             else:
                 self.log("cannot publish this node's key: its results will not be taken")
         finally:
-            self.done.set()
+            self.mark_done()
+
+    def mark_done(self) -> None:
+        try:
+            self.done_path.touch()
+        except OSError:
+            pass
+        self.done.set()
+
+    def is_done(self) -> bool:
+        return self.done.is_set() or self.done_path.exists()
 
     def reuse(self) -> bool:
         """After a reboot the node keeps the key it already published: a second would be a second claim."""
         if self.key_path.is_file() and self.key_path.stat().st_size and self.published_path.exists():
-            self.done.set()
+            self.mark_done()
             return True
         return False
 
     def sign(self, raw: bytes, wait: Callable[[threading.Event, float], bool]) -> Optional[str]:
         """The base64 signature over `raw`, or None (no key)."""
-        wait(self.done, CLAIM_WAIT_S)
+        for _ in range(int(CLAIM_WAIT_S / 0.1)):
+            if self.is_done() or wait(self.done, 0.1):
+                break
         if not (self.key_path.is_file() and self.key_path.stat().st_size):
             return None
         # openssl 3 signs Ed25519 in one shot and needs the input's size: a file, not stdin.

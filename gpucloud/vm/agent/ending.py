@@ -8,6 +8,7 @@ Stdlib only, Python >= 3.8 syntax.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from pathlib import Path
 from typing import Callable, Dict, Optional
@@ -28,6 +29,11 @@ SIGNAL_WHY = "bootstrap stopped by a signal (teardown, spot interruption or shut
 
 class StandDown(Exception):
     """Another part of the node took the final gate: this thread stops here."""
+
+
+class EndedElsewhere(BaseException):
+    """Raised in the main process (SIGUSR1) when its watchdog process took the end of the run: it
+    unwinds whatever the main thread was doing, releasing the push lock the report needs."""
 
 
 class AgentExit(Exception):
@@ -53,6 +59,8 @@ class Ending:
     pump: Optional[LogPump]
     heartbeat: Optional[Heartbeat]
     guard_stop: threading.Event
+    watchdog_pid: int
+    parent_pid: int
     _exit: Callable[[int], None]
 
     def log(self, line: str) -> None:
@@ -87,6 +95,11 @@ class Ending:
             self.pump.drain()
         self.board.push(final=True)
         self.guard_stop.set()
+        try:
+            (self.vm_dir / "st" / "script_code").write_text(str(script_code))
+        except OSError:
+            pass
+        self._stop_watchdog()
         self.gate.finished(script_code)
         if terminate:
             self.terminate(script_code)
@@ -102,6 +115,32 @@ class Ending:
                 return
         self.hooks.end_machine(self._peers_running if self.cfg.num_nodes > 1 else None)
         self._kill_backstop()
+        self.transfer.kill_all()  # a call another thread still waits on must not outlive the run
+        self._exit(code)
+
+    def _stop_watchdog(self) -> None:
+        """The watchdog process stands down once the run was reported (bash: kill $WD_PID)."""
+        if self.watchdog_pid:
+            try:
+                os.kill(self.watchdog_pid, signal.SIGKILL)
+                os.waitpid(self.watchdog_pid, 0)
+            except OSError:
+                pass
+            self.watchdog_pid = 0
+
+    def ended_elsewhere(self) -> None:
+        """The watchdog process took the end (EndedElsewhere unwound this one, releasing its push
+        lock): stop every call in flight, wait for that process to report, leave with its code."""
+        self.transfer.kill_all()
+        if self.watchdog_pid:
+            try:
+                os.waitpid(self.watchdog_pid, 0)
+            except OSError:
+                pass
+        try:
+            code = int((self.vm_dir / "st" / "script_code").read_text())
+        except (OSError, ValueError):
+            code = 124
         self._exit(code)
 
     def _peers_running(self) -> str:

@@ -37,6 +37,10 @@ class FinalGate:
     def taken(self) -> bool:
         return self.owner is not None or self.path.exists()
 
+    def elsewhere(self) -> bool:
+        """Taken by another process (the watchdog process, the backstop): this one only stands down."""
+        return self.owner == "elsewhere" or (self.owner is None and self.path.exists())
+
     def finished(self, exit_code: int) -> None:
         self.exit_code = exit_code
         self.done.set()

@@ -41,6 +41,12 @@ class LogPump:
 
     def flush(self, final: bool = False) -> str:
         """Send one part: SENT, NOTHING (nothing new or no grant), FAILED, or MORE (final: more to send)."""
+        with self.board.exclusive():
+            if not final and self.board.ended_elsewhere():
+                return NOTHING
+            return self._flush(final)
+
+    def _flush(self, final: bool) -> str:
         i, po, pe = self.position()
         try:
             size = os.path.getsize(self.log_path)

@@ -8,11 +8,13 @@ a boot after a reboot see the same fields. A final status is signed by the node'
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 from gpucloud.vm import protocol
 
@@ -58,6 +60,19 @@ class StatusBoard:
             "open": "",
         }
         self.pushes = 0
+        # Set by the agent: True once another process (watchdog, backstop) ends the run; from
+        # then on this process sends no progress status that could land after that final one.
+        self.ended_elsewhere: Callable[[], bool] = lambda: False
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """One upload of status or log at a time across the node's processes (an flock)."""
+        with open(self.st_dir / "push.lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     # ---- persistence -----------------------------------------------------------------------------
     @property
@@ -144,17 +159,22 @@ class StatusBoard:
             )
 
     def push(self, final: bool = False) -> bool:
-        """Upload the document now (a final one signed, tried hard); False when the upload failed."""
-        with self.lock:
-            raw = self.document()
-            if self.is_final() and self.sign is not None:
+        """Upload the document now (a final one signed, tried hard); False when the upload failed
+        or was skipped (a progress status after another process ended the run)."""
+        with self.exclusive():
+            if not self.is_final() and self.ended_elsewhere():
+                return False
+            with self.lock:
+                raw = self.document()
+                final_doc = self.is_final()
+            if final_doc and self.sign is not None:
                 sig = self.sign(raw)
                 if sig:
                     raw = protocol.signed_status(raw, sig)
-            path = self.st_dir / f"out.{threading.get_ident()}"
+            path = self.st_dir / f"out.{os.getpid()}.{threading.get_ident()}"
             path.write_bytes(raw)
             self.pushes += 1
-        ok = self._upload(path, final)
+            ok = self._upload(path, final)
         if not ok:
             self._log("status upload failed")
         return ok

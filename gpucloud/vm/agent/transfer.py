@@ -43,6 +43,9 @@ class Transfer:
         except subprocess.TimeoutExpired:
             proc.kill()
             out, _ = proc.communicate()
+        except BaseException:  # unwound by a signal (the run ended elsewhere): the call goes too
+            proc.kill()
+            raise
         finally:
             with self._lock:
                 self._procs.discard(proc)
