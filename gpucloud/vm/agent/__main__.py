@@ -27,6 +27,9 @@ def _install_signals(agent: Agent) -> None:
 
     def handler(signum: int, frame: object) -> None:
         if once.acquire(blocking=False):
+            # At once, in the main thread: whatever it was waiting on (the job, apt) ends with the
+            # signal too, and it must not report that end before on_signal has decided.
+            agent.gate.hold("signal")
             threading.Thread(target=_guarded_signal, args=(agent,), daemon=True, name="signal").start()
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

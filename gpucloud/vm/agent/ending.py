@@ -184,6 +184,7 @@ class Ending:
         """SIGTERM/INT/HUP: the job stops once (5 s, then SIGKILL); its artifacts go up when it had
         started; the final status names the job's own exit code. A reboot is not an end."""
         if self.hooks.rebooting():
+            self.gate.hold("reboot")
             self.log("the machine is rebooting: the run goes on after the boot")
             self.runner.kill()
             self._exit(143)

@@ -24,7 +24,7 @@ class FinalGate:
     def take(self, who: str) -> bool:
         """True for exactly one caller across threads and processes."""
         with self._lock:
-            if self.owner is not None:
+            if self.owner is not None and self.owner != who:
                 return False
             try:
                 os.mkdir(self.path)
@@ -33,6 +33,13 @@ class FinalGate:
                 return False
             self.owner = who
             return True
+
+    def hold(self, who: str) -> None:
+        """Keep every thread of this process from ending the run, without marking it ended on disk
+        (a reboot: the boot after it resumes the run)."""
+        with self._lock:
+            if self.owner is None:
+                self.owner = who
 
     def taken(self) -> bool:
         return self.owner is not None or self.path.exists()

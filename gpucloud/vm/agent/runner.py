@@ -47,7 +47,7 @@ class Runner:
     def run(self, command: str, env: Mapping[str, str]) -> int:
         """Run one step to its end; its leftovers (background children) get SIGTERM after."""
         proc = self.start(command, env)
-        rc = proc.wait()
+        rc = shell_code(proc.wait())
         _signal_group(proc.pid, signal.SIGTERM)
         try:
             self.pgid_path.unlink()
@@ -91,9 +91,14 @@ class Runner:
         if proc is None:
             return None
         try:
-            return proc.wait(timeout=10)
+            return shell_code(proc.wait(timeout=10))
         except subprocess.TimeoutExpired:
             return None
+
+
+def shell_code(rc: int) -> int:
+    """A job ended by signal N reports 128 + N, as a shell's `wait` does (Popen says -N)."""
+    return 128 - rc if rc < 0 else rc
 
 
 def _signal_group(pg: int, sig: int) -> bool:
