@@ -45,6 +45,8 @@ def job_config(
     node: NodeStack | None = None,
 ) -> JobConfig:
     """One node's (or, with node_rank=None, every node's) agent config."""
+    if node_rank is not None and not 0 <= node_rank < spec.num_nodes:
+        raise ValueError(f"node_rank {node_rank} outside 0..{spec.num_nodes - 1}")
     log_s, hb_s, barrier_s = _timings(caps, log_interval, heartbeat_interval, barrier_timeout, master_port)
     render_env_block(spec.env)  # the same refusals as the template (names the node keeps for itself)
     node = node or _node_stack(spec, stack, candidate)
