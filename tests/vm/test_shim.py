@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -135,3 +136,27 @@ def test_a_swapped_agent_archive_is_refused(tmp_path: Path) -> None:
     proc = node.run()
     assert proc.returncode == 1 and "hash mismatch" in proc.stderr
     assert node.status() is None and not (node.vm_dir / "job.log").exists()
+
+
+def _python38() -> str | None:
+    """A real Python 3.8 (a pyenv install before PATH: pyenv's shims may pick another version)."""
+    pyenv = sorted(Path.home().glob(".pyenv/versions/3.8.*/bin/python3.8"))
+    if pyenv:
+        return str(pyenv[-1])
+    found = shutil.which("python3.8")
+    return found if found and ".pyenv/shims" not in found else None
+
+
+def test_the_agent_runs_on_python_3_8(tmp_path: Path) -> None:
+    """Ubuntu 20.04 (the Kepler hosts) has Python 3.8: the agent is stdlib-only py38 code."""
+    py38 = _python38()
+    if py38 is None:
+        pytest.skip("no Python 3.8 here")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(py38)
+    node = local_node(tmp_path, run="python3 --version; mkdir -p out; echo 1 > out/f", artifacts=["out"])
+    proc = node.run(env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    doc = node.status()
+    assert proc.returncode == 0 and doc is not None and doc["state"] == "succeeded", proc.stderr
+    assert b"Python 3.8" in b"".join(node.channel.read_log_parts(RUN_ID, 0))
