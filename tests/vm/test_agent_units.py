@@ -553,3 +553,40 @@ def test_manifest_parse_reads_every_key_the_channel_writes() -> None:
     assert m.ranked_url("ckpt_put", 1) == "x" and m.nodes == {2: "m2"}
     assert protocol.parse_checkpoint_record("2 abc 10 end\n") == protocol.CheckpointRecord(2, "abc", 10)
     assert protocol.parse_checkpoint_record("2 abc 10") is None
+
+
+def test_a_work_folder_that_cannot_be_made_falls_back_and_is_reported(tmp_path: Path) -> None:
+    clock = FakeClock()
+    codes: list[int] = []
+    agent = Agent(
+        JobConfig(run_id="run-1"),
+        Path("/dev/null/gpucloud"),
+        clock=clock,
+        transfer=FakeTransfer(sleep=clock.sleep),
+        environ={"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)},
+        exit=codes.append,
+    )
+    agent.make_dirs()
+    assert agent.bad_dir == "/dev/null/gpucloud" and agent.vm_dir.parent == tmp_path and agent.st.is_dir()
+    agent.manifest = protocol.parse_manifest("status_put mem://status\n")
+    with pytest.raises(StandDown):
+        agent.fail(f"preflight: cannot create the work folder {agent.bad_dir} (read-only or full disk?)")
+    assert "cannot create the work folder /dev/null/gpucloud" in status(agent)["message"] and codes == [1]
+
+
+def test_the_backstop_reports_deadline_from_disk_unless_someone_did(tmp_path: Path) -> None:
+    from gpucloud.vm.agent.__main__ import BACKSTOP_MESSAGE, backstop
+
+    agent = make_agent(tmp_path)
+    (agent.vm_dir / "manifest").write_text(MANIFEST.format(deadline=1))
+    agent.board.begin_stage("run")  # what the dead main process left on disk
+    fresh = make_agent(tmp_path)  # the backstop process: a new agent over the same folder
+    fresh.transfer = agent.transfer
+    backstop(fresh)
+    doc = status(fresh)
+    assert (doc["state"], doc["message"]) == ("deadline", BACKSTOP_MESSAGE)
+    assert doc["stages"]["run"]["ok"] is False and fresh.codes == [124]  # type: ignore[attr-defined]
+    again = make_agent(tmp_path)  # a second firing finds the run reported: no second status
+    again.transfer = FakeTransfer()
+    backstop(again)
+    assert "mem://status" not in again.transfer.store and again.codes == [124]  # type: ignore[attr-defined]
