@@ -590,3 +590,21 @@ def test_the_backstop_reports_deadline_from_disk_unless_someone_did(tmp_path: Pa
     again.transfer = FakeTransfer()
     backstop(again)
     assert "mem://status" not in again.transfer.store and again.codes == [124]  # type: ignore[attr-defined]
+
+
+def test_the_backstop_reports_when_the_process_ending_the_run_died_before_its_report(tmp_path: Path) -> None:
+    import subprocess
+
+    from gpucloud.vm.agent.__main__ import BACKSTOP_MESSAGE, backstop
+
+    agent = make_agent(tmp_path)
+    (agent.vm_dir / "manifest").write_text(MANIFEST.format(deadline=1))
+    agent.board.begin_stage("run")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (agent.vm_dir / "final").mkdir()  # the watchdog process took the end, then was killed
+    (agent.vm_dir / "final" / "owner").write_text(f"{dead.pid}\n")
+    fresh = make_agent(tmp_path)
+    fresh.transfer = agent.transfer
+    backstop(fresh)
+    assert status(fresh)["message"] == BACKSTOP_MESSAGE and (fresh.st / "reported").exists()

@@ -85,7 +85,7 @@ def backstop(agent: Agent) -> None:
     """Layer (a): the shim's sleeper already killed the node's process groups (local)."""
     agent.log(f"backstop: max_duration + {agent.cfg.grace}s passed and the bootstrap did not end this machine")
     manifest_path = agent.vm_dir / "manifest"
-    if agent.st.is_dir() and manifest_path.is_file() and agent.gate.take("backstop"):
+    if agent.st.is_dir() and manifest_path.is_file() and _report_here(agent):
         agent.load_from_disk()
         if agent.manifest.signs and not agent.key.reuse():
             agent.key.done.set()
@@ -94,11 +94,23 @@ def backstop(agent: Agent) -> None:
         if agent.pump is not None:
             agent.pump.drain()
         agent.board.push(final=True)
+        (agent.st / "reported").touch()
     try:
         (agent.vm_dir / "terminated").rmdir()  # an earlier teardown that did not end the machine: again
     except OSError:
         pass
     agent.terminate(124)
+
+
+def _report_here(agent: Agent) -> bool:
+    """The backstop reports when nobody took the end, or when whoever took it died before its
+    final status went up (the watchdog process killed in the middle of its report)."""
+    if agent.gate.take("backstop"):
+        return True
+    if (agent.st / "reported").exists() or not agent.gate.owner_gone():
+        return False
+    agent.log("backstop: the process that was ending the run is gone before it reported")
+    return True
 
 
 def main(argv: List[str]) -> int:

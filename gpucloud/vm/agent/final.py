@@ -26,13 +26,36 @@ class FinalGate:
         with self._lock:
             if self.owner is not None and self.owner != who:
                 return False
-            try:
-                os.mkdir(self.path)
-            except OSError:
-                self.owner = "elsewhere"
-                return False
+            if self.owner != who:
+                try:
+                    os.mkdir(self.path)
+                except OSError:
+                    self.owner = "elsewhere"
+                    return False
             self.owner = who
+            try:
+                (self.path / "owner").write_text(f"{os.getpid()}\n")
+            except OSError:
+                pass
             return True
+
+    def owner_gone(self) -> bool:
+        """The process that took the gate no longer exists (killed while it reported)."""
+        try:
+            pid = int((self.path / "owner").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        try:  # a zombie (killed, not yet reaped) is gone too
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except (OSError, IndexError):
+            return False
 
     def hold(self, who: str) -> None:
         """Keep every thread of this process from ending the run, without marking it ended on disk
