@@ -80,6 +80,11 @@ def notice_key(run_id: str, rank: int) -> str:
     return f"{node_prefix(run_id, rank)}/notice"
 
 
+def secrets_key(run_id: str, rank: int) -> str:
+    """The node's secrets, sealed to its claimed key (gpucloud/secret_delivery.py); never plain text."""
+    return f"{node_prefix(run_id, rank)}/secrets.sealed"
+
+
 def log_key(run_id: str, rank: int, index: int) -> str:
     return f"{log_prefix(run_id, rank)}{protocol.log_part_name(index)}"
 
@@ -150,7 +155,14 @@ class Channel(ABC):
         self.put_bytes(agent_key(run_id), archive)
 
     def prepare(
-        self, run_id: str, num_nodes: int, deadline: datetime, *, checkpoint: bool = False, agent: bool = False
+        self,
+        run_id: str,
+        num_nodes: int,
+        deadline: datetime,
+        *,
+        checkpoint: bool = False,
+        agent: bool = False,
+        secrets: bool = False,
     ) -> list[str]:
         """Write each node's manifest; return each node's manifest GET URL (rank order).
 
@@ -158,7 +170,8 @@ class Channel(ABC):
         watchdog fires at it (manifest line `deadline <epoch>`). The log is one grant per node
         (`log_grant`), so a manifest's size does not depend on the deadline. `checkpoint`: add the
         checkpoint slots' URLs (`ckpt_put|ckpt_get|ckpt_sum_put|ckpt_sum_get <slot> URL`). `agent`:
-        add `agent_get URL`, the agent archive the shim fetches (`upload_agent`).
+        add `agent_get URL`, the agent archive the shim fetches (`upload_agent`). `secrets`: add
+        `secrets_get URL`, where the CLI puts the job's secrets sealed to the node's key (`secrets_key`).
         """
         if deadline.tzinfo is None:
             deadline = deadline.replace(tzinfo=UTC)
@@ -184,6 +197,7 @@ class Channel(ABC):
                 *([f"done_put {self.url_put(f'{base}/done', expires)}"] if done_get else []),
                 *protocol.ranked_lines("done_get", done_get),
                 f"notice_get {self.url_get(notice_key(run_id, rank), expires)}",
+                *([f"secrets_get {self.url_get(secrets_key(run_id, rank), expires)}"] if secrets else []),
                 *(self._checkpoint_lines(run_id, expires) if checkpoint else []),
                 *self.log_grant(run_id, rank, expires),
                 *([channel_trust.SIGN_LINE, *self.claim_grant(run_id, rank, expires)] if self.signs else []),

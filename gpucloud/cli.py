@@ -31,6 +31,14 @@ CloudOpt = Annotated[
     str | None, typer.Option("--cloud", help=f"A provider: {', '.join(providers.names())} (overrides resources.cloud).")
 ]
 RegionOpt = Annotated[str | None, typer.Option("--region", help="Only this region.")]
+SecretOpt = Annotated[
+    list[str] | None,
+    typer.Option("--secret", metavar="NAME[=VALUE]", help="A secret for the job (value from this env without =VALUE)."),
+]
+SecretFileOpt = Annotated[
+    list[str] | None, typer.Option("--secret-file", metavar="PATH", help="NAME=VALUE lines of secrets.")
+]
+EnvOpt = Annotated[list[str] | None, typer.Option("--env", metavar="NAME=VALUE", help="Set or override an env value.")]
 HostOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -182,13 +190,17 @@ def plan(
         bool, typer.Option("--all", help="List every excluded offering, not only the closest.")
     ] = False,
     host: HostOpt = None,
+    secret: SecretOpt = None,
+    secret_file: SecretFileOpt = None,
+    env: EnvOpt = None,
 ) -> None:
     """Ranked candidates with $/h and estimated cost, the resolved stack, and why others were excluded."""
-    from gpucloud import views
+    from gpucloud import spec_secrets, views
     from gpucloud.planner import make_plan
     from gpucloud.upload_info import describe_upload
 
     job, cloud = load_job(spec, cloud, host)
+    job, _ = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
     upload = describe_upload(job)
     result = make_plan(job, cloud=cloud, region=region, spot=spot)
     if json_out:
@@ -360,11 +372,16 @@ def run(
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Do not wait for the teardown to finish.")] = False,
     json_out: JsonOpt = False,
     host: HostOpt = None,
+    secret: SecretOpt = None,
+    secret_file: SecretFileOpt = None,
+    env: EnvOpt = None,
 ) -> None:
     """Run the whole lifecycle: plan, provision, stream logs, collect artifacts, tear down."""
+    from gpucloud import spec_secrets
     from gpucloud.lifecycle import run_job
 
     job, cloud = load_job(spec, cloud, host)
+    job, values = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
     result = run_job(
         job,
         cloud=cloud,
@@ -374,6 +391,7 @@ def run(
         assume_yes=yes or non_interactive(),
         json_out=json_out,
         wait_teardown=not no_wait,
+        secret_values=values,
     )
     ci_output.report_run(result.as_json())  # CI hook: step summary / dotenv report (docs/CI.md)
     if json_out:

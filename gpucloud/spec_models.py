@@ -342,6 +342,7 @@ class JobSpec(_Strict):
     image: str = "auto"
     workdir: str = "."
     env: dict[EnvKey, EnvValue] = Field(default_factory=dict)
+    secrets: list[EnvKey] = Field(default_factory=list)  # names only; values from the caller (spec_secrets.py)
     setup: str | None = None
     run: str
     artifacts: list[ArtifactPath] = Field(default_factory=list)
@@ -417,6 +418,21 @@ class JobSpec(_Strict):
     @classmethod
     def _env(cls, value: Any) -> Any:
         return {} if value is None else value
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secrets(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+    @model_validator(mode="after")
+    def _secret_not_env(self) -> JobSpec:
+        both = sorted(set(self.secrets) & set(self.env))
+        if both:
+            _fail(
+                f"{both[0]} is in env too. A secret's value comes from the caller, never the file: remove it from env",
+                "secrets",
+            )
+        return self
 
     @field_validator("setup", mode="before")
     @classmethod

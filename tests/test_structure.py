@@ -47,6 +47,7 @@ LAYERS: dict[str, int] = {
     "gpucloud.spec_recovery": SPEC,
     "gpucloud.spec_values": SPEC,
     "gpucloud.spec_yaml": SPEC,
+    "gpucloud.spec_secrets": SPEC,
     # the plan: stacks, images, candidates
     "gpucloud.plan": PLAN,
     "gpucloud.planner": PLAN,
@@ -79,6 +80,7 @@ LAYERS: dict[str, int] = {
     "gpucloud.run_artifacts": RUN,
     "gpucloud.runlog": RUN,
     "gpucloud.lifecycle": RUN,
+    "gpucloud.secret_delivery": RUN,
     "gpucloud.failover": RUN,
     "gpucloud.watch": RUN,
     "gpucloud.teardown": RUN,

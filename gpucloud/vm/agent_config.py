@@ -76,4 +76,5 @@ def job_config(
         node_ips_known=caps.node_ips_known,
         stack=stack_config(node, stack, candidate, caps),
         put_headers=list(put_headers),
+        secrets=list(spec.secrets),
     )

@@ -41,6 +41,7 @@ URL_KEYS = (
     "notice_get",
     "claim_append",
     "agent_get",
+    "secrets_get",
 )
 RANKED_KEYS = ("ready_get", "done_get", "ckpt_put", "ckpt_get", "ckpt_sum_put", "ckpt_sum_get")
 LOG_KEYS = ("log_dir", "log_post", "log_post_key", "log_post_field", "log_append")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from gpucloud.vm import protocol
-from gpucloud.vm.agent import artifacts, gpu_check, stack
+from gpucloud.vm.agent import artifacts, gpu_check, secret_env, stack
 from gpucloud.vm.agent.barrier import Barrier, node_ip
 from gpucloud.vm.agent.checkpoints import Checkpoints
 from gpucloud.vm.agent.claim import NodeKey
@@ -94,6 +94,7 @@ class Agent(Ending):
         self.watchdog_pid = 0
         self.parent_pid = 0  # in the watchdog process: the main agent process, told when it ended the run
         self.board.ended_elsewhere = lambda: self.gate.elsewhere()
+        self.secret_values: Dict[str, str] = {}
 
     # ---- folders and the log -------------------------------------------------------------------
     def _set_dir(self, vm_dir: Path) -> None:
@@ -356,7 +357,10 @@ class Agent(Ending):
     def run_step(self, command: str) -> int:
         self.gate_check()
         self.job_started = True
-        return self.runner.run(command, self.job_env())
+        if not self.cfg.secrets:
+            return self.runner.run(command, self.job_env())
+        env = {**self.job_env(), **self.secret_values}
+        return self.runner.run(secret_env.masked_command(command, sorted(self.secret_values)), env)
 
     def collect_artifacts(self) -> bool:
         digest, problem = artifacts.collect(
@@ -454,6 +458,8 @@ class Agent(Ending):
         self.log(f"deadline {self.deadline.iso()}; backstop {self.cfg.grace}s after max_duration")
         self.stack_stages()
         self.fetch_code()
+        if self.cfg.secrets:
+            self.open_secrets()
         self.board.set(state="running")
         if self.cfg.setup:
             self.stage("setup")
@@ -540,6 +546,27 @@ class Agent(Ending):
                 self.fail("the manifest has no checkpoint URLs")
             self.checkpoints.restore()
             self.checkpoints.enabled = True
+
+    def open_secrets(self) -> None:
+        """The job's secrets, sealed to this node's key by the CLI (secret_env.py); in memory only."""
+        self.clock.wait(self.key.done, 60.0)
+        try:
+            self.secret_values = secret_env.fetch(
+                self.manifest.url("secrets_get"),
+                self.cfg.secrets,
+                run_id=self.cfg.run_id,
+                rank=self.rank,
+                get=lambda url: self.transfer.get(url, max_time=30, limit=secret_env.sealed.SEALED_MAX),
+                key_pem=lambda: self.key.key_path.read_text() if self.key.key_path.is_file() else None,
+                passed=lambda: self.deadline.passed(self.clock.now()),
+                sleep=self.clock.sleep,
+                stopping=self.gate.taken,
+                log=self.log,
+            )
+        except StageFailed as exc:
+            self.gate_check()
+            self.fail(str(exc))
+        self.log(f"secrets: {', '.join(sorted(self.secret_values))} (masked in this log)")
 
 
 def _hard_exit(code: int) -> None:
