@@ -158,6 +158,15 @@ def load_job(spec: str, cloud: str | None, hosts: list[str] | None) -> tuple[Any
     return load_spec(spec, resources={"cloud": host_cloud, "hosts": checked.hosts}), host_cloud
 
 
+def data_plan(job: Any) -> Any:
+    """The job's inputs/outputs looked up from here (data_grants.py), or None when it has none."""
+    if not (job.inputs or job.outputs):
+        return None
+    from gpucloud.data_grants import check
+
+    return check(job)
+
+
 @app.command()
 @handles_errors
 def validate(spec: SpecArg, json_out: JsonOpt = False) -> None:
@@ -202,12 +211,15 @@ def plan(
     job, cloud = load_job(spec, cloud, host)
     job, _ = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
     upload = describe_upload(job)
+    data = data_plan(job)
     result = make_plan(job, cloud=cloud, region=region, spot=spot)
     if json_out:
-        emit_json({**result.as_json(), "upload": upload.as_json()})
+        emit_json({**result.as_json(), "upload": upload.as_json(), **({"data": data.as_json()} if data else {})})
         return
     views.print_plan(result, show_all=show_all)
     views.note(upload.summary())
+    if data:
+        views.note(data.summary())
 
 
 @app.command()
@@ -382,6 +394,7 @@ def run(
 
     job, cloud = load_job(spec, cloud, host)
     job, values = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
+    data = data_plan(job)
     result = run_job(
         job,
         cloud=cloud,
@@ -392,6 +405,7 @@ def run(
         json_out=json_out,
         wait_teardown=not no_wait,
         secret_values=values,
+        data=data,
     )
     ci_output.report_run(result.as_json())  # CI hook: step summary / dotenv report (docs/CI.md)
     if json_out:

@@ -93,9 +93,11 @@ def run_job(
     json_out: bool,
     wait_teardown: bool,
     secret_values: Mapping[str, str] | None = None,
+    data: Any = None,
 ) -> RunResult:
     """The whole lifecycle of one job; returns the result (exit code included) once torn down.
-    `secret_values`: the values of the job's secret names (spec_secrets.py), delivered sealed."""
+    `secret_values`: the values of the job's secret names (spec_secrets.py), and `data` the
+    inputs/outputs checked at plan time (data_grants.py), delivered sealed."""
     from gpucloud.extract import Caps
     from gpucloud.run_plan import launch_plan
 
@@ -116,6 +118,7 @@ def run_job(
         plan_s=plan_s,
         plan_kw={"cloud": cloud, "region": region, "spot": spot},
         secret_values=secret_values,
+        data=data,
     ).execute()
 
 
@@ -169,6 +172,7 @@ class _Run:
         plan_kw: dict[str, Any] | None = None,
         run_id: str | None = None,
         secret_values: Mapping[str, str] | None = None,
+        data: Any = None,
     ) -> None:
         self.spec, self.plan = spec, plan
         self.detach, self.json_out, self.wait_teardown = detach, json_out, wait_teardown
@@ -192,7 +196,7 @@ class _Run:
         self.launched_at: float | None = None  # wall clock when the machines were launched
         self.timeline: list[str] = []  # "node N: boot .. · stack .. · run .." (timeline.py), once final
         self._old_handlers: dict[int, Any] = {}
-        self.delivery = SecretDelivery(self.run_id, spec.num_nodes, secret_values or {})
+        self.delivery = SecretDelivery(self.run_id, spec.num_nodes, secret_values or {}, data)
 
     # -- signals ------------------------------------------------------------------------------------
 
@@ -363,7 +367,7 @@ class _Run:
         grace = max(PEER_FAIL_GRACE_S, interval)
         while True:
             obs = observe(launch.channel, self.run_id, n)
-            self.delivery.follow(launch.channel, self.progress.warn)
+            self.delivery.follow(launch, self.progress.warn)
             self._pump_logs()
             self._show_stages(obs.statuses, shown)
             # Someone ran `gpucloud down` on this run from another terminal (it marks the run

@@ -26,15 +26,16 @@ SEAL_POLL_S = 1.0
 class SecretDelivery:
     """Seal each node's secrets once per claimed key (a relaunched node claims a new key)."""
 
-    def __init__(self, run_id: str, num_nodes: int, values: Mapping[str, str]) -> None:
+    def __init__(self, run_id: str, num_nodes: int, values: Mapping[str, str], data: Any = None) -> None:
         self.run_id, self.num_nodes = run_id, num_nodes
         self._values = values
+        self.data = data  # a data_grants.DataPlan: the node's input/output grants ride sealed too
         self.sealed_to: dict[int, str] = {}  # rank -> the key its secrets were sealed to
         self.warned: set[str] = set()
 
     @property
     def wanted(self) -> bool:
-        return bool(self._values)
+        return bool(self._values) or self.data is not None
 
     def done(self) -> bool:
         return not self.wanted or len(self.sealed_to) == self.num_nodes
@@ -43,9 +44,10 @@ class SecretDelivery:
         """A new attempt: its nodes claim new keys."""
         self.sealed_to.clear()
 
-    def step(self, channel: Any) -> list[str]:
+    def step(self, launch: Any) -> list[str]:
         """Seal to every node that has exactly one claim and none yet (or a new one); the problems seen."""
         problems: list[str] = []
+        channel = launch.channel
         if not self.wanted:
             return problems
         for rank in range(self.num_nodes):
@@ -58,17 +60,19 @@ class SecretDelivery:
                 continue
             if key is None or self.sealed_to.get(rank) == key:
                 continue
-            doc = {"run_id": self.run_id, "rank": rank, "env": dict(self._values)}
+            doc: dict[str, Any] = {"run_id": self.run_id, "rank": rank, "env": dict(self._values)}
+            if self.data is not None:
+                doc["data"] = self.data.grants(channel, self.run_id, rank, self.num_nodes, launch.deadline)
             blob = sealed.seal(key, json.dumps(doc, separators=(",", ":")).encode())
             channel.put_bytes(secrets_key(self.run_id, rank), blob)
             self.sealed_to[rank] = key
         return problems
 
-    def follow(self, channel: Any, warn: Callable[[str], None]) -> None:
+    def follow(self, launch: Any, warn: Callable[[str], None]) -> None:
         """One step of the CLI's follow loop; each problem is said once."""
         if self.done():
             return
-        for problem in self.step(channel):
+        for problem in self.step(launch):
             if problem not in self.warned:
                 self.warned.add(problem)
                 warn(problem)
@@ -78,13 +82,13 @@ class SecretDelivery:
         if launch is None or not self.wanted:
             return
         progress.info("waiting for the node(s) to publish their keys, to seal the secrets to them")
-        if not self.wait(launch.channel, launch.deadline):
+        if not self.wait(launch):
             progress.warn("the secrets were not delivered: the job cannot start; it ends at its deadline")
 
-    def wait(self, channel: Any, deadline: float, *, sleep: Callable[[float], None] = time.sleep) -> bool:
+    def wait(self, launch: Any, *, sleep: Callable[[float], None] = time.sleep) -> bool:
         """`run --detach`: deliver before returning (nobody follows the run after); False at the deadline."""
         while not self.done():
-            if self.step(channel) or time.time() > deadline:
+            if self.step(launch) or time.time() > launch.deadline:
                 return self.done()
             if not self.done():
                 sleep(SEAL_POLL_S)

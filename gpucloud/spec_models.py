@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpucloud import providers
+from gpucloud.spec_data import DataPath, InputSource, OutputDest
 from gpucloud.spec_recovery import DEFAULT_CHECKPOINT_INTERVAL_S, Recovery, checkpoint_interval, checkpoint_path
 from gpucloud.spec_values import (
     _AMI_RE,
@@ -343,6 +344,8 @@ class JobSpec(_Strict):
     workdir: str = "."
     env: dict[EnvKey, EnvValue] = Field(default_factory=dict)
     secrets: list[EnvKey] = Field(default_factory=list)  # names only; values from the caller (spec_secrets.py)
+    inputs: dict[DataPath, InputSource] = Field(default_factory=dict)  # machine path -> source (spec_data.py)
+    outputs: dict[DataPath, OutputDest] = Field(default_factory=dict)  # machine path -> bucket prefix
     setup: str | None = None
     run: str
     artifacts: list[ArtifactPath] = Field(default_factory=list)
@@ -417,6 +420,11 @@ class JobSpec(_Strict):
     @field_validator("env", mode="before")
     @classmethod
     def _env(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+    @field_validator("inputs", "outputs", mode="before")
+    @classmethod
+    def _data(cls, value: Any) -> Any:
         return {} if value is None else value
 
     @field_validator("secrets", mode="before")

@@ -48,6 +48,7 @@ LAYERS: dict[str, int] = {
     "gpucloud.spec_values": SPEC,
     "gpucloud.spec_yaml": SPEC,
     "gpucloud.spec_secrets": SPEC,
+    "gpucloud.spec_data": SPEC,
     # the plan: stacks, images, candidates
     "gpucloud.plan": PLAN,
     "gpucloud.planner": PLAN,
@@ -81,6 +82,7 @@ LAYERS: dict[str, int] = {
     "gpucloud.runlog": RUN,
     "gpucloud.lifecycle": RUN,
     "gpucloud.secret_delivery": RUN,
+    "gpucloud.data_grants": RUN,
     "gpucloud.failover": RUN,
     "gpucloud.watch": RUN,
     "gpucloud.teardown": RUN,

@@ -77,4 +77,5 @@ def job_config(
         stack=stack_config(node, stack, candidate, caps),
         put_headers=list(put_headers),
         secrets=list(spec.secrets),
+        data=bool(spec.inputs or spec.outputs),
     )

@@ -45,7 +45,12 @@ def prepare_nodes(
     archive = agent_archive(cfg.to_json())
     channel.upload_agent(run_id, archive)
     urls = channel.prepare(
-        run_id, spec.num_nodes, deadline, checkpoint=bool(spec.checkpoint), agent=True, secrets=bool(spec.secrets)
+        run_id,
+        spec.num_nodes,
+        deadline,
+        checkpoint=bool(spec.checkpoint),
+        agent=True,
+        secrets=bool(spec.secrets or spec.inputs or spec.outputs),
     )
     if shared:
         # N identical machines in one call: each finds its rank at boot, its manifest in the index.

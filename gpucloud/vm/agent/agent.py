@@ -16,10 +16,10 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from gpucloud.vm import protocol
-from gpucloud.vm.agent import artifacts, gpu_check, secret_env, stack
+from gpucloud.vm.agent import artifacts, data, gpu_check, secret_env, stack
 from gpucloud.vm.agent.barrier import Barrier, node_ip
 from gpucloud.vm.agent.checkpoints import Checkpoints
 from gpucloud.vm.agent.claim import NodeKey
@@ -95,6 +95,7 @@ class Agent(Ending):
         self.parent_pid = 0  # in the watchdog process: the main agent process, told when it ended the run
         self.board.ended_elsewhere = lambda: self.gate.elsewhere()
         self.secret_values: Dict[str, str] = {}
+        self.data_grants: Dict[str, Any] = {}
 
     # ---- folders and the log -------------------------------------------------------------------
     def _set_dir(self, vm_dir: Path) -> None:
@@ -458,8 +459,7 @@ class Agent(Ending):
         self.log(f"deadline {self.deadline.iso()}; backstop {self.cfg.grace}s after max_duration")
         self.stack_stages()
         self.fetch_code()
-        if self.cfg.secrets:
-            self.open_secrets()
+        self.open_secrets()
         self.board.set(state="running")
         if self.cfg.setup:
             self.stage("setup")
@@ -496,6 +496,7 @@ class Agent(Ending):
         self.board.end_stage("run", rc == 0)
         if self.checkpoints is not None:
             self.checkpoints.upload("end")
+        self.push_outputs()
         if self.cfg.artifacts:
             self.stage_always("artifacts")
             if not self.collect_artifacts():
@@ -548,10 +549,13 @@ class Agent(Ending):
             self.checkpoints.enabled = True
 
     def open_secrets(self) -> None:
-        """The job's secrets, sealed to this node's key by the CLI (secret_env.py); in memory only."""
+        """The job's secrets and data grants, sealed to this node's key by the CLI (secret_env.py);
+        in memory only. Then the inputs are copied (before setup)."""
+        if not (self.cfg.secrets or self.cfg.data):
+            return
         self.clock.wait(self.key.done, 60.0)
         try:
-            self.secret_values = secret_env.fetch(
+            sealed_doc = secret_env.fetch(
                 self.manifest.url("secrets_get"),
                 self.cfg.secrets,
                 run_id=self.cfg.run_id,
@@ -566,7 +570,21 @@ class Agent(Ending):
         except StageFailed as exc:
             self.gate_check()
             self.fail(str(exc))
-        self.log(f"secrets: {', '.join(sorted(self.secret_values))} (masked in this log)")
+        self.secret_values, self.data_grants = sealed_doc["env"], sealed_doc["data"]
+        if self.secret_values:
+            self.log(f"secrets: {', '.join(sorted(self.secret_values))} (masked in this log)")
+        if self.data_grants.get("inputs"):
+            try:
+                data.fetch_inputs(self.data_grants, self.job_dir, self.transfer, self.log)
+            except StageFailed as exc:
+                self.fail(str(exc))
+
+    def push_outputs(self) -> None:
+        """outputs: straight from this node to their bucket prefixes, after the run."""
+        if self.data_grants.get("outputs") and not data.push_outputs(
+            self.data_grants, self.job_dir, self.transfer, self.log
+        ):
+            self.log("some outputs were not uploaded")
 
 
 def _hard_exit(code: int) -> None:

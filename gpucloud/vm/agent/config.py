@@ -42,6 +42,7 @@ class JobConfig:
     stack: Dict[str, Any] = field(default_factory=dict)  # gpucloud/vm/stack_config.py's document
     put_headers: List[str] = field(default_factory=list)
     secrets: List[str] = field(default_factory=list)  # names only: the values come sealed (secret_env.py)
+    data: bool = False  # inputs/outputs: their grants come sealed too (data.py)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "JobConfig":

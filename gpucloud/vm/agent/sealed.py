@@ -25,7 +25,7 @@ A24 = 121665
 MAGIC = b"gpucloud-sealed-1"
 NONCE_LEN = 16
 TAG_LEN = 32
-SEALED_MAX = 1024 * 1024  # what either side reads of a sealed object
+SEALED_MAX = 64 * 1024 * 1024  # what the node reads of a sealed object (data grants: ~1 KiB a file)
 
 
 class SealError(ValueError):

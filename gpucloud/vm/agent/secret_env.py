@@ -12,7 +12,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from gpucloud.vm.agent import sealed
 from gpucloud.vm.agent.stage_api import StageFailed
@@ -33,13 +33,13 @@ def fetch(
     sleep: Callable[[float], None],
     stopping: Callable[[], bool],
     log: Callable[[str], None],
-) -> Dict[str, str]:
-    """The secrets' values, once the CLI has sealed them to this node's published key. Polled until
-    the deadline (the CLI seals them when it sees the node's claim); StageFailed when none come or
-    what came is not for this node."""
+) -> Dict[str, Any]:
+    """The sealed document (`env`: the secrets' values; `data`: input/output grants), once the CLI
+    has sealed it to this node's published key. Polled until the deadline (the CLI seals it when it
+    sees the node's claim); StageFailed when none comes or what came is not for this node."""
     if not url:
         raise StageFailed("the manifest has no secrets_get: this CLI cannot deliver the job's secrets")
-    log(f"waiting for {len(names)} secret(s), sealed to this node's key")
+    log(f"waiting for {len(names)} secret(s) and the data grants, sealed to this node's key")
     i = 0
     while not passed():
         if stopping():
@@ -55,7 +55,7 @@ def fetch(
     )
 
 
-def _open(blob: bytes, names: Sequence[str], run_id: str, rank: int, pem: Optional[str]) -> Dict[str, str]:
+def _open(blob: bytes, names: Sequence[str], run_id: str, rank: int, pem: Optional[str]) -> Dict[str, Any]:
     if not pem:
         raise StageFailed("this node has no key to open its secrets with (openssl with Ed25519 is needed)")
     try:
@@ -68,7 +68,7 @@ def _open(blob: bytes, names: Sequence[str], run_id: str, rank: int, pem: Option
     missing = [n for n in names if n not in values]
     if missing:
         raise StageFailed(f"the secrets object lacks {', '.join(missing)}")
-    return {str(k): str(v) for k, v in values.items()}
+    return {"env": {str(k): str(v) for k, v in values.items()}, "data": doc.get("data") or {}}
 
 
 def masked_command(command: str, names: List[str], python: str = sys.executable) -> str:
