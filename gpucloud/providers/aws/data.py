@@ -19,7 +19,8 @@ MAX_PRESIGN_S = 7 * 24 * 3600
 
 
 def _client(region: str | None = None) -> Any:
-    return shared_session().client("s3", region_name=region, config=client_config("s3"))
+    """SigV4 (what every region takes, and what bounds a URL to its expiry, 7 days at most)."""
+    return shared_session().client("s3", region_name=region, config=client_config("s3", signature_version="s3v4"))
 
 
 def _region(bucket: str, where: str) -> str:
