@@ -195,3 +195,12 @@ def check(spec: JobSpec) -> DataPlan:
             _store(target.account).check_output(target.bucket, where)
         plan.outputs.append(Output(path, target, region))
     return plan
+
+
+def policy_statements(spec: JobSpec) -> list[dict[str, Any]]:
+    """The IAM statements the job's s3:// inputs and outputs need from the caller (`iam-policy --data`)."""
+    from gpucloud.providers.aws.data import policy_statements as s3_statements
+
+    reads = [(s.bucket, s.prefix) for s in map(parse_location, spec.inputs.values()) if s.kind == "s3"]
+    writes = [(s.bucket, s.prefix) for s in map(parse_location, spec.outputs.values()) if s.kind == "s3"]
+    return s3_statements(reads, writes)

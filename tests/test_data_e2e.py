@@ -223,3 +223,29 @@ def test_az_grants_are_least_privilege_and_expire(azurite: Azurite, monkeypatch:
     assert _status(f"{out['url']}?restype=container&comp=list&{out['sas']}") == 403  # nor listed
     time.sleep(max(0.0, deadline - time.time()) + 2)
     assert _status(read) == 403 and _status(put, "PUT", b"late") == 403  # expired at the deadline
+
+
+def test_iam_policy_data_grants_exactly_the_named_prefixes(tmp_path: Path) -> None:
+    from tests.support.iam_eval import Request, decide
+
+    job = job_for(tmp_path, {"data": "s3://gc-in/set", "more": "s3://gc-in/extra/x.bin"}, {"out": "s3://gc-out/run1"})
+    proc = cli("iam-policy", "aws", "--data", str(job), cwd=tmp_path, check=True)
+    policy = json.loads(proc.stdout)
+    data = [s for s in policy["Statement"] if s["Sid"].startswith("Data")]
+    assert {s["Sid"] for s in data} == {"DataFindBuckets", "DataReadInputs", "DataWriteOutputs"}
+    ok = [
+        Request("s3:ListBucket", "arn:aws:s3:::gc-in"),
+        Request("s3:GetObject", "arn:aws:s3:::gc-in/set/part-00/f1.bin"),
+        Request("s3:GetObject", "arn:aws:s3:::gc-in/extra/x.bin"),
+        Request("s3:PutObject", "arn:aws:s3:::gc-out/run1/model.bin"),
+    ]
+    denied = [
+        Request("s3:GetObject", "arn:aws:s3:::gc-in/private/key"),
+        Request("s3:GetObject", "arn:aws:s3:::gc-in/settings/key"),
+        Request("s3:PutObject", "arn:aws:s3:::gc-in/set/f"),
+        Request("s3:GetObject", "arn:aws:s3:::gc-out/run1/model.bin"),
+        Request("s3:PutObject", "arn:aws:s3:::gc-out/run10/x"),
+        Request("s3:DeleteObject", "arn:aws:s3:::gc-in/set/f"),
+    ]
+    assert [decide({"Statement": data}, r) for r in ok] == ["Allow"] * len(ok)
+    assert [decide({"Statement": data}, r) for r in denied] == ["ImplicitDeny"] * len(denied)

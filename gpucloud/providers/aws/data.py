@@ -91,3 +91,47 @@ def output_grant(bucket: str, region: str, prefix: str, expires: datetime) -> di
     )
     fields = [[k, v] for k, v in post["fields"].items() if k != "key"]
     return {"style": "post", "url": post["url"], "fields": fields, "prefix": prefix}
+
+
+def policy_statements(reads: list[tuple[str, str]], writes: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """What the caller's IAM identity needs for a job's S3 `inputs`/`outputs` (`iam-policy --data`):
+    find the bucket and list the named input prefixes, read objects under them (the presigned GETs
+    are the caller's), write under the output prefixes (the presigned POST is the caller's).
+    Nothing else: no delete, no bucket changes, no other prefix."""
+    out: list[dict[str, Any]] = []
+    buckets = sorted({b for b, _ in reads + writes})
+    if buckets:
+        out.append(
+            {
+                "Sid": "DataFindBuckets",
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",  # HeadBucket (the bucket's region) and listing the inputs
+                "Resource": [f"arn:aws:s3:::{b}" for b in buckets],
+            }
+        )
+    if reads:
+        out.append(
+            {
+                "Sid": "DataReadInputs",
+                "Effect": "Allow",
+                "Action": "s3:GetObject",
+                "Resource": sorted({r for b, p in reads for r in _object_arns(b, p)}),
+            }
+        )
+    if writes:
+        out.append(
+            {
+                "Sid": "DataWriteOutputs",
+                "Effect": "Allow",
+                "Action": "s3:PutObject",
+                "Resource": sorted({f"arn:aws:s3:::{b}/{p.rstrip('/') + '/' if p else ''}*" for b, p in writes}),
+            }
+        )
+    return out
+
+
+def _object_arns(bucket: str, prefix: str) -> list[str]:
+    """One object named exactly, or everything under the folder `prefix/` (not `prefix-other/`)."""
+    if prefix and not prefix.endswith("/"):
+        return [f"arn:aws:s3:::{bucket}/{prefix}", f"arn:aws:s3:::{bucket}/{prefix}/*"]
+    return [f"arn:aws:s3:::{bucket}/{prefix}*"]
