@@ -106,6 +106,8 @@ def test_s3_and_local_inputs_and_s3_output(tmp_path: Path, gpucloud_home: Path, 
     objs = s3.list_objects_v2(Bucket="gc-data-out", Prefix="run1/")["Contents"]
     assert [(o["Key"], o["Size"]) for o in objs] == [("run1/model.bin", OUT_MB * 1000000)]
     assert caller_copies(tmp_path, gpucloud_home) == []
+    collected = json.loads(cli("collect", run_id_of(proc.stderr), "--json", cwd=tmp_path).stdout)
+    assert collected["outputs"] == [{"path": "out", "destination": "s3://gc-data-out/run1/"}]
     print(f"s3 e2e: {FILES} files, {TOTAL_MB} MB in, {OUT_MB} MB out, run took {took:.1f} s")
 
 
