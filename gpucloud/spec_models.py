@@ -346,6 +346,7 @@ class JobSpec(_Strict):
     secrets: list[EnvKey] = Field(default_factory=list)  # names only; values from the caller (spec_secrets.py)
     inputs: dict[DataPath, InputSource] = Field(default_factory=dict)  # machine path -> source (spec_data.py)
     outputs: dict[DataPath, OutputDest] = Field(default_factory=dict)  # machine path -> bucket prefix
+    outputs_sync: Literal["end", "interval"] = "end"  # interval: also every checkpoint_interval
     setup: str | None = None
     run: str
     artifacts: list[ArtifactPath] = Field(default_factory=list)

@@ -135,3 +135,38 @@ def test_masked_command_keeps_the_exit_code_and_masks(tmp_path: Path) -> None:
     proc = subprocess.run(["bash", "-c", cmd], capture_output=True, env={"TOK": "s3cr3t", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 7
     assert proc.stdout == b"token=***\nerr ***\n"
+
+
+def test_output_sync_uploads_new_and_changed_files_only(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    (job / "out").mkdir(parents=True)
+    uploads: list[str] = []
+
+    class Recorder(Transfer):
+        def post_form(self, url: str, fields: object, key: str, path: Path, **kw: object) -> bool:  # type: ignore[override]
+            uploads.append(f"{key}={path.read_text()}")
+            return True
+
+    doc = {"outputs": [{"src": "out", "style": "post", "url": "http://x", "fields": [], "prefix": "p/"}]}
+    sync = data.OutputSync(doc, job, Recorder(), lambda line: None).start(0.2)
+    (job / "out" / "a.txt").write_text("1")
+    for _ in range(50):
+        if uploads:
+            break
+        threading.Event().wait(0.1)
+    assert uploads == ["p/a.txt=1"]  # uploaded while the job runs
+    (job / "out" / "b.txt").write_text("2")
+    (job / "out" / "a.txt").write_text("11")
+    assert sync.final()
+    assert sorted(uploads[1:]) == ["p/a.txt=11", "p/b.txt=2"]  # each file once per change
+    n = len(uploads)
+    assert sync.push() and len(uploads) == n  # nothing changed: nothing sent
+
+
+def test_outputs_sync_reaches_the_node_config() -> None:
+    from gpucloud.spec import parse_spec as parse
+
+    spec = parse(BASE + "outputs: {o: s3://bkt/x}\noutputs_sync: interval\ncheckpoint_interval: 5m\n", "j.yaml")
+    assert spec.outputs_sync == "interval" and spec.checkpoint_interval == 300
+    with pytest.raises(SpecError, match="outputs_sync"):
+        parse(BASE + "outputs_sync: hourly\n", "j.yaml")

@@ -41,7 +41,7 @@ def test_secret_and_data_on_aws(aws_env: dict[str, str], moto: Moto, tmp_path: P
         "name: awssec\nresources: {cloud: aws, regions: [us-east-1], gpu: T4:1}\nsecrets: [HF_TOKEN]\n"
         "inputs: {data/: s3://gc-sec-in/set}\noutputs: {out/: s3://gc-sec-out/r}\n"
         'run: \'printf %s "$HF_TOKEN" | sha256sum; echo raw=$HF_TOKEN; cat data/a.txt; '
-        "mkdir -p out && echo result > out/r.txt'\nmax_duration: 10m\n"
+        "mkdir -p out && echo result > out/r.txt; sleep 4'\nmax_duration: 10m\noutputs_sync: interval\ncheckpoint_interval: 1s\n"
     )
     env = {**aws_env, "HF_TOKEN": value}
     proc = cli(env, "run", str(job), "--cloud", "aws", timeout=300)
@@ -49,6 +49,8 @@ def test_secret_and_data_on_aws(aws_env: dict[str, str], moto: Moto, tmp_path: P
     assert hashlib.sha256(value.encode()).hexdigest() in proc.stdout and "raw=***" in proc.stdout
     assert "alpha" in proc.stdout
     assert s3.get_object(Bucket="gc-sec-out", Key="r/r.txt")["Body"].read() == b"result\n"
+    # outputs_sync: interval: the file went up while the job slept; the final pass had nothing new.
+    assert "outputs: out/: 1/1 files" in proc.stdout and "outputs: out/: 0/0 files" in proc.stdout
     needle = value.encode()
     datas = _user_data(moto)
     assert datas and not any(needle in d for d in datas)

@@ -78,4 +78,5 @@ def job_config(
         put_headers=list(put_headers),
         secrets=list(spec.secrets),
         data=bool(spec.inputs or spec.outputs),
+        outputs_interval=int(spec.checkpoint_interval) if spec.outputs and spec.outputs_sync == "interval" else 0,
     )

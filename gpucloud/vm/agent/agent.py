@@ -96,6 +96,7 @@ class Agent(Ending):
         self.board.ended_elsewhere = lambda: self.gate.elsewhere()
         self.secret_values: Dict[str, str] = {}
         self.data_grants: Dict[str, Any] = {}
+        self.outputs: Optional[data.OutputSync] = None
 
     # ---- folders and the log -------------------------------------------------------------------
     def _set_dir(self, vm_dir: Path) -> None:
@@ -573,6 +574,8 @@ class Agent(Ending):
         self.secret_values, self.data_grants = sealed_doc["env"], sealed_doc["data"]
         if self.secret_values:
             self.log(f"secrets: {', '.join(sorted(self.secret_values))} (masked in this log)")
+        self.outputs = data.OutputSync(self.data_grants, self.job_dir, self.transfer, self.log)
+        self.outputs.start(self.cfg.outputs_interval)
         if self.data_grants.get("inputs"):
             try:
                 data.fetch_inputs(self.data_grants, self.job_dir, self.transfer, self.log)
@@ -581,9 +584,7 @@ class Agent(Ending):
 
     def push_outputs(self) -> None:
         """outputs: straight from this node to their bucket prefixes, after the run."""
-        if self.data_grants.get("outputs") and not data.push_outputs(
-            self.data_grants, self.job_dir, self.transfer, self.log
-        ):
+        if self.outputs is not None and not self.outputs.final():
             self.log("some outputs were not uploaded")
 
 

@@ -43,6 +43,7 @@ class JobConfig:
     put_headers: List[str] = field(default_factory=list)
     secrets: List[str] = field(default_factory=list)  # names only: the values come sealed (secret_env.py)
     data: bool = False  # inputs/outputs: their grants come sealed too (data.py)
+    outputs_interval: int = 0  # > 0: outputs are also uploaded this often while the job runs
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "JobConfig":

@@ -15,7 +15,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import quote
 
 from gpucloud.vm.agent.stage_api import StageFailed
@@ -139,8 +139,15 @@ def fetch_inputs(doc: Dict[str, Any], job_dir: Path, transfer: Transfer, log: Ca
     return len(jobs), progress.total
 
 
-def push_outputs(doc: Dict[str, Any], job_dir: Path, transfer: Transfer, log: Callable[[str], None]) -> bool:
-    """Upload every file under each output path to its prefix; False when any failed (logged)."""
+def push_outputs(
+    doc: Dict[str, Any],
+    job_dir: Path,
+    transfer: Transfer,
+    log: Callable[[str], None],
+    sent: Optional[Dict[str, Tuple[int, int]]] = None,
+) -> bool:
+    """Upload every file under each output path to its prefix; False when any failed (logged).
+    With `sent` (path -> (size, mtime_ns) uploaded before), only new or changed files go up."""
     ok = True
     blob = Transfer([BLOCK_BLOB])
     for grant in doc.get("outputs") or []:
@@ -149,6 +156,9 @@ def push_outputs(doc: Dict[str, Any], job_dir: Path, transfer: Transfer, log: Ca
             log(f"outputs: {grant['src']} does not exist: nothing to upload")
             continue
         files = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file() and not p.is_symlink())
+        stamps = {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in files}
+        if sent is not None:
+            files = [p for p in files if sent.get(str(p)) != stamps[str(p)]]
         base = src.parent if src.is_file() else src
         t0 = time.time()
         with ThreadPoolExecutor(max_workers=WORKERS) as pool:
@@ -156,7 +166,41 @@ def push_outputs(doc: Dict[str, Any], job_dir: Path, transfer: Transfer, log: Ca
         mb = sum(p.stat().st_size for p in files) / 1e6
         log(f"outputs: {grant['src']}: {sum(results)}/{len(files)} files, {mb:.1f} MB in {time.time() - t0:.1f} s")
         ok = ok and all(results)
+        if sent is not None:
+            sent.update({str(p): stamps[str(p)] for i, p in enumerate(files) if results[i]})
     return ok
+
+
+class OutputSync:
+    """`outputs_sync: interval`: new or changed output files go up every `interval` seconds while the
+    job runs (a thread), and once more at the end (`final`); each file once per change."""
+
+    def __init__(self, doc: Dict[str, Any], job_dir: Path, transfer: Transfer, log: Callable[[str], None]) -> None:
+        self.doc, self.job_dir, self.transfer, self.log = doc, job_dir, transfer, log
+        self.sent: Dict[str, Tuple[int, int]] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread: Optional[threading.Thread] = None
+
+    def start(self, interval: float) -> "OutputSync":
+        if interval > 0 and self.doc.get("outputs"):
+            self.thread = threading.Thread(target=self._loop, args=(interval,), daemon=True, name="outputs")
+            self.thread.start()
+        return self
+
+    def _loop(self, interval: float) -> None:
+        while not self.stop.wait(interval):
+            self.push()
+
+    def push(self) -> bool:
+        with self.lock:
+            return push_outputs(self.doc, self.job_dir, self.transfer, self.log, self.sent)
+
+    def final(self) -> bool:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+        return self.push()
 
 
 def _upload(grant: Dict[str, Any], base: Path, path: Path, transfer: Transfer, blob: Transfer) -> bool:
