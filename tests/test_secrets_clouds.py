@@ -41,7 +41,8 @@ def test_secret_and_data_on_aws(aws_env: dict[str, str], moto: Moto, tmp_path: P
         "name: awssec\nresources: {cloud: aws, regions: [us-east-1], gpu: T4:1}\nsecrets: [HF_TOKEN]\n"
         "inputs: {data/: s3://gc-sec-in/set}\noutputs: {out/: s3://gc-sec-out/r}\n"
         'run: \'printf %s "$HF_TOKEN" | sha256sum; echo raw=$HF_TOKEN; cat data/a.txt; '
-        "mkdir -p out && echo result > out/r.txt; sleep 4'\nmax_duration: 10m\noutputs_sync: interval\ncheckpoint_interval: 1s\n"
+        "mkdir -p out && echo result > out/r.txt; sleep 4'\nmax_duration: 10m\n"
+        "outputs_sync: interval\ncheckpoint_interval: 1s\n"
     )
     env = {**aws_env, "HF_TOKEN": value}
     proc = cli(env, "run", str(job), "--cloud", "aws", timeout=300)
