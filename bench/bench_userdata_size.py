@@ -1,45 +1,93 @@
-"""Rendered user-data size for every example on AWS and Azure: raw bytes, gzip'd bytes, and what the
-cloud counts against its limit (AWS 16,384 B after gzip when needed; Azure 64 KiB of base64).
+"""User-data size for every example on every provider: what a VM is sent is the shim
+(templates/shim.sh.j2), with the provider's real manifest URL shape (a presigned S3 GET with a
+session token, an Azure SAS URL, a file:// path), raw and gzip'd bytes, and base64 (how Azure counts).
 
     python bench/bench_userdata_size.py
 
-Runs the real CLI (`gpucloud render`), so it measures what a user would send.
+URLs are made offline with the SDKs' own signers and fake credentials (no network).
 """
 
 from __future__ import annotations
 
 import base64
 import gzip
-import os
-import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = ["quickstart.yaml", "t4-any-cloud.yaml", "a100-azure.yaml", "ddp-2-nodes.yaml"]
+sys.path.insert(0, str(REPO))
+
+from gpucloud.providers import capabilities  # noqa: E402
+from gpucloud.spec import load_spec  # noqa: E402
+from gpucloud.vm.shim import SHIM_TARGET_BYTES, render_shim  # noqa: E402
+
+RUN = "t4job-20261205-081500-ab12"
+KEY = f"runs/{RUN}/node-0/manifest"
+# An STS session token is ~700-1100 characters; take the long end.
+SESSION_TOKEN = "IQoJb3JpZ2luX2VjE" + "A" * 1100
 
 
-def render(example: str, cloud: str) -> bytes | None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_"))}
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "render", str(REPO / "examples" / example), "--cloud", cloud],
-        capture_output=True,
-        env={**env, "CI": "true"},
-        check=False,
+def s3_url() -> str:
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        region_name="us-east-1",
+        aws_access_key_id="ASIAEXAMPLEEXAMPLE00",
+        aws_secret_access_key="x" * 40,
+        aws_session_token=SESSION_TOKEN,
     )
-    return proc.stdout if proc.returncode == 0 else None
+    return str(
+        s3.generate_presigned_url(
+            "get_object", Params={"Bucket": "gpucloud-123456789012-us-east-1", "Key": KEY}, ExpiresIn=7 * 86400
+        )
+    )
+
+
+def azure_url() -> str:
+    from azure.storage.blob import BlobSasPermissions, generate_blob_sas
+
+    account = "gpucloud0123456789abcdef"
+    sas = generate_blob_sas(
+        account,
+        "gpucloud",
+        KEY,
+        account_key=base64.b64encode(b"k" * 64).decode(),
+        permission=BlobSasPermissions(read=True),
+        expiry=datetime.now(UTC) + timedelta(days=7),
+    )
+    return f"https://{account}.blob.core.windows.net/gpucloud/{KEY}?{sas}"
 
 
 def main() -> None:
-    print(f"{'example':<20} {'cloud':<6} {'raw B':>8} {'gzip B':>8} {'base64 B':>9}")
-    for example in EXAMPLES:
-        for cloud in ("aws", "azure"):
-            text = render(example, cloud)
-            if text is None:
-                print(f"{example:<20} {cloud:<6} {'(not for this cloud)':>27}")
-                continue
-            packed = gzip.compress(text, compresslevel=9, mtime=0)
-            print(f"{example:<20} {cloud:<6} {len(text):>8,} {len(packed):>8,} {len(base64.b64encode(text)):>9,}")
+    urls = {
+        "aws": s3_url(),
+        "azure": azure_url(),
+        "local": f"file:///home/someone/.local/share/gpucloud/channel/{KEY}",
+        "ssh": f"file:///home/someone/.gpucloud/channel/{KEY}",
+    }
+    head = f"{'example':<22} {'cloud':<6} {'raw B':>6} {'gzip B':>7} {'base64 B':>9}"
+    print(f"{head}  (target raw <= {SHIM_TARGET_BYTES})")
+    worst = 0
+    for example in sorted((REPO / "examples").glob("*.yaml")):
+        spec = load_spec(example)
+        for cloud, url in urls.items():
+            for rank in (0, None) if cloud == "aws" else (0,):
+                text = render_shim(
+                    caps=capabilities(cloud),
+                    run_id=RUN,
+                    max_duration=int(spec.max_duration),
+                    agent_sha256="0" * 64,
+                    manifest_url=url,
+                    node_rank=rank,
+                ).encode()
+                worst = max(worst, len(text))
+                label = cloud if rank is not None else "aws*"
+                packed = gzip.compress(text, compresslevel=9, mtime=0)
+                b64 = len(base64.b64encode(text))
+                print(f"{example.name:<22} {label:<6} {len(text):>6,} {len(packed):>7,} {b64:>9,}")
+    print(f"largest: {worst:,} B raw (aws* = one shared user-data for every node)")
 
 
 if __name__ == "__main__":

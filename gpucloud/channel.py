@@ -32,6 +32,7 @@ from gpucloud import channel_trust
 from gpucloud.channel_trust import SMALL_OBJECT_MAX, ObjectRefused, read_capped
 from gpucloud.errors import UserError
 from gpucloud.extract import ArtifactResult, Caps, extract_tar
+from gpucloud.vm import protocol
 
 MiB = 1024 * 1024
 DEFAULT_CODE_CAP = 100 * MiB
@@ -41,7 +42,7 @@ URL_MARGIN = timedelta(hours=1)
 # Largest log part (or appended block) the VM uploads: the CLI holds one part at a time, S3's POST
 # policy caps a part's size at it, and Azure's Append Block takes up to 100 MiB from x-ms-version
 # 2022-11-02 (docs/INTERNALS.md, "Channel"). Rendered into the bootstrap (render.py).
-LOG_PART_MAX = 16 * MiB
+LOG_PART_MAX = protocol.LOG_PART_MAX
 ALWAYS_SKIP = frozenset({".git", "__pycache__", ".venv", "gpucloud-runs"})
 
 
@@ -69,13 +70,23 @@ def checkpoint_keys(run_id: str, slot: int) -> tuple[str, str]:
     return f"{base}.tar.gz", f"{base}.sum"
 
 
+def agent_key(run_id: str) -> str:
+    """The VM agent archive of the run (the shim checks its SHA-256, rendered into user-data)."""
+    return f"{run_prefix(run_id)}/agent.tar.gz"
+
+
 def notice_key(run_id: str, rank: int) -> str:
     """The simulated interruption notice `gpucloud preempt` writes; the VM's guard polls it."""
     return f"{node_prefix(run_id, rank)}/notice"
 
 
+def secrets_key(run_id: str, rank: int) -> str:
+    """The node's secrets, sealed to its claimed key (gpucloud/secret_delivery.py); never plain text."""
+    return f"{node_prefix(run_id, rank)}/secrets.sealed"
+
+
 def log_key(run_id: str, rank: int, index: int) -> str:
-    return f"{log_prefix(run_id, rank)}{index:06d}"
+    return f"{log_prefix(run_id, rank)}{protocol.log_part_name(index)}"
 
 
 def log_prefix(run_id: str, rank: int) -> str:
@@ -139,13 +150,28 @@ class Channel(ABC):
         """Upload the packed workdir (pack_workdir) that every node fetches."""
         self.put_file(f"{run_prefix(run_id)}/code.tar.gz", tarball)
 
-    def prepare(self, run_id: str, num_nodes: int, deadline: datetime, *, checkpoint: bool = False) -> list[str]:
+    def upload_agent(self, run_id: str, archive: bytes) -> None:
+        """Upload the VM agent archive (gpucloud/vm/agent_pack.py) the nodes' shim fetches."""
+        self.put_bytes(agent_key(run_id), archive)
+
+    def prepare(
+        self,
+        run_id: str,
+        num_nodes: int,
+        deadline: datetime,
+        *,
+        checkpoint: bool = False,
+        agent: bool = False,
+        secrets: bool = False,
+    ) -> list[str]:
         """Write each node's manifest; return each node's manifest GET URL (rank order).
 
         `deadline` is the run's hard end (UTC): URLs expire at deadline + URL_MARGIN, and the VM's
         watchdog fires at it (manifest line `deadline <epoch>`). The log is one grant per node
         (`log_grant`), so a manifest's size does not depend on the deadline. `checkpoint`: add the
-        checkpoint slots' URLs (`ckpt_put|ckpt_get|ckpt_sum_put|ckpt_sum_get <slot> URL`).
+        checkpoint slots' URLs (`ckpt_put|ckpt_get|ckpt_sum_put|ckpt_sum_get <slot> URL`). `agent`:
+        add `agent_get URL`, the agent archive the shim fetches (`upload_agent`). `secrets`: add
+        `secrets_get URL`, where the CLI puts the job's secrets sealed to the node's key (`secrets_key`).
         """
         if deadline.tzinfo is None:
             deadline = deadline.replace(tzinfo=UTC)
@@ -163,18 +189,20 @@ class Channel(ABC):
             lines = [
                 f"deadline {int(deadline.timestamp())}",
                 f"code_get {code_get}",
+                *([f"agent_get {self.url_get(agent_key(run_id), expires)}"] if agent else []),
                 f"status_put {self.url_put(f'{base}/status.json', expires)}",
                 f"artifacts_put {self.url_put(f'{base}/artifacts.tar.gz', expires)}",
                 f"ready_put {self.url_put(f'{base}/ready', expires)}",
-                *(f"ready_get {r} {u}" for r, u in enumerate(ready_get)),
+                *protocol.ranked_lines("ready_get", ready_get),
                 *([f"done_put {self.url_put(f'{base}/done', expires)}"] if done_get else []),
-                *(f"done_get {r} {u}" for r, u in enumerate(done_get)),
+                *protocol.ranked_lines("done_get", done_get),
                 f"notice_get {self.url_get(notice_key(run_id, rank), expires)}",
+                *([f"secrets_get {self.url_get(secrets_key(run_id, rank), expires)}"] if secrets else []),
                 *(self._checkpoint_lines(run_id, expires) if checkpoint else []),
                 *self.log_grant(run_id, rank, expires),
                 *([channel_trust.SIGN_LINE, *self.claim_grant(run_id, rank, expires)] if self.signs else []),
             ]
-            self.put_bytes(f"{base}/manifest", ("\n".join(lines) + "\n").encode())
+            self.put_bytes(f"{base}/manifest", protocol.manifest_text(lines))
             urls.append(self.url_get(f"{base}/manifest", expires))
         return urls
 
@@ -192,7 +220,7 @@ class Channel(ABC):
 
     def send_notice(self, run_id: str, rank: int, reason: str = "gpucloud preempt") -> None:
         """Write the simulated interruption notice of one node (its guard acts on it within seconds)."""
-        self.put_bytes(notice_key(run_id, rank), f"{reason}\n".encode())
+        self.put_bytes(notice_key(run_id, rank), protocol.notice_text(reason))
 
     def copy_run_to(self, run_id: str, dest: Channel) -> int:
         """Copy the run's code and checkpoint slots into another channel (a relaunch in another
@@ -207,7 +235,7 @@ class Channel(ABC):
                 copied += len(data)
         return copied
 
-    def node_index(self, run_id: str, manifest_urls: list[str], deadline: datetime) -> str:
+    def node_index(self, run_id: str, manifest_urls: list[str], deadline: datetime, *, agent: bool = False) -> str:
         """Write `runs/<run_id>/nodes` (`manifest <rank> <url>` per node, from `prepare`) and return
         its GET URL: the one URL in a user-data shared by all nodes (render with node_rank=None),
         from which each node picks its own manifest once it knows its rank."""
@@ -215,6 +243,8 @@ class Channel(ABC):
             deadline = deadline.replace(tzinfo=UTC)
         key = f"{run_prefix(run_id)}/nodes"
         text = "".join(f"manifest {rank} {url}\n" for rank, url in enumerate(manifest_urls))
+        if agent:  # the shim of a shared user-data reads the agent's URL from here
+            text += f"agent_get {self.url_get(agent_key(run_id), deadline + URL_MARGIN)}\n"
         self.put_bytes(key, text.encode())
         return self.url_get(key, deadline + URL_MARGIN)
 
@@ -559,8 +589,5 @@ def pack_workdir(path: Path, cap_bytes: int = DEFAULT_CODE_CAP, dest: Path | Non
 
 
 def iter_manifest(text: str) -> Iterable[tuple[str, str]]:
-    """(key, rest) pairs of a manifest, as the VM's `while read -r key url` sees them."""
-    for line in text.splitlines():
-        if line.strip():
-            key, _, rest = line.partition(" ")
-            yield key, rest
+    """(key, rest) pairs of a manifest, as the VM reads them (gpucloud/vm/protocol.py)."""
+    return protocol.iter_manifest(text)

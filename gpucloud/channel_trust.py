@@ -17,25 +17,24 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import os
 import stat
 from pathlib import Path
 from typing import Any
 
 from gpucloud.errors import UserError
+from gpucloud.vm import protocol
 
 MiB = 1024 * 1024
 # What the CLI reads of a small object the VM writes (status.json, ready, done, manifest): a status is
 # under 4 KiB; a bigger one comes from a broken or hostile writer and is refused, never read whole.
 SMALL_OBJECT_MAX = 1 * MiB
-FINAL_STATES = ("succeeded", "failed", "deadline", "error", "preempted")  # status.json states that end a node
-
-SIGN_LINE = "sign ed25519"  # the manifest line that makes a node's results need its signature
+FINAL_STATES = protocol.FINAL_STATES  # status.json states that end a node
+SIGN_LINE = protocol.SIGN_LINE  # the manifest line that makes a node's results need its signature
 CLAIM_PREFIX = "claim-"  # file/ssh/S3: claim objects `<node>/log/claim-<fingerprint>`
 CLAIM_MAX = 1024  # bytes of one claim the CLI reads
 CLAIMS_MAX = 64 * 1024  # bytes of all claims of a node (an append blob on Azure)
-SIG_FIELD = b',"sig":"'
+SIG_FIELD = protocol.SIG_FIELD
 REFUSED_EXIT = 65  # EX_DATAERR: what the machine(s) wrote is not usable
 
 
@@ -64,9 +63,7 @@ def read_capped(path: Path, limit: int | None, what: str) -> bytes | None:
     return data
 
 
-def fingerprint(pub_b64: str) -> str:
-    """The claim's name: first 32 hex digits of SHA-256 over the base64 text (`sha256sum` on the VM)."""
-    return hashlib.sha256(pub_b64.encode("ascii")).hexdigest()[:32]
+fingerprint = protocol.fingerprint  # the claim's name: first 32 hex digits of SHA-256 over the base64 text
 
 
 def claimed_key(claims: list[tuple[str | None, bytes]]) -> tuple[str | None, str | None]:

@@ -36,6 +36,14 @@ CloudOpt = Annotated[
     str | None, typer.Option("--cloud", help=f"A provider: {', '.join(providers.names())} (overrides resources.cloud).")
 ]
 RegionOpt = Annotated[str | None, typer.Option("--region", help="Only this region.")]
+SecretOpt = Annotated[
+    list[str] | None,
+    typer.Option("--secret", metavar="NAME[=VALUE]", help="A secret for the job (value from this env without =VALUE)."),
+]
+SecretFileOpt = Annotated[
+    list[str] | None, typer.Option("--secret-file", metavar="PATH", help="NAME=VALUE lines of secrets.")
+]
+EnvOpt = Annotated[list[str] | None, typer.Option("--env", metavar="NAME=VALUE", help="Set or override an env value.")]
 HostOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -155,6 +163,15 @@ def load_job(spec: str, cloud: str | None, hosts: list[str] | None) -> tuple[Any
     return load_spec(spec, resources={"cloud": host_cloud, "hosts": checked.hosts}), host_cloud
 
 
+def data_plan(job: Any) -> Any:
+    """The job's inputs/outputs looked up from here (data_grants.py), or None when it has none."""
+    if not (job.inputs or job.outputs):
+        return None
+    from gpucloud.data_grants import check
+
+    return check(job)
+
+
 @app.command()
 @handles_errors
 def validate(spec: SpecArg, json_out: JsonOpt = False) -> None:
@@ -190,20 +207,27 @@ def plan(
     estimates: Annotated[
         bool, typer.Option("--estimates/--no-estimates", help="Refuse offerings whose price is an estimate.")
     ] = True,
+    secret: SecretOpt = None,
+    secret_file: SecretFileOpt = None,
+    env: EnvOpt = None,
 ) -> None:
     """Ranked candidates with $/h and estimated cost, the resolved stack, and why others were excluded."""
-    from gpucloud import views
+    from gpucloud import spec_secrets, views
     from gpucloud.planner import make_plan
     from gpucloud.upload_info import describe_upload
 
     job, cloud = load_job(spec, cloud, host)
+    job, _ = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
     upload = describe_upload(job)
+    data = data_plan(job)
     result = make_plan(job, cloud=cloud, region=region, spot=spot, estimates=estimates)
     if json_out:
-        emit_json({**result.as_json(), "upload": upload.as_json()})
+        emit_json({**result.as_json(), "upload": upload.as_json(), **({"data": data.as_json()} if data else {})})
         return
     views.print_plan(result, show_all=show_all)
     views.note(upload.summary())
+    if data:
+        views.note(data.summary())
 
 
 @app.command()
@@ -368,11 +392,17 @@ def run(
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Do not wait for the teardown to finish.")] = False,
     json_out: JsonOpt = False,
     host: HostOpt = None,
+    secret: SecretOpt = None,
+    secret_file: SecretFileOpt = None,
+    env: EnvOpt = None,
 ) -> None:
     """Run the whole lifecycle: plan, provision, stream logs, collect artifacts, tear down."""
+    from gpucloud import spec_secrets
     from gpucloud.lifecycle import run_job
 
     job, cloud = load_job(spec, cloud, host)
+    job, values = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
+    data = data_plan(job)
     result = run_job(
         job,
         cloud=cloud,
@@ -382,6 +412,8 @@ def run(
         assume_yes=yes or non_interactive(),
         json_out=json_out,
         wait_teardown=not no_wait,
+        secret_values=values,
+        data=data,
     )
     from gpucloud.gpu_report import usage_of
 

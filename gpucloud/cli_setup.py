@@ -59,6 +59,10 @@ def iam_policy(
             help=("With --deadline-role: the AWS account id (default: the credentials' account, from STS)."),
         ),
     ] = None,
+    data: Annotated[
+        str | None,
+        typer.Option("--data", metavar="JOB", help="Add what this job file's s3:// inputs and outputs need."),
+    ] = None,
 ) -> None:
     """Print the least-privilege IAM policy gpucloud needs."""
     from gpucloud import providers
@@ -71,7 +75,13 @@ def iam_policy(
     if deadline_role or part or account:
         jsonout.emit(providers.deadline_role_documents(cloud, account, part))
         return
-    jsonout.emit(providers.policy_document(cloud))
+    doc = providers.policy_document(cloud)
+    if data:
+        from gpucloud.data_grants import policy_statements
+        from gpucloud.spec import load_spec
+
+        doc["Statement"] = [*doc["Statement"], *policy_statements(load_spec(data))]  # type: ignore[misc]
+    jsonout.emit(doc)
 
 
 @hosts_app.command("probe")

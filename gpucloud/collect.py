@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ class Collected:
     log: str | None = None
     teardown_errors: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # one line per artifact member not extracted
+    outputs: list[dict[str, str]] = field(default_factory=list)  # `outputs:`: machine path -> bucket prefix
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -49,6 +51,7 @@ class Collected:
             "log": self.log,
             "artifacts_refused": self.refused,
             "teardown_errors": self.teardown_errors,
+            "outputs": self.outputs,
         }
 
 
@@ -131,7 +134,18 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
         log=log,
         teardown_errors=errors,
         refused=refused,
+        outputs=_outputs(final),
     )
+
+
+def _outputs(run: RunRecord) -> list[dict[str, str]]:
+    """Where the job's `outputs:` went (straight from the machines; several nodes: node-N/ each)."""
+    try:
+        outputs = (json.loads(run.spec_json or "{}") or {}).get("outputs") or {}
+    except ValueError:
+        return []
+    suffix = "node-N/" if run.num_nodes > 1 else ""
+    return [{"path": p, "destination": d.rstrip("/") + "/" + suffix} for p, d in outputs.items()]
 
 
 def collect_command(ref: str, *, json_out: bool) -> int:
@@ -148,6 +162,8 @@ def collect_command(ref: str, *, json_out: bool) -> int:
         )
         if not result.artifacts:
             to_stderr("no artifacts were uploaded by the job")
+        for out in result.outputs:
+            to_stderr(f"outputs: {out['path']} -> {out['destination']} (uploaded by the machine)")
     if result.teardown_errors:
         return 70
     return result.exit_code or 0

@@ -167,8 +167,8 @@ class Failover:
         )
 
     def _attempt(self, provider: Provider, cand: Candidate, index: int, tarball: Path | None) -> Launch:
-        """One attempt: code upload, channel URLs, bootstrap per node, then provision."""
-        from gpucloud.render import render_bootstrap
+        """One attempt: code upload, agent and channel URLs, the shim per node, then provision."""
+        from gpucloud.vm.user_data import prepare_nodes
 
         spec, caps = self.spec, provider.capabilities
         if self.vm_dir:
@@ -186,29 +186,16 @@ class Failover:
         if self.failures or self.source is not None:
             channel.reset_nodes(self.run_id, spec.num_nodes)
         deadline = datetime.now(UTC) + timedelta(seconds=spec.max_duration)
-        urls = channel.prepare(self.run_id, spec.num_nodes, deadline, checkpoint=bool(spec.checkpoint))
-        # A provider that launches N identical machines in one call gets one script for all: each
-        # node finds its rank at boot and its manifest through the node index.
-        shared = spec.num_nodes > 1 and caps.shared_user_data
-        if shared:
-            urls = [channel.node_index(self.run_id, urls, deadline)]
-        master_port = provider.master_port()
-        user_data = [
-            render_bootstrap(
-                spec,
-                self.plan.stack_for(cand),
-                cand,
-                caps=caps,
-                run_id=self.run_id,
-                node_rank=None if shared else rank,
-                manifest_url=urls[rank],
-                put_headers=channel.put_headers,
-                master_port=master_port,
-            )
-            for rank in range(len(urls))
-        ]
-        if shared:
-            user_data *= spec.num_nodes
+        user_data = prepare_nodes(
+            spec,
+            self.plan.stack_for(cand),
+            cand,
+            caps=caps,
+            channel=channel,
+            run_id=self.run_id,
+            deadline=deadline,
+            master_port=provider.master_port(),
+        )
         expires = deadline + EXPIRY_MARGIN
         req = launch_request(
             spec,

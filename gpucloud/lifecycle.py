@@ -14,6 +14,7 @@ import secrets
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import FrameType
@@ -25,6 +26,7 @@ from gpucloud.progress import Progress
 from gpucloud.prose import to_stderr
 from gpucloud.run_artifacts import fetch_artifacts, refused_note, results_dir, settle_artifacts
 from gpucloud.runlog import LogMirror
+from gpucloud.secret_delivery import SecretDelivery
 from gpucloud.state import FINAL_STATUSES, Journal, Store, home_dir
 from gpucloud.timeline import format_nodes
 from gpucloud.watch import observe, outcome, stage_order, stale, vm_phases
@@ -90,8 +92,12 @@ def run_job(
     assume_yes: bool,
     json_out: bool,
     wait_teardown: bool,
+    secret_values: Mapping[str, str] | None = None,
+    data: Any = None,
 ) -> RunResult:
-    """The whole lifecycle of one job; returns the result (exit code included) once torn down."""
+    """The whole lifecycle of one job; returns the result (exit code included) once torn down.
+    `secret_values`: the values of the job's secret names (spec_secrets.py), and `data` the
+    inputs/outputs checked at plan time (data_grants.py), delivered sealed."""
     from gpucloud.extract import Caps
     from gpucloud.run_plan import launch_plan
 
@@ -111,6 +117,8 @@ def run_job(
         wait_teardown=wait_teardown,
         plan_s=plan_s,
         plan_kw={"cloud": cloud, "region": region, "spot": spot},
+        secret_values=secret_values,
+        data=data,
     ).execute()
 
 
@@ -163,6 +171,8 @@ class _Run:
         plan_s: float,
         plan_kw: dict[str, Any] | None = None,
         run_id: str | None = None,
+        secret_values: Mapping[str, str] | None = None,
+        data: Any = None,
     ) -> None:
         self.spec, self.plan = spec, plan
         self.detach, self.json_out, self.wait_teardown = detach, json_out, wait_teardown
@@ -186,6 +196,7 @@ class _Run:
         self.launched_at: float | None = None  # wall clock when the machines were launched
         self.timeline: list[str] = []  # "node N: boot .. · stack .. · run .." (timeline.py), once final
         self._old_handlers: dict[int, Any] = {}
+        self.delivery = SecretDelivery(self.run_id, spec.num_nodes, secret_values or {}, data)
 
     # -- signals ------------------------------------------------------------------------------------
 
@@ -269,6 +280,7 @@ class _Run:
             if not self.attached:
                 self._provision()
             if self.detach:
+                self.delivery.before_detach(self.launch, self.progress)
                 keep_running = True
                 self.store.update_run(self.run_id, status="running", phase="booting")
                 self.progress.info(
@@ -357,6 +369,7 @@ class _Run:
         while True:
             obs = observe(launch.channel, self.run_id, n)
             gpu_report.save(self.home, self.run_id, obs.statuses)  # the GPU sampler's latest summary
+            self.delivery.follow(launch, self.progress.warn)
             self._pump_logs()
             self._show_stages(obs.statuses, shown)
             # Someone ran `gpucloud down` on this run from another terminal (it marks the run
@@ -410,6 +423,7 @@ class _Run:
         if launch is None:
             return False
         self.launch, self.peers_stopped = launch, []
+        self.delivery.reset()
         self.mirror.restart()
         self.store.update_run(self.run_id, status="running", phase="booting")
         return True

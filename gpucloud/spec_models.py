@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from gpucloud import providers
+from gpucloud.spec_data import DataPath, InputSource, OutputDest
 from gpucloud.spec_gpu import GpuRequest, gpu_input, gpu_list_input
 from gpucloud.spec_recovery import DEFAULT_CHECKPOINT_INTERVAL_S, Recovery, checkpoint_interval, checkpoint_path
 from gpucloud.spec_values import (
@@ -387,6 +388,10 @@ class JobSpec(_Strict):
     image: str = "auto"
     workdir: str = "."
     env: dict[EnvKey, EnvValue] = Field(default_factory=dict)
+    secrets: list[EnvKey] = Field(default_factory=list)  # names only; values from the caller (spec_secrets.py)
+    inputs: dict[DataPath, InputSource] = Field(default_factory=dict)  # machine path -> source (spec_data.py)
+    outputs: dict[DataPath, OutputDest] = Field(default_factory=dict)  # machine path -> bucket prefix
+    outputs_sync: Literal["end", "interval"] = "end"  # interval: also every checkpoint_interval
     setup: str | None = None
     run: str
     artifacts: list[ArtifactPath] = Field(default_factory=list)
@@ -462,6 +467,26 @@ class JobSpec(_Strict):
     @classmethod
     def _env(cls, value: Any) -> Any:
         return {} if value is None else value
+
+    @field_validator("inputs", "outputs", mode="before")
+    @classmethod
+    def _data(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secrets(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+    @model_validator(mode="after")
+    def _secret_not_env(self) -> JobSpec:
+        both = sorted(set(self.secrets) & set(self.env))
+        if both:
+            _fail(
+                f"{both[0]} is in env too. A secret's value comes from the caller, never the file: remove it from env",
+                "secrets",
+            )
+        return self
 
     @field_validator("setup", mode="before")
     @classmethod

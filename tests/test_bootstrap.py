@@ -27,8 +27,10 @@ import pytest
 
 from gpucloud.channel import FileChannel, iter_manifest, pack_workdir
 from gpucloud.providers import capabilities
-from gpucloud.render import render_bootstrap
 from gpucloud.stacks import Stack
+from gpucloud.vm.agent_config import job_config
+from gpucloud.vm.agent_pack import agent_archive, archive_sha256
+from gpucloud.vm.shim import render_shim
 from tests.test_render import CPU, K80, NASTY, T4, make_candidate, make_spec
 
 STUBS = Path(__file__).parent / "support" / "vm_stubs"
@@ -153,7 +155,11 @@ def make_vm(
     channel.upload_code(run_id, pack_workdir(wd, dest=tmp / "code.tar.gz"))
     channel.reset_nodes(run_id, 1)
     manifest = channel.prepare(
-        run_id, 1, datetime.now(UTC) + timedelta(seconds=deadline_s), checkpoint=bool((spot or {}).get("checkpoint"))
+        run_id,
+        1,
+        datetime.now(UTC) + timedelta(seconds=deadline_s),
+        checkpoint=bool((spot or {}).get("checkpoint")),
+        agent=True,
     )[0]
     if url_map is not None:
         key = f"runs/{run_id}/node-0/manifest"
@@ -182,16 +188,24 @@ def make_vm(
     for key, value in (spot or {}).items():
         setattr(spec, key, value)
     cand = make_candidate(provider, gpu, count if gpu else 0)
-    text = render_bootstrap(
+    cfg = job_config(
         spec,
         stack,
         cand,
         caps=capabilities(provider),
         run_id=run_id,
-        manifest_url=manifest,
         log_interval=0.2,
         heartbeat_interval=0.4,
         **(render_kw or {}),
+    )
+    archive = agent_archive(cfg.to_json())
+    channel.upload_agent(run_id, archive)
+    text = render_shim(
+        caps=capabilities(provider),
+        run_id=run_id,
+        max_duration=max_duration,
+        agent_sha256=archive_sha256(archive),
+        manifest_url=manifest,
     )
     vm_dir = tmp / "vm"
     if run_id and vm_dir.exists():  # another attempt: a fresh machine

@@ -27,7 +27,12 @@ from gpucloud.channel import FileChannel, node_prefix, pack_workdir
 from gpucloud.providers import capabilities
 from gpucloud.providers.base import DEFAULT_MASTER_PORT
 from gpucloud.providers.local import LocalProvider
-from gpucloud.render import render_bootstrap
+from gpucloud.vm.agent.barrier import node_ip
+from gpucloud.vm.agent.hooks import hooks_for
+from gpucloud.vm.agent.transfer import Transfer
+from gpucloud.vm.agent_config import job_config
+from gpucloud.vm.agent_pack import agent_archive, archive_sha256
+from gpucloud.vm.shim import render_shim
 from gpucloud.watch import outcome as _outcome
 from tests.support.text import flat
 from tests.test_local_e2e import cli, leftovers, run_id_of, write_job
@@ -92,25 +97,34 @@ def make_cluster(
     (wd / "hello.txt").write_text("hi\n")
     channel.upload_code(run_id, pack_workdir(wd, dest=tmp / "code.tar.gz"))
     deadline = datetime.now(UTC) + timedelta(seconds=120)
-    urls = channel.prepare(run_id, nodes, deadline)
-    if shared:
-        urls = [channel.node_index(run_id, urls, deadline)] * nodes
     spec = make_spec(cloud="local", gpu=None, env={"FOO": "bar"}, run=run, setup=setup, artifacts=[], num_nodes=nodes)
     cand = make_candidate("local", "", 0, nodes)
+    cfg = job_config(
+        spec,
+        CPU,
+        cand,
+        caps=capabilities("local"),
+        run_id=run_id,
+        node_rank=None if shared else 0,
+        log_interval=0.2,
+        heartbeat_interval=0.4,
+        master_port=master_port,
+        barrier_timeout=barrier_timeout,
+    )
+    archive = agent_archive(cfg.to_json())
+    channel.upload_agent(run_id, archive)
+    urls = channel.prepare(run_id, nodes, deadline, agent=True)
+    if shared:
+        urls = [channel.node_index(run_id, urls, deadline, agent=True)] * nodes
     scripts, dirs = [], []
     for rank in range(nodes):
-        text = render_bootstrap(
-            spec,
-            CPU,
-            cand,
+        text = render_shim(
             caps=capabilities("local"),
             run_id=run_id,
-            node_rank=None if shared else rank,
+            max_duration=int(spec.max_duration),
+            agent_sha256=archive_sha256(archive),
             manifest_url=urls[rank],
-            log_interval=0.2,
-            heartbeat_interval=0.4,
-            master_port=master_port,
-            barrier_timeout=barrier_timeout,
+            node_rank=None if shared else rank,
         )
         vm_dir = tmp / f"node-{rank}"
         vm_dir.mkdir()
@@ -206,34 +220,34 @@ class _FakeImds(BaseHTTPRequestHandler):
 def test_aws_shared_script_reads_the_launch_index(tmp_path: Path) -> None:
     spec = make_spec(cloud="aws", gpu="T4", count=1, num_nodes=4)
     cand = make_candidate("aws", "T4", 1, 4, instance_type="g4dn.xlarge")
-    text = render_bootstrap(
-        spec,
-        T4,
-        cand,
+    cfg = job_config(spec, T4, cand, caps=capabilities("aws"), run_id="run-1", node_rank=None)
+    text = render_shim(
         caps=capabilities("aws"),
         run_id="run-1",
-        node_rank=None,
+        max_duration=3600,
+        agent_sha256="0" * 64,
         manifest_url="https://b.example/runs/run-1/nodes?sig=1",
+        node_rank=None,
     )
-    assert "RANK=${GPUCLOUD_NODE_RANK:-}" in text and "node any" in text
+    assert "RANK=${GPUCLOUD_NODE_RANK:-}" in text and "node any" in text and cfg.shared
     (tmp_path / "shared.sh").write_text(text)
-    sc = subprocess.run([str(SHELLCHECK), str(tmp_path / "shared.sh")], capture_output=True, text=True)
+    sc = subprocess.run([str(SHELLCHECK), "-s", "sh", str(tmp_path / "shared.sh")], capture_output=True, text=True)
     assert sc.returncode == 0, sc.stdout
-    fn = re.search(r"^launch_index\(\) \{\n.*?^\}\n", text, re.S | re.M)
-    assert fn is not None
+    # the agent's AWS hooks ask IMDSv2 for the launch index (the node's rank)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeImds)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        out = subprocess.run(
-            ["bash", "-c", fn.group(0) + "launch_index"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            env={"PATH": os.environ["PATH"], "GPUCLOUD_IMDS_ENDPOINT": f"http://127.0.0.1:{server.server_port}"},
+        hooks = hooks_for(
+            cfg.self_termination,
+            cfg.preemption_notice,
+            Transfer(),
+            {"GPUCLOUD_IMDS_ENDPOINT": f"http://127.0.0.1:{server.server_port}"},
+            lambda line: None,
+            lambda s: None,
         )
+        assert hooks.launch_index() == 3
     finally:
         server.shutdown()
-    assert (out.returncode, out.stdout) == (0, "3"), out.stderr
 
 
 def test_barrier_timeout_fails_the_node_clearly(tmp_path: Path) -> None:
@@ -265,42 +279,24 @@ def test_single_node_skips_the_barrier_and_still_sets_the_torchrun_variables(tmp
 
 def test_render_rank_1_for_a_cloud(tmp_path: Path) -> None:
     """A cloud node publishes its primary private address (default route's source), not loopback;
-    MASTER_PORT defaults to 29500 there, and the rank and node count are rendered per node."""
+    MASTER_PORT defaults to 29500 there, and the rank and node count are given per node."""
     spec = make_spec(cloud="aws", gpu="T4", count=4, num_nodes=2)
     cand = make_candidate("aws", "T4", 4, 2, instance_type="g4dn.12xlarge")
-    text = render_bootstrap(
-        spec,
-        T4,
-        cand,
+    cfg = job_config(spec, T4, cand, caps=capabilities("aws"), run_id="run-1", node_rank=1, barrier_timeout=600)
+    text = render_shim(
         caps=capabilities("aws"),
         run_id="run-1",
+        max_duration=3600,
+        agent_sha256="0" * 64,
+        manifest_url="u",
         node_rank=1,
-        manifest_url="https://b.example/m?sig=1",
-        barrier_timeout=600,
     )
-    assert "\nRANK=1\n" in text and "\nNODES=2\n" in text and "\nNGPU=4\n" in text
-    assert "\nMASTER_PORT=29500\n" in text and "\nBARRIER_S=600\n" in text
-    assert "ip -4 -o route get" in text and "hostname -I" in text and "127.0.0.1}" not in text
-    # the node_ip function, run on this machine, finds an IPv4 address
-    fn = re.search(r"^node_ip\(\) \{\n.*?^\}\n", text, re.S | re.M)
-    assert fn is not None
-    out = subprocess.run(
-        ["bash", "-c", fn.group(0) + "node_ip"],
-        capture_output=True,
-        text=True,
-        timeout=10,
-        env={"PATH": os.environ["PATH"]},
-    )
-    assert re.fullmatch(r"\d+\.\d+\.\d+\.\d+\n", out.stdout), out
-    out = subprocess.run(
-        ["bash", "-c", fn.group(0) + "node_ip"],
-        capture_output=True,
-        text=True,
-        timeout=10,
-        env={"PATH": os.environ["PATH"], "GPUCLOUD_NODE_IP": "10.1.2.3"},
-    )
-    assert out.stdout == "10.1.2.3\n"
-    local = render_bootstrap(
+    assert "\nRANK=1\n" in text and cfg.rank == 1 and cfg.num_nodes == 2 and cfg.gpu_count == 4
+    assert cfg.master_port == 29500 and cfg.barrier_s == 600 and not cfg.node_ips_known
+    # the agent's node_ip, run on this machine, finds an IPv4 address; GPUCLOUD_NODE_IP overrides it
+    assert re.fullmatch(r"\d+\.\d+\.\d+\.\d+", node_ip({"PATH": os.environ["PATH"]}, known=False))
+    assert node_ip({"GPUCLOUD_NODE_IP": "10.1.2.3"}, known=False) == "10.1.2.3"
+    local = job_config(
         make_spec(cloud="local", gpu=None, num_nodes=2),
         CPU,
         make_candidate("local", "", 0, 2),
@@ -309,11 +305,11 @@ def test_render_rank_1_for_a_cloud(tmp_path: Path) -> None:
         node_rank=1,
         master_port=41234,
     )
-    assert "\nMASTER_PORT=41234\n" in local and 'echo "${GPUCLOUD_NODE_IP:-127.0.0.1}"' in local
+    assert local.master_port == 41234 and local.node_ips_known and node_ip({}, known=True) == "127.0.0.1"
     with pytest.raises(ValueError):
-        render_bootstrap(spec, T4, cand, caps=capabilities("aws"), run_id="run-1", node_rank=2)
+        job_config(spec, T4, cand, caps=capabilities("aws"), run_id="run-1", node_rank=2)
     with pytest.raises(ValueError):
-        render_bootstrap(spec, T4, cand, caps=capabilities("aws"), run_id="run-1", master_port=70000)
+        job_config(spec, T4, cand, caps=capabilities("aws"), run_id="run-1", master_port=70000)
 
 
 def test_clear_ready_removes_a_previous_attempts_addresses(tmp_path: Path) -> None:

@@ -126,6 +126,9 @@ def test_the_wheel_ships_every_module_and_data_file(dist: Path) -> None:
     names = set(zipfile.ZipFile(_one(dist, "gpucloud-*.whl")).namelist())
     assert {
         "gpucloud/templates/bootstrap.sh.j2",
+        "gpucloud/templates/shim.sh.j2",
+        "gpucloud/vm/protocol.py",
+        "gpucloud/vm/agent/__main__.py",
         "gpucloud/catalog/data/offerings.csv",
         "gpucloud/providers/aws/__init__.py",
         "gpucloud/providers/azure/__init__.py",

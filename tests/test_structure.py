@@ -48,6 +48,8 @@ LAYERS: dict[str, int] = {
     "gpucloud.spec_values": SPEC,
     "gpucloud.spec_yaml": SPEC,
     "gpucloud.spec_gpu": SPEC,
+    "gpucloud.spec_secrets": SPEC,
+    "gpucloud.spec_data": SPEC,
     # the plan: stacks, images, candidates
     "gpucloud.plan": PLAN,
     "gpucloud.planner": PLAN,
@@ -82,6 +84,8 @@ LAYERS: dict[str, int] = {
     "gpucloud.run_artifacts": RUN,
     "gpucloud.runlog": RUN,
     "gpucloud.lifecycle": RUN,
+    "gpucloud.secret_delivery": RUN,
+    "gpucloud.data_grants": RUN,
     "gpucloud.failover": RUN,
     "gpucloud.watch": RUN,
     "gpucloud.teardown": RUN,

@@ -140,7 +140,11 @@ def _url_map(cell: Cell, server: FaultServer) -> Callable[[str], str]:
         path = mapped[len(server.base) :]
         if refuse == "manifest" and path.endswith("/manifest"):
             return refused + path
-        if refuse == "puts" and not path.endswith(("/manifest", "/code.tar.gz")) and "/ready" not in path:
+        if (
+            refuse == "puts"
+            and not path.endswith(("/manifest", "/code.tar.gz", "/agent.tar.gz"))
+            and "/ready" not in path
+        ):
             return refused + path
         return mapped
 

@@ -183,7 +183,7 @@ class BlobChannel(Channel):
     def get_bytes(self, key: str, limit: int | None = None) -> bytes | None:
         """GET; with `limit`, at most `limit + 1` bytes are asked for, and a blob larger than the
         limit is refused by its size."""
-        from azure.core.exceptions import ResourceNotFoundError
+        from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
         try:
             if limit is None:
@@ -191,6 +191,10 @@ class BlobChannel(Channel):
             blob = self._container.download_blob(key, offset=0, length=limit + 1)
         except ResourceNotFoundError:
             return None
+        except HttpResponseError as exc:
+            if exc.status_code == 416:  # a ranged read of an empty blob (a claim blob nobody appended to yet)
+                return b""
+            raise
         if blob.size > limit or (blob.properties.size or 0) > limit:
             raise ObjectRefused(f"{key} is larger than its cap of {limit} bytes ({blob.properties.size} bytes)")
         return blob.readall()

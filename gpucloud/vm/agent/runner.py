@@ -1,0 +1,113 @@
+"""The job's steps (setup, run): each in its own session and process group, output appended to
+job.log, its group id in job.pgid so every other part of the node (watchdog, guard, signal, the
+backstop process) can stop it: SIGTERM, then SIGKILL after a grace. Stdlib only, Python >= 3.8.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import Callable, Mapping, Optional
+
+KILL_GRACE_S = 5.0
+KILL_POLL_S = 0.05
+
+
+class Runner:
+    def __init__(
+        self, vm_dir: Path, job_dir: Path, log_path: Path, log: Callable[[str], None], sleep: Callable[[float], None]
+    ) -> None:
+        self.pgid_path = vm_dir / "job.pgid"
+        self.job_dir = job_dir
+        self.log_path = log_path
+        self.log = log
+        self.sleep = sleep
+        self.proc: Optional[subprocess.Popen] = None
+        self.lock = threading.Lock()
+
+    def start(self, command: str, env: Mapping[str, str]) -> subprocess.Popen:
+        with open(self.log_path, "ab") as out:
+            proc = subprocess.Popen(
+                ["bash", "-c", command],
+                cwd=str(self.job_dir),
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        with self.lock:
+            self.proc = proc
+        self.pgid_path.write_text(f"{proc.pid}\n")
+        return proc
+
+    def run(self, command: str, env: Mapping[str, str]) -> int:
+        """Run one step to its end; its leftovers (background children) get SIGTERM after."""
+        proc = self.start(command, env)
+        rc = shell_code(proc.wait())
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            self.pgid_path.unlink()
+        except OSError:
+            pass
+        return rc
+
+    def pgid(self) -> Optional[int]:
+        try:
+            return int(self.pgid_path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def kill(self, grace: float = KILL_GRACE_S) -> Optional[int]:
+        """SIGTERM to the job's group, SIGKILL after `grace` s; the job's exit code when it was ours."""
+        pg = self.pgid()
+        if pg is None or not _signal_group(pg, signal.SIGTERM):
+            return self._code()
+        waited = 0.0
+        while waited < grace:
+            self._reap()
+            if not _alive(pg):
+                return self._code()
+            self.sleep(KILL_POLL_S)
+            waited += KILL_POLL_S
+        if _alive(pg):
+            self.log(f"job ignored SIGTERM for {int(grace)} s: SIGKILL")
+            _signal_group(pg, signal.SIGKILL)
+        return self._code()
+
+    def _reap(self) -> None:
+        """Collect our own exited job: a zombie still counts as a member of its process group."""
+        with self.lock:
+            proc = self.proc
+        if proc is not None:
+            proc.poll()
+
+    def _code(self) -> Optional[int]:
+        with self.lock:
+            proc = self.proc
+        if proc is None:
+            return None
+        try:
+            return shell_code(proc.wait(timeout=10))
+        except subprocess.TimeoutExpired:
+            return None
+
+
+def shell_code(rc: int) -> int:
+    """A job ended by signal N reports 128 + N, as a shell's `wait` does (Popen says -N)."""
+    return 128 - rc if rc < 0 else rc
+
+
+def _signal_group(pg: int, sig: int) -> bool:
+    try:
+        os.killpg(pg, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _alive(pg: int) -> bool:
+    return _signal_group(pg, 0)

@@ -1,0 +1,70 @@
+"""An attempt's user-data: the agent archive (job config inside) uploaded to the channel, the
+manifests written with its URL, and one shim per node (or one for all, shared) that checks the
+archive's SHA-256 before it starts the agent (docs/INTERNALS.md, "VM agent").
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from gpucloud.vm.agent_config import job_config
+from gpucloud.vm.agent_pack import agent_archive, archive_sha256
+from gpucloud.vm.shim import render_shim
+
+if TYPE_CHECKING:
+    from gpucloud.channel import Channel
+    from gpucloud.providers.base import Candidate, Capabilities
+    from gpucloud.spec import JobSpec
+    from gpucloud.stacks import Stack
+
+
+def prepare_nodes(
+    spec: JobSpec,
+    stack: Stack,
+    cand: Candidate,
+    *,
+    caps: Capabilities,
+    channel: Channel,
+    run_id: str,
+    deadline: datetime,
+    master_port: int,
+) -> list[str]:
+    """Upload the agent, write the manifests, and return each node's user-data (rank order)."""
+    shared = spec.num_nodes > 1 and caps.shared_user_data
+    cfg = job_config(
+        spec,
+        stack,
+        cand,
+        caps=caps,
+        run_id=run_id,
+        node_rank=None if shared else 0,
+        put_headers=channel.put_headers,
+        master_port=master_port,
+    )
+    archive = agent_archive(cfg.to_json())
+    channel.upload_agent(run_id, archive)
+    urls = channel.prepare(
+        run_id,
+        spec.num_nodes,
+        deadline,
+        checkpoint=bool(spec.checkpoint),
+        agent=True,
+        secrets=bool(spec.secrets or spec.inputs or spec.outputs),
+    )
+    if shared:
+        # N identical machines in one call: each finds its rank at boot, its manifest in the index.
+        urls = [channel.node_index(run_id, urls, deadline, agent=True)]
+    sha = archive_sha256(archive)
+    user_data = [
+        render_shim(
+            caps=caps,
+            run_id=run_id,
+            max_duration=int(spec.max_duration),
+            agent_sha256=sha,
+            manifest_url=url,
+            node_rank=None if shared else rank,
+        )
+        for rank, url in enumerate(urls)
+    ]
+    return user_data * spec.num_nodes if shared else user_data
