@@ -163,24 +163,33 @@ GPU_SAMPLE_ENV = "GPUCLOUD_GPU_SAMPLE_S"  # seconds between GPU samples (the sim
 DEFAULT_GPU_SAMPLE_S = 5.0
 
 
-def _gpu_usage_context(spec: JobSpec, gpu_count: int) -> dict[str, object]:
-    """The node's GPU sampler (gpucloud/vm/agent/gpu_usage.py, shipped in the script: the bash
-    bootstrap has no other way to carry it), how often it samples, and the idle timeout."""
+def gpu_sampling(spec: JobSpec, gpu_count: int) -> tuple[float, int]:
+    """How often the node samples its GPUs (0: no GPU, no sampler) and the job's idle timeout."""
     import os
-    from pathlib import Path
 
     if not gpu_count:
-        return {"gpu_usage_py": "", "gpu_sample_s": 0, "idle_timeout": 0}
-    from gpucloud.vm.agent import gpu_usage
-
+        return 0.0, 0
     try:
         every = float(os.environ.get(GPU_SAMPLE_ENV) or DEFAULT_GPU_SAMPLE_S)
     except ValueError:
         every = DEFAULT_GPU_SAMPLE_S
+    return max(every, 0.2), int(spec.resources.idle_timeout or 0)
+
+
+def _gpu_usage_context(spec: JobSpec, gpu_count: int) -> dict[str, object]:
+    """The node's GPU sampler (gpucloud/vm/agent/gpu_usage.py, shipped in the script: the bash
+    bootstrap has no other way to carry it), how often it samples, and the idle timeout."""
+    from pathlib import Path
+
+    every, idle = gpu_sampling(spec, gpu_count)
+    if not every:
+        return {"gpu_usage_py": "", "gpu_sample_s": 0, "idle_timeout": 0}
+    from gpucloud.vm.agent import gpu_usage
+
     return {
         "gpu_usage_py": _compact(Path(gpu_usage.__file__).read_text(encoding="utf-8")),
-        "gpu_sample_s": f"{max(every, 0.2):g}",
-        "idle_timeout": int(spec.resources.idle_timeout or 0),
+        "gpu_sample_s": f"{every:g}",
+        "idle_timeout": idle,
     }
 
 

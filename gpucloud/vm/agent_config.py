@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpucloud.channel import LOG_PART_MAX
 from gpucloud.providers.base import DEFAULT_MASTER_PORT, Capabilities
-from gpucloud.render import _node_stack, _timings, render_env_block
+from gpucloud.render import _node_stack, _timings, gpu_sampling, render_env_block
 from gpucloud.vm.agent.config import JobConfig
 from gpucloud.vm.stack_config import stack_config
 
@@ -50,6 +50,7 @@ def job_config(
     log_s, hb_s, barrier_s = _timings(caps, log_interval, heartbeat_interval, barrier_timeout, master_port)
     render_env_block(spec.env)  # the same refusals as the template (names the node keeps for itself)
     node = node or _node_stack(spec, stack, candidate)
+    sample_s, idle_timeout = gpu_sampling(spec, candidate.gpu_count if candidate.gpu else 0)
     return JobConfig(
         run_id=run_id,
         num_nodes=int(spec.num_nodes),
@@ -79,4 +80,6 @@ def job_config(
         secrets=list(spec.secrets),
         data=bool(spec.inputs or spec.outputs),
         outputs_interval=int(spec.checkpoint_interval) if spec.outputs and spec.outputs_sync == "interval" else 0,
+        gpu_sample_s=sample_s,
+        idle_timeout=idle_timeout,
     )

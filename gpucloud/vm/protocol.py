@@ -153,9 +153,11 @@ def status_document(
     log_parts: int,
     log_bytes: int,
     artifacts_sha256: str = "",
+    gpu: Optional[Mapping[str, object]] = None,
 ) -> bytes:
     """status.json's bytes, fields in their fixed order, compact, newline-terminated. `stages` in
-    STAGES order; each `{"start": epoch, "end": epoch|null, "ok": bool|null}`."""
+    STAGES order; each `{"start": epoch, "end": epoch|null, "ok": bool|null}`. `gpu`, when the node
+    samples its GPUs, is the sampler's summary (gpucloud/vm/agent/gpu_usage.py)."""
     ordered = {s: dict(stages[s]) for s in STAGES if s in stages}
     doc = {
         "run_id": run_id,
@@ -170,6 +172,8 @@ def status_document(
         "log_bytes": log_bytes,
         "artifacts_sha256": artifacts_sha256,
     }
+    if gpu:
+        doc["gpu"] = dict(gpu)
     return (json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
 
 

@@ -26,8 +26,9 @@ from gpucloud.vm.agent.claim import NodeKey
 from gpucloud.vm.agent.clock import Clock
 from gpucloud.vm.agent.config import JobConfig
 from gpucloud.vm.agent.deadline import Deadline, deadline_message
-from gpucloud.vm.agent.ending import AgentExit, Ending, StandDown
+from gpucloud.vm.agent.ending import AgentExit, StandDown
 from gpucloud.vm.agent.final import FinalGate
+from gpucloud.vm.agent.gpu_watch import GpuWatching
 from gpucloud.vm.agent.guard import Guard
 from gpucloud.vm.agent.heartbeat import Heartbeat
 from gpucloud.vm.agent.hooks import Hooks, hooks_for
@@ -44,7 +45,7 @@ STOP_PUMP_S = 5.0
 SHIM_ONLY = ("GPUCLOUD_BACKSTOP_PID", "GPUCLOUD_SHIM", "PYTHONPATH")
 
 
-class Agent(Ending):
+class Agent(GpuWatching):
     def __init__(
         self,
         cfg: JobConfig,
@@ -491,6 +492,7 @@ class Agent(Ending):
                 self.gate_check()
                 self.fail(str(exc))
         self.stage("run")
+        self.start_gpu_watch()
         rc = self.run_step(self.cfg.run)
         self.take_final("main")
         self.stop_guard()

@@ -44,6 +44,8 @@ class JobConfig:
     secrets: List[str] = field(default_factory=list)  # names only: the values come sealed (secret_env.py)
     data: bool = False  # inputs/outputs: their grants come sealed too (data.py)
     outputs_interval: int = 0  # > 0: outputs are also uploaded this often while the job runs
+    gpu_sample_s: float = 0.0  # > 0: the GPUs are sampled this often (gpu_watch.py)
+    idle_timeout: int = 0  # > 0: every GPU idle this long ends the run (exit 125)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "JobConfig":

@@ -156,6 +156,7 @@ class StatusBoard:
                 log_parts=int(f["log_parts"]),
                 log_bytes=int(f["log_bytes"]),
                 artifacts_sha256=f["artifacts_sha256"],
+                gpu=f.get("gpu"),
             )
 
     def push(self, final: bool = False) -> bool:
