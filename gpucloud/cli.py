@@ -13,6 +13,18 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from gpucloud import __version__, ci_output, providers
+from gpucloud.cli_options import (
+    CloudOpt,
+    EnvOpt,
+    HostOpt,
+    JsonOpt,
+    PlotOpt,
+    RegionOpt,
+    SecretFileOpt,
+    SecretOpt,
+    SpecArg,
+    YesOpt,
+)
 
 app = typer.Typer(
     name="gpucloud",
@@ -25,35 +37,6 @@ app = typer.Typer(
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-SpecArg = Annotated[str, typer.Argument(help="Path to the job file (YAML).", metavar="SPEC")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-PlotOpt = Annotated[
-    Path | None,
-    typer.Option("--plot", metavar="FILE", help="Draw it into FILE (.png or .svg; needs matplotlib: gpucloud[plot])."),
-]
-CloudOpt = Annotated[
-    str | None, typer.Option("--cloud", help=f"A provider: {', '.join(providers.names())} (overrides resources.cloud).")
-]
-RegionOpt = Annotated[str | None, typer.Option("--region", help="Only this region.")]
-SecretOpt = Annotated[
-    list[str] | None,
-    typer.Option("--secret", metavar="NAME[=VALUE]", help="A secret for the job (value from this env without =VALUE)."),
-]
-SecretFileOpt = Annotated[
-    list[str] | None, typer.Option("--secret-file", metavar="PATH", help="NAME=VALUE lines of secrets.")
-]
-EnvOpt = Annotated[list[str] | None, typer.Option("--env", metavar="NAME=VALUE", help="Set or override an env value.")]
-HostOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--host",
-        metavar="HOST",
-        help="Run on this machine of yours, reached over SSH ([user@]host[:port] or an ssh "
-        "alias; repeat for more nodes). Picks the provider that takes hosts; overrides resources.hosts.",
-    ),
-]
-YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 
 
 def err(message: str) -> None:
@@ -125,7 +108,6 @@ def handles_errors(fn: F) -> F:
 
 
 def parse_cloud(cloud: str | None) -> str | None:
-    from gpucloud import providers
     from gpucloud.errors import UserError
 
     if cloud is not None and cloud not in providers.names():
@@ -140,7 +122,6 @@ def load_job(spec: str, cloud: str | None, hosts: list[str] | None) -> tuple[Any
     `gpu:` is fine with `--cloud local`, as it is with `cloud: local` in the file. `--host H`
     (repeatable) runs it on those machines, whatever its file says, through the provider that
     takes hosts (the registry's `takes_hosts`)."""
-    from gpucloud import providers
     from gpucloud.errors import UserError
     from gpucloud.spec import Resources, load_spec
 
@@ -239,7 +220,6 @@ def render(
     host: HostOpt = None,
 ) -> None:
     """Print the user-data (bootstrap script) the VM would get."""
-    from gpucloud import providers
     from gpucloud.errors import UserError
     from gpucloud.planner import make_plan
     from gpucloud.render import render_bootstrap

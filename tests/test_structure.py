@@ -102,6 +102,7 @@ LAYERS: dict[str, int] = {
     "gpucloud.cli": CLI,
     "gpucloud.cli_images": CLI,
     "gpucloud.cli_setup": CLI,
+    "gpucloud.cli_options": CLI,
     "gpucloud.entry": CLI,
     "gpucloud.__main__": CLI,
 }
