@@ -34,9 +34,13 @@ MODULES: dict[str, str] = {
     "gpucloud/spec_recovery.py": "gpucloud/spec/recovery.py",
     "gpucloud/spec_values.py": "gpucloud/spec/values.py",
     "gpucloud/spec_yaml.py": "gpucloud/spec/source.py",
+    "gpucloud/spec_gpu.py": "gpucloud/spec/gpu.py",
+    "gpucloud/spec_data.py": "gpucloud/spec/data.py",
+    "gpucloud/spec_secrets.py": "gpucloud/spec/secrets.py",
     # plan/: stacks, images, candidates
     "gpucloud/planner.py": "gpucloud/plan/planner.py",
     "gpucloud/plan_rows.py": "gpucloud/plan/rows.py",
+    "gpucloud/plan_match.py": "gpucloud/plan/match.py",
     "gpucloud/provider_requests.py": "gpucloud/plan/requests.py",
     "gpucloud/stacks.py": "gpucloud/plan/stacks.py",
     "gpucloud/stack_data.py": "gpucloud/plan/stack_data.py",
@@ -71,6 +75,10 @@ MODULES: dict[str, str] = {
     "gpucloud/runlog.py": "gpucloud/run/log.py",
     "gpucloud/check.py": "gpucloud/run/check.py",
     "gpucloud/bake.py": "gpucloud/run/bake.py",
+    "gpucloud/secret_delivery.py": "gpucloud/run/secrets.py",
+    "gpucloud/data_grants.py": "gpucloud/run/data_grants.py",
+    "gpucloud/gpu_report.py": "gpucloud/run/gpu_report.py",
+    "gpucloud/plot.py": "gpucloud/run/plot.py",
     # state/: the state store
     "gpucloud/state.py": "gpucloud/state/store.py",
     "gpucloud/state_guard.py": "gpucloud/state/guard.py",
@@ -88,6 +96,7 @@ MODULES: dict[str, str] = {
     "gpucloud/cli.py": "gpucloud/cli/app.py",
     "gpucloud/cli_images.py": "gpucloud/cli/images.py",
     "gpucloud/cli_setup.py": "gpucloud/cli/setup.py",
+    "gpucloud/cli_options.py": "gpucloud/cli/options.py",
     "gpucloud/entry.py": "gpucloud/cli/entry.py",
 }
 
@@ -101,6 +110,7 @@ KEEP_MODULES: tuple[str, ...] = (
     "gpucloud/providers/contract.py",
     "gpucloud/providers/aws/",
     "gpucloud/providers/azure/",
+    "gpucloud/providers/slurm/",
     "gpucloud/vm/",
 )
 
@@ -124,6 +134,7 @@ PACKAGES: dict[str, str] = {
 TESTS: dict[str, str] = {
     "test_spec.py": "spec",
     "test_planner.py": "plan",
+    "test_plan_alternatives.py": "plan",
     "test_stacks.py": "plan",
     "test_images.py": "plan",
     "test_stack_images.py": "plan",
@@ -153,6 +164,8 @@ TESTS: dict[str, str] = {
     "test_ssh_e2e.py": "providers/ssh",
     "test_ssh_os.py": "providers/ssh",
     "test_ssh_unit.py": "providers/ssh",
+    "test_slurm_e2e.py": "providers/slurm",
+    "test_slurm_unit.py": "providers/slurm",
     "test_channel.py": "channel",
     "test_extract.py": "channel",
     "test_log_grants.py": "channel",
@@ -172,6 +185,13 @@ TESTS: dict[str, str] = {
     "test_spot_clouds.py": "run",
     "test_fail_right_clouds.py": "run",
     "test_launch_credentials.py": "run",
+    "test_secrets.py": "run",
+    "test_secrets_clouds.py": "run",
+    "test_data_e2e.py": "run",
+    "test_data_units.py": "run",
+    "test_gpu_report.py": "run",
+    "test_gpu_usage_e2e.py": "run",
+    "test_plot.py": "run",
     "test_state.py": "state",
     "test_state_damage.py": "state",
     "test_private_home.py": "state",
@@ -230,6 +250,7 @@ LAYERS_BLOCK = """LAYERS: dict[str, int] = {
     "gpucloud.providers.azure": MACHINES,
     "gpucloud.providers.local": MACHINES,
     "gpucloud.providers.ssh": MACHINES,
+    "gpucloud.providers.slurm": MACHINES,
     "gpucloud.vm": MACHINES,
     # what the user reads: plans, statuses, progress, JSON and CI output (a run reports through them)
     "gpucloud.ui": UI,
