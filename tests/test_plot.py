@@ -76,10 +76,8 @@ def test_cli_cost_plot_and_help_stays_free_of_matplotlib(tmp_path: Path) -> None
     )
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "c.png").stat().st_size > 1000 and "wrote" in out.stderr
-    code = (
-        "import sys, gpucloud.cli as c; "
-        "c.app(['--help'], standalone_mode=False); print('matplotlib' in sys.modules)"
-    )
+    load = "import sys, gpucloud.cli as c; "
+    code = load + "c.app(['--help'], standalone_mode=False); print('matplotlib' in sys.modules)"
     probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert probe.stdout.strip().endswith("False"), probe.stdout + probe.stderr
 
