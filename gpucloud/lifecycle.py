@@ -1,10 +1,9 @@
 """The run itself: plan (run_plan.py) -> record -> provision (failover.py) -> follow (watch.py) ->
 collect (run_artifacts.py) -> teardown (teardown.py). The commands that look at or end runs later live in commands.py.
 
-Cloud-agnostic: everything cloud-specific sits behind the Provider protocol, its declared
-Capabilities and the Channel. The state store records each step before it is taken; teardown runs
-in `finally`, so no path out of `run_job` (job failure, deadline, Ctrl-C, SIGTERM, a bug) leaves a
-paid machine behind.
+Cloud-agnostic: everything cloud-specific sits behind the Provider protocol, its declared Capabilities and the
+Channel. The state store records each step before it is taken; teardown runs in `finally`, so no path out of
+`run_job` (job failure, deadline, Ctrl-C, SIGTERM, a bug) leaves a paid machine behind.
 """
 
 from __future__ import annotations
