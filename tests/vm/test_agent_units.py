@@ -604,7 +604,14 @@ def test_the_backstop_reports_when_the_process_ending_the_run_died_before_its_re
     dead.wait()
     (agent.vm_dir / "final").mkdir()  # the watchdog process took the end, then was killed
     (agent.vm_dir / "final" / "owner").write_text(f"{dead.pid}\n")
-    fresh = make_agent(tmp_path)
+    fresh = make_agent(tmp_path, self_termination="shutdown")  # a cloud: the backstop killed nothing itself
     fresh.transfer = agent.transfer
+    fresh.hooks = Hooks(fresh.transfer, {}, fresh.log, fresh.clock.sleep)  # no real shutdown here
     backstop(fresh)
     assert status(fresh)["message"] == BACKSTOP_MESSAGE and (fresh.st / "reported").exists()
+    local = make_agent(tmp_path / "local")  # `exit`: the shim's sleeper killed the reporter: no takeover
+    (local.vm_dir / "manifest").write_text(MANIFEST.format(deadline=1))
+    (local.vm_dir / "final").mkdir()
+    (local.vm_dir / "final" / "owner").write_text(f"{dead.pid}\n")
+    backstop(local)
+    assert "mem://status" not in local.transfer.store  # type: ignore[attr-defined]

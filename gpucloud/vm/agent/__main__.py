@@ -107,6 +107,8 @@ def _report_here(agent: Agent) -> bool:
     final status went up (the watchdog process killed in the middle of its report)."""
     if agent.gate.take("backstop"):
         return True
+    if agent.cfg.self_termination == "exit":  # the shim's sleeper killed that process itself
+        return False
     if (agent.st / "reported").exists() or not agent.gate.owner_gone():
         return False
     agent.log("backstop: the process that was ending the run is gone before it reported")

@@ -219,6 +219,9 @@ class Ending:
             self.runner.kill()
             self.finish("error", None, code, why)
             return
+        if self.gate.elsewhere():  # the end was taken before (or by another process): just leave
+            self.terminate(code)
+            return
         self.gate.done.wait()
         self.terminate(self.gate.exit_code)
 

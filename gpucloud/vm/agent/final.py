@@ -18,6 +18,7 @@ class FinalGate:
         self.path = vm_dir / "final"
         self._lock = threading.Lock()
         self.owner: Optional[str] = None
+        self.created = False  # this process made W/final
         self.done = threading.Event()  # set once the owner reported the end
         self.exit_code = 1
 
@@ -26,12 +27,13 @@ class FinalGate:
         with self._lock:
             if self.owner is not None and self.owner != who:
                 return False
-            if self.owner != who:
+            if not self.created:  # a hold (a signal being decided) has not made the directory
                 try:
                     os.mkdir(self.path)
                 except OSError:
                     self.owner = "elsewhere"
                     return False
+                self.created = True
             self.owner = who
             try:
                 (self.path / "owner").write_text(f"{os.getpid()}\n")

@@ -23,7 +23,7 @@ class LogPump:
     def __init__(self, log_path: Path, st_dir: Path, board: StatusBoard, upload: LogUpload, part_max: int) -> None:
         self.log_path = log_path
         self.pos_path = st_dir / "logpos"
-        self.part_path = st_dir / "part"
+        self.part_path = st_dir.parent / f"part.{os.getpid()}"  # the local provider drops part.* at teardown
         self.board = board
         self.upload = upload
         self.part_max = part_max
@@ -64,6 +64,10 @@ class LogPump:
             self.part_path.write_bytes(src.read(pe - po))
         if not self.upload.part(self.part_path, i, po, max_time=60 if final else 30, hard=final):
             return FAILED
+        try:
+            self.part_path.unlink()  # one copy of the log on the machine (the local provider's disk)
+        except OSError:
+            pass
         i += 1
         self._save(i, pe, pe)
         self.board.set(log_parts=i, log_bytes=pe)
