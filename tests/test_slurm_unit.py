@@ -4,6 +4,7 @@ plan's partition verdicts, sbatch options, and how Slurm's job state changes a n
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +141,18 @@ def test_slurm_state_applied_to_a_node_status(
 
 def test_a_completed_job_is_no_success_without_the_nodes_word() -> None:
     assert merge(None, job_state("COMPLETED", "None"), "r1", 0) is None
+
+
+def test_artifacts_stream_from_the_login_into_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The channel's get_to_file streams through Login.run(sink=) (here `cluster: local`): the
+    artifacts tarball lands in the file, and a missing object is False."""
+    from gpucloud.providers.slurm.channel import SlurmChannel
+    from gpucloud.providers.slurm.login import Login
+
+    monkeypatch.setenv("GPUCLOUD_REMOTE_ROOT", str(tmp_path / "remote"))
+    chan = SlurmChannel(Login("local"))
+    data = bytes(range(256)) * 4096
+    chan.put_bytes("runs/r1/node-0/artifacts.tar.gz", data)
+    dest = tmp_path / "a.tgz"
+    assert chan.get_to_file("runs/r1/node-0/artifacts.tar.gz", dest) and dest.read_bytes() == data
+    assert not chan.get_to_file("runs/r1/node-1/artifacts.tar.gz", tmp_path / "b.tgz")

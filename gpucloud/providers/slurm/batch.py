@@ -1,15 +1,19 @@
 """The Slurm side of a run: the sbatch options gpucloud derives from the job, the batch script,
-and the node wrapper each task runs before the usual bootstrap.
+and the node wrapper each task runs before the usual VM shim (docs/INTERNALS.md, "VM agent").
 
-Why a wrapper: the bootstrap (the same one every provider renders) runs one node; under Slurm one
-job runs all of them. The wrapper, started once per node (`srun --ntasks-per-node=1` for several
-nodes), takes the node's rank from `SLURM_NODEID`, its address from the controller
+Why a wrapper: the shim and its agent (the same ones every provider sends) run one node; under
+Slurm one job runs all of them. The wrapper, started once per node (`srun --ntasks-per-node=1` for
+several nodes), takes the node's rank from `SLURM_NODEID`, its address from the controller
 (`scontrol show node <name>`'s NodeAddr, the address Slurm itself uses; rank 0 is the first of
 `scontrol show hostnames $SLURM_JOB_NODELIST`, so the MASTER_ADDR the nodes agree on at the
-barrier is that node's), gives the bootstrap its folder, and leaves GPU placement to Slurm:
-`CUDA_VISIBLE_DEVICES` is what Slurm set for the job's GRES, and no lock of gpucloud's is taken.
+barrier is that node's), gives the shim its folder and rank (`GPUCLOUD_VM_DIR`,
+`GPUCLOUD_NODE_RANK`), and leaves GPU placement to Slurm: `CUDA_VISIBLE_DEVICES` is what Slurm set
+for the job's GRES, and no lock of gpucloud's is taken. The shim then fetches the agent archive
+from the run's channel on the shared filesystem (file:// URLs, as on an ssh host) and runs it.
 The driver is the site's: the wrapper checks the node's against the stack's branch (older, or
-newer than R470 for Kepler, is a warning at the top of the node's log) and installs nothing.
+newer than R470 for Kepler, is a warning at the top of the node's log) and installs nothing; the
+GPU count and branch are the agent's own job config (`stack.gpu_count`, `stack.driver` of the
+job.json in the run's agent archive, read with python3, which the agent needs anyway).
 A requeued job (preemption with `--requeue`) runs the wrapper again: that start begins afresh,
 with the checkpoint the earlier start uploaded (docs/SPOT.md), after the earlier start's status,
 barrier address and node-key claims are cleared (a second key would otherwise make the run's
@@ -55,9 +59,15 @@ case $ip in *[!0-9.]* | "") ;; *) export GPUCLOUD_NODE_IP=$ip ;; esac
 first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | head -n 1)
 echo "start ${SLURM_RESTART_COUNT:-0}, rank $RANK; rank 0: $first at $(addr "$first")" >"$W/slurm-start"
 node=${SLURMD_NODENAME:-$(hostname -s)}
-ngpu=$(sed -n 's/^NGPU=//p' "$D/bootstrap-$RANK.sh" | head -n 1)
-want=$(sed -n "s/^DRIVER='*\([0-9][0-9]*\).*/\1/p" "$D/bootstrap-$RANK.sh" | head -n 1)
-if [ "${ngpu:-0}" -gt 0 ] 2>/dev/null && [ -n "$want" ]; then
+# The GPU count and driver branch the job's stack needs: the agent's job config (job.json in the
+# run's agent archive; the shim checks the archive's hash before the agent runs).
+set -- $(tar -xzOf "$C/agent.tar.gz" job.json 2>/dev/null | timeout -k 2 20 python3 -c '
+import json, sys
+s = json.load(sys.stdin).get("stack") or {}
+print(int(s.get("gpu_count") or 0), str(s.get("driver") or "").split(".")[0])' 2>/dev/null)
+ngpu=${1:-0} want=${2:-}
+case $want in *[!0-9]*) want= ;; esac
+if [ "$ngpu" -gt 0 ] 2>/dev/null && [ -n "$want" ]; then
   drv=$(timeout -k 2 20 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null |
     head -n 1 | tr -cd '0-9.')
   if [ -z "$drv" ]; then
@@ -72,13 +82,14 @@ if [ "${ngpu:-0}" -gt 0 ] 2>/dev/null && [ -n "$want" ]; then
   echo "[gpucloud] $note" >>"$W/job.log"
 fi
 export GPUCLOUD_VM_DIR=$W GPUCLOUD_NODE_RANK=$RANK
-cd "$W" && exec bash "$D/bootstrap-$RANK.sh" </dev/null >"$W/console.log" 2>&1
+cd "$W" && exec sh "$D/shim-$RANK.sh" </dev/null >"$W/console.log" 2>&1
 """
 
 
 def time_limit(max_duration_s: int) -> str:
     """`--time` in whole minutes (Slurm's unit), rounded down so that Slurm's limit comes first and
-    the bootstrap's own deadline stays the second layer; at least one minute."""
+    the node's own deadline (the shim's backstop, the agent's watchdog) stays the second layer; at
+    least one minute."""
     return str(max(1, max_duration_s // 60))
 
 

@@ -4,7 +4,7 @@ bounded), or this machine when it is a submit host (`cluster: local`). Every Slu
 every channel read is one POSIX shell script run there.
 
 The cluster's shared filesystem holds the run: `<root>/work/<run_id>/` (sbatch script, node
-wrapper, each rank's bootstrap, each node's folder) and `<root>/channel/runs/<run_id>/` (the
+wrapper, each rank's shim, each node's folder) and `<root>/channel/runs/<run_id>/` (the
 channel), where `<root>` is `$GPUCLOUD_REMOTE_ROOT` or `~/.gpucloud` on the login node. The nodes
 must see that folder at the same path (a shared home, as on most clusters).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+from typing import BinaryIO
 
 from gpucloud.providers import ssh_transport
 from gpucloud.providers.ssh_probe import REMOTE_ROOT
@@ -37,9 +38,12 @@ class Login:
         check: bool = True,
         max_output: int = ssh_transport.DEFAULT_MAX_OUTPUT,
         retries: int = 2,
+        sink: BinaryIO | None = None,
     ) -> ssh_transport.Result:
         """Run a shell script there with `R` set to the remote root. The same errors as the ssh
-        transport: SshError (exit 75) when the command fails with `check`, or the host is not reached."""
+        transport: SshError (exit 75) when the command fails with `check`, or the host is not reached.
+        With `sink` (a file opened for writing), stdout goes there (an artifacts tarball, never held
+        in memory), as with the ssh transport."""
         body = f"R={REMOTE_ROOT}; {script}"
         if not self.local:
             return ssh_transport.run(
@@ -50,10 +54,16 @@ class Login:
                 check=check,
                 max_output=max_output,
                 retries=retries,
+                sink=sink,
             )
         try:
             proc = subprocess.run(
-                ["bash", "-c", body], input=input or b"", capture_output=True, timeout=timeout, check=False
+                ["bash", "-c", body],
+                input=input or b"",
+                stdout=sink if sink is not None else subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                timeout=timeout,
+                check=False,
             )
         except subprocess.TimeoutExpired:
             raise ssh_transport.SshError(
@@ -64,7 +74,7 @@ class Login:
             raise ssh_transport.SshError(
                 f"this machine: `{script.strip()[:60]}` exited {proc.returncode}: {err[-500:]}"
             )
-        return ssh_transport.Result(proc.returncode, proc.stdout[: max_output + 1], err)
+        return ssh_transport.Result(proc.returncode, (proc.stdout or b"")[: max_output + 1], err)
 
     def root(self) -> str:
         """The remote root as an absolute path (one call the first time)."""

@@ -1,7 +1,8 @@
 """The slurm provider: jobs submitted with sbatch to a cluster people already have, through its
 login node (docs/SLURM.md). Slurm places the job and enforces its time limit; gpucloud renders
-the usual bootstrap, which every node runs under a small wrapper (batch.py), and reads the run's
-channel and Slurm's view of the job through the login node (channel.py)."""
+the usual VM shim, which every node runs under a small wrapper (batch.py) and which fetches the
+agent from the run's channel, and reads that channel and Slurm's view of the job through the login
+node (channel.py)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from gpucloud.providers.base import Journal, PlanRequest
 
 RATE_ENV = "GPUCLOUD_SLURM_GPU_HOUR_RATE"  # chargeback $ per GPU-hour (plan and cost show $ with it)
-STOP_GRACE_S = 30  # scancel's TERM, Slurm's KillWait, the bootstrap's artifact upload
+STOP_GRACE_S = 30  # scancel's TERM, Slurm's KillWait, the agent's artifact upload
 
 SUBMIT_SCRIPT = r"""
 cd "$D" || exit 1
@@ -165,7 +166,7 @@ class SlurmProvider:
         return random.randint(29500, 32767)
 
     def provision(self, req: LaunchRequest, journal: Journal) -> RunHandle:
-        """Write the run's folder (sbatch script, node wrapper, one bootstrap per rank) through the
+        """Write the run's folder (sbatch script, node wrapper, one shim per rank) through the
         login node in one call, then sbatch it; the job id goes into the handle."""
         cluster, partition = req.region.rsplit("/", 1)
         login = self.channel(req.region).login
@@ -181,7 +182,7 @@ class SlurmProvider:
                 "expires": str(int(req.expires_at.timestamp())),
             }
             for rank, text in enumerate(req.user_data):
-                files[f"bootstrap-{rank}.sh"] = text.replace(ROOT_TOKEN, urllib.parse.quote(root))
+                files[f"shim-{rank}.sh"] = text.replace(ROOT_TOKEN, urllib.parse.quote(root))
             login.run(script('mkdir -p "$D" && tar -xzf - -C "$D"', D=run_dir), input=_tarball(files))
             journal.created(folder_id, f"{cluster}:work/{req.run_id}")
             gres_type = req.instance_type.split(":")[1] if req.instance_type.startswith("gpu:") else ""
@@ -225,7 +226,7 @@ class SlurmProvider:
         return [("pending" if job.waiting else "running" if job.active else "gone")] * n
 
     def stop(self, handle: RunHandle) -> None:
-        """scancel the job and wait for Slurm to end it (its nodes get SIGTERM: the bootstrap stops
+        """scancel the job and wait for Slurm to end it (its nodes get SIGTERM: the agent stops
         the job, uploads what it saved and its final status); folders are kept for the CLI to read."""
         self._cancel(handle, remove=False, grace=STOP_GRACE_S)
 
