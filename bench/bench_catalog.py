@@ -1,4 +1,4 @@
-"""Catalog load + query time (issue 2: "loading and querying under 50 ms").
+"""Catalog load + query time (target: loading and querying under 50 ms).
 
 Each sample clears the per-process cache, so it parses and validates both CSVs again (the cost a
 fresh `gpucloud plan` pays; module import is excluded). Prints medians of N samples.

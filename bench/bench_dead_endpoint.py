@@ -1,5 +1,5 @@
-"""How long `gpucloud run` takes to give up on a cloud whose endpoint is dead or silent (issue 10:
-it must be under 20 s per cloud, name the endpoint, and exit 78 when no cloud is usable).
+"""How long `gpucloud run` takes to give up on a cloud whose endpoint is dead or silent (it must
+be under 20 s per cloud, name the endpoint, and exit 78 when no cloud is usable).
 
 Cases (each a real CLI subprocess; no network needed):
 - AWS, connection refused: fake keys, AWS_ENDPOINT_URL=http://127.0.0.1:9.

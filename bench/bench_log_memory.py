@@ -1,4 +1,4 @@
-"""Memory of the CLI's log copy for a 2 GiB job log (issue 11: under 200 MB).
+"""Memory of the CLI's log copy for a 2 GiB job log (target: under 200 MB).
 
 A FileChannel gets 128 log parts of 16 MiB (the VM's largest part with a log folder), hard links of
 one file so the disk holds 16 MiB; a fresh process mirrors them with LogMirror (default 1 GiB cap:

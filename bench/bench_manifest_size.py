@@ -1,7 +1,7 @@
-"""How big is a node's manifest on S3 and Azure Blob for a 1 min and a 6 h max_duration? (issue 11
-point 5: the VM's upload rights must not grow with the deadline). Before, both listed one
-pre-signed URL per log part (up to 2000); now each node gets one log grant (S3 presigned POST on
-its log prefix, Azure one append blob with an add-only SAS).
+"""How big is a node's manifest on S3 and Azure Blob for a 1 min and a 6 h max_duration? The VM's
+upload rights must not grow with the deadline: one pre-signed URL per log part would be up to 2000,
+so each node gets one log grant (S3 presigned POST on its log prefix, Azure one append blob with an
+add-only SAS).
 
 S3 runs against moto in this process (`mock_aws`), Azure against Azurite (node_modules, as the
 tests use it). Prints a Markdown table: manifest bytes and the time `Channel.prepare` takes.

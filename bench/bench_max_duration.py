@@ -1,6 +1,5 @@
-"""Does a local run cost more with a longer max_duration? (issue 11: the log channel's grant must
-not grow with the deadline). Before, FileChannel.prepare wrote one URL per log part: 20,000 for
-the default 6 h, 2-4 s of a 3.4 s `run: "true"`.
+"""Does a local run cost more with a longer max_duration? The log channel's grant must not grow with
+the deadline (one URL per log part would be 20,000 for the default 6 h).
 
 Measures, for max_duration 1m and 6h:
 1. `FileChannel.prepare` (one node, log interval 0.5 s as the local provider uses) and its manifest size;

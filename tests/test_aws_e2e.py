@@ -1,4 +1,4 @@
-"""End to end on AWS, against moto in server mode and the VM simulator (issue 4, "Done when").
+"""End to end on AWS, against moto in server mode and the VM simulator.
 
 - The examples (quickstart.yaml and t4-any-cloud.yaml, --cloud aws) run through the real CLI in a
   subprocess: logs stream, artifacts come back, nothing tagged with the run remains.
@@ -386,7 +386,7 @@ def test_detach_then_down_in_another_process(
     status = cli(aws_env, "status", run_id, "--json")
     assert status.returncode == 0 and json.loads(status.stdout)["status"] == "running"
     # `down` through the real entry point against PLAIN moto: no test hooks, no placement-group fake
-    # (issue 9: a single-node run's teardown calls only the APIs for the kinds its handle lists).
+    # (a single-node run's teardown calls only the APIs for the kinds its handle lists).
     down = plain_cli(aws_env, "down", run_id, "--yes")
     assert down.returncode == 0, down.stderr[-2000:]
     assert tagged_alive(moto, run_id) == []

@@ -225,7 +225,7 @@ def test_every_row_has_provenance_and_estimates_are_marked(cat):
 
 
 NEW_TYPES = {"p6-b200.48xlarge", "Standard_NC40ads_H100_v5", "Standard_NC80adis_H100_v5", "Standard_NC48ads_A100_v4"}
-# Added for issue 12 point 3 with one home-region row each (us-east-1 / eastus).
+# One home-region row each (us-east-1 / eastus).
 ISSUE12_TYPES = {
     "g4dn.2xlarge",
     "g4dn.4xlarge",

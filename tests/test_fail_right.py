@@ -1,4 +1,4 @@
-"""Issue 10, "Fail right on real accounts", as a new user meets it: every case through the real CLI
+"""Failing right on real accounts, as a new user meets it: every case through the real CLI
 in a subprocess, with the exit code and message it must give. No cloud is reached: a dead endpoint
 (127.0.0.1:9) and missing credentials are what a real account looks like when it is set up wrong.
 The cloud-backed cases (failover across clouds) are in test_fail_right_clouds.py."""

@@ -1,4 +1,4 @@
-"""Issue 10 across clouds: a `cloud: any` run whose first cloud has no credentials skips it once
+"""Failing right across clouds: a `cloud: any` run whose first cloud has no credentials skips it once
 (one line saying why and how to fix it) and goes on with the other cloud's candidates, to the end.
 AWS missing -> Azure (fake ARM + Azurite + VM simulator); Azure missing -> AWS (moto + simulator).
 Plus `gpucloud check` against each fake: whose credentials, which regions."""

@@ -1,5 +1,5 @@
-"""`gpucloud image build` then `run` through the real CLI against moto + the AWS simulator (issue 13,
-item 3, "done when"): the builder is a run that leaves nothing behind, the image is tagged with the
+"""`gpucloud image build` then `run` through the real CLI against moto + the AWS simulator: the
+builder is a run that leaves nothing behind, the image is tagged with the
 stack hash, `plan` picks it, the run boots it and its stack stage installs nothing (the stubs count
 apt-get and pip installs: 0), `gc` keeps it, `image rm` deletes it and its snapshots.
 

@@ -227,7 +227,7 @@ def test_unknown_gpu_lists_known_ones() -> None:
 
 
 def test_aliases_resolve_to_canonical_stacks() -> None:
-    assert resolve_stack("a100").gpu == "A100"  # the family (catalog issue 12): A100-40GB or -80GB
+    assert resolve_stack("a100").gpu == "A100"  # the family (catalog GPU family): A100-40GB or -80GB
     assert resolve_stack("Tesla K80").driver == "470"
 
 
@@ -237,7 +237,7 @@ def test_min_driver_table_is_monotonic() -> None:
     assert [_v(d) for _, d in versions] == sorted(_v(d) for _, d in versions)
 
 
-# ---- issue 13: data fixes ---------------------------------------------------------------------------
+# ---- data fixes ------------------------------------------------------------------------------------
 
 
 def test_m60_tensorflow_is_refused() -> None:
