@@ -25,7 +25,7 @@ from gpucloud.vm.agent.guard import Guard
 from gpucloud.vm.agent.heartbeat import Heartbeat
 from gpucloud.vm.agent.hooks import AwsSpotHooks, AzureHooks, Hooks, hooks_for
 from gpucloud.vm.agent.logpump import FAILED, MORE, NOTHING, SENT, LogPump
-from gpucloud.vm.agent.safe_extract import Refused, safe_untar
+from gpucloud.vm.agent.safe_extract import RATIO_FLOOR, Refused, safe_untar
 from gpucloud.vm.agent.stage_api import StageFailed
 from gpucloud.vm.agent.uploads import AppendUpload, DirUpload, PostUpload, log_upload
 from tests.vm.fakes import FakeClock, FakeTransfer
@@ -418,6 +418,28 @@ def test_links_inside_are_kept_for_code_only_and_caps_hold(tmp_path: Path) -> No
     (tmp_path / "bad.tgz").write_bytes(b"not a tarball")
     with pytest.raises(Refused, match="cannot be read"):
         safe_untar(tmp_path / "bad.tgz", tmp_path / "e")
+
+
+def test_an_archive_that_expands_too_far_is_refused(tmp_path: Path) -> None:
+    """A small archive of zeros (a gzip bomb) is refused past the ratio, before a byte is written."""
+    import gzip
+    import io
+
+    size = RATIO_FLOOR + 1024**2
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        info = tarfile.TarInfo("zeros")
+        info.size = size
+        tar.addfile(info, io.BytesIO(bytes(size)))
+    bomb = tmp_path / "bomb.tgz"
+    bomb.write_bytes(gzip.compress(raw.getvalue(), 9))
+    assert size / bomb.stat().st_size > 200
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with pytest.raises(Refused, match="expands more than 200 times"):
+        safe_untar(bomb, dest)
+    assert list(dest.iterdir()) == []
+    assert safe_untar(bomb, dest, max_ratio=10_000) == 1  # the cap is a setting
 
 
 # ---- barrier ---------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ member walk, nothing from the archive trusted (docs/SECURITY.md).
 
 Only regular files and folders (and, for the code the CLI packed, symbolic links whose target stays
 inside); no absolute path or `..`; no setuid, setgid or sticky bit; no owner or mode taken from the
-archive beyond the user's read/write/execute bits; caps on total bytes and member count. The whole
+archive beyond the user's read/write/execute bits; caps on total bytes, member count and expansion ratio. The whole
 listing is checked before anything is written, so a refused archive leaves the folder as it was.
 Stdlib only, Python >= 3.8 syntax.
 """
@@ -18,6 +18,8 @@ from pathlib import Path
 
 MAX_BYTES = 8 * 1024**3
 MAX_MEMBERS = 200_000
+MAX_RATIO = 200.0  # unpacked bytes per archive byte, as the CLI's artifacts cap (gpucloud/extract.py)
+RATIO_FLOOR = 64 * 1024**2  # the ratio counts only past this: a small file of zeros packs very well
 
 
 class Refused(Exception):
@@ -29,7 +31,15 @@ def _inside(name: str) -> bool:
     return not (name.startswith("/") or norm == ".." or norm.startswith("../") or "/../" in f"/{name}/")
 
 
-def check_members(tar: tarfile.TarFile, *, links: bool, max_bytes: int, max_members: int) -> list:
+def check_members(
+    tar: tarfile.TarFile,
+    *,
+    links: bool,
+    max_bytes: int,
+    max_members: int,
+    packed: int = 0,
+    max_ratio: float = MAX_RATIO,
+) -> list:
     members = []
     total = 0
     for m in tar:
@@ -51,16 +61,27 @@ def check_members(tar: tarfile.TarFile, *, links: bool, max_bytes: int, max_memb
             raise Refused(f"more than {max_members} members")
         if total > max_bytes:
             raise Refused(f"more than {max_bytes} bytes")
+        if packed and total > RATIO_FLOOR and total > max_ratio * packed:
+            raise Refused(f"it expands more than {max_ratio:g} times ({packed} bytes packed)")
     return members
 
 
 def safe_untar(
-    archive: Path, dest: Path, *, links: bool = False, max_bytes: int = MAX_BYTES, max_members: int = MAX_MEMBERS
+    archive: Path,
+    dest: Path,
+    *,
+    links: bool = False,
+    max_bytes: int = MAX_BYTES,
+    max_members: int = MAX_MEMBERS,
+    max_ratio: float = MAX_RATIO,
 ) -> int:
     """Unpack `archive` into `dest`; the number of regular files. Raises Refused."""
     try:
+        packed = os.path.getsize(archive)
         with tarfile.open(archive, "r:gz") as tar:
-            members = check_members(tar, links=links, max_bytes=max_bytes, max_members=max_members)
+            members = check_members(
+                tar, links=links, max_bytes=max_bytes, max_members=max_members, packed=packed, max_ratio=max_ratio
+            )
             files = 0
             root = Path(dest)
             for m in members:
