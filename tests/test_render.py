@@ -623,3 +623,26 @@ def test_stack_variants_give_clean_shims_and_loadable_configs(tmp_path: Path) ->
         paths.append(str(path))
     proc = subprocess.run([str(SHELLCHECK), "--shell=sh", *paths], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
+
+
+def test_cli_render_shows_each_nodes_shim_and_refuses_a_rank_outside_the_job(tmp_path: Path) -> None:
+    """AWS launches the nodes in one call (one shim for all, the rank from the launch index); Azure
+    gives each node its own shim; the job.json is the same for every rank, as a run sends it."""
+    from typer.testing import CliRunner
+
+    from gpucloud.cli import app
+
+    job = tmp_path / "job.yaml"
+    job.write_text("name: job\nresources:\n  gpu: T4:1\nnum_nodes: 2\nrun: echo hi\n")
+    runner = CliRunner()
+    aws = runner.invoke(app, ["render", str(job), "--cloud", "aws", "--node-rank", "1"])
+    azure = runner.invoke(app, ["render", str(job), "--cloud", "azure", "--node-rank", "1"])
+    assert aws.exit_code == 0 and azure.exit_code == 0, aws.output + azure.output
+    assert "RANK=${GPUCLOUD_NODE_RANK:-}\n" in aws.stdout and "RANK=1\n" in azure.stdout
+    cfg = runner.invoke(app, ["render", str(job), "--cloud", "azure", "--node-rank", "1", "--agent-config"])
+    doc = json.loads(cfg.stdout)
+    assert (doc["num_nodes"], doc["rank"], doc["self_termination"]) == (2, 0, "azure-delete")
+    sha = re.search(r"^SHA=([0-9a-f]{64})$", azure.stdout, re.M)
+    assert sha and sha[1] == archive_sha256(agent_archive(json.dumps(doc, sort_keys=True, separators=(",", ":"))))
+    bad = runner.invoke(app, ["render", str(job), "--cloud", "azure", "--node-rank", "2"])
+    assert bad.exit_code == 2 and "--node-rank 2 is outside 0..1 (num_nodes is 2)." in bad.output
