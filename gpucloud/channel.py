@@ -41,7 +41,7 @@ DEFAULT_CODE_CAP = 100 * MiB
 URL_MARGIN = timedelta(hours=1)
 # Largest log part (or appended block) the VM uploads: the CLI holds one part at a time, S3's POST
 # policy caps a part's size at it, and Azure's Append Block takes up to 100 MiB from x-ms-version
-# 2022-11-02 (docs/INTERNALS.md, "Channel"). Rendered into the bootstrap (render.py).
+# 2022-11-02 (docs/INTERNALS.md, "Channel"). The agent's job.json carries it (vm/agent_config.py).
 LOG_PART_MAX = protocol.LOG_PART_MAX
 ALWAYS_SKIP = frozenset({".git", "__pycache__", ".venv", "gpucloud-runs"})
 

@@ -218,27 +218,22 @@ def render(
     cloud: CloudOpt = None,
     node_rank: Annotated[int, typer.Option("--node-rank", help="Which node's user-data.")] = 0,
     host: HostOpt = None,
+    agent_config: Annotated[
+        bool, typer.Option("--agent-config", help="Print the agent's job.json instead of the user-data.")
+    ] = False,
 ) -> None:
-    """Print the user-data (bootstrap script) the VM would get."""
+    """Print the user-data (the shim) the VM would get, or with --agent-config the agent's job.json."""
     from gpucloud.errors import UserError
     from gpucloud.planner import make_plan
-    from gpucloud.render import render_bootstrap
+    from gpucloud.render import render_node
 
     job, cloud = load_job(spec, cloud, host)
     result = make_plan(job, cloud=cloud)
     first = result.candidates[0]
     if not 0 <= node_rank < job.num_nodes:
         raise UserError(f"--node-rank {node_rank} is outside 0..{job.num_nodes - 1} (num_nodes is {job.num_nodes}).")
-    text = render_bootstrap(
-        job,
-        result.stack,
-        first,
-        caps=providers.capabilities(first.cloud),
-        run_id="RUN_ID",
-        node_rank=node_rank,
-        manifest_url="MANIFEST_URL",
-    )
-    sys.stdout.write(text)
+    out = render_node(job, result.stack, first, caps=providers.capabilities(first.cloud), node_rank=node_rank)
+    sys.stdout.write(out.job_json_pretty() if agent_config else out.user_data)
 
 
 def _guarded(sub_app: typer.Typer) -> typer.Typer:

@@ -173,12 +173,12 @@ def _env_key(value: Any) -> str:
         )
     if value.upper().startswith("GPUCLOUD_"):
         _fail(f"'{value}' is reserved: names starting with GPUCLOUD_ are set by gpucloud itself. Rename it")
-    from gpucloud.vm_env import reserved_env_names  # lazy: the template is read only when a job has env
+    from gpucloud.vm_env import reserved_env_names  # lazy: imported only when a job has env
 
     if value in reserved_env_names() or value.startswith("BASH"):
         _fail(
-            f"'{value}' is reserved: the VM's bootstrap script (or bash) uses this variable itself and the "
-            f"run would break. Rename it, e.g. MY_{value.lstrip('_')}"
+            f"'{value}' is reserved: the VM's bootstrap (its shim and agent, or the shell) uses this variable "
+            f"itself and the run would break. Rename it, e.g. MY_{value.lstrip('_')}"
         )
     return value
 

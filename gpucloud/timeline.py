@@ -1,7 +1,7 @@
 """The boot timeline of a VM: where its billed time went, stage group by stage group (issue 13).
 
-The bootstrap already records every stage's start and end in status.json `stages` (see
-templates/bootstrap.sh.j2). This module folds them into the six groups a user cares about (boot,
+The VM agent already records every stage's start and end in status.json `stages` (see
+gpucloud/vm/agent/status.py). This module folds them into the six groups a user cares about (boot,
 stack, fetch, setup, run, artifacts) and prints one line per node, so that `status` and the run
 summary can show that, say, 9 of 11 minutes went to the driver install before the job started.
 """

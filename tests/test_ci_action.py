@@ -320,7 +320,7 @@ def test_install_step_installs_the_wheel_by_version(tmp_path: Path) -> None:
     for part in (
         "providers/aws/__init__.py",
         "providers/azure/__init__.py",
-        "templates/bootstrap.sh.j2",
+        "templates/shim.sh.j2",
         "catalog/data/offerings.csv",
     ):
         assert (package / part).is_file(), part

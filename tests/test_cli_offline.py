@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.sshd import example_hosts_lab, have_sshd
 
@@ -101,10 +102,17 @@ def test_every_example_renders_shellcheck_clean(path: Path, example_hosts: dict[
         caps = capabilities(cloud)
         sent = fit_user_data(out.stdout, caps)
         assert caps.user_data_limit is None or user_data_size(sent, caps) <= caps.user_data_limit, (rel, cloud)
-    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    assert out.stdout.startswith("#!/bin/sh\n") and "# gpucloud shim: run RUN_ID" in out.stdout
+    assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
     shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
     check = subprocess.run([shellcheck, "-S", "style", str(script)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
+    # the job.json the shim's agent gets: the example's own run command, for the same node
+    cfg = gpucloud("render", rel, "--agent-config", env=example_hosts)
+    assert cfg.returncode == 0, cfg.stderr
+    doc = json.loads(cfg.stdout)
+    assert doc["run_id"] == "RUN_ID" and doc["run"].strip(), doc
+    assert doc["run"] == yaml.safe_load(path.read_text()).get("run", doc["run"])
 
 
 def test_ssh_example_renders_without_the_stack_install(example_hosts: dict[str, str]) -> None:
@@ -112,9 +120,12 @@ def test_ssh_example_renders_without_the_stack_install(example_hosts: dict[str, 
     needs_hosts(REPO / "examples/k80-ssh.yaml", example_hosts)
     out = gpucloud("render", "examples/k80-ssh.yaml", env=example_hosts)
     assert out.returncode == 0, out.stderr
-    assert "cuda-drivers" not in out.stdout and "nvidia-driver" not in out.stdout
-    assert "stack install skipped" in out.stdout and "GPU_CHECK=warn" in out.stdout
-    assert "shutdown" not in out.stdout.split("terminate() {", 1)[1].split("}", 1)[0]
+    assert "shutdown" not in out.stdout  # the node ends by exiting
+    cfg = gpucloud("render", "examples/k80-ssh.yaml", "--agent-config", env=example_hosts)
+    assert cfg.returncode == 0, cfg.stderr
+    doc = json.loads(cfg.stdout)
+    assert doc["stack"]["skip_stack"] is True and doc["stack"]["gpu_check"] == "warn"
+    assert doc["self_termination"] == "exit"
 
 
 def test_plan_k40_exits_2_with_alternatives(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """What a user installs works: the wheel (and the sdist) built from this tree, installed into a
 fresh venv without `-e`, imports every module and runs the commands that need the cloud providers'
-modules and the packaged data (catalog CSVs, bootstrap template), none exiting 70.
+modules and the packaged data (catalog CSVs, the shim template), none exiting 70.
 
 No network: the build runs without isolation (the build backend comes from this environment) and
 the fresh venv takes its dependencies from this interpreter's site-packages through a .pth file
@@ -125,7 +125,6 @@ def _gpucloud(venv: Path, tmp_path: Path, *args: str) -> subprocess.CompletedPro
 def test_the_wheel_ships_every_module_and_data_file(dist: Path) -> None:
     names = set(zipfile.ZipFile(_one(dist, "gpucloud-*.whl")).namelist())
     assert {
-        "gpucloud/templates/bootstrap.sh.j2",
         "gpucloud/templates/shim.sh.j2",
         "gpucloud/vm/protocol.py",
         "gpucloud/vm/agent/__main__.py",
@@ -148,7 +147,7 @@ def test_the_sdist_has_the_templates_and_catalog_data(dist: Path) -> None:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
     assert {
         "pyproject.toml",
-        "templates/bootstrap.sh.j2",
+        "templates/shim.sh.j2",
         "gpucloud/catalog/data/offerings.csv",
         "gpucloud/catalog/data/gpus.csv",
         "gpucloud/providers/aws/__init__.py",
@@ -200,7 +199,9 @@ def test_check_json_without_credentials_is_a_document(venv: Path, tmp_path: Path
 def test_render_from_the_installed_package(venv: Path, tmp_path: Path, cloud: str) -> None:
     proc = _gpucloud(venv, tmp_path, "render", str(EXAMPLE), "--cloud", cloud)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.startswith("#!/bin/bash") and "gpucloud bootstrap" in proc.stdout
+    assert proc.stdout.startswith("#!/bin/sh") and "# gpucloud shim" in proc.stdout
+    cfg = _gpucloud(venv, tmp_path, "render", str(EXAMPLE), "--cloud", cloud, "--agent-config")
+    assert cfg.returncode == 0 and json.loads(cfg.stdout)["run_id"] == "RUN_ID", cfg.stderr[-3000:]
 
 
 def test_iam_policy_from_the_installed_package(venv: Path, tmp_path: Path) -> None:

@@ -1260,16 +1260,17 @@ def test_workdir_outside_the_tree_is_fine_when_absolute(tmp_path: Path) -> None:
     assert load_spec(inside).workdir_path() == (tmp_path / "jobs").resolve()
 
 
-def test_reserved_names_come_from_the_template() -> None:
-    from gpucloud.vm_env import BASH_RESERVED, TEMPLATE, reserved_env_names
-    from gpucloud.vm_env import load_template_source as _load_template_source
+def test_reserved_names_are_the_nodes_and_bashs() -> None:
+    from gpucloud.vm_env import BASH_RESERVED, NODE_RESERVED, reserved_env_names
 
     names = reserved_env_names()
     assert {"JOB", "SETSID", "W", "ST", "LOG", "DEADLINE", "RUN_CMD", "GRACE", "STATUS_PUT"} <= names
     assert not {"NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "EPOCHS"} & names  # the job's own, or the user's
-    text = _load_template_source(TEMPLATE)
-    for name in names - BASH_RESERVED:  # each one is assigned in the template
-        assert re.search(rf"(?<![A-Za-z0-9_$]){name}(\[[^]]*\])?\+?=|read -ra? {name}\b", text), name
+    assert names == NODE_RESERVED | BASH_RESERVED
+    for name in names:  # each one is a variable name, refused by the spec
+        assert re.fullmatch(r"[A-Z_][A-Z0-9_]*", name), name
+        with pytest.raises(ValueError, match="is reserved"):
+            JobSpec.model_validate({"name": "j", "resources": {"cloud": ["local"]}, "run": "true", "env": {name: "x"}})
 
 
 def test_cli_validate_shows_what_would_be_uploaded(tmp_path: Path) -> None:

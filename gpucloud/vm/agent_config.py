@@ -1,8 +1,6 @@
-"""The agent's job config (CLI side): the same values render.py gives the bash template, as the
-JSON document gpucloud/vm/agent/config.py reads on the node.
-
-Built by the same helpers as the template's context (timings, stack config, spot settings), so both
-paths run the same job the same way.
+"""The agent's job config (CLI side): the JSON document gpucloud/vm/agent/config.py reads on the
+node (job.json in the agent archive), built from the job, its resolved stack, the chosen candidate
+and the provider's Capabilities (timings, stack config, spot settings: gpucloud/vm/job_env.py).
 """
 
 from __future__ import annotations
@@ -13,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from gpucloud.channel import LOG_PART_MAX
 from gpucloud.providers.base import DEFAULT_MASTER_PORT, Capabilities
-from gpucloud.render import _node_stack, _timings, gpu_sampling, render_env_block
 from gpucloud.vm.agent.config import JobConfig
+from gpucloud.vm.job_env import check_env, gpu_sampling, node_stack, timings
 from gpucloud.vm.stack_config import stack_config
 
 if TYPE_CHECKING:
@@ -47,9 +45,9 @@ def job_config(
     """One node's (or, with node_rank=None, every node's) agent config."""
     if node_rank is not None and not 0 <= node_rank < spec.num_nodes:
         raise ValueError(f"node_rank {node_rank} outside 0..{spec.num_nodes - 1}")
-    log_s, hb_s, barrier_s = _timings(caps, log_interval, heartbeat_interval, barrier_timeout, master_port)
-    render_env_block(spec.env)  # the same refusals as the template (names the node keeps for itself)
-    node = node or _node_stack(spec, stack, candidate)
+    log_s, hb_s, barrier_s = timings(caps, log_interval, heartbeat_interval, barrier_timeout, master_port)
+    env = check_env(spec.env)  # refuses names the node keeps for itself
+    node = node or node_stack(spec, stack, candidate)
     sample_s, idle_timeout = gpu_sampling(spec, candidate.gpu_count if candidate.gpu else 0)
     return JobConfig(
         run_id=run_id,
@@ -63,7 +61,7 @@ def job_config(
         setup=spec.setup or "",
         run=spec.run,
         artifacts=list(spec.artifacts),
-        env={k: str(v) for k, v in spec.env.items()},
+        env=env,
         checkpoint=spec.checkpoint or "",
         checkpoint_interval=int(spec.checkpoint_interval) if spec.checkpoint else 99999999,
         notice_s=min(5.0, hb_s / 2),

@@ -11,8 +11,8 @@ from functools import cache
 import jinja2
 
 from gpucloud.providers.base import Capabilities
-from gpucloud.render import quote
 from gpucloud.vm.agent_config import deadline_grace
+from gpucloud.vm.job_env import quote
 from gpucloud.vm_env import load_template_source
 
 SHIM_TEMPLATE = "shim.sh.j2"

@@ -1,16 +1,15 @@
 """The stack stages' config (CLI side): what the VM checks and installs, and the GPU it expects.
 
 The agent's stack and gpu_verify stages (gpucloud/vm/agent/stack.py, gpu_check.py) read nothing
-else, so this JSON-able dict is their whole contract with the CLI. It holds the same values the bash
-template gets from render.py (its stack context, the GPU fields, the framework), built by the same
-helpers, so both paths install and check exactly the same things.
+else, so this JSON-able dict is their whole contract with the CLI: the node's install plan
+(gpucloud/vm/job_env.py `stack_context`), the GPU fields and the framework.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpucloud.render import gpu_tokens, stack_context
+from gpucloud.vm.job_env import gpu_tokens, stack_context
 
 if TYPE_CHECKING:
     from gpucloud.images import NodeStack

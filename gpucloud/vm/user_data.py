@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from gpucloud.stacks import Stack
 
 
+def is_shared(spec: JobSpec, caps: Capabilities) -> bool:
+    """One user-data for every node: a multi-node run on a provider that launches N identical machines."""
+    return spec.num_nodes > 1 and caps.shared_user_data
+
+
 def prepare_nodes(
     spec: JobSpec,
     stack: Stack,
@@ -31,7 +36,7 @@ def prepare_nodes(
     master_port: int,
 ) -> list[str]:
     """Upload the agent, write the manifests, and return each node's user-data (rank order)."""
-    shared = spec.num_nodes > 1 and caps.shared_user_data
+    shared = is_shared(spec, caps)
     cfg = job_config(
         spec,
         stack,

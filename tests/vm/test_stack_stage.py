@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from gpucloud.images import resolve_node
-from gpucloud.render import gpu_tokens, stack_context
 from gpucloud.spec import StackSpec
 from gpucloud.stacks import resolve_stack
 from gpucloud.vm.agent import stack
 from gpucloud.vm.agent.stack import GRID_POLL_S, stack_log_tail
 from gpucloud.vm.agent.stage_api import StageFailed
+from gpucloud.vm.job_env import gpu_tokens, stack_context
 from tests.support.vm_sim import GPU_NAMES
 from tests.test_render import K80, T4
 from tests.vm.conftest import APT, APT_UPDATE, HEADERS, KERNEL, LOCK_580, STUBS, StubVm, candidate, config
@@ -406,7 +406,7 @@ def test_cpu_machine_installs_nothing(tmp_path: Path) -> None:
 # ---- the config the CLI builds ------------------------------------------------------------------
 
 
-def test_config_is_the_templates_stack_context_plus_the_gpu_and_framework() -> None:
+def test_config_is_the_nodes_stack_context_plus_the_gpu_and_framework() -> None:
     k80_stack = resolve_stack("K80", StackSpec(framework="pytorch"))
     cand = candidate("aws", "A100-80GB", 8, "p4de.24xlarge")
     node = resolve_node(k80_stack, "aws", "p2.xlarge", 1)
@@ -442,7 +442,7 @@ def test_config_of_open_modules_arm64_and_vendor_images() -> None:
 
 
 def test_config_pins_the_stack_exactly() -> None:
-    """The values the bash template pins (tests/test_render.py) reach the stages unchanged."""
+    """The values the stacks pin (tests/test_render.py) reach the stages unchanged."""
     from tests.test_render import A100_TF
 
     k80 = K80_CFG

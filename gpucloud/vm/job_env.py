@@ -1,0 +1,124 @@
+"""The job-config helpers the CLI side of the VM agent needs: the log/heartbeat/barrier times, the
+node's image and install plan, the GPU fields nvidia-smi must show, the GPU sampler's settings and
+the check of the job's `env` names (docs/INTERNALS.md, "VM agent").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from gpucloud.errors import UserError
+from gpucloud.vm_env import reserved_env_names
+
+if TYPE_CHECKING:
+    from gpucloud.images import NodeStack
+    from gpucloud.providers.base import Candidate, Capabilities
+    from gpucloud.spec import JobSpec
+    from gpucloud.stacks import Stack
+
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+GPU_SAMPLE_ENV = "GPUCLOUD_GPU_SAMPLE_S"  # seconds between GPU samples (the simulators shorten it)
+DEFAULT_GPU_SAMPLE_S = 5.0
+
+
+def quote(value: object) -> str:
+    """shlex.quote, always in quotes (shellcheck reads a bare `r-12` as arithmetic)."""
+    q = shlex.quote(str(value))
+    return q if q.startswith("'") else f"'{q}'"
+
+
+def gpu_tokens(model: str) -> list[str]:
+    """Tokens that must all appear (as whole words) in nvidia-smi's name for the catalog model:
+    "A100-80GB" -> ["A100", "80GB"] matches "NVIDIA A100-SXM4-80GB"; "A10" does not match "A10G"."""
+    return [t for t in re.split(r"[^A-Z0-9]+", model.upper()) if t]
+
+
+def check_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The job's env as the agent passes it to the job, each name checked: a valid variable name,
+    not one the node keeps for itself (gpucloud/vm_env.py), no NUL in a value."""
+    out: dict[str, str] = {}
+    for key, value in env.items():
+        if not _ENV_KEY.match(key):
+            raise UserError(
+                f"env: {key!r} is not a valid variable name.", hint="Use letters, digits and _ (not first)."
+            )
+        if key in reserved_env_names() or key.startswith("BASH"):
+            raise UserError(
+                f"env: {key} is a variable that the shell or the VM agent owns; it cannot be set for the job.",
+                hint="Choose another name.",
+            )
+        value = str(value)
+        if "\0" in value:
+            raise UserError(f"env.{key}: a NUL character cannot be passed through the environment.")
+        out[key] = value
+    return out
+
+
+def gpu_sampling(spec: JobSpec, gpu_count: int) -> tuple[float, int]:
+    """How often the node samples its GPUs (0: no GPU, no sampler) and the job's idle timeout."""
+    if not gpu_count:
+        return 0.0, 0
+    try:
+        every = float(os.environ.get(GPU_SAMPLE_ENV) or DEFAULT_GPU_SAMPLE_S)
+    except ValueError:
+        every = DEFAULT_GPU_SAMPLE_S
+    return max(every, 0.2), int(spec.resources.idle_timeout or 0)
+
+
+def timings(
+    caps: Capabilities,
+    log_interval: float | None,
+    heartbeat_interval: float | None,
+    barrier_timeout: float | None,
+    master_port: int,
+) -> tuple[float, float, float]:
+    """The log/heartbeat/barrier times (the provider's defaults where not given), checked."""
+    log_interval = caps.log_interval if log_interval is None else log_interval
+    heartbeat_interval = caps.heartbeat_interval if heartbeat_interval is None else heartbeat_interval
+    barrier_timeout = caps.barrier_timeout if barrier_timeout is None else barrier_timeout
+    if log_interval <= 0 or heartbeat_interval <= 0:
+        raise ValueError("log_interval and heartbeat_interval must be positive")
+    if not 1 <= int(master_port) <= 65535:
+        raise ValueError(f"master_port {master_port} outside 1..65535")
+    if barrier_timeout <= 0:
+        raise ValueError("barrier_timeout must be positive")
+    if caps.gpu_check not in ("strict", "warn"):
+        raise ValueError(f"gpu_check must be 'strict' or 'warn', not {caps.gpu_check!r}")
+    return log_interval, heartbeat_interval, barrier_timeout
+
+
+def node_stack(spec: JobSpec, stack: Stack, candidate: Candidate) -> NodeStack:
+    """Image + install plan of this VM (gpucloud/images.py)."""
+    from gpucloud.images import cpu_arch_of, resolve_node
+
+    return resolve_node(
+        stack,
+        candidate.cloud,
+        candidate.instance_type,
+        candidate.gpu_count,
+        cpu_arch=cpu_arch_of(candidate),
+        job_image=spec.image,
+        chosen=candidate.image,
+    )
+
+
+def stack_context(node: NodeStack) -> dict[str, object]:
+    """The stack stage's values: what to check, and what to install if missing."""
+    return {
+        "driver_source": node.driver_source,
+        "driver_min": node.driver_min,
+        "driver_max": node.driver_max,
+        "driver_packages": list(node.driver_packages),
+        "driver_lock": list(node.driver_lock),
+        "extension": node.image.extension if node.image else "",
+        "extension_driver": node.extension_driver,
+        "fabric_manager": node.fabric_manager,
+        "cuda_packages": list(node.cuda_packages),
+        "cudnn_packages": list(node.cudnn_packages),
+        "repo_arch": node.repo_arch,
+        "image_name": node.image.name if node.image else "default",
+    }
