@@ -28,7 +28,7 @@ ROWS = (
 def sdk_modules_imported(args: list[str]) -> list[str]:
     code = (
         "import sys; sys.argv = ['gpucloud', *sys.argv[1:]]\n"
-        "from gpucloud.entry import main\n"
+        "from gpucloud.cli.entry import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'boto3', 'botocore', 'azure'})\n"
         "print(','.join(bad), file=sys.stderr)\n"

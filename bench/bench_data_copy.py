@@ -60,8 +60,8 @@ def timed(fn: Callable[[], Any], dest: Path) -> float:
 
 
 def gpucloud_copy(spec_text: str, dest: Path) -> Callable[[], Any]:
-    from gpucloud.data_grants import check
-    from gpucloud.spec import parse_spec
+    from gpucloud.run.data_grants import check
+    from gpucloud.spec.load import parse_spec
     from gpucloud.vm.agent.data import fetch_inputs
     from gpucloud.vm.agent.transfer import Transfer
 

@@ -25,8 +25,8 @@ PART = 16 << 20
 CHILD = """
 import sys
 from pathlib import Path
-from gpucloud.channel import FileChannel
-from gpucloud.runlog import LogMirror
+from gpucloud.channel.store import FileChannel
+from gpucloud.run.log import LogMirror
 root = Path(sys.argv[1])
 mirror = LogMirror(root / "home", "big")
 mirror.sync(FileChannel(root / "store"), final=True)

@@ -46,8 +46,8 @@ max_duration: 2h
 
 def plan_ms(job: Path, samples: int) -> tuple[list[float], int, int]:
     from gpucloud.catalog import load_catalog
-    from gpucloud.planner import make_plan
-    from gpucloud.spec import load_spec
+    from gpucloud.plan.planner import make_plan
+    from gpucloud.spec.load import load_spec
 
     spec = load_spec(job)
     out = []

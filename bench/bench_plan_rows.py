@@ -77,8 +77,8 @@ def counts(replicas: int, shape: str, job: str, folder: Path) -> tuple[int, int,
     the counting part of the bench, without the file or the timing."""
     from gpucloud.catalog import shipped_catalog
     from gpucloud.catalog.rows import MemoryRows
-    from gpucloud.planner import make_plan
-    from gpucloud.spec import load_spec
+    from gpucloud.plan.planner import make_plan
+    from gpucloud.spec.load import load_spec
 
     rows = grown_rows(replicas, shape)
     cat = dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows))
@@ -90,11 +90,11 @@ def catalog_ms(spec_path: Path, samples: int) -> list[float]:
     """Open the catalog file and read what `plan` reads for the job (planner.read_rows: the counts,
     the rows that are exclusions, and the cheapest candidates of each market), `samples` times
     (cold: the per-process cache is cleared each time)."""
-    from gpucloud import providers
     from gpucloud.catalog import load_catalog
-    from gpucloud.plan_rows import HEAD, QuickReasons
-    from gpucloud.planner import _allowed_regions, _requested_gpu, read_rows
-    from gpucloud.spec import load_spec
+    from gpucloud.plan.planner import _allowed_regions, _requested_gpu, read_rows
+    from gpucloud.plan.rows import HEAD, QuickReasons
+    from gpucloud.providers import registry as providers
+    from gpucloud.spec.load import load_spec
 
     spec = load_spec(spec_path)
     out = []

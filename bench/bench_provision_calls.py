@@ -1,4 +1,4 @@
-"""Provisioning API calls and wall time for N = 1, 4 and 16 nodes on the cloud simulators (issue 6).
+"""Provisioning API calls and wall time for N = 1, 4 and 16 nodes on the cloud simulators.
 
 Provisioning only: `provider.provision` then `provider.teardown` (wait=True) through the provider
 API with a Journal, no job runs and no VM boots, so N = 16 is cheap.
@@ -56,10 +56,10 @@ def _job(cloud: str, nodes: int, region: str) -> str:
 
 def _request(cloud: str, nodes: int, region: str, run_id: str, *, shared: bool) -> Any:
     """A LaunchRequest from a real job file and the real planner (first candidate)."""
-    from gpucloud.planner import make_plan
-    from gpucloud.provider_requests import launch_request
+    from gpucloud.plan.planner import make_plan
+    from gpucloud.plan.requests import launch_request
     from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN
-    from gpucloud.spec import parse_spec
+    from gpucloud.spec.load import parse_spec
 
     spec = parse_spec(_job(cloud, nodes, region), "bench.yaml")
     plan = make_plan(spec, cloud=cloud)
@@ -84,7 +84,7 @@ def _request(cloud: str, nodes: int, region: str, run_id: str, *, shared: bool) 
 
 def bench_azure(node_counts: list[int], repeat: int) -> list[Row]:
     from gpucloud.providers.azure import AzureProvider
-    from gpucloud.state import Journal, Store
+    from gpucloud.state.store import Journal, Store
     from tests.support.azure_fixtures import OperatorCredential
     from tests.support.fake_arm import FakeArm
 
@@ -146,7 +146,7 @@ def bench_azure(node_counts: list[int], repeat: int) -> list[Row]:
 def bench_aws(node_counts: list[int], repeat: int) -> list[Row]:
     """AwsProvider.provision against a ThreadedMotoServer; EC2 calls counted on the session."""
     from gpucloud.providers.aws import AwsProvider
-    from gpucloud.state import Journal, Store
+    from gpucloud.state.store import Journal, Store
     from tests.support.aws_faults import AwsHooks
     from tests.support.moto_server import DEFAULT_REGION, start_moto
 

@@ -1,8 +1,8 @@
-"""What a VM downloads and installs before the job's first line, per GPU generation (issue 13).
+"""What a VM downloads and installs before the job's first line, per GPU generation.
 
 "before": every package the old bootstrap installed on plain Ubuntu (driver, full CUDA toolkit,
 cuDNN, framework wheel). "after": what gpucloud's stack stage installs now on the image
-gpucloud/images.py chooses (vendor image where one fits; toolkit/cuDNN only when asked).
+gpucloud/plan/images.py chooses (vendor image where one fits; toolkit/cuDNN only when asked).
 "baked": the same disk booted again (what `image build` will produce): nothing.
 
 Package lists come from the resolver and are exact. Sizes are approximate download sizes, each
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 
-from gpucloud.images import resolve_node
-from gpucloud.spec import StackSpec
-from gpucloud.stacks import resolve_stack
+from gpucloud.plan.images import resolve_node
+from gpucloud.plan.stacks import resolve_stack
+from gpucloud.spec.load import StackSpec
 
 # (pattern on the package / pip argument, MB, provenance)
 SIZES: list[tuple[str, int, str]] = [

@@ -1,5 +1,5 @@
 """`python -m gpucloud` runs the CLI (used by tests that need a real subprocess)."""
 
-from gpucloud.entry import main
+from gpucloud.cli.entry import main
 
 main()

@@ -45,7 +45,7 @@ def app_commands() -> set[str]:
     """Every leaf command of the typer app, with its group ("catalog refresh", "image ls")."""
     import typer
 
-    from gpucloud.cli import app
+    from gpucloud.cli.app import app
 
     found: set[str] = set()
 
@@ -93,7 +93,7 @@ def test_readme_shows_the_required_options() -> None:
     """A required option must be in the table's usage, or the command shown cannot be typed as is."""
     import typer
 
-    from gpucloud.cli import app
+    from gpucloud.cli.app import app
 
     rows = {line.split(" | ")[0]: line for line in section("Commands").splitlines() if line.startswith("| `gpucloud ")}
 
@@ -164,7 +164,7 @@ def code_exit_codes() -> set[int]:
             for n in re.findall(r"^\s*return (\d+)\b", text, flags=re.MULTILINE)
             if path.name in ("collect.py", "check.py", "commands.py")
         }
-    from gpucloud.jsonout import BROKEN_PIPE_EXIT
+    from gpucloud.ui.jsonout import BROKEN_PIPE_EXIT
 
     return (codes | {BROKEN_PIPE_EXIT}) - {0}
 
@@ -176,7 +176,7 @@ def test_every_exit_code_is_in_the_readme() -> None:
 
 def test_hosts_probe_does_not_use_the_declined_exit_code() -> None:
     """Exit 1 means a declined prompt; a host that cannot be used is a configuration problem (78)."""
-    source = (SOURCE / "gpucloud" / "cli_setup.py").read_text()
+    source = (SOURCE / "gpucloud" / "cli" / "setup.py").read_text()
     probe = source[source.index("def hosts_probe(") :]
     assert "typer.Exit(1)" not in probe and "typer.Exit(78)" in probe
     assert re.search(r"^\| 78 \|[^\n]*hosts probe", README, flags=re.MULTILINE)
@@ -184,7 +184,7 @@ def test_hosts_probe_does_not_use_the_declined_exit_code() -> None:
 
 @pytest.mark.parametrize("command", ["plan", "run", "render", "catalog", "gc"])
 def test_cloud_help_lists_the_clouds(command: str) -> None:
-    from gpucloud import providers
+    from gpucloud.providers import registry as providers
 
     out = gpucloud_cli(command, "--help")
     assert out.returncode == 0
@@ -211,7 +211,7 @@ def example_claims() -> list[tuple[Path, dict[str, str]]]:
 
 
 def test_examples_stack_comments_match_gpucloud_stack() -> None:
-    from gpucloud.spec import load_spec
+    from gpucloud.spec.load import load_spec
 
     claims = example_claims()
     assert any(p.name == "k80-ssh.yaml" for p, _ in claims)

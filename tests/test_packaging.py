@@ -172,7 +172,7 @@ def test_every_module_imports_from_the_installed_package(venv: Path, tmp_path: P
     installed = Path(walked["package"]).parent
     assert installed.is_relative_to(venv), f"gpucloud came from {installed}, not the fresh venv"
     assert all(Path(f).is_relative_to(installed) for f in walked["files"].values())
-    assert {"gpucloud.providers.aws.provider", "gpucloud.providers.azure.provider", "gpucloud.cli"} <= set(
+    assert {"gpucloud.providers.aws.provider", "gpucloud.providers.azure.provider", "gpucloud.cli.app"} <= set(
         walked["modules"]
     )
     if (SOURCE / "gpucloud").is_dir():

@@ -38,7 +38,7 @@ import atexit, json, sys
 out = sys.argv[1]
 atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
 sys.argv = ["gpucloud", *sys.argv[2:]]
-from gpucloud.entry import main
+from gpucloud.cli.entry import main
 main()
 """
 

@@ -19,10 +19,10 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from importlib.resources import files
 
-from gpucloud import providers
 from gpucloud.catalog.models import GpuModel, Offering, Status, StatusBasis
 from gpucloud.catalog.rows import MemoryRows, RowFilter, RowSource
 from gpucloud.errors import InternalError
+from gpucloud.providers import registry as providers
 
 __all__ = [
     "Catalog",

@@ -172,7 +172,7 @@ def now_iso() -> str:
 
 
 def refreshable_clouds() -> list[str]:
-    from gpucloud.providers import REGISTRY
+    from gpucloud.providers.registry import REGISTRY
 
     return [name for name, entry in REGISTRY.items() if entry.catalog_source]
 
@@ -257,7 +257,7 @@ def _fetch_one(cloud: str, ctx: FetchContext, *, named: bool = False) -> tuple[F
     Without credentials, a cloud named on the command line (`--cloud NAME`) whose source offers
     `fetch_prices(ctx)` (prices of the sizes already in the catalog from a public price API) gets
     its prices refreshed; what exists where still needs the credentials and is kept."""
-    from gpucloud.providers import info
+    from gpucloud.providers.registry import info
 
     entry = info(cloud)
     if not entry.configured():

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, runtime_checkab
 from gpucloud.errors import GpucloudError, UserError
 
 if TYPE_CHECKING:
-    from gpucloud.channel import Channel
-    from gpucloud.stack_data import Stack
-    from gpucloud.state_records import ResourceRecord
+    from gpucloud.channel.store import Channel
+    from gpucloud.plan.stack_data import Stack
+    from gpucloud.state.records import ResourceRecord
 
 TAG_RUN = "gpucloud-run"
 TAG_EXPIRES = "gpucloud-expires"  # UTC, ISO 8601 "2026-12-02T17:04:05Z"; see expiry_tag()
@@ -269,7 +269,7 @@ class LaunchRequest:
 class Journal(Protocol):
     """What providers write through: an intent row *before* each create call, then created/deleted.
     A crash between the two leaves an intent row, which tells teardown and gc where to look
-    (the state store implements it: gpucloud.state.Journal)."""
+    (the state store implements it: gpucloud.state.store.Journal)."""
 
     def intent(self, run_id: str, kind: str, name: str, region: str, cloud: str) -> int: ...
 

@@ -9,17 +9,17 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpucloud.channel import LOG_PART_MAX
+from gpucloud.channel.store import LOG_PART_MAX
 from gpucloud.providers.base import DEFAULT_MASTER_PORT, Capabilities
 from gpucloud.vm.agent.config import JobConfig
 from gpucloud.vm.job_env import check_env, gpu_sampling, node_stack, timings
 from gpucloud.vm.stack_config import stack_config
 
 if TYPE_CHECKING:
-    from gpucloud.images import NodeStack
+    from gpucloud.plan.images import NodeStack
+    from gpucloud.plan.stacks import Stack
     from gpucloud.providers.base import Candidate
-    from gpucloud.spec import JobSpec
-    from gpucloud.stacks import Stack
+    from gpucloud.spec.load import JobSpec
 
 
 def deadline_grace(max_duration: int) -> int:

@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gpucloud.errors import UserError
-from gpucloud.vm_env import reserved_env_names
+from gpucloud.vm.env import reserved_env_names
 
 if TYPE_CHECKING:
-    from gpucloud.images import NodeStack
+    from gpucloud.plan.images import NodeStack
+    from gpucloud.plan.stacks import Stack
     from gpucloud.providers.base import Candidate, Capabilities
-    from gpucloud.spec import JobSpec
-    from gpucloud.stacks import Stack
+    from gpucloud.spec.load import JobSpec
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 GPU_SAMPLE_ENV = "GPUCLOUD_GPU_SAMPLE_S"  # seconds between GPU samples (the simulators shorten it)
@@ -39,7 +39,7 @@ def gpu_tokens(model: str) -> list[str]:
 
 def check_env(env: Mapping[str, str]) -> dict[str, str]:
     """The job's env as the agent passes it to the job, each name checked: a valid variable name,
-    not one the node keeps for itself (gpucloud/vm_env.py), no NUL in a value."""
+    not one the node keeps for itself (gpucloud/vm/env.py), no NUL in a value."""
     out: dict[str, str] = {}
     for key, value in env.items():
         if not _ENV_KEY.match(key):
@@ -92,8 +92,8 @@ def timings(
 
 
 def node_stack(spec: JobSpec, stack: Stack, candidate: Candidate) -> NodeStack:
-    """Image + install plan of this VM (gpucloud/images.py)."""
-    from gpucloud.images import cpu_arch_of, resolve_node
+    """Image + install plan of this VM (gpucloud/plan/images.py)."""
+    from gpucloud.plan.images import cpu_arch_of, resolve_node
 
     return resolve_node(
         stack,

@@ -12,8 +12,8 @@ import jinja2
 
 from gpucloud.providers.base import Capabilities
 from gpucloud.vm.agent_config import deadline_grace
+from gpucloud.vm.env import load_template_source
 from gpucloud.vm.job_env import quote
-from gpucloud.vm_env import load_template_source
 
 SHIM_TEMPLATE = "shim.sh.j2"
 SHIM_TARGET_BYTES = 4096

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 from gpucloud.vm.job_env import gpu_tokens, stack_context
 
 if TYPE_CHECKING:
-    from gpucloud.images import NodeStack
-    from gpucloud.planner import Candidate
+    from gpucloud.plan.images import NodeStack
+    from gpucloud.plan.planner import Candidate
+    from gpucloud.plan.stacks import Stack
     from gpucloud.providers.base import Capabilities
-    from gpucloud.stacks import Stack
 
 FRAMEWORKS = ("pytorch", "tensorflow")
 

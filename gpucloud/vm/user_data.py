@@ -13,10 +13,10 @@ from gpucloud.vm.agent_pack import agent_archive, archive_sha256
 from gpucloud.vm.shim import render_shim
 
 if TYPE_CHECKING:
-    from gpucloud.channel import Channel
+    from gpucloud.channel.store import Channel
+    from gpucloud.plan.stacks import Stack
     from gpucloud.providers.base import Candidate, Capabilities
-    from gpucloud.spec import JobSpec
-    from gpucloud.stacks import Stack
+    from gpucloud.spec.load import JobSpec
 
 
 def is_shared(spec: JobSpec, caps: Capabilities) -> bool:

@@ -3,7 +3,7 @@
 The product code does not know it is under test: this launcher installs the botocore event hooks
 (fault injection from GPUCLOUD_TEST_AWS_FAULTS, the operation recorder from
 GPUCLOUD_TEST_AWS_RECORD, ClientToken idempotency) and shortens the provider's waits (moto answers
-at once), then calls `gpucloud.cli.main` exactly as the `gpucloud` entry point does.
+at once), then calls `gpucloud.cli.app.main` exactly as the `gpucloud` entry point does.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def main() -> None:
 
     load_env(install())
     make_fast()
-    from gpucloud.cli import main as cli_main
+    from gpucloud.cli.app import main as cli_main
 
     cli_main()
 

@@ -43,7 +43,7 @@ STATUS = {
     "SlowDown": 503,
 }
 
-# The four kinds of the fault matrix (issue 4): one representative code each.
+# The four kinds of the fault matrix: one representative code each.
 KINDS = {
     "capacity": "InsufficientInstanceCapacity",
     "quota": "VcpuLimitExceeded",

@@ -2,7 +2,7 @@
 
 A thread polls DescribeInstances in every catalog region. A new pending/running instance that
 carries the gpucloud-run tag is booted by the shared guest engine (tests/support/vm_sim.py on
-gpucloud/vm_engine.py) with `nvidia-smi` showing the instance type's GPU model and count from the
+gpucloud/providers/local/engine.py) with `nvidia-smi` showing the instance type's GPU model and count from the
 catalog. Its user-data comes from DescribeInstanceAttribute, gunzipped when compressed, as
 cloud-init would. `shutdown` inside the guest terminates the moto instance through the API, as
 `InstanceInitiatedShutdownBehavior=terminate` does on EC2; an instance terminated from outside

@@ -58,7 +58,7 @@ def provider(arm: FakeArm) -> Any:
 
 @pytest.fixture
 def journal() -> Any:
-    from gpucloud.state import Journal, Store
+    from gpucloud.state.store import Journal, Store
 
     return Journal(Store())
 
@@ -82,10 +82,10 @@ def launch_request(
     expires_in: timedelta = timedelta(hours=2),
 ) -> Any:
     """A LaunchRequest from a real job file and plan (first candidate, optionally adjusted)."""
-    from gpucloud.planner import make_plan
-    from gpucloud.provider_requests import launch_request as narrow_request
+    from gpucloud.plan.planner import make_plan
+    from gpucloud.plan.requests import launch_request as narrow_request
     from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN
-    from gpucloud.spec import parse_spec
+    from gpucloud.spec.load import parse_spec
 
     spec = parse_spec(job_yaml(gpu=gpu, nodes=nodes, extra=extra), "job.yaml")
     plan = make_plan(spec, cloud="azure")

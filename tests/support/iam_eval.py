@@ -1,5 +1,5 @@
 """A small IAM policy evaluator: enough of the policy language to prove what gpucloud's policy
-allows and denies (tests/test_aws_policy.py), not a replacement for AWS's.
+allows and denies (tests/providers/aws/test_aws_policy.py), not a replacement for AWS's.
 
 Supported: Allow/Deny (an explicit Deny wins, nothing matching is an implicit deny), Action and
 Resource with `*`/`?` wildcards, policy variables `${aws:...}` from the request context, and the

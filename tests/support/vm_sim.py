@@ -1,6 +1,6 @@
 """The cloud-agnostic half of a VM simulator: boot a fake cloud's instance from its user-data.
 
-A guest is the instance's bootstrap script run by gpucloud's own VM engine (gpucloud/vm_engine.py,
+A guest is the instance's bootstrap script run by gpucloud's own VM engine (gpucloud/providers/local/engine.py,
 the same engine the local provider uses) in a sandbox folder, with the stub `apt-get`, `dpkg`,
 `nvidia-smi`, `python3` ... of tests/support/vm_stubs first on PATH. `nvidia-smi` shows the GPU
 model and count the instance type has in the catalog. curl is real: the guest talks to the fake
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpucloud import vm_engine
+from gpucloud.providers.local import engine as vm_engine
 
 STUBS = Path(__file__).resolve().parent / "vm_stubs"
 NVIDIA_REPO_INDEX = Path(__file__).resolve().parent.parent / "data" / "nvidia_repo_packages.txt"

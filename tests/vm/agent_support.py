@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gpucloud.channel import FileChannel, pack_workdir
-from gpucloud.providers import capabilities
+from gpucloud.channel.store import FileChannel, pack_workdir
+from gpucloud.plan.stacks import resolve_stack
 from gpucloud.providers.base import Candidate
-from gpucloud.spec import JobSpec
-from gpucloud.stacks import resolve_stack
+from gpucloud.providers.registry import capabilities
+from gpucloud.spec.load import JobSpec
 from gpucloud.vm.agent_config import job_config
 from gpucloud.vm.agent_pack import agent_archive, archive_sha256
 from gpucloud.vm.shim import render_shim

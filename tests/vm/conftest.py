@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from gpucloud.images import cpu_arch_of, resolve_node
-from gpucloud.planner import Candidate
-from gpucloud.providers import capabilities
-from gpucloud.stacks import Stack
+from gpucloud.plan.images import cpu_arch_of, resolve_node
+from gpucloud.plan.planner import Candidate
+from gpucloud.plan.stacks import Stack
+from gpucloud.providers.registry import capabilities
 from gpucloud.vm.agent.stage_api import StageEnv
 from gpucloud.vm.stack_config import stack_config
 

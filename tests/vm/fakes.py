@@ -112,6 +112,6 @@ class FakeTransfer(Transfer):
 
         return self._hard(once, hard)
 
-    def request(self, method: str, url: str, headers=(), *, max_time: float = 20) -> bytes | None:  # type: ignore[no-untyped-def]
+    def request(self, method: str, url: str, headers: object = (), *, max_time: float = 20) -> bytes | None:
         self.calls.append((method, url))
         return self.requests.get((method, url))

@@ -1,5 +1,5 @@
 """The agent's deadlines, retries and races, with a fake clock and a fake channel (milliseconds
-each): the cells of the VM fault matrix (tests/test_vm_faults.py) seen from inside the agent."""
+each): the cells of the VM fault matrix (tests/vm/test_vm_faults.py) seen from inside the agent."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ MANIFEST = (
 def make_agent(tmp: Path, clock: Clock | None = None, deadline_in: int = 3, **cfg: object) -> Agent:
     clock = clock or FakeClock()
     transfer = FakeTransfer(sleep=clock.sleep)
-    config = JobConfig(run_id="run-1", max_duration=10, tick_s=1.0, log_s=1.0, heartbeat_s=5.0, **cfg)  # type: ignore[arg-type]
+    timing = {"max_duration": 10, "tick_s": 1.0, "log_s": 1.0, "heartbeat_s": 5.0}
+    config = JobConfig(run_id="run-1", **timing, **cfg)  # type: ignore[arg-type]
     codes: list[int] = []
     agent = Agent(
         config,
@@ -304,7 +305,8 @@ def test_guard_polls_the_notice_at_its_interval(tmp_path: Path) -> None:
     guard = Guard("mem://notice", agent.transfer, agent.hooks, None, 5.0, 60.0, 0.0)
     for t in (0.0, 1.0, 4.9, 5.0, 9.0, 10.0):
         guard.step(t, lambda why: pytest.fail(why))
-    assert [c for c in agent.transfer.calls if c[1] == "mem://notice"] == [("get", "mem://notice")] * 3  # type: ignore[attr-defined]
+    calls = agent.transfer.calls  # type: ignore[attr-defined]
+    assert [c for c in calls if c[1] == "mem://notice"] == [("get", "mem://notice")] * 3
 
 
 def _ckpt(agent: Agent) -> Checkpoints:
@@ -329,7 +331,8 @@ def test_checkpoints_alternate_slots_data_before_record_and_skip_unchanged(tmp_p
     assert ck.upload("interval")
     calls = [c for c in agent.transfer.calls if c[0] == "put"]  # type: ignore[attr-defined]
     assert calls == [("put", "mem://slot-0"), ("put", "mem://sum-0")]
-    assert ck.upload("interval") and len([c for c in agent.transfer.calls if c[0] == "put"]) == 2  # type: ignore[attr-defined]
+    puts = agent.transfer.calls  # type: ignore[attr-defined]
+    assert ck.upload("interval") and len([c for c in puts if c[0] == "put"]) == 2
     (ck.folder / "w.bin").write_bytes(b"22")
     assert ck.upload("end")
     store = agent.transfer.store  # type: ignore[attr-defined]

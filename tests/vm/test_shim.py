@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.channel import agent_key
-from gpucloud.providers import capabilities
-from gpucloud.spec import load_spec
+from gpucloud.channel.store import agent_key
+from gpucloud.providers.registry import capabilities
+from gpucloud.spec.load import load_spec
 from gpucloud.vm.shim import SHIM_TARGET_BYTES, render_shim
 from tests.vm.agent_support import RUN_ID, local_node
 

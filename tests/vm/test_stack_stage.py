@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.images import resolve_node
-from gpucloud.spec import StackSpec
-from gpucloud.stacks import resolve_stack
+from gpucloud.plan.images import resolve_node
+from gpucloud.plan.stacks import resolve_stack
+from gpucloud.spec.load import StackSpec
 from gpucloud.vm.agent import stack
 from gpucloud.vm.agent.stack import GRID_POLL_S, stack_log_tail
 from gpucloud.vm.agent.stage_api import StageFailed
 from gpucloud.vm.job_env import gpu_tokens, stack_context
 from tests.support.vm_sim import GPU_NAMES
-from tests.test_render import K80, T4
 from tests.vm.conftest import APT, APT_UPDATE, HEADERS, KERNEL, LOCK_580, STUBS, StubVm, candidate, config
+from tests.vm.test_render import K80, T4
 
 K80_CFG = config(K80, "aws", "K80", 1, "p2.xlarge")
 K80_STUB = {"STUB_GPU_NAME": "Tesla K80", "STUB_GPU_COUNT": "1"}
@@ -394,7 +394,7 @@ def test_host_stack_is_never_touched(tmp_path: Path) -> None:
 
 
 def test_cpu_machine_installs_nothing(tmp_path: Path) -> None:
-    from tests.test_render import CPU
+    from tests.vm.test_render import CPU
 
     cfg = config(CPU, "aws", "", 0, "m5.large")
     assert cfg["driver_source"] == "none" and cfg["gpu_count"] == 0
@@ -410,7 +410,7 @@ def test_config_is_the_nodes_stack_context_plus_the_gpu_and_framework() -> None:
     k80_stack = resolve_stack("K80", StackSpec(framework="pytorch"))
     cand = candidate("aws", "A100-80GB", 8, "p4de.24xlarge")
     node = resolve_node(k80_stack, "aws", "p2.xlarge", 1)
-    from gpucloud.providers import capabilities
+    from gpucloud.providers.registry import capabilities
     from gpucloud.vm.stack_config import stack_config
 
     cfg = stack_config(node, k80_stack, cand, capabilities("aws"))
@@ -442,8 +442,8 @@ def test_config_of_open_modules_arm64_and_vendor_images() -> None:
 
 
 def test_config_pins_the_stack_exactly() -> None:
-    """The values the stacks pin (tests/test_render.py) reach the stages unchanged."""
-    from tests.test_render import A100_TF
+    """The values the stacks pin (tests/vm/test_render.py) reach the stages unchanged."""
+    from tests.vm.test_render import A100_TF
 
     k80 = K80_CFG
     assert (k80["driver_packages"], k80["driver_min"], k80["driver_max"]) == (["cuda-drivers-470"], 470, 470)

@@ -1,4 +1,4 @@
-"""Baked images on EC2 (issue 13, item 3): snapshot a builder instance, list and delete the results.
+"""Baked images on EC2: snapshot a builder instance, list and delete the results.
 
 Three calls, each a thin wrapper over the shared boto3 clients (providers/aws/session.py: bounded
 timeouts, AWS_ENDPOINT_URL honoured, so tests point it at moto). The images are tagged

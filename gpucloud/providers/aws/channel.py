@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpucloud import channel_trust
-from gpucloud.channel import LOG_PART_MAX, Channel, ObjectRefused, log_prefix
+from gpucloud.channel import trust as channel_trust
+from gpucloud.channel.store import LOG_PART_MAX, Channel, ObjectRefused, log_prefix
 from gpucloud.errors import GpucloudError
 from gpucloud.providers.aws.access import permission_denied
 from gpucloud.providers.aws.errors import classify, error_code, http_status

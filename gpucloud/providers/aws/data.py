@@ -3,7 +3,7 @@ the objects under a prefix) and the grants the machine gets, each limited to wha
 names and expiring at the run's deadline: a presigned GET per input object (read exactly those
 objects, nothing else, no list, no write), one presigned POST per output prefix (`starts-with`
 the prefix: write there only, no read, no list, no delete). The grants ride sealed to the node's
-key (gpucloud/secret_delivery.py), so a reader of user-data cannot use them.
+key (gpucloud/run/secrets.py), so a reader of user-data cannot use them.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The job's `image:` is checked for its format by spec.py; here it only has to be an AMI (an Azure
 URN passes the spec but cannot run on EC2) and exist in the region. Otherwise the plan's image
-(gpucloud/images.py, docs/STACKS.md) decides: a baked AMI by id, a vendor image (Deep Learning
+(gpucloud/plan/images.py, docs/STACKS.md) decides: a baked AMI by id, a vendor image (Deep Learning
 Base AMI) or Canonical's Ubuntu through its public SSM parameter. Where a vendor parameter cannot
 be read, Canonical's Ubuntu of the stack's version is booted instead (the bootstrap then installs
 what the vendor image would have had); Ubuntu's own parameter falls back to DescribeImages of

@@ -26,9 +26,9 @@ printing it is instant. Why it is shaped this way:
 Not expressible in IAM: the port of an ingress rule (EC2 documents no condition key for it); the
 rules stay limited to gpucloud-tagged groups and the code adds only port 22 and the run's own group.
 parliament (the linter that ships the AWS Service Authorization Reference) checks every document
-printed here in the test suite (tests/test_iam_lint.py).
+printed here in the test suite (tests/providers/aws/test_iam_lint.py).
 A test records every API operation of the end-to-end runs and checks each one against this, with
-a small evaluator that also proves calls outside it are denied (tests/test_aws_policy.py).
+a small evaluator that also proves calls outside it are denied (tests/providers/aws/test_aws_policy.py).
 """
 
 from __future__ import annotations

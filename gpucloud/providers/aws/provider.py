@@ -58,7 +58,7 @@ EC2_STATES = {
 
 
 def _default_warn(message: str) -> None:
-    from gpucloud.prose import to_stderr
+    from gpucloud.ui.prose import to_stderr
 
     to_stderr(f"warning: {message}")
 
@@ -115,7 +115,7 @@ class AwsProvider(AwsClients):
     @property
     def keys_dir(self) -> Path:
         if self._keys_dir is None:
-            from gpucloud.state import home_dir
+            from gpucloud.state.store import home_dir
 
             self._keys_dir = home_dir() / "keys"
         return self._keys_dir

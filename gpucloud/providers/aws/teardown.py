@@ -25,7 +25,7 @@ from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, RunHandle, parse_expir
 
 if TYPE_CHECKING:
     from gpucloud.providers.base import Journal
-    from gpucloud.state_records import ResourceRecord
+    from gpucloud.state.records import ResourceRecord
 
 PG_GONE_STATES = ("deleting", "deleted")
 LIVE_STATES = ["pending", "running", "shutting-down", "stopping", "stopped"]

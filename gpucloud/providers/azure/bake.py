@@ -1,4 +1,4 @@
-"""Baked images on Azure (issue 13, item 3): a managed image of a builder VM, listed and deleted.
+"""Baked images on Azure: a managed image of a builder VM, listed and deleted.
 
 The images live in one resource group per region, `gpucloud-images-<region>`, tagged
 `gpucloud:kind=image` and never with a run tag, so neither a run's teardown (which deletes the

@@ -217,7 +217,8 @@ def _add_price(out: dict[tuple[str, str], list[float | None]], item: dict[str, A
 def _documents(url: str | None, ctx: FetchContext) -> Iterator[dict[str, Any]]:
     """The pages of one query, following NextPageLink; each request is bounded in time."""
     while url:
-        doc = ctx.bounded(lambda u=url: _get_json(u), f"Retail Prices API at {_where(url)}", REQUEST_S)  # type: ignore[misc]
+        what = f"Retail Prices API at {_where(url)}"
+        doc = ctx.bounded(lambda u=url: _get_json(u), what, REQUEST_S)  # type: ignore[misc]
         yield doc
         link = doc.get("NextPageLink") or None
         url = urllib.parse.quote(link, safe=":/?&=$%'()+,;@") if link else None

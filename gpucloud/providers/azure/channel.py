@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from gpucloud import channel_trust
-from gpucloud.channel import LOG_PART_MAX, Channel, ObjectRefused, node_prefix
+from gpucloud.channel import trust as channel_trust
+from gpucloud.channel.store import LOG_PART_MAX, Channel, ObjectRefused, node_prefix
 from gpucloud.errors import UserError
 from gpucloud.providers.azure.access import pipeline_kwargs
 

@@ -80,7 +80,7 @@ def grid_driver_version(instance_type: str) -> str:
     """The driverVersion the extension is pinned to on this size (catalog/data/driver_extensions.csv:
     GRID 17.x is incompatible with NVv3 and has a CUDA bug on A10, per Microsoft's extension page);
     a GRID size without a documented pin is refused."""
-    from gpucloud.images import extension_driver
+    from gpucloud.plan.images import extension_driver
 
     version = extension_driver("azure", instance_type)
     if not version:

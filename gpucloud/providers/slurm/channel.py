@@ -21,12 +21,12 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 
-from gpucloud.channel import LOG_PART_MAX, SMALL_OBJECT_MAX, ObjectRefused, log_key, node_prefix
-from gpucloud.providers import ssh_transport
+from gpucloud.channel.store import LOG_PART_MAX, SMALL_OBJECT_MAX, ObjectRefused, log_key, node_prefix
 from gpucloud.providers.slurm import login as _login
 from gpucloud.providers.slurm.cluster import FINAL, JOB_SCRIPT, JobState, parse_job
 from gpucloud.providers.slurm.login import Login
-from gpucloud.providers.ssh_channel import ROOT_TOKEN, SshChannel
+from gpucloud.providers.ssh import transport as ssh_transport
+from gpucloud.providers.ssh.channel import ROOT_TOKEN, SshChannel
 
 JOB_CACHE_S = 0.8  # one Slurm query serves every rank's read of one poll
 

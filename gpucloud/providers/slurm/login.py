@@ -15,8 +15,8 @@ import shlex
 import subprocess
 from typing import BinaryIO
 
-from gpucloud.providers import ssh_transport
-from gpucloud.providers.ssh_probe import REMOTE_ROOT
+from gpucloud.providers.ssh import transport as ssh_transport
+from gpucloud.providers.ssh.probe import REMOTE_ROOT
 
 LOCAL = "local"
 

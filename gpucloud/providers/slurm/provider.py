@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from gpucloud.errors import UserError
-from gpucloud.providers import ssh_transport
 from gpucloud.providers.base import (
     Candidate,
     CandidateError,
@@ -32,7 +31,8 @@ from gpucloud.providers.slurm import batch
 from gpucloud.providers.slurm.channel import SlurmChannel
 from gpucloud.providers.slurm.cluster import PLAN_SCRIPT, Partition, allowed, gpu_model, parse_plan
 from gpucloud.providers.slurm.login import Login, script
-from gpucloud.providers.ssh_channel import ROOT_TOKEN
+from gpucloud.providers.ssh import transport as ssh_transport
+from gpucloud.providers.ssh.channel import ROOT_TOKEN
 
 if TYPE_CHECKING:
     from gpucloud.providers.base import Journal, PlanRequest
@@ -248,7 +248,7 @@ class SlurmProvider:
     def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
         """On every cluster a recorded run used: cancel gpucloud jobs (by their comment tag) whose
         expiry passed."""
-        from gpucloud.state import Store
+        from gpucloud.state.store import Store
 
         clusters = {r.region.rsplit("/", 1)[0] for r in Store().list_runs() if r.cloud == self.name and r.region}
         lines: list[str] = []

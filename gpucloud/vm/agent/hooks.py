@@ -175,7 +175,8 @@ class AzureHooks(ShutdownHooks):
         for i in range(1, 6):
             body = self.transfer.request(
                 "GET",
-                f"{self.imds}/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/",
+                f"{self.imds}/metadata/identity/oauth2/token"
+                "?api-version=2018-02-01&resource=https://management.azure.com/",
                 ["Metadata:true"],
             )
             if body:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 MAX_BYTES = 8 * 1024**3
 MAX_MEMBERS = 200_000
-MAX_RATIO = 200.0  # unpacked bytes per archive byte, as the CLI's artifacts cap (gpucloud/extract.py)
+MAX_RATIO = 200.0  # unpacked bytes per archive byte, as the CLI's artifacts cap (gpucloud/channel/extract.py)
 RATIO_FLOOR = 64 * 1024**2  # the ratio counts only past this: a small file of zeros packs very well
 
 

@@ -1,0 +1,1 @@
+"""The command line: typer commands that import the module doing the work lazily."""

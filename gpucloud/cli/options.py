@@ -1,0 +1,40 @@
+"""The command line's shared arguments and options (typer annotations), kept apart so the command
+module holds only commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpucloud.providers import registry as providers
+
+SpecArg = Annotated[str, typer.Argument(help="Path to the job file (YAML).", metavar="SPEC")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+PlotOpt = Annotated[
+    Path | None,
+    typer.Option("--plot", metavar="FILE", help="Draw it into FILE (.png or .svg; needs matplotlib: gpucloud[plot])."),
+]
+CloudOpt = Annotated[
+    str | None, typer.Option("--cloud", help=f"A provider: {', '.join(providers.names())} (overrides resources.cloud).")
+]
+RegionOpt = Annotated[str | None, typer.Option("--region", help="Only this region.")]
+SecretOpt = Annotated[
+    list[str] | None,
+    typer.Option("--secret", metavar="NAME[=VALUE]", help="A secret for the job (value from this env without =VALUE)."),
+]
+SecretFileOpt = Annotated[
+    list[str] | None, typer.Option("--secret-file", metavar="PATH", help="NAME=VALUE lines of secrets.")
+]
+EnvOpt = Annotated[list[str] | None, typer.Option("--env", metavar="NAME=VALUE", help="Set or override an env value.")]
+HostOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--host",
+        metavar="HOST",
+        help="Run on this machine of yours, reached over SSH ([user@]host[:port] or an ssh "
+        "alias; repeat for more nodes). Picks the provider that takes hosts; overrides resources.hosts.",
+    ),
+]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]

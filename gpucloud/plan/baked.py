@@ -1,0 +1,193 @@
+"""`gpucloud image build/ls/rm` core: bake a stack into an image, find it again.
+
+A baked image is named by a hash of everything the stack stage would install (driver branch and
+modules, CUDA/cuDNN when asked, fabric manager, framework wheel, base image, CPU architecture and
+optionally the job's `setup`). A later run whose stack hashes the same boots that image and its
+stack stage finds every part present: it installs nothing (tests/vm/test_bootstrap.py simulates that).
+
+Cloud calls go through the small `ImageStore` protocol (provider contract; the registry's `image_store`, e.g.
+gpucloud/providers/aws/bake.py). `gpucloud image build` boots the builder as a run
+(gpucloud/run/bake.py: journal intents, teardown in `finally`); `build_image` is the same sequence over
+plain callables. Which images exist is also kept locally (`images.json` in the gpucloud home,
+written by build, refreshed by `image ls`, pruned by `image rm`), so that `plan` can pick a baked
+image without calling a cloud.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpucloud.providers.base import HASH_TAG, KIND_TAG, KIND_VALUE, STACK_TAG, BakedImage, Image, ImageStore
+
+if TYPE_CHECKING:
+    from gpucloud.plan.images import NodeStack
+    from gpucloud.plan.stack_data import Stack
+
+SETUP_TAG = "gpucloud:with-setup"  # "yes" when the job's `setup` was baked in too
+INDEX_FILE = "images.json"
+
+
+def stack_hash(stack: Stack, node: NodeStack, setup: str | None = None) -> str:
+    """16 hex digits over what the stack stage installs; equal hashes = interchangeable images."""
+    doc = {
+        "driver": stack.driver,
+        "modules": stack.kernel_modules,
+        "driver_source": node.driver_source,
+        "cuda": [*node.cuda_packages],
+        "cudnn": [*node.cudnn_packages],
+        "fabric_manager": node.fabric_manager,
+        "framework": [*stack.framework_pip],
+        "ubuntu": stack.ubuntu_version,
+        "cpu_arch": node.cpu_arch,
+        "base": node.image.ref if node.image else "",
+        "setup": setup or "",
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def describe(stack: Stack) -> str:
+    """The `gpucloud:stack` tag: readable, e.g. "K80 R470 CUDA 11.4 pytorch==2.1.2"."""
+    fw = "none" if stack.framework == "none" else f"{stack.framework}=={stack.framework_version}"
+    return f"{stack.gpu or 'cpu'} R{stack.driver} CUDA {stack.cuda} {fw}"
+
+
+def find_baked(store: ImageStore, region: str, wanted: str) -> BakedImage | None:
+    """The newest baked image in `region` with this stack hash (what `plan` uses automatically)."""
+    matches = [i for i in store.list_images(region) if i.stack_hash == wanted]
+    return max(matches, key=lambda i: i.created) if matches else None
+
+
+def baked_row(baked: BakedImage, stack: Stack, node: NodeStack) -> Image:
+    """An images.csv-like row for a baked image: it has everything the stack stage would install."""
+    return Image(
+        cloud=node.image.cloud if node.image else "",
+        name=f"baked {baked.stack_hash}",
+        cpu_arch=node.cpu_arch,
+        gpu_archs=(stack.architecture,),
+        vm_feature="",
+        ubuntu=stack.ubuntu_version,
+        modules=stack.kernel_modules,
+        driver=stack.driver,
+        cuda=(stack.cuda,) if node.cuda_packages else (),
+        cudnn=bool(node.cudnn_packages),
+        fabric_manager=node.fabric_manager,
+        extension="",
+        found_by="baked",
+        ref=baked.ref,
+        source=f"built by `gpucloud image build` ({baked.tags.get(STACK_TAG, '')})",
+        checked=baked.created[:7],
+    )
+
+
+def image_tags(stack: Stack, wanted: str, *, with_setup: bool = False) -> dict[str, str]:
+    """The tags of a baked image: its stack hash, that it is an image (not a run), what it holds."""
+    return {
+        HASH_TAG: wanted,
+        KIND_TAG: KIND_VALUE,
+        STACK_TAG: describe(stack),
+        SETUP_TAG: "yes" if with_setup else "no",
+    }
+
+
+def build_image(
+    store: ImageStore,
+    region: str,
+    stack: Stack,
+    node: NodeStack,
+    *,
+    launch: Callable[[], str],
+    wait_ready: Callable[[str], None],
+    teardown: Callable[[str], None],
+    setup: str | None = None,
+) -> BakedImage:
+    """Boot a builder (launch -> instance id), wait until its stack stage is done, snapshot, tear down.
+
+    `wait_ready` raises when the builder fails; the builder is torn down whatever happens. An
+    image with the same hash already present is returned without booting anything.
+    """
+    wanted = stack_hash(stack, node, setup)
+    existing = find_baked(store, region, wanted)
+    if existing is not None:
+        return existing
+    instance_id = launch()
+    try:
+        wait_ready(instance_id)
+        name = f"gpucloud-{wanted}"
+        tags = image_tags(stack, wanted, with_setup=bool(setup))
+        ref = store.create_image(region, instance_id, name, tags)
+    finally:
+        teardown(instance_id)
+    return BakedImage(ref=ref, region=region, name=name, stack_hash=wanted, tags=tags)
+
+
+# ---- the local index of baked images (plan reads it offline) ------------------------------------
+
+
+def _index_path() -> Path:
+    from gpucloud.state.store import home_dir
+
+    return home_dir() / INDEX_FILE
+
+
+def load_index() -> list[tuple[str, BakedImage]]:
+    """(cloud, image) for every baked image this machine knows of. A missing or damaged file is an
+    empty index: it only costs the automatic choice until `gpucloud image ls` rebuilds it."""
+    try:
+        doc = json.loads(_index_path().read_text())
+        rows = doc["images"] if isinstance(doc, dict) else []
+        return [
+            (
+                str(r["cloud"]),
+                BakedImage(
+                    ref=str(r["ref"]),
+                    region=str(r["region"]),
+                    name=str(r.get("name", "")),
+                    stack_hash=str(r["stack_hash"]),
+                    tags=dict(r.get("tags") or {}),
+                    created=str(r.get("created", "")),
+                ),
+            )
+            for r in rows
+            if isinstance(r, dict)
+        ]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def _save_index(rows: list[tuple[str, BakedImage]]) -> None:
+    path = _index_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp.{os.getpid()}")
+    tmp.write_text(json.dumps({"images": [{"cloud": c, **asdict(b)} for c, b in rows]}, indent=1))
+    tmp.replace(path)
+
+
+def remember(cloud: str, baked: BakedImage) -> None:
+    """Record a new baked image (after `image build`)."""
+    rows = [(c, b) for c, b in load_index() if not (c == cloud and b.region == baked.region and b.ref == baked.ref)]
+    _save_index([*rows, (cloud, baked)])
+
+
+def sync_region(cloud: str, region: str, images: list[BakedImage]) -> None:
+    """Replace what the index says about one cloud region by what the cloud listed (`image ls`)."""
+    rows = [(c, b) for c, b in load_index() if not (c == cloud and b.region == region)]
+    _save_index([*rows, *((cloud, b) for b in images)])
+
+
+def forget(cloud: str, region: str, ref: str) -> None:
+    """Drop a deleted image (`image rm`)."""
+    _save_index([(c, b) for c, b in load_index() if not (c == cloud and b.region == region and b.ref == ref)])
+
+
+def index_by_hash() -> dict[tuple[str, str, str], BakedImage]:
+    """(cloud, region, stack hash) -> the newest baked image with that hash."""
+    out: dict[tuple[str, str, str], BakedImage] = {}
+    for cloud, baked in sorted(load_index(), key=lambda row: row[1].created):
+        out[(cloud, baked.region, baked.stack_hash)] = baked
+    return out

@@ -1,0 +1,577 @@
+"""Cost-aware ranking of candidates, with a reason for every exclusion."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC
+from typing import TYPE_CHECKING
+
+from gpucloud.catalog.prices import MAX_PER_GPU_HOUR, MIN_PER_GPU_HOUR, price_problem, price_source
+from gpucloud.catalog.rows import RankKey, RowFilter, rank_key
+from gpucloud.plan.match import GpuMatch, ImageChoice, PlanStacks
+from gpucloud.plan.requests import plan_request, refuse_what_providers_cannot_do
+from gpucloud.plan.rows import Exclusion, Exclusions, QuickReasons, RankedCandidates, read_rows
+from gpucloud.providers.base import Candidate
+
+__all__ = ["Candidate", "DataAge", "Exclusion", "Plan", "alternatives", "data_age", "make_plan", "read_rows"]
+
+if TYPE_CHECKING:
+    from gpucloud.catalog import Catalog
+    from gpucloud.catalog.models import Offering
+    from gpucloud.plan.stacks import Stack
+    from gpucloud.spec.load import JobSpec
+
+
+@dataclass
+class Plan:
+    spec: JobSpec
+    candidates: Sequence[Candidate]  # cheapest first = the failover order of `run` (built when read)
+    excluded: Sequence[Exclusion]  # catalog order; an `Exclusions` lists the quick ones when iterated
+    stack: Stack
+    warnings: list[str] = field(default_factory=list)
+    data: DataAge | None = None  # how old the prices behind the first candidate are
+    stacks: dict[str, Stack] = field(default_factory=dict)  # per GPU, when the job accepts several
+
+    def requests(self) -> set[str]:
+        """The GPU requests (labels) the candidates meet, without building them."""
+        if isinstance(self.candidates, RankedCandidates):
+            return self.candidates.requests()
+        return {c.request for c in self.candidates}
+
+    def stack_for(self, candidate: Candidate) -> Stack:
+        """The stack a candidate's machine gets: its GPU's, when the job lists alternatives."""
+        return self.stacks.get(candidate.gpu, self.stack)
+
+    def as_json(self) -> dict[str, object]:
+        doc: dict[str, object] = {
+            "candidates": [c.as_json() for c in self.candidates],
+            "excluded": [e.as_json() for e in self.excluded],
+            "stack": self.stack.as_json(),
+            "warnings": list(self.warnings),
+        }
+        if self.data is not None:
+            doc["catalog"] = self.data.as_json()
+        if len(self.stacks) > 1:  # GPU alternatives: each GPU's own stack
+            doc["stacks"] = {gpu: stack.as_json() for gpu, stack in sorted(self.stacks.items())}
+        return doc
+
+
+@dataclass(frozen=True)
+class DataAge:
+    """How old the price behind the first candidate is, and where the catalog came from."""
+
+    origin: str  # "shipped" | "refreshed"
+    price_date: str  # the first candidate's price date (ISO, as precise as its source)
+    age_days: int
+    max_age_days: int
+
+    @property
+    def stale(self) -> bool:
+        return self.age_days > self.max_age_days
+
+    @property
+    def warning(self) -> str:
+        return (
+            f"prices are {self.age_days} days old ({self.origin} catalog, price date {self.price_date}); "
+            "run `gpucloud catalog refresh` for current prices and offerings."
+        )
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "origin": self.origin,
+            "price_date": self.price_date,
+            "age_days": self.age_days,
+            "max_age_days": self.max_age_days,
+            "stale": self.stale,
+        }
+
+
+MAX_AGE_ENV = "GPUCLOUD_CATALOG_MAX_AGE_DAYS"
+DEFAULT_MAX_AGE_DAYS = 30
+
+
+def data_age(cat: Catalog, first: Candidate) -> DataAge | None:
+    """Age of the first candidate's price (a partial date counts from its start); None for local."""
+    import os
+    from datetime import date, datetime
+
+    where = RowFilter(
+        clouds=frozenset((first.cloud,)), regions=frozenset((first.region,)), instance_type=first.instance_type
+    )
+    found = cat.rows.select(where, 1)
+    if not found:
+        return None
+    row = found[0][1]
+    text = row.price_date[:10]
+    parts = [int(p) for p in text.split("-")] + [1, 1]
+    when = date(parts[0], parts[1] or 1, parts[2] or 1)
+    age = max(0, (datetime.now(UTC).date() - when).days)
+    try:
+        limit = int(os.environ.get(MAX_AGE_ENV, DEFAULT_MAX_AGE_DAYS))
+    except ValueError:
+        limit = DEFAULT_MAX_AGE_DAYS
+    return DataAge(origin=cat.meta.origin, price_date=row.price_date, age_days=age, max_age_days=limit)
+
+
+CLOSEST_MISSES = 5
+
+
+def make_plan(
+    spec: JobSpec,
+    *,
+    cloud: str | None = None,
+    region: str | None = None,
+    spot: bool | None = None,
+    catalog: Catalog | None = None,
+    baked: bool = True,
+    estimates: bool = True,
+) -> Plan:
+    """Rank every offering that meets every constraint of `spec`; explain every other one.
+
+    `cloud`, `region` and `spot` are the CLI's overrides; `estimates=False` (`plan --no-estimates`)
+    excludes offerings whose price is an estimate, with that reason. Raises UserError (exit 2) when the GPU is
+    offered nowhere allowed, or when nothing meets the constraints (with the closest misses)."""
+    from gpucloud.catalog import load_catalog
+    from gpucloud.plan.stacks import resolve_stack
+    from gpucloud.providers import registry as providers
+
+    cat = catalog or load_catalog()
+    clouds = [cloud] if cloud else list(spec.resources.cloud)
+    refuse_what_providers_cannot_do(spec, clouds, spot)
+    gpu = _requested_gpu(spec, cat)
+    match = GpuMatch(spec, cat) if spec.resources.gpu and not spec.resources.instance_type else None
+    wide = match is not None and not match.simple  # alternatives, a model choice or a range
+    stack = resolve_stack(gpu or None, spec.stack) if not wide else None
+    priced = [c for c in clouds if providers.info(c).priced]
+    if not priced:
+        return _unpriced_plan(spec, stack or resolve_stack(gpu or None, spec.stack), gpu, clouds)
+    clouds = priced
+    regions = _allowed_regions(spec, region, clouds, cat)
+    policy: bool | str = spec.resources.spot if spot is None else spot
+    variants = match.variants if match is not None and wide else frozenset(cat.members(gpu)) if gpu else frozenset()
+
+    stacks = PlanStacks(spec, stack)
+    quick = QuickReasons(spec, match.asked if match is not None and wide else gpu, variants, clouds, regions)
+    images = ImageChoice(stacks, spec, baked=baked)
+    candidates, excluded = _check_rows(cat, quick, spec, policy, images, match, estimates)
+    if not candidates:
+        raise _nothing_fits(spec, gpu if not wide else None, clouds, excluded, cat)
+    first = stacks.of(candidates[0].gpu)
+    assert not isinstance(first, str), "a candidate's stack always resolves"
+    warnings: list[str] = list(first.warnings)
+    warnings.extend(_legacy_warnings(candidates.legacy()))
+    age = data_age(cat, candidates[0])
+    if age is not None and age.stale:
+        warnings.append(age.warning)
+    return Plan(
+        spec=spec,
+        candidates=candidates,
+        excluded=excluded,
+        stack=first,
+        warnings=warnings,
+        data=age,
+        stacks=stacks.known() if wide else {},
+    )
+
+
+def _check_rows(
+    cat: Catalog,
+    quick: QuickReasons,
+    spec: JobSpec,
+    policy: bool | str,
+    images: ImageChoice,
+    match: GpuMatch | None,
+    estimates: bool = True,
+) -> tuple[RankedCandidates, Exclusions]:
+    """Check in full only the rows no quick reason excludes (read through the catalog's index);
+    the others are counted by the returned `Exclusions` and listed when it is iterated. A
+    candidate is kept as its sort key and built only when the plan is read that far. A source that
+    can (the catalog file) counts and ranks the rows that give candidates itself (`CleanRule`):
+    only the rows that are exclusions are read here."""
+    from gpucloud.catalog.store import gc_paused
+
+    keys: list[RankKey] = []
+    checked: list[tuple[int, Exclusion]] = []
+    gpu, variants, clouds, regions = quick.gpu, quick.variants, quick.cloud_list, quick.regions
+    nodes, cap = spec.num_nodes, spec.resources.max_price_per_hour
+    ranks = match.ranks() if match is not None else {}  # Candidate.request -> its place
+
+    def label(name: str, count: int) -> str:
+        """Candidate.request: the label of the first GPU request a row meets ("" without requests)."""
+        which = match.which_of(name, count) if match is not None else None
+        return match.label(which) if match is not None and which is not None else ""
+
+    part, selected, read = read_rows(cat, quick, spec, policy, match, images.stacks, estimates)
+    with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/store.py)
+        for ordinal, off in selected:
+            reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions, match)
+            if reason is None:
+                stack = images.stacks.of(off.gpu)
+                if isinstance(stack, str):
+                    reason = stack
+            if reason is None:
+                markets, reason = _markets(off, policy, cap, estimates)
+                rank = ranks.get(label(off.gpu, off.gpu_count), 0)
+                for is_spot, price in markets:
+                    keys.append(rank_key(off, ordinal, is_spot, price, nodes, rank))
+            if reason is not None:
+                checked.append((ordinal, Exclusion(off.cloud, off.region, off.instance_type, reason)))
+
+    def build(key: RankKey) -> Candidate:
+        return _candidate(key[-1], key[6], key[8], spec, images, label(key[-1].gpu, key[-1].gpu_count))
+
+    return RankedCandidates(keys, build, part, label), Exclusions(checked, read, cat.rows, quick)
+
+
+def _requested_gpu(spec: JobSpec, cat: Catalog) -> str | None:
+    """The canonical GPU the job needs: from `gpu:`, else from `instance_type:`'s catalog row."""
+    from gpucloud.errors import UserError
+
+    res = spec.resources
+    if res.instance_type:
+        rows = [o for _, o in cat.rows.select(RowFilter(instance_type=res.instance_type), 1)]
+        if not rows:
+            import difflib
+
+            known = sorted({o.instance_type for o in cat.offerings})
+            close = difflib.get_close_matches(res.instance_type, known, n=3)
+            hint = (
+                f"Did you mean {', '.join(close)}?"
+                if close
+                else "`gpucloud catalog --all` lists the known instance types."
+            )
+            raise UserError(
+                f"{_where(spec)}resources.instance_type: {res.instance_type!r} is not in the catalog.", hint=hint
+            )
+        if res.gpu and rows[0].gpu not in cat.members(res.gpu.model):
+            raise UserError(
+                f"{_where(spec)}resources: instance_type {res.instance_type} has {rows[0].gpu_count} × {rows[0].gpu}, "
+                f"but gpu asks for {res.gpu.model}.",
+                hint="Give only one of gpu and instance_type, or make them agree.",
+            )
+        return rows[0].gpu
+    return res.gpu.model if res.gpu else None
+
+
+def _where(spec: JobSpec) -> str:
+    return f"{spec.source}: " if spec.source else ""
+
+
+def _unpriced_plan(spec: JobSpec, stack: Stack, gpu: str | None, clouds: list[str]) -> Plan:
+    """Providers without catalog rows (this machine, an SSH host) plan their own candidates
+    (`Provider.plan_candidates`); where the stack install is skipped, the GPU check only warns."""
+    from gpucloud.providers import registry as providers
+
+    candidates: list[Candidate] = []
+    warnings = list(stack.warnings)
+    for name in clouds:
+        provider = providers.get_provider(name)
+        own = provider.plan_candidates(plan_request(spec))
+        candidates.extend(replace(c, gpu=gpu or "") for c in own)
+        if own and not candidates[: -len(own)] and hasattr(provider, "plan_stack"):
+            stack = provider.plan_stack(stack)  # optional: the stack as on the machines just planned
+        if hasattr(provider, "plan_notes"):
+            warnings.extend(provider.plan_notes())  # optional: what it left out and why
+        if gpu and own and not providers.capabilities(name).install_stack:
+            warnings.append(
+                f"{name} provider: the stack install is skipped; the job uses this machine's {gpu} "
+                "if it has one, else the CPU (with a warning in the log)."
+            )
+    return Plan(spec=spec, candidates=candidates, excluded=[], stack=stack, warnings=warnings)
+
+
+def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: Catalog) -> set[str] | None:
+    """None means every region; unknown region names are a clear error with a suggestion."""
+    from gpucloud.errors import UserError
+    from gpucloud.providers import registry as providers
+
+    wanted = [region] if region else (spec.resources.regions or [])
+    if not wanted:
+        return None
+    # A region of a cloud the job does not allow is harmless (`regions: [us-east-1, eastus]` with
+    # `--cloud azure`); only a name no cloud knows is a typo worth stopping for.
+    priced = frozenset(providers.priced_clouds())
+    for name in wanted:
+        if not cat.rows.count(RowFilter(clouds=priced, regions=frozenset((name,)))):
+            import difflib
+
+            known = sorted({r for c in priced for r in cat.regions(c)})
+
+            close = difflib.get_close_matches(name, known, n=3)
+            where = "--region" if region else f"{_where(spec)}resources.regions"
+            hint = f"Did you mean {', '.join(close)}?" if close else f"Known regions: {', '.join(known)}."
+            raise UserError(f"{where}: region {name!r} is not one gpucloud knows.", hint=hint)
+    return set(wanted)
+
+
+def _exclusion_reason(
+    off: Offering,
+    spec: JobSpec,
+    gpu: str | None,
+    variants: frozenset[str],
+    clouds: list[str],
+    regions: set[str] | None,
+    match: GpuMatch | None = None,
+) -> str | None:
+    """The first constraint the offering breaks, in the order a user thinks about them. The checks
+    past the quick reasons (retired, vCPUs, memory) are mirrored in SQL by catalog/store.py
+    `_Rules`, which decides which rows of the catalog file give candidates without reading them:
+    a new check goes into both (tests/catalog/test_catalog_index.py compares the two)."""
+    res = spec.resources
+    if off.cloud not in clouds:
+        return f"cloud {off.cloud} not allowed (resources.cloud is {', '.join(clouds)})"
+    if regions is not None and off.region not in regions:
+        return f"region {off.region} not in {', '.join(sorted(regions))}"
+    if res.instance_type and off.instance_type != res.instance_type:
+        return f"instance type is not {res.instance_type}"
+    if match is not None and not match.simple:
+        if off.gpu not in variants:
+            return f"has {off.gpu}, job asks for {match.asked}"
+        if match.which(off) is None:
+            return match.miss(off)
+    else:
+        if gpu and off.gpu not in variants:
+            return f"has {off.gpu}, job asks for {gpu}"
+        if res.gpu and off.gpu_count != res.gpu.count:
+            return f"has {off.gpu_count} × {off.gpu} per node, job asks for {res.gpu.count}"
+    if off.status == "retired":
+        return f"{off.status_text()} ({off.source})"
+    if res.min_vcpus and off.vcpus < res.min_vcpus:
+        return f"{off.vcpus} vCPUs < min_vcpus {res.min_vcpus}"
+    if res.min_memory_gib and off.memory_gib < res.min_memory_gib:
+        return f"{off.memory_gib:g} GiB memory < min_memory_gib {res.min_memory_gib:g}"
+    return None
+
+
+def _priced_options(
+    off: Offering,
+    spec: JobSpec,
+    policy: bool | str,
+    images: ImageChoice | None = None,
+    request: str = "",
+    estimates: bool = True,
+) -> tuple[list[Candidate], str | None]:
+    """Candidates for one offering under the spot policy and max price; or why there are none."""
+    markets, reason = _markets(off, policy, spec.resources.max_price_per_hour, estimates)
+    return [_candidate(off, is_spot, price, spec, images, request) for is_spot, price in markets], reason
+
+
+def _markets(
+    off: Offering, policy: bool | str, cap: float | None, estimates: bool = True
+) -> tuple[list[tuple[bool, float]], str | None]:
+    """(spot?, price per node) of each market the offering is a candidate in; or why there is none.
+
+    spot: false -> on-demand; true -> spot only; auto -> both, so that failover falls back to
+    on-demand when spot capacity is missing (spot ranks first when it is cheaper). Mirrored in SQL
+    by catalog/store.py `_Rules.market`: a change goes into both."""
+    markets: tuple[bool, ...]
+    if policy == "auto":
+        markets = (True, False) if off.spot_price_per_hour is not None else (False,)
+    elif policy:
+        if off.spot_price_per_hour is None:
+            return [], "no spot market for this type here"
+        markets = (True,)
+    else:
+        markets = (False,)
+    if not estimates:
+        source = price_source(off)
+        if source.kind == "estimate":
+            return [], f"price is an estimate ({source.rule}); --no-estimates refuses estimated prices"
+    out: list[tuple[bool, float]] = []
+    too_dear: list[str] = []
+    for is_spot in markets:
+        price = off.spot_price_per_hour if is_spot else off.price_per_hour
+        assert price is not None
+        # a float in the sane range is what price_problem accepts; anything else gets its reason
+        sane = type(price) is float and MIN_PER_GPU_HOUR <= price / max(off.gpu_count, 1) <= MAX_PER_GPU_HOUR
+        bad = None if sane else price_problem(price, off.gpu_count)
+        if bad is not None:  # NaN would rank first and pass any cap: never a candidate
+            too_dear.append(f"{'spot' if is_spot else 'on-demand'} price {bad}; run `gpucloud catalog refresh`")
+            continue
+        if cap is not None and price > cap:
+            too_dear.append(f"{'spot' if is_spot else 'on-demand'} ${price:.3f}/h > max_price_per_hour ${cap:g}")
+            continue
+        out.append((is_spot, price))
+    return out, ("; ".join(too_dear) if not out else None)
+
+
+def _candidate(
+    off: Offering, is_spot: bool, price: float, spec: JobSpec, images: ImageChoice | None, request: str = ""
+) -> Candidate:
+    total = round(price * spec.num_nodes, 6)
+    return Candidate(
+        cloud=off.cloud,
+        region=off.region,
+        instance_type=off.instance_type,
+        gpu=off.gpu,
+        gpu_count=off.gpu_count,
+        num_nodes=spec.num_nodes,
+        spot=is_spot,
+        price_per_hour=price,
+        total_per_hour=total,
+        estimated_cost=round(total * spec.max_duration / 3600, 2),
+        status=off.status,
+        vcpus=off.vcpus,
+        memory_gib=off.memory_gib,
+        arch=off.arch,
+        image=images(off) if images is not None else None,
+        request=request,
+        price_source=price_source(off),
+    )
+
+
+def _legacy_warnings(types: Iterable[tuple[str, str]]) -> list[str]:
+    legacy = sorted({f"{cloud} {kind}" for cloud, kind in types})
+    if not legacy:
+        return []
+    return [
+        f"legacy instance types in this plan ({', '.join(legacy)}): the cloud is retiring them; a launch may "
+        "fail for lack of capacity or be refused, and the next candidate is tried then."
+    ]
+
+
+def _nothing_fits(
+    spec: JobSpec, gpu: str | None, clouds: list[str], excluded: Sequence[Exclusion], cat: Catalog
+) -> Exception:
+    """Exit 2 with a message that says why and what to do instead."""
+    from gpucloud.errors import UserError
+
+    where = "/".join(clouds)
+    variants = set(cat.members(gpu)) if gpu else set()
+    if gpu:
+        offered = [o for o in cat.offerings if o.gpu in variants and o.cloud in clouds]
+        live = [o for o in offered if o.status != "retired"]
+        if not offered:
+            return UserError(
+                f"{_where(spec)}resources.gpu: no cloud gpucloud can use ({where}) offers the {gpu}"
+                f"{_never_offered_note(gpu, cat)}.",
+                hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat)) + ".",
+            )
+        if not live:
+            return _only_retired(spec, gpu, where, offered, clouds, cat)
+        count = spec.resources.gpu.count if spec.resources.gpu else 0
+        if count and not any(o.gpu_count == count for o in live) and any(o.gpu_count == count for o in offered):
+            return _count_only_retired(spec, gpu, count, where, offered, live, clouds, cat)
+    gone = {(o.cloud, o.instance_type) for o in cat.offerings if o.status == "retired"}
+    misses = [
+        e
+        for e in excluded
+        if e.cloud in clouds and (not gpu or _gpu_of(e, cat) in variants) and (e.cloud, e.instance_type) not in gone
+    ]
+    misses.sort(key=lambda e: _price_of(e, cat))
+    lines = [f"{e.cloud}/{e.region}/{e.instance_type}: {e.reason}" for e in misses[:CLOSEST_MISSES]]
+    return UserError(
+        f"{_where(spec)}no offering meets every constraint of the job. Closest misses:\n  - "
+        + "\n  - ".join(lines or ["(none)"]),
+        hint="Relax the constraint named above (max_price_per_hour, regions, gpu count, min_vcpus, spot), "
+        "or see `gpucloud catalog --gpu " + (gpu or "T4") + "`.",
+    )
+
+
+def _only_retired(
+    spec: JobSpec, gpu: str, where: str, offered: list[Offering], clouds: list[str], cat: Catalog
+) -> Exception:
+    """The GPU exists only on retired or withdrawn types: say when and on what evidence, and that
+    the GPU's software stack is still known (it runs on a machine you own or host)."""
+    from gpucloud.errors import UserError
+
+    by_status: dict[tuple[str, str], list[str]] = {}
+    for o in sorted(offered, key=lambda o: (o.cloud, o.gpu_count, o.instance_type)):
+        types = by_status.setdefault((o.cloud, o.status_text()), [])
+        if o.instance_type not in types:
+            types.append(o.instance_type)
+    dates = [f"{cloud} {', '.join(types)} ({status})" for (cloud, status), types in by_status.items()]
+    read_on = {o.cloud: o.status_date for o in offered if o.withdrawn}
+    note = "".join(
+        f" {c}'s current API does not offer them (none listed in its data read on {day}); no end date was announced."
+        for c, day in sorted(read_on.items())
+    )
+    return UserError(
+        f"{_where(spec)}resources.gpu: {where} offers the {gpu} only on retired or withdrawn instance types "
+        f"({'; '.join(dates)}).{note}",
+        hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat)) + ". "
+        f"The {gpu} software stack is still known (`gpucloud stack {gpu}`): run the job on a machine with that GPU "
+        "that you own or host, through a provider that reaches it.",
+    )
+
+
+def _count_only_retired(
+    spec: JobSpec,
+    gpu: str,
+    count: int,
+    where: str,
+    offered: list[Offering],
+    live: list[Offering],
+    clouds: list[str],
+    cat: Catalog,
+) -> Exception:
+    """The GPU is still sold, but never `count` to a machine: the types that had that count are
+    retired (say when), so point at the counts and GPUs that are live instead of at other retired types."""
+    from gpucloud.errors import UserError
+
+    retired = sorted({f"{o.cloud} {o.instance_type} ({o.status_text()})" for o in offered if o.gpu_count == count})
+    counts = sorted({o.gpu_count for o in live})
+    cheapest = {n: min((o for o in live if o.gpu_count == n), key=lambda o: o.price_per_hour) for n in counts}
+    still = "; ".join(
+        f"{n} × {o.gpu} on {o.cloud} {o.instance_type} ({o.region}) at ${o.price_per_hour:.3f}/h"
+        for n, o in cheapest.items()
+    )
+    return UserError(
+        f"{_where(spec)}resources.gpu: {where} offers {count} × {gpu} per machine only on retired instance types: "
+        f"{', '.join(retired[:4])}. Still offered: {still}.",
+        hint=f"Ask for one of those counts (gpu: {gpu}:{counts[0]}), or another GPU. Nearest alternatives: "
+        + "; ".join(alternatives(gpu, clouds, cat))
+        + ".",
+    )
+
+
+def _never_offered_note(gpu: str, cat: Catalog) -> str:
+    variants = set(cat.members(gpu))
+    anywhere = {o.cloud for o in cat.offerings if o.gpu in variants}
+    return "; it was never offered by AWS or Azure and exists only on owned or hosted hardware" if not anywhere else ""
+
+
+def _gpu_of(e: Exclusion, cat: Catalog) -> str:
+    return next((o.gpu for o in cat.offerings if o.instance_type == e.instance_type), "")
+
+
+def _price_of(e: Exclusion, cat: Catalog) -> float:
+    return next(
+        (
+            o.price_per_hour
+            for o in cat.offerings
+            if o.instance_type == e.instance_type and o.region == e.region and o.cloud == e.cloud
+        ),
+        0.0,
+    )
+
+
+def alternatives(gpu: str, clouds: list[str], cat: Catalog, limit: int = 4) -> list[str]:
+    """Same architecture first (any cloud, cheapest row per GPU), then the cheapest current GPU in
+    the allowed clouds: what a user asking for an unavailable GPU most likely wants instead."""
+    arch = cat.gpu(gpu).architecture if cat.resolve(gpu) else ""
+    variants = set(cat.members(gpu))
+    live = [o for o in cat.offerings if o.status != "retired"]
+    same_arch = sorted(
+        (o for o in live if o.gpu not in variants and cat.gpus[o.gpu].architecture == arch),
+        key=lambda o: (o.cloud not in clouds, o.price_per_hour / o.gpu_count),
+    )
+    current = sorted(
+        (o for o in live if o.status == "active" and o.cloud in clouds),
+        key=lambda o: o.price_per_hour,
+    )
+    same_gpu_elsewhere = sorted(
+        (o for o in live if o.gpu in variants and o.cloud not in clouds), key=lambda o: o.price_per_hour
+    )
+    picked: list[str] = []
+    seen: set[str] = set()
+    for o in [*same_gpu_elsewhere[:1], *same_arch, *current]:
+        if o.gpu in seen and o.gpu != gpu:
+            continue
+        seen.add(o.gpu)
+        tag = f" [{o.status}]" if o.status != "active" else ""
+        picked.append(f"{o.gpu} on {o.cloud} {o.instance_type} ({o.region}) at ${o.price_per_hour:.3f}/h{tag}")
+        if len(picked) >= limit:
+            break
+    return picked or ["none in the catalog"]

@@ -1,0 +1,272 @@
+"""The registry of providers: the one place that names the clouds.
+
+Everything outside `gpucloud/providers/` (spec, planner, catalog, views, lifecycle, CLI) asks this
+module which providers exist, what `any` means, and whether a provider looks configured; only the
+provider modules themselves and data files spell a provider's name. Adding a provider is one module
+under providers/, one entry in REGISTRY, and catalog rows (for priced providers).
+
+Importing this module imports no cloud SDK: providers are imported lazily by `get_provider`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpucloud.providers.base import Capabilities, CloudCheck, ImageStore, Provider
+
+
+def _aws_configured() -> bool:
+    """The standard boto3 chain has something to go on (keys, profile, files, web identity, endpoint)."""
+    env = os.environ
+    files = [
+        Path(env.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")).expanduser(),
+        Path(env.get("AWS_CONFIG_FILE", "~/.aws/config")).expanduser(),
+    ]
+    keys = (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_PROFILE",
+        "AWS_ENDPOINT_URL",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    )
+    return any(k in env for k in keys) or any(p.is_file() for p in files)
+
+
+def _azure_configured() -> bool:
+    return any(k in os.environ for k in ("AZURE_SUBSCRIPTION_ID", "GPUCLOUD_AZURE_ARM_ENDPOINT"))
+
+
+def _always() -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """One registry entry. `in_any`: part of what `cloud: any` expands to (machines you pay for
+    on demand); `priced`: offerings come from the catalog (else the provider plans its own single
+    candidate); `configured`: a cheap check, no SDK import, that credentials may be there."""
+
+    name: str
+    module: str
+    class_name: str
+    title: str
+    in_any: bool
+    priced: bool
+    configured: Callable[[], bool]
+    credentials_hint: str
+    policy: str | None = None  # "module:function" returning the least-privilege policy document
+    deadline_role: str | None = None  # "module:function(account, part)": the cloud-side deadline's role documents
+    catalog_source: str | None = None  # module with fetch_offerings() for `catalog refresh`
+    check: str | None = None  # "module:function" returning a base.CloudCheck (`gpucloud check`)
+    # "module:function" that asks the cloud who the credentials are (one bounded call, before the
+    # launch prompt): returns a one-line description, raises CloudAccessError when they do not work.
+    identity: str | None = None
+    image_store: str | None = None  # "module:Class" of its ImageStore (baked images, gpucloud/plan/baked.py)
+    takes_hosts: bool = False  # the job names the machines (resources.hosts, --host); runs alone, never mixed
+    takes_cluster: bool = False  # a batch scheduler (resources.cluster, partition, ...); runs alone, never mixed
+
+
+REGISTRY: dict[str, ProviderInfo] = {
+    info.name: info
+    for info in (
+        ProviderInfo(
+            "aws",
+            "gpucloud.providers.aws",
+            "AwsProvider",
+            "AWS",
+            True,
+            True,
+            _aws_configured,
+            "Configure the standard AWS credential chain (`aws configure`, AWS_PROFILE, or "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).",
+            policy="gpucloud.providers.aws.policy:policy_document",
+            deadline_role="gpucloud.providers.aws.policy:role_documents",
+            catalog_source="gpucloud.providers.aws.catalog",
+            check="gpucloud.providers.aws.check:check",
+            identity="gpucloud.providers.aws.check:identity",
+            image_store="gpucloud.providers.aws.bake:AwsImageStore",
+        ),
+        ProviderInfo(
+            "azure",
+            "gpucloud.providers.azure",
+            "AzureProvider",
+            "Azure",
+            True,
+            True,
+            _azure_configured,
+            "Run `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
+            "AZURE_SUBSCRIPTION_ID.",
+            catalog_source="gpucloud.providers.azure.catalog",
+            image_store="gpucloud.providers.azure.bake:AzureImageStore",
+            check="gpucloud.providers.azure.check:check",
+            identity="gpucloud.providers.azure.check:identity",
+        ),
+        ProviderInfo(
+            "local",
+            "gpucloud.providers.local.provider",
+            "LocalProvider",
+            "this machine",
+            False,
+            False,
+            _always,
+            "Nothing to configure.",
+        ),
+        ProviderInfo(
+            "ssh",
+            "gpucloud.providers.ssh.provider",
+            "SshProvider",
+            "your machines over SSH",
+            False,
+            False,
+            _always,
+            "Make `ssh HOST true` work without a prompt (key in the agent or IdentityFile in "
+            "~/.ssh/config; GPUCLOUD_SSH_CONFIG names another config file).",
+            takes_hosts=True,
+        ),
+        ProviderInfo(
+            "slurm",
+            "gpucloud.providers.slurm",
+            "SlurmProvider",
+            "a Slurm cluster",
+            False,
+            False,
+            _always,
+            "Make `ssh LOGIN sinfo` work without a prompt (or use cluster: local on a submit host); "
+            "GPUCLOUD_SSH_CONFIG names another ssh config file.",
+            takes_cluster=True,
+        ),
+    )
+}
+
+
+def names() -> tuple[str, ...]:
+    """Every provider name, in registry order."""
+    return tuple(REGISTRY)
+
+
+def any_clouds() -> tuple[str, ...]:
+    """What `cloud: any` expands to."""
+    return tuple(n for n, info in REGISTRY.items() if info.in_any)
+
+
+def priced_clouds() -> tuple[str, ...]:
+    """Providers whose offerings and prices come from the catalog."""
+    return tuple(n for n, info in REGISTRY.items() if info.priced)
+
+
+def host_clouds() -> tuple[str, ...]:
+    """Providers that run on machines the job names (`resources.hosts`, `--host`)."""
+    return tuple(n for n, info in REGISTRY.items() if info.takes_hosts)
+
+
+def cluster_clouds() -> tuple[str, ...]:
+    """Providers that submit to a batch scheduler the job names (`resources.cluster`)."""
+    return tuple(n for n, info in REGISTRY.items() if info.takes_cluster)
+
+
+def info(name: str) -> ProviderInfo:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown cloud {name!r} (one of {', '.join(REGISTRY)})") from None
+
+
+def configured_clouds() -> list[str]:
+    """Priced clouds whose credentials or endpoints look configured, without importing their SDKs."""
+    return [n for n in priced_clouds() if REGISTRY[n].configured()]
+
+
+def get_provider(cloud: str, **kwargs: object) -> Provider:
+    """Import the provider lazily: `gpucloud --help` must not import boto3 or azure."""
+    return provider_class(cloud)(**kwargs)
+
+
+def provider_class(cloud: str) -> type:
+    """The provider's class, imported lazily (its module imports no cloud SDK at import time)."""
+    entry = info(cloud)
+    return getattr(importlib.import_module(entry.module), entry.class_name)
+
+
+def capabilities(cloud: str) -> Capabilities:
+    """What the provider declares about itself, without constructing it (no credentials needed)."""
+    return provider_class(cloud).capabilities  # type: ignore[attr-defined]
+
+
+def with_policy() -> tuple[str, ...]:
+    """Providers that can print the least-privilege policy gpucloud needs (`gpucloud iam-policy`)."""
+    return tuple(n for n, entry in REGISTRY.items() if entry.policy)
+
+
+def with_check() -> tuple[str, ...]:
+    """Providers `gpucloud check` can test (credentials, identity, regions, quotas)."""
+    return tuple(n for n, entry in REGISTRY.items() if entry.check)
+
+
+def run_check(cloud: str) -> CloudCheck:
+    """The provider's `check` (imported lazily: the SDK loads only for the cloud checked)."""
+    entry = info(cloud)
+    if not entry.check:
+        raise ValueError(f"{cloud} has no check")
+    module, func = entry.check.split(":")
+    return getattr(importlib.import_module(module), func)()
+
+
+def verify_identity(cloud: str) -> str | None:
+    """Who the cloud's credentials are, asked of the cloud itself (imported lazily: the SDK loads
+    only for the cloud asked); None for a provider without such a check (this machine, SSH hosts).
+    Raises CloudAccessError when the credentials are refused or the endpoint does not answer; any
+    other failure is not about the credentials, and the answer then says "not confirmed"."""
+    entry = info(cloud)
+    if not entry.identity:
+        return None
+    module, func = entry.identity.split(":")
+    return str(getattr(importlib.import_module(module), func)())
+
+
+def deadline_role_documents(cloud: str, account: str | None, part: str | None) -> dict[str, object]:
+    """The documents of the role the cloud's scheduler uses for the deadline layer (c)
+    (`gpucloud iam-policy CLOUD --deadline-role`); a UserError for a cloud without one."""
+    from gpucloud.errors import UserError
+
+    entry = info(cloud)
+    if not entry.deadline_role:
+        raise UserError(
+            f"{cloud} has no deadline role: --deadline-role, --part and --account are for "
+            f"{', '.join(n for n, e in REGISTRY.items() if e.deadline_role)}."
+        )
+    module, func = entry.deadline_role.split(":")
+    return getattr(importlib.import_module(module), func)(account, part)
+
+
+def policy_document(cloud: str) -> dict[str, object]:
+    """The provider's least-privilege policy document (imported lazily)."""
+    entry = info(cloud)
+    if not entry.policy:
+        raise ValueError(f"{cloud} has no policy document")
+    module, func = entry.policy.split(":")
+    return getattr(importlib.import_module(module), func)()
+
+
+def with_image_store() -> tuple[str, ...]:
+    """Providers that can bake images (`gpucloud image build/ls/rm`)."""
+    return tuple(n for n, entry in REGISTRY.items() if entry.image_store)
+
+
+def image_store(cloud: str) -> ImageStore:
+    """The provider's store of baked images (imported lazily; no SDK import until it is used)."""
+    entry = info(cloud)
+    if not entry.image_store:
+        from gpucloud.errors import UserError
+
+        raise UserError(
+            f"{entry.title} has no baked images.", hint=f"Use --cloud with one of: {', '.join(with_image_store())}."
+        )
+    module, cls = entry.image_store.split(":")
+    return getattr(importlib.import_module(module), cls)()

@@ -1,0 +1,1 @@
+"""The ssh provider: machines of the user's own, reached over OpenSSH."""

@@ -1,0 +1,1 @@
+"""One run from launch to teardown, and the commands around runs."""

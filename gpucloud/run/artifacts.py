@@ -1,0 +1,72 @@
+"""A followed run's artifacts, read back at its end (lifecycle._Run._collect): every node's tarball
+into ./gpucloud-runs/RUN/ (node-N/ per node when there are several), one line per refused member,
+and the summary of what came back.
+
+Kept apart from the lifecycle so that what the user sees about artifacts is decided in one place;
+the lifecycle keeps the state store and the phase timing.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpucloud.channel.extract import ArtifactResult
+    from gpucloud.channel.store import Channel
+    from gpucloud.ui.progress import Progress
+
+
+def results_dir(run_id: str) -> Path:
+    """Where a run's artifacts land: below the folder the CLI was started in."""
+    return Path.cwd() / "gpucloud-runs" / run_id
+
+
+def refused_note(refused: list[str]) -> str:
+    """The run summary's note on artifacts that were not extracted."""
+    return f"{len(refused)} artifact member(s) refused, see the warnings above and docs/SECURITY.md"
+
+
+def fetch_artifacts(
+    channel: Channel, run_id: str, num_nodes: int, dest: Path, *, refused: list[str], progress: Progress
+) -> list[ArtifactResult]:
+    """Download and extract every node's artifacts. A node whose artifacts cannot be read back is a
+    warning, not an error: the others still come back. Each refused member is appended to
+    `refused` (in place, as it is found, so that an interrupt keeps the lines seen so far) and
+    shown as a warning."""
+    got = []
+    for rank in range(num_nodes):
+        try:
+            out = channel.download_artifacts(run_id, rank, dest if num_nodes == 1 else dest / f"node-{rank}")
+        except Exception as exc:
+            progress.warn(f"artifacts of node {rank} could not be read back: {exc}")
+            continue
+        if out is not None:
+            got.append(out)
+            for warning in out.warnings:
+                refused.append(f"node {rank}: {warning}" if num_nodes > 1 else warning)
+                progress.warn(refused[-1])
+    return got
+
+
+def settle_artifacts(
+    got: list[ArtifactResult], dest: Path, *, interrupted: bool, expected: bool, progress: Progress
+) -> Path | None:
+    """Say what came back and return the folder, or None when nothing did. An interrupted run that
+    brought back no file leaves no empty folder behind. `expected`: the job names artifacts."""
+    if interrupted and not sum(out.files for out in got):
+        got = []
+        shutil.rmtree(dest, ignore_errors=True)
+    if got:
+        refused = sum(len(out.warnings) for out in got)
+        progress.info(
+            f"artifacts in {dest}: {sum(out.files for out in got)} file(s)"
+            + (f", {refused} refused (see the warnings above)" if refused else "")
+        )
+        return dest
+    if expected and interrupted:
+        progress.warn("nothing came back: none of the job's artifacts was uploaded before its machines stopped")
+    elif expected:
+        progress.warn("the job produced none of its artifacts")
+    return None

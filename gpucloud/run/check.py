@@ -1,0 +1,95 @@
+"""`gpucloud check`: can this machine use each cloud, as whom, where, and with how much GPU quota?
+
+Each provider with a `check` in the registry (providers/__init__.py) tests itself: credentials
+found or not, whose they are, the enabled regions, the GPU quotas it knows, every problem with its
+fix. The checks run concurrently, each bounded to CHECK_TIMEOUT_S. Exit 0 when at least one checked
+cloud is usable, else 78 (configuration).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from gpucloud.errors import UserError
+from gpucloud.providers import registry as providers
+from gpucloud.providers.base import CloudCheck
+
+CHECK_TIMEOUT_S = 10.0
+
+
+def run_checks(clouds: list[str], timeout: float = CHECK_TIMEOUT_S) -> list[CloudCheck]:
+    """Every cloud's check at once, in daemon threads (a hung SDK call must not keep the process
+    alive); one that takes longer than `timeout` is reported as such."""
+    found: dict[str, CloudCheck] = {}
+    threads = [threading.Thread(target=lambda c=c: found.__setitem__(c, _timed(c)), daemon=True) for c in clouds]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    results = []
+    for cloud in clouds:
+        result = found.get(cloud)
+        if result is None:
+            result = CloudCheck(cloud, seconds=timeout)
+            result.problem(f"{cloud}: no answer within {timeout:.0f} s", "Check the network and the endpoint settings.")
+        results.append(result)
+    return results
+
+
+def _timed(cloud: str) -> CloudCheck:
+    t0 = time.monotonic()
+    try:
+        result = providers.run_check(cloud)
+    except Exception as exc:  # noqa: BLE001 - a check never crashes the command
+        result = CloudCheck(cloud)
+        result.problem(f"{cloud}: the check failed: {type(exc).__name__}: {exc}", None)
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def print_checks(results: list[CloudCheck]) -> None:
+    """Human report: one block per cloud; problems with their fixes."""
+    for r in results:
+        head = "ok" if r.usable else "NOT USABLE"
+        print(f"{r.cloud}: {head} ({r.seconds:.1f}s)")
+        if r.identity:
+            print("  identity  " + ", ".join(f"{k} {v}" for k, v in r.identity.items() if v))
+        if r.regions:
+            print(f"  regions   {len(r.regions)} enabled: {', '.join(r.regions)}")
+        for q in r.quotas:
+            value = "unknown" if q["vcpus"] is None else f"{q['vcpus']:g} vCPUs"
+            print(
+                f"  quota     {q['code']} {q['name']} ({q['region']}): {value}"
+                + (f" ({q['note']})" if q["note"] else "")
+            )
+        for p in r.problems:
+            print(f"  problem   {p['problem']}")
+            if p["fix"]:
+                print(f"  fix       {p['fix']}")
+
+
+def check_command(cloud: str | None, *, json_out: bool) -> int:
+    """`gpucloud check`: returns the exit code (0 if some checked cloud is usable, else 78)."""
+    from gpucloud.ui.jsonout import emit
+
+    known = providers.with_check()
+    if cloud is not None and cloud not in known:
+        raise UserError(
+            f"--cloud {cloud!r}: check knows {', '.join(known)}.",
+            hint=f"Use --cloud {known[0]}, or leave --cloud out to check every cloud.",
+        )
+    results = run_checks([cloud] if cloud else list(known))
+    code = 0 if any(r.usable for r in results) else 78
+    if json_out:
+        emit(
+            {
+                "clouds": [r.as_json() for r in results],
+                "usable": [r.cloud for r in results if r.usable],
+                "exit_code": code,
+            }
+        )
+    else:
+        print_checks(results)
+    return code

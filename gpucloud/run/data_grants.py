@@ -1,0 +1,206 @@
+"""`inputs:` and `outputs:` between the caller and the node (docs/DATA.md).
+
+At plan time (`check`): every source is looked up from the caller (a bucket that does not exist,
+an empty prefix, a missing local path or an https URL that does not answer fails here, naming
+it), giving the files, their total size and an ETA for `plan`. After launch (`grants`): the
+node's document of exactly the grants the job file names, expiring at the run's deadline: one
+GET URL per input file, one write-only grant per output prefix (gpucloud/providers/*/data.py
+say what each store's grant allows). It is sealed to the node's key with its secrets
+(gpucloud/run/secrets.py) and never written in plain text. Local inputs go up to the run's
+channel first (not through the code tarball's cap); the node copies inputs in parallel before
+`setup` and syncs outputs at the end, straight between the node and the bucket.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpucloud.channel.store import run_prefix
+from gpucloud.errors import UserError
+from gpucloud.spec.data import DataSource, parse_location
+
+if TYPE_CHECKING:
+    from gpucloud.spec.load import JobSpec
+
+ASSUMED_MBPS = 100.0  # MB/s a node copies from a bucket in its region, for plan's ETA
+
+
+@dataclass
+class Input:
+    dest: str
+    source: DataSource
+    files: list[tuple[str, int, str]]  # (path under dest, size, key / URL / local path)
+    region: str = ""
+
+
+@dataclass
+class Output:
+    src: str
+    dest: DataSource
+    region: str = ""
+
+
+@dataclass
+class DataPlan:
+    inputs: list[Input] = field(default_factory=list)
+    outputs: list[Output] = field(default_factory=list)
+    uploaded: dict[str, list[str]] = field(default_factory=dict)  # run id -> channel keys of local inputs
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for i in self.inputs for _, size, _ in i.files)
+
+    def summary(self) -> str:
+        files = sum(len(i.files) for i in self.inputs)
+        mb = self.total_bytes / 1e6
+        parts = []
+        if self.inputs:
+            parts.append(f"inputs: {files} file(s), {mb:,.1f} MB, about {max(1, round(mb / ASSUMED_MBPS))} s to copy")
+        if self.outputs:
+            parts.append("outputs: " + ", ".join(f"{o.src} -> {o.dest.text}" for o in self.outputs))
+        return "; ".join(parts)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "inputs": [
+                {"path": i.dest, "source": i.source.text, "files": len(i.files), "bytes": sum(s for _, s, _ in i.files)}
+                for i in self.inputs
+            ],
+            "outputs": [{"path": o.src, "destination": o.dest.text} for o in self.outputs],
+        }
+
+    def grants(self, channel: Any, run_id: str, rank: int, num_nodes: int, deadline: float) -> dict[str, Any]:
+        """The node's document: GET URLs per input file, one write grant per output prefix."""
+        expires = datetime.fromtimestamp(deadline, UTC)
+        if run_id not in self.uploaded:
+            self.uploaded[run_id] = _upload_local(self, channel, run_id)
+        doc: dict[str, Any] = {"inputs": [], "outputs": []}
+        for n, item in enumerate(self.inputs):
+            urls = _urls(item, channel, run_id, n, expires)
+            files = [
+                {"rel": rel, "size": size, "url": url} for (rel, size, _), url in zip(item.files, urls, strict=True)
+            ]
+            doc["inputs"].append({"dest": item.dest, "files": files})
+        for out in self.outputs:
+            prefix = out.dest.prefix
+            if prefix and not prefix.endswith("/"):
+                prefix += "/"
+            if num_nodes > 1:
+                prefix += f"node-{rank}/"
+            doc["outputs"].append({"src": out.src, **_output_grant(out, prefix, expires)})
+        return doc
+
+
+def _store(account: str) -> Any:
+    from gpucloud.providers.azure.data import Store
+
+    return Store(account)
+
+
+def _urls(item: Input, channel: Any, run_id: str, n: int, expires: datetime) -> list[str]:
+    src = item.source
+    if src.kind == "s3":
+        from gpucloud.providers.aws import data as s3
+
+        return s3.input_urls(src.bucket, item.region, [k for _, _, k in item.files], expires)
+    if src.kind == "az":
+        return _store(src.account).input_urls(src.bucket, [k for _, _, k in item.files], expires)
+    if src.kind == "https":
+        return [src.url]
+    return [channel.url_get(_local_key(run_id, n, rel), expires) for rel, _, _ in item.files]
+
+
+def _output_grant(out: Output, prefix: str, expires: datetime) -> dict[str, Any]:
+    if out.dest.kind == "s3":
+        from gpucloud.providers.aws import data as s3
+
+        return s3.output_grant(out.dest.bucket, out.region, prefix, expires)
+    return _store(out.dest.account).output_grant(out.dest.bucket, prefix, expires)
+
+
+def _local_key(run_id: str, n: int, rel: str) -> str:
+    return f"{run_prefix(run_id)}/inputs/{n}/{rel or 'file'}"
+
+
+def _upload_local(plan: DataPlan, channel: Any, run_id: str) -> list[str]:
+    keys = []
+    for n, item in enumerate(plan.inputs):
+        if item.source.kind == "path":
+            for rel, _, path in item.files:
+                key = _local_key(run_id, n, rel)
+                channel.put_file(key, Path(path))
+                keys.append(key)
+    return keys
+
+
+def _local_files(path: Path, where: str) -> list[tuple[str, int, str]]:
+    if path.is_file():
+        return [("", path.stat().st_size, str(path))]
+    if not path.is_dir():
+        raise UserError(f"{where}: {path} does not exist.", hint="Check the path (relative to the job file).")
+    files = [
+        (p.relative_to(path).as_posix(), p.stat().st_size, str(p))
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    ]
+    if not files:
+        raise UserError(f"{where}: the folder {path} is empty.")
+    return files
+
+
+def _https_size(url: str, where: str) -> int:
+    req = urllib.request.Request(url, method="HEAD")
+    try:
+        with urllib.request.urlopen(req, timeout=15) as resp:  # noqa: S310 (https only, from the job file)
+            return int(resp.headers.get("Content-Length") or 0)
+    except urllib.error.HTTPError as exc:
+        raise UserError(f"{where}: {url} answered HTTP {exc.code}.", hint="Check the URL.") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise UserError(f"{where}: cannot reach {url}: {getattr(exc, 'reason', exc)}.") from None
+
+
+def check(spec: JobSpec) -> DataPlan:
+    """Look every source and destination up from the caller; UserError naming the first bad one."""
+    plan = DataPlan()
+    base = spec.source.parent if spec.source else Path.cwd()
+    for dest, text in spec.inputs.items():
+        src, where = parse_location(text), f"inputs.{dest}"
+        region = ""
+        if src.kind == "s3":
+            from gpucloud.providers.aws import data as s3
+
+            region, files = s3.list_input(src.bucket, src.prefix, where)
+        elif src.kind == "az":
+            files = _store(src.account).list_input(src.bucket, src.prefix, where)
+        elif src.kind == "https":
+            files = [("", _https_size(src.url, where), src.url)]
+        else:
+            files = _local_files((base / src.url).resolve(), where)
+        if dest.endswith("/") and len(files) == 1 and not files[0][0]:  # one file into a folder
+            files = [(Path(files[0][2].split("?")[0]).name, files[0][1], files[0][2])]
+        plan.inputs.append(Input(dest, src, files, region))
+    for path, text in spec.outputs.items():
+        target, where = parse_location(text), f"outputs.{path}"
+        region = ""
+        if target.kind == "s3":
+            from gpucloud.providers.aws import data as s3
+
+            region = s3.check_output(target.bucket, where)
+        else:
+            _store(target.account).check_output(target.bucket, where)
+        plan.outputs.append(Output(path, target, region))
+    return plan
+
+
+def policy_statements(spec: JobSpec) -> list[dict[str, Any]]:
+    """The IAM statements the job's s3:// inputs and outputs need from the caller (`iam-policy --data`)."""
+    from gpucloud.providers.aws.data import policy_statements as s3_statements
+
+    reads = [(s.bucket, s.prefix) for s in map(parse_location, spec.inputs.values()) if s.kind == "s3"]
+    writes = [(s.bucket, s.prefix) for s in map(parse_location, spec.outputs.values()) if s.kind == "s3"]
+    return s3_statements(reads, writes)

@@ -1,0 +1,265 @@
+"""Failover: try the plan's candidates in order until one provisions (docs/INTERNALS.md, Lifecycle).
+
+Each try is an attempt in the state store, recorded before the provider is called; the handle
+provision returns is stored with it, and a failed attempt ends with the reason. The error kind
+decides what is skipped next: capacity/throttle/price -> the next candidate, quota -> the rest of
+that cloud+region, fatal -> the rest of that cloud. A cloud that cannot be used at all (no or
+refused credentials, an endpoint that does not answer: CloudAccessError) is skipped once with one
+line saying why; when that is all that happened, the run is a configuration error (exit 78).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpucloud.errors import CloudAccessError, ConfigurationError, GpucloudError, NoCandidateError, UserError
+from gpucloud.plan.requests import launch_request
+from gpucloud.providers import registry as providers
+from gpucloud.providers.base import (
+    TAG_EXPIRES,
+    TAG_RUN,
+    Provider,
+    ProvisionError,
+    RunHandle,
+    expiry_tag,
+)
+from gpucloud.state.store import Journal, Store
+
+if TYPE_CHECKING:
+    from gpucloud.channel.store import Channel
+    from gpucloud.plan.planner import Plan
+    from gpucloud.providers.base import Candidate
+    from gpucloud.spec.load import JobSpec
+    from gpucloud.ui.progress import Progress
+
+EXPIRY_MARGIN = timedelta(minutes=30)  # TAG_EXPIRES = deadline + margin (gc may sweep after it)
+
+
+@dataclass
+class Launch:
+    """The attempt that provisioned: what following, collecting and teardown need."""
+
+    provider: Provider
+    candidate: Candidate
+    channel: Channel
+    handle: RunHandle
+    deadline: float  # epoch seconds
+    plan_index: int = 0  # the candidate's place in the plan (a relaunch starts after it)
+    attempt: int = 0  # the attempt's index in the state store
+
+
+@dataclass
+class Failover:
+    """The provision loop of one run."""
+
+    spec: JobSpec
+    plan: Plan
+    run_id: str
+    store: Store
+    journal: Journal
+    progress: Progress
+    vm_dir: str | None = None  # the bootstrap's work folder when not the provider's (image builders)
+    failures: list[str] = field(default_factory=list)  # "where: why", one per failed attempt
+    order: list[int] | None = None  # plan indices to try, in order (a relaunch); None: the whole plan
+    # A relaunch: (channel, cloud, region) holding the run's code and checkpoints, copied from it
+    # into another region's channel; and the nodes' objects of the last attempt are reset first.
+    source: tuple[Channel, str, str] | None = None
+    access: list[str] = field(default_factory=list)  # one line per cloud skipped (credentials, endpoint)
+    _skip_clouds: set[str] = field(default_factory=set)
+    _skip_regions: set[tuple[str, str]] = field(default_factory=set)
+    _uploaded: set[int] = field(default_factory=set)  # channels that already have the code
+    _copied: set[tuple[str, str]] = field(default_factory=set)
+
+    def run(self, tarball: Path | None) -> Launch:
+        """Provision the first candidate that works. Raise ConfigurationError (exit 78) when every
+        attempt failed because its cloud cannot be used at all, else NoCandidateError.
+        `tarball`: the packed workdir to upload (None on a relaunch: the code is in `source`)."""
+        order = self.order if self.order is not None else range(len(self.plan.candidates))
+        for plan_index in order:
+            cand = self.plan.candidates[plan_index]
+            if cand.cloud in self._skip_clouds or (cand.cloud, cand.region) in self._skip_regions:
+                continue
+            index = self.store.next_attempt_idx(self.run_id)
+            where = f"{cand.cloud}/{cand.region}/{cand.instance_type}" + (" (spot)" if cand.spot else "")
+            self.progress.info(f"attempt {index + 1}: {where}")
+            self.store.update_run(
+                self.run_id,
+                cloud=cand.cloud,
+                region=cand.region,
+                instance_type=cand.instance_type,
+                price_per_hour=cand.price_per_hour,
+                status="provisioning",
+                phase="provision",
+                started_at=time.time(),
+            )
+            self.store.start_attempt(
+                self.run_id,
+                index,
+                cloud=cand.cloud,
+                region=cand.region,
+                instance_type=cand.instance_type,
+                spot=cand.spot,
+                price_per_hour=cand.price_per_hour,
+                num_nodes=cand.num_nodes,
+            )
+            provider: Provider | None = None
+            try:
+                provider = providers.get_provider(cand.cloud)
+                launch = self._attempt(provider, cand, index, tarball)
+                launch.plan_index = plan_index
+            except CloudAccessError as exc:  # no credentials, dead endpoint: skip this cloud once
+                self._skip_cloud(provider, cand, index, where, exc)
+                continue
+            except ProvisionError as exc:
+                self._failed(provider, cand, index, where, self._reason(exc), self._skipped(exc, cand))
+                continue
+            except GpucloudError as exc:
+                if isinstance(exc, UserError) or provider is None:
+                    raise
+                self._skip_clouds.add(cand.cloud)  # any other refusal of the cloud: try the next one
+                self._failed(provider, cand, index, where, exc.message, "")
+                continue
+            self.store.event(self.run_id, "attempt", f"{where}: provisioned")
+            return launch
+        if self.access and len(self.access) == len(self.failures):
+            raise ConfigurationError(
+                "no cloud is usable: every candidate's cloud lacks working credentials, "
+                "a permission they need, or an endpoint that answers (each one's reason "
+                "and fix are above).",
+                self.access,
+                hint="`gpucloud check` shows what each cloud needs.",
+                shown=True,
+            )
+        raise NoCandidateError(
+            f"no candidate could be provisioned ({len(self.failures)} attempt(s)):",
+            self.failures,
+            hint="Try other regions or GPU types (`gpucloud plan` lists them), or ask for more quota.",
+        )
+
+    @staticmethod
+    def _reason(exc: ProvisionError) -> str:
+        return f"{exc.kind}: {exc.message}" + (f" (quota {exc.quota_code})" if exc.quota_code else "")
+
+    def _skipped(self, exc: ProvisionError, cand: Candidate) -> str:
+        """What the error kind rules out from now on (recorded in the skip sets), as words."""
+        if exc.kind == "quota":
+            self._skip_regions.add((cand.cloud, cand.region))
+            return f"the rest of {cand.cloud}/{cand.region} (quota{' ' + exc.quota_code if exc.quota_code else ''})"
+        if exc.kind == "fatal":
+            self._skip_clouds.add(cand.cloud)
+            return f"the rest of {cand.cloud}"
+        return ""
+
+    def _skip_cloud(
+        self, provider: Provider | None, cand: Candidate, index: int, where: str, exc: CloudAccessError
+    ) -> None:
+        """A cloud that cannot be used: one line saying why and the fix; its other candidates are
+        skipped and failover goes on with the other clouds."""
+        self._skip_clouds.add(cand.cloud)
+        line = exc.message + (f" {exc.hint}" if exc.hint else "")
+        self.access.append(line)
+        self._failed(
+            provider, cand, index, where, f"{exc.kind}: {exc.message}", f"the rest of {cand.cloud}", quiet=line
+        )
+
+    def _attempt(self, provider: Provider, cand: Candidate, index: int, tarball: Path | None) -> Launch:
+        """One attempt: code upload, agent and channel URLs, the shim per node, then provision."""
+        from gpucloud.vm.user_data import prepare_nodes
+
+        spec, caps = self.spec, provider.capabilities
+        if self.vm_dir:
+            caps = replace(caps, vm_dir=self.vm_dir)
+        channel = provider.channel(cand.region)
+        if tarball is not None and id(channel) not in self._uploaded:
+            channel.upload_code(self.run_id, tarball)
+            self._uploaded.add(id(channel))
+        if self.source is not None and (cand.cloud, cand.region) not in self._copied:
+            src, cloud, region = self.source
+            if (cloud, region) != (cand.cloud, cand.region):
+                copied = src.copy_run_to(self.run_id, channel)
+                self.progress.info(f"code and checkpoint copied to {cand.cloud}/{cand.region} ({copied} bytes)")
+            self._copied.add((cand.cloud, cand.region))
+        if self.failures or self.source is not None:
+            channel.reset_nodes(self.run_id, spec.num_nodes)
+        deadline = datetime.now(UTC) + timedelta(seconds=spec.max_duration)
+        user_data = prepare_nodes(
+            spec,
+            self.plan.stack_for(cand),
+            cand,
+            caps=caps,
+            channel=channel,
+            run_id=self.run_id,
+            deadline=deadline,
+            master_port=provider.master_port(),
+        )
+        expires = deadline + EXPIRY_MARGIN
+        req = launch_request(
+            spec,
+            self.plan.stack_for(cand),
+            cand,
+            run_id=self.run_id,
+            user_data=user_data,
+            expires_at=expires,
+            attempt=index,
+            tags={TAG_RUN: self.run_id, TAG_EXPIRES: expiry_tag(expires), "Name": f"gpucloud-{self.run_id}"},
+        )
+        self.store.update_run(self.run_id, deadline=deadline.timestamp())
+        handle = provider.provision(req, self.journal)
+        self.store.set_attempt_handle(self.run_id, index, handle.to_json(), zone=handle.zone)
+        return Launch(
+            provider=provider,
+            candidate=cand,
+            channel=channel,
+            handle=handle,
+            deadline=deadline.timestamp(),
+            attempt=index,
+        )
+
+    def _failed(
+        self,
+        provider: Provider | None,
+        cand: Candidate,
+        index: int,
+        where: str,
+        reason: str,
+        skipped: str,
+        *,
+        quiet: str = "",
+    ) -> None:
+        """Record why the attempt failed, end it, and clean up whatever it created. `quiet`: one
+        line shown instead of the failure and the skip (a cloud that cannot be used)."""
+        self.failures.append(f"{where}: {reason}")
+        self.store.event(self.run_id, "attempt", self.failures[-1])
+        self.store.end_attempt(self.run_id, index, reason)
+        if quiet:
+            self.progress.warn(f"skipping {cand.cloud}: {quiet}")
+        else:
+            self.progress.warn(f"{where} failed: {reason}")
+            if skipped:
+                self.progress.info(f"skipping {skipped}")
+        if provider is None:
+            return
+        from gpucloud.run.teardown import run_handles
+
+        run = self.store.get_run(self.run_id)
+        handles = (
+            [h for h in run_handles(self.store, run) if (h.cloud, h.region) == (cand.cloud, cand.region)] if run else []
+        )
+        if not handles and not any(
+            (r.cloud, r.region) == (cand.cloud, cand.region) for r in self.journal.resources(self.run_id)
+        ):
+            return  # the journal says nothing was created there: nothing to clean up
+        # Begin the deletes and move on: what is not gone yet stays in the journal, and the run's
+        # final teardown (or `down`, `gc`) waits for it.
+        for handle in handles or [RunHandle(self.run_id, cand.cloud, cand.region, attempt=index, complete=False)]:
+            try:
+                provider.teardown(handle, self.journal, wait=False)
+            except Exception as exc:
+                self.progress.warn(
+                    f"cleanup after the failed attempt on {cand.cloud}/{cand.region}: {exc} "
+                    f"(the final teardown retries it)"
+                )

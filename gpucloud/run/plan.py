@@ -1,0 +1,73 @@
+"""The plan a `gpucloud run` launches (lifecycle.run_job): the planner's candidates, less the clouds
+whose credentials do not work, so that nobody is asked to launch what cannot start."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from gpucloud.errors import CloudAccessError, ConfigurationError, NoCandidateError
+from gpucloud.ui.prose import to_stderr
+
+if TYPE_CHECKING:
+    from gpucloud.plan.planner import Plan
+    from gpucloud.spec.load import JobSpec
+
+
+def launch_plan(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool | None) -> Plan:
+    """The planner's plan for the job, checked before anything is shown or asked: no candidate is
+    NoCandidateError, the clouds whose credentials do not work are dropped (usable_only)."""
+    from gpucloud.plan.planner import make_plan
+
+    plan = make_plan(spec, cloud=cloud, region=region, spot=spot)
+    if not plan.candidates:
+        raise NoCandidateError("the plan has no candidate to provision.", [])
+    return usable_only(plan)
+
+
+def usable_only(plan: Plan) -> Plan:
+    """The plan without the clouds that cannot be used: first those with no credentials at all
+    (the registry's cheap `configured()`: environment and files, no SDK, no network), then those
+    whose credentials the cloud itself refuses or whose endpoint does not answer (the provider's
+    `identity` check: one bounded call, every cloud at once). Each dropped cloud is named once with
+    its fix; none left: ConfigurationError (78), which lists the reasons instead."""
+    from gpucloud.providers import registry as providers
+
+    clouds = list(dict.fromkeys(c.cloud for c in plan.candidates))
+    reasons: dict[str, str] = {}
+    for name in clouds:
+        entry = providers.info(name)
+        if not entry.configured():
+            reasons[name] = f"{entry.title}: no credentials found. {entry.credentials_hint}"
+    reasons.update(_refused_identities([name for name in clouds if name not in reasons]))
+    if not reasons:
+        return plan
+    if len(reasons) == len(clouds):
+        raise ConfigurationError(
+            "no cloud is usable: none of the plan's clouds has working credentials:",
+            list(reasons.values()),
+            hint="`gpucloud check` shows what each cloud needs.",
+        )
+    for name, line in reasons.items():
+        to_stderr(f"warning: skipping {name}: {line}")
+    return replace(plan, candidates=[c for c in plan.candidates if c.cloud not in reasons])
+
+
+def _refused_identities(clouds: list[str]) -> dict[str, str]:
+    """cloud -> why its credentials do not work, for the clouds whose identity check failed."""
+    from gpucloud.providers import registry as providers
+
+    def ask(name: str) -> str | None:
+        try:
+            providers.verify_identity(name)
+        except CloudAccessError as exc:
+            return " ".join(exc.render().split("\n"))
+        return None
+
+    checked = [name for name in clouds if providers.info(name).identity]
+    if not checked:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(checked), thread_name_prefix="identity") as pool:
+        answers = dict(zip(checked, pool.map(ask, checked), strict=True))
+    return {name: why for name, why in answers.items() if why is not None}

@@ -1,0 +1,1 @@
+"""The job file: loading it, its models and values, and its errors naming file, line and field."""

@@ -1,0 +1,115 @@
+"""The job file's `inputs:` and `outputs:` (docs/DATA.md): what each source or destination string
+means, checked when the file is loaded (syntax only; whether a bucket exists is asked at plan
+time, gpucloud/run/data_grants.py).
+
+Sources: `s3://bucket/prefix`, `az://account/container/prefix`,
+`https://<account>.blob.core.windows.net/container/prefix`, any other `https://` URL (one file),
+or a local file or folder (relative to the job file). Destinations: the two bucket forms.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+
+from gpucloud.spec.values import _fail, describe
+
+_S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_AZ_ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
+_AZ_CONTAINER = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}$")
+_BLOB_HOST = re.compile(r"^https://([a-z0-9]{3,24})\.blob\.core\.windows\.net/([^/?#]+)/?([^?#]*)$")
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """One source or destination: kind s3 | az | https | path (a local file or folder)."""
+
+    kind: str
+    bucket: str = ""  # s3 bucket, or az container
+    account: str = ""  # az storage account
+    prefix: str = ""  # key prefix inside the bucket/container ("" = all of it)
+    url: str = ""  # https: the URL; local: the path as written
+
+    @property
+    def text(self) -> str:
+        if self.kind == "s3":
+            return f"s3://{self.bucket}/{self.prefix}"
+        if self.kind == "az":
+            return f"az://{self.account}/{self.bucket}/{self.prefix}"
+        return self.url
+
+
+def parse_location(text: str) -> DataSource:
+    """A source/destination string as a DataSource; ValueError with the fix when malformed."""
+    text = text.strip()
+    m = _BLOB_HOST.match(text)
+    if m:
+        text = f"az://{m.group(1)}/{m.group(2)}/{m.group(3)}"
+    if text.startswith("s3://"):
+        bucket, _, prefix = text[5:].partition("/")
+        if not _S3_BUCKET.match(bucket):
+            raise ValueError(f"'{bucket}' is not an S3 bucket name. Expected s3://bucket/prefix")
+        return DataSource("s3", bucket=bucket, prefix=prefix)
+    if text.startswith("az://"):
+        parts = text[5:].split("/", 2)
+        if len(parts) < 2 or not _AZ_ACCOUNT.match(parts[0]) or not _AZ_CONTAINER.match(parts[1]):
+            raise ValueError(f"'{text}' is not az://account/container/prefix (lower-case account and container)")
+        return DataSource("az", account=parts[0], bucket=parts[1], prefix=parts[2] if len(parts) > 2 else "")
+    if text.startswith("https://"):
+        return DataSource("https", url=text)
+    if re.match(r"^[a-z][a-z0-9+.-]*://", text):
+        raise ValueError(f"'{text}': unknown scheme. Use s3://, az://, https:// or a local path")
+    if not text:
+        raise ValueError("is empty. Expected s3://bucket/prefix, az://account/container/prefix, https://... or a path")
+    return DataSource("path", url=text)
+
+
+def _vm_path(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        _fail(f"expected a path on the machine (e.g. data/ or /data), got {describe(value)}")
+    if ".." in re.split(r"/+", value):
+        _fail(f"'{value}' uses '..'. Write a path inside the job's folder (data/) or an absolute one (/data)")
+    return value
+
+
+def _input(value: Any) -> str:
+    if isinstance(value, dict):
+        extra = sorted(set(value) - {"source", "mode"})
+        if extra:
+            _fail(f"unknown key {extra[0]}. Expected source: and mode: copy")
+        if value.get("mode", "copy") != "copy":
+            _fail(
+                f"mode {value.get('mode')!r} is not available: inputs are copied onto the machine before "
+                "setup. Remove mode, or write mode: copy"
+            )
+        value = value.get("source")
+    if not isinstance(value, str):
+        _fail(
+            "expected a source (s3://bucket/prefix, az://account/container/prefix, https://..., a path), "
+            f"got {describe(value)}"
+        )
+    try:
+        parse_location(value)
+    except ValueError as exc:
+        _fail(str(exc))
+    return value.strip()
+
+
+def _output(value: Any) -> str:
+    if not isinstance(value, str):
+        _fail(f"expected a bucket prefix (s3://bucket/prefix or az://account/container/prefix), got {describe(value)}")
+    try:
+        where = parse_location(value)
+    except ValueError as exc:
+        _fail(str(exc))
+    if where.kind not in ("s3", "az"):
+        _fail(f"'{value}': outputs go to a bucket prefix, s3://bucket/prefix or az://account/container/prefix")
+    return value.strip()
+
+
+DataPath = Annotated[str, BeforeValidator(_vm_path)]
+InputSource = Annotated[str, BeforeValidator(_input)]
+OutputDest = Annotated[str, BeforeValidator(_output)]

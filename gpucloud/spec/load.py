@@ -1,0 +1,174 @@
+"""The job file: the public entry points (parse_spec, load_spec, json_schema) over the models
+(spec_models), the shared values and error types (spec_values), YAML loading (spec_yaml) and the
+mapping of validation errors to lines (spec_errors).
+
+The model attributes are a contract used by planner, render and lifecycle; keep their names and
+types. The validators accept the friendly input forms (docs/INTERNALS.md, "Job file": "K80:1", "6h", "any",
+"pytorch==2.0.1") and turn them into the canonical values the rest of gpucloud relies on.
+
+Errors are the user's first contact with gpucloud, so every problem becomes one line
+`<file>:<line>: <dotted.field>: <what is wrong>. <what was expected / did you mean>` and all problems
+of a file are reported together in one `SpecError` (exit code 2), never as a traceback. Line numbers
+come from the composed YAML node tree (PyYAML), onto which pydantic's error locations are mapped.
+
+Imports stay light (no yaml, catalog or cloud SDK at import time): `gpucloud validate` and the
+planner import this module on their hot path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NoReturn
+
+from pydantic import ValidationError
+
+from gpucloud.spec.errors import _HINTS, _INPUT_ONLY_EXCLUDED, _issues_from, _unknown_key_message
+from gpucloud.spec.models import GpuRequest, JobSpec, Resources, StackSpec, image_kind
+from gpucloud.spec.source import _compose
+from gpucloud.spec.values import _MAX_FILE_BYTES, SpecError, SpecIssue, describe, did_you_mean, parse_duration
+
+__all__ = [
+    "GpuRequest",
+    "JobSpec",
+    "Resources",
+    "SpecError",
+    "SpecIssue",
+    "StackSpec",
+    "describe",
+    "did_you_mean",
+    "image_kind",
+    "json_schema",
+    "load_spec",
+    "parse_spec",
+    "parse_duration",
+]
+
+
+def _workdir_issue(spec: JobSpec, base_dir: Path, filename: str, line: int | None) -> SpecIssue | None:
+    """A relative workdir is resolved against the job file's folder and may lead up to a parent
+    (a job file in `jobs/` of a monorepo uploads the repository with `workdir: ..`). The root
+    folder and the home folder itself (or a folder above it) are refused, relative or absolute:
+    they would upload every file the user owns."""
+    target = (base_dir.resolve() / spec.workdir).resolve()
+    home = Path.home().resolve()
+    if target != target.parent and target != home and target not in home.parents:
+        return None
+    what = (
+        "the root folder /"
+        if target == target.parent
+        else (f"your home folder {home}" if target == home else f"{target}, a folder above your home folder")
+    )
+    return SpecIssue(
+        filename,
+        line,
+        "workdir",
+        f"'{spec.workdir}' is {what}, which would upload everything in it. Point workdir "
+        f"at the project's own folder, e.g. workdir: . (the job file's folder {base_dir.resolve()}) "
+        "or workdir: .. (its parent)",
+    )
+
+
+def parse_spec(
+    text: str, filename: str, base_dir: Path | None = None, *, resources: dict[str, Any] | None = None
+) -> JobSpec:
+    """Parse and validate job-file text; `filename` is only used in messages, `base_dir` (the job
+    file's folder) resolves a relative workdir. `resources`: fields the command line sets (`--cloud`,
+    `--host`), applied before validation so that the job is judged as it will run. Raises SpecError
+    listing every problem (file, line, field, what is wrong and what was expected)."""
+    data, builder = _compose(text, filename)
+    minimal = (
+        "Expected at least name, resources.gpu and run, e.g.\n"
+        "  name: mnist-t4\n  resources: {gpu: T4:1}\n  run: python train.py"
+    )
+    if data is None:
+        raise SpecError([SpecIssue(filename, 1, "", f"the job file is empty. {minimal}")])
+    if not isinstance(data, dict):
+        line = builder.lines[()].value_line
+        raise SpecError(
+            [
+                SpecIssue(
+                    filename,
+                    line,
+                    "",
+                    "the job file must be a mapping of keys (name, resources, run, ...), "
+                    f"but it is {describe(data)}. {minimal}",
+                )
+            ]
+        )
+    if resources and isinstance(data.get("resources", {}), (dict, type(None))):
+        data["resources"] = {**(data.get("resources") or {}), **resources}
+    issues = list(builder.issues)
+    root_line = builder.lines[()].value_line
+    for key in _INPUT_ONLY_EXCLUDED & data.keys():
+        text = _unknown_key_message(key, ())
+        issues.append(
+            SpecIssue(filename, builder.lines[(key,)].key_line, key, text if text.endswith("?") else text + ".")
+        )
+        del data[key]
+    spec: JobSpec | None = None
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        issues.extend(
+            i for i in _issues_from(exc, filename, builder.lines, root_line) if i.field not in builder.bad_paths
+        )
+    where = builder.lines.get(("workdir",))
+    if (
+        spec is not None
+        and base_dir is not None
+        and (issue := _workdir_issue(spec, base_dir, filename, where.value_line if where else None))
+    ):
+        issues.append(issue)
+    if issues or spec is None:
+        raise SpecError(issues)
+    return spec
+
+
+def load_spec(path: str | Path, *, resources: dict[str, Any] | None = None) -> JobSpec:
+    """Read, parse and validate a job file; `spec.source` is its resolved path. `resources`: see
+    parse_spec. Raises SpecError."""
+    name = str(path)
+    p = Path(path)
+
+    def fail(message: str, line: int | None = None) -> NoReturn:
+        raise SpecError([SpecIssue(name, line, "", message if message.endswith(".") else message + ".")])
+
+    if p.is_dir():
+        fail("is a directory, not a job file. Pass the YAML file itself, e.g. " + str(p / "job.yaml"))
+    try:
+        with p.open("rb") as fh:
+            raw = fh.read(_MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        fail(f"no such file. Check the path (relative paths start at {Path.cwd()})")
+    except PermissionError:
+        fail("cannot be read: permission denied. Check the file's permissions")
+    except OSError as exc:
+        fail(f"cannot be read: {exc.strerror or exc}. Check the path")
+    if len(raw) > _MAX_FILE_BYTES:
+        fail(f"is larger than {_MAX_FILE_BYTES // 1024} KiB, far too big for a job file. Check the path")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        fail(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}). Save the job file as UTF-8", line)
+    spec = parse_spec(text, name, p.resolve().parent, resources=resources)
+    spec.source = p.resolve()
+    return spec
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of the *input* form (what people write: "K80:1", "6h", "any"), for YAML editors."""
+    schema = JobSpec.model_json_schema(mode="validation")
+    schema["properties"].pop("source", None)
+    sections = {"": schema, **{k.lower(): v for k, v in schema.get("$defs", {}).items()}}
+    for dotted, hint in _HINTS.items():  # editors show these on hover
+        parent, _, key = dotted.rpartition(".")
+        section = {"": "", "resources": "resources", "resources.gpu": "gpurequest", "stack": "stackspec"}.get(parent)
+        prop = sections.get(section, {}).get("properties", {}).get(key) if section is not None else None
+        if prop is not None:
+            prop.setdefault("description", hint[:1].upper() + hint[1:] + ("" if hint.endswith(".") else "."))
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **{k: v for k, v in schema.items() if k != "title"},
+        "title": "gpucloud job file",
+    }

@@ -1,0 +1,242 @@
+"""Job-file values: the constants, the small parsers the validators share (durations, GPU names,
+env keys and values, artifact paths), friendly descriptions of bad values, and the SpecIssue /
+SpecError types every part of the job-file check reports through."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import difflib
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
+
+from pydantic import AfterValidator, BeforeValidator
+from pydantic_core import PydanticCustomError
+
+from gpucloud.errors import UserError
+from gpucloud.providers import registry as providers
+
+if TYPE_CHECKING:
+    CloudName = str  # a Literal built at run time is opaque to a type checker; pydantic checks the names
+else:
+    CloudName = Literal[providers.names()]  # the registry's names
+FrameworkName = Literal["pytorch", "tensorflow", "none"]
+
+_CLOUD_WORDS = (*providers.names(), "any")
+_CLOUD_INPUT = Literal[_CLOUD_WORDS]  # type: ignore[valid-type]
+# `[user@]host[:port]` or a ~/.ssh/config alias; never an ssh option (no leading dash, no spaces).
+_HOST_RE = re.compile(
+    r"^(?:[A-Za-z0-9._][A-Za-z0-9._+-]*@)?(?:[A-Za-z0-9_][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$"
+)
+_FRAMEWORKS = ("pytorch", "tensorflow", "none")
+_FRAMEWORK_ALIASES = {"torch": "pytorch", "tf": "tensorflow", "keras": "tensorflow", "cpu": "none"}
+_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
+_REGION_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+_INSTANCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*$")
+_PKG_VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")
+_DURATION_RE = re.compile(r"^(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*(?:(\d+)\s*s)?$")
+_DURATION_PATTERN = r"^\s*[0-9]+\s*$|^\s*([0-9]+\s*d)?\s*([0-9]+\s*h)?\s*([0-9]+\s*m)?\s*([0-9]+\s*s)?\s*$"
+_GPU_SHORTHAND_PATTERN = r"^\s*[A-Za-z0-9][A-Za-z0-9 _.|-]*(:\s*[0-9]*(\s*\.\.\s*[0-9]*)?)?\s*$"
+_IMAGE_PATTERN = r"^(auto|ami-[0-9a-f]{8,17}|[^:\s]+:[^:\s]+:[^:\s]+:[^:\s]+)$"
+MIN_DURATION_S = 1  # short deadlines are legitimate on the local provider (a timeout for a quick job)
+MAX_DURATION_S = 30 * 86400
+_MAX_FILE_BYTES = 1 << 20  # a job file is a few hundred bytes; anything this big is a wrong path
+_MAX_NODES_BUILT = 100_000  # guards against YAML alias bombs ("billion laughs")
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers shared by the validators
+
+
+def _fail(message: str, *sub: str | int) -> NoReturn:
+    """Raise a validation error whose text is exactly `message` (pydantic would otherwise prefix
+    "Value error, "). `sub` extends the error location below the validated field, so that e.g. a
+    bad item of a cloud list points at that item's line."""
+    raise PydanticCustomError("spec", "{msg}", {"msg": message, "sub": tuple(sub)})
+
+
+def describe(value: Any) -> str:
+    """A value as the user wrote it in YAML terms ("the number 5", "a list"), for error messages."""
+    if value is None:
+        return "nothing (an empty value)"
+    if isinstance(value, bool):
+        return f"{'true' if value else 'false'} (a boolean)"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"'{value}'" if value else "an empty string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, bytes | bytearray):
+        return "binary data"
+    if isinstance(value, _dt.date):
+        return f"the date {value.isoformat()}"
+    return f"a {type(value).__name__}"
+
+
+def did_you_mean(word: str, choices: list[str] | tuple[str, ...], *, cutoff: float = 0.6) -> str | None:
+    """The closest choice to `word` (case, '-' and '_' ignored), or None when nothing is close."""
+
+    def norm(s: str) -> str:
+        return s.lower().replace("-", "_")
+
+    by_norm = {norm(c): c for c in choices}
+    match = difflib.get_close_matches(norm(word), list(by_norm), n=1, cutoff=cutoff)
+    return by_norm[match[0]] if match else None
+
+
+def _no_bool(value: Any) -> Any:
+    """YAML reads `yes`/`true` as booleans and pydantic would quietly take them as 1: refuse."""
+    if isinstance(value, bool):
+        _fail(f"expected a number, got {describe(value)}")
+    return value
+
+
+def _text(value: Any, what: str) -> str:
+    """A required, non-empty string (stripped), with a message that says what belongs there."""
+    if value is None:
+        _fail(f"has no value. Expected {what}")
+    if not isinstance(value, str):
+        _fail(f"expected {what}, got {describe(value)}. Quote the value if it is meant as text")
+    text = value.strip()
+    if not text:
+        _fail(f"must not be empty. Expected {what}")
+    return text
+
+
+def parse_duration(value: Any) -> int:
+    """Seconds from "90m", "6h", "2d", "1h30m", "45s", "3600" or an integer (bounds not checked)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        _fail(f"expected a duration such as 90m, 6h, 2d or 1h30m, got {describe(value)}")
+    if isinstance(value, int):
+        return value
+    text = value.strip().lower()
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    m = _DURATION_RE.fullmatch(text)
+    if not text or not m or not any(m.groups()):
+        _fail(
+            f"'{value}' is not a duration. Expected a number with a unit (s, m, h, d) such as 90m, "
+            "6h, 2d or 1h30m, or whole seconds"
+        )
+    days, hours, minutes, seconds = (int(g or 0) for g in m.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def _fmt_duration(seconds: int) -> str:
+    """1h30m-style text for error messages."""
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts) or "0s"
+
+
+def _resolve_gpu(name: str) -> str:
+    """Canonical catalog name for a GPU name or alias, or an error listing what exists."""
+    from gpucloud import catalog  # lazy: only job files that name a GPU pay for the catalog
+
+    canonical = catalog.resolve_gpu_name(name)
+    if canonical:
+        return canonical
+    known = catalog.gpu_names()
+    suggestion = catalog.resolve_gpu_name(name.upper().replace("O", "0").replace("I", "1"))
+    if suggestion is None:
+        spellings = list(known)
+        try:
+            for gpu in catalog.load_catalog().gpus.values():
+                spellings.extend(gpu.aliases)
+        except (AttributeError, TypeError):  # an older catalog without aliases: names only
+            pass
+        # one wrong character in a 2-3 letter name ("T5") scores only 0.5 with difflib
+        close = did_you_mean(name.upper(), spellings, cutoff=0.5 if len(name) <= 3 else 0.6)
+        suggestion = catalog.resolve_gpu_name(close) if close else None
+    hint = f"Did you mean '{suggestion}'? " if suggestion else ""
+    _fail(f"unknown GPU '{name}'. {hint}Known GPUs: {', '.join(known)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Item types (Annotated, so that an error points at the item and its line, not the whole list)
+
+
+def _env_key(value: Any) -> str:
+    if not isinstance(value, str) or not _ENV_KEY_RE.fullmatch(value):
+        _fail(
+            f"'{value}' is not a valid environment variable name. Expected letters, digits and "
+            "underscores, not starting with a digit, e.g. EPOCHS"
+        )
+    if value.upper().startswith("GPUCLOUD_"):
+        _fail(f"'{value}' is reserved: names starting with GPUCLOUD_ are set by gpucloud itself. Rename it")
+    from gpucloud.vm.env import reserved_env_names  # lazy: imported only when a job has env
+
+    if value in reserved_env_names() or value.startswith("BASH"):
+        _fail(
+            f"'{value}' is reserved: the VM's bootstrap (its shim and agent, or the shell) uses this variable "
+            f"itself and the run would break. Rename it, e.g. MY_{value.lstrip('_')}"
+        )
+    return value
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    if value is None:
+        _fail('has no value. Write "" for an empty value, or remove the variable')
+    _fail(f"expected text, a number or true/false, got {describe(value)}. Quote it to pass it verbatim")
+
+
+def _artifact(value: str) -> str:
+    if not value.strip():
+        _fail("must not be empty. Expected a path relative to the job's working folder, e.g. outputs/")
+    if value.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:[\\/]", value):
+        _fail(f"'{value}' is an absolute path. Artifacts are relative to the job's working folder, e.g. outputs/")
+    if ".." in re.split(r"[\\/]+", value):
+        _fail(f"'{value}' leaves the working folder with '..'. Use a path inside it, e.g. outputs/")
+    return value
+
+
+EnvKey = Annotated[str, BeforeValidator(_env_key, json_schema_input_type=str)]
+EnvValue = Annotated[str, BeforeValidator(_env_value, json_schema_input_type=str | int | float | bool)]
+ArtifactPath = Annotated[str, AfterValidator(_artifact)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+@dataclass(frozen=True)
+class SpecIssue:
+    """One problem in a job file: where it is and what is wrong (with the fix)."""
+
+    file: str
+    line: int | None
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+
+
+class SpecError(UserError):
+    """A job file is invalid. `issues` holds every problem found, sorted by line; the message is one
+    line per problem, preceded by a summary line when there are several."""
+
+    def __init__(self, issues: list[SpecIssue]) -> None:
+        self.issues = sorted(issues, key=lambda i: (i.line or 0, i.field))
+        if len(self.issues) == 1:
+            message = str(self.issues[0])
+        else:
+            file = self.issues[0].file
+            lines = [f"{file}: {len(self.issues)} problems in the job file:"]
+            lines += [f"  {issue}" for issue in self.issues]
+            message = "\n".join(lines)
+        super().__init__(message)

@@ -1,0 +1,1 @@
+"""The state store: runs, attempts, the resource journal, events and phases."""

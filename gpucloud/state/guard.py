@@ -1,0 +1,232 @@
+"""What keeps a damaged state store from stranding paid machines (docs/INTERNALS.md, "State store
+damage"): the one error a store that cannot be used gives (its path, why, and the `mv` that moves
+it aside), the check of its schema, and the run-handle files kept beside it.
+
+Each attempt's RunHandle is also written to `<store folder>/runs/<run id>/handle-<attempt>.json`
+before it goes into the database, so `gpucloud down RUN` can tear a run down when the database
+cannot be read; `gpucloud gc` then sweeps by the clouds' expiry tags.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sqlite3
+import stat
+import time
+from pathlib import Path
+
+from gpucloud.errors import GpucloudError
+from gpucloud.ui.prose import VERBATIM_INDENT, to_stderr
+
+# Tables and the columns this gpucloud reads; a store without them was not written by gpucloud
+# (or by a version that no migration reaches).
+REQUIRED_COLUMNS: dict[str, frozenset[str]] = {
+    "runs": frozenset({"id", "name", "status", "created_at", "cloud", "region", "pid", "detached"}),
+    "attempts": frozenset({"run_id", "idx", "cloud", "region", "handle_json", "launched"}),
+    "resources": frozenset({"id", "run_id", "cloud", "kind", "status", "cloud_id"}),
+    "events": frozenset({"run_id", "ts", "kind", "message"}),
+    "phases": frozenset({"run_id", "name", "seconds"}),
+}
+
+
+class StoreError(GpucloudError):
+    """The state store cannot be read or written (damaged, foreign, read-only). Exit 74 (EX_IOERR)."""
+
+    exit_code = 74
+
+    def __init__(self, message: str, *, path: Path, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
+
+
+def move_aside_command(path: Path) -> str:
+    """The shell command that moves the store (and its WAL side files, when present) aside."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    moves = [
+        f"mv {shlex.quote(str(p))} {shlex.quote(f'{p}.damaged-{stamp}')}"
+        for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm"))
+        if p == path or p.exists()
+    ]
+    return " && ".join(moves)
+
+
+def store_error(path: Path, why: str) -> StoreError:
+    """One paragraph: which file, what is wrong with it, the command that fixes it, and that
+    running machines are still found without it."""
+    command = f"\n{VERBATIM_INDENT}{move_aside_command(path)}"  # one line, never wrapped: it is copied
+    fix = f"Move it aside (gpucloud then starts a new, empty one):{command}"
+    if "read-only" in why:
+        fix = f"Make it writable again (chmod u+w {shlex.quote(str(path))}), or move it aside:{command}"
+    return StoreError(
+        f"The state store {path} cannot be used: {why}.",
+        path=path,
+        hint=f"{fix}\nMachines still running are not lost: `gpucloud down RUN` tears a run down from its "
+        f"handle files in {handles_root(path)}, and `gpucloud gc` sweeps by the clouds' tags.",
+    )
+
+
+def describe_sqlite_error(exc: BaseException) -> str:
+    """sqlite's message in words a user can act on."""
+    text = str(exc)
+    if "not a database" in text:
+        return "it is not an SQLite database (garbage or another file)"
+    if "malformed" in text or "disk image" in text:
+        return "the database file is damaged (truncated or corrupted)"
+    if "readonly" in text or "read-only" in text:
+        return "it is read-only"
+    return f"SQLite says: {text}"
+
+
+LOCK_WAIT_ENV = "GPUCLOUD_STATE_LOCK_WAIT"
+DEFAULT_LOCK_WAIT_S = 600.0
+
+
+def lock_wait_s() -> float:
+    """How long a write waits for another process's lock on the store (GPUCLOUD_STATE_LOCK_WAIT, seconds)."""
+    try:
+        return max(0.0, float(os.environ.get(LOCK_WAIT_ENV, "") or DEFAULT_LOCK_WAIT_S))
+    except ValueError:
+        return DEFAULT_LOCK_WAIT_S
+
+
+def begin_immediate(conn: sqlite3.Connection, path: Path) -> None:
+    """BEGIN IMMEDIATE, waiting with backoff (each try already waits SQLite's busy timeout) while
+    another process holds the write lock: a `status` in another terminal or a stuck tool must never
+    turn a finished run into an internal error or skip its teardown. Past lock_wait_s() the store
+    is unusable for now (StoreError, exit 74): the run then tears down from its handle files."""
+    limit, start, delay, told = lock_wait_s(), time.monotonic(), 0.05, False
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            waited = time.monotonic() - start
+            if waited >= limit:
+                raise StoreError(
+                    f"The state store {path} stayed locked by another process for {waited:.0f}s.",
+                    path=path,
+                    hint=f"`fuser -v {shlex.quote(str(path))}` names the process holding it: end it, or set "
+                    f"{LOCK_WAIT_ENV} to wait longer (seconds; now {limit:.0f}). Machines still running are "
+                    f"not lost: `gpucloud down RUN` works from the handle files in {handles_root(path)}.",
+                ) from None
+            if not told:
+                to_stderr(
+                    f"note: the state store {path} is locked by another process; waiting for it "
+                    f"(up to {limit:.0f}s, {LOCK_WAIT_ENV})"
+                )
+                told = True
+            time.sleep(min(delay, max(0.01, limit - waited)))
+            delay = min(delay * 2, 2.0)
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Another gpucloud holds the lock: not damage, the caller waits or retries."""
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+def check_schema(conn: sqlite3.Connection, known_version: int) -> str | None:
+    """Why the opened database is not a gpucloud store this version can use, or None."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > known_version:
+        return (
+            f"it was written by a newer gpucloud (schema {version}; this one knows up to "
+            f"{known_version}). Upgrade gpucloud, or move it aside"
+        )
+    for table, needed in REQUIRED_COLUMNS.items():
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})").fetchall()}
+        if not have:
+            return f"it has no '{table}' table (not a gpucloud state store)"
+        if missing := needed - have:
+            return f"its '{table}' table lacks {', '.join(sorted(missing))} (not a gpucloud state store)"
+    return None
+
+
+def writable_problem(path: Path) -> str | None:
+    """A store gpucloud cannot write is as unusable as a damaged one: say so before a run starts."""
+    # Mode bits too: root may write a 0444 file, but whoever made it read-only meant it.
+    if path.exists() and (not os.access(path, os.W_OK) or not path.stat().st_mode & 0o222):
+        return "it is read-only"
+    if not os.access(path.parent, os.W_OK):
+        return f"its folder {path.parent} is read-only"
+    return None
+
+
+# ---- a private home -------------------------------------------------------------------------------
+
+PRIVATE_MARK = ".private-v1"  # this home's existing files were made private once
+_private: set[Path] = set()
+
+
+def private_home(home: Path) -> None:
+    """GPUCLOUD_HOME holds run state, log copies and `env:` values: 0700 folders, 0600 files
+    (docs/SECURITY.md, "Local files"). New files are private through the CLI's umask (entry.py);
+    a home made by an older gpucloud (0755/0644) is tightened once, here, on first use."""
+    if home in _private:
+        return
+    _private.add(home)
+    _tighten(home)
+    if (home / PRIVATE_MARK).exists():
+        for name in ("state.db", "state.db-wal", "state.db-shm", "state.db-journal"):
+            _tighten(home / name)
+        return
+    for root, dirs, files in os.walk(home):
+        for name in (*dirs, *files):
+            _tighten(Path(root) / name)
+    fd = os.open(home / PRIVATE_MARK, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.close(fd)
+
+
+def _tighten(path: Path) -> None:
+    """Drop the group and other bits of a file or folder (never follows a link)."""
+    try:
+        mode = path.lstat().st_mode
+        if mode & 0o077 and not stat.S_ISLNK(mode):
+            os.chmod(path, stat.S_IMODE(mode) & 0o700)
+    except OSError:  # gone, or not ours: the store's own checks report what matters
+        pass
+
+
+# ---- run-handle files ------------------------------------------------------------------------------
+
+
+def handles_root(store_path: Path) -> Path:
+    return store_path.parent / "runs"
+
+
+def write_handle(store_path: Path, run_id: str, idx: int, handle_json: str) -> None:
+    """Write one attempt's handle beside the store (atomically: a half-written file is never read)."""
+    folder = handles_root(store_path) / run_id
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".handle-{idx}.{os.getpid()}"
+    tmp.write_text(handle_json, encoding="utf-8")
+    os.replace(tmp, folder / f"handle-{idx}.json")
+
+
+def read_handles(store_path: Path, ref: str) -> tuple[str, list[dict[str, object]]]:
+    """The run id that `ref` (an id or a unique prefix) names and its handles, newest attempt last.
+    Raises LookupError with a readable reason when there is none or `ref` is ambiguous."""
+    root = handles_root(store_path)
+    names = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    matches = [n for n in names if n == ref] or [n for n in names if n.startswith(ref)]
+    if not matches:
+        raise LookupError(f"no run handle files for {ref!r} in {root}")
+    if len(matches) > 1:
+        raise LookupError(f"{ref!r} matches several runs in {root}: {', '.join(matches)}")
+    files = sorted(
+        (root / matches[0]).glob("handle-*.json"),
+        key=lambda p: int(p.stem.split("-", 1)[1]) if p.stem.split("-", 1)[1].isdigit() else -1,
+    )
+    docs = []
+    for path in files:
+        try:
+            docs.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    if not docs:
+        raise LookupError(f"the run handle files of {matches[0]} in {root / matches[0]} cannot be read")
+    return matches[0], docs

@@ -1,0 +1,1 @@
+"""What the user reads: plans, statuses, progress, JSON and CI output."""

@@ -1,0 +1,538 @@
+"""Human-readable output: the offline commands (plan, catalog, stack), the run's plan summary and
+prompt, and the run tables of status/ls. Tables on stdout, warnings and prompts on stderr. Kept out
+of cli.py and the lifecycle so those stay thin and rich is imported only when used."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from gpucloud.ui.progress import fmt_seconds
+from gpucloud.ui.prose import fill, output_width, to_stderr
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from gpucloud.catalog.models import Offering
+    from gpucloud.catalog.views import GpuSummary
+    from gpucloud.plan.planner import Plan
+    from gpucloud.plan.stacks import Stack
+    from gpucloud.state.store import ResourceRecord, RunRecord
+
+PLAN_ROWS = 10
+EXCLUDED_ROWS = 8
+
+
+def _table(*columns: str, title: str | None = None) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    # Columns are set apart by the box's blank divider and one space of right padding: two spaces.
+    table = Table(
+        title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False, padding=(0, 1, 0, 0)
+    )
+    for col in columns:
+        # overflow="fold": a cell too long for its column continues on the next line, never "…"
+        # (an instance name cut in a CI log is worse than a taller table).
+        table.add_column(
+            col, justify="right" if col.startswith(("$", "GPUs", "vCPU", "GiB", "est")) else "left", overflow="fold"
+        )
+    return table
+
+
+def _print(
+    renderable: object,
+    *,
+    optional: tuple[str, ...] = (),
+    foldable: tuple[str, ...] = (),
+    last_resort: tuple[str, ...] = (),
+) -> None:
+    """Print a table within the output width: short values (names, instance types, prices) stay
+    whole, headers and long texts wrap; when even that does not fit, the `optional` columns are left
+    out, in that order, and named on stderr; then the `last_resort` columns fold. A table that
+    still does not fit is printed wider rather than cut."""
+    from rich.table import Table
+
+    width = output_width()
+    if isinstance(renderable, Table):
+        hidden = fit_table(renderable, width, optional, foldable=foldable, last_resort=last_resort)
+        if hidden:
+            note(f"(narrow terminal: column(s) {', '.join(hidden)} not shown; --json has every field)")
+        width = max(width, least_width(renderable))
+    console(width).print(renderable)
+
+
+def least_width(table: Table) -> int:
+    """The narrowest the table can be with its short cells whole (rich's own measurement)."""
+    from rich.console import Console
+
+    return int(Console(width=10_000).measure(table).minimum)
+
+
+def console(width: int | None = None) -> Any:
+    """A rich Console of that width whose closed-pipe handling is ours (BrokenPipeError up to the
+    CLI: quiet exit 141), not rich's own SystemExit(1)."""
+    from rich.console import Console
+
+    out = Console(soft_wrap=False, width=width or output_width())
+
+    def broken_pipe() -> None:
+        raise BrokenPipeError
+
+    out.on_broken_pipe = broken_pipe  # type: ignore[method-assign]
+    return out
+
+
+SHORT_CELL = 40  # a column whose values are all at most this long is never wrapped
+
+
+def fit_table(
+    table: Table,
+    width: int,
+    optional: tuple[str, ...] = (),
+    foldable: tuple[str, ...] = (),
+    last_resort: tuple[str, ...] = (),
+) -> list[str]:
+    """Give every column of short values the width of its longest line (except `foldable` ones,
+    which wrap); drop optional columns while rich's own minimum width of the table (cells whole,
+    headers wrapped) exceeds `width`; then let the `last_resort` columns fold. Returns the headers
+    of the dropped columns."""
+    for column in table.columns:
+        widest = max((len(line) for c in column.cells for line in str(c).splitlines()), default=0)
+        if 0 < widest <= SHORT_CELL and column.header not in foldable:
+            column.no_wrap = True  # rich shrinks only wrapable columns before it cuts: keep these whole
+            column.min_width = max([widest, *(len(line) for line in str(column.header).splitlines())])
+    hidden: list[str] = []
+    for name in optional:
+        if least_width(table) <= width:
+            break
+        for column in list(table.columns):
+            if str(column.header) == name:
+                table.columns.remove(column)
+                hidden.append(name.replace("\n", " "))
+        for index, column in enumerate(table.columns):
+            column._index = index  # rich pads by position
+    for name in last_resort:  # fold just enough of it, so that every other column keeps its shape
+        excess = least_width(table) - width
+        if excess <= 0:
+            break
+        for column in table.columns:
+            if str(column.header) == name:
+                widest = max((len(line) for c in column.cells for line in str(c).splitlines()), default=0)
+                column.no_wrap, column.overflow, column.min_width = False, "fold", None
+                column.width = max(widest - excess, 8)
+    return hidden
+
+
+def say(text: str) -> None:
+    """A line of prose on stdout, wrapped to the output width like the tables."""
+    print(fill(text, output_width()))
+
+
+def note(text: str) -> None:
+    """A note or warning on stderr, wrapped to the width of the terminal it goes to (80 columns
+    when stderr is not a terminal); long words (paths, URLs, commands) are never broken."""
+    to_stderr(text)
+
+
+def _warn(lines: list[str] | tuple[str, ...]) -> None:
+    for line in lines:
+        note(f"warning: {line}")
+
+
+def print_plan(plan: Plan, *, show_all: bool = False) -> None:
+    """The candidates, the stack and the exclusions. What plan is for (market, $/h, est. $) is the
+    last to give way on a narrow terminal: the position, GPU count and cloud columns go first."""
+    spec = plan.spec
+    hours = spec.max_duration / 3600
+    per_node = spec.num_nodes > 1
+    several = len(plan.requests()) > 1  # alternatives: which request each meets
+    table = _table(
+        "#",
+        "cloud",
+        "region",
+        "instance type",
+        "GPUs",
+        *(("request",) if several else ()),
+        "market",
+        *(("$/h\nper node",) if per_node else ()),
+        "$/h\ntotal" if per_node else "$/h",
+        "est. $",
+        "price\nsource",
+    )
+    say(f"Candidates for {spec.name} (failover order; est. $ for max_duration {hours:.3g} h)")
+    shown = plan.candidates if show_all else plan.candidates[:PLAN_ROWS]
+    for i, c in enumerate(shown, 1):
+        gpus = f"{c.gpu_count} × {c.gpu}" if c.gpu else "-"
+        market = "spot" if c.spot else "on-demand"
+        if c.status != "active":
+            market += f"\n[{c.status}]"
+        if c.price_source is not None and c.price_source.kind in ("estimate", "old"):
+            market += f"\n({c.price_source.kind} price)"  # never passed off as a quote (no [..]: markup)
+        prices = (f"{c.price_per_hour:.3f}",) if per_node else ()
+        table.add_row(
+            str(i),
+            c.cloud,
+            c.region,
+            c.instance_type,
+            gpus,
+            *((c.request,) if several else ()),
+            market,
+            *prices,
+            f"{c.total_per_hour:.3f}",
+            f"{c.estimated_cost:.2f}",
+            c.price_source.short() if c.price_source is not None else "-",
+        )
+    _print(table, optional=("price\nsource", "$/h\nper node", "#", "request", "GPUs", "cloud"))
+    if len(plan.candidates) > len(shown):
+        say(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
+    print_stack(plan.stack, brief=True)
+    if len(plan.stacks) > 1:  # GPU alternatives: the stack shown is #1's
+        note(f"the stack above is #1's ({shown[0].gpu}); each GPU gets its own (--json: stacks)")
+    if shown and shown[0].image is not None:  # the image the first candidate boots
+        say(f"image (#1): {shown[0].image.summary()}")
+    from gpucloud.plan.rows import listed_exclusions
+
+    hidden = ("has ", "cloud ", "instance type is not")
+    shown_ex, relevant = listed_exclusions(plan.excluded, hidden, None if show_all else EXCLUDED_ROWS)
+    if shown_ex:
+        ex = _table("cloud", "region", "instance type", "why excluded")
+        for e in shown_ex:
+            ex.add_row(e.cloud, e.region, e.instance_type, e.reason)
+        _print(ex, foldable=("why excluded",), optional=("cloud",))
+        if not show_all and relevant > EXCLUDED_ROWS:
+            say(f"... {relevant - EXCLUDED_ROWS} more exclusions (--all)")
+    other = len(plan.excluded) - relevant
+    if other:
+        say(f"{other} offerings of other GPUs, counts or clouds not shown (--json lists every one with its reason)")
+    _warn(plan.warnings)
+
+
+def catalog_rows(*, gpu: str | None, cloud: str | None, region: str | None, include_retired: bool) -> list[Offering]:
+    """Catalog query with the same friendly errors as the job file for unknown names."""
+    from gpucloud.catalog import load_catalog, resolve_gpu_name
+    from gpucloud.errors import UserError
+    from gpucloud.providers import registry as providers
+
+    cat = load_catalog()
+    model = None
+    if gpu:
+        model = resolve_gpu_name(gpu)
+        if model is None:
+            raise UserError(f"--gpu {gpu!r} is not a GPU gpucloud knows.", hint=_gpu_hint(gpu))
+    if region and (cloud is None or providers.info(cloud).priced):
+        known = sorted({r for c in ([cloud] if cloud else providers.priced_clouds()) for r in cat.regions(c)})
+        if region not in known:
+            raise UserError(
+                f"--region {region!r} is not a region gpucloud knows.", hint=f"Known regions: {', '.join(known)}."
+            )
+    rows = cat.query(gpu=model, cloud=cloud, region=region, include_retired=include_retired)
+    return sorted(rows, key=lambda o: (o.gpu, o.cloud, o.price_per_hour, o.region))
+
+
+def _gpu_hint(name: str) -> str:
+    import difflib
+
+    from gpucloud.catalog import gpu_names
+
+    names = gpu_names()
+    close = difflib.get_close_matches(name.upper(), names, n=3, cutoff=0.5)
+    lead = f"Did you mean {', '.join(close)}? " if close else ""
+    return f"{lead}Known GPUs: {', '.join(names)}."
+
+
+def offering_json(o: Offering) -> dict[str, object]:
+    return {
+        "cloud": o.cloud,
+        "region": o.region,
+        "instance_type": o.instance_type,
+        "gpu": o.gpu,
+        "gpu_count": o.gpu_count,
+        "vcpus": o.vcpus,
+        "memory_gib": o.memory_gib,
+        "price_per_hour": o.price_per_hour,
+        "spot_price_per_hour": o.spot_price_per_hour,
+        "status": o.status,
+    }
+
+
+def print_catalog(rows: list[Offering]) -> None:
+    """Offerings; on a narrow terminal memory, vCPUs and the cloud give way before the status, so
+    a retired row never looks buyable (the status wraps instead)."""
+    gpus = sorted({o.gpu for o in rows})
+    from gpucloud.catalog.prices import price_source
+
+    table = _table(
+        "GPU", "cloud", "region", "instance type", "GPUs", "vCPU", "GiB", "$/h", "$/h\nspot", "status", "price\nsource"
+    )
+    for o in rows:
+        spot = f"{o.spot_price_per_hour:.3f}" if o.spot_price_per_hour is not None else "-"
+        source = price_source(o)
+        table.add_row(
+            o.gpu,
+            o.cloud,
+            o.region,
+            o.instance_type,
+            str(o.gpu_count),
+            str(o.vcpus),
+            f"{o.memory_gib:g}",
+            f"{o.price_per_hour:.3f}" + ("*" if source.kind in ("estimate", "old") else ""),
+            spot,
+            o.status_text(),
+            source.short(),
+        )
+    if len(gpus) == 1:  # one GPU (--gpu): say it once in the title instead of on every row
+        say(f"Offerings of {gpus[0]}")
+    all_active = all(o.status == "active" for o in rows)
+    _print(
+        table,
+        foldable=("status",),
+        optional=(
+            "price\nsource",
+            *(("status",) if all_active else ()),
+            "GiB",
+            "vCPU",
+            *(("GPU",) if len(gpus) == 1 else ()),
+            "cloud",
+            "$/h\nspot",
+        ),
+    )
+    if not rows:
+        note("no offerings match (retired ones appear with --all)")
+    else:
+        dates = sorted({o.price_date for o in rows})
+        note(
+            f"{len(rows)} offerings; prices as of {dates[0]}"
+            + (f" to {dates[-1]}" if len(dates) > 1 else "")
+            + "; * = an estimated or old price, not a quote; sources in the catalog data (--json for machines)."
+        )
+
+
+def print_gpus(summaries: list[GpuSummary]) -> None:
+    """`gpucloud gpus`: price, place and instance type each on a line of their own, so the instance
+    name is never cut; architecture, memory and clouds give way first on a narrow terminal."""
+    from gpucloud.catalog.prices import price_source
+
+    def cell(o: Offering, price: float) -> str:
+        mark = {"estimate": " (estimate)", "old": " (old)"}.get(price_source(o).kind, "")
+        return (
+            f"${price / o.gpu_count:.3f}/GPU-h{mark}\n{o.gpu_count} × ${price:.3f}/h\n"
+            f"{o.cloud} {o.region}\n{o.instance_type}"
+        )
+
+    table = _table("GPU", "GiB", "architecture", "clouds", "cheapest\non-demand", "cheapest\nspot")
+    for s in summaries:
+        od = cell(s.on_demand, s.on_demand.price_per_hour) if s.on_demand else "retired" if s.retired else "-"
+        sp = cell(s.spot, s.spot.spot_price_per_hour) if s.spot and s.spot.spot_price_per_hour is not None else "-"
+        table.add_row(s.name, f"{s.memory_gib:g}", s.architecture, ",".join(s.clouds) or "-", od, sp)
+    _print(table, optional=("architecture", "GiB", "clouds"))
+    for s in summaries:
+        if s.retired:
+            note(f"{s.name}: no longer offered: {s.retirement()}")
+    note(
+        "prices are per GPU-hour, so 1- and 8-GPU machines compare; below each: the machine's GPU count and "
+        "$/h, and where; spot '-' = no observed spot price; (estimate) = not a quote."
+    )
+
+
+def stack_for(gpu: str, *, cuda: str | None, driver: str | None, framework: str | None) -> Stack:
+    """Resolve a stack from the command line, validating pins exactly as a job file would."""
+    from dataclasses import replace
+
+    from pydantic import ValidationError
+
+    from gpucloud.catalog import resolve_gpu_name
+    from gpucloud.errors import UserError
+    from gpucloud.plan.stacks import resolve_stack
+    from gpucloud.spec.load import StackSpec
+
+    model = resolve_gpu_name(gpu)
+    if model is None:
+        raise UserError(f"{gpu!r} is not a GPU gpucloud knows.", hint=_gpu_hint(gpu))
+    pins: dict[str, str] = {}
+    if cuda:
+        pins["cuda"] = cuda
+    if driver:
+        pins["driver"] = driver
+    if framework:
+        pins["framework"] = framework
+    try:
+        spec = StackSpec.model_validate(pins)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UserError(f"--{first['loc'][0]}: {first['msg']}.") from None
+    if framework:
+        return resolve_stack(model, spec)
+    # Without --framework, show what a PyTorch job gets (the common question); where the GPU has no
+    # official PyTorch (K40), show the bare stack and say why.
+    try:
+        return resolve_stack(model, spec.model_copy(update={"framework": "pytorch"}))
+    except UserError as exc:
+        bare = resolve_stack(model, spec)
+        return replace(bare, warnings=(*bare.warnings, exc.message))
+
+
+def print_stack(stack: Stack, *, brief: bool = False) -> None:
+    fields = [
+        ("GPU", "gpu", f"{stack.gpu} ({stack.architecture}, compute capability {stack.compute_capability})"),
+        ("driver", "driver", f"R{stack.driver} (>= {stack.min_driver_version})" if stack.driver != "none" else "none"),
+        ("CUDA", "cuda", stack.cuda),
+        ("cuDNN", "cudnn", stack.cudnn),
+        ("OS image", "os_image", stack.os_image),
+        (
+            "framework",
+            "framework",
+            stack.framework if stack.framework == "none" else f"{stack.framework} {stack.framework_version}",
+        ),
+    ]
+    if brief:
+        say("Stack: " + ", ".join(f"{label} {value}" for label, _, value in fields[1:]))
+        return
+    table = _table("", "choice", "why", title=f"Software stack for {stack.gpu or 'a CPU-only job'}")
+    for label, key, value in fields:
+        table.add_row(label, value, stack.reasons.get(key, ""))
+    _print(table)
+    if stack.driver != "none":
+        say(
+            "Installs: "
+            + " ".join(
+                [
+                    "linux-headers-$(uname -r)",
+                    *stack.driver_lock,
+                    *stack.driver_packages,
+                    *stack.cuda_packages,
+                    *stack.cudnn_packages,
+                ]
+            )
+            + (f"; pip {' '.join(stack.framework_pip)}" if stack.framework_pip else "")
+        )
+    _warn(stack.warnings)
+
+
+# ---- gpucloud run: the plan summary and the prompt -------------------------------------------------
+
+
+def ask(question: str) -> bool:
+    """A yes/no prompt on stderr; no answer (EOF) is no."""
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    try:
+        answer = input()
+    except EOFError:
+        return False
+    return answer.strip().lower() in {"y", "yes"}
+
+
+def print_plan_summary(plan: Plan) -> None:
+    c = plan.candidates[0]
+    spec = plan.spec
+    gpu = f"{c.gpu_count} x {c.gpu}" if c.gpu else "no GPU"
+    market = "spot" if c.spot else "on-demand"
+    more = f"; {len(plan.candidates) - 1} fallback candidate(s)" if len(plan.candidates) > 1 else ""
+    note(
+        f"plan: {c.cloud}/{c.region}/{c.instance_type} ({gpu}, {market}) x {c.num_nodes} node(s): "
+        f"${c.total_per_hour:.3f}/h, at most ${c.estimated_cost:.2f} for max_duration "
+        f"{fmt_seconds(spec.max_duration)}{more}"
+    )
+    _warn(plan.warnings)
+
+
+# ---- status / ls ------------------------------------------------------------------------------------
+
+
+def print_runs(runs: list[RunRecord], now: float) -> None:
+    """The runs table of `ls`/`status`: fits the output width. The run id and the instance type stay
+    whole (a status wraps at its words); PHASE and ELAPSED give way first, named on stderr; a run id
+    folds only when nothing else helps. A non-zero exit code rides on the status."""
+    table = _table("RUN", "STATUS", "PHASE", "ELAPSED", "COST", "WHERE")
+    for column in table.columns:
+        column.justify = "right" if column.header in ("ELAPSED", "COST") else "left"
+    for r in runs:
+        exit_note = f" ({r.exit_code})" if r.exit_code not in (None, 0) else ""
+        table.add_row(
+            r.id,
+            r.status + exit_note + (" (detached)" if r.detached and not r.final else ""),
+            "-" if r.final else (r.phase or "-"),
+            fmt_seconds(r.elapsed(now)),
+            f"${r.cost(now):.4f}",
+            f"{r.cloud}/{r.region}\n{r.instance_type}" if r.cloud else "-",
+        )
+    _print(table, optional=("PHASE", "ELAPSED"), foldable=("STATUS",), last_resort=("RUN",))
+
+
+def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[ResourceRecord], now: float) -> None:
+    """One run: where, cost (summed over its attempts), deadline, phases, resources not yet deleted."""
+    lines = [
+        f"run        {run.id}",
+        f"status     {run.status}"
+        + (f" (exit {run.exit_code})" if run.exit_code is not None else "")
+        + (" (detached)" if run.detached and not run.final else ""),
+        f"phase      {'-' if run.final else (run.phase or '-')}",
+        f"where      {run.cloud}/{run.region}/{run.instance_type} x {run.num_nodes} node(s)",
+        f"elapsed    {fmt_seconds(run.elapsed(now))}",
+        f"cost       ${run.cost(now):.4f} (${run.price_per_hour:.3f}/h per node)",
+    ]
+    if len(run.attempts) > 1:
+        lines.append(
+            f"attempts   {len(run.attempts)}: "
+            + ", ".join(
+                f"{a.cloud}/{a.region}/{a.instance_type} ({a.end_reason or ('running' if a.launched else 'open')})"
+                for a in run.attempts
+            )
+        )
+    if run.deadline:
+        lines.append(f"deadline   {datetime.fromtimestamp(run.deadline, UTC):%Y-%m-%d %H:%M:%S} UTC")
+    if run.artifacts_dir:
+        lines.append(f"artifacts  {run.artifacts_dir}")
+    if run.message:
+        lines.append(f"message    {run.message}")
+    if phases:
+        lines.append("phases     " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in phases.items()))
+        from gpucloud.ui.timeline import format_phases  # where the billed time went
+
+        timeline = format_phases(phases)
+        if timeline:
+            lines.append("timeline   " + timeline + (" (slowest node per stage)" if run.num_nodes > 1 else ""))
+    if alive:
+        lines.append(
+            f"resources  {len(alive)} not yet deleted: "
+            + ", ".join(f"{r.kind} {r.cloud_id or r.name} ({r.status})" for r in alive)
+        )
+    width = output_width()  # a long line continues under its value, not under its label
+    print("\n".join(fill(line, width, continuation=" " * 11) for line in lines))
+
+
+# ---- cost ---------------------------------------------------------------------------------------------
+
+
+def print_cost(report: dict[str, Any]) -> None:
+    """`gpucloud cost`: a line per run, a table of its attempts under it, and the totals
+    (docs/SPOT.md). What the command is for (cost, on-demand cost) stays on a narrow terminal; the
+    attempt number and the hourly price give way first, the end reason wraps."""
+    for run in report["runs"]:
+        say(
+            f"run {run['run_id']} ({run['status']}): ${run['cost']:.4f}, on-demand ${run['on_demand_cost']:.4f}, "
+            f"saving ${run['saving']:.4f}"
+        )
+        if not run["attempts"]:
+            continue
+        table = _table("#", "where", "market", "$/h\nper node", "nodes ×\nbilled", "$ cost", "$ on-\ndemand", "end")
+        for a in run["attempts"]:
+            nodes = len(a["nodes"])
+            per_node = a["billed_seconds"] / nodes if nodes else 0.0
+            table.add_row(
+                str(a["attempt"]),
+                f"{a['cloud']}/{a['zone'] or a['region']}\n{a['instance_type']}",
+                a["market"],
+                f"{a['price_per_hour']:.4f}",
+                f"{nodes} × {fmt_seconds(per_node)}",
+                f"{a['cost']:.4f}",
+                f"{a['on_demand_cost']:.4f}",
+                a["end_reason"] or ("running" if a["launched"] else "open"),
+            )
+        _print(table, optional=("#", "$/h\nper node"), foldable=("end",))
+    total = report["total"]
+    say(
+        f"total: {total['runs']} run(s), ${total['cost']:.4f}; on-demand for the same time "
+        f"${total['on_demand_cost']:.4f}; saving ${total['saving']:.4f}"
+    )

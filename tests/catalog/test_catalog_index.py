@@ -1,0 +1,260 @@
+"""The indexed catalog file plans exactly as the same rows held in memory: the same candidates, the
+same exclusions in the same order, and the printed plan's exclusion table, whichever rows the
+planner read through the index and whichever it only counted."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from gpucloud.catalog import load_catalog, shipped_catalog, store
+from gpucloud.catalog.rows import MemoryRows, RowFilter
+from gpucloud.plan.planner import make_plan
+from gpucloud.plan.rows import Exclusion, Exclusions, listed_exclusions
+from gpucloud.spec.load import load_spec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from bench_plan_rows import FAMILY_JOB, grown_rows  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+JOBS = {
+    "t4": (REPO / "examples/t4-any-cloud.yaml").read_text(),
+    "a100-azure": (REPO / "examples/a100-azure.yaml").read_text(),
+    "family": FAMILY_JOB,
+    "fixed-type": "name: f\nresources:\n  cloud: [aws]\n  instance_type: g4dn.xlarge\nrun: 'true'\n",
+    "minimums": "name: c\nresources:\n  cloud: [azure]\n  regions: [eastus]\n  gpu: T4\n  min_vcpus: 8\nrun: 'true'\n",
+    "spot-capped": "name: s\nresources:\n  gpu: T4\n  spot: true\n  max_price_per_hour: 0.3\nrun: 'true'\n",
+    "on-demand-nodes": "name: n\nresources:\n  gpu: A10G\n  max_price_per_hour: 1.1\nnum_nodes: 3\nrun: 'true'\n",
+}
+HIDDEN = ("has ", "cloud ", "instance type is not")
+
+
+def _printed(plan: object) -> str:
+    from gpucloud.ui import views
+
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(out):
+        views.print_plan(plan, show_all=False)  # type: ignore[arg-type]
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("shape", ["regions", "types"])
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_the_index_plans_as_the_rows_in_memory(shape: str, job: str, tmp_path: Path) -> None:
+    rows = grown_rows(4, shape)
+    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    indexed = load_catalog()
+    assert indexed.meta.origin == "refreshed" and len(indexed.rows) == len(rows)
+    memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows), meta=indexed.meta)
+    path = tmp_path / "job.yaml"
+    path.write_text(JOBS[job])
+    spec = load_spec(path)
+
+    from_index = make_plan(spec, catalog=indexed, baked=False)
+    from_memory = make_plan(spec, catalog=memory, baked=False)
+    assert isinstance(from_index.excluded, Exclusions)
+    # the view's short list, read through the index before anything listed every exclusion
+    short, relevant = listed_exclusions(from_index.excluded, HIDDEN, 8)
+    printed = _printed(from_index)
+    assert from_index.candidates == from_memory.candidates
+    every = list(from_memory.excluded)
+    assert list(from_index.excluded) == every and len(from_index.excluded) == len(every)
+    candidate_rows = {(c.cloud, c.region, c.instance_type) for c in from_index.candidates}
+    assert len(candidate_rows) + len(every) == len(rows)  # every row is a candidate or excluded, once
+    assert every == _checked_one_by_one(spec, memory)
+    expected = [e for e in every if not e.reason.startswith(HIDDEN)]
+    assert (short, relevant) == (expected[:8], len(expected))
+    assert printed == _printed(from_memory)
+
+
+def _checked_one_by_one(spec: object, cat: object) -> list[Exclusion]:
+    """The exclusions of a check of every row by the planner's full check, in catalog order."""
+    from gpucloud.plan.planner import _exclusion_reason, _priced_options, _requested_gpu
+    from gpucloud.providers import registry as providers
+
+    res = spec.resources  # type: ignore[attr-defined]
+    clouds = [c for c in res.cloud if providers.info(c).priced]
+    regions = set(res.regions) if res.regions else None
+    gpu = _requested_gpu(spec, cat)  # type: ignore[arg-type]
+    variants = frozenset(cat.members(gpu)) if gpu else frozenset()  # type: ignore[attr-defined]
+    out = []
+    for off in cat.offerings:  # type: ignore[attr-defined]
+        reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions)  # type: ignore[arg-type]
+        if reason is None:
+            reason = _priced_options(off, spec, res.spot)[1]  # type: ignore[arg-type]
+        if reason is not None:
+            out.append(Exclusion(off.cloud, off.region, off.instance_type, reason))
+    return out
+
+
+@pytest.mark.parametrize("shape", ["regions", "types"])
+def test_candidates_are_ranked_as_a_full_sort_and_built_only_when_read(
+    shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The printed plan of a job with tens of thousands of candidates builds only the ones it shows;
+    reading further gives exactly the order of a sort of every candidate by the planner's key."""
+    from gpucloud.plan import planner
+    from gpucloud.plan.rows import HEAD
+    from gpucloud.ui.views import PLAN_ROWS
+
+    rows = grown_rows(40, shape)
+    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    path = tmp_path / "job.yaml"
+    path.write_text(JOBS["t4"])
+    spec = load_spec(path)
+    built: list[object] = []
+    real = planner._candidate
+
+    def counting(*args: object) -> object:
+        built.append(args[0])
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planner, "_candidate", counting)
+    plan = make_plan(spec, baked=False)
+    _printed(plan)
+    assert len(plan.candidates) > 900 and len(built) <= PLAN_ROWS
+
+    fits = RowFilter(clouds=frozenset(("aws", "azure")), gpus=frozenset(("T4",)), gpu_count=1)
+    every = [
+        c
+        for off in rows
+        if fits.matches(off) and off.status != "retired"
+        for c in planner._priced_options(off, spec, spec.resources.spot, None, spec.resources.gpu_requests[0].label())[
+            0
+        ]
+    ]
+    every.sort(key=lambda c: (c.total_per_hour, c.status != "active", c.cloud, c.region, c.instance_type, c.spot))
+    assert len(plan.candidates) == len(every)
+
+    def bare(c: object) -> object:
+        return dataclasses.replace(c, image=None)  # type: ignore[type-var]
+
+    assert [bare(c) for c in plan.candidates[: HEAD - 1]] == every[: HEAD - 1]
+    assert bare(plan.candidates[-1]) == every[-1] and bare(plan.candidates[HEAD + 5]) == every[HEAD + 5]
+    assert [bare(c) for c in plan.candidates] == every
+    assert all(c.image is not None for c in plan.candidates[:3])
+
+
+def test_a_nan_price_survives_the_file() -> None:
+    """SQLite stores a NaN as NULL; the file keeps it a NaN so the price check still refuses it."""
+    t4 = shipped_catalog().offerings[0]
+    rows = [t4, t4._replace(region="nanland", price_per_hour=math.nan, spot_price_per_hour=math.inf)]
+    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    back = load_catalog().rows.select(RowFilter(regions=frozenset({"nanland"})))
+    assert len(back) == 1 and math.isnan(back[0][1].price_per_hour) and back[0][1].spot_price_per_hour == math.inf
+    assert back[0][0] == 2 and back[0][1]._replace(price_per_hour=0.0) == rows[1]._replace(price_per_hour=0.0)
+
+
+@pytest.mark.parametrize("job", ["t4", "spot-capped", "family"])
+def test_odd_prices_in_the_file_plan_as_in_memory(job: str, tmp_path: Path) -> None:
+    """Rows the file ranks itself must be exactly those the planner's check passes: NaN, infinite,
+    tiny, integer and capped prices, retired and legacy rows are all decided as in memory."""
+    rows = grown_rows(3, "regions")
+    odd = []
+    for i, o in enumerate(rows):
+        kind = i % 9
+        if kind == 1:
+            o = o._replace(price_per_hour=math.nan)
+        elif kind == 2:
+            o = o._replace(spot_price_per_hour=math.inf)
+        elif kind == 3:
+            o = o._replace(spot_price_per_hour=1e-300)
+        elif kind == 4:
+            o = o._replace(price_per_hour=int(o.price_per_hour) + 1, spot_price_per_hour=None)
+        elif kind == 5:
+            o = o._replace(status="legacy")
+        elif kind == 6:
+            o = o._replace(status="retired")
+        odd.append(o)
+    store.write(store.cache_file(), odd, created_at="2026-12-04T00:00:00Z", clouds={})
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    indexed = load_catalog()
+    memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(odd), meta=indexed.meta)
+    path = tmp_path / "job.yaml"
+    path.write_text(JOBS[job])
+    spec = load_spec(path)
+    from_index = make_plan(spec, catalog=indexed, baked=False)
+    from_memory = make_plan(spec, catalog=memory, baked=False)
+    assert from_index.candidates[:5] == from_memory.candidates[:5]
+    assert from_index.warnings == from_memory.warnings
+    assert list(from_index.candidates) == list(from_memory.candidates)
+    assert list(from_index.excluded) == list(from_memory.excluded)
+
+
+def test_a_cache_of_another_format_is_ignored_with_a_reason() -> None:
+    path = store.cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a database at all" * 100)
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    cat = load_catalog()
+    assert cat.meta.origin == "shipped" and "unreadable" in cat.meta.note
+    assert len(cat.offerings) == len(shipped_catalog().offerings)
+
+
+WIDE_JOBS = {
+    "alternatives": "name: a\nresources:\n  gpu: [A10G:1..4, T4:1]\n  spot: auto\nrun: 'true'\n",
+    "ordered": "name: o\nresources:\n  gpu: [A10G:1, T4:1..4]\n  gpu_order: ordered\n  spot: auto\nrun: 'true'\n",
+    "ordered-spot": (
+        "name: s\nresources:\n  gpu: [L4:1, {memory: 20GB.., count: 1..2}, T4:1]\n  gpu_order: ordered\n"
+        "  spot: true\n  min_vcpus: 8\nrun: 'true'\n"
+    ),
+    "memory-range": (
+        "name: m\nresources:\n  gpu: [{memory: 24GB.., count: 1..2}, T4:1]\n  max_price_per_hour: 3.0\nrun: 'true'\n"
+    ),
+    "model-choice": "name: c\nresources:\n  gpu: A100|H100:8\n  spot: auto\nrun: 'true'\n",
+    "pins": (
+        "name: p\nresources:\n  cloud: [aws, azure]\n  gpu: [H100:1..8, T4:1]\nstack:\n  driver: '470'\nrun: 'true'\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("estimates", [True, False])
+@pytest.mark.parametrize("shape", ["regions", "types"])
+@pytest.mark.parametrize("job", sorted(WIDE_JOBS))
+def test_gpu_alternatives_plan_through_the_file_as_in_memory(
+    job: str, shape: str, estimates: bool, tmp_path: Path
+) -> None:
+    """GPU alternatives, ranges, `gpu_order: ordered`, per-GPU stack pins and --no-estimates: the
+    file's own counting and ranking gives the same candidates (request, order, price source), the
+    same exclusions and the same stacks as the rows in memory; the first few read before the rest."""
+    from gpucloud.ui.views import PLAN_ROWS
+
+    rows = grown_rows(12, shape)
+    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    indexed = load_catalog()
+    memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows), meta=indexed.meta)
+    path = tmp_path / "job.yaml"
+    path.write_text(WIDE_JOBS[job])
+    spec = load_spec(path)
+
+    from_memory = make_plan(spec, catalog=memory, baked=False, estimates=estimates)
+    head = make_plan(spec, catalog=indexed, baked=False, estimates=estimates)
+    assert head.requests() == from_memory.requests()
+    assert head.candidates[:PLAN_ROWS] == from_memory.candidates[:PLAN_ROWS]  # ranked without the rest
+    assert _printed(head) == _printed(from_memory)
+    assert head.stacks.keys() == from_memory.stacks.keys() and head.stack == from_memory.stack
+    from_index = make_plan(spec, catalog=indexed, baked=False, estimates=estimates)
+    assert len(from_index.candidates) == len(from_memory.candidates) > 2 * 32
+    assert from_index.candidates == from_memory.candidates
+    assert list(from_index.excluded) == list(from_memory.excluded)
+    assert len(from_index.excluded) == len(from_memory.excluded)
+    if not estimates:
+        assert all(c.price_source is not None and c.price_source.kind != "estimate" for c in from_index.candidates)
+    if job == "pins":
+        assert any("stack pins do not fit the H100" in e.reason for e in from_index.excluded)
+    if job.startswith("ordered"):
+        ranks = [
+            spec.resources.gpu_requests.index(next(r for r in spec.resources.gpu_requests if r.label() == c.request))
+            for c in from_index.candidates
+        ]
+        assert ranks == sorted(ranks) and len(set(ranks)) > 1
