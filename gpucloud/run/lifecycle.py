@@ -144,8 +144,7 @@ def watch_job(run_ref: str, *, json_out: bool) -> RunResult:
         raise UserError(f"run {run.id} is already followed by process {run.pid}.")
     spec = JobSpec.model_validate(json.loads(run.spec_json or "{}"))
     kw = plan_args(store, run.id)
-    cloud, region, spot = kw.get("cloud"), kw.get("region"), kw.get("spot")
-    plan = make_plan(spec, cloud=cloud, region=region, spot=spot)  # type: ignore[arg-type]
+    plan = make_plan(spec, **{k: kw.get(k) for k in ("cloud", "region", "spot")})  # type: ignore[arg-type]
     follower = _Run(
         spec, plan, detach=False, json_out=json_out, wait_teardown=True, plan_s=0.0, plan_kw=kw, run_id=run.id
     )

@@ -176,6 +176,10 @@ class SshLab:
             (folder / "os-release").write_text(os_release)
             extra += f" GPUCLOUD_OS_RELEASE={folder / 'os-release'}"
         extra += "".join(f" {k}={v}" for k, v in (env or {}).items())
+        # A login runs the account's ~/.bashrc; where that runs `pyenv init` (this kind of machine),
+        # each login takes pyenv's rehash lock, and a login killed while holding it leaves the lock
+        # behind, so every later login waited 60 s for it. One second is enough for a live holder.
+        extra += " PYENV_REHASH_TIMEOUT=1"
         (folder / "sshd_config").write_text(
             f"Port {server.port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nPidFile {folder / 'sshd.pid'}\n"
             f"AuthorizedKeysFile {self.client_key}.pub\nPermitRootLogin prohibit-password\nStrictModes no\n"

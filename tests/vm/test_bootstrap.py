@@ -1,4 +1,4 @@
-"""The rendered bootstrap, run for real by bash against a FileChannel in a temp folder.
+"""The rendered shim and its agent, run for real by bash against a FileChannel in a temp folder.
 
 Stack installs run with the stub apt-get/dpkg/nvidia-smi/python3 of tests/support/vm_stubs on PATH
 (they record their argv); curl, tar and setsid are real. Intervals are rendered small so that every

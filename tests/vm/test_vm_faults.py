@@ -1,4 +1,4 @@
-"""The VM fault matrix (docs/INTERNALS.md "Deadline layers"): the rendered bootstrap run
+"""The VM fault matrix (docs/INTERNALS.md "Deadline layers"): the rendered shim and its agent run
 by bash against a FileChannel (behind a misbehaving HTTP server where the fault is the store's),
 with one fault each. After every fault the VM must be gone by deadline + grace + a few seconds and
 what the channel holds must be the truth (a final state, or nothing when nothing could be sent).

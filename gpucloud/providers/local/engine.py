@@ -1,4 +1,4 @@
-"""A "VM" on this machine: a rendered bootstrap script run by bash in a sandbox folder.
+"""A "VM" on this machine: the rendered shim (which starts the agent) run by bash in a sandbox folder.
 
 The local provider boots its nodes with it, and the AWS/Azure simulators of the test harness boot
 the fake clouds' instances with it (their stub `nvidia-smi`, `apt-get` and `shutdown` go first on

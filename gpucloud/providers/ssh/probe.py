@@ -59,7 +59,10 @@ if [ "$(id -u)" = 0 ]; then echo "@sudo root"
 elif sudo -n true 2>/dev/null; then echo "@sudo yes"
 else echo "@sudo no"; fi
 for f in "$R"/locks/gpu-*; do [ -f "$f" ] && echo "@lock ${f##*/gpu-} $(head -c 200 "$f" | head -n 1)"; done
-for t in bash curl tar gzip setsid flock; do command -v "$t" >/dev/null 2>&1 || echo "@missing $t"; done
+for t in bash curl tar gzip setsid flock sha256sum openssl; do
+  command -v "$t" >/dev/null 2>&1 || echo "@missing $t"
+done
+python3 -c "import sys; sys.exit(sys.version_info < (3, 8))" >/dev/null 2>&1 || echo "@missing python3 (>= 3.8)"
 smi() { if command -v timeout >/dev/null 2>&1; then timeout -k 2 __SMI_T__ nvidia-smi "$@"; else nvidia-smi "$@"; fi; }
 if command -v nvidia-smi >/dev/null 2>&1; then
   out=$( { smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader,nounits 2>&1
@@ -285,7 +288,7 @@ def assess(probe: HostProbe, gpu: str | None, count: int, job: PlanRequest | Non
     probe.stack = host_stack(stack_for(model), probe) if model else None
     if probe.missing_tools:
         probe.problems.append(
-            f"{probe.host}: missing {', '.join(probe.missing_tools)} (the bootstrap needs them); "
+            f"{probe.host}: missing {', '.join(probe.missing_tools)} (the node's shim and agent need them); "
             "install them with the system's package manager"
         )
     if gpu is None:

@@ -224,7 +224,7 @@ class Agent(GpuWatching):
     def start_watchdog(self) -> None:
         """Deadline layer (b) in a process of its own, forked before any thread starts (a fork of a
         threaded process may copy a held lock): it outlives a main process that is killed or stuck
-        in a call, as the bash watchdog did. Its pid is in st/wd_pid."""
+        in a call. Its pid is in st/wd_pid."""
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:

@@ -123,7 +123,7 @@ class Ending:
         self._exit(code)
 
     def _stop_watchdog(self) -> None:
-        """The watchdog process stands down once the run was reported (bash: kill $WD_PID)."""
+        """The watchdog process stands down once the run was reported."""
         if self.watchdog_pid:
             try:
                 os.kill(self.watchdog_pid, signal.SIGKILL)

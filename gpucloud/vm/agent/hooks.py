@@ -18,6 +18,9 @@ from typing import Callable, Dict, Optional
 
 from gpucloud.vm.agent.transfer import Transfer
 
+# The VM's managed identity token for ARM, from IMDS (the self-delete's credential).
+MANAGED_IDENTITY_TOKEN = "/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/"
+
 IMDS_DEFAULT = "http://169.254.169.254"
 ARM_DEFAULT = "https://management.azure.com"
 DELETE_TRIES = 40
@@ -175,8 +178,7 @@ class AzureHooks(ShutdownHooks):
         for i in range(1, 6):
             body = self.transfer.request(
                 "GET",
-                f"{self.imds}/metadata/identity/oauth2/token"
-                "?api-version=2018-02-01&resource=https://management.azure.com/",
+                self.imds + MANAGED_IDENTITY_TOKEN,
                 ["Metadata:true"],
             )
             if body:

@@ -1,5 +1,5 @@
-"""Every request the node makes, through curl (as the bash did: file://, http(s), S3 POST forms and
-Azure Append Block alike, with the same bounds). One object per agent, swapped for a fake channel
+"""Every request the node makes, through curl (file://, http(s), S3 POST forms and
+Azure Append Block alike, each call bounded in time). One object per agent, swapped for a fake channel
 in unit tests.
 
 Every call is bounded: `--connect-timeout 10`, `--max-time`, and `--retry 2 --retry-connrefused`
