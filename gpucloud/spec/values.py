@@ -173,12 +173,17 @@ def _env_key(value: Any) -> str:
         )
     if value.upper().startswith("GPUCLOUD_"):
         _fail(f"'{value}' is reserved: names starting with GPUCLOUD_ are set by gpucloud itself. Rename it")
-    from gpucloud.vm.env import reserved_env_names  # lazy: imported only when a job has env
+    from gpucloud.vm.env import NODE_RESERVED, reserved_env_names  # lazy: imported only when a job has env
 
+    if value in NODE_RESERVED:
+        _fail(
+            f"'{value}' is reserved: the VM's bootstrap sets it to the GPUs the run was given (its slice of a "
+            "shared host or a Slurm allocation). To use fewer of them, set it inside `run:`"
+        )
     if value in reserved_env_names() or value.startswith("BASH"):
         _fail(
-            f"'{value}' is reserved: the VM's bootstrap (its shim and agent, or the shell) uses this variable "
-            f"itself and the run would break. Rename it, e.g. MY_{value.lstrip('_')}"
+            f"'{value}' is reserved: the job's shell (bash) owns this variable and the run would break. "
+            f"Rename it, e.g. MY_{value.lstrip('_')}"
         )
     return value
 

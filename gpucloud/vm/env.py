@@ -1,9 +1,9 @@
 """The environment names the VM side keeps for itself: a job's `env` cannot set them.
 
-The job file's `env` is checked against this table when it is loaded (a job setting JOB or SETSID
-would break its own start), so this sits below the spec. The node's names are a plain table: the
-shim and the agent's job wrapper use them, and a job that set one would change how its own node
-runs it; the names a job may set on purpose (NODE_RANK, MASTER_ADDR, MASTER_PORT) are not in it.
+The job file's `env` is checked against these tables when it is loaded, so this sits below the spec.
+The job runs under `bash -c`, so bash's own names are refused; the node's are the few it sets for
+the job that a job overriding them would break (its GPU slice); the names a job may set on purpose
+(NODE_RANK, MASTER_ADDR, MASTER_PORT, PYTHONPATH) are not in them.
 """
 
 from __future__ import annotations
@@ -35,93 +35,11 @@ BASH_RESERVED = frozenset(
         "_",
     }
 )
-# Names the node's own shell code keeps for itself (deadline, channel URLs, stages, stack, job start).
-NODE_RESERVED = frozenset(
-    {
-        "APT_FRESH",
-        "ARTIFACTS",
-        "ART_PUT",
-        "BACKSTOP_PID",
-        "BAD_W",
-        "BARRIER_S",
-        "CB",
-        "CKPT",
-        "CKPT_GET",
-        "CKPT_PUT",
-        "CKPT_S",
-        "CKPT_SUM_GET",
-        "CKPT_SUM_PUT",
-        "CLAIM_APP",
-        "CLAIM_SIGN",
-        "CODE_GET",
-        "CUDA",
-        "CUDA_PKGS",
-        "CUDA_REPO",
-        "CUDNN_PKGS",
-        "DEADLINE",
-        "DEBIAN_FRONTEND",
-        "DL",
-        "DONE_GET",
-        "DONE_PUT",
-        "DRIVER",
-        "DRV_LOCK",
-        "DRV_MAX",
-        "DRV_MIN",
-        "DRV_PKGS",
-        "FW",
-        "FW_PIP",
-        "FW_VER",
-        "GPU_CHECK",
-        "GPU_MODEL",
-        "GPU_TOKENS",
-        "GRACE",
-        "GRACE_S",
-        "GRID_WAIT_S",
-        "GUARD_PID",
-        "HB_MS",
-        "HOLD",
-        "IFS",
-        "JOB",
-        "LOG",
-        "LOG_APP",
-        "LOG_DIR",
-        "LOG_F",
-        "LOG_KEY",
-        "LOG_MAX",
-        "LOG_MS",
-        "LOG_N",
-        "LOG_POST",
-        "MANIFEST_URL",
-        "MAX_DURATION",
-        "NGPU",
-        "NODES",
-        "NODE_IPS",
-        "NOTICE_GET",
-        "NOTICE_MS",
-        "NOTICE_WHY",
-        "NV_REPO",
-        "PIP_BREAK_SYSTEM_PACKAGES",
-        "PUMP_PID",
-        "PUT_H",
-        "RANK",
-        "READY_GET",
-        "READY_PUT",
-        "REPO_ARCH",
-        "RESUMED",
-        "RUN_CMD",
-        "RUN_ID",
-        "SELF",
-        "SETSID",
-        "SETUP_CMD",
-        "ST",
-        "STAGES",
-        "STATUS_PUT",
-        "T0",
-        "TICK",
-        "W",
-        "WD_PID",
-    }
-)
+# Names the node sets for the job and a job must not override: the GPUs a run was given on a shared
+# machine (an SSH host's locked slice, a Slurm allocation) are CUDA_VISIBLE_DEVICES, and a container
+# job's GPUs are the engine's to expose (NVIDIA_VISIBLE_DEVICES). The GPUCLOUD_ prefix is refused by
+# the spec as a whole. To use fewer GPUs than the run was given, set the variable inside `run:`.
+NODE_RESERVED = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
 _REPO_TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 

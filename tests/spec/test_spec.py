@@ -1194,9 +1194,15 @@ HOSTILE = [
         "env",
         "a key contains a lone surrogate U+DC80",
     ),
-    ("env-JOB", LOCAL_JOB + "run: echo hi\nenv:\n  JOB: x\n", 5, "env.JOB", "'JOB' is reserved: the VM's bootstrap"),
-    ("env-SETSID", LOCAL_JOB + "run: echo hi\nenv:\n  SETSID: x\n", 5, "env.SETSID", "Rename it, e.g. MY_SETSID"),
-    ("env-DEADLINE", LOCAL_JOB + "run: echo hi\nenv:\n  DEADLINE: x\n", 5, "env.DEADLINE", "'DEADLINE' is reserved"),
+    (
+        "env-CVD",
+        LOCAL_JOB + "run: echo hi\nenv:\n  CUDA_VISIBLE_DEVICES: x\n",
+        5,
+        "env.CUDA_VISIBLE_DEVICES",
+        "'CUDA_VISIBLE_DEVICES' is reserved: the VM's bootstrap",
+    ),
+    ("env-SECONDS", LOCAL_JOB + "run: echo hi\nenv:\n  SECONDS: x\n", 5, "env.SECONDS", "Rename it, e.g. MY_SECONDS"),
+    ("env-BASH_ENV", LOCAL_JOB + "run: echo hi\nenv:\n  BASH_ENV: x\n", 5, "env.BASH_ENV", "'BASH_ENV' is reserved"),
     ("workdir-root", LOCAL_JOB + "run: echo hi\nworkdir: /\n", 4, "workdir", "'/' is the root folder /"),
     (
         "workdir-up-to-root",
@@ -1264,8 +1270,9 @@ def test_reserved_names_are_the_nodes_and_bashs() -> None:
     from gpucloud.vm.env import BASH_RESERVED, NODE_RESERVED, reserved_env_names
 
     names = reserved_env_names()
-    assert {"JOB", "SETSID", "W", "ST", "LOG", "DEADLINE", "RUN_CMD", "GRACE", "STATUS_PUT"} <= names
-    assert not {"NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "EPOCHS"} & names  # the job's own, or the user's
+    assert {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "SECONDS", "PIPESTATUS"} <= names
+    # the job's own, the user's, and the deleted bash bootstrap's names (nothing on the node uses them now)
+    assert not {"NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "EPOCHS", "PYTHONPATH", "JOB", "W", "DEADLINE"} & names
     assert names == NODE_RESERVED | BASH_RESERVED
     for name in names:  # each one is a variable name, refused by the spec
         assert re.fullmatch(r"[A-Z_][A-Z0-9_]*", name), name

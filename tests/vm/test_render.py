@@ -386,11 +386,11 @@ def test_env_rejects_bad_names() -> None:
     for reserved in ("_", "UID", "BASH_ENV", "SHELLOPTS"):
         with pytest.raises(UserError, match="the shell or the VM agent owns"):
             check_env({reserved: "x"})
-    for reserved in ("JOB", "SETSID", "W", "DEADLINE"):  # the node's own
+    for reserved in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):  # the node's own
         with pytest.raises(UserError, match="the shell or the VM agent owns"):
             check_env({reserved: "x"})
-    with pytest.raises(UserError, match="JOB"):  # and job_config refuses them too
-        spec = make_spec().model_copy(update={"env": {"JOB": "x"}})  # past the spec's own check
+    with pytest.raises(UserError, match="CUDA_VISIBLE_DEVICES"):  # and job_config refuses them too
+        spec = make_spec().model_copy(update={"env": {"CUDA_VISIBLE_DEVICES": "0"}})  # past the spec's own check
         job_config(spec, K80, make_candidate(), caps=capabilities("aws"), run_id="r1")
 
 
