@@ -56,18 +56,42 @@ def _print(
 
     width = output_width()
     if isinstance(renderable, Table):
-        hidden = fit_table(renderable, width, optional, foldable=foldable, last_resort=last_resort)
+        cells: dict[int, int] = {}
+        hidden = fit_table(renderable, width, optional, foldable=foldable, last_resort=last_resort, cells=cells)
         if hidden:
             note(f"(narrow terminal: column(s) {', '.join(hidden)} not shown; --json has every field)")
-        width = max(width, least_width(renderable))
+        width = max(width, least_width(renderable, cells))
     console(width).print(renderable)
 
 
-def least_width(table: Table) -> int:
-    """The narrowest the table can be with its short cells whole (rich's own measurement)."""
+def least_width(table: Table, cells: dict[int, int] | None = None) -> int:
+    """The narrowest the table can be with its short cells whole: rich's own minimum measurement
+    (`Table.__rich_measure__`), with each column's cells measured once (`cells`, by column id), since
+    fitting asks again after every dropped or folded column and measuring every cell is the cost."""
     from rich.console import Console
+    from rich.measure import Measurement
 
-    return int(Console(width=10_000).measure(table).minimum)
+    cells = {} if cells is None else cells
+    console_ = None
+    top, right, bottom, left = table.padding
+    total = len(table.columns) - 1 if table.box else 0  # the dividers between columns
+    total += 2 if table.box and table.show_edge else 0
+    for index, column in enumerate(table.columns):
+        pad_left, pad_right = (0, abs(left - right)) if table.collapse_padding else (left, right)
+        if not table.pad_edge:
+            pad_left = 0 if index == 0 else pad_left
+            pad_right = 0 if index == len(table.columns) - 1 else pad_right
+        pad = pad_left + pad_right
+        if column.width is not None:
+            total += column.width + pad
+            continue
+        if id(column) not in cells:
+            console_ = console_ or Console(width=10_000)
+            shown = [column.header] if table.show_header else []
+            shown += [*column.cells, *([column.footer] if table.show_footer else [])]
+            cells[id(column)] = max(Measurement.get(console_, console_.options, c).minimum for c in shown)
+        total += max(cells[id(column)] + pad, 0 if column.min_width is None else column.min_width + pad)
+    return max(total, table.min_width or 0)
 
 
 def console(width: int | None = None) -> Any:
@@ -93,11 +117,13 @@ def fit_table(
     optional: tuple[str, ...] = (),
     foldable: tuple[str, ...] = (),
     last_resort: tuple[str, ...] = (),
+    cells: dict[int, int] | None = None,
 ) -> list[str]:
     """Give every column of short values the width of its longest line (except `foldable` ones,
     which wrap); drop optional columns while rich's own minimum width of the table (cells whole,
     headers wrapped) exceeds `width`; then let the `last_resort` columns fold. Returns the headers
-    of the dropped columns."""
+    of the dropped columns. `cells`: each column's measured cells (least_width), kept across the steps."""
+    cells = {} if cells is None else cells
     for column in table.columns:
         widest = max((len(line) for c in column.cells for line in str(c).splitlines()), default=0)
         if 0 < widest <= SHORT_CELL and column.header not in foldable:
@@ -105,7 +131,7 @@ def fit_table(
             column.min_width = max([widest, *(len(line) for line in str(column.header).splitlines())])
     hidden: list[str] = []
     for name in optional:
-        if least_width(table) <= width:
+        if least_width(table, cells) <= width:
             break
         for column in list(table.columns):
             if str(column.header) == name:
@@ -114,7 +140,7 @@ def fit_table(
         for index, column in enumerate(table.columns):
             column._index = index  # rich pads by position
     for name in last_resort:  # fold just enough of it, so that every other column keeps its shape
-        excess = least_width(table) - width
+        excess = least_width(table, cells) - width
         if excess <= 0:
             break
         for column in table.columns:
