@@ -26,7 +26,6 @@ from gpucloud.cli.options import (
     YesOpt,
 )
 from gpucloud.providers import registry as providers
-from gpucloud.ui import ci as ci_output
 
 app = typer.Typer(
     name="gpucloud",
@@ -91,6 +90,8 @@ def handles_errors(fn: F) -> F:
             jsonout.quiet_broken_pipe()
             raise typer.Exit(jsonout.BROKEN_PIPE_EXIT) from None
         except GpucloudError as exc:
+            from gpucloud.ui import ci as ci_output
+
             ci_output.report_error(exc, fn.__name__)  # CI hook: annotations, step summary, dotenv (docs/CI.md)
             raise fail(exc, exc.exit_code, f"error: {exc.render()}") from None
         except KeyboardInterrupt as exc:
@@ -394,6 +395,7 @@ def run(
         data=data,
     )
     from gpucloud.run.gpu_report import usage_of
+    from gpucloud.ui import ci as ci_output
 
     usage = usage_of(result.run_id) if ci_output.detect() else None
     ci_output.report_run({**result.as_json(), "gpu_usage": usage})  # CI hook: step summary / dotenv (docs/CI.md)
