@@ -21,6 +21,7 @@ from gpucloud.channel.store import secrets_key
 from gpucloud.vm.agent import sealed
 
 SEAL_POLL_S = 1.0
+RESEAL_CHECK_S = 10.0  # once every node has its secrets: how often to look for a node's new key
 
 
 class SecretDelivery:
@@ -32,6 +33,7 @@ class SecretDelivery:
         self.data = data  # a data_grants.DataPlan: the node's input/output grants ride sealed too
         self.sealed_to: dict[int, str] = {}  # rank -> the key its secrets were sealed to
         self.warned: set[str] = set()
+        self.checked_at = 0.0
 
     @property
     def wanted(self) -> bool:
@@ -68,10 +70,16 @@ class SecretDelivery:
             self.sealed_to[rank] = key
         return problems
 
-    def follow(self, launch: Any, warn: Callable[[str], None]) -> None:
-        """One step of the CLI's follow loop; each problem is said once."""
-        if self.done():
+    def follow(self, launch: Any, warn: Callable[[str], None], now: Callable[[], float] = time.monotonic) -> None:
+        """One step of the CLI's follow loop; each problem is said once. Once every node has its
+        secrets, a look every RESEAL_CHECK_S still: a node started again in the same attempt (a Slurm
+        requeue) claims a new key, and its secrets are sealed again to that key."""
+        if not self.wanted:
             return
+        if self.done():
+            if now() - self.checked_at < RESEAL_CHECK_S:
+                return
+            self.checked_at = now()
         for problem in self.step(launch):
             if problem not in self.warned:
                 self.warned.add(problem)

@@ -16,8 +16,9 @@ GPU count and branch are the agent's own job config (`stack.gpu_count`, `stack.d
 job.json in the run's agent archive, read with python3, which the agent needs anyway).
 A requeued job (preemption with `--requeue`) runs the wrapper again: that start begins afresh,
 with the checkpoint the earlier start uploaded (docs/SPOT.md), after the earlier start's status,
-barrier address and node-key claims are cleared (a second key would otherwise make the run's
-results untrusted) and its log parts are moved aside, so the CLI reads one log across starts.
+barrier address, node-key claims and sealed secrets are cleared (a second key would otherwise make
+the run's results untrusted; the CLI seals the secrets again to the new start's key) and its log
+parts are moved aside, so the CLI reads one log across starts.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && [ -d "$N" ]; then
   for ((i = 0; i < n; i++)); do
     f=$(printf %06d "$i"); [ -f "$N/log/$f" ] && mv -f "$N/log/$f" "$N/log-archive/$(printf %06d $((base + i)))"
   done
-  rm -f "$N/log/"[0-9]* "$N/status.json" "$N/ready" "$N/done" "$N/log/claim-"*
+  rm -f "$N/log/"[0-9]* "$N/status.json" "$N/ready" "$N/done" "$N/log/claim-"* "$N/secrets.sealed"
   echo $((base + n)) >"$N/log-base.tmp" && mv -f "$N/log-base.tmp" "$N/log-base"
 fi
 rm -rf "$W" && mkdir -p "$W" || exit 1

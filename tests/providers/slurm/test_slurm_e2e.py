@@ -7,6 +7,7 @@ in `status`, and a preempted, requeued job that resumes from its checkpoint."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -296,7 +297,7 @@ def test_pending_job_shows_its_reason(cluster: SlurmCluster, cli_env: dict[str, 
 
 
 RESUMABLE = r"""d=$GPUCLOUD_CHECKPOINT_DIR; n=$(cat "$d/step" 2>/dev/null || echo 0)
-echo "start at step $n (restart ${SLURM_RESTART_COUNT:-0})"
+echo "start at step $n (restart ${SLURM_RESTART_COUNT:-0}) token $(printf %s "$RESUME_TOKEN" | sha256sum | cut -c1-16)"
 while [ "$n" -lt 14 ]; do n=$((n + 1)); echo "$n" >"$d/step"; echo "step $n"; sleep 1; done
 """
 
@@ -304,12 +305,15 @@ while [ "$n" -lt 14 ]; do n=$((n + 1)); echo "$n" >"$d/step"; echo "step $n"; sl
 def test_preempted_job_is_requeued_and_resumes(
     cluster: SlurmCluster, login: tuple[SshLab, SshdServer], cli_env: dict[str, str], tmp_path: Path
 ) -> None:
+    """With a secret: the requeued start claims a new node key, and the CLI seals the secret again."""
     _, server = login
-    body = "checkpoint: ckpt\ncheckpoint_interval: 1s\nrun: |\n" + "".join(f"  {x}\n" for x in RESUMABLE.splitlines())
+    body = "secrets: [RESUME_TOKEN]\ncheckpoint: ckpt\ncheckpoint_interval: 1s\nrun: |\n"
+    body += "".join(f"  {x}\n" for x in RESUMABLE.splitlines())
     spec = job(tmp_path, "resume", body, "gpu: K80:2, partition: k80")
+    token = "requeue-" + os.urandom(8).hex()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpucloud", "run", str(spec)],
-        env=cli_env,
+        env={**cli_env, "RESUME_TOKEN": token},
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -332,8 +336,9 @@ def test_preempted_job_is_requeued_and_resumes(
     assert wait_for(started, 60, step=2), cluster.scontrol("show", "job", job_id).stdout
     out, _ = proc.communicate(timeout=180)
     assert proc.returncode == 0, out
-    assert "start at step 0 (restart 0)" in out  # one log across both starts
-    resumed = [int(m) for m in re.findall(r"start at step (\d+) \(restart 1\)", out)]
+    digest = hashlib.sha256(token.encode()).hexdigest()[:16]
+    assert f"start at step 0 (restart 0) token {digest}" in out  # one log across both starts
+    resumed = [int(m) for m in re.findall(rf"start at step (\d+) \(restart 1\) token {digest}", out)]
     assert resumed and resumed[0] >= 3, out
     assert re.search(r"checkpoint \d+ restored", out), out
 
