@@ -251,3 +251,43 @@ def test_iam_policy_data_grants_exactly_the_named_prefixes(tmp_path: Path) -> No
     ]
     assert [decide({"Statement": data}, r) for r in ok] == ["Allow"] * len(ok)
     assert [decide({"Statement": data}, r) for r in denied] == ["ImplicitDeny"] * len(denied)
+
+
+def test_two_nodes_write_their_outputs_under_their_own_prefix(tmp_path: Path, gpucloud_home: Path, moto: Moto) -> None:
+    """Both nodes read the same input; node N's output goes to <prefix>/node-N/, straight from the node."""
+    s3 = moto.client("s3")
+    for bucket in ("gc-multi-in", "gc-multi-out"):
+        s3.create_bucket(Bucket=bucket)
+    files = make_files(30, 1)
+    for rel, body in files.items():
+        s3.put_object(Bucket="gc-multi-in", Key=f"set/{rel}", Body=body)
+    run = (
+        "python digest.py data && mkdir -p out/sub && echo rank=$GPUCLOUD_NODE_RANK > out/rank.txt && "
+        "head -c 300000 /dev/urandom > out/sub/weights-$GPUCLOUD_NODE_RANK.bin"
+    )
+    job = write_job(
+        tmp_path / "job",
+        {
+            "name": "data2",
+            "num_nodes": 2,
+            "inputs": {"data": "s3://gc-multi-in/set"},
+            "outputs": {"out": "s3://gc-multi-out/run2"},
+            "run": run,
+        },
+        files={"digest.py": DIGEST_PY},
+    )
+    proc = cli("run", str(job), cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    log = (gpucloud_home / "runs" / run_id_of(proc.stderr) / "log.txt").read_text()
+    assert log.count(f"DIGEST data 30 {digest(files)}") == 2, log[-3000:]  # each node read all of it
+    objs = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket="gc-multi-out", Prefix="run2/")["Contents"]}
+    assert objs == {
+        "run2/node-0/rank.txt": 7,
+        "run2/node-0/sub/weights-0.bin": 300000,
+        "run2/node-1/rank.txt": 7,
+        "run2/node-1/sub/weights-1.bin": 300000,
+    }
+    for rank in (0, 1):
+        body = s3.get_object(Bucket="gc-multi-out", Key=f"run2/node-{rank}/rank.txt")["Body"].read()
+        assert body == f"rank={rank}\n".encode()
+    assert caller_copies(tmp_path, gpucloud_home, "rank.txt") == []
