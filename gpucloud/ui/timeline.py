@@ -1,8 +1,8 @@
 """The boot timeline of a VM: where its billed time went, stage group by stage group.
 
 The VM agent already records every stage's start and end in status.json `stages` (see
-gpucloud/vm/agent/status.py). This module folds them into the six groups a user cares about (boot,
-stack, fetch, setup, run, artifacts) and prints one line per node, so that `status` and the run
+gpucloud/vm/agent/status.py). This module folds them into the groups a user cares about (boot,
+stack, fetch, inputs, setup, run, outputs, artifacts) and prints one line per node, so that `status` and the run
 summary can show that, say, 9 of 11 minutes went to the driver install before the job started.
 """
 
@@ -17,8 +17,10 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("boot", ("preflight", "watchdog")),
     ("stack", ("stack", "gpu_verify")),
     ("fetch", ("fetch_code",)),
+    ("inputs", ("inputs",)),
     ("setup", ("setup", "barrier")),
     ("run", ("run",)),
+    ("outputs", ("outputs",)),
     ("artifacts", ("artifacts",)),
 )
 
@@ -76,10 +78,23 @@ def format_nodes(
     for rank, st in enumerate(statuses):
         stages = (st or {}).get("stages")
         if isinstance(stages, Mapping):
-            text = format_timeline(stages, launched_at=launched_at, now=now)
+            text = format_timeline(stages, launched_at=launched_at, now=now) + copy_progress(st or {})
             if text:
                 lines.append(f"node {rank}: {text}")
     return lines
+
+
+def copy_progress(status: Mapping[str, object]) -> str:
+    """" (inputs 412/2000 files, 61.8/300.0 MB)" while the node copies its inputs, else ""."""
+    stages, done = status.get("stages"), status.get("inputs")
+    stage = stages.get("inputs") if isinstance(stages, Mapping) else None
+    if not isinstance(stage, Mapping) or stage.get("end") is not None or not isinstance(done, Mapping):
+        return ""
+    try:
+        files, of, got, total = (int(done[k]) for k in ("files", "of", "bytes", "of_bytes"))
+    except (KeyError, TypeError, ValueError):
+        return ""
+    return f" (inputs {files}/{of} files, {got / 1e6:.1f}/{total / 1e6:.1f} MB)"
 
 
 def format_phases(phases: Mapping[str, float]) -> str:

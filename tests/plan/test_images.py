@@ -106,3 +106,20 @@ def test_timeline_groups_and_formats() -> None:
     )
     assert format_nodes([{"stages": stages}, None], now=3828)[0].startswith("node 0: boot 2s")
     assert human(4) == "4s" and format_timeline({}) == ""
+
+
+def test_timeline_shows_the_input_copy_while_it_runs_and_the_outputs_stage() -> None:
+    stages = {
+        "preflight": {"start": 100, "end": 101, "ok": True},
+        "fetch_code": {"start": 101, "end": 103, "ok": True},
+        "inputs": {"start": 103, "end": None, "ok": None},
+    }
+    progress = {"files": 412, "of": 2000, "bytes": 61_800_000, "of_bytes": 300_000_000}
+    line = format_nodes([{"stages": stages, "inputs": progress}], now=163)[0]
+    assert line == "node 0: boot 1s · fetch 2s · inputs 1m00s (running) (inputs 412/2000 files, 61.8/300.0 MB)"
+    stages["inputs"]["end"] = 170
+    stages.update(run={"start": 170, "end": 200, "ok": True}, outputs={"start": 200, "end": 209, "ok": True})
+    assert format_nodes([{"stages": stages, "inputs": progress}], now=300)[0] == (
+        "node 0: boot 1s · fetch 2s · inputs 1m07s · run 30s · outputs 9s"
+    )
+    assert format_nodes([{"stages": stages, "inputs": "junk"}], now=300)[0].endswith("outputs 9s")

@@ -43,9 +43,15 @@ def _jobs(doc: Dict[str, Any], job_dir: Path) -> List[Tuple[str, Path, int]]:
     return jobs
 
 
+Report = Callable[[Dict[str, int]], None]
+
+
 class _Progress:
-    def __init__(self, count: int, total: int, log: Callable[[str], None]) -> None:
-        self.count, self.total, self.log = count, total, log
+    """Files and bytes copied so far: a log line every tenth of the way, and each step to `report`
+    (the status document's `inputs` field, which `status` shows beside the timeline)."""
+
+    def __init__(self, count: int, total: int, log: Callable[[str], None], report: Optional[Report] = None) -> None:
+        self.count, self.total, self.log, self.report = count, total, log, report
         self.files = self.bytes = 0
         self.lock = threading.Lock()
         self.t0 = time.time()
@@ -59,6 +65,8 @@ class _Progress:
                 mb, secs = self.bytes / 1e6, max(0.001, time.time() - self.t0)
                 of = f"{mb:.1f}/{self.total / 1e6:.1f} MB"
                 self.log(f"inputs: {self.files}/{self.count} files, {of} ({mb / secs:.1f} MB/s)")
+                if self.report is not None:
+                    self.report({"files": self.files, "of": self.count, "bytes": self.bytes, "of_bytes": self.total})
 
 
 def _fetch_one(job: Tuple[str, Path, int], transfer: Transfer) -> bool:
@@ -111,10 +119,16 @@ def _curl_batch(batch: List[Tuple[str, Path, int]]) -> None:
         os.unlink(cfg)
 
 
-def fetch_inputs(doc: Dict[str, Any], job_dir: Path, transfer: Transfer, log: Callable[[str], None]) -> Tuple[int, int]:
+def fetch_inputs(
+    doc: Dict[str, Any],
+    job_dir: Path,
+    transfer: Transfer,
+    log: Callable[[str], None],
+    report: Optional[Report] = None,
+) -> Tuple[int, int]:
     """Copy every input; (files, bytes). StageFailed naming the first file that failed."""
     jobs = _jobs(doc, job_dir)
-    progress = _Progress(len(jobs), sum(size for _, _, size in jobs), log)
+    progress = _Progress(len(jobs), sum(size for _, _, size in jobs), log, report)
     todo = [j for j in jobs if not _keep(j)]
     for j in jobs:
         if j not in todo:
