@@ -112,6 +112,11 @@ class Channel(ABC):
         one append blob: a second, `claim_append`); others publish it as `<log>/claim-<fp>`."""
         return []
 
+    def node_url(self, url: str, rank: int) -> str:
+        """`url` as node `rank` must use it. A URL that rides sealed (data grants) is opaque to
+        `put_bytes`, so a backend whose URLs hold a per-host placeholder fills it here."""
+        return url
+
     # ---- primitives -------------------------------------------------------------------------
     @abstractmethod
     def put_bytes(self, key: str, data: bytes) -> None:

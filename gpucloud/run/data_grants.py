@@ -81,7 +81,7 @@ class DataPlan:
             self.uploaded[run_id] = _upload_local(self, channel, run_id)
         doc: dict[str, Any] = {"inputs": [], "outputs": []}
         for n, item in enumerate(self.inputs):
-            urls = _urls(item, channel, run_id, n, expires)
+            urls = _urls(item, channel, run_id, n, expires, rank)
             files = [
                 {"rel": rel, "size": size, "url": url} for (rel, size, _), url in zip(item.files, urls, strict=True)
             ]
@@ -102,7 +102,7 @@ def _store(account: str) -> Any:
     return Store(account)
 
 
-def _urls(item: Input, channel: Any, run_id: str, n: int, expires: datetime) -> list[str]:
+def _urls(item: Input, channel: Any, run_id: str, n: int, expires: datetime, rank: int) -> list[str]:
     src = item.source
     if src.kind == "s3":
         from gpucloud.providers.aws import data as s3
@@ -112,7 +112,7 @@ def _urls(item: Input, channel: Any, run_id: str, n: int, expires: datetime) -> 
         return _store(src.account).input_urls(src.bucket, [k for _, _, k in item.files], expires)
     if src.kind == "https":
         return [src.url]
-    return [channel.url_get(_local_key(run_id, n, rel), expires) for rel, _, _ in item.files]
+    return [channel.node_url(channel.url_get(_local_key(run_id, n, rel), expires), rank) for rel, _, _ in item.files]
 
 
 def _output_grant(out: Output, prefix: str, expires: datetime) -> dict[str, Any]:

@@ -85,7 +85,7 @@ def format_nodes(
 
 
 def copy_progress(status: Mapping[str, object]) -> str:
-    """" (inputs 412/2000 files, 61.8/300.0 MB)" while the node copies its inputs, else ""."""
+    """ " (inputs 412/2000 files, 61.8/300.0 MB)" while the node copies its inputs, else ""."""
     stages, done = status.get("stages"), status.get("inputs")
     stage = stages.get("inputs") if isinstance(stages, Mapping) else None
     if not isinstance(stage, Mapping) or stage.get("end") is not None or not isinstance(done, Mapping):

@@ -51,6 +51,9 @@ class SlurmChannel(SshChannel):
     def _run(self, host: str, script: str, **kwargs: object) -> ssh_transport.Result:  # noqa: F811
         return self.login.run(script, **kwargs)  # type: ignore[arg-type]
 
+    def node_url(self, url: str, rank: int) -> str:
+        return url.replace(ROOT_TOKEN, urllib.parse.quote(self.login.root()))
+
     def put_bytes(self, key: str, data: bytes) -> None:
         if ROOT_TOKEN.encode() in data:
             data = data.replace(ROOT_TOKEN.encode(), urllib.parse.quote(self.login.root()).encode())

@@ -84,6 +84,9 @@ class SshChannel(Channel):
         rooted = f"R={REMOTE_ROOT}; {script}"
         return ssh_transport.run(ssh_transport.SshHost.parse(host), rooted, **kwargs)  # type: ignore[arg-type]
 
+    def node_url(self, url: str, rank: int) -> str:
+        return fill_root(url, self.hosts[rank] if rank < len(self.hosts) else self.hosts[0])
+
     # ---- primitives -------------------------------------------------------------------------------
     def put_bytes(self, key: str, data: bytes) -> None:
         path = self._path(key)
