@@ -25,7 +25,8 @@ CLOUD_SDKS = {"boto3", "botocore", "azure", "msrest", "s3transfer"}
 # command -> (imported-module budget measured with the shipped catalog, forbidden top-level packages)
 BUDGETS: dict[str, tuple[int, set[str]]] = {
     "--help": (187, CLOUD_SDKS | {"rich", "pydantic", "jinja2", "yaml", "sqlite3"}),
-    "plan examples/t4-any-cloud.yaml": (386, CLOUD_SDKS | {"jinja2"}),
+    # plan 388: + spec/container.py (the job file's container: model), + rich.measure (the table fitting's own widths)
+    "plan examples/t4-any-cloud.yaml": (388, CLOUD_SDKS | {"jinja2"}),
     "validate examples/t4-any-cloud.yaml": (328, CLOUD_SDKS | {"jinja2", "rich"}),
     "catalog": (344, CLOUD_SDKS | {"jinja2", "yaml"}),
     "gpus": (344, CLOUD_SDKS | {"jinja2", "yaml"}),

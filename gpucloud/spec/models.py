@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from gpucloud.providers import registry as providers
+from gpucloud.spec.container import ContainerSpec
 from gpucloud.spec.data import DataPath, InputSource, OutputDest
 from gpucloud.spec.gpu import GpuRequest, gpu_input, gpu_list_input
 from gpucloud.spec.recovery import DEFAULT_CHECKPOINT_INTERVAL_S, Recovery, checkpoint_interval, checkpoint_path
@@ -386,6 +387,7 @@ class JobSpec(_Strict):
     num_nodes: int = Field(1, ge=1, le=64)
     stack: StackSpec = Field(default_factory=StackSpec)
     image: str = "auto"
+    container: ContainerSpec | None = None  # the image setup and run execute in (docs/CONTAINERS.md)
     workdir: str = "."
     env: dict[EnvKey, EnvValue] = Field(default_factory=dict)
     secrets: list[EnvKey] = Field(default_factory=list)  # names only; values from the caller (spec_secrets.py)
@@ -485,6 +487,15 @@ class JobSpec(_Strict):
             _fail(
                 f"{both[0]} is in env too. A secret's value comes from the caller, never the file: remove it from env",
                 "secrets",
+            )
+        login = self.container.login if self.container else None
+        if login and login.password_secret not in self.secrets:
+            _fail(
+                f"{login.password_secret} is not in secrets. A registry password comes from the caller: add "
+                f"`secrets: [{login.password_secret}]` and set it in your environment",
+                "container",
+                "login",
+                "password_secret",
             )
         return self
 
