@@ -80,7 +80,7 @@ def parse_image_ref(ref: str) -> ImageRef:
     if digest and not _DIGEST.match(digest):
         raise ValueError(f"'{digest}' is not a digest. Expected @sha256: and 64 hex digits")
     first, slash, remainder = rest.partition("/")
-    if slash and _HOST.match(first) and (("." in first) or (":" in first) or first == "localhost" or "[" in first):
+    if slash and _HOST.match(first):  # a dot, a port, localhost or [IPv6]: a registry host
         registry, path = first, remainder
     else:
         registry, path = DOCKER_HUB, rest
@@ -168,4 +168,4 @@ class ContainerSpec(BaseModel):
     @property
     def registry(self) -> str:
         """The registry a login is for: login.registry, else the image's."""
-        return (self.login.registry if self.login and self.login.registry else None) or self.ref.registry
+        return self.login.registry if self.login and self.login.registry else self.ref.registry

@@ -52,7 +52,8 @@ class SlurmChannel(SshChannel):
         return self.login.run(script, **kwargs)  # type: ignore[arg-type]
 
     def node_url(self, url: str, rank: int) -> str:
-        return url.replace(ROOT_TOKEN, urllib.parse.quote(self.login.root()))
+        """Every node shares the login node's root (one filesystem)."""
+        return url.replace(ROOT_TOKEN, urllib.parse.quote(self.login.root())) if ROOT_TOKEN in url else url
 
     def put_bytes(self, key: str, data: bytes) -> None:
         if ROOT_TOKEN.encode() in data:
