@@ -77,3 +77,13 @@ def test_errors_name_line_and_field(tmp_path: Path, body: str, line: int, field:
         load_spec(write(tmp_path, body))
     message = " ".join(str(info.value).split())
     assert f"job.yaml:{line}: {field}:" in message and text in message, message
+
+
+def test_plan_refuses_a_container_job_until_a_node_can_run_one(tmp_path: Path) -> None:
+    """No node runs a step in a container yet: plan (and so run) says so instead of running it on the host."""
+    from gpucloud.errors import UserError
+    from gpucloud.plan.planner import make_plan
+
+    spec = load_spec(write(tmp_path, "container: ubuntu:22.04\n"))
+    with pytest.raises(UserError, match="cannot run a job in a container yet"):
+        make_plan(spec)
