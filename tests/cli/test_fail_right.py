@@ -292,7 +292,7 @@ def test_detached_run_json_then_collect_brings_results_back(tmp_path: Path, home
 
 def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path) -> None:
     env = no_cloud_env(home)
-    spec = job(tmp_path, LOCAL.format(run="'sleep 10; mkdir -p out; echo ok > out/r.txt'"))
+    spec = job(tmp_path, LOCAL.format(run="'sleep 20; mkdir -p out; echo ok > out/r.txt'"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpucloud", "run", str(spec)],
         cwd=tmp_path,
@@ -301,13 +301,16 @@ def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path)
         stderr=subprocess.PIPE,
         text=True,
     )
-    run_id = ""
+    run_id, runs = "", []
     end = time.monotonic() + 90
-    while time.monotonic() < end and not run_id:
+    while time.monotonic() < end and not run_id and proc.poll() is None:
         runs = json.loads(cli(env, "ls", "--json", cwd=tmp_path).stdout)
-        run_id = runs[0]["run_id"] if runs and runs[0]["status"] == "running" else ""
+        run_id = next((r["run_id"] for r in runs if r["status"] == "running"), "")
         time.sleep(0.2)
-    assert run_id
+    if not run_id:
+        proc.kill()
+        _, err = proc.communicate(timeout=10)
+        raise AssertionError(f"the run never showed as running: ls {runs}; run's stderr:\n{err[-3000:]}")
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     end = time.monotonic() + 90

@@ -216,9 +216,10 @@ class BootedVm:
             if not self.leftovers():
                 return True
             time.sleep(0.05)
-        self._signal_all(signal.SIGKILL)
         end = time.monotonic() + 5
         while time.monotonic() < end:
+            # Again each round: a process forked while the last sweep ran was not in it.
+            self._signal_all(signal.SIGKILL)
             self._reap()
             if not self.leftovers():
                 break
