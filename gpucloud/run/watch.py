@@ -20,9 +20,11 @@ VM_STAGES = (
     "stack",
     "gpu_verify",
     "fetch_code",
+    "inputs",
     "setup",
     "barrier",
     "run",
+    "outputs",
     "artifacts",
     "done",
 )

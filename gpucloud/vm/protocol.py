@@ -27,7 +27,20 @@ AZURE_STORAGE_VERSION = "2022-11-02"
 SIGN_LINE = "sign ed25519"  # the manifest line that makes a node's results need its signature
 SIG_FIELD = b',"sig":"'
 
-STAGES = ("preflight", "watchdog", "stack", "gpu_verify", "fetch_code", "setup", "barrier", "run", "artifacts", "done")
+STAGES = (
+    "preflight",
+    "watchdog",
+    "stack",
+    "gpu_verify",
+    "fetch_code",
+    "inputs",
+    "setup",
+    "barrier",
+    "run",
+    "outputs",
+    "artifacts",
+    "done",
+)
 PROGRESS_STATES = ("booting", "running")
 FINAL_STATES = ("succeeded", "failed", "deadline", "error", "preempted")
 
@@ -154,10 +167,12 @@ def status_document(
     log_bytes: int,
     artifacts_sha256: str = "",
     gpu: Optional[Mapping[str, object]] = None,
+    inputs: Optional[Mapping[str, int]] = None,
 ) -> bytes:
     """status.json's bytes, fields in their fixed order, compact, newline-terminated. `stages` in
     STAGES order; each `{"start": epoch, "end": epoch|null, "ok": bool|null}`. `gpu`, when the node
-    samples its GPUs, is the sampler's summary (gpucloud/vm/agent/gpu_usage.py)."""
+    samples its GPUs, is the sampler's summary (gpucloud/vm/agent/gpu_usage.py). `inputs`, while the
+    node copies its inputs, is the copy's progress (files, of, bytes, of_bytes)."""
     ordered = {s: dict(stages[s]) for s in STAGES if s in stages}
     doc = {
         "run_id": run_id,
@@ -174,6 +189,8 @@ def status_document(
     }
     if gpu:
         doc["gpu"] = dict(gpu)
+    if inputs:
+        doc["inputs"] = {k: int(v) for k, v in inputs.items()}
     return (json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
 
 
