@@ -20,6 +20,7 @@ VM_STAGES = (
     "stack",
     "gpu_verify",
     "fetch_code",
+    "container_pull",
     "setup",
     "barrier",
     "run",

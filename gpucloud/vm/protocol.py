@@ -27,7 +27,19 @@ AZURE_STORAGE_VERSION = "2022-11-02"
 SIGN_LINE = "sign ed25519"  # the manifest line that makes a node's results need its signature
 SIG_FIELD = b',"sig":"'
 
-STAGES = ("preflight", "watchdog", "stack", "gpu_verify", "fetch_code", "setup", "barrier", "run", "artifacts", "done")
+STAGES = (
+    "preflight",
+    "watchdog",
+    "stack",
+    "gpu_verify",
+    "fetch_code",
+    "container_pull",
+    "setup",
+    "barrier",
+    "run",
+    "artifacts",
+    "done",
+)
 PROGRESS_STATES = ("booting", "running")
 FINAL_STATES = ("succeeded", "failed", "deadline", "error", "preempted")
 
