@@ -147,6 +147,15 @@ def load_job(spec: str, cloud: str | None, hosts: list[str] | None) -> tuple[Any
     return load_spec(spec, resources={"cloud": host_cloud, "hosts": checked.hosts}), host_cloud
 
 
+def pull_logins(job: Any, values: Any) -> Any:
+    """The container image's pull login (registry_login.py), or None when the image needs none."""
+    if job.container is None:
+        return None
+    from gpucloud.run.registry_login import pull_logins as logins
+
+    return logins(job, values)
+
+
 def data_plan(job: Any) -> Any:
     """The job's inputs/outputs looked up from here (data_grants.py), or None when it has none."""
     if not (job.inputs or job.outputs):
@@ -202,9 +211,10 @@ def plan(
     from gpucloud.ui.upload import describe_upload
 
     job, cloud = load_job(spec, cloud, host)
-    job, _ = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
+    job, values = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
     upload = describe_upload(job)
     data = data_plan(job)
+    pull_logins(job, values)  # an ECR image that is not there fails here, as a missing bucket does
     result = make_plan(job, cloud=cloud, region=region, spot=spot, estimates=estimates)
     if json_out:
         emit_json({**result.as_json(), "upload": upload.as_json(), **({"data": data.as_json()} if data else {})})
@@ -382,6 +392,7 @@ def run(
     job, cloud = load_job(spec, cloud, host)
     job, values = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
     data = data_plan(job)
+    registry = pull_logins(job, values)
     result = run_job(
         job,
         cloud=cloud,
@@ -393,6 +404,7 @@ def run(
         wait_teardown=not no_wait,
         secret_values=values,
         data=data,
+        registry=registry,
     )
     from gpucloud.run.gpu_report import usage_of
     from gpucloud.ui import ci as ci_output

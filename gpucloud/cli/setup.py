@@ -61,7 +61,7 @@ def iam_policy(
     ] = None,
     data: Annotated[
         str | None,
-        typer.Option("--data", metavar="JOB", help="Add what this job file's s3:// inputs and outputs need."),
+        typer.Option("--data", metavar="JOB", help="Add what this job file's s3:// inputs/outputs and ECR image need."),
     ] = None,
 ) -> None:
     """Print the least-privilege IAM policy gpucloud needs."""
@@ -78,9 +78,11 @@ def iam_policy(
     doc = providers.policy_document(cloud)
     if data:
         from gpucloud.run.data_grants import policy_statements
+        from gpucloud.run.registry_login import policy_statements as image_statements
         from gpucloud.spec.load import load_spec
 
-        doc["Statement"] = [*doc["Statement"], *policy_statements(load_spec(data))]  # type: ignore[misc]
+        job = load_spec(data)
+        doc["Statement"] = [*doc["Statement"], *policy_statements(job), *image_statements(job)]  # type: ignore[misc]
     jsonout.emit(doc)
 
 

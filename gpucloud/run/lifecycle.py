@@ -94,10 +94,12 @@ def run_job(
     wait_teardown: bool,
     secret_values: Mapping[str, str] | None = None,
     data: Any = None,
+    registry: Any = None,
 ) -> RunResult:
     """The whole lifecycle of one job; returns the result (exit code included) once torn down.
     `secret_values`: the values of the job's secret names (spec_secrets.py), and `data` the
-    inputs/outputs checked at plan time (data_grants.py), delivered sealed."""
+    inputs/outputs checked at plan time (data_grants.py), and `registry` the container image's pull
+    login (registry_login.py), all delivered sealed."""
     from gpucloud.channel.extract import Caps
     from gpucloud.run.plan import launch_plan
 
@@ -119,6 +121,7 @@ def run_job(
         plan_kw={"cloud": cloud, "region": region, "spot": spot},
         secret_values=secret_values,
         data=data,
+        registry=registry,
     ).execute()
 
 
@@ -173,6 +176,7 @@ class _Run:
         run_id: str | None = None,
         secret_values: Mapping[str, str] | None = None,
         data: Any = None,
+        registry: Any = None,
     ) -> None:
         self.spec, self.plan = spec, plan
         self.detach, self.json_out, self.wait_teardown = detach, json_out, wait_teardown
@@ -196,7 +200,7 @@ class _Run:
         self.launched_at: float | None = None  # wall clock when the machines were launched
         self.timeline: list[str] = []  # "node N: boot .. · stack .. · run .." (timeline.py), once final
         self._old_handlers: dict[int, Any] = {}
-        self.delivery = SecretDelivery(self.run_id, spec.num_nodes, secret_values or {}, data)
+        self.delivery = SecretDelivery(self.run_id, spec.num_nodes, secret_values or {}, data, registry)
 
     # -- signals ------------------------------------------------------------------------------------
 

@@ -27,17 +27,20 @@ RESEAL_CHECK_S = 10.0  # once every node has its secrets: how often to look for 
 class SecretDelivery:
     """Seal each node's secrets once per claimed key (a relaunched node claims a new key)."""
 
-    def __init__(self, run_id: str, num_nodes: int, values: Mapping[str, str], data: Any = None) -> None:
+    def __init__(
+        self, run_id: str, num_nodes: int, values: Mapping[str, str], data: Any = None, registry: Any = None
+    ) -> None:
         self.run_id, self.num_nodes = run_id, num_nodes
         self._values = values
         self.data = data  # a data_grants.DataPlan: the node's input/output grants ride sealed too
+        self.registry = registry  # a registry_login.PullLogins: the image's pull login, sealed as well
         self.sealed_to: dict[int, str] = {}  # rank -> the key its secrets were sealed to
         self.warned: set[str] = set()
         self.checked_at = 0.0
 
     @property
     def wanted(self) -> bool:
-        return bool(self._values) or self.data is not None
+        return bool(self._values) or self.data is not None or self.registry is not None
 
     def done(self) -> bool:
         return not self.wanted or len(self.sealed_to) == self.num_nodes
@@ -65,6 +68,8 @@ class SecretDelivery:
             doc: dict[str, Any] = {"run_id": self.run_id, "rank": rank, "env": dict(self._values)}
             if self.data is not None:
                 doc["data"] = self.data.grants(channel, self.run_id, rank, self.num_nodes, launch.deadline)
+            if self.registry is not None:
+                doc["registry"] = self.registry.current()
             blob = sealed.seal(key, json.dumps(doc, separators=(",", ":")).encode())
             channel.put_bytes(secrets_key(self.run_id, rank), blob)
             self.sealed_to[rank] = key

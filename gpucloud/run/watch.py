@@ -20,10 +20,12 @@ VM_STAGES = (
     "stack",
     "gpu_verify",
     "fetch_code",
+    "inputs",
     "container_pull",
     "setup",
     "barrier",
     "run",
+    "outputs",
     "artifacts",
     "done",
 )

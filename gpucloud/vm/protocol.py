@@ -33,10 +33,12 @@ STAGES = (
     "stack",
     "gpu_verify",
     "fetch_code",
+    "inputs",
     "container_pull",
     "setup",
     "barrier",
     "run",
+    "outputs",
     "artifacts",
     "done",
 )
@@ -166,10 +168,12 @@ def status_document(
     log_bytes: int,
     artifacts_sha256: str = "",
     gpu: Optional[Mapping[str, object]] = None,
+    inputs: Optional[Mapping[str, int]] = None,
 ) -> bytes:
     """status.json's bytes, fields in their fixed order, compact, newline-terminated. `stages` in
     STAGES order; each `{"start": epoch, "end": epoch|null, "ok": bool|null}`. `gpu`, when the node
-    samples its GPUs, is the sampler's summary (gpucloud/vm/agent/gpu_usage.py)."""
+    samples its GPUs, is the sampler's summary (gpucloud/vm/agent/gpu_usage.py). `inputs`, while the
+    node copies its inputs, is the copy's progress (files, of, bytes, of_bytes)."""
     ordered = {s: dict(stages[s]) for s in STAGES if s in stages}
     doc = {
         "run_id": run_id,
@@ -186,6 +190,8 @@ def status_document(
     }
     if gpu:
         doc["gpu"] = dict(gpu)
+    if inputs:
+        doc["inputs"] = {k: int(v) for k, v in inputs.items()}
     return (json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
 
 

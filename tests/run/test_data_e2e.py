@@ -14,6 +14,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -103,6 +104,8 @@ def test_s3_and_local_inputs_and_s3_output(tmp_path: Path, gpucloud_home: Path, 
     assert f"DIGEST data {FILES} {digest(files)}" in log, log[-3000:]
     assert f"DIGEST ldata 20 {digest(local)}" in log
     assert "inputs: " in log and "outputs: out: 1/1 files" in log
+    summary = " ".join(proc.stderr.split())
+    assert re.search(r"inputs \d+s", summary) and re.search(r"outputs \d+s", summary), summary[-1500:]
     objs = s3.list_objects_v2(Bucket="gc-data-out", Prefix="run1/")["Contents"]
     assert [(o["Key"], o["Size"]) for o in objs] == [("run1/model.bin", OUT_MB * 1000000)]
     assert caller_copies(tmp_path, gpucloud_home) == []

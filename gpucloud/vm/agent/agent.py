@@ -553,15 +553,27 @@ class Agent(GpuWatching, JobSteps):
         self.outputs = data.OutputSync(self.data_grants, self.job_dir, self.transfer, self.log)
         self.outputs.start(self.cfg.outputs_interval)
         if self.data_grants.get("inputs"):
+            self.stage("inputs")
             try:
-                data.fetch_inputs(self.data_grants, self.job_dir, self.transfer, self.log)
+                data.fetch_inputs(self.data_grants, self.job_dir, self.transfer, self.log, self.report_inputs)
             except StageFailed as exc:
                 self.fail(str(exc))
 
+    def report_inputs(self, progress: Dict[str, int]) -> None:
+        """The copy's progress in the status document (`status` shows it beside the timeline); pushed
+        at most every few seconds by the pump, at once for the last file."""
+        self.board.set(inputs=progress)
+        if progress.get("files") == progress.get("of"):
+            self.board.push()
+
     def push_outputs(self) -> None:
         """outputs: straight from this node to their bucket prefixes, after the run."""
-        if self.outputs is not None and not self.outputs.final():
+        if self.outputs is None or not self.data_grants.get("outputs"):
+            return
+        self.stage_always("outputs")
+        if not self.outputs.final():
             self.log("some outputs were not uploaded")
+            self.board.end_stage("outputs", False)
 
 
 def _hard_exit(code: int) -> None:

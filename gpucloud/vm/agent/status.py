@@ -157,6 +157,7 @@ class StatusBoard:
                 log_bytes=int(f["log_bytes"]),
                 artifacts_sha256=f["artifacts_sha256"],
                 gpu=f.get("gpu"),
+                inputs=f.get("inputs"),
             )
 
     def push(self, final: bool = False) -> bool:
