@@ -125,16 +125,19 @@ def stack_context(node: NodeStack) -> dict[str, object]:
 
 
 def container_config(spec: JobSpec) -> dict[str, object]:
-    """The agent's `container` document ({} when the job runs on the machine itself). The login's
-    password stays a secret's name: its value reaches the node sealed, like any secret."""
+    """The agent's `container` document ({} when the job runs on the machine itself). No password:
+    the pull login (container.login's, or a registry token the CLI asks for) reaches the node sealed
+    with the secrets (run/registry_login.py); `sealed_login` says the node waits for one."""
     box = spec.container
     if box is None:
         return {}
+    ref = box.ref
     doc: dict[str, object] = {
-        "image": str(box.ref),
+        "image": str(ref),
         "options": list(box.options),
         "user": box.user or "",
         "entrypoint": box.entrypoint or "",
+        "sealed_login": box.login is not None or _token_registry(ref.registry, ref.repository),
     }
     if box.login is not None:
         doc["login"] = {
@@ -143,3 +146,10 @@ def container_config(spec: JobSpec) -> dict[str, object]:
             "password_secret": box.login.password_secret,
         }
     return doc
+
+
+def _token_registry(registry: str, repository: str) -> bool:
+    """A registry whose pull token the CLI gets with the caller's credentials (as registry_login.py)."""
+    from gpucloud.providers.aws.ecr import ecr_image
+
+    return ecr_image(registry, repository, None, None) is not None

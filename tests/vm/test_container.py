@@ -49,13 +49,20 @@ def test_job_json_carries_the_container_and_no_password() -> None:
         "user": "1000:1000",
         "entrypoint": "/bin/env",
         "login": {"registry": "nvcr.io", "username": "$oauthtoken", "password_secret": "NGC_KEY"},
+        "sealed_login": True,  # the node waits for the login, sealed with the secrets
     }
     assert cfg.secrets == ["NGC_KEY", "HF_TOKEN"]  # the password arrives sealed, as a secret
 
 
 def test_shorthand_image_is_normalised_and_no_container_is_empty() -> None:
     cfg = config_of("name: s\nresources: {cloud: local}\nrun: 'true'\ncontainer: ubuntu\n")
-    assert cfg.container == {"image": "docker.io/library/ubuntu:latest", "options": [], "user": "", "entrypoint": ""}
+    public = {"image": "docker.io/library/ubuntu:latest", "options": [], "user": "", "entrypoint": ""}
+    assert cfg.container == {**public, "sealed_login": False}
+    ecr = config_of(
+        "name: s\nresources: {cloud: local}\nrun: 'true'\n"
+        "container: 123456789012.dkr.ecr.us-east-1.amazonaws.com/team/train:1\n"
+    )
+    assert ecr.container["sealed_login"] is True and "login" not in ecr.container  # the CLI's pull token
     login_elsewhere = JOB.replace("password_secret: NGC_KEY}", "password_secret: NGC_KEY, registry: r.example:5000}")
     assert config_of(login_elsewhere).container["login"]["registry"] == "r.example:5000"
     assert config_of("name: s\nresources: {cloud: local}\nrun: 'true'\n").container == {}

@@ -97,6 +97,7 @@ class Agent(GpuWatching, JobSteps):
         self.board.ended_elsewhere = lambda: self.gate.elsewhere()
         self.secret_values: Dict[str, str] = {}
         self.data_grants: Dict[str, Any] = {}
+        self.pull_login: Dict[str, str] = {}  # the container image's, sealed: {server, username, password}
         self.outputs: Optional[data.OutputSync] = None
         self.box: Optional[container.Container] = None  # the job's container (container_pull)
 
@@ -528,7 +529,7 @@ class Agent(GpuWatching, JobSteps):
     def open_secrets(self) -> None:
         """The job's secrets and data grants, sealed to this node's key by the CLI (secret_env.py);
         in memory only. Then the inputs are copied (before setup)."""
-        if not (self.cfg.secrets or self.cfg.data):
+        if not (self.cfg.secrets or self.cfg.data or self.cfg.container.get("sealed_login")):
             return
         self.clock.wait(self.key.done, 60.0)
         try:
@@ -548,6 +549,7 @@ class Agent(GpuWatching, JobSteps):
             self.gate_check()
             self.fail(str(exc))
         self.secret_values, self.data_grants = sealed_doc["env"], sealed_doc["data"]
+        self.pull_login = sealed_doc.get("registry") or {}
         if self.secret_values:
             self.log(f"secrets: {', '.join(sorted(self.secret_values))} (masked in this log)")
         self.outputs = data.OutputSync(self.data_grants, self.job_dir, self.transfer, self.log)

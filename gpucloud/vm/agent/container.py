@@ -192,21 +192,21 @@ class Container:
         self.mounts: List[str] = [str(vm_dir / NOTICE_DIR)]
 
     # ---- the container_pull stage ------------------------------------------------------------------
-    def prepare(self, env: StageEnv, secrets: Mapping[str, str], gpus: bool, remaining: Callable[[], float]) -> None:
+    def prepare(self, env: StageEnv, login: Mapping[str, str], gpus: bool, remaining: Callable[[], float]) -> None:
+        """`login`: the sealed pull login {server, username, password}, or {} for a public image."""
         self.engine = pick_engine(env.environ.get("PATH"))
         env.log(f"container: {os.path.basename(self.engine)}, image {self.image}")
         if gpus and is_podman(self.engine):
             self.ensure_cdi(env)
-        auth = self.vm_dir / "st" / "registry-auth"
-        login = self.doc.get("login") or {}
+        auth = self.vm_dir / "st" / "registry-auth" if login else None
         try:
-            if login:
-                self.login(env, login, secrets, auth, remaining)
-            self.pull(env, auth if login else None, remaining)
+            if auth is not None:
+                self.login(env, login, auth, remaining)
+            self.pull(env, auth, remaining)
         finally:
-            if login:
-                registry = str(login.get("registry") or "")
-                self._call(env, self._engine(auth) + ["logout", *self._authfile(auth), registry], remaining)
+            if auth is not None:
+                logout = self._engine(auth) + ["logout", *self._authfile(auth), str(login.get("server") or "")]
+                self._call(env, logout, remaining)
                 shutil.rmtree(auth, ignore_errors=True)
         self.shell = self.probe_shell(env, remaining)
         env.log(f"container: steps run with {self.shell} in {self.image}")
@@ -237,26 +237,19 @@ class Container:
         except OSError as exc:
             return subprocess.CompletedProcess(argv, 127, "", str(exc))
 
-    def login(
-        self,
-        env: StageEnv,
-        login: Mapping[str, Any],
-        secrets: Mapping[str, str],
-        auth: Path,
-        remaining: Callable[[], float],
-    ) -> None:
-        registry, user, secret = str(login["registry"]), str(login["username"]), str(login["password_secret"])
-        if secret not in secrets:
-            raise StageFailed(f"container: the login's password secret {secret} did not reach this node")
+    def login(self, env: StageEnv, login: Mapping[str, str], auth: Path, remaining: Callable[[], float]) -> None:
+        """`<engine> login --password-stdin` into the run's own credentials file."""
+        server, user = str(login.get("server") or registry_host(self.image)), str(login.get("username") or "")
         auth.mkdir(mode=0o700, parents=True, exist_ok=True)
         argv = self._engine(auth) + ["login", *self._authfile(auth), "--username", user, "--password-stdin"]
-        proc = self._call(env, argv + tls_flags(self.engine, registry) + [registry], remaining, stdin=secrets[secret])
+        proc = self._call(env, argv + tls_flags(self.engine, server) + [server], remaining, stdin=login.get("password"))
         if proc.returncode != 0:
+            named = (self.doc.get("login") or {}).get("password_secret")
+            fix = f"check the username and the value of {named}" if named else "the CLI's pull token was refused"
             raise StageFailed(
-                f"container: login to {registry} as {user} failed: {last_line(proc.stderr or proc.stdout)} "
-                f"(check the username and the value of {secret})"
+                f"container: login to {server} as {user} failed: {last_line(proc.stderr or proc.stdout)} ({fix})"
             )
-        env.log(f"container: logged in to {registry} as {user}")
+        env.log(f"container: logged in to {server} as {user}")
 
     def pull(self, env: StageEnv, auth: Optional[Path], remaining: Callable[[], float]) -> None:
         host = registry_host(self.image)

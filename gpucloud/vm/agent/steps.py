@@ -27,6 +27,7 @@ class JobSteps(Ending):
     job_started: bool
     secret_values: Dict[str, str]
     data_grants: Dict[str, Any]
+    pull_login: Dict[str, str]
     box: Optional[container.Container]
 
     def gate_check(self) -> None:
@@ -79,7 +80,7 @@ class JobSteps(Ending):
         try:
             box.prepare(
                 self.stage_env(),
-                self.secret_values,
+                self.pull_login_of(),
                 self.cfg.gpu_count > 0,
                 lambda: self.deadline.remaining(self.clock.now()),
             )
@@ -88,6 +89,16 @@ class JobSteps(Ending):
             self.gate_check()
             self.fail(str(exc))
         self.box = box
+
+    def pull_login_of(self) -> Dict[str, str]:
+        """The sealed pull login; from `container.login` and its secret when the CLI sent none."""
+        if self.pull_login:
+            return self.pull_login
+        login = self.cfg.container.get("login") or {}
+        secret = str(login.get("password_secret") or "")
+        if not login or secret not in self.secret_values:
+            return {}
+        return {"server": login["registry"], "username": login["username"], "password": self.secret_values[secret]}
 
     def run_step(self, command: str, step: str = "run") -> int:
         self.gate_check()
