@@ -45,13 +45,15 @@ def containers_of(run_id: str) -> list[str]:
     return out.split()
 
 
-def main_job(folder: Path, image: str, code: int) -> Path:
+def main_job(folder: Path, image: str, code: int, resources: dict | None = None) -> Path:
+    """The job of the main test: on the local provider, or on `resources` (an ssh host)."""
     (folder / "in").mkdir(parents=True, exist_ok=True)
     (folder / "in" / "in.txt").write_text("input-line-42\n")
     return write_job(
         folder,
         {
             "name": "boxed",
+            "resources": resources or {"cloud": "local"},
             "container": {"image": image},
             "inputs": {"data": "./in"},
             "secrets": ["BOX_TOKEN"],
