@@ -94,12 +94,6 @@ def refuse_what_providers_cannot_do(spec: JobSpec, clouds: list[str], spot: bool
     from gpucloud.errors import UserError
     from gpucloud.providers import registry as providers
 
-    if spec.container is not None:  # the file format has it; no node runs a step in a container yet
-        raise UserError(
-            f"container: {spec.container.image}: this version of gpucloud checks the field but cannot run a job "
-            "in a container yet; it would run on the machine itself instead.",
-            hint="Remove `container:` and install what the job needs in `setup:` (or pick `image:`).",
-        )
     wants_spot = (spec.resources.spot if spot is None else spot) is True
     if not wants_spot and spec.num_nodes <= 1:
         return  # nothing to check: no provider module imported for an ordinary job

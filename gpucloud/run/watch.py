@@ -21,6 +21,7 @@ VM_STAGES = (
     "gpu_verify",
     "fetch_code",
     "inputs",
+    "container_pull",
     "setup",
     "barrier",
     "run",

@@ -2,7 +2,7 @@
 
 The VM agent already records every stage's start and end in status.json `stages` (see
 gpucloud/vm/agent/status.py). This module folds them into the groups a user cares about (boot,
-stack, fetch, inputs, setup, run, outputs, artifacts) and prints one line per node, so that `status` and the run
+stack, fetch, inputs, pull, setup, run, outputs, artifacts) and prints one line per node, so that `status` and the run
 summary can show that, say, 9 of 11 minutes went to the driver install before the job started.
 """
 
@@ -18,6 +18,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("stack", ("stack", "gpu_verify")),
     ("fetch", ("fetch_code",)),
     ("inputs", ("inputs",)),
+    ("pull", ("container_pull",)),
     ("setup", ("setup", "barrier")),
     ("run", ("run",)),
     ("outputs", ("outputs",)),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from gpucloud.channel.store import LOG_PART_MAX
 from gpucloud.providers.base import DEFAULT_MASTER_PORT, Capabilities
 from gpucloud.vm.agent.config import JobConfig
-from gpucloud.vm.job_env import check_env, gpu_sampling, node_stack, timings
+from gpucloud.vm.job_env import check_env, container_config, gpu_sampling, node_stack, timings
 from gpucloud.vm.stack_config import stack_config
 
 if TYPE_CHECKING:
@@ -80,4 +80,5 @@ def job_config(
         outputs_interval=int(spec.checkpoint_interval) if spec.outputs and spec.outputs_sync == "interval" else 0,
         gpu_sample_s=sample_s,
         idle_timeout=idle_timeout,
+        container=container_config(spec),
     )

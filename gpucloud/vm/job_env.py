@@ -1,6 +1,6 @@
 """The job-config helpers the CLI side of the VM agent needs: the log/heartbeat/barrier times, the
-node's image and install plan, the GPU fields nvidia-smi must show, the GPU sampler's settings and
-the check of the job's `env` names (docs/INTERNALS.md, "VM agent").
+node's image and install plan, the GPU fields nvidia-smi must show, the GPU sampler's settings, the
+check of the job's `env` names and the container the steps run in (docs/INTERNALS.md, "VM agent").
 """
 
 from __future__ import annotations
@@ -122,3 +122,34 @@ def stack_context(node: NodeStack) -> dict[str, object]:
         "repo_arch": node.repo_arch,
         "image_name": node.image.name if node.image else "default",
     }
+
+
+def container_config(spec: JobSpec) -> dict[str, object]:
+    """The agent's `container` document ({} when the job runs on the machine itself). No password:
+    the pull login (container.login's, or a registry token the CLI asks for) reaches the node sealed
+    with the secrets (run/registry_login.py); `sealed_login` says the node waits for one."""
+    box = spec.container
+    if box is None:
+        return {}
+    ref = box.ref
+    doc: dict[str, object] = {
+        "image": str(ref),
+        "options": list(box.options),
+        "user": box.user or "",
+        "entrypoint": box.entrypoint or "",
+        "sealed_login": box.login is not None or _token_registry(ref.registry, ref.repository),
+    }
+    if box.login is not None:
+        doc["login"] = {
+            "registry": box.registry,
+            "username": box.login.username,
+            "password_secret": box.login.password_secret,
+        }
+    return doc
+
+
+def _token_registry(registry: str, repository: str) -> bool:
+    """A registry whose pull token the CLI gets with the caller's credentials (as registry_login.py)."""
+    from gpucloud.providers.aws.ecr import ecr_image
+
+    return ecr_image(registry, repository, None, None) is not None

@@ -34,6 +34,7 @@ STAGES = (
     "gpu_verify",
     "fetch_code",
     "inputs",
+    "container_pull",
     "setup",
     "barrier",
     "run",

@@ -79,11 +79,10 @@ def test_errors_name_line_and_field(tmp_path: Path, body: str, line: int, field:
     assert f"job.yaml:{line}: {field}:" in message and text in message, message
 
 
-def test_plan_refuses_a_container_job_until_a_node_can_run_one(tmp_path: Path) -> None:
-    """No node runs a step in a container yet: plan (and so run) says so instead of running it on the host."""
-    from gpucloud.errors import UserError
-    from gpucloud.plan.planner import make_plan
+def test_plan_takes_a_container_job_on_every_provider(tmp_path: Path) -> None:
+    """Every provider's node runs the agent, which runs the steps in the image: nothing is refused."""
+    from gpucloud.plan.requests import refuse_what_providers_cannot_do
+    from gpucloud.providers import registry
 
     spec = load_spec(write(tmp_path, "container: ubuntu:22.04\n"))
-    with pytest.raises(UserError, match="cannot run a job in a container yet"):
-        make_plan(spec)
+    assert refuse_what_providers_cannot_do(spec, list(registry.names()), None) is None

@@ -296,7 +296,7 @@ def test_channel_notice_preempts_with_its_reason(tmp_path: Path) -> None:
         guard.step(agent.clock.now(), agent.preempted)
     doc = status(agent)
     assert (doc["state"], doc["message"]) == ("preempted", "preempted: simulated notice (gpucloud preempt)")
-    assert (agent.vm_dir / "preempted").read_text() == "GPUCLOUD_PREEMPTED=1\n"
+    assert (agent.vm_dir / "notice" / "preempted").read_text() == "GPUCLOUD_PREEMPTED=1\n"
     assert agent.codes == [143]  # type: ignore[attr-defined]
 
 

@@ -24,8 +24,9 @@ SCRIPT_FILE = "bootstrap.sh"
 CONSOLE_FILE = "console.log"
 MARKER_ENV = "GPUCLOUD_VM_SANDBOX"
 
-# Variables a local VM keeps from the caller: enough to find tools, GPUs and a temp dir, nothing
-# secret (a cloud VM would not see the caller's credentials either).
+# Variables a local VM keeps from the caller: enough to find tools, GPUs, a temp dir and this
+# machine's container engine as it is configured (a job's `container:` runs on it), nothing secret
+# (a cloud VM would not see the caller's credentials either).
 PASSTHROUGH_ENV = (
     "HOME",
     "USER",
@@ -38,6 +39,10 @@ PASSTHROUGH_ENV = (
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
     "REQUESTS_CA_BUNDLE",
+    "CONTAINERS_CONF",
+    "CONTAINERS_STORAGE_CONF",
+    "CONTAINERS_REGISTRIES_CONF",
+    "DOCKER_HOST",
 )
 PASSTHROUGH_PREFIXES = ("CUDA_", "NVIDIA_")
 

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import List
 
+from gpucloud.vm.agent import container
 from gpucloud.vm.agent.agent import Agent
 from gpucloud.vm.agent.config import JobConfig
 from gpucloud.vm.agent.ending import AgentExit, EndedElsewhere, StandDown
@@ -84,6 +85,7 @@ def _run(agent: Agent, resumed: bool) -> None:
 def backstop(agent: Agent) -> None:
     """Layer (a): the shim's sleeper already killed the node's process groups (local)."""
     agent.log(f"backstop: max_duration + {agent.cfg.grace}s passed and the bootstrap did not end this machine")
+    container.remove_recorded(agent.vm_dir)  # the job's container outlives its killed engine client
     manifest_path = agent.vm_dir / "manifest"
     if agent.st.is_dir() and manifest_path.is_file() and _report_here(agent):
         agent.load_from_disk()

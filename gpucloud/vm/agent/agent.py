@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from gpucloud.vm import protocol
-from gpucloud.vm.agent import artifacts, data, gpu_check, secret_env, stack
+from gpucloud.vm.agent import artifacts, container, data, gpu_check, secret_env, stack
 from gpucloud.vm.agent.barrier import Barrier, node_ip
 from gpucloud.vm.agent.checkpoints import Checkpoints
 from gpucloud.vm.agent.claim import NodeKey
@@ -37,15 +37,15 @@ from gpucloud.vm.agent.runner import Runner
 from gpucloud.vm.agent.safe_extract import Refused, safe_untar
 from gpucloud.vm.agent.stage_api import StageEnv, StageFailed
 from gpucloud.vm.agent.status import StatusBoard, write_atomic
+from gpucloud.vm.agent.steps import JobSteps
 from gpucloud.vm.agent.transfer import Transfer
 from gpucloud.vm.agent.uploads import log_upload
 
 MANIFEST_MAX = 1024 * 1024
 STOP_PUMP_S = 5.0
-SHIM_ONLY = ("GPUCLOUD_BACKSTOP_PID", "GPUCLOUD_SHIM", "PYTHONPATH")
 
 
-class Agent(GpuWatching):
+class Agent(GpuWatching, JobSteps):
     def __init__(
         self,
         cfg: JobConfig,
@@ -97,7 +97,9 @@ class Agent(GpuWatching):
         self.board.ended_elsewhere = lambda: self.gate.elsewhere()
         self.secret_values: Dict[str, str] = {}
         self.data_grants: Dict[str, Any] = {}
+        self.pull_login: Dict[str, str] = {}  # the container image's, sealed: {server, username, password}
         self.outputs: Optional[data.OutputSync] = None
+        self.box: Optional[container.Container] = None  # the job's container (container_pull)
 
     # ---- folders and the log -------------------------------------------------------------------
     def _set_dir(self, vm_dir: Path) -> None:
@@ -109,14 +111,14 @@ class Agent(GpuWatching):
     def make_dirs(self) -> None:
         """The work folder, or a temporary one so the run can still report why it cannot have it."""
         try:
-            for d in (self.vm_dir, self.st, self.job_dir):
+            for d in (self.vm_dir, self.st, self.job_dir, self.vm_dir / container.NOTICE_DIR):
                 d.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "ab"):
                 pass
         except OSError:
             self.bad_dir = str(self.vm_dir)
             self._set_dir(Path(tempfile.mkdtemp(prefix="gpucloud.", dir=self.environ.get("TMPDIR") or None)))
-            for d in (self.st, self.job_dir):
+            for d in (self.st, self.job_dir, self.vm_dir / container.NOTICE_DIR):
                 d.mkdir(parents=True, exist_ok=True)
             self.gate = FinalGate(self.vm_dir)
             self.runner = Runner(self.vm_dir, self.job_dir, self.log_path, self.log, self.clock.sleep)
@@ -327,7 +329,8 @@ class Agent(GpuWatching):
         if not self.gate.take("guard"):
             raise StandDown()
         self.log(f"preemption notice: {why}; the job gets SIGTERM and {self.cfg.preempt_grace}s")
-        (self.vm_dir / "preempted").write_text("GPUCLOUD_PREEMPTED=1\n")
+        self.preempted_file.parent.mkdir(parents=True, exist_ok=True)
+        self.preempted_file.write_text("GPUCLOUD_PREEMPTED=1\n")
         self.runner.kill(self.cfg.preempt_grace)
         if self.checkpoints is not None:
             self.checkpoints.upload("notice")
@@ -336,35 +339,6 @@ class Agent(GpuWatching):
 
     # ---- the end ------------------------------------------------------------------------------------
     # ---- stages --------------------------------------------------------------------------------------
-    def job_env(self) -> Dict[str, str]:
-        env = {k: v for k, v in self.environ.items() if k not in SHIM_ONLY}
-        env.update(
-            GPUCLOUD_RUN_ID=self.cfg.run_id,
-            GPUCLOUD_NODE_RANK=str(self.rank),
-            GPUCLOUD_NUM_NODES=str(self.cfg.num_nodes),
-            GPUCLOUD_NUM_GPUS_PER_NODE=str(self.cfg.gpu_count),
-            NODE_RANK=str(self.rank),
-            GPUCLOUD_PREEMPTED_FILE=str(self.vm_dir / "preempted"),
-        )
-        if self.node_ips:
-            env.update(
-                GPUCLOUD_NODE_IPS="\n".join(self.node_ips),
-                MASTER_ADDR=self.node_ips[0],
-                MASTER_PORT=str(self.cfg.master_port),
-            )
-        if self.cfg.checkpoint:
-            env["GPUCLOUD_CHECKPOINT_DIR"] = str(self.job_dir / self.cfg.checkpoint)
-        env.update(self.cfg.env)
-        return env
-
-    def run_step(self, command: str) -> int:
-        self.gate_check()
-        self.job_started = True
-        if not self.cfg.secrets:
-            return self.runner.run(command, self.job_env())
-        env = {**self.job_env(), **self.secret_values}
-        return self.runner.run(secret_env.masked_command(command, sorted(self.secret_values)), env)
-
     def collect_artifacts(self) -> bool:
         digest, problem = artifacts.collect(
             self.job_dir,
@@ -462,10 +436,11 @@ class Agent(GpuWatching):
         self.stack_stages()
         self.fetch_code()
         self.open_secrets()
+        self.container_pull()
         self.board.set(state="running")
         if self.cfg.setup:
             self.stage("setup")
-            rc = self.run_step(self.cfg.setup)
+            rc = self.run_step(self.cfg.setup, "setup")
             if rc != 0:
                 self.take_final("main")
                 self.board.end_stage("setup", False)
@@ -493,7 +468,7 @@ class Agent(GpuWatching):
                 self.fail(str(exc))
         self.stage("run")
         self.start_gpu_watch()
-        rc = self.run_step(self.cfg.run)
+        rc = self.run_step(self.cfg.run, "run")
         self.take_final("main")
         self.stop_guard()
         self.board.end_stage("run", rc == 0)
@@ -554,7 +529,7 @@ class Agent(GpuWatching):
     def open_secrets(self) -> None:
         """The job's secrets and data grants, sealed to this node's key by the CLI (secret_env.py);
         in memory only. Then the inputs are copied (before setup)."""
-        if not (self.cfg.secrets or self.cfg.data):
+        if not (self.cfg.secrets or self.cfg.data or self.cfg.container.get("sealed_login")):
             return
         self.clock.wait(self.key.done, 60.0)
         try:
@@ -574,6 +549,7 @@ class Agent(GpuWatching):
             self.gate_check()
             self.fail(str(exc))
         self.secret_values, self.data_grants = sealed_doc["env"], sealed_doc["data"]
+        self.pull_login = sealed_doc.get("registry") or {}
         if self.secret_values:
             self.log(f"secrets: {', '.join(sorted(self.secret_values))} (masked in this log)")
         self.outputs = data.OutputSync(self.data_grants, self.job_dir, self.transfer, self.log)

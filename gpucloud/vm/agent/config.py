@@ -46,6 +46,9 @@ class JobConfig:
     outputs_interval: int = 0  # > 0: outputs are also uploaded this often while the job runs
     gpu_sample_s: float = 0.0  # > 0: the GPUs are sampled this often (gpu_watch.py)
     idle_timeout: int = 0  # > 0: every GPU idle this long ends the run (exit 125)
+    # {} runs setup/run on the machine; else {image, options, user, entrypoint[, login{registry,
+    # username, password_secret}]}: they run in that image (container.py); the password is a secret
+    container: Dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "JobConfig":

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional
 
 from gpucloud.vm import protocol
+from gpucloud.vm.agent import container
 from gpucloud.vm.agent.claim import NodeKey
 from gpucloud.vm.agent.config import JobConfig
 from gpucloud.vm.agent.final import FinalGate
@@ -229,6 +230,7 @@ class Ending:
         """A boot after a reboot: an ended run finishes its teardown; one whose job had started ends
         in `error` (a job is never started twice); one still setting up starts over."""
         self.log("the machine rebooted")
+        container.remove_recorded(self.vm_dir)  # an engine may keep a container over a reboot
         for name in ("job.pgid",):
             try:
                 (self.vm_dir / name).unlink()

@@ -1,6 +1,8 @@
 """The job's steps (setup, run): each in its own session and process group, output appended to
 job.log, its group id in job.pgid so every other part of the node (watchdog, guard, signal, the
-backstop process) can stop it: SIGTERM, then SIGKILL after a grace. Stdlib only, Python >= 3.8.
+backstop process) can stop it: SIGTERM, then SIGKILL after a grace. A step in a container also has
+its container recorded (container.py), removed after the step and after every kill: a killed
+engine client leaves its container running. Stdlib only, Python >= 3.8.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ import signal
 import subprocess
 import threading
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Tuple
+
+from gpucloud.vm.agent import container
 
 KILL_GRACE_S = 5.0
 KILL_POLL_S = 0.05
@@ -20,6 +24,7 @@ class Runner:
     def __init__(
         self, vm_dir: Path, job_dir: Path, log_path: Path, log: Callable[[str], None], sleep: Callable[[float], None]
     ) -> None:
+        self.vm_dir = vm_dir
         self.pgid_path = vm_dir / "job.pgid"
         self.job_dir = job_dir
         self.log_path = log_path
@@ -44,11 +49,16 @@ class Runner:
         self.pgid_path.write_text(f"{proc.pid}\n")
         return proc
 
-    def run(self, command: str, env: Mapping[str, str]) -> int:
-        """Run one step to its end; its leftovers (background children) get SIGTERM after."""
+    def run(self, command: str, env: Mapping[str, str], box: Optional[Tuple[str, str]] = None) -> int:
+        """Run one step to its end; its leftovers (background children) get SIGTERM after, and
+        `box` (engine, container name), the container the step runs in, is removed."""
+        if box is not None:
+            container.record(self.vm_dir, *box)
         proc = self.start(command, env)
         rc = shell_code(proc.wait())
         _signal_group(proc.pid, signal.SIGTERM)
+        if box is not None:
+            container.remove_recorded(self.vm_dir)
         try:
             self.pgid_path.unlink()
         except OSError:
@@ -62,7 +72,14 @@ class Runner:
             return None
 
     def kill(self, grace: float = KILL_GRACE_S) -> Optional[int]:
-        """SIGTERM to the job's group, SIGKILL after `grace` s; the job's exit code when it was ours."""
+        """SIGTERM to the job's group, SIGKILL after `grace` s, then its container removed; the
+        job's exit code when it was ours. A container's engine client passes the SIGTERM on."""
+        try:
+            return self._kill(grace)
+        finally:
+            container.remove_recorded(self.vm_dir)
+
+    def _kill(self, grace: float) -> Optional[int]:
         pg = self.pgid()
         if pg is None or not _signal_group(pg, signal.SIGTERM):
             return self._code()

@@ -34,7 +34,8 @@ def fetch(
     stopping: Callable[[], bool],
     log: Callable[[str], None],
 ) -> Dict[str, Any]:
-    """The sealed document (`env`: the secrets' values; `data`: input/output grants), once the CLI
+    """The sealed document (`env`: the secrets' values; `data`: input/output grants; `registry`: the
+    container image's pull login {server, username, password}), once the CLI
     has sealed it to this node's published key. Polled until the deadline (the CLI seals it when it
     sees the node's claim); StageFailed when none comes or what came is not for this node."""
     if not url:
@@ -68,7 +69,12 @@ def _open(blob: bytes, names: Sequence[str], run_id: str, rank: int, pem: Option
     missing = [n for n in names if n not in values]
     if missing:
         raise StageFailed(f"the secrets object lacks {', '.join(missing)}")
-    return {"env": {str(k): str(v) for k, v in values.items()}, "data": doc.get("data") or {}}
+    registry = doc.get("registry") or {}
+    return {
+        "env": {str(k): str(v) for k, v in values.items()},
+        "data": doc.get("data") or {},
+        "registry": {str(k): str(v) for k, v in registry.items()},  # the image's pull login, if any
+    }
 
 
 def masked_command(command: str, names: List[str], python: str = sys.executable) -> str:

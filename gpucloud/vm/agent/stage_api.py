@@ -48,14 +48,17 @@ class StageEnv:
         timeout: float | None = None,
         to_stack_log: bool = True,
         extra_env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run a command; its stdout+stderr go to stack.log (or are captured when to_stack_log is False)."""
+        """Run a command; its stdout+stderr go to stack.log (or are captured when to_stack_log is False);
+        `stdin`: text it reads (a password never goes on argv), else the agent's own stdin."""
         env = dict(self.environ)
         env.update(extra_env or {})
         if to_stack_log:
             with open(self.stack_log, "a") as out:
                 return subprocess.run(
                     list(argv),
+                    input=stdin,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     env=env,
@@ -65,6 +68,7 @@ class StageEnv:
                 )
         return subprocess.run(
             list(argv),
+            input=stdin,
             capture_output=True,
             env=env,
             timeout=timeout,

@@ -1,0 +1,324 @@
+"""The job's container (job.json `container`): `setup` and `run` execute in its image through the
+machine's engine, podman if it has one, else docker. The `container_pull` stage logs in (when the
+job names a login), pulls, logs out and finds the image's shell; each step is then one
+`<engine> run --rm` whose argv carries no value of the job's environment (`--env NAME` only: the
+engine reads the values from its own environment). The running step's container is recorded in
+`job.container`, so whichever part of the node stops the job (watchdog process, guard, a signal,
+the backstop) also removes it: killing the engine's client leaves the container running.
+docs/INTERNALS.md, "Containers".
+
+Stdlib only, Python >= 3.8 syntax.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from gpucloud.vm.agent.stage_api import StageEnv, StageFailed
+
+ENGINES = ("podman", "docker")
+RECORD = "job.container"  # "<engine path> <container name>" while a step's container may run
+NOTICE_DIR = "notice"  # mounted into the container: the preemption marker lives here
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")  # where podman looks for CDI specs
+CDI_OUT = "/var/run/cdi/nvidia.yaml"
+PULL_TRIES = 3
+PULL_BACKOFF_S = 2.0
+ENGINE_CALL_S = 120.0  # login, logout, the shell probe, rm
+HOST_GPU_VARS = ("CUDA_VISIBLE_DEVICES",)  # a shared host's or a Slurm allocation's GPUs, passed on
+SHELL_PROBE = "command -v bash || echo sh"
+
+Run = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+def pick_engine(path: Optional[str]) -> str:
+    """The engine's full path: podman first (daemonless, CDI), else docker."""
+    for name in ENGINES:
+        found = shutil.which(name, path=path)
+        if found:
+            return found
+    raise StageFailed(
+        "container: neither podman nor docker is on this machine; use an image that has one "
+        "(or install podman in the image's setup), or remove `container:` to run on the machine itself"
+    )
+
+
+def is_podman(engine: str) -> bool:
+    return os.path.basename(engine).startswith("podman")
+
+
+def registry_host(image: str) -> str:
+    """The registry of a normalised reference (the CLI sends registry/repository[:tag][@digest])."""
+    return image.split("/", 1)[0]
+
+
+def loopback(host: str) -> bool:
+    """A registry on this machine: plain HTTP is normal there (docker allows it for 127.0.0.0/8 itself)."""
+    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+    return name in ("localhost", "[::1]") or name.startswith("127.")
+
+
+def tls_flags(engine: str, host: str) -> List[str]:
+    return ["--tls-verify=false"] if is_podman(engine) and loopback(host) else []
+
+
+def container_name(run_id: str, rank: int, step: str) -> str:
+    """gpucloud-<run>-<rank>-<step>, in the characters an engine takes in a name."""
+    return re.sub(r"[^a-zA-Z0-9_.-]", "-", f"gpucloud-{run_id}-{rank}-{step}")
+
+
+def gpu_flags(engine: str) -> List[str]:
+    """Every GPU of the node: CDI for podman, the NVIDIA Container Toolkit's `--gpus` for docker."""
+    return ["--device", "nvidia.com/gpu=all"] if is_podman(engine) else ["--gpus", "all"]
+
+
+def env_names(node_env: Iterable[str], secrets: Iterable[str], environ: Mapping[str, str]) -> List[str]:
+    """The variables a step's container gets: the node's and the job's, the secrets, the host's GPU
+    selection; never the host's PATH or HOME, which would override the image's."""
+    names = set(node_env) | set(secrets) | {n for n in HOST_GPU_VARS if n in environ}
+    return sorted(names)
+
+
+def data_mounts(grants: Mapping[str, Any]) -> List[str]:
+    """Absolute input and output folders (relative ones are under the job folder, mounted anyway)."""
+    paths = [str(item.get("dest") or "") for item in grants.get("inputs") or []]
+    paths += [str(item.get("src") or "") for item in grants.get("outputs") or []]
+    return sorted({p.rstrip("/") or "/" for p in paths if p.startswith("/")})
+
+
+def step_argv(
+    doc: Mapping[str, Any],
+    *,
+    engine: str,
+    name: str,
+    job_dir: Path,
+    mounts: Sequence[str],
+    names: Sequence[str],
+    gpus: bool,
+    shell: str,
+    command: str,
+) -> List[str]:
+    """One step's engine invocation: gpucloud's own flags, then the user's options, user, entrypoint."""
+    argv = [engine, "run", "--rm", "--init", "--name", name, "--network", "host", "--ipc", "host"]
+    for path in [str(job_dir), *mounts]:
+        argv += ["-v", f"{path}:{path}"]
+    argv += ["-w", str(job_dir)]
+    for var in names:
+        argv += ["--env", var]
+    if gpus:
+        argv += gpu_flags(engine)
+    argv += [str(o) for o in doc.get("options") or []]
+    if doc.get("user"):
+        argv += ["--user", str(doc["user"])]
+    if doc.get("entrypoint"):
+        argv += ["--entrypoint", str(doc["entrypoint"])]
+    return argv + [str(doc["image"]), shell, "-c", command]
+
+
+def remove_argv(engine: str, name: str) -> List[str]:
+    """Stop at once (the job already had its SIGTERM and grace) and remove."""
+    return [engine, "rm", "-f", "--time", "0", name] if is_podman(engine) else [engine, "rm", "-f", name]
+
+
+def remove(engine: str, name: str, timeout: float = ENGINE_CALL_S) -> bool:
+    """Remove a container whatever its state; True when the engine answered (a missing one is fine)."""
+    try:
+        subprocess.run(
+            remove_argv(engine, name),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
+        )
+        return True
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def record(vm_dir: Path, engine: str, name: str) -> None:
+    (vm_dir / RECORD).write_text(f"{engine} {name}\n")
+
+
+def recorded(vm_dir: Path) -> Optional[Tuple[str, str]]:
+    try:
+        engine, name = (vm_dir / RECORD).read_text().split()
+    except (OSError, ValueError):
+        return None
+    return engine, name
+
+
+def remove_recorded(vm_dir: Path) -> None:
+    """The recorded step's container removed (any process of the node, or the machine's teardown)."""
+    found = recorded(vm_dir)
+    if found is not None and remove(*found):
+        try:
+            (vm_dir / RECORD).unlink()
+        except OSError:
+            pass
+
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def cdi_has_nvidia(dirs: Sequence[str] = CDI_DIRS) -> bool:
+    for folder in dirs:
+        for path in sorted(Path(folder).glob("*")) if Path(folder).is_dir() else []:
+            try:
+                if path.suffix in (".yaml", ".yml", ".json") and "nvidia.com/gpu" in path.read_text(errors="replace"):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+class Container:
+    """The job's image on this node: `prepare` is the container_pull stage, `step` one step's command."""
+
+    def __init__(self, doc: Mapping[str, Any], vm_dir: Path, job_dir: Path, run_id: str, rank: int) -> None:
+        self.doc = dict(doc)
+        self.image = str(doc["image"])
+        self.vm_dir, self.job_dir = vm_dir, job_dir
+        self.run_id, self.rank = run_id, rank
+        self.engine = ""
+        self.shell = "bash"
+        self.mounts: List[str] = [str(vm_dir / NOTICE_DIR)]
+
+    # ---- the container_pull stage ------------------------------------------------------------------
+    def prepare(self, env: StageEnv, login: Mapping[str, str], gpus: bool, remaining: Callable[[], float]) -> None:
+        """`login`: the sealed pull login {server, username, password}, or {} for a public image."""
+        self.engine = pick_engine(env.environ.get("PATH"))
+        env.log(f"container: {os.path.basename(self.engine)}, image {self.image}")
+        if gpus and is_podman(self.engine):
+            self.ensure_cdi(env)
+        auth = self.vm_dir / "st" / "registry-auth" if login else None
+        try:
+            if auth is not None:
+                self.login(env, login, auth, remaining)
+            self.pull(env, auth, remaining)
+        finally:
+            if auth is not None:
+                logout = self._engine(auth) + ["logout", *self._authfile(auth), str(login.get("server") or "")]
+                self._call(env, logout, remaining)
+                shutil.rmtree(auth, ignore_errors=True)
+        self.shell = self.probe_shell(env, remaining)
+        env.log(f"container: steps run with {self.shell} in {self.image}")
+
+    def _engine(self, auth: Optional[Path]) -> List[str]:
+        """The engine; docker with a login keeps its credentials in a folder of the run's own."""
+        return (
+            [self.engine, "--config", str(auth)] if auth is not None and not is_podman(self.engine) else [self.engine]
+        )
+
+    def _authfile(self, auth: Optional[Path]) -> List[str]:
+        """podman's credentials file of the run's own (never the machine's)."""
+        return ["--authfile", str(auth / "auth.json")] if auth is not None and is_podman(self.engine) else []
+
+    def _call(
+        self,
+        env: StageEnv,
+        argv: List[str],
+        remaining: Callable[[], float],
+        stdin: Optional[str] = None,
+        long: bool = False,
+    ) -> "subprocess.CompletedProcess[str]":
+        limit = max(1.0, remaining()) if long else max(1.0, min(ENGINE_CALL_S, remaining()))
+        try:
+            return env.run(argv, timeout=limit, to_stack_log=False, stdin=stdin)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(argv, 124, "", f"{argv[1]} did not finish within {int(limit)} s")
+        except OSError as exc:
+            return subprocess.CompletedProcess(argv, 127, "", str(exc))
+
+    def login(self, env: StageEnv, login: Mapping[str, str], auth: Path, remaining: Callable[[], float]) -> None:
+        """`<engine> login --password-stdin` into the run's own credentials file."""
+        server, user = str(login.get("server") or registry_host(self.image)), str(login.get("username") or "")
+        auth.mkdir(mode=0o700, parents=True, exist_ok=True)
+        argv = self._engine(auth) + ["login", *self._authfile(auth), "--username", user, "--password-stdin"]
+        proc = self._call(env, argv + tls_flags(self.engine, server) + [server], remaining, stdin=login.get("password"))
+        if proc.returncode != 0:
+            named = (self.doc.get("login") or {}).get("password_secret")
+            fix = f"check the username and the value of {named}" if named else "the CLI's pull token was refused"
+            raise StageFailed(
+                f"container: login to {server} as {user} failed: {last_line(proc.stderr or proc.stdout)} ({fix})"
+            )
+        env.log(f"container: logged in to {server} as {user}")
+
+    def pull(self, env: StageEnv, auth: Optional[Path], remaining: Callable[[], float]) -> None:
+        host = registry_host(self.image)
+        argv = self._engine(auth) + ["pull", *self._authfile(auth), *tls_flags(self.engine, host), self.image]
+        why = ""
+        for attempt in range(1, PULL_TRIES + 1):
+            if env.stopping():
+                raise StageFailed("container: stopped while pulling the image")
+            t0 = env.now()
+            proc = self._call(env, argv, remaining, long=True)
+            if proc.returncode == 0:
+                env.log(f"container: pulled {self.image} in {env.now() - t0:.1f} s")
+                return
+            why = last_line(proc.stderr or proc.stdout)
+            env.log(f"container: pull {attempt}/{PULL_TRIES} of {self.image} failed: {why}")
+            if attempt < PULL_TRIES and remaining() > PULL_BACKOFF_S * attempt:
+                env.sleep(PULL_BACKOFF_S * attempt)
+        raise StageFailed(f"container: cannot pull {self.image}: {why}")
+
+    def probe_shell(self, env: StageEnv, remaining: Callable[[], float]) -> str:
+        """bash when the image has it (the job's commands are bash elsewhere), else sh."""
+        name = container_name(self.run_id, self.rank, "probe")
+        argv = [self.engine, "run", "--rm", "--name", name, "--network", "host", "--entrypoint", "sh", self.image]
+        try:
+            proc = self._call(env, argv + ["-c", SHELL_PROBE], remaining)
+        finally:
+            remove(self.engine, name)
+        if proc.returncode != 0:
+            raise StageFailed(
+                f"container: {self.image} cannot run sh ({last_line(proc.stderr or proc.stdout)}): setup and run "
+                "need a shell in the image"
+            )
+        return "bash" if last_line(proc.stdout).startswith("/") else "sh"
+
+    def ensure_cdi(self, env: StageEnv) -> None:
+        """podman reaches the GPUs through a CDI spec; made once with nvidia-ctk when there is none."""
+        if cdi_has_nvidia():
+            return
+        tool = shutil.which("nvidia-ctk", path=env.environ.get("PATH"))
+        if tool is None:
+            raise StageFailed(
+                "container: this machine has GPUs but no CDI spec for them (/etc/cdi, /var/run/cdi) and no "
+                "nvidia-ctk to make one: install the NVIDIA Container Toolkit on the machine (or in its image)"
+            )
+        proc = env.run([tool, "cdi", "generate", f"--output={CDI_OUT}"], timeout=ENGINE_CALL_S, to_stack_log=False)
+        if proc.returncode != 0 or not cdi_has_nvidia():
+            raise StageFailed(f"container: nvidia-ctk cdi generate failed: {last_line(proc.stderr or proc.stdout)}")
+        env.log(f"container: wrote the GPUs' CDI spec to {CDI_OUT}")
+
+    # ---- a step ----------------------------------------------------------------------------------------
+    def add_mounts(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            if path not in self.mounts:
+                self.mounts.append(path)
+
+    def step(self, command: str, step: str, names: Sequence[str], gpus: bool) -> Tuple[str, str]:
+        """(the shell command that runs `command` in the image, the container's name)."""
+        name = container_name(self.run_id, self.rank, step)
+        remove(self.engine, name)  # a leftover of an earlier boot of this node would block the name
+        argv = step_argv(
+            self.doc,
+            engine=self.engine,
+            name=name,
+            job_dir=self.job_dir,
+            mounts=self.mounts,
+            names=names,
+            gpus=gpus,
+            shell=self.shell,
+            command=command,
+        )
+        return " ".join(shlex.quote(a) for a in argv), name

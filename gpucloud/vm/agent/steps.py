@@ -1,0 +1,114 @@
+"""The job's steps as the agent runs them: their environment, the `container_pull` stage of a job
+with `container:`, and one step (setup, run) on the machine or in the job's image, its output masked
+when the job has secrets. Mixed into the Agent (agent.py), whose attributes are declared here.
+
+Stdlib only, Python >= 3.8 syntax.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from gpucloud.vm.agent import container, secret_env
+from gpucloud.vm.agent.clock import Clock
+from gpucloud.vm.agent.deadline import Deadline
+from gpucloud.vm.agent.ending import Ending
+from gpucloud.vm.agent.stage_api import StageEnv, StageFailed
+
+SHIM_ONLY = ("GPUCLOUD_BACKSTOP_PID", "GPUCLOUD_SHIM", "PYTHONPATH")
+
+
+class JobSteps(Ending):
+    clock: Clock
+    deadline: Deadline
+    job_dir: Path
+    node_ips: List[str]
+    job_started: bool
+    secret_values: Dict[str, str]
+    data_grants: Dict[str, Any]
+    pull_login: Dict[str, str]
+    box: Optional[container.Container]
+
+    def gate_check(self) -> None:
+        raise NotImplementedError
+
+    def stage(self, name: str, start: Optional[float] = None) -> None:
+        raise NotImplementedError
+
+    def stage_env(self) -> StageEnv:
+        raise NotImplementedError
+
+    @property
+    def preempted_file(self) -> Path:
+        """The preemption marker, in a folder a step's container has mounted at the same path."""
+        return self.vm_dir / container.NOTICE_DIR / "preempted"
+
+    def node_env(self) -> Dict[str, str]:
+        """What the node tells the job (GPUCLOUD_*, rank, rendezvous), then the job's own `env`."""
+        env = dict(
+            GPUCLOUD_RUN_ID=self.cfg.run_id,
+            GPUCLOUD_NODE_RANK=str(self.rank),
+            GPUCLOUD_NUM_NODES=str(self.cfg.num_nodes),
+            GPUCLOUD_NUM_GPUS_PER_NODE=str(self.cfg.gpu_count),
+            NODE_RANK=str(self.rank),
+            GPUCLOUD_PREEMPTED_FILE=str(self.preempted_file),
+        )
+        if self.node_ips:
+            env.update(
+                GPUCLOUD_NODE_IPS="\n".join(self.node_ips),
+                MASTER_ADDR=self.node_ips[0],
+                MASTER_PORT=str(self.cfg.master_port),
+            )
+        if self.cfg.checkpoint:
+            env["GPUCLOUD_CHECKPOINT_DIR"] = str(self.job_dir / self.cfg.checkpoint)
+        env.update(self.cfg.env)
+        return env
+
+    def job_env(self) -> Dict[str, str]:
+        """A step's environment: the machine's (PATH, HOME ...), then the node's and the job's."""
+        env = {k: v for k, v in self.environ.items() if k not in SHIM_ONLY}
+        env.update(self.node_env())
+        return env
+
+    def container_pull(self) -> None:
+        """The job's image, ready before setup: engine, login, pull (retried), the image's shell."""
+        if not self.cfg.container:
+            return
+        self.stage("container_pull")
+        box = container.Container(self.cfg.container, self.vm_dir, self.job_dir, self.cfg.run_id, self.rank)
+        try:
+            box.prepare(
+                self.stage_env(),
+                self.pull_login_of(),
+                self.cfg.gpu_count > 0,
+                lambda: self.deadline.remaining(self.clock.now()),
+            )
+            box.add_mounts(container.data_mounts(self.data_grants))
+        except StageFailed as exc:
+            self.gate_check()
+            self.fail(str(exc))
+        self.box = box
+
+    def pull_login_of(self) -> Dict[str, str]:
+        """The sealed pull login; from `container.login` and its secret when the CLI sent none."""
+        if self.pull_login:
+            return self.pull_login
+        login = self.cfg.container.get("login") or {}
+        secret = str(login.get("password_secret") or "")
+        if not login or secret not in self.secret_values:
+            return {}
+        return {"server": login["registry"], "username": login["username"], "password": self.secret_values[secret]}
+
+    def run_step(self, command: str, step: str = "run") -> int:
+        self.gate_check()
+        self.job_started = True
+        env = {**self.job_env(), **self.secret_values}
+        where = None
+        if self.box is not None:
+            names = container.env_names(self.node_env(), self.secret_values, self.environ)
+            command, name = self.box.step(command, step, names, self.cfg.gpu_count > 0)
+            where = (self.box.engine, name)
+        if self.cfg.secrets:
+            command = secret_env.masked_command(command, sorted(self.secret_values))
+        return self.runner.run(command, env, where)

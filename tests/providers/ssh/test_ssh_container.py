@@ -1,0 +1,49 @@
+"""`container:` on a machine of the user's own (a real OpenSSH server on 127.0.0.1, tests/support/sshd.py)
+with the real podman and registry: the main job of the local provider's test (input, env, masked
+secret, artifact, checkpoint, its exit code) runs in the image there, and nothing is left."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.providers.local.test_local_containers import SECRET, containers_of, main_job
+from tests.providers.ssh.test_ssh_e2e import gpucloud
+from tests.support.containers import ContainerLab, container_lab  # noqa: F401
+from tests.support.sshd import SshLab, have_sshd
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not have_sshd(), reason="needs /usr/sbin/sshd and ssh")]
+
+
+@pytest.fixture(scope="module")
+def box_lab(tmp_path_factory: pytest.TempPathFactory, container_lab: ContainerLab) -> Iterator[SshLab]:  # noqa: F811
+    lab = SshLab(tmp_path_factory.mktemp("sshbox") / "lab")
+    lab.add_server("boxhost", env={"CONTAINERS_CONF": os.environ["CONTAINERS_CONF"]})  # the host's engine config
+    yield lab
+    lab.close()
+
+
+def test_main_job_runs_in_its_image_on_an_ssh_host(
+    box_lab: SshLab,
+    container_lab: ContainerLab,
+    gpucloud_home: Path,
+    tmp_path: Path,  # noqa: F811
+) -> None:
+    env = {**os.environ, **box_lab.env(), "GPUCLOUD_HOME": str(gpucloud_home), "CI": "true", "BOX_TOKEN": SECRET}
+    spec = main_job(tmp_path / "job", container_lab.image, 5, {"cloud": "ssh", "hosts": ["boxhost"]})
+    res = gpucloud(env, "run", str(spec), cwd=tmp_path)
+    assert res.returncode == 5, res.stdout + res.stderr
+    out = res.stdout + res.stderr
+    run_id = next(p.name for p in (gpucloud_home / "runs").iterdir())
+    assert "steps run with sh" in out and "setup-in-image=yes" in out and "input-line-42" in out
+    assert f"run={run_id} rank=0 nodes=1 epochs=2 path=/bin" in out
+    assert "token=***" in out and SECRET not in out and hashlib.sha256(SECRET.encode()).hexdigest() in out
+    assert "notice-dir-mounted" in out and "checkpoint 1 uploaded (end" in out
+    assert (tmp_path / "gpucloud-runs" / run_id / "out" / "result.txt").read_text() == f"result of {run_id}\n"
+    assert containers_of(run_id) == []
+    box = box_lab.servers[0]
+    assert not list((box.remote_root / "work").iterdir()), "teardown removes the work folder"
