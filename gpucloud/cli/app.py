@@ -202,10 +202,10 @@ def plan(
     from gpucloud.ui.upload import describe_upload
 
     job, cloud = load_job(spec, cloud, host)
-    job, _ = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
+    job, values = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
     upload = describe_upload(job)
     data = data_plan(job)
-    result = make_plan(job, cloud=cloud, region=region, spot=spot, estimates=estimates)
+    result = make_plan(job, cloud=cloud, region=region, spot=spot, estimates=estimates, secrets=values)
     if json_out:
         emit_json({**result.as_json(), "upload": upload.as_json(), **({"data": data.as_json()} if data else {})})
         return

@@ -77,7 +77,11 @@ def describe(spec: JobSpec, image: ImageCuda, stack: Stack, first: Candidate | N
         "toolkit": _toolkit(stack, has) if gpu else "none (no GPU)",
         "installs_if_missing": node.as_json()["installs_if_missing"] if node is not None else [],
         "image_has": has,
-        "why": {k: stack.reasons[k] for k in ("driver", "engine", "toolkit", "cuda") if k in stack.reasons},
+        "why": {
+            "driver": stack.reasons["driver"],
+            "engine and toolkit": (node.reasons.get("container") if node is not None else None)
+            or stack.reasons.get("toolkit", stack.reasons.get("engine", "")),
+        },
     }
     return ContainerPlan(image, host, tuple(warnings))
 
