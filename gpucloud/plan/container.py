@@ -83,7 +83,8 @@ def cuda_from_ngc_release(ref: ImageRef) -> tuple[str, str] | None:
     row = ngc_table().get((ref.repository, hit.group(1))) if hit else None
     if hit is None or row is None:
         return None
-    return row[0], f"NGC release {hit.group(1)} of {ref.repository} (catalog/data/ngc_cuda.csv: {row[1]})"
+    mark = row[1].split(" ", 1)[0]  # [V] / [C] / [R]: how the row was sourced (docs/STACKS.md 4b)
+    return row[0], f"NGC release {hit.group(1)} of {ref.repository}, catalog/data/ngc_cuda.csv {mark}"
 
 
 def image_cuda(

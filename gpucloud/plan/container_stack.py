@@ -35,10 +35,7 @@ if TYPE_CHECKING:
     from gpucloud.spec.load import JobSpec, StackSpec
 
 # The newest CUDA each architecture group still has code for, said in a refusal's way out.
-LAST_CUDA = {
-    11: "11.x (R470 runs 11.4 natively and 11.5-11.8 by minor-version compatibility)",
-    12: "12.x (12.9 or older)",
-}
+LAST_CUDA = {11: "11.x (R470 runs 11.4 natively, 11.5-11.8 by minor-version compatibility)", 12: "12.x"}
 # The oldest GPUs that run an image of a CUDA major (the way out of a refusal, by the image's major).
 NEWER_GPU = {12: "a Maxwell or newer GPU (Maxwell to Volta run CUDA 12.x)", 13: "a Turing or newer GPU"}
 

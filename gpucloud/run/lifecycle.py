@@ -105,7 +105,7 @@ def run_job(
 
     Caps.from_env()  # a malformed artifacts cap is exit 2 before anything is launched
     t0 = time.monotonic()
-    plan = launch_plan(spec, cloud=cloud, region=region, spot=spot)
+    plan = launch_plan(spec, cloud=cloud, region=region, spot=spot, secrets=secret_values)
     plan_s = time.monotonic() - t0
     views.print_plan_summary(plan)
     free = all(c.total_per_hour == 0 for c in plan.candidates)  # a $0 run (local) is not worth a prompt

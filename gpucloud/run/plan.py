@@ -3,6 +3,7 @@ whose credentials do not work, so that nobody is asked to launch what cannot sta
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -15,12 +16,20 @@ if TYPE_CHECKING:
     from gpucloud.spec.load import JobSpec
 
 
-def launch_plan(spec: JobSpec, *, cloud: str | None, region: str | None, spot: bool | None) -> Plan:
+def launch_plan(
+    spec: JobSpec,
+    *,
+    cloud: str | None,
+    region: str | None,
+    spot: bool | None,
+    secrets: Mapping[str, str] | None = None,
+) -> Plan:
     """The planner's plan for the job, checked before anything is shown or asked: no candidate is
-    NoCandidateError, the clouds whose credentials do not work are dropped (usable_only)."""
+    NoCandidateError, the clouds whose credentials do not work are dropped (usable_only). `secrets`
+    let a `container:` login read the image's config, as `plan` does, so both choose the same stack."""
     from gpucloud.plan.planner import make_plan
 
-    plan = make_plan(spec, cloud=cloud, region=region, spot=spot)
+    plan = make_plan(spec, cloud=cloud, region=region, spot=spot, secrets=secrets)
     if not plan.candidates:
         raise NoCandidateError("the plan has no candidate to provision.", [])
     return usable_only(plan)
