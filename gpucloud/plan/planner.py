@@ -310,7 +310,7 @@ def _unpriced_plan(
     warnings = list(stack.warnings) + list(image.warnings if image else ())
     for name in clouds:
         provider = providers.get_provider(name)
-        own = provider.plan_candidates(plan_request(spec))
+        own = provider.plan_candidates(plan_request(spec, image))
         candidates.extend(replace(c, gpu=gpu or "") for c in own)
         if own and not candidates[: -len(own)] and hasattr(provider, "plan_stack"):
             stack = provider.plan_stack(stack)  # optional: the stack as on the machines just planned

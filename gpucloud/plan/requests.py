@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from gpucloud.providers.base import Candidate, LaunchRequest, PlanRequest
 
 if TYPE_CHECKING:
+    from gpucloud.plan.container import ImageCuda
     from gpucloud.plan.stack_data import Stack
     from gpucloud.spec.load import JobSpec
 
@@ -19,11 +20,27 @@ def where(spec: JobSpec) -> str:
     return f"{spec.source}: " if spec.source else ""
 
 
-def plan_request(spec: JobSpec) -> PlanRequest:
-    """The job's asks as values, for a provider that names its own candidates (this machine, hosts)."""
+def plan_request(spec: JobSpec, image: ImageCuda | None = None) -> PlanRequest:
+    """The job's asks as values, for a provider that names its own candidates (this machine, hosts).
+    A `container:` job (`image`, its CUDA) asks a host only for a driver that runs the image."""
     from gpucloud.plan.stacks import resolve_stack
 
     gpu, pins = spec.resources.gpu, spec.stack
+    if image is not None:
+        from gpucloud.plan.container_stack import container_stack
+
+        return PlanRequest(
+            gpu=(gpu.model or None) if gpu else None,
+            gpu_count=gpu.count if gpu else 0,
+            num_nodes=spec.num_nodes,
+            hosts=tuple(spec.resources.hosts or ()),
+            source=str(spec.source) if spec.source else None,
+            stack_for=lambda model: container_stack(model, pins, image),
+            install=pins.install,
+            needs_cuda=True,  # the host's driver must reach the image's CUDA floor (the stack's min driver)
+            scheduler=scheduler_settings(spec),
+            max_duration_s=spec.max_duration,
+        )
     return PlanRequest(
         gpu=(gpu.model or None) if gpu else None,  # "": a memory-only request names no model
         gpu_count=gpu.count if gpu else 0,

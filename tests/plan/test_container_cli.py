@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpucloud.cli.app import app
-from tests.plan.test_container_plan import containers_planned, write_job  # noqa: F401 - the fixture
+from tests.plan.test_container_plan import write_job
 from tests.support.containers import ContainerLab
 
 

@@ -7,7 +7,6 @@ an exclusion among alternatives), a driver raised when the image needs it, and `
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,22 +20,6 @@ from gpucloud.spec.load import StackSpec, load_spec
 from tests.support.containers import ContainerLab
 
 CLOSED = "127.0.0.1:1"
-
-
-@pytest.fixture(autouse=True)
-def containers_planned(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """gpucloud/plan/requests.py refuses `container:` until the node can run one (the agent's half);
-    these tests plan a container job as the finished feature does, so that one refusal is lifted here.
-    Every other check of that function still runs."""
-    from gpucloud.plan import planner
-
-    original = planner.refuse_what_providers_cannot_do
-
-    def without_placeholder(spec, clouds, spot):  # type: ignore[no-untyped-def]
-        original(spec.model_copy(update={"container": None}), clouds, spot)
-
-    monkeypatch.setattr(planner, "refuse_what_providers_cannot_do", without_placeholder)
-    yield
 
 
 def write_job(tmp_path: Path, image: str, gpu: str = "T4:1", cloud: str = "aws", extra: str = "") -> Path:

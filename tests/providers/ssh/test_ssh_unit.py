@@ -121,3 +121,23 @@ def test_ssh_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("GPUCLOUD_SSH_CONFIG", str(tmp_path / "missing"))
     with pytest.raises(UserError, match="no such file"):
         ssh_transport.base_args(SshHost.parse("plain"))
+
+
+def test_a_container_job_asks_an_ssh_host_for_the_images_driver_floor(tmp_path: Path) -> None:
+    """`container:` on a host: the host's driver must reach the image's CUDA floor (not a host CUDA's),
+    and a Kepler host cannot take a CUDA 12 image at all."""
+    from gpucloud.plan.container import ImageCuda
+    from gpucloud.plan.container_stack import ImageRefused
+    from gpucloud.plan.requests import plan_request
+    from gpucloud.spec.load import load_spec
+
+    job = tmp_path / "job.yaml"
+    job.write_text("name: c\nresources: {cloud: ssh, hosts: [box], gpu: T4}\ncontainer: img:1\nrun: 'true'\n")
+    image = ImageCuda("img:1", "docker.io", "12.6", "tag", "test")
+    req = plan_request(load_spec(job), image)
+    stack = req.stack_for("T4")  # type: ignore[misc]
+    assert req.needs_cuda and stack.min_driver_version == "560.28.03" and not stack.framework_pip
+    old = parse_probe("t4", K40_PROBE.replace("Tesla K40m", "Tesla T4").replace("470.182.03", "535.104.05"))
+    assert "older than 560.28.03" in (driver_problem(old, stack, needs_cuda=req.needs_cuda) or "")
+    with pytest.raises(ImageRefused):
+        req.stack_for("K40")  # type: ignore[misc]
