@@ -200,7 +200,8 @@ class _Run:
         self.launched_at: float | None = None  # wall clock when the machines were launched
         self.timeline: list[str] = []  # "node N: boot .. · stack .. · run .." (timeline.py), once final
         self._old_handlers: dict[int, Any] = {}
-        self.delivery = SecretDelivery(self.run_id, spec.num_nodes, secret_values or {}, data, registry)
+        self.secret_values = secret_values or {}
+        self.delivery = SecretDelivery(self.run_id, spec.num_nodes, self.secret_values, data, registry)
 
     # -- signals ------------------------------------------------------------------------------------
 
@@ -418,7 +419,14 @@ class _Run:
         assert self.launch is not None and self.mirror is not None
         if self.recovery is None:
             self.recovery = Recovery(
-                self.spec, self.plan, self.run_id, self.store, self.journal, self.progress, plan_kw=self.plan_kw
+                self.spec,
+                self.plan,
+                self.run_id,
+                self.store,
+                self.journal,
+                self.progress,
+                plan_kw=self.plan_kw,
+                secrets=self.secret_values,
             )
         self.progress.warn(f"attempt {self.launch.attempt + 1}: {message if message.startswith(status) else status}")
         t0 = time.monotonic()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -57,6 +58,7 @@ class Recovery:
     restarts: int = 0
     preemptions: int = 0
     on_demand: bool = False  # the fallback happened: every later attempt is on-demand
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)  # a replan reads the image as run did
 
     @classmethod
     def resume(
@@ -116,6 +118,7 @@ class Recovery:
                 cloud=cloud if isinstance(cloud, str) else None,
                 region=region if isinstance(region, str) else None,
                 spot=False,
+                secrets=self.secrets,
             )
             if market == "on-demand" or launch.candidate.spot:
                 return plan, list(range(len(plan.candidates)))
