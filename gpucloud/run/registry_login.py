@@ -3,9 +3,10 @@ sealed to the node's key with its secrets (gpucloud/run/secrets.py): never in us
 store, a log or `--json` output (docs/CONTAINERS.md, "Private registries").
 
 Where it comes from: `container.login` (a username and a password taken from `secrets:`), else, for
-an image in Amazon ECR, a pull token the CLI asks ECR for with the caller's credentials (12 hours;
-asked again for a later seal when less than an hour is left, e.g. a spot restart hours later).
-Public images need none.
+an image in Amazon ECR, a pull token the CLI asks ECR for with the caller's credentials (12 hours),
+or for Azure Container Registry a refresh token exchanged for the caller's Entra ID token (about 3
+hours); either is asked again for a later seal when less than an hour is left (a spot restart hours
+later). Public images need none.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ def pull_logins(spec: Any, secret_values: Mapping[str, str], *, check: bool = Tr
         server = login.registry or ref.registry
         value = secret_values[login.password_secret]
         return PullLogins(lambda: PullLogin(server, login.username, value))
+    from gpucloud.providers.azure.acr import is_acr
+
+    if is_acr(ref.registry):
+        return _acr_logins(ref.registry, f"container: {container.image}")
     from gpucloud.providers.aws.ecr import check_image, ecr_image, pull_token
 
     ecr = ecr_image(ref.registry, ref.repository, ref.tag, ref.digest)
@@ -72,6 +77,18 @@ def pull_logins(spec: Any, secret_values: Mapping[str, str], *, check: bool = Tr
 
     logins = PullLogins(make)
     logins.current()  # the token is asked for now: a refusal stops the run before launch
+    return logins
+
+
+def _acr_logins(registry: str, where: str) -> PullLogins:
+    from gpucloud.providers.azure.acr import pull_token
+
+    def make() -> PullLogin:
+        user, password, expires = pull_token(registry, where)
+        return PullLogin(registry, user, password, expires)
+
+    logins = PullLogins(make)
+    logins.current()  # exchanged now: no credentials or no AcrPull stops the run before launch
     return logins
 
 

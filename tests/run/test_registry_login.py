@@ -18,6 +18,8 @@ from gpucloud.spec.load import parse_spec
 from gpucloud.vm.agent import sealed
 from tests.providers.local.test_local_e2e import cli, write_job
 from tests.run.test_secrets import _openssl_key
+from tests.support.azure_fixtures import arm, fake_arm_server  # noqa: F401
+from tests.support.fake_arm import FakeArm
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 
 ACCOUNT = "123456789012"  # moto's account
@@ -153,3 +155,63 @@ def test_iam_policy_data_adds_only_the_ecr_pull_of_the_jobs_repository(tmp_path:
     public = write_job(tmp_path / "pub", {"name": "c", "container": "pytorch/pytorch:2.4.0", "run": "true"})
     plain = json.loads(cli("iam-policy", "aws", "--data", str(public), cwd=tmp_path, check=True).stdout)
     assert not [s for s in plain["Statement"] if s["Sid"].startswith("Ecr")]
+
+
+class _AcrExchange:
+    """ACR's token exchange as its docs describe it (POST /oauth2/exchange, form grant_type=access_token,
+    service, tenant, access_token; 200 {"refresh_token"}; 401 for a token Entra ID did not issue), with
+    the fake ARM server as the token issuer."""
+
+    def __init__(self, arm: FakeArm, registries: set[str]) -> None:  # noqa: F811
+        import base64 as b64
+        import threading
+        import urllib.parse
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen: list[dict[str, str]] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                form = dict(urllib.parse.parse_qsl(self.rfile.read(int(self.headers["Content-Length"])).decode()))
+                seen.append(form)
+                ok = (
+                    self.path == "/oauth2/exchange"
+                    and form.get("grant_type") == "access_token"
+                    and form.get("service") in registries
+                    and arm.principal_of(form.get("access_token", "")) is not None
+                )
+                claims = b64.urlsafe_b64encode(json.dumps({"exp": 4102444800}).encode()).decode().rstrip("=")
+                body = {"refresh_token": f"hdr.{claims}.sig"} if ok else {"errors": [{"code": "UNAUTHORIZED"}]}
+                raw = json.dumps(body).encode()
+                self.send_response(200 if ok else 401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.seen = seen
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+def test_acr_image_gets_a_refresh_token_for_the_callers_entra_token(
+    arm: FakeArm,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    acr = _AcrExchange(arm, {"myteam.azurecr.io"})
+    monkeypatch.setenv("GPUCLOUD_AZURE_ACR_ENDPOINT", acr.url)
+    try:
+        logins = pull_logins(job("myteam.azurecr.io/train/x:1"), {})
+        assert logins is not None
+        got = logins.current()
+        assert got["server"] == "myteam.azurecr.io" and got["username"] == "00000000-0000-0000-0000-000000000000"
+        assert got["password"].startswith("hdr.") and acr.seen[-1]["service"] == "myteam.azurecr.io"
+        with pytest.raises(UserError) as err:  # the registry refuses: a clear error before launch
+            pull_logins(job("otherteam.azurecr.io/train/x:1"), {})
+        assert "otherteam.azurecr.io refused the exchange" in err.value.message and "AcrPull" in (err.value.hint or "")
+    finally:
+        acr.server.shutdown()
