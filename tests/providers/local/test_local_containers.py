@@ -17,9 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.providers.local.test_local_e2e import cli, leftovers, run_id_of, status_json, write_job
+from tests.run.test_spot import check_finished_count, preempted_twice
 from tests.support.containers import ContainerLab, container_lab, podman  # noqa: F401
+from tests.support.spot_job import write_count_job
 
 pytestmark = pytest.mark.slow
 
@@ -228,4 +231,44 @@ def test_two_nodes_rendezvous_over_the_hosts_network(
     log = (gpucloud_home / "runs" / run_id / "log.txt").read_text()
     assert "rank0 got: hello from rank 1" in log, log[-3000:]
     assert "rank1 sent to 127.0.0.1:" in log
+    assert containers_of(run_id) == [] and leftovers(gpucloud_home, run_id) == []
+
+
+COUNT_SH = """\
+f="$GPUCLOUD_CHECKPOINT_DIR/count"
+mkdir -p "$GPUCLOUD_CHECKPOINT_DIR"
+i=$(cat "$f" 2>/dev/null || echo 0)
+echo "resuming at $i"
+trap 'echo "preempted at $i"; exit 143' TERM
+while [ "$i" -lt "$N" ]; do
+  if [ -e "$GPUCLOUD_PREEMPTED_FILE" ]; then echo "preempted at $i"; exit 143; fi
+  sleep "$STEP_S"
+  i=$((i + 1))
+  echo "$i" > "$f.tmp" && busybox mv "$f.tmp" "$f"
+done
+printf %s "$i" > result.txt
+echo "done $i"
+"""
+
+
+def count_job(folder: Path, image: str, n: int, resources: dict) -> Path:
+    """tests/support/spot_job.py's counting job, in sh for the busybox image."""
+    path = write_count_job(folder, n=n, cloud="local", extra={"resources": resources, "container": image})
+    (folder / "count.sh").write_text(COUNT_SH)
+    doc = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**doc, "run": "sh count.sh"}, sort_keys=False))
+    return path
+
+
+def test_containerised_job_preempted_twice_resumes_from_its_checkpoint(
+    tmp_path: Path, gpucloud_home: Path, container_lab: ContainerLab
+) -> None:
+    n = 150
+    job = count_job(tmp_path / "job", container_lab.image, n, {"cloud": "local"})
+    run_id, proc = preempted_twice(["gpucloud", "run", str(job)], gpucloud_home, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "restart 2 of 2 after preempted" in proc.stderr
+    check_finished_count(gpucloud_home, run_id, tmp_path, n)
+    log = (gpucloud_home / "runs" / run_id / "log.txt").read_text()
+    assert log.count("stage container_pull") == 3 and log.count("preempted at ") == 2, log[-3000:]
     assert containers_of(run_id) == [] and leftovers(gpucloud_home, run_id) == []
