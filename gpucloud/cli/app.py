@@ -215,7 +215,7 @@ def plan(
     upload = describe_upload(job)
     data = data_plan(job)
     pull_logins(job, values)  # an ECR image that is not there fails here, as a missing bucket does
-    result = make_plan(job, cloud=cloud, region=region, spot=spot, estimates=estimates)
+    result = make_plan(job, cloud=cloud, region=region, spot=spot, estimates=estimates, secrets=values)
     if json_out:
         emit_json({**result.as_json(), "upload": upload.as_json(), **({"data": data.as_json()} if data else {})})
         return

@@ -48,12 +48,16 @@ def stack_hash(stack: Stack, node: NodeStack, setup: str | None = None) -> str:
         "base": node.image.ref if node.image else "",
         "setup": setup or "",
     }
+    if node.engine_packages or node.toolkit_packages:  # a container job's host: engine and toolkit too
+        doc["container"] = [*node.engine_packages, *node.toolkit_packages]
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def describe(stack: Stack) -> str:
     """The `gpucloud:stack` tag: readable, e.g. "K80 R470 CUDA 11.4 pytorch==2.1.2"."""
     fw = "none" if stack.framework == "none" else f"{stack.framework}=={stack.framework_version}"
+    if stack.container_image:
+        fw = "container host"
     return f"{stack.gpu or 'cpu'} R{stack.driver} CUDA {stack.cuda} {fw}"
 
 

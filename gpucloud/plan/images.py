@@ -55,6 +55,11 @@ class NodeStack:
     reasons: dict[str, str]
     driver_lock: tuple[str, ...] = ()  # NVIDIA's version-locking package, installed before the driver
     extension_driver: str = ""  # GRID: the driver version the cloud's extension is pinned to
+    # A `container:` job: the engine and NVIDIA container toolkit packages installed where missing, and
+    # what the image is known to have (catalog/data/container_hosts.csv; "" when nothing is known).
+    engine_packages: tuple[str, ...] = ()
+    toolkit_packages: tuple[str, ...] = ()
+    container_host: str = ""
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -69,6 +74,8 @@ class NodeStack:
                 *(["nvidia-fabricmanager (pinned to the driver)"] if self.fabric_manager else []),
                 *self.cuda_packages,
                 *self.cudnn_packages,
+                *self.engine_packages,
+                *self.toolkit_packages,
             ],
         }
 
@@ -143,6 +150,16 @@ def extension_driver(cloud: str, instance_type: str) -> str:
     for row in _data("driver_extensions.csv"):
         if row["cloud"] == cloud and fnmatch.fnmatch(instance_type.lower(), row["instance_pattern"].lower()):
             return row["driver_version"]
+    return ""
+
+
+def container_host(image: Image | None) -> str:
+    """What a vendor image has for containers (engine, NVIDIA container toolkit), with its source; ""
+    when container_hosts.csv knows nothing of it (the stack stage installs both there)."""
+    name = image.name if image is not None else None
+    for row in _data("container_hosts.csv"):
+        if row["image"] == name:
+            return f"{row['has']} [{row['source']}]"
     return ""
 
 
@@ -255,10 +272,11 @@ def resolve_node(
             "(cuda-drivers does not work here); the bootstrap waits for it."
         )
         reasons["driver"] += f" Its driver is pinned to {extension_driver(cloud, instance_type) or 'the latest'}."
-        if not stack.cuda_toolkit:
+        major = (stack.container_cuda if stack.container_image else stack.cuda).split(".")[0]
+        if not stack.cuda_toolkit and major in COMPAT_FLOOR:
             # The extension's GRID branch is pinned per size family (providers' choice, often older than
-            # the stack's default); a framework wheel runs on it by CUDA minor-version compatibility.
-            low = min(low, int(COMPAT_FLOOR[stack.cuda.split(".")[0]].split(".")[0]))
+            # the stack's default); a framework wheel or an image runs on it by minor-version compatibility.
+            low = min(low, int(COMPAT_FLOOR[major].split(".")[0]))
     else:
         source = "apt"
     fabric = "nvswitch" in features
@@ -269,6 +287,13 @@ def resolve_node(
         )
     if cpu_arch == ARM64:
         reasons["repo_arch"] = "arm64 machine: NVIDIA's repository path is sbsa, not x86_64."
+    has = container_host(image) if stack.container_image else ""
+    if stack.container_image:
+        reasons["container"] = (
+            f"the image has {has}; the stack stage checks and installs nothing it finds"
+            if has
+            else "docker.io from Ubuntu and NVIDIA's container toolkit (pinned), each only where missing"
+        )
     return NodeStack(
         image=image,
         cpu_arch=cpu_arch,
@@ -283,4 +308,7 @@ def resolve_node(
         cuda_packages=stack.cuda_packages if stack.cuda_toolkit else (),
         cudnn_packages=stack.cudnn_packages if stack.cuda_toolkit else (),
         reasons=reasons,
+        engine_packages=stack.engine_packages,
+        toolkit_packages=stack.toolkit_packages if stack.driver != "none" else (),
+        container_host=has,
     )

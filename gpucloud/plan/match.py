@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
     from gpucloud.catalog.models import Offering
+    from gpucloud.plan.container import ImageCuda
     from gpucloud.plan.images import NodeStack
     from gpucloud.plan.stacks import Stack
     from gpucloud.providers.base import Image
@@ -90,10 +91,11 @@ class GpuMatch:
 class PlanStacks:
     """The stack of each GPU a plan may run on: one fixed stack for a single request (an error in
     the job's pins stops the plan, as before), else resolved per GPU, where a pin that does not fit
-    one GPU excludes that GPU's offerings with the reason instead of stopping the plan."""
+    one GPU excludes that GPU's offerings with the reason instead of stopping the plan. With a
+    `container:` image (`image`), a GPU that cannot run it is excluded the same way, with that reason."""
 
-    def __init__(self, spec: JobSpec, fixed: Stack | None) -> None:
-        self.pins, self.fixed = spec.stack, fixed
+    def __init__(self, spec: JobSpec, fixed: Stack | None, image: ImageCuda | None = None) -> None:
+        self.pins, self.fixed, self.image = spec.stack, fixed, image
         self.per_gpu: dict[str, Stack | str] = {}
         self.used: set[str] = set()  # the GPUs of rows the plan considered: the plan lists their stacks
 
@@ -112,14 +114,30 @@ class PlanStacks:
         hit = self.per_gpu.get(gpu)
         if hit is None:
             from gpucloud.errors import UserError
-            from gpucloud.plan.stacks import resolve_stack
 
             try:
-                hit = resolve_stack(gpu, self.pins)
+                hit = self._resolve(gpu)
             except UserError as exc:
-                hit = f"the job's stack pins do not fit the {gpu}: {exc.message}"
+                hit = getattr(exc, "reason", None) or f"the job's stack pins do not fit the {gpu}: {exc.message}"
             self.per_gpu[gpu] = hit
         return hit
+
+    def _resolve(self, gpu: str) -> Stack:
+        """The GPU's stack: a container job's host stack (imported only for such a job) or the usual one."""
+        if self.image is not None:
+            from gpucloud.plan.container_stack import container_stack
+
+            return container_stack(gpu, self.pins, self.image)
+        from gpucloud.plan.stacks import resolve_stack
+
+        return resolve_stack(gpu, self.pins)
+
+    def refusals(self, gpus: frozenset[str]) -> list[str]:
+        """Each GPU's reason when none of `gpus` can run the job (pins or image), else []."""
+        found = {g: self.peek(g) for g in sorted(gpus)}
+        if any(not isinstance(s, str) for s in found.values()):
+            return []
+        return [str(s) for s in found.values()]
 
     def known(self) -> dict[str, Stack]:
         return {g: s for g, s in self.per_gpu.items() if g in self.used and not isinstance(s, str)}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC
 from typing import TYPE_CHECKING
@@ -14,11 +14,13 @@ from gpucloud.plan.requests import plan_request, refuse_what_providers_cannot_do
 from gpucloud.plan.rows import Exclusion, Exclusions, QuickReasons, RankedCandidates, read_rows
 from gpucloud.providers.base import Candidate
 
-__all__ = ["Candidate", "DataAge", "Exclusion", "Plan", "alternatives", "data_age", "make_plan", "read_rows"]
+__all__ = ["Candidate", "DataAge", "Exclusion", "Plan", "data_age", "make_plan", "read_rows"]
 
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
     from gpucloud.catalog.models import Offering
+    from gpucloud.plan.container import ImageCuda
+    from gpucloud.plan.container_stack import ContainerPlan
     from gpucloud.plan.stacks import Stack
     from gpucloud.spec.load import JobSpec
 
@@ -32,6 +34,7 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     data: DataAge | None = None  # how old the prices behind the first candidate are
     stacks: dict[str, Stack] = field(default_factory=dict)  # per GPU, when the job accepts several
+    container: ContainerPlan | None = None  # a `container:` job: the image, its CUDA, the host stack
 
     def requests(self) -> set[str]:
         """The GPU requests (labels) the candidates meet, without building them."""
@@ -54,6 +57,8 @@ class Plan:
             doc["catalog"] = self.data.as_json()
         if len(self.stacks) > 1:  # GPU alternatives: each GPU's own stack
             doc["stacks"] = {gpu: stack.as_json() for gpu, stack in sorted(self.stacks.items())}
+        if self.container is not None:
+            doc["container"] = self.container.as_json()
         return doc
 
 
@@ -114,9 +119,6 @@ def data_age(cat: Catalog, first: Candidate) -> DataAge | None:
     return DataAge(origin=cat.meta.origin, price_date=row.price_date, age_days=age, max_age_days=limit)
 
 
-CLOSEST_MISSES = 5
-
-
 def make_plan(
     spec: JobSpec,
     *,
@@ -126,14 +128,15 @@ def make_plan(
     catalog: Catalog | None = None,
     baked: bool = True,
     estimates: bool = True,
+    secrets: Mapping[str, str] | None = None,
 ) -> Plan:
     """Rank every offering that meets every constraint of `spec`; explain every other one.
 
     `cloud`, `region` and `spot` are the CLI's overrides; `estimates=False` (`plan --no-estimates`)
     excludes offerings whose price is an estimate, with that reason. Raises UserError (exit 2) when the GPU is
-    offered nowhere allowed, or when nothing meets the constraints (with the closest misses)."""
+    offered nowhere allowed, or when nothing meets the constraints (with the closest misses). `secrets`: the
+    job's secret values, for a `container:` login (gpucloud/plan/container_plan.py)."""
     from gpucloud.catalog import load_catalog
-    from gpucloud.plan.stacks import resolve_stack
     from gpucloud.providers import registry as providers
 
     cat = catalog or load_catalog()
@@ -142,24 +145,31 @@ def make_plan(
     gpu = _requested_gpu(spec, cat)
     match = GpuMatch(spec, cat) if spec.resources.gpu and not spec.resources.instance_type else None
     wide = match is not None and not match.simple  # alternatives, a model choice or a range
-    stack = resolve_stack(gpu or None, spec.stack) if not wide else None
+    image = _image(spec, secrets, bool(gpu) or match is not None)
+    stack = _fixed_stack(spec, gpu, image) if not wide else None
     priced = [c for c in clouds if providers.info(c).priced]
     if not priced:
-        return _unpriced_plan(spec, stack or resolve_stack(gpu or None, spec.stack), gpu, clouds)
+        return _unpriced_plan(spec, stack or _fixed_stack(spec, gpu, image), gpu, clouds, image)
     clouds = priced
     regions = _allowed_regions(spec, region, clouds, cat)
     policy: bool | str = spec.resources.spot if spot is None else spot
     variants = match.variants if match is not None and wide else frozenset(cat.members(gpu)) if gpu else frozenset()
 
-    stacks = PlanStacks(spec, stack)
+    stacks = PlanStacks(spec, stack, image)
+    if image is not None and wide:
+        from gpucloud.plan.container_plan import some_gpu_fits
+
+        some_gpu_fits(spec, stacks, variants)
     quick = QuickReasons(spec, match.asked if match is not None and wide else gpu, variants, clouds, regions)
     images = ImageChoice(stacks, spec, baked=baked)
     candidates, excluded = _check_rows(cat, quick, spec, policy, images, match, estimates)
     if not candidates:
-        raise _nothing_fits(spec, gpu if not wide else None, clouds, excluded, cat)
+        from gpucloud.plan.misses import nothing_fits
+
+        raise nothing_fits(spec, gpu if not wide else None, clouds, excluded, cat)
     first = stacks.of(candidates[0].gpu)
     assert not isinstance(first, str), "a candidate's stack always resolves"
-    warnings: list[str] = list(first.warnings)
+    warnings: list[str] = list(first.warnings) + list(image.warnings if image else ())
     warnings.extend(_legacy_warnings(candidates.legacy()))
     age = data_age(cat, candidates[0])
     if age is not None and age.stale:
@@ -172,7 +182,38 @@ def make_plan(
         warnings=warnings,
         data=age,
         stacks=stacks.known() if wide else {},
+        container=_container(spec, image, first, candidates[0], True),
     )
+
+
+def _image(spec: JobSpec, secrets: Mapping[str, str] | None, gpu_job: bool) -> ImageCuda | None:
+    """A `container:` job's image and its CUDA (asked once per plan); None for any other job."""
+    if spec.container is None:
+        return None
+    from gpucloud.plan.container_plan import image_of
+
+    return image_of(spec, secrets, gpu_job)
+
+
+def _fixed_stack(spec: JobSpec, gpu: str | None, image: ImageCuda | None) -> Stack:
+    """The stack of a single GPU request: a container job's host stack, or the GPU's usual one."""
+    if image is not None:
+        from gpucloud.plan.container_plan import stack_of
+
+        return stack_of(spec, gpu or None, image)
+    from gpucloud.plan.stacks import resolve_stack
+
+    return resolve_stack(gpu or None, spec.stack)
+
+
+def _container(
+    spec: JobSpec, image: ImageCuda | None, stack: Stack, first: Candidate | None, install: bool
+) -> ContainerPlan | None:
+    if image is None:
+        return None
+    from gpucloud.plan.container_plan import describe
+
+    return describe(spec, image, stack, first, install)
 
 
 def _check_rows(
@@ -258,13 +299,15 @@ def _where(spec: JobSpec) -> str:
     return f"{spec.source}: " if spec.source else ""
 
 
-def _unpriced_plan(spec: JobSpec, stack: Stack, gpu: str | None, clouds: list[str]) -> Plan:
+def _unpriced_plan(
+    spec: JobSpec, stack: Stack, gpu: str | None, clouds: list[str], image: ImageCuda | None = None
+) -> Plan:
     """Providers without catalog rows (this machine, an SSH host) plan their own candidates
     (`Provider.plan_candidates`); where the stack install is skipped, the GPU check only warns."""
     from gpucloud.providers import registry as providers
 
     candidates: list[Candidate] = []
-    warnings = list(stack.warnings)
+    warnings = list(stack.warnings) + list(image.warnings if image else ())
     for name in clouds:
         provider = providers.get_provider(name)
         own = provider.plan_candidates(plan_request(spec))
@@ -278,7 +321,9 @@ def _unpriced_plan(spec: JobSpec, stack: Stack, gpu: str | None, clouds: list[st
                 f"{name} provider: the stack install is skipped; the job uses this machine's {gpu} "
                 "if it has one, else the CPU (with a warning in the log)."
             )
-    return Plan(spec=spec, candidates=candidates, excluded=[], stack=stack, warnings=warnings)
+    installs = any(providers.capabilities(name).install_stack for name in clouds)
+    container = _container(spec, image, stack, candidates[0] if candidates else None, installs)
+    return Plan(spec=spec, candidates=candidates, excluded=[], stack=stack, warnings=warnings, container=container)
 
 
 def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: Catalog) -> set[str] | None:
@@ -429,149 +474,3 @@ def _legacy_warnings(types: Iterable[tuple[str, str]]) -> list[str]:
         f"legacy instance types in this plan ({', '.join(legacy)}): the cloud is retiring them; a launch may "
         "fail for lack of capacity or be refused, and the next candidate is tried then."
     ]
-
-
-def _nothing_fits(
-    spec: JobSpec, gpu: str | None, clouds: list[str], excluded: Sequence[Exclusion], cat: Catalog
-) -> Exception:
-    """Exit 2 with a message that says why and what to do instead."""
-    from gpucloud.errors import UserError
-
-    where = "/".join(clouds)
-    variants = set(cat.members(gpu)) if gpu else set()
-    if gpu:
-        offered = [o for o in cat.offerings if o.gpu in variants and o.cloud in clouds]
-        live = [o for o in offered if o.status != "retired"]
-        if not offered:
-            return UserError(
-                f"{_where(spec)}resources.gpu: no cloud gpucloud can use ({where}) offers the {gpu}"
-                f"{_never_offered_note(gpu, cat)}.",
-                hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat)) + ".",
-            )
-        if not live:
-            return _only_retired(spec, gpu, where, offered, clouds, cat)
-        count = spec.resources.gpu.count if spec.resources.gpu else 0
-        if count and not any(o.gpu_count == count for o in live) and any(o.gpu_count == count for o in offered):
-            return _count_only_retired(spec, gpu, count, where, offered, live, clouds, cat)
-    gone = {(o.cloud, o.instance_type) for o in cat.offerings if o.status == "retired"}
-    misses = [
-        e
-        for e in excluded
-        if e.cloud in clouds and (not gpu or _gpu_of(e, cat) in variants) and (e.cloud, e.instance_type) not in gone
-    ]
-    misses.sort(key=lambda e: _price_of(e, cat))
-    lines = [f"{e.cloud}/{e.region}/{e.instance_type}: {e.reason}" for e in misses[:CLOSEST_MISSES]]
-    return UserError(
-        f"{_where(spec)}no offering meets every constraint of the job. Closest misses:\n  - "
-        + "\n  - ".join(lines or ["(none)"]),
-        hint="Relax the constraint named above (max_price_per_hour, regions, gpu count, min_vcpus, spot), "
-        "or see `gpucloud catalog --gpu " + (gpu or "T4") + "`.",
-    )
-
-
-def _only_retired(
-    spec: JobSpec, gpu: str, where: str, offered: list[Offering], clouds: list[str], cat: Catalog
-) -> Exception:
-    """The GPU exists only on retired or withdrawn types: say when and on what evidence, and that
-    the GPU's software stack is still known (it runs on a machine you own or host)."""
-    from gpucloud.errors import UserError
-
-    by_status: dict[tuple[str, str], list[str]] = {}
-    for o in sorted(offered, key=lambda o: (o.cloud, o.gpu_count, o.instance_type)):
-        types = by_status.setdefault((o.cloud, o.status_text()), [])
-        if o.instance_type not in types:
-            types.append(o.instance_type)
-    dates = [f"{cloud} {', '.join(types)} ({status})" for (cloud, status), types in by_status.items()]
-    read_on = {o.cloud: o.status_date for o in offered if o.withdrawn}
-    note = "".join(
-        f" {c}'s current API does not offer them (none listed in its data read on {day}); no end date was announced."
-        for c, day in sorted(read_on.items())
-    )
-    return UserError(
-        f"{_where(spec)}resources.gpu: {where} offers the {gpu} only on retired or withdrawn instance types "
-        f"({'; '.join(dates)}).{note}",
-        hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat)) + ". "
-        f"The {gpu} software stack is still known (`gpucloud stack {gpu}`): run the job on a machine with that GPU "
-        "that you own or host, through a provider that reaches it.",
-    )
-
-
-def _count_only_retired(
-    spec: JobSpec,
-    gpu: str,
-    count: int,
-    where: str,
-    offered: list[Offering],
-    live: list[Offering],
-    clouds: list[str],
-    cat: Catalog,
-) -> Exception:
-    """The GPU is still sold, but never `count` to a machine: the types that had that count are
-    retired (say when), so point at the counts and GPUs that are live instead of at other retired types."""
-    from gpucloud.errors import UserError
-
-    retired = sorted({f"{o.cloud} {o.instance_type} ({o.status_text()})" for o in offered if o.gpu_count == count})
-    counts = sorted({o.gpu_count for o in live})
-    cheapest = {n: min((o for o in live if o.gpu_count == n), key=lambda o: o.price_per_hour) for n in counts}
-    still = "; ".join(
-        f"{n} × {o.gpu} on {o.cloud} {o.instance_type} ({o.region}) at ${o.price_per_hour:.3f}/h"
-        for n, o in cheapest.items()
-    )
-    return UserError(
-        f"{_where(spec)}resources.gpu: {where} offers {count} × {gpu} per machine only on retired instance types: "
-        f"{', '.join(retired[:4])}. Still offered: {still}.",
-        hint=f"Ask for one of those counts (gpu: {gpu}:{counts[0]}), or another GPU. Nearest alternatives: "
-        + "; ".join(alternatives(gpu, clouds, cat))
-        + ".",
-    )
-
-
-def _never_offered_note(gpu: str, cat: Catalog) -> str:
-    variants = set(cat.members(gpu))
-    anywhere = {o.cloud for o in cat.offerings if o.gpu in variants}
-    return "; it was never offered by AWS or Azure and exists only on owned or hosted hardware" if not anywhere else ""
-
-
-def _gpu_of(e: Exclusion, cat: Catalog) -> str:
-    return next((o.gpu for o in cat.offerings if o.instance_type == e.instance_type), "")
-
-
-def _price_of(e: Exclusion, cat: Catalog) -> float:
-    return next(
-        (
-            o.price_per_hour
-            for o in cat.offerings
-            if o.instance_type == e.instance_type and o.region == e.region and o.cloud == e.cloud
-        ),
-        0.0,
-    )
-
-
-def alternatives(gpu: str, clouds: list[str], cat: Catalog, limit: int = 4) -> list[str]:
-    """Same architecture first (any cloud, cheapest row per GPU), then the cheapest current GPU in
-    the allowed clouds: what a user asking for an unavailable GPU most likely wants instead."""
-    arch = cat.gpu(gpu).architecture if cat.resolve(gpu) else ""
-    variants = set(cat.members(gpu))
-    live = [o for o in cat.offerings if o.status != "retired"]
-    same_arch = sorted(
-        (o for o in live if o.gpu not in variants and cat.gpus[o.gpu].architecture == arch),
-        key=lambda o: (o.cloud not in clouds, o.price_per_hour / o.gpu_count),
-    )
-    current = sorted(
-        (o for o in live if o.status == "active" and o.cloud in clouds),
-        key=lambda o: o.price_per_hour,
-    )
-    same_gpu_elsewhere = sorted(
-        (o for o in live if o.gpu in variants and o.cloud not in clouds), key=lambda o: o.price_per_hour
-    )
-    picked: list[str] = []
-    seen: set[str] = set()
-    for o in [*same_gpu_elsewhere[:1], *same_arch, *current]:
-        if o.gpu in seen and o.gpu != gpu:
-            continue
-        seen.add(o.gpu)
-        tag = f" [{o.status}]" if o.status != "active" else ""
-        picked.append(f"{o.gpu} on {o.cloud} {o.instance_type} ({o.region}) at ${o.price_per_hour:.3f}/h{tag}")
-        if len(picked) >= limit:
-            break
-    return picked or ["none in the catalog"]

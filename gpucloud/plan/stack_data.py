@@ -208,6 +208,27 @@ TF_NO_KERNELS: dict[str, str] = {
     ),
 }
 
+# The first CUDA major whose toolkit has no code for the architecture: CUDA 12.0 removed sm_35/sm_37
+# (Kepler), CUDA 13.0 removed sm_50-sm_70 (Maxwell, Pascal, Volta) (docs/STACKS.md). An image built
+# with that CUDA (or newer) cannot run there, whatever the driver.
+CUDA_DROPPED: dict[str, int] = {"Kepler": 12, "Maxwell": 13, "Pascal": 13, "Volta": 13}
+# A container job's host on a plain Ubuntu image: Ubuntu's docker.io, and NVIDIA's container toolkit
+# from NVIDIA's libnvidia-container apt repository, all four packages at one pinned version as NVIDIA's
+# install guide lists them; 1.20.1 is what the AWS Deep Learning Base OSS AMIs ship in October 2026
+# (docs/STACKS.md, "Containers").
+CONTAINER_TOOLKIT_VERSION = "1.20.1-1"
+CONTAINER_TOOLKIT_PACKAGES: tuple[str, ...] = tuple(
+    f"{name}={CONTAINER_TOOLKIT_VERSION}"
+    for name in (
+        "nvidia-container-toolkit",
+        "nvidia-container-toolkit-base",
+        "libnvidia-container-tools",
+        "libnvidia-container1",
+    )
+)
+CONTAINER_TOOLKIT_REPO = "https://nvidia.github.io/libnvidia-container"
+CONTAINER_ENGINE_PACKAGES: tuple[str, ...] = ("docker.io",)
+
 # Per-GPU notes that the architecture alone does not tell.
 GPU_WARNINGS: dict[str, str] = {
     "A10": (
@@ -279,6 +300,12 @@ class Stack:
     # NVIDIA's version-locking package of the branch, installed before the driver (empty before R580:
     # the bootstrap's own apt preferences file holds those branches).
     driver_lock: tuple[str, ...] = ()
+    # A `container:` job: the image (its reference), the CUDA it was built for ("unknown" when no
+    # source said), and what the host adds to the driver: an engine and NVIDIA's container toolkit.
+    container_image: str = ""
+    container_cuda: str = ""
+    engine_packages: tuple[str, ...] = ()
+    toolkit_packages: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, object]:
         """The `stack` object of `plan --json` / `stack --json` (DESIGN.md section 4)."""

@@ -213,7 +213,10 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
     _print(table, optional=("price\nsource", "$/h\nper node", "#", "request", "GPUs", "cloud"))
     if len(plan.candidates) > len(shown):
         say(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
-    print_stack(plan.stack, brief=True)
+    if plan.container is not None:
+        _print_container(plan.container.as_json())
+    else:
+        print_stack(plan.stack, brief=True)
     if len(plan.stacks) > 1:  # GPU alternatives: the stack shown is #1's
         note(f"the stack above is #1's ({shown[0].gpu}); each GPU gets its own (--json: stacks)")
     if shown and shown[0].image is not None:  # the image the first candidate boots
@@ -233,6 +236,18 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
     if other:
         say(f"{other} offerings of other GPUs, counts or clouds not shown (--json lists every one with its reason)")
     _warn(plan.warnings)
+
+
+def _print_container(doc: dict[str, Any]) -> None:
+    """A container job: the image and its CUDA (and where that came from), then the host stack of
+    candidate #1's machine and why; the image brings CUDA, cuDNN and the framework."""
+    cuda = f"CUDA {doc['cuda']} ({doc['cuda_source']}: {doc['cuda_detail']})" if doc["cuda"] else "CUDA unknown"
+    say(f"Container: {doc['image']}, {cuda}")
+    host = doc["host_stack"]
+    say(f"Host stack (#1): driver {host['driver']}; engine: {host['engine']}; toolkit: {host['toolkit']}")
+    why = host.get("why")
+    for key, text in why.items() if isinstance(why, dict) else (("why", why),):
+        say(f"  {key}: {text}")
 
 
 def catalog_rows(*, gpu: str | None, cloud: str | None, region: str | None, include_retired: bool) -> list[Offering]:

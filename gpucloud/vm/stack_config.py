@@ -1,4 +1,5 @@
-"""The stack stages' config (CLI side): what the VM checks and installs, and the GPU it expects.
+"""The stack stages' config (CLI side): what the VM checks and installs, and the GPU it expects
+(for a `container:` job also the engine and NVIDIA container toolkit of its host).
 
 The agent's stack and gpu_verify stages (gpucloud/vm/agent/stack.py, gpu_check.py) read nothing
 else, so this JSON-able dict is their whole contract with the CLI: the node's install plan
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpucloud.plan.stack_data import CONTAINER_TOOLKIT_REPO
 from gpucloud.vm.job_env import gpu_tokens, stack_context
 
 if TYPE_CHECKING:
@@ -27,6 +29,7 @@ def stack_config(node: NodeStack, stack: Stack, candidate: Candidate, caps: Capa
     stack at all (hosts that bring their own driver do not)."""
     gpu_model = candidate.gpu or ""
     framework = stack.framework if stack.framework in FRAMEWORKS else "none"
+    host = container_host(node)
     return {
         "skip_stack": not caps.install_stack,
         "driver": stack.driver,
@@ -39,5 +42,18 @@ def stack_config(node: NodeStack, stack: Stack, candidate: Candidate, caps: Capa
         "gpu_count": int(candidate.gpu_count if gpu_model else 0),
         "gpu_tokens": gpu_tokens(gpu_model),
         "gpu_check": caps.gpu_check,
+        **({"container": host} if host else {}),
         **stack_context(node),
+    }
+
+
+def container_host(node: NodeStack) -> dict[str, Any]:
+    """A `container:` job's host: the engine and NVIDIA container toolkit packages the stack stage
+    installs where missing, and the toolkit's apt repository; {} for any other job."""
+    if not (node.engine_packages or node.toolkit_packages):
+        return {}
+    return {
+        "engine_packages": list(node.engine_packages),
+        "toolkit_packages": list(node.toolkit_packages),
+        "toolkit_repo": CONTAINER_TOOLKIT_REPO,
     }

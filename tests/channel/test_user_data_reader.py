@@ -160,12 +160,25 @@ def _claim(grants: dict[str, str], headers: tuple[str, ...]) -> Callable[[bytes]
     return sign
 
 
-def _forge(grants: dict[str, str], headers: tuple[str, ...], run_id: str, stop: threading.Event, claim: bool) -> None:
+def _forge(
+    grants: dict[str, str],
+    headers: tuple[str, ...],
+    run_id: str,
+    stop: threading.Event,
+    claim: bool,
+    node_claimed: Callable[[], bool],
+) -> None:
+    """With `claim`, the reader claims at once (before or after the machine, whichever is first) but
+    forges only once the machine has claimed too: a signed forgery that lands before the machine's
+    first claim is the race docs/SECURITY.md says this design does not close."""
     import hashlib
 
     art = _forged_artifacts()
     sign = _claim(grants, headers) if claim else (lambda doc: doc)
     FORGED.clear()
+    end = time.monotonic() + 120
+    while claim and not node_claimed() and time.monotonic() < end and not stop.is_set():
+        time.sleep(0.05)
     while not stop.is_set():
         doc = (
             json.dumps(
@@ -192,8 +205,23 @@ def _forge(grants: dict[str, str], headers: tuple[str, ...], run_id: str, stop: 
         stop.wait(0.3)
 
 
+def _node_claimed(sim: AwsVmSimulator | AzureVmSimulator, before: set[str]) -> Callable[[], bool]:
+    """Whether the run's machine has published its own claim (the agent's claim.done marker)."""
+
+    def claimed() -> bool:
+        with sim.lock:
+            new = [g for vm_id, g in sim.guests.items() if vm_id not in before]
+        return any(next(g.sandbox.rglob("claim.done"), None) for g in new)
+
+    return claimed
+
+
 def _play(
-    proc: subprocess.Popen[str], read_user_data: Callable[[], bytes | None], headers: tuple[str, ...], claim: bool
+    proc: subprocess.Popen[str],
+    read_user_data: Callable[[], bytes | None],
+    headers: tuple[str, ...],
+    claim: bool,
+    node_claimed: Callable[[], bool],
 ) -> tuple[int, str, str]:
     end = time.monotonic() + 90
     raw = None
@@ -204,7 +232,7 @@ def _play(
     grants = _manifest(_script(raw))
     run_id = grants["status_put"].split("/runs/", 1)[1].split("/", 1)[0]
     stop = threading.Event()
-    forger = threading.Thread(target=_forge, args=(grants, headers, run_id, stop, claim), daemon=True)
+    forger = threading.Thread(target=_forge, args=(grants, headers, run_id, stop, claim, node_claimed), daemon=True)
     forger.start()
     try:
         out, err = proc.communicate(timeout=180)
@@ -243,7 +271,7 @@ def test_aws_user_data_reader_cannot_forge_the_result(
         value = attr.get("UserData", {}).get("Value")
         return base64.b64decode(value) if value else None
 
-    rc, out, err = _play(proc, user_data, (), claim)
+    rc, out, err = _play(proc, user_data, (), claim, _node_claimed(aws_sim, before))
     _check(rc, out, err, tmp_path)
     if claim:
         assert rc == 65 and "different keys claim" in err, err[-3000:]
@@ -259,6 +287,7 @@ def test_azure_custom_data_reader_cannot_forge_the_result(
 ) -> None:
     spec = azure_job(tmp_path / "job.yaml", run=JOB, artifacts="[out.txt]")
     before = {r.id for r in arm.vms()}
+    known = set(azure_sim.guests)
     proc = azure_start_cli(azure_env, "run", str(spec), "--cloud", "azure")
 
     def user_data() -> bytes | None:
@@ -266,7 +295,7 @@ def test_azure_custom_data_reader_cannot_forge_the_result(
         text = arm.custom_data(new[0].id) if new else None
         return text.encode() if text else None
 
-    rc, out, err = _play(proc, user_data, ("x-ms-blob-type: BlockBlob",), claim)
+    rc, out, err = _play(proc, user_data, ("x-ms-blob-type: BlockBlob",), claim, _node_claimed(azure_sim, known))
     _check(rc, out, err, tmp_path)
     if claim:
         assert rc == 65 and "different keys claim" in err, err[-3000:]

@@ -1,5 +1,6 @@
-"""The stack stage: check the NVIDIA driver, CUDA toolkit/cuDNN and framework the job needs, and
-install from NVIDIA's apt repository (or pip) only what is missing (docs/STACKS.md).
+"""The stack stage: check the NVIDIA driver, CUDA toolkit/cuDNN and framework the job needs -- or for
+a `container:` job the driver, a container engine and NVIDIA's container toolkit -- and install from
+NVIDIA's apt repositories, Ubuntu's (or pip) only what is missing (docs/STACKS.md).
 
 Every part is checked before it is installed, so a vendor image, a baked image or a boot after a
 reboot installs nothing it already has. The order and the pins are what keep the driver on its
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -33,6 +35,12 @@ KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
 PINS_FILE = "gpucloud-nvidia-driver"
 STACK_LOG_TAIL_LINES = 30
 FRAMEWORK_IMPORT = {"pytorch": "import torch", "tensorflow": "import tensorflow as tf"}
+# NVIDIA's container toolkit repository (libnvidia-container): its signing key and the one apt line
+# its install guide writes ($(ARCH) is apt's own substitution); GPUCLOUD_NVIDIA_CTK_REPO overrides it.
+DEFAULT_CTK_REPO = "https://nvidia.github.io/libnvidia-container"
+CTK_KEY = "nvidia-container-toolkit.asc"
+CTK_LIST = "nvidia-container-toolkit.list"
+ENGINES = ("docker", "podman")
 
 
 class _StackAbort(Exception):
@@ -131,8 +139,10 @@ class StackInstall:
 
     def apt_install(self, packages: Sequence[str]) -> bool:
         """Install from NVIDIA's repository: the keyring first, one `apt-get update` per run."""
-        if not self.keyring():
-            return False
+        return self.keyring() and self.apt_plain(packages)
+
+    def apt_plain(self, packages: Sequence[str]) -> bool:
+        """Install from the sources apt has (one `update` per run, again after a source was added)."""
         self.env.log("apt-get install " + " ".join(packages))
         if not self.apt_fresh and not self.apt_get("update"):
             return False
@@ -261,6 +271,90 @@ class StackInstall:
         if pip.returncode != 0:
             raise _StackAbort()
 
+    # ---- a container job's host: engine and NVIDIA container toolkit --------------------------------
+    def runs(self, *argv: str) -> bool:
+        """The command is there and answers (a stale binary on PATH is not an engine)."""
+        if shutil.which(argv[0], path=self.env.environ.get("PATH")) is None:
+            return False
+        return run_quiet(self.env, list(argv), to_stack_log=False).returncode == 0
+
+    def engine(self, packages: Sequence[str]) -> str:
+        """docker or podman where the image has one, else the engine packages (Ubuntu's docker.io)."""
+        for name in ENGINES:
+            if self.runs(name, "--version"):
+                self.env.log(f"container engine {name} already present")
+                return name
+        if not packages or not self.apt_plain(packages) or not self.runs("docker", "--version"):
+            self.env.log("no container engine, and installing " + (" ".join(packages) or "one") + " failed")
+            raise _StackAbort()
+        return "docker"
+
+    def ctk_repo(self) -> bool:
+        """NVIDIA's container toolkit source: its key (ASCII-armoured, which apt reads as .asc) and list."""
+        etc = Path(_env_value(self.env, "GPUCLOUD_ETC", "/etc")) / "apt"
+        default = str((self.cfg.get("container") or {}).get("toolkit_repo") or DEFAULT_CTK_REPO)
+        repo = _env_value(self.env, "GPUCLOUD_NVIDIA_CTK_REPO", default)
+        key = etc / "keyrings" / CTK_KEY
+        try:
+            key.parent.mkdir(parents=True, exist_ok=True)
+            (etc / "sources.list.d").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            _append_stack_log(self.env, f"cannot write the apt sources: {exc}")
+            return False
+        got = run_quiet(self.env, [*CURL, "--max-time", "60", "-o", str(key), f"{repo}/gpgkey"])
+        if got.returncode != 0:
+            return False
+        line = f"deb [signed-by={key}] {repo}/stable/deb/$(ARCH) /\n"
+        try:
+            (etc / "sources.list.d" / CTK_LIST).write_text(line)
+        except OSError as exc:
+            _append_stack_log(self.env, f"cannot write the apt sources: {exc}")
+            return False
+        self.apt_fresh = False  # a new source: the next install updates first
+        return True
+
+    def ctk(self, packages: Sequence[str]) -> None:
+        """NVIDIA's container toolkit, pinned, unless `nvidia-ctk` is already there."""
+        if self.runs("nvidia-ctk", "--version"):
+            self.env.log("NVIDIA container toolkit already present")
+            return
+        missing = [p for p in packages if not self.pkg_ok(p)]
+        if missing and not (self.ctk_repo() and self.apt_plain(missing)):
+            raise _StackAbort()
+        if not self.runs("nvidia-ctk", "--version"):
+            self.env.log("the NVIDIA container toolkit was installed but nvidia-ctk does not run")
+            raise _StackAbort()
+
+    def gpu_runtime(self, engine: str) -> None:
+        """Give the engine the GPUs: docker's nvidia runtime (restarting docker only when its config
+        changed), podman's CDI spec (regenerated: it lists the running driver's files)."""
+        etc = Path(_env_value(self.env, "GPUCLOUD_ETC", "/etc"))
+        if engine == "podman":
+            argv = ["nvidia-ctk", "cdi", "generate", f"--output={etc / 'cdi' / 'nvidia.yaml'}"]
+            if run_quiet(self.env, argv).returncode != 0:
+                self.env.log("nvidia-ctk cdi generate failed")
+                raise _StackAbort()
+            self.env.log("podman: CDI spec for the GPUs written")
+            return
+        daemon = etc / "docker" / "daemon.json"
+        before = daemon.read_text() if daemon.is_file() else None
+        argv = ["nvidia-ctk", "runtime", "configure", "--runtime=docker", f"--config={daemon}"]
+        if run_quiet(self.env, argv).returncode != 0:
+            self.env.log("nvidia-ctk runtime configure failed")
+            raise _StackAbort()
+        after = daemon.read_text() if daemon.is_file() else None
+        if after != before and run_quiet(self.env, ["systemctl", "restart", "docker"]).returncode != 0:
+            self.env.log("docker did not restart with the NVIDIA runtime")
+            raise _StackAbort()
+        self.env.log("docker: NVIDIA runtime " + ("configured" if after != before else "already configured"))
+
+    def container_host(self) -> None:
+        host = self.cfg.get("container") or {}
+        engine = self.engine(host.get("engine_packages") or [])
+        if host.get("toolkit_packages"):  # a GPU job: the engine must give the container the GPUs
+            self.ctk(host["toolkit_packages"])
+            self.gpu_runtime(engine)
+
     def install(self) -> None:
         if self.cfg.get("driver_source", "none") != "none":
             self.driver()
@@ -268,6 +362,8 @@ class StackInstall:
             self.toolkit()
         if self.cfg.get("framework", "none") in FRAMEWORK_IMPORT:
             self.framework()
+        if self.cfg.get("container"):
+            self.container_host()
 
 
 def run(cfg: Mapping[str, Any], env: StageEnv) -> None:

@@ -1,0 +1,166 @@
+"""Why a plan has no candidate, and what to pick instead: the exit-2 errors of gpucloud/plan/planner.py
+when nothing meets the job (the GPU offered nowhere allowed, only on retired types, the closest
+misses) and the nearest alternatives. Imported only when a plan comes out empty."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpucloud.catalog import Catalog
+    from gpucloud.catalog.models import Offering
+    from gpucloud.plan.rows import Exclusion
+    from gpucloud.spec.load import JobSpec
+
+CLOSEST_MISSES = 5
+
+
+def _where(spec: JobSpec) -> str:
+    return f"{spec.source}: " if spec.source else ""
+
+
+def nothing_fits(
+    spec: JobSpec, gpu: str | None, clouds: list[str], excluded: Sequence[Exclusion], cat: Catalog
+) -> Exception:
+    """Exit 2 with a message that says why and what to do instead."""
+    from gpucloud.errors import UserError
+
+    where = "/".join(clouds)
+    variants = set(cat.members(gpu)) if gpu else set()
+    if gpu:
+        offered = [o for o in cat.offerings if o.gpu in variants and o.cloud in clouds]
+        live = [o for o in offered if o.status != "retired"]
+        if not offered:
+            return UserError(
+                f"{_where(spec)}resources.gpu: no cloud gpucloud can use ({where}) offers the {gpu}"
+                f"{_never_offered_note(gpu, cat)}.",
+                hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat)) + ".",
+            )
+        if not live:
+            return _only_retired(spec, gpu, where, offered, clouds, cat)
+        count = spec.resources.gpu.count if spec.resources.gpu else 0
+        if count and not any(o.gpu_count == count for o in live) and any(o.gpu_count == count for o in offered):
+            return _count_only_retired(spec, gpu, count, where, offered, live, clouds, cat)
+    gone = {(o.cloud, o.instance_type) for o in cat.offerings if o.status == "retired"}
+    misses = [
+        e
+        for e in excluded
+        if e.cloud in clouds and (not gpu or _gpu_of(e, cat) in variants) and (e.cloud, e.instance_type) not in gone
+    ]
+    misses.sort(key=lambda e: _price_of(e, cat))
+    lines = [f"{e.cloud}/{e.region}/{e.instance_type}: {e.reason}" for e in misses[:CLOSEST_MISSES]]
+    return UserError(
+        f"{_where(spec)}no offering meets every constraint of the job. Closest misses:\n  - "
+        + "\n  - ".join(lines or ["(none)"]),
+        hint="Relax the constraint named above (max_price_per_hour, regions, gpu count, min_vcpus, spot), "
+        "or see `gpucloud catalog --gpu " + (gpu or "T4") + "`.",
+    )
+
+
+def _only_retired(
+    spec: JobSpec, gpu: str, where: str, offered: list[Offering], clouds: list[str], cat: Catalog
+) -> Exception:
+    """The GPU exists only on retired or withdrawn types: say when and on what evidence, and that
+    the GPU's software stack is still known (it runs on a machine you own or host)."""
+    from gpucloud.errors import UserError
+
+    by_status: dict[tuple[str, str], list[str]] = {}
+    for o in sorted(offered, key=lambda o: (o.cloud, o.gpu_count, o.instance_type)):
+        types = by_status.setdefault((o.cloud, o.status_text()), [])
+        if o.instance_type not in types:
+            types.append(o.instance_type)
+    dates = [f"{cloud} {', '.join(types)} ({status})" for (cloud, status), types in by_status.items()]
+    read_on = {o.cloud: o.status_date for o in offered if o.withdrawn}
+    note = "".join(
+        f" {c}'s current API does not offer them (none listed in its data read on {day}); no end date was announced."
+        for c, day in sorted(read_on.items())
+    )
+    return UserError(
+        f"{_where(spec)}resources.gpu: {where} offers the {gpu} only on retired or withdrawn instance types "
+        f"({'; '.join(dates)}).{note}",
+        hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat)) + ". "
+        f"The {gpu} software stack is still known (`gpucloud stack {gpu}`): run the job on a machine with that GPU "
+        "that you own or host, through a provider that reaches it.",
+    )
+
+
+def _count_only_retired(
+    spec: JobSpec,
+    gpu: str,
+    count: int,
+    where: str,
+    offered: list[Offering],
+    live: list[Offering],
+    clouds: list[str],
+    cat: Catalog,
+) -> Exception:
+    """The GPU is still sold, but never `count` to a machine: the types that had that count are
+    retired (say when), so point at the counts and GPUs that are live instead of at other retired types."""
+    from gpucloud.errors import UserError
+
+    retired = sorted({f"{o.cloud} {o.instance_type} ({o.status_text()})" for o in offered if o.gpu_count == count})
+    counts = sorted({o.gpu_count for o in live})
+    cheapest = {n: min((o for o in live if o.gpu_count == n), key=lambda o: o.price_per_hour) for n in counts}
+    still = "; ".join(
+        f"{n} × {o.gpu} on {o.cloud} {o.instance_type} ({o.region}) at ${o.price_per_hour:.3f}/h"
+        for n, o in cheapest.items()
+    )
+    return UserError(
+        f"{_where(spec)}resources.gpu: {where} offers {count} × {gpu} per machine only on retired instance types: "
+        f"{', '.join(retired[:4])}. Still offered: {still}.",
+        hint=f"Ask for one of those counts (gpu: {gpu}:{counts[0]}), or another GPU. Nearest alternatives: "
+        + "; ".join(alternatives(gpu, clouds, cat))
+        + ".",
+    )
+
+
+def _never_offered_note(gpu: str, cat: Catalog) -> str:
+    variants = set(cat.members(gpu))
+    anywhere = {o.cloud for o in cat.offerings if o.gpu in variants}
+    return "; it was never offered by AWS or Azure and exists only on owned or hosted hardware" if not anywhere else ""
+
+
+def _gpu_of(e: Exclusion, cat: Catalog) -> str:
+    return next((o.gpu for o in cat.offerings if o.instance_type == e.instance_type), "")
+
+
+def _price_of(e: Exclusion, cat: Catalog) -> float:
+    return next(
+        (
+            o.price_per_hour
+            for o in cat.offerings
+            if o.instance_type == e.instance_type and o.region == e.region and o.cloud == e.cloud
+        ),
+        0.0,
+    )
+
+
+def alternatives(gpu: str, clouds: list[str], cat: Catalog, limit: int = 4) -> list[str]:
+    """Same architecture first (any cloud, cheapest row per GPU), then the cheapest current GPU in
+    the allowed clouds: what a user asking for an unavailable GPU most likely wants instead."""
+    arch = cat.gpu(gpu).architecture if cat.resolve(gpu) else ""
+    variants = set(cat.members(gpu))
+    live = [o for o in cat.offerings if o.status != "retired"]
+    same_arch = sorted(
+        (o for o in live if o.gpu not in variants and cat.gpus[o.gpu].architecture == arch),
+        key=lambda o: (o.cloud not in clouds, o.price_per_hour / o.gpu_count),
+    )
+    current = sorted(
+        (o for o in live if o.status == "active" and o.cloud in clouds),
+        key=lambda o: o.price_per_hour,
+    )
+    same_gpu_elsewhere = sorted(
+        (o for o in live if o.gpu in variants and o.cloud not in clouds), key=lambda o: o.price_per_hour
+    )
+    picked: list[str] = []
+    seen: set[str] = set()
+    for o in [*same_gpu_elsewhere[:1], *same_arch, *current]:
+        if o.gpu in seen and o.gpu != gpu:
+            continue
+        seen.add(o.gpu)
+        tag = f" [{o.status}]" if o.status != "active" else ""
+        picked.append(f"{o.gpu} on {o.cloud} {o.instance_type} ({o.region}) at ${o.price_per_hour:.3f}/h{tag}")
+        if len(picked) >= limit:
+            break
+    return picked or ["none in the catalog"]
