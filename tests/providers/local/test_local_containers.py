@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -272,3 +273,28 @@ def test_containerised_job_preempted_twice_resumes_from_its_checkpoint(
     log = (gpucloud_home / "runs" / run_id / "log.txt").read_text()
     assert log.count("stage container_pull") == 3 and log.count("preempted at ") == 2, log[-3000:]
     assert containers_of(run_id) == [] and leftovers(gpucloud_home, run_id) == []
+
+
+def test_a_registry_that_never_answers_ends_at_the_deadline_not_in_a_hang(
+    tmp_path: Path, gpucloud_home: Path, container_lab: ContainerLab
+) -> None:
+    """A registry that takes the connection and says nothing: the pull is stopped by the deadline."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    image = f"127.0.0.1:{silent.getsockname()[1]}/team/silent:1"
+    try:
+        job = write_job(
+            tmp_path / "job", {"name": "boxhang", "max_duration": "8s", "container": image, "run": "echo never"}
+        )
+        t0 = time.monotonic()
+        proc = cli("run", str(job), "--cloud", "local", "--json", cwd=tmp_path, timeout=120)
+        assert proc.returncode == 124 and time.monotonic() - t0 < 60, proc.stderr
+    finally:
+        silent.close()
+    run_id = json.loads(proc.stdout)["run_id"]
+    status = status_json(run_id, tmp_path)
+    assert status["status"] == "deadline", status
+    log = (gpucloud_home / "runs" / run_id / "log.txt").read_text()
+    assert log.index("stage container_pull") < log.index("max_duration passed") and "pull 1/3" not in log, log
+    assert leftovers(gpucloud_home, run_id, image) == []  # no engine call still waiting on it
