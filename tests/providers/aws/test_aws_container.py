@@ -2,10 +2,12 @@
 real podman and registry: a spot T4 job counting in its busybox image is preempted twice with
 `gpucloud preempt`, resumes from its checkpoint on each new machine and finishes; the GPUs reach the
 container through a CDI spec (one written here: its device `all` injects a variable, which podman
-applies for real); no container and no machine is left."""
+applies for real); no container and no machine is left. The guests' host stack finds the NVIDIA
+container toolkit present (a stub nvidia-ctk: this machine has no network for its apt source)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +33,30 @@ devices:
 """
 
 
+NVIDIA_CTK = """#!/bin/sh
+case "$1" in
+  --version) echo "NVIDIA Container Toolkit CLI version 1.17.8" ;;
+  runtime) cfg=${4#--config=}; mkdir -p "$(dirname "$cfg")"; echo '{"runtimes": {"nvidia": {}}}' > "$cfg" ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+@pytest.fixture
+def toolkit_present(aws_sim: AwsVmSimulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """The guests' PATH gets a stub nvidia-ctk, as on an image that has the container toolkit."""
+    tools = tmp_path / "ctk"
+    tools.mkdir()
+    (tools / "nvidia-ctk").write_text(NVIDIA_CTK)
+    (tools / "nvidia-ctk").chmod(0o755)
+    plain = aws_sim.guest_env
+
+    def guest_env(sandbox: Path, gpu: str, count: int) -> dict[str, str]:
+        return {**plain(sandbox, gpu, count), "PATH": f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+
+    monkeypatch.setattr(aws_sim, "guest_env", guest_env)
+
+
 @pytest.fixture
 def cdi_spec() -> Iterator[Path]:
     """The machine's GPUs described for podman, as `nvidia-ctk cdi generate` would leave them."""
@@ -50,6 +76,7 @@ def test_aws_spot_container_job_preempted_twice_resumes_and_finishes(
     gpucloud_home: Path,
     container_lab: ContainerLab,  # noqa: F811
     cdi_spec: Path,
+    toolkit_present: None,
 ) -> None:
     n = 300
     resources = {"cloud": "aws", "regions": ["us-east-1"], "gpu": "T4:1", "spot": True}
