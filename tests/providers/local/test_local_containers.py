@@ -11,15 +11,19 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.providers.local.test_local_e2e import cli, leftovers, run_id_of, status_json, write_job
+from tests.run.test_spot import check_finished_count, preempted_twice
 from tests.support.containers import ContainerLab, container_lab, podman  # noqa: F401
+from tests.support.spot_job import write_count_job
 
 pytestmark = pytest.mark.slow
 
@@ -229,3 +233,68 @@ def test_two_nodes_rendezvous_over_the_hosts_network(
     assert "rank0 got: hello from rank 1" in log, log[-3000:]
     assert "rank1 sent to 127.0.0.1:" in log
     assert containers_of(run_id) == [] and leftovers(gpucloud_home, run_id) == []
+
+
+COUNT_SH = """\
+f="$GPUCLOUD_CHECKPOINT_DIR/count"
+mkdir -p "$GPUCLOUD_CHECKPOINT_DIR"
+i=$(cat "$f" 2>/dev/null || echo 0)
+echo "resuming at $i"
+trap 'echo "preempted at $i"; exit 143' TERM
+while [ "$i" -lt "$N" ]; do
+  if [ -e "$GPUCLOUD_PREEMPTED_FILE" ]; then echo "preempted at $i"; exit 143; fi
+  sleep "$STEP_S"
+  i=$((i + 1))
+  echo "$i" > "$f.tmp" && busybox mv "$f.tmp" "$f"
+done
+printf %s "$i" > result.txt
+echo "done $i"
+"""
+
+
+def count_job(folder: Path, image: str, n: int, resources: dict) -> Path:
+    """tests/support/spot_job.py's counting job, in sh for the busybox image."""
+    path = write_count_job(folder, n=n, cloud="local", extra={"resources": resources, "container": image})
+    (folder / "count.sh").write_text(COUNT_SH)
+    doc = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**doc, "run": "sh count.sh"}, sort_keys=False))
+    return path
+
+
+def test_containerised_job_preempted_twice_resumes_from_its_checkpoint(
+    tmp_path: Path, gpucloud_home: Path, container_lab: ContainerLab
+) -> None:
+    n = 150
+    job = count_job(tmp_path / "job", container_lab.image, n, {"cloud": "local"})
+    run_id, proc = preempted_twice(["gpucloud", "run", str(job)], gpucloud_home, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "restart 2 of 2 after preempted" in proc.stderr
+    check_finished_count(gpucloud_home, run_id, tmp_path, n)
+    log = (gpucloud_home / "runs" / run_id / "log.txt").read_text()
+    assert log.count("stage container_pull") == 3 and log.count("preempted at ") == 2, log[-3000:]
+    assert containers_of(run_id) == [] and leftovers(gpucloud_home, run_id) == []
+
+
+def test_a_registry_that_never_answers_ends_at_the_deadline_not_in_a_hang(
+    tmp_path: Path, gpucloud_home: Path, container_lab: ContainerLab
+) -> None:
+    """A registry that takes the connection and says nothing: the pull is stopped by the deadline."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    image = f"127.0.0.1:{silent.getsockname()[1]}/team/silent:1"
+    try:
+        job = write_job(
+            tmp_path / "job", {"name": "boxhang", "max_duration": "8s", "container": image, "run": "echo never"}
+        )
+        t0 = time.monotonic()
+        proc = cli("run", str(job), "--cloud", "local", "--json", cwd=tmp_path, timeout=120)
+        assert proc.returncode == 124 and time.monotonic() - t0 < 60, proc.stderr
+    finally:
+        silent.close()
+    run_id = json.loads(proc.stdout)["run_id"]
+    status = status_json(run_id, tmp_path)
+    assert status["status"] == "deadline", status
+    log = (gpucloud_home / "runs" / run_id / "log.txt").read_text()
+    assert log.index("stage container_pull") < log.index("max_duration passed") and "pull 1/3" not in log, log
+    assert leftovers(gpucloud_home, run_id, image) == []  # no engine call still waiting on it
