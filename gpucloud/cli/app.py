@@ -147,22 +147,19 @@ def load_job(spec: str, cloud: str | None, hosts: list[str] | None) -> tuple[Any
     return load_spec(spec, resources={"cloud": host_cloud, "hosts": checked.hosts}), host_cloud
 
 
-def pull_logins(job: Any, values: Any) -> Any:
-    """The container image's pull login (registry_login.py), or None when the image needs none."""
-    if job.container is None:
-        return None
-    from gpucloud.run.registry_login import pull_logins as logins
+def data_plan(job: Any, values: Any) -> tuple[Any, Any]:
+    """What is looked up from here before anything is launched: the job's inputs/outputs
+    (data_grants.py) and its container image's pull login (registry_login.py); None where none."""
+    data = registry = None
+    if job.inputs or job.outputs:
+        from gpucloud.run.data_grants import check
 
-    return logins(job, values)
+        data = check(job)
+    if job.container is not None:  # an ECR image that is not there fails here, as a missing bucket does
+        from gpucloud.run.registry_login import pull_logins
 
-
-def data_plan(job: Any) -> Any:
-    """The job's inputs/outputs looked up from here (data_grants.py), or None when it has none."""
-    if not (job.inputs or job.outputs):
-        return None
-    from gpucloud.run.data_grants import check
-
-    return check(job)
+        registry = pull_logins(job, values)
+    return data, registry
 
 
 @app.command()
@@ -213,8 +210,7 @@ def plan(
     job, cloud = load_job(spec, cloud, host)
     job, values = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
     upload = describe_upload(job)
-    data = data_plan(job)
-    pull_logins(job, values)  # an ECR image that is not there fails here, as a missing bucket does
+    data, _ = data_plan(job, values)
     result = make_plan(job, cloud=cloud, region=region, spot=spot, estimates=estimates, secrets=values)
     if json_out:
         emit_json({**result.as_json(), "upload": upload.as_json(), **({"data": data.as_json()} if data else {})})
@@ -391,8 +387,7 @@ def run(
 
     job, cloud = load_job(spec, cloud, host)
     job, values = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
-    data = data_plan(job)
-    registry = pull_logins(job, values)
+    data, registry = data_plan(job, values)
     result = run_job(
         job,
         cloud=cloud,

@@ -9,13 +9,10 @@ Channel. The state store records each step before it is taken; teardown runs in 
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +20,7 @@ from gpucloud.errors import Declined, GpucloudError, NoCandidateError
 from gpucloud.run import gpu_report
 from gpucloud.run.artifacts import fetch_artifacts, refused_note, results_dir, settle_artifacts
 from gpucloud.run.log import LogMirror
+from gpucloud.run.result import RunResult, new_run_id
 from gpucloud.run.secrets import SecretDelivery
 from gpucloud.run.watch import observe, outcome, stage_order, stale, vm_phases
 from gpucloud.state.store import FINAL_STATUSES, Journal, Store, home_dir
@@ -50,36 +48,6 @@ class _Interrupt(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
-
-
-@dataclass
-class RunResult:
-    """What `gpucloud run` reports; `as_json()` is the --json document (docs/INTERNALS.md, CLI)."""
-
-    run_id: str
-    status: str
-    exit_code: int | None  # None: detached, the job is still running
-    artifacts_dir: str | None = None
-    phases: dict[str, float] = field(default_factory=dict)
-    cost: float = 0.0
-    artifacts_refused: list[str] = field(default_factory=list)  # one line per member not extracted
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "artifacts_dir": self.artifacts_dir,
-            "artifacts_refused": list(self.artifacts_refused),
-            "phases": {k: round(v, 3) for k, v in self.phases.items()},
-            "cost": round(self.cost, 6),
-        }
-
-
-def new_run_id(name: str, now: datetime | None = None) -> str:
-    """`<name>-<YYYYMMDD-HHMMSS>-<4 hex>` (UTC): sortable, readable, unique across processes."""
-    now = now or datetime.now(UTC)
-    return f"{name}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
 def run_job(

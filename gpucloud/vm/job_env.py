@@ -151,5 +151,6 @@ def container_config(spec: JobSpec) -> dict[str, object]:
 def _token_registry(registry: str, repository: str) -> bool:
     """A registry whose pull token the CLI gets with the caller's credentials (as registry_login.py)."""
     from gpucloud.providers.aws.ecr import ecr_image
+    from gpucloud.providers.azure.acr import is_acr
 
-    return ecr_image(registry, repository, None, None) is not None
+    return ecr_image(registry, repository, None, None) is not None or is_acr(registry)

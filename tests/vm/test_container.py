@@ -63,6 +63,8 @@ def test_shorthand_image_is_normalised_and_no_container_is_empty() -> None:
         "container: 123456789012.dkr.ecr.us-east-1.amazonaws.com/team/train:1\n"
     )
     assert ecr.container["sealed_login"] is True and "login" not in ecr.container  # the CLI's pull token
+    acr = config_of("name: s\nresources: {cloud: local}\nrun: 'true'\ncontainer: myteam.azurecr.io/train:1\n")
+    assert acr.container["sealed_login"] is True and "login" not in acr.container  # the CLI's ACR token
     login_elsewhere = JOB.replace("password_secret: NGC_KEY}", "password_secret: NGC_KEY, registry: r.example:5000}")
     assert config_of(login_elsewhere).container["login"]["registry"] == "r.example:5000"
     assert config_of("name: s\nresources: {cloud: local}\nrun: 'true'\n").container == {}
