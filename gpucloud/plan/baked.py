@@ -50,6 +50,8 @@ def stack_hash(stack: Stack, node: NodeStack, setup: str | None = None) -> str:
     }
     if node.engine_packages or node.toolkit_packages:  # a container job's host: engine and toolkit too
         doc["container"] = [*node.engine_packages, *node.toolkit_packages]
+    if stack.container_image:  # baked with the job's image pulled: only that image's jobs match
+        doc["container_image"] = stack.container_image
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 

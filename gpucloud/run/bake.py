@@ -25,6 +25,7 @@ from gpucloud.errors import Declined, GpucloudError, UserError
 from gpucloud.run.lifecycle import _Run
 from gpucloud.run.log import LogMirror
 from gpucloud.run.watch import observe, outcome
+from gpucloud.vm.job_env import BUILDER_RUN
 
 if TYPE_CHECKING:
     from gpucloud.plan.planner import Plan
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from gpucloud.spec.load import JobSpec
 
 BUILDER_DIR = "/tmp/gpucloud-builder"
-BUILDER_RUN = 'sync; echo "gpucloud image builder: stack installed, waiting for the snapshot"; exec sleep 86400'
 BUILDER_MAX_DURATION_S = 3 * 3600  # a stack install takes 5-15 minutes; the snapshot a few more
 
 
@@ -136,7 +136,7 @@ def _build(
     views.print_plan_summary(plan)
     if not assume_yes and not views.ask("Boot a builder and bake the image?"):
         raise Declined("no image built.")
-    bake = _Bake(job, plan, store, setup, json_out=json_out)
+    bake = _Bake(job, plan, store, setup, json_out=json_out, registry=_pull_logins(job))
     result = bake.execute()
     if bake.baked is None:
         raise GpucloudError(
@@ -147,13 +147,42 @@ def _build(
     return bake.baked, True
 
 
+def _pull_logins(job: JobSpec) -> object:
+    """A container job's image is pulled into the builder's disk: its login as for a run (a
+    `container.login` secret's value from this environment, or the ECR/ACR token the CLI asks for)."""
+    if job.container is None:
+        return None
+    import os
+
+    from gpucloud.run.registry_login import pull_logins
+
+    login = job.container.login
+    if login is not None and login.password_secret not in os.environ:
+        raise UserError(
+            f"container.login: the builder pulls {job.container.image} and needs {login.password_secret}, "
+            "which is not set in this environment.",
+            hint=f"export {login.password_secret}=... before `gpucloud image build`.",
+        )
+    values = {login.password_secret: os.environ[login.password_secret]} if login is not None else {}
+    return pull_logins(job, values)
+
+
 class _Bake(_Run):
     """A builder run: follow until the `run` stage starts, snapshot, then the usual teardown."""
 
     vm_dir = BUILDER_DIR
 
-    def __init__(self, spec: JobSpec, plan: Plan, store: ImageStore, setup: str | None, *, json_out: bool) -> None:
-        super().__init__(spec, plan, detach=False, json_out=json_out, wait_teardown=True, plan_s=0.0)
+    def __init__(
+        self,
+        spec: JobSpec,
+        plan: Plan,
+        store: ImageStore,
+        setup: str | None,
+        *,
+        json_out: bool,
+        registry: object = None,
+    ) -> None:
+        super().__init__(spec, plan, detach=False, json_out=json_out, wait_teardown=True, plan_s=0.0, registry=registry)
         self.image_store, self.setup = store, setup
         self.baked: BakedImage | None = None
         self.cloud = ""

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 GPU_SAMPLE_ENV = "GPUCLOUD_GPU_SAMPLE_S"  # seconds between GPU samples (the simulators shorten it)
 DEFAULT_GPU_SAMPLE_S = 5.0
+# The image builder's `run` (gpucloud/run/bake.py): a marker that flushes the disk and waits for the snapshot.
+BUILDER_RUN = 'sync; echo "gpucloud image builder: stack installed, waiting for the snapshot"; exec sleep 86400'
 
 
 def quote(value: object) -> str:
@@ -124,10 +126,13 @@ def stack_context(node: NodeStack) -> dict[str, object]:
     }
 
 
-def container_config(spec: JobSpec) -> dict[str, object]:
+def container_config(spec: JobSpec, node: NodeStack | None = None) -> dict[str, object]:
     """The agent's `container` document ({} when the job runs on the machine itself). No password:
     the pull login (container.login's, or a registry token the CLI asks for) reaches the node sealed
-    with the secrets (run/registry_login.py); `sealed_login` says the node waits for one."""
+    with the secrets (run/registry_login.py); `sealed_login` says the node waits for one.
+    `prepulled`: the machine boots an image baked for this container (its stack hash names the
+    image), so the node uses the image it holds; `pull_only`: the image builder, which pulls the
+    image into the disk it snapshots and runs its own marker on the machine."""
     box = spec.container
     if box is None:
         return {}
@@ -138,6 +143,8 @@ def container_config(spec: JobSpec) -> dict[str, object]:
         "user": box.user or "",
         "entrypoint": box.entrypoint or "",
         "sealed_login": box.login is not None or _token_registry(ref.registry, ref.repository),
+        "prepulled": bool(node is not None and node.image is not None and node.image.found_by == "baked"),
+        "pull_only": spec.run == BUILDER_RUN,
     }
     if box.login is not None:
         doc["login"] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -50,13 +51,22 @@ def test_job_json_carries_the_container_and_no_password() -> None:
         "entrypoint": "/bin/env",
         "login": {"registry": "nvcr.io", "username": "$oauthtoken", "password_secret": "NGC_KEY"},
         "sealed_login": True,  # the node waits for the login, sealed with the secrets
+        "prepulled": False,  # not a machine image baked with this container
+        "pull_only": False,  # not the image builder
     }
     assert cfg.secrets == ["NGC_KEY", "HF_TOKEN"]  # the password arrives sealed, as a secret
 
 
 def test_shorthand_image_is_normalised_and_no_container_is_empty() -> None:
     cfg = config_of("name: s\nresources: {cloud: local}\nrun: 'true'\ncontainer: ubuntu\n")
-    public = {"image": "docker.io/library/ubuntu:latest", "options": [], "user": "", "entrypoint": ""}
+    public = {
+        "image": "docker.io/library/ubuntu:latest",
+        "options": [],
+        "user": "",
+        "entrypoint": "",
+        "prepulled": False,
+        "pull_only": False,
+    }
     assert cfg.container == {**public, "sealed_login": False}
     ecr = config_of(
         "name: s\nresources: {cloud: local}\nrun: 'true'\n"
@@ -179,3 +189,22 @@ def test_cdi_spec_is_found_by_its_kind(tmp_path: Path) -> None:
     (tmp_path / "nvidia.yaml").write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n")
     assert container.cdi_has_nvidia([str(tmp_path)])
     assert os.path.basename(container.CDI_OUT) == "nvidia.yaml"
+
+
+def test_the_image_builder_only_pulls_and_a_baked_machine_uses_what_it_holds() -> None:
+    from gpucloud.plan.baked import stack_hash
+    from gpucloud.plan.container import ImageCuda
+    from gpucloud.plan.container_stack import container_stack
+    from gpucloud.plan.images import resolve_node
+    from gpucloud.vm.job_env import BUILDER_RUN, container_config
+
+    builder = parse_spec(
+        f"name: b\nresources: {{cloud: aws, gpu: T4}}\ncontainer: ubuntu:24.04\nrun: '{BUILDER_RUN}'\n", "job.yaml"
+    )
+    assert container_config(builder)["pull_only"] is True
+    stacks = [container_stack("T4", None, ImageCuda(i, "docker.io", "12.6", "tag", "t")) for i in ("a:1", "b:1")]
+    nodes = [resolve_node(s, "aws", "g4dn.xlarge", 1) for s in stacks]
+    assert stack_hash(stacks[0], nodes[0]) != stack_hash(stacks[1], nodes[1])  # baked with a's image: a's jobs only
+    baked = replace(nodes[0], image=replace(nodes[0].image, found_by="baked"))  # type: ignore[arg-type]
+    assert container_config(builder, baked)["prepulled"] is True
+    assert container_config(builder, nodes[0])["prepulled"] is False

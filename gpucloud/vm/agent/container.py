@@ -198,6 +198,10 @@ class Container:
         env.log(f"container: {os.path.basename(self.engine)}, image {self.image}")
         if gpus and is_podman(self.engine):
             self.ensure_cdi(env)
+        if self.doc.get("prepulled") and self.present(env, remaining):
+            env.log(f"container: {self.image} is in this machine's image (baked with it): not pulled again")
+            self.shell = self.probe_shell(env, remaining)
+            return
         auth = self.vm_dir / "st" / "registry-auth" if login else None
         try:
             if auth is not None:
@@ -210,6 +214,10 @@ class Container:
                 shutil.rmtree(auth, ignore_errors=True)
         self.shell = self.probe_shell(env, remaining)
         env.log(f"container: steps run with {self.shell} in {self.image}")
+
+    def present(self, env: StageEnv, remaining: Callable[[], float]) -> bool:
+        """Whether the engine already holds the image (`image inspect` answers for podman and docker)."""
+        return self._call(env, [self.engine, "image", "inspect", self.image], remaining).returncode == 0
 
     def _engine(self, auth: Optional[Path]) -> List[str]:
         """The engine; docker with a login keeps its credentials in a folder of the run's own."""

@@ -88,6 +88,8 @@ class JobSteps(Ending):
         except StageFailed as exc:
             self.gate_check()
             self.fail(str(exc))
+        if self.cfg.container.get("pull_only"):  # the image builder: the pulled image is what it keeps
+            return
         self.box = box
 
     def pull_login_of(self) -> Dict[str, str]:
