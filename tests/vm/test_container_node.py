@@ -9,15 +9,14 @@ and without a CDI spec, container_pull fails saying so.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gpucloud.spec.container import ContainerSpec
-from gpucloud.vm.agent import container
 from tests.providers.aws.test_aws_e2e import wait_until
 from tests.run.test_spot import _Imds, imds  # noqa: F401
+from tests.support.container_gpu import no_cdi_spec  # noqa: F401
 from tests.support.containers import ContainerLab, container_lab, podman  # noqa: F401
 from tests.vm.test_bootstrap import STUBS, make_vm
 
@@ -43,16 +42,6 @@ TRAP_JOB = (
     'echo "gpu=$GPUCLOUD_TEST_GPU n=$GPUCLOUD_NUM_GPUS_PER_NODE"; mkdir -p ckpt; echo running > ckpt/state; '
     "echo started; while :; do sleep 0.1; done"
 )
-
-
-@pytest.fixture
-def no_cdi_spec() -> Iterator[Path]:
-    """A machine whose GPUs have no CDI spec yet; the one the test's nvidia-ctk writes is removed after."""
-    if container.cdi_has_nvidia():
-        pytest.skip("this machine has a CDI spec for NVIDIA GPUs already (the stub nvidia-ctk would not run)")
-    out = Path(container.CDI_OUT)
-    yield out
-    out.unlink(missing_ok=True)
 
 
 def _path(tmp_path: Path, with_ctk: bool) -> str:

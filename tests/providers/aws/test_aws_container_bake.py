@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.providers.aws.test_aws_container import cdi_spec, toolkit_present  # noqa: F401
 from tests.providers.aws.test_aws_e2e import aws_env, cli  # noqa: F401
 from tests.providers.local.test_local_containers import containers_of
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
+from tests.support.container_gpu import cdi_spec, toolkit_present  # noqa: F401
 from tests.support.containers import ContainerLab, container_lab, podman, start_registry  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 
