@@ -137,6 +137,30 @@ def test_masked_command_keeps_the_exit_code_and_masks(tmp_path: Path) -> None:
     assert proc.stdout == b"token=***\nerr ***\n"
 
 
+def test_masked_step_ends_when_its_job_does_not_at_the_sigterm() -> None:
+    """SIGTERM to the step's group (a notice, the deadline): the wrapping shell waits for the job,
+    which saves its work first; a step that ended at the signal would have its container removed
+    before the job inside had its grace."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    job = "trap 'sleep 0.5; echo saved $TOK; exit 143' TERM; echo started; while :; do sleep 0.05; done"
+    cmd = secret_env.masked_command(job, ["TOK"])
+    proc = subprocess.Popen(
+        ["bash", "-c", cmd],
+        stdout=subprocess.PIPE,
+        env={"TOK": "s3cr3t", "PATH": "/usr/bin:/bin"},
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(10) == 143 and time.monotonic() - t0 >= 0.4
+    assert proc.stdout.read().endswith(b"saved ***\n")
+
+
 def test_output_sync_uploads_new_and_changed_files_only(tmp_path: Path) -> None:
     job = tmp_path / "job"
     (job / "out").mkdir(parents=True)

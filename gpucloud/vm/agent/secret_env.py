@@ -80,7 +80,9 @@ def _open(blob: bytes, names: Sequence[str], run_id: str, rank: int, pem: Option
 def masked_command(command: str, names: List[str], python: str = sys.executable) -> str:
     """`command` with its output (stdout and stderr) passed through the masking filter; the step's
     exit code stays the command's (pipefail). The filter ignores SIGTERM, so a job saving its work
-    on SIGTERM still has its last lines logged; it ends at the job's end of output."""
+    on SIGTERM still has its last lines logged; it ends at the job's end of output. The wrapping
+    shell traps SIGTERM (its children get the default back) so it waits for the pipeline: the step
+    ends when the job does, not at the signal, and a container's job keeps its grace."""
     filt = f"PYTHONPATH={shlex.quote(str(AGENT_ROOT))} {MASK_NAMES_VAR}={shlex.quote(','.join(names))}"
     filt += f" {shlex.quote(python)} -m gpucloud.vm.agent.mask"
-    return f"set -o pipefail\n{{ {command}\n}} 2>&1 | {filt}"
+    return f"trap : TERM\nset -o pipefail\n{{ {command}\n}} 2>&1 | {filt}"
