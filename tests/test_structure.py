@@ -21,6 +21,7 @@ FOUNDATION, STORES, CONTRACT, SPEC, PLAN, MACHINES, UI, RUN, CLI = range(9)
 LAYERS: dict[str, int] = {
     # import-free ground: errors, pure data, the VM wire format
     "gpucloud.errors": FOUNDATION,
+    "gpucloud.child_env": FOUNDATION,
     "gpucloud.plan.stack_data": FOUNDATION,
     "gpucloud.channel.extract": FOUNDATION,
     "gpucloud.channel.trust": FOUNDATION,

@@ -82,7 +82,7 @@ class Cached:
 
 def cache_file() -> Path:
     """$GPUCLOUD_HOME/catalog/v<format>/catalog.sqlite"""
-    from gpucloud.state.store import home_dir
+    from gpucloud.state.home import home_dir
 
     return home_dir() / "catalog" / f"v{FORMAT_VERSION}" / "catalog.sqlite"
 

@@ -23,6 +23,9 @@ def main() -> None:
             quiet_broken_pipe()
             sys.exit(BROKEN_PIPE_EXIT)
         return
+    from gpucloud.child_env import skip_pydantic_plugins
+
+    skip_pydantic_plugins()
     from gpucloud.cli.app import main as cli_main
 
     cli_main()

@@ -136,7 +136,7 @@ def build_image(
 
 
 def _index_path() -> Path:
-    from gpucloud.state.store import home_dir
+    from gpucloud.state.home import home_dir
 
     return home_dir() / INDEX_FILE
 

@@ -13,7 +13,6 @@ import json
 import os
 import shlex
 import sqlite3
-import stat
 import time
 from pathlib import Path
 
@@ -154,41 +153,6 @@ def writable_problem(path: Path) -> str | None:
     if not os.access(path.parent, os.W_OK):
         return f"its folder {path.parent} is read-only"
     return None
-
-
-# ---- a private home -------------------------------------------------------------------------------
-
-PRIVATE_MARK = ".private-v1"  # this home's existing files were made private once
-_private: set[Path] = set()
-
-
-def private_home(home: Path) -> None:
-    """GPUCLOUD_HOME holds run state, log copies and `env:` values: 0700 folders, 0600 files
-    (docs/SECURITY.md, "Local files"). New files are private through the CLI's umask (entry.py);
-    a home made by an older gpucloud (0755/0644) is tightened once, here, on first use."""
-    if home in _private:
-        return
-    _private.add(home)
-    _tighten(home)
-    if (home / PRIVATE_MARK).exists():
-        for name in ("state.db", "state.db-wal", "state.db-shm", "state.db-journal"):
-            _tighten(home / name)
-        return
-    for root, dirs, files in os.walk(home):
-        for name in (*dirs, *files):
-            _tighten(Path(root) / name)
-    fd = os.open(home / PRIVATE_MARK, os.O_WRONLY | os.O_CREAT, 0o600)
-    os.close(fd)
-
-
-def _tighten(path: Path) -> None:
-    """Drop the group and other bits of a file or folder (never follows a link)."""
-    try:
-        mode = path.lstat().st_mode
-        if mode & 0o077 and not stat.S_ISLNK(mode):
-            os.chmod(path, stat.S_IMODE(mode) & 0o700)
-    except OSError:  # gone, or not ours: the store's own checks report what matters
-        pass
 
 
 # ---- run-handle files ------------------------------------------------------------------------------

@@ -35,11 +35,11 @@ from gpucloud.state.guard import (
     check_schema,
     describe_sqlite_error,
     is_busy,
-    private_home,
     store_error,
     writable_problem,
     write_handle,
 )
+from gpucloud.state.home import home_dir  # noqa: F401  (re-exported: callers import it from here)
 from gpucloud.state.records import (  # noqa: F401  (re-exported: callers import them from here)
     ACTIVE_STATUSES,
     FINAL_STATUSES,
@@ -53,20 +53,6 @@ from gpucloud.state.records import (  # noqa: F401  (re-exported: callers import
 from gpucloud.state.schema import MIGRATIONS, RUN_COLUMNS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 10_000
-
-
-def home_dir() -> Path:
-    """GPUCLOUD_HOME, else the platform's user data dir; created on first use."""
-    env = os.environ.get("GPUCLOUD_HOME")
-    if env:
-        path = Path(env).expanduser()
-    else:
-        import platformdirs
-
-        path = Path(platformdirs.user_data_dir("gpucloud"))
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    private_home(path)
-    return path
 
 
 @dataclass

@@ -31,7 +31,7 @@ class UploadInfo:
         }
 
     def summary(self) -> str:
-        from gpucloud.channel.store import _human
+        from gpucloud.channel.workdir import _human
 
         return (
             f"workdir {self.workdir}: {self.files} file(s), {_human(self.bytes)} uploaded before compression "
@@ -42,7 +42,7 @@ class UploadInfo:
 
 def describe_upload(spec: JobSpec) -> UploadInfo:
     """Raise a UserError naming the job file and field when the workdir is missing; else count it."""
-    from gpucloud.channel.store import workdir_files
+    from gpucloud.channel.workdir import workdir_files
 
     path = spec.workdir_path()
     where = f"{spec.source}: workdir" if spec.source else "workdir"

@@ -117,7 +117,7 @@ def test_sealed_document_checks(tmp_path: Path) -> None:
             passed=lambda: len(calls) > 3, sleep=lambda s: calls.append("s"), stopping=lambda: False, log=print,
         )  # fmt: skip
 
-    assert fetch(blob) == {"env": {"A": "1"}, "data": {"inputs": []}}
+    assert fetch(blob) == {"env": {"A": "1"}, "data": {"inputs": []}, "registry": {}}  # no pull login sealed
     with pytest.raises(StageFailed, match="another run or node"):
         fetch(blob, rank=1)
     with pytest.raises(StageFailed, match="lacks B"):

@@ -57,8 +57,11 @@ class Login:
                 sink=sink,
             )
         try:
+            from gpucloud.child_env import user_env
+
             proc = subprocess.run(
                 ["bash", "-c", body],
+                env=user_env(),  # sbatch exports it to the job: the user's own, not the CLI's additions
                 input=input or b"",
                 stdout=sink if sink is not None else subprocess.PIPE,
                 stderr=subprocess.PIPE,

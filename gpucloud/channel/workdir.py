@@ -1,0 +1,170 @@
+"""The job's workdir as it travels: the files that go into the code tarball (.gitignore honoured,
+through git where the folder is in a work tree) and the tarball itself, stopped at the size cap.
+Kept apart from the channel (store.py) so that `plan` and `validate` can count the upload without
+importing the channel's transfer and trust code."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from gpucloud.errors import UserError
+
+MiB = 1024 * 1024
+DEFAULT_CODE_CAP = 100 * MiB
+ALWAYS_SKIP = frozenset({".git", "__pycache__", ".venv", "gpucloud-runs"})
+
+
+def _git_files(root: Path) -> list[str] | None:
+    """Files git would consider part of the work tree under root (tracked + untracked, not ignored);
+    None when root is not inside a git work tree or git is missing."""
+    try:
+        inside = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"], capture_output=True, text=True, timeout=30
+        )
+        if inside.returncode != 0 or inside.stdout.strip() != "true":
+            return None
+        out = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sorted({p for p in out.stdout.decode("utf-8", "surrogateescape").split("\0") if p})
+
+
+class _IgnoreRule:
+    def __init__(self, base: str, line: str) -> None:
+        self.negate = line.startswith("!")
+        line = line[1:] if self.negate else line
+        self.dir_only = line.endswith("/")
+        line = line.rstrip("/")
+        self.anchored = "/" in line  # a slash anywhere but the end anchors to the .gitignore's folder
+        self.pattern = line.lstrip("/")
+        self.base = base  # folder of the .gitignore, relative to the workdir ("" = top)
+
+    def matches(self, rel: str, is_dir: bool) -> bool:
+        if self.dir_only and not is_dir:
+            return False
+        if self.base:
+            if not rel.startswith(self.base + "/"):
+                return False
+            rel = rel[len(self.base) + 1 :]
+        if self.anchored:
+            pat = self.pattern.replace("**/", "*")  # fnmatch's * crosses "/": close enough for ** forms
+            return fnmatch.fnmatchcase(rel, pat)
+        return fnmatch.fnmatchcase(rel.rsplit("/", 1)[-1], self.pattern)
+
+
+def _read_ignore(dirpath: Path, base: str) -> list[_IgnoreRule]:
+    try:
+        text = (dirpath / ".gitignore").read_text(errors="replace")
+    except OSError:
+        return []
+    rules = []
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if line and not line.startswith("#"):
+            rules.append(_IgnoreRule(base, line))
+    return rules
+
+
+def _walk_files(root: Path) -> Iterator[str]:
+    """Files under root minus what .gitignore files (root's and nested ones) exclude: the common
+    subset of gitignore (globs, !negation, anchors, dir/ patterns) for folders outside git."""
+
+    def ignored(rules: list[_IgnoreRule], rel: str, is_dir: bool) -> bool:
+        verdict = False
+        for rule in rules:
+            if rule.matches(rel, is_dir):
+                verdict = not rule.negate
+        return verdict
+
+    def walk(dirpath: Path, rel_dir: str, rules: list[_IgnoreRule]) -> Iterator[str]:
+        rules = rules + _read_ignore(dirpath, rel_dir)
+        try:
+            entries = sorted(os.scandir(dirpath), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if entry.name in ALWAYS_SKIP or ignored(rules, rel, is_dir):
+                continue
+            if is_dir:
+                yield from walk(Path(entry.path), rel, rules)
+            else:
+                yield rel
+
+    yield from walk(root, "", [])
+
+
+def workdir_files(path: Path) -> list[str]:
+    """Relative paths that go into the code tarball, sorted."""
+    root = Path(path)
+    files = _git_files(root)
+    if files is None:
+        files = list(_walk_files(root))
+    keep = []
+    for rel in files:
+        if any(part in ALWAYS_SKIP for part in rel.split("/")):
+            continue
+        full = root / rel
+        if full.is_symlink() or full.is_file():  # git lists deleted-but-tracked files too
+            keep.append(rel)
+    return keep
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def pack_workdir(path: Path, cap_bytes: int = DEFAULT_CODE_CAP, dest: Path | None = None) -> Path:
+    """Pack the job's workdir into a tar.gz (what every node fetches), honouring .gitignore.
+
+    Stops as soon as the compressed size passes `cap_bytes` and raises a UserError that names the
+    folder, the size, the cap and how to fix it, rather than uploading a dataset by accident.
+    `dest` defaults to a fresh temporary file (the caller removes it after upload).
+    """
+    root = Path(path).resolve()
+    if not root.is_dir():
+        raise UserError(
+            f"workdir {root} is not a folder.", hint="Set `workdir` in the job file to the folder with your code."
+        )
+    if dest is None:
+        dest = Path(tempfile.mkdtemp(prefix="gpucloud-code-")) / "code.tar.gz"
+
+    def too_big(size: str) -> UserError:
+        return UserError(
+            f"workdir {root} packs to {size}, above the cap of {_human(cap_bytes)}.",
+            hint="Add large files (datasets, checkpoints, outputs) to .gitignore and download them in "
+            "`setup`, or point `workdir` at a smaller folder.",
+        )
+
+    files = workdir_files(root)
+    stopped_at = 0
+    with open(dest, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for rel in files:
+            tar.add(str(root / rel), arcname=rel, recursive=False)
+            if raw.tell() > cap_bytes:  # compressed bytes so far: stop early on a huge folder
+                stopped_at = raw.tell()
+                break
+    if stopped_at:
+        Path(dest).unlink(missing_ok=True)
+        raise too_big(f"more than {_human(stopped_at)}")
+    size = Path(dest).stat().st_size
+    if size > cap_bytes:
+        Path(dest).unlink(missing_ok=True)
+        raise too_big(_human(size))
+    return Path(dest)
