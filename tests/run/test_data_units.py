@@ -37,7 +37,9 @@ def test_location_forms() -> None:
     [
         ("inputs: {data/: ftp://x}", "inputs.data/", "unknown scheme"),
         ("inputs: {../up: s3://bkt/x}", "inputs", "'..'"),
-        ("inputs: {d: {source: s3://bkt/x, mode: mount}}", "inputs.d", "mode: copy"),
+        ("inputs: {d: {source: s3://bkt/x, mode: rsync}}", "inputs.d", "mode: copy"),
+        ("inputs: {d: {source: 'https://x.org/f', mode: mount}}", "inputs.d", "one file over https"),
+        ("inputs: {d: {source: ./here, mode: mount}}", "inputs.d", "local path"),
         ("outputs: {o: https://x.org/y}", "outputs.o", "bucket prefix"),
         ("outputs: {o: ./local}", "outputs.o", "bucket prefix"),
         ("secrets: [GPUCLOUD_X]", "secrets", "reserved"),
@@ -117,7 +119,7 @@ def test_sealed_document_checks(tmp_path: Path) -> None:
             passed=lambda: len(calls) > 3, sleep=lambda s: calls.append("s"), stopping=lambda: False, log=print,
         )  # fmt: skip
 
-    assert fetch(blob) == {"env": {"A": "1"}, "data": {"inputs": []}}
+    assert fetch(blob) == {"env": {"A": "1"}, "data": {"inputs": []}, "registry": {}}
     with pytest.raises(StageFailed, match="another run or node"):
         fetch(blob, rank=1)
     with pytest.raises(StageFailed, match="lacks B"):
