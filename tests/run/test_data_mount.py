@@ -12,6 +12,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,6 +26,7 @@ from gpucloud.providers.aws import mount as s3_mount
 from gpucloud.run.data_grants import check
 from gpucloud.spec.load import parse_spec
 from gpucloud.vm.agent import mounts
+from gpucloud.vm.agent.stage_api import StageFailed
 from tests.providers.local.test_local_e2e import cli, run_id_of, write_job
 from tests.run.test_data_e2e import DIGEST_PY, _az_env, _container, digest, make_files
 from tests.support.azurite import Azurite, azurite  # noqa: F401
@@ -227,3 +232,139 @@ def test_iam_policy_data_adds_the_federation_token(tmp_path: Path) -> None:
     assert decide(data, Request("s3:ListBucket", "arn:aws:s3:::gc-in")) == "Allow"
     assert decide(data, Request("s3:GetObject", "arn:aws:s3:::gc-in/other/a")) == "ImplicitDeny"
     assert decide(data, Request("s3:PutObject", "arn:aws:s3:::gc-in/set/a")) == "ImplicitDeny"
+
+
+def test_credentials_that_cannot_federate_are_refused_before_launch(
+    moto: Moto, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller whose IAM identity may read the bucket but not call GetFederationToken (on AWS: also
+    any role or SSO session) is told before launch to use an IAM user's keys or mode: copy."""
+    from gpucloud.providers.aws.session import reset_shared
+    from tests.support.moto_iam import enforced, iam_user
+
+    s3 = moto.client("s3")
+    s3.create_bucket(Bucket="gc-mount-iam")
+    s3.put_object(Bucket="gc-mount-iam", Key="set/a", Body=b"a")
+    reads = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::gc-mount-iam"},
+            {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::gc-mount-iam/set/*"},
+        ],
+    }
+    spec = parse_spec(BASE + "inputs: {d/: {source: s3://gc-mount-iam/set, mode: mount}}\n", "job.yaml")
+    with enforced(moto):
+        for key, value in iam_user(moto, "gc-mount-reader", reads).items():
+            monkeypatch.setenv(key, value)
+        reset_shared()
+        try:
+            with pytest.raises(UserError) as exc:
+                check(spec)
+            copy = parse_spec(BASE + "inputs: {d/: s3://gc-mount-iam/set}\n", "job.yaml")
+            assert [f[0] for f in check(copy).inputs[0].files] == ["a"]  # the same keys can copy it
+        finally:
+            reset_shared()
+    text = exc.value.render()
+    assert "inputs.d/" in text and "GetFederationToken" in text, text
+    assert "long-term IAM user credentials" in text and "mode: copy" in text, text
+
+
+def test_a_mount_that_cannot_list_fails_without_showing_its_grant(tmp_path: Path, azurite: Azurite) -> None:
+    """rclone mounts lazily: a grant the store refuses shows at the first listing, which fails the
+    stage with rclone's words, the grant masked; what was mounted is unmounted by the record."""
+    bad = "se=2099-01-01&sp=rl&sv=2021-08-06&sr=c&sig=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA%3D"
+    _container_plain(azurite, "gc-mount-bad")
+    grant = {
+        "type": "azureblob",
+        "container": "gc-mount-bad",
+        "prefix": "",
+        "sas_url": f"{azurite.blob_endpoint}/gc-mount-bad?{bad}",
+    }
+    doc = {"inputs": [{"dest": "data/", "source": "az://x/gc-mount-bad", "mount": grant}]}
+    job_dir, vm_dir = tmp_path / "job", tmp_path
+    job_dir.mkdir()
+    lines: list[str] = []
+    with pytest.raises(StageFailed) as exc:
+        mounts.mount_inputs(doc, job_dir, vm_dir, dict(os.environ), lines.append, time.sleep)
+    text = str(exc.value)
+    assert text.startswith("inputs: data/: az://x/gc-mount-bad is mounted but cannot be listed"), text
+    assert "AAAAAAAAAAAA" not in text and "sig=" not in text, text
+    assert "RESPONSE Status: 403" in text, text
+    mounts.unmount_recorded(vm_dir, lines.append)
+    assert mounts_under(tmp_path) == [] and rclone_left(str(tmp_path)) == []
+    assert lines == ["inputs: data/: unmounted"] and not (vm_dir / mounts.RECORD).exists()
+    (job_dir / "data" / "keep").write_text("x")
+    with pytest.raises(StageFailed, match="not empty"):
+        mounts.mount_inputs(doc, job_dir, vm_dir, dict(os.environ), lines.append, time.sleep)
+
+
+def _container_plain(azurite: Azurite, name: str) -> None:
+    from azure.storage.blob import BlobServiceClient
+
+    svc = BlobServiceClient(
+        azurite.blob_endpoint, credential={"account_name": azurite.account_name, "account_key": azurite.account_key}
+    )
+    client = svc.get_container_client(name)
+    if not client.exists():
+        client.create_container()
+    client.upload_blob("a", b"a", overwrite=True)
+
+
+@pytest.mark.parametrize("end", ["deadline", "ctrl-c"])
+def test_every_end_of_the_run_unmounts(tmp_path: Path, gpucloud_home: Path, moto: Moto, end: str) -> None:
+    """The deadline (the watchdog process ends the run) and Ctrl-C (the teardown stops the node)
+    leave no mount and no rclone behind, like a run that succeeds."""
+    s3 = moto.client("s3")
+    s3.create_bucket(Bucket="gc-mount-end")
+    s3.put_object(Bucket="gc-mount-end", Key="set/a", Body=b"a")
+    doc = {
+        "name": f"end-{end}",
+        "inputs": {"data/": {"source": "s3://gc-mount-end/set", "mode": "mount"}},
+        "run": "cat data/a && echo; echo started; sleep 300",
+        **({"max_duration": "8s"} if end == "deadline" else {}),
+    }
+    job = write_job(tmp_path / "job", doc)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "run", str(job)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "started" in line:
+            break
+    assert len(mounts_under(gpucloud_home)) == 1 and rclone_left(str(gpucloud_home))  # mounted while it runs
+    if end == "ctrl-c":
+        proc.send_signal(signal.SIGINT)
+    rc = proc.wait(60)
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert rc == (124 if end == "deadline" else 130), stderr
+    assert mounts_under(gpucloud_home) == [] and rclone_left(str(gpucloud_home)) == []
+    log = (gpucloud_home / "runs" / run_id_of(stderr) / "log.txt").read_text()
+    assert "inputs: data/: unmounted" in log, log[-2000:]
+
+
+def test_a_killed_rclone_leaves_a_mount_the_teardown_removes(tmp_path: Path, azurite: Azurite) -> None:
+    """A machine lost at once (SIGKILL to everything, the local provider's `kill(grace=0)`) leaves
+    a dead FUSE mount; the teardown's unmount_recorded removes it from the record alone."""
+    from gpucloud.providers.azure.data import Store
+
+    _container_plain(azurite, "gc-mount-kill")
+    os.environ["GPUCLOUD_AZURE_BLOB_ENDPOINT"] = azurite.blob_endpoint
+    os.environ["AZURE_STORAGE_KEY"] = azurite.account_key
+    try:
+        grant = Store(azurite.account_name).mount_grant("gc-mount-kill", "", datetime.now(UTC) + timedelta(hours=1))
+    finally:
+        del os.environ["GPUCLOUD_AZURE_BLOB_ENDPOINT"], os.environ["AZURE_STORAGE_KEY"]
+    doc = {"inputs": [{"dest": "data", "source": "az://x/gc-mount-kill", "mount": grant}]}
+    (tmp_path / "job").mkdir()
+    assert mounts.mount_inputs(doc, tmp_path / "job", tmp_path, dict(os.environ), print, time.sleep) == 1
+    assert (tmp_path / "job" / "data" / "a").read_bytes() == b"a"
+    (entry,) = json.loads((tmp_path / mounts.RECORD).read_text())
+    os.kill(entry["pid"], signal.SIGKILL)
+    os.waitpid(entry["pid"], 0)
+    assert mounts_under(tmp_path) == [entry["path"]]  # dead, still mounted
+    mounts.unmount_recorded(tmp_path)
+    assert mounts_under(tmp_path) == [] and not (tmp_path / mounts.RECORD).exists()

@@ -37,6 +37,8 @@ NEEDS = (
     "(or the job's setup cannot do it: it runs later), or use mode: copy"
 )
 
+TELLING = ("ERROR", "CRITICAL", "Failed", "RESPONSE Status", "status code", "ServiceCode")
+
 Log = Callable[[str], None]
 
 
@@ -127,11 +129,13 @@ def _save(vm_dir: Path, entries: List[Dict[str, Any]]) -> None:
 
 
 def _tail(path: Path, secrets: Sequence[str]) -> str:
+    """rclone's last words that say something (its errors span many lines of an HTTP dump)."""
     try:
-        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return ""
-    return _masked(" | ".join(lines[-3:]), secrets)[-600:]
+    telling = [ln for ln in lines if any(w in ln for w in TELLING)] or lines
+    return _masked(" | ".join(telling[-3:]), secrets)[-600:]
 
 
 def _listable(path: str) -> Optional[str]:
