@@ -30,6 +30,7 @@ from gpucloud.vm.agent.stage_api import StageFailed
 from tests.providers.local.test_local_e2e import cli, run_id_of, write_job
 from tests.run.test_data_e2e import DIGEST_PY, _az_env, _container, digest, make_files
 from tests.support.azurite import Azurite, azurite  # noqa: F401
+from tests.support.containers import ContainerLab, container_lab  # noqa: F401
 from tests.support.iam_eval import Request, decide
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 
@@ -368,3 +369,33 @@ def test_a_killed_rclone_leaves_a_mount_the_teardown_removes(tmp_path: Path, azu
     assert mounts_under(tmp_path) == [entry["path"]]  # dead, still mounted
     mounts.unmount_recorded(tmp_path)
     assert mounts_under(tmp_path) == [] and not (tmp_path / mounts.RECORD).exists()
+
+
+def test_a_container_job_reads_the_mount(
+    tmp_path: Path, gpucloud_home: Path, moto: Moto, container_lab: ContainerLab
+) -> None:
+    """The job's folder is bind-mounted into the container recursively: the input's mount under it
+    is seen inside the image (busybox here), read-only; an absolute one is its own bind."""
+    s3 = moto.client("s3")
+    s3.create_bucket(Bucket="gc-mount-box")
+    s3.put_object(Bucket="gc-mount-box", Key="set/sub/a.txt", Body=b"boxed-mount-line\n")
+    abs_dest = tmp_path / "abs-mount"
+    job = write_job(
+        tmp_path / "job",
+        {
+            "name": "boxmount",
+            "container": {"image": container_lab.image},
+            "inputs": {
+                "data/": {"source": "s3://gc-mount-box/set", "mode": "mount"},
+                str(abs_dest): {"source": "s3://gc-mount-box/set/sub", "mode": "mount"},
+            },
+            "run": f"test ! -d /usr && cat data/sub/a.txt && cat {abs_dest}/a.txt && "
+            "(touch data/x 2>/dev/null && echo WRITABLE || echo READ-ONLY)",
+        },
+    )
+    proc = cli("run", str(job), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    log = (gpucloud_home / "runs" / run_id_of(proc.stderr) / "log.txt").read_text()
+    assert log.count("boxed-mount-line") == 2 and "READ-ONLY" in log and "WRITABLE" not in log, log[-2000:]
+    assert mounts_under(gpucloud_home) == [] and mounts_under(tmp_path) == []
+    assert rclone_left(str(gpucloud_home)) == []
