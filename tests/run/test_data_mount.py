@@ -337,6 +337,8 @@ def test_every_end_of_the_run_unmounts(tmp_path: Path, gpucloud_home: Path, moto
         if "started" in line:
             break
     assert len(mounts_under(gpucloud_home)) == 1 and rclone_left(str(gpucloud_home))  # mounted while it runs
+    secret = rclone_secret(str(gpucloud_home))
+    assert len(secret) >= 16
     if end == "ctrl-c":
         proc.send_signal(signal.SIGINT)
     rc = proc.wait(60)
@@ -345,6 +347,24 @@ def test_every_end_of_the_run_unmounts(tmp_path: Path, gpucloud_home: Path, moto
     assert mounts_under(gpucloud_home) == [] and rclone_left(str(gpucloud_home)) == []
     log = (gpucloud_home / "runs" / run_id_of(stderr) / "log.txt").read_text()
     assert "inputs: data/: unmounted" in log, log[-2000:]
+    leaks = [
+        p
+        for base in (gpucloud_home, tmp_path)
+        for p in base.rglob("*")
+        if p.is_file() and secret.encode() in p.read_bytes()
+    ]
+    assert leaks == [] and secret not in stderr, leaks  # in rclone's environment only
+
+
+def rclone_secret(token: str) -> str:
+    """The secret key of the running rclone under `token`: in its environment, not its command line."""
+    (entry,) = [e.split(":")[0] for e in rclone_left(token)]
+    cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+    env = dict(kv.split("=", 1) for kv in Path(f"/proc/{entry}/environ").read_bytes().decode().split("\0") if "=" in kv)
+    secret = env[f"RCLONE_CONFIG_{mounts.REMOTE}_SECRET_ACCESS_KEY"]
+    assert secret.encode() not in cmd and b"RCLONE" not in cmd and b"secret" not in cmd.lower()
+    assert env[f"RCLONE_CONFIG_{mounts.REMOTE}_SESSION_TOKEN"]
+    return secret
 
 
 def test_a_killed_rclone_leaves_a_mount_the_teardown_removes(tmp_path: Path, azurite: Azurite) -> None:

@@ -55,11 +55,11 @@ def token_seconds(expires: datetime, now: datetime | None = None) -> int:
     return int(max(MIN_TOKEN_S, min(MAX_TOKEN_S, left)))
 
 
-def federation_token(bucket: str, prefix: str, seconds: int, run_id: str, where: str) -> dict[str, Any]:
+def federation_token(bucket: str, prefix: str, region: str, seconds: int, run_id: str, where: str) -> dict[str, Any]:
     """STS credentials limited to the mount's folder; UserError saying what to do when refused."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    sts = shared_session().client("sts", config=client_config("sts"))
+    sts = shared_session().client("sts", region_name=region or None, config=client_config("sts"))
     try:
         got = sts.get_federation_token(
             Name=(NAME_PREFIX + run_id[-(32 - len(NAME_PREFIX)) :]).strip("-") or "gc-run",
@@ -103,13 +103,13 @@ def check_mount(bucket: str, prefix: str, where: str) -> str:
                 hint="Name its folder, or use mode: copy for one object.",
             )
         raise UserError(f"{where}: no objects under s3://{bucket}/{pre}.", hint="Check the prefix in the job file.")
-    federation_token(bucket, prefix, MIN_TOKEN_S, "probe", where)
+    federation_token(bucket, prefix, region, MIN_TOKEN_S, "probe", where)
     return region
 
 
 def mount_grant(bucket: str, prefix: str, region: str, run_id: str, expires: datetime, where: str) -> dict[str, Any]:
     """What the node's rclone needs: the store, the folder and the token (secret: sealed only)."""
-    creds = federation_token(bucket, prefix, token_seconds(expires), run_id, where)
+    creds = federation_token(bucket, prefix, region, token_seconds(expires), run_id, where)
     url = endpoint(region)
     return {
         "type": "s3",
