@@ -233,9 +233,7 @@ class Ending:
         in `error` (a job is never started twice); one still setting up starts over."""
         self.log("the machine rebooted")
         container.remove_recorded(self.vm_dir)  # an engine may keep a container over a reboot
-        mounts.unmount_recorded(
-            self.vm_dir
-        )  # the boot took the mounts; their record goes (mounted again if the run starts over)
+        mounts.unmount_recorded(self.vm_dir)  # the boot took the mounts; a run that starts over mounts again
         for name in ("job.pgid",):
             try:
                 (self.vm_dir / name).unlink()

@@ -218,8 +218,10 @@ def _mount_one(
     log(f"inputs: {dest}: mounted {item.get('source')} read-only")
 
 
-def _alive_rclone(pid: int) -> bool:
-    """`pid` is still a running rclone (not a zombie, not a reused pid)."""
+def _alive_rclone(pid: int, path: str) -> bool:
+    """`pid` is still the rclone of `path` (not a zombie, not a reused pid)."""
+    if pid <= 0:
+        return False
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = f.read()
@@ -227,7 +229,7 @@ def _alive_rclone(pid: int) -> bool:
             state = f.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return False
-    return state not in ("Z", "X") and b"rclone" in cmd
+    return state not in ("Z", "X") and b"rclone" in cmd and path.encode() in cmd
 
 
 def _reap(pid: int) -> None:
@@ -237,9 +239,9 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _stop(pid: int) -> None:
+def _stop(pid: int, path: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        if not _alive_rclone(pid):
+        if not _alive_rclone(pid, path):
             break
         try:
             os.kill(pid, sig)
@@ -248,7 +250,7 @@ def _stop(pid: int) -> None:
         end = time.monotonic() + STOP_WAIT_S
         while time.monotonic() < end:
             _reap(pid)
-            if not _alive_rclone(pid):
+            if not _alive_rclone(pid, path):
                 break
             time.sleep(0.05)
     _reap(pid)
@@ -272,12 +274,12 @@ def unmount_recorded(vm_dir: Path, log: Optional[Log] = None) -> None:
         path, pid = str(entry.get("path") or ""), int(entry.get("pid") or 0)
         if path in mounted_paths():
             _unmount(path, lazy=False)
-        for _ in range(int(STOP_WAIT_S * 20)):
-            _reap(pid)
-            if not _alive_rclone(pid):
-                break
-            time.sleep(0.05)
-        _stop(pid)
+            for _ in range(int(STOP_WAIT_S * 20)):  # rclone ends with its mount
+                _reap(pid)
+                if not _alive_rclone(pid, path):
+                    break
+                time.sleep(0.05)
+        _stop(pid, path)
         if path in mounted_paths():
             _unmount(path, lazy=True)
         if log is not None:
