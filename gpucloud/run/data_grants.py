@@ -4,8 +4,9 @@ At plan time (`check`): every source is looked up from the caller (a bucket that
 an empty prefix, a missing local path or an https URL that does not answer fails here, naming
 it), giving the files, their total size and an ETA for `plan`. After launch (`grants`): the
 node's document of exactly the grants the job file names, expiring at the run's deadline: one
-GET URL per input file, one write-only grant per output prefix (gpucloud/providers/*/data.py
-say what each store's grant allows). It is sealed to the node's key with its secrets
+GET URL per input file, one read/list credential per mounted input folder (`mode: mount`:
+gpucloud/providers/aws/mount.py, the Blob SAS), one write-only grant per output prefix
+(gpucloud/providers/*/data.py say what each store's grant allows). It is sealed to the node's key with its secrets
 (gpucloud/run/secrets.py) and never written in plain text. Local inputs go up to the run's
 channel first (not through the code tarball's cap); the node copies inputs in parallel before
 `setup` and syncs outputs at the end, straight between the node and the bucket.
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucloud.channel.store import run_prefix
 from gpucloud.errors import UserError
-from gpucloud.spec.data import DataSource, parse_location
+from gpucloud.spec.data import DataSource, input_source, parse_location
 
 if TYPE_CHECKING:
     from gpucloud.spec.load import JobSpec
@@ -34,8 +35,9 @@ ASSUMED_MBPS = 100.0  # MB/s a node copies from a bucket in its region, for plan
 class Input:
     dest: str
     source: DataSource
-    files: list[tuple[str, int, str]]  # (path under dest, size, key / URL / local path)
+    files: list[tuple[str, int, str]]  # (path under dest, size, key / URL / local path); none when mounted
     region: str = ""
+    mode: str = "copy"  # or "mount": the folder is mounted read-only on the node, not listed or copied
 
 
 @dataclass
@@ -50,6 +52,11 @@ class DataPlan:
     inputs: list[Input] = field(default_factory=list)
     outputs: list[Output] = field(default_factory=list)
     uploaded: dict[str, list[str]] = field(default_factory=dict)  # run id -> channel keys of local inputs
+    mounted: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # (run id, input) -> grant
+
+    @property
+    def copied(self) -> list[Input]:
+        return [i for i in self.inputs if i.mode == "copy"]
 
     @property
     def total_bytes(self) -> int:
@@ -59,8 +66,11 @@ class DataPlan:
         files = sum(len(i.files) for i in self.inputs)
         mb = self.total_bytes / 1e6
         parts = []
-        if self.inputs:
+        if self.copied:
             parts.append(f"inputs: {files} file(s), {mb:,.1f} MB, about {max(1, round(mb / ASSUMED_MBPS))} s to copy")
+        mounts = [i for i in self.inputs if i.mode == "mount"]
+        if mounts:
+            parts.append("mounted read-only (not copied): " + ", ".join(f"{i.dest} <- {i.source.text}" for i in mounts))
         if self.outputs:
             parts.append("outputs: " + ", ".join(f"{o.src} -> {o.dest.text}" for o in self.outputs))
         return "; ".join(parts)
@@ -68,7 +78,15 @@ class DataPlan:
     def as_json(self) -> dict[str, Any]:
         return {
             "inputs": [
-                {"path": i.dest, "source": i.source.text, "files": len(i.files), "bytes": sum(s for _, s, _ in i.files)}
+                {"path": i.dest, "source": i.source.text, "mode": "mount", "files": None, "bytes": None}
+                if i.mode == "mount"
+                else {
+                    "path": i.dest,
+                    "source": i.source.text,
+                    "mode": "copy",
+                    "files": len(i.files),
+                    "bytes": sum(s for _, s, _ in i.files),
+                }
                 for i in self.inputs
             ],
             "outputs": [{"path": o.src, "destination": o.dest.text} for o in self.outputs],
@@ -81,6 +99,12 @@ class DataPlan:
             self.uploaded[run_id] = _upload_local(self, channel, run_id)
         doc: dict[str, Any] = {"inputs": [], "outputs": []}
         for n, item in enumerate(self.inputs):
+            if item.mode == "mount":
+                if (run_id, n) not in self.mounted:  # one credential per run, shared by its nodes
+                    self.mounted[(run_id, n)] = _mount_grant(item, run_id, expires)
+                grant = self.mounted[(run_id, n)]
+                doc["inputs"].append({"dest": item.dest, "source": item.source.text, "mount": grant})
+                continue
             urls = _urls(item, channel, run_id, n, expires, rank)
             files = [
                 {"rel": rel, "size": size, "url": url} for (rel, size, _), url in zip(item.files, urls, strict=True)
@@ -113,6 +137,32 @@ def _urls(item: Input, channel: Any, run_id: str, n: int, expires: datetime, ran
     if src.kind == "https":
         return [src.url]
     return [channel.node_url(channel.url_get(_local_key(run_id, n, rel), expires), rank) for rel, _, _ in item.files]
+
+
+def _mount_grant(item: Input, run_id: str, expires: datetime) -> dict[str, Any]:
+    src = item.source
+    if src.kind == "s3":
+        from gpucloud.providers.aws import mount
+
+        return mount.mount_grant(src.bucket, src.prefix, item.region, run_id, expires, f"inputs.{item.dest}")
+    return _store(src.account).mount_grant(src.bucket, src.prefix, expires)
+
+
+def _check_mount(src: DataSource, where: str, max_duration: int) -> str:
+    """A mounted folder looked up like a copied one (the bucket, objects under it; no listing of
+    every file), and on S3 whether a federation token can be had for it; its region."""
+    if src.kind == "s3":
+        from gpucloud.providers.aws import mount
+
+        if max_duration > mount.MAX_TOKEN_S:
+            raise UserError(
+                f"{where}: mode: mount on S3 gets credentials for at most {mount.MAX_TOKEN_S // 3600} hours "
+                f"(STS's limit), and max_duration is {max_duration / 3600:g} hours.",
+                hint="Lower max_duration to 36h or less, or use mode: copy for this input.",
+            )
+        return mount.check_mount(src.bucket, src.prefix, where)
+    _store(src.account).check_mount(src.bucket, src.prefix, where)
+    return ""
 
 
 def _output_grant(out: Output, prefix: str, expires: datetime) -> dict[str, Any]:
@@ -168,9 +218,14 @@ def check(spec: JobSpec) -> DataPlan:
     """Look every source and destination up from the caller; UserError naming the first bad one."""
     plan = DataPlan()
     base = spec.source.parent if spec.source else Path.cwd()
-    for dest, text in spec.inputs.items():
+    for dest, value in spec.inputs.items():
+        text, mode = input_source(value)
         src, where = parse_location(text), f"inputs.{dest}"
         region = ""
+        if mode == "mount":
+            region = _check_mount(src, where, spec.max_duration)
+            plan.inputs.append(Input(dest, src, [], region, mode))
+            continue
         if src.kind == "s3":
             from gpucloud.providers.aws import data as s3
 
@@ -198,9 +253,13 @@ def check(spec: JobSpec) -> DataPlan:
 
 
 def policy_statements(spec: JobSpec) -> list[dict[str, Any]]:
-    """The IAM statements the job's s3:// inputs and outputs need from the caller (`iam-policy --data`)."""
+    """The IAM statements the job's s3:// inputs and outputs need from the caller (`iam-policy --data`):
+    a mounted input's reads too (the machine's federation token can do no more than its caller)."""
     from gpucloud.providers.aws.data import policy_statements as s3_statements
+    from gpucloud.providers.aws.mount import policy_statements as mount_statements
 
-    reads = [(s.bucket, s.prefix) for s in map(parse_location, spec.inputs.values()) if s.kind == "s3"]
+    sources = [(parse_location(text), mode) for text, mode in map(input_source, spec.inputs.values())]
+    reads = [(s.bucket, s.prefix) for s, _ in sources if s.kind == "s3"]
+    mounts = [(s.bucket, s.prefix) for s, mode in sources if s.kind == "s3" and mode == "mount"]
     writes = [(s.bucket, s.prefix) for s in map(parse_location, spec.outputs.values()) if s.kind == "s3"]
-    return s3_statements(reads, writes)
+    return s3_statements(reads, writes) + mount_statements(mounts)

@@ -5,15 +5,17 @@ time, gpucloud/run/data_grants.py).
 Sources: `s3://bucket/prefix`, `az://account/container/prefix`,
 `https://<account>.blob.core.windows.net/container/prefix`, any other `https://` URL (one file),
 or a local file or folder (relative to the job file). Destinations: the two bucket forms.
+An input is copied (`mode: copy`, the default, kept as its source string) or, for a bucket
+folder, mounted read-only on the machine (`mode: mount`, kept as a MountedInput).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from gpucloud.spec.values import _fail, describe
 
@@ -75,15 +77,54 @@ def _vm_path(value: Any) -> str:
     return value
 
 
-def _input(value: Any) -> str:
+class MountedInput(BaseModel):
+    """An input with `mode: mount`: a bucket folder mounted read-only on the machine, not copied."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    source: str
+    mode: Literal["mount"] = "mount"
+
+
+class InputForm(BaseModel):
+    """The object form of an input as written in the job file (the JSON schema's view)."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: str
+    mode: Literal["copy", "mount"] = "copy"
+
+
+def input_source(value: str | MountedInput) -> tuple[str, str]:
+    """(source string, mode) of one `inputs:` value as the spec keeps it."""
+    if isinstance(value, MountedInput):
+        return value.source, "mount"
+    return value, "copy"
+
+
+def _mount_refusal(where: DataSource) -> str:
+    if where.kind == "https":
+        return (
+            f"'{where.url}' is one file over https: mode: mount takes a bucket folder "
+            "(s3://bucket/prefix or az://account/container/prefix). Use mode: copy for it"
+        )
+    return (
+        f"'{where.url}' is a local path, which is uploaded with the run: mode: mount takes a bucket folder "
+        "(s3://bucket/prefix or az://account/container/prefix). Remove mode (copy is the default)"
+    )
+
+
+def _input(value: Any) -> str | MountedInput:
+    mode = "copy"
+    if isinstance(value, MountedInput):
+        value = value.model_dump()
     if isinstance(value, dict):
         extra = sorted(set(value) - {"source", "mode"})
         if extra:
-            _fail(f"unknown key {extra[0]}. Expected source: and mode: copy")
-        if value.get("mode", "copy") != "copy":
+            _fail(f"unknown key {extra[0]}. Expected source: and mode: copy or mount")
+        mode = value.get("mode", "copy")
+        if mode not in ("copy", "mount"):
             _fail(
-                f"mode {value.get('mode')!r} is not available: inputs are copied onto the machine before "
-                "setup. Remove mode, or write mode: copy"
+                f"mode {mode!r} is not a mode. Write mode: copy (copied onto the machine before setup, the "
+                "default) or mode: mount (a bucket folder mounted read-only)"
             )
         value = value.get("source")
     if not isinstance(value, str):
@@ -92,10 +133,14 @@ def _input(value: Any) -> str:
             f"got {describe(value)}"
         )
     try:
-        parse_location(value)
+        where = parse_location(value)
     except ValueError as exc:
         _fail(str(exc))
-    return value.strip()
+    if mode == "copy":
+        return value.strip()
+    if where.kind not in ("s3", "az"):
+        _fail(_mount_refusal(where))
+    return MountedInput(source=value.strip())
 
 
 def _output(value: Any) -> str:
@@ -111,5 +156,5 @@ def _output(value: Any) -> str:
 
 
 DataPath = Annotated[str, BeforeValidator(_vm_path)]
-InputSource = Annotated[str, BeforeValidator(_input)]
+InputSource = Annotated[str | MountedInput, BeforeValidator(_input, json_schema_input_type=str | InputForm)]
 OutputDest = Annotated[str, BeforeValidator(_output)]

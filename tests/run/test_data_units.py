@@ -37,7 +37,9 @@ def test_location_forms() -> None:
     [
         ("inputs: {data/: ftp://x}", "inputs.data/", "unknown scheme"),
         ("inputs: {../up: s3://bkt/x}", "inputs", "'..'"),
-        ("inputs: {d: {source: s3://bkt/x, mode: mount}}", "inputs.d", "mode: copy"),
+        ("inputs: {d: {source: s3://bkt/x, mode: rsync}}", "inputs.d", "mode: copy"),
+        ("inputs: {d: {source: 'https://x.org/f', mode: mount}}", "inputs.d", "one file over https"),
+        ("inputs: {d: {source: ./here, mode: mount}}", "inputs.d", "local path"),
         ("outputs: {o: https://x.org/y}", "outputs.o", "bucket prefix"),
         ("outputs: {o: ./local}", "outputs.o", "bucket prefix"),
         ("secrets: [GPUCLOUD_X]", "secrets", "reserved"),

@@ -18,17 +18,17 @@ POST_MAX = 5 * 1024**3  # S3's largest single POST upload
 MAX_PRESIGN_S = 7 * 24 * 3600
 
 
-def _client(region: str | None = None) -> Any:
+def s3_client(region: str | None = None) -> Any:
     """SigV4 (what every region takes, and what bounds a URL to its expiry, 7 days at most)."""
     return shared_session().client("s3", region_name=region, config=client_config("s3", signature_version="s3v4"))
 
 
-def _region(bucket: str, where: str) -> str:
+def bucket_region(bucket: str, where: str) -> str:
     """The bucket's region (presigned URLs must be signed for it); UserError naming it when absent."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        head = _client().head_bucket(Bucket=bucket)
+        head = s3_client().head_bucket(Bucket=bucket)
     except ClientError as exc:
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code in ("404", "NoSuchBucket", "NotFound"):
@@ -49,8 +49,8 @@ def _region(bucket: str, where: str) -> str:
 def list_input(bucket: str, prefix: str, where: str) -> tuple[str, list[tuple[str, int, str]]]:
     """(region, [(path under the input, size, key)]): one object when `prefix` names one, else
     every object under `prefix/`. No object at all is an error naming the source."""
-    region = _region(bucket, where)
-    s3 = _client(region)
+    region = bucket_region(bucket, where)
+    s3 = s3_client(region)
     if prefix and not prefix.endswith("/"):
         page = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
         first = (page.get("Contents") or [{}])[0]
@@ -72,18 +72,18 @@ def _expires_in(expires: datetime) -> int:
 
 
 def input_urls(bucket: str, region: str, keys: list[str], expires: datetime) -> list[str]:
-    s3 = _client(region)
+    s3 = s3_client(region)
     ttl = _expires_in(expires)
     return [s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": k}, ExpiresIn=ttl) for k in keys]
 
 
 def check_output(bucket: str, where: str) -> str:
-    return _region(bucket, where)
+    return bucket_region(bucket, where)
 
 
 def output_grant(bucket: str, region: str, prefix: str, expires: datetime) -> dict[str, Any]:
     """One presigned POST covering `prefix` (the node adds `key` per file)."""
-    post = _client(region).generate_presigned_post(
+    post = s3_client(region).generate_presigned_post(
         bucket,
         prefix + "${filename}",
         Conditions=[["starts-with", "$key", prefix], ["content-length-range", 0, POST_MAX]],

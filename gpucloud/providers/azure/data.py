@@ -1,6 +1,7 @@
 """`inputs:`/`outputs:` on Azure Blob (docs/DATA.md): the caller's check before launch (the
 container, the blobs under a prefix) and the machine's grants, expiring at the run's deadline: a
-read-only SAS per input blob (those blobs only: no list, no write), and for each output prefix a
+read-only SAS per input blob (those blobs only: no list, no write), a read/list SAS on the
+container of a mounted input (`mode: mount`: rclone's `sas_url`), and for each output prefix a
 create/write-only SAS on its container (no read, list or delete; Blob SAS cannot narrow a plain
 container to a prefix, so a job should have its own output container or accept that the grant
 covers new blobs anywhere in it). With an account key (AZURE_STORAGE_KEY, or
@@ -86,6 +87,23 @@ class Store:
                 hint="Check the prefix in the job file.",
             )
         return files
+
+    def check_mount(self, container: str, prefix: str, where: str) -> None:
+        """`mode: mount`: the container, and blobs under the folder (one is enough)."""
+        client = self._container(container, where)
+        pre = prefix.rstrip("/") + "/" if prefix.strip("/") else ""
+        if next(iter(client.list_blobs(name_starts_with=pre or None, results_per_page=1)), None) is None:
+            raise UserError(
+                f"{where}: no blobs under az://{self.account}/{container}/{pre}.",
+                hint="Check the prefix in the job file.",
+            )
+
+    def mount_grant(self, container: str, prefix: str, expires: datetime) -> dict[str, Any]:
+        """rclone's `sas_url` for a read-only mount: read and list on the container (a service SAS
+        cannot be narrowed to a prefix, so the machine can read the whole container), no write."""
+        sas = self._sas(container, None, expires, read=True, list=True)
+        pre = prefix.rstrip("/") + "/" if prefix.strip("/") else ""
+        return {"type": "azureblob", "container": container, "prefix": pre, "sas_url": f"{self.url}/{container}?{sas}"}
 
     def check_output(self, container: str, where: str) -> None:
         self._container(container, where)

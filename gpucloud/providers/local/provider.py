@@ -22,6 +22,7 @@ from gpucloud.providers.base import (
 )
 from gpucloud.providers.local import engine as vm_engine
 from gpucloud.vm.agent.container import remove_recorded
+from gpucloud.vm.agent.mounts import unmount_recorded
 
 if TYPE_CHECKING:
     from gpucloud.channel.store import Channel
@@ -183,6 +184,7 @@ class LocalProvider:
         for vm in self._vms(run_id):
             vm.kill(grace=STOP_GRACE_S if wait else 1.0)
             remove_recorded(vm.sandbox)  # a step's container outlives its killed engine client
+            unmount_recorded(vm.sandbox)  # an input mount outlives a killed rclone
             drop_log_copies(vm.sandbox)
         for res in journal.resources(run_id, alive_only=True):
             if res.cloud == self.name:
@@ -208,6 +210,7 @@ class LocalProvider:
                     if not dry_run:
                         vm.kill()
                         remove_recorded(vm.sandbox)
+                        unmount_recorded(vm.sandbox)
             if not running and vms and max(vm.booted_at for vm in vms) < ts - 86400:
                 lines.append(
                     f"local: {run_dir.name} sandbox of an ended run" + (" (would remove)" if dry_run else " (removed)")

@@ -122,6 +122,12 @@ sig() {
 sig TERM
 for _ in $(seq 1 $((GRACE * 10))); do [ -z "$(ours_pids)" ] && break; sleep 0.1; done
 sig KILL
+for f in "$R/work/$RUN"/node-*/mounts.json; do
+  [ -f "$f" ] || continue  # input mounts (vm/agent/mounts.py) a killed rclone left: rm must not walk a bucket
+  grep -o '"path": "[^"]*"' "$f" | cut -d'"' -f4 | while read -r m; do
+    fusermount3 -uz "$m" 2>/dev/null || fusermount -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
+  done
+done
 rm -rf "$R/work/$RUN" "$R/channel/runs/$RUN"
 for f in "$R/locks"/gpu-*; do [ -f "$f" ] && [ "$(cat "$f")" = "$RUN" ] && rm -f "$f"; done
 true

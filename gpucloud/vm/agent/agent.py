@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from gpucloud.vm import protocol
-from gpucloud.vm.agent import artifacts, container, data, gpu_check, secret_env, stack
+from gpucloud.vm.agent import artifacts, container, data, gpu_check, stack
 from gpucloud.vm.agent.barrier import Barrier, node_ip
 from gpucloud.vm.agent.checkpoints import Checkpoints
 from gpucloud.vm.agent.claim import NodeKey
@@ -525,57 +525,6 @@ class Agent(GpuWatching, JobSteps):
                 self.fail("the manifest has no checkpoint URLs")
             self.checkpoints.restore()
             self.checkpoints.enabled = True
-
-    def open_secrets(self) -> None:
-        """The job's secrets and data grants, sealed to this node's key by the CLI (secret_env.py);
-        in memory only. Then the inputs are copied (before setup)."""
-        if not (self.cfg.secrets or self.cfg.data or self.cfg.container.get("sealed_login")):
-            return
-        self.clock.wait(self.key.done, 60.0)
-        try:
-            sealed_doc = secret_env.fetch(
-                self.manifest.url("secrets_get"),
-                self.cfg.secrets,
-                run_id=self.cfg.run_id,
-                rank=self.rank,
-                get=lambda url: self.transfer.get(url, max_time=30, limit=secret_env.sealed.SEALED_MAX),
-                key_pem=lambda: self.key.key_path.read_text() if self.key.key_path.is_file() else None,
-                passed=lambda: self.deadline.passed(self.clock.now()),
-                sleep=self.clock.sleep,
-                stopping=self.gate.taken,
-                log=self.log,
-            )
-        except StageFailed as exc:
-            self.gate_check()
-            self.fail(str(exc))
-        self.secret_values, self.data_grants = sealed_doc["env"], sealed_doc["data"]
-        self.pull_login = sealed_doc.get("registry") or {}
-        if self.secret_values:
-            self.log(f"secrets: {', '.join(sorted(self.secret_values))} (masked in this log)")
-        self.outputs = data.OutputSync(self.data_grants, self.job_dir, self.transfer, self.log)
-        self.outputs.start(self.cfg.outputs_interval)
-        if self.data_grants.get("inputs"):
-            self.stage("inputs")
-            try:
-                data.fetch_inputs(self.data_grants, self.job_dir, self.transfer, self.log, self.report_inputs)
-            except StageFailed as exc:
-                self.fail(str(exc))
-
-    def report_inputs(self, progress: Dict[str, int]) -> None:
-        """The copy's progress in the status document (`status` shows it beside the timeline); pushed
-        at most every few seconds by the pump, at once for the last file."""
-        self.board.set(inputs=progress)
-        if progress.get("files") == progress.get("of"):
-            self.board.push()
-
-    def push_outputs(self) -> None:
-        """outputs: straight from this node to their bucket prefixes, after the run."""
-        if self.outputs is None or not self.data_grants.get("outputs"):
-            return
-        self.stage_always("outputs")
-        if not self.outputs.final():
-            self.log("some outputs were not uploaded")
-            self.board.end_stage("outputs", False)
 
 
 def _hard_exit(code: int) -> None:

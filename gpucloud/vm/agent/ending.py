@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional
 
 from gpucloud.vm import protocol
-from gpucloud.vm.agent import container
+from gpucloud.vm.agent import container, mounts
 from gpucloud.vm.agent.claim import NodeKey
 from gpucloud.vm.agent.config import JobConfig
 from gpucloud.vm.agent.final import FinalGate
@@ -82,6 +82,7 @@ class Ending:
         """Report the end (the caller holds the final gate), then the provider's teardown."""
         if message:
             self.log(message)
+        mounts.unmount_recorded(self.vm_dir, self.log)  # the job has ended: its mounted inputs go
         self.log(f"state {state}, exit code {'null' if exit_code is None else exit_code}")
         self.stop_pump()
         if self.heartbeat is not None:
@@ -111,6 +112,7 @@ class Ending:
 
     def terminate(self, code: int) -> None:
         """The provider's self-teardown, then the process ends with `code`."""
+        mounts.unmount_recorded(self.vm_dir, self.log)  # whoever ends here (the backstop) leaves no mount
         if self.cfg.self_termination != "exit":
             marker = self.vm_dir / "terminated"
             try:
@@ -231,6 +233,7 @@ class Ending:
         in `error` (a job is never started twice); one still setting up starts over."""
         self.log("the machine rebooted")
         container.remove_recorded(self.vm_dir)  # an engine may keep a container over a reboot
+        mounts.unmount_recorded(self.vm_dir)  # the boot took the mounts; a run that starts over mounts again
         for name in ("job.pgid",):
             try:
                 (self.vm_dir / name).unlink()

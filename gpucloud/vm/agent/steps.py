@@ -1,6 +1,7 @@
-"""The job's steps as the agent runs them: their environment, the `container_pull` stage of a job
-with `container:`, and one step (setup, run) on the machine or in the job's image, its output masked
-when the job has secrets. Mixed into the Agent (agent.py), whose attributes are declared here.
+"""The job's steps as the agent runs them: their environment, the sealed secrets and the `inputs`
+stage, the `container_pull` stage of a job with `container:`, one step (setup, run) on the machine
+or in the job's image, its output masked when the job has secrets, and the `outputs` stage. Mixed
+into the Agent (agent.py), whose attributes are declared here.
 
 Stdlib only, Python >= 3.8 syntax.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from gpucloud.vm.agent import container, secret_env
+from gpucloud.vm.agent import container, data, mounts, secret_env
 from gpucloud.vm.agent.clock import Clock
 from gpucloud.vm.agent.deadline import Deadline
 from gpucloud.vm.agent.ending import Ending
@@ -29,6 +30,7 @@ class JobSteps(Ending):
     data_grants: Dict[str, Any]
     pull_login: Dict[str, str]
     box: Optional[container.Container]
+    outputs: Optional[data.OutputSync]
 
     def gate_check(self) -> None:
         raise NotImplementedError
@@ -37,6 +39,9 @@ class JobSteps(Ending):
         raise NotImplementedError
 
     def stage_env(self) -> StageEnv:
+        raise NotImplementedError
+
+    def stage_always(self, name: str) -> None:
         raise NotImplementedError
 
     @property
@@ -114,3 +119,58 @@ class JobSteps(Ending):
         if self.cfg.secrets:
             command = secret_env.masked_command(command, sorted(self.secret_values))
         return self.runner.run(command, env, where)
+
+    def open_secrets(self) -> None:
+        """The job's secrets and data grants, sealed to this node's key by the CLI (secret_env.py);
+        in memory only. Then the inputs are mounted (mounts.py) and copied (data.py), before setup."""
+        if not (self.cfg.secrets or self.cfg.data or self.cfg.container.get("sealed_login")):
+            return
+        self.clock.wait(self.key.done, 60.0)
+        try:
+            sealed_doc = secret_env.fetch(
+                self.manifest.url("secrets_get"),
+                self.cfg.secrets,
+                run_id=self.cfg.run_id,
+                rank=self.rank,
+                get=lambda url: self.transfer.get(url, max_time=30, limit=secret_env.sealed.SEALED_MAX),
+                key_pem=lambda: self.key.key_path.read_text() if self.key.key_path.is_file() else None,
+                passed=lambda: self.deadline.passed(self.clock.now()),
+                sleep=self.clock.sleep,
+                stopping=self.gate.taken,
+                log=self.log,
+            )
+        except StageFailed as exc:
+            self.gate_check()
+            self.fail(str(exc))
+        self.secret_values, self.data_grants = sealed_doc["env"], sealed_doc["data"]
+        self.pull_login = sealed_doc.get("registry") or {}
+        if self.secret_values:
+            self.log(f"secrets: {', '.join(sorted(self.secret_values))} (masked in this log)")
+        self.outputs = data.OutputSync(self.data_grants, self.job_dir, self.transfer, self.log)
+        self.outputs.start(self.cfg.outputs_interval)
+        if self.data_grants.get("inputs"):
+            self.stage("inputs")
+            try:
+                mounts.mount_inputs(
+                    self.data_grants, self.job_dir, self.vm_dir, self.environ, self.log, self.clock.sleep
+                )
+                data.fetch_inputs(self.data_grants, self.job_dir, self.transfer, self.log, self.report_inputs)
+            except StageFailed as exc:
+                self.gate_check()
+                self.fail(str(exc))
+
+    def report_inputs(self, progress: Dict[str, int]) -> None:
+        """The copy's progress in the status document (`status` shows it beside the timeline); pushed
+        at most every few seconds by the pump, at once for the last file."""
+        self.board.set(inputs=progress)
+        if progress.get("files") == progress.get("of"):
+            self.board.push()
+
+    def push_outputs(self) -> None:
+        """outputs: straight from this node to their bucket prefixes, after the run."""
+        if self.outputs is None or not self.data_grants.get("outputs"):
+            return
+        self.stage_always("outputs")
+        if not self.outputs.final():
+            self.log("some outputs were not uploaded")
+            self.board.end_stage("outputs", False)
