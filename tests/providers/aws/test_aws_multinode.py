@@ -32,6 +32,7 @@ from tests.providers.aws.test_aws_e2e import invoke, run_id_of  # noqa: F401
 from tests.support.aws_faults import HOOKS, AwsHooks, Call, Fault, install
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive, user_data_of  # noqa: F401
+from tests.support.torch_shutdown import torch_shutdown_crash
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -335,12 +336,15 @@ def test_ddp_example_on_two_aws_nodes(
     gpucloud's 29500)."""
     doc = yaml.safe_load((REPO / "examples" / "ddp-2-nodes.yaml").read_text())
     doc["workdir"] = str(REPO / "examples" / doc["workdir"])
-    doc["env"]["MASTER_PORT"] = str(_free_port())
     job = tmp_path / "ddp-2-nodes.yaml"
-    job.write_text(yaml.safe_dump(doc, sort_keys=False))
-    t0 = time.monotonic()
-    code, log = invoke("run", str(job), "--cloud", "aws")
-    wall = time.monotonic() - t0
+    for attempt in range(2):  # once more only after torch's own shutdown crash (tests/support/torch_shutdown.py)
+        doc["env"]["MASTER_PORT"] = str(_free_port())
+        job.write_text(yaml.safe_dump(doc, sort_keys=False))
+        t0 = time.monotonic()
+        code, log = invoke("run", str(job), "--cloud", "aws")
+        wall = time.monotonic() - t0
+        if code == 0 or attempt or not torch_shutdown_crash(log):
+            break
     assert code == 0, log[-4000:]
     run_id = run_id_of(log)
     losses = {int(r): v for r, v in re.findall(r"^\[node (\d)\] rank \d final loss (\S+)$", log, re.M)}

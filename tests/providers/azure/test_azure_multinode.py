@@ -44,6 +44,7 @@ from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
 )
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
 from tests.support.fake_arm import OPERATOR_PRINCIPAL, PPG_TYPE, VM_TYPE, FakeArm, Resource
+from tests.support.torch_shutdown import torch_shutdown_crash
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -320,19 +321,22 @@ def test_ddp_example_on_two_azure_nodes(
     gpucloud's 29500, as it would for a user whose image already listens there)."""
     doc = yaml.safe_load((REPO / "examples" / "ddp-2-nodes.yaml").read_text())
     doc["workdir"] = str(REPO / "examples" / doc["workdir"])
-    doc["env"]["MASTER_PORT"] = str(_free_port())
     job = tmp_path / "ddp-2-nodes.yaml"
-    job.write_text(yaml.safe_dump(doc, sort_keys=False))
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "azure", "--json"],
-        env=azure_env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=tmp_path,
-    )
-    wall = time.monotonic() - t0
+    for attempt in range(2):  # once more only after torch's own shutdown crash (tests/support/torch_shutdown.py)
+        doc["env"]["MASTER_PORT"] = str(_free_port())
+        job.write_text(yaml.safe_dump(doc, sort_keys=False))
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "azure", "--json"],
+            env=azure_env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=tmp_path,
+        )
+        wall = time.monotonic() - t0
+        if proc.returncode == 0 or attempt or not torch_shutdown_crash(proc.stderr):
+            break
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout)
     assert result["status"] == "succeeded" and result["exit_code"] == 0
