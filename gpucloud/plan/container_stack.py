@@ -12,7 +12,7 @@ least the minor-version-compatibility floor of that major (11.x: 450.80.02, 12.x
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gpucloud.errors import UserError
@@ -28,7 +28,15 @@ from gpucloud.plan.stack_data import (
     Profile,
     Stack,
 )
-from gpucloud.plan.stacks import _driver_packages, _kernel_modules, _pin, _profile, _v, driver_lock_packages
+from gpucloud.plan.stacks import (
+    _cpu_stack,
+    _driver_packages,
+    _kernel_modules,
+    _pin,
+    _profile,
+    _v,
+    driver_lock_packages,
+)
 
 if TYPE_CHECKING:
     from gpucloud.plan.container import ImageCuda
@@ -271,33 +279,20 @@ def _host_reasons() -> dict[str, str]:
 
 
 def _cpu_host(image: ImageCuda) -> Stack:
-    """A CPU-only container job: no driver, no toolkit; the host needs an engine."""
-    return Stack(
-        gpu="",
-        architecture="none",
-        compute_capability="none",
-        driver="none",
-        cuda="none",
-        cudnn="none",
-        os_image="ubuntu-22.04",
-        framework="none",
-        framework_version=None,
-        ubuntu_version="22.04",
-        cuda_repo="ubuntu2204",
-        driver_packages=(),
-        cuda_packages=(),
-        cudnn_packages=(),
-        framework_pip=(),
-        min_driver_version="none",
-        reasons={
-            "gpu": f"No GPU requested: {image.image} runs on the CPU.",
-            "driver": "No GPU, so no NVIDIA driver.",
-            "cuda": "No GPU; the image brings whatever it has.",
-            "cudnn": "No GPU.",
-            "os_image": "Ubuntu 22.04, the default image for current stacks.",
-            "framework": "Not on the host: the image brings the framework.",
-            "engine": _host_reasons()["engine"],
-        },
+    """A CPU-only container job: the planner's CPU stack with no framework (the image brings it); the
+    host needs an engine."""
+    base = _cpu_stack(None)
+    reasons = {
+        **base.reasons,
+        "gpu": f"No GPU requested: {image.image} runs on the CPU.",
+        "cuda": "No GPU; the image brings whatever it has.",
+        "cudnn": "No GPU.",
+        "framework": "Not on the host: the image brings the framework.",
+        "engine": _host_reasons()["engine"],
+    }
+    return replace(
+        base,
+        reasons=reasons,
         container_image=image.image,
         container_cuda=image.cuda or "unknown",
         engine_packages=CONTAINER_ENGINE_PACKAGES,

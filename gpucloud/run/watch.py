@@ -11,25 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpucloud.vm import protocol
+
 if TYPE_CHECKING:
     from gpucloud.channel.store import Channel
 
-VM_STAGES = (
-    "preflight",
-    "watchdog",
-    "stack",
-    "gpu_verify",
-    "fetch_code",
-    "inputs",
-    "container_pull",
-    "setup",
-    "barrier",
-    "run",
-    "outputs",
-    "artifacts",
-    "done",
-)
-VM_FINAL_STATES = ("succeeded", "failed", "deadline", "error", "preempted")
+VM_STAGES = protocol.STAGES  # the wire format's own order (status.json `stages`)
+VM_FINAL_STATES = protocol.FINAL_STATES
 PREEMPTED_EXIT = 75  # a run that ended preempted with no restart left: temporary, try again (docs/SPOT.md)
 STALE_HEARTBEATS = 3  # a node is suspect after this many missed heartbeats
 DEAD_NODE_STATES = ("gone", "stopping")
