@@ -44,6 +44,27 @@ max_duration: 2h
 """
 
 
+def job_text(every_region: bool) -> str:
+    return JOB.replace("  regions: [us-east-1, us-west-2, eastus]\n", "") if every_region else JOB
+
+
+def counts(replicas: int, every_region: bool, folder: Path) -> tuple[int, int, int]:
+    """(rows, candidates, exclusions) of the job over `replicas` replicas of the shipped rows, planned
+    in memory: the counting part of the bench (tests/test_bench_counts.py holds BENCHMARKS.md to it)."""
+    import dataclasses
+
+    from gpucloud.catalog import shipped_catalog
+    from gpucloud.catalog.rows import MemoryRows
+    from gpucloud.plan.planner import make_plan
+    from gpucloud.spec.load import load_spec
+
+    rows = grown_rows(replicas, "regions")
+    job = folder / "alternatives.yaml"
+    job.write_text(job_text(every_region))
+    plan = make_plan(load_spec(job), catalog=dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows)), baked=False)
+    return len(rows), len(plan.candidates), len(plan.excluded)
+
+
 def plan_ms(job: Path, samples: int) -> tuple[list[float], int, int]:
     from gpucloud.catalog import load_catalog
     from gpucloud.plan.planner import make_plan
@@ -76,7 +97,7 @@ def main() -> None:
     rows = grown_rows(replicas_for(args.rows), "regions")
     store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
     job = folder / "alternatives.yaml"
-    job.write_text(JOB.replace("  regions: [us-east-1, us-west-2, eastus]\n", "") if args.every_region else JOB)
+    job.write_text(job_text(args.every_region))
     ms, candidates, excluded = plan_ms(job, args.runs)
     print(f"{len(rows):,} rows; 3 requests (2 ranged): {candidates:,} candidates, {excluded:,} exclusions")
     print(
