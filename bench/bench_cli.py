@@ -1,9 +1,9 @@
 """CLI start-up and planning on the shipped catalog: `--help`, `version`, `plan` of two examples, each
 paired with `python -c pass` in the same run (bench/paired.py: bytecode compiled first, A B A B,
 min/median/max, ratio of medians, load average), plus the count of cloud-SDK modules `--help` and
-`version` import (0 expected), and two floors paired the same way: a one-command typer app with one
-option (typer 0.29 imports pydantic to coerce option values) and pydantic with one model validated,
-the start-up that any `gpucloud` command with options pays before its own code.
+`version` import (0 expected), and two floors paired the same way: a typer app with one command and one
+option, and the same app reading a YAML file into one pydantic model (what `plan` pays before any
+of its own code).
 
 Run: python bench/bench_cli.py [--runs 9]   (from the repo root; gpucloud installed, or this tree)
 """
@@ -24,35 +24,43 @@ ROWS = (
     ("gpucloud version", ("version",), 0.10),
     ("gpucloud plan examples/t4-any-cloud.yaml", ("plan", str(REPO / "examples/t4-any-cloud.yaml")), 0.30),
     ("gpucloud plan --json examples/a100-azure.yaml", ("plan", "--json", str(REPO / "examples/a100-azure.yaml")), 0.30),
+    ("gpucloud gpus", ("gpus",), None),
+    ("gpucloud ls", ("ls",), None),
 )
+# An empty GPUCLOUD_HOME: the shipped catalog and no runs, whatever this machine's own home holds.
+HOME = {"GPUCLOUD_HOME": str(NEUTRAL_CWD / "home")}
 
 
-# The floor under any command with options, whatever gpucloud does: typer (0.29 coerces every option
-# value with a pydantic TypeAdapter, so it imports pydantic) running a one-command app with one
-# string option; and pydantic itself, imported with one model validated (what a job file needs).
-FLOOR_APP = """import typer
+# Floors, whatever gpucloud does, each paired with `python -c pass` like the commands: a typer app with
+# one command and one option (what every command pays for its command line), and the same app whose
+# command reads a small YAML file and validates it with one pydantic model (what `plan` and
+# `validate` pay before their own code: the job file is YAML checked by pydantic models).
+FLOOR_APP = """import sys
+import typer
 app = typer.Typer()
 @app.command()
 def plan(spec: str, cloud: str | None = None) -> None:
     print(spec, cloud)
 @app.command()
-def other() -> None:
-    pass
+def check(path: str) -> None:
+    import yaml
+    from pydantic import BaseModel, Field
+    class Job(BaseModel):
+        name: str = Field(min_length=1)
+        run: str
+    print(Job.model_validate(yaml.safe_load(open(path))))
 app()
-"""
-FLOOR_PYDANTIC = """from pydantic import BaseModel, Field
-class Job(BaseModel):
-    name: str = Field(min_length=1)
-Job(name="x")
 """
 
 
 def floor_rows() -> list[tuple[str, list[str]]]:
     app = NEUTRAL_CWD / "floor_typer_app.py"
     app.write_text(FLOOR_APP)
+    job = NEUTRAL_CWD / "floor_job.yaml"
+    job.write_text("name: floor\nrun: python train.py\n")
     return [
         ("floor: a typer app, one command, one option", [sys.executable, str(app), "plan", "x"]),
-        ("floor: import pydantic, validate one model", [sys.executable, "-c", FLOOR_PYDANTIC]),
+        ("floor: that app reading a YAML file into a pydantic model", [sys.executable, str(app), "check", str(job)]),
     ]
 
 
@@ -76,11 +84,11 @@ def main() -> None:
     compile_package()
     print(f"runs={args.runs}; {load_text()}")
     for label, argv, target in ROWS:
-        print(run_paired(label, gpucloud_cmd(*argv), args.runs).line(target) + f"  [{load_text()}]")
+        print(run_paired(label, gpucloud_cmd(*argv), args.runs, HOME).line(target) + f"  [{load_text()}]")
     for label, cmd in floor_rows():
         print(run_paired(label, cmd, args.runs).line() + f"  [{load_text()}]")
-    for argv in (["--help"], ["version"]):
-        print(f"cloud SDK modules imported by `gpucloud {' '.join(argv)}`: {len(sdk_modules_imported(argv))}")
+    for words in (["--help"], ["version"]):
+        print(f"cloud SDK modules imported by `gpucloud {' '.join(words)}`: {len(sdk_modules_imported(words))}")
 
 
 if __name__ == "__main__":
