@@ -4,7 +4,8 @@ session token, an Azure SAS URL, a file:// path), raw and gzip'd bytes, and base
 
     python bench/bench_userdata_size.py
 
-URLs are made offline with the SDKs' own signers and fake credentials (no network).
+URLs are made offline with fake credentials (no network), signed as the channels sign them: S3 with
+S3Channel's client config (SigV4), Azure by BlobChannel.url_get itself (start time, https only).
 """
 
 from __future__ import annotations
@@ -31,12 +32,15 @@ SESSION_TOKEN = "IQoJb3JpZ2luX2VjE" + "A" * 1100
 def s3_url() -> str:
     import boto3
 
+    from gpucloud.providers.aws.session import client_config
+
     s3 = boto3.client(
         "s3",
         region_name="us-east-1",
         aws_access_key_id="ASIAEXAMPLEEXAMPLE00",
         aws_secret_access_key="x" * 40,
         aws_session_token=SESSION_TOKEN,
+        config=client_config("s3", signature_version="s3v4"),  # S3Channel's client: SigV4, not boto3's SigV2 default
     )
     return str(
         s3.generate_presigned_url(
@@ -46,18 +50,13 @@ def s3_url() -> str:
 
 
 def azure_url() -> str:
-    from azure.storage.blob import BlobSasPermissions, generate_blob_sas
+    from gpucloud.providers.azure.channel import BlobChannel
 
-    account = "gpucloud0123456789abcdef"
-    sas = generate_blob_sas(
-        account,
-        "gpucloud",
-        KEY,
+    channel = BlobChannel(
+        account_url="https://gpucloud0123456789abcdef.blob.core.windows.net",
         account_key=base64.b64encode(b"k" * 64).decode(),
-        permission=BlobSasPermissions(read=True),
-        expiry=datetime.now(UTC) + timedelta(days=7),
     )
-    return f"https://{account}.blob.core.windows.net/gpucloud/{KEY}?{sas}"
+    return channel.url_get(KEY, datetime.now(UTC) + timedelta(days=7))
 
 
 def main() -> None:
