@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 PROVIDERS = ("aws", "azure", "local", "ssh")
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
-# A presigned S3 GET with a session token is about 1.3 KB; Azure SAS URLs are shorter.
+# A presigned S3 GET with a session token is about 1.5 KB (bench_userdata_size.py); Azure SAS URLs are shorter.
 LONG_URL = "https://gpucloud-123456789012-us-east-1.s3.amazonaws.com/runs/r/node-0/manifest?" + "X" * 1900
 SHA = "0" * 64
 
