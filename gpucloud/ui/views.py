@@ -1,6 +1,6 @@
 """Human-readable output: the offline commands (plan, catalog, stack), the run's plan summary and
 prompt, and the run tables of status/ls. Tables on stdout, warnings and prompts on stderr. Kept out
-of cli.py and the lifecycle so those stay thin and rich is imported only when used."""
+of cli.py and the lifecycle so those stay thin; the tables are plain text (ui/table.py), no rich."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from gpucloud.ui.progress import fmt_seconds
 from gpucloud.ui.prose import fill, output_width, to_stderr
+from gpucloud.ui.table import Table
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from gpucloud.catalog.models import Offering
     from gpucloud.catalog.views import GpuSummary
     from gpucloud.plan.planner import Plan
@@ -22,27 +21,16 @@ if TYPE_CHECKING:
 
 PLAN_ROWS = 10
 EXCLUDED_ROWS = 8
+RIGHT = ("$", "GPUs", "vCPU", "GiB", "est")  # right-justified: the columns whose header starts so
 
 
 def _table(*columns: str, title: str | None = None) -> Table:
-    from rich import box
-    from rich.table import Table
-
-    # Columns are set apart by the box's blank divider and one space of right padding: two spaces.
-    table = Table(
-        title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False, padding=(0, 1, 0, 0)
-    )
-    for col in columns:
-        # overflow="fold": a cell too long for its column continues on the next line, never "…"
-        # (an instance name cut in a CI log is worse than a taller table).
-        table.add_column(
-            col, justify="right" if col.startswith(("$", "GPUs", "vCPU", "GiB", "est")) else "left", overflow="fold"
-        )
-    return table
+    """A table whose numeric columns (prices, counts, sizes, estimates) are right-justified."""
+    return Table(*columns, title=title, right=tuple(c for c in columns if c.startswith(RIGHT)))
 
 
 def _print(
-    renderable: object,
+    table: Table,
     *,
     optional: tuple[str, ...] = (),
     foldable: tuple[str, ...] = (),
@@ -51,104 +39,14 @@ def _print(
     """Print a table within the output width: short values (names, instance types, prices) stay
     whole, headers and long texts wrap; when even that does not fit, the `optional` columns are left
     out, in that order, and named on stderr; then the `last_resort` columns fold. A table that
-    still does not fit is printed wider rather than cut."""
-    from rich.table import Table
-
+    still does not fit is printed wider rather than cut (Table.fit, Table.lines)."""
     width = output_width()
-    if isinstance(renderable, Table):
-        cells: dict[int, int] = {}
-        hidden = fit_table(renderable, width, optional, foldable=foldable, last_resort=last_resort, cells=cells)
-        if hidden:
-            note(f"(narrow terminal: column(s) {', '.join(hidden)} not shown; --json has every field)")
-        width = max(width, least_width(renderable, cells))
-    console(width).print(renderable)
-
-
-def least_width(table: Table, cells: dict[int, int] | None = None) -> int:
-    """The narrowest the table can be with its short cells whole: rich's own minimum measurement
-    (`Table.__rich_measure__`), with each column's cells measured once (`cells`, by column id), since
-    fitting asks again after every dropped or folded column and measuring every cell is the cost."""
-    from rich.console import Console
-    from rich.measure import Measurement
-
-    cells = {} if cells is None else cells
-    console_ = None
-    top, right, bottom, left = table.padding
-    total = len(table.columns) - 1 if table.box else 0  # the dividers between columns
-    total += 2 if table.box and table.show_edge else 0
-    for index, column in enumerate(table.columns):
-        pad_left, pad_right = (0, abs(left - right)) if table.collapse_padding else (left, right)
-        if not table.pad_edge:
-            pad_left = 0 if index == 0 else pad_left
-            pad_right = 0 if index == len(table.columns) - 1 else pad_right
-        pad = pad_left + pad_right
-        if column.width is not None:
-            total += column.width + pad
-            continue
-        if id(column) not in cells:
-            console_ = console_ or Console(width=10_000)
-            shown = [column.header] if table.show_header else []
-            shown += [*column.cells, *([column.footer] if table.show_footer else [])]
-            cells[id(column)] = max(Measurement.get(console_, console_.options, c).minimum for c in shown)
-        total += max(cells[id(column)] + pad, 0 if column.min_width is None else column.min_width + pad)
-    return max(total, table.min_width or 0)
-
-
-def console(width: int | None = None) -> Any:
-    """A rich Console of that width whose closed-pipe handling is ours (BrokenPipeError up to the
-    CLI: quiet exit 141), not rich's own SystemExit(1)."""
-    from rich.console import Console
-
-    out = Console(soft_wrap=False, width=width or output_width())
-
-    def broken_pipe() -> None:
-        raise BrokenPipeError
-
-    out.on_broken_pipe = broken_pipe  # type: ignore[method-assign]
-    return out
-
-
-SHORT_CELL = 40  # a column whose values are all at most this long is never wrapped
-
-
-def fit_table(
-    table: Table,
-    width: int,
-    optional: tuple[str, ...] = (),
-    foldable: tuple[str, ...] = (),
-    last_resort: tuple[str, ...] = (),
-    cells: dict[int, int] | None = None,
-) -> list[str]:
-    """Give every column of short values the width of its longest line (except `foldable` ones,
-    which wrap); drop optional columns while rich's own minimum width of the table (cells whole,
-    headers wrapped) exceeds `width`; then let the `last_resort` columns fold. Returns the headers
-    of the dropped columns. `cells`: each column's measured cells (least_width), kept across the steps."""
-    cells = {} if cells is None else cells
-    for column in table.columns:
-        widest = max((len(line) for c in column.cells for line in str(c).splitlines()), default=0)
-        if 0 < widest <= SHORT_CELL and column.header not in foldable:
-            column.no_wrap = True  # rich shrinks only wrapable columns before it cuts: keep these whole
-            column.min_width = max([widest, *(len(line) for line in str(column.header).splitlines())])
-    hidden: list[str] = []
-    for name in optional:
-        if least_width(table, cells) <= width:
-            break
-        for column in list(table.columns):
-            if str(column.header) == name:
-                table.columns.remove(column)
-                hidden.append(name.replace("\n", " "))
-        for index, column in enumerate(table.columns):
-            column._index = index  # rich pads by position
-    for name in last_resort:  # fold just enough of it, so that every other column keeps its shape
-        excess = least_width(table, cells) - width
-        if excess <= 0:
-            break
-        for column in table.columns:
-            if str(column.header) == name:
-                widest = max((len(line) for c in column.cells for line in str(c).splitlines()), default=0)
-                column.no_wrap, column.overflow, column.min_width = False, "fold", None
-                column.width = max(widest - excess, 8)
-    return hidden
+    hidden = table.fit(width, optional, foldable=foldable, last_resort=last_resort)
+    if hidden:
+        note(f"(narrow terminal: column(s) {', '.join(hidden)} not shown; --json has every field)")
+    lines = table.lines(width)
+    if lines:
+        print("\n".join(lines))
 
 
 def say(text: str) -> None:
@@ -485,9 +383,7 @@ def print_runs(runs: list[RunRecord], now: float) -> None:
     """The runs table of `ls`/`status`: fits the output width. The run id and the instance type stay
     whole (a status wraps at its words); PHASE and ELAPSED give way first, named on stderr; a run id
     folds only when nothing else helps. A non-zero exit code rides on the status."""
-    table = _table("RUN", "STATUS", "PHASE", "ELAPSED", "COST", "WHERE")
-    for column in table.columns:
-        column.justify = "right" if column.header in ("ELAPSED", "COST") else "left"
+    table = Table("RUN", "STATUS", "PHASE", "ELAPSED", "COST", "WHERE", right=("ELAPSED", "COST"))
     for r in runs:
         exit_note = f" ({r.exit_code})" if r.exit_code not in (None, 0) else ""
         table.add_row(
