@@ -3,7 +3,6 @@ inside its body, so `gpucloud --help` stays fast and never imports boto3 or azur
 
 from __future__ import annotations
 
-import copy
 import functools
 import os
 import sys
@@ -556,36 +555,10 @@ def _register_setup() -> None:
 _register_setup()
 
 
-def for_argv(argv: list[str]) -> typer.Typer:
-    """The app with only the command or group that `argv` starts with. Typer turns the signature of
-    every registered command into click parameters at each start (about 10 ms for this app), and a
-    command line runs one of them. Anything else (no command, an option first, a name that is no
-    command) gets the whole app, so the group's help, completion and "No such command" with its
-    suggestions stay typer's own."""
-    name = argv[0] if argv else ""
-    commands = [c for c in app.registered_commands if (c.name or command_name(c.callback)) == name]
-    groups = [g for g in app.registered_groups if g.name == name]
-    if len(commands) + len(groups) != 1:
-        return app
-    narrow = copy.copy(app)
-    narrow.registered_commands, narrow.registered_groups = commands, groups
-    if commands:  # typer makes a lone command the whole program; a callback keeps `gpucloud NAME ...`
-        narrow.callback()(_no_group_options)
-    return narrow
-
-
-def command_name(callback: Callable[..., Any] | None) -> str:
-    """The name typer gives a command registered without one: its function's, with dashes."""
-    return "" if callback is None else callback.__name__.lower().replace("_", "-")
-
-
-def _no_group_options() -> None:
-    """The narrowed app's group callback: `gpucloud` itself takes no options but --help."""
-
-
 def main() -> None:
     """Run the app; usage errors with --json also get an error document, and a closed stdout
     (`gpucloud schema | head -1`) ends quietly with 141 wherever it happens."""
+    from gpucloud.cli.narrow import narrowed
     from gpucloud.ui import jsonout
 
     try:  # typer >= 0.16 vendors click; older releases use the click package
@@ -594,7 +567,7 @@ def main() -> None:
         import click  # type: ignore[no-redef]
 
     try:
-        code = for_argv(sys.argv[1:])(standalone_mode=False)
+        code = narrowed(app, sys.argv[1:])(standalone_mode=False)
     except BrokenPipeError:
         jsonout.quiet_broken_pipe()
         sys.exit(jsonout.BROKEN_PIPE_EXIT)
