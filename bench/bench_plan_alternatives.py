@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_plan_rows import grown_rows, replicas_for  # noqa: E402
+from bench_plan_rows import SHAPES, grown_rows, replicas_for  # noqa: E402
 from paired import compile_package, gpucloud_cmd, load_text, run_paired  # noqa: E402
 
 JOB = """\
@@ -48,7 +48,7 @@ def job_text(every_region: bool) -> str:
     return JOB.replace("  regions: [us-east-1, us-west-2, eastus]\n", "") if every_region else JOB
 
 
-def counts(replicas: int, every_region: bool, folder: Path) -> tuple[int, int, int]:
+def counts(replicas: int, every_region: bool, folder: Path, shape: str = "regions") -> tuple[int, int, int]:
     """(rows, candidates, exclusions) of the job over `replicas` replicas of the shipped rows, planned
     in memory: the counting part of the bench (tests/test_bench_counts.py holds BENCHMARKS.md to it)."""
     import dataclasses
@@ -58,7 +58,7 @@ def counts(replicas: int, every_region: bool, folder: Path) -> tuple[int, int, i
     from gpucloud.plan.planner import make_plan
     from gpucloud.spec.load import load_spec
 
-    rows = grown_rows(replicas, "regions")
+    rows = grown_rows(replicas, shape)
     job = folder / "alternatives.yaml"
     job.write_text(job_text(every_region))
     plan = make_plan(load_spec(job), catalog=dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows)), baked=False)
@@ -87,6 +87,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--every-region", action="store_true")
+    parser.add_argument("--shape", choices=SHAPES, default="regions")
     args = parser.parse_args()
     compile_package()
     from gpucloud.catalog import load_catalog, store
@@ -94,12 +95,12 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="gpucloud-bench-alt-"))
     os.environ["GPUCLOUD_HOME"] = str(folder / "home")
     load_catalog.cache_clear()  # type: ignore[attr-defined]
-    rows = grown_rows(replicas_for(args.rows), "regions")
+    rows = grown_rows(replicas_for(args.rows), args.shape)
     store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
     job = folder / "alternatives.yaml"
     job.write_text(job_text(args.every_region))
     ms, candidates, excluded = plan_ms(job, args.runs)
-    print(f"{len(rows):,} rows; 3 requests (2 ranged): {candidates:,} candidates, {excluded:,} exclusions")
+    print(f"{len(rows):,} rows ({args.shape}); 3 requests (2 ranged): {candidates:,} candidates, {excluded:,} exclusions")
     print(
         f"  make_plan in-process (catalog opened cold): min {min(ms):.1f} / median {statistics.median(ms):.1f} / "
         f"max {max(ms):.1f} ms (budget 300 ms)  [{load_text()}]"

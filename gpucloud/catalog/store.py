@@ -200,7 +200,6 @@ class IndexedRows:
         for pair in str(pairs).split(",") if pairs else ():
             gpu, count = pair.split("\x1f")
             part.pairs.append((gpu, int(count)))
-        part.gpus = sorted(where.gpus) if where.gpus is not None and len(where.gpus) > 1 else []
         part.rows, part.count, part.has_legacy = int(found), int(sum(per_market)), bool(legacy)
         rest: list[tuple[int, Offering]] = []
         if others:
@@ -279,8 +278,7 @@ class CleanCandidates:
         self.rows = 0  # rows that give candidates
         self.count = 0  # their candidates (two for a row with both markets under `spot: auto`)
         self.has_legacy = False
-        self.gpus: list[str] = []  # several GPU names: the price index is walked once per name
-        self.pairs: list[tuple[str, int]] = []  # the (GPU, GPU count) of these rows
+        self.pairs: list[tuple[str, int]] = []  # the (GPU, GPU count) of these rows: each has its price index
 
     def _keys(self, sql: str, args: list[object], markets: tuple[bool, ...]) -> list[RankKey]:
         """Keys of the rows `sql` reads: (flag per market, ordinal, request rank, the row's columns)."""
@@ -299,31 +297,41 @@ class CleanCandidates:
 
     def head(self, n: int) -> list[RankKey]:
         """The `n` cheapest of every market, in the planner's order. The n-th smallest price is found
-        by walking the price index; SQLite then sorts the rows up to 3e-6 above it by the planner's
-        own key (the total rounded by Python's round, registered as a function, then the same
-        columns): a row above that rounds to a larger total than n rows have, so it is not among them.
-        Under ranked requests, the n cheapest of each rank: they hold the n first of all."""
+        by walking the price index of each (GPU, GPU count) that gives candidates and stopping after
+        `n` rows; SQLite then reads, through the same index, only the rows up to 3e-6 above it, and
+        sorts them by the planner's own key (the total rounded by Python's round, registered as a
+        function, then the same columns): a row above that rounds to a larger total than n rows
+        have, so it is not among them. Under ranked requests, the n cheapest of each rank: they hold
+        the n first of all."""
         out: list[RankKey] = []
         conn, rules = self._rows._conn, self._rules
         groups: list[tuple[str, list[object]]] = [("", [])]
         if len(rules.ranks) > 1:
             groups = [(f" AND {rules.rank} = ?", [*rules.rank_args, r]) for r in rules.ranks]
+        pairs = sorted(set(self.pairs))
+        names, counts = sorted({g for g, _ in pairs}), sorted({c for _, c in pairs})
+        # every (GPU, count) that gives candidates, as index prefixes: their cross product is probed
+        of_pairs = f" AND gpu IN ({', '.join('?' * len(names))}) AND gpu_count IN ({', '.join('?' * len(counts))})"
         for is_spot, (group, group_args) in ((m, g) for m in rules.markets for g in groups):
             column = "spot_price_per_hour" if is_spot else "price_per_hour"
+            index = " INDEXED BY by_spot_price" if is_spot else " INDEXED BY by_price"
             cond = f"{self._cond} AND coalesce({rules.base}, 0) AND coalesce({rules.market(is_spot)}, 0){group}"
             args = [*self._args, *rules.base_args, *rules.args_of(is_spot), *group_args]
             prices: list[float] = []
-            names: list[str | None] = [*self.gpus] or [None]
-            for gpu in names:  # the n cheapest of each name hold the n cheapest of all
-                one, more = (" AND gpu = ?", [gpu]) if gpu is not None else ("", [])
-                sql = f"SELECT {column} FROM offerings{cond}{one} ORDER BY {column} LIMIT {int(n)}"
-                prices.extend(float(r[0]) for r in conn.execute(sql, [*args, *more]))
+            for gpu, count in pairs:  # the n cheapest of each (GPU, count) hold the n cheapest of all
+                sql = (
+                    f"SELECT {column} FROM offerings{index}{cond} AND gpu = ? AND gpu_count = ?"
+                    f" ORDER BY {column} LIMIT {int(n)}"
+                )
+                prices.extend(float(r[0]) for r in conn.execute(sql, [*args, gpu, count]))
             prices.sort()
-            if len(prices) >= n:
-                cond += f" AND {column} <= ?"
-                args.append(prices[n - 1] + 3e-6)
+            walk = ""
+            if len(prices) >= n and pairs:
+                walk = index
+                cond += f"{of_pairs} AND {column} <= ?"
+                args += [*names, *counts, prices[n - 1] + 3e-6]
             sql = (
-                f"SELECT 1, ordinal, {rules.rank}, {_COLUMNS} FROM offerings{cond} ORDER BY"
+                f"SELECT 1, ordinal, {rules.rank}, {_COLUMNS} FROM offerings{walk}{cond} ORDER BY"
                 f" {_ROUND}({column} * ?, 6), status != 'active', cloud, region, instance_type, ordinal LIMIT {int(n)}"
             )
             out.extend(self._keys(sql, [*rules.rank_args, *args, rules.rule.nodes], (is_spot,)))
