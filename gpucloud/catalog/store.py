@@ -58,6 +58,9 @@ _INDEXES = {
 _COLUMNS = ", ".join(_FIELDS)
 _first = operator.itemgetter(0)
 _ROUND = "gpucloud_round"  # Python's round() in SQL: the planner ranks by round(total, 6)
+# Above this many rows giving candidates, the cheapest are found through the price indexes
+# (CleanCandidates.head); at or below it they are read whole and sorted (bench_plan_alternatives.py).
+WALK_ABOVE = 2048
 
 
 @contextmanager
@@ -296,19 +299,21 @@ class CleanCandidates:
         return out
 
     def head(self, n: int) -> list[RankKey]:
-        """The `n` cheapest of every market, in the planner's order. The n-th smallest price is found
-        by walking the price index of each (GPU, GPU count) that gives candidates and stopping after
-        `n` rows; SQLite then reads, through the same index, only the rows up to 3e-6 above it, and
-        sorts them by the planner's own key (the total rounded by Python's round, registered as a
-        function, then the same columns): a row above that rounds to a larger total than n rows
-        have, so it is not among them. Under ranked requests, the n cheapest of each rank: they hold
-        the n first of all."""
+        """The `n` cheapest of every market, in the planner's order, sorted by SQLite by the planner's
+        own key (the total rounded by Python's round, registered as a function, then the same
+        columns). When many rows give candidates (more than WALK_ABOVE), only the cheapest are read:
+        the n-th smallest price is found by walking the price index of each (GPU, GPU count) that
+        gives candidates and stopping after `n` rows, and the rows up to 3e-6 above it are read
+        through the same index (a row above that rounds to a larger total than n rows have, so it is
+        not among them). Few rows are read whole: a price walk would pass the rows of every region
+        the job leaves out. Under ranked requests, the n cheapest of each rank: they hold the n first
+        of all."""
         out: list[RankKey] = []
         conn, rules = self._rows._conn, self._rules
         groups: list[tuple[str, list[object]]] = [("", [])]
         if len(rules.ranks) > 1:
             groups = [(f" AND {rules.rank} = ?", [*rules.rank_args, r]) for r in rules.ranks]
-        pairs = sorted(set(self.pairs))
+        pairs = sorted(set(self.pairs)) if self.rows > WALK_ABOVE else []
         names, counts = sorted({g for g, _ in pairs}), sorted({c for _, c in pairs})
         # every (GPU, count) that gives candidates, as index prefixes: their cross product is probed
         of_pairs = f" AND gpu IN ({', '.join('?' * len(names))}) AND gpu_count IN ({', '.join('?' * len(counts))})"
@@ -326,7 +331,7 @@ class CleanCandidates:
                 prices.extend(float(r[0]) for r in conn.execute(sql, [*args, gpu, count]))
             prices.sort()
             walk = ""
-            if len(prices) >= n and pairs:
+            if len(prices) >= n:
                 walk = index
                 cond += f"{of_pairs} AND {column} <= ?"
                 args += [*names, *counts, prices[n - 1] + 3e-6]

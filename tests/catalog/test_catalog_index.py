@@ -1,6 +1,7 @@
 """The indexed catalog file plans exactly as the same rows held in memory: the same candidates, the
 same exclusions in the same order, and the printed plan's exclusion table, whichever rows the
-planner read through the index and whichever it only counted."""
+planner read through the index and whichever it only counted, and whether the cheapest candidates
+were read whole or found through the price indexes."""
 
 from __future__ import annotations
 
@@ -33,6 +34,15 @@ JOBS = {
     "on-demand-nodes": "name: n\nresources:\n  gpu: A10G\n  max_price_per_hour: 1.1\nnum_nodes: 3\nrun: 'true'\n",
 }
 HIDDEN = ("has ", "cloud ", "instance type is not")
+
+
+@pytest.fixture(autouse=True, params=["read-whole", "price-walk"])
+def cheapest_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: the cheapest candidates read whole and sorted (few rows give candidates, as
+    in these small catalogs), and found by walking the price indexes (many rows: forced here)."""
+    if request.param == "price-walk":
+        monkeypatch.setattr(store, "WALK_ABOVE", 0)
+    return str(request.param)
 
 
 def _printed(plan: object) -> str:
