@@ -11,7 +11,7 @@ Measured: `make_plan` in-process with the catalog opened cold each sample (the p
 those rows: matching, pricing, images, sorting), and `python -m gpucloud plan JOB` paired with
 `python -c pass` (bench/paired.py), whose difference is start-up + plan + printing.
 
-Run: python bench/bench_plan_alternatives.py [--rows 50000] [--runs 9] [--every-region]
+Run: python bench/bench_plan_alternatives.py [--rows 50000] [--runs 9] [--every-region] [--shape regions|types]
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ def main() -> None:
     job = folder / "alternatives.yaml"
     job.write_text(job_text(args.every_region))
     ms, candidates, excluded = plan_ms(job, args.runs)
-    print(f"{len(rows):,} rows ({args.shape}); 3 requests (2 ranged): {candidates:,} candidates, {excluded:,} exclusions")
+    counted = f"{candidates:,} candidates, {excluded:,} exclusions"
+    print(f"{len(rows):,} rows ({args.shape}); 3 requests (2 ranged): {counted}")
     print(
         f"  make_plan in-process (catalog opened cold): min {min(ms):.1f} / median {statistics.median(ms):.1f} / "
         f"max {max(ms):.1f} ms (budget 300 ms)  [{load_text()}]"

@@ -58,8 +58,8 @@ def test_written_counts_are_what_the_bench_computes(row: tuple[str, str, int, in
 ALTERNATIVES = "## plan with GPU alternatives and ranges"
 
 
-def written_alternatives() -> list[tuple[bool, int, int, int]]:
-    """(every region?, rows, candidates, exclusions) from the alternatives section's table."""
+def written_alternatives() -> list[tuple[bool, str, int, int, int]]:
+    """(every region?, shape, rows, candidates, exclusions) from the alternatives section's table."""
     text = (REPO / "BENCHMARKS.md").read_text()
     assert ALTERNATIVES in text, f"BENCHMARKS.md has no {ALTERNATIVES!r} section"
     section = text.split(ALTERNATIVES, 1)[1].split("\n## ", 1)[0]
@@ -68,20 +68,27 @@ def written_alternatives() -> list[tuple[bool, int, int, int]]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 4 and cells[0].startswith("3 requests"):
             rows, cand, excl = (int(re.sub(r"[,\s]", "", c)) for c in cells[1:4])
-            out.append(("every region" in cells[0], rows, cand, excl))
+            shape = "types" if "types shape" in cells[0] else "regions"
+            out.append(("every region" in cells[0], shape, rows, cand, excl))
     return out
 
 
 def test_the_alternatives_table_has_both_jobs() -> None:
-    assert {every for every, *_ in written_alternatives()} == {False, True}
+    assert {(every, shape) for every, shape, *_ in written_alternatives()} == {
+        (False, "regions"),
+        (True, "regions"),
+        (False, "types"),
+    }
 
 
-@pytest.mark.parametrize("row", written_alternatives(), ids=lambda r: "every-region" if r[0] else "three-regions")
+@pytest.mark.parametrize(
+    "row", written_alternatives(), ids=lambda r: f"{'every-region' if r[0] else 'three-regions'}-{r[1]}-{r[2]}"
+)
 def test_written_alternatives_counts_are_what_the_bench_computes(
-    row: tuple[bool, int, int, int], tmp_path: Path
+    row: tuple[bool, str, int, int, int], tmp_path: Path
 ) -> None:
-    every, rows, cand, excl = row
-    one, two, three = (alternatives_counts(k, every, tmp_path) for k in (1, 2, 3))
+    every, shape, rows, cand, excl = row
+    one, two, three = (alternatives_counts(k, every, tmp_path, shape) for k in (1, 2, 3))
     step = tuple(b - a for a, b in zip(one, two, strict=True))
     assert tuple(c - b for b, c in zip(two, three, strict=True)) == step, "counts are not affine in the replicas"
     assert rows % one[0] == 0, f"{rows} rows is not a whole number of replicas of {one[0]}"
