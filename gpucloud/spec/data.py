@@ -12,6 +12,7 @@ folder, mounted read-only on the machine (`mode: mount`, kept as a MountedInput)
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -91,6 +92,11 @@ class InputForm(BaseModel):
     model_config = ConfigDict(extra="forbid")
     source: str
     mode: Literal["copy", "mount"] = "copy"
+
+
+def any_mounted(inputs: Mapping[str, str | MountedInput]) -> bool:
+    """Whether some input is mounted (`mode: mount`) rather than copied: the machine needs rclone."""
+    return any(isinstance(value, MountedInput) for value in inputs.values())
 
 
 def input_source(value: str | MountedInput) -> tuple[str, str]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from gpucloud.channel.store import LOG_PART_MAX
 from gpucloud.providers.base import DEFAULT_MASTER_PORT, Capabilities
+from gpucloud.spec.data import any_mounted
 from gpucloud.vm.agent.config import JobConfig
 from gpucloud.vm.job_env import check_env, container_config, gpu_sampling, node_stack, timings
 from gpucloud.vm.stack_config import stack_config
@@ -73,7 +74,7 @@ def job_config(
         self_termination=caps.self_termination,
         preemption_notice=caps.preemption_notice or "",
         node_ips_known=caps.node_ips_known,
-        stack=stack_config(node, stack, candidate, caps),
+        stack=stack_config(node, stack, candidate, caps, mounts=any_mounted(spec.inputs)),
         put_headers=list(put_headers),
         secrets=list(spec.secrets),
         data=bool(spec.inputs or spec.outputs),

@@ -20,13 +20,20 @@ if TYPE_CHECKING:
     from gpucloud.providers.base import Capabilities
 
 FRAMEWORKS = ("pytorch", "tensorflow")
+# What `mode: mount` inputs need on the machine before the inputs stage (Debian/Ubuntu names):
+# rclone, and fusermount3 for the FUSE mount (docs/DATA.md).
+MOUNT_PACKAGES = ("rclone", "fuse3")
 
 
-def stack_config(node: NodeStack, stack: Stack, candidate: Candidate, caps: Capabilities) -> dict[str, Any]:
+def stack_config(
+    node: NodeStack, stack: Stack, candidate: Candidate, caps: Capabilities, *, mounts: bool = False
+) -> dict[str, Any]:
     """Everything both stages need for one node: the install plan of its image (`node`), the pinned
     stack (driver/CUDA strings also name the stack in failure messages), the GPU model, count and
-    name tokens nvidia-smi must show, how strict that check is, and whether the provider installs a
-    stack at all (hosts that bring their own driver do not)."""
+    name tokens nvidia-smi must show, how strict that check is, whether the provider installs a
+    stack at all (hosts that bring their own driver do not), and with `mounts` (the job mounts a
+    bucket folder) the packages that mount it, installed where missing: the inputs stage mounts
+    before the job's own setup could install anything."""
     gpu_model = candidate.gpu or ""
     framework = stack.framework if stack.framework in FRAMEWORKS else "none"
     host = container_host(node)
@@ -43,6 +50,7 @@ def stack_config(node: NodeStack, stack: Stack, candidate: Candidate, caps: Capa
         "gpu_tokens": gpu_tokens(gpu_model),
         "gpu_check": caps.gpu_check,
         **({"container": host} if host else {}),
+        **({"mount_packages": list(MOUNT_PACKAGES)} if mounts else {}),
         **stack_context(node),
     }
 

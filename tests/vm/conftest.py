@@ -51,6 +51,13 @@ class FakeClock:
         return self.stop_after is not None and len(self.sleeps) >= self.stop_after
 
 
+def installed_only(pkg: str, flag: str) -> str:
+    """The start of a stub command that answers only once `pkg` is installed (or `flag` is set in its
+    environment: present in the image from the start), recording its calls; a body follows."""
+    check = f"[[ -f $STUB_STATE/pkgs/{pkg} || -n ${{{flag}:-}} ]] || exit 127"
+    return f'source "{STUBS}/_common.sh"\nrecord "$@"\n{check}\n'
+
+
 @dataclass
 class StubVm:
     """One simulated machine: its stub state (installed packages, calls), work folder and /etc."""

@@ -16,16 +16,13 @@ from gpucloud.plan.container_stack import container_stack
 from gpucloud.plan.stack_data import CONTAINER_TOOLKIT_PACKAGES
 from gpucloud.vm.agent import stack
 from gpucloud.vm.agent.stage_api import StageFailed
-from tests.vm.conftest import APT, APT_UPDATE, LOCK_580, STUBS, StubVm, config
+from tests.vm.conftest import APT, APT_UPDATE, LOCK_580, StubVm, config, installed_only
 
 IMAGE = ImageCuda("nvcr.io/nvidia/pytorch:24.08-py3", "nvcr.io", "12.6", "ngc-table", "test")
 T4_HOST = container_stack("T4", None, IMAGE)
 PLAIN = config(T4_HOST, "azure", "T4", 1, "Standard_NC4as_T4_v3")  # Canonical's Ubuntu: nothing NVIDIA
 DLAMI = config(T4_HOST, "aws", "T4", 1, "g4dn.xlarge")  # the Deep Learning Base AMI: docker and the toolkit
 TOOLKIT = APT + " ".join(CONTAINER_TOOLKIT_PACKAGES)
-ENGINE_STUB = (
-    'source "{stubs}/_common.sh"\nrecord "$@"\n[[ -f $STUB_STATE/pkgs/{pkg} || -n ${{{flag}:-}} ]] || exit 127\n'
-)
 CTK_STUB = """case "$1" in
   --version) echo "NVIDIA Container Toolkit CLI version 1.20.1"; exit 0;;
   runtime) cfg=${4#--config=}; mkdir -p "$(dirname "$cfg")"
@@ -45,9 +42,9 @@ def host_vm(tmp_path: Path, *, docker: bool = False, podman: bool = False, ctk: 
     stub_env = {"GPUCLOUD_NVIDIA_CTK_REPO": repo.as_uri(), **env}
     stub_env.update({k: "1" for k, on in (("STUB_DOCKER", docker), ("STUB_PODMAN", podman), ("STUB_CTK", ctk)) if on})
     vm = StubVm(tmp_path, stub_env=stub_env)
-    vm.override("docker", ENGINE_STUB.format(stubs=STUBS, pkg="docker.io", flag="STUB_DOCKER") + "exit 0\n")
-    vm.override("podman", ENGINE_STUB.format(stubs=STUBS, pkg="podman", flag="STUB_PODMAN") + "exit 0\n")
-    ctk_stub = ENGINE_STUB.format(stubs=STUBS, pkg="nvidia-container-toolkit", flag="STUB_CTK") + CTK_STUB
+    vm.override("docker", installed_only("docker.io", "STUB_DOCKER") + "exit 0\n")
+    vm.override("podman", installed_only("podman", "STUB_PODMAN") + "exit 0\n")
+    ctk_stub = installed_only("nvidia-container-toolkit", "STUB_CTK") + CTK_STUB
     vm.override("nvidia-ctk", ctk_stub)
     return vm
 

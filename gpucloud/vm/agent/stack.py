@@ -355,6 +355,18 @@ class StackInstall:
             self.ctk(host["toolkit_packages"])
             self.gpu_runtime(engine)
 
+    def mount_tools(self, packages: Sequence[str]) -> None:
+        """rclone and FUSE for the job's mounted inputs, where missing (stock cloud images have neither
+        rclone nor, on some, fusermount3)."""
+        path = self.env.environ.get("PATH")
+        fuse = any(shutil.which(name, path=path) for name in ("fusermount3", "fusermount"))
+        if self.runs("rclone", "version") and fuse:
+            self.env.log("rclone and FUSE already present")
+            return
+        if not self.apt_plain(packages) or not self.runs("rclone", "version"):
+            self.env.log("installing " + " ".join(packages) + " for the mounted inputs failed")
+            raise _StackAbort()
+
     def install(self) -> None:
         if self.cfg.get("driver_source", "none") != "none":
             self.driver()
@@ -364,6 +376,8 @@ class StackInstall:
             self.framework()
         if self.cfg.get("container"):
             self.container_host()
+        if self.cfg.get("mount_packages"):
+            self.mount_tools(self.cfg["mount_packages"])
 
 
 def run(cfg: Mapping[str, Any], env: StageEnv) -> None:
