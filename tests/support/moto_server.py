@@ -95,21 +95,29 @@ def seed_ubuntu_images(moto: Moto, regions: list[str] | None = None) -> dict[tup
         for version, code in codenames.items():
             disk = "hvm-ssd-gp3" if version == "24.04" else "hvm-ssd"
             name = f"ubuntu/images/{disk}/ubuntu-{code}-{version}-amd64-server-20260101"
-            ami = ec2.register_image(name=name, description=f"Canonical, Ubuntu, {version} LTS")
-            ami.owner_id = CANONICAL
-            ami.architecture = "x86_64"
+            ami = _canonical_image(ec2, name, f"Canonical, Ubuntu, {version} LTS", "x86_64")
             out[(region, version)] = ami.id
-            arm = ec2.register_image(
-                name=name.replace("-amd64-", "-arm64-"), description=f"Canonical, Ubuntu, {version} LTS, arm64"
-            )
-            arm.owner_id = CANONICAL
-            arm.architecture = "arm64"
+            arm_name = name.replace("-amd64-", "-arm64-")
+            arm = _canonical_image(ec2, arm_name, f"Canonical, Ubuntu, {version} LTS, arm64", "arm64")
             out[(region, f"{version}-arm64")] = arm.id
             _publish_ubuntu_parameter(ssm, version, "arm64", arm.id)
             if version == "22.04":
                 continue
             _publish_ubuntu_parameter(ssm, version, "amd64", ami.id)
     return out
+
+
+def _canonical_image(ec2: Any, name: str, description: str, arch: str) -> Any:
+    """Canonical's image of that name in the region, registered once: seeding again (a test after
+    the server's own seeding) must not add a second image of the same name, which a lookup of the
+    newest would pick or not by the second it was made in."""
+    for ami in ec2.amis.values():
+        if ami.name == name and ami.owner_id == CANONICAL:
+            return ami
+    ami = ec2.register_image(name=name, description=description)
+    ami.owner_id = CANONICAL
+    ami.architecture = arch
+    return ami
 
 
 def _catalog_regions() -> list[str]:
