@@ -20,7 +20,9 @@ from gpucloud.catalog.models import Offering
 @dataclass(frozen=True, slots=True)
 class RowFilter:
     """Rows matching every given field (None: any). With `outside_regions`, the rows of `clouds`
-    whose region is NOT one of `regions` (the rows a region constraint excludes)."""
+    whose region is NOT one of `regions` (the rows a region constraint excludes). `count_ranges`:
+    the row's GPU and count meet one of these (GPU names, lowest count, highest count), as GPU
+    alternatives and ranges ask."""
 
     clouds: frozenset[str] | None = None
     regions: frozenset[str] | None = None
@@ -28,6 +30,7 @@ class RowFilter:
     gpu_count: int | None = None
     instance_type: str | None = None
     outside_regions: bool = False
+    count_ranges: tuple[tuple[frozenset[str], int, int], ...] | None = None
 
     def matches(self, o: Offering) -> bool:
         if self.clouds is not None and o.cloud not in self.clouds:
@@ -38,7 +41,14 @@ class RowFilter:
             return False
         if self.gpu_count is not None and o.gpu_count != self.gpu_count:
             return False
+        if self.count_ranges is not None and not meets(self.count_ranges, o.gpu, o.gpu_count):
+            return False
         return self.instance_type is None or o.instance_type == self.instance_type
+
+
+def meets(ranges: tuple[tuple[frozenset[str], int, int], ...], gpu: str, count: int) -> bool:
+    """Whether a GPU and count meet one of the (names, lowest, highest) ranges."""
+    return any(gpu in names and low <= count <= high for names, low, high in ranges)
 
 
 # A candidate as the planner ranks it: (request rank, total $/h, not active, cloud, region, instance

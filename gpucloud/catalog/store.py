@@ -108,6 +108,12 @@ def _where(where: RowFilter) -> tuple[str, list[object]]:
     if where.gpu_count is not None:
         parts.append("gpu_count = ?")
         args.append(where.gpu_count)
+    if where.count_ranges is not None:
+        ranges = where.count_ranges
+        # `+`: a filter, not an index choice (SQLite would split the scan into one index search per range)
+        meets = [f"(+gpu IN ({', '.join('?' * len(n))}) AND +gpu_count BETWEEN ? AND ?)" for n, _, _ in ranges]
+        parts.append("(" + (" OR ".join(meets) or "0") + ")")
+        args.extend(a for names, low, high in where.count_ranges for a in (*sorted(names), low, high))
     if where.instance_type is not None:
         parts.append("instance_type = ?")
         args.append(where.instance_type)

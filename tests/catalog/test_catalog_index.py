@@ -268,3 +268,35 @@ def test_gpu_alternatives_plan_through_the_file_as_in_memory(
             for c in from_index.candidates
         ]
         assert ranks == sorted(ranks) and len(set(ranks)) > 1
+
+
+@pytest.mark.parametrize("job", ["alternatives", "memory-range", "model-choice", "pins"])
+def test_a_count_no_request_meets_is_counted_not_read_and_named_as_the_full_check_names_it(
+    job: str, tmp_path: Path
+) -> None:
+    """A row of an asked-for GPU whose count meets no request (`has 8 × T4 per node, ...`) is a quick
+    exclusion: the file counts it and never reads it for the plan, and listing the exclusions names
+    it with GpuMatch.miss's words, in catalog order, from the file as from memory."""
+    from gpucloud.plan.match import GpuMatch
+
+    rows = grown_rows(3, "types")
+    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    indexed = load_catalog()
+    memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows), meta=indexed.meta)
+    path = tmp_path / "job.yaml"
+    path.write_text(WIDE_JOBS[job])
+    spec = load_spec(path)
+    match = GpuMatch(spec, memory)
+    clouds = set(spec.resources.cloud)
+    expected = [
+        Exclusion(o.cloud, o.region, o.instance_type, match.miss(o))
+        for o in memory.offerings
+        if o.cloud in clouds and o.gpu in match.variants and match.which(o) is None
+    ]
+    assert expected, "the catalog has rows of an asked-for GPU at a count no request takes"
+    for cat in (indexed, memory):
+        plan = make_plan(spec, catalog=cat, baked=False)
+        assert isinstance(plan.excluded, Exclusions)
+        assert not any(" per node, job asks for " in e.reason for _, e in plan.excluded._checked)  # not read
+        assert [e for e in plan.excluded if " per node, job asks for " in e.reason] == expected
