@@ -41,14 +41,11 @@ class RowFilter:
             return False
         if self.gpu_count is not None and o.gpu_count != self.gpu_count:
             return False
-        if self.count_ranges is not None and not meets(self.count_ranges, o.gpu, o.gpu_count):
+        if self.count_ranges is not None and not any(
+            o.gpu in names and low <= o.gpu_count <= high for names, low, high in self.count_ranges
+        ):
             return False
         return self.instance_type is None or o.instance_type == self.instance_type
-
-
-def meets(ranges: tuple[tuple[frozenset[str], int, int], ...], gpu: str, count: int) -> bool:
-    """Whether a GPU and count meet one of the (names, lowest, highest) ranges."""
-    return any(gpu in names and low <= count <= high for names, low, high in ranges)
 
 
 # A candidate as the planner ranks it: (request rank, total $/h, not active, cloud, region, instance

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, overload
 
 from gpucloud.catalog.prices import MAX_PER_GPU_HOUR, MIN_PER_GPU_HOUR
-from gpucloud.catalog.rows import CleanRule, RankKey, RowFilter, meets
+from gpucloud.catalog.rows import CleanRule, RankKey, RowFilter
 
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
@@ -68,9 +68,8 @@ class QuickReasons:
         one = requests[0] if len(requests) == 1 and requests[0].max_count is None else None
         # GPU alternatives, a model choice or ranges (`match`, named by `gpu`: its requests joined):
         # a row of an asked-for GPU whose count meets no request is excluded for that, like another GPU
-        wide = match is not None and bool(gpu) and not self.fixed_type
-        self.ranges = tuple((names, low, high) for names, low, high, _ in match.resolved) if match and wide else None
-        self.count = one.count if one is not None and gpu and not self.fixed_type and not wide else None
+        self.match = match if gpu and not self.fixed_type else None
+        self.count = one.count if one is not None and gpu and not self.fixed_type and not self.match else None
         self.allowed = ", ".join(clouds)
         self.region_list = ", ".join(sorted(regions)) if regions is not None else ""
         self.memo: dict[tuple[int, str], str] = {}
@@ -84,7 +83,7 @@ class QuickReasons:
             gpus=self.variants if self.gpu and not self.fixed_type else None,
             gpu_count=self.count,
             instance_type=self.fixed_type or None,
-            count_ranges=self.ranges,
+            count_ranges=tuple((n, low, high) for n, low, high, _ in self.match.resolved) if self.match else None,
         )
 
     def reason(self, off: Offering) -> str | None:
@@ -109,8 +108,8 @@ class QuickReasons:
             return hit
         if self.count is not None and off.gpu_count != self.count:
             return f"has {off.gpu_count} × {off.gpu} per node, job asks for {self.count}"
-        if self.ranges is not None and not meets(self.ranges, off.gpu, off.gpu_count):
-            return f"has {off.gpu_count} × {off.gpu} per node, job asks for {self.gpu}"  # GpuMatch.miss
+        if self.match is not None and self.match.which(off) is None:
+            return self.match.miss(off)
         return None
 
 
