@@ -11,6 +11,7 @@ import math
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,6 +20,11 @@ from gpucloud.catalog.rows import MemoryRows, RowFilter
 from gpucloud.plan.planner import make_plan
 from gpucloud.plan.rows import Exclusion, Exclusions, listed_exclusions
 from gpucloud.spec.load import load_spec
+
+if TYPE_CHECKING:
+    from gpucloud.catalog import Catalog
+    from gpucloud.catalog.models import Offering
+    from gpucloud.spec.load import JobSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from bench_plan_rows import FAMILY_JOB, grown_rows  # noqa: E402
@@ -34,6 +40,18 @@ JOBS = {
     "on-demand-nodes": "name: n\nresources:\n  gpu: A10G\n  max_price_per_hour: 1.1\nnum_nodes: 3\nrun: 'true'\n",
 }
 HIDDEN = ("has ", "cloud ", "instance type is not")
+
+
+def file_and_memory(rows: list[Offering], job: str, tmp_path: Path) -> tuple[Catalog, Catalog, JobSpec]:
+    """The rows written as the refresh writes them and opened (the indexed file), the same rows in
+    memory, and the job file `job` loaded."""
+    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    indexed = load_catalog()
+    memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows), meta=indexed.meta)
+    path = tmp_path / "job.yaml"
+    path.write_text(job)
+    return indexed, memory, load_spec(path)
 
 
 @pytest.fixture(autouse=True, params=["read-whole", "price-walk"])
@@ -58,14 +76,8 @@ def _printed(plan: object) -> str:
 @pytest.mark.parametrize("job", sorted(JOBS))
 def test_the_index_plans_as_the_rows_in_memory(shape: str, job: str, tmp_path: Path) -> None:
     rows = grown_rows(4, shape)
-    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
-    load_catalog.cache_clear()  # type: ignore[attr-defined]
-    indexed = load_catalog()
+    indexed, memory, spec = file_and_memory(rows, JOBS[job], tmp_path)
     assert indexed.meta.origin == "refreshed" and len(indexed.rows) == len(rows)
-    memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows), meta=indexed.meta)
-    path = tmp_path / "job.yaml"
-    path.write_text(JOBS[job])
-    spec = load_spec(path)
 
     from_index = make_plan(spec, catalog=indexed, baked=False)
     from_memory = make_plan(spec, catalog=memory, baked=False)
@@ -185,13 +197,7 @@ def test_odd_prices_in_the_file_plan_as_in_memory(job: str, tmp_path: Path) -> N
         elif kind == 6:
             o = o._replace(status="retired")
         odd.append(o)
-    store.write(store.cache_file(), odd, created_at="2026-12-04T00:00:00Z", clouds={})
-    load_catalog.cache_clear()  # type: ignore[attr-defined]
-    indexed = load_catalog()
-    memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(odd), meta=indexed.meta)
-    path = tmp_path / "job.yaml"
-    path.write_text(JOBS[job])
-    spec = load_spec(path)
+    indexed, memory, spec = file_and_memory(odd, JOBS[job], tmp_path)
     from_index = make_plan(spec, catalog=indexed, baked=False)
     from_memory = make_plan(spec, catalog=memory, baked=False)
     assert from_index.candidates[:5] == from_memory.candidates[:5]
@@ -239,13 +245,7 @@ def test_gpu_alternatives_plan_through_the_file_as_in_memory(
     from gpucloud.ui.views import PLAN_ROWS
 
     rows = grown_rows(12, shape)
-    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
-    load_catalog.cache_clear()  # type: ignore[attr-defined]
-    indexed = load_catalog()
-    memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows), meta=indexed.meta)
-    path = tmp_path / "job.yaml"
-    path.write_text(WIDE_JOBS[job])
-    spec = load_spec(path)
+    indexed, memory, spec = file_and_memory(rows, WIDE_JOBS[job], tmp_path)
 
     from_memory = make_plan(spec, catalog=memory, baked=False, estimates=estimates)
     head = make_plan(spec, catalog=indexed, baked=False, estimates=estimates)
@@ -280,13 +280,7 @@ def test_a_count_no_request_meets_is_counted_not_read_and_named_as_the_full_chec
     from gpucloud.plan.match import GpuMatch
 
     rows = grown_rows(3, "types")
-    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
-    load_catalog.cache_clear()  # type: ignore[attr-defined]
-    indexed = load_catalog()
-    memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows), meta=indexed.meta)
-    path = tmp_path / "job.yaml"
-    path.write_text(WIDE_JOBS[job])
-    spec = load_spec(path)
+    indexed, memory, spec = file_and_memory(rows, WIDE_JOBS[job], tmp_path)
     match = GpuMatch(spec, memory)
     clouds = set(spec.resources.cloud)
     expected = [
