@@ -27,7 +27,12 @@ from tests.support.container_gpu import cdi_spec, toolkit_present  # noqa: F401
 from tests.support.containers import ContainerLab, container_lab  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+# every test here runs a GPU container: the CDI spec and a toolkit on PATH (tests/support/container_gpu.py)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.usefixtures("cdi_spec", "toolkit_present"),
+]
 
 
 def test_aws_spot_container_job_preempted_twice_resumes_and_finishes(
@@ -36,8 +41,6 @@ def test_aws_spot_container_job_preempted_twice_resumes_and_finishes(
     aws_sim: AwsVmSimulator,  # noqa: F811
     gpucloud_home: Path,
     container_lab: ContainerLab,  # noqa: F811
-    cdi_spec: Path,  # noqa: F811
-    toolkit_present: None,  # noqa: F811
 ) -> None:
     n = 300
     resources = {"cloud": "aws", "regions": ["us-east-1"], "gpu": "T4:1", "spot": True}
@@ -66,8 +69,6 @@ def test_aws_two_containerised_nodes_rendezvous_over_the_hosts_network(
     aws_sim: AwsVmSimulator,  # noqa: F811
     gpucloud_home: Path,
     container_lab: ContainerLab,  # noqa: F811
-    cdi_spec: Path,  # noqa: F811
-    toolkit_present: None,  # noqa: F811
 ) -> None:
     port = _free_port()
     job = write_job(
@@ -105,8 +106,6 @@ def test_aws_missing_image_fails_in_container_pull_quickly_and_leaves_no_machine
     aws_sim: AwsVmSimulator,  # noqa: F811
     gpucloud_home: Path,
     container_lab: ContainerLab,  # noqa: F811
-    cdi_spec: Path,  # noqa: F811
-    toolkit_present: None,  # noqa: F811
 ) -> None:
     image = container_lab.open_registry.ref("team/missing", "9.9")
     job = write_job(

@@ -17,7 +17,12 @@ from tests.support.container_gpu import cdi_spec, toolkit_present  # noqa: F401
 from tests.support.containers import ContainerLab, container_lab, podman, start_registry  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+# every test here runs a GPU container: the CDI spec and a toolkit on PATH (tests/support/container_gpu.py)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.usefixtures("cdi_spec", "toolkit_present"),
+]
 
 
 def _job(folder: Path, image: str) -> Path:
@@ -35,8 +40,6 @@ def test_image_build_prepulls_the_container_and_the_run_needs_no_registry(
     moto: Moto,  # noqa: F811
     aws_sim: AwsVmSimulator,  # noqa: F811
     container_lab: ContainerLab,  # noqa: F811
-    cdi_spec: Path,  # noqa: F811
-    toolkit_present: None,  # noqa: F811
     tmp_path: Path,
 ) -> None:
     env = {k: v for k, v in aws_env.items() if k != "GPUCLOUD_TEST_AWS_RECORD"}

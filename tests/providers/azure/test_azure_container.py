@@ -36,7 +36,12 @@ from tests.support.containers import ContainerLab, container_lab  # noqa: F401
 from tests.support.fake_arm import FakeArm
 from tests.support.spot_job import resumed_at
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+# every test here runs a GPU container: the CDI spec and a toolkit on PATH (tests/support/container_gpu.py)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.usefixtures("cdi_spec", "toolkit_present"),
+]
 
 SECRET = "az_" + hashlib.sha256(f"azure-box-{os.getpid()}".encode()).hexdigest()[:32]
 HEADER = """\
@@ -87,8 +92,6 @@ def test_azure_spot_container_job_with_input_secret_and_artifact_is_evicted_resu
     azure_sim: AzureVmSimulator,  # noqa: F811
     gpucloud_home: Path,
     container_lab: ContainerLab,  # noqa: F811
-    cdi_spec: Path,  # noqa: F811
-    toolkit_present: None,  # noqa: F811
 ) -> None:
     job = _job(Path.cwd() / "job", container_lab.image)
     env = {**azure_env, "BOX_TOKEN": SECRET}
