@@ -13,8 +13,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,6 +31,7 @@ from tests.support.azurite import Azurite, azurite  # noqa: F401
 from tests.support.containers import ContainerLab, container_lab  # noqa: F401
 from tests.support.iam_eval import Request, decide
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
+from tests.support.procs import gpucloud_until_started
 
 pytestmark = [
     pytest.mark.slow,
@@ -325,17 +324,7 @@ def test_every_end_of_the_run_unmounts(tmp_path: Path, gpucloud_home: Path, moto
         **({"max_duration": "8s"} if end == "deadline" else {}),
     }
     job = write_job(tmp_path / "job", doc)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "run", str(job)],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "started" in line:
-            break
+    proc = gpucloud_until_started(["run", str(job)], tmp_path)
     assert len(mounts_under(gpucloud_home)) == 1 and rclone_left(str(gpucloud_home))  # mounted while it runs
     secret = rclone_secret(str(gpucloud_home))
     assert len(secret) >= 16

@@ -1,8 +1,11 @@
-"""Stopping the helper servers the tests start (sshd, Azurite, ...): politely, then for sure."""
+"""Processes the tests start: stopping the helper servers (sshd, Azurite, ...) politely, then for
+sure, and a `gpucloud run` followed until its job has started."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
+from pathlib import Path
 
 
 def stop_process(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
@@ -15,3 +18,21 @@ def stop_process(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(grace)
+
+
+def gpucloud_until_started(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`python -m gpucloud ARGS` with its output piped, returned once the job printed "started" on
+    stdout (or stdout ended): the point where a test interrupts a running job."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", *args],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "started" in line:
+            break
+    return proc

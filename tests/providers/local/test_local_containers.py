@@ -12,8 +12,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import yaml
 from tests.providers.local.test_local_e2e import cli, leftovers, run_id_of, status_json, write_job
 from tests.run.test_spot import check_finished_count, preempted_twice
 from tests.support.containers import ContainerLab, container_lab, podman  # noqa: F401
+from tests.support.procs import gpucloud_until_started
 from tests.support.spot_job import write_count_job
 
 pytestmark = pytest.mark.slow
@@ -183,17 +182,7 @@ def test_job_ignoring_sigterm_is_killed_and_removed_on_ctrl_c(
             "run": "trap '' TERM; echo started; while true; do sleep 1; done",
         },
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "started" in line:
-            break
+    proc = gpucloud_until_started(["run", str(job), "--cloud", "local"], tmp_path)
     run_id = next(d.name for d in (gpucloud_home / "local").iterdir() if d.name.startswith("boxstubborn"))
     assert containers_of(run_id) == [f"gpucloud-{run_id}-0-run"]
     proc.send_signal(signal.SIGINT)

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from gpucloud.providers.local import engine as vm_engine
+from tests.support.procs import gpucloud_until_started
 from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parents[3]
@@ -177,17 +178,7 @@ def test_second_ctrl_c_during_teardown_is_ignored(tmp_path: Path, gpucloud_home:
             f'print("started", flush=True); time.sleep(300)\' {token}',
         },
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "started" in line:
-            break
+    proc = gpucloud_until_started(["run", str(job), "--cloud", "local"], tmp_path)
     proc.send_signal(signal.SIGINT)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
@@ -424,18 +415,7 @@ def test_ctrl_c_brings_back_what_the_job_saved_and_the_log_agrees(
 ) -> None:
     run = "python train.py" if saves else "python -c 'import time; print(\"started\", flush=True); time.sleep(300)'"
     job = write_job(tmp_path / "job", {"name": "saver", "run": run, "artifacts": ["out/"]}, {"train.py": SAVES_ON_TERM})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "run", str(job)],
-        cwd=tmp_path,
-        env={**os.environ, "COLUMNS": "80"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "started" in line:
-            break
+    proc = gpucloud_until_started(["run", str(job)], tmp_path, env={**os.environ, "COLUMNS": "80"})
     proc.send_signal(signal.SIGINT)
     rc = proc.wait(60)
     stderr = proc.stderr.read() if proc.stderr else ""

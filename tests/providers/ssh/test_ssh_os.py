@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.procs import gpucloud_until_started
 from tests.support.sshd import SshLab
 from tests.support.text import flat
 
@@ -156,18 +157,7 @@ def test_ctrl_c_on_a_host_brings_back_what_the_job_saved(lab: SshLab, env: dict[
         "saver",
         "resources: {cloud: ssh, gpu: T4:1, hosts: [t4deb]}\nrun: python3 train.py\nartifacts: [out/]\n",
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "run", str(spec)],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "started" in line:
-            break
+    proc = gpucloud_until_started(["run", str(spec)], tmp_path, env=env)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
