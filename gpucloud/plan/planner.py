@@ -160,7 +160,7 @@ def make_plan(
         from gpucloud.plan.container_plan import some_gpu_fits
 
         some_gpu_fits(spec, stacks, variants)
-    wide_match = match if match is not None and wide else None
+    wide_match = match if wide else None
     quick = QuickReasons(spec, wide_match.asked if wide_match else gpu, variants, clouds, regions, wide_match)
     images = ImageChoice(stacks, spec, baked=baked)
     candidates, excluded = _check_rows(cat, quick, spec, policy, images, match, estimates)
