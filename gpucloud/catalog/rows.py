@@ -37,15 +37,17 @@ class RowFilter:
             return False
         if self.regions is not None and (o.region in self.regions) == self.outside_regions:
             return False
-        if self.gpus is not None and o.gpu not in self.gpus:
+        return self.takes(o.gpu, o.gpu_count) and (self.instance_type is None or o.instance_type == self.instance_type)
+
+    def takes(self, gpu: str, count: int) -> bool:
+        """Whether a row of this GPU and GPU count can match (the GPU, count and range fields)."""
+        if self.gpus is not None and gpu not in self.gpus:
             return False
-        if self.gpu_count is not None and o.gpu_count != self.gpu_count:
+        if self.gpu_count is not None and count != self.gpu_count:
             return False
-        if self.count_ranges is not None and not any(
-            o.gpu in names and low <= o.gpu_count <= high for names, low, high in self.count_ranges
-        ):
-            return False
-        return self.instance_type is None or o.instance_type == self.instance_type
+        return self.count_ranges is None or any(
+            gpu in names and low <= count <= high for names, low, high in self.count_ranges
+        )
 
 
 # A candidate as the planner ranks it: (request rank, total $/h, not active, cloud, region, instance

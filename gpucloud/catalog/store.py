@@ -4,8 +4,8 @@ atomically.
 Why SQLite, keyed and indexed: a refreshed catalog holds every region of every cloud (tens to
 hundreds of thousands of rows), and `plan` must stay inside 0.3 s whatever its size. Building every
 row in Python costs about half a second at 200k rows however they are stored; stored in the order of
-(GPU, GPU count, region) with indexes on cloud, region and instance type, the file lets `plan` read
-only the rows of the GPU, count and regions the job asks for and count the others
+(GPU, GPU count, region) with indexes on cloud and region and on instance type, the file lets
+`plan` read only the rows of the GPU, count and regions the job asks for and count the others
 (bench/bench_plan_rows.py, BENCHMARKS.md). The table's columns are `Offering`'s fields, which are
 the shipped offerings.csv header, so a new column is one change in one place. The rows were
 validated when the refresh built them, so opening checks only the format version, the column list
@@ -44,11 +44,13 @@ _NAN = "NaN"  # how a NaN cell is stored: SQLite stores a NaN REAL as NULL
 _FIELDS = Offering._fields
 # The table is stored in the order of its key: the rows of one GPU and count, region by region,
 # lie together on disk, so the rows a job asks for are read in a few runs of pages (the
-# catalog's own order is the `ordinal` column). Other filters go through an index.
+# catalog's own order is the `ordinal` column). Other filters go through an index. No index starts
+# with the region alone: SQLite would pick it for (region, GPU, count) over the table's own key (both
+# hold those columns) and then look each row up in the table, twice the reading
+# (bench/bench_plan_alternatives.py).
 _KEY = ("gpu", "gpu_count", "region", "ordinal")
 _INDEXES = {
     "by_cloud": ("cloud", "region"),
-    "by_region": ("region",),
     "by_type": ("instance_type",),
     "by_ordinal": ("ordinal",),  # the first few rows a region constraint excludes, in catalog order
     # the cheapest rows of a GPU and count, walked in price order and stopped (CleanCandidates.head)
@@ -58,9 +60,11 @@ _INDEXES = {
 _COLUMNS = ", ".join(_FIELDS)
 _first = operator.itemgetter(0)
 _ROUND = "gpucloud_round"  # Python's round() in SQL: the planner ranks by round(total, 6)
-# Above this many rows giving candidates, the cheapest are found through the price indexes
+# Above this many candidates of a market, the cheapest are found through the price indexes
 # (CleanCandidates.head); at or below it they are read whole and sorted (bench_plan_alternatives.py).
 WALK_ABOVE = 2048
+# A filter's GPU counts are listed (as keys of the table) when each range spans at most this many.
+_LISTED_COUNTS = 64
 
 
 @contextmanager
@@ -90,24 +94,45 @@ def cache_file() -> Path:
     return home_dir() / "catalog" / f"v{FORMAT_VERSION}" / "catalog.sqlite"
 
 
-def _where(where: RowFilter) -> tuple[str, list[object]]:
-    """The SQL condition and its parameters for a filter (column names are Offering's fields)."""
+def _listed_counts(where: RowFilter) -> list[int] | None:
+    """Every GPU count the filter can take, when it names its GPUs and few counts; else None."""
+    if where.gpus is None or (where.gpu_count is None and where.count_ranges is None):
+        return None
+    if where.gpu_count is not None:
+        spans = [(where.gpu_count, where.gpu_count)]
+    else:
+        spans = [(low, high) for _, low, high in where.count_ranges or ()]
+    if any(high - low > _LISTED_COUNTS for low, high in spans):
+        return None
+    return sorted({n for low, high in spans for n in range(low, high + 1)})
+
+
+def _where(where: RowFilter, keyed: bool = False) -> tuple[str, list[object]]:
+    """The SQL condition and its parameters for a filter (column names are Offering's fields).
+    When the filter names its GPUs, the table's own key leads: the GPUs, their counts (listed when
+    given as ranges) and the regions are searched in the key, the clouds only filtered (`+cloud`:
+    through the cloud index, SQLite would look up every row it finds in the table). `keyed`: the
+    caller searches the key's GPU and count itself."""
     parts: list[str] = []
     args: list[object] = []
 
-    def member(column: str, values: frozenset[str], negate: bool = False) -> None:
+    def member(column: str, values: list[str] | list[int], negate: bool = False) -> None:
         parts.append(f"{column} {'NOT ' if negate else ''}IN ({', '.join('?' * len(values))})")
-        args.extend(sorted(values))
+        args.extend(values)
 
+    keyed = keyed or where.gpus is not None
     if where.clouds is not None:
-        member("cloud", where.clouds)
+        member("+cloud" if keyed else "cloud", sorted(where.clouds))
     if where.regions is not None:
-        member("region", where.regions, negate=where.outside_regions)
+        member("region", sorted(where.regions), negate=where.outside_regions)
     if where.gpus is not None:
-        member("gpu", where.gpus)
+        member("gpu", sorted(where.gpus))
+    counts = _listed_counts(where)
     if where.gpu_count is not None:
         parts.append("gpu_count = ?")
         args.append(where.gpu_count)
+    elif counts is not None:
+        member("gpu_count", counts)
     if where.count_ranges is not None:
         ranges = where.count_ranges
         # `+`: a filter, not an index choice (SQLite would split the scan into one index search per range)
@@ -181,42 +206,78 @@ class IndexedRows:
         sql = "SELECT DISTINCT region FROM offerings WHERE cloud = ? ORDER BY region"
         return [r[0] for r in self._conn.execute(sql, (cloud,))]
 
+    def pairs(self, where: RowFilter) -> list[tuple[str, int]]:
+        """The (GPU, GPU count) pairs the filter's rows can have: listed from the filter when it names
+        its GPUs and few counts (a pair no row has costs one key probe), else read through the cloud
+        index (it holds both columns)."""
+        counts = _listed_counts(where)
+        if where.gpus is not None and counts is not None:
+            return [(g, n) for g in sorted(where.gpus) for n in counts if where.takes(g, n)]
+        cond, args = _where(where)
+        sql = f"SELECT DISTINCT gpu, gpu_count FROM offerings{cond}"
+        return sorted((str(g), int(n)) for g, n in self._conn.execute(sql, args) if where.takes(str(g), int(n)))
+
     def split_clean(self, where: RowFilter, rule: CleanRule) -> tuple[CleanCandidates, list[tuple[int, Offering]]]:
         """The selection's rows that give candidates (CleanRule), counted and ranked by SQLite and
         built only when read, and the other rows of the selection (each one an exclusion), in catalog
-        order, for the planner's full check. One pass over the selection counts the first and names
-        the others."""
-        cond, args = _where(where)
-        cond = cond or " WHERE 1"
+        order, for the planner's full check. One pass over the selection, one (GPU, GPU count) at a
+        time through the table's key, counts the first per pair and market and names the others;
+        whether a pair meets a request, and its rank, is worked out once per pair, not per row (the
+        rows of a pair that meets none are all checked in full)."""
         rules = _Rules(rule)
+        requested: dict[tuple[str, int], int] = {}  # pair -> its request's rank
+        unrequested: list[tuple[str, int]] = []
+        for pair in self.pairs(where):
+            rank = rules.rank_of(*pair)
+            if rank is None:
+                unrequested.append(pair)
+            else:
+                requested[pair] = rank
         markets = rules.markets
-        counts = ", ".join(f"total(m{i})" for i in range(len(markets)))
+        # the rest of the filter: clouds and regions, searched after the key's GPU and count
+        cond, args = _where(dataclasses.replace(where, gpus=None, gpu_count=None, count_ranges=None), keyed=True)
         flags = ", ".join(f"coalesce({rules.market(m)}, 0) AS m{i}" for i, m in enumerate(markets))
-        gives = " OR ".join(f"m{i}" for i in range(len(markets)))
-        scan = (
-            f"SELECT count(*) FILTER (WHERE c), {counts}, total(legacy) FILTER (WHERE c),"
-            " count(*) FILTER (WHERE NOT c), group_concat(ordinal) FILTER (WHERE NOT c),"
-            " group_concat(DISTINCT gpu || char(31) || gpu_count) FILTER (WHERE c) FROM"
-            f" (SELECT b AND ({gives}) AS c, {', '.join(f'b AND m{i} AS m{i}' for i in range(len(markets)))},"
-            " legacy, ordinal, gpu, gpu_count FROM"
-            f" (SELECT coalesce({rules.base}, 0) AS b, {flags}, status = 'legacy' AS legacy, ordinal, gpu, gpu_count"
-            f" FROM offerings{cond} LIMIT -1) LIMIT -1)"  # LIMIT: not flattened, each condition computed once
+        gives = "b AND (" + " OR ".join(f"m{i}" for i in range(len(markets))) + ")"
+        counts = ", ".join(
+            [f"count(*) FILTER (WHERE {gives})"]
+            + [f"count(*) FILTER (WHERE b AND m{i})" for i in range(len(markets))]
+            + [f"count(*) FILTER (WHERE {gives} AND legacy)"]
         )
-        found, *per_market, legacy, others, ordinals, pairs = self._conn.execute(
-            scan, [*rules.base_args, *rules.market_args(), *args]
-        ).fetchone()
-        part = CleanCandidates(self, cond, list(args), rules)
-        for pair in str(pairs).split(",") if pairs else ():
-            gpu, count = pair.split("\x1f")
-            part.pairs.append((gpu, int(count)))
-        part.rows, part.count, part.has_legacy = int(found), int(sum(per_market)), bool(legacy)
+        scan = (
+            f"SELECT k.gpu, k.gpu_count, (SELECT printf('{' '.join(['%d'] * (len(markets) + 2))}|', {counts})"
+            f" || coalesce(group_concat(ordinal) FILTER (WHERE NOT ({gives})), '') FROM"
+            f" (SELECT coalesce({rules.row_base}, 0) AS b, {flags}, status = 'legacy' AS legacy, ordinal"
+            f" FROM offerings WHERE gpu = k.gpu AND gpu_count = k.gpu_count{cond.replace(' WHERE ', ' AND ', 1)}"
+            " LIMIT -1))"  # LIMIT: not flattened, each condition computed once per row
+            " FROM (SELECT json_extract(value, '$[0]') AS gpu, json_extract(value, '$[1]') AS gpu_count"
+            " FROM json_each(?)) AS k"
+        )
+        selection, selection_args = _where(where)
+        part = CleanCandidates(self, selection or " WHERE 1", selection_args, rules)
+        others: list[int] = []
+        scan_args = [*rules.row_base_args, *rules.market_args(), *args, json.dumps(list(requested))]
+        for gpu, count, text in self._conn.execute(scan, scan_args):
+            numbers, _, ordinals = str(text).partition("|")
+            found, *per_market, legacy = (int(n) for n in numbers.split())
+            if found:
+                pair = (str(gpu), int(count))
+                part.pairs.append(pair)
+                part.per_pair[pair] = (requested[pair], tuple(per_market))
+                part.rows += found
+                part.count += sum(per_market)
+                part.has_legacy = part.has_legacy or bool(legacy)
+            if ordinals:
+                others.extend(int(o) for o in ordinals.split(","))
+        for gpu, count in unrequested:
+            sql = f"SELECT ordinal FROM offerings WHERE gpu = ? AND gpu_count = ?{cond.replace(' WHERE ', ' AND ', 1)}"
+            others.extend(int(r[0]) for r in self._conn.execute(sql, [gpu, count, *args]))
         rest: list[tuple[int, Offering]] = []
         if others:
-            wanted = sorted(int(o) for o in str(ordinals).split(","))
+            others.sort()
             make = self._make if self._nan_columns else Offering._make
             sql = f"SELECT ordinal, {_COLUMNS} FROM offerings WHERE ordinal IN (SELECT value FROM json_each(?))"
             with gc_paused():
-                found_rows = self._conn.execute(sql, (json.dumps(wanted),)).fetchall()
+                found_rows = self._conn.execute(sql, (json.dumps(others),)).fetchall()
                 found_rows.sort(key=_first)
                 rest = [(r[0], make(r[1:])) for r in found_rows]
         return part, rest
@@ -236,29 +297,37 @@ class _Rules:
         self.rule = rule
         self.markets: tuple[bool, ...] = (True, False) if rule.policy == "auto" else (rule.policy == "spot",)
         parts: list[str] = ["status != 'retired'"]
-        self.base_args: list[object] = []
+        self.row_base_args: list[object] = []
         if rule.min_vcpus:
             parts.append("vcpus >= ?")
-            self.base_args.append(rule.min_vcpus)
+            self.row_base_args.append(rule.min_vcpus)
         if rule.min_memory_gib:
             parts.append("memory_gib >= ?")
-            self.base_args.append(rule.min_memory_gib)
+            self.row_base_args.append(rule.min_memory_gib)
         if not rule.estimates:  # a superset of the estimates: those rows are checked in full
             parts.append("instr(source, '[estimate:') = 0")
+        self.row_base = "(" + " AND ".join(parts) + ")"
+        # the requests: a condition on the GPU and count alone (split_clean asks it once per pair)
+        self.requested, self.requested_args = "1", []
         self.rank, self.rank_args, self.ranks = "0", [], [0]
         if rule.requests is not None:
             meets: list[str] = []
-            args: list[object] = []
             for names, low, high, _ in rule.requests:
                 meets.append(f"(gpu IN ({', '.join('?' * len(names))}) AND gpu_count BETWEEN ? AND ?)")
-                args.extend([*names, low, high])
-            parts.append("(" + (" OR ".join(meets) or "0") + ")")
-            self.base_args.extend(args)
+                self.requested_args.extend([*names, low, high])
+            self.requested = "(" + (" OR ".join(meets) or "0") + ")"
             self.ranks = sorted({rank for *_, rank in rule.requests}) or [0]
             if self.ranks != [0]:
                 self.rank = "CASE " + " ".join(f"WHEN {m} THEN ?" for m in meets) + " ELSE 0 END"
                 self.rank_args = [a for names, low, high, rank in rule.requests for a in (*names, low, high, rank)]
-        self.base = "(" + " AND ".join(parts) + ")"
+        self.base = f"({self.row_base} AND {self.requested})"
+        self.base_args = [*self.row_base_args, *self.requested_args]
+
+    def rank_of(self, gpu: str, count: int) -> int | None:
+        """The rank of the first request a GPU and count meet (as `rank`); None when they meet none."""
+        if self.rule.requests is None:
+            return 0
+        return next((r for names, low, high, r in self.rule.requests if gpu in names and low <= count <= high), None)
 
     def market(self, spot: bool) -> str:
         column = "spot_price_per_hour" if spot else "price_per_hour"
@@ -288,6 +357,8 @@ class CleanCandidates:
         self.count = 0  # their candidates (two for a row with both markets under `spot: auto`)
         self.has_legacy = False
         self.pairs: list[tuple[str, int]] = []  # the (GPU, GPU count) of these rows: each has its price index
+        # per pair: its request rank and its candidates in each market (rules.markets)
+        self.per_pair: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
 
     def _keys(self, sql: str, args: list[object], markets: tuple[bool, ...]) -> list[RankKey]:
         """Keys of the rows `sql` reads: (flag per market, ordinal, request rank, the row's columns)."""
@@ -307,45 +378,61 @@ class CleanCandidates:
     def head(self, n: int) -> list[RankKey]:
         """The `n` cheapest of every market, in the planner's order, sorted by SQLite by the planner's
         own key (the total rounded by Python's round, registered as a function, then the same
-        columns). When many rows give candidates (more than WALK_ABOVE), only the cheapest are read:
-        the n-th smallest price is found by walking the price index of each (GPU, GPU count) that
-        gives candidates and stopping after `n` rows, and the rows up to 3e-6 above it are read
-        through the same index (a row above that rounds to a larger total than n rows have, so it is
-        not among them). Few rows are read whole: a price walk would pass the rows of every region
-        the job leaves out. Under ranked requests, the n cheapest of each rank: they hold the n first
-        of all."""
+        columns). When a market has many candidates (more than WALK_ABOVE), only the cheapest are
+        read: the n-th smallest price is found by walking the price index of each (GPU, GPU count)
+        that has candidates in that market, stopping after `n` rows or after its last candidate (its
+        count is known), and the rows up to 3e-6 above it are read through the same index (a row
+        above that rounds to a larger total than n rows have, so it is not among them). Few are read
+        whole: a price walk would pass the rows of every region the job leaves out. Under ranked
+        requests, the n cheapest of each rank: they hold the n first of all (a pair has one rank)."""
         out: list[RankKey] = []
         conn, rules = self._rows._conn, self._rules
-        groups: list[tuple[str, list[object]]] = [("", [])]
-        if len(rules.ranks) > 1:
-            groups = [(f" AND {rules.rank} = ?", [*rules.rank_args, r]) for r in rules.ranks]
-        pairs = sorted(set(self.pairs)) if self.rows > WALK_ABOVE else []
-        names, counts = sorted({g for g, _ in pairs}), sorted({c for _, c in pairs})
-        # every (GPU, count) that gives candidates, as index prefixes: their cross product is probed
-        of_pairs = f" AND gpu IN ({', '.join('?' * len(names))}) AND gpu_count IN ({', '.join('?' * len(counts))})"
-        for is_spot, (group, group_args) in ((m, g) for m in rules.markets for g in groups):
+        ranked = len(rules.ranks) > 1
+        for m, is_spot in enumerate(rules.markets):
             column = "spot_price_per_hour" if is_spot else "price_per_hour"
             index = " INDEXED BY by_spot_price" if is_spot else " INDEXED BY by_price"
-            cond = f"{self._cond} AND coalesce({rules.base}, 0) AND coalesce({rules.market(is_spot)}, 0){group}"
-            args = [*self._args, *rules.base_args, *rules.args_of(is_spot), *group_args]
-            prices: list[float] = []
-            for gpu, count in pairs:  # the n cheapest of each (GPU, count) hold the n cheapest of all
-                sql = (
-                    f"SELECT {column} FROM offerings{index}{cond} AND gpu = ? AND gpu_count = ?"
-                    f" ORDER BY {column} LIMIT {int(n)}"
+            for rank in rules.ranks:
+                pairs = {p: k[m] for p, (r, k) in self.per_pair.items() if k[m] and (r == rank or not ranked)}
+                if not pairs:
+                    continue
+                names, counts = sorted({g for g, _ in pairs}), sorted({c for _, c in pairs})
+                # the group's (GPU, count) pairs as index prefixes: their cross product is probed
+                # `IS NOT NULL`: implied by the market's condition, but only this form lets a walk start
+                # past the rows without that price (NULL sorts first in the price index)
+                cond = (
+                    f"{self._cond} AND {column} IS NOT NULL"
+                    f" AND coalesce({rules.base}, 0) AND coalesce({rules.market(is_spot)}, 0)"
+                    f"{f' AND {rules.rank} = ?' if ranked else ''}"
+                    f" AND gpu IN ({', '.join('?' * len(names))}) AND gpu_count IN ({', '.join('?' * len(counts))})"
                 )
-                prices.extend(float(r[0]) for r in conn.execute(sql, [*args, gpu, count]))
-            prices.sort()
-            walk = ""
-            if len(prices) >= n:
-                walk = index
-                cond += f"{of_pairs} AND {column} <= ?"
-                args += [*names, *counts, prices[n - 1] + 3e-6]
-            sql = (
-                f"SELECT 1, ordinal, {rules.rank}, {_COLUMNS} FROM offerings{walk}{cond} ORDER BY"
-                f" {_ROUND}({column} * ?, 6), status != 'active', cloud, region, instance_type, ordinal LIMIT {int(n)}"
-            )
-            out.extend(self._keys(sql, [*rules.rank_args, *args, rules.rule.nodes], (is_spot,)))
+                args = [
+                    *self._args,
+                    *rules.base_args,
+                    *rules.args_of(is_spot),
+                    *([*rules.rank_args, rank] if ranked else []),
+                    *names,
+                    *counts,
+                ]
+                walk = ""
+                if sum(pairs.values()) > WALK_ABOVE:
+                    prices: list[float] = []
+                    for (gpu, count), found in sorted(pairs.items()):  # the n cheapest of each pair hold those of all
+                        sql = (
+                            f"SELECT {column} FROM offerings{index}{cond} AND gpu = ? AND gpu_count = ?"
+                            f" ORDER BY {column} LIMIT {min(int(n), found)}"
+                        )
+                        prices.extend(float(r[0]) for r in conn.execute(sql, [*args, gpu, count]))
+                    prices.sort()
+                    if len(prices) >= n:
+                        walk = index
+                        cond += f" AND {column} <= ?"
+                        args.append(prices[n - 1] + 3e-6)
+                sql = (
+                    f"SELECT 1, ordinal, {rules.rank}, {_COLUMNS} FROM offerings{walk}{cond} ORDER BY"
+                    f" {_ROUND}({column} * ?, 6), status != 'active', cloud, region, instance_type, ordinal"
+                    f" LIMIT {int(n)}"
+                )
+                out.extend(self._keys(sql, [*rules.rank_args, *args, rules.rule.nodes], (is_spot,)))
         return out
 
     def every(self) -> list[RankKey]:

@@ -294,3 +294,33 @@ def test_a_count_no_request_meets_is_counted_not_read_and_named_as_the_full_chec
         assert isinstance(plan.excluded, Exclusions)
         assert not any(" per node, job asks for " in e.reason for _, e in plan.excluded._checked)  # not read
         assert [e for e in plan.excluded if " per node, job asks for " in e.reason] == expected
+
+
+@pytest.mark.parametrize("job", ["family", "alternatives", "alternatives-in-regions"])
+def test_the_jobs_rows_are_searched_in_the_tables_own_key(job: str, tmp_path: Path) -> None:
+    """The one pass over a job's rows searches (GPU, count[, region]) in the table's own key, which
+    holds whole rows, never in an index it would then look each row up from (the cloud index holds
+    the same columns after the cloud, and SQLite would take it for `cloud IN (...)`); and the
+    cheapest candidates are walked in the price indexes from the first row that has that price."""
+    text = FAMILY_JOB if job == "family" else WIDE_JOBS["alternatives"]
+    if job == "alternatives-in-regions":
+        text = text.replace("resources:\n", "resources:\n  regions: [us-east-1, eastus]\n")
+    rows = grown_rows(12, "types")
+    indexed, _, spec = file_and_memory(rows, text, tmp_path)
+    conn = indexed.rows._conn  # type: ignore[attr-defined]
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+    try:
+        assert make_plan(spec, catalog=indexed, baked=False).candidates[:3]
+    finally:
+        conn.set_trace_callback(None)
+
+    def steps(sql: str) -> str:
+        return " / ".join(str(row[3]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+
+    scans = [steps(sql) for sql in seen if "printf(" in sql]
+    assert len(scans) == 1, seen
+    assert "SEARCH offerings USING PRIMARY KEY (gpu=? AND gpu_count=?" in scans[0], scans[0]
+    assert ("region=?" in scans[0]) == (job != "alternatives"), scans[0]
+    for walk in (steps(sql) for sql in seen if "INDEXED BY by_price" in sql or "INDEXED BY by_spot_price" in sql):
+        assert "price_per_hour>?" in walk, walk
