@@ -111,6 +111,10 @@ class RowSource(Protocol):
 
     def count(self, where: RowFilter) -> int: ...
 
+    def has(self, where: RowFilter) -> bool:
+        """Whether any row matches (stops at the first)."""
+        ...
+
     def regions(self, cloud: str) -> list[str]:
         """Sorted regions with at least one row of `cloud`."""
         ...
@@ -136,6 +140,9 @@ class MemoryRows:
 
     def count(self, where: RowFilter) -> int:
         return sum(1 for o in self._rows if where.matches(o))
+
+    def has(self, where: RowFilter) -> bool:
+        return any(where.matches(o) for o in self._rows)
 
     def regions(self, cloud: str) -> list[str]:
         return sorted({o.region for o in self._rows if o.cloud == cloud})

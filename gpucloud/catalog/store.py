@@ -202,6 +202,10 @@ class IndexedRows:
         cond, args = _where(where)
         return int(self._conn.execute(f"SELECT count(*) FROM offerings{cond}", args).fetchone()[0])
 
+    def has(self, where: RowFilter) -> bool:
+        cond, args = _where(where)
+        return bool(self._conn.execute(f"SELECT EXISTS (SELECT 1 FROM offerings{cond})", args).fetchone()[0])
+
     def regions(self, cloud: str) -> list[str]:
         sql = "SELECT DISTINCT region FROM offerings WHERE cloud = ? ORDER BY region"
         return [r[0] for r in self._conn.execute(sql, (cloud,))]
@@ -331,7 +335,9 @@ class _Rules:
 
     def market(self, spot: bool) -> str:
         column = "spot_price_per_hour" if spot else "price_per_hour"
-        text = f"(typeof({column}) IN ('integer', 'real') AND {column} * 1.0 / max(gpu_count, 1) BETWEEN ? AND ?"
+        # `< 1e999` (infinity): a number; the stored NaN is TEXT, which compares above every number (the
+        # columns have no type, so no conversion), and NULL (no price) is NULL; a third of typeof()'s cost
+        text = f"({column} < 1e999 AND {column} * 1.0 / max(gpu_count, 1) BETWEEN ? AND ?"
         return text + (f" AND {column} <= ?)" if self.rule.cap is not None else ")")
 
     def args_of(self, spot: bool) -> list[object]:

@@ -339,7 +339,7 @@ def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: 
     # `--cloud azure`); only a name no cloud knows is a typo worth stopping for.
     priced = frozenset(providers.priced_clouds())
     for name in wanted:
-        if not cat.rows.count(RowFilter(clouds=priced, regions=frozenset((name,)))):
+        if not cat.rows.has(RowFilter(clouds=priced, regions=frozenset((name,)))):
             import difflib
 
             known = sorted({r for c in priced for r in cat.regions(c)})
