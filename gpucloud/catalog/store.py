@@ -149,8 +149,15 @@ class IndexedRows:
     """The rows of a catalog file, read by filter through its indexes; the whole table only when a
     caller asks for every row (`catalog`, `--json` exclusions, a refresh)."""
 
-    def __init__(self, conn: sqlite3.Connection, cloud_rows: dict[str, int], nan_columns: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        cloud_rows: dict[str, int],
+        nan_columns: tuple[int, ...] = (),
+        counted_range: tuple[float, float] | None = None,
+    ) -> None:
         self._conn, self._cloud_rows, self._nan_columns = conn, cloud_rows, nan_columns
+        self._counted_range = counted_range  # the sane price range `pair_counts` was counted with
         self._total = sum(cloud_rows.values())
         self._all: tuple[Offering, ...] | None = None
 
@@ -224,10 +231,12 @@ class IndexedRows:
     def split_clean(self, where: RowFilter, rule: CleanRule) -> tuple[CleanCandidates, list[tuple[int, Offering]]]:
         """The selection's rows that give candidates (CleanRule), counted and ranked by SQLite and
         built only when read, and the other rows of the selection (each one an exclusion), in catalog
-        order, for the planner's full check. One pass over the selection, one (GPU, GPU count) at a
-        time through the table's key, counts the first per pair and market and names the others;
-        whether a pair meets a request, and its rank, is worked out once per pair, not per row (the
-        rows of a pair that meets none are all checked in full)."""
+        order, for the planner's full check. Counted per (GPU, GPU count) and market: from the
+        file's own counts (`pair_counts`) when the rule asks nothing of a row but its status and
+        prices, else in one pass over the selection's rows, a pair at a time through the table's
+        key; rows are read only for the pairs that have exclusions. Whether a pair meets a request,
+        and its rank, is worked out once per pair, not per row (the rows of a pair that meets none
+        are all checked in full)."""
         rules = _Rules(rule)
         requested: dict[tuple[str, int], int] = {}  # pair -> its request's rank
         unrequested: list[tuple[str, int]] = []
@@ -237,9 +246,76 @@ class IndexedRows:
                 unrequested.append(pair)
             else:
                 requested[pair] = rank
-        markets = rules.markets
         # the rest of the filter: clouds and regions, searched after the key's GPU and count
         cond, args = _where(dataclasses.replace(where, gpus=None, gpu_count=None, count_ranges=None), keyed=True)
+        selection, selection_args = _where(where)
+        part = CleanCandidates(self, selection or " WHERE 1", selection_args, rules)
+        counted = self._counted(list(requested), rules, where, cond, args)
+        scanned = list(requested)
+        if counted is not None:
+            scanned = []
+            for pair, (total, found, per_market, legacy) in counted.items():
+                part.add(pair, requested[pair], found, per_market, legacy)
+                if total > found:
+                    scanned.append(pair)
+        others: list[int] = []
+        for pair, found, per_market, legacy, ordinals in self._scan(scanned, rules, cond, args):
+            if counted is None:
+                part.add(pair, requested[pair], found, per_market, legacy)
+            others.extend(ordinals)
+        for gpu, count in unrequested:
+            sql = f"SELECT ordinal FROM offerings WHERE gpu = ? AND gpu_count = ?{cond.replace(' WHERE ', ' AND ', 1)}"
+            others.extend(int(r[0]) for r in self._conn.execute(sql, [gpu, count, *args]))
+        rest: list[tuple[int, Offering]] = []
+        if others:
+            others.sort()
+            make = self._make if self._nan_columns else Offering._make
+            sql = f"SELECT ordinal, {_COLUMNS} FROM offerings WHERE ordinal IN (SELECT value FROM json_each(?))"
+            with gc_paused():
+                found_rows = self._conn.execute(sql, (json.dumps(others),)).fetchall()
+                found_rows.sort(key=_first)
+                rest = [(r[0], make(r[1:])) for r in found_rows]
+        return part, rest
+
+    def _counted(
+        self, pairs: list[tuple[str, int]], rules: _Rules, where: RowFilter, cond: str, args: list[object]
+    ) -> dict[tuple[str, int], tuple[int, int, tuple[int, ...], int]] | None:
+        """Per pair: (rows, rows giving candidates, candidates per market, legacy rows among those),
+        summed from `pair_counts`; None when the file has none for this sane price range or the rule
+        asks more of a row (vCPUs, memory, a cap, no estimates) than those counts hold."""
+        rule = rules.rule
+        if (
+            self._counted_range != (rule.min_per_gpu, rule.max_per_gpu)
+            or rule.min_vcpus
+            or rule.min_memory_gib
+            or rule.cap is not None
+            or not rule.estimates
+            or where.instance_type is not None
+        ):
+            return None
+        columns = ["spot" if m else "on_demand" for m in rules.markets]
+        gives = "(" + " OR ".join(columns) + ")"
+        sql = (
+            f"SELECT k.gpu, k.gpu_count, total(n), total(n) FILTER (WHERE {gives}),"
+            f" {', '.join(f'total(n) FILTER (WHERE {c})' for c in columns)},"
+            f" total(n) FILTER (WHERE {gives} AND legacy) FROM"
+            " (SELECT json_extract(value, '$[0]') AS gpu, json_extract(value, '$[1]') AS gpu_count FROM json_each(?))"
+            f" AS k JOIN pair_counts AS c ON c.gpu = k.gpu AND c.gpu_count = k.gpu_count"
+            f"{cond.replace(' WHERE ', ' AND ', 1)} GROUP BY k.gpu, k.gpu_count"
+        )
+        out: dict[tuple[str, int], tuple[int, int, tuple[int, ...], int]] = {}
+        for gpu, count, total, found, *per_market, legacy in self._conn.execute(sql, [json.dumps(pairs), *args]):
+            out[(str(gpu), int(count))] = (int(total), int(found), tuple(int(n) for n in per_market), int(legacy))
+        return out
+
+    def _scan(
+        self, pairs: list[tuple[str, int]], rules: _Rules, cond: str, args: list[object]
+    ) -> Iterator[tuple[tuple[str, int], int, tuple[int, ...], int, list[int]]]:
+        """Per pair, from its rows: (pair, rows giving candidates, candidates per market, legacy
+        rows among those, ordinals of the other rows)."""
+        if not pairs:
+            return
+        markets = rules.markets
         flags = ", ".join(f"coalesce({rules.market(m)}, 0) AS m{i}" for i, m in enumerate(markets))
         gives = "b AND (" + " OR ".join(f"m{i}" for i in range(len(markets))) + ")"
         counts = ", ".join(
@@ -256,35 +332,12 @@ class IndexedRows:
             " FROM (SELECT json_extract(value, '$[0]') AS gpu, json_extract(value, '$[1]') AS gpu_count"
             " FROM json_each(?)) AS k"
         )
-        selection, selection_args = _where(where)
-        part = CleanCandidates(self, selection or " WHERE 1", selection_args, rules)
-        others: list[int] = []
-        scan_args = [*rules.row_base_args, *rules.market_args(), *args, json.dumps(list(requested))]
+        scan_args = [*rules.row_base_args, *rules.market_args(), *args, json.dumps(pairs)]
         for gpu, count, text in self._conn.execute(scan, scan_args):
             numbers, _, ordinals = str(text).partition("|")
             found, *per_market, legacy = (int(n) for n in numbers.split())
-            if found:
-                pair = (str(gpu), int(count))
-                part.pairs.append(pair)
-                part.per_pair[pair] = (requested[pair], tuple(per_market))
-                part.rows += found
-                part.count += sum(per_market)
-                part.has_legacy = part.has_legacy or bool(legacy)
-            if ordinals:
-                others.extend(int(o) for o in ordinals.split(","))
-        for gpu, count in unrequested:
-            sql = f"SELECT ordinal FROM offerings WHERE gpu = ? AND gpu_count = ?{cond.replace(' WHERE ', ' AND ', 1)}"
-            others.extend(int(r[0]) for r in self._conn.execute(sql, [gpu, count, *args]))
-        rest: list[tuple[int, Offering]] = []
-        if others:
-            others.sort()
-            make = self._make if self._nan_columns else Offering._make
-            sql = f"SELECT ordinal, {_COLUMNS} FROM offerings WHERE ordinal IN (SELECT value FROM json_each(?))"
-            with gc_paused():
-                found_rows = self._conn.execute(sql, (json.dumps(others),)).fetchall()
-                found_rows.sort(key=_first)
-                rest = [(r[0], make(r[1:])) for r in found_rows]
-        return part, rest
+            listed = [int(o) for o in ordinals.split(",")] if ordinals else []
+            yield (str(gpu), int(count)), found, tuple(per_market), legacy, listed
 
 
 class _Rules:
@@ -365,6 +418,15 @@ class CleanCandidates:
         self.pairs: list[tuple[str, int]] = []  # the (GPU, GPU count) of these rows: each has its price index
         # per pair: its request rank and its candidates in each market (rules.markets)
         self.per_pair: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
+
+    def add(self, pair: tuple[str, int], rank: int, found: int, per_market: tuple[int, ...], legacy: int) -> None:
+        """A pair's counts: rows giving candidates, candidates per market, legacy rows among them."""
+        if found:
+            self.pairs.append(pair)
+            self.per_pair[pair] = (rank, per_market)
+            self.rows += found
+            self.count += sum(per_market)
+            self.has_legacy = self.has_legacy or bool(legacy)
 
     def _keys(self, sql: str, args: list[object], markets: tuple[bool, ...]) -> list[RankKey]:
         """Keys of the rows `sql` reads: (flag per market, ordinal, request rank, the row's columns)."""
@@ -483,6 +545,9 @@ def read(path: str, gpus: dict[str, GpuModel]) -> Cached | str | None:
         names = set(json.loads(doc["gpus"]))
         cloud_rows = {str(c): int(n) for c, n in json.loads(doc["cloud_rows"]).items()}
         nan_columns = tuple(int(i) for i in json.loads(doc.get("nan_columns", "[]")))
+        # absent from a file an older gpucloud wrote: then every job's rows are counted one by one
+        low, high = json.loads(doc.get("counted_per_gpu", "null")) or (None, None)
+        counted_range = (float(low), float(high)) if low is not None and high is not None else None
     except (sqlite3.Error, ValueError, KeyError, TypeError) as exc:
         conn.close()
         return f"refreshed catalog {path} has malformed rows ({type(exc).__name__}); using the shipped data"
@@ -493,7 +558,7 @@ def read(path: str, gpus: dict[str, GpuModel]) -> Cached | str | None:
     meta = CatalogMeta(
         origin="refreshed", created_at=json.loads(doc.get("created_at", "null")), clouds=json.loads(doc["clouds"])
     )
-    return Cached(rows=IndexedRows(conn, cloud_rows, nan_columns), meta=meta)
+    return Cached(rows=IndexedRows(conn, cloud_rows, nan_columns, counted_range), meta=meta)
 
 
 def write(
@@ -505,6 +570,8 @@ def write(
 ) -> None:
     """Write atomically: a temporary file in the same directory, fsync, then rename over the old
     one, so a crash or a second refresh never leaves a half-written cache for `plan` to read."""
+    from gpucloud.catalog.prices import MAX_PER_GPU_HOUR, MIN_PER_GPU_HOUR
+
     path.parent.mkdir(parents=True, exist_ok=True)
     nan_columns = sorted({i for o in offerings for i, v in enumerate(o) if isinstance(v, float) and math.isnan(v)})
     doc = {
@@ -514,6 +581,7 @@ def write(
         "cloud_rows": dict(collections.Counter(o.cloud for o in offerings)),
         "gpus": sorted({o.gpu for o in offerings}),
         "nan_columns": nan_columns,
+        "counted_per_gpu": [MIN_PER_GPU_HOUR, MAX_PER_GPU_HOUR],
     }
     values: Iterable[tuple[object, ...]] = offerings
     if nan_columns:
@@ -535,6 +603,7 @@ def write(
             )
             for name, columns in _INDEXES.items():
                 conn.execute(f"CREATE INDEX {name} ON offerings ({', '.join(columns)})")
+            _write_pair_counts(conn, MIN_PER_GPU_HOUR, MAX_PER_GPU_HOUR)
             conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
             conn.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in doc.items()])
             conn.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
@@ -547,6 +616,25 @@ def write(
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _write_pair_counts(conn: sqlite3.Connection, min_per_gpu: float, max_per_gpu: float) -> None:
+    """`pair_counts`: the rows of each (GPU, GPU count, region, cloud) counted by whether each
+    market gives a candidate (not retired, a price in the sane range: _Rules, the planner's own
+    conditions in SQL) and whether the row is legacy, so that a plan whose job asks nothing more of
+    a row counts its candidates from a few hundred sums, not from every row (split_clean)."""
+    rules = _Rules(CleanRule("auto", 0, 0.0, None, 1, min_per_gpu, max_per_gpu))
+    conn.execute(
+        "CREATE TABLE pair_counts (gpu, gpu_count, region, cloud, spot, on_demand, legacy, n,"
+        " PRIMARY KEY (gpu, gpu_count, region, cloud, spot, on_demand, legacy)) WITHOUT ROWID"
+    )
+    conn.execute(
+        "INSERT INTO pair_counts SELECT gpu, gpu_count, region, cloud, spot, on_demand, legacy, count(*) FROM"
+        f" (SELECT gpu, gpu_count, region, cloud, coalesce({rules.row_base} AND {rules.market(True)}, 0) AS spot,"
+        f" coalesce({rules.row_base} AND {rules.market(False)}, 0) AS on_demand, status = 'legacy' AS legacy"
+        " FROM offerings) GROUP BY gpu, gpu_count, region, cloud, spot, on_demand, legacy",
+        [*rules.row_base_args, *rules.args_of(True), *rules.row_base_args, *rules.args_of(False)],
+    )
 
 
 def _cell(value: object) -> str:

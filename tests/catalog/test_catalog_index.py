@@ -297,11 +297,15 @@ def test_a_count_no_request_meets_is_counted_not_read_and_named_as_the_full_chec
 
 
 @pytest.mark.parametrize("job", ["family", "alternatives", "alternatives-in-regions"])
-def test_the_jobs_rows_are_searched_in_the_tables_own_key(job: str, tmp_path: Path) -> None:
-    """The one pass over a job's rows searches (GPU, count[, region]) in the table's own key, which
-    holds whole rows, never in an index it would then look each row up from (the cloud index holds
-    the same columns after the cloud, and SQLite would take it for `cloud IN (...)`); and the
-    cheapest candidates are walked in the price indexes from the first row that has that price."""
+def test_the_jobs_rows_are_counted_from_the_files_sums_or_searched_in_the_tables_own_key(
+    job: str, tmp_path: Path
+) -> None:
+    """A job that asks nothing of a row but its status and prices counts its candidates from the
+    file's per-pair sums and reads no row to count them; one that asks more (the family job's
+    vCPUs and memory) makes one pass over its rows, searching (GPU, count[, region]) in the table's
+    own key, which holds whole rows, never in an index it would then look each row up from (the
+    cloud index holds the same columns after the cloud, and SQLite would take it for `cloud IN`).
+    The cheapest candidates are walked in the price indexes from the first row with that price."""
     text = FAMILY_JOB if job == "family" else WIDE_JOBS["alternatives"]
     if job == "alternatives-in-regions":
         text = text.replace("resources:\n", "resources:\n  regions: [us-east-1, eastus]\n")
@@ -319,8 +323,32 @@ def test_the_jobs_rows_are_searched_in_the_tables_own_key(job: str, tmp_path: Pa
         return " / ".join(str(row[3]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
 
     scans = [steps(sql) for sql in seen if "printf(" in sql]
-    assert len(scans) == 1, seen
-    assert "SEARCH offerings USING PRIMARY KEY (gpu=? AND gpu_count=?" in scans[0], scans[0]
-    assert ("region=?" in scans[0]) == (job != "alternatives"), scans[0]
+    sums = [sql for sql in seen if "JOIN pair_counts" in sql]
+    if job == "family":
+        assert len(scans) == 1 and not sums, seen
+        assert "SEARCH offerings USING PRIMARY KEY (gpu=? AND gpu_count=? AND region=?)" in scans[0], scans[0]
+    else:
+        assert len(sums) == 1 and not scans, seen
+        assert ("region=?" in steps(sums[0])) == (job != "alternatives"), steps(sums[0])
     for walk in (steps(sql) for sql in seen if "INDEXED BY by_price" in sql or "INDEXED BY by_spot_price" in sql):
         assert "price_per_hour>?" in walk, walk
+
+
+@pytest.mark.parametrize("job", ["t4", "family", "spot-capped", *WIDE_JOBS])
+def test_a_file_without_sums_plans_the_same_by_counting_rows(job: str, tmp_path: Path) -> None:
+    """A catalog file an older gpucloud wrote has no per-pair sums: its rows are counted one by
+    one, to the same plan (same candidates in the same order, same exclusions, same printout)."""
+    import sqlite3
+
+    text = JOBS.get(job) or WIDE_JOBS[job]
+    rows = grown_rows(12, "types")
+    indexed, _, spec = file_and_memory(rows, text, tmp_path)
+    with_sums = make_plan(spec, catalog=indexed, baked=False)
+    expected = (list(with_sums.candidates), list(with_sums.excluded), _printed(with_sums))
+    with sqlite3.connect(store.cache_file()) as conn:
+        conn.execute("DELETE FROM meta WHERE key = 'counted_per_gpu'")
+        conn.execute("DROP TABLE pair_counts")
+    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    older = make_plan(spec, catalog=load_catalog(), baked=False)
+    assert load_catalog().rows._counted_range is None  # type: ignore[attr-defined]
+    assert (list(older.candidates), list(older.excluded), _printed(older)) == expected
