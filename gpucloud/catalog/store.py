@@ -11,7 +11,9 @@ the shipped offerings.csv header, so a new column is one change in one place. Th
 validated when the refresh built them, so opening checks only the format version, the column list
 and the GPU names (kept in the `meta` table with the row count per cloud: opening reads no row).
 The directory carries the format version (`catalog/v2/`), so a newer gpucloud never misreads an
-older cache: it ignores it and uses the shipped CSVs.
+older cache: it ignores it and uses the shipped CSVs. Beside the rows, `pair_counts` holds their sums
+per (GPU, count, region, cloud) by market and legacy status, so that most plans count their
+candidates without reading a row; a file written before it had them is counted row by row.
 """
 
 from __future__ import annotations
