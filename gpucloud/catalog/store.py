@@ -219,16 +219,15 @@ class IndexedRows:
         sql = "SELECT DISTINCT region FROM offerings WHERE cloud = ? ORDER BY region"
         return [r[0] for r in self._conn.execute(sql, (cloud,))]
 
-    def pairs(self, where: RowFilter) -> list[tuple[str, int]]:
+    def _pairs(self, where: RowFilter) -> list[tuple[str, int]]:
         """The (GPU, GPU count) pairs the filter's rows can have: listed from the filter when it names
-        its GPUs and few counts (a pair no row has costs one key probe), else read through the cloud
-        index (it holds both columns)."""
+        its GPUs and few counts (a pair no row has costs one key probe), else read from the rows."""
         counts = _listed_counts(where)
         if where.gpus is not None and counts is not None:
             return [(g, n) for g in sorted(where.gpus) for n in counts if where.takes(g, n)]
         cond, args = _where(where)
         sql = f"SELECT DISTINCT gpu, gpu_count FROM offerings{cond}"
-        return sorted((str(g), int(n)) for g, n in self._conn.execute(sql, args) if where.takes(str(g), int(n)))
+        return sorted((str(g), int(n)) for g, n in self._conn.execute(sql, args))
 
     def split_clean(self, where: RowFilter, rule: CleanRule) -> tuple[CleanCandidates, list[tuple[int, Offering]]]:
         """The selection's rows that give candidates (CleanRule), counted and ranked by SQLite and
@@ -242,7 +241,7 @@ class IndexedRows:
         rules = _Rules(rule)
         requested: dict[tuple[str, int], int] = {}  # pair -> its request's rank
         unrequested: list[tuple[str, int]] = []
-        for pair in self.pairs(where):
+        for pair in self._pairs(where):
             rank = rules.rank_of(*pair)
             if rank is None:
                 unrequested.append(pair)

@@ -352,3 +352,23 @@ def test_a_file_without_sums_plans_the_same_by_counting_rows(job: str, tmp_path:
     older = make_plan(spec, catalog=load_catalog(), baked=False)
     assert load_catalog().rows._counted_range is None  # type: ignore[attr-defined]
     assert (list(older.candidates), list(older.excluded), _printed(older)) == expected
+
+
+def test_the_pairs_a_filter_reads_are_listed_from_it_or_read_from_the_rows(tmp_path: Path) -> None:
+    """The (GPU, count) keys a filter is searched by: listed from its GPUs and counts (a listed pair
+    the catalog lacks is harmless), read from the rows when it gives no counts; either way every
+    pair its rows have is among them."""
+    rows = grown_rows(2, "types")
+    indexed, _, _ = file_and_memory(rows, JOBS["t4"], tmp_path)
+    source = indexed.rows
+    for where in (
+        RowFilter(clouds=frozenset({"aws"}), gpus=frozenset({"T4", "A10G"})),
+        RowFilter(gpus=frozenset({"A100-80GB", "H100"}), count_ranges=((frozenset({"A100-80GB", "H100"}), 2, 8),)),
+        RowFilter(gpus=frozenset({"T4"}), gpu_count=4, regions=frozenset({"eastus"})),
+    ):
+        have = {(o.gpu, o.gpu_count) for o in rows if where.matches(o)}
+        keys = source._pairs(where)  # type: ignore[attr-defined]
+        assert have and have <= set(keys), (where, have, keys)
+        assert all(where.takes(g, n) for g, n in keys)
+        if where.gpu_count is None and where.count_ranges is None:
+            assert set(keys) == have
