@@ -657,8 +657,12 @@ def boot_node(
     framework: str = "pytorch",
     job_image: str = "auto",
     state: Path | None = None,
+    azure_endpoint: str | None = None,
 ) -> Vm:
-    """Resolve the real stack and image for the instance, render, and run it with the stubs."""
+    """Resolve the real stack and image for the instance, render, and run it with the stubs.
+    `azure_endpoint`: the IMDS and ARM an Azure guest deletes its own group through (fake_azure),
+    as on Azure; against a dead IMDS its self-delete would retry for about 27 s before the
+    shutdown fallback, time no test here is about."""
     from gpucloud.plan.images import resolve_node
     from gpucloud.plan.stacks import resolve_stack
     from gpucloud.spec.load import StackSpec
@@ -679,8 +683,9 @@ def boot_node(
         state=state,
         render_kw={"node": node},
     )
-    if provider == "azure":  # no IMDS here: the self-delete gives up fast, shutdown is the fallback
-        vm.env["GPUCLOUD_IMDS_ENDPOINT"] = "http://127.0.0.1:9"
+    if provider == "azure":
+        assert azure_endpoint, "an Azure guest needs its IMDS and ARM (the fake_azure fixture)"
+        vm.env["GPUCLOUD_IMDS_ENDPOINT"] = vm.env["GPUCLOUD_AZURE_ARM_ENDPOINT"] = azure_endpoint
     return vm.run(timeout=60)
 
 
@@ -710,11 +715,13 @@ def test_sim_p4d_fabric_manager_on_plain_ubuntu_is_pinned_to_the_installed_drive
     assert vendor.apt_installs() == [] and "systemctl enable --now nvidia-fabricmanager" in vendor.calls()
 
 
-def test_sim_azure_a10_waits_for_the_grid_driver(tmp_path: Path) -> None:
-    vm = boot_node(tmp_path / "ok", "A10", 1, "azure", "Standard_NV36ads_A10_v5", {"STUB_DRIVER": "550.144.06"})
+def test_sim_azure_a10_waits_for_the_grid_driver(tmp_path: Path, fake_azure: tuple[str, list]) -> None:
+    url, _ = fake_azure
+    a10 = ("A10", 1, "azure", "Standard_NV36ads_A10_v5")
+    vm = boot_node(tmp_path / "ok", *a10, {"STUB_DRIVER": "550.144.06"}, azure_endpoint=url)
     _reached_the_job(vm)
     assert vm.apt_installs() == [] and "waiting for the GRID driver" in vm.log()
-    none = boot_node(tmp_path / "none", "A10", 1, "azure", "Standard_NV36ads_A10_v5", {"GPUCLOUD_GRID_WAIT_S": "1"})
+    none = boot_node(tmp_path / "none", *a10, {"GPUCLOUD_GRID_WAIT_S": "1"}, azure_endpoint=url)
     assert none.status()["state"] == "error" and "no GRID driver after 1s" in none.log()
     assert none.apt_installs() == []  # never cuda-drivers on a GRID VM
 
