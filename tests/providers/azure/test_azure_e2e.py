@@ -83,10 +83,27 @@ def write_job(
     return path
 
 
-def settle(arm: FakeArm, sim: AzureVmSimulator, timeout: float = 30) -> None:
-    """Let running guests and in-flight deletions finish."""
-    sim.wait_idle(timeout)
+def settle(arm: FakeArm, sim: AzureVmSimulator, timeout: float = 30, *, delete_refused: bool = False) -> None:
+    """Let running guests and in-flight deletions finish. `delete_refused`: the fault refuses every
+    DELETE of a run's group, the VMs' own too, so a guest whose self-delete was refused only retries
+    it (every DELETE_PAUSE_S, for minutes) until the fault is lifted or its VM deleted: it has
+    settled, and waiting out `timeout` would add nothing."""
+    wait_until(lambda: _guests_settled(arm, sim, delete_refused), timeout=timeout, interval=0.1)
     wait_until(lambda: not [r for r in arm.snapshot() if r["state"] == "Deleting"], timeout=10)
+
+
+def _guests_settled(arm: FakeArm, sim: AzureVmSimulator, delete_refused: bool) -> bool:
+    """No guest's bootstrap runs any more, or (`delete_refused`) each that does has tried its
+    self-delete: a DELETE of a run's group by the VM's own identity."""
+    with sim.lock:
+        running = [g for g in sim.guests.values() if g.vm.alive()]
+    if not running or not delete_refused:
+        return not running
+    rx = re.compile(RUN_RG + "$", re.I)
+    with arm.lock:
+        tried = {who for m, p, who in arm.calls if m == "DELETE" and rx.search(p)}
+        principals = [arm.resources.get(g.vm_id.lower()) for g in running]
+    return all(r is not None and (r.body.get("identity") or {}).get("principalId") in tried for r in principals)
 
 
 # ---- the examples ------------------------------------------------------------------------------------
@@ -190,7 +207,7 @@ def test_fault_matrix_leaves_nothing(
         assert "no candidate could be provisioned" in result.output
     if kind == "quota" and expected == 75:
         assert "Standard NCASv3_T4 Family vCPUs" in result.output
-    settle(arm, azure_sim)
+    settle(arm, azure_sim, delete_refused=call == "teardown-delete")
     arm.clear_injections()
     if leftovers(arm):
         gc = runner.invoke(app, ["gc", "--yes"], catch_exceptions=False)
