@@ -231,7 +231,7 @@ def _check_rows(
     candidate is kept as its sort key and built only when the plan is read that far. A source that
     can (the catalog file) counts and ranks the rows that give candidates itself (`CleanRule`):
     only the rows that are exclusions are read here."""
-    from gpucloud.catalog.store import gc_paused
+    from gpucloud.catalog.ranking import gc_paused
 
     keys: list[RankKey] = []
     checked: list[tuple[int, Exclusion]] = []
@@ -245,7 +245,7 @@ def _check_rows(
         return match.label(which) if match is not None and which is not None else ""
 
     part, selected, read = read_rows(cat, quick, spec, policy, match, images.stacks, estimates)
-    with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/store.py)
+    with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/ranking.py)
         for ordinal, off in selected:
             reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions, match)
             if reason is None:
@@ -361,8 +361,8 @@ def _exclusion_reason(
     match: GpuMatch | None = None,
 ) -> str | None:
     """The first constraint the offering breaks, in the order a user thinks about them. The checks
-    past the quick reasons (retired, vCPUs, memory) are mirrored in SQL by catalog/store.py
-    `_Rules`, which decides which rows of the catalog file give candidates without reading them:
+    past the quick reasons (retired, vCPUs, memory) are mirrored in SQL by catalog/ranking.py
+    `RuleSql`, which decides which rows of the catalog file give candidates without reading them:
     a new check goes into both (tests/catalog/test_catalog_index.py compares the two)."""
     res = spec.resources
     if off.cloud not in clouds:
@@ -410,7 +410,7 @@ def _markets(
 
     spot: false -> on-demand; true -> spot only; auto -> both, so that failover falls back to
     on-demand when spot capacity is missing (spot ranks first when it is cheaper). Mirrored in SQL
-    by catalog/store.py `_Rules.market`: a change goes into both."""
+    by catalog/ranking.py `RuleSql.market`: a change goes into both."""
     markets: tuple[bool, ...]
     if policy == "auto":
         markets = (True, False) if off.spot_price_per_hour is not None else (False,)

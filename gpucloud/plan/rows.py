@@ -203,7 +203,7 @@ HEAD = 32  # candidates ranked without sorting the rest: a printed plan shows 10
 
 
 class RankedPart(Protocol):
-    """Candidates a row source ranks itself (catalog/store.py CleanCandidates)."""
+    """Candidates a row source ranks itself (catalog/ranking.py CleanCandidates)."""
 
     count: int
     pairs: list[tuple[str, int]]  # the (GPU, GPU count) of the rows it ranks

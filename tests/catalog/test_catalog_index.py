@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gpucloud.catalog import load_catalog, shipped_catalog, store
+from gpucloud.catalog import load_catalog, ranking, shipped_catalog, store
 from gpucloud.catalog.rows import MemoryRows, RowFilter
 from gpucloud.plan.planner import make_plan
 from gpucloud.plan.rows import Exclusion, Exclusions, listed_exclusions
@@ -59,7 +59,7 @@ def cheapest_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     """Every test twice: the cheapest candidates read whole and sorted (few rows give candidates, as
     in these small catalogs), and found by walking the price indexes (many rows: forced here)."""
     if request.param == "price-walk":
-        monkeypatch.setattr(store, "WALK_ABOVE", 0)
+        monkeypatch.setattr(ranking, "WALK_ABOVE", 0)
     return str(request.param)
 
 

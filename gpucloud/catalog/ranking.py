@@ -1,0 +1,226 @@
+"""Which rows of the refreshed catalog file give candidates, decided in SQL, and the cheapest of
+them, ranked by SQLite by the planner's own key: the planner's checks mirrored as SQL conditions
+(`RuleSql`, planner._markets and planner._exclusion_reason), and the candidates of a selection,
+counted per (GPU, GPU count) and market and built only when read (`CleanCandidates`). The file
+itself, its indexes and the pass over a job's rows are catalog/store.py's.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from gpucloud.catalog.models import Offering
+from gpucloud.catalog.rows import CleanRule, RankKey, rank_key
+
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Callable
+
+COLUMNS = ", ".join(Offering._fields)
+ROUND_FUNCTION = "gpucloud_round"  # Python's round() in SQL: the planner ranks by round(total, 6)
+# Above this many candidates of a market, the cheapest are found through the price indexes
+# (CleanCandidates.head); at or below it they are read whole and sorted (bench_plan_alternatives.py).
+WALK_ABOVE = 2048
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while tens of thousands of rows are built: the rows hold
+    no cycles, and every collection would walk all of them again (measured: the rows' build took
+    3.5 x longer with the collector running, bench/bench_plan_rows.py)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+class RuleSql:
+    """A CleanRule in SQL: `base` is the planner's full check less the prices (not retired, vCPUs,
+    memory: planner._exclusion_reason past the quick reasons), `market(spot)` says that a market
+    gives a candidate (planner._markets: a number, a NaN being stored as text, whose price per GPU
+    is in the sane range, within the cap). A row passing `base` and one market gives a candidate in
+    each market it passes and no exclusion; every other row is an exclusion, left to the planner.
+    With GPU requests, `base` also asks that the row meets one (plan_match.GpuMatch.which, the
+    GPUs whose stack does not fit left out) and `rank` is the first one's rank; with
+    `estimates=False`, that its source names no estimate (planner._markets)."""
+
+    def __init__(self, rule: CleanRule) -> None:
+        self.rule = rule
+        self.markets: tuple[bool, ...] = (True, False) if rule.policy == "auto" else (rule.policy == "spot",)
+        parts: list[str] = ["status != 'retired'"]
+        self.row_base_args: list[object] = []
+        if rule.min_vcpus:
+            parts.append("vcpus >= ?")
+            self.row_base_args.append(rule.min_vcpus)
+        if rule.min_memory_gib:
+            parts.append("memory_gib >= ?")
+            self.row_base_args.append(rule.min_memory_gib)
+        if not rule.estimates:  # a superset of the estimates: those rows are checked in full
+            parts.append("instr(source, '[estimate:') = 0")
+        self.row_base = "(" + " AND ".join(parts) + ")"
+        # the requests: a condition on the GPU and count alone (split_clean asks it once per pair)
+        self.requested, self.requested_args = "1", []
+        self.rank, self.rank_args, self.ranks = "0", [], [0]
+        if rule.requests is not None:
+            meets: list[str] = []
+            for names, low, high, _ in rule.requests:
+                meets.append(f"(gpu IN ({', '.join('?' * len(names))}) AND gpu_count BETWEEN ? AND ?)")
+                self.requested_args.extend([*names, low, high])
+            self.requested = "(" + (" OR ".join(meets) or "0") + ")"
+            self.ranks = sorted({rank for *_, rank in rule.requests}) or [0]
+            if self.ranks != [0]:
+                self.rank = "CASE " + " ".join(f"WHEN {m} THEN ?" for m in meets) + " ELSE 0 END"
+                self.rank_args = [a for names, low, high, rank in rule.requests for a in (*names, low, high, rank)]
+        self.base = f"({self.row_base} AND {self.requested})"
+        self.base_args = [*self.row_base_args, *self.requested_args]
+
+    def rank_of(self, gpu: str, count: int) -> int | None:
+        """The rank of the first request a GPU and count meet (as `rank`); None when they meet none."""
+        if self.rule.requests is None:
+            return 0
+        return next((r for names, low, high, r in self.rule.requests if gpu in names and low <= count <= high), None)
+
+    def market(self, spot: bool) -> str:
+        column = "spot_price_per_hour" if spot else "price_per_hour"
+        # `< 1e999` (infinity): a number; the stored NaN is TEXT, which compares above every number (the
+        # columns have no type, so no conversion), and NULL (no price) is NULL; a third of typeof()'s cost
+        text = f"({column} < 1e999 AND {column} * 1.0 / max(gpu_count, 1) BETWEEN ? AND ?"
+        return text + (f" AND {column} <= ?)" if self.rule.cap is not None else ")")
+
+    def args_of(self, spot: bool) -> list[object]:
+        cap = [self.rule.cap] if self.rule.cap is not None else []
+        return [self.rule.min_per_gpu, self.rule.max_per_gpu, *cap]
+
+    def market_args(self) -> list[object]:
+        return [a for m in self.markets for a in self.args_of(m)]
+
+    def gives(self) -> tuple[str, list[object]]:
+        """The condition of the rows that give candidates, and its parameters."""
+        markets = " OR ".join(f"coalesce({self.market(m)}, 0)" for m in self.markets)
+        return f" AND coalesce({self.base}, 0) AND ({markets})", [*self.base_args, *self.market_args()]
+
+
+class CleanCandidates:
+    """The candidates of a selection's rows that give some: counted, the cheapest of each market found
+    by walking its price index, every one built only when someone reads past the cheapest."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        make: Callable[[tuple[object, ...]], Offering],
+        cond: str,
+        args: list[object],
+        rules: RuleSql,
+    ) -> None:
+        self._conn, self._make, self._cond, self._args, self._rules = conn, make, cond, args, rules
+        self.rows = 0  # rows that give candidates
+        self.count = 0  # their candidates (two for a row with both markets under `spot: auto`)
+        self.has_legacy = False
+        self.pairs: list[tuple[str, int]] = []  # the (GPU, GPU count) of these rows: each has its price index
+        # per pair: its request rank and its candidates in each market (rules.markets)
+        self.per_pair: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
+
+    def add(self, pair: tuple[str, int], rank: int, found: int, per_market: tuple[int, ...], legacy: int) -> None:
+        """A pair's counts: rows giving candidates, candidates per market, legacy rows among them."""
+        if found:
+            self.pairs.append(pair)
+            self.per_pair[pair] = (rank, per_market)
+            self.rows += found
+            self.count += sum(per_market)
+            self.has_legacy = self.has_legacy or bool(legacy)
+
+    def _keys(self, sql: str, args: list[object], markets: tuple[bool, ...]) -> list[RankKey]:
+        """Keys of the rows `sql` reads: (flag per market, ordinal, request rank, the row's columns)."""
+        make = self._make
+        nodes, width = self._rules.rule.nodes, len(markets)
+        out: list[RankKey] = []
+        with gc_paused():
+            for r in self._conn.execute(sql, args):
+                off = make(r[width + 2 :])
+                for i, is_spot in enumerate(markets):
+                    if r[i]:
+                        price = off.spot_price_per_hour if is_spot else off.price_per_hour
+                        assert price is not None
+                        out.append(rank_key(off, r[width], is_spot, price, nodes, r[width + 1]))
+        return out
+
+    def head(self, n: int) -> list[RankKey]:
+        """The `n` cheapest of every market, in the planner's order, sorted by SQLite by the planner's
+        own key (the total rounded by Python's round, registered as a function, then the same
+        columns). When a market has many candidates (more than WALK_ABOVE), only the cheapest are
+        read: the n-th smallest price is found by walking the price index of each (GPU, GPU count)
+        that has candidates in that market, stopping after `n` rows or after its last candidate (its
+        count is known), and the rows up to 3e-6 above it are read through the same index (a row
+        above that rounds to a larger total than n rows have, so it is not among them). Few are read
+        whole: a price walk would pass the rows of every region the job leaves out. Under ranked
+        requests, the n cheapest of each rank: they hold the n first of all (a pair has one rank)."""
+        out: list[RankKey] = []
+        conn, rules = self._conn, self._rules
+        ranked = len(rules.ranks) > 1
+        for m, is_spot in enumerate(rules.markets):
+            column = "spot_price_per_hour" if is_spot else "price_per_hour"
+            index = " INDEXED BY by_spot_price" if is_spot else " INDEXED BY by_price"
+            for rank in rules.ranks:
+                pairs = {p: k[m] for p, (r, k) in self.per_pair.items() if k[m] and (r == rank or not ranked)}
+                if not pairs:
+                    continue
+                names, counts = sorted({g for g, _ in pairs}), sorted({c for _, c in pairs})
+                # the group's (GPU, count) pairs as index prefixes: their cross product is probed
+                # `IS NOT NULL`: implied by the market's condition, but only this form lets a walk start
+                # past the rows without that price (NULL sorts first in the price index)
+                cond = (
+                    f"{self._cond} AND {column} IS NOT NULL"
+                    f" AND coalesce({rules.base}, 0) AND coalesce({rules.market(is_spot)}, 0)"
+                    f"{f' AND {rules.rank} = ?' if ranked else ''}"
+                    f" AND gpu IN ({', '.join('?' * len(names))}) AND gpu_count IN ({', '.join('?' * len(counts))})"
+                )
+                args = [
+                    *self._args,
+                    *rules.base_args,
+                    *rules.args_of(is_spot),
+                    *([*rules.rank_args, rank] if ranked else []),
+                    *names,
+                    *counts,
+                ]
+                walk = ""
+                if sum(pairs.values()) > WALK_ABOVE:
+                    prices: list[float] = []
+                    for (gpu, count), found in sorted(pairs.items()):  # the n cheapest of each pair hold those of all
+                        sql = (
+                            f"SELECT {column} FROM offerings{index}{cond} AND gpu = ? AND gpu_count = ?"
+                            f" ORDER BY {column} LIMIT {min(int(n), found)}"
+                        )
+                        prices.extend(float(r[0]) for r in conn.execute(sql, [*args, gpu, count]))
+                    prices.sort()
+                    if len(prices) >= n:
+                        walk = index
+                        cond += f" AND {column} <= ?"
+                        args.append(prices[n - 1] + 3e-6)
+                sql = (
+                    f"SELECT 1, ordinal, {rules.rank}, {COLUMNS} FROM offerings{walk}{cond} ORDER BY"
+                    f" {ROUND_FUNCTION}({column} * ?, 6), status != 'active', cloud, region, instance_type, ordinal"
+                    f" LIMIT {int(n)}"
+                )
+                out.extend(self._keys(sql, [*rules.rank_args, *args, rules.rule.nodes], (is_spot,)))
+        return out
+
+    def every(self) -> list[RankKey]:
+        rules = self._rules
+        gives, args = rules.gives()
+        flags = ", ".join(f"coalesce({rules.market(m)}, 0)" for m in rules.markets)
+        sql = f"SELECT {flags}, ordinal, {rules.rank}, {COLUMNS} FROM offerings{self._cond}{gives}"
+        return self._keys(sql, [*rules.market_args(), *rules.rank_args, *self._args, *args], rules.markets)
+
+    def legacy(self) -> set[tuple[str, str]]:
+        """(cloud, instance type) of the legacy rows among them."""
+        if not self.has_legacy:
+            return set()
+        gives, args = self._rules.gives()
+        sql = f"SELECT DISTINCT cloud, instance_type FROM offerings{self._cond}{gives} AND status = 'legacy'"
+        return {(str(c), str(t)) for c, t in self._conn.execute(sql, [*self._args, *args])}
