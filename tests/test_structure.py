@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "gpucloud.channel.trust": FOUNDATION,
     "gpucloud.ui.timeline": FOUNDATION,
     "gpucloud.ui.prose": FOUNDATION,
+    "gpucloud.ui.untrusted": FOUNDATION,
     "gpucloud.state.records": FOUNDATION,
     "gpucloud.vm.protocol": FOUNDATION,
     "gpucloud.vm.agent": FOUNDATION,
