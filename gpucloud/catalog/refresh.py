@@ -39,6 +39,8 @@ ENV_DEADLINE = "GPUCLOUD_CATALOG_DEADLINE"  # seconds for the whole refresh
 ENV_MAX_PAGES = "GPUCLOUD_CATALOG_MAX_PAGES"  # pages per paged listing
 DEFAULT_DEADLINE_S = 900.0
 DEFAULT_MAX_PAGES = 1000
+# What the clouds' SDKs say when a call is refused for want of a permission (not bad credentials).
+DENIED_WORDS = ("AccessDenied", "UnauthorizedOperation", "not authorized to perform", "AuthorizationFailed")
 
 
 class SourceUnavailable(Exception):
@@ -238,12 +240,22 @@ def refresh(
         problems = "; ".join(f"{c}: {p}" for c in chosen for p in meta[c]["problems"])  # type: ignore[attr-defined]
         raise RefreshFailed(
             f"catalog refresh fetched nothing ({problems}). The catalog in use is unchanged.",
-            hint="Fix the credentials or endpoint named above, or retry later.",
+            hint=_refresh_hint(problems),
         )
     rows.sort(key=lambda o: (o.cloud, o.gpu, o.instance_type, o.region))
     store.write(path, rows, created_at=fetched_at, clouds=meta)
     load_catalog.cache_clear()  # type: ignore[attr-defined]
     return RefreshReport(path=path, total_rows=len(rows), clouds={c: meta[c] for c in known})
+
+
+def _refresh_hint(problems: str) -> str:
+    """A refused permission is not a credentials or endpoint problem: name what grants it."""
+    if any(word in problems for word in DENIED_WORDS):
+        return (
+            "The credentials lack the permission named above: grant it (on AWS, attach the policy "
+            "that `gpucloud iam-policy aws` prints), then refresh again."
+        )
+    return "Fix the credentials or endpoint named above, or retry later."
 
 
 def _say_for(say: Callable[[str], None], cloud: str, msg: str) -> None:

@@ -341,12 +341,20 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
 
 
 def _account_statements() -> list[dict[str, Any]]:
-    """`gpucloud check` (regions, GPU quotas) and the Spot service-linked role of a fresh account."""
+    """`gpucloud check` (regions, GPU quotas), `catalog refresh`, and a fresh account's Spot service-linked role."""
     return [
         {
             "Sid": "CheckRegions",  # `gpucloud check` and catalog refresh; no resource-level permission
             "Effect": "Allow",
             "Action": "ec2:DescribeRegions",
+            "Resource": "*",
+        },
+        {
+            # `catalog refresh`: every GPU type, its spot price history and its on-demand price (the
+            # Price List API has no resource-level permission; neither do these EC2 reads).
+            "Sid": "CatalogRefresh",
+            "Effect": "Allow",
+            "Action": ["ec2:DescribeInstanceTypes", "ec2:DescribeSpotPriceHistory", "pricing:GetProducts"],
             "Resource": "*",
         },
         {

@@ -46,6 +46,11 @@ NOT_EXERCISED = {
     "s3:DeleteObject": "Channel.delete_prefix (unit-tested, not called by the CLI commands)",
     "iam:CreateServiceLinkedRole": "no call of its own: EC2 creates the Spot service-linked role with the "
     "caller's permissions on an account's first spot launch (evaluated below)",
+    **{
+        action: "`catalog refresh`, not part of a run: tests/providers/aws/test_aws_iam_catalog.py runs it "
+        "under IAM enforcement with only this policy"
+        for action in ("ec2:DescribeInstanceTypes", "ec2:DescribeSpotPriceHistory", "pricing:GetProducts")
+    },
     "iam:PassRole": "no call of its own: AWS checks it on CreateSchedule for the role the schedule names "
     "(the evaluator checks that request below)",
 }
