@@ -32,13 +32,16 @@ class UserError(GpucloudError):
 
 
 class NoCandidateError(GpucloudError):
-    """Every candidate of the plan failed to provision. Exit 75; `attempts` lists each one."""
+    """Every candidate of the plan failed to provision. Exit 75; `attempts` lists each one.
+    `capacity`: at least one failed for want of capacity, quota or price (the run is `no-capacity`);
+    otherwise each failed for its own reason (a missing image, a refused size) and the run is `error`."""
 
     exit_code = 75
 
-    def __init__(self, message: str, attempts: list[str], *, hint: str | None = None) -> None:
+    def __init__(self, message: str, attempts: list[str], *, hint: str | None = None, capacity: bool = True) -> None:
         super().__init__(message, hint=hint)
         self.attempts = attempts
+        self.capacity = capacity
 
     def render(self) -> str:
         return render_items(self.message, self.attempts, self.hint)

@@ -2,8 +2,8 @@
 
 Each try is an attempt in the state store, recorded before the provider is called; the handle
 provision returns is stored with it, and a failed attempt ends with the reason. The error kind
-decides what is skipped next: capacity/throttle/price -> the next candidate, quota -> the rest of
-that cloud+region, fatal -> the rest of that cloud. A cloud that cannot be used at all (no or
+decides what is skipped next: capacity/throttle/price/candidate/image -> the next candidate, quota ->
+the rest of that cloud+region, fatal -> the rest of that cloud. A cloud that cannot be used at all (no or
 refused credentials, an endpoint that does not answer: CloudAccessError) is skipped once with one
 line saying why; when that is all that happened, the run is a configuration error (exit 78).
 """
@@ -20,6 +20,7 @@ from gpucloud.errors import CloudAccessError, ConfigurationError, GpucloudError,
 from gpucloud.plan.requests import launch_request
 from gpucloud.providers import registry as providers
 from gpucloud.providers.base import (
+    CAPACITY_KINDS,
     TAG_EXPIRES,
     TAG_RUN,
     Provider,
@@ -69,6 +70,7 @@ class Failover:
     # into another region's channel; and the nodes' objects of the last attempt are reset first.
     source: tuple[Channel, str, str] | None = None
     access: list[str] = field(default_factory=list)  # one line per cloud skipped (credentials, endpoint)
+    kinds: set[str] = field(default_factory=set)  # the error kinds of the failed attempts
     _skip_clouds: set[str] = field(default_factory=set)
     _skip_regions: set[tuple[str, str]] = field(default_factory=set)
     _uploaded: set[int] = field(default_factory=set)  # channels that already have the code
@@ -115,6 +117,7 @@ class Failover:
                 self._skip_cloud(provider, cand, index, where, exc)
                 continue
             except ProvisionError as exc:
+                self.kinds.add(exc.kind)
                 self._failed(provider, cand, index, where, self._reason(exc), self._skipped(exc, cand))
                 continue
             except GpucloudError as exc:
@@ -134,10 +137,13 @@ class Failover:
                 hint="`gpucloud check` shows what each cloud needs.",
                 shown=True,
             )
+        capacity = bool(self.kinds & CAPACITY_KINDS)
         raise NoCandidateError(
             f"no candidate could be provisioned ({len(self.failures)} attempt(s)):",
             self.failures,
-            hint="Try other regions or GPU types (`gpucloud plan` lists them), or ask for more quota.",
+            hint="Try other regions or GPU types (`gpucloud plan` lists them)"
+            + (", or ask for more quota." if "quota" in self.kinds else "; each attempt's reason is above."),
+            capacity=capacity,
         )
 
     @staticmethod

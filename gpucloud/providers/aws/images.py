@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucloud.providers.aws.errors import error_code
 from gpucloud.providers.aws.session import AwsClients
-from gpucloud.providers.base import FatalProvisionError
+from gpucloud.providers.base import FatalProvisionError, ImageMissingError
 
 if TYPE_CHECKING:
     from gpucloud.providers.base import Image
@@ -74,7 +74,7 @@ def resolve_image(
             raise
         found = []
     if not found:
-        raise FatalProvisionError(
+        raise ImageMissingError(
             f"AMI {ami} does not exist in {region} (or is not shared with this account).",
             code="InvalidAMIID.NotFound",
             hint="AMI ids are per region; check `image:`.",
@@ -127,7 +127,7 @@ def ubuntu_ami(aws: AwsClients, region: str, version: str, cpu_arch: str = "x86_
         ],
     ).get("Images", [])
     if not images:
-        raise FatalProvisionError(
+        raise ImageMissingError(
             f"found no Canonical Ubuntu {version} ({arch}) AMI in {region}.",
             hint="Set `image:` to an AMI id for that region.",
         )

@@ -371,6 +371,40 @@ def test_failover_follows_the_plan_skipping_a_region_out_of_quota(
     assert clean_up_and_count(moto, aws_sim) == []
 
 
+def test_a_region_without_the_image_fails_one_candidate_not_the_cloud(
+    inproc: None,
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,
+) -> None:
+    """The cheapest region has no Ubuntu AMI (its SSM parameter names one that is gone): that
+    candidate fails with its own reason (kind `image`) and failover goes on in the next region of
+    the same cloud, instead of skipping the rest of AWS with a hint to ask for quota."""
+    from moto.ec2.models import ec2_backends
+
+    from gpucloud.plan.planner import make_plan
+    from gpucloud.spec.load import load_spec
+    from tests.support.moto_server import ACCOUNT, CANONICAL, seed_ubuntu_images
+
+    example = EXAMPLES / "t4-any-cloud.yaml"
+    plan = [f"aws/{c.region}/{c.instance_type}" for c in make_plan(load_spec(example), cloud="aws").candidates]
+    bare = plan[0].split("/")[1]
+    ec2 = ec2_backends[ACCOUNT][bare]
+    for ami in [a for a in ec2.amis.values() if a.owner_id == CANONICAL]:
+        ec2.deregister_image(ami.id)
+    code, out = invoke("run", str(example), "--cloud", "aws", "--detach")
+    try:
+        assert code == 0, out[-3000:]
+        attempts = ATTEMPT.findall(out)
+        assert attempts[0] == plan[0] and attempts[-1].split("/")[1] != bare, attempts
+        assert re.search(rf"failed: image: [^\n]* AMI in {bare}\.", flat(out)), out
+        assert "the rest of aws" not in out and "quota" not in out
+    finally:
+        if RUN_ID.search(out):
+            invoke("down", run_id_of(out), "--yes")
+        seed_ubuntu_images(moto, [bare])
+    assert clean_up_and_count(moto, aws_sim) == []
+
+
 def test_detach_then_down_in_another_process(
     aws_env: dict[str, str],
     moto: Moto,  # noqa: F811
