@@ -24,11 +24,15 @@ from typing import TYPE_CHECKING, Any
 from gpucloud.channel.store import run_prefix
 from gpucloud.errors import UserError
 from gpucloud.spec.data import DataSource, input_source, parse_location
+from gpucloud.ui.prose import to_stderr
+from gpucloud.ui.untrusted import shown
+from gpucloud.vm.agent.names import path_problem
 
 if TYPE_CHECKING:
     from gpucloud.spec.load import JobSpec
 
 ASSUMED_MBPS = 100.0  # MB/s a node copies from a bucket in its region, for plan's ETA
+REFUSED_SHOWN = 20  # skipped object names named one a line; the rest are counted
 
 
 @dataclass
@@ -203,6 +207,31 @@ def _local_files(path: Path, where: str) -> list[tuple[str, int, str]]:
     return files
 
 
+def usable_files(files: list[tuple[str, int, str]], where: str, source: str) -> list[tuple[str, int, str]]:
+    """The listed files whose path under the input the node takes (gpucloud/vm/agent/names.py: no
+    control character, backslash, absolute path, empty, '.' or '..' component). Whoever can add an
+    object to the bucket chooses its key, so a refused one is skipped with a warning naming it (one
+    line each, the first REFUSED_SHOWN), never sent to the node; UserError when none is left."""
+    kept = []
+    refused = 0
+    for item in files:
+        why = path_problem(item[0])
+        if not why:
+            kept.append(item)
+            continue
+        refused += 1
+        if refused <= REFUSED_SHOWN:
+            to_stderr(f"warning: {where}: skipped {shown(item[2], limit=300)}: its name has {why}.")
+    if refused > REFUSED_SHOWN:
+        to_stderr(f"warning: {where}: skipped {refused - REFUSED_SHOWN} more object(s) with names the node refuses.")
+    if refused and not kept:
+        raise UserError(
+            f"{where}: every object under {source} has a name the node refuses ({refused} skipped).",
+            hint="Rename the objects: plain relative names, without control characters, '\\', '.' or '..' parts.",
+        )
+    return kept
+
+
 def _https_size(url: str, where: str) -> int:
     req = urllib.request.Request(url, method="HEAD")
     try:
@@ -238,7 +267,7 @@ def check(spec: JobSpec) -> DataPlan:
             files = _local_files((base / src.url).resolve(), where)
         if dest.endswith("/") and len(files) == 1 and not files[0][0]:  # one file into a folder
             files = [(Path(files[0][2].split("?")[0]).name, files[0][1], files[0][2])]
-        plan.inputs.append(Input(dest, src, files, region))
+        plan.inputs.append(Input(dest, src, usable_files(files, where, src.text), region))
     for path, text in spec.outputs.items():
         target, where = parse_location(text), f"outputs.{path}"
         region = ""

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from gpucloud.errors import UserError
 from gpucloud.spec.data import parse_location
-from gpucloud.spec.load import SpecError, parse_spec
+from gpucloud.spec.load import SpecError, load_spec, parse_spec
 from gpucloud.vm.agent import data, sealed, secret_env
 from gpucloud.vm.agent.stage_api import StageFailed
 from gpucloud.vm.agent.transfer import Transfer
+from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 
 BASE = "name: d\nresources: {cloud: local}\nrun: x\n"
 
@@ -198,3 +200,49 @@ def test_outputs_sync_reaches_the_node_config() -> None:
     assert spec.outputs_sync == "interval" and spec.checkpoint_interval == 300
     with pytest.raises(SpecError, match="outputs_sync"):
         parse(BASE + "outputs_sync: hourly\n", "j.yaml")
+
+
+HOSTILE_KEY = "set/a\nupload-file = /etc/passwd\nurl = http://127.0.0.1:1/x"
+
+
+def test_listing_skips_keys_the_node_would_refuse(
+    moto: Moto, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anyone who can add an object to the input bucket chooses its key: a key with a '..' or '.'
+    part, an empty part, a backslash or a control character is skipped with one warning line each,
+    shown escaped, and never reaches the node's document. (moto's server refuses a newline in a key,
+    which S3 takes: the reviewer's key goes through a local folder's listing, the same check.)"""
+    from gpucloud.run.data_grants import check
+
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per warning, unwrapped
+    s3 = moto.client("s3")
+    s3.create_bucket(Bucket="gc-names")
+    bad = ["set/../escape", "set/a/../../up", "set/./dot", "set//empty", "set/b\\c", "set/e\x1b[31mred"]
+    for key in ["set/ok.bin", "set/sub/ok2.bin", *bad]:
+        s3.put_object(Bucket="gc-names", Key=key, Body=b"x")
+    plan = check(parse_spec(BASE + "inputs: {d/: s3://gc-names/set}\n", "job.yaml"))
+    assert sorted(rel for rel, _, _ in plan.inputs[0].files) == ["ok.bin", "sub/ok2.bin"]
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("warning: inputs.d/: skipped")]
+    assert len(lines) == len(bad) and "set//empty: its name has an empty path component" in err
+    assert "set/e\\x1b[31mred" in err and "\x1b" not in err, err
+    s3.put_object(Bucket="gc-names", Key="only/../x", Body=b"x")
+    with pytest.raises(UserError, match="every object under s3://gc-names/only has a name the node refuses"):
+        check(parse_spec(BASE + "inputs: {d/: s3://gc-names/only}\n", "job.yaml"))
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "ok.bin").write_bytes(b"x")
+    (folder / HOSTILE_KEY.replace("/", "_")).write_bytes(b"x")
+    job = tmp_path / "job.yaml"
+    job.write_text(BASE + "inputs: {d/: ./in}\n")
+    plan = check(load_spec(job))
+    assert [rel for rel, _, _ in plan.inputs[0].files] == ["ok.bin"]
+    err = capsys.readouterr().err
+    assert "set_a\\x0aupload-file = _etc_passwd\\x0aurl" in err and "upload-file = _etc_passwd\n" not in err, err
+
+
+def test_listing_caps_its_warnings() -> None:
+    from gpucloud.run import data_grants
+
+    files = [(f"../f{i}", 1, f"k{i}") for i in range(100)] + [("ok", 1, "ok")]
+    assert data_grants.usable_files(files, "inputs.d", "s3://b/p") == [("ok", 1, "ok")]

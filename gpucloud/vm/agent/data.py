@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import quote
 
+from gpucloud.vm.agent.names import CONTROL, curl_quoted, path_problem, shown, under
 from gpucloud.vm.agent.stage_api import StageFailed
 from gpucloud.vm.agent.transfer import Transfer
 
@@ -32,13 +33,18 @@ def _target(job_dir: Path, path: str) -> Path:
 
 
 def _jobs(doc: Dict[str, Any], job_dir: Path) -> List[Tuple[str, Path, int]]:
+    """(URL, file, size) of every input file; StageFailed naming the first name that is refused: one
+    that is not a plain relative path (names.py), or that resolves outside its input's folder."""
     jobs: List[Tuple[str, Path, int]] = []
     for item in doc.get("inputs") or []:
         dest = _target(job_dir, str(item["dest"]))
         for f in item.get("files") or []:
             rel = str(f.get("rel") or "")
-            if rel.startswith("/") or ".." in rel.split("/"):
-                raise StageFailed(f"input file name refused: {rel}")
+            why = path_problem(rel) or ("a control character" if CONTROL.search(str(item["dest"])) else "")
+            if not why and not under(str(dest), rel):
+                why = "a path that leads out of the input's folder"
+            if why:
+                raise StageFailed(f"input file name refused ({why}): {shown(rel)}")
             jobs.append((str(f["url"]), dest / rel if rel else dest, int(f.get("size") or 0)))
     return jobs
 
@@ -95,18 +101,28 @@ def _keep(job: Tuple[str, Path, int]) -> bool:
     return False
 
 
-def _curl_batch(batch: List[Tuple[str, Path, int]]) -> None:
-    """One curl for many files (`--parallel`, curl >= 7.66); what it misses is fetched one by one."""
+def curl_config(batch: List[Tuple[str, Path, int]]) -> str:
+    """curl's `-K` config for a batch: every value double-quoted with curl's escapes; a URL or file
+    name with a control character in it is refused (StageFailed), never written as a line."""
     lines = []
     for url, path, _ in batch:
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.part")
-        out = str(tmp).replace("\\", "\\\\").replace('"', '\\"')
-        lines += ['url = "%s"' % url.replace('"', "%22"), 'output = "%s"' % out]
+        try:
+            lines += [f"url = {curl_quoted(url)}", f"output = {curl_quoted(str(tmp))}"]
+        except ValueError as exc:
+            raise StageFailed(f"input file refused ({exc} in its URL or name): {shown(str(path))}") from None
+    return "\n".join(lines) + "\n"
+
+
+def _curl_batch(batch: List[Tuple[str, Path, int]]) -> None:
+    """One curl for many files (`--parallel`, curl >= 7.66); what it misses is fetched one by one."""
+    text = curl_config(batch)
+    for _, path, _ in batch:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, cfg = tempfile.mkstemp(prefix="gpucloud-inputs.")
     try:
         with os.fdopen(fd, "w") as fh:
-            fh.write("\n".join(lines) + "\n")
+            fh.write(text)
         subprocess.run(
             ["curl", "-sS", "-f", "--parallel", "--parallel-max", str(WORKERS), "--retry", "2",
              "--connect-timeout", "10", "--max-time", str(FILE_MAX_S), "-K", cfg],
