@@ -14,6 +14,8 @@ import typer
 
 from gpucloud import __version__
 from gpucloud.cli.options import (
+    AllowInputOpt,
+    AllowSecretOpt,
     CloudOpt,
     EnvOpt,
     HostOpt,
@@ -24,6 +26,7 @@ from gpucloud.cli.options import (
     SecretOpt,
     SpecArg,
     YesOpt,
+    allowances,
 )
 from gpucloud.providers import registry as providers
 
@@ -120,17 +123,17 @@ def parse_cloud(cloud: str | None) -> str | None:
     return cloud
 
 
-def load_job(spec: str, cloud: str | None, hosts: list[str] | None) -> tuple[Any, str | None]:
+def load_job(spec: str, cloud: str | None, hosts: list[str] | None, allow: Any = None) -> tuple[Any, str | None]:
     """The job file with `--cloud` and `--host` applied before it is validated: a job without
     `gpu:` is fine with `--cloud local`, as it is with `cloud: local` in the file. `--host H`
     (repeatable) runs it on those machines, whatever its file says, through the provider that
-    takes hosts (the registry's `takes_hosts`)."""
+    takes hosts (the registry's `takes_hosts`). `allow`: what the caller lets the file reach."""
     from gpucloud.errors import UserError
     from gpucloud.spec.load import Resources, load_spec
 
     cloud = parse_cloud(cloud)
     if not hosts:
-        return load_spec(spec, resources={"cloud": cloud} if cloud else None), cloud
+        return load_spec(spec, resources={"cloud": cloud} if cloud else None, allow=allow), cloud
     host_cloud = cloud if cloud in providers.host_clouds() else providers.host_clouds()[0]
     if cloud not in (None, host_cloud):
         raise UserError(
@@ -144,32 +147,19 @@ def load_job(spec: str, cloud: str | None, hosts: list[str] | None) -> tuple[Any
             f"--host: {str(exc).splitlines()[-1].strip()}",
             hint="Write [user@]host[:port] or an alias from ~/.ssh/config.",
         ) from None
-    return load_spec(spec, resources={"cloud": host_cloud, "hosts": checked.hosts}), host_cloud
-
-
-def data_plan(job: Any, values: Any) -> tuple[Any, Any]:
-    """What is looked up from here before anything is launched: the job's inputs/outputs
-    (data_grants.py) and its container image's pull login (registry_login.py); None where none."""
-    data = registry = None
-    if job.inputs or job.outputs:
-        from gpucloud.run.data_grants import check
-
-        data = check(job)
-    if job.container is not None:  # an ECR image that is not there fails here, as a missing bucket does
-        from gpucloud.run.registry_login import pull_logins
-
-        registry = pull_logins(job, values)
-    return data, registry
+    return load_spec(spec, resources={"cloud": host_cloud, "hosts": checked.hosts}, allow=allow), host_cloud
 
 
 @app.command()
 @handles_errors
-def validate(spec: SpecArg, json_out: JsonOpt = False) -> None:
+def validate(
+    spec: SpecArg, json_out: JsonOpt = False, allow_secret: AllowSecretOpt = None, allow_input: AllowInputOpt = None
+) -> None:
     """Check a job file and print the resolved spec."""
     from gpucloud.spec.load import load_spec
     from gpucloud.ui.upload import describe_upload
 
-    job = load_spec(spec)
+    job = load_spec(spec, allow=allowances(allow_secret, allow_input))
     upload = describe_upload(job)
     doc = job.model_dump(mode="json")
     if json_out:
@@ -200,17 +190,20 @@ def plan(
     secret: SecretOpt = None,
     secret_file: SecretFileOpt = None,
     env: EnvOpt = None,
+    allow_secret: AllowSecretOpt = None,
+    allow_input: AllowInputOpt = None,
 ) -> None:
     """Ranked candidates with $/h and estimated cost, the resolved stack, and why others were excluded."""
     from gpucloud.plan.planner import make_plan
+    from gpucloud.run.plan import looked_up
     from gpucloud.spec import secrets as spec_secrets
     from gpucloud.ui import views
     from gpucloud.ui.upload import describe_upload
 
-    job, cloud = load_job(spec, cloud, host)
+    job, cloud = load_job(spec, cloud, host, allowances(allow_secret, allow_input))
     job, values = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
     upload = describe_upload(job)
-    data, _ = data_plan(job, values)
+    data, _ = looked_up(job, values)
     result = make_plan(job, cloud=cloud, region=region, spot=spot, estimates=estimates, secrets=values)
     if json_out:
         emit_json({**result.as_json(), "upload": upload.as_json(), **({"data": data.as_json()} if data else {})})
@@ -231,13 +224,15 @@ def render(
     agent_config: Annotated[
         bool, typer.Option("--agent-config", help="Print the agent's job.json instead of the user-data.")
     ] = False,
+    allow_secret: AllowSecretOpt = None,
+    allow_input: AllowInputOpt = None,
 ) -> None:
     """Print the user-data (the shim) the VM would get, or with --agent-config the agent's job.json."""
     from gpucloud.errors import UserError
     from gpucloud.plan.planner import make_plan
     from gpucloud.vm.render import render_node
 
-    job, cloud = load_job(spec, cloud, host)
+    job, cloud = load_job(spec, cloud, host, allowances(allow_secret, allow_input))
     result = make_plan(job, cloud=cloud)
     first = result.candidates[0]
     if not 0 <= node_rank < job.num_nodes:
@@ -380,14 +375,17 @@ def run(
     secret: SecretOpt = None,
     secret_file: SecretFileOpt = None,
     env: EnvOpt = None,
+    allow_secret: AllowSecretOpt = None,
+    allow_input: AllowInputOpt = None,
 ) -> None:
     """Run the whole lifecycle: plan, provision, stream logs, collect artifacts, tear down."""
     from gpucloud.run.lifecycle import run_job
+    from gpucloud.run.plan import looked_up
     from gpucloud.spec import secrets as spec_secrets
 
-    job, cloud = load_job(spec, cloud, host)
+    job, cloud = load_job(spec, cloud, host, allowances(allow_secret, allow_input))
     job, values = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
-    data, registry = data_plan(job, values)
+    data, registry = looked_up(job, values)
     result = run_job(
         job,
         cloud=cloud,

@@ -4,7 +4,7 @@ module holds only commands."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -27,6 +27,23 @@ SecretOpt = Annotated[
 SecretFileOpt = Annotated[
     list[str] | None, typer.Option("--secret-file", metavar="PATH", help="NAME=VALUE lines of secrets.")
 ]
+AllowSecretOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-secret",
+        metavar="NAME",
+        help="Let the job file name this cloud or CI credential variable in secrets: (refused otherwise).",
+    ),
+]
+AllowInputOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-input",
+        metavar="PATH",
+        help="Let the job file upload this local path (or one under it) from outside its folder or a "
+        "credentials folder (refused otherwise).",
+    ),
+]
 EnvOpt = Annotated[list[str] | None, typer.Option("--env", metavar="NAME=VALUE", help="Set or override an env value.")]
 HostOpt = Annotated[
     list[str] | None,
@@ -38,3 +55,10 @@ HostOpt = Annotated[
     ),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+
+
+def allowances(secrets: list[str] | None, inputs: list[str] | None) -> Any:
+    """`--allow-secret`/`--allow-input` as the spec's Allowances (spec/reach.py), imported only then."""
+    from gpucloud.spec.reach import Allowances
+
+    return Allowances.of(secrets or (), inputs or ())

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import CloudAccessError, ConfigurationError, NoCandidateError
 from gpucloud.ui.prose import to_stderr
@@ -80,3 +80,18 @@ def _refused_identities(clouds: list[str]) -> dict[str, str]:
     with ThreadPoolExecutor(max_workers=len(checked), thread_name_prefix="identity") as pool:
         answers = dict(zip(checked, pool.map(ask, checked), strict=True))
     return {name: why for name, why in answers.items() if why is not None}
+
+
+def looked_up(job: JobSpec, values: Mapping[str, str]) -> tuple[Any, Any]:
+    """What `plan` and `run` look up from here before anything is launched: the job's inputs/outputs
+    (data_grants.py) and its container image's pull login (registry_login.py); None where none."""
+    data = registry = None
+    if job.inputs or job.outputs:
+        from gpucloud.run.data_grants import check
+
+        data = check(job)
+    if job.container is not None:  # an ECR image that is not there fails here, as a missing bucket does
+        from gpucloud.run.registry_login import pull_logins
+
+        registry = pull_logins(job, values)
+    return data, registry

@@ -24,10 +24,12 @@ from pydantic import ValidationError
 
 from gpucloud.spec.errors import _HINTS, _INPUT_ONLY_EXCLUDED, _issues_from, _unknown_key_message
 from gpucloud.spec.models import GpuRequest, JobSpec, Resources, StackSpec, image_kind
+from gpucloud.spec.reach import Allowances, reach_issues
 from gpucloud.spec.source import _compose
 from gpucloud.spec.values import _MAX_FILE_BYTES, SpecError, SpecIssue, describe, did_you_mean, parse_duration
 
 __all__ = [
+    "Allowances",
     "GpuRequest",
     "JobSpec",
     "Resources",
@@ -69,12 +71,19 @@ def _workdir_issue(spec: JobSpec, base_dir: Path, filename: str, line: int | Non
 
 
 def parse_spec(
-    text: str, filename: str, base_dir: Path | None = None, *, resources: dict[str, Any] | None = None
+    text: str,
+    filename: str,
+    base_dir: Path | None = None,
+    *,
+    resources: dict[str, Any] | None = None,
+    allow: Allowances | None = None,
 ) -> JobSpec:
     """Parse and validate job-file text; `filename` is only used in messages, `base_dir` (the job
-    file's folder) resolves a relative workdir. `resources`: fields the command line sets (`--cloud`,
-    `--host`), applied before validation so that the job is judged as it will run. Raises SpecError
-    listing every problem (file, line, field, what is wrong and what was expected)."""
+    file's folder, else the current one) resolves a relative workdir and local inputs. `resources`:
+    fields the command line sets (`--cloud`, `--host`), applied before validation so that the job is
+    judged as it will run. `allow`: the credential secrets and local inputs outside the job's folder
+    that the caller allowed (spec/reach.py). Raises SpecError listing every problem (file, line,
+    field, what is wrong and what was expected)."""
     data, builder = _compose(text, filename)
     minimal = (
         "Expected at least name, resources.gpu and run, e.g.\n"
@@ -119,14 +128,16 @@ def parse_spec(
         and (issue := _workdir_issue(spec, base_dir, filename, where.value_line if where else None))
     ):
         issues.append(issue)
+    if spec is not None:
+        issues.extend(reach_issues(spec, base_dir or Path.cwd(), filename, builder.lines, allow))
     if issues or spec is None:
         raise SpecError(issues)
     return spec
 
 
-def load_spec(path: str | Path, *, resources: dict[str, Any] | None = None) -> JobSpec:
-    """Read, parse and validate a job file; `spec.source` is its resolved path. `resources`: see
-    parse_spec. Raises SpecError."""
+def load_spec(path: str | Path, *, resources: dict[str, Any] | None = None, allow: Allowances | None = None) -> JobSpec:
+    """Read, parse and validate a job file; `spec.source` is its resolved path. `resources`,
+    `allow`: see parse_spec. Raises SpecError."""
     name = str(path)
     p = Path(path)
 
@@ -151,7 +162,7 @@ def load_spec(path: str | Path, *, resources: dict[str, Any] | None = None) -> J
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         fail(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}). Save the job file as UTF-8", line)
-    spec = parse_spec(text, name, p.resolve().parent, resources=resources)
+    spec = parse_spec(text, name, p.resolve().parent, resources=resources, allow=allow)
     spec.source = p.resolve()
     return spec
 
