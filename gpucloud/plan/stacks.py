@@ -210,9 +210,16 @@ def _cudnn_packages(cudnn: str, cuda: str) -> tuple[str, ...]:
     return (package,) if cudnn == "9" else (f"{package}={cudnn}.*",)
 
 
+def _cuda_major_named(reason: str, cuda: str) -> str:
+    """A cuDNN 9 reason written for the profile's CUDA 12 default, told for the stack's own CUDA major
+    (a CUDA 11.8 pin installs cudnn9-cuda-11, and the reason must say so)."""
+    major = cuda.split(".")[0]
+    return reason.replace("cudnn9-cuda-12", f"cudnn9-cuda-{major}").replace("for CUDA 12", f"for CUDA {major}")
+
+
 def _choose_cudnn(pin: str | None, cuda: str, gpu: str, prof: Profile) -> tuple[str, str]:
     if pin is None:
-        return prof.cudnn, prof.reasons["cudnn"]
+        return prof.cudnn, _cuda_major_named(prof.reasons["cudnn"], cuda)
     if not prof.cudnn_ok.match(pin):
         raise UserError(
             f"stack.cudnn: {gpu} cannot use cuDNN {pin}: {prof.cudnn_limit}. "
@@ -344,7 +351,8 @@ def _k40_pytorch_error(gpu: str) -> UserError:
         "`setup:` with TORCH_CUDA_ARCH_LIST=3.5 against the stack's CUDA 11.4 (slow, but it works); (2) use "
         "framework: none "
         "and install your own build or wheel; (3) use framework: tensorflow (2.4-2.11 still ship sm_35 kernels); or "
-        "(4) pick a K80 (PyTorch 2.0.1+cu117 runs there) or a T4 (current PyTorch)."
+        f"(4) pick a K80 (PyTorch {KEPLER.torch_default}+{KEPLER.torch_max_variant} runs there) or a T4 (current "
+        "PyTorch)."
     )
 
 

@@ -118,6 +118,8 @@ def test_k40_pytorch_error_explains_the_options() -> None:
     msg = exc.value.message
     assert "no official wheels" in msg and "1.2" in msg
     assert "TORCH_CUDA_ARCH_LIST=3.5" in msg and "framework: none" in msg and "K80" in msg and "T4" in msg
+    k80 = resolve_stack("K80", pins(framework="pytorch"))
+    assert f"PyTorch {k80.framework_version}+cu118 runs there" in msg  # the K80 answer `stack K80` gives
     # K40 itself resolves (driver 470 / CUDA 11.4) for framework none and tensorflow.
     assert resolve_stack("K40").cuda == "11.4"
 
@@ -185,6 +187,13 @@ def test_pins_are_honoured() -> None:
 
     old = resolve_stack("T4", pins(cuda="11.6"))
     assert old.ubuntu_version == "20.04"  # no CUDA 11.6 repository for 22.04
+
+
+def test_the_cudnn_reason_names_the_package_the_stack_installs() -> None:
+    for cuda in ("11.8", "12.8"):
+        s = resolve_stack("A100-80GB", pins(cuda=cuda))
+        (package,) = s.cudnn_packages
+        assert package in s.reasons["cudnn"] and f"for CUDA {cuda.split('.')[0]}" in s.reasons["cudnn"]
 
 
 def test_driver_pin_picks_a_cuda_it_can_run() -> None:
