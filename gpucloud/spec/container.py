@@ -27,6 +27,10 @@ _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _USER = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*(?::[A-Za-z0-9_.][A-Za-z0-9_.-]*)?$")
 
+# Short engine options that take a value (`-v/a:/b`): in a cluster such as `-itv/a:/b` the letters
+# after one of these are its value, not further options.
+_VALUE_SHORT = frozenset("achlmpv")
+
 # Engine options gpucloud sets itself: the user's would fight them (or leak env values into argv).
 OWNED_OPTIONS: dict[str, str] = {
     "--rm": "gpucloud removes the container after each step",
@@ -76,6 +80,12 @@ def parse_image_ref(ref: str) -> ImageRef:
     text = ref.strip()
     if not text or any(c.isspace() for c in text):
         raise ValueError(f"'{ref}' is not an image reference (no spaces; e.g. nvcr.io/nvidia/pytorch:24.08-py3)")
+    if text.startswith("-"):
+        raise ValueError(
+            f"'{ref}' starts with '-', so the container engine would read it as one of its options, not an "
+            "image. Write the image's name, e.g. nvcr.io/nvidia/pytorch:24.08-py3 (engine options go in "
+            "container.options)"
+        )
     rest, _, digest = text.partition("@")
     if digest and not _DIGEST.match(digest):
         raise ValueError(f"'{digest}' is not a digest. Expected @sha256: and 64 hex digits")
@@ -101,6 +111,20 @@ def parse_image_ref(ref: str) -> ImageRef:
     return ImageRef(registry, path, tag if tag else (None if digest else "latest"), digest or None)
 
 
+def _owned_flag(option: str) -> str:
+    """The flag of `option` that gpucloud owns, else its flag as written: a short cluster hides one
+    (`-eFOO=bar` is `-e FOO=bar`, `-itd` holds `-d`), as the engine would read it."""
+    flag = option.split("=", 1)[0]
+    if flag.startswith("--") or not flag.startswith("-"):
+        return flag
+    for letter in option[1:]:
+        if f"-{letter}" in OWNED_OPTIONS:
+            return f"-{letter}"
+        if letter in _VALUE_SHORT or not letter.isalpha():
+            break
+    return flag
+
+
 class ContainerLogin(BaseModel):
     """A registry login from one of the job's secrets (NGC: username `$oauthtoken`, the API key)."""
 
@@ -114,6 +138,14 @@ class ContainerLogin(BaseModel):
     def _username(cls, value: str) -> str:
         if not value.strip() or "\n" in value:
             _fail("the registry user name is empty or has a line break. Write it as the registry shows it")
+        return value
+
+    @field_validator("registry")
+    @classmethod
+    def _registry(cls, value: str | None) -> str | None:
+        """A registry host: it goes on the engine's login line, so never an option."""
+        if value is not None and (value.startswith("-") or not (_HOST.match(value) or value == DOCKER_HUB)):
+            _fail(f"'{value}' is not a registry host. Expected e.g. nvcr.io or localhost:5000")
         return value
 
 
@@ -145,7 +177,7 @@ class ContainerSpec(BaseModel):
     @classmethod
     def _options(cls, value: list[str]) -> list[str]:
         for option in value:
-            flag = option.split("=", 1)[0].strip()
+            flag = _owned_flag(option.strip())
             if flag in OWNED_OPTIONS:
                 _fail(f"'{option}' is set by gpucloud ({OWNED_OPTIONS[flag]}). Remove it from container.options")
             if flag.startswith("--device") and "nvidia.com/gpu" in option:

@@ -24,6 +24,12 @@ _S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _AZ_ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
 _AZ_CONTAINER = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}$")
 _BLOB_HOST = re.compile(r"^https://([a-z0-9]{3,24})\.blob\.core\.windows\.net/([^/?#]+)/?([^?#]*)$")
+# gpucloud's own run channels (providers/aws/channel.py bucket_name: gpucloud-<account>-<region>;
+# providers/azure/channel.py storage_account_name: gpuc + 20 hex digits). They hold every run's
+# objects and grants, so no job reads or writes them as data. tests/spec/test_data_reach.py holds
+# these patterns to the providers' own names.
+_CHANNEL_BUCKET = re.compile(r"^gpucloud-[0-9]{12}-[a-z0-9-]+$")
+_CHANNEL_ACCOUNT = re.compile(r"^gpuc[0-9a-f]{20}$")
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,18 @@ def parse_location(text: str) -> DataSource:
     if not text:
         raise ValueError("is empty. Expected s3://bucket/prefix, az://account/container/prefix, https://... or a path")
     return DataSource("path", url=text)
+
+
+def _channel_refusal(where: DataSource) -> str | None:
+    if (where.kind == "s3" and _CHANNEL_BUCKET.match(where.bucket)) or (
+        where.kind == "az" and _CHANNEL_ACCOUNT.match(where.account)
+    ):
+        name = where.bucket if where.kind == "s3" else f"the storage account {where.account}"
+        return (
+            f"'{where.text}' is in {name}, gpucloud's own run channel: it holds other runs' files and "
+            "grants, so no job reads or writes it. Use a bucket of your own"
+        )
+    return None
 
 
 def _vm_path(value: Any) -> str:
@@ -142,6 +160,8 @@ def _input(value: Any) -> str | MountedInput:
         where = parse_location(value)
     except ValueError as exc:
         _fail(str(exc))
+    if refusal := _channel_refusal(where):
+        _fail(refusal)
     if mode == "copy":
         return value.strip()
     if where.kind not in ("s3", "az"):
@@ -158,6 +178,13 @@ def _output(value: Any) -> str:
         _fail(str(exc))
     if where.kind not in ("s3", "az"):
         _fail(f"'{value}': outputs go to a bucket prefix, s3://bucket/prefix or az://account/container/prefix")
+    if refusal := _channel_refusal(where):
+        _fail(refusal)
+    if not where.prefix.strip("/"):
+        _fail(
+            f"'{value}' is a whole bucket: the machine's grant would let it write every key in it. Name a "
+            f"prefix for this job's outputs, e.g. {where.text.rstrip('/')}/my-run"
+        )
     return value.strip()
 
 

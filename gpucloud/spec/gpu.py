@@ -9,6 +9,7 @@ never hurts a job)."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -167,18 +168,33 @@ def _gib(value: float) -> str:
     return f"{value:g}GB"
 
 
+def _memory_pair(value: list[Any] | tuple[Any, ...]) -> tuple[float, float | None]:
+    """The stored form [least, most or null] (GiB), as `plan --json` writes it back."""
+    expected = "Expected e.g. 24GB.., 24GB..80GB, or a pair [24, 80] / [24, null] of GB per GPU"
+    if len(value) != 2:
+        _fail(f"a list of {len(value)} item(s) is not a GPU memory range. {expected}")
+    for item in value:
+        if item is not None and (isinstance(item, bool) or not isinstance(item, int | float)):
+            _fail(f"{describe(item)} in the pair is not a number of GB. {expected}")
+        if item is not None and (not math.isfinite(item) or item < 0):
+            _fail(f"{item} in the pair is not a size of GB. {expected}")
+    low, high = float(value[0] or 0), None if value[1] is None else float(value[1])
+    if high is not None and high < low:
+        _fail(f"the range {list(value)} is empty: the least is above the most")
+    return (low, high)
+
+
 def parse_memory(value: Any) -> tuple[float, float | None] | None:
     """`24GB..`, `24GB..80GB`, `..48GB`, `24` (GiB; a single figure is a minimum), or a stored pair."""
     if value is None:
         return None
-    if isinstance(value, list | tuple) and len(value) == 2:
-        low, high = value
-        return (float(low or 0), None if high is None else float(high))
+    if isinstance(value, list | tuple):
+        return _memory_pair(value)
     if isinstance(value, bool):
         _fail(f"expected GPU memory such as 24GB.., got {describe(value)}")
     if isinstance(value, int | float):
-        if value <= 0:
-            _fail(f"GPU memory must be above 0, got {value}. Expected e.g. 24GB..")
+        if not value > 0 or not math.isfinite(value):
+            _fail(f"GPU memory must be a number above 0, got {value}. Expected e.g. 24GB..")
         return (float(value), None)
     text = _text(value, "GPU memory per GPU such as 24GB.., 24GB..80GB or ..48GB").upper()
     found = _MEMORY_RE.fullmatch(text)

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from gpucloud.spec.models import JobSpec
 
 SECRET_FILE_MAX = 1024 * 1024
+# Linux refuses an environment string (NAME=VALUE) of 32 pages or more (MAX_ARG_STRLEN): the job
+# could not start with it, so such a value is refused before anything is launched.
+SECRET_VALUE_MAX = 128 * 1024
 
 
 class SecretValues(Mapping[str, str]):
@@ -45,14 +48,27 @@ class SecretValues(Mapping[str, str]):
     __str__ = __repr__
 
 
-def _name(name: str, where: str) -> str:
+def _name(name: str, where: str, *, echo: bool = True) -> str:
+    """A secret's name, checked as the job file's are. `echo=False` (a secret file's line): the
+    error names the place only, since a line whose name is wrong may be a value."""
     try:
         return _env_key(name.strip())
     except Exception as exc:  # the spec's own check: PydanticCustomError with the reason
-        raise UserError(
-            f"{where}: {exc}",
-            hint="Write NAME=VALUE with NAME like HF_TOKEN.",
-        ) from None
+        reason = str(exc) if echo else "the part before = is not a valid variable name (not shown: it may be a value)"
+        raise UserError(f"{where}: {reason}", hint="Write NAME=VALUE with NAME like HF_TOKEN.") from None
+
+
+def _value_problem(name: str, value: str) -> str | None:
+    """Why a value cannot reach the job's environment (never the value itself), or None."""
+    if "\0" in value:
+        return f"secret {name}: its value holds a NUL character, which no environment variable can carry"
+    size = len(name.encode()) + 1 + len(value.encode())
+    if size >= SECRET_VALUE_MAX:
+        return (
+            f"secret {name}: its value is {size - len(name) - 1} bytes; an environment variable holds "
+            f"less than {SECRET_VALUE_MAX // 1024} KiB with its name"
+        )
+    return None
 
 
 def parse_env(pairs: Sequence[str]) -> dict[str, str]:
@@ -87,7 +103,7 @@ def read_secret_file(path: str) -> dict[str, str]:
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
-        out[_name(name, f"--secret-file {path}:{n}")] = value
+        out[_name(name, f"--secret-file {path}:{n}", echo=False)] = value
     return out
 
 
@@ -109,7 +125,7 @@ def resolve(
     names = list(spec.secrets) + [n for n in given if n not in spec.secrets]  # a file's names are secrets
     for item in secrets:
         name, sep, value = item.partition("=")
-        name = _name(name, "--secret")
+        name = _name(name, "--secret", echo=False)
         if sep:
             given[name] = value
         if name not in names:
@@ -123,6 +139,12 @@ def resolve(
             values[name] = environ[name]
         else:
             missing.append(name)
+    for name, value in values.items():
+        if problem := _value_problem(name, value):
+            raise UserError(
+                f"{problem}: nothing was launched.",
+                hint="Pass a file's contents as an input (inputs:) instead, or fix the value.",
+            )
     if missing:
         raise UserError(
             f"secret {', '.join(missing)} has no value: nothing was launched.",
