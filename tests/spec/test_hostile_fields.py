@@ -92,7 +92,9 @@ def test_the_channel_patterns_match_the_providers_names() -> None:
     assert not data._CHANNEL_BUCKET.match("gpucloud-results")
 
 
-@pytest.mark.parametrize("field", ["inputs: {d: '{}'}", "inputs: {d: {source: '{}', mode: mount}}", "outputs: {o: '{}'}"])
+@pytest.mark.parametrize(
+    "field", ["inputs: {d: '{}'}", "inputs: {d: {source: '{}', mode: mount}}", "outputs: {o: '{}'}"]
+)
 @pytest.mark.parametrize(
     "where",
     [
@@ -120,7 +122,10 @@ def _job(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("command", [["plan", "--json"], ["run", "--yes"]], ids=lambda c: c[0])
 @pytest.mark.parametrize(
     ("value", "words"),
-    [("abc\0defSECRETPART", "holds a NUL character"), ("S" * (128 * 1024), "is 131072 bytes; an environment variable holds less than 128 KiB")],
+    [
+        ("abc\0defSECRETPART", "holds a NUL character"),
+        ("S" * (128 * 1024), "is 131072 bytes; an environment variable holds less than 128 KiB"),
+    ],
     ids=["nul", "big"],
 )
 def test_a_secret_value_that_no_environment_can_hold_fails_before_launch(
