@@ -70,15 +70,22 @@ def build_image(
 @image_app.command("ls")
 def list_images(
     cloud: CloudArg,
-    region: RegionArg,
+    region: Annotated[
+        str | None, typer.Option("--region", help="Only this region (default: every region of the cloud's catalog).")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
 ) -> None:
-    """Baked images in one region, newest first, with their stack and stack hash."""
-    from gpucloud.plan.baked import sync_region
+    """Baked images, newest first, with their region, stack and stack hash."""
+    from gpucloud.plan.baked import image_regions, list_everywhere, sync_region
     from gpucloud.providers import registry as providers
+    from gpucloud.ui.views import note
 
-    images = sorted(providers.image_store(cloud).list_images(region), key=lambda i: i.created, reverse=True)
-    sync_region(cloud, region, images)  # what `plan` picks from, offline
+    regions = [region] if region else image_regions(cloud)
+    images, answered, problems = list_everywhere(providers.image_store(cloud), regions)
+    for line in problems:
+        note(f"warning: not listed: {line}")
+    for listed, found in answered.items():
+        sync_region(cloud, listed, found)  # what `plan` picks from, offline
     if json_out:
         print(
             jsonout.dumps(
@@ -98,9 +105,9 @@ def list_images(
         )
         return
     for i in images:
-        print(f"{i.ref}  {i.stack_hash}  {i.created or '-'}  {i.tags.get('gpucloud:stack', '')}")
+        print(f"{i.ref}  {i.region}  {i.stack_hash}  {i.created or '-'}  {i.tags.get('gpucloud:stack', '')}")
     if not images:
-        print(f"no baked images in {region}")
+        print(f"no baked images in {region or f'any of the {len(answered)} {cloud} regions listed'}")
 
 
 @image_app.command("rm")

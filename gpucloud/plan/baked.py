@@ -186,6 +186,48 @@ def sync_region(cloud: str, region: str, images: list[BakedImage]) -> None:
     _save_index([*rows, *((cloud, b) for b in images)])
 
 
+LIST_WORKERS = 8  # regions listed at once by `image ls` without --region
+
+
+def image_regions(cloud: str) -> list[str]:
+    """Where a cloud's baked images may be: every region the catalog sells it in, and every region
+    this machine has seen an image of (a build in a region the catalog does not list)."""
+    from gpucloud.catalog import load_catalog
+
+    known = {o.region for o in load_catalog().offerings if o.cloud == cloud}
+    return sorted(known | {b.region for c, b in load_index() if c == cloud})
+
+
+def list_everywhere(
+    store: ImageStore, regions: list[str]
+) -> tuple[list[BakedImage], dict[str, list[BakedImage]], list[str]]:
+    """Every baked image in `regions`, newest first, listed a few regions at a time; (images, the
+    regions that answered with what each listed, one line per region that could not be read). A
+    cloud that cannot be used at all (credentials, endpoint) raises at once, and so does the first
+    region's error when no region answered."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpucloud.errors import CloudAccessError, GpucloudError
+
+    def one(region: str) -> list[BakedImage] | GpucloudError:
+        try:
+            return store.list_images(region)
+        except CloudAccessError:
+            raise
+        except GpucloudError as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=min(LIST_WORKERS, max(1, len(regions)))) as pool:
+        results = list(pool.map(one, regions))
+    answered = {r: out for r, out in zip(regions, results, strict=True) if not isinstance(out, GpucloudError)}
+    failed = [(r, out) for r, out in zip(regions, results, strict=True) if isinstance(out, GpucloudError)]
+    if failed and not answered:
+        raise failed[0][1]
+    problems = [f"{r}: {exc.message}" for r, exc in failed]
+    images = sorted((i for found in answered.values() for i in found), key=lambda i: i.created, reverse=True)
+    return images, answered, problems
+
+
 def forget(cloud: str, region: str, ref: str) -> None:
     """Drop a deleted image (`image rm`)."""
     _save_index([(c, b) for c, b in load_index() if not (c == cloud and b.region == region and b.ref == ref)])

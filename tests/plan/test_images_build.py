@@ -104,6 +104,9 @@ def test_image_ls_and_rm_commands(moto) -> None:  # noqa: F811
     assert out.exit_code == 0, out.output
     assert [d["ref"] for d in json.loads(out.stdout)] == [baked.ref]
     assert json.loads(out.stdout)[0]["stack"].startswith("K80 R470")
+    everywhere = runner.invoke(app, ["image", "ls", "--cloud", "aws", "--json"])  # no --region: every region
+    assert everywhere.exit_code == 0, everywhere.output
+    assert [(d["ref"], d["region"]) for d in json.loads(everywhere.stdout)] == [(baked.ref, REGION)]
     bad = runner.invoke(app, ["image", "rm", base, "--cloud", "aws", "--region", REGION])
     assert bad.exit_code == 2 and "not a gpucloud baked image" in bad.output  # Canonical's AMI is not ours
     ok = runner.invoke(app, ["image", "rm", baked.ref, "--cloud", "aws", "--region", REGION])
