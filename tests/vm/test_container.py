@@ -106,7 +106,7 @@ def test_step_argv_owned_flags_then_the_users() -> None:
         "--shm-size=1g", "127.0.0.1:5000/team/train:1.0", "sh", "-c", "echo $HF_TOKEN; exit 3",
     ]  # fmt: skip
     with_user = argv_for("docker", {**DOC, "user": "1000", "entrypoint": "/entry.sh"})
-    assert with_user[-8:-4] == ["--user", "1000", "--entrypoint", "/entry.sh"]
+    assert with_user[-6:-4] == ["--user=1000", "--entrypoint=/entry.sh"]  # a value never read as a flag
 
 
 def _before_options(argv: list[str]) -> list[str]:
@@ -208,3 +208,41 @@ def test_the_image_builder_only_pulls_and_a_baked_machine_uses_what_it_holds() -
     baked = replace(nodes[0], image=replace(nodes[0].image, found_by="baked"))  # type: ignore[arg-type]
     assert container_config(builder, baked)["prepulled"] is True
     assert container_config(builder, nodes[0])["prepulled"] is False
+
+
+@pytest.mark.parametrize(
+    "image",
+    ["docker.io/library/ubuntu:22.04", "127.0.0.1:5000/team/train:1.0", "[::1]:5000/x/y:z", "localhost/a_b__c-d",
+     "nvcr.io/nvidia/pytorch:24.01-py3@sha256:" + "a" * 64, "ghcr.io/o/r@sha256:" + "0" * 64],
+)  # fmt: skip
+def test_image_references_in_the_oci_grammar_pass(image: str) -> None:
+    assert container.checked_image(image) == image
+
+
+def test_an_image_or_registry_that_reads_as_an_option_never_reaches_the_engine(tmp_path: Path) -> None:
+    """`-eFOO=bar` as the image set a variable in the step's container (the spec's `-e` refusal
+    bypassed): refused before the engine runs, as any other name outside the OCI grammar."""
+    from gpucloud.vm.agent.stage_api import StageEnv
+
+    calls = tmp_path / "calls"
+    engine = tmp_path / "bin" / "podman"
+    engine.parent.mkdir()
+    engine.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexit 0\n')
+    engine.chmod(0o755)
+    env = StageEnv(
+        log=lambda line: None, vm_dir=tmp_path, environ={"PATH": str(engine.parent)}, now=lambda: 0.0,
+        sleep=lambda s: None, stopping=lambda: False,
+    )  # fmt: skip
+    for image in ["-eFOO=bar", "--privileged", "ubuntu -v /:/host", "team/UPPER", "a\nb", ""]:
+        box = container.Container({"image": image}, tmp_path, tmp_path / "job", "r1", 0)
+        with pytest.raises(StageFailed, match="is not an image reference"):
+            box.prepare(env, {}, False, lambda: 60.0)
+        with pytest.raises(StageFailed, match="is not an image reference"):
+            argv_for("podman", {**DOC, "image": image})
+    box = container.Container({"image": "127.0.0.1:5000/a:1"}, tmp_path, tmp_path / "job", "r1", 0)
+    with pytest.raises(StageFailed, match="is not a registry host name"):
+        box.prepare(env, {"server": "--tls-verify=false", "username": "u", "password": "p"}, False, lambda: 60.0)
+    assert not calls.exists()  # the engine never ran
+    for path in ["/data:/etc", "/a,b", "rel"]:
+        with pytest.raises(StageFailed, match="cannot mount"):
+            container.checked_mount(path)

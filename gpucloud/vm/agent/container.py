@@ -35,6 +35,15 @@ SHELL_PROBE = "command -v bash || echo sh"
 
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
 
+# The OCI distribution reference grammar (github.com/distribution/reference, regexp.go): an image
+# the engine would read as an option (`-eFOO=bar`) or anything else outside it is refused.
+_HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*|\[[a-fA-F0-9:]+\])"
+DOMAIN = re.compile(_HOST + r"(?::[0-9]+)?")
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,}"
+REFERENCE = re.compile(rf"(?:{DOMAIN.pattern}/)?{_PATH}(?:/{_PATH})*(?::{_TAG})?(?:@{_DIGEST})?")
+
 
 def pick_engine(path: Optional[str]) -> str:
     """The engine's full path: podman first (daemonless, CDI), else docker."""
@@ -50,6 +59,29 @@ def pick_engine(path: Optional[str]) -> str:
 
 def is_podman(engine: str) -> bool:
     return os.path.basename(engine).startswith("podman")
+
+
+def checked_image(image: str) -> str:
+    """`image` when it is an image reference (OCI grammar), else StageFailed: it goes on the engine's
+    command line, where a leading '-' would be read as an option."""
+    if not REFERENCE.fullmatch(image):
+        raise StageFailed(f"container: {image[:200]!r} is not an image reference (registry/repository[:tag][@digest])")
+    return image
+
+
+def checked_server(server: str) -> str:
+    """A registry's host[:port], else StageFailed (it is an argument of `<engine> login`)."""
+    if not DOMAIN.fullmatch(server):
+        raise StageFailed(f"container: {server[:200]!r} is not a registry host name")
+    return server
+
+
+def checked_mount(path: str) -> str:
+    """A folder for `-v PATH:PATH`: absolute, without ':' or ',' (which would add a mount's options)
+    or control characters."""
+    if not path.startswith("/") or re.search(r"[:,\x00-\x1f\x7f]", path):
+        raise StageFailed(f"container: cannot mount {path[:200]!r} into the container (':' ',' or a control character)")
+    return path
 
 
 def registry_host(image: str) -> str:
@@ -105,7 +137,7 @@ def step_argv(
 ) -> List[str]:
     """One step's engine invocation: gpucloud's own flags, then the user's options, user, entrypoint."""
     argv = [engine, "run", "--rm", "--init", "--name", name, "--network", "host", "--ipc", "host"]
-    for path in [str(job_dir), *mounts]:
+    for path in map(checked_mount, [str(job_dir), *mounts]):
         argv += ["-v", f"{path}:{path}"]
     argv += ["-w", str(job_dir)]
     for var in names:
@@ -113,11 +145,11 @@ def step_argv(
     if gpus:
         argv += gpu_flags(engine)
     argv += [str(o) for o in doc.get("options") or []]
-    if doc.get("user"):
-        argv += ["--user", str(doc["user"])]
+    if doc.get("user"):  # `--flag=value`: a value that starts with '-' stays the flag's value
+        argv += [f"--user={doc['user']}"]
     if doc.get("entrypoint"):
-        argv += ["--entrypoint", str(doc["entrypoint"])]
-    return argv + [str(doc["image"]), shell, "-c", command]
+        argv += [f"--entrypoint={doc['entrypoint']}"]
+    return argv + [checked_image(str(doc["image"])), shell, "-c", command]
 
 
 def remove_argv(engine: str, name: str) -> List[str]:
@@ -194,6 +226,7 @@ class Container:
     # ---- the container_pull stage ------------------------------------------------------------------
     def prepare(self, env: StageEnv, login: Mapping[str, str], gpus: bool, remaining: Callable[[], float]) -> None:
         """`login`: the sealed pull login {server, username, password}, or {} for a public image."""
+        checked_image(self.image)
         self.engine = pick_engine(env.environ.get("PATH"))
         env.log(f"container: {os.path.basename(self.engine)}, image {self.image}")
         if gpus and is_podman(self.engine):
@@ -203,6 +236,8 @@ class Container:
             self.shell = self.probe_shell(env, remaining)
             return
         auth = self.vm_dir / "st" / "registry-auth" if login else None
+        if login:  # checked before the login, so that the logout in `finally` names a host too
+            checked_server(str(login.get("server") or registry_host(self.image)))
         try:
             if auth is not None:
                 self.login(env, login, auth, remaining)
@@ -247,9 +282,10 @@ class Container:
 
     def login(self, env: StageEnv, login: Mapping[str, str], auth: Path, remaining: Callable[[], float]) -> None:
         """`<engine> login --password-stdin` into the run's own credentials file."""
-        server, user = str(login.get("server") or registry_host(self.image)), str(login.get("username") or "")
+        server = checked_server(str(login.get("server") or registry_host(self.image)))
+        user = str(login.get("username") or "")
         auth.mkdir(mode=0o700, parents=True, exist_ok=True)
-        argv = self._engine(auth) + ["login", *self._authfile(auth), "--username", user, "--password-stdin"]
+        argv = self._engine(auth) + ["login", *self._authfile(auth), f"--username={user}", "--password-stdin"]
         proc = self._call(env, argv + tls_flags(self.engine, server) + [server], remaining, stdin=login.get("password"))
         if proc.returncode != 0:
             named = (self.doc.get("login") or {}).get("password_secret")
