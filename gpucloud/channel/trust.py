@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import os
 import stat
 from pathlib import Path
@@ -36,6 +37,12 @@ CLAIM_MAX = 1024  # bytes of one claim the CLI reads
 CLAIMS_MAX = 64 * 1024  # bytes of all claims of a node (an append blob on Azure)
 SIG_FIELD = protocol.SIG_FIELD
 REFUSED_EXIT = 65  # EX_DATAERR: what the machine(s) wrote is not usable
+EXIT_MAX = 255  # a process's exit status is one byte: anything else would wrap (256 -> 0) on the way out
+TIME_MAX = 2**40  # seconds (epoch or durations): past year 36000, and exact as a float
+COUNT_MAX = 2**53  # log parts, log bytes, input files and bytes: what a float still holds exactly
+GPU_DEPTH_MAX = 4  # the GPU sampler's summary nests a dict, a list (`now`, `points`) and its rows
+IGNORED = "ignored"  # a checked status's notes: informational fields it dropped, one line each
+STATES = (*protocol.PROGRESS_STATES, *FINAL_STATES)
 
 
 class ObjectRefused(UserError):
@@ -149,10 +156,10 @@ def signed_node(channel: Any, run_id: str, rank: int) -> bool:
 def verified(channel: Any, run_id: str, rank: int, raw: bytes, doc: dict) -> dict | None:
     """A final status only if the node's one claimed key signed it (the claims are listed each time);
     an `error` status when two keys claim the node or the claimed key did not sign; None (not taken,
-    poll again) while no key claims it. Progress statuses (booting, running) decide nothing and
-    are taken as they are."""
+    poll again) while no key claims it. Progress statuses (booting, running) are not signed: they
+    decide nothing. Either kind is returned `checked` (every field typed and in range)."""
     if doc.get("state") not in FINAL_STATES:
-        return doc
+        return checked(doc, run_id, rank)
     try:
         key, problem = claimed_key(channel.claims(run_id, rank))
     except ObjectRefused as exc:
@@ -163,4 +170,128 @@ def verified(channel: Any, run_id: str, rank: int, raw: bytes, doc: dict) -> dic
         return None
     if not signed_by(key, raw):
         return untrusted(run_id, rank, "its status.json is not signed by the key its machine published")
-    return doc
+    return checked(doc, run_id, rank)
+
+
+def _number(value: object, low: float, high: float) -> bool:
+    """A JSON number (not a bool, which Python counts as an int) that is finite and in [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (math.isfinite(value) if isinstance(value, float) else True) and low <= value <= high
+
+
+def _stage_entry(info: object) -> bool:
+    if not isinstance(info, dict):
+        return False
+    times = all(info.get(k) is None or _number(info.get(k), 0, TIME_MAX) for k in ("start", "end"))
+    return times and (info.get("ok") is None or isinstance(info.get("ok"), bool))
+
+
+def _gpu_tree(value: object, depth: int = 0) -> bool:
+    """The sampler's summary holds numbers and nulls in dicts and lists, nothing else."""
+    if value is None or _number(value, -TIME_MAX, TIME_MAX):
+        return True
+    if depth >= GPU_DEPTH_MAX:
+        return False
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _gpu_tree(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_gpu_tree(v, depth + 1) for v in value)
+    return False
+
+
+def _gpu_rows(gpu: dict) -> bool:
+    """`now` rows are (util, used, total, power, temp); `series.points` rows (t, util, mem)."""
+    now, series = gpu.get("now"), gpu.get("series")
+    points = series.get("points") if isinstance(series, dict) else None
+    rows_ok = all(isinstance(r, list) and len(r) == 5 for r in now) if isinstance(now, list) else now is None
+    points_ok = all(isinstance(p, list) and len(p) == 3 and None not in p for p in points) if points else True
+    return rows_ok and points_ok and (series is None or isinstance(series, dict))
+
+
+def _exit_problem(state: str, code: object) -> str | None:
+    """Why a final status's exit code is refused: not null or an integer in 0..255 (or not 0 for a
+    success). A wrong one must never reach sys.exit, where 256 would be read as 0."""
+    if code is None and state != "succeeded":
+        return None
+    if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= EXIT_MAX:
+        return f"`exit_code` is {_brief(code)}, not an integer from 0 to {EXIT_MAX}"
+    if state == "succeeded" and code != 0:
+        return f"`exit_code` is {code} in a status that says the job succeeded"
+    return None
+
+
+def _brief(value: object) -> str:
+    """A short, printable picture of a refused value (its type and first characters)."""
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}".encode("ascii", "replace").decode()
+
+
+def _informational(doc: dict, out: dict, notes: list[str]) -> None:
+    """The fields that only inform (what is shown, when a machine looks stale): a bad one is dropped
+    with a note, the run goes on."""
+    checks = {
+        "stage": lambda v: isinstance(v, str) and v in protocol.STAGES,
+        "heartbeat": lambda v: _number(v, 0, TIME_MAX),
+        "message": lambda v: isinstance(v, str),
+        "artifacts_sha256": lambda v: isinstance(v, str),
+        "gpu": lambda v: isinstance(v, dict) and _gpu_tree(v) and _gpu_rows(v),
+        "inputs": lambda v: isinstance(v, dict) and all(_number(n, 0, COUNT_MAX) for n in v.values()),
+    }
+    for name, ok in checks.items():
+        if name in doc and doc[name] is not None:
+            if ok(doc[name]):
+                out[name] = doc[name]
+            else:
+                notes.append(f"`{name}` ignored ({_brief(doc[name])})")
+    stages = doc.get("stages")
+    if isinstance(stages, dict):
+        good = {k: v for k, v in stages.items() if k in protocol.STAGES and _stage_entry(v)}
+        if len(good) != len(stages):
+            notes.append(f"{len(stages) - len(good)} entry(ies) of `stages` ignored (unknown stage or bad times)")
+        out["stages"] = good
+    elif stages is not None:
+        notes.append(f"`stages` ignored ({_brief(stages)})")
+
+
+def checked(doc: dict, run_id: str, rank: int) -> dict:
+    """The status.json document with every field the CLI reads checked for type and range.
+
+    A field that decides something (`state`; `exit_code` in a final status; `log_parts` and
+    `log_bytes`, which say how much of the log to read) that is wrong ends the run in `error`,
+    exit 65, naming the field: a job or a reader of the channel must not turn a failure into
+    success or make the CLI crash. A wrong informational field is dropped and named in the
+    IGNORED notes; unknown fields are dropped."""
+    where = f"node {rank}'s status.json"
+    state = doc.get("state")
+    if not isinstance(state, str) or state not in STATES:
+        return refused_field(run_id, rank, f"`state` is {_brief(state)}, not one of {', '.join(STATES)}")
+    for name in ("log_parts", "log_bytes"):
+        value = doc.get(name)
+        if value is not None and not (_number(value, 0, COUNT_MAX) and isinstance(value, int)):
+            return refused_field(run_id, rank, f"`{name}` is {_brief(value)}, not a count from 0 to {COUNT_MAX}")
+    out: dict = {"run_id": run_id, "rank": rank, "state": state}
+    for name in ("log_parts", "log_bytes"):
+        if doc.get(name) is not None:
+            out[name] = doc[name]
+    if state in FINAL_STATES:
+        if problem := _exit_problem(state, doc.get("exit_code")):
+            return refused_field(run_id, rank, problem)
+        out["exit_code"] = doc.get("exit_code")
+    notes: list[str] = []
+    _informational(doc, out, notes)
+    if notes:
+        out[IGNORED] = [f"{where}: {note}" for note in notes]
+    return out
+
+
+def refused_field(run_id: str, rank: int, why: str) -> dict[str, object]:
+    """The final status that stands in for a status.json with a field the CLI refuses to read."""
+    return {
+        "run_id": run_id,
+        "rank": rank,
+        "state": "error",
+        "exit_code": REFUSED_EXIT,
+        "stage": "done",
+        "message": f"node {rank}'s status.json was refused: {why}; the run was stopped",
+    }

@@ -32,7 +32,8 @@ from gpucloud.providers import registry as providers
 
 app = typer.Typer(
     name="gpucloud",
-    help="Run a declarative GPU training job on a cloud (AWS, Azure) or this machine, then tear everything down.",
+    help="Run a declarative GPU training job on a cloud (AWS, Azure), your own machines over SSH, a Slurm "
+    "cluster or this machine, then tear everything down.",
     no_args_is_help=True,
     add_completion=True,
     context_settings={"help_option_names": ["-h", "--help"]},

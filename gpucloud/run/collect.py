@@ -18,6 +18,7 @@ from typing import Any
 from gpucloud.errors import GpucloudError, UserError
 from gpucloud.state.store import Journal, RunRecord, Store, home_dir
 from gpucloud.ui.prose import to_stderr
+from gpucloud.ui.untrusted import shown
 
 RESULTS_DIR = "gpucloud-runs"
 
@@ -67,7 +68,7 @@ def _final_statuses(run: RunRecord) -> list[dict | None]:
         )
     statuses = [channel.read_status(run.id, r) for r in range(run.num_nodes)]
     if not all(is_final(st) for st in statuses):
-        stage = next((st.get("stage") for st in statuses if st and st.get("stage")), None)
+        stage = next((shown(st.get("stage")) for st in statuses if st and st.get("stage")), None)
         raise NotFinished(
             f"run {run.id} has not finished yet" + (f" (stage {stage})" if stage else "") + ".",
             hint=f"`gpucloud logs {run.id} --follow` waits for it; collect afterwards.",
@@ -103,8 +104,8 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
         if out is not None:  # plain JSON values: the folder as a string, counts, one line per refused member
             got.append({"node": rank, "directory": str(out.dest), "files": out.files, "refused": list(out.warnings)})
             refused += [f"node {rank}: {w}" if run.num_nodes > 1 else w for w in out.warnings]
-    for line in refused:
-        to_stderr(f"warning: {line}")
+    for line in refused:  # a member's name is the archive's: fenced
+        to_stderr(f"warning: {shown(line)}")
     status, code, message = outcome(statuses)
     store.set_phases(run.id, vm_phases(statuses))
     store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)

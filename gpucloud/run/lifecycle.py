@@ -335,6 +335,7 @@ class _Run:
         if self.mirror is None:
             self.mirror = LogMirror(self.home, self.run_id, n)
         shown: dict[str, str] = {}  # stage -> "start" | "end"
+        noted: set[str] = set()  # status fields already named as ignored
         booted_at, last_state_check = time.time(), 0.0
         first_final_at: float | None = None
         seen: list[float | None] = [None] * n  # when this CLI first saw each node's final status
@@ -345,6 +346,9 @@ class _Run:
             self.delivery.follow(launch, self.progress.warn)
             self._pump_logs()
             self._show_stages(obs.statuses, shown)
+            for note in sorted(set(obs.notes) - noted):
+                noted.add(note)
+                self.progress.warn(note)
             # Someone ran `gpucloud down` on this run from another terminal (it marks the run
             # before it kills anything, so the nodes' "stopped by a signal" status is not the outcome).
             rec = self.store.get_run(self.run_id)

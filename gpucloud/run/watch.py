@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpucloud.channel.trust import IGNORED
+from gpucloud.ui.untrusted import shown
 from gpucloud.vm import protocol
 
 if TYPE_CHECKING:
@@ -21,6 +23,7 @@ VM_FINAL_STATES = protocol.FINAL_STATES
 PREEMPTED_EXIT = 75  # a run that ended preempted with no restart left: temporary, try again (docs/SPOT.md)
 STALE_HEARTBEATS = 3  # a node is suspect after this many missed heartbeats
 DEAD_NODE_STATES = ("gone", "stopping")
+REFUSED_EXIT = 65  # EX_DATAERR: the node's exit code is not one a process can have (README, exit codes)
 
 
 def is_final(st: dict | None) -> bool:
@@ -47,6 +50,11 @@ class Observation:
     @property
     def all_final(self) -> bool:
         return bool(self.statuses) and all(self.finals)
+
+    @property
+    def notes(self) -> list[str]:
+        """Fields the nodes' statuses carried that the CLI dropped (channel_trust.checked), fenced."""
+        return [shown(n) for st in self.statuses if st for n in st.get(IGNORED) or [] if isinstance(n, str)]
 
     def stage(self, ranks: list[int] | None = None) -> str | None:
         """The first stage any of `ranks` (default: every node) reported."""
@@ -112,6 +120,11 @@ def _end_time(st: dict | None) -> float:
     return float(beat) if isinstance(beat, (int, float)) else float("inf")
 
 
+def _exit_byte(code: object) -> bool:
+    """A process's exit status: an int (not a bool) from 0 to 255; anything else would wrap or lie."""
+    return isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255
+
+
 def outcome(statuses: list[dict | None], seen: list[float | None] | None = None) -> tuple[str, int, str]:
     """(run status, exit code, message) from the nodes' final status.json documents.
 
@@ -123,7 +136,7 @@ def outcome(statuses: list[dict | None], seen: list[float | None] | None = None)
     seen = list(seen or []) + [None] * (n - len(seen or []))
     states = [(st or {}).get("state") for st in statuses]
     codes = [(st or {}).get("exit_code") for st in statuses]
-    messages = [str((st or {}).get("message") or "") for st in statuses]
+    messages = [shown((st or {}).get("message") or "") for st in statuses]  # the job or node wrote it
     if "preempted" in states:
         rank = states.index("preempted")
         where = f"node {rank} " if n > 1 else ""
@@ -135,10 +148,12 @@ def outcome(statuses: list[dict | None], seen: list[float | None] | None = None)
         inf = float("inf")
         rank = min(bad, key=lambda r: (_end_time(statuses[r]), seen[r] if seen[r] is not None else inf, r != 0, r))
         state, code, message = states[rank], codes[rank], messages[rank]
-        if state == "failed":
-            status, code = "failed", code if isinstance(code, int) and code != 0 else 1
-        else:
-            status, code = "error", code if isinstance(code, int) and code != 0 else 70
+        status = "failed" if state == "failed" else "error"
+        if code is not None and not _exit_byte(code):
+            status, message = "error", f"node {rank} reported exit code {shown(repr(code), limit=40)}, not 0 to 255"
+            code = REFUSED_EXIT
+        elif not code:
+            code = 1 if state == "failed" else 70
         if n > 1:
             first = " first" if any(states[r] != "succeeded" for r in range(n) if r != rank) else ""
             message = f"node {rank} failed{first}: {message or f'exit code {code}'}"

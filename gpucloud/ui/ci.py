@@ -17,6 +17,7 @@ outputs; `python -m gpucloud.ui.ci plan-summary PLAN.json` prints a plan as mark
 from __future__ import annotations
 
 import atexit
+import codecs
 import json
 import os
 import re
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from gpucloud.errors import error_kind
+from gpucloud.ui.untrusted import shown_stream
 
 GITHUB = "github"
 GITLAB = "gitlab"
@@ -93,10 +95,15 @@ class LogFence:
     def __init__(self, stream: BinaryIO, env: Mapping[str, str] | None = None) -> None:
         self.stream = stream
         self.enabled = detect(env) == GITHUB
+        self.clean = detect(env) is not None  # in any CI log the job's escapes are made visible
         self.token: str | None = None
         self._at_line_start = True
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._cr = False  # the last piece ended with a CR: a LF that starts the next one ends the same line
 
     def write(self, data: bytes) -> None:
+        if self.clean:
+            data = self._cleaned(data)
         if not data:
             return
         if self.enabled and self.token is None:
@@ -104,6 +111,16 @@ class LogFence:
             self._raw(f"::stop-commands::{self.token}\n".encode(), marker=True)
             _fences.append(self)
         self._raw(data)
+
+    def _cleaned(self, data: bytes) -> bytes:
+        """The job's bytes with escape sequences and other controls shown as `\\xNN` (a terminal
+        escape could retitle, hide or rewrite what the CI log shows); a CR ends a line, as the
+        runner reads it, so a progress bar's updates are lines of their own."""
+        text = self._decoder.decode(data)
+        if self._cr and text.startswith("\n"):
+            text = text[1:]
+        self._cr = text.endswith("\r")
+        return shown_stream(text.replace("\r\n", "\n").replace("\r", "\n")).encode()
 
     def flush(self) -> None:
         self.stream.flush()

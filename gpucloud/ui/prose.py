@@ -17,6 +17,9 @@ CONTINUATION = "  "  # a wrapped line continues under its first line, two spaces
 VERBATIM_INDENT = "    "  # a line indented this far is a command or code: printed as it is
 _CODE_SPAN = re.compile(r"`[^`\n]+`")
 _GLUE = "\x00"  # stands for a space inside a code span while wrapping: textwrap never breaks at it
+# Blanks before `::`: a wrapped line that began with them would be a GitHub workflow command (the
+# runner trims leading blanks before it looks for `::`), so a line never breaks there.
+_BEFORE_COMMAND = re.compile(r"[ \t]+(?=::)")
 
 
 def _width(stream: TextIO) -> int:
@@ -46,8 +49,9 @@ def fill(text: str, width: int, *, continuation: str | None = None) -> str:
     spaces (an "  - item" line continues under its item). Words longer than the width stay whole,
     so do `code spans` (a command in backticks is copied as one), and a line indented by
     VERBATIM_INDENT or more (a command, as in Markdown) is never wrapped: a shell command split over
-    two lines would not run. `continuation` replaces the continuation indent (a progress line
-    continues under its message, after the time stamp)."""
+    two lines would not run. No wrapped line starts with `::` (a workflow command under GitHub
+    Actions): blanks before `::` are not break points. `continuation` replaces the continuation
+    indent (a progress line continues under its message, after the time stamp)."""
     out = []
     for line in text.splitlines() or [""]:
         indent = line[: len(line) - len(line.lstrip(" "))]
@@ -55,6 +59,7 @@ def fill(text: str, width: int, *, continuation: str | None = None) -> str:
             out.append(line)
             continue
         glued = _CODE_SPAN.sub(lambda m: m[0].replace(" ", _GLUE), line)
+        glued = _BEFORE_COMMAND.sub(lambda m: _GLUE * len(m[0]), glued)
         wrapped = textwrap.fill(
             glued,
             width=width,

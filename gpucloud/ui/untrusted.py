@@ -50,3 +50,13 @@ def shown_lines(text: str, *, limit: int = MAX_SHOWN * 16) -> str:
     lines = text[:limit].split("\n")
     out = "\n".join(shown(line, limit=limit) for line in lines)
     return out + (f"... ({len(text) - limit} more characters)" if len(text) > limit else "")
+
+
+_STREAM_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+
+
+def shown_stream(text: str) -> str:
+    """A piece of a job's output for a CI log, as it arrives (a piece may end mid-line): every
+    control character but newline and tab made visible, nothing cut. Workflow commands are left to
+    the log's fence (`ui/ci.py` LogFence), which keeps the job's own lines as it wrote them."""
+    return _STREAM_CONTROL.sub(_visible, text)

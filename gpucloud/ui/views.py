@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from gpucloud.ui.progress import fmt_seconds
 from gpucloud.ui.prose import fill, output_width, to_stderr
 from gpucloud.ui.table import Table
+from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
     from gpucloud.catalog.models import Offering
@@ -389,7 +390,7 @@ def print_runs(runs: list[RunRecord], now: float) -> None:
         table.add_row(
             r.id,
             r.status + exit_note + (" (detached)" if r.detached and not r.final else ""),
-            "-" if r.final else (r.phase or "-"),
+            "-" if r.final else shown(r.phase or "-"),
             fmt_seconds(r.elapsed(now)),
             f"${r.cost(now):.4f}",
             f"{r.cloud}/{r.region}\n{r.instance_type}" if r.cloud else "-",
@@ -404,7 +405,7 @@ def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[Resou
         f"status     {run.status}"
         + (f" (exit {run.exit_code})" if run.exit_code is not None else "")
         + (" (detached)" if run.detached and not run.final else ""),
-        f"phase      {'-' if run.final else (run.phase or '-')}",
+        f"phase      {'-' if run.final else shown(run.phase or '-')}",
         f"where      {run.cloud}/{run.region}/{run.instance_type} x {run.num_nodes} node(s)",
         f"elapsed    {fmt_seconds(run.elapsed(now))}",
         f"cost       ${run.cost(now):.4f} (${run.price_per_hour:.3f}/h per node)",
@@ -422,7 +423,7 @@ def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[Resou
     if run.artifacts_dir:
         lines.append(f"artifacts  {run.artifacts_dir}")
     if run.message:
-        lines.append(f"message    {run.message}")
+        lines.append(f"message    {shown(run.message)}")  # a node's or job's words, fenced
     if phases:
         lines.append("phases     " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in phases.items()))
         from gpucloud.ui.timeline import format_phases  # where the billed time went

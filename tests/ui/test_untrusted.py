@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from gpucloud.ui.untrusted import QUOTE, shown, shown_lines
+import io
+
+from gpucloud.ui.ci import LogFence
+from gpucloud.ui.prose import fill
+from gpucloud.ui.untrusted import QUOTE, shown, shown_lines, shown_stream
 
 
 def test_escape_sequences_and_controls_become_visible() -> None:
@@ -26,3 +30,32 @@ def test_long_text_is_cut_and_counted() -> None:
 
 def test_tabs_and_plain_text_unchanged() -> None:
     assert shown("epoch 1\tloss 0.25 – ü") == "epoch 1\tloss 0.25 – ü"
+
+
+def test_a_stream_piece_keeps_newlines_and_tabs_only() -> None:
+    assert shown_stream("a\tb\n\x1b]0;t\x07\x9bc") == "a\tb\n\\x1b]0;t\\x07\\x9bc"
+
+
+def test_a_wrapped_line_never_starts_with_a_workflow_command() -> None:
+    """A fenced message still holds `::` after a blank; wrapping must not move it to a line start."""
+    text = "run r: failed (exit 1): " + "word " * 30 + "::error::pwned " + "more " * 20 + "\t::add-mask::x"
+    for width in range(20, 90):
+        assert all(not line.lstrip().startswith("::") for line in fill(shown(text), width).split("\n"))
+
+
+def test_ci_log_fence_shows_escapes_and_ends_lines_at_cr() -> None:
+    out = io.BytesIO()
+    fence = LogFence(out, {"GITHUB_ACTIONS": "true"})
+    for piece in (b"a\x1b]0;own\x07 ok\r", b"\n::stop-commands::x\n::x::\n", b"\xc3", b"\xbc\x1b[2J\r50%\r100%\n"):
+        fence.write(piece)
+    fence.close()
+    lines = out.getvalue().decode().split("\n")
+    token = lines[0].removeprefix("::stop-commands::")
+    assert len(token) == 32 and lines[-2] == f"::{token}::"
+    assert lines[1:-2] == ["a\\x1b]0;own\\x07 ok", "::stop-commands::x", "::x::", "ü\\x1b[2J", "50%", "100%"]
+    gitlab = io.BytesIO()
+    LogFence(gitlab, {"GITLAB_CI": "true"}).write(b"\x1b[0Ksection_start:1:fake\r\n")
+    assert gitlab.getvalue() == b"\\x1b[0Ksection_start:1:fake\n"
+    plain = io.BytesIO()
+    LogFence(plain, {}).write(b"\x1b[31mred\r\n")  # outside CI the job's bytes pass untouched
+    assert plain.getvalue() == b"\x1b[31mred\r\n"
