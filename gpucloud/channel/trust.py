@@ -115,13 +115,17 @@ def signed_by(pub_b64: str, raw: bytes) -> bool:
 
 def untrusted(run_id: str, rank: int, why: str) -> dict[str, object]:
     """The final status that stands in for results the CLI will not take: the run ends in error."""
+    return _stand_in(run_id, rank, f"node {rank}'s results are not trusted: {why}; the run was stopped")
+
+
+def _stand_in(run_id: str, rank: int, message: str) -> dict[str, object]:
     return {
         "run_id": run_id,
         "rank": rank,
         "state": "error",
         "exit_code": REFUSED_EXIT,
         "stage": "done",
-        "message": f"node {rank}'s results are not trusted: {why}; the run was stopped",
+        "message": message,
     }
 
 
@@ -287,11 +291,4 @@ def checked(doc: dict, run_id: str, rank: int) -> dict:
 
 def refused_field(run_id: str, rank: int, why: str) -> dict[str, object]:
     """The final status that stands in for a status.json with a field the CLI refuses to read."""
-    return {
-        "run_id": run_id,
-        "rank": rank,
-        "state": "error",
-        "exit_code": REFUSED_EXIT,
-        "stage": "done",
-        "message": f"node {rank}'s status.json was refused: {why}; the run was stopped",
-    }
+    return _stand_in(run_id, rank, f"node {rank}'s status.json was refused: {why}; the run was stopped")
