@@ -19,7 +19,9 @@ from gpucloud.channel.store import agent_key
 from gpucloud.providers.registry import capabilities
 from gpucloud.spec.load import load_spec
 from gpucloud.vm.shim import SHIM_TARGET_BYTES, render_shim
+from tests.support.s3_front import S3Front
 from tests.vm.agent_support import RUN_ID, local_node
+from tests.vm.test_bootstrap import Vm, make_vm
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -160,3 +162,105 @@ def test_the_agent_runs_on_python_3_8(tmp_path: Path) -> None:
     doc = node.status()
     assert proc.returncode == 0 and doc is not None and doc["state"] == "succeeded", proc.stderr
     assert b"Python 3.8" in b"".join(node.channel.read_log_parts(RUN_ID, 0))
+
+
+# ---- a store that redirects or refuses (S3's global name: tests/support/s3_front.py) ----------------
+def _fronted(tmp: Path, front: S3Front, run: str = "mkdir -p out; echo 42 > out/x", max_duration: int = 600) -> Vm:
+    return make_vm(
+        tmp,
+        run=run,
+        artifacts=["out"],
+        deadline_s=max_duration,
+        max_duration=max_duration,
+        url_map=front.url_map,
+        stub_env={"GPUCLOUD_DEADLINE_GRACE": "3", "GPUCLOUD_VM_SANDBOX": str(tmp / "vm"), "TMPDIR": str(tmp)},
+    )
+
+
+def test_the_shim_retries_a_redirected_manifest_and_never_keeps_the_redirect(tmp_path: Path) -> None:
+    """A 307 answer (its body an S3 error document) is no manifest: fetched again until a 2xx."""
+    front = S3Front(tmp_path / "channel", redirects=2, only=lambda m, p: p.endswith("/manifest")).start()
+    try:
+        vm = _fronted(tmp_path, front).run(timeout=60)
+    finally:
+        front.stop()
+    assert vm.rc == 0, vm.stderr
+    assert front.codes("/manifest")[:3] == [307, 307, 200]
+    assert "gpucloud: manifest: HTTP 307 (curl 0)" in vm.stderr
+    assert vm.status()["state"] == "succeeded"
+
+
+def test_a_node_whose_puts_get_307_retries_until_every_object_lands(tmp_path: Path) -> None:
+    """Status, log parts and artifacts: each PUT answered 307 twice lands on a later try."""
+    front = S3Front(tmp_path / "channel", redirects=2, only=lambda m, p: m in ("PUT", "POST")).start()
+    try:
+        vm = _fronted(tmp_path, front, run="echo from-the-job; mkdir -p out; echo 42 > out/x").run(timeout=90)
+    finally:
+        front.stop()
+    assert vm.rc == 0, vm.stderr
+    doc = vm.status()
+    assert (doc["state"], doc["exit_code"]) == ("succeeded", 0)
+    assert "from-the-job" in vm.log()
+    got = vm.channel.download_artifacts(vm.run_id, 0, tmp_path / "got")
+    assert got is not None and (tmp_path / "got" / "out" / "x").read_text() == "42\n"
+    for end in ("/status.json", "/artifacts.tar.gz"):
+        assert front.codes(end)[:3] == [307, 307, 200], (end, front.codes(end))
+    assert "status.json: HTTP 307 (curl exit 0); not delivered" in vm.stderr
+
+
+@pytest.mark.parametrize("code", [307, 400])
+def test_a_node_that_only_gets_redirects_or_refusals_ends_by_its_deadline(tmp_path: Path, code: int) -> None:
+    """The manifest never arrives: the shim ends the machine at max_duration, the code on its console."""
+    front = S3Front(tmp_path / "channel", redirects=10**9, wrong_region=code == 400).start()
+    t0 = time.monotonic()
+    try:
+        vm = _fronted(tmp_path, front, max_duration=4).run(timeout=60)
+    finally:
+        front.stop()
+    took = time.monotonic() - t0
+    assert vm.rc == 1 and 4 <= took < 4 + 16 + 10, (vm.rc, took, vm.stderr)
+    assert f"gpucloud: manifest: HTTP {code} (curl 0)" in vm.stderr
+    assert set(front.codes()) == {code}
+    assert vm.channel.read_status(vm.run_id, 0) is None
+
+
+def test_an_agent_whose_puts_only_get_307_ends_by_its_deadline_saying_so(tmp_path: Path) -> None:
+    """Past the manifest every upload is redirected: the job is stopped at its deadline, nothing
+    counts as delivered, and the console names the code and the objects."""
+    front = S3Front(tmp_path / "channel", redirects=10**9, only=lambda m, p: m in ("PUT", "POST")).start()
+    t0 = time.monotonic()
+    try:
+        vm = _fronted(tmp_path, front, run="echo started; sleep 60", max_duration=4).run(timeout=90)
+    finally:
+        front.stop()
+    took = time.monotonic() - t0
+    # the watchdog stops the job at 4 s; the backstop ends the machine at 4 + 3 s of grace at the latest
+    assert vm.rc in (124, -signal.SIGKILL) and took < 4 + 3 + 10, (vm.rc, took, vm.stderr)
+    assert "max_duration passed" in vm.stderr
+    assert vm.channel.read_status(vm.run_id, 0) is None  # a redirect never counted as the status
+    assert "status.json: HTTP 307 (curl exit 0); not delivered" in vm.stderr
+    assert set(front.codes("/status.json")) == {307}
+
+
+def test_everything_the_agent_writes_is_private_to_its_user(tmp_path: Path) -> None:
+    """umask 077 from the agent's start: on a shared host no other user reads the node's key, its
+    manifest's grants, the code, the logs or the artifacts. What the shim itself unpacks (`agent/`,
+    before the agent starts) is the shim's."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "code.py").write_text("print('hi')\n")
+    node = local_node(tmp_path, run="mkdir -p out; echo 42 > out/x; python3 code.py", artifacts=["out"])
+    old = os.umask(0o022)  # the usual umask of a login: the agent must not keep it
+    try:
+        proc = node.run()
+    finally:
+        os.umask(old)
+    assert proc.returncode == 0, proc.stderr
+    shim_own = {node.vm_dir / "agent", node.vm_dir / "agent.tar.gz"}
+    seen, open_to_others = 0, []
+    for path in node.vm_dir.rglob("*"):
+        if any(p in shim_own for p in (path, *path.parents)) or path.is_symlink():
+            continue
+        seen += 1
+        if path.stat().st_mode & 0o077:
+            open_to_others.append(f"{path.relative_to(node.vm_dir)} {oct(path.stat().st_mode & 0o777)}")
+    assert seen > 10 and open_to_others == [], open_to_others

@@ -23,14 +23,23 @@ def s3_client(region: str | None = None) -> Any:
     return shared_session().client("s3", region_name=region, config=client_config("s3", signature_version="s3v4"))
 
 
+def _region_header(response: dict[str, Any]) -> str:
+    return str(response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("x-amz-bucket-region") or "")
+
+
 def bucket_region(bucket: str, where: str) -> str:
-    """The bucket's region (presigned URLs must be signed for it); UserError naming it when absent."""
+    """The bucket's region (presigned URLs must be signed for it and name its regional host);
+    UserError naming it when absent. Asked of a real region's endpoint (a region-less client is
+    "aws-global", which has no FIPS form); S3 names the region in a redirect or refusal too."""
     from botocore.exceptions import BotoCoreError, ClientError
 
+    home = shared_session().region_name or "us-east-1"
     try:
-        head = s3_client().head_bucket(Bucket=bucket)
+        head = s3_client(home).head_bucket(Bucket=bucket)
     except ClientError as exc:
         code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code in ("301", "307", "400", "PermanentRedirect") and _region_header(exc.response):
+            return _region_header(exc.response)
         if code in ("404", "NoSuchBucket", "NotFound"):
             raise UserError(
                 f"{where}: S3 bucket '{bucket}' does not exist (or is not visible to these credentials).",
@@ -42,8 +51,7 @@ def bucket_region(bucket: str, where: str) -> str:
         ) from None
     except BotoCoreError as exc:
         raise UserError(f"{where}: cannot reach S3 for bucket '{bucket}': {exc}.") from None
-    headers = head.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-    return str(headers.get("x-amz-bucket-region") or shared_session().region_name or "us-east-1")
+    return _region_header(head) or home
 
 
 def list_input(bucket: str, prefix: str, where: str) -> tuple[str, list[tuple[str, int, str]]]:

@@ -83,10 +83,20 @@ def federation_token(bucket: str, prefix: str, region: str, seconds: int, run_id
 
 
 def endpoint(region: str) -> str:
-    """The S3 endpoint the caller's own calls use, when it is not AWS's (AWS_ENDPOINT_URL, a
-    profile's endpoint): the node must talk to the same store; "" for AWS itself."""
-    url = str(s3_client(region).meta.endpoint_url or "")
-    return "" if url.endswith(".amazonaws.com") or ".amazonaws.com." in url else url
+    """The S3 endpoint the caller's own calls use when it is not the region's plain one: another
+    store (AWS_ENDPOINT_URL, a profile's endpoint), or the dual-stack / FIPS form the user chose;
+    the node must talk to the same. "" for `s3.<region>.amazonaws.com`, which rclone's AWS provider
+    addresses itself (virtual-hosted, regional)."""
+    url = str(s3_client(region).meta.endpoint_url or "").rstrip("/")
+    return "" if url == f"https://s3.{region}.amazonaws.com" else url
+
+
+def is_aws(url: str) -> bool:
+    """An AWS S3 endpoint (its dual-stack and FIPS forms too), not another store's."""
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    return host.endswith(".amazonaws.com") or host.endswith(".amazonaws.com.cn")
 
 
 def check_mount(bucket: str, prefix: str, where: str) -> str:
@@ -113,7 +123,7 @@ def mount_grant(bucket: str, prefix: str, region: str, run_id: str, expires: dat
     url = endpoint(region)
     return {
         "type": "s3",
-        "provider": "Other" if url else "AWS",  # rclone: AWS itself (virtual-hosted), else path style at `url`
+        "provider": "Other" if url and not is_aws(url) else "AWS",  # rclone: path style at `url` when set
         "bucket": bucket,
         "prefix": folder(prefix),
         "region": region,

@@ -26,6 +26,13 @@ CONNECT_ATTEMPTS = 2  # gpucloud's tries of a call that could not connect at all
 # STS GetCallerIdentity (the channel's account) is the first call of every run and answers in
 # milliseconds: an endpoint that accepts connections but never answers is found out by it sooner.
 PROBE_SERVICES = {"sts": 4.0}  # service -> read timeout (s)
+# Every S3 client: the bucket's regional virtual-hosted name, `<bucket>.s3.<region>.amazonaws.com`
+# (us-east-1 included), in requests and presigned URLs alike. botocore's default presigns the legacy
+# global name, which answers 307 for hours after a bucket is made outside us-east-1 and 400 in every
+# region launched after 2019-03-20 (docs/PROVIDERS.md, "S3 endpoints"). Dual-stack and FIPS stay
+# the user's choice (AWS_USE_DUALSTACK_ENDPOINT / AWS_USE_FIPS_ENDPOINT, or the config file: botocore
+# reads them itself); an endpoint URL (AWS_ENDPOINT_URL_S3, a local store) keeps path style on it.
+S3_ADDRESSING = {"addressing_style": "virtual", "us_east_1_regional_endpoint": "regional"}
 
 _SHARED_LOCK = threading.RLock()
 _SESSION: Any = None
@@ -37,9 +44,11 @@ _CHANNELS: dict[tuple[int, str], Any] = {}  # (id(session), region) -> S3Channel
 
 def client_config(service: str = "", **extra: Any) -> Any:
     """The botocore Config of every gpucloud client: standard retries and short timeouts (shorter
-    still for the identity probe, PROBE_SERVICES)."""
+    still for the identity probe, PROBE_SERVICES); S3 clients address the bucket's region."""
     from botocore.config import Config
 
+    if service == "s3":
+        extra.setdefault("s3", dict(S3_ADDRESSING))
     return Config(
         retries={"mode": "standard", "total_max_attempts": BOTOCORE_ATTEMPTS},
         connect_timeout=CONNECT_TIMEOUT_S,

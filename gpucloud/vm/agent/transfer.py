@@ -5,19 +5,46 @@ in unit tests.
 Every call is bounded: `--connect-timeout 10`, `--max-time`, and `--retry 2 --retry-connrefused`
 (Ubuntu 20.04's curl 7.68 lacks --retry-all-errors). `hard=True` tries 4 times more, for the final
 status, the last log part and the artifacts. Stdlib only, Python >= 3.8 syntax.
+
+Only a 2xx answer is a delivery. `curl -f` fails on >= 400 alone, and S3 answers 307 on a bucket's
+global name for hours after it is made: a redirect's body is not the object and its PUT did not
+land. So every HTTP call reads the status code (`-w %{http_code}`, the last 3 bytes of stdout) and
+counts anything else as a failure to retry; redirects are never followed (a presigned URL is signed
+for its host). Each kind of refusal is written once to stderr, the machine's console log: the method,
+the object (host and path, never the signature) and the code.
 """
 
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Set, Tuple
+from urllib.parse import urlsplit
 
 from gpucloud.vm.protocol import AZURE_STORAGE_VERSION
 
 CURL_BOUNDS = ("--connect-timeout", "10", "--retry", "2", "--retry-delay", "1", "--retry-connrefused")
 HARD_TRIES = 4
+CODE = ("-w", "%{http_code}")  # written after the body: stdout's last 3 bytes ("000": no HTTP answer)
+REPORTS_MAX = 100  # distinct refusals written to stderr, at most
+
+
+def delivered(url: str, rc: int, code: bytes) -> bool:
+    """curl's exit 0 and, over HTTP(S), a 2xx answer (file:// has no code: "000")."""
+    if rc != 0:
+        return False
+    if url.startswith(("http://", "https://")):
+        return code[:1] == b"2" and len(code) == 3
+    return True
+
+
+def what(url: str) -> str:
+    """The object a URL names, for a message: host and path, never the query (the signature)."""
+    parts = urlsplit(url)
+    text = (parts.netloc.rsplit("@", 1)[-1] + parts.path) if parts.netloc else parts.path
+    return "".join(c if c.isprintable() else "?" for c in text)[:300]
 
 
 class Transfer:
@@ -28,6 +55,8 @@ class Transfer:
         self._sleep = sleep or (lambda s: None)
         self._procs: Set[subprocess.Popen] = set()
         self._lock = threading.Lock()
+        self._reported: Set[Tuple[str, str, str]] = set()
+        self.last_refusal = ""  # the latest non-delivery, as written to stderr
 
     # ---- plumbing ------------------------------------------------------------------------------
     def _curl(self, args: Sequence[str], max_time: float, capture: bool = False) -> Tuple[int, bytes]:
@@ -50,6 +79,35 @@ class Transfer:
             with self._lock:
                 self._procs.discard(proc)
         return proc.returncode, out if capture else b""
+
+    def _checked(
+        self, method: str, url: str, args: Sequence[str], max_time: float, name: str = "", quiet: Sequence[bytes] = ()
+    ) -> Tuple[Optional[bytes], bytes]:
+        """One request that counts as done only on a 2xx: (stdout, the body when not sent to a file,
+        or None; the HTTP code). Codes in `quiet` are ordinary answers (an object not there yet: 404)."""
+        rc, out = self._curl([*args, *CODE, url], max_time, capture=True)
+        body, code = out[:-3], out[-3:]
+        if delivered(url, rc, code):
+            return body, code
+        if code not in quiet:
+            self._report(method, name or what(url), code.decode("ascii", "replace"), rc)
+        return None, code
+
+    def _report(self, method: str, obj: str, code: str, rc: int) -> None:
+        """Once per method, object and answer: the console log says why nothing was delivered."""
+        why = f"HTTP {code}" if code not in ("", "000") else "no HTTP answer"
+        line = f"gpucloud: {method} {obj}: {why} (curl exit {rc}); not delivered, only a 2xx is"
+        with self._lock:
+            self.last_refusal = line
+            key = (method, obj, code if code != "000" else str(rc))
+            if key in self._reported or len(self._reported) >= REPORTS_MAX:
+                return
+            self._reported.add(key)
+        try:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
 
     def _hard(self, attempt: Callable[[], bool], hard: bool) -> bool:
         if attempt():
@@ -78,15 +136,27 @@ class Transfer:
         if not url:
             return None
         extra = ["--max-filesize", str(limit)] if limit else []
-        rc, out = self._curl(["-f", *extra, url], max_time, capture=True)
-        return out if rc == 0 else None
+        return self._checked("GET", url, ["-f", *extra], max_time, quiet=(b"404",))[0]
 
     def get_file(self, url: str, dest: Path, *, max_time: float = 1800, retries: int = 0) -> bool:
         if not url:
             return False
+        """A redirect (S3's 307 while a bucket's name is young) is tried again like a hard call: it
+        says the object is there, on another host this URL is not signed for."""
         extra = ["--retry", str(retries)] if retries else []
-        rc, _ = self._curl(["-f", *extra, "-o", str(dest), url], max_time)
-        return rc == 0
+        for i in range(HARD_TRIES + 1):
+            if i:
+                self._sleep(i)
+            body, code = self._checked("GET", url, ["-f", *extra, "-o", str(dest)], max_time)
+            if body is not None:
+                return True
+            try:  # a redirect's body is not the object
+                Path(dest).unlink()
+            except OSError:
+                pass
+            if code[:1] != b"3":
+                return False
+        return False
 
     def put_file(self, url: str, path: Path, *, max_time: float = 30, hard: bool = False) -> bool:
         if not url:
@@ -96,7 +166,9 @@ class Transfer:
             headers += ["-H", h]
 
         def once() -> bool:
-            return self._curl(["-f", "-T", str(path), *headers, url], max_time)[0] == 0
+            return (
+                self._checked("PUT", url, ["-f", "-o", "/dev/null", "-T", str(path), *headers], max_time)[0] is not None
+            )
 
         return self._hard(once, hard)
 
@@ -117,7 +189,8 @@ class Transfer:
         form += ["--form-string", f"key={key}", "-F", f"file=@{path}"]
 
         def once() -> bool:
-            return self._curl(["-f", "-o", "/dev/null", *form, url], max_time)[0] == 0
+            sent = self._checked("POST", url, ["-f", "-o", "/dev/null", *form], max_time, name=f"{what(url)} key {key}")
+            return sent[0] is not None
 
         return self._hard(once, hard)
 
@@ -144,7 +217,11 @@ class Transfer:
                 max_time,
                 capture=True,
             )
-            return out.strip() in (b"201", b"412") if offset is not None else out.strip() == b"201"
+            code = out.strip()
+            if code in ((b"201", b"412") if offset is not None else (b"201",)):
+                return True
+            self._report("PUT", what(url) + " appendblock", code.decode("ascii", "replace"), rc)
+            return False
 
         return self._hard(once, hard)
 
@@ -153,5 +230,5 @@ class Transfer:
         args = ["-f", "-X", method]
         for h in headers:
             args += ["-H", h]
-        rc, out = self._curl([*args, url], max_time, capture=True)
-        return out if rc == 0 else None
+        rc, out = self._curl([*args, *CODE, url], max_time, capture=True)  # metadata: no console line
+        return out[:-3] if delivered(url, rc, out[-3:]) else None
