@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.channel.store import agent_key
+from gpucloud.channel.store import agent_key, node_prefix
 from gpucloud.providers.registry import capabilities
 from gpucloud.spec.load import load_spec
 from gpucloud.vm.shim import SHIM_TARGET_BYTES, render_shim
@@ -92,7 +92,8 @@ def test_a_run_succeeds_signed_with_its_log_and_artifacts(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     doc = node.status()
     assert doc is not None and (doc["state"], doc["exit_code"]) == ("succeeded", 0)
-    assert "sig" in doc and doc["log_bytes"] > 0
+    raw = node.channel.get_bytes(f"{node_prefix(RUN_ID, 0)}/status.json") or b""
+    assert b',"sig":"' in raw and doc["log_bytes"] > 0  # read_status takes it only signed (and drops the sig)
     log = b"".join(node.channel.read_log_parts(RUN_ID, 0))
     assert b"hi from the code" in log and b"setup ran" in log and b"artifact missing.txt not found" in log
     result = node.channel.download_artifacts(RUN_ID, 0, tmp_path / "got")

@@ -9,13 +9,14 @@ Stdlib only, Python >= 3.8 syntax.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
 from pathlib import Path
 from typing import List
 
-from gpucloud.vm.agent import container
+from gpucloud.vm.agent import container, private
 from gpucloud.vm.agent.agent import Agent
 from gpucloud.vm.agent.config import JobConfig
 from gpucloud.vm.agent.ending import AgentExit, EndedElsewhere, StandDown
@@ -118,6 +119,9 @@ def _report_here(agent: Agent) -> bool:
 
 
 def main(argv: List[str]) -> int:
+    # On a shared SSH host or Slurm cluster, the node's folder (its key, the manifest's grants, the
+    # code, inputs, logs, artifacts) must not be readable by the host's other users.
+    os.umask(private.UMASK)
     if len(argv) < 3 or argv[0] not in ("run", "resume", "backstop"):
         sys.stderr.write("usage: python3 -m gpucloud.vm.agent run|resume|backstop W CONFIG [MANIFEST_URL [RANK]]\n")
         return 2

@@ -33,6 +33,7 @@ from gpucloud.vm.agent.guard import Guard
 from gpucloud.vm.agent.heartbeat import Heartbeat
 from gpucloud.vm.agent.hooks import Hooks, hooks_for
 from gpucloud.vm.agent.logpump import LogPump
+from gpucloud.vm.agent.private import private_tree
 from gpucloud.vm.agent.runner import Runner
 from gpucloud.vm.agent.safe_extract import Refused, safe_untar
 from gpucloud.vm.agent.stage_api import StageEnv, StageFailed
@@ -520,6 +521,7 @@ class Agent(GpuWatching, JobSteps):
                 safe_untar(archive, self.job_dir, links=True)
             except Refused as exc:
                 self.fail(f"could not unpack the code: {exc}")
+            private_tree(self.job_dir)  # the members' modes (0644/0755) are set past the umask
         if self.checkpoints is not None:
             if not self.checkpoints.has_urls():
                 self.fail("the manifest has no checkpoint URLs")

@@ -13,6 +13,7 @@ from typing import Callable, Optional, Tuple
 
 from gpucloud.vm import protocol
 from gpucloud.vm.agent.artifacts import sha256_file
+from gpucloud.vm.agent.private import private_tree
 from gpucloud.vm.agent.safe_extract import Refused, safe_untar
 from gpucloud.vm.agent.status import write_atomic
 from gpucloud.vm.agent.transfer import Transfer
@@ -135,6 +136,7 @@ class Checkpoints:
             except Refused as exc:
                 self.log(f"checkpoint {rec.seq} not restored: {exc}")
                 continue
+            private_tree(self.folder)  # the members' modes are set past the umask
             self._set_state(slot, rec.seq)
             self.signature = folder_signature(self.folder)
             self.log(f"checkpoint {rec.seq} restored into {self.folder.name} ({rec.size} bytes)")
