@@ -71,6 +71,7 @@ def handles_errors(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from gpucloud.errors import GpucloudError
+        from gpucloud.state.guard import no_space
         from gpucloud.ui import jsonout
 
         json_out = bool(kwargs.get("json_out"))
@@ -103,6 +104,8 @@ def handles_errors(fn: F) -> F:
         except (typer.Exit, typer.Abort, SystemExit):
             raise
         except Exception as exc:  # a bug: say so in one line, keep the traceback for GPUCLOUD_DEBUG
+            if (full := no_space(exc)) is not None:  # a full disk is not a bug: exit 74, where to free space
+                raise fail(full, full.exit_code, f"error: {full.render()}") from None
             if os.environ.get("GPUCLOUD_DEBUG"):
                 raise
             raise fail(
