@@ -71,7 +71,6 @@ def handles_errors(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from gpucloud.errors import GpucloudError
-        from gpucloud.state.guard import no_space
         from gpucloud.ui import jsonout
 
         json_out = bool(kwargs.get("json_out"))
@@ -104,15 +103,14 @@ def handles_errors(fn: F) -> F:
         except (typer.Exit, typer.Abort, SystemExit):
             raise
         except Exception as exc:  # a bug: say so in one line, keep the traceback for GPUCLOUD_DEBUG
+            from gpucloud.state.guard import no_space
+
             if (full := no_space(exc)) is not None:  # a full disk is not a bug: exit 74, where to free space
                 raise fail(full, full.exit_code, f"error: {full.render()}") from None
             if os.environ.get("GPUCLOUD_DEBUG"):
                 raise
-            raise fail(
-                exc,
-                70,
-                f"internal error: {type(exc).__name__}: {exc} (GPUCLOUD_DEBUG=1 shows the traceback; please report it)",
-            ) from None
+            why = f"{type(exc).__name__}: {exc} (GPUCLOUD_DEBUG=1 shows the traceback; please report it)"
+            raise fail(exc, 70, f"internal error: {why}") from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -23,6 +23,7 @@ from gpucloud.run.log import LogMirror
 from gpucloud.run.result import RunResult, new_run_id
 from gpucloud.run.secrets import SecretDelivery
 from gpucloud.run.watch import observe, outcome, stage_order, stale, vm_phases
+from gpucloud.state.guard import no_space
 from gpucloud.state.store import FINAL_STATUSES, Journal, Store, home_dir
 from gpucloud.ui import views
 from gpucloud.ui.progress import Progress
@@ -286,7 +287,10 @@ class _Run:
             status, code, message = ("error", exc.exit_code, exc.message)
             raise
         except Exception as exc:
+            full = no_space(exc)  # a full disk is exit 74 with where to free space (state/guard.py), not a bug
             status, code, message = "error", 70, f"{type(exc).__name__}: {exc}"
+            if full is not None:
+                code, message = full.exit_code, full.message
             raise
         finally:
             if not keep_running:

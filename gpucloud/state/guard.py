@@ -9,6 +9,7 @@ cannot be read; `gpucloud gc` then sweeps by the clouds' expiry tags.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shlex
@@ -76,6 +77,77 @@ def describe_sqlite_error(exc: BaseException) -> str:
     if "readonly" in text or "read-only" in text:
         return "it is read-only"
     return f"SQLite says: {text}"
+
+
+SQLITE_IOERR, SQLITE_FULL = 10, 13  # primary result codes (an extended code keeps them in its low byte)
+NEARLY_FULL = 1 << 20  # bytes free under which SQLite's "disk I/O error" is read as a full disk
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _free_bytes(path: Path) -> int | None:
+    """Bytes an unprivileged writer may still use on the file system that holds `path` (or its
+    nearest existing folder), None when it cannot be asked."""
+    for folder in (path, *path.parents):
+        try:
+            st = os.statvfs(folder)
+        except OSError:
+            continue
+        return st.f_bavail * st.f_frsize
+    return None
+
+
+def _mount_of(path: Path) -> str:
+    """`<mount point>` (`<device>`) holding `path`, from /proc/self/mounts where there is one."""
+    folder = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
+    mount = folder.resolve()
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as fh:
+            devices = {line.split()[1]: line.split()[0] for line in fh if len(line.split()) > 1}
+    except OSError:
+        devices = {}
+    device = devices.get(str(mount))
+    return f"{mount} ({device})" if device else str(mount)
+
+
+def no_space(exc: BaseException, path: Path | None = None) -> StoreError | None:
+    """A full disk (SQLite's SQLITE_FULL, its I/O error on a disk with almost nothing free, or an
+    OSError ENOSPC/EDQUOT) as its own error, or None: it is not damage, and moving the store aside
+    (the fix for damage) would not help. Exit 74 (EX_IOERR) all the same."""
+    where = Path(path) if path is not None else None
+    if isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS:
+        where = Path(os.fsdecode(exc.filename)) if exc.filename else where
+    elif isinstance(exc, sqlite3.Error) and where is not None:
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        full = code == SQLITE_FULL or "disk is full" in str(exc)
+        if not full and (code == SQLITE_IOERR or "disk I/O error" in str(exc)):
+            free = _free_bytes(where)
+            full = free is not None and free < NEARLY_FULL
+        if not full:
+            return None
+    else:
+        return None
+    if where is None:
+        return None
+    free = _free_bytes(where)
+    mount = _mount_of(where)
+    return StoreError(
+        f"No space left on {mount}, which holds {where}"
+        + (f" ({free // 1024} KiB free)" if free is not None else "")
+        + ": gpucloud could not write there.",
+        path=where,
+        hint=f"Free space on {mount.split(' ')[0]} (`df -h {shlex.quote(str(where.parent))}` shows it), or set "
+        "GPUCLOUD_HOME to a folder on another disk, then run the command again. Nothing is damaged: do "
+        "not move the state store aside. Machines still running are not lost: they end at their "
+        "max_duration, `gpucloud down RUN` ends one sooner once there is room, and `gpucloud gc` "
+        "sweeps by the clouds' tags.",
+    )
+
+
+def sqlite_store_error(path: Path, exc: BaseException) -> StoreError:
+    """The StoreError for an SQLite error on the store: a full disk, or the store's damage."""
+    return no_space(exc, path) or store_error(path, describe_sqlite_error(exc))
 
 
 LOCK_WAIT_ENV = "GPUCLOUD_STATE_LOCK_WAIT"

@@ -35,6 +35,8 @@ from gpucloud.state.guard import (
     check_schema,
     describe_sqlite_error,
     is_busy,
+    no_space,
+    sqlite_store_error,
     store_error,
     writable_problem,
     write_handle,
@@ -72,7 +74,9 @@ class Store:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise store_error(self.path, f"its folder cannot be created ({exc.strerror or exc})") from None
+            raise no_space(exc) or store_error(
+                self.path, f"its folder cannot be created ({exc.strerror or exc})"
+            ) from None
         if why := writable_problem(self.path):
             raise store_error(self.path, why)
         try:  # created 0600 first: SQLite gives its side files (-wal, -shm) the database's mode
@@ -87,7 +91,7 @@ class Store:
                 check_same_thread=False,
             )
         except sqlite3.DatabaseError as exc:  # e.g. the path is a folder
-            raise store_error(self.path, describe_sqlite_error(exc)) from None
+            raise sqlite_store_error(self.path, exc) from None
         try:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
@@ -97,6 +101,9 @@ class Store:
         except sqlite3.DatabaseError as exc:
             if is_busy(exc):
                 raise
+            if full := no_space(exc, self.path):
+                conn.close()
+                raise full from None
             why = describe_sqlite_error(exc)
         if why:
             conn.close()  # first: the message lists the side files (-wal, -shm) that are still there
@@ -161,7 +168,7 @@ class Store:
         except sqlite3.DatabaseError as exc:
             if is_busy(exc) or isinstance(exc, sqlite3.IntegrityError):
                 raise
-            raise store_error(self.path, describe_sqlite_error(exc)) from None
+            raise sqlite_store_error(self.path, exc) from None
 
     def close(self) -> None:
         with self._c.lock:
