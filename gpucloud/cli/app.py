@@ -544,11 +544,11 @@ def gc(
 
 
 def _register_setup() -> None:
-    """`check`, `iam-policy` as top-level commands in their usual --help place, then `hosts ...`
-    (cli_setup.py)."""
+    """`check`, `iam-policy`, `import` as top-level commands, then `hosts ...` (cli/setup.py, cli/peers.py)."""
+    from gpucloud.cli.peers import import_app
     from gpucloud.cli.setup import hosts_app, setup_app
 
-    app.registered_commands.extend(_guarded(setup_app).registered_commands)
+    app.registered_commands.extend(_guarded(setup_app).registered_commands + _guarded(import_app).registered_commands)
     app.add_typer(_guarded(hosts_app), name="hosts")
 
 

@@ -131,7 +131,11 @@ def parse_spec(
     if spec is not None:
         issues.extend(reach_issues(spec, base_dir or Path.cwd(), filename, builder.lines, allow))
     if issues or spec is None:
-        raise SpecError(issues)
+        from gpucloud.spec.peers import peer_hint  # only a failing file pays for the peer check
+
+        error = SpecError(issues)
+        error.hint = peer_hint(data, filename)  # a SkyPilot task or dstack file: name the command that converts it
+        raise error
     return spec
 
 

@@ -166,6 +166,32 @@ def gpu_model(name: str) -> str | None:
     return catalog.resolve_gpu_name(name.strip())
 
 
+def offered_gpu(text: str, clouds: list[str], draft: Draft, field: str) -> str:
+    """`text` ("MODEL:COUNT") when some cloud still sells that many of that GPU per machine, else
+    the nearest count of the same family that is sold (noted): peers' examples ask for V100s whose
+    instance types are retired, and a job that cannot be planned is no conversion."""
+    from gpucloud import catalog
+
+    model, _, count = text.partition(":")
+    shipped = catalog.load_catalog()
+    live = {
+        (o.gpu, o.gpu_count)
+        for o in shipped.offerings
+        if o.status != "retired" and (not clouds or o.cloud in clouds) and o.gpu in shipped.members(model)
+    }
+    if not count.isdigit() or (model, int(count)) in live or not live:
+        return text
+    gpu, number = min(live, key=lambda gn: (abs(gn[1] - int(count)), gn[1], gn[0]))
+    draft.note(
+        field,
+        f"{text}: no cloud gpucloud plans sells {count} x {model} per machine any more (retired instance "
+        f"types); {gpu}:{number} is the nearest that is sold. Check its price with `gpucloud plan`, or "
+        "choose another GPU (`gpucloud gpus`).",
+        "resources",
+    )
+    return f"{gpu}:{number}"
+
+
 def whole(value: Any) -> int | None:
     """A positive count from a number or "4" / "4+" / "4.5" (rounded up), else None."""
     if isinstance(value, bool):
@@ -213,7 +239,9 @@ def gpucloud_clouds(names: list[Any], field: str, draft: Draft) -> list[str]:
 
 def env_names(keys: list[Any], field: str, draft: Draft) -> list[str]:
     """The keys that are valid variable names gpucloud lets a job set; the others noted."""
-    good = [k for k in keys if isinstance(k, str) and _ENV_KEY_RE.fullmatch(k) and not k.upper().startswith("GPUCLOUD_")]
+    good = [
+        k for k in keys if isinstance(k, str) and _ENV_KEY_RE.fullmatch(k) and not k.upper().startswith("GPUCLOUD_")
+    ]
     for key in keys:
         if key not in good:
             draft.note(f"{field}.{shown(key)}", "not a variable name gpucloud lets a job set; dropped.", "env")
@@ -252,9 +280,9 @@ def render(draft: Draft, source: str) -> str:
 
     Dumper.add_representer(str, text)
     out = [
-        "# A gpucloud job file, converted by `gpucloud import` from",
-        f"# {shown(source, 200)} ({draft.peer}). Check it with",
-        "# `gpucloud validate` and `gpucloud plan` before `gpucloud run`.",
+        f"# A gpucloud job file, converted by `gpucloud import` from {draft.peer}:",
+        f"# {shown(source, 200)}",
+        "# Check it with `gpucloud validate` and `gpucloud plan` before `gpucloud run`.",
     ]
     out += _comments(draft, "")
     keys = [k for k in KEY_ORDER if k in draft.job] + [k for k in draft.job if k not in KEY_ORDER]

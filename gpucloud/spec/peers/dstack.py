@@ -17,6 +17,7 @@ from gpucloud.spec.peers.common import (
     gpu_model,
     gpucloud_clouds,
     job_name,
+    offered_gpu,
     shown,
     size_gb,
     whole,
@@ -58,8 +59,11 @@ def convert(data: dict[str, Any], draft: Draft) -> None:
             "commands can go in a task's commands first.",
         )
     if kind == "service":
-        draft.note("type", "service: gpucloud runs it as a job that ends when its commands end (no gateway, "
-                   "no replicas, no public URL).")
+        draft.note(
+            "type",
+            "service: gpucloud runs it as a job that ends when its commands end (no gateway, "
+            "no replicas, no public URL).",
+        )
     draft.job["name"] = job_name(rest.pop("name", None), draft.filename, draft)
     _resources(rest.pop("resources", None), draft)
     _placement(rest, draft)
@@ -151,14 +155,16 @@ def _request(names: list[str], memory: str | None, count: str | None, value: Any
     models = list(dict.fromkeys(m for m in sized if m))
     unknown = [n for n, m in zip(names, sized, strict=True) if m is None]
     if unknown:
-        draft.note("resources.gpu", f"{', '.join(map(shown, unknown))}: GPUs gpucloud does not know; dropped.", "resources")
+        draft.note(
+            "resources.gpu", f"{', '.join(map(shown, unknown))}: GPUs gpucloud does not know; dropped.", "resources"
+        )
     if count is not None and ".." not in count and whole(count) is None:
         count = None
     if not models and memory is None:
         memory = _ANY_GPU
         draft.say(f"gpu {shown(value)} names no model or memory: memory {_ANY_GPU} accepts any GPU.", "resources")
     if len(models) == 1 and memory is None and (count is None or ".." not in count):
-        return f"{models[0]}:{count or 1}"
+        return offered_gpu(f"{models[0]}:{count or 1}", [], draft, "resources.gpu")
     request: dict[str, Any] = {}
     if models:
         request["model"] = models if len(models) > 1 else models[0]

@@ -14,6 +14,7 @@ from gpucloud.spec.peers.common import (
     gpu_model,
     gpucloud_clouds,
     job_name,
+    offered_gpu,
     shown,
     size_gb,
     whole,
@@ -101,8 +102,8 @@ def _resources(value: Any, draft: Draft) -> None:
         value = {}
     rest = dict(value)
     res = draft.resources
-    _accelerators(rest.pop("accelerators", None), rest.pop("any_of", None), rest.pop("ordered", None), draft)
     _where(rest.pop("infra", None), rest.pop("cloud", None), rest.pop("region", None), draft)
+    _accelerators(rest.pop("accelerators", None), rest.pop("any_of", None), rest.pop("ordered", None), draft)
     _machine(rest, draft)
     spot = rest.pop("use_spot", None)
     if spot is not None:
@@ -137,7 +138,7 @@ def _resources(value: Any, draft: Draft) -> None:
 
 
 def _gpu(text: Any, field: str, draft: Draft) -> str | None:
-    """"V100" / "V100:4" / ("A100", 8) -> "MODEL:COUNT", or None (noted) when gpucloud has no such GPU."""
+    """ "V100" / "V100:4" / ("A100", 8) -> "MODEL:COUNT", or None (noted) when gpucloud has no such GPU."""
     if isinstance(text, tuple):
         name, count = text
     else:
@@ -172,6 +173,9 @@ def _accelerators(value: Any, any_of: Any, ordered: Any, draft: Draft) -> None:
             draft.note(field, f"{shown(alternatives)} is not a list; dropped.")
     gpus = [g for g in (_gpu(i, "resources.accelerators", draft) for i in items) if g]
     gpus = list(dict.fromkeys(gpus))
+    if len(gpus) == 1:  # alternatives: the plan picks among them and says which are sold
+        clouds = draft.resources.get("cloud", [])
+        gpus = [offered_gpu(gpus[0], [clouds] if isinstance(clouds, str) else clouds, draft, "resources.accelerators")]
     if len(gpus) == 1:
         draft.resources["gpu"] = gpus[0]
     elif gpus:
@@ -189,7 +193,9 @@ def _where(infra: Any, cloud: Any, region: Any, draft: Draft) -> None:
         if len(parts) > 1 and region is None:
             region = parts[1]
         if len(parts) > 2:
-            draft.note("resources.infra", f"the zone {shown(parts[2])} is not chosen by gpucloud; dropped.", "resources")
+            draft.note(
+                "resources.infra", f"the zone {shown(parts[2])} is not chosen by gpucloud; dropped.", "resources"
+            )
     elif infra is not None:
         draft.note("resources.infra", f"{shown(infra)} is not cloud/region; dropped.", "resources")
     if cloud is not None:
@@ -219,7 +225,9 @@ def _machine(rest: dict[str, Any], draft: Draft) -> None:
             continue
         res[target] = int(number) if float(number).is_integer() else number
         if not str(value).strip().endswith("+"):
-            draft.note(f"resources.{key}", f"{shown(value)} is exact in SkyPilot and a minimum in gpucloud.", "resources")
+            draft.note(
+                f"resources.{key}", f"{shown(value)} is exact in SkyPilot and a minimum in gpucloud.", "resources"
+            )
     if "disk_size" in rest:
         value = rest.pop("disk_size")
         gb = size_gb(value)
