@@ -328,8 +328,8 @@ def _unpriced_plan(
 
 
 def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: Catalog) -> set[str] | None:
-    """None means every region; unknown region names are a clear error with a suggestion."""
-    from gpucloud.errors import UserError
+    """None means every region; a name no row has is exit 2: a typo's suggestion, or the refresh
+    command for a real region the catalog in use lacks (gpucloud/catalog/regions.py)."""
     from gpucloud.providers import registry as providers
 
     wanted = [region] if region else (spec.resources.regions or [])
@@ -340,14 +340,10 @@ def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: 
     priced = frozenset(providers.priced_clouds())
     for name in wanted:
         if not cat.rows.has(RowFilter(clouds=priced, regions=frozenset((name,)))):
-            import difflib
+            from gpucloud.catalog.regions import unknown_region
 
-            known = sorted({r for c in priced for r in cat.regions(c)})
-
-            close = difflib.get_close_matches(name, known, n=3)
             where = "--region" if region else f"{_where(spec)}resources.regions"
-            hint = f"Did you mean {', '.join(close)}?" if close else f"Known regions: {', '.join(known)}."
-            raise UserError(f"{where}: region {name!r} is not one gpucloud knows.", hint=hint)
+            raise unknown_region(name, where, {c: cat.regions(c) for c in sorted(priced)})
     return set(wanted)
 
 

@@ -71,6 +71,9 @@ class ProviderInfo:
     image_store: str | None = None  # "module:Class" of its ImageStore (baked images, gpucloud/plan/baked.py)
     takes_hosts: bool = False  # the job names the machines (resources.hosts, --host); runs alone, never mixed
     takes_cluster: bool = False  # a batch scheduler (resources.cluster, partition, ...); runs alone, never mixed
+    # The shape of this cloud's region names (a full-match regex): a name the catalog lacks that has
+    # it is a region the catalog in use does not cover yet, not a typo (gpucloud/catalog/regions.py).
+    region_pattern: str | None = None
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -92,6 +95,7 @@ REGISTRY: dict[str, ProviderInfo] = {
             check="gpucloud.providers.aws.check:check",
             identity="gpucloud.providers.aws.check:identity",
             image_store="gpucloud.providers.aws.bake:AwsImageStore",
+            region_pattern=r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]+",  # us-east-1, ap-southeast-5, us-gov-west-1
         ),
         ProviderInfo(
             "azure",
@@ -107,6 +111,7 @@ REGISTRY: dict[str, ProviderInfo] = {
             image_store="gpucloud.providers.azure.bake:AzureImageStore",
             check="gpucloud.providers.azure.check:check",
             identity="gpucloud.providers.azure.check:identity",
+            region_pattern=r"[a-z][a-z0-9]{4,}",  # eastus, westus3, southeastasia: lower-case letters and digits
         ),
         ProviderInfo(
             "local",

@@ -162,11 +162,11 @@ def catalog_rows(*, gpu: str | None, cloud: str | None, region: str | None, incl
         if model is None:
             raise UserError(f"--gpu {gpu!r} is not a GPU gpucloud knows.", hint=_gpu_hint(gpu))
     if region and (cloud is None or providers.info(cloud).priced):
-        known = sorted({r for c in ([cloud] if cloud else providers.priced_clouds()) for r in cat.regions(c)})
-        if region not in known:
-            raise UserError(
-                f"--region {region!r} is not a region gpucloud knows.", hint=f"Known regions: {', '.join(known)}."
-            )
+        known = {c: cat.regions(c) for c in ([cloud] if cloud else providers.priced_clouds())}
+        if not any(region in rs for rs in known.values()):
+            from gpucloud.catalog.regions import unknown_region
+
+            raise unknown_region(region, "--region", known)
     rows = cat.query(gpu=model, cloud=cloud, region=region, include_retired=include_retired)
     return sorted(rows, key=lambda o: (o.gpu, o.cloud, o.price_per_hour, o.region))
 
