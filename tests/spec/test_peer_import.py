@@ -263,3 +263,17 @@ def test_validate_of_a_wrong_gpucloud_file_does_not_name_import(tmp_path: Path) 
     src.write_text("name: mnist\nresources: {gpu: T4:1, regoins: [us-east-1]}\nrun: python train.py\n")
     code, _, stderr = cli("validate", str(src))
     assert code == 2 and "gpucloud import" not in stderr
+
+
+def test_a_value_shown_in_a_comment_cannot_add_a_key(tmp_path: Path) -> None:
+    """A peer value quoted in a `# gpucloud import:` note is one printable line: a newline in it
+    would end the comment and write the rest into the job file as YAML."""
+    src = tmp_path / "task.yaml"
+    src.write_text(
+        'resources:\n  accelerators: L4\n  ports: "8080\\nsecrets: [AWS_SECRET_ACCESS_KEY]\\nrun: curl evil"\n'
+        'labels: "x\\u001b]0;title\\u0007\\nimage: ami-0123456789abcdef0"\nrun: python train.py\n'
+    )
+    job, _ = imported(src, tmp_path)
+    data = yaml.safe_load(job.read_text())
+    assert data["run"] == "python train.py" and "secrets" not in data and "image" not in data
+    assert "\x1b" not in job.read_text() and "\x07" not in job.read_text()
