@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -57,7 +58,9 @@ URL_KEYS = (
     "agent_get",
     "secrets_get",
 )
-RANKED_KEYS = ("ready_get", "done_get", "ckpt_put", "ckpt_get", "ckpt_sum_put", "ckpt_sum_get")
+# `claims_get <rank> URL`: what a node reads of a peer's claims (its claim objects' listing, or its
+# appended claim lines) to check the peer's signed `ready` (gpucloud/vm/agent/barrier.py).
+RANKED_KEYS = ("ready_get", "done_get", "ckpt_put", "ckpt_get", "ckpt_sum_put", "ckpt_sum_get", "claims_get")
 LOG_KEYS = ("log_dir", "log_post", "log_post_key", "log_post_field", "log_append")
 
 
@@ -226,6 +229,39 @@ def fingerprint(pub_b64: str) -> str:
 def claim_name(pub_b64: str) -> str:
     """The object a node writes under its log grant to claim itself (file, ssh, S3)."""
     return f"claim-{fingerprint(pub_b64)}"
+
+
+def ready_signed_bytes(run_id: str, rank: int, address: str) -> bytes:
+    """What a node signs in its `ready` object: the run, its rank and its address (a signed `ready`
+    cannot be replayed for another rank or run)."""
+    return f"gpucloud-ready 1\n{run_id}\n{rank}\n{address}\n".encode()
+
+
+def ready_text(address: str, pub_b64: str = "", sig_b64: str = "") -> bytes:
+    """A node's `ready` object: its address on the first line (what older readers take), then
+    `key <public key>` and `sig <signature over ready_signed_bytes>` when the node signs."""
+    lines = [address] + ([f"key {pub_b64}", f"sig {sig_b64}"] if pub_b64 and sig_b64 else [])
+    return ("\n".join(lines) + "\n").encode()
+
+
+def parse_ready(body: bytes) -> Tuple[str, str, str]:
+    """(address, public key, signature) of a `ready` object; '' for what it lacks."""
+    lines = body.decode("utf-8", "replace").strip().splitlines()
+    address = lines[0].strip() if lines else ""
+    fields = dict(line.strip().partition(" ")[::2] for line in lines[1:])
+    return address, fields.get("key", "").strip(), fields.get("sig", "").strip()
+
+
+def claim_fingerprints(body: bytes) -> List[str]:
+    """The fingerprints of the claims in a `claims_get` answer, sorted, each once: an appended claim
+    line holds a base64 public key; a listing names claim objects `claim-<fingerprint>` (whatever
+    else it holds). Anything that looks like a claim counts, so a stranger's claim is never missed."""
+    text = body.decode("utf-8", "replace")
+    found = set(re.findall(r"claim-([0-9a-f]{32})(?![0-9a-f])", text))
+    for line in text.split():
+        if len(line) == 44 and re.fullmatch(r"[A-Za-z0-9+/]{43}=", line):
+            found.add(fingerprint(line))
+    return sorted(found)
 
 
 def checkpoint_record(seq: int, sha256: str, size: int) -> bytes:

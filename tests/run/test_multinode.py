@@ -28,7 +28,9 @@ from gpucloud.providers.base import DEFAULT_MASTER_PORT
 from gpucloud.providers.local.provider import LocalProvider
 from gpucloud.providers.registry import capabilities
 from gpucloud.run.watch import outcome as _outcome
+from gpucloud.vm import protocol
 from gpucloud.vm.agent.barrier import node_ip
+from gpucloud.vm.agent.claim import verify
 from gpucloud.vm.agent.hooks import hooks_for
 from gpucloud.vm.agent.transfer import Transfer
 from gpucloud.vm.agent_config import job_config
@@ -170,8 +172,12 @@ def test_two_nodes_meet_at_the_barrier_and_get_the_environment(tmp_path: Path) -
         assert f"rank={rank}/{rank} nodes=2 gpus=0 master=10.0.0.11:29555 foo=bar\n" in log
         assert "ips=[10.0.0.11\n10.0.0.22]\n" in log
         assert "setup master=[]" in log  # peers are known only from the barrier on
-        ready = c.channel.get_bytes(f"{node_prefix(c.run_id, rank)}/ready")
-        assert ready == (b"10.0.0.11\n" if rank == 0 else b"10.0.0.22\n")
+        ready = c.channel.get_bytes(f"{node_prefix(c.run_id, rank)}/ready") or b""
+        ip, pub, sig = protocol.parse_ready(ready)  # the address first, signed by the node's claimed key
+        assert ip == ("10.0.0.11" if rank == 0 else "10.0.0.22")
+        claims = [(n, k.strip()) for n, k in c.channel.claims(c.run_id, rank)]
+        assert claims == [(protocol.fingerprint(pub), pub.encode())]
+        assert verify(pub, protocol.ready_signed_bytes(c.run_id, rank, ip), sig)
     # node 0 really waited for node 1
     assert c.status(0)["stages"]["barrier"]["end"] - c.status(0)["stages"]["barrier"]["start"] >= 1
 
@@ -264,6 +270,64 @@ def test_barrier_timeout_fails_the_node_clearly(tmp_path: Path) -> None:
         assert st["stage"] == "done" and st["stages"]["barrier"]["ok"] is False and "run" not in st["stages"]
         assert "barrier: node(s) 2 not ready after 2s" in st["message"]
         assert not (c.dirs[rank] / "job" / "ran").exists()
+
+
+class ClaimsServer:
+    """The channel side of `claims_get` for a FileChannel (which has none of its own): each node's
+    claim objects listed by name over HTTP, and the lines added to every node's manifest."""
+
+    def __init__(self, c: Cluster) -> None:
+        channel, run_id = c.channel, c.run_id
+
+        class Listing(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                rank = int(self.path.rsplit("/", 1)[1])
+                body = "".join(f"claim-{name}\n" for name, _ in channel.claims(run_id, rank)).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Listing)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        nodes = len(c.dirs)
+        lines = "".join(f"claims_get {r} http://127.0.0.1:{self.server.server_port}/claims/{r}\n" for r in range(nodes))
+        for rank in range(nodes):
+            key = f"{node_prefix(run_id, rank)}/manifest"
+            channel.put_bytes(key, (channel.get_bytes(key) or b"") + lines.encode())
+
+
+def test_a_forged_ready_is_refused_by_its_peers_and_signed_ones_meet(tmp_path: Path) -> None:
+    """A reader of user-data writes node 1's `ready` through the grant before node 1 gets there: node 0
+    refuses it (it is not signed by the key that claims node 1) and ends in error naming node 1,
+    without running the job. With nothing forged, both nodes check each other's and run."""
+    c = make_cluster(tmp_path / "forged", run="touch ran", barrier_timeout=20)
+    claims = ClaimsServer(c)
+    try:
+        c.channel.put_bytes(f"{node_prefix(c.run_id, 1)}/ready", b"6.6.6.6\n")
+        p0 = c.start(0, {"GPUCLOUD_NODE_IP": "10.0.0.11"})
+        p0.communicate(timeout=60)
+        st = c.status(0)
+        assert p0.returncode == 1 and st["state"] == "error" and st["stages"]["barrier"]["ok"] is False, st
+        assert "node 1's address is not signed by the key in it" in st["message"]
+        assert not (c.dirs[0] / "job" / "ran").exists()
+    finally:
+        claims.server.shutdown()
+    c = make_cluster(tmp_path / "signed", run="touch ran", barrier_timeout=30)
+    claims = ClaimsServer(c)
+    try:
+        procs = [c.start(r, {"GPUCLOUD_NODE_IP": f"10.0.0.{11 * (r + 1)}"}) for r in range(2)]
+        for p in procs:
+            p.communicate(timeout=60)
+        for rank in range(2):
+            st = c.status(rank)
+            assert st["state"] == "succeeded", st
+            assert "each checked against its claim" in c.log(rank)
+    finally:
+        claims.server.shutdown()
 
 
 def test_single_node_skips_the_barrier_and_still_sets_the_torchrun_variables(tmp_path: Path) -> None:

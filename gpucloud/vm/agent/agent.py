@@ -20,9 +20,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 from gpucloud.vm import protocol
 from gpucloud.vm.agent import artifacts, container, data, gpu_check, stack
-from gpucloud.vm.agent.barrier import Barrier, node_ip
+from gpucloud.vm.agent.barrier import Barrier, ReadyKeys, node_ip
 from gpucloud.vm.agent.checkpoints import Checkpoints
-from gpucloud.vm.agent.claim import NodeKey
+from gpucloud.vm.agent.claim import NodeKey, verify
 from gpucloud.vm.agent.clock import Clock
 from gpucloud.vm.agent.config import JobConfig
 from gpucloud.vm.agent.deadline import Deadline, deadline_message
@@ -461,6 +461,7 @@ class Agent(GpuWatching, JobSteps):
                 self.cfg.tick_s,
                 self.log,
                 self.gate.taken,
+                ReadyKeys(self.cfg.run_id, self.key.public, self._sign, verify),
             )
             try:
                 self.node_ips = barrier.wait(node_ip(self.environ, self.cfg.node_ips_known))

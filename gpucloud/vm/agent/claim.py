@@ -8,8 +8,11 @@ Stdlib only, Python >= 3.8 syntax.
 from __future__ import annotations
 
 import base64
+import binascii
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -19,6 +22,7 @@ from gpucloud.vm.agent.transfer import Transfer
 from gpucloud.vm.agent.uploads import LogUpload, claim_append
 
 CLAIM_WAIT_S = 30.0
+ED25519_SPKI = bytes.fromhex("302a300506032b6570032100")  # DER before the 32 raw bytes of a public key
 
 
 class NodeKey:
@@ -99,6 +103,13 @@ class NodeKey:
             return True
         return False
 
+    def public(self) -> str:
+        """The public key this node claimed itself with (base64), '' when it has none."""
+        try:
+            return self.pub_path.read_text().strip() if self.published_path.exists() else ""
+        except OSError:
+            return ""
+
     def sign(self, raw: bytes, wait: Callable[[threading.Event, float], bool]) -> Optional[str]:
         """The base64 signature over `raw`, or None (no key)."""
         for _ in range(int(CLAIM_WAIT_S / 0.1)):
@@ -124,3 +135,32 @@ class NodeKey:
             except OSError:
                 pass
         return base64.b64encode(out.stdout).decode() if out.returncode == 0 and out.stdout else None
+
+
+def verify(pub_b64: str, data: bytes, sig_b64: str) -> bool:
+    """Whether `sig_b64` is the Ed25519 signature of `data` by the key `pub_b64` (openssl; False
+    without it, or for anything malformed)."""
+    try:
+        raw, sig = base64.b64decode(pub_b64, validate=True), base64.b64decode(sig_b64, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    if len(raw) != 32 or len(sig) != 64:
+        return False
+    folder = tempfile.mkdtemp(prefix="gpucloud-verify.")
+    try:
+        pem = base64.encodebytes(ED25519_SPKI + raw).decode()
+        paths = {n: os.path.join(folder, n) for n in ("pub.pem", "data", "sig")}
+        with open(paths["pub.pem"], "w") as fh:
+            fh.write(f"-----BEGIN PUBLIC KEY-----\n{pem}-----END PUBLIC KEY-----\n")
+        for name, value in (("data", data), ("sig", sig)):
+            with open(paths[name], "wb") as out:
+                out.write(value)
+        argv = ["openssl", "pkeyutl", "-verify", "-pubin", "-inkey", paths["pub.pem"], "-rawin"]
+        done = subprocess.run(
+            argv + ["-in", paths["data"], "-sigfile", paths["sig"]], capture_output=True, check=False, timeout=30
+        )
+        return done.returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
