@@ -258,6 +258,15 @@ def test_validate_of_a_peer_file_names_import(rel: str, kind: str) -> None:
     assert flat.endswith(f"This looks like {kind}: `gpucloud import {PEERS / rel}` converts it."), flat
 
 
+def test_commands_without_type_read_as_dstack(tmp_path: Path) -> None:
+    src = tmp_path / "job.yaml"
+    src.write_text("name: t\nresources: {gpu: 24GB}\ncommands: [python train.py]\n")
+    code, _, stderr = cli("validate", str(src))
+    assert code == 2 and "This looks like a dstack configuration" in " ".join(stderr.split())
+    job, _ = imported(src, tmp_path)
+    assert yaml.safe_load(job.read_text())["run"] == "set -e\npython train.py\n"
+
+
 def test_validate_of_a_wrong_gpucloud_file_does_not_name_import(tmp_path: Path) -> None:
     src = tmp_path / "job.yaml"
     src.write_text("name: mnist\nresources: {gpu: T4:1, regoins: [us-east-1]}\nrun: python train.py\n")

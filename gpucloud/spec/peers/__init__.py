@@ -29,11 +29,11 @@ class Imported:
     unmapped: list[str]
 
 
-def peer_kind(data: Any, filename: str = "") -> str | None:
+def peer_kind(data: Any) -> str | None:
     """ "a SkyPilot task" / "a dstack configuration" when the parsed mapping is one, else None."""
     if not isinstance(data, dict):
         return None
-    if dstack.looks_like(data, filename):
+    if dstack.looks_like(data):
         return dstack.PEER
     if skypilot.looks_like(data):
         return skypilot.PEER
@@ -42,7 +42,7 @@ def peer_kind(data: Any, filename: str = "") -> str | None:
 
 def peer_hint(data: Any, filename: str) -> str | None:
     """The sentence `validate` ends with when a job file is a peer's."""
-    kind = peer_kind(data, filename)
+    kind = peer_kind(data)
     if kind is None:
         return None
     return f"This looks like {kind}: `gpucloud import {filename}` converts it."
@@ -52,7 +52,7 @@ def import_file(path: Path, check: Callable[[str], object]) -> Imported:
     """Convert the peer file at `path`; UserError (exit 2) when it is neither peer's."""
     data, _ = read_peer(path)
     name = str(path)
-    kind = peer_kind(data, path.name)
+    kind = peer_kind(data)
     if kind is None:
         raise UserError(
             f"{name}: is neither a SkyPilot task nor a dstack configuration, so there is nothing to import.",

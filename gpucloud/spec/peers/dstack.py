@@ -41,11 +41,10 @@ _MEMORY = re.compile(r"^\s*([0-9.]+\s*[KMGT]i?B)?\s*(\.\.)?\s*([0-9.]+\s*[KMGT]i
 _ANY_GPU = "1GB.."  # dstack's `gpu: 1..8` (any model): every GPU has at least this much memory
 
 
-def looks_like(data: dict[str, Any], filename: str = "") -> bool:
-    """Whether the mapping is a dstack configuration: its `type`, or a .dstack.yml with commands."""
+def looks_like(data: dict[str, Any]) -> bool:
+    """Whether the mapping is a dstack configuration: its `type`, or `commands` where a job has `run`."""
     kind = data.get("type")
-    named = filename.endswith((".dstack.yml", ".dstack.yaml"))
-    return (isinstance(kind, str) and kind.strip() in TYPES) or (named and "commands" in data)
+    return (isinstance(kind, str) and kind.strip() in TYPES) or ("commands" in data and "run" not in data)
 
 
 def convert(data: dict[str, Any], draft: Draft) -> None:
