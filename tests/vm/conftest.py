@@ -22,8 +22,8 @@ from gpucloud.vm.stack_config import stack_config
 STUBS = Path(__file__).resolve().parent.parent / "support" / "vm_stubs"
 NVIDIA_REPO_INDEX = Path(__file__).resolve().parent.parent / "data" / "nvidia_repo_packages.txt"
 KERNEL = os.uname().release
-APT = "apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "
-APT_UPDATE = "apt-get -o DPkg::Lock::Timeout=600 update"
+APT = "apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3 install -y --no-install-recommends "
+APT_UPDATE = "apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3 update"
 HEADERS = APT + f"linux-headers-{KERNEL}"
 LOCK_580 = HEADERS + " nvidia-driver-pinning-580"
 

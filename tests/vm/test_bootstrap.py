@@ -35,7 +35,7 @@ from tests.vm.test_render import CPU, K80, NASTY, T4, make_candidate, make_spec
 
 STUBS = Path(__file__).parent.parent / "support" / "vm_stubs"
 NVIDIA_REPO_INDEX = Path(__file__).parent.parent / "data" / "nvidia_repo_packages.txt"
-APT = "apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "
+APT = "apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3 install -y --no-install-recommends "
 # Headers of the running kernel, and from R580 NVIDIA's version-locking package, go in before the driver.
 HEADERS = APT + f"linux-headers-{os.uname().release}"
 LOCK_580 = HEADERS + " nvidia-driver-pinning-580"
@@ -420,7 +420,7 @@ def test_k80_stack_install_then_idempotent(tmp_path: Path) -> None:
     assert any(c.startswith("dpkg -i ") and c.endswith("cuda-keyring.deb") for c in calls)
     installs = vm.apt_installs()
     assert installs == [HEADERS, APT + "cuda-drivers-470", APT + "cuda-toolkit-11-4 libcudnn8=8.2.4.*-1+cuda11.4"]
-    assert calls.count("apt-get -o DPkg::Lock::Timeout=600 update") == 1
+    assert calls.count("apt-get -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3 update") == 1
     pips = [c for c in calls if c.startswith("python3 -m pip install")]
     assert pips == ["python3 -m pip install --no-input torch==2.0.1 --index-url https://download.pytorch.org/whl/cu117"]
     assert "PyTorch sees 1 GPU(s)" in vm.log()

@@ -164,6 +164,26 @@ def test_apt_ending_on_another_branch_fails_the_stage(tmp_path: Path) -> None:
     assert vm.apt_installs() == [HEADERS, APT + "cuda-drivers-470"]  # nothing after the failed driver
 
 
+def test_first_boot_apt_lock_and_a_flaky_mirror_are_waited_out(tmp_path: Path) -> None:
+    """cloud-init's own apt holds the lists lock for the first two calls (apt fails at once: the
+    DPkg lock timeout does not cover it), then the mirror fails two updates (apt exits 0 with
+    "Failed to fetch"): the stage waits with backoff on the agent's clock and installs the stack."""
+    vm = StubVm(tmp_path, stub_env={**K80_STUB, "STUB_APT_LOCKED": "2", "STUB_APT_MIRROR_FAILS": "2"})
+    _run(vm, K80_CFG)
+    assert vm.apt_installs()[-1] == K80_TOOLKIT
+    assert vm.calls().count(APT_UPDATE) == 5  # 2 locked, 2 with a failed fetch, then the one that counts
+    assert vm.clock.sleeps[:4] == list(stack.APT_BACKOFF_S[:4])
+    assert "apt-get update: Could not get lock; trying again in 5 s" in vm.log()
+    assert "apt-get update: Temporary failure resolving; trying again in 20 s" in vm.log()
+
+
+def test_apt_that_stays_locked_fails_by_its_bound(tmp_path: Path) -> None:
+    vm = StubVm(tmp_path, stub_env={**K80_STUB, "STUB_APT_LOCKED": "1000"})
+    assert "stack install failed" in _fails(vm, K80_CFG)
+    assert vm.clock.sleeps == list(stack.APT_BACKOFF_S)  # about 10 minutes, then the stage fails
+    assert "Could not get lock" in stack_log_tail(vm.env(K80_CFG))
+
+
 def test_apt_failure_fails_the_stage_with_the_stack_log_tail(tmp_path: Path) -> None:
     vm = StubVm(tmp_path, stub_env={"STUB_APT_FAIL": "1"})
     assert _fails(vm, K80_CFG) == "stack install failed (driver 470, CUDA 11.4); stack.log tail above"

@@ -26,8 +26,26 @@ from gpucloud.vm.agent.stage_api import StageEnv, StageFailed
 DEFAULT_NVIDIA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos"
 DEFAULT_GRID_WAIT_S = 1200
 GRID_POLL_S = 1.0
-# apt waits up to 10 minutes for a lock another apt (cloud-init, unattended-upgrades) holds.
-APT_GET = ("apt-get", "-o", "DPkg::Lock::Timeout=600")
+# apt waits up to 10 minutes for the dpkg lock another apt (cloud-init, unattended-upgrades) holds, and
+# retries each download 3 times. DPkg::Lock::Timeout does not cover /var/lib/apt/lists/lock, so an
+# `apt-get update` racing the first-boot update still fails at once: apt_get retries that itself.
+APT_GET = ("apt-get", "-o", "DPkg::Lock::Timeout=600", "-o", "Acquire::Retries=3")
+# apt's own words for a lock another apt holds, or a mirror that failed for a moment; any other
+# failure is the package graph's or the machine's and is not retried.
+APT_TRANSIENT = (
+    "Could not get lock",
+    "Unable to lock",
+    "Unable to acquire the dpkg frontend lock",
+    "is another process using it",
+    "Temporary failure resolving",
+    "Failed to fetch",
+    "Some index files failed to download",
+    "Hash Sum mismatch",
+    "Could not connect to",
+    "Connection timed out",
+    "Connection failed",
+)
+APT_BACKOFF_S = (5, 10, 20, 40, 60, 60, 60, 60, 60, 60, 60, 60)  # between tries: about 10 minutes in all
 APT_INSTALL = ("install", "-y", "--no-install-recommends")
 # Bounded like every curl of the node: connect timeout, retries that include a refused connection.
 CURL = ("curl", "-fsSL", "--connect-timeout", "10", "--retry", "2", "--retry-delay", "1", "--retry-connrefused")
@@ -89,6 +107,26 @@ def driver_version(env: StageEnv) -> str:
     return lines[0].strip() if lines else ""
 
 
+APT_SAID_MAX = 256 * 1024  # bytes of one apt run's output read back to classify its failure
+
+
+def _stack_log_size(env: StageEnv) -> int:
+    try:
+        return env.stack_log.stat().st_size
+    except OSError:
+        return 0
+
+
+def _stack_log_since(env: StageEnv, offset: int) -> str:
+    """What was appended to stack.log since `offset` (its last APT_SAID_MAX bytes)."""
+    try:
+        with open(env.stack_log, "rb") as fh:
+            fh.seek(max(offset, fh.seek(0, 2) - APT_SAID_MAX))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def _append_stack_log(env: StageEnv, text: str) -> None:
     """Best effort, like a shell's `2>>stack.log`: a work folder that cannot be written loses the text."""
     try:
@@ -124,8 +162,20 @@ class StackInstall:
         return not want or fnmatch.fnmatchcase(have[len(prefix) :], want)
 
     def apt_get(self, *args: str) -> bool:
-        out = run_quiet(self.env, [*APT_GET, *args], extra_env={"DEBIAN_FRONTEND": "noninteractive"})
-        return out.returncode == 0
+        """One apt-get, tried again with bounded backoff while apt says another apt holds its lock or a
+        mirror failed for a moment (an `update` whose index files failed counts, although apt exits 0)."""
+        for wait in (*APT_BACKOFF_S, None):
+            start = _stack_log_size(self.env)
+            out = run_quiet(self.env, [*APT_GET, *args], extra_env={"DEBIAN_FRONTEND": "noninteractive"})
+            said = _stack_log_since(self.env, start)
+            transient = [w for w in APT_TRANSIENT if w in said]
+            if out.returncode == 0 and not (args[:1] == ("update",) and transient):
+                return True
+            if not transient or wait is None or self.env.stopping():
+                return False
+            self.env.log(f"apt-get {args[0]}: {transient[0]}; trying again in {wait} s")
+            self.env.sleep(wait)
+        return False
 
     def keyring(self) -> bool:
         """NVIDIA's repository keyring (cuda-keyring), unless it is installed already."""
