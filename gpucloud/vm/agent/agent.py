@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -492,7 +493,7 @@ class Agent(GpuWatching, JobSteps):
         """stack (install what is missing) and gpu_verify (the GPUs the catalog promised are seen)."""
         self.stage("stack")
         try:
-            stack.run(self.cfg.stack, self.stage_env())
+            stack.run(self.cfg.stack, replace(self.stage_env(), system_umask=True))
         except StageFailed:
             tail = stack.stack_log_tail(self.stage_env())
             if tail:

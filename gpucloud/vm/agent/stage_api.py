@@ -36,6 +36,9 @@ class StageEnv:
     sleep: Callable[[float], None]
     stopping: Callable[[], bool]
     resumed: bool = False
+    # The machine's own software (apt, dpkg, pip, repository keys) is installed for every user: its
+    # commands run under umask 022, not the agent's 077 (apt reads keyrings as its `_apt` user).
+    system_umask: bool = False
 
     @property
     def stack_log(self) -> Path:
@@ -54,6 +57,8 @@ class StageEnv:
         `stdin`: text it reads (a password never goes on argv), else the agent's own stdin."""
         env = dict(self.environ)
         env.update(extra_env or {})
+        if self.system_umask:
+            argv = ["sh", "-c", 'umask 022 && exec "$@"', "sh", *argv]
         if to_stack_log:
             with open(self.stack_log, "a") as out:
                 return subprocess.run(
