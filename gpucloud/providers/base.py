@@ -10,13 +10,12 @@ or the state store's classes."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, runtime_checkable
 
 from gpucloud.errors import GpucloudError, UserError
-from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
     from gpucloud.channel.store import Channel
@@ -25,11 +24,7 @@ if TYPE_CHECKING:
 
 TAG_RUN = "gpucloud-run"
 TAG_EXPIRES = "gpucloud-expires"  # UTC, ISO 8601 "2026-12-02T17:04:05Z"; see expiry_tag()
-# A run id (gpucloud/run/result.py new_run_id): the job's name, then the UTC time and 4 hex digits.
-RUN_ID_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?-[0-9]{8}-[0-9]{6}-[0-9a-f]{4}")
 _EXPIRY_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
-_LABEL_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?")
-_COMMENT_RE = re.compile(rf"{TAG_RUN}=([^,]*),{TAG_EXPIRES}=([^,]*)")
 
 
 def expiry_tag(when: datetime) -> str:
@@ -50,52 +45,6 @@ def parse_expiry_tag(text: str | None) -> datetime | None:
         return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError:
         return None
-
-
-def is_run_id(text: object) -> bool:
-    """Whether `text` is exactly a run id as gpucloud makes them (`<name>-<YYYYMMDD>-<HHMMSS>-<4 hex>`,
-    the name as a job file's `name:`): a run id read back from a tag, a job comment or a folder
-    name goes into remote paths, so anything else is never acted on."""
-    return isinstance(text, str) and RUN_ID_RE.fullmatch(text) is not None
-
-
-def parse_run_tags(text: str) -> tuple[str, datetime] | None:
-    """`gpucloud-run=<run id>,gpucloud-expires=<expiry>` (a Slurm job's comment, exactly as the
-    provider writes it) -> (run id, expiry); None for anything else, however close."""
-    found = _COMMENT_RE.fullmatch(text)
-    if not found or not is_run_id(found.group(1)):
-        return None
-    expires = parse_expiry_tag(found.group(2))
-    return (found.group(1), expires) if expires is not None else None
-
-
-def tagged_expiry(tags: Mapping[str, object]) -> tuple[datetime | None, str]:
-    """(expiry, "") for a cloud resource whose gpucloud tags are as gpucloud writes them; (None, why)
-    for a malformed or hostile pair, which gc names and never acts on. The run tag is a label there
-    (resources are deleted by id), so any plain name passes; `..`, slashes, blanks or controls do not."""
-    run, expires = tags.get(TAG_RUN), tags.get(TAG_EXPIRES)
-    when = parse_expiry_tag(expires if isinstance(expires, str) else None)
-    if when is None:
-        return None, f"its {TAG_EXPIRES} tag ({shown(expires, limit=100)}) is not a time as gpucloud writes it"
-    if not isinstance(run, str) or not _LABEL_RE.fullmatch(run):
-        return None, f"its {TAG_RUN} tag ({shown(run, limit=100)}) is not a run id"
-    return when, ""
-
-
-class GcIncomplete(GpucloudError):
-    """gc found something of its own that it could not cancel or remove (a job still queued after
-    scancel, a folder that is not where it should be): named, and exit 75 as `down` with a host
-    that cannot be reached, so a script sees that the sweep must be run again."""
-
-    exit_code = 75
-
-    def __init__(self, lines: list[str], failures: list[str]) -> None:
-        super().__init__(
-            "gc could not finish: " + "; ".join(failures),
-            hint="What is named is still there (or not gpucloud's to remove): check it, run `gpucloud gc` again.",
-        )
-        self.lines = lines
-        self.failures = failures
 
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's default; a cloud VM has its address to itself

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from gpucloud.errors import ConfigurationError, Declined, GpucloudError, InternalError, UserError
 from gpucloud.providers import registry as providers
 from gpucloud.providers.base import Unreachable
+from gpucloud.providers.tags import GcIncomplete
 from gpucloud.run.log import LogMirror
 from gpucloud.run.watch import observe, outcome, vm_phases
 from gpucloud.state.guard import StoreError
@@ -440,11 +441,15 @@ class _Sweep:
     def __init__(self) -> None:
         self.checked: list[str] = []
         self.failed: dict[str, str] = {}
+        self.unfinished: list[str] = []  # what a provider found of its own and could not cancel or remove
 
     def gc(self, cloud: str, now: datetime, *, dry_run: bool) -> list[str]:
         """One provider's tag sweep; a failure is noted and the other providers' sweeps go on."""
         try:
             lines = providers.get_provider(cloud).gc(now, dry_run=dry_run)
+        except GcIncomplete as exc:  # it swept; some of its own it could not end: named, exit 75 at the end
+            self.unfinished += exc.failures
+            lines = exc.lines
         except Exception as exc:  # one cloud's missing credentials must not stop the others' sweep
             why = exc.render() if isinstance(exc, GpucloudError) else f"{type(exc).__name__}: {exc}"
             self.failed.setdefault(cloud, why.replace("\n", " "))
@@ -477,6 +482,8 @@ class _Sweep:
             )
         if missing:
             views.note(f"gc checked {checked}; it did not check " + "; ".join(reasons))
+        if self.unfinished:
+            raise GcIncomplete([], self.unfinished)
 
 
 def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> None:

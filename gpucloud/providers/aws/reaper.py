@@ -41,6 +41,7 @@ class Targets:
     key_pairs: list[str] = field(default_factory=list)
     volumes: list[str] = field(default_factory=list)
     schedules: list[str] = field(default_factory=list)  # EventBridge Scheduler names (group "default")
+    skipped: list[str] = field(default_factory=list)  # tagged, but not as gpucloud tags: named by gc, never deleted
 
     def items(self) -> list[tuple[str, str]]:
         """(kind, id) in deletion order."""

@@ -21,7 +21,9 @@ from gpucloud.providers.aws.errors import AwsTeardownError, describe
 from gpucloud.providers.aws.network import CLOUD, KEY, PG, SG, tag_dict
 from gpucloud.providers.aws.reaper import INSTANCE, LABELS, Outcome, Targets, reap
 from gpucloud.providers.aws.session import AwsClients
-from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, RunHandle, parse_expiry_tag
+from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, RunHandle
+from gpucloud.providers.tags import tagged_expiry
+from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
     from gpucloud.providers.base import Journal
@@ -183,6 +185,7 @@ def gc_region(aws: AwsClients, region: str, now: datetime, dry_run: bool) -> lis
         label = f"{LABELS[kind]} {ident} (run {t.get(TAG_RUN, '?')}, expired {t.get(TAG_EXPIRES, '?')})"
         return f"aws/{region}: {verb} {label}{(': ' + why) if why else ''}"
 
+    notes += [f"aws/{region}: {why}" for why in targets.skipped]
     if dry_run:
         return [line(kind, ident, "would delete") for kind, ident in targets.items()] + notes
     return [
@@ -219,8 +222,10 @@ def gc_find(aws: AwsClients, region: str, now: datetime) -> tuple[Targets, dict[
     tags: dict[str, dict[str, str]] = {}
     for name, items in found.items():
         for ident, t in items:
-            when = parse_expiry_tag(t.get(TAG_EXPIRES))
-            if when is not None and when < now:
+            when, why = tagged_expiry(t)
+            if why:  # not gpucloud's as it writes them: named by gc_region, never deleted
+                targets.skipped.append(f"{name[:-1].replace('_', ' ')} {shown(ident, limit=100)} left alone: {why}")
+            elif when is not None and when < now:
                 getattr(targets, name).append(ident)
                 tags[ident] = t
     return targets, tags

@@ -58,8 +58,9 @@ from gpucloud.providers.base import (
     ProvisionError,
     RunHandle,
     expiry_tag,
-    parse_expiry_tag,
 )
+from gpucloud.providers.tags import tagged_expiry
+from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
     from gpucloud.providers.azure.channel import BlobChannel
@@ -387,7 +388,10 @@ class AzureProvider:
             raise classify_error(exc, where="listing resource groups") from None
         for group in groups:
             tags = group.tags or {}
-            expires = parse_expiry_tag(tags.get(TAG_EXPIRES))
+            expires, why = tagged_expiry(tags)
+            if why:  # not gpucloud's tags as it writes them: named, never deleted
+                lines.append(f"azure: resource group {shown(group.name, limit=100)} left alone: {why}")
+                continue
             if expires is None or expires > now:
                 continue
             state = getattr(group.properties, "provisioning_state", None) if group.properties else None

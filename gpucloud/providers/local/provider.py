@@ -4,6 +4,9 @@ whole lifecycle, and it is what the lifecycle's end-to-end tests run on."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 import shutil
 import socket
 import sys
@@ -12,15 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpucloud.providers.base import (
-    Candidate,
-    Capabilities,
-    FatalProvisionError,
-    LaunchRequest,
-    RunHandle,
-    expiry_tag,
-)
+from gpucloud.providers.base import Candidate, Capabilities, FatalProvisionError, LaunchRequest, RunHandle, expiry_tag
 from gpucloud.providers.local import engine as vm_engine
+from gpucloud.providers.tags import GcIncomplete
 from gpucloud.vm.agent.container import remove_recorded
 from gpucloud.vm.agent.mounts import unmount_recorded
 
@@ -163,7 +160,8 @@ class LocalProvider:
         if not root.is_dir():
             return []
         vms = []
-        for sandbox in sorted(root.glob("node-*"), key=lambda p: int(p.name.split("-")[1])):
+        ranked = [p for p in root.glob("node-*") if p.name[5:].isascii() and p.name[5:].isdigit()]
+        for sandbox in sorted(ranked, key=lambda p: int(p.name[5:])):
             vm = vm_engine.BootedVm.load(sandbox)
             if vm is not None:
                 vms.append(vm)
@@ -191,8 +189,10 @@ class LocalProvider:
                 journal.deleted(res.id)
 
     def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
-        """Kill local nodes whose expiry passed; remove sandboxes of ended runs older than a day."""
+        """Kill local nodes whose expiry passed; remove sandboxes of ended runs older than a day
+        (remove_tree: no depth limit); GcIncomplete names a sandbox that could not be removed."""
         lines: list[str] = []
+        failures: list[str] = []
         ts = now.timestamp()
         root = self.home / "local"
         if not root.is_dir():
@@ -211,10 +211,93 @@ class LocalProvider:
                         vm.kill()
                         remove_recorded(vm.sandbox)
                         unmount_recorded(vm.sandbox)
-            if not running and vms and max(vm.booted_at for vm in vms) < ts - 86400:
-                lines.append(
-                    f"local: {run_dir.name} sandbox of an ended run" + (" (would remove)" if dry_run else " (removed)")
-                )
-                if not dry_run:
-                    shutil.rmtree(run_dir, ignore_errors=True)
+            if running or not vms or max(vm.booted_at for vm in vms) >= ts - 86400:
+                continue
+            head = f"local: {run_dir.name} sandbox of an ended run"
+            if dry_run:
+                lines.append(f"{head} (would remove)")
+                continue
+            for vm in vms:
+                unmount_recorded(vm.sandbox)  # an input mount a killed rclone left: never walk a bucket
+            problems = remove_tree(run_dir)
+            lines.append(f"{head} ({'NOT removed: ' + '; '.join(problems) if problems else 'removed'})")
+            failures += [f"local: {run_dir.name}: {p}" for p in problems]
+        if failures:
+            raise GcIncomplete(lines, failures)
         return lines
+
+
+MAX_PROBLEMS = 5  # what remove_tree names of what it could not remove
+
+
+def remove_tree(top: Path) -> list[str]:
+    """Remove `top` and everything under it without recursion: each folder's sub-folders are first
+    moved up to be children of `top` (a rename inside it), so neither the depth, the path length nor
+    the open files grow with the tree. Links are removed, never followed; a folder on another
+    filesystem (a mount left behind) is left alone. Returns what could not be removed."""
+    try:
+        root = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        return [f"{top}: {exc.strerror}"]
+    problems: list[str] = []
+    try:
+        dev = os.fstat(root).st_dev
+        todo = _empty_folder(root, root, dev, problems)
+        while todo:
+            name = todo.pop()
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
+            except OSError as exc:
+                problems.append(f"{name}: {exc.strerror}")
+                continue
+            try:
+                if os.fstat(fd).st_dev != dev:
+                    problems.append(f"{name}: another filesystem is mounted there, left alone")
+                    continue
+                todo += _empty_folder(fd, root, dev, problems)
+            finally:
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                os.rmdir(name, dir_fd=root)
+    finally:
+        os.close(root)
+    try:
+        os.rmdir(top)
+    except OSError as exc:
+        problems.append(f"{top}: {exc.strerror}")
+    return problems[:MAX_PROBLEMS]
+
+
+def _empty_folder(fd: int, root: int, dev: int, problems: list[str]) -> list[str]:
+    """Unlink the files and links of the folder `fd`; move its sub-folders up under `root` with
+    fresh names, returned for the caller to empty in turn."""
+    moved: list[str] = []
+    with os.scandir(fd) as entries:
+        names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+    for name, is_dir in names:
+        try:
+            if not is_dir:
+                os.unlink(name, dir_fd=fd)
+            elif os.stat(name, dir_fd=fd, follow_symlinks=False).st_dev != dev:
+                problems.append(f"{name}: another filesystem is mounted there, left alone")
+            elif fd == root:
+                moved.append(name)
+            else:
+                new = _fresh_name(root)
+                os.rename(name, new, src_dir_fd=fd, dst_dir_fd=root)
+                moved.append(new)
+        except OSError as exc:
+            problems.append(f"{name}: {exc.strerror}")
+    return moved
+
+
+def _fresh_name(root: int) -> str:
+    """A name not yet taken directly under `root`."""
+    while True:
+        name = f".gc-{secrets.token_hex(8)}"
+        try:
+            os.stat(name, dir_fd=root, follow_symlinks=False)
+        except FileNotFoundError:
+            return name

@@ -29,6 +29,7 @@ from gpucloud.providers.base import LaunchRequest
 
 BATCH_SCRIPT = """#!/bin/bash
 # gpucloud run {run_id}: one task per node, each the node wrapper (docs/SLURM.md)
+umask 077
 if [ "${{SLURM_NNODES:-1}}" -gt 1 ]; then
   exec srun --ntasks-per-node=1 --kill-on-bad-exit=0 bash {dir}/node.sh
 fi
@@ -37,6 +38,7 @@ exec bash {dir}/node.sh
 
 NODE_WRAPPER = r"""#!/bin/bash
 # gpucloud run __RUN__: one node of the job under Slurm (docs/SLURM.md)
+umask 077  # the node's files are the user's alone on a shared filesystem
 D=__DIR__ C=__CHANNEL__
 RANK=${SLURM_NODEID:-0}
 W=$D/node-$RANK

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpucloud.catalog import resolve_gpu_name
+from gpucloud.ui.untrusted import shown
 
 # One ssh call reads everything `plan` needs.
 PLAN_SCRIPT = r"""
@@ -17,6 +18,10 @@ scontrol show partition -o 2>&1 | head -c 1000000
 echo "@nodes"
 sinfo -h -N -O "NodeList:|,Partition:|,Gres:|,GresUsed:|,StateLong:|" 2>&1 | head -c 4000000
 """
+
+_COUNT = re.compile(r"[0-9]{1,9}")
+_TIME = re.compile(r"(?:[0-9]{1,5}-)?[0-9]{1,9}(?::[0-9]{1,2}){0,2}")
+SHOWN_MAX = 200  # characters of a record that a note about it quotes
 
 # Slurm job states (squeue(1), "JOB STATE CODES") and what they mean for a gpucloud node.
 WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "RESIZING"}
@@ -53,15 +58,22 @@ def records(text: str) -> list[dict[str, str]]:
     return out
 
 
+def number(text: str) -> int | None:
+    """A plain count as Slurm prints it (ASCII digits, at most 9), else None: a field that is cut
+    short, garbled or not a number is never turned into a traceback."""
+    return int(text) if _COUNT.fullmatch(text) else None
+
+
 def gres_gpus(text: str) -> dict[str, int]:
     """`gpu:k80:2(S:0-1),gpu:a100:4` -> {"k80": 2, "a100": 4}; an untyped `gpu:2` -> {"": 2}."""
     found: dict[str, int] = {}
     for item in re.sub(r"\([^)]*\)", "", text).split(","):
         parts = item.strip().split(":")
-        if parts[0] != "gpu" or len(parts) < 2 or not parts[-1].isdigit():
+        count = number(parts[-1])
+        if parts[0] != "gpu" or len(parts) < 2 or count is None:
             continue
         kind = parts[1] if len(parts) >= 3 else ""
-        found[kind] = found.get(kind, 0) + int(parts[-1])
+        found[kind] = found.get(kind, 0) + count
     return found
 
 
@@ -76,11 +88,14 @@ def gpu_model(gres_type: str) -> str | None:
 
 
 def minutes(limit: str) -> int | None:
-    """A Slurm time (`UNLIMITED`, `60`, `1:00:00`, `2-00:00:00`) in minutes; None = unlimited."""
+    """A Slurm time (`UNLIMITED`, `60`, `1:00:00`, `2-00:00:00`) in minutes; None = unlimited.
+    ValueError for anything else (the caller names the partition and leaves it out)."""
     if limit.upper() in ("UNLIMITED", "INFINITE", "NONE", ""):
         return None
+    if not _TIME.fullmatch(limit):
+        raise ValueError(f"not a Slurm time limit: {limit!r}")
     days, _, rest = limit.rpartition("-")
-    nums = [int(x) for x in rest.split(":")] if rest else [0]
+    nums = [int(x) for x in rest.split(":")]
     if len(nums) == 1:
         mins = nums[0]
     elif len(nums) == 2:
@@ -104,17 +119,27 @@ class Partition:
     usable_nodes: set[str] = field(default_factory=set)  # nodes not down, drained or failing
 
 
-def parse_plan(text: str) -> list[Partition]:
-    """PLAN_SCRIPT's output -> partitions in the cluster's order."""
+def parse_plan(text: str, notes: list[str] | None = None) -> list[Partition]:
+    """PLAN_SCRIPT's output -> partitions in the cluster's order; a partition whose record cannot
+    be read (cut at the output cap, a garbled time limit) is left out and named in `notes`."""
     head, _, nodes = text.partition("@nodes")
     parts: dict[str, Partition] = {}
     for rec in records(head):
         if "PartitionName" not in rec:
             continue
+        try:
+            max_minutes = minutes(rec.get("MaxTime", "UNLIMITED"))
+        except ValueError:
+            if notes is not None:
+                notes.append(
+                    f"slurm: partition {shown(rec['PartitionName'], limit=SHOWN_MAX)} left out: its time limit "
+                    f"{shown(rec.get('MaxTime', ''), limit=SHOWN_MAX)} cannot be read"
+                )
+            continue
         parts[rec["PartitionName"]] = Partition(
             name=rec["PartitionName"],
             state=rec.get("State", "UP"),
-            max_minutes=minutes(rec.get("MaxTime", "UNLIMITED")),
+            max_minutes=max_minutes,
             allow_accounts=rec.get("AllowAccounts", "ALL"),
             deny_accounts=rec.get("DenyAccounts", ""),
             allow_qos=rec.get("AllowQos", "ALL"),
@@ -198,19 +223,21 @@ def parse_job(text: str) -> JobState | None:
     if "@job " not in text:
         return None
     head, _, queue = text.partition("@queue")
-    job_id = head.split("@job ", 1)[1].split()[0]
-    recs = [r for r in records(head) if r.get("JobId") == job_id]
+    words = head.split("@job ", 1)[1].split()
+    job_id = words[0] if words else ""
+    recs = [r for r in records(head) if job_id and r.get("JobId") == job_id]
     if not recs:
         return None
     rec = recs[0]
     state = rec.get("JobState", "UNKNOWN").split("+")[0]
     code_text = rec.get("ExitCode", "")
     code, _, sig = code_text.partition(":")
-    exit_code = int(code) if code.isdigit() else None
-    if sig.isdigit() and int(sig):
-        exit_code = 128 + int(sig)
+    exit_code = number(code)
+    signal = number(sig)
+    if signal:
+        exit_code = 128 + signal
     bases = {}
-    for found in re.finditer(r"^@base \S*/node-(\d+) (\d+)$", text, re.M):
+    for found in re.finditer(r"^@base \S*/node-([0-9]{1,6}) ([0-9]{1,9})$", text, re.M):
         bases[int(found.group(1))] = int(found.group(2))
     waiting = [line.strip() for line in queue.splitlines() if line.strip()]
     position = waiting.index(job_id) + 1 if job_id in waiting else None
@@ -218,7 +245,7 @@ def parse_job(text: str) -> JobState | None:
         job_id=job_id,
         state=state,
         reason=rec.get("Reason", "None"),
-        restarts=int(rec.get("Restarts", "0") or 0),
+        restarts=number(rec.get("Restarts", "0")) or 0,
         exit_code=exit_code,
         partition=rec.get("Partition", ""),
         position=position,

@@ -16,7 +16,9 @@ import subprocess
 from typing import BinaryIO
 
 from gpucloud.providers.ssh import transport as ssh_transport
+from gpucloud.providers.ssh.channel import PRIVATE  # the job too: sbatch passes the umask on (SLURM_UMASK)
 from gpucloud.providers.ssh.probe import REMOTE_ROOT
+from gpucloud.ui.untrusted import shown
 
 LOCAL = "local"
 
@@ -44,7 +46,7 @@ class Login:
         transport: SshError (exit 75) when the command fails with `check`, or the host is not reached.
         With `sink` (a file opened for writing), stdout goes there (an artifacts tarball, never held
         in memory), as with the ssh transport."""
-        body = f"R={REMOTE_ROOT}; {script}"
+        body = f"{PRIVATE}R={REMOTE_ROOT}; {script}"
         if not self.local:
             return ssh_transport.run(
                 ssh_transport.SshHost.parse(self.cluster),
@@ -82,7 +84,12 @@ class Login:
     def root(self) -> str:
         """The remote root as an absolute path (one call the first time)."""
         if self._root is None:
-            out = self.run('mkdir -p "$R" && cd "$R" && pwd').stdout.decode().strip().splitlines()
+            out = self.run('mkdir -p "$R" && cd "$R" && pwd').stdout.decode("utf-8", "replace").strip().splitlines()
+            if not out or not out[-1].startswith("/") or "\ufffd" in out[-1]:
+                raise ssh_transport.SshError(
+                    f"{self.cluster}: the remote root is not a readable absolute path: {shown(out[-1] if out else '')}",
+                    hint="Set GPUCLOUD_REMOTE_ROOT there to a plain (UTF-8) absolute path.",
+                )
             self._root = out[-1]
         return self._root
 

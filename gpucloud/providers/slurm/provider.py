@@ -25,14 +25,14 @@ from gpucloud.providers.base import (
     LaunchRequest,
     RunHandle,
     expiry_tag,
-    parse_expiry_tag,
 )
-from gpucloud.providers.slurm import batch
+from gpucloud.providers.slurm import batch, sweep
 from gpucloud.providers.slurm.channel import SlurmChannel
 from gpucloud.providers.slurm.cluster import PLAN_SCRIPT, Partition, allowed, gpu_model, parse_plan
 from gpucloud.providers.slurm.login import Login, script
 from gpucloud.providers.ssh import transport as ssh_transport
-from gpucloud.providers.ssh.channel import ROOT_TOKEN
+from gpucloud.providers.ssh.channel import REMOVE_RUN, ROOT_TOKEN
+from gpucloud.providers.tags import GcIncomplete
 
 if TYPE_CHECKING:
     from gpucloud.providers.base import Journal, PlanRequest
@@ -48,20 +48,37 @@ echo "$out" | tr -cd '0-9\n' | head -n 1 >"$D/slurm-job"; echo "@job $(cat "$D/s
 """
 
 # scancel the run's jobs (TERM, then Slurm's KillWait, then KILL) and wait until Slurm lets go of them.
-CANCEL_SCRIPT = r"""
+# Only jobs the caller owns (an admin's scancel would end anyone's); with REMOVE, only folders whose
+# real path is exactly the run's under the real remote root (no `..`, no link on the way), and only
+# once its jobs are gone. Says `@left IDS` (still queued), `@scancel ERR`, and REMOVE_RUN's words.
+CANCEL_SCRIPT = (
+    r"""
+me=$(id -un) || exit 1
 j=$(head -c 40 "$R/work/$RUN/slurm-job" 2>/dev/null | tr -cd '0-9')
-ids=$(echo $JOBS $j | tr ' ' '\n' | grep -E '^[0-9]+$' | sort -u | tr '\n' ' ')
-[ -n "$ids" ] && scancel $ids 2>/dev/null
+want=$(echo $JOBS $j | tr ' ' '\n' | grep -E '^[0-9]+$' | sort -u)
+mine=$(squeue -h -u "$me" -o %i 2>/dev/null | head -n 100000 | grep -E '^[0-9]+$' | sort -u)
+mine=" $(echo $mine) "; ids=""
+for i in $want; do case "$mine" in *" $i "*) ids="$ids $i" ;; esac; done
+if [ -n "${ids// /}" ]; then err=$(scancel -u "$me" $ids 2>&1) || echo "@scancel $(echo $err | head -c 500)"; fi
+left=""
 for _ in $(seq 1 $((GRACE * 5))); do
-  [ -z "$ids" ] && break
-  left=$(for i in $ids; do squeue -h -j "$i" -o %i 2>/dev/null; done)
-  [ -z "$left" ] && break; sleep 0.2
+  [ -z "${ids// /}" ] && break
+  left=$(for i in $ids; do squeue -h -u "$me" -j "$i" -o %i 2>/dev/null; done | tr '\n' ' ')
+  [ -z "${left// /}" ] && break; sleep 0.2
 done
-[ -n "$REMOVE" ] && rm -rf "$R/work/$RUN" "$R/channel/runs/$RUN"
-true
+[ -n "${left// /}" ] && { echo "@left $left"; exit 0; }
+[ -n "$REMOVE" ] || exit 0
 """
+    + REMOVE_RUN
+)
 
-GC_SCRIPT = r"""squeue -h -o "%i|%k" 2>/dev/null | grep '|gpucloud-run=' | head -n 10000"""
+# The caller's own jobs only (`-u`: an admin's squeue lists everyone's), each with its owner, which
+# the CLI checks again (a squeue that ignored -u would show strangers' jobs).
+GC_SCRIPT = r"""
+me=$(id -un) || exit 1
+echo "@me $me"
+squeue -h -u "$me" -o "%i|%u|%k" 2>/dev/null | head -n 10000 | head -c 2000000
+"""
 
 
 class SlurmProvider:
@@ -103,7 +120,8 @@ class SlurmProvider:
                 f"{where}resources.cluster: {cluster} has no sbatch on its PATH: not a Slurm submit host.",
                 hint=f"Check `{login.shell('sinfo')}`.",
             )
-        parts = parse_plan(text)
+        unreadable: list[str] = []
+        parts = parse_plan(text, unreadable)
         asked = [p for p in job.scheduler.get("partition", "").split(",") if p]
         unknown = [p for p in asked if p not in {q.name for q in parts}]
         if unknown:
@@ -117,7 +135,7 @@ class SlurmProvider:
             if asked
             else sorted(parts, key=lambda q: not q.default)
         )
-        cands, self._notes = [], []
+        cands, self._notes = [], unreadable
         for part in order:
             why, gres_type, idle = _judge(part, job)
             if why:
@@ -237,21 +255,24 @@ class SlurmProvider:
             if res.cloud == self.name:
                 journal.deleted(res.id)
 
-    def _cancel(self, handle: RunHandle, *, remove: bool, grace: int) -> None:
+    def _cancel(self, handle: RunHandle, *, remove: bool, grace: int) -> list[str]:
+        """What the cancel could not do (sweep.cancel_problems); stop and teardown go on regardless."""
         login = self.channel(handle.region).login
         jobs = " ".join(handle.resources.get("job", []))
-        login.run(
+        out = login.run(
             script(CANCEL_SCRIPT, RUN=handle.run_id, JOBS=jobs, GRACE=grace, REMOVE="1" if remove else ""),
             timeout=grace + 60,
         )
+        return sweep.cancel_problems(out.stdout.decode("utf-8", "replace"), grace)
 
     def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
-        """On every cluster a recorded run used: cancel gpucloud jobs (by their comment tag) whose
-        expiry passed."""
+        """On every cluster a recorded run used: cancel the caller's gpucloud jobs (by their comment
+        tag, read strictly: sweep.py) whose expiry passed; GcIncomplete names what it could not."""
         from gpucloud.state.store import Store
 
         clusters = {r.region.rsplit("/", 1)[0] for r in Store().list_runs() if r.cloud == self.name and r.region}
         lines: list[str] = []
+        failures: list[str] = []
         for cluster in sorted(clusters):
             login = Login(cluster)
             try:
@@ -259,20 +280,23 @@ class SlurmProvider:
             except (ssh_transport.SshError, UserError) as exc:
                 lines.append(f"slurm: {cluster}: not reachable ({exc.message})")
                 continue
-            for line in out.splitlines():
-                job_id, _, comment = line.partition("|")
-                tags = dict(t.partition("=")[::2] for t in comment.split(","))
-                expires = parse_expiry_tag(tags.get("gpucloud-expires"))
-                if expires is None or expires > now:
+            expired, notes = sweep.parse_listing(out, now)
+            lines += [f"slurm: {cluster}: {note}" for note in notes]
+            for job in expired:
+                head = f"slurm: {cluster}: job {job.job_id} of run {job.run_id} past its expiry"
+                if dry_run:
+                    lines.append(f"{head} (would cancel)")
                     continue
-                run = tags.get("gpucloud-run", "?")
-                lines.append(
-                    f"slurm: {cluster}: job {job_id} of run {run} past its expiry"
-                    + (" (would cancel)" if dry_run else " (cancelled)")
-                )
-                if not dry_run:
-                    handle = RunHandle(run_id=run, cloud=self.name, region=f"{cluster}/-", resources={"job": [job_id]})
-                    self._cancel(handle, remove=True, grace=5)
+                handle = RunHandle(run_id=job.run_id, cloud=self.name, region=f"{cluster}/-")
+                handle.add("job", job.job_id)
+                try:
+                    problems = self._cancel(handle, remove=True, grace=sweep.GC_GRACE_S)
+                except ssh_transport.SshError as exc:
+                    problems = [exc.message]
+                lines.append(f"{head} ({'NOT cancelled: ' + '; '.join(problems) if problems else 'cancelled'})")
+                failures += [f"slurm: {cluster}: job {job.job_id}: {p}" for p in problems]
+        if failures:
+            raise GcIncomplete(lines, failures)
         return lines
 
 

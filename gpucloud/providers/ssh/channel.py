@@ -40,6 +40,34 @@ from gpucloud.providers.ssh import transport as ssh_transport
 from gpucloud.providers.ssh.probe import REMOTE_ROOT
 
 ROOT_TOKEN = "@GPUCLOUD_REMOTE_ROOT@"
+# Everything gpucloud writes on a host (code, inputs, logs, bootstrap, channel objects; the node
+# it starts inherits it) is the user's alone: files 0600, folders 0700. Not for the driver install:
+# sudo would apply it to the system files the packages write.
+PRIVATE = "umask 077; "
+# Remove a run's work and channel folders (`$RUN`) under the remote root `$R`, proven first: the run
+# id is one plain name, and each folder's real path is exactly that folder under the real root (no
+# `..`, no link on the way, the folder itself no link). Says `@refused PATH` or `@kept PATH`.
+REMOVE_RUN = r"""
+case "$RUN" in "" | . | .. | */*) echo "@refused work/$RUN" ;; *)
+  root=$(cd "$R" 2>/dev/null && pwd -P)
+  for p in "work/$RUN" "channel/runs/$RUN"; do
+    [ -e "$R/$p" ] || [ -L "$R/$p" ] || continue
+    if [ -n "$root" ] && [ ! -L "$R/$p" ] && [ "$(readlink -f -- "$R/$p")" = "$root/$p" ]; then
+      rm -rf -- "${root:?}/$p" 2>/dev/null; [ -e "$root/$p" ] && echo "@kept $p"
+    else echo "@refused $p"; fi
+  done ;;
+esac
+true
+"""
+
+
+def removal_problem(word: str, path: str) -> str:
+    """REMOVE_RUN's `@refused PATH` / `@kept PATH` as a sentence (PATH already made printable)."""
+    if word == "@refused":
+        return f"{path} not removed: it is not the run's own folder under the remote root (a link, or `..`)"
+    return f"{path} could not be removed (rm failed)"
+
+
 _MISSING = 3  # the remote `cat` exits with this when an object does not exist
 _NOT_FILE = 4  # ... and with this when it is a link, a device, a FIFO or a folder
 _roots: dict[str, str] = {}
@@ -48,7 +76,9 @@ _roots: dict[str, str] = {}
 def remote_root(host: str) -> str:
     """The host's absolute remote root (cached per process; one ssh call the first time)."""
     if host not in _roots:
-        res = ssh_transport.run(ssh_transport.SshHost.parse(host), f'R={REMOTE_ROOT}; mkdir -p "$R" && cd "$R" && pwd')
+        res = ssh_transport.run(
+            ssh_transport.SshHost.parse(host), f'{PRIVATE}R={REMOTE_ROOT}; mkdir -p "$R" && cd "$R" && pwd'
+        )
         _roots[host] = res.stdout.decode().strip().splitlines()[-1]
     return _roots[host]
 
@@ -81,7 +111,7 @@ class SshChannel(Channel):
         return f'"$R"/channel/{shlex.quote(key)}'
 
     def _run(self, host: str, script: str, **kwargs: object) -> ssh_transport.Result:
-        rooted = f"R={REMOTE_ROOT}; {script}"
+        rooted = f"{PRIVATE}R={REMOTE_ROOT}; {script}"
         return ssh_transport.run(ssh_transport.SshHost.parse(host), rooted, **kwargs)  # type: ignore[arg-type]
 
     def node_url(self, url: str, rank: int) -> str:

@@ -45,7 +45,7 @@ PROBE_TIMEOUT_S = 60
 PROBE_SCRIPT = (
     r"""
 R=__ROOT__
-mkdir -p "$R" 2>/dev/null
+(umask 077; mkdir -p "$R" 2>/dev/null)
 echo "@root $(cd "$R" 2>/dev/null && pwd || echo "$R")"
 echo "@user $(id -un)"
 f=${GPUCLOUD_OS_RELEASE:-/etc/os-release}; [ -r "$f" ] || f=/usr/lib/os-release

@@ -12,6 +12,7 @@ never shuts a machine down (the bootstrap's last step is a plain exit).
 from __future__ import annotations
 
 import random
+import re
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -27,7 +28,14 @@ from gpucloud.providers.base import (
     RunHandle,
 )
 from gpucloud.providers.ssh import transport as ssh_transport
-from gpucloud.providers.ssh.channel import SshChannel, fill_root, start_relay
+from gpucloud.providers.ssh.channel import (
+    PRIVATE,
+    REMOVE_RUN,
+    SshChannel,
+    fill_root,
+    removal_problem,
+    start_relay,
+)
 from gpucloud.providers.ssh.probe import (
     HOST_NVIDIA_REPO,
     REMOTE_ROOT,
@@ -42,13 +50,17 @@ from gpucloud.providers.ssh.probe import (
     os_label,
     probe_host,
 )
+from gpucloud.providers.tags import GcIncomplete, is_run_id
+from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
     from gpucloud.plan.stacks import Stack
     from gpucloud.providers.base import Journal, PlanRequest
+    from gpucloud.state.store import Store
 
 # How long stopped nodes get: the bootstrap gives its job 5 s to end on SIGTERM, then uploads.
 STOP_GRACE_S = 15
+MAX_GC_LINES = 10000  # folders one gc reads per host
 STALE_LOCK_S = 120  # a lock whose run has no live process and no fresh folder is free again
 
 # Identity of a run's processes on a host: the launch puts GPUCLOUD_VM_DIR=<node folder> in the
@@ -110,7 +122,8 @@ done
 # TERM every process carrying the run's cookie and the process groups they lead or share (the
 # bootstrap's, the job's own: the bootstrap setsid's the job; the deadline backstop, in a session of
 # its own, which would otherwise KILL process groups by number at the deadline), wait, KILL.
-TEARDOWN_SCRIPT = r"""
+TEARDOWN_SCRIPT = (
+    r"""
 ours_pids() { for d in "$R/work/$RUN"/node-*; do [ -d "$d" ] && marked "$d"; done; }
 sig() {
   pids=$(ours_pids); [ -n "$pids" ] || return 0
@@ -128,10 +141,10 @@ for f in "$R/work/$RUN"/node-*/mounts.json; do
     fusermount3 -uz "$m" 2>/dev/null || fusermount -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
   done
 done
-rm -rf "$R/work/$RUN" "$R/channel/runs/$RUN"
 for f in "$R/locks"/gpu-*; do [ -f "$f" ] && [ "$(cat "$f")" = "$RUN" ] && rm -f "$f"; done
-true
 """
+    + REMOVE_RUN
+)
 
 # Stop a run's nodes and keep their folders: TERM each bootstrap's group (the bootstrap stops its
 # job once, uploads what the job saved and its final status), wait for it; a node whose bootstrap
@@ -169,7 +182,7 @@ def _host(text: str) -> ssh_transport.SshHost:
 def _script(body: str, **values: object) -> str:
     """Prefix a remote script with its variables, each quoted once for the remote shell."""
     head = "".join(f"{k}={shlex.quote(str(v))}; " for k, v in values.items())
-    return f"R={REMOTE_ROOT}; {head}\n{OURS}{body}"
+    return f"{PRIVATE}R={REMOTE_ROOT}; {head}\n{OURS}{body}"
 
 
 class SshProvider:
@@ -381,26 +394,54 @@ class SshProvider:
 
     def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
         """On every host a recorded run used: kill nodes past their expiry, remove day-old folders
-        (and their GPU locks), and mark the run's journal rows deleted."""
-        from gpucloud.state.store import Journal, Store
+        (and their GPU locks), and mark the run's journal rows deleted. A folder whose name is not
+        a run id is named and left alone; what could not be removed ends in GcIncomplete."""
+        from gpucloud.state.store import Store
 
         store = Store()
         hosts = {h for r in store.list_runs() if r.cloud == self.name and r.region for h in r.region.split(",")}
         lines: list[str] = []
+        failures: list[str] = []
         for host in sorted(hosts):
             try:
-                out = ssh_transport.run(_host(host), _script(GC_SCRIPT), retries=0).stdout.decode()
+                out = ssh_transport.run(_host(host), _script(GC_SCRIPT), retries=0).stdout
             except (ssh_transport.SshError, UserError) as exc:
                 lines.append(f"ssh: {host}: not reachable ({exc.message})")
                 continue
-            for line in out.splitlines():
+            for line in out.decode("utf-8", "replace").splitlines()[:MAX_GC_LINES]:
                 kind, run_id, node = (line.split() + ["", "", ""])[:3]
+                if not is_run_id(run_id) or not re.fullmatch(r"node-[0-9]{1,6}", node):
+                    lines.append(f"ssh: {host}: work/{shown(line, limit=200)}: not a gpucloud run's folder, left alone")
+                    continue
                 what = "expired, still running" if kind == "@expired" else "ended over a day ago"
-                lines.append(f"ssh: {host}: {run_id}/{node} {what}" + (" (would remove)" if dry_run else " (removed)"))
-                if not dry_run:
-                    ssh_transport.run(_host(host), _script(TEARDOWN_SCRIPT, RUN=run_id, GRACE=2), timeout=60)
-                    journal = Journal(store)
-                    for res in journal.resources(run_id, alive_only=True):
-                        if res.cloud == self.name and res.name in (f"{run_id}/{node}", f"{run_id}/{node}/folder"):
-                            journal.deleted(res.id)
+                head = f"ssh: {host}: {run_id}/{node} {what}"
+                if dry_run:
+                    lines.append(f"{head} (would remove)")
+                    continue
+                problems = self._sweep_run(store, host, run_id, node)
+                lines.append(f"{head} ({'NOT removed: ' + '; '.join(problems) if problems else 'removed'})")
+                failures += [f"ssh: {host}: {run_id}: {p}" for p in problems]
+        if failures:
+            raise GcIncomplete(lines, failures)
         return lines
+
+    def _sweep_run(self, store: Store, host: str, run_id: str, node: str) -> list[str]:
+        """Tear one run down on one host for gc; what could not be removed (the journal rows of the
+        node are marked deleted only when nothing is left)."""
+        from gpucloud.state.store import Journal
+
+        try:
+            out = ssh_transport.run(_host(host), _script(TEARDOWN_SCRIPT, RUN=run_id, GRACE=2), timeout=60).stdout
+        except ssh_transport.SshError as exc:
+            return [exc.message]
+        problems = [
+            removal_problem(word, shown(path, limit=200))
+            for word, _, path in (line.partition(" ") for line in out.decode("utf-8", "replace").splitlines())
+            if word in ("@refused", "@kept")
+        ]
+        if not problems:
+            journal = Journal(store)
+            for res in journal.resources(run_id, alive_only=True):
+                if res.cloud == self.name and res.name in (f"{run_id}/{node}", f"{run_id}/{node}/folder"):
+                    journal.deleted(res.id)
+        return problems

@@ -11,9 +11,11 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,9 +39,14 @@ pytestmark = [
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     if os.geteuid() != 0:
         pytest.skip("the test cluster runs slurmd as root (dummy GPU device nodes, SlurmdUser=root)")
-    c = SlurmCluster(tmp_path_factory.mktemp("slurm") / "cluster").start()
+    # Outside pytest's own 0700 temp folder: a second Unix user (the `stranger` fixture) must reach
+    # slurm.conf and munge's socket, as every user of a site does.
+    folder = Path(tempfile.mkdtemp(prefix="gpucloud-slurm-"))
+    folder.chmod(0o711)
+    c = SlurmCluster(folder / "cluster").start()
     yield c
     c.stop()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +74,9 @@ def queue_empty_after(cluster: SlurmCluster) -> Iterator[None]:
     if left:
         cluster.cmd(["scancel", "--full", "-u", "root"])
     assert not left, f"the test left jobs in the queue: {left}"
+
+
+OLD_RUN = "old-20200101-000000-beef"  # a run id as gpucloud makes them
 
 
 def gpucloud(env: dict[str, str], *args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -171,17 +181,129 @@ def test_the_example_runs_on_the_cluster(cli_env: dict[str, str], tmp_path: Path
 def test_gc_cancels_expired_jobs_by_their_tag(cluster: SlurmCluster, cli_env: dict[str, str], tmp_path: Path) -> None:
     res = gpucloud(cli_env, "run", str(job(tmp_path, "first", "run: echo one\n")), cwd=tmp_path)
     assert res.returncode == 0, res.stderr  # a recorded run on the cluster: gc visits it
-    tag = "gpucloud-run=old-run,gpucloud-expires=2020-01-01T00:00:00Z"
+    tag = f"gpucloud-run={OLD_RUN},gpucloud-expires=2020-01-01T00:00:00Z"
     stale = cluster.cmd(["sbatch", "--parsable", f"--comment={tag}", "-p", "k80", "--wrap", "sleep 300"])
     fresh = cluster.cmd(["sbatch", "--parsable", "-p", "k80", "--wrap", "sleep 300"])  # not gpucloud's
     dry = gpucloud(cli_env, "gc", "--dry-run", "--cloud", "slurm", cwd=tmp_path)
-    assert f"job {stale.stdout.strip()} of run old-run past its expiry (would cancel)" in flat(dry.stdout + dry.stderr)
+    assert f"job {stale.stdout.strip()} of run {OLD_RUN} past its expiry (would cancel)" in flat(
+        dry.stdout + dry.stderr
+    )
     assert len(cluster.squeue()) == 2
     done = gpucloud(cli_env, "gc", "--yes", "--cloud", "slurm", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert wait_for(lambda: [line.split()[0] for line in cluster.squeue()] == [fresh.stdout.strip()], 30)
     cluster.cmd(["scancel", fresh.stdout.strip()])
     assert wait_for(lambda: not cluster.squeue(), 30)
+
+
+STRANGER = "gcstranger"  # a second Unix user on the cluster
+
+
+@pytest.fixture
+def stranger(cluster: SlurmCluster) -> Iterator[Callable[[str], str]]:
+    """A second Unix user who submits jobs to the same cluster: `submit(comment)` -> job id. The
+    cluster's folder is opened (o+x) down to slurm.conf and munge's socket for them, as a site's are."""
+    if subprocess.run(["id", STRANGER], capture_output=True, check=False).returncode != 0:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", STRANGER], check=True)
+    opened = []
+    readable = [(p, 0o001) for p in (cluster.folder, *cluster.folder.parents, cluster.socket.parent)]
+    for path, bits in [*readable, (cluster.conf, 0o004), (cluster.folder / "gres.conf", 0o004)]:
+        mode = path.stat().st_mode
+        if mode & bits != bits:
+            opened.append((path, mode))
+            path.chmod(mode | bits)
+    jobs: list[str] = []
+
+    def submit(comment: str) -> str:
+        argv = ["sbatch", "--parsable", f"--comment={comment}", "-p", "k80", "--chdir=/tmp", "--output=/dev/null"]
+        res = cluster.cmd(
+            ["runuser", "-u", STRANGER, "--", "env", f"SLURM_CONF={cluster.conf}", *argv, "--wrap", "sleep 300"]
+        )
+        assert res.returncode == 0, res.stderr
+        jobs.append(res.stdout.strip())
+        return jobs[-1]
+
+    yield submit
+    if jobs:
+        cluster.cmd(["scancel", *jobs])
+        wait_for(lambda: not any(line.split()[0] in jobs for line in cluster.squeue()), 30)
+    for path, mode in opened:
+        path.chmod(mode)
+
+
+def test_gc_touches_only_the_callers_own_jobs(
+    cluster: SlurmCluster,
+    login: tuple[SshLab, SshdServer],
+    stranger: Callable[[str], str],
+    cli_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """Another user's jobs on a shared cluster, with comments that name a gpucloud run (a hostile
+    `../../precious`, a well-formed id): the caller's gc (root here, an admin whose squeue and
+    scancel reach everyone's jobs) cancels neither and deletes nothing of theirs or its own; its own
+    malformed tag is named and left alone; its own expired job is cancelled."""
+    _, server = login
+    res = gpucloud(cli_env, "run", str(job(tmp_path, "first", "run: echo one\n")), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr  # a recorded run on the cluster: gc visits it
+    precious = [server.remote_root.parent / "precious", server.remote_root / "precious"]
+    for folder in precious:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "thesis.tex").write_text("years of work")
+    expired = "gpucloud-expires=2020-01-01T00:00:00Z"
+    hostile = stranger(f"gpucloud-run=../../precious,{expired}")
+    lookalike = stranger(f"gpucloud-run={OLD_RUN},{expired}")
+    odd = cluster.cmd(
+        ["sbatch", "--parsable", f"--comment=gpucloud-run=../../precious,{expired}", "-p", "k80", "--wrap", "sleep 300"]
+    )
+    mine = cluster.cmd(
+        ["sbatch", "--parsable", f"--comment=gpucloud-run={OLD_RUN},{expired}", "-p", "k80", "--wrap", "sleep 300"]
+    )
+    odd_id, mine_id = odd.stdout.strip(), mine.stdout.strip()
+    done = gpucloud(cli_env, "gc", "--yes", "--cloud", "slurm", cwd=tmp_path)
+    out = flat(done.stdout + done.stderr)
+    try:
+        assert done.returncode == 0, out
+        assert f"job {mine_id} of run {OLD_RUN} past its expiry (cancelled)" in out
+        assert f"job {odd_id}: its comment is not a gpucloud-run tag as gpucloud writes it, left alone" in out
+        assert hostile not in out and lookalike not in out, "another user's jobs are not even listed"
+        assert all((folder / "thesis.tex").is_file() for folder in precious)
+        queue = {line.split()[0]: line.split()[1] for line in cluster.squeue()}
+        assert mine_id not in queue and {hostile, lookalike, odd_id} <= set(queue), queue
+        assert queue[hostile] in ("PENDING", "RUNNING") and queue[lookalike] in ("PENDING", "RUNNING")
+    finally:
+        cluster.cmd(["scancel", odd_id, mine_id])
+        wait_for(lambda: not any(line.split()[0] in (odd_id, mine_id) for line in cluster.squeue()), 30)
+
+
+def test_slurm_run_files_are_private(
+    cluster: SlurmCluster, login: tuple[SshLab, SshdServer], cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The run's folders on the cluster (batch script, node wrapper, shims, the node's folder and
+    console, the channel's objects, Slurm's own output file) are the user's alone: 0700 folders,
+    no group/other bits on what the provider, its channel and Slurm wrote."""
+    _, server = login
+    res = gpucloud(
+        cli_env, "run", str(job(tmp_path, "private", "run: echo up; sleep 300\n")), "--detach", "--json", cwd=tmp_path
+    )
+    assert res.returncode == 0, res.stderr
+    run_id = json.loads(res.stdout)["run_id"]
+    work, chan = server.remote_root / "work" / run_id, server.remote_root / "channel" / "runs" / run_id
+    try:
+        assert wait_for(lambda: (chan / "node-0" / "status.json").is_file(), 60)
+        found = [p for top in (work, chan) for p in [top, *top.rglob("*")] if not p.is_symlink()]
+        assert (work / "job.sbatch") in found and (work / "node.sh") in found and (work / "node-0") in found
+        assert any(p.name.startswith("slurm-") and p.name.endswith(".out") for p in found)
+        theirs = [work / "node-0" / "agent", work / "node-0" / "job"]  # the agent's own extractions
+        loose = [
+            f"{oct(p.stat().st_mode & 0o777)} {p}"
+            for p in found
+            if p.stat().st_mode & 0o077 and (p.is_dir() or not any(t in p.parents for t in theirs))
+        ]
+        assert not loose, "\n".join(loose)
+        assert server.remote_root.stat().st_mode & 0o077 == 0
+    finally:
+        assert gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path).returncode == 0
+        assert wait_for(lambda: not cluster.squeue(), 30)
 
 
 def test_cluster_local_on_a_submit_host(cluster: SlurmCluster, gpucloud_home: Path, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -313,7 +314,7 @@ def test_gc_removes_an_expired_runs_leftovers(lab: SshLab, cli_env: dict[str, st
     run_id, node = start_detached(cli_env, spec, tmp_path, box)
     assert run_processes(run_id)
     (node / "expires").write_text(f"{int(time.time()) - 60}\n")  # the expiry tag passed a minute ago
-    old = box.remote_root / "work" / "ended-20260101-0000" / "node-0"  # a run that ended two days ago
+    old = box.remote_root / "work" / "ended-20260101-000000-abcd" / "node-0"  # a run that ended two days ago
     old.mkdir(parents=True)
     ended = subprocess.Popen(["true"])
     ended.wait()
@@ -325,7 +326,7 @@ def test_gc_removes_an_expired_runs_leftovers(lab: SshLab, cli_env: dict[str, st
     dry = gpucloud(cli_env, "gc", "--dry-run", "--cloud", "ssh", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert f"ssh: t4box: {run_id}/node-0 expired, still running (would remove)" in dry.stdout, dry.stdout
-    assert "ssh: t4box: ended-20260101-0000/node-0 ended over a day ago (would remove)" in dry.stdout
+    assert "ssh: t4box: ended-20260101-000000-abcd/node-0 ended over a day ago (would remove)" in dry.stdout
     assert node.is_dir() and old.is_dir() and run_processes(run_id)
 
     swept = gpucloud(cli_env, "gc", "--yes", "--cloud", "ssh", cwd=tmp_path)
@@ -340,7 +341,79 @@ def test_gc_removes_an_expired_runs_leftovers(lab: SshLab, cli_env: dict[str, st
         "the swept node's row is marked deleted"
     )
     again = gpucloud(cli_env, "gc", "--dry-run", "--cloud", "ssh", cwd=tmp_path)
-    assert run_id not in again.stdout and "ended-20260101-0000" not in again.stdout
+    assert run_id not in again.stdout and "ended-20260101-000000-abcd" not in again.stdout
+
+
+def day_old_node(folder: Path) -> None:
+    """A node folder as a run that ended two days ago leaves it (its process long gone)."""
+    folder.mkdir(parents=True)
+    (folder / "pid").write_text("999999999\n")
+    (folder / "expires").write_text("0\n")
+    two_days = time.time() - 2 * 86400
+    os.utime(folder / "expires", (two_days, two_days))
+
+
+def test_gc_removes_only_what_is_provably_the_runs(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
+    """A folder under work/ whose name is not a run id is named and left alone; a run's channel
+    folder reached through a link (`channel/runs` pointing elsewhere) is refused, named, and gc
+    exits 75: nothing outside the remote root is removed."""
+    box = server(lab, "cpu2")
+    res = gpucloud(
+        cli_env,
+        "run",
+        str(job(tmp_path, "seen", "resources: {cloud: ssh, hosts: [cpu2]}\nrun: echo hi\n")),
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr  # a recorded run on the host: gc visits it
+    root = box.remote_root
+    day_old_node(root / "work" / "notarun" / "node-0")
+    run_id = "ended-20260101-000000-abcd"
+    day_old_node(root / "work" / run_id / "node-0")
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / run_id).mkdir(parents=True)
+    (elsewhere / run_id / "thesis.tex").write_text("years of work")
+    runs = root / "channel" / "runs"
+    moved = root / "channel" / "runs.real"
+    runs.rename(moved)
+    runs.symlink_to(elsewhere)
+    try:
+        swept = gpucloud(cli_env, "gc", "--yes", "--cloud", "ssh", cwd=tmp_path)
+    finally:
+        runs.unlink()
+        moved.rename(runs)
+    out = flat(swept.stdout + swept.stderr)
+    assert swept.returncode == 75, out
+    assert "ssh: cpu2: work/@ended notarun node-0: not a gpucloud run's folder, left alone" in out
+    assert f"{run_id}/node-0 ended over a day ago (NOT removed: channel/runs/{run_id} not removed" in out
+    assert "gc could not finish" in out
+    assert (elsewhere / run_id / "thesis.tex").is_file() and (root / "work" / "notarun" / "node-0").is_dir()
+    assert not (root / "work" / run_id).exists()  # its own work folder, proven, is gone
+    shutil.rmtree(root / "work" / "notarun")
+
+
+def test_remote_files_are_private(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
+    """Code, inputs, logs, the bootstrap and channel objects on the host: 0600 files in 0700
+    folders (umask 077), whatever the host's default umask."""
+    box = server(lab, "cpu1")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "train.py").write_text("print('hi')\n")
+    spec = job(tmp_path, "private", "resources: {cloud: ssh, hosts: [cpu1]}\nworkdir: work\nrun: echo up; sleep 300\n")
+    run_id, node = start_detached(cli_env, spec, tmp_path, box)
+    try:
+        paths = [box.remote_root / "work" / run_id, box.remote_root / "channel" / "runs" / run_id]
+        found = [p for top in paths for p in [top, *top.rglob("*")] if not p.is_symlink()]
+        assert len(found) > 10 and (node / "bootstrap.sh") in found and (node / "console.log") in found
+        # The node's own extractions (node-N/agent/, node-N/job/) are the agent's to make private;
+        # the folders around them, which no one else can enter, are the provider's.
+        theirs = [node / "agent", node / "job"]
+        loose = [
+            f"{oct(p.stat().st_mode & 0o777)} {p}"
+            for p in found
+            if p.stat().st_mode & 0o077 and (p.is_dir() or not any(t in p.parents for t in theirs))
+        ]
+        assert not loose, "\n".join(loose)
+    finally:
+        assert gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path).returncode == 0
 
 
 def test_down_of_a_job_that_ignores_sigterm_leaves_no_process(
