@@ -14,6 +14,7 @@ channel first (not through the code tarball's cap); the node copies inputs in pa
 
 from __future__ import annotations
 
+import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -220,8 +221,8 @@ def usable_files(files: list[tuple[str, int, str]], where: str, source: str) -> 
             kept.append(item)
             continue
         refused += 1
-        if refused <= REFUSED_SHOWN:
-            to_stderr(f"warning: {where}: skipped {shown(item[2], limit=300)}: its name has {why}.")
+        if refused <= REFUSED_SHOWN:  # one line each, never wrapped: a wrapped key could start a line
+            print(shown(f"warning: {where}: skipped {item[2]}: its name has {why}.", limit=600), file=sys.stderr)
     if refused > REFUSED_SHOWN:
         to_stderr(f"warning: {where}: skipped {refused - REFUSED_SHOWN} more object(s) with names the node refuses.")
     if refused and not kept:

@@ -214,10 +214,11 @@ def test_listing_skips_keys_the_node_would_refuse(
     which S3 takes: the reviewer's key goes through a local folder's listing, the same check.)"""
     from gpucloud.run.data_grants import check
 
-    monkeypatch.setenv("COLUMNS", "1000")  # one line per warning, unwrapped
+    monkeypatch.setenv("COLUMNS", "40")  # one line per warning whatever the width: never wrapped
     s3 = moto.client("s3")
     s3.create_bucket(Bucket="gc-names")
     bad = ["set/../escape", "set/a/../../up", "set/./dot", "set//empty", "set/b\\c", "set/e\x1b[31mred"]
+    bad.append("set/\x07 ::error::x")  # a control character and, after a blank, a workflow command
     for key in ["set/ok.bin", "set/sub/ok2.bin", *bad]:
         s3.put_object(Bucket="gc-names", Key=key, Body=b"x")
     plan = check(parse_spec(BASE + "inputs: {d/: s3://gc-names/set}\n", "job.yaml"))
