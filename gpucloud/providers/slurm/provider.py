@@ -56,7 +56,9 @@ CANCEL_SCRIPT = (
 me=$(id -un) || exit 1
 j=$(head -c 40 "$R/work/$RUN/slurm-job" 2>/dev/null | tr -cd '0-9')
 want=$(echo $JOBS $j | tr ' ' '\n' | grep -E '^[0-9]+$' | sort -u)
-mine=$(squeue -h -u "$me" -o %i 2>/dev/null | head -n 100000 | grep -E '^[0-9]+$' | sort -u)
+q=$(squeue -h -u "$me" -o %i 2>&1) ||
+  { echo "@scancel squeue could not list the jobs: $(echo $q | head -c 300)"; exit 0; }
+mine=$(printf '%s\n' "$q" | head -n 100000 | grep -E '^[0-9]+$' | sort -u)
 mine=" $(echo $mine) "; ids=""
 for i in $want; do case "$mine" in *" $i "*) ids="$ids $i" ;; esac; done
 if [ -n "${ids// /}" ]; then err=$(scancel -u "$me" $ids 2>&1) || echo "@scancel $(echo $err | head -c 500)"; fi

@@ -33,6 +33,8 @@ while [ $# -gt 0 ]; do
   case $1 in -u) user=$2; shift ;; -j) job=$2; shift ;; -o) fmt=$2; shift ;; esac; shift
 done
 [ -n "$FAKE_IGNORE_U" ] && user=""
+[ -n "$FAKE_SQUEUE_FAIL" ] && [ "$fmt" = %i ] &&
+  { echo "squeue: error: Unable to contact slurm controller" >&2; exit 1; }
 while IFS='|' read -r i u k; do
   [ -n "$user" ] && [ "$u" != "$user" ] && continue
   [ -n "$job" ] && [ "$i" != "$job" ] && continue
@@ -128,6 +130,12 @@ def test_gc_says_what_it_could_not_cancel(fake_slurm: Path, monkeypatch: pytest.
     with pytest.raises(GcIncomplete) as err:
         SlurmProvider().gc(datetime.now(UTC), dry_run=False)
     assert "job(s) 103 still in the queue 1s after scancel; folders kept" in err.value.message
+    assert folder.is_dir() and queued(fake_slurm) == ["103"]
+    monkeypatch.delenv("FAKE_STUCK")
+    monkeypatch.setenv("FAKE_SQUEUE_FAIL", "1")  # the controller does not answer: nothing removed blind
+    with pytest.raises(GcIncomplete) as err:
+        SlurmProvider().gc(datetime.now(UTC), dry_run=False)
+    assert "squeue could not list the jobs: squeue: error: Unable to contact slurm controller" in err.value.message
     assert folder.is_dir() and queued(fake_slurm) == ["103"]
 
 
