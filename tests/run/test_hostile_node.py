@@ -133,3 +133,17 @@ def test_ci_log_lines_cannot_end_the_fence_or_print_escapes(
     assert token is None, "the fence was left open"
     assert "::add-mask::secret" in res.stdout and "::error::cr" in res.stdout
     assert_fenced(res.stderr)
+
+
+def test_refused_archive_member_names_are_fenced_in_run_and_collect(gpucloud_home: Path, tmp_path: Path) -> None:
+    """A member refused (a link) whose name carries an escape and a workflow command on a line of its own."""
+    name = "$(printf 'x\\033]0;retitled\\007\\n::error::member ##[y')"
+    spec = write_job(
+        tmp_path / "job",
+        {"name": "members", "run": f'mkdir -p out; ln -s /etc/hostname "out/{name}"', "artifacts": ["out/"]},
+    )
+    res = cli("run", str(spec), cwd=tmp_path, timeout=120)
+    assert "retitled" in res.stderr, res.stderr  # the refused member is named...
+    assert_fenced(res.stderr)  # ...as text
+    again = cli("collect", run_id_of(res.stderr), cwd=tmp_path, timeout=120)
+    assert_fenced(again.stderr)

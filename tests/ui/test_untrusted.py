@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from gpucloud.ui.ci import LogFence
+from gpucloud.ui.progress import Progress
 from gpucloud.ui.prose import fill
 from gpucloud.ui.untrusted import QUOTE, shown, shown_lines, shown_stream
 
@@ -59,3 +62,13 @@ def test_ci_log_fence_shows_escapes_and_ends_lines_at_cr() -> None:
     plain = io.BytesIO()
     LogFence(plain, {}).write(b"\x1b[31mred\r\n")  # outside CI the job's bytes pass untouched
     assert plain.getvalue() == b"\x1b[31mred\r\n"
+
+
+def test_progress_lines_and_warnings_are_fenced(capsys: pytest.CaptureFixture[str]) -> None:
+    """What a machine wrote reaches Progress (stage names, refused members): it prints it fenced."""
+    progress = Progress(plain=True)
+    progress.warn("member 'x\x1b]0;t\x07\n::error::y ##[z' not extracted")
+    progress.info("stage \x1b[2J\u202e\n  ::add-mask::k")
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\u202e" not in err and "##[" not in err
+    assert not [line for line in err.split("\n") if line.lstrip().startswith("::")], err
