@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from gpucloud.errors import error_kind
-from gpucloud.ui.untrusted import shown_stream
 
 GITHUB = "github"
 GITLAB = "gitlab"
@@ -116,6 +115,8 @@ class LogFence:
         """The job's bytes with escape sequences and other controls shown as `\\xNN` (a terminal
         escape could retitle, hide or rewrite what the CI log shows); a CR ends a line, as the
         runner reads it, so a progress bar's updates are lines of their own."""
+        from gpucloud.ui.untrusted import shown_stream  # only in CI: `plan` and `catalog` start without it
+
         text = self._decoder.decode(data)
         if self._cr and text.startswith("\n"):
             text = text[1:]

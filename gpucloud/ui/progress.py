@@ -14,7 +14,6 @@ from typing import Any, BinaryIO
 
 from gpucloud.ui import ci as ci_output
 from gpucloud.ui.prose import to_stderr
-from gpucloud.ui.untrusted import shown_lines
 
 
 def plain_mode() -> bool:
@@ -101,6 +100,8 @@ class Progress:
     def info(self, message: str) -> None:
         """One human line on stderr, prefixed with the time since the command started. It may hold what
         a machine wrote (a stage, a refused member's name): controls and workflow commands are fenced."""
+        from gpucloud.ui.untrusted import shown_lines  # here: commands that print no progress never import it
+
         message = shown_lines(message)
         stamp = f"[{fmt_seconds(time.monotonic() - self.t0):>6}] "
         if self._live is not None:
@@ -109,6 +110,8 @@ class Progress:
             to_stderr(stamp + message, continuation=" " * (len(stamp) + 2))
 
     def warn(self, message: str) -> None:
+        from gpucloud.ui.untrusted import shown_lines
+
         message = shown_lines(message)  # as `info`: it may quote a machine
         if self._live is not None:
             self._live.console.print(f"warning: {message}", style="yellow", markup=False, highlight=False)

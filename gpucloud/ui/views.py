@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from gpucloud.ui.progress import fmt_seconds
 from gpucloud.ui.prose import fill, output_width, to_stderr
 from gpucloud.ui.table import Table
-from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
     from gpucloud.catalog.models import Offering
@@ -384,6 +383,8 @@ def print_runs(runs: list[RunRecord], now: float) -> None:
     """The runs table of `ls`/`status`: fits the output width. The run id and the instance type stay
     whole (a status wraps at its words); PHASE and ELAPSED give way first, named on stderr; a run id
     folds only when nothing else helps. A non-zero exit code rides on the status."""
+    from gpucloud.ui.untrusted import shown  # a node's words; `plan` and `catalog` start without it
+
     table = Table("RUN", "STATUS", "PHASE", "ELAPSED", "COST", "WHERE", right=("ELAPSED", "COST"))
     for r in runs:
         exit_note = f" ({r.exit_code})" if r.exit_code not in (None, 0) else ""
@@ -400,6 +401,8 @@ def print_runs(runs: list[RunRecord], now: float) -> None:
 
 def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[ResourceRecord], now: float) -> None:
     """One run: where, cost (summed over its attempts), deadline, phases, resources not yet deleted."""
+    from gpucloud.ui.untrusted import shown  # a node's words; `plan` and `catalog` start without it
+
     lines = [
         f"run        {run.id}",
         f"status     {run.status}"
