@@ -192,6 +192,31 @@ def _yaml_error(filename: str, exc: Exception, text: str) -> SpecError:
     return SpecError([SpecIssue(filename, None, "", f"invalid YAML: {exc}.")])
 
 
+def _expanded_size(root: Any, limit: int) -> int:
+    """How many nodes the tree becomes once every alias is expanded (capped at limit + 1), counted
+    once per distinct node: an alias bomb is refused before it is built. A node that holds itself
+    (`&a [*a]`) counts as too big."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, closing = stack.pop()
+        items = node.value if isinstance(node.value, list) else []  # a scalar's value is its text
+        children = [c for item in items for c in (item if isinstance(item, tuple) else (item,))]
+        if closing:
+            open_nodes.discard(id(node))
+            sizes[id(node)] = min(limit + 1, 1 + sum(sizes[id(c)] for c in children))
+            continue
+        if id(node) in sizes:
+            continue
+        if id(node) in open_nodes:
+            return limit + 1
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
+
+
 def _compose(text: str, filename: str) -> tuple[Any, _Builder]:
     """Compose the YAML text and build data + line map, turning every YAML failure into SpecError."""
     import yaml
@@ -203,6 +228,8 @@ def _compose(text: str, filename: str) -> tuple[Any, _Builder]:
     builder = _Builder(loader, filename)
     try:
         node = loader.get_single_node()
+        if node is not None and _expanded_size(node, _MAX_NODES_BUILT) > _MAX_NODES_BUILT:
+            raise _TooBig()
         data = None if node is None else builder.build(node, (), node.start_mark.line + 1)
     except (yaml.YAMLError, ValueError, TypeError, AttributeError) as exc:
         # ValueError & co.: PyYAML constructors choking on e.g. `!!timestamp nonsense`

@@ -160,3 +160,23 @@ def test_a_secret_file_line_is_never_echoed(tmp_path: Path, line: str) -> None:
 def test_a_secret_flag_with_a_bad_name_is_not_echoed(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["plan", "--json", "--secret", "sk-SECRETPART=1", str(_job(tmp_path))])
     assert res.exit_code == 2 and "SECRETPART" not in res.output, res.output
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "".join(f"l{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 12)).replace(
+            "l1: &a1 [*a0", "l0: &a0 [x]\nl1: &a1 [*a0"
+        )
+        + "name: x\nrun: *a11\n",
+        "name: x\nrun: y\nenv: &e {A: 1, B: *e}\n",
+    ],
+    ids=["billion-laughs", "self-reference"],
+)
+def test_an_alias_bomb_is_refused_before_it_is_built(text: str) -> None:
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(SpecError, match="nested or aliased far too deeply"):
+        parse_spec(text, "job.yaml")
+    assert time.monotonic() - start < 0.5  # counted on the composed tree, not built to 100,000 nodes
