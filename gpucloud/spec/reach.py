@@ -147,6 +147,32 @@ def _place_problem(path: Path, base: Path, places: list[Path]) -> str | None:
     return None
 
 
+def _workdir_issues(
+    spec: JobSpec,
+    base: Path,
+    filename: str,
+    lines: dict[tuple[Any, ...], _Where],
+    allow: Allowances,
+    places: list[Path],
+) -> list[SpecIssue]:
+    """`workdir` may lead up (`..`, a monorepo), but not into or around a credentials place: it is
+    uploaded whole."""
+    path = _resolved(base / spec.workdir)  # as JobSpec.workdir_path reads it: no `~`
+    problem = _place_problem(path, path, places)
+    if not problem or allow.allows_path(path):
+        return []
+    where = lines.get(("workdir",))
+    return [
+        SpecIssue(
+            filename,
+            where.value_line if where else None,
+            "workdir",
+            f"'{spec.workdir}' {problem}. It is uploaded whole, so a job file may not point it there by "
+            f"itself. Point workdir at the project's own folder, or if this job is yours pass --allow-input {path}",
+        )
+    ]
+
+
 def reach_issues(
     spec: JobSpec,
     base_dir: Path,
@@ -162,16 +188,16 @@ def reach_issues(
             where = lines.get(("secrets", i)) or lines.get(("secrets",))
             issues.append(_secret_issue(name, filename, where.value_line if where else None))
     base = _resolved(base_dir)
-    places: list[Path] | None = None
+    places = credential_places()
+    issues.extend(_workdir_issues(spec, base, filename, lines, allow, places))
     for dest, value in spec.inputs.items():
         text, _mode = input_source(value)
         source = parse_location(text)
         if source.kind != "path":
             continue
-        path = _resolved(base / Path(source.url).expanduser())
+        path = _resolved(base / source.url)  # as data_grants reads it: no `~` expansion
         if allow.allows_path(path):
             continue
-        places = credential_places() if places is None else places
         problem = _place_problem(path, base, places)
         if problem:
             where = lines.get(("inputs", dest))

@@ -91,7 +91,6 @@ def _hostile_inputs(tmp_path: Path) -> dict[str, tuple[str, str]]:
         "dotdot": ("../outside", "outside the job file's folder"),
         "link": ("creds", f"inside {home / '.aws'}"),
         "dirlink": ("data/to-aws", f"is {home / '.aws'} (symlinks followed), which holds credentials"),
-        "tilde": ("~/.aws", "which holds credentials"),
         "store": (os.environ["GPUCLOUD_HOME"], "which holds credentials"),
     }
 
@@ -131,3 +130,17 @@ def test_allow_input_and_inputs_inside_the_folder(tmp_path: Path) -> None:
     assert invoke("validate", "--allow-input", str(tmp_path / "outside"), str(path))[0] == 0
     assert invoke("plan", "--json", "--allow-input", str(tmp_path), str(path))[0] == 0
     assert invoke("render", "--allow-input", str(tmp_path / "outside" / "x"), str(path))[0] == 2  # narrower
+
+
+def test_a_workdir_in_a_credentials_place_is_refused(tmp_path: Path) -> None:
+    home = Path(os.environ["HOME"])
+    (home / ".aws").mkdir()
+    (tmp_path / "pr").mkdir()
+    (tmp_path / "pr" / "up").symlink_to(home / ".aws")
+    for workdir in (str(home / ".aws"), "up"):
+        path = job(tmp_path / "pr", f"workdir: '{workdir}'\n")
+        code, out = invoke("validate", str(path))
+        assert code == 2 and f"{path}:4: workdir:" in out and "--allow-input" in out, out
+        allowed = invoke("validate", "--allow-input", str(home / ".aws"), str(path))
+        assert allowed[0] == 0, allowed[1]
+    assert invoke("validate", str(job(tmp_path / "pr" / "jobs", "workdir: ..\n")))[0] == 0  # a monorepo
