@@ -79,7 +79,7 @@ def remote_root(host: str) -> str:
         res = ssh_transport.run(
             ssh_transport.SshHost.parse(host), f'{PRIVATE}R={REMOTE_ROOT}; mkdir -p "$R" && cd "$R" && pwd'
         )
-        _roots[host] = res.stdout.decode().strip().splitlines()[-1]
+        _roots[host] = res.stdout.decode("utf-8", "replace").strip().splitlines()[-1]
     return _roots[host]
 
 

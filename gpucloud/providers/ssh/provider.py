@@ -291,7 +291,7 @@ class SshProvider:
                         LAUNCH_SCRIPT, RUN=req.run_id, RANK=rank, GPUS=gpus, EXPIRES=int(req.expires_at.timestamp())
                     ),
                     input=fill_root(script, host).encode(),
-                ).stdout.decode()
+                ).stdout.decode("utf-8", "replace")
                 pid = next((line.split()[1] for line in out.splitlines() if line.startswith("@pid ")), "?")
                 handle.nodes.append(f"{host}#{pid}")
                 journal.created(res_id, f"{host}#{pid}")
@@ -341,7 +341,9 @@ class SshProvider:
 
     def _lock_gpus(self, host: str, run_id: str, count: int) -> str:
         """CUDA_VISIBLE_DEVICES for this run on this host ("" for a CPU job), or CapacityError."""
-        out = ssh_transport.run(_host(host), _script(LOCK_SCRIPT, RUN=run_id, NGPU=count)).stdout.decode()
+        out = ssh_transport.run(_host(host), _script(LOCK_SCRIPT, RUN=run_id, NGPU=count)).stdout.decode(
+            "utf-8", "replace"
+        )
         for line in out.splitlines():
             if line.startswith("@gpus"):
                 return line[5:].strip()
@@ -349,10 +351,10 @@ class SshProvider:
                 held = line[5:].split()
                 who = ", ".join(f"GPU {h.replace(':', ' held by run ', 1)}" for h in held) or "no free GPU"
                 raise CapacityError(
-                    f"{host}: {count} GPU(s) needed, not free ({who}).",
+                    f"{host}: {count} GPU(s) needed, not free ({shown(who, limit=500)}).",
                     hint="Wait for that run (`gpucloud ls`), or name more hosts.",
                 )
-        raise FatalProvisionError(f"{host}: could not take the GPU lock: {out.strip()[-300:]}")
+        raise FatalProvisionError(f"{host}: could not take the GPU lock: {shown(out.strip()[-300:])}")
 
     def node_states(self, handle: RunHandle) -> list[str]:
         """ "running" or "gone" per node; a host that cannot be reached counts as running (it may be
@@ -360,7 +362,9 @@ class SshProvider:
         states: list[str] = []
         for rank, host in enumerate(handle.region.split(",")):
             try:
-                out = ssh_transport.run(_host(host), _script(STATES_SCRIPT, RUN=handle.run_id)).stdout.decode()
+                out = ssh_transport.run(_host(host), _script(STATES_SCRIPT, RUN=handle.run_id)).stdout.decode(
+                    "utf-8", "replace"
+                )
             except ssh_transport.SshError:
                 states.append("running")
                 continue
