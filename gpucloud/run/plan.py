@@ -4,7 +4,6 @@ whose credentials do not work, so that nobody is asked to launch what cannot sta
 from __future__ import annotations
 
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +76,8 @@ def _refused_identities(clouds: list[str]) -> dict[str, str]:
     checked = [name for name in clouds if providers.info(name).identity]
     if not checked:
         return {}
+    from concurrent.futures import ThreadPoolExecutor  # lazy: `plan` imports this module for looked_up
+
     with ThreadPoolExecutor(max_workers=len(checked), thread_name_prefix="identity") as pool:
         answers = dict(zip(checked, pool.map(ask, checked), strict=True))
     return {name: why for name, why in answers.items() if why is not None}
