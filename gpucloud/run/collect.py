@@ -79,6 +79,7 @@ def _final_statuses(run: RunRecord) -> list[dict | None]:
 def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
     """Download log and artifacts of a finished run, record its outcome, tear down what is left."""
     from gpucloud.channel.extract import Caps
+    from gpucloud.run.artifacts import results_folders
     from gpucloud.run.commands import _channel_for, _find
     from gpucloud.run.log import LogMirror
     from gpucloud.run.teardown import teardown_run
@@ -91,7 +92,7 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
     channel = _channel_for(run)
     assert channel is not None
     dest = (dest_root or Path.cwd() / RESULTS_DIR) / run.id
-    dest.mkdir(parents=True, exist_ok=True)
+    results_folders(dest, run.num_nodes)  # never through a link (run/artifacts.py)
     mirror = LogMirror(home_dir(), run.id, run.num_nodes)
     mirror.sync(channel, final=True)
     log = None
