@@ -72,10 +72,10 @@ class S3Front:
         prefix = self.root.as_uri() if self.root is not None else self.upstream
         return self.base + url[len(prefix) :] if url.startswith(prefix) else url
 
-    def codes(self, path_end: str = "") -> list[int]:
-        """The codes answered so far, for paths ending with `path_end`."""
+    def codes(self, path_end: str = "", method: str = "") -> list[int]:
+        """The codes answered so far, for paths ending with `path_end` (and that method)."""
         with self.lock:
-            return [code for _, path, code in self.answers if path.endswith(path_end)]
+            return [c for m, path, c in self.answers if path.endswith(path_end) and method in ("", m)]
 
     def fault(self, method: str, path: str, query: str, content_type: str) -> int:
         """307 / 400 for this request, or 0 to let it through to the store."""

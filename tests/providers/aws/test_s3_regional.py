@@ -8,6 +8,7 @@ region) before moto and run the agent's own Transfer through it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,7 +25,9 @@ from gpucloud.providers.aws.session import reset_shared, shared_session
 from gpucloud.providers.registry import capabilities
 from gpucloud.vm.agent.transfer import Transfer
 from gpucloud.vm.shim import render_shim
-from tests.support.moto_server import ACCOUNT, moto, moto_server  # noqa: F401
+from tests.providers.aws.test_aws_e2e import EXAMPLES, cli
+from tests.support.aws_sim import aws_sim  # noqa: F401
+from tests.support.moto_server import ACCOUNT, moto, moto_server, tagged_alive  # noqa: F401
 from tests.support.s3_front import S3Front
 
 REGIONS = ("eu-west-1", "ap-east-1", "us-east-1")
@@ -222,3 +225,34 @@ def test_a_put_that_only_gets_3xx_or_4xx_is_never_delivered_and_says_why(
     err = capsys.readouterr().err
     assert err.count(f"artifacts.tar.gz: HTTP {code}") == 1  # once per object and answer, not per try
     assert f"{key}: HTTP {code}" in transfer.last_refusal
+
+
+# ---- a whole run on the AWS simulator, its store answering 307 twice per object -------------------
+def test_a_run_on_the_aws_simulator_delivers_everything_through_redirects(
+    aws_env: dict[str, str],
+    moto: Any,  # noqa: F811
+    aws_sim: Any,  # noqa: F811
+) -> None:
+    """The CLI's S3 goes through the front (AWS_ENDPOINT_URL_S3), so the guests' presigned URLs do
+    too: each object's first two node requests are answered 307, and the run still ends with its
+    status, log and artifacts, the redirects named on the guest's console."""
+    for front in _front(moto, redirects=2):
+        env = {**aws_env, "AWS_ENDPOINT_URL_S3": front.base}
+        proc = cli(env, "run", str(EXAMPLES / "quickstart.yaml"), "--cloud", "aws", "--json", timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        doc = json.loads(proc.stdout)
+        assert (doc["status"], doc["exit_code"]) == ("succeeded", 0)
+        assert (Path(doc["artifacts_dir"]) / "metrics.json").is_file()
+        assert "epoch" in proc.stderr  # the log streamed
+        for method, end in (
+            ("GET", "/manifest"),
+            ("GET", "/code.tar.gz"),
+            ("PUT", "/status.json"),
+            ("PUT", "/artifacts.tar.gz"),
+        ):
+            codes = front.codes(end, method)  # the node's requests (the CLI's own pass the front)
+            assert codes[:3] == [307, 307, 200], (method, end, codes)
+        (iid,) = aws_sim.booted
+        console = aws_sim.guest(iid).console()
+        assert "gpucloud: manifest: HTTP 307" in console and "status.json: HTTP 307" in console
+        assert tagged_alive(moto, doc["run_id"]) == []
