@@ -112,6 +112,12 @@ class Channel(ABC):
         one append blob: a second, `claim_append`); others publish it as `<log>/claim-<fp>`."""
         return []
 
+    def claims_url(self, run_id: str, rank: int, expires: datetime) -> str | None:
+        """A URL through which another node reads node `rank`'s claims and nothing else (manifest
+        `claims_get <rank> URL`): a listing naming its `claim-<fp>` objects, or its appended claim
+        lines. None where the backend has none; a run gets these lines only when every rank has one."""
+        return None
+
     def node_url(self, url: str, rank: int) -> str:
         """`url` as node `rank` must use it. A URL that rides sealed (data grants) is opaque to
         `put_bytes`, so a backend whose URLs hold a per-host placeholder fills it here."""
@@ -188,6 +194,10 @@ class Channel(ABC):
         done_get = (
             [self.url_get(f"{node_prefix(run_id, r)}/done", expires) for r in range(num_nodes)] if num_nodes > 1 else []
         )
+        # Multi-node, signed: every rank checks a peer's signed `ready` against its claims (vm/agent/barrier.py).
+        claims_get = [self.claims_url(run_id, r, expires) for r in range(num_nodes)] if self.signs else []
+        readable = [url for url in claims_get if url] if num_nodes > 1 else []
+        claims_lines = protocol.ranked_lines("claims_get", readable) if len(readable) == num_nodes else []
         urls = []
         for rank in range(num_nodes):
             base = node_prefix(run_id, rank)
@@ -206,6 +216,7 @@ class Channel(ABC):
                 *(self._checkpoint_lines(run_id, expires) if checkpoint else []),
                 *self.log_grant(run_id, rank, expires),
                 *([channel_trust.SIGN_LINE, *self.claim_grant(run_id, rank, expires)] if self.signs else []),
+                *claims_lines,
             ]
             self.put_bytes(f"{base}/manifest", protocol.manifest_text(lines))
             urls.append(self.url_get(f"{base}/manifest", expires))
@@ -414,6 +425,11 @@ class FileChannel(Channel):
             if data is not None:
                 out.append((path.name[len(channel_trust.CLAIM_PREFIX) :], data))
         return out
+
+    def claims_url(self, run_id: str, rank: int, expires: datetime) -> str | None:
+        """The node's log folder: the reading node lists its `claim-<fp>` files itself (curl's
+        file:// GET of a folder says nothing; a file channel is on the node's own filesystem)."""
+        return self._path(log_prefix(run_id, rank)).as_uri() + "/"
 
     def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
         """The node's log folder, created now (curl's file:// upload does not create folders)."""

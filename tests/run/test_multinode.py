@@ -272,62 +272,60 @@ def test_barrier_timeout_fails_the_node_clearly(tmp_path: Path) -> None:
         assert not (c.dirs[rank] / "job" / "ran").exists()
 
 
-class ClaimsServer:
-    """The channel side of `claims_get` for a FileChannel (which has none of its own): each node's
-    claim objects listed by name over HTTP, and the lines added to every node's manifest."""
-
-    def __init__(self, c: Cluster) -> None:
-        channel, run_id = c.channel, c.run_id
-
-        class Listing(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                rank = int(self.path.rsplit("/", 1)[1])
-                body = "".join(f"claim-{name}\n" for name, _ in channel.claims(run_id, rank)).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Listing)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        nodes = len(c.dirs)
-        lines = "".join(f"claims_get {r} http://127.0.0.1:{self.server.server_port}/claims/{r}\n" for r in range(nodes))
-        for rank in range(nodes):
-            key = f"{node_prefix(run_id, rank)}/manifest"
-            channel.put_bytes(key, (channel.get_bytes(key) or b"") + lines.encode())
-
-
 def test_a_forged_ready_is_refused_by_its_peers_and_signed_ones_meet(tmp_path: Path) -> None:
     """A reader of user-data writes node 1's `ready` through the grant before node 1 gets there: node 0
-    refuses it (it is not signed by the key that claims node 1) and ends in error naming node 1,
-    without running the job. With nothing forged, both nodes check each other's and run."""
+    refuses it (it is not signed by the key that claims node 1, read through the channel's own
+    `claims_get` lines: node 0 lists node 1's claim files) and ends in error naming node 1, without
+    running the job. With nothing forged, both nodes check each other's and run."""
     c = make_cluster(tmp_path / "forged", run="touch ran", barrier_timeout=20)
-    claims = ClaimsServer(c)
-    try:
-        c.channel.put_bytes(f"{node_prefix(c.run_id, 1)}/ready", b"6.6.6.6\n")
-        p0 = c.start(0, {"GPUCLOUD_NODE_IP": "10.0.0.11"})
-        p0.communicate(timeout=60)
-        st = c.status(0)
-        assert p0.returncode == 1 and st["state"] == "error" and st["stages"]["barrier"]["ok"] is False, st
-        assert "node 1's address is not signed by the key in it" in st["message"]
-        assert not (c.dirs[0] / "job" / "ran").exists()
-    finally:
-        claims.server.shutdown()
+    for rank in range(2):
+        manifest = (c.channel.get_bytes(f"{node_prefix(c.run_id, rank)}/manifest") or b"").decode()
+        listed = protocol.parse_manifest(manifest)
+        assert [listed.ranked_url("claims_get", r) for r in range(2)] == [
+            c.channel.claims_url(c.run_id, r, datetime.now(UTC)) for r in range(2)
+        ]
+    c.channel.put_bytes(f"{node_prefix(c.run_id, 1)}/ready", b"6.6.6.6\n")
+    p0 = c.start(0, {"GPUCLOUD_NODE_IP": "10.0.0.11"})
+    p0.communicate(timeout=60)
+    st = c.status(0)
+    assert p0.returncode == 1 and st["state"] == "error" and st["stages"]["barrier"]["ok"] is False, st
+    assert "node 1's address is not signed by the key in it" in st["message"]
+    assert not (c.dirs[0] / "job" / "ran").exists()
     c = make_cluster(tmp_path / "signed", run="touch ran", barrier_timeout=30)
-    claims = ClaimsServer(c)
-    try:
-        procs = [c.start(r, {"GPUCLOUD_NODE_IP": f"10.0.0.{11 * (r + 1)}"}) for r in range(2)]
-        for p in procs:
-            p.communicate(timeout=60)
-        for rank in range(2):
-            st = c.status(rank)
-            assert st["state"] == "succeeded", st
-            assert "each checked against its claim" in c.log(rank)
-    finally:
-        claims.server.shutdown()
+    procs = [c.start(r, {"GPUCLOUD_NODE_IP": f"10.0.0.{11 * (r + 1)}"}) for r in range(2)]
+    for p in procs:
+        p.communicate(timeout=60)
+    for rank in range(2):
+        st = c.status(rank)
+        assert st["state"] == "succeeded", st
+        assert "each checked against its claim" in c.log(rank)
+
+
+def test_a_second_claim_on_a_peer_fails_the_barrier_closed(tmp_path: Path) -> None:
+    """A reader of user-data also claims node 1 with a key of its own (through node 1's log grant)
+    and signs node 1's `ready` with it: node 0 sees two keys claiming node 1 and refuses."""
+    from gpucloud.vm.agent.claim import NodeKey
+
+    c = make_cluster(tmp_path, run="touch ran", barrier_timeout=20)
+    (tmp_path / "thief").mkdir()
+    key = NodeKey(tmp_path / "thief", lambda line: None)
+    pub = key.make()
+    assert pub
+    key.mark_done()
+    log = c.channel.root / node_prefix(c.run_id, 1) / "log"
+    (log / protocol.claim_name(pub)).write_text(pub + "\n")
+    sig = key.sign(protocol.ready_signed_bytes(c.run_id, 1, "6.6.6.6"), lambda event, s: True)
+    c.channel.put_bytes(f"{node_prefix(c.run_id, 1)}/ready", protocol.ready_text("6.6.6.6", pub, sig or ""))
+    p1 = c.start(1, {"GPUCLOUD_NODE_IP": "10.0.0.22"})
+    until = time.monotonic() + 30
+    while len(c.channel.claims(c.run_id, 1)) < 2 and time.monotonic() < until:  # node 1 claimed itself too
+        time.sleep(0.1)
+    p0 = c.start(0, {"GPUCLOUD_NODE_IP": "10.0.0.11"})
+    for p in (p0, p1):
+        p.communicate(timeout=60)
+    st = c.status(0)
+    assert st["state"] == "error" and "node 1 is claimed by 2 keys" in st["message"], st
+    assert not (c.dirs[0] / "job" / "ran").exists()
 
 
 def test_single_node_skips_the_barrier_and_still_sets_the_torchrun_variables(tmp_path: Path) -> None:
