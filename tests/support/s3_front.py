@@ -89,77 +89,81 @@ class S3Front:
             return 307 if self.seen[path] <= self.redirects else 0
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """The front's requests; `front` is set on a subclass made per front (_handler)."""
+
+    front: S3Front
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _answer(self, code: int, body: bytes = b"", headers: list[tuple[str, str]] | None = None) -> None:
+        with self.front.lock:
+            self.front.answers.append((self.command, urlsplit(self.path).path, code))
+        self.send_response(code)
+        for name, value in headers or []:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _serve(self) -> None:
+        parts = urlsplit(self.path)
+        body = self._body()  # read before any answer: a client still sending would see a reset
+        code = self.front.fault(self.command, parts.path, parts.query, self.headers.get("Content-Type") or "")
+        if code == 307:
+            where = f"{self.front.location}{parts.path}?{parts.query}"  # never to be followed: the signed host
+            xml = f"<Error><Code>TemporaryRedirect</Code><Endpoint>{self.front.location[8:]}</Endpoint></Error>"
+            self._answer(307, xml.encode(), [("Location", where), ("x-amz-bucket-region", self.front.region)])
+        elif code == 400:
+            xml = (
+                "<Error><Code>IllegalLocationConstraintException</Code><Message>The "
+                f"{self.front.region} location constraint is incompatible for the region specific "
+                "endpoint this request was sent to.</Message></Error>"
+            )
+            self._answer(400, xml.encode(), [("x-amz-bucket-region", self.front.region)])
+        elif self.front.root is not None:
+            self._folder(parts.path, body)
+        else:
+            self._proxy(body)
+
+    def _folder(self, path: str, body: bytes) -> None:
+        assert self.front.root is not None
+        target = (self.front.root / path.lstrip("/")).resolve()
+        if self.front.root not in target.parents:
+            self._answer(403)
+        elif self.command == "PUT":
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(target.name + ".part")
+            tmp.write_bytes(body)
+            tmp.replace(target)
+            self._answer(200)
+        elif self.command in ("GET", "HEAD") and target.is_file():
+            self._answer(200, target.read_bytes())
+        else:
+            self._answer(404)
+
+    def _proxy(self, body: bytes) -> None:
+        up = urlsplit(self.front.upstream)
+        conn = http.client.HTTPConnection(up.hostname or "127.0.0.1", up.port or 80, timeout=30)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
+            headers["Content-Length"] = str(len(body))
+            conn.request(self.command, self.path, body=body, headers=headers)
+            got = conn.getresponse()
+            data = got.read()
+            keep = [(k, v) for k, v in got.getheaders() if k.lower() not in HOP_HEADERS | {"content-length"}]
+            self._answer(got.status, data, keep)
+        finally:
+            conn.close()
+
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _serve  # noqa: N815 (http.server's naming)
+
+
 def _handler(front: S3Front) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _body(self) -> bytes:
-            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-        def _answer(self, code: int, body: bytes = b"", headers: list[tuple[str, str]] | None = None) -> None:
-            with front.lock:
-                front.answers.append((self.command, urlsplit(self.path).path, code))
-            self.send_response(code)
-            for name, value in headers or []:
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def _serve(self) -> None:
-            parts = urlsplit(self.path)
-            body = self._body()  # read before any answer: a client still sending would see a reset
-            code = front.fault(self.command, parts.path, parts.query, self.headers.get("Content-Type") or "")
-            if code == 307:
-                where = f"{front.location}{parts.path}?{parts.query}"  # never to be followed: the signed host
-                xml = f"<Error><Code>TemporaryRedirect</Code><Endpoint>{front.location[8:]}</Endpoint></Error>"
-                self._answer(307, xml.encode(), [("Location", where), ("x-amz-bucket-region", front.region)])
-            elif code == 400:
-                xml = (
-                    "<Error><Code>IllegalLocationConstraintException</Code><Message>The "
-                    f"{front.region} location constraint is incompatible for the region specific "
-                    "endpoint this request was sent to.</Message></Error>"
-                )
-                self._answer(400, xml.encode(), [("x-amz-bucket-region", front.region)])
-            elif front.root is not None:
-                self._folder(parts.path, body)
-            else:
-                self._proxy(body)
-
-        def _folder(self, path: str, body: bytes) -> None:
-            assert front.root is not None
-            target = (front.root / path.lstrip("/")).resolve()
-            if front.root not in target.parents:
-                self._answer(403)
-            elif self.command == "PUT":
-                target.parent.mkdir(parents=True, exist_ok=True)
-                tmp = target.with_name(target.name + ".part")
-                tmp.write_bytes(body)
-                tmp.replace(target)
-                self._answer(200)
-            elif self.command in ("GET", "HEAD") and target.is_file():
-                self._answer(200, target.read_bytes())
-            else:
-                self._answer(404)
-
-        def _proxy(self, body: bytes) -> None:
-            up = urlsplit(front.upstream)
-            conn = http.client.HTTPConnection(up.hostname or "127.0.0.1", up.port or 80, timeout=30)
-            try:
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
-                headers["Content-Length"] = str(len(body))
-                conn.request(self.command, self.path, body=body, headers=headers)
-                got = conn.getresponse()
-                data = got.read()
-                keep = [(k, v) for k, v in got.getheaders() if k.lower() not in HOP_HEADERS | {"content-length"}]
-                self._answer(got.status, data, keep)
-            finally:
-                conn.close()
-
-        do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _serve  # noqa: N815 (http.server's naming)
-
-    return Handler
+    return type("Handler", (_Handler,), {"front": front})
