@@ -256,3 +256,31 @@ def test_a_run_on_the_aws_simulator_delivers_everything_through_redirects(
         console = aws_sim.guest(iid).console()
         assert "gpucloud: manifest: HTTP 307" in console and "status.json: HTTP 307" in console
         assert tagged_alive(moto, doc["run_id"]) == []
+
+
+@pytest.mark.parametrize("answer", ["head", "redirect"])
+def test_a_users_bucket_region_comes_from_s3_asked_in_a_real_region(
+    answer: str, offline: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HeadBucket is asked of the caller's region (a region-less client is "aws-global", which has
+    no FIPS form); the bucket's region is in the answer's header, a redirect's included."""
+    from botocore.stub import Stubber
+
+    asked: list[str | None] = []
+    real = s3_data.s3_client
+
+    def stubbed(region: str | None = None) -> Any:
+        asked.append(region)
+        client = real(region)
+        stub = Stubber(client)
+        meta = {"HTTPHeaders": {"x-amz-bucket-region": "ap-east-1"}}
+        if answer == "head":
+            stub.add_response("head_bucket", {"ResponseMetadata": meta}, {"Bucket": "users-far"})
+        else:
+            stub.add_client_error("head_bucket", "301", "Moved", 301, response_meta=meta)
+        stub.activate()
+        return client
+
+    monkeypatch.setattr(s3_data, "s3_client", stubbed)
+    assert s3_data.bucket_region("users-far", "inputs.x") == "ap-east-1"
+    assert asked == ["us-east-1"]
