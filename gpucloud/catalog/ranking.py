@@ -123,8 +123,23 @@ class CleanCandidates:
         self.count = 0  # their candidates (two for a row with both markets under `spot: auto`)
         self.has_legacy = False
         self.pairs: list[tuple[str, int]] = []  # the (GPU, GPU count) of these rows: each has its price index
+        # ordinals of the requested pairs' rows that give no candidate: exclusions, whose reasons the
+        # planner works out only when its exclusions are listed (plan/rows.py Exclusions)
+        self.deferred: list[int] = []
+        self.considered: set[str] = set()  # GPUs of deferred rows that pass the row checks (their stacks)
         # per pair: its request rank and its candidates in each market (rules.markets)
         self.per_pair: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
+
+    def rows_at(self, ordinals: list[int]) -> list[tuple[int, Offering]]:
+        """(ordinal, row) of these rows in catalog order: the deferred exclusions a listing shows."""
+        import json
+
+        if not ordinals:
+            return []
+        sql = f"SELECT ordinal, {COLUMNS} FROM offerings WHERE ordinal IN (SELECT value FROM json_each(?))"
+        found = self._conn.execute(sql, (json.dumps(ordinals),)).fetchall()
+        found.sort(key=lambda r: int(r[0]))
+        return [(int(r[0]), self._make(r[1:])) for r in found]
 
     def add(self, pair: tuple[str, int], rank: int, found: int, per_market: tuple[int, ...], legacy: int) -> None:
         """A pair's counts: rows giving candidates, candidates per market, legacy rows among them."""

@@ -217,7 +217,9 @@ class IndexedRows:
         prices, else in one pass over the selection's rows, a pair at a time through the table's
         key; rows are read only for the pairs that have exclusions. Whether a pair meets a request,
         and its rank, is worked out once per pair, not per row (the rows of a pair that meets none
-        are all checked in full)."""
+        are all checked in full). The rows of a requested pair that give no candidate are exclusions
+        whatever else is wrong with them: only their ordinals are kept (`part.deferred`), and the
+        planner reads their reasons when its exclusions are listed."""
         rules = RuleSql(rule)
         requested: dict[tuple[str, int], int] = {}  # pair -> its request's rank
         unrequested: list[tuple[str, int]] = []
@@ -240,11 +242,14 @@ class IndexedRows:
                 part.add(pair, requested[pair], found, per_market, legacy)
                 if total > found:
                     scanned.append(pair)
-        others: list[int] = []
-        for pair, found, per_market, legacy, ordinals in self._scan(scanned, rules, cond, args):
+        for pair, found, per_market, legacy, based, ordinals in self._scan(scanned, rules, cond, args):
             if counted is None:
                 part.add(pair, requested[pair], found, per_market, legacy)
-            others.extend(ordinals)
+            part.deferred.extend(ordinals)
+            if based:  # the planner would have looked at this GPU's stack for these rows
+                part.considered.add(pair[0])
+        part.deferred.sort()
+        others: list[int] = []
         for gpu, count in unrequested:
             sql = f"SELECT ordinal FROM offerings WHERE gpu = ? AND gpu_count = ?{cond.replace(' WHERE ', ' AND ', 1)}"
             others.extend(int(r[0]) for r in self._conn.execute(sql, [gpu, count, *args]))
@@ -292,9 +297,9 @@ class IndexedRows:
 
     def _scan(
         self, pairs: list[tuple[str, int]], rules: RuleSql, cond: str, args: list[object]
-    ) -> Iterator[tuple[tuple[str, int], int, tuple[int, ...], int, list[int]]]:
+    ) -> Iterator[tuple[tuple[str, int], int, tuple[int, ...], int, int, list[int]]]:
         """Per pair, from its rows: (pair, rows giving candidates, candidates per market, legacy
-        rows among those, ordinals of the other rows)."""
+        rows among those, rows the rule's row checks pass, ordinals of the rows giving none)."""
         if not pairs:
             return
         markets = rules.markets
@@ -303,10 +308,10 @@ class IndexedRows:
         counts = ", ".join(
             [f"count(*) FILTER (WHERE {gives})"]
             + [f"count(*) FILTER (WHERE b AND m{i})" for i in range(len(markets))]
-            + [f"count(*) FILTER (WHERE {gives} AND legacy)"]
+            + [f"count(*) FILTER (WHERE {gives} AND legacy)", "count(*) FILTER (WHERE b)"]
         )
         scan = (
-            f"SELECT k.gpu, k.gpu_count, (SELECT printf('{' '.join(['%d'] * (len(markets) + 2))}|', {counts})"
+            f"SELECT k.gpu, k.gpu_count, (SELECT printf('{' '.join(['%d'] * (len(markets) + 3))}|', {counts})"
             f" || coalesce(group_concat(ordinal) FILTER (WHERE NOT ({gives})), '') FROM"
             f" (SELECT coalesce({rules.row_base}, 0) AS b, {flags}, status = 'legacy' AS legacy, ordinal"
             f" FROM offerings WHERE gpu = k.gpu AND gpu_count = k.gpu_count{cond.replace(' WHERE ', ' AND ', 1)}"
@@ -317,9 +322,9 @@ class IndexedRows:
         scan_args = [*rules.row_base_args, *rules.market_args(), *args, json.dumps(pairs)]
         for gpu, count, text in self._conn.execute(scan, scan_args):
             numbers, _, ordinals = str(text).partition("|")
-            found, *per_market, legacy = (int(n) for n in numbers.split())
-            listed = [int(o) for o in ordinals.split(",")] if ordinals else []
-            yield (str(gpu), int(count)), found, tuple(per_market), legacy, listed
+            found, *per_market, legacy, based = (int(n) for n in numbers.split())
+            listed = list(map(int, ordinals.split(","))) if ordinals else []
+            yield (str(gpu), int(count)), found, tuple(per_market), legacy, based, listed
 
 
 def read(path: str, gpus: dict[str, GpuModel]) -> Cached | str | None:

@@ -244,26 +244,36 @@ def _check_rows(
         which = match.which_of(name, count) if match is not None else None
         return match.label(which) if match is not None and which is not None else ""
 
+    def check(off: Offering) -> tuple[str | None, list[tuple[bool, float]]]:
+        """The row's exclusion reason (None: none) and the markets it gives candidates in."""
+        reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions, match)
+        if reason is None:
+            stack = images.stacks.of(off.gpu)
+            if isinstance(stack, str):
+                reason = stack
+        if reason is not None:
+            return reason, []
+        markets, reason = _markets(off, policy, cap, estimates)
+        return reason, markets
+
+    def why_not(off: Offering) -> str:
+        """A deferred row's reason (the catalog file found it gives no candidate)."""
+        return check(off)[0] or "gives no candidate"
+
     part, selected, read = read_rows(cat, quick, spec, policy, match, images.stacks, estimates)
     with gc_paused():  # tens of thousands of rows: no cycles to collect (catalog/ranking.py)
         for ordinal, off in selected:
-            reason = _exclusion_reason(off, spec, gpu, variants, clouds, regions, match)
-            if reason is None:
-                stack = images.stacks.of(off.gpu)
-                if isinstance(stack, str):
-                    reason = stack
-            if reason is None:
-                markets, reason = _markets(off, policy, cap, estimates)
-                rank = ranks.get(label(off.gpu, off.gpu_count), 0)
-                for is_spot, price in markets:
-                    keys.append(rank_key(off, ordinal, is_spot, price, nodes, rank))
+            reason, markets = check(off)
+            rank = ranks.get(label(off.gpu, off.gpu_count), 0) if markets else 0
+            for is_spot, price in markets:
+                keys.append(rank_key(off, ordinal, is_spot, price, nodes, rank))
             if reason is not None:
                 checked.append((ordinal, Exclusion(off.cloud, off.region, off.instance_type, reason)))
 
     def build(key: RankKey) -> Candidate:
         return _candidate(key[-1], key[6], key[8], spec, images, label(key[-1].gpu, key[-1].gpu_count))
 
-    return RankedCandidates(keys, build, part, label), Exclusions(checked, read, cat.rows, quick)
+    return RankedCandidates(keys, build, part, label), Exclusions(checked, read, cat.rows, quick, part, why_not)
 
 
 def _requested_gpu(spec: JobSpec, cat: Catalog) -> str | None:

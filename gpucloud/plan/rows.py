@@ -115,14 +115,22 @@ class QuickReasons:
 
 class Exclusions(Sequence[Exclusion]):
     """Every offering that is not a candidate, in catalog order: the checked rows' exclusions are
-    held, the rest (excluded by a quick reason) are counted and listed when first iterated."""
+    held, the rest (excluded by a quick reason, or `deferred`: rows the catalog file says give no
+    candidate, whose reason `why_not` works out) are counted and listed when first iterated."""
 
     def __init__(
-        self, checked: list[tuple[int, Exclusion]], selected: int, rows: RowSource, quick: QuickReasons
+        self,
+        checked: list[tuple[int, Exclusion]],
+        selected: int,
+        rows: RowSource,
+        quick: QuickReasons,
+        part: RankedPart | None = None,
+        why_not: Callable[[Offering], str] | None = None,
     ) -> None:
         self._checked = checked
-        self._len = len(rows) - selected + len(checked)
-        self._rows, self._quick = rows, quick
+        self._deferred = part.deferred if part is not None and why_not is not None else []
+        self._len = len(rows) - selected + len(checked) + len(self._deferred)
+        self._rows, self._quick, self._part, self._why_not = rows, quick, part, why_not
         self._list: list[Exclusion] | None = None
 
     def __len__(self) -> int:
@@ -131,12 +139,16 @@ class Exclusions(Sequence[Exclusion]):
     def _every(self) -> list[Exclusion]:
         if self._list is None:
             checked = dict(self._checked)
+            deferred, why_not = set(self._deferred), self._why_not
             reason = self._quick.reason
             out: list[Exclusion] = []
             for i, off in enumerate(self._rows.all(), 1):
                 held = checked.get(i)
                 if held is not None:
                     out.append(held)
+                    continue
+                if i in deferred and why_not is not None:
+                    out.append(Exclusion(off.cloud, off.region, off.instance_type, why_not(off)))
                     continue
                 why = reason(off)  # None: a checked row that gave candidates
                 if why is not None:
@@ -173,13 +185,17 @@ class Exclusions(Sequence[Exclusion]):
         if self._list is not None or not all(kind in hidden for kind in kinds):
             return _first(self._every(), hidden, limit)
         kept = [(i, e) for i, e in self._checked if not e.reason.startswith(hidden)]
-        total = len(kept)
+        total = len(kept) + len(self._deferred)  # a deferred row's reason is never a quick one
+        if self._deferred and self._part is not None and self._why_not is not None:
+            first = self._deferred if limit is None else self._deferred[:limit]
+            for i, off in self._part.rows_at(first):
+                kept.append((i, Exclusion(off.cloud, off.region, off.instance_type, self._why_not(off))))
         if quick.regions is not None and "region " not in hidden:
             outside = RowFilter(clouds=quick.clouds, regions=frozenset(quick.regions), outside_regions=True)
             total += self._rows.count(outside)
             for i, off in self._rows.select(outside, limit):
                 kept.append((i, Exclusion(off.cloud, off.region, off.instance_type, quick.reason(off) or "")))
-            kept.sort(key=lambda pair: pair[0])
+        kept.sort(key=lambda pair: pair[0])
         shown = [e for _, e in kept]
         return (shown if limit is None else shown[:limit]), total
 
@@ -207,6 +223,12 @@ class RankedPart(Protocol):
 
     count: int
     pairs: list[tuple[str, int]]  # the (GPU, GPU count) of the rows it ranks
+    deferred: list[int]  # ordinals of rows of those pairs that give no candidate (exclusions)
+    considered: set[str]  # GPUs of those rows that pass the row checks: the planner looks at their stacks
+
+    def rows_at(self, ordinals: list[int]) -> list[tuple[int, Offering]]:
+        """(ordinal, row) of these rows, in catalog order."""
+        ...
 
     def head(self, n: int) -> list[RankKey]:
         """Keys that include the `n` cheapest."""
@@ -333,9 +355,9 @@ def read_rows(
     )
     part, rest = split(quick.where, rule)
     if stacks is not None:
-        for name in sorted({gpu for gpu, _ in part.pairs}):
+        for name in sorted({gpu for gpu, _ in part.pairs} | part.considered):
             stacks.of(name)
-    return part, rest, part.rows + len(rest)
+    return part, rest, part.rows + len(rest) + len(part.deferred)
 
 
 def _clean_requests(
