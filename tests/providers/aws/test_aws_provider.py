@@ -23,6 +23,7 @@ from gpucloud.providers.base import (
     CandidateError,
     CapacityError,
     FatalProvisionError,
+    ImageMissingError,
     LaunchRequest,
     PriceError,
     QuotaError,
@@ -188,7 +189,7 @@ def test_image_resolution(moto, provider, hooks):  # noqa: F811
     assert hooks.ops("DescribeImages")[-2].params["Owners"] == ["099720109477"]
     # `image:` from the job file wins
     assert provider.resolve_image("us-east-1", "20.04", jammy)[0] == jammy
-    with pytest.raises(FatalProvisionError, match="does not exist"):
+    with pytest.raises(ImageMissingError, match="does not exist"):  # this region's candidate, not all of AWS
         provider.resolve_image("us-east-1", "20.04", "ami-0123456789abcdef0")
     with pytest.raises(FatalProvisionError, match="not an AMI"):
         provider.resolve_image("us-east-1", "20.04", "Canonical:ubuntu:22_04-lts:latest")
