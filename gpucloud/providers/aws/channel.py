@@ -306,6 +306,21 @@ class S3Channel(Channel):
                 out.append((obj["Key"][len(prefix) :], data))
         return out
 
+    def claims_url(self, run_id: str, rank: int, expires: datetime) -> str | None:
+        """A presigned ListObjectsV2 of the node's claim objects only (the prefix is signed): the
+        answer's XML names each `claim-<fingerprint>`. Two keys are enough to see a second claim."""
+        return str(
+            self._s3.generate_presigned_url(
+                "list_objects_v2",
+                Params={
+                    "Bucket": self.bucket,
+                    "Prefix": log_prefix(run_id, rank) + channel_trust.CLAIM_PREFIX,
+                    "MaxKeys": 2,
+                },
+                ExpiresIn=self._expires_in(expires),
+            )
+        )
+
     def delete_prefix(self, prefix: str) -> None:
         paginator = self._s3.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, ExpectedBucketOwner=self.account):
