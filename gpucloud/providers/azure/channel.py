@@ -244,6 +244,10 @@ class BlobChannel(Channel):
         self._container.get_blob_client(key).create_append_blob()
         return [f"claim_append {self._url(key, expires, add=True)}"]
 
+    def claims_url(self, run_id: str, rank: int, expires: datetime) -> str | None:
+        """A read-only SAS (`r`) on the node's claim blob: its appended claim lines, nothing else."""
+        return self._url(f"{node_prefix(run_id, rank)}/claim.append", expires, read=True)
+
     def claims(self, run_id: str, rank: int) -> list[tuple[str | None, bytes]]:
         """One claim per line of the append blob (capped)."""
         data = self.get_bytes(f"{node_prefix(run_id, rank)}/claim.append", limit=channel_trust.CLAIMS_MAX) or b""
