@@ -23,7 +23,7 @@ import posixpath
 import re
 import stat
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -44,7 +44,10 @@ DEFAULT_MAX_FILES = 100_000
 DEFAULT_MAX_RATIO = 200.0
 DEFAULT_MAX_FOLDERS = 20_000
 DEFAULT_MAX_REFUSED = 10_000
-DEFAULT_MAX_MEMBERS = 200_000  # every header that names a member, whatever it is (skipped `.` too)
+# Every member, whatever it is (a skipped `./` too): by default the three caps above and 10,000 more,
+# so that raising one of them raises this one too.
+MEMBERS_SLACK = 10_000
+DEFAULT_MAX_MEMBERS = DEFAULT_MAX_FILES + DEFAULT_MAX_FOLDERS + DEFAULT_MAX_REFUSED + MEMBERS_SLACK
 SHOWN_REFUSED = 20  # refused members named one per line; the rest are counted in one line
 # The ratio cap applies only once this much has been expanded: a small file of zeros compresses
 # a thousand times over and is harmless; a few hundred MiB of it is not.
@@ -94,7 +97,10 @@ class Caps:
                     "for the default (docs/SECURITY.md).",
                 ) from None
         kwargs: dict[str, Any] = {k: v if k == "max_ratio" else int(v) for k, v in values.items()}
-        return cls(**kwargs)
+        caps = cls(**kwargs)
+        if "max_members" in values:
+            return caps
+        return replace(caps, max_members=caps.max_files + caps.max_folders + caps.max_refused + MEMBERS_SLACK)
 
 
 _EXAMPLE = {"size": "20G", "count": "50000", "ratio": "100"}
