@@ -159,7 +159,9 @@ def collect_command(ref: str, *, json_out: bool) -> int:
         emit(result.as_json())
     else:
         to_stderr(
-            f"run {result.run_id}: {result.status} (exit {result.exit_code}); results in {result.directory}"
+            f"run {result.run_id}: {result.status} "
+            + (f"(exit {result.exit_code})" if result.exit_code is not None else "(the job reported no exit code)")
+            + f"; results in {result.directory}"
             + (f"; {len(result.refused)} artifact member(s) refused (see the warnings above)" if result.refused else "")
         )
         if not result.artifacts:

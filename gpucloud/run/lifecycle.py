@@ -260,6 +260,7 @@ class _Run:
                 self.progress.info(
                     f"detached: the run ends itself at the latest at max_duration; "
                     f"`gpucloud logs {self.run_id} --follow` follows it, "
+                    f"`gpucloud collect {self.run_id}` brings back its log and artifacts once it ended, "
                     f"`gpucloud down {self.run_id}` ends it"
                 )
                 if self.spec.recovery is not None:
@@ -281,7 +282,7 @@ class _Run:
             message = f"{signal.Signals(intr.signum).name} received"
             self.progress.warn(f"{message}: tearing down run {self.run_id}")
         except NoCandidateError as exc:
-            status, code, message = "no-capacity", exc.exit_code, exc.message
+            status, code, message = "no-capacity" if exc.capacity else "error", exc.exit_code, exc.message
             raise
         except GpucloudError as exc:
             status, code, message = ("error", exc.exit_code, exc.message)

@@ -279,12 +279,14 @@ def test_detached_run_json_then_collect_brings_results_back(tmp_path: Path, home
     out = cli(env, "run", str(spec), "-d", "--json", cwd=tmp_path)
     doc = json.loads(out.stdout)
     assert out.returncode == 0 and doc["status"] == "detached" and doc["exit_code"] is None
+    assert f"`gpucloud collect {doc['run_id']}`" in " ".join(out.stderr.split())  # how its results come back
     final = _wait_final(env, doc["run_id"], tmp_path)
     assert final["status"] == "failed" and final["exit_code"] == 3
     human = cli(env, "status", doc["run_id"], cwd=tmp_path)
     assert "not yet deleted" not in human.stdout, human.stdout  # the local process has exited
     got = cli(env, "collect", doc["run_id"], cwd=tmp_path)
     assert got.returncode == 3, got.stderr
+    assert "(exit 3)" in got.stderr and "None" not in got.stderr
     dest = tmp_path / "gpucloud-runs" / doc["run_id"]
     assert (dest / "out" / "r.txt").read_text() == "result\n" and b"logline" in (dest / "job.log").read_bytes()
     assert json.loads(cli(env, "status", doc["run_id"], "--json", cwd=tmp_path).stdout)["artifacts_dir"] == str(dest)
