@@ -17,6 +17,7 @@ its barrier with nobody following it.
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -197,6 +198,11 @@ class SshChannel(Channel):
             out.append((name[len(channel_trust.CLAIM_PREFIX) :], key.encode()))
         return out
 
+    def claims_url(self, run_id: str, rank: int, expires: datetime) -> str | None:
+        """Node `rank`'s log folder, as a reading node finds it on its own host: the node lists its
+        `claim-<fp>` files itself. On another host the relay copies them there (`relay_ready`)."""
+        return self.url_get(log_prefix(run_id, rank), expires)
+
     def log_grant(self, run_id: str, rank: int, expires: datetime) -> list[str]:
         """The node's log folder on its host (made by `prepare`): parts without end."""
         return [f"log_dir {self.url_get(log_prefix(run_id, rank).rstrip('/'), expires)}"]
@@ -255,7 +261,9 @@ class SshChannel(Channel):
         return parts
 
     def relay_ready(self, run_id: str) -> None:
-        """Multi-node barrier across hosts: copy each node's `ready` (its address) to the others."""
+        """Multi-node barrier across hosts: copy each node's `ready` (its address) to the others,
+        its claims first (the peers check the `ready` against them). A node signs its `ready` only
+        once its claim is published, so a `ready` with no claim beside it waits for the next pass."""
         for rank, host in enumerate(self.hosts):
             if (run_id, rank) in self._relayed:
                 continue
@@ -264,16 +272,26 @@ class SshChannel(Channel):
                 data = self.get_bytes(key, limit=SMALL_OBJECT_MAX)
             except ObjectRefused:  # not an address: the node's barrier times out and says so
                 continue
-            if data is None:
+            claims = self._claim_names(run_id, rank)
+            if data is None or not claims:
                 continue
             for peer in self.hosts:
                 if peer != host:
+                    folder = self._path(log_prefix(run_id, rank).rstrip("/"))
+                    names = " ".join(f"{folder}/{channel_trust.CLAIM_PREFIX}{name}" for name in claims)
+                    self._run(peer, f"mkdir -p {folder} && touch {names}")
                     self._run(
                         peer,
                         f'p={self._path(key)}; mkdir -p "$(dirname "$p")" && cat >"$p.tmp" && mv -f "$p.tmp" "$p"',
                         input=data,
                     )
             self._relayed.add((run_id, rank))
+
+    def _claim_names(self, run_id: str, rank: int) -> list[str]:
+        """The fingerprints node `rank`'s claim files are named by (the host's listing is not
+        trusted: only the 32 hex digits a peer's barrier reads are kept)."""
+        names = {(name or "")[:32] for name, _ in self.claims(run_id, rank)}
+        return sorted(name for name in names if re.fullmatch(r"[0-9a-f]{32}", name))
 
 
 def start_relay(run_id: str, hosts: list[str], timeout_s: float) -> None:
