@@ -151,10 +151,13 @@ def test_a_value_just_under_the_limit_passes(tmp_path: Path) -> None:
 def test_a_secret_file_line_is_never_echoed(tmp_path: Path, line: str) -> None:
     secret_file = tmp_path / "s.env"
     secret_file.write_text(f"# a comment\nTOK=fine\n{line}\n")
-    res = CliRunner().invoke(app, ["plan", "--json", "--secret-file", str(secret_file), str(_job(tmp_path))])
+    summary = tmp_path / "summary.md"
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}  # annotations and the summary too
+    res = CliRunner().invoke(app, ["plan", "--json", "--secret-file", str(secret_file), str(_job(tmp_path))], env=env)
     assert res.exit_code == 2, res.output
-    assert f"--secret-file {secret_file}:3:" in res.output
+    assert f"--secret-file {secret_file}:3:" in res.output and "::error" in res.output
     assert "SECRETPART" not in res.output
+    assert not summary.exists() or "SECRETPART" not in summary.read_text()
 
 
 def test_a_secret_flag_with_a_bad_name_is_not_echoed(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ def job(folder: Path, body: str) -> Path:
 
 def nothing_created(home: Path) -> bool:
     """No run was recorded and no channel object written under GPUCLOUD_HOME."""
-    return not any(p.name == "runs" or p.name == "channel" for p in home.rglob("*") if any(p.iterdir()))
+    return not any(p.name in ("runs", "channel") and p.is_dir() and any(p.iterdir()) for p in home.rglob("*"))
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
