@@ -97,7 +97,8 @@ def main() -> None:
     load_catalog.cache_clear()  # type: ignore[attr-defined]
     rows = grown_rows(replicas_for(args.rows), args.shape)
     store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
-    job = folder / "alternatives.yaml"
+    job = folder / "jobs" / "alternatives.yaml"  # not beside GPUCLOUD_HOME: a workdir holding it is refused
+    job.parent.mkdir()
     job.write_text(job_text(args.every_region))
     ms, candidates, excluded = plan_ms(job, args.runs)
     counted = f"{candidates:,} candidates, {excluded:,} exclusions"

@@ -46,7 +46,8 @@ JOBS = ("examples/t4-any-cloud.yaml", "examples/a100-azure.yaml", "a100-family.y
 
 def job_path(name: str, folder: Path) -> Path:
     if name == "a100-family.yaml":
-        path = folder / name
+        path = folder / "jobs" / name  # not beside the GPUCLOUD_HOME made in `folder`: a workdir holding it is refused
+        path.parent.mkdir(exist_ok=True)
         path.write_text(FAMILY_JOB)
         return path
     return REPO / name
