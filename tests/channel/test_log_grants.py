@@ -185,3 +185,69 @@ def test_azure_log_is_read_by_byte_ranges_from_the_mirror_position(
 def test_azure_manifest_size_does_not_depend_on_max_duration(blob: Any) -> None:
     short, long = manifest_sizes(blob, "size")
     assert abs(short - long) < 16 and long < 6000, (short, long)
+
+
+# ---- claims_get: what a node reads of a peer's claims (docs/SECURITY.md, "Multi-node rendezvous") -----
+
+PUB = base64.b64encode(bytes(range(32))).decode()  # a public key's shape (44 base64 characters)
+CLAIMS_SIZES: dict[str, dict[int, int]] = {}
+
+
+def claims_lines(channel: Channel, run: str, nodes: int) -> tuple[list[dict[int, str]], int]:
+    """Every node's `claims_get` URLs by rank, and node 0's manifest bytes."""
+    urls = channel.prepare(run, nodes, datetime.now(UTC) + timedelta(hours=1))
+    out, size = [], 0
+    for rank, url in enumerate(urls):
+        text = curl("-f", url).stdout
+        if not size:  # node 0's manifest bytes, then those of its claims_get lines
+            size = len(text)
+            CLAIMS_SIZES.setdefault("claims_get lines", {})[f"{type(channel).__name__} {nodes}"] = sum(
+                len(line) + 1 for line in text.splitlines() if line.startswith("claims_get ")
+            )
+        ranked = [rest.split(" ", 1) for key, rest in iter_manifest(text) if key == "claims_get"]
+        out.append({int(r): u for r, u in ranked})
+        assert len(ranked) == nodes, f"node {rank} has {len(ranked)} claims_get lines for {nodes} nodes"
+    return out, size
+
+
+@pytest.mark.parametrize("nodes", [2, 8])
+def test_s3_claims_get_lists_only_the_ranks_claim_objects(s3: Any, nodes: int) -> None:
+    from gpucloud.vm import protocol
+
+    lines, size = claims_lines(s3, f"cg{nodes}", nodes)
+    CLAIMS_SIZES.setdefault("s3", {})[nodes] = size
+    assert size < 64 * 1024, size
+    prefix = f"runs/cg{nodes}/node-1/log/"
+    s3.put_bytes(prefix + "000000", b"a log part")
+    s3.put_bytes(f"runs/cg{nodes}/node-0/log/" + protocol.claim_name(PUB), PUB.encode())
+    url = lines[0][1]
+    assert protocol.claim_fingerprints(curl("-f", url).stdout.encode()) == []  # node 1 has not claimed yet
+    s3.put_bytes(prefix + protocol.claim_name(PUB), PUB.encode())
+    listing = curl("-f", url).stdout
+    assert protocol.claim_fingerprints(listing.encode()) == [protocol.fingerprint(PUB)]
+    assert "000000" not in listing and "node-0" not in listing and PUB not in listing  # names, nothing else
+    assert all(line[1] == url for line in lines)  # every node reads node 1's claims the same way
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)  # moto does not check signatures: S3 does
+    assert query["prefix"] == [prefix + "claim-"] and query["max-keys"] == ["2"] and query["X-Amz-Signature"]
+    assert curl("-f", "-T", "/dev/null", url).returncode != 0, "a listing grant writes nothing"
+
+
+@pytest.mark.parametrize("nodes", [2, 8])
+def test_azure_claims_get_reads_only_the_ranks_claim_blob(
+    blob: Any, nodes: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpucloud.vm import protocol
+
+    lines, size = claims_lines(blob, f"cg{nodes}", nodes)
+    CLAIMS_SIZES.setdefault("azure", {})[nodes] = size
+    assert size < 64 * 1024, size
+    url = lines[0][1]
+    assert f"/runs/cg{nodes}/node-1/claim.append?" in url
+    assert urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["sp"] == ["r"]
+    assert protocol.claim_fingerprints(curl("-f", url).stdout.encode()) == []
+    blob._container.get_blob_client(f"runs/cg{nodes}/node-1/claim.append").append_block((PUB + "\n").encode())
+    assert protocol.claim_fingerprints(curl("-f", url).stdout.encode()) == [protocol.fingerprint(PUB)]
+    put = curl("-f", "-T", "/dev/null", "-H", "x-ms-blob-type: BlockBlob", url)
+    assert put.returncode != 0, "a read SAS writes nothing"
+    with capsys.disabled():
+        print(f"\nnode 0's manifest bytes by backend and node count: {CLAIMS_SIZES}")
