@@ -10,7 +10,7 @@ import os
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from gpucloud.errors import UserError
@@ -106,15 +106,30 @@ def _walk_files(root: Path) -> Iterator[str]:
     yield from walk(root, "", [])
 
 
-def workdir_files(path: Path) -> list[str]:
-    """Relative paths that go into the code tarball, sorted."""
+def _skipped_prefixes(root: Path, skip: Sequence[Path]) -> tuple[str, ...]:
+    """The folders of `skip` that lie inside `root` (resolved), as relative path prefixes."""
+    try:
+        base = root.resolve()
+    except OSError:
+        return ()
+    out = []
+    for place in skip:
+        if base in place.parents:
+            out.append(place.relative_to(base).as_posix() + "/")
+    return tuple(out)
+
+
+def workdir_files(path: Path, skip: Sequence[Path] = ()) -> list[str]:
+    """Relative paths that go into the code tarball, sorted; nothing under a folder of `skip`
+    (resolved paths: the places that hold credentials, which a workdir such as `..` may contain)."""
     root = Path(path)
     files = _git_files(root)
     if files is None:
         files = list(_walk_files(root))
+    skipped = _skipped_prefixes(root, skip)
     keep = []
     for rel in files:
-        if any(part in ALWAYS_SKIP for part in rel.split("/")):
+        if any(part in ALWAYS_SKIP for part in rel.split("/")) or (rel + "/").startswith(skipped):
             continue
         full = root / rel
         if full.is_symlink() or full.is_file():  # git lists deleted-but-tracked files too
@@ -130,12 +145,15 @@ def _human(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-def pack_workdir(path: Path, cap_bytes: int = DEFAULT_CODE_CAP, dest: Path | None = None) -> Path:
+def pack_workdir(
+    path: Path, cap_bytes: int = DEFAULT_CODE_CAP, dest: Path | None = None, skip: Sequence[Path] = ()
+) -> Path:
     """Pack the job's workdir into a tar.gz (what every node fetches), honouring .gitignore.
 
     Stops as soon as the compressed size passes `cap_bytes` and raises a UserError that names the
     folder, the size, the cap and how to fix it, rather than uploading a dataset by accident.
-    `dest` defaults to a fresh temporary file (the caller removes it after upload).
+    `dest` defaults to a fresh temporary file (the caller removes it after upload); nothing under
+    a folder of `skip` is packed (workdir_files).
     """
     root = Path(path).resolve()
     if not root.is_dir():
@@ -152,7 +170,7 @@ def pack_workdir(path: Path, cap_bytes: int = DEFAULT_CODE_CAP, dest: Path | Non
             "`setup`, or point `workdir` at a smaller folder.",
         )
 
-    files = workdir_files(root)
+    files = workdir_files(root, skip)
     stopped_at = 0
     with open(dest, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
         for rel in files:

@@ -308,10 +308,11 @@ class _Run:
         """The failover loop (failover.py); the code tarball is removed whatever happens."""
         from gpucloud.channel.store import pack_workdir
         from gpucloud.run.failover import Failover
+        from gpucloud.spec.reach import credential_places
 
         t0 = time.monotonic()
         self.progress.phase("provision")
-        tarball = pack_workdir(self.spec.workdir_path())
+        tarball = pack_workdir(self.spec.workdir_path(), skip=credential_places())
         loop = Failover(self.spec, self.plan, self.run_id, self.store, self.journal, self.progress, vm_dir=self.vm_dir)
         try:
             self.launch = loop.run(tarball)

@@ -134,13 +134,15 @@ def _secret_issue(name: str, filename: str, line: int | None) -> SpecIssue:
     )
 
 
-def _place_problem(path: Path, base: Path, places: list[Path]) -> str | None:
+def _place_problem(path: Path, base: Path, places: list[Path], *, holding: bool = True) -> str | None:
+    """Why `path` may not be uploaded, or None. `holding`: a folder that holds a credentials place is a
+    problem too (a copied input); a workdir is packed without them (channel/workdir.py `skip`)."""
     for place in places:
         if path == place:
             return f"is {path} (symlinks followed), which holds credentials"
         if place in path.parents:
             return f"is {path} (symlinks followed), inside {place}, which holds credentials"
-        if path in place.parents and place.exists():
+        if holding and path in place.parents and place.exists():
             return f"is {path} (symlinks followed), which holds {place}, a place with credentials"
     if path != base and base not in path.parents:
         return f"is {path} (symlinks followed), outside the job file's folder {base}"
@@ -155,10 +157,10 @@ def _workdir_issues(
     allow: Allowances,
     places: list[Path],
 ) -> list[SpecIssue]:
-    """`workdir` may lead up (`..`, a monorepo), but not into or around a credentials place: it is
-    uploaded whole."""
+    """`workdir` may lead up (`..`, a monorepo), but not into a credentials place; one inside it is
+    left out of the upload (channel/workdir.py `skip`), so `workdir: ..` holding GPUCLOUD_HOME works."""
     path = _resolved(base / spec.workdir)  # as JobSpec.workdir_path reads it: no `~`
-    problem = _place_problem(path, path, places)
+    problem = _place_problem(path, path, places, holding=False)
     if not problem or allow.allows_path(path):
         return []
     where = lines.get(("workdir",))

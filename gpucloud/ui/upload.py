@@ -43,6 +43,7 @@ class UploadInfo:
 def describe_upload(spec: JobSpec) -> UploadInfo:
     """Raise a UserError naming the job file and field when the workdir is missing; else count it."""
     from gpucloud.channel.workdir import workdir_files
+    from gpucloud.spec.reach import credential_places
 
     path = spec.workdir_path()
     where = f"{spec.source}: workdir" if spec.source else "workdir"
@@ -57,7 +58,7 @@ def describe_upload(spec: JobSpec) -> UploadInfo:
             f"{where}: {path} is a file, not a folder.",
             hint="Set workdir to the folder that holds the job's code, e.g. workdir: .",
         )
-    files = workdir_files(path)
+    files = workdir_files(path, credential_places())
     size = 0
     for rel in files:
         try:

@@ -144,3 +144,26 @@ def test_a_workdir_in_a_credentials_place_is_refused(tmp_path: Path) -> None:
         allowed = invoke("validate", "--allow-input", str(home / ".aws"), str(path))
         assert allowed[0] == 0, allowed[1]
     assert invoke("validate", str(job(tmp_path / "pr" / "jobs", "workdir: ..\n")))[0] == 0  # a monorepo
+
+
+def test_a_workdir_holding_a_credentials_place_is_packed_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`workdir: .` in a folder that holds GPUCLOUD_HOME (its state store, run keys) is fine: the
+    upload leaves that folder out, as it leaves out every credentials place inside a workdir."""
+    import tarfile
+
+    from gpucloud.channel.workdir import pack_workdir
+    from gpucloud.spec.reach import credential_places
+
+    store = tmp_path / "proj" / "gpucloud-home"
+    store.mkdir(parents=True)
+    monkeypatch.setenv("GPUCLOUD_HOME", str(store))
+    (store / "state.db").write_text("runs")
+    (store.parent / "code.py").write_text("print(2)")
+    path = job(store.parent, "workdir: .\n")
+    code, out = invoke("validate", str(path))
+    assert code == 0, out
+    with tarfile.open(pack_workdir(store.parent, skip=credential_places())) as tar:
+        names = tar.getnames()
+    assert "code.py" in names and not any(n.endswith("state.db") for n in names), names
