@@ -228,7 +228,7 @@ def test_s3_claims_get_lists_only_the_ranks_claim_objects(s3: Any, nodes: int) -
     assert "000000" not in listing and "node-0" not in listing and PUB not in listing  # names, nothing else
     assert all(line[1] == url for line in lines)  # every node reads node 1's claims the same way
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)  # moto does not check signatures: S3 does
-    assert query["prefix"] == [prefix + "claim-"] and query["max-keys"] == ["2"] and query["X-Amz-Signature"]
+    assert query["prefix"] == [prefix + "claim-"] and query["max-keys"] == ["100"] and query["X-Amz-Signature"]
     assert curl("-f", "-T", "/dev/null", url).returncode != 0, "a listing grant writes nothing"
 
 
@@ -251,3 +251,60 @@ def test_azure_claims_get_reads_only_the_ranks_claim_blob(
     assert put.returncode != 0, "a read SAS writes nothing"
     with capsys.disabled():
         print(f"\nnode 0's manifest bytes by backend and node count: {CLAIMS_SIZES}")
+
+
+def s3_barrier_of_rank_0(s3: Any, run: str, tmp_path: Path) -> Any:
+    """Rank 0's barrier as the agent builds it, over its real manifest and curl."""
+    from gpucloud.vm import protocol
+    from gpucloud.vm.agent.barrier import Barrier, ReadyKeys
+    from gpucloud.vm.agent.claim import verify
+    from gpucloud.vm.agent.transfer import Transfer
+
+    url = s3.prepare(run, 2, datetime.now(UTC) + timedelta(hours=1))[0]
+    manifest = protocol.parse_manifest(curl("-f", url).stdout)
+    keys = ReadyKeys(run, lambda: "", lambda raw: None, verify)
+    return Barrier(
+        manifest, Transfer(), tmp_path, 0, 2, 30, lambda: 0.0, lambda s: None, 1.0, print, lambda: False, keys
+    )
+
+
+def thief_before(tmp_path: Path, real: str) -> Any:
+    """A reader's key whose claim sorts before `real`'s (a few tries), signing node 1's `ready`."""
+    from gpucloud.vm import protocol
+    from gpucloud.vm.agent.claim import NodeKey
+
+    for i in range(64):
+        (tmp_path / f"t{i}").mkdir()
+        key = NodeKey(tmp_path / f"t{i}", lambda line: None)
+        pub = key.make()
+        assert pub
+        key.pub_path.write_text(pub + "\n")
+        key.published_path.touch()
+        key.mark_done()
+        if protocol.fingerprint(pub) < real:
+            return key
+    raise AssertionError("no key sorted first in 64 tries")
+
+
+@pytest.mark.parametrize("junk", [1, 100], ids=["a-junk-key", "a-page-of-junk"])
+def test_s3_junk_keys_cannot_push_a_claim_off_the_listing(s3: Any, tmp_path: Path, junk: int) -> None:
+    """The log grant can add any key under the claim prefix: a reader adds junk keys that sort first
+    and its own claim, sorted before node 1's, and signs node 1's `ready` with it. Rank 0 sees both
+    claims (refused: two keys), or a truncated listing (refused), never only the reader's."""
+    from gpucloud.vm import protocol
+    from gpucloud.vm.agent.stage_api import StageFailed
+
+    run = f"junk{junk}"
+    barrier = s3_barrier_of_rank_0(s3, run, tmp_path)
+    log = f"runs/{run}/node-1/log/"
+    real = protocol.fingerprint(PUB)
+    thief = thief_before(tmp_path, real)
+    for i in range(junk):
+        s3.put_bytes(f"{log}claim-{i:04d}", b"")
+    s3.put_bytes(log + protocol.claim_name(thief.public()), thief.public().encode())
+    s3.put_bytes(log + protocol.claim_name(PUB), PUB.encode())
+    sig = thief.sign(protocol.ready_signed_bytes(run, 1, "6.6.6.6"), lambda event, s: True)
+    s3.put_bytes(f"runs/{run}/node-1/ready", protocol.ready_text("6.6.6.6", thief.public(), sig or ""))
+    with pytest.raises(StageFailed) as refused:
+        barrier.peer(1)
+    assert ("node 1 is claimed by 2 keys" if junk == 1 else "more claim objects than one listing") in str(refused.value)

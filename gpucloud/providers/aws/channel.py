@@ -30,6 +30,7 @@ RUNS_PREFIX = "runs/"
 EXPIRE_DAYS = 30
 MAX_PRESIGN = timedelta(days=7)  # SigV4 presigned URLs live at most 7 days
 LIFECYCLE_RULE_ID = "gpucloud-expire-runs"
+CLAIMS_LISTED = 100  # keys of one `claims_get` listing (about 30 KB of XML at most)
 
 
 class S3ChannelError(GpucloudError):
@@ -308,14 +309,15 @@ class S3Channel(Channel):
 
     def claims_url(self, run_id: str, rank: int, expires: datetime) -> str | None:
         """A presigned ListObjectsV2 of the node's claim objects only (the prefix is signed): the
-        answer's XML names each `claim-<fingerprint>`. Two keys are enough to see a second claim."""
+        answer's XML names each `claim-<fingerprint>`. The log grant can add any key under the prefix,
+        so junk keys could push a claim off a short page: the node refuses a truncated one."""
         return str(
             self._s3.generate_presigned_url(
                 "list_objects_v2",
                 Params={
                     "Bucket": self.bucket,
                     "Prefix": log_prefix(run_id, rank) + channel_trust.CLAIM_PREFIX,
-                    "MaxKeys": 2,
+                    "MaxKeys": CLAIMS_LISTED,
                 },
                 ExpiresIn=self._expires_in(expires),
             )

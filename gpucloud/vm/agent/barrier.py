@@ -30,8 +30,9 @@ from gpucloud.vm.agent.transfer import Transfer
 ADDRESS = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,252}")
 # What a node reads of a peer's claims: one honest claim is one line or one listed name; more than
 # one already fails the barrier, so the first few are all it needs.
-CLAIMS_MAX = 64 * 1024
+CLAIMS_MAX = 256 * 1024  # 100 S3 keys of up to 1 KiB each, in XML
 CLAIM_FILES_MAX = 16
+CLAIM_FILE = re.compile(r"claim-[0-9a-f]{32}")
 
 
 @dataclass
@@ -144,16 +145,23 @@ class Barrier:
     def claims_of(self, rank: int) -> bytes:
         """What `claims_get` says of rank's claims (b'' while nothing can be read). A file:// URL
         names a folder on this node's own filesystem (file, ssh, Slurm channels): its claim files
-        are listed here, since curl's GET of a folder returns nothing."""
+        are listed here, since curl's GET of a folder returns nothing; names are filtered before the
+        cap, so junk names cannot push a claim out. StageFailed for a truncated S3 listing."""
         url = self.manifest.ranked_url("claims_get", rank)
         if not url.startswith("file://"):
-            return self.transfer.get(url, max_time=30, limit=CLAIMS_MAX) or b""
+            body = self.transfer.get(url, max_time=30, limit=CLAIMS_MAX) or b""
+            if b"<IsTruncated>true</IsTruncated>" in body:  # a claim may be on a page it cannot read
+                raise StageFailed(
+                    f"barrier: node {rank} has more claim objects than one listing shows: refused (someone "
+                    "who could read the machines' user-data added them)"
+                )
+            return body
         folder = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
         try:
-            names = [n for n in os.listdir(folder) if n.startswith("claim-")]
+            names = [n for n in os.listdir(folder) if CLAIM_FILE.fullmatch(n)]
         except OSError:  # not made yet
             return b""
-        return "\n".join(sorted(names)[:CLAIM_FILES_MAX]).encode()
+        return "\n".join(sorted(names)[:CLAIM_FILES_MAX]).encode()  # more than one is refused anyway
 
     def wait(self, ip: str) -> List[str]:
         """Every node's address in rank order; raises StageFailed."""
