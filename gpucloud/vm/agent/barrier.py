@@ -6,9 +6,10 @@ Why signed: the `ready_put` grants ride in the manifests, whose URLs are in user
 read the VM's user-data can write any rank's `ready` and point every rank's MASTER_ADDR at a machine
 of theirs. A node that signs its results (the manifest's `sign` line) also signs its `ready` with
 its own key (claim.py): address, rank and run id. Where the manifest lets it read each peer's claims
-(`claims_get <rank> URL`), every rank takes a peer's address only when exactly one key claims that
-peer, that key is the one in the `ready`, and the signature holds; anything else fails the barrier
-closed, naming the rank (docs/SECURITY.md, "Multi-node rendezvous").
+(`claims_get <rank> URL`, written by every channel backend for a multi-node run), every rank takes a
+peer's address only when exactly one key claims that peer, that key is the one in the `ready`, and
+the signature holds; anything else fails the barrier closed, naming the rank (docs/SECURITY.md,
+"Multi-node rendezvous").
 """
 
 from __future__ import annotations
