@@ -67,6 +67,20 @@ class Draft:
         """A remark that is no unmapped field (what the importer filled in, and why)."""
         self.notes.append((at, text))
 
+    def drop_rest(self, rest: dict[str, Any], prefix: str = "", at: str = "") -> None:
+        """Each field left in `rest` has no equivalent: noted as dropped."""
+        for key, value in rest.items():
+            self.note(f"{prefix}{key}", f"{shown(value, 40)} has no gpucloud equivalent; dropped.", at)
+
+    def mapping(self, value: Any, field: str, at: str = "") -> dict[str, Any]:
+        """`value` as a mapping to read fields from: {} for none, and a note for anything else."""
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.note(field, f"{shown(value)} is not a mapping; dropped.", at)
+            return {}
+        return dict(value)
+
 
 def shown(value: Any, limit: int = 60) -> str:
     """A peer value inside a comment: one line, printable, clipped (a comment cannot hold a newline)."""

@@ -71,17 +71,11 @@ def convert(data: dict[str, Any], draft: Draft) -> None:
         draft.job["container"] = str(rest.pop("image")).strip()
     _scripts(rest, draft)
     _notes(rest, draft)
-    for key, value in rest.items():
-        draft.note(str(key), f"{shown(value, 40)} has no gpucloud equivalent; dropped.")
+    draft.drop_rest(rest)
 
 
 def _resources(value: Any, draft: Draft) -> None:
-    if value is None:
-        value = {}
-    if not isinstance(value, dict):
-        draft.note("resources", f"{shown(value)} is not a mapping; dropped.", "resources")
-        value = {}
-    rest = dict(value)
+    rest = draft.mapping(value, "resources", "resources")
     res = draft.resources
     if "gpu" in rest:
         gpu = _gpu(rest.pop("gpu"), draft)
@@ -97,8 +91,7 @@ def _resources(value: Any, draft: Draft) -> None:
             "--shm-size=SIZE to container options (docs/CONTAINERS.md).",
             "resources",
         )
-    for key, extra in rest.items():
-        draft.note(f"resources.{key}", f"{shown(extra, 40)} has no gpucloud equivalent; dropped.", "resources")
+    draft.drop_rest(rest, "resources.", "resources")
     if "gpu" not in res:
         res["gpu"] = "T4:1"
         draft.say("no GPU was asked for; gpu T4:1 is a placeholder (or use cloud: local to run here).", "resources")

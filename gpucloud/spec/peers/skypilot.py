@@ -86,8 +86,7 @@ def convert(data: dict[str, Any], draft: Draft) -> None:
     for field in ("file_mounts", "storage_mounts"):
         _file_mounts(rest.pop(field, None), field, draft)
     _scripts(rest.pop("setup", None), rest.pop("run", None), draft)
-    for key, value in rest.items():
-        draft.note(str(key), f"{shown(value, 40)} has no gpucloud equivalent; dropped.")
+    draft.drop_rest(rest)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,12 +94,7 @@ def convert(data: dict[str, Any], draft: Draft) -> None:
 
 
 def _resources(value: Any, draft: Draft) -> None:
-    if value is None:
-        value = {}
-    if not isinstance(value, dict):
-        draft.note("resources", f"{shown(value)} is not a mapping; dropped.", "resources")
-        value = {}
-    rest = dict(value)
+    rest = draft.mapping(value, "resources", "resources")
     res = draft.resources
     _where(rest.pop("infra", None), rest.pop("cloud", None), rest.pop("region", None), draft)
     _accelerators(rest.pop("accelerators", None), rest.pop("any_of", None), rest.pop("ordered", None), draft)
@@ -126,8 +120,7 @@ def _resources(value: Any, draft: Draft) -> None:
         )
     if "image_id" in rest:
         _image(rest.pop("image_id"), draft)
-    for key, extra in rest.items():
-        draft.note(f"resources.{key}", f"{shown(extra, 40)} has no gpucloud equivalent; dropped.", "resources")
+    draft.drop_rest(rest, "resources.", "resources")
     if "gpu" not in res and "instance_type" not in res:
         res["gpu"] = _PLACEHOLDER_GPU
         draft.say(
