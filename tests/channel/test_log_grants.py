@@ -89,7 +89,8 @@ def test_s3_log_grant_is_one_post_limited_to_the_node_log_prefix(s3: Any, tmp_pa
         part = tmp_path / "part"
         part.write_bytes(f"line of node {rank}\n".encode())
         assert vm_post(url, prefix, fields, 0, part).returncode == 0
-        s3.put_bytes(f"runs/grant/node-{rank}/status.json", json.dumps({"log_parts": 1, "log_bytes": 15}).encode())
+        status = {"run_id": "grant", "rank": rank, "state": "running", "log_parts": 1, "log_bytes": 15}
+        s3.put_bytes(f"runs/grant/node-{rank}/status.json", json.dumps(status).encode())
         assert s3.read_log_parts("grant", rank) == [f"line of node {rank}\n".encode()]
 
 
@@ -152,7 +153,9 @@ def test_azure_log_grant_is_one_add_only_append_blob(blob: Any, tmp_path: Path) 
         == "403"
     )
     assert blob.read_log_parts("app", 1) == []  # nothing counts before status.json says so
-    blob.put_bytes("runs/app/node-1/status.json", json.dumps({"log_parts": 2, "log_bytes": 8}).encode())
+    blob.put_bytes(
+        "runs/app/node-1/status.json", json.dumps({"state": "running", "log_parts": 2, "log_bytes": 8}).encode()
+    )
     assert b"".join(blob.read_log_parts("app", 1)) == b"one\none\n"
     # a failover attempt's prepare starts the node's log afresh
     blob.prepare("app", 2, datetime.now(UTC) + timedelta(hours=1))
@@ -172,12 +175,16 @@ def test_azure_log_is_read_by_byte_ranges_from_the_mirror_position(
         part.write_bytes(text)
         assert vm_append(url, part, offset) == "201"
         offset += len(text)
-    blob.put_bytes("runs/rng/node-0/status.json", json.dumps({"log_parts": 1, "log_bytes": 11}).encode())
+    blob.put_bytes(
+        "runs/rng/node-0/status.json", json.dumps({"state": "running", "log_parts": 1, "log_bytes": 11}).encode()
+    )
     assert list(blob.iter_log("rng", 0, 0)) == [(b"alpha", 5), (b"\nbeta", 10), (b"\n", 11)]
     mirror = LogMirror(tmp_path / "home", "rng", num_nodes=2)
     mirror.sync(blob)
     assert mirror.read_new() == b"[node 0] alpha\n[node 0] beta\n"
-    blob.put_bytes("runs/rng/node-0/status.json", json.dumps({"log_parts": 2, "log_bytes": 17}).encode())
+    blob.put_bytes(
+        "runs/rng/node-0/status.json", json.dumps({"state": "running", "log_parts": 2, "log_bytes": 17}).encode()
+    )
     mirror.sync(blob, final=True)
     assert mirror.read_new() == b"[node 0] gamma\n"
 
