@@ -58,9 +58,16 @@ AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1
 CONTRIBUTOR_ROLE = "b24988ac-6180-42a0-ab88-20f7382dd24c"
 CUSTOM_DATA_MAX_B64 = 65536
 PPG_TYPE = "microsoft.compute/proximityplacementgroups"
+AVSET_TYPE = "microsoft.compute/availabilitysets"
 VM_TYPE = "microsoft.compute/virtualmachines"
+NIC_TYPE = "microsoft.network/networkinterfaces"
 # Resource types whose PUT completes in the call itself (no long-running operation, no provisioningState).
-SYNC_TYPES = frozenset({PPG_TYPE})
+SYNC_TYPES = frozenset({PPG_TYPE, AVSET_TYPE})
+# Sizes whose NIC may not carry accelerated networking (ARM refuses the VM:
+# VMSizeIsNotPermittedToEnableAcceleratedNetworking; the series pages' "Feature support").
+NO_ACCELERATED_NETWORKING = frozenset(
+    {"standard_nc6", "standard_nc12", "standard_nc24", "standard_nc24r", "standard_nc6s_v3", "standard_nc24s_v3"}
+)
 
 # Status codes ARM uses for the error codes tests inject (anything else: 400).
 _STATUS_BY_CODE = {
@@ -172,6 +179,7 @@ class FakeArm:
         self.operations: dict[str, Operation] = {}
         self.injections: list[Injection] = []
         self.calls: list[tuple[str, str, str]] = []  # (method, path, principal) of every ARM call
+        self.bodies: list[tuple[str, dict[str, Any]]] = []  # (path, body) of every ARM PUT, as sent
         self.requests = 0  # every HTTP request, polls included
         self.power: dict[str, str] = {}  # vm id (lower) -> "running" | "stopped" | ...
         self.preempted: set[str] = set()  # vm ids (lower) whose Scheduled Events say Preempt
@@ -278,6 +286,7 @@ class FakeArm:
             self.operations.clear()
             self.injections.clear()
             self.calls.clear()
+            self.bodies.clear()
             self.requests = 0
             self.power.clear()
             self.preempted.clear()
@@ -622,6 +631,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not is_poll:
             with arm.lock:
                 arm.calls.append((self.command, path, principal))
+                if self.command == "PUT":
+                    arm.bodies.append((path, json.loads(json.dumps(body))))
             if not arm.authorized(principal, path):
                 return self._error(
                     403,
@@ -1017,7 +1028,9 @@ class _Handler(BaseHTTPRequestHandler):
                 if fail is not None:
                     return self._error(_STATUS_BY_CODE.get(fail["code"], 400), fail["code"], fail["message"])
                 arm.resources[key] = res_obj
-                return self._send(200 if existing else 201, self._view(res_obj))
+                # AvailabilitySets_CreateOrUpdate answers 200 only (its REST spec); placement groups 200/201.
+                created = 201 if existing is None and rtype.lower() != AVSET_TYPE else 200
+                return self._send(created, self._view(res_obj))
             created_state = "Creating" if existing is None else "Updating"
             res_obj.body.setdefault("properties", {})["provisioningState"] = created_state
             arm.resources[key] = res_obj
@@ -1105,27 +1118,9 @@ class _Handler(BaseHTTPRequestHandler):
                     "Custom data in OSProfile must be in Base64 encoding and with a maximum "
                     "length of 87380 characters.",
                 )
-            ppg_ref = (props.get("proximityPlacementGroup") or {}).get("id")
-            if ppg_ref:
-                ppg = self.arm.resources.get(ppg_ref.lower())
-                if ppg is None:
-                    return (
-                        "NotFound",
-                        f"The entity was not found in this Azure location. Resource {ppg_ref} "
-                        "referenced by the request was not found.",
-                    )
-                if str(ppg.body.get("location", "")).lower() != str(body.get("location", "")).lower():
-                    return (
-                        "InvalidParameter",
-                        f"Proximity placement group {ppg_ref} is in location "
-                        f"'{ppg.body.get('location')}', not '{body.get('location')}'.",
-                    )
-                if ppg.body.get("zones") and sorted(body.get("zones") or []) != sorted(ppg.body["zones"]):
-                    return (
-                        "InvalidParameter",
-                        f"The zones of the virtual machine must match those of proximity "
-                        f"placement group {ppg_ref} ({ppg.body['zones']}).",
-                    )
+            problem = self._vm_placement(props, body)
+            if problem:
+                return problem
             linux = (props.get("osProfile") or {}).get("linuxConfiguration") or {}
             keys = ((linux.get("ssh") or {}).get("publicKeys")) or []
             if linux.get("disablePasswordAuthentication") and not keys:
@@ -1136,6 +1131,65 @@ class _Handler(BaseHTTPRequestHandler):
         for ref in refs:
             if ref.lower() not in self.arm.resources:
                 return ("InvalidResourceReference", f"Resource {ref} referenced by the request was not found.")
+        return None
+
+    def _vm_placement(self, props: dict[str, Any], body: dict[str, Any]) -> tuple[str, str] | None:
+        """A VM's proximity placement group and availability set exist in its location and agree;
+        spot VMs stay out of availability sets; accelerated networking only on sizes that have it."""
+        ppg_ref = (props.get("proximityPlacementGroup") or {}).get("id")
+        if ppg_ref:
+            ppg = self.arm.resources.get(ppg_ref.lower())
+            if ppg is None:
+                return (
+                    "NotFound",
+                    f"The entity was not found in this Azure location. Resource {ppg_ref} "
+                    "referenced by the request was not found.",
+                )
+            if str(ppg.body.get("location", "")).lower() != str(body.get("location", "")).lower():
+                return (
+                    "InvalidParameter",
+                    f"Proximity placement group {ppg_ref} is in location "
+                    f"'{ppg.body.get('location')}', not '{body.get('location')}'.",
+                )
+            if ppg.body.get("zones") and sorted(body.get("zones") or []) != sorted(ppg.body["zones"]):
+                return (
+                    "InvalidParameter",
+                    f"The zones of the virtual machine must match those of proximity "
+                    f"placement group {ppg_ref} ({ppg.body['zones']}).",
+                )
+        avset_ref = (props.get("availabilitySet") or {}).get("id")
+        if avset_ref:
+            avset = self.arm.resources.get(avset_ref.lower())
+            if avset is None:
+                return ("NotFound", f"Resource {avset_ref} referenced by the request was not found.")
+            if props.get("priority") == "Spot":
+                return (
+                    "AzureSpotVMNotSupportedInAvailabilitySet",
+                    "Azure Spot Virtual Machine is not supported in Availability Set.",
+                )
+            if str(avset.body.get("location", "")).lower() != str(body.get("location", "")).lower():
+                return ("InvalidParameter", f"Availability set {avset_ref} is in another location.")
+            if (avset.body.get("sku") or {}).get("name") != "Aligned":
+                return (
+                    "OperationNotAllowed",
+                    "Addition of a VM with managed disks to non-managed Availability Set is not supported.",
+                )
+            set_ppg = ((avset.body.get("properties") or {}).get("proximityPlacementGroup") or {}).get("id", "")
+            if ppg_ref and set_ppg.lower() != ppg_ref.lower():
+                return (
+                    "InvalidParameter",
+                    f"The proximity placement group of the VM ({ppg_ref}) differs from that of availability set "
+                    f"{avset_ref} ({set_ppg or 'none'}).",
+                )
+        size = str((props.get("hardwareProfile") or {}).get("vmSize", "")).lower()
+        for nic_ref in (props.get("networkProfile") or {}).get("networkInterfaces", []):
+            nic = self.arm.resources.get(str(nic_ref.get("id", "")).lower())
+            accelerated = nic is not None and (nic.body.get("properties") or {}).get("enableAcceleratedNetworking")
+            if accelerated and size in NO_ACCELERATED_NETWORKING:
+                return (
+                    "VMSizeIsNotPermittedToEnableAcceleratedNetworking",
+                    f"VM size {size} is not compatible with enabling Accelerated Networking on NIC {nic_ref['id']}.",
+                )
         return None
 
     def _materialize(

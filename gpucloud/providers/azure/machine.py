@@ -9,6 +9,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import UserError
+from gpucloud.providers.azure.sizes import accelerated_networking, security_profile
 from gpucloud.providers.base import LaunchRequest, ssh_source_cidr
 
 if TYPE_CHECKING:
@@ -159,10 +160,13 @@ def pip_body(req: LaunchRequest, tags: dict[str, str]) -> dict[str, Any]:
 
 
 def nic_body(req: LaunchRequest, tags: dict[str, str], nsg_id: str, subnet_id: str, pip_id: str) -> dict[str, Any]:
+    """The node's NIC, with accelerated networking (SR-IOV) where the size supports it (sizes.py):
+    NCCL's TCP path and every download go through it."""
     return {
         "location": req.region,
         "tags": tags,
         "properties": {
+            "enableAcceleratedNetworking": accelerated_networking(req.instance_type),
             "networkSecurityGroup": {"id": nsg_id},
             "ipConfigurations": [
                 {
@@ -242,11 +246,17 @@ def vm_body(
     tags: dict[str, str],
     ssh_key: str,
     ppg_id: str | None = None,
+    avset_id: str | None = None,
 ) -> dict[str, Any]:
+    """The VM: its image, disk, login, NIC, an explicit security type (sizes.py) and, for a
+    multi-node run, its placement (the proximity placement group; on InfiniBand sizes also the
+    availability set that RDMA between VMs requires)."""
+    image = image_reference(req.image_ref, req.ubuntu, req.instance_type, req.gpu, req.image)
     props: dict[str, Any] = {
         "hardwareProfile": {"vmSize": req.instance_type},
+        "securityProfile": security_profile(req.instance_type, needs_gen1(req.instance_type, req.gpu), image),
         "storageProfile": {
-            "imageReference": image_reference(req.image_ref, req.ubuntu, req.instance_type, req.gpu, req.image),
+            "imageReference": image,
             "osDisk": {
                 "name": f"osdisk-{rank}",
                 "createOption": "FromImage",
@@ -272,6 +282,8 @@ def vm_body(
     }
     if ppg_id:
         props["proximityPlacementGroup"] = {"id": ppg_id}
+    if avset_id:
+        props["availabilitySet"] = {"id": avset_id}
     if req.spot:
         max_price = req.max_price_per_hour
         props.update(

@@ -1,6 +1,8 @@
 """An attempt's shared resources, created once before its nodes: the resource group, the NSG, the
 VNet with its one subnet and, for a multi-node job, the proximity placement group (one datacenter,
-low latency between nodes). All of them live in the group, so they go when the group goes."""
+low latency between nodes) and, on InfiniBand sizes, the availability set in it (RDMA between VMs
+needs them in one availability set or scale set: azure-compute-docs setup-infiniband.md). All of
+them live in the group, so they go when the group goes (teardown, gc, the last node's self-delete)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ if TYPE_CHECKING:
     from gpucloud.providers.base import Journal, LaunchRequest
 
 PLACEMENT_GROUP = "ppg"
+AVAILABILITY_SET = "avset"
 
 
 def create_group(arm: Arm, journal: Journal, req: LaunchRequest, rg: str, tags: dict[str, str]) -> None:
@@ -101,3 +104,37 @@ def create_placement_group(arm: Arm, journal: Journal, req: LaunchRequest, rg: s
         lambda: arm.compute.proximity_placement_groups.create_or_update(rg, PLACEMENT_GROUP, body).id,
     )
     return ppg_id
+
+
+def availability_set_body(region: str, tags: dict[str, str], ppg_id: str) -> dict[str, Any]:
+    """One fault and update domain keeps the nodes together on one InfiniBand fabric; `Aligned`
+    is the sku managed-disk VMs require; the set sits in the run's proximity placement group (a VM
+    in both must name the same group)."""
+    return {
+        "location": region,
+        "tags": tags,
+        "sku": {"name": "Aligned"},
+        "properties": {
+            "platformFaultDomainCount": 1,
+            "platformUpdateDomainCount": 1,
+            "proximityPlacementGroup": {"id": ppg_id},
+        },
+    }
+
+
+def create_availability_set(
+    arm: Arm, journal: Journal, req: LaunchRequest, rg: str, tags: dict[str, str], ppg_id: str
+) -> str:
+    """The availability set an InfiniBand multi-node job's VMs share; returns its id."""
+    region = req.region
+    body = availability_set_body(region, tags, ppg_id)
+    avset_id: str = tracked(
+        arm,
+        journal,
+        req.run_id,
+        region,
+        "availability_set",
+        AVAILABILITY_SET,
+        lambda: arm.compute.availability_sets.create_or_update(rg, AVAILABILITY_SET, body).id,
+    )
+    return avset_id

@@ -58,6 +58,7 @@ class NodeNetwork:
     subnet_id: str
     nsg_id: str
     ppg_id: str | None
+    avset_id: str | None = None  # InfiniBand sizes: the availability set RDMA needs
 
 
 @dataclass
@@ -134,7 +135,10 @@ class _Attempt:
         """The VM (not begun once another node failed: a VM is the slow, billed part)."""
         req = self.req
         _check(self.abort)
-        body = vm_body(req, rank, req.user_data[rank], nic_id, req.region, self.tags, self.ssh_key, self.net.ppg_id)
+        net = self.net
+        body = vm_body(
+            req, rank, req.user_data[rank], nic_id, req.region, self.tags, self.ssh_key, net.ppg_id, net.avset_id
+        )
         res_id = self.journal.intent(req.run_id, "vm", f"node-{rank}", req.region, self.arm.name)
         vm = _await(
             self.arm.compute.virtual_machines.begin_create_or_update(self.net.rg, f"node-{rank}", body), self.abort

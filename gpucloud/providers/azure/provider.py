@@ -9,10 +9,13 @@ Per run and region the group holds a VNet with one subnet, an NSG that denies al
 (SSH from the caller's address only when the job asks for it; for a multi-node job, everything
 from the run's own subnet, i.e. its own nodes), and per node a Standard static public IP (outbound
 access: new VNets have no default outbound since Sep 2025), a NIC and the VM. A multi-node job's
-VMs share a proximity placement group (one datacenter, low latency between nodes) in the same
-group, so it goes when the group goes. ARM has no call that creates N VMs at once (short of a
-scale set), so each node's public IP, NIC, VM and role assignment are created by a thread of its
-own, in parallel; the shared resources (group, NSG, VNet, placement group) are created once.
+VMs share a proximity placement group (one datacenter, low latency between nodes) and, on
+InfiniBand sizes, an availability set (RDMA between VMs needs one: sizes.py) in the same group, so
+they go when the group goes. NICs get accelerated networking where the size supports it, and every
+VM an explicit security type (Trusted Launch with Secure Boot off, or Standard: sizes.py). ARM
+has no call that creates N VMs at once (short of a scale set), so each node's public IP, NIC, VM
+and role assignment are created by a thread of its own, in parallel; the shared resources (group,
+NSG, VNet, placement group, availability set) are created once.
 Each VM gets a system-assigned identity with the built-in Contributor role on its own group only:
 enough to delete the group, nothing outside it, and Contributor cannot grant roles. (A custom role
 with just the delete actions would be narrower, but creating role definitions needs rights at the
@@ -46,8 +49,15 @@ from gpucloud.providers.azure.machine import (
     user_ssh_key,
     vm_state,
 )
-from gpucloud.providers.azure.network import create_group, create_nsg, create_placement_group, create_vnet
+from gpucloud.providers.azure.network import (
+    create_availability_set,
+    create_group,
+    create_nsg,
+    create_placement_group,
+    create_vnet,
+)
 from gpucloud.providers.azure.nodes import NodeFailed, NodeNetwork, create_nodes
+from gpucloud.providers.azure.sizes import rdma_placement
 from gpucloud.providers.base import (
     DEFAULT_MASTER_PORT,
     TAG_EXPIRES,
@@ -227,11 +237,15 @@ class AzureProvider:
             nsg_id = create_nsg(self, journal, req, rg, nsg)
             step = "creating the virtual network"
             subnet_id = create_vnet(self, journal, req, rg, tags, nsg_id)
-            ppg_id = None
+            ppg_id = avset_id = None
             if len(req.user_data) > 1:
                 step = "creating the proximity placement group"
                 ppg_id = create_placement_group(self, journal, req, rg, tags)
-            handle.nodes = create_nodes(self, req, journal, NodeNetwork(rg, subnet_id, nsg_id, ppg_id), tags, ssh_key)
+                if rdma_placement(req.instance_type, req.spot):
+                    step = "creating the availability set"
+                    avset_id = create_availability_set(self, journal, req, rg, tags, ppg_id)
+            net = NodeNetwork(rg, subnet_id, nsg_id, ppg_id, avset_id)
+            handle.nodes = create_nodes(self, req, journal, net, tags, ssh_key)
             for rank in range(len(handle.nodes)):
                 handle.add(VM, f"node-{rank}")
             return handle
