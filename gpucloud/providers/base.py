@@ -320,6 +320,9 @@ class Capabilities:
     preemption_grace: float = 15.0  # s the job gets after SIGTERM on a notice (then checkpoint upload)
     console_hint: str = ""  # console_hint()'s text, {run_id} {rank} {region} filled in
     channel_torn_down: bool = False  # teardown removes the channel too: `down` mirrors the log first
+    # (name, URL) of the cloud's endpoints the node's own calls use, from the cloud the CLI is
+    # configured for (a sovereign cloud's, not the public one's); the job config carries them.
+    node_endpoints: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass

@@ -82,4 +82,5 @@ def job_config(
         gpu_sample_s=sample_s,
         idle_timeout=idle_timeout,
         container=container_config(spec, node),
+        endpoints=dict(caps.node_endpoints),
     )

@@ -308,7 +308,8 @@ def test_provider_blocks_differ_only_in_termination(renders: dict[str, Path]) ->
     source = Path(hooks.__file__).read_text()
     assert "GPUCLOUD_IMDS_ENDPOINT" in source and "GPUCLOUD_AZURE_ARM_ENDPOINT" in source
     assert "/resourcegroups/" in source and "api-version=2021-04-01" in source
-    assert "oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/" in source
+    assert "oauth2/token?api-version=2018-02-01&resource=" in source
+    assert hooks.ARM_AUDIENCE_DEFAULT == "https://management.azure.com/"  # unless the job config names the cloud's
     assert c_azure["put_headers"] == ["x-ms-blob-type: BlockBlob"] and c_aws["put_headers"] == []
     # local skips the stack and only warns about GPUs; clouds install and check strictly
     assert c_aws["stack"]["gpu_check"] == "strict" and c_local["stack"]["gpu_check"] == "warn"

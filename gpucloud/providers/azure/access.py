@@ -98,8 +98,49 @@ def first_line_of(exc: BaseException) -> str:
     return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
 
+# The ARM endpoint of each Azure cloud, by its Entra ID sign-in host (azure-identity's
+# AzureAuthorityHosts) and by the Azure CLI's cloud name (`az cloud list`: endpoints.resourceManager).
+ARM_BY_AUTHORITY = {
+    "login.microsoftonline.com": DEFAULT_ARM_ENDPOINT,
+    "login.microsoftonline.us": "https://management.usgovcloudapi.net",
+    "login.chinacloudapi.cn": "https://management.chinacloudapi.cn",
+}
+ARM_BY_CLI_CLOUD = {
+    "azurecloud": DEFAULT_ARM_ENDPOINT,
+    "azureusgovernment": "https://management.usgovcloudapi.net",
+    "azurechinacloud": "https://management.chinacloudapi.cn",
+}
+
+
 def arm_endpoint() -> str:
-    return os.environ.get(ARM_ENDPOINT_ENV) or DEFAULT_ARM_ENDPOINT
+    """The ARM endpoint of the cloud the CLI is configured for: GPUCLOUD_AZURE_ARM_ENDPOINT, else
+    the cloud of AZURE_AUTHORITY_HOST, else the Azure CLI's current cloud (`az cloud set`), else
+    the public cloud. The nodes' self-delete calls the same endpoint (Capabilities.node_endpoints)."""
+    from urllib.parse import urlparse
+
+    override = os.environ.get(ARM_ENDPOINT_ENV)
+    if override:
+        return override
+    authority = os.environ.get(AUTHORITY_ENV, "").strip()
+    if authority:
+        host = (urlparse(authority).hostname or authority.split("/")[0]).lower()
+        if host in ARM_BY_AUTHORITY:
+            return ARM_BY_AUTHORITY[host]
+    return ARM_BY_CLI_CLOUD.get(cli_cloud().lower(), DEFAULT_ARM_ENDPOINT)
+
+
+def cli_cloud() -> str:
+    """The Azure CLI's current cloud name (`[cloud] name` in $AZURE_CONFIG_DIR/config, ~/.azure by
+    default), or "" when none is set or the file cannot be read."""
+    import configparser
+
+    folder = os.environ.get("AZURE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".azure")
+    parser = configparser.ConfigParser()
+    try:
+        parser.read(os.path.join(folder, "config"), encoding="utf-8")
+    except (configparser.Error, OSError, UnicodeDecodeError):
+        return ""
+    return parser.get("cloud", "name", fallback="").strip()
 
 
 def endpoint_of(exc: BaseException) -> str:

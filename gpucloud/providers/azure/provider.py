@@ -29,15 +29,15 @@ imported inside methods so that `gpucloud --help` stays fast.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import CloudAccessError, GpucloudError
+from gpucloud.providers.azure.access import arm_endpoint as arm_endpoint_of_cli
 from gpucloud.providers.azure.access import (
-    ARM_ENDPOINT_ENV,
-    DEFAULT_ARM_ENDPOINT,
     default_credential,
     no_subscription,
     pipeline_kwargs,
@@ -132,7 +132,12 @@ class AzureProvider:
     ) -> None:
         self._credential = credential
         self._subscription_id = subscription_id
-        self.arm_endpoint = (arm_endpoint or os.environ.get(ARM_ENDPOINT_ENV) or DEFAULT_ARM_ENDPOINT).rstrip("/")
+        self.arm_endpoint = (arm_endpoint or arm_endpoint_of_cli()).rstrip("/")
+        # The nodes' self-delete calls this cloud's ARM with a token for its audience, not the public cloud's.
+        self.capabilities = dataclasses.replace(
+            type(self).capabilities,
+            node_endpoints=(("arm", self.arm_endpoint), ("arm_audience", f"{self.arm_endpoint}/")),
+        )
         self.blob_endpoint = blob_endpoint or os.environ.get(BLOB_ENDPOINT_ENV) or None
         self._clients: dict[str, Any] = {}
         self._channels: dict[str, BlobChannel] = {}

@@ -75,7 +75,13 @@ class Agent(GpuWatching, JobSteps):
         self.bad_dir = ""
         self._set_dir(vm_dir)
         self.hooks = hooks or hooks_for(
-            cfg.self_termination, cfg.preemption_notice, self.transfer, self.environ, self.log, self.clock.sleep
+            cfg.self_termination,
+            cfg.preemption_notice,
+            self.transfer,
+            self.environ,
+            self.log,
+            self.clock.sleep,
+            endpoints=cfg.endpoints,
         )
         self.manifest = protocol.Manifest()
         self.key = NodeKey(self.vm_dir, self.log)

@@ -49,6 +49,9 @@ class JobConfig:
     # {} runs setup/run on the machine; else {image, options, user, entrypoint[, login{registry,
     # username, password_secret}]}: they run in that image (container.py); the password is a secret
     container: Dict[str, Any] = field(default_factory=dict)
+    # The cloud's endpoints the provider hooks call (Capabilities.node_endpoints), e.g. the ARM
+    # endpoint and token audience of a sovereign cloud; {}: the hooks' public-cloud defaults.
+    endpoints: Dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "JobConfig":

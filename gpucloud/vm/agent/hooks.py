@@ -15,14 +15,17 @@ import subprocess
 import threading
 from pathlib import Path
 from typing import Callable, Dict, Optional
+from urllib.parse import quote
 
 from gpucloud.vm.agent.transfer import Transfer
 
-# The VM's managed identity token for ARM, from IMDS (the self-delete's credential).
-MANAGED_IDENTITY_TOKEN = "/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/"
+# The VM's managed identity token for ARM, from IMDS (the self-delete's credential); `resource` is
+# the ARM audience of the VM's cloud (the job config's endpoints; public cloud by default).
+MANAGED_IDENTITY_TOKEN = "/metadata/identity/oauth2/token?api-version=2018-02-01&resource="
 
 IMDS_DEFAULT = "http://169.254.169.254"
 ARM_DEFAULT = "https://management.azure.com"
+ARM_AUDIENCE_DEFAULT = "https://management.azure.com/"
 DELETE_TRIES = 40
 DELETE_PAUSE_S = 15.0
 
@@ -148,9 +151,14 @@ class AzureHooks(ShutdownHooks):
 
     self_termination = "azure-delete"
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, endpoints: Optional[Dict[str, str]] = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.arm = self.environ.get("GPUCLOUD_AZURE_ARM_ENDPOINT", ARM_DEFAULT)
+        endpoints = endpoints or {}
+        # The cloud the CLI is configured for (a sovereign cloud's ARM, not the public one's).
+        self.arm = (endpoints.get("arm") or self.environ.get("GPUCLOUD_AZURE_ARM_ENDPOINT") or ARM_DEFAULT).rstrip("/")
+        self.audience = endpoints.get("arm_audience") or (
+            self.arm + "/" if endpoints.get("arm") else ARM_AUDIENCE_DEFAULT
+        )
         self.first_call: Optional[threading.Thread] = None
         self.first_events: Optional[bytes] = None
 
@@ -178,7 +186,7 @@ class AzureHooks(ShutdownHooks):
         for i in range(1, 6):
             body = self.transfer.request(
                 "GET",
-                self.imds + MANAGED_IDENTITY_TOKEN,
+                self.imds + MANAGED_IDENTITY_TOKEN + quote(self.audience, safe=":/"),
                 ["Metadata:true"],
             )
             if body:
@@ -232,11 +240,12 @@ def hooks_for(
     environ: Optional[Dict[str, str]],
     log: Callable[[str], None],
     sleep: Callable[[float], None],
+    endpoints: Optional[Dict[str, str]] = None,
 ) -> Hooks:
-    """The hook object of the provider's declared behaviour."""
+    """The hook object of the provider's declared behaviour (`endpoints`: the job config's)."""
     env = dict(os.environ if environ is None else environ)
     if self_termination == "azure-delete" or preemption_notice == "azure-scheduled-events":
-        return AzureHooks(transfer, env, log, sleep)
+        return AzureHooks(transfer, env, log, sleep, endpoints=endpoints)
     if preemption_notice == "aws-imds-spot":
         return AwsSpotHooks(transfer, env, log, sleep)
     if self_termination == "shutdown":
