@@ -40,6 +40,8 @@ def plan_request(spec: JobSpec, image: ImageCuda | None = None) -> PlanRequest:
             needs_cuda=True,  # the host's driver must reach the image's CUDA floor (the stack's min driver)
             scheduler=scheduler_settings(spec),
             max_duration_s=spec.max_duration,
+            min_vcpus=spec.resources.min_vcpus or 0,
+            min_memory_gib=spec.resources.min_memory_gib or 0.0,
         )
     return PlanRequest(
         gpu=(gpu.model or None) if gpu else None,  # "": a memory-only request names no model
@@ -52,6 +54,8 @@ def plan_request(spec: JobSpec, image: ImageCuda | None = None) -> PlanRequest:
         needs_cuda=pins.cuda != "auto" or pins.framework != "none",
         scheduler=scheduler_settings(spec),
         max_duration_s=spec.max_duration,
+        min_vcpus=spec.resources.min_vcpus or 0,
+        min_memory_gib=spec.resources.min_memory_gib or 0.0,
     )
 
 
@@ -102,6 +106,8 @@ def launch_request(
         tags=dict(tags or {}),
         scheduler=scheduler_settings(spec),
         max_duration_s=spec.max_duration,
+        vcpus=cand.vcpus,
+        memory_gib=cand.memory_gib,
     )
 
 

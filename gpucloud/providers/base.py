@@ -249,6 +249,8 @@ class PlanRequest:
     # account, qos, constraint, each only when the job sets it.
     scheduler: dict[str, str] = field(default_factory=dict)
     max_duration_s: int = 0  # the job's max_duration (a scheduler's own time limit is derived from it)
+    min_vcpus: int = 0  # resources.min_vcpus per node (0: not set); a scheduler asks for them
+    min_memory_gib: float = 0.0  # resources.min_memory_gib per node (0: not set)
 
 
 @dataclass
@@ -279,6 +281,9 @@ class LaunchRequest:
     tags: dict[str, str] = field(default_factory=dict)  # TAG_RUN, TAG_EXPIRES, Name ...
     scheduler: dict[str, str] = field(default_factory=dict)  # as PlanRequest.scheduler
     max_duration_s: int = 0  # the job's max_duration in seconds
+    # The candidate's CPUs and memory per node: a batch scheduler asks for exactly these (0: none).
+    vcpus: int = 0
+    memory_gib: float = 0.0
 
 
 class Journal(Protocol):

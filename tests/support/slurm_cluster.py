@@ -41,11 +41,27 @@ def missing() -> str:
 
 
 class SlurmCluster:
-    """munged + slurmctld + `nodes` slurmd; `partition_time` is the k80 partition's MaxTime."""
+    """munged + slurmctld + `nodes` slurmd; `partition_time` is the default partition's MaxTime.
 
-    def __init__(self, folder: Path, *, nodes: int = 2, partition_time: str = "60") -> None:
+    The variant a site with cgroups enforces: `gres_type` as `AutoDetect=nvml` names GPUs (e.g.
+    `nvidia_a100_80gb_pcie`, in a default partition named `partition`), `memory_mb` per node, and
+    `enforced`: tasks bound to the CPUs they were given (`TaskPlugin=task/affinity`, so `nproc` in
+    a task is its allocation) and memory a consumable resource (`CR_Core_Memory`)."""
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        nodes: int = 2,
+        partition_time: str = "60",
+        gres_type: str = "k80",
+        partition: str = "k80",
+        memory_mb: int = 1000,
+        enforced: bool = False,
+    ) -> None:
         self.folder = folder
         self.nodes = [f"n{i + 1}" for i in range(nodes)]
+        self.gres_type, self.partition, self.memory_mb, self.enforced = gres_type, partition, memory_mb, enforced
         self.procs: list[subprocess.Popen] = []
         folder.mkdir(parents=True, exist_ok=True)
         self.conf = folder / "slurm.conf"
@@ -72,9 +88,9 @@ class SlurmCluster:
             devs = f"{f}/dev/nvidia[{first}-{first + GPUS_PER_NODE - 1}]"
             node_lines.append(
                 f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={free_port()} CPUs=2 "
-                f"RealMemory=1000 Gres=gpu:k80:{GPUS_PER_NODE} State=UNKNOWN"
+                f"RealMemory={self.memory_mb} Gres=gpu:{self.gres_type}:{GPUS_PER_NODE} State=UNKNOWN"
             )
-            gres_lines.append(f"NodeName={name} Name=gpu Type=k80 File={devs}")
+            gres_lines.append(f"NodeName={name} Name=gpu Type={self.gres_type} File={devs}")
         nodelist = ",".join(self.nodes)
         self.conf.write_text(
             "\n".join(
@@ -94,11 +110,11 @@ class SlurmCluster:
                     f"SlurmctldLogFile={f}/log/slurmctld.log",
                     f"SlurmdLogFile={f}/log/slurmd-%n.log",
                     "ProctrackType=proctrack/linuxproc",
-                    "TaskPlugin=task/none",
+                    f"TaskPlugin={'task/affinity' if self.enforced else 'task/none'}",
                     "JobAcctGatherType=jobacct_gather/none",
                     "AccountingStorageType=accounting_storage/none",
                     "SelectType=select/cons_tres",
-                    "SelectTypeParameters=CR_Core",
+                    f"SelectTypeParameters={'CR_Core_Memory' if self.enforced else 'CR_Core'}",
                     "SchedulerType=sched/backfill",
                     "SchedulerParameters=sched_interval=2",
                     "GresTypes=gpu",
@@ -114,7 +130,8 @@ class SlurmCluster:
                     "SlurmctldDebug=info",
                     "SlurmdDebug=info",
                     *node_lines,
-                    f"PartitionName=k80 Nodes={nodelist} Default=YES MaxTime={partition_time} State=UP PriorityTier=1",
+                    f"PartitionName={self.partition} Nodes={nodelist} Default=YES MaxTime={partition_time} State=UP "
+                    "PriorityTier=1",
                     f"PartitionName=urgent Nodes={nodelist} MaxTime=60 State=UP PriorityTier=10",
                     f"PartitionName=short Nodes={nodelist} MaxTime=1 State=UP PriorityTier=1",
                     f"PartitionName=physics Nodes={nodelist} MaxTime=60 State=UP AllowAccounts=physics",

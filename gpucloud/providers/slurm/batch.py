@@ -26,12 +26,13 @@ from __future__ import annotations
 import shlex
 
 from gpucloud.providers.base import LaunchRequest
+from gpucloud.providers.slurm.sizing import Size
 
 BATCH_SCRIPT = """#!/bin/bash
 # gpucloud run {run_id}: one task per node, each the node wrapper (docs/SLURM.md)
 umask 077
-if [ "${{SLURM_NNODES:-1}}" -gt 1 ]; then
-  exec srun --ntasks-per-node=1 --kill-on-bad-exit=0 bash {dir}/node.sh
+{export}if [ "${{SLURM_NNODES:-1}}" -gt 1 ]; then
+  exec srun --ntasks-per-node=1{step} --kill-on-bad-exit=0 bash {dir}/node.sh
 fi
 exec bash {dir}/node.sh
 """
@@ -116,14 +117,27 @@ def sbatch_options(req: LaunchRequest, partition: str, gres_type: str, comment: 
         opts.append(f"--partition={partition}")
     if req.gpu_count:
         opts.append(f"--gres={gres(gres_type, req.gpu_count)}")
+    opts += resources(Size.of(req.vcpus, req.memory_gib))
     for key in ("account", "qos", "constraint"):
         if req.scheduler.get(key):
             opts.append(f"--{key}={req.scheduler[key]}")
     return opts
 
 
-def batch_script(run_id: str, run_dir: str) -> str:
-    return BATCH_SCRIPT.format(run_id=run_id, dir=shlex.quote(run_dir))
+def resources(size: Size) -> list[str]:
+    """The CPUs and memory of one node (one task per node), as sbatch and srun options."""
+    opts = [f"--cpus-per-task={size.cpus}"] if size.cpus else []
+    return opts + ([f"--mem={size.memory_mb}M"] if size.memory_mb else [])
+
+
+def batch_script(run_id: str, run_dir: str, size: Size | None = None) -> str:
+    """Since Slurm 22.05 an srun inside the job inherits no --cpus-per-task: gpucloud's own srun
+    (several nodes) is given the node's CPUs and memory, and SRUN_CPUS_PER_TASK carries the CPUs to
+    any srun of the job's own."""
+    size = size or Size()
+    export = f"export SRUN_CPUS_PER_TASK={size.cpus}\n" if size.cpus else ""
+    step = "".join(f" {opt}" for opt in resources(size))
+    return BATCH_SCRIPT.format(run_id=run_id, dir=shlex.quote(run_dir), export=export, step=step)
 
 
 def node_wrapper(run_id: str, run_dir: str, channel_dir: str) -> str:

@@ -8,15 +8,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpucloud.catalog import resolve_gpu_name
+from gpucloud.catalog import load_catalog, resolve_gpu_name
 from gpucloud.ui.untrusted import shown
+from gpucloud.vm.agent.gpu_check import matches_model
+from gpucloud.vm.job_env import gpu_tokens
 
 # One ssh call reads everything `plan` needs.
 PLAN_SCRIPT = r"""
 command -v sbatch >/dev/null || { echo "@missing sbatch"; exit 0; }
 scontrol show partition -o 2>&1 | head -c 1000000
 echo "@nodes"
-sinfo -h -N -O "NodeList:|,Partition:|,Gres:|,GresUsed:|,StateLong:|" 2>&1 | head -c 4000000
+sinfo -h -N -O "NodeList:|,Partition:|,Gres:|,GresUsed:|,StateLong:|,CPUs:|,Memory:|" 2>&1 | head -c 4000000
 """
 
 _COUNT = re.compile(r"[0-9]{1,9}")
@@ -78,13 +80,29 @@ def gres_gpus(text: str) -> dict[str, int]:
 
 
 def gpu_model(gres_type: str) -> str | None:
-    """A cluster's GRES type (`k80`, `tesla_k80`, `a100_80gb`) as gpucloud's canonical model."""
+    """A cluster's GRES type as gpucloud's canonical model: a name or alias (`k80`, `tesla_k80`,
+    `a100_80gb`), or the device name `AutoDetect=nvml` types GPUs with (NVML's name, nvidia-smi's,
+    lower-cased with underscores for spaces: `nvidia_h100_80gb_hbm3`, `nvidia_a100_80gb_pcie`).
+    Those are read by the rule the node's GPU check reads nvidia-smi's names with (every token of
+    the model a whole word of the name), the most specific model winning (`tesla_v100-pcie-32gb`
+    is a V100-32GB, not a V100); None when no model, or two equally, match."""
     text = gres_type.strip()
     for cand in (text, text.replace("_", "-"), re.sub(r"^(tesla|nvidia)[-_]", "", text, flags=re.I).replace("_", "-")):
         name = resolve_gpu_name(cand)
         if name:
             return name
-    return None
+    device = text.replace("_", " ")
+    hits = {
+        m: len(gpu_tokens(m)) for m in load_catalog().gpus if gpu_tokens(m) and matches_model(device, gpu_tokens(m))
+    }
+    best = [m for m, n in hits.items() if n == max(hits.values())]
+    return best[0] if len(best) == 1 else None
+
+
+def gpu_matches(gres_type: str, wanted: str) -> bool:
+    """The GRES type is the job's GPU, or one of the models a family name stands for (`A100`)."""
+    model = gpu_model(gres_type)
+    return model is not None and (model == wanted or model in load_catalog().members(wanted))
 
 
 def minutes(limit: str) -> int | None:
@@ -117,6 +135,8 @@ class Partition:
     nodes: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> GRES type -> GPUs
     free: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> GRES type -> idle GPUs
     usable_nodes: set[str] = field(default_factory=set)  # nodes not down, drained or failing
+    cpus: dict[str, int] = field(default_factory=dict)  # node -> CPUs (absent: not readable)
+    memory_mb: dict[str, int] = field(default_factory=dict)  # node -> RealMemory in MB (absent: not readable)
 
 
 def parse_plan(text: str, notes: list[str] | None = None) -> list[Partition]:
@@ -157,6 +177,10 @@ def parse_plan(text: str, notes: list[str] | None = None) -> list[Partition]:
         taken = gres_gpus(used)
         p.nodes[node] = total
         p.free[node] = {k: max(0, v - taken.get(k, 0)) for k, v in total.items()}
+        for column, into in ((5, p.cpus), (6, p.memory_mb)):
+            value = number(cols[column].strip()) if len(cols) > column else None
+            if value:
+                into[node] = value
         if not re.search(r"DOWN|DRAIN|FAIL|NOT_RESPONDING|INVAL|MAINT|POWER", state.upper()):
             p.usable_nodes.add(node)
     return list(parts.values())

@@ -23,16 +23,19 @@ from gpucloud.providers.base import (
     Capabilities,
     FatalProvisionError,
     LaunchRequest,
+    ProvisionError,
     RunHandle,
     expiry_tag,
 )
-from gpucloud.providers.slurm import batch, sweep
+from gpucloud.providers.slurm import batch, sizing, sweep
 from gpucloud.providers.slurm.channel import SlurmChannel
-from gpucloud.providers.slurm.cluster import PLAN_SCRIPT, Partition, allowed, gpu_model, parse_plan
+from gpucloud.providers.slurm.cluster import PLAN_SCRIPT, Partition, allowed, gpu_matches, parse_plan
 from gpucloud.providers.slurm.login import Login, script
+from gpucloud.providers.slurm.sizing import Size
 from gpucloud.providers.ssh import transport as ssh_transport
 from gpucloud.providers.ssh.channel import REMOVE_RUN, ROOT_TOKEN
 from gpucloud.providers.tags import GcIncomplete
+from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
     from gpucloud.providers.base import Journal, PlanRequest
@@ -40,11 +43,23 @@ if TYPE_CHECKING:
 RATE_ENV = "GPUCLOUD_SLURM_GPU_HOUR_RATE"  # chargeback $ per GPU-hour (plan and cost show $ with it)
 STOP_GRACE_S = 30  # scancel's TERM, Slurm's KillWait, the agent's artifact upload
 
+# `sbatch --parsable` prints exactly `jobid` or `jobid;cluster` (a multi-cluster site); its warnings
+# go to stderr. Anything else (a site's wrapper that ignores --parsable) is no job id: the run's job,
+# found by its name among the caller's own, is cancelled and `@unreadable OUT` says what was printed.
 SUBMIT_SCRIPT = r"""
 cd "$D" || exit 1
-out=$(sbatch "$@" --output="$D/slurm-%j.out" "$D/job.sbatch" 2>&1); rc=$?
-[ $rc -eq 0 ] || { echo "@refused $out"; exit 0; }
-echo "$out" | tr -cd '0-9\n' | head -n 1 >"$D/slurm-job"; echo "@job $(cat "$D/slurm-job")"
+out=$(sbatch "$@" --output="$D/slurm-%j.out" "$D/job.sbatch" 2>"$D/sbatch.err"); rc=$?
+err=$(head -c 2000 "$D/sbatch.err" 2>/dev/null); rm -f "$D/sbatch.err"
+[ $rc -eq 0 ] || { echo "@refused $err $out"; exit 0; }
+j=""
+[ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] && j=$(printf '%s\n' "$out" | grep -Ex '[0-9]{1,12}(;.*)?' | cut -d';' -f1)
+if [ -z "$j" ]; then
+  me=$(id -un) && for i in $(squeue -h -u "$me" -n "$NAME" -o %i 2>/dev/null | grep -Ex '[0-9]{1,12}'); do
+    scancel -u "$me" "$i"
+  done
+  echo "@unreadable $(printf '%s' "$out" | head -c 500 | tr '\n' ' ')"; exit 0
+fi
+echo "$j" >"$D/slurm-job"; echo "@job $j"
 """
 
 # scancel the run's jobs (TERM, then Slurm's KillWait, then KILL) and wait until Slurm lets go of them.
@@ -139,11 +154,20 @@ class SlurmProvider:
         )
         cands, self._notes = [], unreadable
         for part in order:
-            why, gres_type, idle = _judge(part, job)
+            why, gres_type, idle, size = _judge(part, job)
             if why:
                 self._notes.append(f"slurm: partition {part.name} excluded: {why}.")
                 continue
-            cands.append(_candidate(self.name, cluster, part, job, gres_type))
+            cands.append(_candidate(self.name, cluster, part, job, gres_type, size))
+            if size.cpus or size.memory_mb:
+                self._notes.append(
+                    f"slurm: partition {part.name}: each node asks for {size.describe()}"
+                    + (
+                        " (the node's share for the job's GPUs; min_vcpus and min_memory_gib set them)."
+                        if size.derived
+                        else "."
+                    )
+                )
             if job.gpu and idle < job.gpu_count * job.num_nodes:
                 self._notes.append(
                     f"slurm: partition {part.name}: {idle} {job.gpu} GPU(s) idle now, the job needs "
@@ -197,7 +221,7 @@ class SlurmProvider:
             root = login.root()
             run_dir, chan_dir = f"{root}/work/{req.run_id}", f"{root}/channel/runs/{req.run_id}"
             files = {
-                "job.sbatch": batch.batch_script(req.run_id, run_dir),
+                "job.sbatch": batch.batch_script(req.run_id, run_dir, Size.of(req.vcpus, req.memory_gib)),
                 "node.sh": batch.node_wrapper(req.run_id, run_dir, chan_dir),
                 "expires": str(int(req.expires_at.timestamp())),
             }
@@ -208,7 +232,8 @@ class SlurmProvider:
             gres_type = req.instance_type.split(":")[1] if req.instance_type.startswith("gpu:") else ""
             comment = f"gpucloud-run={req.run_id},gpucloud-expires={expiry_tag(req.expires_at)}"
             opts = batch.sbatch_options(req, partition, gres_type, comment)
-            out = login.run(script(SUBMIT_SCRIPT, D=run_dir).replace('"$@"', shlex.join(opts)), timeout=60)
+            submit = script(SUBMIT_SCRIPT, D=run_dir, NAME=f"gpucloud-{req.run_id}")
+            out = login.run(submit.replace('"$@"', shlex.join(opts)), timeout=60)
             text = out.stdout.decode("utf-8", "replace")
         except ssh_transport.SshError as exc:
             self._quiet_teardown(handle, journal)
@@ -216,12 +241,11 @@ class SlurmProvider:
         except BaseException:
             self._quiet_teardown(handle, journal)
             raise
-        found = re.search(r"@job (\d+)", text)
-        if not found:
+        try:
+            job_id = _job_id(text, login, partition)
+        except ProvisionError:
             self._quiet_teardown(handle, journal)
-            why = text.split("@refused", 1)[-1].strip()[-500:] or "no job id"
-            raise CandidateError(f"{cluster}: sbatch refused the job in partition {partition}: {why}", code="sbatch")
-        job_id = found.group(1)
+            raise
         handle.add("job", job_id)
         handle.nodes = [f"job {job_id} node {r}" for r in range(req.num_nodes)]
         journal.created(job_res, job_id)
@@ -302,41 +326,77 @@ class SlurmProvider:
         return lines
 
 
-def _judge(part: Partition, job: PlanRequest) -> tuple[str, str, int]:
-    """(why the partition cannot run the job or "", the cluster's GRES type for the job's GPU, idle GPUs)."""
-    if part.state.upper() != "UP":
-        return f"it is {part.state}", "", 0
-    need_min = max(1, job.max_duration_s // 60)
-    if part.max_minutes is not None and part.max_minutes < need_min:
-        return (f"its time limit ({part.max_minutes} min) is below max_duration ({need_min} min)"), "", 0
-    account = job.scheduler.get("account")
-    if not allowed(part.allow_accounts, account) or (account and account in part.deny_accounts.split(",")):
-        return f"not allowed for account {account}", "", 0
-    qos = job.scheduler.get("qos")
-    if not allowed(part.allow_qos, qos):
-        return f"not allowed for QOS {qos}", "", 0
+def _judge(part: Partition, job: PlanRequest) -> tuple[str, str, int, Size]:
+    """(why the partition cannot run the job or "", the cluster's GRES type for the job's GPU, idle
+    GPUs on the nodes that can run it, the CPUs and memory each node asks for: sizing.py)."""
+    why = _refused(part, job)
+    if why:
+        return why, "", 0, Size()
     if not job.gpu:
-        if len(part.usable_nodes) < job.num_nodes:
-            return f"{len(part.usable_nodes)} usable node(s), the job needs {job.num_nodes}", "", 0
-        return "", "", 0
+        nodes = sorted(part.usable_nodes)
+        size = sizing.wanted(job, part, nodes)
+        big = [n for n in nodes if sizing.holds(part, n, size)]
+        if len(big) < job.num_nodes:
+            held = f", {len(big)} of them with {size.describe()}" if len(big) < len(nodes) else ""
+            return f"{len(nodes)} usable node(s){held}, the job needs {job.num_nodes}", "", 0, size
+        return "", "", 0, size
     types = {t for gpus in part.nodes.values() for t in gpus}
-    mine = sorted(t for t in types if t and gpu_model(t) == job.gpu)
+    mine = sorted(t for t in types if t and gpu_matches(t, job.gpu))
     if not mine:
         have = ", ".join(sorted(f"gpu:{t}" if t else "gpu (untyped)" for t in types)) or "no GPU GRES"
-        return f"no gpu:{job.gpu.lower()} GRES ({have})", "", 0
+        return f"no gpu:{job.gpu.lower()} GRES ({have})", "", 0, Size()
     gres_type = mine[0]
-    fit = [n for n in part.usable_nodes if part.nodes.get(n, {}).get(gres_type, 0) >= job.gpu_count]
-    if len(fit) < job.num_nodes:
+    fit = sorted(n for n in part.usable_nodes if part.nodes.get(n, {}).get(gres_type, 0) >= job.gpu_count)
+    size = sizing.wanted(job, part, fit)
+    big = [n for n in fit if sizing.holds(part, n, size)]
+    if len(big) < job.num_nodes:
+        held = f", {len(big)} of them with {size.describe()}" if len(big) < len(fit) else ""
         return (
-            f"{len(fit)} usable node(s) with {job.gpu_count} gpu:{gres_type}, the job needs {job.num_nodes}",
+            f"{len(fit)} usable node(s) with {job.gpu_count} gpu:{gres_type}{held}, the job needs {job.num_nodes}",
             "",
             0,
+            size,
         )
-    idle = sum(part.free.get(n, {}).get(gres_type, 0) for n in fit)
-    return "", gres_type, idle
+    idle = sum(part.free.get(n, {}).get(gres_type, 0) for n in big)
+    return "", gres_type, idle, size
 
 
-def _candidate(cloud: str, cluster: str, part: Partition, job: PlanRequest, gres_type: str) -> Candidate:
+def _refused(part: Partition, job: PlanRequest) -> str:
+    """Why the partition is closed to the job whatever its nodes hold (state, time, account, QOS)."""
+    if part.state.upper() != "UP":
+        return f"it is {part.state}"
+    need_min = max(1, job.max_duration_s // 60)
+    if part.max_minutes is not None and part.max_minutes < need_min:
+        return f"its time limit ({part.max_minutes} min) is below max_duration ({need_min} min)"
+    account = job.scheduler.get("account")
+    if not allowed(part.allow_accounts, account) or (account and account in part.deny_accounts.split(",")):
+        return f"not allowed for account {account}"
+    qos = job.scheduler.get("qos")
+    if not allowed(part.allow_qos, qos):
+        return f"not allowed for QOS {qos}"
+    return ""
+
+
+def _job_id(text: str, login: Login, partition: str) -> str:
+    """SUBMIT_SCRIPT's answer -> the job id; a refusal is the candidate's error (failover tries the
+    next partition), an unreadable id the cluster's."""
+    found = re.search(r"^@job ([0-9]+)$", text, re.M)
+    if found:
+        return found.group(1)
+    if "@unreadable" in text:
+        said = shown(text.split("@unreadable", 1)[1].strip(), limit=300)
+        raise FatalProvisionError(
+            f"{login.cluster}: `sbatch --parsable` printed `{said}`, not a job id (`jobid` or `jobid;cluster`); "
+            "the job it may have submitted was cancelled",
+            code="sbatch",
+            hint=f"Check `{login.shell('sbatch --parsable --wrap true')}`: a site wrapper around sbatch may "
+            "print more than --parsable does.",
+        )
+    why = shown(text.split("@refused", 1)[-1].strip()[-500:] or "no job id", limit=500)
+    raise CandidateError(f"{login.cluster}: sbatch refused the job in partition {partition}: {why}", code="sbatch")
+
+
+def _candidate(cloud: str, cluster: str, part: Partition, job: PlanRequest, gres_type: str, size: Size) -> Candidate:
     """Price: the chargeback rate per GPU-hour when the site sets one (RATE_ENV), else 0."""
     try:
         rate = max(0.0, float(os.environ.get(RATE_ENV, "0") or 0))
@@ -355,6 +415,8 @@ def _candidate(cloud: str, cluster: str, part: Partition, job: PlanRequest, gres
         price_per_hour=per_node,
         total_per_hour=total,
         estimated_cost=total * job.max_duration_s / 3600,
+        vcpus=size.cpus,
+        memory_gib=size.memory_gib,
     )
 
 
