@@ -186,6 +186,7 @@ class FakeArm:
         self.run_commands: list[tuple[str, list[str]]] = []  # (vm id, script) of each runCommand
         self.listeners: list[Callable[[str, Resource], None]] = []
         self.tokens: dict[str, str] = {}  # bearer token -> principal
+        self.audiences: dict[str, str] = {}  # IMDS-issued token -> the `resource` it was asked for
         self.revoked = False  # every token issued so far, and from now on, is refused (a revoked secret)
         self.subscription_state = "Enabled"  # ARM: Enabled | Warned | PastDue | Disabled | Deleted
         self._ip_counter = itertools.count(4)
@@ -287,6 +288,7 @@ class FakeArm:
             self.injections.clear()
             self.calls.clear()
             self.bodies.clear()
+            self.audiences.clear()
             self.requests = 0
             self.power.clear()
             self.preempted.clear()
@@ -372,11 +374,20 @@ class FakeArm:
         self.operations[op.id] = op
         return op
 
-    def issue_token(self, principal: str) -> str:
+    def issue_token(self, principal: str, audience: str | None = None) -> str:
         token = f"fake.{principal}.{uuid.uuid4().hex}"
         with self.lock:
             self.tokens[token] = principal
+            if audience is not None:
+                self.audiences[token] = audience
         return token
+
+    def audience_ok(self, token: str) -> bool:
+        """A VM's token is for this ARM's audience (its URL, as Azure's is https://management.azure.com/),
+        or ARM refuses it: a node that asks IMDS for another cloud's audience cannot delete anything."""
+        with self.lock:
+            audience = self.audiences.get(token)
+        return audience is None or audience.rstrip("/") == self.url
 
     def principal_of(self, token: str) -> str | None:
         with self.lock:
@@ -561,7 +572,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "tagsList": [{"name": k, "value": v} for k, v in (vm.body.get("tags") or {}).items()],
             }
             return self._send(200, compute if what == "instance/compute" else {"compute": compute})
-        token = self.arm.issue_token(principal)
+        token = self.arm.issue_token(principal, audience=query.get("resource", ""))
         now = int(time.time())
         self._send(
             200,
@@ -620,6 +631,10 @@ class _Handler(BaseHTTPRequestHandler):
                 "InvalidAuthenticationToken",
                 "The access token is invalid.",
                 {"WWW-Authenticate": 'Bearer authorization_uri="https://login.windows.net/", error="invalid_token"'},
+            )
+        if not arm.audience_ok(auth[7:]):
+            return self._error(
+                401, "InvalidAuthenticationTokenAudience", "The access token has been obtained for wrong audience."
             )
         if "api-version" not in query:
             return self._error(

@@ -21,7 +21,8 @@ enough to delete the group, nothing outside it, and Contributor cannot grant rol
 with just the delete actions would be narrower, but creating role definitions needs rights at the
 subscription scope on every user's account; the blast radius here is already the run's own group.)
 
-Endpoints: `GPUCLOUD_AZURE_ARM_ENDPOINT` (ARM base URL; default the public cloud) and
+Endpoints: `GPUCLOUD_AZURE_ARM_ENDPOINT` (ARM base URL; default the cloud the CLI is configured
+for, access.arm_endpoint, which the nodes' self-delete also uses) and
 `GPUCLOUD_AZURE_BLOB_ENDPOINT` (see channel.py). Credentials: `DefaultAzureCredential` and
 `AZURE_SUBSCRIPTION_ID`, or `credential=` / `subscription_id=` when embedding. The azure SDKs are
 imported inside methods so that `gpucloud --help` stays fast.

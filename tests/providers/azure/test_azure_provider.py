@@ -439,7 +439,7 @@ def test_vm_identity_may_delete_its_own_group_and_nothing_else(
     (vm,) = by_type(arm, "run-mi1", "Microsoft.Compute/virtualMachines")
     imds = arm.imds_endpoint(vm["identity"]["principalId"])
     req = urllib.request.Request(
-        f"{imds}/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/",
+        f"{imds}/metadata/identity/oauth2/token?api-version=2018-02-01&resource={arm.url}/",
         headers={"Metadata": "true"},
     )
     with urllib.request.urlopen(req, timeout=5) as resp:
@@ -455,6 +455,14 @@ def test_vm_identity_may_delete_its_own_group_and_nothing_else(
     status, body = arm_call(arm, "DELETE", f"/subscriptions/{sub}/resourcegroups/{other}?api-version=2021-04-01", token)
     assert status == 403 and body["error"]["code"] == "AuthorizationFailed"
     own = compute["resourceGroupName"]
+    public = urllib.request.Request(  # another cloud's audience: ARM refuses the token
+        f"{imds}/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/",
+        headers={"Metadata": "true"},
+    )
+    with urllib.request.urlopen(public, timeout=5) as resp:
+        wrong = json.loads(resp.read())["access_token"]
+    status, body = arm_call(arm, "DELETE", f"/subscriptions/{sub}/resourcegroups/{own}?api-version=2021-04-01", wrong)
+    assert status == 401 and body["error"]["code"] == "InvalidAuthenticationTokenAudience"
     status, _ = arm_call(arm, "DELETE", f"/subscriptions/{sub}/resourcegroups/{own}?api-version=2021-04-01", token)
     assert status == 202
     assert wait_until(lambda: run_resources(arm, "run-mi1") == [])
