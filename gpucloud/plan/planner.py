@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from gpucloud.catalog.prices import MAX_PER_GPU_HOUR, MIN_PER_GPU_HOUR, price_problem, price_source
 from gpucloud.catalog.rows import RankKey, RowFilter, rank_key
+from gpucloud.plan.fabric import fabric_json
 from gpucloud.plan.match import GpuMatch, ImageChoice, PlanStacks
 from gpucloud.plan.requests import plan_request, refuse_what_providers_cannot_do
 from gpucloud.plan.rows import Exclusion, Exclusions, QuickReasons, RankedCandidates, read_rows
@@ -48,7 +49,7 @@ class Plan:
 
     def as_json(self) -> dict[str, object]:
         doc: dict[str, object] = {
-            "candidates": [c.as_json() for c in self.candidates],
+            "candidates": [{**c.as_json(), **fabric_json(c)} for c in self.candidates],
             "excluded": [e.as_json() for e in self.excluded],
             "stack": self.stack.as_json(),
             "warnings": list(self.warnings),

@@ -74,6 +74,9 @@ class ProviderInfo:
     # The shape of this cloud's region names (a full-match regex): a name the catalog lacks that has
     # it is a region the catalog in use does not cover yet, not a typo (gpucloud/catalog/regions.py).
     region_pattern: str | None = None
+    # "module:function(instance_type, spot) -> str": the network a multi-node run's nodes of that
+    # type talk over ("EFA ×32", "InfiniBand", "TCP"), from shipped data, no SDK call (`plan`).
+    fabric: str | None = None
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -95,6 +98,7 @@ REGISTRY: dict[str, ProviderInfo] = {
             check="gpucloud.providers.aws.check:check",
             identity="gpucloud.providers.aws.check:identity",
             image_store="gpucloud.providers.aws.bake:AwsImageStore",
+            fabric="gpucloud.providers.aws.efa:fabric",
             region_pattern=r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]+",  # us-east-1, ap-southeast-5, us-gov-west-1
         ),
         ProviderInfo(
@@ -109,6 +113,7 @@ REGISTRY: dict[str, ProviderInfo] = {
             "AZURE_SUBSCRIPTION_ID.",
             catalog_source="gpucloud.providers.azure.catalog",
             image_store="gpucloud.providers.azure.bake:AzureImageStore",
+            fabric="gpucloud.providers.azure.sizes:fabric",
             check="gpucloud.providers.azure.check:check",
             identity="gpucloud.providers.azure.check:identity",
             region_pattern=r"[a-z][a-z0-9]{4,}",  # eastus, westus3, southeastasia: lower-case letters and digits
@@ -248,6 +253,16 @@ def deadline_role_documents(cloud: str, account: str | None, part: str | None) -
         )
     module, func = entry.deadline_role.split(":")
     return getattr(importlib.import_module(module), func)(account, part)
+
+
+def fabric(cloud: str, instance_type: str, spot: bool) -> str | None:
+    """The provider's fabric between a multi-node run's nodes of this type; None where the
+    provider names none (imported lazily: only multi-node plans ask)."""
+    entry = info(cloud)
+    if not entry.fabric:
+        return None
+    module, func = entry.fabric.split(":")
+    return str(getattr(importlib.import_module(module), func)(instance_type, spot))
 
 
 def policy_document(cloud: str) -> dict[str, object]:

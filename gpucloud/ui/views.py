@@ -80,12 +80,15 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
         "GPUs",
         *(("request",) if several else ()),
         "market",
+        *(("fabric",) if per_node else ()),
         *(("$/h\nper node",) if per_node else ()),
         "$/h\ntotal" if per_node else "$/h",
         "est. $",
         "price\nsource",
     )
     say(f"Candidates for {spec.name} (failover order; est. $ for max_duration {hours:.3g} h)")
+    from gpucloud.plan.fabric import candidate_fabric  # between the nodes: EFA, InfiniBand or TCP
+
     shown = plan.candidates if show_all else plan.candidates[:PLAN_ROWS]
     for i, c in enumerate(shown, 1):
         gpus = f"{c.gpu_count} × {c.gpu}" if c.gpu else "-"
@@ -94,7 +97,7 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
             market += f"\n[{c.status}]"
         if c.price_source is not None and c.price_source.kind in ("estimate", "old"):
             market += f"\n({c.price_source.kind} price)"  # never passed off as a quote (no [..]: markup)
-        prices = (f"{c.price_per_hour:.3f}",) if per_node else ()
+        prices = (candidate_fabric(c) or "-", f"{c.price_per_hour:.3f}") if per_node else ()
         table.add_row(
             str(i),
             c.cloud,
@@ -108,7 +111,7 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
             f"{c.estimated_cost:.2f}",
             c.price_source.short() if c.price_source is not None else "-",
         )
-    _print(table, optional=("price\nsource", "$/h\nper node", "#", "request", "GPUs", "cloud"))
+    _print(table, optional=("price\nsource", "$/h\nper node", "#", "request", "GPUs", "fabric", "cloud"))
     if len(plan.candidates) > len(shown):
         say(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
     if plan.container is not None:

@@ -7,6 +7,7 @@ Module map (each imports only the ones above it; none imports boto3 at import ti
 - credentials warning when temporary credentials end before the run's deadline
 - images      Ubuntu AMI via SSM (fallback DescribeImages), default VPC and zones
 - network     security group and rules, placement group, SSH key pair; tags
+- efa         EFA interfaces per network card (DescribeInstanceTypes), an Elastic IP per EFA node
 - launch      RunInstances for all nodes of an attempt, zone by zone
 - deadline    the EventBridge Scheduler schedule that terminates an attempt after its expiry (layer c)
 - reaper      the one deletion order (teardown, failed-attempt cleanup, gc)

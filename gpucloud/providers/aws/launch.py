@@ -6,7 +6,9 @@ the next zone. Every node boots the same user-data and takes its rank from its l
 `ami-launch-index`), which is also the rank order of the returned ids. A ClientToken per attempt
 and zone stays the same across retries, so a retried RunInstances never starts a second, paid
 machine. IMDSv2 is required with hop limit 1, the root volume is encrypted gp3, and the VM's own
-`shutdown -h now` terminates it (InstanceInitiatedShutdownBehavior=terminate).
+`shutdown -h now` terminates it (InstanceInitiatedShutdownBehavior=terminate). A multi-node
+launch on a type with EFA carries one EFA interface per EFA network card (efa.py), and each node
+then gets an Elastic IP, since AWS gives no public address to an instance with several interfaces.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpucloud.providers.aws.efa import EfaLayout, network_interfaces, primary_interfaces, public_addresses
 from gpucloud.providers.aws.errors import error_code, error_kind, error_message
 from gpucloud.providers.aws.network import CLOUD, run_tags, tag_list
 from gpucloud.providers.aws.session import AwsClients
@@ -35,6 +38,7 @@ class LaunchPlan:
     count: int
     placement_group: str | None = None
     key_name: str | None = None
+    efa: EfaLayout = EfaLayout()  # the EFA cards to attach (empty: the subnet's one ENA interface)
 
 
 def client_token(run_id: str, attempt: int, zone: str, rank: int | None) -> str:
@@ -58,7 +62,7 @@ def launch(
     tried: list[str] = []
     for zone, subnet in zones:
         try:
-            ids = run_instances(aws, req, journal, handle.region, plan, zone, subnet)
+            instances = run_instances(aws, req, journal, handle.region, plan, zone, subnet)
         except ClientError as exc:
             if error_kind(error_code(exc)) != "capacity":
                 raise
@@ -66,8 +70,10 @@ def launch(
             tried.append(zone or "default zone")
             continue
         handle.zone = zone or None
-        handle.nodes = ids
-        return ids
+        handle.nodes = [str(i["InstanceId"]) for i in instances]
+        if len(network_interfaces(plan.efa, plan.sg_id, subnet or "")) > 1 and subnet:
+            public_addresses(aws, req, journal, handle, primary_interfaces(instances))
+        return handle.nodes
     assert last is not None
     what = f"{plan.count} nodes together" if plan.count > 1 else "the instance"
     raise CapacityError(
@@ -79,8 +85,8 @@ def launch(
 
 def run_instances(
     aws: AwsClients, req: LaunchRequest, journal: Journal, region: str, plan: LaunchPlan, zone: str, subnet: str | None
-) -> list[str]:
-    """One RunInstances call for the plan's nodes; ids sorted by AmiLaunchIndex (= rank)."""
+) -> list[dict[str, Any]]:
+    """One RunInstances call for the plan's nodes; the instances sorted by AmiLaunchIndex (= rank)."""
     from botocore.exceptions import ClientError
 
     name = req.tags.get("Name") or f"gpucloud-{req.run_id}"
@@ -108,7 +114,14 @@ def run_instances(
         ],
         "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}, {"ResourceType": "volume", "Tags": tags}],
     }
-    if subnet:
+    nics = network_interfaces(plan.efa, plan.sg_id, subnet) if subnet else []
+    if nics:  # the groups and subnet go on each interface, never beside them
+        del kwargs["SecurityGroupIds"]
+        if len(nics) == 1:
+            nics[0]["AssociatePublicIpAddress"] = True  # allowed with one interface only
+        kwargs["NetworkInterfaces"] = nics
+        kwargs["TagSpecifications"].append({"ResourceType": "network-interface", "Tags": tags})
+    elif subnet:
         kwargs["SubnetId"] = subnet
     if plan.placement_group:
         kwargs["Placement"] = {"GroupName": plan.placement_group}
@@ -126,8 +139,7 @@ def run_instances(
         for res in intents:  # AWS answered "no": nothing was created
             journal.deleted(res)
         raise
-    instances = sorted(out["Instances"], key=lambda i: i.get("AmiLaunchIndex", 0))
-    ids = [str(i["InstanceId"]) for i in instances]
-    for res, iid in zip(intents, ids, strict=False):
-        journal.created(res, iid)
-    return ids
+    instances: list[dict[str, Any]] = sorted(out["Instances"], key=lambda i: i.get("AmiLaunchIndex", 0))
+    for res, inst in zip(intents, instances, strict=False):
+        journal.created(res, str(inst["InstanceId"]))
+    return instances

@@ -94,13 +94,21 @@ def security_group(aws: AwsClients, req: LaunchRequest, journal: Journal, handle
     return str(sg_id)
 
 
-def _ingress(aws: AwsClients, req: LaunchRequest, region: str, sg_id: str, permission: dict[str, object]) -> None:
-    """One inbound rule; a duplicate means a retried attempt that reuses its group already has it."""
+def _ingress(
+    aws: AwsClients,
+    req: LaunchRequest,
+    region: str,
+    sg_id: str,
+    permission: dict[str, object],
+    op: str = "authorize_security_group_ingress",
+) -> None:
+    """One inbound (or, with `op`, outbound) rule; a duplicate means a retried attempt that reuses
+    its group already has it."""
     from botocore.exceptions import ClientError
 
     try:
         aws.ec2(
-            "authorize_security_group_ingress",
+            op,
             region,
             GroupId=sg_id,
             IpPermissions=[permission],
@@ -112,15 +120,17 @@ def _ingress(aws: AwsClients, req: LaunchRequest, region: str, sg_id: str, permi
 
 
 def intra_run_rule(aws: AwsClients, req: LaunchRequest, region: str, sg_id: str) -> None:
-    """All traffic from the group to itself: the run's own nodes (and only they, since no other
-    machine carries this group) reach each other on any port, as torchrun and NCCL need."""
-    _ingress(
-        aws,
-        req,
-        region,
-        sg_id,
-        {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg_id, "Description": "gpucloud: the run's own nodes"}]},
-    )
+    """All traffic from the group to itself, in and out: the run's own nodes (and only they, since
+    no other machine carries this group) reach each other on any port, as torchrun and NCCL need.
+    The outbound rule naming the group itself is what EFA asks for besides the inbound one [EC2
+    User Guide, "Prepare an EFA-enabled security group"]; the group's default allow-all outbound
+    rule stays."""
+    own: dict[str, object] = {
+        "IpProtocol": "-1",
+        "UserIdGroupPairs": [{"GroupId": sg_id, "Description": "gpucloud: the run's own nodes"}],
+    }
+    _ingress(aws, req, region, sg_id, own)
+    _ingress(aws, req, region, sg_id, own, "authorize_security_group_egress")
 
 
 def placement_group(aws: AwsClients, req: LaunchRequest, journal: Journal, handle: RunHandle) -> str:

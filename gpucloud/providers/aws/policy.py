@@ -18,7 +18,9 @@ printing it is instant. Why it is shaped this way:
   so that a bucket of that name in another account is out of reach), and their `runs/` objects;
 - RunInstances may only start instances that require IMDSv2 (`ec2:MetadataHttpTokens`) with
   encrypted volumes (`ec2:Encrypted`).
-- an ingress rule is allowed on a gpucloud-tagged group (resource tag) and the new rule must carry
+- Elastic IPs (EFA nodes, which AWS gives no public address) are allocated only with the run tag,
+  associated only between a tagged address and a tagged interface, released only when tagged;
+- an ingress (or egress) rule is allowed on a gpucloud-tagged group (resource tag) and the new rule must carry
   the run tag in the request (a `security-group-rule` supports request tags only);
 - `gpucloud check` reads the regions and the GPU vCPU quotas; a fresh account's first spot launch
   creates AWS's Spot service-linked role, so iam:CreateServiceLinkedRole is allowed for that one
@@ -135,8 +137,10 @@ def _describe_statement() -> dict[str, Any]:
         "Sid": "DescribeToPlanLaunchAndClean",
         "Effect": "Allow",
         "Action": [
+            "ec2:DescribeAddresses",
             "ec2:DescribeImages",
             "ec2:DescribeInstances",
+            "ec2:DescribeInstanceTypes",
             "ec2:DescribeInstanceTypeOfferings",
             "ec2:DescribeKeyPairs",
             "ec2:DescribePlacementGroups",
@@ -199,6 +203,21 @@ def _group_and_key_statements(has_request_tag: dict[str, Any]) -> list[dict[str,
             "Action": "ec2:CreateSecurityGroup",
             "Resource": f"{_EC2}:vpc/*",
         },
+        {
+            # EFA: a node with several interfaces gets no public address from AWS (efa.py).
+            "Sid": "AllocateOnlyTaggedElasticIps",
+            "Effect": "Allow",
+            "Action": "ec2:AllocateAddress",
+            "Resource": f"{_EC2}:elastic-ip/*",
+            "Condition": has_request_tag,
+        },
+        {
+            "Sid": "AssociateOwnElasticIpsWithOwnInterfaces",
+            "Effect": "Allow",
+            "Action": "ec2:AssociateAddress",
+            "Resource": [f"{_EC2}:elastic-ip/*", f"{_EC2}:network-interface/*"],
+            "Condition": {"Null": {f"aws:ResourceTag/{TAG}": "false"}},
+        },
     ]
 
 
@@ -215,6 +234,8 @@ def _tag_on_create_statement() -> dict[str, Any]:
             f"{_EC2}:security-group-rule/*",
             f"{_EC2}:key-pair/*",
             f"{_EC2}:placement-group/*",
+            f"{_EC2}:elastic-ip/*",
+            f"{_EC2}:network-interface/*",
             "arn:aws:ec2:*::image/*",
             "arn:aws:ec2:*::snapshot/*",
         ],
@@ -225,7 +246,9 @@ def _tag_on_create_statement() -> dict[str, Any]:
                     "CreateSecurityGroup",
                     "CreateKeyPair",
                     "AuthorizeSecurityGroupIngress",
+                    "AuthorizeSecurityGroupEgress",
                     "CreatePlacementGroup",
+                    "AllocateAddress",
                     "CreateImage",
                 ]
             }
@@ -268,10 +291,11 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
     own_account = {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}}
     return [
         {
-            # ssh: port 22 from the caller; multi-node: the group to itself (the run's own nodes).
+            # ssh: port 22 from the caller; multi-node: the group to itself (the run's own nodes),
+            # in and out (EFA asks for both).
             "Sid": "IngressRulesOnOwnGroups",
             "Effect": "Allow",
-            "Action": "ec2:AuthorizeSecurityGroupIngress",
+            "Action": ["ec2:AuthorizeSecurityGroupIngress", "ec2:AuthorizeSecurityGroupEgress"],
             "Resource": f"{_EC2}:security-group/*",
             "Condition": has_resource_tag,
         },
@@ -279,7 +303,7 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
             # The new rule itself exists only once the call succeeds: it has request tags, no resource tags.
             "Sid": "IngressRulesCarryTheRunTag",
             "Effect": "Allow",
-            "Action": "ec2:AuthorizeSecurityGroupIngress",
+            "Action": ["ec2:AuthorizeSecurityGroupIngress", "ec2:AuthorizeSecurityGroupEgress"],
             "Resource": f"{_EC2}:security-group-rule/*",
             "Condition": {"Null": {f"aws:RequestTag/{TAG}": "false"}},
         },
@@ -292,6 +316,7 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
                 "ec2:DeleteKeyPair",
                 "ec2:DeletePlacementGroup",
                 "ec2:DeleteVolume",
+                "ec2:ReleaseAddress",
             ],
             "Resource": [
                 f"{_EC2}:instance/*",
@@ -299,6 +324,7 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
                 f"{_EC2}:key-pair/*",
                 f"{_EC2}:placement-group/*",
                 f"{_EC2}:volume/*",
+                f"{_EC2}:elastic-ip/*",
             ],
             "Condition": has_resource_tag,
         },

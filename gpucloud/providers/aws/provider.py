@@ -3,8 +3,9 @@
 
 What every run gets: its own security group with no inbound rule (`ssh: true` opens port 22 to the
 caller's address only, with a key pair stored 0600 under GPUCLOUD_HOME; a multi-node run adds one
-rule whose source is the group itself), for several nodes a cluster placement group, and the
-instances of one RunInstances call (launch.py), then, best effort, an EventBridge Scheduler
+rule in and out whose peer is the group itself), for several nodes a cluster placement group and,
+on a type with EFA, one EFA interface per EFA network card plus an Elastic IP per node (efa.py),
+and the instances of one RunInstances call (launch.py), then, best effort, an EventBridge Scheduler
 schedule that terminates them after the run's expiry (deadline.py, the cloud-side deadline layer).
 Everything carries the tags `gpucloud-run`, `gpucloud-expires` and `Name`; provision returns a
 RunHandle listing what it created, which teardown and node_states work from. boto3 is imported
@@ -23,6 +24,7 @@ from gpucloud.providers.aws.access import classify_access, permission_denied
 from gpucloud.providers.aws.credentials import credentials_warning, warn_once
 from gpucloud.providers.aws.deadline import arm as arm_deadline
 from gpucloud.providers.aws.deadline import collapse_skips
+from gpucloud.providers.aws.efa import EfaLayout, efa_layout
 from gpucloud.providers.aws.errors import classify
 from gpucloud.providers.aws.images import resolve_image, zones
 from gpucloud.providers.aws.launch import LaunchPlan, launch
@@ -185,7 +187,10 @@ class AwsProvider(AwsClients):
             what = "creating the security group"
             sg_id = security_group(self, req, journal, handle, vpc_id)
             pg = key = None
+            efa = EfaLayout()
             if nodes > 1:
+                what = "reading the instance type's EFA network cards"
+                efa = efa_layout(self, req.region, req.instance_type)
                 what = "letting the run's nodes reach each other"
                 intra_run_rule(self, req, req.region, sg_id)
                 what = "creating the placement group"
@@ -202,7 +207,7 @@ class AwsProvider(AwsClients):
                     self._public_ip,
                 )
             what = "launching instances"
-            plan = LaunchPlan(ami, root, sg_id, payload, nodes, pg, key)
+            plan = LaunchPlan(ami, root, sg_id, payload, nodes, pg, key, efa)
             launch(self, req, journal, handle, plan, zone_list)
             arm_deadline(
                 self, req, journal, handle, deadline, lambda: self.channel(req.region).account, self._warn

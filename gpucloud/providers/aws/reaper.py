@@ -3,7 +3,8 @@ cleanup and by gc (docs/PROVIDERS.md, "AWS teardown").
 
 Order: terminate the instances, wait until they are gone, then delete what they depended on
 (security groups, placement groups: AWS refuses with DependencyViolation / InUse while an
-instance still uses them), key pairs, loose volumes, and last the deadline schedules
+instance still uses them, and Elastic IPs, whose release waits for the instance to let go), key
+pairs, loose volumes, and last the deadline schedules
 (deadline.py), which stay while an instance could not be terminated: they are its backstop. A
 group whose instances are still terminating costs nothing and keeps its tags, so it is left for
 the next `down` or `gc`.
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 from gpucloud.errors import CloudAccessError
 from gpucloud.providers.aws.deadline import SCHEDULE, delete_schedule
+from gpucloud.providers.aws.efa import EIP
 from gpucloud.providers.aws.errors import describe, error_code
 from gpucloud.providers.aws.network import KEY, PG, SG
 from gpucloud.providers.aws.session import AwsClients
@@ -25,6 +27,7 @@ LABELS = {
     INSTANCE: "instance",
     SG: "security group",
     PG: "placement group",
+    EIP: "elastic IP",
     KEY: "key pair",
     VOLUME: "volume",
     SCHEDULE: "deadline schedule",
@@ -38,6 +41,7 @@ class Targets:
     instances: list[str] = field(default_factory=list)
     security_groups: list[str] = field(default_factory=list)
     placement_groups: list[str] = field(default_factory=list)
+    addresses: list[str] = field(default_factory=list)  # Elastic IP allocation ids
     key_pairs: list[str] = field(default_factory=list)
     volumes: list[str] = field(default_factory=list)
     schedules: list[str] = field(default_factory=list)  # EventBridge Scheduler names (group "default")
@@ -49,6 +53,7 @@ class Targets:
             [(INSTANCE, i) for i in self.instances]
             + [(SG, g) for g in self.security_groups]
             + [(PG, p) for p in self.placement_groups]
+            + [(EIP, a) for a in self.addresses]
             + [(KEY, k) for k in self.key_pairs]
             + [(VOLUME, v) for v in self.volumes]
             + [(SCHEDULE, s) for s in self.schedules]
@@ -89,7 +94,11 @@ def reap(aws: AwsClients, region: str, targets: Targets, *, wait: bool) -> list[
                 Outcome(INSTANCE, i, i not in alive, "" if i not in alive else late, kept=not wait) for i in ids
             ]
             failed = alive if wait else []
-    dependents = [(SG, g) for g in targets.security_groups] + [(PG, p) for p in targets.placement_groups]
+    dependents = (
+        [(SG, g) for g in targets.security_groups]
+        + [(PG, p) for p in targets.placement_groups]
+        + [(EIP, a) for a in targets.addresses]
+    )
     for kind, ident in dependents:
         if alive:
             outcomes.append(Outcome(kind, ident, False, f"instances {', '.join(alive)} are not terminated", kept=True))
@@ -129,26 +138,18 @@ def _attempt(kind: str, ident: str, fn: object) -> Outcome:
 
 
 def _delete_dependent(aws: AwsClients, region: str, kind: str, ident: str) -> None:
-    if kind == SG:
-        delete_when_free(
-            aws,
-            region,
-            "delete_security_group",
-            {"GroupId": ident},
-            gone=("InvalidGroup.NotFound", "InvalidGroupId"),
-            busy="DependencyViolation",
-            timeout=aws.SG_DELETE_TIMEOUT_S,
-        )
-    else:
-        delete_when_free(
-            aws,
-            region,
-            "delete_placement_group",
-            {"GroupName": ident},
-            gone=("InvalidPlacementGroup.Unknown",),
-            busy="InUse",
-            timeout=aws.PG_DELETE_TIMEOUT_S,
-        )
+    """Delete (or release) what an instance used, retrying while AWS says it is still in use."""
+    op, key, gone, busy = DEPENDENT_DELETES[kind]
+    timeout = aws.PG_DELETE_TIMEOUT_S if kind == PG else aws.SG_DELETE_TIMEOUT_S
+    delete_when_free(aws, region, op, {key: ident}, gone=gone, busy=busy, timeout=timeout)
+
+
+# kind -> (operation, id parameter, error codes that mean already gone, the code that means in use)
+DEPENDENT_DELETES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
+    SG: ("delete_security_group", "GroupId", ("InvalidGroup.NotFound", "InvalidGroupId"), "DependencyViolation"),
+    PG: ("delete_placement_group", "GroupName", ("InvalidPlacementGroup.Unknown",), "InUse"),
+    EIP: ("release_address", "AllocationId", ("InvalidAllocationID.NotFound",), "InvalidIPAddress.InUse"),
+}
 
 
 def terminate(aws: AwsClients, region: str, ids: list[str]) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import CloudAccessError
 from gpucloud.providers.aws.deadline import SCHEDULE, SKIPPED, role_setting, stale_schedules
+from gpucloud.providers.aws.efa import EIP
 from gpucloud.providers.aws.errors import AwsTeardownError, describe
 from gpucloud.providers.aws.network import CLOUD, KEY, PG, SG, tag_dict
 from gpucloud.providers.aws.reaper import INSTANCE, LABELS, Outcome, Targets, reap
@@ -67,6 +68,7 @@ def targets_for(aws: AwsClients, handle: RunHandle, records: list[ResourceRecord
         instances=list(handle.nodes),
         security_groups=list(res.get(SG, [])),
         placement_groups=list(res.get(PG, [])),
+        addresses=list(res.get(EIP, [])),
         key_pairs=list(res.get(KEY, [])),
         schedules=list(res.get(SCHEDULE, [])),
     )
@@ -90,13 +92,18 @@ def targets_for(aws: AwsClients, handle: RunHandle, records: list[ResourceRecord
                 aws, handle.region, "describe_placement_groups", "PlacementGroups", "GroupName", run_tag
             )
         ]
+    if EIP in kinds:
+        targets.addresses += [r.cloud_id for r in records if r.kind == EIP and r.cloud_id]
+        targets.addresses += [
+            i for i, _ in _by_tag(aws, handle.region, "describe_addresses", "Addresses", "AllocationId", run_tag)
+        ]
     if KEY in kinds:
         targets.key_pairs += [r.name for r in records if r.kind == KEY and r.name and r.cloud_id]
         targets.key_pairs += [
             i for i, _ in _by_tag(aws, handle.region, "describe_key_pairs", "KeyPairs", "KeyName", run_tag)
         ]
     targets.schedules += [r.name for r in records if r.kind == SCHEDULE and r.name]  # intents too: gone is fine
-    for name in ("instances", "security_groups", "placement_groups", "key_pairs", "schedules"):
+    for name in ("instances", "security_groups", "placement_groups", "addresses", "key_pairs", "schedules"):
         setattr(targets, name, sorted(set(getattr(targets, name))))
     return targets
 
@@ -156,8 +163,11 @@ def _close_journal_rows(
         elif (
             r.cloud_id is None
             and clean
-            and r.kind in (INSTANCE, SG, PG, KEY)
-            and (not handle.complete or (r.kind != INSTANCE and r.name == mine))
+            and r.kind in (INSTANCE, SG, PG, KEY, EIP)
+            and (
+                not handle.complete
+                or (r.kind != INSTANCE and (r.name == mine or f"{r.name}".startswith(f"{mine}-node")))
+            )
         ):
             journal.deleted(r.id)
 
@@ -209,6 +219,7 @@ def gc_find(aws: AwsClients, region: str, now: datetime) -> tuple[Targets, dict[
         "security_groups": _by_tag(aws, region, "describe_security_groups", "SecurityGroups", "GroupId", flt),
         "placement_groups": _by_tag(aws, region, "describe_placement_groups", "PlacementGroups", "GroupName", flt),
         "key_pairs": _by_tag(aws, region, "describe_key_pairs", "KeyPairs", "KeyName", flt),
+        "addresses": _by_tag(aws, region, "describe_addresses", "Addresses", "AllocationId", flt),
         "volumes": _by_tag(
             aws,
             region,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from gpucloud.vm.agent import container, data, mounts, secret_env
+from gpucloud.vm.agent import container, data, fabric, mounts, secret_env
 from gpucloud.vm.agent.clock import Clock
 from gpucloud.vm.agent.deadline import Deadline
 from gpucloud.vm.agent.ending import Ending
@@ -65,6 +65,7 @@ class JobSteps(Ending):
                 MASTER_ADDR=self.node_ips[0],
                 MASTER_PORT=str(self.cfg.master_port),
             )
+        env.update(fabric.fabric_env(self.cfg.num_nodes))  # EFA: libfabric's provider (fabric.py)
         if self.cfg.checkpoint:
             env["GPUCLOUD_CHECKPOINT_DIR"] = str(self.job_dir / self.cfg.checkpoint)
         env.update(self.cfg.env)

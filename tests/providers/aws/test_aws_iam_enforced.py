@@ -97,8 +97,8 @@ def test_the_printed_policy_is_all_a_real_account_needs(
         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
         region_name="us-east-1",
     ).client("ec2", endpoint_url=moto.endpoint)
-    with pytest.raises(ClientError, match="not authorized to perform: ec2:DescribeAddresses"):
-        user.describe_addresses()  # moto is deciding: an action outside the policy is refused
+    with pytest.raises(ClientError, match="not authorized to perform: ec2:DescribeVpcEndpoints"):
+        user.describe_vpc_endpoints()  # moto is deciding: an action outside the policy is refused
     with_ssh = job(tmp_path / "ssh.yaml", name="iam-ssh", extra="  ssh: true\n")
     assert "iam-ran" in ok(cli(env, "run", str(with_ssh), "--yes"))
     nodes = job(tmp_path / "nodes.yaml", name="iam-nodes")

@@ -51,6 +51,17 @@ NOT_EXERCISED = {
         "under IAM enforcement with only this policy"
         for action in ("ec2:DescribeInstanceTypes", "ec2:DescribeSpotPriceHistory", "pricing:GetProducts")
     },
+    **{
+        action: "an EFA multi-node launch (Elastic IPs, the egress rule to the group itself, the type's "
+        "network cards): tests/providers/aws/test_aws_efa.py runs one on moto and checks every call against this policy"
+        for action in (
+            "ec2:AllocateAddress",
+            "ec2:AssociateAddress",
+            "ec2:DescribeAddresses",
+            "ec2:ReleaseAddress",
+            "ec2:AuthorizeSecurityGroupEgress",
+        )
+    },
     "iam:PassRole": "no call of its own: AWS checks it on CreateSchedule for the role the schedule names "
     "(the evaluator checks that request below)",
 }
