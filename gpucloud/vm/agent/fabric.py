@@ -7,7 +7,8 @@ settling on TCP sockets unnoticed [EC2 User Guide, "Get started with EFA and NCC
 is forced: `NCCL_SOCKET_IFNAME` stays unset (NCCL picks the ENA interface for its bootstrap) and
 `FI_EFA_USE_DEVICE_RDMA` is left to libfabric, which uses the device's RDMA read where the EFA
 device reports it (p4d and later) and would abort where a forced 1 meets a device without it.
-The job's own `env` wins over all of it. Stdlib only, Python >= 3.8.
+The job's own `env` wins over all of it; a `container:` job gets none of it (steps.py: the
+engine is given no /dev/infiniband). Stdlib only, Python >= 3.8.
 """
 
 import os

@@ -65,7 +65,8 @@ class JobSteps(Ending):
                 MASTER_ADDR=self.node_ips[0],
                 MASTER_PORT=str(self.cfg.master_port),
             )
-        env.update(fabric.fabric_env(self.cfg.num_nodes))  # EFA: libfabric's provider (fabric.py)
+        if not self.cfg.container:  # a container gets no /dev/infiniband: libfabric's choice stays its own
+            env.update(fabric.fabric_env(self.cfg.num_nodes))  # EFA: libfabric's provider (fabric.py)
         if self.cfg.checkpoint:
             env["GPUCLOUD_CHECKPOINT_DIR"] = str(self.job_dir / self.cfg.checkpoint)
         env.update(self.cfg.env)

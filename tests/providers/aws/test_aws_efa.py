@@ -248,3 +248,24 @@ def test_the_node_pins_libfabric_to_efa_only_where_efa_devices_are(tmp_path: Pat
     (root / "rdmap16s27").rename(tmp_path / "x")
     (root / "rdmap32s27").rename(tmp_path / "y")
     assert fabric_env(2, str(root)) == {}, "InfiniBand (mlx5) is NCCL's own: nothing pinned"
+
+
+@pytest.mark.parametrize(
+    ("container", "job_env", "want"),
+    [({}, {}, "efa"), ({"image": "nvcr.io/nvidia/pytorch:24.05-py3"}, {}, None), ({}, {"FI_PROVIDER": "tcp"}, "tcp")],
+)
+def test_the_job_env_gets_the_efa_provider_outside_a_container_and_its_own_env_wins(
+    monkeypatch: pytest.MonkeyPatch, container: dict[str, str], job_env: dict[str, str], want: str | None
+) -> None:
+    from types import SimpleNamespace
+
+    from gpucloud.vm.agent import fabric, steps
+
+    monkeypatch.setattr(fabric, "fabric_env", lambda n: {"FI_PROVIDER": "efa"} if n > 1 else {})
+    cfg = SimpleNamespace(
+        run_id="r1", num_nodes=2, gpu_count=8, master_port=29500, checkpoint="", env=job_env, container=container
+    )
+    node = SimpleNamespace(cfg=cfg, rank=0, preempted_file="/x", node_ips=["10.0.0.1", "10.0.0.2"], job_dir=Path("/j"))
+    env = steps.JobSteps.node_env(node)  # type: ignore[arg-type]
+    assert env.get("FI_PROVIDER") == want
+    assert "NCCL_SOCKET_IFNAME" not in env
