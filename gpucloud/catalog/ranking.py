@@ -48,7 +48,8 @@ class RuleSql:
     each market it passes and no exclusion; every other row is an exclusion, left to the planner.
     With GPU requests, `base` also asks that the row meets one (plan_match.GpuMatch.which, the
     GPUs whose stack does not fit left out) and `rank` is the first one's rank; with
-    `estimates=False`, that its source names no estimate (planner._markets)."""
+    `estimates=False`, that its source names no estimate (planner._markets); with `arches`, that
+    the row's host CPU is one of them."""
 
     def __init__(self, rule: CleanRule) -> None:
         self.rule = rule
@@ -61,6 +62,9 @@ class RuleSql:
         if rule.min_memory_gib:
             parts.append("memory_gib >= ?")
             self.row_base_args.append(rule.min_memory_gib)
+        if rule.arches is not None:  # planner._exclusion_reason: a host CPU the job does not accept
+            parts.append(f"arch IN ({', '.join('?' * len(rule.arches))})")
+            self.row_base_args.extend(rule.arches)
         if not rule.estimates:  # a superset of the estimates: those rows are checked in full
             parts.append("instr(source, '[estimate:') = 0")
         self.row_base = "(" + " AND ".join(parts) + ")"

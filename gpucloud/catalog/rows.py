@@ -83,7 +83,8 @@ class CleanRule:
     `estimates=False`: a row whose source may name an estimated price is checked in full.
     `requests` (GPU alternatives or ranges; None: the selection's GPU and count are the request):
     per request the GPU names it accepts (those whose stack fits the job's pins), its count range and
-    its rank; a row meeting none is checked in full."""
+    its rank; a row meeting none is checked in full. `arches`: the host CPUs the job accepts
+    (None: any); a row of another is checked in full (excluded for its arch)."""
 
     policy: str  # "auto" | "spot" | "on-demand"
     min_vcpus: int
@@ -94,6 +95,7 @@ class CleanRule:
     max_per_gpu: float
     estimates: bool = True
     requests: tuple[tuple[tuple[str, ...], int, int, int], ...] | None = None
+    arches: tuple[str, ...] | None = None
 
 
 class RowSource(Protocol):

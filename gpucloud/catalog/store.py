@@ -278,6 +278,7 @@ class IndexedRows:
             or rule.cap is not None
             or not rule.estimates
             or where.instance_type is not None
+            or self._other_arch(pairs, rule.arches, cond, args)
         ):
             return None
         columns = ["spot" if m else "on_demand" for m in rules.markets]
@@ -294,6 +295,21 @@ class IndexedRows:
         for gpu, count, total, found, *per_market, legacy in self._conn.execute(sql, [json.dumps(pairs), *args]):
             out[(str(gpu), int(count))] = (int(total), int(found), tuple(int(n) for n in per_market), int(legacy))
         return out
+
+    def _other_arch(
+        self, pairs: list[tuple[str, int]], arches: tuple[str, ...] | None, cond: str, args: list[object]
+    ) -> bool:
+        """Whether a row of these pairs has a host CPU the job does not accept (`pair_counts` are not
+        split by arch: such pairs are counted row by row)."""
+        if arches is None or not pairs:
+            return False
+        sql = (
+            "SELECT 1 FROM (SELECT json_extract(value, '$[0]') AS gpu, json_extract(value, '$[1]') AS gpu_count"
+            " FROM json_each(?)) AS k WHERE EXISTS"
+            " (SELECT 1 FROM offerings WHERE gpu = k.gpu AND gpu_count = k.gpu_count"
+            f"{cond.replace(' WHERE ', ' AND ', 1)} AND arch NOT IN ({', '.join('?' * len(arches))})) LIMIT 1"
+        )
+        return self._conn.execute(sql, [json.dumps(pairs), *args, *arches]).fetchone() is not None
 
     def _scan(
         self, pairs: list[tuple[str, int]], rules: RuleSql, cond: str, args: list[object]

@@ -25,6 +25,7 @@ from gpucloud.cli.options import (
     SecretFileOpt,
     SecretOpt,
     SpecArg,
+    StrictOpt,
     YesOpt,
     allowances,
 )
@@ -194,25 +195,25 @@ def plan(
     env: EnvOpt = None,
     allow_secret: AllowSecretOpt = None,
     allow_input: AllowInputOpt = None,
+    strict: StrictOpt = False,
 ) -> None:
     """Ranked candidates with $/h and estimated cost, the resolved stack, and why others were excluded."""
     from gpucloud.plan.planner import make_plan
-    from gpucloud.run.plan import looked_up
-    from gpucloud.spec import secrets as spec_secrets
+    from gpucloud.run.plan import explore
     from gpucloud.ui import views
     from gpucloud.ui.upload import describe_upload
 
     job, cloud = load_job(spec, cloud, host, allowances(allow_secret, allow_input))
-    job, values = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
+    job, values, data, unchecked = explore(job, secret or (), secret_file or (), env or (), strict=strict)
     upload = describe_upload(job)
-    data, _ = looked_up(job, values)
     result = make_plan(job, cloud=cloud, region=region, spot=spot, estimates=estimates, secrets=values)
+    result.warnings.extend(unchecked)  # what `run` checks again: warnings here, errors with --strict
     if json_out:
         emit_json({**result.as_json(), "upload": upload.as_json(), **({"data": data.as_json()} if data else {})})
         return
     views.print_plan(result, show_all=show_all)
     views.note(upload.summary())
-    if data:
+    if data and data.summary():  # none when no source could be checked from here
         views.note(data.summary())
 
 

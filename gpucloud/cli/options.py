@@ -55,6 +55,9 @@ HostOpt = Annotated[
     ),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="Unset secrets and buckets it cannot check are errors, not warnings (CI).")
+]
 
 
 def allowances(secrets: list[str] | None, inputs: list[str] | None) -> Any:

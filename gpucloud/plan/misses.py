@@ -35,7 +35,7 @@ def nothing_fits(
             return UserError(
                 f"{_where(spec)}resources.gpu: no cloud gpucloud can use ({where}) offers the {gpu}"
                 f"{_never_offered_note(gpu, cat)}.",
-                hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat)) + ".",
+                hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat, spec.resources.arches)) + ".",
             )
         if not live:
             return _only_retired(spec, gpu, where, offered, clouds, cat)
@@ -79,7 +79,7 @@ def _only_retired(
     return UserError(
         f"{_where(spec)}resources.gpu: {where} offers the {gpu} only on retired or withdrawn instance types "
         f"({'; '.join(dates)}).{note}",
-        hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat)) + ". "
+        hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat, spec.resources.arches)) + ". "
         f"The {gpu} software stack is still known (`gpucloud stack {gpu}`): run the job on a machine with that GPU "
         "that you own or host, through a provider that reaches it.",
     )
@@ -110,7 +110,7 @@ def _count_only_retired(
         f"{_where(spec)}resources.gpu: {where} offers {count} × {gpu} per machine only on retired instance types: "
         f"{', '.join(retired[:4])}. Still offered: {still}.",
         hint=f"Ask for one of those counts (gpu: {gpu}:{counts[0]}), or another GPU. Nearest alternatives: "
-        + "; ".join(alternatives(gpu, clouds, cat))
+        + "; ".join(alternatives(gpu, clouds, cat, spec.resources.arches))
         + ".",
     )
 
@@ -136,12 +136,15 @@ def _price_of(e: Exclusion, cat: Catalog) -> float:
     )
 
 
-def alternatives(gpu: str, clouds: list[str], cat: Catalog, limit: int = 4) -> list[str]:
+def alternatives(
+    gpu: str, clouds: list[str], cat: Catalog, arches: frozenset[str] | None = None, limit: int = 4
+) -> list[str]:
     """Same architecture first (any cloud, cheapest row per GPU), then the cheapest current GPU in
-    the allowed clouds: what a user asking for an unavailable GPU most likely wants instead."""
+    the allowed clouds: what a user asking for an unavailable GPU most likely wants instead. Only
+    machines of a host CPU the job accepts (`arches`, resources.arch; None: any)."""
     arch = cat.gpu(gpu).architecture if cat.resolve(gpu) else ""
     variants = set(cat.members(gpu))
-    live = [o for o in cat.offerings if o.status != "retired"]
+    live = [o for o in cat.offerings if o.status != "retired" and (arches is None or o.arch in arches)]
     same_arch = sorted(
         (o for o in live if o.gpu not in variants and cat.gpus[o.gpu].architecture == arch),
         key=lambda o: (o.cloud not in clouds, o.price_per_hour / o.gpu_count),

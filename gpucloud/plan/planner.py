@@ -12,7 +12,7 @@ from gpucloud.catalog.rows import RankKey, RowFilter, rank_key
 from gpucloud.plan.fabric import fabric_json
 from gpucloud.plan.match import GpuMatch, ImageChoice, PlanStacks
 from gpucloud.plan.requests import plan_request, refuse_what_providers_cannot_do
-from gpucloud.plan.rows import Exclusion, Exclusions, QuickReasons, RankedCandidates, read_rows
+from gpucloud.plan.rows import Exclusion, Exclusions, QuickReasons, RankedCandidates, arch_reason, read_rows
 from gpucloud.providers.base import Candidate
 
 __all__ = ["Candidate", "DataAge", "Exclusion", "Plan", "data_age", "make_plan", "read_rows"]
@@ -49,7 +49,7 @@ class Plan:
 
     def as_json(self) -> dict[str, object]:
         doc: dict[str, object] = {
-            "candidates": [{**c.as_json(), **fabric_json(c)} for c in self.candidates],
+            "candidates": [{**c.as_json(), "arch": c.arch, **fabric_json(c)} for c in self.candidates],
             "excluded": [e.as_json() for e in self.excluded],
             "stack": self.stack.as_json(),
             "warnings": list(self.warnings),
@@ -370,7 +370,8 @@ def _exclusion_reason(
     """The first constraint the offering breaks, in the order a user thinks about them. The checks
     past the quick reasons (retired, vCPUs, memory) are mirrored in SQL by catalog/ranking.py
     `RuleSql`, which decides which rows of the catalog file give candidates without reading them:
-    a new check goes into both (tests/catalog/test_catalog_index.py compares the two)."""
+    a new check goes into both (tests/catalog/test_catalog_index.py compares the two). A host CPU the
+    job does not accept (resources.arch, x86_64 by default) comes right after the GPU checks."""
     res = spec.resources
     if off.cloud not in clouds:
         return f"cloud {off.cloud} not allowed (resources.cloud is {', '.join(clouds)})"
@@ -388,6 +389,8 @@ def _exclusion_reason(
             return f"has {off.gpu}, job asks for {gpu}"
         if res.gpu and off.gpu_count != res.gpu.count:
             return f"has {off.gpu_count} × {off.gpu} per node, job asks for {res.gpu.count}"
+    if res.arches is not None and off.arch not in res.arches:
+        return arch_reason(off.arch)
     if off.status == "retired":
         return f"{off.status_text()} ({off.source})"
     if res.min_vcpus and off.vcpus < res.min_vcpus:

@@ -31,6 +31,12 @@ if TYPE_CHECKING:
     from gpucloud.spec.load import JobSpec
 
 
+def arch_reason(arch: str) -> str:
+    """Why a row of another host CPU is excluded, and the field that opens it (the planner's check
+    and its SQL mirror give the same words)."""
+    return f"{arch} (resources.arch: {arch} or any opens it)"
+
+
 class Exclusion(NamedTuple):
     """Why one offering is not a candidate (a NamedTuple: a plan over every region can build tens of
     thousands of these)."""
@@ -352,6 +358,7 @@ def read_rows(
         MAX_PER_GPU_HOUR,
         estimates,
         _clean_requests(match, stacks),
+        tuple(sorted(res.arches)) if res.arches is not None else None,
     )
     part, rest = split(quick.where, rule)
     if stacks is not None:

@@ -36,6 +36,12 @@ ASSUMED_MBPS = 100.0  # MB/s a node copies from a bucket in its region, for plan
 REFUSED_SHOWN = 20  # skipped object names named one a line; the rest are counted
 
 
+class Unreached(UserError):
+    """A source that gave no answer at all (no route, no name, a timeout): `plan` warns, `run` refuses."""
+
+    kind = "user"  # bad input as any other (exit 2, the --json error's kind)
+
+
 @dataclass
 class Input:
     dest: str
@@ -58,6 +64,7 @@ class DataPlan:
     outputs: list[Output] = field(default_factory=list)
     uploaded: dict[str, list[str]] = field(default_factory=dict)  # run id -> channel keys of local inputs
     mounted: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # (run id, input) -> grant
+    unchecked: list[str] = field(default_factory=list)  # `plan` only: sources it could not check from here
 
     @property
     def copied(self) -> list[Input]:
@@ -241,45 +248,95 @@ def _https_size(url: str, where: str) -> int:
     except urllib.error.HTTPError as exc:
         raise UserError(f"{where}: {url} answered HTTP {exc.code}.", hint="Check the URL.") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise UserError(f"{where}: cannot reach {url}: {getattr(exc, 'reason', exc)}.") from None
+        raise Unreached(f"{where}: cannot reach {url}: {getattr(exc, 'reason', exc)}.") from None
 
 
-def check(spec: JobSpec) -> DataPlan:
-    """Look every source and destination up from the caller; UserError naming the first bad one."""
+def check(spec: JobSpec, *, explore: bool = False) -> DataPlan:
+    """Look every source and destination up from the caller; UserError naming the first bad one.
+    `explore` (`plan`): a bucket that cannot be checked because no credentials for its store are
+    found here, or a URL that does not answer from here, is one line in `DataPlan.unchecked`
+    instead (`run` checks it again, before anything is created)."""
     plan = DataPlan()
     base = spec.source.parent if spec.source else Path.cwd()
     for dest, value in spec.inputs.items():
         text, mode = input_source(value)
         src, where = parse_location(text), f"inputs.{dest}"
-        region = ""
-        if mode == "mount":
-            region = _check_mount(src, where, spec.max_duration)
-            plan.inputs.append(Input(dest, src, [], region, mode))
-            continue
-        if src.kind == "s3":
-            from gpucloud.providers.aws import data as s3
-
-            region, files = s3.list_input(src.bucket, src.prefix, where)
-        elif src.kind == "az":
-            files = _store(src.account).list_input(src.bucket, src.prefix, where)
-        elif src.kind == "https":
-            files = [("", _https_size(src.url, where), src.url)]
-        else:
-            files = _local_files((base / src.url).resolve(), where)
-        if dest.endswith("/") and len(files) == 1 and not files[0][0]:  # one file into a folder
-            files = [(Path(files[0][2].split("?")[0]).name, files[0][1], files[0][2])]
-        plan.inputs.append(Input(dest, src, usable_files(files, where, src.text), region))
+        try:
+            plan.inputs.append(_input(src, dest, mode, where, base, spec.max_duration))
+        except UserError as exc:
+            plan.unchecked.append(_unchecked(exc, src, where, explore))
     for path, text in spec.outputs.items():
         target, where = parse_location(text), f"outputs.{path}"
-        region = ""
-        if target.kind == "s3":
-            from gpucloud.providers.aws import data as s3
-
-            region = s3.check_output(target.bucket, where)
-        else:
-            _store(target.account).check_output(target.bucket, where)
-        plan.outputs.append(Output(path, target, region))
+        try:
+            plan.outputs.append(Output(path, target, _output_region(target, where)))
+        except UserError as exc:
+            plan.unchecked.append(_unchecked(exc, target, where, explore))
     return plan
+
+
+def _input(src: DataSource, dest: str, mode: str, where: str, base: Path, max_duration: int) -> Input:
+    """One input looked up: its files (none when mounted) and its bucket's region."""
+    if mode == "mount":
+        return Input(dest, src, [], _check_mount(src, where, max_duration), mode)
+    region = ""
+    if src.kind == "s3":
+        from gpucloud.providers.aws import data as s3
+
+        region, files = s3.list_input(src.bucket, src.prefix, where)
+    elif src.kind == "az":
+        files = _store(src.account).list_input(src.bucket, src.prefix, where)
+    elif src.kind == "https":
+        files = [("", _https_size(src.url, where), src.url)]
+    else:
+        files = _local_files((base / src.url).resolve(), where)
+    if dest.endswith("/") and len(files) == 1 and not files[0][0]:  # one file into a folder
+        files = [(Path(files[0][2].split("?")[0]).name, files[0][1], files[0][2])]
+    return Input(dest, src, usable_files(files, where, src.text), region)
+
+
+def _output_region(target: DataSource, where: str) -> str:
+    if target.kind == "s3":
+        from gpucloud.providers.aws import data as s3
+
+        return s3.check_output(target.bucket, where)
+    _store(target.account).check_output(target.bucket, where)
+    return ""
+
+
+# The provider package whose credentials reach each bucket kind (the registry names the providers).
+_STORE_PROVIDER = {"s3": "gpucloud.providers.aws", "az": "gpucloud.providers.azure"}
+_AZ_STORE_ENV = ("AZURE_STORAGE_KEY", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_CLIENT_ID")
+
+
+def credentials_found(kind: str) -> bool:
+    """Whether credentials for a bucket kind's store look present here (environment and files, no
+    SDK, no network): the registry's `configured` check of its provider, and for az:// a storage
+    account key or a service principal too."""
+    import os
+
+    from gpucloud.providers import registry as providers
+
+    if kind == "az" and any(os.environ.get(name) for name in _AZ_STORE_ENV):
+        return True
+    entries = [providers.info(name) for name in providers.names()]
+    return any(e.configured() for e in entries if e.module == _STORE_PROVIDER.get(kind))
+
+
+def _unchecked(exc: UserError, src: DataSource, where: str, explore: bool) -> str:
+    """The warning for a source `plan` could not check from here; the error itself when `run`
+    asks, or when the check gave a real answer (a missing bucket, an empty prefix, HTTP 404)."""
+    if explore and src.kind in _STORE_PROVIDER and not credentials_found(src.kind):
+        from gpucloud.providers import registry as providers
+
+        title = next(
+            providers.info(n).title for n in providers.names() if providers.info(n).module == _STORE_PROVIDER[src.kind]
+        )
+        why = f"no {title} credentials found here"
+    elif explore and isinstance(exc, Unreached):
+        why = "it does not answer from here"
+    else:
+        raise exc
+    return f"{where}: {src.text} was not checked ({why}); `run` checks it before anything is created."
 
 
 def policy_statements(spec: JobSpec) -> list[dict[str, Any]]:

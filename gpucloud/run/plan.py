@@ -3,7 +3,7 @@ whose credentials do not work, so that nobody is asked to launch what cannot sta
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -83,16 +83,50 @@ def _refused_identities(clouds: list[str]) -> dict[str, str]:
     return {name: why for name, why in answers.items() if why is not None}
 
 
-def looked_up(job: JobSpec, values: Mapping[str, str]) -> tuple[Any, Any]:
+def looked_up(job: JobSpec, values: Mapping[str, str], *, explore: bool = False) -> tuple[Any, Any]:
     """What `plan` and `run` look up from here before anything is launched: the job's inputs/outputs
-    (data_grants.py) and its container image's pull login (registry_login.py); None where none."""
+    (data_grants.py) and its container image's pull login (registry_login.py); None where none.
+    `explore` (`plan`): the sources that cannot be checked from here are listed, not refused."""
     data = registry = None
     if job.inputs or job.outputs:
         from gpucloud.run.data_grants import check
 
-        data = check(job)
+        data = check(job, explore=explore)
     if job.container is not None:  # an ECR image that is not there fails here, as a missing bucket does
         from gpucloud.run.registry_login import pull_logins
 
         registry = pull_logins(job, values)
     return data, registry
+
+
+def explore(
+    job: JobSpec, secrets: Sequence[str], secret_files: Sequence[str], env: Sequence[str], *, strict: bool
+) -> tuple[JobSpec, Any, Any, list[str]]:
+    """`plan`'s look-ups: the job with its secrets resolved, their values, its data (None where none)
+    and the warnings for what could not be checked here (`unchecked`)."""
+    from gpucloud.spec.secrets import resolve
+
+    job, values = resolve(job, secrets=secrets, secret_files=secret_files, env=env, missing_ok=True)
+    data, _ = looked_up(job, values, explore=True)
+    return job, values, data, unchecked(values, data, strict=strict)
+
+
+def unchecked(values: Any, data: Any, *, strict: bool) -> list[str]:
+    """`plan`'s warnings for what it could not check without credentials or secret values, one line
+    each naming the field; `run` refuses each before anything is created. `strict` (`plan --strict`,
+    for CI): each is an error instead (exit 2)."""
+    lines = [
+        f"secrets: {name} has no value here; `run` refuses to start without it (export {name}, or pass "
+        f"--secret {name}=VALUE or --secret-file PATH)."
+        for name in getattr(values, "missing", ())
+    ]
+    lines.extend(data.unchecked if data is not None else ())
+    if strict and lines:
+        from gpucloud.errors import UserError, render_items
+
+        raise UserError(
+            render_items(f"plan --strict: {len(lines)} part(s) of the job could not be checked here:", lines, None),
+            hint="Give the secrets their values and the buckets' credentials, as `run` will need them; "
+            "without --strict these are warnings.",
+        )
+    return lines

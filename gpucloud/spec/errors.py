@@ -39,6 +39,7 @@ _HINTS: dict[str, str] = {
     "resources.min_memory_gib": "memory in GiB, greater than 0",
     "resources.disk_gb": "the disk size in GB, a whole number from 20 to 16384",
     "resources.ssh": "true or false",
+    "resources.arch": "the host CPU: x86_64 (the default), arm64 (AWS Graviton g5g, T4G) or any",
     "resources.idle_timeout": "a duration such as 10m (every GPU idle that long ends the run), or off",
     "stack": "a mapping with driver, cuda, cudnn and framework",
 }

@@ -35,6 +35,7 @@ from gpucloud.spec.values import (
     MIN_DURATION_S,
     ArtifactPath,
     CloudName,
+    CpuArch,
     EnvKey,
     EnvValue,
     FrameworkName,
@@ -42,6 +43,7 @@ from gpucloud.spec.values import (
     _fmt_duration,
     _no_bool,
     _text,
+    cpu_arch,
     describe,
     did_you_mean,
     parse_duration,
@@ -98,6 +100,7 @@ class Resources(_Strict):
     gpu_order: Literal["cheapest", "ordered"] = "cheapest"  # ordered: the list's order before price
     instance_type: str | None = None
     spot: bool | Literal["auto"] = False
+    arch: CpuArch = "x86_64"  # the host CPU: x86_64 | arm64 | any (the catalog's `arch` column)
     max_price_per_hour: float | None = Field(default=None, gt=0)
     min_vcpus: int | None = Field(default=None, ge=1)
     min_memory_gib: float | None = Field(default=None, gt=0)
@@ -306,6 +309,16 @@ class Resources(_Strict):
             f"{describe(value)} is not allowed. Expected true, false or auto "
             "(auto = spot when it is cheaper, falling back to on-demand)"
         )
+
+    @field_validator("arch", mode="before", json_schema_input_type=CpuArch)
+    @classmethod
+    def _arch(cls, value: Any) -> str:
+        return cpu_arch(value)
+
+    @property
+    def arches(self) -> frozenset[str] | None:
+        """The catalog `arch` values the job accepts; None: every one."""
+        return None if self.arch == "any" else frozenset((self.arch,))
 
     @field_validator("max_price_per_hour", "min_vcpus", "min_memory_gib", "disk_gb", mode="before")
     @classmethod

@@ -30,8 +30,9 @@ class SecretValues(Mapping[str, str]):
     """Secret values by name; its repr and str never show a value (a stray log line or traceback
     prints names only)."""
 
-    def __init__(self, values: Mapping[str, str] | None = None) -> None:
+    def __init__(self, values: Mapping[str, str] | None = None, missing: Sequence[str] = ()) -> None:
         self._values = dict(values or {})
+        self.missing = tuple(missing)  # names without a value (`plan` only: `run` refuses them)
 
     def __getitem__(self, key: str) -> str:
         return self._values[key]
@@ -114,10 +115,12 @@ def resolve(
     secret_files: Sequence[str] = (),
     env: Sequence[str] = (),
     environ: Mapping[str, str] | None = None,
+    missing_ok: bool = False,
 ) -> tuple[JobSpec, SecretValues]:
     """The job with `--env` applied and every secret name (the job file's, each --secret-file's,
     each `--secret`'s) listed, and the values. Precedence: --secret NAME=VALUE, --secret-file, the
-    environment."""
+    environment. A name without a value is refused (`run`: before anything is launched), or with
+    `missing_ok` (`plan`, a place to explore) listed in `SecretValues.missing` for a warning."""
     environ = os.environ if environ is None else environ
     given: dict[str, str] = {}
     for path in secret_files:
@@ -145,7 +148,7 @@ def resolve(
                 f"{problem}: nothing was launched.",
                 hint="Pass a file's contents as an input (inputs:) instead, or fix the value.",
             )
-    if missing:
+    if missing and not missing_ok:
         raise UserError(
             f"secret {', '.join(missing)} has no value: nothing was launched.",
             hint=f"Export {missing[0]} in this shell, or pass --secret {missing[0]}=VALUE or "
@@ -163,4 +166,4 @@ def resolve(
         )
     if overrides or names != list(spec.secrets):
         spec = spec.model_copy(update={"env": {**spec.env, **overrides}, "secrets": names})
-    return spec, SecretValues(values)
+    return spec, SecretValues(values, missing)

@@ -245,3 +245,28 @@ class SpecError(UserError):
             lines += [f"  {issue}" for issue in self.issues]
             message = "\n".join(lines)
         super().__init__(message)
+
+
+# resources.arch: the host CPU's architecture. x86_64 by default, since most wheels and containers
+# are built for it; a Graviton machine (AWS g5g, T4G) is a candidate only when the job says so.
+CpuArch = Literal["x86_64", "arm64", "any"]
+_ARCH_WORDS: dict[str, str] = {
+    "x86_64": "x86_64",
+    "amd64": "x86_64",
+    "arm64": "arm64",
+    "aarch64": "arm64",
+    "any": "any",
+}
+
+
+def cpu_arch(value: Any) -> str:
+    """x86_64 | arm64 | any, case-insensitive (amd64 and aarch64 are the same two)."""
+    word = value.strip().lower() if isinstance(value, str) else None
+    if word is None or word not in _ARCH_WORDS:
+        close = did_you_mean(str(word or value), list(_ARCH_WORDS))
+        hint = f"Did you mean '{close}'? " if close else ""
+        _fail(
+            f"{describe(value)} is not a CPU architecture. {hint}Expected x86_64 (the default), arm64 "
+            "(AWS Graviton: g5g) or any"
+        )
+    return _ARCH_WORDS[word]

@@ -67,7 +67,8 @@ def _warn(lines: list[str] | tuple[str, ...]) -> None:
 
 def print_plan(plan: Plan, *, show_all: bool = False) -> None:
     """The candidates, the stack and the exclusions. What plan is for (market, $/h, est. $) is the
-    last to give way on a narrow terminal: the position, GPU count and cloud columns go first."""
+    last to give way on a narrow terminal: the host CPU (arch), position, GPU count and cloud columns
+    go first."""
     spec = plan.spec
     hours = spec.max_duration / 3600
     per_node = spec.num_nodes > 1
@@ -78,6 +79,7 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
         "region",
         "instance type",
         "GPUs",
+        "arch",
         *(("request",) if several else ()),
         "market",
         *(("fabric",) if per_node else ()),
@@ -104,6 +106,7 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
             c.region,
             c.instance_type,
             gpus,
+            c.arch,
             *((c.request,) if several else ()),
             market,
             *prices,
@@ -111,7 +114,7 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
             f"{c.estimated_cost:.2f}",
             c.price_source.short() if c.price_source is not None else "-",
         )
-    _print(table, optional=("price\nsource", "$/h\nper node", "#", "request", "GPUs", "fabric", "cloud"))
+    _print(table, optional=("arch", "price\nsource", "$/h\nper node", "#", "request", "GPUs", "fabric", "cloud"))
     if len(plan.candidates) > len(shown):
         say(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
     if plan.container is not None:

@@ -46,6 +46,8 @@ def brute_force_cheapest(spec: JobSpec, policy: bool | str) -> float | None:
             continue
         if res.min_memory_gib and o.memory_gib < res.min_memory_gib:
             continue
+        if res.arch != "any" and o.arch != res.arch:  # x86_64 unless the job opens arm64
+            continue
         prices = {
             False: [o.price_per_hour],
             True: [o.spot_price_per_hour] if o.spot_price_per_hour is not None else [],
@@ -229,6 +231,7 @@ def test_plan_json_shape() -> None:
     assert set(doc) == {"candidates", "excluded", "stack", "warnings", "catalog"}
     assert {"origin", "price_date", "age_days", "max_age_days", "stale"} <= set(doc["catalog"])
     assert set(doc["candidates"][0]) == {
+        "arch",
         "cloud",
         "region",
         "instance_type",

@@ -50,15 +50,15 @@ def test_each_example_converts_validates_and_plans(src: Path, tmp_path: Path, mo
     assert code == 0, stderr
     data = yaml.safe_load(job.read_text())
     code, stdout, stderr = cli("plan", "--json", str(job))
-    if data.get("outputs") or data.get("inputs"):
-        # plan asks S3 about the job's buckets; with no credentials here that (and only that) is exit 2.
-        assert code == 2 and "cannot reach S3 for bucket" in stderr, stderr
-        data.pop("outputs", None)
-        data.pop("inputs", None)
-        job.write_text(yaml.safe_dump(data))
-        code, stdout, stderr = cli("plan", "--json", str(job))
     assert code == 0, stderr
-    assert json.loads(stdout)["candidates"]
+    doc = json.loads(stdout)
+    assert doc["candidates"]
+    if data.get("outputs") or data.get("inputs"):
+        # plan asks S3 about the job's buckets; with no credentials here each is a warning (run checks
+        # it again), and an error only under --strict.
+        assert any("was not checked (no AWS credentials found here)" in w for w in doc["warnings"]), doc["warnings"]
+        code, _, stderr = cli("plan", "--strict", str(job))
+        assert code == 2 and "plan --strict:" in stderr, stderr
 
 
 @pytest.mark.parametrize("src", [*SKYPILOT, *DSTACK], ids=lambda p: f"{p.parent.name}/{p.name}")
