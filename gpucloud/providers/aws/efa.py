@@ -13,7 +13,8 @@ Why each part:
 - AWS assigns no public IPv4 address to an instance launched with more than one network interface
   (neither `AssociatePublicIpAddress` nor the default subnet's auto-assign). The node reaches S3
   through its public address in the default VPC, so each node of such a launch gets an Elastic IP
-  on its primary interface, tagged, journalled and released at teardown like every other object.
+  on its primary interface (allocated before RunInstances, so an exhausted address quota costs no
+  instance), tagged, journalled and released at teardown like every other object.
 """
 
 from __future__ import annotations
@@ -120,25 +121,32 @@ def primary_interfaces(instances: list[dict[str, Any]]) -> list[str]:
     return ids
 
 
-def public_addresses(
-    aws: AwsClients, req: LaunchRequest, journal: Journal, handle: RunHandle, interfaces: list[str]
-) -> None:
-    """One tagged Elastic IP per node on its primary interface: the node's way out to S3."""
-    from botocore.exceptions import ClientError
-
-    region = handle.region
-    for rank, eni in enumerate(interfaces):
+def allocate_addresses(
+    aws: AwsClients, req: LaunchRequest, journal: Journal, handle: RunHandle, count: int
+) -> list[str]:
+    """One tagged Elastic IP per node, allocated before RunInstances: a region's address quota
+    (5 by default) then fails the attempt before any instance is paid for. Allocation ids, rank order."""
+    allocs: list[str] = []
+    for rank in range(count):
         name = f"gpucloud-{req.run_id}-{req.attempt}-node{rank}"
-        res = journal.intent(req.run_id, EIP, name, region, CLOUD)
+        res = journal.intent(req.run_id, EIP, name, handle.region, CLOUD)
         out = aws.ec2(
             "allocate_address",
-            region,
+            handle.region,
             Domain="vpc",
             TagSpecifications=[{"ResourceType": "elastic-ip", "Tags": tag_list(run_tags(req, name))}],
         )
-        alloc = str(out["AllocationId"])
-        handle.add(EIP, alloc)
-        journal.created(res, alloc)
+        allocs.append(str(out["AllocationId"]))
+        handle.add(EIP, allocs[-1])
+        journal.created(res, allocs[-1])
+    return allocs
+
+
+def associate_addresses(aws: AwsClients, region: str, allocs: list[str], interfaces: list[str]) -> None:
+    """Each node's Elastic IP on its primary interface: the node's way out to S3."""
+    from botocore.exceptions import ClientError
+
+    for alloc, eni in zip(allocs, interfaces, strict=True):
         for tries in range(ASSOCIATE_TRIES):
             try:
                 aws.ec2("associate_address", region, AllocationId=alloc, NetworkInterfaceId=eni)

@@ -17,7 +17,13 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpucloud.providers.aws.efa import EfaLayout, network_interfaces, primary_interfaces, public_addresses
+from gpucloud.providers.aws.efa import (
+    EfaLayout,
+    allocate_addresses,
+    associate_addresses,
+    network_interfaces,
+    primary_interfaces,
+)
 from gpucloud.providers.aws.errors import error_code, error_kind, error_message
 from gpucloud.providers.aws.network import CLOUD, run_tags, tag_list
 from gpucloud.providers.aws.session import AwsClients
@@ -60,6 +66,8 @@ def launch(
 
     last: ClientError | None = None
     tried: list[str] = []
+    several = len(network_interfaces(plan.efa, plan.sg_id, "-")) > 1 and all(subnet for _, subnet in zones)
+    allocs = allocate_addresses(aws, req, journal, handle, plan.count) if several else []
     for zone, subnet in zones:
         try:
             instances = run_instances(aws, req, journal, handle.region, plan, zone, subnet)
@@ -71,8 +79,8 @@ def launch(
             continue
         handle.zone = zone or None
         handle.nodes = [str(i["InstanceId"]) for i in instances]
-        if len(network_interfaces(plan.efa, plan.sg_id, subnet or "")) > 1 and subnet:
-            public_addresses(aws, req, journal, handle, primary_interfaces(instances))
+        if allocs:  # several interfaces: AWS gives the node no public address of its own
+            associate_addresses(aws, handle.region, allocs, primary_interfaces(instances))
         return handle.nodes
     assert last is not None
     what = f"{plan.count} nodes together" if plan.count > 1 else "the instance"

@@ -269,3 +269,28 @@ def test_the_job_env_gets_the_efa_provider_outside_a_container_and_its_own_env_w
     env = steps.JobSteps.node_env(node)  # type: ignore[arg-type]
     assert env.get("FI_PROVIDER") == want
     assert "NCCL_SOCKET_IFNAME" not in env
+
+
+def test_an_exhausted_address_quota_fails_before_any_instance_starts() -> None:
+    from botocore.exceptions import ClientError
+
+    from gpucloud.providers.aws.launch import launch
+    from gpucloud.providers.base import RunHandle
+
+    class QuotaOfOne(Recorder):
+        def ec2(self, op: str, region: str, **kwargs: Any) -> Any:
+            if op == "allocate_address" and any(name == "AllocateAddress" for name, _ in self.calls):
+                raise ClientError({"Error": {"Code": "AddressLimitExceeded", "Message": "quota"}}, "AllocateAddress")
+            if op == "allocate_address":
+                self.calls.append(("AllocateAddress", kwargs))
+                return {"AllocationId": "eipalloc-1"}
+            return super().ec2(op, region, **kwargs)
+
+    rec = QuotaOfOne()
+    req = dataclasses.replace(request(2), instance_type="p5.48xlarge")
+    plan = LaunchPlan("ami-0123456789abcdef0", "/dev/sda1", "sg-0123", b"", 2, "pg", None, layout("p5.48xlarge"))
+    handle = RunHandle(run_id=req.run_id, cloud="aws", region=REGION)
+    with pytest.raises(ClientError, match="AddressLimitExceeded"):
+        launch(rec, req, NullJournal(), handle, plan, [("us-east-1a", "subnet-0abc")])  # type: ignore[arg-type]
+    assert [name for name, _ in rec.calls] == ["AllocateAddress"], "no RunInstances after the refusal"
+    assert handle.resources["elastic-ip"] == ["eipalloc-1"], "what was allocated is in the handle, for teardown"
