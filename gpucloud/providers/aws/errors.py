@@ -30,7 +30,9 @@ CAPACITY_CODES = (
     "UnfulfillableCapacity",
     "InsufficientFreeAddressesInSubnet",
 )
-QUOTA_CODES = ("VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded")
+QUOTA_CODES = ("VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded", "AddressLimitExceeded")
+# The Elastic IP quota an EFA run's nodes count against (efa.py): Service Quotas "EC2-VPC Elastic IPs".
+EIP_QUOTA = ("L-0263D0A3", "EC2-VPC Elastic IPs")
 PRICE_CODES = ("SpotMaxPriceTooLow",)
 THROTTLE_CODES = (
     "RequestLimitExceeded",
@@ -160,13 +162,15 @@ def classify(
     if kind == "capacity":
         return CapacityError(f"{where}: no capacity ({code}) while {what}: {msg}", code=code)
     if kind == "quota":
-        qcode, qname = quota_for(instance_type, spot)
+        eip = "AddressLimitExceeded" in code
+        qcode, qname = EIP_QUOTA if eip else quota_for(instance_type, spot)
         return QuotaError(
             f"{where}: quota reached ({code}: {msg}); the limiting quota is '{qname}' ({qcode}).",
             code=code,
             quota_code=qcode,
             hint=f"Request more in Service Quotas: aws service-quotas request-service-quota-increase "
-            f"--service-code ec2 --quota-code {qcode} --region {region} --desired-value <vCPUs>",
+            f"--service-code ec2 --quota-code {qcode} --region {region} "
+            f"--desired-value <{'addresses: one per EFA node' if eip else 'vCPUs'}>",
         )
     if kind == "price":
         return PriceError(

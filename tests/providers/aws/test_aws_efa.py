@@ -294,3 +294,14 @@ def test_an_exhausted_address_quota_fails_before_any_instance_starts() -> None:
         launch(rec, req, NullJournal(), handle, plan, [("us-east-1a", "subnet-0abc")])  # type: ignore[arg-type]
     assert [name for name, _ in rec.calls] == ["AllocateAddress"], "no RunInstances after the refusal"
     assert handle.resources["elastic-ip"] == ["eipalloc-1"], "what was allocated is in the handle, for teardown"
+
+
+def test_the_address_quota_is_a_quota_error_naming_the_elastic_ip_quota() -> None:
+    from botocore.exceptions import ClientError
+
+    from gpucloud.providers.aws.errors import classify
+    from gpucloud.providers.base import QuotaError
+
+    exc = ClientError({"Error": {"Code": "AddressLimitExceeded", "Message": "limit"}}, "AllocateAddress")
+    err = classify(exc, region=REGION, instance_type="p5.48xlarge", spot=False, what="launching instances")
+    assert isinstance(err, QuotaError) and "EC2-VPC Elastic IPs" in str(err) and "L-0263D0A3" in (err.hint or "")
