@@ -1143,6 +1143,15 @@ class _Handler(BaseHTTPRequestHandler):
                     "InvalidParameter",
                     "Destination path for SSH public keys is required when password authentication is disabled.",
                 )
+        if t == "microsoft.compute/images":  # Trusted Launch does not support managed images (trusted-launch.md)
+            source = self.arm.resources.get(str((props.get("sourceVirtualMachine") or {}).get("id", "")).lower())
+            security = ((source.body.get("properties") or {}).get("securityProfile") or {}) if source else {}
+            if security.get("securityType") == "TrustedLaunch":
+                return (
+                    "OperationNotAllowed",
+                    "Managed image creation is not supported for a virtual machine with securityType TrustedLaunch; "
+                    "use an Azure Compute Gallery image instead.",
+                )
         for ref in refs:
             if ref.lower() not in self.arm.resources:
                 return ("InvalidResourceReference", f"Resource {ref} referenced by the request was not found.")

@@ -9,7 +9,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import UserError
-from gpucloud.providers.azure.sizes import accelerated_networking, security_profile
+from gpucloud.providers.azure.sizes import BUILDER_NAME_PREFIX, accelerated_networking, security_profile
 from gpucloud.providers.base import LaunchRequest, ssh_source_cidr
 
 if TYPE_CHECKING:
@@ -254,7 +254,12 @@ def vm_body(
     image = image_reference(req.image_ref, req.ubuntu, req.instance_type, req.gpu, req.image)
     props: dict[str, Any] = {
         "hardwareProfile": {"vmSize": req.instance_type},
-        "securityProfile": security_profile(req.instance_type, needs_gen1(req.instance_type, req.gpu), image),
+        "securityProfile": security_profile(
+            req.instance_type,
+            needs_gen1(req.instance_type, req.gpu),
+            image,
+            builder=req.job_name.startswith(BUILDER_NAME_PREFIX),
+        ),
         "storageProfile": {
             "imageReference": image,
             "osDisk": {

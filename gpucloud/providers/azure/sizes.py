@@ -26,6 +26,9 @@ from typing import Any
 # Security types (azure-mgmt-compute SecurityTypes).
 TRUSTED_LAUNCH = "TrustedLaunch"
 STANDARD = "Standard"
+# An `image build` builder's job name starts with this (gpucloud/run/bake.py builder_spec): its VM is
+# captured as a managed image, which Trusted Launch does not support [TL], so it boots Standard.
+BUILDER_NAME_PREFIX = "image-"
 
 # Fabrics a multi-node run's nodes talk over (what `plan` shows).
 INFINIBAND = "InfiniBand"
@@ -116,12 +119,14 @@ def _gen2_image(image_ref: dict[str, str]) -> bool:
     return "gen2" in sku or (sku == "server" and image_ref.get("publisher", "").lower() == "canonical")
 
 
-def security_profile(instance_type: str, gen1: bool, image_ref: dict[str, str]) -> dict[str, Any]:
+def security_profile(
+    instance_type: str, gen1: bool, image_ref: dict[str, str], *, builder: bool = False
+) -> dict[str, Any]:
     """The VM's explicit securityProfile. Under Trusted Launch, Secure Boot is off (the NVIDIA
     driver's DKMS modules are unsigned and `modprobe` refuses them under Secure Boot; the GRID
     driver and its extension require Secure Boot off) and the vTPM on. Explicit, so a
     subscription where Trusted Launch is the default does not turn Secure Boot on."""
-    kind = security_type(instance_type, gen1, image_ref)
+    kind = STANDARD if builder else security_type(instance_type, gen1, image_ref)
     if kind == STANDARD:
         return {"securityType": STANDARD}
     return {"securityType": TRUSTED_LAUNCH, "uefiSettings": {"secureBootEnabled": False, "vTpmEnabled": True}}

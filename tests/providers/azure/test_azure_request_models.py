@@ -235,3 +235,16 @@ def test_size_tables(size: str, accelerated: bool, net: str) -> None:
     assert accelerated_networking(size) is accelerated
     assert fabric(size) == net
     assert security_type(size, False, {"sku": "22_04-lts-gen2"}) in {"TrustedLaunch", "Standard"}
+
+
+def test_an_image_builder_vm_boots_standard() -> None:
+    """A builder is captured as a managed image, which Trusted Launch does not support (the fake ARM
+    refuses the capture, as ARM does: test_images_azure_e2e.py); its name marks it."""
+    from gpucloud.providers.azure.sizes import BUILDER_NAME_PREFIX
+    from gpucloud.run.bake import builder_spec, gpu_spec
+
+    spec = builder_spec(gpu_spec("T4", None, "azure"), with_setup=False, empty_dir="/tmp")
+    assert spec.name.startswith(BUILDER_NAME_PREFIX)
+    req = dataclasses.replace(launch_request("run-bake", instance_type="Standard_NC4as_T4_v3"), job_name=spec.name)
+    body = vm_body(req, 0, "#!/bin/bash\n", "/nic", "eastus", {}, "ssh-ed25519 AAAA")
+    assert body["properties"]["securityProfile"] == {"securityType": "Standard"}
