@@ -63,6 +63,19 @@ VM_TYPE = "microsoft.compute/virtualmachines"
 NIC_TYPE = "microsoft.network/networkinterfaces"
 # Resource types whose PUT completes in the call itself (no long-running operation, no provisioningState).
 SYNC_TYPES = frozenset({PPG_TYPE, AVSET_TYPE})
+# Sizes and Gen1 images ARM refuses Trusted Launch on: "The VM size '...' is not supported for creation of
+# VMs and Virtual Machine Scale Sets with 'TrustedLaunch' security type" (trusted-launch.md's size table).
+NO_TRUSTED_LAUNCH_SIZES = frozenset(
+    {
+        "standard_nc6",
+        "standard_nc12",
+        "standard_nc24",
+        "standard_nc24r",
+        "standard_nd96asr_v4",
+        "standard_nd96amsr_a100_v4",
+    }
+)
+GEN1_SKUS = frozenset({"20_04-lts", "22_04-lts", "server-gen1", "18.04-lts"})
 # Sizes whose NIC may not carry accelerated networking (ARM refuses the VM:
 # VMSizeIsNotPermittedToEnableAcceleratedNetworking; the series pages' "Feature support").
 NO_ACCELERATED_NETWORKING = frozenset(
@@ -1206,6 +1219,14 @@ class _Handler(BaseHTTPRequestHandler):
                     f"{avset_ref} ({set_ppg or 'none'}).",
                 )
         size = str((props.get("hardwareProfile") or {}).get("vmSize", "")).lower()
+        if (props.get("securityProfile") or {}).get("securityType") == "TrustedLaunch":
+            sku = str(((props.get("storageProfile") or {}).get("imageReference") or {}).get("sku", "")).lower()
+            if size in NO_TRUSTED_LAUNCH_SIZES or sku in GEN1_SKUS:
+                return (
+                    "BadRequest",
+                    f"The VM size '{size}' or Generation 1 image '{sku}' is not supported for creation of VMs "
+                    "with 'TrustedLaunch' security type.",
+                )
         for nic_ref in (props.get("networkProfile") or {}).get("networkInterfaces", []):
             nic = self.arm.resources.get(str(nic_ref.get("id", "")).lower())
             accelerated = nic is not None and (nic.body.get("properties") or {}).get("enableAcceleratedNetworking")

@@ -248,3 +248,19 @@ def test_an_image_builder_vm_boots_standard() -> None:
     req = dataclasses.replace(launch_request("run-bake", instance_type="Standard_NC4as_T4_v3"), job_name=spec.name)
     body = vm_body(req, 0, "#!/bin/bash\n", "/nic", "eastus", {}, "ssh-ed25519 AAAA")
     assert body["properties"]["securityProfile"] == {"securityType": "Standard"}
+
+
+def test_the_fake_refuses_trusted_launch_where_arm_does(arm: FakeArm, provider: AzureProvider, journal: Any) -> None:
+    """What makes the security table matter: ND96asr_v4 (and Gen1 images) under Trusted Launch are refused."""
+    from azure.core.exceptions import HttpResponseError
+
+    req = launch_request("run-tl", instance_type="Standard_ND96asr_v4")
+    provider.provision(req, journal)
+    (vm,) = bodies(arm, r"/virtualMachines/node-0")
+    rg = run_resources(arm, "run-tl")[0]["id"].split("/")[4]
+    vm["properties"]["securityProfile"] = {
+        "securityType": "TrustedLaunch",
+        "uefiSettings": {"secureBootEnabled": False, "vTpmEnabled": True},
+    }
+    with pytest.raises(HttpResponseError, match="TrustedLaunch"):
+        provider.compute.virtual_machines.begin_create_or_update(rg, "node-0", vm).result()
