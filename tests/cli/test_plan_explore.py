@@ -160,3 +160,11 @@ def test_run_still_refuses_them_before_anything_is_created(
     no_bucket = gpucloud(with_secrets, "run", "--yes", "--cloud", "local", "data/finetune.yaml", cwd=examples)
     assert no_bucket.returncode == 2, no_bucket.stderr
     assert "inputs.data/imagenet-mini/: cannot reach S3" in " ".join(no_bucket.stderr.split())
+
+
+def test_the_example_pipelines_plan_with_strict() -> None:
+    """CI learns at plan time what `run` would refuse (docs/CI.md)."""
+    for name in ("github-actions.yml", "gitlab-ci.yml"):
+        text = (REPO / "examples" / "ci" / name).read_text()
+        plans = [line for line in text.splitlines() if re.search(r"^\s*(- )?gpucloud plan ", line)]
+        assert plans and all("--strict" in line for line in plans), (name, plans)

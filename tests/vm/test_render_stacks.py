@@ -62,7 +62,7 @@ def test_v100_on_p3dn_boots_ubuntu_and_pins_r580(tmp_path: Path) -> None:
 
 
 def test_t4g_on_g5g_boots_an_arm64_image(tmp_path: Path) -> None:
-    cfg = render(tmp_path, "T4G:1", "aws", "us-east-1")
+    cfg = render(tmp_path, "T4G:1", "aws", "us-east-1", "  arch: arm64\n")  # x86_64 is the default
     assert cfg["image_name"] == "dlami-base-oss-arm64" and cfg["repo_arch"] == "sbsa"
     assert cfg["driver_packages"] == ["cuda-drivers-580"]
     assert cfg["driver_lock"] == ["nvidia-driver-pinning-580"]
