@@ -166,15 +166,23 @@ def _check_mount(src: DataSource, where: str, max_duration: int) -> str:
     if src.kind == "s3":
         from gpucloud.providers.aws import mount
 
+        _mount_limit(src, where, max_duration)
+        return mount.check_mount(src.bucket, src.prefix, where)
+    _store(src.account).check_mount(src.bucket, src.prefix, where)
+    return ""
+
+
+def _mount_limit(src: DataSource, where: str, max_duration: int) -> None:
+    """S3 credentials for a mount last 36 hours at most: a longer job is refused from its file alone."""
+    if src.kind == "s3":
+        from gpucloud.providers.aws import mount
+
         if max_duration > mount.MAX_TOKEN_S:
             raise UserError(
                 f"{where}: mode: mount on S3 gets credentials for at most {mount.MAX_TOKEN_S // 3600} hours "
                 f"(STS's limit), and max_duration is {max_duration / 3600:g} hours.",
                 hint="Lower max_duration to 36h or less, or use mode: copy for this input.",
             )
-        return mount.check_mount(src.bucket, src.prefix, where)
-    _store(src.account).check_mount(src.bucket, src.prefix, where)
-    return ""
 
 
 def _output_grant(out: Output, prefix: str, expires: datetime) -> dict[str, Any]:
@@ -253,25 +261,41 @@ def _https_size(url: str, where: str) -> int:
 
 def check(spec: JobSpec, *, explore: bool = False) -> DataPlan:
     """Look every source and destination up from the caller; UserError naming the first bad one.
-    `explore` (`plan`): a bucket that cannot be checked because no credentials for its store are
-    found here, or a URL that does not answer from here, is one line in `DataPlan.unchecked`
-    instead (`run` checks it again, before anything is created)."""
+    `explore` (`plan`): a bucket whose store has no credentials here is not asked at all (an SDK
+    without credentials can spend minutes retrying), and it, or a URL that does not answer from
+    here, is one line in `DataPlan.unchecked` instead (`run` checks it again, before anything is
+    created). A real answer (no such bucket, an empty prefix, HTTP 404) stays an error."""
     plan = DataPlan()
     base = spec.source.parent if spec.source else Path.cwd()
     for dest, value in spec.inputs.items():
         text, mode = input_source(value)
         src, where = parse_location(text), f"inputs.{dest}"
+        if mode == "mount":
+            _mount_limit(src, where, spec.max_duration)  # the job file's own limit: checked without credentials
         try:
+            _credentials_or_skip(src, explore)
             plan.inputs.append(_input(src, dest, mode, where, base, spec.max_duration))
         except UserError as exc:
             plan.unchecked.append(_unchecked(exc, src, where, explore))
     for path, text in spec.outputs.items():
         target, where = parse_location(text), f"outputs.{path}"
         try:
+            _credentials_or_skip(target, explore)
             plan.outputs.append(Output(path, target, _output_region(target, where)))
         except UserError as exc:
             plan.unchecked.append(_unchecked(exc, target, where, explore))
     return plan
+
+
+class _NoCredentials(UserError):
+    """`plan` found no credentials for a bucket's store: the bucket is not asked."""
+
+    kind = "user"
+
+
+def _credentials_or_skip(src: DataSource, explore: bool) -> None:
+    if explore and src.kind in _STORE_PROVIDER and not credentials_found(src.kind):
+        raise _NoCredentials(src.text)
 
 
 def _input(src: DataSource, dest: str, mode: str, where: str, base: Path, max_duration: int) -> Input:
@@ -316,8 +340,8 @@ def credentials_found(kind: str) -> bool:
 
     from gpucloud.providers import registry as providers
 
-    if kind == "az" and any(os.environ.get(name) for name in _AZ_STORE_ENV):
-        return True
+    if kind == "az" and (any(os.environ.get(name) for name in _AZ_STORE_ENV) or (Path.home() / ".azure").is_dir()):
+        return True  # a key, a service principal, or an `az login` sign-in
     entries = [providers.info(name) for name in providers.names()]
     return any(e.configured() for e in entries if e.module == _STORE_PROVIDER.get(kind))
 
@@ -325,7 +349,7 @@ def credentials_found(kind: str) -> bool:
 def _unchecked(exc: UserError, src: DataSource, where: str, explore: bool) -> str:
     """The warning for a source `plan` could not check from here; the error itself when `run`
     asks, or when the check gave a real answer (a missing bucket, an empty prefix, HTTP 404)."""
-    if explore and src.kind in _STORE_PROVIDER and not credentials_found(src.kind):
+    if explore and isinstance(exc, _NoCredentials):
         from gpucloud.providers import registry as providers
 
         title = next(

@@ -168,3 +168,28 @@ def test_the_example_pipelines_plan_with_strict() -> None:
         text = (REPO / "examples" / "ci" / name).read_text()
         plans = [line for line in text.splitlines() if re.search(r"^\s*(- )?gpucloud plan ", line)]
         assert plans and all("--strict" in line for line in plans), (name, plans)
+
+
+def test_a_store_without_credentials_is_not_asked_and_the_job_files_own_limits_still_hold(
+    bare_env: dict[str, str], tmp_path: Path
+) -> None:
+    """An az:// input with no Azure credentials here: not asked at all (the SDK, with no way to
+    sign in and no network, retried for about 3 minutes), one warning. A mount longer than S3's
+    token limit is wrong in the file itself: still exit 2 without credentials."""
+    import time
+
+    job = tmp_path / "az.yaml"
+    job.write_text("name: az\nresources:\n  gpu: T4:1\ninputs:\n  d/: az://myacct/data/x\nrun: x\n")
+    started = time.monotonic()
+    out = gpucloud(bare_env, "plan", "--json", str(job), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert time.monotonic() - started < 20
+    assert "inputs.d/: az://myacct/data/x was not checked (no Azure credentials found here)" in " ".join(
+        json.loads(out.stdout)["warnings"]
+    )
+    long = tmp_path / "mount.yaml"
+    long.write_text(
+        "name: m\nresources:\n  gpu: T4:1\ninputs:\n  d/: {source: s3://my-bucket/p, mode: mount}\nmax_duration: 48h\nrun: x\n"
+    )
+    refused = gpucloud(bare_env, "plan", str(long), cwd=tmp_path)
+    assert refused.returncode == 2 and "at most 36 hours" in " ".join(refused.stderr.split()), refused.stderr
