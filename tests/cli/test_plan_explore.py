@@ -189,7 +189,8 @@ def test_a_store_without_credentials_is_not_asked_and_the_job_files_own_limits_s
     )
     long = tmp_path / "mount.yaml"
     long.write_text(
-        "name: m\nresources:\n  gpu: T4:1\ninputs:\n  d/: {source: s3://my-bucket/p, mode: mount}\nmax_duration: 48h\nrun: x\n"
+        "name: m\nresources:\n  gpu: T4:1\ninputs:\n  d/: {source: s3://my-bucket/p, mode: mount}\n"
+        "max_duration: 48h\nrun: x\n"
     )
     refused = gpucloud(bare_env, "plan", str(long), cwd=tmp_path)
     assert refused.returncode == 2 and "at most 36 hours" in " ".join(refused.stderr.split()), refused.stderr
