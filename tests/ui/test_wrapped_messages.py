@@ -65,12 +65,12 @@ def test_a_long_run_time_warning_wraps_to_80_columns(tmp_path: Path) -> None:
     out = cli("run", str(spec), cwd=tmp_path, GPUCLOUD_ARTIFACTS_MAX_FILES="1", GPUCLOUD_HOME=str(tmp_path / "home"))
     assert out.returncode == 0, out.stderr
     lines = out.stderr.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("warning: artifacts stopped"))
+    start = next(i for i, line in enumerate(lines) if line.startswith("warning: artifacts not extracted"))
     assert lines[start + 1].startswith("  "), lines  # it did wrap: the message is longer than 80
     assert len(lines[start]) <= 80 and len(lines[start + 1]) <= 80, lines
     assert (
-        "warning: artifacts stopped after 1 file(s): more than 1 files (cap GPUCLOUD_ARTIFACTS_MAX_FILES); "
-        "the rest of the archive was not extracted" in messages(out.stderr)
+        "warning: artifacts not extracted: more than 1 files (cap GPUCLOUD_ARTIFACTS_MAX_FILES); "
+        "nothing of this archive was kept (raise the cap to take it, docs/SECURITY.md)" in messages(out.stderr)
     )
     # Every other stderr line fits too, but for one that is a single path longer than the rest allows.
     wide = [line for line in over(out.stderr, 80) if not any(len(word) > 40 for word in line.split())]
