@@ -176,10 +176,12 @@ class SshLab:
             (folder / "os-release").write_text(os_release)
             extra += f" GPUCLOUD_OS_RELEASE={folder / 'os-release'}"
         extra += "".join(f" {k}={v}" for k, v in (env or {}).items())
-        # A login runs the account's ~/.bashrc; where that runs `pyenv init` (this kind of machine),
-        # each login takes pyenv's rehash lock, and a login killed while holding it leaves the lock
-        # behind, so every later login waited 60 s for it. One second is enough for a live holder.
-        extra += " PYENV_REHASH_TIMEOUT=1"
+        # A home of the host's own: bash runs ~/.bashrc for every ssh command, and this machine's
+        # root account runs `pyenv init` there (a rehash under a lock that a killed login leaves
+        # behind: 2 s per command, and its shims ahead of PATH). A host of the test is a clean account.
+        home = folder / "home"
+        home.mkdir()
+        extra += f" HOME={home}"
         (folder / "sshd_config").write_text(
             f"Port {server.port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nPidFile {folder / 'sshd.pid'}\n"
             f"AuthorizedKeysFile {self.client_key}.pub\nPermitRootLogin prohibit-password\nStrictModes no\n"
