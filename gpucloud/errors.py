@@ -47,18 +47,6 @@ class NoCandidateError(GpucloudError):
         return render_items(self.message, self.attempts, self.hint)
 
 
-class DeadlineExceeded(GpucloudError):
-    """The run passed max_duration. Exit 124."""
-
-    exit_code = 124
-
-
-class Interrupted(GpucloudError):
-    """Ctrl-C / SIGTERM: raised after teardown. Exit 130."""
-
-    exit_code = 130
-
-
 class InternalError(GpucloudError):
     """A bug or an unexpected cloud answer. Exit 70."""
 

@@ -29,12 +29,12 @@ from gpucloud.plan.stack_data import (
     Stack,
 )
 from gpucloud.plan.stacks import (
-    _cpu_stack,
-    _driver_packages,
-    _kernel_modules,
-    _pin,
-    _profile,
-    _v,
+    cpu_stack,
+    driver_apt_packages,
+    choose_kernel_modules,
+    pin_value,
+    profile_for,
+    version_key,
     driver_lock_packages,
 )
 
@@ -60,13 +60,6 @@ class ImageRefused(UserError):
         return ImageRefused(f"{where}{self.message}", self.reason, self.hint or "")
 
 
-def job_stack(gpu: str | None, pins: StackSpec | None, image: ImageCuda | None) -> Stack:
-    """The stack a job's machines get: the usual one, or a container job's driver-only host stack."""
-    from gpucloud.plan.stacks import resolve_stack
-
-    return resolve_stack(gpu, pins) if image is None else container_stack(gpu, pins, image)
-
-
 def container_where(spec: JobSpec) -> str:
     """ "job.yaml:7: container: " -- the job file and the line of its top-level `container:` key."""
     if spec.source is None:
@@ -85,9 +78,9 @@ def _refuse_pins(pins: StackSpec | None) -> None:
         return
     asked = [
         ("stack.framework", pins.framework != "none"),
-        ("stack.framework_version", _pin(pins.framework_version) is not None),
-        ("stack.cuda", _pin(pins.cuda) is not None),
-        ("stack.cudnn", _pin(pins.cudnn) is not None),
+        ("stack.framework_version", pin_value(pins.framework_version) is not None),
+        ("stack.cuda", pin_value(pins.cuda) is not None),
+        ("stack.cudnn", pin_value(pins.cudnn) is not None),
         ("stack.cuda_toolkit", bool(pins.cuda_toolkit)),
     ]
     for name, given in asked:
@@ -116,7 +109,7 @@ def refusal(gpu: str, arch: str, prof: Profile, image: ImageCuda) -> ImageRefuse
         )
         return ImageRefused(f"{reason}; no driver can change that. {_how(image)}", reason, hint)
     floor = COMPAT_FLOOR.get(str(major))
-    if floor and prof.max_driver is not None and _v(floor)[0] > prof.max_driver:
+    if floor and prof.max_driver is not None and version_key(floor)[0] > prof.max_driver:
         reason = (
             f"{gpu} ({arch}) cannot run {image.label()}: CUDA {major}.x needs driver >= {floor} and "
             f"R{prof.max_driver} is the last branch for {arch}"
@@ -134,7 +127,7 @@ def _native_min(cuda: str) -> str | None:
     """The lowest driver that runs `cuda` natively: its row of MIN_DRIVER, else the next known
     toolkit of the same major (an upper bound), else None (beyond the table)."""
     major = cuda.split(".")[0]
-    known = sorted((v for v in MIN_DRIVER if v.split(".")[0] == major and _v(v) >= _v(cuda)), key=_v)
+    known = sorted((v for v in MIN_DRIVER if v.split(".")[0] == major and version_key(v) >= version_key(cuda)), key=version_key)
     return MIN_DRIVER[known[0]] if known else None
 
 
@@ -150,10 +143,10 @@ def _driver(pin: str | None, image: ImageCuda, gpu: str, prof: Profile) -> tuple
     branch = prof.driver
     raised = False
     if native:
-        want = next((b for b in DRIVER_BRANCHES if b >= _v(native)[0]), None)
+        want = next((b for b in DRIVER_BRANCHES if b >= version_key(native)[0]), None)
         if want is not None and want > branch and (prof.max_driver is None or want <= prof.max_driver):
             branch, raised = want, True
-    if native and branch >= _v(native)[0]:
+    if native and branch >= version_key(native)[0]:
         how = "the oldest branch that runs it" if raised else f"the {prof.name} default for {gpu}"
         return (
             branch,
@@ -185,14 +178,14 @@ def _pinned(pin: str, image: ImageCuda, gpu: str, prof: Profile, floor: str | No
             f"stack.driver: {pin!r} is not a driver branch or version.",
             hint='Use a branch such as "580" or a version such as "580.65.06".',
         )
-    branch = _v(pin)[0]
+    branch = version_key(pin)[0]
     if prof.max_driver is not None and branch > prof.max_driver:
         raise UserError(
             f"stack.driver: {gpu} cannot use driver {pin}: R{prof.max_driver} is the last branch for it.",
             hint=f'Pin "{prof.max_driver}" or leave it "auto".',
         )
     # A branch pin means the newest driver of that branch; a full version is compared as given.
-    if floor and not (branch >= _v(floor)[0] if "." not in pin else _v(pin) >= _v(floor)):
+    if floor and not (branch >= version_key(floor)[0] if "." not in pin else version_key(pin) >= version_key(floor)):
         raise UserError(
             f"stack.driver: driver {pin} cannot run {image.label()}: CUDA {image.major}.x needs a driver >= {floor} "
             "even by minor-version compatibility.",
@@ -214,15 +207,15 @@ def container_stack(gpu: str | None, pins: StackSpec | None, image: ImageCuda) -
     except KeyError:
         raise UserError(f"Unknown GPU {gpu!r}. Known GPUs: {', '.join(gpu_names())}.") from None
     name, arch = model.name, model.architecture
-    prof = _profile(arch)
+    prof = profile_for(arch)
     refused = refusal(name, arch, prof, image)
     if refused is not None:
         raise refused
-    branch, min_driver, driver_reason = _driver(_pin(pins.driver) if pins else None, image, name, prof)
-    modules, modules_reason = _kernel_modules(arch, branch, name)
+    branch, min_driver, driver_reason = _driver(pin_value(pins.driver) if pins else None, image, name, prof)
+    modules, modules_reason = choose_kernel_modules(arch, branch, name)
     warnings = [w for w in (GPU_WARNINGS.get(name),) if w]
     floor = MIN_CUDA.get(arch)
-    if image.cuda and floor and _v(image.cuda) < _v(floor):
+    if image.cuda and floor and version_key(image.cuda) < version_key(floor):
         warnings.append(
             f"{name} ({arch}) is newer than the image's CUDA {image.cuda} ({arch} needs {floor}+): the image's "
             "libraries may have no kernels for it (only PTX they carry can be compiled for it at start-up)."
@@ -253,7 +246,7 @@ def container_stack(gpu: str | None, pins: StackSpec | None, image: ImageCuda) -
         framework_version=None,
         ubuntu_version=ubuntu,
         cuda_repo="ubuntu" + ubuntu.replace(".", ""),
-        driver_packages=_driver_packages(branch, modules),
+        driver_packages=driver_apt_packages(branch, modules),
         driver_lock=driver_lock_packages(branch),
         cuda_packages=(),
         cudnn_packages=(),
@@ -262,7 +255,7 @@ def container_stack(gpu: str | None, pins: StackSpec | None, image: ImageCuda) -
         reasons=reasons,
         warnings=tuple(warnings),
         kernel_modules=modules,
-        driver_pinned=bool(pins and _pin(pins.driver)),
+        driver_pinned=bool(pins and pin_value(pins.driver)),
         container_image=image.image,
         container_cuda=image.cuda or "unknown",
         engine_packages=CONTAINER_ENGINE_PACKAGES,
@@ -281,7 +274,7 @@ def _host_reasons() -> dict[str, str]:
 def _cpu_host(image: ImageCuda) -> Stack:
     """A CPU-only container job: the planner's CPU stack with no framework (the image brings it); the
     host needs an engine."""
-    base = _cpu_stack(None)
+    base = cpu_stack(None)
     reasons = {
         **base.reasons,
         "gpu": f"No GPU requested: {image.image} runs on the CPU.",

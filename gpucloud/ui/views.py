@@ -187,21 +187,6 @@ def _gpu_hint(name: str) -> str:
     return f"{lead}Known GPUs: {', '.join(names)}."
 
 
-def offering_json(o: Offering) -> dict[str, object]:
-    return {
-        "cloud": o.cloud,
-        "region": o.region,
-        "instance_type": o.instance_type,
-        "gpu": o.gpu,
-        "gpu_count": o.gpu_count,
-        "vcpus": o.vcpus,
-        "memory_gib": o.memory_gib,
-        "price_per_hour": o.price_per_hour,
-        "spot_price_per_hour": o.spot_price_per_hour,
-        "status": o.status,
-    }
-
-
 def print_catalog(rows: list[Offering]) -> None:
     """Offerings; on a narrow terminal memory, vCPUs and the cloud give way before the status, so
     a retired row never looks buyable (the status wraps instead)."""

@@ -68,7 +68,7 @@ def status(agent: Agent) -> dict:
 def test_watchdog_fires_within_a_tick_of_the_deadline_and_reports_deadline(tmp_path: Path) -> None:
     agent = make_agent(tmp_path, deadline_in=3)
     clock = agent.clock
-    agent.watchdog_loop()
+    agent.watchdog_process()
     assert agent.deadline.at <= clock.now() < agent.deadline.at + agent.cfg.tick_s + 0.01
     doc = status(agent)
     assert (doc["state"], doc["exit_code"], doc["stage"]) == ("deadline", None, "done")
@@ -142,13 +142,13 @@ def test_gate_taken_by_another_process_stands_everyone_down(tmp_path: Path) -> N
 def test_watchdog_stands_down_when_the_job_ended_first(tmp_path: Path) -> None:
     agent = make_agent(tmp_path, deadline_in=0)
     agent.take_final("main")
-    assert agent.fire_deadline() is False
+    assert agent.end_at_deadline() is False
     assert "mem://status" not in agent.transfer.store  # type: ignore[attr-defined]
 
 
 def test_main_stands_down_at_the_next_stage_once_the_watchdog_ended_the_run(tmp_path: Path) -> None:
     agent = make_agent(tmp_path, deadline_in=0)
-    assert agent.fire_deadline()
+    assert agent.end_at_deadline()
     with pytest.raises(StandDown):
         agent.stage("run")
     with pytest.raises(StandDown):
@@ -168,7 +168,7 @@ def test_one_final_status_when_main_and_watchdog_end_together(tmp_path: Path) ->
             results.append("main stood down")
 
     t1 = threading.Thread(target=main_end)
-    t2 = threading.Thread(target=lambda: results.append(f"watchdog {agent.fire_deadline()}"))
+    t2 = threading.Thread(target=lambda: results.append(f"watchdog {agent.end_at_deadline()}"))
     t1.start()
     t2.start()
     t1.join()

@@ -347,10 +347,3 @@ def master_pid(host: SshHost) -> int | None:
     )
     found = re.search(r"pid=(\d+)", proc.stderr + proc.stdout)
     return int(found.group(1)) if found else None
-
-
-def close_master(host: SshHost) -> None:
-    """Ask the host's master to exit (best effort): tests and `hosts probe` end cleanly."""
-    subprocess.run(
-        ["ssh", *base_args(host), "-O", "exit", *host.destination()], capture_output=True, timeout=30, check=False
-    )

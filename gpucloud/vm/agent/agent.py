@@ -224,13 +224,6 @@ class Agent(GpuWatching, JobSteps):
 
         return run
 
-    def watchdog_loop(self) -> None:
-        while not self.deadline.passed(self.clock.now()):
-            if self.gate.taken():
-                return
-            self.clock.wait(self.gate.done, min(self.cfg.tick_s, max(0.01, self.deadline.remaining(self.clock.now()))))
-        self.fire_deadline()
-
     def start_watchdog(self) -> None:
         """Deadline layer (b) in a process of its own, forked before any thread starts (a fork of a
         threaded process may copy a held lock): it outlives a main process that is killed or stuck
@@ -264,17 +257,23 @@ class Agent(GpuWatching, JobSteps):
             if self.deadline.passed(now):
                 break
             self.clock.sleep(min(self.cfg.tick_s, max(0.01, self.deadline.remaining(now))))
+        self.end_at_deadline()
+
+    def end_at_deadline(self) -> bool:
+        """The deadline passed: stop the job and report `deadline`; False when someone else ended the run."""
         if not self.gate.take("watchdog"):
-            return
+            return False
         write_atomic(self.st / "script_code", b"124")
-        try:
-            os.kill(self.parent_pid, signal.SIGUSR1)  # the main process stops what it does and waits for us
-        except OSError:
-            pass
+        if self.parent_pid:  # 0 would signal the whole process group
+            try:
+                os.kill(self.parent_pid, signal.SIGUSR1)  # the main process stops what it does and waits for us
+            except OSError:
+                pass
         self.log("max_duration passed: stopping the job")
         self.runner.kill()
         self.load_from_disk()
         self.finish("deadline", None, 124, deadline_message(self.deadline))
+        return True
 
     def load_from_disk(self) -> None:
         """What another process of the node needs to report the end: manifest, fields, signer, log."""
@@ -287,15 +286,6 @@ class Agent(GpuWatching, JobSteps):
         if self.manifest.log.url:
             upload = log_upload(self.manifest.log, self.transfer)
             self.pump = LogPump(self.log_path, self.st, self.board, upload, self.cfg.log_part_max)
-
-    def fire_deadline(self) -> bool:
-        """The deadline passed: stop the job and report `deadline`; False when someone else ends the run."""
-        if not self.gate.take("watchdog"):
-            return False
-        self.log("max_duration passed: stopping the job")
-        self.runner.kill()
-        self.finish("deadline", None, 124, deadline_message(self.deadline))
-        return True
 
     def pump_loop(self) -> None:
         assert self.pump is not None and self.heartbeat is not None

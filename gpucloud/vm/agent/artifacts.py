@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import tarfile
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 
 def sha256_file(path: Path) -> str:
@@ -44,7 +44,3 @@ def collect(
     if not upload(dest):
         return digest, f"artifacts: upload of {dest.stat().st_size} bytes failed after 4 tries"
     return digest, None
-
-
-def problem_or_none(value: Optional[str]) -> str:
-    return value or ""
