@@ -92,9 +92,9 @@ def catalog_ms(spec_path: Path, samples: int) -> list[float]:
     the rows that are exclusions, and the cheapest candidates of each market), `samples` times
     (cold: the per-process cache is cleared each time)."""
     from gpucloud.catalog import load_catalog
+    from gpucloud.contract import registry as providers
     from gpucloud.plan.planner import _allowed_regions, _requested_gpu, read_rows
     from gpucloud.plan.rows import HEAD, QuickReasons
-    from gpucloud.providers import registry as providers
     from gpucloud.spec.load import load_spec
 
     spec = load_spec(spec_path)

@@ -56,9 +56,9 @@ def _job(cloud: str, nodes: int, region: str) -> str:
 
 def _request(cloud: str, nodes: int, region: str, run_id: str, *, shared: bool) -> Any:
     """A LaunchRequest from a real job file and the real planner (first candidate)."""
+    from gpucloud.contract.provider import TAG_EXPIRES, TAG_RUN
     from gpucloud.plan.planner import make_plan
     from gpucloud.plan.requests import launch_request
-    from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN
     from gpucloud.spec.load import parse_spec
 
     spec = parse_spec(_job(cloud, nodes, region), "bench.yaml")

@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gpucloud.providers.registry import capabilities  # noqa: E402
+from gpucloud.contract.registry import capabilities  # noqa: E402
 from gpucloud.spec.load import load_spec  # noqa: E402
 from gpucloud.vm.shim import SHIM_TARGET_BYTES, render_shim  # noqa: E402
 

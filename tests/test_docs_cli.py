@@ -184,7 +184,7 @@ def test_hosts_probe_does_not_use_the_declined_exit_code() -> None:
 
 @pytest.mark.parametrize("command", ["plan", "run", "render", "catalog", "gc"])
 def test_cloud_help_lists_the_clouds(command: str) -> None:
-    from gpucloud.providers import registry as providers
+    from gpucloud.contract import registry as providers
 
     out = gpucloud_cli(command, "--help")
     assert out.returncode == 0

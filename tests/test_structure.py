@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from gpucloud.providers import registry as providers
+from gpucloud.contract import registry as providers
 from tests.support.source_tree import package_dir
 
 PKG = package_dir()  # the package under test: the checkout's, or the installed wheel's in CI
@@ -36,21 +36,14 @@ LAYERS: dict[str, int] = {
     "gpucloud.state": STORES,
     "gpucloud.channel": STORES,
     # what crosses between the core and a provider: the registry, the contract, the catalog's rows
-    "gpucloud.providers": CONTRACT,
-    "gpucloud.providers.registry": CONTRACT,
-    "gpucloud.providers.base": CONTRACT,
-    "gpucloud.providers.contract": CONTRACT,
+    "gpucloud.contract": CONTRACT,
     "gpucloud.catalog": CONTRACT,
     # the job file
     "gpucloud.spec": SPEC,
     # the plan: stacks, images, candidates
     "gpucloud.plan": PLAN,
     # the machines: provider implementations, the VM's user-data and the local VM engine
-    "gpucloud.providers.aws": MACHINES,
-    "gpucloud.providers.azure": MACHINES,
-    "gpucloud.providers.local": MACHINES,
-    "gpucloud.providers.ssh": MACHINES,
-    "gpucloud.providers.slurm": MACHINES,
+    "gpucloud.providers": MACHINES,
     "gpucloud.vm": MACHINES,
     # what the user reads: plans, statuses, progress, JSON and CI output (a run reports through them)
     "gpucloud.ui": UI,
@@ -216,24 +209,73 @@ def test_a_bare_package_on_the_way_is_no_dependency(tmp_path: Path) -> None:
 def test_the_layer_table_reads_prefixes() -> None:
     """Longest prefix wins; a prefix names a module and its submodules, not a longer name."""
     assert layer_of("gpucloud.providers.aws.launch") == MACHINES
-    assert layer_of("gpucloud.providers.base") == CONTRACT
-    assert layer_of("gpucloud.providers") == CONTRACT
+    assert layer_of("gpucloud.contract.provider") == CONTRACT
+    assert layer_of("gpucloud.contract") == CONTRACT
+    assert layer_of("gpucloud.providers") == MACHINES
     assert layer_of("gpucloud.catalog.views") == UI
     assert layer_of("gpucloud.statefoo") is None
     assert _upward(
-        {"gpucloud.providers.base": {"gpucloud.plan.planner"}, "gpucloud.plan.planner": {"gpucloud.providers.base"}}
-    ) == [f"gpucloud.providers.base (layer {CONTRACT}) imports gpucloud.plan.planner (layer {PLAN})"]
+        {
+            "gpucloud.contract.provider": {"gpucloud.plan.planner"},
+            "gpucloud.plan.planner": {"gpucloud.contract.provider"},
+        }
+    ) == [f"gpucloud.contract.provider (layer {CONTRACT}) imports gpucloud.plan.planner (layer {PLAN})"]
 
 
 def test_no_cloud_name_spelled_outside_providers() -> None:
-    """Only the registry and the provider modules (and data files) name a provider: a new provider
-    is one module, one registry entry and data rows."""
+    """Only the registry (gpucloud/contract/registry.py) and the provider packages (and data files)
+    name a provider: a new provider is one package, one registry entry and data rows."""
     names = set(providers.names())
     spelled = []
     for mod, path in _modules().items():
-        if mod.startswith("gpucloud.providers"):
+        if mod.startswith("gpucloud.providers") or mod == "gpucloud.contract.registry":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in names:
                 spelled.append(f"{path.relative_to(PKG.parent)}:{node.lineno}: {node.value!r}")
     assert not spelled, spelled
+
+
+def _private_imports(name: str, path: Path) -> list[str]:
+    """Private (`_x`) names `name` takes from another gpucloud module, anywhere in the file (lazy
+    and TYPE_CHECKING imports count): what is shared is public, so a module's privates stay free to
+    change without reading the rest of the package."""
+    is_pkg = path.name == "__init__.py"
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = name.split(".") if is_pkg else name.split(".")[:-1]
+                pkg = pkg[: len(pkg) - node.level + 1]
+                base = ".".join([*pkg, base] if base else pkg)
+            names = [f"{base}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            base, names = "", [a.name for a in node.names]
+        else:
+            continue
+        for full in names:
+            if full.startswith("gpucloud.") and base != name and any(
+                p.startswith("_") and not p.startswith("__") for p in full.split(".")
+            ):
+                found.append(f"{name}:{node.lineno}: {full}")
+    return found
+
+
+def test_no_private_name_imported_from_another_module() -> None:
+    bad = [hit for mod, path in _modules().items() for hit in _private_imports(mod, path)]
+    assert not bad, bad
+
+
+def test_the_private_import_check_sees_lazy_typed_and_relative_imports(tmp_path: Path) -> None:
+    a = tmp_path / "a.py"
+    a.write_text(
+        "from typing import TYPE_CHECKING\nfrom gpucloud.b import public\nfrom gpucloud.a import _own\n"
+        "if TYPE_CHECKING:\n    from gpucloud.b import _Typed\n"
+        "def f():\n    from .c import _lazy\n    import gpucloud._hidden\n"
+    )
+    assert _private_imports("gpucloud.a", a) == [
+        "gpucloud.a:5: gpucloud.b._Typed",
+        "gpucloud.a:7: gpucloud.c._lazy",
+        "gpucloud.a:8: gpucloud._hidden",
+    ]

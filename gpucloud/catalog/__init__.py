@@ -21,8 +21,8 @@ from importlib.resources import files
 
 from gpucloud.catalog.models import GpuModel, Offering, Status, StatusBasis
 from gpucloud.catalog.rows import MemoryRows, RowFilter, RowSource
+from gpucloud.contract import registry as providers
 from gpucloud.errors import InternalError
-from gpucloud.providers import registry as providers
 
 __all__ = [
     "Catalog",

@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from gpucloud.providers.base import PriceSource
+from gpucloud.contract.provider import PriceSource
 
 if TYPE_CHECKING:
     from gpucloud.catalog.models import Offering

@@ -174,7 +174,7 @@ def now_iso() -> str:
 
 
 def refreshable_clouds() -> list[str]:
-    from gpucloud.providers.registry import REGISTRY
+    from gpucloud.contract.registry import REGISTRY
 
     return [name for name, entry in REGISTRY.items() if entry.catalog_source]
 
@@ -269,7 +269,7 @@ def _fetch_one(cloud: str, ctx: FetchContext, *, named: bool = False) -> tuple[F
     Without credentials, a cloud named on the command line (`--cloud NAME`) whose source offers
     `fetch_prices(ctx)` (prices of the sizes already in the catalog from a public price API) gets
     its prices refreshed; what exists where still needs the credentials and is kept."""
-    from gpucloud.providers.registry import info
+    from gpucloud.contract.registry import info
 
     entry = info(cloud)
     if not entry.configured():

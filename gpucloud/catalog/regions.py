@@ -34,7 +34,7 @@ def edit_distance(a: str, b: str) -> int:
 
 def shaped_clouds(name: str, clouds: Iterable[str]) -> list[str]:
     """The priced clouds whose region names look like `name`."""
-    from gpucloud.providers import registry as providers
+    from gpucloud.contract import registry as providers
 
     out = []
     for cloud in clouds:

@@ -29,7 +29,7 @@ from gpucloud.cli.options import (
     YesOpt,
     allowances,
 )
-from gpucloud.providers import registry as providers
+from gpucloud.contract import registry as providers
 
 app = typer.Typer(
     name="gpucloud",

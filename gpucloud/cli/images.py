@@ -76,8 +76,8 @@ def list_images(
     json_out: Annotated[bool, typer.Option("--json", help="One JSON document.")] = False,
 ) -> None:
     """Baked images, newest first, with their region, stack and stack hash."""
+    from gpucloud.contract import registry as providers
     from gpucloud.plan.baked import image_regions, list_everywhere, sync_region
-    from gpucloud.providers import registry as providers
     from gpucloud.ui.views import note
 
     regions = [region] if region else image_regions(cloud)
@@ -115,8 +115,8 @@ def remove_image(
     ref: Annotated[str, typer.Argument(help="Image id from `image ls`.")], cloud: CloudArg, region: RegionArg
 ) -> None:
     """Delete a baked image and its snapshots (only images gpucloud made)."""
+    from gpucloud.contract import registry as providers
     from gpucloud.errors import UserError
-    from gpucloud.providers import registry as providers
 
     store = providers.image_store(cloud)
     if ref not in {i.ref for i in store.list_images(region)}:

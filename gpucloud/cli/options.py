@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpucloud.providers import registry as providers
+from gpucloud.contract import registry as providers
 
 SpecArg = Annotated[str, typer.Argument(help="Path to the job file (YAML).", metavar="SPEC")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]

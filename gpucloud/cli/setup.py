@@ -65,8 +65,8 @@ def iam_policy(
     ] = None,
 ) -> None:
     """Print the least-privilege IAM policy gpucloud needs."""
+    from gpucloud.contract import registry as providers
     from gpucloud.errors import UserError
-    from gpucloud.providers import registry as providers
 
     known = providers.with_policy()
     cloud = cloud or known[0]
@@ -93,8 +93,8 @@ def hosts_probe(
     json_out: JsonOpt = False,
 ) -> None:
     """GPUs, driver, CUDA, OS, free disk of each host, and the stack gpucloud resolves for it."""
+    from gpucloud.contract import registry as providers
     from gpucloud.errors import UserError
-    from gpucloud.providers import registry as providers
     from gpucloud.spec.load import JobSpec
 
     host_cloud = providers.host_clouds()[0]

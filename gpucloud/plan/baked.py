@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpucloud.providers.base import HASH_TAG, KIND_TAG, KIND_VALUE, STACK_TAG, BakedImage, Image, ImageStore
+from gpucloud.contract.provider import HASH_TAG, KIND_TAG, KIND_VALUE, STACK_TAG, BakedImage, Image, ImageStore
 
 if TYPE_CHECKING:
     from gpucloud.plan.images import NodeStack

@@ -12,9 +12,9 @@ from gpucloud.plan.container import ImageCuda, image_cuda
 from gpucloud.plan.container_stack import ContainerPlan, ImageRefused, container_stack, container_where
 
 if TYPE_CHECKING:
+    from gpucloud.contract.provider import Candidate
     from gpucloud.plan.match import PlanStacks
     from gpucloud.plan.stack_data import Stack
-    from gpucloud.providers.base import Candidate
     from gpucloud.spec.load import JobSpec
 
 

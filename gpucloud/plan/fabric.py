@@ -13,13 +13,13 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Candidate
+    from gpucloud.contract.provider import Candidate
 
 
 @lru_cache(maxsize=4096)
 def fabric_of(cloud: str, instance_type: str, spot: bool) -> str | None:
     """The provider's fabric for this machine type; None where the provider names none."""
-    from gpucloud.providers import registry as providers
+    from gpucloud.contract import registry as providers
 
     return providers.fabric(cloud, instance_type, spot)
 

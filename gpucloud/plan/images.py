@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from importlib.resources import files
 from typing import TYPE_CHECKING
 
+from gpucloud.contract.provider import Image
 from gpucloud.errors import InternalError
 from gpucloud.plan.stack_data import COMPAT_FLOOR, PROFILES, PROPRIETARY_ONLY
-from gpucloud.providers.base import Image
 
 if TYPE_CHECKING:
     from gpucloud.plan.stacks import Stack

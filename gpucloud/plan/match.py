@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
     from gpucloud.catalog.models import Offering
+    from gpucloud.contract.provider import Image
     from gpucloud.plan.container import ImageCuda
     from gpucloud.plan.images import NodeStack
     from gpucloud.plan.stacks import Stack
-    from gpucloud.providers.base import Image
     from gpucloud.spec.load import JobSpec
 
 

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 from gpucloud.catalog.prices import MAX_PER_GPU_HOUR, MIN_PER_GPU_HOUR, price_problem, price_source
 from gpucloud.catalog.rows import RankKey, RowFilter, rank_key
+from gpucloud.contract.provider import Candidate
 from gpucloud.plan.fabric import fabric_json
 from gpucloud.plan.match import GpuMatch, ImageChoice, PlanStacks
 from gpucloud.plan.requests import plan_request, refuse_what_providers_cannot_do
 from gpucloud.plan.rows import Exclusion, Exclusions, QuickReasons, RankedCandidates, arch_reason, read_rows
-from gpucloud.providers.base import Candidate
 
 __all__ = ["Candidate", "DataAge", "Exclusion", "Plan", "data_age", "make_plan", "read_rows"]
 
@@ -138,7 +138,7 @@ def make_plan(
     offered nowhere allowed, or when nothing meets the constraints (with the closest misses). `secrets`: the
     job's secret values, for a `container:` login (gpucloud/plan/container_plan.py)."""
     from gpucloud.catalog import load_catalog
-    from gpucloud.providers import registry as providers
+    from gpucloud.contract import registry as providers
 
     cat = catalog or load_catalog()
     clouds = [cloud] if cloud else list(spec.resources.cloud)
@@ -316,7 +316,7 @@ def _unpriced_plan(
 ) -> Plan:
     """Providers without catalog rows (this machine, an SSH host) plan their own candidates
     (`Provider.plan_candidates`); where the stack install is skipped, the GPU check only warns."""
-    from gpucloud.providers import registry as providers
+    from gpucloud.contract import registry as providers
 
     candidates: list[Candidate] = []
     warnings = list(stack.warnings) + list(image.warnings if image else ())
@@ -341,7 +341,7 @@ def _unpriced_plan(
 def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: Catalog) -> set[str] | None:
     """None means every region; a name no row has is exit 2: a typo's suggestion, or the refresh
     command for a real region the catalog in use lacks (gpucloud/catalog/regions.py)."""
-    from gpucloud.providers import registry as providers
+    from gpucloud.contract import registry as providers
 
     wanted = [region] if region else (spec.resources.regions or [])
     if not wanted:

@@ -1,13 +1,13 @@
 """The job, told to a provider: the contract's narrow requests built from the job file, and the
 refusal of what a provider's Capabilities rule out. Providers never read the job file; this module
-is the one place that turns it into the values they get (gpucloud/providers/base.py)."""
+is the one place that turns it into the values they get (gpucloud/contract/provider.py)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from gpucloud.providers.base import Candidate, LaunchRequest, PlanRequest
+from gpucloud.contract.provider import Candidate, LaunchRequest, PlanRequest
 
 if TYPE_CHECKING:
     from gpucloud.plan.container import ImageCuda
@@ -114,8 +114,8 @@ def launch_request(
 def refuse_what_providers_cannot_do(spec: JobSpec, clouds: list[str], spot: bool | None) -> None:
     """A job asking for what a provider declares it cannot do (its Capabilities) is refused here,
     before anything is planned, rather than quietly planned without it."""
+    from gpucloud.contract import registry as providers
     from gpucloud.errors import UserError
-    from gpucloud.providers import registry as providers
 
     wants_spot = (spec.resources.spot if spot is None else spot) is True
     if not wants_spot and spec.num_nodes <= 1:

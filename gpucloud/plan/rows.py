@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
     from gpucloud.catalog.models import Offering
     from gpucloud.catalog.rows import RowSource
+    from gpucloud.contract.provider import Candidate
     from gpucloud.plan.match import GpuMatch, PlanStacks
-    from gpucloud.providers.base import Candidate
     from gpucloud.spec.load import JobSpec
 
 

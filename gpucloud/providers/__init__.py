@@ -1,1 +1,1 @@
-"""The providers: the registry, the contract (base.py) and one package per provider."""
+"""The providers: one package per provider (the contract and the registry are in gpucloud/contract/)."""

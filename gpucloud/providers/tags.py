@@ -11,8 +11,8 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 
+from gpucloud.contract.provider import TAG_EXPIRES, TAG_RUN, parse_expiry_tag
 from gpucloud.errors import GpucloudError
-from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, parse_expiry_tag
 from gpucloud.ui.untrusted import shown
 
 # A run id (gpucloud/run/result.py new_run_id): the job's name, then the UTC time and 4 hex digits.

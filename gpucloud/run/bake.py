@@ -28,8 +28,8 @@ from gpucloud.run.watch import observe, outcome
 from gpucloud.vm.job_env import BUILDER_RUN
 
 if TYPE_CHECKING:
+    from gpucloud.contract.provider import BakedImage, Candidate, ImageStore
     from gpucloud.plan.planner import Plan
-    from gpucloud.providers.base import BakedImage, Candidate, ImageStore
     from gpucloud.spec.load import JobSpec
 
 BUILDER_DIR = "/tmp/gpucloud-builder"
@@ -113,9 +113,9 @@ def build(
 def _build(
     job: JobSpec, *, cloud: str | None, region: str | None, assume_yes: bool, json_out: bool
 ) -> tuple[BakedImage, bool]:
+    from gpucloud.contract import registry as providers
     from gpucloud.plan.baked import find_baked, remember
     from gpucloud.plan.planner import make_plan
-    from gpucloud.providers import registry as providers
     from gpucloud.ui import views
 
     plan = make_plan(job, cloud=cloud, region=region, spot=False, baked=False)

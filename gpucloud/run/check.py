@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 import time
 
+from gpucloud.contract import registry as providers
+from gpucloud.contract.provider import CloudCheck
 from gpucloud.errors import UserError
-from gpucloud.providers import registry as providers
-from gpucloud.providers.base import CloudCheck
 
 CHECK_TIMEOUT_S = 10.0
 

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpucloud.contract import registry as providers
+from gpucloud.contract.provider import Unreachable
 from gpucloud.errors import ConfigurationError, Declined, GpucloudError, InternalError, UserError
-from gpucloud.providers import registry as providers
-from gpucloud.providers.base import Unreachable
 from gpucloud.providers.tags import GcIncomplete
 from gpucloud.run.log import LogMirror
 from gpucloud.run.watch import observe, outcome, vm_phases
@@ -58,7 +58,7 @@ def _channel_for(run: RunRecord) -> Channel | None:
 
 def _node_states(run: RunRecord) -> list[str]:
     """The provider's node states of the run's launched attempt (from its stored handle)."""
-    from gpucloud.providers.base import RunHandle
+    from gpucloud.contract.provider import RunHandle
 
     launched = [a for a in run.attempts if a.launched and a.handle_json]
     if not launched or run.status not in ("running", "provisioning"):

@@ -338,7 +338,7 @@ def credentials_found(kind: str) -> bool:
     account key or a service principal too."""
     import os
 
-    from gpucloud.providers import registry as providers
+    from gpucloud.contract import registry as providers
 
     if kind == "az" and (any(os.environ.get(name) for name in _AZ_STORE_ENV) or (Path.home() / ".azure").is_dir()):
         return True  # a key, a service principal, or an `az login` sign-in
@@ -350,7 +350,7 @@ def _unchecked(exc: UserError, src: DataSource, where: str, explore: bool) -> st
     """The warning for a source `plan` could not check from here; the error itself when `run`
     asks, or when the check gave a real answer (a missing bucket, an empty prefix, HTTP 404)."""
     if explore and isinstance(exc, _NoCredentials):
-        from gpucloud.providers import registry as providers
+        from gpucloud.contract import registry as providers
 
         title = next(
             providers.info(n).title for n in providers.names() if providers.info(n).module == _STORE_PROVIDER[src.kind]

@@ -16,10 +16,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpucloud.errors import CloudAccessError, ConfigurationError, GpucloudError, NoCandidateError, UserError
-from gpucloud.plan.requests import launch_request
-from gpucloud.providers import registry as providers
-from gpucloud.providers.base import (
+from gpucloud.contract import registry as providers
+from gpucloud.contract.provider import (
     CAPACITY_KINDS,
     TAG_EXPIRES,
     TAG_RUN,
@@ -28,12 +26,14 @@ from gpucloud.providers.base import (
     RunHandle,
     expiry_tag,
 )
+from gpucloud.errors import CloudAccessError, ConfigurationError, GpucloudError, NoCandidateError, UserError
+from gpucloud.plan.requests import launch_request
 from gpucloud.state.store import Journal, Store
 
 if TYPE_CHECKING:
     from gpucloud.channel.store import Channel
+    from gpucloud.contract.provider import Candidate
     from gpucloud.plan.planner import Plan
-    from gpucloud.providers.base import Candidate
     from gpucloud.spec.load import JobSpec
     from gpucloud.ui.progress import Progress
 

@@ -564,7 +564,7 @@ class _Run:
             handles = run_handles(self.store, run) if run is not None else []
             if run is None or not any(h.nodes or h.resources for h in handles):
                 # Nothing was ever asked for, or every failed attempt was cleaned up already; every create
-                # is journalled first (providers.base.Provider), so an attempt with no row made nothing.
+                # is journalled first (contract.provider.Provider), so an attempt with no row made nothing.
                 self.store.end_attempt(self.run_id, None, "teardown: nothing was created")
                 return code
             self.store.update_run(self.run_id, status="tearing-down", phase="teardown")

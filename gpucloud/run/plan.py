@@ -40,7 +40,7 @@ def usable_only(plan: Plan) -> Plan:
     whose credentials the cloud itself refuses or whose endpoint does not answer (the provider's
     `identity` check: one bounded call, every cloud at once). Each dropped cloud is named once with
     its fix; none left: ConfigurationError (78), which lists the reasons instead."""
-    from gpucloud.providers import registry as providers
+    from gpucloud.contract import registry as providers
 
     clouds = list(dict.fromkeys(c.cloud for c in plan.candidates))
     reasons: dict[str, str] = {}
@@ -64,7 +64,7 @@ def usable_only(plan: Plan) -> Plan:
 
 def _refused_identities(clouds: list[str]) -> dict[str, str]:
     """cloud -> why its credentials do not work, for the clouds whose identity check failed."""
-    from gpucloud.providers import registry as providers
+    from gpucloud.contract import registry as providers
 
     def ask(name: str) -> str | None:
         try:

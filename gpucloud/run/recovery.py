@@ -165,9 +165,9 @@ class Recovery:
 
 def launch_of(run: RunRecord, plan: Plan) -> Launch:
     """The Launch of a run's latest launched attempt, rebuilt from the store (`gpucloud watch`)."""
+    from gpucloud.contract import registry as providers
+    from gpucloud.contract.provider import RunHandle
     from gpucloud.errors import UserError
-    from gpucloud.providers import registry as providers
-    from gpucloud.providers.base import RunHandle
     from gpucloud.run.failover import Launch
 
     launched = [a for a in run.attempts if a.launched and a.handle_json]

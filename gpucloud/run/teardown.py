@@ -12,8 +12,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from gpucloud.providers import registry as providers
-from gpucloud.providers.base import RunHandle, Unreachable
+from gpucloud.contract import registry as providers
+from gpucloud.contract.provider import RunHandle, Unreachable
 from gpucloud.state.guard import read_handles
 from gpucloud.state.store import Journal, ResourceRecord, RunRecord, Store
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from gpucloud.providers import registry as providers
+from gpucloud.contract import registry as providers
 from gpucloud.spec.container import ContainerSpec
 from gpucloud.spec.data import DataPath, InputSource, OutputDest
 from gpucloud.spec.gpu import GpuRequest, gpu_input, gpu_list_input

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 from pydantic import AfterValidator, BeforeValidator
 from pydantic_core import PydanticCustomError
 
+from gpucloud.contract import registry as providers
 from gpucloud.errors import UserError
-from gpucloud.providers import registry as providers
 
 if TYPE_CHECKING:
     CloudName = str  # a Literal built at run time is opaque to a type checker; pydantic checks the names

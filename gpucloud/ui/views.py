@@ -157,8 +157,8 @@ def _print_container(doc: dict[str, Any]) -> None:
 def catalog_rows(*, gpu: str | None, cloud: str | None, region: str | None, include_retired: bool) -> list[Offering]:
     """Catalog query with the same friendly errors as the job file for unknown names."""
     from gpucloud.catalog import load_catalog, resolve_gpu_name
+    from gpucloud.contract import registry as providers
     from gpucloud.errors import UserError
-    from gpucloud.providers import registry as providers
 
     cat = load_catalog()
     model = None

@@ -10,16 +10,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpucloud.channel.store import LOG_PART_MAX
-from gpucloud.providers.base import DEFAULT_MASTER_PORT, Capabilities
+from gpucloud.contract.provider import DEFAULT_MASTER_PORT, Capabilities
 from gpucloud.spec.data import any_mounted
 from gpucloud.vm.agent.config import JobConfig
 from gpucloud.vm.job_env import check_env, container_config, gpu_sampling, node_stack, timings
 from gpucloud.vm.stack_config import stack_config
 
 if TYPE_CHECKING:
+    from gpucloud.contract.provider import Candidate
     from gpucloud.plan.images import NodeStack
     from gpucloud.plan.stacks import Stack
-    from gpucloud.providers.base import Candidate
     from gpucloud.spec.load import JobSpec
 
 

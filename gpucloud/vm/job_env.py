@@ -15,9 +15,9 @@ from gpucloud.errors import UserError
 from gpucloud.vm.env import reserved_env_names
 
 if TYPE_CHECKING:
+    from gpucloud.contract.provider import Candidate, Capabilities
     from gpucloud.plan.images import NodeStack
     from gpucloud.plan.stacks import Stack
-    from gpucloud.providers.base import Candidate, Capabilities
     from gpucloud.spec.load import JobSpec
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -12,15 +12,15 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpucloud.providers.base import DEFAULT_MASTER_PORT
+from gpucloud.contract.provider import DEFAULT_MASTER_PORT
 from gpucloud.vm.agent_config import job_config
 from gpucloud.vm.agent_pack import agent_archive, archive_sha256
 from gpucloud.vm.shim import render_shim
 from gpucloud.vm.user_data import is_shared
 
 if TYPE_CHECKING:
+    from gpucloud.contract.provider import Candidate, Capabilities
     from gpucloud.plan.stacks import Stack
-    from gpucloud.providers.base import Candidate, Capabilities
     from gpucloud.spec.load import JobSpec
 
 RUN_ID = "RUN_ID"

@@ -10,7 +10,7 @@ from functools import cache
 
 import jinja2
 
-from gpucloud.providers.base import Capabilities
+from gpucloud.contract.provider import Capabilities
 from gpucloud.vm.agent_config import deadline_grace
 from gpucloud.vm.env import load_template_source
 from gpucloud.vm.job_env import quote

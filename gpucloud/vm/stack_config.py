@@ -14,10 +14,10 @@ from gpucloud.plan.stack_data import CONTAINER_TOOLKIT_REPO
 from gpucloud.vm.job_env import gpu_tokens, stack_context
 
 if TYPE_CHECKING:
+    from gpucloud.contract.provider import Capabilities
     from gpucloud.plan.images import NodeStack
     from gpucloud.plan.planner import Candidate
     from gpucloud.plan.stacks import Stack
-    from gpucloud.providers.base import Capabilities
 
 FRAMEWORKS = ("pytorch", "tensorflow")
 # What `mode: mount` inputs need on the machine before the inputs stage (Debian/Ubuntu names):

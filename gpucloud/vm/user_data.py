@@ -14,8 +14,8 @@ from gpucloud.vm.shim import render_shim
 
 if TYPE_CHECKING:
     from gpucloud.channel.store import Channel
+    from gpucloud.contract.provider import Candidate, Capabilities
     from gpucloud.plan.stacks import Stack
-    from gpucloud.providers.base import Candidate, Capabilities
     from gpucloud.spec.load import JobSpec
 
 

@@ -98,8 +98,8 @@ def test_the_index_plans_as_the_rows_in_memory(shape: str, job: str, tmp_path: P
 
 def _checked_one_by_one(spec: object, cat: object) -> list[Exclusion]:
     """The exclusions of a check of every row by the planner's full check, in catalog order."""
+    from gpucloud.contract import registry as providers
     from gpucloud.plan.planner import _exclusion_reason, _priced_options, _requested_gpu
-    from gpucloud.providers import registry as providers
 
     res = spec.resources  # type: ignore[attr-defined]
     clouds = [c for c in res.cloud if providers.info(c).priced]

@@ -95,8 +95,8 @@ def test_every_example_renders_shellcheck_clean(path: Path, example_hosts: dict[
     script.write_text(out.stdout)
     # What is sent must fit every provider's user-data limit: the raw script, or gzip'd by fit_user_data
     # (cloud-init unpacks it) when the raw one is over.
-    from gpucloud.providers.base import fit_user_data, user_data_size
-    from gpucloud.providers.registry import capabilities, names
+    from gpucloud.contract.provider import fit_user_data, user_data_size
+    from gpucloud.contract.registry import capabilities, names
 
     for cloud in names():
         caps = capabilities(cloud)

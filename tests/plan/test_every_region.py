@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from gpucloud.catalog import shipped_catalog
 from gpucloud.catalog.regions import edit_distance, unknown_region
 from gpucloud.cli.app import app
+from gpucloud.contract import registry as providers
 from gpucloud.errors import UserError
 from gpucloud.plan.planner import make_plan
-from gpucloud.providers import registry as providers
 from gpucloud.spec.load import GpuRequest, JobSpec, Resources
 
 

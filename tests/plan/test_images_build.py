@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from gpucloud.contract.provider import HASH_TAG, KIND_TAG
 from gpucloud.plan.baked import baked_row, build_image, find_baked, stack_hash
 from gpucloud.plan.images import resolve_node
 from gpucloud.plan.stacks import resolve_stack
 from gpucloud.providers.aws.bake import AwsImageStore
-from gpucloud.providers.base import HASH_TAG, KIND_TAG
 from gpucloud.spec.load import StackSpec
 from tests.support.moto_server import moto, moto_server  # noqa: F401
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, expiry_tag
+from gpucloud.contract.provider import TAG_EXPIRES, TAG_RUN, expiry_tag
 from gpucloud.providers.tags import GcIncomplete, tagged_expiry
 from tests.support.azure_fixtures import arm, fake_arm_server, journal, provider  # noqa: F401  (fixtures)
 from tests.support.moto_server import moto, moto_server  # noqa: F401  (fixtures)
@@ -93,7 +93,7 @@ def test_azure_gc_names_and_keeps_groups_with_hostile_tags(arm: Any, provider: A
 def test_gc_exits_75_naming_what_it_could_not_cancel(
     monkeypatch: pytest.MonkeyPatch, gpucloud_home: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gpucloud.providers import registry
+    from gpucloud.contract import registry
     from gpucloud.run.commands import collect_garbage
 
     class Stuck:

@@ -92,7 +92,7 @@ def home(tmp_path: Path) -> Path:
 
 
 def test_aws_working_credentials_reach_the_prompt(moto: Moto, home: Path, tmp_path: Path) -> None:  # noqa: F811
-    from gpucloud.providers import registry as providers
+    from gpucloud.contract import registry as providers
 
     assert providers.verify_identity("aws") == f"account {ACCOUNT} (arn:aws:sts::{ACCOUNT}:user/moto)"
     code, _, err, _ = run_on_tty(AWS_JOB, base_env(home, **moto.env), tmp_path)

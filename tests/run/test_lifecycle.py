@@ -16,10 +16,8 @@ from pathlib import Path
 import pytest
 
 from gpucloud.channel.store import FileChannel, log_key
-from gpucloud.errors import NoCandidateError
-from gpucloud.plan.planner import Plan
-from gpucloud.providers import registry as providers
-from gpucloud.providers.base import (
+from gpucloud.contract import registry as providers
+from gpucloud.contract.provider import (
     Candidate,
     CandidateError,
     Capabilities,
@@ -29,6 +27,8 @@ from gpucloud.providers.base import (
     QuotaError,
     RunHandle,
 )
+from gpucloud.errors import NoCandidateError
+from gpucloud.plan.planner import Plan
 from gpucloud.providers.local import engine as vm_engine
 from gpucloud.run import commands, lifecycle, watch
 from gpucloud.run.log import LogMirror

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from gpucloud.channel.store import FileChannel, node_prefix, pack_workdir
-from gpucloud.providers.base import DEFAULT_MASTER_PORT
+from gpucloud.contract.provider import DEFAULT_MASTER_PORT
+from gpucloud.contract.registry import capabilities
 from gpucloud.providers.local.provider import LocalProvider
-from gpucloud.providers.registry import capabilities
 from gpucloud.run.watch import outcome as _outcome
 from gpucloud.vm import protocol
 from gpucloud.vm.agent.barrier import node_ip
@@ -540,8 +540,8 @@ def test_lifecycle_gives_a_shared_user_data_provider_one_script(
     """A provider with `shared_user_data = True` (AWS: one RunInstances for N) gets N identical
     scripts; the nodes still end up with ranks 0..N-1 (here from GPUCLOUD_NODE_RANK, as set by the
     local engine; on AWS from the launch index)."""
+    from gpucloud.contract import registry as providers
     from gpucloud.plan.planner import make_plan
-    from gpucloud.providers import registry as providers
     from gpucloud.run import lifecycle
     from gpucloud.spec.load import load_spec
 

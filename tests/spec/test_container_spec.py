@@ -81,8 +81,8 @@ def test_errors_name_line_and_field(tmp_path: Path, body: str, line: int, field:
 
 def test_plan_takes_a_container_job_on_every_provider(tmp_path: Path) -> None:
     """Every provider's node runs the agent, which runs the steps in the image: nothing is refused."""
+    from gpucloud.contract import registry
     from gpucloud.plan.requests import refuse_what_providers_cannot_do
-    from gpucloud.providers import registry
 
     spec = load_spec(write(tmp_path, "container: ubuntu:22.04\n"))
     assert refuse_what_providers_cannot_do(spec, list(registry.names()), None) is None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.providers.base import RunHandle
+from gpucloud.contract.provider import RunHandle
 from gpucloud.state.store import Journal, Store, home_dir
 
 

@@ -82,9 +82,9 @@ def launch_request(
     expires_in: timedelta = timedelta(hours=2),
 ) -> Any:
     """A LaunchRequest from a real job file and plan (first candidate, optionally adjusted)."""
+    from gpucloud.contract.provider import TAG_EXPIRES, TAG_RUN
     from gpucloud.plan.planner import make_plan
     from gpucloud.plan.requests import launch_request as narrow_request
-    from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN
     from gpucloud.spec.load import parse_spec
 
     spec = parse_spec(job_yaml(gpu=gpu, nodes=nodes, extra=extra), "job.yaml")
@@ -169,7 +169,7 @@ def finish_failed_attempt(arm: FakeArm, provider: Any, journal: Any, run_id: str
     left = run_resources(arm, run_id)
     assert all(r["state"] == "Deleting" for r in left), left
     assert not left or journal.resources(run_id, alive_only=True)
-    from gpucloud.providers.base import RunHandle
+    from gpucloud.contract.provider import RunHandle
 
     provider.teardown(RunHandle(run_id, "azure", "eastus", complete=False), journal, wait=True)
     assert run_resources(arm, run_id) == [], "a failed attempt leaves nothing behind"

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from gpucloud.channel.store import FileChannel, pack_workdir
+from gpucloud.contract.provider import Candidate
+from gpucloud.contract.registry import capabilities
 from gpucloud.plan.stacks import resolve_stack
-from gpucloud.providers.base import Candidate
-from gpucloud.providers.registry import capabilities
 from gpucloud.spec.load import JobSpec
 from gpucloud.vm.agent_config import job_config
 from gpucloud.vm.agent_pack import agent_archive, archive_sha256

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from gpucloud.contract.registry import capabilities
 from gpucloud.plan.images import cpu_arch_of, resolve_node
 from gpucloud.plan.planner import Candidate
 from gpucloud.plan.stacks import Stack
-from gpucloud.providers.registry import capabilities
 from gpucloud.vm.agent.stage_api import StageEnv
 from gpucloud.vm.stack_config import stack_config
 

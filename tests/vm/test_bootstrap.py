@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from gpucloud.channel.store import FileChannel, iter_manifest, pack_workdir
+from gpucloud.contract.registry import capabilities
 from gpucloud.plan.stacks import Stack
-from gpucloud.providers.registry import capabilities
 from gpucloud.vm.agent_config import job_config
 from gpucloud.vm.agent_pack import agent_archive, archive_sha256
 from gpucloud.vm.shim import render_shim
@@ -752,10 +752,10 @@ def test_sim_k80_gets_r470_and_pytorch_212_then_a_baked_image_installs_nothing(t
 def test_sim_baked_image_run_installs_nothing(tmp_path: Path) -> None:
     """`image build` then `run`: the builder's disk (stub state) is the baked image; the run on it,
     with the plan pointing at the baked row, counts 0 apt-get and 0 pip installs."""
+    from gpucloud.contract.provider import BakedImage
     from gpucloud.plan.baked import baked_row, stack_hash
     from gpucloud.plan.images import resolve_node
     from gpucloud.plan.stacks import resolve_stack
-    from gpucloud.providers.base import BakedImage
     from gpucloud.spec.load import StackSpec
     from tests.support.vm_sim import install_calls
 

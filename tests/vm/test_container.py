@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.providers.registry import capabilities
+from gpucloud.contract.registry import capabilities
 from gpucloud.spec.load import parse_spec
 from gpucloud.vm.agent import container
 from gpucloud.vm.agent.config import JobConfig

@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpucloud.contract.provider import Candidate, check_user_data, compress_user_data, fit_user_data, user_data_size
+from gpucloud.contract.registry import capabilities
 from gpucloud.errors import UserError
 from gpucloud.plan.stacks import Stack
-from gpucloud.providers.base import Candidate, check_user_data, compress_user_data, fit_user_data, user_data_size
-from gpucloud.providers.registry import capabilities
 from gpucloud.spec.load import JobSpec, StackSpec
 from gpucloud.vm.agent.config import JobConfig
 from gpucloud.vm.agent.runner import Runner

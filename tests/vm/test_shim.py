@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.channel.store import agent_key, node_prefix
-from gpucloud.providers.registry import capabilities
+from gpucloud.contract.registry import capabilities
 from gpucloud.spec.load import load_spec
 from gpucloud.vm.shim import SHIM_TARGET_BYTES, render_shim
 from tests.support.s3_front import S3Front

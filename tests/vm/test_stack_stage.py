@@ -430,7 +430,7 @@ def test_config_is_the_nodes_stack_context_plus_the_gpu_and_framework() -> None:
     k80_stack = resolve_stack("K80", StackSpec(framework="pytorch"))
     cand = candidate("aws", "A100-80GB", 8, "p4de.24xlarge")
     node = resolve_node(k80_stack, "aws", "p2.xlarge", 1)
-    from gpucloud.providers.registry import capabilities
+    from gpucloud.contract.registry import capabilities
     from gpucloud.vm.stack_config import stack_config
 
     cfg = stack_config(node, k80_stack, cand, capabilities("aws"))

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from gpucloud.providers.base import HASH_TAG, KIND_TAG, KIND_VALUE, STACK_TAG, BakedImage
+from gpucloud.contract.provider import HASH_TAG, KIND_TAG, KIND_VALUE, STACK_TAG, BakedImage
 
 # What an EC2 implementation answers when it lacks "snapshot" TagSpecifications on CreateImage
 # (AWS has them; moto 5 does not and fails the call with an HTML error page): then the image is

@@ -20,11 +20,11 @@ from typing import Any
 
 from gpucloud.channel import trust as channel_trust
 from gpucloud.channel.store import LOG_PART_MAX, Channel, ObjectRefused, log_prefix
+from gpucloud.contract.provider import ThrottledError
 from gpucloud.errors import GpucloudError
 from gpucloud.providers.aws.access import permission_denied
 from gpucloud.providers.aws.errors import classify, error_code, http_status
 from gpucloud.providers.aws.session import retrying_call, shared_client
-from gpucloud.providers.base import ThrottledError
 
 RUNS_PREFIX = "runs/"
 EXPIRE_DAYS = 30

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpucloud.contract.provider import CloudCheck
 from gpucloud.providers.aws.access import CREDENTIALS_HINT, classify_access, no_credentials
 from gpucloud.providers.aws.errors import error_code, gpu_quotas
 from gpucloud.providers.aws.network import CLOUD
 from gpucloud.providers.aws.session import client_config
-from gpucloud.providers.base import CloudCheck
 
 
 def check() -> CloudCheck:

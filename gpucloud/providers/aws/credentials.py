@@ -12,8 +12,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from gpucloud.contract.provider import expiry_tag
 from gpucloud.providers.aws.access import no_credentials
-from gpucloud.providers.base import expiry_tag
 
 # Credential sources botocore refreshes by itself (this CLI keeps working past the first expiry).
 REFRESHING = frozenset(

@@ -21,12 +21,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from gpucloud.contract.provider import TAG_EXPIRES, TAG_RUN, LaunchRequest, RunHandle, expiry_tag
 from gpucloud.providers.aws.errors import describe, error_code
 from gpucloud.providers.aws.session import AwsClients
-from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, LaunchRequest, RunHandle, expiry_tag
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Journal
+    from gpucloud.contract.provider import Journal
 
 CLOUD = "aws"
 SCHEDULE = "schedule"  # the RunHandle / journal kind

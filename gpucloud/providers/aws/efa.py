@@ -26,13 +26,13 @@ from functools import cache
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
+from gpucloud.contract.provider import LaunchRequest, RunHandle
 from gpucloud.providers.aws.errors import error_code
 from gpucloud.providers.aws.network import CLOUD, run_tags, tag_list
 from gpucloud.providers.aws.session import AwsClients
-from gpucloud.providers.base import LaunchRequest, RunHandle
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Journal
+    from gpucloud.contract.provider import Journal
 
 EIP = "elastic-ip"  # RunHandle resource kind: allocation ids
 ASSOCIATE_TRIES = 10  # the new interfaces can take a few seconds to be associable

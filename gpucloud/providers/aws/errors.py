@@ -12,8 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from gpucloud.errors import GpucloudError
-from gpucloud.providers.base import (
+from gpucloud.contract.provider import (
     CandidateError,
     CapacityError,
     FatalProvisionError,
@@ -22,6 +21,7 @@ from gpucloud.providers.base import (
     QuotaError,
     ThrottledError,
 )
+from gpucloud.errors import GpucloudError
 
 CAPACITY_CODES = (
     "InsufficientInstanceCapacity",

@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gpucloud.contract.provider import FatalProvisionError, ImageMissingError
 from gpucloud.providers.aws.errors import error_code
 from gpucloud.providers.aws.session import AwsClients
-from gpucloud.providers.base import FatalProvisionError, ImageMissingError
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Image
+    from gpucloud.contract.provider import Image
 
 CANONICAL_OWNER = "099720109477"
 UBUNTU_CODENAMES = {"18.04": "bionic", "20.04": "focal", "22.04": "jammy", "24.04": "noble"}

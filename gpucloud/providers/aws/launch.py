@@ -17,6 +17,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpucloud.contract.provider import CapacityError, LaunchRequest, RunHandle
 from gpucloud.providers.aws.efa import (
     EfaLayout,
     allocate_addresses,
@@ -27,10 +28,9 @@ from gpucloud.providers.aws.efa import (
 from gpucloud.providers.aws.errors import error_code, error_kind, error_message
 from gpucloud.providers.aws.network import CLOUD, run_tags, tag_list
 from gpucloud.providers.aws.session import AwsClients
-from gpucloud.providers.base import CapacityError, LaunchRequest, RunHandle
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Journal
+    from gpucloud.contract.provider import Journal
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpucloud.providers.aws.errors import error_code
-from gpucloud.providers.aws.session import AwsClients
-from gpucloud.providers.base import (
+from gpucloud.contract.provider import (
     TAG_EXPIRES,
     TAG_RUN,
     LaunchRequest,
@@ -23,9 +21,11 @@ from gpucloud.providers.base import (
     expiry_tag,
     ssh_source_cidr,
 )
+from gpucloud.providers.aws.errors import error_code
+from gpucloud.providers.aws.session import AwsClients
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Journal
+    from gpucloud.contract.provider import Journal
 
 CLOUD = "aws"
 TAG_ATTEMPT = "gpucloud-attempt"

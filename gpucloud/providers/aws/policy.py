@@ -38,8 +38,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpucloud.providers.base import KIND_TAG, KIND_VALUE
-from gpucloud.providers.base import TAG_RUN as TAG
+from gpucloud.contract.provider import KIND_TAG, KIND_VALUE
+from gpucloud.contract.provider import TAG_RUN as TAG
 
 BUCKETS = "arn:aws:s3:::gpucloud-${aws:PrincipalAccount}-*"
 SCHEDULES = "arn:aws:scheduler:*:${aws:PrincipalAccount}:schedule/default/gpucloud-*"

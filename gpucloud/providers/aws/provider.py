@@ -20,6 +20,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpucloud.contract.provider import (
+    DEFAULT_MASTER_PORT,
+    TAG_RUN,
+    Capabilities,
+    FatalProvisionError,
+    LaunchRequest,
+    RunHandle,
+    ThrottledError,
+)
+from gpucloud.contract.provider import (
+    fit_user_data as fit_to_limit,
+)
 from gpucloud.providers.aws.access import classify_access, permission_denied
 from gpucloud.providers.aws.credentials import credentials_warning, warn_once
 from gpucloud.providers.aws.deadline import arm as arm_deadline
@@ -32,22 +44,10 @@ from gpucloud.providers.aws.network import CLOUD, intra_run_rule, placement_grou
 from gpucloud.providers.aws.reaper import instance_states
 from gpucloud.providers.aws.session import AwsClients, shared_channel
 from gpucloud.providers.aws.teardown import gc_region, run_instances, teardown_handle
-from gpucloud.providers.base import (
-    DEFAULT_MASTER_PORT,
-    TAG_RUN,
-    Capabilities,
-    FatalProvisionError,
-    LaunchRequest,
-    RunHandle,
-    ThrottledError,
-)
-from gpucloud.providers.base import (
-    fit_user_data as fit_to_limit,
-)
 
 if TYPE_CHECKING:
+    from gpucloud.contract.provider import Candidate, Image, Journal, PlanRequest
     from gpucloud.providers.aws.channel import S3Channel
-    from gpucloud.providers.base import Candidate, Image, Journal, PlanRequest
 
 EC2_STATES = {
     "pending": "pending",

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Journal
+    from gpucloud.contract.provider import Journal
 
 
 class Arm(Protocol):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpucloud.contract.provider import KIND_TAG, KIND_VALUE, BakedImage
 from gpucloud.providers.azure.machine import needs_gen1
-from gpucloud.providers.base import KIND_TAG, KIND_VALUE, BakedImage
 
 IMAGE_GROUP_PREFIX = "gpucloud-images-"
 DEPROVISION = "waagent -deprovision+user -force"
@@ -71,7 +71,7 @@ class AzureImageStore:
     def list_images(self, region: str) -> list[BakedImage]:
         from azure.core.exceptions import ResourceNotFoundError
 
-        from gpucloud.providers.base import HASH_TAG
+        from gpucloud.contract.provider import HASH_TAG
 
         try:
             images = list(self._provider.compute.images.list_by_resource_group(self.group(region)))

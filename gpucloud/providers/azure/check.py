@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from gpucloud.contract.provider import CloudCheck
 from gpucloud.errors import CredentialsError
 from gpucloud.providers.azure.access import (
     ARM_ENDPOINT_ENV,
@@ -23,7 +24,6 @@ from gpucloud.providers.azure.access import (
     default_credential,
     no_subscription,
 )
-from gpucloud.providers.base import CloudCheck
 
 ARM_API_VERSION = "2022-12-01"
 # Subscription states in which nothing can be created (ARM: Enabled, Warned, PastDue, Disabled, Deleted).

@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpucloud.providers.azure.access import classify_access
-from gpucloud.providers.base import (
+from gpucloud.contract.provider import (
     CandidateError,
     CapacityError,
     FatalProvisionError,
@@ -15,6 +14,7 @@ from gpucloud.providers.base import (
     QuotaError,
     ThrottledError,
 )
+from gpucloud.providers.azure.access import classify_access
 
 CAPACITY_CODES = frozenset(
     {

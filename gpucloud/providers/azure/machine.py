@@ -8,12 +8,12 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from gpucloud.contract.provider import LaunchRequest, ssh_source_cidr
 from gpucloud.errors import UserError
 from gpucloud.providers.azure.sizes import BUILDER_NAME_PREFIX, accelerated_networking, security_profile
-from gpucloud.providers.base import LaunchRequest, ssh_source_cidr
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Image
+    from gpucloud.contract.provider import Image
 
 ADMIN_USER = "gpucloud"  # the VM's login user (password login is never enabled)
 # The run's network: one VNet and one subnet per run; the subnet holds exactly the run's nodes.

@@ -12,7 +12,7 @@ from gpucloud.providers.azure.arm import Arm, tracked
 from gpucloud.providers.azure.machine import SUBNET_PREFIX, VNET_PREFIX
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Journal, LaunchRequest
+    from gpucloud.contract.provider import Journal, LaunchRequest
 
 PLACEMENT_GROUP = "ppg"
 AVAILABILITY_SET = "avset"

@@ -10,13 +10,13 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpucloud.contract.provider import LaunchRequest, ProvisionError
 from gpucloud.providers.azure.arm import Arm, tracked
 from gpucloud.providers.azure.machine import driver_extension_body, nic_body, pip_body, vm_body
 from gpucloud.providers.azure.roles import grant_self_delete
-from gpucloud.providers.base import LaunchRequest, ProvisionError
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Journal
+    from gpucloud.contract.provider import Journal
 
 # Nodes whose resources are created at the same time (ARM's write limits are per subscription).
 MAX_PARALLEL_NODES = 16

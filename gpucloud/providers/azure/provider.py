@@ -36,6 +36,17 @@ import threading
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from gpucloud.contract.provider import (
+    DEFAULT_MASTER_PORT,
+    TAG_EXPIRES,
+    TAG_RUN,
+    Capabilities,
+    FatalProvisionError,
+    LaunchRequest,
+    ProvisionError,
+    RunHandle,
+    expiry_tag,
+)
 from gpucloud.errors import CloudAccessError, GpucloudError
 from gpucloud.providers.azure.access import arm_endpoint as arm_endpoint_of_cli
 from gpucloud.providers.azure.access import (
@@ -59,23 +70,12 @@ from gpucloud.providers.azure.network import (
 )
 from gpucloud.providers.azure.nodes import NodeFailed, NodeNetwork, create_nodes
 from gpucloud.providers.azure.sizes import rdma_placement
-from gpucloud.providers.base import (
-    DEFAULT_MASTER_PORT,
-    TAG_EXPIRES,
-    TAG_RUN,
-    Capabilities,
-    FatalProvisionError,
-    LaunchRequest,
-    ProvisionError,
-    RunHandle,
-    expiry_tag,
-)
 from gpucloud.providers.tags import tagged_expiry
 from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
+    from gpucloud.contract.provider import Candidate, Journal, PlanRequest
     from gpucloud.providers.azure.channel import BlobChannel
-    from gpucloud.providers.base import Candidate, Journal, PlanRequest
 
 BLOB_ENDPOINT_ENV = "GPUCLOUD_AZURE_BLOB_ENDPOINT"
 # When the server gives no Retry-After, poll long-running operations this often (SDK default: 30 s).
@@ -105,7 +105,7 @@ def _allow_http_policy() -> Any:
 
 
 class AzureProvider:
-    """The Azure implementation of the Provider protocol (providers/base.py)."""
+    """The Azure implementation of the Provider protocol (contract/provider.py)."""
 
     name = "azure"
     capabilities = Capabilities(
@@ -260,7 +260,7 @@ class AzureProvider:
 
     def _check_user_data(self, req: LaunchRequest) -> None:
         """Every node's bootstrap fits Azure's custom-data limit once base64-encoded."""
-        from gpucloud.providers.base import user_data_size
+        from gpucloud.contract.provider import user_data_size
 
         limit = self.capabilities.user_data_limit or 0
         for rank, script in enumerate(req.user_data):

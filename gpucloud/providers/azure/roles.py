@@ -13,7 +13,7 @@ from gpucloud.providers.azure.arm import Arm
 from gpucloud.providers.azure.errors import error_parts, with_arm_error
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Journal
+    from gpucloud.contract.provider import Journal
 
 # Built-in "Contributor" (the same id in every tenant and cloud).
 CONTRIBUTOR_ROLE_ID = "b24988ac-6180-42a0-ab88-20f7382dd24c"

@@ -15,7 +15,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpucloud.providers.base import Candidate, Capabilities, FatalProvisionError, LaunchRequest, RunHandle, expiry_tag
+from gpucloud.contract.provider import (
+    Candidate,
+    Capabilities,
+    FatalProvisionError,
+    LaunchRequest,
+    RunHandle,
+    expiry_tag,
+)
 from gpucloud.providers.local import engine as vm_engine
 from gpucloud.providers.tags import GcIncomplete
 from gpucloud.vm.agent.container import remove_recorded
@@ -23,7 +30,7 @@ from gpucloud.vm.agent.mounts import unmount_recorded
 
 if TYPE_CHECKING:
     from gpucloud.channel.store import Channel
-    from gpucloud.providers.base import Journal, PlanRequest
+    from gpucloud.contract.provider import Journal, PlanRequest
 
 REGION = "local"
 # How long a stopped node gets before SIGKILL: the bootstrap gives its job 5 s to end on SIGTERM,

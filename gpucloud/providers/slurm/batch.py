@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import shlex
 
-from gpucloud.providers.base import LaunchRequest
+from gpucloud.contract.provider import LaunchRequest
 from gpucloud.providers.slurm.sizing import Size
 
 BATCH_SCRIPT = """#!/bin/bash

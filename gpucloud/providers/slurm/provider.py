@@ -16,8 +16,7 @@ import urllib.parse
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from gpucloud.errors import UserError
-from gpucloud.providers.base import (
+from gpucloud.contract.provider import (
     Candidate,
     CandidateError,
     Capabilities,
@@ -27,6 +26,7 @@ from gpucloud.providers.base import (
     RunHandle,
     expiry_tag,
 )
+from gpucloud.errors import UserError
 from gpucloud.providers.slurm import batch, sizing, sweep
 from gpucloud.providers.slurm.channel import SlurmChannel
 from gpucloud.providers.slurm.cluster import PLAN_SCRIPT, Partition, allowed, gpu_matches, parse_plan
@@ -38,7 +38,7 @@ from gpucloud.providers.tags import GcIncomplete
 from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Journal, PlanRequest
+    from gpucloud.contract.provider import Journal, PlanRequest
 
 RATE_ENV = "GPUCLOUD_SLURM_GPU_HOUR_RATE"  # chargeback $ per GPU-hour (plan and cost show $ with it)
 STOP_GRACE_S = 30  # scancel's TERM, Slurm's KillWait, the agent's artifact upload

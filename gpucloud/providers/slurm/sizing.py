@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpucloud.providers.base import PlanRequest
+from gpucloud.contract.provider import PlanRequest
 from gpucloud.providers.slurm.cluster import Partition
 
 MB_PER_GIB = 1024  # Slurm's memory unit is the MB of 2**20 bytes

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpucloud.providers.base import TAG_RUN
+from gpucloud.contract.provider import TAG_RUN
 from gpucloud.providers.ssh.channel import removal_problem
 from gpucloud.providers.tags import parse_run_tags
 from gpucloud.ui.untrusted import shown

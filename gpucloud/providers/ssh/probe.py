@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from gpucloud.providers.ssh import transport as ssh_transport
 
 if TYPE_CHECKING:
+    from gpucloud.contract.provider import PlanRequest
     from gpucloud.plan.stacks import Stack
-    from gpucloud.providers.base import PlanRequest
 
 REMOTE_ROOT = "${GPUCLOUD_REMOTE_ROOT:-$HOME/.gpucloud}"  # the run folders, channel and locks on a host
 NVIDIA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos"

@@ -18,8 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from gpucloud.errors import UserError
-from gpucloud.providers.base import (
+from gpucloud.contract.provider import (
     Candidate,
     Capabilities,
     CapacityError,
@@ -27,6 +26,7 @@ from gpucloud.providers.base import (
     LaunchRequest,
     RunHandle,
 )
+from gpucloud.errors import UserError
 from gpucloud.providers.ssh import transport as ssh_transport
 from gpucloud.providers.ssh.channel import (
     PRIVATE,
@@ -54,8 +54,8 @@ from gpucloud.providers.tags import GcIncomplete, is_run_id
 from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
+    from gpucloud.contract.provider import Journal, PlanRequest
     from gpucloud.plan.stacks import Stack
-    from gpucloud.providers.base import Journal, PlanRequest
     from gpucloud.state.store import Store
 
 # How long stopped nodes get: the bootstrap gives its job 5 s to end on SIGTERM, then uploads.

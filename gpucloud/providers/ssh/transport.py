@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from gpucloud.contract.provider import Unreachable
 from gpucloud.errors import GpucloudError, UserError
-from gpucloud.providers.base import Unreachable
 
 CONFIG_ENV = "GPUCLOUD_SSH_CONFIG"  # another ssh_config file: `ssh -F PATH`
 CONTROL_DIR_ENV = "GPUCLOUD_SSH_CONTROL_DIR"  # where the ControlMaster sockets live

@@ -14,8 +14,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from gpucloud.contract import registry as providers
 from gpucloud.errors import UserError
-from gpucloud.providers import registry as providers
 
 MAX_BYTES = 1 << 20  # as a job file: a peer task is a few KiB; more is a wrong path
 MAX_NODES = 100_000  # composed nodes counted through aliases: an alias bomb stops here

@@ -156,7 +156,7 @@ def test_a_schedule_that_cannot_be_deleted_does_not_fail_teardown(moto, provider
 
 
 def test_partial_teardown_finds_the_schedule_in_the_journal(moto, provider, journal, hooks):  # noqa: F811
-    from gpucloud.providers.base import RunHandle
+    from gpucloud.contract.provider import RunHandle
 
     req = make_request()
     provider.provision(req, journal)  # the CLI died before it stored the handle
@@ -186,7 +186,7 @@ def test_gc_removes_stale_schedules_and_keeps_future_ones(moto, provider, hooks)
 
 
 def test_gc_goes_on_when_the_scheduler_refuses(moto, provider, hooks):  # noqa: F811
-    from gpucloud.providers.base import expiry_tag
+    from gpucloud.contract.provider import expiry_tag
 
     tags = [
         {"Key": "gpucloud-run", "Value": "gc-denied"},

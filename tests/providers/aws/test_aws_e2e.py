@@ -435,7 +435,7 @@ def test_gc_dry_run_lists_then_gc_deletes_expired_leftovers_in_every_region(
     """What a crash before any state was written would leave: tagged, expired, unknown to the store."""
     from datetime import UTC, datetime, timedelta
 
-    from gpucloud.providers.base import expiry_tag as iso_utc
+    from gpucloud.contract.provider import expiry_tag as iso_utc
 
     tags = [
         {"Key": "gpucloud-run", "Value": "crashed-run"},

@@ -274,8 +274,8 @@ def test_the_job_env_gets_the_efa_provider_outside_a_container_and_its_own_env_w
 def test_an_exhausted_address_quota_fails_before_any_instance_starts() -> None:
     from botocore.exceptions import ClientError
 
+    from gpucloud.contract.provider import RunHandle
     from gpucloud.providers.aws.launch import launch
-    from gpucloud.providers.base import RunHandle
 
     class QuotaOfOne(Recorder):
         def ec2(self, op: str, region: str, **kwargs: Any) -> Any:
@@ -299,8 +299,8 @@ def test_an_exhausted_address_quota_fails_before_any_instance_starts() -> None:
 def test_the_address_quota_is_a_quota_error_naming_the_elastic_ip_quota() -> None:
     from botocore.exceptions import ClientError
 
+    from gpucloud.contract.provider import QuotaError
     from gpucloud.providers.aws.errors import classify
-    from gpucloud.providers.base import QuotaError
 
     exc = ClientError({"Error": {"Code": "AddressLimitExceeded", "Message": "limit"}}, "AllocateAddress")
     err = classify(exc, region=REGION, instance_type="p5.48xlarge", spot=False, what="launching instances")

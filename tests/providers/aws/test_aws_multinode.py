@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucloud.contract.provider import TAG_EXPIRES, TAG_RUN, CapacityError, LaunchRequest
 from gpucloud.plan.requests import launch_request
-from gpucloud.providers.base import TAG_EXPIRES, TAG_RUN, CapacityError, LaunchRequest
 from tests.providers.aws.test_aws_e2e import invoke, run_id_of  # noqa: F401
 from tests.support.aws_faults import HOOKS, AwsHooks, Call, Fault, install
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
@@ -260,7 +260,7 @@ def test_gc_sweeps_expired_placement_groups(
     journal: Any,
     hooks: AwsHooks,
 ) -> None:
-    from gpucloud.providers.base import expiry_tag as iso_utc
+    from gpucloud.contract.provider import expiry_tag as iso_utc
 
     expired = request(2, region="us-west-2", expires_in=timedelta(minutes=-5))
     fresh = request(2)

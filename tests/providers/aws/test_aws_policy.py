@@ -125,7 +125,7 @@ def test_every_operation_of_the_end_to_end_runs_is_allowed(
     aws_sim: AwsVmSimulator,
     tmp_path: Path,
 ) -> None:
-    from gpucloud.providers.base import expiry_tag as iso_utc
+    from gpucloud.contract.provider import expiry_tag as iso_utc
 
     # Our own tour of every feature, so this test stands alone too.
     _drop_bucket(moto, "us-east-1")

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.plan.requests import launch_request
-from gpucloud.providers.base import (
+from gpucloud.contract.provider import (
     TAG_EXPIRES,
     TAG_RUN,
     CandidateError,
@@ -30,6 +29,7 @@ from gpucloud.providers.base import (
     RunHandle,
     ThrottledError,
 )
+from gpucloud.plan.requests import launch_request
 from tests.support.aws_faults import HOOKS, Fault, install
 from tests.support.moto_server import moto, moto_server, tagged_alive, user_data_of  # noqa: F401
 
@@ -501,7 +501,7 @@ def test_teardown_failure_is_reported_and_a_second_teardown_finishes(moto, provi
 
 
 def test_gc_sweeps_expired_resources_in_every_region(moto, provider, journal, hooks):  # noqa: F811
-    from gpucloud.providers.base import expiry_tag as iso_utc
+    from gpucloud.contract.provider import expiry_tag as iso_utc
 
     expired = [
         make_request(region="us-west-2", expires_in=timedelta(minutes=-5)),
@@ -703,8 +703,8 @@ def test_dead_endpoint_fails_within_20_seconds(kind, gpucloud_home, monkeypatch)
 
 def test_aws_declares_its_shape():
     """What the lifecycle and the renderer need is declared, not probed with getattr."""
-    from gpucloud.providers.base import Provider
-    from gpucloud.providers.registry import get_provider
+    from gpucloud.contract.provider import Provider
+    from gpucloud.contract.registry import get_provider
 
     provider = get_provider("aws")
     assert isinstance(provider, Provider)

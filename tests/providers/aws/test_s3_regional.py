@@ -18,11 +18,11 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from gpucloud.channel.store import iter_manifest
+from gpucloud.contract.registry import capabilities
 from gpucloud.providers.aws import data as s3_data
 from gpucloud.providers.aws import mount as s3_mount
 from gpucloud.providers.aws.channel import S3Channel, bucket_name
 from gpucloud.providers.aws.session import reset_shared, shared_session
-from gpucloud.providers.registry import capabilities
 from gpucloud.vm.agent.transfer import Transfer
 from gpucloud.vm.shim import render_shim
 from tests.providers.aws.test_aws_e2e import EXAMPLES, cli

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucloud.contract.provider import CapacityError, RunHandle
 from gpucloud.providers.azure import SUBNET_PREFIX, AzureProvider, resource_group_name
-from gpucloud.providers.base import CapacityError, RunHandle
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     arm,
     azure_env,

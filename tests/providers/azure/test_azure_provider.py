@@ -16,6 +16,14 @@ from typing import Any
 
 import pytest
 
+from gpucloud.contract.provider import (
+    CandidateError,
+    CapacityError,
+    FatalProvisionError,
+    QuotaError,
+    RunHandle,
+    ThrottledError,
+)
 from gpucloud.providers.azure import (
     CONTRIBUTOR_ROLE_ID,
     AzureProvider,
@@ -23,14 +31,6 @@ from gpucloud.providers.azure import (
     image_reference,
     quota_family,
     resource_group_name,
-)
-from gpucloud.providers.base import (
-    CandidateError,
-    CapacityError,
-    FatalProvisionError,
-    QuotaError,
-    RunHandle,
-    ThrottledError,
 )
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     OperatorCredential,
@@ -605,8 +605,8 @@ def test_dead_arm_endpoint_fails_within_20_seconds(kind: str) -> None:
 
     from azure.core.credentials import AccessToken
 
+    from gpucloud.contract.provider import ProvisionError
     from gpucloud.errors import CloudAccessError
-    from gpucloud.providers.base import ProvisionError
     from tests.support.dead_endpoint import dead_endpoint
 
     class StaticToken:
@@ -627,8 +627,8 @@ def test_dead_arm_endpoint_fails_within_20_seconds(kind: str) -> None:
 
 def test_azure_declares_its_shape() -> None:
     """What the lifecycle and the renderer need is declared, not probed with getattr."""
-    from gpucloud.providers.base import Provider
-    from gpucloud.providers.registry import get_provider
+    from gpucloud.contract.provider import Provider
+    from gpucloud.contract.registry import get_provider
 
     provider = get_provider("azure")
     assert isinstance(provider, Provider)

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpucloud.providers.base import RunHandle, parse_expiry_tag
+from gpucloud.contract.provider import RunHandle, parse_expiry_tag
 from gpucloud.providers.slurm import cluster as slurm_cluster
 from gpucloud.providers.slurm import sweep
 from gpucloud.providers.slurm.provider import SlurmProvider

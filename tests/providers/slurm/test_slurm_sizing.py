@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.providers.base import CandidateError, FatalProvisionError, LaunchRequest, PlanRequest, RunHandle
+from gpucloud.contract.provider import CandidateError, FatalProvisionError, LaunchRequest, PlanRequest, RunHandle
 from gpucloud.providers.slurm import batch
 from gpucloud.providers.slurm.cluster import gpu_matches, gpu_model, parse_plan
 from gpucloud.providers.slurm.provider import SlurmProvider, _judge

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.providers.base import LaunchRequest, PlanRequest
+from gpucloud.contract.provider import LaunchRequest, PlanRequest
 from gpucloud.providers.slurm import batch
 from gpucloud.providers.slurm.channel import merge
 from gpucloud.providers.slurm.cluster import JobState, gpu_model, gres_gpus, minutes, parse_job, parse_plan

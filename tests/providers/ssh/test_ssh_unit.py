@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from gpucloud.contract.provider import PlanRequest
 from gpucloud.errors import UserError
 from gpucloud.plan.requests import plan_request
 from gpucloud.plan.stacks import resolve_stack
-from gpucloud.providers.base import PlanRequest
 from gpucloud.providers.ssh import transport as ssh_transport
 from gpucloud.providers.ssh.probe import assess, driver_problem, install_command, parse_probe
 from gpucloud.providers.ssh.transport import SshHost

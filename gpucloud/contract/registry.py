@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpucloud.providers.base import Capabilities, CloudCheck, ImageStore, Provider
+    from gpucloud.contract.provider import Capabilities, CloudCheck, ImageStore, Provider
 
 
 def _aws_configured() -> bool:
@@ -77,6 +77,11 @@ class ProviderInfo:
     # "module:function(instance_type, spot) -> str": the network a multi-node run's nodes of that
     # type talk over ("EFA ×32", "InfiniBand", "TCP"), from shipped data, no SDK call (`plan`).
     fabric: str | None = None
+    # "module:function(dry, confirm, say) -> dict": `gpucloud setup CLOUD`, what the account needs once.
+    setup: str | None = None
+    # "module:function(asks, budget_s) -> list[dict]": the GPU quota of each candidate's family and
+    # region, read before a launch (a lookup that fails is a note, never a refusal).
+    quota: str | None = None
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -99,6 +104,8 @@ REGISTRY: dict[str, ProviderInfo] = {
             identity="gpucloud.providers.aws.check:identity",
             image_store="gpucloud.providers.aws.bake:AwsImageStore",
             fabric="gpucloud.providers.aws.efa:fabric",
+            setup="gpucloud.providers.aws.setup:setup",
+            quota="gpucloud.providers.aws.quota:verdicts",
             region_pattern=r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]+",  # us-east-1, ap-southeast-5, us-gov-west-1
         ),
         ProviderInfo(
@@ -114,6 +121,7 @@ REGISTRY: dict[str, ProviderInfo] = {
             catalog_source="gpucloud.providers.azure.catalog",
             image_store="gpucloud.providers.azure.bake:AzureImageStore",
             fabric="gpucloud.providers.azure.sizes:fabric",
+            setup="gpucloud.providers.azure.setup:setup",
             check="gpucloud.providers.azure.check:check",
             identity="gpucloud.providers.azure.check:identity",
             region_pattern=r"[a-z][a-z0-9]{4,}",  # eastus, westus3, southeastasia: lower-case letters and digits
@@ -217,6 +225,33 @@ def with_policy() -> tuple[str, ...]:
 def with_check() -> tuple[str, ...]:
     """Providers `gpucloud check` can test (credentials, identity, regions, quotas)."""
     return tuple(n for n, entry in REGISTRY.items() if entry.check)
+
+
+def with_setup() -> tuple[str, ...]:
+    """Providers `gpucloud setup` can prepare (roles and policies an account needs once)."""
+    return tuple(n for n, entry in REGISTRY.items() if entry.setup)
+
+
+def _function(spec: str) -> Callable[..., object]:
+    module, func = spec.split(":")
+    return getattr(importlib.import_module(module), func)  # type: ignore[no-any-return]
+
+
+def run_setup(cloud: str, **kwargs: object) -> dict[str, object]:
+    """The provider's `setup` (imported lazily), as `gpucloud setup CLOUD` calls it."""
+    spec = info(cloud).setup
+    if not spec:
+        raise ValueError(f"{cloud} has no setup")
+    return dict(_function(spec)(**kwargs))  # type: ignore[call-overload]
+
+
+def quota_verdicts(cloud: str, asks: list[dict[str, object]], budget_s: float) -> list[dict[str, object]] | None:
+    """Whether each ask fits the cloud's GPU quota (see ProviderInfo.quota); None for a cloud
+    without quota lookups."""
+    spec = info(cloud).quota
+    if not spec:
+        return None
+    return list(_function(spec)(asks, budget_s))  # type: ignore[call-overload]
 
 
 def run_check(cloud: str) -> CloudCheck:

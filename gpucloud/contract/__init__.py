@@ -1,0 +1,1 @@
+"""What crosses between the core and a provider: the contract, the capability services, the registry."""
