@@ -6,10 +6,8 @@ never as complete. Through the real CLI."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,25 +18,19 @@ from urllib.parse import parse_qs, urlencode, urlparse
 import pytest
 
 from gpucloud.catalog import load_catalog
+from tests.support.cli import ci_env, cli
 from tests.support.fake_prices import FakeAwsPricing, FakeAzure, aws_product, azure_item, azure_sku
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def cli(
+def timed_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> tuple[subprocess.CompletedProcess[str], float]:
+    """The CLI run from the checkout with CI set, and how long it took (the bounds are in seconds)."""
     t0 = time.monotonic()
-    out = subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "CI": "true", **(env or {})},
-        timeout=timeout,
-        check=False,
-    )
+    out = cli(*args, env=ci_env(**(env or {})), cwd=REPO, timeout=timeout)
     return out, time.monotonic() - t0
 
 
@@ -95,7 +87,7 @@ def azure_skus(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure]:
 def test_a_price_server_answering_one_byte_a_second_is_given_up_at_the_deadline(azure_skus: FakeAzure) -> None:
     trickle = Trickle()
     try:
-        out, took = cli(
+        out, took = timed_cli(
             "catalog",
             "refresh",
             "--cloud",
@@ -120,7 +112,7 @@ def test_a_trickling_price_list_ends_the_aws_source_at_the_deadline(
     trickle = Trickle()
     monkeypatch.setenv("GPUCLOUD_AWS_PRICING_URL", trickle.url.removesuffix("/api/retail/prices"))
     try:
-        out, took = cli(
+        out, took = timed_cli(
             "catalog",
             "refresh",
             "--cloud",
@@ -153,7 +145,7 @@ def test_an_endless_page_token_stops_at_the_page_limit_and_is_reported(
     fake = EndlessToken(products=[aws_product("g4dn.xlarge", "us-east-1", 0.526)]).start()
     monkeypatch.setenv("GPUCLOUD_AWS_PRICING_URL", fake.url)
     try:
-        out, took = cli(
+        out, took = timed_cli(
             "catalog",
             "refresh",
             "--cloud",
@@ -194,7 +186,7 @@ def test_an_endless_next_page_link_is_partial_never_complete(monkeypatch: pytest
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     try:
-        out, _ = cli("catalog", "refresh", "--json", env={"GPUCLOUD_CATALOG_MAX_PAGES": "30"})
+        out, _ = timed_cli("catalog", "refresh", "--json", env={"GPUCLOUD_CATALOG_MAX_PAGES": "30"})
     finally:
         fake.stop()
     pages = sum(urlparse(r).path == "/api/retail/prices" for r in fake.requests)
@@ -208,6 +200,6 @@ def test_an_endless_next_page_link_is_partial_never_complete(monkeypatch: pytest
 
 
 def test_a_malformed_bound_is_a_clear_error() -> None:
-    out, _ = cli("catalog", "refresh", "--json", env={"GPUCLOUD_CATALOG_DEADLINE": "soon"})
+    out, _ = timed_cli("catalog", "refresh", "--json", env={"GPUCLOUD_CATALOG_DEADLINE": "soon"})
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "GPUCLOUD_CATALOG_DEADLINE='soon' is not a positive number" in json.loads(out.stdout)["error"]["message"]

@@ -6,27 +6,18 @@ piped) on a catalog whose column says otherwise."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import gpucloud.catalog as catalog_mod
 from gpucloud.catalog import CatalogError, load_catalog
+from tests.support.cli import ci_env, cli
 from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parents[2]
 # The dates the clouds announced (../shared/FACTS.md s1-2, docs/CATALOG.md "Status dates").
 ANNOUNCED = {"p3": "2025-12-20", "Standard_NC6": "2023-09-06", "Standard_NC6s_v3": "2025-09-30"}
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CI": "true", "COLUMNS": "80", "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args], capture_output=True, text=True, env=env, timeout=60
-    )
 
 
 def test_every_retired_row_says_whether_its_date_was_announced_or_read() -> None:
@@ -77,14 +68,18 @@ def test_the_cli_reads_the_column_of_the_catalog_it_uses(gpucloud_home: Path) ->
         for o in load_catalog().offerings
     ]
     store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
-    listing = cli("catalog", "--gpu", "K80", "--all")
+    listing = cli("catalog", "--gpu", "K80", "--all", env=ci_env(COLUMNS="80", PYTHONPATH=str(REPO)), timeout=60)
     assert listing.returncode == 0, listing.stderr
     text = flat(listing.stdout)
     assert "retired 2026-06-30" in text and "not offered as of" not in text
     assert all(len(line) <= 80 for line in listing.stdout.splitlines())
-    gpus = cli("gpus")
+    gpus = cli("gpus", env=ci_env(COLUMNS="80", PYTHONPATH=str(REPO)), timeout=60)
     assert "K80: no longer offered: aws retired 2026-06-30; azure retired 2023-09-06" in flat(gpus.stderr)
-    doc = next(d for d in json.loads(cli("gpus", "--json").stdout) if d["gpu"] == "K80")
+    doc = next(
+        d
+        for d in json.loads(cli("gpus", "--json", env=ci_env(COLUMNS="80", PYTHONPATH=str(REPO)), timeout=60).stdout)
+        if d["gpu"] == "K80"
+    )
     assert {(r["cloud"], r["status_date"], r["status_basis"]) for r in doc["retired"]} == {
         ("aws", "2026-06-30", "announced"),
         ("azure", "2023-09-06", "announced"),
@@ -94,12 +89,12 @@ def test_the_cli_reads_the_column_of_the_catalog_it_uses(gpucloud_home: Path) ->
 def test_shipped_data_through_the_cli_plan_and_gpus(tmp_path: Path) -> None:
     spec = tmp_path / "k80.yaml"
     spec.write_text("name: k80\nresources:\n  gpu: K80:1\nrun: python3 train.py\n")
-    plan = cli("plan", str(spec))
+    plan = cli("plan", str(spec), env=ci_env(COLUMNS="80", PYTHONPATH=str(REPO)), timeout=60)
     assert plan.returncode == 2, plan.stderr
     text = flat(plan.stderr)
     assert "aws p2.xlarge, p2.8xlarge, p2.16xlarge (not offered as of 2026-12-03)" in text
     assert "Standard_NC6, Standard_NC12, Standard_NC24, Standard_NC24r (retired 2023-09-06)" in text
     assert "no end date was announced" in text and "retired 2026-12-03" not in text
-    gpus = flat(cli("gpus").stderr)
+    gpus = flat(cli("gpus", env=ci_env(COLUMNS="80", PYTHONPATH=str(REPO)), timeout=60).stderr)
     assert "K80: no longer offered: aws not offered as of 2026-12-03; azure retired 2023-09-06" in gpus
     assert "V100: no longer offered: aws retired 2025-12-20; azure retired 2025-09-30" in gpus

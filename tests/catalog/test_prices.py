@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +14,7 @@ import pytest
 import yaml
 
 from gpucloud.catalog import load_catalog, store
+from tests.support.cli import ci_env, cli
 from tests.support.fake_prices import FakeAwsPricing, FakeAzure, aws_product, azure_item, azure_sku
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 from tests.support.text import flat
@@ -31,18 +29,6 @@ def strict_json(text: str) -> object:
         raise AssertionError(f"bare {token} in --json output")
 
     return json.loads(text, parse_constant=refuse)
-
-
-def cli(*args: str, cwd: Path = REPO, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "CI": "true"},
-        timeout=timeout,
-        check=False,
-    )
 
 
 SIZES = (
@@ -85,7 +71,7 @@ def _job(tmp_path: Path, **resources: object) -> Path:
 def test_azure_nan_inf_huge_and_tiny_prices_are_dropped_with_the_source_named(
     hostile_azure: FakeAzure, tmp_path: Path
 ) -> None:
-    out = cli("catalog", "refresh", "--cloud", "azure", "--json")
+    out = cli("catalog", "refresh", "--cloud", "azure", "--json", env=ci_env(), cwd=REPO)
     assert out.returncode == 0, out.stderr
     doc = strict_json(out.stdout)
     assert isinstance(doc, dict) and doc["complete"] is False  # dropped rows make the refresh partial
@@ -108,10 +94,12 @@ def test_azure_nan_inf_huge_and_tiny_prices_are_dropped_with_the_source_named(
     assert rows[("Standard_NC40ads_H100_v5", "eastus")].spot_price_per_hour is None  # 1e-300 spot
 
     # A $0.10 cap: nothing passes (1e-300 would have shown as $0.000/h and passed).
-    capped = cli("plan", str(_job(tmp_path, cloud="azure", gpu="T4", max_price_per_hour=0.10)), "--json")
+    capped = cli(
+        "plan", str(_job(tmp_path, cloud="azure", gpu="T4", max_price_per_hour=0.10)), "--json", env=ci_env(), cwd=REPO
+    )
     assert capped.returncode != 0 and "Traceback" not in capped.stderr
     strict_json(capped.stdout)
-    plan = cli("plan", str(_job(tmp_path, cloud="azure", gpu="T4")), "--json")
+    plan = cli("plan", str(_job(tmp_path, cloud="azure", gpu="T4")), "--json", env=ci_env(), cwd=REPO)
     assert plan.returncode == 0, plan.stderr
     first = strict_json(plan.stdout)["candidates"][0]  # type: ignore[index]
     assert first["price_per_hour"] > 0.05 and first["instance_type"] != "Standard_NC8as_T4_v3"
@@ -127,7 +115,7 @@ def test_aws_nan_and_tiny_prices_from_the_price_list_are_dropped(
     fake = FakeAwsPricing(products=products).start()
     monkeypatch.setenv("GPUCLOUD_AWS_PRICING_URL", fake.url)
     try:
-        out = cli("catalog", "refresh", "--cloud", "aws", "--region", "us-east-1", "--json")
+        out = cli("catalog", "refresh", "--cloud", "aws", "--region", "us-east-1", "--json", env=ci_env(), cwd=REPO)
     finally:
         fake.stop()
     assert out.returncode == 0, out.stderr
@@ -161,13 +149,13 @@ def test_planner_refuses_a_non_finite_price_already_in_a_cache(tmp_path: Path) -
         t4._replace(region="infland", price_per_hour=math.inf, spot_price_per_hour=math.nan),
     ]
     store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
-    plan = cli("plan", str(_job(tmp_path, gpu="T4", max_price_per_hour=10)), "--json")
+    plan = cli("plan", str(_job(tmp_path, gpu="T4", max_price_per_hour=10)), "--json", env=ci_env(), cwd=REPO)
     assert plan.returncode == 0, plan.stderr
     doc = strict_json(plan.stdout)
     assert isinstance(doc, dict)
     assert not any(c["region"] in ("nanland", "infland") for c in doc["candidates"])
     assert all(c["price_per_hour"] > 0 for c in doc["candidates"])
-    listing = cli("catalog", "--gpu", "T4", "--json")
+    listing = cli("catalog", "--gpu", "T4", "--json", env=ci_env(), cwd=REPO)
     assert listing.returncode == 0, listing.stderr
     bad = [r for r in strict_json(listing.stdout) if r["region"] in ("nanland", "infland")]  # type: ignore[union-attr]
     assert bad and all(r["price_per_hour"] is None for r in bad)  # null, never a bare NaN

@@ -5,19 +5,13 @@ teardown talk for a run that launched nothing."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import cli
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args], env=env, capture_output=True, text=True, timeout=120, cwd=cwd
-    )
 
 
 @pytest.mark.parametrize("authority", ["http://login.example", "ftp://login.microsoftonline.com/"])
@@ -37,14 +31,14 @@ def test_an_azure_authority_host_that_is_not_https_is_a_configuration_error(tmp_
         }
     )  # never reached
     (tmp_path / "job.yaml").write_text("name: auth\nrun: echo hi\nresources: {gpu: T4:1}\nmax_duration: 10m\n")
-    out = cli(env, tmp_path, "run", "job.yaml", "--cloud", "azure", "--yes")
+    out = cli("run", "job.yaml", "--cloud", "azure", "--yes", env=env, cwd=tmp_path)
     text = out.stdout + out.stderr
     assert out.returncode == 78, text
     assert "AZURE_AUTHORITY_HOST" in out.stderr and "https://" in out.stderr, text
     assert "teardown" not in text and "internal error" not in text, text
-    status = cli(env, tmp_path, "ls")  # found by the credentials check before the prompt: no run started
+    status = cli("ls", env=env, cwd=tmp_path)  # found by the credentials check before the prompt: no run started
     assert status.returncode == 0 and "auth-" not in status.stdout
-    check = cli(env, tmp_path, "check", "--cloud", "azure")
+    check = cli("check", "--cloud", "azure", env=env, cwd=tmp_path)
     assert check.returncode != 0 and "AZURE_AUTHORITY_HOST" in check.stdout + check.stderr
     assert "internal error" not in check.stdout + check.stderr
 

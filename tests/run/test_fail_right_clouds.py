@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,25 +22,13 @@ from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     leftovers,
 )
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
+from tests.support.cli import cli
 from tests.support.fake_arm import FAKE_LOCATIONS, FakeArm
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 from tests.support.text import messages
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-
-
-def cli(
-    env: dict[str, str], *args: str, timeout: float = 180, launcher: str = "gpucloud"
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", launcher, *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=os.getcwd(),
-    )
 
 
 AWS_CLI = "tests.support.aws_cli"  # the real CLI plus moto's missing placement groups (test hooks)
@@ -98,7 +84,7 @@ def test_cloud_any_without_aws_credentials_goes_on_to_azure(
         "AWS_EC2_METADATA_DISABLED": "true",
     }
     spec = any_cloud_job(tmp_path / "job.yaml", "[us-east-1, eastus]")
-    out = cli(env, "run", str(spec), "--json")
+    out = cli("run", str(spec), "--json", env=env, timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads(out.stdout)
     assert doc["status"] == "succeeded"
@@ -107,7 +93,7 @@ def test_cloud_any_without_aws_credentials_goes_on_to_azure(
     assert len(skipped) == 1 and "AWS: no credentials found" in skipped[0] and "aws configure" in skipped[0]
     assert "internal error" not in out.stderr and "quota" not in out.stderr
     assert leftovers(arm) == []
-    check = json.loads(cli(env, "check", "--json").stdout)
+    check = json.loads(cli("check", "--json", env=env, timeout=180).stdout)
     azure = next(c for c in check["clouds"] if c["cloud"] == "azure")
     assert azure["usable"] and azure["identity"]["tenant"] == arm.tenant_id
     assert azure["identity"]["subscription"] == arm.subscription_id and azure["regions"] == sorted(FAKE_LOCATIONS)
@@ -121,7 +107,7 @@ def test_cloud_any_without_azure_credentials_goes_on_to_aws(
 ) -> None:
     # eastus (Azure, $0.526/h) comes before eu-west-1 (AWS, $0.587/h) in the plan.
     spec = any_cloud_job(tmp_path / "job.yaml", "[eastus, eu-west-1]")
-    out = cli(aws_env, "run", str(spec), "--json", launcher=AWS_CLI)
+    out = cli("run", str(spec), "--json", module=AWS_CLI, env=aws_env, timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads(out.stdout)
     assert doc["status"] == "succeeded"
@@ -129,7 +115,7 @@ def test_cloud_any_without_azure_credentials_goes_on_to_aws(
     assert len(skipped) == 1 and "Azure" in skipped[0] and "AZURE_SUBSCRIPTION_ID" in skipped[0], out.stderr
     assert "internal error" not in out.stderr
     assert tagged_alive(moto, doc["run_id"]) == []
-    check = json.loads(cli(aws_env, "check", "--json", "--cloud", "aws", launcher=AWS_CLI).stdout)
+    check = json.loads(cli("check", "--json", "--cloud", "aws", module=AWS_CLI, env=aws_env, timeout=180).stdout)
     (aws,) = check["clouds"]
     assert aws["usable"] and aws["identity"]["account"] and aws["identity"]["arn"].startswith("arn:aws")
     assert "us-east-1" in aws["regions"] and aws["seconds"] < 10

@@ -28,6 +28,8 @@ from gpucloud.spec.load import (
     parse_duration,
     parse_spec,
 )
+from gpucloud.spec.schema import HIDDEN
+from tests.support.cli import ci_env, cli
 from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parents[2]
@@ -420,7 +422,7 @@ BAD_SPECS: list[Bad] = [
         "name: job\nresources:\n  gpu: K80:1\nrun:\n  - a\n  - b\n",
         4,
         "run",
-        ("expected the shell command", "got a list"),
+        ("expected one shell script", "got a list of 2 commands", "after `|`"),
     ),
     Bad(
         "num-nodes-text",
@@ -979,14 +981,6 @@ def test_parse_spec_uses_the_given_filename() -> None:
 # Through the real CLI
 
 
-def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CI": "true"}
-    env.pop("GPUCLOUD_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=60
-    )
-
-
 CLI_BAD = [
     "gpu-K8O",
     "duplicate-top-key",
@@ -1002,7 +996,7 @@ def test_cli_validate_bad_files_exit_2_without_traceback(tmp_path: Path) -> None
     for case_id in CLI_BAD:
         bad = by_id[case_id]
         path = write(tmp_path, bad.text, f"{bad.id}.yaml")
-        out = cli("validate", str(path))
+        out = cli("validate", str(path), env=ci_env(), cwd=REPO)
         assert out.returncode == 2, (case_id, out.stderr)
         assert "Traceback" not in out.stderr + out.stdout
         where = f"{path}:{bad.line}: {bad.field}: " if bad.field else f"{path}:{bad.line}: "
@@ -1010,21 +1004,21 @@ def test_cli_validate_bad_files_exit_2_without_traceback(tmp_path: Path) -> None
         for hint in bad.hints:
             assert hint in flat(out.stderr), (case_id, hint, out.stderr)
     for special in (tmp_path / "missing.yaml", tmp_path):  # no file, a directory
-        out = cli("validate", str(special))
+        out = cli("validate", str(special), env=ci_env(), cwd=REPO)
         assert out.returncode == 2 and "Traceback" not in flat(out.stderr)
         assert str(special) in flat(out.stderr)
     nonutf = write(tmp_path, b"name: j\xff\n", "latin.yaml")
-    out = cli("validate", str(nonutf))
+    out = cli("validate", str(nonutf), env=ci_env(), cwd=REPO)
     assert out.returncode == 2 and "Traceback" not in flat(out.stderr) and "is not UTF-8 text" in flat(out.stderr)
 
 
 def test_cli_validate_good_file_exits_0(tmp_path: Path) -> None:
     path = write(tmp_path, DESIGN_EXAMPLE)
-    out = cli("validate", str(path))
+    out = cli("validate", str(path), env=ci_env(), cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert "valid" in flat(out.stderr)
     assert "Traceback" not in flat(out.stderr)
-    out = cli("validate", "--json", str(path))
+    out = cli("validate", "--json", str(path), env=ci_env(), cwd=REPO)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["name"] == "mnist-k80" and doc["max_duration"] == 21600
@@ -1043,7 +1037,7 @@ def _deref(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_cli_schema_prints_the_input_schema() -> None:
-    out = cli("schema")
+    out = cli("schema", env=ci_env(), cwd=REPO)
     assert out.returncode == 0, out.stderr
     schema = json.loads(out.stdout)
     top = set(JobSpec.model_fields) - {"source"}
@@ -1122,10 +1116,10 @@ def test_json_schema_has_every_input_key() -> None:
     assert set(schema["required"]) == {"name", "run"}
     for key, model in (("resources", Resources), ("stack", StackSpec)):
         section = _deref(schema["properties"][key], schema)
-        assert set(section["properties"]) == set(model.model_fields)
+        assert set(section["properties"]) == set(model.model_fields) - set(HIDDEN[model.__name__.lower()])
         assert section["additionalProperties"] is False
     gpu_request = schema["$defs"]["GpuRequest"]
-    assert set(gpu_request["properties"]) == set(GpuRequest.model_fields)
+    assert set(gpu_request["properties"]) == set(GpuRequest.model_fields) - {"other_models"}
     # descriptions from the field hints, without doubled punctuation
     assert "...." not in json.dumps(schema)
     assert schema["properties"]["max_duration"]["description"].startswith("A duration such as 90m")
@@ -1218,7 +1212,7 @@ HOSTILE = [
 def test_cli_rejects_hostile_job_files(tmp_path: Path, text: str, line: int, field: str, needle: str) -> None:
     (tmp_path / "a" / "b").mkdir(parents=True)
     path = write(tmp_path / "a" / "b", text, "job.yaml")
-    out = cli("validate", str(path))
+    out = cli("validate", str(path), env=ci_env(), cwd=REPO)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "Traceback" not in out.stderr + out.stdout and "internal error" not in flat(out.stderr)
     assert f"{path}:{line}: {field}: " in flat(out.stderr), out.stderr
@@ -1287,6 +1281,6 @@ def test_cli_validate_shows_what_would_be_uploaded(tmp_path: Path) -> None:
     (tmp_path / "code" / "data").mkdir()
     (tmp_path / "code" / "data" / "big.bin").write_bytes(b"x" * 1000)
     path = write(tmp_path / "code", LOCAL_JOB + "run: python train.py\n", "job.yaml")
-    out = cli("validate", str(path))
+    out = cli("validate", str(path), env=ci_env(), cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert f"workdir {(tmp_path / 'code').resolve()}: 3 file(s), " in flat(out.stderr), out.stderr

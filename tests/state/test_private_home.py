@@ -7,26 +7,20 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
+from tests.support.cli import cli
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def cli(home: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def cli_in_home(home: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The CLI with `home` as its state folder and no cloud's or gpucloud's variable from this environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GPUCLOUD_"))}
     env.update(GPUCLOUD_HOME=str(home), CI="true", PYTHONPATH=str(REPO))
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return cli(*args, env=env, cwd=cwd)
 
 
 def loose(home: Path, skip: tuple[str, ...] = ()) -> list[str]:
@@ -57,7 +51,7 @@ def test_a_run_leaves_only_private_files_under_the_home(tmp_path: Path) -> None:
             }
         )
     )
-    out = cli(home, "run", str(job), cwd=tmp_path)
+    out = cli_in_home(home, "run", str(job), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert (home / "state.db").is_file() and any((home / "runs").rglob("*"))
     assert stat.S_IMODE((home / "state.db").stat().st_mode) == 0o600
@@ -65,7 +59,7 @@ def test_a_run_leaves_only_private_files_under_the_home(tmp_path: Path) -> None:
     assert loose(home, skip=("local", "channel")) == []
     for folder in ("local", "channel"):
         assert stat.S_IMODE((home / folder).stat().st_mode) == 0o700
-    refreshed = cli(home, "ls", "--json", cwd=tmp_path)
+    refreshed = cli_in_home(home, "ls", "--json", cwd=tmp_path)
     assert refreshed.returncode == 0, refreshed.stderr
 
 
@@ -85,7 +79,7 @@ def test_a_loose_home_from_an_older_version_is_tightened_on_open(tmp_path: Path)
     for path in (home, home / "runs", home / "runs" / "old-run", home / "catalog", home / "catalog" / "v1"):
         path.chmod(0o755)
     assert len(loose(home)) == 9  # the home, 4 folders, 4 files
-    out = cli(home, "ls", cwd=tmp_path)
+    out = cli_in_home(home, "ls", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert loose(home) == []
     assert stat.S_IMODE((home / "state.db").stat().st_mode) == 0o600

@@ -8,40 +8,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import clean_env, cli
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 WIDTH = 80
-CLOUD_VARS = ("AWS_", "AZURE_", "IDENTITY_", "GPUCLOUD_AZURE", "GPUCLOUD_TEST_", "COLUMNS")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """No cloud credentials, an 80-column terminal, CI (no prompts)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(CLOUD_VARS)}
-    return {**env, "CI": "true", "COLUMNS": str(WIDTH), "PYTHONPATH": str(REPO), **extra}
-
-
-def cli(
-    *args: str, env: dict[str, str] | None = None, cwd: Path = REPO, timeout: float = 120, module: str = "gpucloud"
-) -> subprocess.CompletedProcess[str]:
-    """The CLI in a subprocess; `tests.support.aws_cli` is the same CLI with moto's gaps filled."""
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env or clean_env(),
-        timeout=timeout,
-    )
 
 
 def too_wide(text: str) -> list[str]:
@@ -71,12 +48,12 @@ def flat(text: str) -> str:
 
 @pytest.mark.parametrize("example", ["t4-any-cloud.yaml", "a100-azure.yaml", "ddp-2-nodes.yaml"])
 def test_plan_fits_and_keeps_market_price_and_estimate(example: str) -> None:
-    out = cli("plan", f"examples/{example}")
+    out = cli("plan", f"examples/{example}", env=clean_env(), cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert not too_wide(out.stdout), too_wide(out.stdout)
     head = header(out.stdout, "#") if "#" in out.stdout.split("─")[0] else header(out.stdout, "cloud")
     assert "market" in head and "$/h" in head and "est. $" in head, head
-    plan = json.loads(cli("plan", f"examples/{example}", "--json").stdout)
+    plan = json.loads(cli("plan", f"examples/{example}", "--json", env=clean_env(), cwd=REPO).stdout)
     for c in plan["candidates"][:10]:
         assert c["instance_type"] in out.stdout.split(), c["instance_type"]  # whole, never cut
     dropped = [line for line in out.stderr.splitlines() if "not shown" in line]
@@ -86,26 +63,26 @@ def test_plan_fits_and_keeps_market_price_and_estimate(example: str) -> None:
 
 
 def test_catalog_all_keeps_the_status_and_says_what_retired_means() -> None:
-    out = cli("catalog", "--all")
+    out = cli("catalog", "--all", env=clean_env(), cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert not too_wide(out.stdout), too_wide(out.stdout)
     assert "status" in header(out.stdout, "GPU")
     text = flat(out.stdout)
     assert "retired 2023-09-06" in text and "retired 2025-12-20" in text and "retired 2025-09-30" in text
     # p2's retirement date was never announced: the date is when the API was read, and it says so.
-    k80 = flat(cli("catalog", "--gpu", "K80", "--all").stdout)
+    k80 = flat(cli("catalog", "--gpu", "K80", "--all", env=clean_env(), cwd=REPO).stdout)
     assert "not offered as of 2026-12-03" in k80 and "retired 2026-12-03" not in k80
-    rows = json.loads(cli("catalog", "--all", "--json").stdout)
+    rows = json.loads(cli("catalog", "--all", "--json", env=clean_env(), cwd=REPO).stdout)
     for row in rows:
         assert row["instance_type"] in out.stdout.split(), row["instance_type"]
 
 
 def test_gpus_never_cuts_an_instance_name() -> None:
-    out = cli("gpus")
+    out = cli("gpus", env=clean_env(), cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert not too_wide(out.stdout), too_wide(out.stdout)
     words = out.stdout.split()
-    for doc in json.loads(cli("gpus", "--json").stdout):
+    for doc in json.loads(cli("gpus", "--json", env=clean_env(), cwd=REPO).stdout):
         for key in ("cheapest_on_demand", "cheapest_spot"):
             if doc[key]:
                 assert doc[key]["instance_type"] in words, doc[key]["instance_type"]
@@ -123,7 +100,7 @@ def test_gpus_never_cuts_an_instance_name() -> None:
 def test_a_gpu_count_sold_only_on_retired_types_says_so(tmp_path: Path, count: int, retired: str, date: str) -> None:
     spec = tmp_path / "v100.yaml"
     spec.write_text(f"name: v100\nresources:\n  gpu: V100:{count}\nrun: python3 train.py\n")
-    out = cli("plan", str(spec), cwd=tmp_path)
+    out = cli("plan", str(spec), cwd=tmp_path, env=clean_env())
     assert out.returncode == 2 and "Traceback" not in out.stderr
     text = flat(out.stderr)
     assert f"{retired} (retired {date})" in text and "Standard_NC" in text and "retired 2025-09-30" in text
@@ -134,7 +111,7 @@ def test_a_gpu_count_sold_only_on_retired_types_says_so(tmp_path: Path, count: i
 def test_k80_on_aws_says_not_offered_as_of_the_date_read(tmp_path: Path) -> None:
     spec = tmp_path / "k80.yaml"
     spec.write_text("name: k80\nresources:\n  cloud: aws\n  gpu: K80:1\nrun: python3 train.py\n")
-    out = cli("plan", str(spec), cwd=tmp_path)
+    out = cli("plan", str(spec), cwd=tmp_path, env=clean_env())
     assert out.returncode == 2
     assert "p2.xlarge, p2.8xlarge, p2.16xlarge (not offered as of 2026-12-03)" in flat(out.stderr)
     assert "retired 2026-12-03" not in out.stderr
@@ -190,7 +167,7 @@ def runs(gpucloud_home: Path) -> Iterator[Path]:
 
 
 def test_ls_fits_80_columns_and_names_what_it_leaves_out(runs: Path) -> None:
-    out = cli("ls", env=clean_env(GPUCLOUD_HOME=str(runs)))
+    out = cli("ls", env=clean_env(GPUCLOUD_HOME=str(runs)), cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert max(len(line) for line in out.stdout.splitlines()) <= WIDTH, out.stdout
     words = out.stdout.split()
@@ -203,7 +180,7 @@ def test_ls_fits_80_columns_and_names_what_it_leaves_out(runs: Path) -> None:
 
 def test_status_of_one_run_wraps_its_long_lines(runs: Path) -> None:
     rid = RUNS[1][0]
-    out = cli("status", rid, env=clean_env(GPUCLOUD_HOME=str(runs)))
+    out = cli("status", rid, env=clean_env(GPUCLOUD_HOME=str(runs)), cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert max(len(line) for line in out.stdout.splitlines()) <= WIDTH, out.stdout
     assert "interrupted by Ctrl-C while the job was running" in flat(out.stdout)
@@ -211,7 +188,7 @@ def test_status_of_one_run_wraps_its_long_lines(runs: Path) -> None:
 
 
 def test_cost_is_a_table_that_fits(runs: Path) -> None:
-    out = cli("cost", env=clean_env(GPUCLOUD_HOME=str(runs)))
+    out = cli("cost", env=clean_env(GPUCLOUD_HOME=str(runs)), cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert max(len(line) for line in out.stdout.splitlines()) <= WIDTH, out.stdout
     assert "─" in out.stdout and "$ cost" in out.stdout  # a table, not 112-column text

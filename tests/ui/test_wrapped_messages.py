@@ -6,26 +6,15 @@ real CLI with stdout and stderr piped, as in a CI log."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpucloud.ui.prose import fill
+from tests.support.cli import clean_env, cli
 from tests.support.text import flat, messages
 
 REPO = Path(__file__).resolve().parents[2]
-CLOUD_VARS = ("AWS_", "AZURE_", "IDENTITY_", "GPUCLOUD_AZURE", "GPUCLOUD_TEST_", "COLUMNS")
-
-
-def cli(*args: str, cwd: Path, columns: int = 80, **extra: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(CLOUD_VARS)}
-    env.update({"CI": "true", "COLUMNS": str(columns), "PYTHONPATH": str(REPO), **extra})
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
-    )
 
 
 def over(text: str, width: int) -> list[str]:
@@ -37,10 +26,10 @@ K80_JOB = "name: k80\nresources:\n  gpu: K80:1\nrun: python3 train.py\n"
 
 @pytest.mark.parametrize("columns", [80, 60])
 def test_a_long_error_paragraph_wraps_to_the_width_and_loses_no_word(tmp_path: Path, columns: int) -> None:
-    out = cli("catalog", "--gpu", "K8O", cwd=tmp_path, columns=columns)
+    out = cli("catalog", "--gpu", "K8O", cwd=tmp_path, env=clean_env(columns))
     assert out.returncode == 2 and len(out.stderr.splitlines()) >= 3, out.stderr
     assert not over(out.stderr, columns), over(out.stderr, columns)
-    doc = json.loads(cli("catalog", "--gpu", "K8O", "--json", cwd=tmp_path, columns=columns).stdout)["error"]
+    doc = json.loads(cli("catalog", "--gpu", "K8O", "--json", cwd=tmp_path, env=clean_env(columns)).stdout)["error"]
     # The same words as the JSON document's message and hint, in the same order: nothing cut.
     assert flat(out.stderr) == flat(f"error: {doc['message']}\n{doc['hint']}")
     assert "\n" not in doc["message"] and "\n" not in doc["hint"]  # JSON is never wrapped
@@ -49,10 +38,10 @@ def test_a_long_error_paragraph_wraps_to_the_width_and_loses_no_word(tmp_path: P
 def test_a_long_plan_error_wraps_around_its_one_long_path(tmp_path: Path) -> None:
     spec = tmp_path / "k80.yaml"
     spec.write_text(K80_JOB)
-    out = cli("plan", spec.name, cwd=tmp_path)
+    out = cli("plan", spec.name, cwd=tmp_path, env=clean_env())
     assert out.returncode == 2 and len(out.stderr.splitlines()) > 6, out.stderr
     assert [line.strip() for line in over(out.stderr, 80)] in ([], [f"{spec}:"]), out.stderr  # only the path
-    doc = json.loads(cli("plan", spec.name, "--json", cwd=tmp_path).stdout)["error"]
+    doc = json.loads(cli("plan", spec.name, "--json", cwd=tmp_path, env=clean_env()).stdout)["error"]
     assert flat(out.stderr) == flat(f"error: {doc['message']}\n{doc['hint']}")
 
 
@@ -62,7 +51,12 @@ def test_a_long_run_time_warning_wraps_to_80_columns(tmp_path: Path) -> None:
         "name: many\nresources: {cloud: local}\nrun: 'mkdir -p out; for i in 1 2 3; do echo $i > out/f$i; done'\n"
         "artifacts: [out/]\nmax_duration: 5m\n"
     )
-    out = cli("run", str(spec), cwd=tmp_path, GPUCLOUD_ARTIFACTS_MAX_FILES="1", GPUCLOUD_HOME=str(tmp_path / "home"))
+    out = cli(
+        "run",
+        str(spec),
+        cwd=tmp_path,
+        env=clean_env(GPUCLOUD_ARTIFACTS_MAX_FILES="1", GPUCLOUD_HOME=str(tmp_path / "home")),
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stderr.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("warning: artifacts not extracted"))
@@ -82,7 +76,7 @@ def test_a_long_path_in_an_error_is_never_cut(tmp_path: Path) -> None:
     deep.mkdir(parents=True)
     spec = deep / "k80.yaml"
     spec.write_text(K80_JOB)
-    out = cli("plan", str(spec), cwd=tmp_path)
+    out = cli("plan", str(spec), cwd=tmp_path, env=clean_env())
     assert out.returncode == 2
     assert str(spec) in out.stderr  # whole, on one line, even though it is longer than 80 columns
     assert not [line for line in over(out.stderr, 80) if str(spec) not in line]
