@@ -389,7 +389,8 @@ class RunHandle:
 @runtime_checkable
 class Provider(Protocol):
     """One cloud. Every cloud call that creates something is preceded by `journal.intent(...)`
-    and followed by `journal.created(...)`, so a crash at any point can be cleaned up."""
+    and followed by `journal.created(...)`, so a crash at any point can be cleaned up. A provider
+    class subclasses it (`class MyProvider(Provider)`) to inherit the optional methods' defaults."""
 
     name: str
     capabilities: Capabilities
@@ -431,6 +432,24 @@ class Provider(Protocol):
         """Find (and unless dry_run delete) every tagged resource whose TAG_EXPIRES has passed,
         in every region. Returns one human line per resource."""
         ...
+
+    # Optional: a provider class that subclasses Provider inherits these defaults, so the core calls
+    # them plainly on every provider.
+
+    def plan_stack(self, stack: Stack) -> Stack:
+        """The stack as on the machines just planned (plan_candidates' hosts report theirs); the
+        planner's own stack where the provider installs it."""
+        return stack
+
+    def plan_notes(self) -> list[str]:
+        """What plan_candidates left out and why, as `plan` warnings."""
+        return []
+
+    def stop(self, handle: RunHandle) -> None:
+        """Stop the nodes, keeping their folders: a provider whose teardown removes the channel
+        (`capabilities.channel_torn_down`) is stopped first, so that what the job saved is read back
+        before the teardown. Nothing to do where the channel outlives the machines."""
+        return None
 
 
 SSH_CIDR_ENV = "GPUCLOUD_SSH_CIDR"  # e.g. "203.0.113.7/32" when the public address cannot be looked up

@@ -15,10 +15,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpucloud.contract.provider import Capabilities, CloudCheck, ImageStore, Provider
+    from gpucloud.contract.services import DataStore, ImageLogin
 
 
 def _aws_configured() -> bool:
@@ -77,6 +78,13 @@ class ProviderInfo:
     # "module:function(instance_type, spot) -> str": the network a multi-node run's nodes of that
     # type talk over ("EFA ×32", "InfiniBand", "TCP"), from shipped data, no SDK call (`plan`).
     fabric: str | None = None
+    # The bucket scheme of its object store as a job's inputs/outputs ("s3" for s3://) and the
+    # "module:Class" of its contract.services.DataStore (docs/DATA.md).
+    bucket_scheme: str | None = None
+    data_store: str | None = None
+    # "module:function(registry, repository, tag, digest)" returning a contract.services.ImageLogin
+    # for an image in its container registry, or None for any other image (docs/CONTAINERS.md).
+    image_login: str | None = None
     # "module:function(dry, confirm, say) -> dict": `gpucloud setup CLOUD`, what the account needs once.
     setup: str | None = None
     # "module:function(asks, budget_s) -> list[dict]": the GPU quota of each candidate's family and
@@ -104,6 +112,9 @@ REGISTRY: dict[str, ProviderInfo] = {
             identity="gpucloud.providers.aws.check:identity",
             image_store="gpucloud.providers.aws.bake:AwsImageStore",
             fabric="gpucloud.providers.aws.efa:fabric",
+            bucket_scheme="s3",
+            data_store="gpucloud.providers.aws.services:S3Store",
+            image_login="gpucloud.providers.aws.services:ecr_login",
             setup="gpucloud.providers.aws.setup:setup",
             quota="gpucloud.providers.aws.quota:verdicts",
             region_pattern=r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]+",  # us-east-1, ap-southeast-5, us-gov-west-1
@@ -121,7 +132,11 @@ REGISTRY: dict[str, ProviderInfo] = {
             catalog_source="gpucloud.providers.azure.catalog",
             image_store="gpucloud.providers.azure.bake:AzureImageStore",
             fabric="gpucloud.providers.azure.sizes:fabric",
+            bucket_scheme="az",
+            data_store="gpucloud.providers.azure.services:BlobStore",
+            image_login="gpucloud.providers.azure.services:acr_login",
             setup="gpucloud.providers.azure.setup:setup",
+            policy="gpucloud.providers.azure.rbac:policy_document",
             check="gpucloud.providers.azure.check:check",
             identity="gpucloud.providers.azure.check:identity",
             region_pattern=r"[a-z][a-z0-9]{4,}",  # eastus, westus3, southeastasia: lower-case letters and digits
@@ -325,3 +340,48 @@ def image_store(cloud: str) -> ImageStore:
         )
     module, cls = entry.image_store.split(":")
     return getattr(importlib.import_module(module), cls)()
+
+
+def _loaded(target: str) -> Any:
+    """The attribute a "module:name" entry names (its module imported now, never at start-up)."""
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def bucket_provider(scheme: str) -> ProviderInfo | None:
+    """The entry of the provider whose store serves a bucket scheme (its credentials reach it)."""
+    return next((e for e in REGISTRY.values() if e.bucket_scheme == scheme and e.data_store), None)
+
+
+def bucket_schemes() -> tuple[str, ...]:
+    """The bucket schemes a provider's DataStore serves (`s3`, `az`)."""
+    return tuple(e.bucket_scheme for e in REGISTRY.values() if e.bucket_scheme and e.data_store)
+
+
+def data_store_class(scheme: str) -> type[DataStore] | None:
+    """The DataStore class of a bucket scheme, or None where no provider serves it."""
+    entry = bucket_provider(scheme)
+    return _loaded(entry.data_store) if entry and entry.data_store else None
+
+
+def data_store(scheme: str, account: str = "") -> DataStore | None:
+    """The store for a bucket scheme (and account), or None where no provider serves the scheme."""
+    cls = data_store_class(scheme)
+    return cls(account) if cls else None
+
+
+def bucket_credentials_found(scheme: str) -> bool:
+    """Whether credentials for a bucket scheme's store look present here (environment and files, no
+    SDK, no network): its provider's `configured`, or the store's own (a storage key)."""
+    entry, cls = bucket_provider(scheme), data_store_class(scheme)
+    return bool(entry and cls and (cls.credentials_found() or entry.configured()))
+
+
+def image_login(registry: str, repository: str, tag: str | None, digest: str | None) -> ImageLogin | None:
+    """The pull login of an image in a provider's container registry; None for any other image."""
+    for entry in REGISTRY.values():
+        if entry.image_login:
+            login = _loaded(entry.image_login)(registry, repository, tag, digest)
+            if login is not None:
+                return login
+    return None

@@ -324,10 +324,9 @@ def _unpriced_plan(
         provider = providers.get_provider(name)
         own = provider.plan_candidates(plan_request(spec, image))
         candidates.extend(replace(c, gpu=gpu or "") for c in own)
-        if own and not candidates[: -len(own)] and hasattr(provider, "plan_stack"):
-            stack = provider.plan_stack(stack)  # optional: the stack as on the machines just planned
-        if hasattr(provider, "plan_notes"):
-            warnings.extend(provider.plan_notes())  # optional: what it left out and why
+        if own and not candidates[: -len(own)]:
+            stack = provider.plan_stack(stack)  # the stack as on the machines just planned
+        warnings.extend(provider.plan_notes())  # what it left out and why
         if gpu and own and not providers.capabilities(name).install_stack:
             warnings.append(
                 f"{name} provider: the stack install is skipped; the job uses this machine's {gpu} "

@@ -4,9 +4,10 @@ At plan time (`check`): every source is looked up from the caller (a bucket that
 an empty prefix, a missing local path or an https URL that does not answer fails here, naming
 it), giving the files, their total size and an ETA for `plan`. After launch (`grants`): the
 node's document of exactly the grants the job file names, expiring at the run's deadline: one
-GET URL per input file, one read/list credential per mounted input folder (`mode: mount`:
-gpucloud/providers/aws/mount.py, the Blob SAS), one write-only grant per output prefix
-(gpucloud/providers/*/data.py say what each store's grant allows). It is sealed to the node's key with its secrets
+GET URL per input file, one read/list credential per mounted input folder (`mode: mount`), one
+write-only grant per output prefix. A bucket's store is the DataStore its scheme's provider offers
+(gpucloud/contract/services.py, found through the registry: each says what its grants allow); this
+module names no cloud. It is sealed to the node's key with its secrets
 (gpucloud/run/secrets.py) and never written in plain text. Local inputs go up to the run's
 channel first (not through the code tarball's cap); the node copies inputs in parallel before
 `setup` and syncs outputs at the end, straight between the node and the bucket.
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.channel.store import run_prefix
+from gpucloud.contract import registry as providers
 from gpucloud.errors import UserError
 from gpucloud.spec.data import DataSource, input_source, parse_location
 from gpucloud.ui.prose import to_stderr
@@ -30,6 +32,7 @@ from gpucloud.ui.untrusted import shown
 from gpucloud.vm.agent.names import path_problem
 
 if TYPE_CHECKING:
+    from gpucloud.contract.services import DataStore
     from gpucloud.spec.load import JobSpec
 
 ASSUMED_MBPS = 100.0  # MB/s a node copies from a bucket in its region, for plan's ETA
@@ -132,65 +135,49 @@ class DataPlan:
         return doc
 
 
-def _store(account: str) -> Any:
-    from gpucloud.providers.azure.data import Store
-
-    return Store(account)
+def _store(src: DataSource) -> DataStore | None:
+    """The store of a bucket source (its provider's, found by its scheme); None for a URL or a path."""
+    return providers.data_store(src.kind, src.account)
 
 
 def _urls(item: Input, channel: Any, run_id: str, n: int, expires: datetime, rank: int) -> list[str]:
     src = item.source
-    if src.kind == "s3":
-        from gpucloud.providers.aws import data as s3
-
-        return s3.input_urls(src.bucket, item.region, [k for _, _, k in item.files], expires)
-    if src.kind == "az":
-        return _store(src.account).input_urls(src.bucket, [k for _, _, k in item.files], expires)
+    store = _store(src)
+    if store is not None:
+        return store.input_urls(src.bucket, item.region, [k for _, _, k in item.files], expires)
     if src.kind == "https":
         return [src.url]
     return [channel.node_url(channel.url_get(_local_key(run_id, n, rel), expires), rank) for rel, _, _ in item.files]
 
 
+def _bucket_store(src: DataSource) -> DataStore:
+    store = _store(src)
+    if store is None:  # the spec lets only bucket schemes be mounted or written to
+        raise UserError(f"{src.text}: no provider serves this kind of bucket.")
+    return store
+
+
 def _mount_grant(item: Input, run_id: str, expires: datetime) -> dict[str, Any]:
     src = item.source
-    if src.kind == "s3":
-        from gpucloud.providers.aws import mount
-
-        return mount.mount_grant(src.bucket, src.prefix, item.region, run_id, expires, f"inputs.{item.dest}")
-    return _store(src.account).mount_grant(src.bucket, src.prefix, expires)
+    return _bucket_store(src).mount_grant(src.bucket, src.prefix, item.region, run_id, expires, f"inputs.{item.dest}")
 
 
 def _check_mount(src: DataSource, where: str, max_duration: int) -> str:
     """A mounted folder looked up like a copied one (the bucket, objects under it; no listing of
-    every file), and on S3 whether a federation token can be had for it; its region."""
-    if src.kind == "s3":
-        from gpucloud.providers.aws import mount
-
-        _mount_limit(src, where, max_duration)
-        return mount.check_mount(src.bucket, src.prefix, where)
-    _store(src.account).check_mount(src.bucket, src.prefix, where)
-    return ""
+    every file), and whether a mount credential can be had for it; its region."""
+    _mount_limit(src, where, max_duration)
+    return _bucket_store(src).check_mount(src.bucket, src.prefix, where)
 
 
 def _mount_limit(src: DataSource, where: str, max_duration: int) -> None:
-    """S3 credentials for a mount last 36 hours at most: a longer job is refused from its file alone."""
-    if src.kind == "s3":
-        from gpucloud.providers.aws import mount
-
-        if max_duration > mount.MAX_TOKEN_S:
-            raise UserError(
-                f"{where}: mode: mount on S3 gets credentials for at most {mount.MAX_TOKEN_S // 3600} hours "
-                f"(STS's limit), and max_duration is {max_duration / 3600:g} hours.",
-                hint="Lower max_duration to 36h or less, or use mode: copy for this input.",
-            )
+    """A store's mount credentials may last less than the job: a longer job is refused from its file alone."""
+    cls = providers.data_store_class(src.kind)
+    if cls is not None:
+        cls.mount_limit(max_duration, where)
 
 
 def _output_grant(out: Output, prefix: str, expires: datetime) -> dict[str, Any]:
-    if out.dest.kind == "s3":
-        from gpucloud.providers.aws import data as s3
-
-        return s3.output_grant(out.dest.bucket, out.region, prefix, expires)
-    return _store(out.dest.account).output_grant(out.dest.bucket, prefix, expires)
+    return _bucket_store(out.dest).output_grant(out.dest.bucket, out.region, prefix, expires)
 
 
 def _local_key(run_id: str, n: int, rel: str) -> str:
@@ -294,7 +281,7 @@ class _NoCredentials(UserError):
 
 
 def _credentials_or_skip(src: DataSource, explore: bool) -> None:
-    if explore and src.kind in _STORE_PROVIDER and not credentials_found(src.kind):
+    if explore and src.kind in providers.bucket_schemes() and not providers.bucket_credentials_found(src.kind):
         raise _NoCredentials(src.text)
 
 
@@ -302,13 +289,9 @@ def _input(src: DataSource, dest: str, mode: str, where: str, base: Path, max_du
     """One input looked up: its files (none when mounted) and its bucket's region."""
     if mode == "mount":
         return Input(dest, src, [], _check_mount(src, where, max_duration), mode)
-    region = ""
-    if src.kind == "s3":
-        from gpucloud.providers.aws import data as s3
-
-        region, files = s3.list_input(src.bucket, src.prefix, where)
-    elif src.kind == "az":
-        files = _store(src.account).list_input(src.bucket, src.prefix, where)
+    region, store = "", _store(src)
+    if store is not None:
+        region, files = store.list_input(src.bucket, src.prefix, where)
     elif src.kind == "https":
         files = [("", _https_size(src.url, where), src.url)]
     else:
@@ -319,43 +302,15 @@ def _input(src: DataSource, dest: str, mode: str, where: str, base: Path, max_du
 
 
 def _output_region(target: DataSource, where: str) -> str:
-    if target.kind == "s3":
-        from gpucloud.providers.aws import data as s3
-
-        return s3.check_output(target.bucket, where)
-    _store(target.account).check_output(target.bucket, where)
-    return ""
-
-
-# The provider package whose credentials reach each bucket kind (the registry names the providers).
-_STORE_PROVIDER = {"s3": "gpucloud.providers.aws", "az": "gpucloud.providers.azure"}
-_AZ_STORE_ENV = ("AZURE_STORAGE_KEY", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_CLIENT_ID")
-
-
-def credentials_found(kind: str) -> bool:
-    """Whether credentials for a bucket kind's store look present here (environment and files, no
-    SDK, no network): the registry's `configured` check of its provider, and for az:// a storage
-    account key or a service principal too."""
-    import os
-
-    from gpucloud.contract import registry as providers
-
-    if kind == "az" and (any(os.environ.get(name) for name in _AZ_STORE_ENV) or (Path.home() / ".azure").is_dir()):
-        return True  # a key, a service principal, or an `az login` sign-in
-    entries = [providers.info(name) for name in providers.names()]
-    return any(e.configured() for e in entries if e.module == _STORE_PROVIDER.get(kind))
+    return _bucket_store(target).check_output(target.bucket, where)
 
 
 def _unchecked(exc: UserError, src: DataSource, where: str, explore: bool) -> str:
     """The warning for a source `plan` could not check from here; the error itself when `run`
     asks, or when the check gave a real answer (a missing bucket, an empty prefix, HTTP 404)."""
     if explore and isinstance(exc, _NoCredentials):
-        from gpucloud.contract import registry as providers
-
-        title = next(
-            providers.info(n).title for n in providers.names() if providers.info(n).module == _STORE_PROVIDER[src.kind]
-        )
-        why = f"no {title} credentials found here"
+        entry = providers.bucket_provider(src.kind)
+        why = f"no {entry.title if entry else src.kind} credentials found here"
     elif explore and isinstance(exc, Unreached):
         why = "it does not answer from here"
     else:
@@ -364,13 +319,16 @@ def _unchecked(exc: UserError, src: DataSource, where: str, explore: bool) -> st
 
 
 def policy_statements(spec: JobSpec) -> list[dict[str, Any]]:
-    """The IAM statements the job's s3:// inputs and outputs need from the caller (`iam-policy --data`):
-    a mounted input's reads too (the machine's federation token can do no more than its caller)."""
-    from gpucloud.providers.aws.data import policy_statements as s3_statements
-    from gpucloud.providers.aws.mount import policy_statements as mount_statements
-
+    """The statements the job's bucket inputs and outputs need from the caller (`iam-policy --data`),
+    from each store: a mounted input's reads too (its credential can do no more than its caller)."""
     sources = [(parse_location(text), mode) for text, mode in map(input_source, spec.inputs.values())]
-    reads = [(s.bucket, s.prefix) for s, _ in sources if s.kind == "s3"]
-    mounts = [(s.bucket, s.prefix) for s, mode in sources if s.kind == "s3" and mode == "mount"]
-    writes = [(s.bucket, s.prefix) for s in map(parse_location, spec.outputs.values()) if s.kind == "s3"]
-    return s3_statements(reads, writes) + mount_statements(mounts)
+    targets = list(map(parse_location, spec.outputs.values()))
+    statements: list[dict[str, Any]] = []
+    for scheme in providers.bucket_schemes():
+        cls = providers.data_store_class(scheme)
+        if cls is not None:
+            reads = [(s.bucket, s.prefix) for s, _ in sources if s.kind == scheme]
+            mounts = [(s.bucket, s.prefix) for s, mode in sources if s.kind == scheme and mode == "mount"]
+            writes = [(s.bucket, s.prefix) for s in targets if s.kind == scheme]
+            statements += cls.policy_statements(reads, writes, mounts)
+    return statements

@@ -517,9 +517,9 @@ class _Run:
 
     def _stop_first(self) -> bool:
         """A provider whose teardown removes the channel (SSH hosts) stops the nodes first, keeping
-        their folders (its optional `stop`), so that what the job saved is read back before."""
+        their folders (`Provider.stop`), so that what the job saved is read back before."""
         launch = self.launch
-        if launch is None or not launch.provider.capabilities.channel_torn_down or not hasattr(launch.provider, "stop"):
+        if launch is None or not launch.provider.capabilities.channel_torn_down:
             return False
         self.tearing_down = True  # a second Ctrl-C from here on only warns
         try:

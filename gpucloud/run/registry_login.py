@@ -3,9 +3,9 @@ sealed to the node's key with its secrets (gpucloud/run/secrets.py): never in us
 store, a log or `--json` output (docs/CONTAINERS.md, "Private registries").
 
 Where it comes from: `container.login` (a username and a password taken from `secrets:`), else, for
-an image in Amazon ECR, a pull token the CLI asks ECR for with the caller's credentials (12 hours),
-or for Azure Container Registry a refresh token exchanged for the caller's Entra ID token (about 3
-hours); either is asked again for a later seal when less than an hour is left (a spot restart hours
+an image in a provider's container registry, the pull token its ImageLogin gets with the caller's
+credentials (gpucloud/contract/services.py, found through the registry: ECR's lasts 12 hours, ACR's
+about 3); it is asked again for a later seal when less than an hour is left (a spot restart hours
 later). Public images need none.
 """
 
@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpucloud.contract import registry as providers
 from gpucloud.spec.container import parse_image_ref
 
 REFRESH_BEFORE_S = 3600.0
@@ -48,8 +49,9 @@ class PullLogins:
 
 
 def pull_logins(spec: Any, secret_values: Mapping[str, str], *, check: bool = True) -> PullLogins | None:
-    """The job's pull logins, or None when its image needs none. With `check`, an ECR image is looked
-    up first (UserError naming it when ECR does not have it), before anything is launched."""
+    """The job's pull logins, or None when its image needs none. With `check`, the image is looked up
+    first where its registry can say (ECR: UserError naming it when ECR does not have it), before
+    anything is launched."""
     container = getattr(spec, "container", None)
     if container is None:
         return None
@@ -59,36 +61,19 @@ def pull_logins(spec: Any, secret_values: Mapping[str, str], *, check: bool = Tr
         server = login.registry or ref.registry
         value = secret_values[login.password_secret]
         return PullLogins(lambda: PullLogin(server, login.username, value))
-    from gpucloud.providers.azure.acr import is_acr
-
-    if is_acr(ref.registry):
-        return _acr_logins(ref.registry, f"container: {container.image}")
-    from gpucloud.providers.aws.ecr import check_image, ecr_image, pull_token
-
-    ecr = ecr_image(ref.registry, ref.repository, ref.tag, ref.digest)
-    if ecr is None:
+    image = providers.image_login(ref.registry, ref.repository, ref.tag, ref.digest)
+    if image is None:
         return None
+    where = f"container: {container.image}"
     if check:
-        check_image(ecr, f"container: {container.image}")
+        image.check(where)
 
     def make() -> PullLogin:
-        user, password, expires = pull_token(ecr)
+        user, password, expires = image.pull_token(where)
         return PullLogin(ref.registry, user, password, expires)
 
     logins = PullLogins(make)
     logins.current()  # the token is asked for now: a refusal stops the run before launch
-    return logins
-
-
-def _acr_logins(registry: str, where: str) -> PullLogins:
-    from gpucloud.providers.azure.acr import pull_token
-
-    def make() -> PullLogin:
-        user, password, expires = pull_token(registry, where)
-        return PullLogin(registry, user, password, expires)
-
-    logins = PullLogins(make)
-    logins.current()  # exchanged now: no credentials or no AcrPull stops the run before launch
     return logins
 
 
@@ -97,9 +82,6 @@ def policy_statements(spec: Any) -> list[dict[str, Any]]:
     container = getattr(spec, "container", None)
     if container is None or container.login is not None:
         return []
-    from gpucloud.providers.aws.ecr import ecr_image
-    from gpucloud.providers.aws.ecr import policy_statements as ecr_statements
-
     ref = parse_image_ref(container.image)
-    ecr = ecr_image(ref.registry, ref.repository, ref.tag, ref.digest)
-    return ecr_statements([ecr] if ecr else [])
+    image = providers.image_login(ref.registry, ref.repository, ref.tag, ref.digest)
+    return image.policy_statements() if image else []

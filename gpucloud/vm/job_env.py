@@ -156,8 +156,8 @@ def container_config(spec: JobSpec, node: NodeStack | None = None) -> dict[str, 
 
 
 def _token_registry(registry: str, repository: str) -> bool:
-    """A registry whose pull token the CLI gets with the caller's credentials (as registry_login.py)."""
-    from gpucloud.providers.aws.ecr import ecr_image
-    from gpucloud.providers.azure.acr import is_acr
+    """A registry whose pull token the CLI gets with the caller's credentials (as registry_login.py):
+    a provider's container registry, found through the registry of providers."""
+    from gpucloud.contract import registry as providers
 
-    return ecr_image(registry, repository, None, None) is not None or is_acr(registry)
+    return providers.image_login(registry, repository, None, None) is not None

@@ -26,6 +26,7 @@ from gpucloud.contract.provider import (
     Capabilities,
     FatalProvisionError,
     LaunchRequest,
+    Provider,
     RunHandle,
     ThrottledError,
 )
@@ -65,7 +66,7 @@ def _default_warn(message: str) -> None:
     to_stderr(f"warning: {message}")
 
 
-class AwsProvider(AwsClients):
+class AwsProvider(AwsClients, Provider):
     """The Provider protocol on EC2 + S3."""
 
     name = CLOUD

@@ -43,6 +43,7 @@ from gpucloud.contract.provider import (
     Capabilities,
     FatalProvisionError,
     LaunchRequest,
+    Provider,
     ProvisionError,
     RunHandle,
     expiry_tag,
@@ -104,7 +105,7 @@ def _allow_http_policy() -> Any:
     return AllowHttp()
 
 
-class AzureProvider:
+class AzureProvider(Provider):
     """The Azure implementation of the Provider protocol (contract/provider.py)."""
 
     name = "azure"

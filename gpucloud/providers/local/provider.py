@@ -20,6 +20,7 @@ from gpucloud.contract.provider import (
     Capabilities,
     FatalProvisionError,
     LaunchRequest,
+    Provider,
     RunHandle,
     expiry_tag,
 )
@@ -46,7 +47,7 @@ def drop_log_copies(sandbox: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-class LocalProvider:
+class LocalProvider(Provider):
     """Provider protocol on this machine. Nodes live in `GPUCLOUD_HOME/local/<run_id>/node-<rank>`."""
 
     name = "local"

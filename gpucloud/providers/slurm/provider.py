@@ -22,6 +22,7 @@ from gpucloud.contract.provider import (
     Capabilities,
     FatalProvisionError,
     LaunchRequest,
+    Provider,
     ProvisionError,
     RunHandle,
     expiry_tag,
@@ -98,7 +99,7 @@ squeue -h -u "$me" -o "%i|%u|%k" 2>/dev/null | head -n 10000 | head -c 2000000
 """
 
 
-class SlurmProvider:
+class SlurmProvider(Provider):
     """Provider protocol over Slurm. Region = `<cluster>/<partition>` (cluster: the login node as
     the job wrote it, or `local`); instance type = the GRES asked per node (`gpu:k80:2`)."""
 

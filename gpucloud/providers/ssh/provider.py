@@ -24,6 +24,7 @@ from gpucloud.contract.provider import (
     CapacityError,
     FatalProvisionError,
     LaunchRequest,
+    Provider,
     RunHandle,
 )
 from gpucloud.errors import UserError
@@ -185,7 +186,7 @@ def _script(body: str, **values: object) -> str:
     return f"{PRIVATE}R={REMOTE_ROOT}; {head}\n{OURS}{body}"
 
 
-class SshProvider:
+class SshProvider(Provider):
     """Provider protocol over ssh. Region = the run's hosts in rank order, joined with commas."""
 
     name = "ssh"
