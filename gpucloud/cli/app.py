@@ -16,6 +16,7 @@ from gpucloud import __version__
 from gpucloud.cli.options import (
     AllowInputOpt,
     AllowSecretOpt,
+    AllReasonsOpt,
     CloudOpt,
     EnvOpt,
     HostOpt,
@@ -183,9 +184,8 @@ def plan(
     region: RegionOpt = None,
     spot: Annotated[bool | None, typer.Option("--spot/--no-spot", help="Force spot or on-demand.")] = None,
     json_out: JsonOpt = False,
-    show_all: Annotated[
-        bool, typer.Option("--all", help="List every excluded offering, not only the closest.")
-    ] = False,
+    show_all: Annotated[bool, typer.Option("--all", help="Every candidate and exclusion group.")] = False,
+    all_reasons: AllReasonsOpt = False,
     host: HostOpt = None,
     estimates: Annotated[
         bool, typer.Option("--estimates/--no-estimates", help="Refuse offerings whose price is an estimate.")
@@ -211,7 +211,7 @@ def plan(
     if json_out:
         emit_json({**result.as_json(), "upload": upload.as_json(), **({"data": data.as_json()} if data else {})})
         return
-    views.print_plan(result, show_all=show_all)
+    views.print_plan(result, show_all=show_all, all_reasons=all_reasons)
     views.note(upload.summary())
     if data and data.summary():  # none when no source could be checked from here
         views.note(data.summary())

@@ -58,6 +58,9 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confir
 StrictOpt = Annotated[
     bool, typer.Option("--strict", help="Unset secrets and buckets it cannot check are errors, not warnings (CI).")
 ]
+AllReasonsOpt = Annotated[
+    bool, typer.Option("--all-reasons", help="List each excluded offering with its full reason and sources.")
+]
 
 
 def allowances(secrets: list[str] | None, inputs: list[str] | None) -> Any:

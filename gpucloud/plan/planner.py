@@ -425,7 +425,7 @@ def _markets(
         markets = (True, False) if off.spot_price_per_hour is not None else (False,)
     elif policy:
         if off.spot_price_per_hour is None:
-            return [], "no spot market for this type here"
+            return [], "no spot price in the catalog for this type here"
         markets = (True,)
     else:
         markets = (False,)

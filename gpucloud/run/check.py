@@ -50,24 +50,30 @@ def _timed(cloud: str) -> CloudCheck:
 
 
 def print_checks(results: list[CloudCheck]) -> None:
-    """Human report: one block per cloud; problems with their fixes."""
+    """Human report: one block per cloud; problems with their fixes. Every line is wrapped to the
+    output width, continuing under its value (a region list or a fix is often longer than a line)."""
+    from gpucloud.ui.prose import fill, output_width
+
+    lines: list[str] = []
     for r in results:
         head = "ok" if r.usable else "NOT USABLE"
-        print(f"{r.cloud}: {head} ({r.seconds:.1f}s)")
+        lines.append(f"{r.cloud}: {head} ({r.seconds:.1f}s)")
         if r.identity:
-            print("  identity  " + ", ".join(f"{k} {v}" for k, v in r.identity.items() if v))
+            lines.append("  identity  " + ", ".join(f"{k} {v}" for k, v in r.identity.items() if v))
         if r.regions:
-            print(f"  regions   {len(r.regions)} enabled: {', '.join(r.regions)}")
+            lines.append(f"  regions   {len(r.regions)} enabled: {', '.join(r.regions)}")
         for q in r.quotas:
             value = "unknown" if q["vcpus"] is None else f"{q['vcpus']:g} vCPUs"
-            print(
+            lines.append(
                 f"  quota     {q['code']} {q['name']} ({q['region']}): {value}"
                 + (f" ({q['note']})" if q["note"] else "")
             )
         for p in r.problems:
-            print(f"  problem   {p['problem']}")
+            lines.append(f"  problem   {p['problem']}")
             if p["fix"]:
-                print(f"  fix       {p['fix']}")
+                lines.append(f"  fix       {p['fix']}")
+    width = output_width()
+    print("\n".join(fill(line, width, continuation=" " * 12) for line in lines))
 
 
 def check_command(cloud: str | None, *, json_out: bool) -> int:

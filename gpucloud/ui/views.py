@@ -5,6 +5,7 @@ of cli.py and the lifecycle so those stay thin; the tables are plain text (ui/ta
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -15,12 +16,14 @@ from gpucloud.ui.table import Table
 if TYPE_CHECKING:
     from gpucloud.catalog.models import Offering
     from gpucloud.catalog.views import GpuSummary
-    from gpucloud.plan.planner import Plan
+    from gpucloud.contract.provider import Candidate
+    from gpucloud.plan.planner import DataAge, Plan
     from gpucloud.plan.stacks import Stack
     from gpucloud.state.store import ResourceRecord, RunRecord
 
 PLAN_ROWS = 10
-EXCLUDED_ROWS = 8
+EXCLUDED_ROWS = 8  # groups of exclusions shown without --all
+GROUPED_SCAN = 5000  # exclusions read to group them without --all (a catalog of every region is large)
 RIGHT = ("$", "GPUs", "vCPU", "GiB", "est")  # right-justified: the columns whose header starts so
 
 
@@ -41,7 +44,11 @@ def _print(
     out, in that order, and named on stderr; then the `last_resort` columns fold. A table that
     still does not fit is printed wider rather than cut (Table.fit, Table.lines)."""
     width = output_width()
-    hidden = table.fit(width, optional, foldable=foldable, last_resort=last_resort)
+    _emit(table, table.fit(width, optional, foldable=foldable, last_resort=last_resort), width)
+
+
+def _emit(table: Table, hidden: list[str], width: int) -> None:
+    """A fitted table on stdout; the columns it left out named on stderr."""
     if hidden:
         note(f"(narrow terminal: column(s) {', '.join(hidden)} not shown; --json has every field)")
     lines = table.lines(width)
@@ -65,13 +72,42 @@ def _warn(lines: list[str] | tuple[str, ...]) -> None:
         note(f"warning: {line}")
 
 
-def print_plan(plan: Plan, *, show_all: bool = False) -> None:
-    """The candidates, the stack and the exclusions. What plan is for (market, $/h, est. $) is the
-    last to give way on a narrow terminal: the host CPU (arch), position, GPU count and cloud columns
-    go first."""
+def print_plan(plan: Plan, *, show_all: bool = False, all_reasons: bool = False) -> None:
+    """The candidates, the stack and the exclusions (grouped; `all_reasons`: each row with its full
+    reason). What plan is for (market, $/h, est. $) is the last to give way on a narrow terminal:
+    the host CPU (arch), position, GPU count, region and then cloud columns go first."""
     spec = plan.spec
     hours = spec.max_duration / 3600
-    per_node = spec.num_nodes > 1
+    say(f"Candidates for {spec.name} (failover order; est. $ for max_duration {hours:.3g} h)")
+    shown = plan.candidates if show_all else plan.candidates[:PLAN_ROWS]
+    _print_marked(
+        lambda mark: _candidates_table(plan, shown, mark=mark),
+        optional=("arch", SOURCE, "$/h\nper node", "#", "request", "GPUs", "fabric", "region", "cloud"),
+    )
+    if len(plan.candidates) > len(shown):
+        say(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
+    if plan.container is not None:
+        _print_container(plan.container.as_json())
+    else:
+        print_stack(plan.stack, brief=True)
+    if len(plan.stacks) > 1:  # GPU alternatives: the stack shown is #1's
+        note(f"the stack above is #1's ({shown[0].gpu}); each GPU gets its own (--json: stacks)")
+    if shown and shown[0].image is not None:  # the image the first candidate boots
+        say(f"image (#1): {shown[0].image.summary()}")
+    _print_exclusions(plan, show_all=show_all, all_reasons=all_reasons)
+    age = plan.data.warning if plan.data is not None else None
+    _warn([w for w in plan.warnings if w != age] + price_ages(shown, plan.data))
+
+
+SOURCE = "price\nsource"
+
+
+def _candidates_table(plan: Plan, shown: Sequence[Candidate], *, mark: bool) -> Table:
+    """The candidates; `mark`: an estimated or old price says so in its market cell (when the
+    price source column that says it is not shown: said once, not twice)."""
+    from gpucloud.plan.fabric import candidate_fabric  # between the nodes: EFA, InfiniBand or TCP
+
+    per_node = plan.spec.num_nodes > 1
     several = len(plan.requests()) > 1  # alternatives: which request each meets
     table = _table(
         "#",
@@ -86,18 +122,13 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
         *(("$/h\nper node",) if per_node else ()),
         "$/h\ntotal" if per_node else "$/h",
         "est. $",
-        "price\nsource",
+        SOURCE,
     )
-    say(f"Candidates for {spec.name} (failover order; est. $ for max_duration {hours:.3g} h)")
-    from gpucloud.plan.fabric import candidate_fabric  # between the nodes: EFA, InfiniBand or TCP
-
-    shown = plan.candidates if show_all else plan.candidates[:PLAN_ROWS]
     for i, c in enumerate(shown, 1):
-        gpus = f"{c.gpu_count} × {c.gpu}" if c.gpu else "-"
         market = "spot" if c.spot else "on-demand"
         if c.status != "active":
             market += f"\n[{c.status}]"
-        if c.price_source is not None and c.price_source.kind in ("estimate", "old"):
+        if mark and c.price_source is not None and c.price_source.kind in ("estimate", "old"):
             market += f"\n({c.price_source.kind} price)"  # never passed off as a quote (no [..]: markup)
         prices = (candidate_fabric(c) or "-", f"{c.price_per_hour:.3f}") if per_node else ()
         table.add_row(
@@ -105,7 +136,7 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
             c.cloud,
             c.region,
             c.instance_type,
-            gpus,
+            f"{c.gpu_count} × {c.gpu}" if c.gpu else "-",
             c.arch,
             *((c.request,) if several else ()),
             market,
@@ -114,32 +145,90 @@ def print_plan(plan: Plan, *, show_all: bool = False) -> None:
             f"{c.estimated_cost:.2f}",
             c.price_source.short() if c.price_source is not None else "-",
         )
-    _print(table, optional=("arch", "price\nsource", "$/h\nper node", "#", "request", "GPUs", "fabric", "cloud"))
-    if len(plan.candidates) > len(shown):
-        say(f"... and {len(plan.candidates) - len(shown)} more candidates (--all lists them, --json gives everything)")
-    if plan.container is not None:
-        _print_container(plan.container.as_json())
-    else:
-        print_stack(plan.stack, brief=True)
-    if len(plan.stacks) > 1:  # GPU alternatives: the stack shown is #1's
-        note(f"the stack above is #1's ({shown[0].gpu}); each GPU gets its own (--json: stacks)")
-    if shown and shown[0].image is not None:  # the image the first candidate boots
-        say(f"image (#1): {shown[0].image.summary()}")
+    return table
+
+
+def _print_marked(build: Callable[[bool], Table], *, optional: tuple[str, ...], foldable: tuple[str, ...] = ()) -> None:
+    """A table whose estimated prices are marked in their own cells only when the price source
+    column (which names them) gives way on a narrow terminal."""
+    width = output_width()
+    table = build(False)
+    hidden = table.fit(width, optional, foldable=foldable)
+    if SOURCE.replace("\n", " ") in hidden:
+        table = build(True)
+        hidden = table.fit(width, optional, foldable=foldable)
+    _emit(table, hidden, width)
+
+
+def _print_exclusions(plan: Plan, *, show_all: bool, all_reasons: bool) -> None:
+    """Why the closest offerings are not candidates: grouped by cloud, instance family and reason,
+    or (`all_reasons`) every row with its full reason and sources."""
     from gpucloud.plan.rows import listed_exclusions
+    from gpucloud.ui.exclusions import group_exclusions
 
     hidden = ("has ", "cloud ", "instance type is not")
-    shown_ex, relevant = listed_exclusions(plan.excluded, hidden, None if show_all else EXCLUDED_ROWS)
-    if shown_ex:
+    if all_reasons:
+        rows, relevant = listed_exclusions(plan.excluded, hidden, None)
         ex = _table("cloud", "region", "instance type", "why excluded")
-        for e in shown_ex:
+        for e in rows:
             ex.add_row(e.cloud, e.region, e.instance_type, e.reason)
-        _print(ex, foldable=("why excluded",), optional=("cloud",))
-        if not show_all and relevant > EXCLUDED_ROWS:
-            say(f"... {relevant - EXCLUDED_ROWS} more exclusions (--all)")
+        _print(ex, foldable=("why excluded",), optional=("region", "cloud"))
+    else:
+        rows, relevant = listed_exclusions(plan.excluded, hidden, None if show_all else GROUPED_SCAN)
+        groups = group_exclusions(rows)
+        listed = groups if show_all else groups[:EXCLUDED_ROWS]
+        ex = _table("cloud", "instance type", "where", "why excluded")
+        for g in listed:
+            ex.add_row(g.cloud, g.instance_types(), g.where(), g.why())
+        _print(ex, foldable=("why excluded",), optional=("where", "cloud"))
+        if len(groups) > len(listed) or relevant > len(rows):
+            say("... more exclusions (--all lists every group)")
+        if len(groups) < relevant:
+            say(f"{relevant} excluded offerings in {len(groups)} groups; --all-reasons lists each with its full reason")
     other = len(plan.excluded) - relevant
     if other:
         say(f"{other} offerings of other GPUs, counts or clouds not shown (--json lists every one with its reason)")
-    _warn(plan.warnings)
+
+
+PRICE_KINDS = {"shipped": "shipped", "estimate": "estimated from prices", "live": "live", "old": "kept old"}
+
+
+def price_ages(shown: Sequence[Candidate], data: DataAge | None) -> list[str]:
+    """The age of the prices shown, per source and date: one warning when they share one date
+    (as the catalog's), one clause per source when they differ; nothing when none is stale."""
+    if data is None:
+        return []
+    groups: dict[tuple[str, str], int] = {}
+    for c in shown:
+        if c.price_source is not None:
+            key = (c.price_source.kind, c.price_source.date)
+            groups[key] = groups.get(key, 0) + 1
+    ages = {key: _days_since(key[1]) for key in groups}
+    if not any(age > data.max_age_days for age in ages.values()):
+        return []
+    refresh = "run `gpucloud catalog refresh` for current prices and offerings."
+    dates = {date for _, date in groups}
+    if len(dates) == 1:
+        date = dates.pop()
+        return [f"prices are {ages[next(iter(groups))]} days old ({data.origin} catalog, price date {date}); {refresh}"]
+    parts = [
+        f"{n} {PRICE_KINDS.get(kind, kind)} of {date}: {ages[(kind, date)]} days old"
+        for (kind, date), n in groups.items()
+    ]
+    return [f"the prices shown differ in age: {'; '.join(parts)}; {refresh}"]
+
+
+def _days_since(date_text: str) -> int:
+    """Days since an ISO date as precise as its source (`2024`, `2026-08`, `2026-08-26T...`): a
+    partial date counts from its start."""
+    from datetime import date
+
+    try:
+        parts = [int(p) for p in date_text[:10].split("-")] + [1, 1]
+        when = date(parts[0], parts[1] or 1, parts[2] or 1)
+    except ValueError:
+        return 0
+    return max(0, (datetime.now(UTC).date() - when).days)
 
 
 def _print_container(doc: dict[str, Any]) -> None:
@@ -188,42 +277,23 @@ def _gpu_hint(name: str) -> str:
 
 
 def print_catalog(rows: list[Offering]) -> None:
-    """Offerings; on a narrow terminal memory, vCPUs and the cloud give way before the status, so
-    a retired row never looks buyable (the status wraps instead)."""
+    """Offerings; on a narrow terminal memory, vCPUs, the region and then the cloud give way before
+    the status, so a retired row never looks buyable (the status wraps instead). An estimated or
+    old price is marked `*` only when the price source column that names it is not shown."""
     gpus = sorted({o.gpu for o in rows})
-    from gpucloud.catalog.prices import price_source
-
-    table = _table(
-        "GPU", "cloud", "region", "instance type", "GPUs", "vCPU", "GiB", "$/h", "$/h\nspot", "status", "price\nsource"
-    )
-    for o in rows:
-        spot = f"{o.spot_price_per_hour:.3f}" if o.spot_price_per_hour is not None else "-"
-        source = price_source(o)
-        table.add_row(
-            o.gpu,
-            o.cloud,
-            o.region,
-            o.instance_type,
-            str(o.gpu_count),
-            str(o.vcpus),
-            f"{o.memory_gib:g}",
-            f"{o.price_per_hour:.3f}" + ("*" if source.kind in ("estimate", "old") else ""),
-            spot,
-            o.status_text(),
-            source.short(),
-        )
     if len(gpus) == 1:  # one GPU (--gpu): say it once in the title instead of on every row
         say(f"Offerings of {gpus[0]}")
     all_active = all(o.status == "active" for o in rows)
-    _print(
-        table,
+    _print_marked(
+        lambda mark: _catalog_table(rows, mark=mark),
         foldable=("status",),
         optional=(
-            "price\nsource",
+            SOURCE,
             *(("status",) if all_active else ()),
             "GiB",
             "vCPU",
             *(("GPU",) if len(gpus) == 1 else ()),
+            "region",
             "cloud",
             "$/h\nspot",
         ),
@@ -235,8 +305,33 @@ def print_catalog(rows: list[Offering]) -> None:
         note(
             f"{len(rows)} offerings; prices as of {dates[0]}"
             + (f" to {dates[-1]}" if len(dates) > 1 else "")
-            + "; * = an estimated or old price, not a quote; sources in the catalog data (--json for machines)."
+            + " (each row's in its price source); * = an estimated or old price, not a quote; "
+            "spot '-' = no spot price in the catalog; sources in the catalog data (--json for machines)."
         )
+
+
+def _catalog_table(rows: list[Offering], *, mark: bool) -> Table:
+    from gpucloud.catalog.prices import price_source
+
+    table = _table(
+        "GPU", "cloud", "region", "instance type", "GPUs", "vCPU", "GiB", "$/h", "$/h\nspot", "status", SOURCE
+    )
+    for o in rows:
+        source = price_source(o)
+        table.add_row(
+            o.gpu,
+            o.cloud,
+            o.region,
+            o.instance_type,
+            str(o.gpu_count),
+            str(o.vcpus),
+            f"{o.memory_gib:g}",
+            f"{o.price_per_hour:.3f}" + ("*" if mark and source.kind in ("estimate", "old") else ""),
+            f"{o.spot_price_per_hour:.3f}" if o.spot_price_per_hour is not None else "-",
+            o.status_text(),
+            source.short(),
+        )
+    return table
 
 
 def print_gpus(summaries: list[GpuSummary]) -> None:

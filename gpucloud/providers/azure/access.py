@@ -78,20 +78,33 @@ def authority_error() -> CredentialsError | None:
     )
 
 
+# The sources gpucloud documents (`az login`, AZURE_* variables, managed identity): a failure of one
+# of these is the cause; the rest of DefaultAzureCredential's chain (VS Code, PowerShell, azd, the
+# broker) only says that it is not installed, which is never why Azure is unusable here.
+SOURCES_THAT_MATTER = (
+    "EnvironmentCredential",
+    "WorkloadIdentityCredential",
+    "ManagedIdentityCredential",
+    "AzureCliCredential",
+)
+NOT_SET_UP = ("unavailable", "not found", "not installed", "could not be found", "az login", "no accounts")
+NO_CREDENTIALS = "no Azure credentials found: az login / AZURE_* variables / managed identity"
+
+
 def credential_summary(text: str) -> str:
-    """The one line that matters of a DefaultAzureCredential failure: the source that was configured
-    and failed, else which sources were tried (instead of the chain's lines of links and advice)."""
+    """The one line that matters of a DefaultAzureCredential failure: the first documented source
+    that was set up and failed (an identity endpoint that does not answer, a rejected secret), else
+    that none is set up (instead of the chain's last link, e.g. a VS Code broker package)."""
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     if not lines:
-        return "no credential available"
-    tried = [m[1] for line in lines if (m := re.match(r"(\w+Credential):", line))]
-    failed = [line for line in lines if re.match(r"\w+Credential:", line) and "unavailable" not in line.lower()]
-    if failed:  # e.g. an identity endpoint that does not answer
-        return failed[0]
-    if tried:
-        shown = ", ".join(tried[:3]) + (", ..." if len(tried) > 3 else "")
-        return f"DefaultAzureCredential tried {len(tried)} sources ({shown}); none had credentials"
-    return lines[0]
+        return NO_CREDENTIALS
+    chain = [(m[1], line) for line in lines if (m := re.match(r"(\w+Credential):", line))]
+    if not chain:
+        return lines[0]
+    for name, line in chain:
+        if name in SOURCES_THAT_MATTER and not any(word in line.lower() for word in NOT_SET_UP):
+            return line
+    return NO_CREDENTIALS
 
 
 def first_line_of(exc: BaseException) -> str:
@@ -172,6 +185,8 @@ def classify_access(exc: BaseException, *, what: str = "") -> CloudAccessError |
                 cloud=CLOUD,
                 hint="Check IDENTITY_ENDPOINT / MSI_ENDPOINT and the network, or sign in with `az login`.",
             )
+        if summary == NO_CREDENTIALS:
+            return CredentialsError(f"{NO_CREDENTIALS}{during}.", cloud=CLOUD, hint=CREDENTIALS_HINT)
         return CredentialsError(
             f"Azure: no usable credentials{during} ({summary}).", cloud=CLOUD, hint=CREDENTIALS_HINT
         )

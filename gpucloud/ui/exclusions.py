@@ -1,0 +1,93 @@
+"""A plan's exclusions grouped for a reader: the rows of one instance family on one cloud that are
+excluded for the same reason are one line ("aws p2.*: not offered as of ... (12 rows)"), so a
+memory-range request does not print forty lines of one retired family, each citing its sources.
+`plan --all-reasons` still lists every row with its full reason; `--json` has every field."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+_PRICE = re.compile(r"\$(\d+(?:\.\d+)?)/h")
+
+
+class Excluded(Protocol):
+    """What grouping reads of an exclusion (plan/rows.py Exclusion)."""
+
+    @property
+    def cloud(self) -> str: ...
+
+    @property
+    def region(self) -> str: ...
+
+    @property
+    def instance_type(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
+@dataclass
+class Group:
+    """Rows of one cloud and instance family excluded for the same reason (prices aside)."""
+
+    cloud: str
+    family: str
+    head: str  # the reason without its parenthesised sources, a price as `$…/h`
+    types: list[str] = field(default_factory=list)
+    regions: list[str] = field(default_factory=list)
+    reasons: set[str] = field(default_factory=set)
+    prices: list[float] = field(default_factory=list)
+    rows: int = 0
+
+    def instance_types(self) -> str:
+        """The type, or the family as `p2.*` when several of its types share the reason."""
+        return self.types[0] if len(self.types) == 1 else f"{self.family}.*"
+
+    def where(self) -> str:
+        return self.regions[0] if len(self.regions) == 1 else f"{len(self.regions)} regions"
+
+    def why(self) -> str:
+        """The reason itself when every row gives the same one, else its common head (a price
+        given as the range of the rows' prices), with the number of rows."""
+        if len(self.reasons) == 1:
+            text = next(iter(self.reasons))
+        elif self.prices and min(self.prices) != max(self.prices):
+            text = self.head.replace("$…/h", f"${min(self.prices):.3f}-{max(self.prices):.3f}/h", 1)
+        else:
+            text = self.head.replace("$…/h", f"${self.prices[0]:.3f}/h", 1) if self.prices else self.head
+        return text + (f" ({self.rows} rows)" if self.rows > 1 else "")
+
+
+def family_of(instance_type: str) -> str:
+    """`p2.xlarge` -> `p2`; a name without a family part (an Azure size) is its own family."""
+    return instance_type.split(".", 1)[0] if "." in instance_type else instance_type
+
+
+def head_of(reason: str) -> str:
+    """The reason up to its first parenthesis (where the sources and rules are cited)."""
+    return reason.split(" (", 1)[0].strip() or reason
+
+
+def group_exclusions(rows: Iterable[Excluded]) -> list[Group]:
+    """Groups in the order of their first row (the catalog's order, as the long form lists them)."""
+    groups: dict[tuple[str, str, str], Group] = {}
+    for e in rows:
+        head = head_of(e.reason)
+        found = _PRICE.search(head)
+        key_head = _PRICE.sub("$…/h", head, count=1)
+        key = (e.cloud, family_of(e.instance_type), key_head)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = Group(e.cloud, key[1], key_head)
+        if e.instance_type not in group.types:
+            group.types.append(e.instance_type)
+        if e.region not in group.regions:
+            group.regions.append(e.region)
+        group.reasons.add(e.reason)
+        if found:
+            group.prices.append(float(found[1]))
+        group.rows += 1
+    return list(groups.values())
