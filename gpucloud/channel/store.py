@@ -30,7 +30,6 @@ from gpucloud.channel.trust import SMALL_OBJECT_MAX, ObjectRefused, read_capped
 from gpucloud.channel.workdir import (  # noqa: F401  (re-exported: callers import them from here)
     ALWAYS_SKIP,
     DEFAULT_CODE_CAP,
-    _human,
     pack_workdir,
     workdir_files,
 )

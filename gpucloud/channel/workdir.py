@@ -137,7 +137,7 @@ def workdir_files(path: Path, skip: Sequence[Path] = ()) -> list[str]:
     return keep
 
 
-def _human(n: float) -> str:
+def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -165,7 +165,7 @@ def pack_workdir(
 
     def too_big(size: str) -> UserError:
         return UserError(
-            f"workdir {root} packs to {size}, above the cap of {_human(cap_bytes)}.",
+            f"workdir {root} packs to {size}, above the cap of {human_bytes(cap_bytes)}.",
             hint="Add large files (datasets, checkpoints, outputs) to .gitignore and download them in "
             "`setup`, or point `workdir` at a smaller folder.",
         )
@@ -180,9 +180,9 @@ def pack_workdir(
                 break
     if stopped_at:
         Path(dest).unlink(missing_ok=True)
-        raise too_big(f"more than {_human(stopped_at)}")
+        raise too_big(f"more than {human_bytes(stopped_at)}")
     size = Path(dest).stat().st_size
     if size > cap_bytes:
         Path(dest).unlink(missing_ok=True)
-        raise too_big(_human(size))
+        raise too_big(human_bytes(size))
     return Path(dest)

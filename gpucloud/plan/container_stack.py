@@ -29,13 +29,13 @@ from gpucloud.plan.stack_data import (
     Stack,
 )
 from gpucloud.plan.stacks import (
+    choose_kernel_modules,
     cpu_stack,
     driver_apt_packages,
-    choose_kernel_modules,
+    driver_lock_packages,
     pin_value,
     profile_for,
     version_key,
-    driver_lock_packages,
 )
 
 if TYPE_CHECKING:
@@ -127,7 +127,9 @@ def _native_min(cuda: str) -> str | None:
     """The lowest driver that runs `cuda` natively: its row of MIN_DRIVER, else the next known
     toolkit of the same major (an upper bound), else None (beyond the table)."""
     major = cuda.split(".")[0]
-    known = sorted((v for v in MIN_DRIVER if v.split(".")[0] == major and version_key(v) >= version_key(cuda)), key=version_key)
+    known = sorted(
+        (v for v in MIN_DRIVER if v.split(".")[0] == major and version_key(v) >= version_key(cuda)), key=version_key
+    )
     return MIN_DRIVER[known[0]] if known else None
 
 

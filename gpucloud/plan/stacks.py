@@ -48,12 +48,12 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------------------------------
 
 
-def _v(version: str) -> tuple[int, ...]:
+def version_key(version: str) -> tuple[int, ...]:
     """ "470.82.01" -> (470, 82, 1), for ordering versions numerically."""
     return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
-def _pin(value: str | None) -> str | None:
+def pin_value(value: str | None) -> str | None:
     """None for "auto"/empty, else the stripped pin."""
     if value is None:
         return None
@@ -61,14 +61,14 @@ def _pin(value: str | None) -> str | None:
     return None if value.lower() in ("", "auto") else value
 
 
-def _profile(architecture: str) -> Profile:
+def profile_for(architecture: str) -> Profile:
     for p in PROFILES:
         if architecture in p.architectures:
             return p
     raise UserError(f"No software stack is defined for the {architecture} architecture.")  # pragma: no cover
 
 
-def _driver_packages(branch: int, modules: str = "proprietary") -> tuple[str, ...]:
+def driver_apt_packages(branch: int, modules: str = "proprietary") -> tuple[str, ...]:
     """apt arguments for the driver: `cuda-drivers` (proprietary modules) or `nvidia-open` (open modules)."""
     name = "nvidia-open" if modules == "open" else "cuda-drivers"
     if branch >= UNSUFFIXED_FROM:
@@ -81,7 +81,7 @@ def driver_lock_packages(branch: int) -> tuple[str, ...]:
     return (f"nvidia-driver-pinning-{branch}",) if branch >= PINNING_FROM else ()
 
 
-def _kernel_modules(arch: str, branch: int, gpu: str) -> tuple[str, str]:
+def choose_kernel_modules(arch: str, branch: int, gpu: str) -> tuple[str, str]:
     """("open"|"proprietary", reason); a Blackwell GPU on a branch older than R570 is an error."""
     floor = OPEN_MODULES_ONLY.get(arch)
     if floor is None:
@@ -111,8 +111,8 @@ def _check_cuda_pin(cuda: str, gpu: str, arch: str, prof: Profile) -> None:
         )
     if (
         prof.max_driver is not None
-        and _v(MIN_DRIVER[cuda])[0] > prof.max_driver
-        and _v(cuda)[0] == _v(prof.max_cuda)[0]
+        and version_key(MIN_DRIVER[cuda])[0] > prof.max_driver
+        and version_key(cuda)[0] == version_key(prof.max_cuda)[0]
     ):
         raise UserError(
             f"stack.cuda: {gpu} cannot use the CUDA {cuda} toolkit: it needs driver >= {MIN_DRIVER[cuda]}, but "
@@ -126,7 +126,7 @@ def _check_cuda_pin(cuda: str, gpu: str, arch: str, prof: Profile) -> None:
                 else ""
             )
         )
-    if _v(cuda) > _v(prof.max_cuda):
+    if version_key(cuda) > version_key(prof.max_cuda):
         if prof is KEPLER:
             hint = (
                 ' Leave cuda "auto" (11.4) or pin 11.4 or older; framework wheels built for CUDA 11.5-11.7 '
@@ -136,7 +136,7 @@ def _check_cuda_pin(cuda: str, gpu: str, arch: str, prof: Profile) -> None:
             hint = f' Pin {prof.max_cuda} or older, or leave it "auto" ({prof.cuda}).'
         raise UserError(f"stack.cuda: {gpu} cannot use CUDA {cuda}: {prof.max_cuda_reason}.{hint}")
     floor = MIN_CUDA.get(arch)
-    if floor and _v(cuda) < _v(floor):
+    if floor and version_key(cuda) < version_key(floor):
         raise UserError(
             f"stack.cuda: {gpu} ({arch}) needs CUDA {floor} or newer; CUDA {cuda} has no code for it. "
             f'Leave cuda "auto" ({prof.cuda}).'
@@ -147,7 +147,7 @@ def _choose_driver(pin: str | None, cuda: str, cuda_pinned: bool, gpu: str, prof
     """(branch, min driver, reason). Raises when a pinned driver cannot run the GPU or the CUDA."""
     need = MIN_DRIVER[cuda]
     if pin is None:
-        branch = max(prof.driver, next(b for b in DRIVER_BRANCHES if b >= _v(need)[0]))
+        branch = max(prof.driver, next(b for b in DRIVER_BRANCHES if b >= version_key(need)[0]))
         reason = prof.reasons["driver"]
         if branch != prof.driver:
             reason = f"R{branch}: the oldest branch that runs the pinned CUDA {cuda} (needs >= {need})."
@@ -157,21 +157,23 @@ def _choose_driver(pin: str | None, cuda: str, cuda_pinned: bool, gpu: str, prof
             f"stack.driver: {pin!r} is not a driver branch or version. "
             'Use a branch such as "580" or a version such as "580.65.06".'
         )
-    branch = _v(pin)[0]
+    branch = version_key(pin)[0]
     if prof.max_driver is not None and branch > prof.max_driver:
         raise UserError(
             f"stack.driver: {gpu} cannot use driver {pin}: R{prof.max_driver} is the last driver branch that supports "
             f'{" / ".join(prof.architectures)} GPUs. Pin "{prof.max_driver}" or leave it "auto".'
         )
     # A branch pin ("535") means the newest driver of that branch; a full version is compared as given.
-    runs = branch >= _v(need)[0] if "." not in pin else _v(pin) >= _v(need)
+    runs = branch >= version_key(need)[0] if "." not in pin else version_key(pin) >= version_key(need)
     if not runs:
         raise UserError(
             f"stack.driver: driver {pin} is too old for CUDA {cuda}, which needs driver >= {need} "
             f"(CUDA release notes). Pin a newer driver, or {'an older CUDA' if cuda_pinned else 'pin an older cuda'} "
             f"whose minimum it meets: "
             + ", ".join(
-                c for c, d in MIN_DRIVER.items() if (_v(d)[0] <= branch if "." not in pin else _v(d) <= _v(pin))
+                c
+                for c, d in MIN_DRIVER.items()
+                if (version_key(d)[0] <= branch if "." not in pin else version_key(d) <= version_key(pin))
             )
             + "."
         )
@@ -185,14 +187,15 @@ def _choose_cuda(pin: str | None, driver_pin: str | None, gpu: str, arch: str, p
         return pin, f"CUDA {pin} as pinned; {gpu} supports up to {prof.max_cuda}."
     if driver_pin is not None and re.fullmatch(r"\d{3}(\.\d+){0,2}", driver_pin):
         # Honour the driver pin: the default CUDA, or the newest one that driver runs.
-        branch = _v(driver_pin)[0]
+        branch = version_key(driver_pin)[0]
         fits = [
             c
             for c, d in MIN_DRIVER.items()
-            if _v(c) <= _v(prof.cuda) and (_v(d)[0] <= branch if "." not in driver_pin else _v(d) <= _v(driver_pin))
+            if version_key(c) <= version_key(prof.cuda)
+            and (version_key(d)[0] <= branch if "." not in driver_pin else version_key(d) <= version_key(driver_pin))
         ]
         floor = MIN_CUDA.get(arch)
-        fits = [c for c in fits if not floor or _v(c) >= _v(floor)]
+        fits = [c for c in fits if not floor or version_key(c) >= version_key(floor)]
         if fits and fits[-1] != prof.cuda:
             return fits[-1], (
                 f"CUDA {fits[-1]}: the newest toolkit the pinned driver {driver_pin} runs "
@@ -246,12 +249,12 @@ def _choose_torch(pin: str | None, gpu: str, prof: Profile, cuda: str) -> tuple[
             v
             for v in TORCH_WHEELS[minor][1]
             if _variant_cuda(v).split(".")[0] == cuda_major
-            and (prof.torch_max_variant is None or _v(v[2:]) <= _v(prof.torch_max_variant[2:]))
+            and (prof.torch_max_variant is None or version_key(v[2:]) <= version_key(prof.torch_max_variant[2:]))
         ]
         if not variants:
             return None
         exact = [v for v in variants if _variant_cuda(v) == cuda]
-        older = [v for v in variants if _v(_variant_cuda(v)) <= _v(cuda)]
+        older = [v for v in variants if version_key(_variant_cuda(v)) <= version_key(cuda)]
         # Prefer the stack's own CUDA, then the newest older one, then the closest newer one
         # (which runs by minor-version compatibility).
         return (exact or older or variants[:1])[-1]
@@ -259,7 +262,7 @@ def _choose_torch(pin: str | None, gpu: str, prof: Profile, cuda: str) -> tuple[
     if pin is None:
         order = [_minor(prof.torch_default)] + [m for m in reversed(TORCH_WHEELS) if m != _minor(prof.torch_default)]
         for minor in order:
-            if prof.torch_max and _v(minor) > _v(prof.torch_max):
+            if prof.torch_max and version_key(minor) > version_key(prof.torch_max):
                 continue
             variant = variant_for(minor)
             if variant:
@@ -282,7 +285,7 @@ def _choose_torch(pin: str | None, gpu: str, prof: Profile, cuda: str) -> tuple[
             f"stack.framework_version: PyTorch {pin} is not one gpucloud knows wheels for. "
             f'Known: {", ".join(TORCH_WHEELS)} (or leave it "auto").'
         )
-    if prof.torch_max and _v(minor) > _v(prof.torch_max):
+    if prof.torch_max and version_key(minor) > version_key(prof.torch_max):
         why = prof.reasons.get("pytorch_max") or (
             f"PyTorch {prof.torch_max} ({TORCH_WHEELS[prof.torch_max][0]}+{prof.torch_max_variant}) is the newest "
             "release whose wheels support it"
@@ -316,7 +319,7 @@ def _choose_tensorflow(
     version = pin or prof.tf_default
     minor = _minor(version)
     low, high = prof.tf_range
-    if not (_v(low) <= _v(minor) <= _v(high)):
+    if not (version_key(low) <= version_key(minor) <= version_key(high)):
         raise UserError(
             f"stack.framework_version: TensorFlow {version} does not fit {gpu}: gpucloud supports TensorFlow "
             f"{low}-{high} "
@@ -333,7 +336,7 @@ def _choose_tensorflow(
     if prof is KEPLER:
         pinned = f"TensorFlow {version} as pinned (uses the system CUDA 11 / cuDNN 8)."
         return version, (f"tensorflow=={version}",), prof.reasons["tensorflow"] if not pin else pinned
-    if driver_branch < _v(COMPAT_FLOOR["12"])[0]:
+    if driver_branch < version_key(COMPAT_FLOOR["12"])[0]:
         raise UserError(
             f"stack.driver: TensorFlow's CUDA 12 wheels need driver >= {COMPAT_FLOOR['12']}; "
             f"R{driver_branch} is too old."
@@ -356,11 +359,11 @@ def _k40_pytorch_error(gpu: str) -> UserError:
     )
 
 
-def _cpu_stack(pins: StackSpec | None) -> Stack:
+def cpu_stack(pins: StackSpec | None) -> Stack:
     framework = pins.framework if pins else "none"
-    version_pin = _pin(pins.framework_version) if pins else None
+    version_pin = pin_value(pins.framework_version) if pins else None
     for name in ("driver", "cuda", "cudnn"):
-        if pins is not None and _pin(getattr(pins, name)) is not None:
+        if pins is not None and pin_value(getattr(pins, name)) is not None:
             raise UserError(
                 f"stack.{name}: a CPU-only job (no resources.gpu) installs no {name}; remove the pin or request a GPU."
             )
@@ -411,7 +414,7 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
     the way out in the message.
     """
     if gpu is None:
-        return _cpu_stack(pins)
+        return cpu_stack(pins)
     from gpucloud.catalog import gpu_names, load_catalog
 
     try:
@@ -419,13 +422,13 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
     except KeyError:
         raise UserError(f"Unknown GPU {gpu!r}. Known GPUs: {', '.join(gpu_names())}.") from None
     name, arch = model.name, model.architecture
-    prof = _profile(arch)
+    prof = profile_for(arch)
 
-    driver_pin = _pin(pins.driver) if pins else None
-    cuda_pin = _pin(pins.cuda) if pins else None
-    cudnn_pin = _pin(pins.cudnn) if pins else None
+    driver_pin = pin_value(pins.driver) if pins else None
+    cuda_pin = pin_value(pins.cuda) if pins else None
+    cudnn_pin = pin_value(pins.cudnn) if pins else None
     framework = pins.framework if pins else "none"
-    fw_pin = _pin(pins.framework_version) if pins else None
+    fw_pin = pin_value(pins.framework_version) if pins else None
 
     if framework == "pytorch" and name in NO_PYTORCH:
         raise _k40_pytorch_error(name)
@@ -438,7 +441,7 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
 
     version, pip, fw_reason = _choose_framework(framework, fw_pin, name, arch, prof, cuda, branch)
 
-    modules, modules_reason = _kernel_modules(arch, branch, name)
+    modules, modules_reason = choose_kernel_modules(arch, branch, name)
     toolkit, toolkit_reason = _wants_toolkit(pins, framework, prof)
     reasons = {
         "gpu": f"{name}: {arch}, compute capability {model.compute_capability} ({prof.name} stack).",
@@ -464,7 +467,7 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
         framework_version=version,
         ubuntu_version=ubuntu,
         cuda_repo="ubuntu" + ubuntu.replace(".", ""),
-        driver_packages=_driver_packages(branch, modules),
+        driver_packages=driver_apt_packages(branch, modules),
         driver_lock=driver_lock_packages(branch),
         cuda_packages=(f"cuda-toolkit-{cuda.replace('.', '-')}",),
         cudnn_packages=_cudnn_packages(cudnn, cuda),
@@ -500,7 +503,7 @@ def _min_driver_reason(cuda: str) -> str:
 
 def _ubuntu_for(prof: Profile, cuda: str) -> tuple[str, str]:
     """NVIDIA publishes CUDA < 11.8 only for Ubuntu 20.04 and older; CUDA 13 dropped 20.04 (docs/STACKS.md)."""
-    if prof is not KEPLER and _v(cuda) < _v("11.8"):
+    if prof is not KEPLER and version_key(cuda) < version_key("11.8"):
         return "20.04", f"Ubuntu 20.04: NVIDIA's repositories for CUDA {cuda} exist only for Ubuntu 20.04 and older."
     return prof.ubuntu, prof.reasons["os_image"]
 

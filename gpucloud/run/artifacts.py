@@ -1,4 +1,4 @@
-"""A followed run's artifacts, read back at its end (lifecycle._Run._collect): every node's tarball
+"""A followed run's artifacts, read back at its end (lifecycle.RunInProgress._collect): every node's tarball
 into ./gpucloud-runs/RUN/ (node-N/ per node when there are several), one line per refused member,
 and the summary of what came back.
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from gpucloud.errors import Declined, GpucloudError, UserError
-from gpucloud.run.lifecycle import _Run
+from gpucloud.run.lifecycle import RunInProgress
 from gpucloud.run.log import LogMirror
 from gpucloud.run.watch import observe, outcome
 from gpucloud.vm.job_env import BUILDER_RUN
@@ -167,7 +167,7 @@ def _pull_logins(job: JobSpec) -> object:
     return pull_logins(job, values)
 
 
-class _Bake(_Run):
+class _Bake(RunInProgress):
     """A builder run: follow until the `run` stage starts, snapshot, then the usual teardown."""
 
     vm_dir = BUILDER_DIR

@@ -57,10 +57,10 @@ class Collected:
 
 
 def _final_statuses(run: RunRecord) -> list[dict | None]:
-    from gpucloud.run.commands import _channel_for
+    from gpucloud.run.commands import channel_for
     from gpucloud.run.watch import is_final
 
-    channel = _channel_for(run)
+    channel = channel_for(run)
     if channel is None:
         raise UserError(
             f"run {run.id} never reached a machine ({run.status}): there is nothing to collect.",
@@ -80,16 +80,16 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
     """Download log and artifacts of a finished run, record its outcome, tear down what is left."""
     from gpucloud.channel.extract import Caps
     from gpucloud.run.artifacts import results_folders
-    from gpucloud.run.commands import _channel_for, _find
+    from gpucloud.run.commands import channel_for, require_run
     from gpucloud.run.log import LogMirror
     from gpucloud.run.teardown import teardown_run
     from gpucloud.run.watch import outcome, vm_phases
 
     Caps.from_env()  # a malformed cap setting is exit 2 before anything is read or torn down
     store = Store()
-    run = _find(store, ref)
+    run = require_run(store, ref)
     statuses = _final_statuses(run)
-    channel = _channel_for(run)
+    channel = channel_for(run)
     assert channel is not None
     dest = (dest_root or Path.cwd() / RESULTS_DIR) / run.id
     results_folders(dest, run.num_nodes)  # never through a link (run/artifacts.py)

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 from gpucloud.contract import registry as providers
 from gpucloud.contract.provider import Unreachable
+from gpucloud.contract.tags import GcIncomplete
 from gpucloud.errors import ConfigurationError, Declined, GpucloudError, InternalError, UserError
-from gpucloud.providers.tags import GcIncomplete
 from gpucloud.run.log import LogMirror
 from gpucloud.run.watch import observe, outcome, vm_phases
 from gpucloud.state.guard import StoreError
-from gpucloud.state.store import Journal, RunRecord, Store, home_dir
+from gpucloud.state.store import Journal, ResourceRecord, RunRecord, Store, home_dir
 from gpucloud.ui import views
 from gpucloud.ui.prose import fill, output_width, to_stderr
 
@@ -31,7 +31,8 @@ MACHINE_KINDS = ("process", "instance", "vm", "node")  # journal kinds that are 
 STUCK_GRACE_S = 600.0
 
 
-def _pid_alive(pid: int | None) -> bool:
+def pid_alive(pid: int | None) -> bool:
+    """Whether a process (the CLI that follows a run) still lives: a zombie counts as gone."""
     if not pid:
         return False
     try:
@@ -47,7 +48,8 @@ def _pid_alive(pid: int | None) -> bool:
         return True
 
 
-def _channel_for(run: RunRecord) -> Channel | None:
+def channel_for(run: RunRecord) -> Channel | None:
+    """The run's channel, or None when it never reached a region or its provider cannot open one."""
     if not run.cloud or not run.region:
         return None
     try:
@@ -76,7 +78,7 @@ def _stuck_before_launch(store: Store, run: RunRecord, now: float) -> bool:
     return (
         run.status in ("planned", "provisioning")
         and now - run.created_at > STUCK_GRACE_S
-        and not _pid_alive(run.pid)
+        and not pid_alive(run.pid)
         and not any(a.launched for a in run.attempts)
         and not store.resources(run.id, alive_only=True)
     )
@@ -86,7 +88,7 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
     """Bring an active run's record up to date from its channel when no CLI is following it (a
     detached run, or a `run` that was killed): final status, exit code, current stage, or "lost".
     A killed `run` whose job ended is "collecting", not final, until `gpucloud collect` read it."""
-    if run.final or (not run.detached and _pid_alive(run.pid) and run.pid != os.getpid()):
+    if run.final or (not run.detached and pid_alive(run.pid) and run.pid != os.getpid()):
         return run
     if _stuck_before_launch(store, run, time.time()):
         store.finish_run(
@@ -97,7 +99,7 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
             message=f"the CLI ended while the run was {run.status}, before any machine was created",
         )
         return store.get_run(run.id) or run
-    ch = _channel_for(run)
+    ch = channel_for(run)
     if ch is None:
         return run
     try:
@@ -139,7 +141,7 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
 
 def orphaned(run: RunRecord) -> bool:
     """A followed run whose `gpucloud run` died after the job ended: its result waits in the channel."""
-    return run.status == "collecting" and not run.detached and not _pid_alive(run.pid)
+    return run.status == "collecting" and not run.detached and not pid_alive(run.pid)
 
 
 def reconcile(store: Store, run: RunRecord) -> RunRecord:
@@ -165,7 +167,8 @@ def reconcile(store: Store, run: RunRecord) -> RunRecord:
     return store.get_run(run.id) or run
 
 
-def _find(store: Store, ref: str) -> RunRecord:
+def require_run(store: Store, ref: str) -> RunRecord:
+    """The run `ref` names, or the user error that says how to list the runs."""
     run = store.find_run(ref)
     if run is None:
         raise UserError(f"no run {ref!r} in {store.path}.", hint="`gpucloud ls` lists the runs.")
@@ -182,7 +185,7 @@ def show_status(run_id: str | None, *, json_out: bool) -> None:
     store = Store()
     now = time.time()
     if run_id is not None:
-        run = reconcile(store, refresh(store, _find(store, run_id)))
+        run = reconcile(store, refresh(store, require_run(store, run_id)))
         phases = store.phases(run.id)
         if json_out:
             doc = {
@@ -241,9 +244,9 @@ def show_logs(run_id: str, *, follow: bool) -> int:
     """Print the stored log plus newer parts from the channel; with follow, until the run ends.
     Returns the job's exit code when the run has ended (0 otherwise)."""
     store = Store()
-    run = _find(store, run_id)
+    run = require_run(store, run_id)
     mirror = LogMirror(home_dir(), run.id, run.num_nodes)
-    channel = _channel_for(run)
+    channel = channel_for(run)
     from gpucloud.ui.ci import LogFence
 
     out = LogFence(sys.stdout.buffer)  # under GitHub Actions the job's workflow commands are never run
@@ -297,7 +300,7 @@ def _keep_log(run: RunRecord) -> None:
     host's folder): a detached run nobody followed keeps its log for `gpucloud logs`."""
     if not run.cloud or not providers.capabilities(run.cloud).channel_torn_down:
         return
-    channel = _channel_for(run)
+    channel = channel_for(run)
     if channel is None:
         return
     try:
@@ -311,10 +314,10 @@ def _down_with_store(run_id: str, *, assume_yes: bool) -> None:
 
     store = Store()
     journal = Journal(store)
-    run = _find(store, run_id)
+    run = require_run(store, run_id)
     alive = store.resources(run.id, alive_only=True)
     if run.final and not alive:
-        to_stderr(f"run {run.id} already ended ({run.status}); nothing left to tear down")
+        to_stderr("\n".join([f"run {run.id} already ended ({run.status}); nothing left to tear down", *_kept(run)]))
         return
     if not assume_yes and not views.ask(f"Tear down run {run.id} ({run.status}, {len(alive)} resource(s))?"):
         raise Declined("nothing torn down.")
@@ -324,11 +327,26 @@ def _down_with_store(run_id: str, *, assume_yes: bool) -> None:
     unreached: list[str] = []
     t0 = time.monotonic()
     errors = teardown_run(store, journal, run, wait=True, say=_warn, unreached=unreached)
+    _say_torn_down(store, run, alive, done=not errors)
     if errors:
         _down_incomplete(store, run.id, errors, unreached)
     _down_done(store, run.id)
     store.event(run.id, "down", f"torn down in {time.monotonic() - t0:.1f}s")
-    to_stderr(f"run {run.id}: torn down ({len(alive)} resource(s))")
+
+
+def _say_torn_down(store: Store, run: RunRecord, handled: list[ResourceRecord], *, done: bool) -> None:
+    """Each resource by kind and id, deleted or not; then what the run's channel keeps (and for how
+    long) after a teardown, as its provider says."""
+    left = {r.id for r in store.resources(run.id, alive_only=True)}
+    head = f"run {run.id}: " + (f"torn down ({len(handled)} resource(s))" if done else "teardown incomplete")
+    lines = [head + (":" if handled else ""), *views.resource_lines(handled, left)]
+    to_stderr("\n".join(lines + _kept(run)))
+
+
+def _kept(run: RunRecord) -> list[str]:
+    """What the run's channel keeps after its teardown, as its provider's registry entry says."""
+    kept = providers.info(run.cloud).channel_kept if run.cloud in providers.names() else ""
+    return [kept.format(run_id=run.id)] if kept else []
 
 
 def _down_incomplete(store: Store, run_id: str, errors: list[str], unreached: list[str]) -> None:
@@ -363,12 +381,12 @@ def preempt_run(run_id: str, *, node: int | None) -> None:
     docs/SPOT.md) for one node or every node; each node's guard acts on it within seconds, as on a
     cloud's own notice: SIGTERM to the job, checkpoint upload, state `preempted`."""
     store = Store()
-    run = _find(store, run_id)
+    run = require_run(store, run_id)
     if run.final:
         raise UserError(f"run {run.id} already ended ({run.status}); there is nothing to preempt.")
     if node is not None and not 0 <= node < run.num_nodes:
         raise UserError(f"--node {node}: run {run.id} has node(s) 0..{run.num_nodes - 1}.")
-    channel = _channel_for(run)
+    channel = channel_for(run)
     if channel is None or run.status not in ("running", "provisioning"):
         raise UserError(
             f"run {run.id} is {run.status}: no machine to send the notice to yet.",
@@ -425,7 +443,7 @@ def _stale_runs(store: Store, cloud: str | None, now: float) -> list[RunRecord]:
             continue
         if not store.resources(run.id, alive_only=True):
             continue
-        followed = not run.detached and _pid_alive(run.pid)
+        followed = not run.detached and pid_alive(run.pid)
         expired = run.deadline is not None and now > run.deadline + EXPIRY_MARGIN.total_seconds()
         # "collecting": the job ended but its `run` died first; its machines go, its results stay
         # in the channel for `gpucloud collect`.
@@ -524,18 +542,22 @@ def _gc_with_store(sweep: _Sweep, *, dry_run: bool, assume_yes: bool, cloud: str
             return 0
 
     found = 0
+    width = output_width()
     for run in stale:
         found += 1
-        n = len(store.resources(run.id))
+        alive = store.resources(run.id, alive_only=True)
         if dry_run:
-            print(f"run {run.id} ({run.status}): {n} resource(s) would be torn down")
+            lines = [f"run {run.id} ({run.status}): {len(alive)} resource(s) would be torn down:"]
+            print(fill("\n".join(lines + views.resource_lines(alive, None)), width))
             continue
         errors = teardown_run(store, journal, run, wait=True, say=_warn)
         if not errors:
             _down_done(store, run.id)
         if not run.final and not orphaned(run):
             store.finish_run(run.id, "lost", exit_code=70, message="swept by gc", only_if_active=True)
-        print(f"run {run.id} ({run.status}): {n} resource(s) torn down" + (" with errors" if errors else ""))
+        left = {r.id for r in store.resources(run.id, alive_only=True)}
+        head = f"run {run.id} ({run.status}): {len(alive)} resource(s) torn down" + (" with errors" if errors else "")
+        print(fill("\n".join([head + ":", *views.resource_lines(alive, left)]), width))
     for c in clouds:
         lines = sweep.gc(c, datetime.now(UTC), dry_run=dry_run)
         found += len(lines)

@@ -26,7 +26,7 @@ from gpucloud.run.watch import observe, outcome, stage_order, stale, vm_phases
 from gpucloud.state.guard import no_space
 from gpucloud.state.store import FINAL_STATUSES, Journal, Store, home_dir
 from gpucloud.ui import views
-from gpucloud.ui.progress import Progress
+from gpucloud.ui.progress import Progress, awaited
 from gpucloud.ui.prose import to_stderr
 from gpucloud.ui.timeline import format_nodes
 
@@ -80,7 +80,7 @@ def run_job(
     free = all(c.total_per_hour == 0 for c in plan.candidates)  # a $0 run (local) is not worth a prompt
     if not assume_yes and not free and not views.ask("Launch it?"):
         raise Declined("not launched.")
-    return _Run(
+    return RunInProgress(
         spec,
         plan,
         detach=detach,
@@ -101,23 +101,20 @@ def watch_job(run_ref: str, *, json_out: bool) -> RunResult:
 
     from gpucloud.errors import UserError
     from gpucloud.plan.planner import make_plan
+    from gpucloud.run.commands import pid_alive, require_run
     from gpucloud.run.recovery import Recovery, launch_of, plan_args
     from gpucloud.spec.load import JobSpec
 
     store = Store()
-    run = store.find_run(run_ref)
-    if run is None:
-        raise UserError(f"no run {run_ref!r} in {store.path}.", hint="`gpucloud ls` lists the runs.")
+    run = require_run(store, run_ref)
     if run.final:
         raise UserError(f"run {run.id} already ended ({run.status}); there is nothing to watch.")
-    from gpucloud.run.commands import _pid_alive
-
-    if run.pid and run.pid != os.getpid() and _pid_alive(run.pid) and not run.detached:
+    if run.pid and run.pid != os.getpid() and pid_alive(run.pid) and not run.detached:
         raise UserError(f"run {run.id} is already followed by process {run.pid}.")
     spec = JobSpec.model_validate(json.loads(run.spec_json or "{}"))
     kw = plan_args(store, run.id)
     plan = make_plan(spec, **{k: kw.get(k) for k in ("cloud", "region", "spot")})  # type: ignore[arg-type]
-    follower = _Run(
+    follower = RunInProgress(
         spec, plan, detach=False, json_out=json_out, wait_teardown=True, plan_s=0.0, plan_kw=kw, run_id=run.id
     )
     follower.launch = launch_of(run, plan)
@@ -127,7 +124,7 @@ def watch_job(run_ref: str, *, json_out: bool) -> RunResult:
     return follower.execute()
 
 
-class _Run:
+class RunInProgress:
     """One `gpucloud run` in progress. Holds what teardown needs, whatever happens."""
 
     vm_dir: str | None = None  # the bootstrap's work folder, when not the provider's (gpucloud/run/bake.py)
@@ -352,6 +349,7 @@ class _Run:
             self.delivery.follow(launch, self.progress.warn)
             self._pump_logs()
             self._show_stages(obs.statuses, shown)
+            self.progress.tick(awaited(obs.statuses[0] if obs.statuses else None))  # a line every 30 s
             for note in sorted(set(obs.notes) - noted):
                 noted.add(note)
                 self.progress.warn(note)

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from gpucloud.spec.values import _fail
+from gpucloud.spec.values import reject
 
 DOCKER_HUB = "docker.io"
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -137,7 +137,7 @@ class ContainerLogin(BaseModel):
     @classmethod
     def _username(cls, value: str) -> str:
         if not value.strip() or "\n" in value:
-            _fail("the registry user name is empty or has a line break. Write it as the registry shows it")
+            reject("the registry user name is empty or has a line break. Write it as the registry shows it")
         return value
 
     @field_validator("registry")
@@ -145,7 +145,7 @@ class ContainerLogin(BaseModel):
     def _registry(cls, value: str | None) -> str | None:
         """A registry host: it goes on the engine's login line, so never an option."""
         if value is not None and (value.startswith("-") or not (_HOST.match(value) or value == DOCKER_HUB)):
-            _fail(f"'{value}' is not a registry host. Expected e.g. nvcr.io or localhost:5000")
+            reject(f"'{value}' is not a registry host. Expected e.g. nvcr.io or localhost:5000")
         return value
 
 
@@ -170,7 +170,7 @@ class ContainerSpec(BaseModel):
         try:
             parse_image_ref(value)
         except ValueError as exc:
-            _fail(str(exc))
+            reject(str(exc))
         return value.strip()
 
     @field_validator("options")
@@ -179,18 +179,18 @@ class ContainerSpec(BaseModel):
         for option in value:
             flag = _owned_flag(option.strip())
             if flag in OWNED_OPTIONS:
-                _fail(f"'{option}' is set by gpucloud ({OWNED_OPTIONS[flag]}). Remove it from container.options")
+                reject(f"'{option}' is set by gpucloud ({OWNED_OPTIONS[flag]}). Remove it from container.options")
             if flag.startswith("--device") and "nvidia.com/gpu" in option:
-                _fail(f"'{option}': gpucloud gives the container every GPU of the node. Remove it")
+                reject(f"'{option}': gpucloud gives the container every GPU of the node. Remove it")
             if "\n" in option or "\0" in option:
-                _fail(f"'{option!r}' has a line break or NUL. Write one engine argument per list item")
+                reject(f"'{option!r}' has a line break or NUL. Write one engine argument per list item")
         return value
 
     @field_validator("user")
     @classmethod
     def _user(cls, value: str | None) -> str | None:
         if value is not None and not _USER.match(value):
-            _fail(f"'{value}' is not a user. Expected a name or uid, optionally :group, e.g. 1000:1000")
+            reject(f"'{value}' is not a user. Expected a name or uid, optionally :group, e.g. 1000:1000")
         return value
 
     @property

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
-from gpucloud.spec.values import _fail, describe
+from gpucloud.spec.values import describe, reject
 
 _S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _AZ_ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
@@ -90,9 +90,9 @@ def _channel_refusal(where: DataSource) -> str | None:
 
 def _vm_path(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        _fail(f"expected a path on the machine (e.g. data/ or /data), got {describe(value)}")
+        reject(f"expected a path on the machine (e.g. data/ or /data), got {describe(value)}")
     if ".." in re.split(r"/+", value):
-        _fail(f"'{value}' uses '..'. Write a path inside the job's folder (data/) or an absolute one (/data)")
+        reject(f"'{value}' uses '..'. Write a path inside the job's folder (data/) or an absolute one (/data)")
     return value
 
 
@@ -143,45 +143,45 @@ def _input(value: Any) -> str | MountedInput:
     if isinstance(value, dict):
         extra = sorted(set(value) - {"source", "mode"})
         if extra:
-            _fail(f"unknown key {extra[0]}. Expected source: and mode: copy or mount")
+            reject(f"unknown key {extra[0]}. Expected source: and mode: copy or mount")
         mode = value.get("mode", "copy")
         if mode not in ("copy", "mount"):
-            _fail(
+            reject(
                 f"mode {mode!r} is not a mode. Write mode: copy (copied onto the machine before setup, the "
                 "default) or mode: mount (a bucket folder mounted read-only)"
             )
         value = value.get("source")
     if not isinstance(value, str):
-        _fail(
+        reject(
             "expected a source (s3://bucket/prefix, az://account/container/prefix, https://..., a path), "
             f"got {describe(value)}"
         )
     try:
         where = parse_location(value)
     except ValueError as exc:
-        _fail(str(exc))
+        reject(str(exc))
     if refusal := _channel_refusal(where):
-        _fail(refusal)
+        reject(refusal)
     if mode == "copy":
         return value.strip()
     if where.kind not in ("s3", "az"):
-        _fail(_mount_refusal(where))
+        reject(_mount_refusal(where))
     return MountedInput(source=value.strip())
 
 
 def _output(value: Any) -> str:
     if not isinstance(value, str):
-        _fail(f"expected a bucket prefix (s3://bucket/prefix or az://account/container/prefix), got {describe(value)}")
+        reject(f"expected a bucket prefix (s3://bucket/prefix or az://account/container/prefix), got {describe(value)}")
     try:
         where = parse_location(value)
     except ValueError as exc:
-        _fail(str(exc))
+        reject(str(exc))
     if where.kind not in ("s3", "az"):
-        _fail(f"'{value}': outputs go to a bucket prefix, s3://bucket/prefix or az://account/container/prefix")
+        reject(f"'{value}': outputs go to a bucket prefix, s3://bucket/prefix or az://account/container/prefix")
     if refusal := _channel_refusal(where):
-        _fail(refusal)
+        reject(refusal)
     if not where.prefix.strip("/"):
-        _fail(
+        reject(
             f"'{value}' is a whole bucket: the machine's grant would let it write every key in it. Name a "
             f"prefix for this job's outputs, e.g. {where.text.rstrip('/')}/my-run"
         )

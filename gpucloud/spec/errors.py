@@ -14,7 +14,7 @@ from gpucloud.spec.models import GpuRequest, JobSpec, Resources, StackSpec
 from gpucloud.spec.values import SpecIssue, describe, did_you_mean
 
 # Field hints: appended to pydantic's own type/bound errors so each says what belongs there.
-_HINTS: dict[str, str] = {
+FIELD_HINTS: dict[str, str] = {
     "name": "a job name of lowercase letters, digits and dashes, e.g. mnist-k80",
     "run": "the shell command that runs the job, e.g. run: python train.py",
     "setup": "a shell command run once before run, e.g. pip install -r requirements.txt",
@@ -64,17 +64,17 @@ _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
     ("resources", "gpu"): GpuRequest,
     ("stack",): StackSpec,
 }
-_INPUT_ONLY_EXCLUDED = {"source"}  # model fields that are not part of the file format
+INPUT_ONLY_FIELDS = {"source"}  # model fields that are not part of the file format
 # Derived fields whose value comes from another key in the file.
 _LOC_ALIASES = {("stack", "framework_version"): ("stack", "framework")}
 
 
 def _known_keys(path: tuple[str | int, ...]) -> list[str]:
     model = _SECTIONS.get(tuple(str(p) for p in path))
-    return [k for k in model.model_fields if k not in _INPUT_ONLY_EXCLUDED] if model else []
+    return [k for k in model.model_fields if k not in INPUT_ONLY_FIELDS] if model else []
 
 
-def _unknown_key_message(key: Any, parent: tuple[str | int, ...]) -> str:
+def unknown_key_message(key: Any, parent: tuple[str | int, ...]) -> str:
     """'unknown key' with the closest key at this level, or the level where that key belongs."""
     word = str(key)
     known = _known_keys(parent)
@@ -94,7 +94,7 @@ def _unknown_key_message(key: Any, parent: tuple[str | int, ...]) -> str:
     return f"unknown key '{word}'. Known keys here: {', '.join(known)}"
 
 
-def _dotted(loc: tuple[str | int, ...]) -> str:
+def dotted_path(loc: tuple[str | int, ...]) -> str:
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -110,7 +110,7 @@ def _explain(err: Mapping[str, Any], loc: tuple[str | int, ...]) -> str:
     kind: str = err["type"]
     ctx: dict[str, Any] = err.get("ctx") or {}
     value = err.get("input")
-    hint = _HINTS.get(_hint_key(loc))
+    hint = FIELD_HINTS.get(_hint_key(loc))
     expected = f" Expected {hint}." if hint else ""
     if kind == "spec":
         text = str(ctx["msg"])
@@ -118,7 +118,7 @@ def _explain(err: Mapping[str, Any], loc: tuple[str | int, ...]) -> str:
     if kind == "missing":
         return f"required key '{loc[-1]}' is missing.{expected}".rstrip(".") + "."
     if kind == "extra_forbidden":
-        text = _unknown_key_message(loc[-1], loc[:-1])
+        text = unknown_key_message(loc[-1], loc[:-1])
         return text if text.endswith("?") else text + "."
     if kind in _TYPE_WORDS:
         want = hint or _TYPE_WORDS[kind]
@@ -148,14 +148,14 @@ def _explain(err: Mapping[str, Any], loc: tuple[str | int, ...]) -> str:
 
 
 @dataclass(frozen=True)
-class _Where:
+class KeyLines:
     key_line: int
     value_line: int
     scalar: bool
 
 
 def _line_for(
-    loc: tuple[Any, ...], kind: str, on_key: bool, lines: dict[tuple[Any, ...], _Where], root_line: int
+    loc: tuple[Any, ...], kind: str, on_key: bool, lines: dict[tuple[Any, ...], KeyLines], root_line: int
 ) -> int:
     """The line of the offending key (unknown/bad keys) or value; for a missing key the parent's."""
     path = tuple(loc)
@@ -179,8 +179,8 @@ def _as_written(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
     return loc
 
 
-def _issues_from(
-    exc: ValidationError, filename: str, lines: dict[tuple[Any, ...], _Where], root_line: int
+def issues_from(
+    exc: ValidationError, filename: str, lines: dict[tuple[Any, ...], KeyLines], root_line: int
 ) -> list[SpecIssue]:
     issues: list[SpecIssue] = []
     for err in exc.errors():
@@ -189,5 +189,5 @@ def _issues_from(
         sub = tuple((err.get("ctx") or {}).get("sub", ())) if err["type"] == "spec" else ()
         loc = _as_written(tuple(p for p in raw if p != "[key]") + sub)
         line = _line_for(loc, err["type"], on_key, lines, root_line)
-        issues.append(SpecIssue(filename, line, _dotted(loc), _explain(err, loc)))
+        issues.append(SpecIssue(filename, line, dotted_path(loc), _explain(err, loc)))
     return issues

@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from gpucloud.spec.values import _fail, _no_bool, _resolve_gpu, _text, describe
+from gpucloud.spec.values import describe, refuse_bool, reject, required_text, resolve_gpu
 
 MAX_GPU_COUNT = 16
 _COUNT_RE = re.compile(r"^\s*([0-9]*)\s*\.\.\s*([0-9]*)\s*$")
@@ -63,14 +63,14 @@ class GpuRequest(BaseModel):
         if isinstance(model, list) or (isinstance(model, str) and "|" in model):
             names = model if isinstance(model, list) else model.split("|")
             if not names or not all(isinstance(n, str) and n.strip() for n in names):
-                _fail(f"{describe(model)} names no GPU model. Expected e.g. A100|H100 or [A100, H100]", "model")
+                reject(f"{describe(model)} names no GPU model. Expected e.g. A100|H100 or [A100, H100]", "model")
             data["model"] = names[0].strip()
             data["other_models"] = [n.strip() for n in names[1:]] + list(data.get("other_models") or [])
         count = data.get("count")
         if isinstance(count, str) and ".." in count:
             found = _COUNT_RE.fullmatch(count)
             if not found:
-                _fail(f"'{count}' is not a count range. Expected e.g. 1..4, 2.. or ..8", "count")
+                reject(f"'{count}' is not a count range. Expected e.g. 1..4, 2.. or ..8", "count")
             low, high = found.group(1), found.group(2)
             data["count"] = int(low) if low else 1
             data["max_count"] = int(high) if high else MAX_GPU_COUNT
@@ -83,19 +83,19 @@ class GpuRequest(BaseModel):
     def _model(cls, value: Any) -> str:
         if value == "":
             return ""
-        return _resolve_gpu(_text(value, "a GPU model such as T4, L4 or A100-80GB"))
+        return resolve_gpu(required_text(value, "a GPU model such as T4, L4 or A100-80GB"))
 
     @field_validator("other_models", mode="before", json_schema_input_type=list[str])
     @classmethod
     def _other_models(cls, value: Any) -> list[str]:
         if not isinstance(value, list):
-            _fail(f"expected a list of GPU models, got {describe(value)}")
+            reject(f"expected a list of GPU models, got {describe(value)}")
         out: list[str] = []
         for i, item in enumerate(value):
             try:
-                name = _resolve_gpu(_text(item, "a GPU model such as T4, L4 or A100-80GB"))
+                name = resolve_gpu(required_text(item, "a GPU model such as T4, L4 or A100-80GB"))
             except PydanticCustomError as exc:
-                _fail(str((exc.context or {}).get("msg", exc)), i)
+                reject(str((exc.context or {}).get("msg", exc)), i)
             if name not in out:
                 out.append(name)
         return out
@@ -103,7 +103,7 @@ class GpuRequest(BaseModel):
     @field_validator("count", "max_count", mode="before", json_schema_input_type=int | str | None)
     @classmethod
     def _count(cls, value: Any) -> Any:
-        return _no_bool(value)
+        return refuse_bool(value)
 
     @field_validator("memory", mode="before", json_schema_input_type=str | int | float | list[float | None] | None)
     @classmethod
@@ -113,11 +113,11 @@ class GpuRequest(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> GpuRequest:
         if self.max_count is not None and self.max_count < self.count:
-            _fail(f"the range {self.count}..{self.max_count} is empty: the least is above the most", "count")
+            reject(f"the range {self.count}..{self.max_count} is empty: the least is above the most", "count")
         if self.max_count == self.count:
             self.max_count = None
         if not self.model and self.memory is None:
-            _fail("names no GPU model and no memory. Expected a model (T4) or memory (24GB..)", "model")
+            reject("names no GPU model and no memory. Expected a model (T4) or memory (24GB..)", "model")
         self.other_models = [m for m in self.other_models if m != self.model]
         return self
 
@@ -172,15 +172,15 @@ def _memory_pair(value: list[Any] | tuple[Any, ...]) -> tuple[float, float | Non
     """The stored form [least, most or null] (GiB), as `plan --json` writes it back."""
     expected = "Expected e.g. 24GB.., 24GB..80GB, or a pair [24, 80] / [24, null] of GB per GPU"
     if len(value) != 2:
-        _fail(f"a list of {len(value)} item(s) is not a GPU memory range. {expected}")
+        reject(f"a list of {len(value)} item(s) is not a GPU memory range. {expected}")
     for item in value:
         if item is not None and (isinstance(item, bool) or not isinstance(item, int | float)):
-            _fail(f"{describe(item)} in the pair is not a number of GB. {expected}")
+            reject(f"{describe(item)} in the pair is not a number of GB. {expected}")
         if item is not None and (not math.isfinite(item) or item < 0):
-            _fail(f"{item} in the pair is not a size of GB. {expected}")
+            reject(f"{item} in the pair is not a size of GB. {expected}")
     low, high = float(value[0] or 0), None if value[1] is None else float(value[1])
     if high is not None and high < low:
-        _fail(f"the range {list(value)} is empty: the least is above the most")
+        reject(f"the range {list(value)} is empty: the least is above the most")
     return (low, high)
 
 
@@ -191,19 +191,19 @@ def parse_memory(value: Any) -> tuple[float, float | None] | None:
     if isinstance(value, list | tuple):
         return _memory_pair(value)
     if isinstance(value, bool):
-        _fail(f"expected GPU memory such as 24GB.., got {describe(value)}")
+        reject(f"expected GPU memory such as 24GB.., got {describe(value)}")
     if isinstance(value, int | float):
         if not value > 0 or not math.isfinite(value):
-            _fail(f"GPU memory must be a number above 0, got {value}. Expected e.g. 24GB..")
+            reject(f"GPU memory must be a number above 0, got {value}. Expected e.g. 24GB..")
         return (float(value), None)
-    text = _text(value, "GPU memory per GPU such as 24GB.., 24GB..80GB or ..48GB").upper()
+    text = required_text(value, "GPU memory per GPU such as 24GB.., 24GB..80GB or ..48GB").upper()
     found = _MEMORY_RE.fullmatch(text)
     if not found or not (found.group(1) or found.group(4)) or (found.group(4) and not found.group(3)):
-        _fail(f"'{value}' is not a GPU memory range. Expected e.g. 24GB.., 24GB..80GB or ..48GB (GB per GPU)")
+        reject(f"'{value}' is not a GPU memory range. Expected e.g. 24GB.., 24GB..80GB or ..48GB (GB per GPU)")
     low = float(found.group(1)) if found.group(1) else 0.0
     high = float(found.group(4)) if found.group(4) else None
     if high is not None and high < low:
-        _fail(f"the range '{value}' is empty: the least is above the most")
+        reject(f"the range '{value}' is empty: the least is above the most")
     return (low, high)
 
 
@@ -217,7 +217,7 @@ def gpu_input(value: Any, *sub: str | int) -> Any:
             from gpucloud.spec.values import did_you_mean
 
             if did_you_mean(str(key), list(GpuRequest.model_fields)) is None and catalog.resolve_gpu_name(str(key)):
-                _fail(
+                reject(
                     f"'{key}: {count}' reads as a mapping because of the space after the colon. "
                     f"Write {key}:{count} (no space), or a mapping {{model: {key}, count: {count}}}",
                     *sub,
@@ -225,17 +225,17 @@ def gpu_input(value: Any, *sub: str | int) -> Any:
     if value is None or isinstance(value, dict | GpuRequest):
         return value
     if not isinstance(value, str):
-        _fail(f"expected {EXPECTED}, got {describe(value)}", *sub)
+        reject(f"expected {EXPECTED}, got {describe(value)}", *sub)
     model, sep, count = value.strip().rpartition(":")
     if not sep:
         model, count = count, "1"
     model, count = model.strip(), count.strip()
     if not model:
-        _fail(f"'{value}' names no GPU model. Expected {EXPECTED}", *sub)
+        reject(f"'{value}' names no GPU model. Expected {EXPECTED}", *sub)
     if ".." in count:
         return {"model": model, "count": count}
     if not re.fullmatch(r"[+-]?\d+", count):
-        _fail(f"the GPU count '{count}' in '{value}' is not a whole number. Expected {EXPECTED}", *sub)
+        reject(f"the GPU count '{count}' in '{value}' is not a whole number. Expected {EXPECTED}", *sub)
     return {"model": model, "count": int(count)}
 
 
@@ -246,7 +246,7 @@ def gpu_list_input(data: Any) -> Any:
         return data
     items = data["gpu"]
     if not items:
-        _fail("the list is empty. Name at least one GPU request, e.g. [L4:1, A10G:1], or remove the key", "gpu")
+        reject("the list is empty. Name at least one GPU request, e.g. [L4:1, A10G:1], or remove the key", "gpu")
     out = {k: v for k, v in data.items() if k != "gpu"}
     out["gpu_options"] = [gpu_input(item, "gpu", i) for i, item in enumerate(items)]
     return out

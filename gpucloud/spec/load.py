@@ -22,11 +22,11 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from gpucloud.spec.errors import _HINTS, _INPUT_ONLY_EXCLUDED, _issues_from, _unknown_key_message
+from gpucloud.spec.errors import FIELD_HINTS, INPUT_ONLY_FIELDS, issues_from, unknown_key_message
 from gpucloud.spec.models import GpuRequest, JobSpec, Resources, StackSpec, image_kind
 from gpucloud.spec.reach import Allowances, reach_issues
-from gpucloud.spec.source import _compose
-from gpucloud.spec.values import _MAX_FILE_BYTES, SpecError, SpecIssue, describe, did_you_mean, parse_duration
+from gpucloud.spec.source import compose_yaml
+from gpucloud.spec.values import SpecError, SpecIssue, describe, did_you_mean, parse_duration
 
 __all__ = [
     "Allowances",
@@ -44,6 +44,8 @@ __all__ = [
     "parse_spec",
     "parse_duration",
 ]
+
+_MAX_FILE_BYTES = 1 << 20  # a job file is a few hundred bytes; anything this big is a wrong path
 
 
 def _workdir_issue(spec: JobSpec, base_dir: Path, filename: str, line: int | None) -> SpecIssue | None:
@@ -84,7 +86,7 @@ def parse_spec(
     judged as it will run. `allow`: the credential secrets and local inputs outside the job's folder
     that the caller allowed (spec/reach.py). Raises SpecError listing every problem (file, line,
     field, what is wrong and what was expected)."""
-    data, builder = _compose(text, filename)
+    data, builder = compose_yaml(text, filename)
     minimal = (
         "Expected at least name, resources.gpu and run, e.g.\n"
         "  name: mnist-t4\n  resources: {gpu: T4:1}\n  run: python train.py"
@@ -108,8 +110,8 @@ def parse_spec(
         data["resources"] = {**(data.get("resources") or {}), **resources}
     issues = list(builder.issues)
     root_line = builder.lines[()].value_line
-    for key in _INPUT_ONLY_EXCLUDED & data.keys():
-        text = _unknown_key_message(key, ())
+    for key in INPUT_ONLY_FIELDS & data.keys():
+        text = unknown_key_message(key, ())
         issues.append(
             SpecIssue(filename, builder.lines[(key,)].key_line, key, text if text.endswith("?") else text + ".")
         )
@@ -119,7 +121,7 @@ def parse_spec(
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
         issues.extend(
-            i for i in _issues_from(exc, filename, builder.lines, root_line) if i.field not in builder.bad_paths
+            i for i in issues_from(exc, filename, builder.lines, root_line) if i.field not in builder.bad_paths
         )
     where = builder.lines.get(("workdir",))
     if (
@@ -176,7 +178,7 @@ def json_schema() -> dict[str, Any]:
     schema = JobSpec.model_json_schema(mode="validation")
     schema["properties"].pop("source", None)
     sections = {"": schema, **{k.lower(): v for k, v in schema.get("$defs", {}).items()}}
-    for dotted, hint in _HINTS.items():  # editors show these on hover
+    for dotted, hint in FIELD_HINTS.items():  # editors show these on hover
         parent, _, key = dotted.rpartition(".")
         section = {"": "", "resources": "resources", "resources.gpu": "gpurequest", "stack": "stackspec"}.get(parent)
         prop = sections.get(section, {}).get("properties", {}).get(key) if section is not None else None

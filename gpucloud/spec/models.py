@@ -17,36 +17,36 @@ from gpucloud.spec.data import DataPath, InputSource, OutputDest
 from gpucloud.spec.gpu import GpuRequest, gpu_input, gpu_list_input
 from gpucloud.spec.recovery import DEFAULT_CHECKPOINT_INTERVAL_S, Recovery, checkpoint_interval, checkpoint_path
 from gpucloud.spec.values import (
-    _AMI_RE,
-    _CLOUD_INPUT,
-    _CLOUD_WORDS,
-    _DURATION_PATTERN,
-    _FRAMEWORK_ALIASES,
-    _FRAMEWORKS,
-    _GPU_SHORTHAND_PATTERN,
-    _HOST_RE,
-    _IMAGE_PATTERN,
-    _INSTANCE_RE,
-    _NAME_RE,
-    _PKG_VERSION_RE,
-    _REGION_RE,
-    _VERSION_RE,
+    AMI_RE,
+    CLOUD_INPUT,
+    CLOUD_WORDS,
+    DURATION_PATTERN,
+    FRAMEWORK_ALIASES,
+    FRAMEWORKS,
+    GPU_SHORTHAND_PATTERN,
+    HOST_RE,
+    IMAGE_PATTERN,
+    INSTANCE_RE,
     MAX_DURATION_S,
     MIN_DURATION_S,
+    NAME_RE,
+    PKG_VERSION_RE,
+    REGION_RE,
+    VERSION_RE,
     ArtifactPath,
     CloudName,
     CpuArch,
     EnvKey,
     EnvValue,
     FrameworkName,
-    _fail,
-    _fmt_duration,
-    _no_bool,
-    _text,
     cpu_arch,
     describe,
     did_you_mean,
+    format_duration,
     parse_duration,
+    refuse_bool,
+    reject,
+    required_text,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -54,7 +54,7 @@ from gpucloud.spec.values import (
 
 _SLURM_NAME = r"[A-Za-z0-9_.-]+"
 _SCHEDULER_FIELDS = {  # field -> (pattern, what is expected)
-    "cluster": (_HOST_RE.pattern, "local, an ssh alias or [user@]host[:port] of the cluster's login node"),
+    "cluster": (HOST_RE.pattern, "local, an ssh alias or [user@]host[:port] of the cluster's login node"),
     "partition": (rf"{_SLURM_NAME}(,{_SLURM_NAME})*", "a partition name (or several, comma-separated)"),
     "account": (_SLURM_NAME, "an account name"),
     "qos": (_SLURM_NAME, "a QOS name"),
@@ -67,11 +67,11 @@ def _auto_or_version(value: Any, pattern: re.Pattern[str], example: str, wrong: 
     message ({value} as written, {text} as read) when it does not match."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = str(value)
-    text = _text(value, f"auto or {example}")
+    text = required_text(value, f"auto or {example}")
     if text.lower() == "auto":
         return "auto"
     if not pattern.fullmatch(text):
-        _fail(wrong.format(value=value, text=text))
+        reject(wrong.format(value=value, text=text))
     return text
 
 
@@ -84,7 +84,7 @@ def image_kind(image: str) -> Literal["auto", "ami", "urn"] | None:
     is none of them. Providers call this rather than re-parse the string."""
     if image.lower() == "auto":
         return "auto"
-    if _AMI_RE.fullmatch(image):
+    if AMI_RE.fullmatch(image):
         return "ami"
     parts = image.split(":")
     if len(parts) == 4 and all(p and not re.search(r"\s", p) for p in parts):
@@ -124,9 +124,9 @@ class Resources(_Strict):
         if value is None:
             return None
         pattern, expected = _SCHEDULER_FIELDS[str(info.field_name)]
-        text = _text(value, expected).strip()
+        text = required_text(value, expected).strip()
         if not re.fullmatch(pattern, text):
-            _fail(f"{describe(value)} is not valid. Expected {expected}")
+            reject(f"{describe(value)} is not valid. Expected {expected}")
         return text
 
     @field_validator("hosts", mode="before", json_schema_input_type=str | list[str] | None)
@@ -138,14 +138,14 @@ class Resources(_Strict):
             return None
         items = [value] if isinstance(value, str) else value
         if not isinstance(items, list) or not items:
-            _fail(f"expected {expected}, got {describe(value)}")
+            reject(f"expected {expected}, got {describe(value)}")
         out: list[str] = []
         for i, item in enumerate(items):
             sub = () if isinstance(value, str) else (i,)
             text = item.strip() if isinstance(item, str) else ""
             port = text.rpartition(":")[2] if ":" in text and not text.endswith("]") else ""
-            if not _HOST_RE.fullmatch(text) or (port and not 1 <= int(port) <= 65535):
-                _fail(
+            if not HOST_RE.fullmatch(text) or (port and not 1 <= int(port) <= 65535):
+                reject(
                     f"{describe(item)} is not a host. Expected [user@]host[:port] or an alias from ~/.ssh/config", *sub
                 )
             if text not in out:
@@ -158,23 +158,23 @@ class Resources(_Strict):
         paid ones), and `hosts` with any other cloud would be ignored silently."""
         takers = [c for c in self.cloud if providers.info(c).takes_hosts]
         if takers and len(self.cloud) > 1:
-            _fail(
+            reject(
                 f"{takers[0]} cannot be combined with other clouds (your own machines are not a fallback "
                 f"for paid ones). Use cloud: {takers[0]} alone",
                 "cloud",
             )
         if self.hosts and not takers:
             names = " or ".join(providers.host_clouds())
-            _fail(f"is only used with cloud: {names}. Add cloud: {names}, or remove hosts", "hosts")
+            reject(f"is only used with cloud: {names}. Add cloud: {names}, or remove hosts", "hosts")
         return self._cluster_goes_with_its_cloud()
 
     def _cluster_goes_with_its_cloud(self) -> Resources:
         """A batch scheduler runs alone too, needs its login node, and its fields mean nothing elsewhere."""
         takers = [c for c in self.cloud if providers.info(c).takes_cluster]
         if takers and len(self.cloud) > 1:
-            _fail(f"{takers[0]} cannot be combined with other clouds. Use cloud: {takers[0]} alone", "cloud")
+            reject(f"{takers[0]} cannot be combined with other clouds. Use cloud: {takers[0]} alone", "cloud")
         if takers and not self.cluster:
-            _fail(
+            reject(
                 f"cloud: {takers[0]} needs cluster: the login node (an ssh alias or [user@]host[:port]), "
                 "or local when gpucloud runs on a submit host",
                 "cloud",
@@ -182,32 +182,32 @@ class Resources(_Strict):
         names = " or ".join(providers.cluster_clouds())
         for name in _SCHEDULER_FIELDS:
             if getattr(self, name) and not takers:
-                _fail(f"is only used with cloud: {names}. Add cloud: {names}, or remove {name}", name)
+                reject(f"is only used with cloud: {names}. Add cloud: {names}, or remove {name}", name)
         return self
 
-    @field_validator("cloud", mode="before", json_schema_input_type=_CLOUD_INPUT | list[_CLOUD_INPUT])
+    @field_validator("cloud", mode="before", json_schema_input_type=CLOUD_INPUT | list[CLOUD_INPUT])
     @classmethod
     def _cloud(cls, value: Any) -> list[str]:
         """ "any" -> the registry's any_clouds(); a single name or a list; case-insensitive,
         deduplicated in order."""
-        expected = f"{', '.join(_CLOUD_WORDS)}, or a list of them"
+        expected = f"{', '.join(CLOUD_WORDS)}, or a list of them"
         if value is None:
-            _fail(f"has no value. Expected {expected}")
+            reject(f"has no value. Expected {expected}")
         items = [value] if isinstance(value, str) else value
         if not isinstance(items, list):
-            _fail(f"expected {expected}, got {describe(value)}")
+            reject(f"expected {expected}, got {describe(value)}")
         if not items:
-            _fail(f"the list is empty. Expected {expected}")
+            reject(f"the list is empty. Expected {expected}")
         out: list[str] = []
         for i, item in enumerate(items):
             sub = () if isinstance(value, str) else (i,)
             if not isinstance(item, str):
-                _fail(f"expected a cloud name, got {describe(item)}. Expected {expected}", *sub)
+                reject(f"expected a cloud name, got {describe(item)}. Expected {expected}", *sub)
             word = item.strip().lower()
-            if word not in _CLOUD_WORDS:
-                close = did_you_mean(word, _CLOUD_WORDS)
+            if word not in CLOUD_WORDS:
+                close = did_you_mean(word, CLOUD_WORDS)
                 hint = f"Did you mean '{close}'? " if close else ""
-                _fail(f"unknown cloud '{item}'. {hint}Expected {expected}", *sub)
+                reject(f"unknown cloud '{item}'. {hint}Expected {expected}", *sub)
             for name in providers.any_clouds() if word == "any" else (word,):
                 if name not in out:
                     out.append(name)
@@ -221,14 +221,14 @@ class Resources(_Strict):
             return None
         items = [value] if isinstance(value, str) else value
         if not isinstance(items, list):
-            _fail(f"expected a region or a list of regions such as [us-east-1, eastus], got {describe(value)}")
+            reject(f"expected a region or a list of regions such as [us-east-1, eastus], got {describe(value)}")
         if not items:
-            _fail("the list is empty. Name at least one region, or remove the key to allow all")
+            reject("the list is empty. Name at least one region, or remove the key to allow all")
         out: list[str] = []
         for i, item in enumerate(items):
             sub = () if isinstance(value, str) else (i,)
-            if not isinstance(item, str) or not _REGION_RE.fullmatch(item.strip().lower()):
-                _fail(
+            if not isinstance(item, str) or not REGION_RE.fullmatch(item.strip().lower()):
+                reject(
                     f"{describe(item)} is not a region code. Expected names such as us-east-1 (AWS) or eastus (Azure)",
                     *sub,
                 )
@@ -240,9 +240,9 @@ class Resources(_Strict):
     @field_validator(
         "gpu",
         mode="before",
-        json_schema_input_type=Annotated[str, Field(pattern=_GPU_SHORTHAND_PATTERN)]
+        json_schema_input_type=Annotated[str, Field(pattern=GPU_SHORTHAND_PATTERN)]
         | GpuRequest
-        | list[Annotated[str, Field(pattern=_GPU_SHORTHAND_PATTERN)] | GpuRequest]
+        | list[Annotated[str, Field(pattern=GPU_SHORTHAND_PATTERN)] | GpuRequest]
         | None,
     )
     @classmethod
@@ -271,7 +271,7 @@ class Resources(_Strict):
     @field_validator(
         "idle_timeout",
         mode="before",
-        json_schema_input_type=int | Annotated[str, Field(pattern=_DURATION_PATTERN)] | None,
+        json_schema_input_type=int | Annotated[str, Field(pattern=DURATION_PATTERN)] | None,
     )
     @classmethod
     def _idle_timeout(cls, value: Any) -> int | None:
@@ -280,7 +280,7 @@ class Resources(_Strict):
             return None
         seconds = parse_duration(value)
         if seconds < 1:
-            _fail(f"{describe(value)} is {seconds} s. Expected a duration such as 10m, or off")
+            reject(f"{describe(value)} is {seconds} s. Expected a duration such as 10m, or off")
         return seconds
 
     @field_validator("instance_type", mode="before")
@@ -288,9 +288,9 @@ class Resources(_Strict):
     def _instance_type(cls, value: Any) -> str | None:
         if value is None:
             return None
-        text = _text(value, "an instance type such as g4dn.xlarge or Standard_NC4as_T4_v3")
-        if not _INSTANCE_RE.fullmatch(text):
-            _fail(f"'{value}' is not an instance type name. Expected e.g. g4dn.xlarge or Standard_NC4as_T4_v3")
+        text = required_text(value, "an instance type such as g4dn.xlarge or Standard_NC4as_T4_v3")
+        if not INSTANCE_RE.fullmatch(text):
+            reject(f"'{value}' is not an instance type name. Expected e.g. g4dn.xlarge or Standard_NC4as_T4_v3")
         return text
 
     @field_validator("spot", mode="before", json_schema_input_type=bool | Literal["auto"])
@@ -305,7 +305,7 @@ class Resources(_Strict):
             return True
         if word in {"false", "no", "off"}:
             return False
-        _fail(
+        reject(
             f"{describe(value)} is not allowed. Expected true, false or auto "
             "(auto = spot when it is cheaper, falling back to on-demand)"
         )
@@ -323,7 +323,7 @@ class Resources(_Strict):
     @field_validator("max_price_per_hour", "min_vcpus", "min_memory_gib", "disk_gb", mode="before")
     @classmethod
     def _numbers(cls, value: Any) -> Any:
-        return _no_bool(value)
+        return refuse_bool(value)
 
 
 class StackSpec(_Strict):
@@ -347,12 +347,12 @@ class StackSpec(_Strict):
             return data
         given = data.get("framework_version")
         if given not in (None, "auto") and str(given).strip() != version.strip():
-            _fail(
+            reject(
                 f"pins version {version.strip()} but framework_version says {given}. Keep one of them",
                 "framework",
             )
         if not version.strip():
-            _fail(f"'{data['framework']}' has no version after '=='. Expected e.g. pytorch==2.0.1", "framework")
+            reject(f"'{data['framework']}' has no version after '=='. Expected e.g. pytorch==2.0.1", "framework")
         return {**data, "framework": name, "framework_version": version}
 
     @field_validator("driver", "cuda", "cudnn", mode="before", json_schema_input_type=str | int | float)
@@ -361,7 +361,7 @@ class StackSpec(_Strict):
         """ "auto" or a version like 470 / 11.4 / 8.9 (numbers from YAML are taken as text)."""
         return _auto_or_version(
             value,
-            _VERSION_RE,
+            VERSION_RE,
             "a version such as 11.4",
             "'{value}' is not a version. Expected auto or digits and dots, e.g. 470, 11.4 or 8.9",
         )
@@ -376,19 +376,19 @@ class StackSpec(_Strict):
     @classmethod
     def _framework(cls, value: Any) -> str:
         expected = "pytorch, tensorflow or none, optionally pinned like pytorch==2.0.1"
-        word = _text(value, expected).lower()
-        if word in _FRAMEWORKS:
+        word = required_text(value, expected).lower()
+        if word in FRAMEWORKS:
             return word
-        close = _FRAMEWORK_ALIASES.get(word) or did_you_mean(word, _FRAMEWORKS)
+        close = FRAMEWORK_ALIASES.get(word) or did_you_mean(word, FRAMEWORKS)
         hint = f"Did you mean '{close}'? " if close else ""
-        _fail(f"unknown framework '{value}'. {hint}Expected {expected}")
+        reject(f"unknown framework '{value}'. {hint}Expected {expected}")
 
     @field_validator("framework_version", mode="before", json_schema_input_type=str | int | float)
     @classmethod
     def _framework_version(cls, value: Any) -> str:
         return _auto_or_version(
             value,
-            _PKG_VERSION_RE,
+            PKG_VERSION_RE,
             "a version such as 2.0.1",
             "'{text}' is not a version. Expected auto or a version such as 2.0.1",
         )
@@ -426,8 +426,8 @@ class JobSpec(_Strict):
     def _name(cls, value: Any) -> str:
         """Says which rule the name breaks and offers a fixed-up name, rather than a bare regex."""
         rule = "lowercase letters, digits and dashes, 1-40 characters, not starting or ending with a dash"
-        text = _text(value, f"a job name of {rule}, e.g. mnist-k80")
-        if _NAME_RE.fullmatch(text):
+        text = required_text(value, f"a job name of {rule}, e.g. mnist-k80")
+        if NAME_RE.fullmatch(text):
             return text
         fixed = re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9-]+", "-", text.lower()))[:40].strip("-")
         if len(text) > 40:
@@ -439,8 +439,8 @@ class JobSpec(_Strict):
         else:
             bad = sorted({c for c in text if not re.fullmatch(r"[a-z0-9-]", c)})
             problem = f"'{text}' contains {', '.join(repr(c) for c in bad)}"
-        hint = f" Did you mean '{fixed}'?" if fixed and _NAME_RE.fullmatch(fixed) else ""
-        _fail(f"{problem}. Expected {rule}.{hint}".rstrip("."))
+        hint = f" Did you mean '{fixed}'?" if fixed and NAME_RE.fullmatch(fixed) else ""
+        reject(f"{problem}. Expected {rule}.{hint}".rstrip("."))
 
     @field_validator("resources", "stack", mode="before")
     @classmethod
@@ -451,32 +451,32 @@ class JobSpec(_Strict):
     @field_validator("num_nodes", mode="before")
     @classmethod
     def _num_nodes(cls, value: Any) -> Any:
-        return _no_bool(value)
+        return refuse_bool(value)
 
-    @field_validator("image", mode="before", json_schema_input_type=Annotated[str, Field(pattern=_IMAGE_PATTERN)])
+    @field_validator("image", mode="before", json_schema_input_type=Annotated[str, Field(pattern=IMAGE_PATTERN)])
     @classmethod
     def _image(cls, value: Any) -> str:
         expected = "auto, an AMI id such as ami-0abcdef1234567890, or an Azure image URN Publisher:Offer:Sku:Version"
-        text = _text(value, expected)
+        text = required_text(value, expected)
         kind = image_kind(text)
         if kind is not None:
             return "auto" if kind == "auto" else text
         if text.lower().startswith("ami-"):
-            _fail(
+            reject(
                 f"'{text}' is not an AMI id: expected ami- and 8 to 17 lower-case hex digits, "
                 "e.g. ami-0abcdef1234567890"
             )
         if ":" in text:
-            _fail(
+            reject(
                 f"'{text}' is not an Azure image URN: expected 4 parts Publisher:Offer:Sku:Version, e.g. "
                 "Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest"
             )
-        _fail(f"'{text}' is not an image. Expected {expected}")
+        reject(f"'{text}' is not an image. Expected {expected}")
 
     @field_validator("workdir", mode="before")
     @classmethod
     def _workdir(cls, value: Any) -> str:
-        return _text(value, "a folder to upload, relative to the job file, e.g. .")
+        return required_text(value, "a folder to upload, relative to the job file, e.g. .")
 
     @field_validator("env", mode="before")
     @classmethod
@@ -497,13 +497,13 @@ class JobSpec(_Strict):
     def _secret_not_env(self) -> JobSpec:
         both = sorted(set(self.secrets) & set(self.env))
         if both:
-            _fail(
+            reject(
                 f"{both[0]} is in env too. A secret's value comes from the caller, never the file: remove it from env",
                 "secrets",
             )
         login = self.container.login if self.container else None
         if login and login.password_secret not in self.secrets:
-            _fail(
+            reject(
                 f"{login.password_secret} is not in secrets. A registry password comes from the caller: add "
                 f"`secrets: [{login.password_secret}]` and set it in your environment",
                 "container",
@@ -517,12 +517,12 @@ class JobSpec(_Strict):
     def _setup(cls, value: Any) -> Any:
         if value is None or (isinstance(value, str) and not value.strip()):
             return None
-        return _text(value, "a shell command run once before run, e.g. pip install -r requirements.txt")
+        return required_text(value, "a shell command run once before run, e.g. pip install -r requirements.txt")
 
     @field_validator("run", mode="before")
     @classmethod
     def _run(cls, value: Any) -> str:
-        return _text(value, "the shell command that runs the job, e.g. python train.py")
+        return required_text(value, "the shell command that runs the job, e.g. python train.py")
 
     @field_validator("artifacts", mode="before", json_schema_input_type=list[str] | str | None)
     @classmethod
@@ -535,18 +535,18 @@ class JobSpec(_Strict):
         "max_duration",
         mode="before",
         json_schema_input_type=Annotated[int, Field(ge=MIN_DURATION_S, le=MAX_DURATION_S)]
-        | Annotated[str, Field(pattern=_DURATION_PATTERN)],
+        | Annotated[str, Field(pattern=DURATION_PATTERN)],
     )
     @classmethod
     def _max_duration(cls, value: Any) -> int:
         seconds = parse_duration(value)
         if seconds < MIN_DURATION_S:
-            _fail(
+            reject(
                 f"{describe(value)} is {seconds} s, shorter than the minimum of {MIN_DURATION_S} s. "
                 "Expected e.g. 90m, 6h or 2d"
             )
         if seconds > MAX_DURATION_S:
-            _fail(f"{describe(value)} is {_fmt_duration(seconds)}, longer than the maximum of 30d")
+            reject(f"{describe(value)} is {format_duration(seconds)}, longer than the maximum of 30d")
         return seconds
 
     @field_validator("checkpoint", mode="before", json_schema_input_type=str | None)
@@ -557,7 +557,7 @@ class JobSpec(_Strict):
     @field_validator(
         "checkpoint_interval",
         mode="before",
-        json_schema_input_type=int | Annotated[str, Field(pattern=_DURATION_PATTERN)],
+        json_schema_input_type=int | Annotated[str, Field(pattern=DURATION_PATTERN)],
     )
     @classmethod
     def _checkpoint_interval(cls, value: Any) -> int:
@@ -574,7 +574,7 @@ class JobSpec(_Strict):
         res = self.resources
         if res.gpu is None and res.instance_type is None and any(providers.info(c).priced for c in res.cloud):
             unpriced = " or ".join(n for n in providers.names() if not providers.info(n).priced)
-            _fail(
+            reject(
                 "needs a GPU or an instance type. Add gpu: MODEL:COUNT (e.g. gpu: T4:1) or "
                 f"instance_type: g4dn.xlarge under resources; only cloud: {unpriced} (in the file or as --cloud) "
                 "runs without either",

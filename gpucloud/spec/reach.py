@@ -21,7 +21,7 @@ from gpucloud.spec.data import input_source, parse_location
 from gpucloud.spec.values import SpecIssue
 
 if TYPE_CHECKING:
-    from gpucloud.spec.errors import _Where
+    from gpucloud.spec.errors import KeyLines
     from gpucloud.spec.models import JobSpec
 
 _KEYS = "a cloud account's keys"
@@ -153,7 +153,7 @@ def _workdir_issues(
     spec: JobSpec,
     base: Path,
     filename: str,
-    lines: dict[tuple[Any, ...], _Where],
+    lines: dict[tuple[Any, ...], KeyLines],
     allow: Allowances,
     places: list[Path],
 ) -> list[SpecIssue]:
@@ -179,7 +179,7 @@ def reach_issues(
     spec: JobSpec,
     base_dir: Path,
     filename: str,
-    lines: dict[tuple[Any, ...], _Where],
+    lines: dict[tuple[Any, ...], KeyLines],
     allow: Allowances | None = None,
 ) -> list[SpecIssue]:
     """Each secret and local input the job file names that it may not reach by itself."""

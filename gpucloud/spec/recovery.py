@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpucloud.spec.values import _fail, _no_bool, _text, describe, parse_duration
+from gpucloud.spec.values import describe, parse_duration, refuse_bool, reject, required_text
 
 RECOVERY_EVENTS = ("preemption", "capacity", "lost")
 DEFAULT_CHECKPOINT_INTERVAL_S = 600
@@ -41,10 +41,10 @@ class Recovery(BaseModel):
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not value:
-            _fail(f"expected a list of {', '.join(RECOVERY_EVENTS)}, got {describe(value)}")
+            reject(f"expected a list of {', '.join(RECOVERY_EVENTS)}, got {describe(value)}")
         for item in value:
             if item not in RECOVERY_EVENTS:
-                _fail(
+                reject(
                     f"{describe(item)} is not an event to recover from. Expected some of {', '.join(RECOVERY_EVENTS)}"
                 )
         return list(dict.fromkeys(value))
@@ -52,7 +52,7 @@ class Recovery(BaseModel):
     @field_validator("max_restarts", mode="before")
     @classmethod
     def _max_restarts(cls, value: Any) -> Any:
-        return _no_bool(value)
+        return refuse_bool(value)
 
     @field_validator("fallback", mode="before")
     @classmethod
@@ -63,23 +63,23 @@ class Recovery(BaseModel):
             return "on-demand"
         if isinstance(value, str) and value.strip().lower() == "none":
             return "none"
-        _fail(f"{describe(value)} is not a fallback. Expected on-demand or none")
+        reject(f"{describe(value)} is not a fallback. Expected on-demand or none")
 
 
 def checkpoint_path(value: Any) -> str | None:
     """`checkpoint: DIR`: a folder relative to the job's working folder (the same rules as an artifact)."""
     if value is None:
         return None
-    text = _text(value, "a folder relative to the job's working folder, e.g. checkpoints/")
+    text = required_text(value, "a folder relative to the job's working folder, e.g. checkpoints/")
     if any(ord(c) < 32 or ord(c) == 127 for c in text):
-        _fail("contains a control character. Expected a plain folder name, e.g. checkpoints/")
+        reject("contains a control character. Expected a plain folder name, e.g. checkpoints/")
     if text.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:[\\/]", text):
-        _fail(
+        reject(
             f"'{text}' is an absolute path. The checkpoint folder is relative to the job's working folder, "
             "e.g. checkpoints/"
         )
     if ".." in re.split(r"[\\/]+", text):
-        _fail(f"'{text}' leaves the working folder with '..'. Use a folder inside it, e.g. checkpoints/")
+        reject(f"'{text}' leaves the working folder with '..'. Use a folder inside it, e.g. checkpoints/")
     return text.rstrip("/") or "."
 
 
@@ -87,5 +87,5 @@ def checkpoint_interval(value: Any) -> int:
     """`checkpoint_interval`: a duration (10m, 90s, or whole seconds), at least 1 s."""
     seconds = parse_duration(value)
     if seconds < 1:
-        _fail(f"{describe(value)} is shorter than 1 s. Expected e.g. 10m or 90s")
+        reject(f"{describe(value)} is shorter than 1 s. Expected e.g. 10m or 90s")
     return seconds

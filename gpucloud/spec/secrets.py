@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpucloud.errors import UserError
-from gpucloud.spec.values import _env_key
+from gpucloud.spec.values import check_env_key
 
 if TYPE_CHECKING:
     from gpucloud.spec.models import JobSpec
@@ -53,7 +53,7 @@ def _name(name: str, where: str, *, echo: bool = True) -> str:
     """A secret's name, checked as the job file's are. `echo=False` (a secret file's line): the
     error names the place only, since a line whose name is wrong may be a value."""
     try:
-        return _env_key(name.strip())
+        return check_env_key(name.strip())
     except Exception as exc:  # the spec's own check: PydanticCustomError with the reason
         reason = str(exc) if echo else "the part before = is not a valid variable name (not shown: it may be a value)"
         raise UserError(f"{where}: {reason}", hint="Write NAME=VALUE with NAME like HF_TOKEN.") from None

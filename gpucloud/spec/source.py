@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpucloud.spec.errors import _dotted, _Where
-from gpucloud.spec.values import _MAX_NODES_BUILT, SpecError, SpecIssue
+from gpucloud.spec.errors import KeyLines, dotted_path
+from gpucloud.spec.values import SpecError, SpecIssue
 
 if TYPE_CHECKING:
     from yaml import Node
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------------------------------
 # YAML: node tree -> (data, line map, duplicate-key issues)
 
+_MAX_NODES_BUILT = 100_000  # guards against YAML alias bombs ("billion laughs")
 _STR_TAG = "tag:yaml.org,2002:str"
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
@@ -59,7 +60,7 @@ class _Builder:
     def __init__(self, loader: Any, filename: str) -> None:
         self.loader = loader
         self.filename = filename
-        self.lines: dict[tuple[Any, ...], _Where] = {}
+        self.lines: dict[tuple[Any, ...], KeyLines] = {}
         self.issues: list[SpecIssue] = []
         self.bad_paths: set[str] = set()  # already reported (bad YAML value): skip the model's errors there
         self.count = 0
@@ -71,7 +72,7 @@ class _Builder:
         if self.count > _MAX_NODES_BUILT:
             raise _TooBig()
         value_line = node.start_mark.line + 1
-        self.lines[path] = _Where(key_line, value_line, isinstance(node, yaml.ScalarNode))
+        self.lines[path] = KeyLines(key_line, value_line, isinstance(node, yaml.ScalarNode))
         if isinstance(node, yaml.MappingNode):
             if node.tag != _MAP_TAG:
                 self._issue(value_line, path, f"the YAML tag '{node.tag}' is not supported. Remove it")
@@ -82,7 +83,7 @@ class _Builder:
             return [self.build(item, (*path, i), item.start_mark.line + 1) for i, item in enumerate(node.value)]
         if isinstance(node, yaml.ScalarNode) and (bad := _bad_character(node.value)):
             self._issue(value_line, path, bad)
-            self.bad_paths.add(_dotted(path))
+            self.bad_paths.add(dotted_path(path))
             return None
         if node.tag in _NUMBER_TAGS and (_keeps_raw_text(path) or ":" in node.value):
             # YAML 1.1 reads 1:30 as the base-60 number 90: nobody means that in a job file, so the
@@ -99,7 +100,7 @@ class _Builder:
                 path,
                 f"'{node.value}' is not a valid !!{tag} value. Remove the '!!{tag}' tag or fix the value",
             )
-            self.bad_paths.add(_dotted(path))
+            self.bad_paths.add(dotted_path(path))
             return None
 
     def _mapping(self, node: Any, path: tuple[Any, ...]) -> dict[str, Any]:
@@ -138,7 +139,7 @@ class _Builder:
         return {**merged, **out}
 
     def _issue(self, line: int, path: tuple[Any, ...], message: str) -> None:
-        self.issues.append(SpecIssue(self.filename, line, _dotted(path), message + "."))
+        self.issues.append(SpecIssue(self.filename, line, dotted_path(path), message + "."))
 
 
 class _TooBig(Exception):
@@ -217,7 +218,7 @@ def _expanded_size(root: Any, limit: int) -> int:
     return sizes[id(root)]
 
 
-def _compose(text: str, filename: str) -> tuple[Any, _Builder]:
+def compose_yaml(text: str, filename: str) -> tuple[Any, _Builder]:
     """Compose the YAML text and build data + line map, turning every YAML failure into SpecError."""
     import yaml
 

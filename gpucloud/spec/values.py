@@ -22,36 +22,34 @@ else:
     CloudName = Literal[providers.names()]  # the registry's names
 FrameworkName = Literal["pytorch", "tensorflow", "none"]
 
-_CLOUD_WORDS = (*providers.names(), "any")
-_CLOUD_INPUT = Literal[_CLOUD_WORDS]  # type: ignore[valid-type]
+CLOUD_WORDS = (*providers.names(), "any")
+CLOUD_INPUT = Literal[CLOUD_WORDS]  # type: ignore[valid-type]
 # `[user@]host[:port]` or a ~/.ssh/config alias; never an ssh option (no leading dash, no spaces).
-_HOST_RE = re.compile(
+HOST_RE = re.compile(
     r"^(?:[A-Za-z0-9._][A-Za-z0-9._+-]*@)?(?:[A-Za-z0-9_][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$"
 )
-_FRAMEWORKS = ("pytorch", "tensorflow", "none")
-_FRAMEWORK_ALIASES = {"torch": "pytorch", "tf": "tensorflow", "keras": "tensorflow", "cpu": "none"}
-_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+FRAMEWORKS = ("pytorch", "tensorflow", "none")
+FRAMEWORK_ALIASES = {"torch": "pytorch", "tf": "tensorflow", "keras": "tensorflow", "cpu": "none"}
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
-_REGION_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-_INSTANCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*$")
-_PKG_VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")
+AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
+REGION_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+INSTANCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*$")
+PKG_VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")
 _DURATION_RE = re.compile(r"^(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?\s*(?:(\d+)\s*s)?$")
-_DURATION_PATTERN = r"^\s*[0-9]+\s*$|^\s*([0-9]+\s*d)?\s*([0-9]+\s*h)?\s*([0-9]+\s*m)?\s*([0-9]+\s*s)?\s*$"
-_GPU_SHORTHAND_PATTERN = r"^\s*[A-Za-z0-9][A-Za-z0-9 _.|-]*(:\s*[0-9]*(\s*\.\.\s*[0-9]*)?)?\s*$"
-_IMAGE_PATTERN = r"^(auto|ami-[0-9a-f]{8,17}|[^:\s]+:[^:\s]+:[^:\s]+:[^:\s]+)$"
+DURATION_PATTERN = r"^\s*[0-9]+\s*$|^\s*([0-9]+\s*d)?\s*([0-9]+\s*h)?\s*([0-9]+\s*m)?\s*([0-9]+\s*s)?\s*$"
+GPU_SHORTHAND_PATTERN = r"^\s*[A-Za-z0-9][A-Za-z0-9 _.|-]*(:\s*[0-9]*(\s*\.\.\s*[0-9]*)?)?\s*$"
+IMAGE_PATTERN = r"^(auto|ami-[0-9a-f]{8,17}|[^:\s]+:[^:\s]+:[^:\s]+:[^:\s]+)$"
 MIN_DURATION_S = 1  # short deadlines are legitimate on the local provider (a timeout for a quick job)
 MAX_DURATION_S = 30 * 86400
-_MAX_FILE_BYTES = 1 << 20  # a job file is a few hundred bytes; anything this big is a wrong path
-_MAX_NODES_BUILT = 100_000  # guards against YAML alias bombs ("billion laughs")
 
 
 # ---------------------------------------------------------------------------------------------
 # Small helpers shared by the validators
 
 
-def _fail(message: str, *sub: str | int) -> NoReturn:
+def reject(message: str, *sub: str | int) -> NoReturn:
     """Raise a validation error whose text is exactly `message` (pydantic would otherwise prefix
     "Value error, "). `sub` extends the error location below the validated field, so that e.g. a
     bad item of a cloud list points at that item's line."""
@@ -90,29 +88,29 @@ def did_you_mean(word: str, choices: list[str] | tuple[str, ...], *, cutoff: flo
     return by_norm[match[0]] if match else None
 
 
-def _no_bool(value: Any) -> Any:
+def refuse_bool(value: Any) -> Any:
     """YAML reads `yes`/`true` as booleans and pydantic would quietly take them as 1: refuse."""
     if isinstance(value, bool):
-        _fail(f"expected a number, got {describe(value)}")
+        reject(f"expected a number, got {describe(value)}")
     return value
 
 
-def _text(value: Any, what: str) -> str:
+def required_text(value: Any, what: str) -> str:
     """A required, non-empty string (stripped), with a message that says what belongs there."""
     if value is None:
-        _fail(f"has no value. Expected {what}")
+        reject(f"has no value. Expected {what}")
     if not isinstance(value, str):
-        _fail(f"expected {what}, got {describe(value)}. Quote the value if it is meant as text")
+        reject(f"expected {what}, got {describe(value)}. Quote the value if it is meant as text")
     text = value.strip()
     if not text:
-        _fail(f"must not be empty. Expected {what}")
+        reject(f"must not be empty. Expected {what}")
     return text
 
 
 def parse_duration(value: Any) -> int:
     """Seconds from "90m", "6h", "2d", "1h30m", "45s", "3600" or an integer (bounds not checked)."""
     if isinstance(value, bool) or not isinstance(value, int | str):
-        _fail(f"expected a duration such as 90m, 6h, 2d or 1h30m, got {describe(value)}")
+        reject(f"expected a duration such as 90m, 6h, 2d or 1h30m, got {describe(value)}")
     if isinstance(value, int):
         return value
     text = value.strip().lower()
@@ -120,7 +118,7 @@ def parse_duration(value: Any) -> int:
         return int(text)
     m = _DURATION_RE.fullmatch(text)
     if not text or not m or not any(m.groups()):
-        _fail(
+        reject(
             f"'{value}' is not a duration. Expected a number with a unit (s, m, h, d) such as 90m, "
             "6h, 2d or 1h30m, or whole seconds"
         )
@@ -128,7 +126,7 @@ def parse_duration(value: Any) -> int:
     return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
-def _fmt_duration(seconds: int) -> str:
+def format_duration(seconds: int) -> str:
     """1h30m-style text for error messages."""
     parts = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
@@ -138,7 +136,7 @@ def _fmt_duration(seconds: int) -> str:
     return "".join(parts) or "0s"
 
 
-def _resolve_gpu(name: str) -> str:
+def resolve_gpu(name: str) -> str:
     """Canonical catalog name for a GPU name or alias, or an error listing what exists."""
     from gpucloud import catalog  # lazy: only job files that name a GPU pay for the catalog
 
@@ -158,30 +156,30 @@ def _resolve_gpu(name: str) -> str:
         close = did_you_mean(name.upper(), spellings, cutoff=0.5 if len(name) <= 3 else 0.6)
         suggestion = catalog.resolve_gpu_name(close) if close else None
     hint = f"Did you mean '{suggestion}'? " if suggestion else ""
-    _fail(f"unknown GPU '{name}'. {hint}Known GPUs: {', '.join(known)}")
+    reject(f"unknown GPU '{name}'. {hint}Known GPUs: {', '.join(known)}")
 
 
 # ---------------------------------------------------------------------------------------------
 # Item types (Annotated, so that an error points at the item and its line, not the whole list)
 
 
-def _env_key(value: Any) -> str:
+def check_env_key(value: Any) -> str:
     if not isinstance(value, str) or not _ENV_KEY_RE.fullmatch(value):
-        _fail(
+        reject(
             f"'{value}' is not a valid environment variable name. Expected letters, digits and "
             "underscores, not starting with a digit, e.g. EPOCHS"
         )
     if value.upper().startswith("GPUCLOUD_"):
-        _fail(f"'{value}' is reserved: names starting with GPUCLOUD_ are set by gpucloud itself. Rename it")
+        reject(f"'{value}' is reserved: names starting with GPUCLOUD_ are set by gpucloud itself. Rename it")
     from gpucloud.vm.env import NODE_RESERVED, reserved_env_names  # lazy: imported only when a job has env
 
     if value in NODE_RESERVED:
-        _fail(
+        reject(
             f"'{value}' is reserved: the VM's bootstrap sets it to the GPUs the run was given (its slice of a "
             "shared host or a Slurm allocation). To use fewer of them, set it inside `run:`"
         )
     if value in reserved_env_names() or value.startswith("BASH"):
-        _fail(
+        reject(
             f"'{value}' is reserved: the job's shell (bash) owns this variable and the run would break. "
             f"Rename it, e.g. MY_{value.lstrip('_')}"
         )
@@ -194,21 +192,21 @@ def _env_value(value: Any) -> str:
     if isinstance(value, str | int | float):
         return str(value)
     if value is None:
-        _fail('has no value. Write "" for an empty value, or remove the variable')
-    _fail(f"expected text, a number or true/false, got {describe(value)}. Quote it to pass it verbatim")
+        reject('has no value. Write "" for an empty value, or remove the variable')
+    reject(f"expected text, a number or true/false, got {describe(value)}. Quote it to pass it verbatim")
 
 
 def _artifact(value: str) -> str:
     if not value.strip():
-        _fail("must not be empty. Expected a path relative to the job's working folder, e.g. outputs/")
+        reject("must not be empty. Expected a path relative to the job's working folder, e.g. outputs/")
     if value.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:[\\/]", value):
-        _fail(f"'{value}' is an absolute path. Artifacts are relative to the job's working folder, e.g. outputs/")
+        reject(f"'{value}' is an absolute path. Artifacts are relative to the job's working folder, e.g. outputs/")
     if ".." in re.split(r"[\\/]+", value):
-        _fail(f"'{value}' leaves the working folder with '..'. Use a path inside it, e.g. outputs/")
+        reject(f"'{value}' leaves the working folder with '..'. Use a path inside it, e.g. outputs/")
     return value
 
 
-EnvKey = Annotated[str, BeforeValidator(_env_key, json_schema_input_type=str)]
+EnvKey = Annotated[str, BeforeValidator(check_env_key, json_schema_input_type=str)]
 EnvValue = Annotated[str, BeforeValidator(_env_value, json_schema_input_type=str | int | float | bool)]
 ArtifactPath = Annotated[str, AfterValidator(_artifact)]
 
@@ -265,7 +263,7 @@ def cpu_arch(value: Any) -> str:
     if word is None or word not in _ARCH_WORDS:
         close = did_you_mean(str(word or value), list(_ARCH_WORDS))
         hint = f"Did you mean '{close}'? " if close else ""
-        _fail(
+        reject(
             f"{describe(value)} is not a CPU architecture. {hint}Expected x86_64 (the default), arm64 "
             "(AWS Graviton: g5g) or any"
         )

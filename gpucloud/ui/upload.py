@@ -31,10 +31,10 @@ class UploadInfo:
         }
 
     def summary(self) -> str:
-        from gpucloud.channel.workdir import _human
+        from gpucloud.channel.workdir import human_bytes
 
         return (
-            f"workdir {self.workdir}: {self.files} file(s), {_human(self.bytes)} uploaded before compression "
+            f"workdir {self.workdir}: {self.files} file(s), {human_bytes(self.bytes)} uploaded before compression "
             f"(.gitignore honoured); max_duration {fmt_seconds(self.max_duration_s)} "
             f"({self.max_duration_s} s): the machine ends itself then"
         )

@@ -243,7 +243,7 @@ def test_failover_order_and_skips(tmp_path: Path, gpucloud_home: Path, monkeypat
             _cand("azure", "eastus", "Standard_NC4as_T4_v3", 0.53),
         ],
     )
-    run = lifecycle._Run(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0)
+    run = lifecycle.RunInProgress(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0)
     with pytest.raises(NoCandidateError) as info:
         run.execute()
     assert [a.split(":")[0] for a in info.value.attempts] == [
@@ -286,7 +286,11 @@ def fake_run(workdir: Path, home: Path, monkeypatch: pytest.MonkeyPatch):  # typ
         stack=resolve_stack("T4", spec.stack),
         candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 0.5)],
     )
-    return lifecycle._Run(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0), calls, prov
+    return (
+        lifecycle.RunInProgress(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0),
+        calls,
+        prov,
+    )
 
 
 def test_a_run_that_launched_nothing_has_no_teardown_to_report(
@@ -362,7 +366,7 @@ def test_failover_records_attempts_and_costs_only_the_launched_one(
         stack=resolve_stack("T4", spec.stack),
         candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 100.0), _cand("aws", "us-west-2", "g4dn.xlarge", 3.0)],
     )
-    run = lifecycle._Run(spec, plan, detach=True, json_out=True, wait_teardown=True, plan_s=0.0)
+    run = lifecycle.RunInProgress(spec, plan, detach=True, json_out=True, wait_teardown=True, plan_s=0.0)
     assert run.execute().status == "detached"
     store = Store()
     first, second = store.attempts(run.run_id)
@@ -393,7 +397,7 @@ def test_a_provision_that_crashed_is_torn_down_from_a_partial_handle(
         stack=resolve_stack("T4", spec.stack),
         candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 0.5)],
     )
-    run = lifecycle._Run(spec, plan, detach=False, json_out=True, wait_teardown=True, plan_s=0.0)
+    run = lifecycle.RunInProgress(spec, plan, detach=False, json_out=True, wait_teardown=True, plan_s=0.0)
     with pytest.raises(RuntimeError):
         run.execute()
     assert len(prov.torn) == 1 and not prov.torn[0].complete

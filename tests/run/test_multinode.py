@@ -558,7 +558,7 @@ def test_lifecycle_gives_a_shared_user_data_provider_one_script(
     monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: prov)
     monkeypatch.chdir(tmp_path)
     spec = load_spec(write_job(tmp_path / "job", {"name": "shared", "num_nodes": 2, "run": ENV_DUMP}))
-    run = lifecycle._Run(
+    run = lifecycle.RunInProgress(
         spec, make_plan(spec, cloud="local"), detach=False, json_out=True, wait_teardown=True, plan_s=0.0
     )
     result = run.execute()
