@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from gpucloud.spec.models import GpuRequest, JobSpec, Resources, StackSpec
+from gpucloud.spec.peer_keys import peer_key_message
 from gpucloud.spec.values import SpecIssue, describe, did_you_mean
 
 # Field hints: appended to pydantic's own type/bound errors so each says what belongs there.
@@ -78,6 +79,9 @@ def unknown_key_message(key: Any, parent: tuple[str | int, ...]) -> str:
     """'unknown key' with the closest key at this level, or the level where that key belongs."""
     word = str(key)
     known = _known_keys(parent)
+    peer = peer_key_message(word, known)
+    if peer:
+        return peer
     close = did_you_mean(word, known)
     if close:
         return f"unknown key '{word}'. Did you mean '{close}'?"

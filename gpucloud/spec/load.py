@@ -133,10 +133,12 @@ def parse_spec(
     if spec is not None:
         issues.extend(reach_issues(spec, base_dir or Path.cwd(), filename, builder.lines, allow))
     if issues or spec is None:
+        from gpucloud.spec.peer_keys import import_hint
         from gpucloud.spec.peers import peer_hint  # only a failing file pays for the peer check
 
         error = SpecError(issues)
         error.hint = peer_hint(data, filename)  # a SkyPilot task or dstack file: name the command that converts it
+        error.hint = error.hint or import_hint([i.message for i in issues], filename)
         raise error
     return spec
 
@@ -175,6 +177,8 @@ def load_spec(path: str | Path, *, resources: dict[str, Any] | None = None, allo
 
 def json_schema() -> dict[str, Any]:
     """JSON Schema of the *input* form (what people write: "K80:1", "6h", "any"), for YAML editors."""
+    from gpucloud.spec.schema import refine
+
     schema = JobSpec.model_json_schema(mode="validation")
     schema["properties"].pop("source", None)
     sections = {"": schema, **{k.lower(): v for k, v in schema.get("$defs", {}).items()}}
@@ -184,6 +188,7 @@ def json_schema() -> dict[str, Any]:
         prop = sections.get(section, {}).get("properties", {}).get(key) if section is not None else None
         if prop is not None:
             prop.setdefault("description", hint[:1].upper() + hint[1:] + ("" if hint.endswith(".") else "."))
+    refine(schema)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         **{k: v for k, v in schema.items() if k != "title"},

@@ -99,6 +99,11 @@ def required_text(value: Any, what: str) -> str:
     """A required, non-empty string (stripped), with a message that says what belongs there."""
     if value is None:
         reject(f"has no value. Expected {what}")
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        reject(
+            f"expected one shell script ({what}), got a list of {len(value)} commands. Write them one per "
+            "line after `|` (a YAML block: the lines run in order as one bash script), or join them with &&"
+        )
     if not isinstance(value, str):
         reject(f"expected {what}, got {describe(value)}. Quote the value if it is meant as text")
     text = value.strip()
