@@ -5,7 +5,7 @@ misses) and the nearest alternatives. Imported only when a plan comes out empty.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
@@ -35,7 +35,10 @@ def nothing_fits(
             return UserError(
                 f"{_where(spec)}resources.gpu: no cloud gpucloud can use ({where}) offers the {gpu}"
                 f"{_never_offered_note(gpu, cat)}.",
-                hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat, spec.resources.arches)) + ".",
+                hint="Nearest alternatives: "
+                + "; ".join(alternatives(gpu, clouds, cat, spec.resources.arches))
+                + ". "
+                + owned_ways(gpu, spec),
             )
         if not live:
             return _only_retired(spec, gpu, where, offered, clouds, cat)
@@ -79,9 +82,10 @@ def _only_retired(
     return UserError(
         f"{_where(spec)}resources.gpu: {where} offers the {gpu} only on retired or withdrawn instance types "
         f"({'; '.join(dates)}).{note}",
-        hint="Nearest alternatives: " + "; ".join(alternatives(gpu, clouds, cat, spec.resources.arches)) + ". "
-        f"The {gpu} software stack is still known (`gpucloud stack {gpu}`): run the job on a machine with that GPU "
-        "that you own or host, through a provider that reaches it.",
+        hint="Nearest alternatives: "
+        + "; ".join(alternatives(gpu, clouds, cat, spec.resources.arches))
+        + ". "
+        + owned_ways(gpu, spec),
     )
 
 
@@ -112,6 +116,49 @@ def _count_only_retired(
         hint=f"Ask for one of those counts (gpu: {gpu}:{counts[0]}), or another GPU. Nearest alternatives: "
         + "; ".join(alternatives(gpu, clouds, cat, spec.resources.arches))
         + ".",
+    )
+
+
+def owned_ways(gpu: str, spec: JobSpec) -> str:
+    """The providers that still give a GPU the clouds do not sell: a machine of your own (host
+    providers) or your cluster (scheduler providers), each with the lines to write, and the stack
+    that GPU gets there, as `gpucloud stack` resolves it."""
+    from gpucloud.contract.registry import cluster_clouds, host_clouds, info
+
+    count = spec.resources.gpu.count if spec.resources.gpu else 1
+    line = f"      gpu: {gpu}:{count}"
+    ways = [
+        f"    resources:\n      cloud: {name}\n      hosts: [{gpu.lower()}-box]   # ssh alias or user@host[:port]"
+        f"\n{line}"
+        for name in host_clouds()
+    ] + [
+        f"    resources:\n      cloud: {name}\n      cluster: hpc-login   # the login node (or local)\n{line}"
+        for name in cluster_clouds()
+    ]
+    example = "examples/k80-ssh.yaml and examples/slurm/k80-slurm.yaml are such jobs" + (
+        "" if gpu == "K80" else f" (with gpu: {gpu}:{count})"
+    )
+    return (
+        f"The {gpu} still runs on {' or '.join(info(n).title for n in (*host_clouds(), *cluster_clouds()))}; "
+        "write one of:\n" + "\n  or\n".join(ways) + f"\n{example}. {_stack_answer(gpu)}"
+    )
+
+
+def _stack_answer(gpu: str) -> str:
+    """What the stack resolver gives that GPU with framework: pytorch (one sentence)."""
+    from gpucloud.errors import UserError
+    from gpucloud.plan.stacks import resolve_stack
+    from gpucloud.spec.models import StackSpec
+
+    try:
+        stack = resolve_stack(gpu, StackSpec(framework="pytorch"))
+    except UserError as exc:
+        return f"There: {str(exc).split('. ', 1)[0].removeprefix('stack.framework: ')} (`gpucloud stack {gpu}`)."
+    index = stack.framework_pip[-1].rsplit("/", 1)[-1] if "--index-url" in stack.framework_pip else ""
+    wheel = f"{stack.framework_version}+{index}" if index else stack.framework_version
+    return (
+        f"There it gets driver R{stack.driver}, CUDA {stack.cuda} and PyTorch {wheel} with framework: pytorch "
+        f"(`gpucloud stack {gpu}`)."
     )
 
 
@@ -167,3 +214,29 @@ def alternatives(
         if len(picked) >= limit:
             break
     return picked or ["none in the catalog"]
+
+
+class GpuRow(Protocol):
+    """What `unsold_note` reads of a `gpus` row (ui/catalog.py's GpuSummary)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def clouds(self) -> tuple[str, ...]: ...
+    @property
+    def retired(self) -> tuple[object, ...]: ...
+
+
+def unsold_note(summaries: Sequence[GpuRow]) -> str:
+    """`gpus`' one line on its rows of `-`: GPUs no cloud sells and none ever did (retired ones
+    have their own line), and where they still run."""
+    from gpucloud.contract.registry import cluster_clouds, host_clouds
+
+    unsold = [s.name for s in summaries if not s.clouds and not s.retired]
+    if not unsold:
+        return ""
+    places = " or ".join(f"`cloud: {name}`" for name in (*host_clouds(), *cluster_clouds()))
+    return (
+        f"{', '.join(unsold)}: rows of - because no cloud gpucloud can use sells them; they run on machines "
+        f"you own or your cluster ({places}; `gpucloud stack {unsold[0]}` shows their stack)."
+    )

@@ -14,50 +14,12 @@ from hypothesis import strategies as st
 from gpucloud.catalog import load_catalog
 from gpucloud.errors import UserError
 from gpucloud.plan.planner import make_plan
-from gpucloud.spec.load import GpuRequest, JobSpec, Resources, load_spec
+from gpucloud.spec.load import JobSpec, Resources, load_spec
+from tests.support.planner_oracle import brute_force_cheapest, job
 from tests.support.sshd import example_hosts_lab, have_sshd
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
-
-
-def job(**resources: object) -> JobSpec:
-    gpu = resources.pop("gpu", None)
-    res = Resources(**resources)  # type: ignore[arg-type]
-    if gpu:
-        model, _, count = str(gpu).partition(":")
-        res.gpu = GpuRequest(model=model, count=int(count or 1))
-    return JobSpec(name="t", resources=res, run="true", max_duration=3600)
-
-
-def brute_force_cheapest(spec: JobSpec, policy: bool | str) -> float | None:
-    """The lowest $/h per node over the catalog, written independently of the planner."""
-    res = spec.resources
-    best: float | None = None
-    variants = set(load_catalog().members(res.gpu.model)) if res.gpu else set()
-    for o in load_catalog().offerings:
-        if o.cloud not in res.cloud or o.status == "retired":
-            continue
-        if res.regions and o.region not in res.regions:
-            continue
-        if res.gpu and (o.gpu not in variants or o.gpu_count != res.gpu.count):
-            continue
-        if res.min_vcpus and o.vcpus < res.min_vcpus:
-            continue
-        if res.min_memory_gib and o.memory_gib < res.min_memory_gib:
-            continue
-        if res.arch != "any" and o.arch != res.arch:  # x86_64 unless the job opens arm64
-            continue
-        prices = {
-            False: [o.price_per_hour],
-            True: [o.spot_price_per_hour] if o.spot_price_per_hour is not None else [],
-            "auto": [p for p in (o.price_per_hour, o.spot_price_per_hour) if p is not None],
-        }[policy]  # type: ignore[index]
-        for p in prices:
-            if res.max_price_per_hour is not None and p > res.max_price_per_hour:
-                continue
-            best = p if best is None else min(best, p)
-    return best
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +138,7 @@ def test_k80_on_aws_says_p2_is_not_offered_and_keeps_the_stack() -> None:
     text = info.value.render()
     assert "p2.xlarge, p2.8xlarge, p2.16xlarge (not offered as of 2026-12-03)" in text
     assert "current API does not offer them" in text and "no end date was announced" in text
-    assert "gpucloud stack K80" in text and "own or host" in text
+    assert "gpucloud stack K80" in text and "cloud: ssh" in text and "examples/k80-ssh.yaml" in text
 
 
 def test_family_name_matches_every_memory_variant_and_full_name_is_exact() -> None:
