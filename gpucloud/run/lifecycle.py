@@ -26,7 +26,7 @@ from gpucloud.run.watch import observe, outcome, stage_order, stale, vm_phases
 from gpucloud.state.guard import no_space
 from gpucloud.state.store import FINAL_STATUSES, Journal, Store, home_dir
 from gpucloud.ui import views
-from gpucloud.ui.progress import Progress, awaited
+from gpucloud.ui.progress import Progress
 from gpucloud.ui.prose import to_stderr
 from gpucloud.ui.timeline import format_nodes
 
@@ -349,7 +349,6 @@ class RunInProgress:
             self.delivery.follow(launch, self.progress.warn)
             self._pump_logs()
             self._show_stages(obs.statuses, shown)
-            self.progress.tick(awaited(obs.statuses[0] if obs.statuses else None))  # a line every 30 s
             for note in sorted(set(obs.notes) - noted):
                 noted.add(note)
                 self.progress.warn(note)
