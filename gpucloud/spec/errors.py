@@ -11,7 +11,6 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from gpucloud.spec.models import GpuRequest, JobSpec, Resources, StackSpec
-from gpucloud.spec.peer_keys import peer_key_message
 from gpucloud.spec.values import SpecIssue, describe, did_you_mean
 
 # Field hints: appended to pydantic's own type/bound errors so each says what belongs there.
@@ -79,6 +78,8 @@ def unknown_key_message(key: Any, parent: tuple[str | int, ...]) -> str:
     """'unknown key' with the closest key at this level, or the level where that key belongs."""
     word = str(key)
     known = _known_keys(parent)
+    from gpucloud.spec.peer_keys import peer_key_message  # a failing file only
+
     peer = peer_key_message(word, known)
     if peer:
         return peer

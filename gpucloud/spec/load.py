@@ -72,6 +72,51 @@ def _workdir_issue(spec: JobSpec, base_dir: Path, filename: str, line: int | Non
     )
 
 
+def _workdir_size_issue(spec: JobSpec, base_dir: Path, filename: str, line: int | None) -> SpecIssue | None:
+    """A workdir that packs past the upload cap would fail only at `run`'s upload, after its run record:
+    refused here (validate, plan, run alike). Same file list as the code tarball; only a folder whose files
+    add up past the cap is packed (the tarball's own code, stopped at the cap), so a compressible folder
+    is not refused on its raw size. None when it fits or is missing (describe_upload says so)."""
+    import tempfile
+
+    from gpucloud.channel.workdir import DEFAULT_CODE_CAP, human_bytes, pack_workdir, workdir_files
+    from gpucloud.errors import UserError
+    from gpucloud.spec.reach import credential_places
+
+    root = (base_dir.resolve() / spec.workdir).resolve()
+    if not root.is_dir():
+        return None
+    skip = credential_places()
+    files = workdir_files(root, skip)
+    raw = 0
+    biggest: list[tuple[int, str]] = []
+    for rel in files:
+        try:
+            size = (root / rel).lstat().st_size
+        except OSError:
+            continue
+        raw += size
+        biggest.append((size, rel))
+    if raw <= DEFAULT_CODE_CAP:
+        return None
+    with tempfile.TemporaryDirectory(prefix="gpucloud-size-") as tmp:
+        try:
+            pack_workdir(root, dest=Path(tmp) / "code.tar.gz", skip=skip)
+            return None
+        except UserError as exc:
+            packed = str(exc).split(" packs to ", 1)[-1].split(", above", 1)[0]
+    largest = ", ".join(f"{rel} ({human_bytes(size)})" for size, rel in sorted(biggest, reverse=True)[:3])
+    return SpecIssue(
+        filename,
+        line,
+        "workdir",
+        f"'{spec.workdir}' ({root}) packs to {packed}, above the {human_bytes(DEFAULT_CODE_CAP)} upload cap "
+        f"({len(files)} file(s), {human_bytes(raw)} before compression; largest: {largest}), so `run` would "
+        "fail at the upload. List the large files (datasets, checkpoints, outputs) in the workdir's .gitignore "
+        "and bring them with inputs: or in setup:, or point workdir at a smaller folder (the cap is fixed).",
+    )
+
+
 def parse_spec(
     text: str,
     filename: str,
@@ -130,6 +175,9 @@ def parse_spec(
         and (issue := _workdir_issue(spec, base_dir, filename, where.value_line if where else None))
     ):
         issues.append(issue)
+    elif spec is not None and base_dir is not None:
+        if size_issue := _workdir_size_issue(spec, base_dir, filename, where.value_line if where else None):
+            issues.append(size_issue)
     if spec is not None:
         issues.extend(reach_issues(spec, base_dir or Path.cwd(), filename, builder.lines, allow))
     if issues or spec is None:
