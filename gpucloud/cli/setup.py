@@ -31,6 +31,21 @@ def check(
     raise typer.Exit(check_command(cloud, json_out=json_out))
 
 
+@setup_app.command("setup")
+def setup_account(
+    cloud: Annotated[str, typer.Argument(help="The cloud whose account to prepare.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Create without asking.")] = False,
+    print_only: Annotated[
+        bool, typer.Option("--print", help="Only print the same as commands for an administrator.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Create what runs need once in an account (the deadline role, the runner policy or role), after showing it."""
+    from gpucloud.cli.account import setup_command
+
+    raise typer.Exit(setup_command(cloud, yes=yes, dry=print_only, json_out=json_out))
+
+
 @setup_app.command("iam-policy")
 def iam_policy(
     cloud: Annotated[str | None, typer.Argument(help="A cloud with a policy (default: the first).")] = None,
@@ -76,6 +91,11 @@ def iam_policy(
         jsonout.emit(providers.deadline_role_documents(cloud, account, part))
         return
     doc = providers.policy_document(cloud)
+    if data and "Statement" not in doc:
+        raise UserError(
+            f"--data adds statements to an IAM policy; {cloud}'s role definition has none.",
+            hint="docs/DATA.md says which storage roles a job's inputs and outputs need there.",
+        )
     if data:
         from gpucloud.run.data_grants import policy_statements
         from gpucloud.run.registry_login import policy_statements as image_statements

@@ -501,6 +501,8 @@ class CloudCheck:
     quotas: list[dict[str, object]] = field(default_factory=list)
     problems: list[dict[str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    # The one-time pieces `gpucloud setup CLOUD` creates: {piece, state, detail} each.
+    setup: list[dict[str, str]] = field(default_factory=list)
 
     def problem(self, problem: str, fix: str | None) -> None:
         self.problems.append({"problem": problem, "fix": fix or ""})

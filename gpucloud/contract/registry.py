@@ -247,17 +247,17 @@ def with_setup() -> tuple[str, ...]:
     return tuple(n for n, entry in REGISTRY.items() if entry.setup)
 
 
-def _function(spec: str) -> Callable[..., object]:
+def _function(spec: str) -> Callable[..., Any]:
     module, func = spec.split(":")
-    return getattr(importlib.import_module(module), func)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), func)
 
 
-def run_setup(cloud: str, **kwargs: object) -> dict[str, object]:
+def run_setup(cloud: str, **kwargs: object) -> dict[str, Any]:
     """The provider's `setup` (imported lazily), as `gpucloud setup CLOUD` calls it."""
     spec = info(cloud).setup
     if not spec:
         raise ValueError(f"{cloud} has no setup")
-    return dict(_function(spec)(**kwargs))  # type: ignore[call-overload]
+    return dict(_function(spec)(**kwargs))
 
 
 def quota_verdicts(cloud: str, asks: list[dict[str, object]], budget_s: float) -> list[dict[str, object]] | None:
@@ -266,7 +266,7 @@ def quota_verdicts(cloud: str, asks: list[dict[str, object]], budget_s: float) -
     spec = info(cloud).quota
     if not spec:
         return None
-    return list(_function(spec)(asks, budget_s))  # type: ignore[call-overload]
+    return list(_function(spec)(asks, budget_s))
 
 
 def run_check(cloud: str) -> CloudCheck:

@@ -49,6 +49,21 @@ def _timed(cloud: str) -> CloudCheck:
     return result
 
 
+def _quota_lines(quotas: list[dict[str, object]]) -> list[str]:
+    """One line per quota code: its value in each region ("unknown" with the first note)."""
+    by_code: dict[str, list[dict[str, object]]] = {}
+    for q in quotas:
+        by_code.setdefault(str(q["code"]), []).append(q)
+    lines = []
+    for code, rows in by_code.items():
+        values = ", ".join(
+            f"{q['region']} {'unknown' if q['vcpus'] is None else format(q['vcpus'], 'g')}" for q in rows
+        )
+        notes = next((str(q["note"]) for q in rows if q["note"] and q["vcpus"] is None), "")
+        lines.append(f"  quota     {code} {rows[0]['name']} (vCPUs): {values}" + (f" ({notes})" if notes else ""))
+    return lines
+
+
 def print_checks(results: list[CloudCheck]) -> None:
     """Human report: one block per cloud; problems with their fixes. Every line is wrapped to the
     output width, continuing under its value (a region list or a fix is often longer than a line)."""
@@ -62,12 +77,10 @@ def print_checks(results: list[CloudCheck]) -> None:
             lines.append("  identity  " + ", ".join(f"{k} {v}" for k, v in r.identity.items() if v))
         if r.regions:
             lines.append(f"  regions   {len(r.regions)} enabled: {', '.join(r.regions)}")
-        for q in r.quotas:
-            value = "unknown" if q["vcpus"] is None else f"{q['vcpus']:g} vCPUs"
-            lines.append(
-                f"  quota     {q['code']} {q['name']} ({q['region']}): {value}"
-                + (f" ({q['note']})" if q["note"] else "")
-            )
+        lines.extend(_quota_lines(r.quotas))
+        for piece in r.setup:
+            detail = f" ({piece['detail']})" if piece["detail"] else ""
+            lines.append(f"  setup     {piece['piece']}: {piece['state']}{detail}")
         for p in r.problems:
             lines.append(f"  problem   {p['problem']}")
             if p["fix"]:

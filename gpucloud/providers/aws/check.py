@@ -11,6 +11,7 @@ from gpucloud.contract.provider import CloudCheck
 from gpucloud.providers.aws.access import CREDENTIALS_HINT, classify_access, no_credentials
 from gpucloud.providers.aws.errors import error_code, gpu_quotas
 from gpucloud.providers.aws.network import CLOUD
+from gpucloud.providers.aws.quota import raise_command, region_quotas
 from gpucloud.providers.aws.session import client_config
 
 
@@ -43,6 +44,7 @@ def check() -> CloudCheck:
             )
         return result
     _quotas(session, region, result)
+    _setup_pieces(result.identity["account"], result)
     return result
 
 
@@ -69,26 +71,41 @@ def identity() -> str:
 
 
 def _quotas(session: Any, region: str, result: CloudCheck) -> None:
-    """GPU vCPU quotas in the session's region; a refusal is noted, not fatal (the quotas are advice)."""
-    client = session.client("service-quotas", region_name=region, config=client_config())
-    for code, name in gpu_quotas().items():
-        try:
-            value = float(client.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
-        except Exception as exc:  # noqa: BLE001
-            result.quotas.append(
-                {
-                    "code": code,
-                    "name": name,
-                    "region": region,
-                    "vcpus": None,
-                    "note": f"Service Quotas did not answer ({type(exc).__name__})",
-                }
-            )
-            continue
-        result.quotas.append({"code": code, "name": name, "region": region, "vcpus": value, "note": ""})
-        if value == 0:
+    """GPU vCPU quotas per family in every enabled region (the session's first), read at once; a
+    refusal is noted, not fatal (the quotas are advice). A quota of 0 is a problem, one per family,
+    naming the regions and the request command."""
+    regions = [region, *(r for r in result.regions if r != region)]
+    result.quotas.extend(region_quotas(regions))
+    zero: dict[str, list[str]] = {}
+    for q in result.quotas:
+        if q["vcpus"] == 0:
+            zero.setdefault(str(q["code"]), []).append(str(q["region"]))
+    names = gpu_quotas()
+    for code, where in zero.items():
+        result.problem(
+            f"quota {code} ({names[code]}) is 0 vCPUs in {', '.join(where)}: no such GPU machine can start there",
+            raise_command(code, where[0] if len(where) == 1 else "<region>"),
+        )
+
+
+def _setup_pieces(account: str, result: CloudCheck) -> None:
+    """The pieces `gpucloud setup aws` creates, each present or a problem with its fix; reading
+    them needs the runner policy's iam:Get* on them (a refusal is noted, never fatal)."""
+    from gpucloud.providers.aws.session import shared_client, shared_session
+    from gpucloud.providers.aws.setup import AwsSetup
+
+    try:
+        pieces = AwsSetup(shared_client(shared_session(), "iam", "us-east-1"), account).inspect()
+    except Exception as exc:  # noqa: BLE001
+        result.setup.append(
+            {"piece": "setup", "state": "unknown", "detail": f"not readable ({error_code(exc) or type(exc).__name__})"}
+        )
+        return
+    for p in pieces:
+        result.setup.append({"piece": p["piece"], "state": p["state"], "detail": p["detail"]})
+        if p["state"] != "present":
             result.problem(
-                f"quota {code} ({name}) is 0 vCPUs in {region}: no such GPU machine can start there",
-                f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {code} "
-                f"--region {region} --desired-value <vCPUs>",
+                f"{p['piece']} is {p['state']}"
+                + (" (runs go on without the cloud-side deadline)" if p["kind"] == "deadline-role" else ""),
+                "An administrator runs `gpucloud setup aws` (or `gpucloud setup aws --print` for the commands).",
             )

@@ -46,6 +46,7 @@ SCHEDULES = "arn:aws:scheduler:*:${aws:PrincipalAccount}:schedule/default/gpuclo
 # IAM ARNs name no account: a role can only be passed, and a service-linked role only created, in
 # the caller's own account.
 DEADLINE_ROLE = "arn:aws:iam::*:role/gpucloud-deadline"
+RUNNER_POLICIES = "arn:aws:iam::*:policy/gpucloud-runner-*"  # `gpucloud setup aws`'s managed policies
 SCHEDULER_SERVICE = "scheduler.amazonaws.com"
 SPOT_SERVICE = "spot.amazonaws.com"
 SPOT_ROLE = "arn:aws:iam::*:role/aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot"
@@ -396,6 +397,13 @@ def _account_statements() -> list[dict[str, Any]]:
             "Action": "iam:CreateServiceLinkedRole",
             "Resource": SPOT_ROLE,
             "Condition": {"StringEquals": {"iam:AWSServiceName": SPOT_SERVICE}},
+        },
+        {
+            # `gpucloud check`: are the pieces `gpucloud setup aws` creates there (read only).
+            "Sid": "CheckSetupPieces",
+            "Effect": "Allow",
+            "Action": ["iam:GetRole", "iam:GetRolePolicy", "iam:GetPolicy", "iam:GetPolicyVersion"],
+            "Resource": [DEADLINE_ROLE, RUNNER_POLICIES],
         },
     ]
 

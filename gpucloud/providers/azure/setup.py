@@ -1,0 +1,107 @@
+"""`gpucloud setup azure`: the custom role `gpucloud runner` (rbac.py) in the subscription, read
+first and created or updated only when missing or different, so a second run changes nothing.
+
+Creating a role definition needs Microsoft.Authorization/roleDefinitions/write (Owner or User
+Access Administrator): an administrator runs setup once, then assigns the role, with its condition,
+to the people, apps and CI identities that run jobs. Nothing per run is created here (each VM's
+identity and role assignment belong to its run). `--print` gives the same as `az` commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from gpucloud.providers.azure.rbac import ROLE_NAME, arm_body, assign_command, role_definition, role_id
+
+ROLE_DEFINITIONS_API = "2022-04-01"
+
+
+def role_path(subscription: str) -> str:
+    return f"/subscriptions/{subscription}/providers/Microsoft.Authorization/roleDefinitions/{role_id(subscription)}"
+
+
+def _permissions(doc: dict[str, Any]) -> Any:
+    """The part of a role definition that decides what it allows (compared as sets)."""
+    props = doc.get("properties") or {}
+    perms = (props.get("permissions") or [{}])[0]
+    return (
+        sorted(str(a).lower() for a in perms.get("actions") or []),
+        sorted(str(a).lower() for a in perms.get("dataActions") or []),
+        sorted(str(s).lower() for s in props.get("assignableScopes") or []),
+    )
+
+
+def _send(arm: Any, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+    from azure.core.rest import HttpRequest
+
+    kwargs: dict[str, Any] = {"params": {"api-version": ROLE_DEFINITIONS_API}}
+    if body is not None:
+        kwargs["json"] = body
+    response = arm.send_request(HttpRequest(method, path, **kwargs))
+    try:
+        doc = dict(response.json() or {})
+    except (ValueError, TypeError):
+        doc = {}
+    return response.status_code, doc
+
+
+def _refused(status: int, doc: dict[str, Any], subscription: str) -> Exception:
+    from gpucloud.errors import CloudAccessError
+
+    found = doc.get("error")
+    error: dict[str, Any] = found if isinstance(found, dict) else {}
+    message = (str(error.get("message", "")).splitlines() or [""])[0]
+    said = f"HTTP {status} {error.get('code', '')}: {message}"
+    return CloudAccessError(
+        f"Azure refused the role definition in subscription {subscription} ({said}).",
+        cloud="azure",
+        hint="`gpucloud setup azure` needs an administrator (Microsoft.Authorization/roleDefinitions/write: "
+        "Owner or User Access Administrator); `gpucloud setup azure --print` shows the commands to hand to one.",
+    )
+
+
+def inspect(arm: Any, subscription: str) -> dict[str, Any]:
+    """The role's piece: {piece, state (present/missing/differs), detail}."""
+    piece = {"piece": f"role definition '{ROLE_NAME}'", "kind": "custom-role", "id": role_path(subscription)}
+    status, doc = _send(arm, "GET", role_path(subscription))
+    if status == 404:
+        return {**piece, "state": "missing", "detail": "the least-privilege role for whoever runs jobs"}
+    if status != 200:
+        raise _refused(status, doc, subscription)
+    if _permissions(doc) == _permissions(arm_body(subscription)):
+        return {**piece, "state": "present", "detail": role_id(subscription)}
+    return {**piece, "state": "differs", "detail": "its actions will be set to this gpucloud's"}
+
+
+def print_commands(subscription: str) -> list[str]:
+    """The whole setup as `az` commands (`gpucloud setup azure --print`)."""
+    return [
+        f"cat > gpucloud-runner.json <<'EOF'\n{json.dumps(role_definition(subscription), indent=2)}\nEOF",
+        "az role definition create --role-definition @gpucloud-runner.json",
+        assign_command(subscription),
+    ]
+
+
+def setup(*, dry: bool, confirm: Callable[[list[dict[str, Any]]], bool], say: Callable[[str], None]) -> dict[str, Any]:
+    """`gpucloud setup azure`: inspect, show, ask (`confirm`), create or update the role."""
+    from gpucloud.providers.azure.access import no_subscription
+
+    sub = os.environ.get("AZURE_SUBSCRIPTION_ID", "")
+    if dry:
+        return {"cloud": "azure", "subscription": sub, "commands": print_commands(sub or "<subscription-id>")}
+    if not sub:
+        raise no_subscription()
+    from gpucloud.providers.azure.provider import AzureProvider
+
+    arm = AzureProvider(subscription_id=sub).resource
+    pieces = [inspect(arm, sub)]
+    if pieces[0]["state"] != "present" and confirm(pieces):
+        status, doc = _send(arm, "PUT", role_path(sub), arm_body(sub))
+        if status not in (200, 201):
+            raise _refused(status, doc, sub)
+        say(f"{'created' if pieces[0]['state'] == 'missing' else 'updated'} {pieces[0]['piece']}")
+        pieces = [inspect(arm, sub)]
+    return {"cloud": "azure", "account": sub, "pieces": pieces, "attach": [assign_command(sub)]}
