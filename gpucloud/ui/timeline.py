@@ -11,19 +11,20 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-# status.json stage -> timeline group, in order. "boot" also covers the time from launch to the
-# first stage (the cloud starting the machine and cloud-init), when the launch time is known.
-GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("boot", ("preflight", "watchdog")),
-    ("stack", ("stack", "gpu_verify")),
-    ("fetch", ("fetch_code",)),
-    ("inputs", ("inputs",)),
-    ("pull", ("container_pull",)),
-    ("setup", ("setup", "barrier")),
-    ("run", ("run",)),
-    ("outputs", ("outputs",)),
-    ("artifacts", ("artifacts",)),
-)
+from gpucloud.vm.protocol import STAGE_GROUPS
+
+
+def _groups() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(group, its stages) in the wire format's order: the stages are declared once, with their group,
+    in gpucloud/vm/protocol.py. "boot" also covers the time from launch to the first stage (the cloud
+    starting the machine and cloud-init), when the launch time is known."""
+    names: dict[str, list[str]] = {}
+    for stage, group in STAGE_GROUPS:
+        names.setdefault(group, []).append(stage)
+    return tuple((group, tuple(stages)) for group, stages in names.items())
+
+
+GROUPS = _groups()
 
 
 def _seconds(info: object, now: float) -> tuple[float, bool] | None:

@@ -28,21 +28,25 @@ AZURE_STORAGE_VERSION = "2022-11-02"
 SIGN_LINE = "sign ed25519"  # the manifest line that makes a node's results need its signature
 SIG_FIELD = b',"sig":"'
 
-STAGES = (
-    "preflight",
-    "watchdog",
-    "stack",
-    "gpu_verify",
-    "fetch_code",
-    "inputs",
-    "container_pull",
-    "setup",
-    "barrier",
-    "run",
-    "outputs",
-    "artifacts",
-    "done",
+# Every stage a node reports, in the order it runs, with the timeline group its time is shown under
+# (gpucloud/ui/timeline.py). A new stage is one line here: the CLI then accepts it in a status
+# document, orders it and shows it; the agent opens it by this name.
+STAGE_GROUPS: Tuple[Tuple[str, str], ...] = (
+    ("preflight", "boot"),
+    ("watchdog", "boot"),
+    ("stack", "stack"),
+    ("gpu_verify", "stack"),
+    ("fetch_code", "fetch"),
+    ("inputs", "inputs"),
+    ("container_pull", "pull"),
+    ("setup", "setup"),
+    ("barrier", "setup"),
+    ("run", "run"),
+    ("outputs", "outputs"),
+    ("artifacts", "artifacts"),
 )
+DONE_STAGE = "done"  # the end marker the final status carries: no time of its own, so in no group
+STAGES = tuple(name for name, _ in STAGE_GROUPS) + (DONE_STAGE,)
 PROGRESS_STATES = ("booting", "running")
 FINAL_STATES = ("succeeded", "failed", "deadline", "error", "preempted")
 
