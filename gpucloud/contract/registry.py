@@ -90,6 +90,8 @@ class ProviderInfo:
     # "module:function(asks, budget_s) -> list[dict]": the GPU quota of each candidate's family and
     # region, read before a launch (a lookup that fails is a note, never a refusal).
     quota: str | None = None
+    # What the run's channel keeps after `down` and for how long ({run_id} filled in): `down` says it.
+    channel_kept: str = ""
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -117,6 +119,11 @@ REGISTRY: dict[str, ProviderInfo] = {
             image_login="gpucloud.providers.aws.services:ecr_login",
             setup="gpucloud.providers.aws.setup:setup",
             quota="gpucloud.providers.aws.quota:verdicts",
+            channel_kept=(
+                "the run's code, agent, manifest and log objects stay in the channel bucket under "
+                "runs/{run_id}/ for 30 days (the bucket's lifecycle rule), also for a run that never "
+                "launched: `gpucloud logs {run_id}` still reads them"
+            ),
             region_pattern=r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]+",  # us-east-1, ap-southeast-5, us-gov-west-1
         ),
         ProviderInfo(

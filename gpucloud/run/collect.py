@@ -110,6 +110,7 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
     status, code, message = outcome(statuses)
     store.set_phases(run.id, vm_phases(statuses))
     store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
+    store.end_attempt(run.id, None, f"job {status}")  # its attempt ended with it: `cost` stops billing there
     store.update_run(run.id, artifacts_dir=str(dest))
     store.event(
         run.id,

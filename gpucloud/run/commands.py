@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 from gpucloud.contract import registry as providers
 from gpucloud.contract.provider import Unreachable
+from gpucloud.contract.tags import GcIncomplete
 from gpucloud.errors import ConfigurationError, Declined, GpucloudError, InternalError, UserError
-from gpucloud.providers.tags import GcIncomplete
 from gpucloud.run.log import LogMirror
 from gpucloud.run.watch import observe, outcome, vm_phases
 from gpucloud.state.guard import StoreError
-from gpucloud.state.store import Journal, RunRecord, Store, home_dir
+from gpucloud.state.store import Journal, ResourceRecord, RunRecord, Store, home_dir
 from gpucloud.ui import views
 from gpucloud.ui.prose import fill, output_width, to_stderr
 
@@ -126,8 +126,9 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
         status, code, message = outcome(obs.statuses)
         store.set_phases(run.id, vm_phases(obs.statuses))
         store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
-        if status == "preempted":  # nobody follows it (no `gpucloud watch`): the attempt ends as preempted
-            store.end_attempt(run.id, None, message or "preempted")
+        # Nobody follows it (no `gpucloud watch`): the attempt ends with the run (a preempted one as
+        # preempted), so `cost` bills it to the run's end, not as still running.
+        store.end_attempt(run.id, None, (message or "preempted") if status == "preempted" else f"job {status}")
     elif obs.lost:
         store.finish_run(
             run.id, "lost", exit_code=70, message="the machine is gone without a final status", only_if_active=True
@@ -317,7 +318,7 @@ def _down_with_store(run_id: str, *, assume_yes: bool) -> None:
     run = require_run(store, run_id)
     alive = store.resources(run.id, alive_only=True)
     if run.final and not alive:
-        to_stderr(f"run {run.id} already ended ({run.status}); nothing left to tear down")
+        to_stderr("\n".join([f"run {run.id} already ended ({run.status}); nothing left to tear down", *_kept(run)]))
         return
     if not assume_yes and not views.ask(f"Tear down run {run.id} ({run.status}, {len(alive)} resource(s))?"):
         raise Declined("nothing torn down.")
@@ -327,11 +328,26 @@ def _down_with_store(run_id: str, *, assume_yes: bool) -> None:
     unreached: list[str] = []
     t0 = time.monotonic()
     errors = teardown_run(store, journal, run, wait=True, say=_warn, unreached=unreached)
+    _say_torn_down(store, run, alive, done=not errors)
     if errors:
         _down_incomplete(store, run.id, errors, unreached)
     _down_done(store, run.id)
     store.event(run.id, "down", f"torn down in {time.monotonic() - t0:.1f}s")
-    to_stderr(f"run {run.id}: torn down ({len(alive)} resource(s))")
+
+
+def _say_torn_down(store: Store, run: RunRecord, handled: list[ResourceRecord], *, done: bool) -> None:
+    """Each resource by kind and id, deleted or not; then what the run's channel keeps (and for how
+    long) after a teardown, as its provider says."""
+    left = {r.id for r in store.resources(run.id, alive_only=True)}
+    head = f"run {run.id}: " + (f"torn down ({len(handled)} resource(s))" if done else "teardown incomplete")
+    lines = [head + (":" if handled else ""), *views.resource_lines(handled, left)]
+    to_stderr("\n".join(lines + _kept(run)))
+
+
+def _kept(run: RunRecord) -> list[str]:
+    """What the run's channel keeps after its teardown, as its provider's registry entry says."""
+    kept = providers.info(run.cloud).channel_kept if run.cloud in providers.names() else ""
+    return [kept.format(run_id=run.id)] if kept else []
 
 
 def _down_incomplete(store: Store, run_id: str, errors: list[str], unreached: list[str]) -> None:
@@ -527,18 +543,22 @@ def _gc_with_store(sweep: _Sweep, *, dry_run: bool, assume_yes: bool, cloud: str
             return 0
 
     found = 0
+    width = output_width()
     for run in stale:
         found += 1
-        n = len(store.resources(run.id))
+        alive = store.resources(run.id, alive_only=True)
         if dry_run:
-            print(f"run {run.id} ({run.status}): {n} resource(s) would be torn down")
+            lines = [f"run {run.id} ({run.status}): {len(alive)} resource(s) would be torn down:"]
+            print(fill("\n".join(lines + views.resource_lines(alive, None)), width))
             continue
         errors = teardown_run(store, journal, run, wait=True, say=_warn)
         if not errors:
             _down_done(store, run.id)
         if not run.final and not orphaned(run):
             store.finish_run(run.id, "lost", exit_code=70, message="swept by gc", only_if_active=True)
-        print(f"run {run.id} ({run.status}): {n} resource(s) torn down" + (" with errors" if errors else ""))
+        left = {r.id for r in store.resources(run.id, alive_only=True)}
+        head = f"run {run.id} ({run.status}): {len(alive)} resource(s) torn down" + (" with errors" if errors else "")
+        print(fill("\n".join([head + ":", *views.resource_lines(alive, left)]), width))
     for c in clouds:
         lines = sweep.gc(c, datetime.now(UTC), dry_run=dry_run)
         found += len(lines)

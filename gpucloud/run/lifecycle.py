@@ -26,7 +26,7 @@ from gpucloud.run.watch import observe, outcome, stage_order, stale, vm_phases
 from gpucloud.state.guard import no_space
 from gpucloud.state.store import FINAL_STATUSES, Journal, Store, home_dir
 from gpucloud.ui import views
-from gpucloud.ui.progress import Progress
+from gpucloud.ui.progress import Progress, awaited
 from gpucloud.ui.prose import to_stderr
 from gpucloud.ui.timeline import format_nodes
 
@@ -349,6 +349,7 @@ class RunInProgress:
             self.delivery.follow(launch, self.progress.warn)
             self._pump_logs()
             self._show_stages(obs.statuses, shown)
+            self.progress.tick(awaited(obs.statuses[0] if obs.statuses else None))  # a line every 30 s
             for note in sorted(set(obs.notes) - noted):
                 noted.add(note)
                 self.progress.warn(note)
@@ -480,7 +481,18 @@ class RunInProgress:
             if end is not None and shown.get(name) != "end":
                 shown[name] = "end"
                 secs = float(end) - float(start or end)
-                self.progress.phase_done(name, secs, info.get("ok"))
+                if st.get("state") == "preempted" and not info.get("ok"):  # not a failure of the job
+                    self.progress.phase_done(name, secs, False, note=self._after_preemption(), mark="preempted")
+                else:
+                    self.progress.phase_done(name, secs, info.get("ok"))
+
+    def _after_preemption(self) -> str:
+        """What a preempted attempt leads to, as the job's `recovery` says (docs/SPOT.md)."""
+        rec = self.spec.recovery
+        if rec is not None and "preemption" in rec.on:
+            then = ", then on on-demand" if rec.fallback == "on-demand" else ""
+            return f"(the cloud reclaimed the spot machine: relaunching, up to {rec.max_restarts} restart(s){then})"
+        return "(the cloud reclaimed the spot machine; the run ends preempted: `recovery:` in the job relaunches it)"
 
     # -- the end ------------------------------------------------------------------------------------
 

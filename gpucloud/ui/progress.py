@@ -32,11 +32,45 @@ def fmt_seconds(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+WAIT_LINE_S = 30.0  # while something is awaited, a line at least this often (a VM boots for minutes)
+
+
+AWAITED = {  # what a node's open stage is doing, for the wait lines
+    "boot": "the machine to finish booting",
+    "stack": "the driver/CUDA/framework install (stage stack)",
+    "fetch": "the code download (stage fetch)",
+    "inputs": "the inputs download (stage inputs)",
+    "pull": "the container image pull (stage pull)",
+    "setup": "the job's setup commands (stage setup)",
+    "outputs": "the outputs upload (stage outputs)",
+    "artifacts": "the artifacts upload (stage artifacts)",
+}
+
+
+def awaited(status: dict[str, Any] | None) -> str | None:
+    """What a run's first node is waiting on, from its status: its first report while the machine
+    boots, else its open stage; None while the job runs (its output is the progress) or at the end."""
+    if not status:
+        return "the machine to boot and report"
+    stages = status.get("stages")
+    if not isinstance(stages, dict):
+        return None
+    open_ = [
+        n for n, v in stages.items() if isinstance(v, dict) and v.get("start") is not None and v.get("end") is None
+    ]
+    if not open_ or "run" in open_:
+        return None
+    last = str(open_[-1])
+    return AWAITED.get(last, f"stage {last}")
+
+
 class Progress:
     """Phase lines and job output of one CLI command. Use as a context manager."""
 
     def __init__(self, *, log_to_stderr: bool = False, plain: bool | None = None) -> None:
         self.t0 = time.monotonic()
+        self._last_line = self.t0  # when the last progress line (or job output) was printed
+        self._awaited: tuple[str, float] | None = None  # what `tick` says is awaited, and since when
         self.plain = plain_mode() if plain is None else plain
         self._log_stream: BinaryIO = (sys.stderr if log_to_stderr else sys.stdout).buffer
         self._fence = ci_output.LogFence(self._log_stream)  # the job's workflow commands are never run
@@ -103,7 +137,8 @@ class Progress:
         from gpucloud.ui.untrusted import shown_lines  # here: commands that print no progress never import it
 
         message = shown_lines(message)
-        stamp = f"[{fmt_seconds(time.monotonic() - self.t0):>6}] "
+        self._last_line = time.monotonic()
+        stamp = f"[{fmt_seconds(self._last_line - self.t0):>6}] "
         if self._live is not None:
             self._live.console.print(stamp + message, markup=False, highlight=False, soft_wrap=True)
         else:  # wrapped, continuing under the message: the time stamps stay a column of their own
@@ -118,6 +153,19 @@ class Progress:
         else:
             to_stderr(f"warning: {message}")  # wrapped: a reason can be a paragraph
 
+    def tick(self, awaited: str | None) -> None:
+        """Called by a loop that waits (a booting machine, a stage): when nothing was printed for
+        WAIT_LINE_S, one line saying what is awaited and for how long, so a log never goes quiet
+        for minutes. None: nothing is awaited (the job's own output is the progress)."""
+        now = time.monotonic()
+        if awaited is None:
+            self._awaited = None
+            return
+        if self._awaited is None or self._awaited[0] != awaited:
+            self._awaited = (awaited, self._last_line)  # the wait began with the line printed last
+        if now - self._last_line >= WAIT_LINE_S:
+            self.info(f"still waiting for {awaited} ({fmt_seconds(now - self._awaited[1])})")
+
     def phase(self, name: str | None, note: str = "") -> None:
         """The run entered phase `name` (None: no phase shown any more)."""
         if name == self._phase:
@@ -127,8 +175,11 @@ class Progress:
         if name is not None:
             self.info(f"{name}{(' ' + note) if note else ''} ...")
 
-    def phase_done(self, name: str, seconds: float, ok: bool | None = True, note: str = "") -> None:
-        mark = "done" if ok or ok is None else "FAILED"
+    def phase_done(
+        self, name: str, seconds: float, ok: bool | None = True, note: str = "", mark: str | None = None
+    ) -> None:
+        """The phase ended: done, FAILED, or the `mark` given (a spot machine "preempted")."""
+        mark = mark or ("done" if ok or ok is None else "FAILED")
         self.info(f"{name} {mark} in {fmt_seconds(seconds)}{(' ' + note) if note else ''}")
         ci_output.phase_finished(name)  # CI hook: end of the phase's group/section (docs/CI.md)
         if self._phase == name:
@@ -141,6 +192,7 @@ class Progress:
         display, whole lines are printed above it."""
         if not data:
             return
+        self._last_line = time.monotonic()
         self._write_log(data, final=False)
 
     def _write_log(self, data: bytes, *, final: bool) -> None:

@@ -15,11 +15,11 @@ from gpucloud.ui.table import Table
 
 if TYPE_CHECKING:
     from gpucloud.catalog.models import Offering
-    from gpucloud.catalog.views import GpuSummary
     from gpucloud.contract.provider import Candidate
     from gpucloud.plan.planner import DataAge, Plan
     from gpucloud.plan.stacks import Stack
     from gpucloud.state.store import ResourceRecord, RunRecord
+    from gpucloud.ui.catalog import GpuSummary
 
 PLAN_ROWS = 10
 EXCLUDED_ROWS = 8  # groups of exclusions shown without --all
@@ -462,6 +462,28 @@ def print_plan_summary(plan: Plan) -> None:
     _warn(plan.warnings)
 
 
+# ---- down / gc: what was torn down -----------------------------------------------------------------
+
+
+def resource_lines(records: Sequence[ResourceRecord], left: set[int] | None) -> list[str]:
+    """One line per resource a teardown handled: its kind and id (a name where the cloud gave no
+    id), where, and whether it is gone; `left`: the journal rows still alive afterwards (None: a
+    dry run, nothing was deleted)."""
+    from gpucloud.ui.untrusted import shown  # ids came back from a cloud or a host
+
+    lines = []
+    for r in records:
+        where = f"{r.cloud}/{r.region}" if r.region else r.cloud
+        if left is None:
+            state = "would be deleted" if r.status != "intent" else "would be looked for (creation was under way)"
+        elif r.status == "intent" and r.id not in left:
+            state = "never created"
+        else:
+            state = "NOT deleted" if r.id in left else "deleted"
+        lines.append(f"  {r.kind} {shown(r.cloud_id or r.name or '?', limit=120)} ({where}): {state}")
+    return lines
+
+
 # ---- status / ls ------------------------------------------------------------------------------------
 
 
@@ -477,7 +499,7 @@ def print_runs(runs: list[RunRecord], now: float) -> None:
         table.add_row(
             r.id,
             r.status + exit_note + (" (detached)" if r.detached and not r.final else ""),
-            "-" if r.final else shown(r.phase or "-"),
+            shown(r.phase or "-"),  # as --json says it: a run that ended shows the last phase it reached
             fmt_seconds(r.elapsed(now)),
             f"${r.cost(now):.4f}",
             f"{r.cloud}/{r.region}\n{r.instance_type}" if r.cloud else "-",
@@ -494,7 +516,7 @@ def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[Resou
         f"status     {run.status}"
         + (f" (exit {run.exit_code})" if run.exit_code is not None else "")
         + (" (detached)" if run.detached and not run.final else ""),
-        f"phase      {'-' if run.final else shown(run.phase or '-')}",
+        f"phase      {shown(run.phase or '-')}" + (" (the last it reached)" if run.final and run.phase else ""),
         f"where      {run.cloud}/{run.region}/{run.instance_type} x {run.num_nodes} node(s)",
         f"elapsed    {fmt_seconds(run.elapsed(now))}",
         f"cost       ${run.cost(now):.4f} (${run.price_per_hour:.3f}/h per node)",

@@ -13,85 +13,32 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import uuid
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from gpucloud.state.store import Store
-from tests.providers.aws.test_aws_e2e import wait_until
-from tests.providers.local.test_local_e2e import leftovers
-from tests.support.aws_sim import http_reply
-from tests.support.spot_job import resumed_at, write_count_job
+from tests.support.cli import cli
+from tests.support.fake_imds import FakeImds, imds  # noqa: F401  (fixture)
+from tests.support.local_runs import leftovers
+from tests.support.polling import wait_until
+from tests.support.spot_job import (
+    check_finished_count,
+    latest_run,
+    preempt_when_resumed,
+    preempted_twice,
+    resumed_at,
+    run_log,
+    write_count_job,
+)
 from tests.support.text import flat
-from tests.vm.test_bootstrap import make_vm
+from tests.support.vm_boot import make_vm
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 # ---- the guard on the VM ---------------------------------------------------------------------------
-
-
-class _Imds(BaseHTTPRequestHandler):
-    """IMDS of both clouds, enough for the guard: AWS token + spot/instance-action (404 until
-    preempted), Azure scheduledevents (+ the token/compute/DELETE of Azure's self-delete)."""
-
-    preempted = False
-    seen: list[str] = []
-
-    def _reply(self, code: int, body: str) -> None:
-        http_reply(self, code, body)
-
-    def do_PUT(self) -> None:  # noqa: N802
-        self.seen.append(f"PUT {self.path}")
-        ok = self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
-        self._reply(200 if ok else 400, "tok-1" if ok else "")
-
-    def do_GET(self) -> None:  # noqa: N802
-        self.seen.append(f"GET {self.path}")
-        if self.path == "/latest/meta-data/spot/instance-action":
-            ok = self.preempted and self.headers.get("X-aws-ec2-metadata-token") == "tok-1"
-            self._reply(200 if ok else 404, '{"action": "terminate", "time": "2026-12-03T08:00:00Z"}' if ok else "")
-        elif self.path.startswith("/metadata/scheduledevents?") and self.headers.get("Metadata") == "true":
-            events = (
-                [
-                    {
-                        "EventId": "e1",
-                        "EventType": "Preempt",
-                        "ResourceType": "VirtualMachine",
-                        "Resources": ["vm0"],
-                        "EventStatus": "Scheduled",
-                    }
-                ]
-                if self.preempted
-                else []
-            )
-            self._reply(200, json.dumps({"DocumentIncarnation": 2 if events else 1, "Events": events}))
-        elif self.path.startswith("/metadata/identity/oauth2/token?"):
-            self._reply(200, '{"access_token": "t"}')
-        elif self.path.startswith("/metadata/instance/compute?"):
-            self._reply(200, '{"subscriptionId": "s", "resourceGroupName": "rg"}')
-        else:
-            self._reply(404, "")
-
-    def do_DELETE(self) -> None:  # noqa: N802
-        self._reply(202, "")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def imds() -> Iterator[type[_Imds]]:
-    _Imds.preempted, _Imds.seen = False, []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Imds)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Imds.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
-    yield _Imds
-    server.shutdown()
 
 
 # The job saves its state on SIGTERM, as a real one would, and says what the preempted file holds.
@@ -103,7 +50,7 @@ TRAP_JOB = (
 
 @pytest.mark.parametrize("provider", ["aws", "azure"])
 def test_cloud_notice_stops_the_job_uploads_its_checkpoint_and_reports_preempted(
-    tmp_path: Path, imds: type[_Imds], provider: str
+    tmp_path: Path, imds: type[FakeImds], provider: str
 ) -> None:
     """AWS IMDSv2 spot/instance-action, Azure Scheduled Events `Preempt`: SIGTERM to the job, the
     preempted file, the checkpoint the job saved on SIGTERM uploaded, status `preempted`."""
@@ -195,97 +142,14 @@ exec {subprocess.check_output(["bash", "-c", "command -v curl"], text=True).stri
 # ---- recovery through the CLI on the local provider ------------------------------------------------------
 
 
-def _cli(
-    *args: str, cwd: Path, timeout: float = 60, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env or os.environ.copy(),
-    )
-
-
-def _latest_run(home: Path) -> str | None:
-    runs = Store(home / "state.db").list_runs()
-    return runs[0].id if runs else None
-
-
-def _log(home: Path, run_id: str) -> str:
-    try:
-        return (home / "runs" / run_id / "log.txt").read_text()
-    except OSError:
-        return ""
-
-
-def preempt_when_resumed(
-    home: Path, run_id: str, cwd: Path, attempt: int, env: dict[str, str] | None = None, timeout: float = 90
-) -> None:
-    """Once attempt `attempt` runs and has uploaded a checkpoint of its own, `gpucloud preempt`."""
-
-    def ready() -> bool:
-        log = _log(home, run_id)
-        tail = log.split("resuming at")[attempt:] if len(resumed_at(log)) >= attempt else []
-        return bool(tail) and "(interval" in tail[-1]
-
-    assert wait_until(ready, timeout), _log(home, run_id)
-    proc = _cli("preempt", run_id, cwd=cwd, env=env)
-    assert proc.returncode == 0, proc.stderr
-
-
-def preempted_twice(
-    args: list[str],
-    home: Path,
-    cwd: Path,
-    env: dict[str, str] | None = None,
-    run_id: str | None = None,
-    timeout: float = 90,
-) -> tuple[str, subprocess.CompletedProcess[str]]:
-    """Start `python -m ARGS` (a CLI that follows the run), preempt the run once in each of its first
-    two attempts, and wait for the CLI's end. Returns the run id and the finished process."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", *args],
-        cwd=cwd,
-        text=True,
-        env=env or os.environ.copy(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        if run_id is None:
-            assert wait_until(lambda: _latest_run(home), 60)
-            run_id = _latest_run(home) or ""
-        preempt_when_resumed(home, run_id, cwd, 1, env=env, timeout=timeout)
-        preempt_when_resumed(home, run_id, cwd, 2, env=env, timeout=timeout)
-        out, err = proc.communicate(timeout=2 * timeout + 60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return run_id, subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def check_finished_count(home: Path, run_id: str, cwd: Path, n: int, env: dict[str, str] | None = None) -> dict:
-    """N correct, resumed from a checkpoint each time, three launched attempts in `cost --json`."""
-    assert (cwd / "gpucloud-runs" / run_id / "result.txt").read_text() == str(n)
-    starts = resumed_at(_log(home, run_id))
-    assert len(starts) == 3 and starts[0] == 0 and 0 < starts[1] <= starts[2] < n, starts
-    proc = _cli("cost", run_id, "--json", cwd=cwd, env=env)
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)["runs"][0]
-    assert report["launched_attempts"] == 3 and len(report["attempts"]) == 3, report
-    assert [a["end_reason"].split(":")[0] for a in report["attempts"]] == ["preempted", "preempted", "teardown"]
-    assert all(a["nodes"][0]["billed_seconds"] > 0 for a in report["attempts"])
-    return report
-
-
 def test_local_run_preempted_twice_resumes_and_finishes(tmp_path: Path, gpucloud_home: Path) -> None:
     n = 150  # 15 s of counting: room for two notices and their relaunches on a loaded machine
     job = write_count_job(tmp_path / "job", n=n, cloud="local")
     run_id, proc = preempted_twice(["gpucloud", "run", str(job)], gpucloud_home, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "restart 2 of 2 after preempted" in proc.stderr
+    said = flat(proc.stderr)  # a preemption is no failure of the job, and what comes next is said
+    assert "run FAILED" not in said and "run preempted in" in said and "relaunching, up to" in said, said
     check_finished_count(gpucloud_home, run_id, tmp_path, n)
     assert Store(gpucloud_home / "state.db").get_run(run_id).status == "succeeded"
     assert not leftovers(gpucloud_home, run_id)
@@ -295,7 +159,7 @@ def test_detached_run_recovered_by_watch(tmp_path: Path, gpucloud_home: Path) ->
     """`run --detach` + `gpucloud watch RUN` (another process) does what a following `run` does."""
     n = 150
     job = write_count_job(tmp_path / "job", n=n, cloud="local")
-    started = _cli("run", str(job), "--detach", cwd=tmp_path)
+    started = cli("run", str(job), "--detach", cwd=tmp_path)
     assert started.returncode == 0, started.stderr
     assert "gpucloud watch" in flat(started.stderr)  # says that nothing recovers it otherwise
     run_id = started.stdout.strip()
@@ -316,15 +180,16 @@ def test_preempted_run_without_recovery_ends_preempted(tmp_path: Path, gpucloud_
         stderr=subprocess.PIPE,
         env=os.environ.copy(),
     )
-    assert wait_until(lambda: _latest_run(gpucloud_home), 30)
-    run_id = _latest_run(gpucloud_home) or ""
+    assert wait_until(lambda: latest_run(gpucloud_home), 30)
+    run_id = latest_run(gpucloud_home) or ""
     preempt_when_resumed(gpucloud_home, run_id, tmp_path, 1)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 75, err
+    assert "run FAILED" not in flat(err) and "the run ends preempted: `recovery:`" in flat(err), err
     run = Store(gpucloud_home / "state.db").get_run(run_id)
     assert run.status == "preempted" and len(run.attempts) == 1 and run.attempts[0].end_reason.startswith("preempted")
     assert not leftovers(gpucloud_home, run_id)
-    again = _cli("preempt", run_id, "--node", "0", cwd=tmp_path)
+    again = cli("preempt", run_id, "--node", "0", cwd=tmp_path)
     assert again.returncode == 2 and "already ended (preempted)" in again.stderr
 
 
@@ -467,9 +332,9 @@ def test_cost_report_per_attempt_with_saving_and_zero_for_never_launched(gpuclou
 
 
 def test_cost_since_that_is_not_a_date_is_a_user_error(tmp_path: Path, gpucloud_home: Path) -> None:
-    proc = _cli("cost", "--since", "last tuesday", cwd=tmp_path)
+    proc = cli("cost", "--since", "last tuesday", cwd=tmp_path)
     assert proc.returncode == 2 and "--since 'last tuesday' is not a date" in proc.stderr
-    proc = _cli("cost", cwd=tmp_path)
+    proc = cli("cost", cwd=tmp_path)
     assert proc.returncode == 0 and "total: 0 run(s), $0.0000" in proc.stdout
 
 
@@ -490,9 +355,9 @@ def test_local_machine_lost_without_notice_is_relaunched(tmp_path: Path, gpuclou
         env=os.environ.copy(),
     )
     try:
-        assert wait_until(lambda: _latest_run(gpucloud_home), 30)
-        run_id = _latest_run(gpucloud_home) or ""
-        assert wait_until(lambda: "(interval" in _log(gpucloud_home, run_id), 60), _log(gpucloud_home, run_id)
+        assert wait_until(lambda: latest_run(gpucloud_home), 30)
+        run_id = latest_run(gpucloud_home) or ""
+        assert wait_until(lambda: "(interval" in run_log(gpucloud_home, run_id), 60), run_log(gpucloud_home, run_id)
         vm = vm_engine.BootedVm.load(gpucloud_home / "local" / run_id / "node-0")
         assert vm is not None
         vm.kill(grace=0)
@@ -501,7 +366,7 @@ def test_local_machine_lost_without_notice_is_relaunched(tmp_path: Path, gpuclou
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    starts = resumed_at(_log(gpucloud_home, run_id))
+    starts = resumed_at(run_log(gpucloud_home, run_id))
     assert len(starts) == 2 and starts[0] == 0 < starts[1], starts
     run = Store(gpucloud_home / "state.db").get_run(run_id)
     assert [a.end_reason.split(":")[0] for a in run.attempts] == ["lost", "teardown"]
@@ -538,15 +403,15 @@ def test_no_capacity_for_a_relaunch_tries_the_order_again(monkeypatch: pytest.Mo
 def test_detached_run_without_a_watcher_is_not_recovered(tmp_path: Path, gpucloud_home: Path) -> None:
     """What the README says: nobody follows it, so a preemption ends it (status preempted, exit 75)."""
     job = write_count_job(tmp_path / "job", n=600, cloud="local")
-    started = _cli("run", str(job), "--detach", cwd=tmp_path)
+    started = cli("run", str(job), "--detach", cwd=tmp_path)
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.strip()
-    assert wait_until(lambda: "(interval" in _cli("logs", run_id, cwd=tmp_path).stdout, 60)
-    assert _cli("preempt", run_id, cwd=tmp_path).returncode == 0
+    assert wait_until(lambda: "(interval" in cli("logs", run_id, cwd=tmp_path).stdout, 60)
+    assert cli("preempt", run_id, cwd=tmp_path).returncode == 0
     store = Store(gpucloud_home / "state.db")
 
     def ended() -> bool:
-        _cli("status", run_id, cwd=tmp_path)  # brings a detached run's record up to date
+        cli("status", run_id, cwd=tmp_path)  # brings a detached run's record up to date
         return store.get_run(run_id).final
 
     assert wait_until(ended, 60)

@@ -5,11 +5,20 @@ with `--all-reasons` for each row; a missing spot price is called that; price ag
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.ui.test_output_fits import clean_env, cli, flat, header, too_wide
+from tests.support.cli import REPO, clean_env
+from tests.support.cli import cli as run_cli
+from tests.support.text import flat, header, too_wide
+
+
+def cli(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """The CLI at 80 columns with no cloud's credentials, from the repository (its examples)."""
+    return run_cli(*args, env=env or clean_env(), cwd=cwd)
+
 
 # What DefaultAzureCredential raised on this machine with no Azure credentials (azure-identity 1.2x):
 # the VS Code link is the last that does not say "unavailable", and is no cause at all.
@@ -50,7 +59,7 @@ def test_check_wraps_every_line_and_says_why_azure_is_unusable(tmp_path: Path) -
 
 
 def test_plan_and_catalog_give_up_the_region_before_the_cloud() -> None:
-    narrow = clean_env(COLUMNS="64")
+    narrow = clean_env(64)
     out = cli("plan", "examples/t4-any-cloud.yaml", env=narrow)
     assert out.returncode == 0, out.stderr
     head = header(out.stdout, "cloud")
@@ -62,12 +71,12 @@ def test_plan_and_catalog_give_up_the_region_before_the_cloud() -> None:
 
 
 def test_a_wide_plan_marks_an_estimate_once() -> None:
-    out = cli("plan", "examples/t4-any-cloud.yaml", env=clean_env(COLUMNS="200"))
+    out = cli("plan", "examples/t4-any-cloud.yaml", env=clean_env(200))
     assert out.returncode == 0, out.stderr
     assert "ESTIMATE" in out.stdout and "(estimate price)" not in out.stdout, out.stdout
     narrow = cli("plan", "examples/t4-any-cloud.yaml")  # the source column gives way: the market says it
     assert "ESTIMATE" not in narrow.stdout and "(estimate price)" in narrow.stdout, narrow.stdout
-    cat = cli("catalog", "--gpu", "T4", env=clean_env(COLUMNS="200"))
+    cat = cli("catalog", "--gpu", "T4", env=clean_env(200))
     estimated = [line for line in cat.stdout.splitlines() if "ESTIMATE" in line]
     assert estimated and not any("*" in line for line in estimated), estimated
 
