@@ -57,6 +57,7 @@ def parse_location(text: str) -> DataSource:
     m = _BLOB_HOST.match(text)
     if m:
         text = f"az://{m.group(1)}/{m.group(2)}/{m.group(3)}"
+    _refuse_malformed_scheme(text)
     if text.startswith("s3://"):
         bucket, _, prefix = text[5:].partition("/")
         if not _S3_BUCKET.match(bucket):
@@ -74,6 +75,21 @@ def parse_location(text: str) -> DataSource:
     if not text:
         raise ValueError("is empty. Expected s3://bucket/prefix, az://account/container/prefix, https://... or a path")
     return DataSource("path", url=text)
+
+
+def _refuse_malformed_scheme(text: str) -> None:
+    """`s3:/bucket`, `s3:bucket`, `S3://bucket` or `https:/host` would otherwise be read as a local
+    path and fail only on the machine: a known scheme written wrong is refused with the right form."""
+    m = re.match(r"^(s3|az|https?)(:/{0,3})(?=[^/])", text, flags=re.IGNORECASE)
+    if m is None or (m.group(2) == "://" and m.group(1) == m.group(1).lower()):
+        return
+    scheme = {"http": "https"}.get(m.group(1).lower(), m.group(1).lower())  # http is not taken: https
+    fixed = f"{scheme}://{text[m.end() :]}"
+    if m.group(2) == "://":
+        raise ValueError(f"'{text}': write the scheme in lower case, {fixed}")
+    raise ValueError(
+        f"'{text}' is not a URL: {scheme}: needs two slashes. Did you mean {fixed}? (A local path starts with ./ or /)"
+    )
 
 
 def _channel_refusal(where: DataSource) -> str | None:
