@@ -21,6 +21,7 @@ from gpucloud.state.guard import StoreError
 from gpucloud.state.store import Journal, ResourceRecord, RunRecord, Store, home_dir
 from gpucloud.ui import views
 from gpucloud.ui.prose import fill, output_width, to_stderr
+from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
     from gpucloud.channel.store import Channel
@@ -460,18 +461,20 @@ class _Sweep:
     def __init__(self) -> None:
         self.checked: list[str] = []
         self.failed: dict[str, str] = {}
-        self.unfinished: list[str] = []  # what a provider found of its own and could not cancel or remove
+        self.unfinished: list[str] = []  # what a provider could not check, or found and could not remove
+        self.partly: list[str] = []  # the providers that said so (checked in part)
 
     def gc(self, cloud: str, now: datetime, *, dry_run: bool) -> list[str]:
         """One provider's tag sweep; a failure is noted and the other providers' sweeps go on."""
         try:
             lines = providers.get_provider(cloud).gc(now, dry_run=dry_run)
-        except GcIncomplete as exc:  # it swept; some of its own it could not end: named, exit 75 at the end
+        except GcIncomplete as exc:  # it swept; some of its own it could not end or check: named, exit 75
             self.unfinished += exc.failures
+            self.partly.append(cloud)
             lines = exc.lines
         except Exception as exc:  # one cloud's missing credentials must not stop the others' sweep
             why = exc.render() if isinstance(exc, GpucloudError) else f"{type(exc).__name__}: {exc}"
-            self.failed.setdefault(cloud, why.replace("\n", " "))
+            self.failed.setdefault(cloud, shown(why.replace("\n", " "), limit=300))  # never a raw HTML body
             return []
         if cloud not in self.checked:
             self.checked.append(cloud)
@@ -487,7 +490,10 @@ class _Sweep:
             if c not in self.checked
         }
         reasons = [f"{c}: {why}" for c, why in missing.items()]
-        checked = ", ".join(self.checked) or "nothing"
+        checked = ", ".join(c for c in self.checked if c not in self.partly)
+        if self.partly:
+            checked += ("; " if checked else "") + f"in part: {', '.join(dict.fromkeys(self.partly))}"
+        checked = checked or "nothing"
         if not found:
             views.note(f"nothing to collect (checked: {checked})")
         if cloud and missing:
@@ -502,7 +508,13 @@ class _Sweep:
         if missing:
             views.note(f"gc checked {checked}; it did not check " + "; ".join(reasons))
         if self.unfinished:
-            raise GcIncomplete([], self.unfinished)
+            incomplete = GcIncomplete([], self.unfinished)
+            incomplete.message = f"gc could not finish (checked: {checked}):\n  - " + "\n  - ".join(self.unfinished)
+            incomplete.hint = (
+                "What is named could not be checked or removed and may still cost money: fix its reason "
+                "(a permission, the endpoint) and run `gpucloud gc` again."
+            )
+            raise incomplete
 
 
 def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> None:
