@@ -215,7 +215,7 @@ def refresh(
             deadline=deadline,
             max_pages=max_pages,
         )
-        result, problem = _fetch_one(cloud, ctx, named=clouds is not None)
+        result, problem = _fetch_one(cloud, ctx)
         if result is None:
             meta[cloud]["problems"] = [f"{problem}; kept the previous {cloud} rows"]
             say(f"[{cloud}] not refreshed: {problem}")
@@ -263,19 +263,20 @@ def _say_for(say: Callable[[str], None], cloud: str, msg: str) -> None:
     say(f"[{cloud}] {msg}")
 
 
-def _fetch_one(cloud: str, ctx: FetchContext, *, named: bool = False) -> tuple[FetchResult | None, str]:
+def _fetch_one(cloud: str, ctx: FetchContext) -> tuple[FetchResult | None, str]:
     """One source's result, or None and a one-line reason (credentials, endpoint, API error).
 
-    Without credentials, a cloud named on the command line (`--cloud NAME`) whose source offers
-    `fetch_prices(ctx)` (prices of the sizes already in the catalog from a public price API) gets
-    its prices refreshed; what exists where still needs the credentials and is kept."""
+    Without credentials, a cloud whose source offers `fetch_prices(ctx)` (prices of the sizes
+    already in the catalog from a public price API) gets its prices refreshed, named with `--cloud`
+    or not (a plain refresh and `--cloud NAME` price it alike); what exists where still needs the
+    credentials and is kept."""
     from gpucloud.contract.registry import info
 
     entry = info(cloud)
     if not entry.configured():
         missing = f"no credentials found. {entry.credentials_hint}"
         prices_only = getattr(importlib.import_module(entry.catalog_source or ""), "fetch_prices", None)
-        if not named or prices_only is None:
+        if prices_only is None:
             return None, missing
         try:
             result: FetchResult = ctx.bounded(lambda: prices_only(ctx), f"{cloud} prices")

@@ -15,8 +15,8 @@ from gpucloud.errors import UserError
 from gpucloud.plan.planner import make_plan
 from gpucloud.plan.stacks import resolve_stack
 from gpucloud.spec.load import StackSpec, parse_spec
-from tests.plan.test_planner import job
 from tests.support.cli import clean_env, cli
+from tests.support.planner_oracle import job
 
 REPO = Path(__file__).resolve().parents[2]
 
