@@ -19,9 +19,9 @@ from gpucloud.catalog import load_catalog, store
 from gpucloud.catalog.refresh import RefreshFailed, refresh
 from gpucloud.errors import UserError
 from gpucloud.plan.planner import make_plan
-from tests.plan.test_planner import brute_force_cheapest, job
 from tests.support.fake_prices import FakeAwsPricing, FakeAzure, aws_product, azure_item, azure_sku
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
+from tests.support.planner_oracle import brute_force_cheapest, job
 
 REPO = Path(__file__).resolve().parents[2]
 REGIONS = ["us-east-1", "eu-west-1"]
