@@ -62,3 +62,9 @@ def start_cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | str 
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def home_env(home: Path, **extra: str) -> dict[str, str]:
+    """CI with `home` as the state folder and no cloud's or gpucloud's variable from this environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GPUCLOUD_"))}
+    return {**env, "GPUCLOUD_HOME": str(home), "CI": "true", "PYTHONPATH": str(REPO), **extra}

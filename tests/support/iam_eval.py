@@ -10,6 +10,7 @@ of one key ORed; a key missing from the request fails every operator but Null (A
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -97,3 +98,18 @@ def decide(policy: Mapping[str, Any], req: Request) -> str:
 def allowed(policy: Mapping[str, Any], requests: Iterable[Request]) -> bool:
     """An API call is allowed only when every resource it touches is (RunInstances: several)."""
     return all(decide(policy, r) == "Allow" for r in requests)
+
+
+def statements(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The policy's Allow statements."""
+    return [s for s in doc["Statement"] if s["Effect"] == "Allow"]
+
+
+def as_list(value: str | Iterable[str]) -> list[str]:
+    """An Action or Resource field as a list (the policy language allows one string)."""
+    return [value] if isinstance(value, str) else list(value)
+
+
+def is_allowed(action: str, doc: dict[str, Any]) -> bool:
+    """Whether some Allow statement names the action (wildcards matched, conditions not read)."""
+    return any(fnmatch.fnmatchcase(action, pattern) for s in statements(doc) for pattern in as_list(s["Action"]))

@@ -22,7 +22,10 @@ import shutil
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.support.procs import stop_process
 from tests.support.sshd import free_port
@@ -221,3 +224,13 @@ class SlurmCluster:
         for proc in reversed(self.procs):
             stop_process(proc)
         self.procs.clear()
+
+
+@pytest.fixture(autouse=True)
+def queue_empty_after(cluster: SlurmCluster) -> Iterator[None]:
+    """After each test: the queue is empty (what a test left is cancelled, and the test fails)."""
+    yield
+    left = cluster.squeue()
+    if left:
+        cluster.cmd(["scancel", "--full", "-u", "root"])
+    assert not left, f"the test left jobs in the queue: {left}"

@@ -1,14 +1,22 @@
-"""The job of the spot-recovery tests (docs/SPOT.md): counts to N, one step per STEP_S, keeping the
-count in its checkpoint folder; on SIGTERM (or the preempted file) it stops where it is. Each
-attempt prints `resuming at K`, so a test sees that it resumed from the checkpoint, and the last
-writes `result.txt` with the count."""
+"""The job of the spot-recovery tests (docs/SPOT.md) and the preemptions they drive: the job counts
+to N, one step per STEP_S, keeping the count in its checkpoint folder; on SIGTERM (or the preempted
+file) it stops where it is. Each attempt prints `resuming at K`, so a test sees that it resumed from
+the checkpoint, and the last writes `result.txt` with the count."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
+
+from gpucloud.state.store import Store
+from tests.support.cli import cli
+from tests.support.polling import wait_until
 
 COUNT_PY = """\
 import os, pathlib, signal, sys, time
@@ -59,3 +67,77 @@ def write_count_job(folder: Path, *, n: int, cloud: str, step_s: float = 0.1, ex
 def resumed_at(log: str) -> list[int]:
     """The `resuming at K` values, attempt by attempt."""
     return [int(m) for m in re.findall(r"resuming at (\d+)", log)]
+
+
+def latest_run(home: Path) -> str | None:
+    """The id of the newest run in the state store under `home`, if any."""
+    runs = Store(home / "state.db").list_runs()
+    return runs[0].id if runs else None
+
+
+def run_log(home: Path, run_id: str) -> str:
+    """The run's log as the CLI keeps it; empty while there is none."""
+    try:
+        return (home / "runs" / run_id / "log.txt").read_text()
+    except OSError:
+        return ""
+
+
+def preempt_when_resumed(
+    home: Path, run_id: str, cwd: Path, attempt: int, env: dict[str, str] | None = None, timeout: float = 90
+) -> None:
+    """Once attempt `attempt` runs and has uploaded a checkpoint of its own, `gpucloud preempt`."""
+
+    def ready() -> bool:
+        log = run_log(home, run_id)
+        tail = log.split("resuming at")[attempt:] if len(resumed_at(log)) >= attempt else []
+        return bool(tail) and "(interval" in tail[-1]
+
+    assert wait_until(ready, timeout), run_log(home, run_id)
+    proc = cli("preempt", run_id, cwd=cwd, env=env)
+    assert proc.returncode == 0, proc.stderr
+
+
+def preempted_twice(
+    args: list[str],
+    home: Path,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    run_id: str | None = None,
+    timeout: float = 90,
+) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """Start `python -m ARGS` (a CLI that follows the run), preempt the run once in each of its first
+    two attempts, and wait for the CLI's end. Returns the run id and the finished process."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *args],
+        cwd=cwd,
+        text=True,
+        env=env or os.environ.copy(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        if run_id is None:
+            assert wait_until(lambda: latest_run(home), 60)
+            run_id = latest_run(home) or ""
+        preempt_when_resumed(home, run_id, cwd, 1, env=env, timeout=timeout)
+        preempt_when_resumed(home, run_id, cwd, 2, env=env, timeout=timeout)
+        out, err = proc.communicate(timeout=2 * timeout + 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return run_id, subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def check_finished_count(home: Path, run_id: str, cwd: Path, n: int, env: dict[str, str] | None = None) -> dict:
+    """N correct, resumed from a checkpoint each time, three launched attempts in `cost --json`."""
+    assert (cwd / "gpucloud-runs" / run_id / "result.txt").read_text() == str(n)
+    starts = resumed_at(run_log(home, run_id))
+    assert len(starts) == 3 and starts[0] == 0 and 0 < starts[1] <= starts[2] < n, starts
+    proc = cli("cost", run_id, "--json", cwd=cwd, env=env)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)["runs"][0]
+    assert report["launched_attempts"] == 3 and len(report["attempts"]) == 3, report
+    assert [a["end_reason"].split(":")[0] for a in report["attempts"]] == ["preempted", "preempted", "teardown"]
+    assert all(a["nodes"][0]["billed_seconds"] > 0 for a in report["attempts"])
+    return report
