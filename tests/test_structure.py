@@ -47,7 +47,6 @@ LAYERS: dict[str, int] = {
     "gpucloud.vm": MACHINES,
     # what the user reads: plans, statuses, progress, JSON and CI output (a run reports through them)
     "gpucloud.ui": UI,
-    "gpucloud.catalog.views": UI,
     # one run from launch to teardown, and the commands around runs
     "gpucloud.run": RUN,
     # the command line
@@ -184,6 +183,105 @@ def test_imports_point_down_the_layers() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+# The top-level folders, bottom first: an import from one folder into another runs down this table
+# (or stays level), unless what it imports is foundation (layer 0 in LAYERS: import-free ground that
+# every layer may use, wherever it lives). Every top-level module and folder must be named here.
+FOLDERS: dict[str, int] = {
+    "gpucloud.errors": FOUNDATION,
+    "gpucloud.child_env": FOUNDATION,
+    "gpucloud.state": STORES,
+    "gpucloud.channel": STORES,
+    "gpucloud.contract": CONTRACT,
+    "gpucloud.catalog": CONTRACT,
+    "gpucloud.spec": SPEC,
+    "gpucloud.plan": PLAN,
+    "gpucloud.providers": MACHINES,
+    "gpucloud.vm": MACHINES,
+    "gpucloud.ui": UI,
+    "gpucloud.run": RUN,
+    "gpucloud.cli": CLI,
+    "gpucloud.__main__": CLI,
+}
+# What a provider package may import outside gpucloud/providers/ (besides foundation modules).
+PROVIDERS_IMPORT = ("gpucloud.contract", "gpucloud.catalog", "gpucloud.state", "gpucloud.channel", "gpucloud.errors")
+# The folders that ask for a capability and never name the cloud that has it.
+CLOUD_BLIND = ("gpucloud.run", "gpucloud.vm", "gpucloud.plan")
+
+
+def _folder(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _folder_back_arrows(graph: dict[str, set[str]]) -> list[str]:
+    """Every import in `graph` from one top-level folder into a higher one (foundation modules aside),
+    from a provider package to anything but the contract, the catalog and the stores, and from run/,
+    vm/ or plan/ to any provider package."""
+    wrong = []
+    for mod, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            here, there = _folder(mod), _folder(dep)
+            if here == there or layer_of(dep) == FOUNDATION:
+                continue
+            if FOLDERS[there] > FOLDERS[here]:
+                wrong.append(f"{mod} ({here}, {FOLDERS[here]}) imports {dep} ({there}, {FOLDERS[there]})")
+            elif here == "gpucloud.providers" and not _under(dep, PROVIDERS_IMPORT):
+                wrong.append(f"{mod} (a provider) imports {dep}: only the contract, the catalog and the stores")
+            elif _under(mod, CLOUD_BLIND) and there == "gpucloud.providers":
+                wrong.append(f"{mod} names a provider: it imports {dep} (ask gpucloud/contract/registry.py)")
+    return wrong
+
+
+def test_imports_point_down_the_folders() -> None:
+    """Folders are layers too: counting every import (module-level, in a function, type-only)."""
+    unnamed = sorted({_folder(m) for m in _modules() if m != "gpucloud"} - set(FOLDERS))
+    assert not unnamed, f"give these folders a rank in FOLDERS: {unnamed}"
+    wrong = _folder_back_arrows(_graph())
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_folder_check_sees_seeded_back_arrows(tmp_path: Path) -> None:
+    """A provider reaching into the planner (even lazily, in a function), run/ importing a cloud's
+    module (even type-only), and a provider importing ui/ are each caught; foundation is not."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("def assess():\n    from gpucloud.plan.stacks import resolve_stack\n")
+    grants = tmp_path / "grants.py"
+    grants.write_text("import typing\nif typing.TYPE_CHECKING:\n    from gpucloud.providers.aws import data\n")
+    known = {"gpucloud.plan.stacks", "gpucloud.providers.aws.data", "gpucloud.plan.stack_data"}
+    graph = {
+        "gpucloud.providers.ssh.probe": _imports("gpucloud.providers.ssh.probe", probe, known),
+        "gpucloud.run.data_grants": _imports("gpucloud.run.data_grants", grants, known),
+        "gpucloud.providers.aws.provider": {"gpucloud.ui.views", "gpucloud.plan.stack_data"},
+        "gpucloud.vm.render": {"gpucloud.providers.local.provider", "gpucloud.contract.registry"},
+    }
+    wrong = _folder_back_arrows(graph)
+    assert [w.split(" ")[0] for w in wrong] == [
+        "gpucloud.providers.aws.provider",
+        "gpucloud.providers.ssh.probe",
+        "gpucloud.run.data_grants",
+        "gpucloud.vm.render",
+    ], wrong
+    assert "gpucloud.plan.stacks" in wrong[1] and "names a provider" in wrong[2] and "names a provider" in wrong[3]
+    assert _folder_back_arrows({"gpucloud.providers.ssh.probe": {"gpucloud.plan.stack_data"}}) == []
+
+
+def test_no_bucket_scheme_spelled_in_run_vm_plan() -> None:
+    """run/, vm/ and plan/ switch on no store kind: a bucket's store is found by its scheme through
+    the registry. The node's agent (vm/agent/) carries out each store's grant and is left out."""
+    schemes = {s for s in (providers.info(n).bucket_scheme for n in providers.names()) if s}
+    spelled = []
+    for mod, path in _modules().items():
+        if not _under(mod, CLOUD_BLIND) or _under(mod, ("gpucloud.vm.agent",)):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in schemes:
+                spelled.append(f"{path.relative_to(PKG.parent)}:{node.lineno}: {node.value!r}")
+    assert not spelled, spelled
+
+
 def test_the_checker_sees_a_circle_and_lazy_imports(tmp_path: Path) -> None:
     """The import walker itself: lazy (function-level) and type-only (TYPE_CHECKING) imports count."""
     a = tmp_path / "a.py"
@@ -212,7 +310,7 @@ def test_the_layer_table_reads_prefixes() -> None:
     assert layer_of("gpucloud.contract.provider") == CONTRACT
     assert layer_of("gpucloud.contract") == CONTRACT
     assert layer_of("gpucloud.providers") == MACHINES
-    assert layer_of("gpucloud.catalog.views") == UI
+    assert layer_of("gpucloud.ui.catalog") == UI
     assert layer_of("gpucloud.statefoo") is None
     assert _upward(
         {

@@ -282,8 +282,8 @@ def catalog(
     """List offerings (retired ones only with --all)."""
     if ctx.invoked_subcommand is not None:
         return
-    from gpucloud.catalog.views import offering_json
     from gpucloud.ui import views
+    from gpucloud.ui.catalog import offering_json
 
     rows = views.catalog_rows(gpu=gpu, cloud=parse_cloud(cloud), region=region, include_retired=show_all)
     if json_out:
@@ -301,7 +301,7 @@ def catalog_refresh(
 ) -> None:
     """Fetch instance types, regions and prices from the clouds' APIs into the local catalog cache."""
     from gpucloud.catalog.refresh import refresh
-    from gpucloud.catalog.views import print_refresh
+    from gpucloud.ui.catalog import print_refresh
 
     report = refresh(clouds=[parse_cloud(c) or c for c in cloud or []] or None, regions=region or None, progress=err)
     if json_out:
@@ -315,7 +315,7 @@ def catalog_refresh(
 def gpus(json_out: JsonOpt = False) -> None:
     """One row per GPU model: memory, architecture, clouds, cheapest on-demand and spot $/h and where."""
     from gpucloud.catalog import load_catalog
-    from gpucloud.catalog.views import gpu_summaries
+    from gpucloud.ui.catalog import gpu_summaries
     from gpucloud.ui.views import print_gpus
 
     summaries = gpu_summaries(load_catalog())

@@ -133,7 +133,7 @@ def hosts_probe(
         ) from None
     from gpucloud.plan.requests import plan_request
 
-    asks = plan_request(job) if gpu else None
+    asks = plan_request(job)
     host_provider = providers.get_provider(host_cloud)
     probes = host_provider.probe(list(job.resources.hosts or []), asks)  # type: ignore[attr-defined]
     if json_out:

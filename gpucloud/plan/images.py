@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from importlib.resources import files
 from typing import TYPE_CHECKING
 
+from gpucloud.catalog.drivers import extension_driver
 from gpucloud.contract.provider import Image
 from gpucloud.errors import InternalError
 from gpucloud.plan.stack_data import COMPAT_FLOOR, PROFILES, PROPRIETARY_ONLY
@@ -142,15 +143,6 @@ def _feature_rules() -> tuple[tuple[str, int, re.Pattern[str], str], ...]:
         (r["cloud"], int(r["min_gpus"]), re.compile(fnmatch.translate(r["instance_pattern"].lower())), r["feature"])
         for r in _data("vm_features.csv")
     )
-
-
-def extension_driver(cloud: str, instance_type: str) -> str:
-    """The driver version the cloud's driver extension is pinned to on this instance type
-    (driver_extensions.csv, with its source); "" where none is known."""
-    for row in _data("driver_extensions.csv"):
-        if row["cloud"] == cloud and fnmatch.fnmatch(instance_type.lower(), row["instance_pattern"].lower()):
-            return row["driver_version"]
-    return ""
 
 
 def container_host(image: Image | None) -> str:

@@ -33,12 +33,6 @@ def quote(value: object) -> str:
     return q if q.startswith("'") else f"'{q}'"
 
 
-def gpu_tokens(model: str) -> list[str]:
-    """Tokens that must all appear (as whole words) in nvidia-smi's name for the catalog model:
-    "A100-80GB" -> ["A100", "80GB"] matches "NVIDIA A100-SXM4-80GB"; "A10" does not match "A10G"."""
-    return [t for t in re.split(r"[^A-Z0-9]+", model.upper()) if t]
-
-
 def check_env(env: Mapping[str, str]) -> dict[str, str]:
     """The job's env as the agent passes it to the job, each name checked: a valid variable name,
     not one the node keeps for itself (gpucloud/vm/env.py), no NUL in a value."""

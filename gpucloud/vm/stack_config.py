@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.plan.stack_data import CONTAINER_TOOLKIT_REPO
-from gpucloud.vm.job_env import gpu_tokens, stack_context
+from gpucloud.vm.agent.gpu_check import gpu_tokens
+from gpucloud.vm.job_env import stack_context
 
 if TYPE_CHECKING:
     from gpucloud.contract.provider import Capabilities

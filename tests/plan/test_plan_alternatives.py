@@ -314,7 +314,7 @@ def test_plan_table_marks_estimated_prices_and_names_the_source() -> None:
 
 
 def test_gpus_compares_per_gpu_hour_and_says_where_each_price_comes_from() -> None:
-    from gpucloud.catalog.views import gpu_summaries
+    from gpucloud.ui.catalog import gpu_summaries
 
     for s in gpu_summaries(SHIPPED):
         if s.on_demand is None:

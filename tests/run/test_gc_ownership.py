@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpucloud.contract.provider import TAG_EXPIRES, TAG_RUN, expiry_tag
-from gpucloud.providers.tags import GcIncomplete, tagged_expiry
+from gpucloud.contract.tags import GcIncomplete, tagged_expiry
 from tests.support.azure_fixtures import arm, fake_arm_server, journal, provider  # noqa: F401  (fixtures)
 from tests.support.moto_server import moto, moto_server  # noqa: F401  (fixtures)
 

@@ -33,7 +33,8 @@ from gpucloud.vm.agent.runner import Runner
 from gpucloud.vm.agent_config import job_config
 from gpucloud.vm.agent_pack import agent_archive, archive_sha256
 from gpucloud.vm.env import reserved_env_names
-from gpucloud.vm.job_env import check_env, gpu_tokens, quote
+from gpucloud.vm.agent.gpu_check import gpu_tokens
+from gpucloud.vm.job_env import check_env, quote
 from gpucloud.vm.shim import _env as shim_env
 from gpucloud.vm.shim import render_shim
 

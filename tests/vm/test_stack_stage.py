@@ -15,7 +15,8 @@ from gpucloud.spec.load import StackSpec
 from gpucloud.vm.agent import stack
 from gpucloud.vm.agent.stack import GRID_POLL_S, stack_log_tail
 from gpucloud.vm.agent.stage_api import StageFailed
-from gpucloud.vm.job_env import gpu_tokens, stack_context
+from gpucloud.vm.agent.gpu_check import gpu_tokens
+from gpucloud.vm.job_env import stack_context
 from tests.support.vm_sim import GPU_NAMES
 from tests.vm.conftest import APT, APT_UPDATE, HEADERS, KERNEL, LOCK_580, STUBS, StubVm, candidate, config
 from tests.vm.test_render import K80, T4

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.contract.provider import TAG_EXPIRES, TAG_RUN, RunHandle
+from gpucloud.contract.tags import tagged_expiry
 from gpucloud.errors import CloudAccessError
 from gpucloud.providers.aws.deadline import SCHEDULE, SKIPPED, role_setting, stale_schedules
 from gpucloud.providers.aws.efa import EIP
@@ -23,7 +24,6 @@ from gpucloud.providers.aws.errors import AwsTeardownError, describe
 from gpucloud.providers.aws.network import CLOUD, KEY, PG, SG, tag_dict
 from gpucloud.providers.aws.reaper import INSTANCE, LABELS, Outcome, Targets, reap
 from gpucloud.providers.aws.session import AwsClients
-from gpucloud.providers.tags import tagged_expiry
 from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:

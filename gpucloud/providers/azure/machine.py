@@ -8,6 +8,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from gpucloud.catalog.drivers import extension_driver
 from gpucloud.contract.provider import LaunchRequest, ssh_source_cidr
 from gpucloud.errors import UserError
 from gpucloud.providers.azure.sizes import BUILDER_NAME_PREFIX, accelerated_networking, security_profile
@@ -81,8 +82,6 @@ def grid_driver_version(instance_type: str) -> str:
     """The driverVersion the extension is pinned to on this size (catalog/data/driver_extensions.csv:
     GRID 17.x is incompatible with NVv3 and has a CUDA bug on A10, per Microsoft's extension page);
     a GRID size without a documented pin is refused."""
-    from gpucloud.plan.images import extension_driver
-
     version = extension_driver("azure", instance_type)
     if not version:
         raise UserError(

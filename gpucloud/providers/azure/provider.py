@@ -48,6 +48,7 @@ from gpucloud.contract.provider import (
     RunHandle,
     expiry_tag,
 )
+from gpucloud.contract.tags import tagged_expiry
 from gpucloud.errors import CloudAccessError, GpucloudError
 from gpucloud.providers.azure.access import arm_endpoint as arm_endpoint_of_cli
 from gpucloud.providers.azure.access import (
@@ -71,7 +72,6 @@ from gpucloud.providers.azure.network import (
 )
 from gpucloud.providers.azure.nodes import NodeFailed, NodeNetwork, create_nodes
 from gpucloud.providers.azure.sizes import rdma_placement
-from gpucloud.providers.tags import tagged_expiry
 from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:

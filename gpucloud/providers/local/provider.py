@@ -24,8 +24,8 @@ from gpucloud.contract.provider import (
     RunHandle,
     expiry_tag,
 )
+from gpucloud.contract.tags import GcIncomplete
 from gpucloud.providers.local import engine as vm_engine
-from gpucloud.providers.tags import GcIncomplete
 from gpucloud.vm.agent.container import remove_recorded
 from gpucloud.vm.agent.mounts import unmount_recorded
 

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 
 from gpucloud.catalog import load_catalog, resolve_gpu_name
 from gpucloud.ui.untrusted import shown
-from gpucloud.vm.agent.gpu_check import matches_model
-from gpucloud.vm.job_env import gpu_tokens
+from gpucloud.vm.agent.gpu_check import gpu_tokens, matches_model
 
 # One ssh call reads everything `plan` needs.
 PLAN_SCRIPT = r"""

@@ -27,6 +27,7 @@ from gpucloud.contract.provider import (
     RunHandle,
     expiry_tag,
 )
+from gpucloud.contract.tags import GcIncomplete
 from gpucloud.errors import UserError
 from gpucloud.providers.slurm import batch, sizing, sweep
 from gpucloud.providers.slurm.channel import SlurmChannel
@@ -35,7 +36,6 @@ from gpucloud.providers.slurm.login import Login, script
 from gpucloud.providers.slurm.sizing import Size
 from gpucloud.providers.ssh import transport as ssh_transport
 from gpucloud.providers.ssh.channel import REMOVE_RUN, ROOT_TOKEN
-from gpucloud.providers.tags import GcIncomplete
 from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:

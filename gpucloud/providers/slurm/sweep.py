@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpucloud.contract.provider import TAG_RUN
+from gpucloud.contract.tags import parse_run_tags
 from gpucloud.providers.ssh.channel import removal_problem
-from gpucloud.providers.tags import parse_run_tags
 from gpucloud.ui.untrusted import shown
 
 GC_GRACE_S = 5  # how long gc waits for a cancelled job to leave the queue

@@ -1,5 +1,5 @@
 """What an SSH host has: GPUs (`nvidia-smi --query-gpu`), driver, CUDA, OS, free disk, sudo, and
-the stack gpucloud resolves for it exactly as for a cloud VM (gpucloud.plan.stacks.resolve_stack).
+the stack gpucloud resolves for it exactly as for a cloud VM (the job's `PlanRequest.stack_for`).
 
 One ssh call per host reads everything (a small POSIX shell script); parsing and the driver
 verdict are plain functions so they are tested without a host. docs/SSH.md explains the output.
@@ -15,7 +15,7 @@ from gpucloud.providers.ssh import transport as ssh_transport
 
 if TYPE_CHECKING:
     from gpucloud.contract.provider import PlanRequest
-    from gpucloud.plan.stacks import Stack
+    from gpucloud.plan.stack_data import Stack
 
 REMOTE_ROOT = "${GPUCLOUD_REMOTE_ROOT:-$HOME/.gpucloud}"  # the run folders, channel and locks on a host
 NVIDIA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos"
@@ -276,16 +276,13 @@ def driver_problem(probe: HostProbe, stack: Stack, *, needs_cuda: bool = True) -
     return None
 
 
-def assess(probe: HostProbe, gpu: str | None, count: int, job: PlanRequest | None) -> HostProbe:
+def assess(probe: HostProbe, gpu: str | None, count: int, job: PlanRequest) -> HostProbe:
     """Resolve the stack for the job's GPU (or the host's own first GPU when the job names none)
-    and list what stops the job on this host, each with its fix."""
-    from gpucloud.plan.stacks import resolve_stack
-
+    with the job's resolver, and list what stops the job on this host, each with its fix."""
     if not probe.user and probe.problems:  # the host answered nothing: nothing more to judge
         return probe
     model = gpu or probe.gpu_model
-    stack_for = job.stack_for if job and job.stack_for else resolve_stack
-    probe.stack = host_stack(stack_for(model), probe) if model else None
+    probe.stack = host_stack(job.stack_for(model), probe) if model and job.stack_for else None
     if probe.missing_tools:
         probe.problems.append(
             f"{probe.host}: missing {', '.join(probe.missing_tools)} (the node's shim and agent need them); "

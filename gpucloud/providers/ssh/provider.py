@@ -27,6 +27,7 @@ from gpucloud.contract.provider import (
     Provider,
     RunHandle,
 )
+from gpucloud.contract.tags import GcIncomplete, is_run_id
 from gpucloud.errors import UserError
 from gpucloud.providers.ssh import transport as ssh_transport
 from gpucloud.providers.ssh.channel import (
@@ -51,12 +52,11 @@ from gpucloud.providers.ssh.probe import (
     os_label,
     probe_host,
 )
-from gpucloud.providers.tags import GcIncomplete, is_run_id
 from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
     from gpucloud.contract.provider import Journal, PlanRequest
-    from gpucloud.plan.stacks import Stack
+    from gpucloud.plan.stack_data import Stack
     from gpucloud.state.store import Store
 
 # How long stopped nodes get: the bootstrap gives its job 5 s to end on SIGTERM, then uploads.
@@ -212,11 +212,12 @@ class SshProvider(Provider):
 
     # -- planning -------------------------------------------------------------------------------------
 
-    def probe(self, hosts: list[str], job: PlanRequest | None = None) -> list[HostProbe]:
-        """Probe every host at once (one ssh call each) and judge it for the job, if any."""
+    def probe(self, hosts: list[str], job: PlanRequest) -> list[HostProbe]:
+        """Probe every host at once (one ssh call each) and judge it for the job (`hosts probe`
+        without --gpu: a job that names no GPU, its stack resolved for each host's own)."""
         with ThreadPoolExecutor(max_workers=min(8, len(hosts) or 1)) as pool:
             probes = list(pool.map(probe_host, hosts))
-        return [assess(p, job.gpu if job else None, job.gpu_count if job else 0, job) for p in probes]
+        return [assess(p, job.gpu, job.gpu_count, job) for p in probes]
 
     def plan_candidates(self, job: PlanRequest) -> list[Candidate]:
         """One candidate per window of `num_nodes` consecutive usable hosts (failover moves on to

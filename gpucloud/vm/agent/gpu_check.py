@@ -10,12 +10,18 @@ no GPU runs the job on the CPU, and a framework that is not importable is not ch
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, List, Mapping, Sequence
 
 from gpucloud.vm.agent.stack import framework_print, run_quiet
 from gpucloud.vm.agent.stage_api import StageEnv, StageFailed
 
 FRAMEWORK_LABEL = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
+
+
+def gpu_tokens(model: str) -> List[str]:
+    """Tokens that must all appear (as whole words) in nvidia-smi's name for the catalog model:
+    "A100-80GB" -> ["A100", "80GB"] matches "NVIDIA A100-SXM4-80GB"; "A10" does not match "A10G"."""
+    return [t for t in re.split(r"[^A-Z0-9]+", model.upper()) if t]
 
 
 def matches_model(name: str, tokens: Sequence[str]) -> bool:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from gpucloud.contract.tags import GcIncomplete
 from gpucloud.providers.local import engine
 from gpucloud.providers.local.provider import LocalProvider, remove_tree
-from gpucloud.providers.tags import GcIncomplete
 
 RUN = "old-20200101-000000-beef"
 DEPTH = 1500  # over sys.getrecursionlimit() (1000): shutil.rmtree on Python 3.11 raised RecursionError

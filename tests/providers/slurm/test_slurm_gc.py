@@ -17,10 +17,10 @@ from types import SimpleNamespace
 import pytest
 
 from gpucloud.contract.provider import RunHandle, parse_expiry_tag
+from gpucloud.contract.tags import GcIncomplete, is_run_id, parse_run_tags
 from gpucloud.providers.slurm import cluster as slurm_cluster
 from gpucloud.providers.slurm import sweep
 from gpucloud.providers.slurm.provider import SlurmProvider
-from gpucloud.providers.tags import GcIncomplete, is_run_id, parse_run_tags
 
 ME = subprocess.run(["id", "-un"], capture_output=True, text=True, check=True).stdout.strip()
 OLD = "2020-01-01T00:00:00Z"

@@ -66,13 +66,17 @@ def asks(pins: StackSpec, gpu: str = "K40") -> PlanRequest:
     return plan_request(job.model_copy(update={"stack": pins}))
 
 
+# `hosts probe` without --gpu: a job that names no GPU, the stack resolved as the planner does.
+UNPINNED = PlanRequest(gpu=None, gpu_count=0, num_nodes=1, stack_for=resolve_stack)
+
+
 def test_probe_parsing_and_kepler_stack() -> None:
-    probe = assess(parse_probe("k40", K40_PROBE), "K40", 2, None)
+    probe = assess(parse_probe("k40", K40_PROBE), "K40", 2, UNPINNED)
     assert [g.model for g in probe.gpus] == ["K40", "K40"] and probe.driver == "470.182.03"
     assert probe.disk_free_gib == 50.0 and probe.sudo == "no" and probe.cuda == "11.4"
     assert probe.stack is not None and (probe.stack.driver, probe.stack.cuda) == ("470", "11.4")
     assert probe.problems == []
-    short = assess(parse_probe("k40", K40_PROBE), "K40", 4, None)
+    short = assess(parse_probe("k40", K40_PROBE), "K40", 4, UNPINNED)
     assert "has 2 x K40, the job asks for 4" in short.problems[0]
 
 
@@ -103,7 +107,7 @@ def test_driver_verdicts_name_the_fix() -> None:
 
 def test_old_driver_blocks_only_a_job_that_needs_the_resolved_cuda() -> None:
     t4 = "@user a\n@sudo no\n@gpu 0, Tesla T4, 15360, 535.104.05\n@cuda 12.2\n"
-    plain = assess(parse_probe("t4", t4), "T4", 1, None)
+    plain = assess(parse_probe("t4", t4), "T4", 1, UNPINNED)
     assert plain.problems == [] and "older than" in plain.notes[0]
     pinned = assess(parse_probe("t4", t4), "T4", 1, asks(StackSpec(framework="pytorch"), "T4"))
     assert "older than" in pinned.problems[0]
