@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
+import operator
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from gpucloud.contract.provider import PriceSource
@@ -60,6 +61,77 @@ def price_problem(price: float | None, gpu_count: int) -> str | None:
             f"${MIN_PER_GPU_HOUR:g}..${MAX_PER_GPU_HOUR:g}"
         )
     return None
+
+
+# The rule that a market's price gives a candidate, written once: the planner asks it of a row in
+# Python (`price_rule`, plan/planner.py) and the catalog file's query asks it in SQL (`price_sql`,
+# catalog/ranking.py), both built from these terms. A term is (what it guards, the value, the
+# comparison, the bound): the value is the market's price per node or that price per GPU; a bound
+# that is None (no cap) drops its term. `price < inf` is the number test: a NaN fails it in Python,
+# and so does the text SQLite keeps a NaN as (text compares above every number).
+PRICE_TERMS: tuple[tuple[str, str, str, str], ...] = (
+    ("range", "price", "<", "infinity"),
+    ("range", "per_gpu", "between", "sane"),
+    ("cap", "price", "<=", "cap"),
+)
+_PYTHON_COMPARE: dict[str, tuple[Callable[[float, float], bool], ...]] = {
+    "<": (operator.lt,),
+    "<=": (operator.le,),
+    "between": (operator.ge, operator.le),
+}
+_SQL_COMPARE = {"<": "{} < {}", "<=": "{} <= {}", "between": "{} BETWEEN {} AND {}"}
+PriceBreaks = Callable[[float, int], "str | None"]
+
+
+def _bound(name: str, cap: float | None, min_per_gpu: float, max_per_gpu: float) -> tuple[float, ...] | None:
+    if name == "infinity":
+        return (math.inf,)
+    if name == "sane":
+        return (min_per_gpu, max_per_gpu)
+    return None if cap is None else (cap,)
+
+
+@functools.lru_cache(maxsize=64)
+def price_rule(
+    cap: float | None, min_per_gpu: float = MIN_PER_GPU_HOUR, max_per_gpu: float = MAX_PER_GPU_HOUR
+) -> PriceBreaks:
+    """`breaks(price, gpu_count)`: the first rule ("range" or "cap") a market's price per node
+    breaks, None when it gives a candidate. Built once per bounds: the planner asks it of every row."""
+    checks = [
+        (what, value == "per_gpu", compare, limit)
+        for what, value, comparison, name in PRICE_TERMS
+        if (bound := _bound(name, cap, min_per_gpu, max_per_gpu)) is not None
+        for compare, limit in zip(_PYTHON_COMPARE[comparison], bound, strict=True)
+    ]
+
+    def breaks(price: float, gpu_count: int) -> str | None:
+        if type(price) is not float and type(price) is not int:
+            return "range"
+        per_gpu = price / max(gpu_count, 1)
+        for what, on_gpu, compare, limit in checks:
+            if not compare(per_gpu if on_gpu else price, limit):
+                return what
+        return None
+
+    return breaks
+
+
+def price_sql(
+    column: str, cap: float | None, min_per_gpu: float = MIN_PER_GPU_HOUR, max_per_gpu: float = MAX_PER_GPU_HOUR
+) -> tuple[str, list[object]]:
+    """`price_rule(...)(price, gpu_count) is None` as an SQL condition on a price column, and its
+    parameters: NULL when the row has no such price. Infinity is written out (1e999), the job's
+    bounds are parameters."""
+    values = {"price": column, "per_gpu": f"{column} * 1.0 / max(gpu_count, 1)"}
+    parts: list[str] = []
+    args: list[object] = []
+    for _, value, compare, name in PRICE_TERMS:
+        bound = _bound(name, cap, min_per_gpu, max_per_gpu)
+        if bound is None:
+            continue
+        args.extend(b for b in bound if b != math.inf)
+        parts.append(_SQL_COMPARE[compare].format(values[value], *("1e999" if b == math.inf else "?" for b in bound)))
+    return "(" + " AND ".join(parts) + ")", args
 
 
 def check_rows(rows: Iterable[Offering], source: str) -> tuple[list[Offering], list[str]]:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from gpucloud.catalog.models import Offering
+from gpucloud.catalog.prices import price_sql
 from gpucloud.catalog.rows import CleanRule, RankKey, rank_key
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ ROUND_FUNCTION = "gpucloud_round"  # Python's round() in SQL: the planner ranks 
 # Above this many candidates of a market, the cheapest are found through the price indexes
 # (CleanCandidates.head); at or below it they are read whole and sorted (bench_plan_alternatives.py).
 WALK_ABOVE = 2048
+_PRICE_COLUMN = {True: "spot_price_per_hour", False: "price_per_hour"}
 
 
 @contextmanager
@@ -91,15 +93,17 @@ class RuleSql:
         return next((r for names, low, high, r in self.rule.requests if gpu in names and low <= count <= high), None)
 
     def market(self, spot: bool) -> str:
-        column = "spot_price_per_hour" if spot else "price_per_hour"
-        # `< 1e999` (infinity): a number; the stored NaN is TEXT, which compares above every number (the
-        # columns have no type, so no conversion), and NULL (no price) is NULL; a third of typeof()'s cost
-        text = f"({column} < 1e999 AND {column} * 1.0 / max(gpu_count, 1) BETWEEN ? AND ?"
-        return text + (f" AND {column} <= ?)" if self.rule.cap is not None else ")")
+        """The planner's price rule for this market in SQL (catalog/prices.py PRICE_TERMS): the stored
+        NaN is TEXT, which compares above every number (the columns have no type, so no conversion),
+        and NULL (no price) is NULL; `< 1e999` costs a third of typeof()'s."""
+        return self._price_sql(spot)[0]
+
+    def _price_sql(self, spot: bool) -> tuple[str, list[object]]:
+        rule = self.rule
+        return price_sql(_PRICE_COLUMN[spot], rule.cap, rule.min_per_gpu, rule.max_per_gpu)
 
     def args_of(self, spot: bool) -> list[object]:
-        cap = [self.rule.cap] if self.rule.cap is not None else []
-        return [self.rule.min_per_gpu, self.rule.max_per_gpu, *cap]
+        return self._price_sql(spot)[1]
 
     def market_args(self) -> list[object]:
         return [a for m in self.markets for a in self.args_of(m)]

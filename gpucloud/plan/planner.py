@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC
 from typing import TYPE_CHECKING
 
-from gpucloud.catalog.prices import MAX_PER_GPU_HOUR, MIN_PER_GPU_HOUR, price_problem, price_source
+from gpucloud.catalog.prices import price_problem, price_rule, price_source
 from gpucloud.catalog.rows import RankKey, RowFilter, rank_key
 from gpucloud.contract.provider import Candidate
 from gpucloud.plan.fabric import fabric_json
@@ -418,8 +418,8 @@ def _markets(
     """(spot?, price per node) of each market the offering is a candidate in; or why there is none.
 
     spot: false -> on-demand; true -> spot only; auto -> both, so that failover falls back to
-    on-demand when spot capacity is missing (spot ranks first when it is cheaper). Mirrored in SQL
-    by catalog/ranking.py `RuleSql.market`: a change goes into both."""
+    on-demand when spot capacity is missing (spot ranks first when it is cheaper). The price rule
+    is catalog/prices.py `PRICE_TERMS`, which the catalog file's query reads as SQL too."""
     markets: tuple[bool, ...]
     if policy == "auto":
         markets = (True, False) if off.spot_price_per_hour is not None else (False,)
@@ -435,19 +435,18 @@ def _markets(
             return [], f"price is an estimate ({source.rule}); --no-estimates refuses estimated prices"
     out: list[tuple[bool, float]] = []
     too_dear: list[str] = []
+    breaks = price_rule(cap)
     for is_spot in markets:
         price = off.spot_price_per_hour if is_spot else off.price_per_hour
         assert price is not None
-        # a float in the sane range is what price_problem accepts; anything else gets its reason
-        sane = type(price) is float and MIN_PER_GPU_HOUR <= price / max(off.gpu_count, 1) <= MAX_PER_GPU_HOUR
-        bad = None if sane else price_problem(price, off.gpu_count)
-        if bad is not None:  # NaN would rank first and pass any cap: never a candidate
+        broken = breaks(price, off.gpu_count)
+        if broken == "range":  # NaN would rank first and pass any cap: never a candidate
+            bad = price_problem(price, off.gpu_count)
             too_dear.append(f"{'spot' if is_spot else 'on-demand'} price {bad}; run `gpucloud catalog refresh`")
-            continue
-        if cap is not None and price > cap:
+        elif broken == "cap":
             too_dear.append(f"{'spot' if is_spot else 'on-demand'} ${price:.3f}/h > max_price_per_hour ${cap:g}")
-            continue
-        out.append((is_spot, price))
+        else:
+            out.append((is_spot, price))
     return out, ("; ".join(too_dear) if not out else None)
 
 
