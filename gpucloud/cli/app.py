@@ -209,7 +209,17 @@ def plan(
     result = make_plan(job, cloud=cloud, region=region, spot=spot, estimates=estimates, secrets=values)
     result.warnings.extend(unchecked)  # what `run` checks again: warnings here, errors with --strict
     if json_out:
-        emit_json({**result.as_json(), "upload": upload.as_json(), **({"data": data.as_json()} if data else {})})
+        from gpucloud.run.quota_gate import plan_quotas
+
+        quota = plan_quotas(result.candidates)  # only with credentials: each candidate's GPU quota
+        emit_json(
+            {
+                **result.as_json(),
+                "upload": upload.as_json(),
+                **({"data": data.as_json()} if data else {}),
+                **({"quota": quota} if quota else {}),
+            }
+        )
         return
     views.print_plan(result, show_all=show_all, all_reasons=all_reasons)
     views.note(upload.summary())

@@ -73,6 +73,7 @@ class Failover:
     kinds: set[str] = field(default_factory=set)  # the error kinds of the failed attempts
     _skip_clouds: set[str] = field(default_factory=set)
     _skip_regions: set[tuple[str, str]] = field(default_factory=set)
+    quota_skips: dict[int, str] | None = None  # plan index -> why its quota cannot hold it (quota_gate.py)
     _uploaded: set[int] = field(default_factory=set)  # channels that already have the code
     _copied: set[tuple[str, str]] = field(default_factory=set)
 
@@ -81,9 +82,14 @@ class Failover:
         attempt failed because its cloud cannot be used at all, else NoCandidateError.
         `tarball`: the packed workdir to upload (None on a relaunch: the code is in `source`)."""
         order = self.order if self.order is not None else range(len(self.plan.candidates))
+        if self.quota_skips is None:
+            self.quota_skips = self._read_quotas(list(order))
         for plan_index in order:
             cand = self.plan.candidates[plan_index]
             if cand.cloud in self._skip_clouds or (cand.cloud, cand.region) in self._skip_regions:
+                continue
+            if plan_index in self.quota_skips:
+                self._skip_for_quota(cand, self.quota_skips[plan_index])
                 continue
             index = self.store.next_attempt_idx(self.run_id)
             where = f"{cand.cloud}/{cand.region}/{cand.instance_type}" + (" (spot)" if cand.spot else "")
@@ -145,6 +151,22 @@ class Failover:
             + (", or ask for more quota." if "quota" in self.kinds else "; each attempt's reason is above."),
             capacity=capacity,
         )
+
+    def _read_quotas(self, order: list[int]) -> dict[int, str]:
+        """The candidates whose GPU quota, read before any create, cannot hold them."""
+        from gpucloud.run.quota_gate import read
+
+        gate = read(self.plan.candidates, order)
+        self.store.event(self.run_id, "quota", f"{len(gate.verdicts)} GPU quota(s) read in {gate.seconds:.2f} s")
+        return gate.skips
+
+    def _skip_for_quota(self, cand: Candidate, why: str) -> None:
+        """A candidate skipped before its launch: one line naming the quota and how to raise it."""
+        where = f"{cand.cloud}/{cand.region}/{cand.instance_type}" + (" (spot)" if cand.spot else "")
+        self.kinds.add("quota")
+        self.failures.append(f"{where}: quota: {why}")
+        self.store.event(self.run_id, "attempt", self.failures[-1])
+        self.progress.warn(f"skipping {where} before launch: {why}")
 
     @staticmethod
     def _reason(exc: ProvisionError) -> str:

@@ -385,9 +385,9 @@ def _account_statements() -> list[dict[str, Any]]:
             "Resource": "*",
         },
         {
-            "Sid": "CheckGpuQuotas",  # `gpucloud check`: the EC2 vCPU quotas of the GPU families
+            "Sid": "CheckGpuQuotas",  # `check` and `run` before a launch: the EC2 vCPU quotas of the GPU families
             "Effect": "Allow",
-            "Action": "servicequotas:GetServiceQuota",
+            "Action": ["servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota"],
             "Resource": "arn:aws:servicequotas:*:${aws:PrincipalAccount}:ec2/*",
         },
         {

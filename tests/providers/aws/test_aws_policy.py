@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 # API operation -> IAM action where the names differ (the rest is "<prefix>:<Operation>").
 ACTION_OF = {
     ("service-quotas", "GetServiceQuota"): "servicequotas:GetServiceQuota",
+    ("service-quotas", "GetAWSDefaultServiceQuota"): "servicequotas:GetAWSDefaultServiceQuota",
     ("s3", "HeadBucket"): "s3:ListBucket",
     ("s3", "ListObjectsV2"): "s3:ListBucket",
     ("s3", "PutPublicAccessBlock"): "s3:PutBucketPublicAccessBlock",
