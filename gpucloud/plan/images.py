@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from importlib.resources import files
 from typing import TYPE_CHECKING
 
-from gpucloud.catalog.drivers import extension_driver
 from gpucloud.contract.provider import Image
 from gpucloud.errors import InternalError
 from gpucloud.plan.stack_data import COMPAT_FLOOR, PROFILES, PROPRIETARY_ONLY
@@ -255,15 +254,18 @@ def resolve_node(
     image = chosen or choose_image(stack, cloud, instance_type, gpu_count, cpu_arch, job_image, baked)
     low, high = _driver_range(stack)
     reasons = {"image": image.summary() + f" [{image.source}]" if image else "the provider's default image"}
+    pinned = ""  # GRID: the driver version the cloud's extension is pinned to on this size
     if stack.driver == "none":
         source = "none"
     elif "grid" in features:
-        source = "grid"
+        from gpucloud.catalog.drivers import extension_driver  # GRID sizes only: most plans never read it
+
+        source, pinned = "grid", extension_driver(cloud, instance_type)
         reasons["driver"] = (
             "GRID VM: NVIDIA's vGPU guest driver comes from the cloud's driver extension "
             "(cuda-drivers does not work here); the bootstrap waits for it."
         )
-        reasons["driver"] += f" Its driver is pinned to {extension_driver(cloud, instance_type) or 'the latest'}."
+        reasons["driver"] += f" Its driver is pinned to {pinned or 'the latest'}."
         major = (stack.container_cuda if stack.container_image else stack.cuda).split(".")[0]
         if not stack.cuda_toolkit and major in COMPAT_FLOOR:
             # The extension's GRID branch is pinned per size family (providers' choice, often older than
@@ -295,7 +297,7 @@ def resolve_node(
         driver_max=high,
         driver_packages=stack.driver_packages if source == "apt" else (),
         driver_lock=stack.driver_lock if source == "apt" else (),
-        extension_driver=extension_driver(cloud, instance_type) if source == "grid" else "",
+        extension_driver=pinned,
         fabric_manager=fabric,
         cuda_packages=stack.cuda_packages if stack.cuda_toolkit else (),
         cudnn_packages=stack.cudnn_packages if stack.cuda_toolkit else (),
