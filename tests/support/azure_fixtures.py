@@ -30,6 +30,14 @@ class OperatorCredential:
         return AccessToken(self.arm.issue_token(OPERATOR_PRINCIPAL), int(time.time()) + 3600)
 
 
+def runner_role() -> dict[str, list[str]]:
+    """The permissions of the role `gpucloud iam-policy azure` prints (the operator's, in tests)."""
+    from gpucloud.providers.azure.rbac import role_definition
+
+    role = role_definition("any")
+    return {"actions": list(role["Actions"]), "notActions": list(role["NotActions"])}
+
+
 @pytest.fixture(scope="session")
 def fake_arm_server() -> Iterator[FakeArm]:
     arm = FakeArm().start()
@@ -43,6 +51,7 @@ def fake_arm_server() -> Iterator[FakeArm]:
 def arm(fake_arm_server: FakeArm, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeArm]:
     """The fake ARM, empty, with the environment a CLI would use to reach it."""
     fake_arm_server.reset()
+    fake_arm_server.operator_role = runner_role()  # every Azure test runs with only the printed role
     for key, value in fake_arm_server.client_env().items():
         monkeypatch.setenv(key, value)
     yield fake_arm_server

@@ -117,6 +117,7 @@ _OP_RE = re.compile(
 )
 _RG_OPRESULT_RE = re.compile(r"^/subscriptions/[^/]+/operationresults/([^/]+)$", re.I)
 _ROLE_RE = re.compile(r"^(?P<scope>/.*?)/providers/microsoft\.authorization/roleassignments/(?P<name>[^/]+)$", re.I)
+_ROLEDEF_RE = re.compile(r"^/subscriptions/([^/]+)/providers/microsoft\.authorization/roledefinitions/([^/]+)$", re.I)
 _NESTED_RE = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/(?P<ns>[^/]+)/(?P<rest>.+)$", re.I
 )
@@ -202,6 +203,11 @@ class FakeArm:
         self.audiences: dict[str, str] = {}  # IMDS-issued token -> the `resource` it was asked for
         self.revoked = False  # every token issued so far, and from now on, is refused (a revoked secret)
         self.subscription_state = "Enabled"  # ARM: Enabled | Warned | PastDue | Disabled | Deleted
+        # The operator's role ({"actions": [...], "notActions": [...]}, a custom role's permissions):
+        # None lets the operator do anything; set, each call's action must be in it (arm_actions.py).
+        self.operator_role: dict[str, list[str]] | None = None
+        self.role_definitions: dict[str, dict[str, Any]] = {}  # custom roles by path (lower)
+        self.actions: list[str | None] = []  # the action of every authorised-or-not operator call
         self._ip_counter = itertools.count(4)
         self._stop = threading.Event()
         handler = type("Handler", (_Handler,), {"arm": self})
@@ -308,6 +314,9 @@ class FakeArm:
             self.run_commands.clear()
             self.revoked = False
             self.subscription_state = "Enabled"
+            self.operator_role = None
+            self.actions.clear()
+            self.role_definitions.clear()
 
     def on_event(self, callback: Callable[[str, Resource], None]) -> None:
         """callback(event, resource) for "vm_created" and "deleted" (called with the lock held:
@@ -411,6 +420,20 @@ class FakeArm:
             if (res.body.get("identity") or {}).get("principalId") == principal:
                 return res
         return None
+
+    def role_refuses(self, principal: str, method: str, path: str) -> str | None:
+        """ARM's refusal message when the operator's role (`operator_role`) lacks the call's action."""
+        from tests.support.arm_actions import action_of, allowed, denied_message
+
+        if principal != OPERATOR_PRINCIPAL:
+            return None
+        action = action_of(method, path)
+        with self.lock:
+            self.actions.append(action)
+            role = self.operator_role
+        if role is None or allowed(action, role.get("actions", []), role.get("notActions", [])):
+            return None
+        return denied_message(principal, action, path)
 
     def authorized(self, principal: str, path: str) -> bool:
         """The operator may do anything; a VM identity only under a scope it has a role on."""
@@ -661,6 +684,9 @@ class _Handler(BaseHTTPRequestHandler):
                 arm.calls.append((self.command, path, principal))
                 if self.command == "PUT":
                     arm.bodies.append((path, json.loads(json.dumps(body))))
+            refused = arm.role_refuses(principal, self.command, path)
+            if refused is not None:
+                return self._error(403, "AuthorizationFailed", refused)
             if not arm.authorized(principal, path):
                 return self._error(
                     403,
@@ -710,6 +736,9 @@ class _Handler(BaseHTTPRequestHandler):
         m = _RG_RESOURCES_RE.match(path)
         if m and self.command == "GET":
             return self._list_in_rg(m[1], m[2], None)
+        m = _ROLEDEF_RE.match(path)
+        if m:
+            return self._role_definition(path, m[1], m[2], body)
         m = _ROLE_RE.match(path)
         if m:
             return self._role_assignment(path, m["scope"], m["name"], body, fail)
@@ -952,6 +981,31 @@ class _Handler(BaseHTTPRequestHandler):
                 id=path, type="Microsoft.Authorization/roleAssignments", body=doc, rg=self._rg_key(m[1], m[2])
             )
             self._send(201, doc)
+
+    def _role_definition(self, path: str, sub: str, name: str, body: dict[str, Any]) -> None:
+        """A custom role definition at subscription scope (`gpucloud setup azure`): GET, PUT, DELETE."""
+        arm, key = self.arm, path.lower()
+        with arm.lock:
+            existing = arm.role_definitions.get(key)
+            if self.command == "GET":
+                if existing is None:
+                    return self._error(
+                        404, "RoleDefinitionDoesNotExist", "The specified role definition does not exist."
+                    )
+                return self._send(200, existing)
+            if self.command == "DELETE":
+                arm.role_definitions.pop(key, None)
+                return self._send(200 if existing else 204, existing)
+            props = dict(body.get("properties") or {})
+            perms = props.get("permissions") or []
+            scopes = [str(x).lower() for x in props.get("assignableScopes") or []]
+            if not props.get("roleName") or not perms or f"/subscriptions/{sub}".lower() not in scopes:
+                return self._error(
+                    400, "InvalidRoleDefinition", "roleName, permissions and assignableScopes are required."
+                )
+            doc = {"id": path, "name": name, "type": "Microsoft.Authorization/roleDefinitions", "properties": props}
+            arm.role_definitions[key] = doc
+            self._send(200 if existing else 201, doc)
 
     # ---- resources in a group -------------------------------------------------------------------
     def _nested(

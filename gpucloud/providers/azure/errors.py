@@ -118,8 +118,8 @@ def classify_error(exc: Exception, *, where: str, instance_type: str = "", regio
         return FatalProvisionError(
             f"Azure refused {where}: {text}",
             code=code,
-            hint="The signed-in identity needs Contributor and User Access Administrator "
-            "(or Owner) on the subscription: gpucloud assigns each VM a role on its own resource group.",
+            hint="The signed-in identity needs every action of the role `gpucloud iam-policy azure` "
+            "prints: `gpucloud setup azure` creates that role, an administrator assigns it (docs/AZURE.md).",
         )
     if status is not None and status >= 500:
         return ThrottledError(

@@ -1,0 +1,80 @@
+"""`gpucloud setup azure` and `iam-policy azure` against the fake ARM: the custom role is created
+once (a second run changes nothing), a changed one is put back, `--print` gives the `az` commands
+and creates nothing; the printed role names no Owner-like wildcard, and the fake ARM, given only
+that role, refuses an action outside it with the action named (every Azure test runs under it:
+tests/support/azure_fixtures.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpucloud.providers.azure.rbac import ACTIONS, role_definition
+from gpucloud.providers.azure.setup import role_path
+from tests.support.arm_actions import action_of, allowed
+from tests.support.azure_fixtures import arm, fake_arm_server  # noqa: F401
+from tests.support.fake_arm import FakeArm
+
+REPO = Path(__file__).resolve().parents[3]
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+def cli(arm: FakeArm, home: Path, *args: str) -> subprocess.CompletedProcess[str]:  # noqa: F811
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GPUCLOUD_AZURE"))}
+    env.update(arm.client_env())
+    env.update({"GPUCLOUD_HOME": str(home), "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [sys.executable, "-m", "gpucloud", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_setup_creates_the_role_once_and_puts_back_a_changed_one(arm: FakeArm, gpucloud_home: Path) -> None:  # noqa: F811
+    arm.operator_role = None  # an administrator runs setup (roleDefinitions/write is not the runner's)
+    path = role_path(arm.subscription_id).lower()
+    asked = cli(arm, gpucloud_home, "setup", "azure")
+    assert asked.returncode == 2 and "gpucloud runner" in asked.stderr and path not in arm.role_definitions
+    first = cli(arm, gpucloud_home, "setup", "azure", "--yes", "--json")
+    assert first.returncode == 0, first.stderr
+    assert [p["state"] for p in json.loads(first.stdout)["pieces"]] == ["present"]
+    perms = arm.role_definitions[path]["properties"]["permissions"][0]
+    assert sorted(perms["actions"]) == sorted(ACTIONS)
+    puts = [c for c in arm.calls if c[0] == "PUT" and "roledefinitions" in c[1].lower()]
+    second = cli(arm, gpucloud_home, "setup", "azure", "--yes")
+    assert second.returncode == 0 and "created" not in second.stderr, second.stderr
+    assert [c for c in arm.calls if c[0] == "PUT" and "roledefinitions" in c[1].lower()] == puts
+    perms["actions"] = ["*"]  # someone widened it by hand
+    third = cli(arm, gpucloud_home, "setup", "azure", "--yes")
+    assert third.returncode == 0 and "updated role definition" in third.stderr, third.stderr
+    assert "*" not in arm.role_definitions[path]["properties"]["permissions"][0]["actions"]
+
+
+def test_print_gives_the_az_commands_and_creates_nothing(arm: FakeArm, gpucloud_home: Path) -> None:  # noqa: F811
+    out = cli(arm, gpucloud_home, "setup", "azure", "--print")
+    assert out.returncode == 0, out.stderr
+    assert "az role definition create --role-definition @gpucloud-runner.json" in out.stdout
+    assert "az role assignment create" in out.stdout and "--condition-version 2.0" in out.stdout
+    assert not arm.role_definitions
+    printed = cli(arm, gpucloud_home, "iam-policy", "azure")
+    assert printed.returncode == 0, printed.stderr
+    assert json.loads(printed.stdout) == role_definition(arm.subscription_id)
+
+
+def test_the_role_is_least_privilege_and_the_fake_enforces_it() -> None:
+    role = role_definition("s")
+    assert not any(a == "*" or a.endswith("/*") for a in role["Actions"])  # no Owner/Contributor wildcard
+    assert "Microsoft.Authorization/roleDefinitions/write" not in role["Actions"]  # cannot widen itself
+    assert "Microsoft.Authorization/elevateAccess/action" not in role["Actions"]
+    vm = "/subscriptions/s/resourceGroups/gpucloud-r/providers/Microsoft.Compute/virtualMachines/node-0"
+    assert allowed(action_of("PUT", vm), role["Actions"])
+    assert not allowed(action_of("POST", vm + "/capture"), role["Actions"])  # not an action gpucloud uses
+    assert not allowed(action_of("PUT", "/subscriptions/s/oddity/x"), ["*"])  # unnamed: denied even by *
