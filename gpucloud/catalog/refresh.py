@@ -266,7 +266,7 @@ def _say_for(say: Callable[[str], None], cloud: str, msg: str) -> None:
 def _fetch_one(cloud: str, ctx: FetchContext) -> tuple[FetchResult | None, str]:
     """One source's result, or None and a one-line reason (credentials, endpoint, API error).
 
-    Without credentials, a cloud whose source offers `fetch_prices(ctx)` (prices of the sizes
+    Without credentials, a cloud whose entry names `catalog_prices` (prices of the sizes
     already in the catalog from a public price API) gets its prices refreshed, named with `--cloud`
     or not (a plain refresh and `--cloud NAME` price it alike); what exists where still needs the
     credentials and is kept."""
@@ -275,9 +275,10 @@ def _fetch_one(cloud: str, ctx: FetchContext) -> tuple[FetchResult | None, str]:
     entry = info(cloud)
     if not entry.configured():
         missing = f"no credentials found. {entry.credentials_hint}"
-        prices_only = getattr(importlib.import_module(entry.catalog_source or ""), "fetch_prices", None)
-        if prices_only is None:
+        if not entry.catalog_prices:
             return None, missing
+        where, func = entry.catalog_prices.split(":")
+        prices_only = getattr(importlib.import_module(where), func)
         try:
             result: FetchResult = ctx.bounded(lambda: prices_only(ctx), f"{cloud} prices")
         except SourceUnavailable as exc:

@@ -65,6 +65,9 @@ class ProviderInfo:
     policy: str | None = None  # "module:function" returning the least-privilege policy document
     deadline_role: str | None = None  # "module:function(account, part)": the cloud-side deadline's role documents
     catalog_source: str | None = None  # module with fetch_offerings() for `catalog refresh`
+    # "module:function(ctx)": the prices of the sizes already in the catalog from a public price
+    # API, for `catalog refresh` without credentials.
+    catalog_prices: str | None = None
     check: str | None = None  # "module:function" returning a base.CloudCheck (`gpucloud check`)
     # "module:function" that asks the cloud who the credentials are (one bounded call, before the
     # launch prompt): returns a one-line description, raises CloudAccessError when they do not work.
@@ -137,6 +140,7 @@ REGISTRY: dict[str, ProviderInfo] = {
             "Run `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) and set "
             "AZURE_SUBSCRIPTION_ID.",
             catalog_source="gpucloud.providers.azure.catalog",
+            catalog_prices="gpucloud.providers.azure.catalog:fetch_prices",
             image_store="gpucloud.providers.azure.bake:AzureImageStore",
             fabric="gpucloud.providers.azure.sizes:fabric",
             bucket_scheme="az",
