@@ -13,15 +13,14 @@ from typing import TYPE_CHECKING
 
 from gpucloud.contract import registry as providers
 from gpucloud.contract.provider import Unreachable
-from gpucloud.contract.tags import GcIncomplete
-from gpucloud.errors import ConfigurationError, Declined, GpucloudError, InternalError, UserError
+from gpucloud.errors import Declined, InternalError, UserError
 from gpucloud.run.log import LogMirror
+from gpucloud.run.sweep import Sweep
 from gpucloud.run.watch import observe, outcome, vm_phases
 from gpucloud.state.guard import StoreError
 from gpucloud.state.store import Journal, ResourceRecord, RunRecord, Store, home_dir
 from gpucloud.ui import views
 from gpucloud.ui.prose import fill, output_width, to_stderr
-from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
     from gpucloud.channel.store import Channel
@@ -454,75 +453,12 @@ def _stale_runs(store: Store, cloud: str | None, now: float) -> list[RunRecord]:
     return stale
 
 
-class _Sweep:
-    """Which providers gc could sweep and which it could not (and why), so that a sweep that
-    checked no cloud is never reported as clean."""
-
-    def __init__(self) -> None:
-        self.checked: list[str] = []
-        self.failed: dict[str, str] = {}
-        self.unfinished: list[str] = []  # what a provider could not check, or found and could not remove
-        self.partly: list[str] = []  # the providers that said so (checked in part)
-
-    def gc(self, cloud: str, now: datetime, *, dry_run: bool) -> list[str]:
-        """One provider's tag sweep; a failure is noted and the other providers' sweeps go on."""
-        try:
-            lines = providers.get_provider(cloud).gc(now, dry_run=dry_run)
-        except GcIncomplete as exc:  # it swept; some of its own it could not end or check: named, exit 75
-            self.unfinished += exc.failures
-            self.partly.append(cloud)
-            lines = exc.lines
-        except Exception as exc:  # one cloud's missing credentials must not stop the others' sweep
-            why = exc.render() if isinstance(exc, GpucloudError) else f"{type(exc).__name__}: {exc}"
-            self.failed.setdefault(cloud, shown(why.replace("\n", " "), limit=300))  # never a raw HTML body
-            return []
-        if cloud not in self.checked:
-            self.checked.append(cloud)
-        return lines
-
-    def verdict(self, cloud: str | None, found: int) -> None:
-        """Exit 78 naming what was not checked when the cloud asked for, any configured cloud, or
-        every cloud could not be swept; a partial sweep says which clouds it left out."""
-        wanted = [cloud] if cloud else list(providers.priced_clouds())
-        missing = {
-            c: self.failed.get(c) or f"no credentials found, not checked. {providers.info(c).credentials_hint}"
-            for c in wanted
-            if c not in self.checked
-        }
-        reasons = [f"{c}: {why}" for c, why in missing.items()]
-        checked = ", ".join(c for c in self.checked if c not in self.partly)
-        if self.partly:
-            checked += ("; " if checked else "") + f"in part: {', '.join(dict.fromkeys(self.partly))}"
-        checked = checked or "nothing"
-        if not found:
-            views.note(f"nothing to collect (checked: {checked})")
-        if cloud and missing:
-            raise ConfigurationError(f"gc could not check {cloud}.", reasons)
-        if not cloud and (self.failed or not any(c in self.checked for c in wanted)):
-            raise ConfigurationError(
-                f"gc could not check every cloud (checked: {checked}); what it could not "
-                "check may still hold paid resources.",
-                reasons,
-                hint="Fix the reasons above and run `gpucloud gc` again, or name the cloud you use with `--cloud`.",
-            )
-        if missing:
-            views.note(f"gc checked {checked}; it did not check " + "; ".join(reasons))
-        if self.unfinished:
-            incomplete = GcIncomplete([], self.unfinished)
-            incomplete.message = f"gc could not finish (checked: {checked}):\n  - " + "\n  - ".join(self.unfinished)
-            incomplete.hint = (
-                "What is named could not be checked or removed and may still cost money: fix its reason "
-                "(a permission, the endpoint) and run `gpucloud gc` again."
-            )
-            raise incomplete
-
-
 def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> None:
     """Sweep leftovers two ways: runs in the state store that ended (or whose deadline passed with
     nobody following them) but still hold resources, torn down from their stored handles; and each
     provider's tag-based `gc` as the fallback for what the store does not know (and all there is
     when the store cannot be read). Exit 78 when what should have been checked was not."""
-    sweep = _Sweep()
+    sweep = Sweep()
     try:
         found = _gc_with_store(sweep, dry_run=dry_run, assume_yes=assume_yes, cloud=cloud)
     except StoreError as exc:  # the tags still say what expired: sweep by them alone
@@ -539,7 +475,7 @@ def collect_garbage(*, dry_run: bool, assume_yes: bool, cloud: str | None) -> No
     sweep.verdict(cloud, found)
 
 
-def _gc_with_store(sweep: _Sweep, *, dry_run: bool, assume_yes: bool, cloud: str | None) -> int:
+def _gc_with_store(sweep: Sweep, *, dry_run: bool, assume_yes: bool, cloud: str | None) -> int:
     """Returns how many stale runs and tagged leftovers were found."""
     from gpucloud.run.teardown import teardown_run
 
@@ -548,7 +484,10 @@ def _gc_with_store(sweep: _Sweep, *, dry_run: bool, assume_yes: bool, cloud: str
     clouds = _gc_clouds(store, cloud)
     stale = _stale_runs(store, cloud, time.time())
     if not dry_run and not assume_yes:
-        listed = [f"run {r.id} ({r.status}): {len(store.resources(r.id))} resource(s)" for r in stale]
+        listed = []
+        for r in stale:
+            alive = store.resources(r.id, alive_only=True)
+            listed += [f"run {r.id} ({r.status}): {len(alive)} resource(s):", *views.resource_lines(alive, None)]
         for c in clouds:
             listed += sweep.gc(c, datetime.now(UTC), dry_run=True)
         if not _confirm_sweep(listed):
@@ -579,7 +518,7 @@ def _gc_with_store(sweep: _Sweep, *, dry_run: bool, assume_yes: bool, cloud: str
     return found
 
 
-def _gc_by_tags(sweep: _Sweep, clouds: list[str], *, dry_run: bool, assume_yes: bool) -> int:
+def _gc_by_tags(sweep: Sweep, clouds: list[str], *, dry_run: bool, assume_yes: bool) -> int:
     """gc without the store: each provider's tag-based sweep (what expired), nothing else."""
     if not dry_run and not assume_yes:
         if not _confirm_sweep([line for c in clouds for line in sweep.gc(c, datetime.now(UTC), dry_run=True)]):

@@ -16,7 +16,7 @@ from gpucloud.ui.table import Table
 if TYPE_CHECKING:
     from gpucloud.catalog.models import Offering
     from gpucloud.contract.provider import Candidate
-    from gpucloud.plan.planner import DataAge, Plan
+    from gpucloud.plan.planner import Plan
     from gpucloud.plan.stacks import Stack
     from gpucloud.state.store import ResourceRecord, RunRecord
     from gpucloud.ui.catalog import GpuSummary
@@ -95,6 +95,8 @@ def print_plan(plan: Plan, *, show_all: bool = False, all_reasons: bool = False)
     if shown and shown[0].image is not None:  # the image the first candidate boots
         say(f"image (#1): {shown[0].image.summary()}")
     _print_exclusions(plan, show_all=show_all, all_reasons=all_reasons)
+    from gpucloud.ui.plan_notes import price_ages
+
     age = plan.data.warning if plan.data is not None else None
     _warn([w for w in plan.warnings if w != age] + price_ages(shown, plan.data))
 
@@ -164,7 +166,7 @@ def _print_exclusions(plan: Plan, *, show_all: bool, all_reasons: bool) -> None:
     """Why the closest offerings are not candidates: grouped by cloud, instance family and reason,
     or (`all_reasons`) every row with its full reason and sources."""
     from gpucloud.plan.rows import listed_exclusions
-    from gpucloud.ui.exclusions import group_exclusions
+    from gpucloud.ui.plan_notes import group_exclusions
 
     hidden = ("has ", "cloud ", "instance type is not")
     if all_reasons:
@@ -177,9 +179,11 @@ def _print_exclusions(plan: Plan, *, show_all: bool, all_reasons: bool) -> None:
         rows, relevant = listed_exclusions(plan.excluded, hidden, None if show_all else GROUPED_SCAN)
         groups = group_exclusions(rows)
         listed = groups if show_all else groups[:EXCLUDED_ROWS]
-        ex = _table("cloud", "instance type", "where", "why excluded")
+        ex = _table("cloud", "GPU, instance type", "where", "why excluded")
+        gpus = _gpus_of([(g.cloud, g.types[0]) for g in listed])
         for g in listed:
-            ex.add_row(g.cloud, g.instance_types(), g.where(), g.why())
+            gpu = gpus.get((g.cloud, g.types[0]))
+            ex.add_row(g.cloud, f"{gpu} {g.instance_types()}" if gpu else g.instance_types(), g.where(), g.why())
         _print(ex, foldable=("why excluded",), optional=("where", "cloud"))
         if len(groups) > len(listed) or relevant > len(rows):
             say("... more exclusions (--all lists every group)")
@@ -190,45 +194,18 @@ def _print_exclusions(plan: Plan, *, show_all: bool, all_reasons: bool) -> None:
         say(f"{other} offerings of other GPUs, counts or clouds not shown (--json lists every one with its reason)")
 
 
-PRICE_KINDS = {"shipped": "shipped", "estimate": "estimated from prices", "live": "live", "old": "kept old"}
+def _gpus_of(types: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """The GPU of each (cloud, instance type), from the catalog (a group names it: "K80 p2.*")."""
+    from gpucloud.catalog import load_catalog
+    from gpucloud.catalog.rows import RowFilter
 
-
-def price_ages(shown: Sequence[Candidate], data: DataAge | None) -> list[str]:
-    """The age of the prices shown, per source and date: one warning when they share one date
-    (as the catalog's), one clause per source when they differ; nothing when none is stale."""
-    if data is None:
-        return []
-    groups: dict[tuple[str, str], int] = {}
-    for c in shown:
-        if c.price_source is not None:
-            key = (c.price_source.kind, c.price_source.date)
-            groups[key] = groups.get(key, 0) + 1
-    ages = {key: _days_since(key[1]) for key in groups}
-    if not any(age > data.max_age_days for age in ages.values()):
-        return []
-    refresh = "run `gpucloud catalog refresh` for current prices and offerings."
-    dates = {date for _, date in groups}
-    if len(dates) == 1:
-        date = dates.pop()
-        return [f"prices are {ages[next(iter(groups))]} days old ({data.origin} catalog, price date {date}); {refresh}"]
-    parts = [
-        f"{n} {PRICE_KINDS.get(kind, kind)} of {date}: {ages[(kind, date)]} days old"
-        for (kind, date), n in groups.items()
-    ]
-    return [f"the prices shown differ in age: {'; '.join(parts)}; {refresh}"]
-
-
-def _days_since(date_text: str) -> int:
-    """Days since an ISO date as precise as its source (`2024`, `2026-08`, `2026-08-26T...`): a
-    partial date counts from its start."""
-    from datetime import date
-
-    try:
-        parts = [int(p) for p in date_text[:10].split("-")] + [1, 1]
-        when = date(parts[0], parts[1] or 1, parts[2] or 1)
-    except ValueError:
-        return 0
-    return max(0, (datetime.now(UTC).date() - when).days)
+    rows = load_catalog().rows
+    out: dict[tuple[str, str], str] = {}
+    for cloud, itype in dict.fromkeys(types):
+        found = rows.select(RowFilter(clouds=frozenset((cloud,)), instance_type=itype), 1)
+        if found and found[0][1].gpu:
+            out[(cloud, itype)] = found[0][1].gpu
+    return out
 
 
 def _print_container(doc: dict[str, Any]) -> None:

@@ -1,14 +1,20 @@
-"""A plan's exclusions grouped for a reader: the rows of one instance family on one cloud that are
-excluded for the same reason are one line ("aws p2.*: not offered as of ... (12 rows)"), so a
-memory-range request does not print forty lines of one retired family, each citing its sources.
-`plan --all-reasons` still lists every row with its full reason; `--json` has every field."""
+"""The parts of `plan`'s printout that sum up many rows. Exclusions grouped for a reader: the rows
+of one instance family on one cloud that are excluded for the same reason are one line ("K80
+p2.*: not offered as of ... (12 rows)"), so a memory-range request does not print forty lines of
+one retired family, each citing its sources (`plan --all-reasons` still lists every row with its
+full reason; `--json` has every field). The prices' ages, per source and date, where they differ."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from gpucloud.contract.provider import Candidate
+    from gpucloud.plan.planner import DataAge
 
 _PRICE = re.compile(r"\$(\d+(?:\.\d+)?)/h")
 
@@ -91,3 +97,44 @@ def group_exclusions(rows: Iterable[Excluded]) -> list[Group]:
             group.prices.append(float(found[1]))
         group.rows += 1
     return list(groups.values())
+
+
+PRICE_KINDS = {"shipped": "shipped", "estimate": "estimated from prices", "live": "live", "old": "kept old"}
+
+
+def price_ages(shown: Sequence[Candidate], data: DataAge | None) -> list[str]:
+    """The age of the prices shown, per source and date: one warning when they share one date
+    (as the catalog's), one clause per source when they differ; nothing when none is stale."""
+    if data is None:
+        return []
+    groups: dict[tuple[str, str], int] = {}
+    for c in shown:
+        if c.price_source is not None:
+            key = (c.price_source.kind, c.price_source.date)
+            groups[key] = groups.get(key, 0) + 1
+    ages = {key: _days_since(key[1]) for key in groups}
+    if not any(age > data.max_age_days for age in ages.values()):
+        return []
+    refresh = "run `gpucloud catalog refresh` for current prices and offerings."
+    dates = {date for _, date in groups}
+    if len(dates) == 1:
+        date = dates.pop()
+        return [f"prices are {ages[next(iter(groups))]} days old ({data.origin} catalog, price date {date}); {refresh}"]
+    parts = [
+        f"{n} {PRICE_KINDS.get(kind, kind)} of {date}: {ages[(kind, date)]} days old"
+        for (kind, date), n in groups.items()
+    ]
+    return [f"the prices shown differ in age: {'; '.join(parts)}; {refresh}"]
+
+
+def _days_since(date_text: str) -> int:
+    """Days since an ISO date as precise as its source (`2024`, `2026-08`, `2026-08-26T...`): a
+    partial date counts from its start."""
+    from datetime import date
+
+    try:
+        parts = [int(p) for p in date_text[:10].split("-")] + [1, 1]
+        when = date(parts[0], parts[1] or 1, parts[2] or 1)
+    except ValueError:
+        return 0
+    return max(0, (datetime.now(UTC).date() - when).days)
