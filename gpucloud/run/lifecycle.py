@@ -312,7 +312,8 @@ class RunInProgress:
         tarball = pack_workdir(self.spec.workdir_path(), skip=credential_places())
         loop = Failover(self.spec, self.plan, self.run_id, self.store, self.journal, self.progress, vm_dir=self.vm_dir)
         try:
-            self.launch = loop.run(tarball)
+            with self.progress.waiting("the cloud to create the machine(s)"):  # a line every 30 s
+                self.launch = loop.run(tarball)
         finally:
             self.phases["provision"] = time.monotonic() - t0
             try:

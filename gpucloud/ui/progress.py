@@ -7,9 +7,12 @@ TTY every change is one plain line, so CI logs stay readable and greppable.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from gpucloud.ui import ci as ci_output
@@ -165,6 +168,25 @@ class Progress:
             self._awaited = (awaited, self._last_line)  # the wait began with the line printed last
         if now - self._last_line >= WAIT_LINE_S:
             self.info(f"still waiting for {awaited} ({fmt_seconds(now - self._awaited[1])})")
+
+    @contextlib.contextmanager
+    def waiting(self, awaited: str) -> Iterator[None]:
+        """A blocking call (a cloud creating machines): `tick` from a daemon thread meanwhile, so a
+        line still comes every WAIT_LINE_S while the caller's thread waits on the cloud."""
+        done = threading.Event()
+
+        def ticker() -> None:
+            while not done.wait(1.0):
+                self.tick(awaited)
+
+        thread = threading.Thread(target=ticker, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(2.0)
+            self._awaited = None
 
     def phase(self, name: str | None, note: str = "") -> None:
         """The run entered phase `name` (None: no phase shown any more)."""

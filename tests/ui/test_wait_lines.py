@@ -67,3 +67,18 @@ def test_a_run_whose_stage_takes_long_prints_wait_lines(
     err = capsys.readouterr().err
     assert result.exit_code == 0, err
     assert "still waiting for the job's setup commands (stage setup)" in err, err
+
+
+def test_a_blocking_call_gets_wait_lines_from_a_thread(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    monkeypatch.setattr(progress_mod, "WAIT_LINE_S", 0.3)
+    p = Progress(plain=True)
+    with p.waiting("the cloud to create the machine(s)"):
+        time.sleep(2.5)  # a provider call that does not return for a while
+    said = [line for line in capsys.readouterr().err.splitlines() if "still waiting for the cloud" in line]
+    assert len(said) >= 2, said
+    time.sleep(1.2)
+    assert "still waiting" not in capsys.readouterr().err  # the thread ended with the call
