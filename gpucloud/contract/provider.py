@@ -245,6 +245,7 @@ class PlanRequest:
     stack_for: Callable[[str | None], Stack] | None = None  # the job's stack for a GPU model
     install: bool = False  # stack.install: the provider may install the driver where it lacks
     needs_cuda: bool = False  # the job pins CUDA or a framework: the host's own CUDA may not do
+    framework: str = "none"  # stack.framework ("none" for a container: job); a provider that installs nothing finds it
     # A batch scheduler's settings (providers with takes_cluster): resources.cluster, partition,
     # account, qos, constraint, each only when the job sets it.
     scheduler: dict[str, str] = field(default_factory=dict)
@@ -277,6 +278,7 @@ class LaunchRequest:
     ssh: bool = False  # open SSH to the caller's address, with the user's key
     install_stack: Stack | None = None  # stack.install: what a host lacking the driver gets installed
     needs_cuda: bool = False  # the job pins CUDA or a framework (a host's own older CUDA will not do)
+    framework: str = "none"  # as PlanRequest.framework
     attempt: int = 0  # index in the failover order; part of idempotency tokens
     tags: dict[str, str] = field(default_factory=dict)  # TAG_RUN, TAG_EXPIRES, Name ...
     scheduler: dict[str, str] = field(default_factory=dict)  # as PlanRequest.scheduler

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -328,9 +327,3 @@ def find_vms(root: Path) -> list[BootedVm]:
         if vm is not None:
             found.append(vm)
     return found
-
-
-def python_bin_dir() -> Path:
-    """The folder of the interpreter running gpucloud (not resolved: a venv's bin must stay a venv's
-    bin), so a local job's `python` is the one that has gpucloud's packages (numpy in the venv)."""
-    return Path(sys.executable).parent

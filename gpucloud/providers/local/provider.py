@@ -9,7 +9,6 @@ import os
 import secrets
 import shutil
 import socket
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +25,7 @@ from gpucloud.contract.provider import (
 )
 from gpucloud.contract.tags import GcIncomplete
 from gpucloud.providers.local import engine as vm_engine
+from gpucloud.providers.local.interpreter import job_python
 from gpucloud.vm.agent.container import remove_recorded
 from gpucloud.vm.agent.mounts import unmount_recorded
 
@@ -67,6 +67,7 @@ class LocalProvider(Provider):
         from gpucloud.state.store import home_dir
 
         self.home = Path(home) if home is not None else home_dir()
+        self._notes: list[str] = []
 
     # -- paths --------------------------------------------------------------------------------------
 
@@ -76,12 +77,10 @@ class LocalProvider(Provider):
     def sandbox(self, run_id: str, rank: int) -> Path:
         return self.run_dir(run_id) / f"node-{rank}"
 
-    def _shim_dir(self) -> Path:
-        """`python`/`python3` wrappers for the CLI's own interpreter, first on the job's PATH, so a
-        local job finds the packages gpucloud runs with (a venv's numpy) even where the
-        interpreter's folder has no plain `python`."""
+    def _shim_dir(self, target: str) -> Path:
+        """`python`/`python3` wrappers for `target` (the interpreter that has the job's framework,
+        interpreter.py), first on the job's PATH, also where its folder has no plain `python`."""
         shim = self.home / "local" / ".bin"
-        target = sys.executable
         for name in ("python", "python3"):
             path = shim / name
             text = f'#!/bin/sh\nexec "{target}" "$@"\n'
@@ -113,7 +112,9 @@ class LocalProvider(Provider):
         return FileChannel(self.home / "channel")
 
     def plan_candidates(self, job: PlanRequest) -> list[Candidate]:
-        """This machine: one free candidate (the GPU it may or may not have is checked with a warning)."""
+        """This machine: one free candidate (the GPU it may or may not have is checked with a warning);
+        which python has the job's framework is said before the job starts (plan_notes)."""
+        self._notes = [n for n in [job_python(job.framework).note] if n]
         return [
             Candidate(
                 cloud=self.name,
@@ -129,12 +130,19 @@ class LocalProvider(Provider):
             )
         ]
 
+    def plan_notes(self) -> list[str]:
+        """Which python the job gets when it is not the PATH's own, or that none has its framework."""
+        return list(self._notes)
+
     def provision(self, req: LaunchRequest, journal: Journal) -> RunHandle:
-        """Boot one bootstrap process per node. Intent is journaled before each boot."""
+        """Boot one bootstrap process per node. Intent is journaled before each boot. The nodes get
+        the caller's PATH without gpucloud's virtualenv, and the framework's python first (interpreter.py)."""
         handle = RunHandle(run_id=req.run_id, cloud=self.name, region=REGION, attempt=req.attempt)
         ids = handle.nodes
         booted: list[vm_engine.BootedVm] = []
-        path_prefix = [self._shim_dir(), vm_engine.python_bin_dir()]
+        chosen = job_python(req.framework)
+        base_env = {**vm_engine.default_base_env(), "PATH": chosen.path}
+        path_prefix = [self._shim_dir(chosen.python)] if chosen.python else []
         expires = req.expires_at.timestamp()
         try:
             for rank, script in enumerate(req.user_data):
@@ -149,6 +157,7 @@ class LocalProvider(Provider):
                     script,
                     sandbox,
                     env={"GPUCLOUD_NODE_RANK": str(rank)},
+                    base_env=base_env,
                     path_prefix=path_prefix,
                     expires_at=expires,
                     meta={"run_id": req.run_id, "rank": str(rank), "res_id": str(res_id)},
