@@ -1,11 +1,13 @@
 """The registry of providers: the one place that names the clouds.
 
 Everything outside `gpucloud/providers/` (spec, planner, catalog, views, lifecycle, CLI) asks this
-module which providers exist, what `any` means, and whether a provider looks configured; only the
-provider modules themselves and data files spell a provider's name. Adding a provider is one module
-under providers/, one entry in REGISTRY, and catalog rows (for priced providers).
+module which providers exist, what `any` means, whether a provider looks configured, and which
+provider serves a capability (a check, a policy, an image store, a bucket scheme's DataStore, an
+image registry's ImageLogin: gpucloud/contract/services.py); only the provider packages themselves
+and data files spell a provider's name. Adding a provider is one package under providers/, one
+entry in REGISTRY, and catalog rows (for priced providers).
 
-Importing this module imports no cloud SDK: providers are imported lazily by `get_provider`.
+Importing this module imports no cloud SDK: each "module:name" is imported when it is asked for.
 """
 
 from __future__ import annotations
