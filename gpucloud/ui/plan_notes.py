@@ -107,11 +107,7 @@ def price_ages(shown: Sequence[Candidate], data: DataAge | None) -> list[str]:
     (as the catalog's), one clause per source when they differ; nothing when none is stale."""
     if data is None:
         return []
-    groups: dict[tuple[str, str], int] = {}
-    for c in shown:
-        if c.price_source is not None:
-            key = (c.price_source.kind, c.price_source.date)
-            groups[key] = groups.get(key, 0) + 1
+    groups = _by_source([(c.price_source.kind, c.price_source.date) for c in shown if c.price_source is not None])
     ages = {key: _days_since(key[1]) for key in groups}
     if not any(age > data.max_age_days for age in ages.values()):
         return []
@@ -120,11 +116,27 @@ def price_ages(shown: Sequence[Candidate], data: DataAge | None) -> list[str]:
     if len(dates) == 1:
         date = dates.pop()
         return [f"prices are {ages[next(iter(groups))]} days old ({data.origin} catalog, price date {date}); {refresh}"]
-    parts = [
-        f"{n} {PRICE_KINDS.get(kind, kind)} of {date}: {ages[(kind, date)]} days old"
-        for (kind, date), n in groups.items()
-    ]
-    return [f"the prices shown differ in age: {'; '.join(parts)}; {refresh}"]
+    return [f"the prices shown differ in age: {source_ages(groups)}; {refresh}"]
+
+
+def _by_source(keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    groups: dict[tuple[str, str], int] = {}
+    for key in keys:
+        groups[key] = groups.get(key, 0) + 1
+    return groups
+
+
+def source_ages(groups: dict[tuple[str, str], int]) -> str:
+    """`702 shipped of 2026-08-26: 103 days old; 4 estimated from prices of 2024: 1071 days old`."""
+    return "; ".join(
+        f"{n} {PRICE_KINDS.get(kind, kind)} of {date}: {_days_since(date)} days old"
+        for (kind, date), n in sorted(groups.items(), key=lambda item: -item[1])
+    )
+
+
+def catalog_ages(sources: Iterable[tuple[str, str]]) -> str:
+    """The catalog's rows counted per price source and date, each with its age."""
+    return source_ages(_by_source(sources))
 
 
 def _days_since(date_text: str) -> int:

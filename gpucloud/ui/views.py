@@ -278,11 +278,12 @@ def print_catalog(rows: list[Offering]) -> None:
     if not rows:
         note("no offerings match (retired ones appear with --all)")
     else:
-        dates = sorted({o.price_date for o in rows})
+        from gpucloud.catalog.prices import price_source
+        from gpucloud.ui.plan_notes import catalog_ages
+
+        ages = catalog_ages((s.kind, s.date) for s in map(price_source, rows))
         note(
-            f"{len(rows)} offerings; prices as of {dates[0]}"
-            + (f" to {dates[-1]}" if len(dates) > 1 else "")
-            + " (each row's in its price source); * = an estimated or old price, not a quote; "
+            f"{len(rows)} offerings; prices: {ages}; * = an estimated or old price, not a quote; "
             "spot '-' = no spot price in the catalog; sources in the catalog data (--json for machines)."
         )
 

@@ -123,3 +123,11 @@ def test_a_missing_spot_price_is_not_called_a_missing_market() -> None:
     reasons = {e.reason for e in make_plan(spec).excluded}
     assert "no spot price in the catalog for this type here" in reasons
     assert not any("spot market" in r for r in reasons)
+
+
+def test_catalog_gives_each_price_source_its_date_and_age() -> None:
+    out = cli("catalog", "--gpu", "T4")
+    said = flat(out.stderr)
+    assert out.returncode == 0, out.stderr
+    assert "shipped of 2026-08-26:" in said and "shipped of 2024:" in said and "days old" in said, said
+    assert "estimated from prices of" in said, said
