@@ -152,6 +152,9 @@ class Candidate:
     image: Image | None = None  # the image it boots, chosen by the planner
     request: str = ""  # which of the job's GPU requests it meets, as written (`L4:1`, `A100|H100:8`)
     price_source: PriceSource | None = None  # live / shipped / estimate / old (catalog/prices.py)
+    # What the provider could not check and assumed from the job file (a host that did not answer):
+    # `plan` and `render` show such a candidate, a launch never uses it (run/plan.py).
+    assumed: str = ""
 
     def as_json(self) -> dict[str, object]:
         return {

@@ -29,6 +29,11 @@ def launch_plan(
     from gpucloud.plan.planner import make_plan
 
     plan = make_plan(spec, cloud=cloud, region=region, spot=spot, secrets=secrets)
+    if plan.candidates and all(c.assumed for c in plan.candidates):  # planned from the job file alone
+        from gpucloud.contract.provider import Unreachable
+
+        raise Unreachable(plan.candidates[0].assumed, hint="Make the host answer (`gpucloud hosts probe HOST`).")
+    plan = replace(plan, candidates=[c for c in plan.candidates if not c.assumed])
     if not plan.candidates:
         raise NoCandidateError("the plan has no candidate to provision.", [])
     return usable_only(plan)

@@ -120,6 +120,7 @@ class HostProbe:
     problems: list[str] = field(default_factory=list)  # what stops a GPU job here, each with its fix
     notes: list[str] = field(default_factory=list)  # worth knowing, not blocking
     locks: dict[int, str] = field(default_factory=dict)  # GPU index -> run id holding its lock (maybe stale)
+    unreachable: str = ""  # why ssh got no answer ("" when it did): nothing else was learnt
 
     @property
     def gpu_model(self) -> str | None:
@@ -160,6 +161,7 @@ class HostProbe:
             "stack": self.stack.as_json() if self.stack else None,
             "problems": self.problems,
             "notes": self.notes,
+            "reachable": not self.unreachable,
         }
 
 
@@ -319,8 +321,20 @@ def probe_host(host: str) -> HostProbe:
     return parse_probe(host, ssh_transport.clean_text(result.stdout.decode("utf-8", "replace")))
 
 
+def probe_or_unreachable(host: str) -> HostProbe:
+    """probe_host, with a host that does not answer as a probe whose problem says so: `hosts probe`
+    reports every host, and a plan names every unreachable one, not only the first."""
+    try:
+        return probe_host(host)
+    except ssh_transport.SshUnreachable as exc:
+        why = f"{exc.message} ({exc.hint})" if exc.hint else exc.message
+        return HostProbe(host=host, unreachable=why, problems=[why])
+
+
 def render_probe(probe: HostProbe) -> str:
     """Human lines for `gpucloud hosts probe`."""
+    if probe.unreachable:
+        return f"{probe.host}: unreachable\n  problem: {probe.unreachable}"
     lines = [
         f"{probe.host}: {probe.user}@, {probe.os or 'unknown OS'}, {probe.disk_free_gib:.1f} GiB free in {probe.root}, "
         f"sudo: {probe.sudo}"

@@ -51,6 +51,7 @@ from gpucloud.providers.ssh.probe import (
     install_command,
     os_label,
     probe_host,
+    probe_or_unreachable,
 )
 from gpucloud.ui.untrusted import shown
 
@@ -186,6 +187,17 @@ def _script(body: str, **values: object) -> str:
     return f"{PRIVATE}R={REMOTE_ROOT}; {head}\n{OURS}{body}"
 
 
+def _assumed_note(down: dict[str, str], job: PlanRequest) -> str:
+    """The warning for a plan made from the job file alone: which hosts, why, and what was assumed."""
+    gpus = f"{job.gpu_count} x {job.gpu}" if job.gpu else "no GPU (a CPU job)"
+    os_image = job.stack_for(job.gpu).os_image if job.stack_for else "ubuntu-22.04"
+    return (
+        f"{', '.join(down)} did not answer, so this plan comes from the job file alone: assumed {gpus} "
+        f"there, {os_image} and the stack gpucloud resolves for that GPU (the host's own OS, driver and "
+        f"CUDA are unknown); `run` needs the host to answer ({'; '.join(down.values())})."
+    )
+
+
 class SshProvider(Provider):
     """Provider protocol over ssh. Region = the run's hosts in rank order, joined with commas."""
 
@@ -209,6 +221,7 @@ class SshProvider(Provider):
     def __init__(self) -> None:
         self._channels: dict[str, SshChannel] = {}
         self._planned: list[HostProbe] = []  # the usable hosts of the last plan_candidates, in order
+        self._notes: list[str] = []  # what the last plan assumed for hosts that did not answer
 
     # -- planning -------------------------------------------------------------------------------------
 
@@ -216,8 +229,8 @@ class SshProvider(Provider):
         """Probe every host at once (one ssh call each) and judge it for the job (`hosts probe`
         without --gpu: a job that names no GPU, its stack resolved for each host's own)."""
         with ThreadPoolExecutor(max_workers=min(8, len(hosts) or 1)) as pool:
-            probes = list(pool.map(probe_host, hosts))
-        return [assess(p, job.gpu, job.gpu_count, job) for p in probes]
+            probes = list(pool.map(probe_or_unreachable, hosts))  # every host answers for itself
+        return [p if p.unreachable else assess(p, job.gpu, job.gpu_count, job) for p in probes]
 
     def plan_candidates(self, job: PlanRequest) -> list[Candidate]:
         """One candidate per window of `num_nodes` consecutive usable hosts (failover moves on to
@@ -232,6 +245,15 @@ class SshProvider(Provider):
         probes = self.probe(hosts, job)
         usable = [p.host for p in probes if not p.problems]
         self._planned = [p for p in probes if not p.problems]
+        down = {p.host: p.unreachable for p in probes if p.unreachable}
+        if len(usable) < job.num_nodes and down:
+            usable = [p.host for p in probes if not p.problems or p.unreachable]  # the silent ones assumed fit
+            if len(usable) < job.num_nodes:  # try again later (75), every silent host named
+                raise ssh_transport.SshUnreachable(
+                    f"{where}resources.hosts: {len(down)} of {len(hosts)} host(s) do not answer:\n  - "
+                    + "\n  - ".join(down.values())
+                )
+            self._notes = [_assumed_note(down, job)]
         if len(usable) < job.num_nodes:
             problems = [line for p in probes for line in p.problems]
             raise UserError(
@@ -253,9 +275,14 @@ class SshProvider(Provider):
                 price_per_hour=0.0,
                 total_per_hour=0.0,
                 estimated_cost=0.0,
+                assumed=self._notes[0] if set(usable[i : i + n]) & set(down) else "",
             )
             for i in range(len(usable) - n + 1)
         ]
+
+    def plan_notes(self) -> list[str]:
+        """What the plan assumed for hosts that did not answer (a `plan`/`render` warning)."""
+        return list(self._notes)
 
     def plan_stack(self, stack: Stack) -> Stack:
         """The stack as on the first planned host: its own OS and NVIDIA's repository for it."""
