@@ -47,8 +47,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def err(message: str) -> None:
-    """Human messages go to stderr, wrapped to its width (the error paragraphs too); stdout is
-    reserved for results and --json documents."""
+    """Human messages go to stderr, wrapped to its width; stdout is for results and --json documents."""
     from gpucloud.ui.prose import to_stderr
 
     to_stderr(message)
@@ -66,9 +65,8 @@ def non_interactive() -> bool:
 
 
 def handles_errors(fn: F) -> F:
-    """Turn every failure into one clear paragraph on stderr and its exit code (docs/INTERNALS.md,
-    "Errors and exit codes"), the CI hook's annotations, and with --json one error document on
-    stdout (README, "JSON output"); a closed stdout ends quietly (exit 141)."""
+    """Every failure as one clear paragraph on stderr and its exit code (docs/INTERNALS.md "Errors and exit
+    codes"), CI annotations, with --json one error document on stdout; a closed stdout ends quietly (141)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -128,10 +126,9 @@ def parse_cloud(cloud: str | None) -> str | None:
 
 
 def load_job(spec: str, cloud: str | None, hosts: list[str] | None, allow: Any = None) -> tuple[Any, str | None]:
-    """The job file with `--cloud` and `--host` applied before it is validated: a job without
-    `gpu:` is fine with `--cloud local`, as it is with `cloud: local` in the file. `--host H`
-    (repeatable) runs it on those machines, whatever its file says, through the provider that
-    takes hosts (the registry's `takes_hosts`). `allow`: what the caller lets the file reach."""
+    """The job file with `--cloud`/`--host` applied before validation (a job without `gpu:` is fine with
+    `--cloud local`); `--host H` (repeatable) runs it on those machines through the registry's `takes_hosts`
+    provider, whatever the file says. `allow`: what the caller lets the file reach."""
     from gpucloud.errors import UserError
     from gpucloud.spec.load import Resources, load_spec
 
@@ -325,6 +322,7 @@ def catalog_refresh(
 def gpus(json_out: JsonOpt = False) -> None:
     """One row per GPU model: memory, architecture, clouds, cheapest on-demand and spot $/h and where."""
     from gpucloud.catalog import load_catalog
+    from gpucloud.plan.misses import unsold_note
     from gpucloud.ui.catalog import gpu_summaries
     from gpucloud.ui.views import print_gpus
 
@@ -333,6 +331,8 @@ def gpus(json_out: JsonOpt = False) -> None:
         emit_json([s.as_json() for s in summaries])
         return
     print_gpus(summaries)
+    if note := unsold_note(summaries):
+        err(note)
 
 
 @app.command()
