@@ -427,9 +427,15 @@ def ask(question: str) -> bool:
 
 
 def print_plan_summary(plan: Plan) -> None:
+    """`run`'s plan line. Where the provider installs no stack (this machine, your hosts) the GPU is
+    whatever the machine has: said here, as information, not as a warning line of its own."""
+    from gpucloud.contract import registry as providers
+
     c = plan.candidates[0]
     spec = plan.spec
     gpu = f"{c.gpu_count} x {c.gpu}" if c.gpu else "no GPU"
+    own_stack = bool(c.gpu) and not providers.capabilities(c.cloud).install_stack
+    gpu += " if the machine has it, else the CPU; its own driver and CUDA" if own_stack else ""
     market = "spot" if c.spot else "on-demand"
     more = f"; {len(plan.candidates) - 1} fallback candidate(s)" if len(plan.candidates) > 1 else ""
     note(
@@ -437,7 +443,7 @@ def print_plan_summary(plan: Plan) -> None:
         f"${c.total_per_hour:.3f}/h, at most ${c.estimated_cost:.2f} for max_duration "
         f"{fmt_seconds(spec.max_duration)}{more}"
     )
-    _warn(plan.warnings)
+    _warn([w for w in plan.warnings if not (own_stack and "the stack install is skipped" in w)])
 
 
 # ---- down / gc: what was torn down -----------------------------------------------------------------

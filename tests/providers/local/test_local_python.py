@@ -76,3 +76,16 @@ def test_a_framework_nobody_has_is_named_before_the_job(tmp_path: Path, gpucloud
     text = flat(proc.stderr)
     assert text.count("stack.framework tensorflow") == 1 and "no python here imports tensorflow" in text, text
     assert "python3 -m pip install tensorflow" in text and "set stack.framework: none" in text
+
+
+def test_the_quickstart_starts_with_its_plan_not_a_warning(tmp_path: Path, gpucloud_home: Path) -> None:
+    """The machine's own GPU (or the CPU) is said once, as information, in the plan line."""
+    repo = Path(__file__).resolve().parents[3]
+    quickstart = str(repo / "examples" / "quickstart.yaml")
+    proc = cli("run", quickstart, "--cloud", "local", cwd=tmp_path, env={**os.environ, "COLUMNS": "200"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("plan: local/") and "1 x T4 if the machine has it, else the CPU" in lines[0]
+    before_run = lines[: next(i for i, line in enumerate(lines) if "] run " in line)]
+    assert not [line for line in before_run if line.startswith("warning:")], before_run
+    assert flat(proc.stderr).count("T4 if") == 1
