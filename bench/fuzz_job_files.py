@@ -1,4 +1,4 @@
-"""The job-file fuzzer at full size (tests/spec/fuzzing.py; the test runs 300 with small bombs):
+"""The job-file fuzzer at full size (tests/support/job_fuzzer.py; the test runs 300 with small bombs):
 --count generated job files (full-size alias bombs, nesting and long lines) through `validate`,
 `plan --json` and `render` in one process, offline. Prints the count per command and exit code, the
 seconds, and every exit 70 / undocumented exit / traceback with its file (kept under --keep).
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.spec import fuzzing  # noqa: E402
+from tests.support import job_fuzzer  # noqa: E402
 
 
 def main() -> int:
@@ -30,7 +30,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpucloud-fuzz-") as tmp:
         os.environ["GPUCLOUD_HOME"] = str(Path(tmp) / "home")  # no run is recorded in the caller's own
         os.environ["CI"] = "true"
-        outcome = fuzzing.fuzz(args.count, Path(tmp), seed=args.seed)
+        outcome = job_fuzzer.fuzz(args.count, Path(tmp), seed=args.seed)
         failed = sorted({line.split()[0] for line in outcome.failures})
         if failed:
             args.keep.mkdir(parents=True, exist_ok=True)

@@ -379,3 +379,54 @@ def test_the_private_import_check_sees_lazy_typed_and_relative_imports(tmp_path:
         "gpucloud.a:7: gpucloud.c._lazy",
         "gpucloud.a:8: gpucloud._hidden",
     ]
+
+
+# Shared test code lives in tests/support/ (or a conftest), so a test module is never imported by another.
+TESTS = Path(__file__).resolve().parent
+
+
+def _test_imports(path: Path, name: str) -> list[str]:
+    """The modules under tests/ that `path` (module `name`) imports, anywhere in it, other than
+    tests.support.* and a conftest: `from tests.spec import fuzzing` counts as tests.spec.fuzzing."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*name.split(".")[: -node.level], *([base] if base else [])])
+            folder = TESTS.parent.joinpath(*base.split("."))
+            targets = [f"{base}.{a.name}" for a in node.names] if folder.is_dir() else [base]
+        else:
+            continue
+        for target in targets:
+            parts = target.split(".")
+            if parts[0] == "tests" and parts[1:2] != ["support"] and "conftest" not in parts:
+                found.append(target)
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    wrong = [
+        f"{path.relative_to(TESTS.parent)}: {target}"
+        for path in sorted(TESTS.rglob("*.py"))
+        for target in _test_imports(path, ".".join(path.relative_to(TESTS.parent).with_suffix("").parts))
+    ]
+    assert not wrong, "move what is shared into a tests/support/ module:\n" + "\n".join(wrong)
+
+
+def test_the_test_import_check_sees_seeded_imports(tmp_path: Path) -> None:
+    seeded = tmp_path / "test_seeded.py"
+    seeded.write_text(
+        "from tests.support.cli import cli\nfrom tests.vm.conftest import APT\nimport tests.conftest\n"
+        "from tests.support import job_fuzzer\nfrom tests.run.test_spot import run_log\n"
+        "import tests.vm.test_render\ndef later():\n    from tests.spec import fuzzing\n"
+        "    from .test_other import x\n"
+    )
+    assert _test_imports(seeded, "tests.run.test_seeded") == [
+        "tests.run.test_spot",
+        "tests.vm.test_render",
+        "tests.spec.fuzzing",
+        "tests.run.test_other",
+    ]

@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING
 import pytest
 
 from gpucloud.catalog import load_catalog, ranking, shipped_catalog, store
-from gpucloud.catalog.rows import MemoryRows, RowFilter
+from gpucloud.catalog.rows import RowFilter
 from gpucloud.plan.planner import make_plan
 from gpucloud.plan.rows import Exclusion, Exclusions, listed_exclusions
 from gpucloud.spec.load import load_spec
 
 if TYPE_CHECKING:
-    from gpucloud.catalog import Catalog
-    from gpucloud.catalog.models import Offering
-    from gpucloud.spec.load import JobSpec
+    pass
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from bench_plan_rows import FAMILY_JOB, grown_rows  # noqa: E402
+
+from tests.support.catalog_files import file_and_memory
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = {
@@ -40,18 +40,6 @@ JOBS = {
     "on-demand-nodes": "name: n\nresources:\n  gpu: A10G\n  max_price_per_hour: 1.1\nnum_nodes: 3\nrun: 'true'\n",
 }
 HIDDEN = ("has ", "cloud ", "instance type is not")
-
-
-def file_and_memory(rows: list[Offering], job: str, tmp_path: Path) -> tuple[Catalog, Catalog, JobSpec]:
-    """The rows written as the refresh writes them and opened (the indexed file), the same rows in
-    memory, and the job file `job` loaded."""
-    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
-    load_catalog.cache_clear()  # type: ignore[attr-defined]
-    indexed = load_catalog()
-    memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows), meta=indexed.meta)
-    path = tmp_path / "job.yaml"
-    path.write_text(job)
-    return indexed, memory, load_spec(path)
 
 
 @pytest.fixture(autouse=True, params=["read-whole", "price-walk"])

@@ -16,90 +16,19 @@ import stat
 import subprocess
 import sys
 import tarfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.support.cli import cli, home_env
+from tests.support.finished_run import Finished
 from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 MiB = 1024 * 1024
-
-
-def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GPUCLOUD_"))}
-    env.update({"GPUCLOUD_HOME": str(home), "CI": "true", "PYTHONPATH": str(REPO)}, **extra)
-    return env
-
-
-def _cli(env: dict[str, str], *args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-class Finished:
-    """A detached local run that has ended; `collect(tarball)` replaces its artifacts and collects."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.home = root / "home"
-        self.env = _env(self.home)
-        job = root / "job"
-        job.mkdir()
-        (job / "job.yaml").write_text(
-            yaml.safe_dump(
-                {
-                    "name": "hostile",
-                    "resources": {"cloud": "local"},
-                    "max_duration": "10m",
-                    "artifacts": ["out/"],
-                    "run": "mkdir -p out; echo ok > out/ok.txt",
-                }
-            )
-        )
-        proc = _cli(self.env, "run", str(job / "job.yaml"), "-d", "--json", cwd=root)
-        assert proc.returncode == 0, proc.stderr
-        self.run_id = json.loads(proc.stdout)["run_id"]
-        end = time.monotonic() + 60
-        while json.loads(_cli(self.env, "status", self.run_id, "--json", cwd=root).stdout)["status"] in (
-            "running",
-            "provisioning",
-        ):
-            assert time.monotonic() < end, "the run did not finish"
-            time.sleep(0.3)
-        node = self.home / "channel" / "runs" / self.run_id / "node-0"
-        self.tarball = node / "artifacts.tar.gz"
-        assert self.tarball.is_file()
-        # The crafted tarballs stand for what a hostile node uploads AND signs itself: this run's
-        # manifest drops its `sign` line so the trust check (tests/channel/test_user_data_reader.py) lets
-        # them through to the extraction under test here.
-        manifest = node / "manifest"
-        lines = manifest.read_text().splitlines(keepends=True)
-        manifest.write_text("".join(line for line in lines if line.strip() != "sign ed25519"))
-
-    def collect(
-        self, write: Path | bytes, cwd: Path, human: bool = False, **env: str
-    ) -> subprocess.CompletedProcess[str]:
-        if isinstance(write, Path):
-            os.replace(write, self.tarball)
-        else:
-            self.tarball.write_bytes(write)
-        cwd.mkdir(parents=True, exist_ok=True)
-        return _cli({**self.env, **env}, "collect", self.run_id, *(() if human else ("--json",)), cwd=cwd)
-
-    def dest(self, cwd: Path) -> Path:
-        return cwd / "gpucloud-runs" / self.run_id
 
 
 @pytest.fixture(scope="module")
@@ -266,7 +195,7 @@ def test_a_bad_cap_setting_stops_run_before_anything_is_launched(tmp_path: Path)
     home = tmp_path / "home"
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump({"name": "capped", "resources": {"cloud": "local"}, "run": "true"}))
-    out = _cli(_env(home, GPUCLOUD_ARTIFACTS_MAX_RATIO="-3"), "run", str(job), cwd=tmp_path)
+    out = cli("run", str(job), cwd=tmp_path, env=home_env(home, GPUCLOUD_ARTIFACTS_MAX_RATIO="-3"))
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert "GPUCLOUD_ARTIFACTS_MAX_RATIO='-3' is not a valid ratio" in out.stderr
     assert not (home / "local").exists() or not any((home / "local").glob("capped-*"))
@@ -361,7 +290,7 @@ def _slot(channel_run: Path, slot: int, seq: int, data: bytes) -> None:
 )
 def test_a_hostile_newest_checkpoint_falls_back_to_the_previous_one(tmp_path: Path, bad: object, why: str) -> None:
     """Runs as root here: GNU tar alone would create the device node and keep the setuid bit."""
-    from tests.vm.test_bootstrap import make_vm
+    from tests.support.vm_boot import make_vm
 
     run_id = "rhostile1"
     channel_run = tmp_path / "channel" / "runs" / run_id

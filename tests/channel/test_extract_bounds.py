@@ -26,7 +26,8 @@ import yaml
 from gpucloud.channel.extract import SHOWN_REFUSED, Caps, count_refused, extract_tar
 from gpucloud.run.artifacts import refused_note
 from gpucloud.vm.agent.safe_extract import MAX_EXT_HEADER, Refused, safe_untar
-from tests.channel.test_extract import Finished, _cli, _env
+from tests.support.cli import cli, home_env
+from tests.support.finished_run import Finished
 from tests.support.text import flat
 
 pytestmark = pytest.mark.slow
@@ -179,7 +180,7 @@ def test_run_does_not_write_artifacts_through_a_linked_results_folder(tmp_path: 
     outside.mkdir()
     cwd.mkdir()
     (cwd / "gpucloud-runs").symlink_to(outside)
-    got = _cli(_env(tmp_path / "home"), "run", str(job), cwd=cwd)
+    got = cli("run", str(job), cwd=cwd, env=home_env(tmp_path / "home"))
     assert "Traceback" not in got.stderr and got.returncode == 0, got.stderr
     assert list(outside.iterdir()) == []
     assert f"{cwd / 'gpucloud-runs'} is a symbolic link" in flat(got.stderr), got.stderr

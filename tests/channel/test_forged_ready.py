@@ -21,9 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.channel.test_user_data_reader import _manifest, _put, _script
-from tests.providers.aws.test_aws_e2e import aws_env, start_cli  # noqa: F401
-from tests.providers.azure.test_azure_e2e import start_cli as azure_start_cli
+from tests.support.aws_runs import aws_env, start_hooked_cli  # noqa: F401
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     arm,
@@ -32,9 +30,11 @@ from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     fake_arm_server,
 )
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
+from tests.support.cli import start_cli
 from tests.support.fake_arm import FakeArm
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 from tests.support.text import flat
+from tests.support.user_data_reader import put_with_grant, read_grants, user_data_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 FORGED_ADDRESS = "6.6.6.6"
@@ -53,7 +53,7 @@ def _job(path: Path, cloud: str, region: str) -> Path:
 def _rank0_grants(scripts: list[str]) -> dict[str, str] | None:
     """Rank 0's manifest, from whichever user-data leads to it (one shared script, or one per node)."""
     for script in scripts:
-        grants = _manifest(script)
+        grants = read_grants(script)
         if "/node-0/" in grants["ready_put"]:
             return grants
     return None
@@ -61,7 +61,7 @@ def _rank0_grants(scripts: list[str]) -> dict[str, str] | None:
 
 def _forge(grants: dict[str, str], headers: tuple[str, ...], stop: threading.Event, count: list[int]) -> None:
     while not stop.is_set():
-        _put(grants["ready_put"], f"{FORGED_ADDRESS}\n".encode(), headers)
+        put_with_grant(grants["ready_put"], f"{FORGED_ADDRESS}\n".encode(), headers)
         count.append(1)
         stop.wait(0.1)
 
@@ -72,7 +72,7 @@ def _play(
     end = time.monotonic() + 90
     grants = None
     while grants is None and time.monotonic() < end and proc.poll() is None:
-        grants = _rank0_grants([_script(raw) for raw in user_data()])
+        grants = _rank0_grants([user_data_script(raw) for raw in user_data()])
         time.sleep(0.1)
     assert grants is not None, "rank 0's machine never showed up"
     stop, count = threading.Event(), [0]
@@ -113,7 +113,7 @@ def test_aws_forged_ready_is_refused_and_signed_ones_meet(
 ) -> None:
     spec = _job(tmp_path / "job.yaml", "aws", "us-east-1")
     before = set(aws_sim.booted)
-    proc = start_cli(aws_env, "run", str(spec), "--cloud", "aws")
+    proc = start_hooked_cli(aws_env, "run", str(spec), "--cloud", "aws")
     ec2 = moto.client("ec2")
 
     def user_data() -> list[bytes]:
@@ -138,7 +138,7 @@ def test_azure_forged_ready_is_refused_and_signed_ones_meet(
 ) -> None:
     spec = _job(tmp_path / "job.yaml", "azure", "eastus")
     before = {r.id for r in arm.vms()}
-    proc = azure_start_cli(azure_env, "run", str(spec), "--cloud", "azure")
+    proc = start_cli("run", str(spec), "--cloud", "azure", env=azure_env)
 
     def user_data() -> list[bytes]:
         texts = [arm.custom_data(r.id) for r in arm.vms() if r.id not in before]

@@ -14,24 +14,19 @@ ARM server keeps it so); the test reads it from the fake server, i.e. it plays a
 from __future__ import annotations
 
 import base64
-import gzip
 import io
 import json
-import re
 import subprocess
 import tarfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.providers.aws.test_aws_e2e import aws_env, start_cli  # noqa: F401
-from tests.providers.aws.test_aws_e2e import write_job as aws_job
-from tests.providers.azure.test_azure_e2e import start_cli as azure_start_cli
-from tests.providers.azure.test_azure_e2e import write_job as azure_job
+from tests.support.aws_runs import aws_env, start_hooked_cli  # noqa: F401
+from tests.support.aws_runs import write_aws_job as aws_job
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     arm,
@@ -39,60 +34,17 @@ from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     azurite,
     fake_arm_server,
 )
+from tests.support.azure_runs import write_azure_job as azure_job
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
+from tests.support.cli import start_cli
 from tests.support.fake_arm import FakeArm
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 from tests.support.text import flat
+from tests.support.user_data_reader import put_with_grant, read_grants, upload_file, user_data_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 JOB = "'echo real > out.txt; sleep 12; exit 3'"  # time for the reader to act
 FORGED: list[float] = []  # when the reader's forgeries landed
-
-
-def _script(user_data: bytes) -> str:
-    return (gzip.decompress(user_data) if user_data[:2] == b"\x1f\x8b" else user_data).decode()
-
-
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return bytes(resp.read())
-
-
-def _manifest(script: str) -> dict[str, str]:
-    """What the reader gets from the user-data: the manifest URL, then the manifest's grants."""
-    m = re.search(r"^MANIFEST_URL=(.*)$", script, re.MULTILINE)
-    assert m, "no manifest URL in the user-data"
-    url = m.group(1).strip().strip("'")
-    text = _get(url).decode()
-    if text.startswith("manifest "):  # a shared user-data's node index
-        url = text.split("\n", 1)[0].split(" ", 2)[2]
-        text = _get(url).decode()
-    grants: dict[str, str] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "log_post_field":
-            grants.setdefault("fields", "")
-            grants["fields"] += value + "\n"
-        else:
-            grants.setdefault(key, value)
-    return grants
-
-
-def _upload(data: bytes) -> str:
-    """A file for curl -T / -F (a body from stdin is chunked, which Azure Blob refuses)."""
-    import tempfile
-
-    with tempfile.NamedTemporaryFile(delete=False, prefix="forged-") as fh:
-        fh.write(data)
-    return fh.name
-
-
-def _put(url: str, data: bytes, headers: tuple[str, ...] = ()) -> None:
-    args = ["curl", "-fsS", "--max-time", "10", "-o", "/dev/null", "-T", _upload(data)]
-    for h in headers:
-        args += ["-H", h]
-    done = subprocess.run([*args, url], capture_output=True, check=False)
-    assert done.returncode == 0, f"the reader's PUT failed: {done.stderr!r}"
 
 
 def _forged_artifacts() -> bytes:
@@ -115,7 +67,7 @@ def _claim(grants: dict[str, str], headers: tuple[str, ...]) -> Callable[[bytes]
     pub = base64.b64encode(
         key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     ).decode()
-    path = _upload((pub + "\n").encode())
+    path = upload_file((pub + "\n").encode())
     if "claim_append" in grants:
         done = subprocess.run(
             [
@@ -199,8 +151,8 @@ def _forge(
             ).encode()
             + b"\n"
         )
-        _put(grants["artifacts_put"], art, headers)
-        _put(grants["status_put"], sign(doc), headers)
+        put_with_grant(grants["artifacts_put"], art, headers)
+        put_with_grant(grants["status_put"], sign(doc), headers)
         FORGED.append(time.time())
         stop.wait(0.3)
 
@@ -229,7 +181,7 @@ def _play(
         raw = read_user_data()
         time.sleep(0.2)
     assert raw is not None, "the VM never showed up"
-    grants = _manifest(_script(raw))
+    grants = read_grants(user_data_script(raw))
     run_id = grants["status_put"].split("/runs/", 1)[1].split("/", 1)[0]
     stop = threading.Event()
     forger = threading.Thread(target=_forge, args=(grants, headers, run_id, stop, claim, node_claimed), daemon=True)
@@ -260,7 +212,7 @@ def test_aws_user_data_reader_cannot_forge_the_result(
 ) -> None:
     spec = aws_job(tmp_path / "job.yaml", run=JOB, artifacts="[out.txt]")
     before = set(aws_sim.booted)
-    proc = start_cli(aws_env, "run", str(spec), "--cloud", "aws")
+    proc = start_hooked_cli(aws_env, "run", str(spec), "--cloud", "aws")
     ec2 = moto.client("ec2")
 
     def user_data() -> bytes | None:
@@ -288,7 +240,7 @@ def test_azure_custom_data_reader_cannot_forge_the_result(
     spec = azure_job(tmp_path / "job.yaml", run=JOB, artifacts="[out.txt]")
     before = {r.id for r in arm.vms()}
     known = set(azure_sim.guests)
-    proc = azure_start_cli(azure_env, "run", str(spec), "--cloud", "azure")
+    proc = start_cli("run", str(spec), "--cloud", "azure", env=azure_env)
 
     def user_data() -> bytes | None:
         new = [r for r in arm.vms() if r.id not in before]

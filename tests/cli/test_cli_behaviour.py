@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.catalog import load_catalog
+from tests.support.cli import cli
 from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,31 +39,18 @@ def no_cloud_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def cli(env: dict[str, str], *args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=120,
-        input=stdin,
-    )
-
-
 @pytest.mark.parametrize("command", ["plan", "render", "run"])
 def test_cloud_flag_applies_before_validation(tmp_path: Path, command: str) -> None:
     (tmp_path / "job.yaml").write_text(NO_GPU)
     env = no_cloud_env(tmp_path)
-    out = cli(env, command, "job.yaml", "--cloud", "local", cwd=tmp_path)
+    out = cli(command, "job.yaml", "--cloud", "local", cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
     assert "needs a GPU" not in out.stderr
     if command == "run":
         assert "hello-from-the-job" in out.stdout
     if command == "plan":
         assert "local" in out.stdout and "localhost" in out.stdout
-    refused = cli(env, command, "job.yaml", cwd=tmp_path)  # without the flag the file asks for any cloud
+    refused = cli(command, "job.yaml", cwd=tmp_path, env=env)  # without the flag the file asks for any cloud
     assert refused.returncode == 2 and "job.yaml:1: resources: needs a GPU or an instance type" in refused.stderr
     assert "--cloud" in refused.stderr and "Traceback" not in refused.stderr
 
@@ -75,11 +63,11 @@ def test_a_job_asking_what_the_provider_cannot_do_is_refused_at_plan_time(tmp_pa
         "name: s\nresources: {cloud: local, spot: true}\nrun: echo ran\nmax_duration: 5m\n"
     )
     yes = ("--yes",) if command == "run" else ()
-    out = cli(no_cloud_env(tmp_path), command, "job.yaml", *yes, cwd=tmp_path)
+    out = cli(command, "job.yaml", *yes, cwd=tmp_path, env=no_cloud_env(tmp_path))
     assert out.returncode == 2, out.stderr
     assert "job.yaml: resources.spot: local cannot launch spot machines" in flat(out.stderr)
     assert "Set spot: false" in flat(out.stderr) and "Traceback" not in out.stderr and "ran" not in out.stdout
-    flag = cli(no_cloud_env(tmp_path), command, "job.yaml", *yes, "--no-spot", cwd=tmp_path)
+    flag = cli(command, "job.yaml", *yes, "--no-spot", cwd=tmp_path, env=no_cloud_env(tmp_path))
     assert flag.returncode == 0, flag.stderr
     assert "ran" in flag.stdout if command == "run" else "localhost" in flag.stdout
 
@@ -87,11 +75,11 @@ def test_a_job_asking_what_the_provider_cannot_do_is_refused_at_plan_time(tmp_pa
 def test_suggested_gpu_and_instance_types_are_offered_today(tmp_path: Path) -> None:
     """The examples the errors suggest must be things one can buy, not retired offerings."""
     (tmp_path / "job.yaml").write_text(NO_GPU)
-    out = cli(no_cloud_env(tmp_path), "validate", "job.yaml", cwd=tmp_path)
+    out = cli("validate", "job.yaml", cwd=tmp_path, env=no_cloud_env(tmp_path))
     assert out.returncode == 2 and "gpu: T4:1" in out.stderr and "instance_type: g4dn.xlarge" in out.stderr, out.stderr
     assert "K80" not in out.stderr and "p2." not in out.stderr
     (tmp_path / "bad.yaml").write_text("name: x\nresources: {gpu: 'T4:two', instance_type: 'no such'}\nrun: x\n")
-    bad = cli(no_cloud_env(tmp_path), "validate", "bad.yaml", cwd=tmp_path)
+    bad = cli("validate", "bad.yaml", cwd=tmp_path, env=no_cloud_env(tmp_path))
     text = bad.stderr
     assert bad.returncode == 2 and "K80" not in text and "p2." not in text and "NC6s_v3" not in text, text
     catalog = load_catalog()
@@ -133,7 +121,7 @@ def test_run_checks_credentials_before_asking_to_launch(tmp_path: Path) -> None:
         lines = [line for line in stderr.splitlines() if f"{title}: no credentials found." in line]
         assert len(lines) == 1, stderr  # each reason once
     assert "gpucloud check" in stderr
-    runs = json.loads(cli(no_cloud_env(tmp_path), "ls", "--json", cwd=tmp_path).stdout)
+    runs = json.loads(cli("ls", "--json", cwd=tmp_path, env=no_cloud_env(tmp_path)).stdout)
     assert runs == []  # nothing was started, nothing to clean up
 
 
@@ -158,7 +146,7 @@ def test_clouds_without_working_credentials_are_named_once_and_never_prompted_fo
     assert text.count("AWS: could not reach http://127.0.0.1:9") == 1, stderr
     assert text.count("AWS_ENDPOINT_URL is set") == 1, stderr
     assert all(len(line) <= 80 for line in stderr.splitlines()), stderr
-    out = cli(env, "run", "job.yaml", "--yes", cwd=tmp_path)
+    out = cli("run", "job.yaml", "--yes", cwd=tmp_path, env=env)
     assert out.returncode == 78, out.stderr
     assert flat(out.stderr).count("127.0.0.1:9") == 2, out.stderr  # the endpoint and its fix, once
     assert flat(out.stderr).count("AWS_ENDPOINT_URL is set") == 1, out.stderr

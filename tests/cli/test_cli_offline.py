@@ -4,7 +4,6 @@ schema, version; JSON shapes; clear errors with exit 2; no cloud SDK on the star
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -14,21 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.cli import ci_env, cli
 from tests.support.sshd import example_hosts_lab, have_sshd
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
-
-
-def gpucloud(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "CI": "true", **(env or {})},
-        timeout=60,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +32,9 @@ def example_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
 
 
 def test_version_and_help() -> None:
-    out = gpucloud("version")
+    out = cli("version", env=ci_env(), cwd=REPO, timeout=60)
     assert out.returncode == 0 and out.stdout.startswith("gpucloud ")
-    out = gpucloud("--help")
+    out = cli("--help", env=ci_env(), cwd=REPO, timeout=60)
     assert out.returncode == 0
     for command in ("validate", "plan", "render", "catalog", "stack", "run", "status", "logs", "down", "gc", "schema"):
         assert command in out.stdout
@@ -74,14 +63,14 @@ def needs_hosts(path: Path, example_hosts: dict[str, str]) -> None:
 def test_every_example_validates_and_plans(path: Path, example_hosts: dict[str, str]) -> None:
     needs_hosts(path, example_hosts)
     rel = str(path.relative_to(REPO))
-    assert gpucloud("validate", rel).returncode == 0
-    out = gpucloud("plan", "--json", rel, env=example_hosts)
+    assert cli("validate", rel, env=ci_env(), cwd=REPO, timeout=60).returncode == 0
+    out = cli("plan", "--json", rel, env=ci_env(**example_hosts), cwd=REPO, timeout=60)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["candidates"], rel
     prices = [c["total_per_hour"] for c in doc["candidates"]]
     assert prices == sorted(prices)
-    human = gpucloud("plan", rel, env=example_hosts)
+    human = cli("plan", rel, env=ci_env(**example_hosts), cwd=REPO, timeout=60)
     assert human.returncode == 0 and "Candidates" in human.stdout
 
 
@@ -89,7 +78,7 @@ def test_every_example_validates_and_plans(path: Path, example_hosts: dict[str, 
 def test_every_example_renders_shellcheck_clean(path: Path, example_hosts: dict[str, str], tmp_path: Path) -> None:
     needs_hosts(path, example_hosts)
     rel = str(path.relative_to(REPO))
-    out = gpucloud("render", rel, env=example_hosts)
+    out = cli("render", rel, env=ci_env(**example_hosts), cwd=REPO, timeout=60)
     assert out.returncode == 0, out.stderr
     script = tmp_path / "user-data.sh"
     script.write_text(out.stdout)
@@ -108,7 +97,7 @@ def test_every_example_renders_shellcheck_clean(path: Path, example_hosts: dict[
     check = subprocess.run([shellcheck, "-S", "style", str(script)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
     # the job.json the shim's agent gets: the example's own run command, for the same node
-    cfg = gpucloud("render", rel, "--agent-config", env=example_hosts)
+    cfg = cli("render", rel, "--agent-config", env=ci_env(**example_hosts), cwd=REPO, timeout=60)
     assert cfg.returncode == 0, cfg.stderr
     doc = json.loads(cfg.stdout)
     assert doc["run_id"] == "RUN_ID" and doc["run"].strip(), doc
@@ -118,10 +107,10 @@ def test_every_example_renders_shellcheck_clean(path: Path, example_hosts: dict[
 def test_ssh_example_renders_without_the_stack_install(example_hosts: dict[str, str]) -> None:
     """The host's driver is used as it is (capabilities: install_stack False, gpu_check warn, exit)."""
     needs_hosts(REPO / "examples/k80-ssh.yaml", example_hosts)
-    out = gpucloud("render", "examples/k80-ssh.yaml", env=example_hosts)
+    out = cli("render", "examples/k80-ssh.yaml", env=ci_env(**example_hosts), cwd=REPO, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "shutdown" not in out.stdout  # the node ends by exiting
-    cfg = gpucloud("render", "examples/k80-ssh.yaml", "--agent-config", env=example_hosts)
+    cfg = cli("render", "examples/k80-ssh.yaml", "--agent-config", env=ci_env(**example_hosts), cwd=REPO, timeout=60)
     assert cfg.returncode == 0, cfg.stderr
     doc = json.loads(cfg.stdout)
     assert doc["stack"]["skip_stack"] is True and doc["stack"]["gpu_check"] == "warn"
@@ -131,7 +120,7 @@ def test_ssh_example_renders_without_the_stack_install(example_hosts: dict[str, 
 def test_plan_k40_exits_2_with_alternatives(tmp_path: Path) -> None:
     spec = tmp_path / "k40.yaml"
     spec.write_text("name: k40\nresources:\n  gpu: K40:1\nrun: python3 train.py\n")
-    out = gpucloud("plan", str(spec))
+    out = cli("plan", str(spec), env=ci_env(), cwd=REPO, timeout=60)
     assert out.returncode == 2
     assert "K40" in out.stderr and "T4" in out.stderr and "Traceback" not in out.stderr
 
@@ -141,15 +130,15 @@ def test_plan_k80_aws_says_p2_is_no_longer_offered(tmp_path: Path) -> None:
     spec.write_text(
         "name: k80\nresources:\n  cloud: aws\n  gpu: K80:1\nstack:\n  framework: pytorch\nrun: python3 train.py\n"
     )
-    out = gpucloud("plan", str(spec))
+    out = cli("plan", str(spec), env=ci_env(), cwd=REPO, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "p2.xlarge" in out.stderr and "does not offer" in out.stderr and "gpucloud stack K80" in out.stderr
 
 
 def test_catalog_json_and_retired_only_with_all() -> None:
-    out = gpucloud("catalog", "--gpu", "K80", "--json")
+    out = cli("catalog", "--gpu", "K80", "--json", env=ci_env(), cwd=REPO, timeout=60)
     assert json.loads(out.stdout) == []  # every K80 type is retired or withdrawn
-    rows_all = json.loads(gpucloud("catalog", "--gpu", "k80", "--all", "--json").stdout)
+    rows_all = json.loads(cli("catalog", "--gpu", "k80", "--all", "--json", env=ci_env(), cwd=REPO, timeout=60).stdout)
     assert {r["status"] for r in rows_all} == {"retired"}
     assert set(rows_all[0]) == {
         "cloud",
@@ -169,39 +158,39 @@ def test_catalog_json_and_retired_only_with_all() -> None:
         "price_date",
         "price_source",
     }
-    a100 = json.loads(gpucloud("catalog", "--gpu", "A100", "--json").stdout)
+    a100 = json.loads(cli("catalog", "--gpu", "A100", "--json", env=ci_env(), cwd=REPO, timeout=60).stdout)
     assert {r["gpu"] for r in a100} == {"A100-40GB", "A100-80GB"}
-    bad = gpucloud("catalog", "--gpu", "K8O")
+    bad = cli("catalog", "--gpu", "K8O", env=ci_env(), cwd=REPO, timeout=60)
     assert bad.returncode == 2 and "K80" in bad.stderr
 
 
 def test_stack_command() -> None:
-    out = gpucloud("stack", "K80")
+    out = cli("stack", "K80", env=ci_env(), cwd=REPO, timeout=60)
     assert out.returncode == 0
     assert "470" in out.stdout and "11.4" in out.stdout
-    doc = json.loads(gpucloud("stack", "T4", "--json").stdout)
+    doc = json.loads(cli("stack", "T4", "--json", env=ci_env(), cwd=REPO, timeout=60).stdout)
     assert {"gpu", "architecture", "driver", "cuda", "cudnn", "os_image", "framework", "reasons"} <= set(doc)
-    bad = gpucloud("stack", "K80", "--cuda", "12.2")
+    bad = cli("stack", "K80", "--cuda", "12.2", env=ci_env(), cwd=REPO, timeout=60)
     assert bad.returncode == 2 and "11" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_schema_is_json_schema() -> None:
-    doc = json.loads(gpucloud("schema").stdout)
+    doc = json.loads(cli("schema", env=ci_env(), cwd=REPO, timeout=60).stdout)
     assert doc.get("type") == "object" and "resources" in doc["properties"]
 
 
 def test_bad_cloud_flag_is_exit_2() -> None:
-    out = gpucloud("plan", "examples/t4-any-cloud.yaml", "--cloud", "gcp")
+    out = cli("plan", "examples/t4-any-cloud.yaml", "--cloud", "gcp", env=ci_env(), cwd=REPO, timeout=60)
     assert out.returncode == 2 and "aws, azure, local" in out.stderr
 
 
 def test_gpus_command() -> None:
-    doc = json.loads(gpucloud("gpus", "--json").stdout)
+    doc = json.loads(cli("gpus", "--json", env=ci_env(), cwd=REPO, timeout=60).stdout)
     by_name = {d["gpu"]: d for d in doc}
     assert by_name["B200"]["architecture"] == "Blackwell" and by_name["B200"]["clouds"] == ["aws"]
     assert by_name["T4"]["cheapest_on_demand"]["price_per_hour"] == 0.526
     assert by_name["K40"]["clouds"] == [] and by_name["K40"]["cheapest_spot"] is None
-    out = gpucloud("gpus")
+    out = cli("gpus", env=ci_env(), cwd=REPO, timeout=60)
     assert out.returncode == 0 and "H100-NVL" in out.stdout
 
 
@@ -215,7 +204,7 @@ def test_a_character_yaml_rejects_is_a_spec_error_with_line_and_column(
     text = f'name: "a{bad}b"\nrun: echo hi\n' if line == 1 else f"name: x\nrun: echo{bad} hi\n"
     job.write_text(text, encoding="utf-8")
     for command in (["validate", str(job)], ["run", str(job), "--cloud", "local", "--yes"]):
-        out = gpucloud(*command, env={"GPUCLOUD_HOME": str(tmp_path / "home")})
+        out = cli(*command, env=ci_env(**{"GPUCLOUD_HOME": str(tmp_path / "home")}), cwd=REPO, timeout=60)
         assert out.returncode == 2, out.stderr
         assert f"{job}:{line}:" in out.stderr and f"column {column}" in out.stderr, out.stderr
         assert f"U+{ord(bad):04X}" in out.stderr and "Delete it" in out.stderr

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import cli
 from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,12 +51,6 @@ def dead_aws(home: Path) -> dict[str, str]:
     )
 
 
-def cli(env: dict[str, str], *args: str, cwd: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
 def job(folder: Path, text: str, name: str = "job.yaml") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
@@ -86,19 +81,19 @@ def home(tmp_path: Path) -> Path:
 
 def test_dead_endpoint_fails_fast_naming_it_costs_nothing_and_cleans_nothing(tmp_path: Path, home: Path) -> None:
     spec = job(tmp_path, T4_ANY.replace("T4:1", "T4:1\n  cloud: aws"))
-    out = cli(dead_aws(home), "run", str(spec), "--yes", cwd=tmp_path)
+    out = cli("run", str(spec), "--yes", cwd=tmp_path, env=dead_aws(home), timeout=90)
     assert out.returncode == 78, out.stderr
     assert "127.0.0.1:9" in flat(out.stderr) and "AWS_ENDPOINT_URL" in flat(out.stderr)
     for wrong in ("internal error", "throttle", "quota", "could not delete", "teardown", "cleanup"):
         assert wrong not in flat(out.stderr).lower(), (wrong, out.stderr)
     assert flat(out.stderr).count("could not reach") == 1, out.stderr  # found once, before any launch
-    runs = json.loads(cli(dead_aws(home), "ls", "--json", cwd=tmp_path).stdout)
+    runs = json.loads(cli("ls", "--json", cwd=tmp_path, env=dead_aws(home), timeout=90).stdout)
     assert runs == []  # the credentials check before the prompt: no run was started, nothing billed
 
 
 def test_cloud_any_without_any_credentials_exits_78_with_each_clouds_reason(tmp_path: Path, home: Path) -> None:
     spec = job(tmp_path, T4_ANY)
-    out = cli(no_cloud_env(home), "run", str(spec), "--yes", "--json", cwd=tmp_path)
+    out = cli("run", str(spec), "--yes", "--json", cwd=tmp_path, env=no_cloud_env(home), timeout=90)
     err = error_doc(out)
     assert out.returncode == 78 and err["kind"] == "configuration"
     reasons = [d["cloud_reason"] for d in err["details"]]
@@ -111,7 +106,7 @@ def test_cloud_any_without_any_credentials_exits_78_with_each_clouds_reason(tmp_
 
 
 def test_check_reports_each_cloud_with_the_fix(tmp_path: Path, home: Path) -> None:
-    out = cli(dead_aws(home), "check", "--json", cwd=tmp_path, timeout=60)
+    out = cli("check", "--json", cwd=tmp_path, timeout=60, env=dead_aws(home))
     assert out.returncode == 78, out.stderr
     doc = json.loads(out.stdout)
     by_cloud = {c["cloud"]: c for c in doc["clouds"]}
@@ -119,9 +114,9 @@ def test_check_reports_each_cloud_with_the_fix(tmp_path: Path, home: Path) -> No
     assert "127.0.0.1:9" in by_cloud["aws"]["problems"][0]["problem"]
     assert all(p["fix"] for c in doc["clouds"] for p in c["problems"])
     assert all(c["seconds"] < 10 for c in doc["clouds"])
-    human = cli(no_cloud_env(home), "check", "--cloud", "aws", cwd=tmp_path)
+    human = cli("check", "--cloud", "aws", cwd=tmp_path, env=no_cloud_env(home), timeout=90)
     assert human.returncode == 78 and "no AWS credentials found" in human.stdout and "fix" in human.stdout
-    assert cli(no_cloud_env(home), "check", "--cloud", "local", cwd=tmp_path).returncode == 2
+    assert cli("check", "--cloud", "local", cwd=tmp_path, env=no_cloud_env(home), timeout=90).returncode == 2
 
 
 # ---- --json always answers; pipes ----------------------------------------------------------------------
@@ -153,14 +148,16 @@ def test_json_parses_on_every_exit_path(tmp_path: Path, home: Path) -> None:
         (["check", "--cloud", "azure"], 78),
     ]
     for args, code in cases:
-        out = cli(env, *args, "--json", cwd=tmp_path)
+        out = cli(*args, "--json", cwd=tmp_path, env=env, timeout=90)
         doc = json.loads(out.stdout)  # exactly one document, whatever happened
         if code is not None:
             assert out.returncode == code, (args, out.stderr)
         if out.returncode not in (0, 78) or "error" in doc:
             assert doc["error"]["exit_code"] == out.returncode, args
         assert "internal error" not in flat(out.stderr), (args, out.stderr)
-    details = json.loads(cli(env, "validate", str(bad), "--json", cwd=tmp_path).stdout)["error"]["details"]
+    details = json.loads(cli("validate", str(bad), "--json", cwd=tmp_path, env=env, timeout=90).stdout)["error"][
+        "details"
+    ]
     assert [(d["line"], d["field"]) for d in details] == [(1, "name"), (3, "resources.gpu.model"), (4, "run")]
     assert all(d["file"] == str(bad) and d["message"] for d in details)
 
@@ -191,39 +188,39 @@ def test_closed_stdout_ends_quietly(args: list[str], home: Path) -> None:
 
 
 def test_help_short_option_and_completion(home: Path) -> None:
-    out = cli(no_cloud_env(home), "-h", cwd=REPO)
+    out = cli("-h", cwd=REPO, env=no_cloud_env(home), timeout=90)
     assert out.returncode == 0 and "--install-completion" in out.stdout
-    assert cli(no_cloud_env(home), "run", "-h", cwd=REPO).returncode == 0
+    assert cli("run", "-h", cwd=REPO, env=no_cloud_env(home), timeout=90).returncode == 0
 
 
 def test_tables_fit_80_columns_without_cutting_instance_names(home: Path) -> None:
-    out = cli(no_cloud_env(home), "catalog", "--gpu", "A100-80GB", cwd=REPO)
+    out = cli("catalog", "--gpu", "A100-80GB", cwd=REPO, env=no_cloud_env(home), timeout=90)
     assert out.returncode == 0
     assert max(len(line) for line in out.stdout.splitlines()) <= 80
     assert "Standard_NC24ads_A100_v4" in out.stdout and "…" not in out.stdout
-    plan = cli(no_cloud_env(home), "plan", "examples/t4-any-cloud.yaml", cwd=REPO)
+    plan = cli("plan", "examples/t4-any-cloud.yaml", cwd=REPO, env=no_cloud_env(home), timeout=90)
     assert max(len(line) for line in plan.stdout.splitlines()) <= 80
     assert "Standard_NC4as_T4_v3" in plan.stdout and "…" not in plan.stdout
-    wide = cli(no_cloud_env(home, COLUMNS="160"), "catalog", "--gpu", "A100-80GB", cwd=REPO)
+    wide = cli("catalog", "--gpu", "A100-80GB", cwd=REPO, env=no_cloud_env(home, COLUMNS="160"), timeout=90)
     assert "vCPU" in wide.stdout and max(len(line) for line in wide.stdout.splitlines()) > 80
 
 
 def test_missing_workdir_fails_validate_and_plan_and_upload_is_described(tmp_path: Path, home: Path) -> None:
     spec = job(tmp_path, "name: wd\nresources: {gpu: T4:1}\nrun: echo\nworkdir: nope\n")
     for command in ("validate", "plan"):
-        out = cli(no_cloud_env(home), command, str(spec), cwd=tmp_path)
+        out = cli(command, str(spec), cwd=tmp_path, env=no_cloud_env(home), timeout=90)
         assert out.returncode == 2 and "workdir" in flat(out.stderr) and "does not exist" in flat(out.stderr), (
             out.stderr
         )
     (tmp_path / "nope").mkdir()
     (tmp_path / "nope" / "train.py").write_text("print('hi')\n")
-    out = cli(no_cloud_env(home), "validate", str(spec), cwd=tmp_path)
+    out = cli("validate", str(spec), cwd=tmp_path, env=no_cloud_env(home), timeout=90)
     assert (
         out.returncode == 0
         and f"workdir {(tmp_path / 'nope').resolve()}: 1 file(s)" in flat(out.stderr)
         and "max_duration 6h00m (21600 s)" in flat(out.stderr)
     ), out.stderr
-    doc = json.loads(cli(no_cloud_env(home), "plan", str(spec), "--json", cwd=tmp_path).stdout)
+    doc = json.loads(cli("plan", str(spec), "--json", cwd=tmp_path, env=no_cloud_env(home), timeout=90).stdout)
     assert doc["upload"]["files"] == 1 and doc["upload"]["max_duration_s"] == 21600
 
 
@@ -267,7 +264,7 @@ def test_no_prompt_for_a_free_run_nor_for_credentials_that_fail(tmp_path: Path, 
 def _wait_final(env: dict[str, str], run_id: str, cwd: Path, timeout: float = 30) -> dict:
     end = time.monotonic() + timeout
     while True:
-        doc = json.loads(cli(env, "status", run_id, "--json", cwd=cwd).stdout)
+        doc = json.loads(cli("status", run_id, "--json", cwd=cwd, env=env, timeout=90).stdout)
         if doc["status"] not in ("running", "provisioning") or time.monotonic() > end:
             return doc
         time.sleep(0.3)
@@ -276,20 +273,22 @@ def _wait_final(env: dict[str, str], run_id: str, cwd: Path, timeout: float = 30
 def test_detached_run_json_then_collect_brings_results_back(tmp_path: Path, home: Path) -> None:
     env = no_cloud_env(home)
     spec = job(tmp_path, LOCAL.format(run="'mkdir -p out; echo result > out/r.txt; echo logline; exit 3'"))
-    out = cli(env, "run", str(spec), "-d", "--json", cwd=tmp_path)
+    out = cli("run", str(spec), "-d", "--json", cwd=tmp_path, env=env, timeout=90)
     doc = json.loads(out.stdout)
     assert out.returncode == 0 and doc["status"] == "detached" and doc["exit_code"] is None
     assert f"`gpucloud collect {doc['run_id']}`" in " ".join(out.stderr.split())  # how its results come back
     final = _wait_final(env, doc["run_id"], tmp_path)
     assert final["status"] == "failed" and final["exit_code"] == 3
-    human = cli(env, "status", doc["run_id"], cwd=tmp_path)
+    human = cli("status", doc["run_id"], cwd=tmp_path, env=env, timeout=90)
     assert "not yet deleted" not in human.stdout, human.stdout  # the local process has exited
-    got = cli(env, "collect", doc["run_id"], cwd=tmp_path)
+    got = cli("collect", doc["run_id"], cwd=tmp_path, env=env, timeout=90)
     assert got.returncode == 3, got.stderr
     assert "(exit 3)" in got.stderr and "None" not in got.stderr
     dest = tmp_path / "gpucloud-runs" / doc["run_id"]
     assert (dest / "out" / "r.txt").read_text() == "result\n" and b"logline" in (dest / "job.log").read_bytes()
-    assert json.loads(cli(env, "status", doc["run_id"], "--json", cwd=tmp_path).stdout)["artifacts_dir"] == str(dest)
+    assert json.loads(cli("status", doc["run_id"], "--json", cwd=tmp_path, env=env, timeout=90).stdout)[
+        "artifacts_dir"
+    ] == str(dest)
 
 
 def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path) -> None:
@@ -306,7 +305,7 @@ def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path)
     run_id, runs = "", []
     end = time.monotonic() + 90
     while time.monotonic() < end and not run_id and proc.poll() is None:
-        runs = json.loads(cli(env, "ls", "--json", cwd=tmp_path).stdout)
+        runs = json.loads(cli("ls", "--json", cwd=tmp_path, env=env, timeout=90).stdout)
         run_id = next((r["run_id"] for r in runs if r["status"] == "running"), "")
         time.sleep(0.2)
     if not run_id:
@@ -319,9 +318,9 @@ def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path)
     doc: dict = {}
     while time.monotonic() < end and doc.get("status") != "collecting":  # the job ends on its own
         time.sleep(0.5)
-        doc = json.loads(cli(env, "status", run_id, "--json", cwd=tmp_path).stdout)
+        doc = json.loads(cli("status", run_id, "--json", cwd=tmp_path, env=env, timeout=90).stdout)
     assert doc["status"] == "collecting" and f"gpucloud collect {run_id}" in doc["message"], doc
-    got = cli(env, "collect", run_id, "--json", cwd=tmp_path)
+    got = cli("collect", run_id, "--json", cwd=tmp_path, env=env, timeout=90)
     result = json.loads(got.stdout)
     assert got.returncode == 0 and result["status"] == "succeeded", got.stderr
     assert (Path(result["directory"]) / "out" / "r.txt").read_text() == "ok\n"
@@ -435,11 +434,11 @@ def test_json_parses_on_every_exit_path_of_every_command(tmp_path: Path, home: P
     env = dead_aws(home)  # every cloud call meets a dead endpoint (127.0.0.1:9) and fails fast
     env["AZURE_CONFIG_DIR"] = str(home / "no-azure")
     spec = job(tmp_path, LOCAL.format(run="'mkdir -p out; echo ok > out/r.txt'"), "local.yaml")
-    first = cli(env, "run", str(spec), "--yes", "--json", cwd=tmp_path)
+    first = cli("run", str(spec), "--yes", "--json", cwd=tmp_path, env=env, timeout=90)
     assert first.returncode == 0, first.stderr
     run_id = json.loads(first.stdout)["run_id"]
     live = job(tmp_path, LOCAL.format(run="'sleep 6'"), "live.yaml")  # still running when `watch` starts
-    detached = cli(env, "run", str(live), "-d", "--yes", "--json", cwd=tmp_path)
+    detached = cli("run", str(live), "-d", "--yes", "--json", cwd=tmp_path, env=env, timeout=90)
     assert detached.returncode == 0, detached.stderr
     cases = json_walk_cases(tmp_path, run_id, json.loads(detached.stdout)["run_id"])
     walked = {command_of(args, known) for args, _, _ in cases} | {"run"}
@@ -450,7 +449,7 @@ def test_json_parses_on_every_exit_path_of_every_command(tmp_path: Path, home: P
         assert command in NO_OFFLINE_SUCCESS or command == "run" or OK in kinds or REPORT in kinds, command
 
     with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda case: cli(env, *case[0], "--json", cwd=tmp_path, timeout=60), cases))
+        results = list(pool.map(lambda case: cli(*case[0], "--json", cwd=tmp_path, timeout=60, env=env), cases))
     for (args, code, kind), out in zip(cases, results, strict=True):
         where = (args, out.returncode, out.stdout[-400:], out.stderr[-400:])
         doc = json.loads(out.stdout)  # exactly one JSON document on stdout, whatever happened

@@ -11,14 +11,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.support.cli import cli
 from tests.support.sshd import example_hosts_lab, have_sshd
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +27,7 @@ NEEDS_A_CLUSTER = {Path("slurm/k80-slurm.yaml")}  # tests/providers/slurm/test_s
 
 
 def readme_job() -> str:
-    """The README's job file, found as tests/spec/fuzzing.py finds it (the yaml block with `run:`)."""
+    """The README's job file, found as tests/support/job_fuzzer.py finds it (the yaml block with `run:`)."""
     blocks = re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), re.S)
     return next(b for b in blocks if re.search(r"^run:", b, re.M))
 
@@ -67,12 +66,6 @@ def bare_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
         lab.close()
 
 
-def gpucloud(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
-    )
-
-
 def unchecked_fields(path: Path) -> list[str]:
     """The fields of a job file `plan` cannot check without credentials or secret values."""
     doc = yaml.safe_load(path.read_text())
@@ -90,20 +83,20 @@ def test_plan_of_every_example_exits_0_without_credentials(rel: Path, examples: 
         pytest.skip("a Slurm login node: planned against a real cluster in tests/providers/slurm")
     if "hosts:" in (examples / rel).read_text() and not have_sshd():
         pytest.skip("needs /usr/sbin/sshd and ssh (openssh-server; .ci/run installs it)")
-    human = gpucloud(bare_env, "plan", str(rel), cwd=examples)
+    human = cli("plan", str(rel), cwd=examples, env=bare_env)
     assert human.returncode == 0, human.stderr
     said = " ".join(human.stderr.split())
     fields = unchecked_fields(examples / rel)
     for field in fields:
         assert f"warning: {field}" in said, said
     assert "`run` checks it before anything is created" in said or not any(f.startswith(("in", "out")) for f in fields)
-    out = gpucloud(bare_env, "plan", "--json", str(rel), cwd=examples)
+    out = cli("plan", "--json", str(rel), cwd=examples, env=bare_env)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["candidates"] and all(c["arch"] for c in doc["candidates"])
     for field in fields:
         assert any(w.startswith(field) for w in doc["warnings"]), (field, doc["warnings"])
-    strict = gpucloud(bare_env, "plan", "--strict", str(rel), cwd=examples)
+    strict = cli("plan", "--strict", str(rel), cwd=examples, env=bare_env)
     if not fields:
         assert strict.returncode == 0, strict.stderr
         return
@@ -120,7 +113,7 @@ def test_the_readme_and_the_data_example_have_what_plan_cannot_check(examples: P
 
 
 def test_strict_json_is_the_error_document(examples: Path, bare_env: dict[str, str]) -> None:
-    out = gpucloud(bare_env, "plan", "--strict", "--json", "data/finetune.yaml", cwd=examples)
+    out = cli("plan", "--strict", "--json", "data/finetune.yaml", cwd=examples, env=bare_env)
     assert out.returncode == 2
     error = json.loads(out.stdout)["error"]
     assert error["exit_code"] == 2 and "secrets: HF_TOKEN" in error["message"]
@@ -132,7 +125,7 @@ def test_a_secret_given_is_no_warning_and_a_bucket_with_credentials_is_still_che
     """Values make the secrets' warnings go; with credentials configured (a dead endpoint) the
     bucket is looked up and its failure stays an error, as before."""
     env = {**bare_env, "HF_TOKEN": "x", "WANDB_API_KEY": "y"}
-    out = gpucloud(env, "plan", "--json", "data/finetune.yaml", cwd=examples)
+    out = cli("plan", "--json", "data/finetune.yaml", cwd=examples, env=env)
     assert out.returncode == 0, out.stderr
     warnings = json.loads(out.stdout)["warnings"]
     assert not [w for w in warnings if w.startswith("secrets:")] and any(w.startswith("inputs.") for w in warnings)
@@ -144,7 +137,7 @@ def test_a_secret_given_is_no_warning_and_a_bucket_with_credentials_is_still_che
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
         "AWS_MAX_ATTEMPTS": "1",
     }
-    refused = gpucloud(configured, "plan", "data/finetune.yaml", cwd=examples)
+    refused = cli("plan", "data/finetune.yaml", cwd=examples, env=configured)
     assert refused.returncode == 2 and "s3://" not in refused.stderr.split("error:")[0]
     assert "inputs.data/imagenet-mini/: cannot reach S3" in " ".join(refused.stderr.split()), refused.stderr
 
@@ -153,11 +146,11 @@ def test_run_still_refuses_them_before_anything_is_created(
     examples: Path, bare_env: dict[str, str], tmp_path: Path
 ) -> None:
     home = {**bare_env, "GPUCLOUD_HOME": str(tmp_path / "home")}
-    no_secret = gpucloud(home, "run", "--yes", "--cloud", "local", "data/finetune.yaml", cwd=examples)
+    no_secret = cli("run", "--yes", "--cloud", "local", "data/finetune.yaml", cwd=examples, env=home)
     assert no_secret.returncode == 2
     assert "secret HF_TOKEN, WANDB_API_KEY has no value: nothing was launched" in " ".join(no_secret.stderr.split())
     with_secrets = {**home, "HF_TOKEN": "x", "WANDB_API_KEY": "y"}
-    no_bucket = gpucloud(with_secrets, "run", "--yes", "--cloud", "local", "data/finetune.yaml", cwd=examples)
+    no_bucket = cli("run", "--yes", "--cloud", "local", "data/finetune.yaml", cwd=examples, env=with_secrets)
     assert no_bucket.returncode == 2, no_bucket.stderr
     assert "inputs.data/imagenet-mini/: cannot reach S3" in " ".join(no_bucket.stderr.split())
 
@@ -181,7 +174,7 @@ def test_a_store_without_credentials_is_not_asked_and_the_job_files_own_limits_s
     job = tmp_path / "az.yaml"
     job.write_text("name: az\nresources:\n  gpu: T4:1\ninputs:\n  d/: az://myacct/data/x\nrun: x\n")
     started = time.monotonic()
-    out = gpucloud(bare_env, "plan", "--json", str(job), cwd=tmp_path)
+    out = cli("plan", "--json", str(job), cwd=tmp_path, env=bare_env)
     assert out.returncode == 0, out.stderr
     assert time.monotonic() - started < 20
     assert "inputs.d/: az://myacct/data/x was not checked (no Azure credentials found here)" in " ".join(
@@ -192,5 +185,5 @@ def test_a_store_without_credentials_is_not_asked_and_the_job_files_own_limits_s
         "name: m\nresources:\n  gpu: T4:1\ninputs:\n  d/: {source: s3://my-bucket/p, mode: mount}\n"
         "max_duration: 48h\nrun: x\n"
     )
-    refused = gpucloud(bare_env, "plan", str(long), cwd=tmp_path)
+    refused = cli("plan", str(long), cwd=tmp_path, env=bare_env)
     assert refused.returncode == 2 and "at most 36 hours" in " ".join(refused.stderr.split()), refused.stderr

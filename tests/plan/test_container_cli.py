@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpucloud.cli.app import app
-from tests.plan.test_container_plan import write_job
+from tests.support.container_jobs import write_container_job
 from tests.support.containers import ContainerLab
 
 
@@ -21,7 +21,7 @@ def _wide(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_plan_shows_the_container_and_the_host_stack(tmp_path: Path, container_lab: ContainerLab) -> None:
-    res = CliRunner().invoke(app, ["plan", str(write_job(tmp_path, container_lab.image))])
+    res = CliRunner().invoke(app, ["plan", str(write_container_job(tmp_path, container_lab.image))])
     assert res.exit_code == 0, res.output
     out = res.stdout
     assert f"Container: {container_lab.image}, CUDA 12.4 (registry: CUDA_VERSION" in out
@@ -31,7 +31,9 @@ def test_plan_shows_the_container_and_the_host_stack(tmp_path: Path, container_l
 
 
 def test_plan_json_has_the_container_object(tmp_path: Path, container_lab: ContainerLab) -> None:
-    res = CliRunner().invoke(app, ["plan", "--json", str(write_job(tmp_path, container_lab.image, cloud="azure"))])
+    res = CliRunner().invoke(
+        app, ["plan", "--json", str(write_container_job(tmp_path, container_lab.image, cloud="azure"))]
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)["container"]
     assert set(doc) == {"image", "registry", "cuda", "cuda_source", "cuda_detail", "host_stack", "warnings"}
@@ -41,7 +43,7 @@ def test_plan_json_has_the_container_object(tmp_path: Path, container_lab: Conta
 
 
 def test_plan_of_a_k80_exits_2_at_the_container_line(tmp_path: Path, container_lab: ContainerLab) -> None:
-    path = write_job(tmp_path, container_lab.image, gpu="K80:1")
+    path = write_container_job(tmp_path, container_lab.image, gpu="K80:1")
     res = CliRunner().invoke(app, ["plan", str(path)])
     assert res.exit_code == 2
     text = " ".join(res.output.split())

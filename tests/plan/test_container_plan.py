@@ -17,17 +17,10 @@ from gpucloud.plan.container_stack import ImageRefused, container_stack
 from gpucloud.plan.planner import make_plan
 from gpucloud.plan.stack_data import CONTAINER_TOOLKIT_PACKAGES
 from gpucloud.spec.load import StackSpec, load_spec
+from tests.support.container_jobs import write_container_job
 from tests.support.containers import ContainerLab
 
 CLOSED = "127.0.0.1:1"
-
-
-def write_job(tmp_path: Path, image: str, gpu: str = "T4:1", cloud: str = "aws", extra: str = "") -> Path:
-    path = tmp_path / "job.yaml"
-    path.write_text(
-        f"name: c\nresources:\n  gpu: {gpu}\n  cloud: {cloud}\ncontainer: {image}\n{extra}run: python train.py\n"
-    )
-    return path
 
 
 def image(cuda: str | None, source: str = "tag") -> ImageCuda:
@@ -38,7 +31,7 @@ def image(cuda: str | None, source: str = "tag") -> ImageCuda:
 
 
 def test_t4_with_a_cuda12_image_plans_a_driver_only_host(tmp_path: Path, container_lab: ContainerLab) -> None:
-    plan = make_plan(load_spec(write_job(tmp_path, container_lab.image)))
+    plan = make_plan(load_spec(write_container_job(tmp_path, container_lab.image)))
     stack = plan.stack
     assert (stack.gpu, stack.driver, stack.cuda, stack.cudnn, stack.framework) == ("T4", "580", "none", "none", "none")
     assert stack.cuda_packages == () and stack.cudnn_packages == () and stack.framework_pip == ()
@@ -60,7 +53,7 @@ MIN_12_4 = "550.54.14"
 
 
 def test_plain_ubuntu_gets_the_engine_and_the_pinned_toolkit(tmp_path: Path, container_lab: ContainerLab) -> None:
-    plan = make_plan(load_spec(write_job(tmp_path, container_lab.image, cloud="azure")))
+    plan = make_plan(load_spec(write_container_job(tmp_path, container_lab.image, cloud="azure")))
     host = plan.as_json()["container"]["host_stack"]  # type: ignore[index]
     assert plan.candidates[0].image is not None and plan.candidates[0].image.name == "ubuntu-22.04"
     assert host["image_has"] == ""
@@ -71,7 +64,7 @@ def test_plain_ubuntu_gets_the_engine_and_the_pinned_toolkit(tmp_path: Path, con
 
 
 def test_k80_with_a_cuda12_image_is_refused_naming_the_line(tmp_path: Path, container_lab: ContainerLab) -> None:
-    path = write_job(tmp_path, container_lab.image, gpu="K80:1")
+    path = write_container_job(tmp_path, container_lab.image, gpu="K80:1")
     with pytest.raises(ImageRefused) as info:
         make_plan(load_spec(path))
     err = info.value
@@ -157,7 +150,7 @@ def test_a_driver_pin_must_reach_the_images_floor() -> None:
 
 
 def test_alternatives_exclude_a_gpu_that_cannot_run_the_image(tmp_path: Path) -> None:
-    spec = load_spec(write_job(tmp_path, f"{CLOSED}/team/train:cuda13.0", gpu="[M60:1, T4:1]", cloud="azure"))
+    spec = load_spec(write_container_job(tmp_path, f"{CLOSED}/team/train:cuda13.0", gpu="[M60:1, T4:1]", cloud="azure"))
     plan = make_plan(spec)
     assert {c.gpu for c in plan.candidates} == {"T4"}
     reasons = {e.reason for e in plan.excluded if e.instance_type.endswith("s_v3") and "_NV" in e.instance_type}
@@ -166,7 +159,7 @@ def test_alternatives_exclude_a_gpu_that_cannot_run_the_image(tmp_path: Path) ->
 
 
 def test_no_alternative_can_run_the_image(tmp_path: Path) -> None:
-    path = write_job(tmp_path, f"{CLOSED}/team/train:cuda13.0", gpu="M60|V100-32GB", cloud="any")
+    path = write_container_job(tmp_path, f"{CLOSED}/team/train:cuda13.0", gpu="M60|V100-32GB", cloud="any")
     with pytest.raises(ImageRefused) as info:
         make_plan(load_spec(path))
     text = info.value.render()
@@ -175,7 +168,7 @@ def test_no_alternative_can_run_the_image(tmp_path: Path) -> None:
 
 
 def test_unknown_cuda_plans_with_a_warning(tmp_path: Path) -> None:
-    plan = make_plan(load_spec(write_job(tmp_path, f"{CLOSED}/team/plain:1.0")))
+    plan = make_plan(load_spec(write_container_job(tmp_path, f"{CLOSED}/team/plain:1.0")))
     doc = plan.as_json()["container"]
     assert doc["cuda"] is None and doc["cuda_source"] == "unknown"  # type: ignore[index]
     assert any("which CUDA" in w for w in plan.warnings)
@@ -183,7 +176,7 @@ def test_unknown_cuda_plans_with_a_warning(tmp_path: Path) -> None:
 
 
 def test_local_provider_uses_the_host_as_it_is(tmp_path: Path) -> None:
-    plan = make_plan(load_spec(write_job(tmp_path, f"{CLOSED}/team/train:cuda12.4", cloud="local")))
+    plan = make_plan(load_spec(write_container_job(tmp_path, f"{CLOSED}/team/train:cuda12.4", cloud="local")))
     host = plan.as_json()["container"]["host_stack"]  # type: ignore[index]
     assert host["installs_if_missing"] == [] and "as it is" in host["driver"]
 
@@ -197,7 +190,7 @@ def test_cpu_only_container_job_needs_only_an_engine(tmp_path: Path) -> None:
 
 
 def test_a_job_without_container_plans_as_before() -> None:
-    from tests.plan.test_planner import job
+    from tests.support.planner_oracle import job
 
     doc = make_plan(job(gpu="T4:1", cloud=["aws"])).as_json()
     assert "container" not in doc

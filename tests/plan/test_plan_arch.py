@@ -17,7 +17,7 @@ from gpucloud.errors import UserError
 from gpucloud.plan.planner import make_plan
 from gpucloud.spec.load import json_schema, parse_spec
 from gpucloud.spec.values import SpecError
-from tests.catalog.test_catalog_index import file_and_memory, grown_rows
+from tests.support.catalog_files import file_and_memory, grown_rows
 
 ANY_GPU = "name: anygpu\nresources:\n  gpu: {{memory: 1GB.., count: 1..8}}\n{extra}run: 'true'\n"
 ARM_REASON = "arm64 (resources.arch: arm64 or any opens it)"

@@ -14,13 +14,10 @@ import time
 from pathlib import Path
 
 from gpucloud.channel.store import SMALL_OBJECT_MAX, FileChannel, ObjectRefused, node_prefix
-from tests.providers.local.test_local_e2e import cli, leftovers, run_id_of, write_job
+from tests.support.cli import cli
+from tests.support.hostile_jobs import POISON_STATUS
+from tests.support.local_runs import leftovers, run_id_of, write_job
 from tests.support.text import flat
-
-# The job finds its own status URL in the manifest beside its folder and links it to /dev/zero.
-POISON_STATUS = (
-    "p=$(sed -n 's|^status_put file://||p' ../manifest); echo poisoning; sleep 1; ln -sf /dev/zero \"$p\"; sleep 120"
-)
 
 
 def test_status_linked_to_dev_zero_is_refused_and_the_run_torn_down(gpucloud_home: Path, tmp_path: Path) -> None:

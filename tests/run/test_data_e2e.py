@@ -11,9 +11,7 @@ are smaller than the issue's 2,000 files / 300 MB so the suite stays quick on a 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
-import os
 import re
 import time
 import urllib.error
@@ -25,40 +23,14 @@ import pytest
 
 from gpucloud.run.data_grants import check
 from gpucloud.spec.load import parse_spec
-from tests.providers.local.test_local_e2e import cli, run_id_of, write_job
 from tests.support.azurite import Azurite, azurite  # noqa: F401
+from tests.support.cli import cli
+from tests.support.data_files import DIGEST_PY, FILES, TOTAL_MB, blob_container, digest, make_files, use_azurite
+from tests.support.local_runs import run_id_of, write_job
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 
-FILES = int(os.environ.get("GPUCLOUD_DATA_E2E_FILES", "200"))
-TOTAL_MB = float(os.environ.get("GPUCLOUD_DATA_E2E_MB", "20"))
 OUT_MB = max(1, int(TOTAL_MB * 2 / 3))
 pytestmark = pytest.mark.slow
-
-DIGEST_PY = """
-import hashlib, os, sys
-root = sys.argv[1]
-h = hashlib.sha256()
-n = 0
-for dirpath, dirs, files in os.walk(root):
-    dirs.sort()
-    for name in sorted(files):
-        rel = os.path.relpath(os.path.join(dirpath, name), root)
-        h.update(rel.encode() + b"\\0" + open(os.path.join(dirpath, name), "rb").read())
-        n += 1
-print("DIGEST", root, n, h.hexdigest())
-"""
-
-
-def make_files(count: int = FILES, total_mb: float = TOTAL_MB) -> dict[str, bytes]:
-    size = max(1, int(total_mb * 1e6 / count))
-    return {f"part-{i // 100:02d}/f{i:05d}.bin": os.urandom(size) for i in range(count)}
-
-
-def digest(files: dict[str, bytes]) -> str:
-    h = hashlib.sha256()
-    for rel in sorted(files, key=lambda r: (r.split("/")[:-1], r.split("/")[-1])):
-        h.update(rel.encode() + b"\0" + files[rel])
-    return h.hexdigest()
 
 
 def job_for(tmp_path: Path, inputs: dict[str, str], outputs: dict[str, str]) -> Path:
@@ -151,28 +123,11 @@ def test_s3_grants_name_only_the_job_files(tmp_path: Path, moto: Moto) -> None:
     assert not any("Action" in json.dumps(c) for c in policy["conditions"])
 
 
-def _az_env(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUCLOUD_AZURE_BLOB_ENDPOINT", azurite.blob_endpoint)
-    monkeypatch.setenv("AZURE_STORAGE_KEY", azurite.account_key)
-
-
-def _container(azurite: Azurite, name: str) -> object:
-    from azure.storage.blob import BlobServiceClient
-
-    svc = BlobServiceClient(
-        azurite.blob_endpoint, credential={"account_name": azurite.account_name, "account_key": azurite.account_key}
-    )
-    c = svc.get_container_client(name)
-    if not c.exists():
-        c.create_container()
-    return c
-
-
 def test_az_input_and_output(
     tmp_path: Path, gpucloud_home: Path, azurite: Azurite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _az_env(azurite, monkeypatch)
-    src, out = _container(azurite, "gc-in"), _container(azurite, "gc-out")
+    use_azurite(azurite, monkeypatch)
+    src, out = blob_container(azurite, "gc-in"), blob_container(azurite, "gc-out")
     files = make_files()
     for rel, body in files.items():
         src.upload_blob(f"set/{rel}", body, overwrite=True)  # type: ignore[attr-defined]
@@ -204,8 +159,8 @@ def _status(url: str, method: str = "GET", body: bytes | None = None) -> int:
 def test_az_grants_are_least_privilege_and_expire(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> None:
     """Azurite checks SAS signatures: the node's grants read only the named blobs, cannot write the
     input, cannot read or list the output, and stop working after the deadline."""
-    _az_env(azurite, monkeypatch)
-    src, _ = _container(azurite, "gc-gin"), _container(azurite, "gc-gout")
+    use_azurite(azurite, monkeypatch)
+    src, _ = blob_container(azurite, "gc-gin"), blob_container(azurite, "gc-gout")
     for name in ("named/a", "other/b"):
         src.upload_blob(name, b"data", overwrite=True)  # type: ignore[attr-defined]
     acct = azurite.account_name

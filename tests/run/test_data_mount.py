@@ -25,11 +25,12 @@ from gpucloud.run.data_grants import check
 from gpucloud.spec.load import parse_spec
 from gpucloud.vm.agent import mounts
 from gpucloud.vm.agent.stage_api import StageFailed
-from tests.providers.local.test_local_e2e import cli, run_id_of, write_job
-from tests.run.test_data_e2e import DIGEST_PY, _az_env, _container, digest, make_files
 from tests.support.azurite import Azurite, azurite  # noqa: F401
+from tests.support.cli import cli
 from tests.support.containers import ContainerLab, container_lab  # noqa: F401
+from tests.support.data_files import DIGEST_PY, blob_container, digest, make_files, use_azurite
 from tests.support.iam_eval import Request, decide
+from tests.support.local_runs import run_id_of, write_job
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 from tests.support.procs import gpucloud_until_started
 
@@ -73,9 +74,9 @@ def test_s3_and_az_folders_mounted_read_only_and_nothing_left(
     for rel, body in files.items():
         s3.put_object(Bucket="gc-mount-in", Key=f"set/{rel}", Body=body)
     s3.put_object(Bucket="gc-mount-in", Key="settings/not-this", Body=b"x")
-    _az_env(azurite, monkeypatch)
+    use_azurite(azurite, monkeypatch)
     blobs = make_files(5, 0.1)
-    src = _container(azurite, "gc-mount-az")
+    src = blob_container(azurite, "gc-mount-az")
     for rel, body in blobs.items():
         src.upload_blob(f"val/{rel}", body, overwrite=True)  # type: ignore[attr-defined]
     acct = azurite.account_name

@@ -103,9 +103,9 @@ def test_node_copy_is_resumable_and_checks_sizes(tmp_path: Path, server: str) ->
 
 
 def _pem(tmp_path: Path) -> tuple[str, str]:
-    from tests.run.test_secrets import _openssl_key
+    from tests.support.node_keys import openssl_node_key
 
-    pub, _ = _openssl_key(tmp_path)
+    pub, _ = openssl_node_key(tmp_path)
     return pub, (tmp_path / "k.pem").read_text()
 
 

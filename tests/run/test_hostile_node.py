@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.providers.local.test_local_e2e import cli, run_id_of, write_job
+from tests.support.cli import cli
+from tests.support.local_runs import run_id_of, write_job
 
 # The job finds its status URL in the manifest beside its folder, signs a document with the node's
 # key (as the agent does: openssl pkeyutl over a file) and keeps writing it for `seconds`.

@@ -18,9 +18,7 @@ import pytest
 from gpucloud.channel.store import FileChannel, log_key
 from gpucloud.contract import registry as providers
 from gpucloud.contract.provider import (
-    Candidate,
     CandidateError,
-    Capabilities,
     CapacityError,
     FatalProvisionError,
     Provider,
@@ -34,6 +32,7 @@ from gpucloud.run import commands, lifecycle, watch
 from gpucloud.run.log import LogMirror
 from gpucloud.spec.load import parse_spec
 from gpucloud.state.store import Journal, Store
+from tests.support.fake_lifecycle import RecordingProvider, fake_run, priced_candidate
 
 # ---- VM engine ---------------------------------------------------------------------------------------
 
@@ -152,65 +151,6 @@ def test_run_id_format() -> None:
 # ---- failover -----------------------------------------------------------------------------------------------
 
 
-class _FakeProvider:
-    """Records calls; fails each provision with the error queued for its region/type."""
-
-    capabilities = Capabilities(poll_interval=0.05)
-
-    def __init__(self, name: str, errors: dict[str, Exception], calls: list[str], home: Path) -> None:
-        self.name, self.errors, self.calls, self.home = name, errors, calls, home
-        self.handles: list[RunHandle] = []  # what provision returned
-        self.torn: list[RunHandle] = []  # what teardown was given
-
-    def channel(self, region: str) -> FileChannel:
-        return FileChannel(self.home / "channel" / self.name / region)
-
-    def provision(self, req, journal: Journal) -> RunHandle:  # type: ignore[no-untyped-def]
-        key = f"{req.region}/{req.instance_type}"
-        self.calls.append(f"provision {self.name}/{key}")
-        res = journal.intent(req.run_id, "instance", key, req.region, self.name)
-        err = self.errors.get(key)
-        if err:
-            raise err
-        journal.created(res, "id-1")
-        self.handles.append(RunHandle(req.run_id, self.name, req.region, attempt=req.attempt, nodes=["id-1"]))
-        return self.handles[-1]
-
-    def master_port(self) -> int:
-        return 29500
-
-    def console_hint(self, handle: RunHandle, rank: int) -> str:
-        return ""
-
-    def node_states(self, handle: RunHandle) -> list[str]:
-        return ["running"]
-
-    def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
-        self.calls.append(f"teardown {self.name}/{handle.region}")
-        self.torn.append(handle)
-        for res in journal.resources(handle.run_id):
-            if res.cloud == self.name and res.region == handle.region:
-                journal.deleted(res.id)
-
-    def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
-        return []
-
-
-def _cand(cloud: str, region: str, itype: str, price: float) -> Candidate:
-    return Candidate(
-        cloud=cloud,
-        region=region,
-        instance_type=itype,
-        gpu="T4",
-        gpu_count=1,
-        num_nodes=1,
-        spot=False,
-        price_per_hour=price,
-        total_per_hour=price,
-        estimated_cost=price,
-    )
-
-
 def test_failover_order_and_skips(tmp_path: Path, gpucloud_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpucloud.plan.stacks import resolve_stack
 
@@ -227,20 +167,20 @@ def test_failover_order_and_skips(tmp_path: Path, gpucloud_home: Path, monkeypat
         "us-west-2/g4dn.xlarge": FatalProvisionError("not subscribed", code="OptInRequired"),
         "eastus/Standard_NC4as_T4_v3": CapacityError("AllocationFailed", code="AllocationFailed"),
     }
-    fakes = {c: _FakeProvider(c, errors, calls, gpucloud_home) for c in ("aws", "azure")}
+    fakes = {c: RecordingProvider(c, errors, calls, gpucloud_home) for c in ("aws", "azure")}
     monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: fakes[cloud])
     plan = Plan(
         spec=spec,
         excluded=[],
         stack=resolve_stack("T4", spec.stack),
         candidates=[
-            _cand("aws", "us-east-1", "g4dn.xlarge", 0.5),
-            _cand("aws", "us-east-1", "g4dn.2xlarge", 0.7),
-            _cand("aws", "us-east-1", "g4dn.4xlarge", 1.2),  # skipped: quota in us-east-1
-            _cand("aws", "us-east-2", "g4dn.xlarge", 0.52),  # its image: the next candidate, aws not skipped
-            _cand("aws", "us-west-2", "g4dn.xlarge", 0.55),
-            _cand("aws", "eu-west-1", "g4dn.xlarge", 0.6),  # skipped: fatal on aws
-            _cand("azure", "eastus", "Standard_NC4as_T4_v3", 0.53),
+            priced_candidate("aws", "us-east-1", "g4dn.xlarge", 0.5),
+            priced_candidate("aws", "us-east-1", "g4dn.2xlarge", 0.7),
+            priced_candidate("aws", "us-east-1", "g4dn.4xlarge", 1.2),  # skipped: quota in us-east-1
+            priced_candidate("aws", "us-east-2", "g4dn.xlarge", 0.52),  # its image: the next candidate, aws not skipped
+            priced_candidate("aws", "us-west-2", "g4dn.xlarge", 0.55),
+            priced_candidate("aws", "eu-west-1", "g4dn.xlarge", 0.6),  # skipped: fatal on aws
+            priced_candidate("azure", "eastus", "Standard_NC4as_T4_v3", 0.53),
         ],
     )
     run = lifecycle.RunInProgress(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0)
@@ -266,31 +206,6 @@ def test_failover_order_and_skips(tmp_path: Path, gpucloud_home: Path, monkeypat
     assert rec is not None and rec.status == "no-capacity" and rec.exit_code == 75
     assert store.resources(run.run_id) == []  # every attempt's intent was cleaned up
     assert len(store.resources(run.run_id, alive_only=False)) == 5
-
-
-def fake_run(workdir: Path, home: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """A lifecycle run of a one-node job on a _FakeProvider (whose VM never reports): the run, the
-    provider's call list and the provider."""
-    from gpucloud.plan.stacks import resolve_stack
-
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "job.yaml").write_text("name: intr\nrun: 'true'\nresources: {gpu: T4:1}\n")
-    spec = parse_spec((workdir / "job.yaml").read_text(), str(workdir / "job.yaml"))
-    spec.source = workdir / "job.yaml"
-    calls: list[str] = []
-    prov = _FakeProvider("aws", {}, calls, home)
-    monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: prov)
-    plan = Plan(
-        spec=spec,
-        excluded=[],
-        stack=resolve_stack("T4", spec.stack),
-        candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 0.5)],
-    )
-    return (
-        lifecycle.RunInProgress(spec, plan, detach=False, json_out=False, wait_teardown=True, plan_s=0.0),
-        calls,
-        prov,
-    )
 
 
 def test_a_run_that_launched_nothing_has_no_teardown_to_report(
@@ -358,13 +273,16 @@ def test_failover_records_attempts_and_costs_only_the_launched_one(
 
     spec = _spec_in(tmp_path, "cost")
     calls: list[str] = []
-    prov = _FakeProvider("aws", {"us-east-1/g4dn.xlarge": CapacityError("no capacity")}, calls, gpucloud_home)
+    prov = RecordingProvider("aws", {"us-east-1/g4dn.xlarge": CapacityError("no capacity")}, calls, gpucloud_home)
     monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: prov)
     plan = Plan(
         spec=spec,
         excluded=[],
         stack=resolve_stack("T4", spec.stack),
-        candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 100.0), _cand("aws", "us-west-2", "g4dn.xlarge", 3.0)],
+        candidates=[
+            priced_candidate("aws", "us-east-1", "g4dn.xlarge", 100.0),
+            priced_candidate("aws", "us-west-2", "g4dn.xlarge", 3.0),
+        ],
     )
     run = lifecycle.RunInProgress(spec, plan, detach=True, json_out=True, wait_teardown=True, plan_s=0.0)
     assert run.execute().status == "detached"
@@ -389,13 +307,13 @@ def test_a_provision_that_crashed_is_torn_down_from_a_partial_handle(
     from gpucloud.plan.stacks import resolve_stack
 
     spec = _spec_in(tmp_path, "crash")
-    prov = _FakeProvider("aws", {"us-east-1/g4dn.xlarge": RuntimeError("bug in the provider")}, [], gpucloud_home)
+    prov = RecordingProvider("aws", {"us-east-1/g4dn.xlarge": RuntimeError("bug in the provider")}, [], gpucloud_home)
     monkeypatch.setattr(providers, "get_provider", lambda cloud, **kw: prov)
     plan = Plan(
         spec=spec,
         excluded=[],
         stack=resolve_stack("T4", spec.stack),
-        candidates=[_cand("aws", "us-east-1", "g4dn.xlarge", 0.5)],
+        candidates=[priced_candidate("aws", "us-east-1", "g4dn.xlarge", 0.5)],
     )
     run = lifecycle.RunInProgress(spec, plan, detach=False, json_out=True, wait_teardown=True, plan_s=0.0)
     with pytest.raises(RuntimeError):

@@ -36,10 +36,11 @@ from gpucloud.vm.agent.transfer import Transfer
 from gpucloud.vm.agent_config import job_config
 from gpucloud.vm.agent_pack import agent_archive, archive_sha256
 from gpucloud.vm.shim import render_shim
-from tests.providers.local.test_local_e2e import cli, leftovers, run_id_of, write_job
+from tests.support.cli import cli
+from tests.support.local_runs import leftovers, run_id_of, write_job
+from tests.support.render_inputs import CPU, SHELLCHECK, T4, make_candidate, make_spec
 from tests.support.text import flat
 from tests.support.torch_shutdown import torch_shutdown_crash
-from tests.vm.test_render import CPU, SHELLCHECK, T4, make_candidate, make_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -375,14 +376,16 @@ def test_render_rank_1_for_a_cloud(tmp_path: Path) -> None:
         job_config(spec, T4, cand, caps=capabilities("aws"), run_id="run-1", master_port=70000)
 
 
-def test_clear_ready_removes_a_previous_attempts_addresses(tmp_path: Path) -> None:
+def test_reset_nodes_removes_a_previous_attempts_addresses_and_statuses(tmp_path: Path) -> None:
     ch = FileChannel(tmp_path)
     for rank in range(3):
         ch.put_bytes(f"{node_prefix('r1', rank)}/ready", b"10.9.9.9\n")
     ch.put_bytes(f"{node_prefix('r1', 0)}/status.json", b"{}")
-    ch.clear_ready("r1", 3)
+    ch.put_bytes(f"{node_prefix('r2', 0)}/ready", b"10.9.9.8\n")  # another run's node
+    ch.reset_nodes("r1", 3)
     assert all(ch.get_bytes(f"{node_prefix('r1', r)}/ready") is None for r in range(3))
-    assert ch.get_bytes(f"{node_prefix('r1', 0)}/status.json") == b"{}"
+    assert ch.get_bytes(f"{node_prefix('r1', 0)}/status.json") is None  # read as this attempt's otherwise
+    assert ch.get_bytes(f"{node_prefix('r2', 0)}/ready") == b"10.9.9.8\n"
 
 
 def test_local_provider_picks_a_free_master_port() -> None:

@@ -16,11 +16,12 @@ from gpucloud.run.registry_login import PullLogin, PullLogins, pull_logins
 from gpucloud.run.secrets import SecretDelivery
 from gpucloud.spec.load import parse_spec
 from gpucloud.vm.agent import sealed
-from tests.providers.local.test_local_e2e import cli, write_job
-from tests.run.test_secrets import _openssl_key
 from tests.support.azure_fixtures import arm, fake_arm_server  # noqa: F401
+from tests.support.cli import cli
 from tests.support.fake_arm import FakeArm
+from tests.support.local_runs import write_job
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
+from tests.support.node_keys import openssl_node_key
 
 ACCOUNT = "123456789012"  # moto's account
 HOST = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com"
@@ -117,7 +118,7 @@ class _Channel:
 
 
 def test_the_login_rides_sealed_to_the_node_key_only(tmp_path: Path) -> None:
-    pub, seed = _openssl_key(tmp_path)
+    pub, seed = openssl_node_key(tmp_path)
     channel = _Channel(pub)
     logins = PullLogins(lambda: PullLogin("r.example:5000", "bot", "s3cr3t-pw"))
     delivery = SecretDelivery("run-1", 1, {}, None, logins)

@@ -14,7 +14,6 @@ import base64
 import hashlib
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,21 +25,12 @@ from gpucloud.spec.load import SpecError, parse_spec
 from gpucloud.spec.secrets import SecretValues, parse_env, resolve
 from gpucloud.vm.agent import sealed
 from gpucloud.vm.agent.mask import Masker
-from tests.providers.local.test_local_e2e import cli, run_id_of, write_job
+from tests.support.cli import cli
+from tests.support.local_runs import run_id_of, write_job
+from tests.support.node_keys import openssl_node_key
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "name: sec\nresources: {cloud: local}\nrun: 'true'\nsecrets: [HF_TOKEN]\nenv: {EPOCHS: 1}\n"
-
-
-def _openssl_key(tmp_path: Path) -> tuple[str, bytes]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
-    pem = tmp_path / "k.pem"
-    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(pem)], check=True)
-    der = subprocess.run(
-        ["openssl", "pkey", "-in", str(pem), "-pubout", "-outform", "DER"], check=True, capture_output=True
-    ).stdout
-    return base64.b64encode(der[-32:]).decode(), sealed.seed_from_pem(pem.read_text())
 
 
 def test_x25519_rfc7748_vector() -> None:
@@ -50,8 +40,8 @@ def test_x25519_rfc7748_vector() -> None:
 
 
 def test_seal_opens_only_with_the_claimed_key(tmp_path: Path) -> None:
-    pub, seed = _openssl_key(tmp_path)
-    other_pub, other_seed = _openssl_key(tmp_path / "b" if (tmp_path / "b").mkdir() is None else tmp_path)
+    pub, seed = openssl_node_key(tmp_path)
+    other_pub, other_seed = openssl_node_key(tmp_path / "b" if (tmp_path / "b").mkdir() is None else tmp_path)
     assert sealed.ed25519_public_to_x25519(base64.b64decode(pub)) == sealed.x25519_public(
         sealed.ed25519_seed_to_x25519(seed)
     )

@@ -12,11 +12,12 @@ import hashlib
 import secrets
 from pathlib import Path
 
-from tests.providers.aws.test_aws_e2e import aws_env, aws_sim, cli, moto, moto_server, run_id_of  # noqa: F401
-from tests.providers.azure.test_azure_e2e import cli as az_cli
+from tests.support.aws_runs import aws_env, hooked_cli, run_id_in  # noqa: F401
+from tests.support.aws_sim import aws_sim  # noqa: F401
 from tests.support.azure_fixtures import arm, azure_env, azurite, fake_arm_server  # noqa: F401
 from tests.support.azure_sim import azure_sim  # noqa: F401
-from tests.support.moto_server import Moto
+from tests.support.cli import cli
+from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 
 
 def _user_data(moto: Moto) -> list[bytes]:
@@ -45,7 +46,7 @@ def test_secret_and_data_on_aws(aws_env: dict[str, str], moto: Moto, tmp_path: P
         "outputs_sync: interval\ncheckpoint_interval: 1s\n"
     )
     env = {**aws_env, "HF_TOKEN": value}
-    proc = cli(env, "run", str(job), "--cloud", "aws", timeout=300)
+    proc = hooked_cli(env, "run", str(job), "--cloud", "aws", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert hashlib.sha256(value.encode()).hexdigest() in proc.stdout and "raw=***" in proc.stdout
     assert "alpha" in proc.stdout
@@ -62,7 +63,7 @@ def test_secret_and_data_on_aws(aws_env: dict[str, str], moto: Moto, tmp_path: P
                 assert needle not in body, f"{bucket['Name']}/{obj['Key']}"
     home = Path(aws_env["GPUCLOUD_HOME"])
     assert [str(p) for p in home.rglob("*") if p.is_file() and needle in p.read_bytes()] == []
-    status = cli(env, "status", run_id_of(proc.stderr), "--json")
+    status = hooked_cli(env, "status", run_id_in(proc.stderr), "--json")
     assert value not in proc.stdout + proc.stderr + status.stdout + status.stderr
 
 
@@ -89,7 +90,7 @@ def test_secret_and_data_on_azure(azure_env: dict[str, str], tmp_path: Path) -> 
         "mkdir -p out && echo result > out/r.txt'\nmax_duration: 10m\n"
     )
     env = {**azure_env, "HF_TOKEN": value, "AZURE_STORAGE_KEY": AZURITE_KEY}
-    proc = az_cli(env, "run", str(job), "--cloud", "azure", timeout=300)
+    proc = cli("run", str(job), "--cloud", "azure", timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert hashlib.sha256(value.encode()).hexdigest() in proc.stdout and "raw=***" in proc.stdout
     assert "alpha" in proc.stdout

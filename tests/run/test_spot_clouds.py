@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from gpucloud.state.store import Store
-from tests.providers.aws.test_aws_e2e import aws_env, wait_until  # noqa: F401
-from tests.run.test_spot import _latest_run, _log, check_finished_count, preempted_twice
+from tests.support.aws_runs import aws_env  # noqa: F401
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.azure_fixtures import arm, azure_env, azurite, fake_arm_server, leftovers  # noqa: F401
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
 from tests.support.fake_arm import FakeArm
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
-from tests.support.spot_job import write_count_job
+from tests.support.polling import wait_until  # noqa: F401
+from tests.support.spot_job import check_finished_count, latest_run, preempted_twice, run_log, write_count_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 N = 400  # 0.1 s a step: long enough that each attempt is still counting when it is preempted
@@ -112,16 +112,16 @@ def _run_until_sim_preempts(
         stderr=subprocess.PIPE,
     )
     try:
-        assert wait_until(lambda: _latest_run(home), 60)
-        run_id = _latest_run(home) or ""
-        assert wait_until(lambda: "(interval" in _log(home, run_id), 120), _log(home, run_id)
+        assert wait_until(lambda: latest_run(home), 60)
+        run_id = latest_run(home) or ""
+        assert wait_until(lambda: "(interval" in run_log(home, run_id), 120), run_log(home, run_id)
         preempt()
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 75, err[-3000:]
-    return run_id, _log(home, run_id)
+    return run_id, run_log(home, run_id)
 
 
 def test_aws_imds_interruption_notice_ends_the_run_preempted(

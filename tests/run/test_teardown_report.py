@@ -15,6 +15,7 @@ import pytest
 from gpucloud.contract import registry
 from gpucloud.state.store import Journal, Store
 from tests.support.cli import clean_env, cli
+from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401  (fixtures)
 from tests.support.text import flat
 
 
@@ -129,3 +130,21 @@ def test_collect_of_a_detached_run_closes_its_attempt(gpucloud_home: Path, tmp_p
     [attempt] = Store(gpucloud_home / "state.db").get_run(rid).attempts
     assert attempt.ended_at is not None and attempt.end_reason == "job succeeded", attempt
     assert "running" not in cli("cost", env=env, cwd=tmp_path, check=True).stdout
+
+
+def test_gc_dry_run_that_could_not_make_one_call_says_which_and_exits_75(
+    moto: Moto,  # noqa: F811
+    gpucloud_home: Path,
+    tmp_path: Path,
+) -> None:
+    """moto answers DescribePlacementGroups with an HTML 500 page (it does not implement it): the
+    other calls' finds still count, the failing call is named per cloud with the number of regions,
+    the page itself is never printed, and the exit is 75 (gc-incomplete), not 78 for the whole cloud."""
+    env = clean_env(GPUCLOUD_HOME=str(gpucloud_home), AZURE_CONFIG_DIR=str(tmp_path / "no-azure"), **moto.env)
+    out = cli("gc", "--dry-run", "--cloud", "aws", env=env, cwd=tmp_path, timeout=300)
+    said = flat(out.stderr)
+    assert out.returncode == 75, out.stderr
+    assert "aws: DescribePlacementGroups could not be checked in" in said, said
+    assert "expired placement groups there, if any, were not seen" in said, said
+    assert "in part: aws" in said and "DescribeInstances" not in said, said
+    assert "html" not in said.lower() and "Traceback" not in said, said

@@ -21,14 +21,15 @@ DSTACK = sorted(p for p in (PEERS / "dstack").glob("*.yml") if "dev-environment"
 SECRETS = {"HUGGING_FACE_HUB_TOKEN": "hf-test", "WANDB_API_KEY": "wandb-test"}
 
 
-def cli(*argv: str) -> tuple[int, str, str]:
+def cli_in_process(*argv: str) -> tuple[int, str, str]:
+    """The CLI in this process (typer's CliRunner): exit code, stdout and stderr."""
     res = CliRunner().invoke(app, list(argv))
     return res.exit_code, res.stdout, res.stderr
 
 
 def imported(src: Path, tmp_path: Path) -> tuple[Path, str]:
     out = tmp_path / f"{src.name.split('.')[0]}-job.yaml"
-    code, stdout, stderr = cli("import", str(src), "--out", str(out))
+    code, stdout, stderr = cli_in_process("import", str(src), "--out", str(out))
     assert code == 0, stderr
     assert stdout == ""
     return out, stderr
@@ -46,10 +47,10 @@ def test_each_example_converts_validates_and_plans(src: Path, tmp_path: Path, mo
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
     job, _ = imported(src, tmp_path)
-    code, _, stderr = cli("validate", str(job))
+    code, _, stderr = cli_in_process("validate", str(job))
     assert code == 0, stderr
     data = yaml.safe_load(job.read_text())
-    code, stdout, stderr = cli("plan", "--json", str(job))
+    code, stdout, stderr = cli_in_process("plan", "--json", str(job))
     assert code == 0, stderr
     doc = json.loads(stdout)
     assert doc["candidates"]
@@ -57,7 +58,7 @@ def test_each_example_converts_validates_and_plans(src: Path, tmp_path: Path, mo
         # plan asks S3 about the job's buckets; with no credentials here each is a warning (run checks
         # it again), and an error only under --strict.
         assert any("was not checked (no AWS credentials found here)" in w for w in doc["warnings"]), doc["warnings"]
-        code, _, stderr = cli("plan", "--strict", str(job))
+        code, _, stderr = cli_in_process("plan", "--strict", str(job))
         assert code == 2 and "plan --strict:" in stderr, stderr
 
 
@@ -163,7 +164,7 @@ def test_skypilot_field_forms(tmp_path: Path) -> None:
     flat = " ".join(stderr.split())
     for field in ("resources.ports", "resources.disk_tier", "file_mounts./gcs", "resources.memory"):
         assert field in flat
-    assert cli("validate", str(job))[0] == 0
+    assert cli_in_process("validate", str(job))[0] == 0
 
 
 @pytest.mark.parametrize(
@@ -217,13 +218,13 @@ def test_a_file_that_is_neither_is_refused(tmp_path: Path) -> None:
     for text in ("name: mnist\nresources: {gpu: T4:1}\nrun: python train.py\n", "- a\n- list\n", "hello\n"):
         src = tmp_path / "job.yaml"
         src.write_text(text)
-        code, stdout, stderr = cli("import", str(src))
+        code, stdout, stderr = cli_in_process("import", str(src))
         assert code == 2 and stdout == "" and "Traceback" not in stderr
         assert "SkyPilot" in stderr and "dstack" in stderr, stderr
 
 
 def test_a_dstack_dev_environment_is_refused() -> None:
-    code, _, stderr = cli("import", str(PEERS / "dstack" / "axolotl-dev-environment.dstack.yml"))
+    code, _, stderr = cli_in_process("import", str(PEERS / "dstack" / "axolotl-dev-environment.dstack.yml"))
     assert code == 2 and "dev-environment" in stderr and "type: task" in stderr
 
 
@@ -232,18 +233,18 @@ def test_hostile_input_is_refused_quickly(tmp_path: Path) -> None:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 12)]
     bomb.write_text("\n".join(lines) + "\nenvs: *a11\nrun: x\n")
-    code, _, stderr = cli("import", str(bomb))
+    code, _, stderr = cli_in_process("import", str(bomb))
     assert code == 2 and "too deeply" in stderr
     big = tmp_path / "big.yaml"
     big.write_text("run: x\n" + "#" * (1 << 21))
-    code, _, stderr = cli("import", str(big))
+    code, _, stderr = cli_in_process("import", str(big))
     assert code == 2 and "KiB" in stderr
 
 
 def test_out_never_overwrites(tmp_path: Path) -> None:
     out = tmp_path / "job.yaml"
     out.write_text("keep me\n")
-    code, _, stderr = cli("import", str(PEERS / "skypilot" / "minimal.yaml"), "--out", str(out))
+    code, _, stderr = cli_in_process("import", str(PEERS / "skypilot" / "minimal.yaml"), "--out", str(out))
     assert code == 2 and "exists" in stderr and out.read_text() == "keep me\n"
 
 
@@ -252,7 +253,7 @@ def test_out_never_overwrites(tmp_path: Path) -> None:
     [("skypilot/minimal.yaml", "a SkyPilot task"), ("dstack/torchrun.dstack.yml", "a dstack configuration")],
 )
 def test_validate_of_a_peer_file_names_import(rel: str, kind: str) -> None:
-    code, _, stderr = cli("validate", str(PEERS / rel))
+    code, _, stderr = cli_in_process("validate", str(PEERS / rel))
     flat = " ".join(stderr.split())
     assert code == 2
     assert flat.endswith(f"This looks like {kind}: `gpucloud import {PEERS / rel}` converts it."), flat
@@ -261,7 +262,7 @@ def test_validate_of_a_peer_file_names_import(rel: str, kind: str) -> None:
 def test_commands_without_type_read_as_dstack(tmp_path: Path) -> None:
     src = tmp_path / "job.yaml"
     src.write_text("name: t\nresources: {gpu: 24GB}\ncommands: [python train.py]\n")
-    code, _, stderr = cli("validate", str(src))
+    code, _, stderr = cli_in_process("validate", str(src))
     assert code == 2 and "This looks like a dstack configuration" in " ".join(stderr.split())
     job, _ = imported(src, tmp_path)
     assert yaml.safe_load(job.read_text())["run"] == "set -e\npython train.py\n"
@@ -270,7 +271,7 @@ def test_commands_without_type_read_as_dstack(tmp_path: Path) -> None:
 def test_validate_of_a_wrong_gpucloud_file_does_not_name_import(tmp_path: Path) -> None:
     src = tmp_path / "job.yaml"
     src.write_text("name: mnist\nresources: {gpu: T4:1, regoins: [us-east-1]}\nrun: python train.py\n")
-    code, _, stderr = cli("validate", str(src))
+    code, _, stderr = cli_in_process("validate", str(src))
     assert code == 2 and "gpucloud import" not in stderr
 
 

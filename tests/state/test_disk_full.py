@@ -21,7 +21,8 @@ from gpucloud.cli.app import handles_errors
 from gpucloud.state import guard
 from gpucloud.state.guard import StoreError, no_space
 from gpucloud.state.store import Store
-from tests.providers.local.test_local_e2e import cli, write_job
+from tests.support.cli import cli
+from tests.support.local_runs import write_job
 from tests.support.text import flat
 
 

@@ -11,16 +11,14 @@ from pathlib import Path
 
 import yaml
 
-from tests.support.cli import cli
+from tests.support.cli import cli, home_env
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def cli_in_home(home: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The CLI with `home` as its state folder and no cloud's or gpucloud's variable from this environment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GPUCLOUD_"))}
-    env.update(GPUCLOUD_HOME=str(home), CI="true", PYTHONPATH=str(REPO))
-    return cli(*args, env=env, cwd=cwd)
+    return cli(*args, env=home_env(home), cwd=cwd)
 
 
 def loose(home: Path, skip: tuple[str, ...] = ()) -> list[str]:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpucloud.state.store import Store
-from tests.providers.local.test_local_e2e import cli, leftovers, run_id_of, write_job
+from tests.support.cli import cli
+from tests.support.local_runs import leftovers, run_id_of, write_job
 from tests.support.text import flat
 
 STORE_ERROR = 74
@@ -161,7 +162,7 @@ def test_store_that_breaks_during_a_run_still_tears_it_down(
 
     from gpucloud.run import lifecycle
     from gpucloud.state.guard import StoreError, store_error
-    from tests.run.test_lifecycle import fake_run
+    from tests.support.fake_lifecycle import fake_run
 
     run, calls, prov = fake_run(tmp_path / "w", gpucloud_home, monkeypatch)
 

@@ -16,6 +16,10 @@ here, and only these:
 - moto cannot authorise a presigned request (no Authorization header: it fails with a 500). A
   presigned GET/PUT is decided for the user who signed it (its access key id), as AWS does; a
   presigned POST's policy is not evaluated (its signer's s3:PutObject is, by the CLI's own calls).
+- moto verifies the SigV4 signature of a body-less GET or DELETE with query parameters (EventBridge
+  Scheduler's DeleteSchedule/GetSchedule/ListSchedules `?groupName=`) as if those parameters were a
+  form body, so every such call failed SignatureDoesNotMatch: such a request is checked with the
+  empty body it was signed with.
 The harness's own key ("testing": seeding, the VM simulator, leak checks) is an IAM user with
 `*` on `*`: it plays AWS itself, not a customer.
 """
@@ -114,12 +118,26 @@ def _presigned(orig: Any) -> Any:
     return authenticate
 
 
+def _bodyless_requests(orig: Any) -> Any:
+    def create(self: Any) -> Any:
+        if self._method in ("GET", "DELETE", "HEAD") and not self._body:
+            saved = self._data
+            self._data = b""
+            try:
+                return orig(self)
+            finally:
+                self._data = saved
+        return orig(self)
+
+    return create
+
+
 @contextmanager
 def enforced(moto: Moto) -> Iterator[None]:
     """IAM enforcement on the session's moto server for the duration (restored after)."""
     from moto import settings
     from moto.core.authorization import ActionAuthenticatorMixin
-    from moto.iam.access_control import IAMPolicyStatement, S3IAMRequest
+    from moto.iam.access_control import IAMPolicyStatement, IAMRequestBase, S3IAMRequest
 
     _harness_user()
     saved = (
@@ -132,11 +150,14 @@ def enforced(moto: Moto) -> Iterator[None]:
     ActionAuthenticatorMixin._authenticate_and_authorize_action = _presigned(saved[3])  # type: ignore[method-assign]
     checked = _s3_action_names(S3IAMRequest.check_action_permitted)
     S3IAMRequest.check_action_permitted = checked  # type: ignore[method-assign]
+    created = IAMRequestBase._create_aws_request
+    IAMRequestBase._create_aws_request = _bodyless_requests(created)  # type: ignore[method-assign]
     settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
     ActionAuthenticatorMixin.request_count = 0
     try:
         yield
     finally:
+        IAMRequestBase._create_aws_request = created  # type: ignore[method-assign]
         settings.INITIAL_NO_AUTH_ACTION_COUNT, ActionAuthenticatorMixin.request_count = saved[0], saved[1]
         IAMPolicyStatement._check_element_matches = saved[2]  # type: ignore[method-assign]
         ActionAuthenticatorMixin._authenticate_and_authorize_action = saved[3]  # type: ignore[method-assign]

@@ -16,31 +16,9 @@ import pytest
 
 from tests.support.cli import clean_env, cli
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
+from tests.support.text import WIDTH, flat, header, too_wide
 
 REPO = Path(__file__).resolve().parents[2]
-WIDTH = 80
-
-
-def too_wide(text: str) -> list[str]:
-    """Lines over the width, except prose lines that are one unbreakable word (a path, a URL)."""
-    return [
-        line
-        for line in text.splitlines()
-        if len(line) > WIDTH and not any(len(word) > WIDTH // 2 for word in line.split())
-    ]
-
-
-def header(stdout: str, first: str) -> str:
-    """The table's header (its lines above the rule), flattened: headers may wrap onto two lines."""
-    lines = stdout.splitlines()
-    rule = next(i for i, line in enumerate(lines) if line.startswith("─"))
-    top = next(i for i in range(rule, -1, -1) if lines[i].split()[:1] == [first] or i == 0)
-    start = top - 1 if top and lines[top - 1].startswith(" ") else top
-    return " ".join(" ".join(lines[start:rule]).split())
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 # ---- plan, catalog, gpus ---------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from gpucloud.vm.agent.logpump import FAILED, MORE, NOTHING, SENT, LogPump
 from gpucloud.vm.agent.safe_extract import RATIO_FLOOR, Refused, safe_untar
 from gpucloud.vm.agent.stage_api import StageFailed
 from gpucloud.vm.agent.uploads import AppendUpload, DirUpload, PostUpload, log_upload
-from tests.vm.fakes import FakeClock, FakeTransfer
+from tests.support.agent_fakes import FakeClock, FakeTransfer
 
 MANIFEST = (
     "deadline {deadline}\nstatus_put mem://status\nartifacts_put mem://art\nlog_dir mem://log\n"

@@ -19,8 +19,8 @@ from gpucloud.plan.images import resolve_node
 from gpucloud.plan.stacks import resolve_stack
 from gpucloud.spec.load import StackSpec
 from tests.support.fake_apt import load_repo
+from tests.support.vm_boot import NVIDIA_REPO_INDEX, make_vm
 from tests.support.vm_sim import GPU_NAMES
-from tests.vm.test_bootstrap import NVIDIA_REPO_INDEX, make_vm
 
 FAKE_APT = Path(__file__).parent.parent / "support" / "fake_apt.py"
 KERNEL = os.uname().release

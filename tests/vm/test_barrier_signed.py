@@ -13,7 +13,7 @@ from gpucloud.vm import protocol
 from gpucloud.vm.agent.barrier import Barrier, ReadyKeys
 from gpucloud.vm.agent.claim import NodeKey, verify
 from gpucloud.vm.agent.stage_api import StageFailed
-from tests.vm.fakes import FakeClock, FakeTransfer
+from tests.support.agent_fakes import FakeClock, FakeTransfer
 
 RUN = "r-barrier-0001"
 

@@ -20,7 +20,7 @@ from gpucloud.vm.agent import container
 from gpucloud.vm.agent.config import JobConfig
 from gpucloud.vm.agent.stage_api import StageFailed
 from gpucloud.vm.agent_config import job_config
-from tests.vm.test_render import CPU, make_candidate
+from tests.support.render_inputs import CPU, make_candidate
 
 JOB = """\
 name: boxed

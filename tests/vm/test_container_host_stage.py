@@ -16,6 +16,7 @@ from gpucloud.plan.container_stack import container_stack
 from gpucloud.plan.stack_data import CONTAINER_TOOLKIT_PACKAGES
 from gpucloud.vm.agent import stack
 from gpucloud.vm.agent.stage_api import StageFailed
+from tests.support.render_inputs import K80
 from tests.vm.conftest import APT, APT_UPDATE, LOCK_580, StubVm, config, installed_only
 
 IMAGE = ImageCuda("nvcr.io/nvidia/pytorch:24.08-py3", "nvcr.io", "12.6", "ngc-table", "test")
@@ -139,6 +140,4 @@ def test_the_config_carries_the_host_packages_only_for_a_container_job() -> None
     assert PLAIN["container"]["toolkit_packages"] == list(CONTAINER_TOOLKIT_PACKAGES)
     assert PLAIN["cuda_packages"] == [] and PLAIN["cudnn_packages"] == [] and PLAIN["framework_pip"] == []
     assert PLAIN["driver_packages"] == ["cuda-drivers-580"]
-    from tests.vm.test_stack_stage import K80_CFG
-
-    assert "container" not in K80_CFG
+    assert "container" not in config(K80, "aws", "K80", 1, "p2.xlarge")  # a job without `container:`

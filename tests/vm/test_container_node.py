@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from gpucloud.spec.container import ContainerSpec
-from tests.providers.aws.test_aws_e2e import wait_until
-from tests.run.test_spot import _Imds, imds  # noqa: F401
 from tests.support.container_gpu import no_cdi_spec  # noqa: F401
 from tests.support.containers import ContainerLab, container_lab, podman  # noqa: F401
-from tests.vm.test_bootstrap import STUBS, make_vm
+from tests.support.fake_imds import FakeImds, imds  # noqa: F401
+from tests.support.polling import wait_until
+from tests.support.vm_boot import STUBS, make_vm
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def containers_of(run_id: str) -> list[str]:
 
 
 def test_gpu_container_gets_cdi_devices_and_a_spot_notice(
-    tmp_path: Path, container_lab: ContainerLab, imds: type[_Imds], no_cdi_spec: Path
+    tmp_path: Path, container_lab: ContainerLab, imds: type[FakeImds], no_cdi_spec: Path
 ) -> None:
     url = imds.url  # type: ignore[attr-defined]
     vm = make_vm(

@@ -12,8 +12,8 @@ import pytest
 from gpucloud.vm.agent import gpu_check
 from gpucloud.vm.agent.gpu_check import matches_model
 from gpucloud.vm.agent.stage_api import StageFailed
+from tests.support.render_inputs import A100_TF, K80
 from tests.vm.conftest import StubVm, config
-from tests.vm.test_render import A100_TF, K80
 
 
 def _cfg(model: str, count: int, *, mode: str = "strict", framework: str = "none") -> dict[str, Any]:

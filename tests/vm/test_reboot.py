@@ -17,9 +17,9 @@ import pytest
 from tests.support.azure_fixtures import arm, azure_env, azurite, fake_arm_server  # noqa: F401
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
 from tests.support.fake_arm import FakeArm
+from tests.support.render_inputs import T4
+from tests.support.vm_boot import Vm, make_vm
 from tests.support.vm_sim import Guest, GuestSimulator
-from tests.vm.test_bootstrap import Vm, make_vm
-from tests.vm.test_render import T4
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vm.test_bootstrap import make_vm
+from tests.support.vm_boot import make_vm
 
 STARTUP_S = 3.0
 

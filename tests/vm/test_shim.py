@@ -19,9 +19,9 @@ from gpucloud.channel.store import agent_key, node_prefix
 from gpucloud.contract.registry import capabilities
 from gpucloud.spec.load import load_spec
 from gpucloud.vm.shim import SHIM_TARGET_BYTES, render_shim
+from tests.support.agent_node import RUN_ID, local_node
 from tests.support.s3_front import S3Front
-from tests.vm.agent_support import RUN_ID, local_node
-from tests.vm.test_bootstrap import Vm, make_vm
+from tests.support.vm_boot import Vm, make_vm
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))

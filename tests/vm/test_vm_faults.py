@@ -22,8 +22,8 @@ import pytest
 
 from gpucloud.providers.local import engine as vm_engine
 from tests.support.fault_http import FaultServer, closed_port
-from tests.vm.test_bootstrap import Vm, make_vm
-from tests.vm.test_render import K80
+from tests.support.render_inputs import K80
+from tests.support.vm_boot import Vm, make_vm
 
 DEADLINE_S = 3
 GRACE_S = 10

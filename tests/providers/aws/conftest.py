@@ -1,4 +1,4 @@
-"""Fixtures the tests of this folder share: defined once in a sibling test module, found here by pytest."""
+"""Fixtures the tests of this folder share, from tests/support/, found here by pytest."""
 
-from tests.providers.aws.test_aws_e2e import aws_env, inproc  # noqa: F401
-from tests.providers.aws.test_aws_provider import hooks, journal, provider  # noqa: F401
+from tests.support.aws_inproc import hooks, journal, provider  # noqa: F401
+from tests.support.aws_runs import aws_env, inproc  # noqa: F401

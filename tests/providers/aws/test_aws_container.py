@@ -18,14 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.providers.aws.test_aws_e2e import aws_env, cli, wait_until  # noqa: F401
-from tests.providers.local.test_local_containers import RENDEZVOUS, containers_of, count_job
-from tests.providers.local.test_local_e2e import write_job
-from tests.run.test_spot import check_finished_count, preempted_twice
+from tests.support.aws_runs import aws_env, hooked_cli  # noqa: F401
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.container_gpu import cdi_spec, toolkit_present  # noqa: F401
+from tests.support.container_jobs import RENDEZVOUS, containers_of, count_job
 from tests.support.containers import ContainerLab, container_lab  # noqa: F401
+from tests.support.local_runs import write_job
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
+from tests.support.polling import wait_until  # noqa: F401
+from tests.support.spot_job import check_finished_count, preempted_twice
 
 # every test here runs a GPU container: the CDI spec and a toolkit on PATH (tests/support/container_gpu.py)
 pytestmark = [
@@ -84,7 +85,7 @@ def test_aws_two_containerised_nodes_rendezvous_over_the_hosts_network(
         },
     )
     t0 = time.monotonic()
-    proc = cli(aws_env, "run", str(job), "--json", timeout=240)
+    proc = hooked_cli(aws_env, "run", str(job), "--json", timeout=240)
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-4000:]
     run_id = json.loads(proc.stdout)["run_id"]
@@ -119,13 +120,13 @@ def test_aws_missing_image_fails_in_container_pull_quickly_and_leaves_no_machine
         },
     )
     t0 = time.monotonic()
-    proc = cli(aws_env, "run", str(job), "--json", timeout=240)
+    proc = hooked_cli(aws_env, "run", str(job), "--json", timeout=240)
     took = time.monotonic() - t0
     assert proc.returncode != 0 and took < 120, (took, proc.stderr[-4000:])
     run_id = json.loads(proc.stdout)["run_id"]
     message = " ".join(proc.stderr.split())
     assert f"container: cannot pull {image}:" in message and "manifest unknown" in message, message[-3000:]
-    status = json.loads(cli(aws_env, "status", run_id, "--json").stdout)
+    status = json.loads(hooked_cli(aws_env, "status", run_id, "--json").stdout)
     assert status["status"] == "error", status
     log = (gpucloud_home / "runs" / run_id / "log.txt").read_text()
     assert "pull 3/3" in log and "stage setup" not in log and "stage run" not in log, log[-3000:]

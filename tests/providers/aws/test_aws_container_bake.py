@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.providers.aws.test_aws_e2e import aws_env, cli  # noqa: F401
-from tests.providers.local.test_local_containers import containers_of
+from tests.support.aws_runs import aws_env, hooked_cli  # noqa: F401
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.container_gpu import cdi_spec, toolkit_present  # noqa: F401
+from tests.support.container_jobs import containers_of
 from tests.support.containers import ContainerLab, container_lab, podman, start_registry  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 
@@ -48,22 +48,25 @@ def test_image_build_prepulls_the_container_and_the_run_needs_no_registry(
         image = registry.push(container_lab.local_image, "bake/train", "1")
         podman("rmi", "-f", image)  # the engine holds it only once the builder has pulled it
         job = _job(tmp_path / "job", image)
-        built = cli(env, "image", "build", str(job), "--cloud", "aws", "--region", "us-east-1", "--yes", "--json")
+        built = hooked_cli(
+            env, "image", "build", str(job), "--cloud", "aws", "--region", "us-east-1", "--yes", "--json"
+        )
         assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-4000:]
         doc = json.loads(built.stdout.strip().splitlines()[-1])
         assert doc["built"] is True and tagged_alive(moto) == []
         builder = aws_sim.guest(aws_sim.booted[-1])
         assert builder is not None and f"container: pulled {image}" in builder.console(), builder.console()[-3000:]
         assert containers_of("image-baked-box") == [] and podman("image", "exists", image).returncode == 0
-        plan = json.loads(cli(env, "plan", str(job), "--json").stdout)
+        plan = json.loads(hooked_cli(env, "plan", str(job), "--json").stdout)
         assert plan["candidates"][0]["image"]["found_by"] == "baked"
         other = _job(tmp_path / "other", container_lab.image)  # another image: not this baked image
         assert (
-            json.loads(cli(env, "plan", str(other), "--json").stdout)["candidates"][0]["image"]["found_by"] != "baked"
+            json.loads(hooked_cli(env, "plan", str(other), "--json").stdout)["candidates"][0]["image"]["found_by"]
+            != "baked"
         )
     finally:
         registry.stop()
-    run = cli(env, "run", str(job), "--json", timeout=300)
+    run = hooked_cli(env, "run", str(job), "--json", timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     result = json.loads(run.stdout)
     log = (Path(env["GPUCLOUD_HOME"]) / "runs" / result["run_id"] / "log.txt").read_text()

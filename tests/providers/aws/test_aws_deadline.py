@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from gpucloud.providers.aws import deadline
-from tests.providers.aws.test_aws_e2e import invoke, run_id_of, write_job  # noqa: F401
-from tests.providers.aws.test_aws_provider import make_request  # noqa: F401
 from tests.support.aws_faults import ACCOUNT, HOOKS, Fault
+from tests.support.aws_requests import make_request  # noqa: F401
+from tests.support.aws_runs import invoke, run_id_in, write_aws_job  # noqa: F401
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 
@@ -222,16 +222,16 @@ def test_a_run_removes_its_schedule_and_down_removes_a_detached_ones(
     aws_sim: AwsVmSimulator,
     tmp_path: Path,
 ) -> None:  # noqa: F811
-    job = write_job(tmp_path / "job.yaml", run="echo deadline-layer", name="dl")
+    job = write_aws_job(tmp_path / "job.yaml", run="echo deadline-layer", name="dl")
     code, out = invoke("run", str(job), "--cloud", "aws")
     assert code == 0, out[-2000:]
-    run_id = run_id_of(out)
+    run_id = run_id_in(out)
     assert HOOKS.ops("CreateSchedule") and schedules(moto, run_id) == {}
     code, out = invoke(
-        "run", str(write_job(tmp_path / "long.yaml", run="sleep 60", name="dl2")), "--cloud", "aws", "--detach"
+        "run", str(write_aws_job(tmp_path / "long.yaml", run="sleep 60", name="dl2")), "--cloud", "aws", "--detach"
     )
     assert code == 0, out[-2000:]
-    run_id = run_id_of(out)
+    run_id = run_id_in(out)
     [got] = schedules(moto, run_id).values()
     assert json.loads(got["Target"]["Input"])["InstanceIds"][0].startswith("i-")
     code, out = invoke("down", run_id, "--yes")
@@ -246,11 +246,11 @@ def test_a_run_with_the_scheduler_denied_succeeds_with_one_warning(
     tmp_path: Path,
 ) -> None:  # noqa: F811
     HOOKS.add(Fault("CreateSchedule", "AccessDeniedException", times=None))
-    job = write_job(tmp_path / "job.yaml", run="echo still-runs", name="dl3")
+    job = write_aws_job(tmp_path / "job.yaml", run="echo still-runs", name="dl3")
     code, out = invoke("run", str(job), "--cloud", "aws")
     assert code == 0, out[-2000:]
     assert "still-runs" in out and out.count("did not create the deadline schedule") == 1
-    assert tagged_alive(moto, run_id_of(out)) == [] and schedules(moto, run_id_of(out)) == {}
+    assert tagged_alive(moto, run_id_in(out)) == [] and schedules(moto, run_id_in(out)) == {}
 
 
 def test_iam_policy_prints_the_deadline_role() -> None:

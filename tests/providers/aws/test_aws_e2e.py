@@ -17,178 +17,37 @@ cells use typer's CliRunner with the same hooks.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.aws_faults import HOOKS, KINDS, SESSION_RECORD, Fault, faults_env, install
+from tests.support.aws_faults import HOOKS, KINDS, Fault
+from tests.support.aws_runs import (  # noqa: F401  (fixtures)
+    EXAMPLES,
+    RUN_ID,
+    aws_env,
+    drop_bucket,
+    hooked_cli,
+    inproc,
+    invoke,
+    plain_cli,
+    run_id_in,
+    settle,
+    start_hooked_cli,
+    write_aws_job,
+)
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
+from tests.support.polling import wait_until
 from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parents[3]
-EXAMPLES = REPO / "examples"
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 MATRIX_RESULTS: dict[str, int] = {}  # cell -> tagged resources left at the end (must be 0)
 ATTEMPT = re.compile(r"attempt \d+: (aws/[^ \n]+)")
-
-
-def wait_until(cond: Callable[[], object], timeout: float = 30.0, step: float = 0.1) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(step)
-    return bool(cond())
-
-
-@pytest.fixture
-def aws_env(
-    moto: Moto,
-    aws_sim: AwsVmSimulator,
-    gpucloud_home: Path,
-    tmp_path: Path,  # noqa: F811
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[dict[str, str]]:
-    """moto + simulator; the environment a CLI subprocess needs; cwd = tmp_path."""
-    monkeypatch.chdir(tmp_path)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPUCLOUD_TEST_", "AZURE_"))}
-    env.update(moto.env)
-    env.update(
-        {
-            "GPUCLOUD_HOME": str(gpucloud_home),
-            "CI": "true",
-            "PYTHONPATH": str(REPO),
-            "GPUCLOUD_TEST_AWS_RECORD": str(SESSION_RECORD),
-            "GPUCLOUD_SSH_CIDR": "203.0.113.7/32",
-        }
-    )
-    env.pop("GPUCLOUD_AZURE_ARM_ENDPOINT", None)
-    yield env
-
-
-@pytest.fixture
-def inproc(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """In-process CLI runs with the hooks installed and the waits shortened (restored after)."""
-    from gpucloud.providers.aws import AwsProvider, reset_shared
-    from gpucloud.providers.aws.channel import S3Channel
-
-    install()
-    HOOKS.reset()
-    reset_shared(channels_only=True)  # each cell checks (and maybe creates) its buckets again
-    for cls in (AwsProvider, S3Channel):
-        for name in (
-            "capabilities",
-            "RETRY_ATTEMPTS",
-            "RETRY_BASE_S",
-            "RETRY_CAP_S",
-            "POLL_S",
-            "TERMINATE_TIMEOUT_S",
-            "SG_DELETE_TIMEOUT_S",
-            "PG_DELETE_TIMEOUT_S",
-        ):
-            if hasattr(cls, name):
-                monkeypatch.setattr(cls, name, getattr(cls, name))
-    from tests.support.aws_cli import make_fast
-
-    make_fast()
-    monkeypatch.setenv("GPUCLOUD_SSH_CIDR", "203.0.113.7/32")
-    yield
-    HOOKS.reset()
-
-
-def cli(
-    env: dict[str, str], *args: str, faults: list[Fault] | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    env = dict(env)
-    if faults:
-        env["GPUCLOUD_TEST_AWS_FAULTS"] = faults_env(faults)
-    return subprocess.run(
-        [sys.executable, "-m", "tests.support.aws_cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=os.getcwd(),
-    )
-
-
-def plain_cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`python -m gpucloud ARGS` with no test hooks at all: only the moto endpoint and credentials."""
-    from tests.support.aws_faults import PLACEMENT_ENV
-
-    env = {k: v for k, v in env.items() if k != PLACEMENT_ENV and not k.startswith("GPUCLOUD_TEST_")}
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=os.getcwd(),
-    )
-
-
-def start_cli(env: dict[str, str], *args: str, faults: list[Fault] | None = None) -> subprocess.Popen[str]:
-    env = dict(env)
-    if faults:
-        env["GPUCLOUD_TEST_AWS_FAULTS"] = faults_env(faults)
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.aws_cli", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=os.getcwd(),
-    )
-
-
-def invoke(*args: str) -> tuple[int, str]:
-    """The CLI in this process (typer's CliRunner): exit code and combined output."""
-    from typer.testing import CliRunner
-
-    from gpucloud.cli.app import app
-
-    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
-
-
-def write_job(
-    path: Path,
-    *,
-    run: str,
-    regions: str = "[us-east-1]",
-    max_duration: str = "10m",
-    name: str = "awsjob",
-    ssh: bool = False,
-    artifacts: str = "[]",
-    gpu: str = "T4:1",
-) -> Path:
-    path.write_text(
-        f"name: {name}\nresources:\n  cloud: aws\n  regions: {regions}\n  gpu: {gpu}\n"
-        f"  ssh: {str(ssh).lower()}\nrun: {run}\nartifacts: {artifacts}\nmax_duration: {max_duration}\n"
-    )
-    return path
-
-
-RUN_ID = re.compile(r"run ([a-z0-9-]+-\d{8}-\d{6}-[0-9a-f]{4})")
-
-
-def run_id_of(output: str) -> str:
-    m = RUN_ID.search(output)
-    assert m, output[-2000:]
-    return m.group(1)
-
-
-def settle(sim: AwsVmSimulator, timeout: float = 20) -> None:
-    """Let guests that are still running end (a killed CLI leaves its VM to finish by itself)."""
-    sim.wait_idle(timeout)
 
 
 def clean_up_and_count(
@@ -203,7 +62,7 @@ def clean_up_and_count(
     settle(sim)
     if tagged_alive(moto):
         if env is not None:
-            gc = cli(env, "gc", "--yes")
+            gc = hooked_cli(env, "gc", "--yes")
             code, out = gc.returncode, gc.stdout + gc.stderr
         else:
             code, out = invoke("gc", "--yes")
@@ -238,7 +97,7 @@ def test_example_runs_on_aws_with_logs_and_artifacts_and_leaves_nothing(
 ) -> None:
     if model.endswith(".pt"):
         pytest.importorskip("torch", reason="the example trains with PyTorch (CPU wheel in .ci/run)")
-    proc = cli(aws_env, "run", str(EXAMPLES / example), "--cloud", "aws", "--json", timeout=180)
+    proc = hooked_cli(aws_env, "run", str(EXAMPLES / example), "--cloud", "aws", "--json", timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert doc["status"] == "succeeded" and doc["exit_code"] == 0
@@ -255,7 +114,7 @@ def test_example_runs_on_aws_with_logs_and_artifacts_and_leaves_nothing(
     assert inst["State"]["Name"] == "terminated"
     assert (inst.get("InstanceLifecycle") == "spot") is spot
     # The log is still there after teardown (S3 keeps it).
-    logs = cli(aws_env, "logs", run_id)
+    logs = hooked_cli(aws_env, "logs", run_id)
     assert logs.returncode == 0 and "epoch" in logs.stdout
     # Whether the guest's own `shutdown` or the CLI's teardown ends the instance first is a race
     # here; the VM's self-termination is proven without a CLI in the detached test below.
@@ -267,8 +126,8 @@ def test_detached_vm_terminates_itself_when_the_job_ends(
     aws_sim: AwsVmSimulator,
     tmp_path: Path,
 ) -> None:
-    job = write_job(tmp_path / "job.yaml", run="echo self-terminating")
-    proc = cli(aws_env, "run", str(job), "--cloud", "aws", "--detach", "--json")
+    job = write_aws_job(tmp_path / "job.yaml", run="echo self-terminating")
+    proc = hooked_cli(aws_env, "run", str(job), "--cloud", "aws", "--detach", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert wait_until(lambda: len(aws_sim.booted) == 1, timeout=30)
     (iid,) = aws_sim.booted
@@ -277,7 +136,7 @@ def test_detached_vm_terminates_itself_when_the_job_ends(
     state = ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["State"]["Name"]
     assert state in {"shutting-down", "terminated"}
     run_id = json.loads(proc.stdout)["run_id"]
-    assert cli(aws_env, "down", run_id, "--yes").returncode == 0  # the security group goes with `down`
+    assert hooked_cli(aws_env, "down", run_id, "--yes").returncode == 0  # the security group goes with `down`
     assert tagged_alive(moto, run_id) == []
 
 
@@ -288,24 +147,24 @@ def test_job_failure_exit_code_is_the_jobs(aws_env: dict[str, str], moto: Moto, 
     """Also: temporary credentials that end before the deadline are warned about before launching."""
     from datetime import UTC, datetime, timedelta
 
-    job = write_job(tmp_path / "job.yaml", run="echo failing; exit 3", max_duration="2h")
+    job = write_aws_job(tmp_path / "job.yaml", run="echo failing; exit 3", max_duration="2h")
     soon = (datetime.now(UTC) + timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
     env = {**aws_env, "AWS_SESSION_TOKEN": "session-token", "AWS_CREDENTIAL_EXPIRATION": soon}
-    proc = cli(env, "run", str(job), "--cloud", "aws")
+    proc = hooked_cli(env, "run", str(job), "--cloud", "aws")
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "failing" in proc.stdout
     warning = proc.stderr.index("warning: the AWS credentials (env) are temporary")
     assert warning < proc.stderr.index("provision done"), "warned before the launch"
-    assert tagged_alive(moto, run_id_of(proc.stderr)) == []
+    assert tagged_alive(moto, run_id_in(proc.stderr)) == []
 
 
 def test_max_duration_exit_code_124(aws_env: dict[str, str], moto: Moto, tmp_path: Path) -> None:  # noqa: F811
-    job = write_job(tmp_path / "job.yaml", run="echo started; sleep 60", max_duration="4s")
+    job = write_aws_job(tmp_path / "job.yaml", run="echo started; sleep 60", max_duration="4s")
     t0 = time.monotonic()
-    proc = cli(aws_env, "run", str(job), "--cloud", "aws")
+    proc = hooked_cli(aws_env, "run", str(job), "--cloud", "aws")
     assert proc.returncode == 124, proc.stderr[-2000:]
     assert time.monotonic() - t0 < 40
-    assert tagged_alive(moto, run_id_of(proc.stderr)) == []
+    assert tagged_alive(moto, run_id_in(proc.stderr)) == []
 
 
 def test_no_capacity_anywhere_exits_75_listing_every_attempt(
@@ -318,7 +177,7 @@ def test_no_capacity_anywhere_exits_75_listing_every_attempt(
 
     example = EXAMPLES / "t4-any-cloud.yaml"
     plan = make_plan(load_spec(example), cloud="aws")
-    proc = cli(
+    proc = hooked_cli(
         aws_env,
         "run",
         str(example),
@@ -367,7 +226,7 @@ def test_failover_follows_the_plan_skipping_a_region_out_of_quota(
     finally:
         HOOKS.faults.clear()
         if RUN_ID.search(out):
-            invoke("down", run_id_of(out), "--yes")
+            invoke("down", run_id_in(out), "--yes")
     assert clean_up_and_count(moto, aws_sim) == []
 
 
@@ -400,7 +259,7 @@ def test_a_region_without_the_image_fails_one_candidate_not_the_cloud(
         assert "the rest of aws" not in out and "quota" not in out
     finally:
         if RUN_ID.search(out):
-            invoke("down", run_id_of(out), "--yes")
+            invoke("down", run_id_in(out), "--yes")
         seed_ubuntu_images(moto, [bare])
     assert clean_up_and_count(moto, aws_sim) == []
 
@@ -411,13 +270,13 @@ def test_detach_then_down_in_another_process(
     aws_sim: AwsVmSimulator,
     tmp_path: Path,
 ) -> None:
-    job = write_job(tmp_path / "job.yaml", run="echo detached-output; sleep 60")
-    proc = cli(aws_env, "run", str(job), "--cloud", "aws", "--detach", "--json")
+    job = write_aws_job(tmp_path / "job.yaml", run="echo detached-output; sleep 60")
+    proc = hooked_cli(aws_env, "run", str(job), "--cloud", "aws", "--detach", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     run_id = json.loads(proc.stdout)["run_id"]
     assert tagged_alive(moto, run_id), "the run keeps running after the CLI returned"
     assert wait_until(lambda: any("stage run" in g.console() for g in aws_sim.guests.values()), timeout=30)
-    status = cli(aws_env, "status", run_id, "--json")
+    status = hooked_cli(aws_env, "status", run_id, "--json")
     assert status.returncode == 0 and json.loads(status.stdout)["status"] == "running"
     # `down` through the real entry point against PLAIN moto: no test hooks, no placement-group fake
     # (a single-node run's teardown calls only the APIs for the kinds its handle lists).
@@ -425,7 +284,7 @@ def test_detach_then_down_in_another_process(
     assert down.returncode == 0, down.stderr[-2000:]
     assert tagged_alive(moto, run_id) == []
     assert wait_until(lambda: not aws_sim.leftover_processes(), timeout=10), "the guest ends with its instance"
-    logs = cli(aws_env, "logs", run_id)
+    logs = hooked_cli(aws_env, "logs", run_id)
     assert "detached-output" in logs.stdout
 
 
@@ -453,12 +312,12 @@ def test_gc_dry_run_lists_then_gc_deletes_expired_leftovers_in_every_region(
                 TagSpecifications=[{"ResourceType": "security-group", "Tags": tags}],
             )["GroupId"]
         )
-    dry = cli(aws_env, "gc", "--dry-run")
+    dry = hooked_cli(aws_env, "gc", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     for sg in made:
         assert f"would delete security group {sg}" in dry.stdout
     assert len(tagged_alive(moto, "crashed-run")) == 2
-    real = cli(aws_env, "gc", "--yes")
+    real = hooked_cli(aws_env, "gc", "--yes")
     assert real.returncode == 0, real.stderr
     assert all(f"deleted security group {sg}" in real.stdout for sg in made)
     assert tagged_alive(moto, "crashed-run") == []
@@ -493,19 +352,6 @@ PROVISION_CALLS = [
 TEARDOWN_CALLS = ["TerminateInstances", "DescribeInstances", "DeleteSecurityGroup", "DeleteKeyPair"]
 
 
-def _drop_bucket(moto: Moto, region: str) -> None:  # noqa: F811
-    """So that the next run creates (and configures) the bucket again."""
-    s3 = moto.client("s3", region)
-    name = f"gpucloud-123456789012-{region}"
-    try:
-        objs = s3.list_objects_v2(Bucket=name).get("Contents", [])
-    except Exception:  # noqa: BLE001 - no bucket yet
-        return
-    for o in objs:
-        s3.delete_object(Bucket=name, Key=o["Key"])
-    s3.delete_bucket(Bucket=name)
-
-
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("call", PROVISION_CALLS)
 def test_fault_matrix_provisioning(
@@ -517,8 +363,8 @@ def test_fault_matrix_provisioning(
     kind: str,
 ) -> None:
     if call == "CreateBucket":
-        _drop_bucket(moto, "us-east-1")
-    job = write_job(
+        drop_bucket(moto, "us-east-1")
+    job = write_aws_job(
         tmp_path / "job.yaml", run="echo fault-ok", regions="[us-east-1, us-west-2]", ssh=True, name="awsfault"
     )
     HOOKS.add(Fault(call, KINDS[kind], times=None, region="us-east-1"))
@@ -530,7 +376,7 @@ def test_fault_matrix_provisioning(
     assert ATTEMPT.findall(out) == ["aws/us-east-1/g4dn.xlarge", "aws/us-west-2/g4dn.xlarge"], out[-3000:]
     if kind == "quota" and call == "RunInstances":
         assert "L-DB2E81BA" in out
-    run_id = run_id_of(out)
+    run_id = run_id_in(out)
     assert tagged_alive(moto, run_id, regions=["us-east-1"]) == [], "the failed attempt cleaned up after itself"
     HOOKS.faults.clear()
     code, out = invoke("down", run_id, "--yes")
@@ -549,12 +395,12 @@ def test_fault_matrix_teardown(
     call: str,
     kind: str,
 ) -> None:
-    job = write_job(tmp_path / "job.yaml", run="echo fault-ok", ssh=True, name="awstear")
+    job = write_aws_job(tmp_path / "job.yaml", run="echo fault-ok", ssh=True, name="awstear")
     HOOKS.add(Fault(call, KINDS[kind], times=None))
     code, out = invoke("run", str(job), "--cloud", "aws")
     assert any(c.injected for c in HOOKS.ops(call)), f"the fault at {call} was never reached"
     assert code == 70, out[-3000:]  # the job succeeded, the teardown did not: say so
-    run_id = run_id_of(out)
+    run_id = run_id_in(out)
     assert f"gpucloud down {run_id}" in out
     assert "fault-ok" in out
     left = clean_up_and_count(moto, aws_sim, cell=f"{call}/{kind}")
@@ -584,11 +430,11 @@ def test_interrupted_or_killed_cli_leaves_nothing(
     how: str,
 ) -> None:
     run, stall = PHASES[phase]
-    job = write_job(tmp_path / "job.yaml", run=run, ssh=True, name="awskill")
+    job = write_aws_job(tmp_path / "job.yaml", run=run, ssh=True, name="awskill")
     record = tmp_path / "ops.txt"
     env = {**aws_env, "GPUCLOUD_TEST_AWS_RECORD": str(record)}
     faults = [Fault(stall[0], None, delay=2.0, after=stall[1], times=1)] if stall else []
-    proc = start_cli(env, "run", str(job), "--cloud", "aws", faults=faults)
+    proc = start_hooked_cli(env, "run", str(job), "--cloud", "aws", faults=faults)
 
     def reached() -> bool:
         if stall is not None:
@@ -609,7 +455,7 @@ def test_interrupted_or_killed_cli_leaves_nothing(
         assert proc.returncode == (0 if phase == "teardown" else 130), err[-2000:]
         assert "Traceback" not in err
         if phase != "teardown":
-            run_id = run_id_of(err)
+            run_id = run_id_in(err)
             assert tagged_alive(moto, run_id) == [], "the run's own teardown after Ctrl-C"
     else:
         assert proc.returncode == -signal.SIGKILL

@@ -17,8 +17,8 @@ import pytest
 
 from gpucloud.providers.aws.efa import EfaLayout, layout_from, network_interfaces, primary_interfaces
 from gpucloud.providers.aws.launch import LaunchPlan, run_instances
-from tests.providers.aws.test_aws_multinode import request
 from tests.support.aws_faults import AwsHooks
+from tests.support.aws_requests import multinode_request
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -80,7 +80,7 @@ class NullJournal:
 
 def launch_params(instance_type: str, nodes: int, efa: EfaLayout) -> dict[str, Any]:
     rec = Recorder()
-    req = dataclasses.replace(request(nodes), instance_type=instance_type)
+    req = dataclasses.replace(multinode_request(nodes), instance_type=instance_type)
     plan = LaunchPlan("ami-0123456789abcdef0", "/dev/sda1", "sg-0123", b"#!/bin/bash\n", nodes, "pg-name", None, efa)
     run_instances(rec, req, NullJournal(), REGION, plan, "us-east-1a", "subnet-0abc")  # type: ignore[arg-type]
     ((op, params),) = rec.calls
@@ -167,7 +167,7 @@ def test_a_two_node_p5_run_on_moto_carries_efa_and_ends_clean(
     journal: Any,
     hooks: AwsHooks,
 ) -> None:
-    req = dataclasses.replace(request(2), instance_type="p5.48xlarge")
+    req = dataclasses.replace(multinode_request(2), instance_type="p5.48xlarge")
     handle = provider.provision(req, journal)
     (run,) = hooks.ops("RunInstances")
     assert len(run.params["NetworkInterfaces"]) == 32 and run.params["MinCount"] == 2
@@ -194,7 +194,7 @@ def test_a_two_node_p5_run_on_moto_carries_efa_and_ends_clean(
     provider.teardown(handle, journal)
     assert tagged_alive(moto, req.run_id, [REGION]) == []
     from gpucloud.providers.aws.policy import policy_document
-    from tests.providers.aws.test_aws_policy import is_allowed
+    from tests.support.iam_eval import is_allowed
 
     doc = policy_document()
     ops = {c.operation for c in hooks.calls if c.service == "ec2"}
@@ -287,7 +287,7 @@ def test_an_exhausted_address_quota_fails_before_any_instance_starts() -> None:
             return super().ec2(op, region, **kwargs)
 
     rec = QuotaOfOne()
-    req = dataclasses.replace(request(2), instance_type="p5.48xlarge")
+    req = dataclasses.replace(multinode_request(2), instance_type="p5.48xlarge")
     plan = LaunchPlan("ami-0123456789abcdef0", "/dev/sda1", "sg-0123", b"", 2, "pg", None, layout("p5.48xlarge"))
     handle = RunHandle(run_id=req.run_id, cloud="aws", region=REGION)
     with pytest.raises(ClientError, match="AddressLimitExceeded"):

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,13 +19,14 @@ import pytest
 
 from gpucloud.providers.aws.policy import policy_document
 from tests.support.aws_faults import SESSION_RECORD
+from tests.support.aws_runs import AWS_CLI, RUN_ID
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
+from tests.support.cli import cli
 from tests.support.moto_iam import enforced, iam_user
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-RUN_ID = re.compile(r"run ([a-z0-9-]+-\d{8}-\d{6}-[0-9a-f]{4})")
 
 
 @pytest.fixture
@@ -54,17 +54,6 @@ def env(
     with enforced(moto):
         yield out
     assert tagged_alive(moto) == []
-
-
-def cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tests.support.aws_cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=os.getcwd(),
-    )
 
 
 def job(path: Path, *, name: str, extra: str = "") -> Path:
@@ -100,26 +89,39 @@ def test_the_printed_policy_is_all_a_real_account_needs(
     with pytest.raises(ClientError, match="not authorized to perform: ec2:DescribeVpcEndpoints"):
         user.describe_vpc_endpoints()  # moto is deciding: an action outside the policy is refused
     with_ssh = job(tmp_path / "ssh.yaml", name="iam-ssh", extra="  ssh: true\n")
-    assert "iam-ran" in ok(cli(env, "run", str(with_ssh), "--yes"))
+    assert "iam-ran" in ok(cli("run", str(with_ssh), "--yes", env=env, timeout=180, module=AWS_CLI))
     nodes = job(tmp_path / "nodes.yaml", name="iam-nodes")
     nodes.write_text(nodes.read_text() + "num_nodes: 2\n")
-    ok(cli(env, "run", str(nodes), "--yes"))
+    ok(cli("run", str(nodes), "--yes", env=env, timeout=180, module=AWS_CLI))
     spot = job(tmp_path / "spot.yaml", name="iam-spot", extra="  spot: true\n")
-    ok(cli(env, "run", str(spot), "--yes"))
-    detached = RUN_ID.search(ok(cli(env, "run", str(spot), "--yes", "--detach")))
+    ok(cli("run", str(spot), "--yes", env=env, timeout=180, module=AWS_CLI))
+    detached = RUN_ID.search(ok(cli("run", str(spot), "--yes", "--detach", env=env, timeout=180, module=AWS_CLI)))
     assert detached
-    ok(cli(env, "down", detached[1], "--yes"))
-    built = cli(env, "image", "build", str(with_ssh), "--cloud", "aws", "--region", "us-east-1", "--yes", "--json")
+    ok(cli("down", detached[1], "--yes", env=env, timeout=180, module=AWS_CLI))
+    built = cli(
+        "image",
+        "build",
+        str(with_ssh),
+        "--cloud",
+        "aws",
+        "--region",
+        "us-east-1",
+        "--yes",
+        "--json",
+        env=env,
+        timeout=180,
+        module=AWS_CLI,
+    )
     ok(built)
     ref = json.loads(built.stdout.strip().splitlines()[-1])["ref"]
-    ok(cli(env, "image", "rm", ref, "--cloud", "aws", "--region", "us-east-1"))
+    ok(cli("image", "rm", ref, "--cloud", "aws", "--region", "us-east-1", env=env, timeout=180, module=AWS_CLI))
     expired = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     stray = [{"Key": "gpucloud-run", "Value": "iam-stray"}, {"Key": "gpucloud-expires", "Value": expired}]
     moto.client("ec2").create_volume(
         AvailabilityZone="us-east-1a", Size=8, TagSpecifications=[{"ResourceType": "volume", "Tags": stray}]
     )
-    assert "iam-stray" in ok(cli(env, "gc", "--yes")) or tagged_alive(moto) == []
-    ok(cli(env, "check", "--cloud", "aws"))
+    assert "iam-stray" in ok(cli("gc", "--yes", env=env, timeout=180, module=AWS_CLI)) or tagged_alive(moto) == []
+    ok(cli("check", "--cloud", "aws", env=env, timeout=180, module=AWS_CLI))
 
 
 @pytest.mark.parametrize(
@@ -144,7 +146,7 @@ def test_a_policy_without_one_statement_is_refused_with_exit_78_naming_the_actio
     doc = policy_document()
     doc["Statement"] = [s for s in doc["Statement"] if s["Sid"] != sid]
     env = {**env, **iam_user(moto, "gpucloud-short", doc)}
-    out = cli(env, "run", str(job(tmp_path / "job.yaml", name="iam-short")), "--yes")
+    out = cli("run", str(job(tmp_path / "job.yaml", name="iam-short")), "--yes", env=env, timeout=180, module=AWS_CLI)
     text = out.stdout + out.stderr
     assert out.returncode == 78, text[-3000:]
     named = set(re.findall(r"denied ([a-z0-9-]+:[A-Za-z0-9]+)", text))

@@ -26,18 +26,16 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucloud.contract.provider import TAG_EXPIRES, TAG_RUN, CapacityError, LaunchRequest
-from gpucloud.plan.requests import launch_request
-from tests.providers.aws.test_aws_e2e import invoke, run_id_of  # noqa: F401
+from gpucloud.contract.provider import TAG_EXPIRES, TAG_RUN, CapacityError
 from tests.support.aws_faults import HOOKS, AwsHooks, Call, Fault, install
+from tests.support.aws_requests import REGION, multinode_request
+from tests.support.aws_runs import invoke, run_id_in  # noqa: F401
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive, user_data_of  # noqa: F401
 from tests.support.torch_shutdown import torch_shutdown_crash
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-REGION = "us-east-1"
-SCRIPT = '#!/bin/bash\n# one script for every node\necho "node $GPUCLOUD_NODE_RANK"\n'
 
 try:
     import torch  # noqa: F401
@@ -77,34 +75,6 @@ def journal(gpucloud_home: Path) -> Any:
 _counter = iter(range(10_000))
 
 
-def request(
-    nodes: int, *, region: str = REGION, expires_in: timedelta = timedelta(hours=2), ssh: bool = False
-) -> LaunchRequest:
-    """What the lifecycle hands a shared_user_data provider: N copies of one script."""
-    from gpucloud.plan.planner import make_plan
-    from gpucloud.spec.load import parse_spec
-
-    n = next(_counter)
-    spec = parse_spec(
-        f"name: mn-{n}\nresources:\n  cloud: aws\n  gpu: T4:1\n  ssh: {str(ssh).lower()}\n"
-        f"num_nodes: {nodes}\nrun: echo hi\nmax_duration: 1h\n",
-        "mn.yaml",
-    )
-    plan = make_plan(spec, cloud="aws", region=region)
-    cand = next(c for c in plan.candidates if not c.spot)
-    run_id = f"mn-{n}-{int(time.time() * 1000) % 16**6:06x}"
-    expires = datetime.now(UTC).replace(microsecond=0) + expires_in
-    return launch_request(
-        spec,
-        plan.stack,
-        cand,
-        run_id=run_id,
-        user_data=[SCRIPT] * nodes,
-        expires_at=expires,
-        tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ"), "Name": f"gpucloud-{run_id}"},
-    )
-
-
 def instances(moto: Moto, ids: list[str], region: str = REGION) -> list[dict[str, Any]]:  # noqa: F811
     out = moto.client("ec2", region).describe_instances(InstanceIds=ids)
     by_id = {i["InstanceId"]: i for r in out["Reservations"] for i in r["Instances"]}
@@ -129,7 +99,7 @@ def test_four_nodes_come_from_one_call_in_one_placement_group(
     hooks: AwsHooks,
 ) -> None:
     n = 4
-    req = request(n)
+    req = multinode_request(n)
     pg_name = f"gpucloud-{req.run_id}-0"
     journalled: list[bool] = []
 
@@ -187,7 +157,7 @@ def test_security_group_lets_in_only_the_runs_own_nodes(
     journal: Any,  # noqa: F811
     hooks: AwsHooks,
 ) -> None:
-    multi, single = request(2), request(1)
+    multi, single = multinode_request(2), multinode_request(1)
     handles = [provider.provision(req, journal) for req in (multi, single)]
     try:
         groups = {c.params["GroupName"]: c for c in hooks.ops("CreateSecurityGroup")}
@@ -221,7 +191,7 @@ def test_capacity_error_moves_all_nodes_to_the_next_zone_together(
 ) -> None:
     n = 4
     hooks.add(Fault("RunInstances", "InsufficientInstanceCapacity", times=1))
-    req = request(n)
+    req = multinode_request(n)
     handle = provider.provision(req, journal)
     ids = handle.nodes
     first, second = hooks.ops("RunInstances")
@@ -244,7 +214,7 @@ def test_no_zone_with_room_for_the_group_leaves_nothing(
     hooks: AwsHooks,
 ) -> None:
     hooks.add(Fault("RunInstances", "InsufficientInstanceCapacity", times=None))
-    req = request(3)
+    req = multinode_request(3)
     with pytest.raises(CapacityError, match="3 nodes together"):
         provider.provision(req, journal)
     runs = hooks.ops("RunInstances")
@@ -262,8 +232,8 @@ def test_gc_sweeps_expired_placement_groups(
 ) -> None:
     from gpucloud.contract.provider import expiry_tag as iso_utc
 
-    expired = request(2, region="us-west-2", expires_in=timedelta(minutes=-5))
-    fresh = request(2)
+    expired = multinode_request(2, region="us-west-2", expires_in=timedelta(minutes=-5))
+    fresh = multinode_request(2)
     handles = {req.run_id: provider.provision(req, journal) for req in (expired, fresh)}
     # What a CLI killed right after CreatePlacementGroup leaves behind.
     stray = [
@@ -314,7 +284,7 @@ def test_no_capacity_in_the_first_region_moves_both_nodes_to_the_next(  # noqa: 
     regions = {g.meta["region"] for g in aws_sim.guests.values()}
     assert regions == {"us-west-2"} and sorted(g.meta["rank"] for g in aws_sim.guests.values()) == ["0", "1"]
     aws_sim.wait_idle(20)
-    assert tagged_alive(moto, run_id_of(out)) == []
+    assert tagged_alive(moto, run_id_in(out)) == []
     assert not aws_sim.leftover_processes()
 
 
@@ -347,7 +317,7 @@ def test_ddp_example_on_two_aws_nodes(
         if code == 0 or attempt or not torch_shutdown_crash(log):
             break
     assert code == 0, log[-4000:]
-    run_id = run_id_of(log)
+    run_id = run_id_in(log)
     losses = {int(r): v for r, v in re.findall(r"^\[node (\d)\] rank \d final loss (\S+)$", log, re.M)}
     assert set(losses) == {0, 1}, log[-4000:]
     assert losses[0] == losses[1]

@@ -9,9 +9,7 @@ group and intra-run rule, gc of an expired volume).
 
 from __future__ import annotations
 
-import fnmatch
 import json
-from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,10 +17,10 @@ from typing import Any
 import pytest
 
 from gpucloud.providers.aws.policy import policy_document
-from tests.providers.aws.test_aws_e2e import _drop_bucket, invoke, run_id_of, write_job  # noqa: F401
 from tests.support.aws_faults import HOOKS, SESSION_RECORD, recorded_ops
+from tests.support.aws_runs import drop_bucket, invoke, run_id_in, write_aws_job  # noqa: F401
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
-from tests.support.iam_eval import Request, allowed, decide
+from tests.support.iam_eval import Request, allowed, as_list, decide, is_allowed, statements
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -72,20 +70,8 @@ def iam_action(service: str, operation: str) -> str:
     return ACTION_OF.get((service, operation), f"{service}:{operation}")
 
 
-def statements(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    return [s for s in doc["Statement"] if s["Effect"] == "Allow"]
-
-
-def as_list(value: str | Iterable[str]) -> list[str]:
-    return [value] if isinstance(value, str) else list(value)
-
-
 def allowed_actions(doc: dict[str, Any]) -> set[str]:
     return {a for s in statements(doc) for a in as_list(s["Action"])}
-
-
-def is_allowed(action: str, doc: dict[str, Any]) -> bool:
-    return any(fnmatch.fnmatchcase(action, pattern) for s in statements(doc) for pattern in as_list(s["Action"]))
 
 
 def test_policy_is_well_formed_and_tight() -> None:
@@ -96,9 +82,13 @@ def test_policy_is_well_formed_and_tight() -> None:
         assert s["Effect"] == "Allow" and s.get("Sid")
         for a in as_list(s["Action"]):
             assert "*" not in a, f"no wildcard actions: {a}"
-        if "iam:PassRole" in as_list(s["Action"]):  # only the deadline role, only to the scheduler
-            assert s["Resource"] == "arn:aws:iam::*:role/gpucloud-deadline"  # a role is passed in its own account
-            assert s["Condition"] == {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}
+        if "iam:PassRole" in as_list(s["Action"]):  # the deadline role to the scheduler, node roles to EC2
+            passed = {
+                "arn:aws:iam::*:role/gpucloud-deadline": "scheduler.amazonaws.com",  # in its own account
+                "arn:aws:iam::*:role/gpucloud/*": "ec2.amazonaws.com",  # identity.py's path
+            }
+            assert s["Resource"] in passed
+            assert s["Condition"] == {"StringEquals": {"iam:PassedToService": passed[s["Resource"]]}}
     # destroying only what gpucloud tagged; creating only with the tag
     by_action = {a: s for s in statements(doc) for a in as_list(s["Action"])}
     for a in (
@@ -129,18 +119,18 @@ def test_every_operation_of_the_end_to_end_runs_is_allowed(
     from gpucloud.contract.provider import expiry_tag as iso_utc
 
     # Our own tour of every feature, so this test stands alone too.
-    _drop_bucket(moto, "us-east-1")
-    job = write_job(tmp_path / "job.yaml", run="echo policy-tour", ssh=True, name="policy")
+    drop_bucket(moto, "us-east-1")
+    job = write_aws_job(tmp_path / "job.yaml", run="echo policy-tour", ssh=True, name="policy")
     code, out = invoke("run", str(job), "--cloud", "aws")
     assert code == 0, out[-2000:]
-    code, out = invoke("logs", run_id_of(out))
+    code, out = invoke("logs", run_id_in(out))
     assert code == 0 and "policy-tour" in out
     code, out = invoke("run", str(job), "--cloud", "aws", "--detach")
     assert code == 0, out[-2000:]
-    code, out = invoke("down", run_id_of(out), "--yes")
+    code, out = invoke("down", run_id_in(out), "--yes")
     assert code == 0, out[-2000:]
     # Two nodes: the placement group and the security group's rule for the run's own nodes.
-    nodes = write_job(tmp_path / "nodes.yaml", run="echo node $GPUCLOUD_NODE_RANK", name="policy-nodes")
+    nodes = write_aws_job(tmp_path / "nodes.yaml", run="echo node $GPUCLOUD_NODE_RANK", name="policy-nodes")
     nodes.write_text(nodes.read_text() + "num_nodes: 2\n")
     code, out = invoke("run", str(nodes), "--cloud", "aws")
     assert code == 0, out[-2000:]

@@ -23,94 +23,17 @@ from gpucloud.contract.provider import (
     CapacityError,
     FatalProvisionError,
     ImageMissingError,
-    LaunchRequest,
     PriceError,
     QuotaError,
     RunHandle,
     ThrottledError,
 )
-from gpucloud.plan.requests import launch_request
-from tests.support.aws_faults import HOOKS, Fault, install
+from tests.support.aws_faults import Fault
+from tests.support.aws_inproc import hooks, journal, provider  # noqa: F401  (fixtures)
+from tests.support.aws_requests import make_request
 from tests.support.moto_server import moto, moto_server, tagged_alive, user_data_of  # noqa: F401
 
 pytestmark = pytest.mark.slow
-
-SPEC = """
-name: unit-{name}
-resources:
-  cloud: aws
-  gpu: {gpu}
-  spot: {spot}
-  disk_gb: 120
-  ssh: {ssh}
-image: {image}
-run: echo hello
-max_duration: 1h
-"""
-
-
-@pytest.fixture
-def hooks(moto):  # noqa: F811
-    from gpucloud.providers.aws import reset_shared
-
-    install()
-    HOOKS.reset()
-    reset_shared(channels_only=True)
-    yield HOOKS
-    HOOKS.reset()
-
-
-@pytest.fixture
-def provider(moto, hooks):  # noqa: F811
-    from gpucloud.providers.aws import AwsProvider
-
-    p = AwsProvider(retry_base_s=0.01, poll_s=0.05, sleep=lambda s: None, public_ip=lambda: "203.0.113.7")
-    p.TERMINATE_TIMEOUT_S = p.SG_DELETE_TIMEOUT_S = 5.0
-    return p
-
-
-@pytest.fixture
-def journal(gpucloud_home):
-    from gpucloud.state.store import Journal, Store
-
-    return Journal(Store())
-
-
-_counter = iter(range(10_000))
-
-
-def make_request(
-    *,
-    gpu: str = "T4:1",
-    spot: bool = False,
-    ssh: bool = False,
-    image: str = "auto",
-    region: str = "us-east-1",
-    script: str = "#!/bin/bash\necho hi\n",
-    attempt: int = 0,
-    expires_in: timedelta = timedelta(hours=2),
-) -> LaunchRequest:
-    from gpucloud.plan.planner import make_plan
-    from gpucloud.spec.load import parse_spec
-
-    n = next(_counter)
-    spec = parse_spec(
-        SPEC.format(name=n, gpu=gpu, spot=str(spot).lower(), ssh=str(ssh).lower(), image=image), "unit.yaml"
-    )
-    plan = make_plan(spec, cloud="aws", region=region)
-    cand = next(c for c in plan.candidates if c.spot == spot)
-    run_id = f"unit-{n}-{random.randrange(16**6):06x}"
-    expires = datetime.now(UTC).replace(microsecond=0) + expires_in
-    return launch_request(
-        spec,
-        plan.stack,
-        cand,
-        run_id=run_id,
-        user_data=[script],
-        expires_at=expires,
-        attempt=attempt,
-        tags={TAG_RUN: run_id, TAG_EXPIRES: expires.strftime("%Y-%m-%dT%H:%M:%SZ")},
-    )
 
 
 def instance(moto, iid, region="us-east-1"):  # noqa: F811
@@ -155,10 +78,11 @@ def test_launch_is_locked_down_and_tagged(moto, provider, journal, hooks):  # no
         assert call.params["MinCount"] == call.params["MaxCount"] == 1
         # the journal knows everything
         kinds = sorted(r.kind for r in journal.resources(req.run_id))
-        assert kinds == ["instance", "schedule", "security-group"]  # schedule: the deadline layer (c)
+        assert kinds == ["instance", "node-role", "schedule", "security-group"]  # schedule: the deadline layer (c)
         assert provider.node_states(handle) in (["running"], ["pending"])
         assert handle.region == "us-east-1" and handle.zone and handle.attempt == 0 and handle.complete
-        assert list(handle.resources) == ["security-group", "schedule"]  # single node: no placement group, no key
+        # single node: no placement group, no key; node-role: its own identity (identity.py)
+        assert list(handle.resources) == ["security-group", "node-role", "schedule"]
         assert RunHandle.from_json(handle.to_json()) == handle
     finally:
         provider.teardown(handle, journal)
@@ -555,8 +479,9 @@ def test_temporary_credentials_that_end_before_the_deadline_warn(moto, journal, 
     warnings = [w for w in warnings if "credentials" in w]  # not the image fallback's warning
     try:
         assert len(warnings) == 1
-        assert "expire" in warnings[0] and "deadline" in warnings[0] and "presigned URLs" in warnings[0]
-        assert "cannot follow or tear it down" in warnings[0]  # env credentials do not refresh
+        assert "expire" in warnings[0] and "deadline" in warnings[0]
+        assert "cannot follow it or tear it down" in warnings[0]  # env credentials do not refresh
+        assert "presigned" not in warnings[0] and "run itself goes on" in warnings[0]  # the node has its role
     finally:
         provider.teardown(handle, journal)
     # long enough: no warning

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.providers.aws.test_aws_e2e import cli  # noqa: F401
+from tests.support.aws_runs import hooked_cli  # noqa: F401
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 from tests.support.text import flat
@@ -43,7 +43,9 @@ def test_image_build_then_run_installs_nothing(
     job = _job(tmp_path)
     ec2 = moto.client("ec2", REGION)
 
-    built = cli(env, "image", "build", str(job), "--cloud", "aws", "--region", REGION, "--yes", "--json", timeout=300)
+    built = hooked_cli(
+        env, "image", "build", str(job), "--cloud", "aws", "--region", REGION, "--yes", "--json", timeout=300
+    )
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-4000:]
     doc = json.loads(built.stdout.strip().splitlines()[-1])
     assert doc["built"] is True and doc["ref"].startswith("ami-")
@@ -54,16 +56,16 @@ def test_image_build_then_run_installs_nothing(
     assert install_calls(guest_calls(aws_sim, builder)), "the builder installed the stack"
     assert tagged_alive(moto) == [], "the builder is torn down like a run"
 
-    again = cli(env, "image", "build", str(job), "--cloud", "aws", "--region", REGION, "--yes", "--json")
+    again = hooked_cli(env, "image", "build", str(job), "--cloud", "aws", "--region", REGION, "--yes", "--json")
     assert again.returncode == 0 and json.loads(again.stdout.strip().splitlines()[-1])["built"] is False
     assert aws_sim.booted[-1] == builder, "an image with the same stack hash is not baked twice"
 
-    plan = cli(env, "plan", str(job), "--json")
+    plan = hooked_cli(env, "plan", str(job), "--json")
     assert plan.returncode == 0, plan.stderr
     first = json.loads(plan.stdout)["candidates"][0]
     assert first["image"]["found_by"] == "baked" and first["image"]["ref"] == doc["ref"]
 
-    run = cli(env, "run", str(job), "--json", timeout=300)
+    run = hooked_cli(env, "run", str(job), "--json", timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     node = aws_sim.booted[-1]
     assert node != builder
@@ -74,14 +76,14 @@ def test_image_build_then_run_installs_nothing(
     assert not [c for c in calls if c.startswith("dpkg -i")]
     assert any(c.startswith("nvidia-smi") for c in calls), "the stack stage still checked the driver"
 
-    gc = cli(env, "gc", "--yes")
+    gc = hooked_cli(env, "gc", "--yes")
     assert gc.returncode == 0 and "1 baked image(s) kept" in flat(gc.stderr)
     assert ec2.describe_images(ImageIds=[doc["ref"]])["Images"], "gc never deletes a baked image"
 
-    listed = cli(env, "image", "ls", "--cloud", "aws", "--region", REGION, "--json")
+    listed = hooked_cli(env, "image", "ls", "--cloud", "aws", "--region", REGION, "--json")
     assert [i["ref"] for i in json.loads(listed.stdout)] == [doc["ref"]]
     snapshots = [m["Ebs"]["SnapshotId"] for m in image.get("BlockDeviceMappings", []) if "Ebs" in m]
-    removed = cli(env, "image", "rm", doc["ref"], "--cloud", "aws", "--region", REGION)
+    removed = hooked_cli(env, "image", "rm", doc["ref"], "--cloud", "aws", "--region", REGION)
     assert removed.returncode == 0, removed.stderr
     assert not ec2.describe_images(Owners=["self"], Filters=[{"Name": "tag:gpucloud:kind", "Values": ["image"]}])[
         "Images"
@@ -89,7 +91,7 @@ def test_image_build_then_run_installs_nothing(
     if snapshots:
         left = ec2.describe_snapshots(Filters=[{"Name": "snapshot-id", "Values": snapshots}])["Snapshots"]
         assert left == []
-    replan = cli(env, "plan", str(job), "--json")
+    replan = hooked_cli(env, "plan", str(job), "--json")
     assert json.loads(replan.stdout)["candidates"][0]["image"]["found_by"] != "baked"
 
 
@@ -102,7 +104,7 @@ def test_a_failing_builder_leaves_nothing_and_bakes_nothing(
     env = {k: v for k, v in aws_env.items() if k != "GPUCLOUD_TEST_AWS_RECORD"}
     job = _job(tmp_path)
     job.write_text(job.read_text() + "setup: exit 3\n")
-    out = cli(
+    out = hooked_cli(
         env, "image", "build", str(job), "--cloud", "aws", "--region", REGION, "--with-setup", "--yes", timeout=300
     )
     assert out.returncode != 0 and "no image was made" in flat(out.stderr), out.stderr[-3000:]

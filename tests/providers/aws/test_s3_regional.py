@@ -25,7 +25,7 @@ from gpucloud.providers.aws.channel import S3Channel, bucket_name
 from gpucloud.providers.aws.session import reset_shared, shared_session
 from gpucloud.vm.agent.transfer import Transfer
 from gpucloud.vm.shim import render_shim
-from tests.providers.aws.test_aws_e2e import EXAMPLES, cli
+from tests.support.aws_runs import EXAMPLES, hooked_cli
 from tests.support.aws_sim import aws_sim  # noqa: F401
 from tests.support.moto_server import ACCOUNT, moto, moto_server, tagged_alive  # noqa: F401
 from tests.support.s3_front import S3Front
@@ -238,7 +238,7 @@ def test_a_run_on_the_aws_simulator_delivers_everything_through_redirects(
     status, log and artifacts, the redirects named on the guest's console."""
     for front in _front(moto, redirects=2):
         env = {**aws_env, "AWS_ENDPOINT_URL_S3": front.base}
-        proc = cli(env, "run", str(EXAMPLES / "quickstart.yaml"), "--cloud", "aws", "--json", timeout=240)
+        proc = hooked_cli(env, "run", str(EXAMPLES / "quickstart.yaml"), "--cloud", "aws", "--json", timeout=240)
         assert proc.returncode == 0, proc.stderr[-3000:]
         doc = json.loads(proc.stdout)
         assert (doc["status"], doc["exit_code"]) == ("succeeded", 0)

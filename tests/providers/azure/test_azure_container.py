@@ -20,8 +20,6 @@ import pytest
 import yaml
 
 from gpucloud.state.store import Store
-from tests.providers.local.test_local_containers import COUNT_SH, containers_of, count_job
-from tests.run.test_spot import _latest_run, _log
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     arm,
     azure_env,
@@ -32,9 +30,10 @@ from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
 )
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
 from tests.support.container_gpu import cdi_spec, toolkit_present  # noqa: F401
+from tests.support.container_jobs import COUNT_SH, containers_of, count_job
 from tests.support.containers import ContainerLab, container_lab  # noqa: F401
 from tests.support.fake_arm import FakeArm
-from tests.support.spot_job import resumed_at
+from tests.support.spot_job import latest_run, resumed_at, run_log
 
 # every test here runs a GPU container: the CDI spec and a toolkit on PATH (tests/support/container_gpu.py)
 pytestmark = [
@@ -105,9 +104,9 @@ def test_azure_spot_container_job_with_input_secret_and_artifact_is_evicted_resu
         stderr=subprocess.PIPE,
     )
     try:
-        assert wait_until(lambda: _latest_run(gpucloud_home), 60)
-        run_id = _latest_run(gpucloud_home) or ""
-        assert wait_until(lambda: _first_checkpoint_up(azure_sim), 120), _log(gpucloud_home, run_id)
+        assert wait_until(lambda: latest_run(gpucloud_home), 60)
+        run_id = latest_run(gpucloud_home) or ""
+        assert wait_until(lambda: _first_checkpoint_up(azure_sim), 120), run_log(gpucloud_home, run_id)
         azure_sim.preempt(azure_sim.booted[-1])
         out, err = proc.communicate(timeout=180)
     finally:
@@ -117,7 +116,7 @@ def test_azure_spot_container_job_with_input_secret_and_artifact_is_evicted_resu
     assert proc.returncode == 3, err[-4000:]
     doc = json.loads(out)
     assert doc["status"] == "failed" and doc["exit_code"] == 3, doc
-    log = _log(gpucloud_home, run_id)
+    log = run_log(gpucloud_home, run_id)
     starts = resumed_at(log)
     assert len(starts) == 2 and starts[0] == 0 and 0 < starts[1] < N, (starts, log[-3000:])
     assert "preemption notice: Scheduled Events: Preempt" in log, log[-3000:]

@@ -14,11 +14,8 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +28,9 @@ from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     leftovers,
     wait_until,
 )
+from tests.support.azure_runs import RUN_RG, settle, write_azure_job
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
+from tests.support.cli import cli, start_cli
 from tests.support.fake_arm import OPERATOR_PRINCIPAL, FakeArm
 
 REPO = Path(__file__).resolve().parents[3]
@@ -42,68 +41,6 @@ QUOTA_MSG = (
     "Operation could not be completed as it results in exceeding approved standardNCASv3_T4Family Cores "
     "quota. Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 0"
 )
-RUN_RG = r"/resourcegroups/gpucloud-(?!storage-)[^/]*-eastus(?:-a\d+)?"  # an attempt after the first adds -a<n>
-
-
-def cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=os.getcwd(),
-    )
-
-
-def start_cli(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=os.getcwd(),
-    )
-
-
-def write_job(
-    path: Path,
-    *,
-    run: str,
-    regions: str = "[eastus]",
-    max_duration: str = "10m",
-    name: str = "azjob",
-    artifacts: str = "[]",
-) -> Path:
-    path.write_text(
-        f"name: {name}\nresources:\n  cloud: azure\n  regions: {regions}\n  gpu: T4:1\n"
-        f"run: {run}\nartifacts: {artifacts}\nmax_duration: {max_duration}\n"
-    )
-    return path
-
-
-def settle(arm: FakeArm, sim: AzureVmSimulator, timeout: float = 30, *, delete_refused: bool = False) -> None:
-    """Let running guests and in-flight deletions finish. `delete_refused`: the fault refuses every
-    DELETE of a run's group, the VMs' own too, so a guest whose self-delete was refused only retries
-    it (every DELETE_PAUSE_S, for minutes) until the fault is lifted or its VM deleted: it has
-    settled, and waiting out `timeout` would add nothing."""
-    wait_until(lambda: _guests_settled(arm, sim, delete_refused), timeout=timeout, interval=0.1)
-    wait_until(lambda: not [r for r in arm.snapshot() if r["state"] == "Deleting"], timeout=10)
-
-
-def _guests_settled(arm: FakeArm, sim: AzureVmSimulator, delete_refused: bool) -> bool:
-    """No guest's bootstrap runs any more, or (`delete_refused`) each that does has tried its
-    self-delete: a DELETE of a run's group by the VM's own identity."""
-    with sim.lock:
-        running = [g for g in sim.guests.values() if g.vm.alive()]
-    if not running or not delete_refused:
-        return not running
-    rx = re.compile(RUN_RG + "$", re.I)
-    with arm.lock:
-        tried = {who for m, p, who in arm.calls if m == "DELETE" and rx.search(p)}
-        principals = [arm.resources.get(g.vm_id.lower()) for g in running]
-    return all(r is not None and (r.body.get("identity") or {}).get("principalId") in tried for r in principals)
 
 
 # ---- the examples ------------------------------------------------------------------------------------
@@ -120,7 +57,7 @@ def test_example_runs_on_azure_with_logs_and_artifacts_and_leaves_nothing(
     azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, example: str, gpu_name: str, size: str
 ) -> None:
     pytest.importorskip("torch", reason="the examples train with PyTorch (CPU wheel in .ci/run)")
-    proc = cli(azure_env, "run", str(EXAMPLES / example), "--cloud", "azure", "--json", timeout=180)
+    proc = cli("run", str(EXAMPLES / example), "--cloud", "azure", "--json", timeout=180, env=azure_env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert doc["status"] == "succeeded" and doc["exit_code"] == 0
@@ -132,7 +69,7 @@ def test_example_runs_on_azure_with_logs_and_artifacts_and_leaves_nothing(
     assert "nvidia-smi --query-gpu=name --format=csv,noheader" in guest.stub_calls()
     assert guest.meta["size"] == size and guest.meta["gpu_name"] == gpu_name
     # The log is there after teardown.
-    logs = cli(azure_env, "logs", doc["run_id"])
+    logs = cli("logs", doc["run_id"], env=azure_env)
     assert logs.returncode == 0 and "epoch" in logs.stdout
 
 
@@ -192,7 +129,7 @@ def test_fault_matrix_leaves_nothing(
 
     from gpucloud.cli.app import app
 
-    job = write_job(
+    job = write_azure_job(
         tmp_path / "job.yaml", run="echo fault-ok", regions="[eastus, westus2]" if two_regions else "[eastus]"
     )
     spec = KINDS[kind]
@@ -246,10 +183,10 @@ def test_interrupted_or_killed_cli_leaves_nothing(
     azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, tmp_path: Path, phase: str, how: str
 ) -> None:
     run, stall = PHASES[phase]
-    job = write_job(tmp_path / "job.yaml", run=run)
+    job = write_azure_job(tmp_path / "job.yaml", run=run)
     if stall is not None:
         arm.inject(stall[0], stall[1], None, delay=1.5, times=1, principal=OPERATOR_PRINCIPAL)
-    proc = start_cli(azure_env, "run", str(job), "--cloud", "azure")
+    proc = start_cli("run", str(job), "--cloud", "azure", env=azure_env)
     try:
         assert wait_until(lambda: _reached(arm, azure_sim, phase, stall) or proc.poll() is not None, timeout=60)
         assert proc.poll() is None, f"the CLI ended before the {phase} phase: {proc.communicate()[1][-2000:]}"
@@ -264,7 +201,7 @@ def test_interrupted_or_killed_cli_leaves_nothing(
         assert "Traceback" not in err
     settle(arm, azure_sim)
     if leftovers(arm):
-        gc = cli(azure_env, "gc", "--yes")
+        gc = cli("gc", "--yes", env=azure_env)
         assert gc.returncode == 0, gc.stderr
         settle(arm, azure_sim)
     left = leftovers(arm)
@@ -290,8 +227,8 @@ def test_fault_matrix_summary() -> None:
 def test_detached_run_vm_deletes_its_group_when_the_job_ends(
     azure_env: dict[str, str], arm: FakeArm, azure_sim: AzureVmSimulator, tmp_path: Path
 ) -> None:
-    job = write_job(tmp_path / "job.yaml", run="echo detached-job-output; sleep 8")
-    proc = cli(azure_env, "run", str(job), "--cloud", "azure", "--detach", "--json")
+    job = write_azure_job(tmp_path / "job.yaml", run="echo detached-job-output; sleep 8")
+    proc = cli("run", str(job), "--cloud", "azure", "--detach", "--json", env=azure_env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run_id = json.loads(proc.stdout)["run_id"]
     assert leftovers(arm), "the CLI returned right after provisioning"
@@ -299,11 +236,11 @@ def test_detached_run_vm_deletes_its_group_when_the_job_ends(
     with arm.lock:
         deletes = [(m, p, who) for m, p, who in arm.calls if m == "DELETE" and "/resourcegroups/" in p.lower()]
     assert deletes and all(who != OPERATOR_PRINCIPAL for _, _, who in deletes), deletes  # the VM's own identity
-    status = cli(azure_env, "status", run_id, "--json")
+    status = cli("status", run_id, "--json", env=azure_env)
     assert status.returncode == 0 and "succeeded" in status.stdout, status.stdout + status.stderr
-    logs = cli(azure_env, "logs", run_id)
+    logs = cli("logs", run_id, env=azure_env)
     assert "detached-job-output" in logs.stdout
-    gc = cli(azure_env, "gc", "--yes")
+    gc = cli("gc", "--yes", env=azure_env)
     assert gc.returncode == 0 and leftovers(arm) == []
 
 
@@ -312,8 +249,8 @@ def test_vm_deletes_its_group_at_the_deadline_when_the_job_hangs(
 ) -> None:
     """A detached run (no CLI after provisioning) whose job hangs: at max_duration the VM's own
     watchdog ends the job, reports "deadline" and deletes the run's resource group."""
-    job = write_job(tmp_path / "job.yaml", run="echo hanging; sleep 600", max_duration="8s")
-    proc = cli(azure_env, "run", str(job), "--cloud", "azure", "--detach", "--json")
+    job = write_azure_job(tmp_path / "job.yaml", run="echo hanging; sleep 600", max_duration="8s")
+    proc = cli("run", str(job), "--cloud", "azure", "--detach", "--json", env=azure_env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run_id = json.loads(proc.stdout)["run_id"]
     assert leftovers(arm), "the CLI returned right after provisioning"
@@ -321,8 +258,8 @@ def test_vm_deletes_its_group_at_the_deadline_when_the_job_hangs(
     with arm.lock:
         deletes = [(m, p, who) for m, p, who in arm.calls if m == "DELETE" and "/resourcegroups/" in p.lower()]
     assert deletes and all(who != OPERATOR_PRINCIPAL for _, _, who in deletes), deletes  # the VM's own identity
-    status = cli(azure_env, "status", run_id, "--json")
+    status = cli("status", run_id, "--json", env=azure_env)
     assert status.returncode == 0 and "deadline" in status.stdout, status.stdout + status.stderr
-    logs = cli(azure_env, "logs", run_id)
+    logs = cli("logs", run_id, env=azure_env)
     assert "hanging" in logs.stdout and "max_duration passed" in logs.stdout
     assert wait_until(lambda: not azure_sim.leftover_processes(), timeout=20)

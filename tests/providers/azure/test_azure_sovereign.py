@@ -14,7 +14,7 @@ import pytest
 from gpucloud.providers.azure import AzureProvider
 from gpucloud.vm.agent.config import JobConfig
 from gpucloud.vm.agent.hooks import hooks_for
-from tests.vm.fakes import FakeClock, FakeTransfer
+from tests.support.agent_fakes import FakeClock, FakeTransfer
 
 GOV_ARM = "https://management.usgovcloudapi.net"
 IMDS = "http://imds.test"

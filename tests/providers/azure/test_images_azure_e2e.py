@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.providers.azure.test_azure_e2e import cli, settle
 from tests.support.azure_fixtures import arm, azure_env, azurite, fake_arm_server  # noqa: F401
+from tests.support.azure_runs import settle
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
+from tests.support.cli import cli
 from tests.support.fake_arm import FakeArm
 from tests.support.text import flat
 from tests.support.vm_sim import guest_calls, install_calls
@@ -35,7 +36,17 @@ def test_azure_image_build_then_run_installs_nothing(
         "stack: {framework: pytorch}\nmax_duration: 15m\nrun: echo first-line-of-the-job\n"
     )
     built = cli(
-        azure_env, "image", "build", str(job), "--cloud", "azure", "--region", "eastus", "--yes", "--json", timeout=300
+        "image",
+        "build",
+        str(job),
+        "--cloud",
+        "azure",
+        "--region",
+        "eastus",
+        "--yes",
+        "--json",
+        timeout=300,
+        env=azure_env,
     )
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-4000:]
     doc = json.loads(built.stdout.strip().splitlines()[-1])
@@ -48,19 +59,19 @@ def test_azure_image_build_then_run_installs_nothing(
     groups = {r["id"].split("/")[4].lower() for r in arm.snapshot() if r["state"] != "Deleting"}
     assert groups <= {"gpucloud-images-eastus"} | {g for g in groups if g.startswith("gpucloud-storage-")}, groups
 
-    plan = cli(azure_env, "plan", str(job), "--json")
+    plan = cli("plan", str(job), "--json", env=azure_env)
     assert json.loads(plan.stdout)["candidates"][0]["image"]["found_by"] == "baked"
-    run = cli(azure_env, "run", str(job), "--json", timeout=300)
+    run = cli("run", str(job), "--json", timeout=300, env=azure_env)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     node = azure_sim.booted[-1]
     assert node != builder
     calls = guest_calls(azure_sim, node)
     assert install_calls(calls) == [], calls  # 0 apt-get installs, 0 pip installs
 
-    gc = cli(azure_env, "gc", "--yes")
+    gc = cli("gc", "--yes", env=azure_env)
     assert gc.returncode == 0 and "1 baked image(s) kept" in flat(gc.stderr), gc.stderr
     assert [r for r in arm.snapshot() if r["type"].lower() == IMAGES]
-    removed = cli(azure_env, "image", "rm", doc["ref"], "--cloud", "azure", "--region", "eastus")
+    removed = cli("image", "rm", doc["ref"], "--cloud", "azure", "--region", "eastus", env=azure_env)
     assert removed.returncode == 0, removed.stderr
     settle(arm, azure_sim)
     assert not [r for r in arm.snapshot() if r["type"].lower() == IMAGES and r["state"] != "Deleting"]

@@ -9,64 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
 import socket
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.providers.local.test_local_e2e import cli, leftovers, run_id_of, status_json, write_job
-from tests.run.test_spot import check_finished_count, preempted_twice
+from tests.support.cli import cli
+from tests.support.container_jobs import RENDEZVOUS, SECRET, containers_of, count_job, main_job
 from tests.support.containers import ContainerLab, container_lab, podman  # noqa: F401
+from tests.support.local_runs import leftovers, run_id_of, status_json, write_job
 from tests.support.procs import gpucloud_until_started
-from tests.support.spot_job import write_count_job
+from tests.support.spot_job import check_finished_count, preempted_twice
 
 pytestmark = pytest.mark.slow
-
-SECRET = "bx_" + hashlib.sha256(str(os.getpid()).encode()).hexdigest()[:32]
-JOB_SH = """\
-set -e
-cat data/in.txt
-test -x /bin/busybox && test ! -d /usr && echo "in-image pwd=$(pwd)"
-echo "run=$GPUCLOUD_RUN_ID rank=$GPUCLOUD_NODE_RANK nodes=$GPUCLOUD_NUM_NODES epochs=$EPOCHS path=$PATH"
-echo "token=$BOX_TOKEN"
-printf %s "$BOX_TOKEN" | sha256sum
-test -d "$(dirname "$GPUCLOUD_PREEMPTED_FILE")" && echo notice-dir-mounted
-mkdir -p out "$GPUCLOUD_CHECKPOINT_DIR"
-echo "result of $GPUCLOUD_RUN_ID" > out/result.txt
-echo step-9 > "$GPUCLOUD_CHECKPOINT_DIR/state"
-exit "$CODE"
-"""
-
-
-def containers_of(run_id: str) -> list[str]:
-    """Every container of the run, running or not (`podman ps -a`)."""
-    out = podman("ps", "-a", "--format", "{{.Names}}", "--filter", f"name=gpucloud-{run_id}").stdout.decode()
-    return out.split()
-
-
-def main_job(folder: Path, image: str, code: int, resources: dict | None = None) -> Path:
-    """The job of the main test: on the local provider, or on `resources` (an ssh host)."""
-    (folder / "in").mkdir(parents=True, exist_ok=True)
-    (folder / "in" / "in.txt").write_text("input-line-42\n")
-    return write_job(
-        folder,
-        {
-            "name": "boxed",
-            "resources": resources or {"cloud": "local"},
-            "container": {"image": image},
-            "inputs": {"data": "./in"},
-            "secrets": ["BOX_TOKEN"],
-            "env": {"EPOCHS": 2, "CODE": code},
-            "checkpoint": "ckpt",
-            "setup": 'echo "setup-in-image=$(test -d /usr && echo no || echo yes)"',
-            "run": JOB_SH,
-            "artifacts": ["out/"],
-        },
-    )
 
 
 @pytest.mark.parametrize("code", [3, 0])
@@ -194,20 +151,6 @@ def test_job_ignoring_sigterm_is_killed_and_removed_on_ctrl_c(
     assert containers_of(run_id) == [] and leftovers(gpucloud_home, run_id) == []
 
 
-RENDEZVOUS = """\
-if [ "$NODE_RANK" = 0 ]; then
-  nc -l -p "$MASTER_PORT" -e sh -c 'read line; echo "$line" > got.txt' < /dev/null
-  echo "rank0 got: $(cat got.txt)"
-else
-  i=0
-  until echo "hello from rank $NODE_RANK" | nc "$MASTER_ADDR" "$MASTER_PORT"; do
-    i=$((i+1)); [ $i -lt 100 ] || exit 9; sleep 0.2
-  done
-  echo "rank1 sent to $MASTER_ADDR:$MASTER_PORT"
-fi
-"""
-
-
 def test_two_nodes_rendezvous_over_the_hosts_network(
     tmp_path: Path, gpucloud_home: Path, container_lab: ContainerLab
 ) -> None:
@@ -222,32 +165,6 @@ def test_two_nodes_rendezvous_over_the_hosts_network(
     assert "rank0 got: hello from rank 1" in log, log[-3000:]
     assert "rank1 sent to 127.0.0.1:" in log
     assert containers_of(run_id) == [] and leftovers(gpucloud_home, run_id) == []
-
-
-COUNT_SH = """\
-f="$GPUCLOUD_CHECKPOINT_DIR/count"
-mkdir -p "$GPUCLOUD_CHECKPOINT_DIR"
-i=$(cat "$f" 2>/dev/null || echo 0)
-echo "resuming at $i"
-trap 'echo "preempted at $i"; exit 143' TERM
-while [ "$i" -lt "$N" ]; do
-  if [ -e "$GPUCLOUD_PREEMPTED_FILE" ]; then echo "preempted at $i"; exit 143; fi
-  sleep "$STEP_S"
-  i=$((i + 1))
-  echo "$i" > "$f.tmp" && busybox mv "$f.tmp" "$f"
-done
-printf %s "$i" > result.txt
-echo "done $i"
-"""
-
-
-def count_job(folder: Path, image: str, n: int, resources: dict) -> Path:
-    """tests/support/spot_job.py's counting job, in sh for the busybox image."""
-    path = write_count_job(folder, n=n, cloud="local", extra={"resources": resources, "container": image})
-    (folder / "count.sh").write_text(COUNT_SH)
-    doc = yaml.safe_load(path.read_text())
-    path.write_text(yaml.safe_dump({**doc, "run": "sh count.sh"}, sort_keys=False))
-    return path
 
 
 def test_containerised_job_preempted_twice_resumes_from_its_checkpoint(

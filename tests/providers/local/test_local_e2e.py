@@ -17,68 +17,15 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpucloud.providers.local import engine as vm_engine
+from tests.support.cli import cli
+from tests.support.local_runs import leftovers, run_id_of, status_json, write_job
 from tests.support.procs import gpucloud_until_started
 from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
-
-
-def cli(*args: str, cwd: Path, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=os.environ.copy(),
-    )
-    if check:
-        assert proc.returncode == 0, f"{args}: rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc
-
-
-def write_job(folder: Path, doc: dict, files: dict[str, str] | None = None) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    doc = {"resources": {"cloud": "local"}, "max_duration": "10m", **doc}
-    for name, text in (files or {}).items():
-        (folder / name).write_text(text)
-    path = folder / "job.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
-    return path
-
-
-def run_id_of(stderr: str) -> str:
-    for line in stderr.splitlines():
-        if "] run " in line:
-            return line.split("] run ", 1)[1].split()[0]
-    raise AssertionError(f"no run id in:\n{stderr}")
-
-
-def leftovers(home: Path, run_id: str, token: str | None = None) -> list[str]:
-    """Processes of a run still alive: by the sandbox marker, the pid files, and a command-line token."""
-    found = []
-    for vm in vm_engine.find_vms(home / "local" / run_id):
-        found += [f"{vm.sandbox.name}: pid {p}" for p in vm.leftovers()]
-    if token:
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit() and int(entry.name) != os.getpid():
-                try:
-                    cmd = (entry / "cmdline").read_bytes()
-                    state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-                except OSError:
-                    continue
-                if token.encode() in cmd and state not in ("Z", "X"):
-                    found.append(f"pid {entry.name}: {cmd!r}")
-    return found
-
-
-def status_json(run_id: str, cwd: Path) -> dict:
-    proc = cli("status", run_id, "--json", cwd=cwd, check=True)
-    return json.loads(proc.stdout)
 
 
 def test_quickstart_succeeds_with_artifacts_and_log(tmp_path: Path, gpucloud_home: Path) -> None:

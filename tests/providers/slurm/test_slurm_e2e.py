@@ -23,7 +23,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.support.slurm_cluster import SlurmCluster, have_slurm, missing
+from tests.support.cli import cli
+from tests.support.slurm_cluster import (
+    SlurmCluster,
+    have_slurm,
+    missing,
+    queue_empty_after,  # noqa: F401  (autouse: the queue is empty after each test)
+)
 from tests.support.sshd import SshdServer, SshLab, have_sshd
 from tests.support.text import flat
 
@@ -67,22 +73,7 @@ def cli_env(login: tuple[SshLab, SshdServer], gpucloud_home: Path) -> dict[str, 
     return env
 
 
-@pytest.fixture(autouse=True)
-def queue_empty_after(cluster: SlurmCluster) -> Iterator[None]:
-    yield
-    left = cluster.squeue()
-    if left:
-        cluster.cmd(["scancel", "--full", "-u", "root"])
-    assert not left, f"the test left jobs in the queue: {left}"
-
-
 OLD_RUN = "old-20200101-000000-beef"  # a run id as gpucloud makes them
-
-
-def gpucloud(env: dict[str, str], *args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
 
 
 def job(tmp_path: Path, name: str, body: str, resources: str = "gpu: K80:1, partition: k80") -> Path:
@@ -108,7 +99,7 @@ def run_dirs(server: SshdServer) -> list[Path]:
 
 def test_plan_on_a_k80_partition_resolves_kepler(cli_env: dict[str, str], tmp_path: Path) -> None:
     spec = job(tmp_path, "k80plan", "max_duration: 30m\nrun: nvidia-smi\n", "gpu: K80:2, account: chem")
-    res = gpucloud(cli_env, "plan", str(spec), "--json", cwd=tmp_path)
+    res = cli("plan", str(spec), "--json", cwd=tmp_path, env=cli_env, timeout=240)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     stack = doc["stack"]
@@ -122,24 +113,32 @@ def test_plan_on_a_k80_partition_resolves_kepler(cli_env: dict[str, str], tmp_pa
     assert "driver is the site's" in warnings
     assert "at most 1 GPU-hour(s) (2 x 1 node(s) for max_duration)" in warnings
     # A chargeback rate makes the GPU-hours cost money: $0.50 x 2 GPUs per node-hour.
-    priced = gpucloud({**cli_env, "GPUCLOUD_SLURM_GPU_HOUR_RATE": "0.5"}, "plan", str(spec), "--json", cwd=tmp_path)
+    priced = cli(
+        "plan", str(spec), "--json", cwd=tmp_path, env={**cli_env, "GPUCLOUD_SLURM_GPU_HOUR_RATE": "0.5"}, timeout=240
+    )
     first = json.loads(priced.stdout)["candidates"][0]
     assert (first["price_per_hour"], first["estimated_cost"]) == (1.0, 0.5)
     # A GPU the cluster has no GRES for: every partition is named with what it has.
-    none = gpucloud(cli_env, "plan", str(job(tmp_path, "t4", "run: x\n", "gpu: T4:1")), cwd=tmp_path)
+    none = cli("plan", str(job(tmp_path, "t4", "run: x\n", "gpu: T4:1")), cwd=tmp_path, env=cli_env, timeout=240)
     assert none.returncode == 2 and "no gpu:t4 GRES (gpu:k80)" in flat(none.stderr), none.stderr
     # An unknown partition is named with the cluster's own.
-    bad = gpucloud(cli_env, "plan", str(job(tmp_path, "nop", "run: x\n", "gpu: K80:1, partition: a100")), cwd=tmp_path)
+    bad = cli(
+        "plan",
+        str(job(tmp_path, "nop", "run: x\n", "gpu: K80:1, partition: a100")),
+        cwd=tmp_path,
+        env=cli_env,
+        timeout=240,
+    )
     assert bad.returncode == 2 and "has no partition a100" in flat(bad.stderr), bad.stderr
 
 
 def test_job_file_fields_are_checked_with_their_line(cli_env: dict[str, str], tmp_path: Path) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text("name: bad\nresources:\n  cloud: slurm\n  cluster: hpc-login\n  qos: 'high prio'\nrun: x\n")
-    res = gpucloud(cli_env, "validate", str(spec), cwd=tmp_path)
+    res = cli("validate", str(spec), cwd=tmp_path, env=cli_env, timeout=240)
     assert res.returncode == 2 and f"{spec}:5: resources.qos: 'high prio' is not valid" in flat(res.stderr)
     spec.write_text("name: bad\nresources:\n  cloud: local\n  partition: k80\nrun: x\n")
-    res = gpucloud(cli_env, "validate", str(spec), cwd=tmp_path)
+    res = cli("validate", str(spec), cwd=tmp_path, env=cli_env, timeout=240)
     assert res.returncode == 2 and "resources.partition: is only used with cloud: slurm" in flat(res.stderr)
 
 
@@ -154,7 +153,7 @@ def test_quickstart(
         'run: echo "hello rank=$GPUCLOUD_NODE_RANK gpus=$CUDA_VISIBLE_DEVICES job=$SLURM_JOB_ID"; '
         "mkdir -p out && echo 42 > out/answer.txt\nartifacts: [out]\n",
     )
-    res = gpucloud(cli_env, "run", str(spec), "--json", cwd=tmp_path)
+    res = cli("run", str(spec), "--json", cwd=tmp_path, env=cli_env, timeout=240)
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["status"] == "succeeded"
@@ -162,7 +161,7 @@ def test_quickstart(
     assert found and found.group(1) == "0", res.stderr  # CUDA_VISIBLE_DEVICES is Slurm's GRES binding
     assert (Path(doc["artifacts_dir"]) / "out" / "answer.txt").read_text() == "42\n"
     # The job id is in the run handle (attempts table), and Slurm ran it to completion.
-    status = json.loads(gpucloud(cli_env, "status", doc["run_id"], "--json", cwd=tmp_path).stdout)
+    status = json.loads(cli("status", doc["run_id"], "--json", cwd=tmp_path, env=cli_env, timeout=240).stdout)
     handle_ids = [a for a in status["attempts"] if a["launched"]]
     assert handle_ids and status["resources"][-1]["cloud_id"] == found.group(2)
     assert "JobState=COMPLETED" in cluster.scontrol("show", "job", found.group(2)).stdout
@@ -172,24 +171,26 @@ def test_quickstart(
 
 def test_the_example_runs_on_the_cluster(cli_env: dict[str, str], tmp_path: Path) -> None:
     """examples/slurm/k80-slurm.yaml names the login node `hpc-login`, the alias of the test's."""
-    res = gpucloud(cli_env, "run", str(REPO / "examples" / "slurm" / "k80-slurm.yaml"), "--json", cwd=tmp_path)
+    res = cli(
+        "run", str(REPO / "examples" / "slurm" / "k80-slurm.yaml"), "--json", cwd=tmp_path, env=cli_env, timeout=240
+    )
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["status"] == "succeeded" and (Path(doc["artifacts_dir"]) / "metrics.json").is_file()
 
 
 def test_gc_cancels_expired_jobs_by_their_tag(cluster: SlurmCluster, cli_env: dict[str, str], tmp_path: Path) -> None:
-    res = gpucloud(cli_env, "run", str(job(tmp_path, "first", "run: echo one\n")), cwd=tmp_path)
+    res = cli("run", str(job(tmp_path, "first", "run: echo one\n")), cwd=tmp_path, env=cli_env, timeout=240)
     assert res.returncode == 0, res.stderr  # a recorded run on the cluster: gc visits it
     tag = f"gpucloud-run={OLD_RUN},gpucloud-expires=2020-01-01T00:00:00Z"
     stale = cluster.cmd(["sbatch", "--parsable", f"--comment={tag}", "-p", "k80", "--wrap", "sleep 300"])
     fresh = cluster.cmd(["sbatch", "--parsable", "-p", "k80", "--wrap", "sleep 300"])  # not gpucloud's
-    dry = gpucloud(cli_env, "gc", "--dry-run", "--cloud", "slurm", cwd=tmp_path)
+    dry = cli("gc", "--dry-run", "--cloud", "slurm", cwd=tmp_path, env=cli_env, timeout=240)
     assert f"job {stale.stdout.strip()} of run {OLD_RUN} past its expiry (would cancel)" in flat(
         dry.stdout + dry.stderr
     )
     assert len(cluster.squeue()) == 2
-    done = gpucloud(cli_env, "gc", "--yes", "--cloud", "slurm", cwd=tmp_path)
+    done = cli("gc", "--yes", "--cloud", "slurm", cwd=tmp_path, env=cli_env, timeout=240)
     assert done.returncode == 0, done.stderr
     assert wait_for(lambda: [line.split()[0] for line in cluster.squeue()] == [fresh.stdout.strip()], 30)
     cluster.cmd(["scancel", fresh.stdout.strip()])
@@ -243,7 +244,7 @@ def test_gc_touches_only_the_callers_own_jobs(
     scancel reach everyone's jobs) cancels neither and deletes nothing of theirs or its own; its own
     malformed tag is named and left alone; its own expired job is cancelled."""
     _, server = login
-    res = gpucloud(cli_env, "run", str(job(tmp_path, "first", "run: echo one\n")), cwd=tmp_path)
+    res = cli("run", str(job(tmp_path, "first", "run: echo one\n")), cwd=tmp_path, env=cli_env, timeout=240)
     assert res.returncode == 0, res.stderr  # a recorded run on the cluster: gc visits it
     precious = [server.remote_root.parent / "precious", server.remote_root / "precious"]
     for folder in precious:
@@ -259,7 +260,7 @@ def test_gc_touches_only_the_callers_own_jobs(
         ["sbatch", "--parsable", f"--comment=gpucloud-run={OLD_RUN},{expired}", "-p", "k80", "--wrap", "sleep 300"]
     )
     odd_id, mine_id = odd.stdout.strip(), mine.stdout.strip()
-    done = gpucloud(cli_env, "gc", "--yes", "--cloud", "slurm", cwd=tmp_path)
+    done = cli("gc", "--yes", "--cloud", "slurm", cwd=tmp_path, env=cli_env, timeout=240)
     out = flat(done.stdout + done.stderr)
     try:
         assert done.returncode == 0, out
@@ -282,8 +283,14 @@ def test_slurm_run_files_are_private(
     console, the channel's objects, Slurm's own output file) are the user's alone: 0700 folders,
     no group/other bits on what the provider, its channel and Slurm wrote."""
     _, server = login
-    res = gpucloud(
-        cli_env, "run", str(job(tmp_path, "private", "run: echo up; sleep 300\n")), "--detach", "--json", cwd=tmp_path
+    res = cli(
+        "run",
+        str(job(tmp_path, "private", "run: echo up; sleep 300\n")),
+        "--detach",
+        "--json",
+        cwd=tmp_path,
+        env=cli_env,
+        timeout=240,
     )
     assert res.returncode == 0, res.stderr
     run_id = json.loads(res.stdout)["run_id"]
@@ -302,7 +309,7 @@ def test_slurm_run_files_are_private(
         assert not loose, "\n".join(loose)
         assert server.remote_root.stat().st_mode & 0o077 == 0
     finally:
-        assert gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path).returncode == 0
+        assert cli("down", run_id, "--yes", cwd=tmp_path, env=cli_env, timeout=240).returncode == 0
         assert wait_for(lambda: not cluster.squeue(), 30)
 
 
@@ -315,25 +322,25 @@ def test_cluster_local_on_a_submit_host(cluster: SlurmCluster, gpucloud_home: Pa
         "name: here\nresources: {cloud: slurm, cluster: local, gpu: K80:2}\nmax_duration: 10m\n"
         'run: echo "on $SLURM_JOB_PARTITION with $CUDA_VISIBLE_DEVICES"\n'
     )
-    res = gpucloud(env, "run", str(spec), cwd=tmp_path)
+    res = cli("run", str(spec), cwd=tmp_path, env=env, timeout=240)
     assert res.returncode == 0, res.stderr
     assert "on k80 with 0,1" in res.stdout + res.stderr  # the default partition, both GPUs of a node
     assert not list((tmp_path / "remote" / "work").iterdir())
 
 
 def test_the_sites_driver_is_checked_never_installed(cli_env: dict[str, str], tmp_path: Path) -> None:
-    res = gpucloud(cli_env, "run", str(job(tmp_path, "drv", "run: echo ok\n")), cwd=tmp_path)
+    res = cli("run", str(job(tmp_path, "drv", "run: echo ok\n")), cwd=tmp_path, env=cli_env, timeout=240)
     assert res.returncode == 0, res.stderr
     assert "node n1: the site's driver 470.256.02 (the stack needs R470" in flat(res.stdout)
     spec = tmp_path / "old.yaml"
     spec.write_text(job(tmp_path, "old", "run: echo ok\n").read_text().replace("hpc-login", "old-login"))
-    res = gpucloud(cli_env, "run", str(spec), cwd=tmp_path)
+    res = cli("run", str(spec), cwd=tmp_path, env=cli_env, timeout=240)
     assert res.returncode == 0, res.stderr
     assert "WARNING: node n1: the site's driver 460.32.03 is older than R470" in flat(res.stdout)
 
 
 def test_failing_job_exit_code(cli_env: dict[str, str], tmp_path: Path) -> None:
-    res = gpucloud(cli_env, "run", str(job(tmp_path, "three", "run: echo bye; exit 3\n")), cwd=tmp_path)
+    res = cli("run", str(job(tmp_path, "three", "run: echo bye; exit 3\n")), cwd=tmp_path, env=cli_env, timeout=240)
     assert res.returncode == 3, res.stderr
     assert "job exited with code 3" in flat(res.stdout + res.stderr)
 
@@ -342,7 +349,7 @@ def test_max_duration_is_slurms_time_limit(cluster: SlurmCluster, cli_env: dict[
     """--time is max_duration in whole minutes (here 1); Slurm's TIMEOUT comes before the node's own
     deadline (115 s) and is the run's deadline: exit 124."""
     spec = job(tmp_path, "slow", "max_duration: 115s\nrun: echo started; sleep 300\n")
-    res = gpucloud(cli_env, "run", str(spec), cwd=tmp_path, timeout=300)
+    res = cli("run", str(spec), cwd=tmp_path, timeout=300, env=cli_env)
     assert res.returncode == 124, res.stderr
     assert "TIMEOUT" in flat(res.stdout + res.stderr), res.stderr
 
@@ -390,7 +397,7 @@ EOF
 
 def test_two_nodes_rendezvous(cli_env: dict[str, str], tmp_path: Path) -> None:
     body = "num_nodes: 2\nrun: |\n" + "".join(f"  {line}\n" for line in RENDEZVOUS.splitlines())
-    res = gpucloud(cli_env, "run", str(job(tmp_path, "pair", body)), cwd=tmp_path)
+    res = cli("run", str(job(tmp_path, "pair", body)), cwd=tmp_path, env=cli_env, timeout=240)
     assert res.returncode == 0, res.stderr
     out = res.stdout + res.stderr
     assert "[node 0] rank 0 got hello-from-rank-1 from n[1-2]" in out  # one task on each of the two nodes
@@ -401,19 +408,27 @@ def test_pending_job_shows_its_reason(cluster: SlurmCluster, cli_env: dict[str, 
     blocker = cluster.cmd(["sbatch", "--parsable", "-N2", "--gres=gpu:k80:2", "-p", "k80", "--wrap", "sleep 300"])
     blocker_id = blocker.stdout.strip()
     assert wait_for(lambda: f"{blocker_id} RUNNING" in cluster.squeue(), 30)
-    res = gpucloud(cli_env, "run", str(job(tmp_path, "waiter", "run: echo ran\n")), "--detach", "--json", cwd=tmp_path)
+    res = cli(
+        "run",
+        str(job(tmp_path, "waiter", "run: echo ran\n")),
+        "--detach",
+        "--json",
+        cwd=tmp_path,
+        env=cli_env,
+        timeout=240,
+    )
     assert res.returncode == 0, res.stderr
     run_id = json.loads(res.stdout)["run_id"]
 
     def phase() -> str:
-        out = gpucloud(cli_env, "status", run_id, "--json", cwd=tmp_path)
+        out = cli("status", run_id, "--json", cwd=tmp_path, env=cli_env, timeout=240)
         return str(json.loads(out.stdout).get("phase"))
 
     assert wait_for(lambda: "Resources" in phase(), 30), phase()
-    shown = flat(gpucloud(cli_env, "status", run_id, cwd=tmp_path).stdout)
+    shown = flat(cli("status", run_id, cwd=tmp_path, env=cli_env, timeout=240).stdout)
     assert "queued in Slurm as job" in shown and "PENDING (Resources)" in shown and "1st in partition k80" in shown
     cluster.cmd(["scancel", blocker_id])
-    down = gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path)
+    down = cli("down", run_id, "--yes", cwd=tmp_path, env=cli_env, timeout=240)
     assert down.returncode == 0, down.stderr
     assert wait_for(lambda: not cluster.squeue(), 30)
 

@@ -19,9 +19,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.providers.slurm.test_slurm_e2e import gpucloud
-from tests.providers.slurm.test_slurm_e2e import queue_empty_after as queue_empty_after  # autouse, this cluster's
-from tests.support.slurm_cluster import SlurmCluster, have_slurm, missing
+from tests.support.cli import cli
+from tests.support.slurm_cluster import (
+    SlurmCluster,
+    have_slurm,
+    missing,
+    queue_empty_after,  # noqa: F401  (autouse, this cluster's)
+)
 from tests.support.sshd import SshLab, have_sshd
 from tests.support.text import flat
 
@@ -78,7 +82,7 @@ def test_min_vcpus_and_memory_reach_the_job_and_its_srun(
 ) -> None:
     """Before: sbatch asked for no CPUs or memory: NumCPUs=1, nproc 1 in the job and its srun."""
     spec = job_file(tmp_path, "sized", "gpu: A100-80GB:1, min_vcpus: 2, min_memory_gib: 1", SHOW)
-    res = gpucloud(cli_env, "run", str(spec), cwd=tmp_path)
+    res = cli("run", str(spec), cwd=tmp_path, env=cli_env, timeout=240)
     out = flat(res.stdout + res.stderr)
     assert res.returncode == 0, out
     assert "outer nproc=2" in out and "inner nproc=2" in out, out
@@ -96,7 +100,7 @@ def test_an_autodetect_partition_plans_and_runs(cli_env: dict[str, str], tmp_pat
         'num_nodes: 2\nrun: echo "rank $NODE_RANK nproc=$(nproc) mem=$SLURM_MEM_PER_NODE gpus=$CUDA_VISIBLE_DEVICES"\n'
     )
     spec = job_file(tmp_path, "auto", "gpu: A100-80GB:2", body)
-    plan = gpucloud(cli_env, "plan", str(spec), "--json", cwd=tmp_path)
+    plan = cli("plan", str(spec), "--json", cwd=tmp_path, env=cli_env, timeout=240)
     assert plan.returncode == 0, plan.stderr
     doc = json.loads(plan.stdout)
     assert [c["region"] for c in doc["candidates"]][:1] == ["hpc-login/gpu"], doc["candidates"]
@@ -104,7 +108,7 @@ def test_an_autodetect_partition_plans_and_runs(cli_env: dict[str, str], tmp_pat
     assert "partition gpu: each node asks for 2 CPU(s) and 2 GiB memory (the node's share" in flat(
         " ".join(doc["warnings"])
     )
-    res = gpucloud(cli_env, "run", str(spec), cwd=tmp_path)
+    res = cli("run", str(spec), cwd=tmp_path, env=cli_env, timeout=240)
     out = flat(res.stdout + res.stderr)
     assert res.returncode == 0, out
     assert "rank 0 nproc=2 mem=2048 gpus=0,1" in out and "rank 1 nproc=2 mem=2048 gpus=0,1" in out, out

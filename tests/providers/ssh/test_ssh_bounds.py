@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.providers.ssh.test_ssh_e2e import gpucloud, job, run_processes, start_detached, wait_for
-from tests.run.test_bounds import POISON_STATUS
+from tests.support.cli import cli
+from tests.support.hostile_jobs import POISON_STATUS
+from tests.support.polling import wait_until
+from tests.support.ssh_runs import job, run_processes, start_detached
 from tests.support.sshd import SSHD, SshdServer, SshLab, have_sshd
 from tests.support.text import flat
 
@@ -73,33 +75,33 @@ def procs_with(token: bytes) -> list[int]:
 def test_hung_nvidia_smi_is_stopped_and_named(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     spec = job(tmp_path, "hung", "resources: {cloud: ssh, gpu: T4:1, hosts: [hung]}\nrun: x\n")
     t0 = time.monotonic()
-    res = gpucloud(cli_env, "plan", str(spec), cwd=tmp_path, timeout=150)
+    res = cli("plan", str(spec), cwd=tmp_path, timeout=150, env=cli_env)
     took = time.monotonic() - t0
     assert res.returncode == 2, res.stderr
     assert "nvidia-smi did not answer within 20 s" in flat(res.stderr) and "cannot reach" not in res.stderr, res.stderr
     assert took < 50, f"plan took {took:.0f}s"
-    assert wait_for(lambda: not procs_with(b"sleep\x00613"), 10), "the hung nvidia-smi is left running"
+    assert wait_until(lambda: not procs_with(b"sleep\x00613"), 10), "the hung nvidia-smi is left running"
 
 
 def test_flooding_nvidia_smi_is_cut(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     t0 = time.monotonic()
-    res = gpucloud(cli_env, "hosts", "probe", "flood", "--json", cwd=tmp_path, timeout=150)
+    res = cli("hosts", "probe", "flood", "--json", cwd=tmp_path, timeout=150, env=cli_env)
     took = time.monotonic() - t0
     assert res.returncode != 70 and "Traceback" not in res.stderr, res.stderr
     (doc,) = json.loads(res.stdout)
     assert "printed more than 65536 bytes" in doc["nvidia_smi_error"] and doc["gpus"] == []
     assert took < 30, f"probe took {took:.0f}s"
-    assert wait_for(lambda: not procs_with(b"flood-617"), 10), "the flooding nvidia-smi is left running"
+    assert wait_until(lambda: not procs_with(b"flood-617"), 10), "the flooding nvidia-smi is left running"
 
 
 def test_odd_answers_get_a_clear_verdict(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
-    sup = gpucloud(cli_env, "hosts", "probe", "super", "--json", cwd=tmp_path)
+    sup = cli("hosts", "probe", "super", "--json", cwd=tmp_path, env=cli_env, timeout=180)
     assert sup.returncode != 70 and "Traceback" not in sup.stderr, sup.stderr
     assert json.loads(sup.stdout)[0]["gpus"] == []
-    mute = gpucloud(cli_env, "hosts", "probe", "mute", cwd=tmp_path)
+    mute = cli("hosts", "probe", "mute", cwd=tmp_path, env=cli_env, timeout=180)
     assert mute.returncode != 70 and "Traceback" not in mute.stderr, mute.stderr
     assert "the probe printed nothing gpucloud understands" in mute.stdout + mute.stderr
-    esc = gpucloud(cli_env, "hosts", "probe", "escape", cwd=tmp_path)
+    esc = cli("hosts", "probe", "escape", cwd=tmp_path, env=cli_env, timeout=180)
     assert esc.returncode != 70, esc.stderr
     out = esc.stdout + esc.stderr
     assert "\x1b" not in out and "\x07" not in out and "\\x1b]0;pwned" in out, out
@@ -109,7 +111,7 @@ def test_status_linked_to_dev_zero_is_refused(lab: SshLab, cli_env: dict[str, st
     box = server(lab, "box")
     spec = job(tmp_path, "poison", "resources: {cloud: ssh, hosts: [box]}\nrun: " + json.dumps(POISON_STATUS) + "\n")
     t0 = time.monotonic()
-    res = gpucloud(cli_env, "run", str(spec), cwd=tmp_path, timeout=120)
+    res = cli("run", str(spec), cwd=tmp_path, timeout=120, env=cli_env)
     assert res.returncode == 65, res.stderr
     assert "status was refused" in flat(res.stderr) and "not a regular file" in flat(res.stderr), res.stderr
     assert time.monotonic() - t0 < 60
@@ -126,14 +128,14 @@ def test_down_never_signals_a_reused_pid(lab: SshLab, cli_env: dict[str, str], t
     for pid in run_processes(run_id):
         with contextlib.suppress(ProcessLookupError):  # a child may end with its parent first
             os.kill(pid, signal.SIGKILL)
-    assert wait_for(lambda: not run_processes(run_id), 10)
+    assert wait_until(lambda: not run_processes(run_id), 10)
     decoy = subprocess.Popen(["sleep", "301"], start_new_session=True)
     try:
         (node / "pid").write_text(f"{decoy.pid}\n")
         (node / "job.pgid").write_text(f"{decoy.pid}\n")
         (node / "expires").write_text(f"{int(time.time()) - 60}\n")
-        assert gpucloud(cli_env, "gc", "--cloud", "ssh", "--yes", cwd=tmp_path).returncode == 0
-        res = gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path)
+        assert cli("gc", "--cloud", "ssh", "--yes", cwd=tmp_path, env=cli_env, timeout=180).returncode == 0
+        res = cli("down", run_id, "--yes", cwd=tmp_path, env=cli_env, timeout=180)
         assert res.returncode == 0, res.stderr
         time.sleep(0.5)
         assert decoy.poll() is None, "down or gc signalled a process that is not the run's"
@@ -148,8 +150,8 @@ def test_down_never_signals_a_reused_pid(lab: SshLab, cli_env: dict[str, str], t
         box,
     )
     assert run_processes(alive)
-    assert gpucloud(cli_env, "down", alive, "--yes", cwd=tmp_path).returncode == 0
-    assert wait_for(lambda: not run_processes(alive), 10)
+    assert cli("down", alive, "--yes", cwd=tmp_path, env=cli_env, timeout=180).returncode == 0
+    assert wait_until(lambda: not run_processes(alive), 10)
 
 
 def _cut_off(lab: SshLab, box: SshdServer, env: dict[str, str]) -> socket.socket:
@@ -179,7 +181,7 @@ def _cut_off(lab: SshLab, box: SshdServer, env: dict[str, str]) -> socket.socket
 def _restart(box: SshdServer) -> None:
     log = box.log_path.open("ab")
     box.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(box.folder / "sshd_config")], stdout=log, stderr=log)
-    assert wait_for(lambda: socket.socket().connect_ex(("127.0.0.1", box.port)) == 0, 10)
+    assert wait_until(lambda: socket.socket().connect_ex(("127.0.0.1", box.port)) == 0, 10)
 
 
 def _status(env: dict[str, str], run_id: str) -> str:
@@ -199,7 +201,7 @@ def test_down_with_the_host_unreachable_is_down_pending(lab: SshLab, cli_env: di
     silent = _cut_off(lab, box, cli_env)
     try:
         t0 = time.monotonic()
-        res = gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path, timeout=200)
+        res = cli("down", run_id, "--yes", cwd=tmp_path, timeout=200, env=cli_env)
         took = time.monotonic() - t0
         assert res.returncode == 75, res.stderr
         assert "not reached" in res.stderr and "down-pending" in res.stderr and "Traceback" not in res.stderr
@@ -209,10 +211,10 @@ def test_down_with_the_host_unreachable_is_down_pending(lab: SshLab, cli_env: di
     finally:
         silent.close()
     _restart(box)
-    again = gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path, timeout=120)
+    again = cli("down", run_id, "--yes", cwd=tmp_path, timeout=120, env=cli_env)
     assert again.returncode == 0, again.stderr
     assert _status(cli_env, run_id) == "down"
-    assert wait_for(lambda: not run_processes(run_id), 10)
+    assert wait_until(lambda: not run_processes(run_id), 10)
     assert not node.exists()
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.providers.local.test_local_containers import SECRET, containers_of, main_job
-from tests.providers.ssh.test_ssh_e2e import gpucloud
+from tests.support.cli import cli
+from tests.support.container_jobs import SECRET, containers_of, main_job
 from tests.support.containers import ContainerLab, container_lab  # noqa: F401
 from tests.support.sshd import SshLab, have_sshd
 
@@ -35,7 +35,7 @@ def test_main_job_runs_in_its_image_on_an_ssh_host(
 ) -> None:
     env = {**os.environ, **box_lab.env(), "GPUCLOUD_HOME": str(gpucloud_home), "CI": "true", "BOX_TOKEN": SECRET}
     spec = main_job(tmp_path / "job", container_lab.image, 5, {"cloud": "ssh", "hosts": ["boxhost"]})
-    res = gpucloud(env, "run", str(spec), cwd=tmp_path)
+    res = cli("run", str(spec), cwd=tmp_path, env=env, timeout=180)
     assert res.returncode == 5, res.stdout + res.stderr
     out = res.stdout + res.stderr
     run_id = next(p.name for p in (gpucloud_home / "runs").iterdir())

@@ -13,17 +13,10 @@ from pathlib import Path
 import pytest
 
 from gpucloud.vm.agent.mounts import mounted_paths
-from tests.providers.ssh.test_ssh_e2e import (  # noqa: F401
-    cli_env,
-    gpucloud,
-    job,
-    lab,
-    run_processes,
-    server,
-    start_detached,
-    wait_for,
-)
+from tests.support.cli import cli
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
+from tests.support.polling import wait_until
+from tests.support.ssh_runs import cli_env, job, lab, run_processes, server, start_detached  # noqa: F401  (fixtures)
 from tests.support.sshd import SshLab
 
 
@@ -36,7 +29,7 @@ def test_local_folder_input_reaches_an_ssh_host(lab: SshLab, cli_env: dict[str, 
     expect = hashlib.sha256(b"".join(files[k] for k in sorted(files))).hexdigest()
     run = "cat $(find in -type f | sort) | sha256sum"
     spec = job(tmp_path, "sshdata", f"resources: {{cloud: ssh, hosts: [cpu1]}}\ninputs: {{in: ./local}}\nrun: {run}\n")
-    res = gpucloud(cli_env, "run", str(spec), cwd=tmp_path)
+    res = cli("run", str(spec), cwd=tmp_path, env=cli_env, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     assert expect in res.stdout + res.stderr
     assert not list((server(lab, "cpu1").remote_root / "work").iterdir()), "teardown removes the work folder"
@@ -64,7 +57,7 @@ def test_a_mount_left_by_a_killed_node_is_unmounted_by_the_teardown(
     )
     run_id, _node = start_detached(cli_env, spec, tmp_path, box)
     parts = box.remote_root / "channel" / "runs" / run_id / "node-0" / "log"
-    assert wait_for(lambda: any(b"ssh-mount-line" in p.read_bytes() for p in parts.glob("0*")), 20)
+    assert wait_until(lambda: any(b"ssh-mount-line" in p.read_bytes() for p in parts.glob("0*")), 20)
     root = os.path.realpath(box.remote_root / "work" / run_id)
     assert [m for m in mounted_paths() if m.startswith(root)]
     for pid in run_processes(run_id):
@@ -72,8 +65,8 @@ def test_a_mount_left_by_a_killed_node_is_unmounted_by_the_teardown(
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    assert wait_for(lambda: not run_processes(run_id), 10)
+    assert wait_until(lambda: not run_processes(run_id), 10)
     assert [m for m in mounted_paths() if m.startswith(root)], "a killed rclone leaves its mount"
-    assert gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path).returncode == 0
+    assert cli("down", run_id, "--yes", cwd=tmp_path, env=cli_env, timeout=180).returncode == 0
     assert [m for m in mounted_paths() if m.startswith(root)] == []
     assert not (box.remote_root / "work" / run_id).exists()

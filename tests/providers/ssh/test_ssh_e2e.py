@@ -13,72 +13,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
+from tests.support.cli import cli
+from tests.support.polling import wait_until
+from tests.support.ssh_runs import cli_env, job, lab, run_processes, server, start_detached  # noqa: F401  (fixtures)
 from tests.support.sshd import SshdServer, SshLab, have_sshd
 from tests.support.text import flat
 
 pytestmark = pytest.mark.skipif(not have_sshd(), reason="needs /usr/sbin/sshd and ssh (openssh-server)")
-
-K40 = ("Tesla K40m", 1, 11441, "470.182.03", "11.4")
-T4 = ("Tesla T4", 1, 15360, "535.104.05", "12.2")
-UBUNTU_2004 = 'ID=ubuntu\nVERSION_ID="20.04"\nPRETTY_NAME="Ubuntu 20.04.6 LTS"\n'  # the same on any test machine
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshLab]:
-    lab = SshLab(tmp_path_factory.mktemp("ssh") / "lab")
-    lab.add_server("k40box", gpu=K40)
-    lab.add_server("t4box", gpu=T4)
-    lab.add_server("cpu1")
-    lab.add_server("cpu2")
-    lab.add_server("stranger", trusted=False)
-    lab.add_server("bare", gpu=("Tesla K40m", 1, 11441, "apt", ""), os_release=UBUNTU_2004)
-    yield lab
-    lab.close()
-
-
-def server(lab: SshLab, alias: str) -> SshdServer:
-    return next(s for s in lab.servers if s.alias == alias)
-
-
-@pytest.fixture
-def cli_env(lab: SshLab, gpucloud_home: Path, tmp_path: Path) -> dict[str, str]:
-    # lab.env() gives a fresh ControlMaster folder per test: handshakes are counted per test.
-    return {**os.environ, **lab.env(), "GPUCLOUD_HOME": str(gpucloud_home), "CI": "true", "PYTHONPATH": str(REPO)}
-
-
-def gpucloud(env: dict[str, str], *args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def job(tmp_path: Path, name: str, body: str) -> Path:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(f"name: {name}\n{body}")
-    return path
-
-
-def run_processes(run_id: str) -> list[int]:
-    """Processes on this machine (every test host is this machine) that belong to the run."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if (
-                f"GPUCLOUD_RUN_ID={run_id}".encode() in (proc / "environ").read_bytes()
-                or run_id.encode() in (proc / "cmdline").read_bytes()
-            ):
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return [p for p in found if p != os.getpid()]
 
 
 def start_run(env: dict[str, str], spec: Path, cwd: Path, box: SshdServer) -> subprocess.Popen[str]:
@@ -91,11 +37,11 @@ def start_run(env: dict[str, str], spec: Path, cwd: Path, box: SshdServer) -> su
         stderr=subprocess.STDOUT,
         text=True,
     )
-    assert wait_for(lambda: any((box.remote_root / "work").rglob("job.pgid")), 90)
+    assert wait_until(lambda: any((box.remote_root / "work").rglob("job.pgid")), 90)
     return proc
 
 
-def wait_for(predicate, timeout: float = 60.0, step: float = 0.2) -> bool:  # type: ignore[no-untyped-def]
+def wait_until(predicate, timeout: float = 60.0, step: float = 0.2) -> bool:  # type: ignore[no-untyped-def]
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if predicate():
@@ -105,29 +51,42 @@ def wait_for(predicate, timeout: float = 60.0, step: float = 0.2) -> bool:  # ty
 
 
 def test_probe_and_plan_resolve_kepler_for_a_k40_host(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
-    probe = gpucloud(cli_env, "hosts", "probe", "k40box", "--gpu", "K40:1", "--json", cwd=tmp_path)
+    probe = cli("hosts", "probe", "k40box", "--gpu", "K40:1", "--json", cwd=tmp_path, env=cli_env, timeout=180)
     assert probe.returncode == 0, probe.stderr
     (doc,) = json.loads(probe.stdout)
     assert doc["gpus"][0]["model"] == "K40" and doc["driver"] == "470.182.03" and doc["cuda"] == "11.4"
     assert doc["stack"]["architecture"] == "Kepler" and doc["disk_free_gib"] > 0
     spec = job(tmp_path, "k40job", "resources: {cloud: ssh, gpu: K40:1, hosts: [k40box]}\nrun: nvidia-smi\n")
-    plan = gpucloud(cli_env, "plan", str(spec), "--json", cwd=tmp_path)
+    plan = cli("plan", str(spec), "--json", cwd=tmp_path, env=cli_env, timeout=180)
     assert plan.returncode == 0, plan.stderr
     stack = json.loads(plan.stdout)["stack"]
     assert (stack["driver"], stack["cuda"], stack["cudnn"][:3]) == ("470", "11.4", "8.2")
     # The same job on the clouds: the K40 was never offered there.
-    cloud = gpucloud(cli_env, "plan", str(job(tmp_path, "k40cloud", "resources: {gpu: K40:1}\nrun: x\n")), cwd=tmp_path)
+    cloud = cli(
+        "plan",
+        str(job(tmp_path, "k40cloud", "resources: {gpu: K40:1}\nrun: x\n")),
+        cwd=tmp_path,
+        env=cli_env,
+        timeout=180,
+    )
     assert cloud.returncode == 2 and "never offered" in flat(cloud.stderr)
     # A host with another GPU is refused with what it has.
-    wrong = gpucloud(cli_env, "plan", str(spec), "--host", "t4box", cwd=tmp_path)
+    wrong = cli("plan", str(spec), "--host", "t4box", cwd=tmp_path, env=cli_env, timeout=180)
     assert wrong.returncode == 2 and "has 0 x K40" in flat(wrong.stderr) and "Tesla T4" in flat(wrong.stderr)
 
 
 def test_quickstart_on_an_ssh_host_with_one_handshake(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     box = server(lab, "t4box")
     before = box.accepted()
-    res = gpucloud(
-        cli_env, "run", str(REPO / "examples" / "quickstart.yaml"), "--host", "t4box", "--json", cwd=tmp_path
+    res = cli(
+        "run",
+        str(REPO / "examples" / "quickstart.yaml"),
+        "--host",
+        "t4box",
+        "--json",
+        cwd=tmp_path,
+        env=cli_env,
+        timeout=180,
     )
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
@@ -140,7 +99,7 @@ def test_quickstart_on_an_ssh_host_with_one_handshake(lab: SshLab, cli_env: dict
 
 def test_failing_job_exit_code(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     spec = job(tmp_path, "fails", "resources: {cloud: ssh, hosts: [cpu1]}\nrun: echo about to fail; exit 3\n")
-    res = gpucloud(cli_env, "run", str(spec), cwd=tmp_path)
+    res = cli("run", str(spec), cwd=tmp_path, env=cli_env, timeout=180)
     assert res.returncode == 3, res.stderr
     assert "about to fail" in res.stdout + res.stderr
 
@@ -148,7 +107,7 @@ def test_failing_job_exit_code(lab: SshLab, cli_env: dict[str, str], tmp_path: P
 def test_max_duration_gives_124(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     spec = job(tmp_path, "slow", "resources: {cloud: ssh, hosts: [cpu1]}\nrun: sleep 120\nmax_duration: 4s\n")
     t0 = time.monotonic()
-    res = gpucloud(cli_env, "run", str(spec), cwd=tmp_path)
+    res = cli("run", str(spec), cwd=tmp_path, env=cli_env, timeout=180)
     assert res.returncode == 124, res.stderr
     assert time.monotonic() - t0 < 60
 
@@ -167,7 +126,7 @@ def test_ctrl_c_gives_130_and_leaves_nothing(lab: SshLab, cli_env: dict[str, str
     assert proc.returncode == 130, out
     assert not (box.remote_root / "work" / run_id).exists()
     assert not list((box.remote_root / "locks").glob("gpu-*"))
-    assert wait_for(lambda: not run_processes(run_id), 10), [
+    assert wait_until(lambda: not run_processes(run_id), 10), [
         Path(f"/proc/{p}/cmdline").read_bytes() for p in run_processes(run_id)
     ]
 
@@ -207,17 +166,17 @@ def test_dropped_connection_run_carries_on(lab: SshLab, cli_env: dict[str, str],
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "tick 6" in out and "finished" in out, out
     # Detached: nobody is connected when the connection drops; `logs --follow` picks the run up.
-    res = gpucloud(cli_env, "run", str(spec), "--detach", cwd=tmp_path)
+    res = cli("run", str(spec), "--detach", cwd=tmp_path, env=cli_env, timeout=180)
     assert res.returncode == 0, res.stderr
     run_id = res.stdout.strip().splitlines()[-1]
     drop_connection(box, cli_env, "cpu1")
-    assert wait_for(lambda: bool(run_processes(run_id)), 5), "the bootstrap did not die with the ssh session"
-    follow = gpucloud(cli_env, "logs", run_id, "--follow", cwd=tmp_path)
+    assert wait_until(lambda: bool(run_processes(run_id)), 5), "the bootstrap did not die with the ssh session"
+    follow = cli("logs", run_id, "--follow", cwd=tmp_path, env=cli_env, timeout=180)
     assert follow.returncode == 0, follow.stderr
     assert "tick 6" in follow.stdout and "finished" in follow.stdout
-    status = json.loads(gpucloud(cli_env, "status", run_id, "--json", cwd=tmp_path).stdout)
+    status = json.loads(cli("status", run_id, "--json", cwd=tmp_path, env=cli_env, timeout=180).stdout)
     assert status["status"] == "succeeded"
-    assert gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path).returncode == 0
+    assert cli("down", run_id, "--yes", cwd=tmp_path, env=cli_env, timeout=180).returncode == 0
     assert not (box.remote_root / "work" / run_id).exists()
 
 
@@ -228,7 +187,7 @@ def test_two_nodes_on_two_hosts(lab: SshLab, cli_env: dict[str, str], tmp_path: 
         "resources: {cloud: ssh, hosts: [cpu1, cpu2]}\nnum_nodes: 2\n"
         'run: echo "rank=$NODE_RANK of $GPUCLOUD_NUM_NODES master=$MASTER_ADDR:$MASTER_PORT"\n',
     )
-    res = gpucloud(cli_env, "run", str(spec), cwd=tmp_path)
+    res = cli("run", str(spec), cwd=tmp_path, env=cli_env, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout + res.stderr
     lines = [line for line in out.splitlines() if "rank=" in line and "master=" in line]
@@ -239,38 +198,40 @@ def test_two_nodes_on_two_hosts(lab: SshLab, cli_env: dict[str, str], tmp_path: 
     for alias in ("cpu1", "cpu2"):
         assert not list((server(lab, alias).remote_root / "work").iterdir())
     # Detached, nobody following: the provider's relay still carries the barrier across hosts.
-    detached = gpucloud(cli_env, "run", str(spec), "--detach", cwd=tmp_path)
+    detached = cli("run", str(spec), "--detach", cwd=tmp_path, env=cli_env, timeout=180)
     assert detached.returncode == 0, detached.stderr
     run_id = detached.stdout.strip().splitlines()[-1]
     node1_log = server(lab, "cpu2").remote_root / "work" / run_id / "node-1" / "job.log"
-    assert wait_for(lambda: node1_log.is_file() and "rank=1 of 2" in node1_log.read_text(errors="replace"), 60), (
+    assert wait_until(lambda: node1_log.is_file() and "rank=1 of 2" in node1_log.read_text(errors="replace"), 60), (
         "node 1 got past the barrier with no CLI reading the run"
     )
-    follow = gpucloud(cli_env, "logs", run_id, "--follow", cwd=tmp_path)
+    follow = cli("logs", run_id, "--follow", cwd=tmp_path, env=cli_env, timeout=180)
     assert follow.returncode == 0 and "[node 1] rank=1 of 2" in follow.stdout, follow.stdout + follow.stderr
-    assert gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path).returncode == 0
+    assert cli("down", run_id, "--yes", cwd=tmp_path, env=cli_env, timeout=180).returncode == 0
 
 
 def test_two_runs_compete_for_one_gpu(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     body = "resources: {cloud: ssh, gpu: T4:1, hosts: [t4box]}\nrun: echo gpus=$CUDA_VISIBLE_DEVICES; sleep 60\n"
-    first = gpucloud(cli_env, "run", str(job(tmp_path, "first", body)), "--detach", cwd=tmp_path)
+    first = cli("run", str(job(tmp_path, "first", body)), "--detach", cwd=tmp_path, env=cli_env, timeout=180)
     assert first.returncode == 0, first.stderr
     first_id = first.stdout.strip().splitlines()[-1]
-    second = gpucloud(cli_env, "run", str(job(tmp_path, "second", body)), cwd=tmp_path)
+    second = cli("run", str(job(tmp_path, "second", body)), cwd=tmp_path, env=cli_env, timeout=180)
     assert second.returncode == 75, second.stderr
     assert f"held by run {first_id}" in flat(second.stderr)
-    listing = gpucloud(cli_env, "ls", cwd=tmp_path)
+    listing = cli("ls", cwd=tmp_path, env=cli_env, timeout=180)
     assert first_id in listing.stdout and "ssh/t4box" in listing.stdout
-    probe = gpucloud(cli_env, "hosts", "probe", "t4box", cwd=tmp_path)
+    probe = cli("hosts", "probe", "t4box", cwd=tmp_path, env=cli_env, timeout=180)
     assert f"locked by run {first_id}" in probe.stdout
-    assert gpucloud(cli_env, "down", first_id, "--yes", cwd=tmp_path).returncode == 0
-    again = gpucloud(cli_env, "run", str(job(tmp_path, "third", body.replace("sleep 60", "true"))), cwd=tmp_path)
+    assert cli("down", first_id, "--yes", cwd=tmp_path, env=cli_env, timeout=180).returncode == 0
+    again = cli(
+        "run", str(job(tmp_path, "third", body.replace("sleep 60", "true"))), cwd=tmp_path, env=cli_env, timeout=180
+    )
     assert again.returncode == 0, again.stderr
     assert "gpus=0" in again.stdout + again.stderr
 
 
 def test_unknown_host_key_is_refused_with_the_fix(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
-    res = gpucloud(cli_env, "hosts", "probe", "stranger", cwd=tmp_path)
+    res = cli("hosts", "probe", "stranger", cwd=tmp_path, env=cli_env, timeout=180)
     assert res.returncode == 2, res.stderr
     assert "host key" in flat(res.stderr) and "ssh-keyscan" in flat(res.stderr)
     assert "Traceback" not in res.stderr
@@ -279,30 +240,22 @@ def test_unknown_host_key_is_refused_with_the_fix(lab: SshLab, cli_env: dict[str
 
 def test_driver_install_needs_install_true(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     box = server(lab, "bare")
-    probe = gpucloud(cli_env, "hosts", "probe", "bare", "--gpu", "K40:1", cwd=tmp_path)
+    probe = cli("hosts", "probe", "bare", "--gpu", "K40:1", cwd=tmp_path, env=cli_env, timeout=180)
     assert probe.returncode == 78 and "no working NVIDIA driver" in probe.stdout, probe.stdout + probe.stderr
     body = (
         "resources: {cloud: ssh, gpu: K40:1, hosts: [bare]}\n"
         "run: nvidia-smi --query-gpu=name,driver_version --format=csv\n"
     )
-    refused = gpucloud(cli_env, "run", str(job(tmp_path, "nodriver", body)), cwd=tmp_path)
+    refused = cli("run", str(job(tmp_path, "nodriver", body)), cwd=tmp_path, env=cli_env, timeout=180)
     assert refused.returncode == 2 and "apt-get install -y cuda-drivers-470" in flat(refused.stderr), refused.stderr
     assert not (box.folder / "state" / "pkgs" / "cuda-drivers-470").exists(), "nothing installed without consent"
-    res = gpucloud(cli_env, "run", str(job(tmp_path, "install", "stack: {install: true}\n" + body)), cwd=tmp_path)
+    res = cli(
+        "run", str(job(tmp_path, "install", "stack: {install: true}\n" + body)), cwd=tmp_path, env=cli_env, timeout=180
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Tesla K40m, 470.82.01" in res.stdout + res.stderr
     calls = (box.folder / "state" / "calls").read_text()
     assert "dpkg -i cuda-keyring_1.1-1_all.deb" in calls and "apt-get install -y cuda-drivers-470" in calls
-
-
-def start_detached(env: dict[str, str], spec: Path, cwd: Path, box: SshdServer) -> tuple[str, Path]:
-    """`gpucloud run --detach` on one host: (run id, node 0's folder), once the job is running."""
-    detached = gpucloud(env, "run", str(spec), "--detach", cwd=cwd)
-    assert detached.returncode == 0, detached.stderr
-    run_id = detached.stdout.strip().splitlines()[-1]
-    node = box.remote_root / "work" / run_id / "node-0"
-    assert wait_for(lambda: (node / "job.pgid").is_file(), 60)
-    return run_id, node
 
 
 def test_gc_removes_an_expired_runs_leftovers(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
@@ -323,24 +276,24 @@ def test_gc_removes_an_expired_runs_leftovers(lab: SshLab, cli_env: dict[str, st
     two_days = time.time() - 2 * 86400
     os.utime(old / "expires", (two_days, two_days))
 
-    dry = gpucloud(cli_env, "gc", "--dry-run", "--cloud", "ssh", cwd=tmp_path)
+    dry = cli("gc", "--dry-run", "--cloud", "ssh", cwd=tmp_path, env=cli_env, timeout=180)
     assert dry.returncode == 0, dry.stderr
     assert f"ssh: t4box: {run_id}/node-0 expired, still running (would remove)" in dry.stdout, dry.stdout
     assert "ssh: t4box: ended-20260101-000000-abcd/node-0 ended over a day ago (would remove)" in dry.stdout
     assert node.is_dir() and old.is_dir() and run_processes(run_id)
 
-    swept = gpucloud(cli_env, "gc", "--yes", "--cloud", "ssh", cwd=tmp_path)
+    swept = cli("gc", "--yes", "--cloud", "ssh", cwd=tmp_path, env=cli_env, timeout=180)
     assert swept.returncode == 0, swept.stderr
     assert f"{run_id}/node-0 expired, still running (removed)" in swept.stdout, swept.stdout
     assert not (box.remote_root / "work" / run_id).exists() and not old.parent.exists()
     assert not [f for f in (box.remote_root / "locks").glob("gpu-*") if f.read_text().strip() == run_id]
-    assert wait_for(lambda: not run_processes(run_id), 10)
+    assert wait_until(lambda: not run_processes(run_id), 10)
     from gpucloud.state.store import Store
 
     assert Store(Path(cli_env["GPUCLOUD_HOME"]) / "state.db").resources(run_id, alive_only=True) == [], (
         "the swept node's row is marked deleted"
     )
-    again = gpucloud(cli_env, "gc", "--dry-run", "--cloud", "ssh", cwd=tmp_path)
+    again = cli("gc", "--dry-run", "--cloud", "ssh", cwd=tmp_path, env=cli_env, timeout=180)
     assert run_id not in again.stdout and "ended-20260101-000000-abcd" not in again.stdout
 
 
@@ -358,11 +311,12 @@ def test_gc_removes_only_what_is_provably_the_runs(lab: SshLab, cli_env: dict[st
     folder reached through a link (`channel/runs` pointing elsewhere) is refused, named, and gc
     exits 75: nothing outside the remote root is removed."""
     box = server(lab, "cpu2")
-    res = gpucloud(
-        cli_env,
+    res = cli(
         "run",
         str(job(tmp_path, "seen", "resources: {cloud: ssh, hosts: [cpu2]}\nrun: echo hi\n")),
         cwd=tmp_path,
+        env=cli_env,
+        timeout=180,
     )
     assert res.returncode == 0, res.stderr  # a recorded run on the host: gc visits it
     root = box.remote_root
@@ -377,7 +331,7 @@ def test_gc_removes_only_what_is_provably_the_runs(lab: SshLab, cli_env: dict[st
     runs.rename(moved)
     runs.symlink_to(elsewhere)
     try:
-        swept = gpucloud(cli_env, "gc", "--yes", "--cloud", "ssh", cwd=tmp_path)
+        swept = cli("gc", "--yes", "--cloud", "ssh", cwd=tmp_path, env=cli_env, timeout=180)
     finally:
         runs.unlink()
         moved.rename(runs)
@@ -413,7 +367,7 @@ def test_remote_files_are_private(lab: SshLab, cli_env: dict[str, str], tmp_path
         ]
         assert not loose, "\n".join(loose)
     finally:
-        assert gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path).returncode == 0
+        assert cli("down", run_id, "--yes", cwd=tmp_path, env=cli_env, timeout=180).returncode == 0
 
 
 def test_down_of_a_job_that_ignores_sigterm_leaves_no_process(
@@ -425,7 +379,7 @@ def test_down_of_a_job_that_ignores_sigterm_leaves_no_process(
     box = server(lab, "cpu1")
     spec = job(tmp_path, "stubborn", "resources: {cloud: ssh, hosts: [cpu1]}\nrun: trap '' TERM; echo up; sleep 300\n")
     run_id, _node = start_detached(cli_env, spec, tmp_path, box)
-    assert wait_for(
+    assert wait_until(
         lambda: any(
             b"backstop" in Path(f"/proc/{p}/cmdline").read_bytes()
             for p in run_processes(run_id)
@@ -434,12 +388,12 @@ def test_down_of_a_job_that_ignores_sigterm_leaves_no_process(
         10,
     )
     parts = box.remote_root / "channel" / "runs" / run_id / "node-0" / "log"
-    assert wait_for(lambda: any(b"up" in p.read_bytes() for p in parts.glob("0*")), 10)
-    assert gpucloud(cli_env, "down", run_id, "--yes", cwd=tmp_path).returncode == 0
-    assert wait_for(lambda: not run_processes(run_id), 10), [
+    assert wait_until(lambda: any(b"up" in p.read_bytes() for p in parts.glob("0*")), 10)
+    assert cli("down", run_id, "--yes", cwd=tmp_path, env=cli_env, timeout=180).returncode == 0
+    assert wait_until(lambda: not run_processes(run_id), 10), [
         Path(f"/proc/{p}/cmdline").read_bytes() for p in run_processes(run_id)
     ]
     assert not (box.remote_root / "work" / run_id).exists()
     # Teardown removed the host's channel folder: `down` copied the log first (nobody followed the run).
     assert not parts.exists()
-    assert "up" in gpucloud(cli_env, "logs", run_id, cwd=tmp_path).stdout.splitlines()
+    assert "up" in cli("logs", run_id, cwd=tmp_path, env=cli_env, timeout=180).stdout.splitlines()

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import cli
 from tests.support.procs import gpucloud_until_started
 from tests.support.sshd import SshLab
 from tests.support.text import flat
@@ -52,18 +51,6 @@ def env(lab: SshLab, gpucloud_home: Path) -> dict[str, str]:
     }
 
 
-def gpucloud(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-
-
 def job(tmp_path: Path, name: str, body: str) -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(f"name: {name}\n{body}")
@@ -80,22 +67,25 @@ def job(tmp_path: Path, name: str, body: str) -> Path:
 def test_probe_and_plan_follow_the_hosts_os(
     env: dict[str, str], tmp_path: Path, host: str, gpu: str, os_image: str, repo: str
 ) -> None:
-    probe = gpucloud(env, "hosts", "probe", host, "--gpu", gpu, cwd=tmp_path)
+    probe = cli("hosts", "probe", host, "--gpu", gpu, cwd=tmp_path, env=env, timeout=180)
     assert probe.returncode == 78 and "no working NVIDIA driver" in probe.stdout, probe.stdout + probe.stderr
     assert f"/{repo}/x86_64/cuda-keyring_1.1-1_all.deb" in probe.stdout, probe.stdout
     assert f"OS {os_image}, NVIDIA repository {repo}" in probe.stdout, probe.stdout
     assert "ubuntu2004" not in probe.stdout and "ubuntu2204" not in probe.stdout
-    (doc,) = json.loads(gpucloud(env, "hosts", "probe", host, "--gpu", gpu, "--json", cwd=tmp_path).stdout)
+    (doc,) = json.loads(cli("hosts", "probe", host, "--gpu", gpu, "--json", cwd=tmp_path, env=env, timeout=180).stdout)
     assert doc["nvidia_repo"] == repo and doc["stack"]["os_image"] == os_image
     spec = job(
         tmp_path,
         "onhost",
         f"resources: {{cloud: ssh, gpu: {gpu}, hosts: [{host}]}}\nstack: {{install: true}}\nrun: nvidia-smi\n",
     )
-    plan = gpucloud(env, "plan", str(spec), cwd=tmp_path)
+    plan = cli("plan", str(spec), cwd=tmp_path, env=env, timeout=180)
     assert plan.returncode == 0, plan.stderr
     assert f"OS image {os_image}" in plan.stdout + plan.stderr and "ubuntu-22.04" not in plan.stdout, plan.stdout
-    assert json.loads(gpucloud(env, "plan", str(spec), "--json", cwd=tmp_path).stdout)["stack"]["os_image"] == os_image
+    assert (
+        json.loads(cli("plan", str(spec), "--json", cwd=tmp_path, env=env, timeout=180).stdout)["stack"]["os_image"]
+        == os_image
+    )
 
 
 def test_driver_install_uses_the_debian_repository(lab: SshLab, env: dict[str, str], tmp_path: Path) -> None:
@@ -104,7 +94,7 @@ def test_driver_install_uses_the_debian_repository(lab: SshLab, env: dict[str, s
         "resources: {cloud: ssh, gpu: K40:1, hosts: [deb12]}\nstack: {install: true}\n"
         "run: nvidia-smi --query-gpu=name,driver_version --format=csv\n"
     )
-    res = gpucloud(env, "run", str(job(tmp_path, "debinstall", body)), cwd=tmp_path)
+    res = cli("run", str(job(tmp_path, "debinstall", body)), cwd=tmp_path, env=env, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Tesla K40m, 470.82.01" in res.stdout + res.stderr
     calls = (box.folder / "state" / "calls").read_text()
@@ -112,7 +102,7 @@ def test_driver_install_uses_the_debian_repository(lab: SshLab, env: dict[str, s
 
 
 def test_an_os_gpucloud_cannot_install_on_is_named_with_what_is_supported(env: dict[str, str], tmp_path: Path) -> None:
-    probe = gpucloud(env, "hosts", "probe", "fedora", "--gpu", "K40:1", cwd=tmp_path)
+    probe = cli("hosts", "probe", "fedora", "--gpu", "K40:1", cwd=tmp_path, env=env, timeout=180)
     assert probe.returncode == 78, probe.stdout + probe.stderr
     supported = "gpucloud installs drivers only on Ubuntu 20.04, 22.04 or 24.04, or Debian 12"
     assert supported in probe.stdout and "OS fedora-40" in probe.stdout, probe.stdout
@@ -122,14 +112,14 @@ def test_an_os_gpucloud_cannot_install_on_is_named_with_what_is_supported(env: d
         "fedora",
         "resources: {cloud: ssh, gpu: K40:1, hosts: [fedora]}\nstack: {install: true}\nrun: nvidia-smi\n",
     )
-    refused = gpucloud(env, "run", str(spec), cwd=tmp_path)
+    refused = cli("run", str(spec), cwd=tmp_path, env=env, timeout=180)
     assert refused.returncode == 2, refused.stderr
     assert "stack.install is true, but this host runs fedora-40" in flat(refused.stderr), refused.stderr
     assert "Traceback" not in refused.stderr
 
 
 def test_unreachable_host_hint_is_valid_ssh(env: dict[str, str], tmp_path: Path) -> None:
-    out = gpucloud(env, "hosts", "probe", "127.0.0.1:1", cwd=tmp_path)
+    out = cli("hosts", "probe", "127.0.0.1:1", cwd=tmp_path, env=env, timeout=180)
     assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
     text = out.stdout + out.stderr
     assert "`ssh " in text and "-p 1 127.0.0.1 true`" in text and "ssh 127.0.0.1:1 true" not in text, text
@@ -165,5 +155,5 @@ def test_ctrl_c_on_a_host_brings_back_what_the_job_saved(lab: SshLab, env: dict[
     assert (tmp_path / "gpucloud-runs" / run_id / "out" / "model.txt").read_text() == "saved on SIGTERM\n", stderr
     box = next(s for s in lab.servers if s.alias == "t4deb")
     assert not (box.remote_root / "work" / run_id).exists()  # torn down after it was read back
-    log = gpucloud(env, "logs", run_id, cwd=tmp_path).stdout.splitlines()
+    log = cli("logs", run_id, cwd=tmp_path, env=env, timeout=180).stdout.splitlines()
     assert "saved" in log and log[-1] == f"[gpucloud] run {run_id} interrupted (exit 130): SIGINT received", log[-5:]
