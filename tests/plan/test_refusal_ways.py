@@ -74,3 +74,13 @@ def test_the_readme_headline_job_plans(tmp_path: Path) -> None:
     proc = cli("plan", "job.yaml", cwd=tmp_path, env=clean_env(HF_TOKEN="x"))
     assert proc.returncode == 0, proc.stderr
     assert spec["resources"]["gpu"].split(":")[0] in proc.stdout
+
+
+@pytest.mark.parametrize(("cuda", "major"), [("11.8", "11"), ("12.4", "12")])
+def test_the_cudnn_reason_names_the_package_it_installs(cuda: str, major: str) -> None:
+    """`stack A100-80GB --cuda 11.8` once gave a reason naming cudnn9-cuda-12 while installing
+    cudnn9-cuda-11: the reason and the package agree for every CUDA major."""
+    stack = resolve_stack("A100-80GB", StackSpec(cuda=cuda))
+    assert stack.cudnn_packages == (f"cudnn9-cuda-{major}",)
+    other = {"11": "12", "12": "11"}[major]
+    assert f"cudnn9-cuda-{major}" in stack.reasons["cudnn"] and f"cudnn9-cuda-{other}" not in stack.reasons["cudnn"]
