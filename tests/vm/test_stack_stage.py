@@ -13,13 +13,13 @@ from gpucloud.plan.images import resolve_node
 from gpucloud.plan.stacks import resolve_stack
 from gpucloud.spec.load import StackSpec
 from gpucloud.vm.agent import stack
+from gpucloud.vm.agent.gpu_check import gpu_tokens
 from gpucloud.vm.agent.stack import GRID_POLL_S, stack_log_tail
 from gpucloud.vm.agent.stage_api import StageFailed
-from gpucloud.vm.agent.gpu_check import gpu_tokens
 from gpucloud.vm.job_env import stack_context
+from tests.support.render_inputs import K80, T4
 from tests.support.vm_sim import GPU_NAMES
 from tests.vm.conftest import APT, APT_UPDATE, HEADERS, KERNEL, LOCK_580, STUBS, StubVm, candidate, config
-from tests.vm.test_render import K80, T4
 
 K80_CFG = config(K80, "aws", "K80", 1, "p2.xlarge")
 K80_STUB = {"STUB_GPU_NAME": "Tesla K80", "STUB_GPU_COUNT": "1"}
@@ -415,7 +415,7 @@ def test_host_stack_is_never_touched(tmp_path: Path) -> None:
 
 
 def test_cpu_machine_installs_nothing(tmp_path: Path) -> None:
-    from tests.vm.test_render import CPU
+    from tests.support.render_inputs import CPU
 
     cfg = config(CPU, "aws", "", 0, "m5.large")
     assert cfg["driver_source"] == "none" and cfg["gpu_count"] == 0
@@ -463,8 +463,8 @@ def test_config_of_open_modules_arm64_and_vendor_images() -> None:
 
 
 def test_config_pins_the_stack_exactly() -> None:
-    """The values the stacks pin (tests/vm/test_render.py) reach the stages unchanged."""
-    from tests.vm.test_render import A100_TF
+    """The values the stacks pin (tests/support/render_inputs.py) reach the stages unchanged."""
+    from tests.support.render_inputs import A100_TF
 
     k80 = K80_CFG
     assert (k80["driver_packages"], k80["driver_min"], k80["driver_max"]) == (["cuda-drivers-470"], 470, 470)
