@@ -120,6 +120,7 @@ class Manifest:
     ranked: Dict[str, Dict[int, str]] = field(default_factory=dict)
     log: LogGrant = field(default_factory=LogGrant)
     signs: bool = False
+    identity: str = ""  # `node_identity imds`: the node signs its S3 requests itself (agent/sigv4.py)
     nodes: Dict[int, str] = field(default_factory=dict)  # a node index: `manifest <rank> URL`
 
     def url(self, key: str) -> str:
@@ -158,6 +159,8 @@ def parse_manifest(text: str) -> Manifest:
             m.log.style, m.log.url = "append", rest
         elif key == "sign":
             m.signs = rest == SIGN_LINE.split(" ", 1)[1]
+        elif key == "node_identity":
+            m.identity = rest.strip()
     return m
 
 

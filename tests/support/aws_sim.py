@@ -33,27 +33,28 @@ from typing import Any
 import pytest
 
 from tests.support.aws_faults import unhooked
-from tests.support.moto_server import Moto, _catalog_regions
+from tests.support.moto_server import ACCOUNT, Moto, _catalog_regions
 from tests.support.vm_sim import GPU_NAMES, Guest, GuestSimulator, gpu_of
 
-_CLIENTS: dict[tuple[str, str], Any] = {}
+_CLIENTS: dict[tuple[str, str, str], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
-def _client(endpoint: str, region: str) -> Any:
-    """Unhooked EC2 clients, shared by every simulator of the process (a client costs ~0.1 s)."""
+def _client(endpoint: str, region: str, service: str = "ec2") -> Any:
+    """Unhooked clients, shared by every simulator of the process (a client costs ~0.1 s)."""
     with _CLIENTS_LOCK:
-        key = (endpoint, region)
+        key = (endpoint, region, service)
         if key not in _CLIENTS:
             import boto3
 
             with unhooked():
                 session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
-            _CLIENTS[key] = session.client("ec2", region_name=region, endpoint_url=endpoint)
+            _CLIENTS[key] = session.client(service, region_name=region, endpoint_url=endpoint)
         return _CLIENTS[key]
 
 
 IMDS_TOKEN = "sim-imds-token"
+CREDS_PATH = "latest/meta-data/iam/security-credentials/"
 SPOT_ACTION_FILE = "imds-spot-instance-action"
 
 
@@ -89,8 +90,22 @@ class _Imds(BaseHTTPRequestHandler):
             self._reply(200, notice.read_text()) if notice.exists() else self._reply(404)
         elif path == "latest/meta-data/ami-launch-index":
             self._reply(200, guest.meta.get("rank", "0"))
+        elif path.startswith(CREDS_PATH):
+            self._credentials(guest, path[len(CREDS_PATH) :])
         else:
             self._reply(404)
+
+    def _credentials(self, guest: Guest, role: str) -> None:
+        """The instance profile's role (a listing) or its credentials (EC2's document), or 404
+        for an instance without a profile, as on EC2."""
+        name = self.sim.role_of(guest)
+        if name is None or role not in ("", name):
+            self._reply(404)
+        elif not role:
+            self._reply(200, name)
+        else:
+            self.sim.creds_served += 1
+            self._reply(200, json.dumps(self.sim.role_credentials(guest, name)))
 
     def log_message(self, *args: object) -> None:
         pass
@@ -108,6 +123,10 @@ class AwsVmSimulator(GuestSimulator):
         self.shutdowns: list[str] = []
         self.errors: list[str] = []
         self.imds_polls = 0  # GETs of spot/instance-action (the bootstrap's guard)
+        self.creds_served = 0  # role credential documents served by IMDS
+        self.creds_s = 3600  # lifetime of the role credentials IMDS serves (STS, from moto)
+        self.extra_env: dict[str, str] = {}  # more environment for every guest (a proxy in front of S3)
+        self.on_credentials: list[Any] = []  # called with each (key id, secret, token, expiry epoch) served
         handler = type("Imds", (_Imds,), {"sim": self})
         self._imds = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=self._imds.serve_forever, name="aws-sim-imds", daemon=True).start()
@@ -155,6 +174,7 @@ class AwsVmSimulator(GuestSimulator):
             "GPUCLOUD_NODE_RANK": str(inst.get("AmiLaunchIndex", 0)),
             "GPUCLOUD_NODE_IP": "127.0.0.1",
             "GPUCLOUD_IMDS_ENDPOINT": f"http://127.0.0.1:{self._imds.server_address[1]}/{iid}",
+            **self.extra_env,
         }
         guest = self.boot_guest(
             iid,
@@ -174,6 +194,7 @@ class AwsVmSimulator(GuestSimulator):
             user_data_bytes=str(len(raw)),
             rank=env["GPUCLOUD_NODE_RANK"],
             zone=(inst.get("Placement") or {}).get("AvailabilityZone", ""),
+            profile=str((inst.get("IamInstanceProfile") or {}).get("Arn", "")).rsplit("/", 1)[-1],
         )
         self.booted.append(iid)
 
@@ -181,8 +202,6 @@ class AwsVmSimulator(GuestSimulator):
         """An AMI made by CreateImage from a simulated instance carries that instance's disk: its
         guest's stub state (moto runs in this process; its AMI records the source instance)."""
         from moto.ec2.models import ec2_backends
-
-        from tests.support.moto_server import ACCOUNT
 
         ami = ec2_backends[ACCOUNT][region].amis.get(image_id)
         source = getattr(ami, "instance_id", None)
@@ -201,6 +220,35 @@ class AwsVmSimulator(GuestSimulator):
         with self.lock:
             self._gone.add(guest.vm_id)
             guest.ended = True
+
+    def role_of(self, guest: Guest) -> str | None:
+        """The role of the guest's instance profile (IAM, as EC2 resolves it), or None."""
+        profile = guest.meta.get("profile", "")
+        if not profile:
+            return None
+        iam = _client(self.moto.endpoint, "us-east-1", "iam")
+        try:
+            roles = iam.get_instance_profile(InstanceProfileName=profile)["InstanceProfile"]["Roles"]
+        except Exception:  # noqa: BLE001 - a deleted profile: no credentials, as on EC2
+            return None
+        return str(roles[0]["RoleName"]) if roles else None
+
+    def role_credentials(self, guest: Guest, role: str) -> dict[str, str]:
+        """Short-lived credentials of the role from moto's STS, in IMDS's document format."""
+        sts = _client(self.moto.endpoint, "us-east-1", "sts")
+        arn = f"arn:aws:iam::{ACCOUNT}:role/gpucloud/{guest.meta.get('region', '')}/{role}"
+        creds = sts.assume_role(RoleArn=arn, RoleSessionName=guest.vm_id, DurationSeconds=self.creds_s)["Credentials"]
+        expires = time.time() + self.creds_s
+        for hook in self.on_credentials:
+            hook(creds["AccessKeyId"], creds["SecretAccessKey"], creds["SessionToken"], expires)
+        return {
+            "Code": "Success",
+            "Type": "AWS-HMAC",
+            "AccessKeyId": creds["AccessKeyId"],
+            "SecretAccessKey": creds["SecretAccessKey"],
+            "Token": creds["SessionToken"],
+            "Expiration": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires)),
+        }
 
     def guest(self, instance_id: str) -> Guest | None:
         with self.lock:

@@ -8,8 +8,9 @@ limits the faults to some requests (method, path).
 The store is a folder (a FileChannel's root: GET and PUT map `/<key>` to `<root>/<key>`, as in
 tests/support/fault_http.py) or an HTTP server such as moto (`upstream`), to which a request passes
 as it came: method, path, query, headers and body. Before an HTTP store only the node's requests
-are faulted (presigned: `X-Amz-Signature` in the query, or a POST form); the CLI's own signed calls
-pass, as botocore follows S3's redirects itself. Every answer is kept in `answers`.
+are faulted (presigned: `X-Amz-Signature` in the query, a POST form, or curl's own signed request:
+the node's role); the CLI's own signed calls (botocore) pass, as botocore follows S3's redirects
+itself. Every answer is kept in `answers`.
 
     front = S3Front(tmp / "channel", redirects=2).start()   # or S3Front(upstream=moto.endpoint)
     url = front.url_map(url)                                 # file:// or upstream URL -> the front
@@ -77,9 +78,15 @@ class S3Front:
         with self.lock:
             return [c for m, path, c in self.answers if path.endswith(path_end) and method in ("", m)]
 
-    def fault(self, method: str, path: str, query: str, content_type: str) -> int:
-        """307 / 400 for this request, or 0 to let it through to the store."""
-        node = self.root is not None or "X-Amz-Signature=" in query or content_type.startswith("multipart/form-data")
+    def fault(self, method: str, path: str, query: str, content_type: str, agent: str = "") -> int:
+        """307 / 400 for this request, or 0 to let it through to the store. The node's requests:
+        presigned, a POST form, or signed by the node itself (its curl, never botocore)."""
+        node = (
+            self.root is not None
+            or "X-Amz-Signature=" in query
+            or content_type.startswith("multipart/form-data")
+            or agent.startswith("curl/")
+        )
         if not node or (self.only is not None and not self.only(method, path)):
             return 0
         if self.wrong_region:
@@ -115,7 +122,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         parts = urlsplit(self.path)
         body = self._body()  # read before any answer: a client still sending would see a reset
-        code = self.front.fault(self.command, parts.path, parts.query, self.headers.get("Content-Type") or "")
+        code = self.front.fault(
+            self.command,
+            parts.path,
+            parts.query,
+            self.headers.get("Content-Type") or "",
+            self.headers.get("User-Agent") or "",
+        )
         if code == 307:
             where = f"{self.front.location}{parts.path}?{parts.query}"  # never to be followed: the signed host
             xml = f"<Error><Code>TemporaryRedirect</Code><Endpoint>{self.front.location[8:]}</Endpoint></Error>"

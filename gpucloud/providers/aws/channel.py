@@ -5,8 +5,10 @@ run's objects must outlive its machines (`gpucloud logs RUN` after teardown). Th
 safe once: public access blocked, SSE-S3 default encryption, and a lifecycle rule that expires
 `runs/` objects after 30 days so forgotten runs cost nothing for long.
 
-The VM holds no credentials: the CLI pre-signs one URL per object (SigV4, which caps a URL's life
-at 7 days; longer runs get 7-day URLs and a warning from the provider). The log is the exception:
+The CLI pre-signs one URL per object (SigV4, which caps a URL's life at 7 days), and the manifest
+says `node_identity imds`: the node signs the same requests itself with its instance profile's
+credentials (identity.py, gpucloud/vm/agent/sigv4.py), so they outlive the CLI's; the presigned
+URLs are the first fetch's and the fallback's. The log is the exception:
 one presigned POST per node whose policy admits any key under the node's log prefix and parts of
 at most LOG_PART_MAX bytes, so the manifest does not grow with the run's length.
 """
@@ -25,6 +27,7 @@ from gpucloud.errors import GpucloudError
 from gpucloud.providers.aws.access import permission_denied
 from gpucloud.providers.aws.errors import classify, error_code, http_status
 from gpucloud.providers.aws.session import retrying_call, shared_client
+from gpucloud.vm.agent.sigv4 import IDENTITY_LINE
 
 RUNS_PREFIX = "runs/"
 EXPIRE_DAYS = 30
@@ -286,6 +289,7 @@ class S3Channel(Channel):
         )
         fields = {name: value for name, value in post["fields"].items() if name != "key"}
         return [
+            IDENTITY_LINE,  # the node signs with its own role (identity.py); these URLs are its fallback
             f"log_post {post['url']}",
             f"log_post_key {prefix}",
             *(f"log_post_field {name} {value}" for name, value in fields.items()),

@@ -26,6 +26,7 @@ from gpucloud.providers.aws.efa import (
     primary_interfaces,
 )
 from gpucloud.providers.aws.errors import error_code, error_kind, error_message
+from gpucloud.providers.aws.identity import is_profile_propagating
 from gpucloud.providers.aws.network import CLOUD, run_tags, tag_list
 from gpucloud.providers.aws.session import AwsClients
 
@@ -45,6 +46,10 @@ class LaunchPlan:
     placement_group: str | None = None
     key_name: str | None = None
     efa: EfaLayout = EfaLayout()  # the EFA cards to attach (empty: the subnet's one ENA interface)
+    profile: str | None = None  # the node's instance profile (identity.py)
+
+
+PROFILE_TRIES = 8  # RunInstances refusing a new instance profile: about 1+2+...+7 = 28 s in all
 
 
 def client_token(run_id: str, attempt: int, zone: str, rank: int | None) -> str:
@@ -135,6 +140,8 @@ def run_instances(
         kwargs["Placement"] = {"GroupName": plan.placement_group}
     if plan.key_name:
         kwargs["KeyName"] = plan.key_name
+    if plan.profile:
+        kwargs["IamInstanceProfile"] = {"Name": plan.profile}
     if req.spot:
         options: dict[str, str] = {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}
         if req.max_price_per_hour:  # else AWS's cap: the on-demand price (docs/PROVIDERS.md)
@@ -142,7 +149,7 @@ def run_instances(
         kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": options}
     intents = [journal.intent(req.run_id, "instance", f"{name}-node{r}", region, CLOUD) for r in range(plan.count)]
     try:
-        out = aws.ec2("run_instances", region, **kwargs)
+        out = _run_with_profile(aws, region, kwargs)
     except ClientError:
         for res in intents:  # AWS answered "no": nothing was created
             journal.deleted(res)
@@ -151,3 +158,16 @@ def run_instances(
     for res, inst in zip(intents, instances, strict=False):
         journal.created(res, str(inst["InstanceId"]))
     return instances
+
+
+def _run_with_profile(aws: AwsClients, region: str, kwargs: dict[str, Any]) -> Any:
+    """RunInstances, again while EC2 does not yet see a new instance profile (IAM is eventually
+    consistent: docs/PROVIDERS.md, "AWS node identity"); the ClientToken keeps retries to one launch."""
+    for i in range(PROFILE_TRIES):
+        try:
+            return aws.ec2("run_instances", region, **kwargs)
+        except Exception as exc:
+            if i == PROFILE_TRIES - 1 or not is_profile_propagating(exc):
+                raise
+            aws.sleep(float(i + 1))
+    raise AssertionError("unreachable")

@@ -19,6 +19,7 @@ from gpucloud.errors import CloudAccessError
 from gpucloud.providers.aws.deadline import SCHEDULE, delete_schedule
 from gpucloud.providers.aws.efa import EIP
 from gpucloud.providers.aws.errors import describe, error_code
+from gpucloud.providers.aws.identity import ROLE, delete_identity
 from gpucloud.providers.aws.network import KEY, PG, SG
 from gpucloud.providers.aws.session import AwsClients
 
@@ -31,6 +32,7 @@ LABELS = {
     KEY: "key pair",
     VOLUME: "volume",
     SCHEDULE: "deadline schedule",
+    ROLE: "node role",
 }
 
 
@@ -45,6 +47,7 @@ class Targets:
     key_pairs: list[str] = field(default_factory=list)
     volumes: list[str] = field(default_factory=list)
     schedules: list[str] = field(default_factory=list)  # EventBridge Scheduler names (group "default")
+    roles: list[str] = field(default_factory=list)  # node roles (and their instance profiles), by name
     skipped: list[str] = field(default_factory=list)  # tagged, but not as gpucloud tags: named by gc, never deleted
 
     def items(self) -> list[tuple[str, str]]:
@@ -55,6 +58,7 @@ class Targets:
             + [(PG, p) for p in self.placement_groups]
             + [(EIP, a) for a in self.addresses]
             + [(KEY, k) for k in self.key_pairs]
+            + [(ROLE, r) for r in self.roles]
             + [(VOLUME, v) for v in self.volumes]
             + [(SCHEDULE, s) for s in self.schedules]
         )
@@ -106,6 +110,11 @@ def reap(aws: AwsClients, region: str, targets: Targets, *, wait: bool) -> list[
         outcomes.append(_attempt(kind, ident, lambda k=kind, i=ident: _delete_dependent(aws, region, k, i)))
     for key in targets.key_pairs:
         outcomes.append(_attempt(KEY, key, lambda k=key: delete_key(aws, region, k)))
+    for role in sorted(set(targets.roles)):  # a live node keeps its identity until it is gone
+        if alive:
+            outcomes.append(Outcome(ROLE, role, False, f"instances {', '.join(alive)} are not terminated", kept=True))
+            continue
+        outcomes.append(_attempt(ROLE, role, lambda r=role: delete_identity(aws, region, r)))
     for vol in targets.volumes:
         outcomes.append(_attempt(VOLUME, vol, lambda v=vol: aws.ec2("delete_volume", region, VolumeId=v)))
     for name in sorted(set(targets.schedules)):

@@ -32,11 +32,12 @@ from gpucloud.vm.agent.final import FinalGate
 from gpucloud.vm.agent.gpu_watch import GpuWatching
 from gpucloud.vm.agent.guard import Guard
 from gpucloud.vm.agent.heartbeat import Heartbeat
-from gpucloud.vm.agent.hooks import Hooks, hooks_for
+from gpucloud.vm.agent.hooks import IMDS_DEFAULT, Hooks, hooks_for
 from gpucloud.vm.agent.logpump import LogPump
 from gpucloud.vm.agent.private import private_tree
 from gpucloud.vm.agent.runner import Runner
 from gpucloud.vm.agent.safe_extract import Refused, safe_untar
+from gpucloud.vm.agent.sigv4 import ImdsCredentials, Signer
 from gpucloud.vm.agent.stage_api import StageEnv, StageFailed
 from gpucloud.vm.agent.status import StatusBoard, write_atomic
 from gpucloud.vm.agent.steps import JobSteps
@@ -281,11 +282,18 @@ class Agent(GpuWatching, JobSteps):
         if path.is_file():
             self.manifest = protocol.parse_manifest(path.read_text(encoding="utf-8", errors="replace"))
         self.board.load()
+        self.use_identity()
         if self.manifest.signs:
             self.board.sign = self._sign
         if self.manifest.log.url:
             upload = log_upload(self.manifest.log, self.transfer)
             self.pump = LogPump(self.log_path, self.st, self.board, upload, self.cfg.log_part_max)
+
+    def use_identity(self) -> None:
+        """The node's own S3 signature where the manifest asks for it (sigv4.py)."""
+        if self.manifest.identity == "imds" and self.transfer.signer is None:
+            imds = self.environ.get("GPUCLOUD_IMDS_ENDPOINT", IMDS_DEFAULT)
+            self.transfer.signer = Signer(ImdsCredentials(self.transfer.request, imds))
 
     def pump_loop(self) -> None:
         assert self.pump is not None and self.heartbeat is not None
@@ -372,6 +380,7 @@ class Agent(GpuWatching, JobSteps):
         self.start_watchdog()
         self.resolve_rank()
         self.manifest = self.fetch_manifest(self.manifest_url)
+        self.use_identity()
         self.board.sign = self._sign if self.manifest.signs else None
         if self.manifest.signs and not self.key.reuse():
             try:

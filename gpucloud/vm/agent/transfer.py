@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Set, Tuple
 from urllib.parse import urlsplit
 
+from gpucloud.vm.agent.sigv4 import Signer, header_args, post_target
 from gpucloud.vm.protocol import AZURE_STORAGE_VERSION
 
 CURL_BOUNDS = ("--connect-timeout", "10", "--retry", "2", "--retry-delay", "1", "--retry-connrefused")
@@ -57,6 +58,7 @@ class Transfer:
         self._lock = threading.Lock()
         self._reported: Set[Tuple[str, str, str]] = set()
         self.last_refusal = ""  # the latest non-delivery, as written to stderr
+        self.signer: Optional[Signer] = None  # the node's own S3 signature (sigv4.py), when it has one
 
     # ---- plumbing ------------------------------------------------------------------------------
     def _curl(self, args: Sequence[str], max_time: float, capture: bool = False) -> Tuple[int, bytes]:
@@ -81,10 +83,28 @@ class Transfer:
         return proc.returncode, out if capture else b""
 
     def _checked(
-        self, method: str, url: str, args: Sequence[str], max_time: float, name: str = "", quiet: Sequence[bytes] = ()
+        self,
+        method: str,
+        url: str,
+        args: Sequence[str],
+        max_time: float,
+        name: str = "",
+        quiet: Sequence[bytes] = (),
+        region: Optional[str] = None,
     ) -> Tuple[Optional[bytes], bytes]:
         """One request that counts as done only on a 2xx: (stdout, the body when not sent to a file,
-        or None; the HTTP code). Codes in `quiet` are ordinary answers (an object not there yet: 404)."""
+        or None; the HTTP code). Codes in `quiet` are ordinary answers (an object not there yet: 404).
+        With a signer, a presigned S3 URL goes signed by the node first; a 4xx there (not the role's
+        object, credentials not there yet) tries the URL as presigned."""
+        own = self.signer.signed(method, url, region) if self.signer is not None else None
+        if own is not None:
+            rc, out = self._curl([*args, *header_args(own[1]), *CODE, own[0]], max_time, capture=True)
+            body, code = out[:-3], out[-3:]
+            if delivered(own[0], rc, code) or code in quiet:
+                return (body if delivered(own[0], rc, code) else None), code
+            if code[:1] != b"4" or url == own[0]:
+                self._report(method, name or what(url), code.decode("ascii", "replace"), rc)
+                return None, code
         rc, out = self._curl([*args, *CODE, url], max_time, capture=True)
         body, code = out[:-3], out[-3:]
         if delivered(url, rc, code):
@@ -187,8 +207,13 @@ class Transfer:
         for name, value in fields:
             form += ["--form-string", f"{name}={value}"]
         form += ["--form-string", f"key={key}", "-F", f"file=@{path}"]
+        target = post_target(url, fields, key) if self.signer is not None else None
 
         def once() -> bool:
+            if target is not None:  # the node's own PUT of the key; the form if the role cannot
+                put = ["-f", "-o", "/dev/null", "-T", str(path)]
+                if self._checked("PUT", target[0], put, max_time, region=target[1])[0] is not None:
+                    return True
             sent = self._checked("POST", url, ["-f", "-o", "/dev/null", *form], max_time, name=f"{what(url)} key {key}")
             return sent[0] is not None
 
