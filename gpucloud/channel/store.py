@@ -263,14 +263,6 @@ class Channel(ABC):
         self.put_bytes(key, text.encode())
         return self.url_get(key, deadline + URL_MARGIN)
 
-    def clear_ready(self, run_id: str, num_nodes: int) -> None:
-        """Delete the nodes' `ready` (and `done`) objects before a failover attempt re-uses this
-        channel: a node of the earlier attempt (same run id) may have published an address that is
-        gone now, and the barrier must see only this attempt's nodes. Not needed on a first attempt."""
-        for rank in range(num_nodes):
-            self.delete_prefix(f"{node_prefix(run_id, rank)}/ready")
-            self.delete_prefix(f"{node_prefix(run_id, rank)}/done")
-
     def reset_nodes(self, run_id: str, num_nodes: int) -> None:
         """Delete every node object of the run (status, log parts, ready, done, artifacts) before a
         failover attempt re-uses this channel: a machine of the failed attempt may have booted and
