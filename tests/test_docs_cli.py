@@ -182,6 +182,16 @@ def test_hosts_probe_does_not_use_the_declined_exit_code() -> None:
     assert re.search(r"^\| 78 \|[^\n]*hosts probe", README, flags=re.MULTILINE)
 
 
+def test_hosts_probe_exits_as_the_readme_table_says_for_unreachable_hosts() -> None:
+    """The code the README's exit-code table gives `hosts probe` for an unreachable host is the one
+    it returns, for every host at once (two that do not answer: both reported)."""
+    row = next(m for m in re.finditer(r"^\| (\d+) \|([^\n]*)$", README, flags=re.MULTILINE) if "hosts probe" in m[2])
+    assert "unreachable" in row[2]
+    out = gpucloud_cli("hosts", "probe", "127.0.0.1:1", "127.0.0.1:2")
+    assert out.returncode == int(row[1]), out.stdout + out.stderr
+    assert "127.0.0.1:1: unreachable" in out.stdout and "127.0.0.1:2: unreachable" in out.stdout
+
+
 @pytest.mark.parametrize("command", ["plan", "run", "render", "catalog", "gc"])
 def test_cloud_help_lists_the_clouds(command: str) -> None:
     from gpucloud.contract import registry as providers
