@@ -12,7 +12,7 @@ from gpucloud.plan.container import ImageCuda, image_cuda
 from gpucloud.plan.container_stack import ContainerPlan, ImageRefused, container_stack, container_where
 
 if TYPE_CHECKING:
-    from gpucloud.contract.provider import Candidate
+    from gpucloud.plan.images import NodeStack
     from gpucloud.plan.match import PlanStacks
     from gpucloud.plan.stack_data import Stack
     from gpucloud.spec.load import JobSpec
@@ -49,11 +49,10 @@ def some_gpu_fits(spec: JobSpec, stacks: PlanStacks, gpus: frozenset[str]) -> No
     )
 
 
-def describe(spec: JobSpec, image: ImageCuda, stack: Stack, first: Candidate | None, install: bool) -> ContainerPlan:
+def describe(spec: JobSpec, image: ImageCuda, stack: Stack, node: NodeStack | None, install: bool) -> ContainerPlan:
     """What `plan` shows: the image and its CUDA, and the host stack of the first candidate's machine
-    (`install` False: a provider that uses the host as it is, e.g. this machine or an SSH host)."""
-    from gpucloud.plan.images import cpu_arch_of, resolve_node
-
+    (`node`, its install plan; `install` False: a provider that uses the host as it is, e.g. this
+    machine or an SSH host)."""
     warnings = list(image.warnings)
     if not install:
         host: dict[str, object] = {
@@ -64,11 +63,6 @@ def describe(spec: JobSpec, image: ImageCuda, stack: Stack, first: Candidate | N
             "why": "this provider installs nothing on the machine; the job's node checks the engine at boot",
         }
         return ContainerPlan(image, host, tuple(warnings))
-    node = None
-    if first is not None:
-        node = resolve_node(
-            stack, first.cloud, first.instance_type, first.gpu_count, cpu_arch=cpu_arch_of(first), chosen=first.image
-        )
     gpu = stack.driver != "none"
     has = node.container_host if node is not None else ""
     host = {

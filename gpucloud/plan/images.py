@@ -29,6 +29,7 @@ from gpucloud.errors import InternalError
 from gpucloud.plan.stack_data import COMPAT_FLOOR, PROFILES, PROPRIETARY_ONLY
 
 if TYPE_CHECKING:
+    from gpucloud.contract.provider import Candidate
     from gpucloud.plan.stacks import Stack
 
 ARM64 = "arm64"
@@ -158,6 +159,21 @@ def cpu_arch_of(candidate: object) -> str:
     """The candidate's CPU architecture (offerings gain an `arch` column in the catalog issue)."""
     arch = str(getattr(candidate, "arch", "") or X86_64)
     return ARM64 if arch in (ARM64, "aarch64") else X86_64
+
+
+def candidate_node(stack: Stack, candidate: Candidate, job_image: str = "auto") -> NodeStack:
+    """Image + install plan of a candidate's machine (the image the plan chose for it, else the
+    one `job_image` and the stack give): worked out by the plan (Plan.node_for), and given to the
+    user-data and the image builder as it is."""
+    return resolve_node(
+        stack,
+        candidate.cloud,
+        candidate.instance_type,
+        candidate.gpu_count,
+        cpu_arch=cpu_arch_of(candidate),
+        job_image=job_image,
+        chosen=candidate.image,
+    )
 
 
 def _driver_range(stack: Stack) -> tuple[int, int]:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from gpucloud.catalog.models import Offering
     from gpucloud.plan.container import ImageCuda
     from gpucloud.plan.container_stack import ContainerPlan
+    from gpucloud.plan.images import NodeStack
     from gpucloud.plan.stacks import Stack
     from gpucloud.spec.load import JobSpec
 
@@ -36,6 +37,10 @@ class Plan:
     data: DataAge | None = None  # how old the prices behind the first candidate are
     stacks: dict[str, Stack] = field(default_factory=dict)  # per GPU, when the job accepts several
     container: ContainerPlan | None = None  # a `container:` job: the image, its CUDA, the host stack
+    # Each machine's image and install plan, worked out once (a container job's first candidate's as
+    # the plan is made, for `plan` to show) and given to its user-data as it is; by (GPU, cloud, type,
+    # GPUs, CPU, image).
+    nodes: dict[tuple[object, ...], NodeStack] = field(default_factory=dict)
 
     def requests(self) -> set[str]:
         """The GPU requests (labels) the candidates meet, without building them."""
@@ -46,6 +51,16 @@ class Plan:
     def stack_for(self, candidate: Candidate) -> Stack:
         """The stack a candidate's machine gets: its GPU's, when the job lists alternatives."""
         return self.stacks.get(candidate.gpu, self.stack)
+
+    def node_for(self, candidate: Candidate) -> NodeStack:
+        """The image and install plan a candidate's machine gets (its user-data's stack stage)."""
+        c = candidate
+        key = (c.gpu, c.cloud, c.instance_type, c.gpu_count, c.arch, c.image)
+        if key not in self.nodes:
+            from gpucloud.plan.images import candidate_node
+
+            self.nodes[key] = candidate_node(self.stack_for(c), c, self.spec.image)
+        return self.nodes[key]
 
     def as_json(self) -> dict[str, object]:
         doc: dict[str, object] = {
@@ -176,7 +191,7 @@ def make_plan(
     age = data_age(cat, candidates[0])
     if age is not None and age.stale:
         warnings.append(age.warning)
-    return Plan(
+    plan = Plan(
         spec=spec,
         candidates=candidates,
         excluded=excluded,
@@ -184,8 +199,9 @@ def make_plan(
         warnings=warnings,
         data=age,
         stacks=stacks.known() if wide else {},
-        container=_container(spec, image, first, candidates[0], True),
     )
+    plan.container = _container(plan, image, True)
+    return plan
 
 
 def _image(spec: JobSpec, secrets: Mapping[str, str] | None, gpu_job: bool) -> ImageCuda | None:
@@ -208,14 +224,15 @@ def _fixed_stack(spec: JobSpec, gpu: str | None, image: ImageCuda | None) -> Sta
     return resolve_stack(gpu or None, spec.stack)
 
 
-def _container(
-    spec: JobSpec, image: ImageCuda | None, stack: Stack, first: Candidate | None, install: bool
-) -> ContainerPlan | None:
+def _container(plan: Plan, image: ImageCuda | None, install: bool) -> ContainerPlan | None:
+    """A `container:` job's image and host stack, the first candidate's install plan worked out
+    (and kept) as the plan is made."""
     if image is None:
         return None
     from gpucloud.plan.container_plan import describe
 
-    return describe(spec, image, stack, first, install)
+    first = plan.node_for(plan.candidates[0]) if plan.candidates else None
+    return describe(plan.spec, image, plan.stack, first, install)
 
 
 def _check_rows(
@@ -333,8 +350,9 @@ def _unpriced_plan(
                 "if it has one, else the CPU (with a warning in the log)."
             )
     installs = any(providers.capabilities(name).install_stack for name in clouds)
-    container = _container(spec, image, stack, candidates[0] if candidates else None, installs)
-    return Plan(spec=spec, candidates=candidates, excluded=[], stack=stack, warnings=warnings, container=container)
+    plan = Plan(spec=spec, candidates=candidates, excluded=[], stack=stack, warnings=warnings)
+    plan.container = _container(plan, image, installs)
+    return plan
 
 
 def _allowed_regions(spec: JobSpec, region: str | None, clouds: list[str], cat: Catalog) -> set[str] | None:

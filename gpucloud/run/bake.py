@@ -80,12 +80,9 @@ def target_spec(target: str, *, framework: str | None, cloud: str | None) -> Job
 def wanted_hash(plan: Plan, cand: Candidate, setup: str | None) -> str:
     """The stack hash an image built on `cand` gets (what a later run's plan looks for)."""
     from gpucloud.plan.baked import stack_hash
-    from gpucloud.plan.images import cpu_arch_of, resolve_node
+    from gpucloud.plan.images import candidate_node
 
-    node = resolve_node(
-        plan.stack, cand.cloud, cand.instance_type, cand.gpu_count, cpu_arch=cpu_arch_of(cand), chosen=cand.image
-    )
-    return stack_hash(plan.stack, node, setup)
+    return stack_hash(plan.stack, candidate_node(plan.stack, cand), setup)
 
 
 def build(

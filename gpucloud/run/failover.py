@@ -218,6 +218,7 @@ class Failover:
             spec,
             self.plan.stack_for(cand),
             cand,
+            node=self.plan.node_for(cand),
             caps=caps,
             channel=channel,
             run_id=self.run_id,

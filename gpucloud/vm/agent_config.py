@@ -13,7 +13,7 @@ from gpucloud.channel.store import LOG_PART_MAX
 from gpucloud.contract.provider import DEFAULT_MASTER_PORT, Capabilities
 from gpucloud.spec.data import any_mounted
 from gpucloud.vm.agent.config import JobConfig
-from gpucloud.vm.job_env import check_env, container_config, gpu_sampling, node_stack, timings
+from gpucloud.vm.job_env import check_env, container_config, gpu_sampling, timings
 from gpucloud.vm.stack_config import stack_config
 
 if TYPE_CHECKING:
@@ -43,12 +43,16 @@ def job_config(
     barrier_timeout: float | None = None,
     node: NodeStack | None = None,
 ) -> JobConfig:
-    """One node's (or, with node_rank=None, every node's) agent config."""
+    """One node's (or, with node_rank=None, every node's) agent config. `node`: the machine's image
+    and install plan as the plan worked it out (Plan.node_for); without it, worked out here."""
     if node_rank is not None and not 0 <= node_rank < spec.num_nodes:
         raise ValueError(f"node_rank {node_rank} outside 0..{spec.num_nodes - 1}")
     log_s, hb_s, barrier_s = timings(caps, log_interval, heartbeat_interval, barrier_timeout, master_port)
     env = check_env(spec.env)  # refuses names the node keeps for itself
-    node = node or node_stack(spec, stack, candidate)
+    if node is None:
+        from gpucloud.plan.images import candidate_node
+
+        node = candidate_node(stack, candidate, spec.image)
     sample_s, idle_timeout = gpu_sampling(spec, candidate.gpu_count if candidate.gpu else 0)
     return JobConfig(
         run_id=run_id,

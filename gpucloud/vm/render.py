@@ -20,7 +20,7 @@ from gpucloud.vm.user_data import is_shared
 
 if TYPE_CHECKING:
     from gpucloud.contract.provider import Candidate, Capabilities
-    from gpucloud.plan.stacks import Stack
+    from gpucloud.plan.planner import Plan
     from gpucloud.spec.load import JobSpec
 
 RUN_ID = "RUN_ID"
@@ -38,7 +38,7 @@ class Rendered:
 
 def render_node(
     spec: JobSpec,
-    stack: Stack,
+    plan: Plan,
     candidate: Candidate,
     *,
     caps: Capabilities,
@@ -46,19 +46,21 @@ def render_node(
     put_headers: tuple[str, ...] = (),
     master_port: int = DEFAULT_MASTER_PORT,
 ) -> Rendered:
-    """One node's user-data and job config, as gpucloud/vm/user_data.py `prepare_nodes` builds them."""
+    """One node's user-data and job config, as gpucloud/vm/user_data.py `prepare_nodes` builds them:
+    the candidate's stack, image and install plan as the plan worked them out."""
     if not 0 <= node_rank < spec.num_nodes:
         raise ValueError(f"node_rank {node_rank} outside 0..{spec.num_nodes - 1}")
     shared = is_shared(spec, caps)
     cfg = job_config(
         spec,
-        stack,
+        plan.stack_for(candidate),
         candidate,
         caps=caps,
         run_id=RUN_ID,
         node_rank=None if shared else 0,
         put_headers=put_headers,
         master_port=master_port,
+        node=plan.node_for(candidate),
     )
     doc = cfg.to_json()
     shim = render_shim(

@@ -15,6 +15,7 @@ from gpucloud.vm.shim import render_shim
 if TYPE_CHECKING:
     from gpucloud.channel.store import Channel
     from gpucloud.contract.provider import Candidate, Capabilities
+    from gpucloud.plan.images import NodeStack
     from gpucloud.plan.stacks import Stack
     from gpucloud.spec.load import JobSpec
 
@@ -29,13 +30,15 @@ def prepare_nodes(
     stack: Stack,
     cand: Candidate,
     *,
+    node: NodeStack,
     caps: Capabilities,
     channel: Channel,
     run_id: str,
     deadline: datetime,
     master_port: int,
 ) -> list[str]:
-    """Upload the agent, write the manifests, and return each node's user-data (rank order)."""
+    """Upload the agent, write the manifests, and return each node's user-data (rank order); `node`
+    is the machines' image and install plan, as the plan worked it out (Plan.node_for)."""
     shared = is_shared(spec, caps)
     cfg = job_config(
         spec,
@@ -46,6 +49,7 @@ def prepare_nodes(
         node_rank=None if shared else 0,
         put_headers=channel.put_headers,
         master_port=master_port,
+        node=node,
     )
     archive = agent_archive(cfg.to_json())
     channel.upload_agent(run_id, archive)
