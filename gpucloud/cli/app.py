@@ -196,7 +196,7 @@ def plan(
 ) -> None:
     """Ranked candidates with $/h and estimated cost, the resolved stack, and why others were excluded."""
     from gpucloud.plan.planner import make_plan
-    from gpucloud.run.plan import explore
+    from gpucloud.run.plan import explore, plan_document
     from gpucloud.ui import views
     from gpucloud.ui.upload import describe_upload
 
@@ -206,17 +206,7 @@ def plan(
     result = make_plan(job, cloud=cloud, region=region, spot=spot, estimates=estimates, secrets=values)
     result.warnings.extend(unchecked)  # what `run` checks again: warnings here, errors with --strict
     if json_out:
-        from gpucloud.run.quota_gate import plan_quotas
-
-        quota = plan_quotas(result.candidates)  # only with credentials: each candidate's GPU quota
-        emit_json(
-            {
-                **result.as_json(),
-                "upload": upload.as_json(),
-                **({"data": data.as_json()} if data else {}),
-                **({"quota": quota} if quota else {}),
-            }
-        )
+        emit_json(plan_document(result, upload, data))  # with credentials: each candidate's GPU quota
         return
     views.print_plan(result, show_all=show_all, all_reasons=all_reasons)
     views.note(upload.summary())
@@ -247,7 +237,7 @@ def render(
     first = result.candidates[0]
     if not 0 <= node_rank < job.num_nodes:
         raise UserError(f"--node-rank {node_rank} is outside 0..{job.num_nodes - 1} (num_nodes is {job.num_nodes}).")
-    out = render_node(job, result, first, caps=providers.capabilities(first.cloud), node_rank=node_rank)
+    out = render_node(job, result.stack, first, caps=providers.capabilities(first.cloud), node_rank=node_rank)
     sys.stdout.write(out.job_json_pretty() if agent_config else out.user_data)
 
 

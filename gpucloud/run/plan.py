@@ -135,3 +135,17 @@ def unchecked(values: Any, data: Any, *, strict: bool) -> list[str]:
             "without --strict these are warnings.",
         )
     return lines
+
+
+def plan_document(plan: Any, upload: Any, data: Any) -> dict[str, Any]:
+    """`plan --json`: the plan, its upload and data checks, and with credentials each candidate's
+    GPU quota (`quota`, run/quota_gate.py; imported only then)."""
+    from gpucloud.run.quota_gate import plan_quotas
+
+    quota = plan_quotas(plan.candidates)
+    return {
+        **plan.as_json(),
+        "upload": upload.as_json(),
+        **({"data": data.as_json()} if data else {}),
+        **({"quota": quota} if quota else {}),
+    }

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.providers.aws.setup import DEADLINE_INLINE, runner_documents, runner_names
+from tests.support.aws_setup import remove_setup_pieces
 from tests.support.moto_server import ACCOUNT, Moto, moto, moto_server  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[3]
@@ -27,25 +28,7 @@ def env(moto: Moto, gpucloud_home: Path) -> Iterator[dict[str, str]]:  # noqa: F
     out.update(moto.env)
     out.update({"GPUCLOUD_HOME": str(gpucloud_home), "PYTHONPATH": str(REPO)})
     yield out
-    _remove_pieces(moto)
-
-
-def _remove_pieces(moto: Moto) -> None:  # noqa: F811
-    iam = moto.client("iam")
-    try:
-        iam.delete_role_policy(RoleName="gpucloud-deadline", PolicyName=DEADLINE_INLINE)
-        iam.delete_role(RoleName="gpucloud-deadline")
-    except iam.exceptions.NoSuchEntityException:
-        pass
-    for name in runner_names():
-        arn = f"arn:aws:iam::{ACCOUNT}:policy/{name}"
-        try:
-            for v in iam.list_policy_versions(PolicyArn=arn)["Versions"]:
-                if not v["IsDefaultVersion"]:
-                    iam.delete_policy_version(PolicyArn=arn, VersionId=v["VersionId"])
-            iam.delete_policy(PolicyArn=arn)
-        except iam.exceptions.NoSuchEntityException:
-            pass
+    remove_setup_pieces(moto)
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
