@@ -237,7 +237,7 @@ def render(
     first = result.candidates[0]
     if not 0 <= node_rank < job.num_nodes:
         raise UserError(f"--node-rank {node_rank} is outside 0..{job.num_nodes - 1} (num_nodes is {job.num_nodes}).")
-    out = render_node(job, result.stack, first, caps=providers.capabilities(first.cloud), node_rank=node_rank)
+    out = render_node(job, result, first, caps=providers.capabilities(first.cloud), node_rank=node_rank)
     sys.stdout.write(out.job_json_pretty() if agent_config else out.user_data)
 
 
