@@ -1,6 +1,7 @@
 """The job-config helpers the CLI side of the VM agent needs: the log/heartbeat/barrier times, the
-node's image and install plan, the GPU fields nvidia-smi must show, the GPU sampler's settings, the
-check of the job's `env` names and the container the steps run in (docs/INTERNALS.md, "VM agent").
+stack stage's view of the node's install plan (the plan works it out), the GPU fields nvidia-smi
+must show, the GPU sampler's settings, the check of the job's `env` names and the container the
+steps run in (docs/INTERNALS.md, "VM agent").
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from gpucloud.errors import UserError
 from gpucloud.vm.env import reserved_env_names
 
 if TYPE_CHECKING:
-    from gpucloud.contract.provider import Candidate, Capabilities
+    from gpucloud.contract.provider import Capabilities
     from gpucloud.plan.images import NodeStack
-    from gpucloud.plan.stacks import Stack
     from gpucloud.spec.load import JobSpec
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -85,21 +85,6 @@ def timings(
     if caps.gpu_check not in ("strict", "warn"):
         raise ValueError(f"gpu_check must be 'strict' or 'warn', not {caps.gpu_check!r}")
     return log_interval, heartbeat_interval, barrier_timeout
-
-
-def node_stack(spec: JobSpec, stack: Stack, candidate: Candidate) -> NodeStack:
-    """Image + install plan of this VM (gpucloud/plan/images.py)."""
-    from gpucloud.plan.images import cpu_arch_of, resolve_node
-
-    return resolve_node(
-        stack,
-        candidate.cloud,
-        candidate.instance_type,
-        candidate.gpu_count,
-        cpu_arch=cpu_arch_of(candidate),
-        job_image=spec.image,
-        chosen=candidate.image,
-    )
 
 
 def stack_context(node: NodeStack) -> dict[str, object]:
