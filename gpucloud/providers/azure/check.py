@@ -56,6 +56,7 @@ def check() -> CloudCheck:
         locations = _arm_get(f"{arm}/subscriptions/{sub}/locations?api-version={ARM_API_VERSION}", token)
         result.regions = sorted(str(loc.get("name")) for loc in locations.get("value", []))
         result.usable = True
+        _setup_piece(arm, sub, token, result)
     except urllib.error.HTTPError as exc:
         body = exc.read().decode(errors="replace")[:300]
         result.problem(
@@ -133,3 +134,25 @@ def _arm_get(url: str, token: str) -> dict[str, Any]:
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
     with urllib.request.urlopen(req, timeout=READ_TIMEOUT_S) as resp:  # noqa: S310 - the ARM endpoint
         return dict(json.loads(resp.read().decode() or "{}"))
+
+
+def _setup_piece(arm: str, sub: str, token: str, result: CloudCheck) -> None:
+    """The custom role `gpucloud setup azure` creates: present, missing (a problem with its fix), or
+    not readable (noted)."""
+    from gpucloud.providers.azure.rbac import ROLE_NAME
+    from gpucloud.providers.azure.setup import ROLE_DEFINITIONS_API, role_path
+
+    piece = f"role definition '{ROLE_NAME}'"
+    try:
+        _arm_get(f"{arm}{role_path(sub)}?api-version={ROLE_DEFINITIONS_API}", token)
+    except urllib.error.HTTPError as exc:
+        if exc.code != 404:
+            result.setup.append({"piece": piece, "state": "unknown", "detail": f"not readable (HTTP {exc.code})"})
+            return
+        result.setup.append({"piece": piece, "state": "missing", "detail": ""})
+        result.problem(
+            f"the {piece} is missing",
+            "An administrator runs `gpucloud setup azure` (or `gpucloud setup azure --print` for the commands).",
+        )
+        return
+    result.setup.append({"piece": piece, "state": "present", "detail": ""})

@@ -58,6 +58,7 @@ ACTIONS: tuple[str, ...] = (
     "Microsoft.Storage/storageAccounts/write",
     "Microsoft.Storage/storageAccounts/listKeys/action",
     "Microsoft.Storage/storageAccounts/blobServices/generateUserDelegationKey/action",
+    "Microsoft.Authorization/roleDefinitions/read",  # `check`: is the role of `setup azure` there
     "Microsoft.Authorization/roleAssignments/read",
     "Microsoft.Authorization/roleAssignments/write",
     "Microsoft.Authorization/roleAssignments/delete",

@@ -78,3 +78,16 @@ def test_the_role_is_least_privilege_and_the_fake_enforces_it() -> None:
     assert allowed(action_of("PUT", vm), role["Actions"])
     assert not allowed(action_of("POST", vm + "/capture"), role["Actions"])  # not an action gpucloud uses
     assert not allowed(action_of("PUT", "/subscriptions/s/oddity/x"), ["*"])  # unnamed: denied even by *
+
+
+def test_check_reports_the_role_missing_then_present(arm: FakeArm, gpucloud_home: Path) -> None:  # noqa: F811
+    before = json.loads(cli(arm, gpucloud_home, "check", "--cloud", "azure", "--json").stdout)["clouds"][0]
+    assert before["setup"][0]["state"] == "missing"
+    assert any("gpucloud setup azure" in p["fix"] for p in before["problems"])
+    role = arm.operator_role
+    arm.operator_role = None  # the administrator
+    assert cli(arm, gpucloud_home, "setup", "azure", "--yes").returncode == 0
+    arm.operator_role = role  # the runner again: check reads the role with roleDefinitions/read
+    after = json.loads(cli(arm, gpucloud_home, "check", "--cloud", "azure", "--json").stdout)["clouds"][0]
+    assert after["setup"][0]["state"] == "present" and after["usable"], after
+    assert not [p for p in after["problems"] if "role definition" in p["problem"]]
