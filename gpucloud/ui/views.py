@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 PLAN_ROWS = 10
 EXCLUDED_ROWS = 8  # groups of exclusions shown without --all
-GROUPED_SCAN = 5000  # exclusions read to group them without --all (a catalog of every region is large)
+GROUPED_SCAN = 500  # exclusions read to group them without --all (a catalog of every region is large)
 RIGHT = ("$", "GPUs", "vCPU", "GiB", "est")  # right-justified: the columns whose header starts so
 
 
