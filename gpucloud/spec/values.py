@@ -31,7 +31,7 @@ HOST_RE = re.compile(
 FRAMEWORKS = ("pytorch", "tensorflow", "none")
 FRAMEWORK_ALIASES = {"torch": "pytorch", "tf": "tensorflow", "keras": "tensorflow", "cpu": "none"}
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
-_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
 REGION_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 INSTANCE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -169,7 +169,7 @@ def resolve_gpu(name: str) -> str:
 
 
 def check_env_key(value: Any) -> str:
-    if not isinstance(value, str) or not _ENV_KEY_RE.fullmatch(value):
+    if not isinstance(value, str) or not ENV_KEY_RE.fullmatch(value):
         reject(
             f"'{value}' is not a valid environment variable name. Expected letters, digits and "
             "underscores, not starting with a digit, e.g. EPOCHS"

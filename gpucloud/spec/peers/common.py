@@ -16,6 +16,7 @@ from typing import Any
 
 from gpucloud.contract import registry as providers
 from gpucloud.errors import UserError
+from gpucloud.spec.values import ENV_KEY_RE, NAME_RE
 
 MAX_BYTES = 1 << 20  # as a job file: a peer task is a few KiB; more is a wrong path
 MAX_NODES = 100_000  # composed nodes counted through aliases: an alias bomb stops here
@@ -36,8 +37,6 @@ KEY_ORDER = (
     "max_duration",
     "recovery",
 )
-_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
-_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]i?B?|[kmgtp]i?b?)?\s*$")
 _UNIT_GB = {"": 1.0, "K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0, "P": 1024.0**2}
 
@@ -164,7 +163,7 @@ def job_name(value: Any, filename: str, draft: Draft) -> str:
     stem = Path(filename).name.split(".")[0] or "imported"
     raw = value if isinstance(value, str) and value.strip() else stem
     fixed = re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9-]+", "-", raw.lower()))[:40].strip("-") or "imported"
-    if not _NAME_RE.fullmatch(fixed):
+    if not NAME_RE.fullmatch(fixed):
         fixed = "imported"
     if value is None:
         draft.say(f"the file names no job: name {fixed} comes from the file name.", "name")
@@ -253,9 +252,7 @@ def gpucloud_clouds(names: list[Any], field: str, draft: Draft) -> list[str]:
 
 def env_names(keys: list[Any], field: str, draft: Draft) -> list[str]:
     """The keys that are valid variable names gpucloud lets a job set; the others noted."""
-    good = [
-        k for k in keys if isinstance(k, str) and _ENV_KEY_RE.fullmatch(k) and not k.upper().startswith("GPUCLOUD_")
-    ]
+    good = [k for k in keys if isinstance(k, str) and ENV_KEY_RE.fullmatch(k) and not k.upper().startswith("GPUCLOUD_")]
     for key in keys:
         if key not in good:
             draft.note(f"{field}.{shown(key)}", "not a variable name gpucloud lets a job set; dropped.", "env")
