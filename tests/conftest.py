@@ -15,6 +15,10 @@ import pytest
 from tests.support.source_tree import SOURCE, TEST_INSTALLED
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Tests never reach a real cloud: the public endpoints the product asks without credentials point at
+# a closed local port unless a test serves its own (tests/support/fake_prices.py sets it per test).
+os.environ.setdefault("GPUCLOUD_AZURE_PRICES_URL", "http://127.0.0.1:9/api/retail/prices")
 WHERE = "import gpucloud, sys; sys.stdout.write(gpucloud.__file__)"
 
 
