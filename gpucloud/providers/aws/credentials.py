@@ -1,9 +1,11 @@
 """Whether the AWS credentials last as long as the run (docs/PROVIDERS.md, "AWS credentials").
 
-A presigned URL stops working when the credentials that signed it expire, whatever its own
-expiry, so temporary credentials that end before the run's deadline cut the VM off from its logs,
-status and artifacts. That is worth a warning, not a refusal: the VM still ends itself at its
-deadline and `gpucloud gc` removes anything left.
+The node no longer depends on them: it signs its own S3 requests with its instance profile
+(identity.py), so a run outlives the credentials that launched it. What still does depend on them
+is this CLI: temporary credentials that botocore cannot refresh by itself end its following and
+its teardown. That is worth a warning before launch, not a refusal: the run delivers its log,
+status and artifacts, ends itself at its deadline, and `gpucloud logs`/`down`/`gc` with fresh
+credentials do the rest.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ REFRESHING = frozenset(
 
 
 def credentials_warning(session: Any, deadline: datetime) -> str | None:
-    """None when the credentials last past `deadline`, else the warning to show. Raises
+    """None when the credentials last past `deadline` or refresh themselves, else the warning. Raises
     CredentialsError when there are no credentials at all (the failover skips AWS)."""
     creds = session.get_credentials()
     if creds is None:
@@ -36,18 +38,17 @@ def credentials_warning(session: Any, deadline: datetime) -> str | None:
         return None  # long-term keys, or a lifetime nobody told us
     if expiry.tzinfo is None:
         expiry = expiry.replace(tzinfo=UTC)
-    if expiry >= deadline:
-        return None
     method = str(getattr(creds, "method", "") or "temporary")
+    if expiry >= deadline or method in REFRESHING:
+        return None
     left = max(0, int((expiry - datetime.now(UTC)).total_seconds() // 60))
     return (
         f"the AWS credentials ({method}) are temporary and expire at {expiry_tag(expiry)} (in {left} min), "
-        f"before this run's deadline {expiry_tag(deadline)}. The VM's presigned URLs die with the credentials "
-        "that signed them, so from then on the run cannot send logs, status or artifacts"
-        + ("" if method in REFRESHING else ", and this CLI cannot follow or tear it down")
-        + ". The VM still ends itself at its deadline and `gpucloud gc` removes anything left. "
-        "Use credentials that last past the deadline (a longer role session duration, up to 12 h, or "
-        "long-term keys of a user with `gpucloud iam-policy aws`), or a shorter max_duration."
+        f"before this run's deadline {expiry_tag(deadline)}. The run itself goes on (its machine signs with "
+        "a role of its own and delivers its log, status and artifacts), but from then on this CLI cannot "
+        "follow it or tear it down: run `gpucloud logs RUN`, `gpucloud collect RUN` and `gpucloud down RUN` "
+        "with fresh credentials. The machine still ends itself at its deadline and `gpucloud gc` removes "
+        "anything left."
     )
 
 

@@ -5,11 +5,13 @@ printing it is instant. Why it is shaped this way:
 - creating is allowed only with the `gpucloud-run` tag in the request, and destroying only on
   resources that carry it, so these credentials cannot terminate machines gpucloud did not start;
 - tags can be written only as part of a create call (ec2:CreateAction), never retagged later;
-- the VM needs no role at all (it talks through presigned URLs); the one iam:PassRole is for the
-  deadline schedule (deadline.py): EventBridge Scheduler assumes the role `gpucloud-deadline` to
-  call TerminateInstances after a run's expiry, so PassRole is allowed for that role only and only
-  towards scheduler.amazonaws.com (`iam:PassedToService`); the schedules themselves are limited to
-  `schedule/default/gpucloud-*` of the caller's account (ListSchedules has no resource level);
+- the VM's own role (identity.py, one per attempt, path `/gpucloud/<region>/`) is created only
+  with the run tag, managed only under that path, and passed only to ec2.amazonaws.com; the other
+  iam:PassRole is for the deadline schedule (deadline.py): EventBridge Scheduler assumes the role
+  `gpucloud-deadline` to call TerminateInstances after a run's expiry, so PassRole is allowed
+  for that role only and only towards scheduler.amazonaws.com (`iam:PassedToService`); the
+  schedules themselves are limited to `schedule/default/gpucloud-*` of the caller's account
+  (ListSchedules has no resource level);
 - that role (`gpucloud iam-policy aws --deadline-role`, `deadline_role_documents`) trusts only
   scheduler.amazonaws.com acting for this account (`aws:SourceAccount`) and may only terminate
   instances carrying the run tag;
@@ -62,8 +64,55 @@ def policy_document() -> dict[str, Any]:
         + _image_statements()
         + _destroy_and_storage_statements()
         + _account_statements()
-        + _deadline_statements(),
+        + _deadline_statements()
+        + _node_role_statements(),
     }
+
+
+NODE_ROLES = "arn:aws:iam::*:role/gpucloud/*"  # identity.py: path /gpucloud/<region>/, one per attempt
+NODE_PROFILES = "arn:aws:iam::*:instance-profile/gpucloud/*"
+EC2_SERVICE = "ec2.amazonaws.com"
+
+
+def _node_role_statements() -> list[dict[str, Any]]:
+    """Each run's own node role and instance profile (identity.py): created only with the run tag,
+    managed and deleted only under the `/gpucloud/` path, passed only to EC2; gc lists them."""
+    return [
+        {
+            "Sid": "CreateOnlyTaggedNodeRoles",
+            "Effect": "Allow",
+            "Action": ["iam:CreateRole", "iam:TagRole", "iam:CreateInstanceProfile", "iam:TagInstanceProfile"],
+            "Resource": [NODE_ROLES, NODE_PROFILES],
+            "Condition": {"Null": {f"aws:RequestTag/{TAG}": "false"}},
+        },
+        {
+            "Sid": "ManageOnlyNodeRoles",
+            "Effect": "Allow",
+            "Action": [
+                "iam:PutRolePolicy",
+                "iam:DeleteRolePolicy",
+                "iam:DeleteRole",
+                "iam:ListRoleTags",
+                "iam:AddRoleToInstanceProfile",
+                "iam:RemoveRoleFromInstanceProfile",
+                "iam:DeleteInstanceProfile",
+            ],
+            "Resource": [NODE_ROLES, NODE_PROFILES],
+        },
+        {
+            "Sid": "PassOnlyNodeRolesToEc2",
+            "Effect": "Allow",
+            "Action": "iam:PassRole",
+            "Resource": NODE_ROLES,
+            "Condition": {"StringEquals": {"iam:PassedToService": EC2_SERVICE}},
+        },
+        {
+            "Sid": "FindNodeRoles",  # gc; ListRoles has no resource-level permission
+            "Effect": "Allow",
+            "Action": "iam:ListRoles",
+            "Resource": "*",
+        },
+    ]
 
 
 def _deadline_statements() -> list[dict[str, Any]]:

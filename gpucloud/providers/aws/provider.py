@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,7 @@ from gpucloud.providers.aws.deadline import arm as arm_deadline
 from gpucloud.providers.aws.deadline import collapse_skips
 from gpucloud.providers.aws.efa import EfaLayout, efa_layout
 from gpucloud.providers.aws.errors import classify
+from gpucloud.providers.aws.identity import create_identity
 from gpucloud.providers.aws.images import resolve_image, zones
 from gpucloud.providers.aws.launch import LaunchPlan, launch
 from gpucloud.providers.aws.network import CLOUD, intra_run_rule, placement_group, security_group, ssh_access
@@ -150,15 +151,6 @@ class AwsProvider(AwsClients, Provider):
     # ---- provision ----------------------------------------------------------------------------
     def _check_credentials(self, run_id: str, deadline: datetime, journal: Journal | None) -> None:
         warn_once(self._warned, run_id, credentials_warning(self.session, deadline), self._warn, journal, run_id)
-        if deadline - datetime.now(UTC) > timedelta(days=7):
-            warn_once(
-                self._warned,
-                f"7d:{run_id}",
-                "max_duration is longer than 7 days, the most an S3 presigned "
-                "URL can live: after 7 days the VM can no longer report logs, status or artifacts (it "
-                "still ends itself at its deadline).",
-                self._warn,
-            )
 
     def provision(self, req: LaunchRequest, journal: Journal) -> RunHandle:
         """Create the attempt's security group (key pair; placement group for several nodes) and
@@ -207,8 +199,10 @@ class AwsProvider(AwsClients, Provider):
                     self.key_path(req.run_id, req.region, req.attempt),
                     self._public_ip,
                 )
+            what = "creating the node's role and instance profile"
+            profile = create_identity(self, req, journal, handle, self.channel(req.region).bucket)
             what = "launching instances"
-            plan = LaunchPlan(ami, root, sg_id, payload, nodes, pg, key, efa)
+            plan = LaunchPlan(ami, root, sg_id, payload, nodes, pg, key, efa, profile)
             launch(self, req, journal, handle, plan, zone_list)
             arm_deadline(
                 self, req, journal, handle, deadline, lambda: self.channel(req.region).account, self._warn

@@ -21,6 +21,7 @@ from gpucloud.errors import CloudAccessError
 from gpucloud.providers.aws.deadline import SCHEDULE, SKIPPED, role_setting, stale_schedules
 from gpucloud.providers.aws.efa import EIP
 from gpucloud.providers.aws.errors import AwsTeardownError, describe
+from gpucloud.providers.aws.identity import ROLE, region_roles
 from gpucloud.providers.aws.network import CLOUD, KEY, PG, SG, tag_dict
 from gpucloud.providers.aws.reaper import INSTANCE, LABELS, Outcome, Targets, reap
 from gpucloud.providers.aws.session import AwsClients
@@ -71,6 +72,7 @@ def targets_for(aws: AwsClients, handle: RunHandle, records: list[ResourceRecord
         addresses=list(res.get(EIP, [])),
         key_pairs=list(res.get(KEY, [])),
         schedules=list(res.get(SCHEDULE, [])),
+        roles=list(res.get(ROLE, [])),
     )
     if handle.complete:
         return targets
@@ -103,7 +105,8 @@ def targets_for(aws: AwsClients, handle: RunHandle, records: list[ResourceRecord
             i for i, _ in _by_tag(aws, handle.region, "describe_key_pairs", "KeyPairs", "KeyName", run_tag)
         ]
     targets.schedules += [r.name for r in records if r.kind == SCHEDULE and r.name]  # intents too: gone is fine
-    for name in ("instances", "security_groups", "placement_groups", "addresses", "key_pairs", "schedules"):
+    targets.roles += [r.name for r in records if r.kind == ROLE and r.name]  # by name: intents too
+    for name in ("instances", "security_groups", "placement_groups", "addresses", "key_pairs", "schedules", "roles"):
         setattr(targets, name, sorted(set(getattr(targets, name))))
     return targets
 
@@ -157,8 +160,8 @@ def _close_journal_rows(
     done = {(o.kind, o.ident) for o in outcomes if o.done or (o.kind == SCHEDULE and not o.kept)}
     mine = f"gpucloud-{handle.run_id}-{handle.attempt}"
     for r in records:
-        ident = r.name if r.kind in (PG, KEY, SCHEDULE) else r.cloud_id
-        if (r.cloud_id or r.kind == SCHEDULE) and (r.kind, ident) in done:
+        ident = r.name if r.kind in (PG, KEY, SCHEDULE, ROLE) else r.cloud_id
+        if (r.cloud_id or r.kind in (SCHEDULE, ROLE)) and (r.kind, ident) in done:
             journal.deleted(r.id)
         elif (
             r.cloud_id is None
@@ -206,6 +209,8 @@ def gc_region(aws: AwsClients, region: str, now: datetime, dry_run: bool) -> lis
 
 def gc_find(aws: AwsClients, region: str, now: datetime) -> tuple[Targets, dict[str, dict[str, str]]]:
     """Every object of the region tagged gpucloud-expires < now, and the tags of each."""
+    from botocore.exceptions import ClientError
+
     flt: list[dict[str, Any]] = [{"Name": "tag-key", "Values": [TAG_EXPIRES]}]
     found = {
         "instances": _by_tag(
@@ -231,6 +236,10 @@ def gc_find(aws: AwsClients, region: str, now: datetime) -> tuple[Targets, dict[
     }
     targets = Targets()
     tags: dict[str, dict[str, str]] = {}
+    try:
+        found["roles"] = region_roles(aws, region)
+    except ClientError as exc:  # IAM refused (a policy from before node roles): the rest is still swept
+        targets.skipped.append(f"node roles not listed ({describe(exc)})")
     for name, items in found.items():
         for ident, t in items:
             when, why = tagged_expiry(t)

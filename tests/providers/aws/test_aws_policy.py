@@ -63,6 +63,11 @@ NOT_EXERCISED = {
     },
     "iam:PassRole": "no call of its own: AWS checks it on CreateSchedule for the role the schedule names "
     "(the evaluator checks that request below)",
+    **{
+        action: "no call of its own: IAM checks it on a create call that carries tags (the node role's)"
+        for action in ("iam:TagRole", "iam:TagInstanceProfile")
+    },
+    "iam:ListRoleTags": "gc finding an expired node role: tests/providers/aws/test_aws_node_identity.py",
 }
 
 
