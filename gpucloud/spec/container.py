@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
@@ -41,7 +41,7 @@ OWNED_OPTIONS: dict[str, str] = {
     "--env": "set variables in `env:` (or `secrets:` for tokens)",
     "-e": "set variables in `env:` (or `secrets:` for tokens)",
     "--env-file": "set variables in `env:` (or `secrets:` for tokens)",
-    "--pull": "gpucloud pulls the image in its own stage before setup",
+    "--pull": "set `container.pull` (missing, always or never); gpucloud pulls before setup",
     "--detach": "gpucloud follows the step to its end",
     "-d": "gpucloud follows the step to its end",
     "--entrypoint": "use `container.entrypoint`",
@@ -158,6 +158,10 @@ class ContainerSpec(BaseModel):
     user: str | None = None
     entrypoint: str | None = None
     login: ContainerLogin | None = None
+    # missing: pull only when the machine lacks the image (a built or loaded `localhost/name:tag` runs);
+    # always: pull every run; never: use the machine's image or fail. Default: missing on hosts you
+    # own, always on a fresh cloud machine (docs/CONTAINERS.md, "Pull policy").
+    pull: Literal["missing", "always", "never"] | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -85,6 +85,6 @@ def job_config(
         outputs_interval=int(spec.checkpoint_interval) if spec.outputs and spec.outputs_sync == "interval" else 0,
         gpu_sample_s=sample_s,
         idle_timeout=idle_timeout,
-        container=container_config(spec, node),
+        container=container_config(spec, node, owned_host=not caps.install_stack),
         endpoints=dict(caps.node_endpoints),
     )

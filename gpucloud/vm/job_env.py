@@ -105,13 +105,14 @@ def stack_context(node: NodeStack) -> dict[str, object]:
     }
 
 
-def container_config(spec: JobSpec, node: NodeStack | None = None) -> dict[str, object]:
+def container_config(spec: JobSpec, node: NodeStack | None = None, owned_host: bool = False) -> dict[str, object]:
     """The agent's `container` document ({} when the job runs on the machine itself). No password:
     the pull login (container.login's, or a registry token the CLI asks for) reaches the node sealed
     with the secrets (run/registry_login.py); `sealed_login` says the node waits for one.
     `prepulled`: the machine boots an image baked for this container (its stack hash names the
     image), so the node uses the image it holds; `pull_only`: the image builder, which pulls the
-    image into the disk it snapshots and runs its own marker on the machine."""
+    image into the disk it snapshots and runs its own marker on the machine. `pull`: container.pull,
+    else `missing` on a host the user owns (its images are the user's) and `always` on a fresh machine."""
     box = spec.container
     if box is None:
         return {}
@@ -124,6 +125,7 @@ def container_config(spec: JobSpec, node: NodeStack | None = None) -> dict[str, 
         "sealed_login": box.login is not None or _token_registry(ref.registry, ref.repository),
         "prepulled": bool(node is not None and node.image is not None and node.image.found_by == "baked"),
         "pull_only": spec.run == BUILDER_RUN,
+        "pull": box.pull or ("missing" if owned_host else "always"),
     }
     if box.login is not None:
         doc["login"] = {

@@ -18,7 +18,7 @@ from gpucloud.contract.registry import capabilities
 from gpucloud.spec.load import parse_spec
 from gpucloud.vm.agent import container
 from gpucloud.vm.agent.config import JobConfig
-from gpucloud.vm.agent.stage_api import StageFailed
+from gpucloud.vm.agent.stage_api import StageEnv, StageFailed
 from gpucloud.vm.agent_config import job_config
 from tests.support.render_inputs import CPU, make_candidate
 
@@ -53,6 +53,7 @@ def test_job_json_carries_the_container_and_no_password() -> None:
         "sealed_login": True,  # the node waits for the login, sealed with the secrets
         "prepulled": False,  # not a machine image baked with this container
         "pull_only": False,  # not the image builder
+        "pull": "missing",  # a host the user owns: an image already there is used
     }
     assert cfg.secrets == ["NGC_KEY", "HF_TOKEN"]  # the password arrives sealed, as a secret
 
@@ -66,6 +67,7 @@ def test_shorthand_image_is_normalised_and_no_container_is_empty() -> None:
         "entrypoint": "",
         "prepulled": False,
         "pull_only": False,
+        "pull": "missing",
     }
     assert cfg.container == {**public, "sealed_login": False}
     ecr = config_of(
@@ -155,17 +157,75 @@ def _tool(folder: Path, name: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
 
 
-def test_engine_choice_podman_then_docker_else_a_clear_failure(tmp_path: Path) -> None:
-    both, docker_only, none = tmp_path / "both", tmp_path / "docker", tmp_path / "none"
-    for folder in (both, docker_only, none):
-        folder.mkdir()
-    _tool(both, "podman")
-    _tool(both, "docker")
-    _tool(docker_only, "docker")
-    assert container.pick_engine(str(both)) == str(both / "podman")
-    assert container.pick_engine(str(docker_only)) == str(docker_only / "docker")
+def _engine_env(folder: Path, logged: list[str]) -> StageEnv:
+    return StageEnv(
+        log=logged.append,
+        vm_dir=folder,
+        environ={"PATH": str(folder)},
+        now=lambda: 0.0,
+        sleep=lambda s: None,
+        stopping=lambda: False,
+    )
+
+
+def _versioned(folder: Path, name: str, answer: str) -> None:
+    path = folder / name
+    path.write_text(f"#!/bin/sh\necho '{answer}'\n")
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("podman", "ctk", "gpus", "want", "why"),
+    [
+        ("podman version 5.4.2", "NVIDIA Container Toolkit CLI version 1.20.1", True, "podman", "podman 5.4.2 gives"),
+        ("podman version 4.9.3", "NVIDIA Container Toolkit CLI version 1.20.1", True, "docker", "#1860"),
+        ("podman version 4.9.3", "NVIDIA Container Toolkit CLI version 1.18.2", True, "podman", "through CDI"),
+        ("podman version 3.4.4", "NVIDIA Container Toolkit CLI version 1.18.2", True, "docker", "has no CDI"),
+        ("podman version 3.4.4", "", False, "podman", "daemonless"),
+    ],
+)
+def test_one_engine_decision_with_its_reason(
+    tmp_path: Path, podman: str, ctk: str, gpus: bool, want: str, why: str
+) -> None:
+    """podman where it can give the GPUs with the installed toolkit, else docker; one logged line."""
+    _versioned(tmp_path, "podman", podman)
+    _versioned(tmp_path, "docker", "Docker version 26.1.5")
+    if ctk:
+        _versioned(tmp_path, "nvidia-ctk", ctk)
+    logged: list[str] = []
+    assert container.pick_engine(_engine_env(tmp_path, logged), gpus) == str(tmp_path / want)
+    assert len(logged) == 1 and logged[0].startswith(f"container engine: {want}: ") and why in logged[0]
+
+
+def test_no_engine_that_fits_is_a_clear_failure(tmp_path: Path) -> None:
+    logged: list[str] = []
     with pytest.raises(StageFailed, match="neither podman nor docker is on this machine"):
-        container.pick_engine(str(none))
+        container.pick_engine(_engine_env(tmp_path, logged), False)
+    _versioned(tmp_path, "podman", "podman version 3.4.4")
+    with pytest.raises(StageFailed, match="podman 3.4.4 has no CDI .*install docker"):
+        container.pick_engine(_engine_env(tmp_path, logged), True)
+
+
+def test_pull_progress_reads_podman_and_docker_output() -> None:
+    podman = container.PullProgress()
+    for line in (
+        "Copying blob sha256:aaaaaaaaaaaaaaaa",
+        "Copying blob sha256:bbbbbbbbbbbbbbbb",
+        "Copying blob aaaaaaaaaaaa done   1.2MiB / 1.2MiB",
+    ):
+        podman.feed(line)
+    assert podman.line("img", 12) == "container: pulling img: 1/2 layers done, 1.2MiB / 1.2MiB, 12 s"
+    docker = container.PullProgress()
+    for line in ("cccccccccccc: Pulling fs layer", "dddddddddddd: Already exists", "cccccccccccc: Pull complete"):
+        docker.feed(line)
+    assert "2/2 layers done" in docker.line("img", 3)
+
+
+def test_pull_deadline_scales_with_the_image_size() -> None:
+    assert container.pull_limit(None, 5000.0) == 5000.0  # unknown size: what the run's deadline leaves
+    assert container.pull_limit(10**6, 5000.0) == container.PULL_MIN_S  # small: the floor
+    assert container.pull_limit(20 * 10**9, 99999.0) == 20 * 10**9 / container.PULL_MIN_BPS  # 20 GB: 4000 s
+    assert container.pull_limit(20 * 10**9, 300.0) == 300.0  # never past the run's deadline
 
 
 def test_recorded_container_is_removed_by_whoever_reads_it(tmp_path: Path) -> None:
@@ -242,7 +302,8 @@ def test_an_image_or_registry_that_reads_as_an_option_never_reaches_the_engine(t
     box = container.Container({"image": "127.0.0.1:5000/a:1"}, tmp_path, tmp_path / "job", "r1", 0)
     with pytest.raises(StageFailed, match="is not a registry host name"):
         box.prepare(env, {"server": "--tls-verify=false", "username": "u", "password": "p"}, False, lambda: 60.0)
-    assert not calls.exists()  # the engine never ran
+    said = calls.read_text().splitlines() if calls.exists() else []
+    assert set(said) <= {"--version"}  # the engine was only asked its version, never given the name
     for path in ["/data:/etc", "/a,b", "rel"]:
         with pytest.raises(StageFailed, match="cannot mount"):
             container.checked_mount(path)

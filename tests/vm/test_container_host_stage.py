@@ -35,7 +35,15 @@ exit 2
 """
 
 
-def host_vm(tmp_path: Path, *, docker: bool = False, podman: bool = False, ctk: bool = False, **env: str) -> StubVm:
+def host_vm(
+    tmp_path: Path,
+    *,
+    docker: bool = False,
+    podman: bool = False,
+    ctk: bool = False,
+    podman_version: str = "5.2.0",
+    **env: str,
+) -> StubVm:
     """A stub VM whose docker/podman/nvidia-ctk answer only when installed (or present from the start)."""
     repo = tmp_path / "ctk-repo"
     repo.mkdir(exist_ok=True)
@@ -44,7 +52,7 @@ def host_vm(tmp_path: Path, *, docker: bool = False, podman: bool = False, ctk: 
     stub_env.update({k: "1" for k, on in (("STUB_DOCKER", docker), ("STUB_PODMAN", podman), ("STUB_CTK", ctk)) if on})
     vm = StubVm(tmp_path, stub_env=stub_env)
     vm.override("docker", installed_only("docker.io", "STUB_DOCKER") + "exit 0\n")
-    vm.override("podman", installed_only("podman", "STUB_PODMAN") + "exit 0\n")
+    vm.override("podman", installed_only("podman", "STUB_PODMAN") + f"echo 'podman version {podman_version}'\n")
     ctk_stub = installed_only("nvidia-container-toolkit", "STUB_CTK") + CTK_STUB
     vm.override("nvidia-ctk", ctk_stub)
     return vm
@@ -75,7 +83,7 @@ def test_plain_ubuntu_gets_driver_then_docker_then_the_pinned_toolkit_then_nothi
     _run(again, PLAIN)
     assert not any(c.startswith(("apt-get", "dpkg -i", "curl")) for c in again.calls())
     assert "systemctl restart docker" not in again.calls()
-    assert "container engine docker already present" in again.log()
+    assert "container engine: docker: docker (no podman here)" in again.log()
     assert "NVIDIA container toolkit already present" in again.log()
     assert "docker: NVIDIA runtime already configured" in again.log()
 
@@ -103,7 +111,19 @@ def test_podman_gets_a_cdi_spec_and_no_docker(tmp_path: Path) -> None:
     assert APT + "docker.io" not in vm.apt_installs() and TOOLKIT in vm.apt_installs()
     spec = vm.etc / "cdi" / "nvidia.yaml"
     assert f"nvidia-ctk cdi generate --output={spec}" in vm.calls() and spec.read_text().startswith("cdiVersion")
-    assert "container engine podman already present" in vm.log()
+    assert "container engine: podman: podman 5.2.0 gives the GPUs through CDI" in vm.log()
+
+
+def test_podman_that_cannot_read_the_pinned_toolkits_cdi_spec_gets_docker(tmp_path: Path) -> None:
+    """Ubuntu 24.04's podman 4.9 and the pinned toolkit (CDI schema 0.7.0): docker is installed and
+    configured, and the log says why in one line."""
+    vm = host_vm(tmp_path, podman=True, podman_version="4.9.3")
+    _run(vm, PLAIN)
+    assert APT + "docker.io" in vm.apt_installs() and TOOLKIT in vm.apt_installs()
+    assert "nvidia-ctk cdi generate" not in " ".join(vm.calls())
+    assert "--runtime=docker" in " ".join(vm.calls())
+    why = [line for line in vm.log().splitlines() if "container engine: docker:" in line]
+    assert len(why) == 1 and "podman 4.9.3 cannot read the CDI spec" in why[0] and "#1860" in why[0]
 
 
 def test_a_toolkit_source_that_cannot_be_fetched_fails_the_stage(tmp_path: Path) -> None:

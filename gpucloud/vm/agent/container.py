@@ -17,21 +17,34 @@ import re
 import shlex
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from gpucloud.vm.agent import engine
 from gpucloud.vm.agent.stage_api import StageEnv, StageFailed
 
-ENGINES = ("podman", "docker")
+IMAGE_EXIT = 66  # the image could not be had (pulled, or found with pull: never): README, exit codes
+PULL_POLICIES = ("missing", "always", "never")
 RECORD = "job.container"  # "<engine path> <container name>" while a step's container may run
 NOTICE_DIR = "notice"  # mounted into the container: the preemption marker lives here
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")  # where podman looks for CDI specs
 CDI_OUT = "/var/run/cdi/nvidia.yaml"
 PULL_TRIES = 3
+PROGRESS_S = 10.0  # a pull's progress line in the log at least this often
+PULL_MIN_S = 600.0  # the shortest deadline a pull of an image of known size gets
+PULL_MIN_BPS = 5e6  # the slowest download rate a pull is given time for (bytes/s)
 PULL_BACKOFF_S = 2.0
 ENGINE_CALL_S = 120.0  # login, logout, the shell probe, rm
 HOST_GPU_VARS = ("CUDA_VISIBLE_DEVICES",)  # a shared host's or a Slurm allocation's GPUs, passed on
 SHELL_PROBE = "command -v bash || echo sh"
+# An engine's pull output (no terminal): podman's `Copying blob sha256:<id>` (`done` / `skipped` when
+# it has it), docker's `<id>: Pull complete` / `Already exists`; a byte count `12.3MiB / 40.0MiB`.
+_PODMAN_BLOB = re.compile(r"Copying blob (?:sha256:)?([0-9a-f]{12,})")
+_DOCKER_LAYER = re.compile(r"^([0-9a-f]{12,}): ")
+_LAYER_DONE = re.compile(r"\bdone\b|skipped|Pull complete|Already exists", re.IGNORECASE)
+_BYTES = re.compile(r"[0-9.]+\s*[kKMG]i?B\s*/\s*[0-9.]+\s*[kKMG]i?B")
 
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
 
@@ -45,16 +58,10 @@ _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,}
 REFERENCE = re.compile(rf"(?:{DOMAIN.pattern}/)?{_PATH}(?:/{_PATH})*(?::{_TAG})?(?:@{_DIGEST})?")
 
 
-def pick_engine(path: Optional[str]) -> str:
-    """The engine's full path: podman first (daemonless, CDI), else docker."""
-    for name in ENGINES:
-        found = shutil.which(name, path=path)
-        if found:
-            return found
-    raise StageFailed(
-        "container: neither podman nor docker is on this machine; use an image that has one "
-        "(or install podman in the image's setup), or remove `container:` to run on the machine itself"
-    )
+def pick_engine(env: StageEnv, gpus: bool) -> str:
+    """The engine's full path: the node's one engine decision (engine.py), shared with the stack stage."""
+    name = engine.choose_for(env, gpus)
+    return shutil.which(name, path=env.environ.get("PATH")) or name
 
 
 def is_podman(engine: str) -> bool:
@@ -211,6 +218,93 @@ def cdi_has_nvidia(dirs: Sequence[str] = CDI_DIRS) -> bool:
     return False
 
 
+def pull_limit(size_bytes: Any, remaining: float) -> float:
+    """How long one pull may take: in proportion to the image's size when the plan read it from the
+    manifest (at PULL_MIN_BPS, never under PULL_MIN_S), else whatever the run's deadline leaves."""
+    if isinstance(size_bytes, int) and not isinstance(size_bytes, bool) and size_bytes > 0:
+        return max(1.0, min(remaining, max(PULL_MIN_S, size_bytes / PULL_MIN_BPS)))
+    return max(1.0, remaining)
+
+
+class PullProgress:
+    """What an engine's pull output says so far: layers seen and done, the last byte count."""
+
+    def __init__(self) -> None:
+        self.layers: Dict[str, bool] = {}
+        self.bytes = ""
+        self.lines = 0
+
+    def feed(self, line: str) -> None:
+        self.lines += 1
+        found = _PODMAN_BLOB.search(line) or _DOCKER_LAYER.match(line.strip())
+        if found:
+            done = bool(_LAYER_DONE.search(line))
+            self.layers[found.group(1)[:12]] = self.layers.get(found.group(1)[:12], False) or done
+        sizes = _BYTES.findall(line)
+        if sizes:
+            self.bytes = sizes[-1]
+
+    def line(self, image: str, elapsed: float) -> str:
+        parts = []
+        if self.layers:
+            parts.append(f"{sum(self.layers.values())}/{len(self.layers)} layers done")
+        if self.bytes:
+            parts.append(self.bytes)
+        said = ", ".join(parts) or f"{self.lines} lines from the engine"
+        return f"container: pulling {image}: {said}, {elapsed:.0f} s"
+
+
+def follow_pull(argv: List[str], env: StageEnv, limit: float, image: str) -> "subprocess.CompletedProcess[str]":
+    """The pull, its output read as it comes: a progress line in the log at least every PROGRESS_S
+    (a multi-GB image takes minutes), killed at `limit` seconds (exit 124)."""
+    progress, seen = PullProgress(), []  # type: PullProgress, List[str]
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(env.environ),
+            text=True,
+            errors="replace",
+        )
+    except OSError as exc:
+        return subprocess.CompletedProcess(argv, 127, "", str(exc))
+
+    def read() -> None:
+        for raw in proc.stdout or []:
+            for part in raw.replace("\r", "\n").splitlines():
+                if part.strip():
+                    seen.append(part.strip())
+                    progress.feed(part)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    t0 = time.monotonic()
+    next_note = t0 + PROGRESS_S
+    code = None  # type: Optional[int]
+    while code is None:
+        try:
+            code = proc.wait(timeout=max(0.05, min(1.0, next_note - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            now = time.monotonic()
+            if now - t0 > limit or env.stopping():
+                proc.kill()
+                proc.wait()
+                reader.join(5)
+                why = f"the pull did not finish within {int(limit)} s" if now - t0 > limit else "stopped"
+                return subprocess.CompletedProcess(argv, 124, "", why)
+            if now >= next_note:
+                env.log(progress.line(image, now - t0))
+                next_note = now + PROGRESS_S
+    reader.join(5)
+    return subprocess.CompletedProcess(argv, code, "\n".join(seen[-20:]), "")
+
+
+class ImageUnavailable(StageFailed):
+    """The job's image is not on the machine and could not be pulled: the run ends with IMAGE_EXIT."""
+
+
 class Container:
     """The job's image on this node: `prepare` is the container_pull stage, `step` one step's command."""
 
@@ -227,14 +321,21 @@ class Container:
     def prepare(self, env: StageEnv, login: Mapping[str, str], gpus: bool, remaining: Callable[[], float]) -> None:
         """`login`: the sealed pull login {server, username, password}, or {} for a public image."""
         checked_image(self.image)
-        self.engine = pick_engine(env.environ.get("PATH"))
-        env.log(f"container: {os.path.basename(self.engine)}, image {self.image}")
+        self.engine = pick_engine(env, gpus)
+        policy = str(self.doc.get("pull") or "always")
+        env.log(f"container: {os.path.basename(self.engine)}, image {self.image}, pull: {policy}")
         if gpus and is_podman(self.engine):
             self.ensure_cdi(env)
-        if self.doc.get("prepulled") and self.present(env, remaining):
-            env.log(f"container: {self.image} is in this machine's image (baked with it): not pulled again")
+        if (self.doc.get("prepulled") or policy != "always") and self.present(env, remaining):
+            env.log(f"container: {self.image} is already on this machine: not pulled (pull: {policy})")
             self.shell = self.probe_shell(env, remaining)
             return
+        if policy == "never":
+            raise ImageUnavailable(
+                f"container: image {self.image} is not on this machine and container.pull is `never`: build or "
+                f"load it there first (`{os.path.basename(self.engine)} load`, or `build -t {self.image}`), "
+                "or set container.pull: missing to pull it when absent"
+            )
         auth = self.vm_dir / "st" / "registry-auth" if login else None
         if login:  # checked before the login, so that the logout in `finally` names a host too
             checked_server(str(login.get("server") or registry_host(self.image)))
@@ -303,7 +404,8 @@ class Container:
             if env.stopping():
                 raise StageFailed("container: stopped while pulling the image")
             t0 = env.now()
-            proc = self._call(env, argv, remaining, long=True)
+            limit = pull_limit(self.doc.get("size_bytes"), remaining())
+            proc = follow_pull(argv, env, limit, self.image)
             if proc.returncode == 0:
                 env.log(f"container: pulled {self.image} in {env.now() - t0:.1f} s")
                 return
@@ -311,7 +413,10 @@ class Container:
             env.log(f"container: pull {attempt}/{PULL_TRIES} of {self.image} failed: {why}")
             if attempt < PULL_TRIES and remaining() > PULL_BACKOFF_S * attempt:
                 env.sleep(PULL_BACKOFF_S * attempt)
-        raise StageFailed(f"container: cannot pull {self.image}: {why}")
+        raise ImageUnavailable(
+            f"container: cannot pull image {self.image}: {why}. Check its name and tag and the registry login "
+            "(container.login); an image built or loaded on the machine runs with container.pull: missing"
+        )
 
     def probe_shell(self, env: StageEnv, remaining: Callable[[], float]) -> str:
         """bash when the image has it (the job's commands are bash elsewhere), else sh."""

@@ -181,10 +181,11 @@ class Ending:
         if not self.gate.take(who):
             raise StandDown()
 
-    def fail(self, message: str) -> None:
+    def fail(self, message: str, exit_code: Optional[int] = None) -> None:
+        """The run ends in error; `exit_code`: a documented code of its own (else the CLI's 70)."""
         self.take_final("main")
         self.runner.kill()
-        self.finish("error", None, 1, message)
+        self.finish("error", exit_code, exit_code or 1, message)
         raise StandDown()
 
     def on_signal(self) -> None:

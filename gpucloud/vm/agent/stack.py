@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from gpucloud.vm.agent import engine
 from gpucloud.vm.agent.stage_api import StageEnv, StageFailed
 
 DEFAULT_NVIDIA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos"
@@ -58,7 +59,6 @@ FRAMEWORK_IMPORT = {"pytorch": "import torch", "tensorflow": "import tensorflow 
 DEFAULT_CTK_REPO = "https://nvidia.github.io/libnvidia-container"
 CTK_KEY = "nvidia-container-toolkit.asc"
 CTK_LIST = "nvidia-container-toolkit.list"
-ENGINES = ("docker", "podman")
 
 
 class _StackAbort(Exception):
@@ -328,16 +328,23 @@ class StackInstall:
             return False
         return run_quiet(self.env, list(argv), to_stack_log=False).returncode == 0
 
-    def engine(self, packages: Sequence[str]) -> str:
-        """docker or podman where the image has one, else the engine packages (Ubuntu's docker.io)."""
-        for name in ENGINES:
-            if self.runs(name, "--version"):
-                self.env.log(f"container engine {name} already present")
-                return name
-        if not packages or not self.apt_plain(packages) or not self.runs("docker", "--version"):
+    def engine(self, packages: Sequence[str], toolkit: Sequence[str]) -> str:
+        """The node's one engine decision (engine.py, the container_pull stage takes the same); when
+        none fits, the engine packages (Ubuntu's docker.io) and the decision again."""
+        gpus = bool(toolkit)
+        pinned = engine.version_of(toolkit[0].split("=", 1)[1]) if toolkit and "=" in toolkit[0] else None
+        try:
+            return engine.choose_for(self.env, gpus, pinned)
+        except StageFailed as exc:
+            self.env.log(f"{exc}: installing " + (" ".join(packages) or "nothing"))
+        if not packages or not self.apt_plain(packages):
             self.env.log("no container engine, and installing " + (" ".join(packages) or "one") + " failed")
             raise _StackAbort()
-        return "docker"
+        try:
+            return engine.choose_for(self.env, gpus, pinned)
+        except StageFailed as exc:
+            self.env.log(f"no container engine after installing {' '.join(packages)}: {exc}")
+            raise _StackAbort() from None
 
     def ctk_repo(self) -> bool:
         """NVIDIA's container toolkit source: its key (ASCII-armoured, which apt reads as .asc) and list."""
@@ -400,10 +407,10 @@ class StackInstall:
 
     def container_host(self) -> None:
         host = self.cfg.get("container") or {}
-        engine = self.engine(host.get("engine_packages") or [])
+        name = self.engine(host.get("engine_packages") or [], host.get("toolkit_packages") or [])
         if host.get("toolkit_packages"):  # a GPU job: the engine must give the container the GPUs
             self.ctk(host["toolkit_packages"])
-            self.gpu_runtime(engine)
+            self.gpu_runtime(name)
 
     def mount_tools(self, packages: Sequence[str]) -> None:
         """rclone and FUSE for the job's mounted inputs, where missing (stock cloud images have neither

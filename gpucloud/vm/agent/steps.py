@@ -92,6 +92,9 @@ class JobSteps(Ending):
                 lambda: self.deadline.remaining(self.clock.now()),
             )
             box.add_mounts(container.data_mounts(self.data_grants))
+        except container.ImageUnavailable as exc:  # its own exit code: not a bug, not the job's
+            self.gate_check()
+            self.fail(str(exc), container.IMAGE_EXIT)
         except StageFailed as exc:
             self.gate_check()
             self.fail(str(exc))
