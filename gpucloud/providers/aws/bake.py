@@ -31,16 +31,17 @@ def _ec2(region: str) -> Any:
 
 @contextmanager
 def _access_errors(what: str) -> Iterator[None]:
-    """Missing or refused credentials and a dead endpoint become CredentialsError / EndpointError
-    (access.py), so `image ls/rm` fail with exit 78 and the fix, not as an internal error."""
+    """Missing or refused credentials, a dead endpoint and an action the policy lacks become
+    CredentialsError / EndpointError / PermissionDenied (access.py), so `image ls/rm` fail with
+    exit 78, the refused action and the fix, not as an internal error."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from gpucloud.providers.aws.access import classify_access
+    from gpucloud.providers.aws.access import classify_access, permission_denied
 
     try:
         yield
     except (ClientError, BotoCoreError) as exc:
-        access = classify_access(exc, what=what)
+        access = classify_access(exc, what=what) or permission_denied(exc, service="ec2", what=what)
         if access is not None:
             raise access from None
         raise
