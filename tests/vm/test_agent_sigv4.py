@@ -197,3 +197,22 @@ def test_imds_credentials_are_refreshed_before_they_expire() -> None:
     again = creds.get()
     assert again is not None and again.access_key == "A2" and creds.fetches == 3
     assert "gpucloud-node-abc" in calls
+
+
+def test_a_role_refusing_a_missing_object_is_not_there_yet_and_a_refused_put_falls_back_quietly(
+    front: tuple[StrictS3, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """S3 answers 403 for a missing object to a role without s3:ListBucket: a GET whose 404 is an
+    ordinary answer (a notice, a peer's ready) takes it as not there yet, without a second request;
+    a log part's own PUT that the role may not make goes as the POST form, with no console line."""
+    strict, upstream = front
+    part = tmp_path / "part"
+    part.write_bytes(b"x")
+    transfer = Transfer()
+    transfer.signer = Signer(_Fixed(Credentials("ASIAUNKNOWN", "s", "t", time.time() + 3600)))  # type: ignore[arg-type]
+    assert transfer.get(presign(upstream, "runs/r/node-0/notice")) is None
+    assert [who for _, _, _, who in strict.answers] == ["refused"]
+    fields = [("x-amz-credential", "AKIACLI/20260101/eu-west-1/s3/aws4_request"), ("policy", "e30=")]
+    transfer.post_form(f"{upstream}/b", fields, "runs/r/node-0/log/000001", part)
+    assert [who for _, _, _, who in strict.answers][1:2] == ["refused"]
+    assert "HTTP 403" not in capsys.readouterr().err

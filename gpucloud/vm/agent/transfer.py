@@ -30,6 +30,7 @@ CURL_BOUNDS = ("--connect-timeout", "10", "--retry", "2", "--retry-delay", "1", 
 HARD_TRIES = 4
 CODE = ("-w", "%{http_code}")  # written after the body: stdout's last 3 bytes ("000": no HTTP answer)
 REPORTS_MAX = 100  # distinct refusals written to stderr, at most
+SIGNED_QUIET = (b"400", b"401", b"403")  # the node's own PUT of a POST grant refused: the form follows
 
 
 def delivered(url: str, rc: int, code: bytes) -> bool:
@@ -95,15 +96,19 @@ class Transfer:
         """One request that counts as done only on a 2xx: (stdout, the body when not sent to a file,
         or None; the HTTP code). Codes in `quiet` are ordinary answers (an object not there yet: 404).
         With a signer, a presigned S3 URL goes signed by the node first; a 4xx there (not the role's
-        object, credentials not there yet) tries the URL as presigned."""
+        object, credentials not there yet) tries the URL as presigned. S3 answers 403, not 404, for
+        a missing object to a role without s3:ListBucket: where 404 is an ordinary answer, so is that."""
         own = self.signer.signed(method, url, region) if self.signer is not None else None
         if own is not None:
             rc, out = self._curl([*args, *header_args(own[1]), *CODE, own[0]], max_time, capture=True)
             body, code = out[:-3], out[-3:]
             if delivered(own[0], rc, code) or code in quiet:
                 return (body if delivered(own[0], rc, code) else None), code
+            if code == b"403" and b"404" in quiet:
+                return None, b"404"
             if code[:1] != b"4" or url == own[0]:
-                self._report(method, name or what(url), code.decode("ascii", "replace"), rc)
+                if code not in SIGNED_QUIET or url != own[0]:
+                    self._report(method, name or what(url), code.decode("ascii", "replace"), rc)
                 return None, code
         rc, out = self._curl([*args, *CODE, url], max_time, capture=True)
         body, code = out[:-3], out[-3:]
