@@ -14,6 +14,7 @@ import pytest
 from tests.support.cli import cli
 from tests.support.container_jobs import SECRET, containers_of, main_job
 from tests.support.containers import ContainerLab, container_lab  # noqa: F401
+from tests.support.local_runs import write_job
 from tests.support.sshd import SshLab, have_sshd
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not have_sshd(), reason="needs /usr/sbin/sshd and ssh")]
@@ -47,3 +48,32 @@ def test_main_job_runs_in_its_image_on_an_ssh_host(
     assert containers_of(run_id) == []
     box = box_lab.servers[0]
     assert not list((box.remote_root / "work").iterdir()), "teardown removes the work folder"
+
+
+def test_an_image_of_the_host_runs_and_a_missing_one_exits_66(
+    box_lab: SshLab,
+    container_lab: ContainerLab,  # noqa: F811
+    gpucloud_home: Path,
+    tmp_path: Path,
+) -> None:
+    """On a host you own the default is `pull: missing`: an image imported there (`localhost/...`,
+    never pushed) runs; an image nobody has ends the run with exit 66 (not 70, the code of bugs) and
+    one line naming the image and the fix."""
+    env = {**os.environ, **box_lab.env(), "GPUCLOUD_HOME": str(gpucloud_home), "CI": "true"}
+    resources = {"cloud": "ssh", "hosts": ["boxhost"]}
+    here = write_job(
+        tmp_path / "here",
+        {"name": "here", "resources": resources, "container": container_lab.local_image, "run": "echo ran-in-it"},
+    )
+    res = cli("run", str(here), cwd=tmp_path, env=env, timeout=180)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "ran-in-it" in out and "is already on this machine: not pulled (pull: missing)" in out
+    absent = write_job(
+        tmp_path / "absent",
+        {"name": "no-image", "resources": resources, "container": "localhost/gpucloud-absent:1", "run": "true"},
+    )
+    res = cli("run", str(absent), cwd=tmp_path, env=env, timeout=180)
+    out = res.stdout + res.stderr
+    assert res.returncode == 66, out
+    assert "cannot pull image localhost/gpucloud-absent:1" in out and "container.pull: missing" in out
