@@ -33,6 +33,7 @@ from gpucloud.contract.provider import (
 from gpucloud.contract.provider import (
     fit_user_data as fit_to_limit,
 )
+from gpucloud.contract.tags import GcIncomplete
 from gpucloud.providers.aws.access import classify_access, permission_denied
 from gpucloud.providers.aws.credentials import credentials_warning, warn_once
 from gpucloud.providers.aws.deadline import arm as arm_deadline
@@ -45,7 +46,7 @@ from gpucloud.providers.aws.launch import LaunchPlan, launch
 from gpucloud.providers.aws.network import CLOUD, intra_run_rule, placement_group, security_group, ssh_access
 from gpucloud.providers.aws.reaper import instance_states
 from gpucloud.providers.aws.session import AwsClients, shared_channel
-from gpucloud.providers.aws.teardown import gc_region, run_instances, teardown_handle
+from gpucloud.providers.aws.teardown import gc_region, not_checked, run_instances, teardown_handle
 
 if TYPE_CHECKING:
     from gpucloud.contract.provider import Candidate, Image, Journal, PlanRequest
@@ -291,7 +292,10 @@ class AwsProvider(AwsClients, Provider):
             return []
         with ThreadPoolExecutor(max_workers=min(self.GC_WORKERS, len(regions))) as pool:
             results = list(pool.map(lambda r: gc_region(self, r, now, dry_run), regions))
-        return collapse_skips([line for lines in results for line in lines])
+        lines, failures = not_checked([line for lines in results for line in lines], len(regions))
+        if failures:  # a call that failed: what it lists is unknown, the sweep is not "clean" (exit 75)
+            raise GcIncomplete(collapse_skips(lines), failures)
+        return collapse_skips(lines)
 
 
 def fit_user_data(script: str) -> bytes:

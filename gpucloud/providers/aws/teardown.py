@@ -180,10 +180,10 @@ def gc_region(aws: AwsClients, region: str, now: datetime, dry_run: bool) -> lis
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        targets, tags = gc_find(aws, region, now)
+        targets, tags, unchecked = gc_find(aws, region, now)
     except (ClientError, BotoCoreError) as exc:
         return [f"aws/{region}: skipped ({describe(exc)})"]
-    notes: list[str] = []
+    notes = [f"aws/{region}: {NOT_CHECKED} {op} ({why})" for op, why in unchecked.items()]
     if role_setting() is not None:  # the layer is off: nothing of it to sweep
         try:
             stale = stale_schedules(aws, region, now)
@@ -207,31 +207,36 @@ def gc_region(aws: AwsClients, region: str, now: datetime, dry_run: bool) -> lis
     ] + notes
 
 
-def gc_find(aws: AwsClients, region: str, now: datetime) -> tuple[Targets, dict[str, dict[str, str]]]:
-    """Every object of the region tagged gpucloud-expires < now, and the tags of each."""
+def gc_find(aws: AwsClients, region: str, now: datetime) -> tuple[Targets, dict[str, dict[str, str]], dict[str, str]]:
+    """Every object of the region tagged gpucloud-expires < now, the tags of each, and the calls
+    that could not be made here with why (one unsupported or refused call leaves the others' finds)."""
     from botocore.exceptions import ClientError
 
     flt: list[dict[str, Any]] = [{"Name": "tag-key", "Values": [TAG_EXPIRES]}]
+    unchecked: dict[str, str] = {}
+
+    def listed(op: str, key: str, id_field: str, filters: list[dict[str, Any]]) -> list[tuple[str, dict[str, str]]]:
+        try:
+            return _by_tag(aws, region, op, key, id_field, filters)
+        except CloudAccessError:  # no credentials, no endpoint: nothing here can be checked
+            raise
+        except Exception as exc:  # noqa: BLE001 - named per call, and gc exits 75 (gc-incomplete)
+            unchecked[call_name(op)] = call_failure(exc)
+            return []
+
     found = {
-        "instances": _by_tag(
-            aws,
-            region,
+        "instances": listed(
             "describe_instances",
             "Reservations",
             "InstanceId",
             flt + [{"Name": "instance-state-name", "Values": LIVE_STATES}],
         ),
-        "security_groups": _by_tag(aws, region, "describe_security_groups", "SecurityGroups", "GroupId", flt),
-        "placement_groups": _by_tag(aws, region, "describe_placement_groups", "PlacementGroups", "GroupName", flt),
-        "key_pairs": _by_tag(aws, region, "describe_key_pairs", "KeyPairs", "KeyName", flt),
-        "addresses": _by_tag(aws, region, "describe_addresses", "Addresses", "AllocationId", flt),
-        "volumes": _by_tag(
-            aws,
-            region,
-            "describe_volumes",
-            "Volumes",
-            "VolumeId",
-            flt + [{"Name": "status", "Values": ["available", "error"]}],
+        "security_groups": listed("describe_security_groups", "SecurityGroups", "GroupId", flt),
+        "placement_groups": listed("describe_placement_groups", "PlacementGroups", "GroupName", flt),
+        "key_pairs": listed("describe_key_pairs", "KeyPairs", "KeyName", flt),
+        "addresses": listed("describe_addresses", "Addresses", "AllocationId", flt),
+        "volumes": listed(
+            "describe_volumes", "Volumes", "VolumeId", flt + [{"Name": "status", "Values": ["available", "error"]}]
         ),
     }
     targets = Targets()
@@ -248,4 +253,51 @@ def gc_find(aws: AwsClients, region: str, now: datetime) -> tuple[Targets, dict[
             elif when is not None and when < now:
                 getattr(targets, name).append(ident)
                 tags[ident] = t
-    return targets, tags
+    return targets, tags, unchecked
+
+
+NOT_CHECKED = "could not check"  # gc's per-region note of a call that failed (collected by not_checked)
+
+
+def call_name(op: str) -> str:
+    """`describe_placement_groups` -> `DescribePlacementGroups`, as the API and IAM name it."""
+    return "".join(part.capitalize() for part in op.split("_"))
+
+
+def _what(call: str) -> str:
+    """`DescribePlacementGroups` -> `placement groups`: what the call lists."""
+    import re
+
+    return re.sub(r"(?<!^)([A-Z])", r" \1", call.removeprefix("Describe")).lower()
+
+
+def call_failure(exc: BaseException) -> str:
+    """Why one call failed, in a line: the AWS error code and message, or that the endpoint's answer
+    was not an AWS response at all (an HTML error page: never printed as it came)."""
+    from botocore.exceptions import ClientError
+
+    if isinstance(exc, ClientError):
+        return describe(exc)
+    if type(exc).__name__ == "ResponseParserError":
+        return "the endpoint's answer was not an AWS response (an error page, not XML)"
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return shown(f"{type(exc).__name__}: {first}", limit=200)
+
+
+def not_checked(lines: list[str], regions: int) -> tuple[list[str], list[str]]:
+    """gc's lines without the per-region "could not check" notes, and one failure per call that
+    names in how many regions it failed and why (the first region's reason)."""
+    rest: list[str] = []
+    calls: dict[str, list[str]] = {}
+    for line in lines:
+        if f": {NOT_CHECKED} " not in line:
+            rest.append(line)
+            continue
+        call, why = line.split(f": {NOT_CHECKED} ", 1)[1].split(" ", 1)
+        calls.setdefault(call, []).append(why[1:-1] if why.startswith("(") and why.endswith(")") else why)
+    failures = [
+        f"aws: {call} could not be checked in {len(whys)} of {regions} region(s) ({whys[0]}): expired "
+        f"{_what(call)} there, if any, were not seen"
+        for call, whys in calls.items()
+    ]
+    return rest, failures
