@@ -43,8 +43,8 @@ def check() -> CloudCheck:
                 "(`gpucloud iam-policy aws` prints the full policy).",
             )
         return result
+    _setup_pieces(result.identity["account"], result)  # a few IAM reads: before the quotas' budget
     _quotas(session, region, result)
-    _setup_pieces(result.identity["account"], result)
     return result
 
 
@@ -89,8 +89,9 @@ def _quotas(session: Any, region: str, result: CloudCheck) -> None:
 
 
 def _setup_pieces(account: str, result: CloudCheck) -> None:
-    """The pieces `gpucloud setup aws` creates, each present or a problem with its fix; reading
-    them needs the runner policy's iam:Get* on them (a refusal is noted, never fatal)."""
+    """The pieces `gpucloud setup aws` creates, each with its state; a missing or changed deadline
+    role is a problem with its fix (the runner policies are one way among others to grant the
+    permissions). Reading them needs the runner policy's iam:Get* (a refusal is noted, never fatal)."""
     from gpucloud.providers.aws.session import shared_client, shared_session
     from gpucloud.providers.aws.setup import AwsSetup
 
@@ -103,9 +104,8 @@ def _setup_pieces(account: str, result: CloudCheck) -> None:
         return
     for p in pieces:
         result.setup.append({"piece": p["piece"], "state": p["state"], "detail": p["detail"]})
-        if p["state"] != "present":
+        if p["state"] != "present" and p["kind"] == "deadline-role":  # the runner policies are optional
             result.problem(
-                f"{p['piece']} is {p['state']}"
-                + (" (runs go on without the cloud-side deadline)" if p["kind"] == "deadline-role" else ""),
+                f"{p['piece']} is {p['state']} (runs go on without the cloud-side deadline)",
                 "An administrator runs `gpucloud setup aws` (or `gpucloud setup aws --print` for the commands).",
             )

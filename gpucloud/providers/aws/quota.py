@@ -97,8 +97,9 @@ def verdicts(asks: list[dict[str, Any]], budget_s: float = BUDGET_S) -> list[dic
     return out
 
 
-def region_quotas(regions: list[str], budget_s: float = 8.0) -> list[dict[str, Any]]:
-    """Every GPU quota code in each region (`gpucloud check`): {code, name, region, vcpus, note}."""
+def region_quotas(regions: list[str], budget_s: float = 5.0) -> list[dict[str, Any]]:
+    """Every GPU quota code in each region (`gpucloud check`): {code, name, region, vcpus, note};
+    within `budget_s`, well inside check's own 10 s (a slow lookup is "unknown", with its note)."""
     names = gpu_quotas()
     keys = [(r, code) for r in regions for code in names]
     values = read_many(keys, budget_s)
