@@ -80,7 +80,35 @@ def resolve_image(
             hint="AMI ids are per region; check `image:`.",
         )
     cache[key] = (ami, found[0].get("RootDeviceName") or "/dev/sda1")
+    ROOT_GB[(region, ami)] = root_snapshot_gb(found[0])
     return cache[key]
+
+
+# What DescribeImages said of each AMI's root snapshot (GiB; 0 when it did not say): a fact about
+# the image that never changes, read once with the image itself.
+ROOT_GB: dict[tuple[str, str], int] = {}
+
+
+def root_snapshot_gb(image: dict[str, Any]) -> int:
+    """The size of the AMI's root volume snapshot (its root device's `Ebs.VolumeSize`), else 0."""
+    root = image.get("RootDeviceName")
+    for mapping in image.get("BlockDeviceMappings") or []:
+        size = (mapping.get("Ebs") or {}).get("VolumeSize")
+        if mapping.get("DeviceName") == root and isinstance(size, int):
+            return size
+    return 0
+
+
+def check_disk(region: str, ami: str, disk_gb: int) -> None:
+    """resources.disk_gb below the AMI's root snapshot: refused before RunInstances with the size and
+    the fix (EC2's own InvalidBlockDeviceMapping names neither the job file's field nor the fix)."""
+    snapshot = ROOT_GB.get((region, ami), 0)
+    if snapshot and disk_gb < snapshot:
+        raise FatalProvisionError(
+            f"resources.disk_gb is {disk_gb} GB, but the image {ami} in {region} has a {snapshot} GB root "
+            "snapshot, and a disk cannot be smaller than the snapshot it starts from.",
+            hint=f"Set resources.disk_gb to {snapshot} or more in the job file (or use a smaller image).",
+        )
 
 
 def ssm_ami(aws: AwsClients, region: str, parameter: str) -> str | None:

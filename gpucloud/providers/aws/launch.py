@@ -27,6 +27,7 @@ from gpucloud.providers.aws.efa import (
 )
 from gpucloud.providers.aws.errors import error_code, error_kind, error_message
 from gpucloud.providers.aws.identity import is_profile_propagating
+from gpucloud.providers.aws.images import check_disk
 from gpucloud.providers.aws.network import CLOUD, run_tags, tag_list
 from gpucloud.providers.aws.session import AwsClients
 
@@ -69,6 +70,7 @@ def launch(
     """All nodes in one zone or none, trying the zones in order; ids in rank order."""
     from botocore.exceptions import ClientError
 
+    check_disk(handle.region, plan.ami, int(req.disk_gb))
     last: ClientError | None = None
     tried: list[str] = []
     several = len(network_interfaces(plan.efa, plan.sg_id, "-")) > 1 and all(subnet for _, subnet in zones)
