@@ -110,7 +110,7 @@ def test_an_image_imported_on_the_machine_runs_with_pull_missing_under_podman(
     ("pull", "says"),
     [
         ("never", "is not on this machine and container.pull is `never`"),
-        ("missing", "cannot pull image localhost/gpucloud-absent:1: "),
+        ("missing", "cannot pull localhost/gpucloud-absent:1: "),
     ],
 )
 def test_a_missing_image_is_its_own_failure_naming_the_image_and_the_fix(

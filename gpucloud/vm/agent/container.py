@@ -327,7 +327,8 @@ class Container:
         if gpus and is_podman(self.engine):
             self.ensure_cdi(env)
         if (self.doc.get("prepulled") or policy != "always") and self.present(env, remaining):
-            env.log(f"container: {self.image} is already on this machine: not pulled (pull: {policy})")
+            held = "is in this machine's image (baked with it): not pulled again" if self.doc.get("prepulled") else ""
+            env.log(f"container: {self.image} {held or f'is already on this machine: not pulled (pull: {policy})'}")
             self.shell = self.probe_shell(env, remaining)
             return
         if policy == "never":
@@ -414,7 +415,7 @@ class Container:
             if attempt < PULL_TRIES and remaining() > PULL_BACKOFF_S * attempt:
                 env.sleep(PULL_BACKOFF_S * attempt)
         raise ImageUnavailable(
-            f"container: cannot pull image {self.image}: {why}. Check its name and tag and the registry login "
+            f"container: cannot pull {self.image}: {why}. Check the image's name and tag and the registry login "
             "(container.login); an image built or loaded on the machine runs with container.pull: missing"
         )
 

@@ -76,4 +76,4 @@ def test_an_image_of_the_host_runs_and_a_missing_one_exits_66(
     res = cli("run", str(absent), cwd=tmp_path, env=env, timeout=180)
     out = res.stdout + res.stderr
     assert res.returncode == 66, out
-    assert "cannot pull image localhost/gpucloud-absent:1" in out and "container.pull: missing" in out
+    assert "cannot pull localhost/gpucloud-absent:1" in out and "container.pull: missing" in out
