@@ -23,6 +23,8 @@ from tests.support.vm_boot import STUBS, make_vm
 pytestmark = pytest.mark.slow
 
 NVIDIA_CTK = """#!/bin/sh
+# the toolkit before CDI schema 0.7.0, which this podman (4.3) reads: the engine decision keeps podman
+if [ "$1" = --version ]; then echo "NVIDIA Container Toolkit CLI version 1.18.2"; exit 0; fi
 echo "$@" >> "$STUB_STATE/nvidia-ctk.calls"
 out=""
 for a in "$@"; do case "$a" in --output=*) out="${a#--output=}" ;; esac; done
