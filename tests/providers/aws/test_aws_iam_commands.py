@@ -10,7 +10,6 @@ import copy
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from gpucloud.providers.aws.policy import policy_document
+from tests.support.aws_runs import AWS_CLI
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
+from tests.support.cli import cli
 from tests.support.moto_iam import enforced, iam_user
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 
@@ -49,17 +50,6 @@ def env(
     assert tagged_alive(moto) == []
 
 
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tests.support.aws_cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=os.getcwd(),
-    )
-
-
 def ok(out: subprocess.CompletedProcess[str]) -> str:
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]
@@ -70,7 +60,7 @@ def ok(out: subprocess.CompletedProcess[str]) -> str:
 def detached(env: dict[str, str], tmp_path: Path) -> str:
     spec = tmp_path / "job.yaml"
     spec.write_text(JOB)
-    found = RUN_ID.search(ok(cli(env, "run", str(spec), "--yes", "--detach")))
+    found = RUN_ID.search(ok(cli("run", str(spec), "--yes", "--detach", env=env, timeout=240, module=AWS_CLI)))
     assert found
     return found[1]
 
@@ -81,17 +71,17 @@ def test_watch_collect_and_image_ls_need_nothing_beyond_the_policy(
     tmp_path: Path,
 ) -> None:
     env = {**env, **iam_user(moto, "gpucloud-cmds", policy_document())}
-    ok(cli(env, "watch", detached(env, tmp_path)))
+    ok(cli("watch", detached(env, tmp_path), env=env, timeout=240, module=AWS_CLI))
     run_id = detached(env, tmp_path)
     deadline = time.monotonic() + 120
     while True:  # collect answers 75 while the run is still going
-        out = cli(env, "collect", run_id)
+        out = cli("collect", run_id, env=env, timeout=240, module=AWS_CLI)
         if out.returncode != 75 or time.monotonic() > deadline:
             break
         time.sleep(2)
     ok(out)
     assert (tmp_path / "gpucloud-runs" / run_id).is_dir()
-    ok(cli(env, "image", "ls", "--cloud", "aws", "--region", "us-east-1"))
+    ok(cli("image", "ls", "--cloud", "aws", "--region", "us-east-1", env=env, timeout=240, module=AWS_CLI))
 
 
 def test_image_ls_without_describe_images_names_the_action(
@@ -104,7 +94,7 @@ def test_image_ls_without_describe_images_names_the_action(
         statement["Action"] = [a for a in actions if a != "ec2:DescribeImages"]
     doc["Statement"] = [s for s in doc["Statement"] if s["Action"]]
     env = {**env, **iam_user(moto, "gpucloud-noimages", doc)}
-    out = cli(env, "image", "ls", "--cloud", "aws", "--region", "us-east-1")
+    out = cli("image", "ls", "--cloud", "aws", "--region", "us-east-1", env=env, timeout=240, module=AWS_CLI)
     text = " ".join((out.stdout + out.stderr).split())
     assert out.returncode not in (0, 70), text[-3000:]
     assert "ec2:DescribeImages" in text and "gpucloud iam-policy aws" in text, text[-3000:]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,53 +17,48 @@ from gpucloud.providers.azure.rbac import ACTIONS, role_definition
 from gpucloud.providers.azure.setup import role_path
 from tests.support.arm_actions import action_of, allowed
 from tests.support.azure_fixtures import arm, fake_arm_server  # noqa: F401
+from tests.support.cli import cli
 from tests.support.fake_arm import FakeArm
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
-def cli(arm: FakeArm, home: Path, *args: str) -> subprocess.CompletedProcess[str]:  # noqa: F811
+def cli_with_arm(arm: FakeArm, home: Path, *args: str) -> subprocess.CompletedProcess[str]:  # noqa: F811
+    """The CLI against the fake ARM server's credentials and `home`, no other cloud's variable, no stdin."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GPUCLOUD_AZURE"))}
     env.update(arm.client_env())
     env.update({"GPUCLOUD_HOME": str(home), "PYTHONPATH": str(REPO)})
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    return cli(*args, env=env, stdin="")
 
 
 def test_setup_creates_the_role_once_and_puts_back_a_changed_one(arm: FakeArm, gpucloud_home: Path) -> None:  # noqa: F811
     arm.operator_role = None  # an administrator runs setup (roleDefinitions/write is not the runner's)
     path = role_path(arm.subscription_id).lower()
-    asked = cli(arm, gpucloud_home, "setup", "azure")
+    asked = cli_with_arm(arm, gpucloud_home, "setup", "azure")
     assert asked.returncode == 2 and "gpucloud runner" in asked.stderr and path not in arm.role_definitions
-    first = cli(arm, gpucloud_home, "setup", "azure", "--yes", "--json")
+    first = cli_with_arm(arm, gpucloud_home, "setup", "azure", "--yes", "--json")
     assert first.returncode == 0, first.stderr
     assert [p["state"] for p in json.loads(first.stdout)["pieces"]] == ["present"]
     perms = arm.role_definitions[path]["properties"]["permissions"][0]
     assert sorted(perms["actions"]) == sorted(ACTIONS)
     puts = [c for c in arm.calls if c[0] == "PUT" and "roledefinitions" in c[1].lower()]
-    second = cli(arm, gpucloud_home, "setup", "azure", "--yes")
+    second = cli_with_arm(arm, gpucloud_home, "setup", "azure", "--yes")
     assert second.returncode == 0 and "created" not in second.stderr, second.stderr
     assert [c for c in arm.calls if c[0] == "PUT" and "roledefinitions" in c[1].lower()] == puts
     perms["actions"] = ["*"]  # someone widened it by hand
-    third = cli(arm, gpucloud_home, "setup", "azure", "--yes")
+    third = cli_with_arm(arm, gpucloud_home, "setup", "azure", "--yes")
     assert third.returncode == 0 and "updated role definition" in third.stderr, third.stderr
     assert "*" not in arm.role_definitions[path]["properties"]["permissions"][0]["actions"]
 
 
 def test_print_gives_the_az_commands_and_creates_nothing(arm: FakeArm, gpucloud_home: Path) -> None:  # noqa: F811
-    out = cli(arm, gpucloud_home, "setup", "azure", "--print")
+    out = cli_with_arm(arm, gpucloud_home, "setup", "azure", "--print")
     assert out.returncode == 0, out.stderr
     assert "az role definition create --role-definition @gpucloud-runner.json" in out.stdout
     assert "az role assignment create" in out.stdout and "--condition-version 2.0" in out.stdout
     assert not arm.role_definitions
-    printed = cli(arm, gpucloud_home, "iam-policy", "azure")
+    printed = cli_with_arm(arm, gpucloud_home, "iam-policy", "azure")
     assert printed.returncode == 0, printed.stderr
     assert json.loads(printed.stdout) == role_definition(arm.subscription_id)
 
@@ -81,13 +75,13 @@ def test_the_role_is_least_privilege_and_the_fake_enforces_it() -> None:
 
 
 def test_check_reports_the_role_missing_then_present(arm: FakeArm, gpucloud_home: Path) -> None:  # noqa: F811
-    before = json.loads(cli(arm, gpucloud_home, "check", "--cloud", "azure", "--json").stdout)["clouds"][0]
+    before = json.loads(cli_with_arm(arm, gpucloud_home, "check", "--cloud", "azure", "--json").stdout)["clouds"][0]
     assert before["setup"][0]["state"] == "missing"
     assert any("gpucloud setup azure" in p["fix"] for p in before["problems"])
     role = arm.operator_role
     arm.operator_role = None  # the administrator
-    assert cli(arm, gpucloud_home, "setup", "azure", "--yes").returncode == 0
+    assert cli_with_arm(arm, gpucloud_home, "setup", "azure", "--yes").returncode == 0
     arm.operator_role = role  # the runner again: check reads the role with roleDefinitions/read
-    after = json.loads(cli(arm, gpucloud_home, "check", "--cloud", "azure", "--json").stdout)["clouds"][0]
+    after = json.loads(cli_with_arm(arm, gpucloud_home, "check", "--cloud", "azure", "--json").stdout)["clouds"][0]
     assert after["setup"][0]["state"] == "present" and after["usable"], after
     assert not [p for p in after["problems"] if "role definition" in p["problem"]]
