@@ -5,6 +5,7 @@ client has the bounded config of session.py."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from gpucloud.contract.provider import CloudCheck
@@ -14,9 +15,15 @@ from gpucloud.providers.aws.network import CLOUD
 from gpucloud.providers.aws.quota import raise_command, region_quotas
 from gpucloud.providers.aws.session import client_config
 
+# The quotas are read until this many seconds into the check (run/check.py gives it 10 s in all):
+# on a slow or busy machine the rest are "unknown", rather than the whole check lost.
+QUOTAS_BY_S = 7.0
+
 
 def check() -> CloudCheck:
     import boto3
+
+    started = time.monotonic()
 
     result = CloudCheck(CLOUD)
     session = boto3.Session()
@@ -44,7 +51,7 @@ def check() -> CloudCheck:
             )
         return result
     _setup_pieces(result.identity["account"], result)  # a few IAM reads: before the quotas' budget
-    _quotas(session, region, result)
+    _quotas(session, region, result, budget_s=max(1.0, QUOTAS_BY_S - (time.monotonic() - started)))
     return result
 
 
@@ -70,12 +77,12 @@ def identity() -> str:
     return f"account {who.get('Account', '?')} ({who.get('Arn', '?')})"
 
 
-def _quotas(session: Any, region: str, result: CloudCheck) -> None:
+def _quotas(session: Any, region: str, result: CloudCheck, budget_s: float) -> None:
     """GPU vCPU quotas per family in every enabled region (the session's first), read at once; a
     refusal is noted, not fatal (the quotas are advice). A quota of 0 is a problem, one per family,
     naming the regions and the request command."""
     regions = [region, *(r for r in result.regions if r != region)]
-    result.quotas.extend(region_quotas(regions))
+    result.quotas.extend(region_quotas(regions, budget_s))
     zero: dict[str, list[str]] = {}
     for q in result.quotas:
         if q["vcpus"] == 0:

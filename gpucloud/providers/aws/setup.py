@@ -22,7 +22,7 @@ from gpucloud.providers.aws.errors import error_code
 from gpucloud.providers.aws.policy import deadline_role_documents, policy_document
 
 RUNNER_POLICY = "gpucloud-runner"
-DEADLINE_INLINE = "terminate-gpucloud-instances"
+DEADLINE_INLINE = "gpucloud-deadline"  # the name docs/PROVIDERS.md gives it by hand too
 MANAGED_POLICY_MAX = 6144  # IAM: characters of a managed policy document, whitespace not counted
 MAX_VERSIONS = 5  # IAM keeps at most five versions of a managed policy
 
