@@ -35,7 +35,7 @@ NVIDIA_CTK = """#!/bin/sh
 case "$1" in
   --version) echo "NVIDIA Container Toolkit CLI version 1.17.8" ;;
   runtime) cfg=${4#--config=}; mkdir -p "$(dirname "$cfg")"; echo '{"runtimes": {"nvidia": {}}}' > "$cfg" ;;
-  cdi) out=${3#--output=}; mkdir -p "$(dirname "$out")"; printf 'cdiVersion: "0.5.0"\nkind: nvidia.com/gpu\n' > "$out" ;;
+  cdi) out=${3#--output=}; mkdir -p "$(dirname "$out")"; printf 'kind: nvidia.com/gpu\n' > "$out" ;;
   *) exit 2 ;;
 esac
 """
