@@ -64,6 +64,8 @@ def test_short_and_full_forms(tmp_path: Path) -> None:
         ('container: "Nvidia/Pytorch:24 08"\n', 4, "container.image", "not an image reference"),
         ("container: {image: Nvidia/pytorch}\n", 4, "container.image", "not a repository name"),
         ("container: {image: ubuntu, user: 'a b'}\n", 4, "container.user", "is not a user"),
+        ("container: {image: ubuntu, pull: sometimes}\n", 4, "container.pull", "missing"),
+        ('container: {image: ubuntu, options: ["--pull=never"]}\n', 4, "container.options", "container.pull"),
         (
             "container:\n  image: ubuntu\n  login: {username: u, password_secret: TOKEN}\n",
             6,
