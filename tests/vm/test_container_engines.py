@@ -126,3 +126,38 @@ def test_a_missing_image_is_its_own_failure_naming_the_image_and_the_fix(
     message = str(exc.value)
     assert says in message and "container.pull" in message and "\n" not in message
     assert container.IMAGE_EXIT == 66
+
+
+def test_a_pull_reports_progress_while_it_runs_and_reads_the_real_engines_output(
+    tmp_path: Path,
+    container_lab: ContainerLab,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A slow engine (a stub printing podman's lines over ~2 s) gets timed progress lines; the real
+    podman's pull output (from the lab registry) is read as layers."""
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "podman").write_text(
+        "#!/bin/sh\n[ \"$1\" = --version ] && { echo 'podman version 5.0.0'; exit 0; }\n"
+        "echo 'Copying blob sha256:aaaaaaaaaaaaaaaa'; echo 'Copying blob sha256:bbbbbbbbbbbbbbbb'; sleep 1\n"
+        "echo 'Copying blob aaaaaaaaaaaa done'; sleep 1; echo 'Writing manifest to image destination'\n"
+    )
+    (slow / "podman").chmod(0o755)
+    monkeypatch.setattr(container, "PROGRESS_S", 0.4)
+    logged: list[str] = []
+    env = StageEnv(
+        logged.append, tmp_path, {"PATH": f"{slow}:/usr/bin:/bin"}, time.monotonic, time.sleep, lambda: False
+    )
+    proc = container.follow_pull([str(slow / "podman"), "pull", "x"], env, 30.0, "x")
+    notes = [line for line in logged if line.startswith("container: pulling x: ")]
+    assert proc.returncode == 0 and len(notes) >= 3, logged
+    assert "0/2 layers done" in notes[0] and "1/2 layers done" in notes[-1]
+    ref = container_lab.open_registry.push(container_lab.local_image, "team/progress", "1")
+    try:
+        real = container.follow_pull(["podman", "pull", "--tls-verify=false", ref], env, 60.0, ref)
+        seen = container.PullProgress()
+        for line in real.stdout.splitlines():
+            seen.feed(line)
+        assert real.returncode == 0 and len(seen.layers) >= 1, real.stdout
+    finally:
+        subprocess.run(["podman", "rmi", "-f", ref], capture_output=True)
