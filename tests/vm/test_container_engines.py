@@ -161,3 +161,17 @@ def test_a_pull_reports_progress_while_it_runs_and_reads_the_real_engines_output
         assert real.returncode == 0 and len(seen.layers) >= 1, real.stdout
     finally:
         subprocess.run(["podman", "rmi", "-f", ref], capture_output=True)
+
+
+def test_the_real_dockers_pull_output_is_read_as_layers(
+    tmp_path: Path,
+    docker_env: dict[str, str],
+    container_lab: ContainerLab,  # noqa: F811
+) -> None:
+    ref = container_lab.open_registry.push(container_lab.local_image, "team/docker-progress", "1")
+    env = StageEnv([].append, tmp_path, docker_env, time.monotonic, time.sleep, lambda: False)
+    real = container.follow_pull(["docker", "pull", ref], env, 60.0, ref)
+    seen = container.PullProgress()
+    for line in real.stdout.splitlines():
+        seen.feed(line)
+    assert real.returncode == 0 and seen.layers and all(seen.layers.values()), real.stdout
