@@ -71,6 +71,17 @@ class DataStore:
         """A read/list credential for the folder, expiring at `expires` (one per run, its nodes share it)."""
         raise NotImplementedError
 
+    def admit_node(
+        self,
+        handle: Any,
+        reads: list[tuple[str, str]],
+        writes: list[tuple[str, str]],
+        mounts: list[tuple[str, str]],
+    ) -> str:
+        """Let the attempt's nodes reach these (bucket, prefix) reads, writes and mounts under their
+        own identity, where `handle` (a RunHandle) holds one of this cloud's; a problem line, or ""."""
+        return ""
+
 
 class ImageLogin:
     """A container image in a registry whose pull token comes from the caller's cloud credentials."""

@@ -68,6 +68,7 @@ class DataPlan:
     uploaded: dict[str, list[str]] = field(default_factory=dict)  # run id -> channel keys of local inputs
     mounted: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # (run id, input) -> grant
     unchecked: list[str] = field(default_factory=list)  # `plan` only: sources it could not check from here
+    admitted: set[tuple[str, int]] = field(default_factory=set)  # (run, attempt): node identity given the prefixes
 
     @property
     def copied(self) -> list[Input]:
@@ -107,9 +108,16 @@ class DataPlan:
             "outputs": [{"path": o.src, "destination": o.dest.text} for o in self.outputs],
         }
 
-    def grants(self, channel: Any, run_id: str, rank: int, num_nodes: int, deadline: float) -> dict[str, Any]:
-        """The node's document: GET URLs per input file, one write grant per output prefix."""
+    def grants(
+        self, channel: Any, run_id: str, rank: int, num_nodes: int, deadline: float, handle: Any = None
+    ) -> dict[str, Any]:
+        """The node's document: GET URLs per input file, one write grant per output prefix; and, once
+        per attempt, the same prefixes admitted to the nodes' own identity where the cloud gives
+        them one (`handle`: the attempt's RunHandle), so they outlast the caller's credentials."""
         expires = datetime.fromtimestamp(deadline, UTC)
+        if handle is not None and (run_id, handle.attempt) not in self.admitted:
+            self.admitted.add((run_id, handle.attempt))
+            self.admit(handle)
         if run_id not in self.uploaded:
             self.uploaded[run_id] = _upload_local(self, channel, run_id)
         doc: dict[str, Any] = {"inputs": [], "outputs": []}
@@ -133,6 +141,21 @@ class DataPlan:
                 prefix += f"node-{rank}/"
             doc["outputs"].append({"src": out.src, **_output_grant(out, prefix, expires)})
         return doc
+
+    def admit(self, handle: Any) -> None:
+        """Each bucket store's named prefixes to the attempt's node identity; a refusal is a warning
+        (the node still has the grants, signed by the caller)."""
+        for scheme in providers.bucket_schemes():
+            ins = [i for i in self.inputs if i.source.kind == scheme]
+            outs = [o for o in self.outputs if o.dest.kind == scheme]
+            if not ins and not outs:
+                continue
+            store = _bucket_store(ins[0].source if ins else outs[0].dest)
+            reads = [(i.source.bucket, i.source.prefix) for i in ins]
+            mounts = [(i.source.bucket, i.source.prefix) for i in ins if i.mode == "mount"]
+            problem = store.admit_node(handle, reads, [(o.dest.bucket, o.dest.prefix) for o in outs], mounts)
+            if problem:
+                print(shown(f"warning: {problem}.", limit=600), file=sys.stderr)
 
 
 def _store(src: DataSource) -> DataStore | None:

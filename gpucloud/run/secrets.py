@@ -67,7 +67,9 @@ class SecretDelivery:
                 continue
             doc: dict[str, Any] = {"run_id": self.run_id, "rank": rank, "env": dict(self._values)}
             if self.data is not None:
-                doc["data"] = self.data.grants(channel, self.run_id, rank, self.num_nodes, launch.deadline)
+                doc["data"] = self.data.grants(
+                    channel, self.run_id, rank, self.num_nodes, launch.deadline, getattr(launch, "handle", None)
+                )
             if self.registry is not None:
                 doc["registry"] = self.registry.current()
             blob = sealed.seal(key, json.dumps(doc, separators=(",", ":")).encode())

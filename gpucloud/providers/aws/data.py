@@ -138,6 +138,29 @@ def policy_statements(reads: list[tuple[str, str]], writes: list[tuple[str, str]
     return out
 
 
+def node_statements(
+    reads: list[tuple[str, str]], writes: list[tuple[str, str]], mounts: list[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """What the node's own role needs for the job's S3 data (its inline data policy): read the named
+    input objects, list only under a mounted input's folder, write only under the output prefixes.
+    Less than the caller's (`policy_statements`): no HeadBucket, no listing of a copied input (the
+    CLI listed it at launch), no other prefix of the same bucket."""
+    out: list[dict[str, Any]] = []
+    if reads:
+        arns = sorted({r for b, p in reads for r in _object_arns(b, p)})
+        out.append({"Sid": "NodeReadInputs", "Effect": "Allow", "Action": "s3:GetObject", "Resource": arns})
+    for n, (bucket, prefix) in enumerate(sorted(set(mounts))):
+        folder = prefix.rstrip("/") + "/" if prefix else ""
+        listing: dict[str, Any] = {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}"}
+        if prefix:  # a whole-bucket mount lists without a prefix: no condition then
+            listing["Condition"] = {"StringLike": {"s3:prefix": [folder + "*", prefix]}}
+        out.append({"Sid": f"NodeListMount{n}", **listing})
+    if writes:
+        arns = sorted({f"arn:aws:s3:::{b}/{p.rstrip('/') + '/' if p else ''}*" for b, p in writes})
+        out.append({"Sid": "NodeWriteOutputs", "Effect": "Allow", "Action": "s3:PutObject", "Resource": arns})
+    return out
+
+
 def _object_arns(bucket: str, prefix: str) -> list[str]:
     """One object named exactly, or everything under the folder `prefix/` (not `prefix-other/`)."""
     if prefix and not prefix.endswith("/"):

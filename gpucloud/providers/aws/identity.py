@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 ROLE = "node-role"  # RunHandle resource kind: the role and its instance profile, one name
 POLICY_NAME = "gpucloud-run-objects"
+DATA_POLICY_NAME = "gpucloud-run-data"  # the job's named input/output prefixes, added once the grants are made
 EC2_TRUST = {
     "Version": "2012-10-17",
     "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}],
@@ -132,11 +133,22 @@ def create_identity(aws: AwsClients, req: LaunchRequest, journal: Journal, handl
     return name
 
 
+def put_data_policy(aws: AwsClients, region: str, name: str, statements: list[dict[str, Any]]) -> None:
+    """The role's second inline policy: the job's S3 data prefixes (data.node_statements), so the
+    node's own signature reaches its inputs and outputs after the caller's credentials are gone.
+    Put again on every call (the same document: idempotent)."""
+    doc = {"Version": "2012-10-17", "Statement": statements}
+    aws.call(
+        _iam(aws, region), "put_role_policy", RoleName=name, PolicyName=DATA_POLICY_NAME, PolicyDocument=json.dumps(doc)
+    )
+
+
 def delete_identity(aws: AwsClients, region: str, name: str) -> None:
-    """Profile, then policy, then role; what is already gone counts as deleted."""
+    """Profile, then policies, then role; what is already gone counts as deleted."""
     _tolerate(aws, region, "remove_role_from_instance_profile", GONE, InstanceProfileName=name, RoleName=name)
     _tolerate(aws, region, "delete_instance_profile", GONE, InstanceProfileName=name)
     _tolerate(aws, region, "delete_role_policy", GONE, RoleName=name, PolicyName=POLICY_NAME)
+    _tolerate(aws, region, "delete_role_policy", GONE, RoleName=name, PolicyName=DATA_POLICY_NAME)
     _tolerate(aws, region, "delete_role", GONE, RoleName=name)
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from gpucloud.contract.services import DataStore, Files, ImageLogin, Statements
 from gpucloud.errors import UserError
-from gpucloud.providers.aws import data, ecr, mount
+from gpucloud.providers.aws import data, ecr, identity, mount
+from gpucloud.providers.aws.session import AwsClients
 
 
 class S3Store(DataStore):
@@ -49,6 +50,29 @@ class S3Store(DataStore):
         self, bucket: str, prefix: str, region: str, run_id: str, expires: datetime, where: str
     ) -> dict[str, Any]:
         return mount.mount_grant(bucket, prefix, region, run_id, expires, where)
+
+    def admit_node(
+        self,
+        handle: Any,
+        reads: list[tuple[str, str]],
+        writes: list[tuple[str, str]],
+        mounts: list[tuple[str, str]],
+    ) -> str:
+        """The data policy on the attempt's node role (none on another cloud's machines: nothing to do).
+        A refusal (no iam:PutRolePolicy, a policy over IAM's size limit) leaves the CLI's grants alone."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        names = handle.resources.get(identity.ROLE, []) if handle is not None else []
+        statements = data.node_statements(reads, writes, mounts)
+        try:
+            for name in names if statements else []:
+                identity.put_data_policy(AwsClients(), handle.region, name, statements)
+        except (ClientError, BotoCoreError) as exc:
+            return (
+                f"the node role could not be given the job's S3 prefixes ({exc}): the node reaches them "
+                "with the launcher's grants only, which end with the launcher's credentials"
+            )
+        return ""
 
 
 class EcrLogin(ImageLogin):

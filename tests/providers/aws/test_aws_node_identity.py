@@ -229,3 +229,51 @@ def test_gc_removes_expired_node_roles_and_names_malformed_ones(moto, provider, 
 
         for name in node_roles(moto):
             delete_identity(provider, "us-east-1", name)
+
+
+def test_node_role_gets_the_jobs_data_prefixes_only_and_loses_them_with_teardown(
+    moto,  # noqa: F811
+    provider,
+    journal,
+    hooks,
+) -> None:
+    """The grants' prefixes on the role itself (run/data_grants.py through the S3 store): the node's
+    own signature reaches its inputs and outputs after the caller's credentials end, and nothing
+    else of those buckets."""
+    from gpucloud.providers.aws.identity import DATA_POLICY_NAME, ROLE
+    from gpucloud.run.data_grants import DataPlan, Input, Output
+    from gpucloud.spec.data import parse_location
+    from tests.support.aws_requests import make_request
+
+    req = make_request()
+    handle = provider.provision(req, journal)
+    iam = moto.client("iam")
+    plan = DataPlan(
+        inputs=[
+            Input("train/", parse_location("s3://in-bucket/data/train"), [], "us-east-1"),
+            Input("shards/", parse_location("s3://in-bucket/shards/"), [], "us-east-1", "mount"),
+        ],
+        outputs=[Output("out", parse_location("s3://out-bucket/results"), "us-east-1")],
+    )
+    try:
+        [name] = handle.resources[ROLE]
+        plan.admit(handle)
+        raw = iam.get_role_policy(RoleName=name, PolicyName=DATA_POLICY_NAME)["PolicyDocument"]
+        policy = json.loads(raw) if isinstance(raw, str) else raw
+        ins, outs = "arn:aws:s3:::in-bucket", "arn:aws:s3:::out-bucket"
+        assert _decide(policy, "s3:GetObject", f"{ins}/data/train/part-0") == "Allow"
+        assert _decide(policy, "s3:GetObject", f"{ins}/data/train") == "Allow", "one object named exactly"
+        assert _decide(policy, "s3:GetObject", f"{ins}/shards/a/b.bin") == "Allow"
+        assert _decide(policy, "s3:ListBucket", ins, "shards/a/") == "Allow", "a mount lists its folder"
+        assert _decide(policy, "s3:PutObject", f"{outs}/results/node-1/model.pt") == "Allow"
+        assert _decide(policy, "s3:GetObject", f"{ins}/data/train-other/x") != "Allow", "a sibling prefix"
+        assert _decide(policy, "s3:GetObject", f"{ins}/private/key.pem") != "Allow", "another prefix"
+        assert _decide(policy, "s3:ListBucket", ins, "private/") != "Allow"
+        assert _decide(policy, "s3:ListBucket", ins, "data/") != "Allow", "a copied input is not listed"
+        assert _decide(policy, "s3:PutObject", f"{ins}/data/train/x") != "Allow", "an input is read-only"
+        assert _decide(policy, "s3:GetObject", f"{outs}/results/node-1/model.pt") != "Allow"
+        assert _decide(policy, "s3:PutObject", f"{outs}/elsewhere/x") != "Allow"
+        assert _decide(policy, "s3:DeleteObject", f"{outs}/results/x") != "Allow"
+    finally:
+        provider.teardown(handle, journal)
+    assert node_roles(moto) == [], "the role goes with both its inline policies"
