@@ -24,6 +24,7 @@ import json
 import threading
 import time
 from calendar import timegm
+from collections.abc import Callable
 from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, quote, urlsplit
@@ -67,6 +68,8 @@ class StrictS3:
         self.signed_by_node = 0
         self.refused_expired = 0
         self.presigned_after_jump = 0
+        # (access key, method, path, query) -> allowed: IAM as S3 applies it to a header-signed request
+        self.authorize: Callable[[str, str, str, str], bool] | None = None
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_Handler,), {"front": self}))
         self.httpd.daemon_threads = True
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -120,6 +123,9 @@ class StrictS3:
         params = parse_qsl(query, keep_blank_values=True)
         if auth:
             self._verify_header(method, path, params, headers, body, auth)
+            key = auth.partition("Credential=")[2].partition("/")[0]
+            if self.authorize is not None and not self.authorize(key, method, path, query):
+                raise Refused(403, "AccessDenied", "not allowed by the signer's policy")
             return "node"
         if any(k == "X-Amz-Signature" for k, _ in params):
             self._verify_query(method, path, params, headers)

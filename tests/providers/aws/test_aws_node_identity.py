@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -122,6 +122,76 @@ def test_run_past_the_cli_credentials_delivers_log_status_and_artifacts(
     assert any(code == 200 and who == "node" for _, _, code, who in strict.after_jump)
     assert not [a for a in strict.after_jump if a[3] == "presigned" and a[2] == 200], "no CLI signature works now"
     assert node_roles(moto) == [], "the run's role goes with its teardown"
+
+
+def role_policies(moto: Moto) -> Callable[[str, str, str, str], bool]:  # noqa: F811
+    """The front's IAM: the CLI's key may do anything; any other key (a node's role) what the
+    inline policies of the run's roles allow, evaluated per request as S3 would."""
+    from urllib.parse import parse_qs, unquote
+
+    from tests.support.iam_eval import Request, decide
+
+    def allowed(key: str, method: str, path: str, query: str) -> bool:
+        if key == "testing":
+            return True
+        iam = moto.client("iam")
+        docs = []
+        for role in node_roles(moto):
+            for name in iam.list_role_policies(RoleName=role)["PolicyNames"]:
+                raw = iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
+                docs.append(json.loads(raw) if isinstance(raw, str) else raw)
+        bucket, _, obj = unquote(path).lstrip("/").partition("/")
+        if not obj:
+            prefix = parse_qs(query).get("prefix", [""])[0]
+            request = Request("s3:ListBucket", f"arn:aws:s3:::{bucket}", {"s3:prefix": prefix} if prefix else {})
+        else:
+            action = {"GET": "s3:GetObject", "HEAD": "s3:GetObject", "PUT": "s3:PutObject"}.get(method, "s3:Other")
+            request = Request(action, f"arn:aws:s3:::{bucket}/{obj}", {})
+        return any(decide(doc, request) == "Allow" for doc in docs)
+
+    return allowed
+
+
+def test_an_output_written_after_the_cli_credentials_expired_lands(
+    env: dict[str, str],
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,  # noqa: F811
+    strict: StrictS3,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`outputs:` on S3 go signed by the node's role (its data policy) once the CLI's grants are dead;
+    the front enforces the role's policies, so without the data policy the upload is refused."""
+    monkeypatch.chdir(tmp_path)
+    moto.client("s3").create_bucket(Bucket="gc-node-out")
+    strict.authorize = role_policies(moto)
+    gate = tmp_path / "gate"
+    script = f"echo first-line; while [ ! -e {gate} ]; do sleep 0.5; done; mkdir -p res; echo late > res/model.txt"
+    path = job(tmp_path / "job.yaml", script)
+    path.write_text(path.read_text() + "outputs:\n  res: s3://gc-node-out/results\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.aws_cli", "run", str(path), "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        landed = lambda: any(("/log/0" in p or w == "post") and c < 300 for _, p, c, w in list(strict.answers))  # noqa: E731
+        if not wait_until(lambda: landed() or proc.poll() is not None, timeout=120) or proc.poll() is not None:
+            proc.kill()
+            _, err = proc.communicate(timeout=30)
+            raise AssertionError(f"{strict.answers[-20:]} {aws_sim.errors[-5:]}\n{err[-3000:]}")
+        strict.advance(11 * 60)  # the CLI's credentials (and the output's presigned POST) are expired now
+        gate.write_text("go")
+        out, err = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    objs = moto.client("s3").list_objects_v2(Bucket="gc-node-out", Prefix="results/").get("Contents", [])
+    assert [o["Key"] for o in objs] == ["results/model.txt"], f"{strict.after_jump[-10:]}\n{err[-3000:]}"
+    assert any(p.endswith("/results/model.txt") and c == 200 and w == "node" for _, p, c, w in strict.after_jump)
+    assert proc.returncode == 0 and json.loads(out)["status"] == "succeeded", err[-3000:]
+    assert node_roles(moto) == [], "the role and its data policy go with the teardown"
 
 
 # ---- the role itself (in process, moto) -----------------------------------------------------------
