@@ -402,7 +402,10 @@ def json_walk_cases(tmp_path: Path, run_id: str, live_id: str) -> list[tuple[lis
         (["image", "build", "ZZZ", "--yes"], 2, ERROR),
         (["image", "build", str(good), "--cloud", "local"], 2, ERROR),
         (["hosts", "probe", "bad!host"], 2, ERROR),
-        (["hosts", "probe", "127.0.0.1:9"], 75, ERROR),
+        (["hosts", "probe", "127.0.0.1:9"], 78, REPORT),  # each host's verdict, the silent one named
+        (["setup", "aws", "--print"], 0, OK),
+        (["setup", "aws", "--yes"], 78, ERROR),
+        (["setup", "nope"], 2, ERROR),
         (["hosts", "probe"], 2, ERROR),
     ]
 
