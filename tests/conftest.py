@@ -62,3 +62,23 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 @pytest.fixture
 def gpucloud_home(_isolated_home: Path) -> Path:
     return _isolated_home
+
+
+# Tests whose cells are many and independent (each starts from a clean account on the module's
+# servers): spread one by one over the workers. Every other test runs on its file's worker, beside the
+# servers its module starts (pyproject's `--dist loadgroup`: one group per file).
+SPREAD = frozenset(
+    {
+        "test_fault_matrix_provisioning",
+        "test_fault_matrix_teardown",
+        "test_fault_matrix_leaves_nothing",
+        "test_interrupted_or_killed_cli_leaves_nothing",
+        "test_gpu_alternatives_plan_through_the_file_as_in_memory",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if getattr(item, "originalname", item.name) not in SPREAD:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
