@@ -332,14 +332,21 @@ class _FakeStore:
     def __init__(self, account: str) -> None:
         self.account = account
 
-    def list_input(self, container: str, prefix: str, where: str) -> list[tuple[str, int, str]]:
-        return [("a", 1, f"{prefix}/a")]
+    def list_input(self, container: str, prefix: str, where: str) -> tuple[str, list[tuple[str, int, str]]]:
+        return "us-east-1", [("a", 1, f"{prefix}/a")]
 
-    def check_output(self, container: str, where: str) -> None:
-        return None
+    def check_output(self, container: str, where: str) -> str:
+        return "us-east-1"
 
-    def check_mount(self, container: str, prefix: str, where: str) -> None:
-        return None
+    def check_mount(self, container: str, prefix: str, where: str) -> str:
+        return "us-east-1"
+
+
+def _fake_store(src: Any) -> _FakeStore | None:
+    """A fake wherever the registry has a store for the scheme (S3 and Blob alike), None elsewhere."""
+    from gpucloud.contract import registry
+
+    return _FakeStore(src.account) if registry.data_store_class(src.kind) else None
 
 
 @contextlib.contextmanager
@@ -355,7 +362,7 @@ def offline(tmp: Path) -> Iterator[None]:
     saved_env = dict(os.environ)
     patches: list[tuple[Any, str, Any]] = [
         (transport, "time", _NoSleep),  # ssh's retry pauses: the closed port answers at once
-        (data_grants, "_store", _FakeStore),
+        (data_grants, "_store", _fake_store),
         (data_grants, "_https_size", lambda url, where: 1),
         (s3, "list_input", lambda bucket, prefix, where: ("us-east-1", [("a", 1, f"{prefix}/a")])),
         (s3, "check_output", lambda bucket, where: "us-east-1"),
