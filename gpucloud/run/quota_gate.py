@@ -54,8 +54,10 @@ def reason(v: dict[str, Any]) -> str:
     )
 
 
-def read(candidates: Sequence[Candidate], indices: list[int], budget_s: float = BUDGET_S) -> QuotaGate:
-    """The gate for the candidates at `indices` (the order failover will try them in)."""
+def read(candidates: Sequence[Candidate], indices: list[int], budget_s: float | None = None) -> QuotaGate:
+    """The gate for the candidates at `indices` (the order failover will try them in), within
+    `budget_s` (BUDGET_S, read when called)."""
+    budget_s = BUDGET_S if budget_s is None else budget_s
     t0 = time.monotonic()
     by_cloud: dict[str, list[dict[str, Any]]] = {}
     for i in indices:
