@@ -48,6 +48,8 @@ DESCRIPTIONS: dict[tuple[str, str], str] = {
     ("containerspec", "user"): "The user the job runs as inside the container.",
     ("containerspec", "entrypoint"): "The image's entrypoint replaced by this one.",
     ("containerspec", "login"): "How to log in to the registry: {username, password_secret, registry}.",
+    ("containerspec", "pull"): "missing (pull only when the machine lacks the image), always or never; "
+    "default missing on your own hosts, always on cloud VMs.",
     ("containerlogin", "username"): "The registry user.",
     ("containerlogin", "password_secret"): "The name of the secret that holds the registry password.",
     ("containerlogin", "registry"): "The registry host, when it is not the image's.",

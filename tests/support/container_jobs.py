@@ -48,7 +48,7 @@ def main_job(folder: Path, image: str, code: int, resources: dict | None = None)
         {
             "name": "boxed",
             "resources": resources or {"cloud": "local"},
-            "container": {"image": image},
+            "container": {"image": image, "pull": "always"},  # the tests see it pulled, whatever ran before
             "inputs": {"data": "./in"},
             "secrets": ["BOX_TOKEN"],
             "env": {"EPOCHS": 2, "CODE": code},

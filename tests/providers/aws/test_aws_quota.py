@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from gpucloud.providers.aws.quota import verdicts
+from tests.support.aws_runs import run_id_in
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 
@@ -88,7 +89,8 @@ def test_run_skips_a_zero_quota_region_before_any_create(
     assert G_ON_DEMAND in text and "request-service-quota-increase" in text
     assert "attempt 1: aws/us-east-2/" in text, text[-3000:]
     east1 = moto.client("ec2", "us-east-1")
-    tagged = [{"Name": "tag-key", "Values": ["gpucloud-run"]}]
+    # This run's own (the worker's moto server also holds earlier tests' terminated instances).
+    tagged = [{"Name": "tag:gpucloud-run", "Values": [run_id_in(out.stdout + out.stderr)]}]
     assert east1.describe_instances(Filters=tagged)["Reservations"] == []  # terminated ones count too
     assert east1.describe_key_pairs(Filters=tagged)["KeyPairs"] == []
     assert tagged_alive(moto) == []

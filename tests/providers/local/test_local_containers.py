@@ -61,6 +61,7 @@ def test_private_image_needs_its_login(
         "container": {
             "image": container_lab.private_image,
             "login": {"username": reg.username, "password_secret": "REG_PASS"},
+            "pull": "always",  # each run pulls, so each logs in (missing: the first run's copy would do)
         },
         "secrets": ["REG_PASS"],
         "run": "echo private-ok",
