@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +34,15 @@ def _job(tmp_path: Path) -> Path:
     return job
 
 
+def _no_baked_images(ec2: Any) -> None:
+    """The worker's moto server is shared: images another test baked are deregistered first, so
+    these tests start from an account without any."""
+    for image in ec2.describe_images(Owners=["self"], Filters=[{"Name": "tag:gpucloud:kind", "Values": ["image"]}])[
+        "Images"
+    ]:
+        ec2.deregister_image(ImageId=image["ImageId"])
+
+
 def test_image_build_then_run_installs_nothing(
     aws_env: dict[str, str],
     moto: Moto,  # noqa: F811
@@ -42,6 +52,7 @@ def test_image_build_then_run_installs_nothing(
     env = {k: v for k, v in aws_env.items() if k != "GPUCLOUD_TEST_AWS_RECORD"}
     job = _job(tmp_path)
     ec2 = moto.client("ec2", REGION)
+    _no_baked_images(ec2)
 
     built = hooked_cli(
         env, "image", "build", str(job), "--cloud", "aws", "--region", REGION, "--yes", "--json", timeout=300
@@ -104,6 +115,7 @@ def test_a_failing_builder_leaves_nothing_and_bakes_nothing(
     env = {k: v for k, v in aws_env.items() if k != "GPUCLOUD_TEST_AWS_RECORD"}
     job = _job(tmp_path)
     job.write_text(job.read_text() + "setup: exit 3\n")
+    _no_baked_images(moto.client("ec2", REGION))
     out = hooked_cli(
         env, "image", "build", str(job), "--cloud", "aws", "--region", REGION, "--with-setup", "--yes", timeout=300
     )
