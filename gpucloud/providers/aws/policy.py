@@ -62,7 +62,8 @@ def policy_document() -> dict[str, Any]:
         "Version": "2012-10-17",
         "Statement": _create_statements()
         + _image_statements()
-        + _destroy_and_storage_statements()
+        + _tagged_resource_statements()
+        + _lookup_and_storage_statements()
         + _account_statements()
         + _deadline_statements()
         + _node_role_statements(),
@@ -335,10 +336,9 @@ def _image_statements() -> list[dict[str, Any]]:
     ]
 
 
-def _destroy_and_storage_statements() -> list[dict[str, Any]]:
-    """Change and destroy only what gpucloud tagged; the Ubuntu image parameter; the run buckets."""
+def _tagged_resource_statements() -> list[dict[str, Any]]:
+    """Change and destroy only what gpucloud tagged."""
     has_resource_tag = {"Null": {f"aws:ResourceTag/{TAG}": "false"}}
-    own_account = {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}}
     return [
         {
             # ssh: port 22 from the caller; multi-node: the group to itself (the run's own nodes),
@@ -378,6 +378,13 @@ def _destroy_and_storage_statements() -> list[dict[str, Any]]:
             ],
             "Condition": has_resource_tag,
         },
+    ]
+
+
+def _lookup_and_storage_statements() -> list[dict[str, Any]]:
+    """The Ubuntu image parameter, who the caller is, and the run buckets in the caller's own account."""
+    own_account = {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}}
+    return [
         {
             "Sid": "UbuntuImageIds",
             "Effect": "Allow",
