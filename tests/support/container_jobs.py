@@ -78,11 +78,15 @@ COUNT_SH = """\
 f="$GPUCLOUD_CHECKPOINT_DIR/count"
 mkdir -p "$GPUCLOUD_CHECKPOINT_DIR"
 i=$(cat "$f" 2>/dev/null || echo 0)
+starts=$(( $(cat "$f.starts" 2>/dev/null || echo 0) + 1 ))
+echo "$starts" > "$f.starts"
+step="$STEP_S"
+[ "$starts" -lt 3 ] || step=0.005  # the last attempt only has to finish
 echo "resuming at $i"
 trap 'echo "preempted at $i"; exit 143' TERM
 while [ "$i" -lt "$N" ]; do
   if [ -e "$GPUCLOUD_PREEMPTED_FILE" ]; then echo "preempted at $i"; exit 143; fi
-  sleep "$STEP_S"
+  sleep "$step"
   i=$((i + 1))
   echo "$i" > "$f.tmp" && busybox mv "$f.tmp" "$f"
 done
@@ -92,7 +96,8 @@ echo "done $i"
 
 
 def count_job(folder: Path, image: str, n: int, resources: dict) -> Path:
-    """tests/support/spot_job.py's counting job, in sh for the busybox image."""
+    """tests/support/spot_job.py's counting job (fast from its third start too), in sh for the busybox
+    image."""
     path = write_count_job(folder, n=n, cloud="local", extra={"resources": resources, "container": image})
     (folder / "count.sh").write_text(COUNT_SH)
     doc = yaml.safe_load(path.read_text())
