@@ -419,6 +419,34 @@ class Agent(GpuWatching, JobSteps):
         """The stages in order; returns the script's exit code (the caller terminates with it)."""
         self.start()
         self.stage("watchdog")
+        self.start_guard()
+        self.log(f"deadline {self.deadline.iso()}; backstop {self.cfg.grace}s after max_duration")
+        self.stack_stages()
+        self.fetch_code()
+        self.open_secrets()
+        self.container_pull()
+        self.board.set(state="running")
+        if self.cfg.setup:
+            self.stage("setup")
+            rc = self.run_step(self.cfg.setup, "setup")
+            if rc != 0:
+                self.take_final("main")
+                self.board.end_stage("setup", False)
+                self.finish("failed", rc, rc, f"setup exited with code {rc}", terminate=False)
+                return rc
+        if self.cfg.num_nodes > 1:
+            self.barrier_stage()
+        self.stage("run")
+        self.start_gpu_watch()
+        rc = self.run_step(self.cfg.run, "run")
+        self.take_final("main")
+        self.stop_guard()
+        self.board.end_stage("run", rc == 0)
+        self.after_run(rc)
+        return rc
+
+    def start_guard(self) -> None:
+        """The checkpoint keeper (when the job asked for one) and the preemption-notice guard's thread."""
         if self.cfg.checkpoint:
             self.checkpoints = Checkpoints(
                 self.job_dir / self.cfg.checkpoint,
@@ -439,47 +467,32 @@ class Agent(GpuWatching, JobSteps):
             self.clock.now(),
         )
         self._thread("guard", self.guard_loop)
-        self.log(f"deadline {self.deadline.iso()}; backstop {self.cfg.grace}s after max_duration")
-        self.stack_stages()
-        self.fetch_code()
-        self.open_secrets()
-        self.container_pull()
-        self.board.set(state="running")
-        if self.cfg.setup:
-            self.stage("setup")
-            rc = self.run_step(self.cfg.setup, "setup")
-            if rc != 0:
-                self.take_final("main")
-                self.board.end_stage("setup", False)
-                self.finish("failed", rc, rc, f"setup exited with code {rc}", terminate=False)
-                return rc
-        if self.cfg.num_nodes > 1:
-            self.stage("barrier")
-            barrier = Barrier(
-                self.manifest,
-                self.transfer,
-                self.vm_dir,
-                self.rank,
-                self.cfg.num_nodes,
-                self.cfg.barrier_s,
-                self.clock.now,
-                self.clock.sleep,
-                self.cfg.tick_s,
-                self.log,
-                self.gate.taken,
-                ReadyKeys(self.cfg.run_id, self.key.public, self._sign, verify),
-            )
-            try:
-                self.node_ips = barrier.wait(node_ip(self.environ, self.cfg.node_ips_known))
-            except StageFailed as exc:
-                self.gate_check()
-                self.fail(str(exc))
-        self.stage("run")
-        self.start_gpu_watch()
-        rc = self.run_step(self.cfg.run, "run")
-        self.take_final("main")
-        self.stop_guard()
-        self.board.end_stage("run", rc == 0)
+
+    def barrier_stage(self) -> None:
+        """Every node waits for the others' signed ready records; learns the nodes' addresses."""
+        self.stage("barrier")
+        barrier = Barrier(
+            self.manifest,
+            self.transfer,
+            self.vm_dir,
+            self.rank,
+            self.cfg.num_nodes,
+            self.cfg.barrier_s,
+            self.clock.now,
+            self.clock.sleep,
+            self.cfg.tick_s,
+            self.log,
+            self.gate.taken,
+            ReadyKeys(self.cfg.run_id, self.key.public, self._sign, verify),
+        )
+        try:
+            self.node_ips = barrier.wait(node_ip(self.environ, self.cfg.node_ips_known))
+        except StageFailed as exc:
+            self.gate_check()
+            self.fail(str(exc))
+
+    def after_run(self, rc: int) -> None:
+        """The last checkpoint, outputs and artifacts are kept whatever the job's code; then the verdict."""
         if self.checkpoints is not None:
             self.checkpoints.upload("end")
         self.push_outputs()
@@ -492,7 +505,6 @@ class Agent(GpuWatching, JobSteps):
             self.finish("succeeded", 0, 0, "", terminate=False)
         else:
             self.finish("failed", rc, rc, f"job exited with code {rc}", terminate=False)
-        return rc
 
     def stack_stages(self) -> None:
         """stack (install what is missing) and gpu_verify (the GPUs the catalog promised are seen)."""
