@@ -47,6 +47,12 @@ class NoCandidateError(GpucloudError):
         return render_items(self.message, self.attempts, self.hint)
 
 
+class SessionUnsupported(GpucloudError):
+    """`gpucloud ssh` on a provider with no way into a node that opens nothing to the world. Exit 78."""
+
+    exit_code = 78
+
+
 class InternalError(GpucloudError):
     """A bug or an unexpected cloud answer. Exit 70."""
 

@@ -23,17 +23,18 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 MARGIN = 6
 CLOUD_SDKS = {"boto3", "botocore", "azure", "msrest", "s3transfer"}
-# command -> (imported-module budget measured with the shipped catalog, forbidden top-level packages)
+# command -> (imported-module budget measured with the shipped catalog, forbidden top-level packages);
+# +1 for every command but --help: `ssh`'s command module (cli/session.py) is registered as setup's are
 BUDGETS: dict[str, tuple[int, set[str]]] = {
     "--help": (160, CLOUD_SDKS | {"rich", "pydantic", "jinja2", "yaml", "sqlite3"}),
     # plan and validate read the job file: yaml and the pydantic models; plan groups its exclusions
     # and dates its prices per source (ui/plan_notes.py)
-    "plan examples/t4-any-cloud.yaml": (333, CLOUD_SDKS | {"jinja2", "rich"}),
-    "validate examples/t4-any-cloud.yaml": (318, CLOUD_SDKS | {"jinja2", "rich"}),
+    "plan examples/t4-any-cloud.yaml": (334, CLOUD_SDKS | {"jinja2", "rich"}),
+    "validate examples/t4-any-cloud.yaml": (319, CLOUD_SDKS | {"jinja2", "rich"}),
     "catalog": (197, CLOUD_SDKS | {"jinja2", "yaml", "rich", "pydantic"}),
     "gpus": (198, CLOUD_SDKS | {"jinja2", "yaml", "rich", "pydantic"}),
-    "status": (191, CLOUD_SDKS | {"jinja2", "yaml", "rich", "pydantic"}),  # no runs in the test home: no table
-    "ls": (191, CLOUD_SDKS | {"jinja2", "yaml", "rich", "pydantic"}),
+    "status": (192, CLOUD_SDKS | {"jinja2", "yaml", "rich", "pydantic"}),  # no runs in the test home: no table
+    "ls": (192, CLOUD_SDKS | {"jinja2", "yaml", "rich", "pydantic"}),
 }
 # Runs the CLI in this process and, at exit whatever the exit code, writes every imported module.
 PROBE = """

@@ -545,12 +545,12 @@ def gc(
 
 
 def _register_setup() -> None:
-    """`check`, `iam-policy`, `import` as top-level commands, then `hosts ...` (cli/setup.py, cli/peers.py)."""
-    from gpucloud.cli.peers import import_app
-    from gpucloud.cli.setup import hosts_app, setup_app
+    """`check`, `iam-policy`, `import`, `ssh`, `dev`, then `hosts ...` (cli/setup, peers, session)."""
+    from gpucloud.cli import peers, session, setup
 
-    app.registered_commands.extend(_guarded(setup_app).registered_commands + _guarded(import_app).registered_commands)
-    app.add_typer(_guarded(hosts_app), name="hosts")
+    for sub in (setup.setup_app, peers.import_app, session.session_app):
+        app.registered_commands.extend(_guarded(sub).registered_commands)
+    app.add_typer(_guarded(setup.hosts_app), name="hosts")
 
 
 _register_setup()

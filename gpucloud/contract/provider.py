@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, runtime_checkable
 
-from gpucloud.errors import GpucloudError, UserError
+from gpucloud.errors import GpucloudError, SessionUnsupported, UserError
 
 if TYPE_CHECKING:
     from gpucloud.channel.store import Channel
+    from gpucloud.contract.session import SessionAsk, SessionPlan
     from gpucloud.plan.stack_data import Stack
     from gpucloud.state.records import ResourceRecord
 
@@ -455,6 +456,10 @@ class Provider(Protocol):
         (`capabilities.channel_torn_down`) is stopped first, so that what the job saved is read back
         before the teardown. Nothing to do where the channel outlives the machines."""
         return None
+
+    def session(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
+        """How `gpucloud ssh` reaches node `rank` (contract/session.py); a provider without one says so."""
+        raise SessionUnsupported(f"gpucloud ssh: the {self.name} provider has no session path (docs/SSH.md).")
 
 
 SSH_CIDR_ENV = "GPUCLOUD_SSH_CIDR"  # e.g. "203.0.113.7/32" when the public address cannot be looked up

@@ -23,6 +23,7 @@ FIELD_HINTS: dict[str, str] = {
     "num_nodes": "a whole number of nodes from 1 to 64",
     "env": "a mapping of NAME: value, e.g. {EPOCHS: 5}",
     "artifacts": "a list of relative paths, e.g. [outputs/, metrics.json]",
+    "ports": "a list of the node's TCP ports to forward, e.g. [6006, 8888]",
     "max_duration": "a duration such as 90m, 6h or 2d",
     "resources": "a mapping with gpu, cloud, regions, spot, ...",
     "resources.gpu": "MODEL:COUNT such as T4:1, or a mapping {model: T4, count: 1}, or a list of them",

@@ -39,6 +39,7 @@ from gpucloud.spec.values import (
     EnvKey,
     EnvValue,
     FrameworkName,
+    PortList,
     cpu_arch,
     describe,
     did_you_mean,
@@ -410,6 +411,7 @@ class JobSpec(_Strict):
     setup: str | None = None
     run: str
     artifacts: list[ArtifactPath] = Field(default_factory=list)
+    ports: PortList = Field(default_factory=list)  # node ports `gpucloud ssh` forwards to the caller (docs/SSH.md)
     max_duration: int = Field(6 * 3600, ge=MIN_DURATION_S, le=MAX_DURATION_S)  # seconds; input "90m" / "6h" / "2d"
     checkpoint: str | None = None  # folder under the job's cwd kept across attempts (docs/SPOT.md)
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL_S  # seconds between checkpoint uploads

@@ -23,6 +23,8 @@ DESCRIPTIONS: dict[tuple[str, str], str] = {
     "https://, a local path, or {source: ..., mode: mount}. Copied before setup (docs/DATA.md).",
     ("", "outputs"): "Folders on the machine uploaded to a bucket at the end: {ckpt/: s3://bucket/run}.",
     ("", "outputs_sync"): "end (upload outputs at the end) or interval (also every checkpoint_interval).",
+    ("", "ports"): "TCP ports on the node that `gpucloud ssh RUN` forwards to this machine's loopback, "
+    "e.g. [6006, 8888] (docs/SSH.md).",
     ("", "checkpoint"): "A folder kept across spot attempts and restored before a relaunch (docs/SPOT.md).",
     ("", "checkpoint_interval"): "How often the checkpoint folder is saved, e.g. 10m.",
     ("", "recovery"): "Relaunch the job when its machine is preempted or lost: "

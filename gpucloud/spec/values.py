@@ -216,6 +216,26 @@ EnvValue = Annotated[str, BeforeValidator(_env_value, json_schema_input_type=str
 ArtifactPath = Annotated[str, AfterValidator(_artifact)]
 
 
+def _port(value: Any) -> Any:
+    """A TCP port on the node that `gpucloud ssh` forwards: a number (YAML's `yes` is not 1)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        reject(f"{describe(value)} is not a port. Expected a whole number from 1 to 65535, e.g. 8888")
+    return value
+
+
+def _unique_ports(ports: list[int]) -> list[int]:
+    twice = sorted({p for p in ports if ports.count(p) > 1})
+    if twice:
+        reject(f"port {twice[0]} is listed twice. List each port once, e.g. [6006, 8888]")
+    if len(ports) > MAX_PORTS:
+        reject(f"{len(ports)} ports; at most {MAX_PORTS} are forwarded")
+    return ports
+
+
+MAX_PORTS = 16  # what one `gpucloud ssh` session forwards (contract/session.py MAX_FORWARDS)
+PortList = Annotated[list[Annotated[int, BeforeValidator(_port)]], AfterValidator(_unique_ports)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Errors
 

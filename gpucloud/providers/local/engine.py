@@ -54,6 +54,16 @@ def default_base_env() -> dict[str, str]:
     return env
 
 
+def process_env(pid: int) -> dict[str, str] | None:
+    """A live process's environment (/proc/PID/environ), or None when it cannot be read."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    pairs = (item.decode("utf-8", "replace").partition("=") for item in raw.split(b"\0") if b"=" in item)
+    return {k: v for k, _, v in pairs}
+
+
 def _proc_start_time(pid: int) -> str | None:
     """The kernel's start time of a pid (Linux), so a reused pid is never taken for our VM."""
     try:

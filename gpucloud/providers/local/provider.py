@@ -23,7 +23,9 @@ from gpucloud.contract.provider import (
     RunHandle,
     expiry_tag,
 )
+from gpucloud.contract.session import SessionAsk, SessionPlan
 from gpucloud.contract.tags import GcIncomplete
+from gpucloud.errors import UserError
 from gpucloud.providers.local import engine as vm_engine
 from gpucloud.providers.local.interpreter import job_python
 from gpucloud.vm.agent.container import remove_recorded
@@ -190,6 +192,27 @@ class LocalProvider(Provider):
 
     def node_states(self, handle: RunHandle) -> list[str]:
         return ["running" if vm.alive() else "gone" for vm in self._vms(handle.run_id)]
+
+    def session(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
+        """A shell (or the command) on this machine in the node's environment, read from its live
+        bootstrap process, started in the job's folder: what the job itself sees. The node's ports
+        are this machine's loopback ports, so nothing is forwarded."""
+        vm = next((v for v in self._vms(handle.run_id) if v.sandbox.name == f"node-{rank}"), None)
+        if vm is None or not vm.alive():
+            raise UserError(
+                f"node {rank} of run {handle.run_id} is not running on this machine.",
+                hint="`gpucloud status RUN` says how the run ended.",
+            )
+        env = vm_engine.process_env(vm.pid) or vm_engine.default_base_env()
+        folder = vm.sandbox / "job" if (vm.sandbox / "job").is_dir() else vm.sandbox
+        env = {**env, "PWD": str(folder)}
+        if ask.command:
+            argv = ["bash", "-c", " ".join(ask.command)]
+        elif ask.forward_only:
+            argv = ["sleep", "infinity"]
+        else:
+            argv = [env.get("SHELL") or os.environ.get("SHELL") or "bash", "-i"]
+        return SessionPlan(argv=argv, cwd=str(folder), env=env, ports_local=True, node_folder=str(folder))
 
     def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
         """Kill every process of the run (whole process groups, then stragglers) and mark its

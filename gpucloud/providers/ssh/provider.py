@@ -27,6 +27,7 @@ from gpucloud.contract.provider import (
     Provider,
     RunHandle,
 )
+from gpucloud.contract.session import SessionAsk, SessionPlan
 from gpucloud.contract.tags import GcIncomplete, is_run_id
 from gpucloud.errors import UserError
 from gpucloud.providers.ssh import transport as ssh_transport
@@ -53,6 +54,7 @@ from gpucloud.providers.ssh.probe import (
     probe_host,
     probe_or_unreachable,
 )
+from gpucloud.providers.ssh.session import NODE_SHELL, entry_options, session_argv, tail
 from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
@@ -400,6 +402,17 @@ class SshProvider(Provider):
             found = dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
             states.append(found.get(str(rank), "gone"))
         return states
+
+    def session(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
+        """Real ssh to the node's host with the provider's own settings, into the node's folder
+        with the GPUs the run holds there; forwards listen on the caller's loopback only."""
+        host = _host(handle.region.split(",")[rank])
+        remote = _script(NODE_SHELL.replace("__TAIL__", tail(ask)), RUN=handle.run_id, RANK=rank)
+        return SessionPlan(
+            argv=session_argv(host, remote, ask),
+            ssh_options=entry_options(host),
+            node_folder=f"{REMOTE_ROOT}/work/{handle.run_id}/node-{rank}",
+        )
 
     def stop(self, handle: RunHandle) -> None:
         """Stop the run's nodes as a shutdown would and keep their folders: the lifecycle reads an
