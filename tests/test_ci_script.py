@@ -27,7 +27,7 @@ def position(pattern: str) -> int:
 def test_ci_installs_the_built_wheel_never_the_tree_editable() -> None:
     assert "set -euo pipefail" in commands()
     build = position(r"python -m build\b")
-    install = position(r'pip install -q "\$\{wheels\[0\]\}\[test\]"')
+    install = position(r'pip install -q "\$\{wheels\[0\]\}\[test(,postgres)?\]"')
     assert build < install
     assert not [line for line in commands() if re.search(r"pip install .*(-e\b|--editable)", line)]
     assert position(r"GPUCLOUD_TEST_INSTALLED=1") < position(r"python -m pytest")

@@ -433,15 +433,6 @@ def _plot_usage(run_id: str | None, path: Path) -> None:
     err(f"wrote {plot_run(run_id, path)}")
 
 
-@app.command("ls")
-@handles_errors
-def list_runs(json_out: JsonOpt = False) -> None:
-    """List runs."""
-    from gpucloud.run.commands import show_status
-
-    show_status(None, json_out=json_out)
-
-
 @app.command()
 @handles_errors
 def logs(
@@ -504,11 +495,12 @@ def cost(
     since: Annotated[str | None, typer.Option("--since", help="Runs created on or after DATE (YYYY-MM-DD).")] = None,
     json_out: JsonOpt = False,
     plot: PlotOpt = None,
+    all_users: Annotated[bool, typer.Option("--all-users", help="Every user's runs (a shared store).")] = False,
 ) -> None:
     """What runs cost, per attempt: where, spot or on-demand, billed time, saving against on-demand."""
     from gpucloud.run.cost import cost_report
 
-    report = cost_report(run_id, since=since)
+    report = cost_report(run_id, since=since, all_users=all_users)
     if plot is not None:  # one run: its GPU use over time; else spend per day and per run
         from gpucloud.run.plot import plot_cost
 
@@ -545,10 +537,10 @@ def gc(
 
 
 def _register_setup() -> None:
-    """`check`, `iam-policy`, `import`, `ssh`, `dev`, then `hosts ...` (cli/setup, peers, session)."""
-    from gpucloud.cli import peers, session, setup
+    """`check`, `iam-policy`, `import`, `ssh`, `dev`, `ls`, then `hosts ...` (cli/setup, peers, session, team)."""
+    from gpucloud.cli import peers, session, setup, team
 
-    for sub in (setup.setup_app, peers.import_app, session.session_app):
+    for sub in (setup.setup_app, peers.import_app, session.session_app, team.team_app):
         app.registered_commands.extend(_guarded(sub).registered_commands)
     app.add_typer(_guarded(setup.hosts_app), name="hosts")
 

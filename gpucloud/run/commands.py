@@ -18,7 +18,7 @@ from gpucloud.run.log import LogMirror
 from gpucloud.run.sweep import Sweep
 from gpucloud.run.watch import observe, outcome, vm_phases
 from gpucloud.state.guard import StoreError
-from gpucloud.state.store import Journal, ResourceRecord, RunRecord, Store, home_dir
+from gpucloud.state.store import Journal, ResourceRecord, RunRecord, Store, current_user, home_dir
 from gpucloud.ui import views
 from gpucloud.ui.prose import fill, output_width, to_stderr
 
@@ -179,8 +179,9 @@ def require_run(store: Store, ref: str) -> RunRecord:
 # ---- status / ls ---------------------------------------------------------------------------------------
 
 
-def show_status(run_id: str | None, *, json_out: bool) -> None:
-    """One run with its phases and events, or every run; active ones refreshed from their channel."""
+def show_status(run_id: str | None, *, json_out: bool, all_users: bool = False) -> None:
+    """One run with its phases and events, or every run (on a shared store, the user's own unless
+    all_users); active ones refreshed from their channel."""
     from gpucloud.ui import jsonout
 
     store = Store()
@@ -228,7 +229,8 @@ def show_status(run_id: str | None, *, json_out: bool) -> None:
         views.print_run_detail(run, phases, store.resources(run.id, alive_only=True), now)
         _print_gpu_use(run, now)
         return
-    runs = [reconcile(store, refresh(store, r)) for r in store.list_runs()]
+    owner = current_user() if store.shared and not all_users else None
+    runs = [reconcile(store, refresh(store, r)) for r in store.list_runs(owner=owner)]
     if json_out:
         print(jsonout.dumps([{**r.as_json(now), "phases": store.phases(r.id)} for r in runs]))
         return

@@ -15,7 +15,7 @@ from functools import cache
 from typing import Any
 
 from gpucloud.errors import UserError
-from gpucloud.state.store import AttemptRecord, RunRecord, Store
+from gpucloud.state.store import AttemptRecord, RunRecord, Store, current_user
 
 
 def parse_since(text: str | None) -> float | None:
@@ -76,6 +76,7 @@ def run_cost(run: RunRecord, now: float) -> dict[str, Any]:
         "run_id": run.id,
         "name": run.name,
         "status": run.status,
+        "owner": run.owner,
         "created_at": run.created_at,
         "attempts": attempts,
         "launched_attempts": sum(1 for a in attempts if a["launched"]),
@@ -85,8 +86,9 @@ def run_cost(run: RunRecord, now: float) -> dict[str, Any]:
     }
 
 
-def cost_report(run_ref: str | None = None, *, since: str | None = None) -> dict[str, Any]:
-    """The report `gpucloud cost [RUN] [--since DATE] --json` prints."""
+def cost_report(run_ref: str | None = None, *, since: str | None = None, all_users: bool = False) -> dict[str, Any]:
+    """The report `gpucloud cost [RUN] [--since DATE] [--all-users] --json` prints (on a shared
+    store, the user's own runs unless all_users; each run names its owner)."""
     store = Store()
     now = time.time()
     if run_ref is not None:
@@ -96,7 +98,8 @@ def cost_report(run_ref: str | None = None, *, since: str | None = None) -> dict
         runs = [run]
     else:
         start = parse_since(since)
-        runs = [r for r in store.list_runs() if start is None or r.created_at >= start]
+        owner = current_user() if store.shared and not all_users else None
+        runs = [r for r in store.list_runs(owner=owner) if start is None or r.created_at >= start]
     docs = [run_cost(r, now) for r in runs]
     if run_ref is not None:  # one run: what its GPUs did and the machine that would have done
         from gpucloud.run import gpu_report

@@ -23,7 +23,7 @@ from gpucloud.ui.prose import VERBATIM_INDENT, to_stderr
 # Tables and the columns this gpucloud reads; a store without them was not written by gpucloud
 # (or by a version that no migration reaches).
 REQUIRED_COLUMNS: dict[str, frozenset[str]] = {
-    "runs": frozenset({"id", "name", "status", "created_at", "cloud", "region", "pid", "detached"}),
+    "runs": frozenset({"id", "name", "status", "created_at", "cloud", "region", "pid", "detached", "owner"}),
     "attempts": frozenset({"run_id", "idx", "cloud", "region", "handle_json", "launched"}),
     "resources": frozenset({"id", "run_id", "cloud", "kind", "status", "cloud_id"}),
     "events": frozenset({"run_id", "ts", "kind", "message"}),

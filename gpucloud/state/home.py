@@ -53,3 +53,28 @@ def _tighten(path: Path) -> None:
             os.chmod(path, stat.S_IMODE(mode) & 0o700)
     except OSError:  # gone, or not ours: the store's own checks report what matters
         pass
+
+
+STATE_ENV = "GPUCLOUD_STATE"
+USER_ENV = "GPUCLOUD_USER"
+
+
+def state_url() -> str | None:
+    """GPUCLOUD_STATE when it names a shared store (a postgresql:// URL), else None: the SQLite file
+    under GPUCLOUD_HOME. Read here, without importing any driver, so `--help` and `plan` stay light."""
+    value = os.environ.get(STATE_ENV, "").strip()
+    return value or None
+
+
+def current_user() -> str:
+    """Who owns the runs this CLI launches: GPUCLOUD_USER (a CI job names its team's bot), else the
+    login name. Runs in a shared store are listed and budgeted by it."""
+    env = os.environ.get(USER_ENV, "").strip()
+    if env:
+        return env
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a uid without a passwd entry (some containers)
+        return f"uid-{os.getuid()}"

@@ -79,6 +79,7 @@ class RunRecord:
     artifacts_dir: str | None
     detached: bool
     pid: int | None
+    owner: str | None = None  # who launched it (None: a run recorded before owners were kept)
     attempts: list[AttemptRecord] = field(default_factory=list)
 
     @property
@@ -119,6 +120,7 @@ class RunRecord:
             "detached": self.detached,
             "spec_path": self.spec_path,
             "message": self.message,
+            "owner": self.owner,
         }
 
 
@@ -146,13 +148,13 @@ class EventRecord:
     message: str
 
 
-def attempt_from_row(row: sqlite3.Row) -> AttemptRecord:
+def attempt_from_row(row: sqlite3.Row | dict[str, Any]) -> AttemptRecord:
     d = dict(row)
     d["spot"], d["launched"] = bool(d["spot"]), bool(d["launched"])
     return AttemptRecord(**d)
 
 
-def run_from_row(row: sqlite3.Row) -> RunRecord:
+def run_from_row(row: sqlite3.Row | dict[str, Any]) -> RunRecord:
     d = dict(row)
     d["detached"] = bool(d["detached"])
     return RunRecord(**d)

@@ -86,8 +86,53 @@ INSERT INTO attempts (run_id, idx, cloud, region, instance_type, price_per_hour,
     FROM runs WHERE started_at IS NOT NULL AND cloud IS NOT NULL
 """
 
-MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)  # MIGRATIONS[i] takes user_version i to i + 1
+# v3: a shared store. Each run's owner (who launched it: `ls` shows one's own, `ls --all` everyone's;
+# runs from before are nobody's and shown to all); watcher leases (one watcher acts on a run at a time,
+# until expires_at unless renewed); budgets per user or team and period, and who is in which team.
+_SCHEMA_V3 = """
+ALTER TABLE runs ADD COLUMN owner TEXT;
+CREATE INDEX IF NOT EXISTS runs_owner ON runs(owner);
+CREATE TABLE leases (
+    run_id TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    action TEXT,
+    expires_at REAL NOT NULL
+);
+CREATE TABLE budgets (
+    scope TEXT NOT NULL,
+    name TEXT NOT NULL,
+    period TEXT NOT NULL,
+    amount REAL NOT NULL,
+    set_by TEXT,
+    set_at REAL NOT NULL,
+    PRIMARY KEY (scope, name, period)
+);
+CREATE TABLE team_members (
+    team TEXT NOT NULL,
+    member TEXT NOT NULL,
+    PRIMARY KEY (team, member)
+)
+"""
+
+MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)  # MIGRATIONS[i] takes user_version i to i + 1
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def postgres_migrations() -> tuple[str, ...]:
+    """The same migrations in PostgreSQL's spelling: REAL is 4 bytes there (timestamps need DOUBLE
+    PRECISION), AUTOINCREMENT is BIGSERIAL, and phases get a `seq` column to keep their order (SQLite's
+    rowid). Derived, not written twice, so the two backends cannot drift apart."""
+    import re
+
+    out = []
+    for sql in MIGRATIONS:
+        sql = sql.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
+        sql = re.sub(r"\bREAL\b", "DOUBLE PRECISION", sql)
+        if "CREATE TABLE IF NOT EXISTS phases" in sql:
+            sql += ";\nALTER TABLE phases ADD COLUMN IF NOT EXISTS seq BIGSERIAL"
+        out.append(sql)
+    return tuple(out)
+
 
 RUN_COLUMNS = (
     "id",
@@ -110,4 +155,5 @@ RUN_COLUMNS = (
     "artifacts_dir",
     "detached",
     "pid",
+    "owner",
 )

@@ -15,6 +15,10 @@ over its launched attempts; teardown and node states work from the stored handle
 The resources table is the safety net against leaked machines: providers write an *intent* row
 before every cloud call that creates something, so a crash at any point leaves a record that
 `down` or `gc` can act on.
+
+With GPUCLOUD_STATE=postgresql://... the same tables live on a PostgreSQL server a team shares
+(state/postgres.py, imported only then): the same SQL and migrations, row locks instead of the
+file lock, and each run owned by the user who launched it (home.current_user).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from gpucloud.state.guard import (
     writable_problem,
     write_handle,
 )
-from gpucloud.state.home import home_dir  # noqa: F401  (re-exported: callers import it from here)
+from gpucloud.state.home import current_user, home_dir, state_url  # noqa: F401  (home_dir: re-exported)
 from gpucloud.state.records import (  # noqa: F401  (re-exported: callers import them from here)
     ACTIVE_STATUSES,
     FINAL_STATUSES,
@@ -69,8 +73,28 @@ class Store:
 
     def __init__(self, path: Path | None = None) -> None:
         """Open (create, upgrade) the store. A store that cannot be used raises StoreError (exit 74)
-        naming the file and the command that moves it aside, never a traceback."""
+        naming the file and the command that moves it aside, never a traceback. With no path and
+        GPUCLOUD_STATE set, the shared PostgreSQL store (its handle files still under GPUCLOUD_HOME)."""
         self.path = Path(path) if path is not None else home_dir() / "state.db"
+        self.location = str(self.path)  # where the runs are, as messages name it
+        self._pg: Any = None
+        self._phase_order = "rowid"
+        url = state_url() if path is None else None
+        if url is not None:
+            from gpucloud.state.guard import handles_root
+            from gpucloud.state.postgres import PgBackend
+
+            self._pg = PgBackend(url, handles_root(self.path))
+            self.location, self._phase_order = self._pg.where, "seq"
+            return
+        self._open_sqlite()
+
+    @property
+    def shared(self) -> bool:
+        """The store is a team's (PostgreSQL): runs have owners that matter."""
+        return self._pg is not None
+
+    def _open_sqlite(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -138,9 +162,14 @@ class Store:
                 c.execute(f"PRAGMA user_version={version + 1}")
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self) -> Iterator[Any]:
         """A short write transaction; BEGIN IMMEDIATE takes the write lock up front, so two
-        processes never deadlock upgrading a read lock (the busy timeout makes them queue)."""
+        processes never deadlock upgrading a read lock (the busy timeout makes them queue).
+        On PostgreSQL a transaction whose rows are locked by the server as it writes them."""
+        if self._pg is not None:
+            with self._pg.tx() as session:
+                yield session
+            return
         with self._c.lock, self._damage_is_store_error():
             conn = self._c.conn
             if conn.in_transaction:  # one cut short by a signal (Ctrl-C) between its BEGIN and its end
@@ -155,7 +184,9 @@ class Store:
             else:
                 conn.execute("COMMIT")
 
-    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        if self._pg is not None:
+            return self._pg.query(sql, args)
         with self._c.lock, self._damage_is_store_error():
             return self._c.conn.execute(sql, args).fetchall()
 
@@ -171,6 +202,9 @@ class Store:
             raise sqlite_store_error(self.path, exc) from None
 
     def close(self) -> None:
+        if self._pg is not None:
+            self._pg.close()
+            return
         with self._c.lock:
             self._c.conn.close()
 
@@ -203,8 +237,8 @@ class Store:
         with self._tx() as c:
             c.execute(
                 "INSERT INTO runs (id, name, spec_path, spec_json, cloud, region, instance_type, num_nodes,"
-                " price_per_hour, status, created_at, deadline, detached, pid)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " price_per_hour, status, created_at, deadline, detached, pid, owner)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     run_id,
                     name,
@@ -220,6 +254,7 @@ class Store:
                     deadline,
                     int(detached),
                     pid,
+                    current_user(),
                 ),
             )
             c.execute(
@@ -301,13 +336,19 @@ class Store:
         rows = self._query("SELECT id FROM runs WHERE name = ? ORDER BY created_at DESC LIMIT 1", (ref,))
         return self.get_run(rows[0]["id"]) if rows else None
 
-    def list_runs(self, *, limit: int | None = None, active_only: bool = False) -> list[RunRecord]:
-        sql = "SELECT * FROM runs"
+    def list_runs(
+        self, *, limit: int | None = None, active_only: bool = False, owner: str | None = None
+    ) -> list[RunRecord]:
+        """Runs, newest first; with owner, that user's (and the runs from before owners were kept)."""
+        where: list[str] = []
         args: tuple[Any, ...] = ()
         if active_only:
-            sql += f" WHERE status IN ({','.join('?' * len(ACTIVE_STATUSES))})"
+            where.append(f"status IN ({','.join('?' * len(ACTIVE_STATUSES))})")
             args = ACTIVE_STATUSES
-        sql += " ORDER BY created_at DESC"
+        if owner is not None:
+            where.append("(owner = ? OR owner IS NULL)")
+            args += (owner,)
+        sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY created_at DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
         return self._with_attempts([run_from_row(r) for r in self._query(sql, args)])
@@ -330,8 +371,13 @@ class Store:
         """Record an attempt before its provision call (its start is when the machines are asked for)."""
         with self._tx() as c:
             c.execute(
-                "INSERT OR REPLACE INTO attempts (run_id, idx, cloud, region, zone, instance_type, spot,"
-                " price_per_hour, num_nodes, started_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO attempts (run_id, idx, cloud, region, zone, instance_type, spot,"
+                " price_per_hour, num_nodes, started_at) VALUES (?,?,?,?,?,?,?,?,?,?)"
+                " ON CONFLICT(run_id, idx) DO UPDATE SET cloud = excluded.cloud, region = excluded.region,"
+                " zone = excluded.zone, instance_type = excluded.instance_type, spot = excluded.spot,"
+                " price_per_hour = excluded.price_per_hour, num_nodes = excluded.num_nodes,"
+                " started_at = excluded.started_at, ended_at = NULL, end_reason = NULL, launched = 0,"
+                " handle_json = NULL",
                 (run_id, idx, cloud, region, zone, instance_type, int(spot), price_per_hour, num_nodes, time.time()),
             )
 
@@ -407,7 +453,7 @@ class Store:
             )
 
     def phases(self, run_id: str) -> dict[str, float]:
-        rows = self._query("SELECT name, seconds FROM phases WHERE run_id = ? ORDER BY rowid", (run_id,))
+        rows = self._query("SELECT name, seconds FROM phases WHERE run_id = ? ORDER BY " + self._phase_order, (run_id,))
         return {r["name"]: r["seconds"] for r in rows}
 
     # -- resources ----------------------------------------------------------------------------------
@@ -415,12 +461,12 @@ class Store:
     def add_resource(self, run_id: str, *, cloud: str, region: str | None, kind: str, name: str | None) -> int:
         now = time.time()
         with self._tx() as c:
-            cur = c.execute(
+            row = c.execute(
                 "INSERT INTO resources (run_id, cloud, region, kind, name, status, created_at, updated_at)"
-                " VALUES (?,?,?,?,?,?,?,?)",
+                " VALUES (?,?,?,?,?,?,?,?) RETURNING id",
                 (run_id, cloud, region, kind, name, "intent", now, now),
-            )
-            return int(cur.lastrowid or 0)
+            ).fetchone()
+            return int(row["id"])
 
     def set_resource(self, res_id: int, *, status: str, cloud_id: str | None = None) -> None:
         with self._tx() as c:

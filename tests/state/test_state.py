@@ -13,13 +13,19 @@ import pytest
 from gpucloud.contract.provider import RunHandle
 from gpucloud.state.store import Journal, Store, home_dir
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on SQLite and on PostgreSQL (conftest.py)
 
-def test_home_dir_honours_env(gpucloud_home: Path) -> None:
+
+def test_home_dir_honours_env(gpucloud_home: Path, backend: str) -> None:
     assert home_dir() == gpucloud_home
     store = Store()
-    assert store.path == gpucloud_home / "state.db"
-    mode = store._query("PRAGMA journal_mode")[0][0]
-    assert mode == "wal"
+    assert store.path == gpucloud_home / "state.db"  # the handle files' place on both backends
+    if backend == "sqlite":
+        assert not store.shared and store.location == str(store.path)
+        mode = store._query("PRAGMA journal_mode")[0][0]
+        assert mode == "wal"
+    else:
+        assert store.shared and store.location.startswith("postgresql://") and not store.path.exists()
 
 
 def test_run_lifecycle_and_cost(gpucloud_home: Path) -> None:
@@ -238,16 +244,43 @@ _V1_ROWS = [
 ]
 
 
-def test_a_version_1_store_is_migrated_in_place(gpucloud_home: Path) -> None:
-    """A store written by gpucloud with schema 1 (no attempts) opens, upgrades and keeps its costs."""
-    from gpucloud.state.schema import _SCHEMA_V1, SCHEMA_VERSION
+def _version_1_store(gpucloud_home: Path, backend: str) -> Path | None:
+    """A store as gpucloud with schema 1 left it, on the test's backend; its path (None: the server's)."""
+    from gpucloud.state.schema import _SCHEMA_V1, postgres_migrations
 
-    path = gpucloud_home / "state.db"
-    conn = sqlite3.connect(path)
-    conn.executescript(_SCHEMA_V1 + ";" + ";".join(_V1_ROWS) + "; PRAGMA user_version=1;")
-    conn.close()
+    if backend == "sqlite":
+        path = gpucloud_home / "state.db"
+        conn = sqlite3.connect(path)
+        conn.executescript(_SCHEMA_V1 + ";" + ";".join(_V1_ROWS) + "; PRAGMA user_version=1;")
+        conn.close()
+        return path
+    import os
+
+    import psycopg
+
+    with psycopg.connect(os.environ["GPUCLOUD_STATE"], autocommit=True) as pg:
+        for stmt in filter(None, (s.strip() for s in postgres_migrations()[0].split(";"))):
+            pg.execute(stmt)
+        for row in _V1_ROWS:
+            pg.execute(row)
+        pg.execute("CREATE TABLE gpucloud_schema (version INTEGER NOT NULL); INSERT INTO gpucloud_schema VALUES (1)")
+    return None
+
+
+def _schema_version(store: Store) -> int:
+    if store.shared:
+        return int(store._query("SELECT version FROM gpucloud_schema")[0]["version"])
+    return int(store._query("PRAGMA user_version")[0][0])
+
+
+def test_a_version_1_store_is_migrated_in_place(gpucloud_home: Path, backend: str) -> None:
+    """A store written by gpucloud with schema 1 (no attempts) opens, upgrades and keeps its costs."""
+    from gpucloud.state.schema import SCHEMA_VERSION
+
+    path = _version_1_store(gpucloud_home, backend)
     store = Store(path)
-    assert store._query("PRAGMA user_version")[0][0] == SCHEMA_VERSION >= 2
+    assert _schema_version(store) == SCHEMA_VERSION >= 3
+    assert store.get_run("old-1").owner is None  # type: ignore[union-attr]  # from before owners were kept
     old = store.get_run("old-1")
     assert old is not None and len(old.attempts) == 1 and old.attempts[0].launched
     assert old.cost() == pytest.approx(0.5 * 2 * 1.0)  # the v1 figure: one price, one start, one end
