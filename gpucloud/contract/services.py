@@ -39,6 +39,12 @@ class DataStore:
         """Refuse, from the job file alone, a mounted input longer than the store's credentials last."""
 
     @classmethod
+    def node_mounts(cls, cloud: str) -> bool:
+        """Whether machines of `cloud` mount this store's folders under their own identity (no
+        credential made by the caller, so none of its limits: its kind, its life)."""
+        return False
+
+    @classmethod
     def policy_statements(
         cls, reads: list[tuple[str, str]], writes: list[tuple[str, str]], mounts: list[tuple[str, str]]
     ) -> Statements:
@@ -57,6 +63,10 @@ class DataStore:
         """A mounted folder's bucket and objects, and that a mount credential can be had: its region."""
         raise NotImplementedError
 
+    def check_node_mount(self, bucket: str, prefix: str, where: str) -> str:
+        """`check_mount` for nodes that mount under their own identity: no mount credential asked."""
+        return self.check_mount(bucket, prefix, where)
+
     def input_urls(self, bucket: str, region: str, keys: list[str], expires: datetime) -> list[str]:
         """One GET URL per key, expiring at `expires`."""
         raise NotImplementedError
@@ -69,6 +79,10 @@ class DataStore:
         self, bucket: str, prefix: str, region: str, run_id: str, expires: datetime, where: str
     ) -> dict[str, Any]:
         """A read/list credential for the folder, expiring at `expires` (one per run, its nodes share it)."""
+        raise NotImplementedError
+
+    def node_mount_grant(self, bucket: str, prefix: str, region: str) -> dict[str, Any]:
+        """The mount of a node admitted to the folder (`admit_node`): where, and no secret."""
         raise NotImplementedError
 
     def admit_node(

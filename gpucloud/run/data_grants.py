@@ -52,6 +52,7 @@ class Input:
     files: list[tuple[str, int, str]]  # (path under dest, size, key / URL / local path); none when mounted
     region: str = ""
     mode: str = "copy"  # or "mount": the folder is mounted read-only on the node, not listed or copied
+    by_node: bool = False  # mounted under the node's own identity (every cloud of the job gives one)
 
 
 @dataclass
@@ -69,6 +70,7 @@ class DataPlan:
     mounted: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # (run id, input) -> grant
     unchecked: list[str] = field(default_factory=list)  # `plan` only: sources it could not check from here
     admitted: set[tuple[str, int]] = field(default_factory=set)  # (run, attempt): node identity given the prefixes
+    node_stores: set[str] = field(default_factory=set)  # bucket schemes the current attempt's nodes were admitted to
 
     @property
     def copied(self) -> list[Input]:
@@ -123,9 +125,7 @@ class DataPlan:
         doc: dict[str, Any] = {"inputs": [], "outputs": []}
         for n, item in enumerate(self.inputs):
             if item.mode == "mount":
-                if (run_id, n) not in self.mounted:  # one credential per run, shared by its nodes
-                    self.mounted[(run_id, n)] = _mount_grant(item, run_id, expires)
-                grant = self.mounted[(run_id, n)]
+                grant = self._mount(item, n, run_id, expires)
                 doc["inputs"].append({"dest": item.dest, "source": item.source.text, "mount": grant})
                 continue
             urls = _urls(item, channel, run_id, n, expires, rank)
@@ -142,9 +142,20 @@ class DataPlan:
             doc["outputs"].append({"src": out.src, **_output_grant(out, prefix, expires)})
         return doc
 
+    def _mount(self, item: Input, n: int, run_id: str, expires: datetime) -> dict[str, Any]:
+        """The node mounts as itself where its attempt was admitted; else one credential per run,
+        shared by its nodes."""
+        src = item.source
+        if item.by_node and src.kind in self.node_stores:
+            return _bucket_store(src).node_mount_grant(src.bucket, src.prefix, item.region)
+        if (run_id, n) not in self.mounted:
+            self.mounted[(run_id, n)] = _mount_grant(item, run_id, expires)
+        return self.mounted[(run_id, n)]
+
     def admit(self, handle: Any) -> None:
         """Each bucket store's named prefixes to the attempt's node identity; a refusal is a warning
         (the node still has the grants, signed by the caller)."""
+        self.node_stores.clear()
         for scheme in providers.bucket_schemes():
             ins = [i for i in self.inputs if i.source.kind == scheme]
             outs = [o for o in self.outputs if o.dest.kind == scheme]
@@ -156,6 +167,8 @@ class DataPlan:
             problem = store.admit_node(handle, reads, [(o.dest.bucket, o.dest.prefix) for o in outs], mounts)
             if problem:
                 print(shown(f"warning: {problem}.", limit=600), file=sys.stderr)
+            else:
+                self.node_stores.add(scheme)
 
 
 def _store(src: DataSource) -> DataStore | None:
@@ -185,17 +198,27 @@ def _mount_grant(item: Input, run_id: str, expires: datetime) -> dict[str, Any]:
     return _bucket_store(src).mount_grant(src.bucket, src.prefix, item.region, run_id, expires, f"inputs.{item.dest}")
 
 
-def _check_mount(src: DataSource, where: str, max_duration: int) -> str:
+def _check_mount(src: DataSource, where: str, max_duration: int, clouds: list[str]) -> str:
     """A mounted folder looked up like a copied one (the bucket, objects under it; no listing of
-    every file), and whether a mount credential can be had for it; its region."""
-    _mount_limit(src, where, max_duration)
+    every file), and whether a mount credential can be had for it (unless the nodes mount it under
+    their own identity); its region."""
+    if _by_node(src, clouds):
+        return _bucket_store(src).check_node_mount(src.bucket, src.prefix, where)
+    _mount_limit(src, where, max_duration, clouds)
     return _bucket_store(src).check_mount(src.bucket, src.prefix, where)
 
 
-def _mount_limit(src: DataSource, where: str, max_duration: int) -> None:
-    """A store's mount credentials may last less than the job: a longer job is refused from its file alone."""
+def _by_node(src: DataSource, clouds: list[str]) -> bool:
+    """Every cloud the job may run on mounts this store's folders under the node's own identity."""
     cls = providers.data_store_class(src.kind)
-    if cls is not None:
+    return cls is not None and bool(clouds) and all(cls.node_mounts(c) for c in clouds)
+
+
+def _mount_limit(src: DataSource, where: str, max_duration: int, clouds: list[str]) -> None:
+    """A store's mount credentials may last less than the job: a longer job is refused from its file
+    alone (a node mounting under its own identity has no such limit)."""
+    cls = providers.data_store_class(src.kind)
+    if cls is not None and not _by_node(src, clouds):
         cls.mount_limit(max_duration, where)
 
 
@@ -280,11 +303,12 @@ def check(spec: JobSpec, *, explore: bool = False) -> DataPlan:
     for dest, value in spec.inputs.items():
         text, mode = input_source(value)
         src, where = parse_location(text), f"inputs.{dest}"
+        clouds = list(spec.resources.cloud)
         if mode == "mount":
-            _mount_limit(src, where, spec.max_duration)  # the job file's own limit: checked without credentials
+            _mount_limit(src, where, spec.max_duration, clouds)  # the job file's own limit: checked without credentials
         try:
             _credentials_or_skip(src, explore)
-            plan.inputs.append(_input(src, dest, mode, where, base, spec.max_duration))
+            plan.inputs.append(_input(src, dest, mode, where, base, (spec.max_duration, clouds)))
         except UserError as exc:
             plan.unchecked.append(_unchecked(exc, src, where, explore))
     for path, text in spec.outputs.items():
@@ -308,10 +332,12 @@ def _credentials_or_skip(src: DataSource, explore: bool) -> None:
         raise _NoCredentials(src.text)
 
 
-def _input(src: DataSource, dest: str, mode: str, where: str, base: Path, max_duration: int) -> Input:
-    """One input looked up: its files (none when mounted) and its bucket's region."""
+def _input(src: DataSource, dest: str, mode: str, where: str, base: Path, job: tuple[int, list[str]]) -> Input:
+    """One input looked up: its files (none when mounted) and its bucket's region. `job`: its
+    max_duration and the clouds it may run on."""
     if mode == "mount":
-        return Input(dest, src, [], _check_mount(src, where, max_duration), mode)
+        region = _check_mount(src, where, *job)
+        return Input(dest, src, [], region, mode, by_node=_by_node(src, job[1]))
     region, store = "", _store(src)
     if store is not None:
         region, files = store.list_input(src.bucket, src.prefix, where)
@@ -343,7 +369,8 @@ def _unchecked(exc: UserError, src: DataSource, where: str, explore: bool) -> st
 
 def policy_statements(spec: JobSpec) -> list[dict[str, Any]]:
     """The statements the job's bucket inputs and outputs need from the caller (`iam-policy --data`),
-    from each store: a mounted input's reads too (its credential can do no more than its caller)."""
+    from each store: a mounted input's reads too (its credential can do no more than its caller),
+    and no mount credential where the nodes mount under their own identity."""
     sources = [(parse_location(text), mode) for text, mode in map(input_source, spec.inputs.values())]
     targets = list(map(parse_location, spec.outputs.values()))
     statements: list[dict[str, Any]] = []
@@ -351,7 +378,8 @@ def policy_statements(spec: JobSpec) -> list[dict[str, Any]]:
         cls = providers.data_store_class(scheme)
         if cls is not None:
             reads = [(s.bucket, s.prefix) for s, _ in sources if s.kind == scheme]
-            mounts = [(s.bucket, s.prefix) for s, mode in sources if s.kind == scheme and mode == "mount"]
+            mounted = [s for s, mode in sources if s.kind == scheme and mode == "mount"]
+            mounts = [(s.bucket, s.prefix) for s in mounted if not _by_node(s, list(spec.resources.cloud))]
             writes = [(s.bucket, s.prefix) for s in targets if s.kind == scheme]
             statements += cls.policy_statements(reads, writes, mounts)
     return statements

@@ -76,12 +76,21 @@ class _Imds(BaseHTTPRequestHandler):
         http_reply(self, code, body)
 
     def do_PUT(self) -> None:  # noqa: N802
-        ok = self.path.endswith("/latest/api/token") and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
-        self._reply(200 if ok else 400, IMDS_TOKEN if ok else "")
+        ttl = self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
+        ok = self.path.endswith("/latest/api/token") and ttl
+        data = (IMDS_TOKEN if ok else "").encode()
+        self.send_response(200 if ok else 400)
+        if ok:  # as EC2 answers: an SDK without it falls back to IMDSv1 (no token)
+            self.send_header("X-aws-ec2-metadata-token-ttl-seconds", str(ttl))
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_GET(self) -> None:  # noqa: N802
         iid, _, path = self.path.lstrip("/").partition("/")
         guest = self.sim.guest(iid)
+        if guest is None and iid == "latest":  # an SDK keeps the endpoint's host only (aws-sdk-go)
+            guest, path = self.sim.only_guest(), self.path.lstrip("/")
         if guest is None or self.headers.get("X-aws-ec2-metadata-token") != IMDS_TOKEN:
             self._reply(401 if guest else 404)
         elif path == "latest/meta-data/spot/instance-action":
@@ -253,6 +262,12 @@ class AwsVmSimulator(GuestSimulator):
     def guest(self, instance_id: str) -> Guest | None:
         with self.lock:
             return self.guests.get(instance_id)
+
+    def only_guest(self) -> Guest | None:
+        """The one running guest (IMDS asked without an instance prefix), None when not exactly one."""
+        with self.lock:
+            alive = list(self.guests.values())
+        return alive[0] if len(alive) == 1 else None
 
     def preempt(self, instance_id: str, action: str = "terminate") -> None:
         """EC2's spot interruption notice for one instance, as its IMDS shows it."""

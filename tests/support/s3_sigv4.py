@@ -10,8 +10,10 @@ also ends every URL it signed). Anything unsigned is refused. The front's clock 
 (`advance`), so a test sees credentials expire without waiting.
 
 It is an HTTP forward proxy: guests reach it through `http_proxy` (curl honours it) and requests
-for other hosts (the simulator's IMDS) pass unchecked. Chosen over s3rver (npm), which checks
-neither expiry nor session tokens, and LocalStack, which needs a container runtime per test session.
+for other hosts (the simulator's IMDS) pass unchecked. It is also an S3 endpoint of its own
+(`base`, for a client that does not proxy loopback addresses, such as rclone's Go HTTP client).
+Chosen over s3rver (npm), which checks neither expiry nor session tokens, and LocalStack, which
+needs a container runtime per test session.
 """
 
 from __future__ import annotations
@@ -231,6 +233,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         headers = {k.lower(): v for k, v in self.headers.items()}
         who = "pass"
+        if netloc == urlsplit(self.front.base).netloc:  # addressed as the endpoint itself, not as a proxy
+            netloc = self.front.upstream
         if netloc == self.front.upstream:
             try:
                 who = self.front.verify(self.command, path, target.query, headers, body)

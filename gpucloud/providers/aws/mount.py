@@ -5,7 +5,12 @@ policy allows exactly s3:ListBucket on the bucket for that prefix and s3:GetObje
 which expires at the run's deadline (STS's bounds: 15 minutes to 36 hours). The token's rights are
 the intersection of that policy and the caller's own IAM user policy; it rides sealed to the node's
 key with the other grants (gpucloud/run/secrets.py). Role and SSO session credentials cannot call
-GetFederationToken: that is refused before launch, naming the fix.
+GetFederationToken: that is refused before launch, naming the fix, unless the job runs only on AWS.
+
+On AWS the node has a role of its own (identity.py), given the mounted folder by its data policy
+(data.node_statements): its rclone then reads the instance profile's credentials itself
+(`env_auth`, from IMDS, refreshed by EC2 for the whole run), so the caller needs no federation
+token, any credentials do (SSO, assumed role, OIDC), and the 36 hours do not apply.
 """
 
 from __future__ import annotations
@@ -102,6 +107,13 @@ def is_aws(url: str) -> bool:
 def check_mount(bucket: str, prefix: str, where: str) -> str:
     """Before launch: the bucket (its region), objects under the folder, and that these credentials
     can get a federation token at all (one of 15 minutes, never used); the bucket's region."""
+    region = check_folder(bucket, prefix, where)
+    federation_token(bucket, prefix, region, MIN_TOKEN_S, "probe", where)
+    return region
+
+
+def check_folder(bucket: str, prefix: str, where: str) -> str:
+    """The bucket (its region) and objects under the folder: all a node mounting under its own role needs."""
     region = bucket_region(bucket, where)
     pre = folder(prefix)
     page = s3_client(region).list_objects_v2(Bucket=bucket, Prefix=pre, MaxKeys=1)
@@ -113,13 +125,23 @@ def check_mount(bucket: str, prefix: str, where: str) -> str:
                 hint="Name its folder, or use mode: copy for one object.",
             )
         raise UserError(f"{where}: no objects under s3://{bucket}/{pre}.", hint="Check the prefix in the job file.")
-    federation_token(bucket, prefix, region, MIN_TOKEN_S, "probe", where)
     return region
 
 
 def mount_grant(bucket: str, prefix: str, region: str, run_id: str, expires: datetime, where: str) -> dict[str, Any]:
     """What the node's rclone needs: the store, the folder and the token (secret: sealed only)."""
     creds = federation_token(bucket, prefix, region, token_seconds(expires), run_id, where)
+    return {
+        **node_mount(bucket, prefix, region),
+        "env_auth": False,
+        "access_key_id": creds["AccessKeyId"],
+        "secret_access_key": creds["SecretAccessKey"],
+        "session_token": creds["SessionToken"],
+    }
+
+
+def node_mount(bucket: str, prefix: str, region: str) -> dict[str, Any]:
+    """The store and the folder; alone (`env_auth`), the node's rclone signs with its own role."""
     url = endpoint(region)
     return {
         "type": "s3",
@@ -128,9 +150,7 @@ def mount_grant(bucket: str, prefix: str, region: str, run_id: str, expires: dat
         "prefix": folder(prefix),
         "region": region,
         "endpoint": url,
-        "access_key_id": creds["AccessKeyId"],
-        "secret_access_key": creds["SecretAccessKey"],
-        "session_token": creds["SessionToken"],
+        "env_auth": True,
     }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from gpucloud.contract.services import DataStore, Files, ImageLogin, Statements
 from gpucloud.errors import UserError
 from gpucloud.providers.aws import data, ecr, identity, mount
+from gpucloud.providers.aws.network import CLOUD
 from gpucloud.providers.aws.session import AwsClients
 
 
@@ -26,6 +27,11 @@ class S3Store(DataStore):
             )
 
     @classmethod
+    def node_mounts(cls, cloud: str) -> bool:
+        """Every AWS machine has a role of its own, given the mounted folders (identity.py)."""
+        return cloud == CLOUD
+
+    @classmethod
     def policy_statements(
         cls, reads: list[tuple[str, str]], writes: list[tuple[str, str]], mounts: list[tuple[str, str]]
     ) -> Statements:
@@ -40,6 +46,9 @@ class S3Store(DataStore):
     def check_mount(self, bucket: str, prefix: str, where: str) -> str:
         return mount.check_mount(bucket, prefix, where)
 
+    def check_node_mount(self, bucket: str, prefix: str, where: str) -> str:
+        return mount.check_folder(bucket, prefix, where)
+
     def input_urls(self, bucket: str, region: str, keys: list[str], expires: datetime) -> list[str]:
         return data.input_urls(bucket, region, keys, expires)
 
@@ -50,6 +59,9 @@ class S3Store(DataStore):
         self, bucket: str, prefix: str, region: str, run_id: str, expires: datetime, where: str
     ) -> dict[str, Any]:
         return mount.mount_grant(bucket, prefix, region, run_id, expires, where)
+
+    def node_mount_grant(self, bucket: str, prefix: str, region: str) -> dict[str, Any]:
+        return mount.node_mount(bucket, prefix, region)
 
     def admit_node(
         self,

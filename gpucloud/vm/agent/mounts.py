@@ -69,16 +69,39 @@ def rclone_env(grant: Dict[str, Any], environ: Dict[str, str], cache: Path) -> D
         {
             pre + "TYPE": "s3",
             pre + "PROVIDER": str(grant.get("provider") or "Other"),  # the CLI names the store's kind
-            pre + "ENV_AUTH": "false",
-            pre + "ACCESS_KEY_ID": str(grant["access_key_id"]),
-            pre + "SECRET_ACCESS_KEY": str(grant["secret_access_key"]),
-            pre + "SESSION_TOKEN": str(grant.get("session_token") or ""),
             pre + "REGION": str(grant.get("region") or "us-east-1"),
         }
     )
+    if grant.get("env_auth") is True:
+        env.update(instance_role_env(environ, pre))
+    else:
+        env.update(
+            {
+                pre + "ENV_AUTH": "false",
+                pre + "ACCESS_KEY_ID": str(grant["access_key_id"]),
+                pre + "SECRET_ACCESS_KEY": str(grant["secret_access_key"]),
+                pre + "SESSION_TOKEN": str(grant.get("session_token") or ""),
+            }
+        )
     if endpoint:
         env.update({pre + "ENDPOINT": endpoint, pre + "FORCE_PATH_STYLE": "true"})
     return env
+
+
+def instance_role_env(environ: Dict[str, str], pre: str) -> Dict[str, str]:
+    """rclone signing as the machine's own role: `env_auth` with the SDK's chain left nothing but
+    the instance profile (no key variables, no shared files), from the IMDS the node uses; the SDK
+    reads the credentials again before they expire, so the mount lasts the whole run."""
+    out = {
+        pre + "ENV_AUTH": "true",
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_EC2_METADATA_DISABLED": "false",
+    }
+    imds = environ.get("GPUCLOUD_IMDS_ENDPOINT", "")
+    if imds:  # a test's simulated instance; the real one is the SDK's default
+        out["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = imds.rstrip("/")
+    return out
 
 
 def remote_path(grant: Dict[str, Any]) -> str:

@@ -15,13 +15,14 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import ACCOUNT, Moto, moto, moto_server  # noqa: F401
+from tests.support.node_roles import node_roles, role_policies
 from tests.support.polling import wait_until
 from tests.support.s3_sigv4 import StrictS3
 
@@ -72,11 +73,6 @@ def job(path: Path, run: str, max_duration: str = "30m") -> Path:
     return path
 
 
-def node_roles(moto: Moto) -> list[str]:  # noqa: F811
-    iam = moto.client("iam")
-    return [r["RoleName"] for r in iam.list_roles(PathPrefix="/gpucloud/")["Roles"]]
-
-
 def test_run_past_the_cli_credentials_delivers_log_status_and_artifacts(
     env: dict[str, str],
     moto: Moto,  # noqa: F811
@@ -122,34 +118,6 @@ def test_run_past_the_cli_credentials_delivers_log_status_and_artifacts(
     assert any(code == 200 and who == "node" for _, _, code, who in strict.after_jump)
     assert not [a for a in strict.after_jump if a[3] == "presigned" and a[2] == 200], "no CLI signature works now"
     assert node_roles(moto) == [], "the run's role goes with its teardown"
-
-
-def role_policies(moto: Moto) -> Callable[[str, str, str, str], bool]:  # noqa: F811
-    """The front's IAM: the CLI's key may do anything; any other key (a node's role) what the
-    inline policies of the run's roles allow, evaluated per request as S3 would."""
-    from urllib.parse import parse_qs, unquote
-
-    from tests.support.iam_eval import Request, decide
-
-    def allowed(key: str, method: str, path: str, query: str) -> bool:
-        if key == "testing":
-            return True
-        iam = moto.client("iam")
-        docs = []
-        for role in node_roles(moto):
-            for name in iam.list_role_policies(RoleName=role)["PolicyNames"]:
-                raw = iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
-                docs.append(json.loads(raw) if isinstance(raw, str) else raw)
-        bucket, _, obj = unquote(path).lstrip("/").partition("/")
-        if not obj:
-            prefix = parse_qs(query).get("prefix", [""])[0]
-            request = Request("s3:ListBucket", f"arn:aws:s3:::{bucket}", {"s3:prefix": prefix} if prefix else {})
-        else:
-            action = {"GET": "s3:GetObject", "HEAD": "s3:GetObject", "PUT": "s3:PutObject"}.get(method, "s3:Other")
-            request = Request(action, f"arn:aws:s3:::{bucket}/{obj}", {})
-        return any(decide(doc, request) == "Allow" for doc in docs)
-
-    return allowed
 
 
 def test_an_output_written_after_the_cli_credentials_expired_lands(
