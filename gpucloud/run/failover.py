@@ -91,29 +91,7 @@ class Failover:
             if plan_index in self.quota_skips:
                 self._skip_for_quota(cand, self.quota_skips[plan_index])
                 continue
-            index = self.store.next_attempt_idx(self.run_id)
-            where = f"{cand.cloud}/{cand.region}/{cand.instance_type}" + (" (spot)" if cand.spot else "")
-            self.progress.info(f"attempt {index + 1}: {where}")
-            self.store.update_run(
-                self.run_id,
-                cloud=cand.cloud,
-                region=cand.region,
-                instance_type=cand.instance_type,
-                price_per_hour=cand.price_per_hour,
-                status="provisioning",
-                phase="provision",
-                started_at=time.time(),
-            )
-            self.store.start_attempt(
-                self.run_id,
-                index,
-                cloud=cand.cloud,
-                region=cand.region,
-                instance_type=cand.instance_type,
-                spot=cand.spot,
-                price_per_hour=cand.price_per_hour,
-                num_nodes=cand.num_nodes,
-            )
+            index, where = self._record_attempt(cand)
             provider: Provider | None = None
             try:
                 provider = providers.get_provider(cand.cloud)
@@ -134,8 +112,40 @@ class Failover:
                 continue
             self.store.event(self.run_id, "attempt", f"{where}: provisioned")
             return launch
+        raise self._none_provisioned()
+
+    def _record_attempt(self, cand: Candidate) -> tuple[int, str]:
+        """The next attempt's index, recorded on the run and as an attempt row before anything is
+        created, and where it goes (cloud/region/type) for the progress line and the events."""
+        index = self.store.next_attempt_idx(self.run_id)
+        where = f"{cand.cloud}/{cand.region}/{cand.instance_type}" + (" (spot)" if cand.spot else "")
+        self.progress.info(f"attempt {index + 1}: {where}")
+        self.store.update_run(
+            self.run_id,
+            cloud=cand.cloud,
+            region=cand.region,
+            instance_type=cand.instance_type,
+            price_per_hour=cand.price_per_hour,
+            status="provisioning",
+            phase="provision",
+            started_at=time.time(),
+        )
+        self.store.start_attempt(
+            self.run_id,
+            index,
+            cloud=cand.cloud,
+            region=cand.region,
+            instance_type=cand.instance_type,
+            spot=cand.spot,
+            price_per_hour=cand.price_per_hour,
+            num_nodes=cand.num_nodes,
+        )
+        return index, where
+
+    def _none_provisioned(self) -> GpucloudError:
+        """Every attempt failed: ConfigurationError when no cloud was usable at all, else NoCandidateError."""
         if self.access and len(self.access) == len(self.failures):
-            raise ConfigurationError(
+            return ConfigurationError(
                 "no cloud is usable: every candidate's cloud lacks working credentials, "
                 "a permission they need, or an endpoint that answers (each one's reason "
                 "and fix are above).",
@@ -144,7 +154,7 @@ class Failover:
                 shown=True,
             )
         capacity = bool(self.kinds & CAPACITY_KINDS)
-        raise NoCandidateError(
+        return NoCandidateError(
             f"no candidate could be provisioned ({len(self.failures)} attempt(s)):",
             self.failures,
             hint="Try other regions or GPU types (`gpucloud plan` lists them)"
