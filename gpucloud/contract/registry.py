@@ -152,6 +152,7 @@ REGISTRY: dict[str, ProviderInfo] = {
             policy="gpucloud.providers.azure.rbac:policy_document",
             check="gpucloud.providers.azure.check:check",
             identity="gpucloud.providers.azure.check:identity",
+            quota="gpucloud.providers.azure.quota:verdicts",
             region_pattern=r"[a-z][a-z0-9]{4,}",  # eastus, westus3, southeastasia: lower-case letters and digits
         ),
         ProviderInfo(

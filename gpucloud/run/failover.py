@@ -51,6 +51,11 @@ class Launch:
     deadline: float  # epoch seconds
     plan_index: int = 0  # the candidate's place in the plan (a relaunch starts after it)
     attempt: int = 0  # the attempt's index in the state store
+    quota_skipped: list[str] = field(default_factory=list)  # "where: quota: why", skipped before it
+
+    def skipped(self) -> list[str]:
+        """The run summary's lines for the candidates skipped for quota (what to raise next time)."""
+        return [f"skipped before launch: {q}" for q in self.quota_skipped]
 
 
 @dataclass
@@ -74,6 +79,7 @@ class Failover:
     _skip_clouds: set[str] = field(default_factory=set)
     _skip_regions: set[tuple[str, str]] = field(default_factory=set)
     quota_skips: dict[int, str] | None = None  # plan index -> why its quota cannot hold it (quota_gate.py)
+    _quota_skipped: list[str] = field(default_factory=list)  # "where: quota: why", for the run's summary
     _uploaded: set[int] = field(default_factory=set)  # channels that already have the code
     _copied: set[tuple[str, str]] = field(default_factory=set)
 
@@ -97,6 +103,7 @@ class Failover:
                 provider = providers.get_provider(cand.cloud)
                 launch = self._attempt(provider, cand, index, tarball)
                 launch.plan_index = plan_index
+                launch.quota_skipped = list(self._quota_skipped)
             except CloudAccessError as exc:  # no credentials, dead endpoint: skip this cloud once
                 self._skip_cloud(provider, cand, index, where, exc)
                 continue
@@ -175,6 +182,7 @@ class Failover:
         where = f"{cand.cloud}/{cand.region}/{cand.instance_type}" + (" (spot)" if cand.spot else "")
         self.kinds.add("quota")
         self.failures.append(f"{where}: quota: {why}")
+        self._quota_skipped.append(self.failures[-1])
         self.store.event(self.run_id, "attempt", self.failures[-1])
         self.progress.warn(f"skipping {where} before launch: {why}")
 

@@ -226,8 +226,8 @@ class RunInProgress:
             to_stderr(f"run {self.run_id}: {status} (exit {code}): {message}")
         elif status != "detached":
             print(f"run {self.run_id}: {status} (exit {code})", file=sys.stderr, flush=True)
-        for line in self.timeline:  # where the billed time went, per node
-            print(f"  {line}", file=sys.stderr, flush=True)
+        for line in (self.launch.skipped() if self.launch else []) + self.timeline:  # quotas to raise; billed time
+            to_stderr(f"  {line}", continuation="    ")
         self._gpu_use()
         if status == "detached" and not self.json_out:
             print(self.run_id, flush=True)

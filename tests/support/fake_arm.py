@@ -11,7 +11,8 @@ scope), storage account `listKeys`, the subscription and its locations (GET, as 
 the credentials check before `run`'s launch prompt read them: Azure's full Subscriptions - Get body,
 404 `SubscriptionNotFound` for another id, `subscription_state` for a disabled one; a bearer token
 it did not issue, or any token after `revoked = True`, is 401 `InvalidAuthenticationToken`, as ARM
-answers a revoked secret), and two token endpoints:
+answers a revoked secret), Compute usages per location with vCPU quotas that a VM create cannot
+go past (409 QuotaExceeded; azure_quota.py), and two token endpoints:
 
 - `/_identity` — an App Service managed-identity endpoint. With `IDENTITY_ENDPOINT` and
   `IDENTITY_HEADER` pointing here, azure-identity's `DefaultAzureCredential` in a CLI subprocess
@@ -47,6 +48,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.support.azure_quota import Quotas
 
 DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-00000000c10d"
 DEFAULT_TENANT = "00000000-0000-0000-0000-0000000a11ce"
@@ -121,6 +124,7 @@ _ROLEDEF_RE = re.compile(r"^/subscriptions/([^/]+)/providers/microsoft\.authoriz
 _NESTED_RE = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/(?P<ns>[^/]+)/(?P<rest>.+)$", re.I
 )
+_USAGES_RE = re.compile(r"^/subscriptions/([^/]+)/providers/microsoft\.compute/locations/([^/]+)/usages$", re.I)
 _RG_RESOURCES_RE = re.compile(r"^/subscriptions/([^/]+)/resourcegroups/([^/]+)/resources$", re.I)
 _IMDS_RE = re.compile(
     r"^/_imds/(?P<principal>[^/]+)/metadata/(?P<what>identity/oauth2/token|instance|instance/compute|scheduledevents)$"
@@ -208,6 +212,7 @@ class FakeArm:
         self.operator_role: dict[str, list[str]] | None = None
         self.role_definitions: dict[str, dict[str, Any]] = {}  # custom roles by path (lower)
         self.actions: list[str | None] = []  # the action of every authorised-or-not operator call
+        self.quotas = Quotas()  # vCPU limits per location (azure_quota.py): usages, QuotaExceeded
         self._ip_counter = itertools.count(4)
         self._stop = threading.Event()
         handler = type("Handler", (_Handler,), {"arm": self})
@@ -317,6 +322,7 @@ class FakeArm:
             self.operator_role = None
             self.actions.clear()
             self.role_definitions.clear()
+            self.quotas.clear()
 
     def on_event(self, callback: Callable[[str, Resource], None]) -> None:
         """callback(event, resource) for "vm_created" and "deleted" (called with the lock held:
@@ -449,6 +455,18 @@ class FakeArm:
                 if props.get("principalId") == principal and (lower == scope or lower.startswith(scope + "/")):
                     return True
         return False
+
+    def live_vm_bodies(self) -> list[dict[str, Any]]:
+        """The bodies of the VMs that hold quota: not in a group being deleted (lock held)."""
+        out = []
+        for res in self.resources.values():
+            if res.type.lower() != VM_TYPE:
+                continue
+            group = self.resource_groups.get(res.rg or "")
+            if group is not None and group.body["properties"].get("provisioningState") == "Deleting":
+                continue
+            out.append(res.body)
+        return out
 
     def retry_headers(self) -> dict[str, str]:
         """How long clients should wait before polling or retrying. Azure SDKs read `Retry-After`
@@ -730,6 +748,9 @@ class _Handler(BaseHTTPRequestHandler):
         m = _SUB_RE.match(path)
         if m and self.command == "GET":  # `gpucloud check`: whose subscription, which locations
             return self._subscription(m[1], locations=bool(m[2]))
+        m = _USAGES_RE.match(path)
+        if m and self.command == "GET":  # Usage - List: the quota before a launch, `gpucloud check`
+            return self._usages(m[1], m[2])
         m = _RG_RE.match(path)
         if m:
             return self._rg(m[1], m[2], path, body, fail)
@@ -769,6 +790,13 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             },
         )
+
+    def _usages(self, sub: str, location: str) -> None:
+        if sub.lower() != self.arm.subscription_id.lower():
+            return self._error(404, "SubscriptionNotFound", f"The subscription '{sub}' could not be found.")
+        with self.arm.lock:
+            vms = self.arm.live_vm_bodies()
+        self._send(200, {"value": self.arm.quotas.usages(location, vms)})
 
     # ---- long-running operations ----------------------------------------------------------------
     def _poll(self, op_id: str, *, location_style: bool) -> None:
@@ -1101,8 +1129,10 @@ class _Handler(BaseHTTPRequestHandler):
             if group.body["properties"]["provisioningState"] == "Deleting":
                 return self._error(409, "ResourceGroupBeingDeleted", f"The resource group '{rg}' is being deleted.")
             problem = self._validate(rtype, body)
+            if problem is None and rtype.lower() == VM_TYPE and existing is None:
+                problem = arm.quotas.refusal(body, arm.live_vm_bodies())
             if problem:
-                return self._error(400, problem[0], problem[1])
+                return self._error(409 if problem[0] == "QuotaExceeded" else 400, problem[0], problem[1])
             rid = f"/subscriptions/{sub}/resourceGroups/{group.id.split('/')[-1]}/providers/{ns}/{rest}"
             res, secret = self._materialize(rid, rtype, name, body, existing)
             res_obj = Resource(id=rid, type=rtype, body=res, rg=self._rg_key(sub, rg), secret=secret)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -26,6 +27,9 @@ from gpucloud.providers.azure.access import (
 )
 
 ARM_API_VERSION = "2022-12-01"
+# The quotas are read until this many seconds into the check (run/check.py gives it 10 s in all):
+# on a slow machine the rest are "unknown", rather than the whole check lost.
+QUOTAS_BY_S = 7.0
 # Subscription states in which nothing can be created (ARM: Enabled, Warned, PastDue, Disabled, Deleted).
 UNUSABLE_STATES = frozenset({"Disabled", "Deleted"})
 # ARM's answers to the subscription GET that mean these credentials cannot use it: a token it
@@ -34,6 +38,7 @@ REFUSED_STATUSES = frozenset({401, 403, 404})
 
 
 def check() -> CloudCheck:
+    started = time.monotonic()
     result = CloudCheck(CLOUD)
     sub = os.environ.get("AZURE_SUBSCRIPTION_ID", "")
     arm = arm_endpoint().rstrip("/")
@@ -57,6 +62,7 @@ def check() -> CloudCheck:
         result.regions = sorted(str(loc.get("name")) for loc in locations.get("value", []))
         result.usable = True
         _setup_piece(arm, sub, token, result)
+        _quotas(result, budget_s=max(1.0, QUOTAS_BY_S - (time.monotonic() - started)))
     except urllib.error.HTTPError as exc:
         body = exc.read().decode(errors="replace")[:300]
         result.problem(
@@ -156,3 +162,29 @@ def _setup_piece(arm: str, sub: str, token: str, result: CloudCheck) -> None:
         )
         return
     result.setup.append({"piece": piece, "state": "present", "detail": ""})
+
+
+def _quotas(result: CloudCheck, budget_s: float) -> None:
+    """The GPU families' vCPU quotas in every enabled location, read at once (quota.py); a
+    family that is 0 in every location that answered is one problem, with the command to raise
+    it. A lookup that fails is "unknown" with its note, never a problem of the check."""
+    from gpucloud.providers.azure.quota import raise_command, region_quotas
+
+    result.quotas.extend(region_quotas(result.regions, budget_s))
+    zero: dict[str, list[str]] = {}
+    some: set[str] = set()
+    for q in result.quotas:
+        if q["vcpus"] is None:
+            continue
+        if q["vcpus"] == 0:
+            zero.setdefault(str(q["code"]), []).append(str(q["region"]))
+        else:
+            some.add(str(q["code"]))
+    none_anywhere = [code for code in zero if code not in some]
+    if none_anywhere:
+        where = result.regions[0] if result.regions else "<location>"
+        result.problem(
+            f"GPU quota is 0 vCPUs in every location read for {', '.join(none_anywhere)}: no such VM can start",
+            "Ask for quota in the locations you will use: "
+            + raise_command(none_anywhere[0], where, result.identity.get("subscription", "<subscription-id>")),
+        )

@@ -88,6 +88,7 @@ def test_run_skips_a_zero_quota_region_before_any_create(
     assert "skipping aws/us-east-1/g4dn.xlarge before launch" in text, text[-3000:]
     assert G_ON_DEMAND in text and "request-service-quota-increase" in text
     assert "attempt 1: aws/us-east-2/" in text, text[-3000:]
+    assert "skipped before launch: aws/us-east-1/g4dn.xlarge: quota" in text, text[-2000:]  # the summary
     east1 = moto.client("ec2", "us-east-1")
     # This run's own (the worker's moto server also holds earlier tests' terminated instances).
     tagged = [{"Name": "tag:gpucloud-run", "Values": [run_id_in(out.stdout + out.stderr)]}]
