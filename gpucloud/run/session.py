@@ -141,8 +141,10 @@ def run_plan(plan: SessionPlan) -> int:
     """Run the session in this terminal and return its exit code. Ctrl-C reaches the session
     itself (same terminal); a TERM or HUP to gpucloud ends the session too, so no forward outlives it."""
     proc = subprocess.Popen(plan.argv, cwd=plan.cwd, env=plan.env)
+    stopped: list[int] = []
 
     def stop(signum: int, _frame: FrameType | None) -> None:
+        stopped.append(signum)
         if proc.poll() is None:
             proc.terminate()
 
@@ -154,6 +156,8 @@ def run_plan(plan: SessionPlan) -> int:
         signal.signal(signal.SIGINT, old_int)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if stopped:  # the session ended because gpucloud was told to end: say so, as a shell would
+        return 128 + stopped[0]
     return 128 - code if code < 0 else code
 
 

@@ -19,6 +19,7 @@ from tests.support.cli import REPO, cli
 from tests.support.local_runs import write_job
 from tests.support.polling import wait_until
 from tests.support.sshd import free_port
+from tests.support.text import flat
 
 SMI = '#!/bin/sh\nfor i in 0 1; do echo "GPU $i: Tesla T4 (UUID: GPU-stub-$i)"; done\n'
 URL_RE = re.compile(r"port (\d+) -> (http://127\.0\.0\.1:\d+/)")
@@ -38,11 +39,6 @@ def env(tmp_path: Path, gpucloud_home: Path) -> dict[str, str]:
         "PYTHONPATH": str(REPO),
         "HOME": str(tmp_path / "home"),
     }
-
-
-def flat(text: str) -> str:
-    """stderr as one line: the CLI wraps its paragraphs to the terminal's width."""
-    return " ".join(text.split())
 
 
 def start(tmp_path: Path, env: dict[str, str], run: str, **doc: object) -> str:
@@ -80,7 +76,7 @@ def test_forwarded_port_serves_a_page_from_the_node(tmp_path: Path, env: dict[st
     run_id = start(tmp_path, env, f"python3 -m http.server {port} --bind 127.0.0.1", ports=[port])
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpucloud", "ssh", run_id, "-N"],
-        env=env,
+        env={**env, "COLUMNS": "300"},  # the URL line unwrapped
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
