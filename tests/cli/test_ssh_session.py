@@ -6,11 +6,7 @@ forward that would listen beyond loopback."""
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,11 +14,11 @@ import pytest
 from tests.support.cli import REPO, cli
 from tests.support.local_runs import write_job
 from tests.support.polling import wait_until
+from tests.support.sessions import hold_forwards, page
 from tests.support.sshd import free_port
 from tests.support.text import flat
 
 SMI = '#!/bin/sh\nfor i in 0 1; do echo "GPU $i: Tesla T4 (UUID: GPU-stub-$i)"; done\n'
-URL_RE = re.compile(r"port (\d+) -> (http://127\.0\.0\.1:\d+/)")
 
 
 @pytest.fixture
@@ -74,28 +70,10 @@ def test_command_runs_on_the_node_and_prints_its_gpus(tmp_path: Path, env: dict[
 def test_forwarded_port_serves_a_page_from_the_node(tmp_path: Path, env: dict[str, str]) -> None:
     port = free_port()
     run_id = start(tmp_path, env, f"python3 -m http.server {port} --bind 127.0.0.1", ports=[port])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "ssh", run_id, "-N"],
-        env={**env, "COLUMNS": "300"},  # the URL line unwrapped
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc, found = hold_forwards(env, run_id)
     try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()
-        found = URL_RE.search(line)
-        assert found and int(found.group(1)) == port, line
-        url = found.group(2)
-
-        def page() -> str:
-            try:
-                with urllib.request.urlopen(url + "index.html", timeout=2) as resp:
-                    return str(resp.read().decode())
-            except OSError:
-                return ""
-
-        assert wait_until(lambda: page() == "page from the node\n", 20)
+        assert int(found.group(1)) == port and found.group(4) == "the node's own port on this machine", found
+        assert wait_until(lambda: page(found.group(2) + "index.html") == "page from the node\n", 20)
     finally:
         proc.terminate()
         assert proc.wait(10) == 143  # TERM ends the session (and what it holds) with it

@@ -5,9 +5,7 @@ plain `ssh` and `scp` use through one Include line, removed with the run."""
 
 from __future__ import annotations
 
-import re
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -16,12 +14,12 @@ import pytest
 
 from tests.support.cli import cli
 from tests.support.polling import wait_until
+from tests.support.sessions import hold_forwards, page
 from tests.support.ssh_runs import cli_env, job, lab, server, start_detached  # noqa: F401  (fixtures)
 from tests.support.sshd import SshLab, free_port, have_sshd
 from tests.support.text import flat
 
 pytestmark = pytest.mark.skipif(not have_sshd(), reason="needs /usr/sbin/sshd and ssh (openssh-server)")
-URL_RE = re.compile(r"port (\d+) -> (http://127\.0\.0\.1:(\d+)/) \(forwarded over the session\)")
 
 
 def test_command_reaches_the_node_and_prints_the_hosts_gpus(
@@ -49,34 +47,18 @@ def test_command_reaches_the_node_and_prints_the_hosts_gpus(
 def test_forwarded_port_serves_a_page_from_the_node(lab: SshLab, cli_env: dict[str, str], tmp_path: Path) -> None:
     box = server(lab, "cpu1")
     port = free_port()
-    body = f"resources: {{cloud: ssh, hosts: cpu1}}\nports: [{port}]\nrun: python3 -m http.server {port} --bind 127.0.0.1\n"
-    spec = job(tmp_path, "web", body)
+    serve = f"python3 -m http.server {port} --bind 127.0.0.1"
+    spec = job(tmp_path, "web", f"resources: {{cloud: ssh, hosts: cpu1}}\nports: [{port}]\nrun: {serve}\n")
     (tmp_path / "index.html").write_text("page from the ssh node\n")
     run_id, _ = start_detached(cli_env, spec, tmp_path, box)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "ssh", run_id, "-N"],
-        env={**cli_env, "COLUMNS": "300"},  # the URL line unwrapped
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc, found = hold_forwards(cli_env, run_id)
     try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()
-        found = URL_RE.search(line)
         # Every test host is this machine: the node's port is taken here, so the forward gets another.
-        assert found and int(found.group(1)) == port and int(found.group(3)) != port, line
+        assert int(found.group(1)) == port and int(found.group(3)) != port, found
+        assert found.group(4) == "forwarded over the session"
         url = found.group(2) + "index.html"
-
-        def page() -> str:
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    return str(resp.read().decode())
-            except OSError:
-                return ""
-
         t0 = time.monotonic()
-        assert wait_until(lambda: page() == "page from the ssh node\n", 30), proc.stderr.read() if proc.poll() else ""
+        assert wait_until(lambda: page(url) == "page from the ssh node\n", 30)
         print(f"first page through the forward after {time.monotonic() - t0:.2f}s")
     finally:
         proc.terminate()
