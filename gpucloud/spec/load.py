@@ -132,6 +132,41 @@ def parse_spec(
     that the caller allowed (spec/reach.py). Raises SpecError listing every problem (file, line,
     field, what is wrong and what was expected)."""
     data, builder = compose_yaml(text, filename)
+    _must_be_mapping(data, builder, filename)
+    if resources and isinstance(data.get("resources", {}), (dict, type(None))):
+        data["resources"] = {**(data.get("resources") or {}), **resources}
+    issues = list(builder.issues)
+    root_line = builder.lines[()].value_line
+    for key in INPUT_ONLY_FIELDS & data.keys():
+        text = unknown_key_message(key, ())
+        issues.append(
+            SpecIssue(filename, builder.lines[(key,)].key_line, key, text if text.endswith("?") else text + ".")
+        )
+        del data[key]
+    spec: JobSpec | None = None
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        issues.extend(
+            i for i in issues_from(exc, filename, builder.lines, root_line) if i.field not in builder.bad_paths
+        )
+    if spec is not None:
+        where = builder.lines.get(("workdir",))
+        issues.extend(_workdir_issues(spec, base_dir, filename, where.value_line if where else None))
+        issues.extend(reach_issues(spec, base_dir or Path.cwd(), filename, builder.lines, allow))
+    if issues or spec is None:
+        from gpucloud.spec.peer_keys import import_hint
+        from gpucloud.spec.peers import peer_hint  # only a failing file pays for the peer check
+
+        error = SpecError(issues)
+        error.hint = peer_hint(data, filename)  # a SkyPilot task or dstack file: name the command that converts it
+        error.hint = error.hint or import_hint([i.message for i in issues], filename)
+        raise error
+    return spec
+
+
+def _must_be_mapping(data: object, builder: Any, filename: str) -> None:
+    """An empty file or one whose top level is not a mapping: one issue that shows the smallest job."""
     minimal = (
         "Expected at least name, resources.gpu and run, e.g.\n"
         "  name: mnist-t4\n  resources: {gpu: T4:1}\n  run: python train.py"
@@ -151,44 +186,16 @@ def parse_spec(
                 )
             ]
         )
-    if resources and isinstance(data.get("resources", {}), (dict, type(None))):
-        data["resources"] = {**(data.get("resources") or {}), **resources}
-    issues = list(builder.issues)
-    root_line = builder.lines[()].value_line
-    for key in INPUT_ONLY_FIELDS & data.keys():
-        text = unknown_key_message(key, ())
-        issues.append(
-            SpecIssue(filename, builder.lines[(key,)].key_line, key, text if text.endswith("?") else text + ".")
-        )
-        del data[key]
-    spec: JobSpec | None = None
-    try:
-        spec = JobSpec.model_validate(data)
-    except ValidationError as exc:
-        issues.extend(
-            i for i in issues_from(exc, filename, builder.lines, root_line) if i.field not in builder.bad_paths
-        )
-    where = builder.lines.get(("workdir",))
-    if (
-        spec is not None
-        and base_dir is not None
-        and (issue := _workdir_issue(spec, base_dir, filename, where.value_line if where else None))
-    ):
-        issues.append(issue)
-    elif spec is not None and base_dir is not None:
-        if size_issue := _workdir_size_issue(spec, base_dir, filename, where.value_line if where else None):
-            issues.append(size_issue)
-    if spec is not None:
-        issues.extend(reach_issues(spec, base_dir or Path.cwd(), filename, builder.lines, allow))
-    if issues or spec is None:
-        from gpucloud.spec.peer_keys import import_hint
-        from gpucloud.spec.peers import peer_hint  # only a failing file pays for the peer check
 
-        error = SpecError(issues)
-        error.hint = peer_hint(data, filename)  # a SkyPilot task or dstack file: name the command that converts it
-        error.hint = error.hint or import_hint([i.message for i in issues], filename)
-        raise error
-    return spec
+
+def _workdir_issues(spec: JobSpec, base_dir: Path | None, filename: str, line: int | None) -> list[SpecIssue]:
+    """The workdir must exist (when the job's folder is known); only then is its packed size judged."""
+    if base_dir is None:
+        return []
+    if issue := _workdir_issue(spec, base_dir, filename, line):
+        return [issue]
+    size_issue = _workdir_size_issue(spec, base_dir, filename, line)
+    return [size_issue] if size_issue else []
 
 
 def load_spec(path: str | Path, *, resources: dict[str, Any] | None = None, allow: Allowances | None = None) -> JobSpec:
