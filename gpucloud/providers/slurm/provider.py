@@ -27,12 +27,14 @@ from gpucloud.contract.provider import (
     RunHandle,
     expiry_tag,
 )
+from gpucloud.contract.session import SessionAsk, SessionPlan
 from gpucloud.contract.tags import GcIncomplete
 from gpucloud.errors import UserError
 from gpucloud.providers.slurm import batch, sizing, sweep
 from gpucloud.providers.slurm.channel import SlurmChannel
 from gpucloud.providers.slurm.cluster import PLAN_SCRIPT, Partition, allowed, gpu_matches, parse_plan
 from gpucloud.providers.slurm.login import Login, script
+from gpucloud.providers.slurm.session import slurm_session
 from gpucloud.providers.slurm.sizing import Size
 from gpucloud.providers.ssh import transport as ssh_transport
 from gpucloud.providers.ssh.channel import REMOVE_RUN, ROOT_TOKEN
@@ -269,6 +271,10 @@ class SlurmProvider(Provider):
         if job is None:
             return ["gone"] * n
         return [("pending" if job.waiting else "running" if job.active else "gone")] * n
+
+    def session(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
+        """Through the login node into the job's allocation: `srun --overlap` on the rank's node."""
+        return slurm_session(self.channel(handle.region).login, handle, rank, ask)
 
     def stop(self, handle: RunHandle) -> None:
         """scancel the job and wait for Slurm to end it (its nodes get SIGTERM: the agent stops

@@ -11,11 +11,9 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +28,7 @@ from tests.support.slurm_cluster import (
     missing,
     queue_empty_after,  # noqa: F401  (autouse: the queue is empty after each test)
 )
+from tests.support.slurm_runs import cli_env, cluster, job, login  # noqa: F401  (fixtures)
 from tests.support.sshd import SshdServer, SshLab, have_sshd
 from tests.support.text import flat
 
@@ -41,46 +40,7 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    if os.geteuid() != 0:
-        pytest.skip("the test cluster runs slurmd as root (dummy GPU device nodes, SlurmdUser=root)")
-    # Outside pytest's own 0700 temp folder: a second Unix user (the `stranger` fixture) must reach
-    # slurm.conf and munge's socket, as every user of a site does.
-    folder = Path(tempfile.mkdtemp(prefix="gpucloud-slurm-"))
-    folder.chmod(0o711)
-    c = SlurmCluster(folder / "cluster").start()
-    yield c
-    c.stop()
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def login(cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SshLab, SshdServer]]:
-    lab = SshLab(tmp_path_factory.mktemp("ssh") / "lab")
-    # Jobs inherit the login's PATH (sbatch exports the environment): the stub nvidia-smi is the nodes' too.
-    server = lab.add_server("hpc-login", gpu=("Tesla K80", 2, 11441, "470.256.02", "11.4"), env=cluster.env())
-    lab.add_server("old-login", gpu=("Tesla K80", 2, 11441, "460.32.03", "11.2"), env=cluster.env())
-    yield lab, server
-    lab.close()
-
-
-@pytest.fixture
-def cli_env(login: tuple[SshLab, SshdServer], gpucloud_home: Path) -> dict[str, str]:
-    lab, _ = login
-    env = {**os.environ, **lab.env(), "GPUCLOUD_HOME": str(gpucloud_home), "CI": "true", "PYTHONPATH": str(REPO)}
-    env.pop("SLURM_CONF", None)  # the CLI reaches Slurm only through the login node
-    return env
-
-
 OLD_RUN = "old-20200101-000000-beef"  # a run id as gpucloud makes them
-
-
-def job(tmp_path: Path, name: str, body: str, resources: str = "gpu: K80:1, partition: k80") -> Path:
-    path = tmp_path / f"{name}.yaml"
-    limit = "" if "max_duration" in body else "max_duration: 10m\n"  # the partitions' MaxTime is 60 min
-    path.write_text(f"name: {name}\nresources: {{cloud: slurm, cluster: hpc-login, {resources}}}\n{limit}{body}")
-    return path
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 60.0, step: float = 0.3) -> bool:
