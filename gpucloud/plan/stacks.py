@@ -40,6 +40,7 @@ from gpucloud.plan.stack_data import (  # noqa: F401  (re-exported: the tables w
 )
 
 if TYPE_CHECKING:
+    from gpucloud.catalog.models import GpuModel
     from gpucloud.spec.load import StackSpec
 
 
@@ -242,43 +243,54 @@ def _choose_torch(pin: str | None, gpu: str, prof: Profile, cuda: str) -> tuple[
     """(version, pip args, reason) for PyTorch on this GPU; the wheel's CUDA must share the stack's major."""
     if prof.torch_default is None:  # pragma: no cover - K40 is caught before
         raise UserError(f"{gpu} has no official PyTorch wheels.")
-    cuda_major = cuda.split(".")[0]
-
-    def variant_for(minor: str) -> str | None:
-        variants = [
-            v
-            for v in TORCH_WHEELS[minor][1]
-            if _variant_cuda(v).split(".")[0] == cuda_major
-            and (prof.torch_max_variant is None or version_key(v[2:]) <= version_key(prof.torch_max_variant[2:]))
-        ]
-        if not variants:
-            return None
-        exact = [v for v in variants if _variant_cuda(v) == cuda]
-        older = [v for v in variants if version_key(_variant_cuda(v)) <= version_key(cuda)]
-        # Prefer the stack's own CUDA, then the newest older one, then the closest newer one
-        # (which runs by minor-version compatibility).
-        return (exact or older or variants[:1])[-1]
-
     if pin is None:
-        order = [_minor(prof.torch_default)] + [m for m in reversed(TORCH_WHEELS) if m != _minor(prof.torch_default)]
-        for minor in order:
-            if prof.torch_max and version_key(minor) > version_key(prof.torch_max):
-                continue
-            variant = variant_for(minor)
-            if variant:
-                version = TORCH_WHEELS[minor][0]
-                reason = (
-                    prof.reasons["pytorch"]
-                    if minor == _minor(prof.torch_default)
-                    else (
-                        f"PyTorch {version}+{variant}: the newest release with wheels for CUDA {cuda_major}.x "
-                        f"that {gpu} can run."
-                    )
+        return _default_torch(_minor(prof.torch_default), gpu, prof, cuda)
+    return _pinned_torch(pin, gpu, prof, cuda)
+
+
+def _torch_variant(minor: str, prof: Profile, cuda: str) -> str | None:
+    """The wheel variant (cuXYZ) of PyTorch `minor` for the stack's CUDA, None when none shares its major."""
+    cuda_major = cuda.split(".")[0]
+    variants = [
+        v
+        for v in TORCH_WHEELS[minor][1]
+        if _variant_cuda(v).split(".")[0] == cuda_major
+        and (prof.torch_max_variant is None or version_key(v[2:]) <= version_key(prof.torch_max_variant[2:]))
+    ]
+    if not variants:
+        return None
+    exact = [v for v in variants if _variant_cuda(v) == cuda]
+    older = [v for v in variants if version_key(_variant_cuda(v)) <= version_key(cuda)]
+    # Prefer the stack's own CUDA, then the newest older one, then the closest newer one
+    # (which runs by minor-version compatibility).
+    return (exact or older or variants[:1])[-1]
+
+
+def _default_torch(default: str, gpu: str, prof: Profile, cuda: str) -> tuple[str, tuple[str, ...], str]:
+    """The profile's PyTorch when a wheel fits the stack's CUDA, else the newest release that has one."""
+    cuda_major = cuda.split(".")[0]
+    order = [default] + [m for m in reversed(TORCH_WHEELS) if m != default]
+    for minor in order:
+        if prof.torch_max and version_key(minor) > version_key(prof.torch_max):
+            continue
+        variant = _torch_variant(minor, prof, cuda)
+        if variant:
+            version = TORCH_WHEELS[minor][0]
+            reason = (
+                prof.reasons["pytorch"]
+                if minor == default
+                else (
+                    f"PyTorch {version}+{variant}: the newest release with wheels for CUDA {cuda_major}.x "
+                    f"that {gpu} can run."
                 )
-                return version, (f"torch=={version}", "--index-url", TORCH_INDEX + variant), reason
-        raise UserError(
-            f'stack.framework: no official PyTorch wheel supports {gpu} with CUDA {cuda}. Leave cuda "auto".'
-        )
+            )
+            return version, (f"torch=={version}", "--index-url", TORCH_INDEX + variant), reason
+    raise UserError(f'stack.framework: no official PyTorch wheel supports {gpu} with CUDA {cuda}. Leave cuda "auto".')
+
+
+def _pinned_torch(pin: str, gpu: str, prof: Profile, cuda: str) -> tuple[str, tuple[str, ...], str]:
+    """The pinned PyTorch, refused when gpucloud knows no wheels for it, the GPU cannot run it, or no
+    wheel shares the stack's CUDA major."""
     minor = _minor(pin)
     if minor not in TORCH_WHEELS:
         raise UserError(
@@ -294,10 +306,10 @@ def _choose_torch(pin: str | None, gpu: str, prof: Profile, cuda: str) -> tuple[
             f"stack.framework_version: PyTorch {pin} does not fully work on {gpu}: {why}. "
             f'Pin {TORCH_WHEELS[prof.torch_max][0]} or older, or leave it "auto".'
         )
-    variant = variant_for(minor)
+    variant = _torch_variant(minor, prof, cuda)
     if variant is None:
         raise UserError(
-            f"stack.framework_version: PyTorch {pin} has no wheel for CUDA {cuda_major}.x that {gpu} can run "
+            f"stack.framework_version: PyTorch {pin} has no wheel for CUDA {cuda.split('.')[0]}.x that {gpu} can run "
             f"(its wheels: {', '.join(TORCH_WHEELS[minor][1])}). Pin another PyTorch or another cuda."
         )
     version = pin if pin.count(".") >= 2 else TORCH_WHEELS[minor][0]
@@ -407,6 +419,16 @@ def cpu_stack(pins: StackSpec | None) -> Stack:
     )
 
 
+def _gpu_model(gpu: str) -> GpuModel:
+    """The catalog's GPU for a canonical name or alias; an unknown one is bad input naming the known."""
+    from gpucloud.catalog import gpu_names, load_catalog
+
+    try:
+        return load_catalog().gpu(gpu)
+    except KeyError:
+        raise UserError(f"Unknown GPU {gpu!r}. Known GPUs: {', '.join(gpu_names())}.") from None
+
+
 def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
     """The stack for `gpu` (canonical name or alias; None = CPU-only) honouring `pins` it can run.
 
@@ -415,30 +437,22 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
     """
     if gpu is None:
         return cpu_stack(pins)
-    from gpucloud.catalog import gpu_names, load_catalog
-
-    try:
-        model = load_catalog().gpu(gpu)
-    except KeyError:
-        raise UserError(f"Unknown GPU {gpu!r}. Known GPUs: {', '.join(gpu_names())}.") from None
+    model = _gpu_model(gpu)
     name, arch = model.name, model.architecture
     prof = profile_for(arch)
-
-    driver_pin = pin_value(pins.driver) if pins else None
-    cuda_pin = pin_value(pins.cuda) if pins else None
-    cudnn_pin = pin_value(pins.cudnn) if pins else None
+    driver_pin, cuda_pin, cudnn_pin, fw_pin = (
+        (pin_value(pins.driver), pin_value(pins.cuda), pin_value(pins.cudnn), pin_value(pins.framework_version))
+        if pins
+        else (None, None, None, None)
+    )
     framework = pins.framework if pins else "none"
-    fw_pin = pin_value(pins.framework_version) if pins else None
-
     if framework == "pytorch" and name in NO_PYTORCH:
         raise _k40_pytorch_error(name)
 
     cuda, cuda_reason = _choose_cuda(cuda_pin, driver_pin, name, arch, prof)
     branch, min_driver, driver_reason = _choose_driver(driver_pin, cuda, cuda_pin is not None, name, prof)
     cudnn, cudnn_reason = _choose_cudnn(cudnn_pin, cuda, name, prof)
-
     ubuntu, os_reason = _ubuntu_for(prof, cuda)
-
     version, pip, fw_reason = _choose_framework(framework, fw_pin, name, arch, prof, cuda, branch)
 
     modules, modules_reason = choose_kernel_modules(arch, branch, name)
