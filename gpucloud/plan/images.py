@@ -253,6 +253,25 @@ def choose_image(
     return None
 
 
+def _grid_driver(stack: Stack, cloud: str, instance_type: str, low: int, reasons: dict[str, str]) -> tuple[str, int]:
+    """A GRID size's driver comes from the cloud's extension: the version it is pinned to (empty: the
+    latest) and the lowest driver the stack accepts there; its reason goes into `reasons`."""
+    from gpucloud.catalog.drivers import extension_driver  # GRID sizes only: most plans never read it
+
+    pinned = extension_driver(cloud, instance_type)
+    reasons["driver"] = (
+        "GRID VM: NVIDIA's vGPU guest driver comes from the cloud's driver extension "
+        "(cuda-drivers does not work here); the bootstrap waits for it."
+    )
+    reasons["driver"] += f" Its driver is pinned to {pinned or 'the latest'}."
+    major = (stack.container_cuda if stack.container_image else stack.cuda).split(".")[0]
+    if not stack.cuda_toolkit and major in COMPAT_FLOOR:
+        # The extension's GRID branch is pinned per size family (providers' choice, often older than
+        # the stack's default); a framework wheel or an image runs on it by minor-version compatibility.
+        low = min(low, int(COMPAT_FLOOR[major].split(".")[0]))
+    return pinned, low
+
+
 def resolve_node(
     stack: Stack,
     cloud: str,
@@ -274,19 +293,8 @@ def resolve_node(
     if stack.driver == "none":
         source = "none"
     elif "grid" in features:
-        from gpucloud.catalog.drivers import extension_driver  # GRID sizes only: most plans never read it
-
-        source, pinned = "grid", extension_driver(cloud, instance_type)
-        reasons["driver"] = (
-            "GRID VM: NVIDIA's vGPU guest driver comes from the cloud's driver extension "
-            "(cuda-drivers does not work here); the bootstrap waits for it."
-        )
-        reasons["driver"] += f" Its driver is pinned to {pinned or 'the latest'}."
-        major = (stack.container_cuda if stack.container_image else stack.cuda).split(".")[0]
-        if not stack.cuda_toolkit and major in COMPAT_FLOOR:
-            # The extension's GRID branch is pinned per size family (providers' choice, often older than
-            # the stack's default); a framework wheel or an image runs on it by minor-version compatibility.
-            low = min(low, int(COMPAT_FLOOR[major].split(".")[0]))
+        source = "grid"
+        pinned, low = _grid_driver(stack, cloud, instance_type, low, reasons)
     else:
         source = "apt"
     fabric = "nvswitch" in features
