@@ -286,39 +286,13 @@ def run(
     if seen is not None and time.monotonic() - seen[0] < UNREACHED_MEMO_S:  # just failed: say so at once
         raise SshUnreachable(seen[1], hint=f"Check `ssh {host.text} true`; the run (if any) keeps going on the host.")
     for attempt in range(retries + 1):
-        if sink is not None:  # a retry starts the file again
-            sink.seek(0)
-            sink.truncate()
-        try:
-            rc, stdout, stderr = _communicate(argv, input if input is not None else b"", timeout, max_output, sink)
-        except subprocess.TimeoutExpired:
-            raise SshError(
-                f"{host.text}: {what} did not end within {timeout:.0f}s (stopped)",
-                hint=f"Check `ssh {host.text} true`, and that the command does not hang on the host.",
-            ) from None
-        except _TooMuch:
-            raise SshError(
-                f"{host.text}: {what} printed more than {max_output} bytes (stopped, output dropped)",
-                hint="Something on the host answers with far more than gpucloud asked for.",
-            ) from None
-        err = clean_text(stderr.decode("utf-8", "replace").replace("\r\n", "\n").strip())
+        rc, stdout, err = _try_once(host, what, argv, input, timeout, max_output, sink)
         if rc != SSH_ERROR:
             _unreached.pop(host.text, None)
             if check and rc != 0:
                 raise SshError(f"{host.text}: {what} exited {rc}: {err[-500:]}")
             return Result(rc, stdout, err)
-        if any(p in err for p in _HOST_KEY_PATTERNS):
-            raise UserError(
-                f"{host.text}: the host key is not known (or changed), so gpucloud will not connect: "
-                f"{err.splitlines()[-1] if err else 'host key verification failed'}",
-                hint=host_key_fix(host),
-            )
-        if "Permission denied" in err:
-            raise UserError(
-                f"{host.text}: ssh login refused: {err.splitlines()[-1]}",
-                hint=f"Check that `{host.shell('true')}` works without a prompt (key in the agent, "
-                "or IdentityFile in ~/.ssh/config).",
-            )
+        _refuse_login_failures(host, err)
         last = err or f"ssh exited {rc}"
         if "timed out" in last.lower():
             break  # ConnectTimeout passed: the host does not answer; another try would wait as long again
@@ -327,6 +301,52 @@ def run(
     message = f"{host.text}: cannot reach the host over ssh: {last}"
     _unreached[host.text] = (time.monotonic(), message)
     raise SshUnreachable(message, hint=f"Check `{host.shell('true')}`; the run (if any) keeps going on the host.")
+
+
+def _try_once(
+    host: SshHost,
+    what: str,
+    argv: list[str],
+    input: bytes | None,
+    timeout: float,
+    max_output: int,
+    sink: BinaryIO | None,
+) -> tuple[int, bytes, str]:
+    """One ssh call: (exit code, stdout, cleaned stderr). A command that hangs or prints too much is
+    stopped and is an SshError at once (the network is not to blame, so it is not retried)."""
+    if sink is not None:  # a retry starts the file again
+        sink.seek(0)
+        sink.truncate()
+    try:
+        rc, stdout, stderr = _communicate(argv, input if input is not None else b"", timeout, max_output, sink)
+    except subprocess.TimeoutExpired:
+        raise SshError(
+            f"{host.text}: {what} did not end within {timeout:.0f}s (stopped)",
+            hint=f"Check `ssh {host.text} true`, and that the command does not hang on the host.",
+        ) from None
+    except _TooMuch:
+        raise SshError(
+            f"{host.text}: {what} printed more than {max_output} bytes (stopped, output dropped)",
+            hint="Something on the host answers with far more than gpucloud asked for.",
+        ) from None
+    return rc, stdout, clean_text(stderr.decode("utf-8", "replace").replace("\r\n", "\n").strip())
+
+
+def _refuse_login_failures(host: SshHost, err: str) -> None:
+    """An unknown host key or a refused login is the user's to fix (UserError with the fix); retrying
+    would only fail the same way."""
+    if any(p in err for p in _HOST_KEY_PATTERNS):
+        raise UserError(
+            f"{host.text}: the host key is not known (or changed), so gpucloud will not connect: "
+            f"{err.splitlines()[-1] if err else 'host key verification failed'}",
+            hint=host_key_fix(host),
+        )
+    if "Permission denied" in err:
+        raise UserError(
+            f"{host.text}: ssh login refused: {err.splitlines()[-1]}",
+            hint=f"Check that `{host.shell('true')}` works without a prompt (key in the agent, "
+            "or IdentityFile in ~/.ssh/config).",
+        )
 
 
 def clean_text(text: str) -> str:
