@@ -142,40 +142,14 @@ class SlurmProvider(Provider):
             )
         unreadable: list[str] = []
         parts = parse_plan(text, unreadable)
-        asked = [p for p in job.scheduler.get("partition", "").split(",") if p]
-        unknown = [p for p in asked if p not in {q.name for q in parts}]
-        if unknown:
-            raise UserError(
-                f"{where}resources.partition: {cluster} has no partition {', '.join(unknown)} "
-                f"(it has {', '.join(q.name for q in parts) or 'none'}).",
-                hint="Use one of those names, or leave partition out to let gpucloud pick.",
-            )
-        order = (
-            [next(q for q in parts if q.name == p) for p in asked]
-            if asked
-            else sorted(parts, key=lambda q: not q.default)
-        )
         cands, self._notes = [], unreadable
-        for part in order:
+        for part in _partition_order(parts, job, where, cluster):
             why, gres_type, idle, size = _judge(part, job)
             if why:
                 self._notes.append(f"slurm: partition {part.name} excluded: {why}.")
                 continue
             cands.append(_candidate(self.name, cluster, part, job, gres_type, size))
-            if size.cpus or size.memory_mb:
-                self._notes.append(
-                    f"slurm: partition {part.name}: each node asks for {size.describe()}"
-                    + (
-                        " (the node's share for the job's GPUs; min_vcpus and min_memory_gib set them)."
-                        if size.derived
-                        else "."
-                    )
-                )
-            if job.gpu and idle < job.gpu_count * job.num_nodes:
-                self._notes.append(
-                    f"slurm: partition {part.name}: {idle} {job.gpu} GPU(s) idle now, the job needs "
-                    f"{job.gpu_count * job.num_nodes}: it will wait in the queue (`gpucloud status` shows why)."
-                )
+            self._notes.extend(_partition_notes(part.name, job, idle, size))
         if not cands:
             raise UserError(
                 f"{where}resources: no partition of {cluster} can run this job:\n  - "
@@ -183,17 +157,7 @@ class SlurmProvider(Provider):
                 hint=f"`{login.shell('sinfo -o %P %G %l %a')}` shows what the cluster has.",
             )
         if job.gpu:
-            hours = job.gpu_count * job.num_nodes * job.max_duration_s / 3600
-            rate = cands[0].price_per_hour / job.gpu_count if job.gpu_count else 0.0
-            self._notes.append(
-                f"slurm: at most {hours:g} GPU-hour(s) ({job.gpu_count} x {job.num_nodes} node(s) for max_duration)"
-                + (f" at ${rate:g} per GPU-hour ({RATE_ENV})" if rate else f"; set {RATE_ENV} for a $ figure")
-                + "."
-            )
-            self._notes.append(
-                f"slurm: the driver is the site's: the node's nvidia-smi is checked by the run, nothing is "
-                f"installed (a {job.gpu} needs the stack above)."
-            )
+            self._notes.extend(_gpu_hour_notes(job, cands[0].price_per_hour))
         return cands
 
     def plan_notes(self) -> list[str]:
@@ -331,6 +295,54 @@ class SlurmProvider(Provider):
         if failures:
             raise GcIncomplete(lines, failures)
         return lines
+
+
+def _partition_order(parts: list[Partition], job: PlanRequest, where: str, cluster: str) -> list[Partition]:
+    """The job's `partition:` list in its order (each must exist), else every partition, the default first."""
+    asked = [p for p in job.scheduler.get("partition", "").split(",") if p]
+    unknown = [p for p in asked if p not in {q.name for q in parts}]
+    if unknown:
+        raise UserError(
+            f"{where}resources.partition: {cluster} has no partition {', '.join(unknown)} "
+            f"(it has {', '.join(q.name for q in parts) or 'none'}).",
+            hint="Use one of those names, or leave partition out to let gpucloud pick.",
+        )
+    if asked:
+        return [next(q for q in parts if q.name == p) for p in asked]
+    return sorted(parts, key=lambda q: not q.default)
+
+
+def _partition_notes(name: str, job: PlanRequest, idle: int, size: Size) -> list[str]:
+    """What a usable partition's candidate asks of each node, and a queue wait when too few GPUs are idle."""
+    notes = []
+    if size.cpus or size.memory_mb:
+        notes.append(
+            f"slurm: partition {name}: each node asks for {size.describe()}"
+            + (
+                " (the node's share for the job's GPUs; min_vcpus and min_memory_gib set them)."
+                if size.derived
+                else "."
+            )
+        )
+    if job.gpu and idle < job.gpu_count * job.num_nodes:
+        notes.append(
+            f"slurm: partition {name}: {idle} {job.gpu} GPU(s) idle now, the job needs "
+            f"{job.gpu_count * job.num_nodes}: it will wait in the queue (`gpucloud status` shows why)."
+        )
+    return notes
+
+
+def _gpu_hour_notes(job: PlanRequest, price_per_hour: float) -> list[str]:
+    """The most GPU-hours the job can use (at the site's rate when one is set) and whose driver it runs on."""
+    hours = job.gpu_count * job.num_nodes * job.max_duration_s / 3600
+    rate = price_per_hour / job.gpu_count if job.gpu_count else 0.0
+    return [
+        f"slurm: at most {hours:g} GPU-hour(s) ({job.gpu_count} x {job.num_nodes} node(s) for max_duration)"
+        + (f" at ${rate:g} per GPU-hour ({RATE_ENV})" if rate else f"; set {RATE_ENV} for a $ figure")
+        + ".",
+        f"slurm: the driver is the site's: the node's nvidia-smi is checked by the run, nothing is "
+        f"installed (a {job.gpu} needs the stack above).",
+    ]
 
 
 def _judge(part: Partition, job: PlanRequest) -> tuple[str, str, int, Size]:
