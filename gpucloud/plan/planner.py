@@ -184,6 +184,20 @@ def make_plan(
         from gpucloud.plan.misses import nothing_fits
 
         raise nothing_fits(spec, gpu if not wide else None, clouds, excluded, cat)
+    return _ranked_plan(spec, cat, candidates, excluded, stacks, image, wide)
+
+
+def _ranked_plan(
+    spec: JobSpec,
+    cat: Catalog,
+    candidates: RankedCandidates,
+    excluded: Exclusions,
+    stacks: PlanStacks,
+    image: ImageCuda | None,
+    wide: bool,
+) -> Plan:
+    """The plan of ranked candidates: the first one's stack, and the warnings of its stack, image, legacy
+    GPUs and catalog age."""
     first = stacks.of(candidates[0].gpu)
     assert not isinstance(first, str), "a candidate's stack always resolves"
     warnings: list[str] = list(first.warnings) + list(image.warnings if image else ())
