@@ -33,6 +33,7 @@ from gpucloud.plan.stacks import (
     cpu_stack,
     driver_apt_packages,
     driver_lock_packages,
+    gpu_model,
     pin_value,
     profile_for,
     version_key,
@@ -202,12 +203,7 @@ def container_stack(gpu: str | None, pins: StackSpec | None, image: ImageCuda) -
     _refuse_pins(pins)
     if gpu is None:
         return _cpu_host(image)
-    from gpucloud.catalog import gpu_names, load_catalog
-
-    try:
-        model = load_catalog().gpu(gpu)
-    except KeyError:
-        raise UserError(f"Unknown GPU {gpu!r}. Known GPUs: {', '.join(gpu_names())}.") from None
+    model = gpu_model(gpu)
     name, arch = model.name, model.architecture
     prof = profile_for(arch)
     refused = refusal(name, arch, prof, image)
@@ -215,13 +211,7 @@ def container_stack(gpu: str | None, pins: StackSpec | None, image: ImageCuda) -
         raise refused
     branch, min_driver, driver_reason = _driver(pin_value(pins.driver) if pins else None, image, name, prof)
     modules, modules_reason = choose_kernel_modules(arch, branch, name)
-    warnings = [w for w in (GPU_WARNINGS.get(name),) if w]
-    floor = MIN_CUDA.get(arch)
-    if image.cuda and floor and version_key(image.cuda) < version_key(floor):
-        warnings.append(
-            f"{name} ({arch}) is newer than the image's CUDA {image.cuda} ({arch} needs {floor}+): the image's "
-            "libraries may have no kernels for it (only PTX they carry can be compiled for it at start-up)."
-        )
+    warnings = _image_warnings(name, arch, image)
     ubuntu = prof.ubuntu
     reasons = {
         "gpu": f"{name}: {arch}, compute capability {model.compute_capability}; {image.label()} runs in a container.",
@@ -263,6 +253,18 @@ def container_stack(gpu: str | None, pins: StackSpec | None, image: ImageCuda) -
         engine_packages=CONTAINER_ENGINE_PACKAGES,
         toolkit_packages=CONTAINER_TOOLKIT_PACKAGES,
     )
+
+
+def _image_warnings(name: str, arch: str, image: ImageCuda) -> list[str]:
+    """The GPU's own warning, and one when the image's CUDA is older than the architecture needs."""
+    warnings = [w for w in (GPU_WARNINGS.get(name),) if w]
+    floor = MIN_CUDA.get(arch)
+    if image.cuda and floor and version_key(image.cuda) < version_key(floor):
+        warnings.append(
+            f"{name} ({arch}) is newer than the image's CUDA {image.cuda} ({arch} needs {floor}+): the image's "
+            "libraries may have no kernels for it (only PTX they carry can be compiled for it at start-up)."
+        )
+    return warnings
 
 
 def _host_reasons() -> dict[str, str]:

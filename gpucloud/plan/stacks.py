@@ -419,7 +419,7 @@ def cpu_stack(pins: StackSpec | None) -> Stack:
     )
 
 
-def _gpu_model(gpu: str) -> GpuModel:
+def gpu_model(gpu: str) -> GpuModel:
     """The catalog's GPU for a canonical name or alias; an unknown one is bad input naming the known."""
     from gpucloud.catalog import gpu_names, load_catalog
 
@@ -437,7 +437,7 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
     """
     if gpu is None:
         return cpu_stack(pins)
-    model = _gpu_model(gpu)
+    model = gpu_model(gpu)
     name, arch = model.name, model.architecture
     prof = profile_for(arch)
     driver_pin, cuda_pin, cudnn_pin, fw_pin = (
