@@ -12,7 +12,8 @@ the credentials check before `run`'s launch prompt read them: Azure's full Subsc
 404 `SubscriptionNotFound` for another id, `subscription_state` for a disabled one; a bearer token
 it did not issue, or any token after `revoked = True`, is 401 `InvalidAuthenticationToken`, as ARM
 answers a revoked secret), Compute usages per location with vCPU quotas that a VM create cannot
-go past (409 QuotaExceeded; azure_quota.py), and two token endpoints:
+go past (409 QuotaExceeded; azure_quota.py), marketplace image versions with their OS disk size,
+which a VM's OS disk may not be below (azure_images.py), and two token endpoints:
 
 - `/_identity` — an App Service managed-identity endpoint. With `IDENTITY_ENDPOINT` and
   `IDENTITY_HEADER` pointing here, azure-identity's `DefaultAzureCredential` in a CLI subprocess
@@ -47,8 +48,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
+from tests.support.azure_images import VERSIONS_RE, Images
 from tests.support.azure_quota import Quotas
 
 DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-00000000c10d"
@@ -146,6 +148,7 @@ class Injection:
     delay: float = 0.0
     principal: str | None = None  # only calls made with this identity's token
     op_seconds: float | None = None  # the long-running operation this call starts takes this long
+    query: re.Pattern[str] | None = None  # only calls whose query ("k=v&...") this regex finds
     hits: int = 0
 
 
@@ -213,6 +216,8 @@ class FakeArm:
         self.role_definitions: dict[str, dict[str, Any]] = {}  # custom roles by path (lower)
         self.actions: list[str | None] = []  # the action of every authorised-or-not operator call
         self.quotas = Quotas()  # vCPU limits per location (azure_quota.py): usages, QuotaExceeded
+        self.images = Images()  # marketplace image versions and their OS disk sizes (azure_images.py)
+        self.page_size: int | None = None  # listings of resource groups come in pages of this many
         self._ip_counter = itertools.count(4)
         self._stop = threading.Event()
         handler = type("Handler", (_Handler,), {"arm": self})
@@ -278,6 +283,7 @@ class FakeArm:
         delay: float = 0.0,
         principal: str | None = None,
         op_seconds: float | None = None,
+        query: str | None = None,
     ) -> Injection:
         """Arm a failure (or, with code=None, a stall: `delay` for the request itself,
         `op_seconds` for the long-running operation it starts) for matching calls."""
@@ -292,6 +298,7 @@ class FakeArm:
             delay=delay,
             principal=principal,
             op_seconds=op_seconds,
+            query=re.compile(query, re.I) if query else None,
         )
         with self.lock:
             self.injections.append(inj)
@@ -323,6 +330,8 @@ class FakeArm:
             self.actions.clear()
             self.role_definitions.clear()
             self.quotas.clear()
+            self.images.clear()
+            self.page_size = None
 
     def on_event(self, callback: Callable[[str, Resource], None]) -> None:
         """callback(event, resource) for "vm_created" and "deleted" (called with the lock held:
@@ -712,7 +721,7 @@ class _Handler(BaseHTTPRequestHandler):
                     f"The client '{principal}' does not have authorization to perform action "
                     f"'{self.command}' over scope '{path}' or the scope is invalid.",
                 )
-            inj = self._take_injection(path, principal)
+            inj = self._take_injection(path, principal, "&".join(f"{k}={v}" for k, v in query.items()))
             if inj is not None:
                 if inj.delay:
                     time.sleep(inj.delay)
@@ -724,10 +733,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self._op_seconds = inj.op_seconds
         self._route(path, query, body, fail=None)
 
-    def _take_injection(self, path: str, principal: str) -> Injection | None:
+    def _take_injection(self, path: str, principal: str, query: str = "") -> Injection | None:
         with self.arm.lock:
             for inj in self.arm.injections:
                 if inj.principal is not None and inj.principal != principal:
+                    continue
+                if inj.query is not None and not inj.query.search(query):
                     continue
                 if inj.times > 0 and inj.method in (self.command, "*") and inj.path.search(path):
                     inj.times -= 1
@@ -748,6 +759,10 @@ class _Handler(BaseHTTPRequestHandler):
         m = _SUB_RE.match(path)
         if m and self.command == "GET":  # `gpucloud check`: whose subscription, which locations
             return self._subscription(m[1], locations=bool(m[2]))
+        m = VERSIONS_RE.match(path)
+        if m and self.command == "GET":  # VirtualMachineImages - List/Get: an image's OS disk size
+            status, doc = self.arm.images.answer(m, query)
+            return self._send(status, doc)
         m = _USAGES_RE.match(path)
         if m and self.command == "GET":  # Usage - List: the quota before a launch, `gpucloud check`
             return self._usages(m[1], m[2])
@@ -869,7 +884,17 @@ class _Handler(BaseHTTPRequestHandler):
                 if tag_name and tag_value and tags.get(tag_name[1]) != tag_value[1]:
                     continue
                 out.append(rg.body)
-        self._send(200, {"value": out})
+        size = self.arm.page_size
+        if not size:
+            return self._send(200, {"value": out})
+        start = int(query.get("$skiptoken") or 0)
+        page: dict[str, Any] = {"value": out[start : start + size]}
+        if start + size < len(out):  # ARM's paging: `nextLink` with a skip token, as ARM gives one
+            page["nextLink"] = (
+                f"{self.arm.url}/subscriptions/{sub}/resourcegroups?api-version={query.get('api-version', '')}"
+                f"&$filter={quote(query.get('$filter', ''))}&$skiptoken={start + size}"
+            )
+        self._send(200, page)
 
     def _rg(self, sub: str, name: str, path: str, body: dict[str, Any], fail: dict[str, str] | None) -> None:
         arm = self.arm
@@ -1130,9 +1155,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(409, "ResourceGroupBeingDeleted", f"The resource group '{rg}' is being deleted.")
             problem = self._validate(rtype, body)
             if problem is None and rtype.lower() == VM_TYPE and existing is None:
-                problem = arm.quotas.refusal(body, arm.live_vm_bodies())
+                problem = arm.images.refusal(body) or arm.quotas.refusal(body, arm.live_vm_bodies())
             if problem:
-                return self._error(409 if problem[0] == "QuotaExceeded" else 400, problem[0], problem[1])
+                conflict = problem[0] in ("QuotaExceeded", "OperationNotAllowed")
+                return self._error(409 if conflict else 400, problem[0], problem[1])
             rid = f"/subscriptions/{sub}/resourceGroups/{group.id.split('/')[-1]}/providers/{ns}/{rest}"
             res, secret = self._materialize(rid, rtype, name, body, existing)
             res_obj = Resource(id=rid, type=rtype, body=res, rg=self._rg_key(sub, rg), secret=secret)

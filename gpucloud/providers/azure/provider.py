@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.contract.provider import (
@@ -48,7 +48,6 @@ from gpucloud.contract.provider import (
     RunHandle,
     expiry_tag,
 )
-from gpucloud.contract.tags import tagged_expiry
 from gpucloud.errors import CloudAccessError, GpucloudError
 from gpucloud.providers.azure.access import arm_endpoint as arm_endpoint_of_cli
 from gpucloud.providers.azure.access import (
@@ -72,7 +71,6 @@ from gpucloud.providers.azure.network import (
 )
 from gpucloud.providers.azure.nodes import NodeFailed, NodeNetwork, create_nodes
 from gpucloud.providers.azure.sizes import rdma_placement
-from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
     from gpucloud.contract.provider import Candidate, Journal, PlanRequest
@@ -235,6 +233,7 @@ class AzureProvider(Provider):
         tags.setdefault("Name", f"gpucloud-{req.job_name}")
         # Everything that can fail without touching the cloud comes first.
         self._check_user_data(req)
+        self._check_disk(req)
         ssh_key = user_ssh_key() if req.ssh else throwaway_ssh_key()
         nsg = nsg_body(req, region, tags)
         step = "creating the resource group"
@@ -258,6 +257,14 @@ class AzureProvider(Provider):
             return handle
         except (AzureError, ProvisionError, NodeFailed) as exc:
             raise self._provision_failed(exc, step, req, handle, journal) from None
+
+    def _check_disk(self, req: LaunchRequest) -> None:
+        """The OS disk is not below the image's (disk.py): the one read before the first create."""
+        from gpucloud.providers.azure.disk import check_disk
+        from gpucloud.providers.azure.machine import image_reference
+
+        image = image_reference(req.image_ref, req.ubuntu, req.instance_type, req.gpu, req.image)
+        check_disk(self.compute, req.region, image, int(req.disk_gb))
 
     def _check_user_data(self, req: LaunchRequest) -> None:
         """Every node's bootstrap fits Azure's custom-data limit once base64-encoded."""
@@ -396,57 +403,8 @@ class AzureProvider(Provider):
         return groups
 
     def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
-        """Every resource group (any region: groups are subscription-wide) whose expiry passed."""
-        from azure.core.exceptions import AzureError, ResourceNotFoundError
+        """Every resource group (any region: groups are subscription-wide) whose expiry passed,
+        reported per call (gc.py)."""
+        from gpucloud.providers.azure.gc import sweep
 
-        if now.tzinfo is None:
-            now = now.replace(tzinfo=UTC)
-        lines: list[str] = []
-        pollers = []
-        try:
-            groups = list(self.resource.resource_groups.list(filter=f"tagName eq '{TAG_EXPIRES}'"))
-        except AzureError as exc:
-            raise classify_error(exc, where="listing resource groups") from None
-        for group in groups:
-            tags = group.tags or {}
-            expires, why = tagged_expiry(tags)
-            if why:  # not gpucloud's tags as it writes them: named, never deleted
-                lines.append(f"azure: resource group {shown(group.name, limit=100)} left alone: {why}")
-                continue
-            if expires is None or expires > now:
-                continue
-            state = getattr(group.properties, "provisioning_state", None) if group.properties else None
-            line = (
-                f"azure/{group.location}/resource-group/{group.name} "
-                f"(run {tags.get(TAG_RUN, '?')}, expired {expiry_tag(expires)})"
-            )
-            if dry_run:
-                lines.append(f"would delete {line}")
-                continue
-            try:
-                pollers.append(
-                    (
-                        line,
-                        self.resource.resource_groups.begin_delete(
-                            group.name, force_deletion_types="Microsoft.Compute/virtualMachines"
-                        ),
-                    )
-                )
-            except ResourceNotFoundError:
-                continue
-            except AzureError as exc:
-                code, message, _ = error_parts(exc)
-                lines.append(f"failed to delete {line}: {code} {message}")
-                continue
-            if state == "Deleting":
-                line += " (was already being deleted)"
-        for line, poller in pollers:
-            try:
-                poller.result()
-                lines.append(f"deleted {line}")
-            except ResourceNotFoundError:
-                lines.append(f"deleted {line}")
-            except AzureError as exc:
-                code, message, _ = error_parts(exc)
-                lines.append(f"failed to delete {line}: {code} {message}")
-        return lines
+        return sweep(self, now, dry_run=dry_run)

@@ -53,6 +53,7 @@ ACTIONS: tuple[str, ...] = (
     "Microsoft.Compute/disks/read",
     "Microsoft.Compute/disks/delete",
     "Microsoft.Compute/skus/read",
+    "Microsoft.Compute/locations/publishers/artifacttypes/offers/skus/versions/read",  # an image's OS disk size
     "Microsoft.Compute/locations/usages/read",
     "Microsoft.Storage/storageAccounts/read",
     "Microsoft.Storage/storageAccounts/write",
