@@ -28,6 +28,7 @@ from tests.support.fake_arm import FakeArm
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 T4 = "standardNCASv3_T4Family"
+PATIENT = "tests.support.azure_cli"  # the CLI with quota budgets a loaded test machine can meet
 
 
 def _ask(region: str, size: str = "Standard_NC4as_T4_v3", spot: bool = False, vcpus: int = 4) -> dict[str, object]:
@@ -92,7 +93,7 @@ def test_run_skips_a_zero_quota_location_before_any_create(
 ) -> None:
     arm.quotas.set("eastus", T4, 0)  # eastus is the cheaper of the two
     job = write_azure_job(tmp_path / "job.yaml", run="echo quota-ok", regions="[eastus, southcentralus]")
-    proc = cli("run", str(job), "--yes", timeout=240, env=azure_env)
+    proc = cli("run", str(job), "--yes", timeout=240, env=azure_env, module=PATIENT)
     text = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 0, text[-3000:]
     assert "quota-ok" in text
@@ -111,16 +112,16 @@ def test_plan_json_and_check_show_azure_quota(azure_env: dict[str, str], arm: Fa
     arm.quotas.set("eastus", T4, 0)
     arm.quotas.set("westus2", T4, 8)
     job = write_azure_job(tmp_path / "job.yaml", run="echo", regions="[eastus, westus2]")
-    out = cli("plan", str(job), "--json", timeout=120, env=azure_env)
+    out = cli("plan", str(job), "--json", timeout=180, env=azure_env, module=PATIENT)
     assert out.returncode == 0, out.stderr[-2000:]
     quota = {(q["region"], q["instance_type"]): q for q in json.loads(out.stdout)["quota"]}
     assert quota[("eastus", "Standard_NC4as_T4_v3")]["fits"] is False
     assert quota[("westus2", "Standard_NC4as_T4_v3")]["fits"] is True
-    check = cli("check", "--cloud", "azure", "--json", timeout=120, env=azure_env)
+    check = cli("check", "--cloud", "azure", "--json", timeout=180, env=azure_env, module=PATIENT)
     doc = json.loads(check.stdout)
     azure = next(c for c in doc["clouds"] if c["cloud"] == "azure") if "clouds" in doc else doc["azure"]
     t4 = {q["region"]: q["vcpus"] for q in azure["quotas"] if q["code"] == T4}
     assert t4["eastus"] == 0 and t4["westus2"] == 8
-    human = cli("check", "--cloud", "azure", timeout=120, env=azure_env)
+    human = cli("check", "--cloud", "azure", timeout=180, env=azure_env, module=PATIENT)
     flat = " ".join(human.stdout.split())
     assert "quota standardNCASv3_T4Family" in flat and "eastus 0" in flat and "westus2 8" in flat, flat[-2000:]
