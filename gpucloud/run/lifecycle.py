@@ -97,13 +97,10 @@ def run_job(
 def watch_job(run_ref: str, *, json_out: bool) -> RunResult:
     """`gpucloud watch RUN`: follow a detached run from this process as `run` would have: stream
     it, recover it (spot recovery), collect its artifacts and tear it down at the end."""
-    import json
-
     from gpucloud.errors import UserError
     from gpucloud.plan.planner import make_plan
     from gpucloud.run.commands import pid_alive, require_run
-    from gpucloud.run.recovery import Recovery, launch_of, plan_args
-    from gpucloud.spec.load import JobSpec
+    from gpucloud.run.recovery import Recovery, launch_of, plan_args, relaunch_lookups
 
     store = Store()
     run = require_run(store, run_ref)
@@ -111,13 +108,15 @@ def watch_job(run_ref: str, *, json_out: bool) -> RunResult:
         raise UserError(f"run {run.id} already ended ({run.status}); there is nothing to watch.")
     if run.pid and run.pid != os.getpid() and pid_alive(run.pid) and not run.detached:
         raise UserError(f"run {run.id} is already followed by process {run.pid}.")
-    spec = JobSpec.model_validate(json.loads(run.spec_json or "{}"))
+    spec, data, values = relaunch_lookups(run, lambda line: to_stderr(f"warning: {line}"))
     kw = plan_args(store, run.id)
     plan = make_plan(spec, **{k: kw.get(k) for k in ("cloud", "region", "spot")})  # type: ignore[arg-type]
     follower = RunInProgress(
         spec, plan, detach=False, json_out=json_out, wait_teardown=True, plan_s=0.0, plan_kw=kw, run_id=run.id
     )
     follower.launch = launch_of(run, plan)
+    follower.delivery = SecretDelivery(run.id, spec.num_nodes, values, data)
+    follower.delivery.adopt(follower.launch)
     follower.recovery = Recovery.resume(spec, plan, run, follower.store, follower.journal, follower.progress)
     store.update_run(run.id, detached=False, pid=os.getpid())
     store.event(run.id, "watch", f"followed by `gpucloud watch` (pid {os.getpid()})")

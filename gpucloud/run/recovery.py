@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import NoCandidateError
 from gpucloud.state.store import Journal, RunRecord, Store
@@ -201,3 +201,27 @@ def launch_of(run: RunRecord, plan: Plan) -> Launch:
         plan_index=max(plan_index, 0),
         attempt=att.idx,
     )
+
+
+def relaunch_lookups(run: RunRecord, warn: Callable[[str], None]) -> tuple[JobSpec, Any, Mapping[str, str]]:
+    """The job of a run `gpucloud watch` follows, and what a relaunch seals, as the launching CLI
+    would: the job's data grants (looked up again with the watcher's credentials) and the secret
+    values of the watcher's environment. What cannot be had here is a warning: the run goes on, a
+    relaunch without it."""
+    from gpucloud.errors import UserError
+    from gpucloud.spec.load import JobSpec
+    from gpucloud.spec.secrets import resolve
+
+    spec = JobSpec.model_validate(json.loads(run.spec_json or "{}"))
+    _, values = resolve(spec, missing_ok=True)
+    if values.missing:
+        warn(f"a relaunch gets no value for {', '.join(values.missing)}: set it in this environment")
+    if not (spec.inputs or spec.outputs):
+        return spec, None, values
+    from gpucloud.run.data_grants import check
+
+    try:
+        return spec, check(spec), values
+    except UserError as exc:
+        warn(f"a relaunch gets no data grants: {exc.message}")
+        return spec, None, values

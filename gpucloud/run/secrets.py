@@ -77,6 +77,25 @@ class SecretDelivery:
             self.sealed_to[rank] = key
         return problems
 
+    def adopt(self, launch: Any) -> None:
+        """`gpucloud watch`: the attempt it finds was delivered by the launching CLI. Its nodes'
+        present keys count as sealed (not written again with the watcher's values), and its node
+        identity is given the job's data prefixes again (the same document), so what the watcher
+        seals first is a relaunch's, which claims new keys and gets its own grants and data policy."""
+        if launch is None or not self.wanted:
+            return
+        for rank in range(self.num_nodes):
+            try:
+                key, problem = channel_trust.claimed_key(launch.channel.claims(self.run_id, rank))
+            except channel_trust.ObjectRefused:
+                continue
+            if key is not None and not problem:
+                self.sealed_to[rank] = key
+        handle = getattr(launch, "handle", None)
+        if self.data is not None and handle is not None:
+            self.data.admitted.add((self.run_id, handle.attempt))
+            self.data.admit(handle)
+
     def follow(self, launch: Any, warn: Callable[[str], None], now: Callable[[], float] = time.monotonic) -> None:
         """One step of the CLI's follow loop; each problem is said once. Once every node has its
         secrets, a look every RESEAL_CHECK_S still: a node started again in the same attempt (a Slurm

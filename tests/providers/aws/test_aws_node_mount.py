@@ -26,7 +26,7 @@ from gpucloud.run.data_grants import check
 from gpucloud.spec.load import parse_spec
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
-from tests.support.node_roles import role_policies
+from tests.support.node_roles import node_roles, role_policies
 from tests.support.s3_sigv4 import StrictS3
 
 REPO = Path(__file__).resolve().parents[3]
@@ -139,3 +139,78 @@ def test_iam_policy_data_asks_no_federation_token_for_an_aws_only_job(tmp_path: 
     assert "sts:GetFederationToken" in data_actions("local")
     assert "sts:GetFederationToken" not in data_actions("aws")
     assert "s3:GetObject" in data_actions("aws")
+
+
+def test_a_relaunch_by_watch_gets_its_data_policy_and_grants(
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,  # noqa: F811
+    gpucloud_home: Path,
+    tmp_path: Path,
+) -> None:
+    """`run --detach`, a preemption, and `gpucloud watch` relaunching: the new attempt's role gets
+    the job's data policy and its nodes their grants from the watcher (before: neither, so the
+    relaunched node waited for its grants until the deadline)."""
+    from gpucloud.providers.aws.identity import DATA_POLICY_NAME
+    from tests.support.polling import wait_until
+
+    moto.client("s3").create_bucket(Bucket="gc-watch-out")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GPUCLOUD_TEST_", "AZURE_"))}
+    env.update(moto.env)
+    env.update({"GPUCLOUD_HOME": str(gpucloud_home), "CI": "true", "PYTHONPATH": str(REPO)})
+    env["GPUCLOUD_SSH_CIDR"] = "203.0.113.7/32"
+    gate = tmp_path / "gate"
+    script = (
+        f'while [ ! -e "$GPUCLOUD_PREEMPTED_FILE" ] && [ ! -e {gate} ]; do sleep 0.3; done\n'
+        f"[ -e {gate} ] || exit 143\nmkdir -p res && echo second > res/x.txt\n"
+    )
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: wdata\nresources:\n  cloud: aws\n  regions: [us-east-1]\n  gpu: T4:1\n  spot: true\n"
+        f"recovery: {{on: [preemption], max_restarts: 1}}\nrun: {json.dumps(script)}\n"
+        "outputs:\n  res: s3://gc-watch-out/results\nmax_duration: 20m\n"
+    )
+
+    def aws_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tests.support.aws_cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=tmp_path,
+        )
+
+    started = aws_cli("run", str(job), "--detach")
+    assert started.returncode == 0, started.stderr[-3000:]
+    run_id = started.stdout.strip().splitlines()[-1]
+    assert wait_until(lambda: aws_cli("preempt", run_id).returncode == 0, timeout=120)
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.aws_cli", "watch", run_id, "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    admitted: set[str] = set()  # roles seen with the data policy: the launcher's attempt, then the relaunch
+
+    def two_admitted() -> bool:
+        iam = moto.client("iam")
+        for role in node_roles(moto):
+            try:
+                if DATA_POLICY_NAME in iam.list_role_policies(RoleName=role)["PolicyNames"]:
+                    admitted.add(role)
+            except Exception:  # noqa: BLE001 - deleted meanwhile
+                pass
+        return len(admitted) >= 2
+
+    try:
+        wait_until(lambda: two_admitted() or watcher.poll() is not None, timeout=180)
+        gate.write_text("go")
+        out, err = watcher.communicate(timeout=240)
+    finally:
+        watcher.kill()
+    assert len(admitted) == 2, (admitted, err[-3000:])
+    assert watcher.returncode == 0 and json.loads(out)["status"] == "succeeded", err[-3000:]
+    objs = moto.client("s3").list_objects_v2(Bucket="gc-watch-out", Prefix="results/").get("Contents", [])
+    assert [o["Key"] for o in objs] == ["results/x.txt"], err[-3000:]
