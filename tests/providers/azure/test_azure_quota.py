@@ -125,3 +125,29 @@ def test_plan_json_and_check_show_azure_quota(azure_env: dict[str, str], arm: Fa
     human = cli("check", "--cloud", "azure", timeout=180, env=azure_env, module=PATIENT)
     flat = " ".join(human.stdout.split())
     assert "quota standardNCASv3_T4Family" in flat and "eastus 0" in flat and "westus2 8" in flat, flat[-2000:]
+
+
+def test_check_names_a_gpu_family_at_zero_everywhere_with_the_fix(arm: FakeArm) -> None:
+    from gpucloud.providers.azure import check
+    from tests.support.fake_arm import FAKE_LOCATIONS
+
+    for location in FAKE_LOCATIONS:
+        arm.quotas.set(location, T4, 0)
+    result = check.check()
+    assert result.usable, result.problems
+    (problem,) = [p for p in result.problems if T4 in p["problem"]]
+    assert "0 vCPUs in every location read" in problem["problem"]
+    assert "az quota update --resource-name standardNCASv3_T4Family" in str(problem["fix"])
+    rows = {q["region"]: q["vcpus"] for q in result.quotas if q["code"] == T4}
+    assert rows == dict.fromkeys(FAKE_LOCATIONS, 0)
+
+
+def test_check_says_unknown_with_the_reason_when_usages_are_refused(arm: FakeArm) -> None:
+    from gpucloud.providers.azure import check
+
+    assert arm.operator_role is not None
+    arm.operator_role["actions"].remove("Microsoft.Compute/locations/usages/read")
+    result = check.check()
+    assert result.usable and not [p for p in result.problems if "quota" in p["problem"]]
+    unknown = [q for q in result.quotas if q["vcpus"] is None]
+    assert unknown and all(q["code"] == "cores" and "AuthorizationFailed" in q["note"] for q in unknown)
