@@ -457,7 +457,7 @@ class Provider(Protocol):
         before the teardown. Nothing to do where the channel outlives the machines."""
         return None
 
-    def session(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
+    def session_path(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
         """How `gpucloud ssh` reaches node `rank` (contract/session.py); a provider without one says so."""
         raise SessionUnsupported(f"gpucloud ssh: the {self.name} provider has no session path (docs/SSH.md).")
 

@@ -100,7 +100,7 @@ def launch_request(
         image=cand.image,
         image_ref=spec.image,
         ubuntu=stack.ubuntu_version,
-        ssh=bool(res.ssh),
+        ssh=bool(res.ssh or spec.ports),  # forwarded ports need a session: its key and caller-only rule
         install_stack=stack if spec.stack.install else None,
         needs_cuda=spec.stack.cuda != "auto" or spec.stack.framework != "none",
         framework="none" if spec.container else spec.stack.framework,

@@ -1,7 +1,7 @@
 """`gpucloud ssh RUN`: a shell or one command on a running node, its ports forwarded to the caller.
 
 The run's record names its provider and its launched attempt's handle; the provider answers how to
-reach node N (`Provider.session`, gpucloud/contract/session.py) and this module runs that in the
+reach node N (`Provider.session_path`, gpucloud/contract/session.py) and this module runs that in the
 caller's terminal and says which local URL serves each forwarded port. Every forward listens on
 the caller's loopback only. `--write-config` keeps the `ssh_config` entries `gpucloud-RUN` and
 `gpucloud-RUN-N` in a file of gpucloud's own under GPUCLOUD_HOME (docs/SSH.md).
@@ -21,13 +21,13 @@ from types import FrameType
 
 from gpucloud.contract import registry as providers
 from gpucloud.contract.provider import RunHandle
-from gpucloud.contract.session import MAX_FORWARDS, Forward, SessionAsk, SessionPlan
+from gpucloud.contract.session import MAX_FORWARDS, SESSION_FOLDER, Forward, SessionAsk, SessionPlan
 from gpucloud.errors import UserError
 from gpucloud.state.records import RunRecord
 from gpucloud.ui.prose import to_stderr
 
 LOOPBACK = "127.0.0.1"
-SSH_FOLDER = "ssh-config"  # under GPUCLOUD_HOME: one `RUN.conf` per run, Include'd by ~/.ssh/config
+SSH_FOLDER = SESSION_FOLDER  # under GPUCLOUD_HOME: one `RUN.conf` per run, Include'd by ~/.ssh/config
 INCLUDE_MARK = "# gpucloud: its runs' ssh entries (gpucloud ssh --write-config)"
 
 
@@ -121,7 +121,7 @@ def open_session(req: SessionRequest) -> int:
     tty = not req.command and not req.forward_only and sys.stdin.isatty()
     forwards = forwards_for(req, run)
     ask = SessionAsk(command=req.command, tty=tty, forwards=forwards, forward_only=req.forward_only)
-    plan = provider.session(handle, req.node, ask)
+    plan = provider.session_path(handle, req.node, ask)
     if req.print_config or req.write_config:
         return config_entries(run, handle, provider, write=req.write_config)
     say_forwards(run, req.node, forwards, plan)
@@ -188,7 +188,7 @@ def config_entries(run: RunRecord, handle: RunHandle, provider: object, *, write
     reached by ssh (a node that is a process here) has none, said plainly."""
     blocks: list[tuple[list[str], list[tuple[str, str]]]] = []
     for rank in range(max(run.num_nodes, len(handle.nodes), 1)):
-        plan = provider.session(handle, rank, SessionAsk())  # type: ignore[attr-defined]
+        plan = provider.session_path(handle, rank, SessionAsk())  # type: ignore[attr-defined]
         if not plan.ssh_options:
             raise UserError(
                 f"run {run.id} runs on {handle.cloud}, whose nodes are not reached by ssh: there is no ssh entry.",
@@ -242,4 +242,5 @@ def forget(run_id: str) -> None:
     """The run's entries go with the run (`down`): an entry naming a gone machine is a trap."""
     from gpucloud.state.store import home_dir
 
-    (home_dir() / SSH_FOLDER / f"{run_id}.conf").unlink(missing_ok=True)
+    for suffix in (".conf", ".session", ".known_hosts"):  # entries, the session's config, host keys seen
+        (home_dir() / SSH_FOLDER / f"{run_id}{suffix}").unlink(missing_ok=True)

@@ -50,6 +50,7 @@ from gpucloud.providers.aws.teardown import gc_region, not_checked, run_instance
 
 if TYPE_CHECKING:
     from gpucloud.contract.provider import Candidate, Image, Journal, PlanRequest
+    from gpucloud.contract.session import SessionAsk, SessionPlan
     from gpucloud.providers.aws.channel import S3Channel
 
 EC2_STATES = {
@@ -152,6 +153,12 @@ class AwsProvider(AwsClients, Provider):
     # ---- provision ----------------------------------------------------------------------------
     def _check_credentials(self, run_id: str, deadline: datetime, journal: Journal | None) -> None:
         warn_once(self._warned, run_id, credentials_warning(self.session, deadline), self._warn, journal, run_id)
+
+    def session_path(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
+        """ssh to the node's public address with the run's key, through its rule for the caller's /32."""
+        from gpucloud.providers.aws.ssh_session import aws_session
+
+        return aws_session(self, handle, rank, ask)
 
     def provision(self, req: LaunchRequest, journal: Journal) -> RunHandle:
         """Create the attempt's security group (key pair; placement group for several nodes) and

@@ -193,7 +193,7 @@ class LocalProvider(Provider):
     def node_states(self, handle: RunHandle) -> list[str]:
         return ["running" if vm.alive() else "gone" for vm in self._vms(handle.run_id)]
 
-    def session(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
+    def session_path(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
         """A shell (or the command) on this machine in the node's environment, read from its live
         bootstrap process, started in the job's folder: what the job itself sees. The node's ports
         are this machine's loopback ports, so nothing is forwarded."""

@@ -236,7 +236,7 @@ class SlurmProvider(Provider):
             return ["gone"] * n
         return [("pending" if job.waiting else "running" if job.active else "gone")] * n
 
-    def session(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
+    def session_path(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
         """Through the login node into the job's allocation: `srun --overlap` on the rank's node."""
         return slurm_session(self.channel(handle.region).login, handle, rank, ask)
 

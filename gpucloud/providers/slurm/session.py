@@ -10,12 +10,12 @@ cluster's network, never the caller's side of it.
 from __future__ import annotations
 
 from gpucloud.contract.provider import RunHandle
-from gpucloud.contract.session import SessionAsk, SessionPlan
+from gpucloud.contract.session import SessionAsk, SessionPlan, session_tail
 from gpucloud.errors import UserError
 from gpucloud.providers.slurm.login import Login, script
 from gpucloud.providers.ssh import transport as ssh_transport
 from gpucloud.providers.ssh.probe import REMOTE_ROOT
-from gpucloud.providers.ssh.session import entry_options, session_argv, tail
+from gpucloud.providers.ssh.session import entry_options, session_argv
 
 # The rank's node of the job (Slurm's node list order is the ranks' order: SLURM_NODEID).
 NODE_OF = r"""nodes=$(squeue -h -j "$J" -o %N 2>/dev/null)
@@ -47,7 +47,7 @@ def job_id(handle: RunHandle) -> str:
 
 def step_script(handle: RunHandle, rank: int, ask: SessionAsk) -> str:
     """The login node's script: find the rank's node, then the overlapping step there."""
-    inner = INNER + tail(ask)  # one line: it also goes into an ssh_config RemoteCommand
+    inner = INNER + session_tail(ask)  # one line: it also goes into an ssh_config RemoteCommand
     pty = "--pty" if ask.tty else ""
     body = NODE_OF + STEP.replace("__PTY__", pty)
     text = f"R={REMOTE_ROOT}; " + script(body, J=job_id(handle), RUN=handle.run_id, RANK=rank, INNER=inner)

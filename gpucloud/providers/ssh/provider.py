@@ -27,7 +27,7 @@ from gpucloud.contract.provider import (
     Provider,
     RunHandle,
 )
-from gpucloud.contract.session import SessionAsk, SessionPlan
+from gpucloud.contract.session import SessionAsk, SessionPlan, session_tail
 from gpucloud.contract.tags import GcIncomplete, is_run_id
 from gpucloud.errors import UserError
 from gpucloud.providers.ssh import transport as ssh_transport
@@ -54,7 +54,7 @@ from gpucloud.providers.ssh.probe import (
     probe_host,
     probe_or_unreachable,
 )
-from gpucloud.providers.ssh.session import NODE_SHELL, entry_options, session_argv, tail
+from gpucloud.providers.ssh.session import NODE_SHELL, entry_options, session_argv
 from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
@@ -403,11 +403,11 @@ class SshProvider(Provider):
             states.append(found.get(str(rank), "gone"))
         return states
 
-    def session(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
+    def session_path(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
         """Real ssh to the node's host with the provider's own settings, into the node's folder
         with the GPUs the run holds there; forwards listen on the caller's loopback only."""
         host = _host(handle.region.split(",")[rank])
-        remote = _script(NODE_SHELL.replace("__TAIL__", tail(ask)), RUN=handle.run_id, RANK=rank)
+        remote = _script(NODE_SHELL.replace("__TAIL__", session_tail(ask)), RUN=handle.run_id, RANK=rank)
         return SessionPlan(
             argv=session_argv(host, remote, ask),
             ssh_options=entry_options(host),

@@ -8,8 +8,6 @@ through a shared master would stay with the master after the session ended.
 
 from __future__ import annotations
 
-import shlex
-
 from gpucloud.contract.session import SessionAsk
 from gpucloud.providers.ssh import transport as ssh_transport
 
@@ -39,16 +37,6 @@ fi
 export GPUCLOUD_VM_DIR="$W" GPUCLOUD_NODE_RANK="$RANK"
 cd "$W/job" 2>/dev/null || cd "$W" || exit 1
 __TAIL__"""
-
-
-def tail(ask: SessionAsk) -> str:
-    """What the node's shell ends with: the command (as ssh runs one: its words joined by spaces),
-    a login shell, or nothing at all for forwards only."""
-    if ask.command:
-        return "exec bash -c " + shlex.quote(" ".join(ask.command))
-    if ask.forward_only:
-        return "exec sleep 2147483647"
-    return 'exec "${SHELL:-bash}" -l'
 
 
 def session_argv(host: ssh_transport.SshHost, remote: str, ask: SessionAsk, forward_to: str = "127.0.0.1") -> list[str]:
