@@ -42,6 +42,7 @@ class ImageCuda:
     source: str
     detail: str
     warnings: tuple[str, ...] = ()
+    size_bytes: int = 0  # what a pull downloads, read from the registry (0: unknown); the node's pull deadline
 
     @property
     def major(self) -> int | None:
@@ -107,16 +108,18 @@ def image_cuda(
         elif not value:
             note = f"; {login.password_secret} has no value here, so the registry was asked without the login"
     answer = read_config(ref, login=creds)
+    size = 0 if isinstance(answer, Unknown) else answer.size_bytes
     if not isinstance(answer, Unknown) and answer.cuda:
-        return ImageCuda(container.image, ref.registry, answer.cuda, "registry", answer.cuda_detail)
+        return ImageCuda(container.image, ref.registry, answer.cuda, "registry", answer.cuda_detail, size_bytes=size)
     why = (answer.reason if isinstance(answer, Unknown) else answer.cuda_detail) + note
     for found, source in ((cuda_from_tag(ref), "tag"), (cuda_from_ngc_release(ref), "ngc-table")):
         if found is not None:
-            return ImageCuda(container.image, ref.registry, found[0], source, f"{found[1]} (registry: {why})")
+            detail = f"{found[1]} (registry: {why})"
+            return ImageCuda(container.image, ref.registry, found[0], source, detail, size_bytes=size)
     warning = (
         f"container: which CUDA {container.image} was built for is unknown (registry: {why}; the tag names none"
         f"{' and the NGC table has no such release' if ref.registry == NGC_REGISTRY else ''}), so the host driver "
         "was not checked against it; an image that needs a newer driver fails at its first CUDA call. A tag that "
         "names the CUDA (e.g. -cuda12.4-) or a registry gpucloud can reach lets the plan check it."
     )
-    return ImageCuda(container.image, ref.registry, None, "unknown", why, (warning,))
+    return ImageCuda(container.image, ref.registry, None, "unknown", why, (warning,), size_bytes=size)

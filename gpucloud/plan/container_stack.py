@@ -312,6 +312,7 @@ class ContainerPlan:
             "cuda": self.image.cuda,
             "cuda_source": self.image.source,
             "cuda_detail": self.image.detail,
+            "size_bytes": self.image.size_bytes or None,
             "host_stack": self.host,
             "warnings": list(self.warnings),
         }

@@ -61,6 +61,7 @@ class NodeStack:
     engine_packages: tuple[str, ...] = ()
     toolkit_packages: tuple[str, ...] = ()
     container_host: str = ""
+    container_bytes: int = 0  # the `container:` image's size as the plan read it (0: unknown): its pull deadline
 
     def as_json(self) -> dict[str, object]:
         return {

@@ -60,7 +60,8 @@ class Plan:
             from gpucloud.plan.images import candidate_node
 
             self.nodes[key] = candidate_node(self.stack_for(c), c, self.spec.image)
-        return self.nodes[key]
+        size = self.container.image.size_bytes if self.container is not None else 0
+        return replace(self.nodes[key], container_bytes=size) if size else self.nodes[key]
 
     def as_json(self) -> dict[str, object]:
         doc: dict[str, object] = {

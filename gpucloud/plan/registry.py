@@ -59,6 +59,7 @@ class ImageConfig:
     env: dict[str, str]
     labels: dict[str, str]
     manifest_digest: str = ""
+    size_bytes: int = 0  # what a pull downloads: the manifest's layers and config (0: not said)
     cuda: str | None = field(init=False)  # "12.4": the CUDA it was built for, if the config says
     cuda_detail: str = field(init=False)  # where that was read
 
@@ -157,7 +158,7 @@ class _Session:
         config = _json(body, "config").get("config") or {}
         env = dict(item.split("=", 1) for item in config.get("Env") or [] if isinstance(item, str) and "=" in item)
         labels = {str(k): str(v) for k, v in (config.get("Labels") or {}).items()}
-        return ImageConfig(env=env, labels=labels, manifest_digest=digest)
+        return ImageConfig(env=env, labels=labels, manifest_digest=digest, size_bytes=pull_size(doc))
 
     def _manifest(self, reference: str) -> tuple[dict[str, Any], str]:
         accept = ", ".join((*INDEXES, *MANIFESTS))
@@ -236,6 +237,15 @@ class _Session:
         if not isinstance(token, str) or not token:
             raise _Stop(f"the token service of {self.ref.registry} sent no token")
         return f"Bearer {token}"
+
+
+def pull_size(manifest: dict[str, Any]) -> int:
+    """The bytes a pull downloads, as the manifest declares them (its layers and its config); 0 when
+    a size is missing or not a count (the agent then bounds the pull by the run's deadline only)."""
+    parts = [*(manifest.get("layers") or []), manifest.get("config") or {}]
+    sizes = [p.get("size") if isinstance(p, dict) else None for p in parts]
+    counts = [n for n in sizes if isinstance(n, int) and not isinstance(n, bool) and n >= 0]
+    return sum(counts) if counts and len(counts) == len(sizes) else 0
 
 
 def _read(response: Any) -> bytes:

@@ -127,6 +127,8 @@ def container_config(spec: JobSpec, node: NodeStack | None = None, owned_host: b
         "pull_only": spec.run == BUILDER_RUN,
         "pull": box.pull or ("missing" if owned_host else "always"),
     }
+    if node is not None and node.container_bytes > 0:  # the pull's deadline scales with it (vm/agent/container.py)
+        doc["size_bytes"] = node.container_bytes
     if box.login is not None:
         doc["login"] = {
             "registry": box.registry,
