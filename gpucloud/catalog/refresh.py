@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from gpucloud.errors import GpucloudError
+from gpucloud.errors import GpucloudError, UserError
 
 if TYPE_CHECKING:
     from gpucloud.catalog import Catalog
@@ -186,25 +186,16 @@ def refresh(
     nothing at all could be fetched."""
     from gpucloud.catalog import load_catalog, store
     from gpucloud.catalog.prices import check_rows
-    from gpucloud.errors import UserError
 
     say = progress or (lambda _msg: None)
     base = load_catalog()
     known = refreshable_clouds()
-    chosen = clouds or known
-    for cloud in chosen:
-        if cloud not in known:
-            raise UserError(
-                f"--cloud {cloud!r}: no catalog refresh source for it.", hint=f"Clouds with one: {', '.join(known)}."
-            )
+    chosen = _chosen(clouds, known)
     fetched_at = now_iso()
     deadline_s, max_pages = _bounds()
     deadline = time.monotonic() + deadline_s
     rows: list[Offering] = list(base.offerings)
-    meta: dict[str, dict[str, object]] = {c: dict(v) for c, v in base.meta.clouds.items()}
-    for cloud in known:
-        meta.setdefault(cloud, {"source": "shipped CSV (gpucloud/catalog/data)", "fetched_at": None})
-        meta[cloud].update(refreshed=False, problems=[])
+    meta = _meta_before(base, known)
     any_ok = False
     for cloud in chosen:
         ctx = FetchContext(
@@ -246,6 +237,25 @@ def refresh(
     store.write(path, rows, created_at=fetched_at, clouds=meta)
     load_catalog.cache_clear()  # type: ignore[attr-defined]
     return RefreshReport(path=path, total_rows=len(rows), clouds={c: meta[c] for c in known})
+
+
+def _chosen(clouds: list[str] | None, known: list[str]) -> list[str]:
+    """The clouds asked for (every one with a refresh source when none was); one without a source is bad input."""
+    for cloud in clouds or known:
+        if cloud not in known:
+            raise UserError(
+                f"--cloud {cloud!r}: no catalog refresh source for it.", hint=f"Clouds with one: {', '.join(known)}."
+            )
+    return clouds or known
+
+
+def _meta_before(base: Catalog, known: list[str]) -> dict[str, dict[str, object]]:
+    """Each cloud's record as kept, marked not refreshed yet (a cloud never fetched: the shipped CSV)."""
+    meta: dict[str, dict[str, object]] = {c: dict(v) for c, v in base.meta.clouds.items()}
+    for cloud in known:
+        meta.setdefault(cloud, {"source": "shipped CSV (gpucloud/catalog/data)", "fetched_at": None})
+        meta[cloud].update(refreshed=False, problems=[])
+    return meta
 
 
 def _refresh_hint(problems: str) -> str:
@@ -299,8 +309,6 @@ def _fetch_one(cloud: str, ctx: FetchContext) -> tuple[FetchResult | None, str]:
 
 def _bounds() -> tuple[float, int]:
     """The refresh's deadline (s) and page limit from the environment (UserError when malformed)."""
-    from gpucloud.errors import UserError
-
     values: list[float] = []
     for name, default in ((ENV_DEADLINE, DEFAULT_DEADLINE_S), (ENV_MAX_PAGES, float(DEFAULT_MAX_PAGES))):
         raw = os.environ.get(name, "").strip()
