@@ -36,7 +36,16 @@ def test_plan_json_has_the_container_object(tmp_path: Path, container_lab: Conta
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)["container"]
-    assert set(doc) == {"image", "registry", "cuda", "cuda_source", "cuda_detail", "host_stack", "warnings"}
+    assert set(doc) == {
+        "image",
+        "registry",
+        "cuda",
+        "cuda_source",
+        "cuda_detail",
+        "size_bytes",
+        "host_stack",
+        "warnings",
+    }
     assert (doc["cuda"], doc["cuda_source"]) == ("12.4", "registry")
     assert {"driver", "engine", "toolkit", "installs_if_missing"} <= set(doc["host_stack"])
     assert "docker.io" in doc["host_stack"]["installs_if_missing"]
