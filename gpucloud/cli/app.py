@@ -168,9 +168,11 @@ def validate(
         return
     import yaml
 
+    from gpucloud.spec.peers.common import YAML_WIDTH
+
     err(f"{spec}: valid")
     err(upload.summary())
-    print(yaml.safe_dump(doc, sort_keys=False).rstrip())
+    print(yaml.safe_dump(doc, sort_keys=False, width=YAML_WIDTH).rstrip())
 
 
 @app.command()

@@ -1,8 +1,9 @@
 """Every command's human output fits an 80-column terminal (COLUMNS=80, piped as in a CI log):
 no line wider than 80 but one that is a single unbreakable word (a path, a URL, an image URN).
 Help is typer's own and left out; so is what is printed verbatim because it is not prose: a job's
-own output (`run`, `logs`), a shell script (`render`), and documents (`validate`'s and `import`'s
-YAML, `schema` and `iam-policy` JSON). Their stderr (notes, warnings, errors) is checked all the same."""
+own output (`run`, `logs`), a shell script (`render`), and JSON documents (`schema`, `iam-policy`).
+`validate`'s and `import`'s YAML is checked too, except the lines of a literal block (`run: |`: the
+job's own commands, as written). Their stderr (notes, warnings, errors) is checked all the same."""
 
 from __future__ import annotations
 
@@ -72,6 +73,26 @@ COMMANDS: list[tuple[list[str], bool]] = [
     (["hosts", "probe", "no-such-host.invalid"], True),
     (["import", str(REPO / "tests/data/peers/skypilot/distributed-pytorch-train.yaml")], False),
 ]
+
+
+def yaml_lines(text: str) -> str:
+    """A YAML document less the lines of its literal blocks (`key: |` and what is indented under it)."""
+    kept, block = [], -1
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if block >= 0 and (indent > block or not line.strip()):
+            continue
+        block = indent if line.rstrip().endswith(("|", "|-", "|+")) and not line.lstrip().startswith("#") else -1
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def test_validate_and_import_yaml_fits_80_columns(state: tuple[dict[str, str], Path, str]) -> None:
+    env, work, _ = state
+    peers = sorted((REPO / "tests/data/peers").glob("*/*.y*ml"))
+    for argv in [["validate", "tiny.yaml"], *(["import", str(p)] for p in peers)]:
+        out = cli(*argv, env=env, cwd=work, timeout=60)
+        assert not wide(yaml_lines(out.stdout)), (argv, wide(yaml_lines(out.stdout)))
 
 
 @pytest.mark.parametrize(("args", "prose"), COMMANDS, ids=[" ".join(a[:2]).replace("/", "_") for a, _ in COMMANDS])

@@ -21,6 +21,9 @@ from gpucloud.spec.values import ENV_KEY_RE, NAME_RE
 MAX_BYTES = 1 << 20  # as a job file: a peer task is a few KiB; more is a wrong path
 MAX_NODES = 100_000  # composed nodes counted through aliases: an alias bomb stops here
 NOTE = "# gpucloud import: "
+# PyYAML folds a plain scalar once past this column, a word later at most: its lines fit 80 columns
+# (a literal block, `run: |`, keeps the job's own lines as written).
+YAML_WIDTH = 72
 # The order keys are written in (the README's job file order); anything else follows.
 KEY_ORDER = (
     "name",
@@ -291,7 +294,8 @@ def render(draft: Draft, source: str) -> str:
 
     Dumper.add_representer(str, text)
     out = [
-        f"# A gpucloud job file, converted by `gpucloud import` from {draft.peer}:",
+        "# A gpucloud job file, converted by `gpucloud import`",
+        f"# from {draft.peer}:",
         f"# {shown(source, 200)}",
         "# Check it with `gpucloud validate` and `gpucloud plan` before `gpucloud run`.",
     ]
@@ -301,7 +305,8 @@ def render(draft: Draft, source: str) -> str:
     for key in keys:
         out += _comments(draft, key)
         if key in draft.job:
-            block = yaml.dump({key: draft.job[key]}, Dumper=Dumper, sort_keys=False, width=100, allow_unicode=True)
+            job = {key: draft.job[key]}
+            block = yaml.dump(job, Dumper=Dumper, sort_keys=False, width=YAML_WIDTH, allow_unicode=True)
             out.append(block.rstrip("\n"))
     return "\n".join(out) + "\n"
 
