@@ -173,35 +173,46 @@ def _region(
         if price is None:
             problems.append(f"{region}: {name} has no on-demand Linux price in the Price List; left out")
             continue
-        spot_price = spot.get(name)
-        zone_note = f"zones {','.join(sorted(zones[name]))}"
-        rows.append(
-            Offering(
-                cloud=CLOUD,
-                instance_type=name,
-                gpu=t.gpu,
-                gpu_count=t.gpu_count,
-                vcpus=t.vcpus,
-                memory_gib=t.memory_gib,
-                arch=t.arch,
-                region=region,
-                price_per_hour=price,
-                spot_price_per_hour=spot_price if spot_price is not None and not spot_price > price else None,
-                status="active",
-                status_date=ctx.fetched_at[:10],
-                status_basis="observed",
-                source=(
-                    f"{OLD_PRICE_MARK} Price List not readable on {ctx.fetched_at}, on-demand price of "
-                    f"{old[name].price_date} kept] {SOURCE} [S]; {zone_note}"
-                    if name in old
-                    else f"{SOURCE} [S]; {zone_note}"
-                )
-                + ("" if spot_price else "; spot unknown: no spot price history"),
-                price_date=old[name].price_date if name in old else ctx.fetched_at,
-            )
-        )
+        rows.append(_offering(region, t, price, spot.get(name), sorted(zones[name]), old.get(name), ctx))
     ctx.progress(f"{region}: {len(rows)} GPU offerings")
     return rows, problems, True
+
+
+def _offering(
+    region: str,
+    t: TypeInfo,
+    price: float,
+    spot_price: float | None,
+    zones: list[str],
+    old: Offering | None,
+    ctx: FetchContext,
+) -> Offering:
+    """One observed row; `old`: the type's previous row, whose on-demand price is kept (marked old)
+    when the Price List could not be read. A spot price above on-demand is dropped."""
+    zone_note = f"zones {','.join(zones)}"
+    return Offering(
+        cloud=CLOUD,
+        instance_type=t.name,
+        gpu=t.gpu,
+        gpu_count=t.gpu_count,
+        vcpus=t.vcpus,
+        memory_gib=t.memory_gib,
+        arch=t.arch,
+        region=region,
+        price_per_hour=price,
+        spot_price_per_hour=spot_price if spot_price is not None and not spot_price > price else None,
+        status="active",
+        status_date=ctx.fetched_at[:10],
+        status_basis="observed",
+        source=(
+            f"{OLD_PRICE_MARK} Price List not readable on {ctx.fetched_at}, on-demand price of "
+            f"{old.price_date} kept] {SOURCE} [S]; {zone_note}"
+            if old is not None
+            else f"{SOURCE} [S]; {zone_note}"
+        )
+        + ("" if spot_price else "; spot unknown: no spot price history"),
+        price_date=old.price_date if old is not None else ctx.fetched_at,
+    )
 
 
 def _offered_zones(ec2: Any, names: list[str], ctx: FetchContext) -> dict[str, set[str]]:
