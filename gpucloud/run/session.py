@@ -10,25 +10,22 @@ the caller's loopback only. `--write-config` keeps the `ssh_config` entries `gpu
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
 
 from gpucloud.contract import registry as providers
 from gpucloud.contract.provider import RunHandle
-from gpucloud.contract.session import MAX_FORWARDS, SESSION_FOLDER, Forward, SessionAsk, SessionPlan
+from gpucloud.contract.session import MAX_FORWARDS, Forward, SessionAsk, SessionPlan
 from gpucloud.errors import UserError
+from gpucloud.run.ssh_entries import config_entries
 from gpucloud.state.records import RunRecord
 from gpucloud.ui.prose import to_stderr
 
 LOOPBACK = "127.0.0.1"
-SSH_FOLDER = SESSION_FOLDER  # under GPUCLOUD_HOME: one `RUN.conf` per run, Include'd by ~/.ssh/config
-INCLUDE_MARK = "# gpucloud: its runs' ssh entries (gpucloud ssh --write-config)"
 
 
 @dataclass(frozen=True)
@@ -159,88 +156,3 @@ def run_plan(plan: SessionPlan) -> int:
     if stopped:  # the session ended because gpucloud was told to end: say so, as a shell would
         return 128 + stopped[0]
     return 128 - code if code < 0 else code
-
-
-# ---- ssh_config entries ------------------------------------------------------------------------------
-
-
-def ssh_folder() -> Path:
-    from gpucloud.state.store import home_dir
-
-    folder = home_dir() / SSH_FOLDER
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return folder
-
-
-def entry_text(run: RunRecord, blocks: list[tuple[list[str], list[tuple[str, str]]]]) -> str:
-    """`Host` blocks for the run: `gpucloud-RUN` (node 0) and `gpucloud-RUN-N` per node."""
-    lines = [
-        f"# gpucloud run {run.id} ({run.name}): written by `gpucloud ssh --write-config`; `gpucloud down` removes it"
-    ]
-    for names, options in blocks:
-        lines.append("Host " + " ".join(names))
-        lines += [f"  {key} {value}" for key, value in options]
-    return "\n".join(lines) + "\n"
-
-
-def config_entries(run: RunRecord, handle: RunHandle, provider: object, *, write: bool) -> int:
-    """Print (or write, with the Include line) the run's entries; a provider whose nodes are not
-    reached by ssh (a node that is a process here) has none, said plainly."""
-    blocks: list[tuple[list[str], list[tuple[str, str]]]] = []
-    for rank in range(max(run.num_nodes, len(handle.nodes), 1)):
-        plan = provider.session_path(handle, rank, SessionAsk())  # type: ignore[attr-defined]
-        if not plan.ssh_options:
-            raise UserError(
-                f"run {run.id} runs on {handle.cloud}, whose nodes are not reached by ssh: there is no ssh entry.",
-                hint=f"`gpucloud ssh {run.id}` opens a shell in the node's folder ({plan.node_folder}).",
-            )
-        names = [f"gpucloud-{run.id}-{rank}"] + ([f"gpucloud-{run.id}"] if rank == 0 else [])
-        blocks.append((names, plan.ssh_options))
-    text = entry_text(run, blocks)
-    if not write:
-        sys.stdout.write(text)
-        return 0
-    path = ssh_folder() / f"{run.id}.conf"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    added = include_line(ssh_folder())
-    to_stderr(f"run {run.id}: ssh entries gpucloud-{run.id} (node 0) and gpucloud-{run.id}-N written to {path}")
-    if added:
-        to_stderr(f"added one Include line for {ssh_folder()}/*.conf at the top of {added}")
-    to_stderr(
-        f"Open it: `ssh gpucloud-{run.id}`; VS Code: Remote-SSH: Connect to Host... gpucloud-{run.id}; "
-        f"rsync -a gpucloud-{run.id}:PATH ."
-    )
-    return 0
-
-
-def include_line(folder: Path) -> Path | None:
-    """Make ~/.ssh/config Include the folder's entries: one line at its top (an Include after a
-    `Host` block would apply to that host only). Returns the file when the line was added."""
-    config = Path.home() / ".ssh" / "config"
-    config = config.resolve() if config.is_symlink() else config  # a dotfiles link stays a link
-    line = f"Include {folder}/*.conf"
-    try:
-        old = config.read_text()
-    except FileNotFoundError:
-        old = ""
-    if line in old.splitlines():
-        return None
-    config.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = config.with_name(f".config.gpucloud.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(f"{INCLUDE_MARK}\n{line}\n" + (f"\n{old}" if old else ""))
-    if config.exists():
-        os.chmod(tmp, config.stat().st_mode & 0o777)
-    tmp.replace(config)
-    return config
-
-
-def forget(run_id: str) -> None:
-    """The run's entries go with the run (`down`): an entry naming a gone machine is a trap."""
-    from gpucloud.state.store import home_dir
-
-    for suffix in (".conf", ".session", ".known_hosts"):  # entries, the session's config, host keys seen
-        (home_dir() / SSH_FOLDER / f"{run_id}{suffix}").unlink(missing_ok=True)

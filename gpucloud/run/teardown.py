@@ -83,7 +83,7 @@ def teardown_run(
                 say(f"teardown of {msg} failed")
     if not errors:
         store.end_attempt(run.id, None, "teardown")
-        from gpucloud.run.session import forget
+        from gpucloud.run.ssh_entries import forget
 
         forget(run.id)  # its ssh entries name machines that are gone
     return errors

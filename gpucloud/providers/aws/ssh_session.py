@@ -5,20 +5,29 @@ neither the key on its nodes nor the rule, and says so rather than opening anyth
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any, Protocol
 
-from gpucloud.contract.provider import RunHandle
+from gpucloud.contract.provider import Capabilities, RunHandle
 from gpucloud.contract.session import CloudNode, SessionAsk, SessionPlan, cloud_session, unsupported
 from gpucloud.errors import UserError
 from gpucloud.providers.aws.network import CLOUD, KEY
 
-if TYPE_CHECKING:
-    from gpucloud.providers.aws.provider import AwsProvider
+
+class NodeLookup(Protocol):
+    """What a session needs of the provider (AwsProvider): the run's key file and EC2."""
+
+    capabilities: Capabilities
+
+    def key_path(self, run_id: str, region: str, attempt: int) -> Path: ...
+
+    def ec2(self, op: str, region: str, **kwargs: Any) -> Any: ...
+
 
 LOGIN_USER = "ubuntu"  # Canonical's images and the Deep Learning AMIs on Ubuntu
 
 
-def aws_session(aws: AwsProvider, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
+def aws_session(aws: NodeLookup, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
     """The node's address from EC2, the run's key file, then ssh (contract/session.py)."""
     key = aws.key_path(handle.run_id, handle.region, handle.attempt)
     if not handle.resources.get(KEY) or not key.is_file():
