@@ -4,7 +4,6 @@ NIC, NSG and VM, and how its power state reads (docs/PROVIDERS.md, "Azure images
 from __future__ import annotations
 
 import base64
-import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -110,26 +109,13 @@ def driver_extension_body(location: str, extension: str, tags: dict[str, str], i
 
 
 def throwaway_ssh_key() -> str:
-    """The caller's key when SSH is asked for; else a throwaway key nobody holds (Azure requires a
-    key when password login is disabled, and password login is never enabled)."""
+    """A key nobody holds, for a run that asked for no session (Azure requires a key when password
+    login is disabled, and password login is never enabled); ssh_session.py makes the run's own."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     return key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
-
-
-def user_ssh_key() -> str:
-    home = os.path.expanduser("~/.ssh")
-    for name in ("id_ed25519.pub", "id_rsa.pub", "id_ecdsa.pub"):
-        path = os.path.join(home, name)
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as fh:
-                return fh.read().strip()
-    raise UserError(
-        "resources.ssh is true but no public key was found in ~/.ssh (id_ed25519.pub, id_rsa.pub).",
-        hint="Create one with `ssh-keygen -t ed25519`.",
-    )
 
 
 def vm_state(vm: Any) -> str:

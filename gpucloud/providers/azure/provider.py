@@ -59,7 +59,6 @@ from gpucloud.providers.azure.errors import classify_error, error_parts
 from gpucloud.providers.azure.machine import (
     nsg_body,
     throwaway_ssh_key,
-    user_ssh_key,
     vm_state,
 )
 from gpucloud.providers.azure.network import (
@@ -71,9 +70,11 @@ from gpucloud.providers.azure.network import (
 )
 from gpucloud.providers.azure.nodes import NodeFailed, NodeNetwork, create_nodes
 from gpucloud.providers.azure.sizes import rdma_placement
+from gpucloud.providers.azure.ssh_session import azure_session, forget_keys, make_run_key, run_key_path
 
 if TYPE_CHECKING:
     from gpucloud.contract.provider import Candidate, Journal, PlanRequest
+    from gpucloud.contract.session import SessionAsk, SessionPlan
     from gpucloud.providers.azure.channel import BlobChannel
 
 BLOB_ENDPOINT_ENV = "GPUCLOUD_AZURE_BLOB_ENDPOINT"
@@ -234,7 +235,7 @@ class AzureProvider(Provider):
         # Everything that can fail without touching the cloud comes first.
         self._check_user_data(req)
         self._check_disk(req)
-        ssh_key = user_ssh_key() if req.ssh else throwaway_ssh_key()
+        ssh_key = make_run_key(run_key_path(req.run_id, region, req.attempt)) if req.ssh else throwaway_ssh_key()
         nsg = nsg_body(req, region, tags)
         step = "creating the resource group"
         try:
@@ -383,9 +384,14 @@ class AzureProvider(Provider):
                 f"{len(pending)} resource group(s); the journal keeps them until they are gone",
             )
             return
+        forget_keys(handle.run_id, handle.region)
         for rec in journal.resources(handle.run_id, alive_only=True):
             if rec.cloud == self.name and (rec.region or handle.region) == handle.region:
                 journal.deleted(rec.id)
+
+    def session_path(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
+        """ssh to the node's public address with the run's key, through its NSG rule for the caller's /32."""
+        return azure_session(self.network, self._group(handle) or "", handle, rank, ask, self.capabilities.vm_dir)
 
     def _groups(self, handle: RunHandle, journal: Journal) -> list[str]:
         """The handle's group, then the run's other groups in the handle's region that the journal

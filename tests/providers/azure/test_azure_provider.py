@@ -72,14 +72,11 @@ def arm_call(arm: FakeArm, method: str, path: str, token: str) -> tuple[int, dic
 # ---- what provision creates -----------------------------------------------------------------------
 
 
-def test_ssh_opens_port_22_from_the_caller_only(
-    arm: FakeArm, provider: AzureProvider, journal: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_ssh_opens_port_22_from_the_caller_only_with_the_runs_own_key(
+    arm: FakeArm, provider: AzureProvider, journal: Any, gpucloud_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / ".ssh").mkdir()
-    (tmp_path / ".ssh" / "id_ed25519.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDtest user@host\n")
-    monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("GPUCLOUD_SSH_CIDR", "203.0.113.7/32")
-    provider.provision(launch_request("run-ssh", extra="  ssh: true\n"), journal)
+    handle = provider.provision(launch_request("run-ssh", extra="  ssh: true\n"), journal)
     (nsg,) = by_type(arm, "run-ssh", "Microsoft.Network/networkSecurityGroups")
     allowed = [
         r["properties"]
@@ -89,7 +86,12 @@ def test_ssh_opens_port_22_from_the_caller_only(
     assert [(r["sourceAddressPrefix"], r["destinationPortRange"]) for r in allowed] == [("203.0.113.7/32", "22")]
     (vm,) = by_type(arm, "run-ssh", "Microsoft.Compute/virtualMachines")
     keys = vm["properties"]["osProfile"]["linuxConfiguration"]["ssh"]["publicKeys"]
-    assert keys[0]["keyData"].startswith("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDtest")
+    [private] = list((gpucloud_home / "keys").glob("gpucloud-run-ssh-*.key"))  # the run's own pair, not yours
+    assert private.stat().st_mode & 0o777 == 0o600
+    pub = subprocess.run(["ssh-keygen", "-y", "-f", str(private)], capture_output=True, text=True, check=True)
+    assert [k["keyData"].split()[:2] for k in keys] == [pub.stdout.split()[:2]]
+    provider.teardown(handle, journal)
+    assert not private.exists()
 
 
 def test_provision_creates_one_tagged_group_with_network_and_vm(
