@@ -13,12 +13,15 @@ import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import GpucloudError, UserError
 from gpucloud.state.store import Journal, RunRecord, Store, home_dir
 from gpucloud.ui.prose import to_stderr
 from gpucloud.ui.untrusted import shown
+
+if TYPE_CHECKING:
+    from gpucloud.channel.store import Channel
 
 RESULTS_DIR = "gpucloud-runs"
 
@@ -99,12 +102,7 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
     if mirror.path.is_file():
         shutil.copyfile(mirror.path, dest / "job.log")
         log = str(dest / "job.log")
-    got, refused = [], []
-    for rank in range(run.num_nodes):
-        out = channel.download_artifacts(run.id, rank, dest if run.num_nodes == 1 else dest / f"node-{rank}")
-        if out is not None:  # plain JSON values: the folder as a string, counts, one line per refused member
-            got.append({"node": rank, "directory": str(out.dest), "files": out.files, "refused": list(out.warnings)})
-            refused += [f"node {rank}: {w}" if run.num_nodes > 1 else w for w in out.warnings]
+    got, refused = _download_artifacts(channel, run, dest)
     for line in refused:  # a member's name is the archive's: fenced
         to_stderr(f"warning: {shown(line)}")
     status, code, message = outcome(statuses)
@@ -139,6 +137,19 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
         refused=refused,
         outputs=_outputs(final),
     )
+
+
+def _download_artifacts(channel: Channel, run: RunRecord, dest: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each node's artifacts into `dest` (node-N/ when there are several): what each gave, as plain JSON
+    values (the folder as a string, counts, one line per refused member), and the refused members."""
+    got: list[dict[str, Any]] = []
+    refused: list[str] = []
+    for rank in range(run.num_nodes):
+        out = channel.download_artifacts(run.id, rank, dest if run.num_nodes == 1 else dest / f"node-{rank}")
+        if out is not None:
+            got.append({"node": rank, "directory": str(out.dest), "files": out.files, "refused": list(out.warnings)})
+            refused += [f"node {rank}: {w}" if run.num_nodes > 1 else w for w in out.warnings]
+    return got, refused
 
 
 def _outputs(run: RunRecord) -> list[dict[str, str]]:
