@@ -222,6 +222,19 @@ def nsg_body(req: LaunchRequest, region: str, tags: dict[str, str]) -> dict[str,
     return {"location": region, "tags": tags, "properties": {"securityRules": rules}}
 
 
+def _os_profile(computer_name: str, script: str, ssh_key: str) -> dict[str, Any]:
+    """The login: key only (no password), and the user-data script as the VM's custom data."""
+    return {
+        "computerName": computer_name,
+        "adminUsername": ADMIN_USER,
+        "customData": base64.b64encode(script.encode()).decode(),
+        "linuxConfiguration": {
+            "disablePasswordAuthentication": True,
+            "ssh": {"publicKeys": [{"path": f"/home/{ADMIN_USER}/.ssh/authorized_keys", "keyData": ssh_key}]},
+        },
+    }
+
+
 def vm_body(
     req: LaunchRequest,
     rank: int,
@@ -255,15 +268,7 @@ def vm_body(
                 "managedDisk": {"storageAccountType": "StandardSSD_LRS"},
             },
         },
-        "osProfile": {
-            "computerName": f"{req.job_name}-{rank}"[:63],
-            "adminUsername": ADMIN_USER,
-            "customData": base64.b64encode(script.encode()).decode(),
-            "linuxConfiguration": {
-                "disablePasswordAuthentication": True,
-                "ssh": {"publicKeys": [{"path": f"/home/{ADMIN_USER}/.ssh/authorized_keys", "keyData": ssh_key}]},
-            },
-        },
+        "osProfile": _os_profile(f"{req.job_name}-{rank}"[:63], script, ssh_key),
         "networkProfile": {
             "networkInterfaces": [{"id": nic_id, "properties": {"primary": True, "deleteOption": "Delete"}}]
         },
