@@ -34,6 +34,7 @@ class Plan:
     excluded: Sequence[Exclusion]  # catalog order; an `Exclusions` lists the quick ones when iterated
     stack: Stack
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # information, not warnings: `run`'s plan line says it itself
     data: DataAge | None = None  # how old the prices behind the first candidate are
     stacks: dict[str, Stack] = field(default_factory=dict)  # per GPU, when the job accepts several
     container: ContainerPlan | None = None  # a `container:` job: the image, its CUDA, the host stack
@@ -69,6 +70,7 @@ class Plan:
             "excluded": [e.as_json() for e in self.excluded],
             "stack": self.stack.as_json(),
             "warnings": list(self.warnings),
+            "notes": list(self.notes),
         }
         if self.data is not None:
             doc["catalog"] = self.data.as_json()
@@ -352,6 +354,7 @@ def _unpriced_plan(
 
     candidates: list[Candidate] = []
     warnings = list(stack.warnings) + list(image.warnings if image else ())
+    notes: list[str] = []
     for name in clouds:
         provider = providers.get_provider(name)
         own = provider.plan_candidates(plan_request(spec, image))
@@ -360,12 +363,12 @@ def _unpriced_plan(
             stack = provider.plan_stack(stack)  # the stack as on the machines just planned
         warnings.extend(provider.plan_notes())  # what it left out and why
         if gpu and own and not providers.capabilities(name).install_stack:
-            warnings.append(
+            notes.append(
                 f"{name} provider: the stack install is skipped; the job uses this machine's {gpu} "
                 "if it has one, else the CPU (with a warning in the log)."
             )
     installs = any(providers.capabilities(name).install_stack for name in clouds)
-    plan = Plan(spec=spec, candidates=candidates, excluded=[], stack=stack, warnings=warnings)
+    plan = Plan(spec=spec, candidates=candidates, excluded=[], stack=stack, warnings=warnings, notes=notes)
     plan.container = _container(plan, image, installs)
     return plan
 

@@ -99,6 +99,8 @@ def print_plan(plan: Plan, *, show_all: bool = False, all_reasons: bool = False)
 
     age = plan.data.warning if plan.data is not None else None
     _warn([w for w in plan.warnings if w != age] + price_ages(shown, plan.data))
+    for line in plan.notes:
+        note(f"note: {line}")
 
 
 SOURCE = "price\nsource"
@@ -443,7 +445,7 @@ def print_plan_summary(plan: Plan) -> None:
         f"${c.total_per_hour:.3f}/h, at most ${c.estimated_cost:.2f} for max_duration "
         f"{fmt_seconds(spec.max_duration)}{more}"
     )
-    _warn([w for w in plan.warnings if not (own_stack and "the stack install is skipped" in w)])
+    _warn(plan.warnings)  # the plan's notes (a machine's own GPU) are in the line above
 
 
 # ---- down / gc: what was torn down -----------------------------------------------------------------
