@@ -105,7 +105,26 @@ def run_instances(
     from botocore.exceptions import ClientError
 
     name = req.tags.get("Name") or f"gpucloud-{req.run_id}"
-    tags = tag_list(run_tags(req, name))
+    kwargs = _run_instances_args(req, plan, zone, subnet, tag_list(run_tags(req, name)))
+    intents = [journal.intent(req.run_id, "instance", f"{name}-node{r}", region, CLOUD) for r in range(plan.count)]
+    try:
+        out = _run_with_profile(aws, region, kwargs)
+    except ClientError:
+        for res in intents:  # AWS answered "no": nothing was created
+            journal.deleted(res)
+        raise
+    instances: list[dict[str, Any]] = sorted(out["Instances"], key=lambda i: i.get("AmiLaunchIndex", 0))
+    for res, inst in zip(intents, instances, strict=False):
+        journal.created(res, str(inst["InstanceId"]))
+    return instances
+
+
+def _run_instances_args(
+    req: LaunchRequest, plan: LaunchPlan, zone: str, subnet: str | None, tags: list[dict[str, str]]
+) -> dict[str, Any]:
+    """RunInstances' arguments: an encrypted root disk, IMDSv2 only, shutdown terminates, the run's tags
+    on every resource it creates; the network interfaces (EFA), placement, key, profile and spot terms
+    the plan asks for."""
     kwargs: dict[str, Any] = {
         "ImageId": plan.ami,
         "InstanceType": req.instance_type,
@@ -149,17 +168,7 @@ def run_instances(
         if req.max_price_per_hour:  # else AWS's cap: the on-demand price (docs/PROVIDERS.md)
             options["MaxPrice"] = f"{float(req.max_price_per_hour):.4f}"
         kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": options}
-    intents = [journal.intent(req.run_id, "instance", f"{name}-node{r}", region, CLOUD) for r in range(plan.count)]
-    try:
-        out = _run_with_profile(aws, region, kwargs)
-    except ClientError:
-        for res in intents:  # AWS answered "no": nothing was created
-            journal.deleted(res)
-        raise
-    instances: list[dict[str, Any]] = sorted(out["Instances"], key=lambda i: i.get("AmiLaunchIndex", 0))
-    for res, inst in zip(intents, instances, strict=False):
-        journal.created(res, str(inst["InstanceId"]))
-    return instances
+    return kwargs
 
 
 def _run_with_profile(aws: AwsClients, region: str, kwargs: dict[str, Any]) -> Any:
