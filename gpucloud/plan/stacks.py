@@ -429,6 +429,19 @@ def gpu_model(gpu: str) -> GpuModel:
         raise UserError(f"Unknown GPU {gpu!r}. Known GPUs: {', '.join(gpu_names())}.") from None
 
 
+def _pinned(pins: StackSpec | None) -> tuple[str | None, str | None, str | None, str, str | None]:
+    """(driver, cuda, cudnn, framework, framework version) as the job pins them; None: "auto"."""
+    if not pins:
+        return None, None, None, "none", None
+    return (
+        pin_value(pins.driver),
+        pin_value(pins.cuda),
+        pin_value(pins.cudnn),
+        pins.framework,
+        pin_value(pins.framework_version),
+    )
+
+
 def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
     """The stack for `gpu` (canonical name or alias; None = CPU-only) honouring `pins` it can run.
 
@@ -440,21 +453,14 @@ def resolve_stack(gpu: str | None, pins: StackSpec | None = None) -> Stack:
     model = gpu_model(gpu)
     name, arch = model.name, model.architecture
     prof = profile_for(arch)
-    driver_pin, cuda_pin, cudnn_pin, fw_pin = (
-        (pin_value(pins.driver), pin_value(pins.cuda), pin_value(pins.cudnn), pin_value(pins.framework_version))
-        if pins
-        else (None, None, None, None)
-    )
-    framework = pins.framework if pins else "none"
+    driver_pin, cuda_pin, cudnn_pin, framework, fw_pin = _pinned(pins)
     if framework == "pytorch" and name in NO_PYTORCH:
         raise _k40_pytorch_error(name)
-
     cuda, cuda_reason = _choose_cuda(cuda_pin, driver_pin, name, arch, prof)
     branch, min_driver, driver_reason = _choose_driver(driver_pin, cuda, cuda_pin is not None, name, prof)
     cudnn, cudnn_reason = _choose_cudnn(cudnn_pin, cuda, name, prof)
     ubuntu, os_reason = _ubuntu_for(prof, cuda)
     version, pip, fw_reason = _choose_framework(framework, fw_pin, name, arch, prof, cuda, branch)
-
     modules, modules_reason = choose_kernel_modules(arch, branch, name)
     toolkit, toolkit_reason = _wants_toolkit(pins, framework, prof)
     reasons = {
