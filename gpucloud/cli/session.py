@@ -54,3 +54,18 @@ def ssh(
         )
     )
     raise typer.Exit(code)
+
+
+@session_app.command()
+def dev(
+    spec: Annotated[str, typer.Argument(metavar="JOB", help="The job file whose machine, stack and workdir to use.")],
+    idle: Annotated[str, typer.Option("--idle", help="End the machine after this long idle, e.g. 30m.")] = "30m",
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before launching.")] = False,
+) -> None:
+    """A development machine: the job's machine, stack, workdir, inputs and setup, kept until idle;
+    writes the ssh entry gpucloud-RUN and prints how to open it in an editor."""
+    import sys
+
+    from gpucloud.run.dev import start_dev
+
+    raise typer.Exit(start_dev(spec, idle=idle, assume_yes=yes or not sys.stdin.isatty()))

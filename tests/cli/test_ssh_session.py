@@ -96,3 +96,22 @@ def test_errors_name_the_run_the_node_and_the_fix(tmp_path: Path, env: dict[str,
         cli("down", run_id, "--yes", env=env)
     ended = cli("ssh", run_id, "--", "true", env=env)
     assert ended.returncode == 2 and f"run {run_id} is down" in flat(ended.stderr), ended.stderr
+
+
+def test_dev_keeps_a_machine_with_the_jobs_workdir_or_says_what_it_needs(tmp_path: Path, env: dict[str, str]) -> None:
+    from gpucloud.spec.models import JobSpec
+
+    spec = write_job(tmp_path / "job", {"name": "devbox", "run": "python train.py"}, {"train.py": "print(1)\n"})
+    dev = cli("dev", str(spec), "--idle", "2m", "--yes", env=env, cwd=tmp_path / "job", timeout=120)
+    if "keep" not in JobSpec.model_fields:  # kept machines are not in this build: said, nothing launched
+        assert dev.returncode == 2 and "needs kept machines" in flat(dev.stderr), dev.stderr
+        assert "devbox" not in cli("ls", env=env).stdout
+        return
+    assert dev.returncode == 0, dev.stderr
+    run_id = dev.stdout.strip().splitlines()[-1]
+    try:
+        assert "the node is this machine" in flat(dev.stderr) and f"gpucloud ssh {run_id}" in flat(dev.stderr)
+        files = cli("ssh", run_id, "--", "ls", env=env)
+        assert files.returncode == 0 and "train.py" in files.stdout.split(), files.stdout + files.stderr
+    finally:
+        cli("down", run_id, "--yes", env=env)
