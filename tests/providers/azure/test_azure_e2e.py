@@ -249,7 +249,8 @@ def test_vm_deletes_its_group_at_the_deadline_when_the_job_hangs(
 ) -> None:
     """A detached run (no CLI after provisioning) whose job hangs: at max_duration the VM's own
     watchdog ends the job, reports "deadline" and deletes the run's resource group."""
-    job = write_azure_job(tmp_path / "job.yaml", run="echo hanging; sleep 600", max_duration="8s")
+    # 20 s: on a loaded 2-core machine provisioning alone took 8 s, and the deadline ran out first.
+    job = write_azure_job(tmp_path / "job.yaml", run="echo hanging; sleep 600", max_duration="20s")
     proc = cli("run", str(job), "--cloud", "azure", "--detach", "--json", env=azure_env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run_id = json.loads(proc.stdout)["run_id"]
