@@ -168,7 +168,7 @@ def validate(
         return
     import yaml
 
-    from gpucloud.spec.peers.common import YAML_WIDTH
+    from gpucloud.ui.prose import YAML_WIDTH
 
     err(f"{spec}: valid")
     err(upload.summary())

@@ -15,6 +15,9 @@ from typing import TextIO
 
 CONTINUATION = "  "  # a wrapped line continues under its first line, two spaces further in
 VERBATIM_INDENT = "    "  # a line indented this far is a command or code: printed as it is
+# PyYAML folds a plain scalar once past this column, a word later at most: a job file it prints fits
+# 80 columns (a literal block, `run: |`, keeps the job's own lines as written).
+YAML_WIDTH = 72
 _CODE_SPAN = re.compile(r"`[^`\n]+`")
 _GLUE = "\x00"  # stands for a space inside a code span while wrapping: textwrap never breaks at it
 # Blanks before `::`: a wrapped line that began with them would be a GitHub workflow command (the

@@ -17,13 +17,11 @@ from typing import Any
 from gpucloud.contract import registry as providers
 from gpucloud.errors import UserError
 from gpucloud.spec.values import ENV_KEY_RE, NAME_RE
+from gpucloud.ui.prose import YAML_WIDTH
 
 MAX_BYTES = 1 << 20  # as a job file: a peer task is a few KiB; more is a wrong path
 MAX_NODES = 100_000  # composed nodes counted through aliases: an alias bomb stops here
 NOTE = "# gpucloud import: "
-# PyYAML folds a plain scalar once past this column, a word later at most: its lines fit 80 columns
-# (a literal block, `run: |`, keeps the job's own lines as written).
-YAML_WIDTH = 72
 # The order keys are written in (the README's job file order); anything else follows.
 KEY_ORDER = (
     "name",
