@@ -328,7 +328,8 @@ def test_azure_prices_refresh_without_credentials_for_known_sizes(
     azure: FakeAzure, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`catalog refresh --cloud azure` with no Azure credentials: the public Retail Prices API
-    prices the sizes the catalog already has (sizes, regions, restrictions kept); a size without a
+    prices the sizes the catalog already has (sizes, regions, restrictions kept; other regions the
+    prices name are added); a size without a
     retail price keeps its price, marked old. A refresh that does not name Azure leaves it alone."""
     from gpucloud.catalog.prices import price_source
 
@@ -342,7 +343,10 @@ def test_azure_prices_refresh_without_credentials_for_known_sizes(
     assert info["refreshed"] and "no credentials found" in info["problems"][0]  # type: ignore[index]
     assert not any("/subscriptions/" in r for r in azure.requests)  # no ARM call
     after = {(o.instance_type, o.region): o for o in load_catalog().offerings if o.cloud == "azure"}
-    assert set(after) == set(before)  # sizes and regions as they were
+    # Sizes as they were, in their regions and every other region the prices name (without credentials
+    # the subscription's restrictions are unknown: the row says it is sold there by its price).
+    assert set(after) - set(before) == {("Standard_NC4as_T4_v3", "japaneast")} and set(before) <= set(after)
+    assert "sold in this region by its retail price" in after[("Standard_NC4as_T4_v3", "japaneast")].source
     t4 = after[("Standard_NC4as_T4_v3", "eastus")]
     assert (t4.price_per_hour, t4.spot_price_per_hour) == (0.526, 0.0627)
     assert price_source(t4).kind == "live" and t4.price_date == info["fetched_at"]

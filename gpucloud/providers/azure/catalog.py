@@ -101,17 +101,15 @@ PRICES_SOURCE = "Azure Retail Prices API (Consumption, Linux; public, no sign-in
 
 
 def fetch_prices(ctx: FetchContext) -> FetchResult:
-    """Without Azure credentials: the sizes and regions already in the catalog, priced from the
-    public Retail Prices API. A size with no retail price keeps its previous price, marked old."""
-    known = [
-        o
-        for o in ctx.catalog.offerings
-        if o.cloud == CLOUD and o.status != "retired" and (ctx.regions is None or o.region in ctx.regions)
-    ]
-    if not known:
+    """Without Azure credentials: the sizes already in the catalog, priced from the public Retail
+    Prices API in their regions and in every other region where it has a Linux price for them. A
+    size with no retail price keeps its previous price, marked old."""
+    sold = [o for o in ctx.catalog.offerings if o.cloud == CLOUD and o.status != "retired"]
+    known = [o for o in sold if ctx.regions is None or o.region in ctx.regions]
+    if not sold:
         raise SourceUnavailable("no Azure sizes in the catalog to price")
-    ctx.progress(f"{len({o.instance_type for o in known})} known sizes (Resource SKUs need credentials)")
-    prices = _retail_prices(sorted({o.instance_type for o in known}), ctx)
+    ctx.progress(f"{len({o.instance_type for o in sold})} known sizes (Resource SKUs need credentials)")
+    prices = _retail_prices(sorted({o.instance_type for o in sold}), ctx)
     rows: list[Offering] = []
     problems: list[str] = []
     for o in known:
@@ -131,7 +129,49 @@ def fetch_prices(ctx: FetchContext) -> FetchResult:
                 price_date=ctx.fetched_at,
             )
         )
-    return FetchResult(rows=rows, regions={o.region for o in known}, source=PRICES_SOURCE, problems=problems)
+    added = _priced_elsewhere(sold, prices, ctx)
+    if added:
+        ctx.progress(
+            f"{len(added)} rows in {len({o.region for o in added})} regions the catalog lacked, from their prices"
+        )
+    rows += added
+    return FetchResult(rows=rows, regions={o.region for o in rows}, source=PRICES_SOURCE, problems=problems)
+
+
+SOLD_BY_PRICE = (
+    "; sold in this region by its retail price (a Linux on-demand price there is taken as sold there, "
+    "as for the shipped rows; whether this subscription may use it needs Resource SKUs, i.e. credentials); "
+    "size from the previous catalog"
+)
+
+
+def _priced_elsewhere(
+    known: list[Offering], prices: dict[tuple[str, str], tuple[float | None, float | None]], ctx: FetchContext
+) -> list[Offering]:
+    """The known sizes in every other region where the Retail Prices API has a Linux on-demand price
+    for them (the queries are per size, so they answer every region at once): without credentials,
+    the catalog learns the regions outside those it shipped with (Europe, Asia, ...)."""
+    template = {o.instance_type: o for o in known}
+    have = {(o.instance_type, o.region) for o in known}
+    out: list[Offering] = []
+    for (size, region), (on_demand, spot) in sorted(prices.items()):
+        if size not in template or (size, region) in have or on_demand is None:
+            continue
+        if ctx.regions is not None and region not in ctx.regions:
+            continue
+        out.append(
+            template[size]._replace(
+                region=region,
+                price_per_hour=on_demand,
+                spot_price_per_hour=spot if spot is not None and not spot > on_demand else None,
+                status="active",
+                status_date=ctx.fetched_at[:10],
+                status_basis="observed",
+                source=f"{PRICES_SOURCE} [S]{SOLD_BY_PRICE}",
+                price_date=ctx.fetched_at,
+            )
+        )
+    return out
 
 
 def _gpu_sizes(ctx: FetchContext) -> tuple[dict[str, tuple[str, int, int, float, str, set[str]]], list[str]]:
