@@ -395,6 +395,66 @@ def test_the_private_import_check_sees_lazy_typed_and_relative_imports(tmp_path:
     ]
 
 
+# The contract's callers: they call what the contract declares, never look an optional method up.
+CONTRACT_CALLERS = ("gpucloud.plan", "gpucloud.run", "gpucloud.cli")
+
+
+def _implemented_methods(mods: dict[str, Path]) -> set[str]:
+    """Method names of the classes in gpucloud/providers/ and gpucloud/catalog/ (the contract's
+    implementations: providers, row sources, stores)."""
+    names = set()
+    for mod, path in mods.items():
+        if _under(mod, ("gpucloud.providers", "gpucloud.catalog")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    names |= {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return names
+
+
+def _looked_up_methods(name: str, path: Path, methods: set[str]) -> list[str]:
+    """`getattr(x, "m")` / `hasattr(x, "m")` where m is an implementation's method: an optional method
+    found by reflection instead of declared on the contract with a default."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in methods
+        ):
+            found.append(f"{name}:{node.lineno}: {node.func.id} {node.args[1].value!r}")
+    return found
+
+
+def test_no_optional_method_looked_up_by_name() -> None:
+    mods = _modules()
+    methods = _implemented_methods(mods)
+    bad = [
+        hit
+        for mod, path in mods.items()
+        if _under(mod, CONTRACT_CALLERS)
+        for hit in _looked_up_methods(mod, path, methods)
+    ]
+    assert not bad, bad
+
+
+def test_the_method_lookup_check_sees_getattr_and_hasattr(tmp_path: Path) -> None:
+    """A planner asking a row source for `split_clean` by name, or a run asking a provider whether it
+    can `stop`, is caught; a lookup of anything else (an exception's field) is not."""
+    a = tmp_path / "a.py"
+    a.write_text(
+        'split = getattr(cat.rows, "split_clean", None)\nif hasattr(provider, "stop"):\n    pass\n'
+        'code = getattr(exc, "exit_code", 70)\n'
+    )
+    assert _looked_up_methods("gpucloud.plan.rows", a, {"split_clean", "stop"}) == [
+        "gpucloud.plan.rows:1: getattr 'split_clean'",
+        "gpucloud.plan.rows:2: hasattr 'stop'",
+    ]
+    assert {"split_clean", "stop", "plan_notes"} <= _implemented_methods(_modules())
+
+
 # Shared test code lives in tests/support/ (or a conftest), so a test module is never imported by another.
 TESTS = Path(__file__).resolve().parent
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Any, ClassVar, Protocol, TypeAlias
 
 from gpucloud.catalog.models import Offering
 
@@ -121,8 +121,19 @@ class RowSource(Protocol):
         """Sorted regions with at least one row of `cloud`."""
         ...
 
+    # Whether the source counts and ranks the rows that give candidates itself (`split_clean`); a
+    # source that does not (the shipped CSVs, a hundred-odd rows) has every selected row checked in
+    # Python, and is never asked.
+    ranks_itself: ClassVar[bool] = False
 
-class MemoryRows:
+    def split_clean(self, where: RowFilter, rule: CleanRule) -> tuple[Any, list[tuple[int, Offering]]]:
+        """The selection's rows that give candidates under `rule`, counted and ranked by the source,
+        and the other rows of the selection in catalog order (asked only when `ranks_itself`). The
+        first is a catalog/ranking.py CleanCandidates (that module imports this one)."""
+        raise TypeError(f"{type(self).__name__} does not rank its rows: ask it only when ranks_itself")
+
+
+class MemoryRows(RowSource):
     """Rows held in a tuple (the shipped CSVs: a hundred-odd rows, filtered in Python)."""
 
     __slots__ = ("_rows",)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from gpucloud.catalog.models import Offering
 from gpucloud.catalog.ranking import COLUMNS, ROUND_FUNCTION, CleanCandidates, RuleSql, gc_paused
-from gpucloud.catalog.rows import CleanRule, RowFilter
+from gpucloud.catalog.rows import CleanRule, RowFilter, RowSource
 
 if TYPE_CHECKING:
     import sqlite3
@@ -127,9 +127,11 @@ def _where(where: RowFilter, keyed: bool = False) -> tuple[str, list[object]]:
     return (" WHERE " + " AND ".join(parts) if parts else ""), args
 
 
-class IndexedRows:
+class IndexedRows(RowSource):
     """The rows of a catalog file, read by filter through its indexes; the whole table only when a
     caller asks for every row (`catalog`, `--json` exclusions, a refresh)."""
+
+    ranks_itself = True
 
     def __init__(
         self,

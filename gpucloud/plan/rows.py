@@ -342,8 +342,7 @@ def read_rows(
     reasons let through. With GPU alternatives or ranges the source is given each request (its
     GPUs whose stack fits the job's pins, its counts, its rank), so that it ranks only the rows the
     planner would take, by request first; the GPUs of those rows count as considered (`stacks`)."""
-    split = getattr(cat.rows, "split_clean", None)
-    if split is None or quick.fixed_type:
+    if not cat.rows.ranks_itself or quick.fixed_type:
         selected = cat.rows.select(quick.where)
         return None, selected, len(selected)
     market = "auto" if policy == "auto" else "spot" if policy else "on-demand"
@@ -360,7 +359,7 @@ def read_rows(
         _clean_requests(match, stacks),
         tuple(sorted(res.arches)) if res.arches is not None else None,
     )
-    part, rest = split(quick.where, rule)
+    part, rest = cat.rows.split_clean(quick.where, rule)
     if stacks is not None:
         for name in sorted({gpu for gpu, _ in part.pairs} | part.considered):
             stacks.of(name)
