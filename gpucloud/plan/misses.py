@@ -56,7 +56,7 @@ def nothing_fits(
     return UserError(
         f"{_where(spec)}no offering meets every constraint of the job. Closest misses:\n  - "
         + "\n  - ".join(lines or ["(none)"]),
-        hint="Relax the constraint named above (max_price_per_hour, regions, gpu count, min_vcpus, spot), "
+        hint="Relax the constraint named above (max_cost, max_price_per_hour, regions, gpu count, min_vcpus, spot), "
         "or see `gpucloud catalog --gpu " + (gpu or "T4") + "`.",
     )
 

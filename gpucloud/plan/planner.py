@@ -271,7 +271,7 @@ def _check_rows(
     keys: list[RankKey] = []
     checked: list[tuple[int, Exclusion]] = []
     gpu, variants, clouds, regions = quick.gpu, quick.variants, quick.cloud_list, quick.regions
-    nodes, cap = spec.num_nodes, spec.resources.max_price_per_hour
+    nodes, (cap, why) = spec.num_nodes, spec.price_cap()
     ranks = match.ranks() if match is not None else {}  # Candidate.request -> its place
 
     def label(name: str, count: int) -> str:
@@ -288,7 +288,7 @@ def _check_rows(
                 reason = stack
         if reason is not None:
             return reason, []
-        markets, reason = _markets(off, policy, cap, estimates)
+        markets, reason = _markets(off, policy, (cap, why), estimates)
         return reason, markets
 
     def why_not(off: Offering) -> str:
@@ -444,12 +444,12 @@ def _priced_options(
     estimates: bool = True,
 ) -> tuple[list[Candidate], str | None]:
     """Candidates for one offering under the spot policy and max price; or why there are none."""
-    markets, reason = _markets(off, policy, spec.resources.max_price_per_hour, estimates)
+    markets, reason = _markets(off, policy, spec.price_cap(), estimates)
     return [_candidate(off, is_spot, price, spec, images, request) for is_spot, price in markets], reason
 
 
 def _markets(
-    off: Offering, policy: bool | str, cap: float | None, estimates: bool = True
+    off: Offering, policy: bool | str, limit: tuple[float | None, str], estimates: bool = True
 ) -> tuple[list[tuple[bool, float]], str | None]:
     """(spot?, price per node) of each market the offering is a candidate in; or why there is none.
 
@@ -471,6 +471,7 @@ def _markets(
             return [], f"price is an estimate ({source.rule}); --no-estimates refuses estimated prices"
     out: list[tuple[bool, float]] = []
     too_dear: list[str] = []
+    cap, why = limit  # the price cap and the field it comes from (JobSpec.price_cap)
     breaks = price_rule(cap)
     for is_spot in markets:
         price = off.spot_price_per_hour if is_spot else off.price_per_hour
@@ -480,7 +481,8 @@ def _markets(
             bad = price_problem(price, off.gpu_count)
             too_dear.append(f"{'spot' if is_spot else 'on-demand'} price {bad}; run `gpucloud catalog refresh`")
         elif broken == "cap":
-            too_dear.append(f"{'spot' if is_spot else 'on-demand'} ${price:.3f}/h > max_price_per_hour ${cap:g}")
+            over = f"max_price_per_hour ${cap:g}" if why == "max_price_per_hour" else f"${cap:.3f}/h ({why})"
+            too_dear.append(f"{'spot' if is_spot else 'on-demand'} ${price:.3f}/h > {over}")
         else:
             out.append((is_spot, price))
     return out, ("; ".join(too_dear) if not out else None)

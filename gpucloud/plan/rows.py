@@ -351,7 +351,7 @@ def read_rows(
         market,
         res.min_vcpus or 0,
         res.min_memory_gib or 0.0,
-        res.max_price_per_hour,
+        spec.price_cap()[0],
         spec.num_nodes,
         MIN_PER_GPU_HOUR,
         MAX_PER_GPU_HOUR,

@@ -17,12 +17,12 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import Declined, GpucloudError, NoCandidateError
-from gpucloud.run import gpu_report
+from gpucloud.run import budget, gpu_report
 from gpucloud.run.artifacts import fetch_artifacts, refused_note, results_dir, settle_artifacts
 from gpucloud.run.log import LogMirror
 from gpucloud.run.result import RunResult, new_run_id
 from gpucloud.run.secrets import SecretDelivery
-from gpucloud.run.watch import observe, outcome, stage_order, stale, vm_phases
+from gpucloud.run.watch import observe, outcome, stage_order, stale, vm_phases, wait_final
 from gpucloud.state.guard import no_space
 from gpucloud.state.store import FINAL_STATUSES, Journal, Store, home_dir
 from gpucloud.ui import views
@@ -269,7 +269,7 @@ class RunInProgress:
                 status, code, message = self._follow()
                 while status in ("preempted", "lost") and self._relaunch(status, message):
                     status, code, message = self._follow()
-                if status not in ("interrupted", "down"):
+                if status not in (*budget.ENDED_EARLY, "down"):
                     self._collect()
                     if self.refused:  # the summary never reads as a plain success when files were refused
                         message = "; ".join(filter(None, [message, refused_note(self.refused)]))
@@ -291,10 +291,10 @@ class RunInProgress:
             raise
         finally:
             if not keep_running:
-                stopped = status == "interrupted" and self._stop_first()
+                stopped = status in budget.ENDED_EARLY and self._stop_first()
                 code = self._teardown(70 if code is None else code)
                 self._drain_logs()
-                if status == "interrupted":
+                if status in budget.ENDED_EARLY:
                     self._after_interrupt(f"run {self.run_id} {status} (exit {code}): {message}", stopped)
                 self.store.finish_run(self.run_id, status, exit_code=code, message=message or None)
             self.store.set_phases(self.run_id, self.phases)
@@ -377,6 +377,8 @@ class RunInProgress:
             if now > launch.deadline + CLI_DEADLINE_GRACE_S:
                 self.progress.warn("max_duration passed and the machine did not end the run itself: tearing down")
                 return "deadline", 124, "max_duration passed"
+            if (ended := budget.over(self.store, self.run_id, self.spec.max_cost, self.progress.warn)) is not None:
+                return ended
             if now - last_state_check >= max(interval, heartbeat_s) and stale(
                 obs.statuses, booted_at, now, heartbeat_s
             ):
@@ -540,20 +542,19 @@ class RunInProgress:
         return True
 
     def _bring_back(self) -> None:
-        """An interrupted run's nodes were stopped like a cloud stops a machine: a job that saved its
-        outputs on SIGTERM had them uploaded as artifacts. Read back the last log lines and those
-        artifacts, or say that none came."""
+        """The nodes of a run the CLI ended were stopped as a cloud stops a machine: a job that saved its
+        outputs on SIGTERM had them uploaded. Read back the last log lines and those artifacts (or none)."""
         try:
             self.interrupted = True
+            wait_final(self.launch.channel, self.run_id, self.spec.num_nodes)  # type: ignore[union-attr]
             self._pump_logs(final=True)
             self._collect()
         except Exception as exc:  # noqa: BLE001 - best effort: the machines are gone, the channel may be too
             self.progress.warn(f"nothing came back from the interrupted run: {exc}")
 
     def _after_interrupt(self, verdict: str, stopped: bool) -> None:
-        """After the teardown of an interrupted run: bring back what the job saved (unless that was
-        done before the teardown), then end the log with the run's own verdict, so that the log
-        and `status` agree."""
+        """After the teardown of a run the CLI ended (Ctrl-C, max_cost): bring back what the job saved
+        (unless done before the teardown), then end the log with the run's verdict, as `status` has it."""
         if self.launch is None or self.mirror is None:
             return
         if not stopped:

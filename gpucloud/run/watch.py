@@ -8,6 +8,7 @@ is decided here only.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ VM_FINAL_STATES = protocol.FINAL_STATES
 PREEMPTED_EXIT = 75  # a run that ended preempted with no restart left: temporary, try again (docs/SPOT.md)
 STALE_HEARTBEATS = 3  # a node is suspect after this many missed heartbeats
 DEAD_NODE_STATES = ("gone", "stopping")
+FINAL_WAIT_S = 20.0  # after the teardown of a run the CLI ended: how long its nodes get to say they ended
 REFUSED_EXIT = 65  # EX_DATAERR: the node's exit code is not one a process can have (README, exit codes)
 
 
@@ -74,6 +76,21 @@ def observe(channel: Channel, run_id: str, num_nodes: int, node_states: list[str
     for r in dead:
         statuses[r] = channel.read_status(run_id, r)
     return Observation(statuses=statuses, lost=[r for r in dead if not is_final(statuses[r])])
+
+
+def wait_final(channel: Channel, run_id: str, num_nodes: int, timeout: float = FINAL_WAIT_S) -> bool:
+    """Whether every node wrote its final status within `timeout`: a node stopped by the teardown
+    (SIGTERM as its machine goes) uploads what its job saved first, then says it ended."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            if observe(channel, run_id, num_nodes).all_final:
+                return True
+        except Exception:  # noqa: BLE001 - a channel the teardown removed: nothing more will come
+            return False
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.5)
 
 
 def stale(statuses: list[dict | None], booted_at: float, now: float, heartbeat_s: float) -> bool:

@@ -413,10 +413,22 @@ class JobSpec(_Strict):
     artifacts: list[ArtifactPath] = Field(default_factory=list)
     ports: PortList = Field(default_factory=list)  # node ports `gpucloud ssh` forwards to the caller (docs/SSH.md)
     max_duration: int = Field(6 * 3600, ge=MIN_DURATION_S, le=MAX_DURATION_S)  # seconds; input "90m" / "6h" / "2d"
+    max_cost: float | None = Field(default=None, gt=0, allow_inf_nan=False)  # USD for the whole run (docs/SPOT.md)
     checkpoint: str | None = None  # folder under the job's cwd kept across attempts (docs/SPOT.md)
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL_S  # seconds between checkpoint uploads
     recovery: Recovery | None = None  # relaunch on preemption / lost / no capacity
     source: Path | None = Field(None, exclude=True)  # the job file it came from (not part of the format)
+
+    def price_cap(self) -> tuple[float | None, str]:
+        """The most a node-hour may cost, and the words that say why: max_price_per_hour, or less
+        where max_cost could not pay for max_duration on every node at a higher price."""
+        cap, why = self.resources.max_price_per_hour, "max_price_per_hour"
+        if self.max_cost is not None:
+            hours = self.num_nodes * self.max_duration / 3600
+            if cap is None or self.max_cost / hours < cap:
+                cap = self.max_cost / hours
+                why = f"max_cost ${self.max_cost:g} over {self.max_duration / 3600:g} h x {self.num_nodes} node(s)"
+        return cap, why
 
     def workdir_path(self) -> Path:
         """workdir is relative to the job file's folder (like docker-compose), else to the cwd."""

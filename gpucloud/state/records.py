@@ -19,6 +19,7 @@ FINAL_STATUSES = (
     "failed",
     "deadline",
     "interrupted",
+    "max-cost",  # the CLI ended it when its spend reached max_cost (run/budget.py)
     "lost",
     "error",
     "no-capacity",

@@ -190,7 +190,7 @@ def test_local_plan_is_free_and_single() -> None:
 
 def test_plan_json_shape() -> None:
     doc = json.loads(json.dumps(make_plan(job(gpu="T4:1", spot="auto")).as_json()))
-    assert set(doc) == {"candidates", "excluded", "stack", "warnings", "catalog"}
+    assert set(doc) == {"candidates", "excluded", "stack", "warnings", "notes", "catalog"}
     assert {"origin", "price_date", "age_days", "max_age_days", "stale"} <= set(doc["catalog"])
     assert set(doc["candidates"][0]) == {
         "arch",

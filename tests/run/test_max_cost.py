@@ -1,0 +1,59 @@
+"""`max_cost:` (gpucloud/run/budget.py): the job-file field, `spent` (the one answer to "what has
+this run spent so far", reused by budgets) and the end it gives a run, on the state store and on
+the local provider (a machine of your own costs $0 an hour: max_cost never ends a local run)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpucloud.run import budget
+from gpucloud.spec.load import parse_spec
+from gpucloud.spec.values import SpecError
+from gpucloud.state.store import Store
+from tests.support.cli import cli
+
+
+def test_max_cost_is_a_job_field_checked_with_its_line() -> None:
+    head = "name: m\nresources: {cloud: aws, gpu: 'T4:1'}\nrun: x\n"
+    spec = parse_spec(head + "max_duration: 10h\nmax_cost: 3\n", "j.yaml")
+    assert spec.max_cost == 3.0
+    assert spec.price_cap() == (0.3, "max_cost $3 over 10 h x 1 node(s)")
+    both = parse_spec(
+        "name: m\nresources: {cloud: aws, gpu: 'T4:1', max_price_per_hour: 0.2}\nrun: x\nmax_duration: 10h\n"
+        "max_cost: 3\n",
+        "j.yaml",
+    )
+    assert both.price_cap() == (0.2, "max_price_per_hour")  # the lower cap holds
+    for bad in ("-1", "0", "lots", ".nan"):
+        with pytest.raises(SpecError) as exc:
+            parse_spec(f"name: m\nrun: x\nmax_cost: {bad}\n", "j.yaml")
+        assert "j.yaml:3: max_cost" in str(exc.value), str(exc.value)
+
+
+def test_spent_sums_the_attempts_and_over_ends_at_the_cap(tmp_path: Path) -> None:
+    store = Store(tmp_path / "state.db")
+    store.create_run("r-1", name="r", num_nodes=2)
+    where = {"cloud": "aws", "region": "us-east-1", "instance_type": "x"}
+    store.start_attempt("r-1", 0, **where, spot=True, price_per_hour=1.8, num_nodes=2)
+    store.set_attempt_handle("r-1", 0, "{}")
+    start = store.attempts("r-1")[0].started_at
+    assert budget.spent(store, "r-1", start + 100) == pytest.approx(1.8 * 2 * 100 / 3600)  # $0.1
+    said: list[str] = []
+    assert budget.over(store, "r-1", 0.2, said.append, start + 100) is None and said == []
+    assert budget.over(store, "r-1", None, said.append, start + 10**6) is None
+    status, code, message = budget.over(store, "r-1", 0.2, said.append, start + 200) or ("", 0, "")
+    assert (status, code) == ("max-cost", 124) and "max_cost $0.2 reached (spent $0.2000)" in message
+    assert said == [message]
+    assert budget.spent(store, "no-such-run") == 0.0
+
+
+def test_a_local_run_with_max_cost_runs_to_its_end(tmp_path: Path, gpucloud_home: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: free\nresources: {cloud: local}\nrun: echo done\nmax_duration: 1m\nmax_cost: 0.01\n")
+    out = cli("run", str(job), "--json", cwd=tmp_path)
+    assert out.returncode == 0 and json.loads(out.stdout)["status"] == "succeeded", out.stderr
+    runs = Store(gpucloud_home / "state.db").list_runs()
+    assert budget.spent(Store(gpucloud_home / "state.db"), runs[0].id) == 0.0
