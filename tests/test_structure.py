@@ -5,6 +5,7 @@ circle, imports only point down the layers, and no cloud name spelled outside gp
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 from gpucloud.contract import registry as providers
@@ -66,27 +67,35 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(name: str, path: Path, known: set[str], bare: frozenset[str] = frozenset()) -> set[str]:
-    """gpucloud modules `name` imports anywhere: at the top, in a function, or under `if TYPE_CHECKING:`
-    (a type-only import is still a dependency of the code's meaning), with the parent packages that
-    importing them runs. A package whose `__init__` imports no gpucloud module (a plain folder marker,
-    in `bare`) runs nothing, so passing through it is no dependency."""
-    tree = ast.parse(path.read_text())
+def _import_statements(name: str, path: Path) -> Iterator[tuple[ast.Import | ast.ImportFrom, str, list[str]]]:
+    """Every import statement of module `name` (at the top, in a function, under TYPE_CHECKING) as
+    (statement, base, full names): `import a.b` gives ("", ["a.b"]); `from .m import x` gives the
+    absolute module and ["<module>.x"], a relative import resolved from `name`'s package. The one
+    walker under the import checks: layers and circles, private names, and tests importing tests."""
     is_pkg = path.name == "__init__.py"
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        targets: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
+            yield node, "", [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 pkg = name.split(".") if is_pkg else name.split(".")[:-1]
                 pkg = pkg[: len(pkg) - node.level + 1]
                 base = ".".join([*pkg, base] if base else pkg)
-            subs = [f"{base}.{a.name}" for a in node.names]
-            # `from pkg import module` names pkg only on the way to the module.
-            targets = subs if any(s in known for s in subs) else [base, *subs]
+            yield node, base, [f"{base}.{a.name}" for a in node.names]
+
+
+def _imports(name: str, path: Path, known: set[str], bare: frozenset[str] = frozenset()) -> set[str]:
+    """gpucloud modules `name` imports anywhere: at the top, in a function, or under `if TYPE_CHECKING:`
+    (a type-only import is still a dependency of the code's meaning), with the parent packages that
+    importing them runs. A package whose `__init__` imports no gpucloud module (a plain folder marker,
+    in `bare`) runs nothing, so passing through it is no dependency."""
+    found: set[str] = set()
+    for node, base, names in _import_statements(name, path):
+        targets = names
+        # `from pkg import module` names pkg only on the way to the module.
+        if isinstance(node, ast.ImportFrom) and not any(s in known for s in names):
+            targets = [base, *names]
         for target in targets:
             parts = target.split(".")
             for i in range(1, len(parts) + 1):
@@ -352,20 +361,8 @@ def _private_imports(name: str, path: Path) -> list[str]:
     """Private (`_x`) names `name` takes from another gpucloud module, anywhere in the file (lazy
     and TYPE_CHECKING imports count): what is shared is public, so a module's privates stay free to
     change without reading the rest of the package."""
-    is_pkg = path.name == "__init__.py"
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                pkg = name.split(".") if is_pkg else name.split(".")[:-1]
-                pkg = pkg[: len(pkg) - node.level + 1]
-                base = ".".join([*pkg, base] if base else pkg)
-            names = [f"{base}.{a.name}" for a in node.names]
-        elif isinstance(node, ast.Import):
-            base, names = "", [a.name for a in node.names]
-        else:
-            continue
+    for node, base, names in _import_statements(name, path):
         for full in names:
             if (
                 full.startswith("gpucloud.")
@@ -463,17 +460,10 @@ def _test_imports(path: Path, name: str) -> list[str]:
     """The modules under tests/ that `path` (module `name`) imports, anywhere in it, other than
     tests.support.* and a conftest: `from tests.spec import fuzzing` counts as tests.spec.fuzzing."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join([*name.split(".")[: -node.level], *([base] if base else [])])
-            folder = TESTS.parent.joinpath(*base.split("."))
-            targets = [f"{base}.{a.name}" for a in node.names] if folder.is_dir() else [base]
-        else:
-            continue
+    for node, base, names in _import_statements(name.removesuffix(".__init__"), path):
+        targets = names
+        if isinstance(node, ast.ImportFrom) and not TESTS.parent.joinpath(*base.split(".")).is_dir():
+            targets = [base]
         for target in targets:
             parts = target.split(".")
             if parts[0] == "tests" and parts[1:2] != ["support"] and "conftest" not in parts:
