@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,13 +111,26 @@ def start_hooked_cli(env: dict[str, str], *args: str, faults: list[Fault] | None
     )
 
 
+_COMMAND: list[tuple[Any, Any]] = []  # (the Typer app, its click command), built once
+
+
 def invoke(*args: str) -> tuple[int, str]:
-    """The CLI in this process (typer's CliRunner): exit code and combined output."""
+    """The CLI in this process (typer's CliRunner): exit code and combined output. The app's
+    click command is built once per process: typer rebuilds it on every invoke, reading the type
+    hints of every command (0.2 CPU-s, more than a fault-matrix cell's own work)."""
+    from unittest import mock
+
+    import typer.main
+    import typer.testing
     from typer.testing import CliRunner
 
     from gpucloud.cli.app import app
 
-    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
+    if not _COMMAND or _COMMAND[0][0] is not app:
+        _COMMAND[:] = [(app, typer.main.get_command(app))]
+    command = _COMMAND[0][1]
+    with mock.patch.object(typer.testing, "_get_command", lambda _app: command):
+        result = CliRunner().invoke(app, list(args), catch_exceptions=False)
     return result.exit_code, result.output
 
 
