@@ -293,7 +293,9 @@ def test_detached_run_json_then_collect_brings_results_back(tmp_path: Path, home
 
 def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path) -> None:
     env = no_cloud_env(home)
-    spec = job(tmp_path, LOCAL.format(run="'sleep 20; mkdir -p out; echo ok > out/r.txt'"))
+    go = tmp_path / "go"  # the job ends once the CLI is killed, not after a fixed sleep (bounded at 60 s)
+    wait = f"for i in $(seq 600); do [ -f {go} ] && break; sleep 0.1; done"
+    spec = job(tmp_path, LOCAL.format(run=f"'{wait}; mkdir -p out; echo ok > out/r.txt'"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpucloud", "run", str(spec)],
         cwd=tmp_path,
@@ -314,6 +316,7 @@ def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path)
         raise AssertionError(f"the run never showed as running: ls {runs}; run's stderr:\n{err[-3000:]}")
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
+    go.touch()
     end = time.monotonic() + 90
     doc: dict = {}
     while time.monotonic() < end and doc.get("status") != "collecting":  # the job ends on its own

@@ -4,6 +4,7 @@ file), and the same rows in memory; and the benchmark's catalog grower (bench/be
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,10 +24,25 @@ from bench_plan_rows import grown_rows  # noqa: E402
 __all__ = ["file_and_memory", "grown_rows"]
 
 
+# rows -> a pristine copy of the file store.write made of them: writing and indexing a grown catalog
+# costs about a second, and many tests plan over the same rows, so each later test gets a copy.
+_WRITTEN: dict[tuple[Offering, ...], Path] = {}
+
+
 def file_and_memory(rows: list[Offering], job: str, tmp_path: Path) -> tuple[Catalog, Catalog, JobSpec]:
     """The rows written as the refresh writes them and opened (the indexed file), the same rows in
-    memory, and the job file `job` loaded."""
-    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    memory, and the job file `job` loaded. The file is the test's own copy: a test may change it."""
+    target = store.cache_file()
+    key = tuple(rows)
+    pristine = _WRITTEN.get(key)
+    if pristine is None or not pristine.exists():
+        store.write(target, rows, created_at="2026-12-04T00:00:00Z", clouds={})
+        pristine = tmp_path / f"written-{len(_WRITTEN)}.sqlite"
+        shutil.copyfile(target, pristine)
+        _WRITTEN[key] = pristine
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(pristine, target)
     load_catalog.cache_clear()  # type: ignore[attr-defined]
     indexed = load_catalog()
     memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows), meta=indexed.meta)
