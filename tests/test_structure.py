@@ -27,7 +27,7 @@ LAYERS: dict[str, int] = {
     "gpucloud.channel.extract": FOUNDATION,
     "gpucloud.channel.trust": FOUNDATION,
     "gpucloud.ui.timeline": FOUNDATION,
-    "gpucloud.ui.prose": FOUNDATION,
+    "gpucloud.prose": FOUNDATION,
     "gpucloud.ui.untrusted": FOUNDATION,
     "gpucloud.state.records": FOUNDATION,
     "gpucloud.vm.protocol": FOUNDATION,
@@ -198,6 +198,7 @@ def test_imports_point_down_the_layers() -> None:
 FOLDERS: dict[str, int] = {
     "gpucloud.errors": FOUNDATION,
     "gpucloud.child_env": FOUNDATION,
+    "gpucloud.prose": FOUNDATION,
     "gpucloud.state": STORES,
     "gpucloud.channel": STORES,
     "gpucloud.contract": CONTRACT,
@@ -213,6 +214,8 @@ FOLDERS: dict[str, int] = {
 }
 # What a provider package may import outside gpucloud/providers/ (besides foundation modules).
 PROVIDERS_IMPORT = ("gpucloud.contract", "gpucloud.catalog", "gpucloud.state", "gpucloud.channel", "gpucloud.errors")
+# What a folder below ui/ may take from ui/: the fence around text from machines (every layer prints it).
+UI_FOR_ALL = ("gpucloud.ui.untrusted",)
 # The folders that ask for a capability and never name the cloud that has it.
 CLOUD_BLIND = ("gpucloud.run", "gpucloud.vm", "gpucloud.plan")
 
@@ -233,6 +236,9 @@ def _folder_back_arrows(graph: dict[str, set[str]]) -> list[str]:
     for mod, deps in sorted(graph.items()):
         for dep in sorted(deps):
             here, there = _folder(mod), _folder(dep)
+            if there == "gpucloud.ui" and FOLDERS[here] < UI and not _under(dep, UI_FOR_ALL):
+                wrong.append(f"{mod} ({here}) imports {dep}: below ui/ only {', '.join(UI_FOR_ALL)}")
+                continue
             if here == there or layer_of(dep) == FOUNDATION:
                 continue
             if FOLDERS[there] > FOLDERS[here]:
@@ -275,6 +281,19 @@ def test_the_folder_check_sees_seeded_back_arrows(tmp_path: Path) -> None:
     ], wrong
     assert "gpucloud.plan.stacks" in wrong[1] and "names a provider" in wrong[2] and "names a provider" in wrong[3]
     assert _folder_back_arrows({"gpucloud.providers.ssh.probe": {"gpucloud.plan.stack_data"}}) == []
+
+
+def test_below_ui_only_the_untrusted_fence_is_imported_from_ui() -> None:
+    """A store or a provider printing through ui/ (even a foundation module there) is caught; the
+    fence around untrusted text is not, and neither is foundation outside ui/."""
+    graph = {
+        "gpucloud.state.guard": {"gpucloud.ui.timeline", "gpucloud.prose"},
+        "gpucloud.providers.aws.provider": {"gpucloud.ui.untrusted", "gpucloud.errors"},
+        "gpucloud.run.collect": {"gpucloud.ui.views"},
+    }
+    wrong = _folder_back_arrows(graph)
+    assert [w.split(" ")[0] for w in wrong] == ["gpucloud.state.guard"], wrong
+    assert "gpucloud.ui.timeline" in wrong[0]
 
 
 def test_no_bucket_scheme_spelled_in_run_vm_plan() -> None:

@@ -48,7 +48,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def err(message: str) -> None:
     """Human messages go to stderr, wrapped to its width; stdout is for results and --json documents."""
-    from gpucloud.ui.prose import to_stderr
+    from gpucloud.prose import to_stderr
 
     to_stderr(message)
 
@@ -168,7 +168,7 @@ def validate(
         return
     import yaml
 
-    from gpucloud.ui.prose import YAML_WIDTH
+    from gpucloud.prose import YAML_WIDTH
 
     err(f"{spec}: valid")
     err(upload.summary())

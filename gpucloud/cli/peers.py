@@ -23,9 +23,9 @@ def import_peer(
 ) -> None:
     """Convert a SkyPilot task or a dstack task into a gpucloud job file, noting what did not map."""
     from gpucloud.errors import UserError
+    from gpucloud.prose import to_stderr
     from gpucloud.spec.load import parse_spec
     from gpucloud.spec.peers import import_file
-    from gpucloud.ui.prose import to_stderr
 
     source = Path(file)
     if out is not None and out.exists():

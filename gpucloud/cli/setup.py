@@ -139,7 +139,7 @@ def hosts_probe(
     if json_out:
         jsonout.emit([p.as_json() for p in probes])
     else:
-        from gpucloud.ui.prose import fill, output_width
+        from gpucloud.prose import fill, output_width
 
         print(fill("\n".join(p.render() for p in probes), output_width()))
     if any(p.problems for p in probes):  # unreachable or unfit: the machine's configuration (README, exit codes)

@@ -67,7 +67,7 @@ def _quota_lines(quotas: list[dict[str, object]]) -> list[str]:
 def print_checks(results: list[CloudCheck]) -> None:
     """Human report: one block per cloud; problems with their fixes. Every line is wrapped to the
     output width, continuing under its value (a region list or a fix is often longer than a line)."""
-    from gpucloud.ui.prose import fill, output_width
+    from gpucloud.prose import fill, output_width
 
     lines: list[str] = []
     for r in results:

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from gpucloud.contract import registry as providers
 from gpucloud.contract.provider import Unreachable
 from gpucloud.errors import Declined, InternalError, UserError
+from gpucloud.prose import fill, output_width, to_stderr
 from gpucloud.run.log import LogMirror
 from gpucloud.run.sweep import Sweep
 from gpucloud.run.watch import observe, outcome, vm_phases
 from gpucloud.state.guard import StoreError
 from gpucloud.state.store import Journal, ResourceRecord, RunRecord, Store, current_user, home_dir
 from gpucloud.ui import views
-from gpucloud.ui.prose import fill, output_width, to_stderr
 
 if TYPE_CHECKING:
     from gpucloud.channel.store import Channel

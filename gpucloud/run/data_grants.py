@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from gpucloud.channel.store import run_prefix
 from gpucloud.contract import registry as providers
 from gpucloud.errors import UserError
+from gpucloud.prose import to_stderr
 from gpucloud.spec.data import DataSource, input_source, parse_location
-from gpucloud.ui.prose import to_stderr
 from gpucloud.ui.untrusted import shown
 from gpucloud.vm.agent.names import path_problem
 

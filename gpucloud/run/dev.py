@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from gpucloud.errors import UserError
-from gpucloud.ui.prose import to_stderr
+from gpucloud.prose import to_stderr
 
 DEFAULT_IDLE = "30m"
 READY_LINE = "gpucloud dev: the machine is ready"

@@ -17,6 +17,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import Declined, GpucloudError, NoCandidateError
+from gpucloud.prose import to_stderr
 from gpucloud.run import budget, gpu_report
 from gpucloud.run.artifacts import fetch_artifacts, refused_note, results_dir, settle_artifacts
 from gpucloud.run.log import LogMirror
@@ -27,7 +28,6 @@ from gpucloud.state.guard import no_space
 from gpucloud.state.store import FINAL_STATUSES, Journal, Store, home_dir
 from gpucloud.ui import views
 from gpucloud.ui.progress import Progress, awaited
-from gpucloud.ui.prose import to_stderr
 from gpucloud.ui.timeline import format_nodes
 
 if TYPE_CHECKING:

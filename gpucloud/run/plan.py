@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import CloudAccessError, ConfigurationError, NoCandidateError
-from gpucloud.ui.prose import to_stderr
+from gpucloud.prose import to_stderr
 
 if TYPE_CHECKING:
     from gpucloud.plan.planner import Plan

@@ -21,9 +21,9 @@ from gpucloud.contract import registry as providers
 from gpucloud.contract.provider import RunHandle
 from gpucloud.contract.session import MAX_FORWARDS, Forward, SessionAsk, SessionPlan
 from gpucloud.errors import UserError
+from gpucloud.prose import to_stderr
 from gpucloud.run.ssh_entries import config_entries
 from gpucloud.state.records import RunRecord
-from gpucloud.ui.prose import to_stderr
 
 LOOPBACK = "127.0.0.1"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from gpucloud.contract.provider import RunHandle
 from gpucloud.contract.session import SESSION_FOLDER, SessionAsk
 from gpucloud.errors import UserError
+from gpucloud.prose import to_stderr
 from gpucloud.state.records import RunRecord
-from gpucloud.ui.prose import to_stderr
 
 SSH_FOLDER = SESSION_FOLDER  # under GPUCLOUD_HOME: one `RUN.conf` per run, Include'd by ~/.ssh/config
 INCLUDE_MARK = "# gpucloud: its runs' ssh entries (gpucloud ssh --write-config)"

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from gpucloud.errors import GpucloudError
-from gpucloud.ui.prose import VERBATIM_INDENT, to_stderr
+from gpucloud.prose import VERBATIM_INDENT, to_stderr
 
 # Tables and the columns this gpucloud reads; a store without them was not written by gpucloud
 # (or by a version that no migration reaches).

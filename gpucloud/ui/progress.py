@@ -15,8 +15,8 @@ import time
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from gpucloud.prose import to_stderr
 from gpucloud.ui import ci as ci_output
-from gpucloud.ui.prose import to_stderr
 
 
 def plain_mode() -> bool:

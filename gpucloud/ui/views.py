@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from gpucloud.prose import fill, output_width, to_stderr
 from gpucloud.ui.progress import fmt_seconds
-from gpucloud.ui.prose import fill, output_width, to_stderr
 from gpucloud.ui.table import Table
 
 if TYPE_CHECKING:

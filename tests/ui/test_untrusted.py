@@ -6,9 +6,9 @@ import io
 
 import pytest
 
+from gpucloud.prose import fill
 from gpucloud.ui.ci import LogFence
 from gpucloud.ui.progress import Progress
-from gpucloud.ui.prose import fill
 from gpucloud.ui.untrusted import QUOTE, shown, shown_lines, shown_stream
 
 

@@ -1,5 +1,5 @@
 """Warnings, notes and error paragraphs wrap to the output width (80 columns in a pipe or with
-COLUMNS=80, COLUMNS when set) by one function (gpucloud/ui/prose.py), without losing or cutting a
+COLUMNS=80, COLUMNS when set) by one function (gpucloud/prose.py), without losing or cutting a
 word: paths, URLs and `commands` stay whole, and --json documents are never wrapped. Through the
 real CLI with stdout and stderr piped, as in a CI log."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.ui.prose import fill
+from gpucloud.prose import fill
 from tests.support.cli import clean_env, cli
 from tests.support.text import flat, messages
 

@@ -64,7 +64,7 @@ EC2_STATES = {
 
 
 def _default_warn(message: str) -> None:
-    from gpucloud.ui.prose import to_stderr
+    from gpucloud.prose import to_stderr
 
     to_stderr(f"warning: {message}")
 

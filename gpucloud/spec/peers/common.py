@@ -16,8 +16,8 @@ from typing import Any
 
 from gpucloud.contract import registry as providers
 from gpucloud.errors import UserError
+from gpucloud.prose import YAML_WIDTH
 from gpucloud.spec.values import ENV_KEY_RE, NAME_RE
-from gpucloud.ui.prose import YAML_WIDTH
 
 MAX_BYTES = 1 << 20  # as a job file: a peer task is a few KiB; more is a wrong path
 MAX_NODES = 100_000  # composed nodes counted through aliases: an alias bomb stops here
