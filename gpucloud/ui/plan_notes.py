@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from gpucloud.contract.provider import Candidate
+    from gpucloud.contract.provider import Candidate, PriceSource
     from gpucloud.plan.planner import DataAge
 
 _PRICE = re.compile(r"\$(\d+(?:\.\d+)?)/h")
@@ -137,6 +137,14 @@ def source_ages(groups: dict[tuple[str, str], int]) -> str:
 def catalog_ages(sources: Iterable[tuple[str, str]]) -> str:
     """The catalog's rows counted per price source and date, each with its age."""
     return source_ages(_by_source(sources))
+
+
+def source_cell(source: PriceSource | None) -> str:
+    """A row's price source with the age of its price (`shipped 2026-08-26 103d`), so that every row
+    says how old it is, not only a warning under the table."""
+    if source is None:
+        return "-"
+    return f"{source.short()} {_days_since(source.date)}d" if source.date else source.short()
 
 
 def _days_since(date_text: str) -> int:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.prose import fill, output_width, to_stderr
+from gpucloud.ui.plan_notes import source_cell
 from gpucloud.ui.progress import fmt_seconds
 from gpucloud.ui.table import Table
 
@@ -103,7 +104,7 @@ def print_plan(plan: Plan, *, show_all: bool = False, all_reasons: bool = False)
         note(f"note: {line}")
 
 
-SOURCE = "price\nsource"
+SOURCE = "price\nsource (age)"
 
 
 def _candidates_table(plan: Plan, shown: Sequence[Candidate], *, mark: bool) -> Table:
@@ -147,7 +148,7 @@ def _candidates_table(plan: Plan, shown: Sequence[Candidate], *, mark: bool) -> 
             *prices,
             f"{c.total_per_hour:.3f}",
             f"{c.estimated_cost:.2f}",
-            c.price_source.short() if c.price_source is not None else "-",
+            source_cell(c.price_source),
         )
     return table
 
@@ -309,7 +310,7 @@ def _catalog_table(rows: list[Offering], *, mark: bool) -> Table:
             f"{o.price_per_hour:.3f}" + ("*" if mark and source.kind in ("estimate", "old") else ""),
             f"{o.spot_price_per_hour:.3f}" if o.spot_price_per_hour is not None else "-",
             o.status_text(),
-            source.short(),
+            source_cell(source),
         )
     return table
 
