@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from bench_plan_rows import FAMILY_JOB, grown_rows  # noqa: E402
 
-from tests.support.catalog_files import file_and_memory
+from tests.support.catalog_files import file_and_memory, written
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = {
@@ -115,8 +115,7 @@ def test_candidates_are_ranked_as_a_full_sort_and_built_only_when_read(
     from gpucloud.ui.views import PLAN_ROWS
 
     rows = grown_rows(40, shape)
-    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
-    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    written(rows, tmp_path)
     path = tmp_path / "job.yaml"
     path.write_text(JOBS["t4"])
     spec = load_spec(path)

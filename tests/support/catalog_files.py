@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from bench_plan_rows import grown_rows  # noqa: E402
 
-__all__ = ["file_and_memory", "grown_rows"]
+__all__ = ["file_and_memory", "grown_rows", "written"]
 
 
 # rows -> a pristine copy of the file store.write made of them: writing and indexing a grown catalog
@@ -29,9 +29,9 @@ __all__ = ["file_and_memory", "grown_rows"]
 _WRITTEN: dict[tuple[Offering, ...], Path] = {}
 
 
-def file_and_memory(rows: list[Offering], job: str, tmp_path: Path) -> tuple[Catalog, Catalog, JobSpec]:
-    """The rows written as the refresh writes them and opened (the indexed file), the same rows in
-    memory, and the job file `job` loaded. The file is the test's own copy: a test may change it."""
+def written(rows: list[Offering], tmp_path: Path) -> None:
+    """The rows written to this test's catalog file as the refresh writes them (the test's own copy:
+    it may change it), and the loaded catalog forgotten."""
     target = store.cache_file()
     key = tuple(rows)
     pristine = _WRITTEN.get(key)
@@ -44,6 +44,12 @@ def file_and_memory(rows: list[Offering], job: str, tmp_path: Path) -> tuple[Cat
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(pristine, target)
     load_catalog.cache_clear()  # type: ignore[attr-defined]
+
+
+def file_and_memory(rows: list[Offering], job: str, tmp_path: Path) -> tuple[Catalog, Catalog, JobSpec]:
+    """The rows written as the refresh writes them and opened (the indexed file), the same rows in
+    memory, and the job file `job` loaded."""
+    written(rows, tmp_path)
     indexed = load_catalog()
     memory = dataclasses.replace(shipped_catalog(), rows=MemoryRows(rows), meta=indexed.meta)
     path = tmp_path / "job.yaml"
