@@ -5,6 +5,7 @@ circle, imports only point down the layers, and no cloud name spelled outside gp
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -469,6 +470,36 @@ def test_the_method_lookup_check_sees_getattr_and_hasattr(tmp_path: Path) -> Non
         "gpucloud.plan.rows:2: hasattr 'stop'",
     ]
     assert {"split_clean", "stop", "plan_notes"} <= _implemented_methods(_modules())
+
+
+def _undeclared_calls(name: str, path: Path) -> list[str]:
+    """A method call whose missing attribute is silenced (`x.m(...)  # type: ignore[attr-defined]`):
+    a method one provider has and the contract does not declare."""
+    return [
+        f"{name}:{n}: {line.strip()}"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "type: ignore[attr-defined]" in line and re.search(r"\.\w+\(", line.split("#")[0])
+    ]
+
+
+def test_no_undeclared_method_called_with_a_silenced_type_check() -> None:
+    bad = [
+        hit for mod, path in _modules().items() if _under(mod, CONTRACT_CALLERS) for hit in _undeclared_calls(mod, path)
+    ]
+    assert not bad, bad
+
+
+def test_the_undeclared_call_check_sees_a_silenced_method_call(tmp_path: Path) -> None:
+    """An SSH-only `probe` called on a provider with its type check silenced is caught; a silenced
+    assignment of an attribute (no call) is not."""
+    a = tmp_path / "a.py"
+    a.write_text(
+        "probes = host_provider.probe(hosts, asks)  # type: ignore[attr-defined]\n"
+        "f.cache_clear = g  # type: ignore[attr-defined]\nx = provider.plan_notes()\n"
+    )
+    assert _undeclared_calls("gpucloud.cli.setup", a) == [
+        "gpucloud.cli.setup:1: probes = host_provider.probe(hosts, asks)  # type: ignore[attr-defined]"
+    ]
 
 
 # Shared test code lives in tests/support/ (or a conftest), so a test module is never imported by another.

@@ -134,8 +134,7 @@ def hosts_probe(
     from gpucloud.plan.requests import plan_request
 
     asks = plan_request(job)
-    host_provider = providers.get_provider(host_cloud)
-    probes = host_provider.probe(list(job.resources.hosts or []), asks)  # type: ignore[attr-defined]
+    probes = providers.probe_hosts(host_cloud, list(job.resources.hosts or []), asks)
     if json_out:
         jsonout.emit([p.as_json() for p in probes])
     else:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpucloud.contract.provider import Capabilities, CloudCheck, ImageStore, Provider
+    from gpucloud.contract.provider import Capabilities, CloudCheck, ImageStore, PlanRequest, Provider
     from gpucloud.contract.services import DataStore, ImageLogin
 
 
@@ -97,6 +97,8 @@ class ProviderInfo:
     quota: str | None = None
     # What the run's channel keeps after `down` and for how long ({run_id} filled in): `down` says it.
     channel_kept: str = ""
+    # "module:function(hosts, asks) -> list of reports (problems, as_json(), render())": `hosts probe`.
+    host_probe: str | None = None
 
 
 REGISTRY: dict[str, ProviderInfo] = {
@@ -176,6 +178,7 @@ REGISTRY: dict[str, ProviderInfo] = {
             "Make `ssh HOST true` work without a prompt (key in the agent or IdentityFile in "
             "~/.ssh/config; GPUCLOUD_SSH_CONFIG names another config file).",
             takes_hosts=True,
+            host_probe="gpucloud.providers.ssh.provider:probe_hosts",
         ),
         ProviderInfo(
             "slurm",
@@ -327,6 +330,15 @@ def fabric(cloud: str, instance_type: str, spot: bool) -> str | None:
         return None
     module, func = entry.fabric.split(":")
     return str(getattr(importlib.import_module(module), func)(instance_type, spot))
+
+
+def probe_hosts(cloud: str, hosts: list[str], asks: PlanRequest) -> list[Any]:
+    """`hosts probe`: each host's GPUs, driver, OS and disk, judged for `asks`, by the host cloud's prober."""
+    entry = info(cloud)
+    if not entry.host_probe:
+        raise ValueError(f"{cloud} has no host probe")
+    module, func = entry.host_probe.split(":")
+    return list(getattr(importlib.import_module(module), func)(hosts, asks))
 
 
 def policy_document(cloud: str) -> dict[str, object]:

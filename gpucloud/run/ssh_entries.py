@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from gpucloud.contract.provider import RunHandle
+from gpucloud.contract.provider import Provider, RunHandle
 from gpucloud.contract.session import SESSION_FOLDER, SessionAsk
 from gpucloud.errors import UserError
 from gpucloud.prose import to_stderr
@@ -37,12 +37,12 @@ def entry_text(run: RunRecord, blocks: list[tuple[list[str], list[tuple[str, str
     return "\n".join(lines) + "\n"
 
 
-def config_entries(run: RunRecord, handle: RunHandle, provider: object, *, write: bool) -> int:
+def config_entries(run: RunRecord, handle: RunHandle, provider: Provider, *, write: bool) -> int:
     """Print (or write, with the Include line) the run's entries; a provider whose nodes are not
     reached by ssh (a node that is a process here) has none, said plainly."""
     blocks: list[tuple[list[str], list[tuple[str, str]]]] = []
     for rank in range(max(run.num_nodes, len(handle.nodes), 1)):
-        plan = provider.session_path(handle, rank, SessionAsk())  # type: ignore[attr-defined]
+        plan = provider.session_path(handle, rank, SessionAsk())
         if not plan.ssh_options:
             raise UserError(
                 f"run {run.id} runs on {handle.cloud}, whose nodes are not reached by ssh: there is no ssh entry.",

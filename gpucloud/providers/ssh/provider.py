@@ -200,6 +200,14 @@ def _assumed_note(down: dict[str, str], job: PlanRequest) -> str:
     )
 
 
+def probe_hosts(hosts: list[str], job: PlanRequest) -> list[HostProbe]:
+    """Probe every host at once (one ssh call each) and judge it for the job (`hosts probe`
+    without --gpu: a job that names no GPU, its stack resolved for each host's own)."""
+    with ThreadPoolExecutor(max_workers=min(8, len(hosts) or 1)) as pool:
+        probes = list(pool.map(probe_or_unreachable, hosts))  # every host answers for itself
+    return [p if p.unreachable else assess(p, job.gpu, job.gpu_count, job) for p in probes]
+
+
 class SshProvider(Provider):
     """Provider protocol over ssh. Region = the run's hosts in rank order, joined with commas."""
 
@@ -227,13 +235,6 @@ class SshProvider(Provider):
 
     # -- planning -------------------------------------------------------------------------------------
 
-    def probe(self, hosts: list[str], job: PlanRequest) -> list[HostProbe]:
-        """Probe every host at once (one ssh call each) and judge it for the job (`hosts probe`
-        without --gpu: a job that names no GPU, its stack resolved for each host's own)."""
-        with ThreadPoolExecutor(max_workers=min(8, len(hosts) or 1)) as pool:
-            probes = list(pool.map(probe_or_unreachable, hosts))  # every host answers for itself
-        return [p if p.unreachable else assess(p, job.gpu, job.gpu_count, job) for p in probes]
-
     def plan_candidates(self, job: PlanRequest) -> list[Candidate]:
         """One candidate per window of `num_nodes` consecutive usable hosts (failover moves on to
         the next window when a host is busy). Hosts that cannot run the job are named with the fix."""
@@ -244,7 +245,7 @@ class SshProvider(Provider):
                 f"{where}resources.hosts: cloud: ssh needs the machines to use.",
                 hint="Add hosts: [gpu-box, alice@10.0.0.7:2222] under resources, or pass --host HOST.",
             )
-        probes = self.probe(hosts, job)
+        probes = probe_hosts(hosts, job)
         usable = [p.host for p in probes if not p.problems]
         self._planned = [p for p in probes if not p.problems]
         down = {p.host: p.unreachable for p in probes if p.unreachable}
