@@ -74,7 +74,9 @@ def table_commands() -> list[str]:
         for usage in re.findall(r"`gpucloud ([^`]+)`", cell):
             words = [w for w in usage.split() if re.fullmatch(r"[a-z][a-z-]*", w)]
             names.append(
-                " ".join(words[:2]) if len(words) > 1 and words[0] in {"catalog", "image", "hosts"} else words[0]
+                " ".join(words[:2])
+                if len(words) > 1 and words[0] in {"catalog", "image", "hosts", "budget"}
+                else words[0]
             )
     return names
 

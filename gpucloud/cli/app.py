@@ -480,10 +480,18 @@ def preempt(
 
 @app.command()
 @handles_errors
-def watch(run_id: Annotated[str, typer.Argument(metavar="RUN")], json_out: JsonOpt = False) -> None:
+def watch(
+    run_id: Annotated[str | None, typer.Argument(metavar="RUN")] = None,
+    json_out: JsonOpt = False,
+    every: Annotated[bool, typer.Option("--all", help="Every detached run, until stopped (docs/TEAMS.md).")] = False,
+) -> None:
     """Follow a detached run to its end: logs, spot recovery, artifacts, teardown."""
     from gpucloud.run.lifecycle import watch_job
 
+    if every or run_id is None:
+        from gpucloud.run.watch_all import watch_from_cli
+
+        raise typer.Exit(watch_from_cli(run_id, every))
     result = watch_job(run_id, json_out=json_out)
     if json_out:
         emit_json(result.as_json())
@@ -545,6 +553,7 @@ def _register_setup() -> None:
     for sub in (setup.setup_app, peers.import_app, session.session_app, team.team_app):
         app.registered_commands.extend(_guarded(sub).registered_commands)
     app.add_typer(_guarded(setup.hosts_app), name="hosts")
+    app.add_typer(_guarded(team.budget_app), name="budget")
 
 
 _register_setup()

@@ -108,7 +108,10 @@ def cost_report(run_ref: str | None = None, *, since: str | None = None, all_use
         docs[0]["gpu_usage"] = gpu_report.run_usage(home_dir(), runs[0], now)
     cost = sum(d["cost"] for d in docs)
     od = sum(d["on_demand_cost"] for d in docs)
+    from gpucloud.run.budgets import status
+
     return {
+        "budgets": status(store, now),
         "runs": docs,
         "total": {
             "runs": len(docs),

@@ -36,7 +36,11 @@ def launch_plan(
     plan = replace(plan, candidates=[c for c in plan.candidates if not c.assumed])
     if not plan.candidates:
         raise NoCandidateError("the plan has no candidate to provision.", [])
-    return usable_only(plan)
+    plan = usable_only(plan)
+    from gpucloud.run.budgets import check_launch
+
+    check_launch(plan.candidates[0].estimated_cost, spec.max_duration)  # before anything is created
+    return plan
 
 
 def usable_only(plan: Plan) -> Plan:

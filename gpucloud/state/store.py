@@ -184,6 +184,15 @@ class Store:
             else:
                 conn.execute("COMMIT")
 
+    def transaction(self) -> Any:
+        """One write transaction for the state layer's other tables (leases, budgets): a context
+        manager yielding something with `execute(sql, args)` in SQLite's dialect."""
+        return self._tx()
+
+    def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """Rows read by name (`row["col"]`), for the state layer's other tables."""
+        return self._query(sql, args)
+
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         if self._pg is not None:
             return self._pg.query(sql, args)

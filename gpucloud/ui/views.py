@@ -572,3 +572,11 @@ def print_cost(report: dict[str, Any]) -> None:
         f"total: {total['runs']} run(s), ${total['cost']:.4f}; on-demand for the same time "
         f"${total['on_demand_cost']:.4f}; saving ${total['saving']:.4f}"
     )
+    print_budgets(report.get("budgets", []))
+
+
+def print_budgets(state: list[dict[str, Any]]) -> None:
+    """docs/TEAMS.md: each budget and what was spent against it this period."""
+    for b in state:
+        left = "OVER" if b["over"] else f"${b['left']:.2f} left"
+        say(f"budget {b['scope']} {b['name']} ({b['period']}): ${b['spent']:.2f} of ${b['budget']:.2f}, {left}")

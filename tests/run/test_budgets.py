@@ -1,0 +1,137 @@
+"""Budgets per user and team (docs/TEAMS.md): spend cut to the UTC day/month, `budget set`/`ls`,
+`cost` against each budget, `run` refusing a launch past a budget on the AWS simulator before
+anything is created (exit 77), and `watch --all` taking down the runs of a user who is over."""
+
+from __future__ import annotations
+
+import calendar
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpucloud.run.budgets import attempt_spend, period_start
+from gpucloud.state.records import AttemptRecord
+from gpucloud.state.store import Store
+from tests.support.aws_runs import aws_env  # noqa: F401
+from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
+from tests.support.cli import cli
+from tests.support.local_runs import leftovers
+from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
+from tests.support.polling import wait_until
+from tests.support.procs import stop_process
+from tests.support.spot_job import write_count_job
+
+NOON = float(calendar.timegm((2026, 12, 7, 12, 0, 0)))
+
+
+def _attempt(started: float, ended: float | None, price: float = 2.0, nodes: int = 1) -> AttemptRecord:
+    return AttemptRecord("r", 0, "aws", "us-east-1", None, "t", False, price, nodes, started, ended, None, True, "{}")
+
+
+def test_spend_is_cut_to_the_period() -> None:
+    day, month = period_start("daily", NOON), period_start("monthly", NOON)
+    assert (day, month) == (NOON - 12 * 3600, float(calendar.timegm((2026, 12, 1, 0, 0, 0))))
+    since_yesterday = _attempt(NOON - 24 * 3600, None)  # still running: 12 h of it are today's
+    assert attempt_spend(since_yesterday, day, NOON, None) == pytest.approx(24.0)
+    assert attempt_spend(since_yesterday, month, NOON, None) == pytest.approx(48.0)
+    assert attempt_spend(_attempt(NOON - 2 * 3600, NOON - 3600, nodes=2), day, NOON, None) == pytest.approx(4.0)
+    assert attempt_spend(_attempt(day - 7200, day - 3600), day, NOON, None) == 0.0  # yesterday's
+
+
+def _spent(owner: str, run_id: str, dollars: float) -> None:
+    """A finished run of `owner` that cost `dollars` in the last hour (state rows only)."""
+    os.environ["GPUCLOUD_USER"] = owner
+    try:
+        store = Store()
+        store.create_run(run_id, name="past", price_per_hour=dollars)
+        store.start_attempt(run_id, 0, cloud="aws", region="r", instance_type="t", spot=False,
+                            price_per_hour=dollars, num_nodes=1)  # fmt: skip
+        with store.transaction() as c:
+            c.execute("UPDATE attempts SET started_at = ? WHERE run_id = ?", (time.time() - 3600, run_id))
+        store.set_attempt_handle(run_id, 0, "{}")
+        store.end_attempt(run_id, 0, "teardown")
+        store.finish_run(run_id, "succeeded", exit_code=0)
+    finally:
+        del os.environ["GPUCLOUD_USER"]
+
+
+def test_budget_set_ls_and_cost_against_each(gpucloud_home: Path) -> None:
+    assert cli("budget", "set", "--user", "ana", "--daily", "5", "--monthly", "100").returncode == 0
+    assert cli("budget", "set", "--team", "ml", "--daily", "8", "--add", "ana,bo").returncode == 0
+    _spent("ana", "a-1", 3.0)
+    _spent("bo", "b-1", 6.0)
+    state = {
+        (b["scope"], b["name"], b["period"]): b for b in json.loads(cli("budget", "ls", "--json").stdout)["budgets"]
+    }
+    assert state["user", "ana", "daily"]["spent"] == pytest.approx(3.0, rel=1e-3)
+    assert (
+        state["team", "ml", "daily"]["spent"] == pytest.approx(9.0, rel=1e-3) and state["team", "ml", "daily"]["over"]
+    )
+    text = " ".join(cli("cost").stdout.split())
+    assert "budget team ml (daily): $9.00 of $8.00, OVER" in text and "budget user ana (daily): $3.00 of $5.00" in text
+    bad = cli("budget", "set", "--user", "ana", "--team", "ml", "--daily", "1")
+    assert bad.returncode == 2 and "exactly one of" in bad.stderr
+    assert cli("budget", "set", "--user", "ana", "--daily", "0").returncode == 0  # 0 removes it
+    assert ("user", "ana", "daily") not in {
+        (b["scope"], b["name"], b["period"]) for b in json.loads(cli("budget", "ls", "--json").stdout)["budgets"]
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scope", ["user", "team"])
+def test_a_launch_past_a_budget_is_refused_before_anything_is_created(
+    scope: str,
+    aws_env: dict[str, str],  # noqa: F811
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,  # noqa: F811
+    gpucloud_home: Path,
+) -> None:
+    args = ["--user", "ana"] if scope == "user" else ["--team", "ml", "--add", "ana"]
+    assert cli("budget", "set", *args, "--daily", "0.05", env=aws_env).returncode == 0
+    job = write_count_job(Path.cwd() / "job", n=10, cloud="aws", extra={"resources": {"cloud": "aws", "gpu": "T4:1"}})
+    env = {**aws_env, "GPUCLOUD_USER": "ana"}
+    proc = cli("run", str(job), "--yes", env=env, module="tests.support.aws_cli", timeout=180)
+    assert proc.returncode == 77, proc.stderr[-3000:]
+    said = " ".join(proc.stderr.split())
+    assert "Not launched" in said and "daily budget of $0.05" in said and "Traceback" not in said
+    assert Store().list_runs() == [] and tagged_alive(moto) == []  # nothing recorded, nothing created
+    other = cli(
+        "run", str(job), "--yes", "--detach", env={**aws_env, "GPUCLOUD_USER": "cy"}, module="tests.support.aws_cli"
+    )
+    assert other.returncode == 0, other.stderr[-3000:]  # another user's launch is not held back
+    assert cli("down", other.stdout.strip(), "--yes", env=aws_env, module="tests.support.aws_cli").returncode == 0
+
+
+@pytest.mark.slow
+def test_the_watcher_takes_down_the_runs_of_a_user_over_budget(tmp_path: Path, gpucloud_home: Path) -> None:
+    env = {**os.environ, "GPUCLOUD_USER": "ana"}
+    job = write_count_job(tmp_path / "job", n=100000, cloud="local", extra={"recovery": None})
+    started = cli("run", str(job), "--detach", env=env, cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    _spent("ana", "past-1", 10.0)
+    assert cli("budget", "set", "--user", "ana", "--daily", "5").returncode == 0
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "gpucloud", "watch", "--all"],
+        env={**os.environ, "GPUCLOUD_WATCH_POLL": "0.5", "GPUCLOUD_WATCH_LEASE": "4", "GPUCLOUD_WATCH_GC_EVERY": "0"},
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        store = Store()
+        done = lambda: store.get_run(run_id).final and not store.resources(run_id, alive_only=True)  # noqa: E731
+        assert wait_until(done, 240), (gpucloud_home / "watch" / f"{run_id}.log").read_text()[-3000:]
+    finally:
+        stop_process(watcher, grace=20)
+    run = store.get_run(run_id)
+    assert run.status == "down", run.status
+    assert any(
+        e.kind == "budget" and "spent $10.00 of its daily budget of $5.00" in e.message for e in store.events(run_id)
+    )
+    assert not leftovers(gpucloud_home, run_id)
