@@ -480,26 +480,6 @@ def preempt(
 
 @app.command()
 @handles_errors
-def watch(
-    run_id: Annotated[str | None, typer.Argument(metavar="RUN")] = None,
-    json_out: JsonOpt = False,
-    every: Annotated[bool, typer.Option("--all", help="Every detached run, until stopped (docs/TEAMS.md).")] = False,
-) -> None:
-    """Follow a detached run to its end: logs, spot recovery, artifacts, teardown."""
-    from gpucloud.run.lifecycle import watch_job
-
-    if every or run_id is None:
-        from gpucloud.run.watch_all import watch_from_cli
-
-        raise typer.Exit(watch_from_cli(run_id, every))
-    result = watch_job(run_id, json_out=json_out)
-    if json_out:
-        emit_json(result.as_json())
-    raise typer.Exit(result.exit_code or 0)  # None: detached, nothing failed
-
-
-@app.command()
-@handles_errors
 def cost(
     run_id: Annotated[str | None, typer.Argument(metavar="RUN", help="A run id (default: every run).")] = None,
     since: Annotated[str | None, typer.Option("--since", help="Runs created on or after DATE (YYYY-MM-DD).")] = None,
@@ -547,7 +527,8 @@ def gc(
 
 
 def _register_setup() -> None:
-    """`check`, `iam-policy`, `import`, `ssh`, `dev`, `ls`, then `hosts ...` (cli/setup, peers, session, team)."""
+    """`check`, `iam-policy`, `import`, `ssh`, `dev`, `ls`, `watch`, then `hosts ...` (cli/setup, peers, session,
+    team)."""
     from gpucloud.cli import peers, session, setup, team
 
     for sub in (setup.setup_app, peers.import_app, session.session_app, team.team_app):

@@ -1,5 +1,5 @@
 """Commands that matter most when a team shares one state store (GPUCLOUD_STATE=postgresql://...):
-`ls` (one's own runs, `--all` everyone's) and `budget ...`.
+`ls` (one's own runs, `--all` everyone's), `watch` (one run, or `--all` as a service) and `budget ...`.
 
 Registered by cli/app.py behind its error handler, as cli/setup.py's commands are; each command
 imports what does the work inside its body, so `gpucloud --help` stays as it was."""
@@ -26,6 +26,26 @@ def list_runs(
     from gpucloud.run.commands import show_status
 
     show_status(None, json_out=json_out, all_users=all_users)
+
+
+@team_app.command()
+def watch(
+    run_id: Annotated[str | None, typer.Argument(metavar="RUN")] = None,
+    json_out: JsonOpt = False,
+    every: Annotated[bool, typer.Option("--all", help="Every detached run, until stopped (docs/TEAMS.md).")] = False,
+) -> None:
+    """Follow a detached run to its end: logs, spot recovery, artifacts, teardown."""
+    if every or run_id is None:
+        from gpucloud.run.watch_all import watch_from_cli
+
+        raise typer.Exit(watch_from_cli(run_id, every))
+    from gpucloud.run.lifecycle import watch_job
+    from gpucloud.ui.jsonout import emit
+
+    result = watch_job(run_id, json_out=json_out)
+    if json_out:
+        emit(result.as_json())
+    raise typer.Exit(result.exit_code or 0)  # None: detached, nothing failed
 
 
 budget_app = typer.Typer(
@@ -87,7 +107,7 @@ def _show(store: object, *, json_out: bool) -> None:
         print(jsonout.dumps({"budgets": state}))
         return
     if not state:
-        from gpucloud.ui.prose import to_stderr
+        from gpucloud.prose import to_stderr
 
         to_stderr("no budgets (`gpucloud budget set --user NAME --daily 50` sets one)")
         return

@@ -24,9 +24,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from gpucloud.prose import to_stderr
 from gpucloud.state.leases import GC_LEASE, Leases
 from gpucloud.state.store import RunRecord, Store, home_dir
-from gpucloud.ui.prose import to_stderr
 
 POLL_S = 5.0
 LEASE_S = 60.0
