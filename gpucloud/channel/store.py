@@ -74,6 +74,11 @@ def agent_key(run_id: str) -> str:
     return f"{run_prefix(run_id)}/agent.tar.gz"
 
 
+def request_key(run_id: str, rank: int) -> str:
+    """A kept machine's next job, which the run's owner signs (gpucloud/vm/agent/job_request.py)."""
+    return f"{node_prefix(run_id, rank)}/request"
+
+
 def notice_key(run_id: str, rank: int) -> str:
     """The simulated interruption notice `gpucloud preempt` writes; the VM's guard polls it."""
     return f"{node_prefix(run_id, rank)}/notice"
@@ -173,6 +178,7 @@ class Channel(ABC):
         checkpoint: bool = False,
         agent: bool = False,
         secrets: bool = False,
+        keep: bool = False,
     ) -> list[str]:
         """Write each node's manifest; return each node's manifest GET URL (rank order).
 
@@ -182,6 +188,7 @@ class Channel(ABC):
         checkpoint slots' URLs (`ckpt_put|ckpt_get|ckpt_sum_put|ckpt_sum_get <slot> URL`). `agent`:
         add `agent_get URL`, the agent archive the shim fetches (`upload_agent`). `secrets`: add
         `secrets_get URL`, where the CLI puts the job's secrets sealed to the node's key (`secrets_key`).
+        `keep`: add `request_get URL`, where a kept machine finds its next job (`request_key`).
         """
         if deadline.tzinfo is None:
             deadline = deadline.replace(tzinfo=UTC)
@@ -212,6 +219,7 @@ class Channel(ABC):
                 *protocol.ranked_lines("done_get", done_get),
                 f"notice_get {self.url_get(notice_key(run_id, rank), expires)}",
                 *([f"secrets_get {self.url_get(secrets_key(run_id, rank), expires)}"] if secrets else []),
+                *([f"request_get {self.url_get(request_key(run_id, rank), expires)}"] if keep else []),
                 *(self._checkpoint_lines(run_id, expires) if checkpoint else []),
                 *self.log_grant(run_id, rank, expires),
                 *([channel_trust.SIGN_LINE, *self.claim_grant(run_id, rank, expires)] if self.signs else []),

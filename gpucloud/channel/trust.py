@@ -241,6 +241,8 @@ def _informational(doc: dict, out: dict, notes: list[str]) -> None:
         "artifacts_sha256": lambda v: isinstance(v, str),
         "gpu": lambda v: isinstance(v, dict) and _gpu_tree(v) and _gpu_rows(v),
         "inputs": lambda v: isinstance(v, dict) and all(_number(n, 0, COUNT_MAX) for n in v.values()),
+        "job": lambda v: isinstance(v, int) and _number(v, 0, COUNT_MAX),
+        "kept": lambda v: isinstance(v, dict) and all(_number(n, 0, TIME_MAX) for n in v.values()),
     }
     for name, ok in checks.items():
         if name in doc and doc[name] is not None:

@@ -13,12 +13,17 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from gpucloud import __version__
+from gpucloud.cli.kept import KeepOpt, OnOpt, kept_app, run_on, with_keep
 from gpucloud.cli.options import (
+    AgentConfigOpt,
     AllowInputOpt,
     AllowSecretOpt,
     AllReasonsOpt,
     CloudOpt,
+    DetachOpt,
     EnvOpt,
+    EstimatesOpt,
+    FrameworkOpt,
     HostOpt,
     JsonOpt,
     PlotOpt,
@@ -186,9 +191,7 @@ def plan(
     show_all: Annotated[bool, typer.Option("--all", help="Every candidate and exclusion group.")] = False,
     all_reasons: AllReasonsOpt = False,
     host: HostOpt = None,
-    estimates: Annotated[
-        bool, typer.Option("--estimates/--no-estimates", help="Refuse offerings whose price is an estimate.")
-    ] = True,
+    estimates: EstimatesOpt = True,
     secret: SecretOpt = None,
     secret_file: SecretFileOpt = None,
     env: EnvOpt = None,
@@ -223,9 +226,7 @@ def render(
     cloud: CloudOpt = None,
     node_rank: Annotated[int, typer.Option("--node-rank", help="Which node's user-data.")] = 0,
     host: HostOpt = None,
-    agent_config: Annotated[
-        bool, typer.Option("--agent-config", help="Print the agent's job.json instead of the user-data.")
-    ] = False,
+    agent_config: AgentConfigOpt = False,
     allow_secret: AllowSecretOpt = None,
     allow_input: AllowInputOpt = None,
 ) -> None:
@@ -333,9 +334,7 @@ def stack(
     gpu: Annotated[str, typer.Argument(help="GPU model, e.g. K80, T4, A100-80GB.")],
     cuda: Annotated[str | None, typer.Option("--cuda", help="Check a CUDA pin.")] = None,
     driver: Annotated[str | None, typer.Option("--driver", help="Check a driver pin.")] = None,
-    framework: Annotated[
-        str | None, typer.Option("--framework", help="pytorch | tensorflow | none (or name==version).")
-    ] = None,
+    framework: FrameworkOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """The software stack that GPU gets, with the reason for each choice."""
@@ -370,9 +369,7 @@ def run(
     cloud: CloudOpt = None,
     region: RegionOpt = None,
     spot: Annotated[bool | None, typer.Option("--spot/--no-spot", help="Force spot or on-demand.")] = None,
-    detach: Annotated[
-        bool, typer.Option("--detach", "-d", help="Print the run id and return; the run ends itself.")
-    ] = False,
+    detach: DetachOpt = False,
     yes: YesOpt = False,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="Do not wait for the teardown to finish.")] = False,
     json_out: JsonOpt = False,
@@ -382,6 +379,8 @@ def run(
     env: EnvOpt = None,
     allow_secret: AllowSecretOpt = None,
     allow_input: AllowInputOpt = None,
+    keep: KeepOpt = None,
+    on: OnOpt = None,
 ) -> None:
     """Run the whole lifecycle: plan, provision, stream logs, collect artifacts, tear down."""
     from gpucloud.run.lifecycle import run_job
@@ -389,6 +388,7 @@ def run(
     from gpucloud.spec import secrets as spec_secrets
 
     job, cloud = load_job(spec, cloud, host, allowances(allow_secret, allow_input))
+    job = with_keep(job, keep) if on is None else run_on(on, job)
     job, values = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
     data, registry = looked_up(job, values)
     result = run_job(
@@ -531,7 +531,7 @@ def _register_setup() -> None:
     team)."""
     from gpucloud.cli import peers, session, setup, team
 
-    for sub in (setup.setup_app, peers.import_app, session.session_app, team.team_app):
+    for sub in (setup.setup_app, peers.import_app, session.session_app, team.team_app, kept_app):
         app.registered_commands.extend(_guarded(sub).registered_commands)
     app.add_typer(_guarded(setup.hosts_app), name="hosts")
     app.add_typer(_guarded(team.budget_app), name="budget")

@@ -54,6 +54,16 @@ HostOpt = Annotated[
         "alias; repeat for more nodes). Picks the provider that takes hosts; overrides resources.hosts.",
     ),
 ]
+DetachOpt = Annotated[bool, typer.Option("--detach", "-d", help="Print the run id and return; the run ends itself.")]
+EstimatesOpt = Annotated[
+    bool, typer.Option("--estimates/--no-estimates", help="Refuse offerings whose price is an estimate.")
+]
+FrameworkOpt = Annotated[
+    str | None, typer.Option("--framework", help="pytorch | tensorflow | none (or name==version).")
+]
+AgentConfigOpt = Annotated[
+    bool, typer.Option("--agent-config", help="Print the agent's job.json instead of the user-data.")
+]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 StrictOpt = Annotated[
     bool, typer.Option("--strict", help="Unset secrets and buckets it cannot check are errors, not warnings (CI).")

@@ -8,6 +8,7 @@ Channel. The state store records each step before it is taken; teardown runs in 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import Declined, GpucloudError, NoCandidateError
 from gpucloud.prose import to_stderr
-from gpucloud.run import budget, gpu_report
+from gpucloud.run import budget, gpu_report, keep
 from gpucloud.run.artifacts import fetch_artifacts, refused_note, results_dir, settle_artifacts
 from gpucloud.run.log import LogMirror
 from gpucloud.run.result import RunResult, new_run_id
@@ -127,6 +128,7 @@ class RunInProgress:
     """One `gpucloud run` in progress. Holds what teardown needs, whatever happens."""
 
     vm_dir: str | None = None  # the bootstrap's work folder, when not the provider's (gpucloud/run/bake.py)
+    kept = False  # the node's final status says its machine waits for the next job (run/keep.py)
 
     def __init__(
         self,
@@ -273,6 +275,7 @@ class RunInProgress:
                     self._collect()
                     if self.refused:  # the summary never reads as a plain success when files were refused
                         message = "; ".join(filter(None, [message, refused_note(self.refused)]))
+                    keep_running = self.kept and keep.record_kept(self.store, self.run_id, code, self.progress.info)
         except _Interrupt as intr:
             status, code = "interrupted", 130
             message = f"{signal.Signals(intr.signum).name} received"
@@ -309,6 +312,7 @@ class RunInProgress:
         t0 = time.monotonic()
         self.progress.phase("provision")
         tarball = pack_workdir(self.spec.workdir_path(), skip=credential_places())
+        keep.remember_workdir(self.spec, self.run_id, tarball)  # a kept machine's next job sends what changed
         loop = Failover(self.spec, self.plan, self.run_id, self.store, self.journal, self.progress, vm_dir=self.vm_dir)
         try:
             with self.progress.waiting("the cloud to create the machine(s)"):  # a line every 30 s
@@ -448,6 +452,7 @@ class RunInProgress:
         self.phases.update(vm_phases(statuses))
         self.timeline = format_nodes(statuses, launched_at=self.launched_at)
         status, code, message = outcome(statuses, seen)
+        self.kept = keep.kept_status(statuses) is not None
         if self.peers_stopped:
             message += f"; node(s) {', '.join(map(str, self.peers_stopped))} stopped with the run"
         return status, code, message
@@ -521,10 +526,8 @@ class RunInProgress:
         pushed their last log lines when they got SIGTERM; show them too (best effort)."""
         if not self.peers_stopped or self.mirror is None or self.launch is None:
             return
-        try:
+        with contextlib.suppress(Exception):  # the channel may already be gone with the run
             self._pump_logs(final=True)
-        except Exception:  # the channel may already be gone with the run
-            pass
 
     def _stop_first(self) -> bool:
         """A provider whose teardown removes the channel (SSH hosts) stops the nodes first, keeping
@@ -573,8 +576,7 @@ class RunInProgress:
             run = self.store.get_run(self.run_id)
             handles = run_handles(self.store, run) if run is not None else []
             if run is None or not any(h.nodes or h.resources for h in handles):
-                # Nothing was ever asked for, or every failed attempt was cleaned up already; every create
-                # is journalled first (contract.provider.Provider), so an attempt with no row made nothing.
+                # Nothing asked for, or every failed attempt cleaned up: every create is journalled first.
                 self.store.end_attempt(self.run_id, None, "teardown: nothing was created")
                 return code
             self.store.update_run(self.run_id, status="tearing-down", phase="teardown")
@@ -589,9 +591,7 @@ class RunInProgress:
             code = code if code != 0 else exc.exit_code
         self.phases["teardown"] = time.monotonic() - t0
         if errors:
-            self.progress.warn(
-                f"teardown incomplete; run `gpucloud down {self.run_id}` (or `gpucloud gc`) to finish it"
-            )
+            self.progress.warn(f"teardown incomplete; `gpucloud down {self.run_id}` (or `gpucloud gc`) finishes it")
             return code if code != 0 else 70
         self.progress.phase_done("teardown", self.phases["teardown"])
         return code

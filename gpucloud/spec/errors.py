@@ -26,6 +26,7 @@ FIELD_HINTS: dict[str, str] = {
     "ports": "a list of the node's TCP ports to forward, e.g. [6006, 8888]",
     "max_duration": "a duration such as 90m, 6h or 2d",
     "max_cost": "the most the whole run may cost, in USD, greater than 0, e.g. 25",
+    "keep": "an idle time such as 30m (the machine waits that long for the next job), or off",
     "resources": "a mapping with gpu, cloud, regions, spot, ...",
     "resources.gpu": "MODEL:COUNT such as T4:1, or a mapping {model: T4, count: 1}, or a list of them",
     "resources.gpu.model": "a GPU model such as T4, L4 or A100-80GB",

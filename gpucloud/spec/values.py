@@ -293,3 +293,21 @@ def cpu_arch(value: Any) -> str:
             "(AWS Graviton: g5g) or any"
         )
     return _ARCH_WORDS[word]
+
+
+KEEP_MIN_S = 10
+
+
+def keep_duration(value: Any, num_nodes: Any) -> int | None:
+    """`keep: 30m`: how long a finished job's machine waits idle for the next job (off: None). Only
+    one node: a kept machine takes `gpucloud exec`/`run --on` jobs one at a time."""
+    if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("off", "none")):
+        return None
+    seconds = parse_duration(value)
+    if seconds < KEEP_MIN_S:
+        reject(
+            f"{describe(value)} is {seconds} s. Expected an idle time of at least {KEEP_MIN_S} s such as 30m, or off"
+        )
+    if isinstance(num_nodes, int) and num_nodes > 1:
+        reject(f"keeps one machine, and this job has num_nodes: {num_nodes}. Remove keep, or set num_nodes: 1")
+    return seconds

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Run statuses. A run is "active" until it reaches one of FINAL_STATUSES.
-ACTIVE_STATUSES = ("planned", "provisioning", "running", "collecting", "tearing-down")
+# "kept": the job ended and its machine waits for the next one (keep:, run/keep.py).
+ACTIVE_STATUSES = ("planned", "provisioning", "running", "collecting", "tearing-down", "kept")
 # "down-pending": `down` could not reach the machines; `down` and `gc` try again, then it becomes "down".
 FINAL_STATUSES = (
     "succeeded",

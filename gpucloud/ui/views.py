@@ -485,7 +485,7 @@ def print_runs(runs: list[RunRecord], now: float) -> None:
         exit_note = f" ({r.exit_code})" if r.exit_code not in (None, 0) else ""
         table.add_row(
             r.id,
-            r.status + exit_note + (" (detached)" if r.detached and not r.final else ""),
+            r.status + exit_note + (" (detached)" if r.detached and not r.final and r.status != "kept" else ""),
             shown(r.phase or "-"),  # as --json says it: a run that ended shows the last phase it reached
             fmt_seconds(r.elapsed(now)),
             f"${r.cost(now):.4f}",
@@ -502,7 +502,7 @@ def print_run_detail(run: RunRecord, phases: dict[str, float], alive: list[Resou
         f"run        {run.id}",
         f"status     {run.status}"
         + (f" (exit {run.exit_code})" if run.exit_code is not None else "")
-        + (" (detached)" if run.detached and not run.final else ""),
+        + (" (detached)" if run.detached and not run.final and run.status != "kept" else ""),
         f"phase      {shown(run.phase or '-')}" + (" (the last it reached)" if run.final and run.phase else ""),
         f"where      {run.cloud}/{run.region}/{run.instance_type} x {run.num_nodes} node(s)",
         f"elapsed    {fmt_seconds(run.elapsed(now))}",

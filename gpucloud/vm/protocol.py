@@ -61,6 +61,7 @@ URL_KEYS = (
     "claim_append",
     "agent_get",
     "secrets_get",
+    "request_get",  # a kept machine's next job, signed by the run's owner (vm/agent/keep.py)
 )
 # `claims_get <rank> URL`: what a node reads of a peer's claims (its claim objects' listing, or its
 # appended claim lines) to check the peer's signed `ready` (gpucloud/vm/agent/barrier.py).
@@ -179,6 +180,8 @@ def status_document(
     artifacts_sha256: str = "",
     gpu: Optional[Mapping[str, object]] = None,
     inputs: Optional[Mapping[str, int]] = None,
+    job: int = 0,
+    kept: Optional[Mapping[str, int]] = None,
 ) -> bytes:
     """status.json's bytes, fields in their fixed order, compact, newline-terminated. `stages` in
     STAGES order; each `{"start": epoch, "end": epoch|null, "ok": bool|null}`. `gpu`, when the node
@@ -202,6 +205,10 @@ def status_document(
         doc["gpu"] = dict(gpu)
     if inputs:
         doc["inputs"] = {k: int(v) for k, v in inputs.items()}
+    if job:  # a kept machine's later job (`gpucloud exec`): its number
+        doc["job"] = int(job)
+    if kept:  # the job ended and the machine waits for the next: {"since", "until"} (epochs)
+        doc["kept"] = {k: int(v) for k, v in kept.items()}
     return (json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
 
 

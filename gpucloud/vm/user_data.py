@@ -51,6 +51,10 @@ def prepare_nodes(
         master_port=master_port,
         node=node,
     )
+    if spec.keep:  # a kept machine runs the jobs this run's owner key signs (vm/agent/keep.py)
+        from gpucloud.channel.owner import owner_public
+
+        cfg.keep_key = owner_public(run_id)
     archive = agent_archive(cfg.to_json())
     channel.upload_agent(run_id, archive)
     urls = channel.prepare(
@@ -60,6 +64,7 @@ def prepare_nodes(
         checkpoint=bool(spec.checkpoint),
         agent=True,
         secrets=bool(spec.secrets or spec.inputs or spec.outputs),
+        keep=bool(spec.keep),
     )
     if shared:
         # N identical machines in one call: each finds its rank at boot, its manifest in the index.

@@ -221,6 +221,7 @@ class SshChannel(Channel):
         checkpoint: bool = False,
         agent: bool = False,
         secrets: bool = False,
+        keep: bool = False,
     ) -> list[str]:
         """Make every node's folders first (curl's file:// upload does not create them), and the
         run's checkpoint folder on each host when the job keeps checkpoints."""
@@ -229,7 +230,9 @@ class SshChannel(Channel):
             if checkpoint:
                 folders.append(self._path(checkpoint_keys(run_id, 0)[0].rsplit("/", 1)[0]))
             self._run(self.hosts[rank], f"mkdir -p {' '.join(folders)}")
-        return super().prepare(run_id, num_nodes, deadline, checkpoint=checkpoint, agent=agent, secrets=secrets)
+        return super().prepare(
+            run_id, num_nodes, deadline, checkpoint=checkpoint, agent=agent, secrets=secrets, keep=keep
+        )
 
     def read_status(self, run_id: str, rank: int = 0) -> dict | None:
         if rank == 0 and len(self.hosts) > 1:

@@ -33,6 +33,7 @@ from gpucloud.vm.agent.gpu_watch import GpuWatching
 from gpucloud.vm.agent.guard import Guard
 from gpucloud.vm.agent.heartbeat import Heartbeat
 from gpucloud.vm.agent.hooks import IMDS_DEFAULT, Hooks, hooks_for
+from gpucloud.vm.agent.keep import Keeping
 from gpucloud.vm.agent.logpump import LogPump
 from gpucloud.vm.agent.private import private_tree
 from gpucloud.vm.agent.runner import Runner
@@ -48,7 +49,7 @@ MANIFEST_MAX = 1024 * 1024
 STOP_PUMP_S = 5.0
 
 
-class Agent(GpuWatching, JobSteps):
+class Agent(GpuWatching, JobSteps, Keeping):
     def __init__(
         self,
         cfg: JobConfig,
@@ -430,20 +431,19 @@ class Agent(GpuWatching, JobSteps):
             self.stage("setup")
             rc = self.run_step(self.cfg.setup, "setup")
             if rc != 0:
-                self.take_final("main")
+                self.job_stopping()
                 self.board.end_stage("setup", False)
-                self.finish("failed", rc, rc, f"setup exited with code {rc}", terminate=False)
-                return rc
+                return self.job_ended("failed", rc, f"setup exited with code {rc}")
         if self.cfg.num_nodes > 1:
             self.barrier_stage()
         self.stage("run")
-        self.start_gpu_watch()
+        self.gpu_watch = self.start_gpu_watch()
         rc = self.run_step(self.cfg.run, "run")
-        self.take_final("main")
-        self.stop_guard()
+        self.job_stopping()
+        if not self.cfg.keep_s:  # a kept machine still heeds a preemption notice
+            self.stop_guard()
         self.board.end_stage("run", rc == 0)
-        self.after_run(rc)
-        return rc
+        return self.after_run(rc)
 
     def start_guard(self) -> None:
         """The checkpoint keeper (when the job asked for one) and the preemption-notice guard's thread."""
@@ -491,7 +491,7 @@ class Agent(GpuWatching, JobSteps):
             self.gate_check()
             self.fail(str(exc))
 
-    def after_run(self, rc: int) -> None:
+    def after_run(self, rc: int) -> int:
         """The last checkpoint, outputs and artifacts are kept whatever the job's code; then the verdict."""
         if self.checkpoints is not None:
             self.checkpoints.upload("end")
@@ -502,9 +502,8 @@ class Agent(GpuWatching, JobSteps):
                 self.log("artifact upload failed")
                 self.board.end_stage("artifacts", False)
         if rc == 0:
-            self.finish("succeeded", 0, 0, "", terminate=False)
-        else:
-            self.finish("failed", rc, rc, f"job exited with code {rc}", terminate=False)
+            return self.job_ended("succeeded", 0, "")
+        return self.job_ended("failed", rc, f"job exited with code {rc}")
 
     def stack_stages(self) -> None:
         """stack (install what is missing) and gpu_verify (the GPUs the catalog promised are seen)."""

@@ -52,6 +52,11 @@ class JobConfig:
     # The cloud's endpoints the provider hooks call (Capabilities.node_endpoints), e.g. the ARM
     # endpoint and token audience of a sovereign cloud; {}: the hooks' public-cloud defaults.
     endpoints: Dict[str, str] = field(default_factory=dict)
+    # > 0: the machine is kept this long idle after a job for the next one (keep.py); keep_key is
+    # the run owner's public key (base64), the one whose signed requests it runs
+    keep_s: int = 0
+    keep_key: str = ""
+    keep_poll_s: float = 1.0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "JobConfig":

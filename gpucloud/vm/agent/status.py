@@ -158,6 +158,8 @@ class StatusBoard:
                 artifacts_sha256=f["artifacts_sha256"],
                 gpu=f.get("gpu"),
                 inputs=f.get("inputs"),
+                job=int(f.get("job") or 0),
+                kept=f.get("kept"),
             )
 
     def push(self, final: bool = False) -> bool:

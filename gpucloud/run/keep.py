@@ -1,0 +1,124 @@
+"""Kept runs on the CLI side: a run whose node reported its job's end with `kept` stays up (status
+"kept", an active status: `ls` shows it with what it costs idle, `down` ends it, `gc` sweeps it
+once past its deadline), and the workdir it was given is remembered file by file, so the next job
+(`gpucloud exec`, `run --on`, run/exec_job.py) sends only what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpucloud.errors import UserError
+from gpucloud.state.records import RunRecord
+from gpucloud.state.store import Store, home_dir
+
+if TYPE_CHECKING:
+    from gpucloud.spec.load import JobSpec
+
+KEPT = "kept"
+LISTING = "workdir.json"
+
+
+def parse_keep(text: str, num_nodes: int) -> int | None:
+    """`run --keep 30m` as the job file's `keep` reads it (off: None); bad input is exit 2."""
+    from pydantic_core import PydanticCustomError
+
+    from gpucloud.spec.values import keep_duration
+
+    try:
+        return keep_duration(text, num_nodes)
+    except PydanticCustomError as exc:
+        raise UserError(f"--keep: {exc.message()}.") from None
+
+
+def run_spec(run: RunRecord) -> dict:
+    """The job file as the run recorded it (JSON), {} when unreadable."""
+    try:
+        doc = json.loads(run.spec_json or "{}")
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def kept_status(statuses: list[dict | None]) -> dict | None:
+    """The node's `kept` field when its final status says the machine waits for the next job."""
+    first = statuses[0] if statuses else None
+    kept = first.get("kept") if first else None
+    return kept if isinstance(kept, dict) else None
+
+
+def record_kept(store: Store, run_id: str, code: int | None, say: Callable[[str], None]) -> bool:
+    """The job ended and the machine stays: the run is "kept" (nobody follows it: `refresh` reads
+    it like a detached run)."""
+    run = store.get_run(run_id)
+    idle = int(run_spec(run).get("keep") or 0) if run else 0
+    store.update_run(run_id, status=KEPT, phase=idle_note(run), exit_code=code, detached=True, pid=None)
+    store.event(run_id, KEPT, f"job ended (exit {code}); the machine waits {idle}s idle for the next job")
+    say(
+        f"the machine is kept for {idle}s idle (at the latest until max_duration): "
+        f"`gpucloud exec {run_id} -- CMD` or `gpucloud run --on {run_id} JOB` runs the next job on it, "
+        f"`gpucloud down {run_id}` ends it"
+    )
+    return True
+
+
+def still_kept(run: RunRecord, statuses: list[dict | None]) -> bool:
+    """A kept run whose node still waits (its last status carries `kept`, or a later job runs)."""
+    if run.status != KEPT:
+        return False
+    first = statuses[0] if statuses else None
+    return first is not None and (kept_status(statuses) is not None or first.get("state") in ("booting", "running"))
+
+
+def idle_note(run: RunRecord | None) -> str:
+    """A kept run's phase (`ls`, `status`): what its waiting machine costs."""
+    per_hour = (run.price_per_hour or 0.0) * max(1, run.num_nodes) if run else 0.0
+    return f"idle, ${per_hour:.3f}/h"
+
+
+# ---- the workdir as the node has it --------------------------------------------------------------
+
+
+def listing_path(run_id: str) -> Path:
+    return home_dir() / "runs" / run_id / LISTING
+
+
+def remember_workdir(spec: JobSpec, run_id: str, tarball: Path) -> None:
+    """A kept run's files as the node was given them (the code tarball gpucloud packed itself)."""
+    if spec.keep:
+        save_listing(run_id, tarball_listing(tarball))
+
+
+def tarball_listing(tarball: Path) -> dict[str, str]:
+    files: dict[str, str] = {}
+    with tarfile.open(tarball, "r:gz") as tar:  # gpucloud's own archive, packed on this machine
+        for member in tar:
+            if member.isfile():
+                f = tar.extractfile(member)
+                if f is not None:
+                    files[member.name.removeprefix("./")] = hashlib.sha256(f.read()).hexdigest()
+            elif member.issym():
+                files[member.name.removeprefix("./")] = "link:" + member.linkname
+    return files
+
+
+def save_listing(run_id: str, files: dict[str, str]) -> None:
+    path = listing_path(run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{LISTING}.{time.time_ns()}")
+    tmp.write_text(json.dumps(files, sort_keys=True))
+    tmp.replace(path)
+
+
+def load_listing(run_id: str) -> dict[str, str]:
+    try:
+        data = json.loads(listing_path(run_id).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
