@@ -80,8 +80,9 @@ def job_from_command(run: RunRecord, command: str) -> NextJob:
 
 def kept_run(store: Store, ref: str) -> tuple[RunRecord, Channel]:
     """The kept run `ref` names and its channel; a clear UserError for any other."""
-    run = refresh(store, require_run(store, ref))
+    run = require_run(store, ref)
     if run.status != keep.KEPT:
+        run = refresh(store, run)
         why = "has ended" if run.final else "is still running its job (its machine is not kept, or not yet)"
         raise UserError(
             f"run {run.id} {why} (status {run.status}): only a kept run takes another job.",
@@ -92,6 +93,7 @@ def kept_run(store: Store, ref: str) -> tuple[RunRecord, Channel]:
         raise UserError(f"run {run.id}'s channel cannot be reached from here.")
     status = channel.read_status(run.id, 0)
     if not status or keep.kept_status([status]) is None:
+        refresh(store, run)  # a machine that ended by itself: its run's record says so now
         state = (status or {}).get("state", "unknown")
         raise UserError(
             f"run {run.id}'s machine is not waiting for a job (its state: {state}): it is running one, or ended.",

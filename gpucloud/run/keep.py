@@ -6,9 +6,7 @@ once past its deadline), and the workdir it was given is remembered file by file
 
 from __future__ import annotations
 
-import hashlib
 import json
-import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -96,6 +94,9 @@ def remember_workdir(spec: JobSpec, run_id: str, tarball: Path) -> None:
 
 
 def tarball_listing(tarball: Path) -> dict[str, str]:
+    import hashlib
+    import tarfile
+
     files: dict[str, str] = {}
     with tarfile.open(tarball, "r:gz") as tar:  # gpucloud's own archive, packed on this machine
         for member in tar:

@@ -33,7 +33,7 @@ from gpucloud.vm.agent.gpu_watch import GpuWatching
 from gpucloud.vm.agent.guard import Guard
 from gpucloud.vm.agent.heartbeat import Heartbeat
 from gpucloud.vm.agent.hooks import IMDS_DEFAULT, Hooks, hooks_for
-from gpucloud.vm.agent.keep import Keeping
+from gpucloud.vm.agent.keep import FAST_LOG_S, Keeping
 from gpucloud.vm.agent.logpump import LogPump
 from gpucloud.vm.agent.private import private_tree
 from gpucloud.vm.agent.runner import Runner
@@ -300,12 +300,14 @@ class Agent(GpuWatching, JobSteps, Keeping):
         assert self.pump is not None and self.heartbeat is not None
         while not self.pump_stop.is_set():
             self.pump_tick()
-            self.clock.wait(self.pump_stop, self.cfg.tick_s)
+            fast = self.clock.now() < self.fast_log_until  # a kept machine's next job starts (keep.py)
+            self.clock.wait(self.pump_stop, FAST_LOG_S if fast else self.cfg.tick_s)
 
     def pump_tick(self) -> None:
         assert self.pump is not None and self.heartbeat is not None
         now = self.clock.now()
-        if self.pump.step(now, self.deadline.at, self.cfg.log_s, self.board.push):
+        log_s = FAST_LOG_S if now < self.fast_log_until else self.cfg.log_s
+        if self.pump.step(now, self.deadline.at, log_s, self.board.push):
             self.heartbeat.sent(now)
         self.heartbeat.step(now)
 

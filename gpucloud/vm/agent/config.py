@@ -56,7 +56,7 @@ class JobConfig:
     # the run owner's public key (base64), the one whose signed requests it runs
     keep_s: int = 0
     keep_key: str = ""
-    keep_poll_s: float = 1.0
+    keep_poll_s: float = 0.5
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "JobConfig":

@@ -27,6 +27,10 @@ from gpucloud.vm.agent.status import write_atomic
 
 SESSIONS_DIR = "sessions"  # W/sessions/<name>: the pid of an open session (gpucloud ssh); a live one is not idle
 GPU_CHECK_S = 5.0
+# A kept machine's next job: its first seconds of log go up this often (then the run's log interval),
+# so `exec` shows the first line within seconds; the request is polled as often.
+FAST_LOG_S = 0.25
+FAST_LOG_FOR_S = 30.0
 Outcome = Tuple[str, int, str]  # state, exit code, message
 
 
@@ -69,6 +73,7 @@ class Keeping(Ending):
     threads: Dict[str, threading.Thread]
     pump_stop: threading.Event
     job_seq: int = 0
+    fast_log_until: float = 0.0
     gpu_watch: Any = None
     _refused: str = ""
 
@@ -191,6 +196,7 @@ class Keeping(Ending):
     def run_request(self, req: Dict[str, Any]) -> Outcome:
         """The owner's next job: the changed files, setup, run, artifacts; the job's own outcome."""
         self.job_seq = req["seq"]
+        self.fast_log_until = self.clock.now() + FAST_LOG_FOR_S
         write_atomic(self.st / "job_seq", str(self.job_seq).encode())
         self.log(f"job {self.job_seq}: taken from the run's channel")
         self.cfg.setup, self.cfg.run, self.cfg.env = req["setup"], req["run"], req["env"]

@@ -135,6 +135,7 @@ class StatusBoard:
             t = int(self._now())
             self.fields["stages"]["done"] = {"start": t, "end": t, "ok": True}
             self.fields.update(state=state, exit_code=exit_code, message=message, stage="done")
+            self.fields.pop("kept", None)  # whoever ends the machine (watchdog, backstop, signal) ends its keep
             self.save()
 
     def is_final(self) -> bool:

@@ -1,0 +1,63 @@
+"""A kept machine on the AWS simulator (moto + the VM simulator), through the real CLI: the second
+job (`run --on`) shows its first line within 5 s of the command's start, against the cold run's
+time on the same machine; the machine then ends by its idle time and `gc` finds nothing left."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.aws_runs import AWS_CLI, aws_env, hooked_cli, run_id_in, settle  # noqa: F401  (fixtures)
+from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
+from tests.support.keep_timing import FIRST_LINE_BUDGET_S, record, timed_first_line
+from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
+from tests.support.polling import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+def _job(path: Path, run: str) -> Path:
+    path.write_text(
+        "name: keptaws\nresources:\n  cloud: aws\n  regions: [us-east-1]\n  gpu: T4:1\n"
+        f"keep: 30s\nmax_duration: 10m\nrun: {run}\n"
+    )
+    return path
+
+
+def test_a_kept_machine_takes_a_second_job_in_seconds_and_leaves_nothing(
+    aws_env: dict[str, str],  # noqa: F811
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    job = _job(tmp_path / "job.yaml", "echo first-line-cold")
+    cold_s, proc = timed_first_line(
+        ["run", str(job)], env=aws_env, cwd=tmp_path, marker="first-line-cold", module=AWS_CLI
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_id = run_id_in(proc.stderr)
+    assert "the machine is kept for" in proc.stderr
+    assert tagged_alive(moto, run_id), "a kept run's machine stays"
+    job = _job(tmp_path / "job.yaml", "echo first-line-kept; exit 4")
+    kept_s, proc = timed_first_line(
+        ["run", "--on", run_id, str(job)], env=aws_env, cwd=tmp_path, marker="first-line-kept", module=AWS_CLI
+    )
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    record("aws-simulator", cold_s, kept_s)
+    assert kept_s <= FIRST_LINE_BUDGET_S, (kept_s, cold_s, proc.stderr[-2000:])
+    assert kept_s < cold_s
+    # Idle for 30 s: the guest shuts itself down (the simulator ends the instance); gc takes the rest.
+    (iid,) = aws_sim.booted
+    assert wait_until(
+        lambda: (
+            moto.client("ec2").describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["State"]["Name"]
+            == "terminated"
+        ),
+        timeout=60,
+    )
+    settle(aws_sim)
+    assert aws_sim.leftover_processes() == []
+    gc = hooked_cli(aws_env, "gc", "--yes")
+    assert gc.returncode == 0, gc.stderr[-2000:]
+    assert tagged_alive(moto, run_id) == []

@@ -1,0 +1,61 @@
+"""A kept machine on the Azure simulator (fake ARM, Azurite, the VM simulator), through the real CLI:
+the second job (`run --on`) shows its first line within 5 s of the command's start, against the
+cold run's time on the same machine; idle for `keep`, the VM deletes its own resource group and
+nothing is left."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
+    arm,
+    azure_env,
+    azurite,
+    fake_arm_server,
+    leftovers,
+    wait_until,
+)
+from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
+from tests.support.cli import cli
+from tests.support.fake_arm import FakeArm
+from tests.support.keep_timing import FIRST_LINE_BUDGET_S, record, timed_first_line
+from tests.support.local_runs import run_id_of
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+def _job(path: Path, run: str) -> Path:
+    path.write_text(
+        "name: keptaz\nresources:\n  cloud: azure\n  regions: [eastus]\n  gpu: T4:1\n"
+        f"keep: 30s\nmax_duration: 10m\nrun: {run}\n"
+    )
+    return path
+
+
+def test_a_kept_machine_takes_a_second_job_in_seconds_and_leaves_nothing(
+    azure_env: dict[str, str],  # noqa: F811
+    arm: FakeArm,  # noqa: F811
+    azure_sim: AzureVmSimulator,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    job = _job(tmp_path / "job.yaml", "echo first-line-cold")
+    cold_s, proc = timed_first_line(["run", str(job)], env=azure_env, cwd=tmp_path, marker="first-line-cold")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_id = run_id_of(proc.stderr)
+    assert "the machine is kept for" in proc.stderr
+    assert leftovers(arm), "a kept run's machine stays"
+    job = _job(tmp_path / "job.yaml", "echo first-line-kept; exit 4")
+    kept_s, proc = timed_first_line(
+        ["run", "--on", run_id, str(job)], env=azure_env, cwd=tmp_path, marker="first-line-kept"
+    )
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    record("azure-simulator", cold_s, kept_s)
+    assert kept_s <= FIRST_LINE_BUDGET_S, (kept_s, cold_s, proc.stderr[-2000:])
+    assert kept_s < cold_s
+    # Idle for 30 s: the VM deletes its own resource group, as at the end of any run.
+    assert wait_until(lambda: leftovers(arm) == [], timeout=120), "the kept VM did not end by its idle time"
+    assert wait_until(lambda: not azure_sim.leftover_processes(), timeout=20)
+    gc = cli("gc", "--yes", env=azure_env)
+    assert gc.returncode == 0 and leftovers(arm) == []

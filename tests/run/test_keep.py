@@ -1,0 +1,140 @@
+"""Kept machines on the local provider, through the real CLI: `keep:` leaves the machine up after its
+job, `exec` and `run --on` run the next job on it (changed files only, its own exit code, artifacts
+and attempt), a request nobody signed with the run's owner key is not run, the machine ends by its
+idle time and, with a session open that never ends, by max_duration; nothing is left."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from gpucloud.channel import owner
+from gpucloud.providers.local import engine as vm_engine
+from gpucloud.vm.agent import job_request
+from tests.support.cli import cli
+from tests.support.local_runs import leftovers, run_id_of, status_json, write_job
+from tests.support.text import flat
+
+pytestmark = pytest.mark.slow
+
+
+def _kept_run(tmp_path: Path, doc: dict, files: dict[str, str] | None = None) -> str:
+    job = write_job(tmp_path / "job", {"name": "kept", **doc}, files)
+    proc = cli("run", str(job), cwd=tmp_path, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    run_id = run_id_of(proc.stderr)
+    assert "the machine is kept for" in proc.stderr
+    return run_id
+
+
+def _wait_status(run_id: str, cwd: Path, want: set[str], timeout: float) -> dict:
+    end = time.monotonic() + timeout
+    doc: dict = {}
+    while time.monotonic() < end:
+        doc = status_json(run_id, cwd)
+        if doc["status"] in want:
+            return doc
+        time.sleep(0.5)
+    raise AssertionError(f"run {run_id} still {doc.get('status')} after {timeout}s")
+
+
+def _sandbox(home: Path, run_id: str) -> Path:
+    (vm,) = vm_engine.find_vms(home / "local" / run_id)
+    return vm.sandbox
+
+
+def test_kept_run_takes_exec_and_run_on_then_ends_idle(tmp_path: Path, gpucloud_home: Path) -> None:
+    run_id = _kept_run(
+        tmp_path,
+        {"keep": "12s", "run": "cat data.txt", "env": {"GREETING": "hi"}},
+        {"data.txt": "v1\n", "big.txt": "x" * 1000},
+    )
+    doc = status_json(run_id, tmp_path)
+    assert doc["status"] == "kept" and doc["exit_code"] == 0
+    listed = cli("ls", cwd=tmp_path, check=True, env={**os.environ, "COLUMNS": "200"}).stdout
+    assert "kept" in listed and "idle, $0.000/h" in listed
+    # exec: only the changed file goes; the run's env; the job's own exit code.
+    (tmp_path / "job" / "data.txt").write_text("v2\n")
+    proc = cli("exec", run_id, "--", 'cat data.txt; echo "$GREETING"; exit 3', cwd=tmp_path, timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    assert "v2\nhi\n" in proc.stdout and "v1" not in proc.stdout  # the first job's log is not repeated
+    assert "1 changed file(s), 0 removed" in proc.stderr
+    # run --on: the job file's commands and artifacts, a file removed on this side goes there too.
+    (tmp_path / "job" / "big.txt").unlink()
+    job = write_job(
+        tmp_path / "job",
+        {"name": "kept", "keep": "12s", "run": "ls; cat data.txt > out.txt", "artifacts": ["out.txt"]},
+    )
+    proc = cli("run", "--on", run_id, str(job), cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "big.txt" not in proc.stdout and "data.txt" in proc.stdout
+    assert (tmp_path / "gpucloud-runs" / run_id / "job-2" / "out.txt").read_text() == "v2\n"
+    doc = status_json(run_id, tmp_path)
+    assert [a["end_reason"] for a in doc["attempts"]][:2] == ["kept: job 1 started", "kept: job 2 started"]
+    assert len(doc["attempts"]) == 3
+    # Idle for `keep`: the node ends itself as a run does; `down` then finds nothing running.
+    doc = _wait_status(run_id, tmp_path, {"succeeded", "failed"}, timeout=40)
+    assert doc["status"] == "succeeded"
+    assert leftovers(gpucloud_home, run_id) == []
+    log = cli("logs", run_id, cwd=tmp_path, check=True).stdout
+    assert "the kept machine was idle for 12s: it ends" in log
+    cli("down", run_id, "--yes", cwd=tmp_path, check=True)
+    assert leftovers(gpucloud_home, run_id) == []
+
+
+def test_exec_refuses_a_run_that_is_not_kept_and_a_job_for_other_machines(tmp_path: Path, gpucloud_home: Path) -> None:
+    job = write_job(tmp_path / "plain", {"name": "plain", "run": "true"})
+    plain = run_id_of(cli("run", str(job), cwd=tmp_path, check=True).stderr)
+    proc = cli("exec", plain, "--", "true", cwd=tmp_path)
+    assert proc.returncode == 2 and "only a kept run takes another job" in flat(proc.stderr)
+    run_id = _kept_run(tmp_path, {"keep": "20s", "run": "true"})
+    other = write_job(tmp_path / "other", {"name": "kept", "run": "true", "max_duration": "20m"})
+    proc = cli("run", "--on", run_id, str(other), cwd=tmp_path)
+    assert proc.returncode == 2 and "max_duration differ" in flat(proc.stderr)
+    bad = cli("run", str(job), "--keep", "3s", cwd=tmp_path)
+    assert bad.returncode == 2 and "--keep:" in bad.stderr
+    cli("down", run_id, "--yes", cwd=tmp_path, check=True)
+    assert leftovers(gpucloud_home, run_id) == []
+
+
+def test_a_request_not_signed_by_the_owner_key_is_not_run(tmp_path: Path, gpucloud_home: Path) -> None:
+    run_id = _kept_run(tmp_path, {"keep": "20s", "run": "true"})
+    marker = tmp_path / "planted"
+    # Anyone who can write the run's channel: a request signed with a key of their own.
+    stranger = "stranger-" + run_id
+    owner.owner_public(stranger)
+    body = job_request.request_body(
+        {"run_id": run_id, "rank": 0, "seq": 99, "run": f"touch {marker}", "env": {}, "delete": [], "artifacts": []}
+    )
+    channel = gpucloud_home / "channel" / "runs" / run_id / "node-0"  # the local provider's FileChannel
+    (channel / "request").write_bytes(job_request.signed_request(body, owner.owner_sign(stranger, body)))
+    time.sleep(4)
+    assert not marker.exists()
+    assert "was refused: not signed by the run's owner key" in (_sandbox(gpucloud_home, run_id) / "job.log").read_text()
+    proc = cli("exec", run_id, "--", "echo taken", cwd=tmp_path, timeout=60)  # the owner's own still runs
+    assert proc.returncode == 0 and "taken" in proc.stdout, proc.stderr
+    cli("down", run_id, "--yes", cwd=tmp_path, check=True)
+    assert leftovers(gpucloud_home, run_id) == []
+
+
+def test_a_hung_session_keeps_the_machine_only_until_max_duration(tmp_path: Path, gpucloud_home: Path) -> None:
+    run_id = _kept_run(tmp_path, {"keep": "10m", "max_duration": "12s", "run": "true"})
+    sessions = _sandbox(gpucloud_home, run_id) / "sessions"
+    sessions.mkdir()
+    hung = subprocess.Popen(["sleep", "600"])
+    try:
+        (sessions / "hung").write_text(f"{hung.pid}\n")
+        doc = _wait_status(run_id, tmp_path, {"deadline", "succeeded", "failed"}, timeout=60)
+        assert doc["status"] == "deadline", doc
+        assert leftovers(gpucloud_home, run_id) == []
+    finally:
+        hung.kill()
+        hung.wait()
+    cli("down", run_id, "--yes", cwd=tmp_path, check=True)
+    doc = json.loads(cli("status", run_id, "--json", cwd=tmp_path, check=True).stdout)
+    assert all(r["status"] == "deleted" for r in doc["resources"])
