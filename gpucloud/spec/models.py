@@ -39,12 +39,12 @@ from gpucloud.spec.values import (
     EnvKey,
     EnvValue,
     FrameworkName,
+    KeepSeconds,
     PortList,
     cpu_arch,
     describe,
     did_you_mean,
     format_duration,
-    keep_duration,
     parse_duration,
     refuse_bool,
     reject,
@@ -418,7 +418,7 @@ class JobSpec(_Strict):
     checkpoint: str | None = None  # folder under the job's cwd kept across attempts (docs/SPOT.md)
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL_S  # seconds between checkpoint uploads
     recovery: Recovery | None = None  # relaunch on preemption / lost / no capacity
-    keep: int | None = None  # seconds the machine waits idle for the next job, within max_duration (docs/KEEP.md)
+    keep: KeepSeconds = None  # seconds the machine waits idle for the next job, within max_duration (docs/KEEP.md)
     source: Path | None = Field(None, exclude=True)  # the job file it came from (not part of the format)
 
     def price_cap(self) -> tuple[float | None, str]:
@@ -578,13 +578,6 @@ class JobSpec(_Strict):
     @classmethod
     def _checkpoint_interval(cls, value: Any) -> int:
         return checkpoint_interval(value)
-
-    @field_validator(
-        "keep", mode="before", json_schema_input_type=int | Annotated[str, Field(pattern=DURATION_PATTERN)] | None
-    )
-    @classmethod
-    def _keep(cls, value: Any, info: ValidationInfo) -> int | None:
-        return keep_duration(value, info.data.get("num_nodes"))
 
     @field_validator("recovery", mode="before")
     @classmethod

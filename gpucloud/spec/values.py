@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 from gpucloud.contract import registry as providers
@@ -311,3 +311,14 @@ def keep_duration(value: Any, num_nodes: Any) -> int | None:
     if isinstance(num_nodes, int) and num_nodes > 1:
         reject(f"keeps one machine, and this job has num_nodes: {num_nodes}. Remove keep, or set num_nodes: 1")
     return seconds
+
+
+def _keep_field(value: Any, info: ValidationInfo) -> int | None:
+    return keep_duration(value, info.data.get("num_nodes"))
+
+
+# JobSpec.keep: "30m" / 1800 / off, for one node (declared after num_nodes, which it reads)
+KeepSeconds = Annotated[
+    int | None,
+    BeforeValidator(_keep_field, json_schema_input_type=int | Annotated[str, Field(pattern=DURATION_PATTERN)] | None),
+]

@@ -87,5 +87,4 @@ def job_config(
         idle_timeout=idle_timeout,
         container=container_config(spec, node, owned_host=not caps.install_stack),
         endpoints=dict(caps.node_endpoints),
-        keep_s=int(spec.keep or 0),
     )

@@ -54,7 +54,7 @@ def prepare_nodes(
     if spec.keep:  # a kept machine runs the jobs this run's owner key signs (vm/agent/keep.py)
         from gpucloud.channel.owner import owner_public
 
-        cfg.keep_key = owner_public(run_id)
+        cfg.keep_s, cfg.keep_key = int(spec.keep), owner_public(run_id)
     archive = agent_archive(cfg.to_json())
     channel.upload_agent(run_id, archive)
     urls = channel.prepare(
