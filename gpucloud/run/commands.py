@@ -15,7 +15,6 @@ from gpucloud.contract import registry as providers
 from gpucloud.contract.provider import Unreachable
 from gpucloud.errors import Declined, InternalError, UserError
 from gpucloud.prose import fill, output_width, to_stderr
-from gpucloud.run.keep import still_kept
 from gpucloud.run.log import LogMirror
 from gpucloud.run.sweep import Sweep
 from gpucloud.run.watch import observe, outcome, vm_phases
@@ -113,6 +112,8 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
     from gpucloud.state.store import home_dir
 
     gpu_report.save(home_dir(), run.id, obs.statuses)
+    from gpucloud.run.keep import still_kept
+
     if still_kept(run, obs.statuses):  # its machine waits for the next job (run/keep.py)
         return run
     if obs.all_final and not run.detached:  # the `run` following it died before reading the result
