@@ -78,7 +78,9 @@ def _known_keys(path: tuple[str | int, ...]) -> list[str]:
 
 
 def unknown_key_message(key: Any, parent: tuple[str | int, ...]) -> str:
-    """'unknown key' with the closest key at this level, or the level where that key belongs."""
+    """'unknown key' with the level where a key of exactly that name belongs (a misplaced key is
+    likelier than a typo: `spot:` at the top is `resources.spot`, not `ports`), else the closest key
+    at this level, else the closest key elsewhere."""
     word = str(key)
     known = _known_keys(parent)
     from gpucloud.spec.peer_keys import peer_key_message  # a failing file only
@@ -86,13 +88,12 @@ def unknown_key_message(key: Any, parent: tuple[str | int, ...]) -> str:
     peer = peer_key_message(word, known)
     if peer:
         return peer
-    close = did_you_mean(word, known)
-    if close:
-        return f"unknown key '{word}'. Did you mean '{close}'?"
     elsewhere = {".".join((*p, k)): k for p, m in _SECTIONS.items() if p != parent for k in _known_keys(p)}
     norm = word.lower().replace("-", "_")
-    exact = [full for full, k in elsewhere.items() if k == norm]
-    close_full = exact[0] if exact else None
+    close_full = next((full for full, k in elsewhere.items() if k == norm), None)
+    close = did_you_mean(word, known) if close_full is None else None
+    if close:
+        return f"unknown key '{word}'. Did you mean '{close}'?"
     if close_full is None:
         close_key = did_you_mean(word, list(set(elsewhere.values())), cutoff=0.8)
         close_full = next((f for f, k in elsewhere.items() if k == close_key), None) if close_key else None

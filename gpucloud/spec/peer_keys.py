@@ -19,8 +19,8 @@ PEER_KEYS: dict[str, str] = {
     "image_id": "gpucloud's is container: for a Docker image (`container: nvcr.io/nvidia/pytorch:24.08-py3`) "
     "or image: for a machine image (an AMI id or Azure image URN)",
     "docker": "gpucloud's is container: (the image's name; docs/CONTAINERS.md)",
-    "ports": "gpucloud opens no inbound ports; reach a service with `ssh: true` under resources and "
-    "`ssh -L PORT:localhost:PORT` to the machine, or write results to artifacts/outputs",
+    "ports": "gpucloud's is ports: at the top of the job file (`ports: [8888]`), forwarded by `gpucloud ssh RUN` "
+    "to your own machine's loopback only; nothing is opened to the world",
     "disk_tier": "it has no equivalent: each cloud's disk type is chosen for you; disk_gb sets only the size",
     "disk_size": "gpucloud's is resources.disk_gb (GB)",
 }

@@ -26,8 +26,7 @@ def problems(text: str) -> tuple[dict[str, str], str]:
         (BASE + "file_mounts: {/data: s3://b/x}\n", "file_mounts", "inputs: {data/: s3://"),
         (BASE + "type: task\n", "type", "remove it"),
         (BASE + "resources:\n  image_id: docker:pytorch\n", "resources.image_id", "container:"),
-        (BASE + "resources:\n  ports: 8080\n", "resources.ports", "ssh -L"),
-        (BASE + "ports: [8080]\n", "ports", "no inbound ports"),
+        (BASE + "resources:\n  ports: 8080\n", "resources.ports", "ports: at the top"),
         (BASE + "resources:\n  disk_tier: high\n", "resources.disk_tier", "no equivalent"),
     ],
 )
