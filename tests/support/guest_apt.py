@@ -184,3 +184,20 @@ class RepoServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def preinstall_driver(disk: Path, kernel_release: str, version: str) -> None:
+    """Put the stand-in driver (nvidia-smi and its module file) on a guest's disk, as an image with
+    the driver baked in has it: the stack stage then finds it and installs nothing. debugfs writes
+    into the ext4 image without mounting it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        smi, kmod = Path(tmp, "nvidia-smi"), Path(tmp, "nvidia.ko")
+        smi.write_text(SMI.replace("@VERSION@", version))
+        kmod.write_text(f"stand-in module {version}\n")
+        mods = f"/lib/modules/{kernel_release}/updates"
+        script = Path(tmp, "cmds")
+        script.write_text(
+            f"mkdir {mods}\nmkdir {mods}/dkms\ncd {mods}/dkms\nwrite {kmod} nvidia.ko\n"
+            f"cd /usr/bin\nwrite {smi} nvidia-smi\nsif /usr/bin/nvidia-smi mode 0100755\n"
+        )
+        subprocess.run(["debugfs", "-w", "-f", str(script), str(disk)], check=True, capture_output=True)

@@ -182,3 +182,11 @@ def boot(
 def tcg_note() -> str:
     """Why a guest cannot use KVM here, for the skip/bench notes."""
     return "software emulation (TCG)" + ("" if not os.path.exists("/dev/kvm") else "; /dev/kvm present but unused")
+
+
+def set_aside_work_dir(disk: Path, work_dir: str = "/var/lib/gpucloud") -> None:
+    """Move a finished run's work folder aside on a powered-off guest's disk (debugfs, no mount), as
+    an image baked by gpucloud has none: its boot unit then finds no `boot.sh` and stays quiet."""
+    parent, name = work_dir.rsplit("/", 1)
+    cmds = f"cd {parent}\nlink {name} {name}.before\nunlink {name}\n"
+    subprocess.run(["debugfs", "-w", "-f", "-", str(disk)], input=cmds.encode(), check=True, capture_output=True)

@@ -28,6 +28,7 @@ ARM_DEFAULT = "https://management.azure.com"
 ARM_AUDIENCE_DEFAULT = "https://management.azure.com/"
 DELETE_TRIES = 40
 DELETE_PAUSE_S = 15.0
+PID1_CMDLINE = "/proc/1/cmdline"
 
 
 class Hooks:
@@ -73,6 +74,17 @@ class ShutdownHooks(Hooks):
         subprocess.run(["shutdown", "-h", "now"], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def rebooting(self) -> bool:
+        """systemd shows reboot.target among its jobs while it stops the units. A unit with
+        KillMode=process (cloud-init's cloud-final.service, which runs the user-data and so the
+        agent) leaves its processes to the last SIGTERM, sent once PID 1 is systemd-shutdown:
+        `systemctl` answers nothing then, and PID 1's own command line says `reboot`."""
+        try:
+            with open(PID1_CMDLINE, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            argv = []
+        if argv and argv[0].endswith(b"systemd-shutdown") and b"reboot" in argv[1:]:
+            return True
         try:
             out = subprocess.run(["systemctl", "list-jobs"], capture_output=True, text=True, timeout=10, check=False)
         except (OSError, subprocess.SubprocessError):
