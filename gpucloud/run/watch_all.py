@@ -172,8 +172,21 @@ class Watcher:
             self.downs.add(run_id)
             self._spawn(run_id, ["down", run_id, "--yes"])
 
+    def _bill_cut_short_attempts(self, run_id: str) -> None:
+        """An attempt whose follower died inside provision (no handle recorded) but whose journal
+        has rows since it began may have machines that bill: count it as launched, from its start to
+        the teardown that will end it, rather than lose what it cost."""
+        run = self.store.get_run(run_id)
+        rows = self.store.resources(run_id, alive_only=True) if run else []
+        for a in run.attempts if run else []:
+            if not a.launched and a.ended_at is None and any(r.created_at >= a.started_at for r in rows):
+                with self.store.transaction() as c:
+                    c.execute("UPDATE attempts SET launched = 1 WHERE run_id = ? AND idx = ?", (run_id, a.idx))
+                self.store.event(run_id, "watch", f"attempt {a.idx} was cut short in provision: counted as launched")
+
     def _spawn(self, run_id: str, command: list[str] | None = None) -> None:
         if command is None:
+            self._bill_cut_short_attempts(run_id)
             self.store.update_run(run_id, detached=True, pid=None)  # no earlier follower's pid stops the child
             self.store.event(run_id, "watch", f"taken by watcher {self.holder}")
         log = open(self.logs / f"{run_id}.log", "ab")  # noqa: SIM115  (the child's; closed below)

@@ -149,4 +149,5 @@ def test_a_watcher_killed_mid_relaunch_and_restarted_loses_and_leaks_nothing(
     # Exactly one relaunch at EC2: the machine the killed child asked for, which the restarted
     # watcher followed to its end (the channel is the run's) and tore down by its tags.
     assert len(_instances_ever(moto, run_id)) == 2
-    assert report["launched_attempts"] == 1  # what the store could not learn: that attempt's handle
+    # The cut-short attempt is billed from its start to the teardown (its machine ran all along).
+    assert report["launched_attempts"] == 2 and report["attempts"][1]["cost"] > 0, report
