@@ -138,3 +138,21 @@ def test_a_hung_session_keeps_the_machine_only_until_max_duration(tmp_path: Path
     cli("down", run_id, "--yes", cwd=tmp_path, check=True)
     doc = json.loads(cli("status", run_id, "--json", cwd=tmp_path, check=True).stdout)
     assert all(r["status"] == "deleted" for r in doc["resources"])
+
+
+def test_the_next_job_shows_its_first_line_within_5s(tmp_path: Path, gpucloud_home: Path) -> None:
+    from tests.support.keep_timing import FIRST_LINE_BUDGET_S, record, timed_first_line
+
+    job = write_job(tmp_path / "job", {"name": "kept", "keep": "60s", "run": "echo first-line-cold"})
+    cold_s, proc = timed_first_line(["run", str(job)], env=os.environ, cwd=tmp_path, marker="first-line-cold")
+    assert proc.returncode == 0, proc.stderr
+    run_id = run_id_of(proc.stderr)
+    job = write_job(tmp_path / "job", {"name": "kept", "keep": "60s", "run": "echo first-line-kept"})
+    kept_s, proc = timed_first_line(
+        ["run", "--on", run_id, str(job)], env=os.environ, cwd=tmp_path, marker="first-line-kept"
+    )
+    assert proc.returncode == 0, proc.stderr
+    record("local", cold_s, kept_s)
+    assert kept_s <= FIRST_LINE_BUDGET_S, (kept_s, cold_s)
+    cli("down", run_id, "--yes", cwd=tmp_path, check=True)
+    assert leftovers(gpucloud_home, run_id) == []
