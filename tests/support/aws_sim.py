@@ -73,6 +73,7 @@ def instance_states(region: str) -> frozenset[tuple[str, str, bool]]:
 
 
 IMDS_TOKEN = "sim-imds-token"
+ROLE_TTL_S = 5.0  # how long IMDS keeps the answer to "which role has this instance's profile"
 CREDS_PATH = "latest/meta-data/iam/security-credentials/"
 SPOT_ACTION_FILE = "imds-spot-instance-action"
 
@@ -106,6 +107,7 @@ class _Imds(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:  # noqa: N802
+        self.sim.imds_log.append(("GET", self.path, self.headers.get("X-aws-ec2-metadata-token") or ""))
         iid, _, path = self.path.lstrip("/").partition("/")
         guest = self.sim.guest(iid)
         if guest is None and iid == "latest":  # an SDK keeps the endpoint's host only (aws-sdk-go)
@@ -152,7 +154,10 @@ class AwsVmSimulator(GuestSimulator):
         self.errors: list[str] = []
         self.imds_polls = 0  # GETs of spot/instance-action (the bootstrap's guard)
         self.creds_served = 0  # role credential documents served by IMDS
+        self._roles: dict[str, tuple[str | None, float]] = {}  # guest -> (its profile's role, when asked)
+        self.imds_log: list[tuple[str, str, str]] = []  # (method, path, token) of each IMDS GET, for a failing test
         self.creds_s = 3600  # lifetime of the role credentials IMDS serves (STS, from moto)
+        self._creds_cache: dict[tuple[str, str], tuple[dict[str, str], float]] = {}  # (guest, role) -> (doc, expiry)
         self.extra_env: dict[str, str] = {}  # more environment for every guest (a proxy in front of S3)
         self.on_credentials: list[Any] = []  # called with each (key id, secret, token, expiry epoch) served
         handler = type("Imds", (_Imds,), {"sim": self})
@@ -259,8 +264,20 @@ class AwsVmSimulator(GuestSimulator):
             guest.ended = True
 
     def role_of(self, guest: Guest) -> str | None:
-        """The role of the guest's instance profile (IAM, as EC2 resolves it), or None."""
-        profile = guest.meta.get("profile", "")
+        """The role of the guest's instance profile (IAM, as EC2 resolves it), or None; an answer
+        is kept ROLE_TTL_S, so that IMDS answers at once (rclone's IMDS client waits 1 s) on a
+        loaded machine, and a deleted profile still shows within seconds."""
+        now = time.time()
+        kept = self._roles.get(guest.vm_id)
+        if kept is not None and now - kept[1] < ROLE_TTL_S:
+            return kept[0]
+        name = self._role_of(guest)
+        if name is not None:  # an instance whose profile is not seen yet is asked again next time
+            self._roles[guest.vm_id] = (name, now)
+        return name
+
+    def _role_of(self, guest: Guest) -> str | None:
+        profile = guest.meta.get("profile", "") or self._profile_now(guest)
         if not profile:
             return None
         iam = _client(self.moto.endpoint, "us-east-1", "iam")
@@ -270,8 +287,30 @@ class AwsVmSimulator(GuestSimulator):
             return None
         return str(roles[0]["RoleName"]) if roles else None
 
+    def _profile_now(self, guest: Guest) -> str:
+        """The instance's profile asked again: a scan that met the instance while RunInstances was
+        still under way (moto adds the profile after the instance) saw none."""
+        try:
+            out = self.ec2(guest.meta.get("region", "us-east-1")).describe_instances(InstanceIds=[guest.vm_id])
+            inst = out["Reservations"][0]["Instances"][0]
+        except Exception:  # noqa: BLE001 - gone: no profile, as on EC2
+            return ""
+        guest.meta["profile"] = str((inst.get("IamInstanceProfile") or {}).get("Arn", "")).rsplit("/", 1)[-1]
+        return guest.meta["profile"]
+
     def role_credentials(self, guest: Guest, role: str) -> dict[str, str]:
-        """Short-lived credentials of the role from moto's STS, in IMDS's document format."""
+        """Short-lived credentials of the role from moto's STS, in IMDS's document format. Like EC2's
+        IMDS, the same document is served again until 5 minutes before it expires: an SDK's IMDS
+        client (rclone's: 1 s) must not wait for an STS call on a loaded machine."""
+        key, now = (guest.vm_id, role), time.time()
+        cached = self._creds_cache.get(key)
+        if cached is not None and cached[1] - now > 300:
+            return cached[0]
+        doc = self._fresh_credentials(guest, role)
+        self._creds_cache[key] = (doc, now + self.creds_s)
+        return doc
+
+    def _fresh_credentials(self, guest: Guest, role: str) -> dict[str, str]:
         sts = _client(self.moto.endpoint, "us-east-1", "sts")
         arn = f"arn:aws:iam::{ACCOUNT}:role/gpucloud/{guest.meta.get('region', '')}/{role}"
         creds = sts.assume_role(RoleArn=arn, RoleSessionName=guest.vm_id, DurationSeconds=self.creds_s)["Credentials"]
@@ -295,6 +334,7 @@ class AwsVmSimulator(GuestSimulator):
         """The one running guest (IMDS asked without an instance prefix), None when not exactly one."""
         with self.lock:
             alive = list(self.guests.values())
+        alive = [g for g in alive if not g.ended]
         return alive[0] if len(alive) == 1 else None
 
     def preempt(self, instance_id: str, action: str = "terminate") -> None:

@@ -76,6 +76,11 @@ class S3Store(DataStore):
 
         names = handle.resources.get(identity.ROLE, []) if handle is not None else []
         statements = data.node_statements(reads, writes, mounts)
+        if statements and not names and getattr(handle, "cloud", "") == CLOUD:  # not admitted: no mount as itself
+            return (
+                "the attempt's machines have no role of their own: the node reaches the job's S3 data "
+                "with the launcher's grants only"
+            )
         try:
             for name in names if statements else []:
                 identity.put_data_policy(AwsClients(), handle.region, name, statements)

@@ -80,7 +80,7 @@ def test_the_node_mounts_under_its_own_role(
         cwd=tmp_path,
     )
     listed = [a for a in front.answers if a[1] == "/gc-node-mount" or a[1] == "/gc-node-mount/"]
-    assert proc.returncode == 0, f"{listed[-5:]} {front.answers[-10:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"{listed[-5:]} {aws_sim.imds_log[-8:]}\n{proc.stderr[-3000:]}"
     doc = json.loads(proc.stdout)
     got = Path(doc["artifacts_dir"])
     assert (got / "got.txt").read_text() == "alpha\n" and (got / "listing.txt").read_text() == "a.txt\n"
