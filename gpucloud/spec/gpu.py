@@ -31,8 +31,6 @@ _COUNT_RE = re.compile(r"^\s*([0-9]*)\s*\.\.\s*([0-9]*)\s*$")
 _MEMORY_RE = re.compile(
     r"^\s*(?:([0-9]+(?:\.[0-9]+)?)\s*(GB|GIB|G)?)?\s*(\.\.)?\s*(?:([0-9]+(?:\.[0-9]+)?)\s*(GB|GIB|G)?)?\s*$"
 )
-MEMORY_PATTERN = r"^\s*([0-9.]+\s*([GgMm]i?[Bb]?)?)?\s*(\.\.)?\s*([0-9.]+\s*([GgMm]i?[Bb]?)?)?\s*$"
-COUNT_PATTERN = r"^\s*[0-9]*\s*(\.\.\s*[0-9]*)?\s*$"
 EXPECTED = (
     "MODEL:COUNT such as T4:1 or A100-80GB:8, A100|H100:8, L4:1..2, a mapping {model: T4, count: 1} or "
     "{memory: 24GB.., count: 1..4}, or a list of these (any of them)"

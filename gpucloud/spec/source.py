@@ -16,7 +16,6 @@ if TYPE_CHECKING:
 # YAML: node tree -> (data, line map, duplicate-key issues)
 
 _MAX_NODES_BUILT = 100_000  # guards against YAML alias bombs ("billion laughs")
-_STR_TAG = "tag:yaml.org,2002:str"
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
 _MERGE_TAG = "tag:yaml.org,2002:merge"

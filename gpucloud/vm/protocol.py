@@ -66,7 +66,6 @@ URL_KEYS = (
 # `claims_get <rank> URL`: what a node reads of a peer's claims (its claim objects' listing, or its
 # appended claim lines) to check the peer's signed `ready` (gpucloud/vm/agent/barrier.py).
 RANKED_KEYS = ("ready_get", "done_get", "ckpt_put", "ckpt_get", "ckpt_sum_put", "ckpt_sum_get", "claims_get")
-LOG_KEYS = ("log_dir", "log_post", "log_post_key", "log_post_field", "log_append")
 
 
 def iter_manifest(text: str) -> Iterator[Tuple[str, str]]:
