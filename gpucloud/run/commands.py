@@ -112,10 +112,10 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
     from gpucloud.state.store import home_dir
 
     gpu_report.save(home_dir(), run.id, obs.statuses)
-    from gpucloud.run.keep import still_kept
+    from gpucloud.run.keep import mark_kept, still_kept
 
     if still_kept(run, obs.statuses):  # its machine waits for the next job (run/keep.py)
-        return run
+        return mark_kept(store, run, obs.statuses)
     if obs.all_final and not run.detached:  # the `run` following it died before reading the result
         status, code, _ = outcome(obs.statuses)
         store.set_phases(run.id, vm_phases(obs.statuses))

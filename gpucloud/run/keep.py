@@ -67,11 +67,21 @@ def record_kept(store: Store, run_id: str, code: int | None, say: Callable[[str]
 
 
 def still_kept(run: RunRecord, statuses: list[dict | None]) -> bool:
-    """A kept run whose node still waits (its last status carries `kept`, or a later job runs)."""
-    if run.status != KEPT:
-        return False
+    """A kept run whose node still waits (its last status carries `kept`, or a later job runs); a
+    detached run (`run --detach`, `gpucloud dev`) becomes one when its node says so."""
     first = statuses[0] if statuses else None
-    return first is not None and (kept_status(statuses) is not None or first.get("state") in ("booting", "running"))
+    if first is None or run.status not in (KEPT, "running"):
+        return False
+    return kept_status(statuses) is not None or (run.status == KEPT and first.get("state") in ("booting", "running"))
+
+
+def mark_kept(store: Store, run: RunRecord, statuses: list[dict | None]) -> RunRecord:
+    """A detached run whose job ended on a kept machine: recorded as kept, as `run` records it."""
+    if run.status != KEPT:
+        code = (statuses[0] or {}).get("exit_code")
+        store.update_run(run.id, status=KEPT, phase=idle_note(run), exit_code=code if isinstance(code, int) else None)
+        store.event(run.id, KEPT, f"job ended (exit {code}); the machine waits for the next job")
+    return store.get_run(run.id) or run
 
 
 def idle_note(run: RunRecord | None) -> str:

@@ -156,3 +156,15 @@ def test_the_next_job_shows_its_first_line_within_5s(tmp_path: Path, gpucloud_ho
     assert kept_s <= FIRST_LINE_BUDGET_S, (kept_s, cold_s)
     cli("down", run_id, "--yes", cwd=tmp_path, check=True)
     assert leftovers(gpucloud_home, run_id) == []
+
+
+def test_a_detached_kept_run_is_recorded_kept_not_ended(tmp_path: Path, gpucloud_home: Path) -> None:
+    job = write_job(tmp_path / "job", {"name": "kept", "keep": "60s", "run": "true"})
+    run_id = run_id_of(cli("run", str(job), "--detach", cwd=tmp_path, check=True).stderr)
+    doc = _wait_status(run_id, tmp_path, {"kept", "succeeded"}, timeout=60)
+    assert doc["status"] == "kept"  # not "succeeded" while its machine waits (gc would tear it down)
+    cli("gc", "--yes", "--cloud", "local", cwd=tmp_path, check=True)
+    proc = cli("exec", run_id, "--", "echo still-here", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0 and "still-here" in proc.stdout, proc.stderr
+    cli("down", run_id, "--yes", cwd=tmp_path, check=True)
+    assert leftovers(gpucloud_home, run_id) == []
