@@ -60,5 +60,8 @@ def test_reboot_mid_run_keeps_the_deadline_and_never_reruns_the_job(
     job = "echo job-started-$(date +%s) >>/var/tmp/job-starts\ncat /var/tmp/job-starts\nsystemctl reboot\nsleep 600\n"
     status, out, took = _run_and_wait(tmp_path, image, repo, job)
     assert out.count("job-started-") == 1, out
-    assert status["state"] == "error" and "rebooted during stage run" in status["message"], status
+    # the resumed run reports the reboot; if the deadline passed while the guest was down (a TCG
+    # reboot takes minutes), the re-armed backstop ends it as `deadline` (docs/STACKS.md, "Reboots")
+    rebooted = status["state"] == "error" and "rebooted during stage run" in status["message"]
+    assert rebooted or status["state"] == "deadline", status
     assert took <= MAX_S + 30 + 120, took
