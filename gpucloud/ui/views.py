@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.prose import fill, output_width, to_stderr
-from gpucloud.ui.plan_notes import source_cell
 from gpucloud.ui.progress import fmt_seconds
 from gpucloud.ui.table import Table
 
@@ -111,6 +110,7 @@ def _candidates_table(plan: Plan, shown: Sequence[Candidate], *, mark: bool) -> 
     """The candidates; `mark`: an estimated or old price says so in its market cell (when the
     price source column that says it is not shown: said once, not twice)."""
     from gpucloud.plan.fabric import candidate_fabric  # between the nodes: EFA, InfiniBand or TCP
+    from gpucloud.ui.plan_notes import source_cell  # a table of prices only
 
     per_node = plan.spec.num_nodes > 1
     several = len(plan.requests()) > 1  # alternatives: which request each meets
@@ -293,6 +293,7 @@ def print_catalog(rows: list[Offering]) -> None:
 
 def _catalog_table(rows: list[Offering], *, mark: bool) -> Table:
     from gpucloud.catalog.prices import price_source
+    from gpucloud.ui.plan_notes import source_cell  # a table of prices only
 
     table = _table(
         "GPU", "cloud", "region", "instance type", "GPUs", "vCPU", "GiB", "$/h", "$/h\nspot", "status", SOURCE
