@@ -52,16 +52,25 @@ class SessionPlan:
     node_folder: str = ""  # where the shell starts on the node (shown, and the ssh entry's RemoteCommand)
 
 
+# The session's shell says it is open: its pid (kept by `exec`) in W/sessions/, which a kept machine's
+# idle clock reads (vm/agent/keep.py), so a machine someone is working on is not ended as idle.
+# Where W is not the session user's to write, the session still opens, unregistered.
+SESSION_MARK = (
+    'if [ -n "${GPUCLOUD_VM_DIR:-}" ]; then mkdir -p "$GPUCLOUD_VM_DIR/sessions" 2>/dev/null'
+    ' && echo $$ >"$GPUCLOUD_VM_DIR/sessions/ssh-$$" 2>/dev/null; fi; '
+)
+
+
 def session_tail(ask: SessionAsk) -> str:
-    """What the node's shell ends with: the command (as ssh runs one: its words joined by spaces),
-    a login shell, or a wait that only holds the forwards."""
+    """What the node's shell ends with: the session's mark, then the command (as ssh runs one: its
+    words joined by spaces), a login shell, or a wait that only holds the forwards."""
     import shlex
 
     if ask.command:
-        return "exec bash -c " + shlex.quote(" ".join(ask.command))
+        return SESSION_MARK + "exec bash -c " + shlex.quote(" ".join(ask.command))
     if ask.forward_only:
-        return "exec sleep 2147483647"
-    return 'exec "${SHELL:-bash}" -l'
+        return SESSION_MARK + "exec sleep 2147483647"
+    return SESSION_MARK + 'exec "${SHELL:-bash}" -l'
 
 
 def unsupported(cloud: str, why: str) -> SessionUnsupported:
@@ -121,7 +130,8 @@ def cloud_session(node: CloudNode, ask: SessionAsk) -> SessionPlan:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write("\n".join(lines) + "\n")
-    remote = f"cd {shlex.quote(node.folder + '/job')} 2>/dev/null || cd; {session_tail(ask)}"
+    work = shlex.quote(node.folder)
+    remote = f"export GPUCLOUD_VM_DIR={work}; cd {work}/job 2>/dev/null || cd; {session_tail(ask)}"
     forwards: list[str] = []
     for fwd in ask.forwards:
         forwards += ["-L", f"127.0.0.1:{fwd.local}:127.0.0.1:{fwd.remote}"]

@@ -168,3 +168,34 @@ def test_a_detached_kept_run_is_recorded_kept_not_ended(tmp_path: Path, gpucloud
     assert proc.returncode == 0 and "still-here" in proc.stdout, proc.stderr
     cli("down", run_id, "--yes", cwd=tmp_path, check=True)
     assert leftovers(gpucloud_home, run_id) == []
+
+
+def test_an_open_ssh_session_holds_a_kept_machine_past_its_idle_time(tmp_path: Path, gpucloud_home: Path) -> None:
+    """`gpucloud ssh` registers its shell in the node's sessions/ (the pid `exec` keeps), so the idle
+    clock does not end a machine someone is working on; once the session closes, it ends idle."""
+    run_id = _kept_run(tmp_path, {"keep": "10s", "run": "true"})
+    release = tmp_path / "release"
+    env = {**os.environ, "COLUMNS": "200"}
+    wait = f"while [ ! -e {release} ]; do sleep 0.2; done"
+    session = subprocess.Popen(
+        ["gpucloud", "ssh", run_id, "--", wait], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        sessions = _sandbox(gpucloud_home, run_id) / "sessions"
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not any(sessions.glob("ssh-*")):
+            time.sleep(0.2)
+        (mark,) = sessions.glob("ssh-*")
+        assert mark.read_text().strip() == mark.name.removeprefix("ssh-")  # the shell's own pid
+        time.sleep(16)  # past the 10 s idle time
+        assert status_json(run_id, tmp_path)["status"] == "kept"
+        release.touch()
+        assert session.wait(timeout=30) == 0
+        doc = _wait_status(run_id, tmp_path, {"succeeded", "failed", "deadline"}, timeout=60)
+        assert doc["status"] == "succeeded", doc
+        assert leftovers(gpucloud_home, run_id) == []
+    finally:
+        release.touch()
+        if session.poll() is None:
+            session.kill()
+        session.communicate()

@@ -23,7 +23,7 @@ from gpucloud.contract.provider import (
     RunHandle,
     expiry_tag,
 )
-from gpucloud.contract.session import SessionAsk, SessionPlan
+from gpucloud.contract.session import SessionAsk, SessionPlan, session_tail
 from gpucloud.contract.tags import GcIncomplete
 from gpucloud.errors import UserError
 from gpucloud.providers.local import engine as vm_engine
@@ -205,13 +205,9 @@ class LocalProvider(Provider):
             )
         env = vm_engine.process_env(vm.pid) or vm_engine.default_base_env()
         folder = vm.sandbox / "job" if (vm.sandbox / "job").is_dir() else vm.sandbox
-        env = {**env, "PWD": str(folder)}
-        if ask.command:
-            argv = ["bash", "-c", " ".join(ask.command)]
-        elif ask.forward_only:
-            argv = ["sleep", "infinity"]
-        else:
-            argv = [env.get("SHELL") or os.environ.get("SHELL") or "bash", "-i"]
+        env = {**env, "PWD": str(folder), "GPUCLOUD_VM_DIR": str(vm.sandbox)}
+        env.setdefault("SHELL", os.environ.get("SHELL") or "bash")
+        argv = ["bash", "-c", session_tail(ask)]  # registered in the node's sessions/ while open
         return SessionPlan(argv=argv, cwd=str(folder), env=env, ports_local=True, node_folder=str(folder))
 
     def teardown(self, handle: RunHandle, journal: Journal, *, wait: bool = True) -> None:
