@@ -21,14 +21,9 @@ BEFORE_READY = (None, "", "plan", "provision", "booting", "boot", "stack", "fetc
 
 def dev_job(path: str, *, idle: str) -> object:
     """The job file as a development machine: kept for `idle`, its `run` only the ready line."""
-    from gpucloud.spec.load import JobSpec, load_spec
+    from gpucloud.spec.load import load_spec
     from gpucloud.spec.values import parse_duration
 
-    if "keep" not in JobSpec.model_fields:
-        raise UserError(
-            "gpucloud dev needs kept machines (`keep:` in the job file, docs/KEEP.md), which this build lacks.",
-            hint="Meanwhile `gpucloud run JOB --detach` with `run: sleep 8h` and `gpucloud ssh RUN` come close.",
-        )
     job = load_spec(path)
     try:
         seconds = parse_duration(idle)
