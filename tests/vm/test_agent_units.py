@@ -640,3 +640,29 @@ def test_the_backstop_reports_when_the_process_ending_the_run_died_before_its_re
     (local.vm_dir / "final" / "owner").write_text(f"{dead.pid}\n")
     backstop(local)
     assert "mem://status" not in local.transfer.store  # type: ignore[attr-defined]
+
+
+def test_a_final_status_that_never_went_up_is_not_marked_reported(tmp_path: Path) -> None:
+    """The guest's reboot showed it: a report whose upload failed (the network already down) was
+    marked reported, so no later firing reported the run, and its channel said `running` forever."""
+    from gpucloud.vm.agent.__main__ import BACKSTOP_MESSAGE, backstop
+
+    agent = make_agent(tmp_path)
+    (agent.vm_dir / "manifest").write_text(MANIFEST.format(deadline=1))
+    agent.board.begin_stage("run")
+    down = make_agent(tmp_path)
+    down.transfer = FakeTransfer()
+    down.transfer.refuse.add("mem://status")
+    backstop(down)
+    assert "mem://status" not in down.transfer.store and not (down.st / "reported").exists()
+    import subprocess
+
+    dead = subprocess.Popen(["true"])  # the process that took the end is gone (the machine rebooted)
+    dead.wait()
+    (agent.vm_dir / "final" / "owner").write_text(f"{dead.pid}\n")
+    again = make_agent(tmp_path, self_termination="shutdown")  # the next boot's backstop still reports it
+    again.transfer = FakeTransfer()
+    again.hooks = Hooks(again.transfer, {}, again.log, again.clock.sleep)  # no real shutdown here
+    backstop(again)
+    assert json.loads(again.transfer.store["mem://status"])["message"] == BACKSTOP_MESSAGE
+    assert (again.st / "reported").exists()

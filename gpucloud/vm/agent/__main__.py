@@ -96,8 +96,8 @@ def backstop(agent: Agent) -> None:
         agent.board.set_final("deadline", None, BACKSTOP_MESSAGE)
         if agent.pump is not None:
             agent.pump.drain()
-        agent.board.push(final=True)
-        (agent.st / "reported").touch()
+        if agent.board.push(final=True):
+            (agent.st / "reported").touch()
     try:
         (agent.vm_dir / "terminated").rmdir()  # an earlier teardown that did not end the machine: again
     except OSError:
