@@ -59,7 +59,7 @@ def _sql_markets(case: tuple[float, float | None, int, float | None], policy: st
 
 def _python_markets(case: tuple[float, float | None, int, float | None], policy: bool | str) -> set[bool]:
     price, spot, gpus, cap = case
-    return {is_spot for is_spot, _ in _markets(_row(price, spot, gpus), policy, cap)[0]}
+    return {is_spot for is_spot, _ in _markets(_row(price, spot, gpus), policy, (cap, "max_price_per_hour"))[0]}
 
 
 @pytest.mark.parametrize("policy", list(POLICIES), ids=list(POLICIES.values()))
