@@ -410,6 +410,8 @@ def json_walk_cases(tmp_path: Path, run_id: str, live_id: str) -> list[tuple[lis
         (["setup", "aws", "--yes"], 78, ERROR),
         (["setup", "nope"], 2, ERROR),
         (["hosts", "probe"], 2, ERROR),
+        (["budget", "ls"], 0, OK),
+        (["budget", "ls", "extra"], 2, ERROR),
     ]
 
 

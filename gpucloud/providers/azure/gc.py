@@ -16,7 +16,8 @@ from typing import Any
 
 from gpucloud.contract.provider import TAG_EXPIRES, TAG_RUN, expiry_tag
 from gpucloud.contract.tags import GcIncomplete, tagged_expiry
-from gpucloud.providers.azure.access import classify_access
+from gpucloud.errors import EndpointError
+from gpucloud.providers.azure.access import ARM_ENDPOINT_ENV, CLOUD, classify_access
 from gpucloud.providers.azure.arm import Arm
 from gpucloud.providers.azure.errors import error_parts
 from gpucloud.ui.untrusted import shown
@@ -29,6 +30,20 @@ def _why(exc: Exception) -> str:
     code, message, status = error_parts(exc)
     said = f"{code}: {message}" if code else (message or type(exc).__name__)
     return shown((f"HTTP {status} " if status else "") + said, limit=200)
+
+
+def _silent(exc: Exception, page: int) -> EndpointError | None:
+    """The first call's request went out and no answer came (a read timeout): the endpoint does not
+    answer, so Azure is unusable (78), not checked "in part"."""
+    from azure.core.exceptions import ServiceResponseError
+
+    if page != 1 or not isinstance(exc, ServiceResponseError):
+        return None
+    return EndpointError(
+        f"Azure: the resource manager did not answer while listing resource groups ({_why(exc)}).",
+        cloud=CLOUD,
+        hint=f"Check the network (proxy, firewall, VPN), and {ARM_ENDPOINT_ENV} if it is set.",
+    )
 
 
 def _expired(provider: Arm, now: datetime, lines: list[str], failures: list[str]) -> list[Any]:
@@ -44,7 +59,7 @@ def _expired(provider: Arm, now: datetime, lines: list[str], failures: list[str]
         except StopIteration:
             return found
         except Exception as exc:  # noqa: BLE001 - one call: named below, the others' finds still count
-            access = classify_access(exc, what="listing resource groups")
+            access = classify_access(exc, what="listing resource groups") or _silent(exc, page)
             if access is not None:
                 raise access from None
             failures.append(

@@ -38,8 +38,9 @@ def _ask(region: str, size: str = "Standard_NC4as_T4_v3", spot: bool = False, vc
 def test_every_catalog_size_has_the_family_azure_names_it() -> None:
     """gpucloud's size -> family table agrees with the fake's, written from Azure's usage names."""
     import csv
+    from importlib.resources import files
 
-    shipped = Path(__file__).resolve().parents[3] / "gpucloud/catalog/data/offerings.csv"
+    shipped = files("gpucloud.catalog") / "data" / "offerings.csv"  # the installed package's, as CI tests it
     with shipped.open() as f:
         sizes = {r["instance_type"] for r in csv.DictReader(f) if r["cloud"] == "azure" and r["status"] == "active"}
     assert sizes
