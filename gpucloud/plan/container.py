@@ -2,7 +2,7 @@
 GPU against it (gpucloud/plan/container_stack.py).
 
 Sources, best first: the image's registry (the config's CUDA_VERSION / com.nvidia.cuda.version,
-gpucloud/plan/registry.py, under a 3 s budget); the tag (`...-cuda12.1-...`, `cu121`, and
+gpucloud/plan/oci_client.py, under a 3 s budget); the tag (`...-cuda12.1-...`, `cu121`, and
 nvidia/cuda's leading version `12.6.1-base-...`); for NGC framework images (`nvcr.io/nvidia/pytorch:
 24.08-py3`) the release -> CUDA table in catalog/data/ngc_cuda.csv, sourced per row from NVIDIA's
 release notes; else unknown, with a warning in the plan. Only a job with `container:` imports this.
@@ -97,7 +97,7 @@ def image_cuda(
     ref = container.ref
     if not gpu_job:
         return ImageCuda(container.image, ref.registry, None, "unknown", "not asked: a CPU-only job has no driver")
-    from gpucloud.plan.registry import Unknown, read_config
+    from gpucloud.plan.oci_client import Unknown, read_config
 
     creds, note = None, ""
     login = container.login

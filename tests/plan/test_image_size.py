@@ -1,4 +1,4 @@
-"""The container image's size, read from its registry at plan time (gpucloud/plan/registry.py), rides
+"""The container image's size, read from its registry at plan time (gpucloud/plan/oci_client.py), rides
 in job.json to the node, whose pull deadline scales with it (size / 5 MB/s, at least 600 s, never
 past the run's deadline: gpucloud/vm/agent/container.py `pull_limit`). Against Debian's real
 docker-registry (tests/support/containers.py); the slow pull is a stub engine that never finishes,
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpucloud.contract.registry import capabilities
+from gpucloud.plan.oci_client import MANIFESTS, pull_size
 from gpucloud.plan.planner import make_plan
-from gpucloud.plan.registry import MANIFESTS, pull_size
 from gpucloud.spec.load import parse_spec
 from gpucloud.vm.agent import container
 from gpucloud.vm.agent.config import JobConfig

@@ -1,4 +1,4 @@
-"""The plan's registry client (gpucloud/plan/registry.py) against real registries: Debian's
+"""The plan's registry client (gpucloud/plan/oci_client.py) against real registries: Debian's
 docker-registry on 127.0.0.1 (open, and with htpasswd auth), a small server of the test's own that
 speaks the Bearer token flow and serves an OCI index, and a port that never answers (time budget)."""
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gpucloud.plan.registry import ImageConfig, Unknown, cuda_of, endpoint, read_config
+from gpucloud.plan.oci_client import ImageConfig, Unknown, cuda_of, endpoint, read_config
 from gpucloud.spec.container import parse_image_ref
 from tests.support.containers import ContainerLab
 from tests.support.token_registry import TOKEN, TokenRegistry, silent_registry, token_registry
