@@ -98,7 +98,7 @@ def iam_policy(
         )
     if data:
         from gpucloud.run.data_grants import policy_statements
-        from gpucloud.run.registry_login import policy_statements as image_statements
+        from gpucloud.run.pull_login import policy_statements as image_statements
         from gpucloud.spec.load import load_spec
 
         job = load_spec(data)

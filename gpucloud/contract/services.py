@@ -7,7 +7,7 @@ never name the cloud that has it.
   each expiring at the run's deadline. A provider entry names its bucket scheme (`s3`, `az`) and
   the class; `run/data_grants.py` talks to that class only.
 - `ImageLogin`: a container registry whose pull token the CLI gets with the caller's cloud
-  credentials (docs/CONTAINERS.md, "Private registries"); `run/registry_login.py` seals it.
+  credentials (docs/CONTAINERS.md, "Private registries"); `run/pull_login.py` seals it.
 
 Both are plain classes with defaults: a cloud implements what it has, and a call to a capability
 it lacks is answered by the default (no limit, no policy statements, nothing to check)."""

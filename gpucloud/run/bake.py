@@ -151,7 +151,7 @@ def _pull_logins(job: JobSpec) -> object:
         return None
     import os
 
-    from gpucloud.run.registry_login import pull_logins
+    from gpucloud.run.pull_login import pull_logins
 
     login = job.container.login
     if login is not None and login.password_secret not in os.environ:

@@ -69,7 +69,7 @@ def run_job(
     """The whole lifecycle of one job; returns the result (exit code included) once torn down.
     `secret_values`: the values of the job's secret names (spec_secrets.py), and `data` the
     inputs/outputs checked at plan time (data_grants.py), and `registry` the container image's pull
-    login (registry_login.py), all delivered sealed."""
+    login (pull_login.py), all delivered sealed."""
     from gpucloud.channel.extract import Caps
     from gpucloud.run.plan import launch_plan
 

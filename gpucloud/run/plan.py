@@ -94,7 +94,7 @@ def _refused_identities(clouds: list[str]) -> dict[str, str]:
 
 def looked_up(job: JobSpec, values: Mapping[str, str], *, explore: bool = False) -> tuple[Any, Any]:
     """What `plan` and `run` look up from here before anything is launched: the job's inputs/outputs
-    (data_grants.py) and its container image's pull login (registry_login.py); None where none.
+    (data_grants.py) and its container image's pull login (pull_login.py); None where none.
     `explore` (`plan`): the sources that cannot be checked from here are listed, not refused."""
     data = registry = None
     if job.inputs or job.outputs:
@@ -102,7 +102,7 @@ def looked_up(job: JobSpec, values: Mapping[str, str], *, explore: bool = False)
 
         data = check(job, explore=explore)
     if job.container is not None:  # an ECR image that is not there fails here, as a missing bucket does
-        from gpucloud.run.registry_login import pull_logins
+        from gpucloud.run.pull_login import pull_logins
 
         registry = pull_logins(job, values)
     return data, registry

@@ -33,7 +33,7 @@ class SecretDelivery:
         self.run_id, self.num_nodes = run_id, num_nodes
         self._values = values
         self.data = data  # a data_grants.DataPlan: the node's input/output grants ride sealed too
-        self.registry = registry  # a registry_login.PullLogins: the image's pull login, sealed as well
+        self.registry = registry  # a pull_login.PullLogins: the image's pull login, sealed as well
         self.sealed_to: dict[int, str] = {}  # rank -> the key its secrets were sealed to
         self.warned: set[str] = set()
         self.checked_at = 0.0

@@ -108,7 +108,7 @@ def stack_context(node: NodeStack) -> dict[str, object]:
 def container_config(spec: JobSpec, node: NodeStack | None = None, owned_host: bool = False) -> dict[str, object]:
     """The agent's `container` document ({} when the job runs on the machine itself). No password:
     the pull login (container.login's, or a registry token the CLI asks for) reaches the node sealed
-    with the secrets (run/registry_login.py); `sealed_login` says the node waits for one.
+    with the secrets (run/pull_login.py); `sealed_login` says the node waits for one.
     `prepulled`: the machine boots an image baked for this container (its stack hash names the
     image), so the node uses the image it holds; `pull_only`: the image builder, which pulls the
     image into the disk it snapshots and runs its own marker on the machine. `pull`: container.pull,
@@ -139,7 +139,7 @@ def container_config(spec: JobSpec, node: NodeStack | None = None, owned_host: b
 
 
 def _token_registry(registry: str, repository: str) -> bool:
-    """A registry whose pull token the CLI gets with the caller's credentials (as registry_login.py):
+    """A registry whose pull token the CLI gets with the caller's credentials (as pull_login.py):
     a provider's container registry, found through the registry of providers."""
     from gpucloud.contract import registry as providers
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gpucloud.errors import UserError
-from gpucloud.run.registry_login import PullLogin, PullLogins, pull_logins
+from gpucloud.run.pull_login import PullLogin, PullLogins, pull_logins
 from gpucloud.run.secrets import SecretDelivery
 from gpucloud.spec.load import parse_spec
 from gpucloud.vm.agent import sealed
