@@ -100,7 +100,7 @@ def bench_plan(sky_venv: Path, rows: int, runs: int) -> None:
     """`gpucloud plan` against SkyPilot's optimizer over the same offerings."""
     from bench_plan_rows import grown_rows, replicas_for
 
-    from gpucloud.catalog import load_catalog, shipped_catalog, store
+    from gpucloud.catalog import load_catalog, offerings_db, shipped_catalog
 
     folder = Path(tempfile.mkdtemp(prefix="gpucloud-peers-"))
     offerings = list(shipped_catalog().offerings) if not rows else grown_rows(replicas_for(rows), "regions")
@@ -109,7 +109,7 @@ def bench_plan(sky_venv: Path, rows: int, runs: int) -> None:
     if rows:
         os.environ["GPUCLOUD_HOME"] = ours_env["GPUCLOUD_HOME"]
         load_catalog.cache_clear()  # type: ignore[attr-defined]
-        store.write(store.cache_file(), offerings, created_at="2026-12-04T00:00:00Z", clouds={})
+        offerings_db.write(offerings_db.cache_file(), offerings, created_at="2026-12-04T00:00:00Z", clouds={})
     sky_env = {"HOME": str(folder / "sky-home"), "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
     sky_python = str(sky_venv / "bin" / "python")
     kind = "grown through regions" if rows else "shipped"

@@ -90,13 +90,13 @@ def main() -> None:
     parser.add_argument("--shape", choices=SHAPES, default="regions")
     args = parser.parse_args()
     compile_package()
-    from gpucloud.catalog import load_catalog, store
+    from gpucloud.catalog import load_catalog, offerings_db
 
     folder = Path(tempfile.mkdtemp(prefix="gpucloud-bench-alt-"))
     os.environ["GPUCLOUD_HOME"] = str(folder / "home")
     load_catalog.cache_clear()  # type: ignore[attr-defined]
     rows = grown_rows(replicas_for(args.rows), args.shape)
-    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    offerings_db.write(offerings_db.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
     job = folder / "jobs" / "alternatives.yaml"  # not beside GPUCLOUD_HOME: a workdir holding it is refused
     job.parent.mkdir()
     job.write_text(job_text(args.every_region))

@@ -115,13 +115,13 @@ def catalog_ms(spec_path: Path, samples: int) -> list[float]:
 
 
 def bench_shape(shape: str, replicas: int, runs: int, folder: Path) -> None:
-    from gpucloud.catalog import load_catalog, store
+    from gpucloud.catalog import load_catalog, offerings_db
 
     home = folder / f"home-{shape}"
     os.environ["GPUCLOUD_HOME"] = str(home)
     load_catalog.cache_clear()  # type: ignore[attr-defined]
     rows = grown_rows(replicas, shape)
-    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    offerings_db.write(offerings_db.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
     print(f"\n== shape {shape}: {len(rows):,} rows ({replicas} replicas); {load_text()}")
     for job in JOBS:
         n, cand, excl = counts(replicas, shape, job, folder)

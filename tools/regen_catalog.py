@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ["GPUCLOUD_HOME"] = tempfile.mkdtemp(prefix="gpucloud-regen-")
-    from gpucloud.catalog import load_catalog, shipped_catalog, store, validate_offerings_text
+    from gpucloud.catalog import load_catalog, offerings_db, shipped_catalog, validate_offerings_text
     from gpucloud.catalog.refresh import refresh
     from gpucloud.errors import GpucloudError
 
@@ -46,9 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(regions)
     rows = [o for o in load_catalog().offerings if o.region in wanted]
     rows.sort(key=lambda o: (o.cloud, o.gpu, o.instance_type, o.region))
-    text = store.offerings_csv(rows)
+    text = offerings_db.offerings_csv(rows)
     validate_offerings_text(text)
-    store.replace_file(args.out, text)
+    offerings_db.replace_file(args.out, text)
     for cloud, info in report.clouds.items():
         for problem in info.get("problems", []) or []:  # type: ignore[union-attr]
             print(f"{cloud}: missing: {problem}", file=sys.stderr)

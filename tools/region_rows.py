@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from gpucloud.catalog import load_catalog, store, validate_offerings_text  # noqa: E402
+from gpucloud.catalog import load_catalog, offerings_db, validate_offerings_text  # noqa: E402
 from gpucloud.catalog.models import Offering  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "gpucloud" / "catalog" / "data" / "offerings.csv"
@@ -200,9 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     fresh, notes = aws_rows(args, old)
     fresh += azure_rows(args, old)
     rows, replaced, added = merge(old_rows, fresh)
-    text = store.offerings_csv(rows)
+    text = offerings_db.offerings_csv(rows)
     validate_offerings_text(text)
-    store.replace_file(args.out, text)
+    offerings_db.replace_file(args.out, text)
     for note in notes:
         print(note, file=sys.stderr)
     print(f"wrote {len(rows)} offerings to {args.out}: {replaced} re-priced, {added} added", file=sys.stderr)

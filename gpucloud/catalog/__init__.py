@@ -2,7 +2,7 @@
 
 The data lives in `data/gpus.csv` and `data/offerings.csv` so that a price refresh is a data change,
 not a code change. `gpucloud catalog refresh` (catalog/refresh.py) writes a newer catalog into a
-versioned cache under GPUCLOUD_HOME (catalog/store.py); when that cache is there and valid it
+versioned cache under GPUCLOUD_HOME (catalog/offerings_db.py); when that cache is there and valid it
 replaces the shipped offerings, which stay the offline fallback (docs/CATALOG.md). Every row carries
 its source and date (docs/CATALOG.md: never present an unconfirmed figure as certain). Loading is
 validated row by row, because a silently wrong price or GPU name would make the planner pick the
@@ -334,12 +334,12 @@ def _shipped_offerings() -> tuple[Offering, ...]:
 
 @functools.cache
 def _load(cache_file: str) -> Catalog:
-    from gpucloud.catalog import store
+    from gpucloud.catalog import offerings_db
 
     gpus, names = _shipped_gpus()
-    cached = store.read(cache_file, gpus)
+    cached = offerings_db.read(cache_file, gpus)
     rows: RowSource
-    if isinstance(cached, store.Cached):
+    if isinstance(cached, offerings_db.Cached):
         rows, meta = cached.rows, cached.meta
     else:
         rows, meta = MemoryRows(_shipped_offerings()), CatalogMeta(note=cached or "")
@@ -355,10 +355,10 @@ def _clear() -> None:
 def load_catalog() -> Catalog:
     """The refreshed catalog from GPUCLOUD_HOME when one is there and valid, else the shipped CSVs;
     parsed once per process and home (the CLI calls this on every plan)."""
-    from gpucloud.catalog import store
+    from gpucloud.catalog import offerings_db
 
     try:
-        path = str(store.cache_file())
+        path = str(offerings_db.cache_file())
     except OSError:  # no usable home directory: the shipped data still plans
         path = ""
     return _load(path)

@@ -2,7 +2,7 @@
 them, ranked by SQLite by the planner's own key: the planner's checks mirrored as SQL conditions
 (`RuleSql`, planner._markets and planner._exclusion_reason), and the candidates of a selection,
 counted per (GPU, GPU count) and market and built only when read (`CleanCandidates`). The file
-itself, its indexes and the pass over a job's rows are catalog/store.py's.
+itself, its indexes and the pass over a job's rows are catalog/offerings_db.py's.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`gpucloud catalog refresh`: rebuild the offerings from the clouds' own APIs, keep what cannot be
-fetched, and write the result atomically into the versioned cache (catalog/store.py).
+fetched, and write the result atomically into the versioned cache (catalog/offerings_db.py).
 
 This module never names a cloud. The provider registry says which providers have a refresh source
 (`ProviderInfo.catalog_source`, a module path); each source module offers
@@ -184,7 +184,7 @@ def refresh(
 ) -> RefreshReport:
     """Fetch every requested cloud, merge with what is kept, write the cache; RefreshFailed when
     nothing at all could be fetched."""
-    from gpucloud.catalog import load_catalog, store
+    from gpucloud.catalog import load_catalog, offerings_db
     from gpucloud.catalog.prices import check_rows
 
     say = progress or (lambda _msg: None)
@@ -226,7 +226,7 @@ def refresh(
         )
     for cloud in known:
         meta[cloud]["rows"] = sum(1 for o in rows if o.cloud == cloud)
-    path = store.cache_file()
+    path = offerings_db.cache_file()
     if not any_ok:
         problems = "; ".join(f"{c}: {p}" for c in chosen for p in meta[c]["problems"])  # type: ignore[attr-defined]
         raise RefreshFailed(
@@ -234,7 +234,7 @@ def refresh(
             hint=_refresh_hint(problems),
         )
     rows.sort(key=lambda o: (o.cloud, o.gpu, o.instance_type, o.region))
-    store.write(path, rows, created_at=fetched_at, clouds=meta)
+    offerings_db.write(path, rows, created_at=fetched_at, clouds=meta)
     load_catalog.cache_clear()  # type: ignore[attr-defined]
     return RefreshReport(path=path, total_rows=len(rows), clouds={c: meta[c] for c in known})
 

@@ -1,5 +1,5 @@
 """Where a catalog's offerings come from, read by filter: the shipped CSVs in memory, or the refreshed
-catalog's indexed SQLite file (catalog/store.py).
+catalog's indexed SQLite file (catalog/offerings_db.py).
 
 Why a filter and not a full list: a refreshed catalog can hold hundreds of thousands of rows (every
 region of every cloud), and `plan` needs only the rows of the GPU and regions the job asks for; the

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gpucloud.catalog import load_catalog, ranking, shipped_catalog, store
+from gpucloud.catalog import load_catalog, offerings_db, ranking, shipped_catalog
 from gpucloud.catalog.rows import RowFilter
 from gpucloud.plan.planner import make_plan
 from gpucloud.plan.rows import Exclusion, Exclusions, listed_exclusions
@@ -156,7 +156,7 @@ def test_a_nan_price_survives_the_file() -> None:
     """SQLite stores a NaN as NULL; the file keeps it a NaN so the price check still refuses it."""
     t4 = shipped_catalog().offerings[0]
     rows = [t4, t4._replace(region="nanland", price_per_hour=math.nan, spot_price_per_hour=math.inf)]
-    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    offerings_db.write(offerings_db.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
     load_catalog.cache_clear()  # type: ignore[attr-defined]
     back = load_catalog().rows.select(RowFilter(regions=frozenset({"nanland"})))
     assert len(back) == 1 and math.isnan(back[0][1].price_per_hour) and back[0][1].spot_price_per_hour == math.inf
@@ -194,7 +194,7 @@ def test_odd_prices_in_the_file_plan_as_in_memory(job: str, tmp_path: Path) -> N
 
 
 def test_a_cache_of_another_format_is_ignored_with_a_reason() -> None:
-    path = store.cache_file()
+    path = offerings_db.cache_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"not a database at all" * 100)
     load_catalog.cache_clear()  # type: ignore[attr-defined]
@@ -332,7 +332,7 @@ def test_a_file_without_sums_plans_the_same_by_counting_rows(job: str, tmp_path:
     indexed, _, spec = file_and_memory(rows, text, tmp_path)
     with_sums = make_plan(spec, catalog=indexed, baked=False)
     expected = (list(with_sums.candidates), list(with_sums.excluded), _printed(with_sums))
-    with sqlite3.connect(store.cache_file()) as conn:
+    with sqlite3.connect(offerings_db.cache_file()) as conn:
         conn.execute("DELETE FROM meta WHERE key = 'counted_per_gpu'")
         conn.execute("DROP TABLE pair_counts")
     load_catalog.cache_clear()  # type: ignore[attr-defined]

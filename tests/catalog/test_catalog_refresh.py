@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.catalog import load_catalog, store
+from gpucloud.catalog import load_catalog, offerings_db
 from gpucloud.catalog.refresh import RefreshFailed, refresh
 from gpucloud.errors import UserError
 from gpucloud.plan.planner import make_plan
@@ -129,7 +129,7 @@ def test_refresh_yields_exactly_motos_gpu_offerings(
     moto: Moto, pricing: FakeAwsPricing, no_azure: None, expected: dict[str, set[str]]
 ) -> None:
     report = refresh(regions=REGIONS)  # every cloud: Azure has no credentials here
-    assert report.clouds["aws"]["refreshed"] and report.path == store.cache_file() and report.path.is_file()
+    assert report.clouds["aws"]["refreshed"] and report.path == offerings_db.cache_file() and report.path.is_file()
     assert aws_rows() == expected
     assert not any(t.startswith("g6") for t in aws_rows()["eu-west-1"])
     assert "p6-b200.48xlarge" in aws_rows()["us-east-1"]
@@ -235,7 +235,7 @@ def test_retail_prices_down_is_a_clear_message(azure: FakeAzure, monkeypatch: py
     with pytest.raises(RefreshFailed) as info:
         refresh(clouds=["azure"])
     assert "Retail Prices API at " + dead in info.value.render()
-    assert not store.cache_file().exists()  # nothing half-written
+    assert not offerings_db.cache_file().exists()  # nothing half-written
     assert load_catalog().meta.origin == "shipped"
 
 
@@ -321,7 +321,7 @@ def test_regen_script_rebuilds_the_shipped_csv_with_the_refresh_code(
     fresh = {o.instance_type for o in rows if o.cloud == "aws" and o.status != "retired"}
     assert fresh == expected["eu-west-1"]
     assert {o.region for o in rows} == {"eu-west-1"}
-    assert not store.cache_file().exists()  # the user's own cache was not touched
+    assert not offerings_db.cache_file().exists()  # the user's own cache was not touched
 
 
 def test_azure_prices_refresh_without_credentials_for_known_sizes(

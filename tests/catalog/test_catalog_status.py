@@ -61,13 +61,13 @@ def test_a_status_basis_outside_the_two_values_names_its_line() -> None:
 def test_the_cli_reads_the_column_of_the_catalog_it_uses(gpucloud_home: Path) -> None:
     """A refreshed catalog (the cache `catalog refresh` writes) whose p2 rows carry an announced date:
     `catalog --all`, `plan` and `gpus` print that date as a retirement date."""
-    from gpucloud.catalog import store
+    from gpucloud.catalog import offerings_db
 
     rows = [
         o._replace(status_basis="announced", status_date="2026-06-30") if o.instance_type.startswith("p2.") else o
         for o in load_catalog().offerings
     ]
-    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    offerings_db.write(offerings_db.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
     listing = cli("catalog", "--gpu", "K80", "--all", env=ci_env(COLUMNS="80", PYTHONPATH=str(REPO)), timeout=60)
     assert listing.returncode == 0, listing.stderr
     text = flat(listing.stdout)

@@ -14,7 +14,7 @@ from gpucloud.catalog.ranking import RuleSql
 from gpucloud.catalog.rows import CleanRule
 from gpucloud.plan.planner import _markets
 
-NAN_CELL = "NaN"  # how the catalog file keeps a NaN (catalog/store.py): SQLite would store NULL
+NAN_CELL = "NaN"  # how the catalog file keeps a NaN (catalog/offerings_db.py): SQLite would store NULL
 # (on-demand $/h, spot $/h, GPUs per node, max_price_per_hour)
 CASES: list[tuple[float, float | None, int, float | None]] = [
     (1.0, 0.3, 1, None),

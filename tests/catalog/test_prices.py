@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucloud.catalog import load_catalog, store
+from gpucloud.catalog import load_catalog, offerings_db
 from tests.support.cli import ci_env, cli
 from tests.support.fake_prices import FakeAwsPricing, FakeAzure, aws_product, azure_item, azure_sku
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
@@ -148,7 +148,7 @@ def test_planner_refuses_a_non_finite_price_already_in_a_cache(tmp_path: Path) -
         t4._replace(region="nanland", price_per_hour=math.nan),
         t4._replace(region="infland", price_per_hour=math.inf, spot_price_per_hour=math.nan),
     ]
-    store.write(store.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
+    offerings_db.write(offerings_db.cache_file(), rows, created_at="2026-12-04T00:00:00Z", clouds={})
     plan = cli("plan", str(_job(tmp_path, gpu="T4", max_price_per_hour=10)), "--json", env=ci_env(), cwd=REPO)
     assert plan.returncode == 0, plan.stderr
     doc = strict_json(plan.stdout)

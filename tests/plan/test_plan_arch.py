@@ -95,7 +95,7 @@ def test_nearest_alternatives_offer_arm64_only_to_a_job_that_accepts_it(gpu: str
 
 @pytest.mark.parametrize("extra", ["", "  arch: arm64\n", "  arch: any\n"])
 def test_the_arch_rule_plans_through_the_catalog_file_as_in_memory(extra: str, tmp_path: Path) -> None:
-    """The SQL mirror (catalog/ranking.py RuleSql) and the per-pair sums (catalog/store.py, not split
+    """The SQL mirror (catalog/ranking.py RuleSql) and the per-pair sums (catalog/offerings_db.py, not split
     by arch) give what the full check of the rows in memory gives."""
     rows = grown_rows(4, "regions")
     indexed, memory, spec = file_and_memory(rows, any_gpu(extra), tmp_path)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpucloud.catalog import load_catalog, shipped_catalog, store
+from gpucloud.catalog import load_catalog, offerings_db, shipped_catalog
 from gpucloud.catalog.rows import MemoryRows
 from gpucloud.spec.load import load_spec
 
@@ -24,7 +24,7 @@ from bench_plan_rows import grown_rows  # noqa: E402
 __all__ = ["file_and_memory", "grown_rows", "written"]
 
 
-# rows -> a pristine copy of the file store.write made of them: writing and indexing a grown catalog
+# rows -> a pristine copy of the file offerings_db.write made of them: writing and indexing a grown catalog
 # costs about a second, and many tests plan over the same rows, so each later test gets a copy.
 _WRITTEN: dict[tuple[Offering, ...], Path] = {}
 
@@ -32,11 +32,11 @@ _WRITTEN: dict[tuple[Offering, ...], Path] = {}
 def written(rows: list[Offering], tmp_path: Path) -> None:
     """The rows written to this test's catalog file as the refresh writes them (the test's own copy:
     it may change it), and the loaded catalog forgotten."""
-    target = store.cache_file()
+    target = offerings_db.cache_file()
     key = tuple(rows)
     pristine = _WRITTEN.get(key)
     if pristine is None or not pristine.exists():
-        store.write(target, rows, created_at="2026-12-04T00:00:00Z", clouds={})
+        offerings_db.write(target, rows, created_at="2026-12-04T00:00:00Z", clouds={})
         pristine = tmp_path / f"written-{len(_WRITTEN)}.sqlite"
         shutil.copyfile(target, pristine)
         _WRITTEN[key] = pristine
