@@ -25,7 +25,7 @@ PART = 16 << 20
 CHILD = """
 import sys
 from pathlib import Path
-from gpucloud.channel.store import FileChannel
+from gpucloud.channel.run_objects import FileChannel
 from gpucloud.run.log import LogMirror
 root = Path(sys.argv[1])
 mirror = LogMirror(root / "home", "big")

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from local_runs import run_walls, throwaway_home  # noqa: E402
 
-from gpucloud.channel.store import FileChannel  # noqa: E402
+from gpucloud.channel.run_objects import FileChannel  # noqa: E402
 
 JOB = """name: bench-true-{label}
 resources: {{cloud: local}}

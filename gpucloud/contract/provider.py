@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, runtime_checkab
 from gpucloud.errors import GpucloudError, SessionUnsupported, UserError
 
 if TYPE_CHECKING:
-    from gpucloud.channel.store import Channel
+    from gpucloud.channel.run_objects import Channel
     from gpucloud.contract.session import SessionAsk, SessionPlan
     from gpucloud.plan.stack_data import Stack
     from gpucloud.state.records import ResourceRecord

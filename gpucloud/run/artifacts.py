@@ -18,7 +18,7 @@ from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
     from gpucloud.channel.extract import ArtifactResult
-    from gpucloud.channel.store import Channel
+    from gpucloud.channel.run_objects import Channel
     from gpucloud.ui.progress import Progress
 
 

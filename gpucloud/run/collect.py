@@ -21,7 +21,7 @@ from gpucloud.state.store import Journal, RunRecord, Store, home_dir
 from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:
-    from gpucloud.channel.store import Channel
+    from gpucloud.channel.run_objects import Channel
 
 RESULTS_DIR = "gpucloud-runs"
 

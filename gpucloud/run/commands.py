@@ -23,7 +23,7 @@ from gpucloud.state.store import Journal, ResourceRecord, RunRecord, Store, curr
 from gpucloud.ui import views
 
 if TYPE_CHECKING:
-    from gpucloud.channel.store import Channel
+    from gpucloud.channel.run_objects import Channel
 
 DEFAULT_POLL_S = 5.0  # `logs --follow` of a run whose provider is unknown
 MACHINE_KINDS = ("process", "instance", "vm", "node")  # journal kinds that are the machines themselves

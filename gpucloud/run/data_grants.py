@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucloud.channel.store import run_prefix
+from gpucloud.channel.run_objects import run_prefix
 from gpucloud.contract import registry as providers
 from gpucloud.errors import UserError
 from gpucloud.prose import to_stderr

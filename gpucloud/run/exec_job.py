@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.channel.owner import owner_sign
-from gpucloud.channel.store import Channel, request_key, run_prefix
+from gpucloud.channel.run_objects import Channel, request_key, run_prefix
 from gpucloud.errors import UserError
 from gpucloud.prose import to_stderr
 from gpucloud.run import keep
@@ -106,7 +106,7 @@ def send_changes(channel: Channel, run: RunRecord, seq: int, workdir: Path | Non
     """Upload the workdir's changed files; (GET URL, archive SHA-256, removed paths)."""
     if workdir is None:
         return "", "", []
-    from gpucloud.channel.store import pack_workdir
+    from gpucloud.channel.run_objects import pack_workdir
     from gpucloud.spec.reach import credential_places
 
     full = pack_workdir(workdir, skip=credential_places())

@@ -31,7 +31,7 @@ from gpucloud.plan.requests import launch_request
 from gpucloud.state.store import Journal, Store
 
 if TYPE_CHECKING:
-    from gpucloud.channel.store import Channel
+    from gpucloud.channel.run_objects import Channel
     from gpucloud.contract.provider import Candidate
     from gpucloud.plan.planner import Plan
     from gpucloud.spec.load import JobSpec

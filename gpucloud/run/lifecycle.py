@@ -305,7 +305,7 @@ class RunInProgress:
 
     def _provision(self) -> None:
         """The failover loop (failover.py); the code tarball is removed whatever happens."""
-        from gpucloud.channel.store import pack_workdir
+        from gpucloud.channel.run_objects import pack_workdir
         from gpucloud.run.failover import Failover
         from gpucloud.spec.reach import credential_places
 

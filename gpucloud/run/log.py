@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpucloud.channel.store import Channel
+    from gpucloud.channel.run_objects import Channel
 
 LOG_FILE = "log.txt"
 INDEX_FILE = "log.json"

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpucloud.channel import trust as channel_trust
-from gpucloud.channel.store import secrets_key
+from gpucloud.channel.run_objects import secrets_key
 from gpucloud.vm.agent import sealed
 
 SEAL_POLL_S = 1.0

@@ -17,7 +17,7 @@ from gpucloud.ui.untrusted import shown
 from gpucloud.vm import protocol
 
 if TYPE_CHECKING:
-    from gpucloud.channel.store import Channel
+    from gpucloud.channel.run_objects import Channel
 
 VM_STAGES = protocol.STAGES  # the wire format's own order (status.json `stages`)
 VM_FINAL_STATES = protocol.FINAL_STATES

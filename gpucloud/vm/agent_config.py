@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpucloud.channel.store import LOG_PART_MAX
+from gpucloud.channel.run_objects import LOG_PART_MAX
 from gpucloud.contract.provider import DEFAULT_MASTER_PORT, Capabilities
 from gpucloud.spec.data import any_mounted
 from gpucloud.vm.agent.config import JobConfig

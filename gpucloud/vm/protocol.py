@@ -1,7 +1,7 @@
 """The wire format between the CLI and a node, defined once: the manifest, the status document,
 the log grant, the checkpoint record and the preemption notice (docs/INTERNALS.md, "Channel").
 
-Both sides import this module: the CLI (gpucloud/channel/store.py writes manifests and reads statuses)
+Both sides import this module: the CLI (gpucloud/channel/run_objects.py writes manifests and reads statuses)
 and the VM agent (gpucloud/vm/agent/, which the CLI ships to the node). So it is stdlib only, with
 Python >= 3.8 syntax (Ubuntu 20.04 hosts), and imports nothing else of gpucloud.
 """

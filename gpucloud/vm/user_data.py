@@ -13,7 +13,7 @@ from gpucloud.vm.agent_pack import agent_archive, archive_sha256
 from gpucloud.vm.shim import render_shim
 
 if TYPE_CHECKING:
-    from gpucloud.channel.store import Channel
+    from gpucloud.channel.run_objects import Channel
     from gpucloud.contract.provider import Candidate, Capabilities
     from gpucloud.plan.images import NodeStack
     from gpucloud.plan.stacks import Stack

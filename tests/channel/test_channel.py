@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.channel.store import (
+from gpucloud.channel.run_objects import (
     URL_MARGIN,
     Channel,
     FileChannel,

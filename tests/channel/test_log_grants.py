@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpucloud.channel.store import LOG_PART_MAX, URL_MARGIN, Channel, iter_manifest
+from gpucloud.channel.run_objects import LOG_PART_MAX, URL_MARGIN, Channel, iter_manifest
 from gpucloud.run.log import LogMirror
 from tests.support.azure_fixtures import arm, azurite, fake_arm_server  # noqa: F401  (fixtures)
 from tests.support.fake_arm import FakeArm

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpucloud.channel.store import SMALL_OBJECT_MAX, FileChannel, ObjectRefused, node_prefix
+from gpucloud.channel.run_objects import SMALL_OBJECT_MAX, FileChannel, ObjectRefused, node_prefix
 from tests.support.cli import cli
 from tests.support.hostile_jobs import POISON_STATUS
 from tests.support.local_runs import leftovers, run_id_of, write_job

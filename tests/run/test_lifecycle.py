@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.channel.store import FileChannel, log_key
+from gpucloud.channel.run_objects import FileChannel, log_key
 from gpucloud.contract import registry as providers
 from gpucloud.contract.provider import (
     CandidateError,

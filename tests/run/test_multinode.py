@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.channel.store import FileChannel, node_prefix, pack_workdir
+from gpucloud.channel.run_objects import FileChannel, node_prefix, pack_workdir
 from gpucloud.contract.provider import DEFAULT_MASTER_PORT
 from gpucloud.contract.registry import capabilities
 from gpucloud.providers.local.provider import LocalProvider

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.channel.store import FileChannel, log_key
+from gpucloud.channel.run_objects import FileChannel, log_key
 from gpucloud.run.log import DEFAULT_CAP, LogMirror, log_cap
 
 

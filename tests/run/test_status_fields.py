@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from gpucloud.channel import trust
-from gpucloud.channel.store import FileChannel, node_prefix
+from gpucloud.channel.run_objects import FileChannel, node_prefix
 from gpucloud.run import gpu_report
 from gpucloud.run.watch import Observation, observe, outcome, stale, vm_phases
 from gpucloud.ui.timeline import format_nodes

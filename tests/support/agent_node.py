@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gpucloud.channel.store import FileChannel, pack_workdir
+from gpucloud.channel.run_objects import FileChannel, pack_workdir
 from gpucloud.contract.provider import Candidate
 from gpucloud.contract.registry import capabilities
 from gpucloud.plan.stacks import resolve_stack

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.channel.store import FileChannel
+from gpucloud.channel.run_objects import FileChannel
 from gpucloud.contract import registry as providers
 from gpucloud.contract.provider import (
     Candidate,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gpucloud.channel.store import FileChannel, iter_manifest, pack_workdir
+from gpucloud.channel.run_objects import FileChannel, iter_manifest, pack_workdir
 from gpucloud.contract.registry import capabilities
 from gpucloud.plan.stacks import Stack
 from gpucloud.vm.agent_config import job_config

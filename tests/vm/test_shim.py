@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.channel.store import agent_key, node_prefix
+from gpucloud.channel.run_objects import agent_key, node_prefix
 from gpucloud.contract.registry import capabilities
 from gpucloud.spec.load import load_spec
 from gpucloud.vm.shim import SHIM_TARGET_BYTES, render_shim

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucloud.channel import trust as channel_trust
-from gpucloud.channel.store import LOG_PART_MAX, Channel, ObjectRefused, log_prefix
+from gpucloud.channel.run_objects import LOG_PART_MAX, Channel, ObjectRefused, log_prefix
 from gpucloud.contract.provider import ThrottledError
 from gpucloud.errors import GpucloudError
 from gpucloud.providers.aws.access import permission_denied

@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from gpucloud.channel import trust as channel_trust
-from gpucloud.channel.store import LOG_PART_MAX, Channel, ObjectRefused, node_prefix
+from gpucloud.channel.run_objects import LOG_PART_MAX, Channel, ObjectRefused, node_prefix
 from gpucloud.errors import UserError
 from gpucloud.providers.azure.access import pipeline_kwargs
 

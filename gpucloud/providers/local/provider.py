@@ -32,7 +32,7 @@ from gpucloud.vm.agent.container import remove_recorded
 from gpucloud.vm.agent.mounts import unmount_recorded
 
 if TYPE_CHECKING:
-    from gpucloud.channel.store import Channel
+    from gpucloud.channel.run_objects import Channel
     from gpucloud.contract.provider import Journal, PlanRequest
 
 REGION = "local"
@@ -109,7 +109,7 @@ class LocalProvider(Provider):
     # -- Provider protocol --------------------------------------------------------------------------
 
     def channel(self, region: str) -> Channel:
-        from gpucloud.channel.store import FileChannel
+        from gpucloud.channel.run_objects import FileChannel
 
         return FileChannel(self.home / "channel")
 

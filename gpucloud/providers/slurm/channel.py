@@ -21,7 +21,7 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 
-from gpucloud.channel.store import LOG_PART_MAX, SMALL_OBJECT_MAX, ObjectRefused, log_key, node_prefix
+from gpucloud.channel.run_objects import LOG_PART_MAX, SMALL_OBJECT_MAX, ObjectRefused, log_key, node_prefix
 from gpucloud.providers.slurm import login as _login
 from gpucloud.providers.slurm.cluster import FINAL, JOB_SCRIPT, JobState, parse_job
 from gpucloud.providers.slurm.login import Login

@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 
 from gpucloud.channel import trust as channel_trust
-from gpucloud.channel.store import (
+from gpucloud.channel.run_objects import (
     LOG_PART_MAX,
     SMALL_OBJECT_MAX,
     Channel,

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from gpucloud.channel.store import iter_manifest
+from gpucloud.channel.run_objects import iter_manifest
 from gpucloud.contract.registry import capabilities
 from gpucloud.providers.aws import data as s3_data
 from gpucloud.providers.aws import mount as s3_mount
