@@ -84,7 +84,7 @@ def _request(cloud: str, nodes: int, region: str, run_id: str, *, shared: bool) 
 
 def bench_azure(node_counts: list[int], repeat: int) -> list[Row]:
     from gpucloud.providers.azure import AzureProvider
-    from gpucloud.state.store import Journal, Store
+    from gpucloud.state.runs_db import Journal, Store
     from tests.support.azure_fixtures import OperatorCredential
     from tests.support.fake_arm import FakeArm
 
@@ -146,7 +146,7 @@ def bench_azure(node_counts: list[int], repeat: int) -> list[Row]:
 def bench_aws(node_counts: list[int], repeat: int) -> list[Row]:
     """AwsProvider.provision against a ThreadedMotoServer; EC2 calls counted on the session."""
     from gpucloud.providers.aws import AwsProvider
-    from gpucloud.state.store import Journal, Store
+    from gpucloud.state.runs_db import Journal, Store
     from tests.support.aws_faults import AwsHooks
     from tests.support.moto_server import DEFAULT_REGION, start_moto
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 WORKER = """
 import json, sys, time
-from gpucloud.state.store import Journal, Store
+from gpucloud.state.runs_db import Journal, Store
 tag, runs, start = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 while time.time() < start:
     time.sleep(0.005)
@@ -67,7 +67,7 @@ def _cli(env: dict[str, str], *args: str) -> object:
 
 def one_round(env: dict[str, str], procs: int, runs: int) -> dict[str, object]:
     """Start the workers together; check what the CLI then shows; the figures."""
-    from gpucloud.state.store import Store
+    from gpucloud.state.runs_db import Store
 
     os.environ.update(env)
     Store().create_run("shared", name="shared", detached=True)  # also creates the schema before the race

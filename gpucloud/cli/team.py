@@ -67,7 +67,7 @@ def budget_set(
     """Set a user's or a team's budgets, and who is in a team."""
     from gpucloud.errors import UserError
     from gpucloud.run import budgets
-    from gpucloud.state.store import Store
+    from gpucloud.state.runs_db import Store
 
     if (user is None) == (team is None):
         raise UserError(
@@ -92,7 +92,7 @@ def budget_set(
 @budget_app.command("ls")
 def budget_ls(json_out: JsonOpt = False) -> None:
     """Every budget with what was spent against it this period."""
-    from gpucloud.state.store import Store
+    from gpucloud.state.runs_db import Store
 
     _show(Store(), json_out=json_out)
 

@@ -295,7 +295,7 @@ class LaunchRequest:
 class Journal(Protocol):
     """What providers write through: an intent row *before* each create call, then created/deleted.
     A crash between the two leaves an intent row, which tells teardown and gc where to look
-    (the state store implements it: gpucloud.state.store.Journal)."""
+    (the state store implements it: gpucloud.state.runs_db.Journal)."""
 
     def intent(self, run_id: str, kind: str, name: str, region: str, cloud: str) -> int: ...
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 
 MAX_COST_STATUS = "max-cost"
 MAX_COST_EXIT = 124  # ended at a limit, as a passed max_duration

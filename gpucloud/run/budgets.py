@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucloud.errors import GpucloudError
-from gpucloud.state.store import AttemptRecord, RunRecord, Store, current_user
+from gpucloud.state.runs_db import AttemptRecord, RunRecord, Store, current_user
 
 PERIODS = ("daily", "monthly")
 SCOPES = ("user", "team")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import GpucloudError, UserError
 from gpucloud.prose import to_stderr
-from gpucloud.state.store import Journal, RunRecord, Store, home_dir
+from gpucloud.state.runs_db import Journal, RunRecord, Store, home_dir
 from gpucloud.ui.untrusted import shown
 
 if TYPE_CHECKING:

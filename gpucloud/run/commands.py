@@ -19,7 +19,7 @@ from gpucloud.run.log import LogMirror
 from gpucloud.run.sweep import Sweep
 from gpucloud.run.watch import observe, outcome, vm_phases
 from gpucloud.state.guard import StoreError
-from gpucloud.state.store import Journal, ResourceRecord, RunRecord, Store, current_user, home_dir
+from gpucloud.state.runs_db import Journal, ResourceRecord, RunRecord, Store, current_user, home_dir
 from gpucloud.ui import views
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
     except Exception:
         return run
     from gpucloud.run import gpu_report
-    from gpucloud.state.store import home_dir
+    from gpucloud.state.runs_db import home_dir
 
     gpu_report.save(home_dir(), run.id, obs.statuses)
     from gpucloud.run.keep import mark_kept, still_kept
@@ -548,7 +548,7 @@ def _confirm_sweep(listed: list[str]) -> bool:
 def _print_gpu_use(run: RunRecord, now: float) -> None:
     """`status RUN`: each node's current GPU values and the run's GPU use so far (gpu_report.py)."""
     from gpucloud.run import gpu_report
-    from gpucloud.state.store import home_dir
+    from gpucloud.state.runs_db import home_dir
 
     nodes = gpu_report.load(home_dir(), run.id)
     doc = gpu_report.run_usage(home_dir(), run, now) if nodes else None

@@ -15,7 +15,7 @@ from functools import cache
 from typing import Any
 
 from gpucloud.errors import UserError
-from gpucloud.state.store import AttemptRecord, RunRecord, Store, current_user
+from gpucloud.state.runs_db import AttemptRecord, RunRecord, Store, current_user
 
 
 def parse_since(text: str | None) -> float | None:
@@ -103,7 +103,7 @@ def cost_report(run_ref: str | None = None, *, since: str | None = None, all_use
     docs = [run_cost(r, now) for r in runs]
     if run_ref is not None:  # one run: what its GPUs did and the machine that would have done
         from gpucloud.run import gpu_report
-        from gpucloud.state.store import home_dir
+        from gpucloud.state.runs_db import home_dir
 
         docs[0]["gpu_usage"] = gpu_report.run_usage(home_dir(), runs[0], now)
     cost = sum(d["cost"] for d in docs)

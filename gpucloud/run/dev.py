@@ -63,7 +63,7 @@ def _ready(run_id: str, idle: str) -> int:
     from gpucloud.run.commands import refresh, require_run
     from gpucloud.run.session import session_target
     from gpucloud.run.ssh_entries import config_entries
-    from gpucloud.state.store import Store
+    from gpucloud.state.runs_db import Store
 
     store = Store()
     end = time.monotonic() + READY_WAIT_S

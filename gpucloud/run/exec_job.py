@@ -28,7 +28,7 @@ from gpucloud.run import keep
 from gpucloud.run.commands import channel_for, refresh, require_run
 from gpucloud.run.log import LogMirror
 from gpucloud.state.records import RunRecord
-from gpucloud.state.store import Store, home_dir
+from gpucloud.state.runs_db import Store, home_dir
 from gpucloud.vm.agent import job_request
 from gpucloud.vm.protocol import FINAL_STATES
 

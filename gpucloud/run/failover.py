@@ -28,7 +28,7 @@ from gpucloud.contract.provider import (
 )
 from gpucloud.errors import CloudAccessError, ConfigurationError, GpucloudError, NoCandidateError, UserError
 from gpucloud.plan.requests import launch_request
-from gpucloud.state.store import Journal, Store
+from gpucloud.state.runs_db import Journal, Store
 
 if TYPE_CHECKING:
     from gpucloud.channel.run_objects import Channel

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucloud.run.log import run_dir
-from gpucloud.state.store import AttemptRecord, RunRecord
+from gpucloud.state.runs_db import AttemptRecord, RunRecord
 
 USAGE_FILE = "gpu_usage.json"
 MARGIN = 0.25  # headroom over the measured peak memory: allocator growth, a larger batch at the end
@@ -143,7 +143,7 @@ def usage_of(run_id: str) -> dict[str, Any] | None:
     """A run's GPU use by id (the CI summary after `run`); None when it was not sampled."""
     import time
 
-    from gpucloud.state.store import Store, home_dir
+    from gpucloud.state.runs_db import Store, home_dir
 
     run = Store().get_run(run_id)
     return run_usage(home_dir(), run, time.time()) if run is not None else None

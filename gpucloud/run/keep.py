@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from gpucloud.errors import UserError
 from gpucloud.state.records import RunRecord
-from gpucloud.state.store import Store, home_dir
+from gpucloud.state.runs_db import Store, home_dir
 
 if TYPE_CHECKING:
     from gpucloud.spec.load import JobSpec

@@ -26,7 +26,7 @@ from gpucloud.run.result import RunResult, new_run_id
 from gpucloud.run.secrets import SecretDelivery
 from gpucloud.run.watch import observe, outcome, stage_order, stale, vm_phases, wait_final
 from gpucloud.state.guard import no_space
-from gpucloud.state.store import FINAL_STATUSES, Journal, Store, home_dir
+from gpucloud.state.runs_db import FINAL_STATUSES, Journal, Store, home_dir
 from gpucloud.ui import views
 from gpucloud.ui.progress import Progress, awaited
 from gpucloud.ui.timeline import format_nodes

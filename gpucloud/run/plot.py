@@ -90,7 +90,7 @@ def plot_usage(run_id: str, nodes: dict[str, dict[str, Any]], path: Path) -> Pat
 def plot_run(run_id: str | None, path: Path) -> Path:
     """`status RUN --plot` / `cost RUN --plot`: the run's GPU use from its saved samples."""
     from gpucloud.run import gpu_report
-    from gpucloud.state.store import Store, home_dir
+    from gpucloud.state.runs_db import Store, home_dir
 
     if run_id is None:
         raise UserError("status --plot draws one run's GPU use: give the run.", hint="gpucloud status RUN --plot FILE")

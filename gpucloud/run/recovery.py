@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import NoCandidateError
-from gpucloud.state.store import Journal, RunRecord, Store
+from gpucloud.state.runs_db import Journal, RunRecord, Store
 
 if TYPE_CHECKING:
     from gpucloud.plan.planner import Plan

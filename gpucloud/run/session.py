@@ -109,7 +109,7 @@ def session_target(store: object, run: RunRecord, node: int) -> RunHandle:
 def open_session(req: SessionRequest) -> int:
     """Look the run up, ask its provider the way in, then print the entries or run the session."""
     from gpucloud.run.commands import refresh, require_run
-    from gpucloud.state.store import Store
+    from gpucloud.state.runs_db import Store
 
     store = Store()
     run = refresh(store, require_run(store, req.run_ref))

@@ -19,7 +19,7 @@ INCLUDE_MARK = "# gpucloud: its runs' ssh entries (gpucloud ssh --write-config)"
 
 
 def ssh_folder() -> Path:
-    from gpucloud.state.store import home_dir
+    from gpucloud.state.runs_db import home_dir
 
     folder = home_dir() / SSH_FOLDER
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -94,7 +94,7 @@ def include_line(folder: Path) -> Path | None:
 
 def forget(run_id: str) -> None:
     """The run's entries go with the run (`down`): an entry naming a gone machine is a trap."""
-    from gpucloud.state.store import home_dir
+    from gpucloud.state.runs_db import home_dir
 
     for suffix in (".conf", ".session", ".known_hosts"):  # entries, the session's config, host keys seen
         (home_dir() / SSH_FOLDER / f"{run_id}{suffix}").unlink(missing_ok=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from gpucloud.contract import registry as providers
 from gpucloud.contract.provider import RunHandle, Unreachable
 from gpucloud.state.guard import read_handles
-from gpucloud.state.store import Journal, ResourceRecord, RunRecord, Store
+from gpucloud.state.runs_db import Journal, ResourceRecord, RunRecord, Store
 
 
 def run_handles(store: Store, run: RunRecord) -> list[RunHandle]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from gpucloud.prose import to_stderr
 from gpucloud.state.leases import GC_LEASE, Leases
-from gpucloud.state.store import RunRecord, Store, home_dir
+from gpucloud.state.runs_db import RunRecord, Store, home_dir
 
 POLL_S = 5.0
 LEASE_S = 60.0

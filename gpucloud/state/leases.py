@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 
 GC_LEASE = "gc:schedule"  # not a run: held by the watcher whose turn it is to run `gc`, until the next turn
 

@@ -295,7 +295,7 @@ def report_run(result: Mapping[str, Any]) -> None:
 def _where(run_id: str) -> str:
     """`cloud/region/instance_type x N node(s)` from the state database (the result lacks it)."""
     try:
-        from gpucloud.state.store import Store
+        from gpucloud.state.runs_db import Store
 
         run = Store().get_run(run_id)
     except Exception:  # best effort: the summary is written without it

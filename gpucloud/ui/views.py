@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from gpucloud.contract.provider import Candidate
     from gpucloud.plan.planner import Plan
     from gpucloud.plan.stacks import Stack
-    from gpucloud.state.store import ResourceRecord, RunRecord
+    from gpucloud.state.runs_db import ResourceRecord, RunRecord
     from gpucloud.ui.catalog import GpuSummary
 
 PLAN_ROWS = 10

@@ -16,7 +16,7 @@ import pytest
 
 from gpucloud.run.budgets import attempt_spend, period_start
 from gpucloud.state.records import AttemptRecord
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 from tests.support.aws_runs import aws_env  # noqa: F401
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.cli import cli

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpucloud.run import gpu_report
-from gpucloud.state.store import AttemptRecord
+from gpucloud.state.runs_db import AttemptRecord
 from gpucloud.ui.ci import usage_markdown
 from gpucloud.vm.agent.gpu_usage import Usage
 

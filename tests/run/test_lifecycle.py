@@ -31,7 +31,7 @@ from gpucloud.providers.local import engine as vm_engine
 from gpucloud.run import commands, lifecycle, watch
 from gpucloud.run.log import LogMirror
 from gpucloud.spec.load import parse_spec
-from gpucloud.state.store import Journal, Store
+from gpucloud.state.runs_db import Journal, Store
 from tests.support.fake_lifecycle import RecordingProvider, fake_run, priced_candidate
 
 # ---- VM engine ---------------------------------------------------------------------------------------

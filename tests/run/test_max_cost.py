@@ -12,7 +12,7 @@ import pytest
 from gpucloud.run import budget
 from gpucloud.spec.load import parse_spec
 from gpucloud.spec.values import SpecError
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 from tests.support.cli import cli
 
 

@@ -87,7 +87,7 @@ def test_status_plot_reads_the_runs_saved_samples(tmp_path: Path, monkeypatch: p
 
     from gpucloud.run import gpu_report
     from gpucloud.run.plot import plot_run
-    from gpucloud.state.store import home_dir
+    from gpucloud.state.runs_db import home_dir
 
     monkeypatch.setenv("GPUCLOUD_HOME", str(tmp_path / "home"))
     nodes = _nodes()

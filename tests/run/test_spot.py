@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 from tests.support.cli import cli
 from tests.support.fake_imds import FakeImds, imds  # noqa: F401  (fixture)
 from tests.support.local_runs import leftovers

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gpucloud.contract import registry
-from gpucloud.state.store import Journal, Store
+from gpucloud.state.runs_db import Journal, Store
 from tests.support.cli import clean_env, cli
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401  (fixtures)
 from tests.support.text import flat

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 from tests.support.aws_runs import aws_env  # noqa: F401
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.cli import cli

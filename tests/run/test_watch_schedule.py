@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from gpucloud.state.leases import GC_LEASE, Leases
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 from tests.support.procs import stop_process
 
 WATCH = [sys.executable, "-m", "gpucloud", "watch", "--all"]

@@ -20,7 +20,7 @@ import typer
 from gpucloud.cli.app import handles_errors
 from gpucloud.state import guard
 from gpucloud.state.guard import StoreError, no_space
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 from tests.support.cli import cli
 from tests.support.local_runs import write_job
 from tests.support.text import flat

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from gpucloud.state.leases import GC_LEASE, Leases
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -44,7 +44,7 @@ def test_the_gc_turn_comes_once_per_period() -> None:
 _RACER = """
 import sys, time
 from gpucloud.state.leases import Leases
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 leases = Leases(Store())
 start = float(sys.argv[2])
 while time.time() < start:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 from tests.support.cli import REPO, cli
 
 # The CLI in this process, then whether a PostgreSQL driver was loaded (whatever the exit code).

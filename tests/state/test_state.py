@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.contract.provider import RunHandle
-from gpucloud.state.store import Journal, Store, home_dir
+from gpucloud.state.runs_db import Journal, Store, home_dir
 
 pytestmark = pytest.mark.usefixtures("backend")  # every test on SQLite and on PostgreSQL (conftest.py)
 
@@ -108,7 +108,7 @@ def test_events_and_phases(gpucloud_home: Path) -> None:
 
 _WRITER = """
 import sys, time
-from gpucloud.state.store import Journal, Store
+from gpucloud.state.runs_db import Journal, Store
 tag = sys.argv[1]
 store = Store()
 journal = Journal(store)
@@ -147,7 +147,7 @@ def test_schema_created_by_racing_processes(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("GPUCLOUD_HOME", str(tmp_path / "fresh"))
     code = "; ".join(
         [
-            "from gpucloud.state.store import Store",
+            "from gpucloud.state.runs_db import Store",
             "s = Store()",
             "s.create_run(__import__('sys').argv[1], name='n')",
             "print('ok')",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 from tests.support.cli import cli
 from tests.support.local_runs import leftovers, run_id_of, write_job
 from tests.support.text import flat

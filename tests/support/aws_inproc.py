@@ -37,6 +37,6 @@ def provider(moto: Moto, hooks: AwsHooks) -> Any:
 @pytest.fixture
 def journal(gpucloud_home: Any) -> Any:
     """A journal over the test's own state store."""
-    from gpucloud.state.store import Journal, Store
+    from gpucloud.state.runs_db import Journal, Store
 
     return Journal(Store())

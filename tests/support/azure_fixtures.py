@@ -67,7 +67,7 @@ def provider(arm: FakeArm) -> Any:
 
 @pytest.fixture
 def journal() -> Any:
-    from gpucloud.state.store import Journal, Store
+    from gpucloud.state.runs_db import Journal, Store
 
     return Journal(Store())
 

@@ -18,7 +18,7 @@ from gpucloud.contract.provider import (
 from gpucloud.plan.planner import Plan
 from gpucloud.run import lifecycle
 from gpucloud.spec.load import parse_spec
-from gpucloud.state.store import Journal
+from gpucloud.state.runs_db import Journal
 
 
 class RecordingProvider:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 from tests.support.cli import cli
 from tests.support.polling import wait_until
 

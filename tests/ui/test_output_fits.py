@@ -107,7 +107,7 @@ RUNS = [  # (id, cloud, region, instance type, status, exit code, detached)
 @pytest.fixture
 def runs(gpucloud_home: Path) -> Iterator[Path]:
     """A state store with runs as wide as real ones: long places, a detached one, an exit code."""
-    from gpucloud.state.store import Store
+    from gpucloud.state.runs_db import Store
 
     store = Store()
     for i, (rid, cloud, region, itype, status, code, detached) in enumerate(RUNS):

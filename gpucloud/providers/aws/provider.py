@@ -121,7 +121,7 @@ class AwsProvider(AwsClients, Provider):
     @property
     def keys_dir(self) -> Path:
         if self._keys_dir is None:
-            from gpucloud.state.store import home_dir
+            from gpucloud.state.runs_db import home_dir
 
             self._keys_dir = home_dir() / "keys"
         return self._keys_dir

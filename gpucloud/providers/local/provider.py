@@ -66,7 +66,7 @@ class LocalProvider(Provider):
     )
 
     def __init__(self, *, home: Path | None = None) -> None:
-        from gpucloud.state.store import home_dir
+        from gpucloud.state.runs_db import home_dir
 
         self.home = Path(home) if home is not None else home_dir()
         self._notes: list[str] = []

@@ -265,7 +265,7 @@ class SlurmProvider(Provider):
     def gc(self, now: datetime, *, dry_run: bool) -> list[str]:
         """On every cluster a recorded run used: cancel the caller's gpucloud jobs (by their comment
         tag, read strictly: sweep.py) whose expiry passed; GcIncomplete names what it could not."""
-        from gpucloud.state.store import Store
+        from gpucloud.state.runs_db import Store
 
         clusters = {r.region.rsplit("/", 1)[0] for r in Store().list_runs() if r.cloud == self.name and r.region}
         lines: list[str] = []

@@ -60,7 +60,7 @@ from gpucloud.ui.untrusted import shown
 if TYPE_CHECKING:
     from gpucloud.contract.provider import Journal, PlanRequest
     from gpucloud.plan.stack_data import Stack
-    from gpucloud.state.store import Store
+    from gpucloud.state.runs_db import Store
 
 # How long stopped nodes get: the bootstrap gives its job 5 s to end on SIGTERM, then uploads.
 STOP_GRACE_S = 15
@@ -443,7 +443,7 @@ class SshProvider(Provider):
         """On every host a recorded run used: kill nodes past their expiry, remove day-old folders
         (and their GPU locks), and mark the run's journal rows deleted. A folder whose name is not
         a run id is named and left alone; what could not be removed ends in GcIncomplete."""
-        from gpucloud.state.store import Store
+        from gpucloud.state.runs_db import Store
 
         store = Store()
         hosts = {h for r in store.list_runs() if r.cloud == self.name and r.region for h in r.region.split(",")}
@@ -475,7 +475,7 @@ class SshProvider(Provider):
     def _sweep_run(self, store: Store, host: str, run_id: str, node: str) -> list[str]:
         """Tear one run down on one host for gc; what could not be removed (the journal rows of the
         node are marked deleted only when nothing is left)."""
-        from gpucloud.state.store import Journal
+        from gpucloud.state.runs_db import Journal
 
         try:
             out = ssh_transport.run(_host(host), _script(TEARDOWN_SCRIPT, RUN=run_id, GRACE=2), timeout=60).stdout

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 from tests.support.polling import wait_until

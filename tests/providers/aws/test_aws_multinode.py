@@ -67,7 +67,7 @@ def provider(moto: Moto, hooks: AwsHooks) -> Any:  # noqa: F811
 
 @pytest.fixture
 def journal(gpucloud_home: Path) -> Any:
-    from gpucloud.state.store import Journal, Store
+    from gpucloud.state.runs_db import Journal, Store
 
     return Journal(Store())
 

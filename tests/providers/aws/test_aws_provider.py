@@ -602,7 +602,7 @@ def test_dead_endpoint_fails_within_20_seconds(kind, gpucloud_home, monkeypatch)
 
     from gpucloud.errors import EndpointError
     from gpucloud.providers.aws import AwsProvider
-    from gpucloud.state.store import Journal, Store
+    from gpucloud.state.runs_db import Journal, Store
     from tests.support.aws_faults import unhooked
     from tests.support.dead_endpoint import dead_endpoint
 

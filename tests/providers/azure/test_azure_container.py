@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucloud.state.store import Store
+from gpucloud.state.runs_db import Store
 from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     arm,
     azure_env,

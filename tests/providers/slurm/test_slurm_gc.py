@@ -66,9 +66,9 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpucloud_home: P
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SLURM", str(tmp_path))
     monkeypatch.setenv("GPUCLOUD_REMOTE_ROOT", str(tmp_path / "home" / "remote"))
-    from gpucloud.state import store
+    from gpucloud.state import runs_db
 
-    monkeypatch.setattr(store.Store, "list_runs", lambda self: [SimpleNamespace(cloud="slurm", region="local/k80")])
+    monkeypatch.setattr(runs_db.Store, "list_runs", lambda self: [SimpleNamespace(cloud="slurm", region="local/k80")])
     return tmp_path
 
 

@@ -288,7 +288,7 @@ def test_gc_removes_an_expired_runs_leftovers(lab: SshLab, cli_env: dict[str, st
     assert not (box.remote_root / "work" / run_id).exists() and not old.parent.exists()
     assert not [f for f in (box.remote_root / "locks").glob("gpu-*") if f.read_text().strip() == run_id]
     assert wait_until(lambda: not run_processes(run_id), 10)
-    from gpucloud.state.store import Store
+    from gpucloud.state.runs_db import Store
 
     assert Store(Path(cli_env["GPUCLOUD_HOME"]) / "state.db").resources(run_id, alive_only=True) == [], (
         "the swept node's row is marked deleted"
