@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cpu_profile import pytest_runtest_protocol  # noqa: F401  (per-test CPU, when asked)
 from tests.support.source_tree import SOURCE, TEST_INSTALLED
 
 REPO = Path(__file__).resolve().parent.parent
