@@ -39,17 +39,18 @@ if impl == "node":
         note = f"refused: {exc}"
 else:
     if impl == "new":
-        from gpucloud.channel.extract import Caps, extract_tar
+        from gpucloud.channel.extract import ArchiveLimits, extract_tar
     else:
         import importlib.util
         spec = importlib.util.spec_from_file_location("old_extract", impl)
         mod = importlib.util.module_from_spec(spec); sys.modules["old_extract"] = mod
         spec.loader.exec_module(mod)
-        Caps, extract_tar = mod.Caps, mod.extract_tar
+        ArchiveLimits = getattr(mod, "ArchiveLimits", None) or mod.Caps  # an older copy names it Caps
+        extract_tar = mod.extract_tar
     from pathlib import Path
     t0, c0 = time.monotonic(), time.process_time()
     with open(archive, "rb") as fh:
-        got = extract_tar(fh, Path(dest), Caps())
+        got = extract_tar(fh, Path(dest), ArchiveLimits())
     note = f"{got.files} files, {len(got.warnings)} lines" + (f"; {got.warnings[-1][:90]}" if got.warnings else "")
 u = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall": time.monotonic() - t0, "cpu": time.process_time() - c0,

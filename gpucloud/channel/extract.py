@@ -32,7 +32,7 @@ from gpucloud.vm.agent.safe_extract import Damaged, Entry, Refused, TarStream, o
 
 GiB = 1024**3
 CHUNK = 1024 * 1024
-# Environment settings for the caps (docs/SECURITY.md): bytes (suffixes K, M, G, T), a count, a ratio.
+# Environment settings for the limits (docs/SECURITY.md): bytes (suffixes K, M, G, T), a count, a ratio.
 ENV_MAX_BYTES = "GPUCLOUD_ARTIFACTS_MAX_BYTES"
 ENV_MAX_FILES = "GPUCLOUD_ARTIFACTS_MAX_FILES"
 ENV_MAX_RATIO = "GPUCLOUD_ARTIFACTS_MAX_RATIO"
@@ -44,7 +44,7 @@ DEFAULT_MAX_FILES = 100_000
 DEFAULT_MAX_RATIO = 200.0
 DEFAULT_MAX_FOLDERS = 20_000
 DEFAULT_MAX_REFUSED = 10_000
-# Every member, whatever it is (a skipped `./` too): by default the three caps above and 10,000 more,
+# Every member, whatever it is (a skipped `./` too): by default the three limits above and 10,000 more,
 # so that raising one of them raises this one too.
 MEMBERS_SLACK = 10_000
 DEFAULT_MAX_MEMBERS = DEFAULT_MAX_FILES + DEFAULT_MAX_FOLDERS + DEFAULT_MAX_REFUSED + MEMBERS_SLACK
@@ -60,7 +60,7 @@ class CapExceeded(Exception):
 
 
 @dataclass(frozen=True)
-class Caps:
+class ArchiveLimits:
     """Limits of one extraction (per node's archive)."""
 
     max_bytes: int = DEFAULT_MAX_BYTES
@@ -71,8 +71,8 @@ class Caps:
     max_members: int = DEFAULT_MAX_MEMBERS
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Caps:
-        """Caps from the environment; a value that does not parse is a UserError naming the variable."""
+    def from_env(cls, env: dict[str, str] | None = None) -> ArchiveLimits:
+        """The limits from the environment; a value that does not parse is a UserError naming the variable."""
         from gpucloud.errors import UserError
 
         env = dict(os.environ if env is None else env)
@@ -97,10 +97,10 @@ class Caps:
                     "for the default (docs/SECURITY.md).",
                 ) from None
         kwargs: dict[str, Any] = {k: v if k == "max_ratio" else int(v) for k, v in values.items()}
-        caps = cls(**kwargs)
+        limits = cls(**kwargs)
         if "max_members" in values:
-            return caps
-        return replace(caps, max_members=caps.max_files + caps.max_folders + caps.max_refused + MEMBERS_SLACK)
+            return limits
+        return replace(limits, max_members=limits.max_files + limits.max_folders + limits.max_refused + MEMBERS_SLACK)
 
 
 _EXAMPLE = {"size": "20G", "count": "50000", "ratio": "100"}
@@ -155,8 +155,8 @@ def about_archive(line: str) -> bool:
 
 def cap_of(line: str) -> str | None:
     """The variable of the cap that a refused line says stopped an archive, or None."""
-    caps = _CAP.findall(line) if _CAP_LINE.match(line) else []
-    return caps[-1] if caps else None  # the last: a member's name in the line comes before it
+    named = _CAP.findall(line) if _CAP_LINE.match(line) else []
+    return named[-1] if named else None  # the last: a member's name in the line comes before it
 
 
 class ThroughLink(OSError):
@@ -262,9 +262,9 @@ def _write_member(root_fd: int, parts: list[str], tar: TarStream, check: Callabl
 
 @dataclass
 class _Tally:
-    """Counts of one pass over the archive, against the caps."""
+    """Counts of one pass over the archive, against the limits."""
 
-    caps: Caps
+    limits: ArchiveLimits
     members: int = 0
     files: int = 0
     folders: int = 0
@@ -273,24 +273,24 @@ class _Tally:
 
     def add(self, member: Entry, parts: list[str] | str) -> None:
         """Count one member; CapExceeded names the first cap it takes the archive past."""
-        caps = self.caps
+        limits = self.limits
         self.members += 1
-        if self.members > caps.max_members:
-            raise CapExceeded(f"more than {caps.max_members} members (cap {ENV_MAX_MEMBERS})")
+        if self.members > limits.max_members:
+            raise CapExceeded(f"more than {limits.max_members} members (cap {ENV_MAX_MEMBERS})")
         if isinstance(parts, str):
             self.refused += 1
-            if self.refused > caps.max_refused:
-                raise CapExceeded(f"more than {caps.max_refused} refused members (cap {ENV_MAX_REFUSED})")
+            if self.refused > limits.max_refused:
+                raise CapExceeded(f"more than {limits.max_refused} refused members (cap {ENV_MAX_REFUSED})")
         elif member.isdir():
             self.folders += 1
-            if self.folders > caps.max_folders:
-                raise CapExceeded(f"more than {caps.max_folders} folders (cap {ENV_MAX_FOLDERS})")
+            if self.folders > limits.max_folders:
+                raise CapExceeded(f"more than {limits.max_folders} folders (cap {ENV_MAX_FOLDERS})")
         elif parts:
-            if self.files + 1 > caps.max_files:
-                raise CapExceeded(f"more than {caps.max_files} files (cap {ENV_MAX_FILES})")
-            if self.bytes + member.size > caps.max_bytes:
+            if self.files + 1 > limits.max_files:
+                raise CapExceeded(f"more than {limits.max_files} files (cap {ENV_MAX_FILES})")
+            if self.bytes + member.size > limits.max_bytes:
                 raise CapExceeded(
-                    f"{_quoted(member.name)} ({member.size} bytes) would take the total past {caps.max_bytes} "
+                    f"{_quoted(member.name)} ({member.size} bytes) would take the total past {limits.max_bytes} "
                     f"bytes (cap {ENV_MAX_BYTES})"
                 )
             self.files += 1
@@ -300,17 +300,17 @@ class _Tally:
         """The bytes decompressed so far against the compressed bytes read (the whole stream,
         headers and skipped data included, so that no member type escapes it)."""
         out, packed = tar.unpacked, max(tar.packed, 1)
-        if out > RATIO_FLOOR and out > self.caps.max_ratio * packed:
+        if out > RATIO_FLOOR and out > self.limits.max_ratio * packed:
             raise CapExceeded(
                 f"{_quoted(member.name)} expanded {packed} compressed bytes to more than {out} "
-                f"(over {self.caps.max_ratio:g} times; cap {ENV_MAX_RATIO})"
+                f"(over {self.limits.max_ratio:g} times; cap {ENV_MAX_RATIO})"
             )
 
 
-def _scan(fileobj: BinaryIO, caps: Caps) -> str | None:
+def _scan(fileobj: BinaryIO, limits: ArchiveLimits) -> str | None:
     """The first pass, which writes nothing: why the archive is refused whole (a cap, a crafted
     header), or None. Damage is left for the second pass to report where it is."""
-    tally = _Tally(caps)
+    tally = _Tally(limits)
     tar = TarStream(fileobj)
     try:
         for member in tar:
@@ -326,16 +326,18 @@ def _scan(fileobj: BinaryIO, caps: Caps) -> str | None:
     return None
 
 
-def extract_tar(fileobj: BinaryIO, dest: Path, caps: Caps | None = None, *, what: str = "artifact") -> ArtifactResult:
+def extract_tar(
+    fileobj: BinaryIO, dest: Path, limits: ArchiveLimits | None = None, *, what: str = "artifact"
+) -> ArtifactResult:
     """Extract a tar.gz stream (a seekable file) into dest. The archive is first counted against
-    the caps, writing nothing: over one, nothing is extracted and one warning names the cap. Then
+    the limits, writing nothing: over one, nothing is extracted and one warning names the cap. Then
     member by member: a refused member is skipped with a warning (one bad member must not lose
     every other file). Nothing is held in memory beyond one chunk."""
-    caps = caps or Caps.from_env()
+    limits = limits or ArchiveLimits.from_env()
     dest.mkdir(parents=True, exist_ok=True)
     result = ArtifactResult(dest=dest)
     start = fileobj.tell()
-    over = _scan(fileobj, caps)
+    over = _scan(fileobj, limits)
     if over is not None:
         fix = "raise the cap to take it, " if "(cap GPUCLOUD_" in over else ""
         result.warnings.append(
@@ -349,7 +351,7 @@ def extract_tar(fileobj: BinaryIO, dest: Path, caps: Caps | None = None, *, what
         result.warnings.append(shown(f"{what}s not extracted: {dest}: {exc.strerror}"))
         return result
     try:
-        _extract(TarStream(fileobj), root_fd, caps, result, what)
+        _extract(TarStream(fileobj), root_fd, limits, result, what)
     finally:
         os.close(root_fd)
     hidden = result.refused_members - SHOWN_REFUSED
@@ -360,7 +362,7 @@ def extract_tar(fileobj: BinaryIO, dest: Path, caps: Caps | None = None, *, what
     return result
 
 
-def _extract(tar: TarStream, root_fd: int, caps: Caps, result: ArtifactResult, what: str) -> None:
+def _extract(tar: TarStream, root_fd: int, limits: ArchiveLimits, result: ArtifactResult, what: str) -> None:
     """The second pass: write what may be written, one line per refused member."""
 
     def refuse(name: str, why: object) -> None:
@@ -368,7 +370,7 @@ def _extract(tar: TarStream, root_fd: int, caps: Caps, result: ArtifactResult, w
         if result.refused_members <= SHOWN_REFUSED:
             result.warnings.append(shown(f"{what} {_quoted(name)} not extracted: {why}"))
 
-    tally = _Tally(caps)
+    tally = _Tally(limits)
     try:
         for member in tar:
             parts = _classify(member)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpucloud.channel import trust as channel_trust
-from gpucloud.channel.extract import ArtifactResult, Caps, extract_tar
+from gpucloud.channel.extract import ArchiveLimits, ArtifactResult, extract_tar
 from gpucloud.channel.trust import SMALL_OBJECT_MAX, ObjectRefused, read_capped
 from gpucloud.channel.workdir import (  # noqa: F401  (re-exported: callers import them from here)
     ALWAYS_SKIP,
@@ -45,9 +45,9 @@ URL_MARGIN = timedelta(hours=1)
 LOG_PART_MAX = protocol.LOG_PART_MAX
 
 
-def extract_artifacts(fileobj: BinaryIO, dest: Path, caps: Caps | None = None) -> ArtifactResult:
+def extract_artifacts(fileobj: BinaryIO, dest: Path, limits: ArchiveLimits | None = None) -> ArtifactResult:
     """Extract a node's artifacts tarball with gpucloud's own member walk (gpucloud/channel/extract.py)."""
-    return extract_tar(fileobj, dest, caps)
+    return extract_tar(fileobj, dest, limits)
 
 
 def run_prefix(run_id: str) -> str:
@@ -351,11 +351,11 @@ class Channel(ABC):
 
         The tarball is streamed to a temporary file and extracted member by member; what must not
         be extracted (links, devices, FIFOs, setuid bits, paths out of dest_dir) is skipped with
-        one warning each, and the caps (extract.Caps, from the environment) stop a bomb.
+        one warning each, and the limits (extract.ArchiveLimits, from the environment) stop a bomb.
         """
         dest_dir = Path(dest_dir)
         dest_dir.mkdir(parents=True, exist_ok=True)
-        caps = Caps.from_env()
+        limits = ArchiveLimits.from_env()
         with tempfile.TemporaryDirectory(prefix=".gpucloud-dl-", dir=dest_dir.parent) as tmp:
             local = Path(tmp) / "artifacts.tar.gz"
             if not self.get_to_file(f"{node_prefix(run_id, rank)}/artifacts.tar.gz", local):
@@ -366,7 +366,7 @@ class Channel(ABC):
                 if why := channel_trust.artifacts_problem(self.read_status(run_id, rank), digest, rank):
                     return ArtifactResult(dest=dest_dir, warnings=[why])
             with open(local, "rb") as fh:
-                return extract_artifacts(fh, dest_dir, caps)
+                return extract_artifacts(fh, dest_dir, limits)
 
 
 class FileChannel(Channel):

@@ -81,14 +81,14 @@ def _final_statuses(run: RunRecord) -> list[dict | None]:
 
 def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
     """Download log and artifacts of a finished run, record its outcome, tear down what is left."""
-    from gpucloud.channel.extract import Caps
+    from gpucloud.channel.extract import ArchiveLimits
     from gpucloud.run.artifacts import results_folders
     from gpucloud.run.commands import channel_for, require_run
     from gpucloud.run.log import LogMirror
     from gpucloud.run.teardown import teardown_run
     from gpucloud.run.watch import outcome, vm_phases
 
-    Caps.from_env()  # a malformed cap setting is exit 2 before anything is read or torn down
+    ArchiveLimits.from_env()  # a malformed cap setting is exit 2 before anything is read or torn down
     store = Store()
     run = require_run(store, ref)
     statuses = _final_statuses(run)

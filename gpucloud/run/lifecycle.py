@@ -70,10 +70,10 @@ def run_job(
     `secret_values`: the values of the job's secret names (spec_secrets.py), and `data` the
     inputs/outputs checked at plan time (data_grants.py), and `registry` the container image's pull
     login (pull_login.py), all delivered sealed."""
-    from gpucloud.channel.extract import Caps
+    from gpucloud.channel.extract import ArchiveLimits
     from gpucloud.run.plan import launch_plan
 
-    Caps.from_env()  # a malformed artifacts cap is exit 2 before anything is launched
+    ArchiveLimits.from_env()  # a malformed artifacts cap is exit 2 before anything is launched
     t0 = time.monotonic()
     plan = launch_plan(spec, cloud=cloud, region=region, spot=spot, secrets=secret_values)
     plan_s = time.monotonic() - t0

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucloud.channel.extract import SHOWN_REFUSED, Caps, count_refused, extract_tar
+from gpucloud.channel.extract import SHOWN_REFUSED, ArchiveLimits, count_refused, extract_tar
 from gpucloud.run.artifacts import refused_note
 from gpucloud.vm.agent.safe_extract import MAX_EXT_HEADER, Refused, safe_untar
 from tests.support.cli import cli, home_env
@@ -211,7 +211,7 @@ def test_long_and_unicode_names_come_back_in_every_tar_format(tmp_path: Path, fm
     raw = tmp_path / "a.tgz"
     raw.write_bytes(_tarfile_archive(fmt, names))
     with open(raw, "rb") as fh:
-        got = extract_tar(fh, tmp_path / "out", Caps())
+        got = extract_tar(fh, tmp_path / "out", ArchiveLimits())
     assert got.warnings == [] and got.files == len(names)
     for name in names:
         assert (tmp_path / "out" / name).read_text() == name
@@ -226,7 +226,7 @@ def test_a_damaged_archive_keeps_what_came_before_the_damage(tmp_path: Path) -> 
     raw = tmp_path / "d.tgz"
     raw.write_bytes(gzip.compress(good + bytes(bad) + b"b".ljust(512, b"\0") + END))
     with open(raw, "rb") as fh:
-        got = extract_tar(fh, tmp_path / "out", Caps())
+        got = extract_tar(fh, tmp_path / "out", ArchiveLimits())
     assert (tmp_path / "out" / "a.txt").read_text() == "a" and got.files == 1
     assert got.warnings == ["artifacts: the archive is damaged (a header with a bad checksum); extraction stopped"]
     with pytest.raises(Refused, match="bad checksum"):
@@ -249,7 +249,7 @@ def test_pax_and_long_name_headers_are_read_in_linear_time_up_to_the_cap(tmp_pat
         with pytest.raises(Refused):
             safe_untar(tmp_path / f"{what}.tgz", tmp_path / what)
         with open(tmp_path / f"{what}.tgz", "rb") as fh:
-            got = extract_tar(fh, tmp_path / f"{what}-cli", Caps())
+            got = extract_tar(fh, tmp_path / f"{what}-cli", ArchiveLimits())
         assert time.process_time() - start < 0.5, what
         assert len(got.warnings) == 1 and got.files == 0, (what, got.warnings)
 
