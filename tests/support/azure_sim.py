@@ -41,6 +41,7 @@ class AzureVmSimulator(GuestSimulator):
         self.driver_extensions: dict[str, str] = {}  # VM id (lower case) -> GRID driver its extension installed
         self.reboot_on_driver_extension = False
         self.rebooted: list[str] = []
+        self.extra_env: dict[str, str] = {}  # added to every guest's environment (e.g. CURL_CA_BUNDLE)
         arm.on_event(self._on_event)
 
     def _on_event(self, event: str, res: Resource) -> None:
@@ -74,6 +75,7 @@ class AzureVmSimulator(GuestSimulator):
             "GPUCLOUD_NODE_IP": GUEST_NODE_IP,
             "GPUCLOUD_IMDS_ENDPOINT": self.arm.imds_endpoint(principal),
             "GPUCLOUD_AZURE_ARM_ENDPOINT": self.arm.url,
+            **self.extra_env,
         }
         with self.lock:
             if res.id.lower() in self.driver_extensions:

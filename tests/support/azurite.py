@@ -46,10 +46,11 @@ class Azurite:
     port: int
     proc: subprocess.Popen[bytes]
     workdir: Path
+    scheme: str = "http"
 
     @property
     def blob_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}/{AZURITE_ACCOUNT}"
+        return f"{self.scheme}://127.0.0.1:{self.port}/{AZURITE_ACCOUNT}"
 
     account_name: str = AZURITE_ACCOUNT
     account_key: str = AZURITE_KEY
@@ -58,7 +59,25 @@ class Azurite:
         stop_process(self.proc)
 
 
-def start_azurite(workdir: Path) -> Azurite:
+def self_signed_cert(folder: Path) -> tuple[Path, Path]:
+    """(cert, key) for 127.0.0.1 and localhost, valid 2 days: the https of Azurite and its fronts."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    if not cert.exists():
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+            + ["-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1"]
+            + ["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+            check=True,
+            capture_output=True,
+        )
+    return cert, key
+
+
+def start_azurite(workdir: Path, *, tls: tuple[Path, Path] | None = None) -> Azurite:
+    """Azurite's blob service; with `tls` (cert, key) over https with OAuth on (`--oauth basic`:
+    Bearer tokens are checked for issuer, audience and times, not signature or RBAC)."""
+    import ssl
+
     binary = azurite_binary()
     if binary is None:
         raise FileNotFoundError(INSTALL_HINT)
@@ -77,6 +96,7 @@ def start_azurite(workdir: Path) -> Azurite:
                 str(port),
                 "--skipApiVersionCheck",
                 "--disableTelemetry",
+                *(["--cert", str(tls[0]), "--key", str(tls[1]), "--oauth", "basic"] if tls else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -84,11 +104,12 @@ def start_azurite(workdir: Path) -> Azurite:
             cwd=workdir,
             env={**os.environ, "NODE_NO_WARNINGS": "1"},
         )
-        server = Azurite(port=port, proc=proc, workdir=workdir)
+        server = Azurite(port=port, proc=proc, workdir=workdir, scheme="https" if tls else "http")
+        context = ssl.create_default_context(cafile=str(tls[0])) if tls else None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and proc.poll() is None:
             try:
-                urllib.request.urlopen(f"{server.blob_endpoint}?comp=list", timeout=1)
+                urllib.request.urlopen(f"{server.blob_endpoint}?comp=list", timeout=1, context=context)
             except urllib.error.HTTPError:
                 return server  # it answers (403 without auth): up
             except OSError:

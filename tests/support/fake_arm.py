@@ -61,6 +61,8 @@ IDENTITY_HEADER = "gpucloud-fake-arm-identity-secret"
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 CONTRIBUTOR_ROLE = "b24988ac-6180-42a0-ab88-20f7382dd24c"
+BLOB_CONTRIBUTOR_ROLE = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
+STORAGE_AUDIENCE = "https://storage.azure.com"
 CUSTOM_DATA_MAX_B64 = 65536
 PPG_TYPE = "microsoft.compute/proximityplacementgroups"
 AVSET_TYPE = "microsoft.compute/availabilitysets"
@@ -122,6 +124,14 @@ _OP_RE = re.compile(
 )
 _RG_OPRESULT_RE = re.compile(r"^/subscriptions/[^/]+/operationresults/([^/]+)$", re.I)
 _ROLE_RE = re.compile(r"^(?P<scope>/.*?)/providers/microsoft\.authorization/roleassignments/(?P<name>[^/]+)$", re.I)
+_ROLE_LIST_RE = re.compile(
+    r"^(?P<scope>/subscriptions/[^/]+.*?)/providers/microsoft\.authorization/roleassignments$", re.I
+)
+_STORAGE_SCOPE_RE = re.compile(
+    r"^(?P<account>/subscriptions/[^/]+/resourcegroups/[^/]+/providers/microsoft\.storage/storageaccounts/[^/]+)"
+    r"(?:/blobservices/default(?:/containers/[a-z0-9-]+)?)?$",
+    re.I,
+)
 _ROLEDEF_RE = re.compile(r"^/subscriptions/([^/]+)/providers/microsoft\.authorization/roledefinitions/([^/]+)$", re.I)
 _NESTED_RE = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/(?P<ns>[^/]+)/(?P<rest>.+)$", re.I
@@ -209,6 +219,8 @@ class FakeArm:
         self.tokens: dict[str, str] = {}  # bearer token -> principal
         self.audiences: dict[str, str] = {}  # IMDS-issued token -> the `resource` it was asked for
         self.revoked = False  # every token issued so far, and from now on, is refused (a revoked secret)
+        self.storage_token_seconds = 3600  # the life of a VM's storage token (IMDS: about a day)
+        self.storage_tokens = 0  # storage tokens issued
         self.subscription_state = "Enabled"  # ARM: Enabled | Warned | PastDue | Disabled | Deleted
         # The operator's role ({"actions": [...], "notActions": [...]}, a custom role's permissions):
         # None lets the operator do anything; set, each call's action must be in it (arm_actions.py).
@@ -325,6 +337,8 @@ class FakeArm:
             self.preempted.clear()
             self.run_commands.clear()
             self.revoked = False
+            self.storage_token_seconds = 3600
+            self.storage_tokens = 0
             self.subscription_state = "Enabled"
             self.operator_role = None
             self.actions.clear()
@@ -419,6 +433,27 @@ class FakeArm:
                 self.audiences[token] = audience
         return token
 
+    def issue_storage_token(self, principal: str, now: int) -> str:
+        """A storage token of a VM's identity: a JWT whose `oid` names the principal (the blob
+        front looks it up here; Azurite checks its issuer, audience and times)."""
+        header = _b64url(json.dumps({"alg": "RS256", "typ": "JWT"}).encode())
+        claims = {
+            "aud": STORAGE_AUDIENCE,
+            "iss": f"https://sts.windows.net/{self.tenant_id}/",
+            "iat": now,
+            "nbf": now - 300,
+            "exp": now + self.storage_token_seconds,
+            "oid": principal,
+            "tid": self.tenant_id,
+            "uti": uuid.uuid4().hex,
+        }
+        token = f"{header}.{_b64url(json.dumps(claims).encode())}.{_b64url(b'fake-arm-unsigned')}"
+        with self.lock:
+            self.tokens[token] = principal
+            self.audiences[token] = STORAGE_AUDIENCE
+            self.storage_tokens += 1
+        return token
+
     def audience_ok(self, token: str) -> bool:
         """A VM's token is for this ARM's audience (its URL, as Azure's is https://management.azure.com/),
         or ARM refuses it: a node that asks IMDS for another cloud's audience cannot delete anything."""
@@ -460,10 +495,22 @@ class FakeArm:
                 if res.type.lower() != "microsoft.authorization/roleassignments":
                     continue
                 props = res.body.get("properties") or {}
+                if not str(props.get("roleDefinitionId", "")).lower().endswith(CONTRIBUTOR_ROLE):
+                    continue  # a data role (the channel's) gives no ARM call
                 scope = str(props.get("scope", "")).lower().rstrip("/")
                 if props.get("principalId") == principal and (lower == scope or lower.startswith(scope + "/")):
                     return True
         return False
+
+    def assignments_of(self, principal: str) -> list[dict[str, Any]]:
+        """The properties of every role assignment of `principal`."""
+        with self.lock:
+            return [
+                dict(r.body.get("properties") or {})
+                for r in self.resources.values()
+                if r.type.lower() == "microsoft.authorization/roleassignments"
+                and (r.body.get("properties") or {}).get("principalId") == principal
+            ]
 
     def live_vm_bodies(self) -> list[dict[str, Any]]:
         """The bodies of the VMs that hold quota: not in a group being deleted (lock held)."""
@@ -485,6 +532,35 @@ class FakeArm:
 
     def next_ip(self, prefix: str) -> str:
         return f"{prefix}{next(self._ip_counter) % 250 + 4}"
+
+
+def _token_doc(token: str, now: int, seconds: int, resource: str) -> dict[str, Any]:
+    """IMDS's token response (strings, as IMDS sends them)."""
+    return {
+        "access_token": token,
+        "refresh_token": "",
+        "expires_in": str(seconds),
+        "expires_on": str(now + seconds),
+        "not_before": str(now),
+        "resource": resource,
+        "token_type": "Bearer",
+    }
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def jwt_claims(token: str) -> dict[str, Any] | None:
+    """The payload of a JWT (signature not checked: the fake's own tokens are looked up instead)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except ValueError:
+        return None
+    return claims if isinstance(claims, dict) else None
 
 
 def _arm_error(code: str, message: str) -> dict[str, Any]:
@@ -635,8 +711,12 @@ class _Handler(BaseHTTPRequestHandler):
                 "tagsList": [{"name": k, "value": v} for k, v in (vm.body.get("tags") or {}).items()],
             }
             return self._send(200, compute if what == "instance/compute" else {"compute": compute})
-        token = self.arm.issue_token(principal, audience=query.get("resource", ""))
+        resource = query.get("resource", "")
         now = int(time.time())
+        if resource.rstrip("/") == STORAGE_AUDIENCE:  # a JWT, as Azurite's OAuth mode reads one
+            token = self.arm.issue_storage_token(principal, now)
+            return self._send(200, _token_doc(token, now, self.arm.storage_token_seconds, resource))
+        token = self.arm.issue_token(principal, audience=resource)
         self._send(
             200,
             {
@@ -778,6 +858,9 @@ class _Handler(BaseHTTPRequestHandler):
         m = _ROLE_RE.match(path)
         if m:
             return self._role_assignment(path, m["scope"], m["name"], body, fail)
+        m = _ROLE_LIST_RE.match(path)
+        if m and self.command == "GET":
+            return self._list_role_assignments(m["scope"])
         m = _NESTED_RE.match(path)
         if m:
             return self._nested(path, m["sub"], m["rg"], m["ns"], m["rest"], query, body, fail)
@@ -1016,10 +1099,9 @@ class _Handler(BaseHTTPRequestHandler):
             m = re.match(r"^/subscriptions/([^/]+)/resourcegroups/([^/]+)", scope, re.I)
             if m is None or self._rg_key(m[1], m[2]) not in arm.resource_groups:
                 return self._error(404, "ResourceGroupNotFound", f"The scope '{scope}' does not exist.")
-            if not props.get("roleDefinitionId") or not props.get("principalId"):
-                return self._error(
-                    400, "InvalidRoleAssignmentRequest", "roleDefinitionId and principalId are required."
-                )
+            refused = self._scope_refused(scope) or self._role_refused(props)
+            if refused is not None:
+                return self._error(*refused)
             if arm.vm_by_principal(props["principalId"]) is None:
                 return self._error(
                     400,
@@ -1034,6 +1116,50 @@ class _Handler(BaseHTTPRequestHandler):
                 id=path, type="Microsoft.Authorization/roleAssignments", body=doc, rg=self._rg_key(m[1], m[2])
             )
             self._send(201, doc)
+
+    def _scope_refused(self, scope: str) -> tuple[int, str, str] | None:
+        """A scope below a resource group must name a resource that exists: a storage account's
+        blob service or container (the channel's), or a group's own resources."""
+        rest = re.sub(r"^/subscriptions/[^/]+/resourcegroups/[^/]+", "", scope, flags=re.I)
+        if not rest:
+            return None
+        m = _STORAGE_SCOPE_RE.match(scope)
+        target = m["account"] if m else scope
+        if target.lower() not in self.arm.resources:
+            return 404, "ResourceNotFound", f"The scope '{scope}' does not exist."
+        return None
+
+    @staticmethod
+    def _role_refused(props: dict[str, Any]) -> tuple[int, str, str] | None:
+        """ARM's checks of a role assignment's body: role and principal given; a condition only
+        with conditionVersion 2.0 and a syntax it can read (abac.py: stricter than ARM)."""
+        from tests.support.abac import ConditionError, check
+
+        if not props.get("roleDefinitionId") or not props.get("principalId"):
+            return 400, "InvalidRoleAssignmentRequest", "roleDefinitionId and principalId are required."
+        condition = props.get("condition")
+        if condition is None:
+            return None
+        if props.get("conditionVersion") != "2.0":
+            return 400, "InvalidConditionVersion", "A condition needs conditionVersion 2.0."
+        try:
+            check(str(condition))
+        except ConditionError as exc:
+            return 400, "InvalidCondition", f"The condition is invalid: {exc}"
+        return None
+
+    def _list_role_assignments(self, scope: str) -> None:
+        """Role Assignments - List For Scope / For Subscription: every assignment at or below the
+        scope (no $filter)."""
+        lower = scope.lower().rstrip("/")
+        with self.arm.lock:
+            out = [
+                r.body
+                for r in self.arm.resources.values()
+                if r.type.lower() == "microsoft.authorization/roleassignments"
+                and (r.id.lower() == lower or r.id.lower().startswith(lower + "/"))
+            ]
+        self._send(200, {"value": out})
 
     def _role_definition(self, path: str, sub: str, name: str, body: dict[str, Any]) -> None:
         """A custom role definition at subscription scope (`gpucloud setup azure`): GET, PUT, DELETE."""

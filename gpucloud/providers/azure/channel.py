@@ -8,7 +8,9 @@ touches it; each run's objects live under `runs/<run_id>/`.
 The storage account is managed through ARM's generic resource API and `listKeys` with explicit
 api-versions (azure-mgmt-resource's client), which spares a dependency on azure-mgmt-storage.
 The data plane uses the account key from `listKeys` both to write (code, manifests) and to sign
-service SAS URLs that expire with the run.
+service SAS URLs that expire with the run (7 days at most). The manifest also says `node_identity
+managed`: the node sends the same requests with its managed identity's token (node_access.py,
+gpucloud/vm/agent/blob_token.py), so its channel outlives the SAS URLs and the account key.
 
 A node's log is one append blob (`runs/<run_id>/node-<rank>/log.append`), created empty by
 `prepare`; the VM holds one SAS URL for it with the add permission only and appends its log in
@@ -33,6 +35,7 @@ from gpucloud.channel import trust as channel_trust
 from gpucloud.channel.run_objects import LOG_PART_MAX, Channel, ObjectRefused, node_prefix
 from gpucloud.errors import UserError
 from gpucloud.providers.azure.access import pipeline_kwargs
+from gpucloud.vm.agent.blob_token import IDENTITY_LINE
 
 STORAGE_API = "2023-05-01"
 CONTAINER = "gpucloud"
@@ -258,7 +261,9 @@ class BlobChannel(Channel):
         only Append Block on it (SAS permission `a`: no read, no overwrite, no delete)."""
         key = log_blob(run_id, rank)
         self._container.get_blob_client(key).create_append_blob()
-        return [f"log_append {self._url(key, expires, add=True)}"]
+        # The node sends these requests with its managed identity's token (node_access.py); the
+        # SAS URLs are the shim's first fetch and the fallback.
+        return [IDENTITY_LINE, f"log_append {self._url(key, expires, add=True)}"]
 
     def iter_log(self, run_id: str, rank: int = 0, start: int = 0) -> Iterator[tuple[bytes, int]]:
         """(bytes, next byte offset) from byte `start` up to status.json's `log_bytes` (the VM

@@ -1,5 +1,7 @@
 """`gpucloud gc` on Azure: every resource group (any region: groups are subscription-wide) whose
-expiry tag passed, found by ARM's tag-filtered listing, and (unless dry-run) deleted.
+expiry tag passed, found by ARM's tag-filtered listing, and (unless dry-run) deleted; then every
+node channel role assignment (node_access.py) whose run has no resource group left. Assignments are
+listed before groups: one made after the listing cannot be taken for an ended run's.
 
 Reported per call, so that "am I clean?" has an answer even when one call fails: each page of the
 listing and each group's DELETE is a call of its own. A call that fails (an unsupported or failing
@@ -24,6 +26,8 @@ from gpucloud.ui.untrusted import shown
 
 LIST_ACTION = "Microsoft.Resources/subscriptions/resourceGroups/read"
 DELETE_ACTION = "Microsoft.Resources/subscriptions/resourceGroups/delete"
+ASSIGNMENTS_ACTION = "Microsoft.Authorization/roleAssignments/read"
+ASSIGNMENT_DELETE_ACTION = "Microsoft.Authorization/roleAssignments/delete"
 
 
 def _why(exc: Exception) -> str:
@@ -32,7 +36,7 @@ def _why(exc: Exception) -> str:
     return shown((f"HTTP {status} " if status else "") + said, limit=200)
 
 
-def _silent(exc: Exception, page: int) -> EndpointError | None:
+def _silent(exc: Exception, page: int, what: str = "listing resource groups") -> EndpointError | None:
     """The first call's request went out and no answer came (a read timeout): the endpoint does not
     answer, so Azure is unusable (78), not checked "in part"."""
     from azure.core.exceptions import ServiceResponseError
@@ -40,14 +44,15 @@ def _silent(exc: Exception, page: int) -> EndpointError | None:
     if page != 1 or not isinstance(exc, ServiceResponseError):
         return None
     return EndpointError(
-        f"Azure: the resource manager did not answer while listing resource groups ({_why(exc)}).",
+        f"Azure: the resource manager did not answer while {what} ({_why(exc)}).",
         cloud=CLOUD,
         hint=f"Check the network (proxy, firewall, VPN), and {ARM_ENDPOINT_ENV} if it is set.",
     )
 
 
-def _expired(provider: Arm, now: datetime, lines: list[str], failures: list[str]) -> list[Any]:
-    """The expired groups of every page that could be read; a page that could not is one failure."""
+def _expired(provider: Arm, now: datetime, lines: list[str], failures: list[str], live: set[str]) -> list[Any]:
+    """The expired groups of every page that could be read; a page that could not is one failure.
+    `live` gets the run of every other group (its nodes may still use their channel access)."""
     scope = f"/subscriptions/{provider.subscription_id}"
     found: list[Any] = []
     pages = provider.resource.resource_groups.list(filter=f"tagName eq '{TAG_EXPIRES}'").by_page()
@@ -74,6 +79,8 @@ def _expired(provider: Arm, now: datetime, lines: list[str], failures: list[str]
                 lines.append(f"azure: resource group {shown(group.name, limit=100)} left alone: {why}")
             elif expires is not None and expires <= now:
                 found.append(group)
+            else:
+                live.add(str(tags.get(TAG_RUN, "")))
 
 
 def sweep(provider: Arm, now: datetime, *, dry_run: bool) -> list[str]:
@@ -83,8 +90,11 @@ def sweep(provider: Arm, now: datetime, *, dry_run: bool) -> list[str]:
         now = now.replace(tzinfo=UTC)
     lines: list[str] = []
     failures: list[str] = []
+    access = _access_listed(provider, failures)
+    live: set[str] = set()
     pollers = []
-    for group in _expired(provider, now, lines, failures):
+    listing_failed = len(failures)
+    for group in _expired(provider, now, lines, failures, live):
         tags = group.tags or {}
         expires, _ = tagged_expiry(tags)
         line = (
@@ -100,29 +110,83 @@ def sweep(provider: Arm, now: datetime, *, dry_run: bool) -> list[str]:
                 group.name, force_deletion_types="Microsoft.Compute/virtualMachines"
             )
         except Exception as exc:  # noqa: BLE001 - one call (below); a gone group is fine
-            _delete_failed(provider, exc, line, group.name, lines, failures)
+            if not _delete_failed(provider, exc, line, group.name, lines, failures):
+                live.add(str(tags.get(TAG_RUN, "")))
             continue
-        pollers.append((line + (" (was already being deleted)" if state == "Deleting" else ""), group.name, poller))
-    for line, name, poller in pollers:
+        line += " (was already being deleted)" if state == "Deleting" else ""
+        pollers.append((line, group.name, poller, str(tags.get(TAG_RUN, ""))))
+    for line, name, poller, run_id in pollers:
         try:
             poller.result()
             lines.append(f"deleted {line}")
         except Exception as exc:  # noqa: BLE001
-            _delete_failed(provider, exc, line, name, lines, failures)
+            if not _delete_failed(provider, exc, line, name, lines, failures):
+                live.add(run_id)
+    if access is not None and len(failures) == listing_failed:  # groups listed in full: `live` is whole
+        _sweep_access(provider, access, live, lines, failures, dry_run=dry_run)
+    elif access:  # the sweep is incomplete already; a run not listed may still be alive
+        lines.append("azure: node channel role assignments left for the next gc: resource groups were not all listed")
     if failures:
         raise GcIncomplete(lines, failures)
     return lines
 
 
-def _delete_failed(provider: Arm, exc: Exception, line: str, name: str, lines: list[str], failures: list[str]) -> None:
-    """A group's DELETE that failed: a group already gone is deleted; anything else is one failure."""
+def _delete_failed(provider: Arm, exc: Exception, line: str, name: str, lines: list[str], failures: list[str]) -> bool:
+    """A group's DELETE that failed: a group already gone is deleted (True); anything else is one failure."""
     from azure.core.exceptions import ResourceNotFoundError
 
     if isinstance(exc, ResourceNotFoundError):
         lines.append(f"deleted {line}")
-        return
+        return True
     access = classify_access(exc, what=f"deleting resource group {name}")
     if access is not None:
         raise access from None
     scope = f"/subscriptions/{provider.subscription_id}/resourceGroups/{name}"
     failures.append(f"azure: deleting {line} ({DELETE_ACTION} over {scope}) failed ({_why(exc)}): it is still there")
+    return False
+
+
+def _access_listed(provider: Arm, failures: list[str]) -> list[tuple[str, str, str]] | None:
+    """Every gpucloud channel assignment (node_access.listed), or None and one failure."""
+    from gpucloud.providers.azure.node_access import listed
+
+    try:
+        return listed(provider)
+    except Exception as exc:  # noqa: BLE001 - one call: named, the groups are still swept
+        access = classify_access(exc, what="listing role assignments") or _silent(exc, 1, "listing role assignments")
+        if access is not None:
+            raise access from None
+        failures.append(
+            f"azure: listing role assignments ({ASSIGNMENTS_ACTION} over /subscriptions/{provider.subscription_id}) "
+            f"could not be checked ({_why(exc)}): node channel access of ended runs, if any, was not seen"
+        )
+        return None
+
+
+def _sweep_access(
+    provider: Arm,
+    access: list[tuple[str, str, str]],
+    live: set[str],
+    lines: list[str],
+    failures: list[str],
+    *,
+    dry_run: bool,
+) -> None:
+    """Delete the channel assignments of runs with no resource group left."""
+    from gpucloud.providers.azure.node_access import delete_assignment
+
+    for assignment_id, run_id, region in access:
+        if run_id in live:
+            continue
+        line = f"azure/{region}/role-assignment/{assignment_id.rsplit('/', 1)[-1]} (run {run_id}, node channel access)"
+        if dry_run:
+            lines.append(f"would delete {line}")
+            continue
+        try:
+            delete_assignment(provider, assignment_id)
+        except Exception as exc:  # noqa: BLE001 - one call: named, the others still count
+            failures.append(
+                f"azure: deleting {line} ({ASSIGNMENT_DELETE_ACTION} over {assignment_id}) failed ({_why(exc)})"
+            )
+            continue
+        lines.append(f"deleted {line}")

@@ -1,7 +1,8 @@
 """An attempt's nodes: per node a public IP, a NIC, the VM (plus a driver extension on GRID
-images) and its self-delete role assignment, each node in a thread of its own (ARM has no call that
-creates N VMs at once, short of a scale set). The first failure stops the other threads at their
-next step, so no creation lands after the attempt's cleanup."""
+images), its self-delete role assignment and its channel access (node_access.py), each node in a
+thread of its own (ARM has no call that creates N VMs at once, short of a scale set). The first
+failure stops the other threads at their next step, so no creation lands after the attempt's
+cleanup."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpucloud.contract.provider import LaunchRequest, ProvisionError
 from gpucloud.providers.azure.arm import Arm, tracked
 from gpucloud.providers.azure.machine import driver_extension_body, nic_body, pip_body, vm_body
+from gpucloud.providers.azure.node_access import grant_channel_access
 from gpucloud.providers.azure.roles import grant_self_delete
 
 if TYPE_CHECKING:
@@ -59,6 +61,7 @@ class NodeNetwork:
     nsg_id: str
     ppg_id: str | None
     avset_id: str | None = None  # InfiniBand sizes: the availability set RDMA needs
+    channel_access: bool = False  # each VM's identity gets its run's blobs (node_access.py)
 
 
 @dataclass
@@ -94,6 +97,9 @@ class _Attempt:
             grant_self_delete(
                 self.arm, self.journal, self.req.run_id, self.req.region, self.net.rg, vm, pause=self._pause
             )
+            if self.net.channel_access:
+                step = f"granting VM {rank} its run's blobs"
+                grant_channel_access(self.arm, self.journal, self.req.run_id, self.req.region, vm, pause=self._pause)
             return str(vm.id)
         except Aborted:
             raise

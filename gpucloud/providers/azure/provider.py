@@ -104,6 +104,14 @@ def _allow_http_policy() -> Any:
     return AllowHttp()
 
 
+def _teardown_error(exc: Exception, what: str, run_id: str, when: str) -> GpucloudError:
+    code, message, status = error_parts(exc)
+    return GpucloudError(
+        f"could not delete {what}: {code or status} {message}".strip(),
+        hint=f"Retry with `gpucloud down {run_id}`; `gpucloud gc` also deletes it once {when}.",
+    )
+
+
 class AzureProvider(Provider):
     """The Azure implementation of the Provider protocol (contract/provider.py)."""
 
@@ -251,7 +259,8 @@ class AzureProvider(Provider):
                 if rdma_placement(req.instance_type, req.spot):
                     step = "creating the availability set"
                     avset_id = create_availability_set(self, journal, req, rg, tags, ppg_id)
-            net = NodeNetwork(rg, subnet_id, nsg_id, ppg_id, avset_id)
+            # The channel's container exists once this provider has prepared it (the run's manifests).
+            net = NodeNetwork(rg, subnet_id, nsg_id, ppg_id, avset_id, channel_access=region in self._channels)
             handle.nodes = create_nodes(self, req, journal, net, tags, ssh_key)
             for rank in range(len(handle.nodes)):
                 handle.add(VM, f"node-{rank}")
@@ -354,6 +363,7 @@ class AzureProvider(Provider):
         `gc`) sees them gone."""
         from azure.core.exceptions import AzureError, ResourceNotFoundError
 
+        self._revoke_channel_access(handle, journal)
         pending: list[Any] = []
         for rg in self._groups(handle, journal):
             try:
@@ -365,11 +375,7 @@ class AzureProvider(Provider):
             except ResourceNotFoundError:
                 continue
             except AzureError as exc:
-                code, message, status = error_parts(exc)
-                raise GpucloudError(
-                    f"could not delete resource group {rg}: {code or status} {message}".strip(),
-                    hint=f"Retry with `gpucloud down {handle.run_id}`; `gpucloud gc` also deletes it once it expires.",
-                ) from None
+                raise _teardown_error(exc, f"resource group {rg}", handle.run_id, "it expires") from None
         if wait:
             for poller in pending:
                 try:
@@ -388,6 +394,18 @@ class AzureProvider(Provider):
         for rec in journal.resources(handle.run_id, alive_only=True):
             if rec.cloud == self.name and (rec.region or handle.region) == handle.region:
                 journal.deleted(rec.id)
+
+    def _revoke_channel_access(self, handle: RunHandle, journal: Journal) -> None:
+        """The nodes' access to the run's blobs goes first: it lives on the channel's container,
+        outside the run's group, so the group's deletion does not take it."""
+        from azure.core.exceptions import AzureError
+
+        from gpucloud.providers.azure.node_access import revoke
+
+        try:
+            revoke(self, journal, handle.run_id, handle.region)
+        except AzureError as exc:
+            raise _teardown_error(exc, "the run's channel role assignment", handle.run_id, "the run ended") from None
 
     def session_path(self, handle: RunHandle, rank: int, ask: SessionAsk) -> SessionPlan:
         """ssh to the node's public address with the run's key, through its NSG rule for the caller's /32."""

@@ -10,9 +10,12 @@ Pure data. Why it is shaped this way:
 - `join/action` on subnets, NSGs, public IPs and NICs: ARM checks them as linked authorisations
   when a NIC or VM refers to them (LinkedAuthorizationFailed without);
 - `roleAssignments/write`: each VM's identity gets Contributor on its own group, so that it can
-  delete the group at its deadline (roles.py). This action could grant any role at any scope the
-  role is assigned at, so attach the role with the condition `assignment_condition()` prints
-  (Azure ABAC "delegate role assignments with conditions"): only Contributor may be assigned;
+  delete the group at its deadline (roles.py), and Storage Blob Data Contributor on the channel
+  container, narrowed to its run by a condition, so that it reaches its run's blobs as itself
+  (node_access.py); `roleAssignments/delete` removes the latter at teardown and gc, `read` lists
+  them for gc. Writing assignments could grant any role at any scope the role is assigned at, so
+  attach the role with the condition `assignment_condition()` prints (Azure ABAC "delegate role
+  assignments with conditions"): only those two roles may be assigned or deleted;
 - reads for `check` (the subscription, its locations), `catalog refresh` (resource SKUs), the GPU
   quota before a launch (compute usages), and gc (resource groups by tag);
 - data grants: the user-delegation key for SAS URLs on the user's own buckets and the blob data
@@ -28,6 +31,7 @@ from typing import Any
 
 ROLE_NAME = "gpucloud runner"
 CONTRIBUTOR_ROLE_ID = "b24988ac-6180-42a0-ab88-20f7382dd24c"  # the role a VM gets on its own group
+BLOB_CONTRIBUTOR_ROLE_ID = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"  # a VM's on the channel container
 
 _RESOURCES = "Microsoft.Resources/subscriptions"
 _RW_DELETE = ("read", "write", "delete")
@@ -109,15 +113,16 @@ def arm_body(subscription: str) -> dict[str, Any]:
 
 
 def assignment_condition() -> str:
-    """The ABAC condition that limits what the role's holder may assign to Contributor (ARM
-    roleAssignments condition version 2.0)."""
+    """The ABAC condition that limits what the role's holder may assign (and delete) to Contributor
+    and Storage Blob Data Contributor (ARM roleAssignments condition version 2.0)."""
+    roles = f"{{{CONTRIBUTOR_ROLE_ID}, {BLOB_CONTRIBUTOR_ROLE_ID}}}"
     return (
         "((!(ActionMatches{'Microsoft.Authorization/roleAssignments/write'})) OR "
         "(@Request[Microsoft.Authorization/roleAssignments:RoleDefinitionId] "
-        f"ForAnyOfAnyValues:GuidEquals {{{CONTRIBUTOR_ROLE_ID}}})) AND "
+        f"ForAnyOfAnyValues:GuidEquals {roles})) AND "
         "((!(ActionMatches{'Microsoft.Authorization/roleAssignments/delete'})) OR "
         "(@Resource[Microsoft.Authorization/roleAssignments:RoleDefinitionId] "
-        f"ForAnyOfAnyValues:GuidEquals {{{CONTRIBUTOR_ROLE_ID}}}))"
+        f"ForAnyOfAnyValues:GuidEquals {roles}))"
     )
 
 

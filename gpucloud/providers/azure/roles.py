@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.providers.azure.arm import Arm
@@ -22,17 +23,23 @@ ROLE_ASSIGNMENTS_API = "2022-04-01"
 PRINCIPAL_RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15, 30)
 
 
-def self_delete_body(subscription_id: str, run_id: str, principal: str) -> dict[str, Any]:
-    """The role assignment's body: Contributor for the VM's identity."""
+def assignment_body(subscription_id: str, role_id: str, principal: str, **props: str) -> dict[str, Any]:
+    """A role assignment's body for a VM's system-assigned identity (`props`: description, condition)."""
     return {
         "properties": {
             "roleDefinitionId": f"/subscriptions/{subscription_id}/providers/Microsoft.Authorization"
-            f"/roleDefinitions/{CONTRIBUTOR_ROLE_ID}",
+            f"/roleDefinitions/{role_id}",
             "principalId": principal,
             "principalType": "ServicePrincipal",
-            "description": f"gpucloud run {run_id}: lets the VM delete its own resource group",
+            **props,
         }
     }
+
+
+def self_delete_body(subscription_id: str, run_id: str, principal: str) -> dict[str, Any]:
+    """The role assignment's body: Contributor for the VM's identity."""
+    what = f"gpucloud run {run_id}: lets the VM delete its own resource group"
+    return assignment_body(subscription_id, CONTRIBUTOR_ROLE_ID, principal, description=what)
 
 
 def grant_self_delete(
@@ -47,14 +54,37 @@ def grant_self_delete(
 ) -> None:
     """Contributor on the VM's own resource group for its system-assigned identity. `pause` waits
     between retries while the identity replicates (a node's thread passes one that can give up)."""
+    scope = f"/subscriptions/{arm.subscription_id}/resourceGroups/{rg}"
+    name = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{vm.id}/self-delete"))  # idempotent on retry
+    body = self_delete_body(arm.subscription_id, run_id, vm.identity.principal_id)
+    put_assignment(arm, journal, Assignment(run_id, region, scope, name, "role_assignment"), body, vm.name, pause)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Where a role assignment goes and how the journal names it."""
+
+    run_id: str
+    region: str
+    scope: str
+    name: str  # a GUID, derived from the VM and purpose so that a retry PUTs the same one
+    kind: str  # the journal's resource kind
+
+    @property
+    def id(self) -> str:
+        return f"{self.scope}/providers/Microsoft.Authorization/roleAssignments/{self.name}"
+
+
+def put_assignment(
+    arm: Arm, journal: Journal, where: Assignment, body: dict[str, Any], vm_name: str, pause: Callable[[float], None]
+) -> None:
+    """Journal, then PUT the assignment; again while the VM's new identity has not replicated
+    (PrincipalNotFound), and an assignment already there counts as made."""
     from azure.core.exceptions import HttpResponseError
     from azure.core.rest import HttpRequest
 
-    scope = f"/subscriptions/{arm.subscription_id}/resourceGroups/{rg}"
-    name = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{vm.id}/self-delete"))  # idempotent on retry
-    url = f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}?api-version={ROLE_ASSIGNMENTS_API}"
-    body = self_delete_body(arm.subscription_id, run_id, vm.identity.principal_id)
-    res_id = journal.intent(run_id, "role_assignment", name, region, arm.name)
+    url = f"{where.id}?api-version={ROLE_ASSIGNMENTS_API}"
+    res_id = journal.intent(where.run_id, where.kind, where.name, where.region, arm.name)
     delays = list(PRINCIPAL_RETRY_DELAYS)
     while True:
         response = arm.resource.send_request(HttpRequest("PUT", url, json=body))
@@ -68,9 +98,9 @@ def grant_self_delete(
                 break
             if code == "PrincipalNotFound" and delays:
                 journal.event(
-                    run_id, "retry", f"identity of {vm.name} not replicated yet; retrying the role assignment"
+                    where.run_id, "retry", f"identity of {vm_name} not replicated yet; retrying the role assignment"
                 )
                 pause(delays.pop(0))
                 continue
             raise with_arm_error(exc, response) from None
-    journal.created(res_id, f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}")
+    journal.created(res_id, where.id)

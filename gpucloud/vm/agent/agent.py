@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional
 from gpucloud.vm import protocol
 from gpucloud.vm.agent import artifacts, container, data, gpu_check, stack
 from gpucloud.vm.agent.barrier import Barrier, ReadyKeys, node_ip
+from gpucloud.vm.agent.blob_token import IDENTITY, BlobBearer, ManagedIdentityToken
 from gpucloud.vm.agent.checkpoints import Checkpoints
 from gpucloud.vm.agent.claim import NodeKey, verify
 from gpucloud.vm.agent.clock import Clock
@@ -291,10 +292,15 @@ class Agent(GpuWatching, JobSteps, Keeping):
             self.pump = LogPump(self.log_path, self.st, self.board, upload, self.cfg.log_part_max)
 
     def use_identity(self) -> None:
-        """The node's own S3 signature where the manifest asks for it (sigv4.py)."""
-        if self.manifest.identity == "imds" and self.transfer.signer is None:
-            imds = self.environ.get("GPUCLOUD_IMDS_ENDPOINT", IMDS_DEFAULT)
+        """The node's own credentials where the manifest asks for them: its S3 signature (sigv4.py)
+        or its managed identity's Blob token (blob_token.py)."""
+        if self.transfer.signer is not None:
+            return
+        imds = self.environ.get("GPUCLOUD_IMDS_ENDPOINT", IMDS_DEFAULT)
+        if self.manifest.identity == "imds":
             self.transfer.signer = Signer(ImdsCredentials(self.transfer.request, imds))
+        elif self.manifest.identity == IDENTITY:
+            self.transfer.signer = BlobBearer(ManagedIdentityToken(self.transfer.request, imds))
 
     def pump_loop(self) -> None:
         assert self.pump is not None and self.heartbeat is not None

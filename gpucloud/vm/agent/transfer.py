@@ -20,10 +20,10 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, List, Optional, Protocol, Sequence, Set, Tuple
 from urllib.parse import urlsplit
 
-from gpucloud.vm.agent.sigv4 import Signer, header_args, post_target
+from gpucloud.vm.agent.sigv4 import header_args, post_target
 from gpucloud.vm.protocol import AZURE_STORAGE_VERSION
 
 CURL_BOUNDS = ("--connect-timeout", "10", "--retry", "2", "--retry-delay", "1", "--retry-connrefused")
@@ -31,6 +31,12 @@ HARD_TRIES = 4
 CODE = ("-w", "%{http_code}")  # written after the body: stdout's last 3 bytes ("000": no HTTP answer)
 REPORTS_MAX = 100  # distinct refusals written to stderr, at most
 SIGNED_QUIET = (b"400", b"401", b"403")  # the node's own PUT of a POST grant refused: the form follows
+
+
+class OwnAuth(Protocol):
+    """The node's own credentials for a granted URL: sigv4.Signer (S3), blob_token.BlobBearer (Azure)."""
+
+    def signed(self, method: str, url: str, region: Optional[str] = None) -> Optional[Tuple[str, List[str]]]: ...
 
 
 def delivered(url: str, rc: int, code: bytes) -> bool:
@@ -59,7 +65,7 @@ class Transfer:
         self._lock = threading.Lock()
         self._reported: Set[Tuple[str, str, str]] = set()
         self.last_refusal = ""  # the latest non-delivery, as written to stderr
-        self.signer: Optional[Signer] = None  # the node's own S3 signature (sigv4.py), when it has one
+        self.signer: Optional[OwnAuth] = None  # the node's own credentials (sigv4.py, blob_token.py), when it has them
 
     # ---- plumbing ------------------------------------------------------------------------------
     def _curl(self, args: Sequence[str], max_time: float, capture: bool = False) -> Tuple[int, bytes]:
@@ -227,28 +233,29 @@ class Transfer:
     def append_block(
         self, url: str, path: Path, offset: Optional[int], *, max_time: float = 30, hard: bool = False
     ) -> bool:
-        """Azure Append Block at `offset`: 201 landed; 412 = an earlier try of this part landed."""
+        """Azure Append Block at `offset`: 201 landed; 412 = an earlier try of this part landed.
+        With the node's own token, sent with it first; a 4xx there is tried with the SAS."""
         cond = ["-H", f"x-ms-blob-condition-appendpos: {offset}"] if offset is not None else []
+        ok = (b"201", b"412") if offset is not None else (b"201",)
+        target = f"{url}&comp=appendblock"
+
+        def send(to: str, auth: Sequence[str]) -> Tuple[int, bytes]:
+            version = [] if auth else ["-H", f"x-ms-version: {AZURE_STORAGE_VERSION}"]
+            args = ["-o", "/dev/null", *CODE, "-T", str(path), *version, *header_args(auth), *cond, to]
+            rc, out = self._curl(args, max_time, capture=True)
+            return rc, out.strip()
 
         def once() -> bool:
-            rc, out = self._curl(
-                [
-                    "-o",
-                    "/dev/null",
-                    "-w",
-                    "%{http_code}",
-                    "-T",
-                    str(path),
-                    "-H",
-                    f"x-ms-version: {AZURE_STORAGE_VERSION}",
-                    *cond,
-                    f"{url}&comp=appendblock",
-                ],
-                max_time,
-                capture=True,
-            )
-            code = out.strip()
-            if code in ((b"201", b"412") if offset is not None else (b"201",)):
+            own = self.signer.signed("PUT", target) if self.signer is not None else None
+            if own is not None:
+                rc, code = send(own[0], own[1])
+                if code in ok:
+                    return True
+                if code[:1] != b"4":
+                    self._report("PUT", what(url) + " appendblock", code.decode("ascii", "replace"), rc)
+                    return False
+            rc, code = send(target, ())
+            if code in ok:
                 return True
             self._report("PUT", what(url) + " appendblock", code.decode("ascii", "replace"), rc)
             return False
