@@ -544,3 +544,26 @@ def test_the_test_import_check_sees_seeded_imports(tmp_path: Path) -> None:
         "tests.spec.fuzzing",
         "tests.run.test_other",
     ]
+
+
+def _cli_helpers(path: Path) -> list[str]:
+    """Where `path` defines a function named cli (at any depth): the CLI is started by one helper."""
+    text = path.read_text()
+    if "def cli(" not in text:
+        return []
+    tree = ast.parse(text)
+    return [f"{path.name}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "cli"]
+
+
+def test_one_cli_helper_for_every_test_module() -> None:
+    home = TESTS / "support" / "cli.py"
+    wrong = [hit for path in sorted(TESTS.rglob("*.py")) if path != home for hit in _cli_helpers(path)]
+    assert not wrong, "start the CLI with tests/support/cli.py's cli (its env, cwd, module arguments):\n" + "\n".join(
+        wrong
+    )
+
+
+def test_the_cli_helper_check_sees_a_seeded_copy(tmp_path: Path) -> None:
+    seeded = tmp_path / "test_seeded.py"
+    seeded.write_text("def cli(*args):\n    pass\nclass T:\n    def cli(self):\n        pass\n")
+    assert _cli_helpers(seeded) == ["test_seeded.py:1", "test_seeded.py:4"]

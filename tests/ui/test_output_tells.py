@@ -5,20 +5,12 @@ with `--all-reasons` for each row; a missing spot price is called that; price ag
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli import REPO, clean_env
-from tests.support.cli import cli as run_cli
+from tests.support.cli import REPO, clean_env, cli
 from tests.support.text import flat, header, too_wide
-
-
-def cli(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    """The CLI at 80 columns with no cloud's credentials, from the repository (its examples)."""
-    return run_cli(*args, env=env or clean_env(), cwd=cwd)
-
 
 # What DefaultAzureCredential raised on this machine with no Azure credentials (azure-identity 1.2x):
 # the VS Code link is the last that does not say "unavailable", and is no cause at all.
@@ -60,23 +52,25 @@ def test_check_wraps_every_line_and_says_why_azure_is_unusable(tmp_path: Path) -
 
 def test_plan_and_catalog_give_up_the_region_before_the_cloud() -> None:
     narrow = clean_env(64)
-    out = cli("plan", "examples/t4-any-cloud.yaml", env=narrow)
+    out = cli("plan", "examples/t4-any-cloud.yaml", env=narrow, cwd=REPO)
     assert out.returncode == 0, out.stderr
     head = header(out.stdout, "cloud")
     assert "cloud" in head and "region" not in head, head
     assert "region" in flat(out.stderr) and "not shown" in out.stderr
-    cat = cli("catalog")
+    cat = cli("catalog", env=clean_env(), cwd=REPO)
     head = header(cat.stdout, "GPU")
     assert "cloud" in head and "region" not in head, head
 
 
 def test_a_wide_plan_marks_an_estimate_once() -> None:
-    out = cli("plan", "examples/t4-any-cloud.yaml", env=clean_env(200))
+    out = cli("plan", "examples/t4-any-cloud.yaml", env=clean_env(200), cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert "ESTIMATE" in out.stdout and "(estimate price)" not in out.stdout, out.stdout
-    narrow = cli("plan", "examples/t4-any-cloud.yaml")  # the source column gives way: the market says it
+    narrow = cli(
+        "plan", "examples/t4-any-cloud.yaml", env=clean_env(), cwd=REPO
+    )  # the source column gives way: the market says it
     assert "ESTIMATE" not in narrow.stdout and "(estimate price)" in narrow.stdout, narrow.stdout
-    cat = cli("catalog", "--gpu", "T4", env=clean_env(200))
+    cat = cli("catalog", "--gpu", "T4", env=clean_env(200), cwd=REPO)
     estimated = [line for line in cat.stdout.splitlines() if "ESTIMATE" in line]
     assert estimated and not any("*" in line for line in estimated), estimated
 
@@ -90,26 +84,26 @@ def memory_range(tmp_path: Path) -> Path:
 
 def test_exclusions_are_grouped_and_all_reasons_lists_each_row(memory_range: Path) -> None:
     for args in ([], ["--all"]):
-        out = cli("plan", str(memory_range), *args, cwd=memory_range.parent)
+        out = cli("plan", str(memory_range), *args, cwd=memory_range.parent, env=clean_env())
         assert out.returncode == 0, out.stderr
         assert not too_wide(out.stdout), too_wide(out.stdout)
         p2 = [line for line in out.stdout.splitlines() if "p2." in line]
         assert len(p2) == 1 and "not offered as of" in p2[0] and "(4 rows)" in p2[0], p2
         assert "moto" not in out.stdout and "--all-reasons" in flat(out.stdout)
-    long = cli("plan", str(memory_range), "--all-reasons", cwd=memory_range.parent)
+    long = cli("plan", str(memory_range), "--all-reasons", cwd=memory_range.parent, env=clean_env())
     assert long.returncode == 0, long.stderr
     assert flat(long.stdout).count("moto 5.2.5 bundled AWS data") == 4  # each p2 row with its sources
 
 
 def test_the_exclusions_keep_the_cloud_at_80_columns(memory_range: Path) -> None:
-    out = cli("plan", str(memory_range), "--all-reasons", cwd=memory_range.parent)
+    out = cli("plan", str(memory_range), "--all-reasons", cwd=memory_range.parent, env=clean_env())
     lines = out.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if "why excluded" in line)
     assert lines[at].split()[0] == "cloud", lines[at]
 
 
 def test_prices_of_different_ages_are_dated_per_source(memory_range: Path) -> None:
-    out = cli("plan", str(memory_range), cwd=memory_range.parent)
+    out = cli("plan", str(memory_range), cwd=memory_range.parent, env=clean_env())
     said = flat(out.stderr)
     assert "the prices shown differ in age" in said, said
     assert "shipped of 2026-08-26" in said and "shipped of 2024" in said, said
@@ -126,7 +120,7 @@ def test_a_missing_spot_price_is_not_called_a_missing_market() -> None:
 
 
 def test_catalog_gives_each_price_source_its_date_and_age() -> None:
-    out = cli("catalog", "--gpu", "T4")
+    out = cli("catalog", "--gpu", "T4", env=clean_env(), cwd=REPO)
     said = flat(out.stderr)
     assert out.returncode == 0, out.stderr
     assert "shipped of 2026-08-26:" in said and "shipped of 2024:" in said and "days old" in said, said

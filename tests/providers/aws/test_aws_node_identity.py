@@ -54,17 +54,6 @@ def strict(moto: Moto, aws_sim: AwsVmSimulator) -> Iterator[StrictS3]:  # noqa: 
         front.stop()
 
 
-def cli(env: dict[str, str], *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tests.support.aws_cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=os.getcwd(),
-    )
-
-
 def job(path: Path, run: str, max_duration: str = "30m") -> Path:
     path.write_text(
         "name: ident\nresources:\n  cloud: aws\n  regions: [us-east-1]\n  gpu: T4:1\n"
