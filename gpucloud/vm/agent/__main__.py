@@ -3,6 +3,8 @@
     run       a node's first boot: the whole run (agent.py)
     resume    a boot after a reboot (the boot unit runs the shim, which runs this)
     backstop  deadline layer (a) firing: report `deadline` if nobody did, then end the machine
+    mine      `mine W RUN_ID`, before a resume re-arms anything: exit 0 when W holds this machine's
+              own run RUN_ID (a reboot), 1 when that run was another machine's (owner.py)
 
 Stdlib only, Python >= 3.8 syntax.
 """
@@ -13,12 +15,14 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import List
 
-from gpucloud.vm.agent import container, private
+from gpucloud.vm.agent import container, owner, private
 from gpucloud.vm.agent.agent import Agent
 from gpucloud.vm.agent.config import JobConfig
+from gpucloud.vm.agent.deadline import Deadline
 from gpucloud.vm.agent.ending import AgentExit, EndedElsewhere, StandDown
 
 BACKSTOP_MESSAGE = "max_duration passed and the bootstrap did not end in time: stopped by the backstop"
@@ -118,10 +122,46 @@ def _report_here(agent: Agent) -> bool:
     return True
 
 
+def mine(vm_dir: Path, run_id: str) -> int:
+    """The resume unit's first step: 1 when W's run is not this machine's; else 0, printing the
+    seconds left until the run's backstop (at least 1: a deadline that passed while the machine
+    was down ends the run at once)."""
+    if not owner.resume_here(vm_dir, run_id, dict(os.environ), _console):
+        return 1
+    grace = os.environ.get("GPUCLOUD_DEADLINE_GRACE", "")
+    if not grace.isdigit():
+        try:
+            grace = str(JobConfig.load(vm_dir / "agent" / "job.json").grace)
+        except Exception:  # noqa: BLE001 - an unreadable config: the least grace, never no backstop
+            grace = "0"
+    deadline = Deadline.load(vm_dir / "st")
+    left = (deadline.at if deadline else 0) + int(grace) - int(time.time())
+    sys.stdout.write(f"{max(1, left)}\n")
+    return 0
+
+
+def _console(line: str) -> None:
+    sys.stderr.write(f"[gpucloud] {line}\n")
+
+
+def _take_over(agent: Agent) -> bool:
+    """A machine's first run of its user-data: whatever another machine's run left on this disk
+    is set aside first. True when W holds this very run already (it resumes instead)."""
+    try:
+        rebooted, lines = owner.take_over(agent.vm_dir, agent.cfg.run_id, agent.environ)
+    except OSError as exc:
+        rebooted, lines = False, [f"cannot check whose run the work folder holds: {exc}"]
+    for line in lines:
+        agent.log(line)
+    return rebooted
+
+
 def main(argv: List[str]) -> int:
     # On a shared SSH host or Slurm cluster, the node's folder (its key, the manifest's grants, the
     # code, inputs, logs, artifacts) must not be readable by the host's other users.
     os.umask(private.UMASK)
+    if len(argv) == 3 and argv[0] == "mine":
+        return mine(Path(argv[1]), argv[2])
     if len(argv) < 3 or argv[0] not in ("run", "resume", "backstop"):
         sys.stderr.write("usage: python3 -m gpucloud.vm.agent run|resume|backstop W CONFIG [MANIFEST_URL [RANK]]\n")
         return 2
@@ -131,10 +171,12 @@ def main(argv: List[str]) -> int:
     if rank.isdigit():
         cfg.rank = int(rank)
     agent = Agent(cfg, vm_dir, manifest_url=argv[3] if len(argv) > 3 else "", resumed=mode == "resume")
+    if mode == "run" and agent.hooks.reboot_safe:
+        agent.resumed = _take_over(agent)
     if mode == "backstop":
         backstop(agent)
     else:
-        run(agent, mode == "resume")
+        run(agent, agent.resumed)
     return 0
 
 

@@ -103,7 +103,7 @@ class ShutdownHooks(Hooks):
             boot.write_bytes(shim.read_bytes())
             (folder / "gpucloud-resume.service").write_text(
                 f"[Unit]\nDescription=gpucloud run {run_id}: resume after a reboot\nConditionPathExists={boot}\n"
-                "Wants=network-online.target\nAfter=network-online.target\n[Service]\n"
+                "Wants=network-online.target\nAfter=network-online.target cloud-init.service\n[Service]\n"
                 f"ExecStart=/bin/sh {boot} resume {vm_dir}\n[Install]\nWantedBy=multi-user.target\n"
             )
             with open(vm_dir / "stack.log", "ab") as out:
