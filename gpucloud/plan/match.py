@@ -35,12 +35,7 @@ class GpuMatch:
             else:
                 names = set(cat.gpus)
             if req.memory is not None:
-                low, high = req.memory
-                names = {
-                    n
-                    for n in names
-                    if low <= cat.gpus[n].memory_gib and (high is None or cat.gpus[n].memory_gib <= high)
-                }
+                names = {n for n in names if req.takes_memory(cat.gpus[n].memory_gib)}
             self.resolved.append((frozenset(names), req.count, req.most, req.label()))
         self.variants = frozenset(n for names, _, _, _ in self.resolved for n in names)
         # One exact model and count: today's single request, planned and explained as before.

@@ -1,8 +1,8 @@
 """`resources.gpu`: one GPU request or a list of alternatives, with model choices and ranges.
 
 Why its own module: the friendly forms (`T4:1`, `A100|H100:8`, `L4:1..2`, `{memory: 24GB.., count:
-1..4}`, a list of any of these) all end in one `GpuRequest` type, and the planner matches offerings
-through `GpuRequest.accepts` so that the spec and the planner cannot disagree on what a range means.
+1..4}`, a list of any of these) all end in one `GpuRequest` type, and the planner (plan/match.py)
+asks it what its memory range takes, so that the spec and the planner cannot disagree on what a range means.
 Ranges are inclusive; a count is exact unless written as a range; memory is per GPU as the catalog
 counts it (an A10G has 24, an A100-80GB 80), and a single memory figure is a minimum (more memory
 never hurts a job)."""
@@ -139,18 +139,12 @@ class GpuRequest(BaseModel):
     def most(self) -> int:
         return self.max_count if self.max_count is not None else self.count
 
-    def accepts(self, variants: frozenset[str], gpu_memory_gib: float, count: int) -> bool:
-        """Does an offering of `count` GPUs whose model is one of `variants` (the request's models
-        resolved to catalog names; empty: any) with `gpu_memory_gib` each meet this request?"""
-        if variants and not self.models:
-            return False
-        if not self.count <= count <= self.most:
-            return False
-        if self.memory is not None:
-            low, high = self.memory
-            if gpu_memory_gib < low or (high is not None and gpu_memory_gib > high):
-                return False
-        return True
+    def takes_memory(self, gpu_memory_gib: float) -> bool:
+        """Is a GPU with this much memory each (GiB, as the catalog counts it) in the request's range?"""
+        if self.memory is None:
+            return True
+        low, high = self.memory
+        return low <= gpu_memory_gib and (high is None or gpu_memory_gib <= high)
 
     def label(self) -> str:
         """The request as a user would write it (`plan` shows which one each candidate meets)."""

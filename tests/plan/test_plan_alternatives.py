@@ -17,6 +17,7 @@ from gpucloud.catalog.models import Offering
 from gpucloud.catalog.rows import MemoryRows
 from gpucloud.errors import UserError
 from gpucloud.plan.planner import make_plan
+from gpucloud.spec.gpu import GpuRequest
 from gpucloud.spec.load import JobSpec, SpecError, json_schema, parse_spec
 
 SHIPPED = shipped_catalog()
@@ -133,6 +134,21 @@ def test_ranges_in_count_and_memory() -> None:
     plan = make_plan(spec_of("{memory: 40GB.., count: 2..4}", "  cloud: aws\n"), baked=False)
     for c in plan.candidates:
         assert 2 <= c.gpu_count <= 4 and SHIPPED.gpus[c.gpu].memory_gib >= 40
+
+
+def test_the_planner_asks_the_request_what_its_memory_range_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memory range is one rule (GpuRequest.takes_memory): the planner's match reads it."""
+    request = spec_of("{memory: 24GB..80GB, count: 1..8}").resources.gpu_requests[0]
+    assert [request.takes_memory(gib) for gib in (16, 24, 80, 80.5)] == [False, True, True, False]
+    asked: list[float] = []
+
+    def only_24(self: GpuRequest, gib: float) -> bool:
+        asked.append(gib)
+        return gib == 24
+
+    monkeypatch.setattr(GpuRequest, "takes_memory", only_24)
+    plan = make_plan(spec_of("{memory: 16GB.., count: 1..8}", "  cloud: aws\n"), baked=False)
+    assert asked and {SHIPPED.gpus[c.gpu].memory_gib for c in plan.candidates} == {24}
 
 
 def test_a_pin_that_fits_one_alternative_excludes_the_other() -> None:

@@ -12,7 +12,7 @@ taken, so a replayed request is ignored. Stdlib only, Python >= 3.8 syntax (the 
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List
 
 REQUEST_MAX = 256 * 1024
 TEXT_MAX = 64 * 1024
@@ -89,10 +89,3 @@ def parse(
     out.update(seq=seq, env=env, delete=_strings(doc.get("delete", []), "delete"))
     out["artifacts"] = _strings(doc.get("artifacts", []), "artifacts")
     return out
-
-
-def read_seq(text: Optional[str]) -> int:
-    try:
-        return int((text or "0").strip() or 0)
-    except ValueError:
-        return 0
