@@ -92,11 +92,28 @@ def grant_channel_access(
     arm: Arm, journal: Journal, run_id: str, region: str, vm: Any, *, pause: Callable[[float], None] = time.sleep
 ) -> None:
     """The VM's identity may reach its run's blobs (journalled, then PUT; retried while the new
-    identity replicates)."""
+    identity replicates). Refused (a runner role assigned with the older condition, which admits
+    only Contributor): the node keeps its SAS URLs, and the run's journal says why."""
+    from azure.core.exceptions import HttpResponseError
+
+    from gpucloud.providers.azure.errors import error_parts
+
     scope = container_scope(arm.subscription_id, region)
     name = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{vm.id}/channel-access"))  # idempotent on retry
     body = channel_body(arm.subscription_id, run_id, vm.identity.principal_id)
-    put_assignment(arm, journal, Assignment(run_id, region, scope, name, KIND), body, vm.name, pause)
+    try:
+        put_assignment(arm, journal, Assignment(run_id, region, scope, name, KIND), body, vm.name, pause)
+    except HttpResponseError as exc:
+        code, message, status = error_parts(exc)
+        if status != 403:
+            raise
+        journal.event(
+            run_id,
+            "warning",
+            f"{vm.name} reaches its channel through the CLI's SAS URLs only (7 days at most): the role "
+            f"assignment on the channel was refused ({code}: {message}); assign the runner role again with "
+            "the condition `gpucloud setup azure --print` shows",
+        )
 
 
 def delete_assignment(arm: Arm, assignment_id: str) -> None:

@@ -102,5 +102,6 @@ def put_assignment(
                 )
                 pause(delays.pop(0))
                 continue
+            journal.deleted(res_id)  # ARM answered no: nothing was created
             raise with_arm_error(exc, response) from None
     journal.created(res_id, where.id)

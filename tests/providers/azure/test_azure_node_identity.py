@@ -148,6 +148,25 @@ def test_node_identity_reaches_its_run_only_and_goes_at_teardown(
     assert "Microsoft.Authorization/roleAssignments/delete" in actions
 
 
+def test_a_refused_channel_assignment_leaves_the_node_its_sas_and_the_run_going(
+    arm: FakeArm,  # noqa: F811
+    provider: Any,
+    journal: Any,  # noqa: F811
+) -> None:
+    """A runner role assigned with the older condition (Contributor only) is refused the channel
+    assignment: the launch goes on, the journal says why, teardown has nothing to delete."""
+    run = "idt-20261207-000000-cccc"
+    provider.channel(REGION)
+    channel_put = r"/containers/gpucloud/providers/Microsoft\.Authorization/roleAssignments/"
+    arm.inject("PUT", channel_put, code="AuthorizationFailed")
+    handle = provider.provision(launch_request(run), journal)
+    assert channel_assignments(arm) == [] and len(arm.vms()) == 1
+    assert any("SAS URLs only" in e.message for e in journal.store.events(run)), journal.store.events(run)
+    assert not [r for r in journal.resources(run, alive_only=True) if r.kind == "channel_access"]
+    provider.teardown(handle, journal)
+    assert not journal.resources(run, alive_only=True)
+
+
 def _assignment(arm: FakeArm, name: str, description: str, condition: str | None) -> str:  # noqa: F811
     """A channel role assignment put straight into the fake (its VM, and so its principal, is gone)."""
     from gpucloud.providers.azure.node_access import container_scope
