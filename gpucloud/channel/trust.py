@@ -35,7 +35,6 @@ SIGN_LINE = protocol.SIGN_LINE  # the manifest line that makes a node's results 
 CLAIM_PREFIX = "claim-"  # file/ssh/S3: claim objects `<node>/log/claim-<fingerprint>`
 CLAIM_MAX = 1024  # bytes of one claim the CLI reads
 CLAIMS_MAX = 64 * 1024  # bytes of all claims of a node (an append blob on Azure)
-SIG_FIELD = protocol.SIG_FIELD
 REFUSED_EXIT = 65  # EX_DATAERR: what the machine(s) wrote is not usable
 EXIT_MAX = 255  # a process's exit status is one byte: anything else would wrap (256 -> 0) on the way out
 TIME_MAX = 2**40  # seconds (epoch or durations): past year 36000, and exact as a float
@@ -101,13 +100,12 @@ def signed_by(pub_b64: str, raw: bytes) -> bool:
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    at = raw.rfind(SIG_FIELD)
-    end = raw.find(b'"', at + len(SIG_FIELD)) if at >= 0 else -1
-    if at < 0 or end < 0 or raw[end:].strip() != b'"}':
+    split = protocol.split_signature(raw)
+    if split is None:
         return False
     try:
-        sig = base64.b64decode(raw[at + len(SIG_FIELD) : end], validate=True)
-        Ed25519PublicKey.from_public_bytes(base64.b64decode(pub_b64)).verify(sig, raw[:at] + b"}\n")
+        sig = base64.b64decode(split[1], validate=True)
+        Ed25519PublicKey.from_public_bytes(base64.b64decode(pub_b64)).verify(sig, split[0])
     except (InvalidSignature, binascii.Error, ValueError):
         return False
     return True

@@ -226,10 +226,11 @@ def signed_status(raw: bytes, sig_b64: str) -> bytes:
 
 
 def split_signature(raw: bytes) -> Optional[Tuple[bytes, str]]:
-    """(signed bytes, base64 signature) of a signed status, or None when it carries no signature."""
+    """(signed bytes, base64 signature) of a signed status, or None when it does not end in one
+    signature field (the CLI's check of a node's signature reads it through this one parser)."""
     at = raw.rfind(SIG_FIELD)
-    end = raw.rfind(b'"}')
-    if at < 0 or end < at:
+    end = raw.find(b'"', at + len(SIG_FIELD)) if at >= 0 else -1
+    if at < 0 or end < 0 or raw[end:].strip() != b'"}':
         return None
     return raw[:at] + b"}\n", raw[at + len(SIG_FIELD) : end].decode("ascii", "replace")
 

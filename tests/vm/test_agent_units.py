@@ -566,6 +566,9 @@ def test_status_document_bytes_are_the_bash_format_and_signatures_split_back() -
     )
     signed = protocol.signed_status(raw, "SIG")
     assert signed.endswith(b',"sig":"SIG"}\n') and protocol.split_signature(signed) == (raw, "SIG")
+    # one parser for the signed form, the CLI's check included: anything after the field is no signature
+    assert protocol.split_signature(signed.rstrip(b"\n") + b"x\n") is None
+    assert protocol.split_signature(signed.replace(b'"SIG"', b'"S"I"G"')) is None
 
 
 def test_manifest_parse_reads_every_key_the_channel_writes() -> None:
