@@ -82,6 +82,15 @@ class _Blobs(BaseHTTPRequestHandler):
     refuse_token = True
     protocol_version = "HTTP/1.1"
 
+    def do_GET(self) -> None:  # noqa: N802
+        auth = self.headers.get("Authorization", "")
+        self.seen.append((self.path, auth))
+        body = b"" if auth and self.refuse_token else b"the blob"
+        self.send_response(403 if auth and self.refuse_token else 200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def do_PUT(self) -> None:  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         auth = self.headers.get("Authorization", "")
@@ -98,8 +107,11 @@ class _Blobs(BaseHTTPRequestHandler):
 class _Own:
     """A signer for the plain-http test server (BlobBearer itself signs https URLs only)."""
 
+    hides_missing = False
+
     def signed(self, method: str, url: str, region: str | None = None) -> tuple[str, list[str]]:
-        return url.split("?", 1)[0] + "?comp=appendblock", ["Authorization: Bearer t", "x-ms-version: 2022-11-02"]
+        query = "?comp=appendblock" if "comp=appendblock" in url else ""
+        return url.split("?", 1)[0] + query, ["Authorization: Bearer t", "x-ms-version: 2022-11-02"]
 
 
 @pytest.fixture
@@ -129,3 +141,13 @@ def test_append_block_goes_with_the_token_and_falls_back_to_the_sas(blobs: str, 
         ("/c/runs/r/node-0/log.append?comp=appendblock", "Bearer t"),
         (f"/c/runs/r/node-0/log.append?{SAS}&comp=appendblock", ""),
     ]
+
+
+def test_a_refused_token_reads_the_blob_through_the_sas_not_as_missing(blobs: str) -> None:
+    """Blob answers 404 for a missing blob the token may read, so a 403 is a refusal (an assignment
+    not seen yet): the SAS follows, unlike S3's 403-for-missing (sigv4.Signer.hides_missing)."""
+    transfer = Transfer()
+    transfer.signer = _Own()
+    _Blobs.refuse_token = True
+    assert transfer.get(f"{blobs}/c/runs/r/node-0/notice?{SAS}") == b"the blob"
+    assert [auth for _, auth in _Blobs.seen] == ["Bearer t", ""]

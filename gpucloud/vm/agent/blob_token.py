@@ -105,6 +105,8 @@ class ManagedIdentityToken:
 class BlobBearer:
     """Sends a SAS URL's request with the VM's own token instead, when it has one."""
 
+    hides_missing = False  # Blob answers 404 for a missing blob the token may read: a 403 is a refusal
+
     def __init__(self, token: ManagedIdentityToken, now: Callable[[], float] = time.time) -> None:
         self.token = token
         self._now = now

@@ -157,6 +157,8 @@ class ImdsCredentials:
 class Signer:
     """Signs a presigned S3 URL's request with the node's own credentials, when it has them."""
 
+    hides_missing = True  # S3 answers 403, not 404, for a missing object to a role without ListBucket
+
     def __init__(self, creds: ImdsCredentials, now: Callable[[], float] = time.time) -> None:
         self.creds = creds
         self._now = now

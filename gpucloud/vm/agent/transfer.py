@@ -36,6 +36,8 @@ SIGNED_QUIET = (b"400", b"401", b"403")  # the node's own PUT of a POST grant re
 class OwnAuth(Protocol):
     """The node's own credentials for a granted URL: sigv4.Signer (S3), blob_token.BlobBearer (Azure)."""
 
+    hides_missing: bool  # a 403 to the node's own GET may mean "no such object" (S3 without ListBucket)
+
     def signed(self, method: str, url: str, region: Optional[str] = None) -> Optional[Tuple[str, List[str]]]: ...
 
 
@@ -101,16 +103,18 @@ class Transfer:
     ) -> Tuple[Optional[bytes], bytes]:
         """One request that counts as done only on a 2xx: (stdout, the body when not sent to a file,
         or None; the HTTP code). Codes in `quiet` are ordinary answers (an object not there yet: 404).
-        With a signer, a presigned S3 URL goes signed by the node first; a 4xx there (not the role's
-        object, credentials not there yet) tries the URL as presigned. S3 answers 403, not 404, for
-        a missing object to a role without s3:ListBucket: where 404 is an ordinary answer, so is that."""
-        own = self.signer.signed(method, url, region) if self.signer is not None else None
-        if own is not None:
+        With a signer, a granted URL goes with the node's own credentials first (S3 SigV4, Azure
+        Bearer); a 4xx there (not the identity's object, credentials not there yet) tries the URL as
+        granted. S3 answers 403, not 404, for a missing object to a role without s3:ListBucket
+        (`hides_missing`): where 404 is an ordinary answer, so is that."""
+        signer = self.signer
+        own = signer.signed(method, url, region) if signer is not None else None
+        if signer is not None and own is not None:
             rc, out = self._curl([*args, *header_args(own[1]), *CODE, own[0]], max_time, capture=True)
             body, code = out[:-3], out[-3:]
             if delivered(own[0], rc, code) or code in quiet:
                 return (body if delivered(own[0], rc, code) else None), code
-            if code == b"403" and b"404" in quiet:
+            if code == b"403" and b"404" in quiet and signer.hides_missing:
                 return None, b"404"
             if code[:1] != b"4" or url == own[0]:
                 if code not in SIGNED_QUIET or url != own[0]:
