@@ -435,19 +435,6 @@ def _exclusion_reason(
     return None
 
 
-def _priced_options(
-    off: Offering,
-    spec: JobSpec,
-    policy: bool | str,
-    images: ImageChoice | None = None,
-    request: str = "",
-    estimates: bool = True,
-) -> tuple[list[Candidate], str | None]:
-    """Candidates for one offering under the spot policy and max price; or why there are none."""
-    markets, reason = _markets(off, policy, spec.price_cap(), estimates)
-    return [_candidate(off, is_spot, price, spec, images, request) for is_spot, price in markets], reason
-
-
 def _markets(
     off: Offering, policy: bool | str, limit: tuple[float | None, str], estimates: bool = True
 ) -> tuple[list[tuple[bool, float]], str | None]:

@@ -11,11 +11,12 @@ import math
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from gpucloud.catalog import load_catalog, offerings_db, ranking, shipped_catalog
+from gpucloud.catalog.models import Offering
 from gpucloud.catalog.rows import RowFilter
 from gpucloud.plan.planner import make_plan
 from gpucloud.plan.rows import Exclusion, Exclusions, listed_exclusions
@@ -84,10 +85,19 @@ def test_the_index_plans_as_the_rows_in_memory(shape: str, job: str, tmp_path: P
     assert printed == _printed(from_memory)
 
 
+def _priced_options(off: Offering, spec: Any, policy: bool | str, request: str = "") -> tuple[list[Any], str | None]:
+    """Candidates for one offering under the spot policy and max price, or why there are none: the
+    planner's own market check and candidate, one row at a time."""
+    from gpucloud.plan import planner
+
+    markets, reason = planner._markets(off, policy, spec.price_cap())
+    return [planner._candidate(off, is_spot, price, spec, None, request) for is_spot, price in markets], reason
+
+
 def _checked_one_by_one(spec: object, cat: object) -> list[Exclusion]:
     """The exclusions of a check of every row by the planner's full check, in catalog order."""
     from gpucloud.contract import registry as providers
-    from gpucloud.plan.planner import _exclusion_reason, _priced_options, _requested_gpu
+    from gpucloud.plan.planner import _exclusion_reason, _requested_gpu
 
     res = spec.resources  # type: ignore[attr-defined]
     clouds = [c for c in res.cloud if providers.info(c).priced]
@@ -136,9 +146,7 @@ def test_candidates_are_ranked_as_a_full_sort_and_built_only_when_read(
         c
         for off in rows
         if fits.matches(off) and off.status != "retired"
-        for c in planner._priced_options(off, spec, spec.resources.spot, None, spec.resources.gpu_requests[0].label())[
-            0
-        ]
+        for c in _priced_options(off, spec, spec.resources.spot, spec.resources.gpu_requests[0].label())[0]
     ]
     every.sort(key=lambda c: (c.total_per_hour, c.status != "active", c.cloud, c.region, c.instance_type, c.spot))
     assert len(plan.candidates) == len(every)
