@@ -77,9 +77,9 @@ def _expired(provider: Arm, now: datetime, lines: list[str], failures: list[str]
             expires, why = tagged_expiry(tags)
             if why:  # not gpucloud's tags as it writes them: named, never deleted
                 lines.append(f"azure: resource group {shown(group.name, limit=100)} left alone: {why}")
-            elif expires is not None and expires <= now:
+            if expires is not None and expires <= now and not why:
                 found.append(group)
-            else:
+            else:  # a group that stays: its run's nodes may still use their channel access
                 live.add(str(tags.get(TAG_RUN, "")))
 
 
@@ -93,8 +93,10 @@ def sweep(provider: Arm, now: datetime, *, dry_run: bool) -> list[str]:
     access = _access_listed(provider, failures)
     live: set[str] = set()
     pollers = []
-    listing_failed = len(failures)
-    for group in _expired(provider, now, lines, failures, live):
+    before = len(failures)
+    expired = _expired(provider, now, lines, failures, live)
+    listed_whole = len(failures) == before
+    for group in expired:
         tags = group.tags or {}
         expires, _ = tagged_expiry(tags)
         line = (
@@ -122,7 +124,7 @@ def sweep(provider: Arm, now: datetime, *, dry_run: bool) -> list[str]:
         except Exception as exc:  # noqa: BLE001
             if not _delete_failed(provider, exc, line, name, lines, failures):
                 live.add(run_id)
-    if access is not None and len(failures) == listing_failed:  # groups listed in full: `live` is whole
+    if access is not None and listed_whole:  # every group seen: `live` is whole
         _sweep_access(provider, access, live, lines, failures, dry_run=dry_run)
     elif access:  # the sweep is incomplete already; a run not listed may still be alive
         lines.append("azure: node channel role assignments left for the next gc: resource groups were not all listed")

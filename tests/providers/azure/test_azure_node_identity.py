@@ -124,6 +124,9 @@ def test_node_identity_reaches_its_run_only_and_goes_at_teardown(
     handle = provider.provision(launch_request(run), journal)
     (assignment,) = channel_assignments(arm)
     assert assignment["properties"]["scope"].endswith("/blobServices/default/containers/gpucloud")
+    from gpucloud.providers.azure.rbac import assignment_condition
+
+    assert BLOB_CONTRIBUTOR_ROLE in assignment_condition(), "the runner role may assign the channel role"
     assert [r.kind for r in journal.resources(run)].count("channel_access") == 1
     (vm,) = arm.vms()
     token = storage_token(arm, vm.body["identity"]["principalId"])
@@ -194,6 +197,7 @@ def test_gc_removes_the_channel_assignment_of_an_ended_run_only(
     arm: FakeArm,  # noqa: F811
     provider: Any,
 ) -> None:
+    from gpucloud.contract.tags import GcIncomplete
     from gpucloud.providers.azure.node_access import description, node_condition
 
     provider.channel(REGION)
@@ -209,6 +213,12 @@ def test_gc_removes_the_channel_assignment_of_an_ended_run_only(
         _assignment(arm, "00000000-0000-0000-0000-00000000e0d4", description(ended), "(a changed condition)"),
     ]
     now = datetime.now(UTC)
+    arm.inject("GET", r"/resourcegroups$", code="InternalServerError", times=20)
+    with pytest.raises(GcIncomplete) as info:  # groups not all seen: no run counts as ended
+        provider.gc(now, dry_run=False)
+    assert not [line for line in info.value.lines if line.startswith("deleted")]
+    assert len(channel_assignments(arm)) == 4
+    arm.clear_injections()
     dry = provider.gc(now, dry_run=True)
     assert [line for line in dry if "role-assignment" in line] == [
         f"would delete azure/{REGION}/role-assignment/{gone.rsplit('/', 1)[-1]} (run {ended}, node channel access)"
