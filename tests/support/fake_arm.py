@@ -6,8 +6,11 @@ long-running operation answered with `Location` polling), every resource under a
 inline subnets, NSGs, public IPs, NICs, VMs, storage accounts) created through `Azure-AsyncOperation`
 polling, VM instance views, proximity placement groups (created synchronously, as ARM does; a VM
 joins one through `properties.proximityPlacementGroup.id`, which must exist in the VM's location,
-and a GET of the group lists its `virtualMachines`), role assignments (an extension resource at any
-scope), storage account `listKeys`, the subscription and its locations (GET, as `gpucloud check` and
+and a GET of the group lists its `virtualMachines`), role assignments (an extension resource at a
+group's scope or below it on a resource that exists, e.g. the channel's container; a condition only
+with conditionVersion 2.0 and a syntax tests/support/abac.py reads; listed at or below a scope;
+only Contributor assignments authorise a VM's ARM calls), storage account `listKeys`, the
+subscription and its locations (GET, as `gpucloud check` and
 the credentials check before `run`'s launch prompt read them: Azure's full Subscriptions - Get body,
 404 `SubscriptionNotFound` for another id, `subscription_state` for a disabled one; a bearer token
 it did not issue, or any token after `revoked = True`, is 401 `InvalidAuthenticationToken`, as ARM
@@ -21,7 +24,9 @@ which a VM's OS disk may not be below (azure_images.py), and two token endpoints
 - `/_imds/<principalId>/metadata/identity/oauth2/token` and `.../metadata/instance` — the IMDS of
   one simulated VM (its base URL is what the simulator puts into GPUCLOUD_IMDS_ENDPOINT). Tokens
   for a VM's managed identity are authorised by the role assignments that exist, so a VM deletes
-  its resource group only if the provider really granted it that right.
+  its resource group only if the provider really granted it that right. A token for the storage
+  audience is a JWT naming the VM's principal (`oid`), as Azurite's OAuth mode reads one; the blob
+  front (tests/support/blob_front.py) authorises it by the principal's channel assignments.
 
 Failure injection: `inject(method, path_regex, code=...)` answers the next `times` matching calls
 with an ARM error body `{"error": {"code", "message"}}` (status from the code, or given), either at
