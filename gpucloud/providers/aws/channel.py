@@ -218,23 +218,23 @@ class S3Channel(Channel):
             return
         self._s3.upload_file(str(path), self.bucket, key, ExtraArgs={"ExpectedBucketOwner": self.account})
 
-    def get_bytes(self, key: str, limit: int | None = None) -> bytes | None:
-        """GET; with `limit`, an object larger than that is refused on its ContentLength, unread."""
+    def _get_object(self, key: str) -> Any:
+        """GET's response (its Body unread), or None where there is no such object."""
         from botocore.exceptions import ClientError
 
+        missing = ("NoSuchKey", "404", "NotFound")
         try:
-            obj = self._do(
-                "get_object",
-                quiet=("NoSuchKey", "404", "NotFound"),
-                Bucket=self.bucket,
-                Key=key,
-                ExpectedBucketOwner=self.account,
-            )
+            return self._do("get_object", quiet=missing, Bucket=self.bucket, Key=key, ExpectedBucketOwner=self.account)
         except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            if code in {"NoSuchKey", "404", "NotFound"}:
+            if str(exc.response.get("Error", {}).get("Code", "")) in missing:
                 return None
             raise
+
+    def get_bytes(self, key: str, limit: int | None = None) -> bytes | None:
+        """GET; with `limit`, an object larger than that is refused on its ContentLength, unread."""
+        obj = self._get_object(key)
+        if obj is None:
+            return None
         if limit is not None and int(obj.get("ContentLength") or 0) > limit:
             obj["Body"].close()
             raise ObjectRefused(f"{key} is larger than its cap of {limit} bytes ({obj['ContentLength']} bytes)")
@@ -242,20 +242,9 @@ class S3Channel(Channel):
 
     def get_to_file(self, key: str, path: Path) -> bool:
         """Stream the object to disk in 1 MiB chunks (an artifacts tarball may be many GB)."""
-        from botocore.exceptions import ClientError
-
-        try:
-            obj = self._do(
-                "get_object",
-                quiet=("NoSuchKey", "404", "NotFound"),
-                Bucket=self.bucket,
-                Key=key,
-                ExpectedBucketOwner=self.account,
-            )
-        except ClientError as exc:
-            if str(exc.response.get("Error", {}).get("Code", "")) in {"NoSuchKey", "404", "NotFound"}:
-                return False
-            raise
+        obj = self._get_object(key)
+        if obj is None:
+            return False
         with open(path, "wb") as out:
             out.writelines(obj["Body"].iter_chunks(1024 * 1024))
         return True
