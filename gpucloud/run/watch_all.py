@@ -123,7 +123,9 @@ class Watcher:
 
     def _renew(self) -> None:
         for run_id, proc in list(self.children.items()):
-            if not self.leases.renew(run_id, self.holder, self.lease_s):
+            if not self.leases.renew(run_id, self.holder, self.lease_s) and run_id not in self.downs:
+                # A follower stops; a teardown under way goes on to its end (stopped halfway, it
+                # would leave the run final with its machines still up).
                 to_stderr(f"{run_id}: lease lost (another watcher holds it); stopping this one's watch")
                 proc.kill()
                 proc.wait()
@@ -132,7 +134,7 @@ class Watcher:
     def _adopt(self) -> None:
         taken = self.leases.taken_over()
         active = {r.id: r for r in self.store.list_runs(active_only=True)}
-        for run_id in set(taken) - set(active):  # ended meanwhile (down, gc, its own end): forget the lease
+        for run_id in set(taken) - set(active) - set(self.children):  # ended meanwhile: forget the lease
             if run_id != GC_LEASE:
                 self.leases.drop(run_id)
         now = time.time()

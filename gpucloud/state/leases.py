@@ -55,6 +55,7 @@ class Leases:
         return {r["run_id"]: r["holder"] for r in self.store.query("SELECT run_id, holder FROM leases")}
 
     def drop(self, run_id: str) -> None:
-        """Forget a final run's lease, whoever held it last."""
+        """Forget a final run's lease once nobody holds it: a run turns final when `down` begins, and
+        the watcher tearing it down still holds (and renews) its lease until the teardown is over."""
         with self.store.transaction() as c:
-            c.execute("DELETE FROM leases WHERE run_id = ?", (run_id,))
+            c.execute("DELETE FROM leases WHERE run_id = ? AND expires_at < ?", (run_id, time.time()))

@@ -26,6 +26,7 @@ from tests.support.polling import wait_until
 from tests.support.procs import stop_process
 from tests.support.spot_job import write_count_job
 
+NO_GC = {"GPUCLOUD_WATCH_GC_EVERY": "0"}
 NOON = float(calendar.timegm((2026, 12, 7, 12, 0, 0)))
 
 
@@ -116,17 +117,18 @@ def test_the_watcher_takes_down_the_runs_of_a_user_over_budget(tmp_path: Path, g
     run_id = started.stdout.strip()
     _spent("ana", "past-1", 10.0)
     assert cli("budget", "set", "--user", "ana", "--daily", "5").returncode == 0
-    watcher = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "watch", "--all"],
-        env={**os.environ, "GPUCLOUD_WATCH_POLL": "0.5", "GPUCLOUD_WATCH_LEASE": "4", "GPUCLOUD_WATCH_GC_EVERY": "0"},
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    watcher_log = tmp_path / "watcher.log"  # a file, not a pipe nobody reads: a full pipe would stall it
+    with watcher_log.open("w") as log:
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "gpucloud", "watch", "--all"],
+            env={**os.environ, "GPUCLOUD_WATCH_POLL": "0.5", "GPUCLOUD_WATCH_LEASE": "4", **NO_GC},
+            cwd=tmp_path,
+            stderr=log,
+        )
+    store = Store()
     try:
-        store = Store()
         done = lambda: store.get_run(run_id).final and not store.resources(run_id, alive_only=True)  # noqa: E731
-        assert wait_until(done, 240), (gpucloud_home / "watch" / f"{run_id}.log").read_text()[-3000:]
+        assert wait_until(done, 240), _watch_story(store, run_id, watcher_log, gpucloud_home)
     finally:
         stop_process(watcher, grace=20)
     run = store.get_run(run_id)
@@ -135,3 +137,19 @@ def test_the_watcher_takes_down_the_runs_of_a_user_over_budget(tmp_path: Path, g
         e.kind == "budget" and "spent $10.00 of its daily budget of $5.00" in e.message for e in store.events(run_id)
     )
     assert not leftovers(gpucloud_home, run_id)
+
+
+def _watch_story(store: Store, run_id: str, watcher_log: Path, home: Path) -> str:
+    """What the watcher, its child for the run and the run's record say, for a test that waited in vain."""
+    run = store.get_run(run_id)
+    child_log = home / "watch" / f"{run_id}.log"
+    return "\n".join(
+        [
+            f"run {run_id}: {run.status if run else 'gone'}; alive: {store.resources(run_id, alive_only=True)}",
+            *(f"event {e.kind}: {e.message}" for e in store.events(run_id)),
+            "watcher:",
+            watcher_log.read_text()[-3000:],
+            f"child ({child_log}):",
+            child_log.read_text()[-3000:] if child_log.exists() else "(no log)",
+        ]
+    )

@@ -32,6 +32,18 @@ def test_one_holder_until_expiry() -> None:
     assert "r1" not in leases.taken_over()
 
 
+def test_a_held_lease_of_a_final_run_is_not_dropped() -> None:
+    """A run turns final as its teardown begins; the watcher doing the teardown still holds its
+    lease, so another watcher's (or its own) clean-up of final runs' leases must leave it."""
+    leases = Leases(Store())
+    assert leases.take("r1", "a", 60, action="budget")
+    leases.drop("r1")
+    assert leases.taken_over() == {"r1": "a"} and leases.renew("r1", "a", 60)
+    leases.release("r1", "a", done=False)  # let go (expired): now it may be forgotten
+    leases.drop("r1")
+    assert "r1" not in leases.taken_over()
+
+
 def test_the_gc_turn_comes_once_per_period() -> None:
     leases = Leases(Store())
     assert leases.take(GC_LEASE, "a", 0.3, action="gc", if_expired=True)
