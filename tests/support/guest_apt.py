@@ -30,7 +30,21 @@ REPO_URL = NVIDIA_REPO_URL
 EXTRA = (
     {"Package": "cuda-toolkit-11-4", "Version": "11.4.4-1"},
     {"Package": "libcudnn8", "Version": "8.2.4.15-1+cuda11.4"},
+    {"Package": "libcudnn9-cuda-11", "Version": "9.10.2.21-1"},
+    {"Package": "libcudnn9-cuda-12", "Version": "9.10.2.21-1"},
+    {"Package": "cudnn9-cuda-12", "Version": "9.10.2.21-1", "Depends": "libcudnn9-cuda-12 (= 9.10.2.21-1)"},
 )
+# Conflicts and Provides the index leaves out, as NVIDIA's packaging has them: one kernel module
+# flavour at a time, one driver providing `nvidia-driver-binary` (Ubuntu's nvidia-driver-NNN Provides
+# and Conflicts it [V: `apt show nvidia-364`, Ubuntu's nvidia-graphics-drivers]); cuDNN 9's builds for
+# CUDA 11 and 12 ship the same libcudnn.so.9 and exclude each other [I]; cuDNN 8 sits beside them [I].
+RELATIONS: dict[str, dict[str, str]] = {
+    "nvidia-driver": {"Provides": "nvidia-driver-binary", "Conflicts": "nvidia-driver-binary"},
+    "nvidia-kernel-dkms": {"Provides": "nvidia-kernel-dkms-any", "Conflicts": "nvidia-kernel-open-dkms"},
+    "nvidia-kernel-open-dkms": {"Provides": "nvidia-kernel-dkms-any", "Conflicts": "nvidia-kernel-dkms"},
+    "libcudnn9-cuda-12": {"Provides": "libcudnn9", "Conflicts": "libcudnn9-cuda-11"},
+    "libcudnn9-cuda-11": {"Provides": "libcudnn9", "Conflicts": "libcudnn9-cuda-12"},
+}
 SMI = """#!/bin/sh
 # stand-in nvidia-smi (tests/support/guest_apt.py): the GPU the kernel command line names
 [ -e /lib/modules/$(uname -r)/updates/dkms/nvidia.ko ] || {
@@ -126,15 +140,15 @@ def build_deb(fields: dict[str, str], dest: Path) -> Path:
     return out
 
 
-def build_repos(folder: Path, kernel_release: str) -> Path:
-    """Every distro's flat repository under `folder`, its keyring beside it; returns `folder`."""
+def build_repos(folder: Path, kernel_release: str, url: str = REPO_URL) -> Path:
+    """Every distro's flat repository under `folder`, its keyring's source at `url`; returns `folder`."""
     packages = [*index_stanzas(), *EXTRA, {"Package": f"linux-headers-{kernel_release}", "Version": "1"}]
     for distro in REPOS:
         repo = folder / distro / "x86_64"
         repo.mkdir(parents=True, exist_ok=True)
         for fields in packages:
-            build_deb(fields, repo)
-        _keyring(repo, distro, f"deb [trusted=yes] {REPO_URL}/{distro}/x86_64/ /\n")
+            build_deb({**RELATIONS.get(fields["Package"], {}), **fields}, repo)
+        _keyring(repo, distro, f"deb [trusted=yes] {url}/{distro}/x86_64/ /\n")
         with open(repo / "Packages", "w") as out:
             subprocess.run(["apt-ftparchive", "packages", "."], cwd=repo, check=True, stdout=out)
         with open(repo / "Release", "w") as out:

@@ -5,6 +5,9 @@ part (vendor images, baked images, a boot after a reboot) (docs/STACKS.md)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -176,6 +179,35 @@ def test_first_boot_apt_lock_and_a_flaky_mirror_are_waited_out(tmp_path: Path) -
     assert vm.clock.sleeps[:4] == list(stack.APT_BACKOFF_S[:4])
     assert "apt-get update: Could not get lock; trying again in 5 s" in vm.log()
     assert "apt-get update: Temporary failure resolving; trying again in 20 s" in vm.log()
+
+
+def test_a_held_apt_lock_is_waited_for_and_named_in_the_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another apt holds apt's locks as the stage starts (dpkg -i has no lock timeout at all): the
+    stage polls on the agent's clock until it is free and says whom it waits for while it waits
+    (tests/guest/test_guest_chroot_apt.py does it with the guest's real apt and dpkg)."""
+    holders = iter(["pid 4242 (apt-get)"] * 3)
+    monkeypatch.setattr(stack, "lock_holder", lambda paths: next(holders, ""))
+    notes: list[str] = []
+    vm = StubVm(tmp_path, stub_env=dict(K80_STUB))
+    stack.run(K80_CFG, replace(vm.env(K80_CFG), note=notes.append))
+    assert notes == ["stack: waiting for apt's lock, held by pid 4242 (apt-get)", ""]
+    assert "apt is busy: pid 4242 (apt-get) holds its lock; waiting up to 600 s" in vm.log()
+    assert vm.clock.sleeps[:2] == [stack.LOCK_POLL_S] * 2 and "apt's lock is free" in vm.log()
+
+
+def test_lock_holder_names_the_process_that_holds_the_lock(tmp_path: Path) -> None:
+    lock = tmp_path / "lock-frontend"
+    lock.touch()
+    hold = "import fcntl, sys, time\nf = open(sys.argv[1], 'a')\nfcntl.lockf(f, fcntl.LOCK_EX)\nprint(1, flush=True)\n"
+    hold += "time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", hold, str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline()
+        assert stack.lock_holder([str(lock)]).startswith(f"pid {child.pid} (python")
+    finally:
+        child.kill()
+        child.wait()
+    assert stack.lock_holder([str(lock)]) == ""
 
 
 def test_apt_that_stays_locked_fails_by_its_bound(tmp_path: Path) -> None:

@@ -159,7 +159,13 @@ class Agent(GpuWatching, JobSteps, Keeping):
             sleep=self.clock.sleep,
             stopping=self.gate.taken,
             resumed=self.resumed,
+            note=self.stage_note,
         )
+
+    def stage_note(self, text: str) -> None:
+        """A stage's wait (another apt holding apt's lock), in the status's message while it lasts."""
+        self.board.set(message=text or None)
+        self.board.push()
 
     # ---- status ------------------------------------------------------------------------------------
     def _upload_status(self, path: Path, final: bool) -> bool:

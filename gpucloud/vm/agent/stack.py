@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -47,6 +48,15 @@ APT_TRANSIENT = (
     "Connection failed",
 )
 APT_BACKOFF_S = (5, 10, 20, 40, 60, 60, 60, 60, 60, 60, 60, 60)  # between tries: about 10 minutes in all
+# apt's and dpkg's locks (fcntl locks, listed in /proc/locks while held). cloud-init's first-boot
+# package_update holds them while the stack stage starts; `dpkg -i` has no lock timeout at all.
+APT_LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/lists/lock")
+LOCK_WAIT_S = 600
+# The driver's packages, as the branch pin names them, and a version of a driver branch ("470.256.02-1")
+DRIVER_PATTERNS = ("cuda-drivers*", "nvidia-*", "libnvidia-*", "libxnvctrl*")
+DRIVER_VERSION = re.compile(r"^[0-9]{3}\.[0-9]")
+BRANCH_METAS = ("cuda-drivers", "nvidia-open")  # meta-packages that hold one branch (>= its version)
+LOCK_POLL_S = 1.0
 APT_INSTALL = ("install", "-y", "--no-install-recommends")
 # Bounded like every curl of the node: connect timeout, retries that include a refused connection.
 CURL = ("curl", "-fsSL", "--connect-timeout", "10", "--retry", "2", "--retry-delay", "1", "--retry-connrefused")
@@ -141,6 +151,32 @@ def _env_value(env: StageEnv, name: str, default: str) -> str:
     return env.environ.get(name) or default
 
 
+def lock_holder(paths: Sequence[str]) -> str:
+    """Who holds one of apt's locks: 'pid N (command)', or '' when nobody does (or it cannot tell).
+    By inode only: through an overlay (a container's root) the lock sits on the lower file system."""
+    inodes = set()
+    for path in paths:
+        try:
+            inodes.add(os.stat(path).st_ino)
+        except OSError:
+            pass
+    try:
+        with open("/proc/locks") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        f = line.split()  # "1: POSIX  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; a waiter has "->"
+        if len(f) < 6 or "->" in f or not f[4].isdigit() or f[5].rpartition(":")[2] not in {str(i) for i in inodes}:
+            continue
+        try:
+            with open(f"/proc/{f[4]}/comm") as fh:
+                return f"pid {f[4]} ({fh.read().strip()})"
+        except OSError:
+            return f"pid {f[4]}"
+    return ""
+
+
 class StackInstall:
     """One run of the stack stage; `apt_fresh` remembers that this run already ran `apt-get update`."""
 
@@ -149,6 +185,8 @@ class StackInstall:
         self.apt_fresh = False
         self.driver_min = int(cfg.get("driver_min") or 0)
         self.driver_max = int(cfg.get("driver_max") or 0)
+        locks = env.environ.get("GPUCLOUD_APT_LOCKS")
+        self.locks = APT_LOCKS if locks is None else tuple(p for p in locks.split(":") if p)
 
     # ---- packages -----------------------------------------------------------------------------
     def pkg_ok(self, spec: str) -> bool:
@@ -161,10 +199,26 @@ class StackInstall:
             return False
         return not want or fnmatch.fnmatchcase(have[len(prefix) :], want)
 
+    def wait_lock(self) -> None:
+        """While another apt or dpkg holds apt's locks (cloud-init's first-boot package update), wait
+        for it, bounded, and say so in the status; apt's own lock timeout covers what is left."""
+        holder = lock_holder(self.locks)
+        if not holder:
+            return
+        self.env.log(f"apt is busy: {holder} holds its lock; waiting up to {LOCK_WAIT_S} s")
+        self.env.note(f"stack: waiting for apt's lock, held by {holder}")
+        end = self.env.now() + LOCK_WAIT_S
+        while holder and self.env.now() < end and not self.env.stopping():
+            self.env.sleep(LOCK_POLL_S)
+            holder = lock_holder(self.locks)
+        self.env.note("")
+        self.env.log(f"apt's lock is still held by {holder}: going on" if holder else "apt's lock is free")
+
     def apt_get(self, *args: str) -> bool:
         """One apt-get, tried again with bounded backoff while apt says another apt holds its lock or a
         mirror failed for a moment (an `update` whose index files failed counts, although apt exits 0)."""
         for wait in (*APT_BACKOFF_S, None):
+            self.wait_lock()
             start = _stack_log_size(self.env)
             out = run_quiet(self.env, [*APT_GET, *args], extra_env={"DEBIAN_FRONTEND": "noninteractive"})
             said = _stack_log_since(self.env, start)
@@ -185,7 +239,10 @@ class StackInstall:
         url = f"{repo}/{self.cfg.get('cuda_repo', '')}/{self.cfg.get('repo_arch', '')}/{KEYRING_DEB}"
         deb = str(self.env.vm_dir / "cuda-keyring.deb")
         got = run_quiet(self.env, [*CURL, "--max-time", "300", "-o", deb, url])
-        return got.returncode == 0 and run_quiet(self.env, ["dpkg", "-i", deb]).returncode == 0
+        if got.returncode != 0:
+            return False
+        self.wait_lock()  # dpkg itself fails at once on a held lock
+        return run_quiet(self.env, ["dpkg", "-i", deb]).returncode == 0
 
     def apt_install(self, packages: Sequence[str]) -> bool:
         """Install from NVIDIA's repository: the keyring first, one `apt-get update` per run."""
@@ -209,7 +266,7 @@ class StackInstall:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             (folder / PINS_FILE).write_text(
-                "Package: cuda-drivers* nvidia-* libnvidia-* libxnvctrl*\n"
+                f"Package: {' '.join(DRIVER_PATTERNS)}\n"
                 f"Pin: version {self.cfg.get('driver', '')}.*\n"
                 "Pin-Priority: 1001\n"
             )
@@ -233,14 +290,36 @@ class StackInstall:
             self.env.log(f"driver {version} already present")
             return version
         missing = [p for p in self.cfg.get("driver_packages", []) if not self.pkg_ok(p)]
-        if missing and not (self.drv_lock() and self.apt_install(missing)):
+        other = self.other_branch()
+        if other:  # named in the install, the branch pin (1001) takes them to the stack's branch
+            self.env.log(f"driver packages of another branch installed ({' '.join(other)}): switching")
+        args = ["--allow-downgrades"] if other else []
+        if (missing or other) and not (self.drv_lock() and self.apt_install([*args, *missing, *other])):
             raise _StackAbort()
         run_quiet(self.env, ["modprobe", "nvidia"])
         version = driver_version(self.env)
-        if missing and not self.drv_ok(version):
+        if (missing or other) and not self.drv_ok(version):
             self.env.log(f"apt installed driver {version or 'none'}, not {self.branches()}")
             raise _StackAbort()
         return version
+
+    def other_branch(self) -> list[str]:
+        """Installed driver packages of another branch (a used disk, a vendor image): a meta-package
+        of the stack's branch is satisfied by them (`nvidia-driver (>= 470.57.02)` holds for 580),
+        so installing it alone would leave them. Packages whose version is no driver branch (the
+        container toolkit's, a pinning package's) are not the driver's."""
+        argv = ["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Package} ${Version}\n", *DRIVER_PATTERNS]
+        out = run_quiet(self.env, argv, to_stack_log=False)
+        branch = str(self.cfg.get("driver", ""))
+        found = []
+        for line in (out.stdout or "").splitlines():
+            f = line.split()
+            if len(f) == 3 and f[0] == "ii" and DRIVER_VERSION.match(f[2]) and f[2].split(".", 1)[0] != branch:
+                # the other branch's meta-packages and branch-named packages go (apt's `name-`); the
+                # rest (nvidia-driver, nvidia-kernel-dkms ...) are taken to the pinned branch
+                other = f[2].split(".", 1)[0]
+                found.append(f[1] + "-" if f[1].startswith(BRANCH_METAS) or f[1].endswith("-" + other) else f[1])
+        return found
 
     def grid_driver(self) -> str:
         """Wait for the driver the cloud's GRID extension installs (never apt's cuda-drivers here)."""

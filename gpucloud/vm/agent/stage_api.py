@@ -27,6 +27,7 @@ class StageEnv:
     stopping: True once the deadline passed or a signal/preemption asked the node to stop; a stage
         that waits polls it and raises StageFailed (or returns) instead of waiting on.
     resumed: this boot continues a run after a reboot (each stage checks before it installs).
+    note: what the stage is waiting for, shown in the status while it waits ('' when it no longer is).
     """
 
     log: Callable[[str], None]
@@ -39,6 +40,7 @@ class StageEnv:
     # The machine's own software (apt, dpkg, pip, repository keys) is installed for every user: its
     # commands run under umask 022, not the agent's 077 (apt reads keyrings as its `_apt` user).
     system_umask: bool = False
+    note: Callable[[str], None] = lambda text: None
 
     @property
     def stack_log(self) -> Path:
