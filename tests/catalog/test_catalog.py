@@ -113,7 +113,11 @@ FACTS_TYPES = {
     ("azure", "Standard_NV12s_v3"): ("M60", 1, 12, 112, 1.14, "active"),
     ("azure", "Standard_NV24s_v3"): ("M60", 2, 24, 224, 2.28, "active"),
     ("azure", "Standard_NV48s_v3"): ("M60", 4, 48, 448, 4.56, "active"),
+    # Azure's retail prices via Azure/karpenter-provider-azure @2b431da (2026-06-18): no eastus price,
+    # eastus2 is its home row (HOMES); size from azure-compute-docs nd-h200-v5-series.md.
+    ("azure", "Standard_ND96isr_H200_v5"): ("H200", 8, 96, 1850, 84.8, "active"),
 }
+HOMES = {"aws": "us-east-1", "azure": "eastus", "Standard_ND96isr_H200_v5": "eastus2"}
 STATUS_DATES = {
     "p2": "2026-12-03",
     "p3": "2025-12-20",
@@ -186,7 +190,7 @@ def test_every_facts_instance_type_is_present_with_its_facts(cat):
         rows = by_type[key]
         for o in rows:
             assert (o.gpu, o.gpu_count, o.vcpus, o.memory_gib, o.status) == (gpu, count, vcpus, mem, status), key
-        home = "us-east-1" if key[0] == "aws" else "eastus"
+        home = HOMES.get(key[1], HOMES[key[0]])
         homes = [o for o in rows if o.region == home]
         assert homes and homes[0].price_per_hour == pytest.approx(price), key
 

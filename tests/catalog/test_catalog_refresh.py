@@ -96,7 +96,12 @@ def azure(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure]:
     fake = FakeAzure(
         skus=[
             azure_sku(
-                "Standard_NC4as_T4_v3", ["eastus", "westeurope", "japaneast"], 1, 4, 28, restricted=["japaneast"]
+                "Standard_NC4as_T4_v3",
+                ["eastus", "westeurope", "chilecentral"],
+                1,
+                4,
+                28,
+                restricted=["chilecentral"],
             ),
             azure_sku("Standard_NC40ads_H100_v5", ["eastus"], 1, 40, 320),
             azure_sku("Standard_D4s_v5", ["eastus"], 0, 4, 16),  # no GPU: ignored
@@ -107,7 +112,7 @@ def azure(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure]:
             azure_item("Standard_NC4as_T4_v3", "eastus", 0.0627, spot=True),
             azure_item("Standard_NC4as_T4_v3", "eastus", 0.9, windows=True),
             azure_item("Standard_NC4as_T4_v3", "westeurope", 0.61),
-            azure_item("Standard_NC4as_T4_v3", "japaneast", 0.7),
+            azure_item("Standard_NC4as_T4_v3", "chilecentral", 0.7),
             azure_item("Standard_NC40ads_H100_v5", "eastus", 6.98),
         ],
     ).start()
@@ -192,14 +197,14 @@ def test_azure_skus_and_paged_retail_prices(azure: FakeAzure, monkeypatch: pytes
         for o in load_catalog().offerings
         if o.cloud == "azure"
         and o.status != "retired"
-        and o.region in {"eastus", "westeurope", "japaneast"}
+        and o.region in {"eastus", "westeurope", "chilecentral"}
         and o.price_date == report.clouds["azure"]["fetched_at"]
     }
     assert set(rows) == {
         ("Standard_NC4as_T4_v3", "eastus"),
         ("Standard_NC4as_T4_v3", "westeurope"),
         ("Standard_NC40ads_H100_v5", "eastus"),
-    }  # japaneast is restricted for this subscription
+    }  # chilecentral is restricted for this subscription
     t4 = rows[("Standard_NC4as_T4_v3", "eastus")]
     assert (t4.gpu, t4.price_per_hour, t4.spot_price_per_hour) == ("T4", 0.526, 0.0627)  # Windows row ignored
     assert rows[("Standard_NC4as_T4_v3", "westeurope")].spot_price_per_hour is None  # unknown, not guessed
@@ -345,8 +350,8 @@ def test_azure_prices_refresh_without_credentials_for_known_sizes(
     after = {(o.instance_type, o.region): o for o in load_catalog().offerings if o.cloud == "azure"}
     # Sizes as they were, in their regions and every other region the prices name (without credentials
     # the subscription's restrictions are unknown: the row says it is sold there by its price).
-    assert set(after) - set(before) == {("Standard_NC4as_T4_v3", "japaneast")} and set(before) <= set(after)
-    assert "sold in this region by its retail price" in after[("Standard_NC4as_T4_v3", "japaneast")].source
+    assert set(after) - set(before) == {("Standard_NC4as_T4_v3", "chilecentral")} and set(before) <= set(after)
+    assert "sold in this region by its retail price" in after[("Standard_NC4as_T4_v3", "chilecentral")].source
     t4 = after[("Standard_NC4as_T4_v3", "eastus")]
     assert (t4.price_per_hour, t4.spot_price_per_hour) == (0.526, 0.0627)
     assert price_source(t4).kind == "live" and t4.price_date == info["fetched_at"]

@@ -4,7 +4,8 @@ is (docs/CATALOG.md, "Shipped regions"): a real region's name gets the refresh c
 
 The plan tests run in-process (make_plan on the shipped file, no refresh, no credentials): one per
 (cloud, region) with an active row, for a T4 job where the region sells a T4, else for the
-cheapest x86_64 GPU there (with its GPU count)."""
+cheapest x86_64 GPU there (with its GPU count); and, for Azure, a T4 job and an A100 job in each
+region where Azure's retail prices (the shipped rows' source) sell those GPUs."""
 
 from __future__ import annotations
 
@@ -44,15 +45,53 @@ def _job(gpu: str, cloud: str, regions: list[str], count: int = 1) -> JobSpec:
     return JobSpec(name="t", resources=res, run="true", max_duration=3600)
 
 
+# Where Azure sells a T4 size (NCasT4_v3) and an A100 size (NC A100 v4, ND A100 v4), per the Azure
+# Retail Prices copy the shipped Azure rows come from (docs/CATALOG.md, "Shipped regions").
+AZURE_T4_REGIONS = (
+    "australiacentral australiacentral2 australiaeast brazilsouth canadacentral centralindia centralus eastus "
+    "eastus2 francecentral germanywestcentral israelcentral italynorth japaneast japanwest koreacentral "
+    "malaysiawest northcentralus northeurope polandcentral southcentralus southeastasia southindia swedencentral "
+    "uksouth westeurope westus westus2 westus3"
+).split()
+AZURE_A100_REGIONS = (
+    "australiaeast brazilsouth canadacentral canadaeast centralindia centralus eastus eastus2 francecentral "
+    "germanynorth germanywestcentral italynorth japaneast japanwest jioindiacentral jioindiawest koreacentral "
+    "northcentralus northeurope norwayeast polandcentral southafricanorth southcentralus southeastasia southindia "
+    "spaincentral swedencentral switzerlandnorth switzerlandwest uaecentral uaenorth uksouth ukwest westeurope "
+    "westus westus2 westus3"
+).split()
+
+
 def test_the_shipped_catalog_covers_the_gpu_regions_of_both_clouds() -> None:
-    """Every region moto's bundled AWS data lists for a GPU type the catalog knows, and the US
-    Azure regions of the sourced Azure file (the other Azure regions need a refresh)."""
+    """Every region moto's bundled AWS data lists for a GPU type the catalog knows, and every region
+    Azure's retail prices sell an NVIDIA size the catalog knows in (50; Azure's own name for each)."""
     regions = {(c, r) for c, r, _, _ in REGION_GPUS}
     assert len({r for c, r in regions if c == "aws"}) >= 28
     for r in ("eu-central-1", "us-east-2", "ap-south-1", "sa-east-1", "me-central-1", "il-central-1"):
         assert ("aws", r) in regions, r
-    for r in ("eastus2", "centralus", "northcentralus", "westus3", "westeurope", "southeastasia"):
+    assert len({r for c, r in regions if c == "azure"}) >= 50
+    for r in ("eastus2", "westeurope", "swedencentral", "japaneast", "uaenorth", "qatarcentral", "mexicocentral"):
         assert ("azure", r) in regions, r
+
+
+@pytest.mark.parametrize(
+    ("gpu", "region"),
+    [("T4", r) for r in AZURE_T4_REGIONS] + [("A100", r) for r in AZURE_A100_REGIONS],
+    ids=[f"T4-{r}" for r in AZURE_T4_REGIONS] + [f"A100-{r}" for r in AZURE_A100_REGIONS],
+)
+def test_an_azure_t4_or_a100_job_plans_in_each_region_that_sells_it(gpu: str, region: str) -> None:
+    """Candidates there (at the smallest GPU count sold there), each priced from a dated source (shown
+    as `shipped DATE`, never an estimate) and booting an image."""
+    here = [
+        o for o in shipped_catalog().offerings if o.cloud == "azure" and o.region == region and o.status == "active"
+    ]
+    count = min((o.gpu_count for o in here if o.gpu.startswith(gpu)), default=1)  # ND A100 alone: 8
+    plan = make_plan(_job(gpu, "azure", [region], count))
+    assert plan.candidates, (gpu, region)
+    assert {c.region for c in plan.candidates} == {region}
+    assert all(c.gpu.startswith(gpu) and c.image is not None for c in plan.candidates)
+    sources = {(c.price_source.kind, c.price_source.date) for c in plan.candidates if c.price_source}
+    assert {kind for kind, _ in sources} == {"shipped"} and all(date >= "2024" for _, date in sources), sources
 
 
 @pytest.mark.parametrize(
@@ -71,12 +110,12 @@ def test_a_job_in_each_gpu_region_has_candidates_there(cloud: str, region: str, 
         ("mx-central-1", "aws", "me-central-1"),
         ("ap-southeast-7", "aws", "ap-southeast-1"),
         ("us-gov-west-1", "aws", None),
-        ("uaenorth", "azure", None),
+        ("belgiumcentral", "azure", None),
         ("eastsu", "azure", "eastus"),
     ],
 )
 def test_a_region_shaped_name_gets_the_refresh_command(name: str, cloud: str, near: str | None) -> None:
-    """Real regions the shipped file lacks (Mexico, Thailand, GovCloud, UAE) are not typos, even one
+    """Real regions the shipped file lacks (Mexico, Thailand, GovCloud, Belgium) are not typos, even one
     key from a known region; that region is offered as well."""
     with pytest.raises(UserError) as info:
         make_plan(_job("T4", cloud, [name]))
@@ -124,8 +163,8 @@ def test_plan_and_catalog_commands_give_the_refresh_hint_with_exit_2(tmp_path: P
     text = " ".join(res.output.split())
     assert "resources.regions: region 'mx-central-1' is not in the catalog you have" in text
     assert "gpucloud catalog refresh --region mx-central-1" in text and "Traceback" not in res.output
-    res = CliRunner().invoke(app, ["plan", "--region", "uaenorth", str(job)])
-    assert res.exit_code == 2 and "gpucloud catalog refresh --region uaenorth" in " ".join(res.output.split())
+    res = CliRunner().invoke(app, ["plan", "--region", "belgiumcentral", str(job)])
+    assert res.exit_code == 2 and "gpucloud catalog refresh --region belgiumcentral" in " ".join(res.output.split())
     res = CliRunner().invoke(app, ["catalog", "--region", "eu-central-2x"])
     assert res.exit_code == 2 and "Did you mean eu-central-2?" in " ".join(res.output.split())
     res = CliRunner().invoke(app, ["catalog", "--region", "mx-central-1"])

@@ -22,10 +22,10 @@ def prices(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure]:
     fake = FakeAzure(
         items=[
             azure_item(T4, "eastus", 0.526),
-            azure_item(T4, "japaneast", 0.752),
-            azure_item(T4, "japaneast", 0.0901, spot=True),
-            azure_item(T4, "swedencentral", 0.6049),
-            azure_item(T4, "brazilsouth", 0.9, windows=True),  # a Windows price: not a Linux sale
+            azure_item(T4, "newzealandnorth", 0.752),
+            azure_item(T4, "newzealandnorth", 0.0901, spot=True),
+            azure_item(T4, "austriaeast", 0.6049),
+            azure_item(T4, "chilecentral", 0.9, windows=True),  # a Windows price: not a Linux sale
         ],
     ).start()
     for key, value in fake.env().items():
@@ -41,14 +41,14 @@ def _rows(region: str) -> list[object]:
 
 
 def test_a_keyless_refresh_adds_every_region_the_prices_name(prices: FakeAzure) -> None:
-    assert _rows("japaneast") == [] and _rows("swedencentral") == []  # not shipped
+    assert _rows("newzealandnorth") == [] and _rows("austriaeast") == []  # not shipped
     report = refresh(["azure"])
     assert report.clouds["azure"]["refreshed"]
-    (tokyo,) = [o for o in _rows("japaneast") if o.instance_type == T4]  # type: ignore[attr-defined]
-    assert (tokyo.price_per_hour, tokyo.spot_price_per_hour, tokyo.gpu, tokyo.vcpus) == (0.752, 0.0901, "T4", 4)
-    assert "sold in this region by its retail price" in tokyo.source and tokyo.price_date
-    assert [o.instance_type for o in _rows("swedencentral")] == [T4]  # type: ignore[attr-defined]
-    assert _rows("brazilsouth") == []
+    (nz,) = [o for o in _rows("newzealandnorth") if o.instance_type == T4]  # type: ignore[attr-defined]
+    assert (nz.price_per_hour, nz.spot_price_per_hour, nz.gpu, nz.vcpus) == (0.752, 0.0901, "T4", 4)
+    assert "sold in this region by its retail price" in nz.source and nz.price_date
+    assert [o.instance_type for o in _rows("austriaeast")] == [T4]  # type: ignore[attr-defined]
+    assert _rows("chilecentral") == []
     assert not any("/subscriptions/" in r for r in prices.requests)  # prices only: no ARM call
 
 
@@ -56,12 +56,12 @@ def test_refresh_of_one_new_region_then_a_plan_there(prices: FakeAzure) -> None:
     from gpucloud.plan.planner import make_plan
     from gpucloud.spec.load import parse_spec
 
-    report = refresh(["azure"], regions=["japaneast"])
+    report = refresh(["azure"], regions=["newzealandnorth"])
     assert report.clouds["azure"]["refreshed"]
-    assert _rows("swedencentral") == []  # only the region asked for
+    assert _rows("austriaeast") == []  # only the region asked for
     spec = parse_spec(
-        "name: t\nresources:\n  cloud: azure\n  regions: [japaneast]\n  gpu: T4:1\nrun: echo\n", "job.yaml"
+        "name: t\nresources:\n  cloud: azure\n  regions: [newzealandnorth]\n  gpu: T4:1\nrun: echo\n", "job.yaml"
     )
     plan = make_plan(spec, cloud="azure")
-    assert plan.candidates and plan.candidates[0].region == "japaneast"
+    assert plan.candidates and plan.candidates[0].region == "newzealandnorth"
     assert plan.candidates[0].instance_type == T4
