@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from gpucloud.catalog import store, validate_offerings_text  # noqa: E402
+from gpucloud.catalog import offerings_db, validate_offerings_text  # noqa: E402
 from gpucloud.catalog.models import Offering  # noqa: E402
 from gpucloud.catalog.prices import price_source  # noqa: E402
 from gpucloud.providers.azure.catalog import gpu_for_size  # noqa: E402
@@ -146,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     generated, prices = read_prices(args.prices.read_text(encoding="utf-8"))
     fresh, notes = azure_rows(prices, generated, args.cite, old)
     rows, replaced, added = merge(old, fresh)
-    text = store.offerings_csv(rows)
+    text = offerings_db.offerings_csv(rows)
     validate_offerings_text(text)
-    store.replace_file(args.out, text)
+    offerings_db.replace_file(args.out, text)
     for note in notes:
         print(note, file=sys.stderr)
     regions = {o.region for o in rows if o.cloud == CLOUD and o.status == "active"}

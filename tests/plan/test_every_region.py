@@ -104,6 +104,15 @@ def test_a_job_in_each_gpu_region_has_candidates_there(cloud: str, region: str, 
     assert all(c.gpu == gpu or c.gpu.startswith(gpu) for c in plan.candidates)
 
 
+def test_every_shipped_azure_size_has_a_quota_family() -> None:
+    """Quota families are per size, not per region: a size sold in a new region is read against its
+    family's quota there before a launch (providers/azure/quota.py)."""
+    from gpucloud.providers.azure.quota import family_of
+
+    sizes = {o.instance_type for o in shipped_catalog().offerings if o.cloud == "azure" and o.status == "active"}
+    assert sizes and not {s for s in sizes if family_of(s) is None}
+
+
 @pytest.mark.parametrize(
     ("name", "cloud", "near"),
     [
