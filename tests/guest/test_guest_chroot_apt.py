@@ -1,8 +1,8 @@
 """The stack stage's own apt commands with the guest's real apt and dpkg, without a boot: the stage's
 code runs in a chroot of the guest's Debian root against the stand-in of NVIDIA's repositories,
 whose packages carry NVIDIA's names, versions, Depends, Conflicts and Provides
-(tests/support/guest_chroot.py, guest_apt.py). Seconds each, so these need only the cached guest
-root (a run with GPUCLOUD_TESTS_GUEST=1 builds it) and root for the chroot; no qemu."""
+(tests/support/guest_chroot.py, guest_apt.py). No qemu: 8-25 s a test (apt and dpkg for real),
+with the guest tests' gate (GPUCLOUD_GUEST_TESTS=1 or ci), root, and the guest's root folder."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.guest_chroot import GuestRoot, base_root, chroot_repos, stack_cfg
+from tests.support.guest_image import GuestImage
 from tests.support.render_inputs import K80, T4
 
 K80_CFG = stack_cfg("K80", replace(K80, framework="none"))
@@ -23,9 +24,8 @@ R470, R580 = "470.256.02-1", "580.105.08-1"
 
 
 @pytest.fixture(scope="module")
-def repos(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if base_root() is None or os.geteuid() != 0:
-        pytest.skip("needs root and the cached guest root (built by a GPUCLOUD_GUEST_TESTS=1 run)")
+def repos(image: GuestImage, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stand-in repositories (the `image` fixture: the gate, root, and the guest's root built)."""
     return chroot_repos(tmp_path_factory.mktemp("nvidia-repos"))
 
 
