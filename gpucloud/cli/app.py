@@ -388,8 +388,10 @@ def run(
     from gpucloud.spec import secrets as spec_secrets
 
     job, cloud = load_job(spec, cloud, host, allowances(allow_secret, allow_input))
-    job = with_keep(job, keep) if on is None else run_on(on, job)
+    job = with_keep(job, keep) if on is None else job
     job, values = spec_secrets.resolve(job, secrets=secret or (), secret_files=secret_file or (), env=env or ())
+    if on is not None:  # the job's own secrets and inputs, sealed to the kept machine
+        run_on(on, job, values)
     data, registry = looked_up(job, values)
     result = run_job(
         job,

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from gpucloud.spec.load import JobSpec
 
 kept_app = typer.Typer()
@@ -43,8 +45,14 @@ def with_keep(job: JobSpec, keep: str | None) -> JobSpec:
     return job.model_copy(update={"keep": parse_keep(keep, job.num_nodes)})
 
 
-def run_on(run_id: str, job: JobSpec) -> NoReturn:
-    """`run --on RUN JOB`: the job file's job on that kept run's machine."""
+def run_on(run_id: str, job: JobSpec, secret_values: Mapping[str, str]) -> NoReturn:
+    """`run --on RUN JOB`: the job file's job on that kept run's machine, with its own secrets and
+    inputs/outputs (looked up here as `run` does; the container is the kept run's own)."""
     from gpucloud.run.exec_job import exec_job
 
-    raise typer.Exit(exec_job(run_id, spec=job))
+    data = None
+    if job.inputs or job.outputs:
+        from gpucloud.run.data_grants import check
+
+        data = check(job)
+    raise typer.Exit(exec_job(run_id, spec=job, secret_values=secret_values, data=data))

@@ -112,7 +112,7 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
     from gpucloud.state.runs_db import home_dir
 
     gpu_report.save(home_dir(), run.id, obs.statuses)
-    from gpucloud.run.keep import mark_kept, still_kept
+    from gpucloud.run.keep import ended_kept, mark_kept, still_kept
 
     if still_kept(run, obs.statuses):  # its machine waits for the next job (run/keep.py)
         return mark_kept(store, run, obs.statuses)
@@ -141,6 +141,7 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
         stage = obs.stage()
         if stage and stage != run.phase:
             store.update_run(run.id, phase=stage)
+    ended_kept(store, run, obs.all_final or bool(obs.lost))
     return store.get_run(run.id) or run
 
 

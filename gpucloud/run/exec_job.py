@@ -11,6 +11,7 @@ the machine's end).
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import sys
 import tarfile
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucloud.channel.owner import owner_sign
 from gpucloud.channel.run_objects import Channel, request_key, run_prefix
+from gpucloud.contract.provider import RunHandle
 from gpucloud.errors import UserError
 from gpucloud.prose import to_stderr
 from gpucloud.run import keep
@@ -33,6 +35,8 @@ from gpucloud.vm.agent import job_request
 from gpucloud.vm.protocol import FINAL_STATES
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from gpucloud.spec.load import JobSpec
 
 POLL_S = 0.2
@@ -126,7 +130,7 @@ def send_changes(channel: Channel, run: RunRecord, seq: int, workdir: Path | Non
         key = f"{run_prefix(run.id)}/exec/{seq}.tar.gz"
         channel.put_file(key, delta)
         expires = datetime.fromtimestamp(run.deadline or time.time(), UTC) + timedelta(hours=1)
-        digest = hashlib.sha256(delta.read_bytes()).hexdigest()
+        digest = _sha(delta.read_bytes())
         keep.save_listing(run.id, now)
         to_stderr(f"job {seq}: {len(changed)} changed file(s), {len(removed)} removed")
         return channel.url_get(key, expires), digest, removed
@@ -154,15 +158,66 @@ def new_attempt(store: Store, run: RunRecord, seq: int) -> None:
     store.set_attempt_handle(run.id, seq, prev.handle_json or "", zone=prev.zone)
 
 
-def exec_job(ref: str, *, command: str | None = None, spec: JobSpec | None = None) -> int:
-    """Run the next job on kept run `ref`, stream its log, bring back its artifacts; its exit code."""
+def send_sealed(channel: Channel, run: RunRecord, seq: int, values: Mapping[str, str], data: Any) -> dict[str, Any]:
+    """`run --on`: the job's own secrets and input/output grants, sealed to the key that claimed the
+    kept node (as a run's are, run/secrets.py) under exec/N.sealed; the request names its SHA-256, so
+    the node opens only what the owner signed for this job. No secrets and no data: the node drops
+    the first job's (`own_secrets` with no object)."""
+    from gpucloud.channel import trust as channel_trust
+    from gpucloud.vm.agent import sealed
+
+    if not values and data is None:
+        return {"own_secrets": True}
+    try:
+        key, problem = channel_trust.claimed_key(channel.claims(run.id, 0))
+    except channel_trust.ObjectRefused as exc:
+        key, problem = None, exc.message
+    if key is None:
+        raise UserError(
+            f"run {run.id}'s machine has no single key to seal the job's secrets and inputs to "
+            f"({problem or 'it published none'}), so they are not sent.",
+            hint="Start a new run with `gpucloud run` for this job.",
+        )
+    doc: dict[str, Any] = {"run_id": run.id, "rank": 0, "env": dict(values)}
+    deadline = run.deadline or time.time() + 3600
+    if data is not None:
+        doc["data"] = data.grants(channel, run.id, 0, 1, deadline, last_handle(run))
+    blob = sealed.seal(key, json.dumps(doc, separators=(",", ":")).encode())
+    obj = f"{run_prefix(run.id)}/exec/{seq}.sealed"
+    channel.put_bytes(obj, blob)
+    expires = datetime.fromtimestamp(deadline, UTC) + timedelta(hours=1)
+    return {"own_secrets": True, "secrets_get": channel.url_get(obj, expires), "secrets_sha256": _sha(blob)}
+
+
+def _sha(blob: bytes) -> str:
+    return hashlib.sha256(blob).hexdigest()
+
+
+def last_handle(run: RunRecord) -> RunHandle | None:
+    """The kept machine's handle (its node identity is given the job's data prefixes, as at launch)."""
+    prev = next((a for a in reversed(run.attempts) if a.launched and a.handle_json), None)
+    return RunHandle.from_json(prev.handle_json or "") if prev is not None else None
+
+
+def exec_job(
+    ref: str,
+    *,
+    command: str | None = None,
+    spec: JobSpec | None = None,
+    secret_values: Mapping[str, str] | None = None,
+    data: Any = None,
+) -> int:
+    """Run the next job on kept run `ref`, stream its log, bring back its artifacts; its exit code.
+    `run --on` (spec) sends the job's own secrets and data; `exec` keeps the run's."""
     t0 = time.monotonic()
     store = Store()
     run, channel = kept_run(store, ref)
     job = job_from_spec(run, spec) if spec is not None else job_from_command(run, command or "")
     seq = store.next_attempt_idx(run.id)
+    own = send_sealed(channel, run, seq, secret_values or {}, data) if spec is not None else {}
     code_get, code_sha, removed = send_changes(channel, run, seq, job.workdir)
     doc: dict[str, Any] = {
+        **own,
         "run_id": run.id,
         "rank": 0,
         "seq": seq,

@@ -1,12 +1,16 @@
 """Kept runs on the CLI side: a run whose node reported its job's end with `kept` stays up (status
 "kept", an active status: `ls` shows it with what it costs idle, `down` ends it, `gc` sweeps it
 once past its deadline), and the workdir it was given is remembered file by file, so the next job
-(`gpucloud exec`, `run --on`, run/exec_job.py) sends only what changed.
+(`gpucloud exec`, `run --on`, run/exec_job.py) sends only what changed. A kept run gets a follower
+(run/keep_end.py, a process of its own) that tears down what is left once its machine ended.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +25,8 @@ if TYPE_CHECKING:
 
 KEPT = "kept"
 LISTING = "workdir.json"
+FOLLOWER = "gpucloud.run.keep_end"  # `python -m` it: the follower of a kept run
+FOLLOWER_PID, FOLLOWER_LOG = "kept-follower.pid", "kept-follower.log"
 
 
 def parse_keep(text: str, num_nodes: int) -> int | None:
@@ -58,6 +64,7 @@ def record_kept(store: Store, run_id: str, code: int | None, say: Callable[[str]
     idle = int(run_spec(run).get("keep") or 0) if run else 0
     store.update_run(run_id, status=KEPT, phase=idle_note(run), exit_code=code, detached=True, pid=None)
     store.event(run_id, KEPT, f"job ended (exit {code}); the machine waits {idle}s idle for the next job")
+    start_follower(store, run_id)  # what the run made around the machine goes when it ends
     say(
         f"the machine is kept for {idle}s idle (at the latest until max_duration): "
         f"`gpucloud exec {run_id} -- CMD` or `gpucloud run --on {run_id} JOB` runs the next job on it, "
@@ -81,7 +88,74 @@ def mark_kept(store: Store, run: RunRecord, statuses: list[dict | None]) -> RunR
         code = (statuses[0] or {}).get("exit_code")
         store.update_run(run.id, status=KEPT, phase=idle_note(run), exit_code=code if isinstance(code, int) else None)
         store.event(run.id, KEPT, f"job ended (exit {code}); the machine waits for the next job")
+    start_follower(store, run.id)  # a live one (its own refresh brought it here) is left as it is
     return store.get_run(run.id) or run
+
+
+def ended_kept(store: Store, run: RunRecord, ended: bool) -> None:
+    """`refresh` found a kept run's machine ended (final or lost): its follower cleans up, started
+    again if the one that watched it is gone."""
+    if ended and run.status == KEPT:
+        start_follower(store, run.id)
+
+
+def mark_detached(store: Store, run_id: str, spec: JobSpec) -> None:
+    """A detached run is running from here on; one with `keep` outlives any CLI, so its follower
+    starts now (it marks the run kept when the node says so, and cleans up after the end)."""
+    store.update_run(run_id, status="running", phase="booting")
+    if spec.keep:
+        start_follower(store, run_id)
+
+
+# ---- the follower (run/keep_end.py: the process itself) -----------------------------------------
+
+
+def follower_pid(run_id: str) -> int | None:
+    """The live follower's pid (its pid file names a process running keep_end), else None."""
+    try:
+        pid = int(pid_path(run_id).read_text().split()[0])
+        if not Path("/proc/self").is_dir():  # no /proc (macOS): a live pid is taken for the follower
+            os.kill(pid, 0)
+            return pid
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if FOLLOWER.encode() in cmdline else None
+
+
+def start_follower(store: Store, run_id: str) -> int | None:
+    """Start the run's follower unless one lives; its pid (None when it could not be started)."""
+    live = follower_pid(run_id)
+    if live is not None:
+        return live
+    path = pid_path(run_id)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_name(FOLLOWER_LOG), "ab") as log:
+            proc = subprocess.Popen(  # noqa: S603 - this interpreter, gpucloud's module, a run id from the store
+                [sys.executable, "-m", FOLLOWER, run_id],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # a ^C or a closed terminal of the launching CLI does not end it
+                close_fds=True,
+            )
+    except OSError as exc:
+        store.event(run_id, KEPT, f"no follower could be started ({exc}): `gc` or `down` cleans up")
+        return None
+    write_atomic(path, f"{proc.pid}\n")
+    store.event(run_id, KEPT, f"follower started (pid {proc.pid}): it tears down what is left once the machine ends")
+    return proc.pid
+
+
+def pid_path(run_id: str) -> Path:
+    return home_dir() / "runs" / run_id / FOLLOWER_PID
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.time_ns()}")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def idle_note(run: RunRecord | None) -> str:
@@ -122,9 +196,7 @@ def tarball_listing(tarball: Path) -> dict[str, str]:
 def save_listing(run_id: str, files: dict[str, str]) -> None:
     path = listing_path(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{LISTING}.{time.time_ns()}")
-    tmp.write_text(json.dumps(files, sort_keys=True))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(files, sort_keys=True))
 
 
 def load_listing(run_id: str) -> dict[str, str]:

@@ -254,7 +254,7 @@ class RunInProgress:
             if self.detach:
                 self.delivery.before_detach(self.launch, self.progress)
                 keep_running = True
-                self.store.update_run(self.run_id, status="running", phase="booting")
+                keep.mark_detached(self.store, self.run_id, self.spec)  # running; with `keep`, its follower
                 self.progress.info(
                     f"detached: the run ends itself at the latest at max_duration; "
                     f"`gpucloud logs {self.run_id} --follow` follows it, "

@@ -15,9 +15,11 @@ import pytest
 
 from gpucloud.channel import owner
 from gpucloud.providers.local import engine as vm_engine
+from gpucloud.run import keep
 from gpucloud.vm.agent import job_request
 from tests.support.cli import cli
 from tests.support.local_runs import leftovers, run_id_of, status_json, write_job
+from tests.support.polling import wait_until
 from tests.support.text import flat
 
 pytestmark = pytest.mark.slow
@@ -41,6 +43,11 @@ def _wait_status(run_id: str, cwd: Path, want: set[str], timeout: float) -> dict
             return doc
         time.sleep(0.5)
     raise AssertionError(f"run {run_id} still {doc.get('status')} after {timeout}s")
+
+
+def _torn_down(run_id: str, cwd: Path) -> bool:
+    doc = json.loads(cli("status", run_id, "--json", cwd=cwd, check=True).stdout)
+    return bool(doc["resources"]) and all(r["status"] == "deleted" for r in doc["resources"])
 
 
 def _sandbox(home: Path, run_id: str) -> Path:
@@ -83,8 +90,11 @@ def test_kept_run_takes_exec_and_run_on_then_ends_idle(tmp_path: Path, gpucloud_
     assert leftovers(gpucloud_home, run_id) == []
     log = cli("logs", run_id, cwd=tmp_path, check=True).stdout
     assert "the kept machine was idle for 12s: it ends" in log
-    cli("down", run_id, "--yes", cwd=tmp_path, check=True)
-    assert leftovers(gpucloud_home, run_id) == []
+    # Nobody ran `down` or `gc`: the run's follower tore down what it held, and is gone itself.
+    assert wait_until(lambda: _torn_down(run_id, tmp_path), timeout=20), status_json(run_id, tmp_path)
+    assert wait_until(lambda: keep.follower_pid(run_id) is None, timeout=10)
+    down = cli("down", run_id, "--yes", cwd=tmp_path, check=True)
+    assert "nothing left to tear down" in flat(down.stderr)
 
 
 def test_exec_refuses_a_run_that_is_not_kept_and_a_job_for_other_machines(tmp_path: Path, gpucloud_home: Path) -> None:
@@ -199,3 +209,35 @@ def test_an_open_ssh_session_holds_a_kept_machine_past_its_idle_time(tmp_path: P
         if session.poll() is None:
             session.kill()
         session.communicate()
+
+
+def test_run_on_takes_the_new_jobs_own_secrets_and_inputs(tmp_path: Path, gpucloud_home: Path) -> None:
+    """`run --on` seals the job file's own secrets and input grants to the kept node (the request
+    names the sealed object's SHA-256); the first job's secret is gone, the new one is masked."""
+    import secrets as token
+
+    first, second = f"first-{token.token_hex(8)}", f"second-{token.token_hex(8)}"
+    job = write_job(tmp_path / "job", {"name": "kept", "keep": "20s", "secrets": ["TOKEN_A"], "run": "true"})
+    proc = cli("run", str(job), "--secret", f"TOKEN_A={first}", cwd=tmp_path, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    run_id = run_id_of(proc.stderr)
+    (tmp_path / "job" / "in2").mkdir()
+    (tmp_path / "job" / "in2" / "x.txt").write_text("input-two\n")
+    job = write_job(
+        tmp_path / "job",
+        {
+            "name": "kept",
+            "keep": "20s",
+            "secrets": ["TOKEN_B"],
+            "inputs": {"d/": "./in2"},
+            "run": 'echo "a-len=${#TOKEN_A} b=$TOKEN_B b-len=${#TOKEN_B}"; cat d/x.txt',
+        },
+    )
+    proc = cli("run", "--on", run_id, str(job), "--secret", f"TOKEN_B={second}", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"a-len=0 b=*** b-len={len(second)}" in proc.stdout and "input-two" in proc.stdout, proc.stdout
+    assert second not in proc.stdout + proc.stderr and first not in proc.stdout + proc.stderr
+    sealed_obj = gpucloud_home / "channel" / "runs" / run_id / "exec" / "1.sealed"
+    assert sealed_obj.is_file() and second.encode() not in sealed_obj.read_bytes()
+    cli("down", run_id, "--yes", cwd=tmp_path, check=True)
+    assert leftovers(gpucloud_home, run_id) == []

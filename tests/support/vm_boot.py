@@ -127,9 +127,11 @@ def make_vm(
     run_id: str | None = None,
     max_duration: int = 3600,
     url_map: Callable[[str], str] | None = None,
+    keep_s: int = 0,
 ) -> Vm:
     """A rendered bootstrap ready to run; url_map rewrites the manifest's URLs (a faulty server);
-    `spot`: checkpoint/checkpoint_interval of the job; `run_id`: boot another attempt of that run."""
+    `spot`: checkpoint/checkpoint_interval of the job; `run_id`: boot another attempt of that run;
+    `keep_s`: the machine is kept that long idle after its job."""
     tmp.mkdir(parents=True, exist_ok=True)
     run_id = run_id or f"r{uuid.uuid4().hex[:8]}"
     channel = FileChannel(tmp / "channel")
@@ -183,6 +185,7 @@ def make_vm(
         heartbeat_interval=0.4,
         **(render_kw or {}),
     )
+    cfg.keep_s = keep_s  # a kept machine (docs/KEEP.md): it waits this long idle after its job
     archive = agent_archive(cfg.to_json())
     channel.upload_agent(run_id, archive)
     text = render_shim(

@@ -132,3 +132,18 @@ def test_azure_grid_vm_rebooted_by_its_driver_extension_still_runs_the_job(
     assert "first-line-of-the-job" in out.stderr
     ext = [r for r in arm.calls if r[0] == "PUT" and "/extensions/" in r[1]]
     assert ext, "the driver extension was attached"
+
+
+def test_a_kept_machine_rebooted_while_idle_comes_back_kept(sim: GuestSimulator, tmp_path: Path) -> None:
+    """It waits again for its next job, its idle time counted from its job's end before the boot
+    (not from the boot), and ends by it as a kept machine does; the job ran once."""
+    vm, guest = _boot(sim, tmp_path, "kept", run="echo job-one", keep_s=8)
+    first = _wait(lambda: (s := vm.channel.read_status(vm.run_id, 0)) and s.get("kept") and s)
+    since = first["kept"]["since"]  # type: ignore[index]
+    sim.reboot_guest("kept", down_s=0.5)
+    _wait(lambda: "the machine rebooted while kept" in vm.log())
+    assert f"it waits again for the next job (idle since {since})" in vm.log()
+    status = _final(vm)
+    assert status["state"] == "succeeded" and "the kept machine was idle for 8s: it ends" in status["message"], status
+    assert vm.job_output().count("job-one") == 1
+    _wait(lambda: "shutdown -h now" in guest.stub_calls())

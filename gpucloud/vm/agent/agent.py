@@ -433,6 +433,8 @@ class Agent(GpuWatching, JobSteps, Keeping):
     def main(self) -> int:
         """The stages in order; returns the script's exit code (the caller terminates with it)."""
         self.start()
+        if self.back_kept:  # rebooted while kept: no job to run, it waits again (keep.py)
+            return self.rejoin_keep()
         self.stage("watchdog")
         self.start_guard()
         self.log(f"deadline {self.deadline.iso()}; backstop {self.cfg.grace}s after max_duration")

@@ -63,6 +63,7 @@ class Ending:
     watchdog_pid: int
     parent_pid: int
     _exit: Callable[[int], None]
+    back_kept = False  # a kept machine's boot after a reboot while it waited (resume)
 
     def log(self, line: str) -> None:
         raise NotImplementedError
@@ -247,17 +248,20 @@ class Ending:
                 pass
             return 0
         stages = self.board.get("stages") or {}
+        why = (
+            f"the machine rebooted during stage {self.board.get('stage')}: the job's "
+            "processes were lost, so the run ends here (a job is never started twice)"
+        )
+        if self.board.get("kept") and self.board.get("state") in protocol.FINAL_STATES:
+            if not self.cfg.container:
+                self.back_kept = True  # it waited for its next job: it waits again (keep.py `rejoin_keep`)
+                return None
+            why = "the kept machine rebooted: its job's container went with the boot, so it ends here"
         if any(s in stages for s in ("setup", "barrier", "run")):
             self.manifest = protocol.parse_manifest((self.vm_dir / "manifest").read_text(errors="replace"))
             self.board.sign = self._sign if self.manifest.signs else None
             self.key.reuse()
             self.take_final("resume")
-            self.finish(
-                "error",
-                None,
-                1,
-                f"the machine rebooted during stage {self.board.get('stage')}: the job's "
-                "processes were lost, so the run ends here (a job is never started twice)",
-            )
+            self.finish("error", None, 1, why)
             return 1
         return None

@@ -6,7 +6,10 @@ private half never leaves the caller's GPUCLOUD_HOME (docs/SECURITY.md, "Kept ma
 
 Wire form: the request's JSON (sorted keys, compact) + newline + `sig <base64 Ed25519 signature
 over the JSON's bytes>` + newline. A request is taken once: its `seq` must be above the last one
-taken, so a replayed request is ignored. Stdlib only, Python >= 3.8 syntax (the CLI imports it too).
+taken, so a replayed request is ignored. `own_secrets` (`run --on`): the job brings its own secrets and
+data grants, sealed to the node's key in the object `secrets_get` names (its SHA-256 in
+`secrets_sha256`), or none at all; without it (`exec`) the run's stay. Stdlib only, Python >= 3.8
+syntax (the CLI imports it too).
 """
 
 from __future__ import annotations
@@ -83,9 +86,14 @@ def parse(
     env = doc.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise Refused("`env` is not a mapping of names to text")
-    out: Dict[str, Any] = {name: _text(doc, name) for name in ("code_get", "code_sha256", "setup", "run")}
+    names = ("code_get", "code_sha256", "setup", "run", "secrets_get", "secrets_sha256")
+    out: Dict[str, Any] = {name: _text(doc, name) for name in names}
     if not out["run"]:
         raise Refused("no `run` command")
+    own = doc.get("own_secrets", False)
+    if not isinstance(own, bool) or (out["secrets_get"] and not (own and len(out["secrets_sha256"]) == 64)):
+        raise Refused("`own_secrets`/`secrets_sha256` do not go with `secrets_get`")
+    out["own_secrets"] = own
     out.update(seq=seq, env=env, delete=_strings(doc.get("delete", []), "delete"))
     out["artifacts"] = _strings(doc.get("artifacts", []), "artifacts")
     return out

@@ -17,12 +17,13 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from gpucloud.vm.agent import gpu_usage, job_request
+from gpucloud.vm.agent import data, gpu_usage, job_request, mounts, secret_env
 from gpucloud.vm.agent.claim import verify
 from gpucloud.vm.agent.clock import Clock
 from gpucloud.vm.agent.ending import Ending
 from gpucloud.vm.agent.private import private_tree
 from gpucloud.vm.agent.safe_extract import Refused, safe_untar
+from gpucloud.vm.agent.stage_api import StageFailed
 from gpucloud.vm.agent.status import write_atomic
 
 SESSIONS_DIR = "sessions"  # W/sessions/<name>: the pid of an open session (gpucloud ssh); a live one is not idle
@@ -76,6 +77,16 @@ class Keeping(Ending):
     fast_log_until: float = 0.0
     gpu_watch: Any = None
     _refused: str = ""
+    key: Any
+    secret_values: Dict[str, str]
+    data_grants: Dict[str, Any]
+    outputs: Optional[data.OutputSync]
+
+    def push_outputs(self) -> None:
+        raise NotImplementedError
+
+    def report_inputs(self, progress: Dict[str, int]) -> None:
+        raise NotImplementedError
 
     def _thread(self, name: str, target: Callable[[], None]) -> None:
         raise NotImplementedError
@@ -141,9 +152,27 @@ class Keeping(Ending):
             return any((g[0] or 0) >= gpu_usage.IDLE_PCT for g in gpus), now + GPU_CHECK_S
         return False, next_gpu
 
-    def keep_loop(self, last: Outcome) -> int:
+    def rejoin_keep(self) -> int:
+        """A kept machine that rebooted while it waited: it waits again, its idle time counted from
+        before the boot (the board's `kept.since`, wall clock) and its deadline the first boot's
+        (st/deadline, which the backstop re-armed from too). Secrets lived in memory only: until a
+        `run --on` brings a job's own, it holds none."""
+        try:
+            self.job_seq = job_request.read_seq((self.st / "job_seq").read_text())
+        except OSError:
+            self.job_seq = 0
+        kept = self.board.get("kept") or {}
+        since = kept.get("since") if isinstance(kept, dict) else None
+        idle_from = float(since) if isinstance(since, (int, float)) else self.clock.now()
+        code, message = self.board.get("exit_code"), str(self.board.get("message") or "")
+        last = (str(self.board.get("state")), code if isinstance(code, int) else 1, message)
+        self.log(f"the machine rebooted while kept: it waits again for the next job (idle since {int(idle_from)})")
+        self.board.push()
+        return self.keep_loop(last, idle_from)
+
+    def keep_loop(self, last: Outcome, idle_from: Optional[float] = None) -> int:
         """Wait for the next job until idle for keep_s; then the run ends as every run does."""
-        idle_from = self.clock.now()
+        idle_from = self.clock.now() if idle_from is None else idle_from
         next_gpu = 0.0
         while True:
             self.gate_check()
@@ -206,7 +235,7 @@ class Keeping(Ending):
         )
         self.board.set(art_failed="")
         self.stage("fetch_code")
-        problem = self.sync_code(req)
+        problem = self.sync_code(req) or (self.job_secrets(req) if req["own_secrets"] else "")
         if problem:
             return "error", 1, problem
         if self.cfg.setup:
@@ -220,6 +249,7 @@ class Keeping(Ending):
         rc = self.run_step(self.cfg.run, "run")
         self.job_stopping()
         self.board.end_stage("run", rc == 0)
+        self.push_outputs()
         if self.cfg.artifacts:
             self.stage_always("artifacts")
             if not self.collect_artifacts():
@@ -253,4 +283,37 @@ class Keeping(Ending):
             path = _inside(self.job_dir, rel)
             if path is not None and (path.is_symlink() or path.is_file()):
                 path.unlink()
+        return ""
+
+    def job_secrets(self, req: Dict[str, Any]) -> str:
+        """`run --on`: the job's own secrets and data grants replace the run's (none: none), sealed
+        to this node's key in the object whose SHA-256 the owner signed; then its inputs. '' when
+        done, else why not."""
+        if self.outputs is not None:
+            self.outputs.stop.set()
+        mounts.unmount_recorded(self.vm_dir)  # the last job's mounted inputs are not this one's
+        self.secret_values, self.data_grants, self.outputs = {}, {}, None
+        if not req["secrets_get"]:
+            return ""
+        blob = self.transfer.get(req["secrets_get"], max_time=30, limit=secret_env.sealed.SEALED_MAX)
+        if not blob or hashlib.sha256(blob).hexdigest() != req["secrets_sha256"]:
+            return "the job's sealed secrets are missing, or not the ones the owner signed (SHA-256 differs)"
+        pem = self.key.key_path.read_text() if self.key.key_path.is_file() else None
+        try:
+            doc = secret_env.open_doc(blob, [], self.cfg.run_id, self.rank, pem)
+        except StageFailed as exc:
+            return str(exc)
+        self.secret_values, self.data_grants = doc["env"], doc["data"]
+        if self.secret_values:
+            self.log(f"job {self.job_seq}: secrets {', '.join(sorted(self.secret_values))} (masked in this log)")
+        self.outputs = data.OutputSync(self.data_grants, self.job_dir, self.transfer, self.log)
+        self.outputs.start(self.cfg.outputs_interval)
+        if not self.data_grants.get("inputs"):
+            return ""
+        self.stage("inputs")
+        try:
+            mounts.mount_inputs(self.data_grants, self.job_dir, self.vm_dir, self.environ, self.log, self.clock.sleep)
+            data.fetch_inputs(self.data_grants, self.job_dir, self.transfer, self.log, self.report_inputs)
+        except StageFailed as exc:
+            return str(exc)
         return ""

@@ -47,7 +47,7 @@ def fetch(
             raise StageFailed("stopped while waiting for the secrets")
         blob = get(url)
         if blob:
-            return _open(blob, names, run_id, rank, key_pem())
+            return open_doc(blob, names, run_id, rank, key_pem())
         i += 1
         sleep(min(10.0, 0.2 * i))
     raise StageFailed(
@@ -56,7 +56,8 @@ def fetch(
     )
 
 
-def _open(blob: bytes, names: Sequence[str], run_id: str, rank: int, pem: Optional[str]) -> Dict[str, Any]:
+def open_doc(blob: bytes, names: Sequence[str], run_id: str, rank: int, pem: Optional[str]) -> Dict[str, Any]:
+    """The sealed document opened with this node's key and checked (its run, its rank, every name)."""
     if not pem:
         raise StageFailed("this node has no key to open its secrets with (openssl with Ed25519 is needed)")
     try:

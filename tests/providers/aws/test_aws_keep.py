@@ -1,9 +1,11 @@
 """A kept machine on the AWS simulator (moto + the VM simulator), through the real CLI: the second
 job (`run --on`) shows its first line within 5 s of the command's start, against the cold run's
-time on the same machine; the machine then ends by its idle time and `gc` finds nothing left."""
+time on the same machine; the machine then ends by its idle time and the run's follower leaves
+nothing (no `down`, no `gc`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,11 @@ def _job(path: Path, run: str) -> Path:
         f"keep: 30s\nmax_duration: 10m\nrun: {run}\n"
     )
     return path
+
+
+def _job_run(path: Path, run: str) -> None:
+    text = path.read_text()
+    path.write_text(text[: text.index("run: ")] + f"run: '{run}'\n")
 
 
 def test_a_kept_machine_takes_a_second_job_in_seconds_and_leaves_nothing(
@@ -47,6 +54,17 @@ def test_a_kept_machine_takes_a_second_job_in_seconds_and_leaves_nothing(
     record("aws-simulator", cold_s, kept_s)
     assert kept_s <= FIRST_LINE_BUDGET_S, (kept_s, cold_s, proc.stderr[-2000:])
     assert kept_s < cold_s
+    # A job with its own secret and an S3 input: sealed to the node's key, copied before its run.
+    moto.client("s3").create_bucket(Bucket="keep-in")
+    moto.client("s3").put_object(Bucket="keep-in", Key="p/x.txt", Body=b"input-from-s3\n")
+    job.write_text(
+        job.read_text().replace("run: ", "secrets: [TOKEN_B]\ninputs: {d/: s3://keep-in/p}\nrun: ", 1)
+    )
+    _job_run(job, 'echo "b-len=${#TOKEN_B} b=$TOKEN_B"; cat d/x.txt')
+    proc = hooked_cli(aws_env, "run", "--on", run_id, str(job), "--secret", "TOKEN_B=sealed-for-job-2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "b-len=16 b=***" in proc.stdout and "input-from-s3" in proc.stdout, proc.stdout[-2000:]
+    assert "sealed-for-job-2" not in proc.stdout + proc.stderr
     # Idle for 30 s: the guest shuts itself down (the simulator ends the instance); gc takes the rest.
     (iid,) = aws_sim.booted
     assert wait_until(
@@ -58,6 +76,8 @@ def test_a_kept_machine_takes_a_second_job_in_seconds_and_leaves_nothing(
     )
     settle(aws_sim)
     assert aws_sim.leftover_processes() == []
-    gc = hooked_cli(aws_env, "gc", "--yes")
-    assert gc.returncode == 0, gc.stderr[-2000:]
-    assert tagged_alive(moto, run_id) == []
+    # Nobody runs `down` or `gc`: the run's follower deletes the security group and the rest.
+    assert wait_until(lambda: tagged_alive(moto, run_id) == [], timeout=60), tagged_alive(moto, run_id)
+    doc = json.loads(hooked_cli(aws_env, "status", run_id, "--json").stdout)
+    assert doc["exit_code"] == 4 and all(r["status"] == "deleted" for r in doc["resources"]), doc  # the last job's
+    assert any("torn down" in e["message"] and "nothing left" in e["message"] for e in doc["events"])

@@ -1,10 +1,11 @@
 """A kept machine on the Azure simulator (fake ARM, Azurite, the VM simulator), through the real CLI:
 the second job (`run --on`) shows its first line within 5 s of the command's start, against the
 cold run's time on the same machine; idle for `keep`, the VM deletes its own resource group and
-nothing is left."""
+the run's follower records the end and removes the rest: nothing is left, without `down` or `gc`."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -57,5 +58,13 @@ def test_a_kept_machine_takes_a_second_job_in_seconds_and_leaves_nothing(
     # Idle for 30 s: the VM deletes its own resource group, as at the end of any run.
     assert wait_until(lambda: leftovers(arm) == [], timeout=120), "the kept VM did not end by its idle time"
     assert wait_until(lambda: not azure_sim.leftover_processes(), timeout=20)
-    gc = cli("gc", "--yes", env=azure_env)
-    assert gc.returncode == 0 and leftovers(arm) == []
+    # Nobody runs `down` or `gc`: the run's follower records the end and removes what is left here
+    # (the run's resources in the store, its key and ssh entries under GPUCLOUD_HOME).
+    assert wait_until(lambda: _torn_down(azure_env, run_id), timeout=60), cli("status", run_id, env=azure_env).stderr
+    assert leftovers(arm) == []
+
+
+def _torn_down(env: dict[str, str], run_id: str) -> bool:
+    doc = json.loads(cli("status", run_id, "--json", env=env, check=True).stdout)
+    done = any("torn down" in e["message"] and "nothing left" in e["message"] for e in doc["events"])
+    return done and all(r["status"] == "deleted" for r in doc["resources"])
