@@ -133,7 +133,7 @@ def send_changes(channel: Channel, run: RunRecord, seq: int, workdir: Path | Non
         digest = _sha(delta.read_bytes())
         keep.save_listing(run.id, now)
         to_stderr(f"job {seq}: {len(changed)} changed file(s), {len(removed)} removed")
-        return channel.url_get(key, expires), digest, removed
+        return channel.node_url(channel.url_get(key, expires), 0), digest, removed  # signed as the node reads it
     finally:
         shutil.rmtree(full.parent, ignore_errors=True)
 
@@ -186,7 +186,8 @@ def send_sealed(channel: Channel, run: RunRecord, seq: int, values: Mapping[str,
     obj = f"{run_prefix(run.id)}/exec/{seq}.sealed"
     channel.put_bytes(obj, blob)
     expires = datetime.fromtimestamp(deadline, UTC) + timedelta(hours=1)
-    return {"own_secrets": True, "secrets_get": channel.url_get(obj, expires), "secrets_sha256": _sha(blob)}
+    url = channel.node_url(channel.url_get(obj, expires), 0)  # an SSH host's path filled before signing
+    return {"own_secrets": True, "secrets_get": url, "secrets_sha256": _sha(blob)}
 
 
 def _sha(blob: bytes) -> str:
