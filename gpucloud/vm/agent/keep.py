@@ -293,6 +293,7 @@ class Keeping(Ending):
             self.outputs.stop.set()
         mounts.unmount_recorded(self.vm_dir)  # the last job's mounted inputs are not this one's
         self.secret_values, self.data_grants, self.outputs = {}, {}, None
+        self.cfg.secrets = []  # what run_step masks: this job's own names, not the first job's
         if not req["secrets_get"]:
             return ""
         blob = self.transfer.get(req["secrets_get"], max_time=30, limit=secret_env.sealed.SEALED_MAX)
@@ -304,6 +305,7 @@ class Keeping(Ending):
         except StageFailed as exc:
             return str(exc)
         self.secret_values, self.data_grants = doc["env"], doc["data"]
+        self.cfg.secrets = sorted(self.secret_values)
         if self.secret_values:
             self.log(f"job {self.job_seq}: secrets {', '.join(sorted(self.secret_values))} (masked in this log)")
         self.outputs = data.OutputSync(self.data_grants, self.job_dir, self.transfer, self.log)
