@@ -157,10 +157,8 @@ class Keeping(Ending):
         before the boot (the board's `kept.since`, wall clock) and its deadline the first boot's
         (st/deadline, which the backstop re-armed from too). Secrets lived in memory only: until a
         `run --on` brings a job's own, it holds none."""
-        try:
-            self.job_seq = job_request.read_seq((self.st / "job_seq").read_text())
-        except OSError:
-            self.job_seq = 0
+        seq = self.board.get("job")  # the last job's number, as its kept status said
+        self.job_seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else 0
         kept = self.board.get("kept") or {}
         since = kept.get("since") if isinstance(kept, dict) else None
         idle_from = float(since) if isinstance(since, (int, float)) else self.clock.now()
