@@ -2,10 +2,12 @@
 state store (a team's shared PostgreSQL store, or one's own file) and set with `gpucloud budget set`.
 
 Spend is what `cost` counts (price x nodes x the time each launched attempt ran), cut to the
-period: an attempt that began yesterday counts today only from midnight. A team's spend is its
-members'. Two places enforce them: `run` refuses a launch whose worst case (the first candidate's
-price for the whole max_duration) would take the user or one of their teams past a budget, before
-anything is created (BudgetError, exit 77); `gpucloud watch --all` ends the runs of whoever is over.
+period by run/budget.py `spent_by`: an attempt that began yesterday counts today only from
+midnight. A team's spend is its members'. Three places enforce them: `run` refuses a launch whose
+worst case (the first candidate's price for the whole max_duration, or the run's max_cost when
+lower) would take the user or one of their teams past a budget, before anything is created
+(BudgetError, exit 77); the failover checks every later candidate (a dearer one, a relaunch) the
+same way before its create; `gpucloud watch --all` ends the runs of whoever is over.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucloud.errors import GpucloudError
-from gpucloud.state.runs_db import AttemptRecord, RunRecord, Store, current_user
+from gpucloud.run.budget import spent_by
+from gpucloud.state.runs_db import Store, current_user
 
 PERIODS = ("daily", "monthly")
 SCOPES = ("user", "team")
@@ -43,23 +46,6 @@ def period_start(period: str, now: float) -> float:
     t = time.gmtime(now)
     day = 1 if period == "monthly" else t.tm_mday
     return float(calendar.timegm((t.tm_year, t.tm_mon, day, 0, 0, 0)))
-
-
-def attempt_spend(a: AttemptRecord, start: float, now: float, run_end: float | None) -> float:
-    """What one attempt cost from `start` on (its open end: the run's end, or now)."""
-    if not a.launched or not a.price_per_hour:
-        return 0.0
-    end = a.ended_at if a.ended_at is not None else (run_end if run_end is not None else now)
-    return a.price_per_hour * a.num_nodes * max(0.0, end - max(start, a.started_at)) / 3600.0
-
-
-def spend(runs: Iterable[RunRecord], owners: set[str], start: float, now: float) -> float:
-    return sum(
-        attempt_spend(a, start, now, r.ended_at)
-        for r in runs
-        if r.owner in owners and (r.ended_at is None or r.ended_at >= start)
-        for a in r.attempts
-    )
 
 
 # ---- the tables ------------------------------------------------------------------------------------
@@ -115,7 +101,7 @@ def status(store: Store, now: float | None = None) -> list[dict[str, Any]]:
     out = []
     for b in found:
         start = period_start(b.period, now)
-        spent = spend(runs, _owners(store, b), start, now)
+        spent = spent_by(runs, _owners(store, b), start, now)
         out.append(
             {
                 "scope": b.scope,
@@ -140,23 +126,37 @@ def _applying(store: Store, user: str, state: list[dict[str, Any]]) -> list[dict
     ]
 
 
-def check_launch(worst_case: float, max_duration_s: float) -> None:
-    """Refuse the launch (before anything is created) when its worst case would take the user, or a
-    team of theirs, past a budget. A store without budgets costs one query."""
-    store = Store()
-    if not store.query("SELECT 1 AS one FROM budgets LIMIT 1"):
-        return
+def worst_case(estimated_cost: float, max_cost: float | None, spent: float = 0.0) -> float:
+    """The most a launch can spend: its candidate for the whole max_duration, or what the run's
+    max_cost leaves (the node ends the run there: run/budget.py)."""
+    return estimated_cost if max_cost is None else min(estimated_cost, max(0.0, max_cost - spent))
+
+
+def refusal(store: Store, worst: float, max_duration_s: float, what: str = "its first candidate") -> BudgetError | None:
+    """The refusal of a launch whose worst case would take the user, or a team of theirs, past a
+    budget; None when it fits. A store without budgets costs one query."""
+    if worst <= 0 or not store.query("SELECT 1 AS one FROM budgets LIMIT 1"):
+        return None
     user = current_user()
     for s in _applying(store, user, status(store)):
-        if s["spent"] + worst_case > s["budget"]:
+        if s["spent"] + worst > s["budget"]:
             who = f"user {user}" if s["scope"] == "user" else f"team {s['name']} (of which {user} is a member)"
-            raise BudgetError(
-                f"Not launched: this run could cost up to ${worst_case:.2f} (its first candidate for the whole "
-                f"max_duration of {max_duration_s / 3600:g} h), and {who} has spent ${s['spent']:.2f} of its "
-                f"{s['period']} budget of ${s['budget']:.2f}.",
+            return BudgetError(
+                f"Not launched: this run could cost up to ${worst:.2f} ({what} for the whole "
+                f"max_duration of {max_duration_s / 3600:g} h, or its max_cost), and {who} has spent "
+                f"${s['spent']:.2f} of its {s['period']} budget of ${s['budget']:.2f}.",
                 hint="Shorten max_duration, pick a cheaper machine, wait for the next period, or ask whoever "
                 "keeps the budgets to raise it (`gpucloud budget ls` shows them, `gpucloud cost` the spend).",
             )
+    return None
+
+
+def check_launch(worst: float, max_duration_s: float) -> None:
+    """Refuse the launch (before anything is created) when its worst case would take the user, or a
+    team of theirs, past a budget. The failover checks each later candidate again (failover.py)."""
+    refused = refusal(Store(), worst, max_duration_s)
+    if refused is not None:
+        raise refused
 
 
 def over_budget_runs(store: Store, now: float | None = None) -> dict[str, str]:

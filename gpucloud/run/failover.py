@@ -10,6 +10,7 @@ line saying why; when that is all that happened, the run is a configuration erro
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,7 @@ from gpucloud.contract.provider import (
 )
 from gpucloud.errors import CloudAccessError, ConfigurationError, GpucloudError, NoCandidateError, UserError
 from gpucloud.plan.requests import launch_request
+from gpucloud.run import budget
 from gpucloud.state.runs_db import Journal, Store
 
 if TYPE_CHECKING:
@@ -80,6 +82,7 @@ class Failover:
     _skip_regions: set[tuple[str, str]] = field(default_factory=set)
     quota_skips: dict[int, str] | None = None  # plan index -> why its quota cannot hold it (quota_gate.py)
     _quota_skipped: list[str] = field(default_factory=list)  # "where: quota: why", for the run's summary
+    _budget_refused: GpucloudError | None = None  # the last candidate a budget refused (run raises it)
     _uploaded: set[int] = field(default_factory=set)  # channels that already have the code
     _copied: set[tuple[str, str]] = field(default_factory=set)
 
@@ -96,6 +99,9 @@ class Failover:
                 continue
             if plan_index in self.quota_skips:
                 self._skip_for_quota(cand, self.quota_skips[plan_index])
+                continue
+            if (refused := self._over_budget(cand)) is not None:
+                self._skip_for_budget(cand, refused)
                 continue
             index, where = self._record_attempt(cand)
             provider: Provider | None = None
@@ -150,7 +156,14 @@ class Failover:
         return index, where
 
     def _none_provisioned(self) -> GpucloudError:
-        """Every attempt failed: ConfigurationError when no cloud was usable at all, else NoCandidateError."""
+        """Every attempt failed: BudgetError (77) when a candidate was refused for a budget,
+        ConfigurationError when no cloud was usable at all, else NoCandidateError."""
+        if self._budget_refused is not None:
+            from gpucloud.run.budgets import BudgetError
+
+            before = [f for f in self.failures if ": budget: " not in f]
+            said = f" Tried before it: {'; '.join(before)}." if before else ""
+            return BudgetError(self._budget_refused.message + said, hint=self._budget_refused.hint)
         if self.access and len(self.access) == len(self.failures):
             return ConfigurationError(
                 "no cloud is usable: every candidate's cloud lacks working credentials, "
@@ -185,6 +198,31 @@ class Failover:
         self._quota_skipped.append(self.failures[-1])
         self.store.event(self.run_id, "attempt", self.failures[-1])
         self.progress.warn(f"skipping {where} before launch: {why}")
+
+    def _over_budget(self, cand: Candidate) -> GpucloudError | None:
+        """A candidate the user's budgets cannot pay for (the plan checked only the first, so a
+        failover to a dearer one, or a relaunch, is checked before its create), or one the run's
+        max_cost has nothing left for."""
+        from gpucloud.run.budgets import BudgetError, refusal, worst_case
+
+        if cand.total_per_hour <= 0:
+            return None
+        spent = budget.spent(self.store, self.run_id) if self.spec.max_cost is not None else 0.0
+        if self.spec.max_cost is not None and spent >= self.spec.max_cost:
+            return BudgetError(
+                f"Not launched again: the run's max_cost ${self.spec.max_cost:g} is spent (${spent:.4f})."
+            )
+        worst = worst_case(cand.estimated_cost, self.spec.max_cost, spent)
+        return refusal(self.store, worst, self.spec.max_duration, f"{cand.cloud}/{cand.region}/{cand.instance_type}")
+
+    def _skip_for_budget(self, cand: Candidate, refused: GpucloudError) -> None:
+        """A candidate refused before its launch for a budget: named, and the next one tried."""
+        where = f"{cand.cloud}/{cand.region}/{cand.instance_type}" + (" (spot)" if cand.spot else "")
+        self.kinds.add("budget")
+        self._budget_refused = refused
+        self.failures.append(f"{where}: budget: {refused.message}")
+        self.store.event(self.run_id, "budget", self.failures[-1])
+        self.progress.warn(f"skipping {where} before launch: {refused.message}")
 
     @staticmethod
     def _reason(exc: ProvisionError) -> str:
@@ -231,7 +269,13 @@ class Failover:
             self._copied.add((cand.cloud, cand.region))
         if self.failures or self.source is not None:
             channel.reset_nodes(self.run_id, spec.num_nodes)
-        deadline = datetime.now(UTC) + timedelta(seconds=spec.max_duration)
+        # max_cost ends the attempt where max_duration would: every deadline layer holds the cap
+        seconds, why = budget.attempt_limit(
+            self.store, self.run_id, spec.max_duration, spec.max_cost, cand.total_per_hour
+        )
+        if why:
+            spec = spec.model_copy(update={"max_duration": seconds})
+        deadline = datetime.fromtimestamp(math.ceil(time.time()) + seconds, UTC)
         user_data = prepare_nodes(
             spec,
             self.plan.stack_for(cand),
@@ -242,6 +286,7 @@ class Failover:
             run_id=self.run_id,
             deadline=deadline,
             master_port=provider.master_port(),
+            deadline_why=why,
         )
         expires = deadline + EXPIRY_MARGIN
         req = launch_request(

@@ -451,7 +451,7 @@ class RunInProgress:
         self.progress.phase(None)
         self.phases.update(vm_phases(statuses))
         self.timeline = format_nodes(statuses, launched_at=self.launched_at)
-        status, code, message = outcome(statuses, seen)
+        status, code, message = budget.node_end(outcome(statuses, seen), self.store, self.run_id, self.progress.warn)
         self.kept = keep.kept_status(statuses) is not None
         if self.peers_stopped:
             message += f"; node(s) {', '.join(map(str, self.peers_stopped))} stopped with the run"

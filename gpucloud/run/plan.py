@@ -37,9 +37,9 @@ def launch_plan(
     if not plan.candidates:
         raise NoCandidateError("the plan has no candidate to provision.", [])
     plan = usable_only(plan)
-    from gpucloud.run.budgets import check_launch
+    from gpucloud.run.budgets import check_launch, worst_case
 
-    check_launch(plan.candidates[0].estimated_cost, spec.max_duration)  # before anything is created
+    check_launch(worst_case(plan.candidates[0].estimated_cost, spec.max_cost), spec.max_duration)  # before any create
     return plan
 
 

@@ -159,7 +159,10 @@ def outcome(statuses: list[dict | None], seen: list[float | None] | None = None)
         where = f"node {rank} " if n > 1 else ""
         return "preempted", PREEMPTED_EXIT, f"{where}{messages[rank] or 'preempted'}"
     if "deadline" in states:
-        return "deadline", 124, next((m for s, m in zip(states, messages, strict=False) if s == "deadline" and m), "")
+        from gpucloud.run.budget import MAX_COST_STATUS, NODE_SAYS
+
+        said = next((m for s, m in zip(states, messages, strict=False) if s == "deadline" and m), "")
+        return (MAX_COST_STATUS if said.startswith(NODE_SAYS) else "deadline"), 124, said  # the deadline max_cost set
     bad = [r for r in range(n) if states[r] in ("failed", "error")]
     if bad:
         inf = float("inf")

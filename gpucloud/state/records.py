@@ -49,12 +49,14 @@ class AttemptRecord:
     launched: bool
     handle_json: str | None
 
-    def cost(self, now: float | None = None) -> float:
-        """price per node-hour x nodes x hours from the request to the end; $0 if nothing launched."""
+    def cost(self, now: float | None = None, since: float | None = None) -> float:
+        """price per node-hour x nodes x hours from the request to the end (or `now` while open);
+        $0 if nothing launched. `since`: only the part from then on (a budget's period)."""
         if not self.launched or not self.price_per_hour:
             return 0.0
         end = self.ended_at if self.ended_at is not None else (now if now is not None else time.time())
-        return self.price_per_hour * self.num_nodes * max(0.0, end - self.started_at) / 3600.0
+        start = self.started_at if since is None else max(since, self.started_at)
+        return self.price_per_hour * self.num_nodes * max(0.0, end - start) / 3600.0
 
 
 @dataclass
@@ -93,12 +95,13 @@ class RunRecord:
         end = self.ended_at if self.ended_at is not None else (now if now is not None else time.time())
         return max(0.0, end - self.created_at)
 
-    def cost(self, now: float | None = None) -> float:
+    def cost(self, now: float | None = None, since: float | None = None) -> float:
         """Cost so far: the sum over the launched attempts (a run that launched nothing costs $0).
-        An attempt still open ends at the run's end, or now."""
-        if now is None and self.ended_at is not None:
+        An attempt still open ends at the run's end, or now. `since`: only what was spent from
+        then on (a budget's day or month). The one spend formula: `cost`, `max_cost` and budgets."""
+        if self.ended_at is not None:
             now = self.ended_at
-        return round(float(sum(a.cost(now) for a in self.attempts)), 6)
+        return round(float(sum(a.cost(now, since) for a in self.attempts)), 6)
 
     def as_json(self, now: float | None = None) -> dict[str, Any]:
         return {

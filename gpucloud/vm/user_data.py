@@ -36,9 +36,11 @@ def prepare_nodes(
     run_id: str,
     deadline: datetime,
     master_port: int,
+    deadline_why: str = "",
 ) -> list[str]:
     """Upload the agent, write the manifests, and return each node's user-data (rank order); `node`
-    is the machines' image and install plan, as the plan worked it out (Plan.node_for)."""
+    is the machines' image and install plan, as the plan worked it out (Plan.node_for);
+    `deadline_why`: what set the deadline when not max_duration (the node says it at the deadline)."""
     shared = is_shared(spec, caps)
     cfg = job_config(
         spec,
@@ -51,6 +53,7 @@ def prepare_nodes(
         master_port=master_port,
         node=node,
     )
+    cfg.deadline_why = deadline_why
     if spec.keep:  # a kept machine runs the jobs this run's owner key signs (vm/agent/keep.py)
         from gpucloud.channel.owner import owner_public
 

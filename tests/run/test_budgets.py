@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.run.budgets import attempt_spend, period_start
-from gpucloud.state.records import AttemptRecord
+from gpucloud.run.budget import spent_by
+from gpucloud.run.budgets import period_start
+from gpucloud.state.records import AttemptRecord, RunRecord
 from gpucloud.state.runs_db import Store
+from tests.support.aws_faults import FAULTS_ENV, Fault, faults_env
 from tests.support.aws_runs import aws_env  # noqa: F401
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.cli import cli
@@ -38,10 +40,26 @@ def test_spend_is_cut_to_the_period() -> None:
     day, month = period_start("daily", NOON), period_start("monthly", NOON)
     assert (day, month) == (NOON - 12 * 3600, float(calendar.timegm((2026, 12, 1, 0, 0, 0))))
     since_yesterday = _attempt(NOON - 24 * 3600, None)  # still running: 12 h of it are today's
-    assert attempt_spend(since_yesterday, day, NOON, None) == pytest.approx(24.0)
-    assert attempt_spend(since_yesterday, month, NOON, None) == pytest.approx(48.0)
-    assert attempt_spend(_attempt(NOON - 2 * 3600, NOON - 3600, nodes=2), day, NOON, None) == pytest.approx(4.0)
-    assert attempt_spend(_attempt(day - 7200, day - 3600), day, NOON, None) == 0.0  # yesterday's
+    assert since_yesterday.cost(NOON, since=day) == pytest.approx(24.0)
+    assert since_yesterday.cost(NOON, since=month) == pytest.approx(48.0)
+    assert _attempt(NOON - 2 * 3600, NOON - 3600, nodes=2).cost(NOON, since=day) == pytest.approx(4.0)
+    assert _attempt(day - 7200, day - 3600).cost(NOON, since=day) == 0.0  # yesterday's
+
+
+def test_a_budget_counts_what_cost_counts() -> None:
+    """One spend figure: a run's `cost` (what `gpucloud cost` and max_cost read) cut to the period
+    is what budgets sum; an attempt left open in a run that ended stops at the run's end."""
+    start = NOON - 30 * 3600
+    run = RunRecord(
+        id="r", name="r", spec_path=None, spec_json=None, cloud="aws", region="us-east-1", instance_type="t",
+        num_nodes=1, price_per_hour=2.0, status="succeeded", phase=None, exit_code=0, message=None,
+        created_at=start, started_at=start, ended_at=NOON - 6 * 3600, deadline=None, artifacts_dir=None,
+        detached=False, pid=None, owner="ana",
+    )  # fmt: skip
+    run.attempts = [_attempt(NOON - 30 * 3600, None)]  # its teardown never closed the attempt
+    assert run.cost(NOON) == pytest.approx(48.0)  # 24 h at $2, not up to now
+    assert spent_by([run], {"ana"}, period_start("daily", NOON), NOON) == pytest.approx(12.0)
+    assert spent_by([run], {"bo"}, period_start("daily", NOON), NOON) == 0.0
 
 
 def _spent(owner: str, run_id: str, dollars: float) -> None:
@@ -106,6 +124,31 @@ def test_a_launch_past_a_budget_is_refused_before_anything_is_created(
     )
     assert other.returncode == 0, other.stderr[-3000:]  # another user's launch is not held back
     assert cli("down", other.stdout.strip(), "--yes", env=aws_env, module="tests.support.aws_cli").returncode == 0
+
+
+@pytest.mark.slow
+def test_a_failover_to_a_dearer_candidate_is_checked_against_the_budget(
+    aws_env: dict[str, str],  # noqa: F811
+    moto: Moto,  # noqa: F811
+    aws_sim: AwsVmSimulator,  # noqa: F811
+    gpucloud_home: Path,
+) -> None:
+    """The plan's first candidate fits the budget ($0.526/h x 10 min = $0.088 of $0.10) but has no
+    capacity; the next ($0.752/h: $0.125) would pass it: refused before its create, exit 77."""
+    assert cli("budget", "set", "--user", "ana", "--daily", "0.10", env=aws_env).returncode == 0
+    resources = {"cloud": "aws", "regions": ["us-east-1"], "gpu": "T4:1"}
+    job = write_count_job(Path.cwd() / "job", n=10, cloud="aws", extra={"resources": resources})
+    full = Fault("RunInstances", "InsufficientInstanceCapacity", times=None, instance_type="g4dn.xlarge")
+    env = {**aws_env, "GPUCLOUD_USER": "ana", FAULTS_ENV: faults_env([full])}
+    proc = cli("run", str(job), "--yes", env=env, module="tests.support.aws_cli", timeout=180)
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 77, said[-3000:]
+    assert "skipping aws/us-east-1/g4dn.2xlarge before launch: Not launched: this run could cost up to $0.13" in said
+    assert "daily budget of $0.10" in said and "Tried before it: aws/us-east-1/g4dn.xlarge: capacity" in said
+    (run,) = Store().list_runs()
+    assert [a.instance_type for a in run.attempts] == ["g4dn.xlarge"]  # no attempt, so no create, for the rest
+    assert run.status == "error" and tagged_alive(moto) == []
+    assert any(e.kind == "budget" and "g4dn.2xlarge" in e.message for e in Store().events(run.id))
 
 
 @pytest.mark.slow

@@ -1,15 +1,20 @@
 """`max_cost:` (gpucloud/run/budget.py): the job-file field, `spent` (the one answer to "what has
-this run spent so far", reused by budgets) and the end it gives a run, on the state store and on
-the local provider (a machine of your own costs $0 an hour: max_cost never ends a local run)."""
+this run spent so far", reused by budgets), the deadline it sets each attempt (the node's watchdog
+ends the run there with its artifacts: tests/vm/test_agent_units.py) and the end a follower gives a
+run, on the state store and the local provider (a machine of your own costs $0 an hour: max_cost
+never ends a local run)."""
 
 from __future__ import annotations
 
 import json
+import re
+import time
 from pathlib import Path
 
 import pytest
 
 from gpucloud.run import budget
+from gpucloud.run.watch import outcome
 from gpucloud.spec.load import parse_spec
 from gpucloud.spec.values import SpecError
 from gpucloud.state.runs_db import Store
@@ -57,3 +62,51 @@ def test_a_local_run_with_max_cost_runs_to_its_end(tmp_path: Path, gpucloud_home
     assert out.returncode == 0 and json.loads(out.stdout)["status"] == "succeeded", out.stderr
     runs = Store(gpucloud_home / "state.db").list_runs()
     assert budget.spent(Store(gpucloud_home / "state.db"), runs[0].id) == 0.0
+
+
+def _attempt_on(store: Store, run_id: str, idx: int, price: float, nodes: int, ago: float) -> None:
+    where = {"cloud": "aws", "region": "us-east-1", "instance_type": "x"}
+    store.start_attempt(run_id, idx, **where, spot=True, price_per_hour=price, num_nodes=nodes)
+    with store.transaction() as c:
+        c.execute("UPDATE attempts SET started_at = ? WHERE run_id = ? AND idx = ?", (time.time() - ago, run_id, idx))
+
+
+def test_the_cap_is_the_attempts_deadline(tmp_path: Path) -> None:
+    """The node holds max_cost: each attempt's deadline is min(max_duration, what the cap leaves at
+    its price), counting the attempt from its request (as `spent` will) and what earlier ones spent."""
+    store = Store(tmp_path / "state.db")
+    store.create_run("r-1", name="r", num_nodes=2)
+    _attempt_on(store, "r-1", 0, 1.8, 2, ago=100)  # $3.6/h for 100 s: $0.1, then preempted
+    store.set_attempt_handle("r-1", 0, "{}")
+    store.end_attempt("r-1", 0, "preempted")
+    _attempt_on(store, "r-1", 1, 1.8, 2, ago=10)  # the relaunch, requested 10 s ago, not launched yet
+    now = time.time()
+    seconds, why = budget.attempt_limit(store, "r-1", 3600, 0.2, 3.6, now)
+    assert why == "max_cost $0.2 reached" and seconds == pytest.approx(100 - 10, abs=1.01)
+    assert budget.attempt_limit(store, "r-1", 60, 0.2, 3.6, now) == (60, "")  # max_duration comes first
+    assert budget.attempt_limit(store, "r-1", 3600, None, 3.6, now) == (3600, "")
+    assert budget.attempt_limit(store, "r-1", 3600, 0.2, 0.0, now) == (3600, "")  # a $0 machine
+
+
+def test_a_follower_leaves_the_end_at_the_cap_to_the_node(tmp_path: Path) -> None:
+    """Spend at the cap ends the run from the CLI only once the node had NODE_GRACE_S past its
+    deadline to end it itself (with its artifacts); a node's own end reads as max-cost."""
+    store = Store(tmp_path / "state.db")
+    store.create_run("r-1", name="r", num_nodes=1)
+    _attempt_on(store, "r-1", 0, 3.6, 1, ago=0)
+    store.set_attempt_handle("r-1", 0, "{}")
+    start = store.attempts("r-1")[0].started_at
+    store.update_run("r-1", deadline=start + 200)
+    said: list[str] = []
+    assert budget.over(store, "r-1", 0.2, said.append, start + 200 + budget.NODE_GRACE_S - 1) is None
+    ended = budget.over(store, "r-1", 0.2, said.append, start + 200 + budget.NODE_GRACE_S + 1)
+    assert ended is not None and ended[:2] == ("max-cost", 124) and len(said) == 1
+    node = {"state": "deadline", "exit_code": None, "message": "max_cost $0.2 reached (deadline 2026-12-07T12:00:00Z)"}
+    assert outcome([node]) == ("max-cost", 124, node["message"])
+    status, code, message = budget.node_end(outcome([node]), store, "r-1", said.append)
+    assert (status, code) == ("max-cost", 124) and re.match(r"max_cost \$0.2 reached \(spent \$[0-9.]+\)", message)
+    plain = {**node, "message": "max_duration passed (deadline 2026-12-07T12:00:00Z)"}
+    assert (
+        outcome([plain])[0] == "deadline"
+        and budget.node_end(outcome([plain]), store, "r-1", said.append)[0] == "deadline"
+    )

@@ -76,6 +76,29 @@ def test_watchdog_fires_within_a_tick_of_the_deadline_and_reports_deadline(tmp_p
     assert agent.codes == [124]  # type: ignore[attr-defined]
 
 
+def test_the_agent_ends_at_a_max_cost_deadline_with_what_the_job_saved(tmp_path: Path) -> None:
+    """The watchdog at a deadline max_cost set says so and uploads the artifacts first, as a stop
+    does; at max_duration's it does not (unchanged)."""
+    agent = make_agent(tmp_path, clock=Clock(), deadline_in=0, artifacts=["out"], deadline_why="max_cost $3 reached")
+    agent.log_path.touch()
+    agent.runner.start(
+        "mkdir -p out; trap 'echo saved > out/a; exit 7' TERM; while :; do sleep 0.02; done", agent.job_env()
+    )
+    time.sleep(0.2)
+    assert agent.end_at_deadline()
+    doc = status(agent)
+    assert (doc["state"], doc["stage"]) == ("deadline", "done") and doc["message"].startswith(
+        "max_cost $3 reached (deadline "
+    )
+    assert doc["artifacts_sha256"] and "mem://art" in agent.transfer.store  # type: ignore[attr-defined]
+    plain = make_agent(tmp_path / "plain", clock=Clock(), deadline_in=0, artifacts=["out"])
+    plain.log_path.touch()
+    plain.runner.start("mkdir -p out; echo x > out/a; sleep 30", plain.job_env())
+    time.sleep(0.2)
+    assert plain.end_at_deadline() and "mem://art" not in plain.transfer.store  # type: ignore[attr-defined]
+    assert status(plain)["message"].startswith("max_duration passed (deadline ")
+
+
 def test_manifest_deadline_lowers_but_never_raises(tmp_path: Path) -> None:
     agent = make_agent(tmp_path, deadline_in=100)
     at = agent.deadline.at

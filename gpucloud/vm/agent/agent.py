@@ -27,7 +27,7 @@ from gpucloud.vm.agent.checkpoints import Checkpoints
 from gpucloud.vm.agent.claim import NodeKey, verify
 from gpucloud.vm.agent.clock import Clock
 from gpucloud.vm.agent.config import JobConfig
-from gpucloud.vm.agent.deadline import Deadline, deadline_message
+from gpucloud.vm.agent.deadline import Deadline, deadline_message, deadline_why
 from gpucloud.vm.agent.ending import AgentExit, StandDown
 from gpucloud.vm.agent.final import FinalGate
 from gpucloud.vm.agent.gpu_watch import GpuWatching
@@ -278,10 +278,14 @@ class Agent(GpuWatching, JobSteps, Keeping):
                 os.kill(self.parent_pid, signal.SIGUSR1)  # the main process stops what it does and waits for us
             except OSError:
                 pass
-        self.log("max_duration passed: stopping the job")
+        why = self.cfg.deadline_why
+        self.log(f"{deadline_why(why)}: stopping the job")
+        started = self.runner.pgid() is not None
         self.runner.kill()
         self.load_from_disk()
-        self.finish("deadline", None, 124, deadline_message(self.deadline))
+        if why and started:  # a cap on money ends the run as a stop does: what the job saved goes up
+            self.artifacts_on_stop()
+        self.finish("deadline", None, 124, deadline_message(self.deadline, why))
         return True
 
     def load_from_disk(self) -> None:

@@ -23,6 +23,7 @@ class JobConfig:
     master_port: int = 29500
     barrier_s: int = 600
     max_duration: int = 3600
+    deadline_why: str = ""  # said at the deadline when it is not max_duration's: the run's max_cost
     grace: int = 30  # backstop fires at boot + max_duration + grace
     setup: str = ""
     run: str = "true"

@@ -1,6 +1,7 @@
 """The watchdog (deadline layer (b)): at the deadline it takes the final gate, stops the job
 (SIGTERM, SIGKILL after 5 s) and reports `deadline`. The manifest's `deadline` may lower the
-deadline set at boot, never raise it. Stdlib only, Python >= 3.8 syntax.
+deadline set at boot, never raise it. A deadline the run's max_cost set (the job config's
+`deadline_why`) is said as such, and what the job saved goes up first, as on a stop. Stdlib only, Python >= 3.8 syntax.
 """
 
 from __future__ import annotations
@@ -50,5 +51,11 @@ class Deadline:
         return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.at))
 
 
-def deadline_message(deadline: Deadline) -> str:
-    return f"max_duration passed (deadline {deadline.iso()})"
+def deadline_why(why: str) -> str:
+    """What the deadline is: max_duration, or `why` (the job config's `deadline_why`: the run's
+    max_cost, which the CLI turned into this attempt's deadline)."""
+    return why or "max_duration passed"
+
+
+def deadline_message(deadline: Deadline, why: str = "") -> str:
+    return f"{deadline_why(why)} (deadline {deadline.iso()})"

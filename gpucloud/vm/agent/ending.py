@@ -209,14 +209,18 @@ class Ending:
         if pg is not None:
             if rc is not None:
                 why += f"; the job exited with code {rc} after SIGTERM"
-            if self.cfg.artifacts and self.manifest.url("artifacts_put"):
-                self.board.end_open(False)
-                self.board.begin_stage("artifacts")
-                self.log("stage artifacts")
-                self.board.push()
-                if not self.collect_artifacts():
-                    self.log("artifact upload failed")
+            self.artifacts_on_stop()
         self.finish("failed", None, 143, why)
+
+    def artifacts_on_stop(self) -> None:
+        """A job stopped before its end (a signal, the run's max_cost): what it saved goes up."""
+        if self.cfg.artifacts and self.manifest.url("artifacts_put"):
+            self.board.end_open(False)
+            self.board.begin_stage("artifacts")
+            self.log("stage artifacts")
+            self.board.push()
+            if not self.collect_artifacts():
+                self.log("artifact upload failed")
 
     def on_unexpected_end(self, code: int, why: str) -> None:
         """Whatever ends the main thread early reports `error` if nobody did, then the teardown path."""
