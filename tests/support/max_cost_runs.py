@@ -1,7 +1,8 @@
 """`max_cost:` on a cloud simulator (tests/providers/*/test_*_max_cost.py): a spot run preempted
 once, whose relaunch spends on top of the first attempt, so the cap, not max_duration, sets the
 relaunched attempt's deadline. The node ends the run there by itself (the agent's watchdog), with
-what the job saved uploaded as artifacts; the CLI that followed it reports `max-cost`, exit 124."""
+what the job saved uploaded as artifacts: the CLI that followed it reports `max-cost`, exit 124,
+and so does `collect` when nobody followed the relaunched attempt any more."""
 
 from __future__ import annotations
 
@@ -38,9 +39,11 @@ def capped_job(path: Path, resources: dict[str, Any], max_cost: float) -> Path:
 
 
 def run_preempted_once(
-    module: str, job: Path, env: dict[str, str], home: Path, cwd: Path, first_s: float = 3.0
+    module: str, job: Path, env: dict[str, str], home: Path, cwd: Path, first_s: float = 3.0, leave: bool = False
 ) -> tuple[str, subprocess.CompletedProcess[str]]:
-    """`run JOB --json`; `first_s` after the first attempt runs, `preempt RUN`; the CLI's end."""
+    """`run JOB --json`; `first_s` after the first attempt runs, `preempt RUN`; the CLI's end. With
+    `leave`, the CLI is SIGKILLed once the relaunched attempt runs (the laptop closed: nobody
+    follows the run any more) and the CompletedProcess is that of the killed CLI."""
     proc = subprocess.Popen(
         [sys.executable, "-m", module, "run", str(job), "--json"],
         env=env,
@@ -57,6 +60,10 @@ def run_preempted_once(
         time.sleep(first_s)  # the first attempt spends a while before it is preempted
         pre = cli("preempt", run_id, env=env, cwd=cwd, module=module, timeout=60)
         assert pre.returncode == 0, pre.stderr
+        if leave:
+            relaunched = lambda: len(a := store.attempts(run_id)) == 2 and a[1].launched  # noqa: E731
+            assert wait_until(lambda: relaunched() and store.get_run(run_id).status == "running", timeout=120)
+            proc.kill()
         out, err = proc.communicate(timeout=240)
     finally:
         proc.kill()
