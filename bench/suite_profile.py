@@ -4,7 +4,10 @@ Run the suite with GPUCLOUD_TEST_CPU=PREFIX (tests/support/cpu_profile.py writes
 test to PREFIX.<worker>), then read it back:
 
     GPUCLOUD_TEST_CPU=/tmp/cpu python -m pytest -q -n 4
-    python bench/suite_profile.py /tmp/cpu [--top 30]
+    python bench/suite_profile.py /tmp/cpu [--top 30] [--write tests/scope_costs.json]
+
+--write keeps each file's worker seconds for tests/conftest.py, which hands the longest files out
+first (best written from a run on an otherwise idle machine).
 
 CPU is the worker's own plus what its reaped children used while the test ran; a machine shared with
 other work inflates wall time, not CPU, so compare CPU between runs and wall only on an idle machine.
@@ -46,8 +49,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("prefix", help="the GPUCLOUD_TEST_CPU prefix the suite ran with")
     parser.add_argument("--top", type=int, default=25, help="files and tests listed (default 25)")
+    parser.add_argument("--write", metavar="JSON", help="write each file's worker seconds here")
     args = parser.parse_args()
     rows = load(args.prefix)
+    if args.write:
+        costs = {file: round(wall, 1) for file, _, wall, _ in sorted(totals(rows, "file"))}
+        with open(args.write, "w") as out:
+            json.dump(costs, out, indent=0, sort_keys=True)
+            out.write("\n")
     wall = sum(float(r["wall"]) for r in rows)
     cpu = sum(float(r["own"]) + float(r["kids"]) for r in rows)
     print(f"{len(rows)} tests: {wall:,.0f} worker-s wall, {cpu:,.0f} CPU-s")

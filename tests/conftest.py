@@ -4,6 +4,7 @@ process and in a CLI subprocess started the way the tests start them, is the ins
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -79,7 +80,27 @@ SPREAD = frozenset(
 )
 
 
+# Seconds each test file held a worker in a profiled run of the suite (bench/suite_profile.py --write).
+SCOPE_COSTS = REPO / "tests" / "scope_costs.json"
+
+
+@pytest.hookimpl(tryfirst=True)  # before a folder's own ordering (tests/guest puts its boots first)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each file is one xdist group (SPREAD tests are their own), and the groups go out longest first
+    (pyproject: --no-loadscope-reorder keeps this order): a long file started last would hold the
+    run's end while the other workers wait. Within a file the order stays as written."""
+    costs: dict[str, float] = json.loads(SCOPE_COSTS.read_text()) if SCOPE_COSTS.exists() else {}
+    default = sorted(costs.values())[len(costs) // 2] if costs else 1.0
+    per_file: dict[str, int] = {}
     for item in items:
+        file = item.nodeid.split("::", 1)[0]
+        per_file[file] = per_file.get(file, 0) + 1
         if getattr(item, "originalname", item.name) not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+            item.add_marker(pytest.mark.xdist_group(file))
+
+    def cost(item: pytest.Item) -> float:
+        file = item.nodeid.split("::", 1)[0]
+        whole = costs.get(file, default)
+        return whole if getattr(item, "originalname", item.name) not in SPREAD else whole / per_file[file]
+
+    items.sort(key=lambda item: -cost(item))
