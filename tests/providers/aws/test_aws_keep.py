@@ -57,9 +57,7 @@ def test_a_kept_machine_takes_a_second_job_in_seconds_and_leaves_nothing(
     # A job with its own secret and an S3 input: sealed to the node's key, copied before its run.
     moto.client("s3").create_bucket(Bucket="keep-in")
     moto.client("s3").put_object(Bucket="keep-in", Key="p/x.txt", Body=b"input-from-s3\n")
-    job.write_text(
-        job.read_text().replace("run: ", "secrets: [TOKEN_B]\ninputs: {d/: s3://keep-in/p}\nrun: ", 1)
-    )
+    job.write_text(job.read_text().replace("run: ", "secrets: [TOKEN_B]\ninputs: {d/: s3://keep-in/p}\nrun: ", 1))
     _job_run(job, 'echo "b-len=${#TOKEN_B} b=$TOKEN_B"; cat d/x.txt')
     proc = hooked_cli(aws_env, "run", "--on", run_id, str(job), "--secret", "TOKEN_B=sealed-for-job-2")
     assert proc.returncode == 0, proc.stderr[-3000:]
