@@ -1,6 +1,7 @@
 """The stack stage's own apt commands on the real guest, against the stand-in of NVIDIA's
 repository (tests/support/guest_apt.py): the K80 stack (R470, CUDA 11.4, cuDNN 8.2) installs with
-real apt and dpkg, and a second machine booted from the same disk installs nothing. (The T4 stack,
+real apt and dpkg, and a second machine booted from the same disk (the first run's folder and
+resume unit still on it) runs its own job and installs nothing. (The T4 stack,
 R580 with its pinning package, is installed by tests/guest/test_guest_aws.py's run.)"""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 from tests.support.guest_apt import RepoServer
 from tests.support.guest_image import GuestImage
 from tests.support.guest_runs import start_guest_run
-from tests.support.guest_vm import set_aside_work_dir
+from tests.support.vm_boot import Vm
 
 pytestmark = pytest.mark.slow
 BOOT_S = 1200
@@ -24,11 +25,11 @@ JOB = (
 )
 
 
-def _boot(tmp: Path, image: GuestImage, repo: RepoServer, disk: Path | None, instance: str) -> tuple[dict, str]:
+def _boot(tmp: Path, image: GuestImage, repo: RepoServer, disk: Path | None, instance: str) -> tuple[Vm, dict, str]:
     run = start_guest_run(tmp, image, repo, gpu="K80", run=JOB, disk=disk, instance_id=instance)
     try:
         assert run.guest.wait_exit(BOOT_S) == 0, run.guest.console()[-3000:]
-        return run.vm.status(), run.vm.log()
+        return run.vm, run.vm.status(), run.vm.log()
     finally:
         run.stop()
 
@@ -36,7 +37,7 @@ def _boot(tmp: Path, image: GuestImage, repo: RepoServer, disk: Path | None, ins
 def test_k80_stack_installs_with_real_apt_and_a_second_boot_installs_nothing(
     image: GuestImage, repo: RepoServer, tmp_path: Path
 ) -> None:
-    status, log = _boot(tmp_path / "first", image, repo, None, "i-0first")
+    first, status, log = _boot(tmp_path / "first", image, repo, None, "i-0first")
     assert status["state"] == "succeeded", (status, log[-3000:])
     assert "apt-get install cuda-drivers-470" in log
     for line in (
@@ -48,10 +49,12 @@ def test_k80_stack_installs_with_real_apt_and_a_second_boot_installs_nothing(
         "Tesla K80, 470.256.02",
     ):
         assert line in log, (line, log[-3000:])
-    # A new machine from this disk: the first run's work folder set aside, as a baked image has none
-    # (left in place, its boot unit resumes that finished run and powers the new machine off).
-    set_aside_work_dir(tmp_path / "first" / "disk.raw")
-    status, again = _boot(tmp_path / "second", image, repo, tmp_path / "first" / "disk.raw", "i-0second")
+    # A new machine (another instance id, SMBIOS UUID and user-data) from this disk, whose run folder
+    # and enabled resume unit are still there: the old run is not resumed (it would re-arm its past
+    # deadline and power the new machine off), and the new machine's own run finds the stack installed.
+    before = first.status()
+    _, status, again = _boot(tmp_path / "second", image, repo, tmp_path / "first" / "disk.raw", "i-0second")
     assert status["state"] == "succeeded", (status, again[-3000:])
     assert "apt-get install" not in again, again[-3000:]
     assert "Tesla K80, 470.256.02" in again
+    assert first.status() == before  # the old run's channel untouched

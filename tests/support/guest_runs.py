@@ -22,7 +22,7 @@ from gpucloud.plan.stacks import Stack
 from tests.support.guest_apt import RepoServer
 from tests.support.guest_image import GuestImage
 from tests.support.guest_imds import Ec2Metadata
-from tests.support.guest_vm import Guest, boot, guest_disk, guest_url
+from tests.support.guest_vm import Guest, boot, guest_disk, guest_url, instance_uuid
 from tests.support.render_inputs import K80, T4
 from tests.support.s3_front import S3Front
 from tests.support.vm_boot import Vm, make_vm
@@ -138,5 +138,8 @@ def start_guest_run(
     imds = Ec2Metadata(instance_id, vm.script.read_text()).start()
     disk = disk or guest_disk(image, tmp / "disk.raw")
     port = int(front.base.rsplit(":", 1)[1])
-    guest = boot(image, disk, imds_port=imds.port, ports=(port,), repo_port=repo.port, gpu=(GPU_NAMES[gpu], 1))
+    uuid = instance_uuid(instance_id)
+    guest = boot(
+        image, disk, imds_port=imds.port, ports=(port,), repo_port=repo.port, gpu=(GPU_NAMES[gpu], 1), uuid=uuid
+    )
     return GuestRun(vm=vm, front=front, imds=imds, guest=guest, disk=disk)

@@ -12,6 +12,7 @@ measured by.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import re
 import shutil
@@ -32,7 +33,15 @@ SERVICE_ADDR = "169.254.169.5"  # the host's test services (channel, apt reposit
 IMDS_ADDR = "169.254.169.254"
 # What an EC2 instance's firmware says (cloud-init tells EC2 by it, and only there asks IMDSv2's token)
 EC2_UUID = "ec2e1916-9099-7caf-fd21-012345abcdef"
-SMBIOS = f"type=1,manufacturer=Amazon EC2,product=g4dn.xlarge,serial={EC2_UUID},uuid={EC2_UUID}"
+SMBIOS = "type=1,manufacturer=Amazon EC2,product=g4dn.xlarge,serial={uuid},uuid={uuid}"
+
+
+def instance_uuid(instance_id: str) -> str:
+    """The SMBIOS UUID of one instance (EC2's start with `ec2`; each instance has its own)."""
+    h = hashlib.sha256(instance_id.encode()).hexdigest()
+    return f"ec2{h[:5]}-{h[5:9]}-{h[9:13]}-{h[13:17]}-{h[17:29]}"
+
+
 REPO_ADDR = NVIDIA_REPO_URL.removeprefix("http://")  # NVIDIA's repositories' stand-in, at port 80
 # No `tsc=reliable`: a TSC calibrated while the host is loaded can be far off, and without the
 # kernel's clocksource watchdog the guest's clock then ran 20 times too fast (units timed out).
@@ -127,6 +136,7 @@ def boot(
     repo_port: int = 0,
     gpu: tuple[str, int] = ("", 0),
     mem_mib: int = 768,
+    uuid: str = EC2_UUID,
 ) -> Guest:
     """Start qemu on `disk`: EC2's metadata address relays to `imds_port`, SERVICE_ADDR:PORT to the
     host's PORT for each of `ports`, REPO_ADDR:80 to `repo_port`; `gpu` (nvidia-smi's name, count)
@@ -148,7 +158,7 @@ def boot(
         "1",
         "-nodefaults",
         "-smbios",
-        SMBIOS,
+        SMBIOS.format(uuid=uuid),
         "-no-user-config",
         "-display",
         "none",
@@ -184,11 +194,3 @@ def boot(
 def tcg_note() -> str:
     """Why a guest cannot use KVM here, for the skip/bench notes."""
     return "software emulation (TCG)" + ("" if not os.path.exists("/dev/kvm") else "; /dev/kvm present but unused")
-
-
-def set_aside_work_dir(disk: Path, work_dir: str = "/var/lib/gpucloud") -> None:
-    """Move a finished run's work folder aside on a powered-off guest's disk (debugfs, no mount), as
-    an image baked by gpucloud has none: its boot unit then finds no `boot.sh` and stays quiet."""
-    parent, name = work_dir.rsplit("/", 1)
-    cmds = f"cd {parent}\nlink {name} {name}.before\nunlink {name}\n"
-    subprocess.run(["debugfs", "-w", "-f", "-", str(disk)], input=cmds.encode(), check=True, capture_output=True)
