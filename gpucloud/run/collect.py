@@ -86,7 +86,7 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
     from gpucloud.run.commands import channel_for, require_run
     from gpucloud.run.log import LogMirror
     from gpucloud.run.teardown import teardown_run
-    from gpucloud.run.watch import outcome, vm_phases
+    from gpucloud.run.watch import ended_at, outcome, vm_phases
 
     ArchiveLimits.from_env()  # a malformed cap setting is exit 2 before anything is read or torn down
     store = Store()
@@ -107,7 +107,9 @@ def collect_run(ref: str, *, dest_root: Path | None = None) -> Collected:
         to_stderr(f"warning: {shown(line)}")
     status, code, message = outcome(statuses)
     store.set_phases(run.id, vm_phases(statuses))
-    store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
+    store.finish_run(
+        run.id, status, exit_code=code, message=message or None, only_if_active=True, ended_at=ended_at(statuses)
+    )
     store.end_attempt(run.id, None, f"job {status}")  # its attempt ended with it: `cost` stops billing there
     store.update_run(run.id, artifacts_dir=str(dest))
     store.event(

@@ -17,7 +17,7 @@ from gpucloud.errors import Declined, InternalError, UserError
 from gpucloud.prose import fill, output_width, to_stderr
 from gpucloud.run.log import LogMirror
 from gpucloud.run.sweep import Sweep
-from gpucloud.run.watch import observe, outcome, vm_phases
+from gpucloud.run.watch import ended_at, observe, outcome, vm_phases
 from gpucloud.state.guard import StoreError
 from gpucloud.state.runs_db import Journal, ResourceRecord, RunRecord, Store, current_user, home_dir
 from gpucloud.ui import views
@@ -129,9 +129,10 @@ def refresh(store: Store, run: RunRecord) -> RunRecord:
     elif obs.all_final:
         status, code, message = outcome(obs.statuses)
         store.set_phases(run.id, vm_phases(obs.statuses))
-        store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True)
+        end = ended_at(obs.statuses)
+        store.finish_run(run.id, status, exit_code=code, message=message or None, only_if_active=True, ended_at=end)
         # Nobody follows it (no `gpucloud watch`): the attempt ends with the run (a preempted one as
-        # preempted), so `cost` bills it to the run's end, not as still running.
+        # preempted), at the nodes' own end, so `cost` bills it to there, not to whenever it was listed.
         store.end_attempt(run.id, None, (message or "preempted") if status == "preempted" else f"job {status}")
     elif obs.lost:
         store.finish_run(

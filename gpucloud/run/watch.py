@@ -142,6 +142,14 @@ def _exit_byte(code: object) -> bool:
     return isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255
 
 
+def ended_at(statuses: list[dict | None]) -> float | None:
+    """When the last node reached its final state, by the nodes' own clocks; None when one did not
+    say. A run nobody followed ends there, not when someone later collected or listed it: its
+    machines ended themselves then, and `cost`, max_cost and budgets bill to it."""
+    ends = [_end_time(st) for st in statuses]
+    return max(ends) if ends and all(e != float("inf") for e in ends) else None
+
+
 def outcome(statuses: list[dict | None], seen: list[float | None] | None = None) -> tuple[str, int, str]:
     """(run status, exit code, message) from the nodes' final status.json documents.
 

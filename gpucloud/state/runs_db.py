@@ -295,10 +295,12 @@ class Store:
         exit_code: int | None = None,
         message: str | None = None,
         only_if_active: bool = False,
+        ended_at: float | None = None,
     ) -> bool:
-        """Mark a run ended. With only_if_active, a run another process already finished keeps its
-        status (so `down` does not overwrite "succeeded"). Returns whether the row changed."""
-        now = time.time()
+        """Mark a run ended (at `ended_at` when its nodes said when, never later than now). With
+        only_if_active, a run another process already finished keeps its status (so `down` does not
+        overwrite "succeeded"). Returns whether the row changed."""
+        now = time.time() if ended_at is None else min(ended_at, time.time())
         sql = (
             "UPDATE runs SET status = ?, exit_code = COALESCE(?, exit_code), message = COALESCE(?, message),"
             " ended_at = COALESCE(ended_at, ?) WHERE id = ?"

@@ -7,6 +7,7 @@ never ends a local run)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from gpucloud.spec.load import parse_spec
 from gpucloud.spec.values import SpecError
 from gpucloud.state.runs_db import Store
 from tests.support.cli import cli
+from tests.support.polling import wait_until
 
 
 def test_max_cost_is_a_job_field_checked_with_its_line() -> None:
@@ -110,3 +112,21 @@ def test_a_follower_leaves_the_end_at_the_cap_to_the_node(tmp_path: Path) -> Non
         outcome([plain])[0] == "deadline"
         and budget.node_end(outcome([plain]), store, "r-1", said.append)[0] == "deadline"
     )
+
+
+def test_a_detached_run_found_ended_is_billed_to_its_nodes_end(tmp_path: Path, gpucloud_home: Path) -> None:
+    """A run nobody followed ends (for `cost`, max_cost and budgets) when its node said it ended, not
+    when `status` or `ls` first saw it."""
+    job = tmp_path / "job.yaml"
+    job.write_text("name: d\nresources: {cloud: local}\nrun: echo done\nmax_duration: 1m\n")
+    run_id = json.loads(cli("run", str(job), "--detach", "--json", cwd=tmp_path, check=True).stdout)["run_id"]
+    store = Store(gpucloud_home / "state.db")
+    [proc] = [r for r in store.resources(run_id, alive_only=False) if r.kind == "process"]
+    pid = int(str(proc.cloud_id).split(":")[1])
+    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), timeout=60)
+    time.sleep(2.0)  # the run ended well before anyone looks
+    looked = time.time()
+    assert json.loads(cli("status", run_id, "--json", cwd=tmp_path, check=True).stdout)["status"] == "succeeded"
+    run = store.get_run(run_id)
+    assert run is not None and run.ended_at is not None and run.ended_at < looked - 1.5, (run.ended_at, looked)
+    assert run.attempts[0].ended_at == run.ended_at

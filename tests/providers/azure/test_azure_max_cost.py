@@ -2,7 +2,8 @@
 preempted once (Azure's Scheduled Events) is relaunched by the CLI following it, which is then
 SIGKILLed. Nobody follows the relaunched attempt, and its node still ends the run at the deadline
 the cap set, within a heartbeat of it, with what the job saved uploaded: `collect` reports
-`max-cost` (exit 124) with the artifact, and nothing is left behind (tests/support/max_cost_runs.py;
+`max-cost` (exit 124) with the artifact, billed to the node's own end (what it spent is its cap),
+and nothing is left behind (tests/support/max_cost_runs.py;
 the followed case is tests/providers/aws/test_aws_max_cost.py)."""
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ def test_a_run_nobody_follows_ends_at_its_max_cost(
     doc = json.loads(out.stdout)
     assert doc["status"] == "max-cost" and doc["exit_code"] == 124, doc
     assert (Path(doc["directory"]) / "out" / "early.txt").read_text() == "saved\n"
-    assert (store.get_run(run_id) or run).message.startswith(f"max_cost ${MAX_COST:g} reached (deadline ")
+    after = store.get_run(run_id) or run
+    assert after.message.startswith(f"max_cost ${MAX_COST:g} reached (deadline ")
+    # billed to the node's own end, not to the collect: what it spent is its cap (within a heartbeat)
+    assert after.attempts[1].ended_at == pytest.approx(done, abs=0.01), (after.attempts[1].ended_at, done)
+    assert MAX_COST <= after.cost() < MAX_COST + PRICE * HEARTBEAT_S / 3600, after.cost()
     azure_sim.wait_idle(30)
     assert leftovers(arm) == []
