@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 
 def _job(path: Path, run: str) -> Path:
     path.write_text(
-        "name: keptaz\nresources:\n  cloud: azure\n  regions: [eastus]\n  gpu: T4:1\n"
+        "name: keptaz\nresources:\n  cloud: azure\n  regions: [eastus]\n  gpu: T4:1\n  ssh: true\n"
         f"keep: 30s\nmax_duration: 10m\nrun: {run}\n"
     )
     return path
@@ -41,12 +41,15 @@ def test_a_kept_machine_takes_a_second_job_in_seconds_and_leaves_nothing(
     azure_sim: AzureVmSimulator,  # noqa: F811
     tmp_path: Path,
 ) -> None:
+    azure_env = {**azure_env, "GPUCLOUD_SSH_CIDR": "203.0.113.7/32"}  # `ssh: true`: the caller's address
     job = _job(tmp_path / "job.yaml", "echo first-line-cold")
     cold_s, proc = timed_first_line(["run", str(job)], env=azure_env, cwd=tmp_path, marker="first-line-cold")
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_id = run_id_of(proc.stderr)
     assert "the machine is kept for" in proc.stderr
     assert leftovers(arm), "a kept run's machine stays"
+    keys = Path(azure_env["GPUCLOUD_HOME"]) / "keys"
+    assert list(keys.glob(f"*{run_id}*")), "its session key (the NSG rule for this caller is in its group)"
     job = _job(tmp_path / "job.yaml", "echo first-line-kept; exit 4")
     kept_s, proc = timed_first_line(
         ["run", "--on", run_id, str(job)], env=azure_env, cwd=tmp_path, marker="first-line-kept"
@@ -61,7 +64,7 @@ def test_a_kept_machine_takes_a_second_job_in_seconds_and_leaves_nothing(
     # Nobody runs `down` or `gc`: the run's follower records the end and removes what is left here
     # (the run's resources in the store, its key and ssh entries under GPUCLOUD_HOME).
     assert wait_until(lambda: _torn_down(azure_env, run_id), timeout=60), cli("status", run_id, env=azure_env).stderr
-    assert leftovers(arm) == []
+    assert leftovers(arm) == [] and list(keys.glob(f"*{run_id}*")) == []
 
 
 def _torn_down(env: dict[str, str], run_id: str) -> bool:
