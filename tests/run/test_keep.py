@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -173,6 +174,13 @@ def test_a_detached_kept_run_is_recorded_kept_not_ended(tmp_path: Path, gpucloud
     run_id = run_id_of(cli("run", str(job), "--detach", cwd=tmp_path, check=True).stderr)
     doc = _wait_status(run_id, tmp_path, {"kept", "succeeded"}, timeout=60)
     assert doc["status"] == "kept"  # not "succeeded" while its machine waits (gc would tear it down)
+    # Its follower was started at `run --detach`; one that died is started again by the next `ls`.
+    first = keep.follower_pid(run_id)
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    assert wait_until(lambda: keep.follower_pid(run_id) is None, timeout=10)
+    cli("ls", cwd=tmp_path, check=True)
+    assert keep.follower_pid(run_id) not in (None, first)
     cli("gc", "--yes", "--cloud", "local", cwd=tmp_path, check=True)
     proc = cli("exec", run_id, "--", "echo still-here", cwd=tmp_path, timeout=60)
     assert proc.returncode == 0 and "still-here" in proc.stdout, proc.stderr
