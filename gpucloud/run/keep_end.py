@@ -65,9 +65,7 @@ def clean_up(store: Store, run: RunRecord) -> list[str]:
     from gpucloud.run.teardown import teardown_run
     from gpucloud.state.runs_db import Journal, home_dir
 
-    if not store.resources(run.id, alive_only=True):
-        return []
-    channel = channel_for(run)
+    channel = channel_for(run)  # what `status` marked gone already (its machines) is not asked again
     if channel is not None:
         try:  # an SSH host's channel goes with the teardown: the log is copied first
             LogMirror(home_dir(), run.id, run.num_nodes).sync(channel, final=True)

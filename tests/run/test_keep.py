@@ -48,7 +48,8 @@ def _wait_status(run_id: str, cwd: Path, want: set[str], timeout: float) -> dict
 
 def _torn_down(run_id: str, cwd: Path) -> bool:
     doc = json.loads(cli("status", run_id, "--json", cwd=cwd, check=True).stdout)
-    return bool(doc["resources"]) and all(r["status"] == "deleted" for r in doc["resources"])
+    by_follower = any("torn down" in e["message"] and "nothing left" in e["message"] for e in doc["events"])
+    return by_follower and bool(doc["resources"]) and all(r["status"] == "deleted" for r in doc["resources"])
 
 
 def _sandbox(home: Path, run_id: str) -> Path:
