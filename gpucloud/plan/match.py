@@ -43,7 +43,6 @@ class GpuMatch:
         self.simple = only is not None and len(only.models) == 1 and only.memory is None and only.max_count is None
         labels = [label for _, _, _, label in self.resolved]
         self.asked = labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " or " + labels[-1]
-        self.exact_count = only.count if only is not None and only.max_count is None else None
         self._which: dict[tuple[str, int], int | None] = {}
 
     def which(self, off: Offering) -> int | None:

@@ -22,9 +22,6 @@ from gpucloud.errors import GpucloudError
 from gpucloud.run.budget import spent_by
 from gpucloud.state.runs_db import Store, current_user
 
-PERIODS = ("daily", "monthly")
-SCOPES = ("user", "team")
-
 
 class BudgetError(GpucloudError):
     """A launch would take its user or team past a budget: nothing was created. Exit 77 (EX_NOPERM)."""

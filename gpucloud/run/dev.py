@@ -11,7 +11,6 @@ import time
 from gpucloud.errors import UserError
 from gpucloud.prose import to_stderr
 
-DEFAULT_IDLE = "30m"
 READY_LINE = "gpucloud dev: the machine is ready"
 READY_WAIT_S = 1800.0  # boot and stack install on a cloud; the job's setup comes on top
 # The stages before the job's `run` (ui/timeline.py's names, and a run not yet booted): until one of

@@ -102,7 +102,6 @@ class Agent(GpuWatching, JobSteps, Keeping):
         self.guard_stop = threading.Event()
         self.threads: Dict[str, threading.Thread] = {}
         self.node_ips: List[str] = ["127.0.0.1"] if cfg.num_nodes == 1 else []
-        self.job_started = False
         self.watchdog_pid = 0
         self.parent_pid = 0  # in the watchdog process: the main agent process, told when it ended the run
         self.board.ended_elsewhere = lambda: self.gate.elsewhere()

@@ -59,7 +59,6 @@ class StatusBoard:
             "artifacts_sha256": "",
             "open": "",
         }
-        self.pushes = 0
         # Set by the agent: True once another process (watchdog, backstop) ends the run; from
         # then on this process sends no progress status that could land after that final one.
         self.ended_elsewhere: Callable[[], bool] = lambda: False
@@ -178,7 +177,6 @@ class StatusBoard:
                     raw = protocol.signed_status(raw, sig)
             path = self.st_dir / f"out.{os.getpid()}.{threading.get_ident()}"
             path.write_bytes(raw)
-            self.pushes += 1
             ok = self._upload(path, final)
         if not ok:
             self._log("status upload failed")

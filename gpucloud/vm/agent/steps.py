@@ -25,7 +25,6 @@ class JobSteps(Ending):
     deadline: Deadline
     job_dir: Path
     node_ips: List[str]
-    job_started: bool
     secret_values: Dict[str, str]
     data_grants: Dict[str, Any]
     pull_login: Dict[str, str]
@@ -114,7 +113,6 @@ class JobSteps(Ending):
 
     def run_step(self, command: str, step: str = "run") -> int:
         self.gate_check()
-        self.job_started = True
         env = {**self.job_env(), **self.secret_values}
         where = None
         if self.box is not None:
