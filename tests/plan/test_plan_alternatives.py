@@ -301,7 +301,7 @@ def test_examples_dir_has_an_alternatives_example() -> None:
 def test_every_candidate_carries_its_price_source_and_no_estimates_refuses_them() -> None:
     from gpucloud.catalog.prices import price_source
 
-    spec = spec_of("T4:1")
+    spec = spec_of("B200:8")  # p6-b200.48xlarge: priced in most regions, estimated in three
     plan = make_plan(spec, baked=False)
     kinds = {c.price_source.kind for c in plan.candidates if c.price_source}
     assert len(kinds) >= 2 and "estimate" in kinds and all(c.price_source for c in plan.candidates)
@@ -320,7 +320,7 @@ def test_plan_table_marks_estimated_prices_and_names_the_source() -> None:
 
     from gpucloud.ui import views
 
-    plan = make_plan(spec_of("T4:1"), baked=False)
+    plan = make_plan(spec_of("B200:8"), baked=False)
     out = io.StringIO()
     with redirect_stdout(out), redirect_stderr(io.StringIO()):
         views.print_plan(plan, show_all=True)

@@ -62,15 +62,15 @@ def test_plan_and_catalog_give_up_the_region_before_the_cloud() -> None:
     assert "cloud" in head and "region" not in head, head
 
 
-def test_a_wide_plan_marks_an_estimate_once() -> None:
-    out = cli("plan", "examples/t4-any-cloud.yaml", env=clean_env(200), cwd=REPO)
+def test_a_wide_plan_marks_an_estimate_once(tmp_path: Path) -> None:
+    job = tmp_path / "b200.yaml"  # p6-b200.48xlarge: estimated in three regions (docs/CATALOG.md)
+    job.write_text("name: b\nresources:\n  gpu: B200:8\nrun: nvidia-smi\n")
+    out = cli("plan", str(job), env=clean_env(200), cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert "ESTIMATE" in out.stdout and "(estimate price)" not in out.stdout, out.stdout
-    narrow = cli(
-        "plan", "examples/t4-any-cloud.yaml", env=clean_env(), cwd=REPO
-    )  # the source column gives way: the market says it
+    narrow = cli("plan", str(job), env=clean_env(), cwd=REPO)  # the source column gives way: the market says it
     assert "ESTIMATE" not in narrow.stdout and "(estimate price)" in narrow.stdout, narrow.stdout
-    cat = cli("catalog", "--gpu", "T4", env=clean_env(200), cwd=REPO)
+    cat = cli("catalog", "--gpu", "B200", env=clean_env(200), cwd=REPO)
     estimated = [line for line in cat.stdout.splitlines() if "ESTIMATE" in line]
     assert estimated and not any("*" in line for line in estimated), estimated
 
@@ -124,4 +124,6 @@ def test_catalog_gives_each_price_source_its_date_and_age() -> None:
     said = flat(out.stderr)
     assert out.returncode == 0, out.stderr
     assert "shipped of 2026-08-26:" in said and "shipped of 2024:" in said and "days old" in said, said
+    assert "shipped of 2026-06-18:" in said, said  # Azure's retail prices of every region
+    said = flat(cli("catalog", "--gpu", "B200", env=clean_env(), cwd=REPO).stderr)
     assert "estimated from prices of" in said, said
