@@ -26,7 +26,6 @@ from gpucloud.vm.agent import engine
 from gpucloud.vm.agent.stage_api import StageEnv, StageFailed
 
 IMAGE_EXIT = 66  # the image could not be had (pulled, or found with pull: never): README, exit codes
-PULL_POLICIES = ("missing", "always", "never")
 RECORD = "job.container"  # "<engine path> <container name>" while a step's container may run
 NOTICE_DIR = "notice"  # mounted into the container: the preemption marker lives here
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")  # where podman looks for CDI specs
