@@ -354,16 +354,3 @@ def clean_text(text: str) -> str:
     escapes, carriage returns, bells, C1 codes) become `\\xNN` / `\\uNNNN`, so a host cannot move
     the cursor, retitle the terminal or hide a line of gpucloud's own."""
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
-
-
-def master_pid(host: SshHost) -> int | None:
-    """The ControlMaster process for this host, if one is up (`ssh -O check`)."""
-    proc = subprocess.run(
-        ["ssh", *base_args(host), "-O", "check", *host.destination()],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    found = re.search(r"pid=(\d+)", proc.stderr + proc.stdout)
-    return int(found.group(1)) if found else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -138,7 +139,11 @@ def drop_connection(box: SshdServer, env: dict[str, str], alias: str) -> None:
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        pid = ssh_transport.master_pid(ssh_transport.SshHost.parse(alias))
+        host = ssh_transport.SshHost.parse(alias)
+        check = ["ssh", *ssh_transport.base_args(host), "-O", "check", *host.destination()]
+        proc = subprocess.run(check, capture_output=True, text=True, timeout=30, check=False)
+        found = re.search(r"pid=(\d+)", proc.stderr + proc.stdout)  # the ControlMaster's, if one is up
+        pid = int(found.group(1)) if found else None
     finally:
         for k, v in old.items():
             if v is None:
