@@ -46,12 +46,15 @@ def nothing_fits(
         if count and not any(o.gpu_count == count for o in live) and any(o.gpu_count == count for o in offered):
             return _count_only_retired(spec, gpu, count, where, offered, live, clouds, cat)
     gone = {(o.cloud, o.instance_type) for o in cat.offerings if o.status == "retired"}
+    gpu_of, price_of = _first_gpu_and_price(cat)
     misses = [
         e
         for e in excluded
-        if e.cloud in clouds and (not gpu or _gpu_of(e, cat) in variants) and (e.cloud, e.instance_type) not in gone
+        if e.cloud in clouds
+        and (not gpu or gpu_of.get(e.instance_type, "") in variants)
+        and (e.cloud, e.instance_type) not in gone
     ]
-    misses.sort(key=lambda e: _price_of(e, cat))
+    misses.sort(key=lambda e: price_of.get((e.cloud, e.region, e.instance_type), 0.0))
     lines = [f"{e.cloud}/{e.region}/{e.instance_type}: {e.reason}" for e in misses[:CLOSEST_MISSES]]
     return UserError(
         f"{_where(spec)}no offering meets every constraint of the job. Closest misses:\n  - "
@@ -168,19 +171,15 @@ def _never_offered_note(gpu: str, cat: Catalog) -> str:
     return "; it was never offered by AWS or Azure and exists only on owned or hosted hardware" if not anywhere else ""
 
 
-def _gpu_of(e: Exclusion, cat: Catalog) -> str:
-    return next((o.gpu for o in cat.offerings if o.instance_type == e.instance_type), "")
-
-
-def _price_of(e: Exclusion, cat: Catalog) -> float:
-    return next(
-        (
-            o.price_per_hour
-            for o in cat.offerings
-            if o.instance_type == e.instance_type and o.region == e.region and o.cloud == e.cloud
-        ),
-        0.0,
-    )
+def _first_gpu_and_price(cat: Catalog) -> tuple[dict[str, str], dict[tuple[str, str, str], float]]:
+    """Each type's GPU and each (cloud, region, type)'s price, from the first row that has it: one
+    pass over the catalog, not one per exclusion (thousands of each made an empty plan quadratic)."""
+    gpu_of: dict[str, str] = {}
+    price_of: dict[tuple[str, str, str], float] = {}
+    for o in cat.offerings:
+        gpu_of.setdefault(o.instance_type, o.gpu)
+        price_of.setdefault((o.cloud, o.region, o.instance_type), o.price_per_hour)
+    return gpu_of, price_of
 
 
 def alternatives(

@@ -6,8 +6,9 @@ it is under test. Fake credentials go into the environment too, so subprocess CL
 in-process code see the same account.
 
 Speed (docs/PROVIDERS.md, "Testing against fakes"): `MOTO_EC2_LOAD_DEFAULT_AMIS=false`, one reused boto3
-Session, two of moto's per-request lookups cached (`fast_moto`), and `tagged_alive` asks only the
-regions where moto holds anything at all (the rest cannot hold a leak).
+Session, two of moto's per-request lookups and its answers about static data cached (`fast_moto`),
+and `tagged_alive` asks only the regions where moto holds anything at all (the rest cannot hold a
+leak).
 """
 
 from __future__ import annotations
@@ -136,6 +137,42 @@ def fast_moto() -> None:
         backends.list_of_moto_modules = functools.cache(lambda: tuple(modules()))
     if getattr(responses.method_names_from_class, "cache_info", None) is None:
         responses.method_names_from_class = functools.cache(responses.method_names_from_class)
+    _cache_static_answers(responses.BaseResponse)
+
+
+# EC2 answers read from moto's bundled data that no request changes: serializing the hundreds of
+# instance types to XML was two fifths of a catalog refresh's CPU, paid again on every call.
+STATIC_ACTIONS = frozenset({"DescribeInstanceTypes", "DescribeInstanceTypeOfferings", "DescribeSpotPriceHistory"})
+
+
+def _cache_static_answers(response_cls: Any) -> None:
+    """Serialize each distinct request for static data once per process (key: region and every
+    parameter, page tokens included); errors are never cached."""
+    import json
+    import threading
+
+    original = response_cls.serialized
+    if getattr(original, "static_cache", None) is not None:
+        return
+    cache: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def serialized(self: Any, action_result: Any) -> Any:
+        action = self._get_action()
+        if action not in STATIC_ACTIONS or isinstance(action_result.result, Exception):
+            return original(self, action_result)
+        key = json.dumps([self.region, action, self.querystring], sort_keys=True, default=str)
+        with lock:
+            hit = cache.get(key)
+        if hit is None:
+            hit = original(self, action_result)
+            with lock:
+                cache[key] = hit
+        status, headers, body = hit
+        return status, dict(headers), body
+
+    serialized.static_cache = cache  # type: ignore[attr-defined]
+    response_cls.serialized = serialized
 
 
 def holds_anything(region: str) -> bool:
