@@ -1,6 +1,6 @@
 """The job's workdir as it travels: the files that go into the code tarball (.gitignore honoured,
 through git where the folder is in a work tree) and the tarball itself, stopped at the size cap.
-Kept apart from the channel (store.py) so that `plan` and `validate` can count the upload without
+Kept apart from the channel (run_objects.py) so that `plan` and `validate` can count the upload without
 importing the channel's transfer and trust code."""
 
 from __future__ import annotations
