@@ -196,6 +196,10 @@ class GuestSimulator:
             "GPUCLOUD_ETC": str(sandbox / "etc"),  # apt preferences and systemd units of this guest
             "STUB_APT_REPO": str(NVIDIA_REPO_INDEX),
             "STUB_GPU_MEM_TOTAL": str(_gpu_mib(gpu)),
+            # A guest shares this host's few cores with the other test workers: PyTorch's intra-op
+            # threads (one per host core, spinning between ops) were 2 of the 5 CPU-s of a 3-epoch
+            # example on 2 cores, for the same result. torchrun sets the same for each rank.
+            "OMP_NUM_THREADS": "1",
             # scripted GPU use for the sampler (tests set them in this process's environment)
             **{k: os.environ[k] for k in ("STUB_GPU_UTIL", "STUB_GPU_MEM_USED") if k in os.environ},
         }
