@@ -95,6 +95,20 @@ def test_a_new_run_sets_aside_what_another_run_left_and_the_same_run_resumes(tmp
     assert owner.take_over(w, "r2", {"GPUCLOUD_MACHINE_ROOT": str(a)})[0]
 
 
+def test_a_fresh_folder_and_the_running_shim_stay_in_place(tmp_path: Path) -> None:
+    """A work folder no run used yet (the shim's own script may sit in it, as on the local
+    simulator) is nobody's earlier run; a later run's files go, the shim running now stays."""
+    w = tmp_path / "w"
+    (w / "agent").mkdir(parents=True)
+    (w / "bootstrap.sh").write_text("#!/bin/sh\n")
+    assert owner.take_over(w, "r1", {}) == (False, [])
+    assert (w / "bootstrap.sh").is_file() and not (w / owner.EARLIER).exists()
+    (w / "job.log").write_text("r1's log\n")
+    rebooted, said = owner.take_over(w, "r2", {"GPUCLOUD_SHIM": str(w / "bootstrap.sh")})
+    assert not rebooted and "held another run (r1)" in said[0]
+    assert (w / "bootstrap.sh").is_file() and not (w / "job.log").exists()
+
+
 # ---- the whole node (the rendered shim, the agent, the stub tools) on the guest simulator ----------
 
 

@@ -87,13 +87,15 @@ class _Locked:
         os.close(self.fd)
 
 
-def _set_aside(vm_dir: Path, run_id: str) -> Path:
-    """Move what the earlier run left in W (but the agent code) to W/earlier/<run>.<time>/: kept
-    (its outputs may be someone's), out of this machine's way."""
+def _set_aside(vm_dir: Path, run_id: str, environ: Dict[str, str]) -> Path:
+    """Move what the earlier run left in W (but the agent code and the running shim) to
+    W/earlier/<run>.<time>/: kept (its outputs may be someone's), out of this machine's way."""
     dest = vm_dir / EARLIER / f"{run_id or 'unknown'}.{int(time.time())}"
     dest.mkdir(parents=True, mode=0o700)
+    shim = Path(environ.get("GPUCLOUD_SHIM") or "/")
+    keep = KEEP + ((shim.name,) if shim.parent == vm_dir else ())
     for entry in sorted(os.listdir(str(vm_dir))):
-        if entry not in KEEP:
+        if entry not in keep:
             os.rename(str(vm_dir / entry), str(dest / entry))
     return dest
 
@@ -123,9 +125,9 @@ def take_over(vm_dir: Path, run_id: str, environ: Dict[str, str]) -> Tuple[bool,
         old = read(vm_dir)
         if old is not None and old.get("run_id") == run_id and not differs(_marks_of(old), marks(environ)):
             return True, ["this machine's run is in the work folder already: it resumes"]
-        if any(entry not in KEEP for entry in os.listdir(str(vm_dir))):
+        if old is not None or (vm_dir / "st").exists():  # every run makes st/ first
             old_id = str((old or {}).get("run_id") or "")
-            dest = _set_aside(vm_dir, old_id)
+            dest = _set_aside(vm_dir, old_id, environ)
             lines.append(f"the work folder held another run ({old_id or 'unrecorded'}): set aside in {dest}")
         (vm_dir / "st").mkdir(exist_ok=True)
         record(vm_dir, run_id, environ)
@@ -147,7 +149,7 @@ def resume_here(vm_dir: Path, run_id: str, environ: Dict[str, str], log: Callabl
             mark = differs(_marks_of(old), marks(environ))
             if not mark:
                 return True
-            dest = _set_aside(vm_dir, run_id)
+            dest = _set_aside(vm_dir, run_id, environ)
             _disable_unit(environ)
             log(f"not resuming run {run_id}: it ran on another machine ({mark} differs); set aside in {dest}")
             return False
