@@ -3,9 +3,10 @@ stricter: the least-privilege proof of the Azure node identity (Azurite's OAuth 
 token's issuer, audience and times, never a role).
 
 For a request with `Authorization: Bearer`: the token must be one the fake ARM's IMDS issued for
-the storage audience, not revoked; its principal needs a Storage Blob Data Contributor assignment
-whose scope is the request's container, and the assignment's condition must admit the request's
-data action on the blob's path (abac.py: a condition it cannot read admits nothing). A request on no
+the storage audience, not revoked; its principal needs a role assignment whose scope is the
+request's container and whose role (built-in or custom: FakeArm.role_permissions) holds the
+request's data action in its DataActions, and the assignment's condition must admit that data
+action on the blob's path (abac.py: a condition it cannot read admits nothing). A request on no
 blob (the container, a listing) is refused. Refusals are Azure's 403 `AuthorizationPermissionMismatch`
 (401 for a token it does not know). Requests with a SAS pass through while `refuse_sas` is False;
 once set, every SAS is refused with 403 `AuthenticationFailed`, as an expired or revoked one is:
@@ -24,7 +25,8 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.support.abac import ConditionError, allows, data_action
-from tests.support.fake_arm import BLOB_CONTRIBUTOR_ROLE, STORAGE_AUDIENCE, FakeArm
+from tests.support.arm_actions import allowed as role_allows
+from tests.support.fake_arm import STORAGE_AUDIENCE, FakeArm
 
 ERROR = '<?xml version="1.0" encoding="utf-8"?><Error><Code>{code}</Code><Message>{message}</Message></Error>'
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length"}
@@ -88,9 +90,11 @@ class BlobFront:
         if action is None or not blob:
             return 403, "AuthorizationPermissionMismatch", "This request is not a blob data action of a node."
         for props in self.arm.assignments_of(principal):
-            role = str(props.get("roleDefinitionId", "")).lower()
+            perms = self.arm.role_permissions(str(props.get("roleDefinitionId", "")))
             scope = str(props.get("scope", "")).lower().rstrip("/")
-            if not role.endswith(BLOB_CONTRIBUTOR_ROLE) or not scope.endswith(f"/containers/{container.lower()}"):
+            if perms is None or not scope.endswith(f"/containers/{container.lower()}"):
+                continue
+            if not role_allows(action, perms["dataActions"], perms["notDataActions"]):
                 continue
             try:
                 if props.get("condition") is None or allows(str(props["condition"]), action, blob):

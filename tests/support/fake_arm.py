@@ -9,7 +9,10 @@ joins one through `properties.proximityPlacementGroup.id`, which must exist in t
 and a GET of the group lists its `virtualMachines`), role assignments (an extension resource at a
 group's scope or below it on a resource that exists, e.g. the channel's container; a condition only
 with conditionVersion 2.0 and a syntax tests/support/abac.py reads; listed at or below a scope;
-only Contributor assignments authorise a VM's ARM calls), storage account `listKeys`, the
+a role that does not exist is 400 `RoleDefinitionDoesNotExist`; a VM's ARM calls are authorised by
+its assignments' roles: Contributor anything below its scope, any other role only its `Actions`,
+as built-in Storage Blob Data Contributor's container read/write/delete, Blob Containers - Get and
+Delete through ARM), storage account `listKeys`, the
 subscription and its locations (GET, as `gpucloud check` and
 the credentials check before `run`'s launch prompt read them: Azure's full Subscriptions - Get body,
 404 `SubscriptionNotFound` for another id, `subscription_state` for a disabled one; a bearer token
@@ -67,6 +70,24 @@ AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 CONTRIBUTOR_ROLE = "b24988ac-6180-42a0-ab88-20f7382dd24c"
 BLOB_CONTRIBUTOR_ROLE = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
+_BLOBS = "Microsoft.Storage/storageAccounts/blobServices/containers/blobs"
+# Built-in roles as Azure defines them ("Azure built-in roles for Storage" and "... General",
+# https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/storage): Storage Blob
+# Data Contributor holds control-plane Actions on containers besides its data actions.
+BUILTIN_ROLES: dict[str, dict[str, list[str]]] = {
+    CONTRIBUTOR_ROLE: {"actions": ["*"], "notActions": [], "dataActions": [], "notDataActions": []},
+    BLOB_CONTRIBUTOR_ROLE: {
+        "actions": [
+            "Microsoft.Storage/storageAccounts/blobServices/containers/delete",
+            "Microsoft.Storage/storageAccounts/blobServices/containers/read",
+            "Microsoft.Storage/storageAccounts/blobServices/containers/write",
+            "Microsoft.Storage/storageAccounts/blobServices/generateUserDelegationKey/action",
+        ],
+        "notActions": [],
+        "dataActions": [f"{_BLOBS}/{a}" for a in ("delete", "read", "write", "move/action", "add/action")],
+        "notDataActions": [],
+    },
+}
 STORAGE_AUDIENCE = "https://storage.azure.com"
 CUSTOM_DATA_MAX_B64 = 65536
 PPG_TYPE = "microsoft.compute/proximityplacementgroups"
@@ -135,6 +156,11 @@ _ROLE_LIST_RE = re.compile(
 _STORAGE_SCOPE_RE = re.compile(
     r"^(?P<account>/subscriptions/[^/]+/resourcegroups/[^/]+/providers/microsoft\.storage/storageaccounts/[^/]+)"
     r"(?:/blobservices/default(?:/containers/[a-z0-9-]+)?)?$",
+    re.I,
+)
+_CONTAINER_RE = re.compile(
+    r"^(?P<account>/subscriptions/[^/]+/resourcegroups/[^/]+/providers/microsoft\.storage/storageaccounts/[^/]+)"
+    r"/blobservices/default/containers/(?P<name>[a-z0-9-]+)$",
     re.I,
 )
 _ROLEDEF_RE = re.compile(r"^/subscriptions/([^/]+)/providers/microsoft\.authorization/roledefinitions/([^/]+)$", re.I)
@@ -231,6 +257,7 @@ class FakeArm:
         # None lets the operator do anything; set, each call's action must be in it (arm_actions.py).
         self.operator_role: dict[str, list[str]] | None = None
         self.role_definitions: dict[str, dict[str, Any]] = {}  # custom roles by path (lower)
+        self.deleted_containers: list[str] = []  # Blob Containers - Delete calls ARM authorised
         self.actions: list[str | None] = []  # the action of every authorised-or-not operator call
         self.quotas = Quotas()  # vCPU limits per location (azure_quota.py): usages, QuotaExceeded
         self.images = Images()  # marketplace image versions and their OS disk sizes (azure_images.py)
@@ -348,6 +375,7 @@ class FakeArm:
             self.operator_role = None
             self.actions.clear()
             self.role_definitions.clear()
+            self.deleted_containers.clear()
             self.quotas.clear()
             self.images.clear()
             self.page_size = None
@@ -490,21 +518,37 @@ class FakeArm:
             return None
         return denied_message(principal, action, path)
 
-    def authorized(self, principal: str, path: str) -> bool:
-        """The operator may do anything; a VM identity only under a scope it has a role on."""
+    def role_permissions(self, role_definition_id: str) -> dict[str, list[str]] | None:
+        """The permissions of a role by its definition id (a built-in one, or a custom one PUT
+        here); None when no such role exists."""
+        name = role_definition_id.rstrip("/").rsplit("/", 1)[-1].lower()
+        if name in BUILTIN_ROLES:
+            return BUILTIN_ROLES[name]
+        with self.lock:
+            for key, doc in self.role_definitions.items():
+                if key.endswith(f"/roledefinitions/{name}"):
+                    perms = (doc.get("properties") or {}).get("permissions") or [{}]
+                    return {k: list(perms[0].get(k) or []) for k in BUILTIN_ROLES[CONTRIBUTOR_ROLE]}
+        return None
+
+    def authorized(self, principal: str, path: str, method: str = "GET") -> bool:
+        """The operator may do anything; a VM identity only under a scope it has a role on: any
+        call with Contributor, else an action among its role's Actions (a data-only role: none)."""
+        from tests.support.arm_actions import action_of, allowed
+
         if principal == OPERATOR_PRINCIPAL:
             return True
         lower = path.lower().rstrip("/")
-        with self.lock:
-            for res in self.resources.values():
-                if res.type.lower() != "microsoft.authorization/roleassignments":
-                    continue
-                props = res.body.get("properties") or {}
-                if not str(props.get("roleDefinitionId", "")).lower().endswith(CONTRIBUTOR_ROLE):
-                    continue  # a data role (the channel's) gives no ARM call
-                scope = str(props.get("scope", "")).lower().rstrip("/")
-                if props.get("principalId") == principal and (lower == scope or lower.startswith(scope + "/")):
-                    return True
+        for props in self.assignments_of(principal):
+            role = str(props.get("roleDefinitionId", ""))
+            scope = str(props.get("scope", "")).lower().rstrip("/")
+            if not (lower == scope or lower.startswith(scope + "/")):
+                continue
+            if role.lower().endswith(CONTRIBUTOR_ROLE):
+                return True
+            perms = self.role_permissions(role)
+            if perms and allowed(action_of(method, path), perms["actions"], perms["notActions"]):
+                return True
         return False
 
     def assignments_of(self, principal: str) -> list[dict[str, Any]]:
@@ -799,7 +843,7 @@ class _Handler(BaseHTTPRequestHandler):
             refused = arm.role_refuses(principal, self.command, path)
             if refused is not None:
                 return self._error(403, "AuthorizationFailed", refused)
-            if not arm.authorized(principal, path):
+            if not arm.authorized(principal, path, self.command):
                 return self._error(
                     403,
                     "AuthorizationFailed",
@@ -866,6 +910,9 @@ class _Handler(BaseHTTPRequestHandler):
         m = _ROLE_LIST_RE.match(path)
         if m and self.command == "GET":
             return self._list_role_assignments(m["scope"])
+        m = _CONTAINER_RE.match(path)
+        if m:
+            return self._container(path, m["account"], m["name"])
         m = _NESTED_RE.match(path)
         if m:
             return self._nested(path, m["sub"], m["rg"], m["ns"], m["rest"], query, body, fail)
@@ -1105,6 +1152,12 @@ class _Handler(BaseHTTPRequestHandler):
             if m is None or self._rg_key(m[1], m[2]) not in arm.resource_groups:
                 return self._error(404, "ResourceGroupNotFound", f"The scope '{scope}' does not exist.")
             refused = self._scope_refused(scope) or self._role_refused(props)
+            if refused is None and self.arm.role_permissions(str(props["roleDefinitionId"])) is None:
+                refused = (
+                    400,
+                    "RoleDefinitionDoesNotExist",
+                    f"The specified role definition with ID '{props['roleDefinitionId']}' does not exist.",
+                )
             if refused is not None:
                 return self._error(*refused)
             if arm.vm_by_principal(props["principalId"]) is None:
@@ -1121,6 +1174,20 @@ class _Handler(BaseHTTPRequestHandler):
                 id=path, type="Microsoft.Authorization/roleAssignments", body=doc, rg=self._rg_key(m[1], m[2])
             )
             self._send(201, doc)
+
+    def _container(self, path: str, account: str, name: str) -> None:
+        """Blob Containers - Get/Delete through ARM (the control plane): the data lives in Azurite,
+        so a DELETE is recorded (`deleted_containers`) for the test to see who could do it."""
+        with self.arm.lock:
+            if account.lower() not in self.arm.resources:
+                return self._error(404, "ResourceNotFound", f"The Resource '{account}' was not found.")
+            if self.command == "DELETE":
+                self.arm.deleted_containers.append(path)
+                return self._send(200)
+        if self.command == "GET":
+            kind = "Microsoft.Storage/storageAccounts/blobServices/containers"
+            return self._send(200, {"id": path, "name": name, "type": kind})
+        return self._error(405, "MethodNotAllowed", "")
 
     def _scope_refused(self, scope: str) -> tuple[int, str, str] | None:
         """A scope below a resource group must name a resource that exists: a storage account's

@@ -143,25 +143,26 @@ def _arm_get(url: str, token: str) -> dict[str, Any]:
 
 
 def _setup_piece(arm: str, sub: str, token: str, result: CloudCheck) -> None:
-    """The custom role `gpucloud setup azure` creates: present, missing (a problem with its fix), or
-    not readable (noted)."""
-    from gpucloud.providers.azure.rbac import ROLE_NAME
-    from gpucloud.providers.azure.setup import ROLE_DEFINITIONS_API, role_path
+    """The custom roles `gpucloud setup azure` creates (the runner's, the node's): each present,
+    missing (a problem with its fix), or not readable (noted)."""
+    from gpucloud.providers.azure.rbac import NODE_ROLE_NAME, ROLE_NAME
+    from gpucloud.providers.azure.setup import ROLE_DEFINITIONS_API, node_role_path, role_path
 
-    piece = f"role definition '{ROLE_NAME}'"
-    try:
-        _arm_get(f"{arm}{role_path(sub)}?api-version={ROLE_DEFINITIONS_API}", token)
-    except urllib.error.HTTPError as exc:
-        if exc.code != 404:
-            result.setup.append({"piece": piece, "state": "unknown", "detail": f"not readable (HTTP {exc.code})"})
-            return
-        result.setup.append({"piece": piece, "state": "missing", "detail": ""})
-        result.problem(
-            f"the {piece} is missing",
-            "An administrator runs `gpucloud setup azure` (or `gpucloud setup azure --print` for the commands).",
-        )
-        return
-    result.setup.append({"piece": piece, "state": "present", "detail": ""})
+    for name, path in ((ROLE_NAME, role_path(sub)), (NODE_ROLE_NAME, node_role_path(sub))):
+        piece = f"role definition '{name}'"
+        try:
+            _arm_get(f"{arm}{path}?api-version={ROLE_DEFINITIONS_API}", token)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                result.setup.append({"piece": piece, "state": "unknown", "detail": f"not readable (HTTP {exc.code})"})
+                continue
+            result.setup.append({"piece": piece, "state": "missing", "detail": ""})
+            result.problem(
+                f"the {piece} is missing",
+                "An administrator runs `gpucloud setup azure` (or `gpucloud setup azure --print` for the commands).",
+            )
+            continue
+        result.setup.append({"piece": piece, "state": "present", "detail": ""})
 
 
 def _quotas(result: CloudCheck, budget_s: float) -> None:

@@ -1,14 +1,16 @@
-"""The node's own access to its run's blobs: one role assignment per VM, Storage Blob Data
-Contributor on the region's channel container for the VM's system-assigned identity, with an ABAC
-condition that admits reads under `runs/<run>/` and writes only of what a node writes there
-(docs/PROVIDERS.md, "Azure node identity"). The agent uses it with a token from the Azure IMDS
-(gpucloud/vm/agent/blob_token.py), so the run's channel outlives the SAS URLs the CLI signed.
+"""The node's own access to its run's blobs: one role assignment per VM, the custom role `gpucloud
+node channel` (rbac.py; made by `gpucloud setup azure`) on the region's channel container for the
+VM's system-assigned identity, with an ABAC condition that admits reads under `runs/<run>/` and
+writes only of what a node writes there (docs/PROVIDERS.md, "Azure node identity"). The agent uses
+it with a token from the Azure IMDS (gpucloud/vm/agent/blob_token.py), so the run's channel
+outlives the SAS URLs the CLI signed.
 
-Why the built-in role with a condition and not a custom role: creating a role definition needs
-`roleDefinitions/write` at the subscription on every user's account (the runner role has none), and
-the condition, not the role, is what narrows the data actions to the run. What the condition cannot
-narrow: the role's control-plane actions on the container itself (containers read/write/delete
-through ARM; docs/SECURITY.md says what that leaves).
+Why a custom role and not the built-in Storage Blob Data Contributor: that role also holds the
+control-plane Actions containers/{read,write,delete} and generateUserDelegationKey, which no
+condition narrows (conditions apply to data actions), so a job holding its VM's ARM token could
+delete the region's whole channel container. The node role has blob data actions only (read,
+write, add; no delete, no move), and the condition narrows them to the run. Where setup has not
+made the role, the node keeps its SAS URLs and the run's journal says so.
 
 Role assignments carry no tags. Each is journalled (kind `channel_access`) before its PUT, deleted
 at teardown, and `gc` finds gpucloud's by their exact shape: this description, this condition, this
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from gpucloud.contract.tags import RUN_ID_RE
 from gpucloud.providers.azure.arm import Arm
 from gpucloud.providers.azure.channel import CONTAINER, storage_account_name, storage_group_name
-from gpucloud.providers.azure.rbac import BLOB_CONTRIBUTOR_ROLE_ID  # built-in Storage Blob Data Contributor
+from gpucloud.providers.azure.rbac import node_role_id
 from gpucloud.providers.azure.roles import ROLE_ASSIGNMENTS_API, Assignment, assignment_body, put_assignment
 
 if TYPE_CHECKING:
@@ -80,7 +82,7 @@ def node_condition(run_id: str) -> str:
 def channel_body(subscription_id: str, run_id: str, principal: str) -> dict[str, Any]:
     return assignment_body(
         subscription_id,
-        BLOB_CONTRIBUTOR_ROLE_ID,
+        node_role_id(subscription_id),
         principal,
         description=description(run_id),
         condition=node_condition(run_id),
@@ -92,8 +94,8 @@ def grant_channel_access(
     arm: Arm, journal: Journal, run_id: str, region: str, vm: Any, *, pause: Callable[[float], None] = time.sleep
 ) -> None:
     """The VM's identity may reach its run's blobs (journalled, then PUT; retried while the new
-    identity replicates). Refused (a runner role assigned with the older condition, which admits
-    only Contributor): the node keeps its SAS URLs, and the run's journal says why."""
+    identity replicates). Refused (a runner role assigned with an older condition) or the node role
+    missing (setup not run): the node keeps its SAS URLs, and the run's journal says why."""
     from azure.core.exceptions import HttpResponseError
 
     from gpucloud.providers.azure.errors import error_parts
@@ -105,6 +107,15 @@ def grant_channel_access(
         put_assignment(arm, journal, Assignment(run_id, region, scope, name, KIND), body, vm.name, pause)
     except HttpResponseError as exc:
         code, message, status = error_parts(exc)
+        if code == "RoleDefinitionDoesNotExist":
+            journal.event(
+                run_id,
+                "warning",
+                f"{vm.name} reaches its channel through the CLI's SAS URLs only (7 days at most): the role "
+                "'gpucloud node channel' does not exist in this subscription; an administrator runs "
+                "`gpucloud setup azure` once",
+            )
+            return
         if status != 403:
             raise
         journal.event(
@@ -168,7 +179,7 @@ def ours(arm: Arm, assignment: dict[str, Any]) -> tuple[str, str] | None:
     run_id, region = m[1], scope[2].lower()
     role = str(props.get("roleDefinitionId") or "").rsplit("/", 1)[-1].lower()
     if (
-        role != BLOB_CONTRIBUTOR_ROLE_ID
+        role != node_role_id(arm.subscription_id)
         or props.get("condition") != node_condition(run_id)
         or scope[3].lower() != storage_account_name(arm.subscription_id, region)
     ):

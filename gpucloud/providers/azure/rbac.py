@@ -10,8 +10,8 @@ Pure data. Why it is shaped this way:
 - `join/action` on subnets, NSGs, public IPs and NICs: ARM checks them as linked authorisations
   when a NIC or VM refers to them (LinkedAuthorizationFailed without);
 - `roleAssignments/write`: each VM's identity gets Contributor on its own group, so that it can
-  delete the group at its deadline (roles.py), and Storage Blob Data Contributor on the channel
-  container, narrowed to its run by a condition, so that it reaches its run's blobs as itself
+  delete the group at its deadline (roles.py), and the node role below on the channel container,
+  narrowed to its run by a condition, so that it reaches its run's blobs as itself
   (node_access.py); `roleAssignments/delete` removes the latter at teardown and gc, `read` lists
   them for gc. Writing assignments could grant any role at any scope the role is assigned at, so
   attach the role with the condition `assignment_condition()` prints (Azure ABAC "delegate role
@@ -31,7 +31,16 @@ from typing import Any
 
 ROLE_NAME = "gpucloud runner"
 CONTRIBUTOR_ROLE_ID = "b24988ac-6180-42a0-ab88-20f7382dd24c"  # the role a VM gets on its own group
-BLOB_CONTRIBUTOR_ROLE_ID = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"  # a VM's on the channel container
+# The node's role on the channel container: blob data actions only. Not the built-in Storage Blob
+# Data Contributor: that one also holds containers/{read,write,delete} and generateUserDelegationKey
+# (control-plane Actions no role assignment condition narrows: conditions apply to data actions), so
+# a job could delete the region's whole channel container with its VM's ARM token.
+NODE_ROLE_NAME = "gpucloud node channel"
+NODE_DATA_ACTIONS: tuple[str, ...] = (
+    "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/read",
+    "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/write",
+    "Microsoft.Storage/storageAccounts/blobServices/containers/blobs/add/action",
+)
 
 _RESOURCES = "Microsoft.Resources/subscriptions"
 _RW_DELETE = ("read", "write", "delete")
@@ -80,6 +89,27 @@ def role_id(subscription: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpucloud-runner/{subscription.lower()}"))
 
 
+def node_role_id(subscription: str) -> str:
+    """The node role's definition name (a GUID), per subscription like the runner role's."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpucloud-node-channel/{subscription.lower()}"))
+
+
+def node_role_definition(subscription: str | None = None) -> dict[str, Any]:
+    """The node's role (`az role definition create` shape): no control-plane Actions at all; no
+    delete or move of blobs; each assignment's condition narrows it to one run (node_access.py)."""
+    return {
+        "Name": NODE_ROLE_NAME,
+        "IsCustom": True,
+        "Description": "gpucloud: a VM's identity reads and writes its own run's channel blobs (the role "
+        "assignment's condition names the run); it cannot delete a blob or touch the container.",
+        "Actions": [],
+        "NotActions": [],
+        "DataActions": list(NODE_DATA_ACTIONS),
+        "NotDataActions": [],
+        "AssignableScopes": [f"/subscriptions/{subscription or '<subscription-id>'}"],
+    }
+
+
 def role_definition(subscription: str | None = None) -> dict[str, Any]:
     """The custom role, in the shape `az role definition create --role-definition` reads."""
     scope = f"/subscriptions/{subscription or '<subscription-id>'}"
@@ -96,26 +126,31 @@ def role_definition(subscription: str | None = None) -> dict[str, Any]:
     }
 
 
-def arm_body(subscription: str) -> dict[str, Any]:
-    """The same role as the body of ARM's roleDefinitions PUT."""
-    role = role_definition(subscription)
+def arm_body(subscription: str, role: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A role (the runner's unless given) as the body of ARM's roleDefinitions PUT."""
+    role = role or role_definition(subscription)
     return {
         "properties": {
             "roleName": role["Name"],
             "description": role["Description"],
             "type": "CustomRole",
             "permissions": [
-                {"actions": role["Actions"], "notActions": [], "dataActions": role["DataActions"], "notDataActions": []}
+                {
+                    "actions": role["Actions"],
+                    "notActions": [],
+                    "dataActions": role["DataActions"],
+                    "notDataActions": [],
+                }
             ],
             "assignableScopes": role["AssignableScopes"],
         }
     }
 
 
-def assignment_condition() -> str:
+def assignment_condition(subscription: str) -> str:
     """The ABAC condition that limits what the role's holder may assign (and delete) to Contributor
-    and Storage Blob Data Contributor (ARM roleAssignments condition version 2.0)."""
-    roles = f"{{{CONTRIBUTOR_ROLE_ID}, {BLOB_CONTRIBUTOR_ROLE_ID}}}"
+    and the node role of `subscription` (ARM roleAssignments condition version 2.0)."""
+    roles = f"{{{CONTRIBUTOR_ROLE_ID}, {node_role_id(subscription)}}}"
     return (
         "((!(ActionMatches{'Microsoft.Authorization/roleAssignments/write'})) OR "
         "(@Request[Microsoft.Authorization/roleAssignments:RoleDefinitionId] "
@@ -137,5 +172,6 @@ def policy_document() -> dict[str, Any]:
 def assign_command(subscription: str) -> str:
     return (
         f'az role assignment create --assignee <user-or-app-id> --role "{ROLE_NAME}" '
-        f'--scope /subscriptions/{subscription} --condition "{assignment_condition()}" --condition-version 2.0'
+        f'--scope /subscriptions/{subscription} --condition "{assignment_condition(subscription)}" '
+        "--condition-version 2.0"
     )

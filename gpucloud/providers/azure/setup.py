@@ -1,5 +1,6 @@
-"""`gpucloud setup azure`: the custom role `gpucloud runner` (rbac.py) in the subscription, read
-first and created or updated only when missing or different, so a second run changes nothing.
+"""`gpucloud setup azure`: the custom roles `gpucloud runner` (whoever runs jobs) and `gpucloud node
+channel` (each VM's identity on its run's channel blobs; node_access.py) in the subscription (rbac.py),
+each read first and created or updated only when missing or different, so a second run changes nothing.
 
 Creating a role definition needs Microsoft.Authorization/roleDefinitions/write (Owner or User
 Access Administrator): an administrator runs setup once, then assigns the role, with its condition,
@@ -14,13 +15,41 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from gpucloud.providers.azure.rbac import ROLE_NAME, arm_body, assign_command, role_definition, role_id
+from gpucloud.providers.azure.rbac import (
+    NODE_ROLE_NAME,
+    ROLE_NAME,
+    arm_body,
+    assign_command,
+    node_role_definition,
+    node_role_id,
+    role_definition,
+    role_id,
+)
 
 ROLE_DEFINITIONS_API = "2022-04-01"
 
 
-def role_path(subscription: str) -> str:
-    return f"/subscriptions/{subscription}/providers/Microsoft.Authorization/roleDefinitions/{role_id(subscription)}"
+def role_path(subscription: str, role: str | None = None) -> str:
+    """A role definition's ARM path: the runner role's unless `role` (a definition name) is given."""
+    name = role or role_id(subscription)
+    return f"/subscriptions/{subscription}/providers/Microsoft.Authorization/roleDefinitions/{name}"
+
+
+def node_role_path(subscription: str) -> str:
+    return role_path(subscription, node_role_id(subscription))
+
+
+def roles(subscription: str) -> list[tuple[str, str, dict[str, Any], str]]:
+    """(name, path, PUT body, why) of each role setup makes."""
+    return [
+        (ROLE_NAME, role_path(subscription), arm_body(subscription), "the least-privilege role for whoever runs jobs"),
+        (
+            NODE_ROLE_NAME,
+            node_role_path(subscription),
+            arm_body(subscription, node_role_definition(subscription)),
+            "each VM's own access to its run's channel blobs (without it nodes use SAS URLs only)",
+        ),
+    ]
 
 
 def _permissions(doc: dict[str, Any]) -> Any:
@@ -63,16 +92,17 @@ def _refused(status: int, doc: dict[str, Any], subscription: str) -> Exception:
     )
 
 
-def inspect(arm: Any, subscription: str) -> dict[str, Any]:
-    """The role's piece: {piece, state (present/missing/differs), detail}."""
-    piece = {"piece": f"role definition '{ROLE_NAME}'", "kind": "custom-role", "id": role_path(subscription)}
-    status, doc = _send(arm, "GET", role_path(subscription))
+def inspect(arm: Any, subscription: str, role: tuple[str, str, dict[str, Any], str]) -> dict[str, Any]:
+    """One role's piece: {piece, state (present/missing/differs), detail}."""
+    name, path, body, why = role
+    piece = {"piece": f"role definition '{name}'", "kind": "custom-role", "id": path}
+    status, doc = _send(arm, "GET", path)
     if status == 404:
-        return {**piece, "state": "missing", "detail": "the least-privilege role for whoever runs jobs"}
+        return {**piece, "state": "missing", "detail": why}
     if status != 200:
         raise _refused(status, doc, subscription)
-    if _permissions(doc) == _permissions(arm_body(subscription)):
-        return {**piece, "state": "present", "detail": role_id(subscription)}
+    if _permissions(doc) == _permissions(body):
+        return {**piece, "state": "present", "detail": path.rsplit("/", 1)[-1]}
     return {**piece, "state": "differs", "detail": "its actions will be set to this gpucloud's"}
 
 
@@ -81,6 +111,11 @@ def print_commands(subscription: str) -> list[str]:
     return [
         f"cat > gpucloud-runner.json <<'EOF'\n{json.dumps(role_definition(subscription), indent=2)}\nEOF",
         "az role definition create --role-definition @gpucloud-runner.json",
+        # By its own id (az role definition create picks a random one): the runner's condition names it.
+        f"cat > gpucloud-node-channel.json <<'EOF'\n"
+        f"{json.dumps(arm_body(subscription, node_role_definition(subscription)), indent=2)}\nEOF",
+        f'az rest --method put --url "https://management.azure.com{node_role_path(subscription)}'
+        f'?api-version={ROLE_DEFINITIONS_API}" --body @gpucloud-node-channel.json',
         assign_command(subscription),
     ]
 
@@ -97,11 +132,15 @@ def setup(*, dry: bool, confirm: Callable[[list[dict[str, Any]]], bool], say: Ca
     from gpucloud.providers.azure.provider import AzureProvider
 
     arm = AzureProvider(subscription_id=sub).resource
-    pieces = [inspect(arm, sub)]
-    if pieces[0]["state"] != "present" and confirm(pieces):
-        status, doc = _send(arm, "PUT", role_path(sub), arm_body(sub))
-        if status not in (200, 201):
-            raise _refused(status, doc, sub)
-        say(f"{'created' if pieces[0]['state'] == 'missing' else 'updated'} {pieces[0]['piece']}")
-        pieces = [inspect(arm, sub)]
+    wanted = roles(sub)
+    pieces = [inspect(arm, sub, role) for role in wanted]
+    if any(p["state"] != "present" for p in pieces) and confirm(pieces):
+        for role, piece in zip(wanted, pieces, strict=True):
+            if piece["state"] == "present":
+                continue
+            status, doc = _send(arm, "PUT", role[1], role[2])
+            if status not in (200, 201):
+                raise _refused(status, doc, sub)
+            say(f"{'created' if piece['state'] == 'missing' else 'updated'} {piece['piece']}")
+        pieces = [inspect(arm, sub, role) for role in wanted]
     return {"cloud": "azure", "account": sub, "pieces": pieces, "attach": [assign_command(sub)]}

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 
@@ -67,7 +68,27 @@ def front(arm: FakeArm, oauth_azurite: Azurite, tls: tuple[Path, Path]) -> Itera
 
 
 @pytest.fixture
-def provider(arm: FakeArm, front: BlobFront, tls: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> Any:  # noqa: F811
+def node_role(arm: FakeArm) -> str:  # noqa: F811
+    """`gpucloud setup azure` has made the node role (its PUT body, as setup sends it): its id."""
+    from gpucloud.providers.azure.rbac import arm_body, node_role_definition, node_role_id
+    from gpucloud.providers.azure.setup import node_role_path
+
+    sub = arm.subscription_id
+    path = node_role_path(sub)
+    doc = {"id": path, "name": node_role_id(sub), **arm_body(sub, node_role_definition(sub))}
+    with arm.lock:
+        arm.role_definitions[path.lower()] = doc
+    return node_role_id(sub)
+
+
+@pytest.fixture
+def provider(
+    arm: FakeArm,  # noqa: F811
+    front: BlobFront,
+    tls: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    node_role: str,
+) -> Any:
     from gpucloud.providers.azure import AzureProvider
 
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls[0]))
@@ -80,12 +101,13 @@ def provider(arm: FakeArm, front: BlobFront, tls: tuple[Path, Path], monkeypatch
 
 
 def channel_assignments(arm: FakeArm) -> list[dict[str, Any]]:  # noqa: F811
+    """Every role assignment on a channel container (whatever its role)."""
     with arm.lock:
         return [
             r.body
             for r in arm.resources.values()
             if r.type.lower() == "microsoft.authorization/roleassignments"
-            and str(r.body["properties"].get("roleDefinitionId", "")).endswith(BLOB_CONTRIBUTOR_ROLE)
+            and "/blobservices/default/containers/" in str(r.body["properties"].get("scope", "")).lower()
         ]
 
 
@@ -95,6 +117,28 @@ def storage_token(arm: FakeArm, principal: str) -> str:  # noqa: F811
     req = urllib.request.Request(url + "https%3A%2F%2Fstorage.azure.com%2F", headers={"Metadata": "true"})
     with urllib.request.urlopen(req, timeout=5) as resp:
         return str(json.loads(resp.read())["access_token"])
+
+
+def arm_token(arm: FakeArm, principal: str) -> str:  # noqa: F811
+    """The VM's ARM token, from its IMDS (what a job on the VM can take)."""
+    from urllib.parse import quote
+
+    url = f"{arm.imds_endpoint(principal)}/metadata/identity/oauth2/token?api-version=2018-02-01&resource="
+    req = urllib.request.Request(url + quote(arm.url, safe=""), headers={"Metadata": "true"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return str(json.loads(resp.read())["access_token"])
+
+
+def arm_delete(arm: FakeArm, token: str, path: str) -> int:  # noqa: F811
+    """One ARM DELETE with `token`: the HTTP status."""
+    req = urllib.request.Request(
+        f"{arm.url}{path}?api-version=2023-01-01", method="DELETE", headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
 
 
 def as_node(front: BlobFront, tls: tuple[Path, Path], token: str, method: str, blob: str, data: bytes = b"") -> int:
@@ -118,15 +162,19 @@ def test_node_identity_reaches_its_run_only_and_goes_at_teardown(
     provider: Any,
     journal: Any,  # noqa: F811
     tls: tuple[Path, Path],
+    node_role: str,
 ) -> None:
     run, other = "idt-20261207-000000-aaaa", "idt-20261207-000000-bbbb"
     channel = provider.channel(REGION)
     handle = provider.provision(launch_request(run), journal)
     (assignment,) = channel_assignments(arm)
     assert assignment["properties"]["scope"].endswith("/blobServices/default/containers/gpucloud")
+    assert assignment["properties"]["roleDefinitionId"].endswith(f"/roleDefinitions/{node_role}")
     from gpucloud.providers.azure.rbac import assignment_condition
 
-    assert BLOB_CONTRIBUTOR_ROLE in assignment_condition(), "the runner role may assign the channel role"
+    condition = assignment_condition(arm.subscription_id)
+    assert node_role in condition, "the runner role may assign the node role"
+    assert BLOB_CONTRIBUTOR_ROLE not in condition, "and not the built-in one, whose Actions reach the container"
     assert [r.kind for r in journal.resources(run)].count("channel_access") == 1
     (vm,) = arm.vms()
     token = storage_token(arm, vm.body["identity"]["principalId"])
@@ -170,16 +218,80 @@ def test_a_refused_channel_assignment_leaves_the_node_its_sas_and_the_run_going(
     assert not journal.resources(run, alive_only=True)
 
 
-def _assignment(arm: FakeArm, name: str, description: str, condition: str | None) -> str:  # noqa: F811
-    """A channel role assignment put straight into the fake (its VM, and so its principal, is gone)."""
+def test_the_node_token_cannot_touch_the_container_or_other_runs_where_the_builtin_role_could(
+    arm: FakeArm,  # noqa: F811
+    front: BlobFront,
+    provider: Any,
+    journal: Any,  # noqa: F811
+    tls: tuple[Path, Path],
+    node_role: str,
+) -> None:
+    """A job takes its VM's ARM and storage tokens from IMDS: with the node role it can delete
+    neither the region's channel container (ARM) nor another run's blob, nor one of its own; the
+    built-in Storage Blob Data Contributor, with the very same condition, lets the ARM token delete
+    the whole container (its control-plane Actions are not narrowed by any condition)."""
+    from gpucloud.providers.azure.node_access import container_scope, description, node_condition
+
+    run, other = "idt-20261207-000000-dddd", "idt-20261207-000000-eeee"
+    channel = provider.channel(REGION)
+    handle = provider.provision(launch_request(run), journal)
+    (vm,) = arm.vms()
+    principal = vm.body["identity"]["principalId"]
+    scope = container_scope(arm.subscription_id, REGION)
+    channel.put_bytes(f"runs/{other}/node-0/status.json", b"{}")
+    channel.put_bytes(f"runs/{run}/node-0/status.json", b"{}")
+    storage = storage_token(arm, principal)
+    assert as_node(front, tls, storage, "DELETE", f"runs/{other}/node-0/status.json") == 403
+    assert as_node(front, tls, storage, "DELETE", f"runs/{run}/node-0/status.json") == 403
+    assert as_node(front, tls, storage, "PUT", f"runs/{other}/node-0/status.json", b"x") == 403
+    token = arm_token(arm, principal)
+    assert arm_delete(arm, token, scope) == 403, "the node role has no control-plane Actions"
+    assert arm.deleted_containers == []
+    # The shape this replaced: the built-in role with the same condition, for the same identity.
+    _assignment(arm, str(uuid4()), description(run), node_condition(run), BLOB_CONTRIBUTOR_ROLE, principal)
+    assert arm_delete(arm, token, scope) == 200, "the fake models the built-in role's container Actions"
+    assert arm.deleted_containers == [scope]
+    provider.teardown(handle, journal)
+
+
+def test_without_the_node_role_the_run_goes_on_with_its_sas_and_says_setup(
+    arm: FakeArm,  # noqa: F811
+    provider: Any,
+    journal: Any,  # noqa: F811
+) -> None:
+    """Setup not run (no node role in the subscription): ARM refuses the assignment with
+    RoleDefinitionDoesNotExist; the launch goes on and the journal names `gpucloud setup azure`."""
+    run = "idt-20261207-000000-ffff"
+    provider.channel(REGION)
+    with arm.lock:
+        arm.role_definitions.clear()
+    handle = provider.provision(launch_request(run), journal)
+    assert channel_assignments(arm) == [] and len(arm.vms()) == 1
+    said = [e.message for e in journal.store.events(run) if "gpucloud setup azure" in e.message]
+    assert len(said) == 1 and "SAS URLs only" in said[0], journal.store.events(run)
+    assert not [r for r in journal.resources(run, alive_only=True) if r.kind == "channel_access"]
+    provider.teardown(handle, journal)
+    assert not journal.resources(run, alive_only=True)
+
+
+def _assignment(
+    arm: FakeArm,  # noqa: F811
+    name: str,
+    description: str,
+    condition: str | None,
+    role: str,
+    principal: str | None = None,
+) -> str:
+    """A channel role assignment put straight into the fake (by default its VM, and so its
+    principal, is gone)."""
     from gpucloud.providers.azure.node_access import container_scope
 
     scope = container_scope(arm.subscription_id, REGION)
     path = f"{scope}/providers/Microsoft.Authorization/roleAssignments/{name}"
     props: dict[str, Any] = {
         "roleDefinitionId": f"/subscriptions/{arm.subscription_id}/providers/Microsoft.Authorization"
-        f"/roleDefinitions/{BLOB_CONTRIBUTOR_ROLE}",
-        "principalId": f"principal-{name}",
+        f"/roleDefinitions/{role}",
+        "principalId": principal or f"principal-{name}",
         "scope": scope,
         "description": description,
     }
@@ -196,6 +308,7 @@ def _assignment(arm: FakeArm, name: str, description: str, condition: str | None
 def test_gc_removes_the_channel_assignment_of_an_ended_run_only(
     arm: FakeArm,  # noqa: F811
     provider: Any,
+    node_role: str,
 ) -> None:
     from gpucloud.contract.tags import GcIncomplete
     from gpucloud.providers.azure.node_access import description, node_condition
@@ -206,18 +319,21 @@ def test_gc_removes_the_channel_assignment_of_an_ended_run_only(
         f"gpucloud-{live}-{REGION}",
         {"location": REGION, "tags": {"gpucloud-run": live, "gpucloud-expires": "2099-01-01T00:00:00Z"}},
     )
-    gone = _assignment(arm, "00000000-0000-0000-0000-00000000e0d1", description(ended), node_condition(ended))
+    n = "00000000-0000-0000-0000-00000000e0d"
+    gone = _assignment(arm, f"{n}1", description(ended), node_condition(ended), node_role)
     kept = [
-        _assignment(arm, "00000000-0000-0000-0000-00000000e0d2", description(live), node_condition(live)),
-        _assignment(arm, "00000000-0000-0000-0000-00000000e0d3", "someone else's reader", None),
-        _assignment(arm, "00000000-0000-0000-0000-00000000e0d4", description(ended), "(a changed condition)"),
+        _assignment(arm, f"{n}2", description(live), node_condition(live), node_role),
+        _assignment(arm, f"{n}3", "someone else's reader", None, node_role),
+        _assignment(arm, f"{n}4", description(ended), "(a changed condition)", node_role),
+        # The same description and condition with another role (the built-in): not gpucloud's shape.
+        _assignment(arm, f"{n}5", description(ended), node_condition(ended), BLOB_CONTRIBUTOR_ROLE),
     ]
     now = datetime.now(UTC)
     arm.inject("GET", r"/resourcegroups$", code="InternalServerError", times=20)
     with pytest.raises(GcIncomplete) as info:  # groups not all seen: no run counts as ended
         provider.gc(now, dry_run=False)
     assert not [line for line in info.value.lines if line.startswith("deleted")]
-    assert len(channel_assignments(arm)) == 4
+    assert len(channel_assignments(arm)) == 5
     arm.clear_injections()
     dry = provider.gc(now, dry_run=True)
     assert [line for line in dry if "role-assignment" in line] == [
@@ -237,6 +353,7 @@ def test_run_outlives_the_clis_sas_through_the_node_identity(
     gpucloud_home: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    node_role: str,
 ) -> None:
     """The CLI's SAS URLs are refused from the node's first log part on (its first SAS, the
     manifest's, and the agent's boot went through); the run still streams its log to the end and

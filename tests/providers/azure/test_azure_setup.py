@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.providers.azure.rbac import ACTIONS, role_definition
-from gpucloud.providers.azure.setup import role_path
+from gpucloud.providers.azure.rbac import ACTIONS, NODE_DATA_ACTIONS, node_role_id, role_definition
+from gpucloud.providers.azure.setup import node_role_path, role_path
 from tests.support.arm_actions import action_of, allowed
 from tests.support.azure_fixtures import arm, fake_arm_server  # noqa: F401
 from tests.support.cli import cli
@@ -37,12 +37,17 @@ def test_setup_creates_the_role_once_and_puts_back_a_changed_one(arm: FakeArm, g
     path = role_path(arm.subscription_id).lower()
     asked = cli_with_arm(arm, gpucloud_home, "setup", "azure")
     assert asked.returncode == 2 and "gpucloud runner" in asked.stderr and path not in arm.role_definitions
+    assert "gpucloud node channel" in asked.stderr
     first = cli_with_arm(arm, gpucloud_home, "setup", "azure", "--yes", "--json")
     assert first.returncode == 0, first.stderr
-    assert [p["state"] for p in json.loads(first.stdout)["pieces"]] == ["present"]
+    assert [p["state"] for p in json.loads(first.stdout)["pieces"]] == ["present", "present"]
     perms = arm.role_definitions[path]["properties"]["permissions"][0]
     assert sorted(perms["actions"]) == sorted(ACTIONS)
+    node = arm.role_definitions[node_role_path(arm.subscription_id).lower()]["properties"]["permissions"][0]
+    assert node["actions"] == [] and sorted(node["dataActions"]) == sorted(NODE_DATA_ACTIONS)
+    assert not [a for a in node["dataActions"] if a.endswith(("/delete", "/move/action"))]
     puts = [c for c in arm.calls if c[0] == "PUT" and "roledefinitions" in c[1].lower()]
+    assert len(puts) == 2, "each role created once"
     second = cli_with_arm(arm, gpucloud_home, "setup", "azure", "--yes")
     assert second.returncode == 0 and "created" not in second.stderr, second.stderr
     assert [c for c in arm.calls if c[0] == "PUT" and "roledefinitions" in c[1].lower()] == puts
@@ -57,6 +62,9 @@ def test_print_gives_the_az_commands_and_creates_nothing(arm: FakeArm, gpucloud_
     assert out.returncode == 0, out.stderr
     assert "az role definition create --role-definition @gpucloud-runner.json" in out.stdout
     assert "az role assignment create" in out.stdout and "--condition-version 2.0" in out.stdout
+    node_url = f"https://management.azure.com{node_role_path(arm.subscription_id)}"
+    assert f'az rest --method put --url "{node_url}' in out.stdout
+    assert out.stdout.count(node_role_id(arm.subscription_id)) >= 2, "created by the id the condition names"
     assert not arm.role_definitions
     printed = cli_with_arm(arm, gpucloud_home, "iam-policy", "azure")
     assert printed.returncode == 0, printed.stderr
@@ -76,12 +84,12 @@ def test_the_role_is_least_privilege_and_the_fake_enforces_it() -> None:
 
 def test_check_reports_the_role_missing_then_present(arm: FakeArm, gpucloud_home: Path) -> None:  # noqa: F811
     before = json.loads(cli_with_arm(arm, gpucloud_home, "check", "--cloud", "azure", "--json").stdout)["clouds"][0]
-    assert before["setup"][0]["state"] == "missing"
+    assert [p["state"] for p in before["setup"]] == ["missing", "missing"]
     assert any("gpucloud setup azure" in p["fix"] for p in before["problems"])
     role = arm.operator_role
     arm.operator_role = None  # the administrator
     assert cli_with_arm(arm, gpucloud_home, "setup", "azure", "--yes").returncode == 0
     arm.operator_role = role  # the runner again: check reads the role with roleDefinitions/read
     after = json.loads(cli_with_arm(arm, gpucloud_home, "check", "--cloud", "azure", "--json").stdout)["clouds"][0]
-    assert after["setup"][0]["state"] == "present" and after["usable"], after
+    assert [p["state"] for p in after["setup"]] == ["present", "present"] and after["usable"], after
     assert not [p for p in after["problems"] if "role definition" in p["problem"]]
