@@ -199,20 +199,30 @@ def test_node_identity_reaches_its_run_only_and_goes_at_teardown(
     assert "Microsoft.Authorization/roleAssignments/delete" in actions
 
 
-def test_a_refused_channel_assignment_leaves_the_node_its_sas_and_the_run_going(
+@pytest.mark.parametrize("why", ["refused", "no-role"])
+def test_without_the_channel_assignment_the_node_keeps_its_sas_and_the_run_goes_on(
     arm: FakeArm,  # noqa: F811
     provider: Any,
     journal: Any,  # noqa: F811
+    why: str,
 ) -> None:
-    """A runner role assigned with the older condition (Contributor only) is refused the channel
-    assignment: the launch goes on, the journal says why, teardown has nothing to delete."""
-    run = "idt-20261207-000000-cccc"
+    """`refused`: a runner role assigned with an older condition is refused the channel assignment
+    (AuthorizationFailed). `no-role`: setup not run, so ARM answers RoleDefinitionDoesNotExist. The
+    launch goes on, the journal says why once (naming the fix), teardown has nothing to delete."""
+    run = f"idt-20261207-000000-{'cccc' if why == 'refused' else 'ffff'}"
     provider.channel(REGION)
-    channel_put = r"/containers/gpucloud/providers/Microsoft\.Authorization/roleAssignments/"
-    arm.inject("PUT", channel_put, code="AuthorizationFailed")
+    if why == "refused":
+        arm.inject(
+            "PUT", r"/containers/gpucloud/providers/Microsoft\.Authorization/roleAssignments/", "AuthorizationFailed"
+        )
+    else:
+        with arm.lock:
+            arm.role_definitions.clear()
     handle = provider.provision(launch_request(run), journal)
     assert channel_assignments(arm) == [] and len(arm.vms()) == 1
-    assert any("SAS URLs only" in e.message for e in journal.store.events(run)), journal.store.events(run)
+    said = [e.message for e in journal.store.events(run) if "SAS URLs only" in e.message]
+    fix = "assign the runner role again" if why == "refused" else "`gpucloud setup azure`"
+    assert len(said) == 1 and fix in said[0], journal.store.events(run)
     assert not [r for r in journal.resources(run, alive_only=True) if r.kind == "channel_access"]
     provider.teardown(handle, journal)
     assert not journal.resources(run, alive_only=True)
@@ -252,26 +262,6 @@ def test_the_node_token_cannot_touch_the_container_or_other_runs_where_the_built
     assert arm_delete(arm, token, scope) == 200, "the fake models the built-in role's container Actions"
     assert arm.deleted_containers == [scope]
     provider.teardown(handle, journal)
-
-
-def test_without_the_node_role_the_run_goes_on_with_its_sas_and_says_setup(
-    arm: FakeArm,  # noqa: F811
-    provider: Any,
-    journal: Any,  # noqa: F811
-) -> None:
-    """Setup not run (no node role in the subscription): ARM refuses the assignment with
-    RoleDefinitionDoesNotExist; the launch goes on and the journal names `gpucloud setup azure`."""
-    run = "idt-20261207-000000-ffff"
-    provider.channel(REGION)
-    with arm.lock:
-        arm.role_definitions.clear()
-    handle = provider.provision(launch_request(run), journal)
-    assert channel_assignments(arm) == [] and len(arm.vms()) == 1
-    said = [e.message for e in journal.store.events(run) if "gpucloud setup azure" in e.message]
-    assert len(said) == 1 and "SAS URLs only" in said[0], journal.store.events(run)
-    assert not [r for r in journal.resources(run, alive_only=True) if r.kind == "channel_access"]
-    provider.teardown(handle, journal)
-    assert not journal.resources(run, alive_only=True)
 
 
 def _assignment(
