@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     pass
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from bench_plan_rows import FAMILY_JOB, grown_rows  # noqa: E402
+from bench_plan_rows import FAMILY_JOB  # noqa: E402
 
-from tests.support.catalog_files import file_and_memory, written
+from tests.support.catalog_files import file_and_memory, grown_rows, written
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = {

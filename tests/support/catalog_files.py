@@ -4,6 +4,7 @@ file), and the same rows in memory; and the benchmark's catalog grower (bench/be
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shutil
 import sys
 from pathlib import Path
@@ -19,9 +20,21 @@ if TYPE_CHECKING:
     from gpucloud.spec.load import JobSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from bench_plan_rows import grown_rows  # noqa: E402
+import bench_plan_rows  # noqa: E402
 
 __all__ = ["file_and_memory", "grown_rows", "written"]
+
+
+@functools.cache
+def _grown(replicas: int, shape: str) -> tuple[Offering, ...]:
+    return tuple(bench_plan_rows.grown_rows(replicas, shape))
+
+
+def grown_rows(replicas: int, shape: str) -> list[Offering]:
+    """The benchmark's grown catalog, built once per process for each size and shape (a dozen
+    replicas of the shipped rows is ~0.1 s of `_replace`, asked for by a hundred tests); each
+    call gets its own list, so a test may change its copy."""
+    return list(_grown(replicas, shape))
 
 
 # rows -> a pristine copy of the file offerings_db.write made of them: writing and indexing a grown catalog
