@@ -194,6 +194,9 @@ class GuestSimulator:
             "STUB_REAL_PYTHON": sys.executable,
             "SIM_GUEST_DIR": str(sandbox),
             "GPUCLOUD_ETC": str(sandbox / "etc"),  # apt preferences and systemd units of this guest
+            # apt's locks are this guest's, not the host's: a host apt (unattended-upgrades) must not
+            # hold a simulated stack stage for minutes
+            "GPUCLOUD_APT_LOCKS": str(sandbox / "etc" / "apt-lock"),
             "STUB_APT_REPO": str(NVIDIA_REPO_INDEX),
             "STUB_GPU_MEM_TOTAL": str(_gpu_mib(gpu)),
             # A guest shares this host's few cores with the other test workers: PyTorch's intra-op
