@@ -39,6 +39,12 @@ class DataStore:
         """Refuse, from the job file alone, a mounted input longer than the store's credentials last."""
 
     @classmethod
+    def grant_life_s(cls, cloud: str) -> int | None:
+        """How long a grant the caller makes for a node of `cloud` (a URL, a SAS, a POST policy) can
+        last at most; None when such a node reaches the store under its own identity instead."""
+        return None
+
+    @classmethod
     def node_mounts(cls, cloud: str) -> bool:
         """Whether machines of `cloud` mount this store's folders under their own identity (no
         credential made by the caller, so none of its limits: its kind, its life)."""

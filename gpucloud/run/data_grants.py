@@ -313,12 +313,31 @@ def check(spec: JobSpec, *, explore: bool = False) -> DataPlan:
             plan.unchecked.append(_unchecked(exc, src, where, explore))
     for path, text in spec.outputs.items():
         target, where = parse_location(text), f"outputs.{path}"
+        _warn_short_grant(target, where, spec.max_duration, list(spec.resources.cloud))
         try:
             _credentials_or_skip(target, explore)
             plan.outputs.append(Output(path, target, _output_region(target, where)))
         except UserError as exc:
             plan.unchecked.append(_unchecked(exc, target, where, explore))
     return plan
+
+
+def _warn_short_grant(target: DataSource, where: str, max_duration: int, clouds: list[str]) -> None:
+    """An output goes up at the job's end through a grant the caller made at launch: on a cloud
+    where that grant can die before max_duration, say so (`plan` and `run`; the job may end first)."""
+    cls = providers.data_store_class(target.kind)
+    if cls is None:
+        return
+    lives = {cloud: cls.grant_life_s(cloud) for cloud in clouds or providers.any_clouds()}
+    short = {cloud: life for cloud, life in lives.items() if life is not None and life < max_duration}
+    if short:
+        life = min(short.values())
+        to_stderr(
+            f"warning: {where}: on {', '.join(sorted(short))} the node writes {shown(target.text)} through a "
+            f"grant that lasts {life / 86400:g} days at most, and max_duration is {max_duration / 86400:g} days: "
+            "files the job writes there after that are not uploaded. Lower max_duration, or keep such files "
+            "as artifacts (docs/DATA.md)."
+        )
 
 
 class _NoCredentials(UserError):

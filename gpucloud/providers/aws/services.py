@@ -27,6 +27,12 @@ class S3Store(DataStore):
             )
 
     @classmethod
+    def grant_life_s(cls, cloud: str) -> int | None:
+        """An AWS node signs its S3 requests with its own role; any other node holds SigV4 grants,
+        which live 7 days at most (and end sooner with temporary credentials)."""
+        return None if cloud == CLOUD else data.MAX_PRESIGN_S
+
+    @classmethod
     def node_mounts(cls, cloud: str) -> bool:
         """Every AWS machine has a role of its own, given the mounted folders (identity.py)."""
         return cloud == CLOUD

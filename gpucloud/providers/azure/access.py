@@ -20,6 +20,9 @@ from gpucloud.errors import CloudAccessError, CredentialsError, EndpointError
 CLOUD = "azure"
 ARM_ENDPOINT_ENV = "GPUCLOUD_AZURE_ARM_ENDPOINT"
 DEFAULT_ARM_ENDPOINT = "https://management.azure.com"
+# A SAS gpucloud signs lives 7 days at most (its own bound, as S3's URLs; also a user-delegation key's
+# longest life).
+SAS_MAX_S = 7 * 86400
 AUTHORITY_ENV = "AZURE_AUTHORITY_HOST"  # azure-identity: the Entra ID sign-in host (https only)
 CLIENT_RETRY_TOTAL = 4  # 429/5xx answers (ARM's Retry-After is honoured)
 CLIENT_RETRY_CONNECT = 2  # could not connect: the endpoint is down, do not insist

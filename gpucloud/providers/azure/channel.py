@@ -34,7 +34,7 @@ from urllib.parse import quote, urlsplit
 from gpucloud.channel import trust as channel_trust
 from gpucloud.channel.run_objects import LOG_PART_MAX, Channel, ObjectRefused, node_prefix
 from gpucloud.errors import UserError
-from gpucloud.providers.azure.access import pipeline_kwargs
+from gpucloud.providers.azure.access import SAS_MAX_S, pipeline_kwargs
 from gpucloud.vm.agent.blob_token import IDENTITY_LINE
 
 STORAGE_API = "2023-05-01"
@@ -43,7 +43,7 @@ CONTAINER = "gpucloud"
 CLOCK_SKEW = timedelta(minutes=15)
 # A SAS URL lives at most as long as S3's SigV4 presigned URLs (providers/aws/channel.py MAX_PRESIGN): a leaked
 # manifest is useless after a week whatever the job's max_duration says.
-MAX_SAS = timedelta(days=7)
+MAX_SAS = timedelta(seconds=SAS_MAX_S)
 
 
 def log_blob(run_id: str, rank: int) -> str:

@@ -18,11 +18,11 @@ from typing import Any
 from urllib.parse import quote
 
 from gpucloud.errors import UserError
-from gpucloud.providers.azure.access import default_credential, pipeline_kwargs
+from gpucloud.providers.azure.access import SAS_MAX_S, default_credential, pipeline_kwargs
 from gpucloud.providers.azure.provider import BLOB_ENDPOINT_ENV
 
 CLOCK_SKEW = timedelta(minutes=15)
-MAX_SAS = timedelta(days=7)
+MAX_SAS = timedelta(seconds=SAS_MAX_S)
 
 
 def _account_key(account: str) -> str | None:

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from gpucloud.contract.services import DataStore, Files, ImageLogin
+from gpucloud.errors import UserError
 from gpucloud.providers.azure import acr
+from gpucloud.providers.azure.access import SAS_MAX_S
 
 STORE_ENV = ("AZURE_STORAGE_KEY", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_CLIENT_ID")
 
@@ -21,6 +23,21 @@ class BlobStore(DataStore):
     def credentials_found(cls) -> bool:
         """A storage key, a service principal, or an `az login` sign-in."""
         return any(os.environ.get(name) for name in STORE_ENV) or (Path.home() / ".azure").is_dir()
+
+    @classmethod
+    def mount_limit(cls, max_duration: int, where: str) -> None:
+        """A mounted container is read through one SAS: a job longer than its life is refused."""
+        if max_duration > SAS_MAX_S:
+            raise UserError(
+                f"{where}: mode: mount on Azure Blob reads through a SAS that lasts {SAS_MAX_S // 86400} days at "
+                f"most, and max_duration is {max_duration / 86400:g} days.",
+                hint="Lower max_duration to 7d or less, or use mode: copy for this input.",
+            )
+
+    @classmethod
+    def grant_life_s(cls, cloud: str) -> int | None:
+        """Every node reaches your storage through SAS grants: its identity has no role there."""
+        return SAS_MAX_S
 
     def _store(self) -> Any:
         from gpucloud.providers.azure.data import Store
