@@ -22,7 +22,6 @@ from gpucloud.providers.azure.rbac import (
     assign_command,
     node_role_definition,
     node_role_id,
-    role_definition,
     role_id,
 )
 
@@ -107,17 +106,18 @@ def inspect(arm: Any, subscription: str, role: tuple[str, str, dict[str, Any], s
 
 
 def print_commands(subscription: str) -> list[str]:
-    """The whole setup as `az` commands (`gpucloud setup azure --print`)."""
-    return [
-        f"cat > gpucloud-runner.json <<'EOF'\n{json.dumps(role_definition(subscription), indent=2)}\nEOF",
-        "az role definition create --role-definition @gpucloud-runner.json",
-        # By its own id (az role definition create picks a random one): the runner's condition names it.
-        f"cat > gpucloud-node-channel.json <<'EOF'\n"
-        f"{json.dumps(arm_body(subscription, node_role_definition(subscription)), indent=2)}\nEOF",
-        f'az rest --method put --url "https://management.azure.com{node_role_path(subscription)}'
-        f'?api-version={ROLE_DEFINITIONS_API}" --body @gpucloud-node-channel.json',
-        assign_command(subscription),
-    ]
+    """The whole setup as `az` commands (`gpucloud setup azure --print`). Each role is PUT at its own
+    id, as `setup` makes it (`az role definition create` would pick a random one, which neither
+    `check` nor the runner's condition, naming the node role's id, would find)."""
+    commands = []
+    for name, path, body, _ in roles(subscription):
+        file = f"{name.replace(' ', '-')}.json"
+        commands += [
+            f"cat > {file} <<'EOF'\n{json.dumps(body, indent=2)}\nEOF",
+            f'az rest --method put --url "https://management.azure.com{path}?api-version={ROLE_DEFINITIONS_API}" '
+            f"--body @{file}",
+        ]
+    return [*commands, assign_command(subscription)]
 
 
 def setup(*, dry: bool, confirm: Callable[[list[dict[str, Any]]], bool], say: Callable[[str], None]) -> dict[str, Any]:
