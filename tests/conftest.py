@@ -10,6 +10,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,41 +67,34 @@ def gpucloud_home(_isolated_home: Path) -> Path:
     return _isolated_home
 
 
-# Tests whose cells are many and independent (each starts from a clean account on the module's
-# servers): spread one by one over the workers. Every other test runs on its file's worker, beside the
-# servers its module starts (pyproject's `--dist loadgroup`: one group per file).
-SPREAD = frozenset(
-    {
-        "test_fault_matrix_provisioning",
-        "test_fault_matrix_teardown",
-        "test_fault_matrix_leaves_nothing",
-        "test_interrupted_or_killed_cli_leaves_nothing",
-        "test_gpu_alternatives_plan_through_the_file_as_in_memory",
-    }
-)
-
-
 # Seconds each test file held a worker in a profiled run of the suite (bench/suite_profile.py --write).
 SCOPE_COSTS = REPO / "tests" / "scope_costs.json"
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """One worker per test file, the many-celled tests spread (tests/support/xdist_files.py)."""
+    from tests.support.xdist_files import FileScheduling
+
+    return FileScheduling(config, log)
+
+
 @pytest.hookimpl(tryfirst=True)  # before a folder's own ordering (tests/guest puts its boots first)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each file is one xdist group (SPREAD tests are their own), and the groups go out longest first
-    (pyproject: --no-loadscope-reorder keeps this order): a long file started last would hold the
-    run's end while the other workers wait. Within a file the order stays as written."""
+    """Units of work (a file, or one SPREAD cell) go out longest first: a long file started last would
+    hold the run's end while the other workers wait. Within a file the order stays as written."""
+    from tests.support.xdist_files import unit_of
+
     costs: dict[str, float] = json.loads(SCOPE_COSTS.read_text()) if SCOPE_COSTS.exists() else {}
     default = sorted(costs.values())[len(costs) // 2] if costs else 1.0
     per_file: dict[str, int] = {}
     for item in items:
         file = item.nodeid.split("::", 1)[0]
         per_file[file] = per_file.get(file, 0) + 1
-        if getattr(item, "originalname", item.name) not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(file))
 
     def cost(item: pytest.Item) -> float:
         file = item.nodeid.split("::", 1)[0]
         whole = costs.get(file, default)
-        return whole if getattr(item, "originalname", item.name) not in SPREAD else whole / per_file[file]
+        return whole if unit_of(item.nodeid) == file else whole / per_file[file]
 
     items.sort(key=lambda item: -cost(item))

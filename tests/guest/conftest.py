@@ -23,7 +23,7 @@ CI_SET = ("tests/guest/test_guest_aws.py", "tests/guest/test_guest_chroot_apt.py
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With the gate set, the guest's files go first: under xdist's loadgroup (one group per file)
+    """With the gate set, the guest's files go first: under xdist (one worker per file, tests/support/xdist_files.py)
     a worker starts its boot at once and the rest of the suite runs beside it."""
     if os.environ.get(GATE) in ("1", "ci"):
         items.sort(key=lambda item: not item.nodeid.startswith("tests/guest/"))
