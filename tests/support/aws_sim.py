@@ -13,6 +13,10 @@ Each guest's GPUCLOUD_IMDS_ENDPOINT points at the simulator's own instance metad
 guard polls `spot/instance-action`, which answers 404 until `preempt(instance_id)` (EC2's
 interruption notice, two minutes ahead on EC2) and the notice JSON from then on.
 
+An instance launched with a KeyName gets the key pair's public half as its session key: a test's
+`sshd_port(instance_id)` starts the guest's own sshd (vm_sim.py), which admits that key only; the
+test maps the instance's public address to that port in the user's ssh_config.
+
 Multi-node: the N instances of one RunInstances call boot the same user-data; each guest gets
 `GPUCLOUD_NODE_RANK=<AmiLaunchIndex>` (what a real node reads from IMDS `ami-launch-index`) and
 `GPUCLOUD_NODE_IP=127.0.0.1` (its "private address": every guest lives on this host's loopback).
@@ -229,6 +233,7 @@ class AwsVmSimulator(GuestSimulator):
         )
         if guest is None:
             return
+        guest.ssh_key = self._public_key(region, inst.get("KeyName") or "")
         guest.meta.update(
             instance_type=itype,
             region=region,
@@ -239,6 +244,15 @@ class AwsVmSimulator(GuestSimulator):
             profile=str((inst.get("IamInstanceProfile") or {}).get("Arn", "")).rsplit("/", 1)[-1],
         )
         self.booted.append(iid)
+
+    def _public_key(self, region: str, key_name: str) -> str:
+        """The public half of the instance's key pair (what cloud-init installs for the login user);
+        "" for an instance launched without one. moto runs in this process and keeps it."""
+        from moto.ec2.models import ec2_backends
+
+        pair = ec2_backends[ACCOUNT][region].key_pairs.get(key_name) if key_name else None
+        public = getattr(pair, "material_public", b"") or b""
+        return public.decode() if isinstance(public, bytes) else str(public)
 
     def _image_disk(self, region: str, image_id: str) -> Path | None:
         """An AMI made by CreateImage from a simulated instance carries that instance's disk: its

@@ -8,6 +8,10 @@ bootstrap's self-delete gets a token for the VM's own managed identity and DELET
 group there, which works only if the provider granted that identity a role on the group. A
 `shutdown` inside the guest stops the guest but leaves the VM allocated (power state "stopped"), as
 on Azure. Deleting the VM or its group ends the guest.
+
+A VM given ssh public keys (osProfile.linuxConfiguration.ssh.publicKeys, what the Linux agent
+installs for the admin user) gets them as its session keys: a test's `sshd_port(vm_id)` starts the
+guest's own sshd (vm_sim.py), which admits those keys only.
 """
 
 from __future__ import annotations
@@ -97,6 +101,8 @@ class AzureVmSimulator(GuestSimulator):
         )
         if guest is None:
             return
+        linux = ((res.body["properties"].get("osProfile") or {}).get("linuxConfiguration")) or {}
+        guest.ssh_key = "\n".join(k.get("keyData", "") for k in (linux.get("ssh") or {}).get("publicKeys") or [])
         guest.meta.update(size=size, gpu_name=guest_env_gpu_name(gpu))
         self.booted.append(res.id)
         with self.arm.lock:

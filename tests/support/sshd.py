@@ -91,12 +91,67 @@ class SshdServer:
     def stop(self) -> None:
         stop_process(self.proc)
 
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def session_pids(self) -> list[int]:
         """sshd processes serving connections of this server (children of the listener)."""
         if self.proc is None:
             return []
         out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True, check=False)
         return [int(p) for p in out.stdout.split()]
+
+
+def start_sshd(
+    alias: str, folder: Path, *, authorized_keys: Path, env: dict[str, str], force_command: str | None = None
+) -> SshdServer:
+    """Start one sshd in `folder` (its host key, config and log there) on a free loopback port:
+    logins by the keys in `authorized_keys` only, with `env` (sshd SetEnv, each pair quoted: no
+    double quote in a value) and sshd's ForceCommand when given. Returns once it accepts connections."""
+    host_key = folder / "ssh_host_ed25519_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation folder
+    server = SshdServer(alias=alias, folder=folder, port=free_port(), remote_root=folder / "remote")
+    assert not any('"' in f"{k}{v}" for k, v in env.items()), env
+    (folder / "sshd_config").write_text(
+        f"Port {server.port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nPidFile {folder / 'sshd.pid'}\n"
+        f"AuthorizedKeysFile {authorized_keys}\nPermitRootLogin prohibit-password\nStrictModes no\n"
+        "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nLogLevel VERBOSE\n"
+        "MaxSessions 100\nMaxStartups 100\n"
+        "SetEnv "
+        + " ".join(f'"{k}={v}"' for k, v in env.items())
+        + "\n"
+        + (f"ForceCommand {force_command}\n" if force_command else "")
+    )
+    log = server.log_path.open("ab")
+    server.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(folder / "sshd_config")], stdout=log, stderr=log)
+    for _ in range(100):
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"sshd {alias} exited: {server.log_path.read_text()}")
+        try:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=0.2):
+                break
+        except OSError:
+            time.sleep(0.05)
+    return server
+
+
+def login_refused(port: int, folder: Path) -> bool:
+    """Whether sshd on `port` refuses a login by a fresh key of `folder` (one it was never given)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    key = folder / "id_other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    opts = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
+    user = pwd.getpwuid(os.getuid()).pw_name
+    res = subprocess.run(
+        ["ssh", "-F", "/dev/null", *opts, "-o", "IdentitiesOnly=yes", "-i", str(key), "-p", str(port)]
+        + [f"{user}@127.0.0.1", "true"],
+        capture_output=True,
+        text=True,
+        timeout=15,
+        check=False,
+    )
+    return res.returncode == 255 and "Permission denied" in res.stderr
 
 
 class SshLab:
@@ -142,11 +197,9 @@ class SshLab:
         Driver "apt": none until the driver package is installed through the stub apt-get/dpkg of
         tests/support/vm_stubs (their state in <folder>/state), from a fake NVIDIA repository.
         os_release: the text of the host's os-release file (GPUCLOUD_OS_RELEASE points the probe at it).
-        env: more variables for every login (sshd SetEnv; no spaces), e.g. a Slurm login node's SLURM_CONF."""
+        env: more variables for every login (sshd SetEnv; no double quotes), e.g. a Slurm login node's SLURM_CONF."""
         folder = self.folder / alias
         folder.mkdir()
-        host_key = folder / "ssh_host_ed25519_key"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
         bin_dir = folder / "bin"
         bin_dir.mkdir()
         if gpu:
@@ -159,11 +212,11 @@ class SshLab:
         if smi is not None:  # a misbehaving nvidia-smi: this shell script instead of the stub
             (bin_dir / "nvidia-smi").write_text(smi)
             (bin_dir / "nvidia-smi").chmod(0o755)
-        server = SshdServer(alias=alias, folder=folder, port=free_port(), remote_root=folder / "remote")
+        remote_root = folder / "remote"
         path = (
             f"{bin_dir}:{os.path.dirname(shutil.which('python3') or '/usr/bin/python3')}:/usr/local/bin:/usr/bin:/bin"
         )
-        extra = ""
+        login_env = {"PATH": path, "GPUCLOUD_REMOTE_ROOT": str(remote_root)}
         if gpu and gpu[3] == "apt":
             repo = folder / "nvidia-repo"
             for dist in ("ubuntu2004", "ubuntu2204", "ubuntu2404", "debian12"):
@@ -171,35 +224,20 @@ class SshLab:
                 (repo / dist / "x86_64" / "cuda-keyring_1.1-1_all.deb").write_bytes(b"stub keyring")
             for name in ("apt-get", "dpkg", "_common.sh"):  # not the whole folder: its python3 stub
                 shutil.copy2(VM_STUBS / name, bin_dir / name)
-            extra = f" STUB_STATE={folder / 'state'} GPUCLOUD_NVIDIA_REPO={repo.as_uri()}"
+            login_env.update(STUB_STATE=str(folder / "state"), GPUCLOUD_NVIDIA_REPO=repo.as_uri())
         if os_release is not None:
             (folder / "os-release").write_text(os_release)
-            extra += f" GPUCLOUD_OS_RELEASE={folder / 'os-release'}"
-        extra += "".join(f" {k}={v}" for k, v in (env or {}).items())
+            login_env["GPUCLOUD_OS_RELEASE"] = str(folder / "os-release")
+        login_env.update(env or {})
         # A home of the host's own: bash runs ~/.bashrc for every ssh command, and this machine's
         # root account runs `pyenv init` there (a rehash under a lock that a killed login leaves
         # behind: 2 s per command, and its shims ahead of PATH). A host of the test is a clean account.
         home = folder / "home"
         home.mkdir()
-        extra += f" HOME={home}"
-        (folder / "sshd_config").write_text(
-            f"Port {server.port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nPidFile {folder / 'sshd.pid'}\n"
-            f"AuthorizedKeysFile {self.client_key}.pub\nPermitRootLogin prohibit-password\nStrictModes no\n"
-            "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nLogLevel VERBOSE\n"
-            "MaxSessions 100\nMaxStartups 100\n"
-            f"SetEnv PATH={path} GPUCLOUD_REMOTE_ROOT={server.remote_root}{extra}\n"
-            + (f"ForceCommand {force_command}\n" if force_command else "")
+        login_env["HOME"] = str(home)
+        server = start_sshd(
+            alias, folder, authorized_keys=Path(f"{self.client_key}.pub"), env=login_env, force_command=force_command
         )
-        log = server.log_path.open("ab")
-        server.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(folder / "sshd_config")], stdout=log, stderr=log)
-        for _ in range(100):
-            if server.proc.poll() is not None:
-                raise RuntimeError(f"sshd {alias} exited: {server.log_path.read_text()}")
-            try:
-                with socket.create_connection(("127.0.0.1", server.port), timeout=0.2):
-                    break
-            except OSError:
-                time.sleep(0.05)
         if trusted:
             pub = (folder / "ssh_host_ed25519_key.pub").read_text().split()
             with self.known_hosts.open("a") as fh:

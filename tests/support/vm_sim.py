@@ -13,6 +13,11 @@ drops a marker file that a monitor thread turns into that callback, once per gue
 
 Cloud-specific simulators (azure_sim.py, and aws_sim.py if it wants) subclass GuestSimulator and
 call `boot_guest` / `end_guest` when their fake cloud creates or deletes an instance.
+
+A guest whose instance was given a session key (`Guest.ssh_key`, set by the cloud's simulator) can
+be reached by `gpucloud ssh`: `sshd_port(vm_id)` starts its own sshd (tests/support/sshd.py) on
+first use, so guests nobody logs into pay for none; it admits that key only, its logins get the
+guest's environment, and it stops when the guest ends.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpucloud.contract.provider import Capabilities
 from gpucloud.providers.local import engine as vm_engine
+from tests.support.sshd import SshdServer, start_sshd
 
 STUBS = Path(__file__).resolve().parent / "vm_stubs"
 NVIDIA_REPO_INDEX = Path(__file__).resolve().parent.parent / "data" / "nvidia_repo_packages.txt"
@@ -54,6 +61,16 @@ GPU_NAMES = {
     "T4G": "NVIDIA T4G",
     "V100-32GB": "Tesla V100-SXM2-32GB",
 }
+# A cloud VM's work folder (what `gpucloud ssh` exports and cds into); a guest's is its sandbox's vm/.
+CLOUD_VM_DIR = Capabilities.__dataclass_fields__["vm_dir"].default
+# sshd's ForceCommand for a guest's logins: the session's command names the cloud's work folder,
+# which on this guest's "disk" is $GPUCLOUD_VM_DIR, so it is read as that (and nothing is written
+# to the host's CLOUD_VM_DIR).
+GUEST_LOGIN = f"""#!/bin/bash
+[ -n "${{SSH_ORIGINAL_COMMAND:-}}" ] || exec bash -l
+cloud={CLOUD_VM_DIR}
+exec bash -c "${{SSH_ORIGINAL_COMMAND//"$cloud"/$GPUCLOUD_VM_DIR}}"
+"""
 CUDA_REPOS = ("ubuntu1804", "ubuntu2004", "ubuntu2204", "ubuntu2404")
 
 
@@ -128,6 +145,8 @@ class Guest:
     shut_down: bool = False
     ended: bool = False
     meta: dict[str, str] = field(default_factory=dict)
+    ssh_key: str = ""  # the public key the cloud was given for the instance (cloud-init installs it)
+    sshd: SshdServer | None = None  # the guest's sshd, once a test asked for it (`sshd_port`)
 
     def console(self) -> str:
         try:
@@ -246,7 +265,38 @@ class GuestSimulator:
             if guest is None or guest.ended:
                 return
             guest.ended = True
-        guest.vm.kill(grace=2.0)
+        self._halt(guest, grace=2.0)
+
+    def _halt(self, guest: Guest, grace: float) -> None:
+        """The machine is down: its sshd (no more logins) and every process of it end."""
+        if guest.sshd is not None:
+            guest.sshd.stop()
+        guest.vm.kill(grace=grace)
+
+    def sshd_port(self, vm_id: str) -> int:
+        """The loopback port of the guest's own sshd, started on first use (a guest whose instance
+        was given a session key only): logins by that key alone (the login user's authorized_keys,
+        as cloud-init writes it), with the guest's environment (its stubs first on PATH, its GPU,
+        GPUCLOUD_VM_DIR, HOME; its sessions are the guest's processes and end with it)."""
+        with self.lock:
+            guest = self.guests[vm_id]
+            assert guest.ssh_key, f"{vm_id} was given no session key: its image has no sshd to reach"
+            assert not guest.ended and not guest.shut_down, f"{vm_id} is down"
+            if guest.sshd is None:
+                login = self.root / "guest-login"
+                if not login.exists():
+                    login.write_text(GUEST_LOGIN)
+                    login.chmod(0o755)
+                folder = guest.sandbox / "sshd"
+                folder.mkdir(exist_ok=True)
+                keys = guest.sandbox / "home" / ".ssh" / "authorized_keys"
+                keys.parent.mkdir(mode=0o700, exist_ok=True)
+                keys.write_text(guest.ssh_key.strip() + "\n")
+                env = dict(guest.vm.env or {})
+                guest.sshd = start_sshd(
+                    vm_id.rsplit("/", 1)[-1], folder, authorized_keys=keys, env=env, force_command=str(login)
+                )
+            return guest.sshd.port
 
     def reboot_guest(self, vm_id: str, *, down_s: float = 0.0, on_down: Callable[[], None] | None = None) -> Guest:
         """Reboot a guest as its cloud would (e.g. Azure's GPU driver extension): systemd's
@@ -278,7 +328,7 @@ class GuestSimulator:
                     g.shut_down = True
             for g in pending:
                 # The guest halts: its processes end. What happens to the instance is the cloud's call.
-                g.vm.kill(grace=2.0)
+                self._halt(g, grace=2.0)
                 self.on_guest_shutdown(g)
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
@@ -298,7 +348,7 @@ class GuestSimulator:
         with self.lock:
             guests = list(self.guests.values())
         for g in guests:
-            g.vm.kill(grace=1.0)
+            self._halt(g, grace=1.0)
         self._monitor.join(timeout=2)
 
     def leftover_processes(self) -> list[int]:

@@ -3,15 +3,19 @@ key pair (0600 under GPUCLOUD_HOME) and one ingress rule, port 22 from the calle
 rule of every security group the run created admits nothing else; the session reaches the node's
 public address with that key only; `down` removes the key, the rules and the entries.
 
-How the command reaches "the node": moto's instances have a public address nothing answers on, so a
-real sshd of tests/support/sshd.py stands in for the node's, authorising only the public half of
-the run's key (what cloud-init installs from the key pair), and the user's ssh_config
-(GPUCLOUD_SSH_CONFIG, which the session's config includes first, as a bastion or port of the
-user's would be) points the node's entry at it. The entry gpucloud writes names the instance's
+How the command reaches the node: moto's instances have a public address nothing answers on, so
+the user's ssh_config (GPUCLOUD_SSH_CONFIG, which the session's config includes first, as a bastion
+or port of the user's would be) maps the node's entry to the simulated node's own sshd
+(`aws_sim.sshd_port(instance)`), which admits only the public half of the instance's key pair (what
+cloud-init installs) and logs in with the guest's environment: `nvidia-smi -L` names the catalog's
+GPU of the instance type the run got, the shell starts in the node's job folder and registers in its
+W/sessions (what holds a kept machine). The entry gpucloud writes names the instance's
 real public address; the test reads it."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +27,8 @@ from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 from tests.support.polling import wait_until
 from tests.support.sessions import hold_forwards, page
-from tests.support.sshd import SshLab, free_port, have_sshd
+from tests.support.sshd import free_port, have_sshd, login_refused
+from tests.support.vm_sim import GPU_NAMES, gpu_of
 
 pytestmark = pytest.mark.skipif(not have_sshd(), reason="needs /usr/sbin/sshd and ssh (openssh-server)")
 CALLER = "203.0.113.7/32"  # aws_env's GPUCLOUD_SSH_CIDR
@@ -58,7 +63,7 @@ def test_session_key_and_rule_admit_only_the_caller_and_go_with_down(
     gpucloud_home: Path,
 ) -> None:
     port = free_port()
-    job = write_aws_job(tmp_path / "job.yaml", run="sleep 120", name="awsssh")
+    job = write_aws_job(tmp_path / "job.yaml", run="sleep 120", name="awsssh", gpu="A10G:1")
     job.write_text(job.read_text() + f"ports: [{port}]\n")  # ports alone ask for the session's key and rule
     code, out = invoke("run", str(job), "--cloud", "aws", "--detach", "--yes")
     assert code == 0, out[-2000:]
@@ -77,38 +82,55 @@ def test_session_key_and_rule_admit_only_the_caller_and_go_with_down(
     assert f"  HostName {instance['PublicIpAddress']}\n" in entry.stdout
     assert f"  IdentityFile {key}\n" in entry.stdout and "  User ubuntu\n" in entry.stdout
 
-    lab = SshLab(tmp_path / "lab")  # the node's sshd: it knows the run's public key only
+    # The node's own sshd (the simulator's, for the guest of this instance): it admits the public
+    # half of the run's key pair only; the user's ssh_config maps the node's entry to its port.
+    iid = instance["InstanceId"]
+    mine = tmp_path / "user_ssh_config"
+    user = pwd.getpwuid(os.getuid()).pw_name
+    mine.write_text(f"Host gpucloud-*\n  HostName 127.0.0.1\n  Port {aws_sim.sshd_port(iid)}\n  User {user}\n")
+    env = {**aws_env, "GPUCLOUD_SSH_CONFIG": str(mine)}
+    guest = aws_sim.guest(iid)
+    assert guest is not None
+    node_dir = guest.sandbox / "vm"
+    assert wait_until(lambda: "stage run" in guest.console(), 30), guest.console()  # its driver is in
+    gpu, count = gpu_of("aws", instance["InstanceType"])
+    smi = plain_cli(env, "ssh", run_id, "--", "nvidia-smi", "-L")
+    assert smi.returncode == 0, smi.stderr
+    assert [line.split(" (")[0] for line in smi.stdout.splitlines()] == [
+        f"GPU {i}: {GPU_NAMES[gpu]}" for i in range(count)
+    ], smi.stdout
+    assert (gpucloud_home / "ssh-config" / f"{run_id}.known_hosts").is_file()  # the run's own, not yours
+    # The session is on the node: it starts in the node's job folder with the node's environment,
+    # and its shell registers in the node's W/sessions (what holds a kept machine).
+    where = plain_cli(
+        env, "ssh", run_id, "--", "pwd; echo $GPUCLOUD_VM_DIR $STUB_GPU_NAME; ls $GPUCLOUD_VM_DIR/sessions; echo $$"
+    )
+    assert where.returncode == 0, where.stderr
+    lines = where.stdout.splitlines()
+    assert lines[0] == str(node_dir / "job") and lines[1] == f"{node_dir} {GPU_NAMES[gpu]}", lines
+    assert f"ssh-{lines[-1]}" in lines[2:-1], lines
+    (tmp_path / "index.html").write_text("page from the aws node\n")
+    served = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    proc, found = hold_forwards(env, run_id)
     try:
-        node = lab.add_server("node", gpu=("Tesla T4", 1, 15360, "535.104.05", "12.2"))
-        pub = subprocess.run(["ssh-keygen", "-y", "-f", str(key)], capture_output=True, text=True, check=True)
-        Path(f"{lab.client_key}.pub").write_text(pub.stdout)
-        mine = tmp_path / "user_ssh_config"
-        mine.write_text(f"Host gpucloud-*\n  HostName 127.0.0.1\n  Port {node.port}\n  User {lab.user}\n")
-        env = {**aws_env, "GPUCLOUD_SSH_CONFIG": str(mine)}
-        smi = plain_cli(env, "ssh", run_id, "--", "nvidia-smi", "-L")
-        assert smi.returncode == 0 and smi.stdout.startswith("GPU 0: Tesla T4"), smi.stderr
-        assert (gpucloud_home / "ssh-config" / f"{run_id}.known_hosts").is_file()  # the run's own, not yours
-        (tmp_path / "index.html").write_text("page from the aws node\n")
-        served = subprocess.Popen(
-            [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-            cwd=tmp_path,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        proc, found = hold_forwards(env, run_id)
-        try:
-            assert int(found.group(1)) == port and int(found.group(3)) != port, found
-            assert wait_until(lambda: page(found.group(2) + "index.html") == "page from the aws node\n", 30)
-        finally:
-            proc.terminate()
-            proc.wait(10)
-            served.terminate()
-            served.wait(10)
+        assert int(found.group(1)) == port and int(found.group(3)) != port, found
+        assert wait_until(lambda: page(found.group(2) + "index.html") == "page from the aws node\n", 30)
     finally:
-        lab.close()
+        proc.terminate()
+        proc.wait(10)
+        served.terminate()
+        served.wait(10)
+    assert guest.sshd is not None and guest.sshd.accepted() >= 3
+    assert login_refused(guest.sshd.port, tmp_path / "other")  # no key but the run's
 
     code, out = invoke("down", run_id, "--yes")
     assert code == 0, out[-2000:]
+    assert wait_until(lambda: guest.sshd is not None and not guest.sshd.alive(), 10)  # ended with it
     assert not key.exists() and run_rules(moto, run_id) == []
     assert list((gpucloud_home / "ssh-config").glob(f"{run_id}*")) == []
     gone = plain_cli(aws_env, "ssh", run_id, "--", "true")

@@ -4,15 +4,17 @@ only authorised key) and one NSG rule, port 22 from the caller's /32, and every 
 the run created admits nothing else; the session reaches the node with that key only; `down`
 removes the key and the entries.
 
-As on the AWS simulator, the node's public address answers nothing here: a real sshd of
-tests/support/sshd.py stands in for the node's, authorising only the public half the VM was given,
-and the user's ssh_config (GPUCLOUD_SSH_CONFIG) points the node's entry at it; the entry gpucloud
-writes names the node's public address from ARM, which the test reads."""
+As on the AWS simulator, the node's public address answers nothing here: the user's ssh_config
+(GPUCLOUD_SSH_CONFIG) maps the node's entry to the simulated VM's own sshd
+(`azure_sim.sshd_port(vm)`), which admits only the key the VM was given and logs in with the
+guest's environment (the size's GPU in `nvidia-smi -L`, the node's job folder, its W/sessions);
+the entry gpucloud writes names the node's public address from ARM, which the test reads."""
 
 from __future__ import annotations
 
 import json
-import re
+import os
+import pwd
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,8 @@ from tests.support.azure_runs import write_azure_job
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
 from tests.support.cli import cli
 from tests.support.fake_arm import FakeArm
-from tests.support.sshd import SshLab, have_sshd
+from tests.support.sshd import have_sshd, login_refused
+from tests.support.vm_sim import GPU_NAMES, gpu_of
 
 pytestmark = [
     pytest.mark.skipif(not have_sshd(), reason="needs /usr/sbin/sshd and ssh (openssh-server)"),
@@ -77,18 +80,30 @@ def test_session_key_and_rule_admit_only_the_caller_and_go_with_down(
     assert f"  HostName {pip['properties']['ipAddress']}\n" in entry.stdout
     assert f"  IdentityFile {key}\n" in entry.stdout and "  User gpucloud\n" in entry.stdout
 
-    lab = SshLab(tmp_path / "lab")  # the node's sshd: it knows the key the VM was given, only
-    try:
-        node = lab.add_server("node", gpu=("Tesla T4", 1, 15360, "535.104.05", "12.2"))
-        Path(f"{lab.client_key}.pub").write_text(authorised["keyData"] + "\n")
-        mine = tmp_path / "user_ssh_config"
-        mine.write_text(f"Host gpucloud-*\n  HostName 127.0.0.1\n  Port {node.port}\n  User {lab.user}\n")
-        smi = cli("ssh", run_id, "--", "nvidia-smi", "-L", env={**env, "GPUCLOUD_SSH_CONFIG": str(mine)})
-        assert smi.returncode == 0 and re.match(r"GPU 0: Tesla T4", smi.stdout), smi.stderr
-    finally:
-        lab.close()
+    # The node's own sshd (the simulator's, for this VM's guest): it admits the key the VM was
+    # given only; the user's ssh_config maps the node's entry to its port.
+    guest = azure_sim.guest(vm["id"])
+    assert guest is not None and guest.ssh_key == authorised["keyData"]
+    mine = tmp_path / "user_ssh_config"
+    user = pwd.getpwuid(os.getuid()).pw_name
+    mine.write_text(f"Host gpucloud-*\n  HostName 127.0.0.1\n  Port {azure_sim.sshd_port(vm['id'])}\n  User {user}\n")
+    node_env = {**env, "GPUCLOUD_SSH_CONFIG": str(mine)}
+    assert wait_until(lambda: "stage run" in guest.console(), timeout=30), guest.console()  # its driver is in
+    gpu, count = gpu_of("azure", vm["properties"]["hardwareProfile"]["vmSize"])
+    smi = cli("ssh", run_id, "--", "nvidia-smi", "-L", env=node_env)
+    assert smi.returncode == 0, smi.stderr
+    assert [line.split(" (")[0] for line in smi.stdout.splitlines()] == [
+        f"GPU {i}: {GPU_NAMES[gpu]}" for i in range(count)
+    ], smi.stdout
+    where = cli("ssh", run_id, "--", "pwd; echo $GPUCLOUD_VM_DIR; ls $GPUCLOUD_VM_DIR/sessions; echo $$", env=node_env)
+    assert where.returncode == 0, where.stderr
+    lines = where.stdout.splitlines()
+    assert lines[:2] == [str(guest.sandbox / "vm" / "job"), str(guest.sandbox / "vm")], lines
+    assert f"ssh-{lines[-1]}" in lines[2:-1], lines  # registered where a kept machine's idle clock looks
+    assert login_refused(guest.sshd.port if guest.sshd else 0, tmp_path / "other")  # no key but the VM's
 
     down = cli("down", run_id, "--yes", env=env)
     assert down.returncode == 0, down.stderr
     assert not key.exists() and list((gpucloud_home / "ssh-config").glob(f"{run_id}*")) == []
     assert wait_until(lambda: leftovers(arm) == [], timeout=60)
+    assert wait_until(lambda: guest.sshd is not None and not guest.sshd.alive(), timeout=10)
