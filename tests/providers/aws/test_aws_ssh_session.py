@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from gpucloud.vm.agent.keep import live_sessions
 from tests.support.aws_runs import invoke, plain_cli, run_id_in, write_aws_job  # noqa: F401
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
@@ -120,6 +121,7 @@ def test_session_key_and_rule_admit_only_the_caller_and_go_with_down(
     try:
         assert int(found.group(1)) == port and int(found.group(3)) != port, found
         assert wait_until(lambda: page(found.group(2) + "index.html") == "page from the aws node\n", 30)
+        assert wait_until(lambda: live_sessions(node_dir) == 1, 10)  # the kept-machine idle clock sees it
     finally:
         proc.terminate()
         proc.wait(10)
@@ -130,7 +132,8 @@ def test_session_key_and_rule_admit_only_the_caller_and_go_with_down(
 
     code, out = invoke("down", run_id, "--yes")
     assert code == 0, out[-2000:]
-    assert wait_until(lambda: guest.sshd is not None and not guest.sshd.alive(), 10)  # ended with it
+    # the node's sshd and every process of its sessions end with the machine
+    assert wait_until(lambda: guest.sshd is not None and not guest.sshd.alive() and not guest.vm.leftovers(), 10)
     assert not key.exists() and run_rules(moto, run_id) == []
     assert list((gpucloud_home / "ssh-config").glob(f"{run_id}*")) == []
     gone = plain_cli(aws_env, "ssh", run_id, "--", "true")
