@@ -69,7 +69,9 @@ def session_tail(ask: SessionAsk) -> str:
     if ask.command:
         return SESSION_MARK + "exec bash -c " + shlex.quote(" ".join(ask.command))
     if ask.forward_only:
-        return SESSION_MARK + "exec sleep 2147483647"
+        # Held while the session's sshd lives: a command without a terminal gets no signal when the
+        # client goes (ssh -N ended, the laptop asleep), and its mark would hold a kept machine.
+        return SESSION_MARK + 'while [ -e "/proc/$PPID" ]; do sleep 2; done'
     return SESSION_MARK + 'exec "${SHELL:-bash}" -l'
 
 
