@@ -213,7 +213,8 @@ def test_iam_policy_from_the_installed_package(venv: Path, tmp_path: Path) -> No
 def _guarded_tree(root: Path, *, with_checkout: bool) -> Path:
     """A folder with this suite's conftest and one test; with a `gpucloud/` package in it when
     `with_checkout` (what `python -m pytest` from a source checkout would import)."""
-    for name in ("tests/__init__.py", "tests/conftest.py", "tests/support/__init__.py", "tests/support/source_tree.py"):
+    support = ("__init__.py", "source_tree.py", "cpu_profile.py", "xdist_files.py")  # what conftest.py imports
+    for name in ("tests/__init__.py", "tests/conftest.py", *(f"tests/support/{s}" for s in support)):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text((TESTS_ROOT / name).read_text())
     (root / "tests" / "test_one.py").write_text("def test_one() -> None:\n    import gpucloud\n")
