@@ -94,15 +94,20 @@ class Watcher:
             self._gc_if_due()
 
     def stop(self) -> None:
-        """Followers killed (a teardown under way is waited for: it must finish), their leases let go
-        at once so another watcher need not wait for expiry."""
+        """Followers killed, their leases let go at once so another watcher need not wait for expiry.
+        A child whose run is already final is tearing it down or collecting its results: it is
+        waited for (stopped halfway, it would leave machines up), and its lease row dropped."""
         for run_id, proc in list(self.children.items()):
-            if run_id not in self.downs:
+            if run_id not in self.downs and not self._final(run_id):
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
             proc.wait()
-            self.leases.release(run_id, self.holder, done=False)
+            self.leases.release(run_id, self.holder, done=self._final(run_id))
         self.children.clear()
+
+    def _final(self, run_id: str) -> bool:
+        run = self.store.get_run(run_id)
+        return run is None or run.final
 
     # -- one round ------------------------------------------------------------------------------------
 
@@ -113,7 +118,7 @@ class Watcher:
             del self.children[run_id]
             self.downs.discard(run_id)
             run = self.store.get_run(run_id)
-            done = run is None or run.final
+            done = self._final(run_id)
             self.leases.release(run_id, self.holder, done=done)
             if not done:
                 self.retry_at[run_id] = time.time() + RETRY_S

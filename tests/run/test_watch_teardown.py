@@ -26,3 +26,18 @@ def test_a_budget_teardown_under_way_outlives_the_run_turning_final() -> None:
         time.sleep(0.1)
     assert down.returncode == 0, "the watcher stopped its own teardown halfway"
     assert "r1" not in Leases(store).taken_over()  # done: the lease went with it
+
+
+def test_a_watcher_stopped_while_its_follower_finishes_a_final_run_waits_and_drops_the_lease() -> None:
+    """SIGTERM to `watch --all` just as a followed run turned final: the follower (collecting, tearing
+    down) is waited for, not killed, and the final run's lease row goes rather than staying behind."""
+    watcher = Watcher(poll_s=0.1, lease_s=5, gc_every_s=0)
+    store = watcher.store
+    store.create_run("r2", name="r2", price_per_hour=1.0)
+    assert Leases(store).take("r2", watcher.holder, 5)
+    follower = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])  # `watch r2`, finishing
+    watcher.children["r2"] = follower
+    store.finish_run("r2", "succeeded", message="done")
+    watcher.stop()
+    assert follower.returncode == 0, "the watcher killed a follower finishing a final run"
+    assert "r2" not in Leases(store).taken_over()
