@@ -87,3 +87,16 @@ def over(
     message = f"max_cost ${max_cost:g} reached (spent ${cost:.4f}): the run is ended, what it saved is kept"
     warn(message)
     return MAX_COST_STATUS, MAX_COST_EXIT, message
+
+
+def spent_before_relaunch(
+    store: Store, run_id: str, max_cost: float | None, after: str, warn: Callable[[str], None]
+) -> tuple[str, int, str] | None:
+    """(status, exit code, message) when an attempt ended `after` (preempted, lost) with the run's
+    max_cost already spent: no relaunch, the run ends at its cap as the node would have ended it,
+    rather than as a refused launch. None while money is left, or without a cap."""
+    if max_cost is None or (cost := spent(store, run_id)) < max_cost:
+        return None
+    message = f"max_cost ${max_cost:g} reached (spent ${cost:.4f}): not relaunched after {after}, what it saved is kept"
+    warn(message)
+    return MAX_COST_STATUS, MAX_COST_EXIT, message

@@ -22,6 +22,7 @@ from gpucloud.state.runs_db import Store, home_dir
 
 if TYPE_CHECKING:
     from gpucloud.spec.load import JobSpec
+    from gpucloud.ui.progress import Progress
 
 KEPT = "kept"
 LISTING = "workdir.json"
@@ -99,12 +100,24 @@ def ended_kept(store: Store, run: RunRecord, ended: bool) -> None:
         start_follower(store, run.id)
 
 
-def mark_detached(store: Store, run_id: str, spec: JobSpec) -> None:
+def mark_detached(store: Store, run_id: str, spec: JobSpec, progress: Progress) -> None:
     """A detached run is running from here on; one with `keep` outlives any CLI, so its follower
-    starts now (it marks the run kept when the node says so, and cleans up after the end)."""
+    starts now (it marks the run kept when the node says so, and cleans up after the end). The
+    user is told how to follow, collect and end it."""
     store.update_run(run_id, status="running", phase="booting")
     if spec.keep:
         start_follower(store, run_id)
+    progress.info(
+        f"detached: the run ends itself at the latest at max_duration; "
+        f"`gpucloud logs {run_id} --follow` follows it, "
+        f"`gpucloud collect {run_id}` brings back its log and artifacts once it ended, "
+        f"`gpucloud down {run_id}` ends it"
+    )
+    if spec.recovery is not None:
+        progress.warn(
+            f"recovery applies only while a CLI follows the run: start `gpucloud watch {run_id}`, "
+            "or a preemption ends it"
+        )
 
 
 # ---- the follower (run/keep_end.py: the process itself) -----------------------------------------

@@ -254,23 +254,10 @@ class RunInProgress:
             if self.detach:
                 self.delivery.before_detach(self.launch, self.progress)
                 keep_running = True
-                keep.mark_detached(self.store, self.run_id, self.spec)  # running; with `keep`, its follower
-                self.progress.info(
-                    f"detached: the run ends itself at the latest at max_duration; "
-                    f"`gpucloud logs {self.run_id} --follow` follows it, "
-                    f"`gpucloud collect {self.run_id}` brings back its log and artifacts once it ended, "
-                    f"`gpucloud down {self.run_id}` ends it"
-                )
-                if self.spec.recovery is not None:
-                    self.progress.warn(
-                        f"recovery applies only while a CLI follows the run: start "
-                        f"`gpucloud watch {self.run_id}`, or a preemption ends it"
-                    )
+                keep.mark_detached(self.store, self.run_id, self.spec, self.progress)  # running; `keep`: its follower
                 status, code = "detached", None
             else:
-                status, code, message = self._follow()
-                while status in ("preempted", "lost") and self._relaunch(status, message):
-                    status, code, message = self._follow()
+                status, code, message = self._follow_recovering()
                 if status not in (*budget.ENDED_EARLY, "down"):
                     self._collect()
                     if self.refused:  # the summary never reads as a plain success when files were refused
@@ -392,6 +379,14 @@ class RunInProgress:
                     return lost
             time.sleep(interval)
         return self._finished(obs.statuses, seen)
+
+    def _follow_recovering(self) -> tuple[str, int, str]:
+        """Follow the run, relaunching an attempt preempted or lost while recovery allows; the run ends
+        at its max_cost instead when nothing is left of it for a relaunch."""
+        status, code, message = self._follow()
+        while status in ("preempted", "lost") and self._relaunch(status, message):
+            status, code, message = self._follow()
+        return (self.recovery.spent_out if self.recovery else None) or (status, code, message)
 
     def _relaunch(self, status: str, message: str) -> bool:
         """Spot recovery (recovery.py): the attempt ended preempted or lost; relaunch if the job's

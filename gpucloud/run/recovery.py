@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpucloud.errors import NoCandidateError
+from gpucloud.run import budget
 from gpucloud.state.runs_db import Journal, RunRecord, Store
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class Recovery:
     preemptions: int = 0
     on_demand: bool = False  # the fallback happened: every later attempt is on-demand
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)  # a replan reads the image as run did
+    spent_out: tuple[str, int, str] | None = None  # the run's end when max_cost left nothing to relaunch with
 
     @classmethod
     def resume(
@@ -96,6 +98,11 @@ class Recovery:
         self.store.event(self.run_id, "recovery", f"attempt {launch.attempt + 1} {status}: {message}")
         self._teardown_attempt()
         if market is None:
+            return None
+        self.spent_out = budget.spent_before_relaunch(
+            self.store, self.run_id, self.spec.max_cost, status, self.progress.warn
+        )
+        if self.spent_out is not None:
             return None
         self.restarts += 1
         plan, order = self._order(launch, market)

@@ -130,3 +130,32 @@ def test_a_detached_run_found_ended_is_billed_to_its_nodes_end(tmp_path: Path, g
     run = store.get_run(run_id)
     assert run is not None and run.ended_at is not None and run.ended_at < looked - 1.5, (run.ended_at, looked)
     assert run.attempts[0].ended_at == run.ended_at
+
+
+def test_a_preempted_attempt_with_max_cost_spent_ends_the_run_at_its_cap(tmp_path: Path) -> None:
+    """Recovery would relaunch, but the cap is spent: the run ends `max-cost` (124, as the node's own
+    end at the cap), not as a launch the budget refused (77), and nothing is provisioned."""
+    from types import SimpleNamespace
+
+    from gpucloud.run.recovery import Recovery
+    from gpucloud.state.runs_db import Journal
+
+    store = Store(tmp_path / "state.db")
+    store.create_run("r-2", name="r")
+    where = {"cloud": "aws", "region": "us-east-1", "instance_type": "x"}
+    store.start_attempt("r-2", 0, **where, spot=True, price_per_hour=3.6, num_nodes=1)
+    store.set_attempt_handle("r-2", 0, "{}")
+    with store.transaction() as c:  # the attempt began 400 s ago: $0.40 spent
+        c.execute("UPDATE attempts SET started_at = started_at - 400 WHERE run_id = 'r-2'")
+    head = "name: j\nresources: {cloud: aws, gpu: 'T4:1'}\nrun: x\nmax_cost: 0.3\n"
+    spec = parse_spec(head + "recovery: {on: [preemption], max_restarts: 2}\n", "j.yaml")
+    said: list[str] = []
+    progress = SimpleNamespace(warn=said.append, info=lambda *_: None)
+    rec = Recovery(spec, None, "r-2", store, Journal(store), progress)  # type: ignore[arg-type]
+    launch = SimpleNamespace(attempt=0, candidate=SimpleNamespace(spot=True))
+    assert rec.relaunch(launch, "preempted", "preempted: spot notice") is None  # type: ignore[arg-type]
+    status, code, message = rec.spent_out or ("", 0, "")
+    assert (status, code) == ("max-cost", 124), rec.spent_out
+    assert "max_cost $0.3 reached (spent $0.4" in message and "not relaunched after preempted" in message
+    assert said == [message] and rec.restarts == 0
+    assert store.attempts("r-2")[0].end_reason.startswith("preempted")
