@@ -271,12 +271,13 @@ class IndexedRows(RowSource):
     ) -> dict[tuple[str, int], tuple[int, int, tuple[int, ...], int]] | None:
         """Per pair: (rows, rows giving candidates, candidates per market, legacy rows among those),
         summed from `pair_counts`; None when the file has none for this sane price range or the rule
-        asks more of a row (vCPUs, memory, a cap, no estimates) than those counts hold."""
+        asks more of a row (a row term those counts were not written with, a cap, no estimates) than
+        those counts hold. A host CPU: pair_counts are not split by it (`_other_arch`)."""
         rule = rules.rule
+        written = RuleSql(_counts_rule(rule.min_per_gpu, rule.max_per_gpu)).asks
         if (
             self._counted_range != (rule.min_per_gpu, rule.max_per_gpu)
-            or rule.min_vcpus
-            or rule.min_memory_gib
+            or set(rules.asks) - {*written, "arch"}
             or rule.cap is not None
             or not rule.estimates
             or where.instance_type is not None
@@ -444,12 +445,17 @@ def write(
         raise
 
 
+def _counts_rule(min_per_gpu: float, max_per_gpu: float) -> CleanRule:
+    """The rule `pair_counts` are counted by: a job that asks nothing of a row but the sane prices."""
+    return CleanRule("auto", 0, 0.0, None, 1, min_per_gpu, max_per_gpu)
+
+
 def _write_pair_counts(conn: sqlite3.Connection, min_per_gpu: float, max_per_gpu: float) -> None:
     """`pair_counts`: the rows of each (GPU, GPU count, region, cloud) counted by whether each
     market gives a candidate (not retired, a price in the sane range: RuleSql, the planner's own
     conditions in SQL) and whether the row is legacy, so that a plan whose job asks nothing more of
     a row counts its candidates from a few hundred sums, not from every row (split_clean)."""
-    rules = RuleSql(CleanRule("auto", 0, 0.0, None, 1, min_per_gpu, max_per_gpu))
+    rules = RuleSql(_counts_rule(min_per_gpu, max_per_gpu))
     conn.execute(
         "CREATE TABLE pair_counts (gpu, gpu_count, region, cloud, spot, on_demand, legacy, n,"
         " PRIMARY KEY (gpu, gpu_count, region, cloud, spot, on_demand, legacy)) WITHOUT ROWID"

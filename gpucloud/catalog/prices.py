@@ -154,6 +154,7 @@ def check_rows(rows: Iterable[Offering], source: str) -> tuple[list[Offering], l
 
 
 OLD_PRICE_MARK = "[old price:"  # a refresh that could not read a price keeps the previous one, marked
+ESTIMATE_MARK = "[estimate:"  # a price worked out, not read: marked in the source's first part
 
 
 def price_source(off: Offering) -> PriceSource:
@@ -168,8 +169,18 @@ def _source_of(text: str, price_date: str) -> PriceSource:
         rule = text.split(OLD_PRICE_MARK, 1)[1].split("]", 1)[0].strip()
         return PriceSource("old", price_date, rule)
     head = text.split(";", 1)[0]
-    if "[estimate:" in head:
-        return PriceSource("estimate", price_date, head.split("[estimate:", 1)[1].split("]", 1)[0].strip())
+    if ESTIMATE_MARK in head:
+        return PriceSource("estimate", price_date, head.split(ESTIMATE_MARK, 1)[1].split("]", 1)[0].strip())
     if "T" in price_date:
         return PriceSource("live", price_date)
     return PriceSource("shipped", price_date)
+
+
+def estimate_sql(column: str = "source") -> str:
+    """`price_source(row).kind == "estimate"` as an SQL condition on the source column, beside the
+    Python it mirrors (`_source_of`): no old-price mark, and the estimate mark before the first `;`.
+    tests/catalog/test_row_rules.py holds the two equal over the shipped, grown and fuzzed rows."""
+    marks = (OLD_PRICE_MARK, ESTIMATE_MARK)
+    assert not any("'" in m for m in marks), "the marks are written into the SQL as literals"
+    head = f"substr({column}, 1, instr({column} || ';', ';') - 1)"
+    return f"(instr({column}, '{OLD_PRICE_MARK}') = 0 AND instr({head}, '{ESTIMATE_MARK}') > 0)"

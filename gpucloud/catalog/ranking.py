@@ -1,24 +1,26 @@
-"""Which rows of the refreshed catalog file give candidates, decided in SQL, and the cheapest of
-them, ranked by SQLite by the planner's own key: the planner's checks mirrored as SQL conditions
-(`RuleSql`, planner._markets and planner._exclusion_reason), and the candidates of a selection,
-counted per (GPU, GPU count) and market and built only when read (`CleanCandidates`). The file
-itself, its indexes and the pass over a job's rows are catalog/offerings_db.py's.
+"""The planner's checks of a row's own columns, each declared once with its Python and its SQL
+(`ROW_TERMS`: the planner asks `row_reason`, the catalog file's query `RuleSql`; the price rule is
+catalog/prices.py's PRICE_TERMS, the estimate test prices.estimate_sql), and the rows of the
+refreshed catalog file that give candidates, decided in SQL, and the cheapest of them, ranked by
+SQLite by the planner's own key: the candidates of a selection, counted per (GPU, GPU count) and
+market and built only when read (`CleanCandidates`). The file itself, its indexes and the pass over
+a job's rows are catalog/offerings_db.py's.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+import operator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpucloud.catalog.models import Offering
-from gpucloud.catalog.prices import price_sql
+from gpucloud.catalog.prices import estimate_sql, price_sql
 from gpucloud.catalog.rows import CleanRule, RankKey, rank_key
 
 if TYPE_CHECKING:
     import sqlite3
-    from collections.abc import Callable
 
 COLUMNS = ", ".join(Offering._fields)
 ROUND_FUNCTION = "gpucloud_round"  # Python's round() in SQL: the planner ranks by round(total, 6)
@@ -26,6 +28,69 @@ ROUND_FUNCTION = "gpucloud_round"  # Python's round() in SQL: the planner ranks 
 # (CleanCandidates.head); at or below it they are read whole and sorted (bench_plan_alternatives.py).
 WALK_ABOVE = 2048
 _PRICE_COLUMN = {True: "spot_price_per_hour", False: "price_per_hour"}
+
+
+def arch_reason(arch: str) -> str:
+    """Why a row of another host CPU is excluded, and the field that opens it."""
+    return f"{arch} (resources.arch: {arch} or any opens it)"
+
+
+class RowTerm(NamedTuple):
+    """One check of a row's own columns, past the quick reasons: the column, how it compares with
+    the bound, where the bound comes from (`asks`: the field of that name on the job's resources
+    and on a CleanRule alike; "" for the fixed `value`; a bound that is None or 0 drops the term)
+    and the exclusion reason a row breaking it gets."""
+
+    column: str
+    compare: str  # "in" | ">=" | "!="
+    asks: str
+    value: object
+    reason: Callable[[Offering, Any], str]
+
+
+# In the order the planner names them (after the cloud, region, type and GPU): a new check is one
+# line here, and both the planner and the catalog file's query read it.
+ROW_TERMS: tuple[RowTerm, ...] = (
+    RowTerm("arch", "in", "arches", None, lambda off, _: arch_reason(off.arch)),
+    RowTerm("status", "!=", "", "retired", lambda off, _: f"{off.status_text()} ({off.source})"),
+    RowTerm("vcpus", ">=", "min_vcpus", None, lambda off, b: f"{off.vcpus} vCPUs < min_vcpus {b}"),
+    RowTerm(
+        "memory_gib",
+        ">=",
+        "min_memory_gib",
+        None,
+        lambda off, b: f"{off.memory_gib:g} GiB memory < min_memory_gib {b:g}",
+    ),
+)
+_PYTHON_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "in": lambda value, bound: value in bound,
+    ">=": operator.ge,
+    "!=": operator.ne,
+}
+
+
+def _sql_compare(column: str, compare: str, bound: Any) -> tuple[str, list[object]]:
+    if compare == "in":
+        return f"{column} IN ({', '.join('?' * len(bound))})", list(bound)
+    return f"{column} {compare} ?", [bound]
+
+
+def row_terms(asks: object) -> list[tuple[RowTerm, Any]]:
+    """The terms a job asks (`asks`: its resources, or a CleanRule), each with its bound."""
+    out: list[tuple[RowTerm, Any]] = []
+    for term in ROW_TERMS:
+        bound = getattr(asks, term.asks) if term.asks else term.value
+        if bound is not None and not (isinstance(bound, (int, float)) and bound == 0):
+            out.append((term, bound))
+    return out
+
+
+def row_reason(off: Offering, asks: object) -> str | None:
+    """The first row term the offering breaks, as the planner words it; None when it breaks none."""
+    for term, bound in row_terms(asks):
+        if not _PYTHON_COMPARE[term.compare](getattr(off, term.column), bound):
+            return term.reason(off, bound)
+    return None
 
 
 @contextmanager
@@ -43,32 +108,28 @@ def gc_paused() -> Iterator[None]:
 
 
 class RuleSql:
-    """A CleanRule in SQL: `base` is the planner's full check less the prices (not retired, vCPUs,
-    memory: planner._exclusion_reason past the quick reasons), `market(spot)` says that a market
-    gives a candidate (planner._markets: a number, a NaN being stored as text, whose price per GPU
-    is in the sane range, within the cap). A row passing `base` and one market gives a candidate in
-    each market it passes and no exclusion; every other row is an exclusion, left to the planner.
+    """A CleanRule in SQL: `row_base` is ROW_TERMS (and, with `estimates=False`, that the row's
+    price is no estimate: prices.estimate_sql), `market(spot)` says that a market gives a candidate
+    (prices.PRICE_TERMS: a number, a NaN being stored as text, whose price per GPU is in the sane
+    range, within the cap). A row passing `base` and one market gives a candidate in each market it
+    passes and no exclusion; every other row is an exclusion, whose reason the planner works out.
     With GPU requests, `base` also asks that the row meets one (plan_match.GpuMatch.which, the
-    GPUs whose stack does not fit left out) and `rank` is the first one's rank; with
-    `estimates=False`, that its source names no estimate (planner._markets); with `arches`, that
-    the row's host CPU is one of them."""
+    GPUs whose stack does not fit left out) and `rank` is the first one's rank. `asks`: the
+    columns of the row terms in force."""
 
     def __init__(self, rule: CleanRule) -> None:
         self.rule = rule
         self.markets: tuple[bool, ...] = (True, False) if rule.policy == "auto" else (rule.policy == "spot",)
-        parts: list[str] = ["status != 'retired'"]
+        parts: list[str] = []
         self.row_base_args: list[object] = []
-        if rule.min_vcpus:
-            parts.append("vcpus >= ?")
-            self.row_base_args.append(rule.min_vcpus)
-        if rule.min_memory_gib:
-            parts.append("memory_gib >= ?")
-            self.row_base_args.append(rule.min_memory_gib)
-        if rule.arches is not None:  # planner._exclusion_reason: a host CPU the job does not accept
-            parts.append(f"arch IN ({', '.join('?' * len(rule.arches))})")
-            self.row_base_args.extend(rule.arches)
-        if not rule.estimates:  # a superset of the estimates: those rows are checked in full
-            parts.append("instr(source, '[estimate:') = 0")
+        self.asks: tuple[str, ...] = ()
+        for term, bound in row_terms(rule):
+            sql, args = _sql_compare(term.column, term.compare, bound)
+            parts.append(sql)
+            self.row_base_args.extend(args)
+            self.asks += (term.column,)
+        if not rule.estimates:
+            parts.append(f"NOT {estimate_sql('source')}")
         self.row_base = "(" + " AND ".join(parts) + ")"
         # the requests: a condition on the GPU and count alone (split_clean asks it once per pair)
         self.requested, self.requested_args = "1", []

@@ -8,12 +8,13 @@ from datetime import UTC
 from typing import TYPE_CHECKING
 
 from gpucloud.catalog.prices import price_problem, price_rule, price_source
+from gpucloud.catalog.ranking import gc_paused, row_reason
 from gpucloud.catalog.rows import RankKey, RowFilter, rank_key
 from gpucloud.contract.provider import Candidate
 from gpucloud.plan.fabric import fabric_json
 from gpucloud.plan.match import GpuMatch, ImageChoice, PlanStacks
 from gpucloud.plan.requests import plan_request, refuse_what_providers_cannot_do
-from gpucloud.plan.rows import Exclusion, Exclusions, QuickReasons, RankedCandidates, arch_reason, read_rows
+from gpucloud.plan.rows import Exclusion, Exclusions, QuickReasons, RankedCandidates, read_rows
 
 __all__ = ["Candidate", "DataAge", "Exclusion", "Plan", "data_age", "make_plan", "read_rows"]
 
@@ -266,8 +267,6 @@ def _check_rows(
     candidate is kept as its sort key and built only when the plan is read that far. A source that
     can (the catalog file) counts and ranks the rows that give candidates itself (`CleanRule`):
     only the rows that are exclusions are read here."""
-    from gpucloud.catalog.ranking import gc_paused
-
     keys: list[RankKey] = []
     checked: list[tuple[int, Exclusion]] = []
     gpu, variants, clouds, regions = quick.gpu, quick.variants, quick.cloud_list, quick.regions
@@ -403,10 +402,8 @@ def _exclusion_reason(
     match: GpuMatch | None = None,
 ) -> str | None:
     """The first constraint the offering breaks, in the order a user thinks about them. The checks
-    past the quick reasons (retired, vCPUs, memory) are mirrored in SQL by catalog/ranking.py
-    `RuleSql`, which decides which rows of the catalog file give candidates without reading them:
-    a new check goes into both (tests/catalog/test_catalog_index.py compares the two). A host CPU the
-    job does not accept (resources.arch, x86_64 by default) comes right after the GPU checks."""
+    of the row's own columns past the GPU (host CPU, retired, vCPUs, memory) are catalog/ranking.py
+    ROW_TERMS, declared once: the catalog file's query reads the same terms as SQL."""
     res = spec.resources
     if off.cloud not in clouds:
         return f"cloud {off.cloud} not allowed (resources.cloud is {', '.join(clouds)})"
@@ -424,15 +421,7 @@ def _exclusion_reason(
             return f"has {off.gpu}, job asks for {gpu}"
         if res.gpu and off.gpu_count != res.gpu.count:
             return f"has {off.gpu_count} × {off.gpu} per node, job asks for {res.gpu.count}"
-    if res.arches is not None and off.arch not in res.arches:
-        return arch_reason(off.arch)
-    if off.status == "retired":
-        return f"{off.status_text()} ({off.source})"
-    if res.min_vcpus and off.vcpus < res.min_vcpus:
-        return f"{off.vcpus} vCPUs < min_vcpus {res.min_vcpus}"
-    if res.min_memory_gib and off.memory_gib < res.min_memory_gib:
-        return f"{off.memory_gib:g} GiB memory < min_memory_gib {res.min_memory_gib:g}"
-    return None
+    return row_reason(off, res)
 
 
 def _markets(
@@ -442,7 +431,8 @@ def _markets(
 
     spot: false -> on-demand; true -> spot only; auto -> both, so that failover falls back to
     on-demand when spot capacity is missing (spot ranks first when it is cheaper). The price rule
-    is catalog/prices.py `PRICE_TERMS`, which the catalog file's query reads as SQL too."""
+    is catalog/prices.py `PRICE_TERMS`, which the catalog file's query reads as SQL too, and the
+    estimate test `price_source`, written in SQL beside it (prices.estimate_sql)."""
     markets: tuple[bool, ...]
     if policy == "auto":
         markets = (True, False) if off.spot_price_per_hour is not None else (False,)

@@ -31,12 +31,6 @@ if TYPE_CHECKING:
     from gpucloud.spec.load import JobSpec
 
 
-def arch_reason(arch: str) -> str:
-    """Why a row of another host CPU is excluded, and the field that opens it (the planner's check
-    and its SQL mirror give the same words)."""
-    return f"{arch} (resources.arch: {arch} or any opens it)"
-
-
 class Exclusion(NamedTuple):
     """Why one offering is not a candidate (a NamedTuple: a plan over every region can build tens of
     thousands of these)."""
@@ -345,10 +339,25 @@ def read_rows(
     if not cat.rows.ranks_itself or quick.fixed_type:
         selected = cat.rows.select(quick.where)
         return None, selected, len(selected)
-    market = "auto" if policy == "auto" else "spot" if policy else "on-demand"
+    part, rest = cat.rows.split_clean(quick.where, clean_rule(spec, policy, estimates, match, stacks))
+    if stacks is not None:
+        for name in sorted({gpu for gpu, _ in part.pairs} | part.considered):
+            stacks.of(name)
+    return part, rest, part.rows + len(rest) + len(part.deferred)
+
+
+def clean_rule(
+    spec: JobSpec,
+    policy: bool | str,
+    estimates: bool = True,
+    match: GpuMatch | None = None,
+    stacks: PlanStacks | None = None,
+) -> CleanRule:
+    """What the job asks of a row, for a source that ranks its rows itself: the same fields the
+    planner's own checks read (catalog/ranking.py ROW_TERMS, catalog/prices.py PRICE_TERMS)."""
     res = spec.resources
-    rule = CleanRule(
-        market,
+    return CleanRule(
+        "auto" if policy == "auto" else "spot" if policy else "on-demand",
         res.min_vcpus or 0,
         res.min_memory_gib or 0.0,
         spec.price_cap()[0],
@@ -359,11 +368,6 @@ def read_rows(
         _clean_requests(match, stacks),
         tuple(sorted(res.arches)) if res.arches is not None else None,
     )
-    part, rest = cat.rows.split_clean(quick.where, rule)
-    if stacks is not None:
-        for name in sorted({gpu for gpu, _ in part.pairs} | part.considered):
-            stacks.of(name)
-    return part, rest, part.rows + len(rest) + len(part.deferred)
 
 
 def _clean_requests(
