@@ -10,9 +10,10 @@ Least privilege: read the run's objects (`runs/<run>/*`: code, manifest, sealed 
 peers' ready/done, checkpoints), write only what a node writes (status, log parts and claims,
 artifacts, ready, done, checkpoint slots), list only the claim objects of the run's log prefixes.
 No other run, no delete, no other bucket. The role's name is a hash of run, region and attempt
-(IAM names stop at 64 characters, a run id alone is up to 61); its path `/gpucloud/<region>/` lets
-gc list one region's roles, and it carries the run's tags like every other resource. The journal
-row is written before the create calls, so a crash leaves a name teardown and gc can find.
+(IAM names stop at 64 characters, a run id alone is up to 61); its path `/gpucloud/<region>/` tells
+gc, in one listing of `/gpucloud/` (IAM is global), which region's role it is, and it carries the
+run's tags like every other resource. The journal row is written before the create calls, so a
+crash leaves a name teardown and gc can find.
 
 IAM is eventually consistent: a new instance profile can be refused by RunInstances for some
 seconds ("Invalid IAM Instance Profile name"); launch.py retries that one error, bounded.
@@ -75,16 +76,20 @@ def node_policy(bucket: str, run_id: str) -> dict[str, Any]:
     }
 
 
-def _iam(aws: AwsClients, region: str) -> Any:
-    return aws.client("iam", region)
+IAM_REGION = "us-east-1"  # IAM is global: whatever region a client names, it reaches the one service
 
 
-def _tolerate(aws: AwsClients, region: str, op: str, codes: tuple[str, ...], **kwargs: Any) -> Any:
+def _iam(aws: AwsClients) -> Any:
+    """The process's one IAM client: a client per region would be the same service, made again."""
+    return aws.client("iam", IAM_REGION)
+
+
+def _tolerate(aws: AwsClients, op: str, codes: tuple[str, ...], **kwargs: Any) -> Any:
     """One IAM call through the retrying call; an error whose code is in `codes` means done."""
     from botocore.exceptions import ClientError
 
     try:
-        return aws.call(_iam(aws, region), op, **kwargs)
+        return aws.call(_iam(aws), op, **kwargs)
     except ClientError as exc:
         if error_code(exc) in codes:
             return None
@@ -100,7 +105,6 @@ def create_identity(aws: AwsClients, req: LaunchRequest, journal: Journal, handl
     path = role_path(req.region)
     _tolerate(
         aws,
-        req.region,
         "create_role",
         ("EntityAlreadyExists",),  # a retried attempt: the same name, made by this run
         RoleName=name,
@@ -111,7 +115,7 @@ def create_identity(aws: AwsClients, req: LaunchRequest, journal: Journal, handl
         Tags=tags,
     )
     aws.call(
-        _iam(aws, req.region),
+        _iam(aws),
         "put_role_policy",
         RoleName=name,
         PolicyName=POLICY_NAME,
@@ -119,16 +123,13 @@ def create_identity(aws: AwsClients, req: LaunchRequest, journal: Journal, handl
     )
     _tolerate(
         aws,
-        req.region,
         "create_instance_profile",
         ("EntityAlreadyExists",),
         InstanceProfileName=name,
         Path=path,
         Tags=tags,
     )
-    _tolerate(
-        aws, req.region, "add_role_to_instance_profile", ("LimitExceeded",), InstanceProfileName=name, RoleName=name
-    )
+    _tolerate(aws, "add_role_to_instance_profile", ("LimitExceeded",), InstanceProfileName=name, RoleName=name)
     journal.created(res, name)
     return name
 
@@ -138,32 +139,33 @@ def put_data_policy(aws: AwsClients, region: str, name: str, statements: list[di
     node's own signature reaches its inputs and outputs after the caller's credentials are gone.
     Put again on every call (the same document: idempotent)."""
     doc = {"Version": "2012-10-17", "Statement": statements}
-    aws.call(
-        _iam(aws, region), "put_role_policy", RoleName=name, PolicyName=DATA_POLICY_NAME, PolicyDocument=json.dumps(doc)
-    )
+    aws.call(_iam(aws), "put_role_policy", RoleName=name, PolicyName=DATA_POLICY_NAME, PolicyDocument=json.dumps(doc))
 
 
 def delete_identity(aws: AwsClients, region: str, name: str) -> None:
     """Profile, then policies, then role; what is already gone counts as deleted."""
-    _tolerate(aws, region, "remove_role_from_instance_profile", GONE, InstanceProfileName=name, RoleName=name)
-    _tolerate(aws, region, "delete_instance_profile", GONE, InstanceProfileName=name)
-    _tolerate(aws, region, "delete_role_policy", GONE, RoleName=name, PolicyName=POLICY_NAME)
-    _tolerate(aws, region, "delete_role_policy", GONE, RoleName=name, PolicyName=DATA_POLICY_NAME)
-    _tolerate(aws, region, "delete_role", GONE, RoleName=name)
+    _tolerate(aws, "remove_role_from_instance_profile", GONE, InstanceProfileName=name, RoleName=name)
+    _tolerate(aws, "delete_instance_profile", GONE, InstanceProfileName=name)
+    _tolerate(aws, "delete_role_policy", GONE, RoleName=name, PolicyName=POLICY_NAME)
+    _tolerate(aws, "delete_role_policy", GONE, RoleName=name, PolicyName=DATA_POLICY_NAME)
+    _tolerate(aws, "delete_role", GONE, RoleName=name)
 
 
-def region_roles(aws: AwsClients, region: str) -> list[tuple[str, dict[str, str]]]:
-    """(name, tags) of every gpucloud node role made for `region` (its path), for gc."""
-    found: list[tuple[str, dict[str, str]]] = []
-    kwargs: dict[str, Any] = {"PathPrefix": role_path(region)}
+def node_roles(aws: AwsClients, regions: list[str]) -> dict[str, list[tuple[str, dict[str, str]]]]:
+    """(name, tags) of every gpucloud node role, by the region its path names, for gc: one listing
+    of the `/gpucloud/` paths (IAM is global), not one per region."""
+    found: dict[str, list[tuple[str, dict[str, str]]]] = {region: [] for region in regions}
+    by_path = {role_path(region): region for region in regions}
+    kwargs: dict[str, Any] = {"PathPrefix": "/gpucloud/"}
     while True:
-        page = aws.call(_iam(aws, region), "list_roles", **kwargs)
+        page = aws.call(_iam(aws), "list_roles", **kwargs)
         for role in page.get("Roles", []):
-            name = str(role["RoleName"])
-            if role.get("Path") != role_path(region):
+            region = by_path.get(str(role.get("Path")))
+            if region is None:  # not a node role of a region gc sweeps
                 continue
-            tags = aws.call(_iam(aws, region), "list_role_tags", RoleName=name).get("Tags", [])
-            found.append((name, {str(t["Key"]): str(t["Value"]) for t in tags}))
+            name = str(role["RoleName"])
+            tags = aws.call(_iam(aws), "list_role_tags", RoleName=name).get("Tags", [])
+            found[region].append((name, {str(t["Key"]): str(t["Value"]) for t in tags}))
         if not page.get("IsTruncated"):
             return found
         kwargs["Marker"] = page["Marker"]

@@ -46,7 +46,7 @@ from gpucloud.providers.aws.launch import LaunchPlan, launch
 from gpucloud.providers.aws.network import CLOUD, intra_run_rule, placement_group, security_group, ssh_access
 from gpucloud.providers.aws.reaper import instance_states
 from gpucloud.providers.aws.session import AwsClients, shared_channel
-from gpucloud.providers.aws.teardown import gc_region, not_checked, run_instances, teardown_handle
+from gpucloud.providers.aws.teardown import gc_region, gc_roles, not_checked, run_instances, teardown_handle
 
 if TYPE_CHECKING:
     from gpucloud.contract.provider import Candidate, Image, Journal, PlanRequest
@@ -297,8 +297,9 @@ class AwsProvider(AwsClients, Provider):
         regions = self.regions()
         if not regions:
             return []
+        roles = gc_roles(self, regions)  # IAM is global: listed once, not per region
         with ThreadPoolExecutor(max_workers=min(self.GC_WORKERS, len(regions))) as pool:
-            results = list(pool.map(lambda r: gc_region(self, r, now, dry_run), regions))
+            results = list(pool.map(lambda r: gc_region(self, r, now, dry_run, roles[r]), regions))
         lines, failures = not_checked([line for lines in results for line in lines], len(regions))
         if failures:  # a call that failed: what it lists is unknown, the sweep is not "clean" (exit 75)
             raise GcIncomplete(collapse_skips(lines), failures)

@@ -21,7 +21,7 @@ from gpucloud.errors import CloudAccessError
 from gpucloud.providers.aws.deadline import SCHEDULE, SKIPPED, role_setting, stale_schedules
 from gpucloud.providers.aws.efa import EIP
 from gpucloud.providers.aws.errors import AwsTeardownError, describe
-from gpucloud.providers.aws.identity import ROLE, region_roles
+from gpucloud.providers.aws.identity import ROLE, node_roles
 from gpucloud.providers.aws.network import CLOUD, KEY, PG, SG, tag_dict
 from gpucloud.providers.aws.reaper import INSTANCE, LABELS, Outcome, Targets, reap
 from gpucloud.providers.aws.session import AwsClients
@@ -175,12 +175,27 @@ def _close_journal_rows(
             journal.deleted(r.id)
 
 
-def gc_region(aws: AwsClients, region: str, now: datetime, dry_run: bool) -> list[str]:
-    """Find (and unless dry_run delete) every tagged resource in `region` whose expiry has passed."""
+Roles = list[tuple[str, dict[str, str]]]  # (name, tags) of node roles
+
+
+def gc_roles(aws: AwsClients, regions: list[str]) -> dict[str, Roles | str]:
+    """Each region's node roles from one IAM listing, or for every region why IAM refused it."""
+    from botocore.exceptions import ClientError
+
+    try:
+        return dict(node_roles(aws, regions))
+    except ClientError as exc:
+        return dict.fromkeys(regions, describe(exc))
+
+
+def gc_region(aws: AwsClients, region: str, now: datetime, dry_run: bool, roles: Roles | str) -> list[str]:
+    """Find (and unless dry_run delete) every tagged resource in `region` whose expiry has passed;
+    `roles` are the region's node roles (identity.node_roles: IAM is listed once for all regions),
+    or why they could not be listed."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        targets, tags, unchecked = gc_find(aws, region, now)
+        targets, tags, unchecked = gc_find(aws, region, now, roles)
     except (ClientError, BotoCoreError) as exc:
         return [f"aws/{region}: skipped ({describe(exc)})"]
     notes = [f"aws/{region}: {NOT_CHECKED} {op} ({why})" for op, why in unchecked.items()]
@@ -207,11 +222,11 @@ def gc_region(aws: AwsClients, region: str, now: datetime, dry_run: bool) -> lis
     ] + notes
 
 
-def gc_find(aws: AwsClients, region: str, now: datetime) -> tuple[Targets, dict[str, dict[str, str]], dict[str, str]]:
+def gc_find(
+    aws: AwsClients, region: str, now: datetime, roles: Roles | str
+) -> tuple[Targets, dict[str, dict[str, str]], dict[str, str]]:
     """Every object of the region tagged gpucloud-expires < now, the tags of each, and the calls
     that could not be made here with why (one unsupported or refused call leaves the others' finds)."""
-    from botocore.exceptions import ClientError
-
     flt: list[dict[str, Any]] = [{"Name": "tag-key", "Values": [TAG_EXPIRES]}]
     unchecked: dict[str, str] = {}
 
@@ -241,10 +256,10 @@ def gc_find(aws: AwsClients, region: str, now: datetime) -> tuple[Targets, dict[
     }
     targets = Targets()
     tags: dict[str, dict[str, str]] = {}
-    try:
-        found["roles"] = region_roles(aws, region)
-    except ClientError as exc:  # IAM refused (a policy from before node roles): the rest is still swept
-        targets.skipped.append(f"node roles not listed ({describe(exc)})")
+    if isinstance(roles, str):  # IAM refused (a policy from before node roles): the rest is still swept
+        targets.skipped.append(f"node roles not listed ({roles})")
+    else:
+        found["roles"] = roles
     for name, items in found.items():
         for ident, t in items:
             when, why = tagged_expiry(t)

@@ -444,12 +444,20 @@ def test_gc_sweeps_expired_resources_in_every_region(moto, provider, journal, ho
     )["VolumeId"]
     ec2.create_key_pair(KeyName="gpucloud-stray", TagSpecifications=[{"ResourceType": "key-pair", "Tags": stray}])
     now = datetime.now(UTC)
+    hooks.calls.clear()
 
     dry = provider.gc(now, dry_run=True)
     assert all(line.split(": ", 1)[1].startswith("would delete") for line in dry), dry
     for req in expired:
         assert any(req.run_id in line and "instance" in line for line in dry)
+        # each region's node role, found in the one listing by its path
+        assert any(
+            line.startswith(f"aws/{req.region}: ") and "node role" in line and req.run_id in line for line in dry
+        )
         assert tagged_alive(moto, req.run_id)
+    # IAM is global: one client and one listing, not one per region of the catalog
+    assert [c.region for c in hooks.ops("ListRoles")] == ["us-east-1"]
+    assert {c.region for c in hooks.calls if c.service == "iam"} == {"us-east-1"}
     assert any(vol in line for line in dry) and any("gpucloud-stray" in line for line in dry)
     assert not any(fresh.run_id in line for line in dry)
     regions_called = {c.region for c in hooks.ops("DescribeInstances")}
