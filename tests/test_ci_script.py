@@ -40,3 +40,28 @@ def test_static_checks_run_before_the_suite_with_the_pinned_tools() -> None:
     extra = tomllib.loads((SOURCE / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
     pinned = {re.split(r"[=<>~!]", req)[0]: req for req in extra}
     assert pinned["ruff"].startswith("ruff==") and pinned["mypy"].startswith("mypy=="), pinned
+
+
+def test_the_guest_ci_set_runs_by_default_and_its_image_builds_in_the_background() -> None:
+    """The real-guest CI set is on unless the caller says otherwise; its Debian packages come in the
+    one background apt transaction, and the same background job then starts the image build, before
+    the Python side (wheel, venv, static checks) and the tests, which wait on the image's lock."""
+    assert position(r'^export GPUCLOUD_GUEST_TESTS="\$\{GPUCLOUD_GUEST_TESTS:-ci\}"$') < position(r"python -m pytest")
+    at = position(r"^tools\+=\(qemu-system-x86_64:")
+    packages = " ".join(commands()[at : at + 2])  # the entry continues on the next line
+    for package in ("qemu-system-x86", "debootstrap", "dpkg-dev", "apt-utils"):
+        assert f":{package}" in packages, packages
+    install = position(r"apt-get install")  # one transaction for every package
+    build = position(r"^python3 tests/support/guest_image\.py >\"\$guest_log\" 2>&1 &$")
+    assert install < build < position(r"^python3 -m venv --clear \.venv-ci$")
+
+
+def test_the_guest_image_builds_with_the_system_python_alone() -> None:
+    """.ci/run starts the build before any venv exists: the module imports nothing but the stdlib."""
+    import ast
+    import sys
+
+    tree = ast.parse((SOURCE / "tests" / "support" / "guest_image.py").read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert {name.split(".")[0] for name in names} <= set(sys.stdlib_module_names) | {"__future__"}, names

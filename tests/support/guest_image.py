@@ -36,6 +36,7 @@ PACKAGES = (
     "iproute2",
     "apt",
     "isc-dhcp-client",
+    "openssh-server",  # `gpucloud ssh` reaches the node's sshd, as on a cloud image
     "python3-cffi-backend",  # provides what python3-cryptography needs (debootstrap resolves no virtuals)
 )
 # Units a cloud image runs that only cost boot time here (timers, getty, firstboot helpers).
@@ -69,6 +70,15 @@ datasource:
 network: {config: disabled}
 apt_preserve_sources_list: true
 manage_etc_hosts: false
+# the login user of the images gpucloud's AWS session names (Ubuntu's): cloud-init creates it and
+# installs the instance's public key (IMDS public-keys, from the run's key pair) for it
+system_info:
+  default_user: {name: ubuntu, lock_passwd: true, gecos: Ubuntu, groups: [adm], shell: /bin/bash}
+# no locales package in the minbase root: cloud-init's locale module would fail cloud-config.service
+locale: false
+# new host keys per instance as on a cloud image, one type only: each is seconds of CPU under TCG
+ssh_deletekeys: true
+ssh_genkeytypes: [ed25519]
 """
 # NVIDIA's repositories as the guest reaches their stand-in (tests/support/guest_apt.py), for every unit
 NVIDIA_REPO_URL = "http://169.254.169.4"
@@ -208,3 +218,11 @@ def _configure(root: Path) -> None:
         shutil.rmtree(root / junk, ignore_errors=True)
     (root / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
     (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+
+
+if __name__ == "__main__":  # .ci/run builds it in the background before the tests start
+    import json
+
+    started = time.monotonic()
+    built = guest_image()
+    print(json.dumps({"stages_s": built.build_s, "total_s": round(time.monotonic() - started, 1)}))

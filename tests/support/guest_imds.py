@@ -1,7 +1,9 @@
 """EC2's instance metadata service as cloud-init's EC2 datasource and gpucloud's agent read it:
 IMDSv2 only (a session token from `PUT /latest/api/token`, every GET carrying it, 401 without),
 the meta-data tree with its folder listings, the user-data, the instance identity document, the
-role's credentials and the spot instance-action (404 until `preempt`)."""
+role's credentials, the spot instance-action (404 until `preempt`) and the launch's key pair as
+`public-keys/0/openssh-key` (listed as `0=NAME`, as EC2 serves a KeyName's public half), which
+cloud-init installs for the image's default user."""
 
 from __future__ import annotations
 
@@ -18,8 +20,18 @@ VERSIONS = ("latest", "2021-03-23", "2016-09-02", "2009-04-04")
 class Ec2Metadata:
     """One instance's metadata; `url` once started; `seen` lists "METHOD path" in order."""
 
-    def __init__(self, instance_id: str, user_data: str, *, region: str = "us-east-1", role: str = "") -> None:
+    def __init__(
+        self,
+        instance_id: str,
+        user_data: str,
+        *,
+        region: str = "us-east-1",
+        role: str = "",
+        key: tuple[str, str] = ("", ""),
+    ) -> None:
+        """`key`: (key pair name, its public half in OpenSSH form) of a launch with a KeyName."""
         self.user_data = user_data.encode()
+        self.key_name = key[0]
         self.preempted = False
         self.seen: list[str] = []
         creds = {
@@ -41,6 +53,8 @@ class Ec2Metadata:
             "placement": {"availability-zone": f"{region}a", "region": region},
             "iam": {"security-credentials": {role: json.dumps(creds)}} if role else {},
         }
+        if key[0]:
+            self.tree["public-keys"] = {"0": {"openssh-key": key[1].strip() + "\n"}}
         self.identity = json.dumps(
             {"instanceId": instance_id, "region": region, "availabilityZone": f"{region}a", "accountId": "123"}
         )
@@ -72,6 +86,8 @@ class Ec2Metadata:
             return (200, body.encode()) if self.preempted else (404, b"")
         if not rest.startswith("meta-data"):
             return 404, b""
+        if rest.rstrip("/") == "meta-data/public-keys" and self.key_name:
+            return 200, f"0={self.key_name}".encode()  # EC2 lists a key by index=name, not as a folder
         node: Any = self.tree
         for part in [p for p in rest[len("meta-data") :].split("/") if p]:
             if not isinstance(node, dict) or part not in node:

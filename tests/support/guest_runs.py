@@ -6,6 +6,10 @@ front (tests/support/s3_front.py) that the guest reaches through its relay; the 
 `running` while qemu runs and `terminated` once the guest powered itself off (AWS's
 instance-initiated shutdown with shutdown behaviour terminate).
 
+With `session_key` the instance is launched as with a KeyName: the metadata service serves the
+key's public half, cloud-init installs it for the image's login user, and the host's loopback port
+`ssh_port` reaches the guest's sshd (what the node's public address is on EC2).
+
 Host times (seconds since qemu started) of what the node did are kept in `marks`: the shim's first
 request (its manifest), the agent archive, the agent's first status, and the job's first line.
 """
@@ -25,6 +29,7 @@ from tests.support.guest_imds import Ec2Metadata
 from tests.support.guest_vm import Guest, boot, guest_disk, guest_url, instance_uuid
 from tests.support.render_inputs import K80, T4
 from tests.support.s3_front import S3Front
+from tests.support.sshd import free_port
 from tests.support.vm_boot import Vm, make_vm
 from tests.support.vm_sim import GPU_NAMES
 
@@ -65,6 +70,7 @@ class GuestRun:
     imds: Ec2Metadata
     guest: Guest
     disk: Path
+    ssh_port: int = 0
     first_line_at: float | None = None
     _watch: threading.Thread | None = field(default=None, repr=False)
 
@@ -123,10 +129,12 @@ def start_guest_run(
     stack: Stack | None = None,
     disk: Path | None = None,
     instance_id: str = "i-0guest",
+    session_key: tuple[str, str] = ("", ""),
     **vm_kw: Any,
 ) -> GuestRun:
     """Render an AWS node's user-data for a job of one `gpu` (make_vm's keywords; the stack without
-    its framework wheel, which no test service serves) and boot a guest showing that GPU."""
+    its framework wheel, which no test service serves) and boot a guest showing that GPU.
+    `session_key`: (key pair name, public key) the instance is launched with."""
     front = TimedFront(tmp / "channel").start()
     stack = stack or replace(STACKS[gpu], framework="none")
     url_map = lambda url: guest_url(front.url_map(url))  # noqa: E731
@@ -135,11 +143,19 @@ def start_guest_run(
     key = f"runs/{vm.run_id}/node-0/manifest"
     text = vm.channel.get_bytes(key).decode().replace(Path(tmp / "channel").resolve().as_uri(), guest_url(front.base))
     vm.channel.put_bytes(key, text.encode())
-    imds = Ec2Metadata(instance_id, vm.script.read_text()).start()
+    imds = Ec2Metadata(instance_id, vm.script.read_text(), key=session_key).start()
     disk = disk or guest_disk(image, tmp / "disk.raw")
     port = int(front.base.rsplit(":", 1)[1])
     uuid = instance_uuid(instance_id)
+    ssh_port = free_port() if session_key[0] else 0
     guest = boot(
-        image, disk, imds_port=imds.port, ports=(port,), repo_port=repo.port, gpu=(GPU_NAMES[gpu], 1), uuid=uuid
+        image,
+        disk,
+        imds_port=imds.port,
+        ports=(port,),
+        repo_port=repo.port,
+        gpu=(GPU_NAMES[gpu], 1),
+        uuid=uuid,
+        ssh_port=ssh_port,
     )
-    return GuestRun(vm=vm, front=front, imds=imds, guest=guest, disk=disk)
+    return GuestRun(vm=vm, front=front, imds=imds, guest=guest, disk=disk, ssh_port=ssh_port)

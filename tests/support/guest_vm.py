@@ -4,7 +4,9 @@ stock guest kernel can use), booted from the image of tests/support/guest_image.
 Each guest boots its own copy of the cached disk (so a reboot or a second boot sees what the first
 wrote). Its network is qemu's user mode with `restrict=on`: the guest reaches only the host ports
 it is given, each at an address of its own through tests/support/guest_relay.py (the metadata
-service at 169.254.169.254:80, as on EC2), never the host's network. The serial console is read
+service at 169.254.169.254:80, as on EC2), never the host's network; the one way in is an optional
+forward of a host loopback port to the guest's sshd (:22), what a node's public address and its
+caller-only rule are on a cloud. The serial console is read
 line by line and each line kept with the host time it arrived, which is what the boot stages are
 measured by.
 """
@@ -137,16 +139,20 @@ def boot(
     gpu: tuple[str, int] = ("", 0),
     mem_mib: int = 768,
     uuid: str = EC2_UUID,
+    ssh_port: int = 0,
 ) -> Guest:
     """Start qemu on `disk`: EC2's metadata address relays to `imds_port`, SERVICE_ADDR:PORT to the
-    host's PORT for each of `ports`, REPO_ADDR:80 to `repo_port`; `gpu` (nvidia-smi's name, count)
-    is what the stand-in driver shows (tests/support/guest_apt.py)."""
+    host's PORT for each of `ports`, REPO_ADDR:80 to `repo_port`, and the host's 127.0.0.1:`ssh_port`
+    (when given) to the guest's port 22; `gpu` (nvidia-smi's name, count) is what the stand-in
+    driver shows (tests/support/guest_apt.py)."""
     relay = f"cmd:{sys.executable} {RELAY}"
     fwds = [f"guestfwd=tcp:{IMDS_ADDR}:80-{relay} {imds_port}"]
     if repo_port:
         fwds.append(f"guestfwd=tcp:{REPO_ADDR}:80-{relay} {repo_port}")
     cmdline = CMDLINE + (f" gpucloud.gpu={gpu[0].replace(' ', '_')} gpucloud.gpus={gpu[1]}" if gpu[0] else "")
     fwds += [f"guestfwd=tcp:{SERVICE_ADDR}:{p}-{relay} {p}" for p in ports]
+    if ssh_port:
+        fwds.append(f"hostfwd=tcp:127.0.0.1:{ssh_port}-:22")  # restrict=on leaves explicit forwards open
     netdev = ",".join(["user", "id=n0", f"net={NET}", f"host={HOST_ALIAS}", "restrict=on", *fwds])
     argv = [
         shutil.which("qemu-system-x86_64") or "qemu-system-x86_64",
