@@ -87,12 +87,20 @@ def test_reboot_mid_run_ends_the_run_reported(sim: GuestSimulator, tmp_path: Pat
 
 
 def test_deadline_that_passed_while_the_machine_was_down_ends_it(sim: GuestSimulator, tmp_path: Path) -> None:
-    vm, guest = _boot(
-        sim, tmp_path, "late", hold_apt=True, max_duration=3, deadline_s=3, stub_env={"GPUCLOUD_DEADLINE_GRACE": "1"}
-    )
+    """The deadline passes while the machine is down, however long its first boot took: the node's
+    recorded deadline (st/deadline, what a reboot re-arms from) is moved into the past while it is
+    down, as the time passing there would have."""
+    vm, guest = _boot(sim, tmp_path, "late", hold_apt=True, stub_env={"GPUCLOUD_DEADLINE_GRACE": "1"})
     hold = guest.sandbox / "stub-state" / "apt-hold"
     _wait(lambda: any(" install " in c for c in guest.stub_calls()))
-    sim.reboot_guest("late", down_s=4, on_down=hold.unlink)
+
+    def down() -> None:
+        hold.unlink()
+        recorded = guest.sandbox / "vm" / "st" / "deadline"
+        assert int(recorded.read_text()) > time.time() + 60  # the first boot was far from its deadline
+        recorded.write_text(f"{int(time.time()) - 5}\n")
+
+    sim.reboot_guest("late", on_down=down)
     status = _final(vm)
     assert status["state"] == "deadline", status
     timers = [c for c in guest.stub_calls() if c.startswith("systemd-run")]

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import threading
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Tuple
+from typing import Callable, List, Mapping, Optional, Tuple
 
 from gpucloud.vm.agent import container
 
@@ -127,4 +127,37 @@ def _signal_group(pg: int, sig: int) -> bool:
 
 
 def _alive(pg: int) -> bool:
-    return _signal_group(pg, 0)
+    """Whether a process of the group still runs. A zombie has ended: the watchdog process cannot
+    reap the job (the main process started it, and waits for the watchdog), so counting the job's
+    zombie would wait out the grace and say a job that obeyed SIGTERM ignored it. Where /proc shows
+    no member of the group, the kernel's answer stands."""
+    if not _signal_group(pg, 0):
+        return False
+    seen = False
+    for state, group in _proc_states():
+        if group == pg:
+            seen = True
+            if state not in (b"Z", b"X"):
+                return True
+    return not seen
+
+
+def _proc_states() -> List[Tuple[bytes, int]]:
+    """(state, process group) of every process /proc lists (none where it cannot be read)."""
+    out: List[Tuple[bytes, int]] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/" + name + "/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) ": comm may hold spaces
+        if len(fields) > 2 and fields[2].isdigit():
+            out.append((fields[0], int(fields[2])))
+    return out
