@@ -10,12 +10,12 @@ import os
 import pkgutil
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import gpucloud
+from tests.support.cli import cli
 from tests.support.source_tree import SOURCE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,15 +23,7 @@ README = (REPO / "README.md").read_text()
 
 
 def gpucloud_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "CI": "true", "COLUMNS": "80"},
-        timeout=60,
-    )
+    return cli(*args, env={**os.environ, "CI": "true", "COLUMNS": "80"}, cwd=REPO, timeout=60)
 
 
 def section(title: str) -> str:

@@ -352,29 +352,53 @@ def test_the_layer_table_reads_prefixes() -> None:
 OPENSSH_PROGRAMS = {"ssh"}
 
 
+def _provider_names_spelled(path: Path, names: set[str]) -> list[str]:
+    """Where `path` spells a provider's name as a string constant (OpenSSH's client as the program
+    of an argv list is the program, not the provider)."""
+    tree = ast.parse(path.read_text())
+    programs = {
+        id(lst.elts[0])
+        for lst in ast.walk(tree)
+        if isinstance(lst, ast.List)
+        and lst.elts
+        and isinstance(lst.elts[0], ast.Constant)
+        and lst.elts[0].value in OPENSSH_PROGRAMS
+    }
+    return [
+        f"{path.name}:{node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if id(node) not in programs
+        and isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.lower() in names
+    ]
+
+
 def test_no_cloud_name_spelled_outside_providers() -> None:
     """Only the registry (gpucloud/contract/registry.py) and the provider packages (and data files)
     name a provider: a new provider is one package, one registry entry and data rows."""
     names = set(providers.names())
-    spelled = []
-    for mod, path in _modules().items():
-        if mod.startswith("gpucloud.providers") or mod == "gpucloud.contract.registry":
-            continue
-        tree = ast.parse(path.read_text())
-        programs = {  # OpenSSH's client as the program of an argv list: the program, not the provider
-            id(lst.elts[0])
-            for lst in ast.walk(tree)
-            if isinstance(lst, ast.List)
-            and lst.elts
-            and isinstance(lst.elts[0], ast.Constant)
-            and lst.elts[0].value in OPENSSH_PROGRAMS
-        }
-        for node in ast.walk(tree):
-            if id(node) in programs:
-                continue
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in names:
-                spelled.append(f"{path.relative_to(PKG.parent)}:{node.lineno}: {node.value!r}")
+    spelled = [
+        f"{mod}: {hit}"
+        for mod, path in _modules().items()
+        if not (mod.startswith("gpucloud.providers") or mod == "gpucloud.contract.registry")
+        for hit in _provider_names_spelled(path, names)
+    ]
     assert not spelled, spelled
+
+
+def test_the_provider_name_check_sees_a_seeded_name_in_run(tmp_path: Path) -> None:
+    """A run/ module switching on a cloud's name (any case) is caught; ssh as an argv's program is not."""
+    seeded = tmp_path / "grants.py"
+    seeded.write_text(
+        "def grant(kind):\n    if kind == 'AWS':\n        return ['ssh', '-o', 'BatchMode=yes']\n"
+        "    return {'azure': 1}.get(kind, kind == 'ssh')\n"
+    )
+    assert sorted(_provider_names_spelled(seeded, set(providers.names()))) == [
+        "grants.py:2: 'AWS'",
+        "grants.py:4: 'azure'",
+        "grants.py:4: 'ssh'",
+    ]
 
 
 def _private_imports(name: str, path: Path) -> list[str]:
@@ -567,3 +591,42 @@ def test_the_cli_helper_check_sees_a_seeded_copy(tmp_path: Path) -> None:
     seeded = tmp_path / "test_seeded.py"
     seeded.write_text("def cli(*args):\n    pass\nclass T:\n    def cli(self):\n        pass\n")
     assert _cli_helpers(seeded) == ["test_seeded.py:1", "test_seeded.py:4"]
+
+
+def _own_cli_runs(path: Path) -> list[str]:
+    """Where `path` waits for the CLI with its own `subprocess.run([sys.executable, "-m", "gpucloud..."])`
+    instead of cli() (a Popen that a test reads, signals or kills is left to it)."""
+    text = path.read_text()
+    if "subprocess.run(" not in text:
+        return []
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "subprocess.run" and node.args:
+            argv = node.args[0]
+            if (
+                isinstance(argv, ast.List)
+                and len(argv.elts) > 2
+                and ast.unparse(argv.elts[0]) == "sys.executable"
+                and isinstance(argv.elts[2], ast.Constant)
+                and str(argv.elts[2].value).startswith("gpucloud")
+            ):
+                found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_every_test_waits_for_the_cli_through_cli() -> None:
+    home = TESTS / "support" / "cli.py"
+    wrong = [hit for path in sorted(TESTS.rglob("*.py")) if path != home for hit in _own_cli_runs(path)]
+    assert not wrong, "run the CLI with tests/support/cli.py's cli (env, cwd, timeout, module, text):\n" + "\n".join(
+        wrong
+    )
+
+
+def test_the_own_cli_run_check_sees_a_seeded_run(tmp_path: Path) -> None:
+    seeded = tmp_path / "test_seeded.py"
+    seeded.write_text(
+        "import subprocess, sys\nsubprocess.run([sys.executable, '-m', 'gpucloud', 'plan'])\n"
+        "subprocess.run([sys.executable, '-m', 'gpucloud.ui.ci', 'x'], check=True)\n"
+        "subprocess.run([sys.executable, '-c', 'pass'])\nsubprocess.Popen([sys.executable, '-m', 'gpucloud'])\n"
+    )
+    assert _own_cli_runs(seeded) == ["test_seeded.py:2", "test_seeded.py:3"]

@@ -8,8 +8,6 @@ import gzip
 import json
 import os
 import random
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from gpucloud.catalog import load_catalog, offerings_db
 from gpucloud.catalog.refresh import RefreshFailed, refresh
 from gpucloud.errors import UserError
 from gpucloud.plan.planner import make_plan
+from tests.support.cli import cli
 from tests.support.fake_prices import FakeAwsPricing, FakeAzure, aws_product, azure_item, azure_sku
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
 from tests.support.planner_oracle import brute_force_cheapest, job
@@ -253,28 +252,12 @@ def test_cli_refresh_json_and_catalog_json_carry_source_and_date(
     moto: Moto, pricing: FakeAwsPricing, no_azure: None
 ) -> None:
     env = {**os.environ, "CI": "true"}
-    out = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "catalog", "refresh", "--cloud", "aws", "--region", "eu-west-1", "--json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    out = cli("catalog", "refresh", "--cloud", "aws", "--region", "eu-west-1", "--json", env=env, cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["clouds"]["aws"]["refreshed"] and doc["complete"] is False  # azure: no credentials
     assert "[aws] eu-west-1" in out.stderr  # progress
-    rows = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "gpucloud", "catalog", "--region", "eu-west-1", "--json"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        ).stdout
-    )
+    rows = json.loads(cli("catalog", "--region", "eu-west-1", "--json", env=env, cwd=REPO, timeout=60).stdout)
     assert rows and all(r["source"] and r["price_date"] for r in rows)
     assert {"arch", "source", "price_date"} <= set(rows[0])
 

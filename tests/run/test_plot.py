@@ -12,6 +12,7 @@ import pytest
 from gpucloud.errors import UserError
 from gpucloud.run.plot import plot_cost, plot_usage
 from gpucloud.vm.agent.gpu_usage import Usage
+from tests.support.cli import cli
 
 pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is in the test dependencies")
 
@@ -67,13 +68,7 @@ def test_clear_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_cli_cost_plot_and_help_stays_free_of_matplotlib(tmp_path: Path) -> None:
     env = {"GPUCLOUD_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
-    out = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "cost", "--plot", str(tmp_path / "c.png")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    out = cli("cost", "--plot", str(tmp_path / "c.png"), env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "c.png").stat().st_size > 1000 and "wrote" in out.stderr
     load = "import sys, gpucloud.cli.app as c; "

@@ -10,6 +10,7 @@ import pytest
 
 from gpucloud.channel.run_objects import FileChannel, log_key
 from gpucloud.run.log import DEFAULT_CAP, LogMirror, log_cap
+from tests.support.cli import cli
 
 
 def _publish(channel: FileChannel, run_id: str, parts: list[bytes], rank: int = 0) -> None:
@@ -68,22 +69,13 @@ def test_a_local_run_keeps_one_copy_of_its_log(tmp_path: Path, gpucloud_home: Pa
     """Before: the sandbox's job.log, the file channel's parts and the CLI's mirror each held the
     whole log. Now the mirror is the one copy on this disk, and `logs` still prints every byte."""
     import os
-    import subprocess
-    import sys
 
     from tests.conftest import REPO
 
     spec = tmp_path / "chatty.yaml"
     spec.write_text("name: chatty\nresources: {cloud: local}\nrun: seq 1 400000\n")  # 2.7 MB
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    run = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "run", str(spec), "--json"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    run = cli("run", str(spec), "--json", env=env, cwd=tmp_path, timeout=180)
     assert run.returncode == 0, run.stderr
     run_id = json.loads(run.stdout)["run_id"]
     expected = "".join(f"{i}\n" for i in range(1, 400_001)).encode()
@@ -95,9 +87,7 @@ def test_a_local_run_keeps_one_copy_of_its_log(tmp_path: Path, gpucloud_home: Pa
         for p in (gpucloud_home / "channel" / "runs" / run_id / "node-0" / "log").iterdir()
         if not p.name.startswith("claim-")
     ]
-    logs = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "logs", run_id], cwd=tmp_path, env=env, capture_output=True, timeout=60
-    )
+    logs = cli("logs", run_id, env=env, cwd=tmp_path, timeout=60, text=False)
     assert logs.returncode == 0, logs.stderr
     job_lines = b"".join(line for line in logs.stdout.splitlines(keepends=True) if not line.startswith(b"[gpucloud]"))
     assert job_lines == expected, (len(job_lines), len(expected))  # every line of the job, in order

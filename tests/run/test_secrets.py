@@ -14,8 +14,6 @@ import base64
 import hashlib
 import os
 import secrets
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -99,9 +97,7 @@ def test_a_secret_in_env_too_is_refused_at_load() -> None:
 def test_missing_secret_fails_before_launch(tmp_path: Path, gpucloud_home: Path) -> None:
     job = write_job(tmp_path / "job", {"name": "nosecret", "run": "true", "secrets": ["NOPE_TOKEN"]})
     env = {k: v for k, v in os.environ.items() if k != "NOPE_TOKEN"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "run", str(job)], cwd=tmp_path, capture_output=True, text=True, env=env
-    )
+    proc = cli("run", str(job), env=env, cwd=tmp_path, timeout=None)
     assert proc.returncode == 2 and "NOPE_TOKEN" in proc.stderr and "Traceback" not in proc.stderr
     assert not (gpucloud_home / "local").exists()
 

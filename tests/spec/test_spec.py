@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -1227,25 +1225,11 @@ def test_workdir_may_name_a_parent_folder_relatively_but_not_home(tmp_path: Path
     (repo / "train.py").write_text("print(1)\n")
     path = write(repo / "jobs", LOCAL_JOB + "run: python train.py\nworkdir: ..\n", "job.yaml")
     env = {**os.environ, "CI": "true", "HOME": str(tmp_path / "home"), "COLUMNS": "80"}
-    ok = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    ok = cli("validate", str(path), env=env, timeout=60)
     assert ok.returncode == 0 and f"workdir {repo.resolve()}: 2 file(s)" in flat(ok.stderr), ok.stderr
     for workdir in ("../../..", "../../../..", str(tmp_path / "home")):
         path.write_text(LOCAL_JOB + f"run: python train.py\nworkdir: {workdir}\n")
-        out = subprocess.run(
-            [sys.executable, "-m", "gpucloud", "validate", str(path)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-            check=False,
-        )
+        out = cli("validate", str(path), env=env, timeout=60)
         assert out.returncode == 2 and f"{path}:4: workdir: '{workdir}' is " in flat(out.stderr), out.stderr
         assert "your home folder" in flat(out.stderr) or "above your home folder" in flat(out.stderr), out.stderr
         assert "Traceback" not in flat(out.stderr) and "workdir: .." in flat(out.stderr)

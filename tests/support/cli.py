@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 # What a test's environment must not leak into a CLI that should see no cloud and a fixed width.
@@ -18,22 +19,27 @@ def cli(
     *args: str,
     env: Mapping[str, str] | None = None,
     cwd: Path | str | None = None,
-    timeout: float = 120,
+    timeout: float | None = 120,
     check: bool = False,
     module: str = "gpucloud",
     stdin: str | None = None,
-) -> subprocess.CompletedProcess[str]:
+    text: bool = True,
+    terminal: int | None = None,
+) -> subprocess.CompletedProcess[Any]:
     """`python -m MODULE ARGS` (MODULE `tests.support.aws_cli` is the same CLI with moto's gaps
-    filled). `env` is the whole environment (default: this process's, read at the call); `check`
-    asserts exit 0 and shows both streams when it is not."""
+    filled; `gpucloud.ui.ci` the CI helper). `env` is the whole environment (default: this
+    process's, read at the call); `timeout` None waits as long as it takes; `check` asserts exit 0
+    and shows both streams when it is not; `text=False` keeps the streams as bytes (a `\r` the test
+    reads stays one); `terminal`: a pseudo-terminal's file descriptor as stdin (so the CLI may
+    prompt), instead of `stdin`'s text."""
     proc = subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=cwd,
         env=dict(os.environ if env is None else env),
         capture_output=True,
-        text=True,
+        text=text,
         timeout=timeout,
-        input=stdin,
+        **({"stdin": terminal} if terminal is not None else {"input": stdin}),
         check=False,
     )
     if check:

@@ -7,8 +7,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ import pytest
 from gpucloud.errors import NoCandidateError, UserError
 from gpucloud.spec.load import SpecError, SpecIssue
 from gpucloud.ui import ci as ci_output
+from tests.support.cli import cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -232,12 +231,7 @@ def test_module_cli_writes_outputs_and_plan_summary(tmp_path: Path) -> None:
     result.write_text(json.dumps(RESULT))
     out = tmp_path / "gh-out"
     env = {**os.environ, "GITHUB_OUTPUT": str(out)}
-    subprocess.run(
-        [sys.executable, "-m", "gpucloud.ui.ci", "action-outputs", str(result), "0"],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
+    cli("action-outputs", str(result), "0", module="gpucloud.ui.ci", env=env, timeout=None, check=True, text=False)
     assert out.read_text().splitlines() == [
         f"run-id={RESULT['run_id']}",
         "status=succeeded",
@@ -245,26 +239,16 @@ def test_module_cli_writes_outputs_and_plan_summary(tmp_path: Path) -> None:
         "cost=0.5261",
         "artifacts-dir=",
     ]
-    plan = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "plan", str(REPO / "examples" / "quickstart.yaml"), "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    plan = cli("plan", str(REPO / "examples" / "quickstart.yaml"), "--json", timeout=None, check=True).stdout
     (tmp_path / "plan.json").write_text(plan)
-    md = subprocess.run(
-        [sys.executable, "-m", "gpucloud.ui.ci", "plan-summary", str(tmp_path / "plan.json")],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    md = cli("plan-summary", str(tmp_path / "plan.json"), module="gpucloud.ui.ci", timeout=None, check=True).stdout
     first = json.loads(plan)["candidates"][0]
     assert md.startswith(
         f"### gpucloud plan: ${first['estimated_cost']:.2f} at most on "
         f"{first['cloud']}/{first['region']}/{first['instance_type']}"
     )
     assert "| 1 | " in md and "| 5 | " in md and "more fallback candidate(s)" in md
-    bad = subprocess.run([sys.executable, "-m", "gpucloud.ui.ci", "nonsense"], capture_output=True, text=True)
+    bad = cli("nonsense", module="gpucloud.ui.ci", timeout=None)
     assert bad.returncode == 2 and "usage:" in bad.stderr
 
 
@@ -277,12 +261,8 @@ def test_run_on_gitlab_sections_and_dotenv(tmp_path: Path) -> None:
     env.update(
         {"GITLAB_CI": "true", "CI": "true", "GPUCLOUD_DOTENV": str(tmp_path / "report.env"), "PYTHONPATH": str(REPO)}
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "run", "job.yaml", "--cloud", "local"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        timeout=300,
+    proc = cli(
+        "run", "job.yaml", "--cloud", "local", env=env, cwd=tmp_path, timeout=300, text=False
     )  # bytes: text mode would turn \r into \n
     stderr = proc.stderr.decode()
     assert proc.returncode == 0, stderr
@@ -320,14 +300,7 @@ def test_step_summary_escapes_backticks_and_html_from_the_job(tmp_path: Path) ->
     summary = tmp_path / "summary.md"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GITLAB_"))}
     env.update({"GITHUB_ACTIONS": "true", "CI": "true", "GITHUB_STEP_SUMMARY": str(summary), "PYTHONPATH": str(REPO)})
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = cli("run", str(job), "--cloud", "local", env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     html = MarkdownIt("commonmark").enable("table").render(summary.read_text())
     assert "<img" not in html and "<b>" not in html, html

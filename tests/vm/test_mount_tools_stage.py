@@ -7,8 +7,6 @@ from the start). The CLI side: the agent config asks for them only when an input
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from gpucloud.plan.stacks import resolve_stack
 from gpucloud.vm.agent import stack
 from gpucloud.vm.agent.stage_api import StageFailed
 from gpucloud.vm.stack_config import MOUNT_PACKAGES
+from tests.support.cli import cli
 from tests.vm.conftest import APT, StubVm, config, installed_only
 
 INSTALLED_ONLY = (
@@ -73,12 +72,6 @@ def test_the_agent_config_asks_for_them_only_when_an_input_is_mounted(mode: str,
         "name: mounted\nresources:\n  cloud: aws\n  gpu: T4\n"
         f"inputs:\n  data/: {{source: s3://my-datasets/corpus, mode: {mode}}}\nrun: ls data\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "render", str(job), "--agent-config"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    out = cli("render", str(job), "--agent-config", cwd=tmp_path, timeout=None, check=True)
     wanted = list(MOUNT_PACKAGES) if mode == "mount" else None
     assert json.loads(out.stdout)["stack"].get("mount_packages") == wanted

@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.azure_fixtures import arm, azure_env, azurite, fake_arm_server  # noqa: F401
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
+from tests.support.cli import cli
 from tests.support.fake_arm import FakeArm
 from tests.support.render_inputs import T4
 from tests.support.vm_boot import Vm, make_vm
@@ -114,8 +115,6 @@ def test_azure_grid_vm_rebooted_by_its_driver_extension_still_runs_the_job(
     """End to end through the CLI: an NVadsA10 v5 VM whose NvidiaGpuDriverLinux extension (driverVersion
     pinned) reboots it while the bootstrap waits for the GRID driver; the run resumes and succeeds."""
     import json
-    import subprocess
-    import sys
 
     azure_sim.reboot_on_driver_extension = True
     job = tmp_path / "job.yaml"
@@ -123,14 +122,7 @@ def test_azure_grid_vm_rebooted_by_its_driver_extension_still_runs_the_job(
         "name: gridreboot\nresources:\n  cloud: azure\n  regions: [eastus]\n  gpu: A10:1\n"
         "stack: {framework: none}\nmax_duration: 15m\nrun: echo first-line-of-the-job\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "run", str(job), "--json"],
-        env=azure_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    out = cli("run", str(job), "--json", env=azure_env, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     assert json.loads(out.stdout)["status"] == "succeeded"
     assert len(azure_sim.rebooted) == 1

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpucloud.vm.agent import stack as stack_stage
+from tests.support.cli import cli
 from tests.support.vm_sim import GPU_NAMES
 from tests.vm.conftest import APT, KERNEL, StubVm
 
@@ -28,14 +27,13 @@ def render(tmp_path: Path, gpu: str, cloud: str, region: str, extra: str = "") -
         f"name: audit\nresources:\n  cloud: {cloud}\n  regions: [{region}]\n  gpu: {gpu}\n{extra}"
         "stack: {framework: pytorch}\nmax_duration: 1h\nrun: python train.py\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "render", str(job), "--agent-config"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    out = cli(
+        "render",
+        str(job),
+        "--agent-config",
         env={**os.environ, "GPUCLOUD_HOME": str(tmp_path / "home")},
+        cwd=REPO,
         timeout=60,
-        check=False,
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)["stack"]
@@ -92,13 +90,5 @@ def test_p100_is_not_sold_and_says_so(tmp_path: Path) -> None:
         "name: audit\nresources:\n  cloud: azure\n  gpu: P100:1\nstack: {framework: pytorch}\n"
         "max_duration: 1h\nrun: python train.py\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "render", str(job)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "GPUCLOUD_HOME": str(tmp_path / "home")},
-        timeout=60,
-        check=False,
-    )
+    out = cli("render", str(job), env={**os.environ, "GPUCLOUD_HOME": str(tmp_path / "home")}, cwd=REPO, timeout=60)
     assert out.returncode != 0 and "Traceback" not in out.stderr and "P100" in out.stderr, out.stderr

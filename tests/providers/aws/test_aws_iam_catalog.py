@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from gpucloud.providers.aws.policy import policy_document
+from tests.support.cli import cli
 from tests.support.fake_prices import FakeAwsPricing, aws_product
 from tests.support.moto_iam import enforced, iam_user
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
@@ -39,8 +39,7 @@ def refresh(
     env.update(iam_user(moto, "gpucloud-catalog", policy))
     env.update({"GPUCLOUD_HOME": str(home), "CI": "true", "GPUCLOUD_AWS_PRICING_URL": pricing.url})
     env["PYTHONPATH"] = str(REPO)
-    argv = [sys.executable, "-m", "gpucloud", "catalog", "refresh", "--cloud", "aws", "--region", "us-east-1"]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+    return cli("catalog", "refresh", "--cloud", "aws", "--region", "us-east-1", env=env, timeout=180)
 
 
 def test_printed_policy_covers_catalog_refresh(

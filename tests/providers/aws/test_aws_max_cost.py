@@ -7,13 +7,12 @@ saying why (tests/support/max_cost_runs.py)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
+from tests.support.cli import cli
 from tests.support.max_cost_runs import MAX_DURATION_S, capped_job, check_ended_at_the_cap, run_preempted_once
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 
@@ -35,9 +34,7 @@ def _env(moto: Moto, home: Path) -> dict[str, str]:  # noqa: F811
 def test_plan_refuses_what_max_cost_cannot_pay(moto: Moto, gpucloud_home: Path, tmp_path: Path) -> None:  # noqa: F811
     env = _env(moto, gpucloud_home)
     cheap = capped_job(tmp_path / "cheap.yaml", RESOURCES, round(PRICE * MAX_DURATION_S / 3600 * 0.5, 6))
-    out = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "plan", str(cheap)], env=env, capture_output=True, text=True, timeout=120
-    )
+    out = cli("plan", str(cheap), env=env, timeout=120)
     said = " ".join(out.stderr.split())
     assert out.returncode == 2, out.stderr
     assert "g4dn.xlarge: spot $0.200/h > $0.100/h (max_cost $0.000833 over 0.00833333 h x 1 node(s))" in said, said

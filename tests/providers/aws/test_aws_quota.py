@@ -19,6 +19,7 @@ import pytest
 from gpucloud.providers.aws.quota import verdicts
 from tests.support.aws_runs import run_id_in
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
+from tests.support.cli import cli
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[3]
@@ -108,11 +109,10 @@ def test_plan_json_shows_each_candidates_quota_with_credentials(
     job.write_text("name: q\nresources:\n  cloud: aws\n  regions: [us-east-1, us-east-2]\n  gpu: T4:1\nrun: echo\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GPUCLOUD_AZURE"))}
     env.update({"GPUCLOUD_HOME": str(gpucloud_home), "PYTHONPATH": str(REPO)})
-    argv = [sys.executable, "-m", "gpucloud", "plan", str(job), "--json"]
-    bare = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    bare = cli("plan", str(job), "--json", env=env, timeout=120)
     assert bare.returncode == 0 and "quota" not in json.loads(bare.stdout)  # no credentials: nothing asked
     with ec2_quotas({("us-east-1", G_ON_DEMAND): 0.0, ("us-east-2", G_ON_DEMAND): 64.0}):
-        out = subprocess.run(argv, env={**env, **moto.env}, capture_output=True, text=True, timeout=120)
+        out = cli("plan", str(job), "--json", env={**env, **moto.env}, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     quota = {(q["region"], q["instance_type"]): q for q in json.loads(out.stdout)["quota"]}
     assert quota[("us-east-1", "g4dn.xlarge")]["fits"] is False

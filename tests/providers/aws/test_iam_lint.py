@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.resources
 import json
 import os
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -15,6 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.support.cli import cli
 
 REPO = Path(__file__).resolve().parents[3]
 SUPPRESSIONS = REPO / "tests" / "support" / "parliament_suppressions.yaml"
@@ -44,14 +45,7 @@ def _parliament() -> Any:
 
 
 def printed(args: list[str]) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "gpucloud", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "CI": "true"},
-        timeout=60,
-    )
+    out = cli(*args, env={**os.environ, "CI": "true"}, cwd=REPO, timeout=60)
     assert out.returncode == 0, out.stderr
     json.loads(out.stdout)
     return out.stdout

@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.aws_runs import hooked_cli  # noqa: F401
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
+from tests.support.cli import cli
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 from tests.support.text import flat
 from tests.support.vm_sim import guest_calls, install_calls
@@ -136,29 +137,20 @@ def test_declining_the_image_build_prompt_exits_1_and_boots_nothing(
     """The prompt only appears on a terminal, so stdin is a pseudo-terminal that answers "n"."""
     import os
     import pty
-    import subprocess
-    import sys
 
     env = {k: v for k, v in aws_env.items() if k != "GPUCLOUD_TEST_AWS_RECORD"}
     primary, secondary = pty.openpty()
     try:
         os.write(primary, b"n\n")
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gpucloud",
-                "image",
-                "build",
-                str(_job(tmp_path)),
-                "--cloud",
-                "aws",
-                "--region",
-                REGION,
-            ],
-            stdin=secondary,
-            capture_output=True,
-            text=True,
+        proc = cli(
+            "image",
+            "build",
+            str(_job(tmp_path)),
+            "--cloud",
+            "aws",
+            "--region",
+            REGION,
+            terminal=secondary,
             env=env,
             cwd=tmp_path,
             timeout=120,

@@ -15,8 +15,6 @@ import dataclasses
 import json
 import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -43,6 +41,7 @@ from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     wait_until,
 )
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
+from tests.support.cli import cli
 from tests.support.fake_arm import OPERATOR_PRINCIPAL, PPG_TYPE, VM_TYPE, FakeArm, Resource
 from tests.support.torch_shutdown import torch_shutdown_crash
 
@@ -327,14 +326,7 @@ def test_ddp_example_on_two_azure_nodes(
         doc["env"]["MASTER_PORT"] = str(_free_port())
         job.write_text(yaml.safe_dump(doc, sort_keys=False))
         t0 = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "azure", "--json"],
-            env=azure_env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            cwd=tmp_path,
-        )
+        proc = cli("run", str(job), "--cloud", "azure", "--json", env=azure_env, cwd=tmp_path, timeout=240)
         wall = time.monotonic() - t0
         if proc.returncode == 0 or attempt or not torch_shutdown_crash(proc.stderr):
             break
@@ -376,14 +368,7 @@ def test_detached_nodes_delete_themselves_and_the_last_one_the_group(
         'run: \'if [ "$GPUCLOUD_NODE_RANK" = 0 ]; then sleep 4; fi; echo "node $GPUCLOUD_NODE_RANK done"\'\n'
         "max_duration: 10m\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "azure", "--detach", "--json"],
-        env=azure_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    proc = cli("run", str(job), "--cloud", "azure", "--detach", "--json", env=azure_env, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_id = json.loads(proc.stdout)["run_id"]
     assert wait_until(lambda: leftovers(arm) == [], timeout=60), "the last node did not delete the group"
@@ -396,14 +381,7 @@ def test_detached_nodes_delete_themselves_and_the_last_one_the_group(
     assert rg_deletes, deletes
     assert "deleting only this VM" in vms["node-1"].console()
     assert "deleting resource group" in vms["node-0"].console()
-    logs = subprocess.run(
-        [sys.executable, "-m", "gpucloud", "logs", run_id],
-        env=azure_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-    )
+    logs = cli("logs", run_id, env=azure_env, cwd=tmp_path, timeout=60)
     assert "node 0 done" in logs.stdout and "node 1 done" in logs.stdout, logs.stdout[-2000:]
     azure_sim.wait_idle(20)
     assert wait_until(lambda: not azure_sim.leftover_processes(), timeout=20), azure_sim.leftover_processes()
