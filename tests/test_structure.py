@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gpucloud.contract import registry as providers
@@ -579,12 +579,15 @@ def _cli_helpers(path: Path) -> list[str]:
     return [f"{path.name}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "cli"]
 
 
-def test_one_cli_helper_for_every_test_module() -> None:
+def _outside_cli_home(find: Callable[[Path], list[str]]) -> str:
+    """`find`'s hits in every test file but tests/support/cli.py, one a line."""
     home = TESTS / "support" / "cli.py"
-    wrong = [hit for path in sorted(TESTS.rglob("*.py")) if path != home for hit in _cli_helpers(path)]
-    assert not wrong, "start the CLI with tests/support/cli.py's cli (its env, cwd, module arguments):\n" + "\n".join(
-        wrong
-    )
+    return "\n".join(hit for path in sorted(TESTS.rglob("*.py")) if path != home for hit in find(path))
+
+
+def test_one_cli_helper_for_every_test_module() -> None:
+    wrong = _outside_cli_home(_cli_helpers)
+    assert not wrong, f"start the CLI with tests/support/cli.py's cli (its env, cwd, module arguments):\n{wrong}"
 
 
 def test_the_cli_helper_check_sees_a_seeded_copy(tmp_path: Path) -> None:
@@ -615,11 +618,8 @@ def _own_cli_runs(path: Path) -> list[str]:
 
 
 def test_every_test_waits_for_the_cli_through_cli() -> None:
-    home = TESTS / "support" / "cli.py"
-    wrong = [hit for path in sorted(TESTS.rglob("*.py")) if path != home for hit in _own_cli_runs(path)]
-    assert not wrong, "run the CLI with tests/support/cli.py's cli (env, cwd, timeout, module, text):\n" + "\n".join(
-        wrong
-    )
+    wrong = _outside_cli_home(_own_cli_runs)
+    assert not wrong, f"run the CLI with tests/support/cli.py's cli (env, cwd, timeout, module, text):\n{wrong}"
 
 
 def test_the_own_cli_run_check_sees_a_seeded_run(tmp_path: Path) -> None:
