@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 
 from gpucloud.channel import owner
-from gpucloud.providers.local import engine as vm_engine
 from gpucloud.run import keep
 from gpucloud.vm.agent import job_request
 from tests.support.cli import cli
-from tests.support.local_runs import leftovers, run_id_of, status_json, write_job
+from tests.support.local_runs import find_vms, leftovers, run_id_of, status_json, write_job
 from tests.support.polling import wait_until
 from tests.support.text import flat
 
@@ -53,7 +52,7 @@ def _torn_down(run_id: str, cwd: Path) -> bool:
 
 
 def _sandbox(home: Path, run_id: str) -> Path:
-    (vm,) = vm_engine.find_vms(home / "local" / run_id)
+    (vm,) = find_vms(home / "local" / run_id)
     return vm.sandbox
 
 

@@ -33,6 +33,7 @@ from gpucloud.run.log import LogMirror
 from gpucloud.spec.load import parse_spec
 from gpucloud.state.runs_db import Journal, Store
 from tests.support.fake_lifecycle import RecordingProvider, fake_run, priced_candidate
+from tests.support.local_runs import find_vms
 
 # ---- VM engine ---------------------------------------------------------------------------------------
 
@@ -75,7 +76,7 @@ def test_engine_env_and_path_prefix(tmp_path: Path) -> None:
     assert vm.returncode() == 0
     assert (tmp_path / "vm" / "gpu.txt").read_text() == "Tesla T4\n"
     assert (tmp_path / "vm" / "env.txt").read_text() == "a b $c|\n"
-    assert vm_engine.find_vms(tmp_path)[0].pid == vm.pid
+    assert find_vms(tmp_path)[0].pid == vm.pid
 
 
 def test_engine_pid_reuse_is_not_ours(tmp_path: Path) -> None:

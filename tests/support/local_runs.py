@@ -32,10 +32,16 @@ def run_id_of(stderr: str) -> str:
     raise AssertionError(f"no run id in:\n{stderr}")
 
 
+def find_vms(root: Path) -> list[vm_engine.BootedVm]:
+    """Every VM recorded under `root` (any depth), e.g. all nodes of all local runs."""
+    found = [vm_engine.BootedVm.load(pid.parent) for pid in sorted(Path(root).rglob(vm_engine.PID_FILE))]
+    return [vm for vm in found if vm is not None]
+
+
 def leftovers(home: Path, run_id: str, token: str | None = None) -> list[str]:
     """Processes of a run still alive: by the sandbox marker, the pid files, and a command-line token."""
     found = []
-    for vm in vm_engine.find_vms(home / "local" / run_id):
+    for vm in find_vms(home / "local" / run_id):
         found += [f"{vm.sandbox.name}: pid {p}" for p in vm.leftovers()]
     if token:
         for entry in Path("/proc").iterdir():

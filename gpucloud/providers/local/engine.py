@@ -324,16 +324,3 @@ def reboot(vm: BootedVm, services: Sequence[Sequence[str]], *, grace: float = 3.
             env=vm.env,
         )
     return again
-
-
-def find_vms(root: Path) -> list[BootedVm]:
-    """Every VM recorded under `root` (any depth), e.g. all nodes of all local runs."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found = []
-    for pid_file in sorted(root.rglob(PID_FILE)):
-        vm = BootedVm.load(pid_file.parent)
-        if vm is not None:
-            found.append(vm)
-    return found

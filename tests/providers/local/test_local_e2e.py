@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucloud.providers.local import engine as vm_engine
 from tests.support.cli import cli
-from tests.support.local_runs import leftovers, run_id_of, status_json, write_job
+from tests.support.local_runs import find_vms, leftovers, run_id_of, status_json, write_job
 from tests.support.procs import gpucloud_until_started
 from tests.support.text import flat
 
@@ -282,7 +281,7 @@ def test_dead_machine_is_reported_lost(tmp_path: Path, gpucloud_home: Path) -> N
     for line in proc.stdout:
         if line.strip() == "go":
             break
-    [vm] = vm_engine.find_vms(gpucloud_home / "local")
+    [vm] = find_vms(gpucloud_home / "local")
     for pid in vm.leftovers():  # the machine dies: no final status, no more heartbeats
         os.kill(pid, signal.SIGKILL)
     rc = proc.wait(40)
