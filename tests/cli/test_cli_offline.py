@@ -60,18 +60,10 @@ def needs_hosts(path: Path, example_hosts: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_every_example_validates_and_plans(path: Path, example_hosts: dict[str, str]) -> None:
-    needs_hosts(path, example_hosts)
+def test_every_example_validates(path: Path) -> None:
+    """Planned (human and --json, the candidates in price order) in tests/cli/test_plan_explore.py."""
     rel = str(path.relative_to(REPO))
     assert cli("validate", rel, env=ci_env(), cwd=REPO, timeout=60).returncode == 0
-    out = cli("plan", "--json", rel, env=ci_env(**example_hosts), cwd=REPO, timeout=60)
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
-    assert doc["candidates"], rel
-    prices = [c["total_per_hour"] for c in doc["candidates"]]
-    assert prices == sorted(prices)
-    human = cli("plan", rel, env=ci_env(**example_hosts), cwd=REPO, timeout=60)
-    assert human.returncode == 0 and "Candidates" in human.stdout
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
@@ -102,19 +94,10 @@ def test_every_example_renders_shellcheck_clean(path: Path, example_hosts: dict[
     doc = json.loads(cfg.stdout)
     assert doc["run_id"] == "RUN_ID" and doc["run"].strip(), doc
     assert doc["run"] == yaml.safe_load(path.read_text()).get("run", doc["run"])
-
-
-def test_ssh_example_renders_without_the_stack_install(example_hosts: dict[str, str]) -> None:
-    """The host's driver is used as it is (capabilities: install_stack False, gpu_check warn, exit)."""
-    needs_hosts(REPO / "examples/k80-ssh.yaml", example_hosts)
-    out = cli("render", "examples/k80-ssh.yaml", env=ci_env(**example_hosts), cwd=REPO, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert "shutdown" not in out.stdout  # the node ends by exiting
-    cfg = cli("render", "examples/k80-ssh.yaml", "--agent-config", env=ci_env(**example_hosts), cwd=REPO, timeout=60)
-    assert cfg.returncode == 0, cfg.stderr
-    doc = json.loads(cfg.stdout)
-    assert doc["stack"]["skip_stack"] is True and doc["stack"]["gpu_check"] == "warn"
-    assert doc["self_termination"] == "exit"
+    if path.name == "k80-ssh.yaml":  # the host's driver used as it is; the node ends by exiting
+        assert "shutdown" not in out.stdout
+        assert doc["stack"]["skip_stack"] is True and doc["stack"]["gpu_check"] == "warn"
+        assert doc["self_termination"] == "exit"
 
 
 def test_plan_k40_exits_2_with_alternatives(tmp_path: Path) -> None:

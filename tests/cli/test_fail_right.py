@@ -122,45 +122,6 @@ def test_check_reports_each_cloud_with_the_fix(tmp_path: Path, home: Path) -> No
 # ---- --json always answers; pipes ----------------------------------------------------------------------
 
 
-def test_json_parses_on_every_exit_path(tmp_path: Path, home: Path) -> None:
-    bad = job(tmp_path, "name: Bad_Name\nresources:\n  gpu: ZZZ:1\nrun: 1\n", "bad.yaml")
-    k40 = job(tmp_path, "name: k40\nresources: {gpu: K40:1}\nrun: echo\n", "k40.yaml")
-    good = job(tmp_path, T4_ANY, "good.yaml")
-    env = no_cloud_env(home)
-    cases = [
-        (["validate", str(bad)], 2),
-        (["validate", str(good)], 0),
-        (["plan", str(bad)], 2),
-        (["plan", str(k40)], None),
-        (["plan", str(good)], 0),
-        (["plan", "--bogus", "x"], 2),
-        (["catalog", "--gpu", "nope"], 2),
-        (["catalog"], 0),
-        (["stack", "nope"], 2),
-        (["stack", "T4"], 0),
-        (["run", str(bad)], 2),
-        (["run", str(good), "--yes"], 78),
-        (["run", "missing.yaml"], 2),
-        (["status", "nosuchrun"], 2),
-        (["status"], 0),
-        (["ls"], 0),
-        (["collect", "nosuchrun"], 2),
-        (["check", "--cloud", "azure"], 78),
-    ]
-    docs = {}
-    for args, code in cases:
-        out = cli(*args, "--json", cwd=tmp_path, env=env, timeout=90)
-        doc = docs[tuple(args)] = json.loads(out.stdout)  # exactly one document, whatever happened
-        if code is not None:
-            assert out.returncode == code, (args, out.stderr)
-        if out.returncode not in (0, 78) or "error" in doc:
-            assert doc["error"]["exit_code"] == out.returncode, args
-        assert "internal error" not in flat(out.stderr), (args, out.stderr)
-    details = docs[("validate", str(bad))]["error"]["details"]  # the first case's answer, read once
-    assert [(d["line"], d["field"]) for d in details] == [(1, "name"), (3, "resources.gpu.model"), (4, "run")]
-    assert all(d["file"] == str(bad) and d["message"] for d in details)
-
-
 @pytest.mark.parametrize(
     "args",
     [
@@ -361,6 +322,7 @@ def json_walk_cases(tmp_path: Path, run_id: str, live_id: str) -> list[tuple[lis
     dead endpoint)."""
     bad = job(tmp_path, "name: Bad_Name\nresources:\n  gpu: ZZZ:1\nrun: 1\n", "bad.yaml")
     good = job(tmp_path, T4_ANY, "good.yaml")
+    k40 = job(tmp_path, "name: k40\nresources: {gpu: K40:1}\nrun: echo\n", "k40.yaml")
     return [
         (["watch", live_id], 0, OK),  # first: the run must still be going when `watch` starts
         (["validate", str(good)], 0, OK),
@@ -369,6 +331,7 @@ def json_walk_cases(tmp_path: Path, run_id: str, live_id: str) -> list[tuple[lis
         (["plan", str(good)], 0, OK),
         (["plan", str(bad)], 2, ERROR),
         (["plan", "--bogus", "x"], 2, ERROR),
+        (["plan", str(k40)], 2, ERROR),  # a GPU no cloud offers: the nearest alternatives in the error
         (["catalog"], 0, OK),
         (["catalog", "--gpu", "nope"], 2, ERROR),
         (["catalog", "--cloud", "nope"], 2, ERROR),
@@ -379,6 +342,7 @@ def json_walk_cases(tmp_path: Path, run_id: str, live_id: str) -> list[tuple[lis
         (["stack", "T4"], 0, OK),
         (["stack", "nope"], 2, ERROR),
         (["run", "missing.yaml"], 2, ERROR),
+        (["run", str(bad)], 2, ERROR),
         (["run", str(good), "--cloud", "nope"], 2, ERROR),
         (["run", str(good), "--yes"], 78, ERROR),
         (["status"], 0, OK),
@@ -397,6 +361,7 @@ def json_walk_cases(tmp_path: Path, run_id: str, live_id: str) -> list[tuple[lis
         (["cost", "--since", "notadate"], 2, ERROR),
         (["check"], 78, REPORT),
         (["check", "--cloud", "local"], 2, ERROR),
+        (["check", "--cloud", "azure"], 78, REPORT),
         (["image", "ls", "--cloud", "aws", "--region", "us-east-1"], 78, ERROR),
         (["image", "ls", "--cloud", "local", "--region", "x"], 2, ERROR),
         (["image", "ls"], 2, ERROR),
@@ -467,3 +432,8 @@ def test_json_parses_on_every_exit_path_of_every_command(tmp_path: Path, home: P
             error_doc(out)
         else:
             assert not (isinstance(doc, dict) and "error" in doc), where
+    docs = {tuple(args): json.loads(out.stdout) for (args, _, _), out in zip(cases, results, strict=True)}
+    bad = str(tmp_path / "bad.yaml")
+    details = docs[("validate", bad)]["error"]["details"]  # each problem of the file, with its line and field
+    assert [(d["line"], d["field"]) for d in details] == [(1, "name"), (3, "resources.gpu.model"), (4, "run")]
+    assert all(d["file"] == bad and d["message"] for d in details)

@@ -1,9 +1,9 @@
-"""`plan` as a place to explore: the README's job file and every file in examples/ plan with exit 0
-in a shell with no cloud credentials and no secret values (a real subprocess, AWS_*/AZURE_* removed,
-HOME without ~/.aws); what it could not check (an unset secret, a bucket without credentials for
-its store, a URL that does not answer) is one warning line each, naming the field, in `warnings` of
-`--json` too; `--strict` (CI) makes them errors, exit 2; `run` still refuses them before anything
-is created."""
+"""`plan` as a place to explore: the README's job file and every file in examples/ plan with exit 0,
+in price order and 80 columns wide, in a shell with no cloud credentials and no secret values (a real
+subprocess, AWS_*/AZURE_* removed, HOME without ~/.aws); what it could not check (an unset secret, a
+bucket without credentials for its store, a URL that does not answer) is one warning line each, naming
+the field, in `warnings` of `--json` too; `--strict` (CI) makes them errors, exit 2; `run` still
+refuses them before anything is created."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import yaml
 
 from tests.support.cli import cli
 from tests.support.sshd import example_hosts_lab, have_sshd
+from tests.support.text import too_wide
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.relative_to(REPO / "examples") for p in (REPO / "examples").rglob("*.yaml"))
@@ -54,6 +55,7 @@ def bare_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
         HOME=str(home),
         CI="true",
         AWS_EC2_METADATA_DISABLED="true",  # not on EC2: boto3 must not wait for an instance role
+        COLUMNS="80",  # every plan must fit a terminal 80 wide
         HTTPS_PROXY="http://127.0.0.1:9",
         https_proxy="http://127.0.0.1:9",
         PYTHONPATH=str(REPO),
@@ -84,7 +86,8 @@ def test_plan_of_every_example_exits_0_without_credentials(rel: Path, examples: 
     if "hosts:" in (examples / rel).read_text() and not have_sshd():
         pytest.skip("needs /usr/sbin/sshd and ssh (openssh-server; .ci/run installs it)")
     human = cli("plan", str(rel), cwd=examples, env=bare_env)
-    assert human.returncode == 0, human.stderr
+    assert human.returncode == 0 and "Candidates" in human.stdout, human.stderr
+    assert not too_wide(human.stdout) and not too_wide(human.stderr), too_wide(human.stdout + human.stderr)
     said = " ".join(human.stderr.split())
     fields = unchecked_fields(examples / rel)
     for field in fields:
@@ -94,6 +97,8 @@ def test_plan_of_every_example_exits_0_without_credentials(rel: Path, examples: 
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["candidates"] and all(c["arch"] for c in doc["candidates"])
+    prices = [c["total_per_hour"] for c in doc["candidates"]]
+    assert prices == sorted(prices)
     for field in fields:
         assert any(w.startswith(field) for w in doc["warnings"]), (field, doc["warnings"])
     strict = cli("plan", "--strict", str(rel), cwd=examples, env=bare_env)
