@@ -6,12 +6,17 @@ importing the channel's transfer and trust code."""
 from __future__ import annotations
 
 import fnmatch
+import io
 import os
 import subprocess
 import tarfile
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 from gpucloud.errors import UserError
 
@@ -150,7 +155,7 @@ def pack_workdir(
 ) -> Path:
     """Pack the job's workdir into a tar.gz (what every node fetches), honouring .gitignore.
 
-    Stops as soon as the compressed size passes `cap_bytes` and raises a UserError that names the
+    Stops as soon as the compressed size passes `cap_bytes` (within a file too) and raises a UserError that names the
     folder, the size, the cap and how to fix it, rather than uploading a dataset by accident.
     `dest` defaults to a fresh temporary file (the caller removes it after upload); nothing under
     a folder of `skip` is packed (workdir_files).
@@ -171,18 +176,43 @@ def pack_workdir(
         )
 
     files = workdir_files(root, skip)
-    stopped_at = 0
-    with open(dest, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for rel in files:
-            tar.add(str(root / rel), arcname=rel, recursive=False)
-            if raw.tell() > cap_bytes:  # compressed bytes so far: stop early on a huge folder
-                stopped_at = raw.tell()
-                break
-    if stopped_at:
+    try:
+        with open(dest, "wb") as raw:
+            capped = _CappedWriter(raw, cap_bytes)
+            with tarfile.open(fileobj=capped, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+                for rel in files:
+                    tar.add(str(root / rel), arcname=rel, recursive=False)
+    except _PastCap as past:
         Path(dest).unlink(missing_ok=True)
-        raise too_big(f"more than {human_bytes(stopped_at)}")
-    size = Path(dest).stat().st_size
-    if size > cap_bytes:
-        Path(dest).unlink(missing_ok=True)
-        raise too_big(human_bytes(size))
+        raise too_big(f"more than {human_bytes(past.size)}") from None
     return Path(dest)
+
+
+class _PastCap(Exception):
+    """The compressed bytes written so far passed the cap (raised from the tarball's own write)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+class _CappedWriter(io.RawIOBase):
+    """The tarball's file, that stops the packing once the compressed bytes pass the cap, in the middle
+    of a file too: a dataset of many GiB left in the workdir is refused after about the cap's worth of
+    compression, not after compressing all of it."""
+
+    def __init__(self, raw: BinaryIO, cap: int) -> None:
+        super().__init__()
+        self.raw, self.cap = raw, cap
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: ReadableBuffer, /) -> int:
+        written = self.raw.write(data)
+        if self.raw.tell() > self.cap:
+            raise _PastCap(self.raw.tell())
+        return written
+
+    def tell(self) -> int:
+        return self.raw.tell()

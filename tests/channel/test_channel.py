@@ -351,6 +351,19 @@ def test_pack_workdir_cap(tmp_path: Path) -> None:
     assert _names(tarball) == {"weights.bin"}
 
 
+def test_pack_workdir_stops_inside_a_file_far_past_the_cap(tmp_path: Path) -> None:
+    """A dataset left in the workdir is refused after about the cap's worth of compression, not after
+    compressing all of it (a many-GiB checkpoint would take minutes)."""
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    (wd / "dataset.bin").write_bytes(os.urandom(16 * 1024 * 1024))  # incompressible: packs to ~16 MiB
+    with pytest.raises(UserError) as exc:
+        pack_workdir(wd, cap_bytes=1024 * 1024, dest=tmp_path / "code.tar.gz")
+    said = re.search(r"packs to more than ([\d.]+) MiB", exc.value.render())
+    assert said and 1.0 <= float(said.group(1)) < 1.5, exc.value.render()
+    assert not (tmp_path / "code.tar.gz").exists()
+
+
 def test_pack_workdir_missing_folder(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="not a folder"):
         pack_workdir(tmp_path / "nope")
