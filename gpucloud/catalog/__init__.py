@@ -367,6 +367,12 @@ def load_catalog() -> Catalog:
 load_catalog.cache_clear = _clear  # type: ignore[attr-defined]
 
 
+def forget_refreshed() -> None:
+    """Forget the catalogs read from GPUCLOUD_HOME (a refresh has just rewritten the file); the shipped
+    CSVs cannot change while the process runs, so they stay parsed (a re-parse is ~25 ms)."""
+    _load.cache_clear()
+
+
 def validate_offerings_text(text: str) -> tuple[Offering, ...]:
     """Parse and validate an offerings.csv text exactly as the shipped file is (the regeneration
     script checks its output with this before replacing the shipped file)."""

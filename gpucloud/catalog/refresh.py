@@ -184,7 +184,7 @@ def refresh(
 ) -> RefreshReport:
     """Fetch every requested cloud, merge with what is kept, write the cache; RefreshFailed when
     nothing at all could be fetched."""
-    from gpucloud.catalog import load_catalog, offerings_db
+    from gpucloud.catalog import forget_refreshed, load_catalog, offerings_db
     from gpucloud.catalog.prices import check_rows
 
     say = progress or (lambda _msg: None)
@@ -235,7 +235,7 @@ def refresh(
         )
     rows.sort(key=lambda o: (o.cloud, o.gpu, o.instance_type, o.region))
     offerings_db.write(path, rows, created_at=fetched_at, clouds=meta)
-    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    forget_refreshed()
     return RefreshReport(path=path, total_rows=len(rows), clouds={c: meta[c] for c in known})
 
 

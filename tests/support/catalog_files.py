@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpucloud.catalog import load_catalog, offerings_db, shipped_catalog
+from gpucloud.catalog import forget_refreshed, load_catalog, offerings_db, shipped_catalog
 from gpucloud.catalog.rows import MemoryRows
 from gpucloud.spec.load import load_spec
 
@@ -56,7 +56,7 @@ def written(rows: list[Offering], tmp_path: Path) -> None:
     else:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(pristine, target)
-    load_catalog.cache_clear()  # type: ignore[attr-defined]
+    forget_refreshed()
 
 
 def file_and_memory(rows: list[Offering], job: str, tmp_path: Path) -> tuple[Catalog, Catalog, JobSpec]:
