@@ -7,10 +7,9 @@ stack stage finds every part present: it installs nothing (tests/vm/test_bootstr
 
 Cloud calls go through the small `ImageStore` protocol (provider contract; the registry's `image_store`, e.g.
 gpucloud/providers/aws/bake.py). `gpucloud image build` boots the builder as a run
-(gpucloud/run/bake.py: journal intents, teardown in `finally`); `build_image` is the same sequence over
-plain callables. Which images exist is also kept locally (`images.json` in the gpucloud home,
-written by build, refreshed by `image ls`, pruned by `image rm`), so that `plan` can pick a baked
-image without calling a cloud.
+(gpucloud/run/bake.py: journal intents, teardown in `finally`). Which images exist is also kept
+locally (`images.json` in the gpucloud home, written by build, refreshed by `image ls`, pruned by
+`image rm`), so that `plan` can pick a baked image without calling a cloud.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -99,37 +97,6 @@ def image_tags(stack: Stack, wanted: str, *, with_setup: bool = False) -> dict[s
         STACK_TAG: describe(stack),
         SETUP_TAG: "yes" if with_setup else "no",
     }
-
-
-def build_image(
-    store: ImageStore,
-    region: str,
-    stack: Stack,
-    node: NodeStack,
-    *,
-    launch: Callable[[], str],
-    wait_ready: Callable[[str], None],
-    teardown: Callable[[str], None],
-    setup: str | None = None,
-) -> BakedImage:
-    """Boot a builder (launch -> instance id), wait until its stack stage is done, snapshot, tear down.
-
-    `wait_ready` raises when the builder fails; the builder is torn down whatever happens. An
-    image with the same hash already present is returned without booting anything.
-    """
-    wanted = stack_hash(stack, node, setup)
-    existing = find_baked(store, region, wanted)
-    if existing is not None:
-        return existing
-    instance_id = launch()
-    try:
-        wait_ready(instance_id)
-        name = f"gpucloud-{wanted}"
-        tags = image_tags(stack, wanted, with_setup=bool(setup))
-        ref = store.create_image(region, instance_id, name, tags)
-    finally:
-        teardown(instance_id)
-    return BakedImage(ref=ref, region=region, name=name, stack_hash=wanted, tags=tags)
 
 
 # ---- the local index of baked images (plan reads it offline) ------------------------------------

@@ -1,11 +1,10 @@
-"""Baking a stack into an image against moto (server mode), then finding it again."""
+"""A baked image against moto (server mode): tagged with its stack hash, found again, listed and removed.
+The build itself (a builder booted as a run, torn down, reused) is tests/providers/aws/test_images_e2e.py's."""
 
 from __future__ import annotations
 
-import pytest
-
-from gpucloud.contract.provider import HASH_TAG, KIND_TAG
-from gpucloud.plan.baked import baked_row, build_image, find_baked, stack_hash
+from gpucloud.contract.provider import HASH_TAG, KIND_TAG, BakedImage
+from gpucloud.plan.baked import baked_row, find_baked, image_tags, stack_hash
 from gpucloud.plan.images import resolve_node
 from gpucloud.plan.stacks import resolve_stack
 from gpucloud.providers.aws.bake import AwsImageStore
@@ -28,34 +27,31 @@ def test_stack_hash_changes_with_what_is_installed() -> None:
     assert stack_hash(t4, resolve_node(t4, "aws", "g4dn.xlarge", 1)) != stack_hash(stack, node)
 
 
-def test_build_snapshots_tags_and_tears_down_then_reuses(moto) -> None:  # noqa: F811
+def _baked(store: AwsImageStore, iid: str, stack: object, node: object) -> BakedImage:
+    """The builder `iid` snapshotted as `gpucloud image build` does (run/bake.py): named and tagged by its hash."""
+    wanted = stack_hash(stack, node)  # type: ignore[arg-type]
+    name, tags = f"gpucloud-{wanted}", image_tags(stack, wanted)  # type: ignore[arg-type]
+    ref = store.create_image(REGION, iid, name, tags)
+    return BakedImage(ref=ref, region=REGION, name=name, stack_hash=wanted, tags=tags)
+
+
+def _builder(ec2: object) -> str:
+    base = ec2.describe_images(Owners=["099720109477"])["Images"][0]["ImageId"]  # type: ignore[attr-defined]
+    run = ec2.run_instances(ImageId=base, InstanceType="t3.micro", MinCount=1, MaxCount=1)  # type: ignore[attr-defined]
+    return str(run["Instances"][0]["InstanceId"])
+
+
+def test_a_baked_image_is_tagged_and_found_by_its_stack_hash(moto) -> None:  # noqa: F811
     ec2 = moto.client("ec2", REGION)
-    base = ec2.describe_images(Owners=["099720109477"])["Images"][0]["ImageId"]
     store = AwsImageStore()
     stack, node = k80()
-    launched: list[str] = []
-    ended: list[str] = []
-
-    def launch() -> str:
-        iid = ec2.run_instances(ImageId=base, InstanceType="t3.micro", MinCount=1, MaxCount=1)["Instances"][0][
-            "InstanceId"
-        ]
-        launched.append(iid)
-        return iid
-
-    def teardown(iid: str) -> None:
-        ended.append(iid)
-        ec2.terminate_instances(InstanceIds=[iid])
-
-    baked = build_image(store, REGION, stack, node, launch=launch, wait_ready=lambda _: None, teardown=teardown)
+    iid = _builder(ec2)
+    baked = _baked(store, iid, stack, node)
+    ec2.terminate_instances(InstanceIds=[iid])
     try:
-        assert ended == launched and len(launched) == 1  # the builder never outlives the bake
         image = ec2.describe_images(ImageIds=[baked.ref])["Images"][0]
         tags = {t["Key"]: t["Value"] for t in image["Tags"]}
         assert tags[HASH_TAG] == stack_hash(stack, node) and tags[KIND_TAG] == "image"
-        # a second build with the same stack boots nothing; plan-time lookup finds the image
-        again = build_image(store, REGION, stack, node, launch=launch, wait_ready=lambda _: None, teardown=teardown)
-        assert again.ref == baked.ref and len(launched) == 1
         found = find_baked(store, REGION, stack_hash(stack, node))
         assert found is not None and found.ref == baked.ref
         row = baked_row(found, stack, node)
@@ -63,20 +59,6 @@ def test_build_snapshots_tags_and_tears_down_then_reuses(moto) -> None:  # noqa:
     finally:
         store.delete_image(REGION, baked.ref)
     assert find_baked(store, REGION, stack_hash(stack, node)) is None
-
-
-def test_a_failing_builder_is_still_torn_down(moto) -> None:  # noqa: F811
-    stack, node = k80()
-    ended: list[str] = []
-
-    def fail(_: str) -> None:
-        raise RuntimeError("stack stage failed")
-
-    with pytest.raises(RuntimeError):
-        build_image(
-            AwsImageStore(), REGION, stack, node, launch=lambda: "i-0123", wait_ready=fail, teardown=ended.append
-        )
-    assert ended == ["i-0123"]
 
 
 def test_image_ls_and_rm_commands(moto) -> None:  # noqa: F811
@@ -88,17 +70,10 @@ def test_image_ls_and_rm_commands(moto) -> None:  # noqa: F811
 
     ec2 = moto.client("ec2", REGION)
     base = ec2.describe_images(Owners=["099720109477"])["Images"][0]["ImageId"]
-    iid = ec2.run_instances(ImageId=base, InstanceType="t3.micro", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    iid = _builder(ec2)
     stack, node = k80()
-    baked = build_image(
-        AwsImageStore(),
-        REGION,
-        stack,
-        node,
-        launch=lambda: iid,
-        wait_ready=lambda _: None,
-        teardown=lambda i: ec2.terminate_instances(InstanceIds=[i]),
-    )
+    baked = _baked(AwsImageStore(), iid, stack, node)
+    ec2.terminate_instances(InstanceIds=[iid])
     runner = CliRunner()
     out = runner.invoke(app, ["image", "ls", "--cloud", "aws", "--region", REGION, "--json"])
     assert out.exit_code == 0, out.output
