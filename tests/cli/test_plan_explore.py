@@ -1,9 +1,9 @@
 """`plan` as a place to explore: the README's job file and every file in examples/ plan with exit 0,
-in price order and 80 columns wide, in a shell with no cloud credentials and no secret values (a real
-subprocess, AWS_*/AZURE_* removed, HOME without ~/.aws); what it could not check (an unset secret, a
-bucket without credentials for its store, a URL that does not answer) is one warning line each, naming
-the field, in `warnings` of `--json` too; `--strict` (CI) makes them errors, exit 2; `run` still
-refuses them before anything is created."""
+in price order and 80 columns wide (its market, price and estimate columns kept), in a shell with no
+cloud credentials and no secret values (a real subprocess, AWS_*/AZURE_* removed, HOME without
+~/.aws); what it could not check (an unset secret, a bucket without credentials for its store, a URL
+that does not answer) is one warning line each, naming the field, in `warnings` of `--json` too;
+`--strict` (CI) makes them errors, exit 2; `run` still refuses them before anything is created."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import yaml
 
 from tests.support.cli import cli
 from tests.support.sshd import example_hosts_lab, have_sshd
-from tests.support.text import too_wide
+from tests.support.text import header, too_wide
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.relative_to(REPO / "examples") for p in (REPO / "examples").rglob("*.yaml"))
@@ -79,6 +79,17 @@ def unchecked_fields(path: Path) -> list[str]:
     return fields
 
 
+def _fits_and_keeps_what_plan_is_for(stdout: str, stderr: str, candidates: list[dict]) -> None:
+    """80 columns: the market, price and estimate columns kept, instance names never cut, and the
+    columns it dropped named on stderr."""
+    head = header(stdout, "#") if "#" in stdout.split("─")[0] else header(stdout, "cloud")
+    assert "market" in head and "$/h" in head and "est. $" in head, head
+    for c in candidates[:10]:
+        assert c["instance_type"] in stdout.split(), c["instance_type"]  # whole, never cut
+    if "GPUs" not in head:
+        assert any("not shown" in line for line in stderr.splitlines()) and "GPUs" in stderr, stderr
+
+
 @pytest.mark.parametrize("rel", [README_JOB, *EXAMPLES], ids=str)
 def test_plan_of_every_example_exits_0_without_credentials(rel: Path, examples: Path, bare_env: dict[str, str]) -> None:
     if rel in NEEDS_A_CLUSTER:
@@ -99,6 +110,7 @@ def test_plan_of_every_example_exits_0_without_credentials(rel: Path, examples: 
     assert doc["candidates"] and all(c["arch"] for c in doc["candidates"])
     prices = [c["total_per_hour"] for c in doc["candidates"]]
     assert prices == sorted(prices)
+    _fits_and_keeps_what_plan_is_for(human.stdout, human.stderr, doc["candidates"])
     for field in fields:
         assert any(w.startswith(field) for w in doc["warnings"]), (field, doc["warnings"])
     strict = cli("plan", "--strict", str(rel), cwd=examples, env=bare_env)

@@ -102,23 +102,24 @@ def test_budget_set_ls_and_cost_against_each(gpucloud_home: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scope", ["user", "team"])
 def test_a_launch_past_a_budget_is_refused_before_anything_is_created(
-    scope: str,
     aws_env: dict[str, str],  # noqa: F811
     moto: Moto,  # noqa: F811
     aws_sim: AwsVmSimulator,  # noqa: F811
     gpucloud_home: Path,
 ) -> None:
-    args = ["--user", "ana"] if scope == "user" else ["--team", "ml", "--add", "ana"]
-    assert cli("budget", "set", *args, "--daily", "0.05", env=aws_env).returncode == 0
+    """ana is over her own budget and bo over his team's: each is refused before anything is created;
+    cy, under neither, launches (one launch shows that neither scope holds back anyone else)."""
+    assert cli("budget", "set", "--user", "ana", "--daily", "0.05", env=aws_env).returncode == 0
+    assert cli("budget", "set", "--team", "ml", "--add", "bo", "--daily", "0.05", env=aws_env).returncode == 0
     job = write_count_job(Path.cwd() / "job", n=10, cloud="aws", extra={"resources": {"cloud": "aws", "gpu": "T4:1"}})
-    env = {**aws_env, "GPUCLOUD_USER": "ana"}
-    proc = cli("run", str(job), "--yes", env=env, module="tests.support.aws_cli", timeout=180)
-    assert proc.returncode == 77, proc.stderr[-3000:]
-    said = " ".join(proc.stderr.split())
-    assert "Not launched" in said and "daily budget of $0.05" in said and "Traceback" not in said
-    assert Store().list_runs() == [] and tagged_alive(moto) == []  # nothing recorded, nothing created
+    for user in ("ana", "bo"):  # the user's own budget, then the team's
+        env = {**aws_env, "GPUCLOUD_USER": user}
+        proc = cli("run", str(job), "--yes", env=env, module="tests.support.aws_cli", timeout=180)
+        assert proc.returncode == 77, (user, proc.stderr[-3000:])
+        said = " ".join(proc.stderr.split())
+        assert "Not launched" in said and "daily budget of $0.05" in said and "Traceback" not in said
+        assert Store().list_runs() == [] and tagged_alive(moto) == []  # nothing recorded, nothing created
     other = cli(
         "run", str(job), "--yes", "--detach", env={**aws_env, "GPUCLOUD_USER": "cy"}, module="tests.support.aws_cli"
     )
