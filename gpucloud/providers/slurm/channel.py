@@ -104,9 +104,6 @@ class SlurmChannel(SshChannel):
                 return
             yield data, i + 1
 
-    def read_log_parts(self, run_id: str, rank: int = 0, start: int = 0) -> list[bytes]:
-        return [data for data, _ in self.iter_log(run_id, rank, start)]
-
 
 def merge(st: dict | None, job: JobState | None, run_id: str, rank: int) -> dict | None:
     """The node's status with Slurm's state applied (the module docstring says how)."""

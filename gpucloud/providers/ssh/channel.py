@@ -28,12 +28,10 @@ from pathlib import Path
 
 from gpucloud.channel import trust as channel_trust
 from gpucloud.channel.run_objects import (
-    LOG_PART_MAX,
     SMALL_OBJECT_MAX,
     Channel,
     ObjectRefused,
     checkpoint_keys,
-    log_key,
     log_prefix,
     node_prefix,
 )
@@ -238,30 +236,6 @@ class SshChannel(Channel):
         if rank == 0 and len(self.hosts) > 1:
             self.relay_ready(run_id)
         return super().read_status(run_id, rank)
-
-    def read_log_parts(self, run_id: str, rank: int = 0, start: int = 0) -> list[bytes]:
-        """Every complete part from `start` in one ssh call (size line, then the bytes, per part)."""
-        status = self.read_status(run_id, rank)
-        done = int(status.get("log_parts") or 0) if status else 0
-        if done <= start:
-            return []
-        keys = " ".join(shlex.quote(log_key(run_id, rank, i)) for i in range(start, done))
-        # Regular files only, each at most LOG_PART_MAX, and at most 4 parts' worth in one answer.
-        res = self._run(
-            self.hosts[rank],
-            f'n=0; for k in {keys}; do f="$R/channel/$k"; '
-            '{ [ -f "$f" ] && [ ! -L "$f" ]; } || break; s=$(wc -c <"$f"); '
-            f'[ "$s" -le {LOG_PART_MAX} ] && [ $n -lt {4 * LOG_PART_MAX} ] || break; '
-            'n=$((n + s)); echo "$s"; head -c "$s" "$f"; done',
-            max_output=5 * LOG_PART_MAX + 4096,
-        )
-        out, parts, pos = res.stdout, [], 0
-        while pos < len(out):
-            nl = out.index(b"\n", pos)
-            size = int(out[pos:nl])
-            parts.append(out[nl + 1 : nl + 1 + size])
-            pos = nl + 1 + size
-        return parts
 
     def relay_ready(self, run_id: str) -> None:
         """Multi-node barrier across hosts: copy each node's `ready` (its address) to the others,
