@@ -30,11 +30,6 @@ WALK_ABOVE = 2048
 _PRICE_COLUMN = {True: "spot_price_per_hour", False: "price_per_hour"}
 
 
-def arch_reason(arch: str) -> str:
-    """Why a row of another host CPU is excluded, and the field that opens it."""
-    return f"{arch} (resources.arch: {arch} or any opens it)"
-
-
 class RowTerm(NamedTuple):
     """One check of a row's own columns, past the quick reasons: the column, how it compares with
     the bound, where the bound comes from (`asks`: the field of that name on the job's resources
@@ -51,19 +46,15 @@ class RowTerm(NamedTuple):
 # In the order the planner names them (after the cloud, region, type and GPU): a new check is one
 # line here, and both the planner and the catalog file's query read it.
 ROW_TERMS: tuple[RowTerm, ...] = (
-    RowTerm("arch", "in", "arches", None, lambda off, _: arch_reason(off.arch)),
-    RowTerm("status", "!=", "", "retired", lambda off, _: f"{off.status_text()} ({off.source})"),
-    RowTerm("vcpus", ">=", "min_vcpus", None, lambda off, b: f"{off.vcpus} vCPUs < min_vcpus {b}"),
+    RowTerm("arch", "in", "arches", None, lambda o, _: f"{o.arch} (resources.arch: {o.arch} or any opens it)"),
+    RowTerm("status", "!=", "", "retired", lambda o, _: f"{o.status_text()} ({o.source})"),
+    RowTerm("vcpus", ">=", "min_vcpus", None, lambda o, b: f"{o.vcpus} vCPUs < min_vcpus {b}"),
     RowTerm(
-        "memory_gib",
-        ">=",
-        "min_memory_gib",
-        None,
-        lambda off, b: f"{off.memory_gib:g} GiB memory < min_memory_gib {b:g}",
+        "memory_gib", ">=", "min_memory_gib", None, lambda o, b: f"{o.memory_gib:g} GiB memory < min_memory_gib {b:g}"
     ),
 )
 _PYTHON_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
-    "in": lambda value, bound: value in bound,
+    "in": lambda v, b: v in b,
     ">=": operator.ge,
     "!=": operator.ne,
 }
