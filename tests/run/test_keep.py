@@ -124,9 +124,10 @@ def test_a_request_not_signed_by_the_owner_key_is_not_run(tmp_path: Path, gpuclo
     )
     channel = gpucloud_home / "channel" / "runs" / run_id / "node-0"  # the local provider's FileChannel
     (channel / "request").write_bytes(job_request.signed_request(body, owner.owner_sign(stranger, body)))
-    time.sleep(4)
+    job_log = _sandbox(gpucloud_home, run_id) / "job.log"
+    refused = "was refused: not signed by the run's owner key"
+    assert wait_until(lambda: refused in job_log.read_text(), timeout=60), job_log.read_text()  # the node read it
     assert not marker.exists()
-    assert "was refused: not signed by the run's owner key" in (_sandbox(gpucloud_home, run_id) / "job.log").read_text()
     proc = cli("exec", run_id, "--", "echo taken", cwd=tmp_path, timeout=60)  # the owner's own still runs
     assert proc.returncode == 0 and "taken" in proc.stdout, proc.stderr
     cli("down", run_id, "--yes", cwd=tmp_path, check=True)

@@ -113,8 +113,9 @@ def test_the_watchdog_ends_a_run_past_its_deadline(tmp_path: Path) -> None:
     t = time.monotonic()
     proc = node.run()
     doc = node.status()
-    assert proc.returncode == 124 and time.monotonic() - t < 15
+    assert proc.returncode == 124 and time.monotonic() - t < 45  # well before the job's own 60 s
     assert doc is not None and doc["state"] == "deadline" and doc["exit_code"] is None
+    assert doc["message"].startswith("max_duration passed (deadline "), doc  # the watchdog's, not the backstop's
 
 
 def test_a_signal_stops_the_job_and_reports_failed(tmp_path: Path) -> None:

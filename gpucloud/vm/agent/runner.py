@@ -12,12 +12,13 @@ import signal
 import subprocess
 import threading
 from pathlib import Path
-from typing import Callable, List, Mapping, Optional, Tuple
+from typing import Callable, Mapping, Optional, Tuple
 
 from gpucloud.vm.agent import container
 
 KILL_GRACE_S = 5.0
 KILL_POLL_S = 0.05
+ENDED_STATES = (b"Z", b"X")  # /proc/PID/stat: zombie, dead
 
 
 class Runner:
@@ -129,35 +130,33 @@ def _signal_group(pg: int, sig: int) -> bool:
 def _alive(pg: int) -> bool:
     """Whether a process of the group still runs. A zombie has ended: the watchdog process cannot
     reap the job (the main process started it, and waits for the watchdog), so counting the job's
-    zombie would wait out the grace and say a job that obeyed SIGTERM ignored it. Where /proc shows
-    no member of the group, the kernel's answer stands."""
+    zombie would wait out the grace and say a job that obeyed SIGTERM ignored it. The group is
+    scanned only once its leader (the job's shell) is a zombie; where /proc cannot tell, the
+    kernel's answer stands."""
     if not _signal_group(pg, 0):
         return False
-    seen = False
-    for state, group in _proc_states():
-        if group == pg:
-            seen = True
-            if state not in (b"Z", b"X"):
-                return True
-    return not seen
-
-
-def _proc_states() -> List[Tuple[bytes, int]]:
-    """(state, process group) of every process /proc lists (none where it cannot be read)."""
-    out: List[Tuple[bytes, int]] = []
+    leader = _stat(str(pg))
+    if leader is None or leader[0] not in ENDED_STATES:
+        return True
     try:
         names = os.listdir("/proc")
     except OSError:
-        return out
+        return True
     for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/" + name + "/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) ": comm may hold spaces
-        if len(fields) > 2 and fields[2].isdigit():
-            out.append((fields[0], int(fields[2])))
-    return out
+        got = _stat(name) if name.isdigit() else None
+        if got is not None and got[1] == pg and got[0] not in ENDED_STATES:
+            return True
+    return False
+
+
+def _stat(pid: str) -> Optional[Tuple[bytes, int]]:
+    """(state, process group) of a process from /proc, or None."""
+    try:
+        with open("/proc/" + pid + "/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) ": comm may hold spaces
+    if len(fields) > 2 and fields[2].isdigit():
+        return fields[0], int(fields[2])
+    return None
