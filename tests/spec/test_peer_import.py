@@ -14,6 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from gpucloud.cli.app import app
+from tests.support.text import too_wide, yaml_lines
 
 PEERS = Path(__file__).resolve().parents[1] / "data" / "peers"
 SKYPILOT = sorted((PEERS / "skypilot").glob("*.yaml"))
@@ -47,6 +48,7 @@ def test_each_example_converts_validates_and_plans(src: Path, tmp_path: Path, mo
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
     job, _ = imported(src, tmp_path)
+    assert not too_wide(yaml_lines(job.read_text())), too_wide(yaml_lines(job.read_text()))  # 80 columns
     code, _, stderr = cli_in_process("validate", str(job))
     assert code == 0, stderr
     data = yaml.safe_load(job.read_text())

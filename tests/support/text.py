@@ -39,3 +39,15 @@ def header(stdout: str, first: str) -> str:
     top = next(i for i in range(rule, -1, -1) if lines[i].split()[:1] == [first] or i == 0)
     start = top - 1 if top and lines[top - 1].startswith(" ") else top
     return " ".join(" ".join(lines[start:rule]).split())
+
+
+def yaml_lines(text: str) -> str:
+    """A YAML document less the lines of its literal blocks (`key: |` and what is indented under it)."""
+    kept, block = [], -1
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if block >= 0 and (indent > block or not line.strip()):
+            continue
+        block = indent if line.rstrip().endswith(("|", "|-", "|+")) and not line.lstrip().startswith("#") else -1
+        kept.append(line)
+    return "\n".join(kept)
