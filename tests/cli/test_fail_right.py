@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from gpucloud.state.runs_db import Store
 from tests.support.cli import cli
+from tests.support.polling import wait_until
 from tests.support.text import flat
 
 REPO = Path(__file__).resolve().parents[2]
@@ -264,16 +266,16 @@ def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path)
         stderr=subprocess.PIPE,
         text=True,
     )
-    run_id, runs = "", []
-    end = time.monotonic() + 90
-    while time.monotonic() < end and not run_id and proc.poll() is None:
-        runs = json.loads(cli("ls", "--json", cwd=tmp_path, env=env, timeout=90).stdout)
-        run_id = next((r["run_id"] for r in runs if r["status"] == "running"), "")
-        time.sleep(0.2)
-    if not run_id:
+
+    def running() -> str:  # read from the store: a CLI start per poll cost more than the run itself
+        return next((r.id for r in Store(home / "state.db").list_runs() if r.status == "running"), "")
+
+    if not wait_until(lambda: running() or proc.poll() is not None, timeout=90) or not running():
         proc.kill()
         _, err = proc.communicate(timeout=10)
+        runs = json.loads(cli("ls", "--json", cwd=tmp_path, env=env, timeout=90).stdout)
         raise AssertionError(f"the run never showed as running: ls {runs}; run's stderr:\n{err[-3000:]}")
+    run_id = running()
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     go.touch()
