@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpucloud.state.runs_db import Store
-from tests.support.cli import cli
+from tests.support.cli import cli, start_cli
 from tests.support.polling import wait_until
 from tests.support.text import flat
 
@@ -258,14 +258,7 @@ def test_killed_cli_is_not_succeeded_until_collected(tmp_path: Path, home: Path)
     go = tmp_path / "go"  # the job ends once the CLI is killed, not after a fixed sleep (bounded at 60 s)
     wait = f"for i in $(seq 600); do [ -f {go} ] && break; sleep 0.1; done"
     spec = job(tmp_path, LOCAL.format(run=f"'{wait}; mkdir -p out; echo ok > out/r.txt'"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "run", str(spec)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli("run", str(spec), cwd=tmp_path, env=env)
 
     def running() -> str:  # read from the store: a CLI start per poll cost more than the run itself
         return next((r.id for r in Store(home / "state.db").list_runs() if r.status == "running"), "")

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from gpucloud.channel.run_objects import SMALL_OBJECT_MAX, FileChannel, ObjectRefused, node_prefix
-from tests.support.cli import cli
+from tests.support.cli import cli, start_cli
 from tests.support.hostile_jobs import POISON_STATUS
 from tests.support.local_runs import leftovers, run_id_of, write_job
 from tests.support.text import flat
@@ -77,14 +77,7 @@ def test_store_locked_past_the_busy_timeout_is_waited_for(gpucloud_home: Path, t
     spec = write_job(
         tmp_path / "job", {"name": "locked", "env": {"MARK": str(mark)}, "run": 'touch "$MARK"; sleep 2; echo done'}
     )
-    run = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "run", str(spec)],
-        cwd=tmp_path,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=os.environ.copy(),
-    )
+    run = start_cli("run", str(spec), cwd=tmp_path)
     end = time.monotonic() + 60
     while not mark.exists() and time.monotonic() < end and run.poll() is None:
         time.sleep(0.1)

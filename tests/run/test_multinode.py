@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -36,7 +35,7 @@ from gpucloud.vm.agent.transfer import Transfer
 from gpucloud.vm.agent_config import job_config
 from gpucloud.vm.agent_pack import agent_archive, archive_sha256
 from gpucloud.vm.shim import render_shim
-from tests.support.cli import cli
+from tests.support.cli import cli, start_cli
 from tests.support.local_runs import leftovers, run_id_of, write_job
 from tests.support.render_inputs import CPU, SHELLCHECK, T4, make_candidate, make_spec
 from tests.support.text import flat
@@ -498,13 +497,7 @@ def test_a_dying_node_tears_down_the_others(tmp_path: Path, gpucloud_home: Path)
         tmp_path / "job",
         {"name": "peer-dies", "num_nodes": 2, "run": f'echo "up $GPUCLOUD_NODE_RANK"; bash -c "sleep 120 # {token}"'},
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli("run", str(job), "--cloud", "local", cwd=tmp_path)
     try:
         sandbox = None
         end = time.monotonic() + 30

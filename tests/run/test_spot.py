@@ -12,14 +12,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 from gpucloud.state.runs_db import Store
-from tests.support.cli import cli
+from tests.support.cli import cli, start_cli
 from tests.support.fake_imds import FakeImds, imds  # noqa: F401  (fixture)
 from tests.support.local_runs import leftovers
 from tests.support.polling import wait_until
@@ -172,14 +171,7 @@ def test_detached_run_recovered_by_watch(tmp_path: Path, gpucloud_home: Path) ->
 
 def test_preempted_run_without_recovery_ends_preempted(tmp_path: Path, gpucloud_home: Path) -> None:
     job = write_count_job(tmp_path / "job", n=400, cloud="local", extra={"recovery": None})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "run", str(job)],
-        cwd=tmp_path,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=os.environ.copy(),
-    )
+    proc = start_cli("run", str(job), cwd=tmp_path)
     assert wait_until(lambda: latest_run(gpucloud_home), 30)
     run_id = latest_run(gpucloud_home) or ""
     preempt_when_resumed(gpucloud_home, run_id, tmp_path, 1)
@@ -346,14 +338,7 @@ def test_local_machine_lost_without_notice_is_relaunched(tmp_path: Path, gpuclou
     job = write_count_job(
         tmp_path / "job", n=60, cloud="local", extra={"recovery": {"on": ["lost"], "max_restarts": 1}}
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "run", str(job)],
-        cwd=tmp_path,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=os.environ.copy(),
-    )
+    proc = start_cli("run", str(job), cwd=tmp_path)
     try:
         assert wait_until(lambda: latest_run(gpucloud_home), 30)
         run_id = latest_run(gpucloud_home) or ""

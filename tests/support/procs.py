@@ -4,8 +4,9 @@ sure, and a `gpucloud run` followed until its job has started."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.support.cli import start_cli
 
 
 def stop_process(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
@@ -23,14 +24,7 @@ def stop_process(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
 def gpucloud_until_started(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """`python -m gpucloud ARGS` with its output piped, returned once the job printed "started" on
     stdout (or stdout ended): the point where a test interrupts a running job."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", *args],
-        env=env,
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli(*args, env=env, cwd=cwd)
     assert proc.stdout is not None
     for line in proc.stdout:
         if "started" in line:

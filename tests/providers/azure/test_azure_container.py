@@ -11,8 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from tests.support.azure_fixtures import (  # noqa: F401  (fixtures)
     wait_until,
 )
 from tests.support.azure_sim import AzureVmSimulator, azure_sim  # noqa: F401
+from tests.support.cli import start_cli
 from tests.support.container_gpu import cdi_spec, toolkit_present  # noqa: F401
 from tests.support.container_jobs import COUNT_SH, containers_of, count_job
 from tests.support.containers import ContainerLab, container_lab  # noqa: F401
@@ -95,14 +94,7 @@ def test_azure_spot_container_job_with_input_secret_and_artifact_is_evicted_resu
     job = _job(Path.cwd() / "job", container_lab.image)
     env = {**azure_env, "BOX_TOKEN": SECRET}
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "run", str(job), "--json"],
-        env=env,
-        cwd=Path.cwd(),
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = start_cli("run", str(job), "--json", env=env, cwd=Path.cwd())
     try:
         assert wait_until(lambda: latest_run(gpucloud_home), 60)
         run_id = latest_run(gpucloud_home) or ""

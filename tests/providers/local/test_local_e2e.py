@@ -10,15 +10,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli import cli
+from tests.support.cli import cli, start_cli
 from tests.support.local_runs import find_vms, leftovers, run_id_of, status_json, write_job
 from tests.support.procs import gpucloud_until_started
 from tests.support.text import flat
@@ -82,13 +80,7 @@ def test_signal_tears_down_and_exits_130(tmp_path: Path, gpucloud_home: Path, si
             "run": f"python -c 'import time; print(\"started\", flush=True); time.sleep(300)' {token}",
         },
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli("run", str(job), "--cloud", "local", cwd=tmp_path)
     started = threading.Event()
     out: list[str] = []
 
@@ -219,16 +211,7 @@ def test_env_values_reach_the_job_byte_for_byte(tmp_path: Path, gpucloud_home: P
 
 def test_two_runs_at_once(tmp_path: Path, gpucloud_home: Path) -> None:
     job = write_job(tmp_path / "job", {"name": "twin", "run": "for i in 1 2 3; do echo tick $i; sleep 0.2; done"})
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local", "--json"],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
+    procs = [start_cli("run", str(job), "--cloud", "local", "--json", cwd=tmp_path) for _ in range(2)]
     docs = []
     for p in procs:
         out, errout = p.communicate(timeout=90)
@@ -246,13 +229,7 @@ def test_down_from_another_process_stops_a_followed_run(tmp_path: Path, gpucloud
     job = write_job(
         tmp_path / "job", {"name": "followed", "run": f"echo go; python -c 'import time; time.sleep(300)' {token}"}
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli("run", str(job), "--cloud", "local", cwd=tmp_path)
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.strip() == "go":
@@ -270,13 +247,7 @@ def test_down_from_another_process_stops_a_followed_run(tmp_path: Path, gpucloud
 
 def test_dead_machine_is_reported_lost(tmp_path: Path, gpucloud_home: Path) -> None:
     job = write_job(tmp_path / "job", {"name": "doomed", "run": "echo go; sleep 300"})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucloud", "run", str(job), "--cloud", "local"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli("run", str(job), "--cloud", "local", cwd=tmp_path)
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.strip() == "go":
