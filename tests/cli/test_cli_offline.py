@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from gpucloud.cli.app import app
 from tests.support.cli import ci_env, cli
 from tests.support.sshd import example_hosts_lab, have_sshd
 
@@ -67,7 +69,9 @@ def test_every_example_validates(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_every_example_renders_shellcheck_clean(path: Path, example_hosts: dict[str, str], tmp_path: Path) -> None:
+def test_every_example_renders_shellcheck_clean(
+    path: Path, example_hosts: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     needs_hosts(path, example_hosts)
     rel = str(path.relative_to(REPO))
     out = cli("render", rel, env=ci_env(**example_hosts), cwd=REPO, timeout=60)
@@ -88,9 +92,13 @@ def test_every_example_renders_shellcheck_clean(path: Path, example_hosts: dict[
     shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
     check = subprocess.run([shellcheck, "-S", "style", str(script)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
-    # the job.json the shim's agent gets: the example's own run command, for the same node
-    cfg = cli("render", rel, "--agent-config", env=ci_env(**example_hosts), cwd=REPO, timeout=60)
-    assert cfg.returncode == 0, cfg.stderr
+    # the job.json the shim's agent gets: the example's own run command, for the same node (the same
+    # command in this process: a second CLI start per example only to read a JSON document)
+    monkeypatch.chdir(REPO)
+    for name, value in {"CI": "true", **example_hosts}.items():
+        monkeypatch.setenv(name, value)
+    cfg = CliRunner().invoke(app, ["render", rel, "--agent-config"])
+    assert cfg.exit_code == 0, cfg.stderr
     doc = json.loads(cfg.stdout)
     assert doc["run_id"] == "RUN_ID" and doc["run"].strip(), doc
     assert doc["run"] == yaml.safe_load(path.read_text()).get("run", doc["run"])
