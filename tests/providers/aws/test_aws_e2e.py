@@ -6,7 +6,8 @@
   candidate has capacity anywhere (every attempt listed).
 - `run --detach`, then `down` in another process.
 - The fault matrix: an error injected at each AWS call of provisioning and teardown x capacity /
-  quota / throttling / generic failure; Ctrl-C and SIGKILL in each phase. After each cell, the
+  quota / throttling / generic failure (the last two, one path in the product, in turn over the
+  calls: tests/support/fault_cells.py); Ctrl-C and SIGKILL in each phase. After each cell, the
   run's own teardown or `gpucloud gc` leaves zero tagged resources, and the failover order is the
   plan's. The summary test prints the matrix size and the leak count.
 
@@ -40,6 +41,7 @@ from tests.support.aws_runs import (  # noqa: F401  (fixtures)
     write_aws_job,
 )
 from tests.support.aws_sim import AwsVmSimulator, aws_sim  # noqa: F401
+from tests.support.fault_cells import SAME_PATH, cells, params
 from tests.support.moto_server import Moto, moto, moto_server, tagged_alive  # noqa: F401
 from tests.support.polling import wait_until
 from tests.support.text import flat
@@ -50,22 +52,14 @@ MATRIX_RESULTS: dict[str, int] = {}  # cell -> tagged resources left at the end 
 ATTEMPT = re.compile(r"attempt \d+: (aws/[^ \n]+)")
 
 
-def clean_up_and_count(
-    moto: Moto,
-    sim: AwsVmSimulator,
-    env: dict[str, str] | None = None,  # noqa: F811
-    cell: str = "",
-) -> list[str]:
-    """After a cell: if anything tagged is left, `gpucloud gc --yes` must remove it. Returns what
-    is still left afterwards (a leak) and records it in MATRIX_RESULTS."""
+def clean_up_and_count(moto: Moto, sim: AwsVmSimulator, cell: str = "") -> list[str]:  # noqa: F811
+    """After a cell: if anything tagged is left, `gpucloud gc --yes` (in this process, with the
+    hooks: the `inproc` fixture) must remove it. Returns what is still left afterwards (a leak) and
+    records it in MATRIX_RESULTS."""
     HOOKS.faults.clear()
     settle(sim)
     if tagged_alive(moto):
-        if env is not None:
-            gc = hooked_cli(env, "gc", "--yes")
-            code, out = gc.returncode, gc.stdout + gc.stderr
-        else:
-            code, out = invoke("gc", "--yes")
+        code, out = invoke("gc", "--yes")
         assert code == 0, out[-2000:]
         settle(sim)
     left = tagged_alive(moto)
@@ -324,6 +318,7 @@ def test_gc_dry_run_lists_then_gc_deletes_expired_leftovers_in_every_region(
 
 
 # ---- the fault matrix: every AWS call of provisioning and teardown x 4 kinds -----------------------------
+# (throttle and generic take one path and alternate over the calls: tests/support/fault_cells.py)
 
 # Provisioning calls, in the order a launch makes them: (service operation, job needs ssh).
 # Faults hit us-east-1 only, every time: failover must move to us-west-2, the next candidate.
@@ -352,8 +347,7 @@ PROVISION_CALLS = [
 TEARDOWN_CALLS = ["TerminateInstances", "DescribeInstances", "DeleteSecurityGroup", "DeleteKeyPair"]
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
-@pytest.mark.parametrize("call", PROVISION_CALLS)
+@pytest.mark.parametrize(("call", "kind"), params(PROVISION_CALLS, KINDS))
 def test_fault_matrix_provisioning(
     inproc: None,
     moto: Moto,
@@ -385,8 +379,7 @@ def test_fault_matrix_provisioning(
     assert left == [], left
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
-@pytest.mark.parametrize("call", TEARDOWN_CALLS)
+@pytest.mark.parametrize(("call", "kind"), params(TEARDOWN_CALLS, KINDS))
 def test_fault_matrix_teardown(
     inproc: None,
     moto: Moto,
@@ -423,6 +416,7 @@ PHASES = {
 @pytest.mark.parametrize("phase", list(PHASES))
 def test_interrupted_or_killed_cli_leaves_nothing(
     aws_env: dict[str, str],
+    inproc: None,
     moto: Moto,  # noqa: F811
     aws_sim: AwsVmSimulator,
     tmp_path: Path,
@@ -459,7 +453,7 @@ def test_interrupted_or_killed_cli_leaves_nothing(
             assert tagged_alive(moto, run_id) == [], "the run's own teardown after Ctrl-C"
     else:
         assert proc.returncode == -signal.SIGKILL
-    left = clean_up_and_count(moto, aws_sim, aws_env, cell=f"{how}@{phase}")
+    left = clean_up_and_count(moto, aws_sim, cell=f"{how}@{phase}")
     assert left == [], left
     assert not aws_sim.leftover_processes()
 
@@ -467,9 +461,10 @@ def test_interrupted_or_killed_cli_leaves_nothing(
 def test_fault_matrix_summary() -> None:
     """Prints the matrix size and the leak count (run with -s to see it)."""
     leaks = sum(MATRIX_RESULTS.values())
+    matrix = len(cells(PROVISION_CALLS, KINDS)) + len(cells(TEARDOWN_CALLS, KINDS))
     print(
         f"\nAWS fault matrix: {len(MATRIX_RESULTS)} cells ({len(PROVISION_CALLS)} provisioning + "
-        f"{len(TEARDOWN_CALLS)} teardown calls x {len(KINDS)} error kinds + {len(PHASES)} phases x Ctrl-C/SIGKILL), "
-        f"leaked resources: {leaks}"
+        f"{len(TEARDOWN_CALLS)} teardown calls x {len(KINDS)} error kinds, {'/'.join(SAME_PATH)} in turn: "
+        f"{matrix} cells; + {len(PHASES)} phases x Ctrl-C/SIGKILL), leaked resources: {leaks}"
     )
     assert leaks == 0
