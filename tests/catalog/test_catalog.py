@@ -382,6 +382,21 @@ def test_load_is_cached(cat):
     assert load_catalog() is load_catalog()
 
 
+def test_a_rewritten_catalog_file_is_read_again_and_the_shipped_csvs_are_not(gpucloud_home):
+    """After a refresh rewrote the catalog file, the next plan reads the new rows; the shipped CSVs,
+    which cannot change in a running process, are not parsed again (~30 ms each time)."""
+    from gpucloud.catalog import forget_refreshed, offerings_db, shipped_catalog
+    from gpucloud.catalog.rows import RowFilter
+
+    shipped = shipped_catalog().offerings
+    assert load_catalog().meta.origin == "shipped"
+    new = [shipped[0]._replace(region="newregion-1")]
+    offerings_db.write(offerings_db.cache_file(), new, created_at="2026-12-07T00:00:00Z", clouds={})
+    forget_refreshed()
+    assert [off for _, off in load_catalog().rows.select(RowFilter(regions=frozenset({"newregion-1"})))] == new
+    assert shipped_catalog().offerings is shipped
+
+
 def test_bad_row_names_file_and_line(monkeypatch):
     """A malformed data file fails loudly with file and line, not with a bare ValueError."""
     real = catalog_mod._read
