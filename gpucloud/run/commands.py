@@ -59,13 +59,12 @@ def channel_for(run: RunRecord) -> Channel | None:
 
 
 def _node_states(run: RunRecord) -> list[str]:
-    """The provider's node states of the run's launched attempt (from its stored handle)."""
-    from gpucloud.contract.provider import RunHandle
+    """The provider's node states of the run's latest launched attempt (teardown.latest_handle)."""
+    from gpucloud.run.teardown import latest_handle
 
-    launched = [a for a in run.attempts if a.launched and a.handle_json]
-    if not launched or run.status not in ("running", "provisioning"):
+    handle = latest_handle(run)
+    if handle is None or run.status not in ("running", "provisioning"):
         return []
-    handle = RunHandle.from_json(launched[-1].handle_json or "")
     try:
         return providers.get_provider(handle.cloud).node_states(handle)
     except Exception:

@@ -171,17 +171,17 @@ class Recovery:
 
 
 def launch_of(run: RunRecord, plan: Plan) -> Launch:
-    """The Launch of a run's latest launched attempt, rebuilt from the store (`gpucloud watch`)."""
+    """The Launch of a run's latest launched attempt, rebuilt from the store (`gpucloud watch`);
+    one cut short in provision is followed by a partial handle of its own (teardown.latest_handle)."""
     from gpucloud.contract import registry as providers
-    from gpucloud.contract.provider import RunHandle
     from gpucloud.errors import UserError
     from gpucloud.run.failover import Launch
+    from gpucloud.run.teardown import latest_handle
 
-    launched = [a for a in run.attempts if a.launched and a.handle_json]
-    if not launched:
+    handle = latest_handle(run)
+    if handle is None:
         raise UserError(f"run {run.id} has no launched attempt to watch.")
-    att = launched[-1]
-    handle = RunHandle.from_json(att.handle_json or "")
+    att = [a for a in run.attempts if a.launched][-1]
     provider = providers.get_provider(handle.cloud)
     key = (att.cloud, att.region, att.instance_type, att.spot)
     plan_index = next(

@@ -40,6 +40,21 @@ def run_handles(store: Store, run: RunRecord) -> list[RunHandle]:
     ]
 
 
+def latest_handle(run: RunRecord) -> RunHandle | None:
+    """The handle of the run's latest launched attempt (None: none launched). One cut short in
+    provision (counted as launched by the watcher, its follower died before storing a handle) gets
+    a partial handle of its own: its machines, found by the attempt's tags, may run and report on
+    the run's channel, while the attempt before it is over; asking about that one's machines would
+    call a healthy relaunch lost."""
+    launched = [a for a in run.attempts if a.launched]
+    if not launched:
+        return None
+    att = launched[-1]
+    if att.handle_json:
+        return RunHandle.from_json(att.handle_json)
+    return RunHandle(run.id, att.cloud, att.region, attempt=att.idx, zone=att.zone, complete=False)
+
+
 def _handle_for(run: RunRecord, cloud: str, region: str, alive: list[ResourceRecord]) -> RunHandle:
     stored = [a for a in run.attempts if (a.cloud, a.region) == (cloud, region) and a.handle_json]
     if stored:

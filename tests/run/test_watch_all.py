@@ -29,6 +29,8 @@ FAST = {"GPUCLOUD_WATCH_POLL": "0.5", "GPUCLOUD_WATCH_LEASE": "4", "GPUCLOUD_WAT
 
 
 def _detached_spot_run(env: dict[str, str]) -> str:
+    """The first attempt counts 1 s a step (it cannot finish before the test preempts it, however
+    slowly a loaded machine gets the watchers going and the log mirrored); the relaunch, 0.05 s."""
     job = write_count_job(
         Path.cwd() / "job",
         n=N,
@@ -36,6 +38,7 @@ def _detached_spot_run(env: dict[str, str]) -> str:
         extra={
             "resources": {"cloud": "aws", "regions": ["us-east-1"], "gpu": "T4:1", "spot": True},
             "recovery": {"on": ["preemption"], "max_restarts": 2},
+            "env": {"N": N, "STEP_S": 1.0, "FAST_FROM": 2},
         },
     )
     started = cli("run", str(job), "--detach", env=env, module=MODULE, timeout=180)
@@ -151,3 +154,39 @@ def test_a_watcher_killed_mid_relaunch_and_restarted_loses_and_leaks_nothing(
     assert len(_instances_ever(moto, run_id)) == 2
     # The cut-short attempt is billed from its start to the teardown (its machine ran all along).
     assert report["launched_attempts"] == 2 and report["attempts"][1]["cost"] > 0, report
+
+
+def test_a_relaunch_cut_short_in_provision_is_followed_by_its_own_machine(gpucloud_home: Path) -> None:
+    """A restarted watcher's follower asks about the relaunch's machine (a partial handle of the
+    attempt, found by its tags), not the preempted attempt's: that one is gone, and taking it for
+    the relaunch's made a healthy run `lost` the moment a heartbeat came late (a loaded machine, a
+    slow boot)."""
+    from types import SimpleNamespace
+
+    from gpucloud.contract.provider import RunHandle
+    from gpucloud.run.recovery import launch_of
+    from gpucloud.run.watch_all import Watcher
+    from gpucloud.state.runs_db import Journal
+    from tests.support.render_inputs import make_candidate
+
+    store, run_id = Store(), "cut-short"
+    store.create_run(run_id, name="cut", cloud="aws", region="us-east-1", detached=True, status="running")
+    for idx in (0, 1):
+        store.start_attempt(
+            run_id,
+            idx,
+            cloud="aws",
+            region="us-east-1",
+            instance_type="g4dn.xlarge",
+            spot=True,
+            price_per_hour=0.2,
+            num_nodes=1,
+        )
+    first = RunHandle(run_id, "aws", "us-east-1", attempt=0, nodes=["i-0preempted"])
+    store.set_attempt_handle(run_id, 0, first.to_json())
+    store.end_attempt(run_id, 0, "preempted")
+    Journal(store).intent(run_id, "instance", f"gpucloud-{run_id}-node0", "us-east-1", "aws")  # RunInstances asked
+    Watcher()._bill_cut_short_attempts(run_id)  # what the restarted watcher does before it spawns the follower
+    launch = launch_of(store.get_run(run_id), SimpleNamespace(candidates=[make_candidate("aws", "T4", 1)]))
+    assert launch.attempt == 1
+    assert launch.handle == RunHandle(run_id, "aws", "us-east-1", attempt=1, complete=False)

@@ -46,7 +46,7 @@ from gpucloud.providers.aws.launch import LaunchPlan, launch
 from gpucloud.providers.aws.network import CLOUD, intra_run_rule, placement_group, security_group, ssh_access
 from gpucloud.providers.aws.reaper import instance_states
 from gpucloud.providers.aws.session import AwsClients, shared_channel
-from gpucloud.providers.aws.teardown import gc_region, gc_roles, not_checked, run_instances, teardown_handle
+from gpucloud.providers.aws.teardown import attempt_instances, gc_region, gc_roles, not_checked, teardown_handle
 
 if TYPE_CHECKING:
     from gpucloud.contract.provider import Candidate, Image, Journal, PlanRequest
@@ -261,10 +261,12 @@ class AwsProvider(AwsClients, Provider):
 
     # ---- state ----------------------------------------------------------------------------------
     def node_states(self, handle: RunHandle) -> list[str]:
-        """Per node of the handle, in rank order: "gone" once EC2 no longer lists it or it is terminated."""
-        ids = handle.nodes or run_instances(self, handle.run_id, handle.region, include_terminated=True)
+        """Per node of the handle, in rank order: "gone" once EC2 no longer lists it or it is terminated.
+        A handle without nodes (partial) has its attempt's instances, found by tag; a partial
+        handle whose attempt has none (its follower died before RunInstances) is gone."""
+        ids = handle.nodes or attempt_instances(self, handle.run_id, handle.region, handle.attempt)
         if not ids:
-            return []
+            return [] if handle.complete else ["gone"]
         states = instance_states(self, handle.region, ids)
         return [EC2_STATES.get(states.get(i, "terminated"), "gone") for i in ids]
 

@@ -22,7 +22,7 @@ from gpucloud.providers.aws.deadline import SCHEDULE, SKIPPED, role_setting, sta
 from gpucloud.providers.aws.efa import EIP
 from gpucloud.providers.aws.errors import AwsTeardownError, describe
 from gpucloud.providers.aws.identity import ROLE, node_roles
-from gpucloud.providers.aws.network import CLOUD, KEY, PG, SG, tag_dict
+from gpucloud.providers.aws.network import CLOUD, KEY, PG, SG, TAG_ATTEMPT, tag_dict
 from gpucloud.providers.aws.reaper import INSTANCE, LABELS, Outcome, Targets, reap
 from gpucloud.providers.aws.session import AwsClients
 from gpucloud.ui.untrusted import shown
@@ -53,12 +53,31 @@ def _by_tag(
         kwargs["NextToken"] = page["NextToken"]
 
 
-def run_instances(aws: AwsClients, run_id: str, region: str, *, include_terminated: bool = False) -> list[str]:
-    """Ids of the run's instances found by tag."""
-    flt: list[dict[str, Any]] = [{"Name": f"tag:{TAG_RUN}", "Values": [run_id]}]
-    if not include_terminated:
-        flt.append({"Name": "instance-state-name", "Values": LIVE_STATES})
+def run_instances(aws: AwsClients, run_id: str, region: str) -> list[str]:
+    """Ids of the run's live instances found by tag."""
+    flt: list[dict[str, Any]] = [
+        {"Name": f"tag:{TAG_RUN}", "Values": [run_id]},
+        {"Name": "instance-state-name", "Values": LIVE_STATES},
+    ]
     return [i for i, _ in _by_tag(aws, region, "describe_instances", "Reservations", "InstanceId", flt)]
+
+
+def attempt_instances(aws: AwsClients, run_id: str, region: str, attempt: int) -> list[str]:
+    """Ids of one attempt's instances (terminated ones too) found by tag, in rank order (launch
+    index): the machines of an attempt cut short before its handle was stored, and not an earlier
+    attempt's, which may be gone while this one runs."""
+    flt = [
+        {"Name": f"tag:{TAG_RUN}", "Values": [run_id]},
+        {"Name": f"tag:{TAG_ATTEMPT}", "Values": [str(attempt)]},
+    ]
+    found: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"Filters": flt}
+    while True:
+        page = aws.ec2("describe_instances", region, **kwargs)
+        found += [i for r in page.get("Reservations", []) for i in r.get("Instances", [])]
+        if not page.get("NextToken"):
+            return [str(i["InstanceId"]) for i in sorted(found, key=lambda i: i.get("AmiLaunchIndex", 0))]
+        kwargs["NextToken"] = page["NextToken"]
 
 
 def targets_for(aws: AwsClients, handle: RunHandle, records: list[ResourceRecord]) -> Targets:

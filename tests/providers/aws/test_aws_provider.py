@@ -401,6 +401,26 @@ def test_single_node_teardown_works_on_plain_moto(moto, journal, gpucloud_home):
         assert journal.resources(req.run_id) == []
 
 
+def test_a_partial_handle_has_the_states_of_its_own_attempts_machines(moto, provider, journal, hooks):  # noqa: F811
+    """A relaunch cut short before its handle was stored is asked about by a handle without nodes:
+    its own instance, found by the run and attempt tags, not the preempted attempt's (terminated)."""
+    import dataclasses
+
+    req = make_request(spot=True)
+    first = provider.provision(req, journal)
+    provider.teardown(first, journal)  # the preempted attempt: its instance is terminated
+    second = provider.provision(dataclasses.replace(req, attempt=1), journal)
+    try:
+        partial = RunHandle(req.run_id, "aws", req.region, attempt=1, complete=False)
+        assert provider.node_states(partial) in (["running"], ["pending"])
+        assert provider.node_states(RunHandle(req.run_id, "aws", req.region, attempt=0, complete=False)) == ["gone"]
+        # an attempt whose follower died before RunInstances has no machine at all: gone, not unknown
+        assert provider.node_states(RunHandle(req.run_id, "aws", req.region, attempt=2, complete=False)) == ["gone"]
+    finally:
+        provider.teardown(second, journal)
+    assert provider.node_states(partial) == ["gone"]
+
+
 def test_teardown_without_waiting(moto, provider, journal):  # noqa: F811
     req = make_request()
     handle = provider.provision(req, journal)
