@@ -134,7 +134,9 @@ def test_a_watcher_killed_mid_relaunch_and_restarted_loses_and_leaks_nothing(
     try:
         _preempt_once_checkpointed(gpucloud_home, run_id, aws_env)
         assert wait_until(lambda: len(_attempts(gpucloud_home, run_id)) >= 2, 120)  # the relaunch has begun
-        assert wait_until(lambda: len(tagged_alive(moto, run_id)) >= 1 and _intents(gpucloud_home, run_id), 60)
+        # The relaunch's instance exists at EC2 (its security group and role, tagged too, come first: killing
+        # the watcher then would leave the relaunch no machine at all, and the run rightly `lost`).
+        assert wait_until(lambda: len(_instances_ever(moto, run_id)) >= 2 and _intents(gpucloud_home, run_id), 60)
         relaunch = _attempts(gpucloud_home, run_id)[1]
         assert not relaunch.launched and relaunch.handle_json is None  # in the middle: no handle recorded
         os.kill(first.pid, signal.SIGKILL)
