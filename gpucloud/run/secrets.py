@@ -78,8 +78,10 @@ class SecretDelivery:
         return problems
 
     def adopt(self, launch: Any) -> None:
-        """`gpucloud watch`: the attempt it finds was delivered by the launching CLI. Its nodes'
-        present keys count as sealed (not written again with the watcher's values), and its node
+        """`gpucloud watch`: the attempt it finds was delivered by the CLI that launched it. A node's
+        present key counts as sealed when its sealed object is there (not written again with the
+        watcher's values); a node with a key and no object (its launcher died between the node's
+        claim and the seal: an attempt's objects start empty) is sealed to by this watcher. Its node
         identity is given the job's data prefixes again (the same document), so what the watcher
         seals first is a relaunch's, which claims new keys and gets its own grants and data policy."""
         if launch is None or not self.wanted:
@@ -89,7 +91,7 @@ class SecretDelivery:
                 key, problem = channel_trust.claimed_key(launch.channel.claims(self.run_id, rank))
             except channel_trust.ObjectRefused:
                 continue
-            if key is not None and not problem:
+            if key is not None and not problem and launch.channel.get_bytes(secrets_key(self.run_id, rank)):
                 self.sealed_to[rank] = key
         handle = getattr(launch, "handle", None)
         if self.data is not None and handle is not None:

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import secrets
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from gpucloud.errors import UserError
+from gpucloud.run.secrets import SecretDelivery
 from gpucloud.spec.load import SpecError, parse_spec
 from gpucloud.spec.secrets import SecretValues, parse_env, resolve
 from gpucloud.vm.agent import sealed
@@ -169,3 +172,39 @@ def test_detached_run_gets_its_secrets_before_the_cli_returns(
     assert hashlib.sha256(value.encode()).hexdigest() in logs.stdout, logs.stdout + logs.stderr
     hits = [str(p) for p in gpucloud_home.rglob("*") if p.is_file() and value.encode() in p.read_bytes()]
     assert hits == [] and value not in proc.stdout + proc.stderr + logs.stdout + logs.stderr
+
+
+class _OneNodeChannel:
+    """Node 0's claim (its published key) and the objects put to the channel."""
+
+    def __init__(self, pub: str) -> None:
+        self.pub, self.objects = pub, {}
+
+    def claims(self, run_id: str, rank: int) -> list[tuple[str | None, bytes]]:
+        return [(None, self.pub.encode())]
+
+    def put_bytes(self, key: str, blob: bytes) -> None:
+        self.objects[key] = blob
+
+    def get_bytes(self, key: str) -> bytes | None:
+        return self.objects.get(key)
+
+
+def test_a_watcher_seals_to_a_claimed_node_its_dead_launcher_never_sealed_to(tmp_path: Path) -> None:
+    """`watch` adopting an attempt: a node whose key is claimed and whose sealed object is there
+    keeps it (not written again); one claimed with no object yet (its launcher died before the
+    seal) gets its secrets from the watcher instead of waiting until its deadline."""
+    pub, seed = openssl_node_key(tmp_path)
+    channel = _OneNodeChannel(pub)
+    launch = SimpleNamespace(channel=channel, deadline=0)
+    delivery = SecretDelivery("run-1", 1, {"TOKEN": "from-watcher"})
+    delivery.adopt(launch)
+    assert not delivery.done()
+    assert delivery.step(launch) == [] and delivery.done()
+    doc = json.loads(sealed.open_sealed(seed, channel.objects["runs/run-1/node-0/secrets.sealed"]))
+    assert doc["env"] == {"TOKEN": "from-watcher"}
+    channel.objects["runs/run-1/node-0/secrets.sealed"] = b"sealed by the launcher"
+    again = SecretDelivery("run-1", 1, {"TOKEN": "from-watcher"})
+    again.adopt(launch)
+    assert again.done() and again.step(launch) == []
+    assert channel.objects["runs/run-1/node-0/secrets.sealed"] == b"sealed by the launcher"
