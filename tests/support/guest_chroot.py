@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import gpucloud
 from gpucloud.contract.registry import capabilities
 from gpucloud.vm.agent_config import job_config
 from tests.support.guest_apt import build_repos
@@ -87,7 +88,7 @@ class GuestRoot:
             (self.root / "usr/src" / f"linux-headers-{kernel.name}").mkdir(parents=True, exist_ok=True)
         (self.root / "lib/modules" / os.uname().release).mkdir(parents=True, exist_ok=True)
         code = self.root / AGENT_CODE.lstrip("/")
-        package = Path(__file__).resolve().parents[2] / "gpucloud"
+        package = Path(gpucloud.__file__).resolve().parent  # the installed package (CI: the wheel's)
         for rel in ("__init__.py", "vm/__init__.py", "vm/protocol.py"):
             (code / "gpucloud" / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(package / rel, code / "gpucloud" / rel)
