@@ -367,6 +367,7 @@ class AwsHooks:
     def attach(self, session: Any) -> None:
         """Register the handlers on a botocore (or boto3) Session."""
         core = getattr(session, "_session", session)
+        core.gpucloud_test_hooks = self  # how `hooked` tells a session made before (or without) the hooks
         core.register("before-parameter-build", self._params)
         core.register("before-call", self._before_call)
         core.register("after-call", self._after_call)
@@ -387,7 +388,6 @@ atexit.register(
     ]
 )
 HOOKS = AwsHooks()
-_installed = False
 _local = threading.local()
 
 
@@ -403,25 +403,30 @@ class unhooked:
 
 
 def install(hooks: AwsHooks = HOOKS) -> AwsHooks:
-    """Hook every botocore Session created from now on in this process (idempotent). The first
-    time, the provider's shared session is dropped, so that the next one is created hooked."""
-    global _installed
-    if _installed:
-        return hooks
-    from gpucloud.providers.aws import reset_shared
-
-    reset_shared()
+    """Hook every botocore Session created from now on in this process (idempotent), and drop the
+    provider's shared session when it was made without these hooks (before them, or while
+    `unhooked`), so that the next one is created hooked: an in-process CLI whose calls bypass the
+    hooks would meet no fault and record nothing."""
     import botocore.session
 
-    original = botocore.session.Session.__init__
+    from gpucloud.providers.aws import reset_shared
+    from gpucloud.providers.aws.session import shared_session
 
-    def patched(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if not getattr(_local, "off", 0):
-            hooks.attach(self)
+    _local.off = 0  # called outside any `with unhooked()` block of this thread
+    if getattr(botocore.session.Session.__init__, "gpucloud_test_hooks", None) is not hooks:
+        original = botocore.session.Session.__init__
 
-    botocore.session.Session.__init__ = patched  # type: ignore[method-assign]
-    _installed = True
+        def patched(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            if not getattr(_local, "off", 0):
+                hooks.attach(self)
+
+        patched.gpucloud_test_hooks = hooks  # type: ignore[attr-defined]
+        botocore.session.Session.__init__ = patched  # type: ignore[method-assign]
+        reset_shared()
+    core = getattr(shared_session(), "_session", None)
+    if getattr(core, "gpucloud_test_hooks", None) is not hooks:
+        reset_shared()
     return hooks
 
 

@@ -364,7 +364,8 @@ def test_fault_matrix_provisioning(
     HOOKS.add(Fault(call, KINDS[kind], times=None, region="us-east-1"))
     code, out = invoke("run", str(job), "--cloud", "aws", "--detach")
     injected = [c for c in HOOKS.calls if c.injected == KINDS[kind]]
-    assert injected, f"the fault at {call} was never reached"
+    reached = sorted({f"{c.operation}@{c.region}" for c in HOOKS.calls})
+    assert injected, f"the fault at {call} was never reached (calls seen: {reached}):\n{out[-3000:]}"
     assert code == 0, out[-3000:]
     # failover: us-east-1 first (as planned), then us-west-2 where it worked
     assert ATTEMPT.findall(out) == ["aws/us-east-1/g4dn.xlarge", "aws/us-west-2/g4dn.xlarge"], out[-3000:]
@@ -391,7 +392,8 @@ def test_fault_matrix_teardown(
     job = write_aws_job(tmp_path / "job.yaml", run="echo fault-ok", ssh=True, name="awstear")
     HOOKS.add(Fault(call, KINDS[kind], times=None))
     code, out = invoke("run", str(job), "--cloud", "aws")
-    assert any(c.injected for c in HOOKS.ops(call)), f"the fault at {call} was never reached"
+    reached = sorted({f"{c.operation}@{c.region}" for c in HOOKS.calls})
+    assert any(c.injected for c in HOOKS.ops(call)), f"{call} never reached (calls: {reached}):\n{out[-3000:]}"
     assert code == 70, out[-3000:]  # the job succeeded, the teardown did not: say so
     run_id = run_id_in(out)
     assert f"gpucloud down {run_id}" in out
