@@ -61,7 +61,7 @@ class SlurmChannel(SshChannel):
         path = self._path(key)
         self._run(
             self.login.cluster,
-            f'p={path}; mkdir -p "$(dirname "$p")" && cat >"$p.tmp" && mv -f "$p.tmp" "$p"',
+            f'p={path}; mkdir -p "$(dirname "$p")" && cat >"$p.tmp.$$" && mv -f "$p.tmp.$$" "$p"',
             input=data,
         )
 

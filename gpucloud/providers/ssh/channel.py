@@ -38,6 +38,10 @@ from gpucloud.channel.run_objects import (
 from gpucloud.providers.ssh import transport as ssh_transport
 from gpucloud.providers.ssh.probe import REMOTE_ROOT
 
+# Write stdin to "$p" atomically; the temporary name carries the shell's pid, so two writers of one
+# object at once (two nodes, or a CLI and a node) each rename a whole file of their own.
+PUT_P = 'mkdir -p "$(dirname "$p")" && cat >"$p.tmp.$$" && mv -f "$p.tmp.$$" "$p"'
+
 ROOT_TOKEN = "@GPUCLOUD_REMOTE_ROOT@"
 # Everything gpucloud writes on a host (code, inputs, logs, bootstrap, channel objects; the node
 # it starts inherits it) is the user's alone: files 0600, folders 0700. Not for the driver install:
@@ -121,7 +125,7 @@ class SshChannel(Channel):
         path = self._path(key)
         for host in self._targets(key):
             body = fill_root(data.decode(), host).encode() if ROOT_TOKEN.encode() in data else data
-            self._run(host, f'p={path}; mkdir -p "$(dirname "$p")" && cat >"$p.tmp" && mv -f "$p.tmp" "$p"', input=body)
+            self._run(host, f"p={path}; {PUT_P}", input=body)
 
     def put_file(self, key: str, path: Path) -> None:
         self.put_bytes(key, Path(path).read_bytes())
@@ -259,7 +263,7 @@ class SshChannel(Channel):
                     self._run(peer, f"mkdir -p {folder} && touch {names}")
                     self._run(
                         peer,
-                        f'p={self._path(key)}; mkdir -p "$(dirname "$p")" && cat >"$p.tmp" && mv -f "$p.tmp" "$p"',
+                        f"p={self._path(key)}; {PUT_P}",
                         input=data,
                     )
             self._relayed.add((run_id, rank))
