@@ -21,7 +21,7 @@ from tests.support.cli import cli
 from tests.support.fake_arm import FakeArm
 from tests.support.local_runs import write_job
 from tests.support.moto_server import Moto, moto, moto_server  # noqa: F401
-from tests.support.node_keys import openssl_node_key
+from tests.support.node_keys import OneNodeChannel, openssl_node_key
 
 ACCOUNT = "123456789012"  # moto's account
 HOST = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com"
@@ -106,20 +106,9 @@ def test_a_token_is_asked_again_when_less_than_an_hour_is_left() -> None:
     assert logins.current()["password"] == "t2" and made == [0.0, 11.5 * 3600]
 
 
-class _Channel:
-    def __init__(self, pub: str) -> None:
-        self.pub, self.objects = pub, {}
-
-    def claims(self, run_id: str, rank: int) -> list[tuple[str | None, bytes]]:
-        return [(None, self.pub.encode())]
-
-    def put_bytes(self, key: str, blob: bytes) -> None:
-        self.objects[key] = blob
-
-
 def test_the_login_rides_sealed_to_the_node_key_only(tmp_path: Path) -> None:
     pub, seed = openssl_node_key(tmp_path)
-    channel = _Channel(pub)
+    channel = OneNodeChannel(pub)
     logins = PullLogins(lambda: PullLogin("r.example:5000", "bot", "s3cr3t-pw"))
     delivery = SecretDelivery("run-1", 1, {}, None, logins)
     assert delivery.wanted and delivery.step(SimpleNamespace(channel=channel, deadline=0)) == []

@@ -28,7 +28,7 @@ from gpucloud.vm.agent import sealed
 from gpucloud.vm.agent.mask import Masker
 from tests.support.cli import cli
 from tests.support.local_runs import run_id_of, write_job
-from tests.support.node_keys import openssl_node_key
+from tests.support.node_keys import OneNodeChannel, openssl_node_key
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "name: sec\nresources: {cloud: local}\nrun: 'true'\nsecrets: [HF_TOKEN]\nenv: {EPOCHS: 1}\n"
@@ -174,28 +174,12 @@ def test_detached_run_gets_its_secrets_before_the_cli_returns(
     assert hits == [] and value not in proc.stdout + proc.stderr + logs.stdout + logs.stderr
 
 
-class _OneNodeChannel:
-    """Node 0's claim (its published key) and the objects put to the channel."""
-
-    def __init__(self, pub: str) -> None:
-        self.pub, self.objects = pub, {}
-
-    def claims(self, run_id: str, rank: int) -> list[tuple[str | None, bytes]]:
-        return [(None, self.pub.encode())]
-
-    def put_bytes(self, key: str, blob: bytes) -> None:
-        self.objects[key] = blob
-
-    def get_bytes(self, key: str) -> bytes | None:
-        return self.objects.get(key)
-
-
 def test_a_watcher_seals_to_a_claimed_node_its_dead_launcher_never_sealed_to(tmp_path: Path) -> None:
     """`watch` adopting an attempt: a node whose key is claimed and whose sealed object is there
     keeps it (not written again); one claimed with no object yet (its launcher died before the
     seal) gets its secrets from the watcher instead of waiting until its deadline."""
     pub, seed = openssl_node_key(tmp_path)
-    channel = _OneNodeChannel(pub)
+    channel = OneNodeChannel(pub)
     launch = SimpleNamespace(channel=channel, deadline=0)
     delivery = SecretDelivery("run-1", 1, {"TOKEN": "from-watcher"})
     delivery.adopt(launch)
