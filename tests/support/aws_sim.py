@@ -268,7 +268,6 @@ class AwsVmSimulator(GuestSimulator):
     def on_guest_shutdown(self, guest: Guest) -> None:
         """EC2 with shutdown behaviour terminate: the guest's `shutdown -h now` ends the instance."""
         region = self.region_of.get(guest.vm_id, "us-east-1")
-        self.shutdowns.append(guest.vm_id)
         try:
             self.ec2(region).terminate_instances(InstanceIds=[guest.vm_id])
         except Exception as exc:  # noqa: BLE001
@@ -276,6 +275,7 @@ class AwsVmSimulator(GuestSimulator):
         with self.lock:
             self._gone.add(guest.vm_id)
             guest.ended = True
+        self.shutdowns.append(guest.vm_id)  # last: a test that sees it finds the instance already ended
 
     def role_of(self, guest: Guest) -> str | None:
         """The role of the guest's instance profile (IAM, as EC2 resolves it), or None; an answer

@@ -71,7 +71,11 @@ def shared_session() -> Any:
 
 def shared_client(session: Any, service: str, region: str, *, signature: str = "") -> Any:
     """One client per session, service and region: clients are thread-safe, creating them is not,
-    and each new one loads its service model again (~0.1 s of JSON)."""
+    and each new one loads its service model again (~0.1 s of JSON).
+
+    A client holds the credentials its session had when it was made, so one made while there were
+    none (before `aws sso login`, or with the variables not yet set) could never sign a request:
+    it is returned but not kept, and the next call makes one that finds the credentials."""
     key = (id(session), service, region, signature)
     with _SHARED_LOCK:
         hit = _CLIENTS.get(key)
@@ -79,7 +83,8 @@ def shared_client(session: Any, service: str, region: str, *, signature: str = "
             return hit[1]
         cfg = client_config(service, signature_version=signature) if signature else client_config(service)
         client = session.client(service, region_name=region, config=cfg)
-        _CLIENTS[key] = (session, client)  # the session is kept alive, so its id is never reused
+        if session.get_credentials() is not None:  # resolved once per session by botocore, then cached
+            _CLIENTS[key] = (session, client)  # the session is kept alive, so its id is never reused
         return client
 
 
