@@ -191,6 +191,26 @@ class Injection:
     op_seconds: float | None = None  # the long-running operation this call starts takes this long
     query: re.Pattern[str] | None = None  # only calls whose query ("k=v&...") this regex finds
     hits: int = 0
+    gather: int = 0  # hold each matching call until this many are in flight at once (at most `delay` s)
+    most_at_once: int = 0  # the most matching calls held at the same moment (with `gather`)
+    _held: int = 0
+    _released: bool = False
+    _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
+
+    def stall(self) -> None:
+        """The call's stall: `delay` seconds, or with `gather` until that many calls wait together,
+        which tells parallel calls from sequential ones by count, not by a clock."""
+        if not self.gather:
+            time.sleep(self.delay)
+            return
+        with self._cond:
+            self._held += 1
+            self.most_at_once = max(self.most_at_once, self._held)
+            if self._held >= self.gather:
+                self._released = True
+                self._cond.notify_all()
+            self._cond.wait_for(lambda: self._released, timeout=self.delay)
+            self._held -= 1
 
 
 @dataclass
@@ -328,6 +348,7 @@ class FakeArm:
         principal: str | None = None,
         op_seconds: float | None = None,
         query: str | None = None,
+        gather: int = 0,
     ) -> Injection:
         """Arm a failure (or, with code=None, a stall: `delay` for the request itself,
         `op_seconds` for the long-running operation it starts) for matching calls."""
@@ -343,6 +364,7 @@ class FakeArm:
             principal=principal,
             op_seconds=op_seconds,
             query=re.compile(query, re.I) if query else None,
+            gather=gather,
         )
         with self.lock:
             self.injections.append(inj)
@@ -853,7 +875,7 @@ class _Handler(BaseHTTPRequestHandler):
             inj = self._take_injection(path, principal, "&".join(f"{k}={v}" for k, v in query.items()))
             if inj is not None:
                 if inj.delay:
-                    time.sleep(inj.delay)
+                    inj.stall()
                 if inj.code is not None and not inj.async_:
                     headers = arm.retry_headers() if inj.status == 429 or inj.status >= 500 else None
                     return self._error(inj.status, inj.code, inj.message, headers)
