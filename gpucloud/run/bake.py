@@ -78,11 +78,11 @@ def target_spec(target: str, *, framework: str | None, cloud: str | None) -> Job
 
 
 def wanted_hash(plan: Plan, cand: Candidate, setup: str | None) -> str:
-    """The stack hash an image built on `cand` gets (what a later run's plan looks for)."""
+    """The stack hash an image built on `cand` gets (what a later run's plan looks for): over the
+    install plan the plan made for that machine, not a second computation of it."""
     from gpucloud.plan.baked import stack_hash
-    from gpucloud.plan.images import candidate_node
 
-    return stack_hash(plan.stack, candidate_node(plan.stack, cand), setup)
+    return stack_hash(plan.stack_for(cand), plan.node_for(cand), setup)
 
 
 def build(
