@@ -134,7 +134,7 @@ def create_identity(aws: AwsClients, req: LaunchRequest, journal: Journal, handl
     return name
 
 
-def put_data_policy(aws: AwsClients, region: str, name: str, statements: list[dict[str, Any]]) -> None:
+def put_data_policy(aws: AwsClients, name: str, statements: list[dict[str, Any]]) -> None:
     """The role's second inline policy: the job's S3 data prefixes (data.node_statements), so the
     node's own signature reaches its inputs and outputs after the caller's credentials are gone.
     Put again on every call (the same document: idempotent)."""
@@ -142,7 +142,7 @@ def put_data_policy(aws: AwsClients, region: str, name: str, statements: list[di
     aws.call(_iam(aws), "put_role_policy", RoleName=name, PolicyName=DATA_POLICY_NAME, PolicyDocument=json.dumps(doc))
 
 
-def delete_identity(aws: AwsClients, region: str, name: str) -> None:
+def delete_identity(aws: AwsClients, name: str) -> None:
     """Profile, then policies, then role; what is already gone counts as deleted."""
     _tolerate(aws, "remove_role_from_instance_profile", GONE, InstanceProfileName=name, RoleName=name)
     _tolerate(aws, "delete_instance_profile", GONE, InstanceProfileName=name)

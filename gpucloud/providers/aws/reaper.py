@@ -114,7 +114,7 @@ def reap(aws: AwsClients, region: str, targets: Targets, *, wait: bool) -> list[
         if alive:
             outcomes.append(Outcome(ROLE, role, False, f"instances {', '.join(alive)} are not terminated", kept=True))
             continue
-        outcomes.append(_attempt(ROLE, role, lambda r=role: delete_identity(aws, region, r)))
+        outcomes.append(_attempt(ROLE, role, lambda r=role: delete_identity(aws, r)))
     for vol in targets.volumes:
         outcomes.append(_attempt(VOLUME, vol, lambda v=vol: aws.ec2("delete_volume", region, VolumeId=v)))
     for name in sorted(set(targets.schedules)):

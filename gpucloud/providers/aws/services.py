@@ -89,7 +89,7 @@ class S3Store(DataStore):
             )
         try:
             for name in names if statements else []:
-                identity.put_data_policy(AwsClients(), handle.region, name, statements)
+                identity.put_data_policy(AwsClients(), name, statements)
         except (ClientError, BotoCoreError) as exc:
             return (
                 f"the node role could not be given the job's S3 prefixes ({exc}): the node reaches them "

@@ -255,7 +255,7 @@ def test_gc_removes_expired_node_roles_and_names_malformed_ones(moto, provider, 
         from gpucloud.providers.aws.identity import delete_identity
 
         for name in node_roles(moto):
-            delete_identity(provider, "us-east-1", name)
+            delete_identity(provider, name)
 
 
 def test_node_role_gets_the_jobs_data_prefixes_only_and_loses_them_with_teardown(
