@@ -23,6 +23,7 @@ guest's environment, and it stops when the guest ends.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import threading
@@ -110,8 +111,17 @@ def stub_counts(state: Path) -> dict[str, int]:
     return {f.name: int(f.read_text() or 0) for f in folder.iterdir()} if folder.is_dir() else {}
 
 
+def specifiers(value: str) -> str:
+    """systemd's `%` specifier expansion, stricter than systemd: `%%` is `%`, and any other `%x` is
+    refused (a unit gpucloud writes must escape every `%` of a path)."""
+    parts = value.split("%%")
+    assert not any("%" in p for p in parts), f"an unescaped systemd specifier in {value!r}"
+    return "%".join(parts)
+
+
 def boot_services(etc: Path) -> list[list[str]]:
-    """ExecStart (split on spaces) of every unit enabled for multi-user.target under `etc`."""
+    """ExecStart of every unit enabled for multi-user.target under `etc`, split as systemd splits a
+    command line (quotes, `\\` escapes, then specifiers)."""
     wants = Path(etc) / "systemd" / "system" / "multi-user.target.wants"
     out = []
     for unit in sorted(wants.iterdir()) if wants.is_dir() else []:
@@ -119,9 +129,11 @@ def boot_services(etc: Path) -> list[list[str]]:
         cond = next(
             (line.split("=", 1)[1] for line in text.splitlines() if line.startswith("ConditionPathExists=")), ""
         )
-        if cond and not Path(cond).exists():
+        if cond and not Path(specifiers(cond)).exists():
             continue
-        out += [line.split("=", 1)[1].split() for line in text.splitlines() if line.startswith("ExecStart=")]
+        for line in text.splitlines():
+            if line.startswith("ExecStart="):
+                out.append([specifiers(word) for word in shlex.split(line.split("=", 1)[1])])
     return out
 
 

@@ -98,13 +98,17 @@ class ShutdownHooks(Hooks):
             return True
         folder = Path(etc or "/etc") / "systemd" / "system"
         boot = vm_dir / "boot.sh"
+        if any(ch in str(vm_dir) for ch in "\n\r\x00"):  # a line break would end the unit's line
+            return False
         try:
             folder.mkdir(parents=True, exist_ok=True)
             boot.write_bytes(shim.read_bytes())
             (folder / "gpucloud-resume.service").write_text(
-                f"[Unit]\nDescription=gpucloud run {run_id}: resume after a reboot\nConditionPathExists={boot}\n"
+                f"[Unit]\nDescription=gpucloud run {_unit_value(run_id)}: resume after a reboot\n"
+                f"ConditionPathExists={_unit_value(str(boot))}\n"
                 "Wants=network-online.target\nAfter=network-online.target cloud-init.service\n[Service]\n"
-                f"ExecStart=/bin/sh {boot} resume {vm_dir}\n[Install]\nWantedBy=multi-user.target\n"
+                f"ExecStart=/bin/sh {_unit_word(str(boot))} resume {_unit_word(str(vm_dir))}\n"
+                "[Install]\nWantedBy=multi-user.target\n"
             )
             with open(vm_dir / "stack.log", "ab") as out:
                 for argv in (["systemctl", "daemon-reload"], ["systemctl", "enable", "gpucloud-resume.service"]):
@@ -113,6 +117,17 @@ class ShutdownHooks(Hooks):
         except OSError:
             return False
         return True
+
+
+def _unit_value(text: str) -> str:
+    """A unit file value taken as it is: systemd expands `%` specifiers in it, so `%` is doubled."""
+    return text.replace("%", "%%")
+
+
+def _unit_word(text: str) -> str:
+    """One ExecStart argument as systemd splits the line: double-quoted, with `\\` and `"` escaped
+    (systemd.service, "Command lines") and `%` doubled; a folder with a space stays one argument."""
+    return '"' + _unit_value(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
 
 
 class AwsSpotHooks(ShutdownHooks):
