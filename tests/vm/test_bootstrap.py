@@ -87,6 +87,19 @@ def test_nothing_is_left_running_after_a_run(tmp_path: Path) -> None:
     assert _marker_pids(marker) == []
 
 
+def test_a_background_child_that_ignores_sigterm_is_killed_before_the_run_ends(tmp_path: Path) -> None:
+    """The step's leftovers are waited for: one that ignores SIGTERM gets SIGKILL after the grace,
+    and the node reports its end only once nothing of the job runs."""
+    marker = f"gpucloud_marker_{uuid.uuid4().hex}"
+    # The child says when its trap is set (a SIGTERM before that would simply end it); a command
+    # after `sleep` keeps bash from exec-ing it, so the marker stays on the waiting shell.
+    child = f"bash -c 'trap \"\" TERM; touch trapped; sleep 60; echo {marker}' &"
+    vm = make_vm(tmp_path, run=f"{child} until [ -e trapped ]; do sleep 0.05; done; echo spawned").run()
+    assert vm.rc == 0 and vm.job_output() == "spawned\n"
+    assert _marker_pids(marker) == []
+    assert "a background process of the step ignored SIGTERM for 5 s: SIGKILL" in vm.log()
+
+
 def test_local_run_exit_code_is_the_jobs(tmp_path: Path) -> None:
     vm = make_vm(tmp_path, run="echo failing; exit 3").run()
     assert vm.rc == 3

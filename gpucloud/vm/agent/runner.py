@@ -51,13 +51,14 @@ class Runner:
         return proc
 
     def run(self, command: str, env: Mapping[str, str], box: Optional[Tuple[str, str]] = None) -> int:
-        """Run one step to its end; its leftovers (background children) get SIGTERM after, and
-        `box` (engine, container name), the container the step runs in, is removed."""
+        """Run one step to its end; its leftovers (background children) get SIGTERM after, SIGKILL
+        if they outlast the grace, and are waited for: nothing of a step outlives it. `box` (engine,
+        container name), the container the step runs in, is removed."""
         if box is not None:
             container.record(self.vm_dir, *box)
         proc = self.start(command, env)
         rc = shell_code(proc.wait())
-        _signal_group(proc.pid, signal.SIGTERM)
+        self._end_group(proc.pid, KILL_GRACE_S, "a background process of the step")
         if box is not None:
             container.remove_recorded(self.vm_dir)
         try:
@@ -82,19 +83,24 @@ class Runner:
 
     def _kill(self, grace: float) -> Optional[int]:
         pg = self.pgid()
-        if pg is None or not _signal_group(pg, signal.SIGTERM):
-            return self._code()
+        if pg is not None:
+            self._end_group(pg, grace, "job")
+        return self._code()
+
+    def _end_group(self, pg: int, grace: float, who: str) -> None:
+        """SIGTERM to the group; SIGKILL to what still runs after `grace` s."""
+        if not _signal_group(pg, signal.SIGTERM):
+            return
         waited = 0.0
         while waited < grace:
             self._reap()
             if not _alive(pg):
-                return self._code()
+                return
             self.sleep(KILL_POLL_S)
             waited += KILL_POLL_S
         if _alive(pg):
-            self.log(f"job ignored SIGTERM for {int(grace)} s: SIGKILL")
+            self.log(f"{who} ignored SIGTERM for {int(grace)} s: SIGKILL")
             _signal_group(pg, signal.SIGKILL)
-        return self._code()
 
     def _reap(self) -> None:
         """Collect our own exited job: a zombie still counts as a member of its process group."""
@@ -131,12 +137,12 @@ def _alive(pg: int) -> bool:
     """Whether a process of the group still runs. A zombie has ended: the watchdog process cannot
     reap the job (the main process started it, and waits for the watchdog), so counting the job's
     zombie would wait out the grace and say a job that obeyed SIGTERM ignored it. The group is
-    scanned only once its leader (the job's shell) is a zombie; where /proc cannot tell, the
-    kernel's answer stands."""
+    scanned only once its leader (the job's shell) is a zombie or already reaped; where /proc
+    cannot tell, the kernel's answer stands."""
     if not _signal_group(pg, 0):
         return False
     leader = _stat(str(pg))
-    if leader is None or leader[0] not in ENDED_STATES:
+    if leader is not None and leader[1] == pg and leader[0] not in ENDED_STATES:
         return True
     try:
         names = os.listdir("/proc")
