@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
@@ -121,9 +122,8 @@ def open_session(req: SessionRequest) -> int:
     plan = provider.session_path(handle, req.node, ask)
     if req.print_config or req.write_config:
         return config_entries(run, handle, provider, write=req.write_config)
-    say_forwards(run, req.node, forwards, plan)
     store.event(run.id, "session", f"gpucloud ssh to node {req.node}" + (" (a command)" if req.command else ""))
-    return run_plan(plan)
+    return run_plan(plan, announce=lambda: say_forwards(run, req.node, forwards, plan))
 
 
 def say_forwards(run: RunRecord, node: int, forwards: tuple[Forward, ...], plan: SessionPlan) -> None:
@@ -134,21 +134,30 @@ def say_forwards(run: RunRecord, node: int, forwards: tuple[Forward, ...], plan:
         to_stderr(f"run {run.id} node {node}: port {fwd.remote} -> http://{LOOPBACK}:{port}/ ({how})")
 
 
-def run_plan(plan: SessionPlan) -> int:
+def run_plan(plan: SessionPlan, announce: Callable[[], None] = lambda: None) -> int:
     """Run the session in this terminal and return its exit code. Ctrl-C reaches the session
-    itself (same terminal); a TERM or HUP to gpucloud ends the session too, so no forward outlives it."""
-    proc = subprocess.Popen(plan.argv, cwd=plan.cwd, env=plan.env)
+    itself (same terminal); a TERM or HUP to gpucloud ends the session too, so no forward outlives it.
+    The handlers are in place before `announce` (the URL lines a caller acts on) and before the
+    session starts: a TERM at any moment after those lines ends gpucloud with 143, never by default."""
+    procs: list[subprocess.Popen[bytes]] = []
     stopped: list[int] = []
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         stopped.append(signum)
-        if proc.poll() is None:
-            proc.terminate()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        code = proc.wait()
+        announce()
+        if stopped:
+            return 128 + stopped[0]
+        procs.append(subprocess.Popen(plan.argv, cwd=plan.cwd, env=plan.env))
+        if stopped:  # told to stop while the session was starting
+            procs[0].terminate()
+        code = procs[0].wait()
     finally:
         signal.signal(signal.SIGINT, old_int)
         for sig, handler in previous.items():

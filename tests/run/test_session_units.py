@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,20 @@ def test_a_provider_without_a_session_path_says_so_with_exit_78() -> None:
     with pytest.raises(SessionUnsupported) as err:
         Bare().session_path(RunHandle(run_id="r", cloud="bare", region="x"), 0, SessionAsk())
     assert err.value.exit_code == 78 and "bare provider has no session path" in err.value.message
+
+
+def test_a_term_right_after_the_url_lines_ends_gpucloud_with_143_and_starts_no_session(tmp_path: Path) -> None:
+    """The lines a caller acts on come after the handlers: a TERM then is gpucloud's 143, not a
+    default death that would leave a session (and its forwards) behind."""
+    import os
+    import signal
+
+    from gpucloud.contract.session import SessionPlan
+    from gpucloud.run.session import run_plan
+
+    started = tmp_path / "started"
+    plan = SessionPlan(argv=["touch", str(started)])
+    before = signal.getsignal(signal.SIGTERM)
+    assert run_plan(plan, announce=lambda: os.kill(os.getpid(), signal.SIGTERM)) == 143
+    assert not started.exists()
+    assert signal.getsignal(signal.SIGTERM) is before  # the process's own handler is back

@@ -10,6 +10,7 @@ and a server that accepts but never answers costs BOTOCORE_ATTEMPTS x READ_TIMEO
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -36,6 +37,7 @@ S3_ADDRESSING = {"addressing_style": "virtual", "us_east_1_regional_endpoint": "
 
 _SHARED_LOCK = threading.RLock()
 _SESSION: Any = None
+_SESSION_ENV = 0  # hash of the AWS_* variables _SESSION was made under
 _CLIENTS: dict[
     tuple[int, str, str, str], tuple[Any, Any]
 ] = {}  # (id(session), service, region, sig) -> (session, client)
@@ -59,13 +61,21 @@ def client_config(service: str = "", **extra: Any) -> Any:
 
 
 def shared_session() -> Any:
-    """This process's default boto3 Session (standard credential chain, AWS_ENDPOINT_URL honoured)."""
-    global _SESSION
+    """This process's default boto3 Session (standard credential chain, AWS_ENDPOINT_URL honoured).
+
+    A session and its clients keep what the AWS_* variables said when they were made (credentials,
+    endpoint URLs, region), so when those variables change within the process (a library caller, an
+    in-process test) the session and every client are made again rather than kept pointing at an
+    endpoint or keys the environment no longer names."""
+    global _SESSION, _SESSION_ENV
+    env = hash(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
     with _SHARED_LOCK:
-        if _SESSION is None:
+        if _SESSION is None or env != _SESSION_ENV:
             import boto3
 
-            _SESSION = boto3.Session()
+            _CHANNELS.clear()
+            _CLIENTS.clear()
+            _SESSION, _SESSION_ENV = boto3.Session(), env
         return _SESSION
 
 

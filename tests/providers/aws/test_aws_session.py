@@ -46,3 +46,20 @@ def test_a_client_made_without_credentials_is_not_kept(no_credentials: None, mon
     assert later is not early
     assert "X-Amz-Credential=AKIAEXAMPLEEXAMPLE00" in _presign(later)
     assert shared_client(session, "sts", "us-east-1") is later  # kept once it can sign
+
+
+def test_the_shared_session_follows_the_aws_variables(no_credentials: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client made under one AWS_ENDPOINT_URL (or keys, or region) is not handed out under another."""
+    from gpucloud.providers.aws.session import shared_session
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEEXAMPLE00")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x" * 40)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    first = shared_session()
+    assert shared_session() is first  # nothing changed: the same session and clients
+    assert shared_client(first, "s3", "us-east-1").meta.endpoint_url == "http://127.0.0.1:1"
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    second = shared_session()
+    assert second is not first
+    assert shared_client(second, "s3", "us-east-1").meta.endpoint_url == "https://s3.us-east-1.amazonaws.com"
