@@ -18,6 +18,7 @@ from gpucloud.vm.agent import container
 
 KILL_GRACE_S = 5.0
 KILL_POLL_S = 0.05
+KILL_SETTLE_S = 1.0  # after SIGKILL: time for the killed processes to be gone
 ENDED_STATES = (b"Z", b"X")  # /proc/PID/stat: zombie, dead
 
 
@@ -101,6 +102,11 @@ class Runner:
         if _alive(pg):
             self.log(f"{who} ignored SIGTERM for {int(grace)} s: SIGKILL")
             _signal_group(pg, signal.SIGKILL)
+            for _ in range(int(KILL_SETTLE_S / KILL_POLL_S)):  # SIGKILL cannot be refused, only be slow
+                self._reap()
+                if not _alive(pg):
+                    return
+                self.sleep(KILL_POLL_S)
 
     def _reap(self) -> None:
         """Collect our own exited job: a zombie still counts as a member of its process group."""
