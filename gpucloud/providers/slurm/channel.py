@@ -26,7 +26,7 @@ from gpucloud.providers.slurm import login as _login
 from gpucloud.providers.slurm.cluster import FINAL, JOB_SCRIPT, JobState, parse_job
 from gpucloud.providers.slurm.login import Login
 from gpucloud.providers.ssh import transport as ssh_transport
-from gpucloud.providers.ssh.channel import ROOT_TOKEN, SshChannel
+from gpucloud.providers.ssh.channel import PUT_P, ROOT_TOKEN, SshChannel
 
 JOB_CACHE_S = 0.8  # one Slurm query serves every rank's read of one poll
 
@@ -61,7 +61,7 @@ class SlurmChannel(SshChannel):
         path = self._path(key)
         self._run(
             self.login.cluster,
-            f'p={path}; mkdir -p "$(dirname "$p")" && cat >"$p.tmp.$$" && mv -f "$p.tmp.$$" "$p"',
+            f"p={path}; {PUT_P}",
             input=data,
         )
 

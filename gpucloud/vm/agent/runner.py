@@ -90,23 +90,23 @@ class Runner:
 
     def _end_group(self, pg: int, grace: float, who: str) -> None:
         """SIGTERM to the group; SIGKILL to what still runs after `grace` s."""
-        if not _signal_group(pg, signal.SIGTERM):
+        if not _signal_group(pg, signal.SIGTERM) or self._gone_within(pg, grace):
             return
+        self.log(f"{who} ignored SIGTERM for {int(grace)} s: SIGKILL")
+        _signal_group(pg, signal.SIGKILL)
+        self._gone_within(pg, KILL_SETTLE_S)  # SIGKILL cannot be refused, only be slow
+
+    def _gone_within(self, pg: int, seconds: float) -> bool:
+        """Whether the group has no running process left within `seconds` (polled)."""
         waited = 0.0
-        while waited < grace:
+        while True:
             self._reap()
             if not _alive(pg):
-                return
+                return True
+            if waited >= seconds:
+                return False
             self.sleep(KILL_POLL_S)
             waited += KILL_POLL_S
-        if _alive(pg):
-            self.log(f"{who} ignored SIGTERM for {int(grace)} s: SIGKILL")
-            _signal_group(pg, signal.SIGKILL)
-            for _ in range(int(KILL_SETTLE_S / KILL_POLL_S)):  # SIGKILL cannot be refused, only be slow
-                self._reap()
-                if not _alive(pg):
-                    return
-                self.sleep(KILL_POLL_S)
 
     def _reap(self) -> None:
         """Collect our own exited job: a zombie still counts as a member of its process group."""
