@@ -23,8 +23,10 @@ from collections.abc import Iterable
 
 
 def load(prefix: str) -> list[dict[str, float | str]]:
+    """The rows of PREFIX.main and PREFIX.gw<N> only: a PREFIX.log beside them is not the profile's."""
     rows: list[dict[str, float | str]] = []
-    for path in sorted(glob.glob(f"{prefix}.*")):
+    paths = glob.glob(f"{prefix}.gw*") + glob.glob(f"{prefix}.main")
+    for path in sorted(p for p in paths if p.rsplit(".", 1)[1] == "main" or p.rsplit(".gw", 1)[1].isdigit()):
         with open(path) as lines:
             rows.extend(json.loads(line) for line in lines if line.strip())
     return rows
