@@ -92,10 +92,11 @@ def channel_body(subscription_id: str, run_id: str, principal: str) -> dict[str,
 
 def grant_channel_access(
     arm: Arm, journal: Journal, run_id: str, region: str, vm: Any, *, pause: Callable[[float], None] = time.sleep
-) -> None:
+) -> str | None:
     """The VM's identity may reach its run's blobs (journalled, then PUT; retried while the new
     identity replicates). Refused (a runner role assigned with an older condition) or the node role
-    missing (setup not run): the node keeps its SAS URLs, and the run's journal says why."""
+    missing (setup not run): the node keeps its SAS URLs, and the answer is why and the fix, for the
+    caller to say once for all of the run's nodes (`sas_only_warning`); None when granted."""
     from azure.core.exceptions import HttpResponseError
 
     from gpucloud.providers.azure.errors import error_parts
@@ -108,23 +109,23 @@ def grant_channel_access(
     except HttpResponseError as exc:
         code, message, status = error_parts(exc)
         if code == "RoleDefinitionDoesNotExist":
-            journal.event(
-                run_id,
-                "warning",
-                f"{vm.name} reaches its channel through the CLI's SAS URLs only (7 days at most): the role "
-                "'gpucloud node channel' does not exist in this subscription; an administrator runs "
-                "`gpucloud setup azure` once",
+            return (
+                "the role 'gpucloud node channel' does not exist in this subscription; an administrator "
+                "runs `gpucloud setup azure` once"
             )
-            return
         if status != 403:
             raise
-        journal.event(
-            run_id,
-            "warning",
-            f"{vm.name} reaches its channel through the CLI's SAS URLs only (7 days at most): the role "
-            f"assignment on the channel was refused ({code}: {message}); assign the runner role again with "
-            "the condition `gpucloud setup azure --print` shows",
+        return (
+            f"the role assignment on the channel was refused ({code}: {message}); assign the runner role "
+            "again with the condition `gpucloud setup azure --print` shows"
         )
+    return None
+
+
+def sas_only_warning(names: list[str], reason: str) -> str:
+    """One line for every node of a run that kept its SAS URLs for the same reason."""
+    who = f"{names[0]} reaches its" if len(names) == 1 else f"{', '.join(names)} reach their"
+    return f"{who} channel through the CLI's SAS URLs only (7 days at most): {reason}"
 
 
 def delete_assignment(arm: Arm, assignment_id: str) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpucloud.contract.provider import LaunchRequest, ProvisionError
 from gpucloud.providers.azure.arm import Arm, tracked
 from gpucloud.providers.azure.machine import driver_extension_body, nic_body, pip_body, vm_body
-from gpucloud.providers.azure.node_access import grant_channel_access
+from gpucloud.providers.azure.node_access import grant_channel_access, sas_only_warning
 from gpucloud.providers.azure.roles import grant_self_delete
 
 if TYPE_CHECKING:
@@ -76,6 +76,7 @@ class _Attempt:
     ssh_key: str
     abort: threading.Event = field(default_factory=threading.Event)
     failures: list[NodeFailed] = field(default_factory=list)
+    sas_only: dict[str, list[str]] = field(default_factory=dict)  # why -> the VMs that kept their SAS URLs
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def node(self, rank: int) -> str:
@@ -99,7 +100,12 @@ class _Attempt:
             )
             if self.net.channel_access:
                 step = f"granting VM {rank} its run's blobs"
-                grant_channel_access(self.arm, self.journal, self.req.run_id, self.req.region, vm, pause=self._pause)
+                why = grant_channel_access(
+                    self.arm, self.journal, self.req.run_id, self.req.region, vm, pause=self._pause
+                )
+                if why:
+                    with self.lock:
+                        self.sas_only.setdefault(why, []).append(str(vm.name))
             return str(vm.id)
         except Aborted:
             raise
@@ -186,6 +192,8 @@ def create_nodes(
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+    for why, names in attempt.sas_only.items():
+        journal.event(req.run_id, "warning", sas_only_warning(sorted(names, key=lambda n: (len(n), n)), why))
     if attempt.failures:
         raise attempt.failures[0]
     for f in futures:

@@ -199,17 +199,19 @@ def test_node_identity_reaches_its_run_only_and_goes_at_teardown(
     assert "Microsoft.Authorization/roleAssignments/delete" in actions
 
 
-@pytest.mark.parametrize("why", ["refused", "no-role"])
+@pytest.mark.parametrize(("why", "nodes"), [("refused", 1), ("no-role", 1), ("no-role", 3)])
 def test_without_the_channel_assignment_the_node_keeps_its_sas_and_the_run_goes_on(
     arm: FakeArm,  # noqa: F811
     provider: Any,
     journal: Any,  # noqa: F811
     why: str,
+    nodes: int,
 ) -> None:
     """`refused`: a runner role assigned with an older condition is refused the channel assignment
     (AuthorizationFailed). `no-role`: setup not run, so ARM answers RoleDefinitionDoesNotExist. The
-    launch goes on, the journal says why once (naming the fix), teardown has nothing to delete."""
-    run = f"idt-20261207-000000-{'cccc' if why == 'refused' else 'ffff'}"
+    launch goes on, the journal says why once for the whole run (naming every node and the fix),
+    teardown has nothing to delete."""
+    run = f"idt-20261207-000000-{'cccc' if why == 'refused' else 'ffff'}{nodes}"
     provider.channel(REGION)
     if why == "refused":
         arm.inject(
@@ -218,11 +220,13 @@ def test_without_the_channel_assignment_the_node_keeps_its_sas_and_the_run_goes_
     else:
         with arm.lock:
             arm.role_definitions.clear()
-    handle = provider.provision(launch_request(run), journal)
-    assert channel_assignments(arm) == [] and len(arm.vms()) == 1
+    handle = provider.provision(launch_request(run, nodes=nodes), journal)
+    assert channel_assignments(arm) == [] and len(arm.vms()) == nodes
     said = [e.message for e in journal.store.events(run) if "SAS URLs only" in e.message]
     fix = "assign the runner role again" if why == "refused" else "`gpucloud setup azure`"
     assert len(said) == 1 and fix in said[0], journal.store.events(run)
+    who = "node-0 reaches its" if nodes == 1 else "node-0, node-1, node-2 reach their"
+    assert said[0].startswith(f"{who} channel through the CLI's SAS URLs only"), said
     assert not [r for r in journal.resources(run, alive_only=True) if r.kind == "channel_access"]
     provider.teardown(handle, journal)
     assert not journal.resources(run, alive_only=True)
