@@ -5,7 +5,8 @@ what the channel holds must be the truth (a final state, or nothing when nothing
 
 "Gone": on the local provider no process of the VM is left (the sandbox marker, as vm_engine
 finds them); on a cloud the guest called `shutdown -h now` (the stub records it; the simulator then
-ends the instance). Deadlines are 3 s and the backstop's grace 10 s, so the matrix runs in ~1 min.
+ends the instance). Deadlines are 3 s (60 s where the fault itself ends the run, so that no deadline
+comes first) and the backstop's grace 10 s, so the matrix runs in ~1 min.
 The deadline is max_duration's, counted from the agent's own start (the manifest's is far off), and
 "gone after" is measured from that start too where the agent's work folder shows it: a loaded
 machine may take seconds to boot the agent, and a deadline from the launch would end a cell before
@@ -45,6 +46,9 @@ class Cell:
     env: dict[str, str] = field(default_factory=dict)
     act: Callable[[Vm], None] | None = None  # what is done to the running VM
     gone_by: float = DEADLINE_S + GRACE_S + MARGIN_S
+    # A fault that ends the run itself: no deadline may come first on a loaded machine (the job may
+    # start seconds after the agent), and "gone after" counts from the fault, not the agent's start.
+    ends_the_run: bool = False
 
 
 def _wait_for(path: Path, timeout: float = 30) -> None:
@@ -74,7 +78,14 @@ CELLS = [
     Cell("manifest unreachable", server={"refuse": "manifest"}, state=None, gone_by=DEADLINE_S + MARGIN_S),
     Cell("watchdog killed", act=_kill_watchdog, message="stopped by the backstop"),
     Cell("watchdog killed (aws)", provider="aws", act=_kill_watchdog, message="stopped by the backstop"),
-    Cell("main SIGTERM", act=_signal_main(signal.SIGTERM), state="failed", message="signal", gone_by=MARGIN_S),
+    Cell(
+        "main SIGTERM",
+        act=_signal_main(signal.SIGTERM),
+        state="failed",
+        message="signal",
+        gone_by=MARGIN_S,
+        ends_the_run=True,
+    ),
     Cell("main SIGKILL", act=_signal_main(signal.SIGKILL), message="max_duration passed"),
     Cell(
         "main SIGKILL (aws)",
@@ -186,18 +197,20 @@ def test_fault_leaves_no_vm_and_reports_the_truth(tmp_path: Path, cell: Cell) ->
         provider=cell.provider,
         run=cell.run,
         deadline_s=600,
-        max_duration=DEADLINE_S,
+        max_duration=DEADLINE_S * 20 if cell.ends_the_run else DEADLINE_S,
         stub_env=env,
         **kw,
     )
     t0 = time.time()
     vm.start()
+    acted: float | None = None
     try:
         if cell.act is not None:
             cell.act(vm)
-        while not _gone(vm, cell.provider) and time.time() - _origin(vm, t0) < cell.gone_by + 20:
+            acted = time.time() if cell.ends_the_run else None
+        while not _gone(vm, cell.provider) and time.time() - (acted or _origin(vm, t0)) < cell.gone_by + 20:
             time.sleep(0.1)
-        gone_after = time.time() - _origin(vm, t0)
+        gone_after = time.time() - (acted or _origin(vm, t0))
         gone = _gone(vm, cell.provider)
     finally:
         if aws:  # the cloud ends the instance after its shutdown: every process of it goes
