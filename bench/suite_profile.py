@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -25,8 +26,8 @@ from collections.abc import Iterable
 def load(prefix: str) -> list[dict[str, float | str]]:
     """The rows of PREFIX.main and PREFIX.gw<N> only: a PREFIX.log beside them is not the profile's."""
     rows: list[dict[str, float | str]] = []
-    paths = glob.glob(f"{prefix}.gw*") + glob.glob(f"{prefix}.main")
-    for path in sorted(p for p in paths if p.rsplit(".", 1)[1] == "main" or p.rsplit(".gw", 1)[1].isdigit()):
+    paths = [p for p in glob.glob(f"{prefix}.*") if re.fullmatch(r"gw\d+|main", p.rsplit(".", 1)[1])]
+    for path in sorted(paths):
         with open(path) as lines:
             rows.extend(json.loads(line) for line in lines if line.strip())
     return rows

@@ -150,14 +150,14 @@ def run_plan(plan: SessionPlan, announce: Callable[[], None] = lambda: None) -> 
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    code = 0
     try:
         announce()
-        if stopped:
-            return 128 + stopped[0]
-        procs.append(subprocess.Popen(plan.argv, cwd=plan.cwd, env=plan.env))
-        if stopped:  # told to stop while the session was starting
-            procs[0].terminate()
-        code = procs[0].wait()
+        if not stopped:
+            procs.append(subprocess.Popen(plan.argv, cwd=plan.cwd, env=plan.env))
+            if stopped:  # told to stop while the session was starting
+                procs[0].terminate()
+            code = procs[0].wait()
     finally:
         signal.signal(signal.SIGINT, old_int)
         for sig, handler in previous.items():

@@ -204,13 +204,18 @@ def test_fault_leaves_no_vm_and_reports_the_truth(tmp_path: Path, cell: Cell) ->
     t0 = time.time()
     vm.start()
     acted: float | None = None
+
+    def since() -> float:
+        """Where "gone after" counts from: the fault that ends the run, else the agent's start."""
+        return acted if acted is not None else _origin(vm, t0)
+
     try:
         if cell.act is not None:
             cell.act(vm)
             acted = time.time() if cell.ends_the_run else None
-        while not _gone(vm, cell.provider) and time.time() - (acted or _origin(vm, t0)) < cell.gone_by + 20:
+        while not _gone(vm, cell.provider) and time.time() - since() < cell.gone_by + 20:
             time.sleep(0.1)
-        gone_after = time.time() - (acted or _origin(vm, t0))
+        gone_after = time.time() - since()
         gone = _gone(vm, cell.provider)
     finally:
         if aws:  # the cloud ends the instance after its shutdown: every process of it goes

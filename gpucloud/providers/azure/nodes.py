@@ -76,7 +76,7 @@ class _Attempt:
     ssh_key: str
     abort: threading.Event = field(default_factory=threading.Event)
     failures: list[NodeFailed] = field(default_factory=list)
-    sas_only: dict[str, list[str]] = field(default_factory=dict)  # why -> the VMs that kept their SAS URLs
+    sas_only: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # why -> (rank, VM) kept SAS URLs
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def node(self, rank: int) -> str:
@@ -105,7 +105,7 @@ class _Attempt:
                 )
                 if why:
                     with self.lock:
-                        self.sas_only.setdefault(why, []).append(str(vm.name))
+                        self.sas_only.setdefault(why, []).append((rank, str(vm.name)))
             return str(vm.id)
         except Aborted:
             raise
@@ -192,8 +192,8 @@ def create_nodes(
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
-    for why, names in attempt.sas_only.items():
-        journal.event(req.run_id, "warning", sas_only_warning(sorted(names, key=lambda n: (len(n), n)), why))
+    for why, vms in attempt.sas_only.items():
+        journal.event(req.run_id, "warning", sas_only_warning([name for _, name in sorted(vms)], why))
     if attempt.failures:
         raise attempt.failures[0]
     for f in futures:
