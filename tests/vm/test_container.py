@@ -116,6 +116,29 @@ def _before_options(argv: list[str]) -> list[str]:
     return argv[at - 2 : at]
 
 
+def test_init_flags_find_podmans_init_or_say_there_is_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian's podman beside docker.io gets tini, not catatonit: the static tini goes in by --init-path."""
+    have: set[str] = set()
+    monkeypatch.setattr(container.os, "access", lambda path, mode: path in have)
+    monkeypatch.setattr(container, "CONTAINERS_CONFS", ())
+    assert container.init_flags("docker", {}) == (["--init"], "")  # docker brings docker-init
+    flags, why = container.init_flags("/usr/bin/podman", {})
+    assert flags == [] and "catatonit" in why and "not reaped" in why
+    have.add("/usr/bin/tini-static")
+    assert container.init_flags("/usr/bin/podman", {}) == (["--init", "--init-path=/usr/bin/tini-static"], "")
+    have.add("/usr/libexec/podman/catatonit")
+    assert container.init_flags("/usr/bin/podman", {}) == (["--init"], "")  # podman's own default
+    have.clear()
+    conf = tmp_path / "containers.conf"
+    conf.write_text('[containers]\ninit_path = "/opt/init"\n')
+    assert container.init_flags("podman", {"CONTAINERS_CONF": str(conf)}) == (["--init"], "")  # the machine's say
+    argv = container.step_argv(
+        DOC, engine="podman", name="n", job_dir=Path("/j"), mounts=[], names=[], gpus=False, shell="sh",
+        command="true", init=["--init", "--init-path=/usr/bin/tini-static"],
+    )  # fmt: skip
+    assert argv[2:6] == ["--rm", "--init", "--init-path=/usr/bin/tini-static", "--name"]
+
+
 def test_gpu_flags_per_engine() -> None:
     assert _before_options(argv_for("/usr/bin/podman", gpus=True)) == ["--device", "nvidia.com/gpu=all"]
     assert _before_options(argv_for("/usr/local/bin/docker", gpus=True)) == ["--gpus", "all"]

@@ -38,6 +38,19 @@ PULL_BACKOFF_S = 2.0
 ENGINE_CALL_S = 120.0  # login, logout, the shell probe, rm
 HOST_GPU_VARS = ("CUDA_VISIBLE_DEVICES",)  # a shared host's or a Slurm allocation's GPUs, passed on
 SHELL_PROBE = "command -v bash || echo sh"
+# podman's `--init` runs catatonit from its helper folders (4.x reads only the first); Debian installs
+# tini instead of catatonit beside docker.io (podman only recommends one of them), and then `--init`
+# fails with exit 125. A static init from these paths is handed over with --init-path.
+PODMAN_INITS = (
+    "/usr/libexec/podman/catatonit",
+    "/usr/local/libexec/podman/catatonit",
+    "/usr/lib/podman/catatonit",
+    "/usr/bin/catatonit",
+    "/usr/bin/tini-static",
+    "/usr/bin/docker-init",
+)
+CONTAINERS_CONFS = ("/etc/containers/containers.conf", "/usr/share/containers/containers.conf")
+_INIT_PATH_SET = re.compile(r"^\s*init_path\s*=", re.MULTILINE)
 # An engine's pull output (no terminal): podman's `Copying blob sha256:<id>` (`done` / `skipped` when
 # it has it), docker's `<id>: Pull complete` / `Already exists`; a byte count `12.3MiB / 40.0MiB`.
 _PODMAN_BLOB = re.compile(r"Copying blob (?:sha256:)?([0-9a-f]{12,})")
@@ -115,6 +128,29 @@ def gpu_flags(engine: str) -> List[str]:
     return ["--device", "nvidia.com/gpu=all"] if is_podman(engine) else ["--gpus", "all"]
 
 
+def init_flags(engine: str, environ: Mapping[str, str]) -> Tuple[List[str], str]:
+    """(the flags that give a step's container an init, which reaps the job's children and passes
+    signals on; why there is none). docker brings its own; podman's is found here."""
+    if not is_podman(engine):
+        return ["--init"], ""
+    confs = [environ.get("CONTAINERS_CONF", ""), *CONTAINERS_CONFS]
+    for conf in filter(None, confs):
+        try:
+            if _INIT_PATH_SET.search(Path(conf).read_text(errors="replace")):
+                return ["--init"], ""  # the machine's own setting
+        except OSError:
+            continue
+    found = next((path for path in PODMAN_INITS if os.access(path, os.X_OK)), "")
+    if found == PODMAN_INITS[0]:
+        return ["--init"], ""
+    if found:
+        return ["--init", f"--init-path={found}"], ""
+    return [], (
+        "container: podman finds no init here (catatonit, tini-static): the step's shell is the container's "
+        "PID 1, so children it leaves are not reaped; install catatonit on the machine (or its image) for one"
+    )
+
+
 def env_names(node_env: Iterable[str], secrets: Iterable[str], environ: Mapping[str, str]) -> List[str]:
     """The variables a step's container gets: the node's and the job's, the secrets, the host's GPU
     selection; never the host's PATH or HOME, which would override the image's."""
@@ -140,9 +176,10 @@ def step_argv(
     gpus: bool,
     shell: str,
     command: str,
+    init: Sequence[str] = ("--init",),
 ) -> List[str]:
     """One step's engine invocation: gpucloud's own flags, then the user's options, user, entrypoint."""
-    argv = [engine, "run", "--rm", "--init", "--name", name, "--network", "host", "--ipc", "host"]
+    argv = [engine, "run", "--rm", *init, "--name", name, "--network", "host", "--ipc", "host"]
     for path in map(checked_mount, [str(job_dir), *mounts]):
         argv += ["-v", f"{path}:{path}"]
     argv += ["-w", str(job_dir)]
@@ -313,6 +350,7 @@ class Container:
         self.vm_dir, self.job_dir = vm_dir, job_dir
         self.run_id, self.rank = run_id, rank
         self.engine = ""
+        self.init: List[str] = ["--init"]
         self.shell = "bash"
         self.mounts: List[str] = [str(vm_dir / NOTICE_DIR)]
 
@@ -323,6 +361,9 @@ class Container:
         self.engine = pick_engine(env, gpus)
         policy = str(self.doc.get("pull") or "always")
         env.log(f"container: {os.path.basename(self.engine)}, image {self.image}, pull: {policy}")
+        self.init, no_init = init_flags(self.engine, env.environ)
+        if no_init:
+            env.log(no_init)
         if gpus and is_podman(self.engine):
             self.ensure_cdi(env)
         if (self.doc.get("prepulled") or policy != "always") and self.present(env, remaining):
@@ -469,5 +510,6 @@ class Container:
             gpus=gpus,
             shell=self.shell,
             command=command,
+            init=self.init,
         )
         return " ".join(shlex.quote(a) for a in argv), name
