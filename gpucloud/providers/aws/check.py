@@ -13,7 +13,7 @@ from gpucloud.providers.aws.access import CREDENTIALS_HINT, classify_access, no_
 from gpucloud.providers.aws.errors import error_code, gpu_quotas
 from gpucloud.providers.aws.network import CLOUD
 from gpucloud.providers.aws.quota import raise_command, region_quotas
-from gpucloud.providers.aws.session import client_config
+from gpucloud.providers.aws.session import shared_client, shared_session
 
 # The quotas are read until this many seconds into the check (run/check.py gives it 10 s in all):
 # on a slow or busy machine the rest are "unknown", rather than the whole check lost.
@@ -21,21 +21,19 @@ QUOTAS_BY_S = 7.0
 
 
 def check() -> CloudCheck:
-    import boto3
-
     started = time.monotonic()
 
     result = CloudCheck(CLOUD)
-    session = boto3.Session()
+    session = shared_session()
     region = session.region_name or "us-east-1"
     try:
         if session.get_credentials() is None:
             result.problem("no AWS credentials found (environment, ~/.aws, SSO or instance role)", CREDENTIALS_HINT)
             return result
         result.credentials = True
-        who = session.client("sts", region_name=region, config=client_config("sts")).get_caller_identity()
+        who = shared_client(session, "sts", region).get_caller_identity()
         result.identity = {"account": str(who.get("Account", "")), "arn": str(who.get("Arn", ""))}
-        ec2 = session.client("ec2", region_name=region, config=client_config())
+        ec2 = shared_client(session, "ec2", region)
         result.regions = sorted(r["RegionName"] for r in ec2.describe_regions().get("Regions", []))
         result.usable = True
     except Exception as exc:  # noqa: BLE001 - every failure becomes a problem with its fix
@@ -60,14 +58,13 @@ def identity() -> str:
     credentials that do not work fail it), with the probe's short timeouts: a refused key or a
     dead endpoint is found before anyone is asked to launch (CredentialsError/EndpointError). Any
     other answer (throttling, an AWS-side error) says nothing about the credentials: the cloud is
-    kept, and the failover meets that error, with its retries, if it lasts."""
-    import boto3
-
+    kept, and the failover meets that error, with its retries, if it lasts. The process's shared
+    session and client: a session of its own would parse botocore's endpoint data again."""
     try:
-        session = boto3.Session()
+        session = shared_session()
         if session.get_credentials() is None:
             raise no_credentials()
-        sts = session.client("sts", region_name=session.region_name or "us-east-1", config=client_config("sts"))
+        sts = shared_client(session, "sts", session.region_name or "us-east-1")
         who = sts.get_caller_identity()
     except Exception as exc:  # noqa: BLE001 - classified below; only access errors drop the cloud
         access = classify_access(exc, what="checking the credentials (STS GetCallerIdentity)")
