@@ -186,13 +186,8 @@ def holds_anything(region: str) -> bool:
         return False
     ec2 = account[region]
     groups = [g for by_vpc in list(ec2.groups.values()) for g in list(by_vpc.values())]
-    instances = [i for r in list(ec2.reservations.values()) for i in list(r.instances)]
-    return bool(
-        any(i.state != "terminated" for i in instances)
-        or ec2.key_pairs
-        or ec2.volumes
-        or any(g.name != "default" for g in groups)
-    )
+    live = any(i.state != "terminated" for r in list(ec2.reservations.values()) for i in list(r.instances))
+    return bool(live or ec2.key_pairs or ec2.volumes or any(g.name != "default" for g in groups))
 
 
 def _catalog_regions() -> list[str]:
